@@ -1,0 +1,130 @@
+# mesh — one Makefile.  Targets: all (default), test, check, bench, demo, fuzz,
+# install (PREFIX, DESTDIR), clean.  `make test T=name` runs the tests whose
+# name contains `name`.  SAN=1 builds with ASan+UBSan.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BUILD   ?= build
+CC      ?= gcc
+VERSION := 0.1.0
+
+WARN     := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -fPIC -pthread $(WARN) -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"'
+CPPFLAGS += -Iinclude -Isrc -Itests -MMD -MP
+LDLIBS   := -lpthread -lm
+MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+JSON_LIBS:= $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
+ALL_LIBS := $(MHD_LIBS) $(JSON_LIBS) -lz $(LDLIBS)
+
+ifeq ($(SAN),1)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(FUZZ),1)
+CC      := clang
+CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
+endif
+
+LIB_DIRS   := base journal store job autoscale shm host worker daemon
+LIB_SRC    := $(filter-out src/daemon/main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
+WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
+CLI_SRC    := $(wildcard src/cli/*.c)
+TEST_SRC   := $(wildcard tests/unit/test_*.c tests/integration/test_*.c tests/fault/test_*.c)
+RUNNER_SRC := $(wildcard tests/runner/*.c)
+BENCH_SRC  := $(wildcard bench/*.c)
+EX_SRC     := $(wildcard examples/*.c)
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+LIB_OBJ    := $(call obj,$(LIB_SRC))
+WORKER_OBJ := $(call obj,$(WORKER_SRC))
+CLI_OBJ    := $(call obj,$(CLI_SRC))
+RUNNER_OBJ := $(call obj,$(RUNNER_SRC))
+TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+EX_BINS    := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
+FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+
+PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
+	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
+
+.PHONY: all test check bench demo fuzz fuzzers install clean deps tests-build
+all: $(PROGS) $(EX_BINS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libmesh.a: $(LIB_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(BUILD)/libmeshworker.a: $(WORKER_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(BUILD)/libmeshworker.so: $(WORKER_OBJ)
+	$(CC) -shared -Wl,-soname,libmeshworker.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/meshworker.pc: mk/meshworker.pc.in
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+$(BUILD)/mesh: $(CLI_OBJ) $(BUILD)/libmesh.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmesh.a $(ALL_LIBS)
+$(BUILD)/meshd: $(call obj,src/daemon/main.c) $(BUILD)/libmesh.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libmesh.a $(ALL_LIBS)
+
+$(BUILD)/tests/%: tests/%.c $(RUNNER_OBJ) $(BUILD)/libmesh.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(RUNNER_OBJ) $(BUILD)/libmesh.a $(ALL_LIBS)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libmesh.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmesh.a $(ALL_LIBS)
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libmeshworker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmeshworker.a -lz $(LDLIBS)
+
+tests-build: all $(TEST_BINS)
+
+deps:
+	@mk/deps.sh test
+
+test: deps
+	@$(MAKE) --no-print-directory tests-build >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
+	@tests/run.sh $(BUILD) $(T)
+
+# The whole suite under ASan+UBSan, then a short run of every fuzz target.
+check: deps
+	@$(MAKE) --no-print-directory BUILD=build-san SAN=1 CC=clang test
+	@$(MAKE) --no-print-directory fuzz
+
+fuzzers:
+	@$(MAKE) --no-print-directory BUILD=build-fuzz FUZZ=1 fuzz-bins
+fuzz-bins: $(FUZZ_BINS)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/libmesh.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libmesh.a $(ALL_LIBS)
+FUZZ_SECONDS ?= 15
+fuzz: deps fuzzers
+	@tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+bench: all
+	@mk/deps.sh bench
+	@$(MAKE) --no-print-directory $(BENCH_BINS)
+	@bench/run.sh $(BUILD)
+
+demo:
+	@mk/deps.sh build
+	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
+	@examples/demo.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include/mesh $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -m 755 $(BUILD)/mesh $(BUILD)/meshd $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(BUILD)/libmeshworker.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libmeshworker.so $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.0
+	ln -sf libmeshworker.so.0 $(DESTDIR)$(PREFIX)/lib/libmeshworker.so
+	install -m 644 include/mesh/*.h $(DESTDIR)$(PREFIX)/include/mesh/
+	install -m 644 $(BUILD)/meshworker.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	@if [ -f mk/meshd.service ]; then install -m 644 mk/meshd.service $(DESTDIR)$(PREFIX)/lib/systemd/system/; fi
+
+clean:
+	rm -rf build build-san build-fuzz build*.make.log
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,30 @@
+#!/bin/sh
+# Installs the Debian packages mesh needs to build, test and benchmark.
+# As root it runs apt-get itself; otherwise it prints the one command to run.
+# Usage: mk/deps.sh [build|test|bench|all]
+set -e
+BUILD="gcc make pkg-config libmicrohttpd-dev libjansson-dev zlib1g-dev"
+TEST="clang libclang-rt-14-dev curl"
+BENCH="parallel beanstalkd findutils"
+case "${1:-all}" in
+build) PKGS="$BUILD" ;;
+test) PKGS="$BUILD $TEST" ;;
+bench) PKGS="$BUILD $BENCH" ;;
+*) PKGS="$BUILD $TEST $BENCH" ;;
+esac
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "mesh: missing packages:$missing" >&2
+	echo "mesh: run: sudo apt-get install -y$missing" >&2
+	exit 1
+fi
+echo "mesh: installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -q $missing >/dev/null 2>&1 || {
+	apt-get update -q >/dev/null 2>&1
+	apt-get install -y -q $missing >/dev/null
+}

@@ -1,0 +1,239 @@
+#include "base/io.h"
+
+#include "base/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct fault {
+	atomic_int armed;
+	int err;
+	int sticky;
+	atomic_uint_fast64_t left;
+};
+static struct fault faults[MESH_FAULT__N];
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+void mesh_fault_arm(enum mesh_fault_op op, int err, uint64_t after, int sticky)
+{
+	faults[op].err = err;
+	faults[op].sticky = sticky;
+	atomic_store(&faults[op].left, after);
+	atomic_store(&faults[op].armed, 1);
+}
+
+void mesh_fault_disarm(void)
+{
+	for (int i = 0; i < MESH_FAULT__N; i++)
+		atomic_store(&faults[i].armed, 0);
+}
+
+static void fault_env(void)
+{
+	const char *e = getenv("MESH_FAULT");
+	char op[16], name[16];
+	unsigned long long after = 0;
+	int sticky = 0, err;
+	if (!e || sscanf(e, "%15[a-z]:%15[A-Z]:%llu:%d", op, name, &after, &sticky) < 3)
+		return;
+	if (!strcmp(name, "ENOSPC"))
+		err = ENOSPC;
+	else if (!strcmp(name, "EIO"))
+		err = EIO;
+	else if (!strcmp(name, "EDQUOT"))
+		err = EDQUOT;
+	else if (!strcmp(name, "EFBIG"))
+		err = EFBIG;
+	else
+		return;
+	if (!strcmp(op, "write"))
+		mesh_fault_arm(MESH_FAULT_WRITE, err, after, sticky);
+	else if (!strcmp(op, "fsync"))
+		mesh_fault_arm(MESH_FAULT_FSYNC, err, after, sticky);
+}
+
+/* 0 to go ahead, or the injected -errno. */
+static int fault_hit(enum mesh_fault_op op)
+{
+	struct fault *f = &faults[op];
+	pthread_once(&env_once, fault_env);
+	if (!atomic_load_explicit(&f->armed, memory_order_relaxed))
+		return 0;
+	uint64_t left = atomic_load(&f->left);
+	while (left > 0) {
+		if (atomic_compare_exchange_weak(&f->left, &left, left - 1))
+			return 0;
+	}
+	if (!f->sticky)
+		atomic_store(&f->armed, 0);
+	return -f->err;
+}
+
+int mesh_write_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+	int rc = fault_hit(MESH_FAULT_WRITE);
+	if (rc)
+		return rc;
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int mesh_pwrite_all(int fd, const void *buf, size_t n, off_t off)
+{
+	const char *p = buf;
+	int rc = fault_hit(MESH_FAULT_WRITE);
+	if (rc)
+		return rc;
+	while (n > 0) {
+		ssize_t w = pwrite(fd, p, n, off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		off += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int mesh_fdatasync(int fd)
+{
+	int rc = fault_hit(MESH_FAULT_FSYNC);
+	if (rc)
+		return rc;
+	while (fdatasync(fd) < 0) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+int mesh_fsync(int fd)
+{
+	int rc = fault_hit(MESH_FAULT_FSYNC);
+	if (rc)
+		return rc;
+	while (fsync(fd) < 0) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+int mesh_fsync_dir_of(const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	int fd, rc;
+	if (!slash) {
+		strcpy(dir, ".");
+	} else if (slash == path) {
+		strcpy(dir, "/");
+	} else {
+		size_t n = (size_t)(slash - path);
+		if (n >= sizeof dir)
+			return -ENAMETOOLONG;
+		memcpy(dir, path, n);
+		dir[n] = 0;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	rc = mesh_fsync(fd);
+	close(fd);
+	return rc;
+}
+
+ssize_t mesh_pread_full(int fd, void *buf, size_t n, off_t off)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+int mesh_write_file_atomic(const char *path, const void *buf, size_t n, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	int fd, rc;
+	if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	rc = mesh_write_all(fd, buf, n);
+	if (!rc)
+		rc = mesh_fsync(fd);
+	close(fd);
+	if (!rc && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc) {
+		unlink(tmp);
+		return rc;
+	}
+	return mesh_fsync_dir_of(path);
+}
+
+int mesh_read_file(const char *path, size_t max, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	char *buf;
+	ssize_t r;
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	if ((uint64_t)st.st_size > max) {
+		close(fd);
+		return MESH_E_TOOBIG;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	r = mesh_pread_full(fd, buf, (size_t)st.st_size, 0);
+	close(fd);
+	if (r < 0) {
+		free(buf);
+		return (int)r;
+	}
+	buf[r] = 0;
+	*out = buf;
+	if (len)
+		*len = (size_t)r;
+	return 0;
+}

@@ -1,0 +1,42 @@
+/* I/O helpers that every durable write goes through, and the seam where tests
+ * inject failures.
+ *
+ * Fault injection: mesh_fault_arm(op, err, after) makes the (after+1)-th call
+ * of that op fail with -err, and every later one too when sticky is set.  The
+ * environment variable MESH_FAULT="op:ERRNAME:after[:sticky]" (op is write or
+ * fsync; ERRNAME is ENOSPC, EIO, EDQUOT or EFBIG) arms the same from outside,
+ * read once at the first I/O call; so a test can make a real `mesh` process
+ * meet a full disk. */
+#ifndef MESH_BASE_IO_H
+#define MESH_BASE_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum mesh_fault_op { MESH_FAULT_WRITE, MESH_FAULT_FSYNC, MESH_FAULT__N };
+
+void mesh_fault_arm(enum mesh_fault_op op, int err, uint64_t after, int sticky);
+void mesh_fault_disarm(void);
+
+/* Writes all n bytes (retrying short writes and EINTR).  0 or -errno. */
+int mesh_write_all(int fd, const void *buf, size_t n);
+/* pwrite of all n bytes at off.  0 or -errno. */
+int mesh_pwrite_all(int fd, const void *buf, size_t n, off_t off);
+/* fdatasync (data and the size needed to read it back).  0 or -errno. */
+int mesh_fdatasync(int fd);
+/* fsync.  0 or -errno. */
+int mesh_fsync(int fd);
+/* fsync of the directory that holds path (after a create or rename). */
+int mesh_fsync_dir_of(const char *path);
+/* Reads up to n bytes at off, retrying EINTR and short reads; returns the
+ * count read (less than n only at end of file) or -errno. */
+ssize_t mesh_pread_full(int fd, void *buf, size_t n, off_t off);
+/* Replaces path with the n bytes at buf: write a temp file, fsync, rename,
+ * fsync the directory.  0 or -errno; on failure path is untouched. */
+int mesh_write_file_atomic(const char *path, const void *buf, size_t n, mode_t mode);
+/* Reads a whole file of at most max bytes into a malloc'd buffer (NUL
+ * appended, not counted).  0, -errno, or MESH_E_TOOBIG. Caller frees *out. */
+int mesh_read_file(const char *path, size_t max, char **out, size_t *len);
+
+#endif

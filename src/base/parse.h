@@ -1,0 +1,24 @@
+/* Strict number parsing for everything that comes from a command line, a file
+ * or a socket: the whole string must be the number; no sign where none is
+ * allowed, no leading or trailing junk, no spaces, no overflow. */
+#ifndef MESH_BASE_PARSE_H
+#define MESH_BASE_PARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Decimal unsigned integer in [0, max].  0, -MESH_E_PARSE (not a number: "",
+ * "12x", "-1", "+3", " 4") or -MESH_E_RANGE (> max or overflow). *out is
+ * written only on success. */
+int mesh_parse_u64(const char *s, uint64_t max, uint64_t *out);
+/* Same for a signed value in [min, max] ("-" allowed, "+" not). */
+int mesh_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+/* Seconds with up to 9 decimals ("2", "0.5", "1.25") into nanoseconds,
+ * at most max_ns.  Same errors as mesh_parse_u64. */
+int mesh_parse_seconds(const char *s, uint64_t max_ns, uint64_t *out_ns);
+/* A size with an optional K/M/G/T suffix (powers of 1024), e.g. "512M". */
+int mesh_parse_size(const char *s, uint64_t max, uint64_t *out);
+/* Like mesh_parse_u64 over the n bytes at s (not NUL-terminated). */
+int mesh_parse_u64n(const char *s, size_t n, uint64_t max, uint64_t *out);
+
+#endif

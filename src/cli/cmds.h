@@ -1,0 +1,24 @@
+/* The subcommands of `mesh`.  Each takes argv starting at its own name
+ * (argv[0] = "job", ...) and returns the process exit code (cli/exit.h). */
+#ifndef MESH_CLI_CMDS_H
+#define MESH_CLI_CMDS_H
+
+/* X(name, function, one-line summary) */
+#define MESH_CMD_MAP(X)                                                                     \
+	X(run, mesh_cmd_run, "run a command per chunk on N local slots, crash-proof and resumable") \
+	X(job, mesh_cmd_job, "the swarm job engine: submit, lease, complete, status, harvest, check, retry") \
+	X(autoscale, mesh_cmd_autoscale, "the scale-to-zero policy: decide, tick (probe + decide)")  \
+	X(serve, mesh_cmd_serve, "scale-to-zero activator in front of any local server")         \
+	X(load, mesh_cmd_load, "meshd: load a program from the catalog")                          \
+	X(unload, mesh_cmd_unload, "meshd: unload a program (its workers exit)")                   \
+	X(start, mesh_cmd_start, "meshd: start a worker now and wait for ready")                   \
+	X(stop, mesh_cmd_stop, "meshd: stop a program's workers")                                 \
+	X(ps, mesh_cmd_ps, "meshd: the stats table of workers and host")                         \
+	X(logs, mesh_cmd_logs, "meshd: a program's output log")                                   \
+	X(call, mesh_cmd_call, "meshd: send one request through a worker's slot, print the reply")
+
+#define MESH__CMD_DECL(name, fn, summary) int fn(int argc, char **argv);
+MESH_CMD_MAP(MESH__CMD_DECL)
+#undef MESH__CMD_DECL
+
+#endif

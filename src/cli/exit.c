@@ -1,0 +1,86 @@
+#include "cli/exit.h"
+
+#include "base/err.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int mesh_exit_for(int err)
+{
+	switch (err) {
+	case 0:
+		return MESH_EXIT_OK;
+	case MESH_E_CORRUPT:
+	case MESH_E_FOREIGN:
+	case MESH_E_VERSION:
+	case MESH_E_RANGE:
+	case MESH_E_MISMATCH:
+	case MESH_E_PATH:
+	case MESH_E_PARSE:
+	case MESH_E_TOOBIG:
+	case MESH_E_NOJOB:
+	case MESH_E_BURIED:
+	case MESH_E_NOTFOUND:
+		return MESH_EXIT_DATAERR;
+	case MESH_E_REFUSED:
+	case MESH_E_CLOSED:
+	case MESH_E_UNSUPPORTED:
+		return MESH_EXIT_UNAVAILABLE;
+	case MESH_E_TIMEOUT:
+		return MESH_EXIT_TEMPFAIL;
+	case -ENOENT:
+	case -EACCES:
+		return MESH_EXIT_NOINPUT;
+	case -ENOSPC:
+	case -EIO:
+	case -EDQUOT:
+	case -EFBIG:
+	case -EROFS:
+		return MESH_EXIT_IOERR;
+	case -ECONNREFUSED:
+	case -ECONNRESET:
+		return MESH_EXIT_UNAVAILABLE;
+	case -EAGAIN:
+		return MESH_EXIT_TEMPFAIL;
+	case -ENOMEM:
+	case -EMFILE:
+	case -ENFILE:
+		return MESH_EXIT_OSERR;
+	}
+	return MESH_EXIT_SOFTWARE;
+}
+
+int mesh_cli_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+	fputs("mesh: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, ": %s\n", mesh_strerror(err));
+	return mesh_exit_for(err);
+}
+
+int mesh_cli_usage(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("mesh: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n(see `mesh help`)\n", stderr);
+	return MESH_EXIT_USAGE;
+}
+
+int mesh_cli_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--"))
+			return 0;
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,40 @@
+/* The exit codes of `mesh`: one table for every subcommand (`mesh help
+ * exit-codes` prints it).  Codes 0..9 carry answers; errors start at 64
+ * (sysexits) so that no error can be read as an answer. */
+#ifndef MESH_CLI_EXIT_H
+#define MESH_CLI_EXIT_H
+
+/* X(name, code, meaning) */
+#define MESH_EXIT_MAP(X)                                                                              \
+	X(OK, 0, "success; `job status`: COMPLETE; `autoscale`: HOLD")                                \
+	X(INCOMPLETE, 1, "`job status`: INCOMPLETE; `autoscale`: SPAWN; `run`: some chunks failed")    \
+	X(SERVE, 2, "`autoscale`: SERVE")                                                             \
+	X(NONE, 3, "`job lease`: NONE, nothing can be leased now; `autoscale`: REAP")                  \
+	X(COMPLETE, 4, "`job lease`: COMPLETE, the job is done")                                      \
+	X(INTERRUPTED, 5, "`run`/`harvest`: stopped by a signal before the job was complete; rerun to resume") \
+	X(USAGE, 64, "usage error: unknown command or option, missing or malformed argument")       \
+	X(DATAERR, 65, "bad input: corrupt or foreign journal, a chunk count that conflicts, out-of-range chunk, path refused") \
+	X(NOINPUT, 66, "an input file does not exist or cannot be read (a missing journal)")          \
+	X(UNAVAILABLE, 69, "a service is not reachable (meshd not running, upstream refused)")        \
+	X(SOFTWARE, 70, "internal error")                                                             \
+	X(OSERR, 71, "the system refused (fork, memory, limits)")                                    \
+	X(CANTCREAT, 73, "cannot create an output file")                                              \
+	X(IOERR, 74, "write or fsync failed (a full disk): nothing was reported done that is not durable") \
+	X(TEMPFAIL, 75, "temporary failure, try again (a lock held, a timeout)")
+
+enum {
+#define MESH__EXIT_ENUM(name, code, msg) MESH_EXIT_##name = code,
+	MESH_EXIT_MAP(MESH__EXIT_ENUM)
+#undef MESH__EXIT_ENUM
+};
+
+/* The exit code for a library error code (negative). */
+int mesh_exit_for(int err);
+/* Prints "mesh: <what>: <strerror(err)>" to stderr and returns mesh_exit_for(err). */
+int mesh_cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "mesh: <message>" plus a usage hint to stderr; returns MESH_EXIT_USAGE. */
+int mesh_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* True when argv holds -h or --help before any "--". */
+int mesh_cli_wants_help(int argc, char **argv);
+
+#endif

@@ -1,0 +1,74 @@
+/* mesh: the command-line front end.  Each subcommand lives in its own file
+ * (cli/cmd_<name>.c) as a thin layer over a library call. */
+#include "base/err.h"
+#include "cli/cmds.h"
+#include "cli/exit.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *summary;
+} cmds[] = {
+#define MESH__CMD_ROW(name, fn, summary) {#name, fn, summary},
+	MESH_CMD_MAP(MESH__CMD_ROW)
+#undef MESH__CMD_ROW
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: mesh <command> [args...]\n\n"
+		   "mesh runs compute work on workers that hold expensive resources only while there is work.\n\n"
+		   "commands:\n");
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
+	fprintf(f, "  %-10s %s\n", "help", "this text; `mesh help exit-codes` lists the exit codes");
+	fprintf(f, "  %-10s %s\n", "version", "print the version");
+	fprintf(f, "\n`mesh <command> --help` describes a command.\n");
+}
+
+static void exit_codes(void)
+{
+	printf("mesh exit codes (the same for every subcommand):\n");
+#define MESH__EXIT_ROW(name, code, msg) printf("  %3d  %-12s %s\n", code, #name, msg);
+	MESH_EXIT_MAP(MESH__EXIT_ROW)
+#undef MESH__EXIT_ROW
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (argc < 2) {
+		usage(stderr);
+		return MESH_EXIT_USAGE;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+		if (argc > 2 && !strcmp(argv[2], "exit-codes")) {
+			exit_codes();
+			return 0;
+		}
+		if (argc > 2) {
+			for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+				if (!strcmp(argv[2], cmds[i].name)) {
+					char *av[] = {argv[2], "--help", NULL};
+					return cmds[i].fn(2, av);
+				}
+			}
+			return mesh_cli_usage("no help topic '%s'", argv[2]);
+		}
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+		printf("mesh %s\n", MESH_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+		if (!strcmp(cmd, cmds[i].name))
+			return cmds[i].fn(argc - 1, argv + 1);
+	return mesh_cli_usage("unknown command '%s'", cmd);
+}

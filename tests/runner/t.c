@@ -1,0 +1,291 @@
+#include "runner/t.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct t_case {
+	const char *name;
+	t_fn fn;
+	unsigned timeout_s;
+};
+
+static struct t_case cases[1024];
+static int ncases;
+int t__failed;
+
+void t__register(const char *name, t_fn fn, unsigned timeout_s)
+{
+	if (ncases == (int)(sizeof cases / sizeof cases[0])) {
+		fprintf(stderr, "t: too many tests\n");
+		exit(2);
+	}
+	cases[ncases++] = (struct t_case){name, fn, timeout_s};
+}
+
+void t__fail(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "    %s:%d: ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+	t__failed = 1;
+}
+
+void t__abort(void)
+{
+	exit(1);
+}
+
+uint64_t t_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static char pathbufs[4][4096];
+static int pathslot;
+
+const char *t_bin(const char *name)
+{
+	const char *b = getenv("MESH_BUILD");
+	char *p = pathbufs[pathslot++ & 3];
+	snprintf(p, 4096, "%s/%s", b ? b : "build", name);
+	return p;
+}
+
+const char *t_src(const char *rel)
+{
+	const char *b = getenv("MESH_SRC");
+	char *p = pathbufs[pathslot++ & 3];
+	snprintf(p, 4096, "%s/%s", b ? b : ".", rel);
+	return p;
+}
+
+int t_sh(char *out, size_t cap, int merge_err, const char *fmt, ...)
+{
+	char cmd[8192];
+	va_list ap;
+	int pfd[2], st;
+	pid_t pid;
+	size_t got = 0;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof cmd, fmt, ap);
+	va_end(ap);
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		if (merge_err)
+			dup2(pfd[1], 2);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	for (;;) {
+		char tmp[4096];
+		ssize_t r = read(pfd[0], tmp, sizeof tmp);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		if (out && got + 1 < cap) {
+			size_t n = (size_t)r;
+			if (n > cap - 1 - got)
+				n = cap - 1 - got;
+			memcpy(out + got, tmp, n);
+			got += n;
+		}
+	}
+	if (out && cap)
+		out[got] = 0;
+	close(pfd[0]);
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return WEXITSTATUS(st);
+}
+
+void t_write_file(const char *path, const char *content)
+{
+	FILE *f = fopen(path, "w");
+	if (!f || fputs(content, f) < 0 || fclose(f) != 0)
+		FAIL("cannot write %s: %s", path, strerror(errno));
+}
+
+char *t_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+	if (!f)
+		return NULL;
+	for (;;) {
+		if (n + 4097 > cap) {
+			cap = cap ? cap * 2 : 8192;
+			buf = realloc(buf, cap);
+		}
+		size_t r = fread(buf + n, 1, cap - n - 1, f);
+		n += r;
+		if (r == 0)
+			break;
+	}
+	fclose(f);
+	buf[n] = 0;
+	if (len)
+		*len = n;
+	return buf;
+}
+
+int t_wait_for(int (*cond_fn)(void *), void *arg, unsigned timeout_ms)
+{
+	uint64_t end = t_now_ms() + timeout_ms;
+	for (;;) {
+		if (cond_fn(arg))
+			return 1;
+		if (t_now_ms() >= end)
+			return 0;
+		usleep(5000);
+	}
+}
+
+int t_count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the DIR's own fd */
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+static int selected(const char *name, int argc, char **argv)
+{
+	if (argc <= 1)
+		return 1;
+	for (int i = 1; i < argc; i++)
+		if (strstr(name, argv[i]))
+			return 1;
+	return 0;
+}
+
+static int run_one(const struct t_case *c, const char *tmproot)
+{
+	char dir[8300];
+	pid_t pid;
+	int st = 0;
+	uint64_t start = t_now_ms(), deadline;
+	int timed_out = 0;
+	snprintf(dir, sizeof dir, "%s/%s.XXXXXX", tmproot, c->name);
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "t: mkdtemp: %s\n", strerror(errno));
+		return 1;
+	}
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "t: fork: %s\n", strerror(errno));
+		return 1;
+	}
+	if (pid == 0) {
+		setpgid(0, 0);
+		if (chdir(dir) < 0)
+			_exit(3);
+		setenv("TMPDIR", dir, 1);
+		c->fn();
+		fflush(stdout);
+		fflush(stderr);
+		_exit(t__failed ? 1 : 0);
+	}
+	setpgid(pid, pid);
+	deadline = start + (uint64_t)c->timeout_s * 1000;
+	for (;;) {
+		pid_t w = waitpid(pid, &st, WNOHANG);
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR) {
+			st = 0xff00;
+			break;
+		}
+		if (t_now_ms() >= deadline) {
+			timed_out = 1;
+			kill(-pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			break;
+		}
+		usleep(2000);
+	}
+	/* Whatever the test started in its group goes with it. */
+	kill(-pid, SIGKILL);
+	int failed = timed_out || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+	uint64_t ms = t_now_ms() - start;
+	if (timed_out)
+		printf("FAIL %s: timed out after %u s\n", c->name, c->timeout_s);
+	else if (WIFSIGNALED(st))
+		printf("FAIL %s: killed by signal %d (%s)\n", c->name, WTERMSIG(st), strsignal(WTERMSIG(st)));
+	else if (failed)
+		printf("FAIL %s (%llu ms)  [kept %s]\n", c->name, (unsigned long long)ms, dir);
+	else
+		printf("ok   %s (%llu ms)\n", c->name, (unsigned long long)ms);
+	fflush(stdout);
+	if (!failed || !getenv("T_KEEP"))
+		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	return failed;
+}
+
+int main(int argc, char **argv)
+{
+	char tmproot[4096];
+	const char *tmp = getenv("TMPDIR");
+	int passed = 0, failed = 0;
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(tmproot, sizeof tmproot, "%s/mesh-t.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(tmproot)) {
+		perror("t: mkdtemp");
+		return 2;
+	}
+	for (int i = 0; i < ncases; i++) {
+		if (!selected(cases[i].name, argc, argv))
+			continue;
+		if (run_one(&cases[i], tmproot))
+			failed++;
+		else
+			passed++;
+	}
+	nftw(tmproot, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,165 @@
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/crc.h"
+#include "base/err.h"
+#include "base/io.h"
+#include "base/parse.h"
+#include "base/path.h"
+#include "runner/t.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+TEST(parse_u64_table)
+{
+	static const struct {
+		const char *s;
+		uint64_t max;
+		int rc;
+		uint64_t v;
+	} rows[] = {
+		{"0", 10, 0, 0},
+		{"10", 10, 0, 10},
+		{"11", 10, MESH_E_RANGE, 0},
+		{"12x", 100, MESH_E_PARSE, 0},
+		{"-1", 100, MESH_E_PARSE, 0},
+		{"+1", 100, MESH_E_PARSE, 0},
+		{" 1", 100, MESH_E_PARSE, 0},
+		{"", 100, MESH_E_PARSE, 0},
+		{"18446744073709551615", UINT64_MAX, 0, UINT64_MAX},
+		{"18446744073709551616", UINT64_MAX, MESH_E_RANGE, 0},
+		{"99999999999999999999999", UINT64_MAX, MESH_E_RANGE, 0},
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		uint64_t v = 777;
+		int rc = mesh_parse_u64(rows[i].s, rows[i].max, &v);
+		EXPECT_EQ(rc, rows[i].rc);
+		if (rc == 0)
+			EXPECT_UEQ(v, rows[i].v);
+		else
+			EXPECT_UEQ(v, 777);
+	}
+}
+
+TEST(parse_i64_and_seconds_and_size)
+{
+	int64_t v;
+	uint64_t ns, sz;
+	EXPECT_EQ(mesh_parse_i64("-5", -10, 10, &v), 0);
+	EXPECT_EQ(v, -5);
+	EXPECT_EQ(mesh_parse_i64("-11", -10, 10, &v), MESH_E_RANGE);
+	EXPECT_EQ(mesh_parse_i64("-9223372036854775808", INT64_MIN, INT64_MAX, &v), 0);
+	EXPECT_EQ(v, INT64_MIN);
+	EXPECT_EQ(mesh_parse_i64("--1", -10, 10, &v), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_seconds("1.5", UINT64_MAX, &ns), 0);
+	EXPECT_UEQ(ns, 1500000000ull);
+	EXPECT_EQ(mesh_parse_seconds("2", UINT64_MAX, &ns), 0);
+	EXPECT_UEQ(ns, 2000000000ull);
+	EXPECT_EQ(mesh_parse_seconds("1.", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_seconds(".5", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_seconds("0.0000000001", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_size("512M", UINT64_MAX, &sz), 0);
+	EXPECT_UEQ(sz, 512ull << 20);
+	EXPECT_EQ(mesh_parse_size("M", UINT64_MAX, &sz), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_size("99999999999T", UINT64_MAX, &sz), MESH_E_RANGE);
+}
+
+TEST(path_law)
+{
+	const char *why = NULL;
+	EXPECT_EQ(mesh_path_journal_ok("job.log", &why), 0);
+	EXPECT_EQ(mesh_path_journal_ok("dir/job.log", &why), 0);
+	EXPECT_EQ(mesh_path_journal_ok("job.txt", &why), MESH_E_PATH);
+	EXPECT_EQ(mesh_path_journal_ok(".log", &why), MESH_E_PATH);
+	EXPECT_EQ(mesh_path_journal_ok("a/../job.log", &why), MESH_E_PATH);
+	EXPECT_CONTAINS(why, "..");
+	EXPECT_EQ(mesh_path_lockdir_ok("locks", &why), 0);
+	EXPECT_EQ(mesh_path_lockdir_ok("/tmp/x/locks", &why), 0);
+	EXPECT_EQ(mesh_path_lockdir_ok("/var/locks", &why), MESH_E_PATH);
+	EXPECT_EQ(mesh_path_lockdir_ok("a/b", &why), MESH_E_PATH);
+	EXPECT_EQ(mesh_path_lockdir_ok("/tmp/../etc", &why), MESH_E_PATH);
+	ASSERT_EQ(symlink("target.log", "link.log"), 0);
+	EXPECT_EQ(mesh_path_journal_ok("link.log", &why), MESH_E_PATH);
+	EXPECT_CONTAINS(why, "symlink");
+	ASSERT_EQ(mkdir("real", 0755), 0);
+	ASSERT_EQ(symlink("real", "ln"), 0);
+	EXPECT_EQ(mesh_path_journal_ok("ln/j.log", &why), MESH_E_PATH);
+}
+
+TEST(crc32c_known_values)
+{
+	/* RFC 3720 test vector: 32 bytes of zeros -> 0x8a9136aa; "123456789" -> 0xe3069283. */
+	unsigned char z[32] = {0};
+	EXPECT_UEQ(mesh_crc32c(0, z, sizeof z), 0x8a9136aau);
+	EXPECT_UEQ(mesh_crc32c(0, "123456789", 9), 0xe3069283u);
+	/* Continuation equals one pass. */
+	uint32_t c = mesh_crc32c(0, "1234", 4);
+	EXPECT_UEQ(mesh_crc32c(c, "56789", 5), 0xe3069283u);
+}
+
+TEST(errors_have_names_and_text)
+{
+	EXPECT_STREQ(mesh_err_name(MESH_E_CORRUPT), "E_CORRUPT");
+	EXPECT_STREQ(mesh_err_name(-ENOSPC), "ENOSPC");
+	EXPECT_STREQ(mesh_strerror(MESH_E_FOREIGN), "not a mesh journal");
+	EXPECT_STREQ(mesh_strerror(-ENOENT), "No such file or directory");
+}
+
+TEST(buf_grows)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	for (int i = 0; i < 1000; i++)
+		ASSERT_EQ(mesh_buf_addf(&b, "%d,", i), 0);
+	EXPECT_EQ(b.len, 3890);
+	EXPECT_EQ(strncmp(b.p, "0,1,2,", 6), 0);
+	mesh_buf_release(&b);
+	EXPECT_TRUE(b.p == NULL);
+}
+
+TEST(fault_injection_fails_the_nth_write)
+{
+	int fd = open("f", O_WRONLY | O_CREAT, 0644);
+	ASSERT_GE(fd, 0);
+	mesh_fault_arm(MESH_FAULT_WRITE, ENOSPC, 2, 0);
+	EXPECT_EQ(mesh_write_all(fd, "a", 1), 0);
+	EXPECT_EQ(mesh_write_all(fd, "b", 1), 0);
+	EXPECT_EQ(mesh_write_all(fd, "c", 1), -ENOSPC);
+	EXPECT_EQ(mesh_write_all(fd, "d", 1), 0);
+	mesh_fault_arm(MESH_FAULT_FSYNC, EIO, 0, 1);
+	EXPECT_EQ(mesh_fsync(fd), -EIO);
+	EXPECT_EQ(mesh_fsync(fd), -EIO);
+	mesh_fault_disarm();
+	EXPECT_EQ(mesh_fsync(fd), 0);
+	close(fd);
+	size_t n;
+	char *s = t_read_file("f", &n);
+	EXPECT_STREQ(s, "abd");
+	free(s);
+}
+
+TEST(atomic_write_replaces_whole_file)
+{
+	char *s;
+	ASSERT_EQ(mesh_write_file_atomic("state", "one", 3, 0644), 0);
+	ASSERT_EQ(mesh_write_file_atomic("state", "two!", 4, 0644), 0);
+	size_t n;
+	ASSERT_EQ(mesh_read_file("state", 100, &s, &n), 0);
+	EXPECT_STREQ(s, "two!");
+	free(s);
+	mesh_fault_arm(MESH_FAULT_FSYNC, ENOSPC, 0, 0);
+	EXPECT_EQ(mesh_write_file_atomic("state", "three", 5, 0644), -ENOSPC);
+	ASSERT_EQ(mesh_read_file("state", 100, &s, &n), 0);
+	EXPECT_STREQ(s, "two!");
+	free(s);
+	EXPECT_EQ(mesh_read_file("state", 2, &s, &n), MESH_E_TOOBIG);
+}
+
+TEST(clock_moves_forward)
+{
+	uint64_t a = mesh_mono_ns();
+	mesh_sleep_ns(2 * MESH_NS_PER_MS);
+	EXPECT_GE(mesh_mono_ns() - a, 2 * MESH_NS_PER_MS);
+}
