@@ -7,7 +7,8 @@ BUILD   ?= build
 CC      ?= gcc
 VERSION := 0.1.0
 
-WARN     := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+WERROR   ?= -Werror
+WARN     := -Wall -Wextra $(WERROR) -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -fPIC -pthread $(WARN) -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"'
 CPPFLAGS += -Iinclude -Isrc -Itests -MMD -MP
@@ -25,7 +26,7 @@ CC      := clang
 CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
 endif
 
-LIB_DIRS   := base journal store job autoscale shm host worker daemon
+LIB_DIRS   := base journal store job exec autoscale shm host worker daemon
 LIB_SRC    := $(filter-out src/daemon/main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
 CLI_SRC    := $(wildcard src/cli/*.c)
@@ -33,6 +34,7 @@ TEST_SRC   := $(wildcard tests/unit/test_*.c tests/integration/test_*.c tests/fa
 RUNNER_SRC := $(wildcard tests/runner/*.c)
 BENCH_SRC  := $(wildcard bench/*.c)
 EX_SRC     := $(wildcard examples/*.c)
+TW_SRC     := $(wildcard tests/workers/*.c)
 FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -43,6 +45,7 @@ RUNNER_OBJ := $(call obj,$(RUNNER_SRC))
 TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 EX_BINS    := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
+TW_BINS    := $(patsubst tests/workers/%.c,$(BUILD)/tests-workers/%,$(TW_SRC))
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 
 PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
@@ -78,8 +81,13 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libmesh.a
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libmeshworker.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmeshworker.a -lz $(LDLIBS)
+# Programs the tests drive (misbehaving workers); kept out of $(BUILD)/tests,
+# where the runner executes every file.
+$(BUILD)/tests-workers/%: tests/workers/%.c $(BUILD)/libmeshworker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmeshworker.a $(LDLIBS)
 
-tests-build: all $(TEST_BINS)
+tests-build: all $(TW_BINS) $(TEST_BINS)
 
 deps:
 	@mk/deps.sh test

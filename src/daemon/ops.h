@@ -1,0 +1,56 @@
+/* What meshd's control API can ask of the daemon core.
+ *
+ * daemon/core.c implements these (the core owns the host, the slots and the
+ * event loop); daemon/api.c (HTTP/1.1 + JSON on a unix socket) calls them.
+ * Every op is thread-safe: the API may call it from any of its threads while
+ * the core's loop runs.  Each returns 0 or a negative mesh error (base/err.h);
+ * on error *err (when err is not NULL) receives a malloc'd one-line message
+ * for the user, which the caller frees.  JSON answers are jansson objects
+ * owned by the caller (json_decref).
+ *
+ * Caller protocol (daemon/main.c):
+ *   1. meshd_core_new(&d, &cfg, &err)  -- checks the catalog and logs dirs
+ *   2. start the control API; sd_notify READY=1 once it listens
+ *   3. meshd_core_run(d)               -- the event loop; returns after meshd_core_stop
+ *   4. meshd_core_free(d)              -- every worker asked to exit, then killed and reaped */
+#ifndef MESH_DAEMON_OPS_H
+#define MESH_DAEMON_OPS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct meshd_core;
+
+struct meshd_config {
+	const char *catalog;	/* catalog directory */
+	const char *logs;	/* <logs>/<name>.log per program */
+	unsigned slots;		/* number of shared-memory slots (default 8) */
+	const char *isolation;	/* "none" or "mps" */
+	uint64_t ready_timeout_ns, online_timeout_ns; /* 0 = manifest or default 60 s */
+};
+
+int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err);
+/* Runs the loop until meshd_core_stop (async-signal-safe) is called. */
+int meshd_core_run(struct meshd_core *d);
+void meshd_core_stop(struct meshd_core *d);
+void meshd_core_free(struct meshd_core *d);
+
+/* Loads <catalog>/<name>: manifest, binary, hash, limits (no process yet). */
+int meshd_op_load(struct meshd_core *d, const char *name, json_t **out, char **err);
+/* Unloads: its workers exit (EXIT), are reaped; the image is forgotten. */
+int meshd_op_unload(struct meshd_core *d, const char *name, char **err);
+/* Starts a worker now and waits for `ready` (loads first if needed). */
+int meshd_op_start(struct meshd_core *d, const char *name, json_t **out, char **err);
+/* Asks its workers to exit (EXIT, grace, SIGKILL of the group); stays loaded. */
+int meshd_op_stop(struct meshd_core *d, const char *name, char **err);
+/* The stats table: {"host": {...}, "programs": [{...}, ...]}. */
+int meshd_op_ps(struct meshd_core *d, json_t **out);
+/* The last tail_bytes of <logs>/<name>.log (0 = all, capped at 1 MiB). */
+int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, char **text, size_t *len, char **err);
+/* Sends one request through a slot of a warm worker of name (spawning one
+ * on demand) and waits for its reply (malloc'd *reply). */
+int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply, size_t *reply_len,
+		  uint64_t timeout_ns, char **err);
+
+#endif

@@ -1,0 +1,133 @@
+/* The swarm job engine: a job is the chunks 0..n-1 of one journal.  Nodes
+ * lease chunks, run them, and complete them; the journal makes completions
+ * durable; expired leases are stolen; stragglers get speculative copies and
+ * the first completion wins.
+ *
+ * Caller protocol:
+ *   1. mesh_job_submit(journal, n)            -- once, by anyone (idempotent)
+ *   2. mesh_job_open(&j, &opts)               -- per process/node
+ *   3. loop: mesh_job_lease -> run the chunk -> mesh_job_complete / mesh_job_fail
+ *      (mesh_job_renew while a long chunk runs)
+ *   4. mesh_job_close(j)
+ *
+ * Return values: 0 or a positive answer code (MESH_JOB_*) on success, a
+ * negative mesh error (base/err.h) on failure.  Nothing prints.
+ *
+ * Threads: one struct mesh_job may be used by many threads at once;
+ * concurrent mesh_job_complete calls share one fsync (group commit).
+ * Processes: any number of processes (nodes) may open the same journal and
+ * lockdir; the journal is appended under flock and each process tails what
+ * the others appended, so every call costs O(1) amortized, never a rescan. */
+#ifndef MESH_JOB_JOB_H
+#define MESH_JOB_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Positive answers (not errors). */
+enum {
+	MESH_JOB_DONE = 0,	/* complete: the DONE record is durable */
+	MESH_JOB_IGNORED = 1,	/* complete: the chunk was already DONE; counted, nothing written */
+	MESH_JOB_NONE = 3,	/* lease: nothing can be leased now (all leased, or buried) */
+	MESH_JOB_COMPLETE = 4,	/* lease: every chunk is DONE */
+};
+
+#define MESH_JOB_MAX_ATTEMPTS_DEFAULT 3
+#define MESH_JOB_MAX_CHUNKS (1ull << 40)
+
+struct mesh_job;
+
+struct mesh_job_opts {
+	const char *journal;	/* path (path law: ends in .log, no .., no symlinks) */
+	const char *lockdir;	/* a bare name or under /tmp/; created if missing */
+	const char *name;	/* job name: the lease files are <lockdir>/<name>.<cid>.lease */
+	uint64_t nchunks;	/* must equal the submitted n; 0 = take it from the journal */
+	const char *node;	/* this node's name (no spaces, <= 64 bytes); NULL = "<host>.<pid>" */
+	uint32_t max_attempts;	/* failed attempts before a chunk is buried; 0 = default 3 */
+	/* Speculation (Spark's rule): a running chunk is a straggler once its
+	 * runtime exceeds max(spec_min_ns, spec_multiplier x the spec_quantile
+	 * of completed durations), after spec_quantile of the chunks are DONE.
+	 * At most spec_max_copies extra copies of a chunk.  0 = defaults
+	 * (1.5, 0.75, 100 ms, 1). */
+	double spec_multiplier, spec_quantile;
+	uint64_t spec_min_ns;
+	uint32_t spec_max_copies;
+};
+#define MESH_JOB_OPTS_INIT {0}
+
+/* Defines the chunk universe 0..n-1 in journal, creating the journal if
+ * missing.  O(1) in n.  Re-submitting the same n: 0 (no-op).  A different
+ * n: MESH_E_MISMATCH, nothing written.  n == 0 or > MESH_JOB_MAX_CHUNKS:
+ * MESH_E_RANGE. */
+int mesh_job_submit(const char *journal, uint64_t n);
+
+/* Opens a submitted job (recovering a torn journal tail).  On success *out
+ * is owned by the caller (mesh_job_close).  Errors: -ENOENT (no journal),
+ * MESH_E_FOREIGN (not a mesh journal), MESH_E_VERSION, MESH_E_NOJOB (no
+ * submit record), MESH_E_MISMATCH (nchunks differs), MESH_E_PATH. */
+int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *opts);
+void mesh_job_close(struct mesh_job *j);
+
+enum mesh_lease_kind {
+	MESH_LEASE_FRESH,	/* a PENDING chunk */
+	MESH_LEASE_STOLEN,	/* an expired lease taken over */
+	MESH_LEASE_SPECULATIVE, /* an extra copy of a straggler still leased by another */
+};
+
+struct mesh_lease {
+	uint64_t cid;
+	uint32_t attempt;	/* 1 for the first attempt */
+	enum mesh_lease_kind kind;
+	uint64_t deadline_ns;	/* wall clock (CLOCK_REALTIME) */
+	uint64_t started_ns;	/* wall clock */
+};
+
+/* Claims the next PENDING chunk, else steals an expired lease, else (when
+ * speculate is set and nothing is pending) a speculative copy of the worst
+ * straggler that place() gives to this node.  Returns 0 with *l filled,
+ * MESH_JOB_NONE, MESH_JOB_COMPLETE, or a negative error. */
+int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *l);
+/* Extends a lease this node holds to now + ttl_ns.  0, or MESH_E_STATE when
+ * the lease is no longer ours (stolen after expiry, or the chunk is DONE). */
+int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns);
+/* Durably completes cid: MESH_JOB_DONE after the record is fsync'd, or
+ * MESH_JOB_IGNORED for a duplicate.  MESH_E_RANGE for cid >= n.  A write or
+ * fsync failure returns its -errno and the chunk is NOT reported DONE (it
+ * may become DONE on a later successful complete).  duration_ns (0 if
+ * unknown) feeds the straggler threshold and node speeds. */
+int mesh_job_complete(struct mesh_job *j, uint64_t cid, uint64_t duration_ns);
+/* Completes several chunks with one fsync.  results[i] gets MESH_JOB_DONE,
+ * MESH_JOB_IGNORED or a negative error for cids[i].  Returns 0 or the first
+ * error (then no chunk of this batch that was not already DONE is DONE). */
+int mesh_job_complete_many(struct mesh_job *j, const uint64_t *cids, const uint64_t *durations_ns, size_t n,
+			   int *results);
+/* Records a failed attempt of cid with its exit status (128+sig for a
+ * signal).  Returns 0, or 1 when this failure buried the chunk (max attempts
+ * reached: it is not leased again until mesh_job_retry). */
+int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status);
+/* Un-buries every buried chunk (cid == UINT64_MAX) or one; returns how many. */
+int mesh_job_retry(struct mesh_job *j, uint64_t cid);
+
+struct mesh_job_status {
+	uint64_t n, done, leased, pending, buried;
+	uint64_t duplicates;	/* IGNORED completions recorded or seen in this process */
+	uint64_t failed_attempts;
+	uint64_t speculative_wins; /* chunks whose first completion came from a speculative copy */
+};
+/* Counts now (O(1) after the tail is read; leased counts live lease files). */
+int mesh_job_status(struct mesh_job *j, struct mesh_job_status *st);
+
+struct mesh_job_failure {
+	uint64_t cid;
+	uint32_t attempts;
+	int last_status;
+	int buried;
+};
+/* Calls fn for every chunk with failed attempts, in cid order. */
+int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failure *, void *), void *arg);
+/* 1 if cid is DONE, 0 if not, MESH_E_RANGE. */
+int mesh_job_is_done(struct mesh_job *j, uint64_t cid);
+uint64_t mesh_job_nchunks(const struct mesh_job *j);
+const char *mesh_job_node(const struct mesh_job *j);
+
+#endif
