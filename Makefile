@@ -13,6 +13,7 @@ CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -fPIC -pthread $(WARN) -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"'
 CPPFLAGS += -Iinclude -Isrc -Itests -MMD -MP
 LDLIBS   := -lpthread -lm
+LDFLAGS  += -Wl,--as-needed
 MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 JSON_LIBS:= $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 ALL_LIBS := $(MHD_LIBS) $(JSON_LIBS) -lz $(LDLIBS)
@@ -51,7 +52,8 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
 	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
 
-.PHONY: all test check bench demo fuzz fuzzers install clean deps tests-build
+.PHONY: all test check bench demo fuzz fuzzers fuzz-bins install clean deps tests-build
+.PRECIOUS: $(BUILD)/obj/%.o
 all: $(PROGS) $(EX_BINS)
 
 $(BUILD)/obj/%.o: %.c
@@ -129,8 +131,8 @@ install: all
 	install -m 755 $(BUILD)/libmeshworker.so $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.0
 	ln -sf libmeshworker.so.0 $(DESTDIR)$(PREFIX)/lib/libmeshworker.so
 	install -m 644 include/mesh/*.h $(DESTDIR)$(PREFIX)/include/mesh/
-	install -m 644 $(BUILD)/meshworker.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
-	@if [ -f mk/meshd.service ]; then install -m 644 mk/meshd.service $(DESTDIR)$(PREFIX)/lib/systemd/system/; fi
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' mk/meshworker.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/meshworker.pc
+	sed 's|/usr/local/bin/meshd|$(PREFIX)/bin/meshd|g' mk/meshd.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/meshd.service
 
 clean:
 	rm -rf build build-san build-fuzz build*.make.log

@@ -21,6 +21,7 @@ int mesh_buf_grow(struct mesh_buf *b, size_t extra)
 		return -ENOMEM;
 	b->p = p;
 	b->cap = cap;
+	b->p[b->len] = 0;
 	return 0;
 }
 

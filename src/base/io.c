@@ -205,35 +205,56 @@ int mesh_write_file_atomic(const char *path, const void *buf, size_t n, mode_t m
 
 int mesh_read_file(const char *path, size_t max, char **out, size_t *len)
 {
+	/* Read to end of file rather than trusting st_size: /proc and pipes
+	 * report 0 and still have content. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
+	size_t got = 0, cap = 4096;
 	char *buf;
-	ssize_t r;
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	if ((uint64_t)st.st_size > max) {
-		close(fd);
-		return MESH_E_TOOBIG;
-	}
-	buf = malloc((size_t)st.st_size + 1);
+	buf = malloc(cap);
 	if (!buf) {
 		close(fd);
 		return -ENOMEM;
 	}
-	r = mesh_pread_full(fd, buf, (size_t)st.st_size, 0);
-	close(fd);
-	if (r < 0) {
-		free(buf);
-		return (int)r;
+	for (;;) {
+		if (got == cap - 1) {
+			char *nb;
+			if (cap - 1 > max) {
+				free(buf);
+				close(fd);
+				return MESH_E_TOOBIG;
+			}
+			cap *= 2;
+			nb = realloc(buf, cap);
+			if (!nb) {
+				free(buf);
+				close(fd);
+				return -ENOMEM;
+			}
+			buf = nb;
+		}
+		ssize_t r = read(fd, buf + got, cap - 1 - got);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			int e = -errno;
+			free(buf);
+			close(fd);
+			return e;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
 	}
-	buf[r] = 0;
+	close(fd);
+	if (got > max) {
+		free(buf);
+		return MESH_E_TOOBIG;
+	}
+	buf[got] = 0;
 	*out = buf;
 	if (len)
-		*len = (size_t)r;
+		*len = got;
 	return 0;
 }

@@ -29,7 +29,11 @@ int mesh_exit_for(int err)
 	case MESH_E_UNSUPPORTED:
 		return MESH_EXIT_UNAVAILABLE;
 	case MESH_E_TIMEOUT:
+	case MESH_E_STATE:
 		return MESH_EXIT_TEMPFAIL;
+	case MESH_E_CRASHED:
+	case MESH_E_PROTO:
+		return MESH_EXIT_PROTOCOL;
 	case -ENOENT:
 	case -EACCES:
 		return MESH_EXIT_NOINPUT;

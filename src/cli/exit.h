@@ -20,7 +20,8 @@
 	X(OSERR, 71, "the system refused (fork, memory, limits)")                                    \
 	X(CANTCREAT, 73, "cannot create an output file")                                              \
 	X(IOERR, 74, "write or fsync failed (a full disk): nothing was reported done that is not durable") \
-	X(TEMPFAIL, 75, "temporary failure, try again (a lock held, a timeout)")
+	X(TEMPFAIL, 75, "temporary failure, try again (a lock held, a timeout, a conflicting state)") \
+	X(PROTOCOL, 76, "a worker crashed or broke the protocol while serving the request (the report says how)")
 
 enum {
 #define MESH__EXIT_ENUM(name, code, msg) MESH_EXIT_##name = code,

@@ -201,6 +201,8 @@ static int selected(const char *name, int argc, char **argv)
 	return 0;
 }
 
+static int kept;
+
 static int run_one(const struct t_case *c, const char *tmproot)
 {
 	char dir[8300];
@@ -257,12 +259,15 @@ static int run_one(const struct t_case *c, const char *tmproot)
 	else if (WIFSIGNALED(st))
 		printf("FAIL %s: killed by signal %d (%s)\n", c->name, WTERMSIG(st), strsignal(WTERMSIG(st)));
 	else if (failed)
-		printf("FAIL %s (%llu ms)  [kept %s]\n", c->name, (unsigned long long)ms, dir);
+		printf("FAIL %s (%llu ms)%s%s\n", c->name, (unsigned long long)ms, getenv("T_KEEP") ? "  kept in " : "",
+		       getenv("T_KEEP") ? dir : "");
 	else
 		printf("ok   %s (%llu ms)\n", c->name, (unsigned long long)ms);
 	fflush(stdout);
 	if (!failed || !getenv("T_KEEP"))
 		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	else
+		kept = 1;
 	return failed;
 }
 
@@ -285,7 +290,10 @@ int main(int argc, char **argv)
 		else
 			passed++;
 	}
-	nftw(tmproot, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	if (kept)
+		rmdir(tmproot); /* fails, keeping the failed tests' dirs, when any is left */
+	else
+		nftw(tmproot, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

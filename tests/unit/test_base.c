@@ -163,3 +163,17 @@ TEST(clock_moves_forward)
 	mesh_sleep_ns(2 * MESH_NS_PER_MS);
 	EXPECT_GE(mesh_mono_ns() - a, 2 * MESH_NS_PER_MS);
 }
+
+TEST(buf_is_terminated_after_grow_and_read_file_reads_proc)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	ASSERT_EQ(mesh_buf_grow(&b, 10), 0);
+	EXPECT_EQ(b.p[0], 0);
+	mesh_buf_release(&b);
+	char *s;
+	size_t n;
+	ASSERT_EQ(mesh_read_file("/proc/self/status", 1 << 20, &s, &n), 0);
+	EXPECT_GT(n, 0);
+	EXPECT_CONTAINS(s, "VmRSS");
+	free(s);
+}
