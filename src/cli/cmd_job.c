@@ -1,10 +1,537 @@
-/* PLACEHOLDER: replaced by the implementation of `mesh job`. */
+/* mesh job: the swarm job engine's command line (docs/job.md). */
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/parse.h"
+#include "base/path.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
+#include "exec/runner.h"
+#include "job/job.h"
+#include "journal/journal.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TTL_MAX_NS (365ull * 24 * 3600 * MESH_NS_PER_S)
+
+static const char usage_job[] =
+	"usage: mesh job <command> ...\n"
+	"  submit   <journal.log> <nchunks>                       define chunks 0..n-1\n"
+	"  lease    <journal.log> <lockdir> <job> <nchunks> <ttl_s> [--node NAME] [--speculate]\n"
+	"  complete <journal.log> <lockdir> <job> <cid> <node>      durable DONE (or IGNORED)\n"
+	"  status   <journal.log> <lockdir> <job> <nchunks> [--json]\n"
+	"  harvest  <journal.log> <lockdir> <job> <nchunks> <ttl_s> <node> [maxiter] [--speculate] [-- CMD ARG...]\n"
+	"  check    <journal.log> [--force]                        verify; cut a torn tail\n"
+	"  retry    <journal.log> [cid]                            un-bury failed chunks\n"
+	"Each command has --help.  Exit codes: `mesh help exit-codes`; docs/job.md.\n";
+
+struct sub {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *help;
+};
+
+/* Positional arguments and flags of one subcommand.  Flags may appear
+ * anywhere before "--"; what follows "--" is the command (harvest). */
+struct args {
+	char *pos[8];
+	int npos;
+	const char *node;
+	int json, speculate, force;
+	char **cmd;
+};
+
+static int parse_args(int argc, char **argv, struct args *a, const char *allowed)
+{
+	memset(a, 0, sizeof *a);
+	for (int i = 1; i < argc; i++) {
+		char *s = argv[i];
+		if (!strcmp(s, "--")) {
+			if (!strstr(allowed, "cmd"))
+				return mesh_cli_usage("job %s: unexpected '--'", argv[0]);
+			if (i + 1 >= argc)
+				return mesh_cli_usage("job %s: no command after '--'", argv[0]);
+			a->cmd = argv + i + 1;
+			return 0;
+		}
+		if (!strcmp(s, "--node") && strstr(allowed, "node")) {
+			if (++i >= argc)
+				return mesh_cli_usage("job %s: --node needs a name", argv[0]);
+			a->node = argv[i];
+		} else if (!strncmp(s, "--node=", 7) && strstr(allowed, "node")) {
+			a->node = s + 7;
+		} else if (!strcmp(s, "--json") && strstr(allowed, "json")) {
+			a->json = 1;
+		} else if (!strcmp(s, "--speculate") && strstr(allowed, "spec")) {
+			a->speculate = 1;
+		} else if (!strcmp(s, "--force") && strstr(allowed, "force")) {
+			a->force = 1;
+		} else if (s[0] == '-' && s[1]) {
+			return mesh_cli_usage("job %s: unknown option '%s'", argv[0], s);
+		} else {
+			if (a->npos >= (int)(sizeof a->pos / sizeof a->pos[0]))
+				return mesh_cli_usage("job %s: too many arguments", argv[0]);
+			a->pos[a->npos++] = s;
+		}
+	}
+	return 0;
+}
+
+static int want_pos(const char *cmd, const struct args *a, int min, int max)
+{
+	if (a->npos < min)
+		return mesh_cli_usage("job %s: missing arguments (see `mesh job %s --help`)", cmd, cmd);
+	if (a->npos > max)
+		return mesh_cli_usage("job %s: unexpected argument '%s'", cmd, a->pos[max]);
+	return 0;
+}
+
+static int check_journal_path(const char *p)
+{
+	const char *why = "";
+	if (mesh_path_journal_ok(p, &why)) {
+		fprintf(stderr, "mesh: journal '%s' refused: %s\n", p, why);
+		return mesh_exit_for(MESH_E_PATH);
+	}
+	return 0;
+}
+
+static int check_lockdir(const char *p, const char *job)
+{
+	const char *why = "";
+	if (mesh_path_lockdir_ok(p, &why)) {
+		fprintf(stderr, "mesh: lock directory '%s' refused: %s\n", p, why);
+		return mesh_exit_for(MESH_E_PATH);
+	}
+	if (!mesh_job_name_ok(job)) {
+		fprintf(stderr, "mesh: job name '%s' refused: use 1..64 of [A-Za-z0-9_.-], not starting with '.'\n", job);
+		return mesh_exit_for(MESH_E_PATH);
+	}
+	return 0;
+}
+
+static int parse_count(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	int rc = mesh_parse_u64(s, max, out);
+	if (!rc && *out < min)
+		rc = MESH_E_RANGE;
+	if (rc) {
+		fprintf(stderr, "mesh: %s '%s' refused: %s (a whole number from %" PRIu64 " to %" PRIu64 ")\n", what, s,
+			mesh_strerror(rc), min, max);
+		/* malformed: a usage error; well-formed but out of range: bad data */
+		return rc == MESH_E_PARSE ? MESH_EXIT_USAGE : mesh_exit_for(rc);
+	}
+	return 0;
+}
+
+static int parse_ttl(const char *s, uint64_t *ns)
+{
+	int rc = mesh_parse_seconds(s, TTL_MAX_NS, ns);
+	if (!rc && *ns == 0)
+		rc = MESH_E_RANGE;
+	if (rc) {
+		fprintf(stderr, "mesh: ttl '%s' refused: %s (seconds > 0, e.g. 30 or 0.5)\n", s, mesh_strerror(rc));
+		return rc == MESH_E_PARSE ? MESH_EXIT_USAGE : mesh_exit_for(rc);
+	}
+	return 0;
+}
+
+static int open_job(struct mesh_job **j, const char *journal, const char *lockdir, const char *name, uint64_t n,
+		    const char *node)
+{
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	int rc;
+	o.journal = journal;
+	o.lockdir = lockdir;
+	o.name = name;
+	o.nchunks = n;
+	o.node = node;
+	rc = mesh_job_open(j, &o);
+	if (rc == MESH_E_MISMATCH)
+		return mesh_cli_fail(rc, "journal '%s' holds a different chunk count than %" PRIu64, journal, n);
+	if (rc == MESH_E_PARSE)
+		return mesh_cli_fail(rc, "node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])", node ? node : "");
+	if (rc)
+		return mesh_cli_fail(rc, "cannot open '%s'", journal);
+	return 0;
+}
+
+static int cmd_submit(int argc, char **argv)
+{
+	struct args a;
+	uint64_t n;
+	int rc = parse_args(argc, argv, &a, "");
+	if (rc || (rc = want_pos("submit", &a, 2, 2)) || (rc = check_journal_path(a.pos[0])) ||
+	    (rc = parse_count("chunk count", a.pos[1], 1, MESH_JOB_MAX_CHUNKS, &n)))
+		return rc;
+	rc = mesh_job_submit(a.pos[0], n);
+	if (rc == MESH_E_MISMATCH)
+		return mesh_cli_fail(rc, "journal '%s' was submitted with a different chunk count than %" PRIu64, a.pos[0],
+				     n);
+	if (rc)
+		return mesh_cli_fail(rc, "cannot submit to '%s'", a.pos[0]);
+	printf("SUBMITTED %" PRIu64 "\n", n);
+	return MESH_EXIT_OK;
+}
+
+static int cmd_lease(int argc, char **argv)
+{
+	struct args a;
+	uint64_t n, ttl;
+	struct mesh_job *j;
+	struct mesh_lease l;
+	int rc = parse_args(argc, argv, &a, "node spec");
+	if (rc || (rc = want_pos("lease", &a, 5, 5)) || (rc = check_journal_path(a.pos[0])) ||
+	    (rc = check_lockdir(a.pos[1], a.pos[2])) ||
+	    (rc = parse_count("chunk count", a.pos[3], 1, MESH_JOB_MAX_CHUNKS, &n)) || (rc = parse_ttl(a.pos[4], &ttl)) ||
+	    (rc = open_job(&j, a.pos[0], a.pos[1], a.pos[2], n, a.node)))
+		return rc;
+	rc = mesh_job_lease(j, ttl, a.speculate, &l);
+	mesh_job_close(j);
+	if (rc == MESH_JOB_NONE) {
+		puts("NONE");
+		return MESH_EXIT_NONE;
+	}
+	if (rc == MESH_JOB_COMPLETE) {
+		puts("COMPLETE");
+		return MESH_EXIT_COMPLETE;
+	}
+	if (rc)
+		return mesh_cli_fail(rc, "cannot lease from '%s'", a.pos[0]);
+	printf("%" PRIu64 "\n", l.cid);
+	return MESH_EXIT_OK;
+}
+
+static int cmd_complete(int argc, char **argv)
+{
+	struct args a;
+	uint64_t cid;
+	struct mesh_job *j;
+	int rc = parse_args(argc, argv, &a, "");
+	if (rc || (rc = want_pos("complete", &a, 5, 5)) || (rc = check_journal_path(a.pos[0])) ||
+	    (rc = check_lockdir(a.pos[1], a.pos[2])) ||
+	    (rc = parse_count("chunk id", a.pos[3], 0, MESH_JOB_MAX_CHUNKS - 1, &cid)))
+		return rc;
+	if (!mesh_node_name_ok(a.pos[4])) {
+		fprintf(stderr, "mesh: node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])\n", a.pos[4]);
+		return MESH_EXIT_USAGE;
+	}
+	if ((rc = open_job(&j, a.pos[0], a.pos[1], a.pos[2], 0, a.pos[4])))
+		return rc;
+	rc = mesh_job_complete(j, cid, 0);
+	if (rc == MESH_E_RANGE)
+		fprintf(stderr, "mesh: chunk %" PRIu64 " is out of range: the job has %" PRIu64 " chunks\n", cid,
+			mesh_job_nchunks(j));
+	mesh_job_close(j);
+	if (rc == MESH_JOB_DONE) {
+		printf("DONE %" PRIu64 "\n", cid);
+		return MESH_EXIT_OK;
+	}
+	if (rc == MESH_JOB_IGNORED) {
+		printf("IGNORED %" PRIu64 "\n", cid);
+		return MESH_EXIT_OK;
+	}
+	if (rc == MESH_E_RANGE)
+		return mesh_exit_for(rc);
+	return mesh_cli_fail(rc, "cannot complete chunk %" PRIu64 " in '%s' (it is not DONE)", cid, a.pos[0]);
+}
+
+struct fail_list {
+	json_t *arr;
+	uint64_t shown, total;
+};
+
+static void print_failure(const struct mesh_job_failure *f, void *arg)
+{
+	struct fail_list *fl = arg;
+	fl->total++;
+	if (fl->arr) {
+		json_array_append_new(fl->arr, json_pack("{s:I, s:i, s:i, s:b}", "cid", (json_int_t)f->cid, "attempts",
+							 (int)f->attempts, "last_status", f->last_status, "buried",
+							 f->buried));
+		return;
+	}
+	if (fl->shown >= 1000)
+		return;
+	if (!fl->shown)
+		puts("failed chunks:");
+	fl->shown++;
+	printf("  chunk %" PRIu64 ": %u failed attempt%s, last exit status %d%s\n", f->cid, f->attempts,
+	       f->attempts == 1 ? "" : "s", f->last_status, f->buried ? ", buried" : "");
+}
+
+static void node_json(const struct mesh_job_node_stat *s, void *arg)
+{
+	json_array_append_new((json_t *)arg, json_pack("{s:s, s:I, s:f}", "name", s->name, "completions",
+						       (json_int_t)s->completions, "mean_ms",
+						       (double)s->mean_ns / 1e6));
+}
+
+static int cmd_status(int argc, char **argv)
+{
+	struct args a;
+	uint64_t n;
+	struct mesh_job *j;
+	struct mesh_job_status st;
+	struct fail_list fl = {NULL, 0, 0};
+	int complete;
+	int rc = parse_args(argc, argv, &a, "json");
+	if (rc || (rc = want_pos("status", &a, 4, 4)) || (rc = check_journal_path(a.pos[0])) ||
+	    (rc = check_lockdir(a.pos[1], a.pos[2])) ||
+	    (rc = parse_count("chunk count", a.pos[3], 1, MESH_JOB_MAX_CHUNKS, &n)) ||
+	    (rc = open_job(&j, a.pos[0], a.pos[1], a.pos[2], n, NULL)))
+		return rc;
+	rc = mesh_job_status(j, &st);
+	if (rc) {
+		mesh_job_close(j);
+		return mesh_cli_fail(rc, "cannot read the status of '%s'", a.pos[0]);
+	}
+	complete = st.done == st.n;
+	if (a.json) {
+		json_t *o = json_object(), *nodes = json_array();
+		fl.arr = json_array();
+		mesh_job_failures(j, print_failure, &fl);
+		mesh_job_nodes(j, node_json, nodes);
+		json_object_set_new(o, "job", json_string(a.pos[2]));
+		json_object_set_new(o, "chunks", json_integer((json_int_t)st.n));
+		json_object_set_new(o, "done", json_integer((json_int_t)st.done));
+		json_object_set_new(o, "leased", json_integer((json_int_t)st.leased));
+		json_object_set_new(o, "pending", json_integer((json_int_t)st.pending));
+		json_object_set_new(o, "buried", json_integer((json_int_t)st.buried));
+		json_object_set_new(o, "failed_attempts", json_integer((json_int_t)st.failed_attempts));
+		json_object_set_new(o, "duplicates", json_integer((json_int_t)st.duplicates));
+		json_object_set_new(o, "speculative_wins", json_integer((json_int_t)st.speculative_wins));
+		json_object_set_new(o, "verdict", json_string(complete ? "COMPLETE" : "INCOMPLETE"));
+		json_object_set_new(o, "failures", fl.arr);
+		json_object_set_new(o, "nodes", nodes);
+		json_dumpf(o, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(o);
+	} else {
+		printf("job %s: %" PRIu64 " chunks\n", a.pos[2], st.n);
+		printf("done %" PRIu64 ", leased %" PRIu64 ", pending %" PRIu64 ", buried %" PRIu64 "\n", st.done,
+		       st.leased, st.pending, st.buried);
+		printf("failed attempts %" PRIu64 ", duplicates ignored %" PRIu64 ", speculative wins %" PRIu64 "\n",
+		       st.failed_attempts, st.duplicates, st.speculative_wins);
+		mesh_job_failures(j, print_failure, &fl);
+		if (fl.total > fl.shown)
+			printf("  ... and %" PRIu64 " more (--json lists all)\n", fl.total - fl.shown);
+		puts(complete ? "COMPLETE" : "INCOMPLETE");
+	}
+	mesh_job_close(j);
+	return complete ? MESH_EXIT_OK : MESH_EXIT_INCOMPLETE;
+}
+
+static volatile int stop_flag;
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+/* harvest -- CMD: one node, one slot, through the exec runner. */
+static int harvest_cmd(struct mesh_job *j, const struct args *a, uint64_t ttl, uint64_t maxiter)
+{
+	struct mesh_exec_opts eo = MESH_EXEC_OPTS_INIT;
+	struct mesh_exec_stats es;
+	int rc;
+	eo.argv = a->cmd;
+	eo.slots = 1;
+	eo.ttl_ns = ttl;
+	eo.speculate = a->speculate;
+	eo.max_chunks = maxiter;
+	rc = mesh_exec_run(j, &eo, &es);
+	mesh_job_close(j);
+	if (rc < 0)
+		return mesh_cli_fail(rc, "harvest of '%s' stopped", a->pos[0]);
+	printf("harvest %s: started %" PRIu64 ", done %" PRIu64 ", ignored %" PRIu64 ", failed %" PRIu64
+	       ", buried %" PRIu64 ", speculative %" PRIu64 "\n",
+	       a->pos[5], es.started, es.done, es.ignored, es.failed, es.buried, es.speculative);
+	switch (rc) {
+	case MESH_EXEC_COMPLETE:
+		puts("COMPLETE");
+		return MESH_EXIT_OK;
+	case MESH_EXEC_INTERRUPTED:
+		puts("INTERRUPTED");
+		return MESH_EXIT_INTERRUPTED;
+	case MESH_EXEC_FAILED:
+		puts("INCOMPLETE: only buried chunks are left (mesh job retry)");
+		return MESH_EXIT_INCOMPLETE;
+	default:
+		puts("INCOMPLETE");
+		return MESH_EXIT_INCOMPLETE;
+	}
+}
+
+static int cmd_harvest(int argc, char **argv)
+{
+	struct args a;
+	uint64_t n, ttl, maxiter = 0;
+	struct mesh_job *j;
+	struct mesh_job_drain_stats ds;
+	struct sigaction sa;
+	int rc = parse_args(argc, argv, &a, "spec cmd");
+	if (rc || (rc = want_pos("harvest", &a, 6, 7)) || (rc = check_journal_path(a.pos[0])) ||
+	    (rc = check_lockdir(a.pos[1], a.pos[2])) ||
+	    (rc = parse_count("chunk count", a.pos[3], 1, MESH_JOB_MAX_CHUNKS, &n)) || (rc = parse_ttl(a.pos[4], &ttl)))
+		return rc;
+	if (!mesh_node_name_ok(a.pos[5])) {
+		fprintf(stderr, "mesh: node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])\n", a.pos[5]);
+		return MESH_EXIT_USAGE;
+	}
+	if (a.npos == 7 && (rc = parse_count("maxiter", a.pos[6], 1, UINT64_MAX, &maxiter)))
+		return rc;
+	if ((rc = open_job(&j, a.pos[0], a.pos[1], a.pos[2], n, a.pos[5])))
+		return rc;
+	if (a.cmd)
+		return harvest_cmd(j, &a, ttl, maxiter);
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_stop;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	rc = mesh_job_drain(j, ttl, maxiter, a.speculate, &stop_flag, &ds);
+	mesh_job_close(j);
+	if (rc < 0 && rc != MESH_E_BURIED)
+		return mesh_cli_fail(rc, "harvest of '%s' stopped", a.pos[0]);
+	printf("harvest %s: leased %" PRIu64 ", done %" PRIu64 ", ignored %" PRIu64 ", stolen %" PRIu64
+	       ", speculative %" PRIu64 "\n",
+	       a.pos[5], ds.leased, ds.done, ds.ignored, ds.stolen, ds.speculative);
+	switch (rc) {
+	case MESH_JOB_COMPLETE:
+		puts("COMPLETE");
+		return MESH_EXIT_OK;
+	case MESH_JOB_INTERRUPTED:
+		puts("INTERRUPTED");
+		return MESH_EXIT_INTERRUPTED;
+	case MESH_E_BURIED:
+		puts("INCOMPLETE: only buried chunks are left (mesh job retry)");
+		return MESH_EXIT_INCOMPLETE;
+	default:
+		puts("INCOMPLETE");
+		return MESH_EXIT_INCOMPLETE;
+	}
+}
+
+static int cmd_check(int argc, char **argv)
+{
+	struct args a;
+	struct mesh_journal_report r;
+	int rc = parse_args(argc, argv, &a, "force");
+	if (rc || (rc = want_pos("check", &a, 1, 1)) || (rc = check_journal_path(a.pos[0])))
+		return rc;
+	rc = mesh_journal_check(a.pos[0], a.force ? 2 : 1, &r);
+	if (rc && rc != MESH_E_CORRUPT)
+		return mesh_cli_fail(rc, "cannot check '%s'", a.pos[0]);
+	printf("journal %s: format version %d, %" PRIu64 " bytes, %" PRIu64 " whole records (submit %" PRIu64
+	       ", node %" PRIu64 ", done %" PRIu64 ", fail %" PRIu64 ", retry %" PRIu64 ", dup %" PRIu64 ")\n",
+	       a.pos[0], MESH_JOURNAL_VERSION, r.size, r.records, r.by_type[MESH_JREC_SUBMIT], r.by_type[MESH_JREC_NODE],
+	       r.by_type[MESH_JREC_DONE], r.by_type[MESH_JREC_FAIL], r.by_type[MESH_JREC_RETRY],
+	       r.by_type[MESH_JREC_DUP]);
+	if (r.bad_off == UINT64_MAX) {
+		puts("OK");
+		return MESH_EXIT_OK;
+	}
+	if (r.torn)
+		printf("torn tail: %" PRIu64 " bytes at offset %" PRIu64 " %s\n", r.size - r.bad_off, r.bad_off,
+		       r.repaired ? "cut" : "not cut");
+	else
+		printf("damage at offset %" PRIu64 " with %" PRIu64 " whole records after it: %s\n", r.bad_off,
+		       r.after_bad,
+		       r.repaired ? "cut there (those records are lost; their chunks run again)"
+				  : "not repaired (--force cuts there; the records after it are lost)");
+	if (rc) {
+		puts("CORRUPT");
+		return mesh_exit_for(rc);
+	}
+	puts("REPAIRED");
+	return MESH_EXIT_OK;
+}
+
+static int cmd_retry(int argc, char **argv)
+{
+	struct args a;
+	uint64_t cid = UINT64_MAX;
+	struct mesh_job *j;
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	int rc = parse_args(argc, argv, &a, "");
+	if (rc || (rc = want_pos("retry", &a, 1, 2)) || (rc = check_journal_path(a.pos[0])))
+		return rc;
+	if (a.npos == 2 && (rc = parse_count("chunk id", a.pos[1], 0, MESH_JOB_MAX_CHUNKS - 1, &cid)))
+		return rc;
+	o.journal = a.pos[0];
+	rc = mesh_job_open(&j, &o);
+	if (rc)
+		return mesh_cli_fail(rc, "cannot open '%s'", a.pos[0]);
+	rc = mesh_job_retry(j, cid);
+	mesh_job_close(j);
+	if (rc == MESH_E_RANGE)
+		return mesh_cli_fail(rc, "chunk %" PRIu64, cid);
+	if (rc < 0)
+		return mesh_cli_fail(rc, "cannot retry in '%s'", a.pos[0]);
+	printf("RETRIED %d\n", rc);
+	return MESH_EXIT_OK;
+}
+
+static const struct sub subs[] = {
+	{"submit", cmd_submit,
+	 "usage: mesh job submit <journal.log> <nchunks>\n"
+	 "Defines the chunks 0..nchunks-1 in the journal (created if missing).  Submitting the\n"
+	 "same count again does nothing; a different count is an error (exit 65).\n"
+	 "Prints SUBMITTED <n>.\n"},
+	{"lease", cmd_lease,
+	 "usage: mesh job lease <journal.log> <lockdir> <job> <nchunks> <ttl_s> [--node NAME] [--speculate]\n"
+	 "Claims the next pending chunk (else steals an expired lease; with --speculate, else a\n"
+	 "copy of a straggler) for ttl_s seconds and prints its id (exit 0).  Prints NONE (exit 3)\n"
+	 "when nothing can be leased now, COMPLETE (exit 4) when every chunk is done.\n"},
+	{"complete", cmd_complete,
+	 "usage: mesh job complete <journal.log> <lockdir> <job> <cid> <node>\n"
+	 "Records chunk cid as DONE, durably, and prints DONE <cid>; a chunk already done prints\n"
+	 "IGNORED <cid>.  Both exit 0.  A write or fsync failure exits 74 and the chunk is not done.\n"},
+	{"status", cmd_status,
+	 "usage: mesh job status <journal.log> <lockdir> <job> <nchunks> [--json]\n"
+	 "Prints done / leased / pending / buried counts, failed chunks (attempts, last exit\n"
+	 "status) and the verdict.  Exit 0 when COMPLETE, 1 when INCOMPLETE.\n"},
+	{"harvest", cmd_harvest,
+	 "usage: mesh job harvest <journal.log> <lockdir> <job> <nchunks> <ttl_s> <node> [maxiter]\n"
+	 "                        [--speculate] [-- CMD ARG...]\n"
+	 "One node's drain loop: lease, run, complete, until the job is complete (exit 0), maxiter\n"
+	 "leases were taken (exit 1), or SIGINT/SIGTERM (exit 5).  Without a command each chunk\n"
+	 "is completed at once (a simulated run); with -- CMD the command runs per chunk, '{}'\n"
+	 "replaced by the chunk id; exit 0 completes it, anything else fails the attempt.\n"},
+	{"check", cmd_check,
+	 "usage: mesh job check <journal.log> [--force]\n"
+	 "Verifies every record's checksum.  A torn tail (a partial last append) is cut, every\n"
+	 "whole record kept (exit 0).  Damage followed by whole records is reported (exit 65);\n"
+	 "--force cuts there too, losing the records after it (their chunks run again).\n"},
+	{"retry", cmd_retry,
+	 "usage: mesh job retry <journal.log> [cid]\n"
+	 "Un-buries every buried chunk (or only cid) so it is leased again; prints RETRIED <count>.\n"},
+};
 
 int mesh_cmd_job(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	return mesh_cli_usage("'job' is not built yet");
+	if (argc < 2) {
+		fputs(usage_job, stderr);
+		return MESH_EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+		fputs(usage_job, stdout);
+		return MESH_EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+		if (strcmp(argv[1], subs[i].name))
+			continue;
+		if (mesh_cli_wants_help(argc - 1, argv + 1)) {
+			fputs(subs[i].help, stdout);
+			return MESH_EXIT_OK;
+		}
+		return subs[i].fn(argc - 1, argv + 1);
+	}
+	return mesh_cli_usage("job: unknown command '%s'", argv[1]);
 }

@@ -88,7 +88,9 @@ struct mesh_lease {
  * MESH_JOB_NONE, MESH_JOB_COMPLETE, or a negative error. */
 int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *l);
 /* Extends a lease this node holds to now + ttl_ns.  0, or MESH_E_STATE when
- * the lease is no longer ours (stolen after expiry, or the chunk is DONE). */
+ * the lease is no longer ours (stolen after expiry, or the chunk is DONE).
+ * A tiny ttl_ns (1) hands the lease back: it expires at once and any node,
+ * this one included, may lease the chunk again. */
 int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns);
 /* Durably completes cid: MESH_JOB_DONE after the record is fsync'd, or
  * MESH_JOB_IGNORED for a duplicate.  MESH_E_RANGE for cid >= n.  A write or
@@ -129,5 +131,37 @@ int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failu
 int mesh_job_is_done(struct mesh_job *j, uint64_t cid);
 uint64_t mesh_job_nchunks(const struct mesh_job *j);
 const char *mesh_job_node(const struct mesh_job *j);
+
+/* Answers of mesh_job_drain besides MESH_JOB_COMPLETE. */
+enum {
+	MESH_JOB_LIMIT = 2,	  /* drain: maxiter leases taken, the job may be incomplete */
+	MESH_JOB_INTERRUPTED = 5, /* drain: *stop became non-zero */
+};
+
+struct mesh_job_drain_stats {
+	uint64_t leased, done, ignored, stolen, speculative;
+};
+/* One node's drain loop without a command (harvest's simulated run): lease,
+ * complete at once, until every chunk is DONE (MESH_JOB_COMPLETE), maxiter
+ * leases were taken (MESH_JOB_LIMIT; 0 = no limit), *stop is set
+ * (MESH_JOB_INTERRUPTED; stop may be NULL), only buried chunks are left
+ * (MESH_E_BURIED), or an error.  While others hold every remaining chunk it
+ * waits (5..50 ms back-off) and leases again.  st may be NULL. */
+int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int speculate, volatile int *stop,
+		   struct mesh_job_drain_stats *st);
+
+/* Speed measured for one node (from the durations in DONE records). */
+struct mesh_job_node_stat {
+	const char *name; /* valid until the next call on j */
+	uint64_t completions, mean_ns;
+};
+/* Calls fn for every node named in the journal, in first-seen order. */
+int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg);
+/* The straggler threshold now (0 = speculation not yet allowed). */
+uint64_t mesh_job_straggler_ns(struct mesh_job *j);
+/* The journal path given to mesh_job_open. */
+const char *mesh_job_journal_path(const struct mesh_job *j);
+/* Appends this handle committed: fsyncs (batches) and records written. */
+void mesh_job_commit_stats(const struct mesh_job *j, uint64_t *fsyncs, uint64_t *records);
 
 #endif

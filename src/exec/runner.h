@@ -1,0 +1,134 @@
+/* The exec runner: one node that runs a command per chunk of an opened job
+ * on N local slots.  It is the loop behind `mesh run` (N slots, progress)
+ * and `mesh job harvest ... -- CMD ARG...` (1 slot, no progress).
+ *
+ * Caller protocol:
+ *   1. mesh_job_submit + mesh_job_open (job/job.h); the caller owns the job.
+ *   2. fill struct mesh_exec_opts (MESH_EXEC_OPTS_INIT, then argv and what
+ *      differs), call mesh_exec_run(job, &opts, &stats).
+ *   3. map the answer to an exit code (MESH_EXEC_* below), print the
+ *      summary from stats if wanted, mesh_job_close(job).
+ *
+ * One chunk = one process: argv with every "{}" inside an argument replaced
+ * by the chunk's value (its line of opts->input, else its decimal chunk id)
+ * and every "{#}" by the chunk id; when no argument holds "{}" the value is
+ * appended as one last argument (GNU parallel's rule).  argv[0] is searched
+ * in PATH once, in the parent.  The child runs in its own process group with
+ * default signal dispositions, stdin from /dev/null, the parent's
+ * environment plus MESH_CHUNK=<cid>, MESH_ATTEMPT=<n>, MESH_SLOT=<1..N>, and
+ * dies with the runner (PR_SET_PDEATHSIG SIGKILL; its own children are not
+ * covered).
+ *
+ * Outcome of one attempt:
+ *   exit 0                       -> mesh_job_complete (batched: chunks that
+ *                                   end close together share one fsync)
+ *   exit k != 0                  -> mesh_job_fail(cid, k)
+ *   killed by signal s           -> mesh_job_fail(cid, 128 + s)
+ *   timed out (opts.timeout_ns)  -> SIGKILL to its process group, then
+ *                                   mesh_job_fail(cid, 128 + SIGKILL)
+ *   cannot exec (ENOENT, EACCES) -> mesh_job_fail(cid, 127 or 126)
+ * While a chunk runs its lease is renewed every ttl/4.  When the chunk turns
+ * out to be DONE elsewhere (a speculative race lost, or our lease was stolen
+ * and the thief completed it) its process group is killed and nothing is
+ * recorded for it.  A speculative copy that finishes second is completed
+ * anyway and comes back IGNORED (counted as a duplicate).
+ *
+ * What is written where (the runner never prints anything else):
+ *   out_fd / err_fd: each chunk's stdout / stderr, captured through pipes
+ *     and written in one piece when the chunk ends -- never interleaved with
+ *     another chunk's.  Output beyond 4 MiB a stream spills to an unlinked
+ *     temp file ($TMPDIR, else /tmp), so no size caps a chunk.  -1 = discard.
+ *   With results_dir set, nothing goes to out_fd/err_fd; instead
+ *     <results_dir>/<cid>/stdout, stderr and status ("exit 0\n", "exit 3\n",
+ *     "signal 9\n", "timeout\n") are replaced atomically (temp, fsync,
+ *     rename, fsync dir) when an attempt ends, before its completion is
+ *     journaled -- a DONE chunk's results survive a crash.
+ *   note_fd: one line per failed attempt, buried chunk, or exec error, e.g.
+ *     "mesh: chunk 17 failed (exit 3), attempt 1 of 3"; -1 = none.
+ *   progress_fd: a one-line progress bar redrawn at most 10 times a second
+ *     (done/total, rate, ETA); colour unless NO_COLOR is set; -1 = none.  The
+ *     caller decides (mesh run: only when stderr is a TTY).
+ *
+ * Signals: with handle_signals set, SIGINT and SIGTERM are caught for the
+ * duration of the call.  The first one stops launching, sends SIGTERM to every running
+ * chunk's process group, SIGKILL after 2 s (a second signal: at once).
+ * Chunks that had already exited are completed as usual; the signalled ones
+ * record nothing (an interrupted attempt is not the chunk's failure) and
+ * their leases are released (renewed to expire now), so a rerun takes them
+ * at once.  The call then returns MESH_EXEC_INTERRUPTED.  The handlers write
+ * to a self-pipe; the old dispositions are restored on return.
+ * Children are reaped through pidfds (Linux >= 5.3); the caller must not
+ * reap them (no waitpid(-1) elsewhere during the call).
+ *
+ * Threads: completions and results fsyncs run on one helper thread while the
+ * loop keeps launching; the job must allow calls from two threads (job.h
+ * does).  Not reentrant: one mesh_exec_run at a time per process. */
+#ifndef MESH_EXEC_RUNNER_H
+#define MESH_EXEC_RUNNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct mesh_job;
+struct mesh_exec_input;
+
+/* Answers of mesh_exec_run (not errors). */
+enum {
+	MESH_EXEC_COMPLETE = 0,	   /* every chunk of the job is DONE */
+	MESH_EXEC_FAILED = 1,	   /* nothing left to run: every chunk is DONE or buried, some buried */
+	MESH_EXEC_LIMIT = 2,	   /* max_chunks attempts were started by this call; the job may be incomplete */
+	MESH_EXEC_INTERRUPTED = 5, /* stopped by SIGINT/SIGTERM (handle_signals) */
+};
+
+struct mesh_exec_opts {
+	char *const *argv;	/* the command template, NULL-terminated, argv[0] non-empty; borrowed */
+	unsigned slots;		/* chunks run at once; 0 = 1 */
+	const struct mesh_exec_input *input; /* chunk i's value = line i (exec/input.h); NULL = chunk id; borrowed */
+	uint64_t ttl_ns;	/* lease TTL; renewed every ttl/4 while a chunk runs; 0 = 10 s */
+	uint64_t timeout_ns;	/* per attempt; 0 = none */
+	int speculate;		/* idle slots may take speculative copies of stragglers */
+	/* With speculate: a second handle on the same job, opened under another
+	 * node name, through which idle slots take copies of stragglers that
+	 * this node's own slots run (the engine never hands a node a copy of a
+	 * chunk it holds itself).  Borrowed; NULL = copies of other nodes'
+	 * chunks only. */
+	struct mesh_job *spec_job;
+	uint64_t max_chunks;	/* stop after starting this many attempts (harvest's maxiter); 0 = no limit */
+	const char *results_dir; /* NULL = group output to out_fd/err_fd; created if missing */
+	int out_fd, err_fd;	/* -1 = discard */
+	int note_fd;		/* failure notes; -1 = none */
+	int progress_fd;	/* progress bar; -1 = none */
+	int handle_signals;	/* SIGINT/SIGTERM stop the run (see above) */
+};
+#define MESH_EXEC_OPTS_INIT                                                                      \
+	{                                                                                         \
+		.argv = NULL, .slots = 1, .input = NULL, .ttl_ns = 0, .timeout_ns = 0, .speculate = 0, .spec_job = NULL, \
+		.max_chunks = 0, .results_dir = NULL, .out_fd = 1, .err_fd = 2, .note_fd = 2,        \
+		.progress_fd = -1, .handle_signals = 1,                                                \
+	}
+
+/* What this call did (not the journal's totals: ask mesh_job_status). */
+struct mesh_exec_stats {
+	uint64_t started;	/* attempts started */
+	uint64_t done;		/* completions that came back DONE */
+	uint64_t ignored;	/* completions that came back IGNORED (duplicates) */
+	uint64_t failed;	/* failed attempts recorded (incl. timeouts) */
+	uint64_t buried;	/* chunks this call buried */
+	uint64_t timeouts;	/* attempts killed by timeout_ns */
+	uint64_t killed;	/* copies killed because the chunk was DONE elsewhere, or interrupted */
+	uint64_t speculative;	/* speculative copies started */
+	uint64_t wall_ns;	/* duration of the call */
+};
+
+/* Runs chunks of job until nothing is left for this node (see answers).
+ * Returns MESH_EXEC_* or a negative error: MESH_E_PARSE (empty argv),
+ * MESH_E_RANGE (input has fewer lines than the job has chunks), -ENOENT /
+ * -EACCES (argv[0] not found / not executable, before anything ran), or an
+ * error of the job engine or of writing results (-EIO, -ENOSPC: the run
+ * stops, running chunks are killed, nothing not durable is reported DONE).
+ * stats (may be NULL) is filled in every case.  On return no child of the
+ * runner is left running and every fd it opened is closed; job stays open
+ * and owned by the caller. */
+int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *opts, struct mesh_exec_stats *stats);
+
+#endif

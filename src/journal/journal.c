@@ -1,0 +1,592 @@
+#include "journal/journal.h"
+
+#include "base/clock.h"
+#include "base/crc.h"
+#include "base/err.h"
+#include "base/io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Records straddle read chunks; the fuzz build reads in small chunks so that
+ * the fuzzer reaches that path (and runs fast under ASan). */
+#ifdef MESH_FUZZ
+#define READ_CHUNK (1u << 12)
+#else
+#define READ_CHUNK (1u << 20)
+#endif
+
+struct waiter {
+	const struct mesh_jrec *recs;
+	size_t n;
+	int *keep;
+	int rc;
+	int done;
+	pthread_cond_t cv; /* signalled when done, or when it may lead */
+	struct waiter *next;
+};
+
+struct mesh_journal {
+	int fd;			/* read + append, its own open file description */
+	char *path;
+	mesh_journal_fn fn;
+	void *arg;
+	mesh_journal_prepare_fn prepare;
+	void *prepare_arg;
+	/* reader; rmu guards read_off and rbuf (tail may run on a commit
+	 * leader's thread while another thread tails) */
+	pthread_mutex_t rmu;
+	uint64_t read_off;
+	_Atomic uint64_t read_limit; /* tail reads stop here while we commit */
+	unsigned char *rbuf;
+	/* group commit */
+	pthread_mutex_t gmu;
+	struct waiter *qhead, **qtail;
+	int leader;
+	int broken;		/* sticky error after a failed cut-back */
+	unsigned char *wbuf;
+	size_t wcap;
+	uint64_t batches, written;
+};
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+size_t mesh_journal_encode(void *out, uint8_t type, uint8_t flags, const void *payload, uint16_t len)
+{
+	unsigned char *p = out;
+	size_t size = mesh_journal_size(len);
+	p[4] = type;
+	p[5] = flags;
+	p[6] = (unsigned char)len;
+	p[7] = (unsigned char)(len >> 8);
+	if (len)
+		memcpy(p + MESH_JOURNAL_FRAME, payload, len);
+	memset(p + MESH_JOURNAL_FRAME + len, 0, size - MESH_JOURNAL_FRAME - len);
+	put32(p, mesh_crc32c(0, p + 4, size - 4));
+	return size;
+}
+
+int mesh_journal_decode(const void *buf, size_t n, struct mesh_jrec *r, size_t *size)
+{
+	const unsigned char *p = buf;
+	size_t len, sz;
+	if (n < MESH_JOURNAL_FRAME)
+		return 0;
+	len = (size_t)p[6] | (size_t)p[7] << 8;
+	if (p[4] == 0 || len > MESH_JOURNAL_MAX_PAYLOAD)
+		return MESH_E_CORRUPT;
+	sz = mesh_journal_size(len);
+	if (n < sz)
+		return 0;
+	if (mesh_crc32c(0, p + 4, sz - 4) != get32(p))
+		return MESH_E_CORRUPT;
+	for (size_t i = MESH_JOURNAL_FRAME + len; i < sz; i++)
+		if (p[i])
+			return MESH_E_CORRUPT;
+	r->type = p[4];
+	r->flags = p[5];
+	r->len = (uint16_t)len;
+	r->data = p + MESH_JOURNAL_FRAME;
+	*size = sz;
+	return 1;
+}
+
+void mesh_journal_header(void *out)
+{
+	unsigned char *p = out;
+	memset(p, 0, MESH_JOURNAL_HDR_SIZE);
+	memcpy(p, MESH_JOURNAL_MAGIC, 8);
+	put32(p + 8, MESH_JOURNAL_VERSION);
+	put32(p + 12, MESH_JOURNAL_HDR_SIZE);
+	put64(p + 16, mesh_wall_ns());
+	put32(p + 28, mesh_crc32c(0, p, 28));
+}
+
+int mesh_journal_header_check(const void *buf, size_t n)
+{
+	const unsigned char *p = buf;
+	if (n < 8 || memcmp(p, MESH_JOURNAL_MAGIC, 8) != 0)
+		return MESH_E_FOREIGN;
+	if (n < MESH_JOURNAL_HDR_SIZE)
+		return MESH_E_CORRUPT;
+	if (get32(p + 28) != mesh_crc32c(0, p, 28))
+		return MESH_E_CORRUPT;
+	if (get32(p + 8) != MESH_JOURNAL_VERSION)
+		return MESH_E_VERSION;
+	if (get32(p + 12) != MESH_JOURNAL_HDR_SIZE)
+		return MESH_E_CORRUPT;
+	return 0;
+}
+
+int mesh_journal_create(const char *path, const struct mesh_jrec *first)
+{
+	char tmp[PATH_MAX];
+	unsigned char buf[MESH_JOURNAL_HDR_SIZE + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8];
+	size_t n = MESH_JOURNAL_HDR_SIZE;
+	int fd, rc;
+	if (first->len > MESH_JOURNAL_MAX_PAYLOAD)
+		return MESH_E_TOOBIG;
+	if (snprintf(tmp, sizeof tmp, "%s.%d.new", path, (int)getpid()) >= (int)sizeof tmp)
+		return -ENAMETOOLONG;
+	mesh_journal_header(buf);
+	n += mesh_journal_encode(buf + n, first->type, first->flags, first->data, first->len);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -errno;
+	rc = mesh_write_all(fd, buf, n);
+	if (!rc)
+		rc = mesh_fdatasync(fd);
+	close(fd);
+	/* link, not rename: of two creators exactly one wins, the other sees
+	 * EEXIST and reads what the winner wrote. */
+	if (!rc && link(tmp, path) < 0)
+		rc = -errno;
+	unlink(tmp);
+	if (!rc)
+		rc = mesh_fsync_dir_of(path);
+	return rc;
+}
+
+int mesh_journal_open(struct mesh_journal **out, const char *path, mesh_journal_fn fn, void *arg)
+{
+	unsigned char hdr[MESH_JOURNAL_HDR_SIZE];
+	struct mesh_journal *j;
+	ssize_t got;
+	int rc;
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	/* A journal we may only read still serves status and check; appends
+	 * then fail with -EBADF. */
+	if (fd < 0 && (errno == EACCES || errno == EROFS))
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	got = mesh_pread_full(fd, hdr, sizeof hdr, 0);
+	if (got < 0) {
+		close(fd);
+		return (int)got;
+	}
+	rc = mesh_journal_header_check(hdr, (size_t)got);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	j = calloc(1, sizeof *j);
+	if (!j || !(j->path = strdup(path)) || !(j->rbuf = malloc(READ_CHUNK))) {
+		if (j) {
+			free(j->path);
+			free(j);
+		}
+		close(fd);
+		return -ENOMEM;
+	}
+	j->fd = fd;
+	j->fn = fn;
+	j->arg = arg;
+	j->read_off = MESH_JOURNAL_HDR_SIZE;
+	atomic_store(&j->read_limit, UINT64_MAX);
+	pthread_mutex_init(&j->gmu, NULL);
+	pthread_mutex_init(&j->rmu, NULL);
+	j->qtail = &j->qhead;
+	*out = j;
+	return 0;
+}
+
+void mesh_journal_close(struct mesh_journal *j)
+{
+	if (!j)
+		return;
+	close(j->fd);
+	pthread_mutex_destroy(&j->gmu);
+	pthread_mutex_destroy(&j->rmu);
+	free(j->rbuf);
+	free(j->wbuf);
+	free(j->path);
+	free(j);
+}
+
+void mesh_journal_set_prepare(struct mesh_journal *j, mesh_journal_prepare_fn fn, void *arg)
+{
+	j->prepare = fn;
+	j->prepare_arg = arg;
+}
+
+uint64_t mesh_journal_position(const struct mesh_journal *j)
+{
+	struct mesh_journal *m = (struct mesh_journal *)j;
+	uint64_t off;
+	pthread_mutex_lock(&m->rmu);
+	off = m->read_off;
+	pthread_mutex_unlock(&m->rmu);
+	return off;
+}
+
+void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_t *records)
+{
+	if (batches)
+		*batches = j->batches;
+	if (records)
+		*records = j->written;
+}
+
+static long tail_locked(struct mesh_journal *j);
+
+long mesh_journal_tail(struct mesh_journal *j)
+{
+	long n;
+	pthread_mutex_lock(&j->rmu);
+	n = tail_locked(j);
+	pthread_mutex_unlock(&j->rmu);
+	return n;
+}
+
+static long tail_locked(struct mesh_journal *j)
+{
+	long count = 0;
+	for (;;) {
+		uint64_t limit = atomic_load(&j->read_limit);
+		size_t want = READ_CHUNK, pos = 0;
+		ssize_t got;
+		if (limit <= j->read_off)
+			return count;
+		if (limit - j->read_off < want)
+			want = (size_t)(limit - j->read_off);
+		got = mesh_pread_full(j->fd, j->rbuf, want, (off_t)j->read_off);
+		if (got < 0)
+			return got;
+		/* Reloaded after the read: a commit that began meanwhile set the
+		 * limit before writing, so bytes past it are not durable yet. */
+		limit = atomic_load(&j->read_limit);
+		if (limit <= j->read_off)
+			return count;
+		if ((uint64_t)got > limit - j->read_off)
+			got = (ssize_t)(limit - j->read_off);
+		for (;;) {
+			struct mesh_jrec r;
+			size_t sz;
+			int rc = mesh_journal_decode(j->rbuf + pos, (size_t)got - pos, &r, &sz);
+			if (rc <= 0)
+				break;
+			r.off = j->read_off + pos;
+			pos += sz;
+			count++;
+			if (j->fn) {
+				int stop = j->fn(j->arg, &r);
+				if (stop) {
+					j->read_off += pos;
+					return stop < 0 ? stop : count;
+				}
+			}
+		}
+		j->read_off += pos;
+		/* A short read is the end of the file; a full one that held no
+		 * whole record can only be a record we cannot decode. */
+		if ((size_t)got < want || pos == 0)
+			return count;
+	}
+}
+
+/* Offset of the first whole record at or after off (8-aligned from off),
+ * or UINT64_MAX; reads the file through fd. */
+static uint64_t find_whole_after(int fd, uint64_t off, uint64_t size)
+{
+	unsigned char *buf = malloc(READ_CHUNK + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8);
+	uint64_t base = off, found = UINT64_MAX;
+	if (!buf)
+		return 0; /* cannot tell: behave as if whole records follow */
+	while (base < size && found == UINT64_MAX) {
+		size_t want = READ_CHUNK + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8;
+		ssize_t got = mesh_pread_full(fd, buf, want, (off_t)base);
+		if (got <= 0)
+			break;
+		for (size_t i = 0; i < READ_CHUNK && i < (size_t)got; i += 8) {
+			struct mesh_jrec r;
+			size_t sz;
+			if (mesh_journal_decode(buf + i, (size_t)got - i, &r, &sz) == 1 && r.type <= MESH_JREC__MAX) {
+				found = base + i;
+				break;
+			}
+		}
+		base += READ_CHUNK;
+	}
+	free(buf);
+	return found;
+}
+
+/* With the lock held and the consumer at read_off: cuts a torn tail.  0,
+ * MESH_E_CORRUPT, or -errno. */
+static int cut_torn_locked(struct mesh_journal *j, uint64_t *cut)
+{
+	struct stat st;
+	uint64_t off = mesh_journal_position(j);
+	if (fstat(j->fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size <= off)
+		return 0;
+	if (find_whole_after(j->fd, off + 8, (uint64_t)st.st_size) != UINT64_MAX)
+		return MESH_E_CORRUPT;
+	if (ftruncate(j->fd, (off_t)off) < 0)
+		return -errno;
+	if (cut)
+		*cut += (uint64_t)st.st_size - off;
+	return mesh_fdatasync(j->fd);
+}
+
+static int lock_ex(int fd)
+{
+	while (flock(fd, LOCK_EX) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
+int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
+{
+	struct stat st;
+	long n;
+	int rc;
+	if (cut)
+		*cut = 0;
+	n = mesh_journal_tail(j);
+	if (n < 0)
+		return (int)n;
+	if (fstat(j->fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size <= mesh_journal_position(j))
+		return 0;
+	rc = lock_ex(j->fd);
+	if (rc)
+		return rc;
+	/* Under the lock no append is in flight: what is still not whole is
+	 * damage. */
+	n = mesh_journal_tail(j);
+	rc = n < 0 ? (int)n : cut_torn_locked(j, cut);
+	flock(j->fd, LOCK_UN);
+	return rc;
+}
+
+/* The leader commits every queued waiter's records. */
+static void commit(struct mesh_journal *j, struct waiter *list)
+{
+	size_t nrec = 0, bytes = 0, k;
+	struct mesh_jrec *all;
+	int *keep;
+	int rc = 0;
+	struct stat st;
+	uint64_t end = 0;
+
+	for (struct waiter *w = list; w; w = w->next)
+		nrec += w->n;
+	all = malloc(nrec * sizeof *all + 1);
+	keep = malloc(nrec * sizeof *keep + 1);
+	if (!all || !keep) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	k = 0;
+	for (struct waiter *w = list; w; w = w->next)
+		for (size_t i = 0; i < w->n; i++, k++) {
+			all[k] = w->recs[i];
+			keep[k] = 1;
+		}
+	if (j->broken) {
+		rc = j->broken;
+		goto out;
+	}
+	rc = lock_ex(j->fd);
+	if (rc)
+		goto out;
+	if (j->prepare)
+		rc = j->prepare(j->prepare_arg, all, nrec, keep);
+	else {
+		long t = mesh_journal_tail(j);
+		rc = t < 0 ? (int)t : 0;
+	}
+	if (!rc)
+		rc = cut_torn_locked(j, NULL);
+	if (!rc && fstat(j->fd, &st) < 0)
+		rc = -errno;
+	if (!rc) {
+		end = (uint64_t)st.st_size;
+		bytes = 0;
+		for (k = 0; k < nrec; k++)
+			if (keep[k])
+				bytes += mesh_journal_size(all[k].len);
+		if (bytes > j->wcap) {
+			unsigned char *nb = realloc(j->wbuf, bytes);
+			if (!nb)
+				rc = -ENOMEM;
+			else {
+				j->wbuf = nb;
+				j->wcap = bytes;
+			}
+		}
+	}
+	if (!rc && bytes) {
+		size_t pos = 0;
+		for (k = 0; k < nrec; k++)
+			if (keep[k])
+				pos += mesh_journal_encode(j->wbuf + pos, all[k].type, all[k].flags, all[k].data, all[k].len);
+		/* Our own tails stop before what we write until it is durable. */
+		atomic_store(&j->read_limit, end);
+		rc = mesh_pwrite_all(j->fd, j->wbuf, bytes, (off_t)end);
+		if (!rc)
+			rc = mesh_fdatasync(j->fd);
+		if (rc) {
+			/* Take back what may be in the file so no reader ever
+			 * counts a record we report as failed. */
+			if (ftruncate(j->fd, (off_t)end) < 0)
+				j->broken = -EIO;
+		} else {
+			j->batches++;
+			for (k = 0; k < nrec; k++)
+				j->written += keep[k] ? 1 : 0;
+		}
+		atomic_store(&j->read_limit, UINT64_MAX);
+	}
+	flock(j->fd, LOCK_UN);
+out:
+	k = 0;
+	pthread_mutex_lock(&j->gmu);
+	for (struct waiter *w = list, *next; w; w = next) {
+		next = w->next;
+		for (size_t i = 0; i < w->n; i++, k++)
+			if (w->keep)
+				w->keep[i] = (keep && !rc) ? keep[k] : 0;
+		w->rc = rc;
+		w->done = 1;
+		pthread_cond_signal(&w->cv);
+	}
+	j->leader = 0;
+	/* Wake only the waiters of this batch and the next leader: a broadcast
+	 * to every queued thread costs more than the fsync it shares. */
+	if (j->qhead)
+		pthread_cond_signal(&j->qhead->cv);
+	pthread_mutex_unlock(&j->gmu);
+	free(all);
+	free(keep);
+}
+
+int mesh_journal_append(struct mesh_journal *j, const struct mesh_jrec *recs, size_t n, int *keep)
+{
+	struct waiter w = {.recs = recs, .n = n, .keep = keep};
+	for (size_t i = 0; i < n; i++)
+		if (recs[i].len > MESH_JOURNAL_MAX_PAYLOAD || recs[i].type == 0)
+			return MESH_E_TOOBIG;
+	if (n == 0)
+		return 0;
+	pthread_cond_init(&w.cv, NULL);
+	pthread_mutex_lock(&j->gmu);
+	*j->qtail = &w;
+	j->qtail = &w.next;
+	while (!w.done) {
+		if (!j->leader) {
+			struct waiter *list = j->qhead;
+			j->qhead = NULL;
+			j->qtail = &j->qhead;
+			j->leader = 1;
+			pthread_mutex_unlock(&j->gmu);
+			commit(j, list);
+			pthread_mutex_lock(&j->gmu);
+		} else {
+			pthread_cond_wait(&w.cv, &j->gmu);
+		}
+	}
+	pthread_mutex_unlock(&j->gmu);
+	pthread_cond_destroy(&w.cv);
+	return w.rc;
+}
+
+static int count_rec(void *arg, const struct mesh_jrec *r)
+{
+	struct mesh_journal_report *rep = arg;
+	rep->records++;
+	if (r->type <= MESH_JREC__MAX)
+		rep->by_type[r->type]++;
+	return 0;
+}
+
+int mesh_journal_check(const char *path, int repair, struct mesh_journal_report *rep)
+{
+	struct mesh_journal *j;
+	struct stat st;
+	long n;
+	int rc;
+	memset(rep, 0, sizeof *rep);
+	rep->bad_off = UINT64_MAX;
+	rc = mesh_journal_open(&j, path, count_rec, rep);
+	if (rc)
+		return rc;
+	rc = lock_ex(j->fd);
+	if (rc)
+		goto out;
+	n = mesh_journal_tail(j);
+	if (n < 0) {
+		rc = (int)n;
+		goto unlock;
+	}
+	if (fstat(j->fd, &st) < 0) {
+		rc = -errno;
+		goto unlock;
+	}
+	rep->size = (uint64_t)st.st_size;
+	rep->good_end = j->read_off;
+	if (rep->size > j->read_off) {
+		uint64_t off = j->read_off + 8;
+		rep->bad_off = j->read_off;
+		/* Count the whole records after the damage (8-aligned scan). */
+		for (;;) {
+			uint64_t f = find_whole_after(j->fd, off, rep->size);
+			unsigned char fr[MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8];
+			struct mesh_jrec r;
+			size_t sz;
+			ssize_t got;
+			if (f == UINT64_MAX || f == 0)
+				break;
+			got = mesh_pread_full(j->fd, fr, sizeof fr, (off_t)f);
+			if (got > 0 && mesh_journal_decode(fr, (size_t)got, &r, &sz) == 1) {
+				rep->after_bad++;
+				off = f + sz;
+			} else {
+				off = f + 8;
+			}
+		}
+		rep->torn = rep->after_bad == 0;
+		if ((rep->torn && repair >= 1) || repair >= 2) {
+			if (ftruncate(j->fd, (off_t)j->read_off) < 0)
+				rc = -errno;
+			else
+				rc = mesh_fdatasync(j->fd);
+			if (!rc)
+				rep->repaired = 1;
+		} else {
+			rc = MESH_E_CORRUPT;
+		}
+	}
+unlock:
+	flock(j->fd, LOCK_UN);
+out:
+	mesh_journal_close(j);
+	return rc;
+}

@@ -1,0 +1,137 @@
+/* The journal: a framed, append-only, checksummed log file.
+ *
+ * Layout (all integers little-endian; docs/journal.md has the full table):
+ *   header, 32 bytes: magic "meshjrnl", u32 version, u32 header size (32),
+ *     u64 creation wall time (ns), u32 zero, u32 crc32c of bytes 0..27.
+ *   records, each 8-byte aligned:
+ *     u32 crc32c of bytes 4..(8+len+pad), u8 type, u8 flags, u16 len,
+ *     len payload bytes, zero padding to a multiple of 8.
+ * A record is whole when all its bytes are present and its crc matches;
+ * nothing else is ever accepted.
+ *
+ * Format version bump procedure (beanstalkd's Walver rule): the version is
+ * MESH_JOURNAL_VERSION below.  Any change to the header, the frame, or the
+ * meaning or payload of an existing record type needs a new version number;
+ * the reader then keeps a decoder for every older version it still accepts
+ * and mesh_journal_open() answers MESH_E_VERSION for any other.  Adding a new
+ * record type that old readers may safely skip does not need a bump (readers
+ * skip unknown types); one they must not skip does.
+ *
+ * Concurrency: any number of processes may append (each batch is written
+ * and fdatasync'd while holding flock(LOCK_EX) on the file) and read (each
+ * struct mesh_journal remembers how far it has read and mesh_journal_tail
+ * reads only what was appended since).  Within one process many threads may
+ * call mesh_journal_append at once: their records are written together with
+ * one fdatasync (group commit: the first waiter becomes the leader and
+ * commits everything queued).  Tail calls must be serialised by the caller. */
+#ifndef MESH_JOURNAL_JOURNAL_H
+#define MESH_JOURNAL_JOURNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MESH_JOURNAL_MAGIC "meshjrnl"
+#define MESH_JOURNAL_VERSION 1
+#define MESH_JOURNAL_HDR_SIZE 32
+#define MESH_JOURNAL_FRAME 8		/* frame header bytes before the payload */
+#define MESH_JOURNAL_MAX_PAYLOAD 1024	/* longer len fields are corrupt */
+
+/* Record types (payloads in docs/journal.md). */
+enum {
+	MESH_JREC_SUBMIT = 1, /* u64 n: always the first record */
+	MESH_JREC_NODE = 2,   /* u32 node hash, name bytes */
+	MESH_JREC_DONE = 3,   /* u64 cid, u32 node hash, u32 duration us; flag 1 = speculative copy */
+	MESH_JREC_FAIL = 4,   /* u64 cid, u32 node hash, i32 exit status; flag 1 = this failure buried it */
+	MESH_JREC_RETRY = 5,  /* u64 cid (UINT64_MAX = every buried chunk) */
+	MESH_JREC_DUP = 6,    /* u64 cid, u32 node hash: a completion that came back IGNORED */
+	MESH_JREC__MAX = 6,
+};
+
+struct mesh_jrec {
+	uint8_t type, flags;
+	uint16_t len;
+	const void *data; /* len bytes; valid during the callback only */
+	uint64_t off;	  /* file offset of the record (output of tail/scan) */
+};
+
+struct mesh_journal;
+
+/* Called by tail for every whole record in file order; a non-zero return
+ * stops the tail and is returned by it (the record counts as read). */
+typedef int (*mesh_journal_fn)(void *arg, const struct mesh_jrec *r);
+/* Called by the commit leader while it holds the file lock, before it
+ * writes: it must bring the consumer up to date (mesh_journal_tail) and may
+ * drop records of the batch by clearing keep[i] (e.g. a DONE that another
+ * process wrote first).  A negative return fails the whole batch. */
+typedef int (*mesh_journal_prepare_fn)(void *arg, const struct mesh_jrec *recs, size_t n, int *keep);
+
+/* Encodes one record into out (at least mesh_journal_size(len) bytes);
+ * returns its size. */
+size_t mesh_journal_encode(void *out, uint8_t type, uint8_t flags, const void *payload, uint16_t len);
+static inline size_t mesh_journal_size(size_t len)
+{
+	return (MESH_JOURNAL_FRAME + len + 7) & ~(size_t)7;
+}
+/* Decodes the record at buf (n bytes available).  1 with *r filled and
+ * *size set, 0 when the bytes end before the record does, MESH_E_CORRUPT
+ * when the frame or crc is bad.  Pure; used by the reader and the fuzzer. */
+int mesh_journal_decode(const void *buf, size_t n, struct mesh_jrec *r, size_t *size);
+/* Builds a header into out (MESH_JOURNAL_HDR_SIZE bytes). */
+void mesh_journal_header(void *out);
+/* Checks a header: 0, MESH_E_FOREIGN (short or wrong magic), MESH_E_VERSION,
+ * MESH_E_CORRUPT (bad header crc). */
+int mesh_journal_header_check(const void *buf, size_t n);
+
+/* Creates path holding the header and one record, atomically (temp file,
+ * fdatasync, link, fsync dir): the file appears whole or not at all.
+ * -EEXIST if path exists (it is left alone). */
+int mesh_journal_create(const char *path, const struct mesh_jrec *first);
+
+/* Opens an existing journal and checks its header; reads no records.
+ * fn/arg receive the records tail reads.  Errors: -errno (-ENOENT), the
+ * header errors above.  *out is the caller's (mesh_journal_close). */
+int mesh_journal_open(struct mesh_journal **out, const char *path, mesh_journal_fn fn, void *arg);
+void mesh_journal_close(struct mesh_journal *j);
+/* Installs the commit leader's prepare hook (see above). */
+void mesh_journal_set_prepare(struct mesh_journal *j, mesh_journal_prepare_fn fn, void *arg);
+
+/* Reads the records appended since the last tail and passes each whole one
+ * to fn.  Stops quietly at a partial or bad record (an append in progress,
+ * or a torn tail that mesh_journal_recover cuts).  Returns the number of
+ * records read or a negative error.  Never reads records this process is
+ * still committing (they become visible once durable). */
+long mesh_journal_tail(struct mesh_journal *j);
+/* Tails, then, if bytes remain that are not whole records, takes the file
+ * lock and cuts them when they are a torn tail (no whole record follows
+ * them), or answers MESH_E_CORRUPT when whole records follow (damage in
+ * the middle: see mesh_journal_check).  *cut (may be NULL) gets the bytes
+ * cut.  0 or a negative error. */
+int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut);
+/* Appends n records durably with the other appenders of this process (one
+ * write + one fdatasync per batch).  keep (may be NULL) gets 1 for each
+ * record written, 0 for one the prepare hook dropped.  Returns 0 once the
+ * kept records are durable, or a negative error (write or fsync failed:
+ * then none of them is in the file, as far as a truncate can ensure). */
+int mesh_journal_append(struct mesh_journal *j, const struct mesh_jrec *recs, size_t n, int *keep);
+/* Bytes of whole records read so far (the tail position). */
+uint64_t mesh_journal_position(const struct mesh_journal *j);
+/* Counts of this handle: batches committed, records written. */
+void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_t *records);
+
+struct mesh_journal_report {
+	uint64_t size;		/* file size found */
+	uint64_t records;	/* whole records */
+	uint64_t by_type[MESH_JREC__MAX + 1];
+	uint64_t good_end;	/* end of the last whole record before any damage */
+	uint64_t bad_off;	/* first damaged byte, or UINT64_MAX */
+	uint64_t after_bad;	/* whole records found after the damage */
+	int torn;		/* damage is a torn tail (no whole record after it) */
+	int repaired;		/* the file was cut at good_end */
+};
+/* Verifies a whole journal.  repair = 1 cuts a torn tail; repair = 2 also
+ * cuts at the first damage even when whole records follow (those records
+ * are lost: their chunks run again).  Returns 0 when the file is (now)
+ * sound, MESH_E_CORRUPT when damage remains, or another error. */
+int mesh_journal_check(const char *path, int repair, struct mesh_journal_report *rep);
+
+#endif

@@ -1,0 +1,301 @@
+/* `mesh run` driven as a user would: the real binary, real signals. */
+#include "base/clock.h"
+#include "job/job.h"
+#include "runner/t.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MESH t_bin("mesh")
+
+/* Counts of each chunk id in a file of lines "<cid> ..." (cids < n). */
+static void count_cids(const char *path, int *cnt, int n)
+{
+	memset(cnt, 0, (size_t)n * sizeof *cnt);
+	char *s = t_read_file(path, NULL);
+	if (!s)
+		return;
+	char *save = NULL;
+	for (char *l = strtok_r(s, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		int c = atoi(l);
+		if (c >= 0 && c < n)
+			cnt[c]++;
+	}
+	free(s);
+}
+
+static int lines_at_least(void *arg)
+{
+	char out[64];
+	const char **a = arg;
+	if (t_sh(out, sizeof out, 0, "cat %s 2>/dev/null | wc -l", a[0]) != 0)
+		return 0;
+	return atoi(out) >= atoi(a[1]);
+}
+
+TEST(run_completes_and_groups_output)
+{
+	char out[8192];
+	int rc = t_sh(out, sizeof out, 0, "%s run -j3 --chunks 20 -- echo chunk 2>err", MESH);
+	EXPECT_EQ(rc, 0);
+	int seen[20] = {0}, lines = 0;
+	char *save = NULL;
+	for (char *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save), lines++) {
+		int c = -1;
+		EXPECT_EQ(sscanf(l, "chunk %d", &c), 1);
+		if (c >= 0 && c < 20)
+			seen[c]++;
+	}
+	EXPECT_EQ(lines, 20);
+	for (int i = 0; i < 20; i++)
+		EXPECT_EQ(seen[i], 1);
+	char *err = t_read_file("err", NULL);
+	EXPECT_CONTAINS(err, "20/20 done, 0 failed");
+	free(err);
+	/* the same command again: nothing to do, the default journal resumes */
+	rc = t_sh(out, sizeof out, 0, "%s run -j3 --chunks 20 -- echo chunk 2>err", MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_STREQ(out, "");
+	rc = t_sh(out, sizeof out, 0, "ls .mesh-run-*.log | wc -l");
+	EXPECT_EQ(atoi(out), 1);
+}
+
+/* kill -9 midway; the rerun never runs a chunk that was DONE in the journal
+ * when it started, and together the runs do every chunk. */
+TEST_TIMEOUT(run_sigkill_midway_then_resume, 60)
+{
+	const char *cmd = "-- sh -c 'echo {} >> \"$SIDE\"; sleep 0.05'";
+	char out[512];
+	const int n = 60;
+	EXPECT_EQ(t_sh(out, sizeof out, 0,
+		       "SIDE=s1 %s run -j2 --ttl 1 --journal r.log --chunks %d %s >/dev/null 2>&1 & echo $! > pid",
+		       MESH, n, cmd),
+		  0);
+	const char *arg[] = {"s1", "12"};
+	ASSERT_TRUE(t_wait_for(lines_at_least, arg, 20000));
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "kill -9 $(cat pid)"), 0);
+	mesh_sleep_ns(100 * MESH_NS_PER_MS);
+
+	/* What the journal holds now, read through the library. */
+	char lockdir[64];
+	snprintf(lockdir, sizeof lockdir, "/tmp/mesh-test-run-%d", (int)getpid());
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	struct mesh_job *j = NULL;
+	o.journal = "r.log";
+	o.lockdir = lockdir;
+	o.name = "peek";
+	ASSERT_EQ(mesh_job_open(&j, &o), 0);
+	int done_before[60], ndone = 0;
+	for (int i = 0; i < n; i++) {
+		done_before[i] = mesh_job_is_done(j, (uint64_t)i) == 1;
+		ndone += done_before[i];
+	}
+	mesh_job_close(j);
+	t_sh(NULL, 0, 0, "rm -rf %s", lockdir);
+	EXPECT_GT(ndone, 0);
+	EXPECT_LT(ndone, n);
+
+	int rc = t_sh(out, sizeof out, 0, "SIDE=s2 %s run -j2 --ttl 1 --journal r.log --chunks %d %s 2>err", MESH, n,
+		      cmd);
+	EXPECT_EQ(rc, 0);
+	int c1[60], c2[60];
+	count_cids("s1", c1, n);
+	count_cids("s2", c2, n);
+	for (int i = 0; i < n; i++) {
+		if (done_before[i])
+			EXPECT_EQ(c2[i], 0); /* a DONE chunk never runs again */
+		EXPECT_GE(c1[i] + c2[i], 1);
+	}
+	char *err = t_read_file("err", NULL);
+	EXPECT_CONTAINS(err, "resuming");
+	EXPECT_CONTAINS(err, "60/60 done");
+	free(err);
+}
+
+/* SIGINT: exit 5; the interrupted chunks' leases are released, so the rerun
+ * does not wait for the (long) TTL. */
+TEST_TIMEOUT(run_sigint_exits_5_and_resumes_at_once, 60)
+{
+	char out[512];
+	EXPECT_EQ(t_sh(out, sizeof out, 0,
+		       "(%s run -j2 --ttl 60 --chunks 30 -- sh -c 'echo {} >> side; sleep 0.1' >/dev/null 2>err1 &"
+		       " echo $! > pid; wait $!; echo $? > rc1) >/dev/null 2>&1 &",
+		       MESH),
+		  0);
+	const char *arg[] = {"side", "6"}, *parg[] = {"pid", "1"};
+	ASSERT_TRUE(t_wait_for(lines_at_least, arg, 20000));
+	ASSERT_TRUE(t_wait_for(lines_at_least, parg, 5000));
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "kill -INT $(cat pid)"), 0);
+	const char *rcarg[] = {"rc1", "1"};
+	ASSERT_TRUE(t_wait_for(lines_at_least, rcarg, 10000));
+	char *rc1 = t_read_file("rc1", NULL);
+	EXPECT_STREQ(rc1, "5\n");
+	free(rc1);
+	char *err = t_read_file("err1", NULL);
+	EXPECT_CONTAINS(err, "interrupted");
+	free(err);
+	uint64_t t0 = t_now_ms();
+	int rc = t_sh(out, sizeof out, 0, "%s run -j2 --ttl 60 --chunks 30 -- sh -c 'echo {} >> side; sleep 0.1' 2>&1",
+		      MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_LT(t_now_ms() - t0, 30000); /* far below the 60 s TTL */
+	int c[30];
+	count_cids("side", c, 30);
+	for (int i = 0; i < 30; i++)
+		EXPECT_GE(c[i], 1);
+}
+
+TEST(run_input_lines_and_changed_input)
+{
+	char out[1024];
+	t_write_file("in.txt", "a b\nc\n\nd");
+	int rc = t_sh(out, sizeof out, 0, "%s run -j2 --input in.txt -- printf '[%%s]\\n' 2>/dev/null | LC_ALL=C sort", MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_STREQ(out, "[]\n[a b]\n[c]\n[d]\n");
+	/* {} inside an argument, {#} the chunk id */
+	rc = t_sh(out, sizeof out, 0, "%s run -j2 --input in.txt -- echo '{#}:x{}y' 2>/dev/null | LC_ALL=C sort", MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_STREQ(out, "0:xa by\n1:xcy\n2:xy\n3:xdy\n");
+
+	/* an explicit journal remembers its input: a changed file is refused */
+	rc = t_sh(out, sizeof out, 1, "%s run --journal in.log --input in.txt -- true", MESH);
+	EXPECT_EQ(rc, 0);
+	t_write_file("in.txt", "a b\nc\n\nD");
+	rc = t_sh(out, sizeof out, 1, "%s run --journal in.log --input in.txt -- true", MESH);
+	EXPECT_EQ(rc, 65);
+	EXPECT_CONTAINS(out, "differs");
+	/* the default journal is named after the input's content: a new job */
+	rc = t_sh(out, sizeof out, 0, "%s run --input in.txt -- echo 2>/dev/null | LC_ALL=C sort", MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_STREQ(out, "\nD\na b\nc\n");
+}
+
+TEST(run_results_dir)
+{
+	char out[512];
+	int rc = t_sh(out, sizeof out, 0, "%s run -j2 --results res --chunks 3 -- sh -c 'echo o{}; echo e{} >&2' 2>/dev/null",
+		      MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_STREQ(out, "");
+	for (int i = 0; i < 3; i++) {
+		char p[64], want[16];
+		snprintf(p, sizeof p, "res/%d/stdout", i);
+		snprintf(want, sizeof want, "o%d\n", i);
+		char *s = t_read_file(p, NULL);
+		EXPECT_STREQ(s, want);
+		free(s);
+		snprintf(p, sizeof p, "res/%d/stderr", i);
+		snprintf(want, sizeof want, "e%d\n", i);
+		s = t_read_file(p, NULL);
+		EXPECT_STREQ(s, want);
+		free(s);
+		snprintf(p, sizeof p, "res/%d/status", i);
+		s = t_read_file(p, NULL);
+		EXPECT_STREQ(s, "exit 0\n");
+		free(s);
+	}
+	rc = t_sh(out, sizeof out, 0, "find res -name '.*' | wc -l");
+	EXPECT_EQ(atoi(out), 0); /* no temp file left behind */
+}
+
+TEST(run_failures_and_retries)
+{
+	char out[4096];
+	int rc = t_sh(out, sizeof out, 1, "%s run -j2 --retries 2 --chunks 5 -- sh -c 'echo x >> tries.{}; [ {} != 3 ]'",
+		      MESH);
+	EXPECT_EQ(rc, 1);
+	EXPECT_CONTAINS(out, "chunk 3 buried after 2 attempts (last: exit 1)");
+	EXPECT_CONTAINS(out, "4/5 done, 1 failed");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "cat tries.3 | wc -l"), 0);
+	EXPECT_EQ(atoi(out), 2);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "cat tries.0 | wc -l"), 0);
+	EXPECT_EQ(atoi(out), 1);
+}
+
+TEST(run_timeout_kills)
+{
+	char out[4096];
+	uint64_t t0 = t_now_ms();
+	int rc = t_sh(out, sizeof out, 1, "%s run -j2 --timeout 0.2 --retries 1 --chunks 2 -- sleep 10", MESH);
+	EXPECT_EQ(rc, 1);
+	EXPECT_LT(t_now_ms() - t0, 8000);
+	EXPECT_CONTAINS(out, "failed (timeout)");
+	EXPECT_CONTAINS(out, "0/2 done, 2 failed");
+}
+
+TEST_TIMEOUT(run_two_cooperating_processes, 60)
+{
+	char out[4096];
+	const int n = 60;
+	int rc = t_sh(out, sizeof out, 0,
+		      "for i in 1 2; do %s run -j2 --journal co.log --chunks %d -- sh -c 'echo {} $PPID >> side; "
+		      "sleep 0.1' >/dev/null 2>&1 & done; wait %%1; a=$?; wait %%2; echo $a $?",
+		      MESH, n);
+	EXPECT_EQ(rc, 0);
+	EXPECT_STREQ(out, "0 0\n");
+	int c[60];
+	count_cids("side", c, n);
+	for (int i = 0; i < n; i++)
+		EXPECT_EQ(c[i], 1);
+	/* both processes took chunks */
+	rc = t_sh(out, sizeof out, 0, "awk '{print $2}' side | sort -u | wc -l");
+	EXPECT_EQ(atoi(out), 2);
+	rc = t_sh(out, sizeof out, 0, "%s job status co.log x run %d", MESH, n);
+	EXPECT_CONTAINS(out, "COMPLETE");
+}
+
+TEST_TIMEOUT(run_speculate_beats_a_straggler, 60)
+{
+	char out[4096];
+	/* chunk 0's first copy hangs; a copy started later finds the marker
+	 * and finishes at once */
+	uint64_t t0 = t_now_ms();
+	int rc = t_sh(out, sizeof out, 1,
+		      "%s run -j2 --speculate --chunks 12 -- sh -c "
+		      "'if [ {} = 0 ] && mkdir m 2>/dev/null; then sleep 20; else sleep 0.05; fi'",
+		      MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_LT(t_now_ms() - t0, 15000);
+	EXPECT_CONTAINS(out, "12/12 done");
+	EXPECT_CONTAINS(out, "1 speculative wins");
+}
+
+TEST(run_bad_arguments)
+{
+	static const struct {
+		const char *args;
+		int rc;
+		const char *msg;
+	} rows[] = {
+		{"", 64, "no command"},
+		{"--chunks 3", 64, "no command"},
+		{"-- true", 64, "exactly one of"},
+		{"--chunks 0 -- true", 64, "--chunks '0'"},
+		{"--chunks 12x -- true", 64, "--chunks '12x'"},
+		{"--chunks -1 -- true", 64, "--chunks '-1'"},
+		{"-j 0 --chunks 2 -- true", 64, "-j '0'"},
+		{"--chunks 2 --input f -- true", 64, "exactly one of"},
+		{"--frob --chunks 2 -- true", 64, "unknown option '--frob'"},
+		{"--timeout abc --chunks 2 -- true", 64, "--timeout 'abc'"},
+		{"--retries 0 --chunks 2 -- true", 64, "--retries '0'"},
+		{"--chunks", 64, "needs a value"},
+		{"--input missing.txt -- true", 66, "missing.txt"},
+		{"--journal j.txt --chunks 2 -- true", 65, "j.txt"},
+		{"--chunks 2 -- no-such-command-xyz", 66, "cannot run 'no-such-command-xyz'"},
+	};
+	char out[2048];
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		int rc = t_sh(out, sizeof out, 1, "%s run %s", MESH, rows[i].args);
+		EXPECT_EQ(rc, rows[i].rc);
+		EXPECT_CONTAINS(out, rows[i].msg);
+	}
+	int rc = t_sh(out, sizeof out, 0, "%s run --help 2>/dev/null", MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "usage: mesh run");
+	/* the same journal with another chunk count */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal a.log --chunks 2 -- true", MESH), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal a.log --chunks 3 -- true", MESH), 65);
+	EXPECT_CONTAINS(out, "another chunk count");
+}
