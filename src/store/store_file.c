@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -216,6 +217,32 @@ static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	return rc;
 }
 
+/* A lease is as good as expired when its holder is a process of this host
+ * that no longer exists: the default node name is "<host>.<pid>" (a
+ * speculative handle adds ".spec"), so a rerun after kill -9 need not wait
+ * out the TTL.  A reused pid only keeps the lease until its deadline, as
+ * before; other node names are judged by the deadline alone. */
+static int holder_dead(const struct mesh_lease_stamp *st)
+{
+	char host[256];
+	size_t hl;
+	uint64_t pid;
+	const char *p, *end;
+	if (gethostname(host, sizeof host - 1) < 0)
+		return 0;
+	host[sizeof host - 1] = 0;
+	hl = strlen(host);
+	if (strncmp(st->node, host, hl) != 0 || st->node[hl] != '.')
+		return 0;
+	p = st->node + hl + 1;
+	end = strchr(p, '.');
+	if (end && strcmp(end, ".spec") != 0)
+		return 0;
+	if (mesh_parse_u64n(p, end ? (size_t)(end - p) : strlen(p), INT32_MAX, &pid) || pid == 0)
+		return 0;
+	return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
 static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t now_ns, struct mesh_lease_stamp *mine,
 		    struct mesh_lease_stamp *seen)
 {
@@ -229,7 +256,7 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t 
 	if (fd < 0)
 		return fd;
 	rc = read_fd(fd, &old);
-	if (rc == 0 && old.deadline_ns > now_ns) {
+	if (rc == 0 && old.deadline_ns > now_ns && !holder_dead(&old)) {
 		if (seen)
 			*seen = old;
 		close(fd);
@@ -326,7 +353,7 @@ static int fs_each_live(struct mesh_store *s, uint64_t now_ns,
 		dot = n + nl + 1;
 		if (mesh_parse_u64n(dot, (size_t)(n + len - 6 - dot), UINT64_MAX, &cid))
 			continue; /* speculative copies (".s1") and other jobs' files */
-		if (fs_read(s, cid, 0, &st) == 0 && st.deadline_ns > now_ns)
+		if (fs_read(s, cid, 0, &st) == 0 && st.deadline_ns > now_ns && !holder_dead(&st))
 			fn(arg, cid, &st);
 	}
 	closedir(d);

@@ -519,3 +519,34 @@ TEST(job_burial_is_the_writers_decision)
 	mesh_job_close(a);
 	mesh_job_close(b);
 }
+
+TEST(job_lease_of_a_dead_local_process_is_taken_at_once)
+{
+	ASSERT_EQ(mesh_job_submit("j.log", 1), 0);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		/* node NULL: the default "<host>.<pid>" */
+		struct mesh_job *c = open_node("j.log", NULL, 1);
+		struct mesh_lease l;
+		if (!c || mesh_job_lease(c, 3600 * MESH_NS_PER_S, 0, &l) != 0)
+			_exit(1);
+		raise(SIGKILL);
+	}
+	int st;
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	ASSERT_TRUE(WIFSIGNALED(st));
+	/* A named node's lease with an hour to run would hold; the dead
+	 * default-named holder's does not. */
+	struct mesh_job *j = open_node("j.log", "other", 1);
+	struct mesh_lease l;
+	ASSERT_EQ(mesh_job_lease(j, 60 * MESH_NS_PER_S, 0, &l), 0);
+	EXPECT_UEQ(l.cid, 0);
+	EXPECT_EQ(l.kind, MESH_LEASE_STOLEN);
+	EXPECT_EQ(l.attempt, 2);
+	/* and a live holder's lease is not taken */
+	struct mesh_job *k = open_node("j.log", NULL, 1);
+	EXPECT_EQ(mesh_job_lease(k, 60 * MESH_NS_PER_S, 0, &l), MESH_JOB_NONE);
+	mesh_job_close(k);
+	mesh_job_close(j);
+}
