@@ -1,12 +1,514 @@
-/* PLACEHOLDER: replaced by the meshd client commands. */
+/* mesh load|unload|start|stop|ps|logs|call: thin clients of meshd's control
+ * API (docs/api.md) over its unix socket. */
+#include "base/err.h"
+#include "base/parse.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
+#include "daemon/api_client.h"
+#include "host/manifest.h"
 
-#define STUB(fn) int fn(int argc, char **argv) { (void)argc; return mesh_cli_usage("'%s' is not built yet", argv[0]); }
-STUB(mesh_cmd_load)
-STUB(mesh_cmd_unload)
-STUB(mesh_cmd_start)
-STUB(mesh_cmd_stop)
-STUB(mesh_cmd_ps)
-STUB(mesh_cmd_logs)
-STUB(mesh_cmd_call)
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CALL_BODY_MAX (16u << 20)
+#define LOGS_MAX (1u << 20)
+/* How long mesh waits for meshd beyond what the operation itself may take. */
+#define SLACK_NS (10ull * 1000000000ull)
+#define OP_TIMEOUT_NS (600ull * 1000000000ull)
+
+struct opts {
+	char sock[PATH_MAX];
+	const char *name;
+	const char *payload;
+	int json;
+	int have_lines, have_tail;
+	uint64_t lines, tail, timeout_ns;
+};
+
+static const char *const helps[][2] = {
+	{"load", "usage: mesh load <name> [--socket PATH]\n\n"
+		 "Loads <name> from meshd's catalog: manifest, binary, image hash, limits.\n"
+		 "No process starts yet.\n"},
+	{"unload", "usage: mesh unload <name> [--socket PATH]\n\n"
+		   "Its workers exit (the stop signal, SIGKILL after the grace) and the image is forgotten.\n"},
+	{"start", "usage: mesh start <name> [--socket PATH]\n\n"
+		  "Starts a worker of <name> now (loading it first if needed) and waits for it to say ready.\n"},
+	{"stop", "usage: mesh stop <name> [--socket PATH]\n\n"
+		 "Its workers exit (the stop signal, SIGKILL of the process group after the grace);\n"
+		 "the program stays loaded.\n"},
+	{"ps", "usage: mesh ps [--json] [--socket PATH]\n\n"
+	       "The stats table: per worker its state, pid, cpu %, resident memory, spawns, crashes,\n"
+	       "last exit and the limits really enforced; then the host totals.  --json prints\n"
+	       "meshd's answer as it is (docs/api.md).\n"},
+	{"logs", "usage: mesh logs <name> [-n LINES | --tail BYTES] [--socket PATH]\n\n"
+		 "Prints <name>'s output log (<logs>/<name>.log on meshd's side), at most its last\n"
+		 "1 MiB; -n the last LINES lines, --tail the last BYTES bytes.\n"},
+	{"call", "usage: mesh call <name> <payload | -> [--timeout S] [--socket PATH]\n\n"
+		 "Sends one request through the slot of a warm worker of <name> (one is started when\n"
+		 "none is warm) and prints its reply bytes as they are.  '-' reads the payload from stdin (at most\n"
+		 "16 MiB).  --timeout: seconds to wait for the reply (default 60).\n"},
+};
+
+static void print_help(const char *cmd)
+{
+	for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
+		if (!strcmp(helps[i][0], cmd))
+			fputs(helps[i][1], stdout);
+	fputs("\n--socket PATH: meshd's control socket; default $MESH_SOCKET, else\n"
+	      "$XDG_RUNTIME_DIR/mesh/meshd.sock, else /tmp/mesh-<uid>/meshd.sock.\n"
+	      "Exit codes: `mesh help exit-codes`; 69 when meshd cannot be reached.\n",
+	      stdout);
+}
+
+/* Parses argv; want_name / want_payload say which positionals cmd takes.
+ * Returns -1 to go on, else the exit code. */
+static int parse(int argc, char **argv, struct opts *o, int want_name, int want_payload)
+{
+	const char *cmd = argv[0];
+	int npos = 0, dashdash = 0;
+	memset(o, 0, sizeof *o);
+	if (mesh_cli_wants_help(argc, argv)) {
+		print_help(cmd);
+		return 0;
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = NULL;
+		if (!dashdash && !strcmp(a, "--")) {
+			dashdash = 1;
+			continue;
+		}
+		if (!dashdash && a[0] == '-' && a[1]) {
+			const char *eq = strchr(a, '=');
+			size_t klen = eq ? (size_t)(eq - a) : strlen(a);
+			int takes = (klen == 8 && !strncmp(a, "--socket", 8)) ||
+				    (!strcmp(cmd, "logs") && ((klen == 2 && !strncmp(a, "-n", 2)) ||
+							       (klen == 6 && !strncmp(a, "--tail", 6)))) ||
+				    (!strcmp(cmd, "call") && klen == 9 && !strncmp(a, "--timeout", 9));
+			if (!strcmp(cmd, "ps") && !strcmp(a, "--json")) {
+				o->json = 1;
+				continue;
+			}
+			if (!takes)
+				return mesh_cli_usage("%s: unknown option '%s'", cmd, a);
+			if (eq)
+				v = eq + 1;
+			else if (i + 1 < argc)
+				v = argv[++i];
+			else
+				return mesh_cli_usage("%s: %.*s needs a value", cmd, (int)klen, a);
+			if (!strncmp(a, "--socket", 8)) {
+				if (!*v || strlen(v) >= sizeof o->sock)
+					return mesh_cli_usage("%s: --socket wants a path", cmd);
+				strcpy(o->sock, v);
+			} else if (!strncmp(a, "-n", 2) && klen == 2) {
+				if (mesh_parse_u64(v, 1000000, &o->lines) < 0)
+					return mesh_cli_usage("%s: -n wants a line count, not '%s'", cmd, v);
+				o->have_lines = 1;
+			} else if (!strncmp(a, "--tail", 6)) {
+				if (mesh_parse_size(v, LOGS_MAX, &o->tail) < 0)
+					return mesh_cli_usage("%s: --tail wants a byte count up to 1M, not '%s'", cmd, v);
+				o->have_tail = 1;
+			} else {
+				if (mesh_parse_seconds(v, 3600ull * 1000000000ull, &o->timeout_ns) < 0 ||
+				    !o->timeout_ns)
+					return mesh_cli_usage("%s: --timeout wants seconds (0 < S <= 3600), not '%s'",
+							      cmd, v);
+			}
+			continue;
+		}
+		if (npos == 0 && want_name)
+			o->name = a;
+		else if (npos == 1 && want_payload)
+			o->payload = a;
+		else
+			return mesh_cli_usage("%s: unexpected argument '%s'", cmd, a);
+		npos++;
+	}
+	if (want_name && !o->name)
+		return mesh_cli_usage("%s: which program? (mesh %s <name>)", cmd, cmd);
+	if (want_payload && !o->payload)
+		return mesh_cli_usage("%s: no payload (give it, or '-' for stdin)", cmd);
+	if (o->name && !mesh_manifest_name_ok(o->name))
+		return mesh_cli_usage("%s: bad program name '%s': 1 to 64 letters, digits, '_' or '-'", cmd, o->name);
+	if (o->have_lines && o->have_tail)
+		return mesh_cli_usage("%s: -n and --tail exclude each other", cmd);
+	if (!o->sock[0] && meshd_socket_default(o->sock, sizeof o->sock) < 0)
+		return mesh_cli_usage("%s: the default socket path is too long; give --socket PATH", cmd);
+	return -1;
+}
+
+/* One request; on failure prints why and returns the exit code, else -1. */
+static int request(const struct opts *o, const char *what, const char *method, const char *target, const void *body,
+		   size_t n, uint64_t timeout_ns, struct meshd_reply *r)
+{
+	int rc = meshd_client_request(o->sock, method, target, body, n, timeout_ns, r);
+	if (rc < 0) {
+		if (meshd_client_unreachable(rc)) {
+			fprintf(stderr, "mesh: cannot reach meshd at '%s': %s\n", o->sock, mesh_strerror(rc));
+			return MESH_EXIT_UNAVAILABLE;
+		}
+		return mesh_cli_fail(rc, "%s: no answer from meshd at '%s'", what, o->sock);
+	}
+	if (r->status >= 400) {
+		char *msg = NULL;
+		int err = meshd_reply_error(r, &msg);
+		json_t *j = json_loadb(r->body, r->len, 0, NULL);
+		const char *tail = j ? json_string_value(json_object_get(j, "tail")) : NULL;
+		fprintf(stderr, "mesh: %s: %s\n", what, msg ? msg : "error");
+		if (tail && *tail) {
+			size_t tl = strlen(tail);
+			fprintf(stderr, "mesh: its last output:\n%s%s", tail, tail[tl - 1] == '\n' ? "" : "\n");
+		}
+		json_decref(j);
+		free(msg);
+		meshd_reply_release(r);
+		return mesh_exit_for(err);
+	}
+	return -1;
+}
+
+static int simple(int argc, char **argv, const char *verb_done)
+{
+	struct opts o;
+	struct meshd_reply r;
+	char target[128], what[128];
+	int ex = parse(argc, argv, &o, 1, 0);
+	if (ex >= 0)
+		return ex;
+	snprintf(target, sizeof target, "/v1/programs/%s/%s", o.name, argv[0]);
+	snprintf(what, sizeof what, "cannot %s '%s'", argv[0], o.name);
+	ex = request(&o, what, "POST", target, NULL, 0, OP_TIMEOUT_NS, &r);
+	if (ex >= 0)
+		return ex;
+	json_t *j = json_loadb(r.body, r.len, 0, NULL);
+	json_t *res = j ? json_object_get(j, "result") : NULL;
+	json_t *pid = res ? json_object_get(res, "pid") : NULL;
+	printf("%s %s", verb_done, o.name);
+	if (json_is_integer(pid))
+		printf(" (pid %lld)", (long long)json_integer_value(pid));
+	printf("\n");
+	json_decref(j);
+	meshd_reply_release(&r);
+	return 0;
+}
+
+int mesh_cmd_load(int argc, char **argv)
+{
+	return simple(argc, argv, "loaded");
+}
+
+int mesh_cmd_unload(int argc, char **argv)
+{
+	return simple(argc, argv, "unloaded");
+}
+
+int mesh_cmd_start(int argc, char **argv)
+{
+	return simple(argc, argv, "started");
+}
+
+int mesh_cmd_stop(int argc, char **argv)
+{
+	return simple(argc, argv, "stopped");
+}
+
+static json_t *field(json_t *o, const char *a, const char *b)
+{
+	json_t *v = json_object_get(o, a);
+	return v || !b ? v : json_object_get(o, b);
+}
+
+static void fmt_num(char *buf, size_t n, json_t *v)
+{
+	if (json_is_integer(v))
+		snprintf(buf, n, "%lld", (long long)json_integer_value(v));
+	else if (json_is_real(v))
+		snprintf(buf, n, "%.1f", json_real_value(v));
+	else if (json_is_string(v))
+		snprintf(buf, n, "%s", json_string_value(v));
+	else
+		snprintf(buf, n, "-");
+}
+
+static void fmt_bytes(char *buf, size_t n, json_t *v)
+{
+	double b;
+	if (!json_is_number(v)) {
+		snprintf(buf, n, "-");
+		return;
+	}
+	b = json_number_value(v);
+	if (b < 1024)
+		snprintf(buf, n, "%.0fB", b);
+	else if (b < 1024.0 * 1024)
+		snprintf(buf, n, "%.1fK", b / 1024);
+	else if (b < 1024.0 * 1024 * 1024)
+		snprintf(buf, n, "%.1fM", b / (1024.0 * 1024));
+	else
+		snprintf(buf, n, "%.2fG", b / (1024.0 * 1024 * 1024));
+}
+
+static void fmt_pct(char *buf, size_t n, json_t *v)
+{
+	if (json_is_number(v))
+		snprintf(buf, n, "%.1f", json_number_value(v));
+	else
+		snprintf(buf, n, "-");
+}
+
+/* "exit 0", "signal 9 (137)", or what meshd said. */
+static void fmt_exit(char *buf, size_t n, json_t *v)
+{
+	if (json_is_integer(v)) {
+		long long x = json_integer_value(v);
+		if (x > 128 && x < 128 + 65)
+			snprintf(buf, n, "%lld(SIG%s)", x, sigabbrev_np((int)(x - 128)) ? sigabbrev_np((int)(x - 128)) : "?");
+		else
+			snprintf(buf, n, "%lld", x);
+	} else if (json_is_string(v)) {
+		snprintf(buf, n, "%s", json_string_value(v));
+	} else {
+		snprintf(buf, n, "-");
+	}
+}
+
+/* The enforced limits as "mem=512M(rlimit) nofile=1024(rlimit)"; "-" if none. */
+static void fmt_limits(char *buf, size_t n, json_t *v)
+{
+	size_t w = 0;
+	buf[0] = 0;
+	if (json_is_string(v)) {
+		snprintf(buf, n, "%s", json_string_value(v));
+	} else if (json_is_array(v)) {
+		size_t i;
+		json_t *e;
+		json_array_foreach(v, i, e)
+		{
+			if (json_is_string(e) && w < n)
+				w += (size_t)snprintf(buf + w, n - w, "%s%s", w ? "," : "", json_string_value(e));
+		}
+	} else if (json_is_object(v)) {
+		const char *k;
+		json_t *e;
+		json_object_foreach(v, k, e)
+		{
+			char val[64];
+			if (json_is_false(e) || json_is_null(e))
+				continue;
+			fmt_num(val, sizeof val, e);
+			if (w < n)
+				w += (size_t)snprintf(buf + w, n - w, "%s%s=%s", w ? "," : "", k,
+						      json_is_true(e) ? "yes" : val);
+		}
+	}
+	if (!buf[0])
+		snprintf(buf, n, "-");
+}
+
+/* One row: a worker of prog, or prog itself when it has none. */
+static void print_row(json_t *prog, json_t *wk)
+{
+	char pid[32], cpu[32], rss[32], spawns[32], crashes[32], lastx[48], lim[256];
+	json_t *src = wk ? wk : prog;
+	json_t *jpid = json_object_get(src, "pid");
+	const char *name = json_string_value(json_object_get(prog, "name"));
+	const char *state = json_string_value(json_object_get(src, "state"));
+	int running = json_is_integer(jpid) && json_integer_value(jpid) > 0;
+	if (!wk)
+		state = "LOADED";
+	if (running) {
+		fmt_num(pid, sizeof pid, jpid);
+		fmt_pct(cpu, sizeof cpu, field(src, "cpu_pct", NULL));
+		fmt_bytes(rss, sizeof rss, field(src, "rss", "rss_bytes"));
+		fmt_limits(lim, sizeof lim, field(src, "limits_enforced", NULL));
+	} else {
+		strcpy(pid, "-");
+		strcpy(cpu, "-");
+		strcpy(rss, "-");
+		strcpy(lim, "-");
+	}
+	fmt_num(spawns, sizeof spawns, json_object_get(src, "spawns"));
+	fmt_num(crashes, sizeof crashes, json_object_get(src, "crashes"));
+	fmt_exit(lastx, sizeof lastx, json_object_get(src, "last_exit"));
+	printf("%-20s %-10s %7s %6s %8s %6s %7s %-13s %s\n", name ? name : "?", state ? state : "-", pid, cpu, rss,
+	       spawns, crashes, lastx, lim);
+}
+
+int mesh_cmd_ps(int argc, char **argv)
+{
+	struct opts o;
+	struct meshd_reply r;
+	json_t *j, *progs, *host, *p;
+	size_t i;
+	int ex = parse(argc, argv, &o, 0, 0);
+	if (ex >= 0)
+		return ex;
+	ex = request(&o, "cannot list programs", "GET", "/v1/ps", NULL, 0, OP_TIMEOUT_NS, &r);
+	if (ex >= 0)
+		return ex;
+	if (o.json) {
+		fwrite(r.body, 1, r.len, stdout);
+		meshd_reply_release(&r);
+		return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");
+	}
+	j = json_loadb(r.body, r.len, 0, NULL);
+	meshd_reply_release(&r);
+	progs = j ? json_object_get(j, "programs") : NULL;
+	host = j ? json_object_get(j, "host") : NULL;
+	if (!json_is_array(progs)) {
+		json_decref(j);
+		return mesh_cli_fail(MESH_E_PROTO, "cannot list programs: meshd's answer has no program list");
+	}
+	printf("%-20s %-10s %7s %6s %8s %6s %7s %-13s %s\n", "NAME", "STATE", "PID", "CPU%", "RSS", "SPAWNS",
+	       "CRASHES", "LAST-EXIT", "LIMITS");
+	json_array_foreach(progs, i, p)
+	{
+		json_t *workers = json_object_get(p, "workers");
+		if (json_is_array(workers) && json_array_size(workers)) {
+			size_t k;
+			json_t *w;
+			json_array_foreach(workers, k, w) print_row(p, w);
+		} else {
+			print_row(p, NULL);
+		}
+	}
+	if (json_is_object(host)) {
+		char procs[32], cpu[32], rss[32], spawns[32], crashes[32];
+		fmt_num(procs, sizeof procs, json_object_get(host, "processes"));
+		fmt_pct(cpu, sizeof cpu, json_object_get(host, "cpu_pct"));
+		fmt_bytes(rss, sizeof rss, field(host, "rss_bytes", "rss"));
+		fmt_num(spawns, sizeof spawns, json_object_get(host, "spawns"));
+		fmt_num(crashes, sizeof crashes, json_object_get(host, "crashes"));
+		printf("host: %s worker processes, cpu %s%%, rss %s, %s spawns, %s crashes\n", procs, cpu, rss, spawns,
+		       crashes);
+		const char *avail = json_string_value(json_object_get(host, "limits_available"));
+		const char *cg = json_string_value(json_object_get(host, "cgroup"));
+		if (avail)
+			printf("limits this host can enforce: %s%s%s%s\n", avail, cg ? " (cgroup v2: " : "", cg ? cg : "",
+			       cg ? ")" : "");
+	}
+	json_decref(j);
+	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");
+}
+
+int mesh_cmd_logs(int argc, char **argv)
+{
+	struct opts o;
+	struct meshd_reply r;
+	char target[160], what[128];
+	const char *p;
+	int ex = parse(argc, argv, &o, 1, 0);
+	if (ex >= 0)
+		return ex;
+	snprintf(target, sizeof target, "/v1/programs/%s/logs?tail=%llu", o.name,
+		 (unsigned long long)(o.have_tail ? o.tail : 0));
+	snprintf(what, sizeof what, "cannot read the log of '%s'", o.name);
+	ex = request(&o, what, "GET", target, NULL, 0, OP_TIMEOUT_NS, &r);
+	if (ex >= 0)
+		return ex;
+	p = r.body;
+	if (o.have_lines) {
+		/* Walk back over `lines` line ends (a last line without one counts too). */
+		const char *e = r.body + r.len;
+		uint64_t seen = 0;
+		if (o.lines == 0) {
+			p = e;
+		} else {
+			const char *q = e;
+			if (q > r.body && q[-1] == '\n')
+				q--;
+			while (q > r.body) {
+				if (q[-1] == '\n' && ++seen == o.lines)
+					break;
+				q--;
+			}
+			p = q;
+		}
+	}
+	fwrite(p, 1, (size_t)(r.body + r.len - p), stdout);
+	meshd_reply_release(&r);
+	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");
+}
+
+static int read_stdin(char **out, size_t *len)
+{
+	size_t cap = 65536, n = 0;
+	char *b = malloc(cap);
+	if (!b)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t r;
+		if (n == cap) {
+			char *nb;
+			if (cap >= CALL_BODY_MAX + 1) {
+				free(b);
+				return MESH_E_TOOBIG;
+			}
+			nb = realloc(b, cap * 2);
+			if (!nb) {
+				free(b);
+				return -ENOMEM;
+			}
+			b = nb;
+			cap *= 2;
+		}
+		r = read(0, b + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = -errno;
+			free(b);
+			return e;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n > CALL_BODY_MAX) {
+			free(b);
+			return MESH_E_TOOBIG;
+		}
+	}
+	*out = b;
+	*len = n;
+	return 0;
+}
+
+int mesh_cmd_call(int argc, char **argv)
+{
+	struct opts o;
+	struct meshd_reply r;
+	char target[160], what[128];
+	char *body = NULL;
+	size_t n = 0;
+	int ex = parse(argc, argv, &o, 1, 1);
+	if (ex >= 0)
+		return ex;
+	if (!strcmp(o.payload, "-")) {
+		int rc = read_stdin(&body, &n);
+		if (rc < 0)
+			return mesh_cli_fail(rc, "cannot read the payload from stdin");
+	} else {
+		n = strlen(o.payload);
+		if (n > CALL_BODY_MAX)
+			return mesh_cli_fail(MESH_E_TOOBIG, "payload");
+	}
+	if (!o.timeout_ns)
+		o.timeout_ns = 60ull * 1000000000ull;
+	snprintf(target, sizeof target, "/v1/programs/%s/call?timeout=%llu.%09llu", o.name,
+		 (unsigned long long)(o.timeout_ns / 1000000000ull), (unsigned long long)(o.timeout_ns % 1000000000ull));
+	snprintf(what, sizeof what, "call to '%s' failed", o.name);
+	/* Starting a cold worker may take its ready timeout before the call's own. */
+	ex = request(&o, what, "POST", target, body ? body : o.payload, n, o.timeout_ns + OP_TIMEOUT_NS + SLACK_NS, &r);
+	free(body);
+	if (ex >= 0)
+		return ex;
+	fwrite(r.body, 1, r.len, stdout);
+	meshd_reply_release(&r);
+	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");
+}

@@ -1,7 +1,283 @@
-/* PLACEHOLDER: replaced by meshd. */
+/* meshd: the native worker host.  Wires the core (daemon/ops.h) to the
+ * control API (daemon/api.h) and to systemd's readiness protocol. */
+#include "base/err.h"
+#include "base/log.h"
+#include "base/parse.h"
+#include "cli/exit.h"
+#include "daemon/api.h"
+#include "daemon/api_client.h"
+#include "daemon/notify.h"
+#include "daemon/ops.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
-int main(void)
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct meshd_core *volatile the_core;
+static volatile sig_atomic_t stop_asked;
+
+static void usage(FILE *f)
 {
-	fputs("meshd: not built yet\n", stderr);
-	return 70;
+	char sock[PATH_MAX];
+	if (meshd_socket_default(sock, sizeof sock) < 0)
+		strcpy(sock, "(too long)");
+	fprintf(f,
+		"usage: meshd --catalog DIR --logs DIR [--slots N] [--isolation none|mps]\n"
+		"             [--socket PATH] [--ready-timeout S] [--log-level debug|info|warn|error]\n"
+		"\n"
+		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
+		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
+		"call|stop|unload|logs` talk to it.\n"
+		"\n"
+		"  --catalog DIR        the catalog: <DIR>/<name>.toml manifests and their binaries\n"
+		"  --logs DIR           each program's output goes to <DIR>/<name>.log\n"
+		"  --slots N            shared-memory slots, 1..4096 (default 8)\n"
+		"  --isolation MODE     none (default) or mps (GPU workers share meshd's CUDA MPS server)\n"
+		"  --socket PATH        the control socket (mode 0600, its directory created 0700);\n"
+		"                       default $MESH_SOCKET, else $XDG_RUNTIME_DIR/mesh/meshd.sock,\n"
+		"                       else /tmp/mesh-<uid>/meshd.sock; now: %s\n"
+		"  --ready-timeout S    seconds a worker has to say ready (default: the manifest's, else 60)\n"
+		"  --log-level LEVEL    least level logged on stderr (default info)\n"
+		"\n"
+		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
+		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
+		"Exit codes: 0 clean stop, 64 usage error, 66 catalog or logs missing, 69 socket\n"
+		"in use, 71 system error, 70 internal error.\n",
+		sock);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fputs("meshd: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs("\n(see `meshd --help`)\n", stderr);
+	return MESH_EXIT_USAGE;
+}
+
+static void on_signal(int sig)
+{
+	struct meshd_core *c = the_core;
+	(void)sig;
+	stop_asked = 1;
+	if (c)
+		meshd_core_stop(c);
+}
+
+/* The value of option name at argv[*i] ("--name V" or "--name=V"), or NULL
+ * when argv[*i] is not that option.  *missing is set when the value is. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+	if (strncmp(a, name, n))
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (a[n])
+		return NULL;
+	if (*i + 1 >= argc) {
+		*missing = 1;
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+struct stopper {
+	pthread_t th;
+	struct meshd_core *core;
+	char name[MESHD_API_NAME_MAX + 1];
+	int started;
+};
+
+static void *stop_one(void *arg)
+{
+	struct stopper *s = arg;
+	char *err = NULL;
+	int rc = meshd_op_stop(s->core, s->name, &err);
+	if (rc < 0 && rc != MESH_E_NOTFOUND)
+		mesh_warn("cannot stop name=%s: %s", s->name, err ? err : mesh_strerror(rc));
+	free(err);
+	return NULL;
+}
+
+/* Every loaded program's workers exit, all programs at once (each may take
+ * its grace). */
+static void stop_programs(struct meshd_core *core)
+{
+	json_t *ps = NULL, *progs, *p;
+	struct stopper *st;
+	size_t i, n;
+	if (meshd_op_ps(core, &ps) < 0)
+		return;
+	progs = json_object_get(ps, "programs");
+	n = json_array_size(progs);
+	st = n ? calloc(n, sizeof *st) : NULL;
+	json_array_foreach(progs, i, p)
+	{
+		const char *name = json_string_value(json_object_get(p, "name"));
+		if (!st || !name || strlen(name) > MESHD_API_NAME_MAX)
+			continue;
+		st[i].core = core;
+		strcpy(st[i].name, name);
+		/* Without a thread, stop it here: slower, still right. */
+		if (pthread_create(&st[i].th, NULL, stop_one, &st[i]) == 0)
+			st[i].started = 1;
+		else
+			stop_one(&st[i]);
+	}
+	for (i = 0; st && i < n; i++)
+		if (st[i].started)
+			pthread_join(st[i].th, NULL);
+	free(st);
+	json_decref(ps);
+}
+
+static int exit_for(int err)
+{
+	switch (err) {
+	case MESH_E_NOTFOUND:
+	case -ENOENT:
+	case -ENOTDIR:
+	case -EACCES:
+		return MESH_EXIT_NOINPUT;
+	case -EADDRINUSE:
+	case -EEXIST:
+		return MESH_EXIT_UNAVAILABLE;
+	case MESH_E_PARSE:
+	case MESH_E_RANGE:
+	case MESH_E_PATH:
+		return MESH_EXIT_DATAERR;
+	case -ENOMEM:
+	case -EMFILE:
+	case -ENFILE:
+	case -EAGAIN:
+	case -ENAMETOOLONG:
+		return MESH_EXIT_OSERR;
+	}
+	return MESH_EXIT_SOFTWARE;
+}
+
+int main(int argc, char **argv)
+{
+	struct meshd_config cfg = {.slots = 8, .isolation = "none"};
+	char sock[PATH_MAX] = "";
+	const char *level = "info";
+	struct meshd_core *core = NULL;
+	struct meshd_api *api = NULL;
+	struct sigaction sa;
+	char *err = NULL;
+	int rc;
+
+	for (int i = 1; i < argc; i++) {
+		const char *v;
+		int missing = 0;
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!strcmp(argv[i], "--version")) {
+			printf("meshd %s\n", MESH_VERSION);
+			return 0;
+		}
+		if ((v = opt_value(argc, argv, &i, "--catalog", &missing))) {
+			cfg.catalog = v;
+		} else if ((v = opt_value(argc, argv, &i, "--logs", &missing))) {
+			cfg.logs = v;
+		} else if ((v = opt_value(argc, argv, &i, "--slots", &missing))) {
+			uint64_t n;
+			if (mesh_parse_u64(v, 4096, &n) < 0 || n == 0)
+				return usage_error("--slots wants a number from 1 to 4096, not '%s'", v);
+			cfg.slots = (unsigned)n;
+		} else if ((v = opt_value(argc, argv, &i, "--isolation", &missing))) {
+			if (strcmp(v, "none") && strcmp(v, "mps"))
+				return usage_error("--isolation is none or mps, not '%s'", v);
+			cfg.isolation = v;
+		} else if ((v = opt_value(argc, argv, &i, "--socket", &missing))) {
+			if (!*v || strlen(v) >= sizeof sock)
+				return usage_error("--socket wants a path, not '%s'", v);
+			strcpy(sock, v);
+		} else if ((v = opt_value(argc, argv, &i, "--ready-timeout", &missing))) {
+			if (mesh_parse_seconds(v, 86400ull * 1000000000ull, &cfg.ready_timeout_ns) < 0 ||
+			    cfg.ready_timeout_ns == 0)
+				return usage_error("--ready-timeout wants seconds (more than 0, at most a day), not '%s'",
+						   v);
+		} else if ((v = opt_value(argc, argv, &i, "--log-level", &missing))) {
+			if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error"))
+				return usage_error("--log-level is debug, info, warn or error, not '%s'", v);
+			level = v;
+		} else if (missing) {
+			return usage_error("%s needs a value", argv[i]);
+		} else {
+			return usage_error("unknown argument '%s'", argv[i]);
+		}
+	}
+	if (!cfg.catalog)
+		return usage_error("%s", "--catalog DIR is required");
+	if (!cfg.logs)
+		return usage_error("%s", "--logs DIR is required");
+	if (!sock[0] && meshd_socket_default(sock, sizeof sock) < 0)
+		return usage_error("%s", "the default socket path is too long; give --socket PATH");
+
+	mesh_log_init("meshd", !strcmp(level, "debug")  ? MESH_LOG_DEBUG
+			       : !strcmp(level, "warn") ? MESH_LOG_WARN
+			       : !strcmp(level, "error") ? MESH_LOG_ERROR
+							 : MESH_LOG_INFO);
+
+	/* A signal before the loop runs is remembered and ends meshd right after setup. */
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = meshd_core_new(&core, &cfg, &err);
+	if (rc < 0) {
+		mesh_error("cannot start: %s", err ? err : mesh_strerror(rc));
+		free(err);
+		return exit_for(rc);
+	}
+	free(err);
+	err = NULL;
+	the_core = core;
+	if (stop_asked)
+		meshd_core_stop(core);
+
+	rc = meshd_api_start(&api, core, sock, &err);
+	if (rc < 0) {
+		mesh_error("cannot serve the control API: %s", err ? err : mesh_strerror(rc));
+		free(err);
+		the_core = NULL;
+		meshd_core_free(core);
+		return exit_for(rc);
+	}
+	mesh_info("serving socket=%s catalog=%s logs=%s slots=%u isolation=%s", sock, cfg.catalog, cfg.logs,
+		  cfg.slots, cfg.isolation);
+	rc = meshd_notify("READY=1\nSTATUS=serving");
+	if (rc < 0)
+		mesh_warn("cannot notify systemd: %s", mesh_strerror(rc));
+
+	rc = meshd_core_run(core);
+	/* The loop is over; later signals must not touch a core being freed. */
+	the_core = NULL;
+	if (rc < 0)
+		mesh_error("event loop failed: %s", mesh_strerror(rc));
+	mesh_info("stopping");
+	meshd_notify("STOPPING=1");
+	int inflight = meshd_api_quiesce(api);
+	if (inflight > 0) {
+		/* A start or call may wait on a worker for a minute: stop every
+		 * program so that those requests end now, then let them answer. */
+		mesh_info("stopping every program: requests=%d in flight", inflight);
+		stop_programs(core);
+	}
+	meshd_api_stop(api);
+	meshd_core_free(core);
+	mesh_info("stopped");
+	return rc < 0 ? MESH_EXIT_SOFTWARE : 0;
 }

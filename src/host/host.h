@@ -1,0 +1,190 @@
+/* The native worker host: worker instances of prepared images, their
+ * processes, and the one state x event table that drives them.
+ *
+ * An instance (struct mesh_instance) owns at most one process at a time.
+ * Requests (warm, launch, halt, exit) and what the loop observes (the
+ * worker's control messages, its death, a deadline) are all events fed to
+ * the same table, mesh_lifecycle[state][event] = {action, next state}; the
+ * loop only waits and dispatches.  The table is printable
+ * (mesh_lifecycle_describe) and docs/host.md shows it.
+ *
+ * Threads: every function is thread-safe (one mutex per host).  Nothing
+ * here blocks on a worker except the *_wait functions, which the control
+ * API's threads call; the loop (mesh_host_poll) never waits on a worker.
+ * When no thread is running the loop, a waiter drives it itself, so a test
+ * or a simple program needs no loop thread.
+ *
+ * Caller protocol:
+ *   1. mesh_host_new(&h, &cfg, &err)
+ *   2. mesh_image_prepare(...) (image.h) for a program; then
+ *      mesh_instance_new(h, &img, &w) for each worker of it
+ *   3. drive mesh_host_poll(h, timeout) from one loop thread (or let the
+ *      waiters drive it); mesh_instance_warm / _launch / _halt / _exit from
+ *      any thread, mesh_instance_wait to wait for a state
+ *   4. mesh_instance_free(w) (exits it first when it has a process)
+ *   5. mesh_host_free(h): every remaining instance asked to exit, then its
+ *      process group killed after the grace, reaped. */
+#ifndef MESH_HOST_HOST_H
+#define MESH_HOST_HOST_H
+
+#include "base/buf.h"
+#include "host/image.h"
+#include "host/limits.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct mesh_slot;
+
+/* What every worker of this host is started with. */
+struct mesh_host_cfg {
+	const char *logs;	/* <logs>/<name>.log per program; must exist */
+	char *const *env;	/* extra "K=V" (MESH_SERVICE_BASE, MESH_MODELS, MESH_SYSTEM), NULL-terminated or NULL */
+	enum mesh_gpu_access gpu;
+	const char *mps_pipe_dir; /* MPS: CUDA_MPS_PIPE_DIRECTORY for GPU workers */
+	/* MPS: after `ready`, checks that GPU worker pid is a client of meshd's
+	 * MPS server; 0 or a negative code with *err malloc'd.  NULL: none.
+	 * Untested: no GPU was at hand when this was written. */
+	int (*check_gpu_client)(void *ctx, pid_t pid, char **err);
+	/* MPS: asks the MPS control tool to terminate GPU worker pid (its
+	 * per-client terminate) before it is signalled; NULL: signals only.
+	 * Untested, like the above. */
+	int (*stop_gpu_client)(void *ctx, pid_t pid, char **err);
+	void *gpu_ctx; /* passed to both hooks (src/host/mps.h: the pipe directory) */
+	/* Override the manifests' ready and online timeouts when not 0. */
+	uint64_t ready_timeout_ns, online_timeout_ns;
+	/* Tests: replaces /proc/self for the limits detection; NULL normally. */
+	const char *limits_proc_root;
+};
+
+struct mesh_host;
+
+/* 0, or a negative code with *err malloc'd (logs dir missing, no thread). */
+int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char **err);
+/* Every instance exits (EXIT, grace, SIGKILL of its group) and is reaped;
+ * instances not freed are freed.  NULL is fine. */
+void mesh_host_free(struct mesh_host *h);
+/* What this machine can enforce (found once at mesh_host_new). */
+const struct mesh_limits_caps *mesh_host_caps(const struct mesh_host *h);
+
+/* Waits up to timeout_ns for worker events (control messages, output,
+ * deaths) and deadlines, and dispatches them.  When another thread is
+ * polling, it waits for that thread's round instead.  Returns 0. */
+int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns);
+/* Makes a running mesh_host_poll return early (async-signal-safe). */
+void mesh_host_wake(struct mesh_host *h);
+
+/* The lifecycle. */
+enum mesh_istate {
+	MESH_IS_DOWN,	   /* no process */
+	MESH_IS_STARTING,  /* spawned; waiting for `ready` (ready deadline) */
+	MESH_IS_IDLE,	   /* ready; on no slot, waiting for `run` */
+	MESH_IS_LAUNCHING, /* `run <gen> <slot>` sent; waiting for `online` */
+	MESH_IS_RUNNING,   /* serving its slot */
+	MESH_IS_HALTING,   /* `halt` sent; waiting for `halted` */
+	MESH_IS_STOPPING,  /* asked to exit or being killed; waiting for its death */
+	MESH_IS__N
+};
+enum mesh_ievent {
+	MESH_EV_WARM,	 /* request: start a process now */
+	MESH_EV_LAUNCH,	 /* request: run on a slot (a process is spawned if none) */
+	MESH_EV_HALT,	 /* request: nodes halt, the process stays */
+	MESH_EV_EXIT,	 /* request: the process exits */
+	MESH_EV_READY,	 /* worker: `ready` */
+	MESH_EV_ONLINE,	 /* worker: `online <gen>` */
+	MESH_EV_HALTED,	 /* worker: `halted <gen>` */
+	MESH_EV_REFUSED, /* worker: `fail <text>` */
+	MESH_EV_BROKEN,	 /* worker: a protocol violation, or its channel closed */
+	MESH_EV_TIMEOUT, /* the state's deadline passed */
+	MESH_EV_DIED,	 /* its process ended (pidfd) */
+	MESH_EV__N
+};
+enum mesh_iaction {
+	MESH_A_NOP,	/* nothing; stay */
+	MESH_A_DENY,	/* a request refused here: MESH_E_STATE */
+	MESH_A_SPAWN,	/* spawn a process; ready deadline */
+	MESH_A_PEND,	/* remember the slot; run it once ready */
+	MESH_A_READY,	/* (MPS check) then run a remembered slot, if any */
+	MESH_A_RUN,	/* send `run <gen> <slot>`; online deadline */
+	MESH_A_ONLINE,	/* the slot is served */
+	MESH_A_HALT,	/* send `halt`; halt deadline */
+	MESH_A_HALTED,	/* the slot is free again */
+	MESH_A_REFUSE,	/* the worker refused `run`: fail that slot */
+	MESH_A_STOP,	/* send `exit`; stop signal at half the grace, SIGKILL at the grace */
+	MESH_A_ESCALATE, /* stop signal to the group, or SIGKILL when it was sent */
+	MESH_A_FAIL,	/* record why, SIGKILL the group, wait for its death */
+	MESH_A_REAP,	/* reap, drain output, SIGKILL the rest of the group; crash report if unasked */
+	MESH_A__N
+};
+struct mesh_transition {
+	enum mesh_iaction action;
+	enum mesh_istate next;
+};
+extern const struct mesh_transition mesh_lifecycle[MESH_IS__N][MESH_EV__N];
+
+const char *mesh_istate_name(enum mesh_istate s);
+const char *mesh_ievent_name(enum mesh_ievent e);
+const char *mesh_iaction_name(enum mesh_iaction a);
+/* The whole table, one "STATE EVENT ACTION NEXT" row per line.  0 or -ENOMEM. */
+int mesh_lifecycle_describe(struct mesh_buf *out);
+
+struct mesh_instance;
+
+/* A worker of img (which must outlive it).  0 or -ENOMEM. */
+int mesh_instance_new(struct mesh_host *h, const struct mesh_image *img, struct mesh_instance **out);
+/* Exits its process if any (waiting for the grace and the kill) and frees. */
+void mesh_instance_free(struct mesh_instance *w);
+
+/* Requests.  0, or MESH_E_STATE when the table refuses it in this state
+ * (*err says why), or the spawn's error (-ENOENT, ...).  None waits for
+ * the worker. */
+int mesh_instance_warm(struct mesh_instance *w, char **err);
+/* s stays the caller's; it must not be used by another instance meanwhile. */
+int mesh_instance_launch(struct mesh_instance *w, struct mesh_slot *s, char **err);
+int mesh_instance_halt(struct mesh_instance *w);
+int mesh_instance_exit(struct mesh_instance *w);
+
+/* Waits until the state is one of mask (bits 1u << state), at most
+ * timeout_ns.  0; or, when a failure happened since the last request
+ * (warm, launch, halt, exit) -- also before this call began --
+ * MESH_E_CRASHED when its process died unasked (*err: the crash report),
+ * MESH_E_TIMEOUT / MESH_E_REFUSED / MESH_E_PROTO when it was failed (*err
+ * says why), or the spawn's error; MESH_E_TIMEOUT when time ran out.  A
+ * failure is checked before the state, so it is reported even when mask
+ * holds DOWN. */
+int mesh_instance_wait(struct mesh_instance *w, unsigned mask, uint64_t timeout_ns, char **err);
+
+enum mesh_istate mesh_instance_state(struct mesh_instance *w);
+pid_t mesh_instance_pid(struct mesh_instance *w);
+/* The slot it runs on (LAUNCHING, RUNNING, HALTING), or NULL. */
+struct mesh_slot *mesh_instance_slot(struct mesh_instance *w);
+/* The last failure's report (malloc'd, caller frees), reported once; NULL if none new. */
+char *mesh_instance_crashed(struct mesh_instance *w);
+/* A copy of the last failure's report, kept until the next one; NULL if none. */
+char *mesh_instance_last_report(struct mesh_instance *w);
+/* A slot that its crash failed and that must not be reused (the core
+ * frees it), handed over once; NULL if none. */
+struct mesh_slot *mesh_instance_take_failed_slot(struct mesh_instance *w);
+
+struct mesh_instance_stats {
+	pid_t pid;		/* 0 if no process */
+	enum mesh_istate state;
+	double cpu_pct;		/* over the last sample interval (~1 s) */
+	uint64_t rss, cpu_ns;	/* sampled from /proc */
+	uint32_t spawns, crashes;
+	int last_exit;		/* exit status of its last process (128+signal), -1 if none */
+	unsigned limits;	/* MESH_LIM_* bits enforced on its process */
+	uint32_t gen;		/* the last run's generation */
+};
+struct mesh_instance_stats mesh_instance_stats(struct mesh_instance *w);
+
+struct mesh_host_totals {
+	uint32_t procs;		/* live worker processes */
+	double cpu_pct;
+	uint64_t rss;
+	uint32_t spawns, crashes;
+};
+struct mesh_host_totals mesh_host_totals(struct mesh_host *h);
+
+#endif

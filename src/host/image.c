@@ -1,0 +1,199 @@
+#include "host/image.h"
+
+#include "base/buf.h"
+#include "base/crc.h"
+#include "base/err.h"
+#include "base/io.h"
+#include "host/elf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#define ARCH "x86_64"
+#elif defined(__aarch64__)
+#define ARCH "aarch64"
+#elif defined(__riscv)
+#define ARCH "riscv64"
+#elif defined(__powerpc64__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define ARCH "powerpc64le"
+#elif defined(__s390x__)
+#define ARCH "s390x"
+#else
+#error "mesh: add this machine's architecture to the target triple"
+#endif
+#if defined(__GLIBC__)
+#define LIBC "gnu"
+#else
+#define LIBC "musl"
+#endif
+
+#define MANIFEST_MAX (1u << 20)
+
+const char *mesh_target_triple(void)
+{
+	return ARCH "-linux-" LIBC;
+}
+
+const char *mesh_gpu_access_name(enum mesh_gpu_access g)
+{
+	switch (g) {
+	case MESH_GPU_NONE: return "none";
+	case MESH_GPU_BLINK: return "blink";
+	case MESH_GPU_MPS: return "mps";
+	case MESH_GPU_METAL: return "metal";
+	}
+	return "?";
+}
+
+static int say(char **err, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int say(char **err, int rc, const char *fmt, ...)
+{
+	if (err) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		va_list ap;
+		va_start(ap, fmt);
+		mesh_buf_vaddf(&b, fmt, ap);
+		va_end(ap);
+		*err = b.p ? mesh_buf_detach(&b, NULL) : NULL;
+	}
+	return rc;
+}
+
+void mesh_image_release(struct mesh_image *img)
+{
+	free(img->name);
+	free(img->manifest_path);
+	free(img->bin_path);
+	mesh_manifest_release(&img->m);
+	memset(img, 0, sizeof *img);
+}
+
+static int check_binary(struct mesh_image *img, char **err)
+{
+	int fd = open(img->bin_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ELOOP)
+		fd = open(img->bin_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		if (e == ENOENT)
+			return say(err, MESH_E_NOTFOUND, "no binary for '%s' at '%s' (this machine is %s)", img->name,
+				   img->bin_path, mesh_target_triple());
+		return say(err, -e, "cannot open '%s': %s", img->bin_path, strerror(e));
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		int e = errno;
+		close(fd);
+		return say(err, -e, "cannot stat '%s': %s", img->bin_path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return say(err, MESH_E_REFUSED, "'%s' is not a regular file", img->bin_path);
+	}
+	if (access(img->bin_path, X_OK) != 0) {
+		close(fd);
+		return say(err, MESH_E_REFUSED, "'%s' is not executable (no x permission)", img->bin_path);
+	}
+	uint8_t empty = 0;
+	const uint8_t *b = &empty;
+	void *map = NULL;
+	if (st.st_size > 0) {
+		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED) {
+			int e = errno;
+			close(fd);
+			return say(err, -e, "cannot read '%s': %s", img->bin_path, strerror(e));
+		}
+		b = map;
+	}
+	close(fd);
+	int rc = mesh_elf_check(img->bin_path, b, (size_t)st.st_size, err);
+	if (rc == 0) {
+		img->bin_hash = mesh_fnv1a64(MESH_FNV1A64_INIT, b, (size_t)st.st_size);
+		img->bin_bytes = (uint64_t)st.st_size;
+	}
+	if (map)
+		munmap(map, (size_t)st.st_size);
+	return rc;
+}
+
+int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_limits_caps *caps,
+		       enum mesh_gpu_access gpu, struct mesh_image *img, char **err)
+{
+	struct mesh_buf p = MESH_BUF_INIT;
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+	if (err)
+		*err = NULL;
+	memset(img, 0, sizeof *img);
+	if (!mesh_manifest_name_ok(name))
+		return say(err, MESH_E_PATH, "'%s' is not a program name (1 to 64 of A-Z a-z 0-9 _ -)", name);
+	if (!(img->name = strdup(name)))
+		return -ENOMEM;
+	if (mesh_buf_addf(&p, "%s/%s.toml", catalog, name) || !(img->manifest_path = mesh_buf_detach(&p, NULL)))
+		goto nomem;
+	if (mesh_buf_addf(&p, "%s/%s/%s", catalog, mesh_target_triple(), name) ||
+	    !(img->bin_path = mesh_buf_detach(&p, NULL)))
+		goto nomem;
+	rc = mesh_read_file(img->manifest_path, MANIFEST_MAX, &text, &len);
+	if (rc == -ENOENT) {
+		rc = say(err, MESH_E_NOTFOUND, "no program '%s' in the catalog (no '%s')", name, img->manifest_path);
+		goto bad;
+	}
+	if (rc == MESH_E_TOOBIG) {
+		rc = say(err, rc, "'%s' is over %u bytes", img->manifest_path, MANIFEST_MAX);
+		goto bad;
+	}
+	if (rc) {
+		rc = say(err, rc, "cannot read '%s': %s", img->manifest_path, mesh_strerror(rc));
+		goto bad;
+	}
+	rc = mesh_manifest_parse(img->manifest_path, text, len, name, &img->m, err);
+	if (rc)
+		goto bad;
+	img->image_hash = mesh_fnv1a64(MESH_FNV1A64_INIT, text, len);
+	img->image_hash = mesh_fnv1a64(img->image_hash, "", 1);
+	img->image_hash = mesh_fnv1a64(img->image_hash, img->m.source_hash, strlen(img->m.source_hash));
+	if (img->m.device == MESH_DEVICE_GPU && gpu != MESH_GPU_MPS) {
+		if (gpu == MESH_GPU_METAL)
+			rc = say(err, MESH_E_REFUSED, "'%s' needs a GPU, and Metal does not exist on Linux", name);
+		else if (gpu == MESH_GPU_BLINK)
+			rc = say(err, MESH_E_REFUSED,
+				 "'%s' needs a GPU, and GPU workers are refused in blink mode (they would be time-sliced "
+				 "against the resident kernels); run meshd with --isolation mps",
+				 name);
+		else
+			rc = say(err, MESH_E_REFUSED,
+				 "'%s' needs a GPU (device = \"gpu\"), and this meshd has no GPU access; run it with "
+				 "--isolation mps on a machine with a GPU",
+				 name);
+		goto bad;
+	}
+	rc = check_binary(img, err);
+	if (rc)
+		goto bad;
+	char *lerr = NULL;
+	rc = mesh_limits_plan(&img->m.limits, caps, &img->enforced, &lerr);
+	if (rc) {
+		rc = say(err, rc, "'%s': %s", img->manifest_path, lerr ? lerr : mesh_strerror(rc));
+		free(lerr);
+		goto bad;
+	}
+	free(text);
+	return 0;
+nomem:
+	rc = -ENOMEM;
+bad:
+	free(text);
+	mesh_buf_release(&p);
+	mesh_image_release(img);
+	return rc;
+}

@@ -1,0 +1,53 @@
+/* A prepared program image: everything known before a process exists.
+ *
+ * Catalog layout (docs/catalog.md):
+ *   <catalog>/<name>.toml            the manifest
+ *   <catalog>/<triple>/<name>        the executable, triple = mesh_target_triple()
+ *
+ * Preparing reads the manifest (strict TOML subset), checks the binary (a
+ * regular executable file, an ELF for this machine), hashes both, refuses a
+ * GPU program the host cannot give a GPU to, and chooses how each limit is
+ * enforced (refusing one that cannot be).  It does file I/O: run it off the
+ * event loop. */
+#ifndef MESH_HOST_IMAGE_H
+#define MESH_HOST_IMAGE_H
+
+#include "host/limits.h"
+#include "host/manifest.h"
+
+#include <stdint.h>
+
+/* How workers that use the GPU (device = "gpu") reach it. */
+enum mesh_gpu_access {
+	MESH_GPU_NONE,	/* no GPU on this machine: GPU programs refused at load */
+	MESH_GPU_BLINK, /* CUDA time-sliced against resident kernels: refused at load */
+	MESH_GPU_MPS,	/* CUDA MPS: a client of meshd's MPS server, checked after ready */
+	MESH_GPU_METAL, /* Apple's API: does not exist on Linux, refused by name */
+};
+
+struct mesh_image {
+	char *name;
+	char *manifest_path, *bin_path;
+	struct mesh_manifest m;
+	uint64_t image_hash; /* FNV-1a 64 over the manifest's bytes, a 0 byte, source.hash */
+	uint64_t bin_hash;   /* FNV-1a 64 over the executable */
+	uint64_t bin_bytes;
+	unsigned enforced;   /* MESH_LIM_* bits: how its limits are enforced */
+};
+
+/* This machine's target triple, e.g. "x86_64-linux-gnu" (arch, kernel, libc). */
+const char *mesh_target_triple(void);
+
+/* Prepares <catalog>/<name>.  0, or a negative code with *err a malloc'd
+ * message (caller frees): MESH_E_NOTFOUND (no manifest or no binary),
+ * MESH_E_PARSE (manifest, "file:line:col: ..."), MESH_E_REFUSED (not an
+ * executable for this machine, or a GPU program here), MESH_E_UNSUPPORTED (a
+ * limit that cannot be enforced), MESH_E_PATH (a bad name), -errno.  On
+ * success release *img with mesh_image_release. */
+int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_limits_caps *caps,
+		       enum mesh_gpu_access gpu, struct mesh_image *img, char **err);
+void mesh_image_release(struct mesh_image *img);
+
+const char *mesh_gpu_access_name(enum mesh_gpu_access g);
+
+#endif

@@ -1,0 +1,77 @@
+/* Resource limits of a worker, and what this machine can really enforce.
+ *
+ * Two mechanisms:
+ * - rlimits, applied in the child before exec, always available:
+ *   memory -> RLIMIT_DATA (private writable memory: heap and anonymous
+ *   mappings; not RLIMIT_AS, which breaks CUDA's huge address-space
+ *   reservations), open_files -> RLIMIT_NOFILE, processes -> RLIMIT_NPROC
+ *   (which the kernel counts per user and does not check at all for a
+ *   process with CAP_SYS_ADMIN or CAP_SYS_RESOURCE, e.g. root: then it is
+ *   NOT enforced).  No rlimit caps a cpu share (RLIMIT_CPU caps cpu seconds).
+ * - cgroup v2 (memory.max, cpu.max, pids.max; the child joins its group
+ *   before exec), only where meshd's own cgroup is on a cgroup2 mount, has
+ *   the controller enabled in its cgroup.subtree_control and is writable.
+ *
+ * A manifest limit that no mechanism can enforce is refused when the image is
+ * prepared (mesh_limits_plan); nothing is reported as enforced unless it is. */
+#ifndef MESH_HOST_LIMITS_H
+#define MESH_HOST_LIMITS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* What a manifest asks for; 0 = no limit. */
+struct mesh_limits {
+	uint64_t memory;	/* bytes */
+	uint32_t cpu_milli;	/* thousandths of a core */
+	uint64_t open_files;
+	uint64_t processes;
+};
+
+/* Bits of what is enforced, one per limit and mechanism. */
+enum {
+	MESH_LIM_MEMORY_RLIMIT = 1u << 0,
+	MESH_LIM_NOFILE_RLIMIT = 1u << 1,
+	MESH_LIM_NPROC_RLIMIT = 1u << 2,
+	MESH_LIM_MEMORY_CGROUP = 1u << 3,
+	MESH_LIM_CPU_CGROUP = 1u << 4,
+	MESH_LIM_PIDS_CGROUP = 1u << 5,
+};
+
+/* This machine's means, found once by mesh_limits_detect. */
+struct mesh_limits_caps {
+	unsigned avail;		/* MESH_LIM_* bits this machine can enforce */
+	char cgroup_dir[512];	/* meshd's cgroup2 directory ("" if none) */
+	char cgroup_why[256];	/* why cgroup limits are (partly) unavailable; "" if all are */
+	char nproc_why[128];	/* why RLIMIT_NPROC is not enforced; "" if it is */
+};
+
+/* Looks at /proc/self/mountinfo, /proc/self/cgroup, the cgroup's
+ * cgroup.subtree_control and this process's capabilities.  Never fails:
+ * what cannot be read is unavailable, with the reason in the *_why fields.
+ * root_override (tests; NULL normally) replaces "/proc/self" as the
+ * directory holding mountinfo and cgroup. */
+void mesh_limits_detect(struct mesh_limits_caps *caps, const char *root_override);
+
+/* Chooses how each requested limit is enforced (cgroup first, then rlimit)
+ * into *enforced (MESH_LIM_* bits).  0, or MESH_E_UNSUPPORTED with *err a
+ * malloc'd message naming the first limit that cannot be enforced here and
+ * why. */
+int mesh_limits_plan(const struct mesh_limits *want, const struct mesh_limits_caps *caps, unsigned *enforced,
+		     char **err);
+
+/* Comma-separated names of the enforced bits ("memory:rlimit,open_files:rlimit"),
+ * or "none"; writes at most cap bytes (NUL included). */
+void mesh_limits_describe(unsigned enforced, char *out, size_t cap);
+
+/* Creates the worker's cgroup "<caps->cgroup_dir>/mesh-<tag>" and writes its
+ * limits; *procs_fd receives an open fd of its cgroup.procs for the child to
+ * join (write "0") before exec.  0 or -errno.  Untested: no machine this was
+ * written on delegates cgroup v2 controllers. */
+int mesh_limits_cgroup_create(const struct mesh_limits_caps *caps, const char *tag, const struct mesh_limits *want,
+			      unsigned enforced, char *dir_out, size_t dir_cap, int *procs_fd);
+/* Removes a worker cgroup created above (after its processes are gone). */
+void mesh_limits_cgroup_remove(const char *dir);
+
+#endif

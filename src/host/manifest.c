@@ -1,0 +1,430 @@
+#include "host/manifest.h"
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "base/parse.h"
+#include "host/toml.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_CPU, K_SIGNAL, K_HASH };
+
+struct field {
+	const char *table, *key;
+	enum kind kind;
+	uint64_t min, max; /* K_COUNT, K_DURATION (ns) */
+	size_t off;	   /* offset in struct mesh_manifest */
+};
+
+#define OFF(f) offsetof(struct mesh_manifest, f)
+#define H (3600ull * 1000000000ull)
+static const struct field fields[] = {
+	{"", "name", K_NAME, 0, 0, OFF(name)},
+	{"", "description", K_TEXT, 0, 0, OFF(description)},
+	{"", "backends", K_BACKENDS, 0, 0, 0},
+	{"", "device", K_DEVICE, 0, 0, OFF(device)},
+	{"", "args", K_ARGS, 0, 0, 0},
+	{"", "max_workers", K_COUNT, 1, MESH_MAX_WORKERS_CAP, OFF(max_workers)},
+	{"", "idle_ttl", K_DURATION, 0, 24 * 7 * H, OFF(idle_ttl_ns)},
+	{"limits", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(limits.memory)},
+	{"limits", "cpu", K_CPU, 0, 0, OFF(limits.cpu_milli)},
+	{"limits", "open_files", K_COUNT, 16, 1u << 20, OFF(limits.open_files)},
+	{"limits", "processes", K_COUNT, 1, 1u << 22, OFF(limits.processes)},
+	{"lifecycle", "ready_timeout", K_DURATION, 1000000ull, 24 * H, OFF(ready_timeout_ns)},
+	{"lifecycle", "online_timeout", K_DURATION, 1000000ull, 24 * H, OFF(online_timeout_ns)},
+	{"lifecycle", "stop_signal", K_SIGNAL, 0, 0, OFF(stop_signal)},
+	{"lifecycle", "stop_grace", K_DURATION, 0, H, OFF(stop_grace_ns)},
+	{"source", "hash", K_HASH, 0, 0, OFF(source_hash)},
+};
+static const char *const tables[] = {"", "env", "limits", "lifecycle", "source"};
+
+struct ctx {
+	const char *file;
+	char **err;
+};
+
+static int fail(struct ctx *x, unsigned line, unsigned col, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(struct ctx *x, unsigned line, unsigned col, const char *fmt, ...)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	va_list ap;
+	mesh_buf_addf(&b, "%s:%u:%u: ", x->file, line, col);
+	va_start(ap, fmt);
+	mesh_buf_vaddf(&b, fmt, ap);
+	va_end(ap);
+	if (x->err && b.p)
+		*x->err = mesh_buf_detach(&b, NULL);
+	mesh_buf_release(&b);
+	return MESH_E_PARSE;
+}
+
+int mesh_manifest_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > 64 || name[0] == '-')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char ch = name[i];
+		if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+		      ch == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+static const struct {
+	const char *name;
+	int sig;
+} sigs[] = {{"TERM", SIGTERM}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"HUP", SIGHUP}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+
+int mesh_signal_from_name(const char *s)
+{
+	if (strncmp(s, "SIG", 3) == 0)
+		s += 3;
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+		if (strcmp(s, sigs[i].name) == 0)
+			return sigs[i].sig;
+	return 0;
+}
+
+const char *mesh_signal_name(int sig)
+{
+	static const char *const full[] = {"SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2"};
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+		if (sigs[i].sig == sig)
+			return full[i];
+	return sig == SIGKILL ? "SIGKILL" : "?";
+}
+
+/* "<n>[.frac](ms|s|m|h)" -> ns. */
+static int parse_duration(const char *s, uint64_t max, uint64_t *out)
+{
+	size_t n = strlen(s);
+	uint64_t mul;
+	size_t ulen;
+	if (n >= 2 && strcmp(s + n - 2, "ms") == 0)
+		mul = 0, ulen = 2;
+	else if (n >= 1 && s[n - 1] == 's')
+		mul = 1, ulen = 1;
+	else if (n >= 1 && s[n - 1] == 'm')
+		mul = 60, ulen = 1;
+	else if (n >= 1 && s[n - 1] == 'h')
+		mul = 3600, ulen = 1;
+	else
+		return MESH_E_PARSE;
+	char num[32];
+	if (n - ulen == 0 || n - ulen >= sizeof num)
+		return MESH_E_PARSE;
+	memcpy(num, s, n - ulen);
+	num[n - ulen] = 0;
+	uint64_t v;
+	int rc = mesh_parse_seconds(num, UINT64_MAX, &v);
+	if (rc)
+		return rc;
+	if (mul == 0) {
+		if (v % 1000)
+			return MESH_E_PARSE; /* finer than a nanosecond */
+		v /= 1000;
+	} else {
+		if (v > UINT64_MAX / mul)
+			return MESH_E_RANGE;
+		v *= mul;
+	}
+	if (v > max)
+		return MESH_E_RANGE;
+	*out = v;
+	return 0;
+}
+
+static const char *want_type(enum kind k)
+{
+	switch (k) {
+	case K_BACKENDS:
+	case K_ARGS: return "array";
+	case K_COUNT: return "integer";
+	case K_SIZE: return "integer or string";
+	default: return "string";
+	}
+}
+
+static const char *art(const char *noun)
+{
+	return strchr("aeiou", noun[0]) ? "an" : "a";
+}
+
+static int type_ok(enum kind k, enum mesh_toml_type t)
+{
+	switch (k) {
+	case K_BACKENDS:
+	case K_ARGS: return t == MESH_TOML_ARRAY;
+	case K_COUNT: return t == MESH_TOML_INT;
+	case K_SIZE: return t == MESH_TOML_INT || t == MESH_TOML_STRING;
+	default: return t == MESH_TOML_STRING;
+	}
+}
+
+static char **dup_strv(char *const *v, size_t n)
+{
+	char **out = calloc(n + 1, sizeof *out);
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (!(out[i] = strdup(v[i]))) {
+			for (size_t k = 0; k < i; k++)
+				free(out[k]);
+			free(out);
+			return NULL;
+		}
+	return out;
+}
+
+static int set_field(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	char *base = (char *)m;
+	const char *qual = *f->table ? f->table : NULL;
+#define WHERE it->vline, it->vcol
+#define KEYFMT "%s%s%s"
+#define KEYARGS qual ? qual : "", qual ? "." : "", f->key
+	if (!type_ok(f->kind, it->type))
+		return fail(x, WHERE, "'" KEYFMT "' must be %s %s, not %s %s", KEYARGS, art(want_type(f->kind)),
+			    want_type(f->kind), art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
+	switch (f->kind) {
+	case K_NAME:
+		if (!mesh_manifest_name_ok(it->str))
+			return fail(x, WHERE, "'name' must be 1 to 64 of A-Z a-z 0-9 _ - (not starting with '-')");
+		/* fallthrough */
+	case K_TEXT:
+	case K_HASH: {
+		if (f->kind == K_HASH && (!*it->str || strlen(it->str) > 256))
+			return fail(x, WHERE, "'source.hash' must be 1 to 256 characters");
+		char **dst = (char **)(base + f->off);
+		if (!(*dst = strdup(it->str)))
+			return -ENOMEM;
+		return 0;
+	}
+	case K_BACKENDS:
+		if (it->n == 0)
+			return fail(x, WHERE, "'backends' is empty; use [\"native\"]");
+		for (size_t i = 0; i < it->n; i++)
+			if (strcmp(it->arr[i], "native") != 0)
+				return fail(x, WHERE, "backend '%s' is not supported; this host runs only \"native\"",
+					    it->arr[i]);
+		return 0;
+	case K_DEVICE:
+		if (strcmp(it->str, "cpu") == 0)
+			m->device = MESH_DEVICE_CPU;
+		else if (strcmp(it->str, "gpu") == 0)
+			m->device = MESH_DEVICE_GPU;
+		else if (strcmp(it->str, "metal") == 0)
+			return fail(x, WHERE, "device \"metal\" does not exist on Linux; use \"cpu\" or \"gpu\"");
+		else
+			return fail(x, WHERE, "'device' must be \"cpu\" or \"gpu\", not \"%s\"", it->str);
+		return 0;
+	case K_ARGS:
+		for (size_t i = 0; i < m->nargs; i++)
+			free(m->args[i]);
+		free(m->args);
+		if (!(m->args = dup_strv(it->arr, it->n)))
+			return -ENOMEM;
+		m->nargs = it->n;
+		return 0;
+	case K_COUNT:
+		if (it->i < (int64_t)f->min || (uint64_t)it->i > f->max)
+			return fail(x, WHERE, "'" KEYFMT "' must be between %llu and %llu", KEYARGS,
+				    (unsigned long long)f->min, (unsigned long long)f->max);
+		if (f->off == OFF(max_workers))
+			m->max_workers = (unsigned)it->i;
+		else
+			*(uint64_t *)(base + f->off) = (uint64_t)it->i;
+		return 0;
+	case K_DURATION: {
+		uint64_t ns;
+		int rc = parse_duration(it->str, f->max, &ns);
+		if (rc == MESH_E_PARSE)
+			return fail(x, WHERE, "'" KEYFMT "' must be a duration like \"500ms\", \"3s\", \"1.5m\", \"2h\"",
+				    KEYARGS);
+		if (rc || ns < f->min)
+			return fail(x, WHERE, "'" KEYFMT "' is out of range (%llu ms to %llu s)", KEYARGS,
+				    (unsigned long long)(f->min / 1000000), (unsigned long long)(f->max / 1000000000));
+		*(uint64_t *)(base + f->off) = ns;
+		return 0;
+	}
+	case K_SIZE: {
+		uint64_t v;
+		int rc = 0;
+		if (it->type == MESH_TOML_INT) {
+			if (it->i < 0)
+				rc = MESH_E_RANGE;
+			v = (uint64_t)it->i;
+		} else {
+			rc = mesh_parse_size(it->str, UINT64_MAX, &v);
+		}
+		if (rc == MESH_E_PARSE)
+			return fail(x, WHERE, "'" KEYFMT "' must be bytes or a size like \"512M\"", KEYARGS);
+		if (rc || v < f->min || v > f->max)
+			return fail(x, WHERE, "'" KEYFMT "' must be between 1M and 1024T", KEYARGS);
+		*(uint64_t *)(base + f->off) = v;
+		return 0;
+	}
+	case K_CPU: {
+		uint64_t ns;
+		/* Cores as a decimal: reuse the seconds parser (9 decimals) and
+		 * keep thousandths. */
+		int rc = mesh_parse_seconds(it->str, 4096ull * 1000000000ull, &ns);
+		if (rc == 0 && (ns % 1000000 || ns == 0))
+			rc = ns ? MESH_E_PARSE : MESH_E_RANGE;
+		if (rc == MESH_E_PARSE)
+			return fail(x, WHERE, "'limits.cpu' must be cores like \"0.5\" or \"2\" (at most 3 decimals)");
+		if (rc)
+			return fail(x, WHERE, "'limits.cpu' must be between 0.001 and 4096 cores");
+		m->limits.cpu_milli = (uint32_t)(ns / 1000000);
+		return 0;
+	}
+	case K_SIGNAL: {
+		int sig = mesh_signal_from_name(it->str);
+		if (!sig)
+			return fail(x, WHERE,
+				    "'lifecycle.stop_signal' must be one of SIGTERM SIGINT SIGQUIT SIGHUP SIGUSR1 SIGUSR2, not \"%s\"",
+				    it->str);
+		m->stop_signal = sig;
+		return 0;
+	}
+	}
+	return 0;
+#undef WHERE
+#undef KEYFMT
+#undef KEYARGS
+}
+
+static int env_name_ok(const char *k)
+{
+	if (!*k || (*k >= '0' && *k <= '9'))
+		return 0;
+	for (; *k; k++)
+		if (!((*k >= 'A' && *k <= 'Z') || (*k >= 'a' && *k <= 'z') || (*k >= '0' && *k <= '9') || *k == '_'))
+			return 0;
+	return 1;
+}
+
+void mesh_manifest_release(struct mesh_manifest *m)
+{
+	free(m->name);
+	free(m->description);
+	for (size_t i = 0; m->args && i < m->nargs; i++)
+		free(m->args[i]);
+	free(m->args);
+	for (size_t i = 0; m->env && i < m->nenv; i++)
+		free(m->env[i]);
+	free(m->env);
+	free(m->source_hash);
+	memset(m, 0, sizeof *m);
+}
+
+int mesh_manifest_parse(const char *file, const char *text, size_t len, const char *expect_name,
+			struct mesh_manifest *m, char **err)
+{
+	struct ctx x = {file ? file : "(manifest)", err};
+	struct mesh_toml t = MESH_TOML_INIT;
+	int rc;
+	if (err)
+		*err = NULL;
+	memset(m, 0, sizeof *m);
+	m->device = MESH_DEVICE_CPU;
+	m->ready_timeout_ns = MESH_READY_TIMEOUT_NS;
+	m->online_timeout_ns = MESH_ONLINE_TIMEOUT_NS;
+	m->stop_grace_ns = MESH_STOP_GRACE_NS;
+	m->idle_ttl_ns = MESH_IDLE_TTL_NS;
+	m->stop_signal = SIGTERM;
+	m->max_workers = 1;
+	rc = mesh_toml_parse(x.file, text, len, &t, err);
+	if (rc)
+		return rc;
+	int have_backends = 0;
+	size_t envcap = 0;
+	for (size_t i = 0; i < t.n && !rc; i++) {
+		const struct mesh_toml_item *it = &t.items[i];
+		if (it->type == MESH_TOML_TABLE) {
+			size_t k;
+			for (k = 0; k < sizeof tables / sizeof tables[0]; k++)
+				if (strcmp(tables[k], it->table) == 0)
+					break;
+			if (k == sizeof tables / sizeof tables[0])
+				rc = fail(&x, it->line, it->col,
+					  "unknown table [%s] (known: env, limits, lifecycle, source)", it->table);
+			continue;
+		}
+		if (strcmp(it->table, "env") == 0) {
+			if (!env_name_ok(it->key)) {
+				rc = fail(&x, it->line, it->col, "'%s' is not an environment variable name", it->key);
+				break;
+			}
+			if (strncmp(it->key, "MESH_", 5) == 0) {
+				rc = fail(&x, it->line, it->col, "'%s': MESH_* variables are set by meshd", it->key);
+				break;
+			}
+			if (it->type != MESH_TOML_STRING) {
+				rc = fail(&x, it->vline, it->vcol, "'env.%s' must be a string, not %s %s", it->key,
+					  art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
+				break;
+			}
+			if (m->nenv + 1 >= envcap) {
+				size_t nc = envcap ? envcap * 2 : 8;
+				char **ne = realloc(m->env, nc * sizeof *ne);
+				if (!ne) {
+					rc = -ENOMEM;
+					break;
+				}
+				m->env = ne;
+				envcap = nc;
+			}
+			struct mesh_buf b = MESH_BUF_INIT;
+			if (mesh_buf_addf(&b, "%s=%s", it->key, it->str)) {
+				rc = -ENOMEM;
+				break;
+			}
+			m->env[m->nenv++] = mesh_buf_detach(&b, NULL);
+			m->env[m->nenv] = NULL;
+			continue;
+		}
+		const struct field *f = NULL;
+		for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
+			if (strcmp(fields[k].table, it->table) == 0 && strcmp(fields[k].key, it->key) == 0)
+				f = &fields[k];
+		if (!f) {
+			if (*it->table)
+				rc = fail(&x, it->line, it->col, "unknown key '%s' in [%s]", it->key, it->table);
+			else
+				rc = fail(&x, it->line, it->col, "unknown key '%s'", it->key);
+			break;
+		}
+		if (f->kind == K_BACKENDS)
+			have_backends = 1;
+		rc = set_field(&x, f, it, m);
+		if (!rc && f->kind == K_NAME && expect_name && strcmp(m->name, expect_name) != 0)
+			rc = fail(&x, it->vline, it->vcol, "name \"%s\" does not match the file name \"%s\"", m->name,
+				  expect_name);
+	}
+	if (!rc && !m->name)
+		rc = fail(&x, 1, 1, "'name' is missing");
+	if (!rc && !have_backends)
+		rc = fail(&x, 1, 1, "'backends' is missing; use backends = [\"native\"]");
+	if (!rc && !m->args && !(m->args = calloc(1, sizeof *m->args)))
+		rc = -ENOMEM;
+	if (!rc && !m->env && !(m->env = calloc(1, sizeof *m->env)))
+		rc = -ENOMEM;
+	if (!rc && !m->source_hash && !(m->source_hash = strdup("")))
+		rc = -ENOMEM;
+	mesh_toml_release(&t);
+	if (rc) {
+		mesh_manifest_release(m);
+		if (rc == -ENOMEM && err) {
+			free(*err);
+			*err = NULL;
+		}
+	}
+	return rc;
+}

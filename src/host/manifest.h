@@ -1,0 +1,76 @@
+/* A program's manifest: <catalog>/<name>.toml (docs/catalog.md).
+ *
+ *   name = "echo"                 # required; must equal the file's base name
+ *   description = "..."           # optional
+ *   backends = ["native"]         # required; only "native" exists
+ *   device = "cpu"                # "cpu" (default) or "gpu"; "metal" refused
+ *   args = ["--threads", "2"]     # argv[1..] of the worker
+ *   max_workers = 1               # 1..64
+ *   idle_ttl = "300s"             # durations: "<n>[.frac](ms|s|m|h)"
+ *   [env]                         # extra environment, string values
+ *   LOG_LEVEL = "info"
+ *   [limits]
+ *   memory = "512M"               # bytes: integer or "<n>[K|M|G|T]"
+ *   cpu = "1.5"                   # cores, up to 3 decimals
+ *   open_files = 1024
+ *   processes = 64
+ *   [lifecycle]
+ *   ready_timeout = "60s"
+ *   online_timeout = "60s"
+ *   stop_signal = "SIGTERM"       # TERM INT QUIT HUP USR1 USR2 (with or without SIG)
+ *   stop_grace = "3s"
+ *   [source]
+ *   hash = "sha256:..."           # what the binary was built from; part of the image hash
+ *
+ * Unknown tables or keys, a wrong type, an out-of-range value: an error
+ * "file:line:col: message". */
+#ifndef MESH_HOST_MANIFEST_H
+#define MESH_HOST_MANIFEST_H
+
+#include "host/limits.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum mesh_device { MESH_DEVICE_CPU, MESH_DEVICE_GPU };
+
+#define MESH_READY_TIMEOUT_NS (60ull * 1000000000ull)
+#define MESH_ONLINE_TIMEOUT_NS (60ull * 1000000000ull)
+#define MESH_STOP_GRACE_NS (3ull * 1000000000ull)
+#define MESH_IDLE_TTL_NS (300ull * 1000000000ull)
+#define MESH_MAX_WORKERS_CAP 64u
+/* The output lines kept per worker for a crash report. */
+#define MESH_TAIL_LINES 30u
+
+struct mesh_manifest {
+	char *name, *description;
+	enum mesh_device device;
+	char **args;	/* NULL-terminated */
+	size_t nargs;
+	char **env;	/* "K=V", NULL-terminated */
+	size_t nenv;
+	struct mesh_limits limits;
+	uint64_t ready_timeout_ns, online_timeout_ns, stop_grace_ns, idle_ttl_ns;
+	int stop_signal;
+	unsigned max_workers;
+	char *source_hash; /* "" when absent */
+};
+
+/* Parses and checks a manifest (len bytes of text; file names it in
+ * messages).  expect_name, when not NULL, must equal `name`.  0, or
+ * MESH_E_PARSE / -ENOMEM with *err a malloc'd "file:line:col: message".
+ * On success release *m with mesh_manifest_release (also safe on a zeroed
+ * or failed one). */
+int mesh_manifest_parse(const char *file, const char *text, size_t len, const char *expect_name,
+			struct mesh_manifest *m, char **err);
+void mesh_manifest_release(struct mesh_manifest *m);
+
+/* A program name: 1..64 of [A-Za-z0-9_-], not starting with '-' (it becomes
+ * a file name and a log name). */
+int mesh_manifest_name_ok(const char *name);
+
+/* "SIGTERM"/"TERM" -> SIGTERM etc. for the allowed stop signals; 0 if not one. */
+int mesh_signal_from_name(const char *s);
+const char *mesh_signal_name(int sig);
+
+#endif

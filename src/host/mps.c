@@ -1,0 +1,183 @@
+#include "host/mps.h"
+
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/io.h"
+#include "host/procfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static int say(char **err, int rc, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static int say(char **err, int rc, const char *f, ...)
+{
+	if (err) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		va_list ap;
+		va_start(ap, f);
+		mesh_buf_vaddf(&b, f, ap);
+		va_end(ap);
+		*err = b.p ? mesh_buf_detach(&b, NULL) : NULL;
+	}
+	return rc;
+}
+
+int mesh_mps_control(const char *pipe_dir, const char *cmd, char **out, uint64_t timeout_ns)
+{
+	int in[2] = {-1, -1}, op[2] = {-1, -1}, rc = 0;
+	struct mesh_buf env1 = MESH_BUF_INIT, res = MESH_BUF_INIT;
+	char **envp = NULL;
+	size_t n = 0;
+	*out = NULL;
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(op, O_CLOEXEC) < 0) {
+		rc = -errno;
+		goto done;
+	}
+	while (environ && environ[n])
+		n++;
+	if (!(envp = calloc(n + 2, sizeof *envp)) || mesh_buf_addf(&env1, "CUDA_MPS_PIPE_DIRECTORY=%s", pipe_dir)) {
+		rc = -ENOMEM;
+		goto done;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "CUDA_MPS_PIPE_DIRECTORY=", 24) != 0)
+			envp[k++] = environ[i];
+	envp[k++] = env1.p;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, op[1], 1);
+	char *argv[] = {MESH_MPS_CONTROL, NULL};
+	pid_t pid;
+	int e = posix_spawnp(&pid, MESH_MPS_CONTROL, &fa, NULL, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	if (e) {
+		rc = -e;
+		goto done;
+	}
+	close(in[0]);
+	close(op[1]);
+	in[0] = op[1] = -1;
+	struct mesh_buf line = MESH_BUF_INIT;
+	mesh_buf_addf(&line, "%s\n", cmd);
+	/* A tool that does not read its stdin must not wedge us: the pipe
+	 * holds far more than one command. */
+	mesh_write_all(in[1], line.p, line.len);
+	mesh_buf_release(&line);
+	close(in[1]);
+	in[1] = -1;
+	uint64_t deadline = mesh_mono_ns() + timeout_ns;
+	for (;;) {
+		uint64_t now = mesh_mono_ns();
+		if (now >= deadline) {
+			rc = MESH_E_TIMEOUT;
+			break;
+		}
+		struct pollfd pfd = {.fd = op[0], .events = POLLIN};
+		int pr = poll(&pfd, 1, (int)((deadline - now) / MESH_NS_PER_MS) + 1);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			continue;
+		char buf[4096];
+		ssize_t r = read(op[0], buf, sizeof buf);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		if (res.len < 65536)
+			mesh_buf_add(&res, buf, (size_t)r);
+	}
+	if (rc == MESH_E_TIMEOUT)
+		kill(pid, SIGKILL);
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (!rc && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		rc = MESH_E_REFUSED;
+	if (!rc) {
+		*out = res.p ? mesh_buf_detach(&res, NULL) : strdup("");
+		if (!*out)
+			rc = -ENOMEM;
+	}
+done:
+	for (int i = 0; i < 2; i++) {
+		if (in[i] >= 0)
+			close(in[i]);
+		if (op[i] >= 0)
+			close(op[i]);
+	}
+	mesh_buf_release(&res);
+	mesh_buf_release(&env1);
+	free(envp);
+	return rc;
+}
+
+int mesh_mps_check_client(void *ctx, pid_t pid, char **err)
+{
+	const char *dir = ctx ? ctx : "";
+	char p[64], *env = NULL;
+	size_t len = 0;
+	snprintf(p, sizeof p, "/proc/%d/environ", (int)pid);
+	if (mesh__read_proc(p, 1 << 20, &env, &len) != 0)
+		return say(err, MESH_E_REFUSED, "cannot read the environment of pid %d", (int)pid);
+	struct mesh_buf want = MESH_BUF_INIT;
+	mesh_buf_addf(&want, "CUDA_MPS_PIPE_DIRECTORY=%s", dir);
+	int found = 0;
+	for (size_t i = 0; want.p && i < len; i += strlen(env + i) + 1)
+		if (strcmp(env + i, want.p) == 0)
+			found = 1;
+	mesh_buf_release(&want);
+	free(env);
+	if (!found)
+		return say(err, MESH_E_REFUSED, "pid %d does not use meshd's MPS pipe directory '%s'", (int)pid, dir);
+	struct mesh_buf ctl = MESH_BUF_INIT;
+	mesh_buf_addf(&ctl, "%s/control", dir);
+	int ok = ctl.p && access(ctl.p, F_OK) == 0;
+	mesh_buf_release(&ctl);
+	if (!ok)
+		return say(err, MESH_E_REFUSED, "no MPS control socket in '%s' (is %s -d running?)", dir,
+			   MESH_MPS_CONTROL);
+	return 0;
+}
+
+int mesh_mps_terminate_client(void *ctx, pid_t pid, char **err)
+{
+	const char *dir = ctx ? ctx : "";
+	char *list = NULL;
+	int rc = mesh_mps_control(dir, "get_server_list", &list, MESH_NS_PER_S);
+	if (rc)
+		return say(err, rc, "%s get_server_list: %s", MESH_MPS_CONTROL, mesh_strerror(rc));
+	int first = 0;
+	char *save = NULL;
+	for (char *tok = strtok_r(list, " \t\r\n", &save); tok; tok = strtok_r(NULL, " \t\r\n", &save)) {
+		char *end;
+		long sp = strtol(tok, &end, 10);
+		if (*end || sp <= 0)
+			continue;
+		char cmd[96], *o = NULL;
+		snprintf(cmd, sizeof cmd, "terminate_client %ld %d", sp, (int)pid);
+		int r = mesh_mps_control(dir, cmd, &o, MESH_NS_PER_S);
+		free(o);
+		if (r && !first)
+			first = r;
+	}
+	free(list);
+	if (first)
+		return say(err, first, "%s terminate_client for pid %d: %s", MESH_MPS_CONTROL, (int)pid,
+			   mesh_strerror(first));
+	return 0;
+}

@@ -1,0 +1,124 @@
+/* One single-producer single-consumer ring of variable-length messages in
+ * shared memory, and its wake-ups.  Used by both sides of a slot (shm.h):
+ * meshd produces requests and consumes replies; the worker the reverse.
+ *
+ * Layout (all little-endian, in the slot's memfd; the numbers are the format,
+ * version 1 of the slot, see docs/worker-protocol.md):
+ *   struct mesh_ring_ctl (256 bytes, in the slot header page)
+ *     head  u64 @0    bytes ever written; only the producer stores it
+ *     tail  u64 @64   bytes ever consumed; only the consumer stores it
+ *     data_futex u32 @128, data_sleeping u32 @132   the consumer sleeps here
+ *     space_futex u32 @192, space_sleeping u32 @196 the producer sleeps here
+ *   data: cap bytes (a power of two, >= 4096), elsewhere in the slot.
+ * head and tail are free-running; position = index & (cap - 1).
+ *
+ * A message is a 16-byte header {len, kind, seq, zero} at a 16-aligned
+ * position followed by len payload bytes, padded to 16; a message that runs
+ * past the end of data continues at offset 0 (split copy: no skip marker, so
+ * the largest message is cap - 16 bytes whatever the positions).
+ *
+ * Ordering: the producer copies the message, then stores head with release;
+ * the consumer loads head with acquire, copies, then stores tail with release.
+ * Wake-ups: a side about to sleep bumps nothing; it sets its *_sleeping flag,
+ * re-checks the ring (seq_cst fence in between), then FUTEX_WAITs on its
+ * futex word with the value read before the flag.  The other side, after
+ * publishing, fences and FUTEX_WAKEs only when the flag is set, bumping the
+ * word first: no lost wake-up, no syscall while the peer spins.
+ *
+ * Trust: each side keeps its own index in private memory (pos) and only
+ * stores it; the peer's index and every header it wrote are validated
+ * (MESH_E_CORRUPT, with a reason) before use, and payload is copied out once,
+ * never re-read.  A peer that scribbles can make this side see garbage
+ * payload or an error, never read or write outside the ring. */
+#ifndef MESH_SHM_RING_H
+#define MESH_SHM_RING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MESH_RING_HDR 16u
+#define MESH_RING_MIN_CAP 4096u
+#define MESH_RING_MAX_CAP (1u << 30)
+/* The largest payload a ring of cap bytes carries. */
+#define MESH_RING_MAX_MSG(cap) ((size_t)(cap) - MESH_RING_HDR)
+
+enum mesh_msg_kind {
+	MESH_MSG_REQ = 1, /* meshd -> worker: a request */
+	MESH_MSG_REP = 2, /* worker -> meshd: the handler's reply */
+	MESH_MSG_ERR = 3, /* worker -> meshd: the handler failed; payload is its message */
+	MESH_MSG__MAX = 3,
+};
+
+struct mesh_ring_ctl {
+	_Atomic uint64_t head;
+	uint8_t pad0[56];
+	_Atomic uint64_t tail;
+	uint8_t pad1[56];
+	_Atomic uint32_t data_futex, data_sleeping;
+	uint8_t pad2[56];
+	_Atomic uint32_t space_futex, space_sleeping;
+	uint8_t pad3[56];
+};
+
+/* A process-local view of one ring from one side.  Nothing here is shared. */
+struct mesh_ring {
+	struct mesh_ring_ctl *ctl;
+	uint8_t *data;
+	uint64_t cap, mask;
+	uint64_t pos;	/* this side's index (head for a producer, tail for a consumer) */
+	uint64_t peer;	/* the last valid value of the peer's index */
+	uint64_t next;	/* consumer: pos after the message being read (mesh_ring_peek) */
+	char why[96];	/* the reason of the last MESH_E_CORRUPT */
+};
+
+/* One message as seen by the consumer: payload in up to two spans (the second
+ * non-empty only when it wrapped).  Valid until mesh_ring_pop. */
+struct mesh_msg {
+	uint32_t len, kind, seq;
+	const uint8_t *p1, *p2;
+	size_t n1, n2;
+};
+
+/* Zeroes the ring's shared control and attaches the view (the creator). */
+void mesh_ring_init(struct mesh_ring *r, struct mesh_ring_ctl *ctl, uint8_t *data, uint64_t cap);
+/* Attaches a view to a ring someone else initialised; pos and peer are taken
+ * from the shared indices (is_producer: pos = head, peer = tail). */
+void mesh_ring_attach(struct mesh_ring *r, struct mesh_ring_ctl *ctl, uint8_t *data, uint64_t cap, int is_producer);
+
+/* Producer: appends one message.  0; -EAGAIN if there is no room now;
+ * MESH_E_TOOBIG if n > MESH_RING_MAX_MSG(cap); MESH_E_CORRUPT if the
+ * consumer's tail is impossible (r->why says why).  Wakes a sleeping consumer. */
+int mesh_ring_put(struct mesh_ring *r, uint32_t kind, uint32_t seq, const void *p, size_t n);
+/* Producer, batching: like put but publishes head only at mesh_ring_flush
+ * (and never wakes).  For throughput; a put or flush publishes everything. */
+int mesh_ring_put_nopub(struct mesh_ring *r, uint32_t kind, uint32_t seq, const void *p, size_t n);
+void mesh_ring_flush(struct mesh_ring *r);
+
+/* Consumer: the next message without removing it.  0; -EAGAIN if empty;
+ * MESH_E_CORRUPT if head or the header is impossible (r->why). */
+int mesh_ring_peek(struct mesh_ring *r, struct mesh_msg *m);
+/* Consumer: releases the message last peeked; wakes a waiting producer. */
+void mesh_ring_pop(struct mesh_ring *r);
+/* Copies a peeked message's payload to dst (m->len bytes). */
+void mesh_msg_copy(const struct mesh_msg *m, void *dst);
+
+/* Consumer: waits until the ring is non-empty.  Spins spin_ns first, then
+ * sleeps on the futex; returns early (1) when *stop is non-zero (stop may be
+ * NULL); 0 when readable; MESH_E_TIMEOUT after timeout_ns (UINT64_MAX =
+ * forever).  Readability is "head != tail", not validated: peek validates. */
+int mesh_ring_wait_data(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop);
+/* Producer: waits until need bytes of record space are free (same contract). */
+int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
+			 const _Atomic uint32_t *stop);
+/* Wakes whoever sleeps on this ring, either side (used after setting a stop
+ * word the sleeper watches). */
+void mesh_ring_kick(struct mesh_ring_ctl *ctl);
+
+/* Bytes a message of n payload bytes takes in the ring. */
+static inline uint64_t mesh_ring_rec_size(size_t n)
+{
+	return MESH_RING_HDR + (((uint64_t)n + 15u) & ~(uint64_t)15u);
+}
+
+#endif

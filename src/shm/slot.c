@@ -1,0 +1,353 @@
+/* Slots: creation and meshd's side of a call (shm.h). */
+#include "shm/shm.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(struct mesh_ring_ctl) == 256, "ring control is 256 bytes");
+_Static_assert(offsetof(struct mesh_slot_hdr, state) == 64, "state @64");
+_Static_assert(offsetof(struct mesh_slot_hdr, heartbeat_ns) == 80, "heartbeat @80");
+_Static_assert(offsetof(struct mesh_slot_hdr, errors) == 104, "errors @104");
+_Static_assert(offsetof(struct mesh_slot_hdr, req) == 256, "request ring control @256");
+_Static_assert(offsetof(struct mesh_slot_hdr, rep) == 512, "reply ring control @512");
+_Static_assert(sizeof(struct mesh_slot_hdr) <= MESH_SLOT_HDR_SIZE, "header fits its page");
+
+struct mesh_slot {
+	int fd;
+	uint32_t index;
+	uint64_t cap;
+	size_t size;
+	struct mesh_slot_hdr *hdr;
+	struct mesh_ring req, rep; /* meshd produces req, consumes rep */
+	uint32_t gen, seq;
+	_Atomic uint32_t shutdown;	/* meshd's own copy, never read back from the slot */
+	pthread_mutex_t call_lock;	/* one call at a time */
+	pthread_mutex_t why_lock;
+	_Atomic uint32_t failed;
+	_Atomic uint32_t stop;		/* a waiting call gives up: failed or shut down */
+	char why[200];
+};
+
+static int is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+int mesh_slot_create(struct mesh_slot **out, uint32_t index, size_t ring_bytes)
+{
+	*out = NULL;
+	if (ring_bytes == 0)
+		ring_bytes = MESH_SLOT_DEFAULT_RING;
+	if (!is_pow2(ring_bytes) || ring_bytes < MESH_RING_MIN_CAP || ring_bytes > MESH_RING_MAX_CAP)
+		return MESH_E_RANGE;
+	struct mesh_slot *s = calloc(1, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	s->index = index;
+	s->cap = ring_bytes;
+	s->size = MESH_SLOT_HDR_SIZE + 2 * ring_bytes;
+	char name[32];
+	snprintf(name, sizeof name, "mesh-slot-%u", index);
+	s->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (s->fd < 0)
+		goto fail;
+	if (ftruncate(s->fd, (off_t)s->size) < 0)
+		goto fail;
+	/* A worker holds this fd: sealing the size means it cannot shrink the
+	 * file under meshd's mapping (which would SIGBUS meshd). */
+	if (fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		goto fail;
+	void *p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	if (p == MAP_FAILED)
+		goto fail;
+	s->hdr = p;
+	pthread_mutex_init(&s->call_lock, NULL);
+	pthread_mutex_init(&s->why_lock, NULL);
+	mesh_slot_arm(s, 0);
+	*out = s;
+	return 0;
+fail:;
+	int err = -errno;
+	if (s->fd >= 0)
+		close(s->fd);
+	free(s);
+	return err;
+}
+
+void mesh_slot_free(struct mesh_slot *s)
+{
+	if (!s)
+		return;
+	munmap(s->hdr, s->size);
+	close(s->fd);
+	pthread_mutex_destroy(&s->call_lock);
+	pthread_mutex_destroy(&s->why_lock);
+	free(s);
+}
+
+int mesh_slot_fd(const struct mesh_slot *s)
+{
+	return s->fd;
+}
+
+uint32_t mesh_slot_index(const struct mesh_slot *s)
+{
+	return s->index;
+}
+
+size_t mesh_slot_max_msg(const struct mesh_slot *s)
+{
+	return MESH_RING_MAX_MSG(s->cap);
+}
+
+void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
+{
+	/* A call still waiting on the old run gives up now instead of holding the lock. */
+	atomic_store(&s->stop, 1);
+	mesh_ring_kick(&s->hdr->rep);
+	mesh_ring_kick(&s->hdr->req);
+	pthread_mutex_lock(&s->call_lock);
+	struct mesh_slot_hdr *h = s->hdr;
+	h->magic = MESH_SLOT_MAGIC;
+	h->version = MESH_SLOT_VERSION;
+	h->size = s->size;
+	h->index = s->index;
+	h->ring_cap = (uint32_t)s->cap;
+	atomic_store(&h->state, MESH_SLOT_IDLE);
+	atomic_store(&h->gen, gen);
+	atomic_store(&h->shutdown, MESH_SHUTDOWN_NONE);
+	atomic_store(&h->online, 0);
+	atomic_store(&h->heartbeat_ns, 0);
+	atomic_store(&h->requests, 0);
+	atomic_store(&h->replies, 0);
+	atomic_store(&h->errors, 0);
+	uint8_t *base = (uint8_t *)s->hdr;
+	mesh_ring_init(&s->req, &h->req, base + MESH_SLOT_HDR_SIZE, s->cap);
+	mesh_ring_init(&s->rep, &h->rep, base + MESH_SLOT_HDR_SIZE + s->cap, s->cap);
+	s->gen = gen;
+	s->seq = 0;
+	atomic_store(&s->shutdown, MESH_SHUTDOWN_NONE);
+	pthread_mutex_lock(&s->why_lock);
+	s->why[0] = 0;
+	atomic_store(&s->failed, 0);
+	atomic_store(&s->stop, 0);
+	pthread_mutex_unlock(&s->why_lock);
+	pthread_mutex_unlock(&s->call_lock);
+}
+
+void mesh_slot_set_shutdown(struct mesh_slot *s, enum mesh_shutdown how)
+{
+	atomic_store(&s->shutdown, how);
+	atomic_store(&s->stop, 1);
+	atomic_store(&s->hdr->shutdown, how);
+	mesh_ring_kick(&s->hdr->req);
+	mesh_ring_kick(&s->hdr->rep);
+}
+
+void mesh_slot_fail(struct mesh_slot *s, const char *fmt, ...)
+{
+	pthread_mutex_lock(&s->why_lock);
+	if (!atomic_load(&s->failed)) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(s->why, sizeof s->why, fmt, ap);
+		va_end(ap);
+		atomic_store(&s->failed, 1);
+	}
+	atomic_store(&s->stop, 1);
+	pthread_mutex_unlock(&s->why_lock);
+	/* A call waiting on the reply ring watches s->failed; wake it. */
+	mesh_ring_kick(&s->hdr->rep);
+	mesh_ring_kick(&s->hdr->req);
+}
+
+const char *mesh_slot_failed(const struct mesh_slot *s)
+{
+	return atomic_load(&s->failed) ? s->why : NULL;
+}
+
+static int fail_ring(struct mesh_slot *s, const char *which, const struct mesh_ring *r)
+{
+	mesh_slot_fail(s, "slot %u: %s ring: %s", s->index, which, r->why);
+	return MESH_E_CORRUPT;
+}
+
+static uint64_t left_ns(uint64_t deadline)
+{
+	uint64_t now = mesh_mono_ns();
+	return now >= deadline ? 0 : deadline - now;
+}
+
+static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **reply, size_t *reply_len,
+		       uint64_t timeout_ns, uint64_t spin_ns)
+{
+	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE)
+		return MESH_E_STATE;
+	if (n > mesh_slot_max_msg(s))
+		return MESH_E_TOOBIG;
+	uint64_t now = mesh_mono_ns();
+	uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+	uint64_t skipped = 0;
+	uint32_t seq = ++s->seq;
+	if (seq == 0) /* 0 is never a sequence number */
+		seq = s->seq = 1;
+	for (;;) {
+		int rc = mesh_ring_put(&s->req, MESH_MSG_REQ, seq, req, n);
+		if (rc == 0)
+			break;
+		if (rc == MESH_E_CORRUPT)
+			return fail_ring(s, "request", &s->req);
+		if (rc != -EAGAIN)
+			return rc;
+		rc = mesh_ring_wait_space(&s->req, n, spin_ns, left_ns(deadline), &s->stop);
+		if (rc == MESH_E_CORRUPT)
+			return fail_ring(s, "request", &s->req);
+		if (rc == 1)
+			return MESH_E_STATE;
+		if (rc < 0)
+			return rc;
+	}
+	for (;;) {
+		struct mesh_msg m;
+		int rc = mesh_ring_peek(&s->rep, &m);
+		if (rc == MESH_E_CORRUPT)
+			return fail_ring(s, "reply", &s->rep);
+		if (rc == 0) {
+			if (m.kind != MESH_MSG_REP && m.kind != MESH_MSG_ERR) {
+				mesh_slot_fail(s, "slot %u: reply ring: message of kind %u where a reply belongs",
+					       s->index, m.kind);
+				return MESH_E_CORRUPT;
+			}
+			if (m.seq != seq) {
+				/* A reply to an earlier call that timed out: drop it.  A seq
+				 * meshd never sent is a broken worker. */
+				if ((int32_t)(m.seq - seq) < 0 && m.seq != 0) {
+					mesh_ring_pop(&s->rep);
+					/* More than a ringful of them is a worker flooding us. */
+					if (++skipped > s->cap / MESH_RING_HDR && left_ns(deadline) == 0)
+						return MESH_E_TIMEOUT;
+					continue;
+				}
+				mesh_slot_fail(s, "slot %u: reply ring: reply to request %u, which was never sent",
+					       s->index, m.seq);
+				return MESH_E_CORRUPT;
+			}
+			uint8_t *out = malloc((size_t)m.len + 1);
+			if (!out)
+				return -ENOMEM;
+			mesh_msg_copy(&m, out);
+			out[m.len] = 0;
+			mesh_ring_pop(&s->rep);
+			*reply = out;
+			*reply_len = m.len;
+			return m.kind == MESH_MSG_REP ? 0 : MESH_E_REFUSED;
+		}
+		rc = mesh_ring_wait_data(&s->rep, spin_ns, left_ns(deadline), &s->stop);
+		if (rc == 1)
+			return MESH_E_STATE;
+		if (rc < 0)
+			return rc;
+	}
+}
+
+int mesh_slot_call(struct mesh_slot *s, const void *req, size_t n, void **reply, size_t *reply_len,
+		   uint64_t timeout_ns, uint64_t spin_ns)
+{
+	*reply = NULL;
+	*reply_len = 0;
+	pthread_mutex_lock(&s->call_lock);
+	int rc = call_locked(s, req, n, reply, reply_len, timeout_ns, spin_ns);
+	pthread_mutex_unlock(&s->call_lock);
+	return rc;
+}
+
+int mesh_slot_stats(struct mesh_slot *s, struct mesh_slot_stats *st)
+{
+	struct mesh_slot_hdr *h = s->hdr;
+	memset(st, 0, sizeof *st);
+	/* The worker bumps requests before replies/errors: read those first so an
+	 * honest worker always satisfies replies + errors <= requests. */
+	uint64_t replies = atomic_load_explicit(&h->replies, memory_order_acquire);
+	uint64_t errors = atomic_load_explicit(&h->errors, memory_order_acquire);
+	uint64_t requests = atomic_load_explicit(&h->requests, memory_order_acquire);
+	uint32_t state = atomic_load_explicit(&h->state, memory_order_acquire);
+	uint32_t online = atomic_load_explicit(&h->online, memory_order_acquire);
+	uint64_t hb = atomic_load_explicit(&h->heartbeat_ns, memory_order_acquire);
+	if (state > MESH_SLOT__MAX) {
+		mesh_slot_fail(s, "slot %u: state word %u is not a state", s->index, state);
+		return MESH_E_CORRUPT;
+	}
+	if (online != 0 && online != s->gen) {
+		mesh_slot_fail(s, "slot %u: online word %u is neither 0 nor the run's gen %u", s->index, online,
+			       s->gen);
+		return MESH_E_CORRUPT;
+	}
+	if (hb > mesh_mono_ns() + MESH_NS_PER_S) {
+		mesh_slot_fail(s, "slot %u: heartbeat %llu ns lies in the future", s->index, (unsigned long long)hb);
+		return MESH_E_CORRUPT;
+	}
+	if (replies > requests || errors > requests - replies) {
+		mesh_slot_fail(s, "slot %u: %llu replies + %llu errors for %llu requests", s->index,
+			       (unsigned long long)replies, (unsigned long long)errors, (unsigned long long)requests);
+		return MESH_E_CORRUPT;
+	}
+	st->state = state;
+	st->gen = s->gen;
+	st->online = online;
+	st->heartbeat_ns = hb;
+	st->requests = requests;
+	st->replies = replies;
+	st->errors = errors;
+	return 0;
+}
+
+int mesh__slot_map(int fd, uint32_t expect_index, struct mesh_slot_map *m)
+{
+	memset(m, 0, sizeof *m);
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_size < (off_t)MESH_SLOT_HDR_SIZE)
+		return MESH_E_FOREIGN;
+	size_t size = (size_t)st.st_size;
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	struct mesh_slot_hdr *h = p;
+	int rc = 0;
+	uint64_t cap = h->ring_cap;
+	if (h->magic != MESH_SLOT_MAGIC)
+		rc = MESH_E_FOREIGN;
+	else if (h->version != MESH_SLOT_VERSION)
+		rc = MESH_E_VERSION;
+	else if (h->size != size || !is_pow2(cap) || cap < MESH_RING_MIN_CAP || cap > MESH_RING_MAX_CAP ||
+		 MESH_SLOT_HDR_SIZE + 2 * cap != size || h->index != expect_index)
+		rc = MESH_E_CORRUPT;
+	if (rc < 0) {
+		munmap(p, size);
+		return rc;
+	}
+	m->hdr = h;
+	m->size = size;
+	mesh_ring_attach(&m->req, &h->req, (uint8_t *)p + MESH_SLOT_HDR_SIZE, cap, 0);
+	mesh_ring_attach(&m->rep, &h->rep, (uint8_t *)p + MESH_SLOT_HDR_SIZE + cap, cap, 1);
+	return 0;
+}
+
+void mesh__slot_unmap(struct mesh_slot_map *m)
+{
+	if (m->hdr)
+		munmap(m->hdr, m->size);
+	memset(m, 0, sizeof *m);
+}

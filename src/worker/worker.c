@@ -1,0 +1,341 @@
+/* libmeshworker (include/mesh/worker.h): the worker's side of the control
+ * channel and the node loop on its slot. */
+#include "mesh/worker.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/parse.h"
+#include "shm/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The node loop stores a heartbeat and looks at the control socket at least this often. */
+#define HEARTBEAT_NS (250 * MESH_NS_PER_MS)
+#define DEFAULT_SPIN_NS (50 * 1000ull)
+
+struct mesh_worker {
+	int fd;
+	int ready_sent;
+	uint64_t spin_ns;
+	uint32_t gen, slot;
+	struct mesh_slot_map map;
+	uint8_t *req_buf, *rep_buf; /* private copies: a wrapped request, the handler's reply */
+	size_t buf_cap;
+};
+
+/* What ended a node loop. */
+enum loop_end { END_HALT, END_EXIT, END_CLOSED, END_BROKEN };
+
+const char *mesh_worker_strerror(int err)
+{
+	return mesh_strerror(err);
+}
+
+int mesh_worker_open(struct mesh_worker **out)
+{
+	*out = NULL;
+	/* Before anything is printed: a crash must not lose buffered lines.
+	 * stderr stays unbuffered (each fprintf is one write), which loses even less. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	const char *e = getenv(MESH_CONTROL_FD_ENV);
+	uint64_t fd;
+	if (!e)
+		return -ENOENT;
+	if (mesh_parse_u64(e, 1u << 30, &fd) < 0)
+		return -EBADF;
+	struct stat st;
+	if (fstat((int)fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return -EBADF;
+	int type = 0;
+	socklen_t tl = sizeof type;
+	if (getsockopt((int)fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET)
+		return -EBADF;
+	struct mesh_worker *w = calloc(1, sizeof *w);
+	if (!w)
+		return -ENOMEM;
+	/* The worker's own children must not hold meshd's channel open. */
+	fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+	w->fd = (int)fd;
+	w->spin_ns = DEFAULT_SPIN_NS;
+	const char *spin = getenv("MESH_WORKER_SPIN_US");
+	uint64_t us;
+	if (spin && mesh_parse_u64(spin, 10ull * 1000 * 1000, &us) == 0)
+		w->spin_ns = us * 1000;
+	*out = w;
+	return 0;
+}
+
+void mesh_worker_close(struct mesh_worker *w)
+{
+	if (!w)
+		return;
+	mesh__slot_unmap(&w->map);
+	close(w->fd);
+	free(w->req_buf);
+	free(w->rep_buf);
+	free(w);
+}
+
+void mesh_worker_set_spin(struct mesh_worker *w, uint64_t spin_ns)
+{
+	w->spin_ns = spin_ns;
+}
+
+uint32_t mesh_worker_gen(const struct mesh_worker *w)
+{
+	return w->gen;
+}
+
+uint32_t mesh_worker_slot(const struct mesh_worker *w)
+{
+	return w->slot;
+}
+
+int mesh_worker_ready(struct mesh_worker *w)
+{
+	int rc = mesh__ctl_send(w->fd, "ready", -1);
+	if (rc == 0)
+		w->ready_sent = 1;
+	return rc;
+}
+
+static void sendf(struct mesh_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sendf(struct mesh_worker *w, const char *fmt, ...)
+{
+	char text[MESH_CTL_MAX + 1];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	mesh__ctl_send(w->fd, text, -1);
+}
+
+/* Receives one command; *fd gets a passed fd (or -1).  block: wait for one.
+ * 0; -EAGAIN (non-blocking, none); MESH_E_CLOSED; MESH_E_PROTO (answered). */
+static int recv_cmd(struct mesh_worker *w, struct mesh_wcmd *cmd, int *fd, int block)
+{
+	uint8_t buf[MESH_CTL_MAX + 1];
+	union {
+		struct cmsghdr align;
+		char b[CMSG_SPACE(4 * sizeof(int))];
+	} cbuf;
+	struct iovec iov = {buf, sizeof buf};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.b, .msg_controllen = sizeof cbuf.b};
+	*fd = -1;
+	ssize_t n;
+	do
+		n = recvmsg(w->fd, &mh, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : MESH_E_CLOSED;
+	if (n == 0)
+		return MESH_E_CLOSED;
+	int nfds = 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int f;
+			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
+			if (nfds++ == 0)
+				*fd = f;
+			else
+				close(f);
+		}
+	}
+	int rc = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? MESH_E_PROTO : mesh__wcmd_parse(buf, (size_t)n, cmd);
+	if (rc == 0 && (nfds != (cmd->kind == MESH_WCMD_RUN)))
+		rc = MESH_E_PROTO;
+	if (rc < 0) {
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+		sendf(w, "fail malformed command");
+	}
+	return rc;
+}
+
+static int ensure_bufs(struct mesh_worker *w, size_t cap)
+{
+	if (w->buf_cap >= cap)
+		return 0;
+	free(w->req_buf);
+	free(w->rep_buf);
+	w->req_buf = malloc(cap);
+	w->rep_buf = malloc(cap);
+	w->buf_cap = w->req_buf && w->rep_buf ? cap : 0;
+	return w->buf_cap ? 0 : -ENOMEM;
+}
+
+/* Looks at the control socket while running (between requests). */
+static int poll_control(struct mesh_worker *w, enum loop_end *end)
+{
+	struct mesh_wcmd cmd;
+	int fd;
+	int rc = recv_cmd(w, &cmd, &fd, 0);
+	if (rc == -EAGAIN || rc == MESH_E_PROTO)
+		return 0;
+	if (rc < 0) {
+		*end = END_CLOSED;
+		return 1;
+	}
+	switch (cmd.kind) {
+	case MESH_WCMD_HALT:
+		*end = END_HALT;
+		return 1;
+	case MESH_WCMD_EXIT:
+		*end = END_EXIT;
+		return 1;
+	case MESH_WCMD_RUN:
+		close(fd);
+		sendf(w, "fail run %u while gen %u runs", cmd.gen, w->gen);
+		return 0;
+	}
+	return 0;
+}
+
+/* Puts one reply, waiting for room; 0, or 1 if shutdown came first, <0 broken. */
+static int put_reply(struct mesh_worker *w, uint32_t kind, uint32_t seq, const void *p, size_t n)
+{
+	struct mesh_ring *r = &w->map.rep;
+	for (;;) {
+		int rc = mesh_ring_put(r, kind, seq, p, n);
+		if (rc != -EAGAIN)
+			return rc;
+		rc = mesh_ring_wait_space(r, n, w->spin_ns, HEARTBEAT_NS, &w->map.hdr->shutdown);
+		if (rc == 1 || (rc < 0 && rc != MESH_E_TIMEOUT))
+			return rc;
+		atomic_store_explicit(&w->map.hdr->heartbeat_ns, mesh_mono_ns(), memory_order_release);
+	}
+}
+
+static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handler, void *ctx)
+{
+	struct mesh_slot_hdr *h = w->map.hdr;
+	size_t cap = MESH_RING_MAX_MSG(w->map.req.cap);
+	enum loop_end end = END_BROKEN;
+	for (;;) {
+		uint32_t sd = atomic_load_explicit(&h->shutdown, memory_order_acquire);
+		if (sd == MESH_SHUTDOWN_HALT)
+			return END_HALT;
+		if (sd != MESH_SHUTDOWN_NONE)
+			return END_EXIT;
+		struct mesh_msg m;
+		int rc = mesh_ring_peek(&w->map.req, &m);
+		if (rc == -EAGAIN) {
+			rc = mesh_ring_wait_data(&w->map.req, w->spin_ns, HEARTBEAT_NS, &h->shutdown);
+			atomic_store_explicit(&h->heartbeat_ns, mesh_mono_ns(), memory_order_release);
+			if (rc == MESH_E_TIMEOUT && poll_control(w, &end))
+				return end;
+			continue;
+		}
+		if (rc < 0 || m.kind != MESH_MSG_REQ) {
+			sendf(w, "fail request ring: %s", rc < 0 ? w->map.req.why : "not a request");
+			return END_BROKEN;
+		}
+		atomic_fetch_add_explicit(&h->requests, 1, memory_order_release);
+		const void *req = m.p1;
+		if (m.n2) {
+			mesh_msg_copy(&m, w->req_buf);
+			req = w->req_buf;
+		}
+		size_t out = 0;
+		int hr = handler(ctx, req, m.len, w->rep_buf, cap, &out);
+		uint32_t seq = m.seq;
+		mesh_ring_pop(&w->map.req);
+		uint32_t kind = MESH_MSG_REP;
+		if (hr < 0 || out > cap) {
+			kind = MESH_MSG_ERR;
+			if (out == 0 || out > cap)
+				out = (size_t)snprintf((char *)w->rep_buf, cap, "handler failed: %s",
+						       out > cap ? "reply longer than the slot allows"
+								 : mesh_worker_strerror(hr));
+		}
+		/* Counted before it is published: meshd never sees a reply it cannot count. */
+		atomic_fetch_add_explicit(kind == MESH_MSG_REP ? &h->replies : &h->errors, 1, memory_order_release);
+		rc = put_reply(w, kind, seq, w->rep_buf, out);
+		if (rc == 1)
+			continue; /* shutdown: seen at the top */
+		if (rc < 0) {
+			sendf(w, "fail reply ring: %s", w->map.rep.why);
+			return END_BROKEN;
+		}
+		atomic_store_explicit(&h->heartbeat_ns, mesh_mono_ns(), memory_order_relaxed);
+	}
+}
+
+/* Maps the slot of a run and serves it until HALT or EXIT. */
+static enum loop_end run(struct mesh_worker *w, const struct mesh_wcmd *cmd, int fd, mesh_worker_handler handler,
+			 void *ctx)
+{
+	int rc = mesh__slot_map(fd, cmd->slot, &w->map);
+	close(fd);
+	if (rc == 0)
+		rc = ensure_bufs(w, MESH_RING_MAX_MSG(w->map.req.cap));
+	if (rc == 0 && atomic_load(&w->map.hdr->gen) != cmd->gen)
+		rc = MESH_E_MISMATCH;
+	if (rc < 0) {
+		mesh__slot_unmap(&w->map);
+		sendf(w, "fail run %u %u: %s", cmd->gen, cmd->slot, mesh_strerror(rc));
+		return END_HALT; /* refused: back to waiting, as before the run */
+	}
+	w->gen = cmd->gen;
+	w->slot = cmd->slot;
+	struct mesh_slot_hdr *h = w->map.hdr;
+	atomic_store(&h->heartbeat_ns, mesh_mono_ns());
+	atomic_store(&h->online, cmd->gen);
+	atomic_store(&h->state, MESH_SLOT_RUNNING);
+	sendf(w, "online %u", cmd->gen);
+	enum loop_end end = node_loop(w, handler, ctx);
+	atomic_store(&h->online, 0);
+	atomic_store(&h->state, end == END_HALT ? MESH_SLOT_HALTED : MESH_SLOT_EXITED);
+	mesh__slot_unmap(&w->map);
+	if (end == END_HALT)
+		sendf(w, "halted %u", cmd->gen);
+	return end;
+}
+
+int mesh_worker_serve(struct mesh_worker *w, mesh_worker_handler handler, void *ctx)
+{
+	if (!w->ready_sent) {
+		int rc = mesh_worker_ready(w);
+		if (rc < 0)
+			return rc;
+	}
+	for (;;) {
+		struct mesh_wcmd cmd;
+		int fd;
+		int rc = recv_cmd(w, &cmd, &fd, 1);
+		if (rc == MESH_E_PROTO)
+			continue;
+		if (rc < 0)
+			return MESH_E_CLOSED;
+		switch (cmd.kind) {
+		case MESH_WCMD_HALT:
+			continue; /* nothing runs; a late duplicate of a HALT seen in the slot */
+		case MESH_WCMD_EXIT:
+			return 0;
+		case MESH_WCMD_RUN:
+			switch (run(w, &cmd, fd, handler, ctx)) {
+			case END_HALT:
+				continue;
+			case END_EXIT:
+				return 0;
+			case END_CLOSED:
+				return MESH_E_CLOSED;
+			case END_BROKEN:
+				return MESH_E_PROTO;
+			}
+		}
+	}
+}

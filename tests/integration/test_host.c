@@ -1,0 +1,473 @@
+/* The host with real worker processes (tests/workers/host_worker.c). */
+#include "base/clock.h"
+#include "base/err.h"
+#include "host/host.h"
+#include "runner/t.h"
+#include "shm/shm.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S(x) ((uint64_t)(x) * MESH_NS_PER_S)
+#define ALL_UP (1u << MESH_IS_IDLE | 1u << MESH_IS_RUNNING)
+
+/* A loop thread, as meshd runs one, for tests that block elsewhere. */
+static volatile int loop_stop;
+static void *loop_main(void *arg)
+{
+	while (!loop_stop)
+		mesh_host_poll(arg, 50 * MESH_NS_PER_MS);
+	return NULL;
+}
+
+struct fx {
+	struct mesh_host *h;
+	struct mesh_image img;
+	struct mesh_instance *w;
+};
+
+/* A catalog "cat" with program w running host_worker in mode, and a host on it. */
+static void setup(struct fx *f, const char *mode, const char *extra)
+{
+	char path[512], m[1024];
+	mkdir("cat", 0755);
+	mkdir("logs", 0755);
+	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
+	mkdir(path, 0755);
+	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
+	unlink(path);
+	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
+		FAIL("symlink: %s", strerror(errno));
+	snprintf(m, sizeof m,
+		 "name = \"w\"\nbackends = [\"native\"]\nargs = [\"%s\", \"child.pid\"]\n[env]\nHW_FLAG = \"yes\"\n"
+		 "[lifecycle]\nready_timeout = \"20s\"\n%s",
+		 mode, extra ? extra : "");
+	t_write_file("cat/w.toml", m);
+	static char *env[] = {"MESH_SERVICE_BASE=/svc", "MESH_MODELS=/models", "MESH_SYSTEM=test", NULL};
+	struct mesh_host_cfg cfg = {.logs = "logs", .env = env};
+	char *err = NULL;
+	if (mesh_host_new(&f->h, &cfg, &err))
+		FAIL("host: %s", err);
+	struct mesh_limits_caps caps = *mesh_host_caps(f->h);
+	if (mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &f->img, &err))
+		FAIL("prepare: %s", err);
+	ASSERT_EQ(mesh_instance_new(f->h, &f->img, &f->w), 0);
+}
+
+static void teardown(struct fx *f)
+{
+	mesh_host_free(f->h);
+	mesh_image_release(&f->img);
+}
+
+static void warm_ok(struct fx *f)
+{
+	char *err = NULL;
+	int rc = mesh_instance_warm(f->w, &err);
+	if (rc)
+		FAIL("warm: %s", err);
+	rc = mesh_instance_wait(f->w, ALL_UP, S(20), &err);
+	if (rc)
+		FAIL("wait ready: %s (%s)", err, mesh_strerror(rc));
+}
+
+static void call_ok(struct mesh_slot *s, const char *msg)
+{
+	void *rep = NULL;
+	size_t n = 0;
+	int rc = mesh_slot_call(s, msg, strlen(msg), &rep, &n, S(10), 0);
+	if (rc)
+		FAIL("call: %s", mesh_strerror(rc));
+	ASSERT_EQ(n, strlen(msg));
+	EXPECT_EQ(memcmp(rep, msg, n), 0);
+	free(rep);
+}
+
+TEST(spawn_ready_run_halt_run_exit)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "echo", NULL);
+	struct mesh_slot *s0, *s1;
+	ASSERT_EQ(mesh_slot_create(&s0, 0, 0), 0);
+	ASSERT_EQ(mesh_slot_create(&s1, 1, 0), 0);
+	warm_ok(&f);
+	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_IDLE);
+	pid_t pid = mesh_instance_pid(f.w);
+	EXPECT_GT(pid, 0);
+	/* The worker got its environment. */
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/environ", (int)pid);
+	size_t n;
+	char *env = t_read_file(p, &n);
+	ASSERT_TRUE(env != NULL);
+	for (size_t i = 0; i < n; i++)
+		if (!env[i])
+			env[i] = '\n';
+	EXPECT_CONTAINS(env, "MESH_SERVICE_BASE=/svc\n");
+	EXPECT_CONTAINS(env, "MESH_MODELS=/models\n");
+	EXPECT_CONTAINS(env, "MESH_SYSTEM=test\n");
+	EXPECT_CONTAINS(env, "MESH_CONTROL_FD=3\n");
+	EXPECT_CONTAINS(env, "HW_FLAG=yes\n");
+	free(env);
+	/* Its own session and process group; meshd's pdeathsig is set. */
+	EXPECT_EQ(getpgid(pid), pid);
+	EXPECT_EQ(getsid(pid), pid);
+
+	ASSERT_EQ(mesh_instance_launch(f.w, s0, &err), 0);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_RUNNING, S(10), &err), 0);
+	call_ok(s0, "hello");
+	ASSERT_EQ(mesh_instance_halt(f.w), 0);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_IDLE, S(10), &err), 0);
+	EXPECT_EQ(mesh_instance_pid(f.w), pid); /* the process stayed */
+	/* A second run, on another slot. */
+	ASSERT_EQ(mesh_instance_launch(f.w, s1, &err), 0);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_RUNNING, S(10), &err), 0);
+	call_ok(s1, "again");
+	EXPECT_EQ(mesh_instance_launch(f.w, s0, &err), MESH_E_STATE); /* already on a slot */
+	EXPECT_CONTAINS(err, "cannot launch while RUNNING");
+	free(err);
+	ASSERT_EQ(mesh_instance_exit(f.w), 0);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
+	struct mesh_instance_stats st = mesh_instance_stats(f.w);
+	EXPECT_EQ(st.last_exit, 0);
+	EXPECT_EQ(st.spawns, 1);
+	EXPECT_EQ(st.crashes, 0);
+	EXPECT_TRUE(mesh_instance_crashed(f.w) == NULL);
+	EXPECT_EQ(kill(pid, 0), -1);
+	char *log = t_read_file("logs/w.log", NULL);
+	EXPECT_CONTAINS(log, "host_worker echo: ready");
+	EXPECT_CONTAINS(log, "exited with status 0");
+	free(log);
+	teardown(&f);
+	mesh_slot_free(s0);
+	mesh_slot_free(s1);
+}
+
+static void expect_tail(const char *report, const char *what, int first, int last)
+{
+	char l[64];
+	snprintf(l, sizeof l, "\n%s line %d\n", what, first);
+	EXPECT_CONTAINS(report, l);
+	snprintf(l, sizeof l, "\n%s line %d\n", what, last);
+	EXPECT_CONTAINS(report, l);
+	snprintf(l, sizeof l, "\n%s line %d\n", what, first - 1);
+	if (report && strstr(report, l))
+		t__fail(__FILE__, __LINE__, "report holds more than 30 lines: \"%s\"", l);
+}
+
+TEST(crash_before_ready_is_a_crash_not_a_timeout)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "crash-before-ready", NULL);
+	uint64_t t0 = t_now_ms();
+	ASSERT_EQ(mesh_instance_warm(f.w, &err), 0);
+	int rc = mesh_instance_wait(f.w, ALL_UP, S(20), &err);
+	EXPECT_EQ(rc, MESH_E_CRASHED);
+	EXPECT_LT(t_now_ms() - t0, 10000); /* not the 20 s ready timeout */
+	EXPECT_CONTAINS(err, "crashed before ready: exit status 134 (killed by SIGABRT)");
+	/* 30 lines: the 40 it printed, last 30 of them. */
+	expect_tail(err, "setup", 11, 40);
+	free(err);
+	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_DOWN);
+	struct mesh_instance_stats st = mesh_instance_stats(f.w);
+	EXPECT_EQ(st.last_exit, 134);
+	EXPECT_EQ(st.crashes, 1);
+	char *once = mesh_instance_crashed(f.w);
+	EXPECT_CONTAINS(once, "before ready");
+	free(once);
+	EXPECT_TRUE(mesh_instance_crashed(f.w) == NULL); /* reported once */
+	teardown(&f);
+}
+
+TEST(exit_before_ready_reports_status)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "exit-before-ready", NULL);
+	ASSERT_EQ(mesh_instance_warm(f.w, &err), 0);
+	EXPECT_EQ(mesh_instance_wait(f.w, ALL_UP, S(20), &err), MESH_E_CRASHED);
+	EXPECT_CONTAINS(err, "crashed before ready: exit status 3\n");
+	expect_tail(err, "setup", 11, 40);
+	free(err);
+	teardown(&f);
+}
+
+TEST(crash_while_running_fails_the_slot_with_tail)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "crash-on-call", NULL);
+	struct mesh_slot *s;
+	ASSERT_EQ(mesh_slot_create(&s, 3, 0), 0);
+	/* Launch with no process: it is spawned and run once ready. */
+	ASSERT_EQ(mesh_instance_launch(f.w, s, &err), 0);
+	int rc = mesh_instance_wait(f.w, 1u << MESH_IS_RUNNING, S(20), &err);
+	if (rc)
+		FAIL("launch: %s", err);
+	EXPECT_EQ(mesh_instance_slot(f.w) == s, 1);
+	void *rep = NULL;
+	size_t n;
+	pthread_t th;
+	loop_stop = 0;
+	pthread_create(&th, NULL, loop_main, f.h);
+	uint64_t t0 = t_now_ms();
+	rc = mesh_slot_call(s, "x", 1, &rep, &n, S(20), 0);
+	EXPECT_NE(rc, 0);
+	EXPECT_TRUE(rc != MESH_E_TIMEOUT);
+	EXPECT_LT(t_now_ms() - t0, 10000); /* the crash ended the call, not its timeout */
+	loop_stop = 1;
+	pthread_join(th, NULL);
+	free(rep);
+	/* The failure since the launch is what the wait reports. */
+	rc = mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err);
+	EXPECT_EQ(rc, MESH_E_CRASHED);
+	EXPECT_CONTAINS(err, "exit status 139");
+	free(err);
+	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_DOWN);
+	char *rep2 = mesh_instance_crashed(f.w);
+	EXPECT_CONTAINS(rep2, "crashed while running: exit status 139 (killed by SIGSEGV)");
+	expect_tail(rep2, "call", 12, 40);
+	EXPECT_CONTAINS(rep2, "about to crash\n");
+	free(rep2);
+	EXPECT_TRUE(mesh_slot_failed(s) != NULL);
+	EXPECT_CONTAINS(mesh_slot_failed(s), "exit status 139");
+	EXPECT_TRUE(mesh_instance_take_failed_slot(f.w) == s);
+	struct mesh_instance_stats st = mesh_instance_stats(f.w);
+	EXPECT_EQ(st.last_exit, 139);
+	EXPECT_EQ(st.crashes, 1);
+	/* The log has all 40 lines, not only the tail. */
+	char *log = t_read_file("logs/w.log", NULL);
+	EXPECT_CONTAINS(log, "call line 1\n");
+	free(log);
+	teardown(&f);
+	mesh_slot_free(s);
+}
+
+TEST(ignoring_sigterm_gets_sigkill_after_grace)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "ignore-term", "stop_grace = \"600ms\"\n");
+	warm_ok(&f);
+	uint64_t t0 = t_now_ms();
+	ASSERT_EQ(mesh_instance_exit(f.w), 0);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
+	uint64_t took = t_now_ms() - t0;
+	EXPECT_GE(took, 550);
+	EXPECT_LT(took, 5000);
+	struct mesh_instance_stats st = mesh_instance_stats(f.w);
+	EXPECT_EQ(st.last_exit, 128 + SIGKILL);
+	EXPECT_EQ(st.crashes, 0); /* asked to exit: not a crash */
+	EXPECT_TRUE(mesh_instance_crashed(f.w) == NULL);
+	teardown(&f);
+}
+
+static int child_dead(pid_t c)
+{
+	if (kill(c, 0) != 0)
+		return 1;
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/stat", (int)c);
+	char *s = t_read_file(p, NULL);
+	int z = !s || (strstr(s, ") Z") != NULL);
+	free(s);
+	return z;
+}
+
+static pid_t read_child(void)
+{
+	char *s = NULL;
+	for (int i = 0; i < 400 && !s; i++) {
+		s = t_read_file("child.pid", NULL);
+		if (!s)
+			usleep(5000);
+	}
+	ASSERT_TRUE(s != NULL);
+	pid_t c = atoi(s);
+	free(s);
+	return c;
+}
+
+TEST(forked_child_dies_with_the_group)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "fork", "stop_grace = \"2s\"\n");
+	warm_ok(&f);
+	pid_t c = read_child();
+	ASSERT_GT(c, 0);
+	EXPECT_EQ(getpgid(c), mesh_instance_pid(f.w));
+	ASSERT_EQ(mesh_instance_exit(f.w), 0);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
+	int dead = 0;
+	for (int i = 0; i < 200 && !dead; i++) {
+		dead = child_dead(c);
+		if (!dead)
+			usleep(10000);
+	}
+	EXPECT_TRUE(dead);
+	/* And when the leader is killed from outside: a crash, and the group dies. */
+	unlink("child.pid");
+	warm_ok(&f);
+	c = read_child();
+	kill(mesh_instance_pid(f.w), SIGKILL);
+	EXPECT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), MESH_E_CRASHED);
+	free(err);
+	dead = 0;
+	for (int i = 0; i < 200 && !dead; i++) {
+		dead = child_dead(c);
+		if (!dead)
+			usleep(10000);
+	}
+	EXPECT_TRUE(dead);
+	char *r = mesh_instance_crashed(f.w);
+	EXPECT_CONTAINS(r, "crashed while idle: exit status 137 (killed by SIGKILL)");
+	free(r);
+	teardown(&f);
+}
+
+TEST(ready_timeout_fails_the_start)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "never-ready", NULL);
+	/* The manifest's 20 s is overridden by a fresh manifest with 300 ms. */
+	teardown(&f);
+	t_write_file("cat/w.toml", "name = \"w\"\nbackends = [\"native\"]\nargs = [\"never-ready\"]\n"
+				   "[lifecycle]\nready_timeout = \"300ms\"\n");
+	struct mesh_host_cfg cfg = {.logs = "logs"};
+	ASSERT_EQ(mesh_host_new(&f.h, &cfg, &err), 0);
+	struct mesh_limits_caps caps = *mesh_host_caps(f.h);
+	ASSERT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &f.img, &err), 0);
+	ASSERT_EQ(mesh_instance_new(f.h, &f.img, &f.w), 0);
+	ASSERT_EQ(mesh_instance_warm(f.w, &err), 0);
+	int rc = mesh_instance_wait(f.w, ALL_UP, S(10), &err);
+	EXPECT_EQ(rc, MESH_E_TIMEOUT);
+	EXPECT_CONTAINS(err, "no 'ready' within 300 ms");
+	free(err);
+	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_DOWN);
+	teardown(&f);
+}
+
+TEST(stats_sampled_and_counted)
+{
+	struct fx f;
+	setup(&f, "echo", NULL);
+	warm_ok(&f);
+	/* Let the host sample (about once a second). */
+	uint64_t until = mesh_mono_ns() + S(1) + 300 * MESH_NS_PER_MS;
+	while (mesh_mono_ns() < until)
+		mesh_host_poll(f.h, 100 * MESH_NS_PER_MS);
+	struct mesh_instance_stats st = mesh_instance_stats(f.w);
+	EXPECT_EQ(st.pid, mesh_instance_pid(f.w));
+	EXPECT_GT(st.rss, 100 * 1024);
+	EXPECT_EQ(st.spawns, 1);
+	EXPECT_GE(st.cpu_pct, 0);
+	struct mesh_host_totals t = mesh_host_totals(f.h);
+	EXPECT_EQ(t.procs, 1);
+	EXPECT_EQ(t.spawns, 1);
+	EXPECT_EQ(t.crashes, 0);
+	EXPECT_UEQ(t.rss, st.rss);
+	teardown(&f);
+}
+
+TEST(exec_failure_is_reported)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "echo", NULL);
+	char path[256];
+	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
+	/* Swap the binary for one that is gone after the prepare. */
+	unlink(path);
+	int rc = mesh_instance_warm(f.w, &err);
+	EXPECT_EQ(rc, -ENOENT);
+	EXPECT_CONTAINS(err, "cannot start");
+	free(err);
+	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_DOWN);
+	teardown(&f);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+#ifdef UNDER_ASAN
+static const int under_asan = 1;
+#else
+static const int under_asan = 0;
+#endif
+
+TEST(limits_are_really_applied)
+{
+	struct fx f;
+	/* An ASan worker reserves terabytes of shadow memory, which RLIMIT_DATA
+	 * (really enforced) refuses: the memory limit is checked in normal builds. */
+	setup(&f, "echo", under_asan ? "[limits]\nopen_files = 64\n" : "[limits]\nmemory = \"256M\"\nopen_files = 64\n");
+	warm_ok(&f);
+	struct mesh_instance_stats st = mesh_instance_stats(f.w);
+	EXPECT_UEQ(st.limits, MESH_LIM_NOFILE_RLIMIT | (under_asan ? 0 : MESH_LIM_MEMORY_RLIMIT));
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/limits", (int)st.pid);
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "grep -E '^Max (open files|data size)' %s", p), 0);
+	if (!under_asan)
+		EXPECT_CONTAINS(out, "Max data size             268435456            268435456");
+	EXPECT_CONTAINS(out, "Max open files            64                   64");
+	teardown(&f);
+}
+
+/* meshd SIGKILLed: its worker dies too (PR_SET_PDEATHSIG from the spawner thread). */
+TEST(worker_dies_with_a_killed_host)
+{
+	pid_t host = fork();
+	ASSERT_GE(host, 0);
+	if (host == 0) {
+		struct fx f;
+		setup(&f, "echo", NULL);
+		warm_ok(&f);
+		char b[32];
+		snprintf(b, sizeof b, "%d\n", (int)mesh_instance_pid(f.w));
+		t_write_file("worker.pid.tmp", b);
+		rename("worker.pid.tmp", "worker.pid");
+		for (;;)
+			pause();
+	}
+	char *s = NULL;
+	for (int i = 0; i < 2000 && !s; i++) {
+		s = t_read_file("worker.pid", NULL);
+		if (!s)
+			usleep(5000);
+	}
+	ASSERT_TRUE(s != NULL);
+	pid_t w = atoi(s);
+	free(s);
+	ASSERT_GT(w, 0);
+	EXPECT_EQ(kill(w, 0), 0);
+	kill(host, SIGKILL);
+	waitpid(host, NULL, 0);
+	int gone = 0;
+	for (int i = 0; i < 400 && !gone; i++) {
+		char p[64];
+		snprintf(p, sizeof p, "/proc/%d/stat", (int)w);
+		char *st = t_read_file(p, NULL);
+		gone = !st || strstr(st, ") Z") != NULL;
+		free(st);
+		if (!gone)
+			usleep(10000);
+	}
+	EXPECT_TRUE(gone);
+}

@@ -1,0 +1,144 @@
+/* meshd's core (daemon/ops.h) driven directly, with its loop on a thread. */
+#include "base/clock.h"
+#include "base/err.h"
+#include "daemon/ops.h"
+#include "host/image.h"
+#include "runner/t.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S(x) ((uint64_t)(x) * MESH_NS_PER_S)
+
+static void program(const char *name, const char *mode, const char *extra)
+{
+	char path[512], m[1024];
+	mkdir("cat", 0755);
+	mkdir("logs", 0755);
+	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
+	mkdir(path, 0755);
+	snprintf(path, sizeof path, "cat/%s/%s", mesh_target_triple(), name);
+	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
+		FAIL("symlink");
+	snprintf(m, sizeof m, "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\"]\n%s", name, mode,
+		 extra ? extra : "");
+	snprintf(path, sizeof path, "cat/%s.toml", name);
+	t_write_file(path, m);
+}
+
+static void *run_main(void *d)
+{
+	meshd_core_run(d);
+	return NULL;
+}
+
+TEST(core_load_start_call_crash_stop_unload)
+{
+	program("echo", "echo", NULL);
+	program("boom", "crash-on-call", NULL);
+	program("gpu", "echo", "device = \"gpu\"\n");
+	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 2, .isolation = "none"};
+	struct meshd_core *d;
+	char *err = NULL;
+	if (meshd_core_new(&d, &cfg, &err))
+		FAIL("core: %s", err);
+	pthread_t th;
+	pthread_create(&th, NULL, run_main, d);
+
+	json_t *j = NULL;
+	ASSERT_EQ(meshd_op_load(d, "echo", &j, &err), 0);
+	EXPECT_EQ(strlen(json_string_value(json_object_get(j, "image_hash"))), 16);
+	json_decref(j);
+	EXPECT_EQ(meshd_op_load(d, "gpu", &j, &err), MESH_E_REFUSED);
+	EXPECT_CONTAINS(err, "needs a GPU");
+	free(err);
+	EXPECT_EQ(meshd_op_load(d, "nothere", &j, &err), MESH_E_NOTFOUND);
+	free(err);
+
+	/* No worker until asked: zero processes. */
+	ASSERT_EQ(meshd_op_ps(d, &j), 0);
+	EXPECT_EQ(json_integer_value(json_object_get(json_object_get(j, "host"), "processes")), 0);
+	json_decref(j);
+
+	ASSERT_EQ(meshd_op_start(d, "echo", &j, &err), 0);
+	EXPECT_GT(json_integer_value(json_object_get(j, "pid")), 0);
+	json_decref(j);
+	void *rep = NULL;
+	size_t n = 0;
+	int rc = meshd_op_call(d, "echo", "ping", 4, &rep, &n, S(10), &err);
+	if (rc)
+		FAIL("call: %s", err);
+	ASSERT_EQ(n, 4);
+	EXPECT_EQ(memcmp(rep, "ping", 4), 0);
+	free(rep);
+	/* A call spawns on demand. */
+	rc = meshd_op_call(d, "boom", "x", 1, &rep, &n, S(10), &err);
+	EXPECT_EQ(rc, MESH_E_CRASHED);
+	EXPECT_CONTAINS(err, "crashed while running: exit status 139");
+	EXPECT_CONTAINS(err, "call line 40\n");
+	free(err);
+	/* The crash left echo alone; its slot can be reused. */
+	rc = meshd_op_call(d, "echo", "pong", 4, &rep, &n, S(10), &err);
+	EXPECT_EQ(rc, 0);
+	free(rep);
+	ASSERT_EQ(meshd_op_ps(d, &j), 0);
+	json_t *host = json_object_get(j, "host");
+	EXPECT_EQ(json_integer_value(json_object_get(host, "processes")), 1);
+	EXPECT_EQ(json_integer_value(json_object_get(host, "crashes")), 1);
+	EXPECT_EQ(json_integer_value(json_object_get(host, "spawns")), 2);
+	json_decref(j);
+	char *text = NULL;
+	size_t len = 0;
+	ASSERT_EQ(meshd_op_logs(d, "boom", 0, &text, &len, &err), 0);
+	EXPECT_CONTAINS(text, "call line 1\n");
+	free(text);
+	ASSERT_EQ(meshd_op_stop(d, "echo", &err), 0);
+	ASSERT_EQ(meshd_op_ps(d, &j), 0);
+	EXPECT_EQ(json_integer_value(json_object_get(json_object_get(j, "host"), "processes")), 0);
+	json_decref(j);
+	ASSERT_EQ(meshd_op_unload(d, "echo", &err), 0);
+	EXPECT_EQ(meshd_op_unload(d, "echo", &err), MESH_E_NOTFOUND);
+	free(err);
+	/* Start again then shut down with a worker up: it is reaped by free. */
+	ASSERT_EQ(meshd_op_start(d, "echo", &j, &err), 0);
+	pid_t pid = (pid_t)json_integer_value(json_object_get(j, "pid"));
+	json_decref(j);
+	meshd_core_stop(d);
+	pthread_join(th, NULL);
+	meshd_core_free(d);
+	EXPECT_EQ(kill(pid, 0), -1);
+}
+
+TEST(core_idle_ttl_scales_to_zero)
+{
+	program("echo", "echo", "idle_ttl = \"300ms\"\n");
+	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
+	struct meshd_core *d;
+	char *err = NULL;
+	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, run_main, d);
+	void *rep = NULL;
+	size_t n;
+	ASSERT_EQ(meshd_op_call(d, "echo", "a", 1, &rep, &n, S(10), &err), 0);
+	free(rep);
+	json_t *j;
+	int procs = 1;
+	uint64_t until = t_now_ms() + 5000;
+	while (procs && t_now_ms() < until) {
+		usleep(50000);
+		meshd_op_ps(d, &j);
+		procs = (int)json_integer_value(json_object_get(json_object_get(j, "host"), "processes"));
+		json_decref(j);
+	}
+	EXPECT_EQ(procs, 0);
+	meshd_core_stop(d);
+	pthread_join(th, NULL);
+	meshd_core_free(d);
+}

@@ -1,0 +1,424 @@
+/* meshd end to end: the real meshd and mesh binaries, a catalog built in the
+ * test's directory from build/examples/echo_worker, real signals. */
+#include "host/image.h"
+#include "runner/t.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#define SOCK "run/meshd.sock"
+
+static char cwd[4096];
+static char out[65536];
+
+/* The catalog's binary directory: <catalog>/<target triple> (docs/catalog.md). */
+static const char *triple(void)
+{
+	return mesh_target_triple();
+}
+
+static void add_program(const char *name, const char *binary, const char *extra_toml)
+{
+	char path[8192], toml[4096];
+	int rc;
+	snprintf(path, sizeof path, "catalog/%s", triple());
+	mkdir("catalog", 0755);
+	mkdir(path, 0755);
+	rc = t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/%s'", binary, triple(), name);
+	ASSERT_EQ(rc, 0);
+	snprintf(toml, sizeof toml,
+		 "name = \"%s\"\n"
+		 "backends = [\"native\"]\n"
+		 "%s",
+		 name, extra_toml ? extra_toml : "");
+	snprintf(path, sizeof path, "catalog/%s.toml", name);
+	t_write_file(path, toml);
+}
+
+/* A program that prints 40 numbered lines and dies of SIGSEGV before ready. */
+static void add_crasher(void)
+{
+	add_program("crasher", "/bin/sh",
+		    "args = [\"-c\", \"i=1; while [ $i -le 40 ]; do echo crash-line-$i; i=$((i+1)); done; "
+		    "kill -SEGV $$\"]\n");
+}
+
+static pid_t meshd_pid;
+static int notify_fd = -1;
+
+/* Starts meshd on SOCK with a NOTIFY_SOCKET of our own and waits for READY=1. */
+static pid_t start_meshd(const char *extra_args)
+{
+	char npath[4200], cmd[16384], buf[256];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
+	mkdir("logs", 0755);
+	snprintf(npath, sizeof npath, "%s/notify.sock", cwd);
+	unlink(npath);
+	if (notify_fd >= 0)
+		close(notify_fd);
+	notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(notify_fd, 0);
+	ASSERT_LT(strlen(npath), sizeof sa.sun_path);
+	strcpy(sa.sun_path, npath);
+	ASSERT_EQ(bind(notify_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(cmd, sizeof cmd, "exec '%s' --catalog catalog --logs logs --socket " SOCK " %s 2>>meshd.err",
+		 t_bin("meshd"), extra_args ? extra_args : "");
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		setenv("NOTIFY_SOCKET", npath, 1);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	struct pollfd pfd = {.fd = notify_fd, .events = POLLIN};
+	if (poll(&pfd, 1, 15000) != 1) {
+		char *err = t_read_file("meshd.err", NULL);
+		FAIL("no READY=1 from meshd within 15 s; its stderr: %s", err ? err : "");
+	}
+	ssize_t n = recv(notify_fd, buf, sizeof buf - 1, 0);
+	ASSERT_GT(n, 0);
+	buf[n] = 0;
+	EXPECT_CONTAINS(buf, "READY=1");
+	meshd_pid = pid;
+	return pid;
+}
+
+/* Runs `mesh ARGS --socket SOCK`; the exit status, output in out. */
+static int mesh(const char *args)
+{
+	return t_sh(out, sizeof out, 1, "'%s' %s --socket " SOCK, t_bin("mesh"), args);
+}
+
+static int mesh_stdout(const char *args)
+{
+	return t_sh(out, sizeof out, 0, "'%s' %s --socket " SOCK " 2>mesh.err", t_bin("mesh"), args);
+}
+
+static int alive(pid_t pid)
+{
+	/* A zombie counts as gone: it holds no memory. */
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *rp = strrchr(buf, ')');
+	return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
+/* Worker pids from `mesh ps --json` (any "pid" integer > 0 under programs). */
+static void collect_pids(json_t *v, pid_t *pids, int *n, int cap)
+{
+	if (json_is_object(v)) {
+		const char *k;
+		json_t *e;
+		json_object_foreach(v, k, e)
+		{
+			if (!strcmp(k, "pid") && json_is_integer(e) && json_integer_value(e) > 0 && *n < cap)
+				pids[(*n)++] = (pid_t)json_integer_value(e);
+			else
+				collect_pids(e, pids, n, cap);
+		}
+	} else if (json_is_array(v)) {
+		size_t i;
+		json_t *e;
+		json_array_foreach(v, i, e) collect_pids(e, pids, n, cap);
+	}
+}
+
+static int worker_pids(pid_t *pids, int cap)
+{
+	int n = 0;
+	ASSERT_EQ(mesh_stdout("ps --json"), 0);
+	json_t *j = json_loads(out, 0, NULL);
+	ASSERT_TRUE(j != NULL);
+	collect_pids(json_object_get(j, "programs"), pids, &n, cap);
+	json_decref(j);
+	return n;
+}
+
+static int wait_exit(pid_t pid, unsigned ms)
+{
+	uint64_t end = t_now_ms() + ms;
+	int st;
+	for (;;) {
+		pid_t w = waitpid(pid, &st, WNOHANG);
+		if (w == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (t_now_ms() > end)
+			return -1;
+		usleep(5000);
+	}
+}
+
+TEST_TIMEOUT(meshd_end_to_end, 60)
+{
+	struct stat st;
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	start_meshd(NULL);
+	ASSERT_EQ(stat(SOCK, &st), 0);
+	EXPECT_TRUE(S_ISSOCK(st.st_mode));
+	EXPECT_EQ(st.st_mode & 0777, 0600);
+
+	EXPECT_EQ(mesh("load echo"), 0);
+	EXPECT_CONTAINS(out, "loaded echo");
+	EXPECT_EQ(mesh("start echo"), 0);
+	EXPECT_CONTAINS(out, "started echo");
+
+	pid_t pids[16];
+	int n = worker_pids(pids, 16);
+	ASSERT_GE(n, 1);
+	EXPECT_TRUE(alive(pids[0]));
+
+	EXPECT_EQ(mesh_stdout("call echo 'hello mesh'"), 0);
+	EXPECT_STREQ(out, "hello mesh");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "printf 'from\\nstdin' | '%s' call echo - --socket " SOCK, t_bin("mesh")),
+		  0);
+	EXPECT_STREQ(out, "from\nstdin");
+
+	EXPECT_EQ(mesh_stdout("ps"), 0);
+	EXPECT_CONTAINS(out, "NAME");
+	EXPECT_CONTAINS(out, "echo");
+	EXPECT_CONTAINS(out, "host:");
+
+	/* Plain curl speaks to the same socket. */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "curl -sS --unix-socket " SOCK " http://x/v1/ps"), 0);
+	EXPECT_CONTAINS(out, "\"programs\"");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "curl -sS --unix-socket " SOCK " --data-binary 'via curl' "
+					   "http://x/v1/programs/echo/call"),
+		  0);
+	EXPECT_STREQ(out, "via curl");
+
+	EXPECT_EQ(mesh("logs echo"), 0);
+	EXPECT_CONTAINS(out, "echo_worker: ready");
+	EXPECT_EQ(mesh_stdout("logs echo -n 1"), 0);
+	EXPECT_STREQ(out, "echo_worker: ready\n");
+
+	EXPECT_EQ(mesh("stop echo"), 0);
+	EXPECT_CONTAINS(out, "stopped echo");
+	for (int i = 0; i < n; i++)
+		EXPECT_FALSE(alive(pids[i]));
+	EXPECT_EQ(mesh("unload echo"), 0);
+	EXPECT_CONTAINS(out, "unloaded echo");
+
+	kill(meshd_pid, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
+	EXPECT_NE(access(SOCK, F_OK), 0);
+}
+
+TEST_TIMEOUT(meshd_bad_requests, 30)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	start_meshd(NULL);
+	static const struct {
+		const char *curl_args;
+		const char *status;
+	} rows[] = {
+		{"-X POST http://x/v1/programs/nope/load", "404"},
+		{"-X POST http://x/v1/programs/%2e%2e/load", "400"},
+		{"-X POST http://x/v1/programs/a.b/start", "400"},
+		{"http://x/v1/programs/echo/load", "405"},
+		{"-X DELETE http://x/v1/ps", "405"},
+		{"http://x/v1/nothing", "404"},
+		{"'http://x/v1/programs/echo/logs?tail=x'", "400"},
+		{"-X POST -H 'Content-Length: 99999999' http://x/v1/programs/echo/call", "413"},
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		int rc = t_sh(out, sizeof out, 1,
+			      "curl -s -o body -w '%%{http_code}' --unix-socket " SOCK " %s", rows[i].curl_args);
+		EXPECT_EQ(rc, 0);
+		if (strcmp(out, rows[i].status))
+			fprintf(stderr, "    row %zu: curl %s\n", i, rows[i].curl_args);
+		EXPECT_STREQ(out, rows[i].status);
+		char *b = t_read_file("body", NULL);
+		EXPECT_CONTAINS(b, "\"code\"");
+		free(b);
+	}
+	/* The CLI turns them into messages and exit codes. */
+	EXPECT_EQ(mesh("load nope"), 65);
+	EXPECT_CONTAINS(out, "mesh: cannot load 'nope'");
+	EXPECT_EQ(mesh("load ../etc"), 64);
+	EXPECT_EQ(mesh("call"), 64);
+	EXPECT_EQ(mesh("ps --bogus"), 64);
+}
+
+TEST_TIMEOUT(meshd_crash_is_reported, 60)
+{
+	add_crasher();
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load crasher"), 0);
+	/* A call needs a warm worker; this one dies before ready. */
+	int rc = mesh("call crasher ping");
+	EXPECT_EQ(rc, 76); /* MESH_EXIT_PROTOCOL: the worker crashed */
+	EXPECT_CONTAINS(out, "mesh: call to 'crasher' failed");
+	EXPECT_CONTAINS(out, "crash-line-40");
+	EXPECT_CONTAINS(out, "crash-line-11");
+	/* The 30-line tail: the tenth line is not in it. */
+	EXPECT_TRUE(strstr(out, "crash-line-10\n") == NULL);
+
+	EXPECT_EQ(mesh_stdout("ps --json"), 0);
+	json_t *j = json_loads(out, 0, NULL);
+	ASSERT_TRUE(j != NULL);
+	char *s = json_dumps(j, JSON_COMPACT);
+	EXPECT_CONTAINS(s, "\"crashes\":1");
+	EXPECT_CONTAINS(s, "139");
+	free(s);
+	json_decref(j);
+	EXPECT_EQ(mesh_stdout("ps"), 0);
+	EXPECT_CONTAINS(out, "crasher");
+	EXPECT_CONTAINS(out, "139");
+	kill(meshd_pid, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
+}
+
+TEST_TIMEOUT(meshd_kill9_leaves_no_worker, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	add_program("echo2", t_bin("examples/echo_worker"), NULL);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("start echo"), 0);
+	EXPECT_EQ(mesh("start echo2"), 0);
+	pid_t pids[16];
+	int n = worker_pids(pids, 16);
+	ASSERT_GE(n, 2);
+	for (int i = 0; i < n; i++)
+		EXPECT_TRUE(alive(pids[i]));
+	kill(meshd_pid, SIGKILL);
+	EXPECT_EQ(wait_exit(meshd_pid, 5000), 128 + SIGKILL);
+	uint64_t end = t_now_ms() + 5000;
+	int left;
+	do {
+		left = 0;
+		for (int i = 0; i < n; i++)
+			left += alive(pids[i]);
+		if (left)
+			usleep(10000);
+	} while (left && t_now_ms() < end);
+	EXPECT_EQ(left, 0);
+	/* The stale socket stays; the next meshd replaces it. */
+	start_meshd(NULL);
+	EXPECT_EQ(mesh_stdout("ps"), 0);
+	kill(meshd_pid, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
+}
+
+TEST_TIMEOUT(meshd_sigterm_stops_every_worker, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	add_program("echo2", t_bin("examples/echo_worker"), NULL);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("start echo"), 0);
+	EXPECT_EQ(mesh("start echo2"), 0);
+	pid_t pids[16];
+	int n = worker_pids(pids, 16);
+	ASSERT_GE(n, 2);
+	kill(meshd_pid, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
+	for (int i = 0; i < n; i++)
+		EXPECT_FALSE(alive(pids[i]));
+	char *err = t_read_file("meshd.err", NULL);
+	EXPECT_CONTAINS(err, "] info stopped");
+	free(err);
+	/* Not reachable any more: 69 with the documented message. */
+	EXPECT_EQ(mesh("ps"), 69);
+	EXPECT_CONTAINS(out, "mesh: cannot reach meshd at 'run/meshd.sock'");
+}
+
+/* A call that waits on a worker that never gets ready must not hold up
+ * meshd's exit for the ready timeout (60 s): meshd stops the programs the
+ * requests in flight wait on, they get an answer, meshd exits 0. */
+TEST_TIMEOUT(meshd_sigterm_during_a_waiting_call, 60)
+{
+	add_program("sleeper", "/bin/sh", "args = [\"-c\", \"sleep 100\"]\n");
+	start_meshd(NULL);
+	pid_t caller = fork();
+	ASSERT_GE(caller, 0);
+	if (caller == 0) {
+		int rc = t_sh(out, sizeof out, 1, "'%s' call sleeper x --socket " SOCK " >call.out 2>&1", t_bin("mesh"));
+		_exit(rc);
+	}
+	/* Wait until the worker was spawned (its log appears), then stop meshd. */
+	uint64_t end = t_now_ms() + 10000;
+	while (access("logs/sleeper.log", F_OK) != 0 && t_now_ms() < end)
+		usleep(10000);
+	usleep(100000);
+	pid_t pids[4];
+	int n = worker_pids(pids, 4);
+	EXPECT_EQ(n, 1);
+	uint64_t t0 = t_now_ms();
+	kill(meshd_pid, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd_pid, 20000), 0);
+	EXPECT_LT(t_now_ms() - t0, 15000);
+	int st = wait_exit(caller, 10000);
+	EXPECT_NE(st, 69); /* answered, not cut off */
+	EXPECT_NE(st, 0);
+	char *o = t_read_file("call.out", NULL);
+	if (st == 69 || st == 0)
+		fprintf(stderr, "    mesh call said: %s\n", o ? o : "");
+	EXPECT_CONTAINS(o, "mesh: call to 'sleeper' failed");
+	free(o);
+	for (int i = 0; i < n; i++)
+		EXPECT_FALSE(alive(pids[i]));
+}
+
+TEST(mesh_without_meshd_exits_69)
+{
+	EXPECT_EQ(mesh("ps"), 69);
+	EXPECT_CONTAINS(out, "mesh: cannot reach meshd at 'run/meshd.sock': No such file or directory");
+	/* A socket file nobody serves. */
+	mkdir("run", 0700);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX, .sun_path = SOCK};
+	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	close(fd);
+	EXPECT_EQ(mesh("call echo x"), 69);
+	EXPECT_CONTAINS(out, "mesh: cannot reach meshd at 'run/meshd.sock': Connection refused");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_SOCKET=%s/" SOCK " '%s' start echo", getcwd(cwd, sizeof cwd),
+		       t_bin("mesh")),
+		  69);
+	EXPECT_CONTAINS(out, "Connection refused");
+}
+
+TEST(meshd_usage_errors)
+{
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' --help", t_bin("meshd")), 0);
+	EXPECT_CONTAINS(out, "usage: meshd");
+	EXPECT_CONTAINS(out, "--socket");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s'", t_bin("meshd")), 64);
+	EXPECT_CONTAINS(out, "--catalog DIR is required");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog c --logs l --slots 0", t_bin("meshd")), 64);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog c --logs l --isolation blink", t_bin("meshd")), 64);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog c --logs l --bogus", t_bin("meshd")), 64);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog", t_bin("meshd")), 64);
+	/* A missing catalog is not a usage error: 66, with the reason on one log line. */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog nowhere --logs . --socket s.sock", t_bin("meshd")), 66);
+	EXPECT_CONTAINS(out, "] error cannot start: cannot use catalog 'nowhere'");
+	/* Another meshd already serves the socket: 69, and the first keeps serving. */
+	mkdir("catalog", 0755);
+	start_meshd(NULL);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog catalog --logs logs --socket " SOCK, t_bin("meshd")), 69);
+	EXPECT_CONTAINS(out, "in use");
+	EXPECT_EQ(mesh("ps"), 0);
+	kill(meshd_pid, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' ps --help", t_bin("mesh")), 0);
+	EXPECT_CONTAINS(out, "usage: mesh ps");
+}

@@ -1,0 +1,87 @@
+/* A worker that misbehaves on request, for the host's tests.  argv[1]:
+ *   echo               a normal echo worker
+ *   crash-before-ready prints 40 numbered lines, then dies of SIGABRT before `ready`
+ *   exit-before-ready  prints 40 numbered lines, then exits 3 before `ready`
+ *   crash-on-call      serves; a request makes it print 40 lines and die of SIGSEGV
+ *   ignore-term        ignores SIGTERM, says ready, then never reads its channel
+ *   fork               forks a child (same process group) that sleeps forever,
+ *                      writes "<child pid>\n" to the file argv[2], then serves
+ *   never-ready        sleeps forever without saying ready */
+#include <mesh/worker.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void lines(const char *what)
+{
+	for (int i = 1; i <= 40; i++)
+		printf("%s line %d\n", what, i);
+}
+
+static int echo(void *ctx, const void *req, size_t n, void *reply, size_t cap, size_t *reply_len)
+{
+	const char *mode = ctx;
+	if (strcmp(mode, "crash-on-call") == 0) {
+		lines("call");
+		fprintf(stderr, "about to crash\n");
+		/* The default action, even under a sanitizer that catches SEGV. */
+		signal(SIGSEGV, SIG_DFL);
+		raise(SIGSEGV);
+	}
+	if (n > cap)
+		return -1;
+	memcpy(reply, req, n);
+	*reply_len = n;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "echo";
+	struct mesh_worker *w;
+	int rc = mesh_worker_open(&w);
+	if (rc < 0) {
+		fprintf(stderr, "host_worker: %s\n", mesh_worker_strerror(rc));
+		return 1;
+	}
+	if (strcmp(mode, "crash-before-ready") == 0) {
+		lines("setup");
+		signal(SIGABRT, SIG_DFL);
+		abort();
+	}
+	if (strcmp(mode, "exit-before-ready") == 0) {
+		lines("setup");
+		exit(3);
+	}
+	if (strcmp(mode, "never-ready") == 0)
+		for (;;)
+			pause();
+	if (strcmp(mode, "fork") == 0) {
+		pid_t c = fork();
+		if (c == 0) {
+			for (;;)
+				pause();
+		}
+		FILE *f = argc > 2 ? fopen(argv[2], "w") : NULL;
+		if (f) {
+			fprintf(f, "%d\n", (int)c);
+			fclose(f);
+		}
+	}
+	if (strcmp(mode, "ignore-term") == 0) {
+		signal(SIGTERM, SIG_IGN);
+		printf("ignoring SIGTERM\n");
+		if (mesh_worker_ready(w) < 0)
+			return 1;
+		for (;;)
+			pause();
+	}
+	printf("host_worker %s: ready\n", mode);
+	if ((rc = mesh_worker_ready(w)) == 0)
+		rc = mesh_worker_serve(w, echo, (void *)mode);
+	mesh_worker_close(w);
+	return rc < 0 ? 1 : 0;
+}
