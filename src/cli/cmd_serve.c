@@ -1,10 +1,295 @@
-/* PLACEHOLDER: replaced by the implementation of `mesh serve`. */
+/* mesh serve: scale-to-zero activator in front of a local server.  A thin
+ * layer over autoscale/serve.h: parse the options, open, run, print the
+ * events (stderr log lines) and the status lines (stdout; one JSON object a
+ * line with --json). */
+#include "autoscale/serve.h"
+#include "autoscale/relay.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/parse.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
 
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+	"usage: mesh serve --listen ADDR:PORT --upstream ADDR:PORT --idle SEC [options] -- CMD [ARG...]\n"
+	"\n"
+	"Scale to zero for any local server (llama.cpp's server, vLLM, ...): listen on ADDR:PORT; on the\n"
+	"first connection while no server runs, start CMD in its own process group; hold connections\n"
+	"until GET PATH on the upstream answers 2xx; relay bytes both ways; after SEC seconds without a\n"
+	"connection stop the server (SIGTERM, the grace, then SIGKILL to its group) and start it again\n"
+	"on the next connection.\n"
+	"\n"
+	"  --listen ADDR:PORT       where clients connect (IPv4, [IPv6]; port 0 picks one)\n"
+	"  --upstream ADDR:PORT     where CMD listens\n"
+	"  --idle SEC               stop the server after SEC seconds without a connection\n"
+	"  --probe PATH             the warmth check path (default /v1/models)\n"
+	"  --model NAME             warm only when the probe's model list holds NAME\n"
+	"  --grace SEC              SIGTERM to SIGKILL (default 5)\n"
+	"  --start-timeout SEC      longest start, spawn to warm (default 300)\n"
+	"  --queue-timeout SEC      longest wait of a held connection (default 120)\n"
+	"  --max-queue N            most connections held at once (default 1024)\n"
+	"  --log FILE               the server's output (default ./mesh-serve.log, appended)\n"
+	"  --json                   status lines and events as one JSON object per line on stdout\n"
+	"  --no-splice              relay through user-space copies (for comparison)\n"
+	"\n"
+	"Clients past the queue bound get `HTTP/1.1 503` with Retry-After (HTTP clients) or a close.\n"
+	"SIGUSR1 prints the savings line; SIGTERM/SIGINT stop the server and exit 0.\n"
+	"exit: 0 after a stop signal; 64 usage; 66 CMD not found; 71 cannot listen (address in use).\n"
+	"See docs/serve.md.\n";
+
+enum { O_LISTEN = 256, O_UPSTREAM, O_IDLE, O_PROBE, O_MODEL, O_GRACE, O_START_TIMEOUT, O_QUEUE_TIMEOUT,
+       O_MAX_QUEUE, O_LOG, O_JSON, O_NO_SPLICE, O_HELP };
+
+static const struct option longopts[] = {
+	{"listen", required_argument, NULL, O_LISTEN},
+	{"upstream", required_argument, NULL, O_UPSTREAM},
+	{"idle", required_argument, NULL, O_IDLE},
+	{"probe", required_argument, NULL, O_PROBE},
+	{"model", required_argument, NULL, O_MODEL},
+	{"grace", required_argument, NULL, O_GRACE},
+	{"start-timeout", required_argument, NULL, O_START_TIMEOUT},
+	{"queue-timeout", required_argument, NULL, O_QUEUE_TIMEOUT},
+	{"max-queue", required_argument, NULL, O_MAX_QUEUE},
+	{"log", required_argument, NULL, O_LOG},
+	{"json", no_argument, NULL, O_JSON},
+	{"no-splice", no_argument, NULL, O_NO_SPLICE},
+	{"help", no_argument, NULL, O_HELP},
+	{NULL, 0, NULL, 0},
+};
+
+struct out {
+	int json;
+};
+
+static double ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+static json_t *stats_json(const struct mesh_serve_stats *st)
+{
+	return json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			 "state", mesh_serve_state_name(st->state), "pid", (json_int_t)st->pid, "savings",
+			 (double)st->savings_permil / 1000.0, "warm_s", (double)st->warm_ns / 1e9, "window_s",
+			 (double)st->window_ns / 1e9, "spawns", (json_int_t)st->spawns, "reaps", (json_int_t)st->reaps,
+			 "crashes", (json_int_t)st->crashes, "start_timeouts", (json_int_t)st->start_timeouts,
+			 "spawn_failures", (json_int_t)st->spawn_failures, "served", (json_int_t)st->served,
+			 "rejected", (json_int_t)st->rejected, "open", (json_int_t)st->open, "queued",
+			 (json_int_t)st->queued, "queued_max", (json_int_t)st->queued_max, "bytes_in",
+			 (json_int_t)st->bytes_in, "bytes_out", (json_int_t)st->bytes_out);
+}
+
+static void print_json(const struct mesh_serve_event *ev)
+{
+	json_t *o = json_pack("{s:s}", "event", mesh_serve_event_name(ev->kind));
+	if (!o)
+		return;
+	if (ev->pid)
+		json_object_set_new(o, "pid", json_integer(ev->pid));
+	if (ev->kind == MESH_SERVE_EV_CRASHED || ev->kind == MESH_SERVE_EV_REAPED ||
+	    ev->kind == MESH_SERVE_EV_REJECTED)
+		json_object_set_new(o, "status", json_integer(ev->status));
+	if (ev->elapsed_ns)
+		json_object_set_new(o, "elapsed_ms", json_real(ms(ev->elapsed_ns)));
+	if (ev->addr)
+		json_object_set_new(o, "addr", json_string(ev->addr));
+	if (ev->reason)
+		json_object_set_new(o, "reason", json_string(ev->reason));
+	if (ev->err)
+		json_object_set_new(o, "error", json_string(mesh_strerror(ev->err)));
+	if (ev->tail) {
+		json_t *a = json_array();
+		for (size_t i = 0; i < ev->ntail; i++)
+			json_array_append_new(a, json_string(ev->tail[i]));
+		json_object_set_new(o, "tail", a);
+	}
+	json_object_set_new(o, "stats", stats_json(ev->stats));
+	/* Output bytes of the server may be any bytes: ensure_ascii keeps the
+	 * line valid JSON whatever they are. */
+	char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+	if (s) {
+		fputs(s, stdout);
+		fputc('\n', stdout);
+		fflush(stdout);
+		free(s);
+	}
+	json_decref(o);
+}
+
+static void print_savings(const struct mesh_serve_stats *st, const char *when)
+{
+	printf("mesh serve %s: savings %.1f%% (warm %.3f s of %.3f s) state=%s spawns=%llu reaps=%llu "
+	       "crashes=%llu start_timeouts=%llu served=%llu rejected=%llu queued_max=%llu open=%llu\n",
+	       when, (double)st->savings_permil / 10.0, (double)st->warm_ns / 1e9, (double)st->window_ns / 1e9,
+	       mesh_serve_state_name(st->state), (unsigned long long)st->spawns, (unsigned long long)st->reaps,
+	       (unsigned long long)st->crashes, (unsigned long long)st->start_timeouts,
+	       (unsigned long long)st->served, (unsigned long long)st->rejected, (unsigned long long)st->queued_max,
+	       (unsigned long long)st->open);
+	fflush(stdout);
+}
+
+static void on_event(void *ctx, const struct mesh_serve_event *ev)
+{
+	const struct out *o = ctx;
+	switch (ev->kind) {
+	case MESH_SERVE_EV_LISTENING:
+		mesh_info("listening addr=%s", ev->addr);
+		break;
+	case MESH_SERVE_EV_SPAWNED:
+		mesh_info("spawned pid=%d (%s)", (int)ev->pid, ev->reason ? ev->reason : "");
+		break;
+	case MESH_SERVE_EV_SPAWN_FAILED:
+		mesh_error("cannot start the server: %s", mesh_strerror(ev->err));
+		break;
+	case MESH_SERVE_EV_WARM:
+		mesh_info("warm pid=%d after_ms=%.1f (%s)", (int)ev->pid, ms(ev->elapsed_ns), ev->reason ? ev->reason : "");
+		break;
+	case MESH_SERVE_EV_START_TIMEOUT:
+	case MESH_SERVE_EV_CRASHED:
+		if (ev->kind == MESH_SERVE_EV_CRASHED)
+			mesh_error("crashed pid=%d status=%d uptime_ms=%.1f: %s", (int)ev->pid, ev->status,
+				   ms(ev->elapsed_ns), ev->reason);
+		else
+			mesh_error("start timeout pid=%d after_ms=%.1f: %s", (int)ev->pid, ms(ev->elapsed_ns), ev->reason);
+		for (size_t i = 0; i < ev->ntail; i++)
+			mesh_error("tail pid=%d | %s", (int)ev->pid, ev->tail[i]);
+		break;
+	case MESH_SERVE_EV_REAPING:
+		mesh_info("reaping pid=%d (%s)", (int)ev->pid, ev->reason ? ev->reason : "");
+		break;
+	case MESH_SERVE_EV_KILLED:
+		mesh_warn("grace over, SIGKILL to group pid=%d after_ms=%.1f", (int)ev->pid, ms(ev->elapsed_ns));
+		break;
+	case MESH_SERVE_EV_REAPED:
+		mesh_info("reaped pid=%d status=%d stop_ms=%.1f; no process left in its group", (int)ev->pid, ev->status,
+			  ms(ev->elapsed_ns));
+		break;
+	case MESH_SERVE_EV_REJECTED:
+		mesh_warn("rejected a connection (%s): %s", ev->status ? "HTTP error sent" : "closed", ev->reason);
+		break;
+	case MESH_SERVE_EV_STATUS:
+		if (!o->json)
+			print_savings(ev->stats, "status");
+		break;
+	case MESH_SERVE_EV_EXIT:
+		if (!o->json)
+			print_savings(ev->stats, "exit");
+		break;
+	}
+	if (o->json)
+		print_json(ev);
+}
+
+static int parse_secs(const char *opt, const char *v, uint64_t *out, int allow_zero)
+{
+	/* At most about 290 years: keeps every deadline sum far from overflow. */
+	int rc = mesh_parse_seconds(v, UINT64_MAX / 2, out);
+	if (rc < 0 || (!allow_zero && *out == 0))
+		return mesh_cli_usage("serve: %s wants %sseconds, not '%s'", opt, allow_zero ? "" : "positive ", v);
+	return 0;
+}
+
 int mesh_cmd_serve(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	return mesh_cli_usage("'serve' is not built yet");
+	struct mesh_serve_config c = MESH_SERVE_CONFIG_INIT;
+	struct out o = {0};
+	int have_idle = 0, opt;
+	if (mesh_cli_wants_help(argc, argv)) {
+		fputs(usage_text, stdout);
+		return MESH_EXIT_OK;
+	}
+	opterr = 0;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+		uint64_t v;
+		switch (opt) {
+		case O_LISTEN:
+			c.listen = optarg;
+			break;
+		case O_UPSTREAM:
+			c.upstream = optarg;
+			break;
+		case O_IDLE:
+			if (parse_secs("--idle", optarg, &c.idle_ns, 0))
+				return MESH_EXIT_USAGE;
+			have_idle = 1;
+			break;
+		case O_PROBE:
+			c.probe_path = optarg;
+			break;
+		case O_MODEL:
+			c.model = optarg;
+			break;
+		case O_GRACE:
+			if (parse_secs("--grace", optarg, &c.grace_ns, 1))
+				return MESH_EXIT_USAGE;
+			break;
+		case O_START_TIMEOUT:
+			if (parse_secs("--start-timeout", optarg, &c.start_timeout_ns, 0))
+				return MESH_EXIT_USAGE;
+			break;
+		case O_QUEUE_TIMEOUT:
+			if (parse_secs("--queue-timeout", optarg, &c.queue_timeout_ns, 0))
+				return MESH_EXIT_USAGE;
+			break;
+		case O_MAX_QUEUE:
+			if (mesh_parse_u64(optarg, 1000000, &v) < 0 || v == 0)
+				return mesh_cli_usage("serve: --max-queue wants a count 1..1000000, not '%s'", optarg);
+			c.max_queue = (uint32_t)v;
+			break;
+		case O_LOG:
+			c.log_path = optarg;
+			break;
+		case O_JSON:
+			o.json = 1;
+			break;
+		case O_NO_SPLICE:
+			c.relay_flags |= MESH_RELAY_NO_SPLICE;
+			break;
+		case ':':
+			return mesh_cli_usage("serve: %s wants a value", argv[optind - 1]);
+		default:
+			return mesh_cli_usage("serve: unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc && strcmp(argv[optind - 1], "--") != 0)
+		return mesh_cli_usage("serve: unexpected '%s' (the server command goes after --)", argv[optind]);
+	if (!c.listen)
+		return mesh_cli_usage("serve: --listen ADDR:PORT is required");
+	if (!c.upstream)
+		return mesh_cli_usage("serve: --upstream ADDR:PORT is required");
+	if (!have_idle)
+		return mesh_cli_usage("serve: --idle SECONDS is required");
+	if (optind >= argc)
+		return mesh_cli_usage("serve: the server command is missing (-- CMD ARG...)");
+	c.argv = argv + optind;
+	c.on_event = on_event;
+	c.ctx = &o;
+
+	struct mesh_serve *s;
+	char why[512];
+	int rc = mesh_serve_open(&s, &c, why, sizeof why);
+	if (rc < 0) {
+		if (rc == MESH_E_PARSE)
+			return mesh_cli_usage("serve: %s", why);
+		int code = mesh_exit_for(rc);
+		/* A listen address in use (or refused) is the system's refusal. */
+		if (!strncmp(why, "cannot listen", 13))
+			code = MESH_EXIT_OSERR;
+		mesh_cli_fail(rc, "%s", why);
+		return code;
+	}
+	rc = mesh_serve_run(s);
+	mesh_serve_free(s);
+	if (rc < 0)
+		return mesh_cli_fail(rc, "serve: the event loop failed");
+	return MESH_EXIT_OK;
 }
