@@ -89,3 +89,32 @@ char *mesh_buf_detach(struct mesh_buf *b, size_t *len)
 	b->len = b->cap = 0;
 	return p;
 }
+
+char *mesh_strf(const char *fmt, ...)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = mesh_buf_vaddf(&b, fmt, ap);
+	va_end(ap);
+	if (rc) {
+		mesh_buf_release(&b);
+		return NULL;
+	}
+	return mesh_buf_detach(&b, NULL);
+}
+
+int mesh_errf(char **err, int rc, const char *fmt, ...)
+{
+	if (err) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		va_list ap;
+		va_start(ap, fmt);
+		int e = mesh_buf_vaddf(&b, fmt, ap);
+		va_end(ap);
+		*err = e ? NULL : mesh_buf_detach(&b, NULL);
+		if (e)
+			mesh_buf_release(&b);
+	}
+	return rc;
+}

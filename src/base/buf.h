@@ -21,6 +21,12 @@ int mesh_buf_addf(struct mesh_buf *b, const char *fmt, ...) __attribute__((forma
 int mesh_buf_vaddf(struct mesh_buf *b, const char *fmt, va_list ap);
 void mesh_buf_reset(struct mesh_buf *b);
 void mesh_buf_release(struct mesh_buf *b);
+/* A malloc'd formatted string (the caller frees it), or NULL without memory. */
+char *mesh_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* For functions that hand a message to their caller: when err is not NULL,
+ * *err gets a malloc'd formatted message (or NULL without memory).
+ * Returns rc, so that `return mesh_errf(err, MESH_E_PARSE, "...")` works. */
+int mesh_errf(char **err, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Hands the storage to the caller (who frees it); b becomes empty. */
 char *mesh_buf_detach(struct mesh_buf *b, size_t *len);
 

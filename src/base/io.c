@@ -79,10 +79,13 @@ static int fault_hit(enum mesh_fault_op op)
 
 int mesh_write_all(int fd, const void *buf, size_t n)
 {
-	const char *p = buf;
 	int rc = fault_hit(MESH_FAULT_WRITE);
-	if (rc)
-		return rc;
+	return rc ? rc : mesh_write_all_raw(fd, buf, n);
+}
+
+int mesh_write_all_raw(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
 		if (w < 0) {

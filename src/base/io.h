@@ -21,6 +21,10 @@ void mesh_fault_disarm(void);
 
 /* Writes all n bytes (retrying short writes and EINTR).  0 or -errno. */
 int mesh_write_all(int fd, const void *buf, size_t n);
+/* The same without the fault-injection seam: for output that is not state
+ * (a terminal, captured chunk output), so injected faults hit only durable
+ * writes. */
+int mesh_write_all_raw(int fd, const void *buf, size_t n);
 /* pwrite of all n bytes at off.  0 or -errno. */
 int mesh_pwrite_all(int fd, const void *buf, size_t n, off_t off);
 /* fdatasync (data and the size needed to read it back).  0 or -errno. */

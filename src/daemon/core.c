@@ -67,30 +67,7 @@ struct meshd_core {
 	char *mps_dir; /* --isolation mps: CUDA_MPS_PIPE_DIRECTORY */
 };
 
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-	struct mesh_buf b = MESH_BUF_INIT;
-	va_list ap;
-	va_start(ap, f);
-	mesh_buf_vaddf(&b, f, ap);
-	va_end(ap);
-	return b.p ? mesh_buf_detach(&b, NULL) : NULL;
-}
 
-static int say(char **err, int rc, const char *f, ...) __attribute__((format(printf, 3, 4)));
-static int say(char **err, int rc, const char *f, ...)
-{
-	if (err) {
-		struct mesh_buf b = MESH_BUF_INIT;
-		va_list ap;
-		va_start(ap, f);
-		mesh_buf_vaddf(&b, f, ap);
-		va_end(ap);
-		*err = b.p ? mesh_buf_detach(&b, NULL) : NULL;
-	}
-	return rc;
-}
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err)
 {
@@ -100,19 +77,19 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	if (err)
 		*err = NULL;
 	if (!cfg->catalog || stat(cfg->catalog, &st) != 0 || !S_ISDIR(st.st_mode))
-		return say(err, MESH_E_NOTFOUND, "cannot use catalog '%s': %s", cfg->catalog ? cfg->catalog : "",
+		return mesh_errf(err, MESH_E_NOTFOUND, "cannot use catalog '%s': %s", cfg->catalog ? cfg->catalog : "",
 			   cfg->catalog && stat(cfg->catalog, &st) != 0 ? strerror(errno) : "not a directory");
 	if (!cfg->logs || stat(cfg->logs, &st) != 0 || !S_ISDIR(st.st_mode))
-		return say(err, MESH_E_NOTFOUND, "cannot use logs directory '%s': %s", cfg->logs ? cfg->logs : "",
+		return mesh_errf(err, MESH_E_NOTFOUND, "cannot use logs directory '%s': %s", cfg->logs ? cfg->logs : "",
 			   cfg->logs && stat(cfg->logs, &st) != 0 ? strerror(errno) : "not a directory");
 	unsigned n = cfg->slots ? cfg->slots : DEFAULT_SLOTS;
 	if (n > MAX_SLOTS)
-		return say(err, MESH_E_RANGE, "--slots %u is over %u", n, MAX_SLOTS);
+		return mesh_errf(err, MESH_E_RANGE, "--slots %u is over %u", n, MAX_SLOTS);
 	enum mesh_gpu_access gpu = MESH_GPU_NONE;
 	if (cfg->isolation && strcmp(cfg->isolation, "mps") == 0)
 		gpu = MESH_GPU_MPS;
 	else if (cfg->isolation && strcmp(cfg->isolation, "none") != 0)
-		return say(err, MESH_E_PARSE, "unknown isolation '%s' (none or mps)", cfg->isolation);
+		return mesh_errf(err, MESH_E_PARSE, "unknown isolation '%s' (none or mps)", cfg->isolation);
 
 	struct meshd_core *d = calloc(1, sizeof *d);
 	if (!d)
@@ -125,9 +102,9 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	d->catalog = strdup(realpath(cfg->catalog, abs) ? abs : cfg->catalog);
 	d->logs = strdup(cfg->logs);
 	const char *base = getenv("MESH_SERVICE_BASE"), *models = getenv("MESH_MODELS"), *sys = getenv("MESH_SYSTEM");
-	d->env[0] = fmt("MESH_SERVICE_BASE=%s", base ? base : d->catalog ? d->catalog : "");
-	d->env[1] = models ? fmt("MESH_MODELS=%s", models) : fmt("MESH_MODELS=%s/models", d->catalog ? d->catalog : "");
-	d->env[2] = fmt("MESH_SYSTEM=%s", sys ? sys : mesh_target_triple());
+	d->env[0] = mesh_strf("MESH_SERVICE_BASE=%s", base ? base : d->catalog ? d->catalog : "");
+	d->env[1] = models ? mesh_strf("MESH_MODELS=%s", models) : mesh_strf("MESH_MODELS=%s/models", d->catalog ? d->catalog : "");
+	d->env[2] = mesh_strf("MESH_SYSTEM=%s", sys ? sys : mesh_target_triple());
 	d->slots = calloc(n, sizeof *d->slots);
 	d->slot_busy = calloc(n, sizeof *d->slot_busy);
 	d->slot_taken = calloc(n, sizeof *d->slot_taken);
@@ -138,7 +115,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	}
 	for (unsigned i = 0; i < n; i++)
 		if ((rc = mesh_slot_create(&d->slots[i], i, 0))) {
-			say(err, rc, "cannot create slot %u: %s", i, mesh_strerror(rc));
+			mesh_errf(err, rc, "cannot create slot %u: %s", i, mesh_strerror(rc));
 			goto bad;
 		}
 	if (gpu == MESH_GPU_MPS) {
@@ -344,7 +321,7 @@ static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
 	}
 	if (down < 0) {
 		if (p->nw >= p->img.m.max_workers)
-			return say(err, MESH_E_STATE, "'%s' has %u workers stopping; try again", p->img.name, p->nw);
+			return mesh_errf(err, MESH_E_STATE, "'%s' has %u workers stopping; try again", p->img.name, p->nw);
 		int rc = mesh_instance_new(d->h, &p->img, &p->w[p->nw].inst);
 		if (rc)
 			return rc;
@@ -412,7 +389,7 @@ int meshd_op_stop(struct meshd_core *d, const char *name, char **err)
 		p->refs++;
 	pthread_mutex_unlock(&d->mu);
 	if (!p)
-		return say(err, MESH_E_NOTFOUND, "'%s' is not loaded", name);
+		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not loaded", name);
 	stop_all(d, p);
 	unref(d, p);
 	return 0;
@@ -426,7 +403,7 @@ int meshd_op_unload(struct meshd_core *d, const char *name, char **err)
 	struct program *p = find(d, name);
 	if (!p) {
 		pthread_mutex_unlock(&d->mu);
-		return say(err, MESH_E_NOTFOUND, "'%s' is not loaded", name);
+		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not loaded", name);
 	}
 	p->gone = 1;
 	p->refs++;
@@ -514,15 +491,15 @@ int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, cha
 	if (err)
 		*err = NULL;
 	if (!mesh_manifest_name_ok(name))
-		return say(err, MESH_E_PATH, "'%s' is not a program name", name);
-	char *path = fmt("%s/%s.log", d->logs, name);
+		return mesh_errf(err, MESH_E_PATH, "'%s' is not a program name", name);
+	char *path = mesh_strf("%s/%s.log", d->logs, name);
 	if (!path)
 		return -ENOMEM;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
-		int rc = e == ENOENT ? say(err, MESH_E_NOTFOUND, "no log for '%s' yet", name)
-				     : say(err, -e, "cannot open '%s': %s", path, strerror(e));
+		int rc = e == ENOENT ? mesh_errf(err, MESH_E_NOTFOUND, "no log for '%s' yet", name)
+				     : mesh_errf(err, -e, "cannot open '%s': %s", path, strerror(e));
 		free(path);
 		return rc;
 	}
@@ -605,14 +582,14 @@ static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, i
 				pthread_mutex_unlock(&d->mu);
 				mesh_instance_wait(inst, 1u << MESH_IS_DOWN, STOP_WAIT_NS, NULL);
 				if (mesh_mono_ns() >= deadline)
-					return say(err, MESH_E_TIMEOUT, "no worker of '%s' could take the call in time",
+					return mesh_errf(err, MESH_E_TIMEOUT, "no worker of '%s' could take the call in time",
 						   p->img.name);
 				continue;
 			}
 			int s = take_slot(d);
 			if (s < 0) {
 				pthread_mutex_unlock(&d->mu);
-				return say(err, MESH_E_STATE, "no free slot for '%s' (all %u are in use)", p->img.name,
+				return mesh_errf(err, MESH_E_STATE, "no free slot for '%s' (all %u are in use)", p->img.name,
 					   d->nslots);
 			}
 			int rc = mesh_instance_launch(p->w[cand].inst, d->slots[s], err);
@@ -628,7 +605,7 @@ static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, i
 		pthread_mutex_unlock(&d->mu);
 		uint64_t now = mesh_mono_ns();
 		if (now >= deadline)
-			return say(err, MESH_E_TIMEOUT, "'%s' did not come online in time", p->img.name);
+			return mesh_errf(err, MESH_E_TIMEOUT, "'%s' did not come online in time", p->img.name);
 		int rc = mesh_instance_wait(inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE,
 					    deadline - now, err);
 		if (rc)
@@ -636,7 +613,7 @@ static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, i
 		if (mesh_instance_state(inst) == MESH_IS_DOWN) {
 			char *r = mesh_instance_last_report(inst);
 			if (err)
-				*err = r ? r : fmt("'%s' exited before it came online", p->img.name);
+				*err = r ? r : mesh_strf("'%s' exited before it came online", p->img.name);
 			else
 				free(r);
 			return MESH_E_CRASHED;
@@ -675,7 +652,7 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	rc = mesh_slot_call(slot, req, n, &rep, &rl, t, CALL_SPIN_NS);
 	if (rc == MESH_E_REFUSED) {
 		if (err)
-			*err = rep ? fmt("the worker's handler failed: %.*s", (int)rl, (char *)rep) : NULL;
+			*err = rep ? mesh_strf("the worker's handler failed: %.*s", (int)rl, (char *)rep) : NULL;
 		free(rep);
 		rep = NULL;
 	} else if (rc == MESH_E_STATE || rc == MESH_E_CORRUPT) {
@@ -689,13 +666,13 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 				*err = r, r = NULL;
 		} else if (err) {
 			const char *why = mesh_slot_failed(slot);
-			*err = fmt("slot %d failed: %s", s, why ? why : mesh_strerror(rc));
+			*err = mesh_strf("slot %d failed: %s", s, why ? why : mesh_strerror(rc));
 		}
 		free(r);
 	} else if (rc == MESH_E_TIMEOUT && err) {
-		*err = fmt("'%s' did not reply within %llu ms", name, (unsigned long long)(t / MESH_NS_PER_MS));
+		*err = mesh_strf("'%s' did not reply within %llu ms", name, (unsigned long long)(t / MESH_NS_PER_MS));
 	} else if (rc && err) {
-		*err = fmt("call to '%s' failed: %s", name, mesh_strerror(rc));
+		*err = mesh_strf("call to '%s' failed: %s", name, mesh_strerror(rc));
 	}
 	pthread_mutex_lock(&d->mu);
 	p->w[wi].inflight--;

@@ -7,22 +7,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-int mesh__write_plain(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static int spill_open(void)
 {
 	const char *dir = getenv("TMPDIR");
@@ -45,12 +29,12 @@ int mesh__capture_add(struct mesh__capture *c, const void *p, size_t n)
 		if (fd < 0)
 			return fd;
 		c->spill_fd = fd;
-		int rc = mesh__write_plain(fd, c->mem.p, c->mem.len);
+		int rc = mesh_write_all_raw(fd, c->mem.p, c->mem.len);
 		mesh_buf_reset(&c->mem);
 		if (rc < 0)
 			return rc;
 	}
-	return mesh__write_plain(c->spill_fd, p, n);
+	return mesh_write_all_raw(c->spill_fd, p, n);
 }
 
 long mesh__capture_read(struct mesh__capture *c, int fd)
@@ -107,12 +91,12 @@ int mesh__capture_flush(struct mesh__capture *c, int fd)
 				break;
 			}
 			off += r;
-			if ((rc = mesh__write_plain(fd, tmp, (size_t)r)) < 0)
+			if ((rc = mesh_write_all_raw(fd, tmp, (size_t)r)) < 0)
 				break;
 		}
 	}
 	if (rc == 0 && fd >= 0 && c->mem.len)
-		rc = mesh__write_plain(fd, c->mem.p, c->mem.len);
+		rc = mesh_write_all_raw(fd, c->mem.p, c->mem.len);
 	reset(c);
 	return rc;
 }

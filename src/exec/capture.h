@@ -27,10 +27,6 @@ int mesh__capture_add(struct mesh__capture *c, const void *p, size_t n);
  * c for reuse (the memory is kept, the spill file closed).  0 or -errno of
  * the write; c is reset either way. */
 int mesh__capture_flush(struct mesh__capture *c, int fd);
-/* write(2) of all n bytes, retrying short writes and EINTR: for output
- * that is not durable state (so it stays outside the fault-injection seam
- * of base/io.h).  0 or -errno. */
-int mesh__write_plain(int fd, const void *buf, size_t n);
 /* Frees everything. */
 void mesh__capture_release(struct mesh__capture *c);
 

@@ -129,8 +129,8 @@ static void note(struct runner *r, const char *fmt, ...)
 		n = (int)sizeof line - 2;
 	line[n++] = '\n';
 	if (r->drawn && r->o->progress_fd == r->o->note_fd)
-		mesh__write_plain(r->o->progress_fd, "\r\033[K", 4);
-	mesh__write_plain(r->o->note_fd, line, (size_t)n);
+		mesh_write_all_raw(r->o->progress_fd, "\r\033[K", 4);
+	mesh_write_all_raw(r->o->note_fd, line, (size_t)n);
 }
 
 static void describe(char *b, size_t cap, int code, enum end_why why)
@@ -506,7 +506,7 @@ static void finish_slot(struct runner *r, struct slot *s, int code)
 		/* The bar's line is cleared before any output (the terminal may
 		 * show both even when the fds differ); the next draw restores it. */
 		if (r->drawn && (s->cout.total || s->cerr.total)) {
-			mesh__write_plain(r->o->progress_fd, "\r\033[K", 4);
+			mesh_write_all_raw(r->o->progress_fd, "\r\033[K", 4);
 			r->drawn = 0;
 		}
 		mesh__capture_flush(&s->cout, out);
@@ -642,7 +642,7 @@ static void draw(struct runner *r, int final)
 	} else {
 		r->drawn = 1;
 	}
-	mesh__write_plain(fd, line, n);
+	mesh_write_all_raw(fd, line, n);
 }
 
 static void stop_all(struct runner *r, int sig)

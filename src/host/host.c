@@ -179,16 +179,6 @@ int mesh_lifecycle_describe(struct mesh_buf *out)
 	return rc;
 }
 
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-	struct mesh_buf b = MESH_BUF_INIT;
-	va_list ap;
-	va_start(ap, f);
-	mesh_buf_vaddf(&b, f, ap);
-	va_end(ap);
-	return b.p ? mesh_buf_detach(&b, NULL) : NULL;
-}
 
 static uint64_t ready_ns(const struct mesh_instance *w)
 {
@@ -297,12 +287,12 @@ static char **build_env(struct mesh_instance *w)
 	for (size_t i = 0; i < m->nenv; i++)
 		if (!(env[n++] = strdup(m->env[i])))
 			goto nomem;
-	if (!(env[n++] = fmt("MESH_CONTROL_FD=%d", CHILD_CTL_FD)) || !(env[n++] = fmt("MESH_NAME=%s", m->name)))
+	if (!(env[n++] = mesh_strf("MESH_CONTROL_FD=%d", CHILD_CTL_FD)) || !(env[n++] = mesh_strf("MESH_NAME=%s", m->name)))
 		goto nomem;
-	if (w->pending && !(env[n++] = fmt("MESH_SLOT=%u", mesh_slot_index(w->pending))))
+	if (w->pending && !(env[n++] = mesh_strf("MESH_SLOT=%u", mesh_slot_index(w->pending))))
 		goto nomem;
 	if (m->device == MESH_DEVICE_GPU && h->gpu == MESH_GPU_MPS && h->mps_dir &&
-	    !(env[n++] = fmt("CUDA_MPS_PIPE_DIRECTORY=%s", h->mps_dir)))
+	    !(env[n++] = mesh_strf("CUDA_MPS_PIPE_DIRECTORY=%s", h->mps_dir)))
 		goto nomem;
 	env[n] = NULL;
 	return env;
@@ -335,12 +325,12 @@ static int do_spawn(struct mesh_instance *w, char **err)
 		goto bad;
 	}
 	fcntl(out[0], F_SETFL, O_NONBLOCK);
-	char *lp = fmt("%s/%s.log", h->logs, img->name);
+	char *lp = mesh_strf("%s/%s.log", h->logs, img->name);
 	w->logfd = lp ? open(lp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
 	if (w->logfd < 0) {
 		rc = lp ? -errno : -ENOMEM;
 		if (err)
-			*err = fmt("cannot open '%s': %s", lp ? lp : "log", mesh_strerror(rc));
+			*err = mesh_strf("cannot open '%s': %s", lp ? lp : "log", mesh_strerror(rc));
 		free(lp);
 		goto bad;
 	}
@@ -359,7 +349,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 					       &procs);
 		if (rc) {
 			if (err)
-				*err = fmt("cannot create the cgroup for '%s': %s", img->name, mesh_strerror(rc));
+				*err = mesh_strf("cannot create the cgroup for '%s': %s", img->name, mesh_strerror(rc));
 			w->cgdir[0] = 0;
 			goto bad;
 		}
@@ -381,7 +371,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	rc = mesh_spawn(h->sp, &o, &pid, &pidfd);
 	if (rc) {
 		if (err)
-			*err = fmt("cannot start '%s': %s", img->bin_path, mesh_strerror(rc));
+			*err = mesh_strf("cannot start '%s': %s", img->bin_path, mesh_strerror(rc));
 		goto bad;
 	}
 	close(child_ctl);
@@ -432,7 +422,7 @@ bad:
 	free_strv(env);
 	free(argv);
 	if (err && !*err)
-		*err = fmt("cannot start '%s': %s", img->name, mesh_strerror(rc));
+		*err = mesh_strf("cannot start '%s': %s", img->name, mesh_strerror(rc));
 	return rc;
 }
 
@@ -594,14 +584,14 @@ static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg
 		return 0;
 	case MESH_A_DENY:
 		if (err)
-			*err = fmt("'%s' cannot %s while %s", w->img->name, mesh_ievent_name(ev), mesh_istate_name(was));
+			*err = mesh_strf("'%s' cannot %s while %s", w->img->name, mesh_ievent_name(ev), mesh_istate_name(was));
 		return MESH_E_STATE;
 	case MESH_A_SPAWN:
 		w->pending = ev == MESH_EV_LAUNCH ? a->slot : NULL;
 		rc = do_spawn(w, err);
 		if (rc) {
 			w->pending = NULL;
-			new_failure(w, rc, err && *err ? strdup(*err) : fmt("cannot start: %s", mesh_strerror(rc)));
+			new_failure(w, rc, err && *err ? strdup(*err) : mesh_strf("cannot start: %s", mesh_strerror(rc)));
 			return rc;
 		}
 		w->deadline = now + ready_ns(w);
@@ -614,7 +604,7 @@ static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg
 		if (w->img->m.device == MESH_DEVICE_GPU && w->h->gpu == MESH_GPU_MPS && w->h->check_gpu_client) {
 			char *e = NULL;
 			if (w->h->check_gpu_client(w->h->gpu_ctx, w->pid, &e) != 0) {
-				fail_now(w, MESH_E_REFUSED, fmt("not a client of meshd's MPS server: %s", e ? e : "?"));
+				fail_now(w, MESH_E_REFUSED, mesh_strf("not a client of meshd's MPS server: %s", e ? e : "?"));
 				free(e);
 				w->state = MESH_IS_STOPPING;
 				return 0;
@@ -635,8 +625,8 @@ static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg
 		rc = mesh_ctl_run(w->ctl, a->slot, w->gen);
 		if (rc) {
 			if (err)
-				*err = fmt("cannot send run to '%s': %s", w->img->name, mesh_strerror(rc));
-			fail_now(w, MESH_E_PROTO, fmt("cannot send run: %s", mesh_strerror(rc)));
+				*err = mesh_strf("cannot send run to '%s': %s", w->img->name, mesh_strerror(rc));
+			fail_now(w, MESH_E_PROTO, mesh_strf("cannot send run: %s", mesh_strerror(rc)));
 			w->state = MESH_IS_STOPPING;
 			return rc;
 		}
@@ -645,7 +635,7 @@ static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg
 		break;
 	case MESH_A_ONLINE:
 		if (a->gen != w->gen) {
-			fail_now(w, MESH_E_PROTO, fmt("online for gen %u, expected %u", a->gen, w->gen));
+			fail_now(w, MESH_E_PROTO, mesh_strf("online for gen %u, expected %u", a->gen, w->gen));
 			w->state = MESH_IS_STOPPING;
 			return 0;
 		}
@@ -660,7 +650,7 @@ static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg
 		w->deadline = 0;
 		break;
 	case MESH_A_REFUSE:
-		new_failure(w, MESH_E_REFUSED, fmt("worker '%s' refused run: %s", w->img->name, a && a->text ? a->text : "?"));
+		new_failure(w, MESH_E_REFUSED, mesh_strf("worker '%s' refused run: %s", w->img->name, a && a->text ? a->text : "?"));
 		w->slot = NULL;
 		w->deadline = 0;
 		break;
@@ -684,13 +674,13 @@ static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg
 		if (ev == MESH_EV_TIMEOUT) {
 			code = MESH_E_TIMEOUT;
 			uint64_t lim = was == MESH_IS_STARTING ? ready_ns(w) : online_ns(w);
-			why = fmt("no '%s' within %llu ms",
+			why = mesh_strf("no '%s' within %llu ms",
 				  was == MESH_IS_STARTING ? "ready" : was == MESH_IS_LAUNCHING ? "online" : "halted",
 				  (unsigned long long)(lim / MESH_NS_PER_MS));
 		} else if (ev == MESH_EV_BROKEN) {
-			why = fmt("%s", a && a->text ? a->text : "protocol violation");
+			why = mesh_strf("%s", a && a->text ? a->text : "protocol violation");
 		} else {
-			why = fmt("unexpected '%s' while %s%s%s", mesh_ievent_name(ev), mesh_istate_name(was),
+			why = mesh_strf("unexpected '%s' while %s%s%s", mesh_ievent_name(ev), mesh_istate_name(was),
 				  a && a->text ? ": " : "", a && a->text ? a->text : "");
 		}
 		fail_now(w, code, why);
@@ -730,7 +720,7 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	if (access(cfg->logs, W_OK | X_OK) != 0) {
 		rc = -errno;
 		if (err)
-			*err = fmt("cannot use logs directory '%s': %s", cfg->logs, strerror(errno));
+			*err = mesh_strf("cannot use logs directory '%s': %s", cfg->logs, strerror(errno));
 		goto bad;
 	}
 	if (!(h->logs = strdup(cfg->logs)) || (cfg->mps_pipe_dir && !(h->mps_dir = strdup(cfg->mps_pipe_dir)))) {
@@ -766,7 +756,7 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	epoll_ctl(h->epfd, EPOLL_CTL_ADD, h->wakefd, &ev);
 	if ((rc = mesh_spawner_new(&h->sp))) {
 		if (err)
-			*err = fmt("cannot start the spawner thread: %s", mesh_strerror(rc));
+			*err = mesh_strf("cannot start the spawner thread: %s", mesh_strerror(rc));
 		goto bad;
 	}
 	*out = h;
@@ -1003,7 +993,7 @@ int mesh_instance_wait(struct mesh_instance *w, unsigned mask, uint64_t timeout_
 		uint64_t now = mesh_mono_ns();
 		if (now >= deadline) {
 			if (err)
-				*err = fmt("'%s' is still %s after %llu ms", w->img->name, mesh_istate_name(w->state),
+				*err = mesh_strf("'%s' is still %s after %llu ms", w->img->name, mesh_istate_name(w->state),
 					   (unsigned long long)(timeout_ns / MESH_NS_PER_MS));
 			pthread_mutex_unlock(&h->mu);
 			return MESH_E_TIMEOUT;

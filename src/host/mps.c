@@ -20,19 +20,6 @@
 
 extern char **environ;
 
-static int say(char **err, int rc, const char *f, ...) __attribute__((format(printf, 3, 4)));
-static int say(char **err, int rc, const char *f, ...)
-{
-	if (err) {
-		struct mesh_buf b = MESH_BUF_INIT;
-		va_list ap;
-		va_start(ap, f);
-		mesh_buf_vaddf(&b, f, ap);
-		va_end(ap);
-		*err = b.p ? mesh_buf_detach(&b, NULL) : NULL;
-	}
-	return rc;
-}
 
 int mesh_mps_control(const char *pipe_dir, const char *cmd, char **out, uint64_t timeout_ns)
 {
@@ -133,7 +120,7 @@ int mesh_mps_check_client(void *ctx, pid_t pid, char **err)
 	size_t len = 0;
 	snprintf(p, sizeof p, "/proc/%d/environ", (int)pid);
 	if (mesh__read_proc(p, 1 << 20, &env, &len) != 0)
-		return say(err, MESH_E_REFUSED, "cannot read the environment of pid %d", (int)pid);
+		return mesh_errf(err, MESH_E_REFUSED, "cannot read the environment of pid %d", (int)pid);
 	struct mesh_buf want = MESH_BUF_INIT;
 	mesh_buf_addf(&want, "CUDA_MPS_PIPE_DIRECTORY=%s", dir);
 	int found = 0;
@@ -143,13 +130,13 @@ int mesh_mps_check_client(void *ctx, pid_t pid, char **err)
 	mesh_buf_release(&want);
 	free(env);
 	if (!found)
-		return say(err, MESH_E_REFUSED, "pid %d does not use meshd's MPS pipe directory '%s'", (int)pid, dir);
+		return mesh_errf(err, MESH_E_REFUSED, "pid %d does not use meshd's MPS pipe directory '%s'", (int)pid, dir);
 	struct mesh_buf ctl = MESH_BUF_INIT;
 	mesh_buf_addf(&ctl, "%s/control", dir);
 	int ok = ctl.p && access(ctl.p, F_OK) == 0;
 	mesh_buf_release(&ctl);
 	if (!ok)
-		return say(err, MESH_E_REFUSED, "no MPS control socket in '%s' (is %s -d running?)", dir,
+		return mesh_errf(err, MESH_E_REFUSED, "no MPS control socket in '%s' (is %s -d running?)", dir,
 			   MESH_MPS_CONTROL);
 	return 0;
 }
@@ -160,7 +147,7 @@ int mesh_mps_terminate_client(void *ctx, pid_t pid, char **err)
 	char *list = NULL;
 	int rc = mesh_mps_control(dir, "get_server_list", &list, MESH_NS_PER_S);
 	if (rc)
-		return say(err, rc, "%s get_server_list: %s", MESH_MPS_CONTROL, mesh_strerror(rc));
+		return mesh_errf(err, rc, "%s get_server_list: %s", MESH_MPS_CONTROL, mesh_strerror(rc));
 	int first = 0;
 	char *save = NULL;
 	for (char *tok = strtok_r(list, " \t\r\n", &save); tok; tok = strtok_r(NULL, " \t\r\n", &save)) {
@@ -177,7 +164,7 @@ int mesh_mps_terminate_client(void *ctx, pid_t pid, char **err)
 	}
 	free(list);
 	if (first)
-		return say(err, first, "%s terminate_client for pid %d: %s", MESH_MPS_CONTROL, (int)pid,
+		return mesh_errf(err, first, "%s terminate_client for pid %d: %s", MESH_MPS_CONTROL, (int)pid,
 			   mesh_strerror(first));
 	return 0;
 }
