@@ -6,6 +6,7 @@
  * (warm, launch, halt, exit, state, stats); never across a wait. */
 #include "daemon/ops.h"
 
+#include "autoscale/policy.h"
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -688,7 +689,8 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	return rc;
 }
 
-/* Scale to zero: a worker unused for its idle TTL exits. */
+/* Scale to zero: each warm worker is put to the autoscale policy with its
+ * own demand (requests in flight) and idle time; REAP makes it exit. */
 static void tick(struct meshd_core *d)
 {
 	uint64_t now = mesh_mono_ns();
@@ -700,8 +702,11 @@ static void tick(struct meshd_core *d)
 		for (unsigned i = 0; i < p->nw; i++) {
 			struct worker *wk = &p->w[i];
 			enum mesh_istate st = mesh_instance_state(wk->inst);
-			if ((st == MESH_IS_IDLE || st == MESH_IS_RUNNING) && wk->inflight == 0 && wk->last_used &&
-			    now - wk->last_used >= p->img.m.idle_ttl_ns)
+			if ((st != MESH_IS_IDLE && st != MESH_IS_RUNNING) || !wk->last_used)
+				continue;
+			int64_t idle = (int64_t)((now - wk->last_used) / MESH_NS_PER_MS);
+			int64_t ttl = (int64_t)(p->img.m.idle_ttl_ns / MESH_NS_PER_MS);
+			if (mesh_as_decide(1, wk->inflight > 0, idle, ttl) == MESH_AS_REAP)
 				mesh_instance_exit(wk->inst);
 		}
 	}
