@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Records straddle read chunks; the fuzz build reads in small chunks so that
@@ -30,8 +32,8 @@ struct waiter {
 	size_t n;
 	int *keep;
 	int rc;
-	int done;
-	pthread_cond_t cv; /* signalled when done, or when it may lead */
+	_Atomic int done;  /* set (release) by the leader after rc and keep */
+	uint32_t gen;	   /* the batch it joined: it sleeps on wake[gen & 1] */
 	struct waiter *next;
 };
 
@@ -52,6 +54,8 @@ struct mesh_journal {
 	pthread_mutex_t gmu;
 	struct waiter *qhead, **qtail;
 	int leader;
+	uint32_t qgen;		   /* the batch the queue will become */
+	_Atomic uint32_t wake[2];  /* futex words: batch g's waiters sleep on wake[g & 1] */
 	int broken;		/* sticky error after a failed cut-back */
 	unsigned char *wbuf;
 	size_t wcap;
@@ -387,7 +391,17 @@ int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
 }
 
 /* The leader commits every queued waiter's records. */
-static void commit(struct mesh_journal *j, struct waiter *list)
+static void futex_wait(_Atomic uint32_t *word, uint32_t val)
+{
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *word, int n)
+{
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+static void commit(struct mesh_journal *j, struct waiter *list, uint32_t gen)
 {
 	size_t nrec = 0, bytes = 0, k;
 	struct mesh_jrec *all;
@@ -470,20 +484,27 @@ out:
 	k = 0;
 	pthread_mutex_lock(&j->gmu);
 	for (struct waiter *w = list, *next; w; w = next) {
-		next = w->next;
+		next = w->next; /* w may be gone once done is set */
 		for (size_t i = 0; i < w->n; i++, k++)
 			if (w->keep)
 				w->keep[i] = (keep && !rc) ? keep[k] : 0;
 		w->rc = rc;
-		w->done = 1;
-		pthread_cond_signal(&w->cv);
+		atomic_store_explicit(&w->done, 1, memory_order_release);
 	}
 	j->leader = 0;
-	/* Wake only the waiters of this batch and the next leader: a broadcast
-	 * to every queued thread costs more than the fsync it shares. */
-	if (j->qhead)
-		pthread_cond_signal(&j->qhead->cv);
+	/* One wake for the whole batch (its waiters sleep on one word), and one
+	 * for a waiter of the next batch to lead: a signal per waiter made the
+	 * leader spend more on wake-ups than on the fsync it shared.  Each word
+	 * is bumped under gmu first, so a waiter between reading it and
+	 * sleeping cannot miss its wake-up. */
+	int next_batch = j->qhead != NULL;
+	atomic_fetch_add(&j->wake[gen & 1], 1);
+	if (next_batch)
+		atomic_fetch_add(&j->wake[(gen + 1) & 1], 1);
 	pthread_mutex_unlock(&j->gmu);
+	futex_wake(&j->wake[gen & 1], INT_MAX);
+	if (next_batch)
+		futex_wake(&j->wake[(gen + 1) & 1], 1);
 	free(all);
 	free(keep);
 }
@@ -496,25 +517,33 @@ int mesh_journal_append(struct mesh_journal *j, const struct mesh_jrec *recs, si
 			return MESH_E_TOOBIG;
 	if (n == 0)
 		return 0;
-	pthread_cond_init(&w.cv, NULL);
 	pthread_mutex_lock(&j->gmu);
+	w.gen = j->qgen;
 	*j->qtail = &w;
 	j->qtail = &w.next;
-	while (!w.done) {
+	for (;;) {
+		if (atomic_load_explicit(&w.done, memory_order_acquire))
+			break;
 		if (!j->leader) {
 			struct waiter *list = j->qhead;
+			uint32_t gen = j->qgen++;
 			j->qhead = NULL;
 			j->qtail = &j->qhead;
 			j->leader = 1;
 			pthread_mutex_unlock(&j->gmu);
-			commit(j, list);
+			commit(j, list, gen);
 			pthread_mutex_lock(&j->gmu);
-		} else {
-			pthread_cond_wait(&w.cv, &j->gmu);
+			continue;
 		}
+		_Atomic uint32_t *word = &j->wake[w.gen & 1];
+		uint32_t seen = atomic_load(word);
+		pthread_mutex_unlock(&j->gmu);
+		futex_wait(word, seen);
+		if (atomic_load_explicit(&w.done, memory_order_acquire))
+			return w.rc;
+		pthread_mutex_lock(&j->gmu);
 	}
 	pthread_mutex_unlock(&j->gmu);
-	pthread_cond_destroy(&w.cv);
 	return w.rc;
 }
 
