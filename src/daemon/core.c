@@ -33,8 +33,6 @@
 #define LOGS_CAP (1u << 20)
 /* A caller waits this long for a worker that is already STOPPING to go. */
 #define STOP_WAIT_NS (15ull * MESH_NS_PER_S)
-/* meshd spins this long on a reply before it sleeps. */
-#define CALL_SPIN_NS (20ull * 1000)
 
 struct worker {
 	struct mesh_instance *inst;
@@ -650,7 +648,7 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	uint64_t t = timeout_ns ? timeout_ns : 30ull * MESH_NS_PER_S;
 	void *rep = NULL;
 	size_t rl = 0;
-	rc = mesh_slot_call(slot, req, n, &rep, &rl, t, CALL_SPIN_NS);
+	rc = mesh_slot_call(slot, req, n, &rep, &rl, t, MESH_SLOT_CALL_SPIN_NS);
 	if (rc == MESH_E_REFUSED) {
 		if (err)
 			*err = rep ? mesh_strf("the worker's handler failed: %.*s", (int)rl, (char *)rep) : NULL;

@@ -129,6 +129,9 @@ void mesh_slot_set_shutdown(struct mesh_slot *s, enum mesh_shutdown how);
  * On error *reply is NULL. */
 int mesh_slot_call(struct mesh_slot *s, const void *req, size_t n, void **reply, size_t *reply_len,
 		   uint64_t timeout_ns, uint64_t spin_ns);
+/* How long meshd spins on a reply before it sleeps: a worker that wakes
+ * from its futex and answers at once is caught without a second wake-up. */
+#define MESH_SLOT_CALL_SPIN_NS (20ull * 1000)
 /* The reason the slot failed (a static-lifetime string in the slot), or NULL. */
 const char *mesh_slot_failed(const struct mesh_slot *s);
 /* Marks the slot failed with a reason (printf-style), e.g. its worker crashed. */
