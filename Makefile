@@ -14,9 +14,9 @@ CFLAGS   += -std=gnu11 -fPIC -pthread $(WARN) -D_GNU_SOURCE -DMESH_VERSION='"$(V
 CPPFLAGS += -Iinclude -Isrc -Itests -MMD -MP
 LDLIBS   := -lpthread -lm
 LDFLAGS  += -Wl,--as-needed
-MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+EV_LIBS  := $(shell pkg-config --libs libevent_core libevent_extra libevent_pthreads 2>/dev/null || echo -levent_core -levent_extra -levent_pthreads)
 JSON_LIBS:= $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
-ALL_LIBS := $(MHD_LIBS) $(JSON_LIBS) -lz $(LDLIBS)
+ALL_LIBS := $(EV_LIBS) $(JSON_LIBS) -lz $(LDLIBS)
 
 ifeq ($(SAN),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -3,7 +3,7 @@
 # As root it runs apt-get itself; otherwise it prints the one command to run.
 # Usage: mk/deps.sh [build|test|bench|all]
 set -e
-BUILD="gcc make pkg-config libmicrohttpd-dev libjansson-dev zlib1g-dev"
+BUILD="gcc make pkg-config libevent-dev libjansson-dev zlib1g-dev"
 TEST="clang libclang-rt-14-dev curl"
 BENCH="parallel beanstalkd findutils"
 case "${1:-all}" in

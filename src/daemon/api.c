@@ -1,3 +1,17 @@
+/* meshd's control API over libevent's evhttp (docs/api.md).
+ *
+ * One event-loop thread parses HTTP; each request's op runs on a thread of
+ * its own (at most MESHD_API_MAX_CONNS at once), because ops block: `start`
+ * waits for a worker's ready, `call` for its reply.  The op's answer is
+ * queued and the loop thread, woken by an event, sends it -- evhttp is not
+ * thread-safe, so only the loop thread touches it.
+ *
+ * evhttp answers a few errors itself with an HTML page (libevent 2.1 has no
+ * hook to change it): a malformed request (400), a method it does not know
+ * (501), headers over HEADERS_MAX or a body over BODY_DRAIN_MAX (413).  The
+ * body bound the API documents, MESHD_API_MAX_BODY, is ours: answered in
+ * JSON by in_added (announced) or on_request (chunked).  libmicrohttpd, used
+ * before, is gone because Debian's links GnuTLS: 2.3 MB of meshd's RSS. */
 #include "daemon/api.h"
 
 #include "base/buf.h"
@@ -9,10 +23,17 @@
 #include "host/manifest.h"
 
 #include <errno.h>
+#include <sys/queue.h> /* before event2: TAILQ_INIT for struct evkeyvalq */
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <microhttpd.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,25 +49,50 @@
 #define CALL_TIMEOUT_MAX_NS (3600ull * 1000000000ull)
 #define LOGS_TAIL_MAX (1u << 20)
 #define STOP_DRAIN_NS (10ull * 1000000000ull)
+#define HEADERS_MAX (32u << 10)
+#define IDLE_TIMEOUT_S 120
+
+struct job;
 
 struct meshd_api {
 	struct meshd_core *core;
-	struct MHD_Daemon *mhd;
+	struct event_base *base;
+	struct evhttp *http;
+	struct evhttp_bound_socket *bound;
+	struct event *done_ev;	/* activated by an op thread: answers are queued */
+	pthread_t loop;
 	int listen_fd;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	dev_t dev;	/* the socket file we bound, to unlink only our own */
 	ino_t ino;
 	int quiesced;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *done;	/* mu: answered, not sent yet (a stack) */
+	unsigned threads;	/* mu: op threads not finished */
 	atomic_int stopping;	/* new requests get 503 */
-	atomic_int inflight;	/* requests begun and not completed */
+	atomic_int inflight;	/* requests begun and not answered */
 };
 
-/* Per request: the body so far. */
-struct req {
+/* One request: what it asked (copied off the loop thread's objects) and
+ * the answer its op thread made. */
+struct job {
+	struct meshd_api *a;
+	struct evhttp_request *req;	/* loop thread only */
+	struct job *next;
+	const char *method;
+	char *path;	/* percent-decoded */
+	struct evkeyvalq args;
 	struct mesh_buf body;
-	int too_big, answered, quiet;
-	uint64_t drained, t0;
-	char what[160]; /* "METHOD /path" for the log line */
+	uint64_t t0;
+	int quiet;
+	char what[160];	/* "METHOD /path" for the log line */
+	/* the answer */
+	unsigned status;
+	const char *type, *allow;
+	char *data;	/* malloc'd unless data_static */
+	size_t len;
+	int data_static;
 };
 
 int meshd_api_name_ok(const char *name)
@@ -101,30 +147,26 @@ int meshd_api_status_for(int err)
 	return 500;
 }
 
-static enum MHD_Result send_buf(struct MHD_Connection *c, unsigned status, const char *type, void *data, size_t n,
-				enum MHD_ResponseMemoryMode mode)
+/* The answer: data (owned, or static when mode_static) goes out as is. */
+static void set_answer(struct job *j, unsigned status, const char *type, char *data, size_t n, int is_static)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(n, data, mode);
-	enum MHD_Result ok;
-	if (!r) {
-		if (mode == MHD_RESPMEM_MUST_FREE)
-			free(data);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-	ok = MHD_queue_response(c, status, r);
-	MHD_destroy_response(r);
-	return ok;
+	j->status = status;
+	j->type = type;
+	j->data = data;
+	j->len = n;
+	j->data_static = is_static;
 }
 
-/* Sends j (consumed) as the JSON body. */
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j)
+/* The JSON body j (consumed). */
+static void send_json(struct job *jb, unsigned status, json_t *j)
 {
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	static char oom[] = "{\"error\":\"out of memory\",\"code\":\"ENOMEM\"}\n";
-	if (!s)
-		return send_buf(c, 503, "application/json", oom, sizeof oom - 1, MHD_RESPMEM_PERSISTENT);
+	if (!s) {
+		set_answer(jb, 503, "application/json", oom, sizeof oom - 1, 1);
+		return;
+	}
 	size_t n = strlen(s);
 	char *t = realloc(s, n + 2); /* a newline, for curl in a terminal */
 	if (t) {
@@ -132,37 +174,36 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
 		t[n] = 0;
 		s = t;
 	}
-	return send_buf(c, status, "application/json", s, n, MHD_RESPMEM_MUST_FREE);
+	set_answer(jb, status, "application/json", s, n, 0);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, int err, const char *msg)
+static void send_error(struct job *jb, unsigned status, int err, const char *msg)
 {
 	json_t *j = json_pack("{s:s, s:s}", "error", msg && *msg ? msg : mesh_strerror(err), "code",
 			      mesh_err_name(err));
-	return send_json(c, status, j);
+	send_json(jb, status, j);
 }
 
-static enum MHD_Result send_errorf(struct MHD_Connection *c, unsigned status, int err, const char *fmt, ...)
+static void send_errorf(struct job *jb, unsigned status, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-static enum MHD_Result send_errorf(struct MHD_Connection *c, unsigned status, int err, const char *fmt, ...)
+static void send_errorf(struct job *jb, unsigned status, int err, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	return send_error(c, status, err, msg);
+	send_error(jb, status, err, msg);
 }
 
 /* An op failed: its message (freed here), or the error's text. */
-static enum MHD_Result send_op_error(struct MHD_Connection *c, int err, char *msg)
+static void send_op_error(struct job *jb, int err, char *msg)
 {
-	enum MHD_Result ok = send_error(c, (unsigned)meshd_api_status_for(err), err, msg);
+	send_error(jb, (unsigned)meshd_api_status_for(err), err, msg);
 	free(msg);
-	return ok;
 }
 
-static enum MHD_Result send_ok(struct MHD_Connection *c, const char *name, const char *action, json_t *extra)
+static void send_ok(struct job *jb, const char *name, const char *action, json_t *extra)
 {
 	json_t *j = json_pack("{s:b, s:s, s:s}", "ok", 1, "name", name, "action", action);
 	if (j && extra && json_object_set(j, "result", extra) < 0) {
@@ -170,31 +211,30 @@ static enum MHD_Result send_ok(struct MHD_Connection *c, const char *name, const
 		j = NULL;
 	}
 	json_decref(extra);
-	return send_json(c, 200, j);
+	send_json(jb, 200, j);
 }
 
-static enum MHD_Result send_method_not_allowed(struct MHD_Connection *c, const char *allow)
+static void send_method_not_allowed(struct job *jb, const char *allow)
 {
 	json_t *j = json_pack("{s:s, s:s}", "error", "method not allowed", "code", mesh_err_name(MESH_E_PROTO));
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
-	struct MHD_Response *r =
-		s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE) : NULL;
-	enum MHD_Result ok;
-	if (!r) {
-		free(s);
-		return MHD_NO;
+	if (!s) {
+		send_json(jb, 503, NULL);
+		return;
 	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-	ok = MHD_queue_response(c, 405, r);
-	MHD_destroy_response(r);
-	return ok;
+	set_answer(jb, 405, "application/json", s, strlen(s), 0);
+	jb->allow = allow;
 }
 
-static enum MHD_Result do_program(struct meshd_api *a, struct MHD_Connection *c, const char *method, const char *name,
-				  const char *action, struct req *r)
+static const char *arg(struct job *jb, const char *key)
 {
+	return evhttp_find_header(&jb->args, key);
+}
+
+static void do_program(struct meshd_api *a, struct job *jb, const char *name, const char *action)
+{
+	const char *method = jb->method;
 	int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 	int is_post = !strcmp(method, "POST");
 	char *msg = NULL;
@@ -202,47 +242,47 @@ static enum MHD_Result do_program(struct meshd_api *a, struct MHD_Connection *c,
 	int rc;
 
 	if (!strcmp(action, "logs")) {
-		const char *tail = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "tail");
+		const char *tail = arg(jb, "tail");
 		uint64_t n = 0;
 		char *text = NULL;
 		size_t len = 0;
 		if (!is_get)
-			return send_method_not_allowed(c, "GET, HEAD");
+			return send_method_not_allowed(jb, "GET, HEAD");
 		if (tail && mesh_parse_u64(tail, LOGS_TAIL_MAX, &n) < 0)
-			return send_errorf(c, 400, MESH_E_PARSE, "tail must be a byte count from 0 to %u",
+			return send_errorf(jb, 400, MESH_E_PARSE, "tail must be a byte count from 0 to %u",
 					   LOGS_TAIL_MAX);
 		rc = meshd_op_logs(a->core, name, (size_t)n, &text, &len, &msg);
 		if (rc < 0)
-			return send_op_error(c, rc, msg);
+			return send_op_error(jb, rc, msg);
 		free(msg);
 		if (!text)
-			return send_buf(c, 200, "text/plain; charset=utf-8", "", 0, MHD_RESPMEM_PERSISTENT);
-		return send_buf(c, 200, "text/plain; charset=utf-8", text, len, MHD_RESPMEM_MUST_FREE);
+			return set_answer(jb, 200, "text/plain; charset=utf-8", "", 0, 1);
+		return set_answer(jb, 200, "text/plain; charset=utf-8", text, len, 0);
 	}
 	if (strcmp(action, "load") && strcmp(action, "unload") && strcmp(action, "start") && strcmp(action, "stop") &&
 	    strcmp(action, "call"))
-		return send_errorf(c, 404, MESH_E_NOTFOUND, "no such route: /v1/programs/<name>/%s", action);
+		return send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route: /v1/programs/<name>/%s", action);
 	if (!is_post)
-		return send_method_not_allowed(c, "POST");
+		return send_method_not_allowed(jb, "POST");
 
 	if (!strcmp(action, "call")) {
-		const char *t = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "timeout");
+		const char *t = arg(jb, "timeout");
 		uint64_t timeout = CALL_TIMEOUT_DEFAULT_NS;
 		void *reply = NULL;
 		size_t reply_len = 0;
 		if (t && (mesh_parse_seconds(t, CALL_TIMEOUT_MAX_NS, &timeout) < 0 || timeout == 0))
-			return send_errorf(c, 400, MESH_E_PARSE, "timeout must be seconds, more than 0 and at most %llu",
+			return send_errorf(jb, 400, MESH_E_PARSE, "timeout must be seconds, more than 0 and at most %llu",
 					   CALL_TIMEOUT_MAX_NS / 1000000000ull);
-		rc = meshd_op_call(a->core, name, r->body.p ? r->body.p : "", r->body.len, &reply, &reply_len, timeout,
-				   &msg);
+		rc = meshd_op_call(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, &reply, &reply_len,
+				   timeout, &msg);
 		if (rc < 0) {
 			free(reply);
-			return send_op_error(c, rc, msg);
+			return send_op_error(jb, rc, msg);
 		}
 		free(msg);
 		if (!reply)
-			return send_buf(c, 200, "application/octet-stream", "", 0, MHD_RESPMEM_PERSISTENT);
-		return send_buf(c, 200, "application/octet-stream", reply, reply_len, MHD_RESPMEM_MUST_FREE);
+			return set_answer(jb, 200, "application/octet-stream", "", 0, 1);
+		return set_answer(jb, 200, "application/octet-stream", reply, reply_len, 0);
 	}
 	if (!strcmp(action, "load"))
 		rc = meshd_op_load(a->core, name, &out, &msg);
@@ -254,27 +294,27 @@ static enum MHD_Result do_program(struct meshd_api *a, struct MHD_Connection *c,
 		rc = meshd_op_unload(a->core, name, &msg);
 	if (rc < 0) {
 		json_decref(out);
-		return send_op_error(c, rc, msg);
+		return send_op_error(jb, rc, msg);
 	}
 	free(msg);
-	return send_ok(c, name, action, out);
+	send_ok(jb, name, action, out);
 }
 
-static enum MHD_Result route(struct meshd_api *a, struct MHD_Connection *c, const char *url, const char *method,
-			     struct req *r)
+static void route(struct meshd_api *a, struct job *jb)
 {
 	static const char prefix[] = "/v1/programs/";
+	const char *url = jb->path, *method = jb->method;
 	if (!strcmp(url, "/v1/ps")) {
 		json_t *out = NULL;
 		int rc;
 		if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-			return send_method_not_allowed(c, "GET, HEAD");
+			return send_method_not_allowed(jb, "GET, HEAD");
 		rc = meshd_op_ps(a->core, &out);
 		if (rc < 0) {
 			json_decref(out);
-			return send_op_error(c, rc, NULL);
+			return send_op_error(jb, rc, NULL);
 		}
-		return send_json(c, 200, out);
+		return send_json(jb, 200, out);
 	}
 	if (!strncmp(url, prefix, sizeof prefix - 1)) {
 		const char *name = url + sizeof prefix - 1;
@@ -282,111 +322,338 @@ static enum MHD_Result route(struct meshd_api *a, struct MHD_Connection *c, cons
 		char nm[MESHD_API_NAME_MAX + 1];
 		size_t n;
 		if (!slash || strchr(slash + 1, '/'))
-			return send_errorf(c, 404, MESH_E_NOTFOUND, "no such route");
+			return send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route");
 		n = (size_t)(slash - name);
 		if (n == 0 || n > MESHD_API_NAME_MAX)
-			return send_errorf(c, 400, MESH_E_PARSE, "bad program name: 1 to %u characters",
+			return send_errorf(jb, 400, MESH_E_PARSE, "bad program name: 1 to %u characters",
 					   MESHD_API_NAME_MAX);
 		memcpy(nm, name, n);
 		nm[n] = 0;
 		if (!meshd_api_name_ok(nm))
-			return send_errorf(c, 400, MESH_E_PARSE,
+			return send_errorf(jb, 400, MESH_E_PARSE,
 					   "bad program name: letters, digits, '_' and '-', not first '-'");
-		return do_program(a, c, method, nm, slash + 1, r);
+		return do_program(a, jb, nm, slash + 1);
 	}
-	return send_errorf(c, 404, MESH_E_NOTFOUND, "no such route");
+	send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route");
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-				  const char *version, const char *upload_data, size_t *upload_data_size,
-				  void **con_cls)
+static void job_free(struct job *j)
 {
-	struct meshd_api *a = cls;
-	struct req *r = *con_cls;
-	(void)version;
-	if (!r) {
-		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-		uint64_t v = 0;
-		r = calloc(1, sizeof *r);
-		if (!r)
-			return MHD_NO;
-		r->t0 = mesh_mono_ns();
-		/* Reads are frequent (mesh ps, probes): they log at debug, changes at info. */
-		r->quiet = !strcmp(method, "GET") || !strcmp(method, "HEAD") || strstr(url, "/call");
-		snprintf(r->what, sizeof r->what, "%s %s", method, url);
-		for (char *q = r->what; *q; q++) /* untrusted bytes into a log line */
-			if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f || *q == '"')
-				*q = '?';
-		*con_cls = r;
-		atomic_fetch_add(&a->inflight, 1);
-		/* A keep-alive connection may still ask after meshd began to stop. */
-		if (atomic_load(&a->stopping)) {
-			r->too_big = r->answered = 1;
-			return send_errorf(c, 503, MESH_E_STATE, "meshd is stopping");
-		}
-		/* Refuse an announced oversize body before reading any of it. */
-		if (cl && mesh_parse_u64(cl, UINT64_MAX, &v) == 0 && v > MESHD_API_MAX_BODY) {
-			r->too_big = r->answered = 1;
-			return send_errorf(c, 413, MESH_E_TOOBIG, "request body over %u bytes", MESHD_API_MAX_BODY);
-		}
-		/* One allocation for an announced body. */
-		if (cl && v && mesh_buf_grow(&r->body, (size_t)v) < 0)
-			return MHD_NO;
-		return MHD_YES;
-	}
-	if (*upload_data_size) {
-		size_t n = *upload_data_size;
-		*upload_data_size = 0;
-		if (r->too_big) {
-			/* MHD cannot answer in the middle of a body: drain it (memory stays
-			 * bounded) and answer 413 at its end; drop a client that goes on and on. */
-			r->drained += n;
-			return r->drained > 4ull * MESHD_API_MAX_BODY ? MHD_NO : MHD_YES;
-		}
-		if (r->body.len + n > MESHD_API_MAX_BODY) {
-			r->too_big = 1;
-			r->drained = r->body.len + n;
-			mesh_buf_release(&r->body);
-			return MHD_YES;
-		}
-		return mesh_buf_add(&r->body, upload_data, n) < 0 ? MHD_NO : MHD_YES;
-	}
-	if (r->too_big && !r->answered) {
-		r->answered = 1;
-		return send_errorf(c, 413, MESH_E_TOOBIG, "request body over %u bytes", MESHD_API_MAX_BODY);
-	}
-	if (r->too_big)
-		return MHD_YES; /* answered already */
-	return route(a, c, url, method, r);
-}
-
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
-{
-	struct meshd_api *a = cls;
-	struct req *r = *con_cls;
-	const union MHD_ConnectionInfo *ci;
-	if (!r)
+	if (!j)
 		return;
-	atomic_fetch_sub(&a->inflight, 1);
-	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
-	unsigned status = ci ? ci->http_status : 0;
-	mesh_log(status >= 500 || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? MESH_LOG_WARN
-		 : r->quiet && status < 400				   ? MESH_LOG_DEBUG
-									   : MESH_LOG_INFO,
-		 "api request=\"%s\" status=%u ms=%llu%s", r->what, status,
-		 (unsigned long long)((mesh_mono_ns() - r->t0) / 1000000),
-		 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
-	mesh_buf_release(&r->body);
-	free(r);
-	*con_cls = NULL;
+	if (!j->data_static)
+		free(j->data);
+	free(j->path);
+	evhttp_clear_headers(&j->args);
+	mesh_buf_release(&j->body);
+	free(j);
 }
 
-static void on_log(void *cls, const char *fmt, va_list ap)
+static void free_data(const void *data, size_t len, void *arg)
 {
-	char line[512];
-	(void)cls;
-	vsnprintf(line, sizeof line, fmt, ap);
-	mesh_warn("api http: %s", line);
+	(void)len;
+	(void)arg;
+	free((void *)data);
+}
+
+/* Loop thread: sends j's answer, logs the request's line, frees j. */
+static void deliver(struct meshd_api *a, struct job *j)
+{
+	struct evhttp_request *req = j->req;
+	int aborted = evhttp_request_get_connection(req) == NULL; /* the client went away */
+	struct evbuffer *body = evbuffer_new();
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	int ok = body != NULL;
+	if (ok && j->len)
+		ok = (j->data_static ? evbuffer_add_reference(body, j->data, j->len, NULL, NULL)
+				     : evbuffer_add_reference(body, j->data, j->len, free_data, NULL)) == 0;
+	if (ok && !j->data_static)
+		j->data = NULL; /* the buffer owns it now */
+	if (ok) {
+		evhttp_add_header(h, "Content-Type", j->type);
+		if (j->allow)
+			evhttp_add_header(h, "Allow", j->allow);
+	} else {
+		j->status = 503;
+	}
+	if (ok)
+		evhttp_send_reply(req, (int)j->status, NULL, body);
+	else
+		evhttp_send_error(req, 503, NULL); /* out of memory: evhttp's own page */
+	if (body)
+		evbuffer_free(body);
+	unsigned status = j->status;
+	mesh_log(status >= 500 || aborted ? MESH_LOG_WARN
+		 : j->quiet && status < 400 ? MESH_LOG_DEBUG
+					    : MESH_LOG_INFO,
+		 "api request=\"%s\" status=%u ms=%llu%s", j->what, status,
+		 (unsigned long long)((mesh_mono_ns() - j->t0) / 1000000), aborted ? " aborted=1" : "");
+	job_free(j);
+	atomic_fetch_sub(&a->inflight, 1);
+}
+
+/* Loop thread: sends every answer the op threads queued. */
+static void deliver_done(struct meshd_api *a)
+{
+	struct job *list, *next;
+	pthread_mutex_lock(&a->mu);
+	list = a->done;
+	a->done = NULL;
+	pthread_mutex_unlock(&a->mu);
+	for (; list; list = next) {
+		next = list->next;
+		deliver(a, list);
+	}
+}
+
+static void on_done(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	deliver_done(arg);
+}
+
+/* An op thread: runs the request, queues its answer for the loop thread. */
+static void *op_main(void *arg)
+{
+	struct job *j = arg;
+	struct meshd_api *a = j->a;
+	route(a, j);
+	pthread_mutex_lock(&a->mu);
+	j->next = a->done;
+	a->done = j;
+	event_active(a->done_ev, EV_READ, 0);
+	/* After this the thread touches nothing of a: stop may free it. */
+	a->threads--;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+static const char *method_name(enum evhttp_cmd_type t)
+{
+	switch (t) {
+	case EVHTTP_REQ_GET:
+		return "GET";
+	case EVHTTP_REQ_POST:
+		return "POST";
+	case EVHTTP_REQ_HEAD:
+		return "HEAD";
+	case EVHTTP_REQ_PUT:
+		return "PUT";
+	case EVHTTP_REQ_DELETE:
+		return "DELETE";
+	case EVHTTP_REQ_OPTIONS:
+		return "OPTIONS";
+	case EVHTTP_REQ_TRACE:
+		return "TRACE";
+	case EVHTTP_REQ_CONNECT:
+		return "CONNECT";
+	case EVHTTP_REQ_PATCH:
+		return "PATCH";
+	}
+	return "?";
+}
+
+/* Loop thread: every request whose head and body evhttp has read.  A body
+ * announced over MESHD_API_MAX_BODY never gets here (in_added); a chunked
+ * one may be over it, up to BODY_DRAIN_MAX. */
+static void on_request(struct evhttp_request *req, void *arg)
+{
+	struct meshd_api *a = arg;
+	struct job *j = calloc(1, sizeof *j);
+	const char *uri = evhttp_request_get_uri(req);
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	size_t n = evbuffer_get_length(in);
+	const char *q;
+	pthread_attr_t at;
+	pthread_t th;
+	int rc;
+
+	if (!j) {
+		evhttp_send_error(req, 503, NULL);
+		return;
+	}
+	atomic_fetch_add(&a->inflight, 1);
+	j->a = a;
+	j->req = req;
+	j->t0 = mesh_mono_ns();
+	j->method = method_name(evhttp_request_get_command(req));
+	TAILQ_INIT(&j->args);
+	if (!uri)
+		uri = "";
+	q = strchr(uri, '?');
+	{
+		/* The path as the client meant it: %2e%2e is "..", refused as a name. */
+		size_t plen = q ? (size_t)(q - uri) : strlen(uri);
+		char *raw = strndup(uri, plen);
+		j->path = raw ? evhttp_uridecode(raw, 0, NULL) : NULL;
+		free(raw);
+	}
+	if (q)
+		(void)evhttp_parse_query_str(q + 1, &j->args); /* a malformed query keeps what parsed */
+	/* Reads are frequent (mesh ps, probes): they log at debug, changes at info. */
+	j->quiet = !strcmp(j->method, "GET") || !strcmp(j->method, "HEAD") || (j->path && strstr(j->path, "/call"));
+	snprintf(j->what, sizeof j->what, "%s %s", j->method, j->path ? j->path : uri);
+	for (char *c = j->what; *c; c++) /* untrusted bytes into a log line */
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f || *c == '"')
+			*c = '?';
+
+	/* A keep-alive connection may still ask after meshd began to stop. */
+	if (atomic_load(&a->stopping))
+		goto stopping;
+	if (!j->path)
+		goto oom;
+	if (n > MESHD_API_MAX_BODY) { /* evhttp's bound is the same; never more */
+		send_errorf(j, 413, MESH_E_TOOBIG, "request body over %u bytes", MESHD_API_MAX_BODY);
+		goto answer;
+	}
+	if (n && (mesh_buf_grow(&j->body, n) < 0 || evbuffer_remove(in, j->body.p, n) != (int)n))
+		goto oom;
+	j->body.len = n;
+
+	pthread_mutex_lock(&a->mu);
+	if (a->threads >= MESHD_API_MAX_CONNS) {
+		pthread_mutex_unlock(&a->mu);
+		send_errorf(j, 503, -EAGAIN, "too many requests in flight (at most %u)", MESHD_API_MAX_CONNS);
+		goto answer;
+	}
+	/* A small stack: ops keep their data on the heap. */
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, (size_t)256 * 1024);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&th, &at, op_main, j);
+	pthread_attr_destroy(&at);
+	if (rc == 0)
+		a->threads++;
+	pthread_mutex_unlock(&a->mu);
+	if (rc == 0)
+		return;
+	send_error(j, 503, -rc, NULL);
+	goto answer;
+stopping:
+	send_errorf(j, 503, MESH_E_STATE, "meshd is stopping");
+	goto answer;
+oom:
+	send_error(j, 503, -ENOMEM, NULL);
+answer:
+	deliver(a, j);
+}
+
+/* The body bound.  evhttp enforces one per connection, answering with its
+ * own HTML page; the JSON answer the API promises comes from here instead.
+ * evhttp's bound is BODY_DRAIN_MAX: a chunked body that grows past
+ * MESHD_API_MAX_BODY is read (up to that) and on_request answers 413.  A
+ * body announced larger is answered by in_added before any of it is read. */
+#define BODY_DRAIN_MAX (4ull * MESHD_API_MAX_BODY)
+
+/* The input of a connection grew, before evhttp parses it.  When it starts
+ * with a request's head announcing a body over the bound, the 413 goes out
+ * now, straight to the socket, and the connection is shut: evhttp sees its
+ * end and frees it, never having seen the request. */
+static void in_added(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct bufferevent *bev = arg;
+	char head[HEADERS_MAX + 1];
+	size_t n = evbuffer_get_length(in), m = 0;
+	unsigned long long cl;
+	if (!info->n_added)
+		return;
+	/* A request line ("METHOD /..."), not body bytes: its start first, as
+	 * this runs on every read of a body too. */
+	if (evbuffer_copyout(in, head, n < 16 ? n : 16) < 0)
+		return;
+	while (m < n && m < 16 && head[m] >= 'A' && head[m] <= 'Z')
+		m++;
+	if (m == 0 || m >= 16 || m + 1 >= n || head[m] != ' ')
+		return;
+	/* Its whole head. */
+	if (n > HEADERS_MAX)
+		n = HEADERS_MAX;
+	if (evbuffer_copyout(in, head, n) < 0)
+		return;
+	head[n] = 0;
+	char *end = strstr(head, "\r\n\r\n");
+	if (!end)
+		return;
+	end[2] = 0;
+	const char *p = strcasestr(head, "\r\nContent-Length:");
+	if (!p || (cl = strtoull(p + 17, NULL, 10)) <= MESHD_API_MAX_BODY)
+		return;
+
+	char body[128], resp[320];
+	int bn = snprintf(body, sizeof body, "{\"error\":\"request body over %u bytes\",\"code\":\"%s\"}\n",
+			  MESHD_API_MAX_BODY, mesh_err_name(MESH_E_TOOBIG));
+	int rn = snprintf(resp, sizeof resp,
+			  "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+			  "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
+			  bn, body);
+	evutil_socket_t fd = bufferevent_getfd(bev);
+	if (fd >= 0) {
+		/* A fresh socket's buffer takes these few bytes whole. */
+		(void)!send(fd, resp, (size_t)rn, MSG_NOSIGNAL | MSG_DONTWAIT);
+		shutdown(fd, SHUT_RDWR);
+	}
+	evbuffer_drain(in, evbuffer_get_length(in));
+	/* Its log line: the request line, up to the version. */
+	char *sp = strchr(head + m + 1, ' ');
+	if (sp)
+		*sp = 0;
+	for (char *c = head; *c; c++) /* untrusted bytes into a log line */
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f || *c == '"')
+			*c = '?';
+	head[sizeof((struct job *)0)->what - 1] = 0;
+	mesh_info("api request=\"%s\" status=413 ms=0", head);
+}
+
+/* Each accepted connection's bufferevent, watched by in_added. */
+static struct bufferevent *make_bev(struct event_base *base, void *arg)
+{
+	struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+	(void)arg;
+	if (bev && !evbuffer_add_cb(bufferevent_get_input(bev), in_added, bev)) {
+		bufferevent_free(bev);
+		return NULL;
+	}
+	return bev;
+}
+
+/* Runs fn(a) on the loop thread and waits for it. */
+struct on_loop {
+	struct meshd_api *a;
+	void (*fn)(struct meshd_api *);
+	int done;
+};
+
+static void on_loop_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct on_loop *o = arg;
+	(void)fd;
+	(void)what;
+	o->fn(o->a);
+	pthread_mutex_lock(&o->a->mu);
+	o->done = 1;
+	pthread_cond_broadcast(&o->a->cv);
+	pthread_mutex_unlock(&o->a->mu);
+}
+
+static int run_on_loop(struct meshd_api *a, void (*fn)(struct meshd_api *))
+{
+	struct on_loop o = {a, fn, 0};
+	if (event_base_once(a->base, -1, EV_TIMEOUT, on_loop_cb, &o, NULL) < 0)
+		return -ENOMEM;
+	pthread_mutex_lock(&a->mu);
+	while (!o.done)
+		pthread_cond_wait(&a->cv, &a->mu);
+	pthread_mutex_unlock(&a->mu);
+	return 0;
+}
+
+static void *loop_main(void *arg)
+{
+	struct meshd_api *a = arg;
+	event_base_loop(a->base, EVLOOP_NO_EXIT_ON_EMPTY);
+	return NULL;
 }
 
 static int set_err(char **err, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -474,8 +741,27 @@ static int bind_socket(struct meshd_api *a, const char *path, char **err)
 	return fd;
 }
 
+static void api_free(struct meshd_api *a)
+{
+	if (a->http)
+		evhttp_free(a->http);
+	if (a->done_ev)
+		event_free(a->done_ev);
+	if (a->base)
+		event_base_free(a->base);
+	pthread_mutex_destroy(&a->mu);
+	pthread_cond_destroy(&a->cv);
+	free(a);
+}
+
+static void use_pthreads(void)
+{
+	evthread_use_pthreads();
+}
+
 int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char *path, char **err)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	struct meshd_api *a = calloc(1, sizeof *a);
 	int fd;
 	if (err)
@@ -483,44 +769,77 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 	*out = NULL;
 	if (!a)
 		return set_err(err, -ENOMEM, "out of memory");
+	/* Op threads wake the loop (event_active): libevent must lock. */
+	pthread_once(&once, use_pthreads);
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
 	a->core = core;
+	a->listen_fd = -1;
+	a->base = event_base_new();
+	a->http = a->base ? evhttp_new(a->base) : NULL;
+	a->done_ev = a->base ? event_new(a->base, -1, 0, on_done, a) : NULL;
+	if (!a->http || !a->done_ev) {
+		api_free(a);
+		return set_err(err, -ENOMEM, "cannot set up the HTTP server: out of memory");
+	}
+	/* Every method evhttp knows reaches the router, which answers 405 with Allow. */
+	evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+						    EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+						    EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+	evhttp_set_max_body_size(a->http, (ev_ssize_t)BODY_DRAIN_MAX); /* see in_added */
+	evhttp_set_max_headers_size(a->http, HEADERS_MAX);
+	evhttp_set_timeout(a->http, IDLE_TIMEOUT_S);
+	evhttp_set_gencb(a->http, on_request, a);
+	evhttp_set_bevcb(a->http, make_bev, a);
+
 	fd = bind_socket(a, path, err);
 	if (fd < 0) {
-		free(a);
+		api_free(a);
 		return fd;
 	}
 	a->listen_fd = fd;
 	strcpy(a->path, path);
-	/* The logger first: MHD prints on its own until it has seen it. */
-	a->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
-					  MHD_USE_POLL | MHD_USE_ERROR_LOG,
-				  0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, on_log, a,
-				  MHD_OPTION_LISTEN_SOCKET, fd,
-				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_CONNECTION_LIMIT,
-				  MESHD_API_MAX_CONNS, MHD_OPTION_CONNECTION_TIMEOUT, 120u,
-				  MHD_OPTION_THREAD_STACK_SIZE, (size_t)256 * 1024, MHD_OPTION_END);
-	if (!a->mhd) {
+	a->bound = evhttp_accept_socket_with_handle(a->http, fd);
+	if (!a->bound || pthread_create(&a->loop, NULL, loop_main, a) != 0) {
 		unlink(path);
 		close(fd);
-		free(a);
+		api_free(a);
 		return set_err(err, MESH_E_UNSUPPORTED, "cannot start the HTTP server on '%s'", path);
 	}
 	*out = a;
 	return 0;
 }
 
+/* Loop thread: no more connections. */
+static void stop_accepting(struct meshd_api *a)
+{
+	if (a->bound)
+		evhttp_del_accept_socket(a->http, a->bound);
+	a->bound = NULL;
+}
+
+/* Loop thread, once every op thread is done: the last answers go out (or
+ * are cut), every connection is closed, the loop ends. */
+static void finish(struct meshd_api *a)
+{
+	deliver_done(a);
+	evhttp_free(a->http);
+	a->http = NULL;
+	event_base_loopbreak(a->base);
+}
+
 int meshd_api_quiesce(struct meshd_api *a)
 {
 	struct stat st;
-	int fd;
 	if (!a)
 		return 0;
 	if (!a->quiesced) {
 		a->quiesced = 1;
 		atomic_store(&a->stopping, 1);
-		fd = MHD_quiesce_daemon(a->mhd);
-		if (fd >= 0)
-			close(fd);
+		run_on_loop(a, stop_accepting);
+		if (a->listen_fd >= 0)
+			close(a->listen_fd);
+		a->listen_fd = -1;
 		if (lstat(a->path, &st) == 0 && st.st_dev == a->dev && st.st_ino == a->ino)
 			unlink(a->path);
 	}
@@ -532,10 +851,20 @@ void meshd_api_stop(struct meshd_api *a)
 	if (!a)
 		return;
 	meshd_api_quiesce(a);
-	/* MHD_stop_daemon cuts connections whose answer is not written yet:
-	 * give the requests in flight a bounded while to finish first. */
+	/* Closing the connections cuts answers not written yet: give the
+	 * requests in flight a bounded while to be answered first. */
 	for (uint64_t end = mesh_mono_ns() + STOP_DRAIN_NS; atomic_load(&a->inflight) > 0 && mesh_mono_ns() < end;)
 		mesh_sleep_ns(2000000);
-	MHD_stop_daemon(a->mhd);
-	free(a);
+	/* An op thread still running holds its request: wait for it (its op
+	 * ends when the caller stopped the programs), as evhttp frees requests. */
+	pthread_mutex_lock(&a->mu);
+	while (a->threads > 0)
+		pthread_cond_wait(&a->cv, &a->mu);
+	pthread_mutex_unlock(&a->mu);
+	/* The last answers, and a moment for the loop to write them out. */
+	run_on_loop(a, deliver_done);
+	mesh_sleep_ns(20000000);
+	run_on_loop(a, finish);
+	pthread_join(a->loop, NULL);
+	api_free(a);
 }

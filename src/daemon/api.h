@@ -1,5 +1,5 @@
-/* meshd's control API: HTTP/1.1 + JSON on a unix socket (libmicrohttpd and
- * jansson).  Routes and shapes are in docs/api.md.
+/* meshd's control API: HTTP/1.1 + JSON on a unix socket (libevent's evhttp
+ * and jansson).  Routes and shapes are in docs/api.md.
  *
  * Caller protocol (daemon/main.c):
  *   1. meshd_api_start(&a, core, path, &err) -- after meshd_core_new; it
@@ -12,10 +12,11 @@
  *      (at most 10 s) for the requests in flight to be answered, then for
  *      their threads, frees a
  *
- * Requests run on their own threads (one a connection, at most
- * MESHD_API_MAX_CONNS at once), so a long `start` or `call` never holds up
- * `ps`.  Every byte of a request is untrusted: names are checked with
- * meshd_api_name_ok, bodies are bounded by MESHD_API_MAX_BODY (413 above). */
+ * One thread runs the HTTP event loop; each request's op runs on a thread
+ * of its own (at most MESHD_API_MAX_CONNS at once; beyond, 503), so a long
+ * `start` or `call` never holds up `ps`.  Every byte of a request is
+ * untrusted: names are checked with meshd_api_name_ok, bodies are bounded by
+ * MESHD_API_MAX_BODY (413 above). */
 #ifndef MESH_DAEMON_API_H
 #define MESH_DAEMON_API_H
 
@@ -25,7 +26,7 @@ struct meshd_core;
 struct meshd_api;
 
 #define MESHD_API_MAX_BODY (16u << 20)	/* request body bound, bytes */
-#define MESHD_API_MAX_CONNS 64u		/* concurrent connections */
+#define MESHD_API_MAX_CONNS 64u		/* requests whose op runs at once */
 #define MESHD_API_NAME_MAX 64u		/* program name length bound */
 
 /* Binds the unix socket at path and starts serving.  The socket's directory
