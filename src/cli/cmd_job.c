@@ -310,7 +310,7 @@ static int cmd_status(int argc, char **argv)
 		json_object_set_new(o, "verdict", json_string(complete ? "COMPLETE" : "INCOMPLETE"));
 		json_object_set_new(o, "failures", fl.arr);
 		json_object_set_new(o, "nodes", nodes);
-		json_dumpf(o, stdout, JSON_INDENT(2));
+		json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
 		putchar('\n');
 		json_decref(o);
 	} else {

@@ -114,7 +114,7 @@ static void print_json(const struct mesh_serve_event *ev)
 	json_object_set_new(o, "stats", stats_json(ev->stats));
 	/* Output bytes of the server may be any bytes: ensure_ascii keeps the
 	 * line valid JSON whatever they are. */
-	char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+	char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(6));
 	if (s) {
 		fputs(s, stdout);
 		fputc('\n', stdout);

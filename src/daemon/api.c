@@ -160,7 +160,7 @@ static void set_answer(struct job *j, unsigned status, const char *type, char *d
 /* The JSON body j (consumed). */
 static void send_json(struct job *jb, unsigned status, json_t *j)
 {
-	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
 	json_decref(j);
 	static char oom[] = "{\"error\":\"out of memory\",\"code\":\"ENOMEM\"}\n";
 	if (!s) {
@@ -217,7 +217,7 @@ static void send_ok(struct job *jb, const char *name, const char *action, json_t
 static void send_method_not_allowed(struct job *jb, const char *allow)
 {
 	json_t *j = json_pack("{s:s, s:s}", "error", "method not allowed", "code", mesh_err_name(MESH_E_PROTO));
-	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
 	json_decref(j);
 	if (!s) {
 		send_json(jb, 503, NULL);
