@@ -145,17 +145,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	*out = d;
 	return 0;
 bad:
-	for (unsigned i = 0; d->slots && i < n; i++)
-		mesh_slot_free(d->slots[i]);
-	free(d->slots);
-	free(d->slot_busy);
-	free(d->slot_taken);
-	for (int i = 0; i < 3; i++)
-		free(d->env[i]);
-	free(d->catalog);
-	free(d->logs);
-	free(d->mps_dir);
-	free(d);
+	meshd_core_free(d); /* copes with a half-built core: no host, NULL slots */
 	return rc;
 }
 
@@ -743,7 +733,7 @@ void meshd_core_free(struct meshd_core *d)
 		mesh_image_release(&p->img);
 		free(p);
 	}
-	for (unsigned i = 0; i < d->nslots; i++)
+	for (unsigned i = 0; d->slots && i < d->nslots; i++)
 		mesh_slot_free(d->slots[i]);
 	free(d->slots);
 	free(d->slot_busy);
