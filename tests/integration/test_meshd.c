@@ -289,16 +289,23 @@ TEST_TIMEOUT(meshd_crash_is_reported, 60)
 	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
 }
 
-TEST_TIMEOUT(meshd_kill9_leaves_no_worker, 60)
+/* A meshd with two echo programs started; their worker pids in pids. */
+static int start_two_workers(pid_t *pids, int cap)
 {
 	add_program("echo", t_bin("examples/echo_worker"), NULL);
 	add_program("echo2", t_bin("examples/echo_worker"), NULL);
 	start_meshd(NULL);
 	EXPECT_EQ(mesh("start echo"), 0);
 	EXPECT_EQ(mesh("start echo2"), 0);
-	pid_t pids[16];
-	int n = worker_pids(pids, 16);
+	int n = worker_pids(pids, cap);
 	ASSERT_GE(n, 2);
+	return n;
+}
+
+TEST_TIMEOUT(meshd_kill9_leaves_no_worker, 60)
+{
+	pid_t pids[16];
+	int n = start_two_workers(pids, 16);
 	for (int i = 0; i < n; i++)
 		EXPECT_TRUE(alive(pids[i]));
 	kill(meshd_pid, SIGKILL);
@@ -322,14 +329,8 @@ TEST_TIMEOUT(meshd_kill9_leaves_no_worker, 60)
 
 TEST_TIMEOUT(meshd_sigterm_stops_every_worker, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
-	add_program("echo2", t_bin("examples/echo_worker"), NULL);
-	start_meshd(NULL);
-	EXPECT_EQ(mesh("start echo"), 0);
-	EXPECT_EQ(mesh("start echo2"), 0);
 	pid_t pids[16];
-	int n = worker_pids(pids, 16);
-	ASSERT_GE(n, 2);
+	int n = start_two_workers(pids, 16);
 	kill(meshd_pid, SIGTERM);
 	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
 	for (int i = 0; i < n; i++)
