@@ -78,6 +78,14 @@ enum {
 	MESH_EXEC_FAILED = 1,	   /* nothing left to run: every chunk is DONE or buried, some buried */
 	MESH_EXEC_LIMIT = 2,	   /* max_chunks attempts were started by this call; the job may be incomplete */
 	MESH_EXEC_INTERRUPTED = 5, /* stopped by SIGINT/SIGTERM (handle_signals) */
+	MESH_EXEC_HALTED = 6,	   /* stopped by the halt rule (halt_mode) */
+};
+
+/* When the halt rule stops the run (GNU parallel's --halt). */
+enum {
+	MESH_EXEC_HALT_NEVER = 0,
+	MESH_EXEC_HALT_SOON = 1, /* start nothing more; let running chunks finish */
+	MESH_EXEC_HALT_NOW = 2,	 /* kill running chunks at once */
 };
 
 struct mesh_exec_opts {
@@ -99,6 +107,23 @@ struct mesh_exec_opts {
 	int note_fd;		/* failure notes; -1 = none */
 	int progress_fd;	/* progress bar; -1 = none */
 	int handle_signals;	/* SIGINT/SIGTERM stop the run (see above) */
+	/* GNU parallel's output modes (mesh run); at most one of line_buffer and ungroup. */
+	int keep_order;		/* -k: outputs in chunk order; a finished chunk's output waits (spilled past the memory limit) for the ones before it */
+	int tag;		/* --tag: each output line starts with the chunk's arguments (mesh_exec_input_line) and a TAB */
+	int line_buffer;	/* --line-buffer: whole lines as soon as they come; lines of chunks may mix */
+	int ungroup;		/* -u: bytes passed on as they come */
+	const char *joblog;	/* --joblog FILE: one line per finished attempt in GNU parallel's columns; NULL = none */
+	/* The halt rule (--halt now,fail=1 / soon,fail=10% / now,success=1). */
+	int halt_mode;		/* MESH_EXEC_HALT_* */
+	int halt_on_success;	/* count successes instead of failures */
+	uint64_t halt_count;	/* halt once this many attempts failed (or succeeded) */
+	unsigned halt_percent;	/* 1..100: halt once this share of the chunks failed; 0 = use halt_count */
+	unsigned timeout_pct;	/* --timeout N%: kill an attempt running over N% of the median runtime of done chunks; 0 = off */
+	uint64_t delay_ns;	/* --delay: at least this long between two starts */
+	double load_max;	/* --load: start nothing while the 1-minute load average is >= this; 0 = off */
+	uint64_t memfree_bytes;	/* --memfree: start nothing while MemAvailable is below this; 0 = off */
+	int nice;		/* --nice: niceness added to the chunks' processes; 0 = inherit */
+	const char *tmpdir;	/* where output spills; NULL = $TMPDIR, else /tmp */
 };
 #define MESH_EXEC_OPTS_INIT                                                                      \
 	{                                                                                         \
