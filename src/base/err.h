@@ -28,7 +28,9 @@
 	X(REFUSED, 15, "refused")                                                    \
 	X(CRASHED, 16, "worker crashed")                                             \
 	X(UNSUPPORTED, 17, "not supported on this machine")                          \
-	X(NOTFOUND, 18, "not found")
+	X(NOTFOUND, 18, "not found")                                                 \
+	X(DAMAGED, 19, "journal damaged before its end (repair: mesh job check --force)") \
+	X(STALE, 20, "journal was cut or replaced under this process (reopen it)")
 
 enum {
 #define MESH__ERR_ENUM(name, off, msg) MESH_E_##name = MESH_E__BASE - (off),

@@ -13,6 +13,7 @@ int mesh_exit_for(int err)
 	case 0:
 		return MESH_EXIT_OK;
 	case MESH_E_CORRUPT:
+	case MESH_E_DAMAGED:
 	case MESH_E_FOREIGN:
 	case MESH_E_VERSION:
 	case MESH_E_RANGE:
@@ -30,6 +31,7 @@ int mesh_exit_for(int err)
 		return MESH_EXIT_UNAVAILABLE;
 	case MESH_E_TIMEOUT:
 	case MESH_E_STATE:
+	case MESH_E_STALE:
 		return MESH_EXIT_TEMPFAIL;
 	case MESH_E_CRASHED:
 	case MESH_E_PROTO:

@@ -27,6 +27,11 @@
 #define READ_CHUNK (1u << 20)
 #endif
 
+/* A tail re-reads the last ANCHOR bytes it read (the end of the last records,
+ * their checksums included) and compares them: a file cut below read_off,
+ * or cut and regrown with other records, is caught before it is trusted. */
+#define ANCHOR 64
+
 struct waiter {
 	const struct mesh_jrec *recs;
 	size_t n;
@@ -44,12 +49,13 @@ struct mesh_journal {
 	void *arg;
 	mesh_journal_prepare_fn prepare;
 	void *prepare_arg;
-	/* reader; rmu guards read_off and rbuf (tail may run on a commit
-	 * leader's thread while another thread tails) */
+	/* reader; rmu guards read_off, trusted, anchor and rbuf (tail may run
+	 * on a commit leader's thread while another thread tails) */
 	pthread_mutex_t rmu;
 	uint64_t read_off;
-	_Atomic uint64_t read_limit; /* tail reads stop here while we commit */
-	unsigned char *rbuf;
+	uint64_t trusted;	 /* records ending here or before are durable without a COMMIT after them */
+	unsigned char anchor[ANCHOR]; /* the bytes that end at read_off, as read */
+	unsigned char *rbuf;	      /* READ_CHUNK + ANCHOR: the anchor, then the new bytes */
 	/* group commit */
 	pthread_mutex_t gmu;
 	struct waiter *qhead, **qtail;
@@ -144,10 +150,30 @@ int mesh_journal_header_check(const void *buf, size_t n)
 	return 0;
 }
 
+int mesh_journal_len_ok(uint8_t type, uint16_t len)
+{
+	switch (type) {
+	case MESH_JREC_SUBMIT:
+	case MESH_JREC_RETRY:
+		return len == 8;
+	case MESH_JREC_NODE:
+		return len >= 5 && len <= 4 + 255;
+	case MESH_JREC_DONE:
+	case MESH_JREC_FAIL:
+		return len == 16;
+	case MESH_JREC_DUP:
+		return len == 12;
+	case MESH_JREC_COMMIT:
+		return len == 0;
+	default:
+		return 0;
+	}
+}
+
 int mesh_journal_create(const char *path, const struct mesh_jrec *first)
 {
 	char tmp[PATH_MAX];
-	unsigned char buf[MESH_JOURNAL_HDR_SIZE + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8];
+	unsigned char buf[MESH_JOURNAL_HDR_SIZE + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8 + MESH_JOURNAL_FRAME];
 	size_t n = MESH_JOURNAL_HDR_SIZE;
 	int fd, rc;
 	if (first->len > MESH_JOURNAL_MAX_PAYLOAD)
@@ -156,6 +182,7 @@ int mesh_journal_create(const char *path, const struct mesh_jrec *first)
 		return -ENAMETOOLONG;
 	mesh_journal_header(buf);
 	n += mesh_journal_encode(buf + n, first->type, first->flags, first->data, first->len);
+	n += mesh_journal_encode(buf + n, MESH_JREC_COMMIT, 0, NULL, 0);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return -errno;
@@ -197,7 +224,7 @@ int mesh_journal_open(struct mesh_journal **out, const char *path, mesh_journal_
 		return rc;
 	}
 	j = calloc(1, sizeof *j);
-	if (!j || !(j->path = strdup(path)) || !(j->rbuf = malloc(READ_CHUNK))) {
+	if (!j || !(j->path = strdup(path)) || !(j->rbuf = malloc(READ_CHUNK + ANCHOR))) {
 		if (j) {
 			free(j->path);
 			free(j);
@@ -209,7 +236,7 @@ int mesh_journal_open(struct mesh_journal **out, const char *path, mesh_journal_
 	j->fn = fn;
 	j->arg = arg;
 	j->read_off = MESH_JOURNAL_HDR_SIZE;
-	atomic_store(&j->read_limit, UINT64_MAX);
+	memcpy(j->anchor, hdr, MESH_JOURNAL_HDR_SIZE);
 	pthread_mutex_init(&j->gmu, NULL);
 	pthread_mutex_init(&j->rmu, NULL);
 	j->qtail = &j->qhead;
@@ -255,6 +282,7 @@ void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_
 }
 
 static long tail_locked(struct mesh_journal *j);
+static int settle_locked(struct mesh_journal *j, uint64_t *cut);
 
 long mesh_journal_tail(struct mesh_journal *j)
 {
@@ -265,69 +293,147 @@ long mesh_journal_tail(struct mesh_journal *j)
 	return n;
 }
 
+#define WALK_BUF (READ_CHUNK + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8)
+
+/* Walks the whole records that follow each other from off: returns where
+ * they stop (*end) and where the last COMMIT among them ends (*commit_end,
+ * 0 if none).  0 or -errno. */
+static int walk(int fd, uint64_t off, uint64_t *end, uint64_t *commit_end)
+{
+	unsigned char *buf = malloc(WALK_BUF);
+	int rc = 0;
+	*commit_end = 0;
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		size_t pos = 0;
+		ssize_t got = mesh_pread_full(fd, buf, WALK_BUF, (off_t)off);
+		if (got < 0) {
+			rc = (int)got;
+			break;
+		}
+		for (;;) {
+			struct mesh_jrec r;
+			size_t sz;
+			if (mesh_journal_decode(buf + pos, (size_t)got - pos, &r, &sz) != 1)
+				break;
+			pos += sz;
+			if (r.type == MESH_JREC_COMMIT)
+				*commit_end = off + pos;
+		}
+		off += pos;
+		if (pos == 0 || (size_t)got < WALK_BUF)
+			break;
+	}
+	*end = off;
+	free(buf);
+	return rc;
+}
+
+static size_t anchor_len(uint64_t off)
+{
+	return off < ANCHOR ? (size_t)off : ANCHOR;
+}
+
+/* Moves read_off forward by adv bytes of data (rbuf + alen holds the bytes
+ * at read_off) and keeps the anchor. */
+static void advance(struct mesh_journal *j, size_t alen, size_t adv)
+{
+	uint64_t to = j->read_off + adv;
+	size_t nlen = anchor_len(to);
+	memmove(j->anchor, j->rbuf + alen + adv - nlen, nlen);
+	j->read_off = to;
+}
+
+/* Hands out the committed records after read_off; rmu held.  rbuf holds
+ * the anchor's bytes as they are now (they must not have changed: else the
+ * file was cut or rewritten under us), then the new bytes. */
 static long tail_locked(struct mesh_journal *j)
 {
 	long count = 0;
 	for (;;) {
-		uint64_t limit = atomic_load(&j->read_limit);
-		size_t want = READ_CHUNK, pos = 0;
-		ssize_t got;
-		if (limit <= j->read_off)
-			return count;
-		if (limit - j->read_off < want)
-			want = (size_t)(limit - j->read_off);
-		got = mesh_pread_full(j->fd, j->rbuf, want, (off_t)j->read_off);
+		size_t alen = anchor_len(j->read_off);
+		unsigned char *data = j->rbuf + alen;
+		size_t whole = 0, end = 0, pos = 0;
+		ssize_t got = mesh_pread_full(j->fd, j->rbuf, READ_CHUNK + alen, (off_t)(j->read_off - alen));
 		if (got < 0)
 			return got;
-		/* Reloaded after the read: a commit that began meanwhile set the
-		 * limit before writing, so bytes past it are not durable yet. */
-		limit = atomic_load(&j->read_limit);
-		if (limit <= j->read_off)
-			return count;
-		if ((uint64_t)got > limit - j->read_off)
-			got = (ssize_t)(limit - j->read_off);
+		if ((size_t)got < alen || memcmp(j->rbuf, j->anchor, alen) != 0)
+			return MESH_E_STALE;
+		got -= (ssize_t)alen;
+		/* First pass: how far records are whole, and where the last
+		 * COMMIT among them ends; only records before it are durable. */
 		for (;;) {
 			struct mesh_jrec r;
 			size_t sz;
-			int rc = mesh_journal_decode(j->rbuf + pos, (size_t)got - pos, &r, &sz);
-			if (rc <= 0)
+			if (mesh_journal_decode(data + whole, (size_t)got - whole, &r, &sz) != 1)
 				break;
+			whole += sz;
+			if (r.type == MESH_JREC_COMMIT)
+				end = whole;
+		}
+		if (j->trusted > j->read_off) {
+			uint64_t t = j->trusted - j->read_off;
+			if (t > whole)
+				t = whole;
+			if (t > end)
+				end = (size_t)t;
+		}
+		if (end == 0) {
+			uint64_t stop, cend;
+			int rc;
+			/* A full chunk of whole records with no COMMIT: a batch
+			 * longer than a chunk; look ahead for its COMMIT. */
+			if ((size_t)got < READ_CHUNK || whole == 0)
+				return count;
+			rc = walk(j->fd, j->read_off + whole, &stop, &cend);
+			if (rc)
+				return rc;
+			if (cend == 0)
+				return count;
+			j->trusted = cend;
+			continue;
+		}
+		while (pos < end) {
+			struct mesh_jrec r;
+			size_t sz;
+			(void)mesh_journal_decode(data + pos, end - pos, &r, &sz);
 			r.off = j->read_off + pos;
 			pos += sz;
+			if (r.type == MESH_JREC_COMMIT)
+				continue;
 			count++;
 			if (j->fn) {
 				int stop = j->fn(j->arg, &r);
 				if (stop) {
-					j->read_off += pos;
+					advance(j, alen, pos);
 					return stop < 0 ? stop : count;
 				}
 			}
 		}
-		j->read_off += pos;
-		/* A short read is the end of the file; a full one that held no
-		 * whole record can only be a record we cannot decode. */
-		if ((size_t)got < want || pos == 0)
+		advance(j, alen, end);
+		if ((size_t)got < READ_CHUNK)
 			return count;
 	}
 }
 
-/* Offset of the first whole record at or after off (8-aligned from off),
- * or UINT64_MAX; reads the file through fd. */
+/* Offset of the first whole record of a known type and sane length at or
+ * after off (8-aligned from off), or UINT64_MAX; 0 when it cannot tell. */
 static uint64_t find_whole_after(int fd, uint64_t off, uint64_t size)
 {
-	unsigned char *buf = malloc(READ_CHUNK + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8);
+	unsigned char *buf = malloc(WALK_BUF);
 	uint64_t base = off, found = UINT64_MAX;
 	if (!buf)
 		return 0; /* cannot tell: behave as if whole records follow */
 	while (base < size && found == UINT64_MAX) {
-		size_t want = READ_CHUNK + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8;
-		ssize_t got = mesh_pread_full(fd, buf, want, (off_t)base);
+		ssize_t got = mesh_pread_full(fd, buf, WALK_BUF, (off_t)base);
 		if (got <= 0)
 			break;
 		for (size_t i = 0; i < READ_CHUNK && i < (size_t)got; i += 8) {
 			struct mesh_jrec r;
 			size_t sz;
-			if (mesh_journal_decode(buf + i, (size_t)got - i, &r, &sz) == 1 && r.type <= MESH_JREC__MAX) {
+			if (mesh_journal_decode(buf + i, (size_t)got - i, &r, &sz) == 1 &&
+			    mesh_journal_len_ok(r.type, r.len)) {
 				found = base + i;
 				break;
 			}
@@ -338,31 +444,65 @@ static uint64_t find_whole_after(int fd, uint64_t off, uint64_t size)
 	return found;
 }
 
-/* With the lock held and the consumer at read_off: cuts a torn tail.  0,
- * MESH_E_CORRUPT, or -errno. */
-static int cut_torn_locked(struct mesh_journal *j, uint64_t *cut)
-{
-	struct stat st;
-	uint64_t off = mesh_journal_position(j);
-	if (fstat(j->fd, &st) < 0)
-		return -errno;
-	if ((uint64_t)st.st_size <= off)
-		return 0;
-	if (find_whole_after(j->fd, off + 8, (uint64_t)st.st_size) != UINT64_MAX)
-		return MESH_E_CORRUPT;
-	if (ftruncate(j->fd, (off_t)off) < 0)
-		return -errno;
-	if (cut)
-		*cut += (uint64_t)st.st_size - off;
-	return mesh_fdatasync(j->fd);
-}
-
 static int lock_ex(int fd)
 {
 	while (flock(fd, LOCK_EX) < 0)
 		if (errno != EINTR)
 			return -errno;
 	return 0;
+}
+
+/* With LOCK_EX held: brings the consumer up to date, then settles what lies
+ * after the last committed record.  No writer is in flight, so whole records
+ * there are a dead writer's batch (or one whose COMMIT was lost in a crash):
+ * they are made durable and committed.  Bytes after them are cut when no
+ * whole record follows (a torn tail), else the damage is in the middle. */
+static int settle_locked(struct mesh_journal *j, uint64_t *cut)
+{
+	struct stat st;
+	uint64_t w, cend, size;
+	unsigned char commit_rec[MESH_JOURNAL_FRAME];
+	long n;
+	int rc;
+	pthread_mutex_lock(&j->rmu);
+	n = tail_locked(j);
+	rc = n < 0 ? (int)n : 0;
+	if (!rc && fstat(j->fd, &st) < 0)
+		rc = -errno;
+	size = rc ? 0 : (uint64_t)st.st_size;
+	/* The tail just checked the anchor, so read_off is a record boundary
+	 * of this very file and size >= read_off. */
+	if (rc || size <= j->read_off)
+		goto out;
+	rc = walk(j->fd, j->read_off, &w, &cend);
+	if (rc)
+		goto out;
+	if (w < size) {
+		if (find_whole_after(j->fd, w + 8, size) != UINT64_MAX) {
+			rc = MESH_E_DAMAGED;
+			goto out;
+		}
+		if (ftruncate(j->fd, (off_t)w) < 0) {
+			rc = -errno;
+			goto out;
+		}
+		if (cut)
+			*cut += size - w;
+	}
+	rc = mesh_fdatasync(j->fd);
+	if (rc || w == j->read_off)
+		goto out;
+	/* Adopted: durable now.  The COMMIT tells the other processes; if it
+	 * cannot be written, this handle still trusts them and the next
+	 * holder of the lock adopts them again. */
+	j->trusted = w;
+	mesh_journal_encode(commit_rec, MESH_JREC_COMMIT, 0, NULL, 0);
+	(void)mesh_pwrite_all(j->fd, commit_rec, sizeof commit_rec, (off_t)w);
+	n = tail_locked(j);
+	rc = n < 0 ? (int)n : 0;
+out:
+	pthread_mutex_unlock(&j->rmu);
+	return rc;
 }
 
 int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
@@ -382,12 +522,21 @@ int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
 	rc = lock_ex(j->fd);
 	if (rc)
 		return rc;
-	/* Under the lock no append is in flight: what is still not whole is
-	 * damage. */
-	n = mesh_journal_tail(j);
-	rc = n < 0 ? (int)n : cut_torn_locked(j, cut);
+	rc = settle_locked(j, cut);
 	flock(j->fd, LOCK_UN);
 	return rc;
+}
+
+/* With LOCK_EX held: MESH_E_STALE when the path no longer names our file
+ * (mesh job check --force renamed a rewritten journal over it). */
+static int same_file_locked(struct mesh_journal *j)
+{
+	struct stat a, b;
+	if (fstat(j->fd, &a) < 0)
+		return -errno;
+	if (stat(j->path, &b) < 0)
+		return errno == ENOENT ? MESH_E_STALE : -errno;
+	return a.st_dev == b.st_dev && a.st_ino == b.st_ino ? 0 : MESH_E_STALE;
 }
 
 /* The leader commits every queued waiter's records. */
@@ -401,14 +550,65 @@ static void futex_wake(_Atomic uint32_t *word, int n)
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
+/* Writes the kept records at the end of the file (LOCK_EX held), makes them
+ * durable, then commits them.  0 or the error of the write or fsync, after
+ * taking the batch back. */
+static int write_batch_locked(struct mesh_journal *j, const struct mesh_jrec *all, const int *keep, size_t nrec)
+{
+	struct stat st;
+	size_t bytes = 0, pos = 0;
+	uint64_t end;
+	int rc;
+	if (fstat(j->fd, &st) < 0)
+		return -errno;
+	end = (uint64_t)st.st_size;
+	for (size_t k = 0; k < nrec; k++)
+		if (keep[k])
+			bytes += mesh_journal_size(all[k].len);
+	if (!bytes)
+		return 0;
+	if (bytes + MESH_JOURNAL_FRAME > j->wcap) {
+		unsigned char *nb = realloc(j->wbuf, bytes + MESH_JOURNAL_FRAME);
+		if (!nb)
+			return -ENOMEM;
+		j->wbuf = nb;
+		j->wcap = bytes + MESH_JOURNAL_FRAME;
+	}
+	for (size_t k = 0; k < nrec; k++)
+		if (keep[k])
+			pos += mesh_journal_encode(j->wbuf + pos, all[k].type, all[k].flags, all[k].data, all[k].len);
+	mesh_journal_encode(j->wbuf + pos, MESH_JREC_COMMIT, 0, NULL, 0);
+	rc = mesh_pwrite_all(j->fd, j->wbuf, bytes, (off_t)end);
+	if (!rc)
+		rc = mesh_fdatasync(j->fd);
+	if (rc) {
+		/* No reader anywhere has handed these out (no COMMIT follows
+		 * them); take them back so none ever will. */
+		if (ftruncate(j->fd, (off_t)end) < 0)
+			j->broken = -EIO;
+		return rc;
+	}
+	j->batches++;
+	for (size_t k = 0; k < nrec; k++)
+		j->written += keep[k] ? 1 : 0;
+	/* Durable: the COMMIT lets every reader hand them out.  Should it not
+	 * reach the file, this handle trusts them anyway and the next holder
+	 * of the lock adopts them. */
+	if (mesh_pwrite_all(j->fd, j->wbuf + bytes, MESH_JOURNAL_FRAME, (off_t)(end + bytes))) {
+		pthread_mutex_lock(&j->rmu);
+		if (j->trusted < end + bytes)
+			j->trusted = end + bytes;
+		pthread_mutex_unlock(&j->rmu);
+	}
+	return 0;
+}
+
 static void commit(struct mesh_journal *j, struct waiter *list, uint32_t gen)
 {
-	size_t nrec = 0, bytes = 0, k;
+	size_t nrec = 0, k;
 	struct mesh_jrec *all;
 	int *keep;
 	int rc = 0;
-	struct stat st;
-	uint64_t end = 0;
 
 	for (struct waiter *w = list; w; w = w->next)
 		nrec += w->n;
@@ -431,54 +631,15 @@ static void commit(struct mesh_journal *j, struct waiter *list, uint32_t gen)
 	rc = lock_ex(j->fd);
 	if (rc)
 		goto out;
-	if (j->prepare)
-		rc = j->prepare(j->prepare_arg, all, nrec, keep);
-	else {
-		long t = mesh_journal_tail(j);
-		rc = t < 0 ? (int)t : 0;
-	}
+	rc = same_file_locked(j);
 	if (!rc)
-		rc = cut_torn_locked(j, NULL);
-	if (!rc && fstat(j->fd, &st) < 0)
-		rc = -errno;
-	if (!rc) {
-		end = (uint64_t)st.st_size;
-		bytes = 0;
-		for (k = 0; k < nrec; k++)
-			if (keep[k])
-				bytes += mesh_journal_size(all[k].len);
-		if (bytes > j->wcap) {
-			unsigned char *nb = realloc(j->wbuf, bytes);
-			if (!nb)
-				rc = -ENOMEM;
-			else {
-				j->wbuf = nb;
-				j->wcap = bytes;
-			}
-		}
-	}
-	if (!rc && bytes) {
-		size_t pos = 0;
-		for (k = 0; k < nrec; k++)
-			if (keep[k])
-				pos += mesh_journal_encode(j->wbuf + pos, all[k].type, all[k].flags, all[k].data, all[k].len);
-		/* Our own tails stop before what we write until it is durable. */
-		atomic_store(&j->read_limit, end);
-		rc = mesh_pwrite_all(j->fd, j->wbuf, bytes, (off_t)end);
-		if (!rc)
-			rc = mesh_fdatasync(j->fd);
-		if (rc) {
-			/* Take back what may be in the file so no reader ever
-			 * counts a record we report as failed. */
-			if (ftruncate(j->fd, (off_t)end) < 0)
-				j->broken = -EIO;
-		} else {
-			j->batches++;
-			for (k = 0; k < nrec; k++)
-				j->written += keep[k] ? 1 : 0;
-		}
-		atomic_store(&j->read_limit, UINT64_MAX);
-	}
+		rc = settle_locked(j, NULL);
+	if (!rc && j->prepare)
+		rc = j->prepare(j->prepare_arg, all, nrec, keep);
+	if (!rc)
+		rc = write_batch_locked(j, all, keep, nrec);
+	if (rc == MESH_E_STALE)
+		j->broken = rc;
 	flock(j->fd, LOCK_UN);
 out:
 	k = 0;
@@ -513,7 +674,7 @@ int mesh_journal_append(struct mesh_journal *j, const struct mesh_jrec *recs, si
 {
 	struct waiter w = {.recs = recs, .n = n, .keep = keep};
 	for (size_t i = 0; i < n; i++)
-		if (recs[i].len > MESH_JOURNAL_MAX_PAYLOAD || recs[i].type == 0)
+		if (recs[i].len > MESH_JOURNAL_MAX_PAYLOAD || recs[i].type == 0 || recs[i].type == MESH_JREC_COMMIT)
 			return MESH_E_TOOBIG;
 	if (n == 0)
 		return 0;
@@ -545,77 +706,4 @@ int mesh_journal_append(struct mesh_journal *j, const struct mesh_jrec *recs, si
 	}
 	pthread_mutex_unlock(&j->gmu);
 	return w.rc;
-}
-
-static int count_rec(void *arg, const struct mesh_jrec *r)
-{
-	struct mesh_journal_report *rep = arg;
-	rep->records++;
-	if (r->type <= MESH_JREC__MAX)
-		rep->by_type[r->type]++;
-	return 0;
-}
-
-int mesh_journal_check(const char *path, int repair, struct mesh_journal_report *rep)
-{
-	struct mesh_journal *j;
-	struct stat st;
-	long n;
-	int rc;
-	memset(rep, 0, sizeof *rep);
-	rep->bad_off = UINT64_MAX;
-	rc = mesh_journal_open(&j, path, count_rec, rep);
-	if (rc)
-		return rc;
-	rc = lock_ex(j->fd);
-	if (rc)
-		goto out;
-	n = mesh_journal_tail(j);
-	if (n < 0) {
-		rc = (int)n;
-		goto unlock;
-	}
-	if (fstat(j->fd, &st) < 0) {
-		rc = -errno;
-		goto unlock;
-	}
-	rep->size = (uint64_t)st.st_size;
-	rep->good_end = j->read_off;
-	if (rep->size > j->read_off) {
-		uint64_t off = j->read_off + 8;
-		rep->bad_off = j->read_off;
-		/* Count the whole records after the damage (8-aligned scan). */
-		for (;;) {
-			uint64_t f = find_whole_after(j->fd, off, rep->size);
-			unsigned char fr[MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8];
-			struct mesh_jrec r;
-			size_t sz;
-			ssize_t got;
-			if (f == UINT64_MAX || f == 0)
-				break;
-			got = mesh_pread_full(j->fd, fr, sizeof fr, (off_t)f);
-			if (got > 0 && mesh_journal_decode(fr, (size_t)got, &r, &sz) == 1) {
-				rep->after_bad++;
-				off = f + sz;
-			} else {
-				off = f + 8;
-			}
-		}
-		rep->torn = rep->after_bad == 0;
-		if ((rep->torn && repair >= 1) || repair >= 2) {
-			if (ftruncate(j->fd, (off_t)j->read_off) < 0)
-				rc = -errno;
-			else
-				rc = mesh_fdatasync(j->fd);
-			if (!rc)
-				rep->repaired = 1;
-		} else {
-			rc = MESH_E_CORRUPT;
-		}
-	}
-unlock:
-	flock(j->fd, LOCK_UN);
-out:
-	mesh_journal_close(j);
-	return rc;
 }

@@ -17,13 +17,24 @@
  * record type that old readers may safely skip does not need a bump (readers
  * skip unknown types); one they must not skip does.
  *
- * Concurrency: any number of processes may append (each batch is written
- * and fdatasync'd while holding flock(LOCK_EX) on the file) and read (each
+ * Durability rule (docs/journal.md, "Who may trust a record"): a record is
+ * handed to a consumer only once it is durable, and nothing ever removes a
+ * durable record.  A writer appends its batch and fdatasyncs it while holding
+ * flock(LOCK_EX), and only when the fdatasync succeeded does it append a
+ * COMMIT record (not synced itself; a later fsync covers it).  Every byte
+ * before a COMMIT is durable.  A lock-free reader hands out only records
+ * followed by a COMMIT; records after the last COMMIT belong to a commit in
+ * flight (which may still be taken back) or to a writer that died; the next
+ * holder of LOCK_EX fdatasyncs such leftovers and commits them ("adopts"
+ * them), or cuts them when they are a torn tail.
+ *
+ * Concurrency: any number of processes may append and read (each
  * struct mesh_journal remembers how far it has read and mesh_journal_tail
- * reads only what was appended since).  Within one process many threads may
- * call mesh_journal_append at once: their records are written together with
- * one fdatasync (group commit: the first waiter becomes the leader and
- * commits everything queued).  Tail calls must be serialised by the caller. */
+ * reads only what was appended since, without a lock).  Within one process
+ * many threads may call mesh_journal_append at once: their records are
+ * written together with one fdatasync (group commit: the first waiter
+ * becomes the leader and commits everything queued).  Tail calls are
+ * serialised inside the handle. */
 #ifndef MESH_JOURNAL_JOURNAL_H
 #define MESH_JOURNAL_JOURNAL_H
 
@@ -44,7 +55,8 @@ enum {
 	MESH_JREC_FAIL = 4,   /* u64 cid, u32 node hash, i32 exit status; flag 1 = this failure buried it */
 	MESH_JREC_RETRY = 5,  /* u64 cid (UINT64_MAX = every buried chunk) */
 	MESH_JREC_DUP = 6,    /* u64 cid, u32 node hash: a completion that came back IGNORED */
-	MESH_JREC__MAX = 6,
+	MESH_JREC_COMMIT = 7, /* empty: every byte before it is durable; never handed to consumers */
+	MESH_JREC__MAX = 7,
 };
 
 struct mesh_jrec {
@@ -76,13 +88,16 @@ static inline size_t mesh_journal_size(size_t len)
  * *size set, 0 when the bytes end before the record does, MESH_E_CORRUPT
  * when the frame or crc is bad.  Pure; used by the reader and the fuzzer. */
 int mesh_journal_decode(const void *buf, size_t n, struct mesh_jrec *r, size_t *size);
+/* 1 when len is a sane payload length for a known record type (what a
+ * resynchronising repair demands of a record found inside garbage). */
+int mesh_journal_len_ok(uint8_t type, uint16_t len);
 /* Builds a header into out (MESH_JOURNAL_HDR_SIZE bytes). */
 void mesh_journal_header(void *out);
 /* Checks a header: 0, MESH_E_FOREIGN (short or wrong magic), MESH_E_VERSION,
  * MESH_E_CORRUPT (bad header crc). */
 int mesh_journal_header_check(const void *buf, size_t n);
 
-/* Creates path holding the header and one record, atomically (temp file,
+/* Creates path holding the header, one record and a COMMIT, atomically (temp file,
  * fdatasync, link, fsync dir): the file appears whole or not at all.
  * -EEXIST if path exists (it is left alone). */
 int mesh_journal_create(const char *path, const struct mesh_jrec *first);
@@ -95,43 +110,68 @@ void mesh_journal_close(struct mesh_journal *j);
 /* Installs the commit leader's prepare hook (see above). */
 void mesh_journal_set_prepare(struct mesh_journal *j, mesh_journal_prepare_fn fn, void *arg);
 
-/* Reads the records appended since the last tail and passes each whole one
- * to fn.  Stops quietly at a partial or bad record (an append in progress,
- * or a torn tail that mesh_journal_recover cuts).  Returns the number of
- * records read or a negative error.  Never reads records this process is
- * still committing (they become visible once durable). */
+/* Reads the committed records appended since the last tail and passes each
+ * to fn (COMMIT records are not passed).  Takes no file lock and never
+ * waits for one.  Stops quietly before records not yet committed (a commit
+ * in flight, a dead writer's leftovers) and at a partial or bad record.
+ * Returns the number of records passed, or a negative error: MESH_E_STALE
+ * when the file is now shorter than what this handle already read (another
+ * program cut it) -- the handle is then of no further use. */
 long mesh_journal_tail(struct mesh_journal *j);
-/* Tails, then, if bytes remain that are not whole records, takes the file
- * lock and cuts them when they are a torn tail (no whole record follows
- * them), or answers MESH_E_CORRUPT when whole records follow (damage in
- * the middle: see mesh_journal_check).  *cut (may be NULL) gets the bytes
- * cut.  0 or a negative error. */
+/* Tails, then, if bytes remain after the last committed record, takes
+ * LOCK_EX, re-checks the real size and the bytes this handle read last, and
+ * settles them: whole records are made durable (fdatasync) and committed,
+ * a torn tail after them is cut; when whole records follow bad bytes the
+ * damage is in the middle: MESH_E_DAMAGED, nothing changed (see
+ * mesh_journal_check).  *cut (may be NULL) gets the bytes cut.  0 or a
+ * negative error. */
 int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut);
 /* Appends n records durably with the other appenders of this process (one
- * write + one fdatasync per batch).  keep (may be NULL) gets 1 for each
- * record written, 0 for one the prepare hook dropped.  Returns 0 once the
- * kept records are durable, or a negative error (write or fsync failed:
- * then none of them is in the file, as far as a truncate can ensure). */
+ * write + one fdatasync per batch, then its COMMIT).  keep (may be NULL) gets
+ * 1 for each record written, 0 for one the prepare hook dropped.  Returns 0
+ * once the kept records are durable, or a negative error: write or fsync
+ * failed (then none of them is in the file, as far as a truncate can ensure,
+ * and no reader anywhere has handed them out), MESH_E_STALE when the path
+ * now names another file (mesh job check --force replaced it) or the file
+ * was cut below what this handle read, MESH_E_DAMAGED as for recover. */
 int mesh_journal_append(struct mesh_journal *j, const struct mesh_jrec *recs, size_t n, int *keep);
 /* Bytes of whole records read so far (the tail position). */
 uint64_t mesh_journal_position(const struct mesh_journal *j);
 /* Counts of this handle: batches committed, records written. */
 void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_t *records);
 
+#define MESH_JOURNAL_RANGES 8 /* dropped ranges a report lists one by one */
+
+struct mesh_journal_range {
+	uint64_t off, len;
+};
+
 struct mesh_journal_report {
 	uint64_t size;		/* file size found */
-	uint64_t records;	/* whole records */
+	int header_bad;		/* magic right, rest of the header not (crc, size) */
+	uint64_t records;	/* whole records kept (COMMIT included) */
 	uint64_t by_type[MESH_JREC__MAX + 1];
 	uint64_t good_end;	/* end of the last whole record before any damage */
 	uint64_t bad_off;	/* first damaged byte, or UINT64_MAX */
-	uint64_t after_bad;	/* whole records found after the damage */
-	int torn;		/* damage is a torn tail (no whole record after it) */
-	int repaired;		/* the file was cut at good_end */
+	uint64_t after_bad;	/* whole records found after the first damage */
+	uint64_t dropped_bytes;	/* bytes in damaged ranges (header excluded) */
+	size_t ndropped;	/* damaged ranges; the first MESH_JOURNAL_RANGES are listed */
+	struct mesh_journal_range dropped[MESH_JOURNAL_RANGES];
+	int torn;		/* the only damage is a torn tail (no whole record after it) */
+	int repaired;		/* the file was cut (torn tail) or rewritten (--force) */
 };
-/* Verifies a whole journal.  repair = 1 cuts a torn tail; repair = 2 also
- * cuts at the first damage even when whole records follow (those records
- * are lost: their chunks run again).  Returns 0 when the file is (now)
- * sound, MESH_E_CORRUPT when damage remains, or another error. */
+/* Verifies a whole journal under LOCK_EX, resynchronising past damage: after
+ * a bad record it scans forward at 8-byte steps for the next whole record of
+ * a known type and sane length (mesh_journal_len_ok) and goes on from there.
+ * repair = 0 changes nothing; 1 cuts a torn tail; 2 also rewrites a journal
+ * with damage before its end or a bad header (temp file, fdatasync, rename,
+ * fsync of the directory): every whole record is kept, the damaged ranges
+ * are dropped (and listed in rep), a fresh header replaces a bad one.  A bad
+ * header is repaired only when the first record is a whole SUBMIT.  A
+ * process that still has the old file open gets MESH_E_STALE on its next
+ * append.  Returns 0 when the file is (now) sound, MESH_E_CORRUPT when
+ * damage remains, MESH_E_FOREIGN / MESH_E_VERSION (never touched), or
+ * another error. */
 int mesh_journal_check(const char *path, int repair, struct mesh_journal_report *rep);
 
 #endif

@@ -140,8 +140,9 @@ TEST(journal_tails_incrementally_across_handles)
 	mesh_journal_close(b);
 }
 
-/* Cut the file at every byte offset inside its last record: recovery keeps
- * every whole record and drops only the torn one. */
+/* Cut the file at every byte offset inside its last batch (a NODE record
+ * and its COMMIT): recovery keeps every whole record and drops only the torn
+ * bytes; a whole record whose COMMIT is torn is made durable and committed. */
 TEST(journal_torn_tail_at_every_offset)
 {
 	struct mesh_journal *j;
@@ -160,26 +161,28 @@ TEST(journal_torn_tail_at_every_offset)
 	}
 	mesh_journal_close(j);
 	full = fsize("w.log");
-	ASSERT_EQ(full - last_start, 32);
+	ASSERT_EQ(full - last_start, 32 + 8);
 	orig = t_read_file("w.log", &olen);
 	ASSERT_TRUE(orig != NULL);
 	for (off_t cut = last_start; cut < full; cut++) {
 		struct seen s = {0};
 		uint64_t cutb = 0;
+		int node_whole = cut >= last_start + 32;
 		int fd = open("w.log", O_WRONLY | O_TRUNC);
 		ASSERT_EQ(write(fd, orig, (size_t)cut), cut);
 		close(fd);
 		ASSERT_EQ(mesh_journal_open(&j, "w.log", collect, &s), 0);
 		ASSERT_EQ(mesh_journal_recover(j, &cutb), 0);
-		EXPECT_EQ(s.n, 6); /* submit + 5 DONE */
-		EXPECT_EQ(cutb, (uint64_t)(cut - last_start));
-		EXPECT_EQ(fsize("w.log"), last_start);
+		EXPECT_EQ(s.n, node_whole ? 7 : 6); /* submit + 5 DONE (+ NODE) */
+		EXPECT_EQ(cutb, (uint64_t)(cut - (node_whole ? last_start + 32 : last_start)));
+		EXPECT_EQ(fsize("w.log"), node_whole ? full : last_start);
 		/* appending after the cut gives a sound journal */
 		ASSERT_EQ(append_u64(j, MESH_JREC_DONE, 99), 0);
 		mesh_journal_close(j);
 		struct mesh_journal_report rep;
 		EXPECT_EQ(mesh_journal_check("w.log", 0, &rep), 0);
-		EXPECT_EQ(rep.records, 7);
+		EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 6);
+		EXPECT_EQ(rep.by_type[MESH_JREC_NODE], node_whole ? 1 : 0);
 	}
 	/* and a torn tail of garbage (not zeros) is cut too */
 	{
@@ -197,40 +200,185 @@ TEST(journal_torn_tail_at_every_offset)
 	free(orig);
 }
 
-TEST(journal_midfile_damage_is_reported_not_cut)
+static void flip(const char *path, off_t at)
 {
-	struct mesh_journal *j;
-	struct mesh_journal_report rep;
-	off_t size;
-	mk("m.log", 9);
-	ASSERT_EQ(mesh_journal_open(&j, "m.log", NULL, NULL), 0);
-	for (uint64_t i = 0; i < 6; i++)
-		ASSERT_EQ(append_u64(j, MESH_JREC_DONE, i), 0);
-	mesh_journal_close(j);
-	size = fsize("m.log");
-	/* flip a byte inside the third DONE record */
-	int fd = open("m.log", O_RDWR);
-	off_t at = MESH_JOURNAL_HDR_SIZE + 16 + 2 * 24 + 10;
+	int fd = open(path, O_RDWR);
 	char c;
 	ASSERT_EQ(pread(fd, &c, 1, at), 1);
 	c ^= 0x40;
 	ASSERT_EQ(pwrite(fd, &c, 1, at), 1);
 	close(fd);
+}
+
+/* Layout of a journal written one DONE per append: header, SUBMIT (16),
+ * COMMIT (8), then DONE (24) + COMMIT (8) per append. */
+#define DONE_AT(i) (MESH_JOURNAL_HDR_SIZE + 16 + 8 + (i) * 32)
+
+/* One flipped byte in the middle: opens refuse (naming the repair), check
+ * reports exactly the damaged range, --force keeps every whole record
+ * before and after it. */
+TEST(journal_midfile_damage_resync_keeps_records_after)
+{
+	struct mesh_journal *j;
+	struct mesh_journal_report rep;
+	off_t size;
+	mk("m.log", 600);
+	ASSERT_EQ(mesh_journal_open(&j, "m.log", NULL, NULL), 0);
+	for (uint64_t i = 0; i < 500; i++)
+		ASSERT_EQ(append_u64(j, MESH_JREC_DONE, i), 0);
+	mesh_journal_close(j);
+	size = fsize("m.log");
+	flip("m.log", DONE_AT(247) + 10); /* inside the 248th DONE */
 	struct seen s = {0};
 	ASSERT_EQ(mesh_journal_open(&j, "m.log", collect, &s), 0);
-	EXPECT_EQ(mesh_journal_recover(j, NULL), MESH_E_CORRUPT);
-	EXPECT_EQ(s.n, 3); /* submit + the two DONE before the damage */
+	EXPECT_EQ(mesh_journal_recover(j, NULL), MESH_E_DAMAGED);
+	EXPECT_CONTAINS(mesh_strerror(MESH_E_DAMAGED), "mesh job check --force");
+	EXPECT_EQ(s.n, 248); /* submit + the 247 DONE before the damage */
 	mesh_journal_close(j);
 	EXPECT_EQ(fsize("m.log"), size);
 	EXPECT_EQ(mesh_journal_check("m.log", 1, &rep), MESH_E_CORRUPT);
-	EXPECT_EQ(rep.records, 3);
-	EXPECT_EQ(rep.after_bad, 3);
+	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 499);
+	EXPECT_EQ(rep.bad_off, DONE_AT(247));
+	EXPECT_EQ(rep.good_end, DONE_AT(247));
+	EXPECT_EQ(rep.ndropped, 1);
+	EXPECT_EQ(rep.dropped[0].off, DONE_AT(247));
+	EXPECT_EQ(rep.dropped[0].len, 24);
+	EXPECT_EQ(rep.dropped_bytes, 24);
+	EXPECT_EQ(rep.after_bad, 1 + 2 * 252); /* its COMMIT, then 252 DONE + COMMIT */
 	EXPECT_EQ(rep.torn, 0);
+	EXPECT_EQ(rep.repaired, 0);
 	EXPECT_EQ(fsize("m.log"), size);
 	EXPECT_EQ(mesh_journal_check("m.log", 2, &rep), 0);
 	EXPECT_EQ(rep.repaired, 1);
-	EXPECT_EQ(fsize("m.log"), MESH_JOURNAL_HDR_SIZE + 16 + 2 * 24);
+	EXPECT_EQ(fsize("m.log"), size - 24 + 8); /* the damaged DONE out, a final COMMIT in */
 	EXPECT_EQ(mesh_journal_check("m.log", 0, &rep), 0);
+	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 499);
+	struct seen s2 = {0};
+	ASSERT_EQ(mesh_journal_open(&j, "m.log", collect, &s2), 0);
+	EXPECT_EQ(mesh_journal_recover(j, NULL), 0);
+	EXPECT_EQ(s2.n, 500);
+	EXPECT_EQ(s2.vals[247], 246);
+	EXPECT_EQ(s2.vals[248], 248); /* 247 is the one that was lost */
+	mesh_journal_close(j);
+}
+
+/* Repair never makes a record out of garbage: a checksum-valid frame inside
+ * the damage with an unknown type or an insane length is not taken. */
+TEST(journal_repair_never_invents_a_record)
+{
+	struct mesh_journal *j;
+	struct mesh_journal_report rep;
+	unsigned char junk[24 + 24 + 16], pay[16] = {0};
+	mk("g.log", 9);
+	ASSERT_EQ(mesh_journal_open(&j, "g.log", NULL, NULL), 0);
+	ASSERT_EQ(append_u64(j, MESH_JREC_DONE, 1), 0);
+	mesh_journal_close(j);
+	off_t at = fsize("g.log");
+	/* damage: 8 bytes of noise, a valid frame of type 9, a DONE frame of
+	 * the wrong length, then (after it) one good DONE + COMMIT */
+	memset(junk, 0xa5, 8);
+	ASSERT_EQ(mesh_journal_encode(junk + 8, 9, 0, pay, 16), 24);
+	ASSERT_EQ(mesh_journal_encode(junk + 32, MESH_JREC_DONE, 0, pay, 12), 24);
+	int fd = open("g.log", O_WRONLY | O_APPEND);
+	ASSERT_EQ(write(fd, junk, 56), 56);
+	close(fd);
+	ASSERT_EQ(mesh_journal_open(&j, "g.log", NULL, NULL), 0);
+	EXPECT_EQ(mesh_journal_recover(j, NULL), 0); /* no sane record in it: a torn tail, cut */
+	mesh_journal_close(j);
+	EXPECT_EQ(fsize("g.log"), at);
+	{
+		unsigned char rec[32];
+		uint64_t two = 2;
+		memcpy(pay, &two, 8);
+		mesh_journal_encode(rec, MESH_JREC_DONE, 0, pay, 16);
+		mesh_journal_encode(rec + 24, MESH_JREC_COMMIT, 0, NULL, 0);
+		fd = open("g.log", O_WRONLY | O_APPEND);
+		ASSERT_EQ(write(fd, junk, 56), 56);
+		ASSERT_EQ(write(fd, rec, 32), 32);
+		close(fd);
+	}
+	ASSERT_EQ(mesh_journal_open(&j, "g.log", NULL, NULL), 0);
+	EXPECT_EQ(mesh_journal_recover(j, NULL), MESH_E_DAMAGED);
+	mesh_journal_close(j);
+	EXPECT_EQ(mesh_journal_check("g.log", 2, &rep), 0);
+	EXPECT_EQ(rep.ndropped, 1);
+	EXPECT_EQ(rep.dropped[0].off, at);
+	EXPECT_EQ(rep.dropped[0].len, 56);
+	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 2);
+	EXPECT_EQ(rep.by_type[0], 0);
+	EXPECT_EQ(mesh_journal_check("g.log", 0, &rep), 0);
+	EXPECT_EQ(rep.records, 1 + 1 + 2 + 2 + 1); /* submit, commits, DONEs, the final COMMIT */
+}
+
+/* A header whose checksum is bad: check says so (it used to say OK), and
+ * --force writes a fresh header when the records are readable. */
+TEST(journal_check_reports_and_repairs_a_bad_header)
+{
+	struct mesh_journal *j;
+	struct mesh_journal_report rep;
+	mk("h.log", 9);
+	ASSERT_EQ(mesh_journal_open(&j, "h.log", NULL, NULL), 0);
+	ASSERT_EQ(append_u64(j, MESH_JREC_DONE, 3), 0);
+	mesh_journal_close(j);
+	off_t size = fsize("h.log");
+	flip("h.log", 17); /* the creation time: only the crc notices */
+	EXPECT_EQ(mesh_journal_open(&j, "h.log", NULL, NULL), MESH_E_CORRUPT);
+	EXPECT_EQ(mesh_journal_check("h.log", 1, &rep), MESH_E_CORRUPT);
+	EXPECT_EQ(rep.header_bad, 1);
+	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 1);
+	EXPECT_EQ(rep.repaired, 0);
+	EXPECT_EQ(mesh_journal_check("h.log", 2, &rep), 0);
+	EXPECT_EQ(rep.repaired, 1);
+	EXPECT_EQ(mesh_journal_check("h.log", 0, &rep), 0);
+	EXPECT_EQ(rep.header_bad, 0);
+	EXPECT_EQ(fsize("h.log"), size + 8);
+	struct seen s = {0};
+	ASSERT_EQ(mesh_journal_open(&j, "h.log", collect, &s), 0);
+	EXPECT_EQ(mesh_journal_recover(j, NULL), 0);
+	EXPECT_EQ(s.n, 2);
+	mesh_journal_close(j);
+	/* a bad header over records that do not start with a SUBMIT stays */
+	flip("h.log", 17);
+	flip("h.log", MESH_JOURNAL_HDR_SIZE + 9);
+	EXPECT_EQ(mesh_journal_check("h.log", 2, &rep), MESH_E_CORRUPT);
+	EXPECT_EQ(rep.repaired, 0);
+	/* foreign files are never touched */
+	t_write_file("f.log", "not a journal at all, not at all\n");
+	EXPECT_EQ(mesh_journal_check("f.log", 2, &rep), MESH_E_FOREIGN);
+}
+
+/* A file cut below what a handle read (or cut and regrown) is detected by
+ * the tail, never trusted; an append through a handle whose path now names
+ * another file (a --force repair renamed over it) fails instead of writing
+ * into the old file. */
+TEST(journal_shrunk_or_replaced_file_is_stale)
+{
+	struct mesh_journal *a, *b;
+	struct seen s = {0};
+	struct mesh_journal_report rep;
+	mk("r.log", 9);
+	ASSERT_EQ(mesh_journal_open(&a, "r.log", NULL, NULL), 0);
+	ASSERT_EQ(mesh_journal_open(&b, "r.log", collect, &s), 0);
+	for (uint64_t i = 0; i < 3; i++)
+		ASSERT_EQ(append_u64(a, MESH_JREC_DONE, i), 0);
+	EXPECT_EQ(mesh_journal_tail(b), 4);
+	off_t size = fsize("r.log");
+	ASSERT_EQ(truncate("r.log", size - 32), 0);
+	EXPECT_EQ(mesh_journal_tail(b), MESH_E_STALE);
+	/* regrown to the old size by other bytes: still not trusted */
+	ASSERT_EQ(append_u64(a, MESH_JREC_FAIL, 7), 0);
+	EXPECT_EQ(fsize("r.log"), size);
+	EXPECT_EQ(mesh_journal_tail(b), MESH_E_STALE);
+	EXPECT_EQ(append_u64(b, MESH_JREC_DONE, 5), MESH_E_STALE);
+	mesh_journal_close(b);
+	/* replaced by a repair: the old handle refuses to append */
+	flip("r.log", DONE_AT(1) + 10);
+	EXPECT_EQ(mesh_journal_check("r.log", 2, &rep), 0);
+	EXPECT_EQ(append_u64(a, MESH_JREC_DONE, 6), MESH_E_STALE);
+	mesh_journal_close(a);
+	EXPECT_EQ(mesh_journal_check("r.log", 0, &rep), 0);
+	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 1); /* DONE 0; DONE 1 was damaged */
+	EXPECT_EQ(rep.by_type[MESH_JREC_FAIL], 1);
 }
 
 struct gc_arg {

@@ -1,0 +1,230 @@
+/* mesh_journal_check: verify a whole journal, resynchronise past damage,
+ * repair by cutting a torn tail or by rewriting the file (journal.h). */
+#include "journal/journal.h"
+
+#include "base/err.h"
+#include "base/io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REC_MAX (MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8)
+#define WIN (1u << 20)
+
+/* A read window over the file: at() returns the bytes at off (at least a
+ * whole record's worth unless the file ends first). */
+struct win {
+	int fd;
+	unsigned char *buf; /* WIN + REC_MAX */
+	uint64_t base;
+	size_t got;
+	int err;
+};
+
+static const unsigned char *at(struct win *w, uint64_t off, size_t *avail)
+{
+	if (off < w->base || off - w->base + REC_MAX > w->got) {
+		ssize_t got = mesh_pread_full(w->fd, w->buf, WIN + REC_MAX, (off_t)off);
+		if (got < 0) {
+			w->err = (int)got;
+			got = 0;
+		}
+		w->base = off;
+		w->got = (size_t)got;
+	}
+	*avail = off - w->base < w->got ? w->got - (size_t)(off - w->base) : 0;
+	return w->buf + (off - w->base);
+}
+
+/* Output of the rewrite: kept records are buffered and written in blocks. */
+struct out {
+	int fd;
+	unsigned char *buf;
+	size_t n;
+	int err;
+};
+
+static void emit(struct out *o, const void *p, size_t n)
+{
+	if (o->err)
+		return;
+	if (o->n + n > WIN) {
+		o->err = mesh_write_all(o->fd, o->buf, o->n);
+		o->n = 0;
+	}
+	memcpy(o->buf + o->n, p, n);
+	o->n += n;
+}
+
+static void note_damage(struct mesh_journal_report *rep, uint64_t off, uint64_t end)
+{
+	if (rep->bad_off == UINT64_MAX) {
+		rep->bad_off = off;
+		rep->good_end = off;
+	}
+	if (rep->ndropped < MESH_JOURNAL_RANGES)
+		rep->dropped[rep->ndropped] = (struct mesh_journal_range){off, end - off};
+	rep->ndropped++;
+	rep->dropped_bytes += end - off;
+}
+
+/* One pass over the records after the header: counts them into rep and,
+ * with o, copies every whole one.  After a bad record it resynchronises at
+ * the next 8-aligned offset that holds a whole record of a known type and a
+ * sane length: a checksum match inside garbage alone never makes a record. */
+static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, struct out *o)
+{
+	uint64_t off = MESH_JOURNAL_HDR_SIZE;
+	rep->good_end = size;
+	while (off < size) {
+		struct mesh_jrec r;
+		size_t sz, avail;
+		const unsigned char *p = at(w, off, &avail);
+		if (mesh_journal_decode(p, avail, &r, &sz) == 1) {
+			rep->records++;
+			rep->by_type[r.type <= MESH_JREC__MAX ? r.type : 0]++;
+			if (rep->bad_off != UINT64_MAX)
+				rep->after_bad++;
+			if (o)
+				emit(o, p, sz);
+			off += sz;
+			continue;
+		}
+		uint64_t f = off + 8;
+		for (; f < size; f += 8) {
+			p = at(w, f, &avail);
+			if (mesh_journal_decode(p, avail, &r, &sz) == 1 && mesh_journal_len_ok(r.type, r.len))
+				break;
+		}
+		if (f > size)
+			f = size;
+		note_damage(rep, off, f);
+		off = f;
+	}
+	rep->torn = rep->ndropped == 1 && rep->after_bad == 0;
+	return w->err;
+}
+
+/* Writes header + every whole record + a COMMIT to a temp file beside path,
+ * makes it durable and renames it over path. */
+static int rewrite(const char *path, struct win *w, uint64_t size, const unsigned char *hdr, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	struct mesh_journal_report scratch;
+	struct out o = {.fd = -1};
+	unsigned char commit_rec[MESH_JOURNAL_FRAME];
+	int rc;
+	if (snprintf(tmp, sizeof tmp, "%s.%d.repair", path, (int)getpid()) >= (int)sizeof tmp)
+		return -ENAMETOOLONG;
+	o.buf = malloc(WIN);
+	if (!o.buf)
+		return -ENOMEM;
+	o.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode & 0777);
+	if (o.fd < 0) {
+		free(o.buf);
+		return -errno;
+	}
+	memset(&scratch, 0, sizeof scratch);
+	scratch.bad_off = UINT64_MAX;
+	emit(&o, hdr, MESH_JOURNAL_HDR_SIZE);
+	rc = scan(w, size, &scratch, &o);
+	mesh_journal_encode(commit_rec, MESH_JREC_COMMIT, 0, NULL, 0);
+	emit(&o, commit_rec, sizeof commit_rec);
+	if (!rc)
+		rc = o.err;
+	if (!rc && o.n)
+		rc = mesh_write_all(o.fd, o.buf, o.n);
+	if (!rc)
+		rc = mesh_fdatasync(o.fd);
+	close(o.fd);
+	free(o.buf);
+	if (!rc && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+	else
+		rc = mesh_fsync_dir_of(path);
+	return rc;
+}
+
+static int first_is_submit(struct win *w, uint64_t size)
+{
+	struct mesh_jrec r;
+	size_t sz, avail;
+	const unsigned char *p;
+	if (size <= MESH_JOURNAL_HDR_SIZE)
+		return 0;
+	p = at(w, MESH_JOURNAL_HDR_SIZE, &avail);
+	return mesh_journal_decode(p, avail, &r, &sz) == 1 && r.type == MESH_JREC_SUBMIT &&
+	       mesh_journal_len_ok(r.type, r.len);
+}
+
+int mesh_journal_check(const char *path, int repair, struct mesh_journal_report *rep)
+{
+	unsigned char hdr[MESH_JOURNAL_HDR_SIZE];
+	struct win w = {.fd = -1};
+	struct stat st;
+	ssize_t got;
+	int rc, fd;
+	memset(rep, 0, sizeof *rep);
+	rep->bad_off = UINT64_MAX;
+	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && !repair && (errno == EACCES || errno == EROFS))
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	got = mesh_pread_full(fd, hdr, sizeof hdr, 0);
+	rc = got < 0 ? (int)got : mesh_journal_header_check(hdr, (size_t)got);
+	if (rc == MESH_E_CORRUPT && got == (ssize_t)sizeof hdr) {
+		rep->header_bad = 1;
+		rc = 0;
+	}
+	if (rc)
+		goto out;
+	/* Under LOCK_EX no append is in flight: whatever is not whole is
+	 * damage, and no writer can slip a record in while we rewrite. */
+	while (flock(fd, LOCK_EX) < 0)
+		if (errno != EINTR) {
+			rc = -errno;
+			goto out;
+		}
+	w.fd = fd;
+	w.buf = malloc(WIN + REC_MAX);
+	if (!w.buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	rep->size = (uint64_t)st.st_size;
+	rc = scan(&w, rep->size, rep, NULL);
+	if (rc || (!rep->header_bad && rep->ndropped == 0))
+		goto out;
+	if (!rep->header_bad && rep->torn && repair >= 1) {
+		if (ftruncate(fd, (off_t)rep->good_end) < 0)
+			rc = -errno;
+		else
+			rc = mesh_fdatasync(fd);
+		rep->repaired = !rc;
+	} else if (repair >= 2 && (!rep->header_bad || first_is_submit(&w, rep->size))) {
+		if (rep->header_bad)
+			mesh_journal_header(hdr);
+		rc = rewrite(path, &w, rep->size, hdr, st.st_mode);
+		rep->repaired = !rc;
+	} else {
+		rc = MESH_E_CORRUPT;
+	}
+out:
+	free(w.buf);
+	close(fd); /* drops the lock, after the rename: waiters then see a new file */
+	return rc;
+}
