@@ -98,9 +98,10 @@ test: deps
 	@$(MAKE) --no-print-directory tests-build >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@tests/run.sh $(BUILD) $(T)
 
-# The whole suite under ASan+UBSan, then a short run of every fuzz target.
+# The whole suite under ASan+UBSan (the journal stress for 30 s), then a
+# short run of every fuzz target.
 check: deps
-	@$(MAKE) --no-print-directory BUILD=build-san SAN=1 CC=clang test
+	@MESH_STRESS_SECONDS=30 $(MAKE) --no-print-directory BUILD=build-san SAN=1 CC=clang test
 	@$(MAKE) --no-print-directory fuzz
 
 fuzzers:

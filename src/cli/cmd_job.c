@@ -27,7 +27,7 @@ static const char usage_job[] =
 	"  complete <journal.log> <lockdir> <job> <cid> <node>      durable DONE (or IGNORED)\n"
 	"  status   <journal.log> <lockdir> <job> <nchunks> [--json]\n"
 	"  harvest  <journal.log> <lockdir> <job> <nchunks> <ttl_s> <node> [maxiter] [--speculate] [-- CMD ARG...]\n"
-	"  check    <journal.log> [--force]                        verify; cut a torn tail\n"
+	"  check    <journal.log> [--force]                        verify; cut a torn tail; repair\n"
 	"  retry    <journal.log> [cid]                            un-bury failed chunks\n"
 	"Each command has --help.  Exit codes: `mesh help exit-codes`; docs/job.md.\n";
 
@@ -429,27 +429,34 @@ static int cmd_check(int argc, char **argv)
 	if (rc && rc != MESH_E_CORRUPT)
 		return mesh_cli_fail(rc, "cannot check '%s'", a.pos[0]);
 	printf("journal %s: format version %d, %" PRIu64 " bytes, %" PRIu64 " whole records (submit %" PRIu64
-	       ", node %" PRIu64 ", done %" PRIu64 ", fail %" PRIu64 ", retry %" PRIu64 ", dup %" PRIu64 ")\n",
+	       ", node %" PRIu64 ", done %" PRIu64 ", fail %" PRIu64 ", retry %" PRIu64 ", dup %" PRIu64
+	       ", commit %" PRIu64 ")\n",
 	       a.pos[0], MESH_JOURNAL_VERSION, r.size, r.records, r.by_type[MESH_JREC_SUBMIT], r.by_type[MESH_JREC_NODE],
 	       r.by_type[MESH_JREC_DONE], r.by_type[MESH_JREC_FAIL], r.by_type[MESH_JREC_RETRY],
-	       r.by_type[MESH_JREC_DUP]);
-	if (r.bad_off == UINT64_MAX) {
-		puts("OK");
-		return MESH_EXIT_OK;
-	}
-	if (r.torn)
-		printf("torn tail: %" PRIu64 " bytes at offset %" PRIu64 " %s\n", r.size - r.bad_off, r.bad_off,
+	       r.by_type[MESH_JREC_DUP], r.by_type[MESH_JREC_COMMIT]);
+	if (r.header_bad)
+		printf("header: bad checksum or size: %s\n",
+		       r.repaired ? "rewritten" : "not repaired (--force rewrites it when the first record is a SUBMIT)");
+	if (r.ndropped && r.torn)
+		printf("torn tail: %" PRIu64 " bytes at offset %" PRIu64 " %s\n", r.dropped_bytes, r.bad_off,
 		       r.repaired ? "cut" : "not cut");
-	else
-		printf("damage at offset %" PRIu64 " with %" PRIu64 " whole records after it: %s\n", r.bad_off,
-		       r.after_bad,
-		       r.repaired ? "cut there (those records are lost; their chunks run again)"
-				  : "not repaired (--force cuts there; the records after it are lost)");
+	else if (r.ndropped) {
+		printf("damage at offset %" PRIu64 ": %zu damaged ranges, %" PRIu64 " bytes, %" PRIu64
+		       " whole records after the first one (kept)\n",
+		       r.bad_off, r.ndropped, r.dropped_bytes, r.after_bad);
+		for (size_t i = 0; i < r.ndropped && i < MESH_JOURNAL_RANGES; i++)
+			printf("  %s bytes %" PRIu64 "..%" PRIu64 " (%" PRIu64 " bytes)\n", r.repaired ? "dropped" : "damaged",
+			       r.dropped[i].off, r.dropped[i].off + r.dropped[i].len, r.dropped[i].len);
+		if (r.ndropped > MESH_JOURNAL_RANGES)
+			printf("  ... and %zu more ranges\n", r.ndropped - MESH_JOURNAL_RANGES);
+		puts(r.repaired ? "rewritten without the damaged ranges (a chunk whose DONE was in them runs again)"
+				: "not repaired: `mesh job check --force` rewrites the journal without the damaged ranges");
+	}
 	if (rc) {
 		puts("CORRUPT");
 		return mesh_exit_for(rc);
 	}
-	puts("REPAIRED");
+	puts(r.repaired ? "REPAIRED" : "OK");
 	return MESH_EXIT_OK;
 }
 
@@ -506,9 +513,10 @@ static const struct sub subs[] = {
 	 "replaced by the chunk id; exit 0 completes it, anything else fails the attempt.\n"},
 	{"check", cmd_check,
 	 "usage: mesh job check <journal.log> [--force]\n"
-	 "Verifies every record's checksum.  A torn tail (a partial last append) is cut, every\n"
-	 "whole record kept (exit 0).  Damage followed by whole records is reported (exit 65);\n"
-	 "--force cuts there too, losing the records after it (their chunks run again).\n"},
+	 "Verifies the header and every record's checksum.  A torn tail (a partial last append)\n"
+	 "is cut, every whole record kept (exit 0).  Damage followed by whole records, or a bad\n"
+	 "header, is reported with the damaged byte ranges (exit 65); --force rewrites the journal\n"
+	 "(temp file, fsync, rename) keeping every whole record before and after the damage.\n"},
 	{"retry", cmd_retry,
 	 "usage: mesh job retry <journal.log> [cid]\n"
 	 "Un-buries every buried chunk (or only cid) so it is leased again; prints RETRIED <count>.\n"},
