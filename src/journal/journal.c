@@ -581,6 +581,11 @@ static int write_batch_locked(struct mesh_journal *j, const struct mesh_jrec *al
 	rc = mesh_pwrite_all(j->fd, j->wbuf, bytes, (off_t)end);
 	if (!rc)
 		rc = mesh_fdatasync(j->fd);
+	/* Durable: the COMMIT lets every reader hand them out.  A batch whose
+	 * COMMIT cannot be written fails like one whose fsync failed: the disk
+	 * is refusing writes, and no reader has handed these records out yet. */
+	if (!rc)
+		rc = mesh_pwrite_all(j->fd, j->wbuf + bytes, MESH_JOURNAL_FRAME, (off_t)(end + bytes));
 	if (rc) {
 		/* No reader anywhere has handed these out (no COMMIT follows
 		 * them); take them back so none ever will. */
@@ -591,15 +596,6 @@ static int write_batch_locked(struct mesh_journal *j, const struct mesh_jrec *al
 	j->batches++;
 	for (size_t k = 0; k < nrec; k++)
 		j->written += keep[k] ? 1 : 0;
-	/* Durable: the COMMIT lets every reader hand them out.  Should it not
-	 * reach the file, this handle trusts them anyway and the next holder
-	 * of the lock adopts them. */
-	if (mesh_pwrite_all(j->fd, j->wbuf + bytes, MESH_JOURNAL_FRAME, (off_t)(end + bytes))) {
-		pthread_mutex_lock(&j->rmu);
-		if (j->trusted < end + bytes)
-			j->trusted = end + bytes;
-		pthread_mutex_unlock(&j->rmu);
-	}
 	return 0;
 }
 
