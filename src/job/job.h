@@ -82,6 +82,13 @@ struct mesh_lease {
 	uint64_t started_ns;	/* wall clock */
 };
 
+/* Makes the leases j takes from now on outlive this process: they hold
+ * until their deadline even after it exits (`mesh job lease`, which exits
+ * while its caller works on the chunk).  By default a lease is bound to the
+ * process that took it, and once that process is certainly gone
+ * (store/store.h) any node may take the lease before its deadline. */
+void mesh_job_detach_leases(struct mesh_job *j);
+
 /* Claims the next PENDING chunk, else steals an expired lease, else (when
  * speculate is set and nothing is pending) a speculative copy of the worst
  * straggler that place() gives to this node.  Returns 0 with *l filled,
