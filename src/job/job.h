@@ -96,8 +96,9 @@ void mesh_job_detach_leases(struct mesh_job *j);
 int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *l);
 /* Extends a lease this node holds to now + ttl_ns.  0, or MESH_E_STATE when
  * the lease is no longer ours (stolen after expiry, or the chunk is DONE).
- * A tiny ttl_ns (1) hands the lease back: it expires at once and any node,
- * this one included, may lease the chunk again. */
+ * A tiny ttl_ns (1) hands the lease back: it expires at once for every node
+ * of this boot, this one included (nodes of other boots wait out the clock
+ * skew margin, MESH_LEASE_SKEW_NS in store/store.h). */
 int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns);
 /* Durably completes cid: MESH_JOB_DONE after the record is fsync'd, or
  * MESH_JOB_IGNORED for a duplicate.  MESH_E_RANGE for cid >= n.  A write or

@@ -3,12 +3,14 @@
  * steps, a dotted host name, and other users' lock directories
  * (docs/job.md, "Who holds a lease, and when it ends"). */
 #include "base/clock.h"
+#include "base/crc.h"
 #include "base/err.h"
 #include "job/job.h"
 #include "runner/t.h"
 #include "store/store.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,4 +194,33 @@ TEST(lease_lockdir_of_others_is_refused)
 	struct stat sb;
 	ASSERT_EQ(stat("mine", &sb), 0);
 	EXPECT_EQ(sb.st_mode & 0777, 0700);
+}
+
+/* The issue's case: another user pre-creates the predictable lock dir of a
+ * `mesh run` (mode 0777) and plants a one-year lease; the run must refuse
+ * the directory at once instead of waiting on that chunk without a word. */
+TEST(lease_mesh_run_refuses_a_planted_lock_dir)
+{
+	char cwd[4096], abs[4200], dir[64];
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	snprintf(abs, sizeof abs, "%s/x.log", cwd);
+	/* cmd_run.c: the lock dir follows the journal's absolute path */
+	snprintf(dir, sizeof dir, "/tmp/mesh-run-%016" PRIx64, mesh_fnv1a64(MESH_FNV1A64_INIT, abs, strlen(abs)));
+	ASSERT_EQ(mkdir(dir, 0777), 0);
+	ASSERT_EQ(chmod(dir, 0777), 0);
+	struct mesh_lease_stamp s = {.deadline_ns = mesh_wall_ns() + 365ull * 24 * 3600 * S,
+				     .started_ns = mesh_wall_ns(),
+				     .attempt = 1,
+				     .token = 0x99,
+				     .node = "mallory"};
+	char line[MESH_LEASE_LINE_MAX], path[128];
+	size_t n = mesh_lease_format(line, sizeof line, &s);
+	line[n] = 0;
+	snprintf(path, sizeof path, "%s/run.0.lease", dir);
+	t_write_file(path, line);
+	int rc = t_sh(out, sizeof out, 1, "timeout 10 %s run --chunks 1 --journal x.log -- true", M);
+	unlink(path);
+	rmdir(dir);
+	EXPECT_EQ(rc, 65);
+	EXPECT_CONTAINS(out, "not private to this user");
 }
