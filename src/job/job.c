@@ -33,7 +33,8 @@ struct fail {
 };
 
 struct held {
-	uint64_t cid, token, started_ns, deadline_ns, boot_deadline_ns;
+	uint64_t cid, token, started_ns;
+	uint64_t boot_deadline_ns; /* on this boot's CLOCK_BOOTTIME: a wall-clock step changes nothing */
 	unsigned slot;
 	uint32_t attempt;
 	enum mesh_lease_kind kind;
@@ -625,7 +626,6 @@ static int won(struct mesh_job *j, uint64_t cid, unsigned slot, const struct mes
 	h.cid = cid;
 	h.token = s->token;
 	h.started_ns = s->started_ns;
-	h.deadline_ns = s->deadline_ns;
 	h.boot_deadline_ns = s->boot_deadline_ns;
 	h.slot = slot;
 	h.attempt = s->attempt;
@@ -820,7 +820,6 @@ int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns)
 		rc = j->st->ops->renew(j->st, l->cid, h->slot, h->token, dl, boot_dl);
 	if (!rc) {
 		l->deadline_ns = dl;
-		h->deadline_ns = dl;
 		h->boot_deadline_ns = boot_dl;
 	} else if (rc == MESH_E_STATE && h)
 		held_del(j, h);
