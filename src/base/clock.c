@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <time.h>
 
+static int64_t wall_step_ns;
+
 static uint64_t now(clockid_t id)
 {
 	struct timespec ts;
@@ -17,7 +19,17 @@ uint64_t mesh_mono_ns(void)
 
 uint64_t mesh_wall_ns(void)
 {
-	return now(CLOCK_REALTIME);
+	return now(CLOCK_REALTIME) + (uint64_t)wall_step_ns;
+}
+
+uint64_t mesh_boot_ns(void)
+{
+	return now(CLOCK_BOOTTIME);
+}
+
+void mesh__clock_step_wall(int64_t offset_ns)
+{
+	wall_step_ns = offset_ns;
 }
 
 void mesh_sleep_ns(uint64_t ns)

@@ -30,7 +30,8 @@
 	X(UNSUPPORTED, 17, "not supported on this machine")                          \
 	X(NOTFOUND, 18, "not found")                                                 \
 	X(DAMAGED, 19, "journal damaged before its end (repair: mesh job check --force)") \
-	X(STALE, 20, "journal was cut or replaced under this process (reopen it)")
+	X(STALE, 20, "journal was cut or replaced under this process (reopen it)")                 \
+	X(NOTPRIVATE, 21, "not private to this user: owned by another user or writable by group or others")
 
 enum {
 #define MESH__ERR_ENUM(name, off, msg) MESH_E_##name = MESH_E__BASE - (off),

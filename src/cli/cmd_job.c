@@ -113,6 +113,11 @@ static int check_lockdir(const char *p, const char *job)
 		fprintf(stderr, "mesh: job name '%s' refused: use 1..64 of [A-Za-z0-9_.-], not starting with '.'\n", job);
 		return mesh_exit_for(MESH_E_PATH);
 	}
+	if (mesh_store_file_check_dir(p) == MESH_E_NOTPRIVATE) {
+		fprintf(stderr, "mesh: lock directory '%s' refused: %s (use one of your own, mode 0700)\n", p,
+			mesh_strerror(MESH_E_NOTPRIVATE));
+		return mesh_exit_for(MESH_E_NOTPRIVATE);
+	}
 	return 0;
 }
 
@@ -192,6 +197,7 @@ static int cmd_lease(int argc, char **argv)
 	    (rc = parse_count("chunk count", a.pos[3], 1, MESH_JOB_MAX_CHUNKS, &n)) || (rc = parse_ttl(a.pos[4], &ttl)) ||
 	    (rc = open_job(&j, a.pos[0], a.pos[1], a.pos[2], n, a.node)))
 		return rc;
+	mesh_job_detach_leases(j); /* this process exits while the caller works */
 	rc = mesh_job_lease(j, ttl, a.speculate, &l);
 	mesh_job_close(j);
 	if (rc == MESH_JOB_NONE) {

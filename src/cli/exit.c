@@ -24,6 +24,7 @@ int mesh_exit_for(int err)
 	case MESH_E_NOJOB:
 	case MESH_E_BURIED:
 	case MESH_E_NOTFOUND:
+	case MESH_E_NOTPRIVATE:
 		return MESH_EXIT_DATAERR;
 	case MESH_E_REFUSED:
 	case MESH_E_CLOSED:

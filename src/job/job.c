@@ -33,7 +33,8 @@ struct fail {
 };
 
 struct held {
-	uint64_t cid, token, started_ns, deadline_ns;
+	uint64_t cid, token, started_ns;
+	uint64_t boot_deadline_ns; /* on this boot's CLOCK_BOOTTIME: a wall-clock step changes nothing */
 	unsigned slot;
 	uint32_t attempt;
 	enum mesh_lease_kind kind;
@@ -47,6 +48,8 @@ struct live {
 struct mesh_job {
 	char *journal_path, *name, *node;
 	uint32_t node_hash;
+	struct mesh_lease_holder self; /* this process, refreshed after a fork */
+	int detached;
 	uint32_t max_attempts, spec_copies;
 	double spec_mult, spec_q;
 	uint64_t spec_min_ns;
@@ -418,6 +421,39 @@ static uint64_t new_token(struct mesh_job *j)
 	return t ? t : 1;
 }
 
+/* "<host>.<pid>": only a label for status and node statistics.  Whether
+ * a holder is alive is judged from the holder fields of its lease line
+ * (store.h), never from this name. */
+static char *default_node(void)
+{
+	char host[64], buf[MESH_NODE_MAX + 1];
+	if (gethostname(host, sizeof host) < 0)
+		strcpy(host, "host");
+	host[sizeof host - 1] = 0;
+	for (char *c = host; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
+		      *c == '.'))
+			*c = '-';
+	host[40] = 0;
+	snprintf(buf, sizeof buf, "%s.%d", host, (int)getpid());
+	return strdup(buf);
+}
+
+/* Now, judged as this process (whose pid changes in a forked child). */
+static void lease_clock(struct mesh_job *j, struct mesh_lease_clock *c)
+{
+	if (j->self.pid != (uint32_t)getpid())
+		mesh_lease_holder_self(&j->self);
+	mesh_lease_clock_now(c, &j->self);
+}
+
+void mesh_job_detach_leases(struct mesh_job *j)
+{
+	pthread_mutex_lock(&j->mu);
+	j->detached = 1;
+	pthread_mutex_unlock(&j->mu);
+}
+
 void mesh_job_close(struct mesh_job *j)
 {
 	if (!j)
@@ -443,7 +479,6 @@ int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 	struct mesh_job *j;
 	const char *why;
 	int rc;
-	char host[64];
 	if (mesh_path_journal_ok(o->journal, &why))
 		return MESH_E_PATH;
 	if (o->lockdir && (mesh_path_lockdir_ok(o->lockdir, &why) || !mesh_job_name_ok(o->name)))
@@ -457,20 +492,8 @@ int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 	pthread_cond_init(&j->cv, NULL);
 	j->journal_path = strdup(o->journal);
 	j->name = strdup(o->name ? o->name : "job");
-	if (o->node) {
-		j->node = strdup(o->node);
-	} else {
-		char buf[MESH_NODE_MAX + 1];
-		if (gethostname(host, sizeof host) < 0)
-			strcpy(host, "host");
-		host[sizeof host - 1] = 0;
-		for (char *c = host; *c; c++)
-			if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-'))
-				*c = '-';
-		host[40] = 0;
-		snprintf(buf, sizeof buf, "%s.%d", host, (int)getpid());
-		j->node = strdup(buf);
-	}
+	j->node = o->node ? strdup(o->node) : default_node();
+	mesh_lease_holder_self(&j->self);
 	if (!j->journal_path || !j->name || !j->node) {
 		mesh_job_close(j);
 		return -ENOMEM;
@@ -556,25 +579,32 @@ static int held_add(struct mesh_job *j, const struct held *h)
 /* 1 if this handle holds a live lease of cid; a holding that expired (or
  * was released by a renew to now) is forgotten, so the chunk can be leased
  * again -- by us too. */
-static int held_live(struct mesh_job *j, uint64_t cid, uint64_t now)
+static int held_live(struct mesh_job *j, uint64_t cid, const struct mesh_lease_clock *now)
 {
 	struct held *h = held_find(j, cid);
 	if (!h)
 		return 0;
-	if (h->deadline_ns > now)
+	if (h->boot_deadline_ns > now->boot_ns)
 		return 1;
 	held_del(j, h);
 	return 0;
 }
 
-static void stamp_init(struct mesh_job *j, struct mesh_lease_stamp *s, uint64_t now, uint64_t ttl, uint32_t attempt)
+static void stamp_init(struct mesh_job *j, struct mesh_lease_stamp *s, const struct mesh_lease_clock *now,
+		       uint64_t ttl, uint32_t attempt)
 {
 	memset(s, 0, sizeof *s);
-	s->started_ns = now;
-	s->deadline_ns = now + ttl;
+	s->started_ns = now->wall_ns;
+	s->deadline_ns = now->wall_ns + ttl;
+	s->boot_deadline_ns = now->boot_ns + ttl;
 	s->attempt = attempt;
 	s->token = new_token(j);
 	snprintf(s->node, sizeof s->node, "%s", j->node);
+	s->holder = now->self;
+	if (j->detached) {
+		s->holder.pid = 0;
+		s->holder.pid_start = 0;
+	}
 }
 
 static uint32_t attempts_of(struct mesh_job *j, uint64_t cid)
@@ -596,7 +626,7 @@ static int won(struct mesh_job *j, uint64_t cid, unsigned slot, const struct mes
 	h.cid = cid;
 	h.token = s->token;
 	h.started_ns = s->started_ns;
-	h.deadline_ns = s->deadline_ns;
+	h.boot_deadline_ns = s->boot_deadline_ns;
 	h.slot = slot;
 	h.attempt = s->attempt;
 	h.kind = kind;
@@ -649,8 +679,8 @@ static struct mesh_place_node place_of(struct mesh_job *j, uint32_t hash)
 }
 
 /* Speculative copy of the longest-running straggler that place() gives us. */
-static int speculate(struct mesh_job *j, struct live *lv, size_t nlive, uint64_t now, uint64_t ttl,
-		     struct mesh_lease *l)
+static int speculate(struct mesh_job *j, struct live *lv, size_t nlive, const struct mesh_lease_clock *now,
+		     uint64_t ttl, struct mesh_lease *l)
 {
 	uint64_t thr = straggler_locked(j), typical;
 	struct mesh_place_node self;
@@ -662,9 +692,9 @@ static int speculate(struct mesh_job *j, struct live *lv, size_t nlive, uint64_t
 	for (size_t i = 0; i < nlive; i++) {
 		uint64_t cid = lv[i].cid, elapsed;
 		struct mesh_place_node holder;
-		if (lv[i].st.started_ns >= now || bit(j->done_bits, cid) || held_live(j, cid, now))
+		if (lv[i].st.started_ns >= now->wall_ns || bit(j->done_bits, cid) || held_live(j, cid, now))
 			continue;
-		elapsed = now - lv[i].st.started_ns;
+		elapsed = now->wall_ns - lv[i].st.started_ns;
 		if (elapsed <= thr || !strcmp(lv[i].st.node, j->node))
 			continue;
 		holder = place_of(j, node_hash(lv[i].st.node));
@@ -688,7 +718,7 @@ static int speculate(struct mesh_job *j, struct live *lv, size_t nlive, uint64_t
 
 int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
 {
-	uint64_t now;
+	struct mesh_lease_clock now;
 	struct live *lv = NULL;
 	size_t nlive = 0, clive = 0;
 	int rc;
@@ -702,14 +732,14 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 		rc = MESH_JOB_COMPLETE;
 		goto out;
 	}
-	now = mesh_wall_ns();
+	lease_clock(j, &now);
 	/* 1: the next PENDING chunk after our cursor. */
 	while ((j->cursor = next_not_done(j, j->cursor)) < j->n) {
 		uint64_t cid = j->cursor++;
 		struct mesh_lease_stamp s;
-		if (is_buried(j, cid) || held_live(j, cid, now))
+		if (is_buried(j, cid) || held_live(j, cid, &now))
 			continue;
-		stamp_init(j, &s, now, ttl_ns, attempts_of(j, cid) + 1);
+		stamp_init(j, &s, &now, ttl_ns, attempts_of(j, cid) + 1);
 		rc = j->st->ops->claim(j->st, cid, 0, &s);
 		if (rc == MESH_E_STATE)
 			continue;
@@ -723,9 +753,9 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 	rc = 0;
 	for (uint64_t cid = next_not_done(j, 0); cid < j->n; cid = next_not_done(j, cid + 1)) {
 		struct mesh_lease_stamp s, seen;
-		if (is_buried(j, cid) || held_live(j, cid, now))
+		if (is_buried(j, cid) || held_live(j, cid, &now))
 			continue;
-		stamp_init(j, &s, now, ttl_ns, attempts_of(j, cid) + 1);
+		stamp_init(j, &s, &now, ttl_ns, attempts_of(j, cid) + 1);
 		rc = j->st->ops->claim(j->st, cid, 0, &s);
 		if (rc == 0) {
 			if (won(j, cid, 0, &s, MESH_LEASE_FRESH, l))
@@ -734,7 +764,7 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 		}
 		if (rc != MESH_E_STATE)
 			goto out;
-		rc = j->st->ops->steal(j->st, cid, 0, now, &s, &seen);
+		rc = j->st->ops->steal(j->st, cid, 0, &now, &s, &seen);
 		if (rc == 0) {
 			if (won(j, cid, 0, &s, MESH_LEASE_STOLEN, l))
 				goto out;
@@ -759,7 +789,7 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 		rc = 0;
 	}
 	/* 3: a speculative copy of a straggler. */
-	rc = spec ? speculate(j, lv, nlive, now, ttl_ns, l) : 0;
+	rc = spec ? speculate(j, lv, nlive, &now, ttl_ns, l) : 0;
 	if (rc == 1)
 		rc = 0;
 	else if (rc == 0)
@@ -773,20 +803,24 @@ out:
 int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns)
 {
 	struct held *h;
-	uint64_t dl = mesh_wall_ns() + ttl_ns;
+	struct mesh_lease_clock now;
+	uint64_t dl, boot_dl;
 	int rc;
 	if (!j->st)
 		return MESH_E_STATE;
 	pthread_mutex_lock(&j->mu);
+	lease_clock(j, &now);
+	dl = now.wall_ns + ttl_ns;
+	boot_dl = now.boot_ns + ttl_ns;
 	rc = sync_locked(j);
 	h = held_find(j, l->cid);
 	if (!rc && (!h || l->cid >= j->n || bit(j->done_bits, l->cid)))
 		rc = MESH_E_STATE;
 	if (!rc)
-		rc = j->st->ops->renew(j->st, l->cid, h->slot, h->token, dl);
+		rc = j->st->ops->renew(j->st, l->cid, h->slot, h->token, dl, boot_dl);
 	if (!rc) {
 		l->deadline_ns = dl;
-		h->deadline_ns = dl;
+		h->boot_deadline_ns = boot_dl;
 	} else if (rc == MESH_E_STATE && h)
 		held_del(j, h);
 	pthread_mutex_unlock(&j->mu);
@@ -1082,8 +1116,11 @@ int mesh_job_status(struct mesh_job *j, struct mesh_job_status *st)
 	memset(st, 0, sizeof *st);
 	pthread_mutex_lock(&j->mu);
 	rc = sync_locked(j);
-	if (!rc && j->st)
-		rc = j->st->ops->each_live(j->st, mesh_wall_ns(), count_live_fn, &cl);
+	if (!rc && j->st) {
+		struct mesh_lease_clock now;
+		lease_clock(j, &now);
+		rc = j->st->ops->each_live(j->st, &now, count_live_fn, &cl);
+	}
 	if (rc == -ENOENT)
 		rc = 0; /* the lock dir is gone: nothing is leased */
 	if (!rc) {

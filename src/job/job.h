@@ -82,6 +82,13 @@ struct mesh_lease {
 	uint64_t started_ns;	/* wall clock */
 };
 
+/* Makes the leases j takes from now on outlive this process: they hold
+ * until their deadline even after it exits (`mesh job lease`, which exits
+ * while its caller works on the chunk).  By default a lease is bound to the
+ * process that took it, and once that process is certainly gone
+ * (store/store.h) any node may take the lease before its deadline. */
+void mesh_job_detach_leases(struct mesh_job *j);
+
 /* Claims the next PENDING chunk, else steals an expired lease, else (when
  * speculate is set and nothing is pending) a speculative copy of the worst
  * straggler that place() gives to this node.  Returns 0 with *l filled,
@@ -89,8 +96,9 @@ struct mesh_lease {
 int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *l);
 /* Extends a lease this node holds to now + ttl_ns.  0, or MESH_E_STATE when
  * the lease is no longer ours (stolen after expiry, or the chunk is DONE).
- * A tiny ttl_ns (1) hands the lease back: it expires at once and any node,
- * this one included, may lease the chunk again. */
+ * A tiny ttl_ns (1) hands the lease back: it expires at once for every node
+ * of this boot, this one included (nodes of other boots wait out the clock
+ * skew margin, MESH_LEASE_SKEW_NS in store/store.h). */
 int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns);
 /* Durably completes cid: MESH_JOB_DONE after the record is fsync'd, or
  * MESH_JOB_IGNORED for a duplicate.  MESH_E_RANGE for cid >= n.  A write or

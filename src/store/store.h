@@ -6,15 +6,24 @@
  * The file store keeps one lease file per held chunk copy:
  *   <lockdir>/<job>.<cid>.lease        the primary lease (slot 0)
  *   <lockdir>/<job>.<cid>.s<k>.lease   speculative copy k (slot k >= 1)
- * holding one checked line (docs/journal.md, "Lease files"):
- *   mesh-lease 1 <deadline_ns> <started_ns> <attempt> <token hex16> <node> <crc32c hex8>\n
+ * holding one checked line (docs/journal.md, "Lease files"), packed by
+ * mesh_lease_format and unpacked by mesh_lease_parse only.
  * Every change of a lease file after its creation is made while holding
  * flock(LOCK_EX) on it, and every reader that acts on what it read (steal,
  * renew, release) re-reads under that lock; so of several stealers of one
  * expired lease exactly one wins, and a creator (O_CREAT|O_EXCL) writes its
  * stamp only into a still-empty file.  A file that is empty or does not
  * parse counts as expired (a creator that died before writing, or damage);
- * it never stops the chunk from being leased again. */
+ * it never stops the chunk from being leased again.
+ *
+ * When a lease is free (mesh_lease_free): its deadline passed -- judged by
+ * CLOCK_BOOTTIME when the judge runs on the holder's boot (a wall-clock step
+ * changes nothing), else by the wall clock plus MESH_LEASE_SKEW_NS -- or its
+ * holder process is certainly gone (same boot, same PID namespace, and its
+ * pid is free, a zombie, or a process started at another time).  Whatever
+ * cannot be checked for certain (another machine, another PID namespace, a
+ * line of format 1, a lease not bound to a process) waits for the
+ * deadline. */
 #ifndef MESH_STORE_STORE_H
 #define MESH_STORE_STORE_H
 
@@ -23,12 +32,36 @@
 
 #define MESH_NODE_MAX 64
 
+/* How far apart the wall clocks of hosts sharing a lock directory may be:
+ * a lease written on another boot is stolen only this long after its
+ * deadline (docs/job.md). */
+#define MESH_LEASE_SKEW_NS (5ull * 1000000000ull)
+
+/* The process that holds a lease, as far as another one can check it.  A
+ * field that is 0 (all-zero boot_id) is unknown, and an unknown fact never
+ * lets a holder be judged gone. */
+struct mesh_lease_holder {
+	uint8_t boot_id[16]; /* /proc/sys/kernel/random/boot_id */
+	uint64_t timens;     /* inode of /proc/self/ns/time: whose CLOCK_BOOTTIME */
+	uint64_t pidns;	     /* inode of /proc/self/ns/pid: where pid means something */
+	uint32_t pid;	     /* 0 = the lease is not bound to a process (it outlives it) */
+	uint64_t pid_start;  /* field 22 of /proc/<pid>/stat: clock ticks after boot */
+};
+
 struct mesh_lease_stamp {
 	uint64_t deadline_ns; /* wall clock */
 	uint64_t started_ns;  /* wall clock */
 	uint32_t attempt;
 	uint64_t token;	      /* random; identifies one holding */
-	char node[MESH_NODE_MAX + 1];
+	char node[MESH_NODE_MAX + 1]; /* a label: never parsed */
+	uint64_t boot_deadline_ns;    /* CLOCK_BOOTTIME of holder's boot; 0 = unknown */
+	struct mesh_lease_holder holder;
+};
+
+/* "Now" as the judging process sees it. */
+struct mesh_lease_clock {
+	uint64_t wall_ns, boot_ns;
+	struct mesh_lease_holder self;
 };
 
 struct mesh_store;
@@ -38,22 +71,24 @@ struct mesh_store_ops {
 	/* Creates the lease of (cid, slot) if none exists.  0 = ours,
 	 * MESH_E_STATE = one exists, -errno. */
 	int (*claim)(struct mesh_store *s, uint64_t cid, unsigned slot, const struct mesh_lease_stamp *mine);
-	/* Takes over an existing lease that expired before now (or is
-	 * garbled): 0 = ours (mine->attempt becomes the old attempt + 1 when
+	/* Takes over an existing lease that is free at now (mesh_lease_free,
+	 * or garbled): 0 = ours (mine->attempt becomes the old attempt + 1 when
 	 * the old stamp was readable), MESH_E_STATE = it is live (*seen filled),
 	 * -ENOENT = there is no lease (claim instead). */
-	int (*steal)(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t now_ns, struct mesh_lease_stamp *mine,
-		     struct mesh_lease_stamp *seen);
-	/* Sets the deadline of our lease (token match).  0 or MESH_E_STATE. */
-	int (*renew)(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t token, uint64_t deadline_ns);
+	int (*steal)(struct mesh_store *s, uint64_t cid, unsigned slot, const struct mesh_lease_clock *now,
+		     struct mesh_lease_stamp *mine, struct mesh_lease_stamp *seen);
+	/* Sets both deadlines of our lease (token match; boot_deadline_ns on
+	 * the holder's boot).  0 or MESH_E_STATE. */
+	int (*renew)(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t token, uint64_t deadline_ns,
+		     uint64_t boot_deadline_ns);
 	/* Removes the lease: only when its token matches (token != 0), or
 	 * whatever it holds (token == 0).  0 (also when absent) or -errno. */
 	int (*release)(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t token);
 	/* Reads the lease: 0 with *st, -ENOENT, MESH_E_PARSE (garbled). */
 	int (*read)(struct mesh_store *s, uint64_t cid, unsigned slot, struct mesh_lease_stamp *st);
-	/* Calls fn for every primary lease of this job that is live at now_ns.
-	 * Cost: the leases present, never the job size. */
-	int (*each_live)(struct mesh_store *s, uint64_t now_ns,
+	/* Calls fn for every primary lease of this job that is not free at
+	 * now.  Cost: the leases present, never the job size. */
+	int (*each_live)(struct mesh_store *s, const struct mesh_lease_clock *now,
 			 void (*fn)(void *arg, uint64_t cid, const struct mesh_lease_stamp *st), void *arg);
 	void (*close)(struct mesh_store *s);
 };
@@ -62,16 +97,47 @@ struct mesh_store {
 	const struct mesh_store_ops *ops;
 };
 
-/* Opens the file store in lockdir (created, mode 0755, when create is set
- * and it is missing) for job name.  Errors: MESH_E_PATH (path law, or a
- * name that is not [A-Za-z0-9_.-]{1,64}), -errno. */
+/* Opens the file store in lockdir (created, mode 0700, when create is set
+ * and it is missing) for job name.  The directory must be private to this
+ * user -- owned by the effective uid, not writable by group or others, not a
+ * symlink -- or anyone could plant or remove leases in it.  Errors:
+ * MESH_E_PATH (path law, a symlink, or a name that is not
+ * [A-Za-z0-9_.-]{1,64}), MESH_E_NOTPRIVATE, -errno. */
 int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const char *name, int create);
+/* Checks lockdir as mesh_store_file_open would, without creating it: 0
+ * when it is private to this user or missing, else MESH_E_PATH,
+ * MESH_E_NOTPRIVATE or -errno.  For a caller that names the directory in
+ * its message before it opens a job. */
+int mesh_store_file_check_dir(const char *lockdir);
+/* Removes lockdir when it holds nothing but lease files (which it removes,
+ * whatever job they belong to): for a lock directory that served one run.
+ * 0, also when it is missing; -ENOTEMPTY when another file is in it (then
+ * only lease files are gone); MESH_E_PATH, MESH_E_NOTPRIVATE as for open
+ * (then nothing is touched); -errno. */
+int mesh_store_file_remove_dir(const char *lockdir);
 
 /* The lease line codec (pure; fuzzed and tested as a table).  format
- * returns the length written to buf (>= 128 bytes), parse 0 or
- * MESH_E_PARSE. */
+ * writes format 2 and returns the length written to buf (0 when cap is too
+ * small; MESH_LEASE_LINE_MAX always fits); parse takes formats 1 and 2 (a
+ * format-1 line has boot_deadline_ns 0 and an unknown holder) and returns 0
+ * or MESH_E_PARSE. */
+#define MESH_LEASE_LINE_MAX 320
 size_t mesh_lease_format(char *buf, size_t cap, const struct mesh_lease_stamp *st);
 int mesh_lease_parse(const char *buf, size_t n, struct mesh_lease_stamp *st);
+
+/* The calling process as a holder: every fact it can read (pid bound). */
+void mesh_lease_holder_self(struct mesh_lease_holder *h);
+/* The clock of the calling process now, with self as the judge. */
+void mesh_lease_clock_now(struct mesh_lease_clock *c, const struct mesh_lease_holder *self);
+/* 1 when st's deadline has passed at now (pure): by CLOCK_BOOTTIME when
+ * now.self is on the holder's boot and time namespace, else by the wall
+ * clock plus MESH_LEASE_SKEW_NS. */
+int mesh_lease_expired(const struct mesh_lease_stamp *st, const struct mesh_lease_clock *now);
+/* 1 only when the holder process is certainly gone, as judged by self (a
+ * process of the calling process's pid namespace and /proc); else 0. */
+int mesh_lease_holder_gone(const struct mesh_lease_holder *h, const struct mesh_lease_holder *self);
+/* 1 when the lease may be taken over: expired, or its holder is gone. */
+int mesh_lease_free(const struct mesh_lease_stamp *st, const struct mesh_lease_clock *now);
 
 /* A node name: 1..64 bytes of [A-Za-z0-9_.:@-]. */
 int mesh_node_name_ok(const char *s);

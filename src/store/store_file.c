@@ -1,6 +1,5 @@
 #include "store/store.h"
 
-#include "base/crc.h"
 #include "base/err.h"
 #include "base/io.h"
 #include "base/parse.h"
@@ -15,11 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define LINE_MAX_ 256
 
 struct file_store {
 	struct mesh_store base;
@@ -27,105 +24,6 @@ struct file_store {
 	char *name;
 	int dirfd;
 };
-
-static int name_chars(const char *s, const char *extra)
-{
-	size_t n = 0;
-	for (; s[n]; n++) {
-		char c = s[n];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-		      c == '-' || c == '.' || strchr(extra, c)))
-			return 0;
-	}
-	return n >= 1 && n <= MESH_NODE_MAX;
-}
-
-int mesh_node_name_ok(const char *s)
-{
-	return s && name_chars(s, ":@");
-}
-
-int mesh_job_name_ok(const char *s)
-{
-	return s && s[0] != '.' && name_chars(s, "");
-}
-
-size_t mesh_lease_format(char *buf, size_t cap, const struct mesh_lease_stamp *st)
-{
-	int n = snprintf(buf, cap, "mesh-lease 1 %" PRIu64 " %" PRIu64 " %" PRIu32 " %016" PRIx64 " %s ", st->deadline_ns,
-			 st->started_ns, st->attempt, st->token, st->node);
-	if (n < 0 || (size_t)n + 10 > cap)
-		return 0;
-	n += snprintf(buf + n, cap - (size_t)n, "%08" PRIx32 "\n", mesh_crc32c(0, buf, (size_t)n));
-	return (size_t)n;
-}
-
-/* Next space-separated field of [*p, end): its start and length. */
-static int field(const char **p, const char *end, const char **f, size_t *n)
-{
-	const char *s = *p, *e = s;
-	while (e < end && *e != ' ' && *e != '\n')
-		e++;
-	if (e == s || e >= end)
-		return -1;
-	*f = s;
-	*n = (size_t)(e - s);
-	*p = e + 1;
-	return 0;
-}
-
-static int hexn(const char *s, size_t n, uint64_t *out)
-{
-	uint64_t v = 0;
-	if (n == 0 || n > 16)
-		return -1;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-		if (d < 0)
-			return -1;
-		v = v << 4 | (uint64_t)d;
-	}
-	*out = v;
-	return 0;
-}
-
-int mesh_lease_parse(const char *buf, size_t n, struct mesh_lease_stamp *st)
-{
-	const char *p = buf, *end = buf + n, *f;
-	size_t fl;
-	uint64_t v, crc;
-	struct mesh_lease_stamp s;
-	const char *crc_at;
-	if (n < 16 || buf[n - 1] != '\n')
-		return MESH_E_PARSE;
-	if (field(&p, end, &f, &fl) || fl != 10 || memcmp(f, "mesh-lease", 10))
-		return MESH_E_PARSE;
-	if (field(&p, end, &f, &fl) || fl != 1 || f[0] != '1')
-		return MESH_E_PARSE;
-	if (field(&p, end, &f, &fl) || mesh_parse_u64n(f, fl, UINT64_MAX, &s.deadline_ns))
-		return MESH_E_PARSE;
-	if (field(&p, end, &f, &fl) || mesh_parse_u64n(f, fl, UINT64_MAX, &s.started_ns))
-		return MESH_E_PARSE;
-	if (field(&p, end, &f, &fl) || mesh_parse_u64n(f, fl, UINT32_MAX, &v))
-		return MESH_E_PARSE;
-	s.attempt = (uint32_t)v;
-	if (field(&p, end, &f, &fl) || fl != 16 || hexn(f, fl, &s.token))
-		return MESH_E_PARSE;
-	if (field(&p, end, &f, &fl) || fl > MESH_NODE_MAX)
-		return MESH_E_PARSE;
-	memcpy(s.node, f, fl);
-	s.node[fl] = 0;
-	if (!mesh_node_name_ok(s.node))
-		return MESH_E_PARSE;
-	crc_at = p;
-	if (field(&p, end, &f, &fl) || fl != 8 || hexn(f, fl, &crc) || p != end)
-		return MESH_E_PARSE;
-	if ((uint32_t)crc != mesh_crc32c(0, buf, (size_t)(crc_at - buf)))
-		return MESH_E_PARSE;
-	*st = s;
-	return 0;
-}
 
 static struct file_store *fs_of(struct mesh_store *s)
 {
@@ -150,7 +48,7 @@ static int lock_ex(int fd)
 /* Reads the stamp of an open lease file. */
 static int read_fd(int fd, struct mesh_lease_stamp *st)
 {
-	char buf[LINE_MAX_];
+	char buf[MESH_LEASE_LINE_MAX];
 	ssize_t got = mesh_pread_full(fd, buf, sizeof buf, 0);
 	if (got < 0)
 		return (int)got;
@@ -159,7 +57,7 @@ static int read_fd(int fd, struct mesh_lease_stamp *st)
 
 static int write_fd(int fd, const struct mesh_lease_stamp *st)
 {
-	char buf[LINE_MAX_];
+	char buf[MESH_LEASE_LINE_MAX];
 	size_t n = mesh_lease_format(buf, sizeof buf, st);
 	int rc;
 	if (!n)
@@ -217,34 +115,8 @@ static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	return rc;
 }
 
-/* A lease is as good as expired when its holder is a process of this host
- * that no longer exists: the default node name is "<host>.<pid>" (a
- * speculative handle adds ".spec"), so a rerun after kill -9 need not wait
- * out the TTL.  A reused pid only keeps the lease until its deadline, as
- * before; other node names are judged by the deadline alone. */
-static int holder_dead(const struct mesh_lease_stamp *st)
-{
-	char host[256];
-	size_t hl;
-	uint64_t pid;
-	const char *p, *end;
-	if (gethostname(host, sizeof host - 1) < 0)
-		return 0;
-	host[sizeof host - 1] = 0;
-	hl = strlen(host);
-	if (strncmp(st->node, host, hl) != 0 || st->node[hl] != '.')
-		return 0;
-	p = st->node + hl + 1;
-	end = strchr(p, '.');
-	if (end && strcmp(end, ".spec") != 0)
-		return 0;
-	if (mesh_parse_u64n(p, end ? (size_t)(end - p) : strlen(p), INT32_MAX, &pid) || pid == 0)
-		return 0;
-	return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
-}
-
-static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t now_ns, struct mesh_lease_stamp *mine,
-		    struct mesh_lease_stamp *seen)
+static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, const struct mesh_lease_clock *now,
+		    struct mesh_lease_stamp *mine, struct mesh_lease_stamp *seen)
 {
 	struct file_store *fs = fs_of(s);
 	char name[NAME_MAX + 1];
@@ -256,7 +128,7 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t 
 	if (fd < 0)
 		return fd;
 	rc = read_fd(fd, &old);
-	if (rc == 0 && old.deadline_ns > now_ns && !holder_dead(&old)) {
+	if (rc == 0 && !mesh_lease_free(&old, now)) {
 		if (seen)
 			*seen = old;
 		close(fd);
@@ -269,7 +141,8 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t 
 	return rc;
 }
 
-static int fs_renew(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t token, uint64_t deadline_ns)
+static int fs_renew(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t token, uint64_t deadline_ns,
+		    uint64_t boot_deadline_ns)
 {
 	struct file_store *fs = fs_of(s);
 	char name[NAME_MAX + 1];
@@ -286,6 +159,7 @@ static int fs_renew(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t 
 		return MESH_E_STATE;
 	}
 	cur.deadline_ns = deadline_ns;
+	cur.boot_deadline_ns = boot_deadline_ns;
 	rc = write_fd(fd, &cur);
 	close(fd);
 	return rc;
@@ -328,7 +202,7 @@ static int fs_read(struct mesh_store *s, uint64_t cid, unsigned slot, struct mes
 	return rc;
 }
 
-static int fs_each_live(struct mesh_store *s, uint64_t now_ns,
+static int fs_each_live(struct mesh_store *s, const struct mesh_lease_clock *now,
 			void (*fn)(void *arg, uint64_t cid, const struct mesh_lease_stamp *st), void *arg)
 {
 	struct file_store *fs = fs_of(s);
@@ -353,7 +227,7 @@ static int fs_each_live(struct mesh_store *s, uint64_t now_ns,
 		dot = n + nl + 1;
 		if (mesh_parse_u64n(dot, (size_t)(n + len - 6 - dot), UINT64_MAX, &cid))
 			continue; /* speculative copies (".s1") and other jobs' files */
-		if (fs_read(s, cid, 0, &st) == 0 && st.deadline_ns > now_ns && !holder_dead(&st))
+		if (fs_read(s, cid, 0, &st) == 0 && !mesh_lease_free(&st, now))
 			fn(arg, cid, &st);
 	}
 	closedir(d);
@@ -382,18 +256,42 @@ static const struct mesh_store_ops file_ops = {
 	.close = fs_close,
 };
 
-int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const char *name, int create)
+/* Opens lockdir (creating it 0700 when create is set and it is missing) and
+ * checks that it is private to this user; the check is made on the opened
+ * directory itself, so nothing can be swapped in between. */
+static int open_private_dir(const char *lockdir, int create)
 {
-	struct file_store *fs;
 	const char *why;
+	struct stat st;
 	int dfd;
-	if (mesh_path_lockdir_ok(lockdir, &why) || !mesh_job_name_ok(name))
+	if (mesh_path_lockdir_ok(lockdir, &why))
 		return MESH_E_PATH;
-	if (create && mkdir(lockdir, 0755) < 0 && errno != EEXIST)
+	if (create && mkdir(lockdir, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	dfd = open(lockdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (dfd < 0)
 		return errno == ENOTDIR || errno == ELOOP ? MESH_E_PATH : -errno;
+	if (fstat(dfd, &st) < 0) {
+		int rc = -errno;
+		close(dfd);
+		return rc;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		close(dfd);
+		return MESH_E_NOTPRIVATE;
+	}
+	return dfd;
+}
+
+int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const char *name, int create)
+{
+	struct file_store *fs;
+	int dfd;
+	if (!mesh_job_name_ok(name))
+		return MESH_E_PATH;
+	dfd = open_private_dir(lockdir, create);
+	if (dfd < 0)
+		return dfd;
 	fs = calloc(1, sizeof *fs);
 	if (!fs || !(fs->dir = strdup(lockdir)) || !(fs->name = strdup(name))) {
 		if (fs) {
@@ -407,4 +305,41 @@ int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const cha
 	fs->dirfd = dfd;
 	*out = &fs->base;
 	return 0;
+}
+
+int mesh_store_file_check_dir(const char *lockdir)
+{
+	int dfd = open_private_dir(lockdir, 0);
+	if (dfd == -ENOENT)
+		return 0;
+	if (dfd < 0)
+		return dfd;
+	close(dfd);
+	return 0;
+}
+
+int mesh_store_file_remove_dir(const char *lockdir)
+{
+	int rc = 0, dfd = open_private_dir(lockdir, 0);
+	DIR *d;
+	struct dirent *e;
+	if (dfd == -ENOENT)
+		return 0;
+	if (dfd < 0)
+		return dfd;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -ENOMEM;
+	}
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len > 6 && !strcmp(e->d_name + len - 6, ".lease") && unlinkat(dirfd(d), e->d_name, 0) < 0 &&
+		    errno != ENOENT)
+			rc = -errno;
+	}
+	closedir(d);
+	if (!rc && rmdir(lockdir) < 0 && errno != ENOENT)
+		rc = errno == EEXIST ? -ENOTEMPTY : -errno;
+	return rc;
 }

@@ -1,4 +1,5 @@
 #include "base/clock.h"
+#include "base/crc.h"
 #include "base/err.h"
 #include "job/job.h"
 #include "journal/journal.h"
@@ -11,6 +12,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -257,16 +259,35 @@ TEST(job_garbled_lease_counts_as_expired)
 
 TEST(lease_line_codec_table)
 {
-	struct mesh_lease_stamp s = {123456789, 100, 3, 0xdeadbeefcafef00dull, "node-1.x"}, r;
-	char buf[256];
+	struct mesh_lease_stamp s = {.deadline_ns = 123456789,
+				     .started_ns = 100,
+				     .attempt = 3,
+				     .token = 0xdeadbeefcafef00dull,
+				     .node = "node-1.x",
+				     .boot_deadline_ns = 987654321,
+				     .holder = {.boot_id = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98,
+							    0x76, 0x54, 0x32, 0x10},
+						.timens = 4026531834ull,
+						.pidns = 4026531836ull,
+						.pid = 4242,
+						.pid_start = 123456}},
+				r;
+	char buf[MESH_LEASE_LINE_MAX];
 	size_t n = mesh_lease_format(buf, sizeof buf, &s);
 	ASSERT_GT(n, 0);
+	ASSERT_EQ(memcmp(buf, "mesh-lease 2 ", 13), 0);
 	ASSERT_EQ(mesh_lease_parse(buf, n, &r), 0);
 	EXPECT_UEQ(r.deadline_ns, s.deadline_ns);
 	EXPECT_UEQ(r.started_ns, 100);
 	EXPECT_EQ(r.attempt, 3);
 	EXPECT_UEQ(r.token, s.token);
 	EXPECT_STREQ(r.node, "node-1.x");
+	EXPECT_UEQ(r.boot_deadline_ns, 987654321);
+	EXPECT_EQ(memcmp(r.holder.boot_id, s.holder.boot_id, 16), 0);
+	EXPECT_UEQ(r.holder.timens, s.holder.timens);
+	EXPECT_UEQ(r.holder.pidns, s.holder.pidns);
+	EXPECT_UEQ(r.holder.pid, 4242);
+	EXPECT_UEQ(r.holder.pid_start, 123456);
 	for (size_t k = 0; k < n; k++) /* every truncation is refused */
 		EXPECT_EQ(mesh_lease_parse(buf, k, &r), MESH_E_PARSE);
 	for (size_t k = 0; k + 1 < n; k++) { /* every changed byte is refused */
@@ -275,6 +296,29 @@ TEST(lease_line_codec_table)
 		EXPECT_EQ(mesh_lease_parse(buf, n, &r), MESH_E_PARSE);
 		buf[k] = save;
 	}
+	/* the longest line fits MESH_LEASE_LINE_MAX */
+	memset(s.node, 'n', MESH_NODE_MAX);
+	s.node[MESH_NODE_MAX] = 0;
+	s.deadline_ns = s.started_ns = s.boot_deadline_ns = s.token = UINT64_MAX;
+	s.attempt = UINT32_MAX;
+	s.holder.timens = s.holder.pidns = s.holder.pid_start = UINT64_MAX;
+	s.holder.pid = INT32_MAX;
+	n = mesh_lease_format(buf, sizeof buf, &s);
+	ASSERT_GT(n, 0);
+	EXPECT_EQ(mesh_lease_parse(buf, n, &r), 0);
+	EXPECT_EQ(mesh_lease_format(buf, n, &s), 0); /* too small: nothing */
+	/* format 1 (written before holders were recorded): read, holder unknown */
+	static const char v1[] = "mesh-lease 1 123456789 100 3 deadbeefcafef00d node-1.x ";
+	char line[128];
+	snprintf(line, sizeof line, "%s%08x\n", v1, mesh_crc32c(0, v1, sizeof v1 - 1));
+	ASSERT_EQ(mesh_lease_parse(line, strlen(line), &r), 0);
+	EXPECT_UEQ(r.deadline_ns, 123456789);
+	EXPECT_STREQ(r.node, "node-1.x");
+	EXPECT_UEQ(r.boot_deadline_ns, 0);
+	EXPECT_UEQ(r.holder.pid, 0);
+	EXPECT_UEQ(r.holder.pidns, 0);
+	line[11] = '3'; /* an unknown version */
+	EXPECT_EQ(mesh_lease_parse(line, strlen(line), &r), MESH_E_PARSE);
 	EXPECT_EQ(mesh_node_name_ok("a"), 1);
 	EXPECT_EQ(mesh_node_name_ok(""), 0);
 	EXPECT_EQ(mesh_node_name_ok("a b"), 0);
@@ -295,8 +339,13 @@ TEST_TIMEOUT(job_exactly_one_claimer_and_one_stealer, 60)
 		int go[2], winners = 0, nones = 0;
 		pid_t pids[PROCS];
 		if (round > 0) {
-			/* an expired lease left by a dead holder */
-			struct mesh_lease_stamp s = {mesh_wall_ns() - MS, mesh_wall_ns() - 10 * MS, 1, 42, "dead"};
+			/* an expired lease left by a holder of unknown boot: past
+			 * its deadline by more than the clock skew allowed */
+			struct mesh_lease_stamp s = {.deadline_ns = mesh_wall_ns() - MESH_LEASE_SKEW_NS - MS,
+						     .started_ns = mesh_wall_ns() - 10 * MESH_NS_PER_S,
+						     .attempt = 1,
+						     .token = 42,
+						     .node = "dead"};
 			char buf[256];
 			size_t n = mesh_lease_format(buf, sizeof buf, &s);
 			buf[n] = 0;
@@ -320,6 +369,8 @@ TEST_TIMEOUT(job_exactly_one_claimer_and_one_stealer, 60)
 				o.node = node;
 				if (mesh_job_open(&j, &o))
 					_exit(10);
+				/* the winner exits at once: its lease must still hold */
+				mesh_job_detach_leases(j);
 				if (read(go[0], &c, 1) != 0)
 					_exit(11);
 				int rc = mesh_job_lease(j, 60 * MESH_NS_PER_S, 0, &l);
@@ -536,8 +587,8 @@ TEST(job_lease_of_a_dead_local_process_is_taken_at_once)
 	int st;
 	ASSERT_EQ(waitpid(pid, &st, 0), pid);
 	ASSERT_TRUE(WIFSIGNALED(st));
-	/* A named node's lease with an hour to run would hold; the dead
-	 * default-named holder's does not. */
+	/* A lease with an hour to run whose holder process is gone (same
+	 * boot, same PID namespace) does not hold. */
 	struct mesh_job *j = open_node("j.log", "other", 1);
 	struct mesh_lease l;
 	ASSERT_EQ(mesh_job_lease(j, 60 * MESH_NS_PER_S, 0, &l), 0);
