@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TTL_MAX_NS (365ull * 24 * 3600 * MESH_NS_PER_S)
 
@@ -123,8 +124,15 @@ static int check_lockdir(const char *p, const char *job)
 
 static int parse_count(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-	int rc = mesh_parse_u64(s, max, out);
-	if (!rc && *out < min)
+	int rc = mesh_parse_u64(s, UINT64_MAX, out);
+	if (!rc && max == MESH_JOB_MAX_CHUNKS && *out > max) {
+		fprintf(stderr,
+			"mesh: %s '%s' refused: more than the engine handles (at most %" PRIu64
+			"; every open job keeps two bits a chunk in memory)\n",
+			what, s, max);
+		return mesh_exit_for(MESH_E_RANGE);
+	}
+	if (!rc && (*out < min || *out > max))
 		rc = MESH_E_RANGE;
 	if (rc) {
 		fprintf(stderr, "mesh: %s '%s' refused: %s (a whole number from %" PRIu64 " to %" PRIu64 ")\n", what, s,
@@ -147,40 +155,108 @@ static int parse_ttl(const char *s, uint64_t *ns)
 	return 0;
 }
 
-static int open_job(struct mesh_job **j, const char *journal, const char *lockdir, const char *name, uint64_t n,
-		    const char *node)
+static const char *file_type_name(unsigned type)
+{
+	switch (type) {
+	case S_IFDIR:
+		return "a directory";
+	case S_IFIFO:
+		return "a FIFO";
+	case S_IFCHR:
+		return "a character device";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFSOCK:
+		return "a socket";
+	case S_IFLNK:
+		return "a symlink";
+	}
+	return "not a regular file";
+}
+
+/* Names the file and the reason of a submit or open error (journal n may
+ * be 0 when the command gave none); returns the exit code. */
+static int job_fail(int rc, const struct mesh_job_why *w, const char *journal, const char *lockdir, uint64_t n)
+{
+	int denied = rc == -EACCES || rc == -EPERM || rc == -EROFS;
+	if (w->at == MESH_JOB_AT_LOCKDIR && (rc == -ENOENT || rc == -ENOTDIR || denied)) {
+		fprintf(stderr, "mesh: cannot %s lock directory '%s': %s\n", rc == -ENOENT ? "create" : "use", lockdir,
+			mesh_strerror(rc));
+		return MESH_EXIT_CANTCREAT;
+	}
+	if (w->at == MESH_JOB_AT_LOCKDIR)
+		return mesh_cli_fail(rc, "lock directory '%s' refused", lockdir);
+	if (w->at == MESH_JOB_AT_JOURNAL_WRITE && denied) {
+		fprintf(stderr, "mesh: journal '%s' cannot be written: %s (this command writes it; `mesh job status` only reads)\n",
+			journal, mesh_strerror(rc));
+		return MESH_EXIT_NOPERM;
+	}
+	if (w->at == MESH_JOB_AT_JOURNAL_WRITE)
+		return mesh_cli_fail(rc, "cannot write journal '%s'", journal);
+	if (rc == MESH_E_PATH && w->file_type) {
+		fprintf(stderr, "mesh: journal '%s' is %s, not a journal file\n", journal, file_type_name(w->file_type));
+		return mesh_exit_for(rc);
+	}
+	if (rc == MESH_E_MISMATCH && n && w->n != n)
+		return mesh_cli_fail(rc, "journal '%s' holds %" PRIu64 " chunks, not %" PRIu64, journal, w->n, n);
+	if (rc == MESH_E_MISMATCH)
+		return mesh_cli_fail(rc, "journal '%s' belongs to other work (%.*s)", journal, (int)w->identity_len,
+				     (const char *)w->identity);
+	if (rc == MESH_E_RANGE && w->n)
+		return mesh_cli_fail(rc, "journal '%s' holds %" PRIu64 " chunks, more than the engine handles (%" PRIu64 ")",
+				     journal, w->n, (uint64_t)MESH_JOB_MAX_CHUNKS);
+	if (rc == MESH_E_CORRUPT && w->size) {
+		fprintf(stderr,
+			"mesh: journal '%s' is damaged at offset %" PRIu64 " (of %" PRIu64
+			" bytes); this command changes nothing: `mesh job check%s %s` %s it\n",
+			journal, w->damage_off, w->size, w->torn ? "" : " --force", journal,
+			w->torn ? "cuts the torn tail and repairs" : "keeps every whole record and repairs");
+		return mesh_exit_for(rc);
+	}
+	if (rc == MESH_E_CORRUPT)
+		return mesh_cli_fail(rc, "cannot open '%s' (`mesh job check %s` reports the damage)", journal, journal);
+	return mesh_cli_fail(rc, "cannot open '%s'", journal);
+}
+
+static int open_job_as(struct mesh_job **j, const char *journal, const char *lockdir, const char *name, uint64_t n,
+		       const char *node, int read_only)
 {
 	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	struct mesh_job_why why;
 	int rc;
 	o.journal = journal;
 	o.lockdir = lockdir;
 	o.name = name;
 	o.nchunks = n;
 	o.node = node;
+	o.read_only = read_only;
+	o.why = &why;
 	rc = mesh_job_open(j, &o);
-	if (rc == MESH_E_MISMATCH)
-		return mesh_cli_fail(rc, "journal '%s' holds a different chunk count than %" PRIu64, journal, n);
 	if (rc == MESH_E_PARSE)
 		return mesh_cli_fail(rc, "node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])", node ? node : "");
 	if (rc)
-		return mesh_cli_fail(rc, "cannot open '%s'", journal);
+		return job_fail(rc, &why, journal, lockdir, n);
 	return 0;
+}
+
+static int open_job(struct mesh_job **j, const char *journal, const char *lockdir, const char *name, uint64_t n,
+		    const char *node)
+{
+	return open_job_as(j, journal, lockdir, name, n, node, 0);
 }
 
 static int cmd_submit(int argc, char **argv)
 {
 	struct args a;
+	struct mesh_job_why why;
 	uint64_t n;
 	int rc = parse_args(argc, argv, &a, "");
 	if (rc || (rc = want_pos("submit", &a, 2, 2)) || (rc = check_journal_path(a.pos[0])) ||
 	    (rc = parse_count("chunk count", a.pos[1], 1, MESH_JOB_MAX_CHUNKS, &n)))
 		return rc;
-	rc = mesh_job_submit(a.pos[0], n);
-	if (rc == MESH_E_MISMATCH)
-		return mesh_cli_fail(rc, "journal '%s' was submitted with a different chunk count than %" PRIu64, a.pos[0],
-				     n);
+	rc = mesh_job_submit_id(a.pos[0], n, NULL, 0, &why);
 	if (rc)
-		return mesh_cli_fail(rc, "cannot submit to '%s'", a.pos[0]);
+		return job_fail(rc, &why, a.pos[0], NULL, n);
 	printf("SUBMITTED %" PRIu64 "\n", n);
 	return MESH_EXIT_OK;
 }
@@ -291,7 +367,7 @@ static int cmd_status(int argc, char **argv)
 	if (rc || (rc = want_pos("status", &a, 4, 4)) || (rc = check_journal_path(a.pos[0])) ||
 	    (rc = check_lockdir(a.pos[1], a.pos[2])) ||
 	    (rc = parse_count("chunk count", a.pos[3], 1, MESH_JOB_MAX_CHUNKS, &n)) ||
-	    (rc = open_job(&j, a.pos[0], a.pos[1], a.pos[2], n, NULL)))
+	    (rc = open_job_as(&j, a.pos[0], a.pos[1], a.pos[2], n, NULL, 1)))
 		return rc;
 	rc = mesh_job_status(j, &st);
 	if (rc) {
@@ -477,10 +553,12 @@ static int cmd_retry(int argc, char **argv)
 		return rc;
 	if (a.npos == 2 && (rc = parse_count("chunk id", a.pos[1], 0, MESH_JOB_MAX_CHUNKS - 1, &cid)))
 		return rc;
+	struct mesh_job_why why;
 	o.journal = a.pos[0];
+	o.why = &why;
 	rc = mesh_job_open(&j, &o);
 	if (rc)
-		return mesh_cli_fail(rc, "cannot open '%s'", a.pos[0]);
+		return job_fail(rc, &why, a.pos[0], NULL, 0);
 	rc = mesh_job_retry(j, cid);
 	mesh_job_close(j);
 	if (rc == MESH_E_RANGE)
@@ -509,7 +587,9 @@ static const struct sub subs[] = {
 	{"status", cmd_status,
 	 "usage: mesh job status <journal.log> <lockdir> <job> <nchunks> [--json]\n"
 	 "Prints done / leased / pending / buried counts, failed chunks (attempts, last exit\n"
-	 "status) and the verdict.  Exit 0 when COMPLETE, 1 when INCOMPLETE.\n"},
+	 "status) and the verdict.  Exit 0 when COMPLETE, 1 when INCOMPLETE.  It changes\n"
+	 "nothing: a damaged journal is reported (exit 65) and left to `mesh job check`; a\n"
+	 "missing lock directory means nothing is leased.\n"},
 	{"harvest", cmd_harvest,
 	 "usage: mesh job harvest <journal.log> <lockdir> <job> <nchunks> <ttl_s> <node> [maxiter]\n"
 	 "                        [--speculate] [-- CMD ARG...]\n"

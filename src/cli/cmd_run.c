@@ -4,7 +4,6 @@
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
-#include "base/io.h"
 #include "base/parse.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
@@ -183,23 +182,53 @@ static int lockdir_for(const char *journal, char *out, size_t cap)
 	return 0;
 }
 
-/* With an explicit journal, a sidecar <journal>.input remembers which input
- * the journal belongs to: a changed input must not silently reuse DONE
- * records of other lines. */
-static int check_input_sidecar(const char *journal, const struct mesh_exec_input *in)
+/* The identity of a run's work, recorded in its journal at submit: the
+ * chunk source and the command (readable and cut to fit, then a hash of
+ * the whole argv that makes it exact).  Reusing the journal for other work
+ * is refused instead of skipping chunks that the other work finished.
+ * out holds MESH_JOB_IDENTITY_MAX + 1 bytes; returns the length. */
+static size_t run_identity(const struct run_args *a, const struct mesh_exec_input *in, char *out)
 {
-	char path[PATH_MAX], want[96], *have = NULL;
-	size_t len;
-	snprintf(path, sizeof path, "%s.input", journal);
-	snprintf(want, sizeof want, "mesh-run-input 1 %016" PRIx64 " %" PRIu64 "\n", in->hash, in->n);
-	int rc = mesh_read_file(path, 4096, &have, &len);
-	if (rc == -ENOENT)
-		return mesh_write_file_atomic(path, want, strlen(want), 0644);
-	if (rc < 0)
-		return rc;
-	rc = strcmp(have, want) == 0 ? 0 : MESH_E_MISMATCH;
-	free(have);
-	return rc;
+	char src[80], cmd[MESH_JOB_IDENTITY_MAX + 1];
+	size_t n = 0, room;
+	int cut = 0;
+	uint64_t h = MESH_FNV1A64_INIT;
+	if (a->input)
+		snprintf(src, sizeof src, "input %016" PRIx64 " (%" PRIu64 " lines)", in->hash, in->n);
+	else
+		snprintf(src, sizeof src, "chunks %" PRIu64, a->chunks);
+	/* src, ", command '", cmd, "...", "' #", 16 hex digits */
+	room = MESH_JOB_IDENTITY_MAX - strlen(src) - 11 - 3 - 3 - 16;
+	for (char **p = a->cmd; *p; p++) {
+		h = mesh_fnv1a64(h, *p, strlen(*p) + 1);
+		for (const char *c = *p; *c && !cut; c++) {
+			if (n == room)
+				cut = 1;
+			else
+				cmd[n++] = (unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c;
+		}
+		if (p[1] && !cut) {
+			if (n == room)
+				cut = 1;
+			else
+				cmd[n++] = ' ';
+		}
+	}
+	return (size_t)snprintf(out, MESH_JOB_IDENTITY_MAX + 1, "%s, command '%.*s%s' #%016" PRIx64, src, (int)n, cmd,
+				cut ? "..." : "", h);
+}
+
+/* The message for a journal that holds other work; returns the exit code. */
+static int other_work(const char *journal, const struct mesh_job_why *w, const char *mine)
+{
+	if (w->identity_len)
+		fprintf(stderr, "mesh: journal '%s' belongs to other work (it holds: %.*s; this run: %s); ", journal,
+			(int)w->identity_len, (const char *)w->identity, mine);
+	else
+		fprintf(stderr, "mesh: journal '%s' belongs to other work (it holds %" PRIu64 " chunks; this run: %s); ",
+			journal, w->n, mine);
+	fprintf(stderr, "remove it or choose another --journal to start afresh\n");
+	return mesh_exit_for(MESH_E_MISMATCH);
 }
 
 static void print_failure(const struct mesh_job_failure *f, void *arg)
@@ -223,7 +252,9 @@ int mesh_cmd_run(int argc, char **argv)
 	struct run_args a;
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
 	struct mesh_job *job = NULL, *spec = NULL;
-	char jbuf[64], lockdir[128], specnode[72];
+	struct mesh_job_why why;
+	char jbuf[64], lockdir[128], specnode[72], ident[MESH_JOB_IDENTITY_MAX + 1];
+	size_t ident_len;
 	int rc, ex = MESH_EXIT_SOFTWARE, done_all = 0;
 	memset(&a, 0, sizeof a);
 	if (mesh_cli_wants_help(argc, argv)) {
@@ -235,8 +266,11 @@ int mesh_cmd_run(int argc, char **argv)
 	if (a.input) {
 		uint64_t bad = 0;
 		rc = mesh_exec_input_load(a.input, &in, &bad);
-		if (rc == MESH_E_PARSE)
-			ex = mesh_cli_usage("run: input '%s' line %" PRIu64 " holds a NUL byte", a.input, bad);
+		if (rc == MESH_E_PARSE) {
+			fprintf(stderr, "mesh: input '%s' line %" PRIu64 " holds a NUL byte, which no argument can carry\n",
+				a.input, bad);
+			ex = MESH_EXIT_DATAERR;
+		}
 		else if (rc == MESH_E_RANGE)
 			ex = mesh_cli_usage("run: input '%s' is empty: no chunks", a.input);
 		else if (rc < 0)
@@ -248,26 +282,15 @@ int mesh_cmd_run(int argc, char **argv)
 	if (!a.journal) {
 		snprintf(jbuf, sizeof jbuf, ".mesh-run-%016" PRIx64 ".log", run_hash(&a, &in));
 		a.journal = jbuf;
-	} else if (a.input && (rc = check_input_sidecar(a.journal, &in)) < 0) {
-		if (rc == MESH_E_MISMATCH)
-			fprintf(stderr,
-				"mesh: input '%s' differs from the one journal '%s' was started with; "
-				"restore it, or use another --journal\n",
-				a.input, a.journal);
-		else
-			mesh_cli_fail(rc, "cannot record the input of '%s'", a.journal);
-		ex = mesh_exit_for(rc);
-		goto out;
 	}
+	ident_len = run_identity(&a, &in, ident);
 	if ((rc = lockdir_for(a.journal, lockdir, sizeof lockdir)) < 0) {
 		ex = mesh_cli_fail(rc, "cannot resolve '%s'", a.journal);
 		goto out;
 	}
-	rc = mesh_job_submit(a.journal, a.chunks);
+	rc = mesh_job_submit_id(a.journal, a.chunks, ident, ident_len, &why);
 	if (rc == MESH_E_MISMATCH) {
-		fprintf(stderr, "mesh: journal '%s' holds a job with another chunk count than %" PRIu64 "\n", a.journal,
-			a.chunks);
-		ex = mesh_exit_for(rc);
+		ex = other_work(a.journal, &why, ident);
 		goto out;
 	}
 	if (rc < 0) {
@@ -281,6 +304,8 @@ int mesh_cmd_run(int argc, char **argv)
 	jo.nchunks = a.chunks;
 	jo.node = a.node;
 	jo.max_attempts = (uint32_t)a.retries;
+	jo.identity = ident;
+	jo.identity_len = ident_len;
 	if ((rc = mesh_job_open(&job, &jo)) < 0) {
 		ex = mesh_cli_fail(rc, "cannot open journal '%s'", a.journal);
 		goto out;

@@ -51,6 +51,8 @@ int mesh_exit_for(int err)
 		return MESH_EXIT_UNAVAILABLE;
 	case -EAGAIN:
 		return MESH_EXIT_TEMPFAIL;
+	case -EPERM:
+		return MESH_EXIT_NOPERM;
 	case -ENOMEM:
 	case -EMFILE:
 	case -ENFILE:

@@ -18,10 +18,11 @@
 	X(UNAVAILABLE, 69, "a service is not reachable (meshd not running, upstream refused)")        \
 	X(SOFTWARE, 70, "internal error")                                                             \
 	X(OSERR, 71, "the system refused (fork, memory, limits)")                                    \
-	X(CANTCREAT, 73, "cannot create an output file")                                              \
+	X(CANTCREAT, 73, "cannot create an output file or a lock directory (its parent is missing or read-only)")                                              \
 	X(IOERR, 74, "write or fsync failed (a full disk): nothing was reported done that is not durable") \
 	X(TEMPFAIL, 75, "temporary failure, try again (a lock held, a timeout, a conflicting state)") \
-	X(PROTOCOL, 76, "a worker crashed or broke the protocol while serving the request (the report says how)")
+	X(PROTOCOL, 76, "a worker crashed or broke the protocol while serving the request (the report says how)") \
+	X(NOPERM, 77, "permission denied: a read-only or immutable journal that a command must write")
 
 enum {
 #define MESH__EXIT_ENUM(name, code, msg) MESH_EXIT_##name = code,

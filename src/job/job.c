@@ -3,6 +3,7 @@
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
+#include "base/io.h"
 #include "base/path.h"
 #include "job/place.h"
 #include "journal/journal.h"
@@ -14,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define HIST_BUCKETS 256
@@ -55,11 +58,15 @@ struct mesh_job {
 	uint64_t spec_min_ns;
 	struct mesh_journal *jr;
 	struct mesh_store *st;
+	int read_only;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* a busy chunk became free */
 	int have_n;
 	uint64_t n, words;
+	uint64_t n_refused; /* a SUBMIT above MESH_JOB_MAX_CHUNKS (0: none) */
+	size_t ident_len;   /* the WORK record's identity (0: none) */
+	unsigned char ident[MESH_JOB_IDENTITY_MAX];
 	uint64_t *done_bits, *busy_bits;
 	uint64_t done, dups, failed_attempts, spec_wins;
 	uint64_t cursor;
@@ -252,6 +259,8 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	const unsigned char *p = r->data;
 	if (r->type == MESH_JREC_SUBMIT && r->len >= 8) {
 		uint64_t n = get64(p);
+		if (!j->have_n && n > MESH_JOB_MAX_CHUNKS)
+			j->n_refused = n;
 		if (j->have_n || n == 0 || n > MESH_JOB_MAX_CHUNKS)
 			return 0;
 		j->words = (n + 63) / 64;
@@ -266,6 +275,12 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	if (!j->have_n)
 		return 0;
 	switch (r->type) {
+	case MESH_JREC_WORK:
+		if (!j->ident_len && r->len > 0 && r->len <= MESH_JOB_IDENTITY_MAX) {
+			memcpy(j->ident, p, r->len);
+			j->ident_len = r->len;
+		}
+		break;
 	case MESH_JREC_NODE:
 		if (r->len >= 5 && !node_add(j, get32(p), (const char *)p + 4, r->len - 4u))
 			return -ENOMEM;
@@ -372,41 +387,99 @@ static int prepare(void *arg, const struct mesh_jrec *recs, size_t n, int *keep)
 	return rc;
 }
 
+/* Reads the start of an existing journal: n from its SUBMIT record and the
+ * identity from the WORK record created with it.  0, -errno (-ENOENT),
+ * MESH_E_PATH (not a regular file: opened non-blocking and never read),
+ * the header errors, MESH_E_NOJOB. */
+static int read_head(const char *journal, uint64_t *n, unsigned char *ident, size_t *ident_len,
+		     struct mesh_job_why *why)
+{
+	unsigned char buf[MESH_JOURNAL_HDR_SIZE + 2 * MESH_JOURNAL_FRAME + 8 + MESH_JOB_IDENTITY_MAX + 8];
+	struct mesh_jrec first, second;
+	struct stat st;
+	size_t sz, sz2;
+	ssize_t got;
+	int rc, fd = open(journal, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		why->file_type = (unsigned)(st.st_mode & S_IFMT);
+		close(fd);
+		return MESH_E_PATH;
+	}
+	got = mesh_pread_full(fd, buf, sizeof buf, 0);
+	close(fd);
+	if (got < 0)
+		return (int)got;
+	rc = mesh_journal_header_check(buf, (size_t)got);
+	if (rc)
+		return rc;
+	got -= MESH_JOURNAL_HDR_SIZE;
+	if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE, (size_t)got, &first, &sz) != 1 ||
+	    first.type != MESH_JREC_SUBMIT || first.len < 8)
+		return MESH_E_NOJOB;
+	*n = get64(first.data);
+	*ident_len = 0;
+	if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE + sz, (size_t)got - sz, &second, &sz2) == 1 &&
+	    second.type == MESH_JREC_WORK && second.len > 0 && second.len <= MESH_JOB_IDENTITY_MAX) {
+		memcpy(ident, second.data, second.len);
+		*ident_len = second.len;
+	}
+	return 0;
+}
+
+static int same_identity(const void *a, size_t alen, const void *b, size_t blen)
+{
+	return !alen || !blen || (alen == blen && !memcmp(a, b, alen));
+}
+
 int mesh_job_submit(const char *journal, uint64_t n)
 {
+	return mesh_job_submit_id(journal, n, NULL, 0, NULL);
+}
+
+int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, size_t identity_len,
+		       struct mesh_job_why *why)
+{
 	unsigned char pay[8];
-	struct mesh_jrec r = {MESH_JREC_SUBMIT, 0, 8, pay, 0};
-	const char *why;
+	struct mesh_jrec recs[2] = {{MESH_JREC_SUBMIT, 0, 8, pay, 0},
+				    {MESH_JREC_WORK, 0, (uint16_t)identity_len, identity, 0}};
+	struct mesh_job_why dummy;
+	const char *whytext;
 	int rc;
-	if (mesh_path_journal_ok(journal, &why))
+	if (!why)
+		why = &dummy;
+	memset(why, 0, sizeof *why);
+	why->at = MESH_JOB_AT_JOURNAL;
+	if (mesh_path_journal_ok(journal, &whytext))
 		return MESH_E_PATH;
 	if (n == 0 || n > MESH_JOB_MAX_CHUNKS)
 		return MESH_E_RANGE;
+	if (identity_len > MESH_JOB_IDENTITY_MAX)
+		return MESH_E_TOOBIG;
 	put64(pay, n);
 	for (int tries = 0; tries < 2; tries++) {
-		unsigned char buf[MESH_JOURNAL_HDR_SIZE + 64];
-		struct mesh_jrec first;
-		size_t sz;
-		int fd = open(journal, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd >= 0) {
-			ssize_t got = read(fd, buf, sizeof buf);
-			close(fd);
-			if (got < 0)
-				return -errno;
-			rc = mesh_journal_header_check(buf, (size_t)got);
-			if (rc)
-				return rc;
-			if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE, (size_t)got - MESH_JOURNAL_HDR_SIZE, &first,
-						&sz) != 1 ||
-			    first.type != MESH_JREC_SUBMIT || first.len < 8)
-				return MESH_E_NOJOB;
-			return get64(first.data) == n ? 0 : MESH_E_MISMATCH;
+		uint64_t have = 0;
+		rc = read_head(journal, &have, why->identity, &why->identity_len, why);
+		if (rc == 0) {
+			if (have == n && same_identity(why->identity, why->identity_len, identity, identity_len))
+				return 0;
+			why->n = have;
+			return MESH_E_MISMATCH;
 		}
-		if (errno != ENOENT)
-			return -errno;
-		rc = mesh_journal_create(journal, &r);
-		if (rc != -EEXIST)
+		if (rc != -ENOENT)
 			return rc;
+		rc = mesh_journal_create_many(journal, recs, identity_len ? 2 : 1);
+		if (rc != -EEXIST) {
+			if (rc)
+				why->at = MESH_JOB_AT_JOURNAL_WRITE;
+			return rc;
+		}
 	}
 	return -EEXIST;
 }
@@ -474,20 +547,102 @@ void mesh_job_close(struct mesh_job *j)
 	free(j);
 }
 
+/* The journal must be a regular file (a FIFO or a device would block or
+ * never end; nothing here opens one) and, for a handle that writes,
+ * writable: else the first complete fails after the work is done. */
+static int journal_file_ok(const char *path, int read_only, struct mesh_job_why *why)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode)) {
+		why->file_type = (unsigned)(st.st_mode & S_IFMT);
+		return MESH_E_PATH;
+	}
+	if (!read_only && faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) < 0) {
+		why->at = MESH_JOB_AT_JOURNAL_WRITE;
+		return -errno;
+	}
+	return 0;
+}
+
+/* A read-only open cuts nothing, so bytes after the last whole record must
+ * be an append in flight in another process or damage.  Appenders write
+ * under LOCK_EX: a shared lock on our own descriptor waits for them, and
+ * what is still not whole then is damage.  0 or MESH_E_CORRUPT (why says
+ * where). */
+static int check_whole(struct mesh_job *j, struct mesh_job_why *why)
+{
+	struct stat st;
+	int fd, rc = 0;
+	if (stat(j->journal_path, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size <= mesh_journal_position(j->jr))
+		return 0;
+	fd = open(j->journal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	while (flock(fd, LOCK_SH) < 0)
+		if (errno != EINTR) {
+			rc = -errno;
+			break;
+		}
+	if (!rc) {
+		pthread_mutex_lock(&j->mu);
+		rc = sync_locked(j);
+		pthread_mutex_unlock(&j->mu);
+	}
+	if (!rc && fstat(fd, &st) < 0)
+		rc = -errno;
+	if (!rc && (uint64_t)st.st_size > mesh_journal_position(j->jr))
+		rc = MESH_E_CORRUPT;
+	close(fd); /* drops the lock: the check below takes LOCK_EX */
+	if (rc != MESH_E_CORRUPT)
+		return rc;
+	/* Bytes past the committed records: whole records of a writer that
+	 * died before its COMMIT are not damage (they are simply not counted
+	 * yet); anything else is, and the check says where. */
+	struct mesh_journal_report rep;
+	rc = mesh_journal_check(j->journal_path, 0, &rep);
+	if (rc == 0 && !rep.header_bad)
+		return 0;
+	if (rc != MESH_E_CORRUPT && rc != 0)
+		return rc;
+	why->damage_off = rep.bad_off != UINT64_MAX ? rep.bad_off : rep.good_end;
+	why->size = rep.size;
+	why->torn = rep.torn;
+	return MESH_E_CORRUPT;
+}
+
 int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 {
 	struct mesh_job *j;
-	const char *why;
+	struct mesh_job_why dummy, *why = o->why ? o->why : &dummy;
+	const char *whytext;
 	int rc;
-	if (mesh_path_journal_ok(o->journal, &why))
+	memset(why, 0, sizeof *why);
+	why->at = MESH_JOB_AT_JOURNAL;
+	if (mesh_path_journal_ok(o->journal, &whytext))
 		return MESH_E_PATH;
-	if (o->lockdir && (mesh_path_lockdir_ok(o->lockdir, &why) || !mesh_job_name_ok(o->name)))
+	if (o->lockdir && (mesh_path_lockdir_ok(o->lockdir, &whytext) || !mesh_job_name_ok(o->name))) {
+		why->at = MESH_JOB_AT_LOCKDIR;
 		return MESH_E_PATH;
-	if (o->node && !mesh_node_name_ok(o->node))
+	}
+	if (o->node && !mesh_node_name_ok(o->node)) {
+		why->at = MESH_JOB_AT_NONE;
 		return MESH_E_PARSE;
+	}
+	if (o->identity_len > MESH_JOB_IDENTITY_MAX) {
+		why->at = MESH_JOB_AT_NONE;
+		return MESH_E_TOOBIG;
+	}
+	rc = journal_file_ok(o->journal, o->read_only, why);
+	if (rc)
+		return rc;
 	j = calloc(1, sizeof *j);
 	if (!j)
 		return -ENOMEM;
+	j->read_only = o->read_only;
 	pthread_mutex_init(&j->mu, NULL);
 	pthread_cond_init(&j->cv, NULL);
 	j->journal_path = strdup(o->journal);
@@ -509,22 +664,38 @@ int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 		goto fail;
 	mesh_journal_set_prepare(j->jr, prepare, j);
 	pthread_mutex_lock(&j->mu);
-	rc = mesh_journal_recover(j->jr, NULL);
+	if (o->read_only)
+		rc = sync_locked(j);
+	else
+		rc = mesh_journal_recover(j->jr, NULL);
 	pthread_mutex_unlock(&j->mu);
+	if (!rc && o->read_only)
+		rc = check_whole(j, why);
 	if (rc)
 		goto fail;
 	if (!j->have_n) {
-		rc = MESH_E_NOJOB;
+		why->n = j->n_refused;
+		rc = j->n_refused ? MESH_E_RANGE : MESH_E_NOJOB;
 		goto fail;
 	}
-	if (o->nchunks && o->nchunks != j->n) {
+	if ((o->nchunks && o->nchunks != j->n) ||
+	    !same_identity(j->ident, j->ident_len, o->identity, o->identity_len)) {
+		why->n = j->n;
+		why->identity_len = j->ident_len;
+		memcpy(why->identity, j->ident, j->ident_len);
 		rc = MESH_E_MISMATCH;
 		goto fail;
 	}
 	if (o->lockdir) {
-		rc = mesh_store_file_open(&j->st, o->lockdir, j->name, 1);
-		if (rc)
+		rc = mesh_store_file_open(&j->st, o->lockdir, j->name, !o->read_only);
+		if (rc == -ENOENT && o->read_only) {
+			rc = 0; /* no lock dir: nothing is leased */
+			j->st = NULL;
+		}
+		if (rc) {
+			why->at = MESH_JOB_AT_LOCKDIR;
 			goto fail;
+		}
 	}
 	*out = j;
 	return 0;
@@ -549,6 +720,12 @@ void mesh_job_commit_stats(const struct mesh_job *j, uint64_t *fsyncs, uint64_t 
 const char *mesh_job_journal_path(const struct mesh_job *j)
 {
 	return j->journal_path;
+}
+
+const void *mesh_job_identity(const struct mesh_job *j, size_t *len)
+{
+	*len = j->ident_len;
+	return j->ident_len ? j->ident : NULL;
 }
 
 static struct held *held_find(struct mesh_job *j, uint64_t cid)
@@ -722,7 +899,7 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 	struct live *lv = NULL;
 	size_t nlive = 0, clive = 0;
 	int rc;
-	if (!j->st)
+	if (!j->st || j->read_only)
 		return MESH_E_STATE;
 	pthread_mutex_lock(&j->mu);
 	rc = sync_locked(j);
@@ -806,7 +983,7 @@ int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns)
 	struct mesh_lease_clock now;
 	uint64_t dl, boot_dl;
 	int rc;
-	if (!j->st)
+	if (!j->st || j->read_only)
 		return MESH_E_STATE;
 	pthread_mutex_lock(&j->mu);
 	lease_clock(j, &now);
@@ -906,6 +1083,11 @@ int mesh_job_complete_many(struct mesh_job *j, const uint64_t *cids, const uint6
 	size_t nrec = 0;
 	int rc = 0;
 
+	if (j->read_only) {
+		for (size_t k = 0; k < n; k++)
+			results[k] = MESH_E_STATE;
+		return MESH_E_STATE;
+	}
 	for (size_t i = 0; i < n; i++)
 		if (cids[i] >= j->n) {
 			for (size_t k = 0; k < n; k++)
@@ -1025,6 +1207,8 @@ int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status)
 	uint64_t token = 0;
 	unsigned slot = 0;
 	int rc, buried = 0;
+	if (j->read_only)
+		return MESH_E_STATE;
 	if (cid >= j->n)
 		return MESH_E_RANGE;
 	pthread_mutex_lock(&j->mu);
@@ -1075,6 +1259,8 @@ int mesh_job_retry(struct mesh_job *j, uint64_t cid)
 	unsigned char pay[8];
 	struct mesh_jrec r = {MESH_JREC_RETRY, 0, 8, pay, 0};
 	int count = 0, rc;
+	if (j->read_only)
+		return MESH_E_STATE;
 	if (cid != UINT64_MAX && cid >= j->n)
 		return MESH_E_RANGE;
 	pthread_mutex_lock(&j->mu);

@@ -4,8 +4,11 @@
  * the first completion wins.
  *
  * Caller protocol:
- *   1. mesh_job_submit(journal, n)            -- once, by anyone (idempotent)
+ *   1. mesh_job_submit(journal, n)            -- once, by anyone (idempotent);
+ *      or mesh_job_submit_id(journal, n, identity, ...) to tie the journal
+ *      to one piece of work (a command and its input)
  *   2. mesh_job_open(&j, &opts)               -- per process/node
+ *      (opts.read_only for a look that changes nothing: status)
  *   3. loop: mesh_job_lease -> run the chunk -> mesh_job_complete / mesh_job_fail
  *      (mesh_job_renew while a long chunk runs)
  *   4. mesh_job_close(j)
@@ -33,9 +36,38 @@ enum {
 };
 
 #define MESH_JOB_MAX_ATTEMPTS_DEFAULT 3
-#define MESH_JOB_MAX_CHUNKS (1ull << 40)
+/* The most chunks a job may have.  Every open handle keeps two bitmaps of n
+ * bits (done, in flight) in memory: 1 GiB at this maximum (`mesh run
+ * --speculate` opens two handles), and the journal of a finished job holds
+ * a 24-byte DONE record per chunk (103 GB here).  2^40 passed the old check
+ * and then needed 256 GiB at every open. */
+#define MESH_JOB_MAX_CHUNKS (1ull << 32)
+/* The longest identity a journal records (mesh_job_submit_id). */
+#define MESH_JOB_IDENTITY_MAX 200
 
 struct mesh_job;
+
+/* Which path an error of mesh_job_submit_id / mesh_job_open is about. */
+enum mesh_job_where {
+	MESH_JOB_AT_NONE,	   /* no path (memory, a bad argument) */
+	MESH_JOB_AT_JOURNAL,	   /* reading the journal */
+	MESH_JOB_AT_JOURNAL_WRITE, /* creating or writing the journal (read-only, immutable, no room) */
+	MESH_JOB_AT_LOCKDIR,	   /* the lock directory (missing parent, not creatable, not a directory) */
+};
+
+/* What an error of mesh_job_submit_id / mesh_job_open was about, for the
+ * caller's message (the library prints nothing).  Filled on error only. */
+struct mesh_job_why {
+	enum mesh_job_where at;
+	unsigned file_type;	/* MESH_E_PATH for a journal that is not a regular file: its S_IFMT bits */
+	uint64_t n;		/* MESH_E_MISMATCH, MESH_E_RANGE: the chunk count the journal holds */
+	uint64_t damage_off;	/* MESH_E_CORRUPT of a read-only open: where the whole records end */
+	uint64_t size;		/* ... and the file's size */
+	int torn;		/* ... and the damage is only a torn tail (plain `check` cuts it; else `check --force`) */
+	/* MESH_E_MISMATCH: the identity the journal holds (len 0: none) */
+	size_t identity_len;
+	unsigned char identity[MESH_JOB_IDENTITY_MAX];
+};
 
 struct mesh_job_opts {
 	const char *journal;	/* path (path law: ends in .log, no .., no symlinks) */
@@ -52,19 +84,44 @@ struct mesh_job_opts {
 	double spec_multiplier, spec_quantile;
 	uint64_t spec_min_ns;
 	uint32_t spec_max_copies;
+	/* Read-only: the open writes nothing -- no torn tail is cut (damage is
+	 * MESH_E_CORRUPT, repaired by mesh_journal_check), the lock dir is not
+	 * created (missing: nothing is leased); lease, renew, complete, fail and
+	 * retry answer MESH_E_STATE.  Otherwise the journal must be writable. */
+	int read_only;
+	/* When both this and the journal hold an identity, they must be equal
+	 * (else MESH_E_MISMATCH); a journal without one takes any. */
+	const void *identity;
+	size_t identity_len;
+	struct mesh_job_why *why; /* NULL, or filled when the open fails */
 };
 #define MESH_JOB_OPTS_INIT {0}
 
-/* Defines the chunk universe 0..n-1 in journal, creating the journal if
- * missing.  O(1) in n.  Re-submitting the same n: 0 (no-op).  A different
- * n: MESH_E_MISMATCH, nothing written.  n == 0 or > MESH_JOB_MAX_CHUNKS:
- * MESH_E_RANGE. */
+/* mesh_job_submit_id(journal, n, NULL, 0, NULL). */
 int mesh_job_submit(const char *journal, uint64_t n);
+/* Defines the chunk universe 0..n-1 in journal, creating the journal if
+ * missing, with the identity of the work (identity_len bytes, 0 = none, at
+ * most MESH_JOB_IDENTITY_MAX: else MESH_E_TOOBIG) in the same atomic
+ * create.  O(1) in n.  Re-submitting the same n and identity: 0 (no-op); a
+ * journal without an identity (made before identities, or by
+ * mesh_job_submit) accepts any.  A different n or identity:
+ * MESH_E_MISMATCH, nothing written.  n == 0 or > MESH_JOB_MAX_CHUNKS:
+ * MESH_E_RANGE.  A journal path that is not a regular file (a directory, a
+ * FIFO: never opened for reading, so never blocks): MESH_E_PATH.  Other
+ * errors: -errno, the journal header errors.  why (may be NULL) says more
+ * on error. */
+int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, size_t identity_len,
+		       struct mesh_job_why *why);
 
-/* Opens a submitted job (recovering a torn journal tail).  On success *out
- * is owned by the caller (mesh_job_close).  Errors: -ENOENT (no journal),
- * MESH_E_FOREIGN (not a mesh journal), MESH_E_VERSION, MESH_E_NOJOB (no
- * submit record), MESH_E_MISMATCH (nchunks differs), MESH_E_PATH. */
+/* Opens a submitted job (recovering a torn journal tail unless read-only).
+ * On success *out is owned by the caller (mesh_job_close).  Errors: -ENOENT
+ * (no journal), MESH_E_FOREIGN (not a mesh journal), MESH_E_VERSION,
+ * MESH_E_NOJOB (no submit record), MESH_E_MISMATCH (nchunks or identity
+ * differs), MESH_E_PATH (path law; a journal that is not a regular file),
+ * MESH_E_RANGE (the journal holds more than MESH_JOB_MAX_CHUNKS),
+ * MESH_E_CORRUPT (damage; read-only: also a torn tail), -EACCES / -EPERM /
+ * -EROFS for a journal that cannot be written (unless read-only), -errno
+ * of the lock dir.  opts->why says which path and more. */
 int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *opts);
 void mesh_job_close(struct mesh_job *j);
 
@@ -169,6 +226,8 @@ int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_sta
 uint64_t mesh_job_straggler_ns(struct mesh_job *j);
 /* The journal path given to mesh_job_open. */
 const char *mesh_job_journal_path(const struct mesh_job *j);
+/* The identity the journal holds (*len 0 and NULL when none). */
+const void *mesh_job_identity(const struct mesh_job *j, size_t *len);
 /* Appends this handle committed: fsyncs (batches) and records written. */
 void mesh_job_commit_stats(const struct mesh_job *j, uint64_t *fsyncs, uint64_t *records);
 

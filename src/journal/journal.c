@@ -165,6 +165,8 @@ int mesh_journal_len_ok(uint8_t type, uint16_t len)
 		return len == 12;
 	case MESH_JREC_COMMIT:
 		return len == 0;
+	case MESH_JREC_WORK:
+		return len >= 1 && len <= 200;
 	default:
 		return 0;
 	}
@@ -172,16 +174,25 @@ int mesh_journal_len_ok(uint8_t type, uint16_t len)
 
 int mesh_journal_create(const char *path, const struct mesh_jrec *first)
 {
+	return mesh_journal_create_many(path, first, 1);
+}
+
+int mesh_journal_create_many(const char *path, const struct mesh_jrec *recs, size_t nrec)
+{
 	char tmp[PATH_MAX];
-	unsigned char buf[MESH_JOURNAL_HDR_SIZE + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8 + MESH_JOURNAL_FRAME];
+	unsigned char buf[MESH_JOURNAL_HDR_SIZE + 4 * (MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8) + MESH_JOURNAL_FRAME];
 	size_t n = MESH_JOURNAL_HDR_SIZE;
 	int fd, rc;
-	if (first->len > MESH_JOURNAL_MAX_PAYLOAD)
-		return MESH_E_TOOBIG;
+	if (nrec == 0 || nrec > 4)
+		return MESH_E_RANGE;
+	for (size_t i = 0; i < nrec; i++)
+		if (recs[i].len > MESH_JOURNAL_MAX_PAYLOAD)
+			return MESH_E_TOOBIG;
 	if (snprintf(tmp, sizeof tmp, "%s.%d.new", path, (int)getpid()) >= (int)sizeof tmp)
 		return -ENAMETOOLONG;
 	mesh_journal_header(buf);
-	n += mesh_journal_encode(buf + n, first->type, first->flags, first->data, first->len);
+	for (size_t i = 0; i < nrec; i++)
+		n += mesh_journal_encode(buf + n, recs[i].type, recs[i].flags, recs[i].data, recs[i].len);
 	n += mesh_journal_encode(buf + n, MESH_JREC_COMMIT, 0, NULL, 0);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
@@ -207,9 +218,9 @@ int mesh_journal_open(struct mesh_journal **out, const char *path, mesh_journal_
 	ssize_t got;
 	int rc;
 	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-	/* A journal we may only read still serves status and check; appends
-	 * then fail with -EBADF. */
-	if (fd < 0 && (errno == EACCES || errno == EROFS))
+	/* A journal we may only read (mode, read-only mount, immutable) still
+	 * serves status and check; appends then fail with -EBADF. */
+	if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;

@@ -56,7 +56,8 @@ enum {
 	MESH_JREC_RETRY = 5,  /* u64 cid (UINT64_MAX = every buried chunk) */
 	MESH_JREC_DUP = 6,    /* u64 cid, u32 node hash: a completion that came back IGNORED */
 	MESH_JREC_COMMIT = 7, /* empty: every byte before it is durable; never handed to consumers */
-	MESH_JREC__MAX = 7,
+	MESH_JREC_WORK = 8  ,   /* identity bytes of the work: created with SUBMIT (older readers skip it) */
+	MESH_JREC__MAX = 8,
 };
 
 struct mesh_jrec {
@@ -101,6 +102,8 @@ int mesh_journal_header_check(const void *buf, size_t n);
  * fdatasync, link, fsync dir): the file appears whole or not at all.
  * -EEXIST if path exists (it is left alone). */
 int mesh_journal_create(const char *path, const struct mesh_jrec *first);
+/* The same with n records (1..4) in the new file. */
+int mesh_journal_create_many(const char *path, const struct mesh_jrec *recs, size_t n);
 
 /* Opens an existing journal and checks its header; reads no records.
  * fn/arg receive the records tail reads.  Errors: -errno (-ENOENT), the

@@ -1,4 +1,5 @@
 /* `mesh job` as scripts use it: answers, exit codes, bad input. */
+#include "journal/journal.h"
 #include "runner/t.h"
 
 #include <jansson.h>
@@ -193,4 +194,126 @@ TEST(cli_job_check_repairs_torn_tail)
 	t_write_file("foreign.log", "plain text\n");
 	EXPECT_EQ(MESH("check foreign.log", M), 65);
 	EXPECT_EQ(MESH("check j.txt", M), 65);
+}
+
+TEST(cli_job_status_is_read_only)
+{
+	ASSERT_EQ(MESH("submit j.log 3", M), 0);
+	ASSERT_EQ(MESH("complete j.log locks jb 1 n1", M), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "rm -r locks"), 0);
+	/* a healthy journal: status creates no lock dir (none: nothing leased) */
+	EXPECT_EQ(MESH("status j.log locks jb 3", M), 1);
+	EXPECT_CONTAINS(out, "done 1, leased 0, pending 2");
+	EXPECT_EQ(access("locks", F_OK), -1);
+	/* a torn last record: reported, pointed at check, left alone */
+	off_t good = fsize("j.log");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "printf 'torn' >> j.log"), 0);
+	EXPECT_EQ(MESH("status j.log locks jb 3", M), 65);
+	EXPECT_CONTAINS(out, "mesh: journal 'j.log' is damaged at offset");
+	EXPECT_CONTAINS(out, "mesh job check j.log");
+	EXPECT_EQ(fsize("j.log"), good + 4);
+	EXPECT_EQ(MESH("status j.log locks jb 3 --json", M), 65);
+	EXPECT_EQ(fsize("j.log"), good + 4);
+	EXPECT_EQ(access("locks", F_OK), -1);
+	EXPECT_EQ(MESH("check j.log", M), 0);
+	EXPECT_EQ(fsize("j.log"), good);
+	EXPECT_EQ(MESH("status j.log locks jb 3", M), 1);
+	EXPECT_CONTAINS(out, "done 1,");
+}
+
+TEST(cli_job_journal_that_is_not_a_file)
+{
+	ASSERT_EQ(mkfifo("f.log", 0644), 0);
+	ASSERT_EQ(mkdir("d.log", 0755), 0);
+	/* timeout: a FIFO without a writer hung the submit */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 5 %s job submit f.log 3", M), 65);
+	EXPECT_CONTAINS(out, "mesh: journal 'f.log' is a FIFO, not a journal file");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 5 %s job status f.log locks jb 3", M), 65);
+	EXPECT_CONTAINS(out, "'f.log' is a FIFO");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 5 %s job harvest f.log locks jb 3 10 n1", M), 65);
+	EXPECT_CONTAINS(out, "'f.log' is a FIFO");
+	EXPECT_EQ(MESH("submit d.log 3", M), 65);
+	EXPECT_CONTAINS(out, "mesh: journal 'd.log' is a directory, not a journal file");
+	EXPECT_EQ(MESH("status d.log locks jb 3", M), 65);
+	EXPECT_CONTAINS(out, "'d.log' is a directory");
+	EXPECT_EQ(MESH("complete d.log locks jb 0 n1", M), 65);
+	EXPECT_CONTAINS(out, "'d.log' is a directory");
+	EXPECT_EQ(MESH("retry d.log", M), 65);
+	EXPECT_CONTAINS(out, "'d.log' is a directory");
+}
+
+TEST(cli_job_journal_that_cannot_be_written)
+{
+	ASSERT_EQ(MESH("submit j.log 3", M), 0);
+	off_t size = fsize("j.log");
+	if (t_sh(out, sizeof out, 1, "chattr +i j.log") != 0) {
+		printf("skip immutable part: chattr +i refused here (%s)\n", out);
+	} else {
+		/* immutable: the writers refuse up front, naming the journal
+		 * (EXPECT only until chattr -i: the runner must remove it) */
+		EXPECT_EQ(MESH("complete j.log locks jb 0 n1", M), 77);
+		EXPECT_CONTAINS(out, "mesh: journal 'j.log' cannot be written: Operation not permitted");
+		EXPECT_EQ(MESH("harvest j.log locks jb 3 10 n1", M), 77);
+		EXPECT_EQ(MESH("status j.log locks jb 3", M), 1); /* reading it is fine */
+		EXPECT_EQ(MESH("submit j.log 3", M), 0);
+		t_sh(NULL, 0, 0, "chattr -i j.log");
+		EXPECT_EQ(fsize("j.log"), size);
+	}
+	/* read-only to its user (root writes anyway: run as nobody) */
+	char dir[] = "/tmp/mesh-ro.XXXXXX";
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_EQ(chmod(dir, 0755), 0);
+	if (t_sh(out, sizeof out, 1, "setpriv --reuid=65534 --regid=65534 --clear-groups true") != 0) {
+		printf("skip read-only part: setpriv refused here (%s)\n", out);
+	} else {
+		ASSERT_EQ(t_sh(out, sizeof out, 1, "cd %s && %s job submit r.log 3", dir, M), 0);
+		int rc_c = t_sh(out, sizeof out, 1,
+				"cd %s && setpriv --reuid=65534 --regid=65534 --clear-groups %s job complete r.log locks jb 0 n1",
+				dir, M);
+		EXPECT_EQ(rc_c, 77);
+		EXPECT_CONTAINS(out, "mesh: journal 'r.log' cannot be written: Permission denied");
+		int rc_s = t_sh(out, sizeof out, 1,
+				"cd %s && setpriv --reuid=65534 --regid=65534 --clear-groups %s job status r.log locks jb 3",
+				dir, M);
+		EXPECT_EQ(rc_s, 1);
+	}
+	t_sh(NULL, 0, 0, "rm -rf %s", dir);
+}
+
+TEST(cli_job_lock_dir_under_a_missing_parent)
+{
+	char lockdir[96];
+	snprintf(lockdir, sizeof lockdir, "/tmp/mesh-missing-%d/locks", (int)getpid());
+	ASSERT_EQ(MESH("submit j.log 3", M), 0);
+	EXPECT_EQ(MESH("complete j.log %s jb 0 n1", M, lockdir), 73);
+	EXPECT_CONTAINS(out, "mesh: cannot create lock directory '/tmp/mesh-missing-");
+	EXPECT_CONTAINS(out, "No such file or directory");
+	EXPECT_EQ(strstr(out, "j.log"), NULL);
+	EXPECT_EQ(MESH("harvest j.log %s jb 3 10 n1", M, lockdir), 73);
+	EXPECT_CONTAINS(out, "lock directory");
+	/* status only reads: no lock dir, nothing leased */
+	EXPECT_EQ(MESH("status j.log %s jb 3", M, lockdir), 1);
+	EXPECT_CONTAINS(out, "leased 0, pending 3");
+}
+
+TEST(cli_job_chunk_count_the_engine_holds)
+{
+	EXPECT_EQ(MESH("submit big.log 1000000000000", M), 65);
+	EXPECT_CONTAINS(out, "more than the engine handles");
+	EXPECT_CONTAINS(out, "at most 4294967296");
+	EXPECT_EQ(access("big.log", F_OK), -1);
+	EXPECT_EQ(MESH("submit big.log 4294967297", M), 65);
+	EXPECT_EQ(MESH("status big.log locks jb 1000000000000", M), 65);
+	EXPECT_CONTAINS(out, "more than the engine handles");
+	/* a journal made before the limit existed: named, not "out of memory" */
+	unsigned char pay[8];
+	uint64_t n = 1000000000000ull;
+	for (int i = 0; i < 8; i++)
+		pay[i] = (unsigned char)(n >> (8 * i));
+	struct mesh_jrec r = {MESH_JREC_SUBMIT, 0, 8, pay, 0};
+	ASSERT_EQ(mesh_journal_create("huge.log", &r), 0);
+	EXPECT_EQ(MESH("retry huge.log", M), 65);
+	EXPECT_CONTAINS(out, "journal 'huge.log' holds 1000000000000 chunks, more than the engine handles");
+	EXPECT_EQ(MESH("harvest huge.log locks jb 4294967296 10 n1", M), 65);
+	EXPECT_CONTAINS(out, "more than the engine handles");
 }

@@ -165,7 +165,7 @@ TEST(run_input_lines_and_changed_input)
 	t_write_file("in.txt", "a b\nc\n\nD");
 	rc = t_sh(out, sizeof out, 1, "%s run --journal in.log --input in.txt -- true", MESH);
 	EXPECT_EQ(rc, 65);
-	EXPECT_CONTAINS(out, "differs");
+	EXPECT_CONTAINS(out, "belongs to other work");
 	/* the default journal is named after the input's content: a new job */
 	rc = t_sh(out, sizeof out, 0, "%s run --input in.txt -- echo 2>/dev/null | LC_ALL=C sort", MESH);
 	EXPECT_EQ(rc, 0);
@@ -297,5 +297,5 @@ TEST(run_bad_arguments)
 	/* the same journal with another chunk count */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal a.log --chunks 2 -- true", MESH), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal a.log --chunks 3 -- true", MESH), 65);
-	EXPECT_CONTAINS(out, "another chunk count");
+	EXPECT_CONTAINS(out, "belongs to other work");
 }
