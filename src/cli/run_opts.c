@@ -432,7 +432,7 @@ static void pick_argv(struct run_args *a)
 	const char *c = a->cmd[0];
 	if (c && a->cmd[1])
 		return;
-	if (c && !strpbrk(c, " \t\n|&;<>()$`\\\"'*?~"))
+	if (c && strcmp(c, "{}") && !strpbrk(c, " \t\n|&;<>()$`\\\"'*?~"))
 		return;
 	a->shargv[0] = "/bin/sh";
 	a->shargv[1] = "-c";
