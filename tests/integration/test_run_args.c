@@ -174,8 +174,9 @@ TEST(run_args_dry_run_runs_and_journals_nothing)
 TEST_TIMEOUT(run_args_exit_codes, 60)
 {
 	char out[8192];
-	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run 'exit {}' ::: 0 1 2 3 2>/dev/null", MESH), 3);
-	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j8 false ::: $(seq 102) 2>/dev/null", MESH), 101);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run 'exit {}' ::: 0 1 2 3 2>err1", MESH), 3);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j8 false ::: $(seq 102) 2>err2", MESH), 101);
+	drop_lockdirs("err1 err2");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run true < /dev/null", MESH), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --frob true ::: a", MESH), 104);
 	EXPECT_CONTAINS(out, "mesh run --help");
