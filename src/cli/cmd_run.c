@@ -21,32 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Reads all of fd. */
-static int read_fd(int fd, char **out, size_t *len)
-{
-	struct mesh_buf b = MESH_BUF_INIT;
-	for (;;) {
-		if (mesh_buf_grow(&b, 65536) < 0) {
-			mesh_buf_release(&b);
-			return -ENOMEM;
-		}
-		ssize_t n = read(fd, b.p + b.len, 65536);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			int rc = -errno;
-			mesh_buf_release(&b);
-			return rc;
-		}
-		if (n == 0)
-			break;
-		b.len += (size_t)n;
-	}
-	*len = b.len;
-	*out = b.p ? b.p : strdup("");
-	return *out ? 0 : -ENOMEM;
-}
-
 /* Loads the sources into in.  Returns 0 or an exit code (after saying why). */
 static int load_sources(struct run_args *a, struct mesh_exec_input *in)
 {
@@ -70,7 +44,7 @@ static int load_sources(struct run_args *a, struct mesh_exec_input *in)
 		size_t len = 0;
 		uint64_t bad = 0;
 		int from_stdin = !strcmp(rs->path, "-");
-		rc = from_stdin ? read_fd(0, &data, &len) : mesh_read_file(rs->path, 1ull << 40, &data, &len);
+		rc = mesh_read_file(from_stdin ? "/dev/stdin" : rs->path, 1ull << 40, &data, &len);
 		if (rc < 0) {
 			ex = mesh__run_fail(rc, "cannot read '%s'", from_stdin ? "standard input" : rs->path);
 			continue;
