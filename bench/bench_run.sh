@@ -57,5 +57,5 @@ else
 	echo "   GNU parallel not installed (apt-get install parallel): no reference"
 fi
 # the journal really is durable: every chunk DONE
-"$MESH" run -j2 --chunks "$N" -- true >/dev/null 2>"$W/err"
+"$MESH" run -v -j2 --chunks "$N" -- true >/dev/null 2>"$W/err"
 grep -o "[0-9]*/[0-9]* done" "$W/err" | sed 's/^/   check: /'

@@ -17,7 +17,7 @@ mkdir -p "$WORK/tiles"
 cd "$WORK"
 N=$("$TILE" tiles)
 # --ttl 2: the chunks the killed run held are taken over 2 s after it died.
-run() { exec "$MESH" run -j2 --ttl 2 --chunks "$N" -- "$TILE" render {} tiles; }
+run() { exec "$MESH" run -v -j2 --ttl 2 --chunks "$N" -- "$TILE" render {} tiles; }
 count() { find tiles -name '*.rgb' | wc -l; }
 
 echo "== mesh demo: a 960x720 Mandelbrot image as $N tiles, 2 slots, in $WORK"

@@ -1,14 +1,16 @@
-/* mesh run: GNU parallel's everyday job on top of the journal, so that a
- * killed run resumes where it stopped.  Parsing and naming here; the loop is
- * exec/runner.h. */
+/* mesh run: GNU parallel's command line on top of the journal, so that a
+ * killed run resumes where it stopped.  Parsing (cli/run_opts.c), sources
+ * and naming here; the loop is exec/runner.h. */
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
-#include "base/parse.h"
+#include "base/io.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
+#include "cli/run_opts.h"
 #include "exec/input.h"
 #include "exec/runner.h"
+#include "exec/template.h"
 #include "job/job.h"
 
 #include <errno.h>
@@ -19,140 +21,73 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char usage[] =
-	"usage: mesh run [options] (--chunks N | --input FILE) [--] CMD [ARG...]\n"
-	"\n"
-	"Runs CMD once per chunk on N local slots.  \"{}\" in CMD is the chunk's value\n"
-	"(its line of FILE, else its chunk id), \"{#}\" the chunk id; with no \"{}\" the\n"
-	"value is appended.  Completions are journaled: after Ctrl-C or kill -9 the\n"
-	"same command again resumes and never re-runs a finished chunk.\n"
-	"\n"
-	"  -j, --jobs N       slots run at once (default: the number of cores)\n"
-	"  --chunks N         chunks 0..N-1\n"
-	"  --input FILE       one chunk per line of FILE\n"
-	"  --journal F.log    the journal (default: .mesh-run-<hash>.log in the current\n"
-	"                     directory, <hash> from CMD and the chunk source)\n"
-	"  --retries K        a chunk is tried at most K times, then buried (default 3)\n"
-	"  --timeout S        kill an attempt's process group after S seconds (a failure)\n"
-	"  --ttl S            lease time-to-live, renewed while a chunk runs (default 5)\n"
-	"  --speculate        idle slots run copies of stragglers; first finish wins\n"
-	"  --results DIR      write DIR/<chunk>/{stdout,stderr,status} instead of printing\n"
-	"  --node NAME        this node's name (default <host>.<pid>)\n"
-	"  -h, --help         this help\n"
-	"\n"
-	"Exit: 0 every chunk done, 1 some chunks failed (buried), 5 interrupted\n"
-	"(rerun to resume), 64 usage; others: `mesh help exit-codes`.  Details: docs/run.md\n";
-
-struct run_args {
-	uint64_t slots, chunks, retries, timeout_ns, ttl_ns;
-	const char *journal, *input, *results, *node;
-	int speculate, have_chunks;
-	char **cmd;
-};
-
-static int need(int argc, char **argv, int i)
+/* Loads the sources into in.  Returns 0 or an exit code (after saying why). */
+static int load_sources(struct run_args *a, struct mesh_exec_input *in)
 {
-	if (i + 1 >= argc)
-		return mesh_cli_usage("run: option '%s' needs a value", argv[i]);
-	return 0;
-}
-
-static int num(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	int rc = mesh_parse_u64(s, max, out);
-	if (rc == 0 && *out < min)
-		rc = MESH_E_RANGE;
-	if (rc < 0)
-		return mesh_cli_usage("run: %s '%s': expected a whole number from %" PRIu64 " to %" PRIu64, opt, s,
-				      min, max);
-	return 0;
-}
-
-static int secs(const char *opt, const char *s, uint64_t *out)
-{
-	if (mesh_parse_seconds(s, 365ull * 86400 * MESH_NS_PER_S, out) < 0 || *out == 0)
-		return mesh_cli_usage("run: %s '%s': expected seconds, e.g. 30 or 0.5", opt, s);
-	return 0;
-}
-
-static int parse(int argc, char **argv, struct run_args *a)
-{
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	a->slots = cores > 0 ? (uint64_t)cores : 1;
-	a->retries = MESH_JOB_MAX_ATTEMPTS_DEFAULT;
-	int i;
-	for (i = 1; i < argc; i++) {
-		const char *o = argv[i];
-		int rc = 0;
-		if (!strcmp(o, "--")) {
-			i++;
-			break;
-		}
-		if (o[0] != '-')
-			break;
-		if (!strncmp(o, "-j", 2) && o[2]) {
-			rc = num("-j", o + 2, 1, 4096, &a->slots);
-		} else if (!strcmp(o, "-j") || !strcmp(o, "--jobs")) {
-			if (!(rc = need(argc, argv, i)))
-				rc = num(o, argv[++i], 1, 4096, &a->slots);
-		} else if (!strcmp(o, "--chunks")) {
-			if (!(rc = need(argc, argv, i)))
-				rc = num(o, argv[++i], 1, MESH_JOB_MAX_CHUNKS, &a->chunks);
-			a->have_chunks = 1;
-		} else if (!strcmp(o, "--retries")) {
-			if (!(rc = need(argc, argv, i)))
-				rc = num(o, argv[++i], 1, 1000000, &a->retries);
-		} else if (!strcmp(o, "--timeout")) {
-			if (!(rc = need(argc, argv, i)))
-				rc = secs(o, argv[++i], &a->timeout_ns);
-		} else if (!strcmp(o, "--ttl")) {
-			if (!(rc = need(argc, argv, i)))
-				rc = secs(o, argv[++i], &a->ttl_ns);
-		} else if (!strcmp(o, "--journal")) {
-			if (!(rc = need(argc, argv, i)))
-				a->journal = argv[++i];
-		} else if (!strcmp(o, "--input")) {
-			if (!(rc = need(argc, argv, i)))
-				a->input = argv[++i];
-		} else if (!strcmp(o, "--results")) {
-			if (!(rc = need(argc, argv, i)))
-				a->results = argv[++i];
-		} else if (!strcmp(o, "--node")) {
-			if (!(rc = need(argc, argv, i)))
-				a->node = argv[++i];
-		} else if (!strcmp(o, "--speculate")) {
-			a->speculate = 1;
-		} else {
-			return mesh_cli_usage("run: unknown option '%s'", o);
-		}
-		if (rc)
-			return rc;
+	struct mesh_exec_list *lists = calloc(a->nsrc ? a->nsrc : 1, sizeof *lists);
+	struct mesh_exec_source *src = calloc(a->nsrc ? a->nsrc : 1, sizeof *src);
+	int rc = 0, ex = 0;
+	if (!lists || !src) {
+		ex = mesh__run_fail(-ENOMEM, "cannot read the arguments");
+		goto out;
 	}
-	if (i >= argc)
-		return mesh_cli_usage("run: no command given (mesh run ... -- CMD ARG...)");
-	if (!argv[i][0])
-		return mesh_cli_usage("run: the command is an empty string");
-	if (a->have_chunks == !!a->input)
-		return mesh_cli_usage("run: give exactly one of --chunks N or --input FILE");
-	if (a->results && !a->results[0])
-		return mesh_cli_usage("run: --results needs a directory");
-	a->cmd = argv + i;
-	return 0;
+	for (size_t s = 0; s < a->nsrc && !ex; s++) {
+		const struct run_src *rs = &a->src[s];
+		src[s].list = &lists[s];
+		src[s].linked = rs->linked;
+		if (!rs->path) {
+			if ((rc = mesh_exec_list_from_argv(&lists[s], rs->words, rs->nwords)) < 0)
+				ex = mesh__run_fail(rc, "cannot read the arguments");
+			continue;
+		}
+		char *data = NULL;
+		size_t len = 0;
+		uint64_t bad = 0;
+		int from_stdin = !strcmp(rs->path, "-");
+		rc = mesh_read_file(from_stdin ? "/dev/stdin" : rs->path, 1ull << 40, &data, &len);
+		if (rc < 0) {
+			ex = mesh__run_fail(rc, "cannot read '%s'", from_stdin ? "standard input" : rs->path);
+			continue;
+		}
+		rc = mesh_exec_list_split(&lists[s], data, len, a->delim, &bad);
+		free(data);
+		if (rc == MESH_E_PARSE) {
+			fprintf(stderr,
+				"mesh: run: '%s' record %" PRIu64 " holds a NUL byte, which no argument can carry "
+				"(-0 splits at NUL bytes)\n",
+				from_stdin ? "standard input" : rs->path, bad);
+			ex = mesh_exit_run(MESH_EXIT_DATAERR);
+		} else if (rc < 0) {
+			ex = mesh__run_fail(rc, "cannot read '%s'", rs->path);
+		}
+	}
+	if (!ex && (rc = mesh_exec_input_combine(in, src, a->nsrc, a->have_colsep ? &a->colsep : NULL)) < 0)
+		ex = mesh__run_fail(rc, "cannot combine the arguments");
+out:
+	for (size_t s = 0; lists && s < a->nsrc; s++)
+		mesh_exec_list_release(&lists[s]);
+	free(lists);
+	free(src);
+	return ex;
 }
 
 /* The default journal: the same command over the same chunks names the same
- * journal, so running it again resumes. */
-static uint64_t run_hash(const struct run_args *a, const struct mesh_exec_input *in)
+ * journal, so running it again resumes.  One function, so that what names a
+ * run is in one place. */
+static void journal_name(const struct run_args *a, const struct mesh_exec_input *in, char *out, size_t cap)
 {
-	uint64_t h = mesh_fnv1a64(MESH_FNV1A64_INIT, "mesh-run 1", 11);
-	for (char **p = a->cmd; *p; p++)
+	uint64_t h = mesh_fnv1a64(MESH_FNV1A64_INIT, "mesh-run 2", 11);
+	char src[96];
+	for (char **p = a->cmd; p && *p; p++)
 		h = mesh_fnv1a64(h, *p, strlen(*p) + 1);
-	char src[64];
-	if (a->input)
-		snprintf(src, sizeof src, "input %016" PRIx64, in->hash);
-	else
+	if (a->have_chunks)
 		snprintf(src, sizeof src, "chunks %" PRIu64, a->chunks);
-	return mesh_fnv1a64(h, src, strlen(src) + 1);
+	else
+		snprintf(src, sizeof src, "input %016" PRIx64 " %" PRIu64, in->hash, in->n);
+	h = mesh_fnv1a64(h, src, strlen(src) + 1);
+	if (a->have_colsep)
+		h = mesh_fnv1a64(h, a->colsep_text, strlen(a->colsep_text) + 1);
+	snprintf(out, cap, ".mesh-run-%016" PRIx64 ".log", h);
 }
 
 /* The lock dir follows the journal's absolute path: every run on one
@@ -193,13 +128,13 @@ static size_t run_identity(const struct run_args *a, const struct mesh_exec_inpu
 	size_t n = 0, room;
 	int cut = 0;
 	uint64_t h = MESH_FNV1A64_INIT;
-	if (a->input)
-		snprintf(src, sizeof src, "input %016" PRIx64 " (%" PRIu64 " lines)", in->hash, in->n);
-	else
+	if (a->have_chunks)
 		snprintf(src, sizeof src, "chunks %" PRIu64, a->chunks);
+	else
+		snprintf(src, sizeof src, "input %016" PRIx64 " (%" PRIu64 " lines)", in->hash, in->n);
 	/* src, ", command '", cmd, "...", "' #", 16 hex digits */
 	room = MESH_JOB_IDENTITY_MAX - strlen(src) - 11 - 3 - 3 - 16;
-	for (char **p = a->cmd; *p; p++) {
+	for (char **p = a->cmd; p && *p; p++) {
 		h = mesh_fnv1a64(h, *p, strlen(*p) + 1);
 		for (const char *c = *p; *c && !cut; c++) {
 			if (n == room)
@@ -214,6 +149,8 @@ static size_t run_identity(const struct run_args *a, const struct mesh_exec_inpu
 				cmd[n++] = ' ';
 		}
 	}
+	if (a->have_colsep) /* other columns are other arguments */
+		h = mesh_fnv1a64(h, a->colsep_text, strlen(a->colsep_text) + 1);
 	return (size_t)snprintf(out, MESH_JOB_IDENTITY_MAX + 1, "%s, command '%.*s%s' #%016" PRIx64, src, (int)n, cmd,
 				cut ? "..." : "", h);
 }
@@ -228,15 +165,21 @@ static int other_work(const char *journal, const struct mesh_job_why *w, const c
 		fprintf(stderr, "mesh: journal '%s' belongs to other work (it holds %" PRIu64 " chunks; this run: %s); ",
 			journal, w->n, mine);
 	fprintf(stderr, "remove it or choose another --journal to start afresh\n");
-	return mesh_exit_for(MESH_E_MISMATCH);
+	return mesh_exit_run(mesh_exit_for(MESH_E_MISMATCH));
 }
+
+struct failures {
+	unsigned shown;
+	int last_status;
+};
 
 static void print_failure(const struct mesh_job_failure *f, void *arg)
 {
-	unsigned *shown = arg;
+	struct failures *fs = arg;
 	if (!f->buried)
 		return;
-	if ((*shown)++ >= 10)
+	fs->last_status = f->last_status;
+	if (fs->shown++ >= 10)
 		return;
 	int s = f->last_status;
 	if (s > 128 && s < 128 + 65)
@@ -247,134 +190,211 @@ static void print_failure(const struct mesh_job_failure *f, void *arg)
 			f->attempts, s);
 }
 
+/* Prints what would run (--dry-run), one command a line. */
+static int dry_run(const struct run_args *a, const struct mesh_exec_input *in, uint64_t n)
+{
+	struct mesh_exec_template t;
+	struct mesh_buf b = MESH_BUF_INIT, line = MESH_BUF_INIT;
+	char **av = NULL;
+	int rc = mesh_exec_template_init(&t, a->argv);
+	if (rc == 0 && !(av = calloc(mesh_exec_template_slots(&t), sizeof *av)))
+		rc = -ENOMEM;
+	for (uint64_t c = 0; rc == 0 && c < n; c++) {
+		if ((rc = mesh_exec_template_expand(&t, in, c, 1, &b, av)) < 0)
+			break;
+		mesh_buf_reset(&line);
+		if (t.shell) {
+			rc = mesh_buf_adds(&line, av[2]);
+		} else {
+			for (size_t i = 0; av[i] && rc == 0; i++)
+				rc = mesh__run_quote(&line, av[i], i > 0);
+		}
+		if (rc == 0)
+			rc = mesh_buf_add(&line, "\n", 1);
+		if (rc == 0)
+			rc = mesh_write_all(1, line.p, line.len);
+	}
+	free(av);
+	mesh_buf_release(&b);
+	mesh_buf_release(&line);
+	mesh_exec_template_release(&t);
+	return rc < 0 ? mesh__run_fail(rc, "dry run") : MESH_EXIT_OK;
+}
+
+/* Opens the job (and the speculation handle).  Returns 0 or an exit code. */
+static int open_job(struct run_args *a, const struct mesh_exec_input *in, const char *lockdir, struct mesh_job **job,
+		    struct mesh_job **spec, char *specnode, size_t cap)
+{
+	struct mesh_job_why why;
+	char ident[MESH_JOB_IDENTITY_MAX + 1];
+	size_t ident_len = run_identity(a, in, ident);
+	int rc = mesh_job_submit_id(a->journal, a->chunks, ident, ident_len, &why);
+	if (rc == MESH_E_MISMATCH)
+		return other_work(a->journal, &why, ident);
+	if (rc < 0)
+		return mesh__run_fail(rc, "cannot submit to '%s'", a->journal);
+	struct mesh_job_opts jo = MESH_JOB_OPTS_INIT;
+	jo.journal = a->journal;
+	jo.lockdir = lockdir;
+	jo.name = "run";
+	jo.nchunks = a->chunks;
+	jo.node = a->node;
+	jo.max_attempts = (uint32_t)a->retries;
+	jo.identity = ident;
+	jo.identity_len = ident_len;
+	if ((rc = mesh_job_open(job, &jo)) < 0)
+		return mesh__run_fail(rc, "cannot open journal '%s'", a->journal);
+	if (a->speculate) {
+		/* A second node name for copies of our own stragglers. */
+		snprintf(specnode, cap, "%.56s.spec", mesh_job_node(*job));
+		jo.node = specnode;
+		if ((rc = mesh_job_open(spec, &jo)) < 0)
+			return mesh__run_fail(rc, "cannot open journal '%s'", a->journal);
+	}
+	return 0;
+}
+
+/* A rerun resumes: it says so, and gives failed chunks new attempts. */
+static void resume(struct run_args *a, struct mesh_job *job)
+{
+	struct mesh_job_status js;
+	if (mesh_job_status(job, &js) < 0 || (js.done == 0 && js.buried == 0) || js.done == js.n)
+		return;
+	int retried = js.buried ? mesh_job_retry(job, UINT64_MAX) : 0;
+	fprintf(stderr, "mesh run: resuming: %" PRIu64 "/%" PRIu64 " chunks already done", js.done, js.n);
+	if (retried > 0)
+		fprintf(stderr, ", %d failed chunks run again", retried);
+	fprintf(stderr, " (journal %s)\n", a->journal);
+}
+
+static void exec_opts(const struct run_args *a, const struct mesh_exec_input *in, struct mesh_job *spec,
+		      struct mesh_exec_opts *eo)
+{
+	eo->argv = a->argv;
+	eo->slots = (unsigned)a->slots;
+	eo->input = a->have_chunks ? NULL : in;
+	/* Short: after a kill -9 the rerun waits this long for the chunks the
+	 * dead run held.  Renewal every ttl/4 keeps live leases safe. */
+	eo->ttl_ns = a->ttl_ns ? a->ttl_ns : 5 * MESH_NS_PER_S;
+	eo->timeout_ns = a->timeout_ns;
+	eo->timeout_pct = a->timeout_pct;
+	eo->speculate = a->speculate;
+	eo->spec_job = spec;
+	eo->results_dir = a->results;
+	eo->progress_fd = a->progress || isatty(2) ? 2 : -1;
+	eo->keep_order = a->keep_order;
+	eo->tag = a->tag;
+	eo->line_buffer = a->line_buffer;
+	eo->ungroup = a->ungroup;
+	eo->joblog = a->joblog;
+	eo->halt_mode = a->halt_mode;
+	eo->halt_on_success = a->halt_on_success;
+	eo->halt_count = a->halt_count;
+	eo->halt_percent = a->halt_percent;
+	eo->delay_ns = a->delay_ns;
+	eo->load_max = a->load_max;
+	eo->memfree_bytes = a->memfree;
+	eo->nice = a->nice;
+	eo->tmpdir = a->tmpdir;
+}
+
+/* The exit code of a run that ended with answer rc: GNU parallel's. */
+static int run_exit_code(const struct run_args *a, struct mesh_job *job, int rc, const struct mesh_job_status *js,
+			 const char *lockdir)
+{
+	struct failures fs = {0, 0};
+	if (rc == MESH_EXEC_INTERRUPTED)
+		return MESH_EXIT_RUN_INTERRUPTED;
+	if (js->buried)
+		mesh_job_failures(job, print_failure, &fs);
+	if (fs.shown > 10)
+		fprintf(stderr, "mesh: ... and %u more failed chunks\n", fs.shown - 10);
+	if (js->buried)
+		fprintf(stderr,
+			"mesh: %" PRIu64 " chunks failed; the same command runs them again; "
+			"details: mesh job status %s %s run %" PRIu64 "\n",
+			js->buried, a->journal, lockdir, js->n);
+	if (rc == MESH_EXEC_HALTED)
+		return a->halt_on_success ? MESH_EXIT_OK : fs.last_status > 0 ? fs.last_status & 255 : 1;
+	if (js->buried)
+		return js->buried > 100 ? 101 : (int)js->buried;
+	return rc == MESH_EXEC_COMPLETE ? MESH_EXIT_OK : MESH_EXIT_RUN_INCOMPLETE;
+}
+
 int mesh_cmd_run(int argc, char **argv)
 {
 	struct run_args a;
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
 	struct mesh_job *job = NULL, *spec = NULL;
-	struct mesh_job_why why;
-	char jbuf[64], lockdir[128], specnode[72], ident[MESH_JOB_IDENTITY_MAX + 1];
-	size_t ident_len;
-	int rc, ex = MESH_EXIT_SOFTWARE, done_all = 0;
-	memset(&a, 0, sizeof a);
-	if (mesh_cli_wants_help(argc, argv)) {
-		fputs(usage, stdout);
-		return MESH_EXIT_OK;
-	}
-	if ((rc = parse(argc, argv, &a)) != 0)
-		return rc;
-	if (a.input) {
-		uint64_t bad = 0;
-		rc = mesh_exec_input_load(a.input, &in, &bad);
-		if (rc == MESH_E_PARSE) {
-			fprintf(stderr, "mesh: input '%s' line %" PRIu64 " holds a NUL byte, which no argument can carry\n",
-				a.input, bad);
-			ex = MESH_EXIT_DATAERR;
-		}
-		else if (rc == MESH_E_RANGE)
-			ex = mesh_cli_usage("run: input '%s' is empty: no chunks", a.input);
-		else if (rc < 0)
-			ex = mesh_cli_fail(rc, "cannot read '%s'", a.input);
-		if (rc < 0)
+	char jbuf[64], lockdir[128], specnode[72];
+	int rc, ex, finished = 0;
+	if ((ex = mesh__run_parse(argc, argv, &a)) != 0 || a.help)
+		goto out;
+	if (!a.have_chunks) {
+		if ((ex = load_sources(&a, &in)) != 0)
 			goto out;
 		a.chunks = in.n;
 	}
+	if (a.chunks == 0) /* nothing to do, as `xargs -r` */
+		goto out;
+	if (a.dry_run) {
+		ex = dry_run(&a, a.have_chunks ? NULL : &in, a.chunks);
+		goto out;
+	}
 	if (!a.journal) {
-		snprintf(jbuf, sizeof jbuf, ".mesh-run-%016" PRIx64 ".log", run_hash(&a, &in));
+		journal_name(&a, &in, jbuf, sizeof jbuf);
 		a.journal = jbuf;
 	}
-	ident_len = run_identity(&a, &in, ident);
 	if ((rc = lockdir_for(a.journal, lockdir, sizeof lockdir)) < 0) {
-		ex = mesh_cli_fail(rc, "cannot resolve '%s'", a.journal);
+		ex = mesh__run_fail(rc, "cannot resolve '%s'", a.journal);
 		goto out;
 	}
-	rc = mesh_job_submit_id(a.journal, a.chunks, ident, ident_len, &why);
-	if (rc == MESH_E_MISMATCH) {
-		ex = other_work(a.journal, &why, ident);
+	if ((ex = open_job(&a, &in, lockdir, &job, &spec, specnode, sizeof specnode)) != 0)
 		goto out;
-	}
-	if (rc < 0) {
-		ex = mesh_cli_fail(rc, "cannot submit to '%s'", a.journal);
-		goto out;
-	}
-	struct mesh_job_opts jo = MESH_JOB_OPTS_INIT;
-	jo.journal = a.journal;
-	jo.lockdir = lockdir;
-	jo.name = "run";
-	jo.nchunks = a.chunks;
-	jo.node = a.node;
-	jo.max_attempts = (uint32_t)a.retries;
-	jo.identity = ident;
-	jo.identity_len = ident_len;
-	if ((rc = mesh_job_open(&job, &jo)) < 0) {
-		ex = mesh_cli_fail(rc, "cannot open journal '%s'", a.journal);
-		goto out;
-	}
-	if (a.speculate) {
-		/* A second node name for copies of our own stragglers. */
-		snprintf(specnode, sizeof specnode, "%.56s.spec", mesh_job_node(job));
-		jo.node = specnode;
-		if ((rc = mesh_job_open(&spec, &jo)) < 0) {
-			ex = mesh_cli_fail(rc, "cannot open journal '%s'", a.journal);
-			goto out;
-		}
-	}
-	struct mesh_job_status js;
-	if (mesh_job_status(job, &js) == 0 && js.done > 0 && js.done < js.n)
-		fprintf(stderr, "mesh run: resuming: %" PRIu64 "/%" PRIu64 " chunks already done (journal %s)\n",
-			js.done, js.n, a.journal);
+	resume(&a, job);
 
 	struct mesh_exec_opts eo = MESH_EXEC_OPTS_INIT;
 	struct mesh_exec_stats es;
-	eo.argv = a.cmd;
-	eo.slots = (unsigned)a.slots;
-	eo.input = a.input ? &in : NULL;
-	/* Short: after a kill -9 the rerun waits this long for the chunks the
-	 * dead run held.  Renewal every ttl/4 keeps live leases safe. */
-	eo.ttl_ns = a.ttl_ns ? a.ttl_ns : 5 * MESH_NS_PER_S;
-	eo.timeout_ns = a.timeout_ns;
-	eo.speculate = a.speculate;
-	eo.spec_job = spec;
-	eo.results_dir = a.results;
-	eo.progress_fd = isatty(2) ? 2 : -1;
+	struct mesh_job_status js;
+	exec_opts(&a, &in, spec, &eo);
 	rc = mesh_exec_run(job, &eo, &es);
 	if (rc < 0) {
 		if (rc == -ENOENT || rc == -EACCES)
-			ex = mesh_cli_fail(rc, "cannot run '%s'", a.cmd[0]);
+			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
 		else
-			ex = mesh_cli_fail(rc, "run stopped (journal '%s')", a.journal);
+			ex = mesh__run_fail(rc, "run stopped (journal '%s')", a.journal);
 		goto out;
 	}
 	if (mesh_job_status(job, &js) < 0)
 		memset(&js, 0, sizeof js);
-	if (rc == MESH_EXEC_FAILED) {
-		unsigned shown = 0;
-		mesh_job_failures(job, print_failure, &shown);
-		if (shown > 10)
-			fprintf(stderr, "mesh: ... and %u more buried chunks (mesh job status %s)\n", shown - 10,
-				a.journal);
-	}
-	fprintf(stderr,
-		"mesh run: %s: %" PRIu64 "/%" PRIu64 " done, %" PRIu64 " failed, %" PRIu64
-		" duplicates ignored, %" PRIu64 " speculative wins, %.2f s (%" PRIu64 " run here; journal %s)\n",
-		rc == MESH_EXEC_COMPLETE ? "complete"
-		: rc == MESH_EXEC_INTERRUPTED ? "interrupted, rerun the same command to resume"
-					      : "incomplete",
-		js.done, js.n, js.buried, js.duplicates, js.speculative_wins, (double)es.wall_ns / 1e9, es.started,
-		a.journal);
-	/* A finished job holds no leases: leave no empty lock dir in /tmp
-	 * (fails harmlessly while another node still has a file there). */
-	done_all = rc == MESH_EXEC_COMPLETE;
-	ex = rc == MESH_EXEC_COMPLETE	 ? MESH_EXIT_OK
-	     : rc == MESH_EXEC_INTERRUPTED ? MESH_EXIT_INTERRUPTED
-					   : MESH_EXIT_INCOMPLETE;
+	ex = run_exit_code(&a, job, rc, &js, lockdir);
+	finished = rc == MESH_EXEC_COMPLETE && js.buried == 0 && js.done == js.n;
+	if (a.verbose || a.progress || isatty(2))
+		fprintf(stderr,
+			"mesh run: %s: %" PRIu64 "/%" PRIu64 " done, %" PRIu64 " failed, %" PRIu64
+			" duplicates ignored, %" PRIu64 " speculative wins, %.2f s (%" PRIu64 " run here; journal %s%s)\n",
+			finished ? "complete"
+			: rc == MESH_EXEC_INTERRUPTED ? "interrupted, rerun the same command to resume"
+						      : "incomplete, rerun the same command to resume",
+			js.done, js.n, js.buried, js.duplicates, js.speculative_wins, (double)es.wall_ns / 1e9,
+			es.started, a.journal, finished && !a.explicit_journal ? ", removed" : "");
+	else if (rc == MESH_EXEC_INTERRUPTED)
+		fprintf(stderr, "mesh run: interrupted; rerun the same command to resume (journal %s)\n", a.journal);
 out:
 	if (spec)
 		mesh_job_close(spec);
 	if (job)
 		mesh_job_close(job);
-	if (done_all)
+	if (finished) {
+		/* Resume is for work that did not finish: a complete run leaves
+		 * no default journal, so the same command runs afresh next time.
+		 * An empty lock dir goes too (fails harmlessly while another node
+		 * still has a file there). */
+		if (!a.explicit_journal)
+			unlink(a.journal);
 		rmdir(lockdir);
+	}
 	mesh_exec_input_release(&in);
+	mesh__run_args_release(&a);
 	return ex;
 }

@@ -61,6 +61,11 @@ int mesh_exit_for(int err)
 	return MESH_EXIT_SOFTWARE;
 }
 
+int mesh_exit_run(int code)
+{
+	return code >= MESH_EXIT_USAGE ? code + MESH_EXIT_RUN_SHIFT : code;
+}
+
 int mesh_cli_fail(int err, const char *fmt, ...)
 {
 	va_list ap;

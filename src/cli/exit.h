@@ -24,12 +24,29 @@
 	X(PROTOCOL, 76, "a worker crashed or broke the protocol while serving the request (the report says how)") \
 	X(NOPERM, 77, "permission denied: a read-only or immutable journal that a command must write")
 
+/* `mesh run` answers as GNU parallel does: its exit code is the number of
+ * failed chunks (1..100; 101: more than 100), so the error codes above
+ * would read as failure counts there.  mesh run moves each of them up by
+ * MESH_EXIT_RUN_SHIFT (usage 104, bad input 105, no input 106, ...) and has
+ * these answers of its own.  X(name, code, meaning) */
+#define MESH_EXIT_RUN_SHIFT 40
+#define MESH_EXIT_RUN_MAP(X)                                                                          \
+	X(RUN_OK, 0, "every chunk done, or no input at all")                                          \
+	X(RUN_FAILED, 1, "1..100: that many chunks failed (after --retries; rerun to run them again); --halt on failure: the failed chunk's exit status") \
+	X(RUN_FAILED_MANY, 101, "more than 100 chunks failed")                                        \
+	X(RUN_INCOMPLETE, 102, "chunks left neither done nor failed (held by another node); rerun to resume") \
+	X(RUN_ERRORS, 104, "104..116: mesh's own error, the code above + 40 (104 usage, 105 bad input, 106 no input, 114 I/O error, ...)") \
+	X(RUN_INTERRUPTED, 130, "stopped by SIGINT/SIGTERM; rerun the same command to resume")
+
 enum {
 #define MESH__EXIT_ENUM(name, code, msg) MESH_EXIT_##name = code,
 	MESH_EXIT_MAP(MESH__EXIT_ENUM)
+	MESH_EXIT_RUN_MAP(MESH__EXIT_ENUM)
 #undef MESH__EXIT_ENUM
 };
 
+/* mesh run's code for a code of the shared table (see MESH_EXIT_RUN_MAP). */
+int mesh_exit_run(int code);
 /* The exit code for a library error code (negative). */
 int mesh_exit_for(int err);
 /* Prints "mesh: <what>: <strerror(err)>" to stderr and returns mesh_exit_for(err). */

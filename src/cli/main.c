@@ -32,9 +32,11 @@ static void usage(FILE *f)
 
 static void exit_codes(void)
 {
-	printf("mesh exit codes (the same for every subcommand):\n");
+	printf("mesh exit codes (the same for every subcommand; `run` moves them, see below):\n");
 #define MESH__EXIT_ROW(name, code, msg) printf("  %3d  %-12s %s\n", code, #name, msg);
 	MESH_EXIT_MAP(MESH__EXIT_ROW)
+	printf("\n`mesh run` answers as GNU parallel (the count of failed chunks), so its own codes differ:\n");
+	MESH_EXIT_RUN_MAP(MESH__EXIT_ROW)
 #undef MESH__EXIT_ROW
 }
 

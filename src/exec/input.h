@@ -1,32 +1,85 @@
-/* The lines of an input file as chunk values (`mesh run --input FILE`):
- * chunk i is line i (0-based).  A line ends at '\n' (not kept); a last line
- * without '\n' still counts; an empty line is a chunk whose value is "". */
+/* The chunks of `mesh run` built from GNU parallel's argument sources.
+ *
+ * A source is a list of records: the words of a `:::` list, or a file (or
+ * standard input) split at a delimiter ('\n' by default, '\0' for -0, any
+ * byte for -d).  Sources combine into chunks as in GNU parallel: each
+ * source multiplies the chunks (the cross product, the last source varying
+ * fastest); a source marked `linked` (`:::+`, `::::+`) instead pairs with the
+ * one before it record by record, and the pair is as long as the shorter.
+ *
+ * Chunk i then has one *value* per source (the record as read; `{}`) and
+ * its *arguments* (`{1}`, `{2}`, ...; what is appended to a command without
+ * a replacement string): the values again, or with a column separator each
+ * value split at every match of the regex. */
 #ifndef MESH_EXEC_INPUT_H
 #define MESH_EXEC_INPUT_H
 
+#include <regex.h>
 #include <stddef.h>
 #include <stdint.h>
 
-struct mesh_exec_input {
-	char *data;	/* the file, each line's '\n' replaced by NUL */
-	size_t len;
-	uint64_t n;	/* number of lines */
-	size_t *start;	/* n + 1 entries: line i is data[start[i]] .. */
-	uint64_t hash;	/* FNV-1a 64 of the file's bytes: the identity of the input */
-};
-#define MESH_EXEC_INPUT_INIT {NULL, 0, 0, NULL, 0}
+/* Most arguments (columns) one chunk may have; more is MESH_E_TOOBIG. */
+#define MESH_EXEC_INPUT_MAX_ARGS 256
 
-/* Reads path into in (which the caller releases with
- * mesh_exec_input_release, also after a failure).  0; -errno (cannot
- * read); MESH_E_RANGE (no lines: an empty file); MESH_E_PARSE (a line holds
- * a NUL byte, which no argument can carry; *bad_line gets its 1-based
- * number when bad_line is not NULL). */
+/* One source: n records, record k at data + start[k], NUL-terminated. */
+struct mesh_exec_list {
+	char *data;
+	uint64_t n;
+	size_t *start;
+};
+#define MESH_EXEC_LIST_INIT {NULL, 0, NULL}
+
+/* Splits the len bytes at buf (copied) at each delim byte; a last record
+ * without a delimiter still counts; no bytes = no records.  0, -ENOMEM, or
+ * MESH_E_PARSE when delim is not '\0' and a record holds a NUL byte, which
+ * no argument can carry (*bad gets its 1-based number when bad is not
+ * NULL).  Release l with mesh_exec_list_release, also after a failure. */
+int mesh_exec_list_split(struct mesh_exec_list *l, const void *buf, size_t len, int delim, uint64_t *bad);
+/* The n strings at v (copied) as records.  0 or -ENOMEM. */
+int mesh_exec_list_from_argv(struct mesh_exec_list *l, char *const *v, size_t n);
+void mesh_exec_list_release(struct mesh_exec_list *l);
+
+struct mesh_exec_source {
+	const struct mesh_exec_list *list; /* borrowed for the call */
+	int linked;			   /* paired with the source before it */
+};
+
+struct mesh_exec_input {
+	uint64_t n;	  /* chunks */
+	char *data;	  /* every string below, NUL-terminated */
+	size_t *line;	  /* n entries: chunk i's arguments joined by TAB */
+	size_t *val;	  /* value offsets, chunk after chunk */
+	uint64_t *vfirst; /* n + 1 entries: chunk i's values are val[vfirst[i]] .. val[vfirst[i+1]-1] */
+	size_t *arg;	  /* argument offsets, chunk after chunk */
+	uint64_t *afirst; /* n + 1 entries, as vfirst */
+	uint64_t hash;	  /* FNV-1a 64 over every chunk's values: the identity of the input */
+};
+#define MESH_EXEC_INPUT_INIT {0, NULL, NULL, NULL, NULL, NULL, NULL, 0}
+
+/* Builds the chunks from nsrc >= 1 sources (src[0].linked is ignored);
+ * colsep (borrowed, may be NULL) splits values into arguments.  0 (n may be
+ * 0: a source without records gives no chunks), -ENOMEM, MESH_E_TOOBIG (more
+ * than MESH_JOB_MAX_CHUNKS chunks or MESH_EXEC_INPUT_MAX_ARGS arguments in
+ * one chunk).  Release in with mesh_exec_input_release, also after a
+ * failure. */
+int mesh_exec_input_combine(struct mesh_exec_input *in, const struct mesh_exec_source *src, size_t nsrc,
+			    const regex_t *colsep);
+/* One source: the lines of path (or of the n bytes at buf), one argument a
+ * chunk.  0; -errno (cannot read); MESH_E_RANGE (no lines); MESH_E_PARSE
+ * (a line holds a NUL byte; *bad_line gets its 1-based number when bad_line
+ * is not NULL).  Release in as above. */
 int mesh_exec_input_load(const char *path, struct mesh_exec_input *in, uint64_t *bad_line);
-/* Parses the n bytes at buf (copied) the same way. */
 int mesh_exec_input_from_mem(const void *buf, size_t n, struct mesh_exec_input *in, uint64_t *bad_line);
 void mesh_exec_input_release(struct mesh_exec_input *in);
-/* Line i as a NUL-terminated string (its length in *len if not NULL); NULL
- * when i >= n. */
+
+/* Chunk i's arguments joined by TAB (the --tag text, the joblog command),
+ * its length in *len if not NULL; NULL when i >= n.  in == NULL: NULL (the
+ * chunk's value is then its decimal id). */
 const char *mesh_exec_input_line(const struct mesh_exec_input *in, uint64_t i, size_t *len);
+/* Chunk i's values / arguments: *count entries in out (borrowed pointers
+ * into in); at most MESH_EXEC_INPUT_MAX_ARGS.  0, or MESH_E_RANGE when
+ * i >= n. */
+int mesh_exec_input_values(const struct mesh_exec_input *in, uint64_t i, const char **out, size_t *count);
+int mesh_exec_input_args(const struct mesh_exec_input *in, uint64_t i, const char **out, size_t *count);
 
 #endif

@@ -411,12 +411,9 @@ static void finish_slot(struct runner *r, struct slot *s, int code);
 static int start_slot(struct runner *r, struct slot *s)
 {
 	uint64_t cid = s->l.cid;
-	const char *value = NULL;
 	int rc, pout[2] = {-1, -1}, perr[2] = {-1, -1};
 	char *path = r->path, *own_path = NULL;
-	if (r->o->input)
-		value = mesh_exec_input_line(r->o->input, cid, NULL);
-	rc = mesh_exec_template_expand(&r->tmpl, value, cid, &s->argbuf, s->argv);
+	rc = mesh_exec_template_expand(&r->tmpl, r->o->input, cid, s->idx, &s->argbuf, s->argv);
 	if (rc < 0)
 		return rc;
 	snprintf(s->env_chunk, sizeof s->env_chunk, "MESH_CHUNK=%" PRIu64, cid);

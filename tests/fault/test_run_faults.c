@@ -1,5 +1,5 @@
 /* `mesh run` meeting a failing disk (MESH_FAULT, base/io.h): it stops with
- * exit 74 and a clear message, reports nothing done that is not durable,
+ * exit 114 (mesh run's 74) and a clear message, reports nothing done that is not durable,
  * and a later run on a healthy disk completes the job. */
 #include "runner/t.h"
 
@@ -12,10 +12,10 @@ static void fault_then_heal(const char *fault, const char *extra)
 	char out[4096];
 	int rc = t_sh(out, sizeof out, 1, "MESH_FAULT=%s %s run -j2 %s --journal f.log --chunks 40 -- true", fault,
 		      MESH, extra);
-	EXPECT_EQ(rc, 74);
+	EXPECT_EQ(rc, 114);
 	EXPECT_CONTAINS(out, "mesh: ");
 	EXPECT_TRUE(strstr(out, "complete: 40/40") == NULL);
-	rc = t_sh(out, sizeof out, 1, "%s run -j2 %s --journal f.log --chunks 40 -- true", MESH, extra);
+	rc = t_sh(out, sizeof out, 1, "%s run -v -j2 %s --journal f.log --chunks 40 -- true", MESH, extra);
 	EXPECT_EQ(rc, 0);
 	EXPECT_CONTAINS(out, "complete: 40/40 done");
 	rc = t_sh(out, sizeof out, 1, "%s job check f.log", MESH);

@@ -38,7 +38,7 @@ static int lines_at_least(void *arg)
 TEST(run_completes_and_groups_output)
 {
 	char out[8192];
-	int rc = t_sh(out, sizeof out, 0, "%s run -j3 --chunks 20 -- echo chunk 2>err", MESH);
+	int rc = t_sh(out, sizeof out, 0, "%s run -v -j3 --chunks 20 -- echo chunk 2>err", MESH);
 	EXPECT_EQ(rc, 0);
 	int seen[20] = {0}, lines = 0;
 	char *save = NULL;
@@ -54,12 +54,12 @@ TEST(run_completes_and_groups_output)
 	char *err = t_read_file("err", NULL);
 	EXPECT_CONTAINS(err, "20/20 done, 0 failed");
 	free(err);
-	/* the same command again: nothing to do, the default journal resumes */
-	rc = t_sh(out, sizeof out, 0, "%s run -j3 --chunks 20 -- echo chunk 2>err", MESH);
+	/* a complete run removes its default journal: the same command runs afresh */
+	rc = t_sh(out, sizeof out, 0, "ls .mesh-run-*.log 2>/dev/null | wc -l");
+	EXPECT_EQ(atoi(out), 0);
+	rc = t_sh(out, sizeof out, 0, "%s run -j3 --chunks 20 -- echo chunk 2>err | wc -l", MESH);
 	EXPECT_EQ(rc, 0);
-	EXPECT_STREQ(out, "");
-	rc = t_sh(out, sizeof out, 0, "ls .mesh-run-*.log | wc -l");
-	EXPECT_EQ(atoi(out), 1);
+	EXPECT_EQ(atoi(out), 20);
 }
 
 /* kill -9 midway; the rerun never runs a chunk that was DONE in the journal
@@ -97,7 +97,7 @@ TEST_TIMEOUT(run_sigkill_midway_then_resume, 60)
 	EXPECT_GT(ndone, 0);
 	EXPECT_LT(ndone, n);
 
-	int rc = t_sh(out, sizeof out, 0, "SIDE=s2 %s run -j2 --ttl 1 --journal r.log --chunks %d %s 2>err", MESH, n,
+	int rc = t_sh(out, sizeof out, 0, "SIDE=s2 %s run -v -j2 --ttl 1 --journal r.log --chunks %d %s 2>err", MESH, n,
 		      cmd);
 	EXPECT_EQ(rc, 0);
 	int c1[60], c2[60];
@@ -131,7 +131,7 @@ TEST_TIMEOUT(run_sigint_exits_5_and_resumes_at_once, 60)
 	const char *rcarg[] = {"rc1", "1"};
 	ASSERT_TRUE(t_wait_for(lines_at_least, rcarg, 10000));
 	char *rc1 = t_read_file("rc1", NULL);
-	EXPECT_STREQ(rc1, "5\n");
+	EXPECT_STREQ(rc1, "130\n");
 	free(rc1);
 	char *err = t_read_file("err1", NULL);
 	EXPECT_CONTAINS(err, "interrupted");
@@ -157,14 +157,14 @@ TEST(run_input_lines_and_changed_input)
 	/* {} inside an argument, {#} the chunk id */
 	rc = t_sh(out, sizeof out, 0, "%s run -j2 --input in.txt -- echo '{#}:x{}y' 2>/dev/null | LC_ALL=C sort", MESH);
 	EXPECT_EQ(rc, 0);
-	EXPECT_STREQ(out, "0:xa by\n1:xcy\n2:xy\n3:xdy\n");
+	EXPECT_STREQ(out, "1:xa by\n2:xcy\n3:xy\n4:xdy\n");
 
 	/* an explicit journal remembers its input: a changed file is refused */
 	rc = t_sh(out, sizeof out, 1, "%s run --journal in.log --input in.txt -- true", MESH);
 	EXPECT_EQ(rc, 0);
 	t_write_file("in.txt", "a b\nc\n\nD");
 	rc = t_sh(out, sizeof out, 1, "%s run --journal in.log --input in.txt -- true", MESH);
-	EXPECT_EQ(rc, 65);
+	EXPECT_EQ(rc, 105);
 	EXPECT_CONTAINS(out, "belongs to other work");
 	/* the default journal is named after the input's content: a new job */
 	rc = t_sh(out, sizeof out, 0, "%s run --input in.txt -- echo 2>/dev/null | LC_ALL=C sort", MESH);
@@ -203,7 +203,7 @@ TEST(run_results_dir)
 TEST(run_failures_and_retries)
 {
 	char out[4096];
-	int rc = t_sh(out, sizeof out, 1, "%s run -j2 --retries 2 --chunks 5 -- sh -c 'echo x >> tries.{}; [ {} != 3 ]'",
+	int rc = t_sh(out, sizeof out, 1, "%s run -v -j2 --retries 2 --chunks 5 -- sh -c 'echo x >> tries.{}; [ {} != 3 ]'",
 		      MESH);
 	EXPECT_EQ(rc, 1);
 	EXPECT_CONTAINS(out, "chunk 3 buried after 2 attempts (last: exit 1)");
@@ -218,8 +218,8 @@ TEST(run_timeout_kills)
 {
 	char out[4096];
 	uint64_t t0 = t_now_ms();
-	int rc = t_sh(out, sizeof out, 1, "%s run -j2 --timeout 0.2 --retries 1 --chunks 2 -- sleep 10", MESH);
-	EXPECT_EQ(rc, 1);
+	int rc = t_sh(out, sizeof out, 1, "%s run -v -j2 --timeout 0.2 --retries 1 --chunks 2 -- sleep 10", MESH);
+	EXPECT_EQ(rc, 2); /* GNU parallel's: the number of failed chunks */
 	EXPECT_LT(t_now_ms() - t0, 8000);
 	EXPECT_CONTAINS(out, "failed (timeout)");
 	EXPECT_CONTAINS(out, "0/2 done, 2 failed");
@@ -253,7 +253,7 @@ TEST_TIMEOUT(run_speculate_beats_a_straggler, 60)
 	 * and finishes at once */
 	uint64_t t0 = t_now_ms();
 	int rc = t_sh(out, sizeof out, 1,
-		      "%s run -j2 --speculate --chunks 12 -- sh -c "
+		      "%s run -v -j2 --speculate --chunks 12 -- sh -c "
 		      "'if [ {} = 0 ] && mkdir m 2>/dev/null; then sleep 20; else sleep 0.05; fi'",
 		      MESH);
 	EXPECT_EQ(rc, 0);
@@ -269,21 +269,20 @@ TEST(run_bad_arguments)
 		int rc;
 		const char *msg;
 	} rows[] = {
-		{"", 64, "no command"},
-		{"--chunks 3", 64, "no command"},
-		{"-- true", 64, "exactly one of"},
-		{"--chunks 0 -- true", 64, "--chunks '0'"},
-		{"--chunks 12x -- true", 64, "--chunks '12x'"},
-		{"--chunks -1 -- true", 64, "--chunks '-1'"},
-		{"-j 0 --chunks 2 -- true", 64, "-j '0'"},
-		{"--chunks 2 --input f -- true", 64, "exactly one of"},
-		{"--frob --chunks 2 -- true", 64, "unknown option '--frob'"},
-		{"--timeout abc --chunks 2 -- true", 64, "--timeout 'abc'"},
-		{"--retries 0 --chunks 2 -- true", 64, "--retries '0'"},
-		{"--chunks", 64, "needs a value"},
-		{"--input missing.txt -- true", 66, "missing.txt"},
-		{"--journal j.txt --chunks 2 -- true", 65, "j.txt"},
-		{"--chunks 2 -- no-such-command-xyz", 66, "cannot run 'no-such-command-xyz'"},
+		/* mesh run's own errors are the shared codes + 40 (GNU parallel's
+		 * exit code is the number of failed jobs) */
+		{"--chunks 3", 104, "no command"},
+		{"--chunks 12x -- true", 104, "--chunks '12x'"},
+		{"--chunks -1 -- true", 104, "--chunks '-1'"},
+		{"-j x --chunks 2 -- true", 104, "-j 'x'"},
+		{"--chunks 2 --input f -- true", 104, "no argument source"},
+		{"--frob --chunks 2 -- true", 104, "unknown option '--frob'"},
+		{"--timeout abc --chunks 2 -- true", 104, "--timeout 'abc'"},
+		{"--retries 0 --chunks 2 -- true", 104, "--retries '0'"},
+		{"--chunks", 104, "needs a value"},
+		{"--input missing.txt -- true", 106, "missing.txt"},
+		{"--journal j.txt --chunks 2 -- true", 105, "j.txt"},
+		{"--chunks 2 -- no-such-command-xyz", 106, "cannot run 'no-such-command-xyz'"},
 	};
 	char out[2048];
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -296,6 +295,6 @@ TEST(run_bad_arguments)
 	EXPECT_CONTAINS(out, "usage: mesh run");
 	/* the same journal with another chunk count */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal a.log --chunks 2 -- true", MESH), 0);
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal a.log --chunks 3 -- true", MESH), 65);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal a.log --chunks 3 -- true", MESH), 105);
 	EXPECT_CONTAINS(out, "belongs to other work");
 }

@@ -13,7 +13,7 @@ TEST(run_journal_refuses_another_command)
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j1 --journal step.log --chunks 2 -- echo one 2>/dev/null", MESH), 0);
 	EXPECT_STREQ(out, "one 0\none 1\n");
 	/* the same chunks, another command: it ran nothing and said nothing */
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j1 --journal step.log --chunks 2 -- echo two", MESH), 65);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j1 --journal step.log --chunks 2 -- echo two", MESH), 105);
 	EXPECT_CONTAINS(out, "mesh: journal 'step.log' belongs to other work (it holds: chunks 2, command 'echo one'");
 	EXPECT_CONTAINS(out, "this run: chunks 2, command 'echo two'");
 	EXPECT_CONTAINS(out, "remove it or choose another --journal to start afresh");
@@ -33,7 +33,7 @@ TEST(run_journal_refuses_another_chunk_source)
 	t_write_file("other.txt", "a\nb\nc\nd\ne\n");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j1 --journal c.log --chunks 5 -- echo 2>/dev/null", MESH), 0);
 	/* five lines against a journal of five chunk ids: every line was skipped */
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j1 --journal c.log --input other.txt -- echo", MESH), 65);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j1 --journal c.log --input other.txt -- echo", MESH), 105);
 	EXPECT_CONTAINS(out, "belongs to other work (it holds: chunks 5, command 'echo'");
 	EXPECT_CONTAINS(out, "this run: input ");
 	EXPECT_CONTAINS(out, "(5 lines)");
@@ -41,7 +41,7 @@ TEST(run_journal_refuses_another_chunk_source)
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j1 --journal in.log --input other.txt -- echo 2>/dev/null", MESH), 0);
 	EXPECT_EQ(access("in.log.input", F_OK), -1);
 	t_write_file("other.txt", "a\nb\nc\nd\nE\n");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j1 --journal in.log --input other.txt -- echo", MESH), 65);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j1 --journal in.log --input other.txt -- echo", MESH), 105);
 	EXPECT_CONTAINS(out, "belongs to other work");
 	EXPECT_EQ(strstr(out, "\nE\n"), NULL);
 }
@@ -55,6 +55,6 @@ TEST(run_input_with_a_nul_is_bad_data)
 	fputc(0, f);
 	fputs("c\n", f);
 	fclose(f);
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --input nul.txt -- echo", MESH), 65);
-	EXPECT_CONTAINS(out, "mesh: input 'nul.txt' line 2 holds a NUL byte");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --input nul.txt -- echo", MESH), 105);
+	EXPECT_CONTAINS(out, "'nul.txt' record 2 holds a NUL byte");
 }

@@ -38,19 +38,30 @@ TEST(template_table)
 	} rows[] = {
 		{{"echo", NULL}, NULL, 7, "echo|7"},
 		{{"echo", "{}", NULL}, NULL, 7, "echo|7"},
-		{{"echo", "x{}y", "{#}", NULL}, "a b", 3, "echo|xa by|3"},
+		{{"echo", "x{}y", "{#}", NULL}, "a b", 0, "echo|xa by|1"},
 		{{"echo", "{}{}", NULL}, "ab", 0, "echo|abab"},
-		{{"echo", "{#}", NULL}, "line", 12, "echo|12|line"}, /* no {}: value appended */
-		{{"cp", "in/{}", "out/{}.png", NULL}, "tile", 1, "cp|in/tile|out/tile.png"},
-		{{"echo", "{", "}", "{x}", NULL}, "v", 1, "echo|{|}|{x}|v"},
-		{{"echo", "{}", NULL}, "", 5, "echo|"},
+		{{"echo", "{#}", NULL}, "line", 0, "echo|1"}, /* a replacement string: nothing appended */
+		{{"echo", NULL}, "line", 0, "echo|line"},	/* none: the value appended */
+		{{"cp", "in/{}", "out/{}.png", NULL}, "tile", 0, "cp|in/tile|out/tile.png"},
+		{{"echo", "{", "}", "{x}", NULL}, "v", 0, "echo|{|}|{x}|v"},
+		{{"echo", "{}", NULL}, "", 0, "echo|"},
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		struct mesh_exec_template t;
 		struct mesh_buf b = MESH_BUF_INIT;
 		ASSERT_EQ(mesh_exec_template_init(&t, (char *const *)rows[i].argv), 0);
 		char **av = calloc(mesh_exec_template_slots(&t), sizeof *av);
-		ASSERT_EQ(mesh_exec_template_expand(&t, rows[i].value, rows[i].cid, &b, av), 0);
+		struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
+		if (rows[i].value) {
+			struct mesh_exec_list l;
+			char *w[] = {(char *)rows[i].value};
+			ASSERT_EQ(mesh_exec_list_from_argv(&l, w, 1), 0);
+			struct mesh_exec_source src = {&l, 0};
+			ASSERT_EQ(mesh_exec_input_combine(&in, &src, 1, NULL), 0);
+			mesh_exec_list_release(&l);
+		}
+		ASSERT_EQ(mesh_exec_template_expand(&t, rows[i].value ? &in : NULL, rows[i].cid, 1, &b, av), 0);
+		mesh_exec_input_release(&in);
 		char got[256];
 		join_argv(av, got, sizeof got);
 		EXPECT_STREQ(got, rows[i].want);

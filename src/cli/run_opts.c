@@ -1,0 +1,494 @@
+/* The command line of `mesh run`: GNU parallel's options and argument
+ * sources, parsed into struct run_args.  Nothing here runs anything. */
+#include "cli/run_opts.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/parse.h"
+#include "cli/exit.h"
+#include "exec/runner.h"
+#include "job/job.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+	"usage: mesh run [options] [--] [CMD [ARG...]] [::: ARGS | :::: FILES]...\n"
+	"\n"
+	"Runs CMD once per chunk on N local slots, as GNU parallel does; completions\n"
+	"are journaled, so after Ctrl-C or kill -9 the same command again resumes and\n"
+	"never re-runs a finished chunk.  A run that completes removes its journal.\n"
+	"\n"
+	"Chunks come from `::: a b c` (several: the cross product; `:::+`: paired),\n"
+	"`:::: FILE` / -a FILE / --input FILE (one a line; `-` is standard input),\n"
+	"standard input when no source is given, or --chunks N (values 0..N-1).\n"
+	"In CMD: {} the value, {.} without extension, {/} basename, {//} dirname,\n"
+	"{/.} basename without extension, {#} sequence number (1..), {%} slot, {1} {2}\n"
+	"... the n-th argument ({1.} etc.).  No replacement string: the arguments are\n"
+	"appended.  No CMD (or just {}): each input line is a shell command line; a\n"
+	"one-word CMD with spaces ('echo {} | wc') runs under /bin/sh with the values\n"
+	"quoted; otherwise nothing goes through a shell.\n"
+	"\n"
+	"  -j, --jobs N         slots at once: N, N% of the cores, +N, -N, 0 = 256\n"
+	"                       (default: the number of cores)\n"
+	"  -a, --arg-file FILE  an argument source (as :::: FILE); repeatable\n"
+	"  --input FILE         the same\n"
+	"  --chunks N           chunks 0..N-1 instead of argument sources\n"
+	"  -0, --null           records end at NUL bytes, not newlines\n"
+	"  -d, --delimiter C    records end at C (\\n \\t \\0 \\\\ allowed)\n"
+	"  -C, --colsep REGEX   split each record into {1} {2} ... (POSIX ERE)\n"
+	"  -k, --keep-order     print outputs in input order\n"
+	"  --tag                start each output line with the arguments and a TAB\n"
+	"  --line-buffer        pass whole lines on as they come\n"
+	"  -u, --ungroup        pass output on as it comes\n"
+	"  --joblog FILE        one line per finished attempt (GNU parallel's columns)\n"
+	"  --halt WHEN,WHAT=N   stop at failures: now,fail=1  soon,fail=10%%\n"
+	"                       now,success=1; or 0 never, 1 soon,fail=1, 2 now,fail=1\n"
+	"  --retries K          a chunk is tried at most K times (default 1)\n"
+	"  --timeout T          kill an attempt after T (30, 1.5, 2m, 1h) or after N%%\n"
+	"                       of the median runtime (200%%); a failure\n"
+	"  --delay T            at least T between two starts\n"
+	"  --load N             start nothing while the load average is >= N\n"
+	"  --memfree SIZE       start nothing while less memory is free (K M G)\n"
+	"  --nice N             run the commands with niceness N\n"
+	"  --tmpdir DIR         where large outputs are spilled\n"
+	"  --results DIR        write DIR/<chunk>/{stdout,stderr,status} instead\n"
+	"  --dry-run            print the commands; run and journal nothing\n"
+	"  --bar, --progress, --eta   the progress bar (also without a terminal)\n"
+	"  -v, --verbose        the closing summary line (shown on a terminal anyway)\n"
+	"  --journal F.log      the journal (kept; default .mesh-run-<hash>.log here,\n"
+	"                       named after CMD and the input, removed when complete)\n"
+	"  --ttl T              lease time-to-live, renewed while a chunk runs (5)\n"
+	"  --speculate          idle slots run copies of stragglers; first wins\n"
+	"  --node NAME          this node's name (default <host>.<pid>)\n"
+	"  -h, --help           this help\n"
+	"\n"
+	"Exit: 0 all done; 1..100 the number of failed chunks, 101 more; 130\n"
+	"interrupted (rerun to resume); 104 usage; others: `mesh help exit-codes`.\n"
+	"Details and GNU parallel differences: docs/run.md\n";
+
+/* The one-letter and long names; V: takes a value. */
+enum {
+	O_JOBS, O_ARGFILE, O_INPUT, O_CHUNKS, O_NULL, O_DELIM, O_COLSEP, O_KEEP, O_TAG, O_LINEBUF, O_UNGROUP,
+	O_JOBLOG, O_HALT, O_RETRIES, O_TIMEOUT, O_DELAY, O_LOAD, O_MEMFREE, O_NICE, O_TMPDIR, O_RESULTS,
+	O_DRYRUN, O_PROGRESS, O_VERBOSE, O_JOURNAL, O_TTL, O_SPECULATE, O_NODE, O_HELP,
+};
+static const struct opt {
+	const char *name;
+	char letter;
+	int value, id;
+} opts[] = {
+	{"jobs", 'j', 1, O_JOBS},	  {"arg-file", 'a', 1, O_ARGFILE},  {"input", 0, 1, O_INPUT},
+	{"chunks", 0, 1, O_CHUNKS},	  {"null", '0', 0, O_NULL},	   {"delimiter", 'd', 1, O_DELIM},
+	{"colsep", 'C', 1, O_COLSEP},	  {"keep-order", 'k', 0, O_KEEP},   {"tag", 0, 0, O_TAG},
+	{"line-buffer", 0, 0, O_LINEBUF}, {"ungroup", 'u', 0, O_UNGROUP},   {"joblog", 0, 1, O_JOBLOG},
+	{"halt", 0, 1, O_HALT},		  {"retries", 0, 1, O_RETRIES},	   {"timeout", 0, 1, O_TIMEOUT},
+	{"delay", 0, 1, O_DELAY},	  {"load", 0, 1, O_LOAD},	   {"memfree", 0, 1, O_MEMFREE},
+	{"nice", 0, 1, O_NICE},		  {"tmpdir", 0, 1, O_TMPDIR},	   {"results", 0, 1, O_RESULTS},
+	{"dry-run", 0, 0, O_DRYRUN},	  {"bar", 0, 0, O_PROGRESS},	   {"progress", 0, 0, O_PROGRESS},
+	{"eta", 0, 0, O_PROGRESS},	  {"verbose", 'v', 0, O_VERBOSE},  {"journal", 0, 1, O_JOURNAL},
+	{"ttl", 0, 1, O_TTL},		  {"speculate", 0, 0, O_SPECULATE}, {"node", 0, 1, O_NODE},
+	{"help", 'h', 0, O_HELP},
+};
+
+int mesh__run_usage(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("mesh: run: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n(see `mesh run --help`)\n", stderr);
+	return mesh_exit_run(MESH_EXIT_USAGE);
+}
+
+int mesh__run_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+	fputs("mesh: run: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, ": %s\n", mesh_strerror(err));
+	return mesh_exit_run(mesh_exit_for(err));
+}
+
+int mesh__run_quote(struct mesh_buf *b, const char *s, int space)
+{
+	if (space && mesh_buf_add(b, " ", 1) < 0)
+		return -ENOMEM;
+	if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./,:@%+=-{}") == strlen(s))
+		return mesh_buf_adds(b, s);
+	if (mesh_buf_add(b, "'", 1) < 0)
+		return -ENOMEM;
+	for (; *s; s++)
+		if ((*s == '\'' ? mesh_buf_adds(b, "'\\''") : mesh_buf_add(b, s, 1)) < 0)
+			return -ENOMEM;
+	return mesh_buf_add(b, "'", 1);
+}
+
+static int num(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	int rc = mesh_parse_u64(s, max, out);
+	if (rc == 0 && *out < min)
+		rc = MESH_E_RANGE;
+	if (rc < 0)
+		return mesh__run_usage("%s '%s': expected a whole number from %" PRIu64 " to %" PRIu64, opt, s, min,
+				       max);
+	return 0;
+}
+
+/* A duration: seconds (decimals allowed) with an optional s/m/h/d unit. */
+static int duration(const char *opt, const char *s, uint64_t *out)
+{
+	static const struct {
+		char unit;
+		uint64_t mul;
+	} units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+	char tmp[64];
+	uint64_t mul = 1;
+	size_t n = strlen(s);
+	for (size_t i = 0; n > 1 && n < sizeof tmp && i < sizeof units / sizeof units[0]; i++)
+		if (s[n - 1] == units[i].unit)
+			mul = units[i].mul, n--;
+	snprintf(tmp, sizeof tmp, "%.*s", (int)n, s);
+	if (n >= sizeof tmp || mesh_parse_seconds(tmp, 365ull * 86400 * MESH_NS_PER_S / mul, out) < 0 || *out == 0)
+		return mesh__run_usage("%s '%s': expected a duration, e.g. 30, 0.5, 2m or 1h", opt, s);
+	*out *= mul;
+	return 0;
+}
+
+/* A whole number followed by '%'; 0 when s has no '%'. */
+static int percent(const char *s, uint64_t max, uint64_t *out)
+{
+	size_t n = strlen(s);
+	if (n < 2 || s[n - 1] != '%')
+		return 0;
+	return mesh_parse_u64n(s, n - 1, max, out) == 0 ? 1 : -1;
+}
+
+/* -j: N, N% of the cores, +N, -N (cores plus or minus N), 0 (as many as
+ * possible, capped at 256). */
+static int jobs(const char *s, uint64_t *out)
+{
+	long c = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t cores = c > 0 ? (uint64_t)c : 1, v;
+	int p = percent(s, 100000, &v);
+	if (p > 0) {
+		v = cores * v / 100;
+	} else if (p == 0 && (s[0] == '+' || s[0] == '-') && mesh_parse_u64(s + 1, 4096, &v) == 0) {
+		v = s[0] == '+' ? cores + v : cores > v ? cores - v : 1;
+	} else if (p < 0 || mesh_parse_u64(s, 4096, &v) < 0) {
+		return mesh__run_usage("-j '%s': expected N (1..4096), N%%, +N, -N or 0", s);
+	} else if (v == 0) {
+		v = 256;
+	}
+	*out = v < 1 ? 1 : v > 4096 ? 4096 : v;
+	return 0;
+}
+
+/* --halt: GNU parallel's WHEN,WHAT=N[%] or its old numbers. */
+static int halt(const char *s, struct run_args *a)
+{
+	char when[8], what[8];
+	const char *eq;
+	int n = 0;
+	static const char *old[] = {"0", "1", "2", "-1", "-2"};
+	for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+		if (strcmp(s, old[i]))
+			continue;
+		a->halt_mode = i == 0 ? MESH_EXEC_HALT_NEVER : (i == 1 || i == 3) ? MESH_EXEC_HALT_SOON : MESH_EXEC_HALT_NOW;
+		a->halt_on_success = i >= 3;
+		a->halt_count = 1;
+		return 0;
+	}
+	if (!strcmp(s, "never")) {
+		a->halt_mode = MESH_EXEC_HALT_NEVER;
+		return 0;
+	}
+	if (sscanf(s, "%7[a-z],%7[a-z]=%n", when, what, &n) != 2 || !(eq = strchr(s, '=')) || n == 0)
+		goto bad;
+	if (!strcmp(when, "now"))
+		a->halt_mode = MESH_EXEC_HALT_NOW;
+	else if (!strcmp(when, "soon"))
+		a->halt_mode = MESH_EXEC_HALT_SOON;
+	else
+		goto bad;
+	if (!strcmp(what, "fail"))
+		a->halt_on_success = 0;
+	else if (!strcmp(what, "success"))
+		a->halt_on_success = 1;
+	else
+		goto bad;
+	uint64_t v;
+	int p = percent(eq + 1, 100, &v);
+	if (p > 0 && v > 0) {
+		a->halt_percent = (unsigned)v;
+		return 0;
+	}
+	if (p == 0 && mesh_parse_u64(eq + 1, UINT64_MAX, &v) == 0 && v > 0) {
+		a->halt_count = v;
+		return 0;
+	}
+bad:
+	return mesh__run_usage("--halt '%s': expected now|soon,fail|success=N or N%%, e.g. now,fail=1; or 0, 1, 2", s);
+}
+
+/* -d: one byte, C escapes allowed. */
+static int delimiter(const char *s, int *out)
+{
+	static const char esc[] = "n\nt\t0\0\\\\r\ra\a";
+	if (s[0] && !s[1]) {
+		*out = (unsigned char)s[0];
+		return 0;
+	}
+	if (s[0] == '\\' && s[1] && !s[2])
+		for (size_t i = 0; i + 1 < sizeof esc; i += 2)
+			if (esc[i] == s[1]) {
+				*out = (unsigned char)esc[i + 1];
+				return 0;
+			}
+	return mesh__run_usage("-d '%s': expected one character (or \\n \\t \\0 \\\\)", s);
+}
+
+static int colsep(const char *s, struct run_args *a)
+{
+	/* GNU parallel's regexes are Perl's: \t and \s are the ones people use */
+	char re[512];
+	size_t k = 0;
+	for (const char *p = s; *p && k + 8 < sizeof re; p++) {
+		if (p[0] == '\\' && p[1] == 't')
+			re[k++] = '\t', p++;
+		else if (p[0] == '\\' && p[1] == 's')
+			memcpy(re + k, "[[:space:]]", 11), k += 11, p++;
+		else
+			re[k++] = *p;
+	}
+	re[k] = 0;
+	if (a->have_colsep)
+		regfree(&a->colsep);
+	a->have_colsep = 0;
+	if (!*s || regcomp(&a->colsep, re, REG_EXTENDED) != 0)
+		return mesh__run_usage("--colsep '%s': not a regular expression", s);
+	a->have_colsep = 1;
+	a->colsep_text = s;
+	return 0;
+}
+
+static int add_src(struct run_args *a, const char *path, char **words, size_t n, int linked)
+{
+	struct run_src *s = realloc(a->src, (a->nsrc + 1) * sizeof *s);
+	if (!s)
+		return mesh__run_fail(-ENOMEM, "arguments");
+	a->src = s;
+	s[a->nsrc++] = (struct run_src){path, words, n, linked};
+	return 0;
+}
+
+static int apply(struct run_args *a, const struct opt *o, const char *v)
+{
+	char name[32];
+	if (o->letter)
+		snprintf(name, sizeof name, "-%c", o->letter);
+	else
+		snprintf(name, sizeof name, "--%s", o->name);
+	switch (o->id) {
+	case O_JOBS: return jobs(v, &a->slots);
+	case O_ARGFILE:
+	case O_INPUT: return add_src(a, v, NULL, 0, 0);
+	case O_CHUNKS: a->have_chunks = 1; return num(name, v, 0, MESH_JOB_MAX_CHUNKS, &a->chunks);
+	case O_NULL: a->delim = 0; return 0;
+	case O_DELIM: return delimiter(v, &a->delim);
+	case O_COLSEP: return colsep(v, a);
+	case O_KEEP: a->keep_order = 1; return 0;
+	case O_TAG: a->tag = 1; return 0;
+	case O_LINEBUF: a->line_buffer = 1; return 0;
+	case O_UNGROUP: a->ungroup = 1; return 0;
+	case O_JOBLOG: a->joblog = v; return 0;
+	case O_HALT: return halt(v, a);
+	case O_RETRIES: return num(name, v, 1, 1000000, &a->retries);
+	case O_TIMEOUT: {
+		uint64_t p;
+		int r = percent(v, 100000, &p);
+		if (r > 0 && p > 0) {
+			a->timeout_pct = (unsigned)p;
+			return 0;
+		}
+		return duration(name, v, &a->timeout_ns);
+	}
+	case O_DELAY: return duration(name, v, &a->delay_ns);
+	case O_LOAD: {
+		char *end;
+		a->load_max = strtod(v, &end);
+		if (end == v || *end || !(a->load_max > 0))
+			return mesh__run_usage("--load '%s': expected a load average above 0, e.g. 4 or 2.5", v);
+		return 0;
+	}
+	case O_MEMFREE:
+		if (mesh_parse_size(v, UINT64_MAX, &a->memfree) < 0)
+			return mesh__run_usage("--memfree '%s': expected a size, e.g. 512M or 2G", v);
+		return 0;
+	case O_NICE: {
+		int64_t n;
+		if (mesh_parse_i64(v, -20, 19, &n) < 0)
+			return mesh__run_usage("--nice '%s': expected a niceness from -20 to 19", v);
+		a->nice = (int)n;
+		return 0;
+	}
+	case O_TMPDIR: a->tmpdir = v; return 0;
+	case O_RESULTS:
+		a->results = v;
+		return *v ? 0 : mesh__run_usage("--results needs a directory");
+	case O_DRYRUN: a->dry_run = 1; return 0;
+	case O_PROGRESS: a->progress = 1; return 0;
+	case O_VERBOSE: a->verbose = 1; return 0;
+	case O_JOURNAL: a->journal = v, a->explicit_journal = 1; return 0;
+	case O_TTL: return duration(name, v, &a->ttl_ns);
+	case O_SPECULATE: a->speculate = 1; return 0;
+	case O_NODE: a->node = v; return 0;
+	case O_HELP: a->help = 1; return 0;
+	}
+	return 0;
+}
+
+/* One option at argv[*i] (which starts with '-'); moves *i past its value. */
+static int option(int argc, char **argv, int *i, struct run_args *a)
+{
+	const char *arg = argv[*i];
+	if (arg[1] == '-') {
+		const char *eq = strchr(arg, '=');
+		size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+		for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+			const struct opt *o = &opts[k];
+			if (strlen(o->name) != n || strncmp(o->name, arg + 2, n))
+				continue;
+			if (!o->value && eq)
+				return mesh__run_usage("option '--%s' takes no value", o->name);
+			if (o->value && !eq && *i + 1 >= argc)
+				return mesh__run_usage("option '--%s' needs a value", o->name);
+			return apply(a, o, !o->value ? NULL : eq ? eq + 1 : argv[++*i]);
+		}
+		return mesh__run_usage("unknown option '%.*s'", (int)(eq ? (size_t)(eq - arg) : strlen(arg)), arg);
+	}
+	for (const char *p = arg + 1; *p; p++) {
+		const struct opt *o = NULL;
+		for (size_t k = 0; k < sizeof opts / sizeof opts[0] && !o; k++)
+			if (opts[k].letter == *p)
+				o = &opts[k];
+		if (!o)
+			return mesh__run_usage("unknown option '-%c'", *p);
+		if (!o->value) {
+			int rc = apply(a, o, NULL);
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (p[1])
+			return apply(a, o, p + 1);
+		if (*i + 1 >= argc)
+			return mesh__run_usage("option '-%c' needs a value", *p);
+		return apply(a, o, argv[++*i]);
+	}
+	return 0;
+}
+
+static int marker(const char *s)
+{
+	return !strcmp(s, ":::") || !strcmp(s, ":::+") || !strcmp(s, "::::") || !strcmp(s, "::::+");
+}
+
+/* The ::: and :::: sources from argv[i] on. */
+static int sources(int argc, char **argv, int i, struct run_args *a)
+{
+	while (i < argc) {
+		const char *m = argv[i++];
+		int files = m[3] == ':', linked = m[strlen(m) - 1] == '+';
+		int j = i;
+		while (j < argc && !marker(argv[j]))
+			j++;
+		int rc = 0;
+		if (!files)
+			rc = add_src(a, NULL, argv + i, (size_t)(j - i), linked);
+		for (int k = i; files && k < j && !rc; k++)
+			rc = add_src(a, argv[k], NULL, 0, linked && k == i);
+		if (rc)
+			return rc;
+		if (files && j == i)
+			return mesh__run_usage("'%s' needs at least one file", m);
+		i = j;
+	}
+	return 0;
+}
+
+/* What runs: the command, or the shell for a command line in one word. */
+static void pick_argv(struct run_args *a)
+{
+	a->argv = a->cmd;
+	const char *c = a->cmd[0];
+	if (c && a->cmd[1])
+		return;
+	if (c && strcmp(c, "{}") && !strpbrk(c, " \t\n|&;<>()$`\\\"'*?~"))
+		return;
+	a->shargv[0] = "/bin/sh";
+	a->shargv[1] = "-c";
+	a->shargv[2] = c ? (char *)c : "{}";
+	a->argv = a->shargv;
+}
+
+int mesh__run_parse(int argc, char **argv, struct run_args *a)
+{
+	int i, rc;
+	memset(a, 0, sizeof *a);
+	a->delim = '\n';
+	a->retries = 1;
+	if ((rc = jobs("100%", &a->slots)) != 0)
+		return rc;
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			i++;
+			break;
+		}
+		if (argv[i][0] != '-' || !argv[i][1])
+			break;
+		if ((rc = option(argc, argv, &i, a)) != 0)
+			return rc;
+		if (a->help) {
+			fputs(usage, stdout);
+			return 0;
+		}
+	}
+	int c0 = i;
+	while (i < argc && !marker(argv[i]))
+		i++;
+	if (!(a->cmd = calloc((size_t)(i - c0) + 1, sizeof *a->cmd)))
+		return mesh__run_fail(-ENOMEM, "arguments");
+	memcpy(a->cmd, argv + c0, (size_t)(i - c0) * sizeof *a->cmd);
+	if ((rc = sources(argc, argv, i, a)) != 0)
+		return rc;
+	if (a->cmd[0] && !a->cmd[0][0])
+		return mesh__run_usage("the command is an empty string");
+	if (a->have_chunks && a->nsrc)
+		return mesh__run_usage("--chunks N gives the chunks: no argument source (:::, ::::, -a, --input) with it");
+	if (!a->have_chunks && !a->nsrc && (rc = add_src(a, "-", NULL, 0, 0)) != 0)
+		return rc;
+	if (!a->cmd[0] && a->have_chunks)
+		return mesh__run_usage("no command given (mesh run [options] CMD [ARG...] ::: ARGS)");
+	if (a->line_buffer && a->ungroup)
+		return mesh__run_usage("--line-buffer and --ungroup exclude each other");
+	pick_argv(a);
+	return 0;
+}
+
+void mesh__run_args_release(struct run_args *a)
+{
+	if (a->have_colsep)
+		regfree(&a->colsep);
+	free(a->cmd);
+	free(a->src);
+	memset(a, 0, sizeof *a);
+}

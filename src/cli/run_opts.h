@@ -1,0 +1,52 @@
+/* The command line of `mesh run` (GNU parallel's): options, the command,
+ * the argument sources.  Internal to the CLI. */
+#ifndef MESH_CLI_RUN_OPTS_H
+#define MESH_CLI_RUN_OPTS_H
+
+#include "base/buf.h"
+
+#include <regex.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct run_src {
+	const char *path; /* a file ("-": standard input); NULL: the words of a ::: list */
+	char **words;	  /* borrowed from argv */
+	size_t nwords;
+	int linked; /* :::+ / ::::+ */
+};
+
+struct run_args {
+	uint64_t slots, chunks, retries, timeout_ns, ttl_ns, delay_ns, memfree, halt_count;
+	unsigned timeout_pct, halt_percent;
+	int halt_mode, halt_on_success, nice, delim;
+	double load_max;
+	const char *journal, *results, *node, *joblog, *tmpdir;
+	int explicit_journal, have_chunks, speculate, keep_order, tag, line_buffer, ungroup;
+	int dry_run, progress, verbose, help;
+	int have_colsep;
+	regex_t colsep;
+	const char *colsep_text;
+	char **cmd;	    /* the command as given, NULL-terminated (owned); empty: the input is the command */
+	char **argv;	    /* what runs: cmd, or /bin/sh -c LINE for a one-word command line */
+	char *shargv[4];
+	struct run_src *src; /* owned */
+	size_t nsrc;
+};
+
+/* Parses argv (argv[0] = "run") into a (zeroed first).  0, or the exit code
+ * of a usage error after saying why on stderr; with --help, a->help is set
+ * and the usage is printed.  Release a with mesh__run_args_release, also
+ * after an error. */
+int mesh__run_parse(int argc, char **argv, struct run_args *a);
+void mesh__run_args_release(struct run_args *a);
+/* "mesh: run: <message>" and the hint to --help on stderr; mesh run's usage
+ * exit code. */
+int mesh__run_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* mesh_cli_fail with mesh run's exit code. */
+int mesh__run_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Adds word s to b for a shell to read (quoted when needed), after a space
+ * when space is set.  0 or -ENOMEM. */
+int mesh__run_quote(struct mesh_buf *b, const char *s, int space);
+
+#endif

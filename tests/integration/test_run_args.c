@@ -1,0 +1,238 @@
+/* `mesh run` with GNU parallel's command line: reruns, argument sources,
+ * replacement strings, options, exit codes -- the real binary. */
+#include "runner/t.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MESH t_bin("mesh")
+
+/* Removes the lock dirs that failed runs name in their hint (file err). */
+static void drop_lockdirs(const char *err)
+{
+	t_sh(NULL, 0, 0, "sed -n 's/.*mesh job status [^ ]* \\(\\/tmp\\/mesh-run-[0-9a-f]*\\) .*/\\1/p' %s | xargs -r rm -rf",
+	     err);
+}
+
+static int count_files(const char *glob)
+{
+	char out[64];
+	t_sh(out, sizeof out, 0, "ls -d %s 2>/dev/null | wc -l", glob);
+	return atoi(out);
+}
+
+/* A run that completes removes its default journal: the same command runs
+ * afresh.  A failed run keeps it; the rerun says it resumes and runs only
+ * the failed chunks.  A --journal is kept. */
+TEST(run_args_rerun_after_complete_failed_and_explicit)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run echo ::: a b 2>err", MESH), 0);
+	EXPECT_EQ(count_files(".mesh-run-*.log"), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run echo ::: a b 2>err | sort", MESH), 0);
+	EXPECT_STREQ(out, "a\nb\n");
+
+	/* b fails the first time only */
+	const char *cmd = "sh -c 'echo {} >> side; [ {} != b ] || [ -e ok ]' ::: a b c";
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run %s 2>err", MESH, cmd), 1);
+	EXPECT_EQ(count_files(".mesh-run-*.log"), 1);
+	drop_lockdirs("err");
+	t_write_file("ok", "");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run %s 2>err", MESH, cmd), 0);
+	char *err = t_read_file("err", NULL);
+	EXPECT_CONTAINS(err, "resuming: 2/3 chunks already done, 1 failed chunks run again");
+	free(err);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "sort side | tr '\\n' ' '"), 0);
+	EXPECT_STREQ(out, "a b b c ");
+	EXPECT_EQ(count_files(".mesh-run-*.log"), 0);
+
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --journal mine.log echo ::: a 2>/dev/null", MESH), 0);
+	EXPECT_EQ(count_files("mine.log"), 1);
+}
+
+/* The summary line only on a terminal or when asked. */
+TEST(run_args_summary_only_when_asked)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run echo ::: a", MESH), 0);
+	EXPECT_STREQ(out, "a\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -v echo ::: a 2>&1 >/dev/null", MESH), 0);
+	EXPECT_CONTAINS(out, "mesh run: complete: 1/1 done");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --eta echo ::: a 2>&1 >/dev/null", MESH), 0);
+	EXPECT_CONTAINS(out, "complete: 1/1 done");
+}
+
+/* The command starts at the first argument that is not an option. */
+TEST(run_args_command_after_options_without_dashdash)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j1 -k echo {} ::: a b 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "a\nb\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j1 -- echo -n {}: ::: a 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "a:");
+	/* options of the command are the command's */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --jobs=1 echo -k ::: a 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "-k a\n");
+}
+
+TEST(run_args_sources)
+{
+	char out[4096];
+	t_write_file("f1", "x\ny\n");
+	t_write_file("f2", "1\n2\n");
+	static const struct {
+		const char *cmd, *want;
+	} rows[] = {
+		{"echo ::: a b ::: 1 2", "a 1\na 2\nb 1\nb 2\n"},
+		{"echo ::: a b c :::+ 1 2", "a 1\nb 2\n"},
+		{"echo :::: f1 :::: f2", "x 1\nx 2\ny 1\ny 2\n"},
+		{"-a f1 echo", "x\ny\n"},
+		{"--input f1 echo", "x\ny\n"},
+		{"echo < f1", "x\ny\n"},
+		{"-- echo {} < f2", "1\n2\n"},
+		{"--input - echo < f2", "1\n2\n"},
+		{"-0 echo < nul", "a b\nc\n"},
+		{"-d , echo < commas", "p\nq r\n"},
+		{"--colsep , echo {2}-{1} < csv", "b-a\nd-c\n"},
+		{"--colsep=, echo < csv", "a b\nc d\n"},
+		{"echo < /dev/null", ""},
+	};
+	t_write_file("nul", "a b\0c" "\0");
+	t_sh(out, sizeof out, 0, "printf 'a b\\0c\\0' > nul; printf 'p,q r' > commas; printf 'a,b\\nc,d\\n' > csv");
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		int rc = t_sh(out, sizeof out, 0, "%s run %s 2>err | sort", MESH, rows[i].cmd);
+		EXPECT_EQ(rc, 0);
+		EXPECT_STREQ(out, rows[i].want);
+	}
+}
+
+TEST(run_args_replacement_strings)
+{
+	char out[4096];
+	static const struct {
+		const char *cmd, *want;
+	} rows[] = {
+		{"echo {.} {/} {//} {/.} ::: d/a.tar.gz", "d/a.tar a.tar.gz d a.tar\n"},
+		{"echo {#} {} ::: a b", "1 a\n2 b\n"},
+		{"-j1 echo {%} ::: a", "1\n"},
+		{"echo {2}/{1} {1.} {2/} ::: a.x ::: p/q", "p/q/a.x a q\n"},
+		{"echo {x} {} { } ::: v", "{x} v { }\n"},	  /* unknown: left as it is, nothing appended */
+		{"echo {3} {1} ::: a ::: b", "a\n"},		  /* past the arguments: gone */
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run %s 2>err | sort", MESH, rows[i].cmd), 0);
+		EXPECT_STREQ(out, rows[i].want);
+	}
+	/* --chunks: the value is the chunk id, {#} the sequence number */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --chunks 2 echo {} {#} 2>err | sort", MESH), 0);
+	EXPECT_STREQ(out, "0 1\n1 2\n");
+}
+
+/* A command line as the input line, or one word with shell syntax. */
+TEST(run_args_command_from_input_and_shell_lines)
+{
+	char out[4096];
+	t_write_file("cmds.txt", "echo one\necho two | tr o 0\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --input cmds.txt 2>err | sort", MESH), 0);
+	EXPECT_STREQ(out, "one\ntw0\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -- {} < cmds.txt 2>err | sort", MESH), 0);
+	EXPECT_STREQ(out, "one\ntw0\n");
+	/* values are quoted for the shell: no injection through the input */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run 'echo {} | wc -w' ::: 'a b; echo x' 2>err", MESH), 0);
+	EXPECT_STREQ(out, "4\n");
+}
+
+/* Standard input names the journal by its content. */
+TEST(run_args_stdin_names_the_journal)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "printf 'a\\nb\\n' | %s run false 2>err1; echo $?", MESH), 0);
+	EXPECT_STREQ(out, "2\n");
+	EXPECT_EQ(count_files(".mesh-run-*.log"), 1);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "printf 'c\\n' | %s run false 2>err2; echo $?", MESH), 0);
+	EXPECT_STREQ(out, "1\n");
+	EXPECT_EQ(count_files(".mesh-run-*.log"), 2);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "printf 'a\\nb\\n' | %s run false 2>err3", MESH), 2);
+	char *err = t_read_file("err3", NULL);
+	EXPECT_CONTAINS(err, "resuming");
+	free(err);
+	drop_lockdirs("err1 err2 err3");
+}
+
+TEST(run_args_dry_run_runs_and_journals_nothing)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --dry-run touch {} ::: a 'b c' 2>&1 | sort", MESH), 0);
+	EXPECT_STREQ(out, "touch 'b c'\ntouch a\n");
+	EXPECT_EQ(count_files("a"), 0);
+	EXPECT_EQ(count_files(".mesh-run-*"), 0);
+}
+
+/* GNU parallel's exit codes: the number of failed chunks, 101 for more
+ * than 100; empty input is a no-op; mesh's own errors at 104+. */
+TEST_TIMEOUT(run_args_exit_codes, 60)
+{
+	char out[8192];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run 'exit {}' ::: 0 1 2 3 2>err1", MESH), 3);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j8 false ::: $(seq 102) 2>err2", MESH), 101);
+	drop_lockdirs("err1 err2");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run true < /dev/null", MESH), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --frob true ::: a", MESH), 104);
+	EXPECT_CONTAINS(out, "mesh run --help");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s help exit-codes", MESH), 0);
+	EXPECT_CONTAINS(out, "RUN_INTERRUPTED");
+	EXPECT_CONTAINS(out, "104..116");
+}
+
+/* The hint for failed chunks is a command that works. */
+TEST(run_args_failed_hint_runs)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run false ::: a 2>err; cat err", MESH), 0);
+	char *p = strstr(out, "mesh job status ");
+	ASSERT_TRUE(p != NULL);
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "%s%.*s", MESH, (int)strcspn(p + 4, "\n"), p + 4);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s", cmd), 1); /* INCOMPLETE: the job's answer, not a usage error */
+	EXPECT_CONTAINS(out, "buried 1");
+	drop_lockdirs("err");
+}
+
+/* Every option parses, in GNU parallel's forms; bad values are usage errors. */
+TEST(run_args_options_parse)
+{
+	static const char *ok[] = {
+		"--jobs=2", "-j2", "-j 200%", "-j +1", "-j -1", "-j 0", "-k", "--keep-order", "--tag", "--line-buffer",
+		"-u", "--ungroup", "--joblog jl", "--halt now,fail=1", "--halt soon,fail=10%", "--halt now,success=1",
+		"--halt 2", "--halt never", "--retries 3", "--timeout 1m", "--timeout 200%", "--timeout 0.5",
+		"--delay 0.01", "--load 1000", "--memfree 1K", "--nice 1", "--tmpdir .", "--bar", "--progress", "--eta",
+		"-v", "--ttl 2", "--node n1", "--results res", "-kv", "--speculate",
+	};
+	static const char *bad[] = {
+		"-j x", "--halt sometimes,fail=1", "--halt now,fail=0", "--timeout 0", "--timeout x%", "--load x",
+		"--memfree lots", "--nice 40", "--delay -1", "--colsep '('", "-d ab", "--line-buffer -u", "--tag=1",
+	};
+	char out[4096];
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		int rc = t_sh(out, sizeof out, 1, "%s run %s echo ::: a", MESH, ok[i]);
+		EXPECT_EQ(rc, 0);
+		if (rc != 0)
+			fprintf(stderr, "option %s: %s\n", ok[i], out);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int rc = t_sh(out, sizeof out, 1, "%s run %s echo ::: a", MESH, bad[i]);
+		EXPECT_EQ(rc, 104);
+		if (rc != 104)
+			fprintf(stderr, "option %s: %s\n", bad[i], out);
+	}
+	/* --help lists every option */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --help", MESH), 0);
+	static const char *names[] = {"--jobs", "--arg-file", "--input", "--chunks", "--null", "--delimiter",
+				      "--colsep", "--keep-order", "--tag", "--line-buffer", "--ungroup", "--joblog",
+				      "--halt", "--retries", "--timeout", "--delay", "--load", "--memfree", "--nice",
+				      "--tmpdir", "--results", "--dry-run", "--bar", "--progress", "--eta", "--verbose",
+				      "--journal", "--ttl", "--speculate", "--node", "--help", ":::", "::::"};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		EXPECT_CONTAINS(out, names[i]);
+}

@@ -1,0 +1,166 @@
+/* GNU parallel's argument sources (exec/input.h) and replacement strings
+ * (exec/template.h), without processes. */
+#include "base/buf.h"
+#include "base/err.h"
+#include "exec/input.h"
+#include "exec/template.h"
+#include "runner/t.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+TEST(run_args_list_split)
+{
+	struct mesh_exec_list l;
+	uint64_t bad = 0;
+	ASSERT_EQ(mesh_exec_list_split(&l, "a\nb\n\nc", 6, '\n', &bad), 0);
+	EXPECT_UEQ(l.n, 4);
+	EXPECT_STREQ(l.data + l.start[2], "");
+	EXPECT_STREQ(l.data + l.start[3], "c");
+	mesh_exec_list_release(&l);
+	ASSERT_EQ(mesh_exec_list_split(&l, "x y\0z\n\0", 7, 0, &bad), 0);
+	EXPECT_UEQ(l.n, 2);
+	EXPECT_STREQ(l.data + l.start[1], "z\n");
+	mesh_exec_list_release(&l);
+	EXPECT_EQ(mesh_exec_list_split(&l, "ok\nb\0d", 6, '\n', &bad), MESH_E_PARSE);
+	EXPECT_UEQ(bad, 2);
+	mesh_exec_list_release(&l);
+	ASSERT_EQ(mesh_exec_list_split(&l, "", 0, '\n', &bad), 0);
+	EXPECT_UEQ(l.n, 0);
+	mesh_exec_list_release(&l);
+}
+
+static void list(struct mesh_exec_list *l, const char *words)
+{
+	ASSERT_EQ(mesh_exec_list_split(l, words, strlen(words), ' ', NULL), 0);
+}
+
+TEST(run_args_cross_product_linked_and_colsep)
+{
+	struct mesh_exec_list a, b, c;
+	struct mesh_exec_input in;
+	list(&a, "x y");
+	list(&b, "1 2 3");
+	list(&c, "p,q r");
+	struct mesh_exec_source cross[] = {{&a, 0}, {&b, 0}}, linked[] = {{&a, 0}, {&b, 1}}, cols[] = {{&c, 0}};
+	ASSERT_EQ(mesh_exec_input_combine(&in, cross, 2, NULL), 0);
+	ASSERT_UEQ(in.n, 6);
+	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), "x\t1");
+	EXPECT_STREQ(mesh_exec_input_line(&in, 2, NULL), "x\t3");
+	EXPECT_STREQ(mesh_exec_input_line(&in, 3, NULL), "y\t1");
+	EXPECT_TRUE(mesh_exec_input_line(&in, 6, NULL) == NULL);
+	uint64_t h = in.hash;
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, linked, 2, NULL), 0);
+	ASSERT_UEQ(in.n, 2); /* as long as the shorter */
+	EXPECT_STREQ(mesh_exec_input_line(&in, 1, NULL), "y\t2");
+	EXPECT_NE(in.hash, h);
+	mesh_exec_input_release(&in);
+
+	regex_t re;
+	ASSERT_EQ(regcomp(&re, ",", REG_EXTENDED), 0);
+	ASSERT_EQ(mesh_exec_input_combine(&in, cols, 1, &re), 0);
+	const char *v[MESH_EXEC_INPUT_MAX_ARGS];
+	size_t n;
+	ASSERT_EQ(mesh_exec_input_values(&in, 0, v, &n), 0);
+	EXPECT_UEQ(n, 1);
+	EXPECT_STREQ(v[0], "p,q");
+	ASSERT_EQ(mesh_exec_input_args(&in, 0, v, &n), 0);
+	EXPECT_UEQ(n, 2);
+	EXPECT_STREQ(v[1], "q");
+	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), "p\tq");
+	EXPECT_EQ(mesh_exec_input_args(&in, 2, v, &n), MESH_E_RANGE);
+	mesh_exec_input_release(&in);
+	regfree(&re);
+
+	/* a source without records gives no chunks */
+	struct mesh_exec_list e;
+	ASSERT_EQ(mesh_exec_list_split(&e, "", 0, '\n', NULL), 0);
+	struct mesh_exec_source none[] = {{&a, 0}, {&e, 0}};
+	ASSERT_EQ(mesh_exec_input_combine(&in, none, 2, NULL), 0);
+	EXPECT_UEQ(in.n, 0);
+	mesh_exec_input_release(&in);
+	mesh_exec_list_release(&e);
+
+	/* too many columns */
+	char many[2 * MESH_EXEC_INPUT_MAX_ARGS + 8];
+	memset(many, ',', sizeof many - 1);
+	many[sizeof many - 1] = 0;
+	for (size_t i = 0; i + 1 < sizeof many; i += 2)
+		many[i] = 'a';
+	ASSERT_EQ(mesh_exec_list_split(&e, many, strlen(many), '\n', NULL), 0);
+	struct mesh_exec_source wide[] = {{&e, 0}};
+	regcomp(&re, ",", REG_EXTENDED);
+	EXPECT_EQ(mesh_exec_input_combine(&in, wide, 1, &re), MESH_E_TOOBIG);
+	mesh_exec_input_release(&in);
+	regfree(&re);
+	mesh_exec_list_release(&e);
+	mesh_exec_list_release(&a);
+	mesh_exec_list_release(&b);
+	mesh_exec_list_release(&c);
+}
+
+static void join(char **av, char *out, size_t cap)
+{
+	out[0] = 0;
+	for (size_t i = 0; av[i]; i++) {
+		strncat(out, i ? "|" : "", cap - strlen(out) - 1);
+		strncat(out, av[i], cap - strlen(out) - 1);
+	}
+}
+
+TEST(run_args_replacement_strings)
+{
+	static const struct {
+		const char *argv[6];
+		const char *src1, *src2; /* space-separated records; NULL: none */
+		uint64_t cid;
+		const char *want;
+	} rows[] = {
+		{{"e", "{.}", "{/}", "{//}", NULL}, "d/a.b.c", NULL, 0, "e|d/a.b|a.b.c|d"},
+		{{"e", "{/.}", "{//}", "{.}", NULL}, "/x", NULL, 0, "e|x|/|/x"},
+		{{"e", "{//}", "{.}", NULL}, "a", NULL, 0, "e|.|a"},
+		{{"e", "{.}", NULL}, "d.x/a", NULL, 0, "e|d.x/a"},
+		{{"e", "{#}", "{%}", NULL}, "a b", NULL, 1, "e|2|3"},
+		{{"e", NULL}, "a", "1 2", 1, "e|a|2"},
+		{{"e", "{}", NULL}, "a", "1", 0, "e|a|1"},	   /* whole: one argument per value */
+		{{"e", "<{}>", NULL}, "a", "1", 0, "e|<a 1>"},	   /* inside: joined by spaces */
+		{{"e", "{2}{1}", "{2/}", "{1.}", NULL}, "a.x", "p/q", 0, "e|p/qa.x|q|a"},
+		{{"e", "{3}", "{1}", NULL}, "a", "b", 0, "e|a"},	   /* past the arguments: gone */
+		{{"e", "x{3}y", NULL}, "a", NULL, 0, "e|xy"},
+		{{"e", "{x}", "{ }", "{0}", "{", NULL}, "a", NULL, 0, "e|{x}|{ }|{0}|{|a"}, /* none: appended */
+		{{"/bin/sh", "-c", "echo {}", NULL}, "a'b c", NULL, 0, "/bin/sh|-c|echo 'a'\\''b c'"},
+		{{"/bin/sh", "-c", "echo", NULL}, "a", NULL, 0, "/bin/sh|-c|echo a"},
+		{{"/bin/sh", "-c", "{}", NULL}, "ls;", NULL, 0, "/bin/sh|-c|ls;"}, /* the line is the command */
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		struct mesh_exec_list l1, l2;
+		struct mesh_exec_input in;
+		struct mesh_exec_template t;
+		struct mesh_buf b = MESH_BUF_INIT;
+		char got[256];
+		ASSERT_EQ(mesh_exec_list_split(&l1, rows[i].src1, strlen(rows[i].src1), '\n', NULL), 0);
+		if (strchr(rows[i].src1, ' ') && rows[i].cid) { /* a list of records */
+			mesh_exec_list_release(&l1);
+			list(&l1, rows[i].src1);
+		}
+		struct mesh_exec_source src[2] = {{&l1, 0}, {&l2, 0}};
+		if (rows[i].src2)
+			list(&l2, rows[i].src2);
+		ASSERT_EQ(mesh_exec_input_combine(&in, src, rows[i].src2 ? 2 : 1, NULL), 0);
+		ASSERT_EQ(mesh_exec_template_init(&t, (char *const *)rows[i].argv), 0);
+		char **av = calloc(mesh_exec_template_slots(&t), sizeof *av);
+		ASSERT_EQ(mesh_exec_template_expand(&t, &in, rows[i].cid, 3, &b, av), 0);
+		join(av, got, sizeof got);
+		EXPECT_STREQ(got, rows[i].want);
+		EXPECT_EQ(mesh_exec_template_expand(&t, &in, in.n, 3, &b, av), MESH_E_RANGE);
+		free(av);
+		mesh_buf_release(&b);
+		mesh_exec_template_release(&t);
+		mesh_exec_input_release(&in);
+		mesh_exec_list_release(&l1);
+		if (rows[i].src2)
+			mesh_exec_list_release(&l2);
+	}
+}
