@@ -72,6 +72,35 @@ static void link_or_fail(const char *target, const char *path)
 		FAIL("symlink %s -> %s: %s", path, target, strerror(errno));
 }
 
+/* A libmeshworker built with SAN=1 leaves the sanitizer runtime to the
+ * program, which python3 is not built with: it is preloaded then.  The
+ * runtime's path ("" when the library under test is a plain one). */
+static char asan_rt[1024];
+/* No leak report from python3 itself; faulthandler, not ASan, reports a SIGSEGV. */
+#define ASAN_OPTS "detect_leaks=0:handle_segv=0:handle_abort=0"
+static int asan_checked;
+static const char *asan_runtime(void)
+{
+	if (!asan_checked) {
+		asan_checked = 1;
+		if (t_sh(out, sizeof out, 1, "nm -D -u '%s' | grep -q __asan_", t_bin("libmeshworker.so")) == 0 &&
+		    t_sh(asan_rt, sizeof asan_rt, 0, "clang -print-file-name=libclang_rt.asan-$(uname -m).so") == 0)
+			asan_rt[strcspn(asan_rt, "\n")] = 0;
+		else
+			asan_rt[0] = 0;
+	}
+	return asan_rt;
+}
+
+/* The environment python3 needs for the library under test, as shell words. */
+static const char *py_env(void)
+{
+	static char env[1200];
+	snprintf(env, sizeof env, "%s%s%s", *asan_runtime() ? "ASAN_OPTIONS=" ASAN_OPTS " LD_PRELOAD=" : "",
+		 asan_runtime(), *asan_runtime() ? " " : "");
+	return env;
+}
+
 /* py/mesh (the package, with the library under test beside it) and worker.py. */
 static void make_package(void)
 {
@@ -96,7 +125,10 @@ static void make_package(void)
  * it: the SDK itself must make the output line-buffered. */
 static void add_program(const char *dir, const char *name, const char *mode)
 {
-	char path[4300], toml[9000];
+	char path[4300], toml[9000], san[1200] = "";
+	if (*asan_runtime())
+		snprintf(san, sizeof san, "ASAN_OPTIONS = \"" ASAN_OPTS "\"\nLD_PRELOAD = \"%s\"\n",
+			 asan_runtime());
 	mkdir(dir, 0755);
 	snprintf(path, sizeof path, "%s/%s", dir, mesh_target_triple());
 	mkdir(path, 0755);
@@ -104,8 +136,9 @@ static void add_program(const char *dir, const char *name, const char *mode)
 	link_or_fail(PYTHON, path);
 	snprintf(toml, sizeof toml,
 		 "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s/worker.py\", \"%s\"]\n"
-		 "[env]\nPYTHONPATH = \"%s/py\"\nPYTHONUNBUFFERED = \"\"\n[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"2s\"\n",
-		 name, cwd, mode, cwd);
+		 "[env]\nPYTHONPATH = \"%s/py\"\nPYTHONUNBUFFERED = \"\"\n%s"
+		 "[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"2s\"\n",
+		 name, cwd, mode, cwd, san);
 	snprintf(path, sizeof path, "%s/%s.toml", dir, name);
 	t_write_file(path, toml);
 }
@@ -342,7 +375,7 @@ TEST_TIMEOUT(python_client_against_meshd, 60)
 		char *e = t_read_file("meshd.err", NULL);
 		FAIL("meshd did not come up: %s", e ? e : "");
 	}
-	int rc = t_sh(out, sizeof out, 1, "PYTHONPATH=py '%s' client.py run/meshd.sock", PYTHON);
+	int rc = t_sh(out, sizeof out, 1, "%sPYTHONPATH=py '%s' client.py run/meshd.sock", py_env(), PYTHON);
 	kill(pid, SIGTERM);
 	waitpid(pid, NULL, 0);
 	EXPECT_EQ(rc, 0);
@@ -383,13 +416,14 @@ TEST(python_package_names_an_api_mismatch)
 	/* A library of another API version, named by MESH_WORKER_LIB. */
 	t_write_file("v99.c", "int mesh_worker_api_version(void) { return 99; }\n");
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "cc -shared -fPIC -o v99.so v99.c"), 0);
-	int rc = t_sh(out, sizeof out, 1, "MESH_WORKER_LIB=%s/v99.so PYTHONPATH=py '%s' -c 'import mesh.worker'", cwd,
-		      PYTHON);
+	int rc = t_sh(out, sizeof out, 1, "%sMESH_WORKER_LIB=%s/v99.so PYTHONPATH=py '%s' -c 'import mesh.worker'",
+		      py_env(), cwd, PYTHON);
 	EXPECT_EQ(rc, 1);
 	EXPECT_CONTAINS(out, "v99.so is libmeshworker API version 99, and this package needs API version 1");
 	/* Outside meshd the library loads and open() says why it cannot go on. */
 	rc = t_sh(out, sizeof out, 1,
-		  "PYTHONPATH=py '%s' -c 'import mesh.worker as w; print(w.library_path); w.open()'", PYTHON);
+		  "%sPYTHONPATH=py '%s' -c 'import mesh.worker as w; print(w.library_path); w.open()'", py_env(),
+		  PYTHON);
 	EXPECT_EQ(rc, 1);
 	EXPECT_CONTAINS(out, "libmeshworker.so");
 	EXPECT_CONTAINS(out, "WorkerError: [Errno 2] mesh_worker_open");
@@ -399,4 +433,43 @@ TEST(python_package_names_an_api_mismatch)
 		  PYTHON);
 	EXPECT_EQ(rc, 0);
 	EXPECT_STREQ(out, "0.1.0\n");
+}
+
+/* make install (DESTDIR, PREFIX) puts the package on Debian's path with a
+ * link to the installed library beside it; pip installs it from the tree
+ * without a network; a virtualenv uses it through PYTHONPATH. */
+TEST_TIMEOUT(python_package_installs_by_make_and_by_pip, 60)
+{
+	make_package();
+	int rc = t_sh(out, sizeof out, 1,
+		      "make --no-print-directory -s -C '%s' BUILD='%s' DESTDIR='%s/dd' PREFIX=/usr install", t_src(""),
+		      t_bin(""), cwd);
+	ASSERT_EQ(rc, 0);
+	char *link = realpath("dd/usr/lib/python3/dist-packages/mesh/__init__.py", NULL);
+	EXPECT_TRUE(link != NULL);
+	free(link);
+	char target[256] = "";
+	ssize_t n = readlink("dd/usr/lib/python3/dist-packages/mesh/libmeshworker.so.0", target, sizeof target - 1);
+	EXPECT_GT(n, 0);
+	EXPECT_STREQ(target, "/usr/lib/libmeshworker.so.0");
+	rc = t_sh(out, sizeof out, 1,
+		  "%sMESH_WORKER_LIB=dd/usr/lib/libmeshworker.so.0 PYTHONPATH=dd/usr/lib/python3/dist-packages '%s' -c "
+		  "'import mesh.worker as w; print(w.__file__, w.library_path)'",
+		  py_env(), PYTHON);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "dd/usr/lib/python3/dist-packages/mesh/worker.py");
+	EXPECT_CONTAINS(out, "dd/usr/lib/libmeshworker.so.0.1.0\n");
+
+	/* pip from a copy of the tree (setuptools builds in place). */
+	rc = t_sh(out, sizeof out, 1,
+		  "cp -r '%s' src && '%s' -m pip install -q --no-build-isolation --no-index --no-deps --target site ./src",
+		  t_src("sdk/python"), PYTHON);
+	EXPECT_EQ(rc, 0);
+	rc = t_sh(out, sizeof out, 1,
+		  "'%s' -m venv --without-pip venv && %sMESH_WORKER_LIB='%s' PYTHONPATH=site venv/bin/python -c "
+		  "'import sys, mesh.worker, mesh.client; print(sys.prefix != sys.base_prefix, mesh.worker.__file__)'",
+		  PYTHON, py_env(), t_bin("libmeshworker.so"));
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "True ");
+	EXPECT_CONTAINS(out, "site/mesh/worker.py\n");
 }

@@ -54,8 +54,10 @@ def _candidates():
         return
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.join(here, _LIB_NAME)
-    # sdk/python/mesh -> the source tree's build/ (make's default BUILD).
-    yield os.path.join(here, "..", "..", "..", "build", "libmeshworker.so")
+    # Run from the source tree (sdk/python/mesh): its build/, make's default BUILD.
+    sdk = os.path.dirname(os.path.dirname(here))
+    if os.path.basename(sdk) == "sdk" and os.path.basename(os.path.dirname(here)) == "python":
+        yield os.path.join(os.path.dirname(sdk), "build", "libmeshworker.so")
     found = ctypes.util.find_library("meshworker")
     if found:
         yield found
