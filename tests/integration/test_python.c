@@ -120,12 +120,14 @@ static void make_package(void)
 	t_write_file("worker.py", worker_py);
 }
 
-/* A catalog entry <dir>/<name> running worker.py in mode under python3.
+/* A catalog entry <dir>/<name> running `python3 script mode` (script:
+ * an absolute path; NULL: the test's worker.py).
  * PYTHONUNBUFFERED is emptied (= unset) in case the test's environment has
  * it: the SDK itself must make the output line-buffered. */
-static void add_program(const char *dir, const char *name, const char *mode)
+static void add_program(const char *dir, const char *name, const char *script, const char *mode)
 {
-	char path[4300], toml[9000], san[1200] = "";
+	char path[4300], toml[9000], san[1200] = "", here[4200];
+	snprintf(here, sizeof here, "%s/worker.py", cwd);
 	if (*asan_runtime())
 		snprintf(san, sizeof san, "ASAN_OPTIONS = \"" ASAN_OPTS "\"\nLD_PRELOAD = \"%s\"\n",
 			 asan_runtime());
@@ -135,10 +137,10 @@ static void add_program(const char *dir, const char *name, const char *mode)
 	snprintf(path, sizeof path, "%s/%s/%s", dir, mesh_target_triple(), name);
 	link_or_fail(PYTHON, path);
 	snprintf(toml, sizeof toml,
-		 "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s/worker.py\", \"%s\"]\n"
+		 "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\", \"%s\"]\n"
 		 "[env]\nPYTHONPATH = \"%s/py\"\nPYTHONUNBUFFERED = \"\"\n%s"
 		 "[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"2s\"\n",
-		 name, cwd, mode, cwd, san);
+		 name, script ? script : here, mode, cwd, san);
 	snprintf(path, sizeof path, "%s/%s.toml", dir, name);
 	t_write_file(path, toml);
 }
@@ -153,7 +155,7 @@ static void setup(struct fx *f, const char *mode)
 {
 	char *err = NULL;
 	make_package();
-	add_program("cat", "pyw", mode);
+	add_program("cat", "pyw", NULL, mode);
 	mkdir("logs", 0755);
 	struct mesh_host_cfg cfg = {.logs = "logs"};
 	if (mesh_host_new(&f->h, &cfg, &err))
@@ -331,6 +333,13 @@ static const char client_py[] =
 	"print('ps', ps['host']['processes'], p['workers'][0]['state'], p['workers'][0]['pid'] > 0)\n"
 	"c.stop('pyecho')\n"
 	"print('stopped', c.ps()['host']['processes'])\n"
+	"import struct\n"
+	"r = struct.unpack('<4d', c.call('pystats', struct.pack('<4d', 1, 2, 3, 6)))\n"
+	"print('stats', r)\n"
+	"try:\n"
+	"    c.call('pystats', b'abc')\n"
+	"except MeshError as e:\n"
+	"    print('stats-error', e.message)\n"
 	"try:\n"
 	"    c.start('nope')\n"
 	"except MeshError as e:\n"
@@ -358,7 +367,8 @@ static int sock_up(void *arg)
 TEST_TIMEOUT(python_client_against_meshd, 60)
 {
 	make_package();
-	add_program("catalog", "pyecho", "bytes");
+	add_program("catalog", "pyecho", NULL, "bytes");
+	add_program("catalog", "pystats", t_src("examples/python/stats.py"), "-");
 	t_write_file("client.py", client_py);
 	mkdir("logs", 0755);
 	mkdir("run", 0700);
@@ -386,6 +396,9 @@ TEST_TIMEOUT(python_client_against_meshd, 60)
 	EXPECT_CONTAINS(out, "raise 422 E_REFUSED the worker's handler failed: ValueError: bad request 42\n");
 	EXPECT_CONTAINS(out, "ps 1 RUNNING True\n");
 	EXPECT_CONTAINS(out, "stopped 0\n");
+	/* examples/python/stats.py: numpy on the request in place. */
+	EXPECT_CONTAINS(out, "stats (4.0, 12.0, 3.0, 1.8708286933869707)\n");
+	EXPECT_CONTAINS(out, "stats-error the worker's handler failed: ValueError: the request is 3 bytes");
 	EXPECT_CONTAINS(out, "nope 404 E_NOTFOUND no program 'nope' in the catalog");
 	EXPECT_CONTAINS(out, "badname E_PARSE\n");
 	EXPECT_CONTAINS(out, "unreachable ENOENT True\n");
