@@ -2,6 +2,11 @@
 # install (PREFIX, DESTDIR), clean.  `make test T=name` runs the tests whose
 # name contains `name`.  SAN=1 builds with ASan+UBSan.
 PREFIX  ?= /usr/local
+# Where `make install` puts the Python package `mesh` (sdk/python): Debian's
+# dist-packages for its own prefix /usr, else the versioned one under PREFIX
+# (on Debian's sys.path for /usr/local).
+PYTHON  ?= python3
+PYDIR   ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')/dist-packages)
 DESTDIR ?=
 BUILD   ?= build
 CC      ?= gcc
@@ -64,8 +69,12 @@ $(BUILD)/libmesh.a: $(LIB_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(BUILD)/libmeshworker.a: $(WORKER_OBJ)
 	@rm -f $@; ar rcs $@ $^
-$(BUILD)/libmeshworker.so: $(WORKER_OBJ)
-	$(CC) -shared -Wl,-soname,libmeshworker.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# Exports only include/mesh/worker.h's calls (the version script); the
+# soname's 0 changes only when one of them changes incompatibly.
+$(BUILD)/libmeshworker.so: $(WORKER_OBJ) src/worker/libmeshworker.map
+	$(CC) -shared -Wl,-soname,libmeshworker.so.0 -Wl,--version-script=src/worker/libmeshworker.map \
+		$(LDFLAGS) -o $@ $(WORKER_OBJ) $(LDLIBS)
+	ln -sf libmeshworker.so $(BUILD)/libmeshworker.so.0
 $(BUILD)/meshworker.pc: mk/meshworker.pc.in
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
@@ -129,8 +138,12 @@ install: all
 		$(DESTDIR)$(PREFIX)/include/mesh $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(BUILD)/mesh $(BUILD)/meshd $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BUILD)/libmeshworker.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libmeshworker.so $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.0
+	install -m 755 $(BUILD)/libmeshworker.so $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.$(VERSION)
+	ln -sf libmeshworker.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.0
 	ln -sf libmeshworker.so.0 $(DESTDIR)$(PREFIX)/lib/libmeshworker.so
+	install -d $(DESTDIR)$(PYDIR)/mesh
+	install -m 644 sdk/python/mesh/*.py $(DESTDIR)$(PYDIR)/mesh/
+	ln -sf $(PREFIX)/lib/libmeshworker.so.0 $(DESTDIR)$(PYDIR)/mesh/libmeshworker.so.0
 	install -m 644 include/mesh/*.h $(DESTDIR)$(PREFIX)/include/mesh/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' mk/meshworker.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/meshworker.pc
 	sed 's|/usr/local/bin/meshd|$(PREFIX)/bin/meshd|g' mk/meshd.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/meshd.service

@@ -92,6 +92,11 @@ uint32_t mesh_worker_slot(const struct mesh_worker *w);
 /* A static description of a code returned by this library. */
 const char *mesh_worker_strerror(int err);
 
+/* MESH_WORKER_API_VERSION of the library actually loaded (which may differ
+ * from the header a program was built with): bindings that load the shared
+ * library at run time (the Python SDK) check it before any other call. */
+int mesh_worker_api_version(void);
+
 #ifdef __cplusplus
 }
 #endif

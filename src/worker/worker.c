@@ -40,6 +40,11 @@ const char *mesh_worker_strerror(int err)
 	return mesh_strerror(err);
 }
 
+int mesh_worker_api_version(void)
+{
+	return MESH_WORKER_API_VERSION;
+}
+
 int mesh_worker_open(struct mesh_worker **out)
 {
 	*out = NULL;
