@@ -28,7 +28,8 @@
 	X(REFUSED, 15, "refused")                                                    \
 	X(CRASHED, 16, "worker crashed")                                             \
 	X(UNSUPPORTED, 17, "not supported on this machine")                          \
-	X(NOTFOUND, 18, "not found")
+	X(NOTFOUND, 18, "not found")                                                 \
+	X(OUTPUT, 19, "cannot write the output")
 
 enum {
 #define MESH__ERR_ENUM(name, off, msg) MESH_E_##name = MESH_E__BASE - (off),

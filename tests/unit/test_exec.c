@@ -119,7 +119,7 @@ TEST(capture_spills_and_keeps_order)
 	EXPECT_TRUE(c.spill_fd >= 0);
 	int fd = open("out", O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ASSERT_TRUE(fd >= 0);
-	ASSERT_EQ(mesh__capture_flush(&c, fd), 0);
+	ASSERT_EQ(mesh__capture_flush(&c, fd, NULL, 0), 0);
 	close(fd);
 	EXPECT_EQ(c.spill_fd, -1);
 	char *got = t_read_file("out", NULL);
@@ -128,7 +128,7 @@ TEST(capture_spills_and_keeps_order)
 	/* reusable after a flush, in memory again */
 	ASSERT_EQ(mesh__capture_add(&c, "x", 1), 0);
 	EXPECT_EQ(c.spill_fd, -1);
-	ASSERT_EQ(mesh__capture_flush(&c, -1), 0);
+	ASSERT_EQ(mesh__capture_flush(&c, -1, NULL, 0), 0);
 	mesh__capture_release(&c);
 	mesh_buf_release(&want);
 }
