@@ -121,7 +121,7 @@ int mesh__write_tagged(int fd, struct mesh__tag *tag, const void *p, size_t n, i
 {
 	if (!n)
 		return 0;
-	if (!tag || !tag->p || !tag->n)
+	if (!tag || !tag->p)
 		return put(fd, p, n, durable);
 	/* One write a call: the prefixes and lines gathered in one buffer. */
 	struct mesh_buf b = MESH_BUF_INIT;
@@ -130,8 +130,8 @@ int mesh__write_tagged(int fd, struct mesh__tag *tag, const void *p, size_t n, i
 	while (s < end && rc == 0) {
 		const char *nl = memchr(s, '\n', (size_t)(end - s));
 		const char *stop = nl ? nl + 1 : end;
-		if (!tag->mid)
-			rc = mesh_buf_add(&b, tag->p, tag->n);
+		if (!tag->mid && (rc = mesh_buf_add(&b, tag->p, tag->n)) == 0)
+			rc = mesh_buf_add(&b, "\t", 1);
 		if (rc == 0)
 			rc = mesh_buf_add(&b, s, (size_t)(stop - s));
 		tag->mid = nl == NULL;

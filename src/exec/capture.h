@@ -21,10 +21,11 @@ struct mesh__capture {
 };
 #define MESH__CAPTURE_INIT {MESH_BUF_INIT, -1, 0, 0, NULL, NULL}
 
-/* A line prefix (--tag) and where the stream stands: mid is 1 while the
- * last byte written was not a newline (the next byte gets no prefix). */
+/* A line prefix (--tag: the text, then a TAB) and where the stream stands:
+ * mid is 1 while the last byte written was not a newline (the next byte
+ * gets no prefix). */
 struct mesh__tag {
-	const char *p;		/* NULL or n == 0: no prefix */
+	const char *p;		/* NULL: no prefix; else p[0..n) and a TAB */
 	size_t n;
 	int mid;
 };
