@@ -1,8 +1,8 @@
-/* The runner's insides, shared by its three files: runner.c (the loop,
- * leasing, signals, the completer thread), run_slot.c (one chunk's process:
- * start, read, reap, finish) and run_out.c (where output goes: grouped,
- * in order, tagged, line by line, ungrouped; the joblog; the halt rule; the
- * start throttles).  Not a public contract: see runner.h for that. */
+/* The runner's insides, shared by its four files: runner.c (the loop,
+ * leasing, signals), run_slot.c (one chunk's process: start, read, reap,
+ * finish), run_done.c (the completer thread) and run_out.c (where output
+ * goes: grouped, in order, tagged, line by line, ungrouped; the joblog; the
+ * halt rule; the start throttles).  Not a public contract: see runner.h for that. */
 #ifndef MESH_EXEC_RUN_INT_H
 #define MESH_EXEC_RUN_INT_H
 
@@ -115,10 +115,14 @@ struct mesh__runner {
 
 /* runner.c */
 void mesh__run_note(struct mesh__runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void mesh__run_queue(struct mesh__runner *r, struct mesh__item *it);
 void mesh__run_stop_all(struct mesh__runner *r, int sig);
-void mesh__run_item_free(struct mesh__item *it);
 char *mesh__run_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* run_done.c: the completer thread's body (arg: the runner); queueing an
+ * item for it (the runner owns it until then). */
+void *mesh__run_completer(void *arg);
+void mesh__run_queue(struct mesh__runner *r, struct mesh__item *it);
+void mesh__run_item_free(struct mesh__item *it);
 
 /* run_slot.c */
 int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s);

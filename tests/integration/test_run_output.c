@@ -636,3 +636,102 @@ TEST(runner_tmpdir_is_where_output_spills)
 	free(s);
 	job_done(j);
 }
+
+/* The state letter of /proc/<pid>/stat ('T' stopped), or 0. */
+static char proc_state(const char *pidfile)
+{
+	char *s = t_read_file(pidfile, NULL), path[64];
+	if (!s)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/stat", atoi(s));
+	free(s);
+	s = t_read_file(path, NULL);
+	char *p = s ? strrchr(s, ')') : NULL, c = p && p[1] ? p[2] : 0;
+	free(s);
+	return c;
+}
+
+static int all_stopped(void *arg)
+{
+	(void)arg;
+	return proc_state("mesh.pid") == 'T' && proc_state("p0") == 'T' && proc_state("p1") == 'T';
+}
+
+static int all_running(void *arg)
+{
+	(void)arg;
+	char a = proc_state("p0"), b = proc_state("p1");
+	return a && a != 'T' && b && b != 'T' && proc_state("mesh.pid") != 'T';
+}
+
+/* Ctrl-Z: SIGTSTP to mesh stops its chunks' process groups and mesh
+ * itself; SIGCONT resumes all of them and the run finishes. */
+TEST(run_sigtstp_stops_the_chunks_and_sigcont_resumes_them)
+{
+	char out[512];
+	t_write_file("chunk.sh", "echo $$ > p$1.tmp; mv p$1.tmp p$1; while [ ! -e go ]; do sleep 0.02; done\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 0,
+		       "%s run -j2 --journal z.log --chunks 2 -- sh chunk.sh >out.txt 2>err.txt & echo $! > mesh.pid",
+		       MESH),
+		  0);
+	ASSERT_TRUE(t_wait_for(all_running, NULL, 10000));
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "kill -TSTP $(cat mesh.pid)"), 0);
+	EXPECT_TRUE(t_wait_for(all_stopped, NULL, 5000));
+	t_write_file("go", "");
+	/* stopped, they cannot see ./go */
+	mesh_sleep_ns(200 * MESH_NS_PER_MS);
+	EXPECT_EQ(proc_state("p0"), 'T');
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "kill -CONT $(cat mesh.pid)"), 0);
+	/* the shell that started mesh is gone: wait for the pid to end */
+	int gone = 0;
+	for (int i = 0; i < 500 && !gone; i++) {
+		gone = t_sh(out, sizeof out, 0, "kill -0 $(cat mesh.pid) 2>/dev/null") != 0;
+		if (!gone)
+			mesh_sleep_ns(20 * MESH_NS_PER_MS);
+	}
+	EXPECT_TRUE(gone);
+	char *e = t_read_file("err.txt", NULL);
+	EXPECT_CONTAINS(e, "complete: 2/2 done");
+	free(e);
+}
+
+/* --results on a full disk (a 64 KiB tmpfs), with a command that ignores
+ * its write errors: the run stops with 74, and every DONE chunk's results
+ * are whole -- the rest run again on a rerun. */
+TEST(run_results_on_a_full_disk_never_done_with_a_part)
+{
+	if (!can_mount_tmpfs()) {
+		printf("  SKIP: cannot mount a tmpfs in a user+mount namespace here; not tested\n");
+		return;
+	}
+	char out[8192];
+	t_write_file("gen.sh", "head -c 9999 /dev/zero | tr '\\0' x 2>/dev/null; echo; true\n");
+	int rc = t_sh(out, sizeof out, 1,
+		      "unshare -rm sh -c 'mount -t tmpfs -o size=64k tmpfs mt && %s run -j2 --journal r.log "
+		      "--chunks 20 --results mt/res -- sh gen.sh; echo rc=$?; "
+		      "for d in mt/res/*/; do [ -e $d/status ] && wc -c < $d/stdout; done | sort | uniq -c'",
+		      MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "rc=74");
+	EXPECT_CONTAINS(out, "cannot write the results");
+	/* every status'd result holds the whole 10000 bytes */
+	char *p = strstr(out, "rc=74\n");
+	ASSERT_TRUE(p != NULL);
+	int cnt = 0, size = 0;
+	EXPECT_EQ(sscanf(p + 6, "%d %d", &cnt, &size), 2);
+	EXPECT_EQ(size, 10000);
+	EXPECT_GT(cnt, 0);
+	EXPECT_LT(cnt, 20);
+	/* what the journal holds DONE is what has whole results */
+	char lk[64];
+	snprintf(lk, sizeof lk, "/tmp/mesh-test-res-%d", (int)getpid());
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	struct mesh_job *j = NULL;
+	o.journal = "r.log";
+	o.lockdir = lk;
+	o.name = "peek";
+	ASSERT_EQ(mesh_job_open(&j, &o), 0);
+	EXPECT_UEQ(ndone(j), (uint64_t)cnt);
+	mesh_job_close(j);
+	t_sh(NULL, 0, 0, "rm -rf %s", lk);
+}
