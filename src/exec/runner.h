@@ -106,8 +106,9 @@
  *
  * Signals: with handle_signals set, SIGINT, SIGTERM and SIGTSTP are caught
  * for the duration of the call (a SIGTSTP ignored by the caller stays
- * ignored).  The first SIGINT/SIGTERM stops launching, sends SIGTERM to every running
- * chunk's process group, SIGKILL after 2 s (a second signal: at once).
+ * ignored).  The first SIGINT/SIGTERM stops launching, sends SIGTERM to
+ * every running chunk's process group, SIGKILL after 2 s (a second signal:
+ * at once).
  * Chunks that had already exited are completed as usual; the signalled ones
  * record nothing (an interrupted attempt is not the chunk's failure) and
  * their leases are released (renewed to expire now), so a rerun takes them
@@ -166,7 +167,7 @@ struct mesh_exec_opts {
 	int out_fd, err_fd;	/* -1 = discard */
 	int note_fd;		/* failure notes; -1 = none */
 	int progress_fd;	/* progress bar; -1 = none */
-	int handle_signals;	/* SIGINT/SIGTERM stop the run (see above) */
+	int handle_signals;	/* SIGINT/SIGTERM stop the run, SIGTSTP suspends it (see above) */
 	/* GNU parallel's output modes (mesh run); at most one of line_buffer and ungroup. */
 	int keep_order;		/* -k: outputs in chunk order; a finished chunk's output waits (spilled past the memory limit) for the ones before it */
 	int tag;		/* --tag: each output line starts with the chunk's arguments (mesh_exec_input_line) and a TAB */
@@ -177,7 +178,8 @@ struct mesh_exec_opts {
 	int halt_mode;		/* MESH_EXEC_HALT_* */
 	int halt_on_success;	/* count successes instead of failures */
 	uint64_t halt_count;	/* halt once this many attempts failed (or succeeded) */
-	unsigned halt_percent;	/* 1..100: halt once this share of the chunks failed; 0 = use halt_count */
+	unsigned halt_percent;	/* 1..100: halt once this share of the chunks failed (or
+				 * succeeded); 0 = use halt_count */
 	unsigned timeout_pct;	/* --timeout N%: kill an attempt running over N% of the median runtime of done chunks; 0 = off */
 	uint64_t delay_ns;	/* --delay: at least this long between two starts */
 	double load_max;	/* --load: start nothing while the 1-minute load average is >= this; 0 = off */
@@ -201,7 +203,8 @@ struct mesh_exec_stats {
 	uint64_t buried;	/* chunks this call buried: the ones that finally failed (GNU parallel's
 				 * exit code is this count, capped at 101) */
 	uint64_t timeouts;	/* attempts killed by timeout_ns */
-	uint64_t killed;	/* attempts killed without a record: the chunk was DONE elsewhere, or the run was interrupted, halted (NOW) or stopped by an error */
+	uint64_t killed;	/* attempts killed without a record: the chunk was DONE elsewhere,
+				 * or the run was interrupted, halted (NOW) or stopped by an error */
 	uint64_t speculative;	/* speculative copies started */
 	uint64_t wall_ns;	/* duration of the call */
 };
