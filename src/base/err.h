@@ -31,7 +31,8 @@
 	X(NOTFOUND, 18, "not found")                                                 \
 	X(DAMAGED, 19, "journal damaged before its end (repair: mesh job check --force)") \
 	X(STALE, 20, "journal was cut or replaced under this process (reopen it)")                 \
-	X(NOTPRIVATE, 21, "not private to this user: owned by another user or writable by group or others")
+	X(NOTPRIVATE, 21, "not private to this user: owned by another user or writable by group or others") \
+	X(OUTPUT, 22, "cannot write the output")
 
 enum {
 #define MESH__ERR_ENUM(name, off, msg) MESH_E_##name = MESH_E__BASE - (off),

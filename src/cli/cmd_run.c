@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,7 +360,9 @@ int mesh_cmd_run(int argc, char **argv)
 	exec_opts(&a, &in, spec, &eo);
 	rc = mesh_exec_run(job, &eo, &es);
 	if (rc < 0) {
-		if (rc == -ENOENT || rc == -EACCES)
+		if (rc == -EPIPE) /* stdout closed (| head): GNU parallel dies of SIGPIPE, silently */
+			ex = 128 + SIGPIPE;
+		else if (rc == -ENOENT || rc == -EACCES)
 			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
 		else
 			ex = mesh__run_fail(rc, "run stopped (journal '%s')", a.journal);

@@ -45,6 +45,7 @@ int mesh_exit_for(int err)
 	case -EDQUOT:
 	case -EFBIG:
 	case -EROFS:
+	case MESH_E_OUTPUT:
 		return MESH_EXIT_IOERR;
 	case -ECONNREFUSED:
 	case -ECONNRESET:

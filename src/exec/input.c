@@ -146,7 +146,7 @@ static int add_chunk(struct builder *b, const char **vals, size_t nv)
 	for (size_t k = a0; k < b->arg.n; k++) {
 		/* arguments live in b->data: copy through an offset, the buffer moves */
 		size_t off = b->arg.p[k], len = strlen(b->data.p + off);
-		if ((k > a0 && mesh_buf_add(&b->data, "\t", 1) < 0) || mesh_buf_grow(&b->data, len) < 0)
+		if ((k > a0 && mesh_buf_add(&b->data, " ", 1) < 0) || mesh_buf_grow(&b->data, len) < 0)
 			return -ENOMEM;
 		mesh_buf_add(&b->data, b->data.p + off, len);
 	}

@@ -47,7 +47,7 @@ struct mesh_exec_source {
 struct mesh_exec_input {
 	uint64_t n;	  /* chunks */
 	char *data;	  /* every string below, NUL-terminated */
-	size_t *line;	  /* n entries: chunk i's arguments joined by TAB */
+	size_t *line;	  /* n entries: chunk i's arguments joined by spaces */
 	size_t *val;	  /* value offsets, chunk after chunk */
 	uint64_t *vfirst; /* n + 1 entries: chunk i's values are val[vfirst[i]] .. val[vfirst[i+1]-1] */
 	size_t *arg;	  /* argument offsets, chunk after chunk */
@@ -72,7 +72,7 @@ int mesh_exec_input_load(const char *path, struct mesh_exec_input *in, uint64_t 
 int mesh_exec_input_from_mem(const void *buf, size_t n, struct mesh_exec_input *in, uint64_t *bad_line);
 void mesh_exec_input_release(struct mesh_exec_input *in);
 
-/* Chunk i's arguments joined by TAB (the --tag text, the joblog command),
+/* Chunk i's arguments joined by spaces (the --tag text, as GNU parallel tags),
  * its length in *len if not NULL; NULL when i >= n.  in == NULL: NULL (the
  * chunk's value is then its decimal id). */
 const char *mesh_exec_input_line(const struct mesh_exec_input *in, uint64_t i, size_t *len);

@@ -7,6 +7,7 @@
 #include "exec/capture.h"
 #include "exec/input.h"
 #include "exec/progress.h"
+#include "exec/run_int.h"
 #include "exec/spawn.h"
 #include "exec/template.h"
 #include "job/job.h"
@@ -24,82 +25,14 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-
 #define TTL_DEFAULT (10 * MESH_NS_PER_S)
-#define KILL_GRACE (2 * MESH_NS_PER_S)
-/* After the leader exits, how long its pipes may stay open (a background
- * grandchild holding them) before we stop waiting for their end. */
-#define PIPE_GRACE (1 * MESH_NS_PER_S)
 #define RETRY_NS (200 * MESH_NS_PER_MS)
 #define DRAW_NS (100 * MESH_NS_PER_MS)
-
-enum end_why { END_NORMAL, END_TIMEOUT, END_KILLED };
-
-struct slot {
-	int busy;
-	struct mesh_job *jh; /* the handle that leased the chunk */
-	unsigned idx; /* 1-based, MESH_SLOT */
-	struct mesh_lease l;
-	pid_t pid;
-	int pidfd, fd_out, fd_err;
-	int res_out, res_err; /* results temp files */
-	char *res_dir, *tmp_out, *tmp_err;
-	struct mesh__capture cout, cerr;
-	uint64_t t_start, t_deadline, t_renew, t_kill, t_exit;
-	int exited, wstatus, term_sent;
-	enum end_why why;
-	char env_chunk[48], env_attempt[48], env_slot[48];
-	char **envp, **argv;
-	struct mesh_buf argbuf;
-};
-
-/* Work for the completer thread: finalize results (fsyncs, renames) and
- * complete successful chunks, many at once. */
-struct item {
-	struct item *next;
-	struct mesh_job *jh;
-	struct mesh_lease l;
-	uint64_t cid, dur_ns;
-	int complete; /* 0: results only (a failed attempt) */
-	int res_out, res_err;
-	char *res_dir, *tmp_out, *tmp_err, *status;
-	int result; /* MESH_JOB_DONE / IGNORED or a negative error */
-};
-
-struct runner {
-	struct mesh_job *job;
-	const struct mesh_exec_opts *o;
-	struct mesh_exec_stats *st;
-	struct mesh_exec_template tmpl;
-	struct mesh__spawner sp;
-	char *path; /* resolved argv[0], NULL when argv[0] holds a placeholder */
-	int nullfd, evfd;
-	struct slot *slots;
-	unsigned nslots, busy;
-	uint64_t n, ttl;
-	char **env_base;
-	size_t env_n;
-	pid_t self;
-
-	pthread_t thr;
-	int thr_started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct item *q_in, **q_in_tail, *q_out;
-	unsigned in_flight; /* items queued or being processed */
-	int quit;
-
-	int stopping, sigs, fatal, complete_seen, none_seen;
-	uint64_t retry_at, t0, next_draw, done_at_start;
-	int drawn;
-};
+/* --load / --memfree: how often a blocked start looks again. */
+#define THROTTLE_NS (250 * MESH_NS_PER_MS)
 
 static int sig_w = -1, sig_r = -1;
 
@@ -113,8 +46,7 @@ static void on_signal(int sig)
 	errno = e;
 }
 
-static void note(struct runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note(struct runner *r, const char *fmt, ...)
+void mesh__run_note(struct mesh__runner *r, const char *fmt, ...)
 {
 	if (r->o->note_fd < 0)
 		return;
@@ -133,246 +65,7 @@ static void note(struct runner *r, const char *fmt, ...)
 	mesh_write_all_raw(r->o->note_fd, line, (size_t)n);
 }
 
-static void describe(char *b, size_t cap, int code, enum end_why why)
-{
-	if (why == END_TIMEOUT)
-		snprintf(b, cap, "timeout");
-	else if (code > 128 && code < 128 + 65)
-		snprintf(b, cap, "signal %d", code - 128);
-	else
-		snprintf(b, cap, "exit %d", code);
-}
-
-/* ---- the completer thread ---- */
-
-static int finalize_results(struct item *it)
-{
-	int rc = 0;
-	char *path = NULL;
-	struct mesh_buf b = MESH_BUF_INIT;
-	if (it->res_out >= 0 && (rc = mesh_fsync(it->res_out)) < 0)
-		goto out;
-	if (it->res_err >= 0 && (rc = mesh_fsync(it->res_err)) < 0)
-		goto out;
-	if (mesh_buf_addf(&b, "%s/stdout", it->res_dir) < 0)
-		goto nomem;
-	if (it->tmp_out && rename(it->tmp_out, b.p) < 0) {
-		rc = -errno;
-		goto out;
-	}
-	mesh_buf_reset(&b);
-	if (mesh_buf_addf(&b, "%s/stderr", it->res_dir) < 0)
-		goto nomem;
-	if (it->tmp_err && rename(it->tmp_err, b.p) < 0) {
-		rc = -errno;
-		goto out;
-	}
-	mesh_buf_reset(&b);
-	if (mesh_buf_addf(&b, "%s/status", it->res_dir) < 0)
-		goto nomem;
-	/* Written last: a status file says the other two are whole. */
-	rc = mesh_write_file_atomic(b.p, it->status, strlen(it->status), 0644);
-	goto out;
-nomem:
-	rc = -ENOMEM;
-out:
-	free(path);
-	mesh_buf_release(&b);
-	return rc;
-}
-
-static void item_free(struct item *it)
-{
-	if (it->res_out >= 0)
-		close(it->res_out);
-	if (it->res_err >= 0)
-		close(it->res_err);
-	free(it->res_dir);
-	free(it->tmp_out);
-	free(it->tmp_err);
-	free(it->status);
-	free(it);
-}
-
-static void *completer(void *arg)
-{
-	struct runner *r = arg;
-	uint64_t *cids = NULL, *durs = NULL;
-	int *res = NULL;
-	struct item **its = NULL;
-	size_t cap = 0;
-	pthread_mutex_lock(&r->mu);
-	for (;;) {
-		while (!r->q_in && !r->quit)
-			pthread_cond_wait(&r->cv, &r->mu);
-		if (!r->q_in)
-			break;
-		struct item *batch = r->q_in;
-		r->q_in = NULL;
-		r->q_in_tail = &r->q_in;
-		pthread_mutex_unlock(&r->mu);
-
-		size_t n = 0, total = 0;
-		for (struct item *it = batch; it; it = it->next)
-			total++;
-		if (total > cap) {
-			size_t nc = total * 2;
-			uint64_t *c2 = realloc(cids, nc * sizeof *c2), *d2 = NULL;
-			if (c2)
-				cids = c2;
-			d2 = realloc(durs, nc * sizeof *d2);
-			if (d2)
-				durs = d2;
-			int *r2 = realloc(res, nc * sizeof *r2);
-			if (r2)
-				res = r2;
-			struct item **i2 = realloc(its, nc * sizeof *i2);
-			if (i2)
-				its = i2;
-			if (c2 && d2 && r2 && i2)
-				cap = nc;
-		}
-		for (struct item *it = batch; it; it = it->next) {
-			it->result = 0;
-			if (it->res_dir)
-				it->result = finalize_results(it);
-		}
-		/* One fsync for the batch (two when speculative copies ran
-		 * under the second handle). */
-		for (int pass = 0; pass < 2; pass++) {
-			struct mesh_job *jh = pass == 0 ? r->job : r->o->spec_job;
-			n = 0;
-			if (!jh)
-				continue;
-			for (struct item *it = batch; it; it = it->next) {
-				if (it->jh != jh || it->result != 0 || !it->complete)
-					continue;
-				if (n >= cap) {
-					it->result = -ENOMEM;
-					continue;
-				}
-				cids[n] = it->cid;
-				durs[n] = it->dur_ns;
-				its[n++] = it;
-			}
-			if (n) {
-				int rc = mesh_job_complete_many(jh, cids, durs, n, res);
-				for (size_t i = 0; i < n; i++)
-					its[i]->result =
-						rc < 0 && res[i] >= 0 && res[i] != MESH_JOB_IGNORED ? rc : res[i];
-			}
-		}
-		pthread_mutex_lock(&r->mu);
-		struct item *last = batch;
-		while (last->next)
-			last = last->next;
-		last->next = r->q_out;
-		r->q_out = batch;
-		r->in_flight -= (unsigned)total;
-		uint64_t one = 1;
-		if (write(r->evfd, &one, sizeof one) < 0) {
-			/* the counter only wakes the loop; it cannot overflow here */
-		}
-	}
-	pthread_mutex_unlock(&r->mu);
-	free(cids);
-	free(durs);
-	free(res);
-	free(its);
-	return NULL;
-}
-
-static void queue_item(struct runner *r, struct item *it)
-{
-	pthread_mutex_lock(&r->mu);
-	it->next = NULL;
-	*r->q_in_tail = it;
-	r->q_in_tail = &it->next;
-	r->in_flight++;
-	pthread_cond_signal(&r->cv);
-	pthread_mutex_unlock(&r->mu);
-}
-
-static void kill_slot(struct slot *s, int sig)
-{
-	if (s->busy && !s->exited && s->pid > 0)
-		kill(-s->pid, sig);
-}
-
-static void stop_all(struct runner *r, int sig);
-
-static void take_results(struct runner *r)
-{
-	uint64_t v;
-	if (read(r->evfd, &v, sizeof v) < 0) {
-		/* EAGAIN: nothing new */
-	}
-	pthread_mutex_lock(&r->mu);
-	struct item *list = r->q_out;
-	r->q_out = NULL;
-	pthread_mutex_unlock(&r->mu);
-	while (list) {
-		struct item *it = list;
-		list = it->next;
-		if (it->result < 0) {
-			/* Not DONE: let a rerun take the chunk at once. */
-			mesh_job_renew(it->jh, &it->l, 1);
-			if (!r->fatal) {
-				r->fatal = it->result;
-				stop_all(r, SIGKILL);
-			}
-		} else if (it->complete) {
-			if (it->result == MESH_JOB_DONE)
-				r->st->done++;
-			else
-				r->st->ignored++;
-			/* First completion wins: a local copy still running lost. */
-			for (unsigned i = 0; i < r->nslots; i++) {
-				struct slot *s = &r->slots[i];
-				if (s->busy && s->l.cid == it->cid && !s->exited && s->why == END_NORMAL) {
-					s->why = END_KILLED;
-					kill_slot(s, SIGKILL);
-					r->st->killed++;
-				}
-			}
-		}
-		item_free(it);
-	}
-}
-
-/* ---- slots ---- */
-
-static void slot_close_fds(struct slot *s)
-{
-	if (s->pidfd >= 0)
-		close(s->pidfd);
-	if (s->fd_out >= 0)
-		close(s->fd_out);
-	if (s->fd_err >= 0)
-		close(s->fd_err);
-	if (s->res_out >= 0)
-		close(s->res_out);
-	if (s->res_err >= 0)
-		close(s->res_err);
-	s->pidfd = s->fd_out = s->fd_err = s->res_out = s->res_err = -1;
-}
-
-static void slot_clear(struct slot *s)
-{
-	slot_close_fds(s);
-	free(s->res_dir);
-	free(s->tmp_out);
-	free(s->tmp_err);
-	s->res_dir = s->tmp_out = s->tmp_err = NULL;
-	s->busy = 0;
-	s->exited = 0;
-	s->term_sent = 0;
-	s->pid = 0;
-	s->why = END_NORMAL;
-}
-
-static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *strf(const char *fmt, ...)
+char *mesh__run_strf(const char *fmt, ...)
 {
 	struct mesh_buf b = MESH_BUF_INIT;
 	va_list ap;
@@ -386,228 +79,48 @@ static char *strf(const char *fmt, ...)
 	return mesh_buf_detach(&b, NULL);
 }
 
-static int open_results(struct runner *r, struct slot *s)
+static void take_results(struct mesh__runner *r)
 {
-	s->res_dir = strf("%s/%" PRIu64, r->o->results_dir, s->l.cid);
-	s->tmp_out = strf("%s/.stdout.%d.%u", s->res_dir ? s->res_dir : "", (int)r->self, s->idx);
-	s->tmp_err = strf("%s/.stderr.%d.%u", s->res_dir ? s->res_dir : "", (int)r->self, s->idx);
-	if (!s->res_dir || !s->tmp_out || !s->tmp_err)
-		return -ENOMEM;
-	if (mkdir(s->res_dir, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	s->res_out = open(s->tmp_out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (s->res_out < 0)
-		return -errno;
-	s->res_err = open(s->tmp_err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (s->res_err < 0)
-		return -errno;
-	return 0;
-}
-
-static void finish_slot(struct runner *r, struct slot *s, int code);
-
-/* Starts the leased chunk in slot s.  Returns 0 (running, or an exec
- * failure already recorded as a failed attempt) or a fatal error. */
-static int start_slot(struct runner *r, struct slot *s)
-{
-	uint64_t cid = s->l.cid;
-	int rc, pout[2] = {-1, -1}, perr[2] = {-1, -1};
-	char *path = r->path, *own_path = NULL;
-	rc = mesh_exec_template_expand(&r->tmpl, r->o->input, cid, s->idx, &s->argbuf, s->argv);
-	if (rc < 0)
-		return rc;
-	snprintf(s->env_chunk, sizeof s->env_chunk, "MESH_CHUNK=%" PRIu64, cid);
-	snprintf(s->env_attempt, sizeof s->env_attempt, "MESH_ATTEMPT=%" PRIu32, s->l.attempt);
-	s->busy = 1;
-	r->busy++;
-	s->t_start = mesh_mono_ns();
-	s->t_renew = s->t_start + r->ttl / 4;
-	s->t_deadline = r->o->timeout_ns ? s->t_start + r->o->timeout_ns : 0;
-	r->st->started++;
-	if (s->l.kind == MESH_LEASE_SPECULATIVE)
-		r->st->speculative++;
-	if (r->o->results_dir) {
-		if ((rc = open_results(r, s)) < 0)
-			return rc;
-	} else {
-		if (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0) {
-			rc = -errno;
-			goto fail_pipes;
-		}
+	uint64_t v;
+	if (read(r->evfd, &v, sizeof v) < 0) {
+		/* EAGAIN: nothing new */
 	}
-	if (!path) {
-		rc = mesh__resolve_cmd(s->argv[0], &own_path);
-		path = own_path;
-	}
-	if (path) {
-		int o = r->o->results_dir ? s->res_out : pout[1];
-		int e = r->o->results_dir ? s->res_err : perr[1];
-		rc = mesh__spawn(&r->sp, path, s->argv, s->envp, r->nullfd, o, e, &s->pid);
-	}
-	free(own_path);
-	if (pout[1] >= 0)
-		close(pout[1]);
-	if (perr[1] >= 0)
-		close(perr[1]);
-	s->fd_out = pout[0];
-	s->fd_err = perr[0];
-	if (rc < 0) {
-		/* Cannot exec: the attempt fails like a shell's would. */
-		if (rc == -ENOMEM)
-			return rc;
-		note(r, "mesh: cannot run '%s' for chunk %" PRIu64 ": %s", s->argv[0], cid, mesh_strerror(rc));
-		s->exited = 1;
-		slot_close_fds(s);
-		finish_slot(r, s, rc == -ENOENT ? 127 : 126);
-		return 0;
-	}
-	s->pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
-	if (s->pidfd < 0) {
-		rc = -errno;
-		kill(-s->pid, SIGKILL);
-		while (waitpid(s->pid, &s->wstatus, 0) < 0 && errno == EINTR)
-			;
-		s->exited = 1;
-		return rc;
-	}
-	return 0;
-fail_pipes:
-	for (int i = 0; i < 2; i++) {
-		if (pout[i] >= 0)
-			close(pout[i]);
-		if (perr[i] >= 0)
-			close(perr[i]);
-	}
-	return rc;
-}
-
-static void finish_slot(struct runner *r, struct slot *s, int code)
-{
-	uint64_t dur = mesh_mono_ns() - s->t_start;
-	uint64_t cid = s->l.cid;
-	char what[48];
-	int rc;
-	if (s->why == END_KILLED) {
-		/* Lost a race, or interrupted: no record.  When interrupted, let
-		 * the lease expire now so a rerun takes the chunk at once. */
-		if (r->stopping || r->fatal)
-			mesh_job_renew(s->jh, &s->l, 1);
-		mesh__capture_flush(&s->cout, -1);
-		mesh__capture_flush(&s->cerr, -1);
-		goto done;
-	}
-	if (s->why == END_TIMEOUT)
-		code = 128 + SIGKILL;
-	if (!r->o->results_dir) {
-		int out = r->o->out_fd, err = r->o->err_fd;
-		/* The bar's line is cleared before any output (the terminal may
-		 * show both even when the fds differ); the next draw restores it. */
-		if (r->drawn && (s->cout.total || s->cerr.total)) {
-			mesh_write_all_raw(r->o->progress_fd, "\r\033[K", 4);
-			r->drawn = 0;
-		}
-		mesh__capture_flush(&s->cout, out);
-		mesh__capture_flush(&s->cerr, err);
-	}
-	describe(what, sizeof what, code, s->why);
-	struct item *it = NULL;
-	if (r->o->results_dir || code == 0) {
-		it = calloc(1, sizeof *it);
-		if (!it) {
-			if (!r->fatal)
-				r->fatal = -ENOMEM;
-			goto done;
-		}
-		it->cid = cid;
-		it->jh = s->jh;
-		it->l = s->l;
-		it->dur_ns = dur;
-		it->complete = code == 0;
-		it->res_out = it->res_err = -1;
-		if (r->o->results_dir) {
-			it->res_out = s->res_out;
-			it->res_err = s->res_err;
-			s->res_out = s->res_err = -1;
-			it->res_dir = s->res_dir;
-			it->tmp_out = s->tmp_out;
-			it->tmp_err = s->tmp_err;
-			s->res_dir = s->tmp_out = s->tmp_err = NULL;
-			it->status = strf("%s\n", what);
-			if (!it->status) {
-				item_free(it);
-				if (!r->fatal)
-					r->fatal = -ENOMEM;
-				goto done;
+	pthread_mutex_lock(&r->mu);
+	struct mesh__item *list = r->q_out;
+	r->q_out = NULL;
+	pthread_mutex_unlock(&r->mu);
+	while (list) {
+		struct mesh__item *it = list;
+		list = it->next;
+		if (it->result < 0) {
+			/* Not DONE: let a rerun take the chunk at once. */
+			mesh_job_renew(it->jh, &it->l, 1);
+			if (!r->fatal) {
+				r->fatal = it->result;
+				mesh__run_stop_all(r, SIGKILL);
+			}
+		} else if (it->complete) {
+			if (it->result == MESH_JOB_DONE)
+				r->st->done++;
+			else
+				r->st->ignored++;
+			/* First completion wins: a local copy still running lost. */
+			for (unsigned i = 0; i < r->nslots; i++) {
+				struct mesh__slot *s = &r->slots[i];
+				if (s->busy && s->l.cid == it->cid && !s->exited && s->why == END_NORMAL) {
+					s->why = END_KILLED;
+					mesh__slot_kill(s, SIGKILL);
+					r->st->killed++;
+				}
 			}
 		}
+		mesh__run_item_free(it);
 	}
-	if (code != 0) {
-		r->st->failed++;
-		if (s->why == END_TIMEOUT)
-			r->st->timeouts++;
-		rc = mesh_job_fail(s->jh, cid, code);
-		if (rc < 0) {
-			if (!r->fatal)
-				r->fatal = rc;
-		} else if (rc == 1) {
-			r->st->buried++;
-			note(r, "mesh: chunk %" PRIu64 " failed (%s), attempt %" PRIu32 "; buried", cid, what,
-			     s->l.attempt);
-		} else {
-			note(r, "mesh: chunk %" PRIu64 " failed (%s), attempt %" PRIu32 "; will retry", cid, what,
-			     s->l.attempt);
-		}
-	}
-	if (it)
-		queue_item(r, it);
-done:
-	slot_clear(s);
-	r->busy--;
-	r->retry_at = 0; /* something changed: leasing may succeed again */
-}
-
-/* Reaps the slot's leader if it exited; 1 when it did. */
-static int reap(struct slot *s)
-{
-	int st;
-	pid_t p;
-	do
-		p = waitpid(s->pid, &st, WNOHANG);
-	while (p < 0 && errno == EINTR);
-	if (p != s->pid)
-		return 0;
-	s->exited = 1;
-	s->wstatus = st;
-	s->t_exit = mesh_mono_ns();
-	if (s->pidfd >= 0) {
-		close(s->pidfd);
-		s->pidfd = -1;
-	}
-	return 1;
-}
-
-static void read_pipe(struct slot *s, int *fd, struct mesh__capture *c)
-{
-	long n = mesh__capture_read(c, *fd);
-	if (n == 0 || (n < 0 && n != -EAGAIN)) {
-		close(*fd);
-		*fd = -1;
-	}
-}
-
-static void maybe_finish(struct runner *r, struct slot *s)
-{
-	if (!s->busy || !s->exited)
-		return;
-	if ((s->fd_out >= 0 || s->fd_err >= 0) && mesh_mono_ns() < s->t_exit + PIPE_GRACE)
-		return;
-	int code = mesh__exit_code(s->wstatus);
-	finish_slot(r, s, code);
 }
 
 /* ---- the loop ---- */
 
-static void draw(struct runner *r, int final)
+static void draw(struct mesh__runner *r, int final)
 {
 	int fd = r->o->progress_fd;
 	if (fd < 0)
@@ -642,34 +155,59 @@ static void draw(struct runner *r, int final)
 	mesh_write_all_raw(fd, line, n);
 }
 
-static void stop_all(struct runner *r, int sig)
+void mesh__run_stop_all(struct mesh__runner *r, int sig)
 {
 	uint64_t now = mesh_mono_ns();
 	for (unsigned i = 0; i < r->nslots; i++) {
-		struct slot *s = &r->slots[i];
+		struct mesh__slot *s = &r->slots[i];
 		if (!s->busy || s->exited)
 			continue;
 		if (s->why == END_NORMAL) {
 			s->why = END_KILLED;
 			r->st->killed++;
 		}
-		kill_slot(s, sig);
+		mesh__slot_kill(s, sig);
 		if (!s->term_sent) {
 			s->term_sent = 1;
-			s->t_kill = now + KILL_GRACE;
+			s->t_kill = now + MESH__RUN_KILL_GRACE;
 		}
 	}
 }
 
-/* Leases and starts chunks for the free slots. */
-static int fill(struct runner *r)
+/* --delay, --load, --memfree: 1 when a start may go ahead now (else
+ * hold_until says when to look again). */
+static int may_start(struct mesh__runner *r)
 {
-	while (r->busy < r->nslots && !r->stopping && !r->fatal) {
+	const struct mesh_exec_opts *o = r->o;
+	if (!o->delay_ns && o->load_max <= 0 && !o->memfree_bytes)
+		return 1;
+	uint64_t now = mesh_mono_ns();
+	if (r->hold_until && now < r->hold_until)
+		return 0;
+	r->hold_until = 0;
+	if (o->delay_ns && r->last_start && now < r->last_start + o->delay_ns) {
+		r->hold_until = r->last_start + o->delay_ns;
+		return 0;
+	}
+	/* One chunk always runs: a load that never falls must not hang us. */
+	if (r->busy && !mesh__out_resources_ok(r)) {
+		r->hold_until = now + THROTTLE_NS;
+		return 0;
+	}
+	return 1;
+}
+
+/* Leases and starts chunks for the free slots. */
+static int fill(struct mesh__runner *r)
+{
+	while (r->busy < r->nslots && !r->stopping && !r->fatal && !r->halted) {
 		if (r->o->max_chunks && r->st->started >= r->o->max_chunks)
 			return 0;
 		if (r->retry_at && mesh_mono_ns() < r->retry_at)
 			return 0;
-		struct slot *s = NULL;
+		if (!may_start(r))
+			return 0;
+		struct mesh__slot *s = NULL;
 		for (unsigned i = 0; i < r->nslots; i++)
 			if (!r->slots[i].busy) {
 				s = &r->slots[i];
@@ -693,9 +231,9 @@ static int fill(struct runner *r)
 			return 0;
 		}
 		r->none_seen = 0;
-		if ((rc = start_slot(r, s)) < 0) {
+		if ((rc = mesh__slot_start(r, s)) < 0) {
 			if (s->busy && (s->pid == 0 || s->exited)) {
-				slot_clear(s);
+				mesh__slot_clear(s);
 				r->busy--;
 			}
 			return rc;
@@ -705,7 +243,7 @@ static int fill(struct runner *r)
 }
 
 /* Decides whether the run is over; returns 1 with *answer set. */
-static int over(struct runner *r, int *answer)
+static int over(struct mesh__runner *r, int *answer)
 {
 	if (r->busy)
 		return 0;
@@ -718,11 +256,8 @@ static int over(struct runner *r, int *answer)
 	 * (a fatal error among them) count before deciding. */
 	take_results(r);
 	if (r->fatal) {
+		mesh__out_hold_drop(r);
 		*answer = r->fatal;
-		return 1;
-	}
-	if (r->stopping) {
-		*answer = MESH_EXEC_INTERRUPTED;
 		return 1;
 	}
 	struct mesh_job_status js;
@@ -731,37 +266,75 @@ static int over(struct runner *r, int *answer)
 		*answer = rc;
 		return 1;
 	}
-	if (r->complete_seen || js.done >= js.n) {
-		*answer = MESH_EXEC_COMPLETE;
-		return 1;
+	int end;
+	if (r->halted)
+		end = MESH_EXEC_HALTED;
+	else if (r->stopping)
+		end = MESH_EXEC_INTERRUPTED;
+	else if (r->complete_seen || js.done >= js.n)
+		end = MESH_EXEC_COMPLETE;
+	else if (r->o->max_chunks && r->st->started >= r->o->max_chunks)
+		end = MESH_EXEC_LIMIT;
+	else if (r->none_seen && (js.done + js.buried >= js.n || r->hold_head))
+		end = MESH_EXEC_FAILED;
+	else
+		return 0;
+	if (r->hold_head) {
+		/* -k: nothing more will come from here; what waits goes out in
+		 * order, and its completions decide the answer. */
+		mesh__out_emit_ready(r, 1);
+		return 0;
 	}
-	if (r->o->max_chunks && r->st->started >= r->o->max_chunks) {
-		*answer = MESH_EXEC_LIMIT;
-		return 1;
-	}
-	if (r->none_seen && js.done + js.buried >= js.n) {
-		*answer = MESH_EXEC_FAILED;
-		return 1;
-	}
-	return 0;
+	*answer = end;
+	return 1;
 }
 
-static void handle_signals(struct runner *r, int fd)
+/* Ctrl-Z: the chunks stop with us (each runs in its own process group, out
+ * of the terminal's reach), and go on with us. */
+static void suspend(struct mesh__runner *r)
+{
+	for (unsigned i = 0; i < r->nslots; i++)
+		mesh__slot_kill(&r->slots[i], SIGSTOP);
+	uint64_t t = mesh_mono_ns();
+	/* SIGSTOP, not SIGTSTP: the latter is discarded in an orphaned
+	 * process group, and mesh must stop whenever its chunks did. */
+	kill(getpid(), SIGSTOP);
+	uint64_t now = mesh_mono_ns(), away = now - t;
+	for (unsigned i = 0; i < r->nslots; i++) {
+		struct mesh__slot *s = &r->slots[i];
+		if (!s->busy || s->exited)
+			continue;
+		mesh__slot_kill(s, SIGCONT);
+		/* The time stopped is not the chunk's; its lease may be near
+		 * its end: renew now. */
+		s->t_start += away;
+		if (s->t_deadline)
+			s->t_deadline += away;
+		s->t_renew = now;
+	}
+	r->hold_renew = now;
+}
+
+static void handle_signals(struct mesh__runner *r, int fd)
 {
 	unsigned char buf[16];
 	ssize_t n = read(fd, buf, sizeof buf);
-	if (n <= 0)
-		return;
-	r->sigs += (int)n;
-	r->stopping = 1;
-	stop_all(r, r->sigs > 1 ? SIGKILL : SIGTERM);
+	for (ssize_t i = 0; i < n; i++) {
+		if (buf[i] == SIGTSTP) {
+			suspend(r);
+			continue;
+		}
+		r->sigs++;
+		r->stopping = 1;
+		mesh__run_stop_all(r, r->sigs > 1 ? SIGKILL : SIGTERM);
+	}
 }
 
-static int loop(struct runner *r)
+static int loop(struct mesh__runner *r)
 {
 	struct pollfd *pf = calloc(2 + 3 * (size_t)r->nslots, sizeof *pf);
 	struct {
-		struct slot *s;
+		struct mesh__slot *s;
 		int kind;
 	} *who = calloc(2 + 3 * (size_t)r->nslots, sizeof *who);
 	int answer = 0;
@@ -774,7 +347,7 @@ static int loop(struct runner *r)
 		int rc = fill(r);
 		if (rc < 0 && !r->fatal) {
 			r->fatal = rc;
-			stop_all(r, SIGKILL);
+			mesh__run_stop_all(r, SIGKILL);
 		}
 		if (over(r, &answer))
 			break;
@@ -789,7 +362,7 @@ static int loop(struct runner *r)
 		pf[n] = (struct pollfd){.fd = r->evfd, .events = POLLIN};
 		who[n].s = NULL, who[n++].kind = 1;
 		for (unsigned i = 0; i < r->nslots; i++) {
-			struct slot *s = &r->slots[i];
+			struct mesh__slot *s = &r->slots[i];
 			if (!s->busy)
 				continue;
 			if (s->pidfd >= 0) {
@@ -805,19 +378,27 @@ static int loop(struct runner *r)
 				who[n].s = s, who[n++].kind = 4;
 			}
 			if (s->exited) {
-				if (s->t_exit + PIPE_GRACE < wake)
-					wake = s->t_exit + PIPE_GRACE;
+				if (s->t_exit + 1 * MESH_NS_PER_S < wake)
+					wake = s->t_exit + 1 * MESH_NS_PER_S;
 				continue;
 			}
 			if (s->t_renew < wake)
 				wake = s->t_renew;
-			if (s->t_deadline && s->why == END_NORMAL && s->t_deadline < wake)
-				wake = s->t_deadline;
+			uint64_t d = mesh__slot_deadline(r, s);
+			if (d && s->why == END_NORMAL && d < wake)
+				wake = d;
 			if (s->term_sent && s->t_kill < wake)
 				wake = s->t_kill;
 		}
-		if (r->retry_at && r->busy < r->nslots && !r->stopping && r->retry_at < wake)
+		int can_start = r->busy < r->nslots && !r->stopping && !r->halted;
+		if (r->retry_at && can_start && r->retry_at < wake)
 			wake = r->retry_at;
+		if (r->hold_until && can_start && r->hold_until < wake)
+			wake = r->hold_until;
+		if (r->hold_head && r->hold_renew < wake)
+			wake = r->hold_renew;
+		if (r->hold_head && wake > now + RETRY_NS)
+			wake = now + RETRY_NS; /* -k: a chunk another node runs may be done */
 		if (r->o->progress_fd >= 0 && r->next_draw < wake)
 			wake = r->next_draw;
 		int timeout = -1;
@@ -826,13 +407,13 @@ static int loop(struct runner *r)
 		int k = poll(pf, n, timeout);
 		if (k < 0 && errno != EINTR) {
 			r->fatal = -errno;
-			stop_all(r, SIGKILL);
+			mesh__run_stop_all(r, SIGKILL);
 			continue;
 		}
 		for (nfds_t i = 0; k > 0 && i < n; i++) {
 			if (!pf[i].revents)
 				continue;
-			struct slot *s = who[i].s;
+			struct mesh__slot *s = who[i].s;
 			switch (who[i].kind) {
 			case 0:
 				handle_signals(r, pf[i].fd);
@@ -841,40 +422,47 @@ static int loop(struct runner *r)
 				take_results(r);
 				break;
 			case 2:
-				reap(s);
+				mesh__slot_reap(s);
 				break;
 			case 3:
-				read_pipe(s, &s->fd_out, &s->cout);
+				if (s->fd_out >= 0)
+					mesh__slot_read(r, s, 1);
 				break;
 			case 4:
-				read_pipe(s, &s->fd_err, &s->cerr);
+				if (s->fd_err >= 0)
+					mesh__slot_read(r, s, 0);
 				break;
 			}
 		}
 		now = mesh_mono_ns();
 		for (unsigned i = 0; i < r->nslots; i++) {
-			struct slot *s = &r->slots[i];
+			struct mesh__slot *s = &r->slots[i];
 			if (!s->busy)
 				continue;
 			if (!s->exited) {
-				if (s->t_deadline && s->why == END_NORMAL && now >= s->t_deadline) {
+				uint64_t d = mesh__slot_deadline(r, s);
+				if (d && s->why == END_NORMAL && now >= d) {
 					s->why = END_TIMEOUT;
-					kill_slot(s, SIGKILL);
+					mesh__slot_kill(s, SIGKILL);
 				}
 				if (s->term_sent && now >= s->t_kill)
-					kill_slot(s, SIGKILL);
+					mesh__slot_kill(s, SIGKILL);
 				if (now >= s->t_renew) {
 					s->t_renew = now + r->ttl / 4;
 					rc = mesh_job_renew(s->jh, &s->l, r->ttl);
 					if (rc == MESH_E_STATE && mesh_job_is_done(r->job, s->l.cid) == 1 &&
 					    s->why == END_NORMAL) {
 						s->why = END_KILLED;
-						kill_slot(s, SIGKILL);
+						mesh__slot_kill(s, SIGKILL);
 						r->st->killed++;
 					}
 				}
 			}
-			maybe_finish(r, s);
+			mesh__slot_maybe_finish(r, s);
+		}
+		if (r->hold_head) {
+			mesh__out_hold_renew(r, now);
+			mesh__out_emit_ready(r, 0);
 		}
 	}
 	draw(r, 1);
@@ -883,7 +471,7 @@ static int loop(struct runner *r)
 	return answer;
 }
 
-static int setup_env(struct runner *r)
+static int setup_env(struct mesh__runner *r)
 {
 	extern char **environ;
 	size_t n = 0;
@@ -901,17 +489,18 @@ static int setup_env(struct runner *r)
 	return 0;
 }
 
-static int setup_slots(struct runner *r)
+static int setup_slots(struct mesh__runner *r)
 {
 	r->slots = calloc(r->nslots, sizeof *r->slots);
 	if (!r->slots)
 		return -ENOMEM;
 	for (unsigned i = 0; i < r->nslots; i++) {
-		struct slot *s = &r->slots[i];
+		struct mesh__slot *s = &r->slots[i];
 		s->idx = i + 1;
 		s->pidfd = s->fd_out = s->fd_err = s->res_out = s->res_err = -1;
 		s->cout = (struct mesh__capture)MESH__CAPTURE_INIT;
 		s->cerr = (struct mesh__capture)MESH__CAPTURE_INIT;
+		s->cout.dir = s->cerr.dir = r->tmpdir;
 		s->argbuf = (struct mesh_buf)MESH_BUF_INIT;
 		s->envp = calloc(r->env_n + 4, sizeof *s->envp);
 		s->argv = calloc(mesh_exec_template_slots(&r->tmpl), sizeof *s->argv);
@@ -926,12 +515,30 @@ static int setup_slots(struct runner *r)
 	return 0;
 }
 
+static void settle_buried(const struct mesh_job_failure *f, void *arg)
+{
+	if (f->buried)
+		mesh__out_settle(arg, f->cid);
+}
+
+/* -k: which chunks are settled already (buried before this call). */
+static int setup_order(struct mesh__runner *r)
+{
+	if (!r->o->keep_order)
+		return 0;
+	r->settled = calloc(r->n / 8 + 1, 1);
+	if (!r->settled)
+		return -ENOMEM;
+	return mesh_job_failures(r->job, settle_buried, r);
+}
+
 int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct mesh_exec_stats *stats)
 {
+	static const int caught[] = {SIGINT, SIGTERM, SIGTSTP};
 	struct mesh_exec_stats dummy;
-	struct runner rr, *r = &rr;
-	struct sigaction sa, old_int, old_term;
-	int sigp[2] = {-1, -1}, rc, have_sig = 0;
+	struct mesh__runner rr, *r = &rr;
+	struct sigaction sa, old[3];
+	int sigp[2] = {-1, -1}, rc, have_sig[3] = {0, 0, 0};
 	if (!stats)
 		stats = &dummy;
 	memset(stats, 0, sizeof *stats);
@@ -939,7 +546,7 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 	r->job = job;
 	r->o = o;
 	r->st = stats;
-	r->nullfd = r->evfd = -1;
+	r->nullfd = r->evfd = r->joblog = -1;
 	r->sp.err_r = r->sp.err_w = -1;
 	r->self = getpid();
 	r->t0 = mesh_mono_ns();
@@ -947,6 +554,9 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 	r->ttl = o->ttl_ns ? o->ttl_ns : TTL_DEFAULT;
 	r->n = mesh_job_nchunks(job);
 	r->q_in_tail = &r->q_in;
+	r->tmpdir = o->tmpdir && o->tmpdir[0] ? o->tmpdir : getenv("TMPDIR");
+	if (!r->tmpdir || !r->tmpdir[0])
+		r->tmpdir = "/tmp";
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
 
@@ -975,7 +585,8 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 		rc = -errno;
 		goto out;
 	}
-	if ((rc = setup_env(r)) < 0 || (rc = setup_slots(r)) < 0)
+	if ((rc = setup_env(r)) < 0 || (rc = setup_slots(r)) < 0 || (rc = setup_order(r)) < 0 ||
+	    (rc = mesh__out_joblog_open(r)) < 0)
 		goto out;
 	if (o->handle_signals) {
 		if (pipe2(sigp, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -988,13 +599,18 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 		sa.sa_handler = on_signal;
 		sigemptyset(&sa.sa_mask);
 		sa.sa_flags = SA_RESTART;
-		sigaction(SIGINT, &sa, &old_int);
-		sigaction(SIGTERM, &sa, &old_term);
-		have_sig = 1;
+		for (int i = 0; i < 3; i++) {
+			/* An ignored SIGTSTP (no job control) stays ignored. */
+			if (caught[i] == SIGTSTP && sigaction(SIGTSTP, NULL, &old[i]) == 0 &&
+			    old[i].sa_handler == SIG_IGN)
+				continue;
+			have_sig[i] = sigaction(caught[i], &sa, &old[i]) == 0;
+		}
 	}
 	/* After our handlers: the spawner resets them in the child. */
 	if ((rc = mesh__spawner_init(&r->sp, NULL)) < 0)
 		goto out;
+	r->sp.nice = o->nice;
 	{
 		struct mesh_job_status js;
 		if ((rc = mesh_job_status(job, &js)) < 0)
@@ -1002,11 +618,11 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 		r->done_at_start = js.done;
 	}
 	/* The helper thread must not take our signals. */
-	sigset_t all, old;
+	sigset_t all, oldmask;
 	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&r->thr, NULL, completer, r);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_sigmask(SIG_SETMASK, &all, &oldmask);
+	rc = pthread_create(&r->thr, NULL, mesh__run_completer, r);
+	pthread_sigmask(SIG_SETMASK, &oldmask, NULL);
 	if (rc) {
 		rc = -rc;
 		goto out;
@@ -1022,15 +638,16 @@ out:
 		pthread_join(r->thr, NULL);
 		take_results(r);
 	}
+	mesh__out_hold_drop(r);
 	if (r->slots) {
 		for (unsigned i = 0; i < r->nslots; i++) {
-			struct slot *s = &r->slots[i];
+			struct mesh__slot *s = &r->slots[i];
 			if (s->busy && !s->exited && s->pid > 0) {
 				kill(-s->pid, SIGKILL);
 				while (waitpid(s->pid, &s->wstatus, 0) < 0 && errno == EINTR)
 					;
 			}
-			slot_clear(s);
+			mesh__slot_clear(s);
 			mesh__capture_release(&s->cout);
 			mesh__capture_release(&s->cerr);
 			mesh_buf_release(&s->argbuf);
@@ -1039,10 +656,9 @@ out:
 		}
 		free(r->slots);
 	}
-	if (have_sig) {
-		sigaction(SIGINT, &old_int, NULL);
-		sigaction(SIGTERM, &old_term, NULL);
-	}
+	for (int i = 0; i < 3; i++)
+		if (have_sig[i])
+			sigaction(caught[i], &old[i], NULL);
 	sig_w = -1;
 	sig_r = -1;
 	if (sigp[0] >= 0)
@@ -1053,8 +669,12 @@ out:
 		close(r->nullfd);
 	if (r->evfd >= 0)
 		close(r->evfd);
+	if (r->joblog >= 0)
+		close(r->joblog);
 	mesh__spawner_release(&r->sp);
 	mesh_exec_template_release(&r->tmpl);
+	mesh__out_median_free(&r->med);
+	free(r->settled);
 	free(r->env_base);
 	free(r->path);
 	pthread_mutex_destroy(&r->mu);

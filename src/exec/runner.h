@@ -20,13 +20,20 @@
  * covered).
  *
  * Outcome of one attempt:
- *   exit 0                       -> mesh_job_complete (batched: chunks that
- *                                   end close together share one fsync)
+ *   exit 0                       -> mesh_job_complete, once its output is
+ *                                   written whole (batched: chunks that end
+ *                                   close together share one fsync)
  *   exit k != 0                  -> mesh_job_fail(cid, k)
  *   killed by signal s           -> mesh_job_fail(cid, 128 + s)
- *   timed out (opts.timeout_ns)  -> SIGKILL to its process group, then
- *                                   mesh_job_fail(cid, 128 + SIGKILL)
- *   cannot exec (ENOENT, EACCES) -> mesh_job_fail(cid, 127 or 126)
+ *   timed out (timeout_ns, or    -> SIGKILL to its process group, then
+ *     timeout_pct)                  mesh_job_fail(cid, 128 + SIGKILL)
+ *   cannot exec (ENOENT, EACCES) -> mesh_job_fail(cid, 127 or 126), repeated
+ *                                   until the chunk is buried: trying again
+ *                                   cannot help
+ *   its output could not be kept -> the attempt fails (status 1 when it had
+ *     (the spill file failed)       exited 0; it is killed at once), with a
+ *                                   note naming the spill directory and the
+ *                                   errno; nothing of it is written
  * While a chunk runs its lease is renewed every ttl/4.  When the chunk turns
  * out to be DONE elsewhere (a speculative race lost, or our lease was stolen
  * and the thief completed it) its process group is killed and nothing is
@@ -37,26 +44,80 @@
  *   out_fd / err_fd: each chunk's stdout / stderr, captured through pipes
  *     and written in one piece when the chunk ends -- never interleaved with
  *     another chunk's.  Output beyond 4 MiB a stream spills to an unlinked
- *     temp file ($TMPDIR, else /tmp), so no size caps a chunk.  -1 = discard.
+ *     file in tmpdir (else $TMPDIR, else /tmp; nowhere else), so no size caps
+ *     a chunk.  -1 = discard.  The modes of GNU parallel:
+ *     keep_order (-k): outputs in chunk order: a finished chunk's output
+ *       waits until every chunk before it is settled (DONE, or buried as
+ *       far as this call knows); held outputs beyond 64 MiB in all go to
+ *       spill files; the held chunks' leases are renewed, and they are
+ *       completed only once written.  When nothing is left to run here,
+ *       whatever still waits is written in order (a chunk another node
+ *       holds then no longer blocks it).  Not with results_dir,
+ *       line_buffer or ungroup (ignored there).
+ *     tag (--tag): each line of both streams starts with the chunk's
+ *       arguments (mesh_exec_input_line, else the chunk id) and a TAB; a
+ *       last line without a newline is not closed.
+ *     line_buffer (--line-buffer): whole lines as soon as they come (lines
+ *       of chunks may mix, never within a line; a line longer than 4 MiB is
+ *       written in pieces); the rest at the end.
+ *     ungroup (-u): bytes written as they are read.
  *   With results_dir set, nothing goes to out_fd/err_fd; instead
  *     <results_dir>/<cid>/stdout, stderr and status ("exit 0\n", "exit 3\n",
  *     "signal 9\n", "timeout\n") are replaced atomically (temp, fsync,
  *     rename, fsync dir) when an attempt ends, before its completion is
- *     journaled -- a DONE chunk's results survive a crash.
+ *     journaled -- a DONE chunk's results survive a crash.  The runner
+ *     writes them from pipes (mesh_write_all: the fault seam) as they come.
+ *   A chunk is completed only after its output is written in full to its
+ *     destination.  A write error there stops the run: no more starts,
+ *     running chunks are killed (their leases released), the chunk whose
+ *     output failed records nothing (so a rerun runs and prints it), and the
+ *     call returns MESH_E_OUTPUT after a note ("mesh: cannot write the
+ *     output of chunk 7: No space left on device") -- or -EPIPE, without a
+ *     note, when the reader went away (`| head`, SIGPIPE ignored).
+ *   joblog: a file appended to (the header only when it is new), one line a
+ *     finished attempt in GNU parallel's --joblog columns: Seq (cid + 1),
+ *     Host ":", Starttime (epoch s, "%.3f"), JobRuntime ("%10.3f"), Send 0,
+ *     Receive (stdout bytes), Exitval, Signal (a signal death: 0, s; a
+ *     timeout: -1, 9; else k, 0), Command (the expanded argv joined by
+ *     spaces).  Killed copies (lost races, interrupts, halts) are not
+ *     logged.  A write error stops the run like an output error.
  *   note_fd: one line per failed attempt, buried chunk, or exec error, e.g.
- *     "mesh: chunk 17 failed (exit 3), attempt 1 of 3"; -1 = none.
+ *     "mesh: chunk 17 failed (exit 3), attempt 1; will retry"; -1 = none.
  *   progress_fd: a one-line progress bar redrawn at most 10 times a second
  *     (done/total, rate, ETA); colour unless NO_COLOR is set; -1 = none.  The
  *     caller decides (mesh run: only when stderr is a TTY).
  *
- * Signals: with handle_signals set, SIGINT and SIGTERM are caught for the
- * duration of the call.  The first one stops launching, sends SIGTERM to every running
- * chunk's process group, SIGKILL after 2 s (a second signal: at once).
+ * Control (GNU parallel's options):
+ *   halt_*: counted over the attempts that end in this call.  The count is
+ *     halt_count attempts, or halt_percent of the job's chunks.  SOON: start
+ *     nothing more, let the running chunks end (recorded as usual).  NOW:
+ *     SIGTERM to every running chunk's group (SIGKILL after 2 s); those
+ *     record nothing and their leases are released.  Answer MESH_EXEC_HALTED
+ *     (after an interrupt: MESH_EXEC_INTERRUPTED).
+ *   timeout_pct: once 3 chunks are DONE in this call, an attempt running
+ *     longer than timeout_pct% of their median runtime is killed as a
+ *     timeout (with timeout_ns too, the earlier limit wins).
+ *   delay_ns: two starts at least this far apart.  load_max / memfree_bytes:
+ *     while the 1-minute load average is >= load_max or MemAvailable is
+ *     below memfree_bytes, nothing starts while a chunk runs (one always
+ *     may: a limit never met must not hang the run); looked at again every
+ *     250 ms.  Read only when set.
+ *   nice: added to the chunks' niceness (setpriority in the child).
+ *
+ * Signals: with handle_signals set, SIGINT, SIGTERM and SIGTSTP are caught
+ * for the duration of the call (a SIGTSTP ignored by the caller stays
+ * ignored).  The first SIGINT/SIGTERM stops launching, sends SIGTERM to
+ * every running chunk's process group, SIGKILL after 2 s (a second signal:
+ * at once).
  * Chunks that had already exited are completed as usual; the signalled ones
  * record nothing (an interrupted attempt is not the chunk's failure) and
  * their leases are released (renewed to expire now), so a rerun takes them
- * at once.  The call then returns MESH_EXEC_INTERRUPTED.  The handlers write
- * to a self-pipe; the old dispositions are restored on return.
+ * at once.  The call then returns MESH_EXEC_INTERRUPTED.  SIGTSTP (Ctrl-Z)
+ * sends SIGSTOP to every running chunk's group (they are out of the
+ * terminal's reach), then stops the process itself with SIGSTOP; on SIGCONT
+ * it sends SIGCONT to the groups, renews every lease at once and does not
+ * count the stopped time against timeouts.  The handlers write to a
+ * self-pipe; the old dispositions are restored on return.
  * Children are reaped through pidfds (Linux >= 5.3); the caller must not
  * reap them (no waitpid(-1) elsewhere during the call).
  *
@@ -106,7 +167,7 @@ struct mesh_exec_opts {
 	int out_fd, err_fd;	/* -1 = discard */
 	int note_fd;		/* failure notes; -1 = none */
 	int progress_fd;	/* progress bar; -1 = none */
-	int handle_signals;	/* SIGINT/SIGTERM stop the run (see above) */
+	int handle_signals;	/* SIGINT/SIGTERM stop the run, SIGTSTP suspends it (see above) */
 	/* GNU parallel's output modes (mesh run); at most one of line_buffer and ungroup. */
 	int keep_order;		/* -k: outputs in chunk order; a finished chunk's output waits (spilled past the memory limit) for the ones before it */
 	int tag;		/* --tag: each output line starts with the chunk's arguments (mesh_exec_input_line) and a TAB */
@@ -117,7 +178,8 @@ struct mesh_exec_opts {
 	int halt_mode;		/* MESH_EXEC_HALT_* */
 	int halt_on_success;	/* count successes instead of failures */
 	uint64_t halt_count;	/* halt once this many attempts failed (or succeeded) */
-	unsigned halt_percent;	/* 1..100: halt once this share of the chunks failed; 0 = use halt_count */
+	unsigned halt_percent;	/* 1..100: halt once this share of the chunks failed (or
+				 * succeeded); 0 = use halt_count */
 	unsigned timeout_pct;	/* --timeout N%: kill an attempt running over N% of the median runtime of done chunks; 0 = off */
 	uint64_t delay_ns;	/* --delay: at least this long between two starts */
 	double load_max;	/* --load: start nothing while the 1-minute load average is >= this; 0 = off */
@@ -138,9 +200,11 @@ struct mesh_exec_stats {
 	uint64_t done;		/* completions that came back DONE */
 	uint64_t ignored;	/* completions that came back IGNORED (duplicates) */
 	uint64_t failed;	/* failed attempts recorded (incl. timeouts) */
-	uint64_t buried;	/* chunks this call buried */
+	uint64_t buried;	/* chunks this call buried: the ones that finally failed (GNU parallel's
+				 * exit code is this count, capped at 101) */
 	uint64_t timeouts;	/* attempts killed by timeout_ns */
-	uint64_t killed;	/* copies killed because the chunk was DONE elsewhere, or interrupted */
+	uint64_t killed;	/* attempts killed without a record: the chunk was DONE elsewhere,
+				 * or the run was interrupted, halted (NOW) or stopped by an error */
 	uint64_t speculative;	/* speculative copies started */
 	uint64_t wall_ns;	/* duration of the call */
 };
@@ -148,8 +212,11 @@ struct mesh_exec_stats {
 /* Runs chunks of job until nothing is left for this node (see answers).
  * Returns MESH_EXEC_* or a negative error: MESH_E_PARSE (empty argv),
  * MESH_E_RANGE (input has fewer lines than the job has chunks), -ENOENT /
- * -EACCES (argv[0] not found / not executable, before anything ran), or an
- * error of the job engine or of writing results (-EIO, -ENOSPC: the run
+ * -EACCES (argv[0] not found / not executable, before anything ran), -errno
+ * of opening the joblog (before anything ran), MESH_E_OUTPUT (out_fd,
+ * err_fd, the results or the joblog could not be written; a note says
+ * why), -EPIPE (out_fd or err_fd is a pipe whose reader is gone), or an
+ * error of the job engine or of finalizing results (-EIO, -ENOSPC: the run
  * stops, running chunks are killed, nothing not durable is reported DONE).
  * stats (may be NULL) is filled in every case.  On return no child of the
  * runner is left running and every fd it opened is closed; job stays open

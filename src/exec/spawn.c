@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,7 +35,7 @@ int mesh__spawner_init(struct mesh__spawner *s, const sigset_t *child_mask)
 	 * the child, so that one is reset; the others follow the caller. */
 	struct sigaction sa;
 	int k = 0;
-	static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGCHLD};
+	static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGCHLD, SIGTSTP};
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
 		if (sigaction(sigs[i], NULL, &sa) < 0)
 			continue;
@@ -69,6 +70,8 @@ static void __attribute__((noreturn)) child(struct mesh__spawner *s, const char 
 		_exit(127);
 	for (int i = 0; s->reset[i]; i++)
 		sigaction(s->reset[i], &dfl, NULL);
+	if (s->nice)
+		setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + s->nice);
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
 	sigprocmask(SIG_SETMASK, &s->child_mask, NULL);

@@ -3,7 +3,8 @@
  * failed exec is known when mesh__spawn returns.
  *
  * The child: its own process group (setpgid 0 0), PR_SET_PDEATHSIG SIGKILL
- * (it dies with the spawning thread), default SIGPIPE, the signal mask the
+ * (it dies with the spawning thread), niceness raised by s->nice (set it
+ * after mesh__spawner_init), default SIGPIPE, the signal mask the
  * spawner was created with, stdin/stdout/stderr from the given fds, every
  * other fd of ours closed by O_CLOEXEC.  An exec error is reported as errno
  * over a close-on-exec pipe, and the child _exits 127. */
@@ -17,6 +18,7 @@ struct mesh__spawner {
 	int err_r, err_w;	/* the errno pipe (both O_CLOEXEC; err_r non-blocking) */
 	sigset_t child_mask;	/* the mask the child starts with */
 	int reset[8];		/* signals reset to SIG_DFL in the child, 0-terminated */
+	int nice;		/* added to the child's niceness (--nice); 0 = inherit */
 };
 
 /* Creates a spawner; child_mask is the mask children get (NULL = the

@@ -40,3 +40,22 @@ TEST(run_results_fsync_failure_stops_with_74)
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "cat res/*/status | grep -c 'exit 0'"), 0);
 	EXPECT_EQ(atoi(out), 40);
 }
+
+/* The results files are written through the seam: a full disk met while
+ * writing a chunk's stdout stops the run with 114 (74 + 40), and no chunk is DONE
+ * without its whole stdout; a rerun completes the rest. */
+TEST(run_results_write_enospc_never_done_without_output)
+{
+	char out[4096];
+	int rc = t_sh(out, sizeof out, 1,
+		      "MESH_FAULT=write:ENOSPC:30:sticky %s run -j2 --results res --journal w.log --chunks 40 -- "
+		      "echo hello",
+		      MESH);
+	EXPECT_EQ(rc, 114); /* mesh run's I/O error: 74 + 40 */
+	rc = t_sh(out, sizeof out, 1, "%s run -v -j2 --results res --journal w.log --chunks 40 -- echo hello", MESH);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "complete: 40/40 done");
+	/* every chunk's stdout is whole */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "cat res/*/stdout | grep -c '^hello [0-9]*$'"), 0);
+	EXPECT_EQ(atoi(out), 40);
+}

@@ -17,5 +17,6 @@ TEST_TIMEOUT(run_parity_with_gnu_parallel, 240)
 	int equal = 0, differ = -1, xfail = -1;
 	EXPECT_EQ(sscanf(sum, "parity: %d equal, %d differ, %d xfail", &equal, &differ, &xfail), 3);
 	EXPECT_EQ(differ, 0);
+	EXPECT_EQ(xfail, 0);
 	EXPECT_GE(equal, 40);
 }

@@ -1,9 +1,9 @@
 #!/bin/sh
 # Runs the same command lines through GNU parallel and `mesh run` side by
 # side and compares stdout plus the exit status (sorted unless the case is
-# about order: GNU parallel's order varies too).  Cases marked RUNNER need
-# the exec runner's output modes and halt rule (-k, --tag, --halt): until it
-# has them they are reported as XFAIL and do not fail the script.
+# about order: GNU parallel's order varies too).  A case flagged r is a
+# known difference: reported as XFAIL, it does not fail the script (none is
+# flagged today; docs/run.md lists the deliberate differences).
 # Usage: tests/parity/parity.sh MESH_BINARY
 # Output: one line per case (ok / FAIL / XFAIL / XPASS), then
 # "parity: N equal, N differ, N xfail" -- exit 0 iff no unmarked case differs.
@@ -27,7 +27,7 @@ A="$W/args"
 equal=0 differ=0 xfail=0 n=0
 
 # c FLAGS INPUT ARGS: FLAGS has s (compare sorted) or k (in order), and r
-# for a case that needs the runner; INPUT is the file on stdin.
+# for a known difference; INPUT is the file on stdin.
 c() {
 	n=$((n + 1))
 	d="$W/c$n"
@@ -41,11 +41,11 @@ c() {
 	done
 	case $1 in *s*) sort "$d/p.out" -o "$d/p.out"; sort "$d/m.out" -o "$d/m.out" ;; esac
 	if cmp -s "$d/p.out" "$d/m.out"; then
-		case $1 in *r*) echo "XPASS $n: $3 (passes: unmark it once the runner is merged)" ;; *) echo "ok    $n: $3" ;; esac
+		case $1 in *r*) echo "XPASS $n: $3 (passes now: remove its r flag)" ;; *) echo "ok    $n: $3" ;; esac
 		equal=$((equal + 1))
 	else
 		case $1 in
-		*r*) echo "XFAIL $n: $3 (needs the runner's -k/--tag/--halt)"; xfail=$((xfail + 1)) ;;
+		*r*) echo "XFAIL $n: $3 (known difference)"; xfail=$((xfail + 1)) ;;
 		*)
 			echo "FAIL  $n: $3"
 			diff "$d/p.out" "$d/m.out" | sed 's/^/      /' | head -20
@@ -115,14 +115,14 @@ c s $N '-j 0 echo ::: a b'
 c s $N '-u echo ::: a b'
 c s $N '--line-buffer echo ::: a b'
 c k $N '-j1 -k echo ::: c b a'
-# order, tags and halting: the runner's part
-c kr $N "-k 'sleep {}; echo {}' ::: 0.3 0.1 0.2"
-c kr $N "-k -j4 echo {#} ::: a b c d e f g h"
-c sr $N '--tag echo {} ::: a b'
-c sr $N '--tag echo ::: a b ::: 1 2'
-c sr $N "--halt now,fail=1 'sleep {}; exit 3' ::: 0.1 1"
-c sr $N "--halt soon,fail=1 -j1 'exit {}' ::: 4 0"
-c sr $N "--halt now,success=1 'sleep {}; echo {}' ::: 0.1 1"
-c sr $N "--halt 2 -j1 'exit {}' ::: 0 5 0"
+# order, tags and halting
+c k $N "-k 'sleep {}; echo {}' ::: 0.3 0.1 0.2"
+c k $N "-k -j4 echo {#} ::: a b c d e f g h"
+c s $N '--tag echo {} ::: a b'
+c s $N '--tag echo ::: a b ::: 1 2'
+c s $N "--halt now,fail=1 'sleep {}; exit 3' ::: 0.1 1"
+c s $N "--halt soon,fail=1 -j1 'exit {}' ::: 4 0"
+c s $N "--halt now,success=1 'sleep {}; echo {}' ::: 0.1 1"
+c s $N "--halt 2 -j1 'exit {}' ::: 0 5 0"
 echo "parity: $equal equal, $differ differ, $xfail xfail"
 [ "$differ" -eq 0 ]

@@ -130,7 +130,7 @@ TEST(capture_spills_and_keeps_order)
 	EXPECT_TRUE(c.spill_fd >= 0);
 	int fd = open("out", O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ASSERT_TRUE(fd >= 0);
-	ASSERT_EQ(mesh__capture_flush(&c, fd), 0);
+	ASSERT_EQ(mesh__capture_flush(&c, fd, NULL, 0), 0);
 	close(fd);
 	EXPECT_EQ(c.spill_fd, -1);
 	char *got = t_read_file("out", NULL);
@@ -139,9 +139,42 @@ TEST(capture_spills_and_keeps_order)
 	/* reusable after a flush, in memory again */
 	ASSERT_EQ(mesh__capture_add(&c, "x", 1), 0);
 	EXPECT_EQ(c.spill_fd, -1);
-	ASSERT_EQ(mesh__capture_flush(&c, -1), 0);
+	ASSERT_EQ(mesh__capture_flush(&c, -1, NULL, 0), 0);
 	mesh__capture_release(&c);
 	mesh_buf_release(&want);
+}
+
+/* A spill that cannot be written loses nothing already held, and says
+ * where it tried. */
+TEST(capture_failed_spill_keeps_what_it_held)
+{
+	struct mesh__capture c = MESH__CAPTURE_INIT;
+	c.mem_max = 10;
+	c.dir = "no-such-dir";
+	ASSERT_EQ(mesh__capture_add(&c, "hello", 5), 0);
+	EXPECT_EQ(mesh__capture_add(&c, "0123456789", 10), -ENOENT);
+	EXPECT_STREQ(c.spill_dir, "no-such-dir");
+	EXPECT_EQ(c.spill_fd, -1);
+	EXPECT_UEQ(c.total, 5);
+	EXPECT_EQ(mesh__capture_spill(&c), -ENOENT);
+	int fd = open("out", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ASSERT_EQ(mesh__capture_flush(&c, fd, NULL, 0), 0);
+	close(fd);
+	char *got = t_read_file("out", NULL);
+	EXPECT_STREQ(got, "hello");
+	free(got);
+	/* --line-buffer: whole lines out, the partial one kept */
+	ASSERT_EQ(mesh__capture_add(&c, "a\nb", 3), 0);
+	struct mesh__tag t = {"T", 1, 0};
+	fd = open("out", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ASSERT_EQ(mesh__capture_flush_lines(&c, fd, &t), 0);
+	EXPECT_UEQ(c.total, 1);
+	ASSERT_EQ(mesh__capture_flush(&c, fd, &t, 0), 0);
+	close(fd);
+	got = t_read_file("out", NULL);
+	EXPECT_STREQ(got, "T\ta\nT\tb");
+	free(got);
+	mesh__capture_release(&c);
 }
 
 static int spawn_sh(struct mesh__spawner *sp, const char *script, int out, pid_t *pid)

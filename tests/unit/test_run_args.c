@@ -46,15 +46,15 @@ TEST(run_args_cross_product_linked_and_colsep)
 	struct mesh_exec_source cross[] = {{&a, 0}, {&b, 0}}, linked[] = {{&a, 0}, {&b, 1}}, cols[] = {{&c, 0}};
 	ASSERT_EQ(mesh_exec_input_combine(&in, cross, 2, NULL), 0);
 	ASSERT_UEQ(in.n, 6);
-	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), "x\t1");
-	EXPECT_STREQ(mesh_exec_input_line(&in, 2, NULL), "x\t3");
-	EXPECT_STREQ(mesh_exec_input_line(&in, 3, NULL), "y\t1");
+	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), "x 1");
+	EXPECT_STREQ(mesh_exec_input_line(&in, 2, NULL), "x 3");
+	EXPECT_STREQ(mesh_exec_input_line(&in, 3, NULL), "y 1");
 	EXPECT_TRUE(mesh_exec_input_line(&in, 6, NULL) == NULL);
 	uint64_t h = in.hash;
 	mesh_exec_input_release(&in);
 	ASSERT_EQ(mesh_exec_input_combine(&in, linked, 2, NULL), 0);
 	ASSERT_UEQ(in.n, 2); /* as long as the shorter */
-	EXPECT_STREQ(mesh_exec_input_line(&in, 1, NULL), "y\t2");
+	EXPECT_STREQ(mesh_exec_input_line(&in, 1, NULL), "y 2");
 	EXPECT_NE(in.hash, h);
 	mesh_exec_input_release(&in);
 
@@ -69,7 +69,7 @@ TEST(run_args_cross_product_linked_and_colsep)
 	ASSERT_EQ(mesh_exec_input_args(&in, 0, v, &n), 0);
 	EXPECT_UEQ(n, 2);
 	EXPECT_STREQ(v[1], "q");
-	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), "p\tq");
+	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), "p q");
 	EXPECT_EQ(mesh_exec_input_args(&in, 2, v, &n), MESH_E_RANGE);
 	mesh_exec_input_release(&in);
 	regfree(&re);

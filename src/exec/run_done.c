@@ -1,0 +1,161 @@
+/* The completer thread: finalizes results (fsyncs, renames) and completes
+ * successful chunks, many at once, while the loop keeps launching. */
+#include "base/buf.h"
+#include "base/io.h"
+#include "exec/run_int.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int finalize_results(struct mesh__item *it)
+{
+	int rc = 0;
+	char *path = NULL;
+	struct mesh_buf b = MESH_BUF_INIT;
+	if (it->res_out >= 0 && (rc = mesh_fsync(it->res_out)) < 0)
+		goto out;
+	if (it->res_err >= 0 && (rc = mesh_fsync(it->res_err)) < 0)
+		goto out;
+	if (mesh_buf_addf(&b, "%s/stdout", it->res_dir) < 0)
+		goto nomem;
+	if (it->tmp_out && rename(it->tmp_out, b.p) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	mesh_buf_reset(&b);
+	if (mesh_buf_addf(&b, "%s/stderr", it->res_dir) < 0)
+		goto nomem;
+	if (it->tmp_err && rename(it->tmp_err, b.p) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	mesh_buf_reset(&b);
+	if (mesh_buf_addf(&b, "%s/status", it->res_dir) < 0)
+		goto nomem;
+	/* Written last: a status file says the other two are whole. */
+	rc = mesh_write_file_atomic(b.p, it->status, strlen(it->status), 0644);
+	goto out;
+nomem:
+	rc = -ENOMEM;
+out:
+	free(path);
+	mesh_buf_release(&b);
+	return rc;
+}
+
+void mesh__run_item_free(struct mesh__item *it)
+{
+	if (it->res_out >= 0)
+		close(it->res_out);
+	if (it->res_err >= 0)
+		close(it->res_err);
+	free(it->res_dir);
+	free(it->tmp_out);
+	free(it->tmp_err);
+	free(it->status);
+	free(it);
+}
+
+void *mesh__run_completer(void *arg)
+{
+	struct mesh__runner *r = arg;
+	uint64_t *cids = NULL, *durs = NULL;
+	int *res = NULL;
+	struct mesh__item **its = NULL;
+	size_t cap = 0;
+	pthread_mutex_lock(&r->mu);
+	for (;;) {
+		while (!r->q_in && !r->quit)
+			pthread_cond_wait(&r->cv, &r->mu);
+		if (!r->q_in)
+			break;
+		struct mesh__item *batch = r->q_in;
+		r->q_in = NULL;
+		r->q_in_tail = &r->q_in;
+		pthread_mutex_unlock(&r->mu);
+
+		size_t n = 0, total = 0;
+		for (struct mesh__item *it = batch; it; it = it->next)
+			total++;
+		if (total > cap) {
+			size_t nc = total * 2;
+			uint64_t *c2 = realloc(cids, nc * sizeof *c2), *d2 = NULL;
+			if (c2)
+				cids = c2;
+			d2 = realloc(durs, nc * sizeof *d2);
+			if (d2)
+				durs = d2;
+			int *r2 = realloc(res, nc * sizeof *r2);
+			if (r2)
+				res = r2;
+			struct mesh__item **i2 = realloc(its, nc * sizeof *i2);
+			if (i2)
+				its = i2;
+			if (c2 && d2 && r2 && i2)
+				cap = nc;
+		}
+		for (struct mesh__item *it = batch; it; it = it->next) {
+			it->result = 0;
+			if (it->res_dir)
+				it->result = finalize_results(it);
+		}
+		/* One fsync for the batch (two when speculative copies ran
+		 * under the second handle). */
+		for (int pass = 0; pass < 2; pass++) {
+			struct mesh_job *jh = pass == 0 ? r->job : r->o->spec_job;
+			n = 0;
+			if (!jh)
+				continue;
+			for (struct mesh__item *it = batch; it; it = it->next) {
+				if (it->jh != jh || it->result != 0 || !it->complete)
+					continue;
+				if (n >= cap) {
+					it->result = -ENOMEM;
+					continue;
+				}
+				cids[n] = it->cid;
+				durs[n] = it->dur_ns;
+				its[n++] = it;
+			}
+			if (n) {
+				int rc = mesh_job_complete_many(jh, cids, durs, n, res);
+				for (size_t i = 0; i < n; i++)
+					its[i]->result =
+						rc < 0 && res[i] >= 0 && res[i] != MESH_JOB_IGNORED ? rc : res[i];
+			}
+		}
+		pthread_mutex_lock(&r->mu);
+		struct mesh__item *last = batch;
+		while (last->next)
+			last = last->next;
+		last->next = r->q_out;
+		r->q_out = batch;
+		r->in_flight -= (unsigned)total;
+		uint64_t one = 1;
+		if (write(r->evfd, &one, sizeof one) < 0) {
+			/* the counter only wakes the loop; it cannot overflow here */
+		}
+	}
+	pthread_mutex_unlock(&r->mu);
+	free(cids);
+	free(durs);
+	free(res);
+	free(its);
+	return NULL;
+}
+
+void mesh__run_queue(struct mesh__runner *r, struct mesh__item *it)
+{
+	pthread_mutex_lock(&r->mu);
+	it->next = NULL;
+	*r->q_in_tail = it;
+	r->q_in_tail = &it->next;
+	r->in_flight++;
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+

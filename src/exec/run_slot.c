@@ -1,0 +1,392 @@
+/* One chunk's process: start it, read its output, reap it, and record how
+ * its attempt ended (runner.h has the rules). */
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/io.h"
+#include "exec/input.h"
+#include "exec/run_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* After the leader exits, how long its pipes may stay open (a background
+ * grandchild holding them) before we stop waiting for their end. */
+#define PIPE_GRACE (1 * MESH_NS_PER_S)
+
+static void describe(char *b, size_t cap, int code, enum mesh__end_why why)
+{
+	if (why == END_TIMEOUT)
+		snprintf(b, cap, "timeout");
+	else if (code > 128 && code < 128 + 65)
+		snprintf(b, cap, "signal %d", code - 128);
+	else
+		snprintf(b, cap, "exit %d", code);
+}
+
+void mesh__slot_kill(struct mesh__slot *s, int sig)
+{
+	if (s->busy && !s->exited && s->pid > 0)
+		kill(-s->pid, sig);
+}
+
+static void slot_close_fds(struct mesh__slot *s)
+{
+	if (s->pidfd >= 0)
+		close(s->pidfd);
+	if (s->fd_out >= 0)
+		close(s->fd_out);
+	if (s->fd_err >= 0)
+		close(s->fd_err);
+	if (s->res_out >= 0)
+		close(s->res_out);
+	if (s->res_err >= 0)
+		close(s->res_err);
+	s->pidfd = s->fd_out = s->fd_err = s->res_out = s->res_err = -1;
+}
+
+void mesh__slot_clear(struct mesh__slot *s)
+{
+	slot_close_fds(s);
+	free(s->res_dir);
+	free(s->tmp_out);
+	free(s->tmp_err);
+	s->res_dir = s->tmp_out = s->tmp_err = NULL;
+	s->busy = 0;
+	s->exited = 0;
+	s->term_sent = 0;
+	s->exec_err = 0;
+	s->cap_err = 0;
+	s->pid = 0;
+	s->why = END_NORMAL;
+}
+
+uint64_t mesh__slot_deadline(const struct mesh__runner *r, const struct mesh__slot *s)
+{
+	uint64_t d = s->t_deadline;
+	if (r->pct_limit && (!d || s->t_start + r->pct_limit < d))
+		d = s->t_start + r->pct_limit;
+	return d;
+}
+
+static int open_results(struct mesh__runner *r, struct mesh__slot *s)
+{
+	s->res_dir = mesh__run_strf("%s/%" PRIu64, r->o->results_dir, s->l.cid);
+	s->tmp_out = mesh__run_strf("%s/.stdout.%d.%u", s->res_dir ? s->res_dir : "", (int)r->self, s->idx);
+	s->tmp_err = mesh__run_strf("%s/.stderr.%d.%u", s->res_dir ? s->res_dir : "", (int)r->self, s->idx);
+	if (!s->res_dir || !s->tmp_out || !s->tmp_err)
+		return -ENOMEM;
+	if (mkdir(s->res_dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	s->res_out = open(s->tmp_out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (s->res_out < 0)
+		return -errno;
+	s->res_err = open(s->tmp_err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (s->res_err < 0)
+		return -errno;
+	return 0;
+}
+
+/* Starts the leased chunk in slot s.  Returns 0 (running, or an exec
+ * failure already recorded as a failed attempt) or a fatal error. */
+int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
+{
+	uint64_t cid = s->l.cid;
+	int rc, pout[2] = {-1, -1}, perr[2] = {-1, -1};
+	char *path = r->path, *own_path = NULL;
+	rc = mesh_exec_template_expand(&r->tmpl, r->o->input, cid, s->idx, &s->argbuf, s->argv);
+	if (rc < 0)
+		return rc;
+	snprintf(s->env_chunk, sizeof s->env_chunk, "MESH_CHUNK=%" PRIu64, cid);
+	snprintf(s->env_attempt, sizeof s->env_attempt, "MESH_ATTEMPT=%" PRIu32, s->l.attempt);
+	s->busy = 1;
+	r->busy++;
+	s->t_start = mesh_mono_ns();
+	r->last_start = s->t_start;
+	if (r->joblog >= 0)
+		s->wall_start = mesh_wall_ns();
+	s->t_renew = s->t_start + r->ttl / 4;
+	s->t_deadline = r->o->timeout_ns ? s->t_start + r->o->timeout_ns : 0;
+	s->recv = 0;
+	s->tag_out = s->tag_err = (struct mesh__tag){NULL, 0, 0};
+	if (r->o->tag) {
+		s->tag_out.p = mesh__out_tag(r, cid, s->tagnum, &s->tag_out.n);
+		s->tag_err = s->tag_out;
+	}
+	r->st->started++;
+	if (s->l.kind == MESH_LEASE_SPECULATIVE)
+		r->st->speculative++;
+	if (r->o->results_dir && (rc = open_results(r, s)) < 0)
+		return rc;
+	if (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0) {
+		rc = -errno;
+		goto fail_pipes;
+	}
+	if (!path) {
+		rc = mesh__resolve_cmd(s->argv[0], &own_path);
+		path = own_path;
+	}
+	if (path)
+		rc = mesh__spawn(&r->sp, path, s->argv, s->envp, r->nullfd, pout[1], perr[1], &s->pid);
+	free(own_path);
+	close(pout[1]);
+	close(perr[1]);
+	s->fd_out = pout[0];
+	s->fd_err = perr[0];
+	if (rc < 0) {
+		/* Cannot exec: the attempt fails like a shell's would, and
+		 * trying again cannot help: buried at once. */
+		if (rc == -ENOMEM)
+			return rc;
+		mesh__run_note(r, "mesh: cannot run '%s' for chunk %" PRIu64 ": %s", s->argv[0], cid,
+			       mesh_strerror(rc));
+		s->exited = 1;
+		s->exec_err = 1;
+		s->fd_out = s->fd_err = -1;
+		close(pout[0]);
+		close(perr[0]);
+		mesh__slot_finish(r, s, rc == -ENOENT ? 127 : 126);
+		return 0;
+	}
+	s->pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
+	if (s->pidfd < 0) {
+		rc = -errno;
+		kill(-s->pid, SIGKILL);
+		while (waitpid(s->pid, &s->wstatus, 0) < 0 && errno == EINTR)
+			;
+		s->exited = 1;
+		return rc;
+	}
+	return 0;
+fail_pipes:
+	for (int i = 0; i < 2; i++) {
+		if (pout[i] >= 0)
+			close(pout[i]);
+		if (perr[i] >= 0)
+			close(perr[i]);
+	}
+	return rc;
+}
+
+/* Records a failed attempt; 1 when it buried the chunk. */
+static int record_failure(struct mesh__runner *r, struct mesh__slot *s, int code, const char *what)
+{
+	uint64_t cid = s->l.cid;
+	r->st->failed++;
+	if (s->why == END_TIMEOUT)
+		r->st->timeouts++;
+	int rc = mesh_job_fail(s->jh, cid, code);
+	/* Each record counts one attempt: as many as max_attempts asks. */
+	for (unsigned k = 0; s->exec_err && rc == 0 && k < 100000; k++)
+		rc = mesh_job_fail(s->jh, cid, code);
+	if (rc < 0) {
+		if (!r->fatal)
+			r->fatal = rc;
+		return 0;
+	}
+	if (rc == 1) {
+		r->st->buried++;
+		mesh__out_settle(r, cid);
+		mesh__run_note(r, "mesh: chunk %" PRIu64 " failed (%s), attempt %" PRIu32 "; buried", cid, what,
+			       s->l.attempt);
+		return 1;
+	}
+	mesh__run_note(r, "mesh: chunk %" PRIu64 " failed (%s), attempt %" PRIu32 "; will retry", cid, what,
+		       s->l.attempt);
+	return 0;
+}
+
+static struct mesh__item *new_item(struct mesh__runner *r, struct mesh__slot *s, int code, uint64_t dur,
+				   const char *what)
+{
+	struct mesh__item *it = calloc(1, sizeof *it);
+	if (!it)
+		return NULL;
+	it->cid = s->l.cid;
+	it->jh = s->jh;
+	it->l = s->l;
+	it->dur_ns = dur;
+	it->complete = code == 0;
+	it->res_out = it->res_err = -1;
+	if (r->o->results_dir) {
+		it->res_out = s->res_out;
+		it->res_err = s->res_err;
+		s->res_out = s->res_err = -1;
+		it->res_dir = s->res_dir;
+		it->tmp_out = s->tmp_out;
+		it->tmp_err = s->tmp_err;
+		s->res_dir = s->tmp_out = s->tmp_err = NULL;
+		it->status = mesh__run_strf("%s\n", what);
+		if (!it->status) {
+			mesh__run_item_free(it);
+			return NULL;
+		}
+	}
+	return it;
+}
+
+void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s, int code)
+{
+	uint64_t dur = mesh_mono_ns() - s->t_start;
+	uint64_t cid = s->l.cid;
+	char what[48];
+	int keep = r->o->keep_order && !r->o->results_dir && !r->o->line_buffer && !r->o->ungroup;
+	int buried = 0;
+	struct mesh__item *it = NULL;
+	if (s->why == END_KILLED || r->fatal) {
+		/* Lost a race, interrupted, halted, or the run is failing: no
+		 * record.  When stopping, let the lease expire now so a rerun
+		 * takes the chunk at once. */
+		if (r->stopping || r->fatal || r->halted)
+			mesh_job_renew(s->jh, &s->l, 1);
+		mesh__capture_flush(&s->cout, -1, NULL, 0);
+		mesh__capture_flush(&s->cerr, -1, NULL, 0);
+		goto done;
+	}
+	if (s->why == END_TIMEOUT)
+		code = 128 + SIGKILL;
+	if (s->cap_err) {
+		/* Its output could not be kept whole: the attempt fails, and
+		 * says why (the part that was kept is dropped with it). */
+		mesh__run_note(r, "mesh: chunk %" PRIu64 ": cannot keep the output in %s: %s", cid,
+			       s->cout.spill_dir ? s->cout.spill_dir : s->cerr.spill_dir ? s->cerr.spill_dir : r->tmpdir,
+			       mesh_strerror(s->cap_err));
+		mesh__capture_flush(&s->cout, -1, NULL, 0);
+		mesh__capture_flush(&s->cerr, -1, NULL, 0);
+		if (code == 0)
+			code = 1;
+	}
+	describe(what, sizeof what, code, s->why);
+	if (r->o->results_dir || code == 0) {
+		if (!(it = new_item(r, s, code, dur, what))) {
+			if (!r->fatal)
+				r->fatal = -ENOMEM;
+			mesh_job_renew(s->jh, &s->l, 1);
+			goto done;
+		}
+	}
+	mesh__out_joblog(r, s, code, dur);
+	if (code != 0 && keep)
+		buried = record_failure(r, s, code, what);
+	if (!r->o->results_dir) {
+		int h = mesh__out_finished(r, s, it, code == 0 || buried);
+		if (h < 0) {
+			/* Its output is not out: not DONE, not failed; a rerun
+			 * runs it again. */
+			mesh_job_renew(s->jh, &s->l, 1);
+			if (it)
+				mesh__run_item_free(it);
+			goto done;
+		}
+		if (h == 1)
+			it = NULL;
+	}
+	if (code != 0 && !keep)
+		record_failure(r, s, code, what);
+	if (code == 0 && r->o->timeout_pct)
+		mesh__out_median_add(r, dur);
+	mesh__out_halt_check(r, code == 0);
+	if (it)
+		mesh__run_queue(r, it);
+done:
+	mesh__slot_clear(s);
+	r->busy--;
+	r->retry_at = 0; /* something changed: leasing may succeed again */
+}
+
+/* Reaps the slot's leader if it exited; 1 when it did. */
+int mesh__slot_reap(struct mesh__slot *s)
+{
+	int st;
+	pid_t p;
+	do
+		p = waitpid(s->pid, &st, WNOHANG);
+	while (p < 0 && errno == EINTR);
+	if (p != s->pid)
+		return 0;
+	s->exited = 1;
+	s->wstatus = st;
+	s->t_exit = mesh_mono_ns();
+	if (s->pidfd >= 0) {
+		close(s->pidfd);
+		s->pidfd = -1;
+	}
+	return 1;
+}
+
+/* Output passed on as it comes (results files, -u): one read. */
+static long read_through(struct mesh__runner *r, struct mesh__slot *s, int fd, int out)
+{
+	char tmp[65536];
+	ssize_t n;
+	do
+		n = read(fd, tmp, sizeof tmp);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return n < 0 ? -errno : 0;
+	int rc;
+	if (r->o->results_dir) {
+		rc = mesh_write_all(out ? s->res_out : s->res_err, tmp, (size_t)n);
+		if (rc < 0)
+			mesh__out_failed(r, s->l.cid, rc, "results");
+	} else {
+		mesh__out_clear_bar(r);
+		int dst = out ? r->o->out_fd : r->o->err_fd;
+		rc = dst >= 0 ? mesh__write_tagged(dst, out ? &s->tag_out : &s->tag_err, tmp, (size_t)n, 0) : 0;
+		if (rc < 0)
+			mesh__out_failed(r, s->l.cid, rc, "output");
+	}
+	return rc < 0 ? rc : n;
+}
+
+void mesh__slot_read(struct mesh__runner *r, struct mesh__slot *s, int out)
+{
+	int *fd = out ? &s->fd_out : &s->fd_err;
+	struct mesh__capture *c = out ? &s->cout : &s->cerr;
+	long n;
+	if (r->o->results_dir || r->o->ungroup) {
+		n = read_through(r, s, *fd, out);
+	} else {
+		n = mesh__capture_read(c, *fd);
+		if (n < 0 && n != -EAGAIN) {
+			/* The spill file failed: the data read is gone, so the
+			 * attempt cannot end well; stop it now. */
+			if (!s->cap_err)
+				s->cap_err = (int)n;
+			mesh__slot_kill(s, SIGKILL);
+		} else if (n > 0 && r->o->line_buffer) {
+			int dst = out ? r->o->out_fd : r->o->err_fd;
+			mesh__out_clear_bar(r);
+			int rc = mesh__capture_flush_lines(c, dst, out ? &s->tag_out : &s->tag_err);
+			if (rc < 0)
+				mesh__out_failed(r, s->l.cid, rc, "output");
+		}
+	}
+	if (out && n > 0)
+		s->recv += (uint64_t)n;
+	if (n == 0 || (n < 0 && n != -EAGAIN)) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+void mesh__slot_maybe_finish(struct mesh__runner *r, struct mesh__slot *s)
+{
+	if (!s->busy || !s->exited)
+		return;
+	if ((s->fd_out >= 0 || s->fd_err >= 0) && mesh_mono_ns() < s->t_exit + PIPE_GRACE)
+		return;
+	mesh__slot_finish(r, s, mesh__exit_code(s->wstatus));
+}
