@@ -361,7 +361,7 @@ int mesh_cmd_run(int argc, char **argv)
 	rc = mesh_exec_run(job, &eo, &es);
 	if (rc < 0) {
 		if (rc == -EPIPE) /* stdout closed (| head): GNU parallel dies of SIGPIPE, silently */
-			ex = 128 + SIGPIPE;
+			ex = MESH_EXIT_RUN_CLOSED_STDOUT;
 		else if (rc == -ENOENT || rc == -EACCES)
 			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
 		else

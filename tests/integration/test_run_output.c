@@ -144,10 +144,13 @@ TEST(run_closed_stdout_ends_the_run_and_keeps_the_rest)
 	const char *cmd = "-- sh -c 'echo {}; sleep 0.02'";
 	uint64_t t0 = t_now_ms();
 	int rc = t_sh(out, sizeof out, 0,
-		      "%s run -j2 --journal p.log --chunks 50 %s 2>err | head -1",
+		      "{ %s run -j2 --journal p.log --chunks 50 %s 2>err; echo $? > rc; } | head -1",
 		      MESH, cmd);
 	EXPECT_EQ(rc, 0);
 	EXPECT_EQ(count_lines(out), 1);
+	char *ex = t_read_file("rc", NULL);
+	EXPECT_TRUE(ex && atoi(ex) == 141); /* quietly, as GNU parallel dies of SIGPIPE */
+	free(ex);
 	EXPECT_LT(t_now_ms() - t0, 5000);
 	char *e = t_read_file("err", NULL);
 	EXPECT_TRUE(e == NULL || strstr(e, "complete: 50/50") == NULL);
