@@ -1,15 +1,18 @@
-/* The runner's insides, shared by its four files: runner.c (the loop,
- * leasing, signals), run_slot.c (one chunk's process: start, read, reap,
- * finish), run_done.c (the completer thread) and run_out.c (where output
+/* The chunk driver's insides, shared by its four files: driver.c (the
+ * loop, leasing, renewing, speculation, signals), run_slot.c (one attempt
+ * in a slot: start it on the executor, take its output, record how it
+ * ended), run_done.c (the completer thread) and run_out.c (where output
  * goes: grouped, in order, tagged, line by line, ungrouped; the joblog; the
- * halt rule; the start throttles).  Not a public contract: see runner.h for that. */
+ * halt rule; the start throttles).  What runs an attempt is an executor
+ * (executor.h); the driver knows nothing of processes.  Not a public
+ * contract: see runner.h for that. */
 #ifndef MESH_EXEC_RUN_INT_H
 #define MESH_EXEC_RUN_INT_H
 
 #include "base/buf.h"
 #include "exec/capture.h"
 #include "exec/runner.h"
-#include "exec/spawn.h"
+#include "exec/executor.h"
 #include "exec/template.h"
 #include "job/job.h"
 
@@ -26,20 +29,18 @@ struct mesh__slot {
 	struct mesh_job *jh; /* the handle that leased the chunk */
 	unsigned idx; /* 1-based, MESH_SLOT */
 	struct mesh_lease l;
-	pid_t pid;
-	int pidfd, fd_out, fd_err;
 	int res_out, res_err; /* results temp files */
 	char *res_dir, *tmp_out, *tmp_err;
 	struct mesh__capture cout, cerr;
 	struct mesh__tag tag_out, tag_err; /* line starts of the streams passed on live */
-	uint64_t t_start, t_deadline, t_renew, t_kill, t_exit, wall_start;
+	uint64_t t_start, t_deadline, t_renew, t_kill, wall_start;
 	uint64_t recv; /* stdout bytes (the joblog's Receive) */
-	int exited, wstatus, term_sent;
-	int exec_err; /* could not exec: 126 / 127, buried at once */
+	int exited; /* the executor knows how it ended (its output may still come) */
+	int term_sent;
+	struct mesh__exec_result res; /* once exited; res.start_err: could not start, buried at once */
 	int cap_err; /* the spill file failed: -errno; the chunk fails */
 	enum mesh__end_why why;
-	char env_chunk[48], env_attempt[48], env_slot[48];
-	char **envp, **argv;
+	char **argv;
 	struct mesh_buf argbuf;
 	char tagnum[24]; /* the chunk id as a tag when there is no input */
 };
@@ -79,14 +80,11 @@ struct mesh__runner {
 	const struct mesh_exec_opts *o;
 	struct mesh_exec_stats *st;
 	struct mesh_exec_template tmpl;
-	struct mesh__spawner sp;
-	char *path; /* resolved argv[0], NULL when argv[0] holds a placeholder */
-	int nullfd, evfd, joblog;
+	struct mesh__executor *ex;
+	int evfd, joblog;
 	struct mesh__slot *slots;
 	unsigned nslots, busy;
 	uint64_t n, ttl;
-	char **env_base;
-	size_t env_n;
 	pid_t self;
 	const char *tmpdir;
 
@@ -113,7 +111,7 @@ struct mesh__runner {
 	uint64_t pct_limit; /* --timeout N%: the limit now; 0 = none yet */
 };
 
-/* runner.c */
+/* driver.c */
 void mesh__run_note(struct mesh__runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mesh__run_stop_all(struct mesh__runner *r, int sig);
 char *mesh__run_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -125,13 +123,17 @@ void mesh__run_queue(struct mesh__runner *r, struct mesh__item *it);
 void mesh__run_item_free(struct mesh__item *it);
 
 /* run_slot.c */
+/* Starts the leased chunk in slot s on the executor.  0 (running, or a
+ * start failure already recorded as a failed attempt) or a fatal error
+ * (the slot is left free). */
 int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s);
-void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s, int code);
-int mesh__slot_reap(struct mesh__slot *s);
-void mesh__slot_read(struct mesh__runner *r, struct mesh__slot *s, int out);
-void mesh__slot_maybe_finish(struct mesh__runner *r, struct mesh__slot *s);
-void mesh__slot_clear(struct mesh__slot *s);
-void mesh__slot_kill(struct mesh__slot *s, int sig);
+/* The executor's sink: an attempt's output bytes (arg: the runner). */
+int mesh__slot_output(void *arg, unsigned slot, int out, const void *p, size_t n);
+/* Records how the attempt in s ended (s->res, s->why), sends its output on
+ * or holds it, queues its completion; frees the slot. */
+void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s);
+void mesh__slot_clear(struct mesh__runner *r, struct mesh__slot *s);
+void mesh__slot_kill(struct mesh__runner *r, struct mesh__slot *s, int sig);
 uint64_t mesh__slot_deadline(const struct mesh__runner *r, const struct mesh__slot *s);
 
 /* run_out.c */

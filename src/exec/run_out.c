@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* -k: past this much held in memory, held outputs go to spill files. */
@@ -248,9 +247,9 @@ void mesh__out_joblog(struct mesh__runner *r, struct mesh__slot *s, int code, ui
 	if (s->why == END_TIMEOUT) {
 		exitval = -1;
 		sig = SIGKILL;
-	} else if (!s->exec_err && WIFSIGNALED(s->wstatus)) {
+	} else if (s->res.signal) {
 		exitval = 0;
-		sig = WTERMSIG(s->wstatus);
+		sig = s->res.signal;
 	}
 	struct mesh_buf b = MESH_BUF_INIT;
 	int rc = mesh_buf_addf(&b, "%" PRIu64 "\t:\t%.3f\t%10.3f\t0\t%" PRIu64 "\t%d\t%d\t", s->l.cid + 1,

@@ -1,5 +1,5 @@
-/* One chunk's process: start it, read its output, reap it, and record how
- * its attempt ended (runner.h has the rules). */
+/* One attempt in a slot, the driver's side: start it on the executor, take
+ * its output, and record how it ended (runner.h has the rules). */
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
@@ -14,17 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-
-/* After the leader exits, how long its pipes may stay open (a background
- * grandchild holding them) before we stop waiting for their end. */
-#define PIPE_GRACE (1 * MESH_NS_PER_S)
 
 static void describe(char *b, size_t cap, int code, enum mesh__end_why why)
 {
@@ -36,30 +26,21 @@ static void describe(char *b, size_t cap, int code, enum mesh__end_why why)
 		snprintf(b, cap, "exit %d", code);
 }
 
-void mesh__slot_kill(struct mesh__slot *s, int sig)
+void mesh__slot_kill(struct mesh__runner *r, struct mesh__slot *s, int sig)
 {
-	if (s->busy && !s->exited && s->pid > 0)
-		kill(-s->pid, sig);
+	if (s->busy && !s->exited)
+		r->ex->ops->signal(r->ex, s->idx, sig);
 }
 
-static void slot_close_fds(struct mesh__slot *s)
+void mesh__slot_clear(struct mesh__runner *r, struct mesh__slot *s)
 {
-	if (s->pidfd >= 0)
-		close(s->pidfd);
-	if (s->fd_out >= 0)
-		close(s->fd_out);
-	if (s->fd_err >= 0)
-		close(s->fd_err);
+	if (s->busy && r->ex)
+		r->ex->ops->release(r->ex, s->idx);
 	if (s->res_out >= 0)
 		close(s->res_out);
 	if (s->res_err >= 0)
 		close(s->res_err);
-	s->pidfd = s->fd_out = s->fd_err = s->res_out = s->res_err = -1;
-}
-
-void mesh__slot_clear(struct mesh__slot *s)
-{
-	slot_close_fds(s);
+	s->res_out = s->res_err = -1;
 	free(s->res_dir);
 	free(s->tmp_out);
 	free(s->tmp_err);
@@ -67,9 +48,8 @@ void mesh__slot_clear(struct mesh__slot *s)
 	s->busy = 0;
 	s->exited = 0;
 	s->term_sent = 0;
-	s->exec_err = 0;
+	s->res = (struct mesh__exec_result){0, 0, 0};
 	s->cap_err = 0;
-	s->pid = 0;
 	s->why = END_NORMAL;
 }
 
@@ -99,18 +79,12 @@ static int open_results(struct mesh__runner *r, struct mesh__slot *s)
 	return 0;
 }
 
-/* Starts the leased chunk in slot s.  Returns 0 (running, or an exec
- * failure already recorded as a failed attempt) or a fatal error. */
 int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 {
 	uint64_t cid = s->l.cid;
-	int rc, pout[2] = {-1, -1}, perr[2] = {-1, -1};
-	char *path = r->path, *own_path = NULL;
-	rc = mesh_exec_template_expand(&r->tmpl, r->o->input, cid, s->idx, &s->argbuf, s->argv);
+	int rc = mesh_exec_template_expand(&r->tmpl, r->o->input, cid, s->idx, &s->argbuf, s->argv);
 	if (rc < 0)
 		return rc;
-	snprintf(s->env_chunk, sizeof s->env_chunk, "MESH_CHUNK=%" PRIu64, cid);
-	snprintf(s->env_attempt, sizeof s->env_attempt, "MESH_ATTEMPT=%" PRIu32, s->l.attempt);
 	s->busy = 1;
 	r->busy++;
 	s->t_start = mesh_mono_ns();
@@ -129,54 +103,27 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 	if (s->l.kind == MESH_LEASE_SPECULATIVE)
 		r->st->speculative++;
 	if (r->o->results_dir && (rc = open_results(r, s)) < 0)
-		return rc;
-	if (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0) {
-		rc = -errno;
-		goto fail_pipes;
-	}
-	if (!path) {
-		rc = mesh__resolve_cmd(s->argv[0], &own_path);
-		path = own_path;
-	}
-	if (path)
-		rc = mesh__spawn(&r->sp, path, s->argv, s->envp, r->nullfd, pout[1], perr[1], &s->pid);
-	free(own_path);
-	close(pout[1]);
-	close(perr[1]);
-	s->fd_out = pout[0];
-	s->fd_err = perr[0];
-	if (rc < 0) {
-		/* Cannot exec: the attempt fails like a shell's would, and
+		goto fail;
+	struct mesh__exec_chunk c = {.cid = cid, .attempt = s->l.attempt, .slot = s->idx, .argv = s->argv};
+	if (r->o->input)
+		c.input = mesh_exec_input_line(r->o->input, cid, &c.input_len);
+	rc = r->ex->ops->start(r->ex, &c, &s->res);
+	if (rc < 0)
+		goto fail;
+	if (rc == 1) {
+		/* Cannot start: the attempt fails like a shell's would, and
 		 * trying again cannot help: buried at once. */
-		if (rc == -ENOMEM)
-			return rc;
 		mesh__run_note(r, "mesh: cannot run '%s' for chunk %" PRIu64 ": %s", s->argv[0], cid,
-			       mesh_strerror(rc));
+			       mesh_strerror(s->res.start_err));
 		s->exited = 1;
-		s->exec_err = 1;
-		s->fd_out = s->fd_err = -1;
-		close(pout[0]);
-		close(perr[0]);
-		mesh__slot_finish(r, s, rc == -ENOENT ? 127 : 126);
-		return 0;
-	}
-	s->pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
-	if (s->pidfd < 0) {
-		rc = -errno;
-		kill(-s->pid, SIGKILL);
-		while (waitpid(s->pid, &s->wstatus, 0) < 0 && errno == EINTR)
-			;
-		s->exited = 1;
-		return rc;
+		mesh__slot_finish(r, s);
 	}
 	return 0;
-fail_pipes:
-	for (int i = 0; i < 2; i++) {
-		if (pout[i] >= 0)
-			close(pout[i]);
-		if (perr[i] >= 0)
-			close(perr[i]);
-	}
+fail:
+	/* Nothing of the attempt runs: the slot is free again. */
+	s->busy = 0;
+	mesh__slot_clear(r, s);
+	r->busy--;
 	return rc;
 }
 
@@ -189,7 +136,7 @@ static int record_failure(struct mesh__runner *r, struct mesh__slot *s, int code
 		r->st->timeouts++;
 	int rc = mesh_job_fail(s->jh, cid, code);
 	/* Each record counts one attempt: as many as max_attempts asks. */
-	for (unsigned k = 0; s->exec_err && rc == 0 && k < 100000; k++)
+	for (unsigned k = 0; s->res.start_err && rc == 0 && k < 100000; k++)
 		rc = mesh_job_fail(s->jh, cid, code);
 	if (rc < 0) {
 		if (!r->fatal)
@@ -237,8 +184,9 @@ static struct mesh__item *new_item(struct mesh__runner *r, struct mesh__slot *s,
 	return it;
 }
 
-void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s, int code)
+void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 {
+	int code = s->res.code;
 	uint64_t dur = mesh_mono_ns() - s->t_start;
 	uint64_t cid = s->l.cid;
 	char what[48];
@@ -301,92 +249,53 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s, int code)
 	if (it)
 		mesh__run_queue(r, it);
 done:
-	mesh__slot_clear(s);
+	mesh__slot_clear(r, s);
 	r->busy--;
 	r->retry_at = 0; /* something changed: leasing may succeed again */
 }
 
-/* Reaps the slot's leader if it exited; 1 when it did. */
-int mesh__slot_reap(struct mesh__slot *s)
+/* Output passed on as it comes (results files, -u). */
+static int pass_through(struct mesh__runner *r, struct mesh__slot *s, int out, const void *p, size_t n)
 {
-	int st;
-	pid_t p;
-	do
-		p = waitpid(s->pid, &st, WNOHANG);
-	while (p < 0 && errno == EINTR);
-	if (p != s->pid)
-		return 0;
-	s->exited = 1;
-	s->wstatus = st;
-	s->t_exit = mesh_mono_ns();
-	if (s->pidfd >= 0) {
-		close(s->pidfd);
-		s->pidfd = -1;
-	}
-	return 1;
-}
-
-/* Output passed on as it comes (results files, -u): one read. */
-static long read_through(struct mesh__runner *r, struct mesh__slot *s, int fd, int out)
-{
-	char tmp[65536];
-	ssize_t n;
-	do
-		n = read(fd, tmp, sizeof tmp);
-	while (n < 0 && errno == EINTR);
-	if (n <= 0)
-		return n < 0 ? -errno : 0;
 	int rc;
 	if (r->o->results_dir) {
-		rc = mesh_write_all(out ? s->res_out : s->res_err, tmp, (size_t)n);
+		rc = mesh_write_all(out ? s->res_out : s->res_err, p, n);
 		if (rc < 0)
 			mesh__out_failed(r, s->l.cid, rc, "results");
 	} else {
 		mesh__out_clear_bar(r);
 		int dst = out ? r->o->out_fd : r->o->err_fd;
-		rc = dst >= 0 ? mesh__write_tagged(dst, out ? &s->tag_out : &s->tag_err, tmp, (size_t)n, 0) : 0;
+		rc = dst >= 0 ? mesh__write_tagged(dst, out ? &s->tag_out : &s->tag_err, p, n, 0) : 0;
 		if (rc < 0)
 			mesh__out_failed(r, s->l.cid, rc, "output");
 	}
-	return rc < 0 ? rc : n;
+	return rc;
 }
 
-void mesh__slot_read(struct mesh__runner *r, struct mesh__slot *s, int out)
+int mesh__slot_output(void *arg, unsigned slot, int out, const void *p, size_t n)
 {
-	int *fd = out ? &s->fd_out : &s->fd_err;
+	struct mesh__runner *r = arg;
+	struct mesh__slot *s = &r->slots[slot - 1];
 	struct mesh__capture *c = out ? &s->cout : &s->cerr;
-	long n;
-	if (r->o->results_dir || r->o->ungroup) {
-		n = read_through(r, s, *fd, out);
-	} else {
-		n = mesh__capture_read(c, *fd);
-		if (n < 0 && n != -EAGAIN) {
-			/* The spill file failed: the data read is gone, so the
-			 * attempt cannot end well; stop it now. */
-			if (!s->cap_err)
-				s->cap_err = (int)n;
-			mesh__slot_kill(s, SIGKILL);
-		} else if (n > 0 && r->o->line_buffer) {
-			int dst = out ? r->o->out_fd : r->o->err_fd;
-			mesh__out_clear_bar(r);
-			int rc = mesh__capture_flush_lines(c, dst, out ? &s->tag_out : &s->tag_err);
-			if (rc < 0)
-				mesh__out_failed(r, s->l.cid, rc, "output");
-		}
+	int rc;
+	if (out)
+		s->recv += n;
+	if (r->o->results_dir || r->o->ungroup)
+		return pass_through(r, s, out, p, n);
+	if ((rc = mesh__capture_add(c, p, n)) < 0) {
+		/* The spill file failed: the data read is gone, so the attempt
+		 * cannot end well; stop it now. */
+		if (!s->cap_err)
+			s->cap_err = rc;
+		mesh__slot_kill(r, s, SIGKILL);
+		return rc;
 	}
-	if (out && n > 0)
-		s->recv += (uint64_t)n;
-	if (n == 0 || (n < 0 && n != -EAGAIN)) {
-		close(*fd);
-		*fd = -1;
+	if (r->o->line_buffer) {
+		int dst = out ? r->o->out_fd : r->o->err_fd;
+		mesh__out_clear_bar(r);
+		rc = mesh__capture_flush_lines(c, dst, out ? &s->tag_out : &s->tag_err);
+		if (rc < 0)
+			mesh__out_failed(r, s->l.cid, rc, "output");
 	}
-}
-
-void mesh__slot_maybe_finish(struct mesh__runner *r, struct mesh__slot *s)
-{
-	if (!s->busy || !s->exited)
-		return;
-	if ((s->fd_out >= 0 || s->fd_err >= 0) && mesh_mono_ns() < s->t_exit + PIPE_GRACE)
-		return;
-	mesh__slot_finish(r, s, mesh__exit_code(s->wstatus));
+	return 0;
 }

@@ -1,6 +1,7 @@
 /* The exec runner: one node that runs a command per chunk of an opened job
  * on N local slots.  It is the loop behind `mesh run` (N slots, progress)
- * and `mesh job harvest ... -- CMD ARG...` (1 slot, no progress).
+ * and `mesh job harvest ... -- CMD ARG...` (1 slot, no progress): the chunk
+ * driver (driver.c) over the process executor (exec_proc.c; executor.h).
  *
  * Caller protocol:
  *   1. mesh_job_submit + mesh_job_open (job/job.h); the caller owns the job.

@@ -1,3 +1,7 @@
+/* The chunk driver: leases chunks for N slots, starts them on an executor
+ * (executor.h), renews their leases, applies timeouts, takes speculative
+ * copies and kills a race's loser, batches completions (run_done.c), and
+ * decides when the run is over -- the loop behind mesh_exec_run. */
 #include "exec/runner.h"
 
 #include "base/buf.h"
@@ -8,7 +12,7 @@
 #include "exec/input.h"
 #include "exec/progress.h"
 #include "exec/run_int.h"
-#include "exec/spawn.h"
+#include "exec/executor.h"
 #include "exec/template.h"
 #include "job/job.h"
 
@@ -25,7 +29,6 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define TTL_DEFAULT (10 * MESH_NS_PER_S)
@@ -109,7 +112,7 @@ static void take_results(struct mesh__runner *r)
 				struct mesh__slot *s = &r->slots[i];
 				if (s->busy && s->l.cid == it->cid && !s->exited && s->why == END_NORMAL) {
 					s->why = END_KILLED;
-					mesh__slot_kill(s, SIGKILL);
+					mesh__slot_kill(r, s, SIGKILL);
 					r->st->killed++;
 				}
 			}
@@ -166,7 +169,7 @@ void mesh__run_stop_all(struct mesh__runner *r, int sig)
 			s->why = END_KILLED;
 			r->st->killed++;
 		}
-		mesh__slot_kill(s, sig);
+		mesh__slot_kill(r, s, sig);
 		if (!s->term_sent) {
 			s->term_sent = 1;
 			s->t_kill = now + MESH__RUN_KILL_GRACE;
@@ -231,13 +234,8 @@ static int fill(struct mesh__runner *r)
 			return 0;
 		}
 		r->none_seen = 0;
-		if ((rc = mesh__slot_start(r, s)) < 0) {
-			if (s->busy && (s->pid == 0 || s->exited)) {
-				mesh__slot_clear(s);
-				r->busy--;
-			}
+		if ((rc = mesh__slot_start(r, s)) < 0)
 			return rc;
-		}
 	}
 	return 0;
 }
@@ -294,7 +292,7 @@ static int over(struct mesh__runner *r, int *answer)
 static void suspend(struct mesh__runner *r)
 {
 	for (unsigned i = 0; i < r->nslots; i++)
-		mesh__slot_kill(&r->slots[i], SIGSTOP);
+		mesh__slot_kill(r, &r->slots[i], SIGSTOP);
 	uint64_t t = mesh_mono_ns();
 	/* SIGSTOP, not SIGTSTP: the latter is discarded in an orphaned
 	 * process group, and mesh must stop whenever its chunks did. */
@@ -304,7 +302,7 @@ static void suspend(struct mesh__runner *r)
 		struct mesh__slot *s = &r->slots[i];
 		if (!s->busy || s->exited)
 			continue;
-		mesh__slot_kill(s, SIGCONT);
+		mesh__slot_kill(r, s, SIGCONT);
 		/* The time stopped is not the chunk's; its lease may be near
 		 * its end: renew now. */
 		s->t_start += away;
@@ -330,13 +328,14 @@ static void handle_signals(struct mesh__runner *r, int fd)
 	}
 }
 
+/* One poll: the signal pipe, the completer's eventfd, and each busy
+ * slot's event source (its executor's fds). */
 static int loop(struct mesh__runner *r)
 {
-	struct pollfd *pf = calloc(2 + 3 * (size_t)r->nslots, sizeof *pf);
-	struct {
-		struct mesh__slot *s;
-		int kind;
-	} *who = calloc(2 + 3 * (size_t)r->nslots, sizeof *who);
+	size_t cap = 2 + MESH__EXEC_MAX_FDS * (size_t)r->nslots;
+	struct pollfd *pf = calloc(cap, sizeof *pf);
+	struct mesh__slot **who = calloc(cap, sizeof *who); /* NULL: the driver's own fd */
+	const struct mesh__executor_ops *ex = r->ex->ops;
 	int answer = 0;
 	if (!pf || !who) {
 		free(pf);
@@ -357,31 +356,19 @@ static int loop(struct mesh__runner *r)
 		uint64_t now = mesh_mono_ns(), wake = UINT64_MAX;
 		if (sig_r >= 0) {
 			pf[n] = (struct pollfd){.fd = sig_r, .events = POLLIN};
-			who[n].s = NULL, who[n++].kind = 0;
+			who[n++] = NULL;
 		}
 		pf[n] = (struct pollfd){.fd = r->evfd, .events = POLLIN};
-		who[n].s = NULL, who[n++].kind = 1;
+		who[n++] = NULL;
 		for (unsigned i = 0; i < r->nslots; i++) {
 			struct mesh__slot *s = &r->slots[i];
 			if (!s->busy)
 				continue;
-			if (s->pidfd >= 0) {
-				pf[n] = (struct pollfd){.fd = s->pidfd, .events = POLLIN};
-				who[n].s = s, who[n++].kind = 2;
-			}
-			if (s->fd_out >= 0) {
-				pf[n] = (struct pollfd){.fd = s->fd_out, .events = POLLIN};
-				who[n].s = s, who[n++].kind = 3;
-			}
-			if (s->fd_err >= 0) {
-				pf[n] = (struct pollfd){.fd = s->fd_err, .events = POLLIN};
-				who[n].s = s, who[n++].kind = 4;
-			}
-			if (s->exited) {
-				if (s->t_exit + 1 * MESH_NS_PER_S < wake)
-					wake = s->t_exit + 1 * MESH_NS_PER_S;
+			unsigned k = ex->events(r->ex, s->idx, pf + n, MESH__EXEC_MAX_FDS, &wake);
+			for (unsigned j = 0; j < k; j++)
+				who[n++] = s;
+			if (s->exited)
 				continue;
-			}
 			if (s->t_renew < wake)
 				wake = s->t_renew;
 			uint64_t d = mesh__slot_deadline(r, s);
@@ -413,52 +400,41 @@ static int loop(struct mesh__runner *r)
 		for (nfds_t i = 0; k > 0 && i < n; i++) {
 			if (!pf[i].revents)
 				continue;
-			struct mesh__slot *s = who[i].s;
-			switch (who[i].kind) {
-			case 0:
-				handle_signals(r, pf[i].fd);
-				break;
-			case 1:
+			if (who[i])
+				ex->dispatch(r->ex, who[i]->idx, &pf[i]);
+			else if (pf[i].fd == r->evfd)
 				take_results(r);
-				break;
-			case 2:
-				mesh__slot_reap(s);
-				break;
-			case 3:
-				if (s->fd_out >= 0)
-					mesh__slot_read(r, s, 1);
-				break;
-			case 4:
-				if (s->fd_err >= 0)
-					mesh__slot_read(r, s, 0);
-				break;
-			}
+			else
+				handle_signals(r, pf[i].fd);
 		}
 		now = mesh_mono_ns();
 		for (unsigned i = 0; i < r->nslots; i++) {
 			struct mesh__slot *s = &r->slots[i];
 			if (!s->busy)
 				continue;
+			int st = ex->status(r->ex, s->idx, now, &s->res);
+			s->exited = st != MESH__EXEC_RUNNING;
 			if (!s->exited) {
 				uint64_t d = mesh__slot_deadline(r, s);
 				if (d && s->why == END_NORMAL && now >= d) {
 					s->why = END_TIMEOUT;
-					mesh__slot_kill(s, SIGKILL);
+					mesh__slot_kill(r, s, SIGKILL);
 				}
 				if (s->term_sent && now >= s->t_kill)
-					mesh__slot_kill(s, SIGKILL);
+					mesh__slot_kill(r, s, SIGKILL);
 				if (now >= s->t_renew) {
 					s->t_renew = now + r->ttl / 4;
 					rc = mesh_job_renew(s->jh, &s->l, r->ttl);
 					if (rc == MESH_E_STATE && mesh_job_is_done(r->job, s->l.cid) == 1 &&
 					    s->why == END_NORMAL) {
 						s->why = END_KILLED;
-						mesh__slot_kill(s, SIGKILL);
+						mesh__slot_kill(r, s, SIGKILL);
 						r->st->killed++;
 					}
 				}
 			}
-			mesh__slot_maybe_finish(r, s);
+			if (st == MESH__EXEC_ENDED)
+				mesh__slot_finish(r, s);
 		}
 		if (r->hold_head) {
 			mesh__out_hold_renew(r, now);
@@ -471,24 +447,6 @@ static int loop(struct mesh__runner *r)
 	return answer;
 }
 
-static int setup_env(struct mesh__runner *r)
-{
-	extern char **environ;
-	size_t n = 0;
-	for (char **e = environ; e && *e; e++)
-		n++;
-	r->env_base = calloc(n + 1, sizeof *r->env_base);
-	if (!r->env_base)
-		return -ENOMEM;
-	for (char **e = environ; e && *e; e++) {
-		if (!strncmp(*e, "MESH_CHUNK=", 11) || !strncmp(*e, "MESH_ATTEMPT=", 13) ||
-		    !strncmp(*e, "MESH_SLOT=", 10))
-			continue;
-		r->env_base[r->env_n++] = *e;
-	}
-	return 0;
-}
-
 static int setup_slots(struct mesh__runner *r)
 {
 	r->slots = calloc(r->nslots, sizeof *r->slots);
@@ -497,20 +455,14 @@ static int setup_slots(struct mesh__runner *r)
 	for (unsigned i = 0; i < r->nslots; i++) {
 		struct mesh__slot *s = &r->slots[i];
 		s->idx = i + 1;
-		s->pidfd = s->fd_out = s->fd_err = s->res_out = s->res_err = -1;
+		s->res_out = s->res_err = -1;
 		s->cout = (struct mesh__capture)MESH__CAPTURE_INIT;
 		s->cerr = (struct mesh__capture)MESH__CAPTURE_INIT;
 		s->cout.dir = s->cerr.dir = r->tmpdir;
 		s->argbuf = (struct mesh_buf)MESH_BUF_INIT;
-		s->envp = calloc(r->env_n + 4, sizeof *s->envp);
 		s->argv = calloc(mesh_exec_template_slots(&r->tmpl), sizeof *s->argv);
-		if (!s->envp || !s->argv)
+		if (!s->argv)
 			return -ENOMEM;
-		memcpy(s->envp, r->env_base, r->env_n * sizeof *s->envp);
-		snprintf(s->env_slot, sizeof s->env_slot, "MESH_SLOT=%u", s->idx);
-		s->envp[r->env_n] = s->env_chunk;
-		s->envp[r->env_n + 1] = s->env_attempt;
-		s->envp[r->env_n + 2] = s->env_slot;
 	}
 	return 0;
 }
@@ -532,7 +484,8 @@ static int setup_order(struct mesh__runner *r)
 	return mesh_job_failures(r->job, settle_buried, r);
 }
 
-int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct mesh_exec_stats *stats)
+int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh__exec_make_fn make, void *arg,
+		     struct mesh_exec_stats *stats)
 {
 	static const int caught[] = {SIGINT, SIGTERM, SIGTSTP};
 	struct mesh_exec_stats dummy;
@@ -546,8 +499,7 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 	r->job = job;
 	r->o = o;
 	r->st = stats;
-	r->nullfd = r->evfd = r->joblog = -1;
-	r->sp.err_r = r->sp.err_w = -1;
+	r->evfd = r->joblog = -1;
 	r->self = getpid();
 	r->t0 = mesh_mono_ns();
 	r->nslots = o->slots ? o->slots : 1;
@@ -566,28 +518,17 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 		rc = MESH_E_RANGE;
 		goto out;
 	}
-	if (!strstr(o->argv[0], "{}") && !strstr(o->argv[0], "{#}") &&
-	    (rc = mesh__resolve_cmd(o->argv[0], &r->path)) < 0)
-		goto out;
-	if (o->results_dir && mkdir(o->results_dir, 0755) < 0 && errno != EEXIST) {
-		rc = -errno;
-		goto out;
-	}
 	/* Our pipes and files must never land on 0..2 (the child's dup2s). */
 	for (int fd = 0; fd < 3; fd++)
 		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0) {
 			rc = -errno;
 			goto out;
 		}
-	r->nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	r->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (r->nullfd < 0 || r->evfd < 0) {
+	if (r->evfd < 0) {
 		rc = -errno;
 		goto out;
 	}
-	if ((rc = setup_env(r)) < 0 || (rc = setup_slots(r)) < 0 || (rc = setup_order(r)) < 0 ||
-	    (rc = mesh__out_joblog_open(r)) < 0)
-		goto out;
 	if (o->handle_signals) {
 		if (pipe2(sigp, O_CLOEXEC | O_NONBLOCK) < 0) {
 			rc = -errno;
@@ -607,10 +548,17 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 			have_sig[i] = sigaction(caught[i], &sa, &old[i]) == 0;
 		}
 	}
-	/* After our handlers: the spawner resets them in the child. */
-	if ((rc = mesh__spawner_init(&r->sp, NULL)) < 0)
+	/* After our handlers (a process executor's children reset them), and
+	 * before anything is created on disk (its argv[0] lookup may fail). */
+	struct mesh__exec_sink sink = {mesh__slot_output, r};
+	if ((rc = make(arg, o, r->nslots, &sink, &r->ex)) < 0)
 		goto out;
-	r->sp.nice = o->nice;
+	if (o->results_dir && mkdir(o->results_dir, 0755) < 0 && errno != EEXIST) {
+		rc = -errno;
+		goto out;
+	}
+	if ((rc = setup_slots(r)) < 0 || (rc = setup_order(r)) < 0 || (rc = mesh__out_joblog_open(r)) < 0)
+		goto out;
 	{
 		struct mesh_job_status js;
 		if ((rc = mesh_job_status(job, &js)) < 0)
@@ -642,20 +590,17 @@ out:
 	if (r->slots) {
 		for (unsigned i = 0; i < r->nslots; i++) {
 			struct mesh__slot *s = &r->slots[i];
-			if (s->busy && !s->exited && s->pid > 0) {
-				kill(-s->pid, SIGKILL);
-				while (waitpid(s->pid, &s->wstatus, 0) < 0 && errno == EINTR)
-					;
-			}
-			mesh__slot_clear(s);
+			/* A running attempt is killed and reaped here. */
+			mesh__slot_clear(r, s);
 			mesh__capture_release(&s->cout);
 			mesh__capture_release(&s->cerr);
 			mesh_buf_release(&s->argbuf);
-			free(s->envp);
 			free(s->argv);
 		}
 		free(r->slots);
 	}
+	if (r->ex)
+		r->ex->ops->free(r->ex);
 	for (int i = 0; i < 3; i++)
 		if (have_sig[i])
 			sigaction(caught[i], &old[i], NULL);
@@ -665,20 +610,26 @@ out:
 		close(sigp[0]);
 	if (sigp[1] >= 0)
 		close(sigp[1]);
-	if (r->nullfd >= 0)
-		close(r->nullfd);
 	if (r->evfd >= 0)
 		close(r->evfd);
 	if (r->joblog >= 0)
 		close(r->joblog);
-	mesh__spawner_release(&r->sp);
 	mesh_exec_template_release(&r->tmpl);
 	mesh__out_median_free(&r->med);
 	free(r->settled);
-	free(r->env_base);
-	free(r->path);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	stats->wall_ns = mesh_mono_ns() - r->t0;
 	return rc;
+}
+
+static int make_proc(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,
+		     struct mesh__executor **out)
+{
+	return mesh__exec_proc_new(o->argv[0], nslots, o->nice, sink, out);
+}
+
+int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct mesh_exec_stats *stats)
+{
+	return mesh__exec_drive(job, o, make_proc, NULL, stats);
 }
