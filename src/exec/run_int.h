@@ -9,7 +9,7 @@
 #include "base/buf.h"
 #include "exec/capture.h"
 #include "exec/runner.h"
-#include "exec/spawn.h"
+#include "proc/proc.h"
 #include "exec/template.h"
 #include "job/job.h"
 
@@ -79,7 +79,7 @@ struct mesh__runner {
 	const struct mesh_exec_opts *o;
 	struct mesh_exec_stats *st;
 	struct mesh_exec_template tmpl;
-	struct mesh__spawner sp;
+	struct mesh_proc_spawner *sp;
 	char *path; /* resolved argv[0], NULL when argv[0] holds a placeholder */
 	int nullfd, evfd, joblog;
 	struct mesh__slot *slots;

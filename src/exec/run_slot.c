@@ -135,11 +135,15 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 		goto fail_pipes;
 	}
 	if (!path) {
-		rc = mesh__resolve_cmd(s->argv[0], &own_path);
+		rc = mesh_proc_resolve(s->argv[0], &own_path);
 		path = own_path;
 	}
-	if (path)
-		rc = mesh__spawn(&r->sp, path, s->argv, s->envp, r->nullfd, pout[1], perr[1], &s->pid);
+	if (path) {
+		struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
+		po.path = path, po.argv = s->argv, po.envp = s->envp, po.nice = r->o->nice;
+		po.in_fd = r->nullfd, po.out_fd = pout[1], po.err_fd = perr[1], po.flags = MESH_PROC_INHERIT;
+		rc = mesh_proc_spawn(r->sp, &po, &s->pid, NULL);
+	}
 	free(own_path);
 	close(pout[1]);
 	close(perr[1]);
@@ -388,5 +392,5 @@ void mesh__slot_maybe_finish(struct mesh__runner *r, struct mesh__slot *s)
 		return;
 	if ((s->fd_out >= 0 || s->fd_err >= 0) && mesh_mono_ns() < s->t_exit + PIPE_GRACE)
 		return;
-	mesh__slot_finish(r, s, mesh__exit_code(s->wstatus));
+	mesh__slot_finish(r, s, mesh_proc_exit_code(s->wstatus));
 }

@@ -8,7 +8,6 @@
 #include "exec/input.h"
 #include "exec/progress.h"
 #include "exec/run_int.h"
-#include "exec/spawn.h"
 #include "exec/template.h"
 #include "job/job.h"
 
@@ -547,7 +546,6 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 	r->o = o;
 	r->st = stats;
 	r->nullfd = r->evfd = r->joblog = -1;
-	r->sp.err_r = r->sp.err_w = -1;
 	r->self = getpid();
 	r->t0 = mesh_mono_ns();
 	r->nslots = o->slots ? o->slots : 1;
@@ -567,7 +565,7 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 		goto out;
 	}
 	if (!strstr(o->argv[0], "{}") && !strstr(o->argv[0], "{#}") &&
-	    (rc = mesh__resolve_cmd(o->argv[0], &r->path)) < 0)
+	    (rc = mesh_proc_resolve(o->argv[0], &r->path)) < 0)
 		goto out;
 	if (o->results_dir && mkdir(o->results_dir, 0755) < 0 && errno != EEXIST) {
 		rc = -errno;
@@ -608,9 +606,8 @@ int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *o, struct m
 		}
 	}
 	/* After our handlers: the spawner resets them in the child. */
-	if ((rc = mesh__spawner_init(&r->sp, NULL)) < 0)
+	if ((rc = mesh_proc_spawner_new(&r->sp)) < 0)
 		goto out;
-	r->sp.nice = o->nice;
 	{
 		struct mesh_job_status js;
 		if ((rc = mesh_job_status(job, &js)) < 0)
@@ -671,7 +668,7 @@ out:
 		close(r->evfd);
 	if (r->joblog >= 0)
 		close(r->joblog);
-	mesh__spawner_release(&r->sp);
+	mesh_proc_spawner_free(r->sp);
 	mesh_exec_template_release(&r->tmpl);
 	mesh__out_median_free(&r->med);
 	free(r->settled);
