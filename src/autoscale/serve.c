@@ -6,6 +6,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "proc/proc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -82,17 +83,11 @@ struct probe_msg {
 	struct mesh_probe_result res;
 };
 
-struct tail {
-	char lines[MESH_SERVE_TAIL_LINES][MESH_SERVE_TAIL_LINE_MAX];
-	size_t start, n;           /* ring of whole lines */
-	char cur[MESH_SERVE_TAIL_LINE_MAX];
-	size_t cur_len;
-	const char *view[MESH_SERVE_TAIL_LINES + 1];
-};
-
 struct mesh_serve {
 	struct mesh_serve_config c;
 	char **argv;
+	char *path; /* argv[0] resolved */
+	struct mesh_proc_spawner *sp;
 	char *log_path;
 	struct mesh_probe_target target;
 	struct mesh_probe_opts popts;
@@ -119,9 +114,11 @@ struct mesh_serve {
 	int leader_done, leader_status;
 	int out_fd;
 	uint32_t out_mask;
-	uint64_t t_spawn, t_stop, stop_deadline, start_deadline;
-	int killed, stop_reason_crash;
-	struct tail tail;
+	uint64_t t_spawn, t_stop, start_deadline;
+	struct mesh_proc_stop stop;
+	int stop_reason_crash;
+	struct mesh_proc_tail tail;
+	const char *tail_view[MESH_PROC_TAIL_LINES + 1];
 
 	struct list queue, active, rejecting, linger;
 	struct conn *dead; /* closed connections, chained by next */
@@ -168,48 +165,6 @@ static void list_del(struct list *l, struct conn *c)
 		l->tail = c->prev;
 	c->prev = c->next = NULL;
 	l->n--;
-}
-
-static void tail_reset(struct tail *t)
-{
-	t->start = t->n = t->cur_len = 0;
-}
-
-static void tail_push_line(struct tail *t)
-{
-	size_t i = (t->start + t->n) % MESH_SERVE_TAIL_LINES;
-	memcpy(t->lines[i], t->cur, t->cur_len);
-	t->lines[i][t->cur_len] = 0;
-	if (t->n < MESH_SERVE_TAIL_LINES)
-		t->n++;
-	else
-		t->start = (t->start + 1) % MESH_SERVE_TAIL_LINES;
-	t->cur_len = 0;
-}
-
-static void tail_feed(struct tail *t, const char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] == '\n') {
-			tail_push_line(t);
-		} else if (t->cur_len < MESH_SERVE_TAIL_LINE_MAX - 1) {
-			/* Control bytes would break the one-line report. */
-			unsigned char ch = (unsigned char)p[i];
-			t->cur[t->cur_len++] = ch < 0x20 && ch != '\t' ? '?' : (char)ch;
-		}
-	}
-}
-
-/* The last lines, oldest first, the unfinished one included. */
-static size_t tail_view(struct tail *t)
-{
-	size_t k = 0;
-	if (t->cur_len)
-		tail_push_line(t);
-	for (size_t i = 0; i < t->n; i++)
-		t->view[k++] = t->lines[(t->start + i) % MESH_SERVE_TAIL_LINES];
-	t->view[k] = NULL;
-	return k;
 }
 
 static void stats_fill(const struct mesh_serve *s, struct mesh_serve_stats *o)
@@ -590,7 +545,7 @@ static void drain_output(struct mesh_serve *s)
 			close(s->logfd);
 			s->logfd = -1;
 		}
-		tail_feed(&s->tail, buf, (size_t)n);
+		mesh_proc_tail_feed(&s->tail, buf, (size_t)n);
 		/* A short read emptied the pipe; the loop calls again for more. */
 		if ((size_t)n < sizeof buf)
 			return;
@@ -615,58 +570,18 @@ static void log_marker(struct mesh_serve *s, const char *fmt, ...)
 
 static int spawn_server(struct mesh_serve *s)
 {
-	int outp[2], errp[2];
-	pid_t parent = getpid();
+	int outp[2];
+	extern char **environ;
 	if (pipe2(outp, O_CLOEXEC) < 0)
 		return -errno;
-	if (pipe2(errp, O_CLOEXEC) < 0) {
-		int e = -errno;
-		close(outp[0]), close(outp[1]);
-		return e;
-	}
-	pid_t pid = fork();
-	if (pid < 0) {
-		int e = -errno;
-		close(outp[0]), close(outp[1]), close(errp[0]), close(errp[1]);
-		return e;
-	}
-	if (pid == 0) {
-		/* The child: only async-signal-safe calls until exec; errors go
-		 * back through errp (close-on-exec: EOF means exec worked). */
-		int e;
-		sigset_t none;
-		setpgid(0, 0);
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-			_exit(127);
-		for (int sig = 1; sig < NSIG; sig++)
-			if (sig != SIGKILL && sig != SIGSTOP)
-				signal(sig, SIG_DFL);
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(outp[1], 1) < 0 || dup2(outp[1], 2) < 0)
-			goto fail;
-		execvp(s->argv[0], s->argv);
-	fail:
-		e = errno;
-		while (write(errp[1], &e, sizeof e) < 0 && errno == EINTR)
-			;
-		_exit(127);
-	}
+	struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
+	po.path = s->path, po.argv = s->argv, po.envp = environ, po.out_fd = outp[1];
+	pid_t pid;
+	int rc = mesh_proc_spawn(s->sp, &po, &pid, NULL);
 	close(outp[1]);
-	close(errp[1]);
-	/* Also here, so that a stop right after the fork finds the group. */
-	setpgid(pid, pid);
-	int child_err = 0;
-	ssize_t n;
-	while ((n = read(errp[0], &child_err, sizeof child_err)) < 0 && errno == EINTR)
-		;
-	close(errp[0]);
-	if (n > 0) {
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
+	if (rc < 0) {
 		close(outp[0]);
-		return child_err ? -child_err : -ECHILD;
+		return rc;
 	}
 	fcntl(outp[0], F_SETFL, fcntl(outp[0], F_GETFL) | O_NONBLOCK);
 	if (s->out_fd >= 0) {
@@ -686,7 +601,7 @@ static int spawn_server(struct mesh_serve *s)
 static void do_spawn(struct mesh_serve *s)
 {
 	char why[128];
-	tail_reset(&s->tail);
+	mesh_proc_tail_reset(&s->tail);
 	int rc = spawn_server(s);
 	if (rc < 0) {
 		struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_SPAWN_FAILED, .status = -1, .err = rc,
@@ -701,7 +616,7 @@ static void do_spawn(struct mesh_serve *s)
 	s->t_spawn = now;
 	s->start_deadline = now + s->c.start_timeout_ns;
 	s->leader_done = 0;
-	s->killed = 0;
+	s->stop = (struct mesh_proc_stop){0};
 	s->probe_gen++;
 	s->probe_inflight = 0;
 	s->probe_next = now + PROBE_FIRST_NS;
@@ -720,21 +635,12 @@ static void begin_stop(struct mesh_serve *s, const char *why, int sig)
 		return;
 	s->state = MESH_SERVE_STOPPING;
 	s->t_stop = now;
-	s->stop_deadline = now + s->c.grace_ns;
-	s->killed = sig == SIGKILL;
 	s->probe_gen++; /* a probe in flight no longer counts */
-	kill(-s->pid, sig);
+	mesh_proc_stop_begin(&s->stop, s->pid, sig, s->c.grace_ns, now);
 	if (why) {
 		log_marker(s, "stopping pid %d: %s", (int)s->pid, why);
 		emit_simple(s, MESH_SERVE_EV_REAPING, 0, 0, why);
 	}
-}
-
-static int exit_code(int st)
-{
-	if (WIFSIGNALED(st))
-		return 128 + WTERMSIG(st);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* Reaps every exited child (the server and, as subreaper, its orphans). */
@@ -747,14 +653,9 @@ static void reap_children(struct mesh_serve *s)
 			return;
 		if (p == s->pid && !s->leader_done) {
 			s->leader_done = 1;
-			s->leader_status = exit_code(st);
+			s->leader_status = mesh_proc_exit_code(st);
 		}
 	}
-}
-
-static int group_empty(struct mesh_serve *s)
-{
-	return kill(-s->pid, 0) < 0 && errno == ESRCH;
 }
 
 /* The server's leader exited while it was supposed to run: a crash. */
@@ -764,11 +665,11 @@ static void on_crash(struct mesh_serve *s)
 	uint64_t now = mesh_mono_ns();
 	int was_starting = s->state == MESH_SERVE_STARTING;
 	drain_output(s);
-	size_t nt = tail_view(&s->tail);
+	size_t nt = mesh_proc_tail_lines(&s->tail, s->tail_view);
 	snprintf(why, sizeof why, "%s exited with status %d %s", s->argv[0], s->leader_status,
 		 was_starting ? "before it was warm" : "while warm");
 	struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_CRASHED, .pid = s->pid, .status = s->leader_status,
-				      .elapsed_ns = now - s->t_spawn, .reason = why, .tail = s->tail.view,
+				      .elapsed_ns = now - s->t_spawn, .reason = why, .tail = s->tail_view,
 				      .ntail = nt};
 	s->st.crashes++;
 	log_marker(s, "pid %d exited with status %d", (int)s->pid, s->leader_status);
@@ -802,13 +703,11 @@ static void step_stop(struct mesh_serve *s, uint64_t now)
 	if (s->state != MESH_SERVE_STOPPING)
 		return;
 	reap_children(s); /* a SIGCHLD is coalesced; orphans of the group too */
-	if (s->leader_done && group_empty(s)) {
+	if (s->leader_done && mesh_proc_group_gone(s->pid)) {
 		finish_stop(s);
 		return;
 	}
-	if (!s->killed && now >= s->stop_deadline) {
-		s->killed = 1;
-		kill(-s->pid, SIGKILL);
+	if (mesh_proc_stop_step(&s->stop, now)) {
 		log_marker(s, "grace over: SIGKILL to group %d", (int)s->pid);
 		emit_simple(s, MESH_SERVE_EV_KILLED, 0, now - s->t_stop, NULL);
 	}
@@ -975,10 +874,10 @@ static void step_timers(struct mesh_serve *s, uint64_t now)
 	if (s->state == MESH_SERVE_STARTING && now >= s->start_deadline) {
 		char why[96];
 		drain_output(s);
-		size_t nt = tail_view(&s->tail);
+		size_t nt = mesh_proc_tail_lines(&s->tail, s->tail_view);
 		snprintf(why, sizeof why, "not warm within %.1f s", (double)s->c.start_timeout_ns / 1e9);
 		struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_START_TIMEOUT, .pid = s->pid,
-					      .elapsed_ns = now - s->t_spawn, .reason = why, .tail = s->tail.view,
+					      .elapsed_ns = now - s->t_spawn, .reason = why, .tail = s->tail_view,
 					      .ntail = nt};
 		s->st.start_timeouts++;
 		emit(s, &ev);
@@ -1012,7 +911,7 @@ static int next_wait_ms(struct mesh_serve *s, uint64_t now)
 	if (s->state == MESH_SERVE_WARM && s->queue.n + s->active.n == 0)
 		t = min_u64(t, s->idle_since + s->c.idle_ns);
 	if (s->state == MESH_SERVE_STOPPING)
-		t = min_u64(t, min_u64(now + STOP_POLL_NS, s->killed ? UINT64_MAX : s->stop_deadline));
+		t = min_u64(t, min_u64(now + STOP_POLL_NS, s->stop.killed ? UINT64_MAX : s->stop.deadline));
 	if (!s->listen_mask && s->lfd >= 0 && !s->quitting)
 		t = min_u64(t, s->accept_resume);
 	if (t <= now)
@@ -1085,7 +984,7 @@ int mesh_serve_run(struct mesh_serve *s)
 	}
 	if (s->state != MESH_SERVE_COLD) {
 		/* The loop failed: stop the server without it. */
-		kill(-s->pid, SIGKILL);
+		mesh_proc_kill_group(s->pid, SIGKILL);
 		while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 		finish_stop(s);
@@ -1218,33 +1117,6 @@ static int resolve_upstream(struct mesh_serve *s, char *why, size_t why_len)
 	return 0;
 }
 
-/* Whether argv[0] can be run, as execvp would look for it. */
-static int check_command(const char *cmd)
-{
-	if (strchr(cmd, '/'))
-		return access(cmd, X_OK) < 0 ? -errno : 0;
-	const char *path = getenv("PATH");
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	int rc = -ENOENT;
-	while (*path) {
-		const char *e = strchr(path, ':');
-		size_t l = e ? (size_t)(e - path) : strlen(path);
-		char full[4096];
-		if (l + strlen(cmd) + 2 < sizeof full) {
-			snprintf(full, sizeof full, "%.*s/%s", (int)l, l ? path : ".", cmd);
-			struct stat st;
-			if (stat(full, &st) == 0 && S_ISREG(st.st_mode)) {
-				if (access(full, X_OK) == 0)
-					return 0;
-				rc = -EACCES;
-			}
-		}
-		path += l + (e ? 1 : 0);
-	}
-	return rc;
-}
-
 static void add_watch(struct mesh_serve *s, int fd, struct watch *w, enum watch_kind k)
 {
 	uint32_t cur = 0;
@@ -1286,7 +1158,7 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 			rc = -ENOMEM;
 			goto fail;
 		}
-	if ((rc = check_command(s->argv[0])) < 0) {
+	if ((rc = mesh_proc_resolve(s->argv[0], &s->path)) < 0) {
 		snprintf(why, why_len, "cannot run '%s'", s->argv[0]);
 		goto fail;
 	}
@@ -1338,6 +1210,11 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 		goto fail;
 	}
 	s->probe_started = 1;
+	/* After the mask above: the spawner blocks everything on its thread. */
+	if ((rc = mesh_proc_spawner_new(&s->sp)) < 0) {
+		snprintf(why, why_len, "cannot start the spawner thread");
+		goto fail;
+	}
 	s->t_open = s->idle_since = mesh_mono_ns();
 	s->state = MESH_SERVE_COLD;
 	*out = s;
@@ -1352,7 +1229,7 @@ void mesh_serve_free(struct mesh_serve *s)
 	if (!s)
 		return;
 	if (s->state != MESH_SERVE_COLD && s->pid > 0) {
-		kill(-s->pid, SIGKILL);
+		mesh_proc_kill_group(s->pid, SIGKILL);
 		while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 	}
@@ -1376,6 +1253,8 @@ void mesh_serve_free(struct mesh_serve *s)
 		for (size_t i = 0; s->argv[i]; i++)
 			free(s->argv[i]);
 	free(s->argv);
+	free(s->path);
+	mesh_proc_spawner_free(s->sp);
 	free(s->log_path);
 	free(s);
 }

@@ -23,7 +23,7 @@
  *   - The server runs in its own process group with PR_SET_PDEATHSIG =
  *     SIGKILL (it dies with this process), stdin from /dev/null, stdout and
  *     stderr through a pipe into the log file (appended) and a ring of its
- *     last MESH_SERVE_TAIL_LINES lines, shown when it crashes.
+ *     last MESH_PROC_TAIL_LINES (30) lines, shown when it crashes.
  *   - A process of the server that leaves its group (setsid) escapes the
  *     stop; only a cgroup could follow it, and none is used here.
  *
@@ -54,8 +54,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define MESH_SERVE_TAIL_LINES 30
-#define MESH_SERVE_TAIL_LINE_MAX 512
 
 enum mesh_serve_state { MESH_SERVE_COLD, MESH_SERVE_STARTING, MESH_SERVE_WARM, MESH_SERVE_STOPPING };
 

@@ -4,7 +4,7 @@
 #include "exec/executor.h"
 
 #include "base/clock.h"
-#include "exec/spawn.h"
+#include "proc/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +37,8 @@ struct unit {
 
 struct proc_ex {
 	struct mesh__executor base; /* first: the driver's handle */
-	struct mesh__spawner sp;
+	struct mesh_proc_spawner *sp;
+	int nice;
 	char *path; /* resolved argv[0], NULL when argv[0] holds a placeholder */
 	int nullfd;
 	char **env_base;
@@ -74,11 +75,15 @@ static int proc_start(struct mesh__executor *ex, const struct mesh__exec_chunk *
 		return rc;
 	}
 	if (!path) {
-		rc = mesh__resolve_cmd(c->argv[0], &own_path);
+		rc = mesh_proc_resolve(c->argv[0], &own_path);
 		path = own_path;
 	}
-	if (path)
-		rc = mesh__spawn(&p->sp, path, c->argv, u->envp, p->nullfd, pout[1], perr[1], &u->pid);
+	if (path) {
+		struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
+		po.path = path, po.argv = c->argv, po.envp = u->envp, po.nice = p->nice;
+		po.in_fd = p->nullfd, po.out_fd = pout[1], po.err_fd = perr[1], po.flags = MESH_PROC_INHERIT;
+		rc = mesh_proc_spawn(p->sp, &po, &u->pid, NULL);
+	}
 	free(own_path);
 	close(pout[1]);
 	close(perr[1]);
@@ -177,7 +182,7 @@ static int proc_status(struct mesh__executor *ex, unsigned slot, uint64_t now, s
 	if (u->start_err)
 		*res = (struct mesh__exec_result){u->start_err == -ENOENT ? 127 : 126, 0, u->start_err};
 	else
-		*res = (struct mesh__exec_result){mesh__exit_code(u->wstatus),
+		*res = (struct mesh__exec_result){mesh_proc_exit_code(u->wstatus),
 						  WIFSIGNALED(u->wstatus) ? WTERMSIG(u->wstatus) : 0, 0};
 	if ((u->fd_out >= 0 || u->fd_err >= 0) && now < u->t_exit + PIPE_GRACE)
 		return MESH__EXEC_EXITED;
@@ -218,7 +223,7 @@ static void proc_free(struct mesh__executor *ex)
 	}
 	if (p->nullfd >= 0)
 		close(p->nullfd);
-	mesh__spawner_release(&p->sp);
+	mesh_proc_spawner_free(p->sp);
 	free(p->env_base);
 	free(p->path);
 	free(p);
@@ -276,7 +281,6 @@ int mesh__exec_proc_new(const char *argv0, unsigned nslots, int nice, const stru
 	p->base.sink = *sink;
 	p->base.nslots = nslots;
 	p->nullfd = -1;
-	p->sp.err_r = p->sp.err_w = -1;
 	p->u = calloc(nslots, sizeof *p->u);
 	if (!p->u) {
 		rc = -ENOMEM;
@@ -284,16 +288,16 @@ int mesh__exec_proc_new(const char *argv0, unsigned nslots, int nice, const stru
 	}
 	for (unsigned i = 0; i < nslots; i++)
 		p->u[i].pidfd = p->u[i].fd_out = p->u[i].fd_err = -1;
-	if (!strstr(argv0, "{}") && !strstr(argv0, "{#}") && (rc = mesh__resolve_cmd(argv0, &p->path)) < 0)
+	if (!strstr(argv0, "{}") && !strstr(argv0, "{#}") && (rc = mesh_proc_resolve(argv0, &p->path)) < 0)
 		goto fail;
 	p->nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (p->nullfd < 0) {
 		rc = -errno;
 		goto fail;
 	}
-	if ((rc = setup_env(p)) < 0 || (rc = mesh__spawner_init(&p->sp, NULL)) < 0)
+	if ((rc = setup_env(p)) < 0 || (rc = mesh_proc_spawner_new(&p->sp)) < 0)
 		goto fail;
-	p->sp.nice = nice;
+	p->nice = nice;
 	*out = &p->base;
 	return 0;
 fail:

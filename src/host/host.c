@@ -4,7 +4,8 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
-#include "host/spawn.h"
+#include "host/limits.h"
+#include "proc/proc.h"
 #include "shm/shm.h"
 
 #include <errno.h>
@@ -39,7 +40,7 @@ struct mesh_host {
 	pthread_cond_t cv;
 	int polling;
 	int epfd, wakefd;
-	struct mesh_spawner *sp;
+	struct mesh_proc_spawner *sp;
 	struct mesh_limits_caps caps;
 	char *logs;
 	char **env;
@@ -64,7 +65,7 @@ struct mesh_instance {
 	pid_t pid;
 	int pidfd, outfd, logfd;
 	struct mesh_ctl *ctl;
-	struct mesh_tail tail;
+	struct mesh_proc_tail tail;
 	struct mesh_slot *slot, *pending, *failed_slot;
 	uint32_t gen;
 	uint64_t deadline, closed_deadline, stop_start;
@@ -236,7 +237,7 @@ static void drain(struct mesh_instance *w)
 		}
 		if (w->logfd >= 0)
 			mesh_write_all(w->logfd, buf, (size_t)n);
-		mesh_tail_feed(&w->tail, buf, (size_t)n);
+		mesh_proc_tail_feed(&w->tail, buf, (size_t)n);
 	}
 }
 
@@ -354,21 +355,15 @@ static int do_spawn(struct mesh_instance *w, char **err)
 			goto bad;
 		}
 	}
-	struct mesh_fd_map map[1] = {{child_ctl, CHILD_CTL_FD}};
-	struct mesh_spawn_opts o = {
-		.path = img->bin_path,
-		.argv = argv,
-		.envp = env,
-		.out_fd = out[1],
-		.fds = map,
-		.nfds = 1,
-		.limits = &img->m.limits,
-		.enforced = img->enforced,
-		.cgroup_procs_fd = procs,
-	};
+	struct mesh_proc_fd map[1] = {{child_ctl, CHILD_CTL_FD}};
+	struct mesh_proc_rlimit rl[MESH_PROC_RLIMITS_MAX];
+	struct mesh_proc_opts o = MESH_PROC_OPTS_INIT;
+	o.path = img->bin_path, o.argv = argv, o.envp = env, o.out_fd = out[1], o.fds = map, o.nfds = 1;
+	o.rlimits = rl, o.nrlimits = mesh_limits_rlimits(&img->m.limits, img->enforced, rl);
+	o.cgroup_procs_fd = procs, o.flags = MESH_PROC_SESSION;
 	pid_t pid;
 	int pidfd;
-	rc = mesh_spawn(h->sp, &o, &pid, &pidfd);
+	rc = mesh_proc_spawn(h->sp, &o, &pid, &pidfd);
 	if (rc) {
 		if (err)
 			*err = mesh_strf("cannot start '%s': %s", img->bin_path, mesh_strerror(rc));
@@ -389,8 +384,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	w->closed_deadline = 0;
 	free(w->fail_reason);
 	w->fail_reason = NULL;
-	mesh_tail_release(&w->tail);
-	mesh_tail_init(&w->tail, MESH_TAIL_LINES);
+	mesh_proc_tail_reset(&w->tail);
 	w->spawns++;
 	h->spawns++;
 	w->enforced = img->enforced;
@@ -459,7 +453,7 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	do
 		r = waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED);
 	while (r < 0 && errno == EINTR);
-	int status = r == 0 ? mesh_exit_code(si.si_code, si.si_status) : 255;
+	int status = r == 0 ? mesh_proc_exit_code_si(&si) : 255;
 	int sig = r == 0 && si.si_code != CLD_EXITED ? si.si_status : 0;
 	w->last_exit = status;
 	ep_del(h, w->pidfd);
@@ -476,7 +470,7 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 		log_line(w, "pid %d exited with status %d (signal %s)", (int)w->pid, status, signame(sig));
 	else
 		log_line(w, "pid %d exited with status %d", (int)w->pid, status);
-	char *tail = mesh_tail_text(&w->tail);
+	char *tail = mesh_proc_tail_text(&w->tail);
 	struct mesh_buf b = MESH_BUF_INIT;
 	const char *name = w->img->name;
 	if (!w->exit_requested || w->fail_reason) {
@@ -754,7 +748,7 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	}
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
 	epoll_ctl(h->epfd, EPOLL_CTL_ADD, h->wakefd, &ev);
-	if ((rc = mesh_spawner_new(&h->sp))) {
+	if ((rc = mesh_proc_spawner_new(&h->sp))) {
 		if (err)
 			*err = mesh_strf("cannot start the spawner thread: %s", mesh_strerror(rc));
 		goto bad;
@@ -923,7 +917,7 @@ int mesh_instance_new(struct mesh_host *h, const struct mesh_image *img, struct 
 	w->img = img;
 	w->pidfd = w->outfd = w->logfd = -1;
 	w->last_exit = -1;
-	mesh_tail_init(&w->tail, MESH_TAIL_LINES);
+	mesh_proc_tail_reset(&w->tail);
 	pthread_mutex_lock(&h->mu);
 	w->id = h->next_id++;
 	w->next = h->list;
@@ -1114,7 +1108,6 @@ static void destroy(struct mesh_instance *w)
 	}
 	if (w->logfd >= 0)
 		close(w->logfd);
-	mesh_tail_release(&w->tail);
 	free(w->fail_reason);
 	free(w->report);
 	free(w->last_report);
@@ -1175,7 +1168,7 @@ void mesh_host_free(struct mesh_host *h)
 		destroy(w);
 	}
 	pthread_mutex_unlock(&h->mu);
-	mesh_spawner_free(h->sp);
+	mesh_proc_spawner_free(h->sp);
 	close(h->epfd);
 	close(h->wakefd);
 	free_strv(h->env);

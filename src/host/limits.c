@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -315,4 +316,17 @@ void mesh_limits_cgroup_remove(const char *dir)
 {
 	if (dir && *dir)
 		rmdir(dir);
+}
+
+size_t mesh_limits_rlimits(const struct mesh_limits *want, unsigned enforced,
+			   struct mesh_proc_rlimit out[MESH_PROC_RLIMITS_MAX])
+{
+	size_t n = 0;
+	if (enforced & MESH_LIM_MEMORY_RLIMIT)
+		out[n++] = (struct mesh_proc_rlimit){RLIMIT_DATA, want->memory};
+	if (enforced & MESH_LIM_NOFILE_RLIMIT)
+		out[n++] = (struct mesh_proc_rlimit){RLIMIT_NOFILE, want->open_files};
+	if (enforced & MESH_LIM_NPROC_RLIMIT)
+		out[n++] = (struct mesh_proc_rlimit){RLIMIT_NPROC, want->processes};
+	return n;
 }

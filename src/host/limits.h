@@ -17,6 +17,8 @@
 #ifndef MESH_HOST_LIMITS_H
 #define MESH_HOST_LIMITS_H
 
+#include "proc/proc.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -64,6 +66,11 @@ int mesh_limits_plan(const struct mesh_limits *want, const struct mesh_limits_ca
 /* Comma-separated names of the enforced bits ("memory:rlimit,open_files:rlimit"),
  * or "none"; writes at most cap bytes (NUL included). */
 void mesh_limits_describe(unsigned enforced, char *out, size_t cap);
+
+/* The enforced rlimits of want, for mesh_proc_opts.rlimits.  Returns how
+ * many it wrote to out (at most 3). */
+size_t mesh_limits_rlimits(const struct mesh_limits *want, unsigned enforced,
+			   struct mesh_proc_rlimit out[MESH_PROC_RLIMITS_MAX]);
 
 /* Creates the worker's cgroup "<caps->cgroup_dir>/mesh-<tag>" and writes its
  * limits; *procs_fd receives an open fd of its cgroup.procs for the child to

@@ -5,12 +5,12 @@
 #include "base/err.h"
 #include "base/io.h"
 #include "host/procfile.h"
+#include "proc/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +25,8 @@ int mesh_mps_control(const char *pipe_dir, const char *cmd, char **out, uint64_t
 {
 	int in[2] = {-1, -1}, op[2] = {-1, -1}, rc = 0;
 	struct mesh_buf env1 = MESH_BUF_INIT, res = MESH_BUF_INIT;
-	char **envp = NULL;
+	struct mesh_proc_spawner *sp = NULL;
+	char **envp = NULL, *path = NULL;
 	size_t n = 0;
 	*out = NULL;
 	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(op, O_CLOEXEC) < 0) {
@@ -43,18 +44,15 @@ int mesh_mps_control(const char *pipe_dir, const char *cmd, char **out, uint64_t
 		if (strncmp(environ[i], "CUDA_MPS_PIPE_DIRECTORY=", 24) != 0)
 			envp[k++] = environ[i];
 	envp[k++] = env1.p;
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-	posix_spawn_file_actions_adddup2(&fa, op[1], 1);
 	char *argv[] = {MESH_MPS_CONTROL, NULL};
 	pid_t pid;
-	int e = posix_spawnp(&pid, MESH_MPS_CONTROL, &fa, NULL, argv, envp);
-	posix_spawn_file_actions_destroy(&fa);
-	if (e) {
-		rc = -e;
+	/* A spawner of its own: the tool is reaped before it is freed. */
+	if ((rc = mesh_proc_resolve(MESH_MPS_CONTROL, &path)) || (rc = mesh_proc_spawner_new(&sp)))
 		goto done;
-	}
+	struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
+	po.path = path, po.argv = argv, po.envp = envp, po.in_fd = in[0], po.out_fd = op[1], po.err_fd = 2;
+	if ((rc = mesh_proc_spawn(sp, &po, &pid, NULL)))
+		goto done;
 	close(in[0]);
 	close(op[1]);
 	in[0] = op[1] = -1;
@@ -89,11 +87,11 @@ int mesh_mps_control(const char *pipe_dir, const char *cmd, char **out, uint64_t
 			mesh_buf_add(&res, buf, (size_t)r);
 	}
 	if (rc == MESH_E_TIMEOUT)
-		kill(pid, SIGKILL);
+		mesh_proc_kill_group(pid, SIGKILL);
 	int st = 0;
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	if (!rc && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+	if (!rc && mesh_proc_exit_code(st) != 0)
 		rc = MESH_E_REFUSED;
 	if (!rc) {
 		*out = res.p ? mesh_buf_detach(&res, NULL) : strdup("");
@@ -107,6 +105,8 @@ done:
 		if (op[i] >= 0)
 			close(op[i]);
 	}
+	mesh_proc_spawner_free(sp);
+	free(path);
 	mesh_buf_release(&res);
 	mesh_buf_release(&env1);
 	free(envp);

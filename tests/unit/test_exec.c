@@ -5,7 +5,6 @@
 #include "exec/input.h"
 #include "exec/progress.h"
 #include "exec/runner.h"
-#include "exec/spawn.h"
 #include "exec/template.h"
 #include "job/job.h"
 #include "runner/t.h"
@@ -175,57 +174,6 @@ TEST(capture_failed_spill_keeps_what_it_held)
 	EXPECT_STREQ(got, "T\ta\nT\tb");
 	free(got);
 	mesh__capture_release(&c);
-}
-
-static int spawn_sh(struct mesh__spawner *sp, const char *script, int out, pid_t *pid)
-{
-	char *const argv[] = {"sh", "-c", (char *)script, NULL};
-	extern char **environ;
-	int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	int rc = mesh__spawn(sp, "/bin/sh", argv, environ, nul, out, out, pid);
-	close(nul);
-	return rc;
-}
-
-TEST(spawn_exit_status_and_group)
-{
-	struct mesh__spawner sp;
-	ASSERT_EQ(mesh__spawner_init(&sp, NULL), 0);
-	pid_t pid;
-	int st, fd = open("out", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	ASSERT_TRUE(fd >= 3);
-	ASSERT_EQ(spawn_sh(&sp, "exit 3", fd, &pid), 0);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	EXPECT_EQ(mesh__exit_code(st), 3);
-	ASSERT_EQ(spawn_sh(&sp, "kill -TERM $$", fd, &pid), 0);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	EXPECT_EQ(mesh__exit_code(st), 128 + SIGTERM);
-	/* its own process group, and stdout goes where asked */
-	ASSERT_EQ(spawn_sh(&sp, "ps -o pgid= -p $$ | tr -d ' '; echo $$", fd, &pid), 0);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	EXPECT_EQ(mesh__exit_code(st), 0);
-	close(fd);
-	char *out = t_read_file("out", NULL);
-	ASSERT_TRUE(out != NULL);
-	long pg = -1, me = -2;
-	EXPECT_EQ(sscanf(out, "%ld %ld", &pg, &me), 2);
-	EXPECT_EQ(pg, me);
-	EXPECT_EQ(pg, pid);
-	free(out);
-	/* an exec failure comes back as the child's errno, already reaped */
-	char *const argv[] = {"nope", NULL};
-	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-	EXPECT_EQ(mesh__spawn(&sp, "/nonexistent/nope", argv, argv + 1, nul, nul, nul, &pid), -ENOENT);
-	close(nul);
-	EXPECT_EQ(waitpid(-1, &st, WNOHANG), -1);
-	mesh__spawner_release(&sp);
-
-	char *path = NULL;
-	EXPECT_EQ(mesh__resolve_cmd("sh", &path), 0);
-	EXPECT_TRUE(path && strchr(path, '/'));
-	free(path);
-	EXPECT_EQ(mesh__resolve_cmd("no-such-command-xyz", &path), -ENOENT);
-	EXPECT_EQ(mesh__resolve_cmd("/etc", &path), -EACCES);
 }
 
 TEST(progress_format_table)

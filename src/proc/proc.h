@@ -1,0 +1,153 @@
+/* The one way to start and stop a process: spawn, its output tail, its exit
+ * status, its process group's stop.
+ *
+ * Caller protocol:
+ *   1. mesh_proc_spawner_new() on a thread whose signal mask children of
+ *      MESH_PROC_INHERIT should get.  It starts the spawner thread; every
+ *      fork happens there.  PR_SET_PDEATHSIG fires when the *thread* that
+ *      forked a child exits, not the process, so a child forked from a
+ *      short-lived thread would die with that thread: this one lives until
+ *      step 5.
+ *   2. Fill a struct mesh_proc_opts from MESH_PROC_OPTS_INIT and call
+ *      mesh_proc_spawn() (from any thread; spawns are serialised).  The
+ *      child is its own process group leader (pgid = pid).
+ *   3. Feed the child's output to a struct mesh_proc_tail as it is read;
+ *      mesh_proc_tail_lines() / mesh_proc_tail_text() for a crash report.
+ *   4. Stop it: mesh_proc_stop_begin() signals the whole group, then
+ *      mesh_proc_stop_step() from the caller's loop sends SIGKILL to the
+ *      group once the grace is over.  Reap the leader with waitpid/waitid
+ *      and turn its status into a shell's code with mesh_proc_exit_code().
+ *   5. mesh_proc_spawner_free(): joins the thread; children still alive get
+ *      SIGKILL from PR_SET_PDEATHSIG at that moment, so free it after they
+ *      are reaped (or when they ought to die).
+ *
+ * The child is made like posix_spawn makes it, clone(CLONE_VM |
+ * CLONE_VFORK) on a stack of the spawner's: it shares the caller's memory
+ * until execve, so it makes system calls only, never logs or allocates.  In
+ * the child, in order: its own process group (setpgid, or setsid with
+ * MESH_PROC_SESSION), PR_SET_PDEATHSIG(SIGKILL) and a re-check of getppid()
+ * (the parent may have died before the prctl), join the cgroup when one is
+ * given, each rlimit, the niceness, fds 0/1/2 and the extra fds moved into
+ * place, every other fd made close-on-exec (not with MESH_PROC_INHERIT),
+ * signal dispositions reset to SIG_DFL and the mask set, execve.  Any
+ * failure writes errno over a close-on-exec pipe and _exit(127)s; the
+ * parent reaps such a child and returns the errno. */
+#ifndef MESH_PROC_PROC_H
+#define MESH_PROC_PROC_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct mesh_proc_spawner;
+
+/* Starts the spawner thread; records the calling thread's signal mask for
+ * MESH_PROC_INHERIT children.  0 or -errno. */
+int mesh_proc_spawner_new(struct mesh_proc_spawner **out);
+/* Stops and joins the thread.  NULL is fine. */
+void mesh_proc_spawner_free(struct mesh_proc_spawner *sp);
+
+#define MESH_PROC_FDS_MAX 16
+struct mesh_proc_fd {
+	int from, to; /* to >= 3 */
+};
+
+struct mesh_proc_rlimit {
+	int resource; /* RLIMIT_* */
+	uint64_t value; /* soft and hard */
+};
+#define MESH_PROC_RLIMITS_MAX 8
+
+enum {
+	/* setsid instead of setpgid: no controlling terminal either. */
+	MESH_PROC_SESSION = 1u << 0,
+	/* Start like a shell's child: ignored signals other than SIGPIPE and
+	 * SIGCHLD stay ignored, the mask is the one recorded by
+	 * mesh_proc_spawner_new, and fds without close-on-exec stay open.
+	 * Without it every disposition is SIG_DFL, nothing is blocked and
+	 * only fds 0/1/2 and opts.fds reach the program. */
+	MESH_PROC_INHERIT = 1u << 1,
+};
+
+struct mesh_proc_opts {
+	const char *path; /* an executable's path (mesh_proc_resolve for a name) */
+	char *const *argv;
+	char *const *envp;
+	int in_fd;  /* stdin; -1: /dev/null */
+	int out_fd; /* stdout; -1: /dev/null */
+	int err_fd; /* stderr; -1: the same as stdout */
+	const struct mesh_proc_fd *fds; /* at most MESH_PROC_FDS_MAX */
+	size_t nfds;
+	const struct mesh_proc_rlimit *rlimits; /* at most MESH_PROC_RLIMITS_MAX */
+	size_t nrlimits;
+	int cgroup_procs_fd; /* -1, or a cgroup.procs the child joins before exec */
+	int nice;	     /* added to the child's niceness; 0 = inherit */
+	unsigned flags;	     /* MESH_PROC_* */
+};
+#define MESH_PROC_OPTS_INIT {.in_fd = -1, .out_fd = -1, .err_fd = -1, .cgroup_procs_fd = -1}
+
+/* Forks (on the spawner thread) and execs.  0 with *pid, and with *pidfd
+ * (a close-on-exec pidfd the caller owns) when pidfd is not NULL, once
+ * execve succeeded; or -errno: the child's failure (-ENOENT, -EACCES,
+ * -ENOEXEC, ...; the child is already reaped) or the parent's (clone,
+ * pipe, pidfd_open; -E2BIG for too many fds or rlimits).  The fds in opts
+ * stay the caller's either way. */
+int mesh_proc_spawn(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o, pid_t *pid, int *pidfd);
+
+/* Resolves a command name like execvp (PATH, default
+ * "/usr/local/bin:/usr/bin:/bin") into a malloc'd path of an executable
+ * regular file.  A name with '/' is taken as is (checked).  0 with *out the
+ * caller's, -ENOENT, -EACCES, -ENOMEM. */
+int mesh_proc_resolve(const char *name, char **out);
+
+/* The exit code a shell would show: exit status k -> k, death by signal s
+ * -> 128 + s, anything else 255.  From a wait status or from waitid's
+ * siginfo (the same mapping). */
+int mesh_proc_exit_code(int wstatus);
+int mesh_proc_exit_code_si(const siginfo_t *si);
+
+/* Sends sig to the process group pgid (> 0).  0 or -errno (-ESRCH: the
+ * group is empty). */
+int mesh_proc_kill_group(pid_t pgid, int sig);
+/* 1 when no process is left in the group pgid (reaped or not yet). */
+int mesh_proc_group_gone(pid_t pgid);
+
+/* Stopping a group: the signal now, SIGKILL when the grace is over. */
+struct mesh_proc_stop {
+	pid_t pgid;
+	uint64_t deadline; /* monotonic ns */
+	int killed;	   /* SIGKILL was sent */
+};
+/* Sends sig (SIGKILL counts as killed) to the group; grace from now. */
+void mesh_proc_stop_begin(struct mesh_proc_stop *st, pid_t pgid, int sig, uint64_t grace_ns, uint64_t now);
+/* At or after the deadline, sends SIGKILL to the group once.  1 when this
+ * call sent it, else 0. */
+int mesh_proc_stop_step(struct mesh_proc_stop *st, uint64_t now);
+
+/* CPU time (user + system) and resident bytes of pid from /proc/<pid>/stat.
+ * 0 or -errno (-ENOENT: gone), MESH_E_PARSE. */
+int mesh_proc_sample(pid_t pid, uint64_t *cpu_ns, uint64_t *rss);
+
+/* The last lines of a process's output, for crash reports.  A line keeps
+ * its first MESH_PROC_TAIL_LINE_MAX bytes; control bytes other than tab
+ * become '?' so that a report stays one line a line.  Plain data: zero it
+ * (or mesh_proc_tail_reset) to start; nothing to release. */
+#define MESH_PROC_TAIL_LINES 30
+#define MESH_PROC_TAIL_LINE_MAX 512
+struct mesh_proc_tail {
+	char line[MESH_PROC_TAIL_LINES][MESH_PROC_TAIL_LINE_MAX + 1];
+	unsigned start, n; /* ring of whole lines */
+	char cur[MESH_PROC_TAIL_LINE_MAX + 1];
+	size_t cur_len; /* the unfinished line; > 0 counts as a line */
+};
+void mesh_proc_tail_reset(struct mesh_proc_tail *t);
+void mesh_proc_tail_feed(struct mesh_proc_tail *t, const char *data, size_t n);
+/* Points view[0..k-1] at the last k <= MESH_PROC_TAIL_LINES lines, oldest
+ * first, an unfinished last line counted as one; view[k] = NULL.  The
+ * pointers live until the next feed or reset.  Returns k. */
+size_t mesh_proc_tail_lines(const struct mesh_proc_tail *t, const char *view[MESH_PROC_TAIL_LINES + 1]);
+/* The same lines, each ending in '\n'; malloc'd, "" if none; NULL on ENOMEM. */
+char *mesh_proc_tail_text(const struct mesh_proc_tail *t);
+
+#endif

@@ -1,0 +1,362 @@
+#include "proc/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+struct mesh_proc_spawner {
+	pthread_mutex_t mu; /* one spawn at a time */
+	pthread_mutex_t jmu;
+	pthread_cond_t jcv;
+	pthread_t th;
+	int quit;
+	const struct mesh_proc_opts *job;
+	int want_pidfd;
+	pid_t pid;
+	int pidfd;
+	int rc;
+	int done;
+	int devnull;
+	uint64_t inherit_mask; /* the creator's mask, for MESH_PROC_INHERIT */
+	void *stack;	       /* the child's stack while it runs up to execve */
+};
+
+#define SPAWN_STACK (256u * 1024)
+
+/* The kernel's struct sigaction, for raw rt_sigaction. */
+struct ksigaction {
+	void *handler;
+	unsigned long flags;
+	void *restorer;
+	uint64_t mask;
+};
+
+/* Raw system calls: the child shares the parent's memory (CLONE_VM), so no
+ * libc or sanitizer bookkeeping of signal handlers may run here. */
+static void child_signals(unsigned flags, uint64_t mask)
+{
+	struct ksigaction dfl = {0}, cur;
+	for (int sig = 1; sig < NSIG; sig++) {
+		if (sig == SIGKILL || sig == SIGSTOP)
+			continue;
+		/* A shell keeps an ignored signal ignored in its children, but
+		 * an ignored SIGPIPE breaks `cmd | head` and an ignored SIGCHLD
+		 * breaks wait(). */
+		if ((flags & MESH_PROC_INHERIT) && sig != SIGPIPE && sig != SIGCHLD &&
+		    syscall(SYS_rt_sigaction, sig, NULL, &cur, sizeof(uint64_t)) == 0 && cur.handler == (void *)SIG_IGN)
+			continue;
+		syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(uint64_t));
+	}
+	if (!(flags & MESH_PROC_INHERIT))
+		mask = 0;
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, sizeof mask);
+}
+
+/* Moves in/out/err and the extra fds into place.  Every source goes above
+ * every target first, so no dup2 clobbers a source still needed.  0 or -1
+ * with errno; *errfd may move up. */
+static int child_fds(const struct mesh_proc_opts *o, int devnull, int *errfd)
+{
+	int top = 2;
+	for (size_t i = 0; i < o->nfds; i++)
+		if (o->fds[i].to > top)
+			top = o->fds[i].to;
+	int src[3] = {o->in_fd, o->out_fd, o->err_fd >= 0 ? o->err_fd : o->out_fd}, hi[3 + MESH_PROC_FDS_MAX];
+	for (int i = 0; i < 3; i++)
+		if ((hi[i] = fcntl(src[i] >= 0 ? src[i] : devnull, F_DUPFD_CLOEXEC, top + 1)) < 0)
+			return -1;
+	for (size_t i = 0; i < o->nfds; i++)
+		if ((hi[3 + i] = fcntl(o->fds[i].from, F_DUPFD_CLOEXEC, top + 1)) < 0)
+			return -1;
+	if (*errfd <= top) {
+		int e2 = fcntl(*errfd, F_DUPFD_CLOEXEC, top + 1);
+		if (e2 < 0)
+			return -1;
+		*errfd = e2;
+	}
+	for (int i = 0; i < 3; i++)
+		if (dup2(hi[i], i) < 0)
+			return -1;
+	for (size_t i = 0; i < o->nfds; i++)
+		if (dup2(hi[3 + i], o->fds[i].to) < 0)
+			return -1;
+	if (o->flags & MESH_PROC_INHERIT)
+		return 0;
+	if (syscall(SYS_close_range, (unsigned)top + 1, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		/* Older kernels: mark them one by one. */
+		for (int fd = top + 1; fd < 65536; fd++)
+			fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	return 0;
+}
+
+/* The child: only system calls from here to execve or _exit. */
+static void __attribute__((noreturn)) child(const struct mesh_proc_opts *o, pid_t parent, int errfd, int devnull,
+					       uint64_t mask)
+{
+	int err;
+	if ((o->flags & MESH_PROC_SESSION) ? setsid() < 0 : setpgid(0, 0) < 0)
+		goto fail;
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		goto fail;
+	/* The parent may have died between clone and prctl. */
+	if (getppid() != parent)
+		_exit(127);
+	if (o->cgroup_procs_fd >= 0 && write(o->cgroup_procs_fd, "0", 1) != 1)
+		goto fail;
+	for (size_t i = 0; i < o->nrlimits; i++) {
+		struct rlimit rl = {.rlim_cur = o->rlimits[i].value, .rlim_max = o->rlimits[i].value};
+		if (setrlimit(o->rlimits[i].resource, &rl) < 0)
+			goto fail;
+	}
+	if (o->nice)
+		setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + o->nice);
+	if (child_fds(o, devnull, &errfd) < 0)
+		goto fail;
+	child_signals(o->flags, mask);
+	syscall(SYS_execve, o->path, o->argv, o->envp);
+fail:
+	err = errno;
+	while (write(errfd, &err, sizeof err) < 0 && errno == EINTR)
+		;
+	_exit(127);
+}
+
+struct child_args {
+	const struct mesh_proc_opts *o;
+	pid_t parent;
+	int errfd, devnull;
+	uint64_t mask;
+};
+
+static int child_main(void *arg)
+{
+	struct child_args *a = arg;
+	child(a->o, a->parent, a->errfd, a->devnull, a->mask);
+}
+
+static void reap(pid_t pid)
+{
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
+static int do_spawn(struct mesh_proc_spawner *sp)
+{
+	const struct mesh_proc_opts *o = sp->job;
+	int p[2];
+	sp->pid = 0;
+	sp->pidfd = -1;
+	if (o->nfds > MESH_PROC_FDS_MAX || o->nrlimits > MESH_PROC_RLIMITS_MAX)
+		return -E2BIG;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	/* Like posix_spawn: the child borrows this thread's memory on its own
+	 * stack and this thread sleeps until it has exec'd or failed -- no copy
+	 * of the parent's page tables. */
+	struct child_args ca = {o, getpid(), p[1], sp->devnull, sp->inherit_mask};
+	pid_t pid = clone(child_main, (char *)sp->stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
+	if (pid < 0) {
+		int e = -errno;
+		close(p[0]);
+		close(p[1]);
+		return e;
+	}
+	close(p[1]);
+	int cerr = 0;
+	ssize_t r;
+	do
+		r = read(p[0], &cerr, sizeof cerr);
+	while (r < 0 && errno == EINTR);
+	close(p[0]);
+	if (r == (ssize_t)sizeof cerr) {
+		reap(pid);
+		return cerr ? -cerr : -EIO;
+	}
+	if (sp->want_pidfd) {
+		/* The child is not reaped yet, so its pid cannot be reused. */
+		int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		if (pidfd < 0) {
+			int e = -errno;
+			kill(pid, SIGKILL);
+			reap(pid);
+			return e;
+		}
+		fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+		sp->pidfd = pidfd;
+	}
+	sp->pid = pid;
+	return 0;
+}
+
+static void *spawner_main(void *arg)
+{
+	struct mesh_proc_spawner *sp = arg;
+	pthread_mutex_lock(&sp->jmu);
+	for (;;) {
+		while (!sp->job && !sp->quit)
+			pthread_cond_wait(&sp->jcv, &sp->jmu);
+		if (sp->quit)
+			break;
+		sp->rc = do_spawn(sp);
+		sp->job = NULL;
+		sp->done = 1;
+		pthread_cond_broadcast(&sp->jcv);
+	}
+	pthread_mutex_unlock(&sp->jmu);
+	return NULL;
+}
+
+static void spawner_destroy(struct mesh_proc_spawner *sp)
+{
+	if (sp->stack && sp->stack != MAP_FAILED)
+		munmap(sp->stack, SPAWN_STACK);
+	if (sp->devnull >= 0)
+		close(sp->devnull);
+	pthread_mutex_destroy(&sp->mu);
+	pthread_mutex_destroy(&sp->jmu);
+	pthread_cond_destroy(&sp->jcv);
+	free(sp);
+}
+
+int mesh_proc_spawner_new(struct mesh_proc_spawner **out)
+{
+	struct mesh_proc_spawner *sp = calloc(1, sizeof *sp);
+	if (!sp)
+		return -ENOMEM;
+	pthread_mutex_init(&sp->mu, NULL);
+	pthread_mutex_init(&sp->jmu, NULL);
+	pthread_cond_init(&sp->jcv, NULL);
+	sp->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	sp->stack = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (sp->devnull < 0 || sp->stack == MAP_FAILED) {
+		int e = -errno;
+		spawner_destroy(sp);
+		return e;
+	}
+	/* The thread blocks every signal: the child starts with them blocked
+	 * (no handler of the parent's can run in it) and sets its mask after
+	 * the reset. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	sp->inherit_mask = 0;
+	for (int sig = 1; sig < NSIG && sig <= 64; sig++)
+		if (sigismember(&old, sig) == 1)
+			sp->inherit_mask |= 1ull << (sig - 1);
+	int rc = pthread_create(&sp->th, NULL, spawner_main, sp);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		spawner_destroy(sp);
+		return -rc;
+	}
+	*out = sp;
+	return 0;
+}
+
+void mesh_proc_spawner_free(struct mesh_proc_spawner *sp)
+{
+	if (!sp)
+		return;
+	pthread_mutex_lock(&sp->jmu);
+	sp->quit = 1;
+	pthread_cond_broadcast(&sp->jcv);
+	pthread_mutex_unlock(&sp->jmu);
+	pthread_join(sp->th, NULL);
+	spawner_destroy(sp);
+}
+
+int mesh_proc_spawn(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o, pid_t *pid, int *pidfd)
+{
+	int rc;
+	pthread_mutex_lock(&sp->mu);
+	pthread_mutex_lock(&sp->jmu);
+	sp->job = o;
+	sp->want_pidfd = pidfd != NULL;
+	sp->done = 0;
+	pthread_cond_broadcast(&sp->jcv);
+	while (!sp->done)
+		pthread_cond_wait(&sp->jcv, &sp->jmu);
+	rc = sp->rc;
+	if (rc == 0) {
+		*pid = sp->pid;
+		if (pidfd)
+			*pidfd = sp->pidfd;
+	}
+	pthread_mutex_unlock(&sp->jmu);
+	pthread_mutex_unlock(&sp->mu);
+	return rc;
+}
+
+static int check_exec(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EACCES;
+	if (access(path, X_OK) < 0)
+		return -errno;
+	return 0;
+}
+
+int mesh_proc_resolve(const char *name, char **out)
+{
+	*out = NULL;
+	if (!name[0])
+		return -ENOENT;
+	if (strchr(name, '/')) {
+		int rc = check_exec(name);
+		if (rc < 0)
+			return rc;
+		*out = strdup(name);
+		return *out ? 0 : -ENOMEM;
+	}
+	const char *path = getenv("PATH");
+	if (!path || !path[0])
+		path = "/usr/local/bin:/usr/bin:/bin";
+	int seen_eacces = 0;
+	size_t nl = strlen(name);
+	for (const char *p = path;;) {
+		const char *c = strchr(p, ':');
+		size_t dl = c ? (size_t)(c - p) : strlen(p);
+		char *cand = malloc(dl + nl + 3);
+		if (!cand)
+			return -ENOMEM;
+		if (dl == 0) {
+			memcpy(cand, "./", 2);
+			dl = 2;
+		} else {
+			memcpy(cand, p, dl);
+			cand[dl++] = '/';
+		}
+		memcpy(cand + dl, name, nl + 1);
+		int rc = check_exec(cand);
+		if (rc == 0) {
+			*out = cand;
+			return 0;
+		}
+		free(cand);
+		if (rc == -EACCES)
+			seen_eacces = 1;
+		if (!c)
+			break;
+		p = c + 1;
+	}
+	return seen_eacces ? -EACCES : -ENOENT;
+}
