@@ -1,9 +1,9 @@
 /* meshd: the native worker host.  Wires the core (daemon/ops.h) to the
  * control API (daemon/api.h) and to systemd's readiness protocol. */
 #include "base/err.h"
+#include "base/exit.h"
 #include "base/log.h"
 #include "base/parse.h"
-#include "cli/exit.h"
 #include "daemon/api.h"
 #include "daemon/api_client.h"
 #include "daemon/notify.h"
