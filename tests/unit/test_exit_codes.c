@@ -1,12 +1,10 @@
 /* The one exit-code table (base/exit.h): shared by mesh and meshd, so it
- * lives below both; meshd must not reach into the CLI for it. */
+ * lives below both (test_layers checks that meshd does not include the CLI). */
 #include "base/err.h"
 #include "base/exit.h"
 #include "runner/t.h"
 
 #include <errno.h>
-#include <stdio.h>
-#include <string.h>
 
 TEST(exit_codes_table_answers_never_collide_with_errors)
 {
@@ -40,20 +38,4 @@ TEST(exit_codes_mesh_exit_for_classes)
 	EXPECT_EQ(mesh_exit_for(-EPERM), MESH_EXIT_NOPERM);
 	EXPECT_EQ(mesh_exit_for(-ENOMEM), MESH_EXIT_OSERR);
 	EXPECT_EQ(mesh_exit_for(-EXDEV), MESH_EXIT_SOFTWARE);
-}
-
-/* DESIGN.md: the daemon sits beside the CLI, not above it. */
-TEST(exit_codes_meshd_does_not_include_the_cli)
-{
-	static const char *const files[] = {"src/daemon/main.c", "src/daemon/core.c", "src/daemon/api.c",
-					    "src/daemon/api_client.c"};
-	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-		FILE *f = fopen(t_src(files[i]), "r");
-		ASSERT_TRUE(f != NULL);
-		char line[1024];
-		while (fgets(line, sizeof line, f))
-			if (strncmp(line, "#include \"cli/", 14) == 0)
-				t__fail(__FILE__, __LINE__, "%s: %s", files[i], line);
-		fclose(f);
-	}
 }
