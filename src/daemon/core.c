@@ -314,7 +314,7 @@ static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
 	int down = -1;
 	for (unsigned i = 0; i < p->nw; i++) {
 		enum mesh_istate st = mesh_instance_state(p->w[i].inst);
-		if (st != MESH_IS_DOWN && st != MESH_IS_STOPPING) {
+		if (st != MESH_IS_DOWN && !mesh_istate_stopping(st)) {
 			/* A no-op on a live worker, but it makes this the request
 			 * whose failures the caller's wait reports. */
 			int rc = mesh_instance_warm(p->w[i].inst, err);
