@@ -462,7 +462,10 @@ static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct
 	if (rc) {
 		o->rc = rc;
 		o->arg.code = rc;
-		raise_text(o, MESH_EV_UNSTARTED, "%s", err && *err ? *err : mesh_strerror(rc));
+		if (err && *err)
+			raise_text(o, MESH_EV_UNSTARTED, "%s", *err);
+		else
+			raise_text(o, MESH_EV_UNSTARTED, "cannot start: %s", mesh_strerror(rc));
 		return;
 	}
 	w->deadline = mesh_mono_ns() + ready_ns(w);
@@ -540,8 +543,8 @@ static void act_fail(struct mesh_instance *w, enum mesh_istate was, enum mesh_ie
 		why = mesh_strf("no '%s' within %llu ms",
 				was == MESH_IS_STARTING ? "ready" : was == MESH_IS_LAUNCHING ? "online" : "halted",
 				(unsigned long long)(lim / MESH_NS_PER_MS));
-	} else if (a->text && (ev == MESH_EV_BROKEN || ev == MESH_EV_REJECTED || ev == MESH_EV_STALE)) {
-		why = mesh_strf("%s", a->text);
+	} else if (ev == MESH_EV_BROKEN || ev == MESH_EV_REJECTED || ev == MESH_EV_STALE) {
+		why = mesh_strf("%s", a->text ? a->text : "protocol violation");
 	} else {
 		why = mesh_strf("unexpected '%s' while %s%s%s", mesh_ievent_name(ev), mesh_istate_name(was),
 				a->text ? ": " : "", a->text ? a->text : "");
