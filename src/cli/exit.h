@@ -1,31 +1,13 @@
-/* The exit codes of `mesh`: one table for every subcommand (`mesh help
- * exit-codes` prints it).  Codes 0..9 carry answers; errors start at 64
- * (sysexits) so that no error can be read as an answer. */
+/* The CLI's side of the exit codes: the table itself (MESH_EXIT_MAP,
+ * mesh_exit_for) is base/exit.h, shared with meshd; here are mesh run's
+ * mapping and the helpers that print an error and return its code. */
 #ifndef MESH_CLI_EXIT_H
 #define MESH_CLI_EXIT_H
 
-/* X(name, code, meaning) */
-#define MESH_EXIT_MAP(X)                                                                              \
-	X(OK, 0, "success; `job status`: COMPLETE; `autoscale`: HOLD")                                \
-	X(INCOMPLETE, 1, "`job status`: INCOMPLETE; `autoscale`: SPAWN; `run`: some chunks failed")    \
-	X(SERVE, 2, "`autoscale`: SERVE")                                                             \
-	X(NONE, 3, "`job lease`: NONE, nothing can be leased now; `autoscale`: REAP")                  \
-	X(COMPLETE, 4, "`job lease`: COMPLETE, the job is done")                                      \
-	X(INTERRUPTED, 5, "`run`/`harvest`: stopped by a signal before the job was complete; rerun to resume") \
-	X(USAGE, 64, "usage error: unknown command or option, missing or malformed argument")       \
-	X(DATAERR, 65, "bad input: corrupt or foreign journal, a chunk count that conflicts, out-of-range chunk, path refused") \
-	X(NOINPUT, 66, "an input file does not exist or cannot be read (a missing journal)")          \
-	X(UNAVAILABLE, 69, "a service is not reachable (meshd not running, upstream refused)")        \
-	X(SOFTWARE, 70, "internal error")                                                             \
-	X(OSERR, 71, "the system refused (fork, memory, limits)")                                    \
-	X(CANTCREAT, 73, "cannot create an output file or a lock directory (its parent is missing or read-only)")                                              \
-	X(IOERR, 74, "write or fsync failed (a full disk): nothing was reported done that is not durable") \
-	X(TEMPFAIL, 75, "temporary failure, try again (a lock held, a timeout, a conflicting state)") \
-	X(PROTOCOL, 76, "a worker crashed or broke the protocol while serving the request (the report says how)") \
-	X(NOPERM, 77, "permission denied: a read-only or immutable journal that a command must write")
+#include "base/exit.h"
 
 /* `mesh run` answers as GNU parallel does: its exit code is the number of
- * failed chunks (1..100; 101: more than 100), so the error codes above
+ * failed chunks (1..100; 101: more than 100), so the error codes of base/exit.h
  * would read as failure counts there.  mesh run moves each of them up by
  * MESH_EXIT_RUN_SHIFT (usage 104, bad input 105, no input 106, ...) and has
  * these answers of its own.  X(name, code, meaning) */
@@ -41,15 +23,12 @@
 
 enum {
 #define MESH__EXIT_ENUM(name, code, msg) MESH_EXIT_##name = code,
-	MESH_EXIT_MAP(MESH__EXIT_ENUM)
 	MESH_EXIT_RUN_MAP(MESH__EXIT_ENUM)
 #undef MESH__EXIT_ENUM
 };
 
 /* mesh run's code for a code of the shared table (see MESH_EXIT_RUN_MAP). */
 int mesh_exit_run(int code);
-/* The exit code for a library error code (negative). */
-int mesh_exit_for(int err);
 /* Prints "mesh: <what>: <strerror(err)>" to stderr and returns mesh_exit_for(err). */
 int mesh_cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints "mesh: <message>" plus a usage hint to stderr; returns MESH_EXIT_USAGE. */

@@ -1,8 +1,10 @@
 /* mesh: the command-line front end.  Each subcommand lives in its own file
  * (cli/cmd_<name>.c) as a thin layer over a library call. */
+#include "base/buf.h"
 #include "base/err.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
+#include "host/host.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -25,7 +27,8 @@ static void usage(FILE *f)
 		   "commands:\n");
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
-	fprintf(f, "  %-10s %s\n", "help", "this text; `mesh help exit-codes` lists the exit codes");
+	fprintf(f, "  %-10s %s\n", "help",
+		"this text; `mesh help exit-codes` lists the exit codes, `mesh help lifecycle` meshd's worker table");
 	fprintf(f, "  %-10s %s\n", "version", "print the version");
 	fprintf(f, "\n`mesh <command> --help` describes a command.\n");
 }
@@ -38,6 +41,17 @@ static void exit_codes(void)
 	printf("\n`mesh run` answers as GNU parallel (the count of failed chunks), so its own codes differ:\n");
 	MESH_EXIT_RUN_MAP(MESH__EXIT_ROW)
 #undef MESH__EXIT_ROW
+}
+
+/* meshd's worker lifecycle, every cell of the host's table (docs/host.md). */
+static int lifecycle(void)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	int rc = mesh_lifecycle_describe(&b);
+	if (rc == 0)
+		fwrite(b.p, 1, b.len, stdout);
+	mesh_buf_release(&b);
+	return rc ? mesh_cli_fail(rc, "cannot describe the lifecycle") : 0;
 }
 
 int main(int argc, char **argv)
@@ -53,6 +67,8 @@ int main(int argc, char **argv)
 			exit_codes();
 			return 0;
 		}
+		if (argc > 2 && !strcmp(argv[2], "lifecycle"))
+			return lifecycle();
 		if (argc > 2) {
 			for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
 				if (!strcmp(argv[2], cmds[i].name)) {

@@ -227,6 +227,58 @@ static void send_method_not_allowed(struct job *jb, const char *allow)
 	jb->allow = allow;
 }
 
+/* The core answers with structs (daemon/ops.h); here they become JSON. */
+static json_t *program_json(const struct meshd_program_info *pi)
+{
+	char lim[128], ih[24], bh[24];
+	mesh_limits_describe(pi->limits, lim, sizeof lim);
+	snprintf(ih, sizeof ih, "%016llx", (unsigned long long)pi->image_hash);
+	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s}", "name", pi->name, "device", pi->gpu ? "gpu" : "cpu",
+			 "binary", pi->binary, "image_hash", ih, "bin_hash", bh, "bin_bytes", (json_int_t)pi->bin_bytes,
+			 "max_workers", (json_int_t)pi->max_workers, "limits", lim);
+}
+
+static json_t *worker_json(const struct meshd_worker_info *wi)
+{
+	const struct mesh_instance_stats *st = &wi->st;
+	char el[128] = "";
+	if (st->pid)
+		mesh_limits_describe(st->limits, el, sizeof el);
+	return json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s}", "state", mesh_istate_name(st->state),
+			 "pid", (json_int_t)st->pid, "slot", wi->slot >= 0 ? json_integer(wi->slot) : json_null(),
+			 "cpu_pct", st->cpu_pct, "rss", (json_int_t)st->rss, "cpu_ns", (json_int_t)st->cpu_ns, "spawns",
+			 (json_int_t)st->spawns, "crashes", (json_int_t)st->crashes, "last_exit",
+			 st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el);
+}
+
+/* {"host": {...}, "programs": [{..., "workers": [...]}, ...]}; NULL: no memory. */
+static json_t *ps_json(const struct meshd_ps *ps)
+{
+	char lim[160];
+	mesh_limits_describe(ps->caps.avail, lim, sizeof lim);
+	json_t *progs = json_array();
+	for (unsigned i = 0; progs && i < ps->nprograms; i++) {
+		const struct meshd_program_info *pi = &ps->programs[i];
+		json_t *ws = json_array(), *pj = program_json(pi);
+		for (unsigned k = 0; ws && k < pi->nworkers; k++)
+			json_array_append_new(ws, worker_json(&pi->workers[k]));
+		if (!ws || !pj || json_object_set_new(pj, "spawns", json_integer(pi->spawns)) ||
+		    json_object_set_new(pj, "crashes", json_integer(pi->crashes)) || json_object_set_new(pj, "workers", ws) ||
+		    json_array_append_new(progs, pj)) {
+			json_decref(progs);
+			progs = NULL;
+		}
+	}
+	if (!progs)
+		return NULL;
+	return json_pack("{s:{s:I, s:f, s:I, s:I, s:I, s:s, s:s, s:I}, s:o}", "host", "processes",
+			 (json_int_t)ps->host.procs, "cpu_pct", ps->host.cpu_pct, "rss", (json_int_t)ps->host.rss, "spawns",
+			 (json_int_t)ps->host.spawns, "crashes", (json_int_t)ps->host.crashes, "limits_available", lim,
+			 "cgroup", *ps->caps.cgroup_why ? ps->caps.cgroup_why : "delegated", "slots",
+			 (json_int_t)ps->slots, "programs", progs);
+}
+
 static const char *arg(struct job *jb, const char *key)
 {
 	return evhttp_find_header(&jb->args, key);
@@ -284,11 +336,20 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 			return set_answer(jb, 200, "application/octet-stream", "", 0, 1);
 		return set_answer(jb, 200, "application/octet-stream", reply, reply_len, 0);
 	}
-	if (!strcmp(action, "load"))
-		rc = meshd_op_load(a->core, name, &out, &msg);
-	else if (!strcmp(action, "start"))
-		rc = meshd_op_start(a->core, name, &out, &msg);
-	else if (!strcmp(action, "stop"))
+	if (!strcmp(action, "load")) {
+		struct meshd_program_info pi;
+		rc = meshd_op_load(a->core, name, &pi, &msg);
+		if (rc == 0) {
+			out = program_json(&pi);
+			meshd_program_info_release(&pi);
+		}
+	} else if (!strcmp(action, "start")) {
+		struct mesh_instance_stats st;
+		rc = meshd_op_start(a->core, name, &st, &msg);
+		if (rc == 0)
+			out = json_pack("{s:s, s:I, s:s}", "name", name, "pid", (json_int_t)st.pid, "state",
+					mesh_istate_name(st.state));
+	} else if (!strcmp(action, "stop"))
 		rc = meshd_op_stop(a->core, name, &msg);
 	else
 		rc = meshd_op_unload(a->core, name, &msg);
@@ -305,15 +366,15 @@ static void route(struct meshd_api *a, struct job *jb)
 	static const char prefix[] = "/v1/programs/";
 	const char *url = jb->path, *method = jb->method;
 	if (!strcmp(url, "/v1/ps")) {
-		json_t *out = NULL;
+		struct meshd_ps ps;
 		int rc;
 		if (strcmp(method, "GET") && strcmp(method, "HEAD"))
 			return send_method_not_allowed(jb, "GET, HEAD");
-		rc = meshd_op_ps(a->core, &out);
-		if (rc < 0) {
-			json_decref(out);
+		rc = meshd_op_ps(a->core, &ps);
+		if (rc < 0)
 			return send_op_error(jb, rc, NULL);
-		}
+		json_t *out = ps_json(&ps);
+		meshd_ps_release(&ps);
 		return send_json(jb, 200, out);
 	}
 	if (!strncmp(url, prefix, sizeof prefix - 1)) {

@@ -202,29 +202,44 @@ static struct program *find(struct meshd_core *d, const char *name)
 	return NULL;
 }
 
-static json_t *hex64(uint64_t v)
+/* The image's fields of pi; the strings are copies.  0 or -ENOMEM. */
+static int image_info(const struct mesh_image *img, struct meshd_program_info *pi)
 {
-	char b[24];
-	snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
-	return json_string(b);
+	memset(pi, 0, sizeof *pi);
+	pi->name = strdup(img->name);
+	pi->binary = strdup(img->bin_path);
+	if (!pi->name || !pi->binary) {
+		meshd_program_info_release(pi);
+		return -ENOMEM;
+	}
+	pi->gpu = img->m.device == MESH_DEVICE_GPU;
+	pi->image_hash = img->image_hash;
+	pi->bin_hash = img->bin_hash;
+	pi->bin_bytes = img->bin_bytes;
+	pi->max_workers = img->m.max_workers;
+	pi->limits = img->enforced;
+	return 0;
 }
 
-static json_t *image_json(const struct mesh_image *img)
+void meshd_program_info_release(struct meshd_program_info *pi)
 {
-	char lim[128];
-	mesh_limits_describe(img->enforced, lim, sizeof lim);
-	json_t *j = json_object();
-	if (!j)
-		return NULL;
-	json_object_set_new(j, "name", json_string(img->name));
-	json_object_set_new(j, "device", json_string(img->m.device == MESH_DEVICE_GPU ? "gpu" : "cpu"));
-	json_object_set_new(j, "binary", json_string(img->bin_path));
-	json_object_set_new(j, "image_hash", hex64(img->image_hash));
-	json_object_set_new(j, "bin_hash", hex64(img->bin_hash));
-	json_object_set_new(j, "bin_bytes", json_integer((json_int_t)img->bin_bytes));
-	json_object_set_new(j, "max_workers", json_integer(img->m.max_workers));
-	json_object_set_new(j, "limits", json_string(lim));
-	return j;
+	if (!pi)
+		return;
+	free(pi->name);
+	free(pi->binary);
+	free(pi->workers);
+	memset(pi, 0, sizeof *pi);
+}
+
+void meshd_ps_release(struct meshd_ps *ps)
+{
+	if (!ps)
+		return;
+	for (unsigned i = 0; i < ps->nprograms; i++)
+		meshd_program_info_release(&ps->programs[i]);
+	free(ps->programs);
+	ps->programs = NULL;
+	ps->nprograms = 0;
 }
 
 /* Finds or loads name, with a reference held (unref when done). */
@@ -272,7 +287,7 @@ static void unref(struct meshd_core *d, struct program *p)
 	pthread_mutex_unlock(&d->mu);
 }
 
-int meshd_op_load(struct meshd_core *d, const char *name, json_t **out, char **err)
+int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err)
 {
 	struct program *p;
 	if (err)
@@ -281,9 +296,9 @@ int meshd_op_load(struct meshd_core *d, const char *name, json_t **out, char **e
 	if (rc)
 		return rc;
 	if (out)
-		*out = image_json(&p->img);
+		rc = image_info(&p->img, out);
 	unref(d, p);
-	return 0;
+	return rc;
 }
 
 static uint64_t start_wait_ns(const struct program *p, const struct meshd_core *d)
@@ -299,7 +314,7 @@ static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
 	int down = -1;
 	for (unsigned i = 0; i < p->nw; i++) {
 		enum mesh_istate st = mesh_instance_state(p->w[i].inst);
-		if (st != MESH_IS_DOWN && st != MESH_IS_STOPPING) {
+		if (st != MESH_IS_DOWN && !mesh_istate_stopping(st)) {
 			/* A no-op on a live worker, but it makes this the request
 			 * whose failures the caller's wait reports. */
 			int rc = mesh_instance_warm(p->w[i].inst, err);
@@ -321,7 +336,7 @@ static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
 	return rc ? rc : down;
 }
 
-int meshd_op_start(struct meshd_core *d, const char *name, json_t **out, char **err)
+int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_stats *out, char **err)
 {
 	struct program *p;
 	if (err)
@@ -341,11 +356,8 @@ int meshd_op_start(struct meshd_core *d, const char *name, json_t **out, char **
 	}
 	rc = mesh_instance_wait(inst, 1u << MESH_IS_IDLE | 1u << MESH_IS_RUNNING | 1u << MESH_IS_LAUNCHING,
 				start_wait_ns(p, d), err);
-	if (rc == 0 && out) {
-		struct mesh_instance_stats st = mesh_instance_stats(inst);
-		*out = json_pack("{s:s, s:i, s:s}", "name", p->img.name, "pid", (int)st.pid, "state",
-				 mesh_istate_name(st.state));
-	}
+	if (rc == 0 && out)
+		*out = mesh_instance_stats(inst);
 	unref(d, p);
 	return rc;
 }
@@ -416,63 +428,46 @@ int meshd_op_unload(struct meshd_core *d, const char *name, char **err)
 	return 0;
 }
 
-int meshd_op_ps(struct meshd_core *d, json_t **out)
+/* pi's ps fields: its workers and their counts; d->mu held.  0 or -ENOMEM. */
+static int program_ps(struct meshd_core *d, struct program *p, struct meshd_program_info *pi)
 {
-	json_t *progs = json_array(), *root = json_object(), *host = json_object();
-	if (!progs || !root || !host) {
-		json_decref(progs);
-		json_decref(root);
-		json_decref(host);
+	reconcile(d, p);
+	int rc = image_info(&p->img, pi);
+	if (rc)
+		return rc;
+	if (p->nw && !(pi->workers = calloc(p->nw, sizeof *pi->workers)))
 		return -ENOMEM;
+	pi->nworkers = p->nw;
+	for (unsigned i = 0; i < p->nw; i++) {
+		struct meshd_worker_info *wi = &pi->workers[i];
+		wi->st = mesh_instance_stats(p->w[i].inst);
+		wi->slot = p->w[i].slot;
+		pi->spawns += wi->st.spawns;
+		pi->crashes += wi->st.crashes;
 	}
-	struct mesh_host_totals t = mesh_host_totals(d->h);
-	const struct mesh_limits_caps *caps = mesh_host_caps(d->h);
-	char lim[160];
-	mesh_limits_describe(caps->avail, lim, sizeof lim);
-	json_object_set_new(host, "processes", json_integer(t.procs));
-	json_object_set_new(host, "cpu_pct", json_real(t.cpu_pct));
-	json_object_set_new(host, "rss", json_integer((json_int_t)t.rss));
-	json_object_set_new(host, "spawns", json_integer(t.spawns));
-	json_object_set_new(host, "crashes", json_integer(t.crashes));
-	json_object_set_new(host, "limits_available", json_string(lim));
-	json_object_set_new(host, "cgroup", json_string(*caps->cgroup_why ? caps->cgroup_why : "delegated"));
-	json_object_set_new(host, "slots", json_integer(d->nslots));
-	pthread_mutex_lock(&d->mu);
-	for (struct program *p = d->progs; p; p = p->next) {
-		if (p->gone)
-			continue;
-		reconcile(d, p);
-		json_t *pj = image_json(&p->img), *ws = json_array();
-		uint32_t spawns = 0, crashes = 0;
-		for (unsigned i = 0; i < p->nw; i++) {
-			struct mesh_instance_stats st = mesh_instance_stats(p->w[i].inst);
-			char el[128];
-			mesh_limits_describe(st.limits, el, sizeof el);
-			spawns += st.spawns;
-			crashes += st.crashes;
-			json_t *wj = json_object();
-			json_object_set_new(wj, "state", json_string(mesh_istate_name(st.state)));
-			json_object_set_new(wj, "pid", json_integer(st.pid));
-			json_object_set_new(wj, "slot", p->w[i].slot >= 0 ? json_integer(p->w[i].slot) : json_null());
-			json_object_set_new(wj, "cpu_pct", json_real(st.cpu_pct));
-			json_object_set_new(wj, "rss", json_integer((json_int_t)st.rss));
-			json_object_set_new(wj, "cpu_ns", json_integer((json_int_t)st.cpu_ns));
-			json_object_set_new(wj, "spawns", json_integer(st.spawns));
-			json_object_set_new(wj, "crashes", json_integer(st.crashes));
-			json_object_set_new(wj, "last_exit", st.last_exit >= 0 ? json_integer(st.last_exit) : json_null());
-			json_object_set_new(wj, "limits_enforced", json_string(st.pid ? el : ""));
-			json_array_append_new(ws, wj);
-		}
-		json_object_set_new(pj, "spawns", json_integer(spawns));
-		json_object_set_new(pj, "crashes", json_integer(crashes));
-		json_object_set_new(pj, "workers", ws);
-		json_array_append_new(progs, pj);
-	}
-	pthread_mutex_unlock(&d->mu);
-	json_object_set_new(root, "host", host);
-	json_object_set_new(root, "programs", progs);
-	*out = root;
 	return 0;
+}
+
+int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out)
+{
+	memset(out, 0, sizeof *out);
+	out->host = mesh_host_totals(d->h);
+	out->caps = *mesh_host_caps(d->h);
+	out->slots = d->nslots;
+	int rc = 0;
+	pthread_mutex_lock(&d->mu);
+	unsigned n = 0;
+	for (struct program *p = d->progs; p; p = p->next)
+		n += !p->gone;
+	if (n && !(out->programs = calloc(n, sizeof *out->programs)))
+		rc = -ENOMEM;
+	for (struct program *p = d->progs; p && !rc; p = p->next)
+		if (!p->gone)
+			rc = program_ps(d, p, &out->programs[out->nprograms++]);
+	pthread_mutex_unlock(&d->mu);
+	if (rc)
+		meshd_ps_release(out);
+	return rc;
 }
 
 int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, char **text, size_t *len, char **err)
@@ -681,8 +676,10 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
  * own demand (requests in flight) and idle time; REAP makes it exit. */
 static void tick(struct meshd_core *d)
 {
-	uint64_t now = mesh_mono_ns();
 	pthread_mutex_lock(&d->mu);
+	/* Read under d->mu: a caller sets last_used under it, so it is never
+	 * later than this now (a later one read as idle for ~584 years). */
+	uint64_t now = mesh_mono_ns();
 	for (struct program *p = d->progs; p; p = p->next) {
 		if (p->gone)
 			continue;
@@ -692,7 +689,7 @@ static void tick(struct meshd_core *d)
 			enum mesh_istate st = mesh_instance_state(wk->inst);
 			if ((st != MESH_IS_IDLE && st != MESH_IS_RUNNING) || !wk->last_used)
 				continue;
-			int64_t idle = (int64_t)((now - wk->last_used) / MESH_NS_PER_MS);
+			int64_t idle = now > wk->last_used ? (int64_t)((now - wk->last_used) / MESH_NS_PER_MS) : 0;
 			int64_t ttl = (int64_t)(p->img.m.idle_ttl_ns / MESH_NS_PER_MS);
 			if (mesh_as_decide(1, wk->inflight > 0, idle, ttl) == MESH_AS_REAP)
 				mesh_instance_exit(wk->inst);

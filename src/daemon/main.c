@@ -1,9 +1,9 @@
 /* meshd: the native worker host.  Wires the core (daemon/ops.h) to the
  * control API (daemon/api.h) and to systemd's readiness protocol. */
 #include "base/err.h"
+#include "base/exit.h"
 #include "base/log.h"
 #include "base/parse.h"
-#include "cli/exit.h"
 #include "daemon/api.h"
 #include "daemon/api_client.h"
 #include "daemon/notify.h"
@@ -109,18 +109,16 @@ static void *stop_one(void *arg)
  * its grace). */
 static void stop_programs(struct meshd_core *core)
 {
-	json_t *ps = NULL, *progs, *p;
+	struct meshd_ps ps;
 	struct stopper *st;
 	size_t i, n;
 	if (meshd_op_ps(core, &ps) < 0)
 		return;
-	progs = json_object_get(ps, "programs");
-	n = json_array_size(progs);
+	n = ps.nprograms;
 	st = n ? calloc(n, sizeof *st) : NULL;
-	json_array_foreach(progs, i, p)
-	{
-		const char *name = json_string_value(json_object_get(p, "name"));
-		if (!st || !name || strlen(name) > MESHD_API_NAME_MAX)
+	for (i = 0; st && i < n; i++) {
+		const char *name = ps.programs[i].name;
+		if (strlen(name) > MESHD_API_NAME_MAX)
 			continue;
 		st[i].core = core;
 		strcpy(st[i].name, name);
@@ -134,7 +132,7 @@ static void stop_programs(struct meshd_core *core)
 		if (st[i].started)
 			pthread_join(st[i].th, NULL);
 	free(st);
-	json_decref(ps);
+	meshd_ps_release(&ps);
 }
 
 static int exit_for(int err)

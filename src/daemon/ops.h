@@ -5,8 +5,8 @@
  * Every op is thread-safe: the API may call it from any of its threads while
  * the core's loop runs.  Each returns 0 or a negative mesh error (base/err.h);
  * on error *err (when err is not NULL) receives a malloc'd one-line message
- * for the user, which the caller frees.  JSON answers are jansson objects
- * owned by the caller (json_decref).
+ * for the user, which the caller frees.  Answers are plain structs; JSON is
+ * rendered by the API (daemon/api.c), never here.
  *
  * Caller protocol (daemon/main.c):
  *   1. meshd_core_new(&d, &cfg, &err)  -- checks the catalog and logs dirs
@@ -16,7 +16,9 @@
 #ifndef MESH_DAEMON_OPS_H
 #define MESH_DAEMON_OPS_H
 
-#include <jansson.h>
+#include "host/host.h"
+#include "host/limits.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,16 +38,49 @@ int meshd_core_run(struct meshd_core *d);
 void meshd_core_stop(struct meshd_core *d);
 void meshd_core_free(struct meshd_core *d);
 
-/* Loads <catalog>/<name>: manifest, binary, hash, limits (no process yet). */
-int meshd_op_load(struct meshd_core *d, const char *name, json_t **out, char **err);
+/* A worker of a program, as ps sees it. */
+struct meshd_worker_info {
+	struct mesh_instance_stats st;
+	int slot; /* the slot it is on, or -1 */
+};
+
+/* A loaded program.  Filled by load (image fields) and ps (all); the
+ * strings and workers are malloc'd: meshd_program_info_release. */
+struct meshd_program_info {
+	char *name, *binary;
+	int gpu; /* device = "gpu" */
+	uint64_t image_hash, bin_hash, bin_bytes;
+	unsigned max_workers;
+	unsigned limits;	  /* MESH_LIM_* bits its limits are enforced with */
+	uint32_t spawns, crashes; /* over its workers */
+	struct meshd_worker_info *workers;
+	unsigned nworkers;
+};
+void meshd_program_info_release(struct meshd_program_info *pi);
+
+/* The stats table (meshd_ps_release frees what it holds). */
+struct meshd_ps {
+	struct mesh_host_totals host;
+	struct mesh_limits_caps caps; /* what this machine can enforce, and why not */
+	unsigned slots;
+	struct meshd_program_info *programs;
+	unsigned nprograms;
+};
+void meshd_ps_release(struct meshd_ps *ps);
+
+/* Loads <catalog>/<name>: manifest, binary, hash, limits (no process yet).
+ * *out (NULL: not wanted) is filled on success only. */
+int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err);
 /* Unloads: its workers exit (EXIT), are reaped; the image is forgotten. */
 int meshd_op_unload(struct meshd_core *d, const char *name, char **err);
-/* Starts a worker now and waits for `ready` (loads first if needed). */
-int meshd_op_start(struct meshd_core *d, const char *name, json_t **out, char **err);
+/* Starts a worker now and waits for `ready` (loads first if needed); *out
+ * (NULL: not wanted): that worker's stats, on success. */
+int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_stats *out, char **err);
 /* Asks its workers to exit (EXIT, grace, SIGKILL of the group); stays loaded. */
 int meshd_op_stop(struct meshd_core *d, const char *name, char **err);
-/* The stats table: {"host": {...}, "programs": [{...}, ...]}. */
-int meshd_op_ps(struct meshd_core *d, json_t **out);
+/* The stats table: the host's totals, then each loaded program with its
+ * workers.  0 or -ENOMEM (*out then holds nothing to release). */
+int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out);
 /* The last tail_bytes of <logs>/<name>.log (0 = all, capped at 1 MiB). */
 int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, char **text, size_t *len, char **err);
 /* Sends one request through a slot of a warm worker of name (spawning one

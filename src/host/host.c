@@ -69,7 +69,6 @@ struct mesh_instance {
 	struct mesh_slot *slot, *pending, *failed_slot;
 	uint32_t gen;
 	uint64_t deadline, closed_deadline, stop_start;
-	int stop_phase; /* 1 exit sent, 2 stop signal sent, 3 SIGKILL sent */
 	int exit_requested;
 	char *fail_reason; /* why meshd failed it (timeout, protocol); NULL if not */
 	int fail_code;
@@ -84,102 +83,6 @@ struct mesh_instance {
 	uint64_t cpu_ns, rss, prev_cpu, prev_at;
 	double cpu_pct;
 };
-
-/* The table.  Rows are states, columns events; an empty cell is NOP/stay. */
-#define T(a, n) {MESH_A_##a, MESH_IS_##n}
-const struct mesh_transition mesh_lifecycle[MESH_IS__N][MESH_EV__N] = {
-	[MESH_IS_DOWN] = {
-		[MESH_EV_WARM] = T(SPAWN, STARTING),   [MESH_EV_LAUNCH] = T(SPAWN, STARTING),
-		[MESH_EV_HALT] = T(NOP, DOWN),	       [MESH_EV_EXIT] = T(NOP, DOWN),
-		[MESH_EV_READY] = T(NOP, DOWN),	       [MESH_EV_ONLINE] = T(NOP, DOWN),
-		[MESH_EV_HALTED] = T(NOP, DOWN),       [MESH_EV_REFUSED] = T(NOP, DOWN),
-		[MESH_EV_BROKEN] = T(NOP, DOWN),       [MESH_EV_TIMEOUT] = T(NOP, DOWN),
-		[MESH_EV_DIED] = T(NOP, DOWN),
-	},
-	[MESH_IS_STARTING] = {
-		[MESH_EV_WARM] = T(NOP, STARTING),     [MESH_EV_LAUNCH] = T(PEND, STARTING),
-		[MESH_EV_HALT] = T(NOP, STARTING),     [MESH_EV_EXIT] = T(STOP, STOPPING),
-		[MESH_EV_READY] = T(READY, IDLE),      [MESH_EV_ONLINE] = T(FAIL, STOPPING),
-		[MESH_EV_HALTED] = T(FAIL, STOPPING),  [MESH_EV_REFUSED] = T(FAIL, STOPPING),
-		[MESH_EV_BROKEN] = T(FAIL, STOPPING),  [MESH_EV_TIMEOUT] = T(FAIL, STOPPING),
-		[MESH_EV_DIED] = T(REAP, DOWN),
-	},
-	[MESH_IS_IDLE] = {
-		[MESH_EV_WARM] = T(NOP, IDLE),	       [MESH_EV_LAUNCH] = T(RUN, LAUNCHING),
-		[MESH_EV_HALT] = T(NOP, IDLE),	       [MESH_EV_EXIT] = T(STOP, STOPPING),
-		[MESH_EV_READY] = T(FAIL, STOPPING),   [MESH_EV_ONLINE] = T(FAIL, STOPPING),
-		[MESH_EV_HALTED] = T(NOP, IDLE),       [MESH_EV_REFUSED] = T(NOP, IDLE),
-		[MESH_EV_BROKEN] = T(FAIL, STOPPING),  [MESH_EV_TIMEOUT] = T(NOP, IDLE),
-		[MESH_EV_DIED] = T(REAP, DOWN),
-	},
-	[MESH_IS_LAUNCHING] = {
-		[MESH_EV_WARM] = T(NOP, LAUNCHING),    [MESH_EV_LAUNCH] = T(DENY, LAUNCHING),
-		[MESH_EV_HALT] = T(HALT, HALTING),     [MESH_EV_EXIT] = T(STOP, STOPPING),
-		[MESH_EV_READY] = T(FAIL, STOPPING),   [MESH_EV_ONLINE] = T(ONLINE, RUNNING),
-		[MESH_EV_HALTED] = T(FAIL, STOPPING),  [MESH_EV_REFUSED] = T(REFUSE, IDLE),
-		[MESH_EV_BROKEN] = T(FAIL, STOPPING),  [MESH_EV_TIMEOUT] = T(FAIL, STOPPING),
-		[MESH_EV_DIED] = T(REAP, DOWN),
-	},
-	[MESH_IS_RUNNING] = {
-		[MESH_EV_WARM] = T(NOP, RUNNING),      [MESH_EV_LAUNCH] = T(DENY, RUNNING),
-		[MESH_EV_HALT] = T(HALT, HALTING),     [MESH_EV_EXIT] = T(STOP, STOPPING),
-		[MESH_EV_READY] = T(FAIL, STOPPING),   [MESH_EV_ONLINE] = T(FAIL, STOPPING),
-		[MESH_EV_HALTED] = T(FAIL, STOPPING),  [MESH_EV_REFUSED] = T(NOP, RUNNING),
-		[MESH_EV_BROKEN] = T(FAIL, STOPPING),  [MESH_EV_TIMEOUT] = T(NOP, RUNNING),
-		[MESH_EV_DIED] = T(REAP, DOWN),
-	},
-	[MESH_IS_HALTING] = {
-		[MESH_EV_WARM] = T(NOP, HALTING),      [MESH_EV_LAUNCH] = T(DENY, HALTING),
-		[MESH_EV_HALT] = T(NOP, HALTING),      [MESH_EV_EXIT] = T(STOP, STOPPING),
-		[MESH_EV_READY] = T(FAIL, STOPPING),   [MESH_EV_ONLINE] = T(NOP, HALTING),
-		[MESH_EV_HALTED] = T(HALTED, IDLE),    [MESH_EV_REFUSED] = T(NOP, HALTING),
-		[MESH_EV_BROKEN] = T(FAIL, STOPPING),  [MESH_EV_TIMEOUT] = T(FAIL, STOPPING),
-		[MESH_EV_DIED] = T(REAP, DOWN),
-	},
-	[MESH_IS_STOPPING] = {
-		[MESH_EV_WARM] = T(DENY, STOPPING),    [MESH_EV_LAUNCH] = T(DENY, STOPPING),
-		[MESH_EV_HALT] = T(NOP, STOPPING),     [MESH_EV_EXIT] = T(NOP, STOPPING),
-		[MESH_EV_READY] = T(NOP, STOPPING),    [MESH_EV_ONLINE] = T(NOP, STOPPING),
-		[MESH_EV_HALTED] = T(NOP, STOPPING),   [MESH_EV_REFUSED] = T(NOP, STOPPING),
-		[MESH_EV_BROKEN] = T(NOP, STOPPING),   [MESH_EV_TIMEOUT] = T(ESCALATE, STOPPING),
-		[MESH_EV_DIED] = T(REAP, DOWN),
-	},
-};
-#undef T
-
-const char *mesh_istate_name(enum mesh_istate s)
-{
-	static const char *const n[] = {"DOWN", "STARTING", "IDLE", "LAUNCHING", "RUNNING", "HALTING", "STOPPING"};
-	return (unsigned)s < MESH_IS__N ? n[s] : "?";
-}
-
-const char *mesh_ievent_name(enum mesh_ievent e)
-{
-	static const char *const n[] = {"warm",	  "launch",  "halt",   "exit",	  "ready", "online",
-					"halted", "refused", "broken", "timeout", "died"};
-	return (unsigned)e < MESH_EV__N ? n[e] : "?";
-}
-
-const char *mesh_iaction_name(enum mesh_iaction a)
-{
-	static const char *const n[] = {"nop",	  "deny",   "spawn",  "pend", "ready",    "run",  "online",
-					"halt",	  "halted", "refuse", "stop", "escalate", "fail", "reap"};
-	return (unsigned)a < MESH_A__N ? n[a] : "?";
-}
-
-int mesh_lifecycle_describe(struct mesh_buf *out)
-{
-	int rc = mesh_buf_addf(out, "%-10s %-8s %-9s %s\n", "STATE", "EVENT", "ACTION", "NEXT");
-	for (int s = 0; s < MESH_IS__N && !rc; s++)
-		for (int e = 0; e < MESH_EV__N && !rc; e++) {
-			const struct mesh_transition *t = &mesh_lifecycle[s][e];
-			rc = mesh_buf_addf(out, "%-10s %-8s %-9s %s\n", mesh_istate_name((enum mesh_istate)s),
-					   mesh_ievent_name((enum mesh_ievent)e), mesh_iaction_name(t->action),
-					   mesh_istate_name(t->next));
-		}
-	return rc;
-}
-
 
 static uint64_t ready_ns(const struct mesh_instance *w)
 {
@@ -380,7 +283,6 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	w->outfd = out[0];
 	w->ctl = ctl;
 	w->exit_requested = 0;
-	w->stop_phase = 0;
 	w->closed_deadline = 0;
 	free(w->fail_reason);
 	w->fail_reason = NULL;
@@ -505,7 +407,6 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	w->pending = NULL;
 	w->pid = 0;
 	w->deadline = w->closed_deadline = 0;
-	w->stop_phase = 0;
 	if (w->logfd >= 0)
 		close(w->logfd);
 	w->logfd = -1;
@@ -515,10 +416,86 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	w->cpu_pct = 0;
 }
 
-static void begin_stop(struct mesh_instance *w)
+struct evarg {
+	struct mesh_slot *slot; /* LAUNCH */
+	uint32_t gen;		/* ONLINE, STALE, HALTED */
+	const char *text;	/* REJECTED, STALE, REFUSED, BROKEN, UNSTARTED: why */
+	int code;		/* UNSTARTED: the spawn's error */
+};
+
+/* What an action leaves for the dispatcher: the requester's code, and at
+ * most one event it raises (MESH_EV__N: none). */
+struct outcome {
+	int rc;
+	enum mesh_ievent raise;
+	struct evarg arg;
+	char text[512];
+};
+
+static void raise_ev(struct outcome *o, enum mesh_ievent ev)
+{
+	o->raise = ev;
+}
+
+static void raise_text(struct outcome *o, enum mesh_ievent ev, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void raise_text(struct outcome *o, enum mesh_ievent ev, const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	vsnprintf(o->text, sizeof o->text, f, ap);
+	va_end(ap);
+	o->raise = ev;
+	o->arg.text = o->text;
+}
+
+static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg *a, char **err,
+		      struct outcome *o)
+{
+	w->pending = ev == MESH_EV_LAUNCH ? a->slot : NULL;
+	int rc = do_spawn(w, err);
+	if (rc) {
+		o->rc = rc;
+		o->arg.code = rc;
+		if (err && *err)
+			raise_text(o, MESH_EV_UNSTARTED, "%s", *err);
+		else
+			raise_text(o, MESH_EV_UNSTARTED, "cannot start: %s", mesh_strerror(rc));
+		return;
+	}
+	w->deadline = mesh_mono_ns() + ready_ns(w);
+}
+
+static void act_ready(struct mesh_instance *w, struct outcome *o)
+{
+	w->deadline = 0;
+	if (w->pending) {
+		o->arg.slot = w->pending;
+		w->pending = NULL;
+		raise_ev(o, MESH_EV_LAUNCH);
+	}
+}
+
+static void act_run(struct mesh_instance *w, const struct evarg *a, char **err, struct outcome *o)
+{
+	w->gen++;
+	if (w->gen == 0)
+		w->gen = 1;
+	int rc = mesh_ctl_run(w->ctl, a->slot, w->gen);
+	if (rc) {
+		if (err)
+			*err = mesh_strf("cannot send run to '%s': %s", w->img->name, mesh_strerror(rc));
+		o->rc = rc;
+		raise_text(o, MESH_EV_BROKEN, "cannot send run: %s", mesh_strerror(rc));
+		return;
+	}
+	w->slot = a->slot;
+	w->deadline = mesh_mono_ns() + online_ns(w);
+}
+
+static void act_stop(struct mesh_instance *w, struct outcome *o)
 {
 	struct mesh_host *h = w->h;
-	uint64_t now = mesh_mono_ns(), grace = w->img->m.stop_grace_ns;
+	uint64_t grace = w->img->m.stop_grace_ns;
 	w->exit_requested = 1;
 	w->pending = NULL;
 	if (w->img->m.device == MESH_DEVICE_GPU && h->gpu == MESH_GPU_MPS && h->stop_gpu_client) {
@@ -527,167 +504,145 @@ static void begin_stop(struct mesh_instance *w)
 			log_line(w, "MPS terminate_client of pid %d failed: %s", (int)w->pid, e ? e : "?");
 		free(e);
 	}
-	w->stop_start = now;
+	w->stop_start = mesh_mono_ns();
 	int sent = w->ctl && mesh_ctl_exit(w->ctl, w->slot) == 0;
-	if (grace == 0) {
-		kill_group(w, SIGKILL);
-		w->stop_phase = 3;
+	if (!sent || grace == 0) {
+		/* No channel to ask through, or no time to wait: on at once. */
 		w->deadline = 0;
+		raise_ev(o, MESH_EV_TIMEOUT);
 		return;
 	}
-	if (!sent) {
-		/* No channel to ask through: the stop signal now. */
-		kill_group(w, w->img->m.stop_signal);
-		w->stop_phase = 2;
-		w->deadline = now + grace;
-		return;
-	}
-	w->stop_phase = 1;
-	w->deadline = now + grace / 2;
+	w->deadline = w->stop_start + grace / 2;
 }
 
-static void fail_now(struct mesh_instance *w, int code, char *why)
+static void act_term(struct mesh_instance *w, struct outcome *o)
 {
+	uint64_t grace = w->img->m.stop_grace_ns;
+	if (grace == 0) {
+		/* A grace of 0 is SIGKILL at once: no stop signal before it. */
+		w->deadline = 0;
+		raise_ev(o, MESH_EV_TIMEOUT);
+		return;
+	}
+	kill_group(w, w->img->m.stop_signal);
+	w->deadline = w->stop_start + grace;
+}
+
+static void act_fail(struct mesh_instance *w, enum mesh_istate was, enum mesh_ievent ev, const struct evarg *a)
+{
+	int code = ev == MESH_EV_TIMEOUT ? MESH_E_TIMEOUT : ev == MESH_EV_REJECTED ? MESH_E_REFUSED : MESH_E_PROTO;
+	char *why;
+	if (ev == MESH_EV_TIMEOUT) {
+		uint64_t lim = was == MESH_IS_STARTING ? ready_ns(w) : online_ns(w);
+		why = mesh_strf("no '%s' within %llu ms",
+				was == MESH_IS_STARTING ? "ready" : was == MESH_IS_LAUNCHING ? "online" : "halted",
+				(unsigned long long)(lim / MESH_NS_PER_MS));
+	} else if (ev == MESH_EV_BROKEN || ev == MESH_EV_REJECTED || ev == MESH_EV_STALE) {
+		why = mesh_strf("%s", a->text ? a->text : "protocol violation");
+	} else {
+		why = mesh_strf("unexpected '%s' while %s%s%s", mesh_ievent_name(ev), mesh_istate_name(was),
+				a->text ? ": " : "", a->text ? a->text : "");
+	}
 	free(w->fail_reason);
 	w->fail_reason = why ? why : strdup("failed");
 	w->fail_code = code;
 	w->exit_requested = 1;
 	w->pending = NULL;
 	kill_group(w, SIGKILL);
-	w->stop_phase = 3;
 	w->deadline = 0;
 	if (w->slot && !mesh_slot_failed(w->slot))
 		mesh_slot_fail(w->slot, "worker '%s' failed: %s", w->img->name, w->fail_reason ? w->fail_reason : "?");
 }
 
-struct evarg {
-	struct mesh_slot *slot; /* LAUNCH */
-	uint32_t gen;		/* ONLINE, HALTED */
-	const char *text;	/* REFUSED, BROKEN */
-};
-
-/* The dispatcher: one table lookup, one action.  Called with h->mu held. */
-static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg *a, char **err)
+/* Runs one action; what it raises is in *o.  h->mu held. */
+static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_istate was, enum mesh_ievent ev,
+		const struct evarg *a, char **err, struct outcome *o)
 {
-	enum mesh_istate was = w->state;
-	struct mesh_transition t = mesh_lifecycle[was][ev];
-	uint64_t now = mesh_mono_ns();
-	int rc = 0;
-	switch (t.action) {
+	switch (action) {
 	case MESH_A_NOP:
-		return 0;
+	case MESH_A__N:
+		break;
 	case MESH_A_DENY:
 		if (err)
 			*err = mesh_strf("'%s' cannot %s while %s", w->img->name, mesh_ievent_name(ev), mesh_istate_name(was));
-		return MESH_E_STATE;
+		o->rc = MESH_E_STATE;
+		break;
 	case MESH_A_SPAWN:
-		w->pending = ev == MESH_EV_LAUNCH ? a->slot : NULL;
-		rc = do_spawn(w, err);
-		if (rc) {
-			w->pending = NULL;
-			new_failure(w, rc, err && *err ? strdup(*err) : mesh_strf("cannot start: %s", mesh_strerror(rc)));
-			return rc;
-		}
-		w->deadline = now + ready_ns(w);
+		act_spawn(w, ev, a, err, o);
+		break;
+	case MESH_A_ABORT:
+		w->pending = NULL;
+		w->deadline = 0;
+		new_failure(w, a->code, strdup(a->text ? a->text : mesh_strerror(a->code)));
 		break;
 	case MESH_A_PEND:
 		w->pending = a->slot;
 		break;
+	case MESH_A_UNPEND:
+		w->pending = NULL;
+		break;
 	case MESH_A_READY:
-		w->deadline = 0;
-		if (w->img->m.device == MESH_DEVICE_GPU && w->h->gpu == MESH_GPU_MPS && w->h->check_gpu_client) {
-			char *e = NULL;
-			if (w->h->check_gpu_client(w->h->gpu_ctx, w->pid, &e) != 0) {
-				fail_now(w, MESH_E_REFUSED, mesh_strf("not a client of meshd's MPS server: %s", e ? e : "?"));
-				free(e);
-				w->state = MESH_IS_STOPPING;
-				return 0;
-			}
-			free(e);
-		}
-		w->state = t.next;
-		if (w->pending) {
-			struct evarg la = {.slot = w->pending};
-			w->pending = NULL;
-			return fire(w, MESH_EV_LAUNCH, &la, err);
-		}
-		return 0;
+		act_ready(w, o);
+		break;
 	case MESH_A_RUN:
-		w->gen++;
-		if (w->gen == 0)
-			w->gen = 1;
-		rc = mesh_ctl_run(w->ctl, a->slot, w->gen);
-		if (rc) {
-			if (err)
-				*err = mesh_strf("cannot send run to '%s': %s", w->img->name, mesh_strerror(rc));
-			fail_now(w, MESH_E_PROTO, mesh_strf("cannot send run: %s", mesh_strerror(rc)));
-			w->state = MESH_IS_STOPPING;
-			return rc;
-		}
-		w->slot = a->slot;
-		w->deadline = now + online_ns(w);
+		act_run(w, a, err, o);
 		break;
 	case MESH_A_ONLINE:
-		if (a->gen != w->gen) {
-			fail_now(w, MESH_E_PROTO, mesh_strf("online for gen %u, expected %u", a->gen, w->gen));
-			w->state = MESH_IS_STOPPING;
-			return 0;
-		}
 		w->deadline = 0;
 		break;
 	case MESH_A_HALT:
 		mesh_ctl_halt(w->ctl, w->slot);
-		w->deadline = now + online_ns(w);
+		w->deadline = mesh_mono_ns() + online_ns(w);
 		break;
 	case MESH_A_HALTED:
 		w->slot = NULL;
 		w->deadline = 0;
 		break;
 	case MESH_A_REFUSE:
-		new_failure(w, MESH_E_REFUSED, mesh_strf("worker '%s' refused run: %s", w->img->name, a && a->text ? a->text : "?"));
+		new_failure(w, MESH_E_REFUSED, mesh_strf("worker '%s' refused run: %s", w->img->name, a->text ? a->text : "?"));
 		w->slot = NULL;
 		w->deadline = 0;
 		break;
 	case MESH_A_STOP:
-		begin_stop(w);
+		act_stop(w, o);
 		break;
-	case MESH_A_ESCALATE:
-		if (w->stop_phase == 1) {
-			kill_group(w, w->img->m.stop_signal);
-			w->stop_phase = 2;
-			w->deadline = w->stop_start + w->img->m.stop_grace_ns;
-		} else if (w->stop_phase == 2) {
-			kill_group(w, SIGKILL);
-			w->stop_phase = 3;
-			w->deadline = 0;
-		}
+	case MESH_A_TERM:
+		act_term(w, o);
 		break;
-	case MESH_A_FAIL: {
-		int code = MESH_E_PROTO;
-		char *why;
-		if (ev == MESH_EV_TIMEOUT) {
-			code = MESH_E_TIMEOUT;
-			uint64_t lim = was == MESH_IS_STARTING ? ready_ns(w) : online_ns(w);
-			why = mesh_strf("no '%s' within %llu ms",
-				  was == MESH_IS_STARTING ? "ready" : was == MESH_IS_LAUNCHING ? "online" : "halted",
-				  (unsigned long long)(lim / MESH_NS_PER_MS));
-		} else if (ev == MESH_EV_BROKEN) {
-			why = mesh_strf("%s", a && a->text ? a->text : "protocol violation");
-		} else {
-			why = mesh_strf("unexpected '%s' while %s%s%s", mesh_ievent_name(ev), mesh_istate_name(was),
-				  a && a->text ? ": " : "", a && a->text ? a->text : "");
-		}
-		fail_now(w, code, why);
+	case MESH_A_KILL:
+		kill_group(w, SIGKILL);
+		w->deadline = 0;
 		break;
-	}
+	case MESH_A_FAIL:
+		act_fail(w, was, ev, a);
+		break;
+	case MESH_A_HANGUP:
+		/* A worker that exits closes the channel just before its pidfd
+		 * fires: give it a moment to die before calling it broken. */
+		close_ctl(w);
+		w->closed_deadline = mesh_mono_ns() + CLOSED_GRACE_NS;
+		break;
 	case MESH_A_REAP:
 		do_reap(w, was);
 		break;
-	case MESH_A__N:
-		break;
 	}
+}
+
+/* The dispatcher: the cell's action, then the cell's next state; an event
+ * the action raised is dispatched the same way from there.  Returns the
+ * first non-zero code an action left for the requester.  h->mu held. */
+static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg *a, char **err)
+{
+	static const struct evarg none;
+	enum mesh_istate was = w->state;
+	struct mesh_transition t = mesh_lifecycle[was][ev];
+	struct outcome o = {.raise = MESH_EV__N};
+	act(w, t.action, was, ev, a ? a : &none, err, &o);
 	w->state = t.next;
-	return rc;
+	if (o.raise == MESH_EV__N)
+		return o.rc;
+	int rc = fire(w, o.raise, &o.arg, err);
+	return o.rc ? o.rc : rc;
 }
 
 static void wake_all(struct mesh_host *h)
@@ -789,34 +744,65 @@ static struct mesh_instance *by_id(struct mesh_host *h, uint64_t id)
 	return NULL;
 }
 
+/* Under MPS, a GPU worker's `ready` counts only from a client of meshd's
+ * MPS server; 1 (with why) when it is not one. */
+static int mps_rejects(struct mesh_instance *w, char *why, size_t cap)
+{
+	struct mesh_host *h = w->h;
+	if (w->img->m.device != MESH_DEVICE_GPU || h->gpu != MESH_GPU_MPS || !h->check_gpu_client)
+		return 0;
+	char *e = NULL;
+	int bad = h->check_gpu_client(h->gpu_ctx, w->pid, &e) != 0;
+	if (bad)
+		snprintf(why, cap, "not a client of meshd's MPS server: %s", e ? e : "?");
+	free(e);
+	return bad;
+}
+
+/* The table's event for a control message (a->text may point into why). */
+static enum mesh_ievent classify(struct mesh_instance *w, const struct mesh_ctl_msg *m, struct evarg *a, char *why,
+				 size_t cap)
+{
+	switch (m->kind) {
+	case MESH_CTL_READY:
+		if (!mps_rejects(w, why, cap))
+			return MESH_EV_READY;
+		a->text = why;
+		return MESH_EV_REJECTED;
+	case MESH_CTL_ONLINE:
+		if (m->gen == w->gen)
+			return MESH_EV_ONLINE;
+		snprintf(why, cap, "online for gen %u, expected %u", m->gen, w->gen);
+		a->text = why;
+		return MESH_EV_STALE;
+	case MESH_CTL_HALTED:
+		return MESH_EV_HALTED;
+	default:
+		return MESH_EV_REFUSED;
+	}
+}
+
 static void on_ctl(struct mesh_instance *w)
 {
 	struct mesh_ctl_msg m;
+	char why[MESH_CTL_MAX + 128];
 	while (w->ctl) {
 		memset(&m, 0, sizeof m);
 		int rc = mesh_ctl_recv(w->ctl, &m);
 		if (rc == -EAGAIN || rc == -EINTR)
 			return;
 		if (rc == MESH_E_CLOSED) {
-			/* A worker that exits closes the channel just before its
-			 * pidfd fires: wait a moment for the death. */
-			close_ctl(w);
-			w->closed_deadline = mesh_mono_ns() + CLOSED_GRACE_NS;
+			fire(w, MESH_EV_CLOSED, NULL, NULL);
 			return;
 		}
 		struct evarg a = {.gen = m.gen, .text = m.text};
 		if (rc) {
-			char why[MESH_CTL_MAX + 64];
 			snprintf(why, sizeof why, "protocol violation: %s", m.text[0] ? m.text : mesh_strerror(rc));
 			a.text = why;
 			fire(w, MESH_EV_BROKEN, &a, NULL);
 			return;
 		}
-		enum mesh_ievent ev = m.kind == MESH_CTL_READY	  ? MESH_EV_READY
-				      : m.kind == MESH_CTL_ONLINE ? MESH_EV_ONLINE
-				      : m.kind == MESH_CTL_HALTED ? MESH_EV_HALTED
-								  : MESH_EV_REFUSED;
-		fire(w, ev, &a, NULL);
+		fire(w, classify(w, &m, &a, why, sizeof why), &a, NULL);
 	}
 }
 
@@ -896,8 +882,7 @@ int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
 		if (w->closed_deadline && now >= w->closed_deadline) {
 			w->closed_deadline = 0;
 			struct evarg a = {.text = "closed its control channel and did not exit"};
-			if (w->pid > 0)
-				fire(w, MESH_EV_BROKEN, &a, NULL);
+			fire(w, MESH_EV_BROKEN, &a, NULL);
 		}
 	}
 	if (now >= h->last_sample + SAMPLE_EVERY_NS)
@@ -936,8 +921,6 @@ static int request(struct mesh_instance *w, enum mesh_ievent ev, struct mesh_slo
 	/* A failure from here on answers this request, even one that comes
 	 * before the caller starts to wait. */
 	w->req_fails = w->fails;
-	if (ev == MESH_EV_HALT || ev == MESH_EV_EXIT)
-		w->pending = NULL;
 	int rc = fire(w, ev, &a, err);
 	wake_all(w->h);
 	pthread_mutex_unlock(&w->h->mu);
@@ -1138,9 +1121,7 @@ void mesh_host_free(struct mesh_host *h)
 	pthread_mutex_lock(&h->mu);
 	uint64_t grace = 0;
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
-		struct evarg a = {0};
-		w->pending = NULL;
-		fire(w, MESH_EV_EXIT, &a, NULL);
+		fire(w, MESH_EV_EXIT, NULL, NULL);
 		if (w->img->m.stop_grace_ns > grace)
 			grace = w->img->m.stop_grace_ns;
 	}

@@ -77,46 +77,68 @@ void mesh_host_wake(struct mesh_host *h);
 
 /* The lifecycle. */
 enum mesh_istate {
-	MESH_IS_DOWN,	   /* no process */
-	MESH_IS_STARTING,  /* spawned; waiting for `ready` (ready deadline) */
-	MESH_IS_IDLE,	   /* ready; on no slot, waiting for `run` */
-	MESH_IS_LAUNCHING, /* `run <gen> <slot>` sent; waiting for `online` */
-	MESH_IS_RUNNING,   /* serving its slot */
-	MESH_IS_HALTING,   /* `halt` sent; waiting for `halted` */
-	MESH_IS_STOPPING,  /* asked to exit or being killed; waiting for its death */
+	MESH_IS_DOWN,	       /* no process */
+	MESH_IS_STARTING,      /* spawned; waiting for `ready` (ready deadline) */
+	MESH_IS_IDLE,	       /* ready; on no slot, waiting for `run` */
+	MESH_IS_LAUNCHING,     /* `run <gen> <slot>` sent; waiting for `online` */
+	MESH_IS_RUNNING,       /* serving its slot */
+	MESH_IS_HALTING,       /* `halt` sent; waiting for `halted` */
+	MESH_IS_STOPPING_EXIT, /* `exit` sent; the stop signal at half the grace */
+	MESH_IS_STOPPING_TERM, /* the stop signal sent; SIGKILL at the grace */
+	MESH_IS_STOPPING_KILL, /* SIGKILL sent to its group; waiting for its death */
 	MESH_IS__N
 };
+/* True for the three STOPPING_* states: its process is on its way out. */
+static inline int mesh_istate_stopping(enum mesh_istate s)
+{
+	return s == MESH_IS_STOPPING_EXIT || s == MESH_IS_STOPPING_TERM || s == MESH_IS_STOPPING_KILL;
+}
 enum mesh_ievent {
-	MESH_EV_WARM,	 /* request: start a process now */
-	MESH_EV_LAUNCH,	 /* request: run on a slot (a process is spawned if none) */
-	MESH_EV_HALT,	 /* request: nodes halt, the process stays */
-	MESH_EV_EXIT,	 /* request: the process exits */
-	MESH_EV_READY,	 /* worker: `ready` */
-	MESH_EV_ONLINE,	 /* worker: `online <gen>` */
-	MESH_EV_HALTED,	 /* worker: `halted <gen>` */
-	MESH_EV_REFUSED, /* worker: `fail <text>` */
-	MESH_EV_BROKEN,	 /* worker: a protocol violation, or its channel closed */
-	MESH_EV_TIMEOUT, /* the state's deadline passed */
-	MESH_EV_DIED,	 /* its process ended (pidfd) */
+	/* requests */
+	MESH_EV_WARM,	   /* start a process now */
+	MESH_EV_LAUNCH,	   /* run on a slot (a process is spawned if none) */
+	MESH_EV_HALT,	   /* nodes halt, the process stays */
+	MESH_EV_EXIT,	   /* the process exits */
+	/* the worker's control channel */
+	MESH_EV_READY,	   /* `ready` */
+	MESH_EV_REJECTED,  /* `ready`, from a GPU worker that is not a client of meshd's MPS server */
+	MESH_EV_ONLINE,	   /* `online <gen>` for the current run */
+	MESH_EV_STALE,	   /* `online <gen>` for another run */
+	MESH_EV_HALTED,	   /* `halted <gen>` */
+	MESH_EV_REFUSED,   /* `fail <text>` */
+	MESH_EV_BROKEN,	   /* a protocol violation, a message that could not be sent, or
+			    * the channel closed 1 s ago and the process still lives */
+	MESH_EV_CLOSED,	   /* the channel closed (the process may be exiting) */
+	/* the loop */
+	MESH_EV_TIMEOUT,   /* the state's deadline passed (or an action ended its wait at once) */
+	MESH_EV_DIED,	   /* its process ended (pidfd) */
+	MESH_EV_UNSTARTED, /* the spawn failed: there is no process */
 	MESH_EV__N
 };
 enum mesh_iaction {
 	MESH_A_NOP,	/* nothing; stay */
 	MESH_A_DENY,	/* a request refused here: MESH_E_STATE */
-	MESH_A_SPAWN,	/* spawn a process; ready deadline */
+	MESH_A_SPAWN,	/* spawn a process; ready deadline (a failed spawn raises unstarted) */
+	MESH_A_ABORT,	/* the spawn failed: its error is the failure; nothing to reap */
 	MESH_A_PEND,	/* remember the slot; run it once ready */
-	MESH_A_READY,	/* (MPS check) then run a remembered slot, if any */
-	MESH_A_RUN,	/* send `run <gen> <slot>`; online deadline */
+	MESH_A_UNPEND,	/* forget a remembered slot */
+	MESH_A_READY,	/* raises launch for a remembered slot, if any */
+	MESH_A_RUN,	/* send `run <gen> <slot>`; online deadline (a failed send raises broken) */
 	MESH_A_ONLINE,	/* the slot is served */
 	MESH_A_HALT,	/* send `halt`; halt deadline */
 	MESH_A_HALTED,	/* the slot is free again */
 	MESH_A_REFUSE,	/* the worker refused `run`: fail that slot */
-	MESH_A_STOP,	/* send `exit`; stop signal at half the grace, SIGKILL at the grace */
-	MESH_A_ESCALATE, /* stop signal to the group, or SIGKILL when it was sent */
-	MESH_A_FAIL,	/* record why, SIGKILL the group, wait for its death */
+	MESH_A_STOP,	/* (MPS terminate_client) send `exit`; deadline half the grace, or
+			 * raises timeout when it could not be sent or the grace is 0 */
+	MESH_A_TERM,	/* the stop signal to the group, deadline the grace; raises timeout when the grace is 0 */
+	MESH_A_KILL,	/* SIGKILL to the group */
+	MESH_A_FAIL,	/* record why, SIGKILL the group, fail its slot */
+	MESH_A_HANGUP,	/* close the channel; broken unless the process dies within 1 s */
 	MESH_A_REAP,	/* reap, drain output, SIGKILL the rest of the group; crash report if unasked */
 	MESH_A__N
 };
+/* An action may raise one follow-up event, which the dispatcher feeds to
+ * the table in the new state: the next state always comes from the table. */
 struct mesh_transition {
 	enum mesh_iaction action;
 	enum mesh_istate next;
@@ -126,7 +148,8 @@ extern const struct mesh_transition mesh_lifecycle[MESH_IS__N][MESH_EV__N];
 const char *mesh_istate_name(enum mesh_istate s);
 const char *mesh_ievent_name(enum mesh_ievent e);
 const char *mesh_iaction_name(enum mesh_iaction a);
-/* The whole table, one "STATE EVENT ACTION NEXT" row per line.  0 or -ENOMEM. */
+/* The whole table, one "STATE EVENT ACTION NEXT" row per line (a header
+ * first).  0 or -ENOMEM. */
 int mesh_lifecycle_describe(struct mesh_buf *out);
 
 struct mesh_instance;

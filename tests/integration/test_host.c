@@ -271,6 +271,44 @@ TEST(ignoring_sigterm_gets_sigkill_after_grace)
 	teardown(&f);
 }
 
+/* The stop sub-machine is the table's: exit sent, then the stop signal at
+ * half the grace, then SIGKILL at the grace, each a state a waiter sees. */
+TEST(stop_walks_exit_term_kill_states)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "ignore-term", "stop_grace = \"400ms\"\n");
+	warm_ok(&f);
+	ASSERT_EQ(mesh_instance_exit(f.w), 0);
+	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_STOPPING_EXIT);
+	/* A stopping worker takes no new work. */
+	EXPECT_EQ(mesh_instance_warm(f.w, &err), MESH_E_STATE);
+	EXPECT_CONTAINS(err, "cannot warm while STOPPING_EXIT");
+	free(err);
+	uint64_t t0 = t_now_ms();
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_STOPPING_TERM, S(10), &err), 0);
+	EXPECT_GE(t_now_ms() - t0, 150);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_STOPPING_KILL | 1u << MESH_IS_DOWN, S(10), &err), 0);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
+	EXPECT_GE(t_now_ms() - t0, 350);
+	EXPECT_EQ(mesh_instance_stats(f.w).last_exit, 128 + SIGKILL);
+	teardown(&f);
+}
+
+/* A grace of 0: SIGKILL at once, straight to STOPPING_KILL. */
+TEST(stop_with_no_grace_kills_at_once)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "ignore-term", "stop_grace = \"0s\"\n");
+	warm_ok(&f);
+	ASSERT_EQ(mesh_instance_exit(f.w), 0);
+	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_STOPPING_KILL);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
+	EXPECT_EQ(mesh_instance_stats(f.w).last_exit, 128 + SIGKILL);
+	teardown(&f);
+}
+
 static int child_dead(pid_t c)
 {
 	if (kill(c, 0) != 0)

@@ -51,24 +51,26 @@ TEST(core_load_start_call_crash_stop_unload)
 	pthread_t th;
 	pthread_create(&th, NULL, run_main, d);
 
-	json_t *j = NULL;
-	ASSERT_EQ(meshd_op_load(d, "echo", &j, &err), 0);
-	EXPECT_EQ(strlen(json_string_value(json_object_get(j, "image_hash"))), 16);
-	json_decref(j);
-	EXPECT_EQ(meshd_op_load(d, "gpu", &j, &err), MESH_E_REFUSED);
+	struct meshd_program_info pi;
+	struct meshd_ps ps;
+	struct mesh_instance_stats st;
+	ASSERT_EQ(meshd_op_load(d, "echo", &pi, &err), 0);
+	EXPECT_STREQ(pi.name, "echo");
+	EXPECT_TRUE(pi.image_hash != 0);
+	meshd_program_info_release(&pi);
+	EXPECT_EQ(meshd_op_load(d, "gpu", &pi, &err), MESH_E_REFUSED);
 	EXPECT_CONTAINS(err, "needs a GPU");
 	free(err);
-	EXPECT_EQ(meshd_op_load(d, "nothere", &j, &err), MESH_E_NOTFOUND);
+	EXPECT_EQ(meshd_op_load(d, "nothere", &pi, &err), MESH_E_NOTFOUND);
 	free(err);
 
 	/* No worker until asked: zero processes. */
-	ASSERT_EQ(meshd_op_ps(d, &j), 0);
-	EXPECT_EQ(json_integer_value(json_object_get(json_object_get(j, "host"), "processes")), 0);
-	json_decref(j);
+	ASSERT_EQ(meshd_op_ps(d, &ps), 0);
+	EXPECT_EQ(ps.host.procs, 0);
+	meshd_ps_release(&ps);
 
-	ASSERT_EQ(meshd_op_start(d, "echo", &j, &err), 0);
-	EXPECT_GT(json_integer_value(json_object_get(j, "pid")), 0);
-	json_decref(j);
+	ASSERT_EQ(meshd_op_start(d, "echo", &st, &err), 0);
+	EXPECT_GT(st.pid, 0);
 	void *rep = NULL;
 	size_t n = 0;
 	int rc = meshd_op_call(d, "echo", "ping", 4, &rep, &n, S(10), &err);
@@ -87,28 +89,27 @@ TEST(core_load_start_call_crash_stop_unload)
 	rc = meshd_op_call(d, "echo", "pong", 4, &rep, &n, S(10), &err);
 	EXPECT_EQ(rc, 0);
 	free(rep);
-	ASSERT_EQ(meshd_op_ps(d, &j), 0);
-	json_t *host = json_object_get(j, "host");
-	EXPECT_EQ(json_integer_value(json_object_get(host, "processes")), 1);
-	EXPECT_EQ(json_integer_value(json_object_get(host, "crashes")), 1);
-	EXPECT_EQ(json_integer_value(json_object_get(host, "spawns")), 2);
-	json_decref(j);
+	ASSERT_EQ(meshd_op_ps(d, &ps), 0);
+	EXPECT_EQ(ps.host.procs, 1);
+	EXPECT_EQ(ps.host.crashes, 1);
+	EXPECT_EQ(ps.host.spawns, 2);
+	EXPECT_EQ(ps.nprograms, 2);
+	meshd_ps_release(&ps);
 	char *text = NULL;
 	size_t len = 0;
 	ASSERT_EQ(meshd_op_logs(d, "boom", 0, &text, &len, &err), 0);
 	EXPECT_CONTAINS(text, "call line 1\n");
 	free(text);
 	ASSERT_EQ(meshd_op_stop(d, "echo", &err), 0);
-	ASSERT_EQ(meshd_op_ps(d, &j), 0);
-	EXPECT_EQ(json_integer_value(json_object_get(json_object_get(j, "host"), "processes")), 0);
-	json_decref(j);
+	ASSERT_EQ(meshd_op_ps(d, &ps), 0);
+	EXPECT_EQ(ps.host.procs, 0);
+	meshd_ps_release(&ps);
 	ASSERT_EQ(meshd_op_unload(d, "echo", &err), 0);
 	EXPECT_EQ(meshd_op_unload(d, "echo", &err), MESH_E_NOTFOUND);
 	free(err);
 	/* Start again then shut down with a worker up: it is reaped by free. */
-	ASSERT_EQ(meshd_op_start(d, "echo", &j, &err), 0);
-	pid_t pid = (pid_t)json_integer_value(json_object_get(j, "pid"));
-	json_decref(j);
+	ASSERT_EQ(meshd_op_start(d, "echo", &st, &err), 0);
+	pid_t pid = st.pid;
 	meshd_core_stop(d);
 	pthread_join(th, NULL);
 	meshd_core_free(d);
@@ -128,14 +129,15 @@ TEST(core_idle_ttl_scales_to_zero)
 	size_t n;
 	ASSERT_EQ(meshd_op_call(d, "echo", "a", 1, &rep, &n, S(10), &err), 0);
 	free(rep);
-	json_t *j;
+	struct meshd_ps ps;
 	int procs = 1;
 	uint64_t until = t_now_ms() + 5000;
 	while (procs && t_now_ms() < until) {
 		usleep(50000);
-		meshd_op_ps(d, &j);
-		procs = (int)json_integer_value(json_object_get(json_object_get(j, "host"), "processes"));
-		json_decref(j);
+		if (meshd_op_ps(d, &ps) == 0) {
+			procs = (int)ps.host.procs;
+			meshd_ps_release(&ps);
+		}
 	}
 	EXPECT_EQ(procs, 0);
 	meshd_core_stop(d);

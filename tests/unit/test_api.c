@@ -170,6 +170,34 @@ TEST(api_socket_modes_and_routes)
 	EXPECT_EQ(access(path, F_OK), -1);
 }
 
+/* The core answers with structs; the API renders them: the same keys as ever. */
+TEST(api_renders_ps_load_start)
+{
+	char path[4096];
+	struct meshd_reply r;
+	snprintf(path, sizeof path, "%s/meshd.sock", getcwd(NULL, 0));
+	start_core(3);
+	struct meshd_api *a = start_api(path);
+	EXPECT_EQ(req(path, "POST", "/v1/programs/echo/load", NULL, 0, &r), 200);
+	EXPECT_CONTAINS(r.body, "\"result\":{\"name\":\"echo\",\"device\":\"cpu\",\"binary\":");
+	EXPECT_CONTAINS(r.body, "\"max_workers\":");
+	EXPECT_CONTAINS(r.body, "\"limits\":\"");
+	meshd_reply_release(&r);
+	EXPECT_EQ(req(path, "POST", "/v1/programs/echo/start", NULL, 0, &r), 200);
+	EXPECT_CONTAINS(r.body, "\"result\":{\"name\":\"echo\",\"pid\":");
+	EXPECT_CONTAINS(r.body, "\"state\":\"IDLE\"}");
+	meshd_reply_release(&r);
+	EXPECT_EQ(req(path, "GET", "/v1/ps", NULL, 0, &r), 200);
+	EXPECT_CONTAINS(r.body, "{\"host\":{\"processes\":1,\"cpu_pct\":");
+	EXPECT_CONTAINS(r.body, "\"spawns\":1,\"crashes\":0,\"limits_available\":\"");
+	EXPECT_CONTAINS(r.body, "\"slots\":3},\"programs\":[{\"name\":\"echo\"");
+	EXPECT_CONTAINS(r.body, "\"workers\":[{\"state\":\"IDLE\",\"pid\":");
+	EXPECT_CONTAINS(r.body, "\"slot\":null,\"cpu_pct\":");
+	EXPECT_CONTAINS(r.body, "\"last_exit\":null,\"limits_enforced\":\"");
+	meshd_reply_release(&r);
+	stop_all(a);
+}
+
 TEST(api_errors_have_fitting_statuses)
 {
 	static const struct {
