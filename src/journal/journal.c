@@ -487,8 +487,6 @@ static long tail_locked(struct mesh_journal *j, int look)
 			int rc;
 			/* A full chunk of whole records with no COMMIT: a batch
 			 * longer than a chunk; look ahead for its COMMIT. */
-			if (whole && look)
-				run_remember(j, j->read_off + whole);
 			if ((size_t)got < READ_CHUNK || whole == 0 || !look)
 				return count;
 			rc = walk(j, j->read_off + whole, &stop, &cend);
