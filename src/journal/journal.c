@@ -60,14 +60,10 @@ struct mesh_journal {
 	unsigned char anchor[ANCHOR]; /* the bytes that end at read_off, as read */
 	unsigned char *rbuf;	      /* WALK_BUF: the anchor, then the new bytes */
 	uint64_t bytes_read;	      /* what this handle's reads returned (tests) */
-	/* The run of whole records with no COMMIT among them that the last
-	 * walk found: [run_from, run_end) while run_end != 0 (run_from is the
-	 * read_off it was walked from), the file size then, and the run's last
-	 * bytes as read.  A reader waiting on leftovers, or an opener about to
-	 * adopt them, walks them once instead of on every tail.  hold numbers
-	 * this handle's current LOCK_EX hold while it settles (0: none);
-	 * run_hold is the hold the run was walked in, the only kind settling
-	 * trusts. */
+	/* [run_from, run_end): whole records without COMMIT that a walk from
+	 * read_off found (0: none), with the file size then and their last bytes:
+	 * leftovers are walked once, not on every tail.  hold numbers the LOCK_EX
+	 * hold settling is in (0: none); run_hold, the hold the run was walked in. */
 	uint64_t run_from, run_end, run_size, run_hold, hold, holds;
 	unsigned char run_anchor[ANCHOR];
 	/* group commit */
@@ -300,12 +296,7 @@ uint64_t mesh_journal_position(const struct mesh_journal *j)
 
 uint64_t mesh__journal_bytes_read(const struct mesh_journal *j)
 {
-	struct mesh_journal *m = (struct mesh_journal *)j;
-	uint64_t n;
-	pthread_mutex_lock(&m->rmu);
-	n = m->bytes_read;
-	pthread_mutex_unlock(&m->rmu);
-	return n;
+	return j->bytes_read; /* tests read it between calls */
 }
 
 void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_t *records)
@@ -333,13 +324,10 @@ static size_t anchor_len(uint64_t off)
 	return off < ANCHOR ? (size_t)off : ANCHOR;
 }
 
-/* 1 when the remembered run still starts at read_off and may be trusted to
- * hold no COMMIT: outside a lock, the file has the size it had and the
- * run's last bytes read back the same (a commit in flight that was taken
- * back and regrown changes them: walked again, at worst a reader hands its
- * records out a tail later); while settling, only a run walked in this very
- * hold of LOCK_EX (nobody else writes then; nothing is left to chance).
- * rmu held. */
+/* 1 when the remembered run starts at read_off and still holds no COMMIT:
+ * the file has the same size and the run the same last bytes (a batch taken
+ * back and regrown changes them; at worst a reader hands its records out a
+ * commit later); settling trusts only a run of its own hold.  rmu held. */
 static int run_known(struct mesh_journal *j)
 {
 	unsigned char now[ANCHOR];
@@ -379,11 +367,10 @@ static void run_remember(struct mesh_journal *j, uint64_t end)
 	j->run_hold = j->hold;
 }
 
-/* Walks the whole records that follow each other from off, a record
- * boundary with only whole records and no COMMIT between read_off and it;
- * resumes at the end of the remembered run when that one is known.
- * Returns where they stop (*end) and where the last COMMIT among them ends
- * (*commit_end, 0 if none), and remembers a run without COMMIT.  Uses rbuf
+/* Walks the whole records that follow each other from off (only whole
+ * records, no COMMIT, from read_off to off), resuming at the end of a known
+ * run: where they stop (*end), where the last COMMIT among them ends
+ * (*commit_end, 0 if none); remembers a run without COMMIT.  Uses rbuf
  * (rmu held).  0 or -errno. */
 static int walk(struct mesh_journal *j, uint64_t off, uint64_t *end, uint64_t *commit_end)
 {
@@ -437,16 +424,13 @@ static void advance(struct mesh_journal *j, size_t alen, size_t adv)
 /* Hands out the committed records after read_off; rmu held.  rbuf holds
  * the anchor's bytes as they are now (they must not have changed: else the
  * file was cut or rewritten under us), then the new bytes.  look = 0: no
- * look-ahead past a chunk of records without COMMIT (recover settles them
- * under the lock anyway, walking them once there). */
+ * look-ahead past a chunk without COMMIT (recover settles it, walking once). */
 static long tail_locked(struct mesh_journal *j, int look)
 {
 	long count = 0;
 	for (;;) {
 		if (look && j->trusted <= j->read_off && run_known(j)) {
-			/* Known to be whole records without COMMIT: look only
-			 * at what follows them. */
-			uint64_t stop, cend;
+			uint64_t stop, cend; /* look only past the known run */
 			int rc = walk(j, j->run_end, &stop, &cend);
 			if (rc)
 				return rc;
@@ -617,8 +601,7 @@ int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
 	int rc;
 	if (cut)
 		*cut = 0;
-	/* No look-ahead here: records without a COMMIT after them are walked
-	 * once, under the lock, by the settling below. */
+	/* No look-ahead: settling walks what has no COMMIT, once. */
 	pthread_mutex_lock(&j->rmu);
 	n = tail_locked(j, 0);
 	pthread_mutex_unlock(&j->rmu);
