@@ -27,6 +27,9 @@
 #define READ_CHUNK (1u << 20)
 #endif
 
+/* A walk reads a chunk and the longest record that may straddle its end. */
+#define WALK_BUF (READ_CHUNK + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8)
+
 /* A tail re-reads the last ANCHOR bytes it read (the end of the last records,
  * their checksums included) and compares them: a file cut below read_off,
  * or cut and regrown with other records, is caught before it is trusted. */
@@ -49,13 +52,20 @@ struct mesh_journal {
 	void *arg;
 	mesh_journal_prepare_fn prepare;
 	void *prepare_arg;
-	/* reader; rmu guards read_off, trusted, anchor and rbuf (tail may run
+	/* reader; rmu guards read_off, trusted, anchor, rbuf and run_* (tail may run
 	 * on a commit leader's thread while another thread tails) */
 	pthread_mutex_t rmu;
 	uint64_t read_off;
 	uint64_t trusted;	 /* records ending here or before are durable without a COMMIT after them */
 	unsigned char anchor[ANCHOR]; /* the bytes that end at read_off, as read */
-	unsigned char *rbuf;	      /* READ_CHUNK + ANCHOR: the anchor, then the new bytes */
+	unsigned char *rbuf;	      /* WALK_BUF: the anchor, then the new bytes */
+	uint64_t bytes_read;	      /* what this handle's reads returned (tests) */
+	/* [run_from, run_end): whole records without COMMIT that a walk from
+	 * read_off found (0: none), with the file size then and their last bytes:
+	 * leftovers are walked once, not on every tail.  hold numbers the LOCK_EX
+	 * hold settling is in (0: none); run_hold, the hold the run was walked in. */
+	uint64_t run_from, run_end, run_size, run_hold, hold, holds;
+	unsigned char run_anchor[ANCHOR];
 	/* group commit */
 	pthread_mutex_t gmu;
 	struct waiter *qhead, **qtail;
@@ -235,7 +245,7 @@ int mesh_journal_open(struct mesh_journal **out, const char *path, mesh_journal_
 		return rc;
 	}
 	j = calloc(1, sizeof *j);
-	if (!j || !(j->path = strdup(path)) || !(j->rbuf = malloc(READ_CHUNK + ANCHOR))) {
+	if (!j || !(j->path = strdup(path)) || !(j->rbuf = malloc(WALK_BUF))) {
 		if (j) {
 			free(j->path);
 			free(j);
@@ -284,6 +294,11 @@ uint64_t mesh_journal_position(const struct mesh_journal *j)
 	return off;
 }
 
+uint64_t mesh__journal_bytes_read(const struct mesh_journal *j)
+{
+	return j->bytes_read; /* tests read it between calls */
+}
+
 void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_t *records)
 {
 	if (batches)
@@ -292,30 +307,81 @@ void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_
 		*records = j->written;
 }
 
-static long tail_locked(struct mesh_journal *j);
+static long tail_locked(struct mesh_journal *j, int look);
 static int settle_locked(struct mesh_journal *j, uint64_t *cut);
 
 long mesh_journal_tail(struct mesh_journal *j)
 {
 	long n;
 	pthread_mutex_lock(&j->rmu);
-	n = tail_locked(j);
+	n = tail_locked(j, 1);
 	pthread_mutex_unlock(&j->rmu);
 	return n;
 }
 
-#define WALK_BUF (READ_CHUNK + MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8)
-
-/* Walks the whole records that follow each other from off: returns where
- * they stop (*end) and where the last COMMIT among them ends (*commit_end,
- * 0 if none).  0 or -errno. */
-static int walk(int fd, uint64_t off, uint64_t *end, uint64_t *commit_end)
+static size_t anchor_len(uint64_t off)
 {
-	unsigned char *buf = malloc(WALK_BUF);
+	return off < ANCHOR ? (size_t)off : ANCHOR;
+}
+
+/* 1 when the remembered run starts at read_off and still holds no COMMIT:
+ * the file has the same size and the run the same last bytes (a batch taken
+ * back and regrown changes them; at worst a reader hands its records out a
+ * commit later); settling trusts only a run of its own hold.  rmu held. */
+static int run_known(struct mesh_journal *j)
+{
+	unsigned char now[ANCHOR];
+	struct stat st;
+	size_t alen;
+	ssize_t got;
+	if (!j->run_end || j->run_from != j->read_off || j->run_end <= j->read_off)
+		return 0;
+	if (j->hold && j->run_hold != j->hold)
+		return 0;
+	if (fstat(j->fd, &st) < 0 || (uint64_t)st.st_size != j->run_size)
+		return 0;
+	alen = anchor_len(j->run_end);
+	got = mesh_pread_full(j->fd, now, alen, (off_t)(j->run_end - alen));
+	if (got > 0)
+		j->bytes_read += (uint64_t)got;
+	return got == (ssize_t)alen && memcmp(now, j->run_anchor, alen) == 0;
+}
+
+/* Remembers [read_off, end) as a run without COMMIT (rmu held). */
+static void run_remember(struct mesh_journal *j, uint64_t end)
+{
+	struct stat st;
+	size_t alen = anchor_len(end);
+	ssize_t got;
+	j->run_end = 0;
+	if (end <= j->read_off || fstat(j->fd, &st) < 0)
+		return;
+	got = mesh_pread_full(j->fd, j->run_anchor, alen, (off_t)(end - alen));
+	if (got > 0)
+		j->bytes_read += (uint64_t)got;
+	if (got != (ssize_t)alen)
+		return;
+	j->run_from = j->read_off;
+	j->run_end = end;
+	j->run_size = (uint64_t)st.st_size;
+	j->run_hold = j->hold;
+}
+
+/* Walks the whole records that follow each other from off (only whole
+ * records, no COMMIT, from read_off to off), resuming at the end of a known
+ * run: where they stop (*end), where the last COMMIT among them ends
+ * (*commit_end, 0 if none); remembers a run without COMMIT.  Uses rbuf
+ * (rmu held).  0 or -errno. */
+static int walk(struct mesh_journal *j, uint64_t off, uint64_t *end, uint64_t *commit_end)
+{
+	int fd = j->fd;
+	unsigned char *buf = j->rbuf;
+	uint64_t from;
 	int rc = 0;
 	*commit_end = 0;
-	if (!buf)
-		return -ENOMEM;
+	if (off < j->run_end && run_known(j))
+		off = j->run_end;
+	from = off;
 	for (;;) {
 		size_t pos = 0;
 		ssize_t got = mesh_pread_full(fd, buf, WALK_BUF, (off_t)off);
@@ -323,6 +389,7 @@ static int walk(int fd, uint64_t off, uint64_t *end, uint64_t *commit_end)
 			rc = (int)got;
 			break;
 		}
+		j->bytes_read += (uint64_t)got;
 		for (;;) {
 			struct mesh_jrec r;
 			size_t sz;
@@ -337,13 +404,11 @@ static int walk(int fd, uint64_t off, uint64_t *end, uint64_t *commit_end)
 			break;
 	}
 	*end = off;
-	free(buf);
+	if (rc || *commit_end)
+		j->run_end = 0;
+	else if (off != from || off != j->run_end)
+		run_remember(j, off);
 	return rc;
-}
-
-static size_t anchor_len(uint64_t off)
-{
-	return off < ANCHOR ? (size_t)off : ANCHOR;
 }
 
 /* Moves read_off forward by adv bytes of data (rbuf + alen holds the bytes
@@ -358,17 +423,28 @@ static void advance(struct mesh_journal *j, size_t alen, size_t adv)
 
 /* Hands out the committed records after read_off; rmu held.  rbuf holds
  * the anchor's bytes as they are now (they must not have changed: else the
- * file was cut or rewritten under us), then the new bytes. */
-static long tail_locked(struct mesh_journal *j)
+ * file was cut or rewritten under us), then the new bytes.  look = 0: no
+ * look-ahead past a chunk without COMMIT (recover settles it, walking once). */
+static long tail_locked(struct mesh_journal *j, int look)
 {
 	long count = 0;
 	for (;;) {
+		if (look && j->trusted <= j->read_off && run_known(j)) {
+			uint64_t stop, cend; /* look only past the known run */
+			int rc = walk(j, j->run_end, &stop, &cend);
+			if (rc)
+				return rc;
+			if (cend == 0)
+				return count;
+			j->trusted = cend;
+		}
 		size_t alen = anchor_len(j->read_off);
 		unsigned char *data = j->rbuf + alen;
 		size_t whole = 0, end = 0, pos = 0;
 		ssize_t got = mesh_pread_full(j->fd, j->rbuf, READ_CHUNK + alen, (off_t)(j->read_off - alen));
 		if (got < 0)
 			return got;
+		j->bytes_read += (uint64_t)got;
 		if ((size_t)got < alen || memcmp(j->rbuf, j->anchor, alen) != 0)
 			return MESH_E_STALE;
 		got -= (ssize_t)alen;
@@ -395,9 +471,9 @@ static long tail_locked(struct mesh_journal *j)
 			int rc;
 			/* A full chunk of whole records with no COMMIT: a batch
 			 * longer than a chunk; look ahead for its COMMIT. */
-			if ((size_t)got < READ_CHUNK || whole == 0)
+			if ((size_t)got < READ_CHUNK || whole == 0 || !look)
 				return count;
-			rc = walk(j->fd, j->read_off + whole, &stop, &cend);
+			rc = walk(j, j->read_off + whole, &stop, &cend);
 			if (rc)
 				return rc;
 			if (cend == 0)
@@ -476,7 +552,8 @@ static int settle_locked(struct mesh_journal *j, uint64_t *cut)
 	long n;
 	int rc;
 	pthread_mutex_lock(&j->rmu);
-	n = tail_locked(j);
+	j->hold = ++j->holds;
+	n = tail_locked(j, 1);
 	rc = n < 0 ? (int)n : 0;
 	if (!rc && fstat(j->fd, &st) < 0)
 		rc = -errno;
@@ -485,7 +562,7 @@ static int settle_locked(struct mesh_journal *j, uint64_t *cut)
 	 * of this very file and size >= read_off. */
 	if (rc || size <= j->read_off)
 		goto out;
-	rc = walk(j->fd, j->read_off, &w, &cend);
+	rc = walk(j, j->read_off, &w, &cend);
 	if (rc)
 		goto out;
 	if (w < size) {
@@ -509,9 +586,10 @@ static int settle_locked(struct mesh_journal *j, uint64_t *cut)
 	j->trusted = w;
 	mesh_journal_encode(commit_rec, MESH_JREC_COMMIT, 0, NULL, 0);
 	(void)mesh_pwrite_all(j->fd, commit_rec, sizeof commit_rec, (off_t)w);
-	n = tail_locked(j);
+	n = tail_locked(j, 1);
 	rc = n < 0 ? (int)n : 0;
 out:
+	j->hold = 0;
 	pthread_mutex_unlock(&j->rmu);
 	return rc;
 }
@@ -523,7 +601,10 @@ int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
 	int rc;
 	if (cut)
 		*cut = 0;
-	n = mesh_journal_tail(j);
+	/* No look-ahead: settling walks what has no COMMIT, once. */
+	pthread_mutex_lock(&j->rmu);
+	n = tail_locked(j, 0);
+	pthread_mutex_unlock(&j->rmu);
 	if (n < 0)
 		return (int)n;
 	if (fstat(j->fd, &st) < 0)

@@ -142,6 +142,10 @@ int mesh_journal_append(struct mesh_journal *j, const struct mesh_jrec *recs, si
 uint64_t mesh_journal_position(const struct mesh_journal *j);
 /* Counts of this handle: batches committed, records written. */
 void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_t *records);
+/* Internal, for tests and benchmarks: bytes this handle has read from its
+ * file so far (tails, look-aheads, settling); read without a lock, so only
+ * between calls. */
+uint64_t mesh__journal_bytes_read(const struct mesh_journal *j);
 
 #define MESH_JOURNAL_RANGES 8 /* dropped ranges a report lists one by one */
 
