@@ -1,8 +1,8 @@
-#include "autoscale/serve.h"
+#include "gateway/serve.h"
 
 #include "autoscale/policy.h"
 #include "autoscale/probe.h"
-#include "autoscale/relay.h"
+#include "gateway/relay.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
