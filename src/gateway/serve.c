@@ -1,19 +1,15 @@
-#include "gateway/serve.h"
+/* mesh serve's loop and the supervisor of its one server process: spawn
+ * it (proc/), its output into the log and the tail, the warmth probe on a
+ * helper thread, the policy's answer acted on, the stop and reap of its
+ * group; open and free.  The clients are front.c's.  See serve_int.h. */
+#include "gateway/serve_int.h"
 
-#include "autoscale/policy.h"
-#include "autoscale/probe.h"
-#include "gateway/relay.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
-#include "proc/proc.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,48 +20,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* What an epoll registration points at. */
-enum watch_kind { W_LISTEN, W_SIGNAL, W_OUTPUT, W_PROBE, W_CLIENT, W_UPSTREAM };
-
-struct conn;
-struct watch {
-	enum watch_kind kind;
-	struct conn *conn;
-};
-
-enum conn_state { C_QUEUED, C_CONNECTING, C_RELAY, C_REJECTING, C_LINGER };
-
-struct conn {
-	struct watch w[2]; /* [0] client, [1] upstream */
-	int fd[2];
-	uint32_t mask[2];  /* registered epoll mask; 0 = not registered */
-	enum conn_state state;
-	uint64_t deadline; /* queue wait or linger end */
-	struct mesh_relay relay;
-	int relaying;
-	int reject_code, reject_waited;
-	int dead; /* closed; freed after the current batch of events */
-	const char *reject_why; /* a static string */
-	struct conn *prev, *next;
-};
-
-struct list {
-	struct conn *head, *tail;
-	size_t n;
-};
-
-/* A connection waits this long for the client to finish after an error
- * answer: closing with unread input would reset the connection and the
- * client could lose the answer. */
-#define LINGER_NS (2ull * MESH_NS_PER_S)
-/* A client to be refused that has not sent a byte yet gets this long to
- * show whether it speaks HTTP (and so can be told why). */
-#define REJECT_WAIT_NS (300ull * MESH_NS_PER_MS)
 /* The probe runs every PROBE_FAST_NS for the first PROBE_FAST_FOR_NS of a
  * start, then backs off by a quarter per probe up to PROBE_SLOW_NS: a fast
  * start is seen within a few ms; a model that loads for minutes is not
@@ -76,56 +33,10 @@ struct list {
 #define PROBE_SLOW_NS (100ull * MESH_NS_PER_MS)
 /* While a stop waits for the group to empty (and as a safety net). */
 #define STOP_POLL_NS (20ull * MESH_NS_PER_MS)
-#define ACCEPT_PAUSE_NS (100ull * MESH_NS_PER_MS)
 
 struct probe_msg {
 	uint64_t gen;
 	struct mesh_probe_result res;
-};
-
-struct mesh_serve {
-	struct mesh_serve_config c;
-	char **argv;
-	char *path; /* argv[0] resolved */
-	struct mesh_proc_spawner *sp;
-	char *log_path;
-	struct mesh_probe_target target;
-	struct mesh_probe_opts popts;
-	struct sockaddr_storage up_addr;
-	socklen_t up_len;
-	char listen_addr[80];
-
-	int ep, lfd, sfd, logfd;
-	struct watch w_listen, w_signal, w_output, w_probe;
-	uint32_t listen_mask;
-	uint64_t accept_resume;
-
-	/* the probe thread */
-	pthread_t probe_thread;
-	int probe_started;
-	int probe_req[2], probe_res[2];
-	uint64_t probe_gen;
-	int probe_inflight;
-	uint64_t probe_next, probe_interval;
-
-	/* the server */
-	int state;
-	pid_t pid;
-	int leader_done, leader_status;
-	int out_fd;
-	uint32_t out_mask;
-	uint64_t t_spawn, t_stop, start_deadline;
-	struct mesh_proc_stop stop;
-	int stop_reason_crash;
-	struct mesh_proc_tail tail;
-	const char *tail_view[MESH_PROC_TAIL_LINES + 1];
-
-	struct list queue, active, rejecting, linger;
-	struct conn *dead; /* closed connections, chained by next */
-	uint64_t t_open, idle_since, warm_acc;
-	int quitting;
-	struct mesh_serve_stats st;
-	struct mesh_as_config pol;
 };
 
 const char *mesh_serve_state_name(int state)
@@ -139,32 +50,6 @@ const char *mesh_serve_event_name(int kind)
 	static const char *names[] = {"listening", "spawned", "spawn_failed", "warm",    "start_timeout", "crashed",
 				      "reaping",   "killed",  "reaped",       "rejected", "status",        "exit"};
 	return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
-}
-
-static void list_push(struct list *l, struct conn *c)
-{
-	c->next = NULL;
-	c->prev = l->tail;
-	if (l->tail)
-		l->tail->next = c;
-	else
-		l->head = c;
-	l->tail = c;
-	l->n++;
-}
-
-static void list_del(struct list *l, struct conn *c)
-{
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		l->head = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	else
-		l->tail = c->prev;
-	c->prev = c->next = NULL;
-	l->n--;
 }
 
 static void stats_fill(const struct mesh_serve *s, struct mesh_serve_stats *o)
@@ -195,14 +80,14 @@ static void emit(struct mesh_serve *s, struct mesh_serve_event *ev)
 	s->c.on_event(s->c.ctx, ev);
 }
 
-static void emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason)
+void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason)
 {
 	struct mesh_serve_event ev = {.kind = kind, .pid = s->pid, .status = status, .elapsed_ns = elapsed,
 				      .reason = reason};
 	emit(s, &ev);
 }
 
-static int ep_set(struct mesh_serve *s, int fd, struct watch *w, uint32_t *cur, uint32_t want)
+int mesh__serve_ep_set(struct mesh_serve *s, int fd, struct mesh__watch *w, uint32_t *cur, uint32_t want)
 {
 	struct epoll_event ev = {.events = want, .data.ptr = w};
 	int op;
@@ -220,308 +105,6 @@ static int ep_set(struct mesh_serve *s, int fd, struct watch *w, uint32_t *cur, 
 	return 0;
 }
 
-static void conn_free(struct mesh_serve *s, struct conn *c)
-{
-	for (int i = 0; i < 2; i++) {
-		if (c->fd[i] >= 0) {
-			ep_set(s, c->fd[i], &c->w[i], &c->mask[i], 0);
-			close(c->fd[i]);
-		}
-	}
-	if (c->relaying) {
-		s->st.bytes_in += c->relay.dir[0].bytes;
-		s->st.bytes_out += c->relay.dir[1].bytes;
-		mesh_relay_release(&c->relay);
-		c->relaying = 0;
-	}
-	/* The same batch of epoll events may still name c (its other fd):
-	 * the memory lives until the batch is done. */
-	c->fd[0] = c->fd[1] = -1;
-	c->dead = 1;
-	c->next = s->dead;
-	s->dead = c;
-}
-
-static void free_dead(struct mesh_serve *s)
-{
-	while (s->dead) {
-		struct conn *c = s->dead;
-		s->dead = c->next;
-		free(c);
-	}
-}
-
-/* A connection left the demand: the idle clock starts when the last goes. */
-static void demand_dropped(struct mesh_serve *s)
-{
-	if (s->queue.n + s->active.n == 0)
-		s->idle_since = mesh_mono_ns();
-}
-
-static void conn_close_active(struct mesh_serve *s, struct conn *c)
-{
-	list_del(&s->active, c);
-	conn_free(s, c);
-	demand_dropped(s);
-}
-
-/* 1 when the first bytes the client sent look like an HTTP request line,
- * 0 when they do not (or it closed), -1 when it has sent nothing yet. */
-static int looks_http(int fd)
-{
-	static const char *const methods[] = {"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ",
-					      "CONNECT ", "TRACE "};
-	char b[16];
-	ssize_t n = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
-	if (n < 0 && errno == EAGAIN)
-		return -1;
-	if (n <= 0)
-		return 0;
-	for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
-		size_t k = strlen(methods[i]);
-		if ((size_t)n >= k && !memcmp(b, methods[i], k))
-			return 1;
-		/* A method cut short: more bytes will tell. */
-		if ((size_t)n < k && !memcmp(b, methods[i], (size_t)n))
-			return -1;
-	}
-	return 0;
-}
-
-/* Answers a client that will not be relayed (if it speaks HTTP), then
- * lingers to let it read the answer.  c must be in no list. */
-static void reject(struct mesh_serve *s, struct conn *c, int code, const char *why)
-{
-	static const char *const reasons[] = {[2] = "Bad Gateway", [3] = "Service Unavailable", [4] = "Gateway Timeout"};
-	int sent = 0, http = looks_http(c->fd[0]);
-	if (c->fd[1] >= 0) {
-		ep_set(s, c->fd[1], &c->w[1], &c->mask[1], 0);
-		close(c->fd[1]);
-		c->fd[1] = -1;
-	}
-	if (c->relaying) {
-		mesh_relay_release(&c->relay);
-		c->relaying = 0;
-	}
-	if (http < 0 && !c->reject_waited) {
-		c->state = C_REJECTING;
-		c->reject_code = code;
-		c->reject_why = why;
-		c->reject_waited = 1;
-		c->deadline = mesh_mono_ns() + REJECT_WAIT_NS;
-		if (ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
-			conn_free(s, c);
-			return;
-		}
-		list_push(&s->rejecting, c);
-		return;
-	}
-	if (code >= 502 && code <= 504 && http == 1) {
-		char msg[512];
-		int n = snprintf(msg, sizeof msg,
-				 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n%s"
-				 "Connection: close\r\n\r\nmesh serve: %s\n",
-				 code, reasons[code - 500], strlen("mesh serve: \n") + strlen(why), code == 503 ? "Retry-After: 5\r\n" : "", why);
-		/* Small enough for any socket buffer; a client that cannot take
-		 * it now gets the close. */
-		sent = send(c->fd[0], msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n;
-	}
-	s->st.rejected++;
-	emit_simple(s, MESH_SERVE_EV_REJECTED, sent ? code : 0, 0, why);
-	shutdown(c->fd[0], SHUT_WR);
-	c->state = C_LINGER;
-	c->deadline = mesh_mono_ns() + LINGER_NS;
-	if (ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
-		conn_free(s, c);
-		return;
-	}
-	list_push(&s->linger, c);
-}
-
-static void reject_queue(struct mesh_serve *s, int code, const char *why)
-{
-	while (s->queue.head) {
-		struct conn *c = s->queue.head;
-		list_del(&s->queue, c);
-		reject(s, c, code, why);
-	}
-	demand_dropped(s);
-}
-
-static void close_active(struct mesh_serve *s)
-{
-	while (s->active.head)
-		conn_close_active(s, s->active.head);
-}
-
-/* Starts the upstream connection of c (queued -> connecting). */
-static void dispatch(struct mesh_serve *s, struct conn *c)
-{
-	int fd = socket(s->up_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
-	if (fd < 0) {
-		reject(s, c, 503, "cannot open a connection to the server (no fds?)");
-		return;
-	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	c->fd[1] = fd;
-	if (connect(fd, (struct sockaddr *)&s->up_addr, s->up_len) < 0 && errno != EINPROGRESS) {
-		reject(s, c, 502, "the server refused the connection");
-		return;
-	}
-	ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
-	c->state = C_CONNECTING;
-	if (ep_set(s, fd, &c->w[1], &c->mask[1], EPOLLOUT) < 0) {
-		reject(s, c, 503, "cannot watch the server connection");
-		return;
-	}
-	list_push(&s->active, c);
-}
-
-static void dispatch_queue(struct mesh_serve *s)
-{
-	while (s->queue.head) {
-		struct conn *c = s->queue.head;
-		list_del(&s->queue, c);
-		dispatch(s, c);
-	}
-	demand_dropped(s);
-}
-
-/* Makes the relay's wishes the registered masks. */
-static int relay_update(struct mesh_serve *s, struct conn *c)
-{
-	for (int i = 0; i < 2; i++) {
-		int rc = ep_set(s, c->fd[i], &c->w[i], &c->mask[i], mesh_relay_events(&c->relay, i));
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
-}
-
-static void on_upstream_connected(struct mesh_serve *s, struct conn *c)
-{
-	int err = 0;
-	socklen_t el = sizeof err;
-	if (getsockopt(c->fd[1], SOL_SOCKET, SO_ERROR, &err, &el) < 0)
-		err = errno;
-	if (err) {
-		list_del(&s->active, c);
-		demand_dropped(s);
-		reject(s, c, 502, "the server refused the connection");
-		return;
-	}
-	mesh_relay_init(&c->relay, c->fd[0], c->fd[1], s->c.relay_flags);
-	c->relaying = 1;
-	c->state = C_RELAY;
-	s->st.served++;
-	/* Whatever the client sent while it waited is already readable. */
-	int rc = mesh_relay_pump(&c->relay);
-	if (rc != 0 || relay_update(s, c) < 0)
-		conn_close_active(s, c);
-}
-
-static void on_conn_event(struct mesh_serve *s, struct watch *w, uint32_t ev)
-{
-	struct conn *c = w->conn;
-	if (c->dead)
-		return;
-	switch (c->state) {
-	case C_QUEUED:
-		/* Only RDHUP/HUP/ERR are watched while queued.  A client that
-		 * closed without sending anything is gone; one that sent its
-		 * request and half-closed still wants the answer. */
-		if (ev & (EPOLLERR | EPOLLHUP)) {
-			list_del(&s->queue, c);
-			conn_free(s, c);
-			demand_dropped(s);
-			return;
-		}
-		{
-			char b;
-			ssize_t n = recv(c->fd[0], &b, 1, MSG_PEEK | MSG_DONTWAIT);
-			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-				list_del(&s->queue, c);
-				conn_free(s, c);
-				demand_dropped(s);
-				return;
-			}
-			ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
-		}
-		return;
-	case C_CONNECTING:
-		if (w->kind == W_UPSTREAM)
-			on_upstream_connected(s, c);
-		return;
-	case C_RELAY: {
-		int rc = mesh_relay_pump_events(&c->relay, w->kind == W_CLIENT ? 0 : 1, ev);
-		if (rc != 0 || relay_update(s, c) < 0)
-			conn_close_active(s, c);
-		return;
-	}
-	case C_REJECTING:
-		list_del(&s->rejecting, c);
-		reject(s, c, c->reject_code, c->reject_why);
-		return;
-	case C_LINGER: {
-		char junk[4096];
-		for (int i = 0; i < 16; i++) {
-			ssize_t n = recv(c->fd[0], junk, sizeof junk, MSG_DONTWAIT);
-			if (n > 0)
-				continue;
-			if (n < 0 && (errno == EAGAIN || errno == EINTR))
-				return;
-			list_del(&s->linger, c);
-			conn_free(s, c);
-			return;
-		}
-		return;
-	}
-	}
-}
-
-static void on_accept(struct mesh_serve *s)
-{
-	for (int i = 0; i < 64; i++) {
-		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
-		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-				/* Out of fds: stop accepting for a moment instead of
-				 * spinning on a listener that stays readable. */
-				ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, 0);
-				s->accept_resume = mesh_mono_ns() + ACCEPT_PAUSE_NS;
-			}
-			return;
-		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		struct conn *c = calloc(1, sizeof *c);
-		if (!c) {
-			close(fd);
-			continue;
-		}
-		c->fd[0] = fd;
-		c->fd[1] = -1;
-		c->w[0] = (struct watch){W_CLIENT, c};
-		c->w[1] = (struct watch){W_UPSTREAM, c};
-		if (s->state == MESH_SERVE_WARM) {
-			dispatch(s, c);
-			continue;
-		}
-		if (s->queue.n >= s->c.max_queue) {
-			reject(s, c, 503, "the queue of connections waiting for the server is full");
-			continue;
-		}
-		c->state = C_QUEUED;
-		c->deadline = mesh_mono_ns() + s->c.queue_timeout_ns;
-		if (ep_set(s, fd, &c->w[0], &c->mask[0], EPOLLRDHUP) < 0) {
-			conn_free(s, c);
-			continue;
-		}
-		list_push(&s->queue, c);
-		if (s->queue.n > s->st.queued_max)
-			s->st.queued_max = s->queue.n;
-	}
-}
-
 /* Reads the server's output into the log file and the tail. */
 static void drain_output(struct mesh_serve *s)
 {
@@ -535,7 +118,7 @@ static void drain_output(struct mesh_serve *s)
 		if (n < 0 && errno == EAGAIN)
 			return;
 		if (n <= 0) {
-			ep_set(s, s->out_fd, &s->w_output, &s->out_mask, 0);
+			mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, 0);
 			close(s->out_fd);
 			s->out_fd = -1;
 			return;
@@ -587,13 +170,13 @@ static int spawn_server(struct mesh_serve *s)
 	if (s->out_fd >= 0) {
 		drain_output(s);
 		if (s->out_fd >= 0) {
-			ep_set(s, s->out_fd, &s->w_output, &s->out_mask, 0);
+			mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, 0);
 			close(s->out_fd);
 		}
 	}
 	s->out_fd = outp[0];
 	s->out_mask = 0;
-	ep_set(s, s->out_fd, &s->w_output, &s->out_mask, EPOLLIN);
+	mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, EPOLLIN);
 	s->pid = pid;
 	return 0;
 }
@@ -608,7 +191,7 @@ static void do_spawn(struct mesh_serve *s)
 					      .reason = mesh_strerror(rc)};
 		s->st.spawn_failures++;
 		emit(s, &ev);
-		reject_queue(s, 502, "the server could not be started");
+		mesh__serve_reject_queue(s, 502, "the server could not be started");
 		return;
 	}
 	uint64_t now = mesh_mono_ns();
@@ -624,7 +207,7 @@ static void do_spawn(struct mesh_serve *s)
 	s->st.spawns++;
 	log_marker(s, "spawned pid %d", (int)s->pid);
 	snprintf(why, sizeof why, "%zu connection(s) waiting", s->queue.n);
-	emit_simple(s, MESH_SERVE_EV_SPAWNED, 0, 0, why);
+	mesh__serve_emit_simple(s, MESH_SERVE_EV_SPAWNED, 0, 0, why);
 }
 
 /* Sends the stop signal to the group; the loop then waits for it to empty. */
@@ -639,7 +222,7 @@ static void begin_stop(struct mesh_serve *s, const char *why, int sig)
 	mesh_proc_stop_begin(&s->stop, s->pid, sig, s->c.grace_ns, now);
 	if (why) {
 		log_marker(s, "stopping pid %d: %s", (int)s->pid, why);
-		emit_simple(s, MESH_SERVE_EV_REAPING, 0, 0, why);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_REAPING, 0, 0, why);
 	}
 }
 
@@ -676,8 +259,8 @@ static void on_crash(struct mesh_serve *s)
 	emit(s, &ev);
 	/* Its connections cannot be answered any more; the queued ones came
 	 * for this start.  Later arrivals wait for the next one. */
-	close_active(s);
-	reject_queue(s, 502, "the server crashed while starting");
+	mesh__serve_close_active(s);
+	mesh__serve_reject_queue(s, 502, "the server crashed while starting");
 	/* Whatever the server left in its group goes now. */
 	begin_stop(s, NULL, SIGKILL);
 }
@@ -691,10 +274,10 @@ static void finish_stop(struct mesh_serve *s)
 	if (!s->stop_reason_crash) {
 		s->st.reaps++;
 		log_marker(s, "pid %d and its group are gone", (int)s->pid);
-		emit_simple(s, MESH_SERVE_EV_REAPED, s->leader_status, now - s->t_stop, NULL);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_REAPED, s->leader_status, now - s->t_stop, NULL);
 	}
 	s->stop_reason_crash = 0;
-	close_active(s);
+	mesh__serve_close_active(s);
 	s->pid = 0;
 }
 
@@ -709,7 +292,7 @@ static void step_stop(struct mesh_serve *s, uint64_t now)
 	}
 	if (mesh_proc_stop_step(&s->stop, now)) {
 		log_marker(s, "grace over: SIGKILL to group %d", (int)s->pid);
-		emit_simple(s, MESH_SERVE_EV_KILLED, 0, now - s->t_stop, NULL);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_KILLED, 0, now - s->t_stop, NULL);
 	}
 }
 
@@ -726,43 +309,10 @@ static void on_probe(struct mesh_serve *s)
 	s->probe_inflight = 0;
 	uint64_t now = mesh_mono_ns();
 	if (m.res.warm) {
-		/* Connect where the probe got through (a name may resolve to
-		 * several addresses, and the server may listen on one). */
-		char host[64];
-		const char *a = m.res.addr;
-		const char *colon = strrchr(a, ':');
-		if (colon && colon > a) {
-			size_t hl = (size_t)(colon - a);
-			if (a[0] == '[' && hl >= 2 && a[hl - 1] == ']') {
-				a++;
-				hl -= 2;
-			}
-			if (hl < sizeof host) {
-				memcpy(host, a, hl);
-				host[hl] = 0;
-				struct sockaddr_in *v4 = (struct sockaddr_in *)&s->up_addr;
-				struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&s->up_addr;
-				uint16_t port = htons(s->target.port);
-				struct in6_addr a6;
-				struct in_addr a4;
-				if (inet_pton(AF_INET, host, &a4) == 1) {
-					memset(&s->up_addr, 0, sizeof s->up_addr);
-					v4->sin_family = AF_INET;
-					v4->sin_addr = a4;
-					v4->sin_port = port;
-					s->up_len = sizeof *v4;
-				} else if (inet_pton(AF_INET6, host, &a6) == 1) {
-					memset(&s->up_addr, 0, sizeof s->up_addr);
-					v6->sin6_family = AF_INET6;
-					v6->sin6_addr = a6;
-					v6->sin6_port = port;
-					s->up_len = sizeof *v6;
-				}
-			}
-		}
+		mesh__serve_pin_upstream(s, m.res.addr);
 		s->state = MESH_SERVE_WARM;
 		log_marker(s, "pid %d warm after %.3f s", (int)s->pid, (double)(now - s->t_spawn) / 1e9);
-		emit_simple(s, MESH_SERVE_EV_WARM, 0, now - s->t_spawn, m.res.reason);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_WARM, 0, now - s->t_spawn, m.res.reason);
 		return;
 	}
 	if (now - s->t_spawn >= PROBE_FAST_FOR_NS) {
@@ -810,7 +360,7 @@ static void on_signal(struct mesh_serve *s)
 			reap_children(s);
 			break;
 		case SIGUSR1:
-			emit_simple(s, MESH_SERVE_EV_STATUS, 0, 0, NULL);
+			mesh__serve_emit_simple(s, MESH_SERVE_EV_STATUS, 0, 0, NULL);
 			break;
 		default:
 			s->quitting = 1;
@@ -839,7 +389,7 @@ static void step_policy(struct mesh_serve *s, uint64_t now)
 		break;
 	case MESH_AS_SERVE:
 		if (s->state == MESH_SERVE_WARM)
-			dispatch_queue(s);
+			mesh__serve_dispatch_queue(s);
 		break;
 	case MESH_AS_REAP:
 		if (s->state == MESH_SERVE_WARM || s->state == MESH_SERVE_STARTING) {
@@ -855,22 +405,7 @@ static void step_policy(struct mesh_serve *s, uint64_t now)
 
 static void step_timers(struct mesh_serve *s, uint64_t now)
 {
-	while (s->queue.head && s->queue.head->deadline <= now) {
-		struct conn *c = s->queue.head;
-		list_del(&s->queue, c);
-		reject(s, c, 503, "the server was not ready within the queue timeout");
-		demand_dropped(s);
-	}
-	while (s->rejecting.head && s->rejecting.head->deadline <= now) {
-		struct conn *c = s->rejecting.head;
-		list_del(&s->rejecting, c);
-		reject(s, c, c->reject_code, c->reject_why);
-	}
-	while (s->linger.head && s->linger.head->deadline <= now) {
-		struct conn *c = s->linger.head;
-		list_del(&s->linger, c);
-		conn_free(s, c);
-	}
+	mesh__serve_front_timers(s, now);
 	if (s->state == MESH_SERVE_STARTING && now >= s->start_deadline) {
 		char why[96];
 		drain_output(s);
@@ -881,11 +416,9 @@ static void step_timers(struct mesh_serve *s, uint64_t now)
 					      .ntail = nt};
 		s->st.start_timeouts++;
 		emit(s, &ev);
-		reject_queue(s, 504, "the server did not become ready within the start timeout");
+		mesh__serve_reject_queue(s, 504, "the server did not become ready within the start timeout");
 		begin_stop(s, why, SIGTERM);
 	}
-	if (!s->listen_mask && s->lfd >= 0 && !s->quitting && now >= s->accept_resume)
-		ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, EPOLLIN);
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
@@ -896,13 +429,7 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 /* How long the loop may sleep: until the nearest deadline. */
 static int next_wait_ms(struct mesh_serve *s, uint64_t now)
 {
-	uint64_t t = now + 60 * MESH_NS_PER_S;
-	if (s->queue.head)
-		t = min_u64(t, s->queue.head->deadline);
-	if (s->linger.head)
-		t = min_u64(t, s->linger.head->deadline);
-	if (s->rejecting.head)
-		t = min_u64(t, s->rejecting.head->deadline);
+	uint64_t t = mesh__serve_front_deadline(s, now + 60 * MESH_NS_PER_S);
 	if (s->state == MESH_SERVE_STARTING) {
 		t = min_u64(t, s->start_deadline);
 		if (!s->probe_inflight)
@@ -912,8 +439,6 @@ static int next_wait_ms(struct mesh_serve *s, uint64_t now)
 		t = min_u64(t, s->idle_since + s->c.idle_ns);
 	if (s->state == MESH_SERVE_STOPPING)
 		t = min_u64(t, min_u64(now + STOP_POLL_NS, s->stop.killed ? UINT64_MAX : s->stop.deadline));
-	if (!s->listen_mask && s->lfd >= 0 && !s->quitting)
-		t = min_u64(t, s->accept_resume);
 	if (t <= now)
 		return 0;
 	/* Round up: waking a little late beats spinning on a deadline. */
@@ -932,10 +457,7 @@ int mesh_serve_run(struct mesh_serve *s)
 		uint64_t now = mesh_mono_ns();
 		if (s->quitting) {
 			if (s->lfd >= 0) {
-				ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, 0);
-				close(s->lfd);
-				s->lfd = -1;
-				reject_queue(s, 503, "mesh serve is shutting down");
+				mesh__serve_unlisten(s);
 				if (s->state != MESH_SERVE_COLD && s->state != MESH_SERVE_STOPPING)
 					begin_stop(s, "shutdown", SIGTERM);
 			}
@@ -951,10 +473,10 @@ int mesh_serve_run(struct mesh_serve *s)
 			break;
 		}
 		for (int i = 0; i < n; i++) {
-			struct watch *w = evs[i].data.ptr;
+			struct mesh__watch *w = evs[i].data.ptr;
 			switch (w->kind) {
 			case W_LISTEN:
-				on_accept(s);
+				mesh__serve_accept(s);
 				break;
 			case W_SIGNAL:
 				on_signal(s);
@@ -967,11 +489,11 @@ int mesh_serve_run(struct mesh_serve *s)
 				break;
 			case W_CLIENT:
 			case W_UPSTREAM:
-				on_conn_event(s, w, evs[i].events);
+				mesh__serve_conn_event(s, w, evs[i].events);
 				break;
 			}
 		}
-		free_dead(s);
+		mesh__serve_free_dead(s);
 		now = mesh_mono_ns();
 		if (s->leader_done && (s->state == MESH_SERVE_STARTING || s->state == MESH_SERVE_WARM)) {
 			s->stop_reason_crash = 1;
@@ -989,140 +511,17 @@ int mesh_serve_run(struct mesh_serve *s)
 			;
 		finish_stop(s);
 	}
-	close_active(s);
-	/* Those still being refused get their answer now, not a silent close. */
-	while (s->rejecting.head) {
-		struct conn *c = s->rejecting.head;
-		list_del(&s->rejecting, c);
-		reject(s, c, c->reject_code, c->reject_why);
-	}
-	while (s->linger.head) {
-		struct conn *c = s->linger.head;
-		list_del(&s->linger, c);
-		conn_free(s, c);
-	}
-	free_dead(s);
-	emit_simple(s, MESH_SERVE_EV_EXIT, 0, 0, NULL);
+	mesh__serve_front_end(s);
+	mesh__serve_emit_simple(s, MESH_SERVE_EV_EXIT, 0, 0, NULL);
 	return rc;
 }
 
-/* "host:port" / "[v6]:port" into its parts; 0 or MESH_E_PARSE. */
-static int split_hostport(const char *spec, char *host, size_t hl, char *port, size_t pl)
-{
-	const char *h = spec, *he, *p;
-	if (*spec == '[') {
-		h = spec + 1;
-		he = strchr(h, ']');
-		if (!he || he[1] != ':')
-			return MESH_E_PARSE;
-		p = he + 2;
-	} else {
-		he = strrchr(spec, ':');
-		if (!he || memchr(spec, ':', (size_t)(he - spec)))
-			return MESH_E_PARSE;
-		p = he + 1;
-	}
-	if (he == h || (size_t)(he - h) >= hl || !*p || strlen(p) >= pl)
-		return MESH_E_PARSE;
-	for (const char *q = p; *q; q++)
-		if (*q < '0' || *q > '9')
-			return MESH_E_PARSE;
-	if (atol(p) > 65535)
-		return MESH_E_PARSE;
-	memcpy(host, h, (size_t)(he - h));
-	host[he - h] = 0;
-	strcpy(port, p);
-	return 0;
-}
-
-static void format_addr(const struct sockaddr *sa, char *out, size_t n)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *v6 = (const void *)sa;
-		inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof ip);
-		snprintf(out, n, "[%s]:%u", ip, ntohs(v6->sin6_port));
-	} else {
-		const struct sockaddr_in *v4 = (const void *)sa;
-		inet_ntop(AF_INET, &v4->sin_addr, ip, sizeof ip);
-		snprintf(out, n, "%s:%u", ip, ntohs(v4->sin_port));
-	}
-}
-
-static int open_listener(struct mesh_serve *s, char *why, size_t why_len)
-{
-	char host[256], port[8];
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai;
-	if (split_hostport(s->c.listen, host, sizeof host, port, sizeof port) < 0) {
-		snprintf(why, why_len, "bad listen address '%s' (want ADDR:PORT or [V6]:PORT)", s->c.listen);
-		return MESH_E_PARSE;
-	}
-	int g = getaddrinfo(host, port, &hints, &ai);
-	if (g) {
-		snprintf(why, why_len, "cannot resolve listen address '%s': %s", s->c.listen, gai_strerror(g));
-		return g == EAI_SYSTEM ? -errno : MESH_E_NOTFOUND;
-	}
-	int rc = -EADDRNOTAVAIL, one = 1;
-	for (struct addrinfo *a = ai; a; a = a->ai_next) {
-		int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0) {
-			rc = -errno;
-			continue;
-		}
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-		if (bind(fd, a->ai_addr, a->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
-			rc = -errno;
-			close(fd);
-			continue;
-		}
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof ss;
-		getsockname(fd, (struct sockaddr *)&ss, &sl);
-		format_addr((struct sockaddr *)&ss, s->listen_addr, sizeof s->listen_addr);
-		s->lfd = fd;
-		rc = 0;
-		break;
-	}
-	freeaddrinfo(ai);
-	if (rc < 0)
-		snprintf(why, why_len, "cannot listen on '%s'", s->c.listen);
-	return rc;
-}
-
-static int resolve_upstream(struct mesh_serve *s, char *why, size_t why_len)
-{
-	char host[256], port[8];
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
-	if (split_hostport(s->c.upstream, host, sizeof host, port, sizeof port) < 0 || !strcmp(port, "0")) {
-		snprintf(why, why_len, "bad upstream address '%s' (want ADDR:PORT or [V6]:PORT)", s->c.upstream);
-		return MESH_E_PARSE;
-	}
-	const char *path = s->c.probe_path ? s->c.probe_path : MESH_PROBE_DEFAULT_PATH;
-	if (path[0] != '/' || strlen(path) >= sizeof s->target.path || strpbrk(path, " \t\r\n")) {
-		snprintf(why, why_len, "bad probe path '%s' (want /PATH)", path);
-		return MESH_E_PARSE;
-	}
-	mesh_probe_target_default(&s->target);
-	snprintf(s->target.host, sizeof s->target.host, "%s", host);
-	s->target.port = (uint16_t)atoi(port);
-	snprintf(s->target.path, sizeof s->target.path, "%s", path);
-	int g = getaddrinfo(host, port, &hints, &ai);
-	if (g) {
-		snprintf(why, why_len, "cannot resolve upstream '%s': %s", s->c.upstream, gai_strerror(g));
-		return g == EAI_SYSTEM ? -errno : MESH_E_NOTFOUND;
-	}
-	memcpy(&s->up_addr, ai->ai_addr, ai->ai_addrlen);
-	s->up_len = ai->ai_addrlen;
-	freeaddrinfo(ai);
-	return 0;
-}
-
-static void add_watch(struct mesh_serve *s, int fd, struct watch *w, enum watch_kind k)
+static void add_watch(struct mesh_serve *s, int fd, struct mesh__watch *w, enum mesh__watch_kind k)
 {
 	uint32_t cur = 0;
 	w->kind = k;
 	w->conn = NULL;
-	ep_set(s, fd, w, &cur, EPOLLIN);
+	mesh__serve_ep_set(s, fd, w, &cur, EPOLLIN);
 }
 
 int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, char *why, size_t why_len)
@@ -1162,7 +561,7 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 		snprintf(why, why_len, "cannot run '%s'", s->argv[0]);
 		goto fail;
 	}
-	if ((rc = resolve_upstream(s, why, why_len)) < 0)
+	if ((rc = mesh__serve_resolve_upstream(s, why, why_len)) < 0)
 		goto fail;
 	s->popts = (struct mesh_probe_opts)MESH_PROBE_OPTS_INIT;
 	s->popts.model = c->model && *c->model ? c->model : NULL;
@@ -1174,7 +573,7 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 		snprintf(why, why_len, "cannot open log file '%s'", s->log_path);
 		goto fail;
 	}
-	if ((rc = open_listener(s, why, why_len)) < 0)
+	if ((rc = mesh__serve_listen(s, why, why_len)) < 0)
 		goto fail;
 
 	struct rlimit rl;
@@ -1204,7 +603,7 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 	s->listen_mask = EPOLLIN;
 	add_watch(s, s->sfd, &s->w_signal, W_SIGNAL);
 	add_watch(s, s->probe_res[0], &s->w_probe, W_PROBE);
-	s->w_output = (struct watch){W_OUTPUT, NULL};
+	s->w_output = (struct mesh__watch){W_OUTPUT, NULL};
 	if ((rc = -pthread_create(&s->probe_thread, NULL, probe_main, s)) < 0) {
 		snprintf(why, why_len, "cannot start the probe thread");
 		goto fail;
@@ -1233,14 +632,7 @@ void mesh_serve_free(struct mesh_serve *s)
 		while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 	}
-	struct list *lists[] = {&s->queue, &s->active, &s->rejecting, &s->linger};
-	for (int i = 0; i < 4; i++)
-		while (lists[i]->head) {
-			struct conn *c = lists[i]->head;
-			list_del(lists[i], c);
-			conn_free(s, c);
-		}
-	free_dead(s);
+	mesh__serve_front_free(s);
 	if (s->probe_req[1] >= 0)
 		close(s->probe_req[1]); /* the probe thread ends at EOF */
 	if (s->probe_started)
