@@ -32,7 +32,7 @@ CC      := clang
 CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
 endif
 
-LIB_DIRS   := base proc journal store job exec autoscale shm host worker daemon
+LIB_DIRS   := base proc journal store job exec autoscale shm host gateway worker daemon
 LIB_SRC    := $(filter-out src/daemon/main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
 CLI_SRC    := $(wildcard src/cli/*.c)

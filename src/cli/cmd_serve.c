@@ -1,9 +1,9 @@
 /* mesh serve: scale-to-zero activator in front of a local server.  A thin
- * layer over autoscale/serve.h: parse the options, open, run, print the
+ * layer over gateway/serve.h: parse the options, open, run, print the
  * events (stderr log lines) and the status lines (stdout; one JSON object a
  * line with --json). */
-#include "autoscale/serve.h"
-#include "autoscale/relay.h"
+#include "gateway/serve.h"
+#include "gateway/relay.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"

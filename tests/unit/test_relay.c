@@ -1,4 +1,4 @@
-#include "autoscale/relay.h"
+#include "gateway/relay.h"
 #include "base/crc.h"
 #include "runner/t.h"
 

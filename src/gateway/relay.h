@@ -23,8 +23,8 @@
  *      negative code (a reset, a refused write), call mesh_relay_release(&r)
  *      and close both fds.
  * The fds must be O_NONBLOCK stream sockets (or pipes). */
-#ifndef MESH_AUTOSCALE_RELAY_H
-#define MESH_AUTOSCALE_RELAY_H
+#ifndef MESH_GATEWAY_RELAY_H
+#define MESH_GATEWAY_RELAY_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
  * server command; connections wait in a bounded queue (bounded in count
  * and in time) while the warmth probe (autoscale/probe.h, run on a helper
  * thread so the loop never blocks) polls the upstream; once warm, every
- * connection is relayed byte for byte (autoscale/relay.h: splice, no user
+ * connection is relayed byte for byte (gateway/relay.h: splice, no user
  * copy).  When no connection has been open for the idle TTL the server is
  * REAPed: the stop signal (SIGTERM) to its process group, the grace, then
  * SIGKILL to the group, until no process of the group is left.  The
@@ -47,8 +47,8 @@
  *      Events go to c.on_event as they happen, on this thread.
  *   4. mesh_serve_stats(s, &st) any time (also inside on_event);
  *      mesh_serve_free(s). */
-#ifndef MESH_AUTOSCALE_SERVE_H
-#define MESH_AUTOSCALE_SERVE_H
+#ifndef MESH_GATEWAY_SERVE_H
+#define MESH_GATEWAY_SERVE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,575 @@
+/* mesh serve's front: the clients.  The listener, accept, the bounded
+ * queue of connections waiting for warm, the error answers (HTTP when the
+ * client speaks it, then a linger), each connection's relay to the server,
+ * and the addresses on both sides.  See serve_int.h. */
+#include "gateway/serve_int.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A connection waits this long for the client to finish after an error
+ * answer: closing with unread input would reset the connection and the
+ * client could lose the answer. */
+#define LINGER_NS (2ull * MESH_NS_PER_S)
+/* A client to be refused that has not sent a byte yet gets this long to
+ * show whether it speaks HTTP (and so can be told why). */
+#define REJECT_WAIT_NS (300ull * MESH_NS_PER_MS)
+#define ACCEPT_PAUSE_NS (100ull * MESH_NS_PER_MS)
+
+static void list_push(struct mesh__conn_list *l, struct mesh__conn *c)
+{
+	c->next = NULL;
+	c->prev = l->tail;
+	if (l->tail)
+		l->tail->next = c;
+	else
+		l->head = c;
+	l->tail = c;
+	l->n++;
+}
+
+static void list_del(struct mesh__conn_list *l, struct mesh__conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		l->head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else
+		l->tail = c->prev;
+	c->prev = c->next = NULL;
+	l->n--;
+}
+
+static void conn_free(struct mesh_serve *s, struct mesh__conn *c)
+{
+	for (int i = 0; i < 2; i++) {
+		if (c->fd[i] >= 0) {
+			mesh__serve_ep_set(s, c->fd[i], &c->w[i], &c->mask[i], 0);
+			close(c->fd[i]);
+		}
+	}
+	if (c->relaying) {
+		s->st.bytes_in += c->relay.dir[0].bytes;
+		s->st.bytes_out += c->relay.dir[1].bytes;
+		mesh_relay_release(&c->relay);
+		c->relaying = 0;
+	}
+	/* The same batch of epoll events may still name c (its other fd):
+	 * the memory lives until the batch is done. */
+	c->fd[0] = c->fd[1] = -1;
+	c->dead = 1;
+	c->next = s->dead;
+	s->dead = c;
+}
+
+void mesh__serve_free_dead(struct mesh_serve *s)
+{
+	while (s->dead) {
+		struct mesh__conn *c = s->dead;
+		s->dead = c->next;
+		free(c);
+	}
+}
+
+/* A connection left the demand: the idle clock starts when the last goes. */
+static void demand_dropped(struct mesh_serve *s)
+{
+	if (s->queue.n + s->active.n == 0)
+		s->idle_since = mesh_mono_ns();
+}
+
+static void conn_close_active(struct mesh_serve *s, struct mesh__conn *c)
+{
+	list_del(&s->active, c);
+	conn_free(s, c);
+	demand_dropped(s);
+}
+
+/* 1 when the first bytes the client sent look like an HTTP request line,
+ * 0 when they do not (or it closed), -1 when it has sent nothing yet. */
+static int looks_http(int fd)
+{
+	static const char *const methods[] = {"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ",
+					      "CONNECT ", "TRACE "};
+	char b[16];
+	ssize_t n = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+	if (n < 0 && errno == EAGAIN)
+		return -1;
+	if (n <= 0)
+		return 0;
+	for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+		size_t k = strlen(methods[i]);
+		if ((size_t)n >= k && !memcmp(b, methods[i], k))
+			return 1;
+		/* A method cut short: more bytes will tell. */
+		if ((size_t)n < k && !memcmp(b, methods[i], (size_t)n))
+			return -1;
+	}
+	return 0;
+}
+
+/* Answers a client that will not be relayed (if it speaks HTTP), then
+ * lingers to let it read the answer.  c must be in no list. */
+static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const char *why)
+{
+	static const char *const reasons[] = {[2] = "Bad Gateway", [3] = "Service Unavailable", [4] = "Gateway Timeout"};
+	int sent = 0, http = looks_http(c->fd[0]);
+	if (c->fd[1] >= 0) {
+		mesh__serve_ep_set(s, c->fd[1], &c->w[1], &c->mask[1], 0);
+		close(c->fd[1]);
+		c->fd[1] = -1;
+	}
+	if (c->relaying) {
+		mesh_relay_release(&c->relay);
+		c->relaying = 0;
+	}
+	if (http < 0 && !c->reject_waited) {
+		c->state = C_REJECTING;
+		c->reject_code = code;
+		c->reject_why = why;
+		c->reject_waited = 1;
+		c->deadline = mesh_mono_ns() + REJECT_WAIT_NS;
+		if (mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
+			conn_free(s, c);
+			return;
+		}
+		list_push(&s->rejecting, c);
+		return;
+	}
+	if (code >= 502 && code <= 504 && http == 1) {
+		char msg[512];
+		int n = snprintf(msg, sizeof msg,
+				 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n%s"
+				 "Connection: close\r\n\r\nmesh serve: %s\n",
+				 code, reasons[code - 500], strlen("mesh serve: \n") + strlen(why), code == 503 ? "Retry-After: 5\r\n" : "", why);
+		/* Small enough for any socket buffer; a client that cannot take
+		 * it now gets the close. */
+		sent = send(c->fd[0], msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n;
+	}
+	s->st.rejected++;
+	mesh__serve_emit_simple(s, MESH_SERVE_EV_REJECTED, sent ? code : 0, 0, why);
+	shutdown(c->fd[0], SHUT_WR);
+	c->state = C_LINGER;
+	c->deadline = mesh_mono_ns() + LINGER_NS;
+	if (mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
+		conn_free(s, c);
+		return;
+	}
+	list_push(&s->linger, c);
+}
+
+void mesh__serve_reject_queue(struct mesh_serve *s, int code, const char *why)
+{
+	while (s->queue.head) {
+		struct mesh__conn *c = s->queue.head;
+		list_del(&s->queue, c);
+		reject(s, c, code, why);
+	}
+	demand_dropped(s);
+}
+
+void mesh__serve_close_active(struct mesh_serve *s)
+{
+	while (s->active.head)
+		conn_close_active(s, s->active.head);
+}
+
+/* Starts the upstream connection of c (queued -> connecting). */
+static void dispatch(struct mesh_serve *s, struct mesh__conn *c)
+{
+	int fd = socket(s->up_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+	if (fd < 0) {
+		reject(s, c, 503, "cannot open a connection to the server (no fds?)");
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	c->fd[1] = fd;
+	if (connect(fd, (struct sockaddr *)&s->up_addr, s->up_len) < 0 && errno != EINPROGRESS) {
+		reject(s, c, 502, "the server refused the connection");
+		return;
+	}
+	mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
+	c->state = C_CONNECTING;
+	if (mesh__serve_ep_set(s, fd, &c->w[1], &c->mask[1], EPOLLOUT) < 0) {
+		reject(s, c, 503, "cannot watch the server connection");
+		return;
+	}
+	list_push(&s->active, c);
+}
+
+void mesh__serve_dispatch_queue(struct mesh_serve *s)
+{
+	while (s->queue.head) {
+		struct mesh__conn *c = s->queue.head;
+		list_del(&s->queue, c);
+		dispatch(s, c);
+	}
+	demand_dropped(s);
+}
+
+/* Makes the relay's wishes the registered masks. */
+static int relay_update(struct mesh_serve *s, struct mesh__conn *c)
+{
+	for (int i = 0; i < 2; i++) {
+		int rc = mesh__serve_ep_set(s, c->fd[i], &c->w[i], &c->mask[i], mesh_relay_events(&c->relay, i));
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void on_upstream_connected(struct mesh_serve *s, struct mesh__conn *c)
+{
+	int err = 0;
+	socklen_t el = sizeof err;
+	if (getsockopt(c->fd[1], SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+		err = errno;
+	if (err) {
+		list_del(&s->active, c);
+		demand_dropped(s);
+		reject(s, c, 502, "the server refused the connection");
+		return;
+	}
+	mesh_relay_init(&c->relay, c->fd[0], c->fd[1], s->c.relay_flags);
+	c->relaying = 1;
+	c->state = C_RELAY;
+	s->st.served++;
+	/* Whatever the client sent while it waited is already readable. */
+	int rc = mesh_relay_pump(&c->relay);
+	if (rc != 0 || relay_update(s, c) < 0)
+		conn_close_active(s, c);
+}
+
+void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_t ev)
+{
+	struct mesh__conn *c = w->conn;
+	if (c->dead)
+		return;
+	switch (c->state) {
+	case C_QUEUED:
+		/* Only RDHUP/HUP/ERR are watched while queued.  A client that
+		 * closed without sending anything is gone; one that sent its
+		 * request and half-closed still wants the answer. */
+		if (ev & (EPOLLERR | EPOLLHUP)) {
+			list_del(&s->queue, c);
+			conn_free(s, c);
+			demand_dropped(s);
+			return;
+		}
+		{
+			char b;
+			ssize_t n = recv(c->fd[0], &b, 1, MSG_PEEK | MSG_DONTWAIT);
+			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+				list_del(&s->queue, c);
+				conn_free(s, c);
+				demand_dropped(s);
+				return;
+			}
+			mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
+		}
+		return;
+	case C_CONNECTING:
+		if (w->kind == W_UPSTREAM)
+			on_upstream_connected(s, c);
+		return;
+	case C_RELAY: {
+		int rc = mesh_relay_pump_events(&c->relay, w->kind == W_CLIENT ? 0 : 1, ev);
+		if (rc != 0 || relay_update(s, c) < 0)
+			conn_close_active(s, c);
+		return;
+	}
+	case C_REJECTING:
+		list_del(&s->rejecting, c);
+		reject(s, c, c->reject_code, c->reject_why);
+		return;
+	case C_LINGER: {
+		char junk[4096];
+		for (int i = 0; i < 16; i++) {
+			ssize_t n = recv(c->fd[0], junk, sizeof junk, MSG_DONTWAIT);
+			if (n > 0)
+				continue;
+			if (n < 0 && (errno == EAGAIN || errno == EINTR))
+				return;
+			list_del(&s->linger, c);
+			conn_free(s, c);
+			return;
+		}
+		return;
+	}
+	}
+}
+
+void mesh__serve_accept(struct mesh_serve *s)
+{
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				/* Out of fds: stop accepting for a moment instead of
+				 * spinning on a listener that stays readable. */
+				mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, 0);
+				s->accept_resume = mesh_mono_ns() + ACCEPT_PAUSE_NS;
+			}
+			return;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		struct mesh__conn *c = calloc(1, sizeof *c);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->fd[0] = fd;
+		c->fd[1] = -1;
+		c->w[0] = (struct mesh__watch){W_CLIENT, c};
+		c->w[1] = (struct mesh__watch){W_UPSTREAM, c};
+		if (s->state == MESH_SERVE_WARM) {
+			dispatch(s, c);
+			continue;
+		}
+		if (s->queue.n >= s->c.max_queue) {
+			reject(s, c, 503, "the queue of connections waiting for the server is full");
+			continue;
+		}
+		c->state = C_QUEUED;
+		c->deadline = mesh_mono_ns() + s->c.queue_timeout_ns;
+		if (mesh__serve_ep_set(s, fd, &c->w[0], &c->mask[0], EPOLLRDHUP) < 0) {
+			conn_free(s, c);
+			continue;
+		}
+		list_push(&s->queue, c);
+		if (s->queue.n > s->st.queued_max)
+			s->st.queued_max = s->queue.n;
+	}
+}
+
+void mesh__serve_front_timers(struct mesh_serve *s, uint64_t now)
+{
+	while (s->queue.head && s->queue.head->deadline <= now) {
+		struct mesh__conn *c = s->queue.head;
+		list_del(&s->queue, c);
+		reject(s, c, 503, "the server was not ready within the queue timeout");
+		demand_dropped(s);
+	}
+	while (s->rejecting.head && s->rejecting.head->deadline <= now) {
+		struct mesh__conn *c = s->rejecting.head;
+		list_del(&s->rejecting, c);
+		reject(s, c, c->reject_code, c->reject_why);
+	}
+	while (s->linger.head && s->linger.head->deadline <= now) {
+		struct mesh__conn *c = s->linger.head;
+		list_del(&s->linger, c);
+		conn_free(s, c);
+	}
+	if (!s->listen_mask && s->lfd >= 0 && !s->quitting && now >= s->accept_resume)
+		mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, EPOLLIN);
+}
+
+uint64_t mesh__serve_front_deadline(const struct mesh_serve *s, uint64_t t)
+{
+	const struct mesh__conn_list *lists[] = {&s->queue, &s->linger, &s->rejecting};
+	for (int i = 0; i < 3; i++)
+		if (lists[i]->head && lists[i]->head->deadline < t)
+			t = lists[i]->head->deadline;
+	if (!s->listen_mask && s->lfd >= 0 && !s->quitting && s->accept_resume < t)
+		t = s->accept_resume;
+	return t;
+}
+
+void mesh__serve_unlisten(struct mesh_serve *s)
+{
+	if (s->lfd < 0)
+		return;
+	mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, 0);
+	close(s->lfd);
+	s->lfd = -1;
+	mesh__serve_reject_queue(s, 503, "mesh serve is shutting down");
+}
+
+void mesh__serve_front_end(struct mesh_serve *s)
+{
+	mesh__serve_close_active(s);
+	/* Those still being refused get their answer now, not a silent close. */
+	while (s->rejecting.head) {
+		struct mesh__conn *c = s->rejecting.head;
+		list_del(&s->rejecting, c);
+		reject(s, c, c->reject_code, c->reject_why);
+	}
+	while (s->linger.head) {
+		struct mesh__conn *c = s->linger.head;
+		list_del(&s->linger, c);
+		conn_free(s, c);
+	}
+	mesh__serve_free_dead(s);
+}
+
+void mesh__serve_front_free(struct mesh_serve *s)
+{
+	struct mesh__conn_list *lists[] = {&s->queue, &s->active, &s->rejecting, &s->linger};
+	for (int i = 0; i < 4; i++)
+		while (lists[i]->head) {
+			struct mesh__conn *c = lists[i]->head;
+			list_del(lists[i], c);
+			conn_free(s, c);
+		}
+	mesh__serve_free_dead(s);
+}
+
+void mesh__serve_pin_upstream(struct mesh_serve *s, const char *a)
+{
+	char host[64];
+	const char *colon = strrchr(a, ':');
+	if (!colon || colon == a)
+		return;
+	size_t hl = (size_t)(colon - a);
+	if (a[0] == '[' && hl >= 2 && a[hl - 1] == ']') {
+		a++;
+		hl -= 2;
+	}
+	if (hl >= sizeof host)
+		return;
+	memcpy(host, a, hl);
+	host[hl] = 0;
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&s->up_addr;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&s->up_addr;
+	uint16_t port = htons(s->target.port);
+	struct in6_addr a6;
+	struct in_addr a4;
+	if (inet_pton(AF_INET, host, &a4) == 1) {
+		memset(&s->up_addr, 0, sizeof s->up_addr);
+		v4->sin_family = AF_INET;
+		v4->sin_addr = a4;
+		v4->sin_port = port;
+		s->up_len = sizeof *v4;
+	} else if (inet_pton(AF_INET6, host, &a6) == 1) {
+		memset(&s->up_addr, 0, sizeof s->up_addr);
+		v6->sin6_family = AF_INET6;
+		v6->sin6_addr = a6;
+		v6->sin6_port = port;
+		s->up_len = sizeof *v6;
+	}
+}
+
+/* "host:port" / "[v6]:port" into its parts; 0 or MESH_E_PARSE. */
+static int split_hostport(const char *spec, char *host, size_t hl, char *port, size_t pl)
+{
+	const char *h = spec, *he, *p;
+	if (*spec == '[') {
+		h = spec + 1;
+		he = strchr(h, ']');
+		if (!he || he[1] != ':')
+			return MESH_E_PARSE;
+		p = he + 2;
+	} else {
+		he = strrchr(spec, ':');
+		if (!he || memchr(spec, ':', (size_t)(he - spec)))
+			return MESH_E_PARSE;
+		p = he + 1;
+	}
+	if (he == h || (size_t)(he - h) >= hl || !*p || strlen(p) >= pl)
+		return MESH_E_PARSE;
+	for (const char *q = p; *q; q++)
+		if (*q < '0' || *q > '9')
+			return MESH_E_PARSE;
+	if (atol(p) > 65535)
+		return MESH_E_PARSE;
+	memcpy(host, h, (size_t)(he - h));
+	host[he - h] = 0;
+	strcpy(port, p);
+	return 0;
+}
+
+static void format_addr(const struct sockaddr *sa, char *out, size_t n)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *v6 = (const void *)sa;
+		inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof ip);
+		snprintf(out, n, "[%s]:%u", ip, ntohs(v6->sin6_port));
+	} else {
+		const struct sockaddr_in *v4 = (const void *)sa;
+		inet_ntop(AF_INET, &v4->sin_addr, ip, sizeof ip);
+		snprintf(out, n, "%s:%u", ip, ntohs(v4->sin_port));
+	}
+}
+
+int mesh__serve_listen(struct mesh_serve *s, char *why, size_t why_len)
+{
+	char host[256], port[8];
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai;
+	if (split_hostport(s->c.listen, host, sizeof host, port, sizeof port) < 0) {
+		snprintf(why, why_len, "bad listen address '%s' (want ADDR:PORT or [V6]:PORT)", s->c.listen);
+		return MESH_E_PARSE;
+	}
+	int g = getaddrinfo(host, port, &hints, &ai);
+	if (g) {
+		snprintf(why, why_len, "cannot resolve listen address '%s': %s", s->c.listen, gai_strerror(g));
+		return g == EAI_SYSTEM ? -errno : MESH_E_NOTFOUND;
+	}
+	int rc = -EADDRNOTAVAIL, one = 1;
+	for (struct addrinfo *a = ai; a; a = a->ai_next) {
+		int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			rc = -errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (bind(fd, a->ai_addr, a->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
+			rc = -errno;
+			close(fd);
+			continue;
+		}
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		getsockname(fd, (struct sockaddr *)&ss, &sl);
+		format_addr((struct sockaddr *)&ss, s->listen_addr, sizeof s->listen_addr);
+		s->lfd = fd;
+		rc = 0;
+		break;
+	}
+	freeaddrinfo(ai);
+	if (rc < 0)
+		snprintf(why, why_len, "cannot listen on '%s'", s->c.listen);
+	return rc;
+}
+
+int mesh__serve_resolve_upstream(struct mesh_serve *s, char *why, size_t why_len)
+{
+	char host[256], port[8];
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
+	if (split_hostport(s->c.upstream, host, sizeof host, port, sizeof port) < 0 || !strcmp(port, "0")) {
+		snprintf(why, why_len, "bad upstream address '%s' (want ADDR:PORT or [V6]:PORT)", s->c.upstream);
+		return MESH_E_PARSE;
+	}
+	const char *path = s->c.probe_path ? s->c.probe_path : MESH_PROBE_DEFAULT_PATH;
+	if (path[0] != '/' || strlen(path) >= sizeof s->target.path || strpbrk(path, " \t\r\n")) {
+		snprintf(why, why_len, "bad probe path '%s' (want /PATH)", path);
+		return MESH_E_PARSE;
+	}
+	mesh_probe_target_default(&s->target);
+	snprintf(s->target.host, sizeof s->target.host, "%s", host);
+	s->target.port = (uint16_t)atoi(port);
+	snprintf(s->target.path, sizeof s->target.path, "%s", path);
+	int g = getaddrinfo(host, port, &hints, &ai);
+	if (g) {
+		snprintf(why, why_len, "cannot resolve upstream '%s': %s", s->c.upstream, gai_strerror(g));
+		return g == EAI_SYSTEM ? -errno : MESH_E_NOTFOUND;
+	}
+	memcpy(&s->up_addr, ai->ai_addr, ai->ai_addrlen);
+	s->up_len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}

@@ -1,0 +1,652 @@
+/* mesh serve's loop and the supervisor of its one server process: spawn
+ * it (proc/), its output into the log and the tail, the warmth probe on a
+ * helper thread, the policy's answer acted on, the stop and reap of its
+ * group; open and free.  The clients are front.c's.  See serve_int.h. */
+#include "gateway/serve_int.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The probe runs every PROBE_FAST_NS for the first PROBE_FAST_FOR_NS of a
+ * start, then backs off by a quarter per probe up to PROBE_SLOW_NS: a fast
+ * start is seen within a few ms; a model that loads for minutes is not
+ * asked hundreds of times a second. */
+#define PROBE_FIRST_NS (1ull * MESH_NS_PER_MS)
+#define PROBE_FAST_NS (2ull * MESH_NS_PER_MS)
+#define PROBE_FAST_FOR_NS (1ull * MESH_NS_PER_S)
+#define PROBE_SLOW_NS (100ull * MESH_NS_PER_MS)
+/* While a stop waits for the group to empty (and as a safety net). */
+#define STOP_POLL_NS (20ull * MESH_NS_PER_MS)
+
+struct probe_msg {
+	uint64_t gen;
+	struct mesh_probe_result res;
+};
+
+const char *mesh_serve_state_name(int state)
+{
+	static const char *names[] = {"cold", "starting", "warm", "stopping"};
+	return state >= 0 && state < 4 ? names[state] : "?";
+}
+
+const char *mesh_serve_event_name(int kind)
+{
+	static const char *names[] = {"listening", "spawned", "spawn_failed", "warm",    "start_timeout", "crashed",
+				      "reaping",   "killed",  "reaped",       "rejected", "status",        "exit"};
+	return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
+}
+
+static void stats_fill(const struct mesh_serve *s, struct mesh_serve_stats *o)
+{
+	uint64_t now = mesh_mono_ns();
+	*o = s->st;
+	o->state = s->state;
+	o->pid = s->state == MESH_SERVE_COLD ? 0 : s->pid;
+	o->window_ns = now - s->t_open;
+	o->warm_ns = s->warm_acc + (s->state != MESH_SERVE_COLD ? now - s->t_spawn : 0);
+	o->savings_permil = mesh_as_savings_permil((int64_t)o->warm_ns, (int64_t)o->window_ns);
+	o->queued = s->queue.n;
+	o->open = s->queue.n + s->active.n;
+}
+
+void mesh_serve_stats(const struct mesh_serve *s, struct mesh_serve_stats *out)
+{
+	stats_fill(s, out);
+}
+
+static void emit(struct mesh_serve *s, struct mesh_serve_event *ev)
+{
+	struct mesh_serve_stats st;
+	if (!s->c.on_event)
+		return;
+	stats_fill(s, &st);
+	ev->stats = &st;
+	s->c.on_event(s->c.ctx, ev);
+}
+
+void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason)
+{
+	struct mesh_serve_event ev = {.kind = kind, .pid = s->pid, .status = status, .elapsed_ns = elapsed,
+				      .reason = reason};
+	emit(s, &ev);
+}
+
+int mesh__serve_ep_set(struct mesh_serve *s, int fd, struct mesh__watch *w, uint32_t *cur, uint32_t want)
+{
+	struct epoll_event ev = {.events = want, .data.ptr = w};
+	int op;
+	if (want == *cur)
+		return 0;
+	/* A side that wants nothing is taken out of the set: a level-triggered
+	 * EPOLLHUP on it would otherwise wake the loop for ever. */
+	if (!want)
+		op = EPOLL_CTL_DEL;
+	else
+		op = *cur ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+	if (epoll_ctl(s->ep, op, fd, &ev) < 0)
+		return -errno;
+	*cur = want;
+	return 0;
+}
+
+/* Reads the server's output into the log file and the tail. */
+static void drain_output(struct mesh_serve *s)
+{
+	char buf[8192];
+	if (s->out_fd < 0)
+		return;
+	for (;;) {
+		ssize_t n = read(s->out_fd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, 0);
+			close(s->out_fd);
+			s->out_fd = -1;
+			return;
+		}
+		if (s->logfd >= 0 && mesh_write_all(s->logfd, buf, (size_t)n) < 0) {
+			/* A full disk must not stop the relay; the tail keeps going. */
+			close(s->logfd);
+			s->logfd = -1;
+		}
+		mesh_proc_tail_feed(&s->tail, buf, (size_t)n);
+		/* A short read emptied the pipe; the loop calls again for more. */
+		if ((size_t)n < sizeof buf)
+			return;
+	}
+}
+
+static void log_marker(struct mesh_serve *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_marker(struct mesh_serve *s, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n = snprintf(line, sizeof line, "--- mesh serve: ");
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof line - 2)
+		n = (int)sizeof line - 2;
+	line[n++] = '\n';
+	if (s->logfd >= 0)
+		(void)mesh_write_all(s->logfd, line, (size_t)n);
+}
+
+static int spawn_server(struct mesh_serve *s)
+{
+	int outp[2];
+	extern char **environ;
+	if (pipe2(outp, O_CLOEXEC) < 0)
+		return -errno;
+	struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
+	po.path = s->path, po.argv = s->argv, po.envp = environ, po.out_fd = outp[1];
+	pid_t pid;
+	int rc = mesh_proc_spawn(s->sp, &po, &pid, NULL);
+	close(outp[1]);
+	if (rc < 0) {
+		close(outp[0]);
+		return rc;
+	}
+	fcntl(outp[0], F_SETFL, fcntl(outp[0], F_GETFL) | O_NONBLOCK);
+	if (s->out_fd >= 0) {
+		drain_output(s);
+		if (s->out_fd >= 0) {
+			mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, 0);
+			close(s->out_fd);
+		}
+	}
+	s->out_fd = outp[0];
+	s->out_mask = 0;
+	mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, EPOLLIN);
+	s->pid = pid;
+	return 0;
+}
+
+static void do_spawn(struct mesh_serve *s)
+{
+	char why[128];
+	mesh_proc_tail_reset(&s->tail);
+	int rc = spawn_server(s);
+	if (rc < 0) {
+		struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_SPAWN_FAILED, .status = -1, .err = rc,
+					      .reason = mesh_strerror(rc)};
+		s->st.spawn_failures++;
+		emit(s, &ev);
+		mesh__serve_reject_queue(s, 502, "the server could not be started");
+		return;
+	}
+	uint64_t now = mesh_mono_ns();
+	s->state = MESH_SERVE_STARTING;
+	s->t_spawn = now;
+	s->start_deadline = now + s->c.start_timeout_ns;
+	s->leader_done = 0;
+	s->stop = (struct mesh_proc_stop){0};
+	s->probe_gen++;
+	s->probe_inflight = 0;
+	s->probe_next = now + PROBE_FIRST_NS;
+	s->probe_interval = PROBE_FAST_NS;
+	s->st.spawns++;
+	log_marker(s, "spawned pid %d", (int)s->pid);
+	snprintf(why, sizeof why, "%zu connection(s) waiting", s->queue.n);
+	mesh__serve_emit_simple(s, MESH_SERVE_EV_SPAWNED, 0, 0, why);
+}
+
+/* Sends the stop signal to the group; the loop then waits for it to empty. */
+static void begin_stop(struct mesh_serve *s, const char *why, int sig)
+{
+	uint64_t now = mesh_mono_ns();
+	if (s->state == MESH_SERVE_COLD || s->state == MESH_SERVE_STOPPING)
+		return;
+	s->state = MESH_SERVE_STOPPING;
+	s->t_stop = now;
+	s->probe_gen++; /* a probe in flight no longer counts */
+	mesh_proc_stop_begin(&s->stop, s->pid, sig, s->c.grace_ns, now);
+	if (why) {
+		log_marker(s, "stopping pid %d: %s", (int)s->pid, why);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_REAPING, 0, 0, why);
+	}
+}
+
+/* Reaps every exited child (the server and, as subreaper, its orphans). */
+static void reap_children(struct mesh_serve *s)
+{
+	for (;;) {
+		int st;
+		pid_t p = waitpid(-1, &st, WNOHANG);
+		if (p <= 0)
+			return;
+		if (p == s->pid && !s->leader_done) {
+			s->leader_done = 1;
+			s->leader_status = mesh_proc_exit_code(st);
+		}
+	}
+}
+
+/* The server's leader exited while it was supposed to run: a crash. */
+static void on_crash(struct mesh_serve *s)
+{
+	char why[160];
+	uint64_t now = mesh_mono_ns();
+	int was_starting = s->state == MESH_SERVE_STARTING;
+	drain_output(s);
+	size_t nt = mesh_proc_tail_lines(&s->tail, s->tail_view);
+	snprintf(why, sizeof why, "%s exited with status %d %s", s->argv[0], s->leader_status,
+		 was_starting ? "before it was warm" : "while warm");
+	struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_CRASHED, .pid = s->pid, .status = s->leader_status,
+				      .elapsed_ns = now - s->t_spawn, .reason = why, .tail = s->tail_view,
+				      .ntail = nt};
+	s->st.crashes++;
+	log_marker(s, "pid %d exited with status %d", (int)s->pid, s->leader_status);
+	emit(s, &ev);
+	/* Its connections cannot be answered any more; the queued ones came
+	 * for this start.  Later arrivals wait for the next one. */
+	mesh__serve_close_active(s);
+	mesh__serve_reject_queue(s, 502, "the server crashed while starting");
+	/* Whatever the server left in its group goes now. */
+	begin_stop(s, NULL, SIGKILL);
+}
+
+static void finish_stop(struct mesh_serve *s)
+{
+	uint64_t now = mesh_mono_ns();
+	drain_output(s);
+	s->warm_acc += now - s->t_spawn;
+	s->state = MESH_SERVE_COLD;
+	if (!s->stop_reason_crash) {
+		s->st.reaps++;
+		log_marker(s, "pid %d and its group are gone", (int)s->pid);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_REAPED, s->leader_status, now - s->t_stop, NULL);
+	}
+	s->stop_reason_crash = 0;
+	mesh__serve_close_active(s);
+	s->pid = 0;
+}
+
+static void step_stop(struct mesh_serve *s, uint64_t now)
+{
+	if (s->state != MESH_SERVE_STOPPING)
+		return;
+	reap_children(s); /* a SIGCHLD is coalesced; orphans of the group too */
+	if (s->leader_done && mesh_proc_group_gone(s->pid)) {
+		finish_stop(s);
+		return;
+	}
+	if (mesh_proc_stop_step(&s->stop, now)) {
+		log_marker(s, "grace over: SIGKILL to group %d", (int)s->pid);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_KILLED, 0, now - s->t_stop, NULL);
+	}
+}
+
+static void on_probe(struct mesh_serve *s)
+{
+	struct probe_msg m;
+	ssize_t n;
+	while ((n = read(s->probe_res[0], &m, sizeof m)) < 0 && errno == EINTR)
+		;
+	if (n != (ssize_t)sizeof m)
+		return;
+	if (m.gen != s->probe_gen || s->state != MESH_SERVE_STARTING)
+		return;
+	s->probe_inflight = 0;
+	uint64_t now = mesh_mono_ns();
+	if (m.res.warm) {
+		mesh__serve_pin_upstream(s, m.res.addr);
+		s->state = MESH_SERVE_WARM;
+		log_marker(s, "pid %d warm after %.3f s", (int)s->pid, (double)(now - s->t_spawn) / 1e9);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_WARM, 0, now - s->t_spawn, m.res.reason);
+		return;
+	}
+	if (now - s->t_spawn >= PROBE_FAST_FOR_NS) {
+		s->probe_interval += s->probe_interval / 4;
+		if (s->probe_interval > PROBE_SLOW_NS)
+			s->probe_interval = PROBE_SLOW_NS;
+	}
+	s->probe_next = now + s->probe_interval;
+}
+
+static void *probe_main(void *arg)
+{
+	struct mesh_serve *s = arg;
+	for (;;) {
+		struct probe_msg m;
+		ssize_t n = read(s->probe_req[0], &m.gen, sizeof m.gen);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)sizeof m.gen)
+			return NULL;
+		memset(&m.res, 0, sizeof m.res);
+		if (mesh_probe(&s->target, &s->popts, &m.res) < 0)
+			m.res.warm = 0;
+		/* One message, atomic in a pipe (smaller than PIPE_BUF). */
+		while (write(s->probe_res[1], &m, sizeof m) < 0 && errno == EINTR)
+			;
+	}
+}
+
+static void probe_kick(struct mesh_serve *s, uint64_t now)
+{
+	if (s->state != MESH_SERVE_STARTING || s->probe_inflight || now < s->probe_next)
+		return;
+	uint64_t g = s->probe_gen;
+	if (write(s->probe_req[1], &g, sizeof g) == (ssize_t)sizeof g)
+		s->probe_inflight = 1;
+}
+
+static void on_signal(struct mesh_serve *s)
+{
+	struct signalfd_siginfo si;
+	while (read(s->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+		switch (si.ssi_signo) {
+		case SIGCHLD:
+			reap_children(s);
+			break;
+		case SIGUSR1:
+			mesh__serve_emit_simple(s, MESH_SERVE_EV_STATUS, 0, 0, NULL);
+			break;
+		default:
+			s->quitting = 1;
+			break;
+		}
+	}
+}
+
+/* The policy's view of now, and the actuation of its answer. */
+static void step_policy(struct mesh_serve *s, uint64_t now)
+{
+	uint64_t demand = s->queue.n + s->active.n;
+	struct mesh_as_obs o = {
+		.warm = s->state == MESH_SERVE_WARM,
+		.starting = s->state == MESH_SERVE_STARTING,
+		.demand = demand,
+		.idle = demand ? 0 : (int64_t)(now - s->idle_since),
+	};
+	struct mesh_as_plan p;
+	if (mesh_as_plan(&s->pol, &o, &p) < 0)
+		return;
+	switch (p.action) {
+	case MESH_AS_SPAWN:
+		if (s->state == MESH_SERVE_COLD && !s->quitting)
+			do_spawn(s);
+		break;
+	case MESH_AS_SERVE:
+		if (s->state == MESH_SERVE_WARM)
+			mesh__serve_dispatch_queue(s);
+		break;
+	case MESH_AS_REAP:
+		if (s->state == MESH_SERVE_WARM || s->state == MESH_SERVE_STARTING) {
+			char why[64];
+			snprintf(why, sizeof why, "idle %.1f s", (double)o.idle / 1e9);
+			begin_stop(s, why, SIGTERM);
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+static void step_timers(struct mesh_serve *s, uint64_t now)
+{
+	mesh__serve_front_timers(s, now);
+	if (s->state == MESH_SERVE_STARTING && now >= s->start_deadline) {
+		char why[96];
+		drain_output(s);
+		size_t nt = mesh_proc_tail_lines(&s->tail, s->tail_view);
+		snprintf(why, sizeof why, "not warm within %.1f s", (double)s->c.start_timeout_ns / 1e9);
+		struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_START_TIMEOUT, .pid = s->pid,
+					      .elapsed_ns = now - s->t_spawn, .reason = why, .tail = s->tail_view,
+					      .ntail = nt};
+		s->st.start_timeouts++;
+		emit(s, &ev);
+		mesh__serve_reject_queue(s, 504, "the server did not become ready within the start timeout");
+		begin_stop(s, why, SIGTERM);
+	}
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* How long the loop may sleep: until the nearest deadline. */
+static int next_wait_ms(struct mesh_serve *s, uint64_t now)
+{
+	uint64_t t = mesh__serve_front_deadline(s, now + 60 * MESH_NS_PER_S);
+	if (s->state == MESH_SERVE_STARTING) {
+		t = min_u64(t, s->start_deadline);
+		if (!s->probe_inflight)
+			t = min_u64(t, s->probe_next);
+	}
+	if (s->state == MESH_SERVE_WARM && s->queue.n + s->active.n == 0)
+		t = min_u64(t, s->idle_since + s->c.idle_ns);
+	if (s->state == MESH_SERVE_STOPPING)
+		t = min_u64(t, min_u64(now + STOP_POLL_NS, s->stop.killed ? UINT64_MAX : s->stop.deadline));
+	if (t <= now)
+		return 0;
+	/* Round up: waking a little late beats spinning on a deadline. */
+	return (int)((t - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS);
+}
+
+int mesh_serve_run(struct mesh_serve *s)
+{
+	struct epoll_event evs[64];
+	int rc = 0;
+	{
+		struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_LISTENING, .addr = s->listen_addr};
+		emit(s, &ev);
+	}
+	for (;;) {
+		uint64_t now = mesh_mono_ns();
+		if (s->quitting) {
+			if (s->lfd >= 0) {
+				mesh__serve_unlisten(s);
+				if (s->state != MESH_SERVE_COLD && s->state != MESH_SERVE_STOPPING)
+					begin_stop(s, "shutdown", SIGTERM);
+			}
+			if (s->state == MESH_SERVE_COLD)
+				break;
+		}
+		int n = epoll_wait(s->ep, evs, 64, next_wait_ms(s, now));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = -errno;
+			s->quitting = 1;
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct mesh__watch *w = evs[i].data.ptr;
+			switch (w->kind) {
+			case W_LISTEN:
+				mesh__serve_accept(s);
+				break;
+			case W_SIGNAL:
+				on_signal(s);
+				break;
+			case W_OUTPUT:
+				drain_output(s);
+				break;
+			case W_PROBE:
+				on_probe(s);
+				break;
+			case W_CLIENT:
+			case W_UPSTREAM:
+				mesh__serve_conn_event(s, w, evs[i].events);
+				break;
+			}
+		}
+		mesh__serve_free_dead(s);
+		now = mesh_mono_ns();
+		if (s->leader_done && (s->state == MESH_SERVE_STARTING || s->state == MESH_SERVE_WARM)) {
+			s->stop_reason_crash = 1;
+			on_crash(s);
+		}
+		step_stop(s, now);
+		step_timers(s, now);
+		step_policy(s, now);
+		probe_kick(s, now);
+	}
+	if (s->state != MESH_SERVE_COLD) {
+		/* The loop failed: stop the server without it. */
+		mesh_proc_kill_group(s->pid, SIGKILL);
+		while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		finish_stop(s);
+	}
+	mesh__serve_front_end(s);
+	mesh__serve_emit_simple(s, MESH_SERVE_EV_EXIT, 0, 0, NULL);
+	return rc;
+}
+
+static void add_watch(struct mesh_serve *s, int fd, struct mesh__watch *w, enum mesh__watch_kind k)
+{
+	uint32_t cur = 0;
+	w->kind = k;
+	w->conn = NULL;
+	mesh__serve_ep_set(s, fd, w, &cur, EPOLLIN);
+}
+
+int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, char *why, size_t why_len)
+{
+	char dummy[8];
+	int rc;
+	if (!why) {
+		why = dummy;
+		why_len = sizeof dummy;
+	}
+	*why = 0;
+	if (!c->argv || !c->argv[0] || !c->listen || !c->upstream || !c->idle_ns || !c->max_queue) {
+		snprintf(why, why_len, "incomplete configuration");
+		return MESH_E_RANGE;
+	}
+	struct mesh_serve *s = calloc(1, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	s->c = *c;
+	s->ep = s->lfd = s->sfd = s->logfd = s->out_fd = -1;
+	s->probe_req[0] = s->probe_req[1] = s->probe_res[0] = s->probe_res[1] = -1;
+	size_t argc = 0;
+	while (c->argv[argc])
+		argc++;
+	s->argv = calloc(argc + 1, sizeof *s->argv);
+	s->log_path = strdup(c->log_path ? c->log_path : "mesh-serve.log");
+	if (!s->argv || !s->log_path) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (size_t i = 0; i < argc; i++)
+		if (!(s->argv[i] = strdup(c->argv[i]))) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+	if ((rc = mesh_proc_resolve(s->argv[0], &s->path)) < 0) {
+		snprintf(why, why_len, "cannot run '%s'", s->argv[0]);
+		goto fail;
+	}
+	if ((rc = mesh__serve_resolve_upstream(s, why, why_len)) < 0)
+		goto fail;
+	s->popts = (struct mesh_probe_opts)MESH_PROBE_OPTS_INIT;
+	s->popts.model = c->model && *c->model ? c->model : NULL;
+	s->pol = (struct mesh_as_config){.min_workers = 0, .max_workers = 1, .target_concurrency = 1,
+					 .idle_ttl = (int64_t)c->idle_ns, .linger = (int64_t)c->idle_ns};
+	s->logfd = open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (s->logfd < 0) {
+		rc = -errno;
+		snprintf(why, why_len, "cannot open log file '%s'", s->log_path);
+		goto fail;
+	}
+	if ((rc = mesh__serve_listen(s, why, why_len)) < 0)
+		goto fail;
+
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	signal(SIGPIPE, SIG_IGN);
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	s->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	s->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (s->sfd < 0 || s->ep < 0 || pipe2(s->probe_req, O_CLOEXEC) < 0 ||
+	    pipe2(s->probe_res, O_CLOEXEC | O_NONBLOCK) < 0) {
+		rc = -errno;
+		snprintf(why, why_len, "cannot set up the event loop");
+		goto fail;
+	}
+	add_watch(s, s->lfd, &s->w_listen, W_LISTEN);
+	s->listen_mask = EPOLLIN;
+	add_watch(s, s->sfd, &s->w_signal, W_SIGNAL);
+	add_watch(s, s->probe_res[0], &s->w_probe, W_PROBE);
+	s->w_output = (struct mesh__watch){W_OUTPUT, NULL};
+	if ((rc = -pthread_create(&s->probe_thread, NULL, probe_main, s)) < 0) {
+		snprintf(why, why_len, "cannot start the probe thread");
+		goto fail;
+	}
+	s->probe_started = 1;
+	/* After the mask above: the spawner blocks everything on its thread. */
+	if ((rc = mesh_proc_spawner_new(&s->sp)) < 0) {
+		snprintf(why, why_len, "cannot start the spawner thread");
+		goto fail;
+	}
+	s->t_open = s->idle_since = mesh_mono_ns();
+	s->state = MESH_SERVE_COLD;
+	*out = s;
+	return 0;
+fail:
+	mesh_serve_free(s);
+	return rc;
+}
+
+void mesh_serve_free(struct mesh_serve *s)
+{
+	if (!s)
+		return;
+	if (s->state != MESH_SERVE_COLD && s->pid > 0) {
+		mesh_proc_kill_group(s->pid, SIGKILL);
+		while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+	mesh__serve_front_free(s);
+	if (s->probe_req[1] >= 0)
+		close(s->probe_req[1]); /* the probe thread ends at EOF */
+	if (s->probe_started)
+		pthread_join(s->probe_thread, NULL);
+	int fds[] = {s->probe_req[0], s->probe_res[0], s->probe_res[1], s->ep, s->lfd, s->sfd, s->logfd, s->out_fd};
+	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (s->argv)
+		for (size_t i = 0; s->argv[i]; i++)
+			free(s->argv[i]);
+	free(s->argv);
+	free(s->path);
+	mesh_proc_spawner_free(s->sp);
+	free(s->log_path);
+	free(s);
+}

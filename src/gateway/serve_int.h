@@ -1,0 +1,144 @@
+/* mesh serve's insides, shared by its two files: serve.c (the loop, and the
+ * supervisor of the one server process: spawn it, its output and tail, the
+ * warmth probe on its helper thread, the policy's actuation, stop and reap
+ * of its group; open and free) and front.c (the clients: the listener,
+ * accept, the bounded cold-start queue, the error answers, the relay of
+ * each connection, the addresses).  Everything runs on the loop's thread
+ * except probe_main.  Not a public contract: see serve.h for that. */
+#ifndef MESH_GATEWAY_SERVE_INT_H
+#define MESH_GATEWAY_SERVE_INT_H
+
+#include "autoscale/policy.h"
+#include "autoscale/probe.h"
+#include "gateway/relay.h"
+#include "gateway/serve.h"
+#include "proc/proc.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+/* What an epoll registration points at. */
+enum mesh__watch_kind { W_LISTEN, W_SIGNAL, W_OUTPUT, W_PROBE, W_CLIENT, W_UPSTREAM };
+
+struct mesh__conn;
+struct mesh__watch {
+	enum mesh__watch_kind kind;
+	struct mesh__conn *conn;
+};
+
+enum mesh__conn_state { C_QUEUED, C_CONNECTING, C_RELAY, C_REJECTING, C_LINGER };
+
+struct mesh__conn {
+	struct mesh__watch w[2]; /* [0] client, [1] upstream */
+	int fd[2];
+	uint32_t mask[2];  /* registered epoll mask; 0 = not registered */
+	enum mesh__conn_state state;
+	uint64_t deadline; /* queue wait or linger end */
+	struct mesh_relay relay;
+	int relaying;
+	int reject_code, reject_waited;
+	int dead; /* closed; freed after the current batch of events */
+	const char *reject_why; /* a static string */
+	struct mesh__conn *prev, *next;
+};
+
+struct mesh__conn_list {
+	struct mesh__conn *head, *tail;
+	size_t n;
+};
+
+struct mesh_serve {
+	struct mesh_serve_config c;
+	char **argv;
+	char *path; /* argv[0] resolved */
+	struct mesh_proc_spawner *sp;
+	char *log_path;
+	struct mesh_probe_target target;
+	struct mesh_probe_opts popts;
+	struct sockaddr_storage up_addr;
+	socklen_t up_len;
+	char listen_addr[80];
+
+	int ep, lfd, sfd, logfd;
+	struct mesh__watch w_listen, w_signal, w_output, w_probe;
+	uint32_t listen_mask;
+	uint64_t accept_resume;
+
+	/* the probe thread */
+	pthread_t probe_thread;
+	int probe_started;
+	int probe_req[2], probe_res[2];
+	uint64_t probe_gen;
+	int probe_inflight;
+	uint64_t probe_next, probe_interval;
+
+	/* the server */
+	int state;
+	pid_t pid;
+	int leader_done, leader_status;
+	int out_fd;
+	uint32_t out_mask;
+	uint64_t t_spawn, t_stop, start_deadline;
+	struct mesh_proc_stop stop;
+	int stop_reason_crash;
+	struct mesh_proc_tail tail;
+	const char *tail_view[MESH_PROC_TAIL_LINES + 1];
+
+	/* the clients: queue waits for warm, active is connecting or relayed,
+	 * rejecting waits to see whether it speaks HTTP, linger was answered */
+	struct mesh__conn_list queue, active, rejecting, linger;
+	struct mesh__conn *dead; /* closed connections, chained by next */
+	uint64_t t_open, idle_since, warm_acc;
+	int quitting;
+	struct mesh_serve_stats st;
+	struct mesh_as_config pol;
+};
+
+/* serve.c */
+
+/* Registers fd with the loop for want (0: takes it out of the set); *cur
+ * is the mask registered now and becomes want.  0 or -errno. */
+int mesh__serve_ep_set(struct mesh_serve *s, int fd, struct mesh__watch *w, uint32_t *cur, uint32_t want);
+/* Calls c.on_event (if set) with an event of kind for the current pid. */
+void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason);
+
+/* front.c */
+
+/* Resolves c.upstream into up_addr and the probe's target (host, port,
+ * c.probe_path).  0, MESH_E_PARSE or a resolver's code; why gets the
+ * subject. */
+int mesh__serve_resolve_upstream(struct mesh_serve *s, char *why, size_t why_len);
+/* Binds and listens on c.listen: lfd, listen_addr.  Same returns. */
+int mesh__serve_listen(struct mesh_serve *s, char *why, size_t why_len);
+/* After a warm probe: connect to addr ("ip:port", "[v6]:port"), where the
+ * probe got through, from now on (a name may resolve to several
+ * addresses, and the server may listen on one).  Ignores what is not an
+ * address. */
+void mesh__serve_pin_upstream(struct mesh_serve *s, const char *addr);
+/* The listener is readable: accepts, relays (warm), queues or refuses. */
+void mesh__serve_accept(struct mesh_serve *s);
+/* An epoll event on a connection's client or upstream side. */
+void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_t ev);
+/* Frees the connections closed during the last batch of events. */
+void mesh__serve_free_dead(struct mesh_serve *s);
+/* Every queued connection to the server (warm) / refused with code. */
+void mesh__serve_dispatch_queue(struct mesh_serve *s);
+void mesh__serve_reject_queue(struct mesh_serve *s, int code, const char *why);
+/* Closes every connection to the server (connecting or relayed). */
+void mesh__serve_close_active(struct mesh_serve *s);
+/* The clients' deadlines (queue wait, refusal, linger, accept pause). */
+void mesh__serve_front_timers(struct mesh_serve *s, uint64_t now);
+/* The nearest of those deadlines, or t if none is nearer. */
+uint64_t mesh__serve_front_deadline(const struct mesh_serve *s, uint64_t t);
+/* A stop: closes the listener, refuses the queue (503). */
+void mesh__serve_unlisten(struct mesh_serve *s);
+/* The loop's end: closes what is relayed, answers those being refused,
+ * drops those lingering. */
+void mesh__serve_front_end(struct mesh_serve *s);
+/* Closes every connection without a word (mesh_serve_free). */
+void mesh__serve_front_free(struct mesh_serve *s);
+
+#endif
