@@ -674,12 +674,9 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 
 /* Scale to zero: each warm worker is put to the autoscale policy with its
  * own demand (requests in flight) and idle time; REAP makes it exit. */
-static void tick(struct meshd_core *d)
+void meshd__tick(struct meshd_core *d, uint64_t now)
 {
 	pthread_mutex_lock(&d->mu);
-	/* Read under d->mu: a caller sets last_used under it, so it is never
-	 * later than this now (a later one read as idle for ~584 years). */
-	uint64_t now = mesh_mono_ns();
 	for (struct program *p = d->progs; p; p = p->next) {
 		if (p->gone)
 			continue;
@@ -689,7 +686,10 @@ static void tick(struct meshd_core *d)
 			enum mesh_istate st = mesh_instance_state(wk->inst);
 			if ((st != MESH_IS_IDLE && st != MESH_IS_RUNNING) || !wk->last_used)
 				continue;
-			int64_t idle = now > wk->last_used ? (int64_t)((now - wk->last_used) / MESH_NS_PER_MS) : 0;
+			/* Used after now (a call ended while this pass waited for
+			 * d->mu): not idle at all, never a wrapped difference. */
+			uint64_t since = now > wk->last_used ? now - wk->last_used : 0;
+			int64_t idle = (int64_t)(since / MESH_NS_PER_MS);
 			int64_t ttl = (int64_t)(p->img.m.idle_ttl_ns / MESH_NS_PER_MS);
 			if (mesh_as_decide(1, wk->inflight > 0, idle, ttl) == MESH_AS_REAP)
 				mesh_instance_exit(wk->inst);
@@ -705,7 +705,7 @@ int meshd_core_run(struct meshd_core *d)
 		mesh_host_poll(d->h, 250 * MESH_NS_PER_MS);
 		uint64_t now = mesh_mono_ns();
 		if (now - last >= 500 * MESH_NS_PER_MS) {
-			tick(d);
+			meshd__tick(d, now);
 			last = now;
 		}
 	}

@@ -37,6 +37,10 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 int meshd_core_run(struct meshd_core *d);
 void meshd_core_stop(struct meshd_core *d);
 void meshd_core_free(struct meshd_core *d);
+/* Test seam: one scale-to-zero pass of the loop, at monotonic time now (the
+ * loop passes the time it read before it took the core's lock, so a worker
+ * may have been used after now).  Nothing but tests calls it. */
+void meshd__tick(struct meshd_core *d, uint64_t now);
 
 /* A worker of a program, as ps sees it. */
 struct meshd_worker_info {

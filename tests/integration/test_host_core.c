@@ -144,3 +144,28 @@ TEST(core_idle_ttl_scales_to_zero)
 	pthread_join(th, NULL);
 	meshd_core_free(d);
 }
+
+/* The loop reads its clock, then waits for the core's lock while a call ends
+ * and stamps the worker used: that use is after the loop's now.  It is no
+ * idle time at all, not an unsigned wrap to centuries that reaps the worker
+ * (a start waiting for ready then hung: the worker went away unasked). */
+TEST(core_tick_sees_a_use_after_its_clock_as_no_idle_time)
+{
+	program("echo", "echo", NULL);
+	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
+	struct meshd_core *d;
+	char *err = NULL;
+	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
+	uint64_t before = mesh_mono_ns();
+	void *rep = NULL;
+	size_t n;
+	ASSERT_EQ(meshd_op_call(d, "echo", "a", 1, &rep, &n, S(10), &err), 0);
+	free(rep);
+	meshd__tick(d, before);
+	json_t *j;
+	ASSERT_EQ(meshd_op_ps(d, &j), 0);
+	json_t *w = json_array_get(json_object_get(json_array_get(json_object_get(j, "programs"), 0), "workers"), 0);
+	EXPECT_STREQ(json_string_value(json_object_get(w, "state")), "RUNNING");
+	json_decref(j);
+	meshd_core_free(d);
+}
