@@ -32,7 +32,8 @@
 	X(DAMAGED, 19, "journal damaged before its end (repair: mesh job check --force)") \
 	X(STALE, 20, "journal was cut or replaced under this process (reopen it)")                 \
 	X(NOTPRIVATE, 21, "not private to this user: owned by another user or writable by group or others") \
-	X(OUTPUT, 22, "cannot write the output")
+	X(OUTPUT, 22, "cannot write the output")                                    \
+	X(PEER, 23, "the socket is served by another user (neither you nor root)")
 
 enum {
 #define MESH__ERR_ENUM(name, off, msg) MESH_E_##name = MESH_E__BASE - (off),

@@ -50,6 +50,7 @@ int mesh_exit_for(int err)
 	case -EAGAIN:
 		return MESH_EXIT_TEMPFAIL;
 	case -EPERM:
+	case MESH_E_PEER:
 		return MESH_EXIT_NOPERM;
 	case -ENOMEM:
 	case -EMFILE:

@@ -22,7 +22,7 @@
 	X(IOERR, 74, "write or fsync failed (a full disk): nothing was reported done that is not durable") \
 	X(TEMPFAIL, 75, "temporary failure, try again (a lock held, a timeout, a conflicting state)") \
 	X(PROTOCOL, 76, "a worker crashed or broke the protocol while serving the request (the report says how)") \
-	X(NOPERM, 77, "permission denied: a read-only or immutable journal that a command must write")
+	X(NOPERM, 77, "permission denied: a read-only or immutable journal that a command must write; a meshd socket served by another user")
 
 enum {
 #define MESH__EXIT_ENUM(name, code, msg) MESH_EXIT_##name = code,

@@ -2,9 +2,12 @@
 
 #include "base/err.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int has_dotdot(const char *p)
 {
@@ -41,6 +44,27 @@ int mesh_path_has_symlink(const char *p)
 		}
 	}
 	return 0;
+}
+
+int mesh_path_open_private_dir(const char *dir, int create)
+{
+	struct stat st;
+	int dfd;
+	if (create && mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return errno == ENOTDIR || errno == ELOOP ? MESH_E_PATH : -errno;
+	if (fstat(dfd, &st) < 0) {
+		int rc = -errno;
+		close(dfd);
+		return rc;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		close(dfd);
+		return MESH_E_NOTPRIVATE;
+	}
+	return dfd;
 }
 
 static int common(const char *p, const char **why)

@@ -11,5 +11,12 @@ int mesh_path_journal_ok(const char *p, const char **why);
 int mesh_path_lockdir_ok(const char *p, const char **why);
 /* 1 if any existing component of p (or p itself) is a symlink, else 0. */
 int mesh_path_has_symlink(const char *p);
+/* Opens directory dir (creating it 0700 first when create is set and it is
+ * missing) without following a symlink at its last component, and checks on
+ * the opened directory itself that it is private: owned by the effective uid
+ * and not writable by group or others (what ssh-agent and systemd demand of a
+ * socket's directory).  The directory fd (O_CLOEXEC, the caller closes it),
+ * or MESH_E_NOTPRIVATE, MESH_E_PATH (a symlink or not a directory), -errno. */
+int mesh_path_open_private_dir(const char *dir, int create);
 
 #endif

@@ -153,6 +153,11 @@ static int request(const struct opts *o, const char *what, const char *method, c
 			fprintf(stderr, "mesh: cannot reach meshd at '%s': %s\n", o->sock, mesh_strerror(rc));
 			return MESH_EXIT_UNAVAILABLE;
 		}
+		if (rc == MESH_E_PEER) {
+			fprintf(stderr, "mesh: refusing to talk to '%s': %s; nothing was sent\n", o->sock,
+				mesh_strerror(rc));
+			return mesh_exit_for(rc);
+		}
 		return mesh_cli_fail(rc, "%s: no answer from meshd at '%s'", what, o->sock);
 	}
 	if (r->status >= 400) {

@@ -19,6 +19,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/parse.h"
+#include "base/path.h"
 #include "daemon/ops.h"
 #include "host/manifest.h"
 
@@ -732,26 +733,74 @@ static int set_err(char **err, int rc, const char *fmt, ...)
 	return rc;
 }
 
-/* Creates the socket's directory (0700) when it is missing. */
-static int make_dir_of(const char *path, char **err)
+/* Opens the socket's directory, creating it 0700 when missing, and refuses
+ * one that another user could write into (they could swap the socket under
+ * the clients).  The directory fd, with *base pointed at the socket's name. */
+static int open_dir_of(const char *path, const char **base, char **err)
 {
 	char dir[PATH_MAX];
-	char *slash;
-	struct stat st;
+	const char *slash = strrchr(path, '/');
+	int dfd;
 	if (strlen(path) >= sizeof dir)
 		return set_err(err, -ENAMETOOLONG, "socket path '%s' is too long", path);
-	strcpy(dir, path);
-	slash = strrchr(dir, '/');
-	if (!slash || slash == dir)
-		return 0;
-	*slash = 0;
-	if (mkdir(dir, 0700) == 0)
-		return 0;
-	if (errno != EEXIST)
-		return set_err(err, -errno, "cannot create socket directory '%s': %s", dir, strerror(errno));
-	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-		return set_err(err, -ENOTDIR, "socket directory '%s' is not a directory", dir);
-	return 0;
+	if (!slash)
+		strcpy(dir, ".");
+	else if (slash == path)
+		strcpy(dir, "/");
+	else
+		snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+	*base = slash ? slash + 1 : path;
+	if (!**base)
+		return set_err(err, -EINVAL, "socket path '%s' names a directory", path);
+	dfd = mesh_path_open_private_dir(dir, !!slash && slash != path);
+	if (dfd == MESH_E_NOTPRIVATE)
+		return set_err(err, dfd,
+			       "refusing socket directory '%s': it must be owned by uid %u and not writable by group "
+			       "or others (chmod 700 it, or remove it and let meshd create it)",
+			       dir, (unsigned)geteuid());
+	if (dfd == MESH_E_PATH)
+		return set_err(err, dfd, "refusing socket directory '%s': not a directory, or a symlink", dir);
+	if (dfd < 0)
+		return set_err(err, dfd, "cannot create socket directory '%s': %s", dir, mesh_strerror(dfd));
+	return dfd;
+}
+
+/* Binds and listens on sa (the name base in the private directory dfd),
+ * replacing a stale socket; *st is what was bound.  Returns the fd. */
+static int bind_in(int dfd, const char *base, const struct sockaddr_un *sa, struct stat *st, char **err)
+{
+	const char *path = sa->sun_path;
+	int fd, rc;
+	if (fstatat(dfd, base, st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (!S_ISSOCK(st->st_mode))
+			return set_err(err, -EEXIST, "'%s' exists and is not a socket", path);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return set_err(err, -errno, "socket: %s", strerror(errno));
+		rc = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
+		close(fd);
+		if (rc == 0)
+			return set_err(err, -EADDRINUSE, "'%s' is in use: another meshd serves there", path);
+		if (unlinkat(dfd, base, 0) < 0 && errno != ENOENT)
+			return set_err(err, -errno, "cannot remove stale socket '%s': %s", path, strerror(errno));
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return set_err(err, -errno, "socket: %s", strerror(errno));
+	/* Linux gives the bound file the socket inode's mode: 0600 from birth,
+	 * with no chmod by name afterwards (which would follow a symlink). */
+	if (fchmod(fd, 0600) < 0 || bind(fd, (const struct sockaddr *)sa, sizeof *sa) < 0) {
+		rc = -errno;
+		close(fd);
+		return set_err(err, rc, "cannot bind '%s': %s", path, strerror(-rc));
+	}
+	if (fstatat(dfd, base, st, AT_SYMLINK_NOFOLLOW) < 0 || listen(fd, 64) < 0) {
+		rc = -errno;
+		unlinkat(dfd, base, 0);
+		close(fd);
+		return set_err(err, rc, "cannot set up '%s': %s", path, strerror(-rc));
+	}
+	return fd;
 }
 
 /* Binds and listens on path, replacing a stale socket.  Returns the fd. */
@@ -759,47 +808,24 @@ static int bind_socket(struct meshd_api *a, const char *path, char **err)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct stat st;
-	int fd, rc;
+	const char *base;
+	int dfd, rc;
 	if (!path[0])
 		return set_err(err, -EINVAL, "empty socket path");
 	if (strlen(path) >= sizeof sa.sun_path)
 		return set_err(err, -ENAMETOOLONG, "socket path '%s' is longer than %zu bytes", path,
 			       sizeof sa.sun_path - 1);
 	strcpy(sa.sun_path, path);
-	rc = make_dir_of(path, err);
+	dfd = open_dir_of(path, &base, err);
+	if (dfd < 0)
+		return dfd;
+	rc = bind_in(dfd, base, &sa, &st, err);
+	close(dfd);
 	if (rc < 0)
 		return rc;
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return set_err(err, -EEXIST, "'%s' exists and is not a socket", path);
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return set_err(err, -errno, "socket: %s", strerror(errno));
-		rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
-		close(fd);
-		if (rc == 0)
-			return set_err(err, -EADDRINUSE, "'%s' is in use: another meshd serves there", path);
-		if (unlink(path) < 0 && errno != ENOENT)
-			return set_err(err, -errno, "cannot remove stale socket '%s': %s", path, strerror(errno));
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return set_err(err, -errno, "socket: %s", strerror(errno));
-	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		rc = -errno;
-		close(fd);
-		return set_err(err, rc, "cannot bind '%s': %s", path, strerror(-rc));
-	}
-	/* The directory is ours; tightening the mode after bind leaves no window for others. */
-	if (chmod(path, 0600) < 0 || lstat(path, &st) < 0 || listen(fd, 64) < 0) {
-		rc = -errno;
-		unlink(path);
-		close(fd);
-		return set_err(err, rc, "cannot set up '%s': %s", path, strerror(-rc));
-	}
 	a->dev = st.st_dev;
 	a->ino = st.st_ino;
-	return fd;
+	return rc;
 }
 
 static void api_free(struct meshd_api *a)

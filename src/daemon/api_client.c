@@ -41,6 +41,19 @@ int meshd_client_unreachable(int err)
 	       err == -ENAMETOOLONG || err == -EPERM || err == -ECONNRESET;
 }
 
+/* Whoever listens at the socket learns every request: only this user or
+ * root may (a socket in a directory someone else could write is swappable). */
+static int peer_ok(int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof cr;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return -errno;
+	if (cr.uid != 0 && cr.uid != getuid() && cr.uid != geteuid())
+		return MESH_E_PEER;
+	return 0;
+}
+
 int meshd_client_request(const char *sock, const char *method, const char *target, const void *body, size_t n,
 			 uint64_t timeout_ns, struct meshd_reply *out)
 {
@@ -67,8 +80,8 @@ int meshd_client_request(const char *sock, const char *method, const char *targe
 		mesh_buf_release(&req);
 		return rc;
 	}
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		rc = -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || (rc = peer_ok(fd)) < 0) {
+		rc = rc < 0 ? rc : -errno;
 		close(fd);
 		mesh_buf_release(&req);
 		return rc;

@@ -31,6 +31,8 @@ struct meshd_reply {
  * most timeout_ns (0: a day) for it.  0 with *out filled (any HTTP status), or:
  *   a negated connect(2) errno (-ENOENT, -ECONNREFUSED, -EACCES, ...) when
  *     meshd cannot be reached -- see meshd_client_unreachable;
+ *   MESH_E_PEER when the socket is served by a uid other than ours and
+ *     root (SO_PEERCRED): nothing was sent;
  *   MESH_E_TIMEOUT, MESH_E_CLOSED (no or a cut response), MESH_E_PROTO (not
  *     HTTP), MESH_E_TOOBIG, -errno.
  * On error *out is left empty.  Release *out with meshd_reply_release. */

@@ -134,6 +134,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 		.gpu_ctx = d->mps_dir,
 		.ready_timeout_ns = cfg->ready_timeout_ns,
 		.online_timeout_ns = cfg->online_timeout_ns,
+		.log_max = cfg->log_max,
 	};
 	if ((rc = mesh_host_new(&d->h, &hc, &e))) {
 		if (err)

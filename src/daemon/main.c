@@ -13,9 +13,11 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static struct meshd_core *volatile the_core;
@@ -28,7 +30,8 @@ static void usage(FILE *f)
 		strcpy(sock, "(too long)");
 	fprintf(f,
 		"usage: meshd --catalog DIR --logs DIR [--slots N] [--isolation none|mps]\n"
-		"             [--socket PATH] [--ready-timeout S] [--log-level debug|info|warn|error]\n"
+		"             [--socket PATH] [--ready-timeout S] [--log-max SIZE]\n"
+		"             [--log-level debug|info|warn|error]\n"
 		"\n"
 		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
 		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
@@ -38,16 +41,19 @@ static void usage(FILE *f)
 		"  --logs DIR           each program's output goes to <DIR>/<name>.log\n"
 		"  --slots N            shared-memory slots, 1..4096 (default 8)\n"
 		"  --isolation MODE     none (default) or mps (GPU workers share meshd's CUDA MPS server)\n"
-		"  --socket PATH        the control socket (mode 0600, its directory created 0700);\n"
+		"  --socket PATH        the control socket (mode 0600, its directory created 0700 and\n"
+		"                       refused unless yours and writable by you only);\n"
 		"                       default $MESH_SOCKET, else $XDG_RUNTIME_DIR/mesh/meshd.sock,\n"
 		"                       else /tmp/mesh-<uid>/meshd.sock; now: %s\n"
 		"  --ready-timeout S    seconds a worker has to say ready (default: the manifest's, else 60)\n"
+		"  --log-max SIZE       a <name>.log past SIZE (K/M/G suffixes) becomes <name>.log.1\n"
+		"                       and a new one starts (default 16M)\n"
 		"  --log-level LEVEL    least level logged on stderr (default info)\n"
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
 		"Exit codes: 0 clean stop, 64 usage error, 66 catalog or logs missing, 69 socket\n"
-		"in use, 71 system error, 70 internal error.\n",
+		"in use, 71 system error, 70 internal error, 77 socket directory not private.\n",
 		sock);
 }
 
@@ -146,6 +152,8 @@ static int exit_for(int err)
 	case -EADDRINUSE:
 	case -EEXIST:
 		return MESH_EXIT_UNAVAILABLE;
+	case MESH_E_NOTPRIVATE:
+		return MESH_EXIT_NOPERM;
 	case MESH_E_PARSE:
 	case MESH_E_RANGE:
 	case MESH_E_PATH:
@@ -171,6 +179,12 @@ int main(int argc, char **argv)
 	char *err = NULL;
 	int rc;
 
+	/* Workers run as our uid: non-dumpable, our /proc/<pid>/fd (every slot's
+	 * memfd) belongs to root and no worker can open another program's slot. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+		fprintf(stderr, "meshd: cannot make the process non-dumpable: %s\n", strerror(errno));
+		return MESH_EXIT_OSERR;
+	}
 	for (int i = 1; i < argc; i++) {
 		const char *v;
 		int missing = 0;
@@ -204,6 +218,9 @@ int main(int argc, char **argv)
 			    cfg.ready_timeout_ns == 0)
 				return usage_error("--ready-timeout wants seconds (more than 0, at most a day), not '%s'",
 						   v);
+		} else if ((v = opt_value(argc, argv, &i, "--log-max", &missing))) {
+			if (mesh_parse_size(v, UINT64_MAX, &cfg.log_max) < 0 || cfg.log_max == 0)
+				return usage_error("--log-max wants a size such as 16M, not '%s'", v);
 		} else if ((v = opt_value(argc, argv, &i, "--log-level", &missing))) {
 			if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error"))
 				return usage_error("--log-level is debug, info, warn or error, not '%s'", v);

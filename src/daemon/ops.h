@@ -30,6 +30,7 @@ struct meshd_config {
 	unsigned slots;		/* number of shared-memory slots (default 8) */
 	const char *isolation;	/* "none" or "mps" */
 	uint64_t ready_timeout_ns, online_timeout_ns; /* 0 = manifest or default 60 s */
+	uint64_t log_max; /* <name>.log rotates past this many bytes; 0 = MESH_HOST_LOG_MAX */
 };
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err);

@@ -5,6 +5,7 @@
 #include "base/err.h"
 #include "base/io.h"
 #include "host/limits.h"
+#include "host/wlog.h"
 #include "proc/proc.h"
 #include "shm/shm.h"
 
@@ -43,6 +44,7 @@ struct mesh_host {
 	struct mesh_proc_spawner *sp;
 	struct mesh_limits_caps caps;
 	char *logs;
+	uint64_t log_max;
 	char **env;
 	enum mesh_gpu_access gpu;
 	char *mps_dir;
@@ -63,7 +65,8 @@ struct mesh_instance {
 	uint64_t id;
 	enum mesh_istate state;
 	pid_t pid;
-	int pidfd, outfd, logfd;
+	int pidfd, outfd;
+	struct mesh__wlog log;
 	struct mesh_ctl *ctl;
 	struct mesh_proc_tail tail;
 	struct mesh_slot *slot, *pending, *failed_slot;
@@ -108,7 +111,7 @@ static void ep_del(struct mesh_host *h, int fd)
 static void log_line(struct mesh_instance *w, const char *f, ...) __attribute__((format(printf, 2, 3)));
 static void log_line(struct mesh_instance *w, const char *f, ...)
 {
-	if (w->logfd < 0)
+	if (w->log.fd < 0)
 		return;
 	struct mesh_buf b = MESH_BUF_INIT;
 	va_list ap;
@@ -118,7 +121,7 @@ static void log_line(struct mesh_instance *w, const char *f, ...)
 	va_end(ap);
 	mesh_buf_adds(&b, "\n");
 	if (b.p)
-		mesh_write_all(w->logfd, b.p, b.len);
+		mesh__wlog_write(&w->log, b.p, b.len);
 	mesh_buf_release(&b);
 }
 
@@ -138,8 +141,7 @@ static void drain(struct mesh_instance *w)
 			w->outfd = -1;
 			return;
 		}
-		if (w->logfd >= 0)
-			mesh_write_all(w->logfd, buf, (size_t)n);
+		mesh__wlog_write(&w->log, buf, (size_t)n);
 		mesh_proc_tail_feed(&w->tail, buf, (size_t)n);
 	}
 }
@@ -229,16 +231,8 @@ static int do_spawn(struct mesh_instance *w, char **err)
 		goto bad;
 	}
 	fcntl(out[0], F_SETFL, O_NONBLOCK);
-	char *lp = mesh_strf("%s/%s.log", h->logs, img->name);
-	w->logfd = lp ? open(lp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
-	if (w->logfd < 0) {
-		rc = lp ? -errno : -ENOMEM;
-		if (err)
-			*err = mesh_strf("cannot open '%s': %s", lp ? lp : "log", mesh_strerror(rc));
-		free(lp);
+	if ((rc = mesh__wlog_open(&w->log, h->logs, img->name, h->log_max, err)))
 		goto bad;
-	}
-	free(lp);
 	if (!(env = build_env(w)) || !(argv = calloc(img->m.nargs + 2, sizeof *argv))) {
 		rc = -ENOMEM;
 		goto bad;
@@ -312,9 +306,7 @@ bad:
 	if (w->cgdir[0])
 		mesh_limits_cgroup_remove(w->cgdir);
 	w->cgdir[0] = 0;
-	if (w->logfd >= 0)
-		close(w->logfd);
-	w->logfd = -1;
+	mesh__wlog_close(&w->log);
 	free_strv(env);
 	free(argv);
 	if (err && !*err)
@@ -407,9 +399,7 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	w->pending = NULL;
 	w->pid = 0;
 	w->deadline = w->closed_deadline = 0;
-	if (w->logfd >= 0)
-		close(w->logfd);
-	w->logfd = -1;
+	mesh__wlog_close(&w->log);
 	if (w->cgdir[0])
 		mesh_limits_cgroup_remove(w->cgdir);
 	w->cgdir[0] = 0;
@@ -672,6 +662,7 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 			*err = mesh_strf("cannot use logs directory '%s': %s", cfg->logs, strerror(errno));
 		goto bad;
 	}
+	h->log_max = cfg->log_max ? cfg->log_max : MESH_HOST_LOG_MAX;
 	if (!(h->logs = strdup(cfg->logs)) || (cfg->mps_pipe_dir && !(h->mps_dir = strdup(cfg->mps_pipe_dir)))) {
 		rc = -ENOMEM;
 		goto bad;
@@ -900,7 +891,8 @@ int mesh_instance_new(struct mesh_host *h, const struct mesh_image *img, struct 
 		return -ENOMEM;
 	w->h = h;
 	w->img = img;
-	w->pidfd = w->outfd = w->logfd = -1;
+	w->pidfd = w->outfd = -1;
+	w->log = (struct mesh__wlog)MESH__WLOG_INIT;
 	w->last_exit = -1;
 	mesh_proc_tail_reset(&w->tail);
 	pthread_mutex_lock(&h->mu);
@@ -1089,8 +1081,7 @@ static void destroy(struct mesh_instance *w)
 		ep_del(w->h, w->outfd);
 		close(w->outfd);
 	}
-	if (w->logfd >= 0)
-		close(w->logfd);
+	mesh__wlog_close(&w->log);
 	free(w->fail_reason);
 	free(w->report);
 	free(w->last_report);

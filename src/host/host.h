@@ -38,6 +38,8 @@
 struct mesh_slot;
 
 /* What every worker of this host is started with. */
+#define MESH_HOST_LOG_MAX (16ull << 20)
+
 struct mesh_host_cfg {
 	const char *logs;	/* <logs>/<name>.log per program; must exist */
 	char *const *env;	/* extra "K=V" (MESH_SERVICE_BASE, MESH_MODELS, MESH_SYSTEM), NULL-terminated or NULL */
@@ -54,6 +56,9 @@ struct mesh_host_cfg {
 	void *gpu_ctx; /* passed to both hooks (src/host/mps.h: the pipe directory) */
 	/* Override the manifests' ready and online timeouts when not 0. */
 	uint64_t ready_timeout_ns, online_timeout_ns;
+	/* <name>.log past this many bytes becomes <name>.log.1 (the one kept)
+	 * and a new one starts; 0 = MESH_HOST_LOG_MAX. */
+	uint64_t log_max;
 	/* Tests: replaces /proc/self for the limits detection; NULL normally. */
 	const char *limits_proc_root;
 };

@@ -262,25 +262,9 @@ static const struct mesh_store_ops file_ops = {
 static int open_private_dir(const char *lockdir, int create)
 {
 	const char *why;
-	struct stat st;
-	int dfd;
 	if (mesh_path_lockdir_ok(lockdir, &why))
 		return MESH_E_PATH;
-	if (create && mkdir(lockdir, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	dfd = open(lockdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (dfd < 0)
-		return errno == ENOTDIR || errno == ELOOP ? MESH_E_PATH : -errno;
-	if (fstat(dfd, &st) < 0) {
-		int rc = -errno;
-		close(dfd);
-		return rc;
-	}
-	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-		close(dfd);
-		return MESH_E_NOTPRIVATE;
-	}
-	return dfd;
+	return mesh_path_open_private_dir(lockdir, create);
 }
 
 int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const char *name, int create)
