@@ -19,6 +19,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/parse.h"
+#include "base/utf8.h"
 #include "daemon/ops.h"
 #include "host/manifest.h"
 
@@ -109,6 +110,7 @@ int meshd_api_status_for(int err)
 	case -ENOENT:
 		return 404;
 	case MESH_E_STATE:
+	case MESH_E_STOPPED:
 	case MESH_E_MISMATCH:
 	case -EBUSY:
 	case -EEXIST:
@@ -126,6 +128,11 @@ int meshd_api_status_for(int err)
 	case MESH_E_PATH:
 	case MESH_E_REFUSED:
 	case MESH_E_UNSUPPORTED:
+	case MESH_E_SCRIPT:
+	case MESH_E_ARCH:
+	case MESH_E_NOGPU:
+	case MESH_E_LIMITS:
+	case MESH_E_HANDLER:
 	case -ENOEXEC:
 		return 422;
 	case MESH_E_CRASHED:
@@ -177,11 +184,39 @@ static void send_json(struct job *jb, unsigned status, json_t *j)
 	set_answer(jb, status, "application/json", s, n, 0);
 }
 
+/* A JSON string of text that may hold any bytes (a worker's output, a
+ * path): invalid UTF-8 becomes U+FFFD, so the text is never refused. */
+static json_t *text_json(const char *s)
+{
+	json_t *j = json_string(s);
+	if (j || !s)
+		return j;
+	char *t = mesh_utf8_sanitize(s, strlen(s), NULL);
+	j = t ? json_string(t) : NULL;
+	free(t);
+	return j;
+}
+
+/* {"error": msg or the error's text, "code": its name}; NULL: no memory. */
+static json_t *error_json(int err, const char *msg)
+{
+	return json_pack("{s:o, s:s}", "error", text_json(msg && *msg ? msg : mesh_strerror(err)), "code",
+			 mesh_err_name(err));
+}
+
+char *meshd_api_error_body(int err, const char *msg, size_t *len)
+{
+	json_t *j = error_json(err, msg);
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (s && len)
+		*len = strlen(s);
+	return s;
+}
+
 static void send_error(struct job *jb, unsigned status, int err, const char *msg)
 {
-	json_t *j = json_pack("{s:s, s:s}", "error", msg && *msg ? msg : mesh_strerror(err), "code",
-			      mesh_err_name(err));
-	send_json(jb, status, j);
+	send_json(jb, status, error_json(err, msg));
 }
 
 static void send_errorf(struct job *jb, unsigned status, int err, const char *fmt, ...)
@@ -234,8 +269,8 @@ static json_t *program_json(const struct meshd_program_info *pi)
 	mesh_limits_describe(pi->limits, lim, sizeof lim);
 	snprintf(ih, sizeof ih, "%016llx", (unsigned long long)pi->image_hash);
 	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s}", "name", pi->name, "device", pi->gpu ? "gpu" : "cpu",
-			 "binary", pi->binary, "image_hash", ih, "bin_hash", bh, "bin_bytes", (json_int_t)pi->bin_bytes,
+	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s}", "name", pi->name, "device", pi->gpu ? "gpu" : "cpu",
+			 "binary", text_json(pi->binary), "image_hash", ih, "bin_hash", bh, "bin_bytes", (json_int_t)pi->bin_bytes,
 			 "max_workers", (json_int_t)pi->max_workers, "limits", lim);
 }
 

@@ -635,6 +635,7 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	size_t rl = 0;
 	rc = mesh_slot_call(slot, req, n, &rep, &rl, t, MESH_SLOT_CALL_SPIN_NS);
 	if (rc == MESH_E_REFUSED) {
+		rc = MESH_E_HANDLER;
 		if (err)
 			*err = rep ? mesh_strf("the worker's handler failed: %.*s", (int)rl, (char *)rep) : NULL;
 		free(rep);

@@ -1,5 +1,6 @@
 /* meshd end to end: the real meshd and mesh binaries, a catalog built in the
  * test's directory from build/examples/echo_worker, real signals. */
+#include "base/exit.h"
 #include "host/image.h"
 #include "runner/t.h"
 
@@ -422,4 +423,60 @@ TEST(meshd_usage_errors)
 	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' ps --help", t_bin("mesh")), 0);
 	EXPECT_CONTAINS(out, "usage: mesh ps");
+}
+
+/* U+FFFD, what an invalid byte of a worker's text becomes in the API's JSON. */
+#define FFFD "\xef\xbf\xbd"
+
+/* A crash report whose tail holds a Latin-1 byte and a character cut in
+ * the middle still arrives whole: status and tail, not "out of memory". */
+TEST_TIMEOUT(meshd_crash_report_with_invalid_utf8, 60)
+{
+	add_program("latin", "/bin/sh",
+		    "args = [\"-c\", \"printf 'caf\\\\351 au lait\\\\n'; printf 'cut \\\\342\\\\202\\\\n'; "
+		    "kill -SEGV $$\"]\n");
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load latin"), 0);
+	EXPECT_EQ(mesh("call latin ping"), 76);
+	EXPECT_CONTAINS(out, "mesh: call to 'latin' failed: worker 'latin'");
+	EXPECT_CONTAINS(out, "exit status 139");
+	EXPECT_CONTAINS(out, "caf" FFFD " au lait");
+	EXPECT_CONTAINS(out, "cut " FFFD);
+	EXPECT_TRUE(strstr(out, "out of memory") == NULL);
+	/* The raw answer is JSON that any parser takes. */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -s -o body -w '%%{http_code}' --unix-socket " SOCK
+					    " -X POST http://x/v1/programs/latin/call"),
+		  0);
+	EXPECT_STREQ(out, "502");
+	char *b = t_read_file("body", NULL);
+	json_t *j = b ? json_loads(b, 0, NULL) : NULL;
+	ASSERT_TRUE(j != NULL);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "code")), "E_CRASHED");
+	EXPECT_CONTAINS(json_string_value(json_object_get(j, "error")), "caf" FFFD " au lait");
+	json_decref(j);
+	free(b);
+}
+
+/* A handler's error message with such bytes arrives too, with its own exit code. */
+TEST_TIMEOUT(meshd_handler_error_with_invalid_utf8, 60)
+{
+	add_program("fails", t_bin("tests-workers/host_worker"), "args = [\"fail-latin1\"]\n");
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("call fails ping"), MESH_EXIT_HANDLER);
+	EXPECT_CONTAINS(out, "the worker's handler failed: caf" FFFD " refused, cut " FFFD);
+}
+
+/* A manifest that starts with a UTF-8 byte order mark loads. */
+TEST_TIMEOUT(meshd_manifest_with_bom_loads, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	char *m = t_read_file("catalog/echo.toml", NULL);
+	ASSERT_TRUE(m != NULL);
+	char bom[4096];
+	snprintf(bom, sizeof bom, "\xef\xbb\xbf%s", m);
+	free(m);
+	t_write_file("catalog/echo.toml", bom);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load echo"), 0);
+	EXPECT_CONTAINS(out, "loaded echo");
 }
