@@ -11,6 +11,8 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/log.h"
+#include "base/utf8.h"
 #include "host/host.h"
 #include "host/image.h"
 #include "host/mps.h"
@@ -673,6 +675,46 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	return rc;
 }
 
+/* One line of a report for the log: control bytes as '?', valid UTF-8. */
+static char *log_text(const char *s, size_t n)
+{
+	char *t = mesh_utf8_sanitize(s, n, NULL);
+	for (char *c = t; c && *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	return t;
+}
+
+/* Logs a failure report (reported once, taken from the host): its first
+ * line (who, how, the exit status) and the last line of output before it,
+ * so a crash that no caller saw -- while idle -- is in meshd's own log. */
+static void log_report(const char *name, char *r)
+{
+	const char *nl = strchr(r, '\n');
+	size_t head = nl ? (size_t)(nl - r) : strlen(r);
+	const char *tail = nl ? strstr(nl, "---\n") : NULL;
+	const char *last = NULL;
+	size_t lastn = 0;
+	if (tail) {
+		/* The last non-empty line of the output tail. */
+		const char *e = r + strlen(r);
+		while (e > tail + 4 && e[-1] == '\n')
+			e--;
+		const char *b = e;
+		while (b > tail + 4 && b[-1] != '\n')
+			b--;
+		if (b < e) {
+			last = b;
+			lastn = (size_t)(e - b);
+		}
+	}
+	char *h = log_text(r, head), *l = last ? log_text(last, lastn) : NULL;
+	mesh_warn("failed name=%s: %s; last output: %s", name, h ? h : "?", l ? l : "(none)");
+	free(h);
+	free(l);
+	free(r);
+}
+
 /* Scale to zero: each warm worker is put to the autoscale policy with its
  * own demand (requests in flight) and idle time; REAP makes it exit. */
 static void tick(struct meshd_core *d)
@@ -687,6 +729,9 @@ static void tick(struct meshd_core *d)
 		reconcile(d, p);
 		for (unsigned i = 0; i < p->nw; i++) {
 			struct worker *wk = &p->w[i];
+			char *r = mesh_instance_crashed(wk->inst);
+			if (r)
+				log_report(p->img.name, r);
 			enum mesh_istate st = mesh_instance_state(wk->inst);
 			if ((st != MESH_IS_IDLE && st != MESH_IS_RUNNING) || !wk->last_used)
 				continue;

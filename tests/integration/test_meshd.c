@@ -480,3 +480,84 @@ TEST_TIMEOUT(meshd_manifest_with_bom_loads, 60)
 	EXPECT_EQ(mesh("load echo"), 0);
 	EXPECT_CONTAINS(out, "loaded echo");
 }
+
+/* A FIFO as a manifest or a binary is refused at once, naming it and its type. */
+TEST_TIMEOUT(meshd_load_refuses_a_fifo, 30)
+{
+	char path[512];
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	ASSERT_EQ(mkfifo("catalog/pipe.toml", 0644), 0);
+	add_program("pipebin", t_bin("examples/echo_worker"), NULL);
+	snprintf(path, sizeof path, "catalog/%s/pipebin", triple());
+	unlink(path);
+	ASSERT_EQ(mkfifo(path, 0755), 0);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load pipe"), MESH_EXIT_REFUSED);
+	EXPECT_CONTAINS(out, "pipe.toml' is a FIFO, not a regular file");
+	EXPECT_EQ(mesh("load pipebin"), MESH_EXIT_REFUSED);
+	EXPECT_CONTAINS(out, "binary '");
+	EXPECT_CONTAINS(out, "pipebin' is a FIFO, not a regular file");
+	/* meshd still serves. */
+	EXPECT_EQ(mesh("load echo"), 0);
+}
+
+/* 69 is "meshd cannot be reached" only: a refused script, a GPU program
+ * here, another machine's binary each exit with their own code. */
+TEST_TIMEOUT(meshd_refusals_have_their_own_exit_codes, 30)
+{
+	char path[512];
+	add_program("gpu", t_bin("examples/echo_worker"), "device = \"gpu\"\n");
+	add_program("script", t_bin("examples/echo_worker"), NULL);
+	snprintf(path, sizeof path, "catalog/%s/script", triple());
+	t_write_file(path, "#!/bin/sh\necho hi\n");
+	chmod(path, 0755);
+	add_program("foreign", t_bin("examples/echo_worker"), NULL);
+	snprintf(path, sizeof path, "catalog/%s/foreign", triple());
+	t_write_file(path, "MZ not an ELF file\n");
+	chmod(path, 0755);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load gpu"), MESH_EXIT_NOGPU);
+	EXPECT_CONTAINS(out, "needs a GPU");
+	EXPECT_EQ(mesh("load script"), MESH_EXIT_SCRIPT);
+	EXPECT_CONTAINS(out, "script");
+	EXPECT_EQ(mesh("load foreign"), MESH_EXIT_ARCH);
+	EXPECT_CONTAINS(out, "not an executable for this machine");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' help exit-codes", t_bin("mesh")), 0);
+	EXPECT_CONTAINS(out, "83");
+}
+
+/* A worker that crashes while idle (no caller to tell) is in meshd's own
+ * log: its status and the last line of its output. */
+TEST_TIMEOUT(meshd_idle_crash_is_logged, 30)
+{
+	add_program("idler", t_bin("tests-workers/host_worker"), "args = [\"echo\"]\n");
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("start idler"), 0);
+	pid_t pids[4];
+	ASSERT_EQ(worker_pids(pids, 4), 1);
+	/* Its output is in its log before it dies, so its tail holds it. */
+	uint64_t end = t_now_ms() + 5000;
+	char *log = NULL;
+	while (!(log = t_read_file("logs/idler.log", NULL)) || !strstr(log, "ready")) {
+		free(log);
+		log = NULL;
+		if (t_now_ms() > end)
+			FAIL("the worker's ready line never reached its log");
+		usleep(10000);
+	}
+	free(log);
+	kill(pids[0], SIGSEGV);
+	char *err = NULL;
+	end = t_now_ms() + 10000;
+	while (!(err = t_read_file("meshd.err", NULL)) || !strstr(err, "failed name=idler")) {
+		free(err);
+		err = NULL;
+		if (t_now_ms() > end)
+			break;
+		usleep(20000);
+	}
+	EXPECT_CONTAINS(err, "failed name=idler: worker 'idler' (pid ");
+	EXPECT_CONTAINS(err, "crashed while idle: exit status 139");
+	EXPECT_CONTAINS(err, "last output: host_worker echo: ready");
+	free(err);
+}
