@@ -49,6 +49,7 @@ struct program {
 	struct worker w[MESH_MAX_WORKERS_CAP];
 	unsigned nw;
 	unsigned refs; /* ops using it; unload waits for 0 */
+	unsigned stops; /* stop_all calls: a call cut by one says so */
 	int gone;
 };
 
@@ -368,6 +369,7 @@ int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_
 static void stop_all(struct meshd_core *d, struct program *p)
 {
 	pthread_mutex_lock(&d->mu);
+	p->stops++;
 	unsigned n = p->nw;
 	struct mesh_instance *list[MESH_MAX_WORKERS_CAP];
 	for (unsigned i = 0; i < n; i++) {
@@ -631,6 +633,7 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	pthread_mutex_lock(&d->mu);
 	slot = d->slots[s];
 	inst = p->w[wi].inst;
+	unsigned stops = p->stops;
 	pthread_mutex_unlock(&d->mu);
 	uint64_t t = timeout_ns ? timeout_ns : 30ull * MESH_NS_PER_S;
 	void *rep = NULL;
@@ -647,7 +650,17 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 		 * moment to reap it and write the report. */
 		mesh_instance_wait(inst, 1u << MESH_IS_DOWN, 5 * MESH_NS_PER_S, NULL);
 		char *r = mesh_instance_last_report(inst);
-		if (mesh_instance_state(inst) == MESH_IS_DOWN && r) {
+		pthread_mutex_lock(&d->mu);
+		int stopped = p->stops != stops;
+		pthread_mutex_unlock(&d->mu);
+		if (stopped && mesh_instance_state(inst) == MESH_IS_DOWN) {
+			/* Asked to exit (mesh stop, unload, meshd stopping): no crash. */
+			rc = MESH_E_STOPPED;
+			if (err)
+				*err = mesh_strf("worker of '%s' stopped while the call ran (stop, unload or meshd "
+						 "stopping); the call may not have completed",
+						 name);
+		} else if (mesh_instance_state(inst) == MESH_IS_DOWN && r) {
 			rc = MESH_E_CRASHED;
 			if (err)
 				*err = r, r = NULL;

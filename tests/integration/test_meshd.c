@@ -561,3 +561,70 @@ TEST_TIMEOUT(meshd_idle_crash_is_logged, 30)
 	EXPECT_CONTAINS(err, "last output: host_worker echo: ready");
 	free(err);
 }
+
+/* Precise JSON errors: a bad Content-Length is a 400 that says so, headers
+ * over 32 KiB a JSON 413 (as docs/api.md says). */
+TEST_TIMEOUT(meshd_bad_length_and_big_headers, 30)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	start_meshd(NULL);
+	static const char *const lengths[] = {"-1", "12x", "99999999999999999999999"};
+	for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+		EXPECT_EQ(t_sh(out, sizeof out, 1,
+			       "curl -s -o body -w '%%{http_code}' --unix-socket " SOCK
+			       " -X POST -H 'Content-Length: %s' http://x/v1/programs/echo/call",
+			       lengths[i]),
+			  0);
+		if (strcmp(out, "400"))
+			fprintf(stderr, "    Content-Length: %s\n", lengths[i]);
+		EXPECT_STREQ(out, "400");
+		char *b = t_read_file("body", NULL);
+		EXPECT_CONTAINS(b, "\"error\":\"bad Content-Length\"");
+		EXPECT_CONTAINS(b, "\"code\":\"E_PARSE\"");
+		free(b);
+	}
+	/* 40 KiB of headers. */
+	static char hdr[41000];
+	memset(hdr, 'a', sizeof hdr - 1);
+	memcpy(hdr, "X-Big: ", 7);
+	t_write_file("hdr", hdr);
+	EXPECT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -s -o body -w '%%{http_code}' --unix-socket " SOCK " -H @hdr http://x/v1/ps"),
+		  0);
+	EXPECT_STREQ(out, "413");
+	char *b = t_read_file("body", NULL);
+	EXPECT_CONTAINS(b, "\"error\":\"request headers over 32768 bytes\"");
+	free(b);
+	/* meshd still serves. */
+	EXPECT_EQ(mesh_stdout("ps"), 0);
+}
+
+/* A call cut by `mesh stop` says so, not "not allowed in the current state". */
+TEST_TIMEOUT(meshd_call_cut_by_stop_says_so, 60)
+{
+	add_program("slow", t_bin("tests-workers/host_worker"), "args = [\"slow-call\"]\n");
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("start slow"), 0);
+	pid_t caller = fork();
+	ASSERT_GE(caller, 0);
+	if (caller == 0) {
+		int rc = t_sh(out, sizeof out, 1, "'%s' call slow x --socket " SOCK " >call.out 2>&1", t_bin("mesh"));
+		_exit(rc);
+	}
+	/* The call is in the handler once it said so in its log. */
+	uint64_t end = t_now_ms() + 10000;
+	char *log = NULL;
+	while (!(log = t_read_file("logs/slow.log", NULL)) || !strstr(log, "slow call begins")) {
+		free(log);
+		log = NULL;
+		if (t_now_ms() > end)
+			FAIL("the call never reached the handler");
+		usleep(10000);
+	}
+	free(log);
+	EXPECT_EQ(mesh("stop slow"), 0);
+	EXPECT_EQ(wait_exit(caller, 20000), MESH_EXIT_TEMPFAIL);
+	char *o = t_read_file("call.out", NULL);
+	EXPECT_CONTAINS(o, "mesh: call to 'slow' failed: worker of 'slow' stopped while the call ran");
+	free(o);
+}
