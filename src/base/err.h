@@ -32,8 +32,14 @@
 	X(DAMAGED, 19, "journal damaged before its end (repair: mesh job check --force)") \
 	X(STALE, 20, "journal was cut or replaced under this process (reopen it)")                 \
 	X(NOTPRIVATE, 21, "not private to this user: owned by another user or writable by group or others") \
-	X(OUTPUT, 22, "cannot write the output")                                    \
-	X(PEER, 23, "the socket is served by another user (neither you nor root)")
+	X(OUTPUT, 22, "cannot write the output")                                     \
+	X(SCRIPT, 23, "a script, not a native executable")                           \
+	X(ARCH, 24, "not an executable for this machine")                            \
+	X(NOGPU, 25, "needs a GPU that this meshd does not give")                    \
+	X(LIMITS, 26, "a limit cannot be enforced on this machine")                  \
+	X(HANDLER, 27, "the worker's handler failed")                                \
+	X(STOPPED, 28, "worker stopped while the call ran")                             \
+	X(PEER, 29, "the socket is served by another user (neither you nor root)")
 
 enum {
 #define MESH__ERR_ENUM(name, off, msg) MESH_E_##name = MESH_E__BASE - (off),

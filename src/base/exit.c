@@ -23,13 +23,24 @@ int mesh_exit_for(int err)
 	case MESH_E_NOTFOUND:
 	case MESH_E_NOTPRIVATE:
 		return MESH_EXIT_DATAERR;
-	case MESH_E_REFUSED:
 	case MESH_E_CLOSED:
-	case MESH_E_UNSUPPORTED:
 		return MESH_EXIT_UNAVAILABLE;
+	case MESH_E_REFUSED:
+		return MESH_EXIT_REFUSED;
+	case MESH_E_SCRIPT:
+		return MESH_EXIT_SCRIPT;
+	case MESH_E_ARCH:
+		return MESH_EXIT_ARCH;
+	case MESH_E_NOGPU:
+		return MESH_EXIT_NOGPU;
+	case MESH_E_LIMITS:
+		return MESH_EXIT_LIMITS;
+	case MESH_E_HANDLER:
+		return MESH_EXIT_HANDLER;
 	case MESH_E_TIMEOUT:
 	case MESH_E_STATE:
 	case MESH_E_STALE:
+	case MESH_E_STOPPED:
 		return MESH_EXIT_TEMPFAIL;
 	case MESH_E_CRASHED:
 	case MESH_E_PROTO:
@@ -52,6 +63,7 @@ int mesh_exit_for(int err)
 	case -EPERM:
 	case MESH_E_PEER:
 		return MESH_EXIT_NOPERM;
+	case MESH_E_UNSUPPORTED:
 	case -ENOMEM:
 	case -EMFILE:
 	case -ENFILE:

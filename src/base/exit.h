@@ -15,14 +15,20 @@
 	X(USAGE, 64, "usage error: unknown command or option, missing or malformed argument")       \
 	X(DATAERR, 65, "bad input: corrupt or foreign journal, a chunk count that conflicts, out-of-range chunk, path refused") \
 	X(NOINPUT, 66, "an input file does not exist or cannot be read (a missing journal)")          \
-	X(UNAVAILABLE, 69, "a service is not reachable (meshd not running, upstream refused)")        \
+	X(UNAVAILABLE, 69, "a service is not reachable (meshd not running or gone, upstream refused)") \
 	X(SOFTWARE, 70, "internal error")                                                             \
 	X(OSERR, 71, "the system refused (fork, memory, limits)")                                    \
 	X(CANTCREAT, 73, "cannot create an output file or a lock directory (its parent is missing or read-only)")                                              \
 	X(IOERR, 74, "write or fsync failed (a full disk): nothing was reported done that is not durable") \
 	X(TEMPFAIL, 75, "temporary failure, try again (a lock held, a timeout, a conflicting state)") \
 	X(PROTOCOL, 76, "a worker crashed or broke the protocol while serving the request (the report says how)") \
-	X(NOPERM, 77, "permission denied: a read-only or immutable journal that a command must write; a meshd socket served by another user")
+	X(NOPERM, 77, "permission denied: a read-only or immutable journal that a command must write; a meshd socket served by another user") \
+	X(REFUSED, 78, "meshd refused: a worker refused `run`, a GPU client check failed, a non-regular file") \
+	X(SCRIPT, 79, "the program's binary is a script (#!); meshd runs native executables only")  \
+	X(ARCH, 80, "the program's binary is not an executable for this machine (another architecture or OS)") \
+	X(NOGPU, 81, "the program needs a GPU and this meshd gives none (run it with --isolation mps)") \
+	X(LIMITS, 82, "a limit in the program's manifest cannot be enforced on this machine")      \
+	X(HANDLER, 83, "the worker's handler failed the request (its message is printed)")
 
 enum {
 #define MESH__EXIT_ENUM(name, code, msg) MESH_EXIT_##name = code,

@@ -8,7 +8,10 @@
  *
  * evhttp answers a few errors itself with an HTML page (libevent 2.1 has no
  * hook to change it): a malformed request (400), a method it does not know
- * (501), headers over HEADERS_MAX or a body over BODY_DRAIN_MAX (413).  The
+ * (501), headers over HEADERS_HARD_MAX (400) or a body over BODY_DRAIN_MAX
+ * (413).  Headers over HEADERS_MAX, the bound the API documents, get JSON 413
+ * from on_request; a bad or too large Content-Length JSON 400/413 from
+ * in_added.  The
  * body bound the API documents, MESHD_API_MAX_BODY, is ours: answered in
  * JSON by in_added (announced) or on_request (chunked).  libmicrohttpd, used
  * before, is gone because Debian's links GnuTLS: 2.3 MB of meshd's RSS. */
@@ -20,6 +23,7 @@
 #include "base/log.h"
 #include "base/parse.h"
 #include "base/path.h"
+#include "base/utf8.h"
 #include "daemon/ops.h"
 #include "host/manifest.h"
 
@@ -51,6 +55,9 @@
 #define LOGS_TAIL_MAX (1u << 20)
 #define STOP_DRAIN_NS (10ull * 1000000000ull)
 #define HEADERS_MAX (32u << 10)
+/* evhttp's own bound, above ours: between the two the answer is our JSON
+ * 413 (on_request); past it evhttp closes with its HTML 400 page. */
+#define HEADERS_HARD_MAX (1u << 20)
 #define IDLE_TIMEOUT_S 120
 
 struct job;
@@ -110,6 +117,7 @@ int meshd_api_status_for(int err)
 	case -ENOENT:
 		return 404;
 	case MESH_E_STATE:
+	case MESH_E_STOPPED:
 	case MESH_E_MISMATCH:
 	case -EBUSY:
 	case -EEXIST:
@@ -127,6 +135,11 @@ int meshd_api_status_for(int err)
 	case MESH_E_PATH:
 	case MESH_E_REFUSED:
 	case MESH_E_UNSUPPORTED:
+	case MESH_E_SCRIPT:
+	case MESH_E_ARCH:
+	case MESH_E_NOGPU:
+	case MESH_E_LIMITS:
+	case MESH_E_HANDLER:
 	case -ENOEXEC:
 		return 422;
 	case MESH_E_CRASHED:
@@ -178,11 +191,39 @@ static void send_json(struct job *jb, unsigned status, json_t *j)
 	set_answer(jb, status, "application/json", s, n, 0);
 }
 
+/* A JSON string of text that may hold any bytes (a worker's output, a
+ * path): invalid UTF-8 becomes U+FFFD, so the text is never refused. */
+static json_t *text_json(const char *s)
+{
+	json_t *j = json_string(s);
+	if (j || !s)
+		return j;
+	char *t = mesh_utf8_sanitize(s, strlen(s), NULL);
+	j = t ? json_string(t) : NULL;
+	free(t);
+	return j;
+}
+
+/* {"error": msg or the error's text, "code": its name}; NULL: no memory. */
+static json_t *error_json(int err, const char *msg)
+{
+	return json_pack("{s:o, s:s}", "error", text_json(msg && *msg ? msg : mesh_strerror(err)), "code",
+			 mesh_err_name(err));
+}
+
+char *meshd_api_error_body(int err, const char *msg, size_t *len)
+{
+	json_t *j = error_json(err, msg);
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (s && len)
+		*len = strlen(s);
+	return s;
+}
+
 static void send_error(struct job *jb, unsigned status, int err, const char *msg)
 {
-	json_t *j = json_pack("{s:s, s:s}", "error", msg && *msg ? msg : mesh_strerror(err), "code",
-			      mesh_err_name(err));
-	send_json(jb, status, j);
+	send_json(jb, status, error_json(err, msg));
 }
 
 static void send_errorf(struct job *jb, unsigned status, int err, const char *fmt, ...)
@@ -235,8 +276,8 @@ static json_t *program_json(const struct meshd_program_info *pi)
 	mesh_limits_describe(pi->limits, lim, sizeof lim);
 	snprintf(ih, sizeof ih, "%016llx", (unsigned long long)pi->image_hash);
 	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s}", "name", pi->name, "device", pi->gpu ? "gpu" : "cpu",
-			 "binary", pi->binary, "image_hash", ih, "bin_hash", bh, "bin_bytes", (json_int_t)pi->bin_bytes,
+	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s}", "name", pi->name, "device", pi->gpu ? "gpu" : "cpu",
+			 "binary", text_json(pi->binary), "image_hash", ih, "bin_hash", bh, "bin_bytes", (json_int_t)pi->bin_bytes,
 			 "max_workers", (json_int_t)pi->max_workers, "limits", lim);
 }
 
@@ -517,6 +558,17 @@ static const char *method_name(enum evhttp_cmd_type t)
 	return "?";
 }
 
+/* The size of a request's head as sent: its request line and header lines. */
+static size_t headers_size(struct evhttp_request *req, const char *uri)
+{
+	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+	struct evkeyval *kv;
+	size_t n = strlen(uri) + 20;
+	TAILQ_FOREACH(kv, h, next)
+	n += strlen(kv->key) + strlen(kv->value) + 4;
+	return n;
+}
+
 /* Loop thread: every request whose head and body evhttp has read.  A body
  * announced over MESHD_API_MAX_BODY never gets here (in_added); a chunked
  * one may be over it, up to BODY_DRAIN_MAX. */
@@ -566,6 +618,10 @@ static void on_request(struct evhttp_request *req, void *arg)
 		goto stopping;
 	if (!j->path)
 		goto oom;
+	if (headers_size(req, uri) > HEADERS_MAX) {
+		send_errorf(j, 413, MESH_E_TOOBIG, "request headers over %u bytes", HEADERS_MAX);
+		goto answer;
+	}
 	if (n > MESHD_API_MAX_BODY) { /* evhttp's bound is the same; never more */
 		send_errorf(j, 413, MESH_E_TOOBIG, "request body over %u bytes", MESHD_API_MAX_BODY);
 		goto answer;
@@ -609,6 +665,40 @@ answer:
  * body announced larger is answered by in_added before any of it is read. */
 #define BODY_DRAIN_MAX (4ull * MESHD_API_MAX_BODY)
 
+/* Answers a request in_added refuses: the JSON error straight to the
+ * socket, the connection shut (evhttp sees its end and frees it, never
+ * having seen the request), its log line from head (the request line at
+ * head, its method m bytes long; head is changed). */
+static void answer_raw(struct bufferevent *bev, struct evbuffer *in, char *head, size_t m, unsigned status,
+		       const char *reason, int err, const char *msg)
+{
+	char resp[512];
+	char *body = meshd_api_error_body(err, msg, NULL);
+	int rn = snprintf(resp, sizeof resp,
+			  "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
+			  "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
+			  status, reason, body ? strlen(body) + 1 : 1, body ? body : "");
+	free(body);
+	evutil_socket_t fd = bufferevent_getfd(bev);
+	if (fd >= 0 && rn > 0 && (size_t)rn < sizeof resp) {
+		/* A fresh socket's buffer takes these few bytes whole. */
+		(void)!send(fd, resp, (size_t)rn, MSG_NOSIGNAL | MSG_DONTWAIT);
+		shutdown(fd, SHUT_RDWR);
+	} else if (fd >= 0) {
+		shutdown(fd, SHUT_RDWR);
+	}
+	evbuffer_drain(in, evbuffer_get_length(in));
+	/* Its log line: the request line, up to the version. */
+	char *sp = strchr(head + m + 1, ' ');
+	if (sp)
+		*sp = 0;
+	for (char *c = head; *c; c++) /* untrusted bytes into a log line */
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f || *c == '"')
+			*c = '?';
+	head[sizeof((struct job *)0)->what - 1] = 0;
+	mesh_info("api request=\"%s\" status=%u ms=0", head, status);
+}
+
 /* The input of a connection grew, before evhttp parses it.  When it starts
  * with a request's head announcing a body over the bound, the 413 goes out
  * now, straight to the socket, and the connection is shut: evhttp sees its
@@ -640,32 +730,27 @@ static void in_added(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 		return;
 	end[2] = 0;
 	const char *p = strcasestr(head, "\r\nContent-Length:");
-	if (!p || (cl = strtoull(p + 17, NULL, 10)) <= MESHD_API_MAX_BODY)
+	if (!p)
 		return;
-
-	char body[128], resp[320];
-	int bn = snprintf(body, sizeof body, "{\"error\":\"request body over %u bytes\",\"code\":\"%s\"}\n",
-			  MESHD_API_MAX_BODY, mesh_err_name(MESH_E_TOOBIG));
-	int rn = snprintf(resp, sizeof resp,
-			  "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
-			  "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
-			  bn, body);
-	evutil_socket_t fd = bufferevent_getfd(bev);
-	if (fd >= 0) {
-		/* A fresh socket's buffer takes these few bytes whole. */
-		(void)!send(fd, resp, (size_t)rn, MSG_NOSIGNAL | MSG_DONTWAIT);
-		shutdown(fd, SHUT_RDWR);
-	}
-	evbuffer_drain(in, evbuffer_get_length(in));
-	/* Its log line: the request line, up to the version. */
-	char *sp = strchr(head + m + 1, ' ');
-	if (sp)
-		*sp = 0;
-	for (char *c = head; *c; c++) /* untrusted bytes into a log line */
-		if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f || *c == '"')
-			*c = '?';
-	head[sizeof((struct job *)0)->what - 1] = 0;
-	mesh_info("api request=\"%s\" status=413 ms=0", head);
+	/* 1*DIGIT (RFC 9110), spaces around: "-1" or "12x" is no length at all. */
+	const char *v = p + 17, *e;
+	while (*v == ' ' || *v == '\t')
+		v++;
+	for (e = v; *e >= '0' && *e <= '9'; e++)
+		;
+	const char *d = e;
+	while (*e == ' ' || *e == '\t')
+		e++;
+	int bad = d == v || d - v > 19 || (*e != '\r' && *e != 0);
+	if (!bad && (cl = strtoull(v, NULL, 10)) <= MESHD_API_MAX_BODY)
+		return;
+	char msg[64];
+	if (bad)
+		snprintf(msg, sizeof msg, "bad Content-Length");
+	else
+		snprintf(msg, sizeof msg, "request body over %u bytes", MESHD_API_MAX_BODY);
+	answer_raw(bev, in, head, m, bad ? 400 : 413, bad ? "Bad Request" : "Payload Too Large",
+		   bad ? MESH_E_PARSE : MESH_E_TOOBIG, msg);
 }
 
 /* Each accepted connection's bufferevent, watched by in_added. */
@@ -874,7 +959,7 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 						    EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
 						    EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
 	evhttp_set_max_body_size(a->http, (ev_ssize_t)BODY_DRAIN_MAX); /* see in_added */
-	evhttp_set_max_headers_size(a->http, HEADERS_MAX);
+	evhttp_set_max_headers_size(a->http, HEADERS_HARD_MAX); /* see on_request */
 	evhttp_set_timeout(a->http, IDLE_TIMEOUT_S);
 	evhttp_set_gencb(a->http, on_request, a);
 	evhttp_set_bevcb(a->http, make_bev, a);

@@ -50,6 +50,12 @@ void meshd_api_stop(struct meshd_api *a);
  * so never "..", never a path, never needs escaping in a URL); else 0. */
 int meshd_api_name_ok(const char *name);
 
+/* The body of an error answer, {"error": "...", "code": "E_..."}, as the
+ * API sends it: msg (any bytes; invalid UTF-8 becomes U+FFFD, docs/api.md),
+ * or err's text when msg is NULL or empty.  malloc'd, NUL-terminated, its
+ * length in *len (when not NULL); NULL only when out of memory. */
+char *meshd_api_error_body(int err, const char *msg, size_t *len);
+
 /* The HTTP status for a mesh error an op returned. */
 int meshd_api_status_for(int err);
 

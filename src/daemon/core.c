@@ -11,6 +11,8 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/log.h"
+#include "base/utf8.h"
 #include "host/host.h"
 #include "host/image.h"
 #include "host/mps.h"
@@ -47,6 +49,7 @@ struct program {
 	struct worker w[MESH_MAX_WORKERS_CAP];
 	unsigned nw;
 	unsigned refs; /* ops using it; unload waits for 0 */
+	unsigned stops; /* stop_all calls: a call cut by one says so */
 	int gone;
 };
 
@@ -367,6 +370,7 @@ int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_
 static void stop_all(struct meshd_core *d, struct program *p)
 {
 	pthread_mutex_lock(&d->mu);
+	p->stops++;
 	unsigned n = p->nw;
 	struct mesh_instance *list[MESH_MAX_WORKERS_CAP];
 	for (unsigned i = 0; i < n; i++) {
@@ -630,12 +634,14 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	pthread_mutex_lock(&d->mu);
 	slot = d->slots[s];
 	inst = p->w[wi].inst;
+	unsigned stops = p->stops;
 	pthread_mutex_unlock(&d->mu);
 	uint64_t t = timeout_ns ? timeout_ns : 30ull * MESH_NS_PER_S;
 	void *rep = NULL;
 	size_t rl = 0;
 	rc = mesh_slot_call(slot, req, n, &rep, &rl, t, MESH_SLOT_CALL_SPIN_NS);
 	if (rc == MESH_E_REFUSED) {
+		rc = MESH_E_HANDLER;
 		if (err)
 			*err = rep ? mesh_strf("the worker's handler failed: %.*s", (int)rl, (char *)rep) : NULL;
 		free(rep);
@@ -645,7 +651,17 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 		 * moment to reap it and write the report. */
 		mesh_instance_wait(inst, 1u << MESH_IS_DOWN, 5 * MESH_NS_PER_S, NULL);
 		char *r = mesh_instance_last_report(inst);
-		if (mesh_instance_state(inst) == MESH_IS_DOWN && r) {
+		pthread_mutex_lock(&d->mu);
+		int stopped = p->stops != stops;
+		pthread_mutex_unlock(&d->mu);
+		if (stopped && mesh_instance_state(inst) == MESH_IS_DOWN) {
+			/* Asked to exit (mesh stop, unload, meshd stopping): no crash. */
+			rc = MESH_E_STOPPED;
+			if (err)
+				*err = mesh_strf("worker of '%s' stopped while the call ran (stop, unload or meshd "
+						 "stopping); the call may not have completed",
+						 name);
+		} else if (mesh_instance_state(inst) == MESH_IS_DOWN && r) {
 			rc = MESH_E_CRASHED;
 			if (err)
 				*err = r, r = NULL;
@@ -673,6 +689,46 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	return rc;
 }
 
+/* One line of a report for the log: control bytes as '?', valid UTF-8. */
+static char *log_text(const char *s, size_t n)
+{
+	char *t = mesh_utf8_sanitize(s, n, NULL);
+	for (char *c = t; c && *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	return t;
+}
+
+/* Logs a failure report (reported once, taken from the host): its first
+ * line (who, how, the exit status) and the last line of output before it,
+ * so a crash that no caller saw -- while idle -- is in meshd's own log. */
+static void log_report(const char *name, char *r)
+{
+	const char *nl = strchr(r, '\n');
+	size_t head = nl ? (size_t)(nl - r) : strlen(r);
+	const char *tail = nl ? strstr(nl, "---\n") : NULL;
+	const char *last = NULL;
+	size_t lastn = 0;
+	if (tail) {
+		/* The last non-empty line of the output tail. */
+		const char *e = r + strlen(r);
+		while (e > tail + 4 && e[-1] == '\n')
+			e--;
+		const char *b = e;
+		while (b > tail + 4 && b[-1] != '\n')
+			b--;
+		if (b < e) {
+			last = b;
+			lastn = (size_t)(e - b);
+		}
+	}
+	char *h = log_text(r, head), *l = last ? log_text(last, lastn) : NULL;
+	mesh_warn("failed name=%s: %s; last output: %s", name, h ? h : "?", l ? l : "(none)");
+	free(h);
+	free(l);
+	free(r);
+}
+
 /* Scale to zero: each warm worker is put to the autoscale policy with its
  * own demand (requests in flight) and idle time; REAP makes it exit. */
 void meshd__tick(struct meshd_core *d, uint64_t now)
@@ -684,6 +740,9 @@ void meshd__tick(struct meshd_core *d, uint64_t now)
 		reconcile(d, p);
 		for (unsigned i = 0; i < p->nw; i++) {
 			struct worker *wk = &p->w[i];
+			char *r = mesh_instance_crashed(wk->inst);
+			if (r)
+				log_report(p->img.name, r);
 			enum mesh_istate st = mesh_instance_state(wk->inst);
 			if ((st != MESH_IS_IDLE && st != MESH_IS_RUNNING) || !wk->last_used)
 				continue;

@@ -75,27 +75,85 @@ void mesh_image_release(struct mesh_image *img)
 	memset(img, 0, sizeof *img);
 }
 
+static const char *file_type(mode_t m)
+{
+	if (S_ISDIR(m))
+		return "a directory";
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISCHR(m))
+		return "a character device";
+	if (S_ISBLK(m))
+		return "a block device";
+	return "a special file";
+}
+
+/* Opens path for reading when it is a regular file, *st its stat; the fd, or
+ * a negative code with *err said.  Never blocks: a FIFO is opened
+ * O_NONBLOCK (the open of a FIFO with no writer would wait for one) and
+ * refused, as is any other non-regular file, with its type in the message. */
+static int open_regular(const char *path, const char *what, struct stat *st, char **err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, st) != 0) {
+		int e = errno;
+		close(fd);
+		return say(err, -e, "cannot stat '%s': %s", path, strerror(e));
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		return say(err, MESH_E_REFUSED, "%s '%s' is %s, not a regular file", what, path,
+			   file_type(st->st_mode));
+	}
+	return fd;
+}
+
+/* The manifest's text (NUL-terminated), at most MANIFEST_MAX bytes. */
+static int read_manifest(struct mesh_image *img, char **text, size_t *len, char **err)
+{
+	const char *path = img->manifest_path;
+	struct stat st;
+	int fd = open_regular(path, "manifest", &st, err);
+	if (fd == -ENOENT)
+		return say(err, MESH_E_NOTFOUND, "no program '%s' in the catalog (no '%s')", img->name, path);
+	if (fd < 0)
+		return err && *err ? fd : say(err, fd, "cannot read '%s': %s", path, mesh_strerror(fd));
+	if (st.st_size > MANIFEST_MAX) {
+		close(fd);
+		return say(err, MESH_E_TOOBIG, "'%s' is over %u bytes", path, MANIFEST_MAX);
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	ssize_t r = mesh_pread_full(fd, buf, (size_t)st.st_size, 0);
+	close(fd);
+	if (r < 0) {
+		free(buf);
+		return say(err, (int)r, "cannot read '%s': %s", path, mesh_strerror((int)r));
+	}
+	buf[r] = 0;
+	*text = buf;
+	*len = (size_t)r;
+	return 0;
+}
+
 static int check_binary(struct mesh_image *img, char **err)
 {
-	int fd = open(img->bin_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 && errno == ELOOP)
-		fd = open(img->bin_path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int fd = open_regular(img->bin_path, "binary", &st, err);
 	if (fd < 0) {
-		int e = errno;
-		if (e == ENOENT)
+		if (err && *err)
+			return fd;
+		if (fd == -ENOENT)
 			return say(err, MESH_E_NOTFOUND, "no binary for '%s' at '%s' (this machine is %s)", img->name,
 				   img->bin_path, mesh_target_triple());
-		return say(err, -e, "cannot open '%s': %s", img->bin_path, strerror(e));
-	}
-	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		int e = errno;
-		close(fd);
-		return say(err, -e, "cannot stat '%s': %s", img->bin_path, strerror(e));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return say(err, MESH_E_REFUSED, "'%s' is not a regular file", img->bin_path);
+		return say(err, fd, "cannot open '%s': %s", img->bin_path, strerror(-fd));
 	}
 	if (access(img->bin_path, X_OK) != 0) {
 		close(fd);
@@ -115,6 +173,9 @@ static int check_binary(struct mesh_image *img, char **err)
 	}
 	close(fd);
 	int rc = mesh_elf_check(img->bin_path, b, (size_t)st.st_size, err);
+	/* Each refusal its own code, so a script reads apart from another machine's binary. */
+	if (rc == MESH_E_REFUSED)
+		rc = st.st_size >= 2 && b[0] == '#' && b[1] == '!' ? MESH_E_SCRIPT : MESH_E_ARCH;
 	if (rc == 0) {
 		img->bin_hash = mesh_fnv1a64(MESH_FNV1A64_INIT, b, (size_t)st.st_size);
 		img->bin_bytes = (uint64_t)st.st_size;
@@ -143,19 +204,9 @@ int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_
 	if (mesh_buf_addf(&p, "%s/%s/%s", catalog, mesh_target_triple(), name) ||
 	    !(img->bin_path = mesh_buf_detach(&p, NULL)))
 		goto nomem;
-	rc = mesh_read_file(img->manifest_path, MANIFEST_MAX, &text, &len);
-	if (rc == -ENOENT) {
-		rc = say(err, MESH_E_NOTFOUND, "no program '%s' in the catalog (no '%s')", name, img->manifest_path);
+	rc = read_manifest(img, &text, &len, err);
+	if (rc)
 		goto bad;
-	}
-	if (rc == MESH_E_TOOBIG) {
-		rc = say(err, rc, "'%s' is over %u bytes", img->manifest_path, MANIFEST_MAX);
-		goto bad;
-	}
-	if (rc) {
-		rc = say(err, rc, "cannot read '%s': %s", img->manifest_path, mesh_strerror(rc));
-		goto bad;
-	}
 	rc = mesh_manifest_parse(img->manifest_path, text, len, name, &img->m, err);
 	if (rc)
 		goto bad;
@@ -164,14 +215,14 @@ int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_
 	img->image_hash = mesh_fnv1a64(img->image_hash, img->m.source_hash, strlen(img->m.source_hash));
 	if (img->m.device == MESH_DEVICE_GPU && gpu != MESH_GPU_MPS) {
 		if (gpu == MESH_GPU_METAL)
-			rc = say(err, MESH_E_REFUSED, "'%s' needs a GPU, and Metal does not exist on Linux", name);
+			rc = say(err, MESH_E_NOGPU, "'%s' needs a GPU, and Metal does not exist on Linux", name);
 		else if (gpu == MESH_GPU_BLINK)
-			rc = say(err, MESH_E_REFUSED,
+			rc = say(err, MESH_E_NOGPU,
 				 "'%s' needs a GPU, and GPU workers are refused in blink mode (they would be time-sliced "
 				 "against the resident kernels); run meshd with --isolation mps",
 				 name);
 		else
-			rc = say(err, MESH_E_REFUSED,
+			rc = say(err, MESH_E_NOGPU,
 				 "'%s' needs a GPU (device = \"gpu\"), and this meshd has no GPU access; run it with "
 				 "--isolation mps on a machine with a GPU",
 				 name);
@@ -183,7 +234,8 @@ int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_
 	char *lerr = NULL;
 	rc = mesh_limits_plan(&img->m.limits, caps, &img->enforced, &lerr);
 	if (rc) {
-		rc = say(err, rc, "'%s': %s", img->manifest_path, lerr ? lerr : mesh_strerror(rc));
+		rc = say(err, rc == MESH_E_UNSUPPORTED ? MESH_E_LIMITS : rc, "'%s': %s", img->manifest_path,
+			 lerr ? lerr : mesh_strerror(rc));
 		free(lerr);
 		goto bad;
 	}

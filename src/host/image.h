@@ -40,9 +40,12 @@ const char *mesh_target_triple(void);
 
 /* Prepares <catalog>/<name>.  0, or a negative code with *err a malloc'd
  * message (caller frees): MESH_E_NOTFOUND (no manifest or no binary),
- * MESH_E_PARSE (manifest, "file:line:col: ..."), MESH_E_REFUSED (not an
- * executable for this machine, or a GPU program here), MESH_E_UNSUPPORTED (a
- * limit that cannot be enforced), MESH_E_PATH (a bad name), -errno.  On
+ * MESH_E_PARSE (manifest, "file:line:col: ..."), MESH_E_SCRIPT (the binary
+ * is a #! script), MESH_E_ARCH (not an executable for this machine),
+ * MESH_E_NOGPU (a GPU program here), MESH_E_LIMITS (a limit that cannot be
+ * enforced), MESH_E_REFUSED (the manifest or binary is not a regular file:
+ * a FIFO, a directory, a device -- refused without blocking -- or the binary
+ * has no x permission), MESH_E_PATH (a bad name), -errno.  On
  * success release *img with mesh_image_release. */
 int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_limits_caps *caps,
 		       enum mesh_gpu_access gpu, struct mesh_image *img, char **err);

@@ -340,6 +340,11 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 	m->idle_ttl_ns = MESH_IDLE_TTL_NS;
 	m->stop_signal = SIGTERM;
 	m->max_workers = 1;
+	/* A UTF-8 byte order mark (editors on some systems write one) is not TOML: skipped. */
+	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
+		text += 3;
+		len -= 3;
+	}
 	rc = mesh_toml_parse(x.file, text, len, &t, err);
 	if (rc)
 		return rc;

@@ -57,7 +57,8 @@ struct mesh_manifest {
 };
 
 /* Parses and checks a manifest (len bytes of text; file names it in
- * messages).  expect_name, when not NULL, must equal `name`.  0, or
+ * messages; a leading UTF-8 byte order mark is skipped).  expect_name, when
+ * not NULL, must equal `name`.  0, or
  * MESH_E_PARSE / -ENOMEM with *err a malloc'd "file:line:col: message".
  * On success release *m with mesh_manifest_release (also safe on a zeroed
  * or failed one). */

@@ -58,7 +58,7 @@ TEST(core_load_start_call_crash_stop_unload)
 	EXPECT_STREQ(pi.name, "echo");
 	EXPECT_TRUE(pi.image_hash != 0);
 	meshd_program_info_release(&pi);
-	EXPECT_EQ(meshd_op_load(d, "gpu", &pi, &err), MESH_E_REFUSED);
+	EXPECT_EQ(meshd_op_load(d, "gpu", &pi, &err), MESH_E_NOGPU);
 	EXPECT_CONTAINS(err, "needs a GPU");
 	free(err);
 	EXPECT_EQ(meshd_op_load(d, "nothere", &pi, &err), MESH_E_NOTFOUND);

@@ -1,5 +1,6 @@
 /* meshd end to end: the real meshd and mesh binaries, a catalog built in the
  * test's directory from build/examples/echo_worker, real signals. */
+#include "base/exit.h"
 #include "host/image.h"
 #include "runner/t.h"
 
@@ -422,4 +423,208 @@ TEST(meshd_usage_errors)
 	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' ps --help", t_bin("mesh")), 0);
 	EXPECT_CONTAINS(out, "usage: mesh ps");
+}
+
+/* U+FFFD, what an invalid byte of a worker's text becomes in the API's JSON. */
+#define FFFD "\xef\xbf\xbd"
+
+/* A crash report whose tail holds a Latin-1 byte and a character cut in
+ * the middle still arrives whole: status and tail, not "out of memory". */
+TEST_TIMEOUT(meshd_crash_report_with_invalid_utf8, 60)
+{
+	add_program("latin", "/bin/sh",
+		    "args = [\"-c\", \"printf 'caf\\\\351 au lait\\\\n'; printf 'cut \\\\342\\\\202\\\\n'; "
+		    "kill -SEGV $$\"]\n");
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load latin"), 0);
+	EXPECT_EQ(mesh("call latin ping"), 76);
+	EXPECT_CONTAINS(out, "mesh: call to 'latin' failed: worker 'latin'");
+	EXPECT_CONTAINS(out, "exit status 139");
+	EXPECT_CONTAINS(out, "caf" FFFD " au lait");
+	EXPECT_CONTAINS(out, "cut " FFFD);
+	EXPECT_TRUE(strstr(out, "out of memory") == NULL);
+	/* The raw answer is JSON that any parser takes. */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -s -o body -w '%%{http_code}' --unix-socket " SOCK
+					    " -X POST http://x/v1/programs/latin/call"),
+		  0);
+	EXPECT_STREQ(out, "502");
+	char *b = t_read_file("body", NULL);
+	json_t *j = b ? json_loads(b, 0, NULL) : NULL;
+	ASSERT_TRUE(j != NULL);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "code")), "E_CRASHED");
+	EXPECT_CONTAINS(json_string_value(json_object_get(j, "error")), "caf" FFFD " au lait");
+	json_decref(j);
+	free(b);
+}
+
+/* A handler's error message with such bytes arrives too, with its own exit code. */
+TEST_TIMEOUT(meshd_handler_error_with_invalid_utf8, 60)
+{
+	add_program("fails", t_bin("tests-workers/host_worker"), "args = [\"fail-latin1\"]\n");
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("call fails ping"), MESH_EXIT_HANDLER);
+	EXPECT_CONTAINS(out, "the worker's handler failed: caf" FFFD " refused, cut " FFFD);
+}
+
+/* A manifest that starts with a UTF-8 byte order mark loads. */
+TEST_TIMEOUT(meshd_manifest_with_bom_loads, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	char *m = t_read_file("catalog/echo.toml", NULL);
+	ASSERT_TRUE(m != NULL);
+	char bom[4096];
+	snprintf(bom, sizeof bom, "\xef\xbb\xbf%s", m);
+	free(m);
+	t_write_file("catalog/echo.toml", bom);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load echo"), 0);
+	EXPECT_CONTAINS(out, "loaded echo");
+}
+
+/* A FIFO as a manifest or a binary is refused at once, naming it and its type. */
+TEST_TIMEOUT(meshd_load_refuses_a_fifo, 30)
+{
+	char path[512];
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	ASSERT_EQ(mkfifo("catalog/pipe.toml", 0644), 0);
+	add_program("pipebin", t_bin("examples/echo_worker"), NULL);
+	snprintf(path, sizeof path, "catalog/%s/pipebin", triple());
+	unlink(path);
+	ASSERT_EQ(mkfifo(path, 0755), 0);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load pipe"), MESH_EXIT_REFUSED);
+	EXPECT_CONTAINS(out, "pipe.toml' is a FIFO, not a regular file");
+	EXPECT_EQ(mesh("load pipebin"), MESH_EXIT_REFUSED);
+	EXPECT_CONTAINS(out, "binary '");
+	EXPECT_CONTAINS(out, "pipebin' is a FIFO, not a regular file");
+	/* meshd still serves. */
+	EXPECT_EQ(mesh("load echo"), 0);
+}
+
+/* 69 is "meshd cannot be reached" only: a refused script, a GPU program
+ * here, another machine's binary each exit with their own code. */
+TEST_TIMEOUT(meshd_refusals_have_their_own_exit_codes, 30)
+{
+	char path[512];
+	add_program("gpu", t_bin("examples/echo_worker"), "device = \"gpu\"\n");
+	add_program("script", t_bin("examples/echo_worker"), NULL);
+	snprintf(path, sizeof path, "catalog/%s/script", triple());
+	t_write_file(path, "#!/bin/sh\necho hi\n");
+	chmod(path, 0755);
+	add_program("foreign", t_bin("examples/echo_worker"), NULL);
+	snprintf(path, sizeof path, "catalog/%s/foreign", triple());
+	t_write_file(path, "MZ not an ELF file\n");
+	chmod(path, 0755);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("load gpu"), MESH_EXIT_NOGPU);
+	EXPECT_CONTAINS(out, "needs a GPU");
+	EXPECT_EQ(mesh("load script"), MESH_EXIT_SCRIPT);
+	EXPECT_CONTAINS(out, "script");
+	EXPECT_EQ(mesh("load foreign"), MESH_EXIT_ARCH);
+	EXPECT_CONTAINS(out, "not an executable for this machine");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' help exit-codes", t_bin("mesh")), 0);
+	EXPECT_CONTAINS(out, "83");
+}
+
+/* A worker that crashes while idle (no caller to tell) is in meshd's own
+ * log: its status and the last line of its output. */
+TEST_TIMEOUT(meshd_idle_crash_is_logged, 30)
+{
+	add_program("idler", t_bin("tests-workers/host_worker"), "args = [\"echo\"]\n");
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("start idler"), 0);
+	pid_t pids[4];
+	ASSERT_EQ(worker_pids(pids, 4), 1);
+	/* Its output is in its log before it dies, so its tail holds it. */
+	uint64_t end = t_now_ms() + 5000;
+	char *log = NULL;
+	while (!(log = t_read_file("logs/idler.log", NULL)) || !strstr(log, "ready")) {
+		free(log);
+		log = NULL;
+		if (t_now_ms() > end)
+			FAIL("the worker's ready line never reached its log");
+		usleep(10000);
+	}
+	free(log);
+	kill(pids[0], SIGSEGV);
+	char *err = NULL;
+	end = t_now_ms() + 10000;
+	while (!(err = t_read_file("meshd.err", NULL)) || !strstr(err, "failed name=idler")) {
+		free(err);
+		err = NULL;
+		if (t_now_ms() > end)
+			break;
+		usleep(20000);
+	}
+	EXPECT_CONTAINS(err, "failed name=idler: worker 'idler' (pid ");
+	EXPECT_CONTAINS(err, "crashed while idle: exit status 139");
+	EXPECT_CONTAINS(err, "last output: host_worker echo: ready");
+	free(err);
+}
+
+/* Precise JSON errors: a bad Content-Length is a 400 that says so, headers
+ * over 32 KiB a JSON 413 (as docs/api.md says). */
+TEST_TIMEOUT(meshd_bad_length_and_big_headers, 30)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	start_meshd(NULL);
+	static const char *const lengths[] = {"-1", "12x", "99999999999999999999999"};
+	for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+		EXPECT_EQ(t_sh(out, sizeof out, 1,
+			       "curl -s -o body -w '%%{http_code}' --unix-socket " SOCK
+			       " -X POST -H 'Content-Length: %s' http://x/v1/programs/echo/call",
+			       lengths[i]),
+			  0);
+		if (strcmp(out, "400"))
+			fprintf(stderr, "    Content-Length: %s\n", lengths[i]);
+		EXPECT_STREQ(out, "400");
+		char *b = t_read_file("body", NULL);
+		EXPECT_CONTAINS(b, "\"error\":\"bad Content-Length\"");
+		EXPECT_CONTAINS(b, "\"code\":\"E_PARSE\"");
+		free(b);
+	}
+	/* 40 KiB of headers. */
+	static char hdr[41000];
+	memset(hdr, 'a', sizeof hdr - 1);
+	memcpy(hdr, "X-Big: ", 7);
+	t_write_file("hdr", hdr);
+	EXPECT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -s -o body -w '%%{http_code}' --unix-socket " SOCK " -H @hdr http://x/v1/ps"),
+		  0);
+	EXPECT_STREQ(out, "413");
+	char *b = t_read_file("body", NULL);
+	EXPECT_CONTAINS(b, "\"error\":\"request headers over 32768 bytes\"");
+	free(b);
+	/* meshd still serves. */
+	EXPECT_EQ(mesh_stdout("ps"), 0);
+}
+
+/* A call cut by `mesh stop` says so, not "not allowed in the current state". */
+TEST_TIMEOUT(meshd_call_cut_by_stop_says_so, 60)
+{
+	add_program("slow", t_bin("tests-workers/host_worker"), "args = [\"slow-call\"]\n");
+	start_meshd(NULL);
+	EXPECT_EQ(mesh("start slow"), 0);
+	pid_t caller = fork();
+	ASSERT_GE(caller, 0);
+	if (caller == 0) {
+		int rc = t_sh(out, sizeof out, 1, "'%s' call slow x --socket " SOCK " >call.out 2>&1", t_bin("mesh"));
+		_exit(rc);
+	}
+	/* The call is in the handler once it said so in its log. */
+	uint64_t end = t_now_ms() + 10000;
+	char *log = NULL;
+	while (!(log = t_read_file("logs/slow.log", NULL)) || !strstr(log, "slow call begins")) {
+		free(log);
+		log = NULL;
+		if (t_now_ms() > end)
+			FAIL("the call never reached the handler");
+		usleep(10000);
+	}
+	free(log);
+	EXPECT_EQ(mesh("stop slow"), 0);
+	EXPECT_EQ(wait_exit(caller, 20000), MESH_EXIT_TEMPFAIL);
+	char *o = t_read_file("call.out", NULL);
+	EXPECT_CONTAINS(o, "mesh: call to 'slow' failed: worker of 'slow' stopped while the call ran");
+	free(o);
 }

@@ -393,7 +393,7 @@ TEST_TIMEOUT(python_client_against_meshd, 60)
 	EXPECT_CONTAINS(out, "start IDLE\n");
 	EXPECT_CONTAINS(out, "call hello mesh\n");
 	EXPECT_CONTAINS(out, "call-str caf\xc3\xa9\n");
-	EXPECT_CONTAINS(out, "raise 422 E_REFUSED the worker's handler failed: ValueError: bad request 42\n");
+	EXPECT_CONTAINS(out, "raise 422 E_HANDLER the worker's handler failed: ValueError: bad request 42\n");
 	EXPECT_CONTAINS(out, "ps 1 RUNNING True\n");
 	EXPECT_CONTAINS(out, "stopped 0\n");
 	/* examples/python/stats.py: numpy on the request in place. */

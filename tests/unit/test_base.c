@@ -5,11 +5,13 @@
 #include "base/io.h"
 #include "base/parse.h"
 #include "base/path.h"
+#include "base/utf8.h"
 #include "runner/t.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -176,4 +178,35 @@ TEST(buf_is_terminated_after_grow_and_read_file_reads_proc)
 	EXPECT_GT(n, 0);
 	EXPECT_CONTAINS(s, "VmRSS");
 	free(s);
+}
+
+TEST(utf8_sanitize_replaces_each_invalid_byte)
+{
+	static const struct {
+		const char *in;
+		size_t n;
+		const char *out;
+	} rows[] = {
+		{"plain", 5, "plain"},
+		{"caf\xc3\xa9", 5, "caf\xc3\xa9"},				/* valid 2-byte */
+		{"caf\xe9", 4, "caf\xef\xbf\xbd"},				/* Latin-1 */
+		{"cut \xe2\x82", 6, "cut \xef\xbf\xbd\xef\xbf\xbd"},		/* cut in the middle */
+		{"\x80x", 2, "\xef\xbf\xbdx"},					/* stray continuation */
+		{"\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd"},			/* overlong */
+		{"\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},	/* surrogate */
+		{"\xf4\x90\x80\x80", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
+		{"\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80"},			/* a 4-byte emoji */
+		{"a\0b", 3, "a\xef\xbf\xbd" "b"},				/* NUL */
+		{"\xef\xbb\xbf", 3, "\xef\xbb\xbf"},				/* BOM is valid */
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		size_t n = 0;
+		char *s = mesh_utf8_sanitize(rows[i].in, rows[i].n, &n);
+		ASSERT_TRUE(s != NULL);
+		EXPECT_STREQ(s, rows[i].out);
+		EXPECT_UEQ(n, strlen(rows[i].out));
+		EXPECT_UEQ(mesh_utf8_valid_prefix(s, n), n);
+		free(s);
+	}
+	EXPECT_UEQ(mesh_utf8_valid_prefix("ab\xe9", 3), 2);
 }

@@ -18,8 +18,8 @@ TEST(exit_codes_table_answers_never_collide_with_errors)
 	};
 	size_t n = sizeof rows / sizeof rows[0];
 	for (size_t i = 0; i < n; i++) {
-		/* answers are 0..9, errors sysexits (64..78) */
-		EXPECT_TRUE(rows[i].code <= 9 || (rows[i].code >= 64 && rows[i].code <= 78));
+		/* answers are 0..9, errors sysexits (64..78) and mesh's own (79..99) */
+		EXPECT_TRUE(rows[i].code <= 9 || (rows[i].code >= 64 && rows[i].code <= 99));
 		for (size_t j = i + 1; j < n; j++)
 			EXPECT_NE(rows[i].code, rows[j].code);
 	}
@@ -38,4 +38,22 @@ TEST(exit_codes_mesh_exit_for_classes)
 	EXPECT_EQ(mesh_exit_for(-EPERM), MESH_EXIT_NOPERM);
 	EXPECT_EQ(mesh_exit_for(-ENOMEM), MESH_EXIT_OSERR);
 	EXPECT_EQ(mesh_exit_for(-EXDEV), MESH_EXIT_SOFTWARE);
+}
+
+/* 69 says only "meshd cannot be reached"; each refusal has a code of its own. */
+TEST(exit_codes_refusals_are_not_unreachable)
+{
+	static const int errs[] = {MESH_E_REFUSED, MESH_E_SCRIPT, MESH_E_ARCH, MESH_E_NOGPU,
+				   MESH_E_LIMITS,  MESH_E_HANDLER, MESH_E_UNSUPPORTED, MESH_E_STOPPED};
+	int seen[256] = {0};
+	for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
+		int x = mesh_exit_for(errs[i]);
+		EXPECT_NE(x, MESH_EXIT_UNAVAILABLE);
+		EXPECT_NE(x, MESH_EXIT_SOFTWARE);
+		if (i < 6) /* the six classes each apart */
+			EXPECT_EQ(seen[x]++, 0);
+	}
+	EXPECT_EQ(mesh_exit_for(MESH_E_HANDLER), MESH_EXIT_HANDLER);
+	EXPECT_EQ(mesh_exit_for(MESH_E_ARCH), MESH_EXIT_ARCH);
+	EXPECT_EQ(mesh_exit_for(MESH_E_STOPPED), MESH_EXIT_TEMPFAIL);
 }

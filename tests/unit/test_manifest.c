@@ -315,13 +315,13 @@ TEST(image_prepare_hash_and_refusals)
 	mesh_image_release(&img);
 	/* A GPU program with no GPU, in blink mode, with Metal. */
 	make_catalog("name = \"w\"\nbackends = [\"native\"]\ndevice = \"gpu\"\n", NULL);
-	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_REFUSED);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_NOGPU);
 	EXPECT_CONTAINS(err, "needs a GPU");
 	free(err);
-	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_BLINK, &img, &err), MESH_E_REFUSED);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_BLINK, &img, &err), MESH_E_NOGPU);
 	EXPECT_CONTAINS(err, "blink mode");
 	free(err);
-	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_METAL, &img, &err), MESH_E_REFUSED);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_METAL, &img, &err), MESH_E_NOGPU);
 	EXPECT_CONTAINS(err, "Metal does not exist on Linux");
 	free(err);
 	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_MPS, &img, &err), 0);
@@ -331,7 +331,7 @@ TEST(image_prepare_hash_and_refusals)
 	char path[256];
 	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
 	put_file(path, "#!/bin/sh\nexit 0\n", 17, 0755);
-	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_REFUSED);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_SCRIPT);
 	EXPECT_CONTAINS(err, path);
 	EXPECT_CONTAINS(err, "script");
 	free(err);
@@ -449,4 +449,64 @@ TEST(limits_detection_this_machine)
 	} else {
 		EXPECT_NE(strlen(c.cgroup_why), 0);
 	}
+}
+
+/* A manifest that starts with a UTF-8 byte order mark parses. */
+TEST(manifest_bom_is_skipped)
+{
+	static const char text[] = "\xef\xbb\xbfname = \"w\"\nbackends = [\"native\"]\n";
+	struct mesh_manifest m;
+	char *err = NULL;
+	int rc = mesh_manifest_parse("w.toml", text, sizeof text - 1, "w", &m, &err);
+	if (rc)
+		FAIL("parse: %s", err);
+	EXPECT_STREQ(m.name, "w");
+	mesh_manifest_release(&m);
+}
+
+/* A FIFO (or any non-regular file) as the manifest or the binary is refused
+ * at once, never opened blocking; the message names the file and its type. */
+TEST_TIMEOUT(image_prepare_refuses_fifos, 10)
+{
+	struct mesh_limits_caps caps;
+	mesh_limits_detect(&caps, NULL);
+	struct mesh_image img;
+	char *err = NULL, path[256];
+	make_catalog("name = \"w\"\nbackends = [\"native\"]\n", NULL);
+	unlink("cat/w.toml");
+	ASSERT_EQ(mkfifo("cat/w.toml", 0644), 0);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_REFUSED);
+	EXPECT_CONTAINS(err, "manifest 'cat/w.toml' is a FIFO");
+	free(err);
+	unlink("cat/w.toml");
+	make_catalog("name = \"w\"\nbackends = [\"native\"]\n", NULL);
+	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
+	ASSERT_EQ(mkfifo(path, 0755), 0);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_REFUSED);
+	EXPECT_CONTAINS(err, "binary '");
+	EXPECT_CONTAINS(err, "' is a FIFO, not a regular file");
+	free(err);
+	unlink(path);
+	ASSERT_EQ(mkdir(path, 0755), 0);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_REFUSED);
+	EXPECT_CONTAINS(err, "is a directory");
+	free(err);
+}
+
+/* Another machine's binary and a script are told apart (their own codes). */
+TEST(image_prepare_arch_and_script_codes)
+{
+	struct mesh_limits_caps caps;
+	mesh_limits_detect(&caps, NULL);
+	struct mesh_image img;
+	char *err = NULL, path[256];
+	make_catalog("name = \"w\"\nbackends = [\"native\"]\n", NULL);
+	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
+	put_file(path, "not an elf file at all", 22, 0755);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_ARCH);
+	EXPECT_CONTAINS(err, "not an executable for this machine");
+	free(err);
+	put_file(path, "#!/bin/sh\n", 10, 0755);
+	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_SCRIPT);
+	free(err);
 }

@@ -3,6 +3,9 @@
  *   crash-before-ready prints 40 numbered lines, then dies of SIGABRT before `ready`
  *   exit-before-ready  prints 40 numbered lines, then exits 3 before `ready`
  *   crash-on-call      serves; a request makes it print 40 lines and die of SIGSEGV
+ *   slow-call          serves; each request takes 30 s
+ *   fail-latin1        serves; its handler fails every request with a message
+ *                      holding a Latin-1 byte and a character cut in the middle
  *   ignore-term        ignores SIGTERM, says ready, then never reads its channel
  *   fork               forks a child (same process group) that sleeps forever,
  *                      writes "<child pid>\n" to the file argv[2], then serves
@@ -30,6 +33,18 @@ static int echo(void *ctx, const void *req, size_t n, void *reply, size_t cap, s
 		/* The default action, even under a sanitizer that catches SEGV. */
 		signal(SIGSEGV, SIG_DFL);
 		raise(SIGSEGV);
+	}
+	if (strcmp(mode, "slow-call") == 0) {
+		printf("slow call begins\n");
+		fflush(stdout);
+		sleep(30);
+	}
+	if (strcmp(mode, "fail-latin1") == 0) {
+		static const char msg[] = "caf\xe9 refused, cut \xe2\x82";
+		size_t m = sizeof msg - 1 < cap ? sizeof msg - 1 : cap;
+		memcpy(reply, msg, m);
+		*reply_len = m;
+		return -1;
 	}
 	if (n > cap)
 		return -1;
