@@ -162,10 +162,10 @@ TEST(core_tick_sees_a_use_after_its_clock_as_no_idle_time)
 	ASSERT_EQ(meshd_op_call(d, "echo", "a", 1, &rep, &n, S(10), &err), 0);
 	free(rep);
 	meshd__tick(d, before);
-	json_t *j;
-	ASSERT_EQ(meshd_op_ps(d, &j), 0);
-	json_t *w = json_array_get(json_object_get(json_array_get(json_object_get(j, "programs"), 0), "workers"), 0);
-	EXPECT_STREQ(json_string_value(json_object_get(w, "state")), "RUNNING");
-	json_decref(j);
+	struct meshd_ps ps;
+	ASSERT_EQ(meshd_op_ps(d, &ps), 0);
+	ASSERT_TRUE(ps.nprograms == 1 && ps.programs[0].nworkers == 1);
+	EXPECT_STREQ(mesh_istate_name(ps.programs[0].workers[0].st.state), "RUNNING");
+	meshd_ps_release(&ps);
 	meshd_core_free(d);
 }
