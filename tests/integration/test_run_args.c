@@ -189,7 +189,7 @@ TEST_TIMEOUT(run_args_exit_codes, 60)
 	EXPECT_CONTAINS(out, "mesh run --help");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s help exit-codes", MESH), 0);
 	EXPECT_CONTAINS(out, "RUN_INTERRUPTED");
-	EXPECT_CONTAINS(out, "104..116");
+	EXPECT_CONTAINS(out, "104..123");
 }
 
 /* The hint for failed chunks is a command that works. */
