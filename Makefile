@@ -21,6 +21,7 @@ LDLIBS   := -lpthread -lm
 LDFLAGS  += -Wl,--as-needed
 EV_LIBS  := $(shell pkg-config --libs libevent_core libevent_extra libevent_pthreads 2>/dev/null || echo -levent_core -levent_extra -levent_pthreads)
 JSON_LIBS:= $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
+PNG_LIBS := $(shell pkg-config --libs libpng 2>/dev/null || echo -lpng)
 ALL_LIBS := $(EV_LIBS) $(JSON_LIBS) -lz $(LDLIBS)
 
 ifeq ($(SAN),1)
@@ -51,15 +52,16 @@ RUNNER_OBJ := $(call obj,$(RUNNER_SRC))
 TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 EX_BINS    := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
+MANDEL_BINS:= $(BUILD)/examples/mandel/mandel $(BUILD)/examples/mandel/assemble
 TW_BINS    := $(patsubst tests/workers/%.c,$(BUILD)/tests-workers/%,$(TW_SRC))
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 
 PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
 	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
 
-.PHONY: all test check bench demo fuzz fuzzers fuzz-bins install clean deps tests-build
+.PHONY: all test check bench demo demo-mandel fuzz fuzzers fuzz-bins install clean deps tests-build
 .PRECIOUS: $(BUILD)/obj/%.o
-all: $(PROGS) $(EX_BINS)
+all: $(PROGS) $(EX_BINS) $(MANDEL_BINS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -92,6 +94,13 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libmesh.a
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libmeshworker.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmeshworker.a -lz $(LDLIBS)
+# The Mandelbrot demo (examples/mandel): its worker and its PNG assembler.
+$(BUILD)/examples/mandel/mandel: examples/mandel/mandel.c examples/mandel/mandel.h $(BUILD)/libmeshworker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmeshworker.a $(LDLIBS)
+$(BUILD)/examples/mandel/assemble: examples/mandel/assemble.c examples/mandel/mandel.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(PNG_LIBS) $(LDLIBS)
 # Programs the tests drive (misbehaving workers); kept out of $(BUILD)/tests,
 # where the runner executes every file.
 $(BUILD)/tests-workers/%: tests/workers/%.c $(BUILD)/libmeshworker.a
@@ -132,6 +141,12 @@ demo:
 	@mk/deps.sh build
 	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@examples/demo.sh $(BUILD)
+
+# The meshd story: a 300-tile job scaled from zero, meshd killed midway (examples/mandel/demo.sh).
+demo-mandel:
+	@mk/deps.sh build
+	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
+	@examples/mandel/demo.sh $(BUILD)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \

@@ -3,8 +3,8 @@
 # As root it runs apt-get itself; otherwise it prints the one command to run.
 # Usage: mk/deps.sh [build|test|bench|all]
 set -e
-BUILD="gcc make pkg-config libevent-dev libjansson-dev zlib1g-dev"
-TEST="clang libclang-rt-14-dev curl parallel python3 python3-numpy python3-setuptools python3-pip python3-venv"
+BUILD="gcc make pkg-config libevent-dev libjansson-dev zlib1g-dev libpng-dev"
+TEST="clang libclang-rt-14-dev curl parallel prometheus python3 python3-numpy python3-setuptools python3-pip python3-venv"
 BENCH="parallel beanstalkd findutils"
 case "${1:-all}" in
 build) PKGS="$BUILD" ;;

@@ -24,6 +24,7 @@
 #include "base/parse.h"
 #include "base/path.h"
 #include "base/utf8.h"
+#include "daemon/metrics.h"
 #include "daemon/ops.h"
 #include "host/manifest.h"
 
@@ -407,6 +408,17 @@ static void route(struct meshd_api *a, struct job *jb)
 {
 	static const char prefix[] = "/v1/programs/";
 	const char *url = jb->path, *method = jb->method;
+	if (!strcmp(url, "/metrics")) { /* Prometheus text, docs/metrics.md */
+		struct mesh_buf b = MESH_BUF_INIT;
+		if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+			return send_method_not_allowed(jb, "GET, HEAD");
+		if (meshd_metrics_text(a->core, &b) < 0) {
+			mesh_buf_release(&b);
+			return send_error(jb, 503, -ENOMEM, NULL);
+		}
+		size_t n = b.len;
+		return set_answer(jb, 200, MESHD_METRICS_CONTENT_TYPE, mesh_buf_detach(&b, NULL), n, 0);
+	}
 	if (!strcmp(url, "/v1/ps")) {
 		struct meshd_ps ps;
 		int rc;

@@ -6,6 +6,7 @@
  * (warm, launch, halt, exit, state, stats); never across a wait. */
 #include "daemon/ops.h"
 
+#include "daemon/metrics.h"
 #include "autoscale/policy.h"
 #include "base/buf.h"
 #include "base/clock.h"
@@ -51,6 +52,10 @@ struct program {
 	unsigned refs; /* ops using it; unload waits for 0 */
 	unsigned stops; /* stop_all calls: a call cut by one says so */
 	int gone;
+	/* Metrics, under d->metrics_mu. */
+	uint64_t loaded_at;
+	struct meshd_hist cold_start, call;
+	uint64_t calls[MESHD_CALL__N];
 };
 
 struct meshd_core {
@@ -67,7 +72,30 @@ struct meshd_core {
 	atomic_int stop;
 	enum mesh_gpu_access gpu;
 	char *mps_dir; /* --isolation mps: CUDA_MPS_PIPE_DIRECTORY */
+	/* A leaf lock for the programs' metrics: the host's loop records cold
+	 * starts with the host's lock held, which d->mu may not be taken under. */
+	pthread_mutex_t metrics_mu;
 };
+
+/* The host's on_ready: a cold start of a worker of img, which is the image
+ * inside its struct program (alive while the program has instances). */
+static void on_ready(void *ctx, const struct mesh_image *img, uint64_t ns)
+{
+	struct meshd_core *d = ctx;
+	struct program *p = (struct program *)((char *)img - offsetof(struct program, img));
+	pthread_mutex_lock(&d->metrics_mu);
+	meshd_hist_observe(&p->cold_start, MESHD_HIST_COLD_START, ns);
+	pthread_mutex_unlock(&d->metrics_mu);
+}
+
+/* A call to p ended with rc after ns. */
+static void count_call(struct meshd_core *d, struct program *p, int rc, uint64_t ns)
+{
+	pthread_mutex_lock(&d->metrics_mu);
+	p->calls[meshd_call_result_of(rc)]++;
+	meshd_hist_observe(&p->call, MESHD_HIST_CALL, ns);
+	pthread_mutex_unlock(&d->metrics_mu);
+}
 
 
 
@@ -98,6 +126,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 		return -ENOMEM;
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
+	pthread_mutex_init(&d->metrics_mu, NULL);
 	d->gpu = gpu;
 	d->nslots = n;
 	char abs[PATH_MAX];
@@ -138,6 +167,8 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 		.ready_timeout_ns = cfg->ready_timeout_ns,
 		.online_timeout_ns = cfg->online_timeout_ns,
 		.log_max = cfg->log_max,
+		.on_ready = on_ready,
+		.on_ready_ctx = d,
 	};
 	if ((rc = mesh_host_new(&d->h, &hc, &e))) {
 		if (err)
@@ -274,6 +305,7 @@ static int get_program(struct meshd_core *d, const char *name, struct program **
 		free(np);
 	} else {
 		p = np;
+		p->loaded_at = mesh_mono_ns();
 		p->next = d->progs;
 		d->progs = p;
 	}
@@ -475,6 +507,59 @@ int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out)
 	return rc;
 }
 
+/* p's metrics into pm; d->mu held.  0 or -ENOMEM. */
+static int program_metrics(struct meshd_core *d, struct program *p, uint64_t now, struct meshd_program_metrics *pm)
+{
+	if (!(pm->name = strdup(p->img.name)))
+		return -ENOMEM;
+	pm->max_workers = p->img.m.max_workers;
+	for (unsigned i = 0; i < p->nw; i++) {
+		struct mesh_instance_stats st = mesh_instance_stats(p->w[i].inst);
+		if ((unsigned)st.state < MESH_IS__N)
+			pm->workers[st.state]++;
+		pm->spawns += st.spawns;
+		pm->crashes += st.crashes;
+		pm->warm_ns += st.alive_ns;
+	}
+	pm->window_ns = now > p->loaded_at ? now - p->loaded_at : 0;
+	pthread_mutex_lock(&d->metrics_mu);
+	pm->cold_start = p->cold_start;
+	pm->call = p->call;
+	memcpy(pm->calls, p->calls, sizeof pm->calls);
+	pthread_mutex_unlock(&d->metrics_mu);
+	return 0;
+}
+
+int meshd_op_metrics(struct meshd_core *d, struct meshd_metrics *out)
+{
+	memset(out, 0, sizeof *out);
+	struct mesh_host_totals t = mesh_host_totals(d->h);
+	out->spawns = t.spawns;
+	out->crashes = t.crashes;
+	out->processes = t.procs;
+	out->slots = d->nslots;
+	uint64_t now = mesh_mono_ns();
+	int rc = 0;
+	pthread_mutex_lock(&d->mu);
+	for (unsigned i = 0; i < d->nslots; i++)
+		out->slots_in_use += !!d->slot_taken[i];
+	unsigned n = 0;
+	for (struct program *p = d->progs; p; p = p->next)
+		n += !p->gone;
+	if (n && !(out->programs = calloc(n, sizeof *out->programs)))
+		rc = -ENOMEM;
+	for (struct program *p = d->progs; p && !rc; p = p->next)
+		if (!p->gone)
+			rc = program_metrics(d, p, now, &out->programs[out->nprograms++]);
+	pthread_mutex_unlock(&d->mu);
+	if (rc) {
+		meshd_metrics_release(out);
+		return rc;
+	}
+	out->have_jobs = meshd_jobs_metrics(d, &out->jobs) == 0;
+	return 0;
+}
+
 int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, char **text, size_t *len, char **err)
 {
 	if (err)
@@ -626,6 +711,7 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	int s = -1;
 	int wi = acquire(d, p, launch_deadline, &s, err);
 	if (wi < 0) {
+		count_call(d, p, wi, mesh_mono_ns() - start);
 		unref(d, p);
 		return wi;
 	}
@@ -681,6 +767,7 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	d->slot_busy[s]--;
 	reconcile(d, p);
 	pthread_mutex_unlock(&d->mu);
+	count_call(d, p, rc, mesh_mono_ns() - start);
 	unref(d, p);
 	if (rc == 0) {
 		*reply = rep;
@@ -802,5 +889,6 @@ void meshd_core_free(struct meshd_core *d)
 	free(d->mps_dir);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
+	pthread_mutex_destroy(&d->metrics_mu);
 	free(d);
 }

@@ -6,6 +6,7 @@
 #include "base/parse.h"
 #include "daemon/api.h"
 #include "daemon/api_client.h"
+#include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/ops.h"
 
@@ -32,6 +33,7 @@ static void usage(FILE *f)
 		"usage: meshd --catalog DIR --logs DIR [--slots N] [--isolation none|mps]\n"
 		"             [--socket PATH] [--ready-timeout S] [--log-max SIZE]\n"
 		"             [--log-level debug|info|warn|error]\n"
+		"             [--metrics ADDR:PORT [--metrics-public]]\n"
 		"\n"
 		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
 		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
@@ -49,6 +51,9 @@ static void usage(FILE *f)
 		"  --log-max SIZE       a <name>.log past SIZE (K/M/G suffixes) becomes <name>.log.1\n"
 		"                       and a new one starts (default 16M)\n"
 		"  --log-level LEVEL    least level logged on stderr (default info)\n"
+		"  --metrics ADDR:PORT  also serve GET /metrics (Prometheus text) on TCP, e.g.\n"
+		"                       127.0.0.1:9464; loopback only unless --metrics-public\n"
+		"  --metrics-public     allow a --metrics address that is not loopback\n"
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
@@ -173,6 +178,9 @@ int main(int argc, char **argv)
 	struct meshd_config cfg = {.slots = 8, .isolation = "none"};
 	char sock[PATH_MAX] = "";
 	const char *level = "info";
+	const char *metrics_addr = NULL;
+	int metrics_public = 0;
+	struct meshd_metrics_server *msrv = NULL;
 	struct meshd_core *core = NULL;
 	struct meshd_api *api = NULL;
 	struct sigaction sa;
@@ -225,6 +233,10 @@ int main(int argc, char **argv)
 			if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error"))
 				return usage_error("--log-level is debug, info, warn or error, not '%s'", v);
 			level = v;
+		} else if ((v = opt_value(argc, argv, &i, "--metrics", &missing))) {
+			metrics_addr = v;
+		} else if (!strcmp(argv[i], "--metrics-public")) {
+			metrics_public = 1;
 		} else if (missing) {
 			return usage_error("%s needs a value", argv[i]);
 		} else {
@@ -271,6 +283,18 @@ int main(int argc, char **argv)
 		meshd_core_free(core);
 		return exit_for(rc);
 	}
+	if (metrics_addr) {
+		rc = meshd_metrics_serve_start(&msrv, core, metrics_addr, metrics_public, &err);
+		if (rc < 0) {
+			mesh_error("cannot serve metrics: %s", err ? err : mesh_strerror(rc));
+			free(err);
+			meshd_api_stop(api);
+			the_core = NULL;
+			meshd_core_free(core);
+			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
+		}
+		mesh_info("serving metrics=%s port=%d", metrics_addr, meshd_metrics_serve_port(msrv));
+	}
 	mesh_info("serving socket=%s catalog=%s logs=%s slots=%u isolation=%s", sock, cfg.catalog, cfg.logs,
 		  cfg.slots, cfg.isolation);
 	rc = meshd_notify("READY=1\nSTATUS=serving");
@@ -291,6 +315,7 @@ int main(int argc, char **argv)
 		mesh_info("stopping every program: requests=%d in flight", inflight);
 		stop_programs(core);
 	}
+	meshd_metrics_serve_stop(msrv);
 	meshd_api_stop(api);
 	meshd_core_free(core);
 	mesh_info("stopped");

@@ -52,6 +52,8 @@ struct mesh_host {
 	int (*stop_gpu_client)(void *, pid_t, char **);
 	void *gpu_ctx;
 	uint64_t ready_ns, online_ns;
+	void (*on_ready)(void *, const struct mesh_image *, uint64_t);
+	void *on_ready_ctx;
 	struct mesh_instance *list;
 	uint64_t next_id;
 	uint32_t spawns, crashes;
@@ -85,6 +87,8 @@ struct mesh_instance {
 	char cgdir[600];
 	uint64_t cpu_ns, rss, prev_cpu, prev_at;
 	double cpu_pct;
+	uint64_t spawned_at, alive_ns; /* this process's spawn; past processes' lifetimes */
+	int ready_told;		       /* on_ready called for this process */
 };
 
 static uint64_t ready_ns(const struct mesh_instance *w)
@@ -285,7 +289,8 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	h->spawns++;
 	w->enforced = img->enforced;
 	w->prev_cpu = 0;
-	w->prev_at = mesh_mono_ns();
+	w->prev_at = w->spawned_at = mesh_mono_ns();
+	w->ready_told = 0;
 	w->cpu_pct = 0;
 	w->cpu_ns = w->rss = 0;
 	ep_add(h, mesh_ctl_fd(ctl), w->id, TAG_CTL);
@@ -398,6 +403,7 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	w->slot = NULL;
 	w->pending = NULL;
 	w->pid = 0;
+	w->alive_ns += mesh_mono_ns() - w->spawned_at;
 	w->deadline = w->closed_deadline = 0;
 	mesh__wlog_close(&w->log);
 	if (w->cgdir[0])
@@ -458,6 +464,9 @@ static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct
 static void act_ready(struct mesh_instance *w, struct outcome *o)
 {
 	w->deadline = 0;
+	if (w->h->on_ready && !w->ready_told)
+		w->h->on_ready(w->h->on_ready_ctx, w->img, mesh_mono_ns() - w->spawned_at);
+	w->ready_told = 1;
 	if (w->pending) {
 		o->arg.slot = w->pending;
 		w->pending = NULL;
@@ -685,6 +694,8 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	h->gpu_ctx = cfg->gpu_ctx;
 	h->ready_ns = cfg->ready_timeout_ns;
 	h->online_ns = cfg->online_timeout_ns;
+	h->on_ready = cfg->on_ready;
+	h->on_ready_ctx = cfg->on_ready_ctx;
 	mesh_limits_detect(&h->caps, cfg->limits_proc_root);
 	h->epfd = epoll_create1(EPOLL_CLOEXEC);
 	h->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1038,6 +1049,7 @@ struct mesh_instance_stats mesh_instance_stats(struct mesh_instance *w)
 	st.last_exit = w->last_exit;
 	st.limits = w->pid ? w->enforced : 0;
 	st.gen = w->gen;
+	st.alive_ns = w->alive_ns + (w->pid ? mesh_mono_ns() - w->spawned_at : 0);
 	pthread_mutex_unlock(&w->h->mu);
 	return st;
 }

@@ -61,6 +61,12 @@ struct mesh_host_cfg {
 	uint64_t log_max;
 	/* Tests: replaces /proc/self for the limits detection; NULL normally. */
 	const char *limits_proc_root;
+	/* Called once per spawn when the worker says `ready`, with the time
+	 * from its spawn (the cold start).  It runs on the loop thread with the
+	 * host's lock held: it must not call into the host nor take a lock that
+	 * is held around host calls.  NULL: none. */
+	void (*on_ready)(void *ctx, const struct mesh_image *img, uint64_t spawn_to_ready_ns);
+	void *on_ready_ctx;
 };
 
 struct mesh_host;
@@ -204,6 +210,7 @@ struct mesh_instance_stats {
 	int last_exit;		/* exit status of its last process (128+signal), -1 if none */
 	unsigned limits;	/* MESH_LIM_* bits enforced on its process */
 	uint32_t gen;		/* the last run's generation */
+	uint64_t alive_ns;	/* time it has had a process, over all its spawns (warm time) */
 };
 struct mesh_instance_stats mesh_instance_stats(struct mesh_instance *w);
 

@@ -1,0 +1,140 @@
+#!/bin/sh
+# make demo-mandel: meshd runs a job, from zero workers back to zero.
+#
+#   1. meshd starts with an empty state directory and zero workers;
+#   2. a 300-tile Mandelbrot job goes to the `mandel` program (at most 2 workers);
+#   3. workers spawn because chunks are pending;
+#   4. after about a third of the chunks, meshd is killed with SIGKILL (its workers die with it);
+#   5. meshd starts again on the same --state, finds the job and finishes it;
+#   6. the results are assembled into a PNG (every tile exactly once);
+#   7. after the idle TTL (2 s) the workers are reaped: zero processes again;
+#   8. the savings (warm worker-seconds against always-on) come from GET /metrics.
+#
+# Usage: examples/mandel/demo.sh BUILD      (MANDEL_MAXIT: iterations a pixel, default 3000)
+# Needs the job commands of meshd (mesh submit/jobs/wait/results, meshd --state) and curl.
+set -eu
+B=$(cd "${1:-build}" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+MAXIT=${MANDEL_MAXIT:-3000}
+for p in mesh meshd examples/mandel/mandel examples/mandel/assemble; do
+	[ -x "$B/$p" ] || { echo "demo: '$B/$p' is not built (run: make demo-mandel)" >&2; exit 1; }
+done
+case $(uname -m) in
+x86_64) TRIPLE=x86_64-linux-gnu ;;
+aarch64) TRIPLE=aarch64-linux-gnu ;;
+*) echo "demo: no catalog triple for $(uname -m)" >&2; exit 1 ;;
+esac
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mesh-mandel.XXXXXX")
+S=$WORK/run/meshd.sock
+MESHD=
+cleanup() {
+	[ -n "$MESHD" ] && kill "$MESHD" 2>/dev/null && wait "$MESHD" 2>/dev/null
+	return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mkdir -p "$WORK/catalog/$TRIPLE" "$WORK/logs" "$WORK/run" "$WORK/state"
+chmod 700 "$WORK/run" "$WORK/state"
+cp "$B/examples/mandel/mandel" "$WORK/catalog/$TRIPLE/mandel"
+cp "$HERE/catalog/mandel.toml" "$WORK/catalog/"
+cd "$WORK"
+
+say() { printf '\n== %s\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
+mesh() { "$B/mesh" "$@" --socket "$S"; }
+metrics() { curl -s --unix-socket "$S" http://x/metrics 2>/dev/null || true; }
+# The value of one sample of /metrics, or empty.
+metric() { metrics | awk -v k="$1" '$1 == k { print $2; exit }'; }
+procs() { v=$(metric mesh_worker_processes); echo "${v:-0}"; }
+start_meshd() {
+	"$B/meshd" --catalog catalog --logs logs --socket "$S" --state state --log-level warn 2>>meshd.err &
+	MESHD=$!
+	i=0
+	while ! mesh ps >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -lt 500 ] || { echo "demo: meshd did not start:" >&2; cat meshd.err >&2; exit 1; }
+		kill -0 "$MESHD" 2>/dev/null || { echo "demo: meshd exited:" >&2; cat meshd.err >&2; exit 1; }
+		sleep 0.01
+	done
+}
+done_chunks() {
+	v=$(metric 'mesh_chunks{state="done"}')
+	echo "${v:-?}"
+}
+
+say "mesh demo: a ${TRIPLE%%-*} Mandelbrot, 1200x1000 in 300 tiles, through meshd; in $WORK"
+say "meshd starts with an empty --state and no workers"
+printf '$ meshd --catalog catalog --logs logs --state state --socket %s &\n' "$S"
+start_meshd
+run mesh ps
+echo "(worker processes: $(procs))"
+
+seq 0 299 | sed "s/\$/ $MAXIT/" >tiles.txt
+say "submit the job: one chunk a tile (each line 'TILE MAXIT'), at most 2 workers"
+printf '$ mesh submit mandel --input tiles.txt --max-workers 2\n'
+JOB=$(mesh submit mandel --input tiles.txt --max-workers 2)
+echo "job $JOB"
+
+say "pending chunks are demand: workers spawn from zero"
+i=0
+while [ "$(procs)" = 0 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+run mesh ps
+
+say "kill meshd with SIGKILL after about a third of the chunks"
+third=100
+i=0
+while :; do
+	d=$(done_chunks)
+	case $d in
+	'?') # no chunk count in /metrics: kill after a second instead
+		[ $i -ge 100 ] && break ;;
+	*) [ "${d%.*}" -ge $third ] && break ;;
+	esac
+	kill -0 "$MESHD" 2>/dev/null || break
+	sleep 0.01
+	i=$((i + 1))
+done
+echo "done chunks before the kill: $(done_chunks) of 300"
+run mesh jobs || true
+printf '$ kill -9 %s\n' "$MESHD"
+kill -9 "$MESHD"
+wait "$MESHD" 2>/dev/null || true
+MESHD=
+sleep 0.2
+left=$(pgrep -f "$WORK/catalog" | wc -l || true)
+echo "meshd is gone; mandel processes left: $left (they die with meshd)"
+
+say "start meshd again on the same --state: it finds the job and finishes it"
+printf '$ meshd --catalog catalog --logs logs --state state --socket %s &\n' "$S"
+start_meshd
+run mesh jobs
+t0=$(date +%s%N)
+run mesh wait "$JOB"
+t1=$(date +%s%N)
+echo "(finished $(( (t1 - t0) / 1000000 )) ms after the restart)"
+run mesh jobs
+
+say "assemble the results (each tile exactly once) into a PNG"
+printf '$ mesh results %s | mandel-assemble > mandel.png\n' "$JOB"
+mesh results "$JOB" | "$B/examples/mandel/assemble" >mandel.png
+echo "wrote $WORK/mandel.png"
+
+say "the job is done: after the idle TTL (2 s) the workers are reaped"
+i=0
+while [ "$(procs)" != 0 ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+run mesh ps
+echo "(worker processes: $(procs))"
+
+say "savings since this meshd loaded mandel (GET /metrics)"
+metrics | grep -E '^mesh_(warm_seconds_total|window_seconds|savings_ratio|spawns_total|cold_start_seconds_(count|sum)|calls_total|chunk_completions_total|chunk_duplicates_total)' |
+	grep -v ' 0$' || true
+ratio=$(metric 'mesh_savings_ratio{program="mandel"}')
+echo "savings: ${ratio:-?} of the worker-seconds 2 always-on workers would have held"
+
+printf '$ kill %s\n' "$MESHD"
+kill "$MESHD"
+wait "$MESHD" 2>/dev/null || true
+MESHD=
+say "done: $WORK/mandel.png"

@@ -1,0 +1,186 @@
+/* GET /metrics end to end: the real meshd with --metrics on loopback, an
+ * echo worker, calls and cold starts, the text read over the control socket
+ * and over TCP, checked by value and by promtool. */
+#include "base/exit.h"
+#include "host/image.h"
+#include "runner/t.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SOCK "run/meshd.sock"
+
+static char out[1 << 17];
+
+static void add_echo(void)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
+	mkdir("catalog", 0755);
+	mkdir(path, 0755);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/echo'", t_bin("examples/echo_worker"),
+		       mesh_target_triple()),
+		  0);
+	t_write_file("catalog/echo.toml", "name = \"echo\"\nbackends = [\"native\"]\n");
+}
+
+static int logged_port(void *arg)
+{
+	int *port = arg;
+	char *err = t_read_file("meshd.err", NULL);
+	const char *p = err ? strstr(err, "serving metrics=") : NULL;
+	p = p ? strstr(p, "port=") : NULL;
+	if (p)
+		*port = atoi(p + 5);
+	free(err);
+	return p && *port > 0;
+}
+
+static int sock_up(void *arg)
+{
+	struct stat st;
+	(void)arg;
+	return stat(SOCK, &st) == 0 && S_ISSOCK(st.st_mode) && access("meshd.err", F_OK) == 0;
+}
+
+/* Starts meshd (the test's process group reaps it); its TCP metrics port. */
+static int start_meshd(pid_t *pid)
+{
+	int port = 0;
+	mkdir("logs", 0755);
+	*pid = fork();
+	ASSERT_GE(*pid, 0);
+	if (*pid == 0) {
+		execl("/bin/sh", "sh", "-c",
+		      "exec \"$0\" --catalog catalog --logs logs --socket " SOCK " --metrics 127.0.0.1:0 2>>meshd.err",
+		      t_bin("meshd"), (char *)NULL);
+		_exit(127);
+	}
+	if (!t_wait_for(sock_up, NULL, 10000) || !t_wait_for(logged_port, &port, 10000)) {
+		char *err = t_read_file("meshd.err", NULL);
+		FAIL("meshd did not come up; its stderr: %s", err ? err : "");
+	}
+	return port;
+}
+
+static int mesh(const char *args)
+{
+	return t_sh(out, sizeof out, 1, "'%s' %s --socket " SOCK, t_bin("mesh"), args);
+}
+
+/* The value of the sample line starting with `series ` in text, or -1. */
+static double sample(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, series, n) && p[n] == ' ')
+			return strtod(p + n + 1, NULL);
+	return -1;
+}
+
+static void promtool_ok(const char *file)
+{
+	static char pout[65536];
+	if (t_sh(pout, sizeof pout, 1, "command -v promtool") != 0)
+		FAIL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
+	int rc = t_sh(pout, sizeof pout, 1, "promtool check metrics < %s", file);
+	if (rc != 0)
+		printf("promtool on %s: %s\n", file, pout);
+	EXPECT_EQ(rc, 0);
+}
+
+TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
+{
+	pid_t pid;
+	add_echo();
+	int port = start_meshd(&pid);
+
+	/* A cold start, three calls; a stop, a cold start again, one call. */
+	ASSERT_EQ(mesh("call echo one"), 0);
+	ASSERT_EQ(mesh("call echo two"), 0);
+	ASSERT_EQ(mesh("call echo three"), 0);
+	ASSERT_EQ(mesh("stop echo"), 0);
+	ASSERT_EQ(mesh("call echo four"), 0);
+
+	ASSERT_EQ(t_sh(out, sizeof out, 0,
+		       "curl -sS -D sock.hdr -o sock.txt --unix-socket " SOCK " http://x/metrics"),
+		  0);
+	char *hdr = t_read_file("sock.hdr", NULL), *m = t_read_file("sock.txt", NULL);
+	ASSERT_TRUE(hdr && m);
+	EXPECT_CONTAINS(hdr, "200");
+	EXPECT_CONTAINS(hdr, "text/plain; version=0.0.4");
+	EXPECT_EQ(sample(m, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 4);
+	EXPECT_EQ(sample(m, "mesh_calls_total{program=\"echo\",result=\"error\"}"), 0);
+	EXPECT_EQ(sample(m, "mesh_call_duration_seconds_count{program=\"echo\"}"), 4);
+	EXPECT_EQ(sample(m, "mesh_call_duration_seconds_bucket{program=\"echo\",le=\"+Inf\"}"), 4);
+	double spawns = sample(m, "mesh_spawns_total{program=\"echo\"}");
+	EXPECT_EQ(spawns, 2);
+	EXPECT_EQ(sample(m, "mesh_cold_start_seconds_count{program=\"echo\"}"), spawns);
+	EXPECT_TRUE(sample(m, "mesh_cold_start_seconds_sum{program=\"echo\"}") > 0);
+	EXPECT_EQ(sample(m, "mesh_crashes_total{program=\"echo\"}"), 0);
+	EXPECT_EQ(sample(m, "mesh_workers{program=\"echo\",state=\"running\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_worker_processes"), 1);
+	EXPECT_EQ(sample(m, "mesh_slots"), 8);
+	EXPECT_EQ(sample(m, "mesh_slots_in_use"), 1);
+	double warm = sample(m, "mesh_warm_seconds_total{program=\"echo\"}");
+	double window = sample(m, "mesh_window_seconds{program=\"echo\"}");
+	EXPECT_TRUE(warm > 0);
+	EXPECT_TRUE(warm <= window);
+	double sav = sample(m, "mesh_savings_ratio{program=\"echo\"}");
+	EXPECT_TRUE(sav >= 0 && sav <= 1);
+	/* This tree has no job subsystem: the job families are absent. */
+	EXPECT_TRUE(strstr(m, "mesh_jobs") == NULL);
+	EXPECT_TRUE(strstr(m, "mesh_chunks") == NULL);
+	promtool_ok("sock.txt");
+
+	/* The same text over TCP (loopback), and the counters moved with one more call. */
+	ASSERT_EQ(mesh("call echo five"), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o tcp.txt -w '%%{http_code}' http://127.0.0.1:%d/metrics", port),
+		  0);
+	EXPECT_STREQ(out, "200");
+	char *tm = t_read_file("tcp.txt", NULL);
+	ASSERT_TRUE(tm != NULL);
+	EXPECT_EQ(sample(tm, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 5);
+	EXPECT_EQ(sample(tm, "mesh_cold_start_seconds_count{program=\"echo\"}"), 2);
+	promtool_ok("tcp.txt");
+	/* That listener serves nothing else. */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/v1/ps", port), 0);
+	EXPECT_STREQ(out, "404");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -s -o /dev/null -w '%%{http_code}' -X POST http://127.0.0.1:%d/metrics",
+		       port),
+		  0);
+	EXPECT_STREQ(out, "405");
+	/* On the socket, only GET and HEAD. */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -s -o /dev/null -w '%%{http_code}' -X POST --unix-socket " SOCK
+					  " http://x/metrics"),
+		  0);
+	EXPECT_STREQ(out, "405");
+
+	kill(pid, SIGTERM);
+	int st;
+	EXPECT_EQ(waitpid(pid, &st, 0), pid);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	free(hdr);
+	free(m);
+	free(tm);
+}
+
+TEST(meshd_metrics_refuses_public_address)
+{
+	add_echo();
+	mkdir("logs", 0755);
+	int rc = t_sh(out, sizeof out, 1, "'%s' --catalog catalog --logs logs --socket " SOCK " --metrics 0.0.0.0:0",
+		      t_bin("meshd"));
+	EXPECT_EQ(rc, MESH_EXIT_USAGE);
+	EXPECT_CONTAINS(out, "not a loopback address");
+	EXPECT_CONTAINS(out, "--metrics-public");
+	rc = t_sh(out, sizeof out, 1, "'%s' --catalog catalog --logs logs --socket " SOCK " --metrics nonsense",
+		  t_bin("meshd"));
+	EXPECT_EQ(rc, MESH_EXIT_USAGE);
+	EXPECT_CONTAINS(out, "not HOST:PORT");
+}
