@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define MESH_WORKER_API_VERSION 1
+#define MESH_WORKER_API_VERSION 2
 
 struct mesh_worker;
 
@@ -88,6 +88,10 @@ void mesh_worker_set_spin(struct mesh_worker *w, uint64_t spin_ns);
 /* The run being served (valid inside the handler): its generation and slot. */
 uint32_t mesh_worker_gen(const struct mesh_worker *w);
 uint32_t mesh_worker_slot(const struct mesh_worker *w);
+/* Inside the handler: the id of the job's chunk being handled (meshd sent
+ * it as a chunk of a job; the handler gets only the chunk's input), or
+ * UINT64_MAX for a plain request (`mesh call`).  Since API version 2. */
+uint64_t mesh_worker_chunk_id(const struct mesh_worker *w);
 
 /* A static description of a code returned by this library. */
 const char *mesh_worker_strerror(int err);

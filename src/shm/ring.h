@@ -42,12 +42,18 @@
 #define MESH_RING_MAX_CAP (1u << 30)
 /* The largest payload a ring of cap bytes carries. */
 #define MESH_RING_MAX_MSG(cap) ((size_t)(cap) - MESH_RING_HDR)
+/* The bytes before a CHUNK message's input: chunk id u64, attempt u32. */
+#define MESH_CHUNK_HDR 12u
 
 enum mesh_msg_kind {
 	MESH_MSG_REQ = 1, /* meshd -> worker: a request */
 	MESH_MSG_REP = 2, /* worker -> meshd: the handler's reply */
 	MESH_MSG_ERR = 3, /* worker -> meshd: the handler failed; payload is its message */
-	MESH_MSG__MAX = 3,
+	/* meshd -> worker: one chunk of a job; payload = u64 chunk id (LE), u32
+	 * attempt (LE), then the chunk's input bytes.  Answered by REP (the
+	 * chunk's result) or ERR with the same seq. */
+	MESH_MSG_CHUNK = 4,
+	MESH_MSG__MAX = 4,
 };
 
 struct mesh_ring_ctl {

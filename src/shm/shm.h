@@ -132,6 +132,43 @@ int mesh_slot_call(struct mesh_slot *s, const void *req, size_t n, void **reply,
 /* How long meshd spins on a reply before it sleeps: a worker that wakes
  * from its futex and answers at once is caught without a second wake-up. */
 #define MESH_SLOT_CALL_SPIN_NS (20ull * 1000)
+/* Pipelined use (a job's executor, daemon/job_exec.c): many requests in
+ * flight on one slot, replies taken as they come.  One owner drives the
+ * slot this way and makes no mesh_slot_call meanwhile; mesh_slot_recv and
+ * mesh_slot_wait_reply must not run at once (the reply ring has one
+ * consumer view).
+ *
+ * mesh_slot_send puts one request of kind MESH_MSG_REQ or MESH_MSG_CHUNK
+ * whose payload is hdr (hn bytes; 0 = none) followed by p (n bytes),
+ * without waiting.  0 with *seq its sequence number; -EAGAIN: no room in
+ * the ring now (take replies first); MESH_E_TOOBIG: hn + n over
+ * mesh_slot_max_msg; MESH_E_STATE: the slot failed or was shut down;
+ * MESH_E_CORRUPT (the slot is failed); -EINVAL (another kind), -ENOMEM. */
+int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
+		   uint32_t *seq);
+struct mesh_slot_reply {
+	uint32_t kind; /* MESH_MSG_REP or MESH_MSG_ERR */
+	uint32_t seq;  /* the request it answers */
+	void *data;    /* malloc'd, NUL-appended (not counted in len); the caller frees */
+	size_t len;
+};
+/* Takes the next reply without waiting, validated as mesh_slot_call
+ * validates, plus order: it must answer the oldest request sent and not
+ * yet answered (a worker answers in order); replies to earlier calls that
+ * timed out are skipped.  Replies already in the ring are taken even after
+ * the slot failed (each was published whole).  0 with *r filled; -EAGAIN:
+ * none yet; MESH_E_STATE: none, and the slot failed or was shut down;
+ * MESH_E_CORRUPT (the slot is failed); -ENOMEM. */
+int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r);
+/* Waits until a reply may be there: 0; 1 when the slot failed or was shut
+ * down; MESH_E_TIMEOUT after timeout_ns (spinning spin_ns first). */
+int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns);
+/* Pipelined requests sent and not answered yet. */
+uint32_t mesh_slot_in_flight(const struct mesh_slot *s);
+/* The worker's count of requests it took since the run began (its
+ * `requests` word; untrusted: a hint of which request it is working on). */
+uint64_t mesh_slot_taken(const struct mesh_slot *s);
+
 /* The reason the slot failed (a static-lifetime string in the slot), or NULL. */
 const char *mesh_slot_failed(const struct mesh_slot *s);
 /* Marks the slot failed with a reason (printf-style), e.g. its worker crashed. */

@@ -37,6 +37,11 @@ struct mesh_slot {
 	_Atomic uint32_t failed;
 	_Atomic uint32_t stop;		/* a waiting call gives up: failed or shut down */
 	char why[200];
+	/* Pipelined use (call_lock): the oldest request not yet answered, how
+	 * many are out, and where a two-part request is put together. */
+	uint32_t pipe_next, pipe_out;
+	uint8_t *pipe_buf;
+	size_t pipe_cap;
 };
 
 static int is_pow2(uint64_t x)
@@ -93,6 +98,7 @@ void mesh_slot_free(struct mesh_slot *s)
 	close(s->fd);
 	pthread_mutex_destroy(&s->call_lock);
 	pthread_mutex_destroy(&s->why_lock);
+	free(s->pipe_buf);
 	free(s);
 }
 
@@ -137,6 +143,8 @@ void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
 	mesh_ring_init(&s->rep, &h->rep, base + MESH_SLOT_HDR_SIZE + s->cap, s->cap);
 	s->gen = gen;
 	s->seq = 0;
+	s->pipe_next = 1;
+	s->pipe_out = 0;
 	atomic_store(&s->shutdown, MESH_SHUTDOWN_NONE);
 	pthread_mutex_lock(&s->why_lock);
 	s->why[0] = 0;
@@ -350,4 +358,127 @@ void mesh__slot_unmap(struct mesh_slot_map *m)
 	if (m->hdr)
 		munmap(m->hdr, m->size);
 	memset(m, 0, sizeof *m);
+}
+
+/* ---- pipelined use (shm.h) ---- */
+
+int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
+		   uint32_t *seq_out)
+{
+	int rc;
+	if (kind != MESH_MSG_REQ && kind != MESH_MSG_CHUNK)
+		return -EINVAL;
+	if (hn > mesh_slot_max_msg(s) || n > mesh_slot_max_msg(s) - hn)
+		return MESH_E_TOOBIG;
+	pthread_mutex_lock(&s->call_lock);
+	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE) {
+		rc = MESH_E_STATE;
+		goto out;
+	}
+	const void *msg = p;
+	if (hn) {
+		if (hn + n > s->pipe_cap) {
+			size_t cap = (hn + n) * 2 < mesh_slot_max_msg(s) ? (hn + n) * 2 : mesh_slot_max_msg(s);
+			uint8_t *b = realloc(s->pipe_buf, cap);
+			if (!b) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			s->pipe_buf = b;
+			s->pipe_cap = cap;
+		}
+		memcpy(s->pipe_buf, hdr, hn);
+		if (n)
+			memcpy(s->pipe_buf + hn, p, n);
+		msg = s->pipe_buf;
+	}
+	uint32_t seq = s->seq + 1;
+	if (seq == 0) /* 0 is never a sequence number */
+		seq = 1;
+	rc = mesh_ring_put(&s->req, kind, seq, msg, hn + n);
+	if (rc == MESH_E_CORRUPT) {
+		fail_ring(s, "request", &s->req);
+		goto out;
+	}
+	if (rc < 0)
+		goto out;
+	s->seq = seq;
+	if (s->pipe_out++ == 0)
+		s->pipe_next = seq;
+	*seq_out = seq;
+out:
+	pthread_mutex_unlock(&s->call_lock);
+	return rc;
+}
+
+int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r)
+{
+	int rc;
+	memset(r, 0, sizeof *r);
+	pthread_mutex_lock(&s->call_lock);
+	for (uint64_t skipped = 0;;) {
+		struct mesh_msg m;
+		rc = mesh_ring_peek(&s->rep, &m);
+		if (rc == MESH_E_CORRUPT) {
+			fail_ring(s, "reply", &s->rep);
+			break;
+		}
+		if (rc == -EAGAIN) {
+			/* Whole replies are taken even from a slot whose worker
+			 * died: each was published complete. */
+			if (atomic_load(&s->stop))
+				rc = MESH_E_STATE;
+			break;
+		}
+		if (m.kind != MESH_MSG_REP && m.kind != MESH_MSG_ERR) {
+			mesh_slot_fail(s, "slot %u: reply ring: message of kind %u where a reply belongs", s->index,
+				       m.kind);
+			rc = MESH_E_CORRUPT;
+			break;
+		}
+		if (!s->pipe_out || m.seq != s->pipe_next) {
+			/* Older than the pipeline: a reply to a call that timed out. */
+			if (m.seq != 0 && (int32_t)(m.seq - s->pipe_next) < 0 && skipped++ < s->cap / MESH_RING_HDR) {
+				mesh_ring_pop(&s->rep);
+				continue;
+			}
+			mesh_slot_fail(s, "slot %u: reply ring: reply to request %u where %u was next", s->index, m.seq,
+				       s->pipe_out ? s->pipe_next : 0);
+			rc = MESH_E_CORRUPT;
+			break;
+		}
+		uint8_t *out = malloc((size_t)m.len + 1);
+		if (!out) {
+			rc = -ENOMEM;
+			break;
+		}
+		mesh_msg_copy(&m, out);
+		out[m.len] = 0;
+		mesh_ring_pop(&s->rep);
+		r->kind = m.kind;
+		r->seq = m.seq;
+		r->data = out;
+		r->len = m.len;
+		s->pipe_out--;
+		s->pipe_next = m.seq + 1 ? m.seq + 1 : 1;
+		rc = 0;
+		break;
+	}
+	pthread_mutex_unlock(&s->call_lock);
+	return rc;
+}
+
+int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns)
+{
+	return mesh_ring_wait_data(&s->rep, spin_ns, timeout_ns, &s->stop);
+}
+
+uint32_t mesh_slot_in_flight(const struct mesh_slot *s)
+{
+	return s->pipe_out;
+}
+
+uint64_t mesh_slot_taken(const struct mesh_slot *s)
+{
+	return atomic_load_explicit(&s->hdr->requests, memory_order_acquire);
 }

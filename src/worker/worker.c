@@ -27,6 +27,7 @@ struct mesh_worker {
 	int ready_sent;
 	uint64_t spin_ns;
 	uint32_t gen, slot;
+	uint64_t chunk_id; /* the CHUNK being handled, UINT64_MAX for a plain request */
 	struct mesh_slot_map map;
 	uint8_t *req_buf, *rep_buf; /* private copies: a wrapped request, the handler's reply */
 	size_t buf_cap;
@@ -71,6 +72,7 @@ int mesh_worker_open(struct mesh_worker **out)
 	fcntl((int)fd, F_SETFD, FD_CLOEXEC);
 	w->fd = (int)fd;
 	w->spin_ns = DEFAULT_SPIN_NS;
+	w->chunk_id = UINT64_MAX;
 	const char *spin = getenv("MESH_WORKER_SPIN_US");
 	uint64_t us;
 	if (spin && mesh_parse_u64(spin, 10ull * 1000 * 1000, &us) == 0)
@@ -103,6 +105,11 @@ uint32_t mesh_worker_gen(const struct mesh_worker *w)
 uint32_t mesh_worker_slot(const struct mesh_worker *w)
 {
 	return w->slot;
+}
+
+uint64_t mesh_worker_chunk_id(const struct mesh_worker *w)
+{
+	return w->chunk_id;
 }
 
 int mesh_worker_ready(struct mesh_worker *w)
@@ -244,18 +251,34 @@ static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handle
 				return end;
 			continue;
 		}
-		if (rc < 0 || m.kind != MESH_MSG_REQ) {
-			sendf(w, "fail request ring: %s", rc < 0 ? w->map.req.why : "not a request");
+		if (rc < 0 || (m.kind != MESH_MSG_REQ && m.kind != MESH_MSG_CHUNK) ||
+		    (m.kind == MESH_MSG_CHUNK && m.len < MESH_CHUNK_HDR)) {
+			sendf(w, "fail request ring: %s",
+			      rc < 0 ? w->map.req.why : m.kind == MESH_MSG_CHUNK ? "chunk shorter than its header"
+										 : "not a request");
 			return END_BROKEN;
 		}
 		atomic_fetch_add_explicit(&h->requests, 1, memory_order_release);
-		const void *req = m.p1;
+		const uint8_t *req = m.p1;
+		size_t req_len = m.len;
 		if (m.n2) {
 			mesh_msg_copy(&m, w->req_buf);
 			req = w->req_buf;
 		}
+		w->chunk_id = UINT64_MAX;
+		if (m.kind == MESH_MSG_CHUNK) {
+			/* The handler sees only the input: a `mesh call` worker
+			 * serves jobs unchanged. */
+			uint64_t cid = 0;
+			for (int i = 7; i >= 0; i--)
+				cid = cid << 8 | req[i];
+			w->chunk_id = cid;
+			req += MESH_CHUNK_HDR;
+			req_len -= MESH_CHUNK_HDR;
+		}
 		size_t out = 0;
-		int hr = handler(ctx, req, m.len, w->rep_buf, cap, &out);
+		int hr = handler(ctx, req, req_len, w->rep_buf, cap, &out);
+		w->chunk_id = UINT64_MAX;
 		uint32_t seq = m.seq;
 		mesh_ring_pop(&w->map.req);
 		uint32_t kind = MESH_MSG_REP;

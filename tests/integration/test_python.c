@@ -410,6 +410,7 @@ TEST(libmeshworker_exports_only_its_api)
 		      t_bin("libmeshworker.so"));
 	ASSERT_EQ(rc, 0);
 	EXPECT_STREQ(out, "mesh_worker_api_version@@MESHWORKER_0\n"
+			  "mesh_worker_chunk_id@@MESHWORKER_0\n"
 			  "mesh_worker_close@@MESHWORKER_0\n"
 			  "mesh_worker_gen@@MESHWORKER_0\n"
 			  "mesh_worker_open@@MESHWORKER_0\n"
@@ -432,7 +433,7 @@ TEST(python_package_names_an_api_mismatch)
 	int rc = t_sh(out, sizeof out, 1, "%sMESH_WORKER_LIB=%s/v99.so PYTHONPATH=py '%s' -c 'import mesh.worker'",
 		      py_env(), cwd, PYTHON);
 	EXPECT_EQ(rc, 1);
-	EXPECT_CONTAINS(out, "v99.so is libmeshworker API version 99, and this package needs API version 1");
+	EXPECT_CONTAINS(out, "v99.so is libmeshworker API version 99, and this package needs API version 2");
 	/* Outside meshd the library loads and open() says why it cannot go on. */
 	rc = t_sh(out, sizeof out, 1,
 		  "%sPYTHONPATH=py '%s' -c 'import mesh.worker as w; print(w.library_path); w.open()'", py_env(),

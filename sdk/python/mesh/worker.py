@@ -37,7 +37,7 @@ import traceback
 __all__ = ["API_VERSION", "Worker", "WorkerError", "open", "main", "library_path"]
 
 # The MESH_WORKER_API_VERSION this module is written against.
-API_VERSION = 1
+API_VERSION = 2
 
 _LIB_NAME = "libmeshworker.so.0"
 
@@ -115,6 +115,7 @@ _close = _bind("mesh_worker_close", None, ctypes.c_void_p)
 _set_spin = _bind("mesh_worker_set_spin", None, ctypes.c_void_p, ctypes.c_uint64)
 _gen = _bind("mesh_worker_gen", ctypes.c_uint32, ctypes.c_void_p)
 _slot = _bind("mesh_worker_slot", ctypes.c_uint32, ctypes.c_void_p)
+_chunk_id = _bind("mesh_worker_chunk_id", ctypes.c_uint64, ctypes.c_void_p)
 _strerror = _bind("mesh_worker_strerror", ctypes.c_char_p, ctypes.c_int)
 
 
@@ -246,6 +247,12 @@ class Worker:
     def slot(self):
         """The run being served (inside the handler): its slot."""
         return _slot(self._w)
+
+    @property
+    def chunk_id(self):
+        """Inside the handler: the job chunk being handled, or None for a plain call."""
+        c = _chunk_id(self._w)
+        return None if c == 0xFFFFFFFFFFFFFFFF else c
 
     def close(self):
         if self._w:

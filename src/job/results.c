@@ -1,0 +1,310 @@
+/* A job's results file (results.h). */
+#include "job/results.h"
+
+#include "base/crc.h"
+#include "base/err.h"
+#include "base/io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define HDR_SIZE 16u
+#define REC_HDR 24u
+#define REC_MAGIC 0x52534552u /* "RESR" */
+#define VERSION 1u
+static const char file_magic[8] = {'M', 'E', 'S', 'H', 'R', 'E', 'S', 1};
+
+struct mesh_results {
+	int fd;
+	uint64_t n;
+	uint64_t end;	   /* bytes of whole records */
+	uint64_t *ok_off;  /* [n]: offset of the first RESULT record, 0 = none */
+	uint64_t *bad_off; /* [n]: offset of the last FAILURE record, 0 = none */
+	int dirty;	   /* appended since the last sync */
+	pthread_mutex_t mu;
+};
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/* The crc of a record: over kind, cid and len (header bytes 4..20), then
+ * the payload. */
+static uint32_t rec_crc(const uint8_t *h, const void *p, size_t n)
+{
+	return mesh_crc32c(mesh_crc32c(0, h + 4, 16), p, n);
+}
+
+/* Reads and checks the record at off; 0 with *kind, *cid, *len; 1 when it
+ * does not check (torn or damaged); -errno.  buf holds the payload after. */
+static int read_rec(struct mesh_results *r, uint64_t off, uint64_t size, int *kind, uint64_t *cid, uint32_t *len,
+		    uint8_t **buf, size_t *cap)
+{
+	uint8_t h[REC_HDR];
+	if (size - off < REC_HDR)
+		return 1;
+	ssize_t k = mesh_pread_full(r->fd, h, REC_HDR, (off_t)off);
+	if (k < 0)
+		return (int)k;
+	if ((size_t)k < REC_HDR || get32(h) != REC_MAGIC)
+		return 1;
+	*kind = (int)get32(h + 4);
+	*cid = get64(h + 8);
+	*len = get32(h + 16);
+	if ((*kind != MESH_RESULT_OK && *kind != MESH_RESULT_FAILURE) || *cid >= r->n ||
+	    *len > MESH_RESULTS_MAX_LEN || size - off - REC_HDR < *len)
+		return 1;
+	if (*len + 1 > *cap) {
+		uint8_t *b = realloc(*buf, (size_t)*len + 1);
+		if (!b)
+			return -ENOMEM;
+		*buf = b;
+		*cap = (size_t)*len + 1;
+	}
+	k = mesh_pread_full(r->fd, *buf, *len, (off_t)(off + REC_HDR));
+	if (k < 0)
+		return (int)k;
+	if ((size_t)k < *len || rec_crc(h, *buf, *len) != get32(h + 20))
+		return 1;
+	return 0;
+}
+
+static int scan(struct mesh_results *r, uint64_t size, uint64_t *cut)
+{
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	uint64_t off = HDR_SIZE;
+	int rc = 0;
+	for (;;) {
+		int kind;
+		uint64_t cid;
+		uint32_t len;
+		rc = read_rec(r, off, size, &kind, &cid, &len, &buf, &cap);
+		if (rc != 0)
+			break;
+		if (kind == MESH_RESULT_OK && !r->ok_off[cid])
+			r->ok_off[cid] = off;
+		if (kind == MESH_RESULT_FAILURE)
+			r->bad_off[cid] = off;
+		off += REC_HDR + len;
+	}
+	free(buf);
+	if (rc < 0)
+		return rc;
+	r->end = off;
+	if (off < size) {
+		/* A torn or damaged tail: a writer died mid-record.  Nothing
+		 * after it was ever a chunk's result (DONE follows a sync). */
+		if (ftruncate(r->fd, (off_t)off) < 0 || mesh_fsync(r->fd) < 0)
+			return -errno;
+	}
+	if (cut)
+		*cut = size - off;
+	return 0;
+}
+
+int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchunks, uint64_t *cut)
+{
+	struct stat st;
+	int rc;
+	*out = NULL;
+	if (cut)
+		*cut = 0;
+	struct mesh_results *r = calloc(1, sizeof *r);
+	if (!r)
+		return -ENOMEM;
+	r->n = nchunks;
+	pthread_mutex_init(&r->mu, NULL);
+	r->ok_off = calloc(nchunks ? nchunks : 1, sizeof *r->ok_off);
+	r->bad_off = calloc(nchunks ? nchunks : 1, sizeof *r->bad_off);
+	r->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (!r->ok_off || !r->bad_off) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if (r->fd < 0 || fstat(r->fd, &st) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = MESH_E_PATH;
+		goto fail;
+	}
+	uint8_t h[HDR_SIZE];
+	if (st.st_size < (off_t)HDR_SIZE) {
+		/* New (or a creator that died before its header was whole). */
+		memcpy(h, file_magic, 8);
+		put32(h + 8, VERSION);
+		put32(h + 12, 0);
+		if ((rc = mesh_pwrite_all(r->fd, h, HDR_SIZE, 0)) < 0)
+			goto fail;
+		if (ftruncate(r->fd, HDR_SIZE) < 0) {
+			rc = -errno;
+			goto fail;
+		}
+		if ((rc = mesh_fsync(r->fd)) < 0 || (rc = mesh_fsync_dir_of(path)) < 0)
+			goto fail;
+		r->end = HDR_SIZE;
+	} else {
+		ssize_t k = mesh_pread_full(r->fd, h, HDR_SIZE, 0);
+		if (k < 0) {
+			rc = (int)k;
+			goto fail;
+		}
+		if (memcmp(h, file_magic, 7) != 0) {
+			rc = MESH_E_FOREIGN;
+			goto fail;
+		}
+		if (h[7] != 1 || get32(h + 8) != VERSION) {
+			rc = MESH_E_VERSION;
+			goto fail;
+		}
+		if ((rc = scan(r, (uint64_t)st.st_size, cut)) < 0)
+			goto fail;
+	}
+	*out = r;
+	return 0;
+fail:
+	mesh_results_close(r);
+	return rc;
+}
+
+void mesh_results_close(struct mesh_results *r)
+{
+	if (!r)
+		return;
+	if (r->fd >= 0)
+		close(r->fd);
+	free(r->ok_off);
+	free(r->bad_off);
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}
+
+int mesh_results_append(struct mesh_results *r, uint64_t cid, int kind, const void *p, size_t n)
+{
+	uint8_t h[REC_HDR];
+	if (cid >= r->n || (kind != MESH_RESULT_OK && kind != MESH_RESULT_FAILURE))
+		return MESH_E_RANGE;
+	if (n > MESH_RESULTS_MAX_LEN)
+		return MESH_E_TOOBIG;
+	put32(h, REC_MAGIC);
+	put32(h + 4, (uint32_t)kind);
+	put64(h + 8, cid);
+	put32(h + 16, (uint32_t)n);
+	put32(h + 20, rec_crc(h, p, n));
+	pthread_mutex_lock(&r->mu);
+	uint64_t off = r->end;
+	/* One record, one place: the header and the payload at off. */
+	int rc = mesh_pwrite_all(r->fd, h, REC_HDR, (off_t)off);
+	if (rc == 0 && n)
+		rc = mesh_pwrite_all(r->fd, p, n, (off_t)(off + REC_HDR));
+	if (rc < 0) {
+		/* Leave no part of it behind for the next record to follow. */
+		if (ftruncate(r->fd, (off_t)off) < 0) {
+			/* the torn bytes are cut at the next open */
+		}
+	} else {
+		r->end = off + REC_HDR + n;
+		r->dirty = 1;
+		if (kind == MESH_RESULT_OK && !r->ok_off[cid])
+			r->ok_off[cid] = off;
+		if (kind == MESH_RESULT_FAILURE)
+			r->bad_off[cid] = off;
+	}
+	pthread_mutex_unlock(&r->mu);
+	return rc;
+}
+
+int mesh_results_sync(struct mesh_results *r)
+{
+	pthread_mutex_lock(&r->mu);
+	int dirty = r->dirty;
+	r->dirty = 0;
+	pthread_mutex_unlock(&r->mu);
+	if (!dirty)
+		return 0;
+	/* Outside the lock: appends go on while the disk works.  What was
+	 * written before the flag was taken is covered by this call. */
+	int rc = mesh_fdatasync(r->fd);
+	if (rc < 0) {
+		pthread_mutex_lock(&r->mu);
+		r->dirty = 1;
+		pthread_mutex_unlock(&r->mu);
+	}
+	return rc;
+}
+
+int mesh_results_get(struct mesh_results *r, uint64_t cid, int kind, void **data, size_t *len)
+{
+	*data = NULL;
+	*len = 0;
+	if (cid >= r->n)
+		return MESH_E_RANGE;
+	pthread_mutex_lock(&r->mu);
+	uint64_t off = kind == MESH_RESULT_OK ? r->ok_off[cid] : r->bad_off[cid];
+	uint64_t end = r->end;
+	pthread_mutex_unlock(&r->mu);
+	if (!off)
+		return -ENOENT;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	int k;
+	uint64_t c;
+	uint32_t n;
+	int rc = read_rec(r, off, end, &k, &c, &n, &buf, &cap);
+	if (rc == 0 && (c != cid || k != kind))
+		rc = 1;
+	if (rc != 0) {
+		free(buf);
+		return rc < 0 ? rc : MESH_E_CORRUPT;
+	}
+	if (!buf && !(buf = malloc(1)))
+		return -ENOMEM;
+	buf[n] = 0;
+	*data = buf;
+	*len = n;
+	return 0;
+}
+
+int mesh_results_has(struct mesh_results *r, uint64_t cid)
+{
+	if (cid >= r->n)
+		return 0;
+	pthread_mutex_lock(&r->mu);
+	int has = r->ok_off[cid] != 0;
+	pthread_mutex_unlock(&r->mu);
+	return has;
+}
+
+uint64_t mesh_results_size(struct mesh_results *r)
+{
+	pthread_mutex_lock(&r->mu);
+	uint64_t e = r->end;
+	pthread_mutex_unlock(&r->mu);
+	return e;
+}

@@ -1,0 +1,206 @@
+/* The pipelined slot API (shm.h: mesh_slot_send / recv / wait_reply) and
+ * libmeshworker's CHUNK messages, against a forked libmeshworker. */
+#include "base/clock.h"
+#include "base/err.h"
+#include "mesh/worker.h"
+#include "runner/t.h"
+#include "shm/shm.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SEC MESH_NS_PER_S
+#define MS MESH_NS_PER_MS
+
+static struct mesh_worker *the_worker;
+
+/* Replies "<chunk id>:<input>" ("-" for a plain request's id). */
+static int tagger(void *ctx, const void *req, size_t n, void *reply, size_t cap, size_t *len)
+{
+	uint64_t cid = mesh_worker_chunk_id(the_worker);
+	int k = cid == UINT64_MAX ? snprintf(reply, cap, "-:") : snprintf(reply, cap, "%" PRIu64 ":", cid);
+	if ((size_t)k + n > cap)
+		return -1;
+	memcpy((char *)reply + k, req, n);
+	*len = (size_t)k + n;
+	if (n == 5 && !memcmp(req, "crash", 5))
+		kill(getpid(), SIGKILL);
+	return 0;
+}
+
+static pid_t fork_worker(struct mesh_ctl **ctl)
+{
+	int child_fd;
+	if (mesh_ctl_pair(ctl, &child_fd) < 0)
+		FAIL("mesh_ctl_pair");
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(child_fd, 10);
+		setenv(MESH_CONTROL_FD_ENV, "10", 1);
+		if (mesh_worker_open(&the_worker) < 0)
+			_exit(90);
+		int rc = mesh_worker_serve(the_worker, tagger, NULL);
+		mesh_worker_close(the_worker);
+		_exit(rc < 0 ? 91 : 0);
+	}
+	close(child_fd);
+	return pid;
+}
+
+static void expect_msg(struct mesh_ctl *ctl, enum mesh_ctl_kind kind)
+{
+	struct mesh_ctl_msg m;
+	ASSERT_EQ(mesh_ctl_wait(ctl, &m, 10 * SEC), 0);
+	ASSERT_EQ(m.kind, kind);
+}
+
+static void chunk_hdr(uint8_t h[MESH_CHUNK_HDR], uint64_t cid, uint32_t attempt)
+{
+	for (int i = 0; i < 8; i++)
+		h[i] = (uint8_t)(cid >> (8 * i));
+	for (int i = 0; i < 4; i++)
+		h[8 + i] = (uint8_t)(attempt >> (8 * i));
+}
+
+static int recv_wait(struct mesh_slot *s, struct mesh_slot_reply *r)
+{
+	for (int i = 0; i < 1000; i++) {
+		int rc = mesh_slot_recv(s, r);
+		if (rc != -EAGAIN)
+			return rc;
+		rc = mesh_slot_wait_reply(s, 0, 5 * SEC);
+		if (rc == MESH_E_TIMEOUT)
+			return rc;
+	}
+	return MESH_E_TIMEOUT;
+}
+
+TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
+{
+	struct mesh_ctl *ctl;
+	pid_t pid = fork_worker(&ctl);
+	expect_msg(ctl, MESH_CTL_READY);
+	struct mesh_slot *s;
+	ASSERT_EQ(mesh_slot_create(&s, 2, 4096), 0);
+	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
+	expect_msg(ctl, MESH_CTL_ONLINE);
+
+	/* A plain call first: the pipeline's seqs follow it. */
+	void *rep;
+	size_t n;
+	ASSERT_EQ(mesh_slot_call(s, "x", 1, &rep, &n, 5 * SEC, 0), 0);
+	EXPECT_STREQ(rep, "-:x");
+	free(rep);
+
+	/* 16 chunks in flight at once, then until the ring is full. */
+	uint32_t seqs[400];
+	int sent = 0, got = 0;
+	char in[64];
+	uint8_t h[MESH_CHUNK_HDR];
+	for (; sent < 16; sent++) {
+		snprintf(in, sizeof in, "input-%d", sent);
+		chunk_hdr(h, 1000 + (uint64_t)sent, 1);
+		ASSERT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, in, strlen(in), &seqs[sent]), 0);
+	}
+	EXPECT_UEQ(mesh_slot_in_flight(s), 16);
+	while (got < 16) {
+		struct mesh_slot_reply r;
+		ASSERT_EQ(recv_wait(s, &r), 0);
+		char want[80];
+		snprintf(want, sizeof want, "%d:input-%d", 1000 + got, got);
+		EXPECT_EQ(r.kind, MESH_MSG_REP);
+		EXPECT_UEQ(r.seq, seqs[got]);
+		EXPECT_STREQ(r.data, want);
+		free(r.data);
+		got++;
+	}
+	EXPECT_UEQ(mesh_slot_in_flight(s), 0);
+	/* A full ring says -EAGAIN, never blocks. */
+	int rc;
+	char big[1000];
+	memset(big, 'b', sizeof big);
+	chunk_hdr(h, 7, 2);
+	while (sent < 400 && (rc = mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, big, sizeof big, &seqs[sent])) == 0)
+		sent++;
+	EXPECT_LT(sent, 400);
+	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, big, 5000, &seqs[0]), MESH_E_TOOBIG);
+	while (got < sent) {
+		struct mesh_slot_reply r;
+		ASSERT_EQ(recv_wait(s, &r), 0);
+		EXPECT_UEQ(r.len, 2 + sizeof big);
+		free(r.data);
+		got++;
+	}
+	/* Plain calls work again once the pipeline is empty. */
+	ASSERT_EQ(mesh_slot_call(s, "y", 1, &rep, &n, 5 * SEC, 0), 0);
+	EXPECT_STREQ(rep, "-:y");
+	free(rep);
+
+	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
+	int st;
+	waitpid(pid, &st, 0);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	mesh_ctl_free(ctl);
+	mesh_slot_free(s);
+}
+
+TEST(slot_pipeline_replies_before_a_crash_are_kept)
+{
+	struct mesh_ctl *ctl;
+	pid_t pid = fork_worker(&ctl);
+	expect_msg(ctl, MESH_CTL_READY);
+	struct mesh_slot *s;
+	ASSERT_EQ(mesh_slot_create(&s, 0, 0), 0);
+	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
+	expect_msg(ctl, MESH_CTL_ONLINE);
+	const char *ins[] = {"a", "b", "crash", "c"};
+	uint32_t seq;
+	uint8_t h[MESH_CHUNK_HDR];
+	for (int i = 0; i < 4; i++) {
+		chunk_hdr(h, (uint64_t)i, 1);
+		ASSERT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, ins[i], strlen(ins[i]), &seq), 0);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	EXPECT_TRUE(WIFSIGNALED(st));
+	/* The worker took three requests: the third killed it. */
+	EXPECT_UEQ(mesh_slot_taken(s), 3);
+	mesh_slot_fail(s, "worker died");
+	struct mesh_slot_reply r;
+	ASSERT_EQ(mesh_slot_recv(s, &r), 0);
+	EXPECT_STREQ(r.data, "0:a");
+	free(r.data);
+	ASSERT_EQ(mesh_slot_recv(s, &r), 0);
+	EXPECT_STREQ(r.data, "1:b");
+	free(r.data);
+	EXPECT_EQ(mesh_slot_recv(s, &r), MESH_E_STATE);
+	EXPECT_EQ(mesh_slot_wait_reply(s, 0, SEC), 1);
+	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, "d", 1, &seq), MESH_E_STATE);
+	mesh_ctl_free(ctl);
+	mesh_slot_free(s);
+}
+
+/* A reply out of order, or to a request never sent, fails the slot. */
+TEST(slot_pipeline_out_of_order_reply_fails_the_slot)
+{
+	struct mesh_slot *s;
+	ASSERT_EQ(mesh_slot_create(&s, 0, 4096), 0);
+	mesh_slot_arm(s, 1);
+	uint32_t a, b;
+	ASSERT_EQ(mesh_slot_send(s, MESH_MSG_REQ, NULL, 0, "a", 1, &a), 0);
+	ASSERT_EQ(mesh_slot_send(s, MESH_MSG_REQ, NULL, 0, "b", 1, &b), 0);
+	struct mesh_slot_map m;
+	ASSERT_EQ(mesh__slot_map(mesh_slot_fd(s), 0, &m), 0);
+	ASSERT_EQ(mesh_ring_put(&m.rep, MESH_MSG_REP, b, "B", 1), 0);
+	struct mesh_slot_reply r;
+	EXPECT_EQ(mesh_slot_recv(s, &r), MESH_E_CORRUPT);
+	EXPECT_CONTAINS(mesh_slot_failed(s), "where 1 was next");
+	mesh__slot_unmap(&m);
+	mesh_slot_free(s);
+}
