@@ -19,6 +19,10 @@ MAXIT=${MANDEL_MAXIT:-3000}
 for p in mesh meshd examples/mandel/mandel examples/mandel/assemble; do
 	[ -x "$B/$p" ] || { echo "demo: '$B/$p' is not built (run: make demo-mandel)" >&2; exit 1; }
 done
+"$B/mesh" submit --help >/dev/null 2>&1 || {
+	echo "demo: this build of mesh has no 'mesh submit' yet (meshd jobs are unfinished: docs/jobs.md)" >&2
+	exit 1
+}
 case $(uname -m) in
 x86_64) TRIPLE=x86_64-linux-gnu ;;
 aarch64) TRIPLE=aarch64-linux-gnu ;;
