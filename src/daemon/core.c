@@ -485,6 +485,15 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 	return 0;
 }
 
+/* How many programs are loaded and not being unloaded; d->mu held. */
+static unsigned live_programs(const struct meshd_core *d)
+{
+	unsigned n = 0;
+	for (const struct program *p = d->progs; p; p = p->next)
+		n += !p->gone;
+	return n;
+}
+
 int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out)
 {
 	memset(out, 0, sizeof *out);
@@ -493,9 +502,7 @@ int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out)
 	out->slots = d->nslots;
 	int rc = 0;
 	pthread_mutex_lock(&d->mu);
-	unsigned n = 0;
-	for (struct program *p = d->progs; p; p = p->next)
-		n += !p->gone;
+	unsigned n = live_programs(d);
 	if (n && !(out->programs = calloc(n, sizeof *out->programs)))
 		rc = -ENOMEM;
 	for (struct program *p = d->progs; p && !rc; p = p->next)
@@ -543,9 +550,7 @@ int meshd_op_metrics(struct meshd_core *d, struct meshd_metrics *out)
 	pthread_mutex_lock(&d->mu);
 	for (unsigned i = 0; i < d->nslots; i++)
 		out->slots_in_use += !!d->slot_taken[i];
-	unsigned n = 0;
-	for (struct program *p = d->progs; p; p = p->next)
-		n += !p->gone;
+	unsigned n = live_programs(d);
 	if (n && !(out->programs = calloc(n, sizeof *out->programs)))
 		rc = -ENOMEM;
 	for (struct program *p = d->progs; p && !rc; p = p->next)
