@@ -6,6 +6,8 @@
 #include "base/parse.h"
 #include "daemon/api.h"
 #include "daemon/api_client.h"
+#include "daemon/api_jobs.h"
+#include "daemon/jobs.h"
 #include "daemon/notify.h"
 #include "daemon/ops.h"
 
@@ -31,7 +33,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: meshd --catalog DIR --logs DIR [--slots N] [--isolation none|mps]\n"
 		"             [--socket PATH] [--ready-timeout S] [--log-max SIZE]\n"
-		"             [--log-level debug|info|warn|error]\n"
+		"             [--log-level debug|info|warn|error] [--state DIR]\n"
 		"\n"
 		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
 		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
@@ -49,6 +51,8 @@ static void usage(FILE *f)
 		"  --log-max SIZE       a <name>.log past SIZE (K/M/G suffixes) becomes <name>.log.1\n"
 		"                       and a new one starts (default 16M)\n"
 		"  --log-level LEVEL    least level logged on stderr (default info)\n"
+		"  --state DIR          where submitted jobs live (created 0700); default\n"
+		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh\n"
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
@@ -175,6 +179,8 @@ int main(int argc, char **argv)
 	const char *level = "info";
 	struct meshd_core *core = NULL;
 	struct meshd_api *api = NULL;
+	struct meshd_jobs *jobs = NULL;
+	char state[PATH_MAX] = "";
 	struct sigaction sa;
 	char *err = NULL;
 	int rc;
@@ -225,6 +231,10 @@ int main(int argc, char **argv)
 			if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error"))
 				return usage_error("--log-level is debug, info, warn or error, not '%s'", v);
 			level = v;
+		} else if ((v = opt_value(argc, argv, &i, "--state", &missing))) {
+			if (!*v || strlen(v) >= sizeof state)
+				return usage_error("--state wants a directory, not '%s'", v);
+			strcpy(state, v);
 		} else if (missing) {
 			return usage_error("%s needs a value", argv[i]);
 		} else {
@@ -263,10 +273,32 @@ int main(int argc, char **argv)
 	if (stop_asked)
 		meshd_core_stop(core);
 
+	int default_state = !state[0];
+	if (default_state && meshd_state_default(state, sizeof state) < 0)
+		state[0] = 0;
+	rc = state[0] ? meshd_jobs_open(&jobs, core, state, &err) : -ENOENT;
+	if (rc < 0 && default_state) {
+		/* No usable default: meshd serves programs, not jobs. */
+		mesh_warn("no jobs: %s (give --state DIR)",
+			  err ? err : "neither $XDG_STATE_HOME nor $HOME names a state directory");
+		free(err);
+		err = NULL;
+		jobs = NULL;
+	} else if (rc < 0) {
+		mesh_error("cannot open the jobs: %s", err ? err : mesh_strerror(rc));
+		free(err);
+		the_core = NULL;
+		meshd_core_free(core);
+		return exit_for(rc);
+	}
+	meshd_api_jobs_set(jobs);
+
 	rc = meshd_api_start(&api, core, sock, &err);
 	if (rc < 0) {
 		mesh_error("cannot serve the control API: %s", err ? err : mesh_strerror(rc));
 		free(err);
+		meshd_jobs_stop(jobs);
+		meshd_jobs_free(jobs);
 		the_core = NULL;
 		meshd_core_free(core);
 		return exit_for(rc);
@@ -284,6 +316,9 @@ int main(int argc, char **argv)
 		mesh_error("event loop failed: %s", mesh_strerror(rc));
 	mesh_info("stopping");
 	meshd_notify("STOPPING=1");
+	/* Jobs first: their drivers give their workers back before any
+	 * program is stopped (a stop would count as their chunks' failure). */
+	meshd_jobs_stop(jobs);
 	int inflight = meshd_api_quiesce(api);
 	if (inflight > 0) {
 		/* A start or call may wait on a worker for a minute: stop every
@@ -292,6 +327,8 @@ int main(int argc, char **argv)
 		stop_programs(core);
 	}
 	meshd_api_stop(api);
+	meshd_api_jobs_set(NULL);
+	meshd_jobs_free(jobs);
 	meshd_core_free(core);
 	mesh_info("stopped");
 	return rc < 0 ? MESH_EXIT_SOFTWARE : 0;

@@ -143,6 +143,9 @@ static int record_failure(struct mesh__runner *r, struct mesh__slot *s, int code
 			r->fatal = rc;
 		return 0;
 	}
+	if (r->o->hooks && r->o->hooks->failed)
+		r->o->hooks->failed(r->o->hooks->arg, cid, s->l.attempt, code, s->cerr.mem.p ? s->cerr.mem.p : "",
+				    s->cerr.spill_fd < 0 ? s->cerr.mem.len : 0, rc == 1);
 	if (rc == 1) {
 		r->st->buried++;
 		mesh__out_settle(r, cid);
@@ -226,6 +229,22 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		}
 	}
 	mesh__out_joblog(r, s, code, dur);
+	if (code == 0 && r->o->hooks && r->o->hooks->result) {
+		/* The caller keeps the result; it must have it before the
+		 * chunk may be completed. */
+		int rc = s->cout.spill_fd >= 0 ? -EFBIG
+						: r->o->hooks->result(r->o->hooks->arg, cid, s->l.attempt,
+								      s->cout.mem.p ? s->cout.mem.p : "", s->cout.mem.len);
+		if (rc < 0) {
+			mesh__out_failed(r, cid, rc, "result");
+			mesh_job_renew(s->jh, &s->l, 1);
+			if (it)
+				mesh__run_item_free(it);
+			mesh__capture_flush(&s->cout, -1, NULL, 0);
+			mesh__capture_flush(&s->cerr, -1, NULL, 0);
+			goto done;
+		}
+	}
 	if (code != 0 && keep)
 		buried = record_failure(r, s, code, what);
 	if (!r->o->results_dir) {
