@@ -38,6 +38,7 @@
 
 #include "exec/executor.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 struct meshd_core;

@@ -340,6 +340,7 @@ static void *driver_main(void *arg)
 	mesh_info("job=%" PRIu64 " running program=%s chunks=%" PRIu64 " done=%" PRIu64, jb->id, jb->program, jb->n,
 		  jb->done0);
 	rc = mesh__exec_drive(jb->jh, &o, meshd_job_exec_make, &xa, &st);
+	atomic_store(&jb->t_end, mesh_mono_ns());
 	mesh_exec_input_release(&in);
 	pthread_mutex_lock(&jb->mu);
 	int cancelled = jb->cancelled;

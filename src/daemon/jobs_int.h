@@ -38,6 +38,7 @@ struct job {
 	int th_on;
 	struct meshd_job_exec_stats xs;
 	uint64_t t0, done0;
+	_Atomic uint64_t t_end; /* when the driver returned, 0 while it runs */
 };
 
 struct meshd_jobs {

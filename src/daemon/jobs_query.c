@@ -248,7 +248,9 @@ static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
 		ji->speculative_wins = js.speculative_wins;
 	}
 	if (jb->t0) {
-		uint64_t now = mesh_mono_ns();
+		uint64_t now = atomic_load(&jb->t_end);
+		if (!now)
+			now = mesh_mono_ns();
 		ji->elapsed_s = (double)(now - jb->t0) / 1e9;
 		uint64_t first = atomic_load(&jb->xs.first_reply_ns);
 		if (first)
