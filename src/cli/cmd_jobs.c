@@ -454,6 +454,23 @@ static void draw(json_t *e, int final)
 	fflush(stderr);
 }
 
+/* Each buried chunk: its status and its last failure's report. */
+static void print_buried(json_t *j)
+{
+	json_t *f;
+	size_t i;
+	json_array_foreach(json_object_get(j, "failures"), i, f)
+	{
+		if (!json_is_true(json_object_get(f, "buried")))
+			continue;
+		const char *rep = str(f, "report");
+		size_t n = strlen(rep);
+		fprintf(stderr, "mesh: chunk %" PRIu64 " buried after %" PRIu64 " attempts, last status %" PRIu64 "%s\n%s%s",
+			num(f, "chunk"), num(f, "attempts"), num(f, "status"), n ? ":" : "", rep,
+			n && rep[n - 1] != '\n' ? "\n" : "");
+	}
+}
+
 int mesh_cmd_wait(int argc, char **argv)
 {
 	struct jopts o;
@@ -490,9 +507,10 @@ int mesh_cmd_wait(int argc, char **argv)
 			ex = MESH_EXIT_INCOMPLETE;
 		else
 			ex = MESH_EXIT_SOFTWARE;
-		if (ex == MESH_EXIT_INCOMPLETE && !o.quiet)
-			fprintf(stderr, "mesh: job %s ended with %" PRIu64 " buried chunks (`mesh jobs`, GET /v1/jobs/%s)\n",
-				o.job, num(j, "buried"), o.job);
+		if (ex == MESH_EXIT_INCOMPLETE && !o.quiet) {
+			fprintf(stderr, "mesh: job %s ended with %" PRIu64 " buried chunks\n", o.job, num(j, "buried"));
+			print_buried(j);
+		}
 		if (ex == MESH_EXIT_SOFTWARE)
 			fprintf(stderr, "mesh: job %s stopped: %s\n", o.job, str(j, "error"));
 		json_decref(j);

@@ -79,6 +79,7 @@ struct slot_ex {
 	struct unit *qhead, *qtail;
 	uint64_t next_get;
 	unsigned get_fails;
+	int need_pump; /* attempts went back to the queue, or a retry is due: pump at the next status */
 };
 
 static struct slot_ex *sx(struct mesh__executor *ex)
@@ -248,6 +249,7 @@ static void drop_worker(struct slot_ex *x, struct jworker *w, int kill_it, int c
 	empty_fifo(x, w, code, text);
 	meshd_job_worker_put(x->cfg.core, &w->h, kill_it);
 	w->state = W_NONE;
+	x->need_pump = 1;
 	atomic_fetch_sub_explicit(&x->st->workers, 1, memory_order_relaxed);
 	if (kill_it)
 		atomic_fetch_add_explicit(&x->st->worker_kills, 1, memory_order_relaxed);
@@ -350,6 +352,7 @@ static void collect(struct slot_ex *x)
 			attach(x, w);
 		} else {
 			w->state = W_NONE;
+			x->need_pump = 1;
 			if (w->get_rc == -EAGAIN) {
 				x->next_get = now + BUSY_RETRY_NS;
 			} else {
@@ -374,6 +377,7 @@ static void collect(struct slot_ex *x)
 static void pump(struct slot_ex *x)
 {
 	collect(x);
+	x->need_pump = 0;
 	unsigned K = x->cfg.max_workers, D = x->cfg.depth;
 	for (unsigned i = 0; i < K; i++)
 		x->w[i].full = 0;
@@ -430,8 +434,12 @@ static void pump(struct slot_ex *x)
 	unsigned want = (inflight + D - 1) / D;
 	if (want > K)
 		want = K;
-	if (have >= want || !x->qhead || mesh_mono_ns() < x->next_get)
+	if (have >= want || !x->qhead)
 		return;
+	if (mesh_mono_ns() < x->next_get) {
+		x->need_pump = 1; /* once the wait is over */
+		return;
+	}
 	for (unsigned i = 0; i < K && have < want; i++) {
 		struct jworker *w = &x->w[i];
 		if (w->state != W_NONE)
@@ -486,7 +494,7 @@ static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollf
 		return 0;
 	switch (u->state) {
 	case U_QUEUED:
-		if (x->next_get > mesh_mono_ns() && x->next_get < *wake)
+		if (x->need_pump && x->next_get < *wake)
 			*wake = x->next_get; /* a worker may be asked for again then */
 		pf[0] = (struct pollfd){.fd = x->pool_efd, .events = POLLIN};
 		return 1;
@@ -532,6 +540,8 @@ static int sx_status(struct mesh__executor *ex, unsigned slot, uint64_t now, str
 	struct slot_ex *x = sx(ex);
 	struct unit *u = &x->u[slot - 1];
 	check_timeouts(x, now);
+	if (x->need_pump && now >= x->next_get)
+		pump(x);
 	if (u->state != U_ENDED)
 		return MESH__EXEC_RUNNING;
 	if (u->out && u->out_len)
