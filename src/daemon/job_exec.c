@@ -553,8 +553,11 @@ static int sx_status(struct mesh__executor *ex, unsigned slot, uint64_t now, str
 	return MESH__EXEC_ENDED;
 }
 
-/* Ends the attempt in slot now; the worker it runs on is killed when it
- * is the one working on it. */
+/* Ends the attempt in slot now.  One already in a worker's ring stays
+ * there: a request cannot be taken back, and a worker cannot be told to
+ * drop what it works on; its reply, when it comes, is dropped and counted
+ * (a lost speculative race).  Hung workers are the timeout's business, and
+ * a worker still owing replies when the executor ends is killed. */
 static void cancel_unit(struct slot_ex *x, struct unit *u, int sig)
 {
 	if (u->state == U_QUEUED) {
@@ -565,17 +568,10 @@ static void cancel_unit(struct slot_ex *x, struct unit *u, int sig)
 		int idx = (int)(u - x->u) + 1;
 		for (unsigned i = 0; i < w->n; i++) {
 			struct entry *e = &w->fifo[(w->head + i) % x->cfg.depth];
-			if (e->unit != idx)
-				continue;
-			uint64_t taken = mesh_slot_taken(w->h.slot);
-			if (i == 0 && taken > w->taken_base && taken - w->taken_base > w->answered) {
-				drop_worker(x, w, 1, 128 + sig, NULL); /* ends u */
-			} else {
-				e->unit = 0; /* its reply, when it comes, is dropped */
-				end_unit(u, 128 + sig, NULL, 0, 0);
-			}
-			break;
+			if (e->unit == idx)
+				e->unit = 0;
 		}
+		end_unit(u, 128 + sig, NULL, 0, 0);
 	}
 }
 

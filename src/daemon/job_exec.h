@@ -23,10 +23,11 @@
  *     had not started and go to another worker, no attempt counted;
  *   - timeout_ns: a chunk the worker has held that long gets the worker
  *     killed (and replaced, demand permitting); it ends with 128 + SIGKILL;
- *   - a signal from the driver (a lost speculative race, a stop): an
- *     attempt still queued or still in the ring ends at once and its reply,
- *     if one comes, is dropped and counted (stats.ignored_replies); the one
- *     a worker is working on gets that worker killed;
+ *   - a signal from the driver (a lost speculative race, a stop): the
+ *     attempt ends at once; when it was already in a worker's ring its
+ *     reply, when it comes, is dropped and counted (stats.ignored_replies);
+ *     a worker that still owes such replies when the executor is freed is
+ *     killed rather than given back (no later user may read them);
  *   - a worker that cannot be started: one queued attempt ends with status
  *     127 and the report, and the next start waits (200 ms doubling, at
  *     most 5 s).

@@ -29,7 +29,7 @@ static pid_t meshd_pid;
 
 static void add_program(const char *name, const char *binary, const char *extra_toml)
 {
-	char path[8192], toml[4096];
+	char path[8192], toml[20000];
 	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
 	mkdir("catalog", 0755);
 	mkdir(path, 0755);
@@ -41,13 +41,13 @@ static void add_program(const char *name, const char *binary, const char *extra_
 
 static void add_job_worker(const char *name, unsigned max_workers, const char *ttl)
 {
-	char toml[8192];
+	char toml[16384];
 	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
 		FAIL("getcwd");
 	snprintf(toml, sizeof toml,
 		 "max_workers = %u\nidle_ttl = \"%s\"\n[lifecycle]\nstop_grace = \"1s\"\n[env]\n"
-		 "JOBTEST_FIRST_CRASH = \"%s/crashed-once\"\n",
-		 max_workers, ttl, cwd);
+		 "JOBTEST_FIRST_CRASH = \"%s/crashed-once\"\nJOBTEST_FIRST_SLOW = \"%s/slowed-once\"\n",
+		 max_workers, ttl, cwd, cwd);
 	add_program(name, t_bin("tests-workers/job_worker"), toml);
 }
 
@@ -461,5 +461,25 @@ TEST_TIMEOUT(jobs_bad_input_clear_errors_and_exit_codes, 60)
 		EXPECT_EQ(mesh(1, "%s --help", c), 0);
 		EXPECT_CONTAINS(out, "usage: mesh");
 	}
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_speculation_across_workers_first_result_wins, 60)
+{
+	add_job_worker("jw", 2, "300s");
+	setup();
+	/* Chunk 9 straggles on the first worker that takes it (2 s); once the
+	 * rest are DONE, a copy runs on the other worker and wins. */
+	unsigned id = submit("jw --speculate ::: a b c d e f g h i slow-once");
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	EXPECT_LT(t_now_ms() - t0, 1800);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "0:a\n1:b\n2:c\n3:d\n4:e\n5:f\n6:g\n7:h\n8:i\n9:slow-once\n");
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "speculative_wins"), 1);
+	EXPECT_EQ(jint(j, "duplicates"), 0);
+	EXPECT_EQ(jint(j, "failed_attempts"), 0);
+	json_decref(j);
 	stop_meshd();
 }

@@ -35,6 +35,15 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 			raise(SIGKILL);
 		}
 	}
+	if (n == 9 && !memcmp(req, "slow-once", 9)) {
+		/* The first to see it straggles (2 s); copies answer at once. */
+		const char *f = getenv("JOBTEST_FIRST_SLOW");
+		int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+		if (fd >= 0) {
+			close(fd);
+			sleep(2);
+		}
+	}
 	if (n == 4 && !memcmp(req, "hang", 4))
 		for (;;)
 			pause();
