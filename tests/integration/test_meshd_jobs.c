@@ -483,3 +483,69 @@ TEST_TIMEOUT(jobs_speculation_across_workers_first_result_wins, 60)
 	json_decref(j);
 	stop_meshd();
 }
+
+/* Waits until job id has at least `done` chunks DONE (meshd may be gone:
+ * then returns at once). */
+static void wait_done(unsigned id, int64_t done)
+{
+	for (int tries = 0; tries < 2000; tries++) {
+		if (mesh(0, "jobs --json") != 0)
+			return;
+		json_t *j = job_json(id);
+		int64_t d = jint(j, "done");
+		json_decref(j);
+		if (d >= done)
+			return;
+		usleep(5000);
+	}
+}
+
+TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
+{
+	add_job_worker("jw", 3, "300s");
+	setup();
+	const int N = 3000;
+	FILE *f = fopen("in.txt", "w");
+	static char want[1 << 17];
+	size_t k = 0;
+	for (int i = 0; i < N; i++) {
+		fprintf(f, "d%d\n", i);
+		k += (size_t)snprintf(want + k, sizeof want - k, "%d:d%d\n", i, i);
+	}
+	fclose(f);
+	unsigned id = submit("jw --input in.txt --retries 10");
+	unsigned seed = (unsigned)t_now_ms();
+	int worker_kills = 0, meshd_kills = 0;
+	for (int step = 1; step <= 6; step++) {
+		wait_done(id, (int64_t)N * step / 8);
+		if (step == 2 || step == 5) {
+			/* meshd itself, mid-job; then the same state again. */
+			ASSERT_EQ(kill(meshd_pid, SIGKILL), 0);
+			ASSERT_EQ(wait_pid(meshd_pid), 128 + SIGKILL);
+			start_meshd();
+			meshd_kills++;
+			continue;
+		}
+		pid_t pids[8];
+		int n = worker_pids(pids, 8);
+		if (n > 0 && kill(pids[rand_r(&seed) % (unsigned)n], SIGKILL) == 0)
+			worker_kills++;
+	}
+	EXPECT_EQ(meshd_kills, 2);
+	EXPECT_GE(worker_kills, 1);
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	/* Every result present and right: the whole output, in order. */
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_UEQ(strlen(out), k);
+	EXPECT_TRUE(strcmp(out, want) == 0);
+	/* Every chunk DONE exactly once: one DONE record each in the journal. */
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "done"), N);
+	EXPECT_EQ(jint(j, "buried"), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' job check '%s'", t_bin("mesh"),
+		       json_string_value(json_object_get(j, "journal"))),
+		  0);
+	json_decref(j);
+	EXPECT_CONTAINS(out, "done 3000,");
+	stop_meshd();
+}

@@ -5,6 +5,7 @@
  *   hang      never answers (sleeps)
  *   slow      answers after 20 ms
  *   fail      the handler fails ("refused: fail")
+ *   d...      answers after 1 ms
  * JOBTEST_FIRST_CRASH=<file>: the first worker to see a "crash-once"
  * input creates <file> and dies; every later one (the file exists) answers. */
 #include <mesh/worker.h>
@@ -44,6 +45,8 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 			sleep(2);
 		}
 	}
+	if (n > 1 && ((const char *)req)[0] == 'd')
+		usleep(1000); /* "d<anything>": a 1 ms chunk */
 	if (n == 4 && !memcmp(req, "hang", 4))
 		for (;;)
 			pause();
