@@ -385,7 +385,9 @@ static void pump(struct slot_ex *x)
 		struct jworker *best = NULL;
 		for (unsigned i = 0; i < K; i++) {
 			struct jworker *w = &x->w[i];
-			if (w->state == W_ON && !w->full && w->n < D && (!best || w->n < best->n))
+			/* Not behind a dropped attempt the worker still works on. */
+			if (w->state == W_ON && !w->full && w->n < D && (!w->n || w->fifo[w->head].unit) &&
+			    (!best || w->n < best->n))
 				best = w;
 		}
 		if (!best)
@@ -462,7 +464,7 @@ static void check_timeouts(struct slot_ex *x, uint64_t now)
 		return;
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->state != W_ON || !w->n || !w->fifo[w->head].unit || now < w->t_head + x->cfg.timeout_ns)
+		if (w->state != W_ON || !w->n || now < w->t_head + x->cfg.timeout_ns)
 			continue;
 		drop_worker(x, w, 1, 128 + SIGKILL, "timed out: the worker was killed");
 	}
@@ -500,8 +502,7 @@ static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollf
 		return 1;
 	case U_SENT: {
 		struct jworker *w = &x->w[u->w];
-		if (x->cfg.timeout_ns && w->n && w->fifo[w->head].unit == (int)slot &&
-		    w->t_head + x->cfg.timeout_ns < *wake)
+		if (x->cfg.timeout_ns && w->n && w->t_head + x->cfg.timeout_ns < *wake)
 			*wake = w->t_head + x->cfg.timeout_ns;
 		pf[0] = (struct pollfd){.fd = w->efd, .events = POLLIN};
 		return 1;
@@ -566,10 +567,21 @@ static void cancel_unit(struct slot_ex *x, struct unit *u, int sig)
 	} else if (u->state == U_SENT) {
 		struct jworker *w = &x->w[u->w];
 		int idx = (int)(u - x->u) + 1;
+		uint64_t taken = mesh_slot_taken(w->h.slot);
+		int working = w->n && w->fifo[w->head].unit == idx && taken > w->taken_base &&
+			      taken - w->taken_base > w->answered;
 		for (unsigned i = 0; i < w->n; i++) {
 			struct entry *e = &w->fifo[(w->head + i) % x->cfg.depth];
-			if (e->unit == idx)
+			if (e->unit == idx) {
 				e->unit = 0;
+			} else if (working && e->unit) {
+				/* Not left waiting behind a straggler nobody needs:
+				 * to another worker (this one's reply is dropped). */
+				q_insert(x, &x->u[e->unit - 1]);
+				e->unit = 0;
+				atomic_fetch_add_explicit(&x->st->requeued, 1, memory_order_relaxed);
+				x->need_pump = 1;
+			}
 		}
 		end_unit(u, 128 + sig, NULL, 0, 0);
 	}

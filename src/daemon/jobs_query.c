@@ -152,7 +152,8 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	pthread_mutex_lock(&j->mu);
 	jb->next = j->list;
 	j->list = jb;
-	rc = mesh__job_start(jb);
+	/* Stopping meanwhile: it stays on disk, unfinished, for the next start. */
+	rc = j->stopping ? 0 : mesh__job_start(jb);
 	pthread_mutex_unlock(&j->mu);
 	if (rc < 0) {
 		pthread_mutex_lock(&jb->mu);
