@@ -15,7 +15,12 @@
 	X(stop, mesh_cmd_stop, "meshd: stop a program's workers")                                 \
 	X(ps, mesh_cmd_ps, "meshd: the stats table of workers and host")                         \
 	X(logs, mesh_cmd_logs, "meshd: a program's output log")                                   \
-	X(call, mesh_cmd_call, "meshd: send one request through a worker's slot, print the reply")
+	X(call, mesh_cmd_call, "meshd: send one request through a worker's slot, print the reply") \
+	X(submit, mesh_cmd_submit, "meshd: submit a job (chunks for a program's workers); prints its id") \
+	X(jobs, mesh_cmd_jobs, "meshd: the jobs and their progress")                              \
+	X(wait, mesh_cmd_wait, "meshd: wait for a job to end (progress bar on a terminal)")      \
+	X(results, mesh_cmd_results, "meshd: a job's results in chunk order, streamed while it runs") \
+	X(cancel, mesh_cmd_cancel, "meshd: cancel a job")
 
 #define MESH__CMD_DECL(name, fn, summary) int fn(int argc, char **argv);
 MESH_CMD_MAP(MESH__CMD_DECL)

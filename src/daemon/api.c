@@ -16,6 +16,7 @@
  * JSON by in_added (announced) or on_request (chunked).  libmicrohttpd, used
  * before, is gone because Debian's links GnuTLS: 2.3 MB of meshd's RSS. */
 #include "daemon/api.h"
+#include "daemon/api_jobs.h"
 
 #include "base/buf.h"
 #include "base/clock.h"
@@ -102,6 +103,7 @@ struct job {
 	char *data;	/* malloc'd unless data_static */
 	size_t len;
 	int data_static;
+	char type_buf[96]; /* a type made for this answer (job routes) */
 };
 
 int meshd_api_name_ok(const char *name)
@@ -430,6 +432,14 @@ static void route(struct meshd_api *a, struct job *jb)
 		json_t *out = ps_json(&ps);
 		meshd_ps_release(&ps);
 		return send_json(jb, 200, out);
+	}
+	if (meshd_api_is_jobs(url)) {
+		struct meshd_api_answer ans;
+		meshd_api_jobs(method, url, &jb->args, jb->body.p, jb->body.len, &ans);
+		memcpy(jb->type_buf, ans.type, sizeof jb->type_buf);
+		set_answer(jb, ans.status, jb->type_buf, ans.data ? ans.data : "", ans.len, ans.data == NULL);
+		jb->allow = ans.allow;
+		return;
 	}
 	if (!strncmp(url, prefix, sizeof prefix - 1)) {
 		const char *name = url + sizeof prefix - 1;

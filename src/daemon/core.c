@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ struct worker {
 	int slot;	  /* index into d->slots while on a slot, else -1 */
 	unsigned inflight;
 	uint64_t last_used;
+	int job;	  /* held by a job (meshd_job_worker_get): no call uses it */
 };
 
 struct program {
@@ -619,6 +621,8 @@ static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, i
 		int best = -1, waitfor = -1;
 		for (unsigned i = 0; i < p->nw; i++) {
 			enum mesh_istate st = mesh_instance_state(p->w[i].inst);
+			if (p->w[i].job)
+				continue; /* a job's (meshd_job_worker_get) */
 			if (st == MESH_IS_RUNNING && p->w[i].slot >= 0 &&
 			    (best < 0 || p->w[i].inflight < p->w[best].inflight))
 				best = (int)i;
@@ -638,13 +642,13 @@ static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, i
 			/* Put an idle one on a slot, or a new one (spawned on launch). */
 			int cand = -1;
 			for (unsigned i = 0; i < p->nw && cand < 0; i++)
-				if (mesh_instance_state(p->w[i].inst) == MESH_IS_IDLE)
+				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_IDLE)
 					cand = (int)i;
 			for (unsigned i = 0; i < p->nw && cand < 0; i++)
-				if (mesh_instance_state(p->w[i].inst) == MESH_IS_STARTING)
+				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_STARTING)
 					cand = (int)i;
 			for (unsigned i = 0; i < p->nw && cand < 0; i++)
-				if (mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN)
+				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN)
 					cand = (int)i;
 			if (cand < 0 && p->nw < p->img.m.max_workers) {
 				int rc = mesh_instance_new(d->h, &p->img, &p->w[p->nw].inst);
@@ -896,4 +900,155 @@ void meshd_core_free(struct meshd_core *d)
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->metrics_mu);
 	free(d);
+}
+
+/* ---- workers held by jobs (daemon/job_exec.c; ops.h) ---- */
+
+/* The free worker of p a job may take, or a new one; d->mu held.  Its
+ * index, or -1 when all max_workers are in use. */
+static int job_candidate(struct meshd_core *d, struct program *p)
+{
+	static const enum mesh_istate pref[] = {MESH_IS_RUNNING, MESH_IS_IDLE, MESH_IS_STARTING, MESH_IS_DOWN};
+	for (unsigned k = 0; k < sizeof pref / sizeof pref[0]; k++)
+		for (unsigned i = 0; i < p->nw; i++) {
+			struct worker *wk = &p->w[i];
+			if (wk->job || wk->inflight || mesh_instance_state(wk->inst) != pref[k] ||
+			    (pref[k] == MESH_IS_RUNNING && wk->slot < 0))
+				continue;
+			return (int)i;
+		}
+	if (p->nw >= p->img.m.max_workers || mesh_instance_new(d->h, &p->img, &p->w[p->nw].inst) != 0)
+		return -1;
+	p->w[p->nw].slot = -1;
+	return (int)p->nw++;
+}
+
+static void job_unhold(struct meshd_core *d, struct program *p, unsigned i, int slot)
+{
+	struct worker *wk = &p->w[i];
+	wk->job = 0;
+	wk->inflight--;
+	wk->last_used = mesh_mono_ns();
+	if (slot >= 0)
+		d->slot_busy[slot]--;
+	reconcile(d, p);
+}
+
+int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err)
+{
+	struct program *p;
+	if (err)
+		*err = NULL;
+	memset(out, 0, sizeof *out);
+	int rc = get_program(d, name, &p, err);
+	if (rc)
+		return rc;
+	uint64_t deadline = mesh_mono_ns() + start_wait_ns(p, d);
+	pthread_mutex_lock(&d->mu);
+	reconcile(d, p);
+	int i = job_candidate(d, p);
+	if (i < 0) {
+		pthread_mutex_unlock(&d->mu);
+		unref(d, p);
+		return mesh_errf(err, -EAGAIN, "all %u workers of '%s' are in use", p->img.m.max_workers, name);
+	}
+	struct worker *wk = &p->w[i];
+	wk->job = 1;
+	wk->inflight++;
+	if (mesh_instance_state(wk->inst) != MESH_IS_RUNNING || wk->slot < 0) {
+		int s = wk->slot >= 0 ? wk->slot : take_slot(d);
+		if (s < 0) {
+			job_unhold(d, p, (unsigned)i, -1);
+			pthread_mutex_unlock(&d->mu);
+			unref(d, p);
+			return mesh_errf(err, -EAGAIN, "no free slot for '%s' (all %u are in use)", name, d->nslots);
+		}
+		if (wk->slot < 0 && (rc = mesh_instance_launch(wk->inst, d->slots[s], err)) != 0) {
+			d->slot_taken[s] = 0;
+			job_unhold(d, p, (unsigned)i, -1);
+			pthread_mutex_unlock(&d->mu);
+			unref(d, p);
+			return rc;
+		}
+		wk->slot = s;
+	}
+	/* Held: reconcile never frees or hands on this slot meanwhile. */
+	int s = wk->slot;
+	d->slot_busy[s]++;
+	struct mesh_instance *inst = wk->inst;
+	pthread_mutex_unlock(&d->mu);
+	uint64_t now = mesh_mono_ns();
+	rc = mesh_instance_wait(inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE,
+				now < deadline ? deadline - now : 0, err);
+	if (rc == 0 && mesh_instance_state(inst) != MESH_IS_RUNNING) {
+		char *r = mesh_instance_last_report(inst);
+		rc = MESH_E_CRASHED;
+		if (err)
+			*err = r ? r : mesh_strf("'%s' exited before it came online", name);
+		else
+			free(r);
+	}
+	pthread_mutex_lock(&d->mu);
+	if (rc == 0 && d->slots[s] != mesh_instance_slot(inst))
+		rc = mesh_errf(err, MESH_E_STATE, "'%s' left its slot while it came online", name);
+	if (rc) {
+		job_unhold(d, p, (unsigned)i, s);
+		pthread_mutex_unlock(&d->mu);
+		unref(d, p);
+		return rc;
+	}
+	out->prog = p;
+	out->idx = (unsigned)i;
+	out->slot_index = s;
+	out->slot = d->slots[s];
+	out->inst = inst;
+	out->pid = mesh_instance_pid(inst);
+	pthread_mutex_unlock(&d->mu);
+	return 0; /* the program's reference stays until put */
+}
+
+void meshd_job_worker_put(struct meshd_core *d, struct meshd_job_worker *w, int kill_it)
+{
+	struct program *p = w->prog;
+	if (!p)
+		return;
+	pthread_mutex_lock(&d->mu);
+	if (kill_it) {
+		/* Hung or broken: asked to exit (so its death is no crash),
+		 * then its group killed at once rather than after the grace. */
+		mesh_instance_exit(w->inst);
+		pid_t pid = mesh_instance_pid(w->inst);
+		if (pid > 0 && mesh_istate_stopping(mesh_instance_state(w->inst)))
+			kill(-pid, SIGKILL);
+	}
+	job_unhold(d, p, w->idx, w->slot_index);
+	pthread_mutex_unlock(&d->mu);
+	unref(d, p);
+	memset(w, 0, sizeof *w);
+}
+
+int meshd_job_worker_down(struct meshd_core *d, struct meshd_job_worker *w, uint64_t timeout_ns, int *status,
+			  char **report)
+{
+	(void)d;
+	*status = -1;
+	if (report)
+		*report = NULL;
+	int rc = mesh_instance_wait(w->inst, 1u << MESH_IS_DOWN, timeout_ns, NULL);
+	if (mesh_instance_state(w->inst) != MESH_IS_DOWN)
+		return rc < 0 && rc != MESH_E_CRASHED ? rc : MESH_E_TIMEOUT;
+	*status = mesh_instance_stats(w->inst).last_exit;
+	if (report)
+		*report = mesh_instance_last_report(w->inst);
+	return 0;
+}
+
+unsigned meshd_program_max_workers(struct meshd_core *d, const char *name, char **err)
+{
+	struct program *p;
+	if (get_program(d, name, &p, err))
+		return 0;
+	unsigned n = p->img.m.max_workers;
+	unref(d, p);
+	return n;
 }

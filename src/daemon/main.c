@@ -7,6 +7,8 @@
 #include "daemon/api.h"
 #include "daemon/api_client.h"
 #include "daemon/metrics.h"
+#include "daemon/api_jobs.h"
+#include "daemon/jobs.h"
 #include "daemon/notify.h"
 #include "daemon/ops.h"
 
@@ -34,6 +36,7 @@ static void usage(FILE *f)
 		"             [--socket PATH] [--ready-timeout S] [--log-max SIZE]\n"
 		"             [--log-level debug|info|warn|error]\n"
 		"             [--metrics ADDR:PORT [--metrics-public]]\n"
+		"             [--log-level debug|info|warn|error] [--state DIR]\n"
 		"\n"
 		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
 		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
@@ -54,6 +57,8 @@ static void usage(FILE *f)
 		"  --metrics ADDR:PORT  also serve GET /metrics (Prometheus text) on TCP, e.g.\n"
 		"                       127.0.0.1:9464; loopback only unless --metrics-public\n"
 		"  --metrics-public     allow a --metrics address that is not loopback\n"
+		"  --state DIR          where submitted jobs live (created 0700); default\n"
+		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh\n"
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
@@ -183,6 +188,8 @@ int main(int argc, char **argv)
 	struct meshd_metrics_server *msrv = NULL;
 	struct meshd_core *core = NULL;
 	struct meshd_api *api = NULL;
+	struct meshd_jobs *jobs = NULL;
+	char state[PATH_MAX] = "";
 	struct sigaction sa;
 	char *err = NULL;
 	int rc;
@@ -237,6 +244,10 @@ int main(int argc, char **argv)
 			metrics_addr = v;
 		} else if (!strcmp(argv[i], "--metrics-public")) {
 			metrics_public = 1;
+		} else if ((v = opt_value(argc, argv, &i, "--state", &missing))) {
+			if (!*v || strlen(v) >= sizeof state)
+				return usage_error("--state wants a directory, not '%s'", v);
+			strcpy(state, v);
 		} else if (missing) {
 			return usage_error("%s needs a value", argv[i]);
 		} else {
@@ -275,10 +286,32 @@ int main(int argc, char **argv)
 	if (stop_asked)
 		meshd_core_stop(core);
 
+	int default_state = !state[0];
+	if (default_state && meshd_state_default(state, sizeof state) < 0)
+		state[0] = 0;
+	rc = state[0] ? meshd_jobs_open(&jobs, core, state, &err) : -ENOENT;
+	if (rc < 0 && default_state) {
+		/* No usable default: meshd serves programs, not jobs. */
+		mesh_warn("no jobs: %s (give --state DIR)",
+			  err ? err : "neither $XDG_STATE_HOME nor $HOME names a state directory");
+		free(err);
+		err = NULL;
+		jobs = NULL;
+	} else if (rc < 0) {
+		mesh_error("cannot open the jobs: %s", err ? err : mesh_strerror(rc));
+		free(err);
+		the_core = NULL;
+		meshd_core_free(core);
+		return exit_for(rc);
+	}
+	meshd_api_jobs_set(jobs);
+
 	rc = meshd_api_start(&api, core, sock, &err);
 	if (rc < 0) {
 		mesh_error("cannot serve the control API: %s", err ? err : mesh_strerror(rc));
 		free(err);
+		meshd_jobs_stop(jobs);
+		meshd_jobs_free(jobs);
 		the_core = NULL;
 		meshd_core_free(core);
 		return exit_for(rc);
@@ -308,6 +341,9 @@ int main(int argc, char **argv)
 		mesh_error("event loop failed: %s", mesh_strerror(rc));
 	mesh_info("stopping");
 	meshd_notify("STOPPING=1");
+	/* Jobs first: their drivers give their workers back before any
+	 * program is stopped (a stop would count as their chunks' failure). */
+	meshd_jobs_stop(jobs);
 	int inflight = meshd_api_quiesce(api);
 	if (inflight > 0) {
 		/* A start or call may wait on a worker for a minute: stop every
@@ -317,6 +353,8 @@ int main(int argc, char **argv)
 	}
 	meshd_metrics_serve_stop(msrv);
 	meshd_api_stop(api);
+	meshd_api_jobs_set(NULL);
+	meshd_jobs_free(jobs);
 	meshd_core_free(core);
 	mesh_info("stopped");
 	return rc < 0 ? MESH_EXIT_SOFTWARE : 0;

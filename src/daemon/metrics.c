@@ -259,10 +259,10 @@ static void render_programs(struct w *w, const struct meshd_metrics *m)
 
 static void render_jobs(struct w *w, const struct meshd_job_metrics *j)
 {
-	static const char *const js[MESHD_JOB__N] = {"running", "done", "failed", "cancelled"};
+	static const char *const js[MESHD_MJOB__N] = {"running", "complete", "failed", "cancelled", "error"};
 	static const char *const cs[MESHD_CHUNK__N] = {"pending", "leased", "done", "buried"};
 	family(w, "mesh_jobs", "gauge", "Jobs known to meshd, by state.");
-	for (int i = 0; i < MESHD_JOB__N; i++)
+	for (int i = 0; i < MESHD_MJOB__N; i++)
 		put(w, "mesh_jobs{state=\"%s\"} %llu\n", js[i], (unsigned long long)j->jobs[i]);
 	family(w, "mesh_chunks", "gauge", "Chunks of meshd's jobs, by state.");
 	for (int i = 0; i < MESHD_CHUNK__N; i++)

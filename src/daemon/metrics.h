@@ -48,10 +48,10 @@ const char *meshd_call_result_name(enum meshd_call_result r);
 enum meshd_call_result meshd_call_result_of(int rc);
 
 /* The job engine's numbers (filled by meshd_jobs_metrics). */
-enum meshd_job_state { MESHD_JOB_RUNNING, MESHD_JOB_DONE, MESHD_JOB_FAILED, MESHD_JOB_CANCELLED, MESHD_JOB__N };
+enum meshd_mjob_state { MESHD_MJOB_RUNNING, MESHD_MJOB_COMPLETE, MESHD_MJOB_FAILED, MESHD_MJOB_CANCELLED, MESHD_MJOB_ERROR, MESHD_MJOB__N };
 enum meshd_chunk_state { MESHD_CHUNK_PENDING, MESHD_CHUNK_LEASED, MESHD_CHUNK_DONE, MESHD_CHUNK_BURIED, MESHD_CHUNK__N };
 struct meshd_job_metrics {
-	uint64_t jobs[MESHD_JOB__N];	 /* jobs known to meshd, by state */
+	uint64_t jobs[MESHD_MJOB__N];	 /* jobs known to meshd, by state */
 	uint64_t chunks[MESHD_CHUNK__N]; /* their chunks, by state */
 	uint64_t completions;		 /* chunks completed (DONE records written) */
 	uint64_t duplicates;		 /* completions ignored: the chunk was DONE already */

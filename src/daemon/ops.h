@@ -93,4 +93,36 @@ int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, cha
 int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply, size_t *reply_len,
 		  uint64_t timeout_ns, char **err);
 
+/* Workers held by a job (daemon/job_exec.c).  A held worker serves only
+ * its job (calls and other jobs skip it; the idle tick never reaps it);
+ * its slot stays allocated (never freed or handed on) until it is put
+ * back, even after the worker died. */
+struct meshd_job_worker {
+	void *prog;		  /* the core's; NULL = none held */
+	unsigned idx;
+	int slot_index;
+	struct mesh_slot *slot;	  /* the job drives it with mesh_slot_send/recv */
+	struct mesh_instance *inst;
+	pid_t pid;
+};
+/* Takes one more worker of name for a job: a free warm one, else one
+ * started (spawned, launched on a free slot) and waited for until online.
+ * Blocks (the job asks from a helper thread).  0 with *out; -EAGAIN (*err
+ * says why) when the program's max_workers are all in use or no slot is
+ * free; MESH_E_CRASHED (*err: the report) when it died coming up; the
+ * load's errors (unknown program, ...). */
+int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err);
+/* Gives a held worker back (w is cleared): idle from now (the idle tick
+ * reaps it after its TTL), or with kill_it asked to exit and its process
+ * group SIGKILLed at once (a hung or broken worker). */
+void meshd_job_worker_put(struct meshd_core *d, struct meshd_job_worker *w, int kill_it);
+/* After a held worker's slot failed: waits (at most timeout_ns) until its
+ * process is reaped; *status its exit status (128 + signal), *report (may
+ * be NULL) a copy of the crash report (status line, then the output tail)
+ * or NULL.  0 or MESH_E_TIMEOUT. */
+int meshd_job_worker_down(struct meshd_core *d, struct meshd_job_worker *w, uint64_t timeout_ns, int *status,
+			  char **report);
+/* The manifest's max_workers of name (loading it), or 0 (*err says why). */
+unsigned meshd_program_max_workers(struct meshd_core *d, const char *name, char **err);
+
 #endif

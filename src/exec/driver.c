@@ -332,7 +332,7 @@ static void handle_signals(struct mesh__runner *r, int fd)
  * slot's event source (its executor's fds). */
 static int loop(struct mesh__runner *r)
 {
-	size_t cap = 2 + MESH__EXEC_MAX_FDS * (size_t)r->nslots;
+	size_t cap = 3 + MESH__EXEC_MAX_FDS * (size_t)r->nslots;
 	struct pollfd *pf = calloc(cap, sizeof *pf);
 	struct mesh__slot **who = calloc(cap, sizeof *who); /* NULL: the driver's own fd */
 	const struct mesh__executor_ops *ex = r->ex->ops;
@@ -360,6 +360,11 @@ static int loop(struct mesh__runner *r)
 		}
 		pf[n] = (struct pollfd){.fd = r->evfd, .events = POLLIN};
 		who[n++] = NULL;
+		int cancel_fd = r->o->hooks && !r->stopping ? r->o->hooks->cancel_fd : -1;
+		if (cancel_fd >= 0) {
+			pf[n] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
+			who[n++] = NULL;
+		}
 		for (unsigned i = 0; i < r->nslots; i++) {
 			struct mesh__slot *s = &r->slots[i];
 			if (!s->busy)
@@ -404,7 +409,11 @@ static int loop(struct mesh__runner *r)
 				ex->dispatch(r->ex, who[i]->idx, &pf[i]);
 			else if (pf[i].fd == r->evfd)
 				take_results(r);
-			else
+			else if (pf[i].fd == cancel_fd) {
+				/* Cancelled by the caller: as a first SIGTERM. */
+				r->stopping = 1;
+				mesh__run_stop_all(r, SIGTERM);
+			} else
 				handle_signals(r, pf[i].fd);
 		}
 		now = mesh_mono_ns();

@@ -103,6 +103,16 @@ void *mesh__run_completer(void *arg)
 			if (it->res_dir)
 				it->result = finalize_results(it);
 		}
+		/* The caller's results reach the disk before their DONE. */
+		if (r->o->hooks && r->o->hooks->commit) {
+			int any = 0;
+			for (struct mesh__item *it = batch; it && !any; it = it->next)
+				any = it->complete && it->result == 0;
+			int rc = any ? r->o->hooks->commit(r->o->hooks->arg) : 0;
+			for (struct mesh__item *it = batch; it && rc < 0; it = it->next)
+				if (it->complete && it->result == 0)
+					it->result = rc;
+		}
 		/* One fsync for the batch (two when speculative copies ran
 		 * under the second handle). */
 		for (int pass = 0; pass < 2; pass++) {
@@ -128,6 +138,8 @@ void *mesh__run_completer(void *arg)
 						rc < 0 && res[i] >= 0 && res[i] != MESH_JOB_IGNORED ? rc : res[i];
 			}
 		}
+		if (r->o->hooks && r->o->hooks->committed)
+			r->o->hooks->committed(r->o->hooks->arg);
 		pthread_mutex_lock(&r->mu);
 		struct mesh__item *last = batch;
 		while (last->next)

@@ -43,6 +43,8 @@ struct mesh__slot {
 	char **argv;
 	struct mesh_buf argbuf;
 	char tagnum[24]; /* the chunk id as a tag when there is no input */
+	char *report;	 /* hooks->failed: the failed attempt's stderr, kept before it is written on */
+	size_t report_len;
 };
 
 /* Work for the completer thread: finalize results (fsyncs, renames) and

@@ -45,6 +45,9 @@ void mesh__slot_clear(struct mesh__runner *r, struct mesh__slot *s)
 	free(s->tmp_out);
 	free(s->tmp_err);
 	s->res_dir = s->tmp_out = s->tmp_err = NULL;
+	free(s->report);
+	s->report = NULL;
+	s->report_len = 0;
 	s->busy = 0;
 	s->exited = 0;
 	s->term_sent = 0;
@@ -143,6 +146,9 @@ static int record_failure(struct mesh__runner *r, struct mesh__slot *s, int code
 			r->fatal = rc;
 		return 0;
 	}
+	if (r->o->hooks && r->o->hooks->failed)
+		r->o->hooks->failed(r->o->hooks->arg, cid, s->l.attempt, code, s->report ? s->report : "",
+				    s->report_len, rc == 1);
 	if (rc == 1) {
 		r->st->buried++;
 		mesh__out_settle(r, cid);
@@ -226,6 +232,28 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		}
 	}
 	mesh__out_joblog(r, s, code, dur);
+	if (code == 0 && r->o->hooks && r->o->hooks->result) {
+		/* The caller keeps the result; it must have it before the
+		 * chunk may be completed. */
+		int rc = s->cout.spill_fd >= 0 ? -EFBIG
+						: r->o->hooks->result(r->o->hooks->arg, cid, s->l.attempt,
+								      s->cout.mem.p ? s->cout.mem.p : "", s->cout.mem.len);
+		if (rc < 0) {
+			mesh__out_failed(r, cid, rc, "result");
+			mesh_job_renew(s->jh, &s->l, 1);
+			if (it)
+				mesh__run_item_free(it);
+			mesh__capture_flush(&s->cout, -1, NULL, 0);
+			mesh__capture_flush(&s->cerr, -1, NULL, 0);
+			goto done;
+		}
+	}
+	if (code != 0 && r->o->hooks && r->o->hooks->failed && s->cerr.spill_fd < 0 && s->cerr.mem.len &&
+	    (s->report = malloc(s->cerr.mem.len))) {
+		/* The output goes on (and is gone) before the failure is recorded. */
+		memcpy(s->report, s->cerr.mem.p, s->cerr.mem.len);
+		s->report_len = s->cerr.mem.len;
+	}
 	if (code != 0 && keep)
 		buried = record_failure(r, s, code, what);
 	if (!r->o->results_dir) {

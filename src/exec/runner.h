@@ -150,6 +150,33 @@ enum {
 	MESH_EXEC_HALT_NOW = 2,	 /* kill running chunks at once */
 };
 
+/* For a caller that keeps each chunk's result itself (meshd's jobs,
+ * docs/jobs.md) instead of having output written to out_fd/results_dir.
+ * Every callback may be NULL.  arg is passed to each.
+ *   result: on the loop thread, for an attempt that ended with code 0 whose
+ *     chunk is about to be completed: its whole stdout (in memory; an
+ *     attempt whose stdout spilled past MESH_CAPTURE_MEM_MAX fails with
+ *     -EFBIG).  Non-zero: the run stops as for an output error (the chunk
+ *     is not completed; MESH_E_OUTPUT).
+ *   commit: on the completer thread, before each batch of completions is
+ *     appended to the journal (so results reach the disk before their DONE
+ *     records).  Non-zero: nothing of the batch is completed and the run
+ *     stops with that error.
+ *   failed: on the loop thread, for each failed attempt recorded: its status
+ *     code, its stderr (what the executor gave as stream 0), and whether
+ *     this failure buried the chunk.
+ *   cancel_fd: >= 0: once readable, the run stops as after SIGTERM (running
+ *     attempts are killed, record nothing, their leases are released) and
+ *     returns MESH_EXEC_INTERRUPTED.  The fd is polled, never read. */
+struct mesh_exec_hooks {
+	int (*result)(void *arg, uint64_t cid, uint32_t attempt, const void *p, size_t n);
+	int (*commit)(void *arg);
+	void (*committed)(void *arg); /* completer thread: a batch was completed (its DONE records are durable) */
+	void (*failed)(void *arg, uint64_t cid, uint32_t attempt, int code, const void *err, size_t n, int buried);
+	int cancel_fd;
+	void *arg;
+};
+
 struct mesh_exec_opts {
 	char *const *argv;	/* the command template, NULL-terminated, argv[0] non-empty; borrowed */
 	unsigned slots;		/* chunks run at once; 0 = 1 */
@@ -187,6 +214,7 @@ struct mesh_exec_opts {
 	uint64_t memfree_bytes;	/* --memfree: start nothing while MemAvailable is below this; 0 = off */
 	int nice;		/* --nice: niceness added to the chunks' processes; 0 = inherit */
 	const char *tmpdir;	/* where output spills; NULL = $TMPDIR, else /tmp */
+	const struct mesh_exec_hooks *hooks; /* NULL = none; borrowed */
 };
 #define MESH_EXEC_OPTS_INIT                                                                      \
 	{                                                                                         \

@@ -133,9 +133,10 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	EXPECT_TRUE(warm <= window);
 	double sav = sample(m, "mesh_savings_ratio{program=\"echo\"}");
 	EXPECT_TRUE(sav >= 0 && sav <= 1);
-	/* This tree has no job subsystem: the job families are absent. */
-	EXPECT_TRUE(strstr(m, "mesh_jobs") == NULL);
-	EXPECT_TRUE(strstr(m, "mesh_chunks") == NULL);
+	/* No job was submitted yet: the job families are there, at zero. */
+	EXPECT_EQ(sample(m, "mesh_jobs{state=\"running\"}"), 0);
+	EXPECT_EQ(sample(m, "mesh_chunks{state=\"done\"}"), 0);
+	EXPECT_EQ(sample(m, "mesh_chunk_completions_total"), 0);
 	promtool_ok("sock.txt");
 
 	/* The same text over TCP (loopback), and the counters moved with one more call. */
@@ -148,6 +149,20 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	EXPECT_EQ(sample(tm, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 5);
 	EXPECT_EQ(sample(tm, "mesh_cold_start_seconds_count{program=\"echo\"}"), 2);
 	promtool_ok("tcp.txt");
+
+	/* A job of three chunks: counted once it is complete. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' submit --socket " SOCK " echo ::: a b c", t_bin("mesh")), 0);
+	ASSERT_EQ(mesh("wait 1 --quiet"), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o job.txt http://127.0.0.1:%d/metrics", port), 0);
+	char *jm = t_read_file("job.txt", NULL);
+	ASSERT_TRUE(jm != NULL);
+	EXPECT_EQ(sample(jm, "mesh_jobs{state=\"complete\"}"), 1);
+	EXPECT_EQ(sample(jm, "mesh_jobs{state=\"running\"}"), 0);
+	EXPECT_EQ(sample(jm, "mesh_chunks{state=\"done\"}"), 3);
+	EXPECT_EQ(sample(jm, "mesh_chunks{state=\"pending\"}"), 0);
+	EXPECT_EQ(sample(jm, "mesh_chunk_completions_total"), 3);
+	promtool_ok("job.txt");
+	free(jm);
 	/* That listener serves nothing else. */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/v1/ps", port), 0);
 	EXPECT_STREQ(out, "404");

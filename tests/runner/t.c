@@ -227,6 +227,9 @@ static int run_one(const struct t_case *c, const char *tmproot)
 		if (chdir(dir) < 0)
 			_exit(3);
 		setenv("TMPDIR", dir, 1);
+		/* A meshd a test starts keeps its jobs here, never in the
+		 * user's own state directory (docs/jobs.md). */
+		setenv("XDG_STATE_HOME", dir, 1);
 		c->fn();
 		fflush(stdout);
 		fflush(stderr);

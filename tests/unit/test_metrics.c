@@ -79,7 +79,7 @@ static char *render(int have_jobs)
 	m.programs = p;
 	m.nprograms = 2;
 	m.have_jobs = have_jobs;
-	m.jobs.jobs[MESHD_JOB_RUNNING] = 1;
+	m.jobs.jobs[MESHD_MJOB_RUNNING] = 1;
 	m.jobs.chunks[MESHD_CHUNK_PENDING] = 200;
 	m.jobs.chunks[MESHD_CHUNK_DONE] = 100;
 	m.jobs.completions = 100;

@@ -1,0 +1,82 @@
+#!/bin/sh
+# meshd's jobs, side by side in one run (docs/jobs.md):
+#   - trivial chunks through warm echo workers (mesh submit) vs `mesh run`
+#     starting one process per chunk for the same kind of work (`true`),
+#     both durable (journaled), both on 2 slots/workers: chunks/s and ratio;
+#   - from a submit with zero workers to the first result (the job's
+#     first_result_s: the driver's start to the first reply, spawn included)
+#     vs a worker's spawn-to-ready (`mesh start` of a cold program, minus a
+#     `mesh ps` round trip);
+#   - after the last chunk: time until zero worker processes (idle_ttl 1 s,
+#     meshd's 500 ms tick).
+# Usage: bench/bench_jobs.sh BUILD   (MESH_BENCH_CHUNKS: warm chunks, default 20000)
+BUILD=${1:-build}
+B=$(cd "$BUILD" && pwd)
+N=${MESH_BENCH_CHUNKS:-20000}
+NRUN=${MESH_BENCH_RUN_CHUNKS:-1000}
+T=$(mktemp -d)
+MESHD=
+cleanup() {
+	[ -n "$MESHD" ] && kill "$MESHD" 2>/dev/null && wait "$MESHD" 2>/dev/null
+	rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+
+case $(uname -m) in
+x86_64) TRIPLE=x86_64-linux-gnu ;;
+aarch64) TRIPLE=aarch64-linux-gnu ;;
+*) echo "   skipped: no catalog triple for $(uname -m)"; exit 0 ;;
+esac
+mkdir -p "$T/catalog/$TRIPLE" "$T/logs"
+for p in echo cold; do
+	cp "$B/examples/echo_worker" "$T/catalog/$TRIPLE/$p" || exit 1
+	printf 'name = "%s"\nbackends = ["native"]\nmax_workers = 2\nidle_ttl = "1s"\n' "$p" >"$T/catalog/$p.toml"
+done
+
+S=$T/meshd.sock
+"$B/meshd" --catalog "$T/catalog" --logs "$T/logs" --socket "$S" --state "$T/state" --log-level warn \
+	2>"$T/meshd.err" &
+MESHD=$!
+i=0
+while [ ! -S "$S" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+[ -S "$S" ] || { echo "   meshd did not start:"; cat "$T/meshd.err"; exit 1; }
+mesh() { "$B/mesh" "$@" --socket "$S"; }
+now() { date +%s.%N; }
+field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+job() { curl -s --unix-socket "$S" "http://x/v1/jobs/$1" 2>/dev/null; }
+workers() { ps -o pid= --ppid "$MESHD" | wc -l; }
+
+# Cold: zero workers of echo, one chunk.
+[ "$(workers)" -eq 0 ] || echo "   (workers before the cold job: $(workers))"
+id=$(mesh submit echo --chunks 1) && mesh wait "$id" >/dev/null || { echo "   cold job failed"; exit 1; }
+first=$(job "$id" | field first_result_s)
+t0=$(now); mesh start cold >/dev/null; t1=$(now)
+mesh ps >/dev/null; t2=$(now)
+ready=$(echo "($t1 - $t0) - ($t2 - $t1)" | bc -l)
+printf '   submit -> first result (zero workers):  %.2f ms   worker spawn-to-ready: %.2f ms   (target: <= spawn-to-ready + 2 ms)\n' \
+	"$(echo "$first * 1000" | bc -l)" "$(echo "$ready * 1000" | bc -l)"
+
+# Warm: the two workers stay up (idle_ttl 1 s); N trivial chunks.
+mesh start echo >/dev/null
+t0=$(now)
+id=$(mesh submit echo --chunks "$N" --max-workers 2) && mesh wait "$id" >/dev/null || { echo "   warm job failed"; exit 1; }
+t1=$(now)
+warm=$(echo "$N / ($t1 - $t0)" | bc -l)
+rate=$(job "$id" | field rate)
+
+# Back to zero after the last chunk.
+t0=$(now)
+while [ "$(workers)" -gt 0 ]; do sleep 0.02; done
+t1=$(now)
+zero=$(echo "$t1 - $t0" | bc -l)
+
+# The same kind of work as one process per chunk (mesh run, 2 slots, journaled).
+cd "$T" || exit 1
+t0=$(now)
+"$B/mesh" run -j 2 --chunks "$NRUN" --journal "$T/run.log" true >/dev/null 2>&1
+t1=$(now)
+proc=$(echo "$NRUN / ($t1 - $t0)" | bc -l)
+
+printf '   warm echo workers (2): %.0f chunks/s (driver rate %.0f/s)   mesh run, a process a chunk (-j 2): %.0f chunks/s   ratio %.1fx (target >= 50x; >= 100000 chunks/s)\n' \
+	"$warm" "$rate" "$proc" "$(echo "$warm / $proc" | bc -l)"
+printf '   last chunk -> zero workers: %.2f s (idle_ttl 1 s + tick 0.5 s)\n' "$zero"

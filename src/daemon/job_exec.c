@@ -1,0 +1,703 @@
+/* meshd's slot executor (job_exec.h): a job's attempts on warm workers'
+ * slots, pipelined, for the chunk driver. */
+#include "daemon/job_exec.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "daemon/ops.h"
+#include "shm/shm.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* A waiter looks at its quit flag at least this often. */
+#define WAIT_SLICE_NS (50 * MESH_NS_PER_MS)
+/* How long a dead worker's reaping is waited for (its report). */
+#define DOWN_WAIT_NS (5 * MESH_NS_PER_S)
+#define BACKOFF_MIN_NS (200 * MESH_NS_PER_MS)
+#define BACKOFF_MAX_NS (5 * MESH_NS_PER_S)
+#define BUSY_RETRY_NS (100 * MESH_NS_PER_MS)
+
+enum { U_FREE, U_QUEUED, U_SENT, U_ENDED };
+enum { W_NONE, W_COMING, W_ON };
+
+struct unit {
+	int state;
+	uint64_t cid;
+	uint32_t attempt;
+	const char *input; /* the driver's, valid until release */
+	size_t len;
+	uint64_t order;	   /* queue order: start order, kept when requeued */
+	int w;		   /* SENT: the worker */
+	struct unit *qprev, *qnext;
+	struct mesh__exec_result res;
+	char *out;	   /* ENDED: bytes for the sink, delivered by status */
+	size_t out_len;
+	int out_stream;	   /* 1 result, 0 a failure's text */
+};
+
+struct entry {
+	int unit; /* index + 1 into u; 0 = an attempt that ended meanwhile (its reply is dropped) */
+	uint32_t seq;
+};
+
+struct jworker {
+	int state;
+	struct meshd_job_worker h;
+	pthread_t getter, waiter;
+	int getter_on, waiter_on;
+	_Atomic int got; /* the getter is done: get_rc, get_err, h */
+	int get_rc;
+	char *get_err;
+	int efd;	 /* the waiter: a reply (or the slot's failure) is there */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int armed, quit; /* mu */
+	struct entry *fifo;
+	unsigned head, n;  /* entries in flight, in send order */
+	uint64_t taken_base, answered;
+	uint64_t t_head;   /* when the oldest entry reached the front (about when the worker took it) */
+	int full;	   /* this pump: the ring had no room */
+	struct slot_ex *ex;
+};
+
+struct slot_ex {
+	struct mesh__executor base;
+	struct meshd_job_exec_cfg cfg;
+	struct meshd_job_exec_stats *st;
+	struct unit *u;
+	struct jworker *w;
+	int pool_efd;
+	uint64_t order;
+	struct unit *qhead, *qtail;
+	uint64_t next_get;
+	unsigned get_fails;
+	int need_pump; /* attempts went back to the queue, or a retry is due: pump at the next status */
+};
+
+static struct slot_ex *sx(struct mesh__executor *ex)
+{
+	return (struct slot_ex *)ex;
+}
+
+static void efd_drain(int fd)
+{
+	uint64_t v;
+	if (read(fd, &v, sizeof v) < 0) {
+		/* EAGAIN: nothing there */
+	}
+}
+
+static void efd_kick(int fd)
+{
+	uint64_t one = 1;
+	if (write(fd, &one, sizeof one) < 0) {
+		/* a full counter still wakes the reader */
+	}
+}
+
+/* ---- the queue of attempts waiting for a worker ---- */
+
+static void q_insert(struct slot_ex *x, struct unit *u)
+{
+	struct unit *after = x->qtail;
+	while (after && after->order > u->order)
+		after = after->qprev;
+	u->qprev = after;
+	u->qnext = after ? after->qnext : x->qhead;
+	if (u->qnext)
+		u->qnext->qprev = u;
+	else
+		x->qtail = u;
+	if (after)
+		after->qnext = u;
+	else
+		x->qhead = u;
+	u->state = U_QUEUED;
+}
+
+static void q_remove(struct slot_ex *x, struct unit *u)
+{
+	if (u->qprev)
+		u->qprev->qnext = u->qnext;
+	else
+		x->qhead = u->qnext;
+	if (u->qnext)
+		u->qnext->qprev = u->qprev;
+	else
+		x->qtail = u->qprev;
+	u->qprev = u->qnext = NULL;
+}
+
+/* Ends an attempt: code, and bytes (owned, may be NULL) for stream. */
+static void end_unit(struct unit *u, int code, char *out, size_t n, int stream)
+{
+	u->state = U_ENDED;
+	u->res = (struct mesh__exec_result){code, code > 128 && code < 128 + 65 ? code - 128 : 0, 0};
+	free(u->out);
+	u->out = out;
+	u->out_len = n;
+	u->out_stream = stream;
+}
+
+static void end_unit_text(struct unit *u, int code, const char *text)
+{
+	char *t = text ? strdup(text) : NULL;
+	end_unit(u, code, t, t ? strlen(t) : 0, 0);
+}
+
+/* ---- workers ---- */
+
+static void *getter_main(void *arg)
+{
+	struct jworker *w = arg;
+	w->get_rc = meshd_job_worker_get(w->ex->cfg.core, w->ex->cfg.program, &w->h, &w->get_err);
+	atomic_store(&w->got, 1);
+	efd_kick(w->ex->pool_efd);
+	return NULL;
+}
+
+static void *waiter_main(void *arg)
+{
+	struct jworker *w = arg;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->armed && !w->quit)
+			pthread_cond_wait(&w->cv, &w->mu);
+		if (w->quit)
+			break;
+		pthread_mutex_unlock(&w->mu);
+		int rc = mesh_slot_wait_reply(w->h.slot, 0, WAIT_SLICE_NS);
+		pthread_mutex_lock(&w->mu);
+		if (rc == MESH_E_TIMEOUT)
+			continue;
+		/* A reply, or the slot failed: the driver's thread takes over
+		 * the reply ring until it arms us again. */
+		w->armed = 0;
+		efd_kick(w->efd);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+static void arm(struct jworker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->armed = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Threads must not take meshd's signals. */
+static int spawn_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -rc;
+}
+
+static void stop_waiter(struct jworker *w)
+{
+	if (!w->waiter_on)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->quit = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->waiter, NULL);
+	w->waiter_on = 0;
+	efd_drain(w->efd);
+}
+
+/* Takes the worker's entries out: the one it works on (when taken) ends
+ * with code and text, the rest go back to the queue unstarted. */
+static void empty_fifo(struct slot_ex *x, struct jworker *w, int code, const char *text)
+{
+	uint64_t taken = w->h.slot ? mesh_slot_taken(w->h.slot) : 0;
+	int working = taken > w->taken_base && taken - w->taken_base > w->answered;
+	for (unsigned i = 0; i < w->n; i++) {
+		struct entry *e = &w->fifo[(w->head + i) % x->cfg.depth];
+		if (!e->unit)
+			continue;
+		struct unit *u = &x->u[e->unit - 1];
+		if (i == 0 && working) {
+			end_unit_text(u, code, text);
+		} else {
+			q_insert(x, u);
+			atomic_fetch_add_explicit(&x->st->requeued, 1, memory_order_relaxed);
+		}
+	}
+	w->n = w->head = 0;
+}
+
+/* The worker leaves the job: killed (kill_it), or dead already. */
+static void drop_worker(struct slot_ex *x, struct jworker *w, int kill_it, int code, const char *text)
+{
+	if (kill_it && w->h.slot)
+		mesh_slot_fail(w->h.slot, "worker killed by its job"); /* wakes the waiter now */
+	stop_waiter(w);
+	empty_fifo(x, w, code, text);
+	meshd_job_worker_put(x->cfg.core, &w->h, kill_it);
+	w->state = W_NONE;
+	x->need_pump = 1;
+	atomic_fetch_sub_explicit(&x->st->workers, 1, memory_order_relaxed);
+	if (kill_it)
+		atomic_fetch_add_explicit(&x->st->worker_kills, 1, memory_order_relaxed);
+}
+
+/* The worker's slot failed: most likely it died.  Its report names the
+ * chunk it was working on. */
+static void worker_died(struct slot_ex *x, struct jworker *w)
+{
+	int status = -1;
+	char *report = NULL;
+	int down = meshd_job_worker_down(x->cfg.core, &w->h, DOWN_WAIT_NS, &status, &report) == 0;
+	if (!report) {
+		const char *why = mesh_slot_failed(w->h.slot);
+		report = mesh_strf("worker of '%s' (pid %d) failed: %s", x->cfg.program, (int)w->h.pid,
+				   why ? why : "its slot was shut down");
+	}
+	int code = status > 0 ? status : status == 0 ? 1 : 128 + SIGKILL;
+	atomic_fetch_add_explicit(&x->st->worker_deaths, 1, memory_order_relaxed);
+	drop_worker(x, w, !down, code, report);
+	if (!down)
+		atomic_fetch_sub_explicit(&x->st->worker_kills, 1, memory_order_relaxed); /* not ours */
+	free(report);
+}
+
+/* Takes every reply the worker's ring holds (the waiter fired). */
+static void drain(struct slot_ex *x, struct jworker *w)
+{
+	uint64_t now = mesh_mono_ns();
+	for (;;) {
+		struct mesh_slot_reply r;
+		int rc = mesh_slot_recv(w->h.slot, &r);
+		if (rc == -EAGAIN || rc == -ENOMEM)
+			break;
+		if (rc == MESH_E_STATE || rc == MESH_E_CORRUPT) {
+			worker_died(x, w);
+			return;
+		}
+		if (rc < 0)
+			break;
+		struct entry *e = w->n ? &w->fifo[w->head] : NULL;
+		if (!e || e->seq != r.seq) {
+			/* Nothing of ours sent that: the worker is broken. */
+			free(r.data);
+			mesh_slot_fail(w->h.slot, "reply %u answers no chunk of this job", r.seq);
+			worker_died(x, w);
+			return;
+		}
+		w->head = (w->head + 1) % x->cfg.depth;
+		w->n--;
+		w->answered++;
+		w->t_head = now;
+		if (!e->unit) {
+			free(r.data);
+			atomic_fetch_add_explicit(&x->st->ignored_replies, 1, memory_order_relaxed);
+			continue;
+		}
+		struct unit *u = &x->u[e->unit - 1];
+		if (r.kind == MESH_MSG_REP) {
+			uint64_t zero = 0;
+			atomic_compare_exchange_strong(&x->st->first_reply_ns, &zero, now);
+			end_unit(u, 0, r.data, r.len, 1);
+		} else {
+			end_unit(u, 1, r.data, r.len, 0);
+		}
+	}
+	arm(w);
+}
+
+static void attach(struct slot_ex *x, struct jworker *w)
+{
+	w->state = W_ON;
+	w->head = w->n = 0;
+	w->answered = 0;
+	w->taken_base = mesh_slot_taken(w->h.slot);
+	w->armed = 0;
+	w->quit = 0;
+	atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
+	if (spawn_thread(&w->waiter, waiter_main, w) < 0) {
+		drop_worker(x, w, 0, 1, NULL);
+		return;
+	}
+	w->waiter_on = 1;
+	arm(w);
+}
+
+/* Getters that are done: their workers join, their failures count. */
+static void collect(struct slot_ex *x)
+{
+	uint64_t now = mesh_mono_ns();
+	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
+		struct jworker *w = &x->w[i];
+		if (w->state != W_COMING || !atomic_load(&w->got))
+			continue;
+		pthread_join(w->getter, NULL);
+		w->getter_on = 0;
+		atomic_fetch_sub_explicit(&x->st->starting, 1, memory_order_relaxed);
+		if (w->get_rc == 0) {
+			x->get_fails = 0;
+			attach(x, w);
+		} else {
+			w->state = W_NONE;
+			x->need_pump = 1;
+			if (w->get_rc == -EAGAIN) {
+				x->next_get = now + BUSY_RETRY_NS;
+			} else {
+				/* It could not come up: one waiting attempt fails
+				 * with the reason, and the next try waits. */
+				uint64_t b = BACKOFF_MIN_NS << (x->get_fails < 5 ? x->get_fails : 5);
+				x->get_fails++;
+				x->next_get = now + (b < BACKOFF_MAX_NS ? b : BACKOFF_MAX_NS);
+				struct unit *u = x->qhead;
+				if (u) {
+					q_remove(x, u);
+					end_unit_text(u, 127, w->get_err ? w->get_err : mesh_strerror(w->get_rc));
+				}
+			}
+		}
+		free(w->get_err);
+		w->get_err = NULL;
+	}
+}
+
+/* Sends what waits to workers with room; asks for workers as demand says. */
+static void pump(struct slot_ex *x)
+{
+	collect(x);
+	x->need_pump = 0;
+	unsigned K = x->cfg.max_workers, D = x->cfg.depth;
+	for (unsigned i = 0; i < K; i++)
+		x->w[i].full = 0;
+	while (x->qhead) {
+		struct jworker *best = NULL;
+		for (unsigned i = 0; i < K; i++) {
+			struct jworker *w = &x->w[i];
+			/* Not behind a dropped attempt the worker still works on. */
+			if (w->state == W_ON && !w->full && w->n < D && (!w->n || w->fifo[w->head].unit) &&
+			    (!best || w->n < best->n))
+				best = w;
+		}
+		if (!best)
+			break;
+		struct unit *u = x->qhead;
+		uint8_t h[MESH_CHUNK_HDR];
+		for (int k = 0; k < 8; k++)
+			h[k] = (uint8_t)(u->cid >> (8 * k));
+		for (int k = 0; k < 4; k++)
+			h[8 + k] = (uint8_t)(u->attempt >> (8 * k));
+		uint32_t seq;
+		int rc = mesh_slot_send(best->h.slot, MESH_MSG_CHUNK, h, sizeof h, u->input ? u->input : "", u->len,
+					&seq);
+		if (rc == MESH_E_TOOBIG) {
+			q_remove(x, u);
+			char msg[160];
+			snprintf(msg, sizeof msg, "the chunk's input (%zu bytes) is larger than a slot carries (%zu)", u->len,
+				 mesh_slot_max_msg(best->h.slot) - MESH_CHUNK_HDR);
+			end_unit_text(u, 1, msg);
+			continue;
+		}
+		if (rc < 0) {
+			/* No room now (-EAGAIN), or the slot failed: its waiter says so. */
+			best->full = 1;
+			continue;
+		}
+		q_remove(x, u);
+		u->state = U_SENT;
+		u->w = (int)(best - x->w);
+		if (best->n == 0)
+			best->t_head = mesh_mono_ns();
+		best->fifo[(best->head + best->n) % D] = (struct entry){(int)(u - x->u) + 1, seq};
+		best->n++;
+	}
+	/* Demand: the attempts in flight ask for ceil(n / D) workers. */
+	unsigned inflight = 0, have = 0;
+	for (struct unit *u = x->qhead; u; u = u->qnext)
+		inflight++;
+	for (unsigned i = 0; i < K; i++) {
+		struct jworker *w = &x->w[i];
+		if (w->state != W_NONE)
+			have++;
+		for (unsigned k = 0; w->state == W_ON && k < w->n; k++)
+			inflight += w->fifo[(w->head + k) % D].unit != 0;
+	}
+	unsigned want = (inflight + D - 1) / D;
+	if (want > K)
+		want = K;
+	if (have >= want || !x->qhead)
+		return;
+	if (mesh_mono_ns() < x->next_get) {
+		x->need_pump = 1; /* once the wait is over */
+		return;
+	}
+	for (unsigned i = 0; i < K && have < want; i++) {
+		struct jworker *w = &x->w[i];
+		if (w->state != W_NONE)
+			continue;
+		atomic_store(&w->got, 0);
+		w->ex = x;
+		if (spawn_thread(&w->getter, getter_main, w) < 0)
+			break;
+		w->getter_on = 1;
+		w->state = W_COMING;
+		atomic_fetch_add_explicit(&x->st->starting, 1, memory_order_relaxed);
+		have++;
+	}
+}
+
+/* --timeout: a worker that held its chunk too long is killed. */
+static void check_timeouts(struct slot_ex *x, uint64_t now)
+{
+	if (!x->cfg.timeout_ns)
+		return;
+	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
+		struct jworker *w = &x->w[i];
+		if (w->state != W_ON || !w->n || now < w->t_head + x->cfg.timeout_ns)
+			continue;
+		drop_worker(x, w, 1, 128 + SIGKILL, "timed out: the worker was killed");
+	}
+}
+
+/* ---- executor.h ---- */
+
+static int sx_start(struct mesh__executor *ex, const struct mesh__exec_chunk *c, struct mesh__exec_result *res)
+{
+	struct slot_ex *x = sx(ex);
+	struct unit *u = &x->u[c->slot - 1];
+	(void)res;
+	memset(u, 0, sizeof *u);
+	u->cid = c->cid;
+	u->attempt = c->attempt;
+	u->input = c->input;
+	u->len = c->input ? c->input_len : 0;
+	u->order = ++x->order;
+	q_insert(x, u);
+	pump(x);
+	return 0;
+}
+
+static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollfd *pf, unsigned cap, uint64_t *wake)
+{
+	struct slot_ex *x = sx(ex);
+	struct unit *u = &x->u[slot - 1];
+	if (!cap)
+		return 0;
+	switch (u->state) {
+	case U_QUEUED:
+		if (x->need_pump && x->next_get < *wake)
+			*wake = x->next_get; /* a worker may be asked for again then */
+		pf[0] = (struct pollfd){.fd = x->pool_efd, .events = POLLIN};
+		return 1;
+	case U_SENT: {
+		struct jworker *w = &x->w[u->w];
+		if (x->cfg.timeout_ns && w->n && w->t_head + x->cfg.timeout_ns < *wake)
+			*wake = w->t_head + x->cfg.timeout_ns;
+		pf[0] = (struct pollfd){.fd = w->efd, .events = POLLIN};
+		return 1;
+	}
+	default:
+		*wake = 0; /* ENDED: status says so at once */
+		return 0;
+	}
+}
+
+static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct pollfd *pf)
+{
+	struct slot_ex *x = sx(ex);
+	(void)slot;
+	if (pf->fd == x->pool_efd) {
+		efd_drain(x->pool_efd);
+	} else {
+		for (unsigned i = 0; i < x->cfg.max_workers; i++) {
+			struct jworker *w = &x->w[i];
+			if (w->state != W_ON || w->efd != pf->fd)
+				continue;
+			efd_drain(w->efd);
+			pthread_mutex_lock(&w->mu);
+			int mine = !w->armed;
+			pthread_mutex_unlock(&w->mu);
+			if (mine)
+				drain(x, w);
+			break;
+		}
+	}
+	pump(x);
+}
+
+static int sx_status(struct mesh__executor *ex, unsigned slot, uint64_t now, struct mesh__exec_result *res)
+{
+	struct slot_ex *x = sx(ex);
+	struct unit *u = &x->u[slot - 1];
+	check_timeouts(x, now);
+	if (x->need_pump && now >= x->next_get)
+		pump(x);
+	if (u->state != U_ENDED)
+		return MESH__EXEC_RUNNING;
+	if (u->out && u->out_len)
+		ex->sink.output(ex->sink.arg, slot, u->out_stream, u->out, u->out_len);
+	free(u->out);
+	u->out = NULL;
+	u->out_len = 0;
+	*res = u->res;
+	return MESH__EXEC_ENDED;
+}
+
+/* Ends the attempt in slot now.  One already in a worker's ring stays
+ * there: a request cannot be taken back, and a worker cannot be told to
+ * drop what it works on; its reply, when it comes, is dropped and counted
+ * (a lost speculative race).  Hung workers are the timeout's business, and
+ * a worker still owing replies when the executor ends is killed. */
+static void cancel_unit(struct slot_ex *x, struct unit *u, int sig)
+{
+	if (u->state == U_QUEUED) {
+		q_remove(x, u);
+		end_unit(u, 128 + sig, NULL, 0, 0);
+	} else if (u->state == U_SENT) {
+		struct jworker *w = &x->w[u->w];
+		int idx = (int)(u - x->u) + 1;
+		uint64_t taken = mesh_slot_taken(w->h.slot);
+		int working = w->n && w->fifo[w->head].unit == idx && taken > w->taken_base &&
+			      taken - w->taken_base > w->answered;
+		for (unsigned i = 0; i < w->n; i++) {
+			struct entry *e = &w->fifo[(w->head + i) % x->cfg.depth];
+			if (e->unit == idx) {
+				e->unit = 0;
+			} else if (working && e->unit) {
+				/* Not left waiting behind a straggler nobody needs:
+				 * to another worker (this one's reply is dropped). */
+				q_insert(x, &x->u[e->unit - 1]);
+				e->unit = 0;
+				atomic_fetch_add_explicit(&x->st->requeued, 1, memory_order_relaxed);
+				x->need_pump = 1;
+			}
+		}
+		end_unit(u, 128 + sig, NULL, 0, 0);
+	}
+}
+
+static void sx_signal(struct mesh__executor *ex, unsigned slot, int sig)
+{
+	if (sig == SIGSTOP || sig == SIGCONT || sig == SIGTSTP)
+		return;
+	struct slot_ex *x = sx(ex);
+	cancel_unit(x, &x->u[slot - 1], sig);
+	pump(x);
+}
+
+static void sx_release(struct mesh__executor *ex, unsigned slot)
+{
+	struct slot_ex *x = sx(ex);
+	struct unit *u = &x->u[slot - 1];
+	cancel_unit(x, u, SIGKILL);
+	free(u->out);
+	memset(u, 0, sizeof *u);
+}
+
+static void sx_free(struct mesh__executor *ex)
+{
+	struct slot_ex *x = sx(ex);
+	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++) {
+		struct jworker *w = &x->w[i];
+		if (w->getter_on) {
+			pthread_join(w->getter, NULL);
+			w->getter_on = 0;
+			atomic_fetch_sub_explicit(&x->st->starting, 1, memory_order_relaxed);
+			if (w->get_rc == 0)
+				w->state = W_ON, atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
+			free(w->get_err);
+		}
+	}
+	/* Every waiter told to quit first: they end together. */
+	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++)
+		if (x->w[i].waiter_on) {
+			pthread_mutex_lock(&x->w[i].mu);
+			x->w[i].quit = 1;
+			pthread_cond_signal(&x->w[i].cv);
+			pthread_mutex_unlock(&x->w[i].mu);
+		}
+	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++) {
+		struct jworker *w = &x->w[i];
+		if (w->state == W_ON)
+			/* Requests still in its ring (dropped attempts): no later
+			 * user may see their replies; a clean one goes back warm. */
+			drop_worker(x, w, w->n > 0, 128 + SIGKILL, NULL);
+		if (w->efd >= 0)
+			close(w->efd);
+		free(w->fifo);
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cv);
+	}
+	if (x->pool_efd >= 0)
+		close(x->pool_efd);
+	for (unsigned i = 0; x->u && i < x->base.nslots; i++)
+		free(x->u[i].out);
+	free(x->u);
+	free(x->w);
+	free(x);
+}
+
+static const struct mesh__executor_ops slot_ops = {
+	.start = sx_start,
+	.events = sx_events,
+	.dispatch = sx_dispatch,
+	.status = sx_status,
+	.signal = sx_signal,
+	.release = sx_release,
+	.free = sx_free,
+};
+
+int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,
+			struct mesh__executor **out)
+{
+	const struct meshd_job_exec_arg *a = arg;
+	(void)o;
+	if (!a->cfg.max_workers || !a->cfg.depth || !a->stats)
+		return -EINVAL;
+	struct slot_ex *x = calloc(1, sizeof *x);
+	if (!x)
+		return -ENOMEM;
+	x->base.ops = &slot_ops;
+	x->base.sink = *sink;
+	x->base.nslots = nslots;
+	x->cfg = a->cfg;
+	x->st = a->stats;
+	x->pool_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	x->u = calloc(nslots, sizeof *x->u);
+	x->w = calloc(x->cfg.max_workers, sizeof *x->w);
+	if (!x->u || !x->w || x->pool_efd < 0) {
+		if (x->w)
+			for (unsigned i = 0; i < x->cfg.max_workers; i++)
+				x->w[i].efd = -1;
+		sx_free(&x->base);
+		return -ENOMEM;
+	}
+	int rc = 0;
+	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
+		struct jworker *w = &x->w[i];
+		pthread_mutex_init(&w->mu, NULL);
+		pthread_cond_init(&w->cv, NULL);
+		w->ex = x;
+		w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		w->fifo = calloc(x->cfg.depth, sizeof *w->fifo);
+		if (w->efd < 0 || !w->fifo)
+			rc = -ENOMEM;
+	}
+	if (rc) {
+		sx_free(&x->base);
+		return rc;
+	}
+	*out = &x->base;
+	return 0;
+}

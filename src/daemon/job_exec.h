@@ -1,0 +1,75 @@
+/* meshd's slot executor: runs a job's chunk attempts on warm workers of one
+ * program through their shared-memory slots, for the chunk driver
+ * (exec/executor.h has the protocol; exec/runner.h the driver).
+ *
+ * The driver's slots are attempts in flight: with K workers at most and a
+ * pipeline of D chunks per worker, the driver runs K x D slots.  An attempt
+ * that starts waits in a queue until a worker has room; then its chunk
+ * goes into that worker's request ring as a CHUNK message (shm/ring.h),
+ * and the worker's REP is its result (stdout, stream 1) while an ERR is a
+ * failed attempt (status 1, the text on stream 0).  Workers come from the
+ * core (ops.h: meshd_job_worker_get, on helper threads so the driver never
+ * blocks) as demand asks: ceil(attempts in flight / D), at most K; the
+ * first comes from zero.  They go back to the core, idle, when the
+ * executor is freed (the idle TTL then reaps them).
+ *
+ * Failures:
+ *   - a worker that dies: its replies already in the ring are taken; the
+ *     chunk it was working on (the worker's own request count says which)
+ *     ends with the worker's exit status (128 + signal) and the crash
+ *     report (status line and output tail) on stream 0 -- the driver
+ *     records the failed attempt at once, so the chunk is pending again
+ *     (or buried after --retries); the chunks queued behind it in its ring
+ *     had not started and go to another worker, no attempt counted;
+ *   - timeout_ns: a chunk the worker has held that long gets the worker
+ *     killed (and replaced, demand permitting); it ends with 128 + SIGKILL;
+ *   - a signal from the driver (a lost speculative race, a stop): the
+ *     attempt ends at once; when it was already in a worker's ring its
+ *     reply, when it comes, is dropped and counted (stats.ignored_replies);
+ *     a worker that still owes such replies when the executor is freed is
+ *     killed rather than given back (no later user may read them);
+ *   - a worker that cannot be started: one queued attempt ends with status
+ *     127 and the report, and the next start waits (200 ms doubling, at
+ *     most 5 s).
+ * The executor breaks the executor.h rule that output reaches the sink
+ * only from dispatch in one place: a dead worker's report is handed over
+ * from status (same thread, before the attempt is ENDED). */
+#ifndef MESH_DAEMON_JOB_EXEC_H
+#define MESH_DAEMON_JOB_EXEC_H
+
+#include "exec/executor.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct meshd_core;
+
+struct meshd_job_exec_cfg {
+	struct meshd_core *core;
+	const char *program;	/* borrowed for the executor's life */
+	unsigned max_workers;	/* K >= 1 */
+	unsigned depth;		/* D >= 1: chunks in flight per worker */
+	uint64_t timeout_ns;	/* per chunk on a worker; 0 = none */
+};
+
+/* Counters, read by the job (any thread; relaxed). */
+struct meshd_job_exec_stats {
+	_Atomic unsigned workers;	   /* held now, serving */
+	_Atomic unsigned starting;	   /* being started */
+	_Atomic uint64_t worker_deaths;	   /* workers that died under the job */
+	_Atomic uint64_t worker_kills;	   /* killed for a timeout or a signal */
+	_Atomic uint64_t ignored_replies;  /* replies to attempts already ended (lost races) */
+	_Atomic uint64_t requeued;	   /* chunks moved to another worker unstarted */
+	_Atomic uint64_t first_reply_ns;   /* CLOCK_MONOTONIC of the first result, 0 = none yet */
+};
+
+/* A mesh__exec_make_fn (executor.h) for mesh__exec_drive: arg is a
+ * struct meshd_job_exec_cfg plus its stats (struct meshd_job_exec_arg). */
+struct meshd_job_exec_arg {
+	struct meshd_job_exec_cfg cfg;
+	struct meshd_job_exec_stats *stats;
+};
+int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,
+			struct mesh__executor **out);
+
+#endif

@@ -1,0 +1,527 @@
+/* meshd's jobs (jobs.h): the state directory, one driver thread per
+ * running job, status and results for the API. */
+#include "daemon/jobs.h"
+#include "daemon/jobs_int.h"
+
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/crc.h"
+#include "base/err.h"
+#include "base/io.h"
+#include "base/log.h"
+#include "daemon/job_exec.h"
+#include "daemon/ops.h"
+#include "exec/input.h"
+#include "exec/runner.h"
+#include "job/job.h"
+#include "job/results.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *meshd_job_state_name(enum meshd_job_state s)
+{
+	switch (s) {
+	case MESHD_JOB_RUNNING: return "running";
+	case MESHD_JOB_COMPLETE: return "complete";
+	case MESHD_JOB_FAILED: return "failed";
+	case MESHD_JOB_CANCELLED: return "cancelled";
+	case MESHD_JOB_ERROR: return "error";
+	}
+	return "?";
+}
+
+int meshd_state_default(char *buf, size_t n)
+{
+	const char *x = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	int k;
+	if (x && x[0] == '/')
+		k = snprintf(buf, n, "%s/mesh", x);
+	else if (home && home[0] == '/')
+		k = snprintf(buf, n, "%s/.local/state/mesh", home);
+	else
+		return -ENOENT;
+	return k < 0 || (size_t)k >= n ? -ENAMETOOLONG : 0;
+}
+
+/* mkdir -p with mode 0700 for what it creates. */
+static int mkdirs(const char *path)
+{
+	char tmp[PATH_MAX];
+	if (strlen(path) >= sizeof tmp)
+		return -ENAMETOOLONG;
+	strcpy(tmp, path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+void mesh__job_free(struct job *jb)
+{
+	if (!jb)
+		return;
+	if (jb->spec_jh)
+		mesh_job_close(jb->spec_jh);
+	if (jb->jh)
+		mesh_job_close(jb->jh);
+	mesh_results_close(jb->res);
+	if (jb->cancel_efd >= 0)
+		close(jb->cancel_efd);
+	free(jb->dir);
+	free(jb->journal);
+	free(jb->results_path);
+	free(jb->input_path);
+	free(jb->lockdir);
+	free(jb->lease_name);
+	free(jb->program);
+	free(jb->name);
+	free(jb->error);
+	free(jb->buried);
+	pthread_mutex_destroy(&jb->mu);
+	pthread_cond_destroy(&jb->cv);
+	free(jb);
+}
+
+struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id)
+{
+	struct job *jb = calloc(1, sizeof *jb);
+	if (!jb)
+		return NULL;
+	jb->owner = j;
+	jb->id = id;
+	jb->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pthread_mutex_init(&jb->mu, NULL);
+	/* Readers wait with CLOCK_MONOTONIC deadlines. */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&jb->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	jb->dir = mesh_strf("%s/%" PRIu64, j->jobs_dir, id);
+	jb->journal = mesh_strf("%s/journal.log", jb->dir ? jb->dir : "");
+	jb->results_path = mesh_strf("%s/results.bin", jb->dir ? jb->dir : "");
+	jb->input_path = mesh_strf("%s/input", jb->dir ? jb->dir : "");
+	jb->lockdir = mesh_strf("/tmp/meshd-%u-%08x-j%" PRIu64, (unsigned)getuid(), j->hash, id);
+	jb->lease_name = mesh_strf("j%" PRIu64, id);
+	if (jb->cancel_efd < 0 || !jb->dir || !jb->journal || !jb->results_path || !jb->input_path || !jb->lockdir ||
+	    !jb->lease_name) {
+		mesh__job_free(jb);
+		return NULL;
+	}
+	return jb;
+}
+
+/* ---- the spec file ---- */
+
+char *mesh__job_spec_text(const struct job *jb)
+{
+	return mesh_strf("program %s\nchunks %" PRIu64 "\ninput %d\nmax_workers %u\nretries %u\ntimeout_ns %" PRIu64
+			 "\nspeculate %d\nlockdir %s\nlease_name %s\nname %s\n",
+			 jb->program, jb->n, jb->has_input, jb->max_workers, (unsigned)jb->retries, jb->timeout_ns,
+			 jb->speculate, jb->lockdir, jb->lease_name, jb->name ? jb->name : "");
+}
+
+static int spec_parse(struct job *jb, char *text)
+{
+	int have = 0;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		char *sp = strchr(line, ' ');
+		if (!sp)
+			continue;
+		*sp = 0;
+		const char *k = line, *v = sp + 1;
+		unsigned long long u = strtoull(v, NULL, 10);
+		if (!strcmp(k, "program"))
+			have |= (jb->program = strdup(v)) != NULL;
+		else if (!strcmp(k, "chunks"))
+			jb->n = u, have |= 2;
+		else if (!strcmp(k, "input"))
+			jb->has_input = u != 0;
+		else if (!strcmp(k, "max_workers"))
+			jb->max_workers = (unsigned)u;
+		else if (!strcmp(k, "retries"))
+			jb->retries = (uint32_t)u;
+		else if (!strcmp(k, "timeout_ns"))
+			jb->timeout_ns = u;
+		else if (!strcmp(k, "speculate"))
+			jb->speculate = u != 0;
+		else if (!strcmp(k, "name") && *v)
+			jb->name = strdup(v);
+	}
+	if (have != 3 || !jb->n || jb->n > MESH_JOB_MAX_CHUNKS || !jb->max_workers || !jb->retries)
+		return MESH_E_PARSE;
+	return 0;
+}
+
+/* ---- the driver's hooks ---- */
+
+static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p, size_t n)
+{
+	struct job *jb = arg;
+	(void)attempt;
+	return mesh_results_append(jb->res, cid, MESH_RESULT_OK, p, n);
+}
+
+static int hook_commit(void *arg)
+{
+	struct job *jb = arg;
+	return mesh_results_sync(jb->res);
+}
+
+static void hook_committed(void *arg)
+{
+	struct job *jb = arg;
+	pthread_mutex_lock(&jb->mu);
+	pthread_cond_broadcast(&jb->cv);
+	pthread_mutex_unlock(&jb->mu);
+}
+
+static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, const void *err, size_t n, int buried)
+{
+	struct job *jb = arg;
+	struct mesh_buf b = MESH_BUF_INIT;
+	if (code > 128 && code < 128 + 65)
+		mesh_buf_addf(&b, "attempt %u: signal %d (status %d)\n", (unsigned)attempt, code - 128, code);
+	else
+		mesh_buf_addf(&b, "attempt %u: exit %d\n", (unsigned)attempt, code);
+	mesh_buf_add(&b, err, n);
+	/* The report is for people: losing it loses no chunk. */
+	if (b.p && mesh_results_append(jb->res, cid, MESH_RESULT_FAILURE, b.p, b.len) < 0)
+		mesh_warn("job=%" PRIu64 " cannot keep the failure report of chunk %" PRIu64, jb->id, cid);
+	mesh_buf_release(&b);
+	if (buried) {
+		pthread_mutex_lock(&jb->mu);
+		jb->buried[cid / 8] |= (unsigned char)(1u << (cid % 8));
+		pthread_cond_broadcast(&jb->cv);
+		pthread_mutex_unlock(&jb->mu);
+		mesh_info("job=%" PRIu64 " chunk=%" PRIu64 " buried status=%d", jb->id, cid, code);
+	}
+}
+
+static void note_buried(const struct mesh_job_failure *f, void *arg)
+{
+	struct job *jb = arg;
+	if (f->buried && f->cid < jb->n)
+		jb->buried[f->cid / 8] |= (unsigned char)(1u << (f->cid % 8));
+}
+
+/* Opens what a job needs to be read (and, writable, run). */
+static int job_open_files(struct job *jb, int writable, char **err)
+{
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	struct mesh_job *jh = NULL, *sjh = NULL;
+	struct mesh_results *res = NULL;
+	char node[96];
+	int rc;
+	o.journal = jb->journal;
+	o.lockdir = jb->lockdir;
+	o.name = jb->lease_name;
+	o.nchunks = jb->n;
+	o.max_attempts = jb->retries;
+	o.read_only = !writable;
+	if ((rc = mesh_job_open(&jh, &o)) < 0)
+		return mesh_errf(err, rc, "cannot open the journal %s: %s", jb->journal, mesh_strerror(rc));
+	if (writable && jb->speculate) {
+		/* Copies of this node's own stragglers come through a second
+		 * node name (the engine never gives a node a copy of its own). */
+		snprintf(node, sizeof node, "%.60s-spec", mesh_job_node(jh));
+		o.node = node;
+		if ((rc = mesh_job_open(&sjh, &o)) < 0) {
+			mesh_job_close(jh);
+			return mesh_errf(err, rc, "cannot open the journal %s: %s", jb->journal, mesh_strerror(rc));
+		}
+	}
+	uint64_t cut = 0;
+	if ((rc = mesh_results_open(&res, jb->results_path, jb->n, &cut)) < 0) {
+		if (sjh)
+			mesh_job_close(sjh);
+		mesh_job_close(jh);
+		return mesh_errf(err, rc, "cannot open the results %s: %s", jb->results_path, mesh_strerror(rc));
+	}
+	if (cut)
+		mesh_warn("job=%" PRIu64 " results: a torn tail of %" PRIu64 " bytes was cut", jb->id, cut);
+	pthread_mutex_lock(&jb->mu);
+	mesh_job_failures(jh, note_buried, jb);
+	jb->jh = jh;
+	jb->spec_jh = sjh;
+	jb->res = res;
+	pthread_mutex_unlock(&jb->mu);
+	return 0;
+}
+
+static void set_end(struct job *jb, enum meshd_job_state st, char *error)
+{
+	pthread_mutex_lock(&jb->mu);
+	jb->state = st;
+	free(jb->error);
+	jb->error = error;
+	pthread_cond_broadcast(&jb->cv);
+	pthread_mutex_unlock(&jb->mu);
+}
+
+int mesh__job_write_end(struct job *jb, const char *what)
+{
+	char *path = mesh_strf("%s/end", jb->dir);
+	if (!path)
+		return -ENOMEM;
+	int rc = mesh_write_file_atomic(path, what, strlen(what), 0600);
+	free(path);
+	return rc;
+}
+
+static void *driver_main(void *arg)
+{
+	struct job *jb = arg;
+	struct meshd_jobs *j = jb->owner;
+	char *err = NULL;
+	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
+	int rc = 0;
+	if (!jb->jh)
+		rc = job_open_files(jb, 1, &err);
+	if (rc == 0 && jb->has_input) {
+		rc = mesh_exec_input_load(jb->input_path, &in, NULL);
+		if (rc == 0 && in.n != jb->n)
+			rc = MESH_E_MISMATCH;
+		if (rc < 0)
+			err = mesh_strf("cannot load the input %s: %s", jb->input_path, mesh_strerror(rc));
+	}
+	if (rc < 0) {
+		mesh_error("job=%" PRIu64 " cannot run: %s", jb->id, err ? err : mesh_strerror(rc));
+		mesh_exec_input_release(&in);
+		set_end(jb, MESHD_JOB_ERROR, err ? err : strdup(mesh_strerror(rc)));
+		return NULL;
+	}
+	struct mesh_job_status js;
+	jb->done0 = mesh_job_status(jb->jh, &js) == 0 ? js.done : 0;
+	jb->t0 = mesh_mono_ns();
+	struct mesh_exec_hooks hooks = {
+		.result = hook_result,
+		.commit = hook_commit,
+		.committed = hook_committed,
+		.failed = hook_failed,
+		.cancel_fd = jb->cancel_efd,
+		.arg = jb,
+	};
+	char *argv[] = {jb->program, NULL};
+	struct mesh_exec_opts o = MESH_EXEC_OPTS_INIT;
+	o.argv = argv;
+	o.slots = jb->max_workers * j->depth;
+	o.input = jb->has_input ? &in : NULL;
+	o.speculate = jb->speculate;
+	o.spec_job = jb->spec_jh;
+	o.out_fd = o.err_fd = o.note_fd = o.progress_fd = -1;
+	o.handle_signals = 0;
+	o.hooks = &hooks;
+	struct meshd_job_exec_arg xa = {
+		.cfg = {j->core, jb->program, jb->max_workers, j->depth, jb->timeout_ns},
+		.stats = &jb->xs,
+	};
+	struct mesh_exec_stats st;
+	mesh_info("job=%" PRIu64 " running program=%s chunks=%" PRIu64 " done=%" PRIu64, jb->id, jb->program, jb->n,
+		  jb->done0);
+	rc = mesh__exec_drive(jb->jh, &o, meshd_job_exec_make, &xa, &st);
+	atomic_store(&jb->t_end, mesh_mono_ns());
+	mesh_exec_input_release(&in);
+	pthread_mutex_lock(&jb->mu);
+	int cancelled = jb->cancelled;
+	pthread_mutex_unlock(&jb->mu);
+	if (rc == MESH_EXEC_COMPLETE) {
+		mesh__job_write_end(jb, "complete\n");
+		set_end(jb, MESHD_JOB_COMPLETE, NULL);
+	} else if (rc == MESH_EXEC_FAILED) {
+		mesh__job_write_end(jb, "failed\n");
+		set_end(jb, MESHD_JOB_FAILED, NULL);
+	} else if (rc == MESH_EXEC_INTERRUPTED && cancelled) {
+		set_end(jb, MESHD_JOB_CANCELLED, NULL);
+	} else if (rc == MESH_EXEC_INTERRUPTED) {
+		/* meshd is stopping: unfinished on disk, resumed next time. */
+	} else {
+		mesh_error("job=%" PRIu64 " stopped: %s", jb->id, mesh_strerror(rc));
+		set_end(jb, MESHD_JOB_ERROR, mesh_strf("the job stopped: %s", mesh_strerror(rc)));
+	}
+	mesh_info("job=%" PRIu64 " driver ended state=%s attempts=%" PRIu64 " done=%" PRIu64 " failed=%" PRIu64
+		  " buried=%" PRIu64,
+		  jb->id, meshd_job_state_name(jb->state), st.started, st.done, st.failed, st.buried);
+	return NULL;
+}
+
+int mesh__job_start(struct job *jb)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&jb->th, NULL, driver_main, jb);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc)
+		return -rc;
+	jb->th_on = 1;
+	return 0;
+}
+
+/* ---- open: find the jobs, resume the unfinished ---- */
+
+static int load_job(struct meshd_jobs *j, uint64_t id)
+{
+	struct job *jb = mesh__job_new(j, id);
+	if (!jb)
+		return -ENOMEM;
+	char *path = mesh_strf("%s/spec", jb->dir), *text = NULL, *end = NULL;
+	size_t len;
+	int rc = path ? mesh_read_file(path, 1 << 16, &text, &len) : -ENOMEM;
+	free(path);
+	if (rc == 0)
+		rc = spec_parse(jb, text);
+	free(text);
+	if (rc < 0) {
+		/* Not a whole submit (killed before its spec was written). */
+		mesh_warn("job=%" PRIu64 " ignored: no valid spec in %s", id, jb->dir);
+		mesh__job_free(jb);
+		return 0;
+	}
+	if (!(jb->buried = calloc(jb->n / 8 + 1, 1))) {
+		mesh__job_free(jb);
+		return -ENOMEM;
+	}
+	path = mesh_strf("%s/end", jb->dir);
+	if (path && mesh_read_file(path, 64, &end, &len) == 0) {
+		jb->state = !strncmp(end, "complete", 8)    ? MESHD_JOB_COMPLETE
+			    : !strncmp(end, "cancelled", 9) ? MESHD_JOB_CANCELLED
+							    : MESHD_JOB_FAILED;
+		char *err = NULL;
+		if (job_open_files(jb, 0, &err) < 0) {
+			jb->state = MESHD_JOB_ERROR;
+			jb->error = err;
+		}
+	}
+	free(path);
+	free(end);
+	jb->next = j->list;
+	j->list = jb;
+	if (id >= j->next_id)
+		j->next_id = id + 1;
+	if (jb->state == MESHD_JOB_RUNNING) {
+		mesh_info("job=%" PRIu64 " resuming program=%s", id, jb->program);
+		if ((rc = mesh__job_start(jb)) < 0)
+			set_end(jb, MESHD_JOB_ERROR, strdup(mesh_strerror(rc)));
+	}
+	return 0;
+}
+
+int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char *state_dir, char **err)
+{
+	char real[PATH_MAX];
+	int rc = mkdirs(state_dir);
+	if (rc < 0)
+		return mesh_errf(err, rc, "cannot create the state directory '%s': %s", state_dir, mesh_strerror(rc));
+	/* The engine refuses symlinks in a journal's path: use the real one. */
+	if (!realpath(state_dir, real))
+		return mesh_errf(err, -errno, "cannot use the state directory '%s': %s", state_dir, strerror(errno));
+	struct meshd_jobs *j = calloc(1, sizeof *j);
+	if (!j)
+		return -ENOMEM;
+	pthread_mutex_init(&j->mu, NULL);
+	j->core = core;
+	j->next_id = 1;
+	j->depth = DEFAULT_DEPTH;
+	const char *d = getenv("MESHD_JOB_DEPTH");
+	if (d && atoi(d) > 0 && atoi(d) <= 1024)
+		j->depth = (unsigned)atoi(d);
+	j->state = strdup(real);
+	j->jobs_dir = mesh_strf("%s/jobs", real);
+	j->hash = (uint32_t)mesh_fnv1a64(MESH_FNV1A64_INIT, real, strlen(real));
+	if (!j->state || !j->jobs_dir) {
+		meshd_jobs_free(j);
+		return -ENOMEM;
+	}
+	if (mkdir(j->jobs_dir, 0700) < 0 && errno != EEXIST) {
+		rc = mesh_errf(err, -errno, "cannot create '%s': %s", j->jobs_dir, strerror(errno));
+		meshd_jobs_free(j);
+		return rc;
+	}
+	DIR *dir = opendir(j->jobs_dir);
+	if (!dir) {
+		rc = mesh_errf(err, -errno, "cannot read '%s': %s", j->jobs_dir, strerror(errno));
+		meshd_jobs_free(j);
+		return rc;
+	}
+	struct dirent *e;
+	pthread_mutex_lock(&j->mu);
+	while ((e = readdir(dir))) {
+		char *endp;
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		unsigned long long id = strtoull(e->d_name, &endp, 10);
+		if (*endp || id == 0 || id == ULLONG_MAX)
+			continue;
+		if ((rc = load_job(j, id)) < 0)
+			break;
+	}
+	pthread_mutex_unlock(&j->mu);
+	closedir(dir);
+	if (rc < 0) {
+		meshd_jobs_stop(j);
+		meshd_jobs_free(j);
+		return mesh_errf(err, rc, "cannot load the jobs: %s", mesh_strerror(rc));
+	}
+	*out = j;
+	return 0;
+}
+
+void meshd_jobs_stop(struct meshd_jobs *j)
+{
+	if (!j)
+		return;
+	pthread_mutex_lock(&j->mu);
+	j->stopping = 1;
+	for (struct job *jb = j->list; jb; jb = jb->next) {
+		uint64_t one = 1;
+		if (jb->th_on && write(jb->cancel_efd, &one, sizeof one) < 0) {
+			/* the counter is never full */
+		}
+	}
+	pthread_mutex_unlock(&j->mu);
+	for (struct job *jb = j->list; jb; jb = jb->next) {
+		if (jb->th_on) {
+			pthread_join(jb->th, NULL);
+			jb->th_on = 0;
+		}
+		pthread_mutex_lock(&jb->mu);
+		pthread_cond_broadcast(&jb->cv);
+		pthread_mutex_unlock(&jb->mu);
+	}
+}
+
+void meshd_jobs_free(struct meshd_jobs *j)
+{
+	if (!j)
+		return;
+	while (j->list) {
+		struct job *jb = j->list;
+		j->list = jb->next;
+		mesh__job_free(jb);
+	}
+	free(j->state);
+	free(j->jobs_dir);
+	pthread_mutex_destroy(&j->mu);
+	free(j);
+}

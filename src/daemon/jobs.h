@@ -1,0 +1,116 @@
+/* meshd's jobs: submitted work that meshd runs on warm workers of one
+ * program until every chunk is DONE (docs/jobs.md).
+ *
+ * Each job lives in <state>/jobs/<id>/ (ids 1, 2, 3, ...):
+ *   spec        what was submitted (one "key value" a line), written
+ *               atomically last: a directory without it is no job
+ *   input       the chunks' inputs, one a line (absent for --chunks N)
+ *   journal.log the engine's journal (job/job.h; `mesh job status` reads
+ *               it with the lock dir and lease name that spec names)
+ *   results.bin each chunk's result (job/results.h), synced before DONE
+ *   end         how it ended ("complete", "failed", "cancelled"); absent
+ *               while it runs
+ * The lease dir is /tmp/meshd-<uid>-<hash of the state dir>-j<id> (the
+ * engine's path law keeps lock dirs under /tmp/); losing it only returns
+ * in-flight chunks to PENDING.
+ *
+ * One driver thread a running job: the chunk driver (exec/runner.h) over
+ * the slot executor (daemon/job_exec.h), results kept through the driver's
+ * hooks.  On open, every job without `end` is resumed: a meshd killed
+ * mid-job finishes it after a restart, no chunk DONE twice (the journal),
+ * none lost.
+ *
+ * Threads: every call is thread-safe (the API's op threads). */
+#ifndef MESH_DAEMON_JOBS_H
+#define MESH_DAEMON_JOBS_H
+
+#include "base/buf.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct meshd_core;
+struct meshd_jobs;
+
+enum meshd_job_state { MESHD_JOB_RUNNING, MESHD_JOB_COMPLETE, MESHD_JOB_FAILED, MESHD_JOB_CANCELLED, MESHD_JOB_ERROR };
+const char *meshd_job_state_name(enum meshd_job_state s);
+
+/* Opens (creating it 0700) the state directory and resumes its unfinished
+ * jobs.  0, or a negative error with *err malloc'd. */
+int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char *state_dir, char **err);
+/* Stops every driver (meshd is stopping: the jobs stay unfinished on disk
+ * and resume at the next start) and wakes every waiting reader.  Before
+ * the core stops its programs.  Idempotent. */
+void meshd_jobs_stop(struct meshd_jobs *j);
+/* After meshd_jobs_stop and once no API thread uses j. */
+void meshd_jobs_free(struct meshd_jobs *j);
+/* $XDG_STATE_HOME/mesh, else $HOME/.local/state/mesh, into buf.  0 or -ENAMETOOLONG / -ENOENT. */
+int meshd_state_default(char *buf, size_t n);
+
+struct meshd_job_spec {
+	const char *program;
+	uint64_t chunks;	/* --chunks N (no input); 0 = the input's lines */
+	const void *input;	/* chunk i's input is line i (no newline); NULL with chunks */
+	size_t input_len;
+	unsigned max_workers;	/* 0 = the manifest's max_workers */
+	uint32_t retries;	/* attempts before a chunk is buried; 0 = 3 */
+	uint64_t timeout_ns;	/* per chunk on a worker; 0 = none */
+	int speculate;
+	const char *name;	/* a label; NULL = none */
+};
+/* Checks and stores a job, then starts it.  0 with *id; MESH_E_PARSE /
+ * MESH_E_RANGE (bad spec), MESH_E_NOTFOUND (no such program) and the
+ * load's errors, -errno of the state dir; *err says why. */
+int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint64_t *id, char **err);
+
+struct meshd_job_failure {
+	uint64_t cid;
+	uint32_t attempts;
+	int status;	/* the last attempt's exit status */
+	int buried;
+	char *report;	/* the last failed attempt's report, or NULL */
+};
+
+struct meshd_job_info {
+	uint64_t id;
+	char *program, *name, *error; /* malloc'd; name "" when none, error NULL unless state ERROR */
+	enum meshd_job_state state;
+	uint64_t n, done, leased, pending, buried, duplicates, failed_attempts, speculative_wins;
+	double rate;		/* chunks DONE per second since the driver started */
+	double eta_s;		/* -1 when unknown */
+	double elapsed_s;
+	unsigned workers, starting, max_workers;
+	uint32_t retries;
+	uint64_t timeout_ns;
+	int speculate;
+	uint64_t worker_deaths, worker_kills, ignored_replies, requeued;
+	double first_result_s;	/* since the driver started; -1 when none yet */
+	char *dir, *journal, *lockdir, *lease_name;
+	struct meshd_job_failure *failures; /* with details only: every chunk with failed attempts */
+	size_t nfailures;
+};
+void meshd_job_info_release(struct meshd_job_info *ji);
+
+/* One job (details: its failures with their reports too).  wait_ns > 0:
+ * while it runs, first waits that long or until it ends.  0; MESH_E_NOTFOUND. */
+int meshd_jobs_get(struct meshd_jobs *j, uint64_t id, int details, uint64_t wait_ns, struct meshd_job_info *out,
+		   char **err);
+/* Every job, by id.  0 or -ENOMEM (*out then NULL). */
+int meshd_jobs_list(struct meshd_jobs *j, struct meshd_job_info **out, size_t *n);
+void meshd_jobs_list_release(struct meshd_job_info *list, size_t n);
+/* Stops a running job for good (its `end` says cancelled).  0; MESH_E_NOTFOUND;
+ * MESH_E_STATE (it already ended). */
+int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err);
+
+/* The results of chunks from, from on, in chunk order, appended to out:
+ * each DONE chunk's result bytes; a chunk that will never be DONE (buried,
+ * or the job ended) adds nothing.  Stops at the first chunk not settled
+ * yet, at n, or once out holds max_bytes.  When nothing could be added and
+ * wait_ns > 0, first waits (at most wait_ns) for that chunk.  *next: the
+ * first chunk not taken; *end: 1 when *next == n (nothing more will come).
+ * 0; MESH_E_NOTFOUND; MESH_E_RANGE (from > n); MESH_E_CORRUPT (a DONE
+ * chunk whose result cannot be read). */
+int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_t wait_ns, size_t max_bytes,
+		       struct mesh_buf *out, uint64_t *next, int *end, char **err);
+
+#endif

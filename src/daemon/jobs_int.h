@@ -1,0 +1,62 @@
+/* The insides of meshd's jobs, shared by jobs.c (the state directory,
+ * the drivers) and jobs_query.c (submit, status, results, cancel).  Not a
+ * contract: jobs.h is. */
+#ifndef MESH_DAEMON_JOBS_INT_H
+#define MESH_DAEMON_JOBS_INT_H
+
+#include "daemon/job_exec.h"
+#include "daemon/jobs.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define DEFAULT_DEPTH 8u
+#define DEFAULT_RETRIES 3u
+#define NAME_MAX_LEN 64u
+
+struct job {
+	struct job *next;
+	struct meshd_jobs *owner;
+	uint64_t id;
+	char *dir, *journal, *results_path, *input_path, *lockdir, *lease_name;
+	/* the spec */
+	char *program, *name;
+	uint64_t n, timeout_ns;
+	unsigned max_workers;
+	uint32_t retries;
+	int speculate, has_input;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* progress: a batch completed, a chunk buried, the state changed */
+	enum meshd_job_state state;
+	char *error;
+	struct mesh_job *jh, *spec_jh; /* set once (under mu), closed at free */
+	struct mesh_results *res;
+	unsigned char *buried;	       /* bit per chunk, known buried */
+	int cancel_efd, cancelled;
+	pthread_t th;
+	int th_on;
+	struct meshd_job_exec_stats xs;
+	uint64_t t0, done0;
+	_Atomic uint64_t t_end; /* when the driver returned, 0 while it runs */
+};
+
+struct meshd_jobs {
+	struct meshd_core *core;
+	char *state, *jobs_dir;
+	uint32_t hash;
+	unsigned depth;
+	pthread_mutex_t mu;
+	struct job *list;
+	uint64_t next_id;
+	int stopping;
+};
+
+/* jobs.c */
+struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id);
+void mesh__job_free(struct job *jb);
+char *mesh__job_spec_text(const struct job *jb);
+int mesh__job_start(struct job *jb);
+int mesh__job_write_end(struct job *jb, const char *what);
+
+#endif

@@ -1,0 +1,468 @@
+/* meshd's jobs (jobs.h): submit, status, cancel and results. */
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/io.h"
+#include "base/log.h"
+#include "daemon/jobs.h"
+#include "daemon/jobs_int.h"
+#include "daemon/ops.h"
+#include "exec/input.h"
+#include "job/job.h"
+#include "job/results.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct job *find(struct meshd_jobs *j, uint64_t id)
+{
+	pthread_mutex_lock(&j->mu);
+	struct job *jb = j->list;
+	while (jb && jb->id != id)
+		jb = jb->next;
+	pthread_mutex_unlock(&j->mu);
+	return jb; /* jobs are freed only with j */
+}
+
+static int not_found(char **err, uint64_t id)
+{
+	return mesh_errf(err, MESH_E_NOTFOUND, "no job %" PRIu64, id);
+}
+
+static int name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > NAME_MAX_LEN)
+		return 0;
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return 0;
+	return 1;
+}
+
+int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint64_t *id, char **err)
+{
+	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
+	uint64_t n = s->chunks;
+	int rc;
+	if (err)
+		*err = NULL;
+	if (!s->program || !*s->program)
+		return mesh_errf(err, MESH_E_PARSE, "no program given");
+	if (s->name && !name_ok(s->name))
+		return mesh_errf(err, MESH_E_PARSE, "a job name is 1 to %u printable characters", NAME_MAX_LEN);
+	if (s->chunks && s->input)
+		return mesh_errf(err, MESH_E_PARSE, "either a chunk count or an input, not both");
+	if (n > MESH_JOB_MAX_CHUNKS)
+		return mesh_errf(err, MESH_E_RANGE, "%" PRIu64 " chunks is over the most a job may have (%llu)", n,
+				 (unsigned long long)MESH_JOB_MAX_CHUNKS);
+	if (!n) {
+		uint64_t bad = 0;
+		rc = s->input_len ? mesh_exec_input_from_mem(s->input, s->input_len, &in, &bad) : MESH_E_RANGE;
+		if (rc == MESH_E_PARSE)
+			rc = mesh_errf(err, rc, "input line %" PRIu64 " holds a NUL byte", bad);
+		else if (rc == MESH_E_RANGE)
+			rc = mesh_errf(err, rc, "no chunks: give a chunk count or at least one input line");
+		else if (rc < 0)
+			rc = mesh_errf(err, rc, "cannot read the input: %s", mesh_strerror(rc));
+		n = in.n;
+		mesh_exec_input_release(&in);
+		if (rc < 0)
+			return rc;
+		if (n > MESH_JOB_MAX_CHUNKS)
+			return mesh_errf(err, MESH_E_RANGE, "too many chunks");
+	}
+	/* The program must exist (it is loaded now, as `mesh load` would). */
+	char *lerr = NULL;
+	unsigned mw = meshd_program_max_workers(j->core, s->program, &lerr);
+	if (!mw) {
+		rc = lerr ? MESH_E_NOTFOUND : MESH_E_STATE;
+		if (err)
+			*err = lerr ? lerr : mesh_strf("cannot load '%s'", s->program);
+		else
+			free(lerr);
+		/* The load's own code is in the message; not found is the common case. */
+		return rc;
+	}
+	if (s->max_workers > MESH_MAX_WORKERS_CAP)
+		return mesh_errf(err, MESH_E_RANGE, "--max-workers %u is over %u", s->max_workers, MESH_MAX_WORKERS_CAP);
+
+	pthread_mutex_lock(&j->mu);
+	if (j->stopping) {
+		pthread_mutex_unlock(&j->mu);
+		return mesh_errf(err, MESH_E_STATE, "meshd is stopping");
+	}
+	uint64_t nid = j->next_id;
+	struct job *jb = NULL;
+	/* mkdir is the claim: an id is never given twice. */
+	for (;; nid++) {
+		char *d = mesh_strf("%s/%" PRIu64, j->jobs_dir, nid);
+		if (!d) {
+			rc = -ENOMEM;
+			break;
+		}
+		rc = mkdir(d, 0700) < 0 ? -errno : 0;
+		free(d);
+		if (rc != -EEXIST)
+			break;
+	}
+	if (rc == 0) {
+		j->next_id = nid + 1;
+		jb = mesh__job_new(j, nid);
+		if (!jb)
+			rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&j->mu);
+	if (rc < 0)
+		return mesh_errf(err, rc, "cannot create the job's directory: %s", mesh_strerror(rc));
+	jb->program = strdup(s->program);
+	jb->name = s->name ? strdup(s->name) : NULL;
+	jb->n = n;
+	jb->has_input = s->chunks == 0;
+	jb->max_workers = s->max_workers ? s->max_workers : mw;
+	jb->retries = s->retries ? s->retries : DEFAULT_RETRIES;
+	jb->timeout_ns = s->timeout_ns;
+	jb->speculate = s->speculate;
+	jb->buried = calloc(n / 8 + 1, 1);
+	char *spec = NULL, *path = NULL;
+	if (!jb->program || (s->name && !jb->name) || !jb->buried || !(spec = mesh__job_spec_text(jb)) ||
+	    !(path = mesh_strf("%s/spec", jb->dir))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	/* The input and the journal first, the spec last: a job is there
+	 * once its spec is (a crash before leaves a directory that open
+	 * ignores). */
+	if (jb->has_input && (rc = mesh_write_file_atomic(jb->input_path, s->input, s->input_len, 0600)) < 0)
+		goto fail;
+	if ((rc = mesh_job_submit(jb->journal, n)) < 0)
+		goto fail;
+	if ((rc = mesh_write_file_atomic(path, spec, strlen(spec), 0600)) < 0)
+		goto fail;
+	free(spec);
+	free(path);
+	pthread_mutex_lock(&j->mu);
+	jb->next = j->list;
+	j->list = jb;
+	/* Stopping meanwhile: it stays on disk, unfinished, for the next start. */
+	rc = j->stopping ? 0 : mesh__job_start(jb);
+	pthread_mutex_unlock(&j->mu);
+	if (rc < 0) {
+		pthread_mutex_lock(&jb->mu);
+		jb->state = MESHD_JOB_ERROR;
+		jb->error = strdup(mesh_strerror(rc));
+		pthread_mutex_unlock(&jb->mu);
+	}
+	mesh_info("job=%" PRIu64 " submitted program=%s chunks=%" PRIu64 " max_workers=%u", jb->id, jb->program, n,
+		  jb->max_workers);
+	*id = jb->id;
+	return 0;
+fail:
+	free(spec);
+	free(path);
+	rc = mesh_errf(err, rc, "cannot store job %" PRIu64 " in %s: %s", jb->id, jb->dir, mesh_strerror(rc));
+	mesh__job_free(jb);
+	return rc;
+}
+
+/* ---- status ---- */
+
+struct fail_ctx {
+	struct job *jb;
+	struct meshd_job_failure *v;
+	size_t n, cap;
+	int oom;
+};
+
+static void add_failure(const struct mesh_job_failure *f, void *arg)
+{
+	struct fail_ctx *c = arg;
+	if (c->n == c->cap) {
+		size_t nc = c->cap ? c->cap * 2 : 16;
+		struct meshd_job_failure *v = realloc(c->v, nc * sizeof *v);
+		if (!v) {
+			c->oom = 1;
+			return;
+		}
+		c->v = v;
+		c->cap = nc;
+	}
+	struct meshd_job_failure *d = &c->v[c->n++];
+	d->cid = f->cid;
+	d->attempts = f->attempts;
+	d->status = f->last_status;
+	d->buried = f->buried;
+	d->report = NULL;
+	size_t len;
+	void *p = NULL;
+	if (c->jb->res && mesh_results_get(c->jb->res, f->cid, MESH_RESULT_FAILURE, &p, &len) == 0)
+		d->report = p;
+}
+
+static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
+{
+	memset(ji, 0, sizeof *ji);
+	ji->id = jb->id;
+	ji->eta_s = -1;
+	ji->first_result_s = -1;
+	pthread_mutex_lock(&jb->mu);
+	ji->state = jb->state;
+	ji->error = jb->error ? strdup(jb->error) : NULL;
+	struct mesh_job *jh = jb->jh;
+	pthread_mutex_unlock(&jb->mu);
+	ji->program = strdup(jb->program);
+	ji->name = strdup(jb->name ? jb->name : "");
+	ji->dir = strdup(jb->dir);
+	ji->journal = strdup(jb->journal);
+	ji->lockdir = strdup(jb->lockdir);
+	ji->lease_name = strdup(jb->lease_name);
+	ji->n = jb->n;
+	ji->pending = jb->n;
+	ji->max_workers = jb->max_workers;
+	ji->retries = jb->retries;
+	ji->timeout_ns = jb->timeout_ns;
+	ji->speculate = jb->speculate;
+	ji->workers = atomic_load(&jb->xs.workers);
+	ji->starting = atomic_load(&jb->xs.starting);
+	ji->worker_deaths = atomic_load(&jb->xs.worker_deaths);
+	ji->worker_kills = atomic_load(&jb->xs.worker_kills);
+	ji->ignored_replies = atomic_load(&jb->xs.ignored_replies);
+	ji->requeued = atomic_load(&jb->xs.requeued);
+	if (!ji->program || !ji->name || !ji->dir || !ji->journal || !ji->lockdir || !ji->lease_name)
+		return -ENOMEM;
+	struct mesh_job_status js;
+	if (jh && mesh_job_status(jh, &js) == 0) {
+		ji->done = js.done;
+		ji->leased = js.leased;
+		ji->pending = js.pending;
+		ji->buried = js.buried;
+		ji->duplicates = js.duplicates;
+		ji->failed_attempts = js.failed_attempts;
+		ji->speculative_wins = js.speculative_wins;
+	}
+	if (jb->t0) {
+		uint64_t now = atomic_load(&jb->t_end);
+		if (!now)
+			now = mesh_mono_ns();
+		ji->elapsed_s = (double)(now - jb->t0) / 1e9;
+		uint64_t first = atomic_load(&jb->xs.first_reply_ns);
+		if (first)
+			ji->first_result_s = (double)(first - jb->t0) / 1e9;
+		if (ji->elapsed_s > 0 && ji->done > jb->done0)
+			ji->rate = (double)(ji->done - jb->done0) / ji->elapsed_s;
+		if (ji->rate > 0 && ji->state == MESHD_JOB_RUNNING)
+			ji->eta_s = (double)(ji->n - ji->done - ji->buried) / ji->rate;
+	}
+	if (details && jh) {
+		struct fail_ctx c = {.jb = jb};
+		mesh_job_failures(jh, add_failure, &c);
+		ji->failures = c.v;
+		ji->nfailures = c.n;
+		if (c.oom)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+void meshd_job_info_release(struct meshd_job_info *ji)
+{
+	if (!ji)
+		return;
+	free(ji->program);
+	free(ji->name);
+	free(ji->error);
+	free(ji->dir);
+	free(ji->journal);
+	free(ji->lockdir);
+	free(ji->lease_name);
+	for (size_t i = 0; i < ji->nfailures; i++)
+		free(ji->failures[i].report);
+	free(ji->failures);
+	memset(ji, 0, sizeof *ji);
+}
+
+static void deadline_ts(struct timespec *ts, uint64_t wait_ns)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	uint64_t ns = (uint64_t)ts->tv_nsec + wait_ns % MESH_NS_PER_S;
+	ts->tv_sec += (time_t)(wait_ns / MESH_NS_PER_S + ns / MESH_NS_PER_S);
+	ts->tv_nsec = (long)(ns % MESH_NS_PER_S);
+}
+
+/* Waits on the job's progress (jb->mu held), at most until ts.  0 when
+ * woken, 1 when the time is up or meshd is stopping. */
+static int wait_progress(struct job *jb, const struct timespec *ts)
+{
+	if (jb->owner->stopping)
+		return 1;
+	return pthread_cond_timedwait(&jb->cv, &jb->mu, ts) != 0 || jb->owner->stopping;
+}
+
+int meshd_jobs_get(struct meshd_jobs *j, uint64_t id, int details, uint64_t wait_ns, struct meshd_job_info *out,
+		   char **err)
+{
+	if (err)
+		*err = NULL;
+	struct job *jb = find(j, id);
+	if (!jb)
+		return not_found(err, id);
+	if (wait_ns) {
+		struct timespec ts;
+		deadline_ts(&ts, wait_ns);
+		pthread_mutex_lock(&jb->mu);
+		while (jb->state == MESHD_JOB_RUNNING && !wait_progress(jb, &ts))
+			;
+		pthread_mutex_unlock(&jb->mu);
+	}
+	int rc = fill_info(jb, details, out);
+	if (rc < 0)
+		meshd_job_info_release(out);
+	return rc;
+}
+
+int meshd_jobs_list(struct meshd_jobs *j, struct meshd_job_info **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&j->mu);
+	size_t cnt = 0;
+	for (struct job *jb = j->list; jb; jb = jb->next)
+		cnt++;
+	struct job **v = calloc(cnt ? cnt : 1, sizeof *v);
+	size_t k = 0;
+	for (struct job *jb = j->list; v && jb; jb = jb->next)
+		v[k++] = jb;
+	pthread_mutex_unlock(&j->mu);
+	if (!v)
+		return -ENOMEM;
+	/* By id: the list is newest first, and a reload reads a directory. */
+	for (size_t a = 1; a < cnt; a++)
+		for (size_t b = a; b > 0 && v[b - 1]->id > v[b]->id; b--) {
+			struct job *t = v[b];
+			v[b] = v[b - 1];
+			v[b - 1] = t;
+		}
+	struct meshd_job_info *list = calloc(cnt ? cnt : 1, sizeof *list);
+	int rc = list ? 0 : -ENOMEM;
+	for (size_t i = 0; i < cnt && rc == 0; i++)
+		rc = fill_info(v[i], 0, &list[i]);
+	free(v);
+	if (rc < 0) {
+		meshd_jobs_list_release(list, cnt);
+		return rc;
+	}
+	*out = list;
+	*n = cnt;
+	return 0;
+}
+
+void meshd_jobs_list_release(struct meshd_job_info *list, size_t n)
+{
+	for (size_t i = 0; list && i < n; i++)
+		meshd_job_info_release(&list[i]);
+	free(list);
+}
+
+int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
+{
+	if (err)
+		*err = NULL;
+	struct job *jb = find(j, id);
+	if (!jb)
+		return not_found(err, id);
+	pthread_mutex_lock(&jb->mu);
+	if (jb->state != MESHD_JOB_RUNNING) {
+		enum meshd_job_state st = jb->state;
+		pthread_mutex_unlock(&jb->mu);
+		return mesh_errf(err, MESH_E_STATE, "job %" PRIu64 " is not running (it is %s)", id,
+				 meshd_job_state_name(st));
+	}
+	/* Durable first: a restart must not resume it. */
+	int rc = mesh__job_write_end(jb, "cancelled\n");
+	if (rc == 0) {
+		jb->cancelled = 1;
+		uint64_t one = 1;
+		if (write(jb->cancel_efd, &one, sizeof one) < 0) {
+			/* the counter is never full */
+		}
+		if (!jb->th_on)
+			jb->state = MESHD_JOB_CANCELLED;
+	}
+	pthread_mutex_unlock(&jb->mu);
+	if (rc < 0)
+		return mesh_errf(err, rc, "cannot record the cancel in %s: %s", jb->dir, mesh_strerror(rc));
+	mesh_info("job=%" PRIu64 " cancelled", id);
+	return 0;
+}
+
+/* ---- results ---- */
+
+/* 1 when cid will never be DONE as far as we know (buried, or the job is
+ * over); jb->mu held. */
+static int settled(struct job *jb, uint64_t cid)
+{
+	return jb->state != MESHD_JOB_RUNNING || (jb->buried[cid / 8] & (1u << (cid % 8)));
+}
+
+int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_t wait_ns, size_t max_bytes,
+		       struct mesh_buf *out, uint64_t *next, int *end, char **err)
+{
+	if (err)
+		*err = NULL;
+	*next = from;
+	*end = 0;
+	struct job *jb = find(j, id);
+	if (!jb)
+		return not_found(err, id);
+	if (from > jb->n)
+		return mesh_errf(err, MESH_E_RANGE, "job %" PRIu64 " has %" PRIu64 " chunks", id, jb->n);
+	struct timespec ts;
+	deadline_ts(&ts, wait_ns);
+	uint64_t k = from;
+	int rc = 0;
+	pthread_mutex_lock(&jb->mu);
+	for (;;) {
+		struct mesh_job *jh = jb->jh;
+		struct mesh_results *res = jb->res;
+		while (jh && res && k < jb->n && out->len < max_bytes) {
+			int done = mesh_job_is_done(jh, k);
+			if (done != 1) {
+				if (!settled(jb, k))
+					break;
+				k++;
+				continue;
+			}
+			/* Off the lock: a read may take a while. */
+			pthread_mutex_unlock(&jb->mu);
+			void *p = NULL;
+			size_t n = 0;
+			rc = mesh_results_get(res, k, MESH_RESULT_OK, &p, &n);
+			if (rc == 0 && mesh_buf_add(out, p, n) < 0)
+				rc = -ENOMEM;
+			free(p);
+			pthread_mutex_lock(&jb->mu);
+			if (rc < 0)
+				break;
+			k++;
+		}
+		if (rc < 0 || k > from || k >= jb->n || !wait_ns || wait_progress(jb, &ts))
+			break;
+	}
+	pthread_mutex_unlock(&jb->mu);
+	if (rc == -ENOENT)
+		return mesh_errf(err, MESH_E_CORRUPT, "chunk %" PRIu64 " of job %" PRIu64 " is DONE but has no result in %s",
+				 k, id, jb->results_path);
+	if (rc < 0)
+		return mesh_errf(err, rc, "cannot read the result of chunk %" PRIu64 ": %s", k, mesh_strerror(rc));
+	*next = k;
+	*end = k >= jb->n;
+	return 0;
+}

@@ -1,0 +1,551 @@
+/* meshd runs jobs, end to end: the real meshd and mesh binaries, a catalog
+ * of the example echo worker and tests/workers/job_worker (replies
+ * "<chunk id>:<input>\n"; "crash", "hang", "slow" misbehave), real
+ * signals, a state directory in the test's own directory. */
+#include "base/exit.h"
+#include "host/image.h"
+#include "runner/t.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#define SOCK "run/meshd.sock"
+
+static char cwd[4096];
+static char out[1 << 20];
+static pid_t meshd_pid;
+
+static void add_program(const char *name, const char *binary, const char *extra_toml)
+{
+	char path[8192], toml[20000];
+	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
+	mkdir("catalog", 0755);
+	mkdir(path, 0755);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/%s'", binary, mesh_target_triple(), name), 0);
+	snprintf(toml, sizeof toml, "name = \"%s\"\nbackends = [\"native\"]\n%s", name, extra_toml ? extra_toml : "");
+	snprintf(path, sizeof path, "catalog/%s.toml", name);
+	t_write_file(path, toml);
+}
+
+static void add_job_worker(const char *name, unsigned max_workers, const char *ttl)
+{
+	char toml[16384];
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
+	snprintf(toml, sizeof toml,
+		 "max_workers = %u\nidle_ttl = \"%s\"\n[lifecycle]\nstop_grace = \"1s\"\n[env]\n"
+		 "JOBTEST_FIRST_CRASH = \"%s/crashed-once\"\nJOBTEST_FIRST_SLOW = \"%s/slowed-once\"\n",
+		 max_workers, ttl, cwd, cwd);
+	add_program(name, t_bin("tests-workers/job_worker"), toml);
+}
+
+/* Starts meshd with --state state, waits for READY=1 (its notify socket). */
+static pid_t start_meshd(void)
+{
+	char npath[4200], cmd[16384], buf[256];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	mkdir("logs", 0755);
+	snprintf(npath, sizeof npath, "%s/notify.sock", cwd);
+	unlink(npath);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(fd, 0);
+	ASSERT_LT(strlen(npath), sizeof sa.sun_path);
+	strcpy(sa.sun_path, npath);
+	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(cmd, sizeof cmd,
+		 "exec '%s' --catalog catalog --logs logs --socket " SOCK " --state state 2>>meshd.err", t_bin("meshd"));
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		setenv("NOTIFY_SOCKET", npath, 1);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	if (poll(&pfd, 1, 15000) != 1) {
+		char *err = t_read_file("meshd.err", NULL);
+		FAIL("no READY=1 from meshd within 15 s; its stderr: %s", err ? err : "");
+	}
+	ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+	close(fd);
+	ASSERT_GT(n, 0);
+	meshd_pid = pid;
+	return pid;
+}
+
+static void setup(void)
+{
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
+	start_meshd();
+}
+
+/* `mesh ARGS --socket SOCK`: exit status; stdout (and stderr when merge) in out. */
+static int mesh(int merge, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int mesh(int merge, const char *fmt, ...)
+{
+	char args[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof args, fmt, ap);
+	va_end(ap);
+	/* --socket right after the command: after ::: it would be a chunk. */
+	char *sp = strchr(args, ' ');
+	int cmdlen = sp ? (int)(sp - args) : (int)strlen(args);
+	return t_sh(out, sizeof out, merge, "'%s' %.*s --socket " SOCK "%s%s", t_bin("mesh"), cmdlen, args,
+		    args + cmdlen, merge ? "" : " 2>>mesh.err");
+}
+
+/* Submits; the job id. */
+static unsigned submit(const char *args)
+{
+	ASSERT_EQ(mesh(0, "submit %s", args), 0);
+	char *end;
+	unsigned long id = strtoul(out, &end, 10);
+	ASSERT_TRUE(id > 0 && *end == '\n' && end[1] == 0);
+	return (unsigned)id;
+}
+
+/* GET /v1/jobs/<id> through `mesh jobs --json`: the job's object (decref it). */
+static json_t *job_json(unsigned id)
+{
+	ASSERT_EQ(mesh(0, "jobs --json"), 0);
+	json_t *j = json_loads(out, 0, NULL), *arr = json_object_get(j, "jobs"), *e, *found = NULL;
+	size_t i;
+	char ids[16];
+	snprintf(ids, sizeof ids, "%u", id);
+	json_array_foreach(arr, i, e) if (!strcmp(json_string_value(json_object_get(e, "id")), ids)) found = e;
+	ASSERT_TRUE(found != NULL);
+	json_incref(found);
+	json_decref(j);
+	return found;
+}
+
+static int64_t jint(json_t *o, const char *k)
+{
+	return json_integer_value(json_object_get(o, k));
+}
+
+/* `mesh job status` on a meshd job's journal, lock dir and lease name. */
+static int job_status_cmd(unsigned id, uint64_t n)
+{
+	json_t *j = job_json(id);
+	char cmd[8192];
+	snprintf(cmd, sizeof cmd, "'%s' job status '%s' '%s' '%s' %" PRIu64, t_bin("mesh"),
+		 json_string_value(json_object_get(j, "journal")), json_string_value(json_object_get(j, "lockdir")),
+		 json_string_value(json_object_get(j, "lease_name")), n);
+	json_decref(j);
+	return t_sh(out, sizeof out, 1, "%s", cmd);
+}
+
+/* Pids of the live workers (mesh ps --json). */
+static int worker_pids(pid_t *pids, int cap)
+{
+	int n = 0;
+	ASSERT_EQ(mesh(0, "ps --json"), 0);
+	json_t *j = json_loads(out, 0, NULL), *p, *w;
+	size_t i, k;
+	json_array_foreach(json_object_get(j, "programs"), i, p)
+		json_array_foreach(json_object_get(p, "workers"), k, w)
+	{
+		json_int_t pid = json_integer_value(json_object_get(w, "pid"));
+		if (pid > 0 && n < cap)
+			pids[n++] = (pid_t)pid;
+	}
+	json_decref(j);
+	return n;
+}
+
+/* "0:x\n1:y\n..." for inputs ins[0..n). */
+static void expected(char *buf, size_t cap, const char *const *ins, size_t n)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	for (size_t i = 0; i < n && k < cap; i++)
+		k += (size_t)snprintf(buf + k, cap - k, "%zu:%s\n", i, ins[i]);
+}
+
+static int wait_pid(pid_t pid)
+{
+	int st;
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void stop_meshd(void)
+{
+	kill(meshd_pid, SIGTERM);
+	EXPECT_EQ(wait_pid(meshd_pid), 0);
+}
+
+TEST_TIMEOUT(jobs_submit_wait_results_with_the_example_echo_worker, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 2\n");
+	setup();
+	unsigned id = submit("echo ::: alpha beta gamma");
+	EXPECT_UEQ(id, 1);
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "alphabetagamma");
+	EXPECT_EQ(mesh(0, "results %u --no-wait", id), 0);
+	EXPECT_STREQ(out, "alphabetagamma");
+	EXPECT_EQ(mesh(0, "jobs"), 0);
+	EXPECT_CONTAINS(out, "echo");
+	EXPECT_CONTAINS(out, "complete");
+	EXPECT_CONTAINS(out, "3/3");
+	/* --chunks N: empty inputs, N results. */
+	id = submit("echo --chunks 5 --name five");
+	EXPECT_EQ(mesh(0, "wait %u --quiet", id), 0);
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "done"), 5);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "name")), "five");
+	json_decref(j);
+	EXPECT_EQ(job_status_cmd(id, 5), 0);
+	EXPECT_CONTAINS(out, "COMPLETE");
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_results_in_order_streamed_while_running, 60)
+{
+	add_job_worker("jw", 3, "300s");
+	setup();
+	/* 60 slow chunks on 3 workers: results stream in chunk order. */
+	FILE *f = fopen("in.txt", "w");
+	const char *ins[60];
+	char words[60][16];
+	for (int i = 0; i < 60; i++) {
+		snprintf(words[i], sizeof words[i], "%s", i % 3 ? "slow" : "x");
+		ins[i] = words[i];
+		fprintf(f, "%s\n", ins[i]);
+	}
+	fclose(f);
+	unsigned id = submit("jw --input in.txt");
+	/* Streams: started while the job runs, ends when it is done. */
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	static char want[1 << 16];
+	expected(want, sizeof want, ins, 60);
+	EXPECT_STREQ(out, want);
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "done"), 60);
+	EXPECT_EQ(jint(j, "failed_attempts"), 0);
+	EXPECT_EQ(jint(j, "duplicates"), 0);
+	EXPECT_LE(jint(j, "max_workers"), 3);
+	json_decref(j);
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_worker_sigkilled_mid_job_chunks_back_at_once, 60)
+{
+	add_job_worker("jw", 2, "300s");
+	setup();
+	FILE *f = fopen("in.txt", "w");
+	for (int i = 0; i < 200; i++)
+		fprintf(f, "slow\n");
+	fclose(f);
+	uint64_t t0 = t_now_ms();
+	unsigned id = submit("jw --input in.txt");
+	/* Once results come, the workers are serving: kill one mid-job. */
+	int64_t done = 0;
+	for (int tries = 0; tries < 1000 && done < 10; tries++) {
+		json_t *j = job_json(id);
+		done = jint(j, "done");
+		json_decref(j);
+		if (done < 10)
+			usleep(5000);
+	}
+	ASSERT_GE(done, 10);
+	ASSERT_LT(done, 150);
+	pid_t pids[8];
+	int n = worker_pids(pids, 8);
+	ASSERT_GE(n, 1);
+	ASSERT_EQ(kill(pids[0], SIGKILL), 0);
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	/* Well inside the lease TTL (10 s): the chunk came back at once. */
+	EXPECT_LT(t_now_ms() - t0, 8000);
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "done"), 200);
+	EXPECT_EQ(jint(j, "worker_deaths"), 1);
+	EXPECT_LE(jint(j, "failed_attempts"), 1); /* the chunk it held, if it held one */
+	EXPECT_EQ(jint(j, "buried"), 0);
+	json_decref(j);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	size_t lines = 0;
+	for (char *p = out; *p; p++)
+		lines += *p == '\n';
+	EXPECT_UEQ(lines, 200);
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_worker_death_counts_the_attempt_of_its_chunk, 60)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	/* The first worker to take "crash-once" dies; its replacement answers. */
+	unsigned id = submit("jw ::: a b crash-once c d");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "0:a\n1:b\n2:crash-once\n3:c\n4:d\n");
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "failed_attempts"), 1);
+	EXPECT_EQ(jint(j, "worker_deaths"), 1);
+	json_decref(j);
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_a_chunk_that_always_crashes_is_buried_with_its_tail, 60)
+{
+	add_job_worker("jw", 2, "300s");
+	setup();
+	unsigned id = submit("jw --retries 2 ::: a crash b");
+	EXPECT_EQ(mesh(1, "wait %u", id), MESH_EXIT_INCOMPLETE);
+	EXPECT_CONTAINS(out, "1 buried");
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "0:a\n2:b\n");
+	/* wait shows the buried chunk with the crash's status and tail (from
+	 * GET /v1/jobs/<id>, whose "failures" hold them). */
+	EXPECT_EQ(mesh(1, "wait %u", id), MESH_EXIT_INCOMPLETE);
+	EXPECT_CONTAINS(out, "chunk 1 buried after 2 attempts, last status 139");
+	EXPECT_CONTAINS(out, "crash line 5");
+	EXPECT_CONTAINS(out, "SIGSEGV");
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "buried"), 1);
+	EXPECT_EQ(jint(j, "failed_attempts"), 2);
+	EXPECT_EQ(jint(j, "worker_deaths"), 2);
+	json_decref(j);
+	/* The engine's own view agrees: `mesh job status` on the journal. */
+	EXPECT_EQ(job_status_cmd(id, 3), 1);
+	EXPECT_CONTAINS(out, "buried 1");
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_timeout_kills_a_hung_worker_and_replaces_it, 60)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	unsigned id = submit("jw --retries 1 --timeout 0.5 ::: a hang b");
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(mesh(0, "wait %u", id), MESH_EXIT_INCOMPLETE);
+	EXPECT_LT(t_now_ms() - t0, 10000);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "0:a\n2:b\n");
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "buried"), 1);
+	EXPECT_EQ(jint(j, "worker_kills"), 1);
+	json_decref(j);
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_meshd_sigkilled_mid_job_finishes_exactly_once, 90)
+{
+	add_job_worker("jw", 2, "300s");
+	setup();
+	const int N = 300;
+	FILE *f = fopen("in.txt", "w");
+	const char *ins[300];
+	for (int i = 0; i < N; i++) {
+		ins[i] = "slow";
+		fprintf(f, "slow\n");
+	}
+	fclose(f);
+	unsigned id = submit("jw --input in.txt");
+	/* Some chunks DONE, most not: then kill -9. */
+	json_t *j = NULL;
+	for (int tries = 0; tries < 1000; tries++) {
+		j = job_json(id);
+		if (jint(j, "done") >= 20)
+			break;
+		json_decref(j);
+		j = NULL;
+		usleep(10000);
+	}
+	ASSERT_TRUE(j != NULL);
+	int64_t before = jint(j, "done");
+	json_decref(j);
+	ASSERT_EQ(kill(meshd_pid, SIGKILL), 0);
+	ASSERT_EQ(wait_pid(meshd_pid), 128 + SIGKILL);
+	start_meshd();
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	j = job_json(id);
+	EXPECT_EQ(jint(j, "done"), N);
+	EXPECT_EQ(jint(j, "duplicates"), 0);
+	EXPECT_LT(before, N);
+	json_decref(j);
+	/* Every result present, in order, once. */
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	static char want[1 << 16];
+	expected(want, sizeof want, ins, (size_t)N);
+	EXPECT_STREQ(out, want);
+	/* The journal holds one DONE per chunk. */
+	j = job_json(id);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' job check '%s'", t_bin("mesh"),
+		       json_string_value(json_object_get(j, "journal"))),
+		  0);
+	json_decref(j);
+	EXPECT_CONTAINS(out, "done 300,");
+	EXPECT_EQ(job_status_cmd(id, (uint64_t)N), 0);
+	EXPECT_CONTAINS(out, "COMPLETE");
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_workers_back_to_zero_after_the_job, 60)
+{
+	add_job_worker("jw", 3, "300ms");
+	setup();
+	unsigned id = submit("jw --chunks 40");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	/* The idle TTL (300 ms) and the tick (500 ms): zero within a few seconds. */
+	int n = -1;
+	uint64_t t0 = t_now_ms();
+	pid_t pids[8];
+	while (t_now_ms() - t0 < 5000 && (n = worker_pids(pids, 8)) > 0)
+		usleep(50000);
+	EXPECT_EQ(n, 0);
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_cancel_stops_for_good, 60)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	unsigned id = submit("jw ::: a hang b");
+	EXPECT_EQ(mesh(0, "cancel %u", id), 0);
+	EXPECT_CONTAINS(out, "cancelled job");
+	EXPECT_EQ(mesh(0, "wait %u", id), MESH_EXIT_CANCELLED);
+	EXPECT_EQ(mesh(1, "cancel %u", id), MESH_EXIT_TEMPFAIL);
+	EXPECT_CONTAINS(out, "not running");
+	/* A restart does not resume it. */
+	stop_meshd();
+	start_meshd();
+	json_t *j = job_json(id);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "state")), "cancelled");
+	json_decref(j);
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_bad_input_clear_errors_and_exit_codes, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	setup();
+	EXPECT_EQ(mesh(1, "submit nope --chunks 3"), MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "no program 'nope'");
+	EXPECT_EQ(mesh(1, "submit echo --chunks 12x"), MESH_EXIT_USAGE);
+	EXPECT_CONTAINS(out, "--chunks wants a whole number");
+	EXPECT_EQ(mesh(1, "submit echo --chunks 0"), MESH_EXIT_USAGE);
+	EXPECT_EQ(mesh(1, "submit echo"), MESH_EXIT_USAGE);
+	EXPECT_CONTAINS(out, "give the chunks once");
+	EXPECT_EQ(mesh(1, "submit echo --chunks 2 ::: a"), MESH_EXIT_USAGE);
+	EXPECT_EQ(mesh(1, "submit echo --input missing.txt"), MESH_EXIT_NOINPUT);
+	EXPECT_EQ(mesh(1, "wait 42"), MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "no job 42");
+	EXPECT_EQ(mesh(1, "results 42"), MESH_EXIT_DATAERR);
+	EXPECT_EQ(mesh(1, "cancel 42"), MESH_EXIT_DATAERR);
+	EXPECT_EQ(mesh(1, "wait x1"), MESH_EXIT_USAGE);
+	EXPECT_CONTAINS(out, "not a job id");
+	EXPECT_EQ(mesh(1, "submit --help"), 0);
+	EXPECT_CONTAINS(out, "usage: mesh submit PROGRAM");
+	for (const char *c = "jobs\0wait\0results\0cancel\0"; *c; c += strlen(c) + 1) {
+		EXPECT_EQ(mesh(1, "%s --help", c), 0);
+		EXPECT_CONTAINS(out, "usage: mesh");
+	}
+	stop_meshd();
+}
+
+TEST_TIMEOUT(jobs_speculation_across_workers_first_result_wins, 60)
+{
+	add_job_worker("jw", 2, "300s");
+	setup();
+	/* Chunk 9 straggles on the first worker that takes it (2 s); once the
+	 * rest are DONE, a copy runs on the other worker and wins. */
+	unsigned id = submit("jw --speculate ::: a b c d e f g h i slow-once");
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	EXPECT_LT(t_now_ms() - t0, 1800);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "0:a\n1:b\n2:c\n3:d\n4:e\n5:f\n6:g\n7:h\n8:i\n9:slow-once\n");
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "speculative_wins"), 1);
+	EXPECT_EQ(jint(j, "duplicates"), 0);
+	EXPECT_EQ(jint(j, "failed_attempts"), 0);
+	json_decref(j);
+	stop_meshd();
+}
+
+/* Waits until job id has at least `done` chunks DONE (meshd may be gone:
+ * then returns at once). */
+static void wait_done(unsigned id, int64_t done)
+{
+	for (int tries = 0; tries < 2000; tries++) {
+		if (mesh(0, "jobs --json") != 0)
+			return;
+		json_t *j = job_json(id);
+		int64_t d = jint(j, "done");
+		json_decref(j);
+		if (d >= done)
+			return;
+		usleep(5000);
+	}
+}
+
+TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
+{
+	add_job_worker("jw", 3, "300s");
+	setup();
+	const int N = 3000;
+	FILE *f = fopen("in.txt", "w");
+	static char want[1 << 17];
+	size_t k = 0;
+	for (int i = 0; i < N; i++) {
+		fprintf(f, "d%d\n", i);
+		k += (size_t)snprintf(want + k, sizeof want - k, "%d:d%d\n", i, i);
+	}
+	fclose(f);
+	unsigned id = submit("jw --input in.txt --retries 10");
+	unsigned seed = (unsigned)t_now_ms();
+	int worker_kills = 0, meshd_kills = 0;
+	for (int step = 1; step <= 6; step++) {
+		wait_done(id, (int64_t)N * step / 8);
+		if (step == 2 || step == 5) {
+			/* meshd itself, mid-job; then the same state again. */
+			ASSERT_EQ(kill(meshd_pid, SIGKILL), 0);
+			ASSERT_EQ(wait_pid(meshd_pid), 128 + SIGKILL);
+			start_meshd();
+			meshd_kills++;
+			continue;
+		}
+		pid_t pids[8];
+		int n = worker_pids(pids, 8);
+		if (n > 0 && kill(pids[rand_r(&seed) % (unsigned)n], SIGKILL) == 0)
+			worker_kills++;
+	}
+	EXPECT_EQ(meshd_kills, 2);
+	EXPECT_GE(worker_kills, 1);
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	/* Every result present and right: the whole output, in order. */
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_UEQ(strlen(out), k);
+	EXPECT_TRUE(strcmp(out, want) == 0);
+	/* Every chunk DONE exactly once: one DONE record each in the journal. */
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "done"), N);
+	EXPECT_EQ(jint(j, "buried"), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' job check '%s'", t_bin("mesh"),
+		       json_string_value(json_object_get(j, "journal"))),
+		  0);
+	json_decref(j);
+	EXPECT_CONTAINS(out, "done 3000,");
+	stop_meshd();
+}

@@ -1,0 +1,78 @@
+/* A worker for meshd's job tests.  Each chunk's reply is
+ * "<chunk id>:<input>\n" (the chunk id from mesh_worker_chunk_id), except
+ * for these inputs:
+ *   crash     prints "crash line 1..5" and dies of SIGSEGV
+ *   hang      never answers (sleeps)
+ *   slow      answers after 20 ms
+ *   fail      the handler fails ("refused: fail")
+ *   d...      answers after 1 ms
+ * JOBTEST_FIRST_CRASH=<file>: the first worker to see a "crash-once"
+ * input creates <file> and dies; every later one (the file exists) answers. */
+#include <mesh/worker.h>
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct mesh_worker *w;
+
+static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap, size_t *len)
+{
+	(void)ctx;
+	if (n == 5 && !memcmp(req, "crash", 5)) {
+		for (int i = 1; i <= 5; i++)
+			printf("crash line %d\n", i);
+		raise(SIGSEGV);
+	}
+	if (n == 10 && !memcmp(req, "crash-once", 10)) {
+		const char *f = getenv("JOBTEST_FIRST_CRASH");
+		int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+		if (fd >= 0) {
+			close(fd);
+			raise(SIGKILL);
+		}
+	}
+	if (n == 9 && !memcmp(req, "slow-once", 9)) {
+		/* The first to see it straggles (2 s); copies answer at once. */
+		const char *f = getenv("JOBTEST_FIRST_SLOW");
+		int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+		if (fd >= 0) {
+			close(fd);
+			sleep(2);
+		}
+	}
+	if (n > 1 && ((const char *)req)[0] == 'd')
+		usleep(1000); /* "d<anything>": a 1 ms chunk */
+	if (n == 4 && !memcmp(req, "hang", 4))
+		for (;;)
+			pause();
+	if (n == 4 && !memcmp(req, "slow", 4))
+		usleep(20000);
+	if (n == 4 && !memcmp(req, "fail", 4)) {
+		*len = (size_t)snprintf(reply, cap, "refused: fail");
+		return -1;
+	}
+	int k = snprintf(reply, cap, "%" PRIu64 ":", mesh_worker_chunk_id(w));
+	if (k < 0 || (size_t)k + n + 1 > cap)
+		return -1;
+	memcpy((char *)reply + k, req, n);
+	((char *)reply)[k + n] = '\n';
+	*len = (size_t)k + n + 1;
+	return 0;
+}
+
+int main(void)
+{
+	int rc = mesh_worker_open(&w);
+	if (rc < 0) {
+		fprintf(stderr, "job_worker: %s\n", mesh_worker_strerror(rc));
+		return 1;
+	}
+	rc = mesh_worker_serve(w, handle, NULL);
+	mesh_worker_close(w);
+	return rc < 0 ? 1 : 0;
+}
