@@ -12,6 +12,7 @@
 	X(NONE, 3, "`job lease`: NONE, nothing can be leased now; `autoscale`: REAP")                  \
 	X(COMPLETE, 4, "`job lease`: COMPLETE, the job is done")                                      \
 	X(INTERRUPTED, 5, "`run`/`harvest`: stopped by a signal before the job was complete; rerun to resume") \
+	X(WRONGMODEL, 6, "`autoscale tick --model`: warm but wrong model (the server answers, its list lacks the model)") \
 	X(USAGE, 64, "usage error: unknown command or option, missing or malformed argument")       \
 	X(DATAERR, 65, "bad input: corrupt or foreign journal, a chunk count that conflicts, out-of-range chunk, path refused") \
 	X(NOINPUT, 66, "an input file does not exist or cannot be read (a missing journal)")          \

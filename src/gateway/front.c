@@ -294,7 +294,7 @@ static void relay_after(struct mesh_serve *s, struct mesh__conn *c, int rc)
 		conn_close_active(s, c);
 		return;
 	}
-	if (s->draining && conn_idle(c))
+	if (s->draining && s->c.http && conn_idle(c))
 		conn_close_active(s, c);
 }
 
