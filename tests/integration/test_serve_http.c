@@ -29,41 +29,6 @@ static const char *oa_server(void)
 	return p;
 }
 
-static int send_str(int fd, const char *s)
-{
-	size_t n = strlen(s);
-	return send(fd, s, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
-}
-
-/* Reads one response on a keep-alive connection (Content-Length or
- * chunked body); returns its status, 0 when the connection ended first. */
-static int read_response(int fd, char *buf, size_t cap)
-{
-	size_t got = 0;
-	buf[0] = 0;
-	for (;;) {
-		char *end = strstr(buf, "\r\n\r\n");
-		if (end) {
-			char *cl = strcasestr(buf, "content-length:");
-			size_t head = (size_t)(end + 4 - buf);
-			if (cl && cl < end && got >= head + (size_t)atol(cl + 15))
-				break;
-			if (strcasestr(buf, "transfer-encoding: chunked") && strstr(end, "\r\n0\r\n\r\n"))
-				break;
-		}
-		if (got + 1 >= cap)
-			break;
-		ssize_t n = recv(fd, buf + got, cap - 1 - got, 0);
-		if (n <= 0)
-			return 0;
-		got += (size_t)n;
-		buf[got] = 0;
-	}
-	int status = 0;
-	sscanf(buf, "HTTP/1.%*d %d", &status);
-	return status;
-}
-
 static int connection_closed(int fd)
 {
 	char b;
