@@ -137,6 +137,7 @@ static int dir_settle(struct mesh_relay *r, struct mesh_relay_dir *d)
 		memcpy(b, d->buf + d->off, d->len);
 		d->buf = b;
 		d->off = 0;
+		d->cap = d->len;
 		d->scratch = 0;
 	}
 	return 0;
@@ -197,8 +198,17 @@ static ssize_t dir_out(struct mesh_relay *r, struct mesh_relay_dir *d, int to)
 	if (d->copy) {
 		d->off += (size_t)w;
 		d->len -= (size_t)w;
-		if (d->len == 0)
+		if (d->len == 0) {
 			d->off = 0;
+			if (r->pool) {
+				/* Emptied: the next read goes to the shared buffer,
+				 * never into a leftover's buffer (sized to the leftover). */
+				if (!d->scratch)
+					free(d->buf);
+				d->buf = NULL;
+				d->scratch = 0;
+			}
+		}
 	}
 	d->pending -= (size_t)w;
 	d->bytes += (uint64_t)w;
