@@ -59,7 +59,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
 	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
 
-.PHONY: all test check bench demo demo-mandel fuzz fuzzers fuzz-bins install clean deps tests-build
+.PHONY: all test check bench demo demo-mandel fuzz fuzzers fuzz-bins install clean deps tests-build node-openai
 .PRECIOUS: $(BUILD)/obj/%.o
 all: $(PROGS) $(EX_BINS) $(MANDEL_BINS)
 
@@ -109,11 +109,23 @@ $(BUILD)/tests-workers/%: tests/workers/%.c $(BUILD)/libmeshworker.a
 
 tests-build: all $(TW_BINS) $(TEST_BINS)
 
+# The official OpenAI client for the gateway tests, pinned, from the npm
+# registry into the build tree.  A failure is written to $(BUILD)/node/npm.log
+# and the test that needs the client fails with it (make test goes on).
+OPENAI_NPM_VERSION := 5.23.2
+node-openai: $(BUILD)/node/node_modules/openai/package.json
+$(BUILD)/node/node_modules/openai/package.json:
+	@mkdir -p $(BUILD)/node
+	@echo '{"private": true}' > $(BUILD)/node/package.json
+	npm install --prefix $(BUILD)/node --no-audit --no-fund --no-save --ignore-scripts \
+		openai@$(OPENAI_NPM_VERSION) >$(BUILD)/node/npm.log 2>&1 || { cat $(BUILD)/node/npm.log; exit 1; }
+
 deps:
 	@mk/deps.sh test
 
 test: deps
 	@$(MAKE) --no-print-directory tests-build >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
+	@$(MAKE) --no-print-directory node-openai >/dev/null 2>&1 || echo "mesh: npm install openai@$(OPENAI_NPM_VERSION) failed (see $(BUILD)/node/npm.log); its test will fail"
 	@tests/run.sh $(BUILD) $(T)
 
 # The whole suite under ASan+UBSan (the journal stress for 30 s), then a

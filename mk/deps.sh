@@ -4,7 +4,11 @@
 # Usage: mk/deps.sh [build|test|bench|all]
 set -e
 BUILD="gcc make pkg-config libevent-dev libjansson-dev zlib1g-dev libpng-dev"
-TEST="clang libclang-rt-14-dev curl parallel prometheus python3 python3-numpy python3-setuptools python3-pip python3-venv"
+TEST="clang libclang-rt-14-dev curl parallel prometheus python3 python3-numpy python3-setuptools python3-pip python3-venv nodejs nginx"
+# The gateway tests drive the official OpenAI client (npm) and nginx.  A
+# nodejs that bundles npm (NodeSource's) conflicts with Debian's npm package:
+# ask for npm only where no npm command exists.
+command -v npm >/dev/null 2>&1 || TEST="$TEST npm"
 BENCH="parallel beanstalkd findutils"
 case "${1:-all}" in
 build) PKGS="$BUILD" ;;

@@ -13,6 +13,7 @@
 	X(COMPLETE, 4, "`job lease`: COMPLETE, the job is done")                                      \
 	X(INTERRUPTED, 5, "`run`/`harvest`: stopped by a signal before the job was complete; rerun to resume") \
 	X(CANCELLED, 6, "`wait`: the job was cancelled (`mesh cancel`); `wait` answers 1 when it ended with buried chunks") \
+	X(WRONGMODEL, 7, "`autoscale tick --model`: warm but wrong model (the server answers, its list lacks the model)") \
 	X(USAGE, 64, "usage error: unknown command or option, missing or malformed argument")       \
 	X(DATAERR, 65, "bad input: corrupt or foreign journal, a chunk count that conflicts, out-of-range chunk, path refused") \
 	X(NOINPUT, 66, "an input file does not exist or cannot be read (a missing journal)")          \

@@ -1,6 +1,9 @@
 /* mesh autoscale: the scale-to-zero policy on the command line.  A thin layer
  * over autoscale/policy.h and autoscale/probe.h; the exit code of decide,
- * tick and plan is the action (0 HOLD, 1 SPAWN, 2 SERVE, 3 REAP). */
+ * tick and plan is the action (0 HOLD, 1 SPAWN, 2 SERVE, 3 REAP); tick
+ * --model against a server that answers without that model is 6, "warm but
+ * wrong model" (no action of the policy fixes it: spawning is pointless,
+ * holding waits for ever). */
 #include "autoscale/policy.h"
 #include "autoscale/probe.h"
 #include "base/clock.h"
@@ -35,6 +38,7 @@ static const char usage_text[] =
 	"savings  VRAM-seconds saved against always-on, in permil\n"
 	"\n"
 	"exit: 0 HOLD, 1 SPAWN, 2 SERVE, 3 REAP (decide, tick, plan); 0 (table, savings);\n"
+	"6 (tick --model) warm but wrong model: the server answers 2xx but does not list NAME;\n"
 	"64 usage error.  Numbers are whole, non-negative decimals; seconds for times.\n";
 
 #define MAX_SECONDS ((uint64_t)INT64_MAX / MESH_NS_PER_S)
@@ -216,17 +220,20 @@ static int cmd_tick(const struct args *a)
 		return rc;
 	if ((rc = mesh_probe(&t, &o, &res)))
 		return mesh_cli_fail(rc, "autoscale tick: cannot probe '%s'", t.host);
-	int act = mesh_as_decide(res.warm, (int)demand, (int64_t)idle, (int64_t)ttl);
+	/* A server that answers but lacks the model is not cold: starting one
+	 * is pointless and waiting for it to warm never ends. */
+	int wrong = o.model && !res.warm && res.phase == MESH_PROBE_JUDGE && res.err == MESH_E_NOTFOUND;
+	int act = wrong ? MESH_EXIT_WRONGMODEL : mesh_as_decide(res.warm, (int)demand, (int64_t)idle, (int64_t)ttl);
+	const char *act_name = wrong ? "WRONG_MODEL" : mesh_as_action_name(act);
 	if (a->json)
 		print_json(json_pack("{s:s, s:i, s:I, s:I, s:I, s:s, s:i, s:{s:s, s:i, s:f, s:s}}", "cmd", "tick",
 				     "warm", res.warm, "demand", (json_int_t)demand, "idle_sec", (json_int_t)idle,
-				     "ttl_sec", (json_int_t)ttl, "action", mesh_as_action_name(act), "code", act,
-				     "probe", "addr", res.addr, "status", res.status, "elapsed_ms",
+				     "ttl_sec", (json_int_t)ttl, "action", act_name, "code", act, "probe", "addr", res.addr, "status", res.status, "elapsed_ms",
 				     (double)res.elapsed_ns / 1e6, "reason", res.reason));
 	else
-		printf("tick warm=%d demand=%llu idle=%llus ttl=%llus -> %s (probe %s)\n", res.warm,
-		       (unsigned long long)demand, (unsigned long long)idle, (unsigned long long)ttl,
-		       mesh_as_action_name(act), res.reason);
+		printf("tick warm=%d demand=%llu idle=%llus ttl=%llus -> %s%s (probe %s)\n", res.warm,
+		       (unsigned long long)demand, (unsigned long long)idle, (unsigned long long)ttl, act_name,
+		       wrong ? ": warm but wrong model" : "", res.reason);
 	return act;
 }
 

@@ -10,6 +10,7 @@
 #include "base/parse.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
+#include "host/manifest.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -26,13 +27,22 @@ static const char usage_text[] =
 	"until GET PATH on the upstream answers 2xx; relay bytes both ways; after SEC seconds without a\n"
 	"connection stop the server (SIGTERM, the grace, then SIGKILL to its group) and start it again\n"
 	"on the next connection.\n"
+	"With --http, demand is requests, not connections: a request counts from its first byte to the\n"
+	"end of its response (a stream until it ends); idle keep-alive connections and bare connects\n"
+	"neither start the server nor keep it up, and --idle counts from the end of the last response.\n"
 	"\n"
 	"  --listen ADDR:PORT       where clients connect (IPv4, [IPv6]; port 0 picks one)\n"
 	"  --upstream ADDR:PORT     where CMD listens\n"
-	"  --idle SEC               stop the server after SEC seconds without a connection\n"
+	"  --idle SEC               stop the server after SEC seconds without a connection (--http:\n"
+	"                           without a request in flight)\n"
+	"  --http                   count HTTP/1.1 requests, not connections\n"
+	"  --start-on-connect       --http: a connection that has sent nothing yet starts the server too\n"
 	"  --probe PATH             the warmth check path (default /v1/models)\n"
 	"  --model NAME             warm only when the probe's model list holds NAME\n"
-	"  --grace SEC              SIGTERM to SIGKILL (default 5)\n"
+	"  --stop-signal SIG        the stop signal: TERM (default), INT, QUIT (nginx), HUP, USR1, USR2\n"
+	"  --grace SEC              stop signal to SIGKILL (default 5)\n"
+	"  --drain-timeout SEC      at SIGTERM, longest wait for requests/connections in flight (default 30)\n"
+	"  --max-conns N            most client connections at once, 503 past it (default: from the fd limit)\n"
 	"  --start-timeout SEC      longest start, spawn to warm (default 300)\n"
 	"  --queue-timeout SEC      longest wait of a held connection (default 120)\n"
 	"  --max-queue N            most connections held at once (default 1024)\n"
@@ -41,12 +51,14 @@ static const char usage_text[] =
 	"  --no-splice              relay through user-space copies (for comparison)\n"
 	"\n"
 	"Clients past the queue bound get `HTTP/1.1 503` with Retry-After (HTTP clients) or a close.\n"
-	"SIGUSR1 prints the savings line; SIGTERM/SIGINT stop the server and exit 0.\n"
+	"SIGUSR1 prints the savings line; SIGTERM/SIGINT drain (stop accepting, let what is in flight\n"
+	"finish, a second signal cuts it short), stop the server and exit 0.\n"
 	"exit: 0 after a stop signal; 64 usage; 66 CMD not found; 71 cannot listen (address in use).\n"
 	"See docs/serve.md.\n";
 
 enum { O_LISTEN = 256, O_UPSTREAM, O_IDLE, O_PROBE, O_MODEL, O_GRACE, O_START_TIMEOUT, O_QUEUE_TIMEOUT,
-       O_MAX_QUEUE, O_LOG, O_JSON, O_NO_SPLICE, O_HELP };
+       O_MAX_QUEUE, O_LOG, O_JSON, O_NO_SPLICE, O_HELP, O_HTTP, O_START_ON_CONNECT, O_STOP_SIGNAL,
+       O_DRAIN_TIMEOUT, O_MAX_CONNS };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, NULL, O_LISTEN},
@@ -62,6 +74,11 @@ static const struct option longopts[] = {
 	{"json", no_argument, NULL, O_JSON},
 	{"no-splice", no_argument, NULL, O_NO_SPLICE},
 	{"help", no_argument, NULL, O_HELP},
+	{"http", no_argument, NULL, O_HTTP},
+	{"start-on-connect", no_argument, NULL, O_START_ON_CONNECT},
+	{"stop-signal", required_argument, NULL, O_STOP_SIGNAL},
+	{"drain-timeout", required_argument, NULL, O_DRAIN_TIMEOUT},
+	{"max-conns", required_argument, NULL, O_MAX_CONNS},
 	{NULL, 0, NULL, 0},
 };
 
@@ -76,7 +93,8 @@ static double ms(uint64_t ns)
 
 static json_t *stats_json(const struct mesh_serve_stats *st)
 {
-	return json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	return json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+			 "s:I, s:I}",
 			 "state", mesh_serve_state_name(st->state), "pid", (json_int_t)st->pid, "savings",
 			 (double)st->savings_permil / 1000.0, "warm_s", (double)st->warm_ns / 1e9, "window_s",
 			 (double)st->window_ns / 1e9, "spawns", (json_int_t)st->spawns, "reaps", (json_int_t)st->reaps,
@@ -84,7 +102,9 @@ static json_t *stats_json(const struct mesh_serve_stats *st)
 			 "spawn_failures", (json_int_t)st->spawn_failures, "served", (json_int_t)st->served,
 			 "rejected", (json_int_t)st->rejected, "open", (json_int_t)st->open, "queued",
 			 (json_int_t)st->queued, "queued_max", (json_int_t)st->queued_max, "bytes_in",
-			 (json_int_t)st->bytes_in, "bytes_out", (json_int_t)st->bytes_out);
+			 (json_int_t)st->bytes_in, "bytes_out", (json_int_t)st->bytes_out, "requests",
+			 (json_int_t)st->requests, "inflight", (json_int_t)st->inflight, "demand", (json_int_t)st->demand,
+			 "pipes", (json_int_t)st->pipes);
 }
 
 static void print_json(const struct mesh_serve_event *ev)
@@ -95,7 +115,7 @@ static void print_json(const struct mesh_serve_event *ev)
 	if (ev->pid)
 		json_object_set_new(o, "pid", json_integer(ev->pid));
 	if (ev->kind == MESH_SERVE_EV_CRASHED || ev->kind == MESH_SERVE_EV_REAPED ||
-	    ev->kind == MESH_SERVE_EV_REJECTED)
+	    ev->kind == MESH_SERVE_EV_REJECTED || ev->kind == MESH_SERVE_EV_DRAINING)
 		json_object_set_new(o, "status", json_integer(ev->status));
 	if (ev->elapsed_ns)
 		json_object_set_new(o, "elapsed_ms", json_real(ms(ev->elapsed_ns)));
@@ -127,12 +147,12 @@ static void print_json(const struct mesh_serve_event *ev)
 static void print_savings(const struct mesh_serve_stats *st, const char *when)
 {
 	printf("mesh serve %s: savings %.1f%% (warm %.3f s of %.3f s) state=%s spawns=%llu reaps=%llu "
-	       "crashes=%llu start_timeouts=%llu served=%llu rejected=%llu queued_max=%llu open=%llu\n",
+	       "crashes=%llu start_timeouts=%llu served=%llu rejected=%llu queued_max=%llu open=%llu requests=%llu\n",
 	       when, (double)st->savings_permil / 10.0, (double)st->warm_ns / 1e9, (double)st->window_ns / 1e9,
 	       mesh_serve_state_name(st->state), (unsigned long long)st->spawns, (unsigned long long)st->reaps,
 	       (unsigned long long)st->crashes, (unsigned long long)st->start_timeouts,
 	       (unsigned long long)st->served, (unsigned long long)st->rejected, (unsigned long long)st->queued_max,
-	       (unsigned long long)st->open);
+	       (unsigned long long)st->open, (unsigned long long)st->requests);
 	fflush(stdout);
 }
 
@@ -182,6 +202,9 @@ static void on_event(void *ctx, const struct mesh_serve_event *ev)
 	case MESH_SERVE_EV_EXIT:
 		if (!o->json)
 			print_savings(ev->stats, "exit");
+		break;
+	case MESH_SERVE_EV_DRAINING:
+		mesh_info("draining: %s", ev->reason);
 		break;
 	}
 	if (o->json)
@@ -253,6 +276,26 @@ int mesh_cmd_serve(int argc, char **argv)
 			break;
 		case O_NO_SPLICE:
 			c.relay_flags |= MESH_RELAY_NO_SPLICE;
+			break;
+		case O_HTTP:
+			c.http = 1;
+			break;
+		case O_START_ON_CONNECT:
+			c.start_on_connect = 1;
+			break;
+		case O_STOP_SIGNAL:
+			if (!(c.stop_signal = mesh_signal_from_name(optarg)))
+				return mesh_cli_usage("serve: --stop-signal wants TERM, INT, QUIT, HUP, USR1 or USR2, not '%s'",
+						      optarg);
+			break;
+		case O_DRAIN_TIMEOUT:
+			if (parse_secs("--drain-timeout", optarg, &c.drain_timeout_ns, 1))
+				return MESH_EXIT_USAGE;
+			break;
+		case O_MAX_CONNS:
+			if (mesh_parse_u64(optarg, 10000000, &v) < 0 || v == 0)
+				return mesh_cli_usage("serve: --max-conns wants a count 1..10000000, not '%s'", optarg);
+			c.max_conns = (uint32_t)v;
 			break;
 		case ':':
 			return mesh_cli_usage("serve: %s wants a value", argv[optind - 1]);

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -54,6 +55,16 @@ static void list_del(struct mesh__conn_list *l, struct mesh__conn *c)
 	l->n--;
 }
 
+/* Takes c out of the queue, and out of the demand it was part of. */
+static void queue_del(struct mesh_serve *s, struct mesh__conn *c)
+{
+	list_del(&s->queue, c);
+	if (c->wants) {
+		c->wants = 0;
+		s->queue_wanting--;
+	}
+}
+
 static void conn_free(struct mesh_serve *s, struct mesh__conn *c)
 {
 	for (int i = 0; i < 2; i++) {
@@ -68,6 +79,11 @@ static void conn_free(struct mesh_serve *s, struct mesh__conn *c)
 		mesh_relay_release(&c->relay);
 		c->relaying = 0;
 	}
+	/* What was in flight on it ends with it. */
+	s->inflight -= c->counted;
+	c->counted = 0;
+	free(c->reject_why);
+	c->reject_why = NULL;
 	/* The same batch of epoll events may still name c (its other fd):
 	 * the memory lives until the batch is done. */
 	c->fd[0] = c->fd[1] = -1;
@@ -85,18 +101,17 @@ void mesh__serve_free_dead(struct mesh_serve *s)
 	}
 }
 
-/* A connection left the demand: the idle clock starts when the last goes. */
-static void demand_dropped(struct mesh_serve *s)
+uint64_t mesh__serve_demand(const struct mesh_serve *s)
 {
-	if (s->queue.n + s->active.n == 0)
-		s->idle_since = mesh_mono_ns();
+	if (!s->c.http)
+		return s->queue.n + s->active.n;
+	return s->inflight + s->queue_wanting;
 }
 
 static void conn_close_active(struct mesh_serve *s, struct mesh__conn *c)
 {
 	list_del(&s->active, c);
 	conn_free(s, c);
-	demand_dropped(s);
 }
 
 /* 1 when the first bytes the client sent look like an HTTP request line,
@@ -122,12 +137,31 @@ static int looks_http(int fd)
 	return 0;
 }
 
+/* Sends one short HTTP error answer; 1 when it went out whole. */
+static int send_error(int fd, int code, const char *reason, const char *why)
+{
+	char body[768], msg[1024];
+	int bl = snprintf(body, sizeof body, "mesh serve: %s\n", why);
+	if (bl >= (int)sizeof body) {
+		bl = (int)sizeof body - 1;
+		body[bl - 1] = '\n';
+	}
+	int n = snprintf(msg, sizeof msg,
+			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n%s"
+			 "Connection: close\r\n\r\n%s",
+			 code, reason, bl, code == 503 ? "Retry-After: 5\r\n" : "", body);
+	/* Small enough for any socket buffer; a client that cannot take it
+	 * now gets the close. */
+	return send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n;
+}
+
 /* Answers a client that will not be relayed (if it speaks HTTP), then
  * lingers to let it read the answer.  c must be in no list. */
 static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const char *why)
 {
 	static const char *const reasons[] = {[2] = "Bad Gateway", [3] = "Service Unavailable", [4] = "Gateway Timeout"};
-	int sent = 0, http = looks_http(c->fd[0]);
+	/* --http: every client speaks it, and is answered at once. */
+	int sent = 0, http = s->c.http ? 1 : looks_http(c->fd[0]);
 	if (c->fd[1] >= 0) {
 		mesh__serve_ep_set(s, c->fd[1], &c->w[1], &c->mask[1], 0);
 		close(c->fd[1]);
@@ -140,7 +174,14 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 	if (http < 0 && !c->reject_waited) {
 		c->state = C_REJECTING;
 		c->reject_code = code;
-		c->reject_why = why;
+		if (why != c->reject_why) {
+			free(c->reject_why);
+			c->reject_why = strdup(why);
+			if (!c->reject_why) {
+				conn_free(s, c);
+				return;
+			}
+		}
 		c->reject_waited = 1;
 		c->deadline = mesh_mono_ns() + REJECT_WAIT_NS;
 		if (mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
@@ -150,18 +191,12 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 		list_push(&s->rejecting, c);
 		return;
 	}
-	if (code >= 502 && code <= 504 && http == 1) {
-		char msg[512];
-		int n = snprintf(msg, sizeof msg,
-				 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n%s"
-				 "Connection: close\r\n\r\nmesh serve: %s\n",
-				 code, reasons[code - 500], strlen("mesh serve: \n") + strlen(why), code == 503 ? "Retry-After: 5\r\n" : "", why);
-		/* Small enough for any socket buffer; a client that cannot take
-		 * it now gets the close. */
-		sent = send(c->fd[0], msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n;
-	}
+	if (code >= 502 && code <= 504 && http == 1)
+		sent = send_error(c->fd[0], code, reasons[code - 500], why);
 	s->st.rejected++;
 	mesh__serve_emit_simple(s, MESH_SERVE_EV_REJECTED, sent ? code : 0, 0, why);
+	free(c->reject_why);
+	c->reject_why = NULL;
 	shutdown(c->fd[0], SHUT_WR);
 	c->state = C_LINGER;
 	c->deadline = mesh_mono_ns() + LINGER_NS;
@@ -176,10 +211,9 @@ void mesh__serve_reject_queue(struct mesh_serve *s, int code, const char *why)
 {
 	while (s->queue.head) {
 		struct mesh__conn *c = s->queue.head;
-		list_del(&s->queue, c);
+		queue_del(s, c);
 		reject(s, c, code, why);
 	}
-	demand_dropped(s);
 }
 
 void mesh__serve_close_active(struct mesh_serve *s)
@@ -215,10 +249,23 @@ void mesh__serve_dispatch_queue(struct mesh_serve *s)
 {
 	while (s->queue.head) {
 		struct mesh__conn *c = s->queue.head;
-		list_del(&s->queue, c);
+		queue_del(s, c);
 		dispatch(s, c);
 	}
-	demand_dropped(s);
+}
+
+/* The relay's watcher (--http): the framing of both directions, and the
+ * requests in flight it finds, added to the server's count. */
+static int conn_watch(void *ctx, int dir, const char *p, size_t n)
+{
+	struct mesh__conn *c = ctx;
+	struct mesh_serve *s = c->s;
+	int rc = p ? mesh_hframe_feed(&c->hf, dir, p, n) : mesh_hframe_eof(&c->hf, dir);
+	s->inflight = s->inflight - c->counted + c->hf.inflight;
+	c->counted = c->hf.inflight;
+	s->st.requests += c->hf.requests - c->requests;
+	c->requests = c->hf.requests;
+	return rc < 0 ? rc : 0;
 }
 
 /* Makes the relay's wishes the registered masks. */
@@ -232,6 +279,25 @@ static int relay_update(struct mesh_serve *s, struct mesh__conn *c)
 	return 0;
 }
 
+static int conn_idle(const struct mesh__conn *c);
+
+/* After a pump: the relay's end, its masks, the drain. */
+static void relay_after(struct mesh_serve *s, struct mesh__conn *c, int rc)
+{
+	if (rc == MESH_E_PROTO || rc == MESH_E_TOOBIG) {
+		char why[160];
+		int d = c->hf.side[0].err ? 0 : 1;
+		snprintf(why, sizeof why, "malformed HTTP from the %s: %s", d ? "server" : "client", mesh_hframe_why(&c->hf, d));
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_REJECTED, 0, 0, why);
+	}
+	if (rc != 0 || relay_update(s, c) < 0) {
+		conn_close_active(s, c);
+		return;
+	}
+	if (s->draining && s->c.http && conn_idle(c))
+		conn_close_active(s, c);
+}
+
 static void on_upstream_connected(struct mesh_serve *s, struct mesh__conn *c)
 {
 	int err = 0;
@@ -240,18 +306,36 @@ static void on_upstream_connected(struct mesh_serve *s, struct mesh__conn *c)
 		err = errno;
 	if (err) {
 		list_del(&s->active, c);
-		demand_dropped(s);
 		reject(s, c, 502, "the server refused the connection");
 		return;
 	}
-	mesh_relay_init(&c->relay, c->fd[0], c->fd[1], s->c.relay_flags);
+	struct mesh_relay_opts ro = {s->c.relay_flags, &s->pool, s->c.http ? conn_watch : NULL, c};
+	if (s->c.http)
+		mesh_hframe_init(&c->hf);
+	mesh_relay_init_opts(&c->relay, c->fd[0], c->fd[1], &ro);
 	c->relaying = 1;
 	c->state = C_RELAY;
 	s->st.served++;
 	/* Whatever the client sent while it waited is already readable. */
-	int rc = mesh_relay_pump(&c->relay);
-	if (rc != 0 || relay_update(s, c) < 0)
-		conn_close_active(s, c);
+	relay_after(s, c, mesh_relay_pump(&c->relay));
+}
+
+/* Drain: a connection with nothing in flight and nothing on its way has
+ * no more business (a keep-alive client reconnects elsewhere). */
+static int conn_idle(const struct mesh__conn *c)
+{
+	return c->state == C_CONNECTING || (c->state == C_RELAY && !c->counted && !mesh_relay_busy(&c->relay));
+}
+
+void mesh__serve_close_idle(struct mesh_serve *s)
+{
+	if (!s->c.http)
+		return;
+	for (struct mesh__conn *c = s->active.head, *next; c; c = next) {
+		next = c->next;
+		if (conn_idle(c))
+			conn_close_active(s, c);
+	}
 }
 
 void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_t ev)
@@ -265,33 +349,38 @@ void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_
 		 * closed without sending anything is gone; one that sent its
 		 * request and half-closed still wants the answer. */
 		if (ev & (EPOLLERR | EPOLLHUP)) {
-			list_del(&s->queue, c);
+			queue_del(s, c);
 			conn_free(s, c);
-			demand_dropped(s);
 			return;
 		}
 		{
 			char b;
 			ssize_t n = recv(c->fd[0], &b, 1, MSG_PEEK | MSG_DONTWAIT);
 			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-				list_del(&s->queue, c);
+				queue_del(s, c);
 				conn_free(s, c);
-				demand_dropped(s);
 				return;
 			}
-			mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
+			if (n > 0 && !c->wants) {
+				/* --http: its first byte makes it demand; its wait
+				 * for the server starts now. */
+				list_del(&s->queue, c);
+				c->wants = 1;
+				s->queue_wanting++;
+				c->deadline = mesh_mono_ns() + s->c.queue_timeout_ns;
+				list_push(&s->queue, c);
+			}
+			if (n > 0)
+				mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
 		}
 		return;
 	case C_CONNECTING:
 		if (w->kind == W_UPSTREAM)
 			on_upstream_connected(s, c);
 		return;
-	case C_RELAY: {
-		int rc = mesh_relay_pump_events(&c->relay, w->kind == W_CLIENT ? 0 : 1, ev);
-		if (rc != 0 || relay_update(s, c) < 0)
-			conn_close_active(s, c);
+	case C_RELAY:
+		relay_after(s, c, mesh_relay_pump_events(&c->relay, w->kind == W_CLIENT ? 0 : 1, ev));
 		return;
-	}
 	case C_REJECTING:
 		list_del(&s->rejecting, c);
 		reject(s, c, c->reject_code, c->reject_why);
@@ -313,11 +402,36 @@ void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_
 	}
 }
 
+/* Out of fds: the spare fd is given up for the time it takes to accept one
+ * client and tell it so (503 to an HTTP client), so that a flood past the
+ * fd limit is answered instead of left hanging in the backlog. */
+static int refuse_without_fds(struct mesh_serve *s)
+{
+	if (s->spare_fd < 0)
+		return 0;
+	close(s->spare_fd);
+	s->spare_fd = -1;
+	int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), sent = 0;
+	if (fd >= 0) {
+		static const char why[] = "no file descriptors left for another connection";
+		if (s->c.http || looks_http(fd) == 1)
+			sent = send_error(fd, 503, "Service Unavailable", why);
+		shutdown(fd, SHUT_WR);
+		close(fd);
+		s->st.rejected++;
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_REJECTED, sent ? 503 : 0, 0, why);
+	}
+	s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return fd >= 0;
+}
+
 void mesh__serve_accept(struct mesh_serve *s)
 {
 	for (int i = 0; i < 64; i++) {
 		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
 		if (fd < 0) {
+			if ((errno == EMFILE || errno == ENFILE) && refuse_without_fds(s))
+				continue;
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
 				/* Out of fds: stop accepting for a moment instead of
 				 * spinning on a listener that stays readable. */
@@ -334,8 +448,13 @@ void mesh__serve_accept(struct mesh_serve *s)
 		}
 		c->fd[0] = fd;
 		c->fd[1] = -1;
+		c->s = s;
 		c->w[0] = (struct mesh__watch){W_CLIENT, c};
 		c->w[1] = (struct mesh__watch){W_UPSTREAM, c};
+		if (s->queue.n + s->active.n >= s->max_conns) {
+			reject(s, c, 503, "too many connections (--max-conns)");
+			continue;
+		}
 		if (s->state == MESH_SERVE_WARM) {
 			dispatch(s, c);
 			continue;
@@ -346,10 +465,14 @@ void mesh__serve_accept(struct mesh_serve *s)
 		}
 		c->state = C_QUEUED;
 		c->deadline = mesh_mono_ns() + s->c.queue_timeout_ns;
-		if (mesh__serve_ep_set(s, fd, &c->w[0], &c->mask[0], EPOLLRDHUP) < 0) {
+		/* --http: a connection is demand from its first byte (watched
+		 * for), unless --start-on-connect. */
+		c->wants = !s->c.http || s->c.start_on_connect;
+		if (mesh__serve_ep_set(s, fd, &c->w[0], &c->mask[0], c->wants ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP) < 0) {
 			conn_free(s, c);
 			continue;
 		}
+		s->queue_wanting += (size_t)c->wants;
 		list_push(&s->queue, c);
 		if (s->queue.n > s->st.queued_max)
 			s->st.queued_max = s->queue.n;
@@ -360,9 +483,8 @@ void mesh__serve_front_timers(struct mesh_serve *s, uint64_t now)
 {
 	while (s->queue.head && s->queue.head->deadline <= now) {
 		struct mesh__conn *c = s->queue.head;
-		list_del(&s->queue, c);
+		queue_del(s, c);
 		reject(s, c, 503, "the server was not ready within the queue timeout");
-		demand_dropped(s);
 	}
 	while (s->rejecting.head && s->rejecting.head->deadline <= now) {
 		struct mesh__conn *c = s->rejecting.head;
@@ -422,7 +544,10 @@ void mesh__serve_front_free(struct mesh_serve *s)
 	for (int i = 0; i < 4; i++)
 		while (lists[i]->head) {
 			struct mesh__conn *c = lists[i]->head;
-			list_del(lists[i], c);
+			if (lists[i] == &s->queue)
+				queue_del(s, c);
+			else
+				list_del(lists[i], c);
 			conn_free(s, c);
 		}
 	mesh__serve_free_dead(s);

@@ -1,3 +1,5 @@
+/* The splice byte relay; see relay.h.  A direction holds a pipe (splice)
+ * or a buffer (copy) only while bytes are in flight through it. */
 #include "gateway/relay.h"
 
 #include <errno.h>
@@ -8,48 +10,142 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+void mesh_relay_pool_init(struct mesh_relay_pool *p, size_t max_idle)
+{
+	memset(p, 0, sizeof *p);
+	p->max_idle = max_idle < MESH_RELAY_POOL_MAX ? max_idle : MESH_RELAY_POOL_MAX;
+}
 
-static void dir_init(struct mesh_relay_dir *d, unsigned flags)
+void mesh_relay_pool_release(struct mesh_relay_pool *p)
+{
+	while (p->nspare) {
+		p->nspare--;
+		close(p->spare[p->nspare][0]);
+		close(p->spare[p->nspare][1]);
+	}
+	free(p->scratch);
+	p->scratch = NULL;
+}
+
+static void dir_init(struct mesh_relay_dir *d, int copy)
 {
 	memset(d, 0, sizeof *d);
 	d->pipe[0] = d->pipe[1] = -1;
-	d->cap = MESH_RELAY_BUF_BYTES;
-	d->copy = 1;
-	if (flags & MESH_RELAY_NO_SPLICE)
-		return;
-	if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
-		d->pipe[0] = d->pipe[1] = -1;
-		return;
-	}
-	/* A bigger pipe means fewer wakeups per byte on bulk transfers; the
-	 * kernel may refuse (per-user pipe limits), then the default stands. */
-	(void)fcntl(d->pipe[1], F_SETPIPE_SZ, (int)MESH_RELAY_PIPE_BYTES);
-	int sz = fcntl(d->pipe[1], F_GETPIPE_SZ);
-	d->cap = sz > 0 ? (size_t)sz : 65536;
-	d->copy = 0;
+	d->copy = d->nosplice = (unsigned char)copy;
+	d->cap = copy ? MESH_RELAY_BUF_BYTES : MESH_RELAY_PIPE_BYTES;
+}
+
+int mesh_relay_init_opts(struct mesh_relay *r, int a, int b, const struct mesh_relay_opts *o)
+{
+	static const struct mesh_relay_opts none = {0, NULL, NULL, NULL};
+	if (!o)
+		o = &none;
+	r->fd[0] = a;
+	r->fd[1] = b;
+	r->pool = o->pool;
+	r->watch = o->watch;
+	r->watch_ctx = o->watch_ctx;
+	/* The watcher must see the bytes: they go through user space. */
+	int copy = (o->flags & MESH_RELAY_NO_SPLICE) || o->watch;
+	dir_init(&r->dir[0], copy);
+	dir_init(&r->dir[1], copy);
+	return 0;
 }
 
 int mesh_relay_init(struct mesh_relay *r, int a, int b, unsigned flags)
 {
-	r->fd[0] = a;
-	r->fd[1] = b;
-	dir_init(&r->dir[0], flags);
-	dir_init(&r->dir[1], flags);
-	return 0;
+	struct mesh_relay_opts o = {flags, NULL, NULL, NULL};
+	return mesh_relay_init_opts(r, a, b, &o);
 }
 
-static void close_pipe(struct mesh_relay_dir *d)
+/* Gives d's pipe back: to the pool when it is empty and the pool has room,
+ * else closed. */
+static void pipe_put(struct mesh_relay *r, struct mesh_relay_dir *d)
 {
-	if (d->pipe[0] >= 0)
-		close(d->pipe[0]);
-	if (d->pipe[1] >= 0)
-		close(d->pipe[1]);
+	struct mesh_relay_pool *p = r->pool;
+	if (d->pipe[0] < 0)
+		return;
+	if (p) {
+		p->pipes_out--;
+		if (d->pending == 0 && p->nspare < p->max_idle) {
+			p->spare[p->nspare][0] = d->pipe[0];
+			p->spare[p->nspare][1] = d->pipe[1];
+			p->nspare++;
+			d->pipe[0] = d->pipe[1] = -1;
+			return;
+		}
+	}
+	close(d->pipe[0]);
+	close(d->pipe[1]);
 	d->pipe[0] = d->pipe[1] = -1;
 }
 
+/* Gives d a pipe: a spare one or a new one.  0 or -errno (no fds, the
+ * per-user pipe quota). */
+static int pipe_take(struct mesh_relay *r, struct mesh_relay_dir *d)
+{
+	struct mesh_relay_pool *p = r->pool;
+	if (p && p->nspare) {
+		p->nspare--;
+		d->pipe[0] = p->spare[p->nspare][0];
+		d->pipe[1] = p->spare[p->nspare][1];
+	} else {
+		if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+			d->pipe[0] = d->pipe[1] = -1;
+			return -errno;
+		}
+		/* A bigger pipe means fewer wakeups per byte on bulk transfers;
+		 * the kernel may refuse (per-user pipe limits), then the default
+		 * stands. */
+		(void)fcntl(d->pipe[1], F_SETPIPE_SZ, (int)MESH_RELAY_PIPE_BYTES);
+		if (p)
+			p->pipes_made++;
+	}
+	if (p)
+		p->pipes_out++;
+	int sz = fcntl(d->pipe[1], F_GETPIPE_SZ);
+	d->cap = sz > 0 ? (size_t)sz : 65536;
+	return 0;
+}
+
+/* After a pump of d: what is no longer in flight is given back; bytes left
+ * in the pool's scratch buffer move to a buffer of their own. */
+static int dir_settle(struct mesh_relay *r, struct mesh_relay_dir *d)
+{
+	if (d->pending == 0) {
+		if (!d->copy) {
+			if (r->pool)
+				pipe_put(r, d);
+		} else if (d->scratch || r->pool) {
+			if (!d->scratch)
+				free(d->buf);
+			d->buf = NULL;
+			d->scratch = 0;
+			d->off = d->len = 0;
+		}
+		if (!d->nosplice && d->copy) {
+			/* A copy forced by a missing pipe lasts one transfer. */
+			d->copy = 0;
+			d->cap = MESH_RELAY_PIPE_BYTES;
+		}
+		return 0;
+	}
+	if (d->scratch) {
+		char *b = malloc(d->len);
+		if (!b)
+			return -ENOMEM;
+		memcpy(b, d->buf + d->off, d->len);
+		d->buf = b;
+		d->off = 0;
+		d->cap = d->len;
+		d->scratch = 0;
+	}
+	return 0;
+}
+
 /* Moves a direction from splice to copying; the bytes already in the pipe
- * are read back into the buffer so that none is lost or reordered. */
-static int to_copy(struct mesh_relay_dir *d)
+ * are read back into a buffer so that none is lost or reordered. */
+static int to_copy(struct mesh_relay *r, struct mesh_relay_dir *d)
 {
 	size_t cap = d->cap > MESH_RELAY_BUF_BYTES ? d->cap : MESH_RELAY_BUF_BYTES;
 	char *b = malloc(cap);
@@ -66,17 +162,20 @@ static int to_copy(struct mesh_relay_dir *d)
 		}
 		got += (size_t)n;
 	}
-	close_pipe(d);
+	size_t pending = d->pending;
+	d->pending = 0; /* the pipe is empty: it may go back to the pool */
+	pipe_put(r, d);
+	d->pending = pending;
 	d->buf = b;
 	d->cap = cap;
 	d->off = 0;
 	d->len = got;
-	d->copy = 1;
+	d->copy = d->nosplice = 1;
 	return 0;
 }
 
 /* Writes what is pending.  >0 bytes moved, 0 would block, <0 error. */
-static ssize_t dir_out(struct mesh_relay_dir *d, int to)
+static ssize_t dir_out(struct mesh_relay *r, struct mesh_relay_dir *d, int to)
 {
 	ssize_t w;
 	for (;;) {
@@ -91,16 +190,25 @@ static ssize_t dir_out(struct mesh_relay_dir *d, int to)
 		if (errno == EAGAIN)
 			return 0;
 		if (!d->copy && errno == EINVAL) {
-			int rc = to_copy(d);
-			return rc < 0 ? rc : dir_out(d, to);
+			int rc = to_copy(r, d);
+			return rc < 0 ? rc : dir_out(r, d, to);
 		}
 		return -errno;
 	}
 	if (d->copy) {
 		d->off += (size_t)w;
 		d->len -= (size_t)w;
-		if (d->len == 0)
+		if (d->len == 0) {
 			d->off = 0;
+			if (r->pool) {
+				/* Emptied: the next read goes to the shared buffer,
+				 * never into a leftover's buffer (sized to the leftover). */
+				if (!d->scratch)
+					free(d->buf);
+				d->buf = NULL;
+				d->scratch = 0;
+			}
+		}
 	}
 	d->pending -= (size_t)w;
 	d->bytes += (uint64_t)w;
@@ -108,21 +216,44 @@ static ssize_t dir_out(struct mesh_relay_dir *d, int to)
 	return w;
 }
 
+static size_t dir_room(const struct mesh_relay *r, const struct mesh_relay_dir *d)
+{
+	if (!d->copy)
+		return d->cap - d->pending;
+	/* A pooled copy reads into the shared buffer only when nothing of
+	 * its own is left: the leftover is the bound. */
+	if (r->pool)
+		return d->len ? 0 : MESH_RELAY_BUF_BYTES;
+	return d->cap - d->off - d->len;
+}
+
 /* Reads what fits.  >0 bytes, 0 would block, -1 EOF seen (d->eof set), <-1 error. */
-static ssize_t dir_in(struct mesh_relay_dir *d, int from)
+static ssize_t dir_in(struct mesh_relay *r, struct mesh_relay_dir *d, int from)
 {
 	ssize_t n;
+	if (!d->copy && d->pipe[0] < 0 && pipe_take(r, d) < 0) {
+		/* No pipe now (fds, quota): this transfer copies. */
+		d->copy = 1;
+	}
 	if (d->copy && !d->buf) {
-		d->buf = malloc(d->cap);
-		if (!d->buf)
-			return -ENOMEM;
+		if (r->pool) {
+			if (!r->pool->scratch && !(r->pool->scratch = malloc(MESH_RELAY_BUF_BYTES)))
+				return -ENOMEM;
+			d->buf = r->pool->scratch;
+			d->scratch = 1;
+			d->cap = MESH_RELAY_BUF_BYTES;
+		} else {
+			d->cap = MESH_RELAY_BUF_BYTES;
+			if (!(d->buf = malloc(d->cap)))
+				return -ENOMEM;
+		}
+		d->off = d->len = 0;
 	}
 	for (;;) {
 		if (d->copy)
 			n = read(from, d->buf + d->off + d->len, d->cap - d->off - d->len);
 		else
-			n = splice(from, NULL, d->pipe[1], NULL, d->cap - d->pending,
-				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			n = splice(from, NULL, d->pipe[1], NULL, d->cap - d->pending, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		if (n >= 0 || errno != EINTR)
 			break;
 	}
@@ -133,11 +264,10 @@ static ssize_t dir_in(struct mesh_relay_dir *d, int from)
 			return 0;
 		}
 		if (!d->copy && errno == EINVAL && d->pending == 0) {
-			/* This fd cannot be spliced: copy instead. */
-			close_pipe(d);
-			d->copy = 1;
-			d->cap = MESH_RELAY_BUF_BYTES;
-			return dir_in(d, from);
+			/* This fd cannot be spliced: copy instead, for good. */
+			pipe_put(r, d);
+			d->copy = d->nosplice = 1;
+			return dir_in(r, d, from);
 		}
 		return -errno;
 	}
@@ -151,36 +281,40 @@ static ssize_t dir_in(struct mesh_relay_dir *d, int from)
 	return n;
 }
 
-static size_t dir_room(const struct mesh_relay_dir *d)
+static int pump_dir(struct mesh_relay *r, int i)
 {
-	if (d->copy)
-		return d->cap - d->off - d->len;
-	return d->cap - d->pending;
-}
-
-
-static int pump_dir(struct mesh_relay_dir *d, int from, int to)
-{
+	struct mesh_relay_dir *d = &r->dir[i];
+	int from = r->fd[i], to = r->fd[1 - i], rc = 0;
 	for (;;) {
 		int moved = 0;
 		if (d->pending > 0) {
-			ssize_t w = dir_out(d, to);
-			if (w < 0)
-				return (int)w;
+			ssize_t w = dir_out(r, d, to);
+			if (w < 0) {
+				rc = (int)w;
+				break;
+			}
 			moved |= w > 0;
 		}
-		if (!d->eof && dir_room(d) > 0 && !d->full) {
-			size_t want = dir_room(d);
-			ssize_t n = dir_in(d, from);
-			if (n < -1)
-				return (int)n;
+		if (!d->eof && dir_room(r, d) > 0 && !d->full) {
+			size_t want = dir_room(r, d), before = d->off + d->len;
+			ssize_t n = dir_in(r, d, from);
+			if (n < -1) {
+				rc = (int)n;
+				break;
+			}
+			if (r->watch && n != 0) {
+				rc = n > 0 ? r->watch(r->watch_ctx, i, d->buf + before, (size_t)n)
+					   : r->watch(r->watch_ctx, i, NULL, 0);
+				if (rc < 0)
+					break;
+			}
 			/* A short read drained the source: deliver it and stop;
 			 * the level-triggered loop calls again when more comes.
 			 * Saves a read that would only say EAGAIN (latency). */
 			if (n > 0 && (size_t)n < want) {
-				ssize_t w = dir_out(d, to);
+				ssize_t w = dir_out(r, d, to);
 				if (w < 0)
-					return (int)w;
+					rc = (int)w;
 				break;
 			}
 			moved |= n != 0;
@@ -188,6 +322,11 @@ static int pump_dir(struct mesh_relay_dir *d, int from, int to)
 		if (!moved)
 			break;
 	}
+	int src = dir_settle(r, d);
+	if (rc < 0)
+		return rc;
+	if (src < 0)
+		return src;
 	if (d->eof && d->pending == 0 && !d->shut) {
 		/* ENOTCONN (the peer already gone) and ENOTSOCK (a pipe) leave
 		 * nothing to tell: the other direction decides the end. */
@@ -205,7 +344,7 @@ static int relay_state(const struct mesh_relay *r)
 int mesh_relay_pump(struct mesh_relay *r)
 {
 	for (int i = 0; i < 2; i++) {
-		int rc = pump_dir(&r->dir[i], r->fd[i], r->fd[1 - i]);
+		int rc = pump_dir(r, i);
 		if (rc < 0)
 			return rc;
 	}
@@ -224,7 +363,7 @@ int mesh_relay_pump_events(struct mesh_relay *r, int side, uint32_t events)
 	for (int i = 0; i < 2; i++) {
 		if (!dirs[i])
 			continue;
-		int rc = pump_dir(&r->dir[i], r->fd[i], r->fd[1 - i]);
+		int rc = pump_dir(r, i);
 		if (rc < 0)
 			return rc;
 	}
@@ -235,18 +374,29 @@ uint32_t mesh_relay_events(const struct mesh_relay *r, int side)
 {
 	const struct mesh_relay_dir *in = &r->dir[side], *out = &r->dir[1 - side];
 	uint32_t ev = 0;
-	if (!in->eof && dir_room(in) > 0 && !in->full)
+	if (!in->eof && dir_room(r, in) > 0 && !in->full)
 		ev |= EPOLLIN;
 	if (out->pending > 0)
 		ev |= EPOLLOUT;
 	return ev;
 }
 
+int mesh_relay_busy(const struct mesh_relay *r)
+{
+	for (int i = 0; i < 2; i++)
+		if (r->dir[i].pipe[0] >= 0 || r->dir[i].buf)
+			return 1;
+	return 0;
+}
+
 void mesh_relay_release(struct mesh_relay *r)
 {
 	for (int i = 0; i < 2; i++) {
-		close_pipe(&r->dir[i]);
-		free(r->dir[i].buf);
-		r->dir[i].buf = NULL;
+		struct mesh_relay_dir *d = &r->dir[i];
+		pipe_put(r, d); /* a pipe with bytes left is closed, not pooled */
+		if (!d->scratch)
+			free(d->buf);
+		d->buf = NULL;
+		d->scratch = 0;
 	}
 }

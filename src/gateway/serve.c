@@ -48,7 +48,8 @@ const char *mesh_serve_state_name(int state)
 const char *mesh_serve_event_name(int kind)
 {
 	static const char *names[] = {"listening", "spawned", "spawn_failed", "warm",    "start_timeout", "crashed",
-				      "reaping",   "killed",  "reaped",       "rejected", "status",        "exit"};
+				      "reaping",   "killed",  "reaped",       "rejected", "status",        "exit",
+				      "draining"};
 	return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
 }
 
@@ -63,6 +64,9 @@ static void stats_fill(const struct mesh_serve *s, struct mesh_serve_stats *o)
 	o->savings_permil = mesh_as_savings_permil((int64_t)o->warm_ns, (int64_t)o->window_ns);
 	o->queued = s->queue.n;
 	o->open = s->queue.n + s->active.n;
+	o->inflight = s->inflight;
+	o->demand = mesh__serve_demand(s);
+	o->pipes = s->pool.pipes_out;
 }
 
 void mesh_serve_stats(const struct mesh_serve *s, struct mesh_serve_stats *out)
@@ -203,6 +207,7 @@ static void do_spawn(struct mesh_serve *s)
 	s->probe_gen++;
 	s->probe_inflight = 0;
 	s->probe_next = now + PROBE_FIRST_NS;
+	s->last_probe[0] = 0;
 	s->probe_interval = PROBE_FAST_NS;
 	s->st.spawns++;
 	log_marker(s, "spawned pid %d", (int)s->pid);
@@ -251,6 +256,7 @@ static void on_crash(struct mesh_serve *s)
 	size_t nt = mesh_proc_tail_lines(&s->tail, s->tail_view);
 	snprintf(why, sizeof why, "%s exited with status %d %s", s->argv[0], s->leader_status,
 		 was_starting ? "before it was warm" : "while warm");
+	snprintf(s->fail_msg, sizeof s->fail_msg, "the server crashed while starting (%s)", why);
 	struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_CRASHED, .pid = s->pid, .status = s->leader_status,
 				      .elapsed_ns = now - s->t_spawn, .reason = why, .tail = s->tail_view,
 				      .ntail = nt};
@@ -260,7 +266,7 @@ static void on_crash(struct mesh_serve *s)
 	/* Its connections cannot be answered any more; the queued ones came
 	 * for this start.  Later arrivals wait for the next one. */
 	mesh__serve_close_active(s);
-	mesh__serve_reject_queue(s, 502, "the server crashed while starting");
+	mesh__serve_reject_queue(s, 502, s->fail_msg);
 	/* Whatever the server left in its group goes now. */
 	begin_stop(s, NULL, SIGKILL);
 }
@@ -308,6 +314,7 @@ static void on_probe(struct mesh_serve *s)
 		return;
 	s->probe_inflight = 0;
 	uint64_t now = mesh_mono_ns();
+	snprintf(s->last_probe, sizeof s->last_probe, "%s", m.res.reason);
 	if (m.res.warm) {
 		mesh__serve_pin_upstream(s, m.res.addr);
 		s->state = MESH_SERVE_WARM;
@@ -363,7 +370,7 @@ static void on_signal(struct mesh_serve *s)
 			mesh__serve_emit_simple(s, MESH_SERVE_EV_STATUS, 0, 0, NULL);
 			break;
 		default:
-			s->quitting = 1;
+			s->quitting++; /* a second one ends the drain at once */
 			break;
 		}
 	}
@@ -372,7 +379,15 @@ static void on_signal(struct mesh_serve *s)
 /* The policy's view of now, and the actuation of its answer. */
 static void step_policy(struct mesh_serve *s, uint64_t now)
 {
-	uint64_t demand = s->queue.n + s->active.n;
+	uint64_t demand = mesh__serve_demand(s);
+	/* The idle clock starts when the last demand ends (the end of the
+	 * last response with --http). */
+	if (demand)
+		s->busy = 1;
+	else if (s->busy) {
+		s->busy = 0;
+		s->idle_since = now;
+	}
 	struct mesh_as_obs o = {
 		.warm = s->state == MESH_SERVE_WARM,
 		.starting = s->state == MESH_SERVE_STARTING,
@@ -395,7 +410,7 @@ static void step_policy(struct mesh_serve *s, uint64_t now)
 		if (s->state == MESH_SERVE_WARM || s->state == MESH_SERVE_STARTING) {
 			char why[64];
 			snprintf(why, sizeof why, "idle %.1f s", (double)o.idle / 1e9);
-			begin_stop(s, why, SIGTERM);
+			begin_stop(s, why, s->stop_sig);
 		}
 		break;
 	default:
@@ -411,13 +426,17 @@ static void step_timers(struct mesh_serve *s, uint64_t now)
 		drain_output(s);
 		size_t nt = mesh_proc_tail_lines(&s->tail, s->tail_view);
 		snprintf(why, sizeof why, "not warm within %.1f s", (double)s->c.start_timeout_ns / 1e9);
+		/* The probe's last word says why (the model not listed, ...). */
+		snprintf(s->fail_msg, sizeof s->fail_msg,
+			 "the server did not become ready within the start timeout (%.1f s); last probe: %s",
+			 (double)s->c.start_timeout_ns / 1e9, s->last_probe[0] ? s->last_probe : "none finished");
 		struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_START_TIMEOUT, .pid = s->pid,
 					      .elapsed_ns = now - s->t_spawn, .reason = why, .tail = s->tail_view,
 					      .ntail = nt};
 		s->st.start_timeouts++;
 		emit(s, &ev);
-		mesh__serve_reject_queue(s, 504, "the server did not become ready within the start timeout");
-		begin_stop(s, why, SIGTERM);
+		mesh__serve_reject_queue(s, 504, s->fail_msg);
+		begin_stop(s, why, s->stop_sig);
 	}
 }
 
@@ -435,14 +454,39 @@ static int next_wait_ms(struct mesh_serve *s, uint64_t now)
 		if (!s->probe_inflight)
 			t = min_u64(t, s->probe_next);
 	}
-	if (s->state == MESH_SERVE_WARM && s->queue.n + s->active.n == 0)
+	if (s->state == MESH_SERVE_WARM && mesh__serve_demand(s) == 0)
 		t = min_u64(t, s->idle_since + s->c.idle_ns);
+	if (s->draining == 1)
+		t = min_u64(t, s->drain_deadline);
 	if (s->state == MESH_SERVE_STOPPING)
 		t = min_u64(t, min_u64(now + STOP_POLL_NS, s->stop.killed ? UINT64_MAX : s->stop.deadline));
 	if (t <= now)
 		return 0;
 	/* Round up: waking a little late beats spinning on a deadline. */
 	return (int)((t - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS);
+}
+
+/* After a stop signal: stop accepting, let what is in flight finish (up to
+ * the drain timeout), then stop the server.  1 when the loop may end. */
+static int step_drain(struct mesh_serve *s, uint64_t now)
+{
+	if (!s->draining) {
+		s->draining = 1;
+		s->drain_deadline = now + s->c.drain_timeout_ns;
+		mesh__serve_unlisten(s);
+		mesh__serve_close_idle(s);
+		char why[96];
+		uint64_t n = s->c.http ? s->inflight : s->active.n;
+		snprintf(why, sizeof why, "%llu %s in flight, waiting up to %.1f s", (unsigned long long)n,
+			 s->c.http ? "request(s)" : "connection(s)", (double)s->c.drain_timeout_ns / 1e9);
+		mesh__serve_emit_simple(s, MESH_SERVE_EV_DRAINING, (int)n, 0, why);
+	}
+	if (s->draining == 1 && (s->active.n == 0 || now >= s->drain_deadline || s->quitting > 1)) {
+		s->draining = 2;
+		if (s->state == MESH_SERVE_STARTING || s->state == MESH_SERVE_WARM)
+			begin_stop(s, "shutdown", s->stop_sig);
+	}
+	return s->draining == 2 && s->state == MESH_SERVE_COLD;
 }
 
 int mesh_serve_run(struct mesh_serve *s)
@@ -455,15 +499,8 @@ int mesh_serve_run(struct mesh_serve *s)
 	}
 	for (;;) {
 		uint64_t now = mesh_mono_ns();
-		if (s->quitting) {
-			if (s->lfd >= 0) {
-				mesh__serve_unlisten(s);
-				if (s->state != MESH_SERVE_COLD && s->state != MESH_SERVE_STOPPING)
-					begin_stop(s, "shutdown", SIGTERM);
-			}
-			if (s->state == MESH_SERVE_COLD)
-				break;
-		}
+		if (s->quitting && step_drain(s, now))
+			break;
 		int n = epoll_wait(s->ep, evs, 64, next_wait_ms(s, now));
 		if (n < 0) {
 			if (errno == EINTR)
@@ -541,7 +578,9 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 	if (!s)
 		return -ENOMEM;
 	s->c = *c;
-	s->ep = s->lfd = s->sfd = s->logfd = s->out_fd = -1;
+	s->ep = s->lfd = s->sfd = s->logfd = s->out_fd = s->spare_fd = -1;
+	s->stop_sig = c->stop_signal > 0 ? c->stop_signal : SIGTERM;
+	mesh_relay_pool_init(&s->pool, 16);
 	s->probe_req[0] = s->probe_req[1] = s->probe_res[0] = s->probe_res[1] = -1;
 	size_t argc = 0;
 	while (c->argv[argc])
@@ -581,6 +620,14 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+	/* A relayed connection holds 2 fds (pipes only while bytes move): the
+	 * default bound leaves room for the loop's own and the pipes. */
+	s->max_conns = c->max_conns;
+	if (!s->max_conns) {
+		uint64_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1048576;
+		s->max_conns = lim > 256 ? (uint32_t)((lim - 128) / 2 < UINT32_MAX ? (lim - 128) / 2 : UINT32_MAX) : 64;
+	}
+	s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	signal(SIGPIPE, SIG_IGN);
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	sigset_t set;
@@ -637,7 +684,8 @@ void mesh_serve_free(struct mesh_serve *s)
 		close(s->probe_req[1]); /* the probe thread ends at EOF */
 	if (s->probe_started)
 		pthread_join(s->probe_thread, NULL);
-	int fds[] = {s->probe_req[0], s->probe_res[0], s->probe_res[1], s->ep, s->lfd, s->sfd, s->logfd, s->out_fd};
+	mesh_relay_pool_release(&s->pool);
+	int fds[] = {s->probe_req[0], s->probe_res[0], s->probe_res[1], s->ep, s->lfd, s->sfd, s->logfd, s->out_fd, s->spare_fd};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);

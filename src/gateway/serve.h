@@ -8,7 +8,7 @@
  * thread so the loop never blocks) polls the upstream; once warm, every
  * connection is relayed byte for byte (gateway/relay.h: splice, no user
  * copy).  When no connection has been open for the idle TTL the server is
- * REAPed: the stop signal (SIGTERM) to its process group, the grace, then
+ * REAPed: the stop signal (SIGTERM, or stop_signal) to its process group, the grace, then
  * SIGKILL to the group, until no process of the group is left.  The
  * decisions come from the policy table (autoscale/policy.h) with one
  * worker, no floor, linger = idle TTL.
@@ -30,11 +30,14 @@
  * Errors clients can see (all described in docs/serve.md).  Where the
  * client's first bytes look like an HTTP request (a method and a space), it
  * gets a short HTTP answer with Connection: close, else just a close:
- *   503 + Retry-After  the queue is full, the wait passed queue_timeout, or
- *                      mesh serve is stopping
+ *   503 + Retry-After  the queue is full, the wait passed queue_timeout, more
+ *                      than max_conns connections, no fd left, or mesh serve
+ *                      is stopping
  *   502                the server crashed or could not be started while the
  *                      client waited, or refused the connection while warm
- *   504                the server did not become warm within start_timeout
+ *   504                the server did not become warm within start_timeout;
+ *                      the body ends with the last probe's reason ("cold:
+ *                      HTTP 200 but model 'x' is not listed")
  *
  * Caller protocol:
  *   1. struct mesh_serve_config c = MESH_SERVE_CONFIG_INIT; fill it.
@@ -42,8 +45,11 @@
  *      listens.  On error returns a code and writes the subject into why
  *      ("cannot listen on '127.0.0.1:80'"), nothing is left open.
  *   3. mesh_serve_run(s): the event loop, until SIGTERM/SIGINT/SIGHUP: then
- *      it stops listening, fails the queued clients (503), stops the
- *      server (grace, SIGKILL), closes every connection and returns 0.
+ *      it drains: stops listening, fails the queued clients (503), closes
+ *      idle keep-alive connections (http), lets what is in flight finish
+ *      (requests (http) or connections) for up to drain_timeout (a second
+ *      signal ends the drain at once), then stops the server (stop_signal,
+ *      grace, SIGKILL), closes every connection and returns 0.
  *      Events go to c.on_event as they happen, on this thread.
  *   4. mesh_serve_stats(s, &st) any time (also inside on_event);
  *      mesh_serve_free(s). */
@@ -73,6 +79,7 @@ enum mesh_serve_event_kind {
 	MESH_SERVE_EV_REJECTED,      /* status: the HTTP code sent (0: closed); reason */
 	MESH_SERVE_EV_STATUS,        /* stats (SIGUSR1) */
 	MESH_SERVE_EV_EXIT,          /* stats, just before mesh_serve_run returns */
+	MESH_SERVE_EV_DRAINING,      /* a stop signal came: status = requests (http) / connections in flight */
 };
 
 /* "listening", "spawned", ... */
@@ -90,6 +97,10 @@ struct mesh_serve_stats {
 	uint64_t open;          /* connections open now (queued, connecting, relayed) */
 	uint64_t queued, queued_max;
 	uint64_t bytes_in, bytes_out; /* relayed client->server, server->client */
+	uint64_t requests;      /* --http: requests seen */
+	uint64_t inflight;      /* --http: requests in flight now (first byte to end of response) */
+	uint64_t demand;        /* what the policy sees now: requests in flight and waiting (http), else open */
+	uint64_t pipes;         /* relay pipes held now (bytes in flight through them) */
 };
 
 struct mesh_serve_event {
@@ -120,10 +131,20 @@ struct mesh_serve_config {
 	unsigned relay_flags;      /* MESH_RELAY_NO_SPLICE to copy (benchmarks) */
 	void (*on_event)(void *ctx, const struct mesh_serve_event *ev);
 	void *ctx;
+	/* Demand.  0: every open connection is demand (TCP, any protocol).
+	 * 1 (--http): only requests are: a request is demand from its first
+	 * byte to the end of its response; an idle keep-alive connection, a
+	 * bare connect, a half-closed socket that sent nothing are not. */
+	int http;
+	int start_on_connect;      /* http: a connection that has sent nothing yet starts a cold server too */
+	int stop_signal;           /* to the group at a stop (reap, start timeout, shutdown); 0: SIGTERM */
+	uint64_t drain_timeout_ns; /* at SIGTERM: longest wait for what is in flight */
+	uint32_t max_conns;        /* most client connections relayed or waiting; 0: from RLIMIT_NOFILE */
 };
 #define MESH_SERVE_CONFIG_INIT                                                                              \
-	{NULL, NULL, NULL, NULL, NULL, NULL, 300ull * 1000000000ull, 5ull * 1000000000ull,                \
-	 300ull * 1000000000ull, 120ull * 1000000000ull, 1024, 0, NULL, NULL}
+	{.idle_ns = 300ull * 1000000000ull, .grace_ns = 5ull * 1000000000ull,                                \
+	 .start_timeout_ns = 300ull * 1000000000ull, .queue_timeout_ns = 120ull * 1000000000ull,            \
+	 .max_queue = 1024, .drain_timeout_ns = 30ull * 1000000000ull}
 
 struct mesh_serve;
 

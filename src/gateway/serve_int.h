@@ -10,6 +10,7 @@
 
 #include "autoscale/policy.h"
 #include "autoscale/probe.h"
+#include "gateway/hframe.h"
 #include "gateway/relay.h"
 #include "gateway/serve.h"
 #include "proc/proc.h"
@@ -41,7 +42,12 @@ struct mesh__conn {
 	int relaying;
 	int reject_code, reject_waited;
 	int dead; /* closed; freed after the current batch of events */
-	const char *reject_why; /* a static string */
+	int wants; /* queued: counts as demand (sent a byte, or TCP mode, or --start-on-connect) */
+	char *reject_why; /* owned copy while it waits to be refused */
+	struct mesh_serve *s;
+	unsigned counted;   /* http: requests in flight on it, as added to s->inflight */
+	uint64_t requests;  /* http: requests seen on it, as added to the stats */
+	struct mesh_hframe hf; /* http: the framing of both directions */
 	struct mesh__conn *prev, *next;
 };
 
@@ -63,6 +69,8 @@ struct mesh_serve {
 	char listen_addr[80];
 
 	int ep, lfd, sfd, logfd;
+	int spare_fd; /* kept open to be given up when accept says EMFILE (see front.c) */
+	struct mesh_relay_pool pool;
 	struct mesh__watch w_listen, w_signal, w_output, w_probe;
 	uint32_t listen_mask;
 	uint64_t accept_resume;
@@ -92,7 +100,16 @@ struct mesh_serve {
 	struct mesh__conn_list queue, active, rejecting, linger;
 	struct mesh__conn *dead; /* closed connections, chained by next */
 	uint64_t t_open, idle_since, warm_acc;
-	int quitting;
+	int quitting;      /* stop signals received */
+	int draining;      /* 1 draining, 2 drained (the server is being stopped) */
+	uint64_t drain_deadline;
+	uint64_t inflight; /* http: requests in flight over all connections */
+	size_t queue_wanting; /* queued connections that are demand */
+	int busy;          /* demand was > 0 at the last look (idle_since runs when 0) */
+	int stop_sig;
+	uint32_t max_conns;
+	char last_probe[256]; /* the last cold probe's reason */
+	char fail_msg[512];   /* the reason given to clients of a failed start */
 	struct mesh_serve_stats st;
 	struct mesh_as_config pol;
 };
@@ -129,6 +146,11 @@ void mesh__serve_dispatch_queue(struct mesh_serve *s);
 void mesh__serve_reject_queue(struct mesh_serve *s, int code, const char *why);
 /* Closes every connection to the server (connecting or relayed). */
 void mesh__serve_close_active(struct mesh_serve *s);
+/* What the policy sees: requests in flight and demand-queued (http), else
+ * open connections (queued and active). */
+uint64_t mesh__serve_demand(const struct mesh_serve *s);
+/* Drain start: closes the connections with nothing in flight (http). */
+void mesh__serve_close_idle(struct mesh_serve *s);
 /* The clients' deadlines (queue wait, refusal, linger, accept pause). */
 void mesh__serve_front_timers(struct mesh_serve *s, uint64_t now);
 /* The nearest of those deadlines, or t if none is nearer. */

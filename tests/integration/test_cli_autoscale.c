@@ -165,11 +165,13 @@ TEST(cli_tick_probes_then_decides)
 	pid_t pid = server(&port, "{\"data\":[{\"id\":\"llama\"}]}", 1);
 	const char *mesh = t_bin("mesh");
 
-	/* First answer lists no model: cold, demand -> SPAWN. */
+	/* First answer lists no model: a server is up, but not with it: warm
+	 * but wrong model (6), not SPAWN (it would start a second one). */
 	int rc = t_sh(out, sizeof out, 0, "%s autoscale tick 1 0 60 --url http://127.0.0.1:%u/v1/models --model llama",
 		      mesh, port);
-	EXPECT_EQ(rc, 1);
-	EXPECT_CONTAINS(out, "tick warm=0 demand=1 idle=0s ttl=60s -> SPAWN (probe cold: HTTP 200 but model 'llama' not listed");
+	EXPECT_EQ(rc, 7);
+	EXPECT_CONTAINS(out, "tick warm=0 demand=1 idle=0s ttl=60s -> WRONG_MODEL: warm but wrong model (probe cold: HTTP "
+			     "200 but model 'llama' not listed");
 	/* Now it is listed: warm, demand -> SERVE. */
 	rc = t_sh(out, sizeof out, 0, "%s autoscale tick 1 0 60 --url http://127.0.0.1:%u/v1/models --model llama", mesh,
 		  port);

@@ -162,6 +162,72 @@ static void both_ways(unsigned flags)
 	close(ca), close(cb), close(ua), close(ub);
 }
 
+static int count_watch(void *ctx, int dir, const char *p, size_t n)
+{
+	uint64_t *seen = ctx;
+	if (p)
+		seen[dir] += n;
+	else
+		seen[2 + dir] = 1;
+	return 0;
+}
+
+/* With a pool, a relay holds a pipe (splice) or a buffer (copy, watched)
+ * only while bytes move: idle before and after, and every pipe is given
+ * back; a watcher sees every byte of both directions, and both EOFs.
+ * Mode 2 copies through small send buffers: writes come up short, the
+ * rest waits in a buffer of its own, and the next reads must not land in
+ * it. */
+TEST(relay_pool_holds_nothing_when_idle)
+{
+	for (int mode = 0; mode < 3; mode++) {
+		int ca, cb, ua, ub;
+		tcp_pair(&ca, &cb);
+		tcp_pair(&ua, &ub);
+		nonblock(cb);
+		nonblock(ua);
+		if (mode == 2) {
+			int small = 4096;
+			setsockopt(cb, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+			setsockopt(ua, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+		}
+		struct mesh_relay_pool pool;
+		mesh_relay_pool_init(&pool, 4);
+		uint64_t seen[4] = {0, 0, 0, 0};
+		struct mesh_relay_opts o = {mode == 2 ? MESH_RELAY_NO_SPLICE : 0, &pool, mode == 1 ? count_watch : NULL, seen};
+		struct mesh_relay r;
+		ASSERT_EQ(mesh_relay_init_opts(&r, cb, ua, &o), 0);
+		EXPECT_FALSE(mesh_relay_busy(&r));
+		struct peer cl = {.fd = ca, .send_n = 1u << 20, .seed = 3}, up = {.fd = ub, .send_n = 2u << 20, .seed = 5};
+		pthread_t t[4];
+		pthread_create(&t[0], NULL, peer_send, &cl);
+		pthread_create(&t[1], NULL, peer_recv, &cl);
+		pthread_create(&t[2], NULL, peer_send, &up);
+		pthread_create(&t[3], NULL, peer_recv, &up);
+		EXPECT_EQ(drive(&r, 20000, NULL), 1);
+		for (int i = 0; i < 4; i++)
+			pthread_join(t[i], NULL);
+		EXPECT_UEQ(up.crc_in, cl.crc_out);
+		EXPECT_UEQ(cl.crc_in, up.crc_out);
+		EXPECT_UEQ(up.got, cl.send_n);
+		EXPECT_UEQ(cl.got, up.send_n);
+		EXPECT_FALSE(mesh_relay_busy(&r));
+		EXPECT_UEQ(pool.pipes_out, 0);
+		if (mode == 1) {
+			EXPECT_UEQ(seen[0], cl.send_n);
+			EXPECT_UEQ(seen[1], up.send_n);
+			EXPECT_UEQ(seen[2] + seen[3], 2);
+			EXPECT_UEQ(pool.pipes_made, 0);
+		} else if (mode == 0) {
+			EXPECT_GT(pool.pipes_made, 0);
+			EXPECT_LE(pool.nspare, 4);
+		}
+		mesh_relay_release(&r);
+		mesh_relay_pool_release(&pool);
+		close(ca), close(cb), close(ua), close(ub);
+	}
+}
+
 TEST(relay_splice_both_ways_half_close)
 {
 	both_ways(0);
@@ -204,7 +270,7 @@ TEST(relay_half_close_then_answer)
  * not spin while the pipe is full. */
 TEST(relay_backpressure_bounded_no_spin)
 {
-	for (int mode = 0; mode < 2; mode++) {
+	for (int mode = 0; mode < 3; mode++) {
 		int ca, cb, ua, ub;
 		tcp_pair(&ca, &cb);
 		tcp_pair(&ua, &ub);
@@ -212,7 +278,15 @@ TEST(relay_backpressure_bounded_no_spin)
 		nonblock(ua);
 		nonblock(ca);
 		struct mesh_relay r;
-		mesh_relay_init(&r, cb, ua, mode ? MESH_RELAY_NO_SPLICE : 0);
+		/* mode 2: pooled and watched (mesh serve --http) */
+		struct mesh_relay_pool pool;
+		uint64_t seen[4] = {0, 0, 0, 0};
+		mesh_relay_pool_init(&pool, 4);
+		struct mesh_relay_opts o = {0, &pool, count_watch, seen};
+		if (mode == 2)
+			mesh_relay_init_opts(&r, cb, ua, &o);
+		else
+			mesh_relay_init(&r, cb, ua, mode ? MESH_RELAY_NO_SPLICE : 0);
 		static char junk[1 << 16];
 		size_t sent = 0;
 		int saturated = 0;
@@ -237,6 +311,7 @@ TEST(relay_backpressure_bounded_no_spin)
 		EXPECT_GT(r.dir[0].pending, 0);
 		EXPECT_GT(sent, 0);
 		mesh_relay_release(&r);
+		mesh_relay_pool_release(&pool);
 		close(ca), close(cb), close(ua), close(ub);
 	}
 }

@@ -1,0 +1,142 @@
+/* The HTTP/1.1 framer that counts requests in flight (gateway/hframe.h). */
+#include "base/err.h"
+#include "gateway/hframe.h"
+#include "runner/t.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* A script: each step feeds one direction ('>' client to server, '<' server
+ * to client, 'c' the server closes) and states the in-flight count after. */
+struct step {
+	char dir;
+	const char *bytes;
+	int inflight; /* expected after the step; -1: an error is expected */
+};
+
+/* Runs the script twice: each step whole, and each step byte by byte; the
+ * counts must agree with the script both times. */
+static void run(const char *what, const struct step *st)
+{
+	for (int bytewise = 0; bytewise < 2; bytewise++) {
+		struct mesh_hframe f;
+		mesh_hframe_init(&f);
+		for (int i = 0; st[i].dir; i++) {
+			int d = st[i].dir == '>' ? 0 : 1, rc = 0;
+			if (st[i].dir == 'c') {
+				rc = mesh_hframe_eof(&f, 1);
+			} else if (bytewise) {
+				for (size_t k = 0; st[i].bytes[k] && rc == 0; k++)
+					rc = mesh_hframe_feed(&f, d, st[i].bytes + k, 1);
+			} else {
+				rc = mesh_hframe_feed(&f, d, st[i].bytes, strlen(st[i].bytes));
+			}
+			if (st[i].inflight < 0) {
+				if (rc >= 0)
+					fprintf(stderr, "    %s step %d: wanted an error\n", what, i);
+				EXPECT_LT(rc, 0);
+				EXPECT_TRUE(*mesh_hframe_why(&f, d));
+				break;
+			}
+			if (rc != 0 || (int)f.inflight != st[i].inflight)
+				fprintf(stderr, "    %s step %d (%s): rc %d (%s) inflight %u\n", what, i,
+					bytewise ? "bytewise" : "whole", rc, mesh_hframe_why(&f, d), f.inflight);
+			EXPECT_EQ(rc, 0);
+			EXPECT_EQ((int)f.inflight, st[i].inflight);
+		}
+	}
+}
+
+TEST(hframe_request_in_flight_until_response_ends)
+{
+	run("simple", (const struct step[]){{'>', "G", 1},
+					    {'>', "ET / HTTP/1.1\r\nHost: x\r\n\r\n", 1},
+					    {'<', "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel", 1},
+					    {'<', "lo", 0},
+					    {0, NULL, 0}});
+	/* Idle keep-alive between requests is zero; the next request counts. */
+	run("keep-alive", (const struct step[]){{'>', "POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", 1},
+						{'<', "HTTP/1.1 204 No Content\r\n\r\n", 0},
+						{'>', "\r\n", 0},
+						{'>', "GET /b HTTP/1.1\r\n\r\n", 1},
+						{'<', "HTTP/1.1 304 Not Modified\r\nContent-Length: 99\r\n\r\n", 0},
+						{0, NULL, 0}});
+}
+
+TEST(hframe_streaming_responses_end_at_their_end)
+{
+	run("chunked", (const struct step[]){{'>', "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 1},
+					     {'>', "3;x=y\r\nabc\r\n0\r\n\r\n", 1},
+					     {'<', "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", 1},
+					     {'<', "12\r\ndata: {\"t\":\"hi\"}\n\n\r\n", 1},
+					     {'<', "0\r\nX-Trailer: 1\r\n", 1},
+					     {'<', "\r\n", 0},
+					     {0, NULL, 0}});
+	run("close-delimited", (const struct step[]){{'>', "GET /events HTTP/1.0\r\n\r\n", 1},
+						     {'<', "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n", 1},
+						     {'<', "data: 1\n\ndata: 2\n\n", 1},
+						     {'c', "", 0},
+						     {0, NULL, 0}});
+	run("interim 100", (const struct step[]){{'>', "PUT /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n", 1},
+						 {'<', "HTTP/1.1 100 Continue\r\n\r\n", 1},
+						 {'>', "ok", 1},
+						 {'<', "HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n", 0},
+						 {0, NULL, 0}});
+	run("upgrade", (const struct step[]){{'>', "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n", 1},
+					     {'<', "HTTP/1.1 101 Switching Protocols\r\n\r\n\x81\x05hello", 1},
+					     {'>', "\x81\x85garbage GET / HTTP/1.1\r\n\r\n", 1},
+					     {0, NULL, 0}});
+}
+
+TEST(hframe_pipelined_and_head)
+{
+	run("pipeline", (const struct step[]){{'>', "HEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n", 3},
+					      {'<', "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", 2},
+					      {'<', "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n", 1},
+					      {'<', "Content-Length: 1\r\n\r\nx", 0},
+					      {0, NULL, 0}});
+	/* A response nobody asked for (a 408 on an idle connection) counts nothing. */
+	run("unsolicited", (const struct step[]){{'<', "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n", 0},
+						 {0, NULL, 0}});
+	/* Bare LF line ends are read too. */
+	run("lf", (const struct step[]){{'>', "GET / HTTP/1.1\nHost: x\n\n", 1},
+					{'<', "HTTP/1.1 200 OK\nContent-Length: 1\n\nx", 0},
+					{0, NULL, 0}});
+}
+
+TEST(hframe_malformed_is_an_error)
+{
+	static const char *const bad_requests[] = {
+		"GET / HTTP/2.0\r\n\r\n",
+		"GET /\r\n\r\n",
+		" GET / HTTP/1.1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost : x\r\n\r\n",
+		"GET / HTTP/1.1\r\n folded\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n",
+		"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof bad_requests / sizeof bad_requests[0]; i++) {
+		struct step st[] = {{'>', bad_requests[i], -1}, {0, NULL, 0}};
+		run(bad_requests[i], st);
+	}
+	run("bad status", (const struct step[]){{'>', "GET / HTTP/1.1\r\n\r\n", 1}, {'<', "HTTP/1.1 2000 OK\r\n\r\n", -1}, {0, NULL, 0}});
+	run("bad status version", (const struct step[]){{'>', "GET / HTTP/1.1\r\n\r\n", 1}, {'<', "ICY 200 OK\r\n\r\n", -1}, {0, NULL, 0}});
+	/* A head past the bound. */
+	struct mesh_hframe f;
+	mesh_hframe_init(&f);
+	static char big[MESH_HFRAME_MAX_HEAD + 64];
+	memset(big, 'a', sizeof big);
+	memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
+	EXPECT_EQ(mesh_hframe_feed(&f, 0, big, sizeof big), MESH_E_TOOBIG);
+	/* Too many pipelined requests. */
+	mesh_hframe_init(&f);
+	int rc = 0;
+	for (int i = 0; i <= MESH_HFRAME_MAX_PIPELINE && rc == 0; i++)
+		rc = mesh_hframe_feed(&f, 0, "GET / HTTP/1.1\r\n\r\n", 18);
+	EXPECT_EQ(rc, MESH_E_TOOBIG);
+}
