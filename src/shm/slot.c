@@ -1,6 +1,7 @@
 /* Slots: creation and meshd's side of a call (shm.h). */
 #include "shm/shm.h"
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 
@@ -108,7 +109,13 @@ uint32_t mesh_slot_index(const struct mesh_slot *s)
 
 size_t mesh_slot_max_msg(const struct mesh_slot *s)
 {
-	return MESH_RING_MAX_MSG(s->cap);
+	(void)s;
+	return MESH_MSG_MAX;
+}
+
+size_t mesh_slot_ring_cap(const struct mesh_slot *s)
+{
+	return (size_t)s->cap;
 }
 
 void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
@@ -189,28 +196,21 @@ static uint64_t left_ns(uint64_t deadline)
 	return now >= deadline ? 0 : deadline - now;
 }
 
-static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **reply, size_t *reply_len,
-		       uint64_t timeout_ns, uint64_t spin_ns)
+/* Sends the request (in pieces when it is larger than one record). */
+static int send_request(struct mesh_slot *s, uint32_t seq, const void *req, size_t n, uint64_t deadline,
+			uint64_t spin_ns)
 {
-	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE)
-		return MESH_E_STATE;
-	if (n > mesh_slot_max_msg(s))
-		return MESH_E_TOOBIG;
-	uint64_t now = mesh_mono_ns();
-	uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
-	uint64_t skipped = 0;
-	uint32_t seq = ++s->seq;
-	if (seq == 0) /* 0 is never a sequence number */
-		seq = s->seq = 1;
+	struct mesh_ring_tx tx;
+	mesh_ring_tx_init(&tx, MESH_MSG_REQ, seq, req, n);
 	for (;;) {
-		int rc = mesh_ring_put(&s->req, MESH_MSG_REQ, seq, req, n);
-		if (rc == 0)
-			break;
+		int rc = mesh_ring_tx_put(&s->req, &tx);
+		if (rc == 1)
+			return 0;
 		if (rc == MESH_E_CORRUPT)
 			return fail_ring(s, "request", &s->req);
 		if (rc != -EAGAIN)
 			return rc;
-		rc = mesh_ring_wait_space(&s->req, n, spin_ns, left_ns(deadline), &s->stop);
+		rc = mesh_ring_wait_space(&s->req, mesh_ring_tx_next(&s->req, &tx), spin_ns, left_ns(deadline), &s->stop);
 		if (rc == MESH_E_CORRUPT)
 			return fail_ring(s, "request", &s->req);
 		if (rc == 1)
@@ -218,20 +218,84 @@ static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **re
 		if (rc < 0)
 			return rc;
 	}
+}
+
+/* A reply being received: the records of the part in hand (cur) and, when
+ * the caller takes the whole reply at once, the parts before it (acc). */
+struct rx {
+	mesh_slot_part_fn on_part;
+	void *arg;
+	struct mesh_buf cur, acc;
+};
+
+static int add_msg(struct mesh_buf *b, const struct mesh_msg *m)
+{
+	if (mesh_buf_grow(b, m->len) < 0)
+		return -ENOMEM;
+	mesh_msg_copy(m, b->p + b->len);
+	b->len += m->len;
+	b->p[b->len] = 0;
+	return 0;
+}
+
+/* Takes one record of the reply to seq: 1 when the reply is complete
+ * (*kind REP or ERR; the payload to return is in x->cur), 0 when more is to
+ * come, or a negative code. */
+static int take_reply_record(struct mesh_slot *s, struct rx *x, const struct mesh_msg *m, uint32_t *kind)
+{
+	if (m->kind != MESH_MSG_REP && m->kind != MESH_MSG_ERR && m->kind != MESH_MSG_MORE &&
+	    m->kind != MESH_MSG_PART) {
+		mesh_slot_fail(s, "slot %u: reply ring: message of kind %u where a reply belongs", s->index, m->kind);
+		return MESH_E_CORRUPT;
+	}
+	if (m->len > MESH_MSG_MAX - x->cur.len) {
+		mesh_slot_fail(s, "slot %u: reply ring: a reply part over the %u-byte message limit", s->index,
+			       MESH_MSG_MAX);
+		return MESH_E_CORRUPT;
+	}
+	if (add_msg(&x->cur, m) < 0)
+		return -ENOMEM;
+	if (m->kind == MESH_MSG_MORE)
+		return 0;
+	if (m->kind != MESH_MSG_PART) {
+		*kind = m->kind;
+		if (m->kind == MESH_MSG_REP && !x->on_part && x->acc.len) {
+			/* The whole reply at once: the streamed parts, then the last. */
+			if (x->cur.len > MESH_MSG_MAX - x->acc.len)
+				return MESH_E_TOOBIG;
+			if (mesh_buf_add(&x->acc, x->cur.p, x->cur.len) < 0)
+				return -ENOMEM;
+			struct mesh_buf t = x->cur;
+			x->cur = x->acc;
+			x->acc = t;
+		}
+		return 1;
+	}
+	int rc = 0;
+	if (x->on_part)
+		rc = x->cur.len ? x->on_part(x->arg, x->cur.p, x->cur.len) : 0;
+	else if (x->cur.len > MESH_MSG_MAX - x->acc.len)
+		rc = MESH_E_TOOBIG;
+	else if (mesh_buf_add(&x->acc, x->cur.p, x->cur.len) < 0)
+		rc = -ENOMEM;
+	mesh_buf_reset(&x->cur);
+	return rc;
+}
+
+/* Waits for the reply to seq, skipping replies to earlier calls that timed out. */
+static int recv_reply(struct mesh_slot *s, uint32_t seq, struct rx *x, uint32_t *kind, uint64_t deadline,
+		      uint64_t spin_ns)
+{
+	uint64_t skipped = 0;
 	for (;;) {
 		struct mesh_msg m;
 		int rc = mesh_ring_peek(&s->rep, &m);
 		if (rc == MESH_E_CORRUPT)
 			return fail_ring(s, "reply", &s->rep);
 		if (rc == 0) {
-			if (m.kind != MESH_MSG_REP && m.kind != MESH_MSG_ERR) {
-				mesh_slot_fail(s, "slot %u: reply ring: message of kind %u where a reply belongs",
-					       s->index, m.kind);
-				return MESH_E_CORRUPT;
-			}
 			if (m.seq != seq) {
-				/* A reply to an earlier call that timed out: drop it.  A seq
-				 * meshd never sent is a broken worker. */
+				/* A reply (or a piece of one) to an earlier call that timed
+				 * out: drop it.  A seq meshd never sent is a broken worker. */
 				if ((int32_t)(m.seq - seq) < 0 && m.seq != 0) {
 					mesh_ring_pop(&s->rep);
 					/* More than a ringful of them is a worker flooding us. */
@@ -243,15 +307,12 @@ static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **re
 					       s->index, m.seq);
 				return MESH_E_CORRUPT;
 			}
-			uint8_t *out = malloc((size_t)m.len + 1);
-			if (!out)
-				return -ENOMEM;
-			mesh_msg_copy(&m, out);
-			out[m.len] = 0;
-			mesh_ring_pop(&s->rep);
-			*reply = out;
-			*reply_len = m.len;
-			return m.kind == MESH_MSG_REP ? 0 : MESH_E_REFUSED;
+			rc = take_reply_record(s, x, &m, kind);
+			if (rc != MESH_E_CORRUPT)
+				mesh_ring_pop(&s->rep);
+			if (rc != 0)
+				return rc;
+			continue;
 		}
 		rc = mesh_ring_wait_data(&s->rep, spin_ns, left_ns(deadline), &s->stop);
 		if (rc == 1)
@@ -261,13 +322,48 @@ static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **re
 	}
 }
 
+static int call_locked(struct mesh_slot *s, const void *req, size_t n, mesh_slot_part_fn on_part, void *arg,
+		       void **reply, size_t *reply_len, uint64_t timeout_ns, uint64_t spin_ns)
+{
+	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE)
+		return MESH_E_STATE;
+	if (n > MESH_MSG_MAX)
+		return MESH_E_TOOBIG;
+	uint64_t now = mesh_mono_ns();
+	uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+	uint32_t seq = ++s->seq;
+	if (seq == 0) /* 0 is never a sequence number */
+		seq = s->seq = 1;
+	int rc = send_request(s, seq, req, n, deadline, spin_ns);
+	if (rc < 0)
+		return rc;
+	struct rx x = {on_part, arg, MESH_BUF_INIT, MESH_BUF_INIT};
+	uint32_t kind = 0;
+	rc = recv_reply(s, seq, &x, &kind, deadline, spin_ns);
+	mesh_buf_release(&x.acc);
+	if (rc == 1 && !x.cur.p && mesh_buf_grow(&x.cur, 0) < 0)
+		rc = -ENOMEM;
+	if (rc != 1) {
+		mesh_buf_release(&x.cur);
+		return rc;
+	}
+	*reply = mesh_buf_detach(&x.cur, reply_len);
+	return kind == MESH_MSG_REP ? 0 : MESH_E_REFUSED;
+}
+
 int mesh_slot_call(struct mesh_slot *s, const void *req, size_t n, void **reply, size_t *reply_len,
 		   uint64_t timeout_ns, uint64_t spin_ns)
+{
+	return mesh_slot_call_stream(s, req, n, NULL, NULL, reply, reply_len, timeout_ns, spin_ns);
+}
+
+int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_slot_part_fn on_part, void *arg,
+			  void **reply, size_t *reply_len, uint64_t timeout_ns, uint64_t spin_ns)
 {
 	*reply = NULL;
 	*reply_len = 0;
 	pthread_mutex_lock(&s->call_lock);
-	int rc = call_locked(s, req, n, reply, reply_len, timeout_ns, spin_ns);
+	int rc = call_locked(s, req, n, on_part, arg, reply, reply_len, timeout_ns, spin_ns);
 	pthread_mutex_unlock(&s->call_lock);
 	return rc;
 }
