@@ -289,6 +289,10 @@ static int line_done(struct mesh_http_response *r)
 
 static int body_add(struct mesh_http_response *r, const char *p, size_t k)
 {
+	if (r->sink && r->status >= 200 && r->status <= 299) {
+		int rc = k ? r->sink(r->sink_arg, p, k) : 0;
+		return rc < 0 ? fail(r, rc, "the body's reader stopped") : 0;
+	}
 	if (k > r->lim.max_body - r->body.len)
 		return fail(r, MESH_E_TOOBIG, "body over the body limit");
 	if (mesh_buf_add(&r->body, p, k))
