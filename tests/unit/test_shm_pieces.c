@@ -282,3 +282,38 @@ TEST(pieces_a_cancelled_stream_leaves_the_slot_usable)
 	EXPECT_TRUE(mesh_slot_failed(s) == NULL);
 	stop(ctl, s, pid);
 }
+
+/* A worker that sends MORE pieces past the 16 MiB message limit fails its
+ * slot (meshd never buffers more than the limit for one part). */
+TEST(pieces_a_reply_over_the_limit_fails_the_slot)
+{
+	struct mesh_slot *s;
+	ASSERT_EQ(mesh_slot_create(&s, 0, 65536), 0);
+	mesh_slot_arm(s, 1);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct mesh_slot_map m;
+		if (mesh__slot_map(mesh_slot_fd(s), 0, &m) < 0)
+			_exit(2);
+		struct mesh_msg msg;
+		if (mesh_ring_wait_data(&m.req, 0, 10 * SEC, NULL) != 0 || mesh_ring_peek(&m.req, &msg) != 0)
+			_exit(3);
+		uint32_t seq = msg.seq;
+		mesh_ring_pop(&m.req);
+		static char piece[32768 - 16];
+		for (;;) {
+			int rc = mesh_ring_put(&m.rep, MESH_MSG_MORE, seq, piece, sizeof piece);
+			if (rc == -EAGAIN)
+				rc = mesh_ring_wait_space(&m.rep, sizeof piece, 0, 200 * MS, NULL);
+			if (rc < 0)
+				_exit(0); /* meshd stopped reading */
+		}
+	}
+	void *rep = NULL;
+	size_t n = 0;
+	EXPECT_EQ(mesh_slot_call(s, "q", 1, &rep, &n, 10 * SEC, 0), MESH_E_CORRUPT);
+	EXPECT_TRUE(rep == NULL);
+	EXPECT_CONTAINS(mesh_slot_failed(s), "message limit");
+	EXPECT_EQ(reap(pid), 0);
+	mesh_slot_free(s);
+}
