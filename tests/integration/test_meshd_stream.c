@@ -278,3 +278,27 @@ TEST_TIMEOUT(meshd_call_streams_parts_as_they_come, 60)
 	EXPECT_CONTAINS(log, "failed after a part");
 	free(log);
 }
+
+/* A client that goes away in the middle of a stream: meshd stops the call
+ * at the next part, frees the request once, and serves the next call. */
+TEST_TIMEOUT(meshd_stream_client_gone_midway, 60)
+{
+	add_program("st", NULL);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh(1, "start st"), 0);
+	/* curl gives up 100 ms in: after part 1, before part 2. */
+	EXPECT_NE(t_sh(out, sizeof out, 1,
+		       "curl -sS --max-time 0.1 --unix-socket " SOCK " --data-binary parts http://x/v1/programs/st/call"),
+		  0);
+	EXPECT_CONTAINS(out, "part 1\n");
+	/* This call waits for the slot until the cut one is over. */
+	EXPECT_EQ(mesh(0, "call st parts"), 0);
+	EXPECT_STREQ(out, "part 1\npart 2\npart 3\n");
+	EXPECT_EQ(mesh(1, "call st x"), 0);
+	EXPECT_STREQ(out, "\"");
+	stop_meshd();
+	char *log = t_read_file("meshd.err", NULL);
+	EXPECT_CONTAINS(log, "stream=1");
+	EXPECT_CONTAINS(log, "aborted=1");
+	free(log);
+}
