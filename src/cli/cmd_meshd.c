@@ -164,12 +164,17 @@ static int request_stream(const struct opts *o, const char *what, const char *me
 			  const void *body, size_t n, uint64_t timeout_ns, struct out_stream *os, struct meshd_reply *r)
 {
 	int rc = meshd_client_request_stream(o->sock, method, target, body, n, timeout_ns, os ? write_out : NULL, os, r);
-	if (rc < 0 && os && os->bytes) {
-		fflush(stdout);
-		return mesh_cli_fail(rc, "%s: the reply stopped after %llu bytes (the call failed after part of it "
-					 "was sent: meshd's log says why)",
-				     what, (unsigned long long)os->bytes);
+	if (rc == MESH_E_CLOSED && os && os->bytes) {
+		/* meshd cut a streamed answer: the call failed after parts went out.
+		 * An incomplete reply is a remote protocol failure, not "unreachable". */
+		fprintf(stderr,
+			"mesh: %s: the reply stopped after %llu bytes (the call failed after part of it was sent; "
+			"meshd's log says why)\n",
+			what, (unsigned long long)os->bytes);
+		return mesh_exit_for(MESH_E_PROTO);
 	}
+	if (rc < 0 && os && os->bytes)
+		return mesh_cli_fail(rc, "%s: after %llu bytes of the reply", what, (unsigned long long)os->bytes);
 	if (rc < 0) {
 		if (meshd_client_unreachable(rc)) {
 			fprintf(stderr, "mesh: cannot reach meshd at '%s': %s\n", o->sock, mesh_strerror(rc));

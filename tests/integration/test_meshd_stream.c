@@ -1,5 +1,6 @@
 /* meshd end to end with messages larger than the ring and streamed replies:
  * the real meshd and mesh binaries, tests-workers/stream_worker. */
+#include "base/exit.h"
 #include "host/image.h"
 #include "runner/t.h"
 
@@ -261,7 +262,8 @@ TEST_TIMEOUT(meshd_call_streams_parts_as_they_come, 60)
 	free(body);
 
 	/* A failure after a part: the part came out, the call fails, meshd logs why. */
-	EXPECT_NE(t_sh(out, sizeof out, 0, "'%s' call st fail --socket " SOCK " 2>err.txt", t_bin("mesh")), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' call st fail --socket " SOCK " 2>err.txt", t_bin("mesh")),
+		  MESH_EXIT_PROTOCOL);
 	EXPECT_STREQ(out, "before the failure\n");
 	char *err = t_read_file("err.txt", NULL);
 	EXPECT_CONTAINS(err, "the reply stopped after 19 bytes");
