@@ -49,13 +49,18 @@
 extern "C" {
 #endif
 
-#define MESH_WORKER_API_VERSION 2
+/* 1: the first; 2: mesh_worker_chunk_id (jobs); 3: messages larger than the
+ * ring, mesh_worker_reply_part (streamed replies). */
+#define MESH_WORKER_API_VERSION 3
 
 struct mesh_worker;
 
 /* Handles one request: req_len bytes at req (valid only during the call; the
- * library owns it).  Writes the reply into reply (reply_cap bytes, the slot's
- * largest message) and its length into *reply_len (0 before the call).
+ * library owns it).  Writes the reply into reply (reply_cap bytes: the
+ * message limit, 16 MiB, whatever the slot's ring size) and its length into
+ * *reply_len (0 before the call).  Before returning it may stream parts of
+ * the reply with mesh_worker_reply_part; what it writes to reply is then the
+ * last part.
  * Returns 0 for a reply; a negative value makes it an error reply whose text
  * is what the handler wrote to reply (or, if it wrote nothing, the name of
  * the code), which meshd returns to the caller.  A reply_len > reply_cap is
@@ -78,6 +83,17 @@ int mesh_worker_ready(struct mesh_worker *w);
  * called.  Returns a negative code when meshd closes the channel (it died)
  * or breaks the protocol; the handler is never called after that. */
 int mesh_worker_serve(struct mesh_worker *w, mesh_worker_handler handler, void *ctx);
+/* Inside the handler only: sends n bytes (at most 16 MiB) as the next part
+ * of the reply now, before the handler returns; the caller receives parts
+ * as they come (meshd's API answers with chunked transfer encoding), then
+ * what the handler returns as the last part.  A handler that fails after
+ * parts were sent fails the whole call.  Returns 0 once the part is in the
+ * slot (p is free again); MESH_E_STATE outside a handler; MESH_E_TOOBIG for
+ * n over 16 MiB (nothing sent); MESH_E_STOPPED when meshd halted or exited
+ * the worker meanwhile (the call is over: return from the handler);
+ * MESH_E_CORRUPT when the slot is broken (serve then returns an error). */
+int mesh_worker_reply_part(struct mesh_worker *w, const void *p, size_t n);
+
 /* Closes the channel and frees w.  NULL is fine. */
 void mesh_worker_close(struct mesh_worker *w);
 

@@ -77,6 +77,12 @@ void mesh_http_response_release(struct mesh_http_response *r)
 	mesh_buf_release(&r->hdrs);
 }
 
+/* The body goes to the caller's sink: a stream, not bounded by max_body. */
+static int sinking(const struct mesh_http_response *r)
+{
+	return r->sink && r->status >= 200 && r->status <= 299;
+}
+
 static int fail(struct mesh_http_response *r, int err, const char *why)
 {
 	r->err = err;
@@ -240,7 +246,7 @@ static int parse_chunk_size(struct mesh_http_response *r, const char *s, size_t 
 		r->state = ST_TRAILER;
 		return 0;
 	}
-	if (size > r->lim.max_body - r->body.len)
+	if (!sinking(r) && size > r->lim.max_body - r->body.len)
 		return fail(r, MESH_E_TOOBIG, "chunked body over the body limit");
 	r->remaining = size;
 	r->state = ST_CHUNK_DATA;
@@ -289,6 +295,10 @@ static int line_done(struct mesh_http_response *r)
 
 static int body_add(struct mesh_http_response *r, const char *p, size_t k)
 {
+	if (sinking(r)) {
+		int rc = k ? r->sink(r->sink_arg, p, k) : 0;
+		return rc < 0 ? fail(r, rc, "the body's reader stopped") : 0;
+	}
 	if (k > r->lim.max_body - r->body.len)
 		return fail(r, MESH_E_TOOBIG, "body over the body limit");
 	if (mesh_buf_add(&r->body, p, k))

@@ -64,6 +64,12 @@ struct mesh_http_response {
 	int done;              /* the whole response is complete */
 	int no_body;           /* set by the caller before feeding: response to HEAD */
 	struct mesh_buf body;  /* decoded body, NUL-terminated (the NUL is not counted) */
+	/* Set by the caller after init, before feeding (optional): the decoded
+	 * body of a 2xx response goes to sink as it arrives, not into body, and
+	 * max_body does not bound it (a stream).  sink returns 0, or a negative
+	 * code: the parser then fails with it ("the body's reader stopped"). */
+	int (*sink)(void *arg, const void *p, size_t n);
+	void *sink_arg;
 
 	/* Private. */
 	struct mesh_http_limits lim;

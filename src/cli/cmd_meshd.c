@@ -6,6 +6,7 @@
 #include "cli/exit.h"
 #include "daemon/api_client.h"
 #include "host/manifest.h"
+#include "shm/ring.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -15,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CALL_BODY_MAX (16u << 20)
+#define CALL_BODY_MAX MESH_MSG_MAX
 #define LOGS_MAX (1u << 20)
 /* How long mesh waits for meshd beyond what the operation itself may take. */
 #define SLACK_NS (10ull * 1000000000ull)
@@ -50,7 +51,8 @@ static const char *const helps[][2] = {
 		 "1 MiB; -n the last LINES lines, --tail the last BYTES bytes.\n"},
 	{"call", "usage: mesh call <name> <payload | -> [--timeout S] [--socket PATH]\n\n"
 		 "Sends one request through the slot of a warm worker of <name> (one is started when\n"
-		 "none is warm) and prints its reply bytes as they are.  '-' reads the payload from stdin (at most\n"
+		 "none is warm) and prints its reply bytes as they are; a reply the worker streams is\n"
+		 "printed part by part as it comes.  '-' reads the payload from stdin (at most\n"
 		 "16 MiB).  --timeout: seconds to wait for the reply (default 60).\n"},
 };
 
@@ -144,10 +146,35 @@ static int parse(int argc, char **argv, struct opts *o, int want_name, int want_
 }
 
 /* One request; on failure prints why and returns the exit code, else -1. */
-static int request(const struct opts *o, const char *what, const char *method, const char *target, const void *body,
-		   size_t n, uint64_t timeout_ns, struct meshd_reply *r)
+/* Where a streamed answer goes as it arrives: stdout, flushed per piece. */
+struct out_stream {
+	uint64_t bytes;
+};
+
+static int write_out(void *arg, const void *p, size_t n)
 {
-	int rc = meshd_client_request(o->sock, method, target, body, n, timeout_ns, r);
+	struct out_stream *os = arg;
+	if (fwrite(p, 1, n, stdout) != n || fflush(stdout) != 0)
+		return errno ? -errno : -EIO;
+	os->bytes += n;
+	return 0;
+}
+
+static int request_stream(const struct opts *o, const char *what, const char *method, const char *target,
+			  const void *body, size_t n, uint64_t timeout_ns, struct out_stream *os, struct meshd_reply *r)
+{
+	int rc = meshd_client_request_stream(o->sock, method, target, body, n, timeout_ns, os ? write_out : NULL, os, r);
+	if (rc == MESH_E_CLOSED && os && os->bytes) {
+		/* meshd cut a streamed answer: the call failed after parts went out.
+		 * An incomplete reply is a remote protocol failure, not "unreachable". */
+		fprintf(stderr,
+			"mesh: %s: the reply stopped after %llu bytes (the call failed after part of it was sent; "
+			"meshd's log says why)\n",
+			what, (unsigned long long)os->bytes);
+		return mesh_exit_for(MESH_E_PROTO);
+	}
+	if (rc < 0 && os && os->bytes)
+		return mesh_cli_fail(rc, "%s: after %llu bytes of the reply", what, (unsigned long long)os->bytes);
 	if (rc < 0) {
 		if (meshd_client_unreachable(rc)) {
 			fprintf(stderr, "mesh: cannot reach meshd at '%s': %s\n", o->sock, mesh_strerror(rc));
@@ -176,6 +203,12 @@ static int request(const struct opts *o, const char *what, const char *method, c
 		return mesh_exit_for(err);
 	}
 	return -1;
+}
+
+static int request(const struct opts *o, const char *what, const char *method, const char *target, const void *body,
+		   size_t n, uint64_t timeout_ns, struct meshd_reply *r)
+{
+	return request_stream(o, what, method, target, body, n, timeout_ns, NULL, r);
 }
 
 static int simple(int argc, char **argv, const char *verb_done)
@@ -509,7 +542,10 @@ int mesh_cmd_call(int argc, char **argv)
 		 (unsigned long long)(o.timeout_ns / 1000000000ull), (unsigned long long)(o.timeout_ns % 1000000000ull));
 	snprintf(what, sizeof what, "call to '%s' failed", o.name);
 	/* Starting a cold worker may take its ready timeout before the call's own. */
-	ex = request(&o, what, "POST", target, body ? body : o.payload, n, o.timeout_ns + OP_TIMEOUT_NS + SLACK_NS, &r);
+	/* A streamed reply is written as it arrives (write_out); a whole one here. */
+	struct out_stream os = {0};
+	ex = request_stream(&o, what, "POST", target, body ? body : o.payload, n, o.timeout_ns + OP_TIMEOUT_NS + SLACK_NS,
+			    &os, &r);
 	free(body);
 	if (ex >= 0)
 		return ex;

@@ -28,6 +28,7 @@
 #include "daemon/metrics.h"
 #include "daemon/ops.h"
 #include "host/manifest.h"
+#include "shm/ring.h"
 
 #include <errno.h>
 #include <sys/queue.h> /* before event2: TAILQ_INIT for struct evkeyvalq */
@@ -62,6 +63,9 @@
 #define HEADERS_HARD_MAX (1u << 20)
 #define IDLE_TIMEOUT_S 120
 
+/* The API's body bound is the workers' message limit: what is accepted can be sent. */
+_Static_assert(MESHD_API_MAX_BODY == MESH_MSG_MAX, "the body bound is the message limit");
+
 struct job;
 
 struct meshd_api {
@@ -70,6 +74,7 @@ struct meshd_api {
 	struct evhttp *http;
 	struct evhttp_bound_socket *bound;
 	struct event *done_ev;	/* activated by an op thread: answers are queued */
+	struct event *stream_ev; /* activated by an op thread: parts of a streamed answer are queued */
 	pthread_t loop;
 	int listen_fd;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -79,6 +84,7 @@ struct meshd_api {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct job *done;	/* mu: answered, not sent yet (a stack) */
+	struct job *streams;	/* mu: streaming, with parts not handed to evhttp yet */
 	unsigned threads;	/* mu: op threads not finished */
 	atomic_int stopping;	/* new requests get 503 */
 	atomic_int inflight;	/* requests begun and not answered */
@@ -104,6 +110,14 @@ struct job {
 	size_t len;
 	int data_static;
 	char type_buf[96]; /* a type made for this answer (job routes) */
+	/* A streamed answer (a call whose worker sends parts): the parts wait
+	 * in parts (mu) until the loop thread hands them to evhttp. */
+	struct evbuffer *parts;	/* mu */
+	int streaming;		/* mu: a part came; the answer is 200, chunked */
+	int stream_queued;	/* mu: on a->streams */
+	struct job *stream_next; /* mu */
+	int started;		/* loop thread: the head went out */
+	atomic_int gone;	/* the loop thread saw the client go: the call stops */
 };
 
 int meshd_api_name_ok(const char *name)
@@ -290,11 +304,12 @@ static json_t *worker_json(const struct meshd_worker_info *wi)
 	char el[128] = "";
 	if (st->pid)
 		mesh_limits_describe(st->limits, el, sizeof el);
-	return json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s}", "state", mesh_istate_name(st->state),
+	return json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o}", "state", mesh_istate_name(st->state),
 			 "pid", (json_int_t)st->pid, "slot", wi->slot >= 0 ? json_integer(wi->slot) : json_null(),
 			 "cpu_pct", st->cpu_pct, "rss", (json_int_t)st->rss, "cpu_ns", (json_int_t)st->cpu_ns, "spawns",
 			 (json_int_t)st->spawns, "crashes", (json_int_t)st->crashes, "last_exit",
-			 st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el);
+			 st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el, "ring",
+			 wi->ring ? json_integer((json_int_t)wi->ring) : json_null());
 }
 
 /* {"host": {...}, "programs": [{..., "workers": [...]}, ...]}; NULL: no memory. */
@@ -327,6 +342,34 @@ static json_t *ps_json(const struct meshd_ps *ps)
 static const char *arg(struct job *jb, const char *key)
 {
 	return evhttp_find_header(&jb->args, key);
+}
+
+/* Op thread: one part of a streamed reply.  It waits in jb->parts; the loop
+ * thread sends it as a chunk (on_streams).  MESH_E_CLOSED once the client
+ * is gone: the call stops. */
+static int stream_part(void *arg, const void *p, size_t n)
+{
+	struct job *jb = arg;
+	struct meshd_api *a = jb->a;
+	int rc = 0;
+	if (atomic_load(&jb->gone))
+		return MESH_E_CLOSED;
+	pthread_mutex_lock(&a->mu);
+	if (!jb->parts && !(jb->parts = evbuffer_new()))
+		rc = -ENOMEM;
+	else if (evbuffer_add(jb->parts, p, n) < 0)
+		rc = -ENOMEM;
+	if (rc == 0) {
+		jb->streaming = 1;
+		if (!jb->stream_queued) {
+			jb->stream_queued = 1;
+			jb->stream_next = a->streams;
+			a->streams = jb;
+			event_active(a->stream_ev, EV_READ, 0);
+		}
+	}
+	pthread_mutex_unlock(&a->mu);
+	return rc;
 }
 
 static void do_program(struct meshd_api *a, struct job *jb, const char *name, const char *action)
@@ -370,8 +413,8 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 		if (t && (mesh_parse_seconds(t, CALL_TIMEOUT_MAX_NS, &timeout) < 0 || timeout == 0))
 			return send_errorf(jb, 400, MESH_E_PARSE, "timeout must be seconds, more than 0 and at most %llu",
 					   CALL_TIMEOUT_MAX_NS / 1000000000ull);
-		rc = meshd_op_call(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, &reply, &reply_len,
-				   timeout, &msg);
+		rc = meshd_op_call_stream(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, stream_part, jb,
+					  &reply, &reply_len, timeout, &msg);
 		if (rc < 0) {
 			free(reply);
 			return send_op_error(jb, rc, msg);
@@ -469,6 +512,8 @@ static void job_free(struct job *j)
 	if (!j->data_static)
 		free(j->data);
 	free(j->path);
+	if (j->parts)
+		evbuffer_free(j->parts);
 	evhttp_clear_headers(&j->args);
 	mesh_buf_release(&j->body);
 	free(j);
@@ -481,11 +526,99 @@ static void free_data(const void *data, size_t len, void *arg)
 	free((void *)data);
 }
 
+/* Loop thread, a->mu held: the head of a streamed answer (once) and the
+ * parts queued since, as one chunk. */
+static void flush_stream(struct job *j)
+{
+	struct evhttp_request *req = j->req;
+	if (!j->started) {
+		j->started = 1;
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/octet-stream");
+		/* HTTP/1.1: no Content-Length, so evhttp sends Transfer-Encoding: chunked. */
+		evhttp_send_reply_start(req, 200, "OK");
+	}
+	if (j->parts && evbuffer_get_length(j->parts))
+		evhttp_send_reply_chunk(req, j->parts);
+	if (!evhttp_request_get_connection(req))
+		atomic_store(&j->gone, 1);
+}
+
+/* Loop thread, a->mu held: takes j off a->streams. */
+static void unqueue_stream(struct meshd_api *a, struct job *j)
+{
+	for (struct job **pp = &a->streams; *pp; pp = &(*pp)->stream_next)
+		if (*pp == j) {
+			*pp = j->stream_next;
+			break;
+		}
+	j->stream_queued = 0;
+}
+
+static void on_streams(evutil_socket_t fd, short what, void *arg)
+{
+	struct meshd_api *a = arg;
+	(void)fd;
+	(void)what;
+	pthread_mutex_lock(&a->mu);
+	while (a->streams) {
+		struct job *j = a->streams;
+		unqueue_stream(a, j);
+		flush_stream(j);
+	}
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* Loop thread: the end of a streamed answer.  A call that succeeded sends
+ * its last part and the last chunk; one that failed after parts went out
+ * cannot change the status any more: the connection is cut before the last
+ * chunk, so the client sees an incomplete body, never a whole one.
+ * Returns whether the client was still there. */
+static int end_stream(struct meshd_api *a, struct job *j)
+{
+	struct evhttp_request *req = j->req;
+	pthread_mutex_lock(&a->mu);
+	if (j->stream_queued)
+		unqueue_stream(a, j);
+	if (j->status == 200 && j->len && j->parts)
+		evbuffer_add(j->parts, j->data, j->len);
+	flush_stream(j);
+	pthread_mutex_unlock(&a->mu);
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	if (j->status == 200 || !evcon) {
+		evhttp_send_reply_end(req); /* with no connection: frees req */
+		return evcon != NULL;
+	}
+	/* The parts already queued go out first, as far as the socket takes
+	 * them now; then the connection goes (freeing req). */
+	struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+	struct evbuffer *o = bev ? bufferevent_get_output(bev) : NULL;
+	evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+	while (o && fd >= 0 && evbuffer_get_length(o) && evbuffer_write(o, fd) > 0)
+		;
+	evhttp_connection_free(evcon);
+	return 1;
+}
+
 /* Loop thread: sends j's answer, logs the request's line, frees j. */
 static void deliver(struct meshd_api *a, struct job *j)
 {
 	struct evhttp_request *req = j->req;
 	int aborted = evhttp_request_get_connection(req) == NULL; /* the client went away */
+	if (j->streaming) {
+		aborted = !end_stream(a, j);
+		/* A failure after parts went out reaches no client: it is logged here. */
+		int cut = j->status >= 400;
+		int en = cut && j->data ? (int)j->len : 0;
+		while (en > 0 && j->data[en - 1] == '\n')
+			en--;
+		mesh_log(cut || aborted ? MESH_LOG_WARN : MESH_LOG_DEBUG,
+			 "api request=\"%s\" status=200 stream=1 ms=%llu%s%s%.*s", j->what,
+			 (unsigned long long)((mesh_mono_ns() - j->t0) / 1000000), aborted ? " aborted=1" : "",
+			 cut ? " cut=1 error=" : "", en, en ? j->data : "");
+		job_free(j);
+		atomic_fetch_sub(&a->inflight, 1);
+		return;
+	}
 	struct evbuffer *body = evbuffer_new();
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	int ok = body != NULL;
@@ -941,6 +1074,8 @@ static void api_free(struct meshd_api *a)
 		evhttp_free(a->http);
 	if (a->done_ev)
 		event_free(a->done_ev);
+	if (a->stream_ev)
+		event_free(a->stream_ev);
 	if (a->base)
 		event_base_free(a->base);
 	pthread_mutex_destroy(&a->mu);
@@ -972,7 +1107,8 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 	a->base = event_base_new();
 	a->http = a->base ? evhttp_new(a->base) : NULL;
 	a->done_ev = a->base ? event_new(a->base, -1, 0, on_done, a) : NULL;
-	if (!a->http || !a->done_ev) {
+	a->stream_ev = a->base ? event_new(a->base, -1, 0, on_streams, a) : NULL;
+	if (!a->http || !a->done_ev || !a->stream_ev) {
 		api_free(a);
 		return set_err(err, -ENOMEM, "cannot set up the HTTP server: out of memory");
 	}

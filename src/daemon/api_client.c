@@ -57,6 +57,13 @@ static int peer_ok(int fd)
 int meshd_client_request(const char *sock, const char *method, const char *target, const void *body, size_t n,
 			 uint64_t timeout_ns, struct meshd_reply *out)
 {
+	return meshd_client_request_stream(sock, method, target, body, n, timeout_ns, NULL, NULL, out);
+}
+
+int meshd_client_request_stream(const char *sock, const char *method, const char *target, const void *body, size_t n,
+				uint64_t timeout_ns, int (*sink)(void *arg, const void *p, size_t n), void *arg,
+				struct meshd_reply *out)
+{
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct mesh_buf req = MESH_BUF_INIT;
 	struct mesh_http_limits lim = {0, 0, 0, MESHD_CLIENT_MAX_RESPONSE};
@@ -88,6 +95,8 @@ int meshd_client_request(const char *sock, const char *method, const char *targe
 	}
 	mesh_http_response_init(&resp, &lim);
 	resp.no_body = !strcmp(method, "HEAD");
+	resp.sink = sink;
+	resp.sink_arg = arg;
 	rc = mesh_http_exchange(fd, req.p, req.len, &resp, deadline);
 	close(fd);
 	mesh_buf_release(&req);

@@ -38,6 +38,15 @@ struct meshd_reply {
  * On error *out is left empty.  Release *out with meshd_reply_release. */
 int meshd_client_request(const char *sock, const char *method, const char *target, const void *body, size_t n,
 			 uint64_t timeout_ns, struct meshd_reply *out);
+/* meshd_client_request, but the body of a 2xx answer goes to sink as it
+ * arrives (a streamed call's parts, chunk by chunk), not into out->body, and
+ * is not bounded by MESHD_CLIENT_MAX_RESPONSE; other answers are read whole
+ * as above.  sink returns 0 or a negative code that ends the exchange with
+ * it.  A stream cut before its end (the call failed after parts were sent)
+ * is MESH_E_CLOSED, after sink saw the parts that came. */
+int meshd_client_request_stream(const char *sock, const char *method, const char *target, const void *body, size_t n,
+				uint64_t timeout_ns, int (*sink)(void *arg, const void *p, size_t n), void *arg,
+				struct meshd_reply *out);
 /* 1 if err (from meshd_client_request) means nobody serves at the socket. */
 int meshd_client_unreachable(int err);
 void meshd_reply_release(struct meshd_reply *r);

@@ -204,7 +204,7 @@ static void reconcile(struct meshd_core *d, struct program *p)
 		unsigned s = (unsigned)wk->slot;
 		if ((bad || mesh_slot_failed(d->slots[s])) && d->slot_busy[s] == 0) {
 			struct mesh_slot *fresh = NULL;
-			if (mesh_slot_create(&fresh, s, 0) == 0) {
+			if (mesh_slot_create(&fresh, s, mesh_slot_ring_cap(d->slots[s])) == 0) {
 				mesh_slot_free(d->slots[s]);
 				d->slots[s] = fresh;
 			}
@@ -214,13 +214,15 @@ static void reconcile(struct meshd_core *d, struct program *p)
 	}
 }
 
-static int take_slot(struct meshd_core *d)
+/* A free slot whose rings are ring bytes (the program's manifest): one of
+ * another size, or one that failed, is replaced by a fresh one.  d->mu held. */
+static int take_slot(struct meshd_core *d, uint64_t ring)
 {
 	for (unsigned i = 0; i < d->nslots; i++)
 		if (!d->slot_taken[i] && d->slot_busy[i] == 0) {
-			if (mesh_slot_failed(d->slots[i])) {
+			if (mesh_slot_failed(d->slots[i]) || mesh_slot_ring_cap(d->slots[i]) != ring) {
 				struct mesh_slot *fresh = NULL;
-				if (mesh_slot_create(&fresh, i, 0) != 0)
+				if (mesh_slot_create(&fresh, i, ring) != 0)
 					continue;
 				mesh_slot_free(d->slots[i]);
 				d->slots[i] = fresh;
@@ -481,6 +483,7 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		struct meshd_worker_info *wi = &pi->workers[i];
 		wi->st = mesh_instance_stats(p->w[i].inst);
 		wi->slot = p->w[i].slot;
+		wi->ring = wi->slot >= 0 ? mesh_slot_ring_cap(d->slots[wi->slot]) : 0;
 		pi->spawns += wi->st.spawns;
 		pi->crashes += wi->st.crashes;
 	}
@@ -669,7 +672,7 @@ static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, i
 						   p->img.name);
 				continue;
 			}
-			int s = take_slot(d);
+			int s = take_slot(d, p->img.m.ring_bytes);
 			if (s < 0) {
 				pthread_mutex_unlock(&d->mu);
 				return mesh_errf(err, MESH_E_STATE, "no free slot for '%s' (all %u are in use)", p->img.name,
@@ -707,6 +710,12 @@ static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, i
 int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply, size_t *reply_len,
 		  uint64_t timeout_ns, char **err)
 {
+	return meshd_op_call_stream(d, name, req, n, NULL, NULL, reply, reply_len, timeout_ns, err);
+}
+
+int meshd_op_call_stream(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
+			 void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, char **err)
+{
 	struct program *p;
 	if (err)
 		*err = NULL;
@@ -734,7 +743,7 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	uint64_t t = timeout_ns ? timeout_ns : 30ull * MESH_NS_PER_S;
 	void *rep = NULL;
 	size_t rl = 0;
-	rc = mesh_slot_call(slot, req, n, &rep, &rl, t, MESH_SLOT_CALL_SPIN_NS);
+	rc = mesh_slot_call_stream(slot, req, n, on_part, arg, &rep, &rl, t, MESH_SLOT_CALL_SPIN_NS);
 	if (rc == MESH_E_REFUSED) {
 		rc = MESH_E_HANDLER;
 		if (err)
@@ -956,7 +965,7 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 	wk->job = 1;
 	wk->inflight++;
 	if (mesh_instance_state(wk->inst) != MESH_IS_RUNNING || wk->slot < 0) {
-		int s = wk->slot >= 0 ? wk->slot : take_slot(d);
+		int s = wk->slot >= 0 ? wk->slot : take_slot(d, p->img.m.ring_bytes);
 		if (s < 0) {
 			job_unhold(d, p, (unsigned)i, -1);
 			pthread_mutex_unlock(&d->mu);

@@ -47,6 +47,7 @@ void meshd__tick(struct meshd_core *d, uint64_t now);
 struct meshd_worker_info {
 	struct mesh_instance_stats st;
 	int slot; /* the slot it is on, or -1 */
+	size_t ring; /* that slot's bytes per ring (0 when on none) */
 };
 
 /* A loaded program.  Filled by load (image fields) and ps (all); the
@@ -89,9 +90,21 @@ int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out);
 /* The last tail_bytes of <logs>/<name>.log (0 = all, capped at 1 MiB). */
 int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, char **text, size_t *len, char **err);
 /* Sends one request through a slot of a warm worker of name (spawning one
- * on demand) and waits for its reply (malloc'd *reply). */
+ * on demand) and waits for its reply (malloc'd *reply).  Request and reply
+ * are at most MESH_MSG_MAX (16 MiB) each, whatever the ring's size; a
+ * streamed reply comes back joined. */
 int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply, size_t *reply_len,
 		  uint64_t timeout_ns, char **err);
+/* One streamed part of a reply (n > 0 bytes at p, valid during the call),
+ * as the worker sent it; 0 to go on, or a negative code that ends the call
+ * with that code (the client went away).  Called on the op's thread. */
+typedef int (*meshd_part_fn)(void *arg, const void *p, size_t n);
+/* meshd_op_call, passing the parts of a reply the worker streams
+ * (mesh_worker_reply_part) to on_part as they come; *reply is then the
+ * reply's last part.  A failure after parts were passed on fails the call
+ * as usual: the caller must tell its client the stream is not whole. */
+int meshd_op_call_stream(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
+			 void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, char **err);
 
 /* Workers held by a job (daemon/job_exec.c).  A held worker serves only
  * its job (calls and other jobs skip it; the idle tick never reaps it);

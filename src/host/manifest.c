@@ -4,6 +4,7 @@
 #include "base/err.h"
 #include "base/parse.h"
 #include "host/toml.h"
+#include "shm/shm.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -11,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_CPU, K_SIGNAL, K_HASH };
+enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_RING, K_CPU, K_SIGNAL, K_HASH };
 
 struct field {
 	const char *table, *key;
@@ -30,6 +31,7 @@ static const struct field fields[] = {
 	{"", "args", K_ARGS, 0, 0, 0},
 	{"", "max_workers", K_COUNT, 1, MESH_MAX_WORKERS_CAP, OFF(max_workers)},
 	{"", "idle_ttl", K_DURATION, 0, 24 * 7 * H, OFF(idle_ttl_ns)},
+	{"", "ring", K_RING, MESH_RING_MIN_CAP, MESH_RING_MAX_CAP, OFF(ring_bytes)},
 	{"limits", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(limits.memory)},
 	{"limits", "cpu", K_CPU, 0, 0, OFF(limits.cpu_milli)},
 	{"limits", "open_files", K_COUNT, 16, 1u << 20, OFF(limits.open_files)},
@@ -146,7 +148,8 @@ static const char *want_type(enum kind k)
 	case K_BACKENDS:
 	case K_ARGS: return "array";
 	case K_COUNT: return "integer";
-	case K_SIZE: return "integer or string";
+	case K_SIZE:
+	case K_RING: return "integer or string";
 	default: return "string";
 	}
 }
@@ -162,7 +165,8 @@ static int type_ok(enum kind k, enum mesh_toml_type t)
 	case K_BACKENDS:
 	case K_ARGS: return t == MESH_TOML_ARRAY;
 	case K_COUNT: return t == MESH_TOML_INT;
-	case K_SIZE: return t == MESH_TOML_INT || t == MESH_TOML_STRING;
+	case K_SIZE:
+	case K_RING: return t == MESH_TOML_INT || t == MESH_TOML_STRING;
 	default: return t == MESH_TOML_STRING;
 	}
 }
@@ -253,7 +257,8 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		*(uint64_t *)(base + f->off) = ns;
 		return 0;
 	}
-	case K_SIZE: {
+	case K_SIZE:
+	case K_RING: {
 		uint64_t v;
 		int rc = 0;
 		if (it->type == MESH_TOML_INT) {
@@ -264,7 +269,10 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 			rc = mesh_parse_size(it->str, UINT64_MAX, &v);
 		}
 		if (rc == MESH_E_PARSE)
-			return fail(x, WHERE, "'" KEYFMT "' must be bytes or a size like \"512M\"", KEYARGS);
+			return fail(x, WHERE, "'" KEYFMT "' must be bytes or a size like \"%s\"", KEYARGS,
+				    f->kind == K_RING ? "4M" : "512M");
+		if (f->kind == K_RING && (rc || v < f->min || v > f->max || (v & (v - 1))))
+			return fail(x, WHERE, "'ring' must be a power of two between 4K and 1G");
 		if (rc || v < f->min || v > f->max)
 			return fail(x, WHERE, "'" KEYFMT "' must be between 1M and 1024T", KEYARGS);
 		*(uint64_t *)(base + f->off) = v;
@@ -340,6 +348,7 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 	m->idle_ttl_ns = MESH_IDLE_TTL_NS;
 	m->stop_signal = SIGTERM;
 	m->max_workers = 1;
+	m->ring_bytes = MESH_SLOT_DEFAULT_RING;
 	/* A UTF-8 byte order mark (editors on some systems write one) is not TOML: skipped. */
 	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
 		text += 3;

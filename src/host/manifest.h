@@ -7,6 +7,7 @@
  *   args = ["--threads", "2"]     # argv[1..] of the worker
  *   max_workers = 1               # 1..64
  *   idle_ttl = "300s"             # durations: "<n>[.frac](ms|s|m|h)"
+ *   ring = "4M"                   # bytes per ring of its slots: a power of two, 4K..1G (default 1M)
  *   [env]                         # extra environment, string values
  *   LOG_LEVEL = "info"
  *   [limits]
@@ -53,6 +54,7 @@ struct mesh_manifest {
 	uint64_t ready_timeout_ns, online_timeout_ns, stop_grace_ns, idle_ttl_ns;
 	int stop_signal;
 	unsigned max_workers;
+	uint64_t ring_bytes; /* each ring of its slots (MESH_SLOT_DEFAULT_RING when absent) */
 	char *source_hash; /* "" when absent */
 };
 

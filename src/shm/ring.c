@@ -281,3 +281,38 @@ int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, 
 	return wait_common(r, space_ready, mesh_ring_rec_size(msg_len), &r->ctl->space_futex,
 			   &r->ctl->space_sleeping, spin_ns, timeout_ns, stop);
 }
+
+void mesh_ring_tx_init(struct mesh_ring_tx *tx, uint32_t kind, uint32_t seq, const void *p, size_t n)
+{
+	*tx = (struct mesh_ring_tx){.p = p, .n = n, .kind = kind, .seq = seq};
+}
+
+size_t mesh_ring_tx_next(const struct mesh_ring *r, const struct mesh_ring_tx *tx)
+{
+	size_t left = tx->n - tx->off;
+	/* One record when the whole message fits; else pieces, the last of its own kind. */
+	if (!tx->started && left <= MESH_RING_MAX_MSG(r->cap))
+		return left;
+	return left > MESH_RING_PIECE(r->cap) ? MESH_RING_PIECE(r->cap) : left;
+}
+
+int mesh_ring_tx_put(struct mesh_ring *r, struct mesh_ring_tx *tx)
+{
+	int put = 0;
+	for (;;) {
+		size_t k = mesh_ring_tx_next(r, tx);
+		int last = k == tx->n - tx->off;
+		int rc = put_common(r, last ? tx->kind : MESH_MSG_MORE, tx->seq, tx->p ? tx->p + tx->off : tx->p, k);
+		if (rc < 0) {
+			if (put) /* what is in goes out now: the consumer starts on it */
+				mesh_ring_flush(r);
+			return rc;
+		}
+		put = tx->started = 1;
+		tx->off += k;
+		if (last) {
+			mesh_ring_flush(r);
+			return 1;
+		}
+	}
+}

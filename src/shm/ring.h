@@ -44,6 +44,12 @@
 #define MESH_RING_MAX_MSG(cap) ((size_t)(cap) - MESH_RING_HDR)
 /* The bytes before a CHUNK message's input: chunk id u64, attempt u32. */
 #define MESH_CHUNK_HDR 12u
+/* The payload of each MORE record of a message sent in pieces: half the
+ * ring, so the producer writes one piece while the consumer copies another. */
+#define MESH_RING_PIECE(cap) ((size_t)(cap) / 2 - MESH_RING_HDR)
+/* The protocol's message limit: a whole request, a whole reply, or one
+ * streamed part of a reply, whatever the ring's size (docs/worker-protocol.md). */
+#define MESH_MSG_MAX (16u << 20)
 
 enum mesh_msg_kind {
 	MESH_MSG_REQ = 1, /* meshd -> worker: a request */
@@ -53,7 +59,9 @@ enum mesh_msg_kind {
 	 * attempt (LE), then the chunk's input bytes.  Answered by REP (the
 	 * chunk's result) or ERR with the same seq. */
 	MESH_MSG_CHUNK = 4,
-	MESH_MSG__MAX = 4,
+	MESH_MSG_MORE = 5, /* either ring: a piece of a message that goes on in the next record, same seq */
+	MESH_MSG_PART = 6, /* worker -> meshd: the last piece of one streamed part; the reply goes on */
+	MESH_MSG__MAX = 6,
 };
 
 struct mesh_ring_ctl {
@@ -120,6 +128,23 @@ int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, 
 /* Wakes whoever sleeps on this ring, either side (used after setting a stop
  * word the sleeper watches). */
 void mesh_ring_kick(struct mesh_ring_ctl *ctl);
+
+/* A message being put in pieces (producer side); the payload stays the
+ * caller's until the last record is in. */
+struct mesh_ring_tx {
+	const uint8_t *p;
+	size_t n, off;
+	uint32_t kind, seq;
+	int started;
+};
+void mesh_ring_tx_init(struct mesh_ring_tx *tx, uint32_t kind, uint32_t seq, const void *p, size_t n);
+/* Puts the records of tx that fit now: 1 once the last is in (published,
+ * the consumer woken); -EAGAIN when the ring is full (wait for
+ * mesh_ring_tx_next(r, tx) bytes with mesh_ring_wait_space, then call
+ * again); MESH_E_CORRUPT (r->why). */
+int mesh_ring_tx_put(struct mesh_ring *r, struct mesh_ring_tx *tx);
+/* The payload length of tx's next record. */
+size_t mesh_ring_tx_next(const struct mesh_ring *r, const struct mesh_ring_tx *tx);
 
 /* Bytes a message of n payload bytes takes in the ring. */
 static inline uint64_t mesh_ring_rec_size(size_t n)

@@ -105,8 +105,11 @@ void mesh_slot_free(struct mesh_slot *s);
 /* The memfd (owned by the slot; mesh_ctl_run passes it).  Close-on-exec. */
 int mesh_slot_fd(const struct mesh_slot *s);
 uint32_t mesh_slot_index(const struct mesh_slot *s);
-/* The largest request or reply payload, bytes. */
+/* The largest request or reply, bytes: MESH_MSG_MAX whatever the ring's
+ * size (a message larger than the ring travels in pieces). */
 size_t mesh_slot_max_msg(const struct mesh_slot *s);
+/* The bytes of data of each of its rings (what mesh_slot_create was given). */
+size_t mesh_slot_ring_cap(const struct mesh_slot *s);
 /* Re-initialises rings and control words for a run of gen (mesh_ctl_run
  * calls it; exposed for tests).  Clears a failure.  A call still waiting on
  * the slot returns MESH_E_STATE first, so this never waits on a worker.
@@ -116,12 +119,15 @@ void mesh_slot_arm(struct mesh_slot *s, uint32_t gen);
 void mesh_slot_set_shutdown(struct mesh_slot *s, enum mesh_shutdown how);
 
 /* Sends one request and waits for its reply, at most timeout_ns in all
- * (spinning spin_ns before sleeping, 0 = sleep at once).  Replies to earlier
- * calls that timed out are skipped (sequence numbers).
+ * (spinning spin_ns before sleeping, 0 = sleep at once).  Either may be
+ * larger than the ring (pieces, docs/worker-protocol.md), up to MESH_MSG_MAX.
+ * Replies to earlier calls that timed out are skipped (sequence numbers).
+ * A reply the worker streamed in parts comes back whole (the parts joined).
  *   0: *reply (malloc'd, NUL-appended, caller frees) and *reply_len hold it;
  *   MESH_E_REFUSED: the worker's handler failed; *reply holds its message;
  *   MESH_E_TIMEOUT: no reply in time (the slot stays usable);
- *   MESH_E_TOOBIG: n > mesh_slot_max_msg;
+ *   MESH_E_TOOBIG: n > mesh_slot_max_msg, or a streamed reply whose parts
+ *     add up to more;
  *   MESH_E_CORRUPT: the worker broke the slot; it is failed (mesh_slot_failed);
  *   MESH_E_STATE: the slot failed, or HALT/EXIT was set (before or during
  *     the wait: a shutdown cancels a waiting call);
@@ -129,6 +135,18 @@ void mesh_slot_set_shutdown(struct mesh_slot *s, enum mesh_shutdown how);
  * On error *reply is NULL. */
 int mesh_slot_call(struct mesh_slot *s, const void *req, size_t n, void **reply, size_t *reply_len,
 		   uint64_t timeout_ns, uint64_t spin_ns);
+/* One streamed part of a reply, n > 0 bytes at p (valid during the call).
+ * Returns 0 to go on, or a negative code that ends the call with it (the
+ * rest of the reply is skipped by the next call on the slot). */
+typedef int (*mesh_slot_part_fn)(void *arg, const void *p, size_t n);
+/* mesh_slot_call, with the parts of a streamed reply passed to on_part as
+ * each is complete, on the calling thread, with the slot's call lock held
+ * (so it must not wait long).  *reply then holds the reply's last piece
+ * only (possibly empty); for MESH_E_REFUSED the handler's error text (parts
+ * may have gone to on_part before it).  Other codes as mesh_slot_call, and
+ * MESH_E_TOOBIG for a reply over MESH_MSG_MAX only when on_part is NULL. */
+int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_slot_part_fn on_part, void *arg,
+			  void **reply, size_t *reply_len, uint64_t timeout_ns, uint64_t spin_ns);
 /* How long meshd spins on a reply before it sleeps: a worker that wakes
  * from its futex and answers at once is caught without a second wake-up. */
 #define MESH_SLOT_CALL_SPIN_NS (20ull * 1000)

@@ -1,6 +1,7 @@
 /* Slots: creation and meshd's side of a call (shm.h). */
 #include "shm/shm.h"
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 
@@ -42,6 +43,9 @@ struct mesh_slot {
 	uint32_t pipe_next, pipe_out;
 	uint8_t *pipe_buf;
 	size_t pipe_cap;
+	/* The reply to pipe_next received so far (it may come in pieces, or
+	 * streamed parts that a pipelined caller gets joined). */
+	struct mesh_buf pipe_cur, pipe_acc;
 };
 
 static int is_pow2(uint64_t x)
@@ -99,6 +103,8 @@ void mesh_slot_free(struct mesh_slot *s)
 	pthread_mutex_destroy(&s->call_lock);
 	pthread_mutex_destroy(&s->why_lock);
 	free(s->pipe_buf);
+	mesh_buf_release(&s->pipe_cur);
+	mesh_buf_release(&s->pipe_acc);
 	free(s);
 }
 
@@ -114,7 +120,13 @@ uint32_t mesh_slot_index(const struct mesh_slot *s)
 
 size_t mesh_slot_max_msg(const struct mesh_slot *s)
 {
-	return MESH_RING_MAX_MSG(s->cap);
+	(void)s;
+	return MESH_MSG_MAX;
+}
+
+size_t mesh_slot_ring_cap(const struct mesh_slot *s)
+{
+	return (size_t)s->cap;
 }
 
 void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
@@ -145,6 +157,8 @@ void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
 	s->seq = 0;
 	s->pipe_next = 1;
 	s->pipe_out = 0;
+	mesh_buf_reset(&s->pipe_cur);
+	mesh_buf_reset(&s->pipe_acc);
 	atomic_store(&s->shutdown, MESH_SHUTDOWN_NONE);
 	pthread_mutex_lock(&s->why_lock);
 	s->why[0] = 0;
@@ -197,28 +211,21 @@ static uint64_t left_ns(uint64_t deadline)
 	return now >= deadline ? 0 : deadline - now;
 }
 
-static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **reply, size_t *reply_len,
-		       uint64_t timeout_ns, uint64_t spin_ns)
+/* Sends the request (in pieces when it is larger than one record). */
+static int send_request(struct mesh_slot *s, uint32_t seq, const void *req, size_t n, uint64_t deadline,
+			uint64_t spin_ns)
 {
-	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE)
-		return MESH_E_STATE;
-	if (n > mesh_slot_max_msg(s))
-		return MESH_E_TOOBIG;
-	uint64_t now = mesh_mono_ns();
-	uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
-	uint64_t skipped = 0;
-	uint32_t seq = ++s->seq;
-	if (seq == 0) /* 0 is never a sequence number */
-		seq = s->seq = 1;
+	struct mesh_ring_tx tx;
+	mesh_ring_tx_init(&tx, MESH_MSG_REQ, seq, req, n);
 	for (;;) {
-		int rc = mesh_ring_put(&s->req, MESH_MSG_REQ, seq, req, n);
-		if (rc == 0)
-			break;
+		int rc = mesh_ring_tx_put(&s->req, &tx);
+		if (rc == 1)
+			return 0;
 		if (rc == MESH_E_CORRUPT)
 			return fail_ring(s, "request", &s->req);
 		if (rc != -EAGAIN)
 			return rc;
-		rc = mesh_ring_wait_space(&s->req, n, spin_ns, left_ns(deadline), &s->stop);
+		rc = mesh_ring_wait_space(&s->req, mesh_ring_tx_next(&s->req, &tx), spin_ns, left_ns(deadline), &s->stop);
 		if (rc == MESH_E_CORRUPT)
 			return fail_ring(s, "request", &s->req);
 		if (rc == 1)
@@ -226,20 +233,84 @@ static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **re
 		if (rc < 0)
 			return rc;
 	}
+}
+
+/* A reply being received: the records of the part in hand (cur) and, when
+ * the caller takes the whole reply at once, the parts before it (acc). */
+struct rx {
+	mesh_slot_part_fn on_part;
+	void *arg;
+	struct mesh_buf cur, acc;
+};
+
+static int add_msg(struct mesh_buf *b, const struct mesh_msg *m)
+{
+	if (mesh_buf_grow(b, m->len) < 0)
+		return -ENOMEM;
+	mesh_msg_copy(m, b->p + b->len);
+	b->len += m->len;
+	b->p[b->len] = 0;
+	return 0;
+}
+
+/* Takes one record of the reply to seq: 1 when the reply is complete
+ * (*kind REP or ERR; the payload to return is in x->cur), 0 when more is to
+ * come, or a negative code. */
+static int take_reply_record(struct mesh_slot *s, struct rx *x, const struct mesh_msg *m, uint32_t *kind)
+{
+	if (m->kind != MESH_MSG_REP && m->kind != MESH_MSG_ERR && m->kind != MESH_MSG_MORE &&
+	    m->kind != MESH_MSG_PART) {
+		mesh_slot_fail(s, "slot %u: reply ring: message of kind %u where a reply belongs", s->index, m->kind);
+		return MESH_E_CORRUPT;
+	}
+	if (m->len > MESH_MSG_MAX - x->cur.len) {
+		mesh_slot_fail(s, "slot %u: reply ring: a reply part over the %u-byte message limit", s->index,
+			       MESH_MSG_MAX);
+		return MESH_E_CORRUPT;
+	}
+	if (add_msg(&x->cur, m) < 0)
+		return -ENOMEM;
+	if (m->kind == MESH_MSG_MORE)
+		return 0;
+	if (m->kind != MESH_MSG_PART) {
+		*kind = m->kind;
+		if (m->kind == MESH_MSG_REP && !x->on_part && x->acc.len) {
+			/* The whole reply at once: the streamed parts, then the last. */
+			if (x->cur.len > MESH_MSG_MAX - x->acc.len)
+				return MESH_E_TOOBIG;
+			if (mesh_buf_add(&x->acc, x->cur.p, x->cur.len) < 0)
+				return -ENOMEM;
+			struct mesh_buf t = x->cur;
+			x->cur = x->acc;
+			x->acc = t;
+		}
+		return 1;
+	}
+	int rc = 0;
+	if (x->on_part)
+		rc = x->cur.len ? x->on_part(x->arg, x->cur.p, x->cur.len) : 0;
+	else if (x->cur.len > MESH_MSG_MAX - x->acc.len)
+		rc = MESH_E_TOOBIG;
+	else if (mesh_buf_add(&x->acc, x->cur.p, x->cur.len) < 0)
+		rc = -ENOMEM;
+	mesh_buf_reset(&x->cur);
+	return rc;
+}
+
+/* Waits for the reply to seq, skipping replies to earlier calls that timed out. */
+static int recv_reply(struct mesh_slot *s, uint32_t seq, struct rx *x, uint32_t *kind, uint64_t deadline,
+		      uint64_t spin_ns)
+{
+	uint64_t skipped = 0;
 	for (;;) {
 		struct mesh_msg m;
 		int rc = mesh_ring_peek(&s->rep, &m);
 		if (rc == MESH_E_CORRUPT)
 			return fail_ring(s, "reply", &s->rep);
 		if (rc == 0) {
-			if (m.kind != MESH_MSG_REP && m.kind != MESH_MSG_ERR) {
-				mesh_slot_fail(s, "slot %u: reply ring: message of kind %u where a reply belongs",
-					       s->index, m.kind);
-				return MESH_E_CORRUPT;
-			}
 			if (m.seq != seq) {
-				/* A reply to an earlier call that timed out: drop it.  A seq
-				 * meshd never sent is a broken worker. */
+				/* A reply (or a piece of one) to an earlier call that timed
+				 * out: drop it.  A seq meshd never sent is a broken worker. */
 				if ((int32_t)(m.seq - seq) < 0 && m.seq != 0) {
 					mesh_ring_pop(&s->rep);
 					/* More than a ringful of them is a worker flooding us. */
@@ -251,15 +322,12 @@ static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **re
 					       s->index, m.seq);
 				return MESH_E_CORRUPT;
 			}
-			uint8_t *out = malloc((size_t)m.len + 1);
-			if (!out)
-				return -ENOMEM;
-			mesh_msg_copy(&m, out);
-			out[m.len] = 0;
-			mesh_ring_pop(&s->rep);
-			*reply = out;
-			*reply_len = m.len;
-			return m.kind == MESH_MSG_REP ? 0 : MESH_E_REFUSED;
+			rc = take_reply_record(s, x, &m, kind);
+			if (rc != MESH_E_CORRUPT)
+				mesh_ring_pop(&s->rep);
+			if (rc != 0)
+				return rc;
+			continue;
 		}
 		rc = mesh_ring_wait_data(&s->rep, spin_ns, left_ns(deadline), &s->stop);
 		if (rc == 1)
@@ -269,13 +337,48 @@ static int call_locked(struct mesh_slot *s, const void *req, size_t n, void **re
 	}
 }
 
+static int call_locked(struct mesh_slot *s, const void *req, size_t n, mesh_slot_part_fn on_part, void *arg,
+		       void **reply, size_t *reply_len, uint64_t timeout_ns, uint64_t spin_ns)
+{
+	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE)
+		return MESH_E_STATE;
+	if (n > MESH_MSG_MAX)
+		return MESH_E_TOOBIG;
+	uint64_t now = mesh_mono_ns();
+	uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+	uint32_t seq = ++s->seq;
+	if (seq == 0) /* 0 is never a sequence number */
+		seq = s->seq = 1;
+	int rc = send_request(s, seq, req, n, deadline, spin_ns);
+	if (rc < 0)
+		return rc;
+	struct rx x = {on_part, arg, MESH_BUF_INIT, MESH_BUF_INIT};
+	uint32_t kind = 0;
+	rc = recv_reply(s, seq, &x, &kind, deadline, spin_ns);
+	mesh_buf_release(&x.acc);
+	if (rc == 1 && !x.cur.p && mesh_buf_grow(&x.cur, 0) < 0)
+		rc = -ENOMEM;
+	if (rc != 1) {
+		mesh_buf_release(&x.cur);
+		return rc;
+	}
+	*reply = mesh_buf_detach(&x.cur, reply_len);
+	return kind == MESH_MSG_REP ? 0 : MESH_E_REFUSED;
+}
+
 int mesh_slot_call(struct mesh_slot *s, const void *req, size_t n, void **reply, size_t *reply_len,
 		   uint64_t timeout_ns, uint64_t spin_ns)
+{
+	return mesh_slot_call_stream(s, req, n, NULL, NULL, reply, reply_len, timeout_ns, spin_ns);
+}
+
+int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_slot_part_fn on_part, void *arg,
+			  void **reply, size_t *reply_len, uint64_t timeout_ns, uint64_t spin_ns)
 {
 	*reply = NULL;
 	*reply_len = 0;
 	pthread_mutex_lock(&s->call_lock);
-	int rc = call_locked(s, req, n, reply, reply_len, timeout_ns, spin_ns);
+	int rc = call_locked(s, req, n, on_part, arg, reply, reply_len, timeout_ns, spin_ns);
 	pthread_mutex_unlock(&s->call_lock);
 	return rc;
 }
@@ -416,6 +519,10 @@ int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r)
 	int rc;
 	memset(r, 0, sizeof *r);
 	pthread_mutex_lock(&s->call_lock);
+	/* A reply larger than one record comes in pieces, and a worker that
+	 * streams parts (mesh_worker_reply_part) sends them before its REP: both
+	 * are joined here, across calls when the ring runs dry midway. */
+	struct rx x = {NULL, NULL, s->pipe_cur, s->pipe_acc};
 	for (uint64_t skipped = 0;;) {
 		struct mesh_msg m;
 		rc = mesh_ring_peek(&s->rep, &m);
@@ -430,12 +537,6 @@ int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r)
 				rc = MESH_E_STATE;
 			break;
 		}
-		if (m.kind != MESH_MSG_REP && m.kind != MESH_MSG_ERR) {
-			mesh_slot_fail(s, "slot %u: reply ring: message of kind %u where a reply belongs", s->index,
-				       m.kind);
-			rc = MESH_E_CORRUPT;
-			break;
-		}
 		if (!s->pipe_out || m.seq != s->pipe_next) {
 			/* Older than the pipeline: a reply to a call that timed out. */
 			if (m.seq != 0 && (int32_t)(m.seq - s->pipe_next) < 0 && skipped++ < s->cap / MESH_RING_HDR) {
@@ -447,23 +548,34 @@ int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r)
 			rc = MESH_E_CORRUPT;
 			break;
 		}
-		uint8_t *out = malloc((size_t)m.len + 1);
-		if (!out) {
+		uint32_t kind = 0;
+		rc = take_reply_record(s, &x, &m, &kind);
+		if (rc == MESH_E_TOOBIG) {
+			mesh_slot_fail(s, "slot %u: reply ring: a reply over the %u-byte message limit", s->index,
+				       MESH_MSG_MAX);
+			rc = MESH_E_CORRUPT;
+		}
+		if (rc < 0)
+			break;
+		mesh_ring_pop(&s->rep);
+		if (rc == 0)
+			continue;
+		r->kind = kind;
+		r->seq = m.seq;
+		r->len = x.cur.len;
+		r->data = (uint8_t *)mesh_buf_detach(&x.cur, NULL);
+		mesh_buf_reset(&x.acc);
+		if (!r->data) {
 			rc = -ENOMEM;
 			break;
 		}
-		mesh_msg_copy(&m, out);
-		out[m.len] = 0;
-		mesh_ring_pop(&s->rep);
-		r->kind = m.kind;
-		r->seq = m.seq;
-		r->data = out;
-		r->len = m.len;
 		s->pipe_out--;
 		s->pipe_next = m.seq + 1 ? m.seq + 1 : 1;
 		rc = 0;
 		break;
 	}
+	s->pipe_cur = x.cur;
+	s->pipe_acc = x.acc;
 	pthread_mutex_unlock(&s->call_lock);
 	return rc;
 }

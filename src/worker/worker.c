@@ -2,6 +2,7 @@
  * channel and the node loop on its slot. */
 #include "mesh/worker.h"
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/parse.h"
@@ -29,8 +30,14 @@ struct mesh_worker {
 	uint32_t gen, slot;
 	uint64_t chunk_id; /* the CHUNK being handled, UINT64_MAX for a plain request */
 	struct mesh_slot_map map;
-	uint8_t *req_buf, *rep_buf; /* private copies: a wrapped request, the handler's reply */
-	size_t buf_cap;
+	struct mesh_buf req;	/* a request that came in pieces, or wrapped in the ring */
+	uint32_t req_seq;	/* whose pieces req holds (req_open) */
+	int req_open;
+	uint8_t *rep_buf;	/* the handler's reply, MESH_MSG_MAX bytes (pages touched as used) */
+	/* The request the handler answers, for mesh_worker_reply_part. */
+	int in_call;
+	uint32_t call_seq;
+	int part_rc;		/* the first failure of a part put during this call */
 };
 
 /* What ended a node loop. */
@@ -87,7 +94,7 @@ void mesh_worker_close(struct mesh_worker *w)
 		return;
 	mesh__slot_unmap(&w->map);
 	close(w->fd);
-	free(w->req_buf);
+	mesh_buf_release(&w->req);
 	free(w->rep_buf);
 	free(w);
 }
@@ -177,16 +184,11 @@ static int recv_cmd(struct mesh_worker *w, struct mesh_wcmd *cmd, int *fd, int b
 	return rc;
 }
 
-static int ensure_bufs(struct mesh_worker *w, size_t cap)
+static int ensure_bufs(struct mesh_worker *w)
 {
-	if (w->buf_cap >= cap)
-		return 0;
-	free(w->req_buf);
-	free(w->rep_buf);
-	w->req_buf = malloc(cap);
-	w->rep_buf = malloc(cap);
-	w->buf_cap = w->req_buf && w->rep_buf ? cap : 0;
-	return w->buf_cap ? 0 : -ENOMEM;
+	if (!w->rep_buf)
+		w->rep_buf = malloc(MESH_MSG_MAX);
+	return w->rep_buf ? 0 : -ENOMEM;
 }
 
 /* Looks at the control socket while running (between requests). */
@@ -216,26 +218,107 @@ static int poll_control(struct mesh_worker *w, enum loop_end *end)
 	return 0;
 }
 
-/* Puts one reply, waiting for room; 0, or 1 if shutdown came first, <0 broken. */
+static void heartbeat(struct mesh_worker *w)
+{
+	atomic_store_explicit(&w->map.hdr->heartbeat_ns, mesh_mono_ns(), memory_order_release);
+}
+
+/* Puts one message on the reply ring (in pieces when it is larger than a
+ * record), waiting for room; 0, 1 if shutdown came first, <0 broken. */
 static int put_reply(struct mesh_worker *w, uint32_t kind, uint32_t seq, const void *p, size_t n)
 {
 	struct mesh_ring *r = &w->map.rep;
+	struct mesh_ring_tx tx;
+	mesh_ring_tx_init(&tx, kind, seq, p, n);
 	for (;;) {
-		int rc = mesh_ring_put(r, kind, seq, p, n);
+		int rc = mesh_ring_tx_put(r, &tx);
 		if (rc != -EAGAIN)
-			return rc;
-		rc = mesh_ring_wait_space(r, n, w->spin_ns, HEARTBEAT_NS, &w->map.hdr->shutdown);
+			return rc == 1 ? 0 : rc;
+		rc = mesh_ring_wait_space(r, mesh_ring_tx_next(r, &tx), w->spin_ns, HEARTBEAT_NS,
+					  &w->map.hdr->shutdown);
 		if (rc == 1 || (rc < 0 && rc != MESH_E_TIMEOUT))
 			return rc;
-		atomic_store_explicit(&w->map.hdr->heartbeat_ns, mesh_mono_ns(), memory_order_release);
+		heartbeat(w);
 	}
+}
+
+int mesh_worker_reply_part(struct mesh_worker *w, const void *p, size_t n)
+{
+	if (!w->in_call)
+		return MESH_E_STATE;
+	if (n > MESH_MSG_MAX)
+		return MESH_E_TOOBIG;
+	if (w->part_rc)
+		return w->part_rc;
+	int rc = put_reply(w, MESH_MSG_PART, w->call_seq, p, n);
+	if (rc == 1)
+		rc = MESH_E_STOPPED; /* HALT or EXIT: meshd takes no more of this reply */
+	w->part_rc = rc;
+	heartbeat(w);
+	return rc;
+}
+
+/* Takes the next request off the ring, joining pieces: 1 with *m the last
+ * record (REQ or CHUNK: its kind is the message's) and *req, *n the whole
+ * request (in the ring or in w->req) -- pop
+ * *m once done with it; 0 when none is complete yet (a piece was taken or
+ * the ring is empty: *empty says which); <0 the ring is broken (*why). */
+static int take_request(struct mesh_worker *w, struct mesh_msg *m, const void **req, size_t *n, int *empty,
+			const char **why)
+{
+	*empty = 0;
+	int rc = mesh_ring_peek(&w->map.req, m);
+	if (rc == -EAGAIN) {
+		*empty = 1;
+		return 0;
+	}
+	if (rc < 0) {
+		*why = w->map.req.why;
+		return rc;
+	}
+	if (m->kind != MESH_MSG_REQ && m->kind != MESH_MSG_CHUNK && m->kind != MESH_MSG_MORE) {
+		*why = "not a request";
+		return MESH_E_PROTO;
+	}
+	/* Pieces of another seq: meshd gave up on that request half-sent. */
+	if (w->req_open && w->req_seq != m->seq) {
+		w->req_open = 0;
+		mesh_buf_reset(&w->req);
+	}
+	if (m->kind != MESH_MSG_MORE && !w->req_open && m->n2 == 0) {
+		*req = m->p1; /* whole and contiguous: the handler reads it in place */
+		*n = m->len;
+		return 1;
+	}
+	if (m->len > MESH_MSG_MAX - w->req.len) {
+		*why = "a request over the message limit";
+		return MESH_E_PROTO;
+	}
+	if (mesh_buf_grow(&w->req, m->len) < 0) {
+		*why = "out of memory for a request";
+		return -ENOMEM;
+	}
+	mesh_msg_copy(m, w->req.p + w->req.len);
+	w->req.len += m->len;
+	if (m->kind == MESH_MSG_MORE) {
+		w->req_open = 1;
+		w->req_seq = m->seq;
+		mesh_ring_pop(&w->map.req);
+		return 0;
+	}
+	w->req_open = 0;
+	*req = w->req.p;
+	*n = w->req.len;
+	return 1;
 }
 
 static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handler, void *ctx)
 {
 	struct mesh_slot_hdr *h = w->map.hdr;
-	size_t cap = MESH_RING_MAX_MSG(w->map.req.cap);
+	size_t cap = MESH_MSG_MAX;
 	enum loop_end end = END_BROKEN;
+	w->req_open = 0;
+	mesh_buf_reset(&w->req);
 	for (;;) {
 		uint32_t sd = atomic_load_explicit(&h->shutdown, memory_order_acquire);
 		if (sd == MESH_SHUTDOWN_HALT)
@@ -243,50 +326,63 @@ static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handle
 		if (sd != MESH_SHUTDOWN_NONE)
 			return END_EXIT;
 		struct mesh_msg m;
-		int rc = mesh_ring_peek(&w->map.req, &m);
-		if (rc == -EAGAIN) {
+		const void *req = NULL;
+		size_t n = 0;
+		const char *why = NULL;
+		int empty;
+		int rc = take_request(w, &m, &req, &n, &empty, &why);
+		if (rc == 0 && empty) {
 			rc = mesh_ring_wait_data(&w->map.req, w->spin_ns, HEARTBEAT_NS, &h->shutdown);
-			atomic_store_explicit(&h->heartbeat_ns, mesh_mono_ns(), memory_order_release);
+			heartbeat(w);
 			if (rc == MESH_E_TIMEOUT && poll_control(w, &end))
 				return end;
 			continue;
 		}
-		if (rc < 0 || (m.kind != MESH_MSG_REQ && m.kind != MESH_MSG_CHUNK) ||
-		    (m.kind == MESH_MSG_CHUNK && m.len < MESH_CHUNK_HDR)) {
-			sendf(w, "fail request ring: %s",
-			      rc < 0 ? w->map.req.why : m.kind == MESH_MSG_CHUNK ? "chunk shorter than its header"
-										 : "not a request");
+		if (rc == 0)
+			continue;
+		if (rc < 0) {
+			sendf(w, "fail request ring: %s", why);
+			return END_BROKEN;
+		}
+		if (m.kind == MESH_MSG_CHUNK && n < MESH_CHUNK_HDR) {
+			sendf(w, "fail request ring: chunk shorter than its header");
 			return END_BROKEN;
 		}
 		atomic_fetch_add_explicit(&h->requests, 1, memory_order_release);
-		const uint8_t *req = m.p1;
-		size_t req_len = m.len;
-		if (m.n2) {
-			mesh_msg_copy(&m, w->req_buf);
-			req = w->req_buf;
-		}
 		w->chunk_id = UINT64_MAX;
 		if (m.kind == MESH_MSG_CHUNK) {
 			/* The handler sees only the input: a `mesh call` worker
 			 * serves jobs unchanged. */
+			const uint8_t *c = req;
 			uint64_t cid = 0;
 			for (int i = 7; i >= 0; i--)
-				cid = cid << 8 | req[i];
+				cid = cid << 8 | c[i];
 			w->chunk_id = cid;
-			req += MESH_CHUNK_HDR;
-			req_len -= MESH_CHUNK_HDR;
+			req = c + MESH_CHUNK_HDR;
+			n -= MESH_CHUNK_HDR;
 		}
 		size_t out = 0;
-		int hr = handler(ctx, req, req_len, w->rep_buf, cap, &out);
+		w->in_call = 1;
+		w->call_seq = m.seq;
+		w->part_rc = 0;
+		int hr = handler(ctx, req, n, w->rep_buf, cap, &out);
+		w->in_call = 0;
 		w->chunk_id = UINT64_MAX;
 		uint32_t seq = m.seq;
 		mesh_ring_pop(&w->map.req);
+		mesh_buf_reset(&w->req);
+		if (w->part_rc == MESH_E_STOPPED)
+			continue; /* shutdown: seen at the top */
+		if (w->part_rc < 0) {
+			sendf(w, "fail reply ring: %s", w->map.rep.why);
+			return END_BROKEN;
+		}
 		uint32_t kind = MESH_MSG_REP;
 		if (hr < 0 || out > cap) {
 			kind = MESH_MSG_ERR;
 			if (out == 0 || out > cap)
 				out = (size_t)snprintf((char *)w->rep_buf, cap, "handler failed: %s",
-						       out > cap ? "reply longer than the slot allows"
+						       out > cap ? "reply longer than the message limit (16 MiB)"
 								 : mesh_worker_strerror(hr));
 		}
 		/* Counted before it is published: meshd never sees a reply it cannot count. */
@@ -298,7 +394,7 @@ static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handle
 			sendf(w, "fail reply ring: %s", w->map.rep.why);
 			return END_BROKEN;
 		}
-		atomic_store_explicit(&h->heartbeat_ns, mesh_mono_ns(), memory_order_relaxed);
+		heartbeat(w);
 	}
 }
 
@@ -309,7 +405,7 @@ static enum loop_end run(struct mesh_worker *w, const struct mesh_wcmd *cmd, int
 	int rc = mesh__slot_map(fd, cmd->slot, &w->map);
 	close(fd);
 	if (rc == 0)
-		rc = ensure_bufs(w, MESH_RING_MAX_MSG(w->map.req.cap));
+		rc = ensure_bufs(w);
 	if (rc == 0 && atomic_load(&w->map.hdr->gen) != cmd->gen)
 		rc = MESH_E_MISMATCH;
 	if (rc < 0) {

@@ -51,6 +51,16 @@ static const char worker_py[] =
 	"        raise ValueError('bad request 42')\n"
 	"    if b == b'big':\n"
 	"        return b'x' * (64 << 20)\n"
+	"    if b.startswith(b'stream'):\n"
+	"        def parts():\n"
+	"            yield b'one;'\n"
+	"            yield bytearray(b'two;')\n"
+	"            if b == b'stream-raise':\n"
+	"                raise ValueError('midway')\n"
+	"            return b'three'\n"
+	"        return parts()\n"
+	"    if b.startswith(b'size '):\n"
+	"        return bytes(i * 7 & 255 for i in range(int(b[5:])))\n"
 	"    if b == b'where':\n"
 	"        return ('%s gen %d slot %d' % (type(data).__name__, w.gen, w.slot)).encode()\n"
 	"    if b == b'crash':\n"
@@ -216,7 +226,7 @@ TEST(python_worker_ready_calls_halt_run_again_exit)
 	EXPECT_STREQ(out, "ValueError: bad request 42");
 	/* ... a reply the slot cannot hold: an error reply too ... */
 	EXPECT_EQ(call(s0, "big"), MESH_E_REFUSED);
-	EXPECT_CONTAINS(out, "longer than the slot allows");
+	EXPECT_CONTAINS(out, "longer than the message limit");
 	/* ... and the worker goes on. */
 	EXPECT_EQ(call(s0, "still here"), 0);
 	EXPECT_STREQ(out, "still here");
@@ -243,6 +253,59 @@ TEST(python_worker_ready_calls_halt_run_again_exit)
 	teardown(&f);
 	mesh_slot_free(s0);
 	mesh_slot_free(s1);
+}
+
+/* The parts of a streamed reply, joined with '|'. */
+static int collect(void *arg, const void *p, size_t n)
+{
+	char *acc = arg;
+	snprintf(acc + strlen(acc), 256 - strlen(acc), "%.*s|", (int)n, (const char *)p);
+	return 0;
+}
+
+/* A generator handler streams: each yield is a part, its return the last;
+ * replies larger than the ring come back whole; an exception after parts
+ * fails the call. */
+TEST(python_worker_streams_a_generator_and_large_replies)
+{
+	struct fx f;
+	char *err = NULL;
+	setup(&f, "bytes");
+	struct mesh_slot *s;
+	ASSERT_EQ(mesh_slot_create(&s, 0, 64 << 10), 0);
+	launch_ok(&f, s);
+	char parts[256] = "";
+	void *rep = NULL;
+	size_t n = 0;
+	ASSERT_EQ(mesh_slot_call_stream(s, "stream", 6, collect, parts, &rep, &n, S(10), 0), 0);
+	EXPECT_STREQ(parts, "one;|two;|");
+	EXPECT_STREQ(rep, "three");
+	free(rep);
+	/* Taken whole, the parts are joined. */
+	EXPECT_EQ(call(s, "stream"), 0);
+	EXPECT_STREQ(out, "one;two;three");
+	parts[0] = 0;
+	EXPECT_EQ(mesh_slot_call_stream(s, "stream-raise", 12, collect, parts, &rep, &n, S(10), 0), MESH_E_REFUSED);
+	EXPECT_STREQ(parts, "one;|two;|");
+	EXPECT_STREQ(rep, "ValueError: midway");
+	free(rep);
+	/* 1 MiB + 3 through a 64 KiB ring, byte for byte. */
+	char req[32];
+	size_t want = (1u << 20) + 3;
+	snprintf(req, sizeof req, "size %zu", want);
+	ASSERT_EQ(mesh_slot_call(s, req, strlen(req), &rep, &n, S(20), 0), 0);
+	ASSERT_EQ(n, want);
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += ((unsigned char *)rep)[i] != (unsigned char)(i * 7 & 255);
+	EXPECT_EQ(bad, 0);
+	free(rep);
+	EXPECT_EQ(call(s, "still here"), 0);
+	EXPECT_STREQ(out, "still here");
+	ASSERT_EQ(mesh_instance_exit(f.w), 0);
+	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
+	teardown(&f);
+	mesh_slot_free(s);
 }
 
 /* The last line of a report. */
@@ -415,6 +478,7 @@ TEST(libmeshworker_exports_only_its_api)
 			  "mesh_worker_gen@@MESHWORKER_0\n"
 			  "mesh_worker_open@@MESHWORKER_0\n"
 			  "mesh_worker_ready@@MESHWORKER_0\n"
+			  "mesh_worker_reply_part@@MESHWORKER_0\n"
 			  "mesh_worker_serve@@MESHWORKER_0\n"
 			  "mesh_worker_set_spin@@MESHWORKER_0\n"
 			  "mesh_worker_slot@@MESHWORKER_0\n"
@@ -433,7 +497,7 @@ TEST(python_package_names_an_api_mismatch)
 	int rc = t_sh(out, sizeof out, 1, "%sMESH_WORKER_LIB=%s/v99.so PYTHONPATH=py '%s' -c 'import mesh.worker'",
 		      py_env(), cwd, PYTHON);
 	EXPECT_EQ(rc, 1);
-	EXPECT_CONTAINS(out, "v99.so is libmeshworker API version 99, and this package needs API version 2");
+	EXPECT_CONTAINS(out, "v99.so is libmeshworker API version 99, and this package needs API version 3");
 	/* Outside meshd the library loads and open() says why it cannot go on. */
 	rc = t_sh(out, sizeof out, 1,
 		  "%sPYTHONPATH=py '%s' -c 'import mesh.worker as w; print(w.library_path); w.open()'", py_env(),

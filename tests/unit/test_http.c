@@ -341,3 +341,52 @@ TEST(http_exchange_complete_timeout_and_close)
 	waitpid(pid, NULL, 0);
 	mesh_buf_release(&req);
 }
+
+static int sink_into(void *arg, const void *p, size_t n)
+{
+	struct mesh_buf *b = arg;
+	if (b->len + n > 12)
+		return -EPIPE; /* the reader stops */
+	return mesh_buf_add(b, p, n);
+}
+
+/* A sink takes a 2xx body chunk by chunk as it is decoded, past max_body;
+ * an error answer's body is read whole as before; a sink error stops the parse. */
+TEST(http_response_body_sink)
+{
+	static const char chunked[] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+				      "4\r\nabcd\r\n3\r\nefg\r\n0\r\n\r\n";
+	struct mesh_http_limits lim = {0, 0, 0, 3};
+	struct mesh_http_response r;
+	struct mesh_buf got = MESH_BUF_INIT;
+	mesh_http_response_init(&r, &lim);
+	r.sink = sink_into;
+	r.sink_arg = &got;
+	size_t head = strlen(chunked) - strlen("4\r\nabcd\r\n3\r\nefg\r\n0\r\n\r\n");
+	EXPECT_EQ(mesh_http_response_feed(&r, chunked, head + 9, NULL), 0);
+	EXPECT_STREQ(got.p, "abcd"); /* the first chunk, before the rest came */
+	EXPECT_EQ(mesh_http_response_feed(&r, chunked + head + 9, strlen(chunked) - head - 9, NULL), 1);
+	EXPECT_STREQ(got.p, "abcdefg"); /* 7 bytes: over max_body, a stream is not bounded by it */
+	EXPECT_EQ(r.body.len, 0);
+	mesh_http_response_release(&r);
+
+	static const char err[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nnop";
+	mesh_buf_reset(&got);
+	mesh_http_response_init(&r, NULL);
+	r.sink = sink_into;
+	r.sink_arg = &got;
+	EXPECT_EQ(mesh_http_response_feed(&r, err, strlen(err), NULL), 1);
+	EXPECT_STREQ(r.body.p, "nop");
+	EXPECT_EQ(got.len, 0);
+	mesh_http_response_release(&r);
+
+	static const char lots[] = "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n01234567890123456789";
+	mesh_buf_reset(&got);
+	mesh_http_response_init(&r, NULL);
+	r.sink = sink_into;
+	r.sink_arg = &got;
+	EXPECT_EQ(mesh_http_response_feed(&r, lots, strlen(lots), NULL), -EPIPE);
+	EXPECT_STREQ(mesh_http_response_why(&r), "the body's reader stopped");
+	mesh_http_response_release(&r);
+	mesh_buf_release(&got);
+}

@@ -510,3 +510,37 @@ TEST(image_prepare_arch_and_script_codes)
 	EXPECT_EQ(mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &img, &err), MESH_E_SCRIPT);
 	free(err);
 }
+
+/* ring = the bytes of each ring of the program's slots: a power of two,
+ * 4K..1G, integer or size string; 1 MiB when absent. */
+TEST(manifest_ring_size)
+{
+	static const struct {
+		const char *value;
+		uint64_t want; /* 0: refused */
+	} rows[] = {
+		{NULL, 1u << 20},  {"\"4M\"", 4u << 20}, {"65536", 65536},       {"\"4K\"", 4096},
+		{"\"1G\"", 1u << 30}, {"\"3M\"", 0},    {"\"2K\"", 0},          {"\"2G\"", 0},
+		{"0", 0},          {"-4096", 0},        {"\"big\"", 0},         {"\"4.5M\"", 0},
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		char t[256];
+		snprintf(t, sizeof t, "name = \"a\"\nbackends = [\"native\"]\n%s%s\n", rows[i].value ? "ring = " : "",
+			 rows[i].value ? rows[i].value : "");
+		struct mesh_manifest m;
+		char *err = NULL;
+		int rc = mesh_manifest_parse("a.toml", t, strlen(t), NULL, &m, &err);
+		if (rows[i].want) {
+			EXPECT_EQ(rc, 0);
+			EXPECT_UEQ(m.ring_bytes, rows[i].want);
+		} else {
+			EXPECT_EQ(rc, MESH_E_PARSE);
+			if (!err || (!strstr(err, "'ring' must be a power of two between 4K and 1G") &&
+				     !strstr(err, "'ring' must be bytes or a size")))
+				t__fail(__FILE__, __LINE__, "row %zu (%s): got \"%s\"", i, rows[i].value,
+					err ? err : "(null)");
+		}
+		free(err);
+		mesh_manifest_release(&m);
+	}
+}

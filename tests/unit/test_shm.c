@@ -115,7 +115,9 @@ TEST(slot_create_geometry_and_seals)
 	EXPECT_EQ(mesh_slot_create(&s, 0, 2048), MESH_E_RANGE);
 	ASSERT_EQ(mesh_slot_create(&s, 5, 8192), 0);
 	EXPECT_EQ(mesh_slot_index(s), 5);
-	EXPECT_EQ(mesh_slot_max_msg(s), 8192 - 16);
+	EXPECT_EQ(mesh_slot_ring_cap(s), 8192);
+	/* Messages are not bounded by the ring: they travel in pieces. */
+	EXPECT_EQ(mesh_slot_max_msg(s), MESH_MSG_MAX);
 	int fd = mesh_slot_fd(s);
 	EXPECT_EQ(lseek(fd, 0, SEEK_END), 4096 + 2 * 8192);
 	/* A worker holding the fd cannot shrink it under meshd's mapping. */
@@ -223,7 +225,7 @@ TEST(slot_call_through_libmeshworker)
 	EXPECT_CONTAINS(rep, "handler failed");
 	free(rep);
 	EXPECT_EQ(mesh_slot_call(s, "long", 4, &rep, &n, 5 * SEC, 0), MESH_E_REFUSED);
-	EXPECT_CONTAINS(rep, "longer than the slot");
+	EXPECT_CONTAINS(rep, "longer than the message limit");
 	free(rep);
 	/* Zero-length and the largest request, which wraps in the ring. */
 	EXPECT_EQ(mesh_slot_call(s, "", 0, &rep, &n, 5 * SEC, 0), 0);

@@ -31,6 +31,18 @@ static int tagger(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 	*len = (size_t)k + n;
 	if (n == 5 && !memcmp(req, "crash", 5))
 		kill(getpid(), SIGKILL);
+	if (n == 3 && !memcmp(req, "big", 3)) { /* larger than the ring: sent in pieces */
+		if (cap < 20000)
+			return -1;
+		memset(reply, 'z', 20000);
+		*len = 20000;
+	}
+	if (n == 5 && !memcmp(req, "parts", 5)) { /* a streamed reply: two parts, then the last */
+		if (mesh_worker_reply_part(the_worker, "p1-", 3) < 0 || mesh_worker_reply_part(the_worker, "p2-", 3) < 0)
+			return -1;
+		memcpy(reply, "end", 3);
+		*len = 3;
+	}
 	return 0;
 }
 
@@ -142,6 +154,54 @@ TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 	EXPECT_STREQ(rep, "-:y");
 	free(rep);
 
+	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
+	int st;
+	waitpid(pid, &st, 0);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	mesh_ctl_free(ctl);
+	mesh_slot_free(s);
+}
+
+/* A chunk's reply larger than the ring comes as MORE pieces, and a worker
+ * that streams parts sends PART records before its REP: a pipelined
+ * receiver gets each reply whole, in order (it failed the slot on the
+ * first MORE record before). */
+TEST(slot_pipeline_joins_pieces_and_streamed_parts)
+{
+	struct mesh_ctl *ctl;
+	pid_t pid = fork_worker(&ctl);
+	expect_msg(ctl, MESH_CTL_READY);
+	struct mesh_slot *s;
+	ASSERT_EQ(mesh_slot_create(&s, 2, 4096), 0);
+	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
+	expect_msg(ctl, MESH_CTL_ONLINE);
+	static const char *const in[] = {"big", "parts", "x", "big"};
+	uint32_t seqs[4];
+	uint8_t h[MESH_CHUNK_HDR];
+	for (int i = 0; i < 4; i++) {
+		chunk_hdr(h, (uint64_t)i, 1);
+		ASSERT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, in[i], strlen(in[i]), &seqs[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		struct mesh_slot_reply r;
+		ASSERT_EQ(recv_wait(s, &r), 0);
+		EXPECT_EQ(r.kind, MESH_MSG_REP);
+		EXPECT_UEQ(r.seq, seqs[i]);
+		if (!strcmp(in[i], "big")) {
+			ASSERT_UEQ(r.len, 20000);
+			size_t z = 0;
+			while (z < r.len && ((char *)r.data)[z] == 'z')
+				z++;
+			EXPECT_UEQ(z, 20000);
+		} else if (!strcmp(in[i], "parts")) {
+			EXPECT_STREQ(r.data, "p1-p2-end");
+		} else {
+			EXPECT_STREQ(r.data, "2:x");
+		}
+		free(r.data);
+	}
+	EXPECT_UEQ(mesh_slot_in_flight(s), 0);
+	EXPECT_FALSE(mesh_slot_failed(s));
 	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
 	int st;
 	waitpid(pid, &st, 0);

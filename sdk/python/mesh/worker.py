@@ -18,7 +18,15 @@ or, in one call, ``mesh.worker.main(handle, setup=load_model)``.
 The node loop is the C library's own (include/mesh/worker.h): HALT, the
 next run on another slot, and EXIT are honoured there.  An exception in the
 handler becomes an error reply carrying its text and the worker goes on; a
-reply longer than the slot allows becomes an error reply too.
+reply longer than the message limit (16 MiB) becomes an error reply too.
+
+A handler that is a generator streams its reply: each value it yields is
+sent at once as one part (meshd's API passes it on as it comes, `mesh call`
+prints it), and what it returns, if anything, is the last part:
+
+    def handle(prompt):
+        for token in generate(prompt):
+            yield token.encode()
 
 Importing this module loads libmeshworker and checks its API version; it
 looks, in order, at $MESH_WORKER_LIB, next to this package (an installed
@@ -30,6 +38,7 @@ then the dynamic linker's own search for libmeshworker.so.0.
 import ctypes
 import ctypes.util
 import faulthandler
+import inspect
 import os
 import sys
 import traceback
@@ -37,7 +46,7 @@ import traceback
 __all__ = ["API_VERSION", "Worker", "WorkerError", "open", "main", "library_path"]
 
 # The MESH_WORKER_API_VERSION this module is written against.
-API_VERSION = 2
+API_VERSION = 3
 
 _LIB_NAME = "libmeshworker.so.0"
 
@@ -117,6 +126,7 @@ _gen = _bind("mesh_worker_gen", ctypes.c_uint32, ctypes.c_void_p)
 _slot = _bind("mesh_worker_slot", ctypes.c_uint32, ctypes.c_void_p)
 _chunk_id = _bind("mesh_worker_chunk_id", ctypes.c_uint64, ctypes.c_void_p)
 _strerror = _bind("mesh_worker_strerror", ctypes.c_char_p, ctypes.c_int)
+_reply_part = _bind("mesh_worker_reply_part", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t)
 
 
 # A read-only memoryview ("B" format) of C memory, without a copy.
@@ -151,6 +161,14 @@ def _line_buffered():
             faulthandler.enable(all_threads=True)
         except (AttributeError, ValueError, RuntimeError, OSError):
             pass
+
+
+def _as_bytes(out):
+    if out is None:
+        return b""
+    if isinstance(out, bytes):
+        return out
+    return bytes(memoryview(out).cast("B"))
 
 
 def _error_text(e):
@@ -199,8 +217,11 @@ class Worker:
         handled inside.  handler(data) gets the request as bytes, or with
         view=True as a read-only memoryview of the request in the slot
         (no copy; valid only during the call), and returns a bytes-like
-        reply (None is an empty one).  An exception becomes an error reply
-        with its text.  Raises WorkerError when meshd goes away."""
+        reply (None is an empty one), or is a generator: each bytes-like
+        value it yields goes to the caller at once as a part of the reply
+        (reply_part), and its return value is the last part.  An exception
+        becomes an error reply with its text (after parts: the call fails).
+        Raises WorkerError when meshd goes away."""
 
         def call(ctx, req, n, reply, cap, reply_len):
             try:
@@ -209,12 +230,11 @@ class Worker:
                 else:
                     data = ctypes.string_at(req, n) if n else b""
                 out = handler(data)
-                if out is None:
-                    out = b""
-                elif not isinstance(out, bytes):
-                    out = bytes(memoryview(out).cast("B"))
+                if inspect.isgenerator(out):
+                    out = self._stream(out)
+                out = _as_bytes(out)
                 if len(out) > cap:
-                    raise ValueError("reply of %d bytes is longer than the slot allows (%d)" % (len(out), cap))
+                    raise ValueError("reply of %d bytes is longer than the message limit (%d)" % (len(out), cap))
                 ctypes.memmove(reply, out, len(out))
                 reply_len[0] = len(out)
                 return 0
@@ -233,6 +253,24 @@ class Worker:
             _check(_serve(self._w, self._cb, None), "mesh_worker_serve")
         finally:
             self._cb = None
+
+    def reply_part(self, data):
+        """Inside the handler: sends data (bytes-like, at most 16 MiB) to the
+        caller now as the next part of the reply.  Raises WorkerError when
+        meshd stopped taking this reply (halt or exit: return from the
+        handler) or outside a handler."""
+        data = _as_bytes(data)
+        _check(_reply_part(self._w, data, len(data)), "mesh_worker_reply_part")
+
+    def _stream(self, parts):
+        # Each yielded value is a part; the generator's return value is the last.
+        try:
+            while True:
+                self.reply_part(next(parts))
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            parts.close()
 
     def set_spin(self, seconds):
         """How long the node loop spins on an empty ring before it sleeps."""
