@@ -31,6 +31,9 @@ struct meshd_config {
 	const char *isolation;	/* "none" or "mps" */
 	uint64_t ready_timeout_ns, online_timeout_ns; /* 0 = manifest or default 60 s */
 	uint64_t log_max; /* <name>.log rotates past this many bytes; 0 = MESH_HOST_LOG_MAX */
+	/* A worker whose heartbeat is this old while a request waits for it is
+	 * killed; 0 = 10 s.  The first crash-loop backoff; 0 = 200 ms. */
+	uint64_t heartbeat_timeout_ns, crash_backoff_ns;
 };
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err);
@@ -60,6 +63,7 @@ struct meshd_program_info {
 	uint32_t spawns, crashes; /* over its workers */
 	struct meshd_worker_info *workers;
 	unsigned nworkers;
+	char *failed; /* FAILED (crash loop): why; NULL if not.  `start` clears it */
 };
 void meshd_program_info_release(struct meshd_program_info *pi);
 
