@@ -676,9 +676,11 @@ static int acquire_timeout(struct program *p, int coming, unsigned busy, uint64_
  * the workers up or coming; else waits for one to come free.  Never past
  * deadline. */
 static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint64_t deadline, uint64_t timeout_ns,
-		   int *slot_out, char **err)
+		   const atomic_int *cancel, int *slot_out, char **err)
 {
 	for (;;) {
+		if (cancel && atomic_load(cancel))
+			return mesh_errf(err, MESH_E_STOPPED, "the client went away while the call waited for a worker");
 		struct mesh_instance *wait_inst = NULL;
 		struct program *vp = NULL; /* the program of a worker evicted for us */
 		pthread_mutex_lock(&d->mu);
@@ -888,6 +890,12 @@ static int call_failed(struct meshd_core *d, struct program *p, int wi, int s, s
 int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply, size_t *reply_len,
 		  uint64_t timeout_ns, char **err)
 {
+	return meshd_op_call_ex(d, name, req, n, reply, reply_len, timeout_ns, NULL, err);
+}
+
+int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply,
+		     size_t *reply_len, uint64_t timeout_ns, const atomic_int *cancel, char **err)
+{
 	struct program *p;
 	if (err)
 		*err = NULL;
@@ -903,7 +911,7 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	p->waiting++;
 	unsigned stops = p->stops;
 	pthread_mutex_unlock(&d->mu);
-	int wi = acquire(d, p, stops, deadline, t, &s, err);
+	int wi = acquire(d, p, stops, deadline, t, cancel, &s, err);
 	pthread_mutex_lock(&d->mu);
 	p->waiting--;
 	if (wi < 0) {

@@ -19,6 +19,7 @@
 #include "host/host.h"
 #include "host/limits.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,5 +97,10 @@ int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, cha
  * on demand) and waits for its reply (malloc'd *reply). */
 int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply, size_t *reply_len,
 		  uint64_t timeout_ns, char **err);
+/* The same; while it waits for a worker (not once the worker has the
+ * request) it gives up with MESH_E_STOPPED when *cancel (NULL: never)
+ * becomes non-zero: the client went away. */
+int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply,
+		     size_t *reply_len, uint64_t timeout_ns, const atomic_int *cancel, char **err);
 
 #endif
