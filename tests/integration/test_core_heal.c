@@ -328,3 +328,121 @@ TEST(core_crash_loop_backs_off_then_fails_until_start)
 	EXPECT_EQ(spawns, 6);
 	core_down(&c);
 }
+
+struct fan {
+	struct meshd_core *d;
+	const char *name;
+	int ok;
+};
+
+static void *fan_main(void *arg)
+{
+	struct fan *f = arg;
+	char *err = NULL;
+	if (call(f->d, f->name, "x", S(60), &err) == 0)
+		__atomic_fetch_add(&f->ok, 1, __ATOMIC_RELAXED);
+	else
+		fprintf(stderr, "    call to %s: %s\n", f->name, err ? err : "?");
+	free(err);
+	return NULL;
+}
+
+/* 50 concurrent calls of a 200 ms handler, in ms. */
+static uint64_t fan_out(struct meshd_core *d, const char *name)
+{
+	struct fan f = {d, name, 0};
+	pthread_t th[50];
+	uint64_t t0 = t_now_ms();
+	for (int i = 0; i < 50; i++)
+		pthread_create(&th[i], NULL, fan_main, &f);
+	for (int i = 0; i < 50; i++)
+		pthread_join(th[i], NULL);
+	EXPECT_EQ(f.ok, 50);
+	return t_now_ms() - t0;
+}
+
+/* max_workers > 1: demand beyond one worker starts more (the policy's
+ * replica count), up to max_workers; 50 calls of 200 ms take well under
+ * what they take with one worker. */
+TEST_TIMEOUT(core_max_workers_scales_out_under_concurrent_calls, 90)
+{
+	program("one", "\"slow-200ms\"", "max_workers = 1\n");
+	program("four", "\"slow-200ms\"", "max_workers = 4\n");
+	struct core c;
+	struct meshd_config cfg = {.slots = 8};
+	core_up(&c, &cfg);
+	uint64_t t1 = fan_out(c.d, "one");
+	uint64_t t4 = fan_out(c.d, "four");
+	fprintf(stderr, "    50 calls of 200 ms: %llu ms with max_workers 1, %llu ms with 4 (%.2fx)\n",
+		(unsigned long long)t1, (unsigned long long)t4, (double)t4 / (double)t1);
+	EXPECT_GE(t1, 10000);
+	EXPECT_LT(t4 * 10, t1 * 6); /* < 0.6x */
+	struct meshd_ps ps;
+	ASSERT_EQ(meshd_op_ps(c.d, &ps), 0);
+	for (unsigned i = 0; i < ps.nprograms; i++) {
+		const struct meshd_program_info *pi = &ps.programs[i];
+		unsigned running = 0;
+		for (unsigned k = 0; k < pi->nworkers; k++)
+			running += pi->workers[k].st.state == MESH_IS_RUNNING;
+		if (!strcmp(pi->name, "four")) {
+			EXPECT_EQ(pi->spawns, 4);
+			EXPECT_EQ(running, 4);
+		} else {
+			EXPECT_EQ(pi->spawns, 1);
+		}
+	}
+	meshd_ps_release(&ps);
+	core_down(&c);
+}
+
+static const struct meshd_worker_info *worker_of(const struct meshd_ps *ps, const char *name)
+{
+	for (unsigned i = 0; i < ps->nprograms; i++)
+		if (!strcmp(ps->programs[i].name, name) && ps->programs[i].nworkers)
+			return &ps->programs[i].workers[0];
+	return NULL;
+}
+
+/* Every slot is taken by an idle worker: a call of a third program halts
+ * the least recently used one off its slot (no 409 "no free slot"); the
+ * halted process serves again later without a new spawn. */
+TEST(core_full_slots_evict_the_least_recently_used_idle_worker)
+{
+	program("a", "\"echo\"", NULL);
+	program("b", "\"echo\"", NULL);
+	program("c", "\"echo\"", NULL);
+	struct core c;
+	struct meshd_config cfg = {.slots = 2};
+	core_up(&c, &cfg);
+	char *err = NULL;
+	ASSERT_EQ(call(c.d, "a", "1", S(10), &err), 0);
+	ASSERT_EQ(call(c.d, "b", "2", S(10), &err), 0);
+	int rc = call(c.d, "c", "3", S(10), &err);
+	if (rc)
+		FAIL("a third program with 2 slots: %s: %s", mesh_strerror(rc), err ? err : "");
+	struct meshd_ps ps;
+	ASSERT_EQ(meshd_op_ps(c.d, &ps), 0);
+	const struct meshd_worker_info *wa = worker_of(&ps, "a"), *wb = worker_of(&ps, "b"), *wc = worker_of(&ps, "c");
+	ASSERT_TRUE(wa && wb && wc);
+	EXPECT_STREQ(mesh_istate_name(wa->st.state), "IDLE"); /* the least recently used: halted */
+	EXPECT_EQ(wa->slot, -1);
+	EXPECT_GT(wa->st.pid, 0); /* its process stays */
+	EXPECT_STREQ(mesh_istate_name(wb->st.state), "RUNNING");
+	EXPECT_STREQ(mesh_istate_name(wc->st.state), "RUNNING");
+	pid_t pa = wa->st.pid;
+	meshd_ps_release(&ps);
+	/* a again: b is now the least recently used; a's process comes back. */
+	rc = call(c.d, "a", "4", S(10), &err);
+	if (rc)
+		FAIL("a again: %s: %s", mesh_strerror(rc), err ? err : "");
+	ASSERT_EQ(meshd_op_ps(c.d, &ps), 0);
+	wa = worker_of(&ps, "a");
+	wb = worker_of(&ps, "b");
+	ASSERT_TRUE(wa && wb);
+	EXPECT_EQ(wa->st.pid, pa);
+	EXPECT_EQ(wa->st.spawns, 1);
+	EXPECT_STREQ(mesh_istate_name(wa->st.state), "RUNNING");
+	EXPECT_STREQ(mesh_istate_name(wb->st.state), "IDLE");
+	meshd_ps_release(&ps);
+	core_down(&c);
+}
