@@ -810,7 +810,14 @@ static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint
 					    until - now, &e);
 		if (vp)
 			unref(d, vp);
-		if (own && rc && rc != MESH_E_TIMEOUT) {
+		if (own && rc == MESH_E_TIMEOUT) {
+			/* The step ran out, or the worker missed its ready or online
+			 * timeout (it is failed then: on its way out or gone). */
+			enum mesh_istate st = mesh_instance_state(wait_inst);
+			if (st != MESH_IS_DOWN && !mesh_istate_stopping(st))
+				rc = 0;
+		}
+		if (own && rc) {
 			if (err)
 				*err = e;
 			else
@@ -854,8 +861,8 @@ static int call_failed(struct meshd_core *d, struct program *p, int wi, int s, s
 		pid_t pid = mesh_instance_pid(inst);
 		mesh_instance_fail(inst, msg ? msg : "it broke its slot");
 		mesh_instance_wait(inst, 1u << MESH_IS_DOWN, 5 * MESH_NS_PER_S, NULL);
-		rc = mesh_errf(err, rc, "worker of '%s' (pid %d) %s; it was killed and the next call gets a fresh worker",
-			       name, (int)pid, msg ? msg : "broke its slot");
+		rc = mesh_errf(err, rc, "worker of '%s' (pid %d) broke its slot: %s; it was killed and the next call gets "
+			       "a fresh worker", name, (int)pid, why ? why : "bad reply");
 		free(msg);
 		return rc;
 	}
