@@ -415,6 +415,9 @@ int mesh_cmd_ps(int argc, char **argv)
 		} else {
 			print_row(p, NULL);
 		}
+		const char *failed = json_string_value(json_object_get(p, "failed"));
+		if (failed) /* a crash loop: calls are refused until `mesh start` */
+			printf("  FAILED: %s\n", failed);
 	}
 	if (json_is_object(host)) {
 		char procs[32], cpu[32], rss[32], spawns[32], crashes[32];

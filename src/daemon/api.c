@@ -37,6 +37,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -62,6 +63,8 @@
  * 413 (on_request); past it evhttp closes with its HTML 400 page. */
 #define HEADERS_HARD_MAX (1u << 20)
 #define IDLE_TIMEOUT_S 120
+#define ACCEPT_PAUSE_MS 100
+#define EMFILE_LOG_EVERY_NS (10ull * 1000000000ull)
 
 /* The API's body bound is the workers' message limit: what is accepted can be sent. */
 _Static_assert(MESHD_API_MAX_BODY == MESH_MSG_MAX, "the body bound is the message limit");
@@ -77,6 +80,13 @@ struct meshd_api {
 	struct event *stream_ev; /* activated by an op thread: parts of a streamed answer are queued */
 	pthread_t loop;
 	int listen_fd;
+	/* Out of fds (EMFILE): the reserve is closed to accept one client and
+	 * answer it 503, then reopened; accepting pauses ACCEPT_PAUSE_MS. */
+	int reserve_fd;
+	struct event *accept_retry;
+	uint64_t emfile_logged;	/* loop thread: when "out of fds" was last logged */
+	unsigned emfile_refused; /* loop thread: clients refused since */
+	struct meshd_api *reg_next; /* apis (reg_mu): the listener's callbacks get the evhttp */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	dev_t dev;	/* the socket file we bound, to unlink only our own */
 	ino_t ino;
@@ -86,6 +96,7 @@ struct meshd_api {
 	struct job *done;	/* mu: answered, not sent yet (a stack) */
 	struct job *streams;	/* mu: streaming, with parts not handed to evhttp yet */
 	unsigned threads;	/* mu: op threads not finished */
+	unsigned calls;		/* mu: those of them running a call */
 	atomic_int stopping;	/* new requests get 503 */
 	atomic_int inflight;	/* requests begun and not answered */
 };
@@ -102,6 +113,10 @@ struct job {
 	struct mesh_buf body;
 	uint64_t t0;
 	int quiet;
+	int is_call;		/* POST .../call: counted apart from control requests */
+	atomic_int gone;	/* the client went away (its connection closed, or a streamed part
+				   found it gone): a queued call gives up, a stream stops */
+	struct event *watch;	/* loop thread: a call's connection closing (EV_CLOSED) */
 	char what[160];	/* "METHOD /path" for the log line */
 	/* the answer */
 	unsigned status;
@@ -117,7 +132,6 @@ struct job {
 	int stream_queued;	/* mu: on a->streams */
 	struct job *stream_next; /* mu */
 	int started;		/* loop thread: the head went out */
-	atomic_int gone;	/* the loop thread saw the client go: the call stops */
 };
 
 int meshd_api_name_ok(const char *name)
@@ -324,6 +338,7 @@ static json_t *ps_json(const struct meshd_ps *ps)
 		for (unsigned k = 0; ws && k < pi->nworkers; k++)
 			json_array_append_new(ws, worker_json(&pi->workers[k]));
 		if (!ws || !pj || json_object_set_new(pj, "spawns", json_integer(pi->spawns)) ||
+		    json_object_set_new(pj, "failed", pi->failed ? text_json(pi->failed) : json_null()) ||
 		    json_object_set_new(pj, "crashes", json_integer(pi->crashes)) || json_object_set_new(pj, "workers", ws) ||
 		    json_array_append_new(progs, pj)) {
 			json_decref(progs);
@@ -413,8 +428,8 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 		if (t && (mesh_parse_seconds(t, CALL_TIMEOUT_MAX_NS, &timeout) < 0 || timeout == 0))
 			return send_errorf(jb, 400, MESH_E_PARSE, "timeout must be seconds, more than 0 and at most %llu",
 					   CALL_TIMEOUT_MAX_NS / 1000000000ull);
-		rc = meshd_op_call_stream(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, stream_part, jb,
-					  &reply, &reply_len, timeout, &msg);
+		rc = meshd_op_call_ex(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, stream_part, jb, &reply,
+				      &reply_len, timeout, &jb->gone, &msg);
 		if (rc < 0) {
 			free(reply);
 			return send_op_error(jb, rc, msg);
@@ -603,7 +618,13 @@ static int end_stream(struct meshd_api *a, struct job *j)
 static void deliver(struct meshd_api *a, struct job *j)
 {
 	struct evhttp_request *req = j->req;
-	int aborted = evhttp_request_get_connection(req) == NULL; /* the client went away */
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	int aborted = evcon == NULL || atomic_load(&j->gone); /* the client went away */
+	if (evcon && j->is_call)
+		evhttp_connection_set_closecb(evcon, NULL, NULL); /* j is freed below */
+	if (j->watch)
+		event_free(j->watch);
+	j->watch = NULL;
 	if (j->streaming) {
 		aborted = !end_stream(a, j);
 		/* A failure after parts went out reaches no client: it is logged here. */
@@ -683,6 +704,7 @@ static void *op_main(void *arg)
 	event_active(a->done_ev, EV_READ, 0);
 	/* After this the thread touches nothing of a: stop may free it. */
 	a->threads--;
+	a->calls -= j->is_call;
 	pthread_cond_broadcast(&a->cv);
 	pthread_mutex_unlock(&a->mu);
 	return NULL;
@@ -722,6 +744,27 @@ static size_t headers_size(struct evhttp_request *req, const char *uri)
 	TAILQ_FOREACH(kv, h, next)
 	n += strlen(kv->key) + strlen(kv->value) + 4;
 	return n;
+}
+
+/* Loop thread: a call's client closed its connection before the answer:
+ * its call, if still waiting for a worker, gives up (the op sees gone). */
+static void on_client_close(struct evhttp_connection *evcon, void *arg)
+{
+	struct job *j = arg;
+	(void)evcon;
+	atomic_store(&j->gone, 1);
+	if (j->watch)
+		event_del(j->watch); /* its fd is about to be closed */
+}
+
+/* Loop thread: evhttp does not read a connection while its request waits
+ * for the answer, so a client's close is seen by a watch of its own. */
+static void on_client_gone(evutil_socket_t fd, short what, void *arg)
+{
+	struct job *j = arg;
+	(void)fd;
+	(void)what;
+	atomic_store(&j->gone, 1);
 }
 
 /* Loop thread: every request whose head and body evhttp has read.  A body
@@ -785,11 +828,25 @@ static void on_request(struct evhttp_request *req, void *arg)
 		goto oom;
 	j->body.len = n;
 
+	/* Calls may wait long (a busy or hung worker); control requests (ps,
+	 * stop, unload, ...) have threads of their own, so they always get
+	 * through whatever calls are queued. */
+	j->is_call = strlen(j->path) > 5 && !strcmp(j->path + strlen(j->path) - 5, "/call");
 	pthread_mutex_lock(&a->mu);
-	if (a->threads >= MESHD_API_MAX_CONNS) {
+	if (j->is_call ? a->calls >= MESHD_API_MAX_CONNS : a->threads - a->calls >= MESHD_API_MAX_CONTROL) {
 		pthread_mutex_unlock(&a->mu);
-		send_errorf(j, 503, -EAGAIN, "too many requests in flight (at most %u)", MESHD_API_MAX_CONNS);
+		send_errorf(j, 503, -EAGAIN, "too many %s in flight (at most %u)", j->is_call ? "calls" : "requests",
+			    j->is_call ? MESHD_API_MAX_CONNS : MESHD_API_MAX_CONTROL);
 		goto answer;
+	}
+	if (j->is_call) {
+		struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+		struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+		evutil_socket_t cfd = bev ? bufferevent_getfd(bev) : -1;
+		if (evcon)
+			evhttp_connection_set_closecb(evcon, on_client_close, j);
+		if (cfd >= 0 && (j->watch = event_new(a->base, cfd, EV_CLOSED, on_client_gone, j)))
+			event_add(j->watch, NULL);
 	}
 	/* A small stack: ops keep their data on the heap. */
 	pthread_attr_init(&at);
@@ -797,8 +854,10 @@ static void on_request(struct evhttp_request *req, void *arg)
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	rc = pthread_create(&th, &at, op_main, j);
 	pthread_attr_destroy(&at);
-	if (rc == 0)
+	if (rc == 0) {
 		a->threads++;
+		a->calls += j->is_call;
+	}
 	pthread_mutex_unlock(&a->mu);
 	if (rc == 0)
 		return;
@@ -1068,8 +1127,88 @@ static int bind_socket(struct meshd_api *a, const char *path, char **err)
 	return rc;
 }
 
+/* evhttp_bind_listener makes the evhttp the listener's callback argument:
+ * its error callback finds the api here. */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct meshd_api *reg_head;
+
+static struct meshd_api *api_of(const struct evhttp *http)
+{
+	struct meshd_api *a;
+	pthread_mutex_lock(&reg_mu);
+	for (a = reg_head; a && a->http != http; a = a->reg_next)
+		;
+	pthread_mutex_unlock(&reg_mu);
+	return a;
+}
+
+static void reg_remove(struct meshd_api *a)
+{
+	pthread_mutex_lock(&reg_mu);
+	for (struct meshd_api **p = &reg_head; *p; p = &(*p)->reg_next)
+		if (*p == a) {
+			*p = a->reg_next;
+			break;
+		}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/* Loop thread: the pause after EMFILE is over. */
+static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
+{
+	struct meshd_api *a = arg;
+	(void)fd;
+	(void)what;
+	if (a->bound)
+		evconnlistener_enable(evhttp_bound_socket_get_listener(a->bound));
+}
+
+/* Loop thread: accept() failed for a reason other than "try again".  Out
+ * of fds, the listening socket stays readable: accepting again at once
+ * would spin.  So one waiting client is taken with the reserve fd and told
+ * 503, accepting pauses a moment, and it is logged once per interval. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+#define BUSY_BODY "{\"error\": \"meshd is out of file descriptors\", \"code\": \"EMFILE\"}\n"
+	_Static_assert(sizeof BUSY_BODY - 1 == 64, "the Content-Length below");
+	static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+				   "Content-Length: 64\r\nConnection: close\r\n\r\n" BUSY_BODY;
+	int e = EVUTIL_SOCKET_ERROR();
+	struct meshd_api *a = api_of(arg);
+	if (!a)
+		return;
+	if (e == EMFILE || e == ENFILE) {
+		if (a->reserve_fd >= 0)
+			close(a->reserve_fd);
+		int c = accept4(evconnlistener_get_fd(l), NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (c >= 0) {
+			(void)!send(c, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+			close(c);
+			a->emfile_refused++;
+		}
+		a->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	uint64_t now = mesh_mono_ns();
+	if (!a->emfile_logged || now - a->emfile_logged >= EMFILE_LOG_EVERY_NS) {
+		mesh_warn("accept: %s; accepting pauses %u ms at a time, new clients get 503 meanwhile (%u so far; "
+			  "logged once per %llu s)",
+			  strerror(e), ACCEPT_PAUSE_MS, a->emfile_refused,
+			  (unsigned long long)(EMFILE_LOG_EVERY_NS / 1000000000ull));
+		a->emfile_logged = now;
+		a->emfile_refused = 0;
+	}
+	struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
+	evconnlistener_disable(l);
+	evtimer_add(a->accept_retry, &tv);
+}
+
 static void api_free(struct meshd_api *a)
 {
+	reg_remove(a);
+	if (a->reserve_fd >= 0)
+		close(a->reserve_fd);
+	if (a->accept_retry)
+		event_free(a->accept_retry);
 	if (a->http)
 		evhttp_free(a->http);
 	if (a->done_ev)
@@ -1104,11 +1243,13 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 	pthread_cond_init(&a->cv, NULL);
 	a->core = core;
 	a->listen_fd = -1;
+	a->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	a->base = event_base_new();
 	a->http = a->base ? evhttp_new(a->base) : NULL;
 	a->done_ev = a->base ? event_new(a->base, -1, 0, on_done, a) : NULL;
 	a->stream_ev = a->base ? event_new(a->base, -1, 0, on_streams, a) : NULL;
-	if (!a->http || !a->done_ev || !a->stream_ev) {
+	a->accept_retry = a->base ? evtimer_new(a->base, on_accept_retry, a) : NULL;
+	if (!a->http || !a->done_ev || !a->stream_ev || !a->accept_retry || a->reserve_fd < 0) {
 		api_free(a);
 		return set_err(err, -ENOMEM, "cannot set up the HTTP server: out of memory");
 	}
@@ -1129,7 +1270,19 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 	}
 	a->listen_fd = fd;
 	strcpy(a->path, path);
-	a->bound = evhttp_accept_socket_with_handle(a->http, fd);
+	/* evhttp_accept_socket_with_handle's listener, with an error callback
+	 * (libevent's own would log each failed accept and retry at once). */
+	struct evconnlistener *lev = evconnlistener_new(a->base, NULL, NULL, LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+	a->bound = lev ? evhttp_bind_listener(a->http, lev) : NULL;
+	if (lev && !a->bound)
+		evconnlistener_free(lev);
+	if (a->bound) {
+		pthread_mutex_lock(&reg_mu);
+		a->reg_next = reg_head;
+		reg_head = a;
+		pthread_mutex_unlock(&reg_mu);
+		evconnlistener_set_error_cb(lev, on_accept_error);
+	}
 	if (!a->bound || pthread_create(&a->loop, NULL, loop_main, a) != 0) {
 		unlink(path);
 		close(fd);
@@ -1143,6 +1296,7 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 /* Loop thread: no more connections. */
 static void stop_accepting(struct meshd_api *a)
 {
+	evtimer_del(a->accept_retry);
 	if (a->bound)
 		evhttp_del_accept_socket(a->http, a->bound);
 	a->bound = NULL;

@@ -13,8 +13,10 @@
  *      their threads, frees a
  *
  * One thread runs the HTTP event loop; each request's op runs on a thread
- * of its own (at most MESHD_API_MAX_CONNS at once; beyond, 503), so a long
- * `start` or `call` never holds up `ps`.  Every byte of a request is
+ * of its own (at most MESHD_API_MAX_CONNS calls and MESHD_API_MAX_CONTROL
+ * other requests at once, counted apart; beyond, 503), so calls queued on
+ * a hung worker never hold up `ps`, `stop` or `unload`.  A call whose
+ * client closes its connection gives up waiting for a worker.  Every byte of a request is
  * untrusted: names are checked with meshd_api_name_ok, bodies are bounded by
  * MESHD_API_MAX_BODY (413 above). */
 #ifndef MESH_DAEMON_API_H
@@ -26,7 +28,8 @@ struct meshd_core;
 struct meshd_api;
 
 #define MESHD_API_MAX_BODY (16u << 20)	/* request body bound, bytes */
-#define MESHD_API_MAX_CONNS 64u		/* requests whose op runs at once */
+#define MESHD_API_MAX_CONNS 64u		/* calls whose op runs at once */
+#define MESHD_API_MAX_CONTROL 16u	/* other requests whose op runs at once, apart from calls */
 #define MESHD_API_NAME_MAX 64u		/* program name length bound */
 
 /* Binds the unix socket at path and starts serving.  The socket's directory

@@ -1,9 +1,23 @@
 /* meshd's core: the catalog's loaded programs, their worker instances, the
  * shared-memory slots, and the loop (daemon/ops.h).
  *
+ * A worker serves one call at a time (its slot is one request ring): a call
+ * takes a free worker, else starts one more while the autoscale policy's
+ * replica count (mesh_as_plan) allows, up to max_workers, else waits -- all
+ * within the call's own timeout.  When every slot is taken, the least
+ * recently used idle worker of any program is halted off its slot.
+ *
+ * Healing: a worker that breaks its slot (a bad reply), runs a call past its
+ * manifest's call_timeout, or whose heartbeat stops while a request waits
+ * for it, is failed through the lifecycle table (mesh_instance_fail: its
+ * group is killed, its slot replaced); the next call gets a fresh worker.  A
+ * program whose workers die before `ready` is backed off (exponentially,
+ * capped); after CRASH_FAIL_AFTER such deaths in CRASH_WINDOW_NS it is
+ * FAILED until `start`.
+ *
  * Locks: d->mu guards programs and slots; the host has its own lock.  Order:
  * d->mu may be held while calling a host function that does not wait
- * (warm, launch, halt, exit, state, stats); never across a wait. */
+ * (warm, launch, halt, exit, fail, state, stats); never across a wait. */
 #include "daemon/ops.h"
 
 #include "daemon/metrics.h"
@@ -37,13 +51,28 @@
 #define LOGS_CAP (1u << 20)
 /* A caller waits this long for a worker that is already STOPPING to go. */
 #define STOP_WAIT_NS (15ull * MESH_NS_PER_S)
+/* A call without a timeout of its own. */
+#define CALL_TIMEOUT_DEFAULT_NS (30ull * MESH_NS_PER_S)
+/* The worker library beats every 250 ms outside a handler: a request
+ * waiting this long for a worker whose heartbeat stopped means it hangs. */
+#define HEARTBEAT_STALE_NS (10ull * MESH_NS_PER_S)
+/* Crash-loop backoff: the first retry after this, doubling, capped. */
+#define CRASH_BACKOFF_NS (200ull * MESH_NS_PER_MS)
+#define CRASH_BACKOFF_CAP_NS (10ull * MESH_NS_PER_S)
+#define CRASH_FAIL_AFTER 5u
+#define CRASH_WINDOW_NS (60ull * MESH_NS_PER_S)
+/* Waits are cut in steps this long so a loop-less core still moves. */
+#define WAIT_STEP_NS (50ull * MESH_NS_PER_MS)
 
 struct worker {
 	struct mesh_instance *inst;
-	int slot;	  /* index into d->slots while on a slot, else -1 */
-	unsigned inflight;
+	int slot;	      /* index into d->slots while on a slot, else -1 */
+	int busy;	      /* a call runs on its slot */
 	uint64_t last_used;
-	int job;	  /* held by a job (meshd_job_worker_get): no call uses it */
+	uint64_t sent;	      /* requests sent on its slot since its run began */
+	uint64_t stuck_since; /* a call its caller gave up on may still run; 0: none */
+	uint32_t seen_unready; /* the host's unready count already noted */
+	int job;	      /* held by a job (meshd_job_worker_get): no call uses it */
 };
 
 struct program {
@@ -53,16 +82,24 @@ struct program {
 	unsigned nw;
 	unsigned refs; /* ops using it; unload waits for 0 */
 	unsigned stops; /* stop_all calls: a call cut by one says so */
+	unsigned waiting; /* calls looking for a worker */
 	int gone;
 	/* Metrics, under d->metrics_mu. */
 	uint64_t loaded_at;
 	struct meshd_hist cold_start, call;
 	uint64_t calls[MESHD_CALL__N];
+	/* crash-loop backoff */
+	unsigned streak;		    /* deaths before ready in a row */
+	uint64_t crash_at[CRASH_FAIL_AFTER]; /* the last ones' times (a ring) */
+	unsigned ncrash;
+	uint64_t retry_at;		    /* no spawn before this */
+	char *crash_report;		    /* the last such death's report */
+	char *failed;			    /* FAILED: why; NULL if not */
 };
 
 struct meshd_core {
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_cond_t cv; /* CLOCK_MONOTONIC; a program unref'd, a worker freed */
 	struct mesh_host *h;
 	char *catalog, *logs;
 	char *env[4];
@@ -77,6 +114,7 @@ struct meshd_core {
 	/* A leaf lock for the programs' metrics: the host's loop records cold
 	 * starts with the host's lock held, which d->mu may not be taken under. */
 	pthread_mutex_t metrics_mu;
+	uint64_t heartbeat_ns, backoff_ns;
 };
 
 /* The host's on_ready: a cold start of a worker of img, which is the image
@@ -98,8 +136,6 @@ static void count_call(struct meshd_core *d, struct program *p, int rc, uint64_t
 	meshd_hist_observe(&p->call, MESHD_HIST_CALL, ns);
 	pthread_mutex_unlock(&d->metrics_mu);
 }
-
-
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err)
 {
@@ -127,9 +163,15 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	if (!d)
 		return -ENOMEM;
 	pthread_mutex_init(&d->mu, NULL);
-	pthread_cond_init(&d->cv, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&d->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&d->metrics_mu, NULL);
 	d->gpu = gpu;
+	d->heartbeat_ns = cfg->heartbeat_timeout_ns ? cfg->heartbeat_timeout_ns : HEARTBEAT_STALE_NS;
+	d->backoff_ns = cfg->crash_backoff_ns ? cfg->crash_backoff_ns : CRASH_BACKOFF_NS;
 	d->nslots = n;
 	char abs[PATH_MAX];
 	d->catalog = strdup(realpath(cfg->catalog, abs) ? abs : cfg->catalog);
@@ -186,20 +228,57 @@ bad:
 	return rc;
 }
 
-/* Gives back the slots of workers that left them, and replaces a slot that
- * a crash failed (no old process may still map it).  d->mu held. */
+/* A worker of p died (or failed to start) before `ready`: the next spawn
+ * waits (exponential backoff), and CRASH_FAIL_AFTER of them within
+ * CRASH_WINDOW_NS make p FAILED.  d->mu held. */
+static void note_unready(struct meshd_core *d, struct program *p, struct worker *wk, uint64_t now)
+{
+	char *r = mesh_instance_last_report(wk->inst);
+	if (r) {
+		free(p->crash_report);
+		p->crash_report = r;
+	}
+	p->streak++;
+	p->crash_at[p->ncrash++ % CRASH_FAIL_AFTER] = now;
+	unsigned shift = p->streak - 1 < 16 ? p->streak - 1 : 16;
+	uint64_t wait = d->backoff_ns << shift;
+	p->retry_at = now + (wait < CRASH_BACKOFF_CAP_NS ? wait : CRASH_BACKOFF_CAP_NS);
+	uint64_t oldest = p->crash_at[p->ncrash % CRASH_FAIL_AFTER];
+	if (p->failed || p->ncrash < CRASH_FAIL_AFTER || now - oldest > CRASH_WINDOW_NS)
+		return;
+	const char *nl = p->crash_report ? strchr(p->crash_report, '\n') : NULL;
+	int hl = p->crash_report ? (int)(nl ? nl - p->crash_report : (long)strlen(p->crash_report)) : 0;
+	p->failed = mesh_strf("%u starts died before 'ready' within %llu s; the last: %.*s", CRASH_FAIL_AFTER,
+			      (unsigned long long)((now - oldest) / MESH_NS_PER_S + 1), hl,
+			      p->crash_report ? p->crash_report : "");
+	if (p->failed)
+		mesh_warn("failed name=%s: program FAILED: %s (mesh start %s clears it)", p->img.name, p->failed,
+			  p->img.name);
+}
+
+/* Gives back the slots of workers that left them, replaces a slot that a
+ * crash failed (no old process may still map it), and notes deaths before
+ * `ready` for the backoff.  d->mu held. */
 static void reconcile(struct meshd_core *d, struct program *p)
 {
+	uint64_t now = mesh_mono_ns();
 	for (unsigned i = 0; i < p->nw; i++) {
 		struct worker *wk = &p->w[i];
+		struct mesh_instance_stats st = mesh_instance_stats(wk->inst);
+		if (st.unready != wk->seen_unready) {
+			wk->seen_unready = st.unready;
+			note_unready(d, p, wk, now);
+		} else if (st.state == MESH_IS_IDLE || st.state == MESH_IS_RUNNING) {
+			p->streak = 0;
+		}
 		struct mesh_slot *bad = mesh_instance_take_failed_slot(wk->inst);
 		if (wk->slot < 0)
 			continue;
 		if (mesh_instance_slot(wk->inst) == d->slots[wk->slot] && !bad)
 			continue;
-		enum mesh_istate st = mesh_instance_state(wk->inst);
-		if (st == MESH_IS_LAUNCHING || st == MESH_IS_RUNNING || st == MESH_IS_HALTING ||
-		    (st == MESH_IS_STARTING && !bad))
+		enum mesh_istate ist = mesh_instance_state(wk->inst);
+		if (ist == MESH_IS_LAUNCHING || ist == MESH_IS_RUNNING || ist == MESH_IS_HALTING ||
+		    (ist == MESH_IS_STARTING && !bad))
 			continue; /* a launch on it is pending */
 		unsigned s = (unsigned)wk->slot;
 		if ((bad || mesh_slot_failed(d->slots[s])) && d->slot_busy[s] == 0) {
@@ -212,6 +291,12 @@ static void reconcile(struct meshd_core *d, struct program *p)
 		d->slot_taken[s] = 0;
 		wk->slot = -1;
 	}
+}
+
+static void reconcile_all(struct meshd_core *d)
+{
+	for (struct program *p = d->progs; p; p = p->next)
+		reconcile(d, p);
 }
 
 /* A free slot whose rings are ring bytes (the program's manifest): one of
@@ -231,6 +316,36 @@ static int take_slot(struct meshd_core *d, uint64_t ring)
 			return (int)i;
 		}
 	return -1;
+}
+
+/* Every slot is taken: halts the least recently used worker that serves no
+ * call (of any program) off its slot, which comes free once it says
+ * `halted`; the process stays, IDLE, until its idle TTL.  The program the
+ * victim belongs to, with a reference held (unref it), and its instance in
+ * *victim; NULL when every slot serves a call.  d->mu held. */
+static struct program *evict_lru(struct meshd_core *d, struct mesh_instance **victim)
+{
+	struct program *vp = NULL;
+	struct worker *vw = NULL;
+	for (struct program *p = d->progs; p; p = p->next)
+		for (unsigned i = 0; i < p->nw; i++) {
+			struct worker *wk = &p->w[i];
+			if (wk->slot < 0 || wk->busy || wk->stuck_since || d->slot_busy[wk->slot] ||
+			    mesh_instance_state(wk->inst) != MESH_IS_RUNNING)
+				continue;
+			if (!vw || wk->last_used < vw->last_used) {
+				vp = p;
+				vw = wk;
+			}
+		}
+	if (!vw)
+		return NULL;
+	mesh_info("evict name=%s slot=%d: every slot is taken; the least recently used idle worker is halted",
+		  vp->img.name, vw->slot);
+	mesh_instance_halt(vw->inst);
+	vp->refs++;
+	*victim = vw->inst;
+	return vp;
 }
 
 static struct program *find(struct meshd_core *d, const char *name)
@@ -267,6 +382,7 @@ void meshd_program_info_release(struct meshd_program_info *pi)
 	free(pi->name);
 	free(pi->binary);
 	free(pi->workers);
+	free(pi->failed);
 	memset(pi, 0, sizeof *pi);
 }
 
@@ -347,6 +463,17 @@ static uint64_t start_wait_ns(const struct program *p, const struct meshd_core *
 	return p->img.m.ready_timeout_ns + p->img.m.online_timeout_ns + STOP_WAIT_NS;
 }
 
+/* A new worker record of p with its instance; its index or a negative
+ * code.  d->mu held; p->nw < max_workers. */
+static int new_worker(struct meshd_core *d, struct program *p)
+{
+	struct worker *wk = &p->w[p->nw];
+	memset(wk, 0, sizeof *wk);
+	wk->slot = -1;
+	int rc = mesh_instance_new(d->h, &p->img, &wk->inst);
+	return rc ? rc : (int)p->nw++;
+}
+
 /* A worker of p that is up or coming up, or a new one warmed; d->mu held.
  * Returns its index or a negative code. */
 static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
@@ -366,11 +493,10 @@ static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
 	if (down < 0) {
 		if (p->nw >= p->img.m.max_workers)
 			return mesh_errf(err, MESH_E_STATE, "'%s' has %u workers stopping; try again", p->img.name, p->nw);
-		int rc = mesh_instance_new(d->h, &p->img, &p->w[p->nw].inst);
-		if (rc)
+		int rc = new_worker(d, p);
+		if (rc < 0)
 			return rc;
-		p->w[p->nw].slot = -1;
-		down = (int)p->nw++;
+		down = rc;
 	}
 	int rc = mesh_instance_warm(p->w[down].inst, err);
 	return rc ? rc : down;
@@ -385,6 +511,15 @@ int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&d->mu);
+	/* An explicit start clears FAILED and the crash-loop backoff. */
+	reconcile(d, p);
+	if (p->failed)
+		mesh_info("start name=%s: FAILED cleared", p->img.name);
+	free(p->failed);
+	p->failed = NULL;
+	p->streak = 0;
+	p->ncrash = 0;
+	p->retry_at = 0;
 	int i = pick_or_warm(d, p, err);
 	struct mesh_instance *inst = i >= 0 ? p->w[i].inst : NULL;
 	if (i >= 0)
@@ -465,6 +600,8 @@ int meshd_op_unload(struct meshd_core *d, const char *name, char **err)
 	for (unsigned i = 0; i < p->nw; i++)
 		mesh_instance_free(p->w[i].inst);
 	mesh_image_release(&p->img);
+	free(p->crash_report);
+	free(p->failed);
 	free(p);
 	return 0;
 }
@@ -479,6 +616,8 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 	if (p->nw && !(pi->workers = calloc(p->nw, sizeof *pi->workers)))
 		return -ENOMEM;
 	pi->nworkers = p->nw;
+	if (p->failed && !(pi->failed = strdup(p->failed)))
+		return -ENOMEM;
 	for (unsigned i = 0; i < p->nw; i++) {
 		struct meshd_worker_info *wi = &pi->workers[i];
 		wi->st = mesh_instance_stats(p->w[i].inst);
@@ -614,107 +753,258 @@ int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, cha
 	return 0;
 }
 
-/* A worker of p on a slot, serving; its index, with inflight counted, or a
- * negative code.  Spawns or launches as needed. */
-static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, int *slot_out, char **err)
+/* Why no worker could take a call by its deadline. */
+static int acquire_timeout(struct program *p, int coming, unsigned busy, uint64_t timeout_ns, char **err)
+{
+	unsigned long long ms = (unsigned long long)(timeout_ns / MESH_NS_PER_MS);
+	if (coming >= 0)
+		return mesh_errf(err, MESH_E_TIMEOUT, "'%s' did not come online within the call's %llu ms", p->img.name, ms);
+	return mesh_errf(err, MESH_E_TIMEOUT,
+			 "no worker of '%s' was free within the call's %llu ms (%u busy, max_workers %u, %u calls waiting)",
+			 p->img.name, ms, busy, p->img.m.max_workers, p->waiting);
+}
+
+/* A worker of p on a slot with no call on it, marked busy (the caller
+ * clears it); its index, or a negative code.  Starts one more worker
+ * (launching an idle one, else spawning) while the policy's replica count
+ * for the demand (calls waiting + calls running, one a worker) is above
+ * the workers up or coming; else waits for one to come free.  Never past
+ * deadline. */
+static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint64_t deadline, uint64_t timeout_ns,
+		   const atomic_int *cancel, int *slot_out, char **err)
 {
 	for (;;) {
+		if (cancel && atomic_load(cancel))
+			return mesh_errf(err, MESH_E_STOPPED, "the client went away while the call waited for a worker");
+		struct mesh_instance *wait_inst = NULL;
+		struct program *vp = NULL; /* the program of a worker evicted for us */
 		pthread_mutex_lock(&d->mu);
-		reconcile(d, p);
-		int best = -1, waitfor = -1;
+		reconcile_all(d);
+		uint64_t now = mesh_mono_ns();
+		if (p->stops != stops || p->gone) {
+			/* stop, unload or meshd's exit: not a reason to start another. */
+			int rc = mesh_errf(err, MESH_E_STOPPED,
+					   "'%s' was stopped while the call waited for a worker (stop, unload or meshd "
+					   "stopping)",
+					   p->img.name);
+			pthread_mutex_unlock(&d->mu);
+			return rc;
+		}
+		if (p->failed) {
+			int rc = mesh_errf(err, MESH_E_CRASHED, "'%s' is FAILED: %s; `mesh start %s` clears it", p->img.name,
+					   p->failed, p->img.name);
+			pthread_mutex_unlock(&d->mu);
+			return rc;
+		}
+		int best = -1, coming = -1, stopping = -1;
+		unsigned warm = 0, starting = 0, busy = 0;
 		for (unsigned i = 0; i < p->nw; i++) {
-			enum mesh_istate st = mesh_instance_state(p->w[i].inst);
-			if (p->w[i].job)
+			struct worker *wk = &p->w[i];
+			if (wk->job)
 				continue; /* a job's (meshd_job_worker_get) */
-			if (st == MESH_IS_RUNNING && p->w[i].slot >= 0 &&
-			    (best < 0 || p->w[i].inflight < p->w[best].inflight))
-				best = (int)i;
-			if ((st == MESH_IS_STARTING || st == MESH_IS_LAUNCHING) && p->w[i].slot >= 0)
-				waitfor = (int)i;
+			enum mesh_istate st = mesh_instance_state(wk->inst);
+			busy += wk->busy;
+			if (mesh_istate_stopping(st))
+				stopping = (int)i;
+			if (st == MESH_IS_RUNNING && wk->slot >= 0) {
+				warm++;
+				if (!wk->busy && !wk->stuck_since && (best < 0 || wk->last_used < p->w[best].last_used))
+					best = (int)i;
+			} else if ((st == MESH_IS_STARTING || st == MESH_IS_LAUNCHING) && wk->slot >= 0) {
+				starting++;
+				coming = (int)i;
+			}
 		}
 		if (best >= 0) {
 			struct worker *wk = &p->w[best];
-			wk->inflight++;
-			wk->last_used = mesh_mono_ns();
+			wk->busy = 1;
+			wk->sent++;
+			wk->last_used = now;
 			d->slot_busy[wk->slot]++;
 			*slot_out = wk->slot;
 			pthread_mutex_unlock(&d->mu);
 			return best;
 		}
-		if (waitfor < 0) {
-			/* Put an idle one on a slot, or a new one (spawned on launch). */
+		struct mesh_as_config c = {0, p->img.m.max_workers, 1, 1, 1, 0};
+		struct mesh_as_obs o = {warm, starting, (uint64_t)p->waiting + busy, 0, 0, 0};
+		struct mesh_as_plan plan;
+		if (mesh_as_plan(&c, &o, &plan) == 0 && plan.action == MESH_AS_SPAWN) {
+			/* One more: an idle process first (no spawn), else a new one. */
 			int cand = -1;
 			for (unsigned i = 0; i < p->nw && cand < 0; i++)
-				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_IDLE)
+				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_IDLE && p->w[i].slot < 0)
 					cand = (int)i;
-			for (unsigned i = 0; i < p->nw && cand < 0; i++)
-				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_STARTING)
-					cand = (int)i;
-			for (unsigned i = 0; i < p->nw && cand < 0; i++)
-				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN)
-					cand = (int)i;
-			if (cand < 0 && p->nw < p->img.m.max_workers) {
-				int rc = mesh_instance_new(d->h, &p->img, &p->w[p->nw].inst);
-				if (rc) {
-					pthread_mutex_unlock(&d->mu);
-					return rc;
-				}
-				p->w[p->nw].slot = -1;
-				cand = (int)p->nw++;
-			}
-			if (cand < 0) {
-				/* All are stopping: wait for one to go. */
-				struct mesh_instance *inst = p->w[0].inst;
-				pthread_mutex_unlock(&d->mu);
-				mesh_instance_wait(inst, 1u << MESH_IS_DOWN, STOP_WAIT_NS, NULL);
-				if (mesh_mono_ns() >= deadline)
-					return mesh_errf(err, MESH_E_TIMEOUT, "no worker of '%s' could take the call in time",
-						   p->img.name);
-				continue;
-			}
-			int s = take_slot(d, p->img.m.ring_bytes);
-			if (s < 0) {
-				pthread_mutex_unlock(&d->mu);
-				return mesh_errf(err, MESH_E_STATE, "no free slot for '%s' (all %u are in use)", p->img.name,
-					   d->nslots);
-			}
-			int rc = mesh_instance_launch(p->w[cand].inst, d->slots[s], err);
-			if (rc) {
-				d->slot_taken[s] = 0;
+			if (cand < 0 && now < p->retry_at && warm + starting == 0) {
+				/* Backing off a crash loop: answer with the last crash. */
+				int rc = mesh_errf(err, MESH_E_CRASHED, "%s%s(the next start of '%s' in %llu ms)",
+						   p->crash_report ? p->crash_report : "",
+						   p->crash_report && !strchr(p->crash_report, '\n') ? "\n" : "", p->img.name,
+						   (unsigned long long)((p->retry_at - now) / MESH_NS_PER_MS));
 				pthread_mutex_unlock(&d->mu);
 				return rc;
 			}
-			p->w[cand].slot = s;
-			waitfor = cand;
+			for (unsigned i = 0; i < p->nw && cand < 0 && now >= p->retry_at; i++)
+				if (mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN && p->w[i].slot < 0)
+					cand = (int)i;
+			if (cand < 0 && now >= p->retry_at && p->nw < p->img.m.max_workers) {
+				int rc = new_worker(d, p);
+				if (rc < 0) {
+					pthread_mutex_unlock(&d->mu);
+					return rc;
+				}
+				cand = rc;
+			}
+			if (cand >= 0) {
+				int s = take_slot(d, p->img.m.ring_bytes);
+				if (s < 0)
+					vp = evict_lru(d, &wait_inst);
+				if (s >= 0) {
+					struct worker *wk = &p->w[cand];
+					int rc = mesh_instance_launch(wk->inst, d->slots[s], err);
+					if (rc) {
+						d->slot_taken[s] = 0;
+						pthread_mutex_unlock(&d->mu);
+						return rc;
+					}
+					wk->slot = s;
+					wk->sent = 0;
+					wk->stuck_since = 0;
+					wk->last_used = now;
+					coming = cand;
+				} else if (!vp && warm + starting == 0) {
+					int rc = mesh_errf(err, MESH_E_STATE, "no free slot for '%s' (all %u serve calls)",
+							   p->img.name, d->nslots);
+					pthread_mutex_unlock(&d->mu);
+					return rc;
+				}
+			}
 		}
-		struct mesh_instance *inst = p->w[waitfor].inst;
-		pthread_mutex_unlock(&d->mu);
-		uint64_t now = mesh_mono_ns();
-		if (now >= deadline)
-			return mesh_errf(err, MESH_E_TIMEOUT, "'%s' did not come online in time", p->img.name);
-		int rc = mesh_instance_wait(inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE,
-					    deadline - now, err);
-		if (rc)
+		if (now >= deadline) {
+			int rc = acquire_timeout(p, coming, busy, timeout_ns, err);
+			pthread_mutex_unlock(&d->mu);
+			if (vp)
+				unref(d, vp);
 			return rc;
-		if (mesh_instance_state(inst) == MESH_IS_DOWN) {
-			char *r = mesh_instance_last_report(inst);
-			if (err)
-				*err = r ? r : mesh_strf("'%s' exited before it came online", p->img.name);
-			else
-				free(r);
-			return MESH_E_CRASHED;
 		}
+		int own = 0;
+		if (!wait_inst && coming >= 0) {
+			wait_inst = p->w[coming].inst;
+			own = 1;
+		}
+		if (!wait_inst && stopping >= 0 && warm + starting == 0)
+			wait_inst = p->w[stopping].inst; /* all of them on their way out */
+		uint64_t until = deadline - now < WAIT_STEP_NS ? deadline : now + WAIT_STEP_NS;
+		if (!wait_inst) {
+			/* Every worker serves a call: one ends (d->cv) or the step. */
+			struct timespec ts = {(time_t)(until / MESH_NS_PER_S), (long)(until % MESH_NS_PER_S)};
+			pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+			pthread_mutex_unlock(&d->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&d->mu);
+		char *e = NULL;
+		int rc = mesh_instance_wait(wait_inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_IDLE | 1u << MESH_IS_DOWN,
+					    until - now, &e);
+		if (vp)
+			unref(d, vp);
+		if (own && rc == MESH_E_TIMEOUT) {
+			/* The step ran out, or the worker missed its ready or online
+			 * timeout (it is failed then: on its way out or gone). */
+			enum mesh_istate st = mesh_instance_state(wait_inst);
+			if (st != MESH_IS_DOWN && !mesh_istate_stopping(st))
+				rc = 0;
+		}
+		if (own && rc) {
+			if (err)
+				*err = e;
+			else
+				free(e);
+			return rc; /* it died or failed on its way up: that is the answer */
+		}
+		free(e);
 	}
+}
+
+/* After a failed slot call: the caller's code and message.  d->mu not held. */
+static int call_failed(struct meshd_core *d, struct program *p, int wi, int s, struct mesh_slot *slot, int rc,
+		       unsigned stops, uint64_t t, int by_limit, void *rep, size_t rl, char **err)
+{
+	const char *name = p->img.name;
+	struct mesh_instance *inst = p->w[wi].inst;
+	if (rc == MESH_E_REFUSED) {
+		if (err)
+			*err = rep ? mesh_strf("the worker's handler failed: %.*s", (int)rl, (char *)rep) : NULL;
+		return MESH_E_HANDLER;
+	}
+	if (rc == MESH_E_TIMEOUT && by_limit) {
+		/* Past the manifest's limit: the worker hangs; a fresh one serves next. */
+		pid_t pid = mesh_instance_pid(inst);
+		char *why = mesh_strf("a call ran past call_timeout (%llu ms)", (unsigned long long)(t / MESH_NS_PER_MS));
+		mesh_instance_fail(inst, why ? why : "a call ran past call_timeout");
+		free(why);
+		mesh_instance_wait(inst, 1u << MESH_IS_DOWN, 5 * MESH_NS_PER_S, NULL);
+		return mesh_errf(err, MESH_E_TIMEOUT,
+				 "'%s' did not reply within its call_timeout of %llu ms: its worker (pid %d) was killed; "
+				 "the next call gets a fresh one",
+				 name, (unsigned long long)(t / MESH_NS_PER_MS), (int)pid);
+	}
+	if (rc == MESH_E_TIMEOUT)
+		return mesh_errf(err, rc, "'%s' did not reply within %llu ms", name, (unsigned long long)(t / MESH_NS_PER_MS));
+	if (rc == MESH_E_CORRUPT) {
+		/* The worker broke its slot: fail it through the table (its group
+		 * is killed, the slot replaced at the reap). */
+		const char *why = mesh_slot_failed(slot);
+		char *msg = mesh_strf("it broke its slot: %s", why ? why : "bad reply");
+		pid_t pid = mesh_instance_pid(inst);
+		mesh_instance_fail(inst, msg ? msg : "it broke its slot");
+		mesh_instance_wait(inst, 1u << MESH_IS_DOWN, 5 * MESH_NS_PER_S, NULL);
+		rc = mesh_errf(err, rc, "worker of '%s' (pid %d) broke its slot: %s; it was killed and the next call gets "
+			       "a fresh worker", name, (int)pid, why ? why : "bad reply");
+		free(msg);
+		return rc;
+	}
+	if (rc != MESH_E_STATE)
+		return mesh_errf(err, rc, "call to '%s' failed: %s", name, mesh_strerror(rc));
+	/* The slot failed: most likely its worker died.  Give the host a
+	 * moment to reap it and write the report. */
+	mesh_instance_wait(inst, 1u << MESH_IS_DOWN, 5 * MESH_NS_PER_S, NULL);
+	char *r = mesh_instance_last_report(inst);
+	pthread_mutex_lock(&d->mu);
+	int stopped = p->stops != stops;
+	pthread_mutex_unlock(&d->mu);
+	int down = mesh_instance_state(inst) == MESH_IS_DOWN;
+	if (stopped && down) {
+		/* Asked to exit (mesh stop, unload, meshd stopping): no crash. */
+		rc = mesh_errf(err, MESH_E_STOPPED,
+			       "worker of '%s' stopped while the call ran (stop, unload or meshd stopping); the call may "
+			       "not have completed",
+			       name);
+	} else if (down && r) {
+		rc = MESH_E_CRASHED;
+		if (err)
+			*err = r, r = NULL;
+	} else {
+		const char *why = mesh_slot_failed(slot);
+		rc = mesh_errf(err, rc, "slot %d failed: %s", s, why ? why : mesh_strerror(rc));
+	}
+	free(r);
+	return rc;
 }
 
 int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_t n, void **reply, size_t *reply_len,
 		  uint64_t timeout_ns, char **err)
 {
-	return meshd_op_call_stream(d, name, req, n, NULL, NULL, reply, reply_len, timeout_ns, err);
+	return meshd_op_call_ex(d, name, req, n, NULL, NULL, reply, reply_len, timeout_ns, NULL, err);
 }
 
 int meshd_op_call_stream(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
 			 void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, char **err)
+{
+	return meshd_op_call_ex(d, name, req, n, on_part, arg, reply, reply_len, timeout_ns, NULL, err);
+}
+
+int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
+		     void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, const atomic_int *cancel, char **err)
 {
 	struct program *p;
 	if (err)
@@ -725,71 +1015,52 @@ int meshd_op_call_stream(struct meshd_core *d, const char *name, const void *req
 	if (rc)
 		return rc;
 	uint64_t start = mesh_mono_ns();
-	uint64_t launch_deadline = start + start_wait_ns(p, d);
+	uint64_t t = timeout_ns ? timeout_ns : CALL_TIMEOUT_DEFAULT_NS;
+	uint64_t deadline = mesh_mono_ns() + t;
 	int s = -1;
-	int wi = acquire(d, p, launch_deadline, &s, err);
+	pthread_mutex_lock(&d->mu);
+	p->waiting++;
+	unsigned stops = p->stops;
+	pthread_mutex_unlock(&d->mu);
+	int wi = acquire(d, p, stops, deadline, t, cancel, &s, err);
+	pthread_mutex_lock(&d->mu);
+	p->waiting--;
 	if (wi < 0) {
+		pthread_mutex_unlock(&d->mu);
 		count_call(d, p, wi, mesh_mono_ns() - start);
 		unref(d, p);
 		return wi;
 	}
-	struct mesh_slot *slot;
-	struct mesh_instance *inst;
-	pthread_mutex_lock(&d->mu);
-	slot = d->slots[s];
-	inst = p->w[wi].inst;
-	unsigned stops = p->stops;
+	struct mesh_slot *slot = d->slots[s];
+	struct worker *wk = &p->w[wi];
+	uint64_t now = mesh_mono_ns(), t0 = now;
 	pthread_mutex_unlock(&d->mu);
-	uint64_t t = timeout_ns ? timeout_ns : 30ull * MESH_NS_PER_S;
+	/* The call's own time left, or the manifest's limit when that is less. */
+	uint64_t left = deadline > now ? deadline - now : 1, ct = p->img.m.call_timeout_ns;
+	int by_limit = ct && ct <= left;
 	void *rep = NULL;
 	size_t rl = 0;
-	rc = mesh_slot_call_stream(slot, req, n, on_part, arg, &rep, &rl, t, MESH_SLOT_CALL_SPIN_NS);
-	if (rc == MESH_E_REFUSED) {
-		rc = MESH_E_HANDLER;
-		if (err)
-			*err = rep ? mesh_strf("the worker's handler failed: %.*s", (int)rl, (char *)rep) : NULL;
-		free(rep);
-		rep = NULL;
-	} else if (rc == MESH_E_STATE || rc == MESH_E_CORRUPT) {
-		/* The slot failed: most likely its worker died.  Give the host a
-		 * moment to reap it and write the report. */
-		mesh_instance_wait(inst, 1u << MESH_IS_DOWN, 5 * MESH_NS_PER_S, NULL);
-		char *r = mesh_instance_last_report(inst);
-		pthread_mutex_lock(&d->mu);
-		int stopped = p->stops != stops;
-		pthread_mutex_unlock(&d->mu);
-		if (stopped && mesh_instance_state(inst) == MESH_IS_DOWN) {
-			/* Asked to exit (mesh stop, unload, meshd stopping): no crash. */
-			rc = MESH_E_STOPPED;
-			if (err)
-				*err = mesh_strf("worker of '%s' stopped while the call ran (stop, unload or meshd "
-						 "stopping); the call may not have completed",
-						 name);
-		} else if (mesh_instance_state(inst) == MESH_IS_DOWN && r) {
-			rc = MESH_E_CRASHED;
-			if (err)
-				*err = r, r = NULL;
-		} else if (err) {
-			const char *why = mesh_slot_failed(slot);
-			*err = mesh_strf("slot %d failed: %s", s, why ? why : mesh_strerror(rc));
-		}
-		free(r);
-	} else if (rc == MESH_E_TIMEOUT && err) {
-		*err = mesh_strf("'%s' did not reply within %llu ms", name, (unsigned long long)(t / MESH_NS_PER_MS));
-	} else if (rc && err) {
-		*err = mesh_strf("call to '%s' failed: %s", name, mesh_strerror(rc));
-	}
+	rc = mesh_slot_call_stream(slot, req, n, on_part, arg, &rep, &rl, by_limit ? ct : left, MESH_SLOT_CALL_SPIN_NS);
+	if (rc)
+		rc = call_failed(d, p, wi, s, slot, rc, stops, by_limit ? ct : t, by_limit, rep, rl, err);
 	pthread_mutex_lock(&d->mu);
-	p->w[wi].inflight--;
-	p->w[wi].last_used = mesh_mono_ns();
+	if (rc == MESH_E_TOOBIG)
+		wk->sent--; /* refused before it was sent */
+	if (rc == MESH_E_TIMEOUT && !by_limit && !wk->stuck_since)
+		wk->stuck_since = t0; /* the worker may still run it */
+	wk->busy = 0;
+	wk->last_used = mesh_mono_ns();
 	d->slot_busy[s]--;
 	reconcile(d, p);
+	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 	count_call(d, p, rc, mesh_mono_ns() - start);
 	unref(d, p);
 	if (rc == 0) {
 		*reply = rep;
 		*reply_len = rl;
+	} else {
+		free(rep);
 	}
 	return rc;
 }
@@ -834,8 +1105,42 @@ static void log_report(const char *name, char *r)
 	free(r);
 }
 
+/* A worker on a slot that hangs or broke it: failed through the table
+ * (killed, its slot replaced) so that the next call gets a fresh one.
+ * A request waiting for a worker whose heartbeat stopped outside a handler
+ * (the library beats every 250 ms there); a call its caller gave up on
+ * still running past the manifest's call_timeout; control words that
+ * cannot be.  d->mu held. */
+static void heal(struct meshd_core *d, struct program *p, struct worker *wk, uint64_t now)
+{
+	struct mesh_slot_stats ss;
+	char why[160];
+	why[0] = 0;
+	if (mesh_slot_stats(d->slots[wk->slot], &ss) != 0) {
+		const char *f = mesh_slot_failed(d->slots[wk->slot]);
+		snprintf(why, sizeof why, "it broke its slot: %s", f ? f : "bad control words");
+	} else {
+		uint64_t done = ss.replies + ss.errors, ct = p->img.m.call_timeout_ns;
+		if (wk->stuck_since && done >= wk->sent)
+			wk->stuck_since = 0; /* it answered the call its caller gave up on */
+		if (wk->stuck_since && ct && now > wk->stuck_since + ct)
+			snprintf(why, sizeof why, "a call ran past call_timeout (%llu ms)",
+				 (unsigned long long)(ct / MESH_NS_PER_MS));
+		else if (wk->sent > ss.requests && ss.requests == done && ss.heartbeat_ns &&
+			 now > ss.heartbeat_ns + d->heartbeat_ns)
+			snprintf(why, sizeof why, "its heartbeat stopped %llu ms ago while a request waited for it",
+				 (unsigned long long)((now - ss.heartbeat_ns) / MESH_NS_PER_MS));
+	}
+	if (!why[0])
+		return;
+	mesh_warn("heal name=%s pid=%d: %s; killed, the next call gets a fresh worker", p->img.name,
+		  (int)mesh_instance_pid(wk->inst), why);
+	mesh_instance_fail(wk->inst, why);
+}
+
 /* Scale to zero: each warm worker is put to the autoscale policy with its
- * own demand (requests in flight) and idle time; REAP makes it exit. */
+ * own demand (a call on it) and idle time; REAP makes it exit.  Workers
+ * that hang are healed. */
 void meshd__tick(struct meshd_core *d, uint64_t now)
 {
 	pthread_mutex_lock(&d->mu);
@@ -849,6 +1154,8 @@ void meshd__tick(struct meshd_core *d, uint64_t now)
 			if (r)
 				log_report(p->img.name, r);
 			enum mesh_istate st = mesh_instance_state(wk->inst);
+			if (st == MESH_IS_RUNNING && wk->slot >= 0)
+				heal(d, p, wk, now);
 			if ((st != MESH_IS_IDLE && st != MESH_IS_RUNNING) || !wk->last_used)
 				continue;
 			/* Used after now (a call ended while this pass waited for
@@ -856,7 +1163,7 @@ void meshd__tick(struct meshd_core *d, uint64_t now)
 			uint64_t since = now > wk->last_used ? now - wk->last_used : 0;
 			int64_t idle = (int64_t)(since / MESH_NS_PER_MS);
 			int64_t ttl = (int64_t)(p->img.m.idle_ttl_ns / MESH_NS_PER_MS);
-			if (mesh_as_decide(1, wk->inflight > 0, idle, ttl) == MESH_AS_REAP)
+			if (mesh_as_decide(1, wk->busy || wk->stuck_since || wk->job, idle, ttl) == MESH_AS_REAP)
 				mesh_instance_exit(wk->inst);
 		}
 	}
@@ -893,6 +1200,8 @@ void meshd_core_free(struct meshd_core *d)
 		struct program *p = d->progs;
 		d->progs = p->next;
 		mesh_image_release(&p->img);
+		free(p->crash_report);
+		free(p->failed);
 		free(p);
 	}
 	for (unsigned i = 0; d->slots && i < d->nslots; i++)
@@ -921,7 +1230,7 @@ static int job_candidate(struct meshd_core *d, struct program *p)
 	for (unsigned k = 0; k < sizeof pref / sizeof pref[0]; k++)
 		for (unsigned i = 0; i < p->nw; i++) {
 			struct worker *wk = &p->w[i];
-			if (wk->job || wk->inflight || mesh_instance_state(wk->inst) != pref[k] ||
+			if (wk->job || wk->busy || wk->stuck_since || mesh_instance_state(wk->inst) != pref[k] ||
 			    (pref[k] == MESH_IS_RUNNING && wk->slot < 0))
 				continue;
 			return (int)i;
@@ -936,7 +1245,6 @@ static void job_unhold(struct meshd_core *d, struct program *p, unsigned i, int 
 {
 	struct worker *wk = &p->w[i];
 	wk->job = 0;
-	wk->inflight--;
 	wk->last_used = mesh_mono_ns();
 	if (slot >= 0)
 		d->slot_busy[slot]--;
@@ -955,6 +1263,13 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 	uint64_t deadline = mesh_mono_ns() + start_wait_ns(p, d);
 	pthread_mutex_lock(&d->mu);
 	reconcile(d, p);
+	if (p->failed) {
+		rc = mesh_errf(err, MESH_E_CRASHED, "'%s' is FAILED: %s; `mesh start %s` clears it", name, p->failed,
+			       name);
+		pthread_mutex_unlock(&d->mu);
+		unref(d, p);
+		return rc;
+	}
 	int i = job_candidate(d, p);
 	if (i < 0) {
 		pthread_mutex_unlock(&d->mu);
@@ -963,7 +1278,6 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 	}
 	struct worker *wk = &p->w[i];
 	wk->job = 1;
-	wk->inflight++;
 	if (mesh_instance_state(wk->inst) != MESH_IS_RUNNING || wk->slot < 0) {
 		int s = wk->slot >= 0 ? wk->slot : take_slot(d, p->img.m.ring_bytes);
 		if (s < 0) {

@@ -19,6 +19,7 @@
 #include "host/host.h"
 #include "host/limits.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,9 @@ struct meshd_config {
 	const char *isolation;	/* "none" or "mps" */
 	uint64_t ready_timeout_ns, online_timeout_ns; /* 0 = manifest or default 60 s */
 	uint64_t log_max; /* <name>.log rotates past this many bytes; 0 = MESH_HOST_LOG_MAX */
+	/* A worker whose heartbeat is this old while a request waits for it is
+	 * killed; 0 = 10 s.  The first crash-loop backoff; 0 = 200 ms. */
+	uint64_t heartbeat_timeout_ns, crash_backoff_ns;
 };
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err);
@@ -61,6 +65,7 @@ struct meshd_program_info {
 	uint32_t spawns, crashes; /* over its workers */
 	struct meshd_worker_info *workers;
 	unsigned nworkers;
+	char *failed; /* FAILED (crash loop): why; NULL if not.  `start` clears it */
 };
 void meshd_program_info_release(struct meshd_program_info *pi);
 
@@ -105,6 +110,13 @@ typedef int (*meshd_part_fn)(void *arg, const void *p, size_t n);
  * as usual: the caller must tell its client the stream is not whole. */
 int meshd_op_call_stream(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
 			 void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, char **err);
+/* meshd_op_call_stream; while it waits for a worker (not once the worker
+ * has the request) it gives up with MESH_E_STOPPED when *cancel (NULL:
+ * never) becomes non-zero: the client went away.  on_part NULL: the reply
+ * comes back joined. */
+int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
+		     void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, const atomic_int *cancel,
+		     char **err);
 
 /* Workers held by a job (daemon/job_exec.c).  A held worker serves only
  * its job (calls and other jobs skip it; the idle tick never reaps it);

@@ -82,6 +82,8 @@ struct mesh_instance {
 	uint32_t fails;	    /* failures ever */
 	uint32_t req_fails; /* fails at the last request: a waiter reports any newer one */
 	uint32_t spawns, crashes;
+	uint32_t unready;   /* processes that ended (or failed to start) before `ready` */
+	int was_ready;	    /* the current process said `ready` */
 	int last_exit;
 	unsigned enforced;
 	char cgdir[600];
@@ -281,6 +283,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	w->outfd = out[0];
 	w->ctl = ctl;
 	w->exit_requested = 0;
+	w->was_ready = 0;
 	w->closed_deadline = 0;
 	free(w->fail_reason);
 	w->fail_reason = NULL;
@@ -372,6 +375,10 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	char *tail = mesh_proc_tail_text(&w->tail);
 	struct mesh_buf b = MESH_BUF_INIT;
 	const char *name = w->img->name;
+	/* A death before `ready` that nobody asked for: the core's crash-loop
+	 * backoff counts these. */
+	if (!w->was_ready && (!w->exit_requested || w->fail_reason))
+		w->unready++;
 	if (!w->exit_requested || w->fail_reason) {
 		if (w->fail_reason)
 			mesh_buf_addf(&b, "worker '%s' (pid %d) failed: %s; exit status %d", name, (int)w->pid,
@@ -467,6 +474,7 @@ static void act_ready(struct mesh_instance *w, struct outcome *o)
 	if (w->h->on_ready && !w->ready_told)
 		w->h->on_ready(w->h->on_ready_ctx, w->img, mesh_mono_ns() - w->spawned_at);
 	w->ready_told = 1;
+	w->was_ready = 1;
 	if (w->pending) {
 		o->arg.slot = w->pending;
 		w->pending = NULL;
@@ -572,6 +580,7 @@ static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_ist
 	case MESH_A_ABORT:
 		w->pending = NULL;
 		w->deadline = 0;
+		w->unready++;
 		new_failure(w, a->code, strdup(a->text ? a->text : mesh_strerror(a->code)));
 		break;
 	case MESH_A_PEND:
@@ -951,6 +960,18 @@ int mesh_instance_exit(struct mesh_instance *w)
 	return request(w, MESH_EV_EXIT, NULL, NULL);
 }
 
+int mesh_instance_fail(struct mesh_instance *w, const char *why)
+{
+	struct evarg a = {.text = why ? why : "failed by its host"};
+	pthread_mutex_lock(&w->h->mu);
+	/* Not a request: a waiter still hears of the failure this causes. */
+	int rc = fire(w, MESH_EV_BROKEN, &a, NULL);
+	wake_all(w->h);
+	pthread_mutex_unlock(&w->h->mu);
+	mesh_host_wake(w->h);
+	return rc;
+}
+
 int mesh_instance_wait(struct mesh_instance *w, unsigned mask, uint64_t timeout_ns, char **err)
 {
 	struct mesh_host *h = w->h;
@@ -1046,6 +1067,7 @@ struct mesh_instance_stats mesh_instance_stats(struct mesh_instance *w)
 	st.cpu_ns = w->cpu_ns;
 	st.spawns = w->spawns;
 	st.crashes = w->crashes;
+	st.unready = w->unready;
 	st.last_exit = w->last_exit;
 	st.limits = w->pid ? w->enforced : 0;
 	st.gen = w->gen;

@@ -178,6 +178,12 @@ int mesh_instance_warm(struct mesh_instance *w, char **err);
 int mesh_instance_launch(struct mesh_instance *w, struct mesh_slot *s, char **err);
 int mesh_instance_halt(struct mesh_instance *w);
 int mesh_instance_exit(struct mesh_instance *w);
+/* The worker broke a promise the host cannot see (a bad reply in its slot,
+ * a call past its limit, a heartbeat that stopped): the table's `broken`
+ * event with why as the reason, so its group is SIGKILLed, its slot
+ * FAILED and the report (`failed: why`) made at the reap.  A no-op where
+ * the table says so (DOWN, stopping).  Returns 0. */
+int mesh_instance_fail(struct mesh_instance *w, const char *why);
 
 /* Waits until the state is one of mask (bits 1u << state), at most
  * timeout_ns.  0; or, when a failure happened since the last request
@@ -207,6 +213,7 @@ struct mesh_instance_stats {
 	double cpu_pct;		/* over the last sample interval (~1 s) */
 	uint64_t rss, cpu_ns;	/* sampled from /proc */
 	uint32_t spawns, crashes;
+	uint32_t unready;	/* processes that died or failed to start before `ready`, ever */
 	int last_exit;		/* exit status of its last process (128+signal), -1 if none */
 	unsigned limits;	/* MESH_LIM_* bits enforced on its process */
 	uint32_t gen;		/* the last run's generation */

@@ -40,6 +40,7 @@ static const struct field fields[] = {
 	{"lifecycle", "online_timeout", K_DURATION, 1000000ull, 24 * H, OFF(online_timeout_ns)},
 	{"lifecycle", "stop_signal", K_SIGNAL, 0, 0, OFF(stop_signal)},
 	{"lifecycle", "stop_grace", K_DURATION, 0, H, OFF(stop_grace_ns)},
+	{"lifecycle", "call_timeout", K_DURATION, 0, 24 * H, OFF(call_timeout_ns)},
 	{"source", "hash", K_HASH, 0, 0, OFF(source_hash)},
 };
 static const char *const tables[] = {"", "env", "limits", "lifecycle", "source"};

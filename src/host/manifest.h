@@ -20,6 +20,7 @@
  *   online_timeout = "60s"
  *   stop_signal = "SIGTERM"       # TERM INT QUIT HUP USR1 USR2 (with or without SIG)
  *   stop_grace = "3s"
+ *   call_timeout = "30s"          # a call running longer kills its worker; absent = no limit
  *   [source]
  *   hash = "sha256:..."           # what the binary was built from; part of the image hash
  *
@@ -52,6 +53,7 @@ struct mesh_manifest {
 	size_t nenv;
 	struct mesh_limits limits;
 	uint64_t ready_timeout_ns, online_timeout_ns, stop_grace_ns, idle_ttl_ns;
+	uint64_t call_timeout_ns; /* one call's limit on the worker; 0 = none */
 	int stop_signal;
 	unsigned max_workers;
 	uint64_t ring_bytes; /* each ring of its slots (MESH_SLOT_DEFAULT_RING when absent) */

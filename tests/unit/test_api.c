@@ -246,7 +246,10 @@ TEST(api_errors_have_fitting_statuses)
 	stop_all(a);
 }
 
-/* --slots 1: a second program cannot get a slot while the first holds it. */
+static void *slow_call(void *arg);
+
+/* --slots 1: a second program takes the slot of an idle first one (it is
+ * halted off it), but cannot get one while a call holds the only slot. */
 TEST(api_state_conflict_is_409)
 {
 	struct meshd_reply r;
@@ -254,10 +257,21 @@ TEST(api_state_conflict_is_409)
 	struct meshd_api *a = start_api("api.sock");
 	EXPECT_EQ(req("api.sock", "POST", "/v1/programs/echo/call", "x", 1, &r), 200);
 	meshd_reply_release(&r);
-	EXPECT_EQ(req("api.sock", "POST", "/v1/programs/echo2/call", "x", 1, &r), 409);
+	EXPECT_EQ(req("api.sock", "POST", "/v1/programs/echo2/call", "x", 1, &r), 200);
+	meshd_reply_release(&r);
+	/* sleeper's call holds the slot (its worker never says ready, 1 s). */
+	EXPECT_EQ(req("api.sock", "POST", "/v1/programs/echo2/stop", NULL, 0, &r), 200);
+	meshd_reply_release(&r);
+	pthread_t th;
+	pthread_create(&th, NULL, slow_call, "api.sock");
+	uint64_t until = t_now_ms() + 5000;
+	while (access("logs/sleeper.log", F_OK) != 0 && t_now_ms() < until)
+		usleep(10000);
+	EXPECT_EQ(req("api.sock", "POST", "/v1/programs/echo/call", "x", 1, &r), 409);
 	EXPECT_EQ(code_of(&r), MESH_E_STATE);
 	EXPECT_CONTAINS(r.body, "slot");
 	meshd_reply_release(&r);
+	pthread_join(th, NULL);
 	stop_all(a);
 }
 

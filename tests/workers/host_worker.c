@@ -9,8 +9,19 @@
  *   ignore-term        ignores SIGTERM, says ready, then never reads its channel
  *   fork               forks a child (same process group) that sleeps forever,
  *                      writes "<child pid>\n" to the file argv[2], then serves
- *   never-ready        sleeps forever without saying ready */
+ *   never-ready        sleeps forever without saying ready
+ *   bad-reply          serves; a request makes it scribble an impossible head
+ *                      into its reply ring, wake meshd and sleep forever; with
+ *                      a file argv[2]: only while that file does not exist (it
+ *                      creates it), else it echoes
+ *   hang-on-hang       serves; a request "hang" sleeps 30 s, others echo
+ *   slow-200ms         serves; each request takes 200 ms, then echoes */
 #include <mesh/worker.h>
+
+#include "shm/shm.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +35,23 @@ static void lines(const char *what)
 		printf("%s line %d\n", what, i);
 }
 
+/* The reply ring's control in this process's mapping of its slot (the
+ * worker maps only its own: the one "memfd:mesh-slot-N" in its maps). */
+static struct mesh_ring_ctl *reply_ring(void)
+{
+	char line[512];
+	void *at = NULL;
+	FILE *f = fopen("/proc/self/maps", "r");
+	while (f && !at && fgets(line, sizeof line, f))
+		if (strstr(line, "memfd:mesh-slot-"))
+			at = (void *)strtoul(line, NULL, 16);
+	if (f)
+		fclose(f);
+	return at ? &((struct mesh_slot_hdr *)at)->rep : NULL;
+}
+
+static const char *once_file;
+
 static int echo(void *ctx, const void *req, size_t n, void *reply, size_t cap, size_t *reply_len)
 {
 	const char *mode = ctx;
@@ -34,6 +62,29 @@ static int echo(void *ctx, const void *req, size_t n, void *reply, size_t cap, s
 		signal(SIGSEGV, SIG_DFL);
 		raise(SIGSEGV);
 	}
+	if (strcmp(mode, "bad-reply") == 0 && (!once_file || access(once_file, F_OK) != 0)) {
+		struct mesh_ring_ctl *r = reply_ring();
+		if (once_file) {
+			FILE *f = fopen(once_file, "w");
+			if (f)
+				fclose(f);
+		}
+		if (r) {
+			/* Far past anything written: meshd must refuse it. */
+			atomic_store(&r->head, atomic_load(&r->head) + (1ull << 40));
+			atomic_fetch_add(&r->data_futex, 1);
+			syscall(SYS_futex, &r->data_futex, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+		}
+		for (;;)
+			pause();
+	}
+	if (strcmp(mode, "hang-on-hang") == 0 && n == 4 && memcmp(req, "hang", 4) == 0) {
+		printf("hanging\n");
+		fflush(stdout);
+		sleep(30);
+	}
+	if (strcmp(mode, "slow-200ms") == 0)
+		usleep(200000);
 	if (strcmp(mode, "slow-call") == 0) {
 		printf("slow call begins\n");
 		fflush(stdout);
@@ -56,6 +107,8 @@ static int echo(void *ctx, const void *req, size_t n, void *reply, size_t cap, s
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "echo";
+	if (strcmp(mode, "bad-reply") == 0 && argc > 2)
+		once_file = argv[2];
 	struct mesh_worker *w;
 	int rc = mesh_worker_open(&w);
 	if (rc < 0) {
