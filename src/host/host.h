@@ -61,6 +61,10 @@ struct mesh_host_cfg {
 	uint64_t log_max;
 	/* Tests: replaces /proc/self for the limits detection; NULL normally. */
 	const char *limits_proc_root;
+	/* MESH_CONTAIN_* means not to use even where this machine allows
+	 * them (tests; 0 normally: the best it allows, as
+	 * mesh_host_caps()->contain then says). */
+	unsigned contain_off;
 };
 
 struct mesh_host;
@@ -199,7 +203,11 @@ struct mesh_instance_stats {
 	pid_t pid;		/* 0 if no process */
 	enum mesh_istate state;
 	double cpu_pct;		/* over the last sample interval (~1 s) */
-	uint64_t rss, cpu_ns;	/* sampled from /proc */
+	uint64_t rss, cpu_ns;	/* sampled from /proc: summed over its whole tree (its
+				 * namespace, else its group and session), not the
+				 * program's process alone; mesh-init not counted */
+	unsigned procs;		/* how many processes that tree held */
+	unsigned containment;	/* MESH_CONTAIN_* of its process (0: process group) */
 	uint32_t spawns, crashes;
 	int last_exit;		/* exit status of its last process (128+signal), -1 if none */
 	unsigned limits;	/* MESH_LIM_* bits enforced on its process */

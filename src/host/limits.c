@@ -5,7 +5,9 @@
 #include "base/io.h"
 #include "host/procfile.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,10 +113,89 @@ static void trim(char *s)
 		s[--n] = 0;
 }
 
+static void detect_cgroups(struct mesh_limits_caps *caps, const char *root_override);
+
+/* A cgroup of our own under dir, with cgroup.kill: made, looked at, removed. */
+static int cgroup_kill_works(const char *dir, char *why, size_t cap)
+{
+	char probe[700], knob[760];
+	snprintf(probe, sizeof probe, "%s/mesh-probe-%d", dir, (int)getpid());
+	if (mkdir(probe, 0755) != 0 && errno != EEXIST) {
+		setwhy(why, cap, "no cgroup: cannot make a group under %s: %s", dir, strerror(errno));
+		return 0;
+	}
+	snprintf(knob, sizeof knob, "%s/cgroup.kill", probe);
+	int ok = access(knob, W_OK) == 0;
+	if (!ok)
+		setwhy(why, cap, "no cgroup: %s has no writable cgroup.kill (Linux < 5.14?)", probe);
+	rmdir(probe);
+	return ok;
+}
+
+/* Groups "mesh-<pid>-..." of a meshd that is gone (SIGKILLed: no one
+ * removed them) are killed and removed; a live meshd's are left alone. */
+static void sweep_stale(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char *end;
+		if (strncmp(de->d_name, "mesh-", 5) != 0)
+			continue;
+		long pid = strtol(de->d_name + 5, &end, 10);
+		if (end == de->d_name + 5 || *end != '-' || pid <= 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+			continue;
+		char p[800];
+		snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+		mesh_limits_cgroup_remove(p, 1);
+	}
+	closedir(d);
+}
+
+static void detect_containment(struct mesh_limits_caps *caps, int try_cgroup)
+{
+	char pwhy[256] = "", cwhy[256] = "";
+	if (mesh_proc_pidns_probe(pwhy, sizeof pwhy) == MESH_PROC_HOW_PIDNS)
+		caps->contain |= MESH_CONTAIN_PIDNS;
+	if (!try_cgroup)
+		setwhy(cwhy, sizeof cwhy, "no cgroup: not tried");
+	else if (!*caps->cgroup_dir)
+		setwhy(cwhy, sizeof cwhy, "no cgroup: %s", caps->cgroup_why);
+	else if (access(caps->cgroup_dir, W_OK) != 0)
+		setwhy(cwhy, sizeof cwhy, "no cgroup: %s is not writable (not delegated to meshd)", caps->cgroup_dir);
+	else if (cgroup_kill_works(caps->cgroup_dir, cwhy, sizeof cwhy)) {
+		caps->contain |= MESH_CONTAIN_CGROUP;
+		sweep_stale(caps->cgroup_dir);
+	}
+	setwhy(caps->contain_why, sizeof caps->contain_why, "%s%s%s", pwhy, *pwhy && *cwhy ? "; " : "", cwhy);
+}
+
+const char *mesh_limits_containment_name(unsigned contain)
+{
+	switch (contain & (MESH_CONTAIN_PIDNS | MESH_CONTAIN_CGROUP)) {
+	case MESH_CONTAIN_PIDNS | MESH_CONTAIN_CGROUP:
+		return "cgroup+pid-namespace";
+	case MESH_CONTAIN_PIDNS:
+		return "pid-namespace";
+	case MESH_CONTAIN_CGROUP:
+		return "cgroup";
+	default:
+		return "process-group";
+	}
+}
+
 void mesh_limits_detect(struct mesh_limits_caps *caps, const char *root_override)
 {
-	const char *self = root_override ? root_override : "/proc/self";
 	memset(caps, 0, sizeof *caps);
+	detect_cgroups(caps, root_override);
+	detect_containment(caps, root_override == NULL);
+}
+
+static void detect_cgroups(struct mesh_limits_caps *caps, const char *root_override)
+{
+	const char *self = root_override ? root_override : "/proc/self";
 	caps->avail = MESH_LIM_MEMORY_RLIMIT | MESH_LIM_NOFILE_RLIMIT;
 
 	/* RLIMIT_NPROC: skipped by the kernel for CAP_SYS_ADMIN / CAP_SYS_RESOURCE. */
@@ -240,9 +321,14 @@ void mesh_limits_describe(unsigned enforced, char *out, size_t cap)
 		unsigned bit;
 		const char *name;
 	} names[] = {
-		{MESH_LIM_MEMORY_CGROUP, "memory:cgroup"}, {MESH_LIM_MEMORY_RLIMIT, "memory:rlimit"},
-		{MESH_LIM_CPU_CGROUP, "cpu:cgroup"},	   {MESH_LIM_NOFILE_RLIMIT, "open_files:rlimit"},
-		{MESH_LIM_PIDS_CGROUP, "processes:cgroup"}, {MESH_LIM_NPROC_RLIMIT, "processes:rlimit"},
+		/* Say what is really bounded: RLIMIT_DATA caps each process's
+		 * data segment, not the group's memory. */
+		{MESH_LIM_MEMORY_CGROUP, "memory:whole group (cgroup)"},
+		{MESH_LIM_MEMORY_RLIMIT, "memory:per-process data segment (rlimit)"},
+		{MESH_LIM_CPU_CGROUP, "cpu:whole group (cgroup)"},
+		{MESH_LIM_NOFILE_RLIMIT, "open_files:per-process (rlimit)"},
+		{MESH_LIM_PIDS_CGROUP, "processes:whole group (cgroup)"},
+		{MESH_LIM_NPROC_RLIMIT, "processes:per-user (rlimit)"},
 	};
 	size_t len = 0;
 	if (!cap)
@@ -312,10 +398,20 @@ bad:
 	return rc;
 }
 
-void mesh_limits_cgroup_remove(const char *dir)
+int mesh_limits_cgroup_kill(const char *dir)
 {
-	if (dir && *dir)
-		rmdir(dir);
+	return write_knob(dir, "cgroup.kill", "1");
+}
+
+int mesh_limits_cgroup_remove(const char *dir, int kill_rest)
+{
+	if (!dir || !*dir)
+		return 0;
+	if (kill_rest)
+		mesh_limits_cgroup_kill(dir);
+	if (rmdir(dir) == 0 || errno == ENOENT)
+		return 0;
+	return -errno;
 }
 
 size_t mesh_limits_rlimits(const struct mesh_limits *want, unsigned enforced,
