@@ -138,6 +138,8 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 		.ready_timeout_ns = cfg->ready_timeout_ns,
 		.online_timeout_ns = cfg->online_timeout_ns,
 		.log_max = cfg->log_max,
+		/* As root: programs without `user` run unprivileged. */
+		.default_user = mesh_limits_default_user(),
 	};
 	if ((rc = mesh_host_new(&d->h, &hc, &e))) {
 		if (err)

@@ -44,6 +44,7 @@ struct mesh_host {
 	struct mesh_proc_spawner *sp;
 	struct mesh_limits_caps caps;
 	unsigned contain; /* MESH_CONTAIN_* used for workers */
+	struct mesh_run_as def_user; /* for programs without `user` */
 	char *logs;
 	uint64_t log_max;
 	char **env;
@@ -290,6 +291,11 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	o.cgroup_procs_fd = procs, o.flags = MESH_PROC_SESSION;
 	if (h->contain & MESH_CONTAIN_PIDNS)
 		o.flags |= MESH_PROC_PIDNS;
+	const struct mesh_run_as *ra = img->m.user ? &img->run_as : &h->def_user;
+	if (ra->set) {
+		o.flags |= MESH_PROC_SETUID;
+		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
+	}
 	struct mesh_proc_child c;
 	rc = mesh_proc_spawn_child(h->sp, &o, 1, &c);
 	if (rc) {
@@ -726,6 +732,8 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 			 (cfg->contain_off & MESH_CONTAIN_CGROUP ? "pid namespace and cgroup" : "pid namespace") : "cgroup");
 	}
 	h->contain = h->caps.contain;
+	if (cfg->default_user && (rc = mesh_limits_run_as(cfg->default_user, &h->def_user, err)))
+		goto bad;
 	h->epfd = epoll_create1(EPOLL_CLOEXEC);
 	h->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (h->epfd < 0 || h->wakefd < 0) {

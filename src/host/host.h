@@ -65,6 +65,10 @@ struct mesh_host_cfg {
 	 * them (tests; 0 normally: the best it allows, as
 	 * mesh_host_caps()->contain then says). */
 	unsigned contain_off;
+	/* The user of programs without `user` when meshd runs as root
+	 * (mesh_limits_default_user() gives the documented one); NULL: they
+	 * run as meshd does. */
+	const char *default_user;
 };
 
 struct mesh_host;

@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -425,4 +427,70 @@ size_t mesh_limits_rlimits(const struct mesh_limits *want, unsigned enforced,
 	if (enforced & MESH_LIM_NPROC_RLIMIT)
 		out[n++] = (struct mesh_proc_rlimit){RLIMIT_NPROC, want->processes};
 	return n;
+}
+
+/* A uid's digits: 1..10 digits, nothing else. */
+static int all_digits(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 10)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+	return 1;
+}
+
+int mesh_limits_run_as(const char *user, struct mesh_run_as *out, char **err)
+{
+	struct passwd pw, *pp = NULL;
+	char buf[4096];
+	memset(out, 0, sizeof *out);
+	if (err)
+		*err = NULL;
+	int num = all_digits(user);
+	uid_t uid = num ? (uid_t)strtoul(user, NULL, 10) : 0;
+	int rc = num ? getpwuid_r(uid, &pw, buf, sizeof buf, &pp) : getpwnam_r(user, &pw, buf, sizeof buf, &pp);
+	if (!pp && !num) {
+		if (err)
+			*err = mesh_strf("user \"%s\" does not exist on this machine%s%s", user, rc ? ": " : "",
+					 rc ? strerror(rc) : "");
+		return MESH_E_NOTFOUND;
+	}
+	out->uid = pp ? pp->pw_uid : uid;
+	out->gid = pp ? pp->pw_gid : (gid_t)uid;
+	snprintf(out->name, sizeof out->name, "%s", user);
+	if (geteuid() != 0) {
+		if (out->uid == geteuid())
+			return 0; /* already: nothing to change */
+		if (err)
+			*err = mesh_strf("user \"%s\" (uid %u) needs meshd to run as root: this meshd runs as uid %u and "
+					 "starts workers as that user only",
+					 user, (unsigned)out->uid, (unsigned)geteuid());
+		return MESH_E_REFUSED;
+	}
+	if (pp) {
+		int n = MESH_PROC_GROUPS_MAX;
+		if (getgrouplist(pp->pw_name, pp->pw_gid, out->groups, &n) < 0)
+			n = MESH_PROC_GROUPS_MAX; /* more than fit: the first ones */
+		out->ngroups = (size_t)n;
+	} else {
+		out->groups[0] = out->gid;
+		out->ngroups = 1;
+	}
+	out->set = 1;
+	return 0;
+}
+
+const char *mesh_limits_default_user(void)
+{
+	struct passwd pw, *pp = NULL;
+	char buf[4096];
+	if (geteuid() != 0)
+		return NULL;
+	const char *e = getenv("MESHD_DEFAULT_USER");
+	if (e && *e)
+		return e;
+	getpwnam_r("mesh", &pw, buf, sizeof buf, &pp);
+	return pp ? "mesh" : "nobody";
 }

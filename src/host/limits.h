@@ -108,4 +108,29 @@ int mesh_limits_cgroup_remove(const char *dir, int kill_rest);
 /* SIGKILLs every process in the group dir (cgroup.kill).  0 or -errno. */
 int mesh_limits_cgroup_kill(const char *dir);
 
+/* Who a worker runs as (manifest `user`; docs/catalog.md). */
+struct mesh_run_as {
+	int set;	/* 0: as meshd itself (nothing to change) */
+	uid_t uid;
+	gid_t gid;
+	size_t ngroups;
+	gid_t groups[MESH_PROC_GROUPS_MAX];
+	char name[64];	/* the name, or the uid's digits */
+};
+
+/* Resolves user (a name or a uid's digits) for this meshd: 0 with *out
+ * set, or a code with *err malloc'd.  As root: any user of the passwd
+ * database, or any uid (one without an entry gets gid = uid and no
+ * supplementary groups); its groups from getgrouplist.  Not as root: only
+ * meshd's own user (out->set = 0); another is MESH_E_REFUSED ("... needs
+ * meshd to run as root").  An unknown name: MESH_E_NOTFOUND. */
+int mesh_limits_run_as(const char *user, struct mesh_run_as *out, char **err);
+
+/* The user for a program without `user` when meshd runs as root:
+ * $MESHD_DEFAULT_USER when set (the test runner sets "root": its test
+ * directories are private to root), else "mesh" where that user exists,
+ * else "nobody".  NULL when meshd is not root (a worker then runs as
+ * meshd's own user). */
+const char *mesh_limits_default_user(void);
+
 #endif

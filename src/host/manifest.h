@@ -7,6 +7,7 @@
  *   args = ["--threads", "2"]     # argv[1..] of the worker
  *   max_workers = 1               # 1..64
  *   idle_ttl = "300s"             # durations: "<n>[.frac](ms|s|m|h)"
+ *   user = "svc-echo"             # run as this user (or a uid); see mesh_limits_run_as
  *   [env]                         # extra environment, string values
  *   LOG_LEVEL = "info"
  *   [limits]
@@ -54,6 +55,7 @@ struct mesh_manifest {
 	int stop_signal;
 	unsigned max_workers;
 	char *source_hash; /* "" when absent */
+	char *user;	   /* a user name or a uid's digits; NULL when absent */
 };
 
 /* Parses and checks a manifest (len bytes of text; file names it in
