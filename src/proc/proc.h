@@ -25,9 +25,9 @@
  * CLONE_VFORK) on a stack of the spawner's: it shares the caller's memory
  * until execve, so it makes system calls only, never logs or allocates.  In
  * the child, in order: its own process group (setpgid, or setsid with
- * MESH_PROC_SESSION), PR_SET_PDEATHSIG(SIGKILL) and a re-check of getppid()
- * (the parent may have died before the prctl), join the cgroup when one is
- * given, each rlimit, the niceness, fds 0/1/2 and the extra fds moved into
+ * MESH_PROC_SESSION), join the cgroup when one is given, the user
+ * (MESH_PROC_SETUID), PR_SET_PDEATHSIG(SIGKILL) and a re-check of getppid()
+ * (the parent may have died before the prctl), each rlimit, the niceness, fds 0/1/2 and the extra fds moved into
  * place, every other fd made close-on-exec (not with MESH_PROC_INHERIT),
  * signal dispositions reset to SIG_DFL and the mask set, execve.  Any
  * failure writes errno over a close-on-exec pipe and _exit(127)s; the
