@@ -94,6 +94,16 @@ static int inner_pid(pid_t pid)
 	return inner;
 }
 
+static int named_init(void *arg)
+{
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/comm", (int)*(pid_t *)arg);
+	char *cm = t_read_file(p, NULL);
+	int ok = cm && strcmp(cm, "mesh-init\n") == 0;
+	free(cm);
+	return ok;
+}
+
 TEST(proc_pidns_stop_leaves_no_setsid_grandchild)
 {
 	struct mesh_proc_spawner *sp;
@@ -108,11 +118,8 @@ TEST(proc_pidns_stop_leaves_no_setsid_grandchild)
 	/* The pid given is the program's, as seen here; inside it is 2. */
 	EXPECT_EQ(inner_pid(c.pid), 2);
 	EXPECT_EQ(inner_pid(c.init), 1);
-	char comm[64];
-	snprintf(comm, sizeof comm, "/proc/%d/comm", (int)c.init);
-	char *cm = t_read_file(comm, NULL);
-	EXPECT_STREQ(cm, "mesh-init\n");
-	free(cm);
+	/* mesh-init names itself once its exec has loaded. */
+	EXPECT_TRUE(t_wait_for(named_init, &c.init, 3000));
 	pid_t gc = read_pid("gc.pid");
 	ASSERT_GT(gc, 0);
 	EXPECT_FALSE(gone(&gc));
