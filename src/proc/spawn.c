@@ -40,6 +40,29 @@ struct mesh_proc_spawner {
 
 #define SPAWN_STACK MESH__PROC_STACK
 
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifdef UNDER_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+/* A child's frames never return (exec or _exit): under ASan their scope
+ * poisoning stays on the stack's shadow and the next child, on the same
+ * stack, would trip over it.  Clean before each use. */
+static void fresh_stack(void *stack)
+{
+#ifdef UNDER_ASAN
+	ASAN_UNPOISON_MEMORY_REGION(stack, SPAWN_STACK);
+#else
+	(void)stack;
+#endif
+}
+
 /* The kernel's struct sigaction, for raw rt_sigaction. */
 struct ksigaction {
 	void *handler;
@@ -212,6 +235,8 @@ static int do_spawn(struct mesh_proc_spawner *sp)
 		if (ns & CLONE_NEWUSER)
 			mesh__proc_ns_maps(mapbuf, ca.maps);
 	}
+	fresh_stack(sp->stack);
+	fresh_stack(sp->stack2);
 	pid_t pid = clone(fn, (char *)sp->stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD | ns, &ca);
 	if (pid < 0) {
 		int e = -errno;
