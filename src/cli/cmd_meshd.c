@@ -228,8 +228,11 @@ static int simple(int argc, char **argv, const char *verb_done)
 	json_t *res = j ? json_object_get(j, "result") : NULL;
 	json_t *pid = res ? json_object_get(res, "pid") : NULL;
 	printf("%s %s", verb_done, o.name);
+	json_t *lim = res ? json_object_get(res, "limits") : NULL;
 	if (json_is_integer(pid))
 		printf(" (pid %lld)", (long long)json_integer_value(pid));
+	if (json_is_string(lim) && strcmp(json_string_value(lim), "none") != 0)
+		printf(" (limits: %s)", json_string_value(lim));
 	printf("\n");
 	json_decref(j);
 	meshd_reply_release(&r);
@@ -433,6 +436,11 @@ int mesh_cmd_ps(int argc, char **argv)
 		if (avail)
 			printf("limits this host can enforce: %s%s%s%s\n", avail, cg ? " (cgroup v2: " : "", cg ? cg : "",
 			       cg ? ")" : "");
+		const char *cn = json_string_value(json_object_get(host, "containment"));
+		const char *cw = json_string_value(json_object_get(host, "containment_why"));
+		if (cn)
+			printf("containment of workers: %s%s%s%s\n", cn, cw && *cw ? " (" : "", cw && *cw ? cw : "",
+			       cw && *cw ? ")" : "");
 	}
 	json_decref(j);
 	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");

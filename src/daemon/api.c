@@ -303,7 +303,7 @@ static void send_method_not_allowed(struct job *jb, const char *allow)
 /* The core answers with structs (daemon/ops.h); here they become JSON. */
 static json_t *program_json(const struct meshd_program_info *pi)
 {
-	char lim[128], ih[24], bh[24];
+	char lim[256], ih[24], bh[24];
 	mesh_limits_describe(pi->limits, lim, sizeof lim);
 	snprintf(ih, sizeof ih, "%016llx", (unsigned long long)pi->image_hash);
 	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
@@ -315,21 +315,22 @@ static json_t *program_json(const struct meshd_program_info *pi)
 static json_t *worker_json(const struct meshd_worker_info *wi)
 {
 	const struct mesh_instance_stats *st = &wi->st;
-	char el[128] = "";
+	char el[256] = "";
 	if (st->pid)
 		mesh_limits_describe(st->limits, el, sizeof el);
-	return json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o}", "state", mesh_istate_name(st->state),
-			 "pid", (json_int_t)st->pid, "slot", wi->slot >= 0 ? json_integer(wi->slot) : json_null(),
-			 "cpu_pct", st->cpu_pct, "rss", (json_int_t)st->rss, "cpu_ns", (json_int_t)st->cpu_ns, "spawns",
-			 (json_int_t)st->spawns, "crashes", (json_int_t)st->crashes, "last_exit",
-			 st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el, "ring",
-			 wi->ring ? json_integer((json_int_t)wi->ring) : json_null());
+	return json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o, s:s, s:I}", "state",
+			 mesh_istate_name(st->state), "pid", (json_int_t)st->pid, "slot",
+			 wi->slot >= 0 ? json_integer(wi->slot) : json_null(), "cpu_pct", st->cpu_pct, "rss", (json_int_t)st->rss,
+			 "cpu_ns", (json_int_t)st->cpu_ns, "spawns", (json_int_t)st->spawns, "crashes", (json_int_t)st->crashes,
+			 "last_exit", st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el,
+			 "ring", wi->ring ? json_integer((json_int_t)wi->ring) : json_null(), "containment",
+			 st->pid ? mesh_limits_containment_name(st->containment) : "", "processes", (json_int_t)st->procs);
 }
 
 /* {"host": {...}, "programs": [{..., "workers": [...]}, ...]}; NULL: no memory. */
 static json_t *ps_json(const struct meshd_ps *ps)
 {
-	char lim[160];
+	char lim[320];
 	mesh_limits_describe(ps->caps.avail, lim, sizeof lim);
 	json_t *progs = json_array();
 	for (unsigned i = 0; progs && i < ps->nprograms; i++) {
@@ -347,10 +348,11 @@ static json_t *ps_json(const struct meshd_ps *ps)
 	}
 	if (!progs)
 		return NULL;
-	return json_pack("{s:{s:I, s:f, s:I, s:I, s:I, s:s, s:s, s:I}, s:o}", "host", "processes",
+	return json_pack("{s:{s:I, s:f, s:I, s:I, s:I, s:s, s:s, s:s, s:s, s:I}, s:o}", "host", "processes",
 			 (json_int_t)ps->host.procs, "cpu_pct", ps->host.cpu_pct, "rss", (json_int_t)ps->host.rss, "spawns",
 			 (json_int_t)ps->host.spawns, "crashes", (json_int_t)ps->host.crashes, "limits_available", lim,
-			 "cgroup", *ps->caps.cgroup_why ? ps->caps.cgroup_why : "delegated", "slots",
+			 "cgroup", *ps->caps.cgroup_why ? ps->caps.cgroup_why : "delegated", "containment",
+			 mesh_limits_containment_name(ps->caps.contain), "containment_why", ps->caps.contain_why, "slots",
 			 (json_int_t)ps->slots, "programs", progs);
 }
 

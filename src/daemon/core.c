@@ -213,6 +213,8 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 		.log_max = cfg->log_max,
 		.on_ready = on_ready,
 		.on_ready_ctx = d,
+		/* As root: programs without `user` run unprivileged. */
+		.default_user = mesh_limits_default_user(),
 	};
 	if ((rc = mesh_host_new(&d->h, &hc, &e))) {
 		if (err)

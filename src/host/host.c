@@ -43,6 +43,8 @@ struct mesh_host {
 	int epfd, wakefd;
 	struct mesh_proc_spawner *sp;
 	struct mesh_limits_caps caps;
+	unsigned contain; /* MESH_CONTAIN_* used for workers */
+	struct mesh_run_as def_user; /* for programs without `user` */
 	char *logs;
 	uint64_t log_max;
 	char **env;
@@ -66,7 +68,8 @@ struct mesh_instance {
 	struct mesh_instance *next;
 	uint64_t id;
 	enum mesh_istate state;
-	pid_t pid;
+	pid_t pid; /* the program's (child.pid) */
+	struct mesh_proc_child child;
 	int pidfd, outfd;
 	struct mesh__wlog log;
 	struct mesh_ctl *ctl;
@@ -87,7 +90,9 @@ struct mesh_instance {
 	int last_exit;
 	unsigned enforced;
 	char cgdir[600];
+	int cg_busy; /* cgdir killed, its rmdir still to do */
 	uint64_t cpu_ns, rss, prev_cpu, prev_at;
+	unsigned nprocs; /* processes in its tree at the last sample */
 	double cpu_pct;
 	uint64_t spawned_at, alive_ns; /* this process's spawn; past processes' lifetimes */
 	int ready_told;		       /* on_ready called for this process */
@@ -154,10 +159,26 @@ static void drain(struct mesh_instance *w)
 
 static void kill_group(struct mesh_instance *w, int sig)
 {
-	/* Only while the leader is not reaped: its pid (= the group's id)
-	 * cannot have been reused. */
+	/* Only while the reaped one (the leader, or mesh-init) is not reaped:
+	 * its pid cannot have been reused.  SIGKILL also ends the cgroup:
+	 * what left the group (setsid) is still in it. */
 	if (w->pid > 0)
-		kill(-w->pid, sig);
+		mesh_proc_child_kill(&w->child, sig);
+	if (sig == SIGKILL && w->cgdir[0])
+		mesh_limits_cgroup_kill(w->cgdir);
+}
+
+/* A worker's cgroup goes once all of it is gone. */
+static void cgroup_done(struct mesh_instance *w)
+{
+	if (!w->cgdir[0])
+		return;
+	if (mesh_limits_cgroup_remove(w->cgdir, 1) == -EBUSY) {
+		w->cg_busy = 1; /* SIGKILLed, not yet gone: the sampler retries */
+		return;
+	}
+	w->cgdir[0] = 0;
+	w->cg_busy = 0;
 }
 
 static void new_failure(struct mesh_instance *w, int code, char *report)
@@ -229,6 +250,14 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	int child_ctl = -1, out[2] = {-1, -1}, procs = -1, rc;
 	struct mesh_ctl *ctl = NULL;
 	char **env = NULL, **argv = NULL;
+	if (w->cg_busy)
+		cgroup_done(w);
+	if (w->cg_busy) {
+		rc = -EBUSY;
+		if (err)
+			*err = mesh_strf("cannot start '%s': its last processes are still on their way out", img->name);
+		return rc;
+	}
 	w->cgdir[0] = 0;
 	if ((rc = mesh_ctl_pair(&ctl, &child_ctl)))
 		goto bad;
@@ -246,9 +275,11 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	argv[0] = img->bin_path;
 	for (size_t i = 0; i < img->m.nargs; i++)
 		argv[i + 1] = img->m.args[i];
-	if (img->enforced & (MESH_LIM_MEMORY_CGROUP | MESH_LIM_CPU_CGROUP | MESH_LIM_PIDS_CGROUP)) {
-		char tag[128];
-		snprintf(tag, sizeof tag, "%s-%llu-%u", img->name, (unsigned long long)w->id, w->spawns);
+	if ((img->enforced & (MESH_LIM_MEMORY_CGROUP | MESH_LIM_CPU_CGROUP | MESH_LIM_PIDS_CGROUP)) ||
+	    (h->contain & MESH_CONTAIN_CGROUP)) {
+		/* meshd's pid in the name: several meshds may share a parent group. */
+		char tag[160];
+		snprintf(tag, sizeof tag, "%d-%s-%llu-%u", (int)getpid(), img->name, (unsigned long long)w->id, w->spawns);
 		rc = mesh_limits_cgroup_create(&h->caps, tag, &img->m.limits, img->enforced, w->cgdir, sizeof w->cgdir,
 					       &procs);
 		if (rc) {
@@ -264,9 +295,15 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	o.path = img->bin_path, o.argv = argv, o.envp = env, o.out_fd = out[1], o.fds = map, o.nfds = 1;
 	o.rlimits = rl, o.nrlimits = mesh_limits_rlimits(&img->m.limits, img->enforced, rl);
 	o.cgroup_procs_fd = procs, o.flags = MESH_PROC_SESSION;
-	pid_t pid;
-	int pidfd;
-	rc = mesh_proc_spawn(h->sp, &o, &pid, &pidfd);
+	if (h->contain & MESH_CONTAIN_PIDNS)
+		o.flags |= MESH_PROC_PIDNS;
+	const struct mesh_run_as *ra = img->m.user ? &img->run_as : &h->def_user;
+	if (ra->set) {
+		o.flags |= MESH_PROC_SETUID;
+		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
+	}
+	struct mesh_proc_child c;
+	rc = mesh_proc_spawn_child(h->sp, &o, 1, &c);
 	if (rc) {
 		if (err)
 			*err = mesh_strf("cannot start '%s': %s", img->bin_path, mesh_strerror(rc));
@@ -278,8 +315,9 @@ static int do_spawn(struct mesh_instance *w, char **err)
 		close(procs);
 	free_strv(env);
 	free(argv);
-	w->pid = pid;
-	w->pidfd = pidfd;
+	w->pid = c.pid;
+	w->child = c;
+	w->pidfd = c.pidfd;
 	w->outfd = out[0];
 	w->ctl = ctl;
 	w->exit_requested = 0;
@@ -296,10 +334,14 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	w->ready_told = 0;
 	w->cpu_pct = 0;
 	w->cpu_ns = w->rss = 0;
+	w->nprocs = 0;
 	ep_add(h, mesh_ctl_fd(ctl), w->id, TAG_CTL);
-	ep_add(h, pidfd, w->id, TAG_PID);
+	ep_add(h, w->pidfd, w->id, TAG_PID);
 	ep_add(h, w->outfd, w->id, TAG_OUT);
-	log_line(w, "started pid %d", (int)pid);
+	if (c.how == MESH_PROC_HOW_PIDNS)
+		log_line(w, "started pid %d (in a pid namespace under mesh-init, pid %d)", (int)c.pid, (int)c.init);
+	else
+		log_line(w, "started pid %d", (int)c.pid);
 	return 0;
 bad:
 	if (child_ctl >= 0)
@@ -312,7 +354,7 @@ bad:
 	if (procs >= 0)
 		close(procs);
 	if (w->cgdir[0])
-		mesh_limits_cgroup_remove(w->cgdir);
+		mesh_limits_cgroup_remove(w->cgdir, 0);
 	w->cgdir[0] = 0;
 	mesh__wlog_close(&w->log);
 	free_strv(env);
@@ -355,8 +397,8 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	do
 		r = waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED);
 	while (r < 0 && errno == EINTR);
-	int status = r == 0 ? mesh_proc_exit_code_si(&si) : 255;
-	int sig = r == 0 && si.si_code != CLD_EXITED ? si.si_status : 0;
+	int sig = 0;
+	int status = r == 0 ? mesh_proc_child_exit_code(&w->child, &si, &sig) : 255;
 	w->last_exit = status;
 	ep_del(h, w->pidfd);
 	close(w->pidfd);
@@ -413,9 +455,7 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	w->alive_ns += mesh_mono_ns() - w->spawned_at;
 	w->deadline = w->closed_deadline = 0;
 	mesh__wlog_close(&w->log);
-	if (w->cgdir[0])
-		mesh_limits_cgroup_remove(w->cgdir);
-	w->cgdir[0] = 0;
+	cgroup_done(w);
 	w->cpu_pct = 0;
 }
 
@@ -706,6 +746,14 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	h->on_ready = cfg->on_ready;
 	h->on_ready_ctx = cfg->on_ready_ctx;
 	mesh_limits_detect(&h->caps, cfg->limits_proc_root);
+	if (h->caps.contain & cfg->contain_off) {
+		h->caps.contain &= ~cfg->contain_off;
+		snprintf(h->caps.contain_why, sizeof h->caps.contain_why, "%s turned off", cfg->contain_off & MESH_CONTAIN_PIDNS ?
+			 (cfg->contain_off & MESH_CONTAIN_CGROUP ? "pid namespace and cgroup" : "pid namespace") : "cgroup");
+	}
+	h->contain = h->caps.contain;
+	if (cfg->default_user && (rc = mesh_limits_run_as(cfg->default_user, &h->def_user, err)))
+		goto bad;
 	h->epfd = epoll_create1(EPOLL_CLOEXEC);
 	h->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (h->epfd < 0 || h->wakefd < 0) {
@@ -817,22 +865,30 @@ static void on_ctl(struct mesh_instance *w)
 	}
 }
 
+/* cpu and memory of each worker's whole tree (its namespace, or its
+ * group and session): one read of /proc for all. */
 static void sample(struct mesh_host *h, uint64_t now)
 {
-	for (struct mesh_instance *w = h->list; w; w = w->next) {
-		if (w->pid <= 0)
-			continue;
-		uint64_t cpu, rss;
-		if (mesh_proc_sample(w->pid, &cpu, &rss) != 0)
-			continue;
-		if (now > w->prev_at && cpu >= w->prev_cpu)
-			w->cpu_pct = (double)(cpu - w->prev_cpu) * 100.0 / (double)(now - w->prev_at);
-		w->prev_cpu = cpu;
-		w->prev_at = now;
-		w->cpu_ns = cpu;
-		w->rss = rss;
-	}
+	struct mesh_proc_table *t = NULL;
 	h->last_sample = now;
+	for (struct mesh_instance *w = h->list; w; w = w->next)
+		if (w->cg_busy && w->pid <= 0)
+			cgroup_done(w);
+	if (mesh_proc_table_read(&t) != 0)
+		return;
+	for (struct mesh_instance *w = h->list; w; w = w->next) {
+		struct mesh_proc_usage u;
+		if (w->pid <= 0 || mesh_proc_table_sum(t, &w->child, &u) != 0)
+			continue;
+		if (now > w->prev_at && u.cpu_ns >= w->prev_cpu)
+			w->cpu_pct = (double)(u.cpu_ns - w->prev_cpu) * 100.0 / (double)(now - w->prev_at);
+		w->prev_cpu = u.cpu_ns;
+		w->prev_at = now;
+		w->cpu_ns = u.cpu_ns;
+		w->rss = u.rss;
+		w->nprocs = u.procs;
+	}
+	mesh_proc_table_free(t);
 }
 
 int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
@@ -1064,6 +1120,10 @@ struct mesh_instance_stats mesh_instance_stats(struct mesh_instance *w)
 	st.state = w->state;
 	st.cpu_pct = w->pid ? w->cpu_pct : 0;
 	st.rss = w->pid ? w->rss : 0;
+	st.procs = w->pid ? w->nprocs : 0;
+	st.containment = w->pid ? (w->child.how == MESH_PROC_HOW_PIDNS ? MESH_CONTAIN_PIDNS : 0) |
+					  (w->cgdir[0] && !w->cg_busy ? MESH_CONTAIN_CGROUP : 0)
+				: 0;
 	st.cpu_ns = w->cpu_ns;
 	st.spawns = w->spawns;
 	st.crashes = w->crashes;
@@ -1116,6 +1176,12 @@ static void destroy(struct mesh_instance *w)
 		close(w->outfd);
 	}
 	mesh__wlog_close(&w->log);
+	/* Its cgroup: what is left is SIGKILLed; gone within a second. */
+	for (int i = 0; w->cgdir[0] && i < 100; i++) {
+		if (mesh_limits_cgroup_remove(w->cgdir, 1) != -EBUSY)
+			break;
+		usleep(10000);
+	}
 	free(w->fail_reason);
 	free(w->report);
 	free(w->last_report);

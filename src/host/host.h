@@ -67,6 +67,14 @@ struct mesh_host_cfg {
 	 * is held around host calls.  NULL: none. */
 	void (*on_ready)(void *ctx, const struct mesh_image *img, uint64_t spawn_to_ready_ns);
 	void *on_ready_ctx;
+	/* MESH_CONTAIN_* means not to use even where this machine allows
+	 * them (tests; 0 normally: the best it allows, as
+	 * mesh_host_caps()->contain then says). */
+	unsigned contain_off;
+	/* The user of programs without `user` when meshd runs as root
+	 * (mesh_limits_default_user() gives the documented one); NULL: they
+	 * run as meshd does. */
+	const char *default_user;
 };
 
 struct mesh_host;
@@ -211,7 +219,11 @@ struct mesh_instance_stats {
 	pid_t pid;		/* 0 if no process */
 	enum mesh_istate state;
 	double cpu_pct;		/* over the last sample interval (~1 s) */
-	uint64_t rss, cpu_ns;	/* sampled from /proc */
+	uint64_t rss, cpu_ns;	/* sampled from /proc: summed over its whole tree (its
+				 * namespace, else its group and session), not the
+				 * program's process alone; mesh-init not counted */
+	unsigned procs;		/* how many processes that tree held */
+	unsigned containment;	/* MESH_CONTAIN_* of its process (0: process group) */
 	uint32_t spawns, crashes;
 	uint32_t unready;	/* processes that died or failed to start before `ready`, ever */
 	int last_exit;		/* exit status of its last process (128+signal), -1 if none */

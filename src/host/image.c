@@ -239,6 +239,15 @@ int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_
 		free(lerr);
 		goto bad;
 	}
+	if (img->m.user) {
+		char *uerr = NULL;
+		rc = mesh_limits_run_as(img->m.user, &img->run_as, &uerr);
+		if (rc) {
+			rc = say(err, rc, "'%s': %s", img->manifest_path, uerr ? uerr : mesh_strerror(rc));
+			free(uerr);
+			goto bad;
+		}
+	}
 	free(text);
 	return 0;
 nomem:

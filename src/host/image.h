@@ -33,6 +33,7 @@ struct mesh_image {
 	uint64_t bin_hash;   /* FNV-1a 64 over the executable */
 	uint64_t bin_bytes;
 	unsigned enforced;   /* MESH_LIM_* bits: how its limits are enforced */
+	struct mesh_run_as run_as; /* the manifest's `user`, resolved (set = 0: none given) */
 };
 
 /* This machine's target triple, e.g. "x86_64-linux-gnu" (arch, kernel, libc). */
@@ -45,7 +46,9 @@ const char *mesh_target_triple(void);
  * MESH_E_NOGPU (a GPU program here), MESH_E_LIMITS (a limit that cannot be
  * enforced), MESH_E_REFUSED (the manifest or binary is not a regular file:
  * a FIFO, a directory, a device -- refused without blocking -- or the binary
- * has no x permission), MESH_E_PATH (a bad name), -errno.  On
+ * has no x permission, or a `user` that this meshd cannot run workers as:
+ * not root), MESH_E_NOTFOUND also for a `user` that does not exist,
+ * MESH_E_PATH (a bad name), -errno.  On
  * success release *img with mesh_image_release. */
 int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_limits_caps *caps,
 		       enum mesh_gpu_access gpu, struct mesh_image *img, char **err);

@@ -5,8 +5,12 @@
 #include "base/io.h"
 #include "host/procfile.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,10 +115,89 @@ static void trim(char *s)
 		s[--n] = 0;
 }
 
+static void detect_cgroups(struct mesh_limits_caps *caps, const char *root_override);
+
+/* A cgroup of our own under dir, with cgroup.kill: made, looked at, removed. */
+static int cgroup_kill_works(const char *dir, char *why, size_t cap)
+{
+	char probe[700], knob[760];
+	snprintf(probe, sizeof probe, "%s/mesh-probe-%d", dir, (int)getpid());
+	if (mkdir(probe, 0755) != 0 && errno != EEXIST) {
+		setwhy(why, cap, "no cgroup: cannot make a group under %s: %s", dir, strerror(errno));
+		return 0;
+	}
+	snprintf(knob, sizeof knob, "%s/cgroup.kill", probe);
+	int ok = access(knob, W_OK) == 0;
+	if (!ok)
+		setwhy(why, cap, "no cgroup: %s has no writable cgroup.kill (Linux < 5.14?)", probe);
+	rmdir(probe);
+	return ok;
+}
+
+/* Groups "mesh-<pid>-..." of a meshd that is gone (SIGKILLed: no one
+ * removed them) are killed and removed; a live meshd's are left alone. */
+static void sweep_stale(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char *end;
+		if (strncmp(de->d_name, "mesh-", 5) != 0)
+			continue;
+		long pid = strtol(de->d_name + 5, &end, 10);
+		if (end == de->d_name + 5 || *end != '-' || pid <= 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+			continue;
+		char p[800];
+		snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+		mesh_limits_cgroup_remove(p, 1);
+	}
+	closedir(d);
+}
+
+static void detect_containment(struct mesh_limits_caps *caps, int try_cgroup)
+{
+	char pwhy[256] = "", cwhy[256] = "";
+	if (mesh_proc_pidns_probe(pwhy, sizeof pwhy) == MESH_PROC_HOW_PIDNS)
+		caps->contain |= MESH_CONTAIN_PIDNS;
+	if (!try_cgroup)
+		setwhy(cwhy, sizeof cwhy, "no cgroup: not tried");
+	else if (!*caps->cgroup_dir)
+		setwhy(cwhy, sizeof cwhy, "no cgroup: %s", caps->cgroup_why);
+	else if (access(caps->cgroup_dir, W_OK) != 0)
+		setwhy(cwhy, sizeof cwhy, "no cgroup: %s is not writable (not delegated to meshd)", caps->cgroup_dir);
+	else if (cgroup_kill_works(caps->cgroup_dir, cwhy, sizeof cwhy)) {
+		caps->contain |= MESH_CONTAIN_CGROUP;
+		sweep_stale(caps->cgroup_dir);
+	}
+	setwhy(caps->contain_why, sizeof caps->contain_why, "%s%s%s", pwhy, *pwhy && *cwhy ? "; " : "", cwhy);
+}
+
+const char *mesh_limits_containment_name(unsigned contain)
+{
+	switch (contain & (MESH_CONTAIN_PIDNS | MESH_CONTAIN_CGROUP)) {
+	case MESH_CONTAIN_PIDNS | MESH_CONTAIN_CGROUP:
+		return "cgroup+pid-namespace";
+	case MESH_CONTAIN_PIDNS:
+		return "pid-namespace";
+	case MESH_CONTAIN_CGROUP:
+		return "cgroup";
+	default:
+		return "process-group";
+	}
+}
+
 void mesh_limits_detect(struct mesh_limits_caps *caps, const char *root_override)
 {
-	const char *self = root_override ? root_override : "/proc/self";
 	memset(caps, 0, sizeof *caps);
+	detect_cgroups(caps, root_override);
+	detect_containment(caps, root_override == NULL);
+}
+
+static void detect_cgroups(struct mesh_limits_caps *caps, const char *root_override)
+{
+	const char *self = root_override ? root_override : "/proc/self";
 	caps->avail = MESH_LIM_MEMORY_RLIMIT | MESH_LIM_NOFILE_RLIMIT;
 
 	/* RLIMIT_NPROC: skipped by the kernel for CAP_SYS_ADMIN / CAP_SYS_RESOURCE. */
@@ -240,9 +323,14 @@ void mesh_limits_describe(unsigned enforced, char *out, size_t cap)
 		unsigned bit;
 		const char *name;
 	} names[] = {
-		{MESH_LIM_MEMORY_CGROUP, "memory:cgroup"}, {MESH_LIM_MEMORY_RLIMIT, "memory:rlimit"},
-		{MESH_LIM_CPU_CGROUP, "cpu:cgroup"},	   {MESH_LIM_NOFILE_RLIMIT, "open_files:rlimit"},
-		{MESH_LIM_PIDS_CGROUP, "processes:cgroup"}, {MESH_LIM_NPROC_RLIMIT, "processes:rlimit"},
+		/* Say what is really bounded: RLIMIT_DATA caps each process's
+		 * data segment, not the group's memory. */
+		{MESH_LIM_MEMORY_CGROUP, "memory:whole group (cgroup)"},
+		{MESH_LIM_MEMORY_RLIMIT, "memory:per-process data segment (rlimit)"},
+		{MESH_LIM_CPU_CGROUP, "cpu:whole group (cgroup)"},
+		{MESH_LIM_NOFILE_RLIMIT, "open_files:per-process (rlimit)"},
+		{MESH_LIM_PIDS_CGROUP, "processes:whole group (cgroup)"},
+		{MESH_LIM_NPROC_RLIMIT, "processes:per-user (rlimit)"},
 	};
 	size_t len = 0;
 	if (!cap)
@@ -312,10 +400,20 @@ bad:
 	return rc;
 }
 
-void mesh_limits_cgroup_remove(const char *dir)
+int mesh_limits_cgroup_kill(const char *dir)
 {
-	if (dir && *dir)
-		rmdir(dir);
+	return write_knob(dir, "cgroup.kill", "1");
+}
+
+int mesh_limits_cgroup_remove(const char *dir, int kill_rest)
+{
+	if (!dir || !*dir)
+		return 0;
+	if (kill_rest)
+		mesh_limits_cgroup_kill(dir);
+	if (rmdir(dir) == 0 || errno == ENOENT)
+		return 0;
+	return -errno;
 }
 
 size_t mesh_limits_rlimits(const struct mesh_limits *want, unsigned enforced,
@@ -329,4 +427,70 @@ size_t mesh_limits_rlimits(const struct mesh_limits *want, unsigned enforced,
 	if (enforced & MESH_LIM_NPROC_RLIMIT)
 		out[n++] = (struct mesh_proc_rlimit){RLIMIT_NPROC, want->processes};
 	return n;
+}
+
+/* A uid's digits: 1..10 digits, nothing else. */
+static int all_digits(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 10)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+	return 1;
+}
+
+int mesh_limits_run_as(const char *user, struct mesh_run_as *out, char **err)
+{
+	struct passwd pw, *pp = NULL;
+	char buf[4096];
+	memset(out, 0, sizeof *out);
+	if (err)
+		*err = NULL;
+	int num = all_digits(user);
+	uid_t uid = num ? (uid_t)strtoul(user, NULL, 10) : 0;
+	int rc = num ? getpwuid_r(uid, &pw, buf, sizeof buf, &pp) : getpwnam_r(user, &pw, buf, sizeof buf, &pp);
+	if (!pp && !num) {
+		if (err)
+			*err = mesh_strf("user \"%s\" does not exist on this machine%s%s", user, rc ? ": " : "",
+					 rc ? strerror(rc) : "");
+		return MESH_E_NOTFOUND;
+	}
+	out->uid = pp ? pp->pw_uid : uid;
+	out->gid = pp ? pp->pw_gid : (gid_t)uid;
+	snprintf(out->name, sizeof out->name, "%s", user);
+	if (geteuid() != 0) {
+		if (out->uid == geteuid())
+			return 0; /* already: nothing to change */
+		if (err)
+			*err = mesh_strf("user \"%s\" (uid %u) needs meshd to run as root: this meshd runs as uid %u and "
+					 "starts workers as that user only",
+					 user, (unsigned)out->uid, (unsigned)geteuid());
+		return MESH_E_REFUSED;
+	}
+	if (pp) {
+		int n = MESH_PROC_GROUPS_MAX;
+		if (getgrouplist(pp->pw_name, pp->pw_gid, out->groups, &n) < 0)
+			n = MESH_PROC_GROUPS_MAX; /* more than fit: the first ones */
+		out->ngroups = (size_t)n;
+	} else {
+		out->groups[0] = out->gid;
+		out->ngroups = 1;
+	}
+	out->set = 1;
+	return 0;
+}
+
+const char *mesh_limits_default_user(void)
+{
+	struct passwd pw, *pp = NULL;
+	char buf[4096];
+	if (geteuid() != 0)
+		return NULL;
+	const char *e = getenv("MESHD_DEFAULT_USER");
+	if (e && *e)
+		return e;
+	getpwnam_r("mesh", &pw, buf, sizeof buf, &pp);
+	return pp ? "mesh" : "nobody";
 }

@@ -41,19 +41,38 @@ enum {
 	MESH_LIM_PIDS_CGROUP = 1u << 5,
 };
 
+/* How a worker's processes are held together (docs/host.md, "Containment"):
+ * bits, both where both are possible. */
+enum {
+	/* Its own PID namespace behind mesh-init (proc.h): nothing of it
+	 * outlives the worker, a stop, or meshd's death. */
+	MESH_CONTAIN_PIDNS = 1u << 0,
+	/* A cgroup v2 group of its own, ended by cgroup.kill at a stop's
+	 * SIGKILL and after its death (not at meshd's death: no one is left to
+	 * write cgroup.kill). */
+	MESH_CONTAIN_CGROUP = 1u << 1,
+	/* Neither: its process group and session; a child that calls
+	 * setsid() escapes. */
+};
+
 /* This machine's means, found once by mesh_limits_detect. */
 struct mesh_limits_caps {
 	unsigned avail;		/* MESH_LIM_* bits this machine can enforce */
 	char cgroup_dir[512];	/* meshd's cgroup2 directory ("" if none) */
 	char cgroup_why[256];	/* why cgroup limits are (partly) unavailable; "" if all are */
 	char nproc_why[128];	/* why RLIMIT_NPROC is not enforced; "" if it is */
+	unsigned contain;	/* MESH_CONTAIN_* this machine allows */
+	char contain_why[512];	/* why a means is missing; "" if both are there */
 };
 
 /* Looks at /proc/self/mountinfo, /proc/self/cgroup, the cgroup's
- * cgroup.subtree_control and this process's capabilities.  Never fails:
- * what cannot be read is unavailable, with the reason in the *_why fields.
- * root_override (tests; NULL normally) replaces "/proc/self" as the
- * directory holding mountinfo and cgroup. */
+ * cgroup.subtree_control and this process's capabilities.  Containment is
+ * tried for real: a PID namespace by mesh_proc_pidns_probe, a cgroup by
+ * making (and removing) an empty group under meshd's and looking for its
+ * cgroup.kill.  Never fails: what cannot be read or made is unavailable,
+ * with the reason in the *_why fields.  root_override (tests; NULL
+ * normally) replaces "/proc/self" as the directory holding mountinfo and
+ * cgroup, and then no cgroup is tried. */
 void mesh_limits_detect(struct mesh_limits_caps *caps, const char *root_override);
 
 /* Chooses how each requested limit is enforced (cgroup first, then rlimit)
@@ -63,8 +82,12 @@ void mesh_limits_detect(struct mesh_limits_caps *caps, const char *root_override
 int mesh_limits_plan(const struct mesh_limits *want, const struct mesh_limits_caps *caps, unsigned *enforced,
 		     char **err);
 
-/* Comma-separated names of the enforced bits ("memory:rlimit,open_files:rlimit"),
- * or "none"; writes at most cap bytes (NUL included). */
+/* "cgroup+pid-namespace", "pid-namespace", "cgroup" or "process-group". */
+const char *mesh_limits_containment_name(unsigned contain);
+
+/* Comma-separated names of the enforced bits, each saying what it bounds
+ * ("memory:per-process data segment (rlimit),open_files:per-process
+ * (rlimit)"), or "none"; writes at most cap bytes (NUL included). */
 void mesh_limits_describe(unsigned enforced, char *out, size_t cap);
 
 /* The enforced rlimits of want, for mesh_proc_opts.rlimits.  Returns how
@@ -78,7 +101,36 @@ size_t mesh_limits_rlimits(const struct mesh_limits *want, unsigned enforced,
  * written on delegates cgroup v2 controllers. */
 int mesh_limits_cgroup_create(const struct mesh_limits_caps *caps, const char *tag, const struct mesh_limits *want,
 			      unsigned enforced, char *dir_out, size_t dir_cap, int *procs_fd);
-/* Removes a worker cgroup created above (after its processes are gone). */
-void mesh_limits_cgroup_remove(const char *dir);
+/* Removes a worker cgroup created above: cgroup.kill first when kill_rest
+ * (what is left in it is SIGKILLed), then rmdir.  0, or -EBUSY while
+ * killed processes are still on their way out (call again later). */
+int mesh_limits_cgroup_remove(const char *dir, int kill_rest);
+/* SIGKILLs every process in the group dir (cgroup.kill).  0 or -errno. */
+int mesh_limits_cgroup_kill(const char *dir);
+
+/* Who a worker runs as (manifest `user`; docs/catalog.md). */
+struct mesh_run_as {
+	int set;	/* 0: as meshd itself (nothing to change) */
+	uid_t uid;
+	gid_t gid;
+	size_t ngroups;
+	gid_t groups[MESH_PROC_GROUPS_MAX];
+	char name[64];	/* the name, or the uid's digits */
+};
+
+/* Resolves user (a name or a uid's digits) for this meshd: 0 with *out
+ * set, or a code with *err malloc'd.  As root: any user of the passwd
+ * database, or any uid (one without an entry gets gid = uid and no
+ * supplementary groups); its groups from getgrouplist.  Not as root: only
+ * meshd's own user (out->set = 0); another is MESH_E_REFUSED ("... needs
+ * meshd to run as root").  An unknown name: MESH_E_NOTFOUND. */
+int mesh_limits_run_as(const char *user, struct mesh_run_as *out, char **err);
+
+/* The user for a program without `user` when meshd runs as root:
+ * $MESHD_DEFAULT_USER when set (the test runner sets "root": its test
+ * directories are private to root), else "mesh" where that user exists,
+ * else "nobody".  NULL when meshd is not root (a worker then runs as
+ * meshd's own user). */
+const char *mesh_limits_default_user(void);
 
 #endif

@@ -9,10 +9,11 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_RING, K_CPU, K_SIGNAL, K_HASH };
+enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_RING, K_CPU, K_SIGNAL, K_HASH, K_USER };
 
 struct field {
 	const char *table, *key;
@@ -32,6 +33,7 @@ static const struct field fields[] = {
 	{"", "max_workers", K_COUNT, 1, MESH_MAX_WORKERS_CAP, OFF(max_workers)},
 	{"", "idle_ttl", K_DURATION, 0, 24 * 7 * H, OFF(idle_ttl_ns)},
 	{"", "ring", K_RING, MESH_RING_MIN_CAP, MESH_RING_MAX_CAP, OFF(ring_bytes)},
+	{"", "user", K_USER, 0, 0, OFF(user)},
 	{"limits", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(limits.memory)},
 	{"limits", "cpu", K_CPU, 0, 0, OFF(limits.cpu_milli)},
 	{"limits", "open_files", K_COUNT, 16, 1u << 20, OFF(limits.open_files)},
@@ -151,6 +153,7 @@ static const char *want_type(enum kind k)
 	case K_COUNT: return "integer";
 	case K_SIZE:
 	case K_RING: return "integer or string";
+	case K_USER: return "integer or string";
 	default: return "string";
 	}
 }
@@ -168,6 +171,7 @@ static int type_ok(enum kind k, enum mesh_toml_type t)
 	case K_COUNT: return t == MESH_TOML_INT;
 	case K_SIZE:
 	case K_RING: return t == MESH_TOML_INT || t == MESH_TOML_STRING;
+	case K_USER: return t == MESH_TOML_INT || t == MESH_TOML_STRING;
 	default: return t == MESH_TOML_STRING;
 	}
 }
@@ -293,6 +297,29 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		m->limits.cpu_milli = (uint32_t)(ns / 1000000);
 		return 0;
 	}
+	case K_USER: {
+		/* A name as useradd takes it, or a uid (kept as its digits). */
+		char num[24];
+		const char *u = it->str;
+		if (it->type == MESH_TOML_INT) {
+			if (it->i < 0 || it->i > 0x7ffffffe)
+				return fail(x, WHERE, "'user' must be a uid between 0 and 2147483646");
+			snprintf(num, sizeof num, "%lld", (long long)it->i);
+			u = num;
+		} else {
+			size_t n = strlen(u);
+			int ok = n >= 1 && n <= 32 && u[0] != '-';
+			for (size_t i = 0; ok && i < n; i++)
+				ok = (u[i] >= 'a' && u[i] <= 'z') || (u[i] >= 'A' && u[i] <= 'Z') || (u[i] >= '0' && u[i] <= '9') ||
+				     u[i] == '_' || u[i] == '-' || u[i] == '.';
+			if (!ok)
+				return fail(x, WHERE, "'user' must be a user name (1 to 32 of A-Z a-z 0-9 _ - .) or a uid");
+		}
+		free(m->user);
+		if (!(m->user = strdup(u)))
+			return -ENOMEM;
+		return 0;
+	}
 	case K_SIGNAL: {
 		int sig = mesh_signal_from_name(it->str);
 		if (!sig)
@@ -330,6 +357,7 @@ void mesh_manifest_release(struct mesh_manifest *m)
 		free(m->env[i]);
 	free(m->env);
 	free(m->source_hash);
+	free(m->user);
 	memset(m, 0, sizeof *m);
 }
 

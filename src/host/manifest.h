@@ -8,6 +8,7 @@
  *   max_workers = 1               # 1..64
  *   idle_ttl = "300s"             # durations: "<n>[.frac](ms|s|m|h)"
  *   ring = "4M"                   # bytes per ring of its slots: a power of two, 4K..1G (default 1M)
+ *   user = "svc-echo"             # run as this user (or a uid); see mesh_limits_run_as
  *   [env]                         # extra environment, string values
  *   LOG_LEVEL = "info"
  *   [limits]
@@ -58,6 +59,7 @@ struct mesh_manifest {
 	unsigned max_workers;
 	uint64_t ring_bytes; /* each ring of its slots (MESH_SLOT_DEFAULT_RING when absent) */
 	char *source_hash; /* "" when absent */
+	char *user;	   /* a user name or a uid's digits; NULL when absent */
 };
 
 /* Parses and checks a manifest (len bytes of text; file names it in

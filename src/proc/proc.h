@@ -25,9 +25,9 @@
  * CLONE_VFORK) on a stack of the spawner's: it shares the caller's memory
  * until execve, so it makes system calls only, never logs or allocates.  In
  * the child, in order: its own process group (setpgid, or setsid with
- * MESH_PROC_SESSION), PR_SET_PDEATHSIG(SIGKILL) and a re-check of getppid()
- * (the parent may have died before the prctl), join the cgroup when one is
- * given, each rlimit, the niceness, fds 0/1/2 and the extra fds moved into
+ * MESH_PROC_SESSION), join the cgroup when one is given, the user
+ * (MESH_PROC_SETUID), PR_SET_PDEATHSIG(SIGKILL) and a re-check of getppid()
+ * (the parent may have died before the prctl), each rlimit, the niceness, fds 0/1/2 and the extra fds moved into
  * place, every other fd made close-on-exec (not with MESH_PROC_INHERIT),
  * signal dispositions reset to SIG_DFL and the mask set, execve.  Any
  * failure writes errno over a close-on-exec pipe and _exit(127)s; the
@@ -68,6 +68,15 @@ enum {
 	 * Without it every disposition is SIG_DFL, nothing is blocked and
 	 * only fds 0/1/2 and opts.fds reach the program. */
 	MESH_PROC_INHERIT = 1u << 1,
+	/* Contain the program in a PID namespace of its own behind mesh-init
+	 * (see "Containment" below), where this machine allows one; else it
+	 * is started as without the flag (mesh_proc_child.how says which).
+	 * Only through mesh_proc_spawn_child. */
+	MESH_PROC_PIDNS = 1u << 2,
+	/* Run the program under opts.uid / opts.gid / opts.groups: setgroups,
+	 * setgid, setuid in the child, before PR_SET_PDEATHSIG (a change of
+	 * credentials clears it) and exec. */
+	MESH_PROC_SETUID = 1u << 3,
 };
 
 struct mesh_proc_opts {
@@ -81,10 +90,17 @@ struct mesh_proc_opts {
 	size_t nfds;
 	const struct mesh_proc_rlimit *rlimits; /* at most MESH_PROC_RLIMITS_MAX */
 	size_t nrlimits;
-	int cgroup_procs_fd; /* -1, or a cgroup.procs the child joins before exec */
+	int cgroup_procs_fd; /* -1, or a cgroup.procs the child joins before exec
+			      * (with MESH_PROC_PIDNS: mesh-init joins it, so
+			      * the whole namespace is in it) */
 	int nice;	     /* added to the child's niceness; 0 = inherit */
 	unsigned flags;	     /* MESH_PROC_* */
+	uid_t uid;	     /* MESH_PROC_SETUID: the ids the program runs as */
+	gid_t gid;
+	const gid_t *groups; /* supplementary groups (at most MESH_PROC_GROUPS_MAX) */
+	size_t ngroups;
 };
+#define MESH_PROC_GROUPS_MAX 64
 #define MESH_PROC_OPTS_INIT {.in_fd = -1, .out_fd = -1, .err_fd = -1, .cgroup_procs_fd = -1}
 
 /* Forks (on the spawner thread) and execs.  0 with *pid, and with *pidfd
@@ -94,6 +110,72 @@ struct mesh_proc_opts {
  * pipe, pidfd_open; -E2BIG for too many fds or rlimits).  The fds in opts
  * stay the caller's either way. */
 int mesh_proc_spawn(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o, pid_t *pid, int *pidfd);
+
+/* Containment: how a program's processes are held together, so that a
+ * stop or meshd's death leaves none behind.
+ *
+ * MESH_PROC_HOW_GROUP: the program leads its own process group (and
+ * session); stops signal the group.  A child that calls setsid() leaves
+ * the group and survives; PR_SET_PDEATHSIG reaches the program only.
+ *
+ * MESH_PROC_HOW_PIDNS: the spawner's child is mesh-init, pid 1 of a new
+ * PID namespace (clone(CLONE_NEWPID); where that needs privileges this
+ * process lacks, in a new user namespace too, mapping only this process's
+ * own uid and gid).  mesh-init starts the program as pid 2 (its own session),
+ * then execs this process's own binary (/proc/self/exe) as the init, which
+ * a constructor of proc/ recognises before main runs: it blocks every
+ * signal and waits for them, forwards each one to the program's process
+ * group, reaps every orphan of the namespace, and when the program ends
+ * exits with its status (a death by signal s as 128 + s).  When mesh-init
+ * ends, however it ends, the kernel SIGKILLs everything left in the
+ * namespace, setsid'd and double-forked grandchildren included, before
+ * mesh-init's pidfd becomes readable; PR_SET_PDEATHSIG(SIGKILL) from the
+ * spawner thread ties mesh-init to this process.
+ *
+ * Pids: mesh_proc_child.pid is the program's pid as seen from here (what
+ * ps shows; inside its namespace the program sees itself as pid 2);
+ * .init is mesh-init's, the one to reap and the pidfd's.  The program's
+ * own children see pids of the namespace: a program that reports a pid
+ * to the outside should read it from /proc/self (the mount is this
+ * namespace's). */
+enum mesh_proc_how {
+	MESH_PROC_HOW_GROUP = 0,
+	MESH_PROC_HOW_PIDNS = 1,
+};
+/* "process-group" / "pid-namespace". */
+const char *mesh_proc_how_name(enum mesh_proc_how how);
+
+struct mesh_proc_child {
+	pid_t pid;	      /* the program's pid, as seen here */
+	pid_t init;	      /* mesh-init's pid (PIDNS), else == pid: reap this one */
+	int pidfd;	      /* of .init, close-on-exec, the caller's; -1 if not asked */
+	enum mesh_proc_how how;
+};
+
+/* Like mesh_proc_spawn, and with MESH_PROC_PIDNS honoured: 0 with *c
+ * filled (c->pidfd when want_pidfd), or -errno (the child's failure, or
+ * mesh-init's: its exec of /proc/self/exe).  When a namespace cannot be
+ * made here the program is started as a process group (c->how). */
+int mesh_proc_spawn_child(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o, int want_pidfd,
+			  struct mesh_proc_child *c);
+
+/* What this machine allows for MESH_PROC_PIDNS, found by trying it (a
+ * clone that exits at once; cached for the process): MESH_PROC_HOW_PIDNS,
+ * or MESH_PROC_HOW_GROUP with why (when not NULL) saying why not. */
+enum mesh_proc_how mesh_proc_pidns_probe(char *why, size_t cap);
+
+/* Sends sig to what c contains: to mesh-init (PIDNS), which forwards it to
+ * the program's process group, SIGKILL ending the whole namespace; else to
+ * the program's process group.  Only while c->init is not reaped (its pid
+ * cannot have been reused).  0 or -errno. */
+int mesh_proc_child_kill(const struct mesh_proc_child *c, int sig);
+
+/* The program's exit code from the reaped c->init's siginfo, as a shell's
+ * (exit k -> k, signal s -> 128 + s), and in *sig the signal that ended
+ * it (0 if it exited): for PIDNS, mesh-init's exit 128 + s is read back as
+ * signal s -- so a program that itself exits with 129..192 is reported as
+ * killed by a signal, as a shell would. */
+int mesh_proc_child_exit_code(const struct mesh_proc_child *c, const siginfo_t *si, int *sig);
 
 /* Resolves a command name like execvp (PATH, default
  * "/usr/local/bin:/usr/bin:/bin") into a malloc'd path of an executable
@@ -128,6 +210,23 @@ int mesh_proc_stop_step(struct mesh_proc_stop *st, uint64_t now);
 /* CPU time (user + system) and resident bytes of pid from /proc/<pid>/stat.
  * 0 or -errno (-ENOENT: gone), MESH_E_PARSE. */
 int mesh_proc_sample(pid_t pid, uint64_t *cpu_ns, uint64_t *rss);
+
+/* One read of every process's /proc/<pid>/stat, to sum process trees. */
+struct mesh_proc_table;
+/* 0 with *out the caller's, or -errno (/proc unreadable), -ENOMEM. */
+int mesh_proc_table_read(struct mesh_proc_table **out);
+void mesh_proc_table_free(struct mesh_proc_table *t);
+struct mesh_proc_usage {
+	uint64_t rss;	 /* bytes resident, summed over the processes */
+	uint64_t cpu_ns; /* their user + system time, and that of their reaped children */
+	unsigned procs;	 /* how many */
+};
+/* Sums what c contains as of the table: PIDNS: every process of the
+ * namespace (mesh-init's descendants) except mesh-init itself; GROUP: the
+ * program, its descendants and the members of its session (a setsid'd
+ * orphan that left both is not seen).  Shared pages count in each process
+ * that maps them, as in ps.  0, or -ESRCH when the program is not there. */
+int mesh_proc_table_sum(const struct mesh_proc_table *t, const struct mesh_proc_child *c, struct mesh_proc_usage *u);
 
 /* The last lines of a process's output, for crash reports.  A line keeps
  * its first MESH_PROC_TAIL_LINE_MAX bytes; control bytes other than tab

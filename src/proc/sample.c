@@ -2,6 +2,8 @@
 
 #include "base/err.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,7 +11,13 @@
 #include <string.h>
 #include <unistd.h>
 
-int mesh_proc_sample(pid_t pid, uint64_t *cpu_ns, uint64_t *rss)
+/* The fields of /proc/<pid>/stat that are used here. */
+struct stat_fields {
+	pid_t pid, ppid, pgid, sid;
+	unsigned long long utime, stime, cutime, cstime, rsspages;
+};
+
+static int read_stat(pid_t pid, struct stat_fields *f)
 {
 	char p[64], buf[1024];
 	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
@@ -27,31 +35,154 @@ int mesh_proc_sample(pid_t pid, uint64_t *cpu_ns, uint64_t *rss)
 	buf[n] = 0;
 	/* The command name may hold spaces and ')': fields start after the last ')'. */
 	char *s = strrchr(buf, ')');
-	if (!s)
+	if (!s || s[1] != ' ')
 		return MESH_E_PARSE;
 	s += 2;
-	/* s is field 3 (state); utime is 14, stime 15, rss 24 (pages). */
-	unsigned long long utime = 0, stime = 0, rsspages = 0;
+	memset(f, 0, sizeof *f);
+	f->pid = pid;
+	/* s is field 3 (state); ppid 4, pgrp 5, session 6, utime 14, stime 15,
+	 * cutime 16, cstime 17, rss 24 (pages). */
 	int field = 3;
 	char *save = NULL;
 	for (char *tok = strtok_r(s, " ", &save); tok; tok = strtok_r(NULL, " ", &save), field++) {
-		if (field == 14)
-			utime = strtoull(tok, NULL, 10);
-		else if (field == 15)
-			stime = strtoull(tok, NULL, 10);
-		else if (field == 24) {
-			rsspages = strtoull(tok, NULL, 10);
-			break;
+		unsigned long long v = strtoull(tok, NULL, 10);
+		switch (field) {
+		case 4: f->ppid = (pid_t)v; break;
+		case 5: f->pgid = (pid_t)v; break;
+		case 6: f->sid = (pid_t)v; break;
+		case 14: f->utime = v; break;
+		case 15: f->stime = v; break;
+		case 16: f->cutime = v; break;
+		case 17: f->cstime = v; break;
+		case 24: f->rsspages = v; return 0;
 		}
 	}
-	if (field != 24)
-		return MESH_E_PARSE;
-	static long tick, page;
+	return MESH_E_PARSE;
+}
+
+static uint64_t ticks_ns(unsigned long long t)
+{
+	static long tick;
 	if (!tick)
 		tick = sysconf(_SC_CLK_TCK);
+	return t * (1000000000ull / (unsigned long long)(tick > 0 ? tick : 100));
+}
+
+static uint64_t pages_bytes(unsigned long long p)
+{
+	static long page;
 	if (!page)
 		page = sysconf(_SC_PAGESIZE);
-	*cpu_ns = (utime + stime) * (1000000000ull / (unsigned long long)(tick > 0 ? tick : 100));
-	*rss = rsspages * (unsigned long long)(page > 0 ? page : 4096);
+	return p * (unsigned long long)(page > 0 ? page : 4096);
+}
+
+int mesh_proc_sample(pid_t pid, uint64_t *cpu_ns, uint64_t *rss)
+{
+	struct stat_fields f;
+	int rc = read_stat(pid, &f);
+	if (rc)
+		return rc;
+	*cpu_ns = ticks_ns(f.utime + f.stime);
+	*rss = pages_bytes(f.rsspages);
+	return 0;
+}
+
+struct mesh_proc_table {
+	struct stat_fields *e;
+	size_t n, cap;
+};
+
+int mesh_proc_table_read(struct mesh_proc_table **out)
+{
+	struct mesh_proc_table *t = calloc(1, sizeof *t);
+	if (!t)
+		return -ENOMEM;
+	DIR *d = opendir("/proc");
+	if (!d) {
+		int e = -errno;
+		free(t);
+		return e;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		if (t->n == t->cap) {
+			size_t nc = t->cap ? t->cap * 2 : 256;
+			struct stat_fields *ne = realloc(t->e, nc * sizeof *ne);
+			if (!ne) {
+				closedir(d);
+				mesh_proc_table_free(t);
+				return -ENOMEM;
+			}
+			t->e = ne;
+			t->cap = nc;
+		}
+		/* A process gone since readdir is simply not in the table. */
+		if (read_stat((pid_t)atoi(de->d_name), &t->e[t->n]) == 0)
+			t->n++;
+	}
+	closedir(d);
+	*out = t;
+	return 0;
+}
+
+void mesh_proc_table_free(struct mesh_proc_table *t)
+{
+	if (!t)
+		return;
+	free(t->e);
+	free(t);
+}
+
+int mesh_proc_table_sum(const struct mesh_proc_table *t, const struct mesh_proc_child *c, struct mesh_proc_usage *u)
+{
+	int ns = c->how == MESH_PROC_HOW_PIDNS;
+	pid_t root = ns ? c->init : c->pid;
+	*u = (struct mesh_proc_usage){0};
+	unsigned char *in = calloc(t->n ? t->n : 1, 1);
+	if (!in)
+		return -ENOMEM;
+	int found = 0;
+	for (size_t i = 0; i < t->n; i++) {
+		const struct stat_fields *f = &t->e[i];
+		if (f->pid == root) {
+			found = 1;
+			/* mesh-init is ours, not the worker's: only what it
+			 * reaped (the namespace's orphans) counts. */
+			in[i] = ns ? 2 : 1;
+		} else if (!ns && (f->sid == root || f->pgid == root)) {
+			in[i] = 1;
+		}
+	}
+	if (!found) {
+		free(in);
+		return -ESRCH;
+	}
+	/* Descendants: a pass a generation. */
+	for (int more = 1; more;) {
+		more = 0;
+		for (size_t i = 0; i < t->n; i++) {
+			if (in[i])
+				continue;
+			for (size_t k = 0; k < t->n; k++)
+				if (in[k] && t->e[k].pid == t->e[i].ppid) {
+					in[i] = 1;
+					more = 1;
+					break;
+				}
+		}
+	}
+	for (size_t i = 0; i < t->n; i++) {
+		const struct stat_fields *f = &t->e[i];
+		if (in[i] == 2) {
+			u->cpu_ns += ticks_ns(f->cutime + f->cstime);
+		} else if (in[i]) {
+			u->cpu_ns += ticks_ns(f->utime + f->stime + f->cutime + f->cstime);
+			u->rss += pages_bytes(f->rsspages);
+			u->procs++;
+		}
+	}
+	free(in);
 	return 0;
 }

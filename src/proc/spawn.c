@@ -1,4 +1,5 @@
 #include "proc/proc.h"
+#include "proc/spawn_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,16 +28,40 @@ struct mesh_proc_spawner {
 	int quit;
 	const struct mesh_proc_opts *job;
 	int want_pidfd;
-	pid_t pid;
-	int pidfd;
+	struct mesh_proc_child res;
 	int rc;
 	int done;
 	int devnull;
+	int alivefd;	       /* a pidfd of this process, for mesh-init's check; -1: none */
 	uint64_t inherit_mask; /* the creator's mask, for MESH_PROC_INHERIT */
 	void *stack;	       /* the child's stack while it runs up to execve */
+	void *stack2;	       /* under mesh-init: the program's, while mesh-init waits */
 };
 
-#define SPAWN_STACK (256u * 1024)
+#define SPAWN_STACK MESH__PROC_STACK
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifdef UNDER_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+/* A child's frames never return (exec or _exit): under ASan their scope
+ * poisoning stays on the stack's shadow and the next child, on the same
+ * stack, would trip over it.  Clean before each use. */
+static void fresh_stack(void *stack)
+{
+#ifdef UNDER_ASAN
+	ASAN_UNPOISON_MEMORY_REGION(stack, SPAWN_STACK);
+#else
+	(void)stack;
+#endif
+}
 
 /* The kernel's struct sigaction, for raw rt_sigaction. */
 struct ksigaction {
@@ -48,7 +73,7 @@ struct ksigaction {
 
 /* Raw system calls: the child shares the parent's memory (CLONE_VM), so no
  * libc or sanitizer bookkeeping of signal handlers may run here. */
-static void child_signals(unsigned flags, uint64_t mask)
+void mesh__proc_child_signals(unsigned flags, uint64_t mask)
 {
 	struct ksigaction dfl = {0}, cur;
 	for (int sig = 1; sig < NSIG; sig++) {
@@ -62,8 +87,6 @@ static void child_signals(unsigned flags, uint64_t mask)
 			continue;
 		syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(uint64_t));
 	}
-	if (!(flags & MESH_PROC_INHERIT))
-		mask = 0;
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, sizeof mask);
 }
 
@@ -105,20 +128,56 @@ static int child_fds(const struct mesh_proc_opts *o, int devnull, int *errfd)
 	return 0;
 }
 
-/* The child: only system calls from here to execve or _exit. */
-static void __attribute__((noreturn)) child(const struct mesh_proc_opts *o, pid_t parent, int errfd, int devnull,
-					       uint64_t mask)
+/* The pid /proc/self names: the process's pid in /proc's namespace (this
+ * process's), also from inside a child PID namespace.  0 if unknown. */
+static pid_t proc_self_pid(void)
 {
-	int err;
+	char b[16];
+	ssize_t n = readlink("/proc/self", b, sizeof b - 1);
+	pid_t v = 0;
+	for (ssize_t i = 0; i < n; i++) {
+		if (b[i] < '0' || b[i] > '9')
+			return 0;
+		v = v * 10 + (b[i] - '0');
+	}
+	return v;
+}
+
+static int child_ids(const struct mesh_proc_opts *o)
+{
+	if (!(o->flags & MESH_PROC_SETUID))
+		return 0;
+	if (o->ngroups > MESH_PROC_GROUPS_MAX) {
+		errno = E2BIG;
+		return -1;
+	}
+	/* Raw calls: glibc's wrappers broadcast the change to every thread of
+	 * the process, and this child shares meshd's memory, not its threads. */
+	if (syscall(SYS_setgroups, o->ngroups, o->groups) < 0 || syscall(SYS_setresgid, o->gid, o->gid, o->gid) < 0 ||
+	    syscall(SYS_setresuid, o->uid, o->uid, o->uid) < 0)
+		return -1;
+	return 0;
+}
+
+/* The child: only system calls from here to execve or _exit. */
+void mesh__proc_child(struct mesh__proc_cargs *a)
+{
+	const struct mesh_proc_opts *o = a->o;
+	int err, errfd = a->errfd;
+	if (a->stack2)
+		a->outer = proc_self_pid();
 	if ((o->flags & MESH_PROC_SESSION) ? setsid() < 0 : setpgid(0, 0) < 0)
+		goto fail;
+	/* Before PR_SET_PDEATHSIG: a change of credentials clears it. */
+	if (!a->stack2 && o->cgroup_procs_fd >= 0 && write(o->cgroup_procs_fd, "0", 1) != 1)
+		goto fail;
+	if (child_ids(o) < 0)
 		goto fail;
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		goto fail;
 	/* The parent may have died between clone and prctl. */
-	if (getppid() != parent)
+	if (getppid() != a->parent)
 		_exit(127);
-	if (o->cgroup_procs_fd >= 0 && write(o->cgroup_procs_fd, "0", 1) != 1)
-		goto fail;
 	for (size_t i = 0; i < o->nrlimits; i++) {
 		struct rlimit rl = {.rlim_cur = o->rlimits[i].value, .rlim_max = o->rlimits[i].value};
 		if (setrlimit(o->rlimits[i].resource, &rl) < 0)
@@ -126,28 +185,21 @@ static void __attribute__((noreturn)) child(const struct mesh_proc_opts *o, pid_
 	}
 	if (o->nice)
 		setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + o->nice);
-	if (child_fds(o, devnull, &errfd) < 0)
+	if (child_fds(o, a->devnull, &errfd) < 0)
 		goto fail;
-	child_signals(o->flags, mask);
+	mesh__proc_child_signals(o->flags, (o->flags & MESH_PROC_INHERIT) ? a->mask : 0);
 	syscall(SYS_execve, o->path, o->argv, o->envp);
 fail:
 	err = errno;
+	a->failed = 1;
 	while (write(errfd, &err, sizeof err) < 0 && errno == EINTR)
 		;
 	_exit(127);
 }
 
-struct child_args {
-	const struct mesh_proc_opts *o;
-	pid_t parent;
-	int errfd, devnull;
-	uint64_t mask;
-};
-
-static int child_main(void *arg)
+int mesh__proc_child_main(void *arg)
 {
-	struct child_args *a = arg;
-	child(a->o, a->parent, a->errfd, a->devnull, a->mask);
+	mesh__proc_child(arg);
 }
 
 static void reap(pid_t pid)
@@ -159,18 +211,33 @@ static void reap(pid_t pid)
 static int do_spawn(struct mesh_proc_spawner *sp)
 {
 	const struct mesh_proc_opts *o = sp->job;
-	int p[2];
-	sp->pid = 0;
-	sp->pidfd = -1;
-	if (o->nfds > MESH_PROC_FDS_MAX || o->nrlimits > MESH_PROC_RLIMITS_MAX)
+	struct mesh_proc_child *c = &sp->res;
+	int p[2], ns = 0;
+	char mapbuf[3][32];
+	*c = (struct mesh_proc_child){.pidfd = -1, .how = MESH_PROC_HOW_GROUP};
+	if (o->nfds > MESH_PROC_FDS_MAX || o->nrlimits > MESH_PROC_RLIMITS_MAX ||
+	    ((o->flags & MESH_PROC_SETUID) && o->ngroups > MESH_PROC_GROUPS_MAX))
 		return -E2BIG;
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
 	/* Like posix_spawn: the child borrows this thread's memory on its own
 	 * stack and this thread sleeps until it has exec'd or failed -- no copy
-	 * of the parent's page tables. */
-	struct child_args ca = {o, getpid(), p[1], sp->devnull, sp->inherit_mask};
-	pid_t pid = clone(child_main, (char *)sp->stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
+	 * of the parent's page tables.  Under mesh-init the same holds for
+	 * both: mesh-init (the clone) makes the program's child the same way,
+	 * then execs itself. */
+	struct mesh__proc_cargs ca = {.o = o, .parent = getpid(), .errfd = p[1], .devnull = sp->devnull,
+				      .mask = sp->inherit_mask, .alivefd = -1};
+	int (*fn)(void *) = mesh__proc_child_main;
+	if ((o->flags & MESH_PROC_PIDNS) && (ns = mesh__proc_ns_flags()) != 0) {
+		fn = mesh__proc_init_child;
+		ca.stack2 = sp->stack2;
+		ca.alivefd = sp->alivefd;
+		if (ns & CLONE_NEWUSER)
+			mesh__proc_ns_maps(mapbuf, ca.maps);
+	}
+	fresh_stack(sp->stack);
+	fresh_stack(sp->stack2);
+	pid_t pid = clone(fn, (char *)sp->stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD | ns, &ca);
 	if (pid < 0) {
 		int e = -errno;
 		close(p[0]);
@@ -198,9 +265,14 @@ static int do_spawn(struct mesh_proc_spawner *sp)
 			return e;
 		}
 		fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-		sp->pidfd = pidfd;
+		c->pidfd = pidfd;
 	}
-	sp->pid = pid;
+	c->init = c->pid = pid;
+	if (ns) {
+		c->how = MESH_PROC_HOW_PIDNS;
+		if (ca.outer > 0)
+			c->pid = ca.outer;
+	}
 	return 0;
 }
 
@@ -226,8 +298,12 @@ static void spawner_destroy(struct mesh_proc_spawner *sp)
 {
 	if (sp->stack && sp->stack != MAP_FAILED)
 		munmap(sp->stack, SPAWN_STACK);
+	if (sp->stack2 && sp->stack2 != MAP_FAILED)
+		munmap(sp->stack2, SPAWN_STACK);
 	if (sp->devnull >= 0)
 		close(sp->devnull);
+	if (sp->alivefd >= 0)
+		close(sp->alivefd);
 	pthread_mutex_destroy(&sp->mu);
 	pthread_mutex_destroy(&sp->jmu);
 	pthread_cond_destroy(&sp->jcv);
@@ -244,7 +320,13 @@ int mesh_proc_spawner_new(struct mesh_proc_spawner **out)
 	pthread_cond_init(&sp->jcv, NULL);
 	sp->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	sp->stack = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (sp->devnull < 0 || sp->stack == MAP_FAILED) {
+	sp->stack2 = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	/* Without pidfds (Linux < 5.3) mesh-init skips its check of this
+	 * process's life and relies on PR_SET_PDEATHSIG alone. */
+	sp->alivefd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (sp->alivefd >= 0)
+		fcntl(sp->alivefd, F_SETFD, FD_CLOEXEC);
+	if (sp->devnull < 0 || sp->stack == MAP_FAILED || sp->stack2 == MAP_FAILED) {
 		int e = -errno;
 		spawner_destroy(sp);
 		return e;
@@ -281,25 +363,37 @@ void mesh_proc_spawner_free(struct mesh_proc_spawner *sp)
 	spawner_destroy(sp);
 }
 
-int mesh_proc_spawn(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o, pid_t *pid, int *pidfd)
+int mesh_proc_spawn_child(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o, int want_pidfd,
+			  struct mesh_proc_child *c)
 {
 	int rc;
 	pthread_mutex_lock(&sp->mu);
 	pthread_mutex_lock(&sp->jmu);
 	sp->job = o;
-	sp->want_pidfd = pidfd != NULL;
+	sp->want_pidfd = want_pidfd;
 	sp->done = 0;
 	pthread_cond_broadcast(&sp->jcv);
 	while (!sp->done)
 		pthread_cond_wait(&sp->jcv, &sp->jmu);
 	rc = sp->rc;
-	if (rc == 0) {
-		*pid = sp->pid;
-		if (pidfd)
-			*pidfd = sp->pidfd;
-	}
+	if (rc == 0)
+		*c = sp->res;
 	pthread_mutex_unlock(&sp->jmu);
 	pthread_mutex_unlock(&sp->mu);
+	return rc;
+}
+
+int mesh_proc_spawn(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o, pid_t *pid, int *pidfd)
+{
+	struct mesh_proc_opts plain = *o;
+	struct mesh_proc_child c;
+	plain.flags &= ~(unsigned)MESH_PROC_PIDNS;
+	int rc = mesh_proc_spawn_child(sp, &plain, pidfd != NULL, &c);
+	if (rc == 0) {
+		*pid = c.pid;
+		if (pidfd)
+			*pidfd = c.pidfd;
+	}
 	return rc;
 }
 

@@ -420,7 +420,10 @@ TEST(limits_detection_honest)
 	free(err);
 	char d[160];
 	mesh_limits_describe(MESH_LIM_MEMORY_RLIMIT | MESH_LIM_NOFILE_RLIMIT, d, sizeof d);
-	EXPECT_STREQ(d, "memory:rlimit,open_files:rlimit");
+	/* What each bounds, said plainly: RLIMIT_DATA is per process. */
+	EXPECT_STREQ(d, "memory:per-process data segment (rlimit),open_files:per-process (rlimit)");
+	mesh_limits_describe(MESH_LIM_MEMORY_CGROUP | MESH_LIM_NPROC_RLIMIT, d, sizeof d);
+	EXPECT_STREQ(d, "memory:whole group (cgroup),processes:per-user (rlimit)");
 	mesh_limits_describe(0, d, sizeof d);
 	EXPECT_STREQ(d, "none");
 }

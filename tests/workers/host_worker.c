@@ -9,25 +9,59 @@
  *   ignore-term        ignores SIGTERM, says ready, then never reads its channel
  *   fork               forks a child (same process group) that sleeps forever,
  *                      writes "<child pid>\n" to the file argv[2], then serves
+ *   orphan             like fork, but the child calls setsid() and forks again:
+ *                      the grandchild (no parent, no group, no session of the
+ *                      worker's) writes its pid to argv[2] and sleeps forever
+ *   alloc-child        like fork, the child first touching 50 MiB of heap
+ *   whoami             prints "uid=<uid> gid=<gid>", then tries to open
+ *                      $HW_PEEK (another process's fd through /proc) and
+ *                      prints "peek=ok" or "peek=<errno name>"; then serves
  *   never-ready        sleeps forever without saying ready
  *   bad-reply          serves; a request makes it scribble an impossible head
  *                      into its reply ring, wake meshd and sleep forever; with
  *                      a file argv[2]: only while that file does not exist (it
  *                      creates it), else it echoes
  *   hang-on-hang       serves; a request "hang" sleeps 30 s, others echo
- *   slow-200ms         serves; each request takes 200 ms, then echoes */
+ *   slow-200ms         serves; each request takes 200 ms, then echoes
+ * (pids are written as /proc shows them -- the host's -- not as getpid()
+ * returns them in a worker's own PID namespace.) */
 #include <mesh/worker.h>
 
 #include "shm/shm.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
-
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The pid /proc/self names: this process's pid in the host's view. */
+static int proc_pid(void)
+{
+	char b[32];
+	ssize_t n = readlink("/proc/self", b, sizeof b - 1);
+	if (n <= 0)
+		return (int)getpid();
+	b[n] = 0;
+	return atoi(b);
+}
+
+/* Writes "<pid>\n" to path whole (temp + rename): a reader never sees half. */
+static void write_pid(const char *path, int pid)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fprintf(f, "%d\n", pid);
+	if (fclose(f) == 0)
+		rename(tmp, path);
+}
 
 static void lines(const char *what)
 {
@@ -127,17 +161,44 @@ int main(int argc, char **argv)
 	if (strcmp(mode, "never-ready") == 0)
 		for (;;)
 			pause();
-	if (strcmp(mode, "fork") == 0) {
+	if (strcmp(mode, "fork") == 0 || strcmp(mode, "alloc-child") == 0) {
 		pid_t c = fork();
 		if (c == 0) {
+			if (strcmp(mode, "alloc-child") == 0) {
+				size_t n = 50u << 20;
+				char *p = malloc(n);
+				if (p)
+					memset(p, 1, n);
+				/* p escapes: no compiler may drop the unread block. */
+				__asm__ volatile("" : : "r"(p) : "memory");
+			}
+			if (argc > 2)
+				write_pid(argv[2], proc_pid());
 			for (;;)
 				pause();
 		}
-		FILE *f = argc > 2 ? fopen(argv[2], "w") : NULL;
-		if (f) {
-			fprintf(f, "%d\n", (int)c);
-			fclose(f);
+	}
+	if (strcmp(mode, "orphan") == 0 && fork() == 0) {
+		setsid();
+		if (fork() == 0) {
+			if (argc > 2)
+				write_pid(argv[2], proc_pid());
+			for (;;)
+				pause();
 		}
+		_exit(0);
+	}
+	if (strcmp(mode, "whoami") == 0) {
+		const char *peek = getenv("HW_PEEK");
+		printf("uid=%u gid=%u\n", (unsigned)getuid(), (unsigned)getgid());
+		if (peek && *peek) {
+			int fd = open(peek, O_RDWR);
+			int e = errno;
+			printf("peek=%s\n", fd >= 0 ? "ok" : e == EACCES ? "EACCES" : e == EPERM ? "EPERM" : strerror(e));
+			if (fd >= 0)
+				close(fd);
+		}
+		fflush(stdout);
 	}
 	if (strcmp(mode, "ignore-term") == 0) {
 		signal(SIGTERM, SIG_IGN);

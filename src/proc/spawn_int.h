@@ -1,0 +1,46 @@
+/* Between spawn.c (the spawner and the program's child) and pidns.c
+ * (mesh-init): what the clone children share with the spawner thread. */
+#ifndef MESH_PROC_SPAWN_INT_H
+#define MESH_PROC_SPAWN_INT_H
+
+#include "proc/proc.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MESH__PROC_STACK (256u * 1024)
+
+/* The clone children's arguments; they live on the spawner's stack and
+ * the children write into them (CLONE_VM) while the spawner sleeps. */
+struct mesh__proc_cargs {
+	const struct mesh_proc_opts *o;
+	pid_t parent; /* the program's expected parent (1 under mesh-init) */
+	int errfd, devnull;
+	uint64_t mask;
+	/* MESH_PROC_PIDNS only: */
+	void *stack2;	      /* the program's stack while mesh-init waits for its exec */
+	int alivefd;	      /* a pidfd of the spawner's process (-1: none) */
+	const char *maps[3];  /* setgroups, uid_map, gid_map; maps[0] NULL: no user namespace */
+	volatile pid_t outer; /* the program's pid as seen from the spawner */
+	volatile int failed;  /* the program's child failed before its exec */
+};
+
+/* The program's child: every step up to execve; a failure writes errno to
+ * a->errfd, sets a->failed, _exit(127). */
+void mesh__proc_child(struct mesh__proc_cargs *a) __attribute__((noreturn));
+int mesh__proc_child_main(void *arg);
+/* Every disposition SIG_DFL (with MESH_PROC_INHERIT, ignored ones other
+ * than SIGPIPE/SIGCHLD stay ignored), then the mask; raw system calls. */
+void mesh__proc_child_signals(unsigned flags, uint64_t mask);
+
+/* mesh-init before its exec (pidns.c): the clone entry of a child made
+ * with CLONE_NEWPID. */
+int mesh__proc_init_child(void *arg);
+/* The clone flags that make a PID namespace here (CLONE_NEWPID, maybe with
+ * CLONE_NEWUSER), or 0 when none can be made; probed once. */
+int mesh__proc_ns_flags(void);
+/* The user namespace's map lines for this process's uid and gid, into
+ * bufs of 32 bytes each; maps[] points at them. */
+void mesh__proc_ns_maps(char bufs[3][32], const char *maps[3]);
+
+#endif

@@ -1,0 +1,241 @@
+/* No orphan, ever, end to end (issue 9): the real meshd and mesh; a worker
+ * whose child calls setsid() and forks again leaves nothing after `mesh
+ * stop` or after `kill -9` of meshd; `mesh ps` says how workers are held,
+ * counts the memory of the whole tree, and says what a memory limit bounds. */
+#include "host/image.h"
+#include "runner/t.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#define SOCK "run/meshd.sock"
+
+static char out[65536];
+
+/* Program name running host_worker in mode, writing pids to <cwd>/name.pid. */
+static void add_worker(const char *name, const char *mode, const char *extra)
+{
+	char path[8192], toml[8192], cwd[4096];
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	mkdir("catalog", 0755);
+	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
+	mkdir(path, 0755);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/%s'", t_bin("tests-workers/host_worker"),
+		       mesh_target_triple(), name),
+		  0);
+	snprintf(toml, sizeof toml, "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\", \"%s/%s.pid\"]\n%s", name,
+		 mode, cwd, name, extra ? extra : "");
+	snprintf(path, sizeof path, "catalog/%s.toml", name);
+	t_write_file(path, toml);
+}
+
+static int serving(void *arg)
+{
+	(void)arg;
+	return t_sh(out, sizeof out, 1, "'%s' ps --socket " SOCK, t_bin("mesh")) == 0;
+}
+
+static pid_t start_meshd(void)
+{
+	char cmd[16384];
+	mkdir("logs", 0755);
+	snprintf(cmd, sizeof cmd, "exec '%s' --catalog catalog --logs logs --socket " SOCK " 2>>meshd.err", t_bin("meshd"));
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	if (!t_wait_for(serving, NULL, 15000)) {
+		kill(pid, SIGKILL);
+		char *err = t_read_file("meshd.err", NULL);
+		FAIL("meshd did not serve within 15 s: %s", err ? err : "");
+	}
+	return pid;
+}
+
+static int mesh(const char *args)
+{
+	return t_sh(out, sizeof out, 0, "'%s' %s --socket " SOCK " 2>mesh.err", t_bin("mesh"), args);
+}
+
+static int has_file(void *arg)
+{
+	struct stat st;
+	return stat(arg, &st) == 0 && st.st_size > 0;
+}
+
+static pid_t read_pid(const char *path)
+{
+	if (!t_wait_for(has_file, (void *)path, 10000))
+		return -1;
+	char *s = t_read_file(path, NULL);
+	pid_t p = s ? atoi(s) : -1;
+	free(s);
+	return p;
+}
+
+static int gone(void *arg)
+{
+	pid_t pid = *(pid_t *)arg;
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+	char *st = t_read_file(p, NULL);
+	const char *rp = st ? strrchr(st, ')') : NULL;
+	int g = !st || (rp && (rp[2] == 'Z' || rp[2] == 'X'));
+	free(st);
+	return g;
+}
+
+static int wait_exit(pid_t pid, unsigned ms)
+{
+	uint64_t end = t_now_ms() + ms;
+	int st;
+	for (;;) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (t_now_ms() > end)
+			return -1;
+		usleep(5000);
+	}
+}
+
+/* The first worker of `mesh ps --json`: its object (a new reference). */
+static json_t *first_worker(void)
+{
+	if (mesh("ps --json") != 0)
+		return NULL;
+	json_t *j = json_loads(out, 0, NULL), *w = NULL;
+	json_t *progs = j ? json_object_get(j, "programs") : NULL;
+	for (size_t i = 0; !w && i < json_array_size(progs); i++) {
+		json_t *ws = json_object_get(json_array_get(progs, i), "workers");
+		if (json_array_size(ws))
+			w = json_incref(json_array_get(ws, 0));
+	}
+	json_decref(j);
+	return w;
+}
+
+TEST_TIMEOUT(meshd_stop_leaves_no_setsid_grandchild, 60)
+{
+	add_worker("orphan", "orphan", NULL);
+	pid_t meshd = start_meshd();
+	ASSERT_EQ(mesh("start orphan"), 0);
+	pid_t gc = read_pid("orphan.pid");
+	ASSERT_GT(gc, 0);
+	EXPECT_FALSE(gone(&gc));
+	/* ps says how workers are held, and the pid it gives is the worker's. */
+	ASSERT_EQ(mesh("ps"), 0);
+	EXPECT_CONTAINS(out, "containment of workers: ");
+	EXPECT_CONTAINS(out, "pid-namespace");
+	json_t *w = first_worker();
+	ASSERT_TRUE(w != NULL);
+	pid_t pid = (pid_t)json_integer_value(json_object_get(w, "pid"));
+	EXPECT_CONTAINS(json_string_value(json_object_get(w, "containment")), "pid-namespace");
+	json_decref(w);
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/comm", (int)pid);
+	char *comm = t_read_file(p, NULL);
+	EXPECT_STREQ(comm, "orphan\n");
+	free(comm);
+	ASSERT_EQ(mesh("stop orphan"), 0);
+	int went = t_wait_for(gone, &gc, 3000);
+	EXPECT_TRUE(went);
+	if (!went)
+		kill(gc, SIGKILL);
+	kill(meshd, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd, 15000), 0);
+}
+
+TEST_TIMEOUT(meshd_kill9_leaves_no_setsid_grandchild, 60)
+{
+	add_worker("orphan", "orphan", NULL);
+	pid_t meshd = start_meshd();
+	ASSERT_EQ(mesh("start orphan"), 0);
+	pid_t gc = read_pid("orphan.pid");
+	ASSERT_GT(gc, 0);
+	EXPECT_FALSE(gone(&gc));
+	kill(meshd, SIGKILL);
+	EXPECT_EQ(wait_exit(meshd, 5000), 128 + SIGKILL);
+	int went = t_wait_for(gone, &gc, 3000);
+	EXPECT_TRUE(went);
+	if (!went)
+		kill(gc, SIGKILL);
+}
+
+TEST_TIMEOUT(meshd_ps_memory_is_the_whole_tree_and_says_what_is_bounded, 60)
+{
+	add_worker("alloc", "alloc-child", NULL);
+	add_worker("limited", "echo", "[limits]\nmemory = \"64M\"\n");
+	pid_t meshd = start_meshd();
+	ASSERT_EQ(mesh("start alloc"), 0);
+	ASSERT_GT(read_pid("alloc.pid"), 0);
+	/* Sampled about once a second. */
+	long long rss = 0, procs = 0;
+	uint64_t end = t_now_ms() + 5000;
+	while (rss < (50ll << 20) && t_now_ms() < end) {
+		json_t *w = first_worker();
+		rss = w ? json_integer_value(json_object_get(w, "rss")) : 0;
+		procs = w ? json_integer_value(json_object_get(w, "processes")) : 0;
+		json_decref(w);
+		if (rss < (50ll << 20))
+			usleep(200 * 1000);
+	}
+	EXPECT_GE(rss, 50ll << 20);
+	EXPECT_GE(procs, 2);
+	/* A memory limit is a per-process data segment: ps and load say so. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' load limited --socket " SOCK, t_bin("mesh")), 0);
+	EXPECT_CONTAINS(out, "per-process data segment");
+	ASSERT_EQ(mesh("ps"), 0);
+	EXPECT_CONTAINS(out, "memory:per-process data segment (rlimit)");
+	kill(meshd, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd, 15000), 0);
+}
+
+struct log_has {
+	const char *file, *text;
+};
+
+static int log_has(void *arg)
+{
+	struct log_has *a = arg;
+	char *s = t_read_file(a->file, NULL);
+	int ok = s && strstr(s, a->text);
+	free(s);
+	return ok;
+}
+
+/* meshd as root: a program runs as its `user`, and one without runs
+ * unprivileged (nobody here), not as root. */
+TEST_TIMEOUT(meshd_workers_run_as_their_user_never_root_by_default, 60)
+{
+	unsetenv("MESHD_DEFAULT_USER"); /* the runner's; here the real default */
+	/* The workers reach their binaries: meshd names them by absolute path. */
+	chmod(".", 0755);
+	chmod("..", 0711);
+	add_worker("who", "whoami", NULL);
+	add_worker("who2", "whoami", "user = 65533\n");
+	add_worker("who0", "whoami", "user = \"root\"\n");
+	pid_t meshd = start_meshd();
+	if (mesh("start who") != 0) {
+		char *e = t_read_file("mesh.err", NULL);
+		FAIL("start who: %s", e ? e : "?");
+	}
+	ASSERT_EQ(mesh("start who2"), 0);
+	ASSERT_EQ(mesh("start who0"), 0);
+	struct log_has a = {"logs/who.log", "uid=65534 gid=65534"}, b = {"logs/who2.log", "uid=65533 gid=65533"},
+		       c = {"logs/who0.log", "uid=0 gid=0"};
+	EXPECT_TRUE(t_wait_for(log_has, &a, 5000));
+	EXPECT_TRUE(t_wait_for(log_has, &b, 5000));
+	EXPECT_TRUE(t_wait_for(log_has, &c, 5000));
+	kill(meshd, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd, 15000), 0);
+}
