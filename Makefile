@@ -32,7 +32,7 @@ CC      := clang
 CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
 endif
 
-LIB_DIRS   := base proc journal store job exec autoscale shm host gateway worker daemon
+LIB_DIRS   := base proc journal store job exec autoscale shm host gpu gateway worker daemon
 LIB_SRC    := $(filter-out src/daemon/main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
 CLI_SRC    := $(wildcard src/cli/*.c)
@@ -98,7 +98,13 @@ $(BUILD)/tests-workers/%: tests/workers/%.c $(BUILD)/libmeshworker.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmeshworker.a $(LDLIBS)
 
-tests-build: all $(TW_BINS) $(TEST_BINS)
+# The fake libnvidia-ml.so.1 the GPU tests load through meshd's dlopen seam.
+FAKE_NVML  := $(BUILD)/tests-gpu/fake_nvml.so
+$(FAKE_NVML): tests/gpu/fake_nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $<
+
+tests-build: all $(TW_BINS) $(TEST_BINS) $(FAKE_NVML)
 
 deps:
 	@mk/deps.sh test
