@@ -13,9 +13,9 @@
 #include "base/io.h"
 #include "base/log.h"
 #include "base/utf8.h"
+#include "daemon/core_gpu.h"
 #include "host/host.h"
 #include "host/image.h"
-#include "host/mps.h"
 #include "shm/shm.h"
 
 #include <errno.h>
@@ -41,6 +41,7 @@ struct worker {
 	int slot;	  /* index into d->slots while on a slot, else -1 */
 	unsigned inflight;
 	uint64_t last_used;
+	uint64_t gpu_res, gpu_prev; /* its GPU reservation (core_gpu.h), and the last one's */
 };
 
 struct program {
@@ -66,7 +67,7 @@ struct meshd_core {
 	int *slot_taken;     /* given to a worker */
 	atomic_int stop;
 	enum mesh_gpu_access gpu;
-	char *mps_dir; /* --isolation mps: CUDA_MPS_PIPE_DIRECTORY */
+	struct meshd__gpu G; /* NVML, placement, MPS (core_gpu.h) */
 };
 
 
@@ -87,10 +88,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	unsigned n = cfg->slots ? cfg->slots : DEFAULT_SLOTS;
 	if (n > MAX_SLOTS)
 		return mesh_errf(err, MESH_E_RANGE, "--slots %u is over %u", n, MAX_SLOTS);
-	enum mesh_gpu_access gpu = MESH_GPU_NONE;
-	if (cfg->isolation && strcmp(cfg->isolation, "mps") == 0)
-		gpu = MESH_GPU_MPS;
-	else if (cfg->isolation && strcmp(cfg->isolation, "none") != 0)
+	if (cfg->isolation && strcmp(cfg->isolation, "mps") != 0 && strcmp(cfg->isolation, "none") != 0)
 		return mesh_errf(err, MESH_E_PARSE, "unknown isolation '%s' (none or mps)", cfg->isolation);
 
 	struct meshd_core *d = calloc(1, sizeof *d);
@@ -98,7 +96,6 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 		return -ENOMEM;
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
-	d->gpu = gpu;
 	d->nslots = n;
 	char abs[PATH_MAX];
 	d->catalog = strdup(realpath(cfg->catalog, abs) ? abs : cfg->catalog);
@@ -120,25 +117,17 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 			mesh_errf(err, rc, "cannot create slot %u: %s", i, mesh_strerror(rc));
 			goto bad;
 		}
-	if (gpu == MESH_GPU_MPS) {
-		const char *pd = getenv("CUDA_MPS_PIPE_DIRECTORY");
-		if (!(d->mps_dir = strdup(pd ? pd : "/tmp/nvidia-mps"))) {
-			rc = -ENOMEM;
-			goto bad;
-		}
-	}
+	if ((rc = meshd__gpu_new(&d->G, cfg->isolation)))
+		goto bad;
+	d->gpu = d->G.access;
 	struct mesh_host_cfg hc = {
 		.logs = d->logs,
 		.env = d->env,
-		.gpu = gpu,
-		.mps_pipe_dir = d->mps_dir,
-		.check_gpu_client = gpu == MESH_GPU_MPS ? mesh_mps_check_client : NULL,
-		.stop_gpu_client = gpu == MESH_GPU_MPS ? mesh_mps_terminate_client : NULL,
-		.gpu_ctx = d->mps_dir,
 		.ready_timeout_ns = cfg->ready_timeout_ns,
 		.online_timeout_ns = cfg->online_timeout_ns,
 		.log_max = cfg->log_max,
 	};
+	meshd__gpu_host_cfg(&d->G, &hc);
 	if ((rc = mesh_host_new(&d->h, &hc, &e))) {
 		if (err)
 			*err = e;
@@ -244,6 +233,11 @@ void meshd_ps_release(struct meshd_ps *ps)
 	free(ps->programs);
 	ps->programs = NULL;
 	ps->nprograms = 0;
+	free(ps->gpu_none);
+	ps->gpu_none = NULL;
+	free(ps->gpus);
+	ps->gpus = NULL;
+	ps->ngpus = 0;
 }
 
 /* Finds or loads name, with a reference held (unref when done). */
@@ -263,7 +257,10 @@ static int get_program(struct meshd_core *d, const char *name, struct program **
 	if (!np)
 		return -ENOMEM;
 	int rc = mesh_image_prepare(d->catalog, name, mesh_host_caps(d->h), d->gpu, &np->img, err);
-	if (rc) {
+	int grc = meshd__gpu_load(&d->G, &np->img, rc, err);
+	if (grc && !rc)
+		mesh_image_release(&np->img);
+	if ((rc = grc)) {
 		free(np);
 		return rc;
 	}
@@ -336,7 +333,15 @@ static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
 		p->w[p->nw].slot = -1;
 		down = (int)p->nw++;
 	}
-	int rc = mesh_instance_warm(p->w[down].inst, err);
+	struct worker *wk = &p->w[down];
+	uint64_t res;
+	int rc = meshd__gpu_before_spawn(&d->G, &d->mu, 0, &p->img, (unsigned)down, wk->inst, &res, err);
+	if (rc)
+		return rc;
+	rc = mesh_instance_warm(wk->inst, err);
+	meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
+	if (res)
+		wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
 	return rc ? rc : down;
 }
 
@@ -348,6 +353,7 @@ int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_
 	int rc = get_program(d, name, &p, err);
 	if (rc)
 		return rc;
+	meshd__gpu_settle(&d->G, &p->img);
 	pthread_mutex_lock(&d->mu);
 	int i = pick_or_warm(d, p, err);
 	struct mesh_instance *inst = i >= 0 ? p->w[i].inst : NULL;
@@ -447,6 +453,7 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		struct meshd_worker_info *wi = &pi->workers[i];
 		wi->st = mesh_instance_stats(p->w[i].inst);
 		wi->slot = p->w[i].slot;
+		meshd__gpu_worker(&d->G, p->w[i].gpu_res, p->w[i].gpu_prev, wi);
 		pi->spawns += wi->st.spawns;
 		pi->crashes += wi->st.crashes;
 	}
@@ -459,7 +466,7 @@ int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out)
 	out->host = mesh_host_totals(d->h);
 	out->caps = *mesh_host_caps(d->h);
 	out->slots = d->nslots;
-	int rc = 0;
+	int rc = meshd__gpu_ps(&d->G, out);
 	pthread_mutex_lock(&d->mu);
 	unsigned n = 0;
 	for (struct program *p = d->progs; p; p = p->next)
@@ -581,7 +588,21 @@ static int acquire(struct meshd_core *d, struct program *p, uint64_t deadline, i
 				return mesh_errf(err, MESH_E_STATE, "no free slot for '%s' (all %u are in use)", p->img.name,
 					   d->nslots);
 			}
-			int rc = mesh_instance_launch(p->w[cand].inst, d->slots[s], err);
+			struct worker *wk = &p->w[cand];
+			uint64_t res = 0;
+			int rc = 0;
+			if (mesh_instance_state(wk->inst) == MESH_IS_DOWN &&
+			    (rc = meshd__gpu_before_spawn(&d->G, &d->mu, 1, &p->img, (unsigned)cand, wk->inst, &res, err))) {
+				d->slot_taken[s] = 0;
+				pthread_mutex_unlock(&d->mu);
+				if (rc == 1)
+					continue; /* waited for GPU memory with d->mu dropped: look again */
+				return rc;
+			}
+			rc = mesh_instance_launch(wk->inst, d->slots[s], err);
+			meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
+			if (res)
+				wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
 			if (rc) {
 				d->slot_taken[s] = 0;
 				pthread_mutex_unlock(&d->mu);
@@ -733,6 +754,7 @@ static void log_report(const char *name, char *r)
  * own demand (requests in flight) and idle time; REAP makes it exit. */
 void meshd__tick(struct meshd_core *d, uint64_t now)
 {
+	meshd__gpu_log(&d->G);
 	pthread_mutex_lock(&d->mu);
 	for (struct program *p = d->progs; p; p = p->next) {
 		if (p->gone)
@@ -799,7 +821,7 @@ void meshd_core_free(struct meshd_core *d)
 		free(d->env[i]);
 	free(d->catalog);
 	free(d->logs);
-	free(d->mps_dir);
+	meshd__gpu_free(&d->G);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
 	free(d);

@@ -767,6 +767,30 @@ int mesh_gpu_devices(struct mesh_gpu *g, struct mesh_gpu_dev **out, unsigned *n)
 	return rc;
 }
 
+int mesh_gpu_mps_client(struct mesh_gpu *g, pid_t pid, char **err)
+{
+	struct snap *s = malloc(sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	snap_read(g, s);
+	int found = 0, other = 0;
+	for (unsigned i = 0; i < s->n && !found; i++)
+		for (size_t k = 0; k < s->nprocs[i] && !found; k++) {
+			const struct mesh_nvml_proc *p = &s->procs[i][k];
+			int ours = (pid_t)p->pid == pid || pgid_of((pid_t)p->pid) == pid;
+			found = ours && p->mps;
+			other |= ours && !p->mps;
+		}
+	snap_release(s);
+	free(s);
+	if (found)
+		return 0;
+	return mesh_errf(err, MESH_E_REFUSED,
+			 other ? "NVML lists pid %d on a GPU, but not as a client of an MPS server"
+			       : "NVML does not list pid %d (or its group) as an MPS client on any GPU",
+			 (int)pid);
+}
+
 char *mesh_gpu_next_event(struct mesh_gpu *g)
 {
 	char *e = NULL;

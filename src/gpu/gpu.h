@@ -115,6 +115,10 @@ struct mesh_gpu_dev {
 /* Every GPU now (NVML read now).  *out malloc'd.  0, -ENOMEM, -EIO. */
 int mesh_gpu_devices(struct mesh_gpu *g, struct mesh_gpu_dev **out, unsigned *n);
 
+/* Under MPS: is a process of pid's group listed by NVML as an MPS client
+ * on some GPU?  0, or MESH_E_REFUSED with *err. */
+int mesh_gpu_mps_client(struct mesh_gpu *g, pid_t pid, char **err);
+
 /* The oldest event not yet taken (malloc'd, one line), or NULL. */
 char *mesh_gpu_next_event(struct mesh_gpu *g);
 

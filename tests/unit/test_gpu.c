@@ -4,6 +4,7 @@
 #include "base/err.h"
 #include "gpu/gpu.h"
 #include "gpu/nvml.h"
+#include "host/manifest.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -370,4 +371,48 @@ TEST(gpu_leftovers_at_start_are_not_placed_on)
 	free(err);
 	mesh_gpu_free(g);
 	end(live);
+}
+
+TEST(manifest_gpus_and_vram)
+{
+	static const char base[] = "name = \"g\"\nbackends = [\"native\"]\n";
+	char text[512], *err = NULL;
+	struct mesh_manifest m;
+	snprintf(text, sizeof text, "%sdevice = \"gpu\"\ngpus = 2\nvram = \"20GiB\"\n", base);
+	ASSERT_EQ(mesh_manifest_parse("g.toml", text, strlen(text), "g", &m, &err), 0);
+	EXPECT_EQ(m.gpus, 2);
+	EXPECT_UEQ(m.vram, 20 * GIB);
+	mesh_manifest_release(&m);
+	snprintf(text, sizeof text, "%sdevice = \"gpu\"\nvram = \"512MiB\"\n", base);
+	ASSERT_EQ(mesh_manifest_parse("g.toml", text, strlen(text), "g", &m, &err), 0);
+	EXPECT_EQ(m.gpus, 1); /* a GPU program gets one by default */
+	EXPECT_UEQ(m.vram, 512ull << 20);
+	mesh_manifest_release(&m);
+	snprintf(text, sizeof text, "%sdevice = \"gpu\"\n", base);
+	ASSERT_EQ(mesh_manifest_parse("g.toml", text, strlen(text), "g", &m, &err), 0);
+	EXPECT_EQ(m.gpus, 1);
+	EXPECT_UEQ(m.vram, 0);
+	mesh_manifest_release(&m);
+	snprintf(text, sizeof text, "%s", base);
+	ASSERT_EQ(mesh_manifest_parse("g.toml", text, strlen(text), "g", &m, &err), 0);
+	EXPECT_EQ(m.gpus, 0);
+	mesh_manifest_release(&m);
+	static const struct {
+		const char *add, *msg;
+	} bad[] = {
+		{"gpus = 1\n", "'gpus' is for GPU programs: add device = \"gpu\""},
+		{"vram = \"1G\"\n", "'vram' is for GPU programs"},
+		{"device = \"gpu\"\ngpus = 0\n", "'gpus' must be between 1 and 16"},
+		{"device = \"gpu\"\ngpus = 17\n", "'gpus' must be between 1 and 16"},
+		{"device = \"gpu\"\nvram = \"20GB\"\n", "'vram' must be bytes or a size like"},
+		{"device = \"gpu\"\nvram = \"lots\"\n", "'vram' must be bytes or a size like"},
+		{"device = \"gpu\"\nvram = \"1K\"\n", "'vram' must be between 1M and 1024T"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		snprintf(text, sizeof text, "%s%s", base, bad[i].add);
+		EXPECT_EQ(mesh_manifest_parse("g.toml", text, strlen(text), "g", &m, &err), MESH_E_PARSE);
+		EXPECT_CONTAINS(err, bad[i].msg);
+		free(err);
+		err = NULL;
+	}
 }
