@@ -306,3 +306,43 @@ TEST(core_gpu_restart_does_not_place_on_leftovers)
 	kill(live, SIGKILL);
 	waitpid(live, NULL, 0);
 }
+
+/* --isolation mps with NVML: `ready` counts only from a worker that NVML
+ * lists as an MPS client (the fake's "mps" flag); the control socket and
+ * the tool are stand-ins. */
+TEST(core_gpu_mps_client_check_through_nvml)
+{
+	char st[256], cwd[PATH_MAX - 64], dir[PATH_MAX], path[PATH_MAX + 16];
+	snprintf(st, sizeof st, "gpu %llu 0 G\n", 80 * GIB);
+	fake_nvml(st);
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	snprintf(dir, sizeof dir, "%s/mps", cwd);
+	mkdir(dir, 0755);
+	snprintf(path, sizeof path, "%s/control", dir);
+	t_write_file(path, "");
+	setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1);
+	mkdir("bin", 0755);
+	t_write_file("bin/nvidia-cuda-mps-control", "#!/bin/sh\nread cmd\necho \"$cmd\" >> \"$CUDA_MPS_PIPE_DIRECTORY/tool.log\"\n");
+	chmod("bin/nvidia-cuda-mps-control", 0755);
+	snprintf(path, sizeof path, "%s/bin:%s", cwd, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+	setenv("PATH", path, 1);
+	program("client", "1024", "0", NULL);
+	t_write_file("cat/client.toml", "name = \"client\"\nbackends = [\"native\"]\ndevice = \"gpu\"\n"
+					"args = [\"1048576\", \"0\", \"mps\"]\n");
+	program("plain", "1048576", "0", NULL);
+	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 4, .isolation = "mps"};
+	struct meshd_core *d;
+	char *err = NULL;
+	if (meshd_core_new(&d, &cfg, &err))
+		FAIL("core: %s", err);
+	pthread_t th;
+	pthread_create(&th, NULL, run_main, d);
+	EXPECT_EQ(meshd_op_start(d, "client", NULL, &err), 0);
+	free(err);
+	err = NULL;
+	EXPECT_EQ(meshd_op_start(d, "plain", NULL, &err), MESH_E_REFUSED);
+	EXPECT_CONTAINS(err, "not a client of meshd's MPS server: NVML lists pid");
+	EXPECT_CONTAINS(err, "but not as a client of an MPS server");
+	free(err);
+	done(d, th);
+}

@@ -5,7 +5,8 @@
  *   "env"   -> its CUDA_VISIBLE_DEVICES
  *   "crash" -> dies of SIGSEGV
  *   else    -> the request back
- * argv[3] "child": a child in its process group holds the memory instead. */
+ * argv[3] "child": a child in its process group holds the memory instead;
+ * "mps": it is listed as a client of an MPS server. */
 #include <mesh/worker.h>
 
 #include <fcntl.h>
@@ -33,6 +34,8 @@ static int serve(void *ctx, const void *req, size_t n, void *reply, size_t cap, 
 	return 0;
 }
 
+static int mps;
+
 static void hold(const char *bytes, const char *linger)
 {
 	const char *vis = getenv("CUDA_VISIBLE_DEVICES"), *st = getenv("FAKE_NVML_STATE");
@@ -40,7 +43,7 @@ static void hold(const char *bytes, const char *linger)
 		return;
 	char gpu[128], line[256];
 	snprintf(gpu, sizeof gpu, "%.*s", (int)strcspn(vis, ","), vis);
-	int n = snprintf(line, sizeof line, "proc %s %d %s %s\n", gpu, (int)getpid(), bytes, linger);
+	int n = snprintf(line, sizeof line, "proc %s %d %s %s%s\n", gpu, (int)getpid(), bytes, linger, mps ? " mps" : "");
 	int fd = open(st, O_WRONLY | O_APPEND | O_CLOEXEC);
 	if (fd >= 0) {
 		if (write(fd, line, (size_t)n) != n)
@@ -58,6 +61,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const char *bytes = argc > 1 ? argv[1] : "0", *linger = argc > 2 ? argv[2] : "0";
+	mps = argc > 3 && strcmp(argv[3], "mps") == 0;
 	if (argc > 3 && strcmp(argv[3], "child") == 0) {
 		int p[2];
 		if (pipe(p) != 0)
