@@ -57,9 +57,28 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
 	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
 
-.PHONY: all test check bench demo fuzz fuzzers fuzz-bins install clean deps tests-build
+.PHONY: all test check bench demo fuzz fuzzers fuzz-bins install clean deps tests-build gpu-examples gpu-bundle
 .PRECIOUS: $(BUILD)/obj/%.o
-all: $(PROGS) $(EX_BINS)
+all: $(PROGS) $(EX_BINS) gpu-examples
+
+# The CUDA example worker, when nvcc is found (PATH or /usr/local/cuda);
+# built for Ampere and Hopper, with Hopper PTX for newer GPUs.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+gpu-examples: $(PROGS)
+ifeq ($(NVCC),)
+	@echo "nvcc not found: examples/gpu/cuda_worker.cu not built (set NVCC=/path/to/nvcc)"
+else
+	@$(MAKE) --no-print-directory $(BUILD)/examples/gpu/cuda_worker
+endif
+$(BUILD)/examples/gpu/cuda_worker: examples/gpu/cuda_worker.cu $(BUILD)/libmeshworker.a
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 $(NVCC_ARCH) -Iinclude -Xcompiler -static-libstdc++,-static-libgcc -o $@ $< $(BUILD)/libmeshworker.a -lpthread
+
+# What tests/gpu/run.sh needs on a GPU machine that may lack the Debian
+# packages and the network: build/gpu-bundle.tar.gz (docs/gpu.md).
+gpu-bundle: all
+	@tests/gpu/bundle.sh $(BUILD)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
