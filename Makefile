@@ -73,7 +73,7 @@ else
 endif
 $(BUILD)/examples/gpu/cuda_worker: examples/gpu/cuda_worker.cu $(BUILD)/libmeshworker.a
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 $(NVCC_ARCH) -Iinclude -Xcompiler -static-libstdc++,-static-libgcc -o $@ $< $(BUILD)/libmeshworker.a -lpthread
+	$(NVCC) -O2 $(NVCC_ARCH) -Iinclude -Xcompiler -static-libstdc++ -o $@ $< $(BUILD)/libmeshworker.a -lpthread
 
 # What tests/gpu/run.sh needs on a GPU machine that may lack the Debian
 # packages and the network: build/gpu-bundle.tar.gz (docs/gpu.md).
