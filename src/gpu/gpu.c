@@ -218,7 +218,9 @@ static void advance(struct mesh_gpu *g, uint64_t now)
 	for (struct res *r = g->list; r; r = r->next) {
 		if (r->st != MESH_GPU_DRAINING && r->st != MESH_GPU_STUCK)
 			continue;
-		uint64_t t = now - r->dead_at;
+		/* dead_at may be a little after now: a caller saw the death
+		 * first (deaths()) while this thread read NVML. */
+		uint64_t t = now > r->dead_at ? now - r->dead_at : 0;
 		if (r->listed == 0) {
 			event(g, "gpu: %s (pid %d) memory back after %llu ms%s", r->owner, (int)r->pgid,
 			      (unsigned long long)(t / MESH_NS_PER_MS), r->st == MESH_GPU_STUCK ? " (past the grace)" : "");
@@ -314,18 +316,37 @@ static void *watch(void *arg)
 			if (read(g->wakefd, &v, sizeof v) < 0) { /* nothing to do: it is only a wakeup */
 			}
 		}
+		int died = 0;
+		for (size_t i = 1; i < k; i++)
+			died |= fds[i].revents != 0;
+		if (!died) {
+			if (draining)
+				refresh(g, now);
+			continue;
+		}
+		/* A death: NVML is read first (the process is gone already), and
+		 * the reservation turns DRAINING together with that reading, so
+		 * nobody sees it draining with the live worker's usage. */
+		struct snap *s = malloc(sizeof *s);
+		if (s)
+			snap_read(g, s);
 		pthread_mutex_lock(&g->mu);
+		now = mesh_mono_ns();
 		for (size_t i = 1; i < k; i++) {
 			if (!fds[i].revents)
 				continue;
 			for (struct res *r = g->list; r; r = r->next)
 				if (r->id == ids[i] && r->st == MESH_GPU_LIVE)
 					start_drain(r, now);
-			draining = 1;
 		}
+		if (s)
+			attribute(g, s, NULL);
+		advance(g, now);
 		pthread_mutex_unlock(&g->mu);
-		if (draining)
-			refresh(g, now);
+		if (s) {
+			snap_release(s);
+			free(s);
+		}
 	}
 	free(fds);
 	free(ids);
