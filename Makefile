@@ -33,7 +33,7 @@ CC      := clang
 CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
 endif
 
-LIB_DIRS   := base proc journal store job exec autoscale shm host gateway worker daemon
+LIB_DIRS   := base proc journal store job exec autoscale shm host gpu gateway worker daemon
 LIB_SRC    := $(filter-out src/daemon/main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
 CLI_SRC    := $(wildcard src/cli/*.c)
@@ -59,9 +59,28 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
 	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
 
-.PHONY: all test check bench demo demo-mandel fuzz fuzzers fuzz-bins install clean deps tests-build node-openai
+.PHONY: all test check bench demo demo-mandel fuzz fuzzers fuzz-bins install clean deps tests-build node-openai gpu-examples gpu-bundle
 .PRECIOUS: $(BUILD)/obj/%.o
-all: $(PROGS) $(EX_BINS) $(MANDEL_BINS)
+all: $(PROGS) $(EX_BINS) $(MANDEL_BINS) gpu-examples
+
+# The CUDA example worker, when nvcc is found (PATH or /usr/local/cuda);
+# built for Ampere and Hopper, with Hopper PTX for newer GPUs.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+gpu-examples: $(PROGS)
+ifeq ($(NVCC),)
+	@echo "nvcc not found: examples/gpu/cuda_worker.cu not built (set NVCC=/path/to/nvcc)"
+else
+	@$(MAKE) --no-print-directory $(BUILD)/examples/gpu/cuda_worker
+endif
+$(BUILD)/examples/gpu/cuda_worker: examples/gpu/cuda_worker.cu $(BUILD)/libmeshworker.a
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 $(NVCC_ARCH) -Iinclude -Xcompiler -static-libstdc++ -o $@ $< $(BUILD)/libmeshworker.a -lpthread
+
+# What tests/gpu/run.sh needs on a GPU machine that may lack the Debian
+# packages and the network: build/gpu-bundle.tar.gz (docs/gpu.md).
+gpu-bundle: all
+	@tests/gpu/bundle.sh $(BUILD)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -107,7 +126,13 @@ $(BUILD)/tests-workers/%: tests/workers/%.c $(BUILD)/libmeshworker.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmeshworker.a $(LDLIBS)
 
-tests-build: all $(TW_BINS) $(TEST_BINS)
+# The fake libnvidia-ml.so.1 the GPU tests load through meshd's dlopen seam.
+FAKE_NVML  := $(BUILD)/tests-gpu/fake_nvml.so
+$(FAKE_NVML): tests/gpu/fake_nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $<
+
+tests-build: all $(TW_BINS) $(TEST_BINS) $(FAKE_NVML)
 
 # The official OpenAI client for the gateway tests, pinned, from the npm
 # registry into the build tree.  A failure is written to $(BUILD)/node/npm.log

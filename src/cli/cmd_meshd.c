@@ -352,6 +352,56 @@ static void fmt_limits(char *buf, size_t n, json_t *v)
 		snprintf(buf, n, "-");
 }
 
+/* A GPU worker's " vram=5.00G gpus=0 gpu=live last-free=312ms" (or ""). */
+static void fmt_gpu(char *buf, size_t n, json_t *g)
+{
+	char vram[32], ttf[48] = "", gpus[64] = "";
+	size_t i, w = 0;
+	json_t *e;
+	buf[0] = 0;
+	if (!json_is_object(g))
+		return;
+	fmt_bytes(vram, sizeof vram, json_object_get(g, "vram"));
+	json_array_foreach(json_object_get(g, "gpus"), i, e)
+	{
+		if (w < sizeof gpus)
+			w += (size_t)snprintf(gpus + w, sizeof gpus - w, "%s%lld", w ? "," : "", json_integer_value(e));
+	}
+	json_t *t = json_object_get(g, "time_to_free_ms");
+	if (!json_is_integer(t))
+		t = json_object_get(g, "last_time_to_free_ms");
+	if (json_is_integer(t))
+		snprintf(ttf, sizeof ttf, " time_to_free=%lldms", json_integer_value(t));
+	snprintf(buf, n, "  vram=%s gpus=%s gpu=%s%s", vram, *gpus ? gpus : "-",
+		 json_string_value(json_object_get(g, "state")) ? json_string_value(json_object_get(g, "state")) : "?",
+		 ttf);
+}
+
+/* "gpu: none (why)" or one line per GPU. */
+static void print_gpus(json_t *g)
+{
+	size_t i;
+	json_t *d;
+	if (!json_is_object(g))
+		return;
+	const char *none = json_string_value(json_object_get(g, "none"));
+	if (none)
+		printf("gpu: none (%s)\n", none);
+	json_array_foreach(json_object_get(g, "devices"), i, d)
+	{
+		char used[32], total[32], fr[32], res[32];
+		fmt_bytes(used, sizeof used, json_object_get(d, "used"));
+		fmt_bytes(total, sizeof total, json_object_get(d, "total"));
+		fmt_bytes(fr, sizeof fr, json_object_get(d, "free"));
+		fmt_bytes(res, sizeof res, json_object_get(d, "reserved"));
+		printf("gpu %lld: %s, used %s of %s, free %s, reserved %s, %lld workers, %lld draining\n",
+		       json_integer_value(json_object_get(d, "index")),
+		       json_string_value(json_object_get(d, "name")) ? json_string_value(json_object_get(d, "name")) : "?",
+		       used, total, fr, res, json_integer_value(json_object_get(d, "workers")),
+		       json_integer_value(json_object_get(d, "draining")));
+	}
+}
+
 /* One row: a worker of prog, or prog itself when it has none. */
 static void print_row(json_t *prog, json_t *wk)
 {
@@ -377,8 +427,10 @@ static void print_row(json_t *prog, json_t *wk)
 	fmt_num(spawns, sizeof spawns, json_object_get(src, "spawns"));
 	fmt_num(crashes, sizeof crashes, json_object_get(src, "crashes"));
 	fmt_exit(lastx, sizeof lastx, json_object_get(src, "last_exit"));
-	printf("%-20s %-10s %7s %6s %8s %6s %7s %-13s %s\n", name ? name : "?", state ? state : "-", pid, cpu, rss,
-	       spawns, crashes, lastx, lim);
+	char gpu[160];
+	fmt_gpu(gpu, sizeof gpu, wk ? json_object_get(wk, "gpu") : NULL);
+	printf("%-20s %-10s %7s %6s %8s %6s %7s %-13s %s%s\n", name ? name : "?", state ? state : "-", pid, cpu, rss,
+	       spawns, crashes, lastx, lim, gpu);
 }
 
 int mesh_cmd_ps(int argc, char **argv)
@@ -442,6 +494,7 @@ int mesh_cmd_ps(int argc, char **argv)
 			printf("containment of workers: %s%s%s%s\n", cn, cw && *cw ? " (" : "", cw && *cw ? cw : "",
 			       cw && *cw ? ")" : "");
 	}
+	print_gpus(j ? json_object_get(j, "gpu") : NULL);
 	json_decref(j);
 	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");
 }

@@ -26,6 +26,7 @@
 #include "base/path.h"
 #include "base/utf8.h"
 #include "daemon/metrics.h"
+#include "daemon/api_gpu.h"
 #include "daemon/ops.h"
 #include "host/manifest.h"
 #include "shm/ring.h"
@@ -318,13 +319,17 @@ static json_t *worker_json(const struct meshd_worker_info *wi)
 	char el[256] = "";
 	if (st->pid)
 		mesh_limits_describe(st->limits, el, sizeof el);
-	return json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o, s:s, s:I}", "state",
+	json_t *o = json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o, s:s, s:I}", "state",
 			 mesh_istate_name(st->state), "pid", (json_int_t)st->pid, "slot",
 			 wi->slot >= 0 ? json_integer(wi->slot) : json_null(), "cpu_pct", st->cpu_pct, "rss", (json_int_t)st->rss,
 			 "cpu_ns", (json_int_t)st->cpu_ns, "spawns", (json_int_t)st->spawns, "crashes", (json_int_t)st->crashes,
 			 "last_exit", st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el,
 			 "ring", wi->ring ? json_integer((json_int_t)wi->ring) : json_null(), "containment",
 			 st->pid ? mesh_limits_containment_name(st->containment) : "", "processes", (json_int_t)st->procs);
+	json_t *g = o ? meshd__gpu_worker_json(wi) : NULL;
+	if (g)
+		json_object_set_new(o, "gpu", g);
+	return o;
 }
 
 /* {"host": {...}, "programs": [{..., "workers": [...]}, ...]}; NULL: no memory. */
@@ -348,12 +353,16 @@ static json_t *ps_json(const struct meshd_ps *ps)
 	}
 	if (!progs)
 		return NULL;
-	return json_pack("{s:{s:I, s:f, s:I, s:I, s:I, s:s, s:s, s:s, s:s, s:I}, s:o}", "host", "processes",
+	json_t *o = json_pack("{s:{s:I, s:f, s:I, s:I, s:I, s:s, s:s, s:s, s:s, s:I}, s:o}", "host", "processes",
 			 (json_int_t)ps->host.procs, "cpu_pct", ps->host.cpu_pct, "rss", (json_int_t)ps->host.rss, "spawns",
 			 (json_int_t)ps->host.spawns, "crashes", (json_int_t)ps->host.crashes, "limits_available", lim,
 			 "cgroup", *ps->caps.cgroup_why ? ps->caps.cgroup_why : "delegated", "containment",
 			 mesh_limits_containment_name(ps->caps.contain), "containment_why", ps->caps.contain_why, "slots",
 			 (json_int_t)ps->slots, "programs", progs);
+	json_t *g = o ? meshd__gpu_ps_json(ps) : NULL;
+	if (g)
+		json_object_set_new(o, "gpu", g);
+	return o;
 }
 
 static const char *arg(struct job *jb, const char *key)

@@ -28,9 +28,9 @@
 #include "base/io.h"
 #include "base/log.h"
 #include "base/utf8.h"
+#include "daemon/core_gpu.h"
 #include "host/host.h"
 #include "host/image.h"
-#include "host/mps.h"
 #include "shm/shm.h"
 
 #include <errno.h>
@@ -73,6 +73,7 @@ struct worker {
 	uint64_t stuck_since; /* a call its caller gave up on may still run; 0: none */
 	uint32_t seen_unready; /* the host's unready count already noted */
 	int job;	      /* held by a job (meshd_job_worker_get): no call uses it */
+	uint64_t gpu_res, gpu_prev; /* its GPU reservation (core_gpu.h), and the last one's */
 };
 
 struct program {
@@ -115,6 +116,7 @@ struct meshd_core {
 	 * starts with the host's lock held, which d->mu may not be taken under. */
 	pthread_mutex_t metrics_mu;
 	uint64_t heartbeat_ns, backoff_ns;
+	struct meshd__gpu G; /* NVML, placement, MPS (core_gpu.h) */
 };
 
 /* The host's on_ready: a cold start of a worker of img, which is the image
@@ -153,10 +155,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	unsigned n = cfg->slots ? cfg->slots : DEFAULT_SLOTS;
 	if (n > MAX_SLOTS)
 		return mesh_errf(err, MESH_E_RANGE, "--slots %u is over %u", n, MAX_SLOTS);
-	enum mesh_gpu_access gpu = MESH_GPU_NONE;
-	if (cfg->isolation && strcmp(cfg->isolation, "mps") == 0)
-		gpu = MESH_GPU_MPS;
-	else if (cfg->isolation && strcmp(cfg->isolation, "none") != 0)
+	if (cfg->isolation && strcmp(cfg->isolation, "mps") != 0 && strcmp(cfg->isolation, "none") != 0)
 		return mesh_errf(err, MESH_E_PARSE, "unknown isolation '%s' (none or mps)", cfg->isolation);
 
 	struct meshd_core *d = calloc(1, sizeof *d);
@@ -169,7 +168,6 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	pthread_cond_init(&d->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&d->metrics_mu, NULL);
-	d->gpu = gpu;
 	d->heartbeat_ns = cfg->heartbeat_timeout_ns ? cfg->heartbeat_timeout_ns : HEARTBEAT_STALE_NS;
 	d->backoff_ns = cfg->crash_backoff_ns ? cfg->crash_backoff_ns : CRASH_BACKOFF_NS;
 	d->nslots = n;
@@ -193,21 +191,12 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 			mesh_errf(err, rc, "cannot create slot %u: %s", i, mesh_strerror(rc));
 			goto bad;
 		}
-	if (gpu == MESH_GPU_MPS) {
-		const char *pd = getenv("CUDA_MPS_PIPE_DIRECTORY");
-		if (!(d->mps_dir = strdup(pd ? pd : "/tmp/nvidia-mps"))) {
-			rc = -ENOMEM;
-			goto bad;
-		}
-	}
+	if ((rc = meshd__gpu_new(&d->G, cfg->isolation)))
+		goto bad;
+	d->gpu = d->G.access;
 	struct mesh_host_cfg hc = {
 		.logs = d->logs,
 		.env = d->env,
-		.gpu = gpu,
-		.mps_pipe_dir = d->mps_dir,
-		.check_gpu_client = gpu == MESH_GPU_MPS ? mesh_mps_check_client : NULL,
-		.stop_gpu_client = gpu == MESH_GPU_MPS ? mesh_mps_terminate_client : NULL,
-		.gpu_ctx = d->mps_dir,
 		.ready_timeout_ns = cfg->ready_timeout_ns,
 		.online_timeout_ns = cfg->online_timeout_ns,
 		.log_max = cfg->log_max,
@@ -216,6 +205,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 		/* As root: programs without `user` run unprivileged. */
 		.default_user = mesh_limits_default_user(),
 	};
+	meshd__gpu_host_cfg(&d->G, &hc);
 	if ((rc = mesh_host_new(&d->h, &hc, &e))) {
 		if (err)
 			*err = e;
@@ -397,6 +387,11 @@ void meshd_ps_release(struct meshd_ps *ps)
 	free(ps->programs);
 	ps->programs = NULL;
 	ps->nprograms = 0;
+	free(ps->gpu_none);
+	ps->gpu_none = NULL;
+	free(ps->gpus);
+	ps->gpus = NULL;
+	ps->ngpus = 0;
 }
 
 /* Finds or loads name, with a reference held (unref when done). */
@@ -416,7 +411,10 @@ static int get_program(struct meshd_core *d, const char *name, struct program **
 	if (!np)
 		return -ENOMEM;
 	int rc = mesh_image_prepare(d->catalog, name, mesh_host_caps(d->h), d->gpu, &np->img, err);
-	if (rc) {
+	int grc = meshd__gpu_load(&d->G, &np->img, rc, err);
+	if (grc && !rc)
+		mesh_image_release(&np->img);
+	if ((rc = grc)) {
 		free(np);
 		return rc;
 	}
@@ -500,7 +498,15 @@ static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
 			return rc;
 		down = rc;
 	}
-	int rc = mesh_instance_warm(p->w[down].inst, err);
+	struct worker *wk = &p->w[down];
+	uint64_t res;
+	int rc = meshd__gpu_before_spawn(&d->G, &d->mu, 0, &p->img, (unsigned)down, wk->inst, &res, err);
+	if (rc)
+		return rc;
+	rc = mesh_instance_warm(wk->inst, err);
+	meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
+	if (res)
+		wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
 	return rc ? rc : down;
 }
 
@@ -512,6 +518,7 @@ int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_
 	int rc = get_program(d, name, &p, err);
 	if (rc)
 		return rc;
+	meshd__gpu_settle(&d->G, &p->img);
 	pthread_mutex_lock(&d->mu);
 	/* An explicit start clears FAILED and the crash-loop backoff. */
 	reconcile(d, p);
@@ -625,6 +632,7 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		wi->st = mesh_instance_stats(p->w[i].inst);
 		wi->slot = p->w[i].slot;
 		wi->ring = wi->slot >= 0 ? mesh_slot_ring_cap(d->slots[wi->slot]) : 0;
+		meshd__gpu_worker(&d->G, p->w[i].gpu_res, p->w[i].gpu_prev, wi);
 		pi->spawns += wi->st.spawns;
 		pi->crashes += wi->st.crashes;
 	}
@@ -646,7 +654,7 @@ int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out)
 	out->host = mesh_host_totals(d->h);
 	out->caps = *mesh_host_caps(d->h);
 	out->slots = d->nslots;
-	int rc = 0;
+	int rc = meshd__gpu_ps(&d->G, out);
 	pthread_mutex_lock(&d->mu);
 	unsigned n = live_programs(d);
 	if (n && !(out->programs = calloc(n, sizeof *out->programs)))
@@ -846,7 +854,7 @@ static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint
 				return rc;
 			}
 			for (unsigned i = 0; i < p->nw && cand < 0 && now >= p->retry_at; i++)
-				if (mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN && p->w[i].slot < 0)
+				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN && p->w[i].slot < 0)
 					cand = (int)i;
 			if (cand < 0 && now >= p->retry_at && p->nw < p->img.m.max_workers) {
 				int rc = new_worker(d, p);
@@ -862,7 +870,21 @@ static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint
 					vp = evict_lru(d, &wait_inst);
 				if (s >= 0) {
 					struct worker *wk = &p->w[cand];
-					int rc = mesh_instance_launch(wk->inst, d->slots[s], err);
+					uint64_t res = 0;
+					int rc = 0;
+					if (mesh_instance_state(wk->inst) == MESH_IS_DOWN &&
+					    (rc = meshd__gpu_before_spawn(&d->G, &d->mu, 1, &p->img, (unsigned)cand, wk->inst, &res,
+									  err))) {
+						d->slot_taken[s] = 0;
+						pthread_mutex_unlock(&d->mu);
+						if (rc == 1)
+							continue; /* waited for GPU memory with d->mu dropped: look again */
+						return rc;
+					}
+					rc = mesh_instance_launch(wk->inst, d->slots[s], err);
+					meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
+					if (res)
+						wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
 					if (rc) {
 						d->slot_taken[s] = 0;
 						pthread_mutex_unlock(&d->mu);
@@ -1145,6 +1167,7 @@ static void heal(struct meshd_core *d, struct program *p, struct worker *wk, uin
  * that hang are healed. */
 void meshd__tick(struct meshd_core *d, uint64_t now)
 {
+	meshd__gpu_log(&d->G);
 	pthread_mutex_lock(&d->mu);
 	for (struct program *p = d->progs; p; p = p->next) {
 		if (p->gone)
@@ -1215,7 +1238,7 @@ void meshd_core_free(struct meshd_core *d)
 		free(d->env[i]);
 	free(d->catalog);
 	free(d->logs);
-	free(d->mps_dir);
+	meshd__gpu_free(&d->G);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->metrics_mu);
@@ -1288,12 +1311,25 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 			unref(d, p);
 			return mesh_errf(err, -EAGAIN, "no free slot for '%s' (all %u are in use)", name, d->nslots);
 		}
-		if (wk->slot < 0 && (rc = mesh_instance_launch(wk->inst, d->slots[s], err)) != 0) {
-			d->slot_taken[s] = 0;
-			job_unhold(d, p, (unsigned)i, -1);
-			pthread_mutex_unlock(&d->mu);
-			unref(d, p);
-			return rc;
+		if (wk->slot < 0) {
+			uint64_t res = 0;
+			rc = 0;
+			if (mesh_instance_state(wk->inst) == MESH_IS_DOWN &&
+			    (rc = meshd__gpu_before_spawn(&d->G, &d->mu, 1, &p->img, (unsigned)i, wk->inst, &res, err)) == 1)
+				rc = mesh_errf(err, -EAGAIN, "'%s' waited for GPU memory; asking again", name);
+			if (rc == 0) {
+				rc = mesh_instance_launch(wk->inst, d->slots[s], err);
+				meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
+				if (res)
+					wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
+			}
+			if (rc) {
+				d->slot_taken[s] = 0;
+				job_unhold(d, p, (unsigned)i, -1);
+				pthread_mutex_unlock(&d->mu);
+				unref(d, p);
+				return rc;
+			}
 		}
 		wk->slot = s;
 	}

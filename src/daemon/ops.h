@@ -16,6 +16,7 @@
 #ifndef MESH_DAEMON_OPS_H
 #define MESH_DAEMON_OPS_H
 
+#include "gpu/gpu.h"
 #include "host/host.h"
 #include "host/limits.h"
 
@@ -52,6 +53,10 @@ struct meshd_worker_info {
 	struct mesh_instance_stats st;
 	int slot; /* the slot it is on, or -1 */
 	size_t ring; /* that slot's bytes per ring (0 when on none) */
+	/* A GPU worker placed through NVML: its reservation (GPUs, VRAM held,
+	 * time_to_free); state MESH_GPU_NONE_ otherwise. */
+	struct mesh_gpu_use gpu;
+	int64_t gpu_last_free_ns; /* time_to_free of its previous process; -1 if none */
 };
 
 /* A loaded program.  Filled by load (image fields) and ps (all); the
@@ -76,6 +81,10 @@ struct meshd_ps {
 	unsigned slots;
 	struct meshd_program_info *programs;
 	unsigned nprograms;
+	const char *gpu_access;	 /* "none", "cuda" (NVML), "mps" (static) */
+	char *gpu_none;		 /* why there is no NVML (malloc'd); NULL when there is */
+	struct mesh_gpu_dev *gpus; /* each GPU (malloc'd) */
+	unsigned ngpus;
 };
 void meshd_ps_release(struct meshd_ps *ps);
 

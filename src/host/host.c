@@ -91,6 +91,7 @@ struct mesh_instance {
 	unsigned enforced;
 	char cgdir[600];
 	int cg_busy; /* cgdir killed, its rmdir still to do */
+	char *extra_env; /* mesh_instance_set_env: "K=V" or NULL */
 	uint64_t cpu_ns, rss, prev_cpu, prev_at;
 	unsigned nprocs; /* processes in its tree at the last sample */
 	double cpu_pct;
@@ -204,8 +205,10 @@ static char **build_env(struct mesh_instance *w)
 	char **env = calloc(cap, sizeof *env);
 	if (!env)
 		return NULL;
+	size_t xl = w->extra_env ? strcspn(w->extra_env, "=") + 1 : 0; /* "K=" of the extra one */
 	for (char **e = environ; e && *e; e++) {
-		if (strncmp(*e, "MESH_", 5) == 0 || strncmp(*e, "CUDA_MPS_PIPE_DIRECTORY=", 24) == 0)
+		if (strncmp(*e, "MESH_", 5) == 0 || strncmp(*e, "CUDA_MPS_PIPE_DIRECTORY=", 24) == 0 ||
+		    (xl && strncmp(*e, w->extra_env, xl) == 0))
 			continue;
 		size_t kl = strcspn(*e, "=");
 		int shadowed = 0;
@@ -218,8 +221,10 @@ static char **build_env(struct mesh_instance *w)
 		if (!(env[n++] = strdup(*e)))
 			goto nomem;
 	for (size_t i = 0; i < m->nenv; i++)
-		if (!(env[n++] = strdup(m->env[i])))
+		if (!(xl && strncmp(m->env[i], w->extra_env, xl) == 0) && !(env[n++] = strdup(m->env[i])))
 			goto nomem;
+	if (w->extra_env && !(env[n++] = strdup(w->extra_env)))
+		goto nomem;
 	if (!(env[n++] = mesh_strf("MESH_CONTROL_FD=%d", CHILD_CTL_FD)) || !(env[n++] = mesh_strf("MESH_NAME=%s", m->name)))
 		goto nomem;
 	if (w->pending && !(env[n++] = mesh_strf("MESH_SLOT=%u", mesh_slot_index(w->pending))))
@@ -1185,7 +1190,20 @@ static void destroy(struct mesh_instance *w)
 	free(w->fail_reason);
 	free(w->report);
 	free(w->last_report);
+	free(w->extra_env);
 	free(w);
+}
+
+int mesh_instance_set_env(struct mesh_instance *w, const char *kv)
+{
+	char *c = kv ? strdup(kv) : NULL;
+	if (kv && !c)
+		return -ENOMEM;
+	pthread_mutex_lock(&w->h->mu);
+	free(w->extra_env);
+	w->extra_env = c;
+	pthread_mutex_unlock(&w->h->mu);
+	return 0;
 }
 
 void mesh_instance_free(struct mesh_instance *w)

@@ -178,6 +178,11 @@ int mesh_instance_new(struct mesh_host *h, const struct mesh_image *img, struct 
 /* Exits its process if any (waiting for the grace and the kill) and frees. */
 void mesh_instance_free(struct mesh_instance *w);
 
+/* One more "K=V" for the environment of its next spawns (meshd's GPU
+ * placement: CUDA_VISIBLE_DEVICES=...), over meshd's and the manifest's
+ * value of K; NULL: none.  0 or -ENOMEM. */
+int mesh_instance_set_env(struct mesh_instance *w, const char *kv);
+
 /* Requests.  0, or MESH_E_STATE when the table refuses it in this state
  * (*err says why), or the spawn's error (-ENOENT, ...).  None waits for
  * the worker. */

@@ -48,6 +48,7 @@ const char *mesh_gpu_access_name(enum mesh_gpu_access g)
 	case MESH_GPU_BLINK: return "blink";
 	case MESH_GPU_MPS: return "mps";
 	case MESH_GPU_METAL: return "metal";
+	case MESH_GPU_CUDA: return "cuda";
 	}
 	return "?";
 }
@@ -213,7 +214,7 @@ int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_
 	img->image_hash = mesh_fnv1a64(MESH_FNV1A64_INIT, text, len);
 	img->image_hash = mesh_fnv1a64(img->image_hash, "", 1);
 	img->image_hash = mesh_fnv1a64(img->image_hash, img->m.source_hash, strlen(img->m.source_hash));
-	if (img->m.device == MESH_DEVICE_GPU && gpu != MESH_GPU_MPS) {
+	if (img->m.device == MESH_DEVICE_GPU && gpu != MESH_GPU_MPS && gpu != MESH_GPU_CUDA) {
 		if (gpu == MESH_GPU_METAL)
 			rc = say(err, MESH_E_NOGPU, "'%s' needs a GPU, and Metal does not exist on Linux", name);
 		else if (gpu == MESH_GPU_BLINK)

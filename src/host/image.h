@@ -23,6 +23,7 @@ enum mesh_gpu_access {
 	MESH_GPU_BLINK, /* CUDA time-sliced against resident kernels: refused at load */
 	MESH_GPU_MPS,	/* CUDA MPS: a client of meshd's MPS server, checked after ready */
 	MESH_GPU_METAL, /* Apple's API: does not exist on Linux, refused by name */
+	MESH_GPU_CUDA,	/* NVML found GPUs: each worker gets its own by CUDA_VISIBLE_DEVICES */
 };
 
 struct mesh_image {

@@ -34,6 +34,8 @@ static const struct field fields[] = {
 	{"", "idle_ttl", K_DURATION, 0, 24 * 7 * H, OFF(idle_ttl_ns)},
 	{"", "ring", K_RING, MESH_RING_MIN_CAP, MESH_RING_MAX_CAP, OFF(ring_bytes)},
 	{"", "user", K_USER, 0, 0, OFF(user)},
+	{"", "gpus", K_COUNT, 1, 16, OFF(gpus)},
+	{"", "vram", K_SIZE, 1 << 20, 1ull << 50, OFF(vram)},
 	{"limits", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(limits.memory)},
 	{"limits", "cpu", K_CPU, 0, 0, OFF(limits.cpu_milli)},
 	{"limits", "open_files", K_COUNT, 16, 1u << 20, OFF(limits.open_files)},
@@ -247,6 +249,8 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 				    (unsigned long long)f->min, (unsigned long long)f->max);
 		if (f->off == OFF(max_workers))
 			m->max_workers = (unsigned)it->i;
+		else if (f->off == OFF(gpus))
+			m->gpus = (unsigned)it->i;
 		else
 			*(uint64_t *)(base + f->off) = (uint64_t)it->i;
 		return 0;
@@ -271,11 +275,17 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 				rc = MESH_E_RANGE;
 			v = (uint64_t)it->i;
 		} else {
-			rc = mesh_parse_size(it->str, UINT64_MAX, &v);
+			/* "20GiB" and "512MiB" as well as "20G": the same powers of 1024. */
+			char s[64];
+			size_t n = strlen(it->str);
+			snprintf(s, sizeof s, "%s", it->str);
+			if (n >= 3 && n < sizeof s && strcmp(s + n - 2, "iB") == 0 && strchr("KkMmGgTt", s[n - 3]))
+				s[n - 2] = 0;
+			rc = mesh_parse_size(s, UINT64_MAX, &v);
 		}
 		if (rc == MESH_E_PARSE)
 			return fail(x, WHERE, "'" KEYFMT "' must be bytes or a size like \"%s\"", KEYARGS,
-				    f->kind == K_RING ? "4M" : "512M");
+				    f->kind == K_RING ? "4M" : "512M\" or \"20GiB");
 		if (f->kind == K_RING && (rc || v < f->min || v > f->max || (v & (v - 1))))
 			return fail(x, WHERE, "'ring' must be a power of two between 4K and 1G");
 		if (rc || v < f->min || v > f->max)
@@ -455,6 +465,10 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 		rc = fail(&x, 1, 1, "'name' is missing");
 	if (!rc && !have_backends)
 		rc = fail(&x, 1, 1, "'backends' is missing; use backends = [\"native\"]");
+	if (!rc && m->device != MESH_DEVICE_GPU && (m->gpus || m->vram))
+		rc = fail(&x, 1, 1, "'%s' is for GPU programs: add device = \"gpu\"", m->gpus ? "gpus" : "vram");
+	if (!rc && m->device == MESH_DEVICE_GPU && !m->gpus)
+		m->gpus = 1;
 	if (!rc && !m->args && !(m->args = calloc(1, sizeof *m->args)))
 		rc = -ENOMEM;
 	if (!rc && !m->env && !(m->env = calloc(1, sizeof *m->env)))

@@ -4,6 +4,8 @@
  *   description = "..."           # optional
  *   backends = ["native"]         # required; only "native" exists
  *   device = "cpu"                # "cpu" (default) or "gpu"; "metal" refused
+ *   gpus = 1                      # device = "gpu": how many GPUs (1..16, default 1)
+ *   vram = "20GiB"                # device = "gpu": memory it needs on each (placement)
  *   args = ["--threads", "2"]     # argv[1..] of the worker
  *   max_workers = 1               # 1..64
  *   idle_ttl = "300s"             # durations: "<n>[.frac](ms|s|m|h)"
@@ -58,6 +60,8 @@ struct mesh_manifest {
 	int stop_signal;
 	unsigned max_workers;
 	uint64_t ring_bytes; /* each ring of its slots (MESH_SLOT_DEFAULT_RING when absent) */
+	unsigned gpus;	   /* device = "gpu": GPUs per worker (1 by default), else 0 */
+	uint64_t vram;	   /* bytes needed on each of its GPUs; 0 = not said */
 	char *source_hash; /* "" when absent */
 	char *user;	   /* a user name or a uid's digits; NULL when absent */
 };
