@@ -1,0 +1,171 @@
+/* Jobs with Python on both ends: a real meshd with a state directory runs
+ * jobs whose chunks are served by python3 workers (mesh.worker, the
+ * handler written handle(chunk_id, data)), and mesh.client submits them,
+ * waits with progress, streams the results, cancels, and gets meshd's
+ * errors as exceptions.  Each check runs as a Python script; the test
+ * compares what it printed. */
+#include "integration/python_t.h"
+#include "runner/t.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Replies "<chunk id>:<input>\n" ("-" for a plain call); "slow" takes
+ * 20 ms, "hang" 30 s.  A two-parameter handler: the SDK passes the id. */
+static const char worker_py[] =
+	"import time\n"
+	"import mesh.worker\n"
+	"def handle(chunk_id, data):\n"
+	"    if data == b'slow':\n"
+	"        time.sleep(0.02)\n"
+	"    if data == b'hang':\n"
+	"        time.sleep(30)\n"
+	"    return b'%s:%s\\n' % (b'-' if chunk_id is None else b'%d' % chunk_id, data)\n"
+	"mesh.worker.main(handle)\n";
+
+/* Runs script (Python source) with the package on its path and meshd's
+ * socket as argv[1]: its exit status; stdout and stderr in out. */
+static int run_py(const char *script)
+{
+	t_write_file("t.py", script);
+	return t_sh(out, sizeof out, 1, "%sPYTHONPATH=py '%s' t.py run/meshd.sock", py_env(), PYTHON);
+}
+
+static pid_t setup(unsigned max_workers)
+{
+	char extra[64];
+	make_package(worker_py);
+	snprintf(extra, sizeof extra, "max_workers = %u\nidle_ttl = \"300s\"\n", max_workers);
+	add_program("catalog", "pyjob", NULL, "-", extra);
+	return start_meshd(1);
+}
+
+TEST_TIMEOUT(python_job_two_arg_handler_gets_each_chunk_id, 60)
+{
+	pid_t pid = setup(2);
+	int rc = run_py("import sys\n"
+			"from mesh.client import Client\n"
+			"c = Client(sys.argv[1])\n"
+			"ins = ['w%d' % i for i in range(50)]\n"
+			"job = c.submit('pyjob', inputs=ins)\n"
+			"print('state', job.wait())\n"
+			"got = b''.join(job.results()).decode()\n"
+			"want = ''.join('%d:%s\\n' % (i, x) for i, x in enumerate(ins))\n"
+			"print('results', got == want, len(got.splitlines()))\n"
+			"print('bad', [l for i, l in enumerate(got.splitlines()) if l != '%d:%s' % (i, ins[i])][:3])\n"
+			"job = c.submit('pyjob', chunks=3)\n"
+			"job.wait()\n"
+			"print('empty', b''.join(job.results()))\n"
+			"print('call', c.call('pyjob', b'plain'))\n");
+	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "state complete\n");
+	EXPECT_CONTAINS(out, "results True 50\n");
+	EXPECT_CONTAINS(out, "bad []\n");
+	/* --chunks N: empty inputs, the ids still come. */
+	EXPECT_CONTAINS(out, "empty b'0:\\n1:\\n2:\\n'\n");
+	/* A plain call is no chunk: the handler gets None. */
+	EXPECT_CONTAINS(out, "call b'-:plain\\n'\n");
+}
+
+TEST_TIMEOUT(python_job_worker_sigkilled_mid_job_every_result_once, 60)
+{
+	pid_t pid = setup(2);
+	int rc = run_py("import os, signal, sys, time\n"
+			"from mesh.client import Client\n"
+			"c = Client(sys.argv[1])\n"
+			"N = 200\n"
+			"job = c.submit('pyjob', inputs=['slow'] * N)\n"
+			"t0 = time.monotonic()\n"
+			"while job.status()['done'] < 10 and job.state == 'running' and time.monotonic() - t0 < 10:\n"
+			"    time.sleep(0.005)\n"
+			"print('before', job.info['done'] < N // 2)\n"
+			"pids = [w['pid'] for p in c.ps()['programs'] for w in p['workers'] if w['pid'] > 0]\n"
+			"os.kill(pids[0], signal.SIGKILL)\n"
+			"print('state', job.wait())\n"
+			"i = job.info\n"
+			"print('done', i['done'], 'buried', i['buried'], 'deaths', i['worker_deaths'],\n"
+			"      'dups', i['duplicates'], 'failed<=1', i['failed_attempts'] <= 1)\n"
+			"print('fast', time.monotonic() - t0 < 8)\n"
+			"got = b''.join(job.results()).decode()\n"
+			"print('results', got == ''.join('%d:slow\\n' % k for k in range(N)))\n");
+	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "before True\n");
+	EXPECT_CONTAINS(out, "state complete\n");
+	/* The chunk the killed worker held went back to pending at once (well
+	 * inside the 10 s lease TTL), ran again, and every result is there once. */
+	EXPECT_CONTAINS(out, "done 200 buried 0 deaths 1 dups 0 failed<=1 True\n");
+	EXPECT_CONTAINS(out, "fast True\n");
+	EXPECT_CONTAINS(out, "results True\n");
+}
+
+TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
+{
+	pid_t pid = setup(1);
+	int rc = run_py(
+		"import sys\n"
+		"from mesh.client import Client, Job, MeshError\n"
+		"c = Client(sys.argv[1])\n"
+		"N = 40\n"
+		"job = c.submit('pyjob', inputs=['slow'] * N, max_workers=1, retries=2, name='py')\n"
+		"print('submitted', isinstance(job, Job), job.id, job.info['state'], job.info['chunks'],\n"
+		"      job.info['name'], job.info['retries'])\n"
+		"it = job.results()\n"
+		"first = next(it)\n"
+		"s = job.status()\n"
+		"print('streaming', first.startswith(b'0:slow\\n'), s['state'], s['done'] < N)\n"
+		"seen = []\n"
+		"print('wait', job.wait(progress=lambda j: seen.append(j['done'])))\n"
+		"print('progress', len(seen) >= 1, seen == sorted(seen), seen[-1])\n"
+		"rest = list(it)\n"
+		"print('results', first + b''.join(rest) == b''.join(b'%d:slow\\n' % k for k in range(N)))\n"
+		"pages = list(job.pages(wait=False))\n"
+		"print('pages', pages[0][0], pages[-1][1], b''.join(p[2] for p in pages) == first + b''.join(rest))\n"
+		"h = c.submit('pyjob', inputs=['a', 'hang', 'b'], max_workers=1)\n"
+		"try:\n"
+		"    h.wait(timeout=0.5)\n"
+		"except MeshError as e:\n"
+		"    print('wait-timeout', e.code, h.state)\n"
+		"h.cancel()\n"
+		"print('cancelled', h.wait())\n"
+		"print('jobs', [(j.id, j.state) for j in c.jobs()])\n"
+		"def err(what, f):\n"
+		"    try:\n"
+		"        f()\n"
+		"        print(what, 'no error')\n"
+		"    except MeshError as e:\n"
+		"        print(what, e.status, e.code, e.message)\n"
+		"err('again', h.cancel)\n"
+		"err('nope', lambda: c.submit('nope', chunks=3))\n"
+		"err('no-job', lambda: c.job(42).status())\n"
+		"err('no-job-results', lambda: list(c.job(42).results()))\n"
+		"err('no-job-cancel', lambda: c.job(42).cancel())\n"
+		"err('bad-id', lambda: c.job('x1').wait())\n"
+		"err('both', lambda: c.submit('pyjob', inputs=['a'], chunks=1))\n"
+		"err('none', lambda: c.submit('pyjob', inputs=[]))\n"
+		"err('newline', lambda: c.submit('pyjob', inputs=['a\\nb']))\n"
+		"err('workers', lambda: c.submit('pyjob', chunks=1, max_workers=65))\n");
+	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "submitted True 1 running 40 py 2\n");
+	/* The first results came while the job was still running. */
+	EXPECT_CONTAINS(out, "streaming True running True\n");
+	EXPECT_CONTAINS(out, "wait complete\n");
+	EXPECT_CONTAINS(out, "progress True True 40\n");
+	EXPECT_CONTAINS(out, "results True\n");
+	EXPECT_CONTAINS(out, "pages 0 40 True\n");
+	EXPECT_CONTAINS(out, "wait-timeout E_TIMEOUT running\n");
+	EXPECT_CONTAINS(out, "cancelled cancelled\n");
+	EXPECT_CONTAINS(out, "jobs [('1', 'complete'), ('2', 'cancelled')]\n");
+	EXPECT_CONTAINS(out, "again 409 E_STATE ");
+	EXPECT_CONTAINS(out, "nope 404 E_NOTFOUND no program 'nope' in the catalog");
+	EXPECT_CONTAINS(out, "no-job 404 E_NOTFOUND no job 42");
+	EXPECT_CONTAINS(out, "no-job-results 404 E_NOTFOUND no job 42");
+	EXPECT_CONTAINS(out, "no-job-cancel 404 E_NOTFOUND no job 42");
+	EXPECT_CONTAINS(out, "bad-id 404 E_NOTFOUND no job 'x1'");
+	EXPECT_CONTAINS(out, "both 400 E_PARSE give the chunks once");
+	EXPECT_CONTAINS(out, "none 422 E_RANGE ");
+	EXPECT_CONTAINS(out, "newline 400 E_PARSE ");
+	EXPECT_CONTAINS(out, "workers 400 E_PARSE max_workers must be a whole number from 0 to 64");
+}
