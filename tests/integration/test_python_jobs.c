@@ -8,6 +8,7 @@
 #include "runner/t.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <string.h>
 
 /* Replies "<chunk id>:<input>\n" ("-" for a plain call); "slow" takes
@@ -168,4 +169,69 @@ TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
 	EXPECT_CONTAINS(out, "none 422 E_RANGE ");
 	EXPECT_CONTAINS(out, "newline 400 E_PARSE ");
 	EXPECT_CONTAINS(out, "workers 400 E_PARSE max_workers must be a whole number from 0 to 64");
+}
+
+/* examples/python's manifests as shipped, with the paths pointed at this
+ * tree and the package under test (and the model's load made short). */
+static void add_example(const char *name)
+{
+	char path[4500], triple[256];
+	snprintf(triple, sizeof triple, "catalog/%s", mesh_target_triple());
+	mkdir("catalog", 0755);
+	mkdir(triple, 0755);
+	snprintf(path, sizeof path, "%s/%s", triple, name);
+	link_or_fail(PYTHON, path);
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "sed -e 's|/usr/share/mesh/examples/python|%s|' -e 's|/usr/share/mesh/sdk/python|%s/py|' "
+		       "-e 's|^MODEL_LOAD_S = .*|MODEL_LOAD_S = \"0.3\"|' %s%s%s%s '%s/catalog/%s.toml' >catalog/%s.toml",
+		       t_src("examples/python"), cwd, *asan_runtime() ? "-e '/^\\[env\\]/a ASAN_OPTIONS = \"" ASAN_OPTS "\"' " : "",
+		       *asan_runtime() ? "-e '/^\\[env\\]/a LD_PRELOAD = \"" : "", asan_runtime(),
+		       *asan_runtime() ? "\"' " : "", t_src("examples/python"), name, name),
+		  0);
+}
+
+TEST_TIMEOUT(python_examples_matrix_and_model_server_run_jobs, 60)
+{
+	make_package(NULL);
+	add_example("pymatrix");
+	add_example("pymodel");
+	pid_t pid = start_meshd(1);
+	int rc = run_py(
+		"import sys\n"
+		"import numpy as np\n"
+		"from mesh.client import Client, MeshError\n"
+		"c = Client(sys.argv[1])\n"
+		"sizes = [8, 64, 3, 100, 1]\n"
+		"job = c.submit('pymatrix', inputs=[str(n) for n in sizes], max_workers=2)\n"
+		"print('matrix', job.wait())\n"
+		"lines = b''.join(job.results()).decode().splitlines()\n"
+		"ok = len(lines) == len(sizes)\n"
+		"for k, (n, line) in enumerate(zip(sizes, lines)):\n"
+		"    s = np.linalg.svd(np.random.default_rng(k).standard_normal((n, n)), compute_uv=False)\n"
+		"    ok = ok and line == '%d n=%d smax=%.6g smin=%.6g cond=%.6g' % (k, n, s[0], s[-1], s[0] / s[-1])\n"
+		"print('svd', ok, lines[0].split()[:2])\n"
+		"try:\n"
+		"    c.call('pymatrix', b'99999')\n"
+		"except MeshError as e:\n"
+		"    print('too-big', e.code, e.message)\n"
+		"print('call', c.call('pymodel', b'the mesh').decode())\n"
+		"job = c.submit('pymodel', inputs=['the mesh', 'warm workers', 'the mesh'])\n"
+		"print('model', job.wait())\n"
+		"r = b''.join(job.results()).decode().splitlines()\n"
+		"print('lines', len(r), [l.split('\\t')[0] for l in r], r[0].split('\\t')[1] == r[2].split('\\t')[1],\n"
+		"      len(r[1].split('\\t')[1].split()))\n"
+		"print('loads', c.logs('pymodel').count(b'model loaded in'))\n");
+	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "matrix complete\n");
+	/* Each chunk's SVD of the matrix seeded by its chunk id. */
+	EXPECT_CONTAINS(out, "svd True ['0', 'n=8']\n");
+	EXPECT_CONTAINS(out, "too-big E_HANDLER the worker's handler failed: ValueError: matrix size 99999 is not in 1..2048");
+	/* A call streams 8 tokens after the prompt's model loaded once. */
+	EXPECT_CONTAINS(out, "call  ");
+	EXPECT_CONTAINS(out, "model complete\n");
+	EXPECT_CONTAINS(out, "lines 3 ['0', '1', '2'] True 8\n");
+	/* The warm worker served the job too: the model was loaded once per
+	 * worker (max_workers 2), never per request. */
+	EXPECT_TRUE(strstr(out, "loads 1\n") || strstr(out, "loads 2\n"));
 }
