@@ -12,7 +12,8 @@
 #include <string.h>
 
 /* Replies "<chunk id>:<input>\n" ("-" for a plain call); "slow" takes
- * 20 ms, "hang" 30 s.  A two-parameter handler: the SDK passes the id. */
+ * 20 ms, "hang" 30 s; "gen" streams its reply in three parts.  A
+ * two-parameter handler: the SDK passes the id. */
 static const char worker_py[] =
 	"import time\n"
 	"import mesh.worker\n"
@@ -21,6 +22,12 @@ static const char worker_py[] =
 	"        time.sleep(0.02)\n"
 	"    if data == b'hang':\n"
 	"        time.sleep(30)\n"
+	"    if data == b'gen':\n"
+	"        def parts():\n"
+	"            yield b'%d' % chunk_id\n"
+	"            yield b':gen'\n"
+	"            return b'\\n'\n"
+	"        return parts()\n"
 	"    return b'%s:%s\\n' % (b'-' if chunk_id is None else b'%d' % chunk_id, data)\n"
 	"mesh.worker.main(handle)\n";
 
@@ -48,6 +55,7 @@ TEST_TIMEOUT(python_job_two_arg_handler_gets_each_chunk_id, 60)
 			"from mesh.client import Client\n"
 			"c = Client(sys.argv[1])\n"
 			"ins = ['w%d' % i for i in range(50)]\n"
+			"ins[7] = 'gen'\n"
 			"job = c.submit('pyjob', inputs=ins)\n"
 			"print('state', job.wait())\n"
 			"got = b''.join(job.results()).decode()\n"
