@@ -243,3 +243,31 @@ TEST_TIMEOUT(python_examples_matrix_and_model_server_run_jobs, 60)
 	 * worker (max_workers 2), never per request. */
 	EXPECT_TRUE(strstr(out, "loads 1\n") || strstr(out, "loads 2\n"));
 }
+
+/* Which handlers get the chunk id: two positional parameters without a
+ * default; bound methods and partials count what is left; more is refused. */
+TEST(python_worker_handler_form_read_from_its_signature)
+{
+	make_package(NULL);
+	int rc = t_sh(out, sizeof out, 1,
+		      "%sPYTHONPATH=py '%s' -c '\n"
+		      "import functools\n"
+		      "from mesh.worker import _wants_chunk_id as f\n"
+		      "class H:\n"
+		      "    def one(self, data): pass\n"
+		      "    def two(self, cid, data): pass\n"
+		      "    def __call__(self, cid, data): pass\n"
+		      "def two(cid, data, extra=1): pass\n"
+		      "def three(a, b, c): pass\n"
+		      "print(f(lambda d: d), f(lambda c, d: d), f(H().one), f(H().two), f(H()), f(two),\n"
+		      "      f(functools.partial(three, 1)), f(bytes.upper), f(lambda *a: a), f(lambda d, *a: d))\n"
+		      "try:\n"
+		      "    f(three)\n"
+		      "except TypeError as e:\n"
+		      "    print(e)\n"
+		      "'",
+		      py_env(), PYTHON);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "False True False True True True True False False False\n");
+	EXPECT_CONTAINS(out, "takes 3 parameters; it must be handle(data) or handle(chunk_id, data)");
+}
