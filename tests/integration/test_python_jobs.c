@@ -96,6 +96,8 @@ TEST_TIMEOUT(python_job_worker_sigkilled_mid_job_every_result_once, 60)
 			"print('done', i['done'], 'buried', i['buried'], 'deaths', i['worker_deaths'],\n"
 			"      'dups', i['duplicates'], 'failed<=1', i['failed_attempts'] <= 1)\n"
 			"print('fast', time.monotonic() - t0 < 8)\n"
+			"f = job.status()['failures']\n"
+			"print('failures', len(f) <= 1, all(x['status'] == 137 and not x['buried'] for x in f))\n"
 			"got = b''.join(job.results()).decode()\n"
 			"print('results', got == ''.join('%d:slow\\n' % k for k in range(N)))\n");
 	EXPECT_EQ(stop_meshd(pid), 0);
@@ -106,6 +108,8 @@ TEST_TIMEOUT(python_job_worker_sigkilled_mid_job_every_result_once, 60)
 	 * inside the 10 s lease TTL), ran again, and every result is there once. */
 	EXPECT_CONTAINS(out, "done 200 buried 0 deaths 1 dups 0 failed<=1 True\n");
 	EXPECT_CONTAINS(out, "fast True\n");
+	/* The chunk it held, if any: one failed attempt, killed by SIGKILL, not buried. */
+	EXPECT_CONTAINS(out, "failures True True\n");
 	EXPECT_CONTAINS(out, "results True\n");
 }
 
