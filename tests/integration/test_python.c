@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "host/host.h"
+#include "integration/python_t.h"
 #include "runner/t.h"
 #include "shm/shm.h"
 
@@ -26,11 +27,6 @@
 #include <unistd.h>
 
 #define S(x) ((uint64_t)(x) * MESH_NS_PER_S)
-/* Debian's interpreter (mk/deps.sh); an ELF, as the catalog wants. */
-#define PYTHON "/usr/bin/python3"
-
-static char out[65536];
-static char cwd[4096];
 
 /* A worker in every mode the tests need (argv[1]); the handler's answers
  * are what the tests check. */
@@ -75,86 +71,6 @@ static const char worker_py[] =
 	"print('worker.py: exit')\n"
 	"w.close()\n";
 
-static void link_or_fail(const char *target, const char *path)
-{
-	unlink(path);
-	if (symlink(target, path) != 0)
-		FAIL("symlink %s -> %s: %s", path, target, strerror(errno));
-}
-
-/* A libmeshworker built with SAN=1 leaves the sanitizer runtime to the
- * program, which python3 is not built with: it is preloaded then.  The
- * runtime's path ("" when the library under test is a plain one). */
-static char asan_rt[1024];
-/* No leak report from python3 itself; faulthandler, not ASan, reports a SIGSEGV. */
-#define ASAN_OPTS "detect_leaks=0:handle_segv=0:handle_abort=0"
-static int asan_checked;
-static const char *asan_runtime(void)
-{
-	if (!asan_checked) {
-		asan_checked = 1;
-		if (t_sh(out, sizeof out, 1, "nm -D -u '%s' | grep -q __asan_", t_bin("libmeshworker.so")) == 0 &&
-		    t_sh(asan_rt, sizeof asan_rt, 0, "clang -print-file-name=libclang_rt.asan-$(uname -m).so") == 0)
-			asan_rt[strcspn(asan_rt, "\n")] = 0;
-		else
-			asan_rt[0] = 0;
-	}
-	return asan_rt;
-}
-
-/* The environment python3 needs for the library under test, as shell words. */
-static const char *py_env(void)
-{
-	static char env[1200];
-	snprintf(env, sizeof env, "%s%s%s", *asan_runtime() ? "ASAN_OPTIONS=" ASAN_OPTS " LD_PRELOAD=" : "",
-		 asan_runtime(), *asan_runtime() ? " " : "");
-	return env;
-}
-
-/* py/mesh (the package, with the library under test beside it) and worker.py. */
-static void make_package(void)
-{
-	char src[4200];
-	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
-		FAIL("getcwd");
-	mkdir("py", 0755);
-	mkdir("py/mesh", 0755);
-	static const char *const files[] = {"__init__.py", "worker.py", "client.py"};
-	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-		char dst[64];
-		snprintf(src, sizeof src, "sdk/python/mesh/%s", files[i]);
-		snprintf(dst, sizeof dst, "py/mesh/%s", files[i]);
-		link_or_fail(t_src(src), dst);
-	}
-	link_or_fail(t_bin("libmeshworker.so"), "py/mesh/libmeshworker.so.0");
-	t_write_file("worker.py", worker_py);
-}
-
-/* A catalog entry <dir>/<name> running `python3 script mode` (script:
- * an absolute path; NULL: the test's worker.py).
- * PYTHONUNBUFFERED is emptied (= unset) in case the test's environment has
- * it: the SDK itself must make the output line-buffered. */
-static void add_program(const char *dir, const char *name, const char *script, const char *mode)
-{
-	char path[4300], toml[9000], san[1200] = "", here[4200];
-	snprintf(here, sizeof here, "%s/worker.py", cwd);
-	if (*asan_runtime())
-		snprintf(san, sizeof san, "ASAN_OPTIONS = \"" ASAN_OPTS "\"\nLD_PRELOAD = \"%s\"\n",
-			 asan_runtime());
-	mkdir(dir, 0755);
-	snprintf(path, sizeof path, "%s/%s", dir, mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "%s/%s/%s", dir, mesh_target_triple(), name);
-	link_or_fail(PYTHON, path);
-	snprintf(toml, sizeof toml,
-		 "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\", \"%s\"]\n"
-		 "[env]\nPYTHONPATH = \"%s/py\"\nPYTHONUNBUFFERED = \"\"\n%s"
-		 "[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"2s\"\n",
-		 name, script ? script : here, mode, cwd, san);
-	snprintf(path, sizeof path, "%s/%s.toml", dir, name);
-	t_write_file(path, toml);
-}
-
 struct fx {
 	struct mesh_host *h;
 	struct mesh_image img;
@@ -164,8 +80,8 @@ struct fx {
 static void setup(struct fx *f, const char *mode)
 {
 	char *err = NULL;
-	make_package();
-	add_program("cat", "pyw", NULL, mode);
+	make_package(worker_py);
+	add_program("cat", "pyw", NULL, mode, NULL);
 	mkdir("logs", 0755);
 	struct mesh_host_cfg cfg = {.logs = "logs"};
 	if (mesh_host_new(&f->h, &cfg, &err))
@@ -416,41 +332,15 @@ static const char client_py[] =
 	"except MeshUnreachable as e:\n"
 	"    print('unreachable', e.code, isinstance(e, ConnectionError))\n";
 
-static int sock_up(void *arg)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", (const char *)arg);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
 TEST_TIMEOUT(python_client_against_meshd, 60)
 {
-	make_package();
-	add_program("catalog", "pyecho", NULL, "bytes");
-	add_program("catalog", "pystats", t_src("examples/python/stats.py"), "-");
+	make_package(worker_py);
+	add_program("catalog", "pyecho", NULL, "bytes", NULL);
+	add_program("catalog", "pystats", t_src("examples/python/stats.py"), "-", NULL);
 	t_write_file("client.py", client_py);
-	mkdir("logs", 0755);
-	mkdir("run", 0700);
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		int fd = open("meshd.err", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 2);
-		execl(t_bin("meshd"), "meshd", "--catalog", "catalog", "--logs", "logs", "--socket", "run/meshd.sock",
-		      (char *)NULL);
-		_exit(127);
-	}
-	if (!t_wait_for(sock_up, "run/meshd.sock", 15000)) {
-		char *e = t_read_file("meshd.err", NULL);
-		FAIL("meshd did not come up: %s", e ? e : "");
-	}
+	pid_t pid = start_meshd(0);
 	int rc = t_sh(out, sizeof out, 1, "%sPYTHONPATH=py '%s' client.py run/meshd.sock", py_env(), PYTHON);
-	kill(pid, SIGTERM);
-	waitpid(pid, NULL, 0);
+	stop_meshd(pid);
 	EXPECT_EQ(rc, 0);
 	EXPECT_CONTAINS(out, "load pyecho\n");
 	EXPECT_CONTAINS(out, "start IDLE\n");
@@ -490,7 +380,7 @@ TEST(libmeshworker_exports_only_its_api)
 
 TEST(python_package_names_an_api_mismatch)
 {
-	make_package();
+	make_package(worker_py);
 	/* A library of another API version, named by MESH_WORKER_LIB. */
 	t_write_file("v99.c", "int mesh_worker_api_version(void) { return 99; }\n");
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "cc -shared -fPIC -o v99.so v99.c"), 0);
@@ -518,7 +408,7 @@ TEST(python_package_names_an_api_mismatch)
  * without a network; a virtualenv uses it through PYTHONPATH. */
 TEST_TIMEOUT(python_package_installs_by_make_and_by_pip, 60)
 {
-	make_package();
+	make_package(worker_py);
 	int rc = t_sh(out, sizeof out, 1,
 		      "make --no-print-directory -s -C '%s' BUILD='%s' DESTDIR='%s/dd' PREFIX=/usr install", t_src(""),
 		      t_bin(""), cwd);

@@ -8,12 +8,14 @@ meshd's unix socket, standard library only.
     print(c.ps()["host"]["processes"])
     c.stop("echo")
 
+    job = c.submit("echo", inputs=["a", "b", "c"], max_workers=2)
+    job.wait(progress=lambda j: print(j["done"], "/", j["chunks"]))
+    out = b"".join(job.results())     # each chunk's result, in chunk order
+
 Every error meshd answers raises MeshError with its message (``str(e)``,
 ``e.message``), its code (``e.code``, a mesh error name such as
 "E_NOTFOUND") and the HTTP status (``e.status``); an unreachable meshd
 raises MeshUnreachable (a MeshError and a ConnectionError).
-
-Jobs (submit, wait, results, cancel) are coming with meshd jobs.
 """
 
 import errno
@@ -21,9 +23,15 @@ import http.client
 import json
 import os
 import socket
+import time
 import urllib.parse
 
-__all__ = ["Client", "MeshError", "MeshUnreachable", "default_socket"]
+__all__ = ["Client", "Job", "MeshError", "MeshUnreachable", "default_socket"]
+
+# The longest long poll meshd serves (wait=S, docs/api.md "Jobs").
+_WAIT_MAX = 60.0
+# A job's states once it ended (docs/api.md).
+_ENDED = frozenset(("complete", "failed", "cancelled", "error"))
 
 
 def default_socket():
@@ -109,8 +117,8 @@ class Client:
             raise _error(r.status, r.reason, data)
         return r, data
 
-    def _json(self, method, target):
-        _, data = self._request(method, target)
+    def _json(self, method, target, body=None, timeout=None):
+        _, data = self._request(method, target, body=body, timeout=timeout)
         try:
             return json.loads(data)
         except ValueError:
@@ -157,11 +165,179 @@ class Client:
         q = ""
         wait = None
         if timeout is not None:
-            q = "?timeout=%s" % urllib.parse.quote(repr(float(timeout)))
+            q = "?timeout=%s" % _secs(timeout)
             wait = float(timeout) + self.timeout
         _, data = self._request("POST", "/v1/programs/%s/call%s" % (_name(program), q), body=bytes(payload),
                                 timeout=wait)
         return data
+
+    def submit(self, program, inputs=None, chunks=None, max_workers=None, retries=None, timeout=None,
+               speculate=False, name=None):
+        """Submits a job of `program` (POST /v1/jobs): give either inputs, an
+        iterable of chunk inputs (str or bytes; one chunk each, without a
+        newline or a NUL byte), or chunks=N (N chunks with empty inputs).
+        max_workers: 1..64 (default the manifest's); retries: tries per
+        chunk before it is buried (default 3); timeout: seconds a worker may
+        hold one chunk; speculate: run copies of stragglers; name: a label.
+        Returns the Job."""
+        if (inputs is None) == (chunks is None):
+            raise MeshError("give the chunks once: inputs=[...] or chunks=N", "E_PARSE", 400)
+        q = [("program", _name(program))]
+        body = None
+        if chunks is not None:
+            q.append(("chunks", "%d" % _whole(chunks, "chunks")))
+        else:
+            lines = []
+            for x in inputs:
+                b = x.encode("utf-8") if isinstance(x, str) else bytes(x)
+                if b"\n" in b or b"\0" in b:
+                    raise MeshError("a chunk input holds a newline or a NUL byte: %r" % b[:40], "E_PARSE", 400)
+                lines.append(b)
+            body = b"".join(b + b"\n" for b in lines)
+        if max_workers is not None:
+            q.append(("max_workers", "%d" % _whole(max_workers, "max_workers")))
+        if retries is not None:
+            q.append(("retries", "%d" % _whole(retries, "retries")))
+        if timeout is not None:
+            q.append(("timeout", _secs(timeout)))
+        if speculate:
+            q.append(("speculate", "1"))
+        if name is not None:
+            q.append(("name", str(name)))
+        j = self._json("POST", "/v1/jobs?" + urllib.parse.urlencode(q), body=body)
+        return Job(self, j["id"], j)
+
+    def job(self, job_id):
+        """The Job of an id (an int or its decimal string); meshd is not asked."""
+        return Job(self, str(job_id))
+
+    def jobs(self):
+        """Every job meshd knows, by id: a list of Job (each with .info, the
+        job object of docs/api.md, without failures)."""
+        return [Job(self, j["id"], j) for j in self._json("GET", "/v1/jobs").get("jobs", [])]
+
+
+class Job:
+    """A job of meshd, by id.  info: the last job object read (docs/api.md
+    "Jobs": state, chunks, done, leased, pending, buried, rate, eta_s,
+    workers, ...), None until one was."""
+
+    def __init__(self, client, job_id, info=None):
+        self.client = client
+        self.id = str(job_id)
+        self.info = info
+
+    def __repr__(self):
+        return "Job(%r, state=%r)" % (self.id, (self.info or {}).get("state"))
+
+    def _path(self, tail=""):
+        return "/v1/jobs/%s%s" % (urllib.parse.quote(self.id, safe=""), tail)
+
+    def status(self, wait=None):
+        """GET /v1/jobs/<id>: the job object, with its failures; wait=S (at
+        most 60) holds the answer up to S seconds while the job runs."""
+        q = ""
+        t = None
+        if wait and float(wait) >= 0.001:
+            w = min(float(wait), _WAIT_MAX)
+            q = "?wait=%s" % _secs(w)
+            t = w + self.client.timeout
+        self.info = self.client._json("GET", self._path(q), timeout=t)
+        return self.info
+
+    @property
+    def state(self):
+        """The state as last read (status(), wait())."""
+        return (self.info or {}).get("state")
+
+    def wait(self, progress=None, timeout=None):
+        """Waits for the job to end and returns its final state ("complete",
+        "failed", "cancelled" or "error"); the job object is self.info.
+        Long polls (no busy loop): progress, when given, is called with the
+        job object after each poll (every second at most while it runs, and
+        once at the end).  timeout: seconds; past it MeshError E_TIMEOUT."""
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        step = 1.0 if progress is not None else _WAIT_MAX
+        while True:
+            w = step
+            if deadline is not None:
+                w = min(w, max(deadline - time.monotonic(), 0.0))
+            info = self.status(wait=w)
+            if progress is not None:
+                progress(info)
+            if info.get("state") in _ENDED:
+                return info["state"]
+            if deadline is not None and time.monotonic() >= deadline:
+                raise MeshError("job %s is still %s after %gs" % (self.id, info.get("state"), timeout),
+                                "E_TIMEOUT", 0)
+
+    def pages(self, start=0, wait=True):
+        """The paged long poll behind results(): yields (first, next, data)
+        for each page: data is the results of chunks first..next-1
+        concatenated (a buried chunk adds nothing).  wait=False: what is
+        settled now, stopping at the first gap."""
+        k = int(start)
+        while True:
+            q = "?from=%d" % k
+            t = None
+            if wait:
+                q += "&wait=%d" % int(_WAIT_MAX)
+                t = _WAIT_MAX + self.client.timeout
+            r, data = self.client._request("GET", self._path("/results" + q), timeout=t)
+            nxt, end = _page_header(r.getheader("Content-Type", ""))
+            if nxt is None:
+                raise MeshError("meshd's results page has no next=K in its Content-Type", "E_PROTO", r.status)
+            if nxt > k or data:
+                yield k, nxt, data
+            if end:
+                return
+            if nxt == k and not wait:
+                return
+            k = nxt
+
+    def results(self, wait=True):
+        """The results in chunk order, streamed while the job runs: yields
+        bytes as meshd settles chunks (each piece the results of one or more
+        consecutive chunks, concatenated as the workers replied them: the
+        API adds no framing between chunks, so a piece holds one chunk's
+        result only when the page held one chunk; pages() says which).
+        b"".join(job.results()) is what `mesh results` prints.  Ends when
+        every chunk is settled; wait=False: stops at the first chunk not
+        settled yet."""
+        for _, _, data in self.pages(wait=wait):
+            if data:
+                yield data
+
+    def cancel(self):
+        """Stops the job for good (what is DONE stays DONE); MeshError
+        E_STATE (409) once it has ended."""
+        self.client._json("POST", self._path("/cancel"))
+
+
+def _page_header(ctype):
+    # "application/octet-stream; next=K; end=E" (docs/api.md)
+    nxt, end = None, False
+    for part in ctype.split(";")[1:]:
+        k, _, v = part.strip().partition("=")
+        try:
+            if k == "next":
+                nxt = int(v)
+            elif k == "end":
+                end = int(v) != 0
+        except ValueError:
+            return None, False
+    return nxt, end
+
+
+def _secs(v):
+    # meshd takes seconds with at most 9 decimals (base/parse.h); repr() may write 17.
+    return ("%.6f" % float(v)).rstrip("0").rstrip(".")
+
+
+def _whole(v, what):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise MeshError("%s must be a whole number, not %r" % (what, v), "E_PARSE", 400)
+    return v
 
 
 def _name(name):

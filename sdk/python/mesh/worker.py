@@ -15,6 +15,11 @@ A worker is a program meshd starts from its catalog (docs/python.md):
 
 or, in one call, ``mesh.worker.main(handle, setup=load_model)``.
 
+A handler written with two parameters, ``def handle(chunk_id, data)``, gets
+the id of the job chunk it serves (meshd's CHUNK request, decoded by the C
+library: the data is the chunk's input alone) and None for a plain call;
+the form is read once from the handler's signature when serve() starts.
+
 The node loop is the C library's own (include/mesh/worker.h): HALT, the
 next run on another slot, and EXIT are honoured there.  An exception in the
 handler becomes an error reply carrying its text and the worker goes on; a
@@ -49,6 +54,9 @@ __all__ = ["API_VERSION", "Worker", "WorkerError", "open", "main", "library_path
 API_VERSION = 3
 
 _LIB_NAME = "libmeshworker.so.0"
+
+# mesh_worker_chunk_id's "not a chunk" (UINT64_MAX, include/mesh/worker.h).
+_NO_CHUNK = 0xFFFFFFFFFFFFFFFF
 
 
 class WorkerError(OSError):
@@ -171,6 +179,22 @@ def _as_bytes(out):
     return bytes(memoryview(out).cast("B"))
 
 
+def _wants_chunk_id(handler):
+    # True for handle(chunk_id, data), False for handle(data); read once.
+    # The rule: two positional parameters without a default.  A callable
+    # Python cannot introspect (a builtin) takes the one-parameter form.
+    try:
+        sig = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in sig.parameters.values() if p.kind in positional and p.default is p.empty]
+    if len(required) > 2:
+        raise TypeError("mesh.worker: the handler %r takes %d parameters; it must be handle(data) or "
+                        "handle(chunk_id, data)" % (handler, len(required)))
+    return len(required) == 2
+
+
 def _error_text(e):
     return ("%s: %s" % (type(e).__name__, e) if str(e) else type(e).__name__).encode("utf-8", "replace")
 
@@ -216,20 +240,28 @@ class Worker:
         """Serves requests until meshd says EXIT; HALT and the next run are
         handled inside.  handler(data) gets the request as bytes, or with
         view=True as a read-only memoryview of the request in the slot
-        (no copy; valid only during the call), and returns a bytes-like
+        (no copy; valid only during the call); handler(chunk_id, data),
+        a handler with two parameters, gets before it the job chunk's id
+        (an int; None for a plain call, see _wants_chunk_id); it returns a bytes-like
         reply (None is an empty one), or is a generator: each bytes-like
         value it yields goes to the caller at once as a part of the reply
         (reply_part), and its return value is the last part.  An exception
         becomes an error reply with its text (after parts: the call fails).
-        Raises WorkerError when meshd goes away."""
+        Raises WorkerError when meshd goes away; TypeError for a handler
+        with more than two required parameters."""
 
+        with_id = _wants_chunk_id(handler)
         def call(ctx, req, n, reply, cap, reply_len):
             try:
                 if view:
                     data = _view(req, n) if n else memoryview(b"")
                 else:
                     data = ctypes.string_at(req, n) if n else b""
-                out = handler(data)
+                if with_id:
+                    c = _chunk_id(self._w)
+                    out = handler(None if c == _NO_CHUNK else c, data)
+                else:
+                    out = handler(data)
                 if inspect.isgenerator(out):
                     out = self._stream(out)
                 out = _as_bytes(out)
@@ -290,7 +322,7 @@ class Worker:
     def chunk_id(self):
         """Inside the handler: the job chunk being handled, or None for a plain call."""
         c = _chunk_id(self._w)
-        return None if c == 0xFFFFFFFFFFFFFFFF else c
+        return None if c == _NO_CHUNK else c
 
     def close(self):
         if self._w:

@@ -1,0 +1,157 @@
+/* Helpers shared by the Python SDK tests (test_python*.c): a package
+ * directory py/mesh linked to the sources with the libmeshworker.so under
+ * test beside it (the package's second place to look; meshd passes no
+ * MESH_* variable), catalog entries running python3, the environment a
+ * sanitizer build needs, and a real meshd.  Header-only (static), included
+ * by each tests/integration/test_python*.c. */
+#ifndef MESH_TESTS_PYTHON_T_H
+#define MESH_TESTS_PYTHON_T_H
+
+#include "host/image.h"
+#include "runner/t.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Debian's interpreter (mk/deps.sh); an ELF, as the catalog wants. */
+#define PYTHON "/usr/bin/python3"
+
+static char out[1 << 20];
+static char cwd[4096];
+
+static void link_or_fail(const char *target, const char *path)
+{
+	unlink(path);
+	if (symlink(target, path) != 0)
+		FAIL("symlink %s -> %s: %s", path, target, strerror(errno));
+}
+
+/* A libmeshworker built with SAN=1 leaves the sanitizer runtime to the
+ * program, which python3 is not built with: it is preloaded then.  The
+ * runtime's path ("" when the library under test is a plain one). */
+static char asan_rt[1024];
+/* No leak report from python3 itself; faulthandler, not ASan, reports a SIGSEGV. */
+#define ASAN_OPTS "detect_leaks=0:handle_segv=0:handle_abort=0"
+static int asan_checked;
+static const char *asan_runtime(void)
+{
+	if (!asan_checked) {
+		asan_checked = 1;
+		if (t_sh(out, sizeof out, 1, "nm -D -u '%s' | grep -q __asan_", t_bin("libmeshworker.so")) == 0 &&
+		    t_sh(asan_rt, sizeof asan_rt, 0, "clang -print-file-name=libclang_rt.asan-$(uname -m).so") == 0)
+			asan_rt[strcspn(asan_rt, "\n")] = 0;
+		else
+			asan_rt[0] = 0;
+	}
+	return asan_rt;
+}
+
+/* The environment python3 needs for the library under test, as shell words. */
+static const char *py_env(void)
+{
+	static char env[1200];
+	snprintf(env, sizeof env, "%s%s%s", *asan_runtime() ? "ASAN_OPTIONS=" ASAN_OPTS " LD_PRELOAD=" : "",
+		 asan_runtime(), *asan_runtime() ? " " : "");
+	return env;
+}
+
+/* py/mesh (the package, with the library under test beside it) and, when
+ * worker_py is not NULL, worker.py holding it. */
+static void make_package(const char *worker_py)
+{
+	char src[4200];
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
+	mkdir("py", 0755);
+	mkdir("py/mesh", 0755);
+	static const char *const files[] = {"__init__.py", "worker.py", "client.py"};
+	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+		char dst[64];
+		snprintf(src, sizeof src, "sdk/python/mesh/%s", files[i]);
+		snprintf(dst, sizeof dst, "py/mesh/%s", files[i]);
+		link_or_fail(t_src(src), dst);
+	}
+	link_or_fail(t_bin("libmeshworker.so"), "py/mesh/libmeshworker.so.0");
+	if (worker_py)
+		t_write_file("worker.py", worker_py);
+}
+
+/* A catalog entry <dir>/<name> running `python3 script mode` (script: an
+ * absolute path; NULL: the test's worker.py); extra: more top-level
+ * manifest lines ("max_workers = 2\n"), or NULL.
+ * PYTHONUNBUFFERED is emptied (= unset) in case the test's environment has
+ * it: the SDK itself must make the output line-buffered. */
+static void add_program(const char *dir, const char *name, const char *script, const char *mode, const char *extra)
+{
+	char path[4300], toml[9000], san[1200] = "", here[4200];
+	snprintf(here, sizeof here, "%s/worker.py", cwd);
+	if (*asan_runtime())
+		snprintf(san, sizeof san, "ASAN_OPTIONS = \"" ASAN_OPTS "\"\nLD_PRELOAD = \"%s\"\n",
+			 asan_runtime());
+	mkdir(dir, 0755);
+	snprintf(path, sizeof path, "%s/%s", dir, mesh_target_triple());
+	mkdir(path, 0755);
+	snprintf(path, sizeof path, "%s/%s/%s", dir, mesh_target_triple(), name);
+	link_or_fail(PYTHON, path);
+	snprintf(toml, sizeof toml,
+		 "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\", \"%s\"]\n%s"
+		 "[env]\nPYTHONPATH = \"%s/py\"\nPYTHONUNBUFFERED = \"\"\n%s"
+		 "[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"2s\"\n",
+		 name, script ? script : here, mode, extra ? extra : "", cwd, san);
+	snprintf(path, sizeof path, "%s/%s.toml", dir, name);
+	t_write_file(path, toml);
+}
+
+static int sock_up(void *arg)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", (const char *)arg);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* A real meshd on run/meshd.sock with the catalog in ./catalog (and, with
+ * state, its jobs in ./state), up and answering: its pid. */
+static pid_t start_meshd(int state)
+{
+	mkdir("logs", 0755);
+	mkdir("run", 0700);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int fd = open("meshd.err", O_WRONLY | O_CREAT | O_APPEND, 0644);
+		dup2(fd, 2);
+		execl(t_bin("meshd"), "meshd", "--catalog", "catalog", "--logs", "logs", "--socket", "run/meshd.sock",
+		      state ? "--state" : (char *)NULL, "state", (char *)NULL);
+		_exit(127);
+	}
+	if (!t_wait_for(sock_up, "run/meshd.sock", 15000)) {
+		char *e = t_read_file("meshd.err", NULL);
+		FAIL("meshd did not come up: %s", e ? e : "");
+	}
+	return pid;
+}
+
+/* SIGTERM, and its exit status (0 expected). */
+static int stop_meshd(pid_t pid)
+{
+	int st;
+	kill(pid, SIGTERM);
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+#endif
