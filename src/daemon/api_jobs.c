@@ -241,21 +241,22 @@ static void list(struct meshd_api_answer *a)
 
 static void results(uint64_t id, const struct evkeyvalq *args, struct meshd_api_answer *a)
 {
-	uint64_t from = 0, wait = 0, next;
+	uint64_t from = 0, wait = 0, framed = 0, next;
 	int end;
-	if (arg_u64(args, "from", UINT64_MAX, &from, a) < 0 || arg_seconds(args, "wait", WAIT_MAX_NS, &wait, a) < 0)
+	if (arg_u64(args, "from", UINT64_MAX, &from, a) < 0 || arg_seconds(args, "wait", WAIT_MAX_NS, &wait, a) < 0 ||
+	    arg_u64(args, "framed", 1, &framed, a) < 0)
 		return;
 	struct mesh_buf b = MESH_BUF_INIT;
 	char *msg = NULL;
-	int rc = meshd_jobs_results(the_jobs, id, from, wait, RESULTS_PAGE, &b, &next, &end, &msg);
+	int rc = meshd_jobs_results(the_jobs, id, from, wait, RESULTS_PAGE, (int)framed, &b, &next, &end, &msg);
 	if (rc < 0) {
 		mesh_buf_release(&b);
 		return op_error(a, rc, msg);
 	}
 	free(msg);
 	char type[96];
-	/* Where the next page starts travels with the bytes (which are the
-	 * results as they are, no framing). */
+	/* Where the next page starts travels with the bytes (the results as
+	 * they are, or with framed=1 each behind its chunk id and length). */
 	snprintf(type, sizeof type, "application/octet-stream; next=%" PRIu64 "; end=%d", next, end);
 	size_t n = 0;
 	char *data = mesh_buf_detach(&b, &n);

@@ -109,8 +109,10 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err);
  * wait_ns > 0, first waits (at most wait_ns) for that chunk.  *next: the
  * first chunk not taken; *end: 1 when *next == n (nothing more will come).
  * 0; MESH_E_NOTFOUND; MESH_E_RANGE (from > n); MESH_E_CORRUPT (a DONE
- * chunk whose result cannot be read). */
+ * chunk whose result cannot be read).  framed: each result is preceded by
+ * its chunk id (u64 LE) and its length (u32 LE), so a reader can tell the
+ * chunks apart (results are at most 16 MiB). */
 int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_t wait_ns, size_t max_bytes,
-		       struct mesh_buf *out, uint64_t *next, int *end, char **err);
+		       int framed, struct mesh_buf *out, uint64_t *next, int *end, char **err);
 
 #endif

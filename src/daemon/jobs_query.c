@@ -413,7 +413,7 @@ static int settled(struct job *jb, uint64_t cid)
 }
 
 int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_t wait_ns, size_t max_bytes,
-		       struct mesh_buf *out, uint64_t *next, int *end, char **err)
+		       int framed, struct mesh_buf *out, uint64_t *next, int *end, char **err)
 {
 	if (err)
 		*err = NULL;
@@ -445,6 +445,15 @@ int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_
 			void *p = NULL;
 			size_t n = 0;
 			rc = mesh_results_get(res, k, MESH_RESULT_OK, &p, &n);
+			if (rc == 0 && framed) {
+				uint8_t h[12];
+				for (int i = 0; i < 8; i++)
+					h[i] = (uint8_t)(k >> (8 * i));
+				for (int i = 0; i < 4; i++)
+					h[8 + i] = (uint8_t)((uint64_t)n >> (8 * i));
+				if (mesh_buf_add(out, h, sizeof h) < 0)
+					rc = -ENOMEM;
+			}
 			if (rc == 0 && mesh_buf_add(out, p, n) < 0)
 				rc = -ENOMEM;
 			free(p);

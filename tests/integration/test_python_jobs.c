@@ -133,6 +133,9 @@ TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
 		"print('progress', len(seen) >= 1, seen == sorted(seen), seen[-1])\n"
 		"rest = list(it)\n"
 		"print('results', first + b''.join(rest) == b''.join(b'%d:slow\\n' % k for k in range(N)))\n"
+		"ids = list(job.results(ids=True))\n"
+		"print('per-chunk', first == b'0:slow\\n', [c for c, _ in ids] == list(range(N)),\n"
+		"      all(d == b'%d:slow\\n' % c for c, d in ids))\n"
 		"pages = list(job.pages(wait=False))\n"
 		"print('pages', pages[0][0], pages[-1][1], b''.join(p[2] for p in pages) == first + b''.join(rest))\n"
 		"h = c.submit('pyjob', inputs=['a', 'hang', 'b'], max_workers=1)\n"
@@ -167,6 +170,7 @@ TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
 	EXPECT_CONTAINS(out, "wait complete\n");
 	EXPECT_CONTAINS(out, "progress True True 40\n");
 	EXPECT_CONTAINS(out, "results True\n");
+	EXPECT_CONTAINS(out, "per-chunk True True True\n");
 	EXPECT_CONTAINS(out, "pages 0 40 True\n");
 	EXPECT_CONTAINS(out, "wait-timeout E_TIMEOUT running\n");
 	EXPECT_CONTAINS(out, "cancelled cancelled\n");

@@ -23,6 +23,7 @@ import http.client
 import json
 import os
 import socket
+import struct
 import time
 import urllib.parse
 
@@ -271,14 +272,17 @@ class Job:
                 raise MeshError("job %s is still %s after %gs" % (self.id, info.get("state"), timeout),
                                 "E_TIMEOUT", 0)
 
-    def pages(self, start=0, wait=True):
+    def pages(self, start=0, wait=True, framed=False):
         """The paged long poll behind results(): yields (first, next, data)
         for each page: data is the results of chunks first..next-1
-        concatenated (a buried chunk adds nothing).  wait=False: what is
-        settled now, stopping at the first gap."""
+        concatenated (a buried chunk adds nothing); framed=True: each
+        result behind its chunk id (u64 LE) and length (u32 LE).
+        wait=False: what is settled now, stopping at the first gap."""
         k = int(start)
         while True:
             q = "?from=%d" % k
+            if framed:
+                q += "&framed=1"
             t = None
             if wait:
                 q += "&wait=%d" % int(_WAIT_MAX)
@@ -295,18 +299,25 @@ class Job:
                 return
             k = nxt
 
-    def results(self, wait=True):
-        """The results in chunk order, streamed while the job runs: yields
-        bytes as meshd settles chunks (each piece the results of one or more
-        consecutive chunks, concatenated as the workers replied them: the
-        API adds no framing between chunks, so a piece holds one chunk's
-        result only when the page held one chunk; pages() says which).
-        b"".join(job.results()) is what `mesh results` prints.  Ends when
-        every chunk is settled; wait=False: stops at the first chunk not
-        settled yet."""
-        for _, _, data in self.pages(wait=wait):
-            if data:
-                yield data
+    def results(self, wait=True, ids=False):
+        """Each DONE chunk's result, in chunk order, streamed while the job
+        runs: one bytes object a chunk (ids=True: (chunk_id, bytes)); a
+        buried chunk yields nothing.  b"".join(job.results()) is what
+        `mesh results` prints.  Ends when every chunk is settled;
+        wait=False: stops at the first chunk not settled yet."""
+        for _, _, data in self.pages(wait=wait, framed=True):
+            at = 0
+            while at < len(data):
+                if len(data) - at < 12:
+                    raise MeshError("meshd's framed results page ends inside a record header", "E_PROTO", 200)
+                cid, n = struct.unpack_from("<QI", data, at)
+                at += 12
+                if len(data) - at < n:
+                    raise MeshError("meshd's framed results page ends inside chunk %d's result" % cid,
+                                    "E_PROTO", 200)
+                piece = data[at:at + n]
+                at += n
+                yield (cid, piece) if ids else piece
 
     def cancel(self):
         """Stops the job for good (what is DONE stays DONE); MeshError
