@@ -59,7 +59,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
 	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
 
-.PHONY: all test check bench demo demo-mandel fuzz fuzzers fuzz-bins install clean deps tests-build node-openai gpu-examples gpu-bundle
+.PHONY: all test check bench demo demo-mandel demo-run fuzz fuzzers fuzz-bins install clean deps tests-build node-openai gpu-examples gpu-bundle
 .PRECIOUS: $(BUILD)/obj/%.o
 all: $(PROGS) $(EX_BINS) $(MANDEL_BINS) gpu-examples
 
@@ -174,16 +174,25 @@ bench: all
 	@$(MAKE) --no-print-directory $(BENCH_BINS)
 	@bench/run.sh $(BUILD)
 
+# The whole system: meshd scales a 300-tile job from zero, is killed midway
+# and restarted, and reaps back to zero (examples/mandel/demo.sh); then the
+# same image through `mesh run`, killed and resumed (examples/demo.sh).
 demo:
 	@mk/deps.sh build
 	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
+	@examples/mandel/demo.sh $(BUILD)
 	@examples/demo.sh $(BUILD)
 
-# The meshd story: a 300-tile job scaled from zero, meshd killed midway (examples/mandel/demo.sh).
+# Each half alone.
 demo-mandel:
 	@mk/deps.sh build
 	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@examples/mandel/demo.sh $(BUILD)
+
+demo-run:
+	@mk/deps.sh build
+	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
+	@examples/demo.sh $(BUILD)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \

@@ -19,10 +19,6 @@ MAXIT=${MANDEL_MAXIT:-3000}
 for p in mesh meshd examples/mandel/mandel examples/mandel/assemble; do
 	[ -x "$B/$p" ] || { echo "demo: '$B/$p' is not built (run: make demo-mandel)" >&2; exit 1; }
 done
-"$B/mesh" submit --help >/dev/null 2>&1 || {
-	echo "demo: this build of mesh has no 'mesh submit' yet (meshd jobs are unfinished: docs/jobs.md)" >&2
-	exit 1
-}
 case $(uname -m) in
 x86_64) TRIPLE=x86_64-linux-gnu ;;
 aarch64) TRIPLE=aarch64-linux-gnu ;;
@@ -40,6 +36,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 mkdir -p "$WORK/catalog/$TRIPLE" "$WORK/logs" "$WORK/run" "$WORK/state"
+# meshd run as root starts workers as an unprivileged user (`nobody` unless
+# the manifest names one): they must reach the catalog's binary.
+chmod 755 "$WORK" "$WORK/catalog" "$WORK/catalog/$TRIPLE"
 chmod 700 "$WORK/run" "$WORK/state"
 cp "$B/examples/mandel/mandel" "$WORK/catalog/$TRIPLE/mandel"
 cp "$HERE/catalog/mandel.toml" "$WORK/catalog/"
@@ -97,6 +96,7 @@ while :; do
 	*) [ "${d%.*}" -ge $third ] && break ;;
 	esac
 	kill -0 "$MESHD" 2>/dev/null || break
+	[ $i -lt 6000 ] || { echo "demo: no progress in 60 s:" >&2; mesh jobs >&2; tail -5 meshd.err >&2; exit 1; }
 	sleep 0.01
 	i=$((i + 1))
 done

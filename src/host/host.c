@@ -310,7 +310,14 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	struct mesh_proc_child c;
 	rc = mesh_proc_spawn_child(h->sp, &o, 1, &c);
 	if (rc) {
-		if (err)
+		if (err && rc == -EACCES && ra->set)
+			/* The usual cause: a catalog under a directory only meshd's
+			 * user may enter (/root, a 0700 temp dir). */
+			*err = mesh_strf("cannot start '%s': %s as user '%s' (%s): that user must be able to reach "
+					 "the binary and every directory above it",
+					 img->bin_path, mesh_strerror(rc), ra->name,
+					 img->m.user ? "the manifest's `user`" : "meshd runs as root and the manifest names no `user`");
+		else if (err)
 			*err = mesh_strf("cannot start '%s': %s", img->bin_path, mesh_strerror(rc));
 		goto bad;
 	}

@@ -54,12 +54,15 @@ def left():
 
 
 class Meshd:
-    def __init__(self, work, name, isolation="none", env=None):
+    def __init__(self, work, name, isolation="none", env=None, state=None):
         self.sock = os.path.join(work, name + ".sock")
         self.err = open(os.path.join(work, name + ".err"), "ab")
         e = dict(os.environ, MESH_GPU_GRACE_MS=str(GRACE_MS), **(env or {}))
+        # Its own job state (never the machine's ~/.local/state/mesh).
+        state = state or os.path.join(work, name + ".state")
         self.p = subprocess.Popen([os.path.join(BIN, "meshd"), "--catalog", os.path.join(work, "cat"), "--logs",
-                                   os.path.join(work, "logs"), "--socket", self.sock, "--isolation", isolation],
+                                   os.path.join(work, "logs"), "--socket", self.sock, "--isolation", isolation,
+                                   "--state", state],
                                   stdout=self.err, stderr=self.err, env=e)
         self.c = Client(self.sock, timeout=120)
         t = time.monotonic()
@@ -134,9 +137,13 @@ def catalog(work, isolation_suffix=""):
         link = os.path.join(arch, name)
         if not os.path.lexists(link):
             os.symlink(binary, link)
+        # meshd run as root starts a program without `user` as `nobody`,
+        # who may not reach the bundle, the work dir or the Python packages
+        # on a GPU machine: this check runs its workers as root, said so.
+        user = 'user = "root"\n' if os.geteuid() == 0 else ""
         with open(os.path.join(cat, name + ".toml"), "w") as f:
             f.write('name = "%s"\nbackends = ["native"]\ndevice = "gpu"\nvram = "%s"\nargs = %s\n'
-                    'idle_ttl = "2s"\nmax_workers = 1\n%s' % (name, vram, json.dumps(args), extra))
+                    'idle_ttl = "2s"\nmax_workers = 1\n%s%s' % (name, vram, json.dumps(args), user, extra))
 
     if FAKE:
         cuda_args = [str(MODEL), "300"]
@@ -266,6 +273,58 @@ def step_kill9(work, d, base):
     return d2
 
 
+def step_kill9_job(work, base):
+    """kill -9 of meshd mid-job: its workers die with it; a meshd on
+    another state directory watches the VRAM come back; then a meshd on the
+    job's state resumes the job and finishes it."""
+    mesh = os.path.join(BIN, "mesh")
+    jobstate = os.path.join(work, "job.state")
+    n = 20000
+    d = Meshd(work, "meshd-job", state=jobstate)
+    try:
+        s = subprocess.run([mesh, "submit", "cuda", "--chunks", str(n), "--socket", d.sock], capture_output=True,
+                           text=True, timeout=30)
+        job = s.stdout.strip()
+        if s.returncode != 0 or not job:
+            raise RuntimeError("mesh submit: exit %d %s" % (s.returncode, s.stderr.strip()[-200:]))
+        t0 = time.monotonic()
+        done = 0
+        while time.monotonic() - t0 < 60:
+            done = d.c.job(job).status().get("done", 0)
+            if done >= n // 10:
+                break
+            time.sleep(0.02)
+        w = d.worker("cuda")
+        pid = w and w["pid"]
+    except BaseException:
+        d.stop()
+        raise
+    t = time.monotonic()
+    d.kill9()
+    look = Meshd(work, "meshd-look")
+    w0 = time.monotonic()
+    back = wait_used(look.used, base, GRACE_MS / 1000 + 10)
+    look.stop()
+    total = (w0 - t) + back if back is not None else None
+    gone = not pid or not running(pid)
+    row("kill -9 of meshd mid-job (%d of %d chunks done), VRAM back" % (done, n),
+        gone and total is not None and total <= GRACE_MS / 1000 + 1,
+        "worker pid %s %s; used back %s after the kill" %
+        (pid, "gone" if gone else "STILL ALIVE", "%.0f ms" % (total * 1e3) if total is not None else "NEVER"),
+        "grace + 1 s")
+    d3 = Meshd(work, "meshd-resume", state=jobstate)
+    try:
+        t = time.monotonic()
+        r = subprocess.run([mesh, "wait", job, "--quiet", "--socket", d3.sock], capture_output=True, text=True,
+                           timeout=max(10, left() - 60))
+        info = d3.c.job(job).status()
+        row("the job resumed by a new meshd", r.returncode == 0 and info.get("done") == n,
+            "wait exit %d after %.2f s; done %s of %d, buried %s, duplicates %s" %
+            (r.returncode, time.monotonic() - t, info.get("done"), n, info.get("buried"), info.get("duplicates")))
+    finally:
+        d3.stop()
+
+
 def step_mps(work, base):
     tool = shutil.which("nvidia-cuda-mps-control")
     if FAKE or not tool:
@@ -360,6 +419,8 @@ def main():
             step_reap(d, base, "torch", "PyTorch worker")
         step_crash(d, base)
         d = step_kill9(work, d, base)
+        d.stop()
+        step_kill9_job(work, base)
     except (MeshError, RuntimeError, subprocess.TimeoutExpired) as e:
         row("(the run stopped)", False, str(e)[:300])
     finally:

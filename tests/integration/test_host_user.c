@@ -144,6 +144,32 @@ TEST(user_worker_runs_as_its_manifest_user)
 	mesh_image_release(&id);
 }
 
+/* A catalog only root may enter (a 0700 directory, as /root is): the
+ * default user cannot exec the binary, and the error says who tried and
+ * why, rather than a bare "Permission denied". */
+TEST(user_default_user_that_cannot_reach_the_binary_is_named)
+{
+	add_program("d", "echo", NULL, NULL);
+	ASSERT_EQ(chmod(".", 0700), 0);
+	unsetenv("MESHD_DEFAULT_USER");
+	struct mesh_host *h = host(mesh_limits_default_user());
+	struct mesh_image img;
+	struct mesh_instance *w;
+	char *err = NULL;
+	struct mesh_limits_caps caps = *mesh_host_caps(h);
+	ASSERT_EQ(mesh_image_prepare("cat", "d", &caps, MESH_GPU_NONE, &img, &err), 0);
+	ASSERT_EQ(mesh_instance_new(h, &img, &w), 0);
+	int rc = mesh_instance_warm(w, &err);
+	if (rc == 0)
+		rc = mesh_instance_wait(w, ALL_UP, S(10), &err);
+	EXPECT_NE(rc, 0);
+	EXPECT_CONTAINS(err ? err : "", "Permission denied as user 'nobody'");
+	EXPECT_CONTAINS(err ? err : "", "meshd runs as root and the manifest names no `user`");
+	free(err);
+	mesh_host_free(h);
+	mesh_image_release(&img);
+}
+
 /* The issue's attack: a worker opens another program's slot memfd through
  * /proc/<pid>/fd.  Under another uid it cannot; under the same uid it can
  * (which is why each program should have its own `user`). */
