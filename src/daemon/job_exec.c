@@ -65,6 +65,7 @@ struct jworker {
 	uint64_t taken_base, answered;
 	uint64_t t_head;   /* when the oldest entry reached the front (about when the worker took it) */
 	int full;	   /* this pump: the ring had no room */
+	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
 	struct slot_ex *ex;
 };
 
@@ -379,14 +380,22 @@ static void pump(struct slot_ex *x)
 	collect(x);
 	x->need_pump = 0;
 	unsigned K = x->cfg.max_workers, D = x->cfg.depth;
-	for (unsigned i = 0; i < K; i++)
-		x->w[i].full = 0;
+	for (unsigned i = 0; i < K; i++) {
+		struct jworker *w = &x->w[i];
+		w->full = 0;
+		/* Its image was replaced (mesh load, rollback): nothing more is
+		 * sent to it; once it answered what it holds it goes back (and
+		 * exits), and demand asks for a worker of the new image. */
+		w->stale = w->state == W_ON && meshd_job_worker_stale(&w->h);
+		if (w->stale && !w->n)
+			drop_worker(x, w, 0, 0, NULL);
+	}
 	while (x->qhead) {
 		struct jworker *best = NULL;
 		for (unsigned i = 0; i < K; i++) {
 			struct jworker *w = &x->w[i];
 			/* Not behind a dropped attempt the worker still works on. */
-			if (w->state == W_ON && !w->full && w->n < D && (!w->n || w->fifo[w->head].unit) &&
+			if (w->state == W_ON && !w->stale && !w->full && w->n < D && (!w->n || w->fifo[w->head].unit) &&
 			    (!best || w->n < best->n))
 				best = w;
 		}
@@ -428,7 +437,7 @@ static void pump(struct slot_ex *x)
 		inflight++;
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->state != W_NONE)
+		if (w->state != W_NONE && !(w->state == W_ON && w->stale))
 			have++;
 		for (unsigned k = 0; w->state == W_ON && k < w->n; k++)
 			inflight += w->fifo[(w->head + k) % D].unit != 0;
