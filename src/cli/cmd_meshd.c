@@ -235,12 +235,17 @@ static int simple(int argc, char **argv, const char *verb_done)
 	json_t *j = json_loadb(r.body, r.len, 0, NULL);
 	json_t *res = j ? json_object_get(j, "result") : NULL;
 	json_t *pid = res ? json_object_get(res, "pid") : NULL;
+	json_t *prev = res ? json_object_get(res, "previous_image") : NULL;
+	if (!strcmp(argv[0], "load") && json_is_true(json_object_get(res, "replaced")))
+		verb_done = "upgraded";
 	printf("%s %s", verb_done, o.name);
 	json_t *lim = res ? json_object_get(res, "limits") : NULL;
 	json_t *img = res ? json_object_get(res, "image") : NULL;
 	if (json_is_integer(pid))
 		printf(" (pid %lld)", (long long)json_integer_value(pid));
-	if (json_is_string(img))
+	if (json_is_string(img) && json_is_true(json_object_get(res, "replaced")) && json_is_string(prev))
+		printf(" (image %s -> %s)", json_string_value(prev), json_string_value(img));
+	else if (json_is_string(img))
 		printf(" (image %s)", json_string_value(img));
 	if (json_is_string(lim) && strcmp(json_string_value(lim), "none") != 0)
 		printf(" (limits: %s)", json_string_value(lim));

@@ -457,6 +457,8 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 		rc = (!strcmp(action, "load") ? meshd_op_load : meshd_op_rollback)(a->core, name, &pi, &msg);
 		if (rc == 0) {
 			out = program_json(&pi);
+			if (out)
+				json_object_set_new(out, "replaced", json_boolean(pi.replaced));
 			meshd_program_info_release(&pi);
 		}
 	} else if (!strcmp(action, "start")) {

@@ -469,6 +469,8 @@ static int get_program(struct meshd_core *d, const char *name, struct program **
 	}
 	p->refs++;
 	pthread_mutex_unlock(&d->mu);
+	if (p == np) /* copies from before (a restart, an unload) are no previous image of it */
+		meshd_image_prune(d->logs, name, p->keep_dir, NULL);
 	*out = p;
 	return 0;
 }
@@ -568,12 +570,14 @@ int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_i
 		pthread_mutex_unlock(&swap_mu);
 		return rc;
 	}
+	struct program *was = p;
 	if (loaded)
 		rc = upgrade(d, &p, err);
 	pthread_mutex_unlock(&swap_mu);
 	if (rc == 0 && out) {
 		rc = image_info(&p->img, out);
 		out->prev_id = p->prev_id;
+		out->replaced = p != was;
 	}
 	unref(d, p);
 	return rc;
@@ -621,6 +625,7 @@ int meshd_op_rollback(struct meshd_core *d, const char *name, struct meshd_progr
 	if (rc == 0 && out) {
 		rc = image_info(&p->img, out);
 		out->prev_id = p->prev_id;
+		out->replaced = 1;
 	}
 	if (p)
 		unref(d, p);

@@ -70,6 +70,7 @@ struct meshd_program_info {
 	char *failed; /* FAILED (crash loop): why; NULL if not.  `start` clears it */
 	uint64_t image_id; /* mesh_image_id (host/image.h) */
 	uint64_t prev_id;  /* the image rollback goes back to; 0: none */
+	int replaced;	   /* load, rollback: the image changed (an upgrade) */
 };
 void meshd_program_info_release(struct meshd_program_info *pi);
 

@@ -222,9 +222,13 @@ TEST_TIMEOUT(ops_upgrade_mid_job_new_chunks_on_new_image_each_once, 60)
 	ASSERT_GT(nold, 0);
 	jw("v2");
 	ASSERT_EQ(mesh(0, "load jw"), 0);
+	char said[128];
+	snprintf(said, sizeof said, "%.100s", out);
 	image_of("jw", b, sizeof b);
 	EXPECT_STRNE(a, b);
-	EXPECT_CONTAINS(out, b);
+	char want[128];
+	snprintf(want, sizeof want, "upgraded jw (image %s -> %s)\n", a, b);
+	EXPECT_STREQ(said, want);
 	/* mesh ps shows the image: the program's, and each worker's. */
 	ASSERT_EQ(mesh(0, "ps"), 0);
 	EXPECT_CONTAINS(out, "IMAGE");
@@ -343,6 +347,7 @@ TEST_TIMEOUT(ops_rollback_without_a_previous_image_is_a_clear_error, 30)
 	EXPECT_CONTAINS(out, "mesh: cannot rollback 'jw': 'jw' has no previous image to roll back to");
 	/* Loading the same image again changes nothing: still none. */
 	ASSERT_EQ(mesh(0, "load jw"), 0);
+	EXPECT_CONTAINS(out, "loaded jw (image ");
 	EXPECT_EQ(mesh(1, "rollback jw"), 65);
 	EXPECT_CONTAINS(out, "no previous image");
 	EXPECT_EQ(mesh(1, "rollback"), 64);
