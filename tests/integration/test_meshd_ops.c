@@ -407,6 +407,7 @@ TEST_TIMEOUT(ops_rebind_a_halted_worker_runs_on_another_slot_without_a_spawn, 60
 	EXPECT_EQ(json_integer_value(json_object_get(json_object_get(j, "host"), "spawns")), 3);
 	json_decref(j);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS --unix-socket " SOCK " http://x/metrics"), 0);
-	EXPECT_CONTAINS(out, "program=\"b\"");
+	EXPECT_CONTAINS(out, "mesh_spawns_total{program=\"b\"} 1\n");
+	EXPECT_CONTAINS(out, "mesh_host_spawns_total 3\n");
 	stop_meshd();
 }
