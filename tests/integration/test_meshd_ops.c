@@ -31,7 +31,9 @@ static pid_t meshd_pid;
  * renamed over the old one (a running worker's binary cannot be written). */
 static void program(const char *name, const char *binary, const char *version, unsigned max_workers)
 {
-	char dir[256], toml[2048];
+	char dir[256], toml[8192];
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
 	snprintf(dir, sizeof dir, "catalog/%s", mesh_target_triple());
 	mkdir("catalog", 0755);
 	mkdir(dir, 0755);
@@ -40,8 +42,8 @@ static void program(const char *name, const char *binary, const char *version, u
 		  0);
 	snprintf(toml, sizeof toml,
 		 "name = \"%s\"\nbackends = [\"native\"]\nmax_workers = %u\nidle_ttl = \"300s\"\n[lifecycle]\n"
-		 "stop_grace = \"1s\"\n[env]\nJOBTEST_VERSION = \"%s\"\n",
-		 name, max_workers, version);
+		 "stop_grace = \"1s\"\n[env]\nJOBTEST_VERSION = \"%s\"\nJOBTEST_FIRST_SLOW = \"%s/slowed-once\"\n",
+		 name, max_workers, version, cwd);
 	t_write_file("catalog/.new.toml", toml);
 	char path[256];
 	snprintf(path, sizeof path, "catalog/%s.toml", name);
@@ -409,5 +411,45 @@ TEST_TIMEOUT(ops_rebind_a_halted_worker_runs_on_another_slot_without_a_spawn, 60
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS --unix-socket " SOCK " http://x/metrics"), 0);
 	EXPECT_CONTAINS(out, "mesh_spawns_total{program=\"b\"} 1\n");
 	EXPECT_CONTAINS(out, "mesh_host_spawns_total 3\n");
+	stop_meshd();
+}
+
+/* A call runs on v1's worker (2 s) when v2 is loaded: a new call is served
+ * by a worker of v2 at once, the running one finishes on v1's, which then
+ * exits. */
+TEST_TIMEOUT(ops_upgrade_a_call_in_flight_finishes_on_the_old_worker, 30)
+{
+	program("jw", t_bin("tests-workers/job_worker"), "v1", 1);
+	start_meshd("");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' call jw slow-once --socket " SOCK " >bg.out 2>&1 &", t_bin("mesh")), 0);
+	struct stat st;
+	for (uint64_t t0 = t_now_ms(); stat("slowed-once", &st) != 0 && t_now_ms() - t0 < 5000;)
+		usleep(5000);
+	ASSERT_EQ(stat("slowed-once", &st), 0); /* v1's worker sleeps in the call */
+	pid_t old, pid;
+	int slot, spawns;
+	char state[32];
+	worker_of("jw", &old, &slot, &spawns, state, sizeof state);
+	program("jw", t_bin("tests-workers/job_worker"), "v2", 1);
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	EXPECT_CONTAINS(out, "upgraded jw");
+	uint64_t t0 = t_now_ms();
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v2\n");
+	EXPECT_LT(t_now_ms() - t0, 1500); /* not behind the running call */
+	char *bg = NULL;
+	for (t0 = t_now_ms(); t_now_ms() - t0 < 5000; usleep(20000)) {
+		free(bg);
+		bg = t_read_file("bg.out", NULL);
+		if (bg && strchr(bg, '\n'))
+			break;
+	}
+	EXPECT_CONTAINS(bg, ":slow-once v=v1\n");
+	free(bg);
+	for (t0 = t_now_ms(); kill(old, 0) == 0 && t_now_ms() - t0 < 5000;)
+		usleep(20000);
+	EXPECT_EQ(kill(old, 0), -1);
+	worker_of("jw", &pid, &slot, &spawns, state, sizeof state);
+	EXPECT_NE(pid, old);
 	stop_meshd();
 }
