@@ -435,6 +435,15 @@ static void keep_image(struct meshd_core *d, struct program *p)
 	free(e);
 }
 
+/* Records p's image as current, with its previous one (images.h). */
+static void record_history(struct meshd_core *d, const struct program *p)
+{
+	int rc = meshd_image_history_save(d->logs, p->img.name, mesh_image_id(&p->img), p->prev_id);
+	if (rc)
+		mesh_warn("load name=%s: cannot record its image history (a rollback after a restart finds none): %s",
+			  p->img.name, mesh_strerror(rc));
+}
+
 /* Finds or loads name, with a reference held (unref when done). */
 static int get_program(struct meshd_core *d, const char *name, struct program **out, char **err)
 {
@@ -457,6 +466,10 @@ static int get_program(struct meshd_core *d, const char *name, struct program **
 		return rc;
 	}
 	keep_image(d, np);
+	/* The previous image recorded for this one (before meshd restarted). */
+	if (np->keep_dir &&
+	    meshd_image_history_prev(d->logs, name, mesh_image_id(&np->img), &np->prev_id, &np->prev_dir) != 0)
+		np->prev_id = 0;
 	pthread_mutex_lock(&d->mu);
 	p = find(d, name);
 	if (p) { /* loaded meanwhile by another caller */
@@ -469,8 +482,12 @@ static int get_program(struct meshd_core *d, const char *name, struct program **
 	}
 	p->refs++;
 	pthread_mutex_unlock(&d->mu);
-	if (p == np) /* copies from before (a restart, an unload) are no previous image of it */
-		meshd_image_prune(d->logs, name, p->keep_dir, NULL);
+	if (p == np && p->keep_dir) {
+		/* Copies of other images from before (a restart, an unload) are
+		 * no previous image of this one. */
+		meshd_image_prune(d->logs, name, p->keep_dir, p->prev_dir);
+		record_history(d, p);
+	}
 	*out = p;
 	return 0;
 }
@@ -528,6 +545,8 @@ static int replace(struct meshd_core *d, struct program **pp, struct program *np
 		  "old one finish what they hold, then exit",
 		  why, np->img.name, mesh_image_id(&old->img) >> 16, mesh_image_id(&np->img) >> 16, held);
 	meshd_image_prune(d->logs, np->img.name, np->keep_dir, np->prev_dir);
+	if (np->keep_dir)
+		record_history(d, np);
 	unref(d, old);
 	*pp = np;
 	return 0;
@@ -601,7 +620,7 @@ int meshd_op_rollback(struct meshd_core *d, const char *name, struct meshd_progr
 	else if (!prev)
 		rc = mesh_errf(err, MESH_E_NOTFOUND,
 			       "'%s' has no previous image to roll back to (meshd keeps the one before the last `mesh "
-			       "load` that changed it, until it restarts)",
+			       "load` that changed it)",
 			       name);
 	else if (!(np = calloc(1, sizeof *np)))
 		rc = -ENOMEM;

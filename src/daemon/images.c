@@ -4,6 +4,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/parse.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -155,4 +156,64 @@ void meshd_image_prune(const char *logs, const char *name, const char *keep1, co
 	if (dp)
 		closedir(dp);
 	free(base);
+}
+
+#define HISTORY_MAGIC "mesh-images 1\n"
+
+int meshd_image_history_save(const char *logs, const char *name, uint64_t cur, uint64_t prev)
+{
+	char text[96];
+	int n = snprintf(text, sizeof text, HISTORY_MAGIC "current %016" PRIx64 "\nprevious %016" PRIx64 "\n", cur, prev);
+	char *path = mesh_strf("%s/.images/%s/history", logs, name);
+	int rc = path ? mesh_write_file_atomic(path, text, (size_t)n, 0600) : -ENOMEM;
+	free(path);
+	return rc;
+}
+
+/* The 16 hex digits after "<key> " at *p, which then points past the line. */
+static int hex_line(const char **p, const char *key, uint64_t *v)
+{
+	size_t k = strlen(key);
+	if (strncmp(*p, key, k) || (*p)[k] != ' ')
+		return MESH_E_PARSE;
+	const char *h = *p + k + 1;
+	uint64_t x = 0;
+	for (int i = 0; i < 16; i++) {
+		char c = h[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (d < 0)
+			return MESH_E_PARSE;
+		x = x << 4 | (uint64_t)d;
+	}
+	if (h[16] != '\n')
+		return MESH_E_PARSE;
+	*v = x;
+	*p = h + 17;
+	return 0;
+}
+
+int meshd_image_history_prev(const char *logs, const char *name, uint64_t cur, uint64_t *prev, char **prev_dir)
+{
+	char *path = mesh_strf("%s/.images/%s/history", logs, name), *text = NULL;
+	size_t len = 0;
+	uint64_t c = 0, p = 0;
+	int rc = path ? mesh_read_file(path, 256, &text, &len) : -ENOMEM;
+	free(path);
+	*prev_dir = NULL;
+	const char *at = text;
+	if (rc == 0 && (strncmp(at, HISTORY_MAGIC, strlen(HISTORY_MAGIC)) != 0 ||
+			(at += strlen(HISTORY_MAGIC), hex_line(&at, "current", &c)) || hex_line(&at, "previous", &p)))
+		rc = MESH_E_PARSE;
+	free(text);
+	if (rc || c != cur || !p || p == cur)
+		return MESH_E_NOTFOUND;
+	char *dir = mesh_strf("%s/.images/%s/%016" PRIx64, logs, name, p);
+	struct stat st;
+	if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		free(dir);
+		return MESH_E_NOTFOUND;
+	}
+	*prev = p;
+	*prev_dir = dir;
+	return 0;
 }

@@ -453,3 +453,29 @@ TEST_TIMEOUT(ops_upgrade_a_call_in_flight_finishes_on_the_old_worker, 30)
 	EXPECT_NE(pid, old);
 	stop_meshd();
 }
+
+/* The previous image survives a restart of meshd (its history file and
+ * kept copy under <logs>/.images) while the catalog still holds the image
+ * that was current. */
+TEST_TIMEOUT(ops_rollback_after_a_meshd_restart, 30)
+{
+	char a[16], b[16];
+	jw("v1");
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", a, sizeof a);
+	jw("v2");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", b, sizeof b);
+	stop_meshd();
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	json_t *p = ps_program("jw");
+	EXPECT_STREQ(json_string_value(json_object_get(p, "image")), b);
+	EXPECT_STREQ(json_string_value(json_object_get(p, "previous_image")), a);
+	json_decref(p);
+	ASSERT_EQ(mesh(0, "rollback jw"), 0);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v1\n");
+	stop_meshd();
+}
