@@ -15,6 +15,12 @@
  * capped); after CRASH_FAIL_AFTER such deaths in CRASH_WINDOW_NS it is
  * FAILED until `start`.
  *
+ * Upgrade (a load of a changed image) and rollback: a new struct program
+ * of the same name takes the old one's place; the old one is retired (gone
+ * to find(), so nothing new reaches it): its workers finish the call or the
+ * job chunks they hold, then exit, and the tick frees it once unused.
+ * swap_mu serializes swaps; swap_mu is taken before d->mu, never under it.
+ *
  * Locks: d->mu guards programs and slots; the host has its own lock.  Order:
  * d->mu may be held while calling a host function that does not wait
  * (warm, launch, halt, exit, fail, state, stats); never across a wait. */
@@ -1373,9 +1379,6 @@ static void heal(struct meshd_core *d, struct program *p, struct worker *wk, uin
 	mesh_instance_fail(wk->inst, why);
 }
 
-/* Scale to zero: each warm worker is put to the autoscale policy with its
- * own demand (a call on it) and idle time; REAP makes it exit.  Workers
- * that hang are healed. */
 /* Retired programs (upgrade, rollback): workers that let go exit; one
  * with no reference left and every worker down and off its slot is
  * unlinked into *done (freed by the caller, off d->mu).  d->mu held. */
@@ -1405,6 +1408,10 @@ static void tick_retired(struct meshd_core *d, struct program **done)
 	}
 }
 
+/* Scale to zero: each warm worker is put to the autoscale policy with its
+ * own demand (a call on it) and idle time; REAP makes it exit.  Workers
+ * that hang are healed.  Retired programs' workers exit and the programs
+ * are freed once unused. */
 void meshd__tick(struct meshd_core *d, uint64_t now)
 {
 	struct program *done = NULL;
