@@ -10,12 +10,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* logs as an absolute path (a worker of a kept image is spawned from its
+ * copy, whatever directory meshd runs in); logs itself if that fails. */
+static const char *abs_logs(const char *logs, char buf[PATH_MAX])
+{
+	return realpath(logs, buf) ? buf : logs;
+}
 
 static int mkdir_ok(const char *path)
 {
@@ -74,7 +82,9 @@ int meshd_image_keep(const char *logs, const struct mesh_image *img, const struc
 		     enum mesh_gpu_access gpu, char **dir, char **err)
 {
 	static atomic_uint seq;
+	char lbuf[PATH_MAX];
 	const char *name = img->name;
+	logs = abs_logs(logs, lbuf);
 	char *top = mesh_strf("%s/.images", logs), *base = mesh_strf("%s/.images/%s", logs, name);
 	char *tmp = mesh_strf("%s/.images/%s/.tmp-%d-%u", logs, name, (int)getpid(), atomic_fetch_add(&seq, 1));
 	char *final = mesh_strf("%s/.images/%s/%016" PRIx64, logs, name, mesh_image_id(img));
@@ -142,6 +152,8 @@ static int same_dir(const char *a, const char *path)
 
 void meshd_image_prune(const char *logs, const char *name, const char *keep1, const char *keep2)
 {
+	char lbuf[PATH_MAX];
+	logs = abs_logs(logs, lbuf);
 	char *base = mesh_strf("%s/.images/%s", logs, name);
 	DIR *dp = base ? opendir(base) : NULL;
 	struct dirent *de;
@@ -162,6 +174,8 @@ void meshd_image_prune(const char *logs, const char *name, const char *keep1, co
 
 int meshd_image_history_save(const char *logs, const char *name, uint64_t cur, uint64_t prev)
 {
+	char lbuf[PATH_MAX];
+	logs = abs_logs(logs, lbuf);
 	char text[96];
 	int n = snprintf(text, sizeof text, HISTORY_MAGIC "current %016" PRIx64 "\nprevious %016" PRIx64 "\n", cur, prev);
 	char *path = mesh_strf("%s/.images/%s/history", logs, name);
@@ -194,6 +208,8 @@ static int hex_line(const char **p, const char *key, uint64_t *v)
 
 int meshd_image_history_prev(const char *logs, const char *name, uint64_t cur, uint64_t *prev, char **prev_dir)
 {
+	char lbuf[PATH_MAX];
+	logs = abs_logs(logs, lbuf);
 	char *path = mesh_strf("%s/.images/%s/history", logs, name), *text = NULL;
 	size_t len = 0;
 	uint64_t c = 0, p = 0;

@@ -16,7 +16,8 @@
  * are copied, the copy is prepared again and must be the same image (a
  * catalog changed meanwhile is MESH_E_MISMATCH, nothing kept).  A copy
  * kept before is reused.  0 with *dir (malloc'd) the copy's directory, or
- * a negative code with *err (malloc'd) saying why. */
+ * a negative code with *err (malloc'd) saying why.  Paths under logs are
+ * made absolute (realpath), here and below. */
 int meshd_image_keep(const char *logs, const struct mesh_image *img, const struct mesh_limits_caps *caps,
 		     enum mesh_gpu_access gpu, char **dir, char **err);
 /* Removes every kept copy of name but keep1 and keep2 (either may be NULL);

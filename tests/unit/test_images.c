@@ -50,8 +50,9 @@ TEST(images_keep_prune_and_history)
 	catalog("v1");
 	prepare("cat", &a, &caps);
 	ASSERT_EQ(meshd_image_keep("logs", &a, &caps, MESH_GPU_NONE, &da, &err), 0);
-	char want[256];
-	snprintf(want, sizeof want, "logs/.images/w/%016" PRIx64, mesh_image_id(&a));
+	char want[8192], cwd[4096];
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	snprintf(want, sizeof want, "%s/logs/.images/w/%016" PRIx64, cwd, mesh_image_id(&a));
 	EXPECT_STREQ(da, want);
 	/* The copy is a catalog of its own, and the same image. */
 	prepare(da, &copy, &caps);
