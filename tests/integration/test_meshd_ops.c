@@ -479,3 +479,21 @@ TEST_TIMEOUT(ops_rollback_after_a_meshd_restart, 30)
 	EXPECT_CONTAINS(out, "x v=v1\n");
 	stop_meshd();
 }
+
+/* A new image that does not load is the answer; the running one stays. */
+TEST_TIMEOUT(ops_load_of_a_broken_new_image_keeps_the_running_one, 30)
+{
+	char a[16], now[16];
+	jw("v1");
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", a, sizeof a);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	t_write_file("catalog/jw.toml", "name = \"jw\"\nbackends = [\"native\"\n");
+	EXPECT_EQ(mesh(1, "load jw"), 65);
+	EXPECT_CONTAINS(out, "jw.toml:");
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v1\n");
+	EXPECT_STREQ(image_of("jw", now, sizeof now), a);
+	stop_meshd();
+}
