@@ -1,4 +1,4 @@
-/* mesh load|unload|start|stop|ps|logs|call: thin clients of meshd's control
+/* mesh load|unload|rollback|start|stop|ps|logs|call: thin clients of meshd's control
  * API (docs/api.md) over its unix socket. */
 #include "base/err.h"
 #include "base/parse.h"
@@ -34,7 +34,15 @@ struct opts {
 static const char *const helps[][2] = {
 	{"load", "usage: mesh load <name> [--socket PATH]\n\n"
 		 "Loads <name> from meshd's catalog: manifest, binary, image hash, limits.\n"
-		 "No process starts yet.\n"},
+		 "No process starts yet.  Loaded already: the catalog is read again, and a changed\n"
+		 "image (manifest or binary) is an upgrade: new calls and job chunks go to workers of\n"
+		 "the new image, the old image's workers finish what they hold and exit, and the old\n"
+		 "image becomes the one `mesh rollback` goes back to.  The same image changes nothing.\n"},
+	{"rollback", "usage: mesh rollback <name> [--socket PATH]\n\n"
+		     "Goes back to <name>'s previous image (the one before the last `mesh load` that\n"
+		     "changed it), from the copy meshd kept, as an upgrade does: in-flight work finishes\n"
+		     "on the current image's workers.  A second rollback goes forward again.  No\n"
+		     "previous image: exit 65.\n"},
 	{"unload", "usage: mesh unload <name> [--socket PATH]\n\n"
 		   "Its workers exit (the stop signal, SIGKILL after the grace) and the image is forgotten.\n"},
 	{"start", "usage: mesh start <name> [--socket PATH]\n\n"
@@ -227,10 +235,18 @@ static int simple(int argc, char **argv, const char *verb_done)
 	json_t *j = json_loadb(r.body, r.len, 0, NULL);
 	json_t *res = j ? json_object_get(j, "result") : NULL;
 	json_t *pid = res ? json_object_get(res, "pid") : NULL;
+	json_t *prev = res ? json_object_get(res, "previous_image") : NULL;
+	if (!strcmp(argv[0], "load") && json_is_true(json_object_get(res, "replaced")))
+		verb_done = "upgraded";
 	printf("%s %s", verb_done, o.name);
 	json_t *lim = res ? json_object_get(res, "limits") : NULL;
+	json_t *img = res ? json_object_get(res, "image") : NULL;
 	if (json_is_integer(pid))
 		printf(" (pid %lld)", (long long)json_integer_value(pid));
+	if (json_is_string(img) && json_is_true(json_object_get(res, "replaced")) && json_is_string(prev))
+		printf(" (image %s -> %s)", json_string_value(prev), json_string_value(img));
+	else if (json_is_string(img))
+		printf(" (image %s)", json_string_value(img));
 	if (json_is_string(lim) && strcmp(json_string_value(lim), "none") != 0)
 		printf(" (limits: %s)", json_string_value(lim));
 	printf("\n");
@@ -247,6 +263,11 @@ int mesh_cmd_load(int argc, char **argv)
 int mesh_cmd_unload(int argc, char **argv)
 {
 	return simple(argc, argv, "unloaded");
+}
+
+int mesh_cmd_rollback(int argc, char **argv)
+{
+	return simple(argc, argv, "rolled back");
 }
 
 int mesh_cmd_start(int argc, char **argv)
@@ -405,7 +426,7 @@ static void print_gpus(json_t *g)
 /* One row: a worker of prog, or prog itself when it has none. */
 static void print_row(json_t *prog, json_t *wk)
 {
-	char pid[32], cpu[32], rss[32], spawns[32], crashes[32], lastx[48], lim[256];
+	char pid[32], cpu[32], rss[32], spawns[32], crashes[32], lastx[48], lim[256], image[24];
 	json_t *src = wk ? wk : prog;
 	json_t *jpid = json_object_get(src, "pid");
 	const char *name = json_string_value(json_object_get(prog, "name"));
@@ -427,10 +448,14 @@ static void print_row(json_t *prog, json_t *wk)
 	fmt_num(spawns, sizeof spawns, json_object_get(src, "spawns"));
 	fmt_num(crashes, sizeof crashes, json_object_get(src, "crashes"));
 	fmt_exit(lastx, sizeof lastx, json_object_get(src, "last_exit"));
+	/* A worker of a replaced image (it finishes what it holds): marked '*'. */
+	json_t *img = json_object_get(src, "image");
+	snprintf(image, sizeof image, "%s%s", json_is_string(img) ? json_string_value(img) : "-",
+		 json_is_true(json_object_get(src, "retired")) ? "*" : "");
 	char gpu[160];
 	fmt_gpu(gpu, sizeof gpu, wk ? json_object_get(wk, "gpu") : NULL);
-	printf("%-20s %-10s %7s %6s %8s %6s %7s %-13s %s%s\n", name ? name : "?", state ? state : "-", pid, cpu, rss,
-	       spawns, crashes, lastx, lim, gpu);
+	printf("%-20s %-10s %-13s %7s %6s %8s %6s %7s %-13s %s%s\n", name ? name : "?", state ? state : "-", image, pid,
+	       cpu, rss, spawns, crashes, lastx, lim, gpu);
 }
 
 int mesh_cmd_ps(int argc, char **argv)
@@ -458,8 +483,8 @@ int mesh_cmd_ps(int argc, char **argv)
 		json_decref(j);
 		return mesh_cli_fail(MESH_E_PROTO, "cannot list programs: meshd's answer has no program list");
 	}
-	printf("%-20s %-10s %7s %6s %8s %6s %7s %-13s %s\n", "NAME", "STATE", "PID", "CPU%", "RSS", "SPAWNS",
-	       "CRASHES", "LAST-EXIT", "LIMITS");
+	printf("%-20s %-10s %-13s %7s %6s %8s %6s %7s %-13s %s\n", "NAME", "STATE", "IMAGE", "PID", "CPU%", "RSS",
+	       "SPAWNS", "CRASHES", "LAST-EXIT", "LIMITS");
 	json_array_foreach(progs, i, p)
 	{
 		json_t *workers = json_object_get(p, "workers");

@@ -11,6 +11,7 @@
 	X(serve, mesh_cmd_serve, "scale-to-zero activator in front of any local server")         \
 	X(load, mesh_cmd_load, "meshd: load a program from the catalog")                          \
 	X(unload, mesh_cmd_unload, "meshd: unload a program (its workers exit)")                   \
+	X(rollback, mesh_cmd_rollback, "meshd: go back to a program's previous image")            \
 	X(start, mesh_cmd_start, "meshd: start a worker now and wait for ready")                   \
 	X(stop, mesh_cmd_stop, "meshd: stop a program's workers")                                 \
 	X(ps, mesh_cmd_ps, "meshd: the stats table of workers and host")                         \

@@ -301,6 +301,15 @@ static void send_method_not_allowed(struct job *jb, const char *allow)
 	jb->allow = allow;
 }
 
+/* An image id (mesh_image_id) as shown: its first 12 hex digits; null for 0. */
+static json_t *image_json(uint64_t id)
+{
+	char b[24];
+	snprintf(b, sizeof b, "%016llx", (unsigned long long)id);
+	b[12] = 0;
+	return id ? json_string(b) : json_null();
+}
+
 /* The core answers with structs (daemon/ops.h); here they become JSON. */
 static json_t *program_json(const struct meshd_program_info *pi)
 {
@@ -308,9 +317,10 @@ static json_t *program_json(const struct meshd_program_info *pi)
 	mesh_limits_describe(pi->limits, lim, sizeof lim);
 	snprintf(ih, sizeof ih, "%016llx", (unsigned long long)pi->image_hash);
 	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
-	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s}", "name", pi->name, "device", pi->gpu ? "gpu" : "cpu",
-			 "binary", text_json(pi->binary), "image_hash", ih, "bin_hash", bh, "bin_bytes", (json_int_t)pi->bin_bytes,
-			 "max_workers", (json_int_t)pi->max_workers, "limits", lim);
+	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s, s:o, s:o}", "name", pi->name, "device",
+			 pi->gpu ? "gpu" : "cpu", "binary", text_json(pi->binary), "image_hash", ih, "bin_hash", bh,
+			 "bin_bytes", (json_int_t)pi->bin_bytes, "max_workers", (json_int_t)pi->max_workers, "limits", lim,
+			 "image", image_json(pi->image_id), "previous_image", image_json(pi->prev_id));
 }
 
 static json_t *worker_json(const struct meshd_worker_info *wi)
@@ -319,13 +329,14 @@ static json_t *worker_json(const struct meshd_worker_info *wi)
 	char el[256] = "";
 	if (st->pid)
 		mesh_limits_describe(st->limits, el, sizeof el);
-	json_t *o = json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o, s:s, s:I}", "state",
+	json_t *o = json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o, s:s, s:I, s:o, s:b}", "state",
 			 mesh_istate_name(st->state), "pid", (json_int_t)st->pid, "slot",
 			 wi->slot >= 0 ? json_integer(wi->slot) : json_null(), "cpu_pct", st->cpu_pct, "rss", (json_int_t)st->rss,
 			 "cpu_ns", (json_int_t)st->cpu_ns, "spawns", (json_int_t)st->spawns, "crashes", (json_int_t)st->crashes,
 			 "last_exit", st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el,
 			 "ring", wi->ring ? json_integer((json_int_t)wi->ring) : json_null(), "containment",
-			 st->pid ? mesh_limits_containment_name(st->containment) : "", "processes", (json_int_t)st->procs);
+			 st->pid ? mesh_limits_containment_name(st->containment) : "", "processes", (json_int_t)st->procs,
+			 "image", image_json(wi->image_id), "retired", wi->retired);
 	json_t *g = o ? meshd__gpu_worker_json(wi) : NULL;
 	if (g)
 		json_object_set_new(o, "gpu", g);
@@ -426,7 +437,7 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 		return set_answer(jb, 200, "text/plain; charset=utf-8", text, len, 0);
 	}
 	if (strcmp(action, "load") && strcmp(action, "unload") && strcmp(action, "start") && strcmp(action, "stop") &&
-	    strcmp(action, "call"))
+	    strcmp(action, "call") && strcmp(action, "rollback"))
 		return send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route: /v1/programs/<name>/%s", action);
 	if (!is_post)
 		return send_method_not_allowed(jb, "POST");
@@ -450,11 +461,13 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 			return set_answer(jb, 200, "application/octet-stream", "", 0, 1);
 		return set_answer(jb, 200, "application/octet-stream", reply, reply_len, 0);
 	}
-	if (!strcmp(action, "load")) {
+	if (!strcmp(action, "load") || !strcmp(action, "rollback")) {
 		struct meshd_program_info pi;
-		rc = meshd_op_load(a->core, name, &pi, &msg);
+		rc = (!strcmp(action, "load") ? meshd_op_load : meshd_op_rollback)(a->core, name, &pi, &msg);
 		if (rc == 0) {
 			out = program_json(&pi);
+			if (out)
+				json_object_set_new(out, "replaced", json_boolean(pi.replaced));
 			meshd_program_info_release(&pi);
 		}
 	} else if (!strcmp(action, "start")) {

@@ -15,11 +15,18 @@
  * capped); after CRASH_FAIL_AFTER such deaths in CRASH_WINDOW_NS it is
  * FAILED until `start`.
  *
+ * Upgrade (a load of a changed image) and rollback: a new struct program
+ * of the same name takes the old one's place; the old one is retired (gone
+ * to find(), so nothing new reaches it): its workers finish the call or the
+ * job chunks they hold, then exit, and the tick frees it once unused.
+ * swap_mu serializes swaps; swap_mu is taken before d->mu, never under it.
+ *
  * Locks: d->mu guards programs and slots; the host has its own lock.  Order:
  * d->mu may be held while calling a host function that does not wait
  * (warm, launch, halt, exit, fail, state, stats); never across a wait. */
 #include "daemon/ops.h"
 
+#include "daemon/images.h"
 #include "daemon/metrics.h"
 #include "autoscale/policy.h"
 #include "base/buf.h"
@@ -35,6 +42,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -96,7 +104,17 @@ struct program {
 	uint64_t retry_at;		    /* no spawn before this */
 	char *crash_report;		    /* the last such death's report */
 	char *failed;			    /* FAILED: why; NULL if not */
+	/* Upgrade and rollback: a retired program (an image replaced by
+	 * load or rollback) is also gone; its workers finish what they hold
+	 * and exit, then the tick frees it.  keep_dir: this image's kept
+	 * copy (daemon/images.h), prev_dir the previous image's; NULL: none. */
+	atomic_int retired;
+	char *keep_dir, *prev_dir;
+	uint64_t prev_id; /* mesh_image_id of the previous image (0: none) */
 };
+
+/* One image swap (upgrade, rollback) at a time. */
+static pthread_mutex_t swap_mu = PTHREAD_MUTEX_INITIALIZER;
 
 struct meshd_core {
 	pthread_mutex_t mu;
@@ -361,6 +379,7 @@ static int image_info(const struct mesh_image *img, struct meshd_program_info *p
 	pi->gpu = img->m.device == MESH_DEVICE_GPU;
 	pi->image_hash = img->image_hash;
 	pi->bin_hash = img->bin_hash;
+	pi->image_id = mesh_image_id(img);
 	pi->bin_bytes = img->bin_bytes;
 	pi->max_workers = img->m.max_workers;
 	pi->limits = img->enforced;
@@ -394,6 +413,38 @@ void meshd_ps_release(struct meshd_ps *ps)
 	ps->ngpus = 0;
 }
 
+/* A program's own memory (its instances freed or never made). */
+static void program_free(struct program *p)
+{
+	mesh_image_release(&p->img);
+	free(p->crash_report);
+	free(p->failed);
+	free(p->keep_dir);
+	free(p->prev_dir);
+	free(p);
+}
+
+/* p's image gets a kept copy (for a later rollback to it); without one
+ * (a full disk, the catalog changed meanwhile) it cannot be rolled back
+ * to, which is said in the log.  Off d->mu: it copies files. */
+static void keep_image(struct meshd_core *d, struct program *p)
+{
+	char *e = NULL;
+	if (meshd_image_keep(d->logs, &p->img, mesh_host_caps(d->h), d->gpu, &p->keep_dir, &e) != 0)
+		mesh_warn("load name=%s: no copy of its image kept, so no rollback to it: %s", p->img.name,
+			  e ? e : "out of memory");
+	free(e);
+}
+
+/* Records p's image as current, with its previous one (images.h). */
+static void record_history(struct meshd_core *d, const struct program *p)
+{
+	int rc = meshd_image_history_save(d->logs, p->img.name, mesh_image_id(&p->img), p->prev_id);
+	if (rc)
+		mesh_warn("load name=%s: cannot record its image history (a rollback after a restart finds none): %s",
+			  p->img.name, mesh_strerror(rc));
+}
+
 /* Finds or loads name, with a reference held (unref when done). */
 static int get_program(struct meshd_core *d, const char *name, struct program **out, char **err)
 {
@@ -418,11 +469,15 @@ static int get_program(struct meshd_core *d, const char *name, struct program **
 		free(np);
 		return rc;
 	}
+	keep_image(d, np);
+	/* The previous image recorded for this one (before meshd restarted). */
+	if (np->keep_dir &&
+	    meshd_image_history_prev(d->logs, name, mesh_image_id(&np->img), &np->prev_id, &np->prev_dir) != 0)
+		np->prev_id = 0;
 	pthread_mutex_lock(&d->mu);
 	p = find(d, name);
 	if (p) { /* loaded meanwhile by another caller */
-		mesh_image_release(&np->img);
-		free(np);
+		program_free(np);
 	} else {
 		p = np;
 		p->loaded_at = mesh_mono_ns();
@@ -431,6 +486,12 @@ static int get_program(struct meshd_core *d, const char *name, struct program **
 	}
 	p->refs++;
 	pthread_mutex_unlock(&d->mu);
+	if (p == np && p->keep_dir) {
+		/* Copies of other images from before (a restart, an unload) are
+		 * no previous image of this one. */
+		meshd_image_prune(d->logs, name, p->keep_dir, p->prev_dir);
+		record_history(d, p);
+	}
 	*out = p;
 	return 0;
 }
@@ -443,17 +504,156 @@ static void unref(struct meshd_core *d, struct program *p)
 	pthread_mutex_unlock(&d->mu);
 }
 
+/* Workers of a retired p that hold nothing (no call, no job) are asked
+ * to exit; the others are when they let go (call end, job_unhold).  The
+ * number still holding something.  d->mu held. */
+static unsigned retire_sweep(struct meshd_core *d, struct program *p)
+{
+	unsigned held = 0;
+	reconcile(d, p);
+	for (unsigned i = 0; i < p->nw; i++) {
+		struct worker *wk = &p->w[i];
+		enum mesh_istate st = mesh_instance_state(wk->inst);
+		if (st == MESH_IS_DOWN || mesh_istate_stopping(st))
+			continue;
+		if (wk->job || wk->busy)
+			held++;
+		else
+			mesh_instance_exit(wk->inst);
+	}
+	return held;
+}
+
+/* np, a new image of *pp's program (a reference held on each), becomes
+ * the program: new calls and job workers find it; *pp retires (its
+ * workers finish what they hold, then exit; the tick frees it) and its
+ * reference is dropped; *pp = np.  swap_mu held. */
+static int replace(struct meshd_core *d, struct program **pp, struct program *np, const char *why, char **err)
+{
+	struct program *old = *pp;
+	pthread_mutex_lock(&d->mu);
+	if (old->gone) {
+		pthread_mutex_unlock(&d->mu);
+		program_free(np);
+		return mesh_errf(err, MESH_E_STATE, "'%s' was unloaded meanwhile", old->img.name);
+	}
+	np->loaded_at = mesh_mono_ns();
+	np->refs = 1;
+	np->next = d->progs;
+	d->progs = np;
+	old->gone = 1;
+	atomic_store(&old->retired, 1);
+	unsigned held = retire_sweep(d, old);
+	pthread_mutex_unlock(&d->mu);
+	mesh_info("%s name=%s image=%012" PRIx64 " -> %012" PRIx64 ": new work goes to the new image; %u worker(s) of the "
+		  "old one finish what they hold, then exit",
+		  why, np->img.name, mesh_image_id(&old->img) >> 16, mesh_image_id(&np->img) >> 16, held);
+	meshd_image_prune(d->logs, np->img.name, np->keep_dir, np->prev_dir);
+	if (np->keep_dir)
+		record_history(d, np);
+	unref(d, old);
+	*pp = np;
+	return 0;
+}
+
+/* A load of a loaded program: the catalog is read again; an image that
+ * changed (manifest or binary) replaces the running one (replace); the
+ * same image changes nothing; one that does not load leaves the running
+ * one as it is. */
+static int upgrade(struct meshd_core *d, struct program **pp, char **err)
+{
+	struct program *p = *pp, *np = calloc(1, sizeof *np);
+	if (!np)
+		return -ENOMEM;
+	int rc = mesh_image_prepare(d->catalog, p->img.name, mesh_host_caps(d->h), d->gpu, &np->img, err);
+	rc = meshd__gpu_load(&d->G, &np->img, rc, err);
+	if (rc || mesh_image_id(&np->img) == mesh_image_id(&p->img)) {
+		program_free(np);
+		return rc;
+	}
+	keep_image(d, np);
+	if (p->keep_dir && !(np->prev_dir = strdup(p->keep_dir))) {
+		program_free(np);
+		return -ENOMEM;
+	}
+	np->prev_id = p->keep_dir ? mesh_image_id(&p->img) : 0;
+	return replace(d, pp, np, "upgrade", err);
+}
+
 int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err)
 {
 	struct program *p;
 	if (err)
 		*err = NULL;
+	pthread_mutex_lock(&swap_mu);
+	pthread_mutex_lock(&d->mu);
+	int loaded = find(d, name) != NULL;
+	pthread_mutex_unlock(&d->mu);
 	int rc = get_program(d, name, &p, err);
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&swap_mu);
 		return rc;
-	if (out)
+	}
+	struct program *was = p;
+	if (loaded)
+		rc = upgrade(d, &p, err);
+	pthread_mutex_unlock(&swap_mu);
+	if (rc == 0 && out) {
 		rc = image_info(&p->img, out);
+		out->prev_id = p->prev_id;
+		out->replaced = p != was;
+	}
 	unref(d, p);
+	return rc;
+}
+
+int meshd_op_rollback(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err)
+{
+	if (err)
+		*err = NULL;
+	pthread_mutex_lock(&swap_mu);
+	pthread_mutex_lock(&d->mu);
+	struct program *p = find(d, name);
+	char *prev = p && p->prev_dir ? strdup(p->prev_dir) : NULL;
+	if (p)
+		p->refs++;
+	pthread_mutex_unlock(&d->mu);
+	int rc = 0;
+	struct program *np = NULL;
+	if (!p)
+		rc = mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not loaded", name);
+	else if (!prev)
+		rc = mesh_errf(err, MESH_E_NOTFOUND,
+			       "'%s' has no previous image to roll back to (meshd keeps the one before the last `mesh "
+			       "load` that changed it)",
+			       name);
+	else if (!(np = calloc(1, sizeof *np)))
+		rc = -ENOMEM;
+	char *e = NULL;
+	if (np && (rc = meshd__gpu_load(&d->G, &np->img,
+					mesh_image_prepare(prev, name, mesh_host_caps(d->h), d->gpu, &np->img, &e), &e)) != 0) {
+		rc = mesh_errf(err, rc, "the previous image of '%s' (kept in '%s') does not load: %s", name, prev,
+			       e ? e : mesh_strerror(rc));
+		program_free(np);
+		np = NULL;
+	}
+	free(e);
+	if (np) {
+		np->keep_dir = prev, prev = NULL;
+		np->prev_id = p->keep_dir ? mesh_image_id(&p->img) : 0;
+		if (p->keep_dir && !(np->prev_dir = strdup(p->keep_dir)))
+			np->prev_id = 0;
+		rc = replace(d, &p, np, "rollback", err);
+	}
+	pthread_mutex_unlock(&swap_mu);
+	free(prev);
+	if (rc == 0 && out) {
+		rc = image_info(&p->img, out);
+		out->prev_id = p->prev_id;
+		out->replaced = 1;
+	}
+	if (p)
+		unref(d, p);
 	return rc;
 }
 
@@ -608,10 +808,7 @@ int meshd_op_unload(struct meshd_core *d, const char *name, char **err)
 	pthread_mutex_unlock(&d->mu);
 	for (unsigned i = 0; i < p->nw; i++)
 		mesh_instance_free(p->w[i].inst);
-	mesh_image_release(&p->img);
-	free(p->crash_report);
-	free(p->failed);
-	free(p);
+	program_free(p);
 	return 0;
 }
 
@@ -633,8 +830,39 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		wi->slot = p->w[i].slot;
 		wi->ring = wi->slot >= 0 ? mesh_slot_ring_cap(d->slots[wi->slot]) : 0;
 		meshd__gpu_worker(&d->G, p->w[i].gpu_res, p->w[i].gpu_prev, wi);
+		wi->image_id = pi->image_id;
 		pi->spawns += wi->st.spawns;
 		pi->crashes += wi->st.crashes;
+	}
+	pi->prev_id = p->prev_id;
+	return 0;
+}
+
+/* The workers of retired images of p's program that are still up (they
+ * finish what they hold) join pi's, each with its own image.  d->mu held.
+ * 0 or -ENOMEM. */
+static int retired_ps(struct meshd_core *d, const struct program *p, struct meshd_program_info *pi)
+{
+	for (struct program *q = d->progs; q; q = q->next) {
+		if (!atomic_load(&q->retired) || strcmp(q->img.name, p->img.name))
+			continue;
+		reconcile(d, q);
+		for (unsigned i = 0; i < q->nw; i++) {
+			struct mesh_instance_stats st = mesh_instance_stats(q->w[i].inst);
+			if (st.state == MESH_IS_DOWN)
+				continue;
+			struct meshd_worker_info *nw = realloc(pi->workers, (pi->nworkers + 1) * sizeof *nw);
+			if (!nw)
+				return -ENOMEM;
+			pi->workers = nw;
+			struct meshd_worker_info *wi = &nw[pi->nworkers++];
+			memset(wi, 0, sizeof *wi);
+			wi->st = st;
+			wi->slot = q->w[i].slot;
+			wi->ring = wi->slot >= 0 ? mesh_slot_ring_cap(d->slots[wi->slot]) : 0;
+			wi->image_id = mesh_image_id(&q->img);
+			wi->retired = 1;
+		}
 	}
 	return 0;
 }
@@ -660,8 +888,8 @@ int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out)
 	if (n && !(out->programs = calloc(n, sizeof *out->programs)))
 		rc = -ENOMEM;
 	for (struct program *p = d->progs; p && !rc; p = p->next)
-		if (!p->gone)
-			rc = program_ps(d, p, &out->programs[out->nprograms++]);
+		if (!p->gone && !(rc = program_ps(d, p, &out->programs[out->nprograms++])))
+			rc = retired_ps(d, p, &out->programs[out->nprograms - 1]);
 	pthread_mutex_unlock(&d->mu);
 	if (rc)
 		meshd_ps_release(out);
@@ -1035,20 +1263,31 @@ int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, si
 		*err = NULL;
 	*reply = NULL;
 	*reply_len = 0;
-	int rc = get_program(d, name, &p, err);
-	if (rc)
-		return rc;
 	uint64_t start = mesh_mono_ns();
 	uint64_t t = timeout_ns ? timeout_ns : CALL_TIMEOUT_DEFAULT_NS;
 	uint64_t deadline = mesh_mono_ns() + t;
-	int s = -1;
+	int s = -1, wi, rc;
+	unsigned stops, swaps = 0;
+again:
+	if ((rc = get_program(d, name, &p, err)) != 0)
+		return rc;
 	pthread_mutex_lock(&d->mu);
 	p->waiting++;
-	unsigned stops = p->stops;
+	stops = p->stops;
 	pthread_mutex_unlock(&d->mu);
-	int wi = acquire(d, p, stops, deadline, t, cancel, &s, err);
+	wi = acquire(d, p, stops, deadline, t, cancel, &s, err);
 	pthread_mutex_lock(&d->mu);
 	p->waiting--;
+	if (wi == MESH_E_STOPPED && atomic_load(&p->retired) && p->stops == stops && swaps++ < 8) {
+		/* Its image was replaced while it waited: the new one serves it. */
+		pthread_mutex_unlock(&d->mu);
+		unref(d, p);
+		if (err) {
+			free(*err);
+			*err = NULL;
+		}
+		goto again;
+	}
 	if (wi < 0) {
 		pthread_mutex_unlock(&d->mu);
 		count_call(d, p, wi, mesh_mono_ns() - start);
@@ -1075,6 +1314,8 @@ int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, si
 	wk->busy = 0;
 	wk->last_used = mesh_mono_ns();
 	d->slot_busy[s]--;
+	if (atomic_load(&p->retired))
+		retire_sweep(d, p); /* an old image's: it exits */
 	reconcile(d, p);
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
@@ -1162,13 +1403,45 @@ static void heal(struct meshd_core *d, struct program *p, struct worker *wk, uin
 	mesh_instance_fail(wk->inst, why);
 }
 
+/* Retired programs (upgrade, rollback): workers that let go exit; one
+ * with no reference left and every worker down and off its slot is
+ * unlinked into *done (freed by the caller, off d->mu).  d->mu held. */
+static void tick_retired(struct meshd_core *d, struct program **done)
+{
+	for (struct program **pp = &d->progs; *pp;) {
+		struct program *p = *pp;
+		if (!atomic_load(&p->retired)) {
+			pp = &p->next;
+			continue;
+		}
+		retire_sweep(d, p);
+		int idle = p->refs == 0;
+		for (unsigned i = 0; i < p->nw; i++) {
+			char *r = mesh_instance_crashed(p->w[i].inst);
+			if (r)
+				log_report(p->img.name, r);
+			idle &= mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN && p->w[i].slot < 0;
+		}
+		if (!idle) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		p->next = *done;
+		*done = p;
+	}
+}
+
 /* Scale to zero: each warm worker is put to the autoscale policy with its
  * own demand (a call on it) and idle time; REAP makes it exit.  Workers
- * that hang are healed. */
+ * that hang are healed.  Retired programs' workers exit and the programs
+ * are freed once unused. */
 void meshd__tick(struct meshd_core *d, uint64_t now)
 {
 	meshd__gpu_log(&d->G);
+	struct program *done = NULL;
 	pthread_mutex_lock(&d->mu);
+	tick_retired(d, &done);
 	for (struct program *p = d->progs; p; p = p->next) {
 		if (p->gone)
 			continue;
@@ -1193,6 +1466,13 @@ void meshd__tick(struct meshd_core *d, uint64_t now)
 		}
 	}
 	pthread_mutex_unlock(&d->mu);
+	while (done) {
+		struct program *p = done;
+		done = p->next;
+		for (unsigned i = 0; i < p->nw; i++)
+			mesh_instance_free(p->w[i].inst);
+		program_free(p);
+	}
 }
 
 int meshd_core_run(struct meshd_core *d)
@@ -1224,10 +1504,7 @@ void meshd_core_free(struct meshd_core *d)
 	while (d->progs) {
 		struct program *p = d->progs;
 		d->progs = p->next;
-		mesh_image_release(&p->img);
-		free(p->crash_report);
-		free(p->failed);
-		free(p);
+		program_free(p);
 	}
 	for (unsigned i = 0; d->slots && i < d->nslots; i++)
 		mesh_slot_free(d->slots[i]);
@@ -1273,6 +1550,8 @@ static void job_unhold(struct meshd_core *d, struct program *p, unsigned i, int 
 	wk->last_used = mesh_mono_ns();
 	if (slot >= 0)
 		d->slot_busy[slot]--;
+	if (atomic_load(&p->retired))
+		retire_sweep(d, p); /* an old image's: it exits */
 	reconcile(d, p);
 }
 
@@ -1306,10 +1585,18 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 	if (mesh_instance_state(wk->inst) != MESH_IS_RUNNING || wk->slot < 0) {
 		int s = wk->slot >= 0 ? wk->slot : take_slot(d, p->img.m.ring_bytes);
 		if (s < 0) {
+			/* Full: the least recently used idle worker is halted off
+			 * its slot (its process stays, to be run again later); the
+			 * job asks again shortly. */
+			struct mesh_instance *victim = NULL;
+			struct program *vp = evict_lru(d, &victim);
 			job_unhold(d, p, (unsigned)i, -1);
 			pthread_mutex_unlock(&d->mu);
+			if (vp)
+				unref(d, vp);
 			unref(d, p);
-			return mesh_errf(err, -EAGAIN, "no free slot for '%s' (all %u are in use)", name, d->nslots);
+			return mesh_errf(err, -EAGAIN, "no free slot for '%s' (all %u are in use%s)", name, d->nslots,
+					 vp ? "; an idle worker is being halted off one" : "");
 		}
 		if (wk->slot < 0) {
 			uint64_t res = 0;
@@ -1402,6 +1689,12 @@ int meshd_job_worker_down(struct meshd_core *d, struct meshd_job_worker *w, uint
 	if (report)
 		*report = mesh_instance_last_report(w->inst);
 	return 0;
+}
+
+int meshd_job_worker_stale(const struct meshd_job_worker *w)
+{
+	struct program *p = w->prog;
+	return p && atomic_load(&p->retired);
 }
 
 unsigned meshd_program_max_workers(struct meshd_core *d, const char *name, char **err)

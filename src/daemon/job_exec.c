@@ -2,6 +2,7 @@
  * slots, pipelined, for the chunk driver. */
 #include "daemon/job_exec.h"
 
+#include "autoscale/policy.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "daemon/ops.h"
@@ -65,6 +66,7 @@ struct jworker {
 	uint64_t taken_base, answered;
 	uint64_t t_head;   /* when the oldest entry reached the front (about when the worker took it) */
 	int full;	   /* this pump: the ring had no room */
+	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
 	struct slot_ex *ex;
 };
 
@@ -379,14 +381,22 @@ static void pump(struct slot_ex *x)
 	collect(x);
 	x->need_pump = 0;
 	unsigned K = x->cfg.max_workers, D = x->cfg.depth;
-	for (unsigned i = 0; i < K; i++)
-		x->w[i].full = 0;
+	for (unsigned i = 0; i < K; i++) {
+		struct jworker *w = &x->w[i];
+		w->full = 0;
+		/* Its image was replaced (mesh load, rollback): nothing more is
+		 * sent to it; once it answered what it holds it goes back (and
+		 * exits), and demand asks for a worker of the new image. */
+		w->stale = w->state == W_ON && meshd_job_worker_stale(&w->h);
+		if (w->stale && !w->n)
+			drop_worker(x, w, 0, 0, NULL);
+	}
 	while (x->qhead) {
 		struct jworker *best = NULL;
 		for (unsigned i = 0; i < K; i++) {
 			struct jworker *w = &x->w[i];
 			/* Not behind a dropped attempt the worker still works on. */
-			if (w->state == W_ON && !w->full && w->n < D && (!w->n || w->fifo[w->head].unit) &&
+			if (w->state == W_ON && !w->stale && !w->full && w->n < D && (!w->n || w->fifo[w->head].unit) &&
 			    (!best || w->n < best->n))
 				best = w;
 		}
@@ -422,18 +432,25 @@ static void pump(struct slot_ex *x)
 		best->fifo[(best->head + best->n) % D] = (struct entry){(int)(u - x->u) + 1, seq};
 		best->n++;
 	}
-	/* Demand: the attempts in flight ask for ceil(n / D) workers. */
-	unsigned inflight = 0, have = 0;
+	/* Demand: the attempts in flight, put to the autoscale policy with a
+	 * worker's concurrency D and at most K workers (its replica count:
+	 * ceil(in flight / D), from zero at once). */
+	unsigned inflight = 0, warm = 0, starting = 0;
 	for (struct unit *u = x->qhead; u; u = u->qnext)
 		inflight++;
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->state != W_NONE)
-			have++;
+		warm += w->state == W_ON && !w->stale;
+		starting += w->state == W_COMING;
 		for (unsigned k = 0; w->state == W_ON && k < w->n; k++)
 			inflight += w->fifo[(w->head + k) % D].unit != 0;
 	}
-	unsigned want = (inflight + D - 1) / D;
+	unsigned have = warm + starting, want = have;
+	struct mesh_as_config c = {0, K, D, 0, 0, 0};
+	struct mesh_as_obs o = {warm, starting, inflight, 0, 0, 0};
+	struct mesh_as_plan plan;
+	if (mesh_as_plan(&c, &o, &plan) == 0 && plan.action == MESH_AS_SPAWN)
+		want = have + plan.count;
 	if (want > K)
 		want = K;
 	if (have >= want || !x->qhead)

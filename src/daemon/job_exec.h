@@ -13,6 +13,11 @@
  * first comes from zero.  They go back to the core, idle, when the
  * executor is freed (the idle TTL then reaps them).
  *
+ * An upgrade (a load of a changed image, a rollback; ops.h): a worker of
+ * the old image gets no more chunks; once it answered those it holds it
+ * goes back to the core, which exits it, and demand takes workers of the
+ * new image.  No chunk is moved or cut: each ends where it was sent.
+ *
  * Failures:
  *   - a worker that dies: its replies already in the ring are taken; the
  *     chunk it was working on (the worker's own request count says which)

@@ -57,6 +57,8 @@ struct meshd_worker_info {
 	 * time_to_free); state MESH_GPU_NONE_ otherwise. */
 	struct mesh_gpu_use gpu;
 	int64_t gpu_last_free_ns; /* time_to_free of its previous process; -1 if none */
+	uint64_t image_id; /* mesh_image_id of the image it runs */
+	int retired;	   /* of an image replaced by load or rollback: it finishes what it holds, then exits */
 };
 
 /* A loaded program.  Filled by load (image fields) and ps (all); the
@@ -71,6 +73,9 @@ struct meshd_program_info {
 	struct meshd_worker_info *workers;
 	unsigned nworkers;
 	char *failed; /* FAILED (crash loop): why; NULL if not.  `start` clears it */
+	uint64_t image_id; /* mesh_image_id (host/image.h) */
+	uint64_t prev_id;  /* the image rollback goes back to; 0: none */
+	int replaced;	   /* load, rollback: the image changed (an upgrade) */
 };
 void meshd_program_info_release(struct meshd_program_info *pi);
 
@@ -89,8 +94,22 @@ struct meshd_ps {
 void meshd_ps_release(struct meshd_ps *ps);
 
 /* Loads <catalog>/<name>: manifest, binary, hash, limits (no process yet).
- * *out (NULL: not wanted) is filled on success only. */
+ * *out (NULL: not wanted) is filled on success only.  A copy of the image
+ * is kept (daemon/images.h) for a later rollback to it.  Loaded already:
+ * the catalog is read again; the same image (mesh_image_id) changes
+ * nothing; a changed one (manifest or binary) is an upgrade: new calls and
+ * new job workers get workers of the new image, while the old image's
+ * workers finish the calls and job chunks they hold and then exit (a job
+ * stops sending them chunks: meshd_job_worker_stale); the old image
+ * becomes the previous one.  A new image that does not load is the error
+ * and changes nothing. */
 int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err);
+/* Goes back to the previous image of a loaded program, from its kept copy,
+ * as an upgrade does (the image rolled back from becomes the previous one:
+ * a second rollback goes forward again).  MESH_E_NOTFOUND (*err says which)
+ * when name is not loaded or has no previous image (none was replaced
+ * since meshd started, or its copy could not be kept). */
+int meshd_op_rollback(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err);
 /* Unloads: its workers exit (EXIT), are reaped; the image is forgotten. */
 int meshd_op_unload(struct meshd_core *d, const char *name, char **err);
 /* Starts a worker now and waits for `ready` (loads first if needed); *out
@@ -156,6 +175,10 @@ void meshd_job_worker_put(struct meshd_core *d, struct meshd_job_worker *w, int 
  * or NULL.  0 or MESH_E_TIMEOUT. */
 int meshd_job_worker_down(struct meshd_core *d, struct meshd_job_worker *w, uint64_t timeout_ns, int *status,
 			  char **report);
+/* 1 when the held worker's image was replaced (load, rollback): the job
+ * sends it nothing more and puts it back once it answered what it holds
+ * (it then exits).  Any thread; no lock. */
+int meshd_job_worker_stale(const struct meshd_job_worker *w);
 /* The manifest's max_workers of name (loading it), or 0 (*err says why). */
 unsigned meshd_program_max_workers(struct meshd_core *d, const char *name, char **err);
 

@@ -41,6 +41,16 @@ const char *mesh_target_triple(void)
 	return ARCH "-linux-" LIBC;
 }
 
+uint64_t mesh_image_id(const struct mesh_image *img)
+{
+	uint8_t b[16];
+	for (int i = 0; i < 8; i++) {
+		b[i] = (uint8_t)(img->image_hash >> (8 * i));
+		b[8 + i] = (uint8_t)(img->bin_hash >> (8 * i));
+	}
+	return mesh_fnv1a64(MESH_FNV1A64_INIT, b, sizeof b);
+}
+
 const char *mesh_gpu_access_name(enum mesh_gpu_access g)
 {
 	switch (g) {

@@ -37,6 +37,12 @@ struct mesh_image {
 	struct mesh_run_as run_as; /* the manifest's `user`, resolved (set = 0: none given) */
 };
 
+/* The image's identity: FNV-1a 64 over image_hash then bin_hash (8 bytes
+ * each, little-endian), so a new binary under the same manifest is a new
+ * image too.  meshd shows its first 12 hex digits as `image` and names its
+ * kept copies by all 16 (docs/meshd.md, Upgrade and rollback). */
+uint64_t mesh_image_id(const struct mesh_image *img);
+
 /* This machine's target triple, e.g. "x86_64-linux-gnu" (arch, kernel, libc). */
 const char *mesh_target_triple(void);
 

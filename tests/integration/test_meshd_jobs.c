@@ -504,9 +504,9 @@ TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 {
 	add_job_worker("jw", 3, "300s");
 	setup();
-	const int N = 3000;
+	const int N = 20000;
 	FILE *f = fopen("in.txt", "w");
-	static char want[1 << 17];
+	static char want[1 << 19];
 	size_t k = 0;
 	for (int i = 0; i < N; i++) {
 		fprintf(f, "d%d\n", i);
@@ -546,6 +546,6 @@ TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 		       json_string_value(json_object_get(j, "journal"))),
 		  0);
 	json_decref(j);
-	EXPECT_CONTAINS(out, "done 3000,");
+	EXPECT_CONTAINS(out, "done 20000,");
 	stop_meshd();
 }

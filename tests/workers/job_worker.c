@@ -6,6 +6,8 @@
  *   slow      answers after 20 ms
  *   fail      the handler fails ("refused: fail")
  *   d...      answers after 1 ms
+ * JOBTEST_VERSION=<v>: every reply ends " v=<v>" before its newline (the
+ * image a chunk ran on, for upgrade tests).
  * JOBTEST_FIRST_CRASH=<file>: the first worker to see a "crash-once"
  * input creates <file> and dies; every later one (the file exists) answers. */
 #include <mesh/worker.h>
@@ -60,8 +62,16 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 	if (k < 0 || (size_t)k + n + 1 > cap)
 		return -1;
 	memcpy((char *)reply + k, req, n);
-	((char *)reply)[k + n] = '\n';
-	*len = (size_t)k + n + 1;
+	size_t at = (size_t)k + n;
+	const char *v = getenv("JOBTEST_VERSION");
+	if (v) {
+		int m = snprintf((char *)reply + at, cap - at, " v=%s", v);
+		if (m < 0 || at + (size_t)m + 1 > cap)
+			return -1;
+		at += (size_t)m;
+	}
+	((char *)reply)[at] = '\n';
+	*len = at + 1;
 	return 0;
 }
 

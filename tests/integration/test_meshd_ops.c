@@ -1,0 +1,499 @@
+/* Operations on a running meshd (issue 8): image upgrade while a job runs,
+ * rollback, and rebind of a halted worker.  The real meshd and mesh
+ * binaries; tests/workers/job_worker tells its version in every reply
+ * (JOBTEST_VERSION, set by the manifest's [env], so a new version is a
+ * new image). */
+#include "host/image.h"
+#include "runner/t.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#define SOCK "run/meshd.sock"
+
+static char cwd[4096];
+static char out[1 << 20];
+static pid_t meshd_pid;
+
+/* Puts name into the catalog: binary and manifest, each written aside and
+ * renamed over the old one (a running worker's binary cannot be written). */
+static void program(const char *name, const char *binary, const char *version, unsigned max_workers)
+{
+	char dir[256], toml[8192];
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
+	snprintf(dir, sizeof dir, "catalog/%s", mesh_target_triple());
+	mkdir("catalog", 0755);
+	mkdir(dir, 0755);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' '%s/.%s.new' && mv -f '%s/.%s.new' '%s/%s'", binary, dir, name, dir,
+		       name, dir, name),
+		  0);
+	snprintf(toml, sizeof toml,
+		 "name = \"%s\"\nbackends = [\"native\"]\nmax_workers = %u\nidle_ttl = \"300s\"\n[lifecycle]\n"
+		 "stop_grace = \"1s\"\n[env]\nJOBTEST_VERSION = \"%s\"\nJOBTEST_FIRST_SLOW = \"%s/slowed-once\"\n",
+		 name, max_workers, version, cwd);
+	t_write_file("catalog/.new.toml", toml);
+	char path[256];
+	snprintf(path, sizeof path, "catalog/%s.toml", name);
+	ASSERT_EQ(rename("catalog/.new.toml", path), 0);
+}
+
+static void jw(const char *version)
+{
+	program("jw", t_bin("tests-workers/job_worker"), version, 2);
+}
+
+/* Starts meshd (extra: more options), waits for READY=1. */
+static void start_meshd(const char *extra)
+{
+	char npath[4200], cmd[16384], buf[256];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
+	mkdir("logs", 0755);
+	snprintf(npath, sizeof npath, "%s/notify.sock", cwd);
+	unlink(npath);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(fd, 0);
+	ASSERT_LT(strlen(npath), sizeof sa.sun_path);
+	strcpy(sa.sun_path, npath);
+	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(cmd, sizeof cmd,
+		 "exec '%s' --catalog catalog --logs logs --socket " SOCK " --state state %s 2>>meshd.err", t_bin("meshd"),
+		 extra);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		setenv("NOTIFY_SOCKET", npath, 1);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	if (poll(&pfd, 1, 15000) != 1) {
+		char *err = t_read_file("meshd.err", NULL);
+		FAIL("no READY=1 from meshd within 15 s; its stderr: %s", err ? err : "");
+	}
+	ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+	close(fd);
+	ASSERT_GT(n, 0);
+	meshd_pid = pid;
+}
+
+static void stop_meshd(void)
+{
+	int st;
+	kill(meshd_pid, SIGTERM);
+	ASSERT_EQ(waitpid(meshd_pid, &st, 0), meshd_pid);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* `mesh CMD --socket SOCK ARGS`: exit status; stdout (and stderr when merge) in out. */
+static int mesh(int merge, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int mesh(int merge, const char *fmt, ...)
+{
+	char args[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof args, fmt, ap);
+	va_end(ap);
+	char *sp = strchr(args, ' ');
+	int cmdlen = sp ? (int)(sp - args) : (int)strlen(args);
+	return t_sh(out, sizeof out, merge, "'%s' %.*s --socket " SOCK "%s%s", t_bin("mesh"), cmdlen, args,
+		    args + cmdlen, merge ? "" : " 2>>mesh.err");
+}
+
+/* The program's object in `mesh ps --json` (decref it), or NULL. */
+static json_t *ps_program(const char *name)
+{
+	ASSERT_EQ(mesh(0, "ps --json"), 0);
+	json_t *j = json_loads(out, 0, NULL), *p, *found = NULL;
+	size_t i;
+	ASSERT_TRUE(j != NULL);
+	json_array_foreach(json_object_get(j, "programs"), i, p) if (!strcmp(json_string_value(json_object_get(p, "name")), name)) found = p;
+	if (found)
+		json_incref(found);
+	json_decref(j);
+	return found;
+}
+
+/* Its "image" (12 hex digits), copied into buf. */
+static const char *image_of(const char *name, char *buf, size_t cap)
+{
+	json_t *p = ps_program(name);
+	ASSERT_TRUE(p != NULL);
+	const char *s = json_string_value(json_object_get(p, "image"));
+	ASSERT_TRUE(s && strlen(s) == 12);
+	snprintf(buf, cap, "%s", s);
+	json_decref(p);
+	return buf;
+}
+
+/* Its first worker; *pid, *slot (-1: none), *spawns. */
+static void worker_of(const char *name, pid_t *pid, int *slot, int *spawns, char *state, size_t cap)
+{
+	json_t *p = ps_program(name);
+	ASSERT_TRUE(p != NULL);
+	json_t *w = json_array_get(json_object_get(p, "workers"), 0);
+	ASSERT_TRUE(w != NULL);
+	*pid = (pid_t)json_integer_value(json_object_get(w, "pid"));
+	json_t *s = json_object_get(w, "slot");
+	*slot = json_is_integer(s) ? (int)json_integer_value(s) : -1;
+	*spawns = (int)json_integer_value(json_object_get(w, "spawns"));
+	snprintf(state, cap, "%s", json_string_value(json_object_get(w, "state")));
+	json_decref(p);
+}
+
+static unsigned submit(const char *args)
+{
+	ASSERT_EQ(mesh(0, "submit %s", args), 0);
+	return (unsigned)strtoul(out, NULL, 10);
+}
+
+/* The job's object from `mesh jobs --json` (decref it). */
+static json_t *job_json(unsigned id)
+{
+	ASSERT_EQ(mesh(0, "jobs --json"), 0);
+	json_t *j = json_loads(out, 0, NULL), *e, *found = NULL;
+	size_t i;
+	char ids[16];
+	snprintf(ids, sizeof ids, "%u", id);
+	json_array_foreach(json_object_get(j, "jobs"), i, e) if (!strcmp(json_string_value(json_object_get(e, "id")), ids)) found = e;
+	ASSERT_TRUE(found != NULL);
+	json_incref(found);
+	json_decref(j);
+	return found;
+}
+
+static int64_t jint(json_t *o, const char *k)
+{
+	return json_integer_value(json_object_get(o, k));
+}
+
+/* Waits (at most ms) until the job has done >= n chunks; its done count. */
+static int64_t wait_done(unsigned id, int64_t n, unsigned ms)
+{
+	int64_t done = 0;
+	for (uint64_t t0 = t_now_ms(); t_now_ms() - t0 < ms; usleep(10000)) {
+		json_t *j = job_json(id);
+		done = jint(j, "done");
+		json_decref(j);
+		if (done >= n)
+			break;
+	}
+	return done;
+}
+
+/* A job runs 150 chunks on 2 workers of v1; 15 are DONE when the catalog
+ * gets v2 and `mesh load` upgrades: the chunks after that run on workers
+ * of v2, the ones in flight finish on v1's, which then exit.  Every chunk
+ * is DONE exactly once, with its result, and none failed. */
+TEST_TIMEOUT(ops_upgrade_mid_job_new_chunks_on_new_image_each_once, 60)
+{
+	enum { N = 150 };
+	jw("v1");
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	EXPECT_CONTAINS(out, "(image ");
+	char a[16], b[16];
+	image_of("jw", a, sizeof a);
+	FILE *f = fopen("in.txt", "w");
+	for (int i = 0; i < N; i++)
+		fprintf(f, "slow\n");
+	fclose(f);
+	unsigned id = submit("jw --input in.txt");
+	ASSERT_GE(wait_done(id, 15, 10000), 15);
+	/* The workers of v1 now. */
+	json_t *p = ps_program("jw"), *w;
+	pid_t old[8];
+	size_t nold = 0, i;
+	json_array_foreach(json_object_get(p, "workers"), i, w) if (json_integer_value(json_object_get(w, "pid")) > 0 &&
+								     nold < 8) old[nold++] = (pid_t)json_integer_value(json_object_get(w, "pid"));
+	json_decref(p);
+	ASSERT_GT(nold, 0);
+	jw("v2");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	char said[128];
+	snprintf(said, sizeof said, "%.100s", out);
+	image_of("jw", b, sizeof b);
+	EXPECT_STRNE(a, b);
+	char want[128];
+	snprintf(want, sizeof want, "upgraded jw (image %s -> %s)\n", a, b);
+	EXPECT_STREQ(said, want);
+	/* mesh ps shows the image: the program's, and each worker's. */
+	ASSERT_EQ(mesh(0, "ps"), 0);
+	EXPECT_CONTAINS(out, "IMAGE");
+	char olda[20];
+	snprintf(olda, sizeof olda, "%s*", a); /* a worker of v1 still finishing its chunks */
+	EXPECT_TRUE(strstr(out, b) || strstr(out, olda));
+	ASSERT_EQ(mesh(0, "wait %u", id), 0);
+	ASSERT_EQ(mesh(0, "ps"), 0);
+	EXPECT_CONTAINS(out, b);
+
+	/* Every chunk once, in order, each from v1 or v2; both ran. */
+	ASSERT_EQ(mesh(0, "results %u", id), 0);
+	int v1 = 0, v2 = 0;
+	char *line = out;
+	for (int k = 0; k < N; k++) {
+		char want1[64], want2[64];
+		snprintf(want1, sizeof want1, "%d:slow v=v1\n", k);
+		snprintf(want2, sizeof want2, "%d:slow v=v2\n", k);
+		if (!strncmp(line, want1, strlen(want1)))
+			v1++, line += strlen(want1);
+		else if (!strncmp(line, want2, strlen(want2)))
+			v2++, line += strlen(want2);
+		else
+			FAIL("chunk %d: result '%.40s'", k, line);
+	}
+	EXPECT_STREQ(line, "");
+	EXPECT_GE(v1, 15);
+	EXPECT_GE(v2, 1);
+	json_t *j = job_json(id);
+	EXPECT_EQ(jint(j, "done"), N);
+	EXPECT_EQ(jint(j, "duplicates"), 0);
+	EXPECT_EQ(jint(j, "failed_attempts"), 0);
+	char journal[4096];
+	snprintf(journal, sizeof journal, "%s", json_string_value(json_object_get(j, "journal")));
+	json_decref(j);
+	/* The journal: one DONE per chunk. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' job check '%s'", t_bin("mesh"), journal), 0);
+	EXPECT_CONTAINS(out, "done 150,");
+
+	/* v1's workers exited once they let go; what is left is v2's. */
+	uint64_t t0 = t_now_ms();
+	size_t alive = nold;
+	while (alive && t_now_ms() - t0 < 5000) {
+		alive = 0;
+		for (size_t k = 0; k < nold; k++)
+			alive += kill(old[k], 0) == 0;
+		usleep(20000);
+	}
+	EXPECT_EQ(alive, 0);
+	p = ps_program("jw");
+	json_array_foreach(json_object_get(p, "workers"), i, w)
+	{
+		if (json_integer_value(json_object_get(w, "pid")) <= 0)
+			continue;
+		EXPECT_STREQ(json_string_value(json_object_get(w, "image")), b);
+		EXPECT_FALSE(json_is_true(json_object_get(w, "retired")));
+	}
+	EXPECT_STREQ(json_string_value(json_object_get(p, "previous_image")), a);
+	json_decref(p);
+	stop_meshd();
+}
+
+/* v1, then v2 loaded, then v3 in the catalog but not loaded: rollback
+ * runs v1 again from meshd's copy (not the catalog's files), and a second
+ * rollback goes forward to v2.  A new binary under the same manifest is a
+ * new image too. */
+TEST_TIMEOUT(ops_rollback_goes_back_to_the_previous_image_from_its_kept_copy, 60)
+{
+	char a[16], b[16], c[16];
+	jw("v1");
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", a, sizeof a);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v1\n");
+	jw("v2");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", b, sizeof b);
+	EXPECT_STRNE(a, b);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v2\n");
+	jw("v3");
+	ASSERT_EQ(mesh(0, "rollback jw"), 0);
+	EXPECT_CONTAINS(out, "rolled back jw");
+	EXPECT_CONTAINS(out, a);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v1\n");
+	json_t *p = ps_program("jw");
+	EXPECT_STREQ(json_string_value(json_object_get(p, "image")), a);
+	EXPECT_STREQ(json_string_value(json_object_get(p, "previous_image")), b);
+	json_decref(p);
+	ASSERT_EQ(mesh(0, "rollback jw"), 0);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v2\n");
+	/* The binary alone changes: v2's manifest, the echo worker. */
+	program("jw", t_bin("examples/echo_worker"), "v2", 2);
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", c, sizeof c);
+	EXPECT_STRNE(b, c);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_STREQ(out, "x");
+	ASSERT_EQ(mesh(0, "rollback jw"), 0);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v2\n");
+	stop_meshd();
+}
+
+TEST_TIMEOUT(ops_rollback_without_a_previous_image_is_a_clear_error, 30)
+{
+	jw("v1");
+	start_meshd("");
+	EXPECT_EQ(mesh(1, "rollback jw"), 65);
+	EXPECT_CONTAINS(out, "'jw' is not loaded");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	EXPECT_EQ(mesh(1, "rollback jw"), 65);
+	EXPECT_CONTAINS(out, "mesh: cannot rollback 'jw': 'jw' has no previous image to roll back to");
+	/* Loading the same image again changes nothing: still none. */
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	EXPECT_CONTAINS(out, "loaded jw (image ");
+	EXPECT_EQ(mesh(1, "rollback jw"), 65);
+	EXPECT_CONTAINS(out, "no previous image");
+	EXPECT_EQ(mesh(1, "rollback"), 64);
+	EXPECT_EQ(mesh(0, "rollback --help"), 0);
+	EXPECT_CONTAINS(out, "usage: mesh rollback <name>");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -X POST --unix-socket " SOCK " http://x/v1/programs/jw/rollback"), 0);
+	EXPECT_CONTAINS(out, "no previous image");
+	stop_meshd();
+}
+
+/* Two slots, three programs: the least recently used idle worker is
+ * HALTed off its slot; needed again (a call, then a job) it runs on
+ * another slot with the same process: no new spawn. */
+TEST_TIMEOUT(ops_rebind_a_halted_worker_runs_on_another_slot_without_a_spawn, 60)
+{
+	program("a", t_bin("tests-workers/job_worker"), "a", 1);
+	program("b", t_bin("tests-workers/job_worker"), "b", 1);
+	program("c", t_bin("tests-workers/job_worker"), "c", 1);
+	start_meshd("--slots 2");
+	pid_t pa, pb, pid;
+	int sa, sb, slot, spawns;
+	char st[32];
+	ASSERT_EQ(mesh(0, "call a x"), 0);
+	worker_of("a", &pa, &sa, &spawns, st, sizeof st);
+	ASSERT_EQ(mesh(0, "call b x"), 0);
+	worker_of("b", &pb, &sb, &spawns, st, sizeof st);
+	ASSERT_EQ(mesh(0, "call c x"), 0); /* a, the least recently used, is halted */
+	worker_of("a", &pid, &slot, &spawns, st, sizeof st);
+	EXPECT_STREQ(st, "IDLE");
+	EXPECT_EQ(slot, -1);
+	EXPECT_EQ(pid, pa);
+	/* A call of a: b is halted, a runs again on b's slot, same process. */
+	ASSERT_EQ(mesh(0, "call a y"), 0);
+	EXPECT_CONTAINS(out, "y v=a\n");
+	worker_of("a", &pid, &slot, &spawns, st, sizeof st);
+	EXPECT_STREQ(st, "RUNNING");
+	EXPECT_EQ(pid, pa);
+	EXPECT_EQ(spawns, 1);
+	EXPECT_NE(slot, sa);
+	EXPECT_EQ(slot, sb);
+	worker_of("b", &pid, &slot, &spawns, st, sizeof st);
+	EXPECT_STREQ(st, "IDLE");
+	EXPECT_EQ(pid, pb);
+	/* A job of b while every slot is taken: an idle worker is halted and
+	 * b's process runs the job on the freed slot. */
+	unsigned id = submit("b --chunks 4");
+	EXPECT_EQ(wait_done(id, 4, 10000), 4);
+	ASSERT_EQ(mesh(0, "results %u --no-wait", id), 0);
+	EXPECT_STREQ(out, "0: v=b\n1: v=b\n2: v=b\n3: v=b\n");
+	worker_of("b", &pid, &slot, &spawns, st, sizeof st);
+	EXPECT_EQ(pid, pb);
+	EXPECT_EQ(spawns, 1);
+	EXPECT_GE(slot, 0);
+	/* Three processes were ever spawned, one a program. */
+	ASSERT_EQ(mesh(0, "ps --json"), 0);
+	json_t *j = json_loads(out, 0, NULL);
+	EXPECT_EQ(json_integer_value(json_object_get(json_object_get(j, "host"), "spawns")), 3);
+	json_decref(j);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS --unix-socket " SOCK " http://x/metrics"), 0);
+	EXPECT_CONTAINS(out, "mesh_spawns_total{program=\"b\"} 1\n");
+	EXPECT_CONTAINS(out, "mesh_host_spawns_total 3\n");
+	stop_meshd();
+}
+
+/* A call runs on v1's worker (2 s) when v2 is loaded: a new call is served
+ * by a worker of v2 at once, the running one finishes on v1's, which then
+ * exits. */
+TEST_TIMEOUT(ops_upgrade_a_call_in_flight_finishes_on_the_old_worker, 30)
+{
+	program("jw", t_bin("tests-workers/job_worker"), "v1", 1);
+	start_meshd("");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' call jw slow-once --socket " SOCK " >bg.out 2>&1 &", t_bin("mesh")), 0);
+	struct stat st;
+	for (uint64_t t0 = t_now_ms(); stat("slowed-once", &st) != 0 && t_now_ms() - t0 < 5000;)
+		usleep(5000);
+	ASSERT_EQ(stat("slowed-once", &st), 0); /* v1's worker sleeps in the call */
+	pid_t old, pid;
+	int slot, spawns;
+	char state[32];
+	worker_of("jw", &old, &slot, &spawns, state, sizeof state);
+	program("jw", t_bin("tests-workers/job_worker"), "v2", 1);
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	EXPECT_CONTAINS(out, "upgraded jw");
+	uint64_t t0 = t_now_ms();
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v2\n");
+	EXPECT_LT(t_now_ms() - t0, 1500); /* not behind the running call */
+	char *bg = NULL;
+	for (t0 = t_now_ms(); t_now_ms() - t0 < 5000; usleep(20000)) {
+		free(bg);
+		bg = t_read_file("bg.out", NULL);
+		if (bg && strchr(bg, '\n'))
+			break;
+	}
+	EXPECT_CONTAINS(bg, ":slow-once v=v1\n");
+	free(bg);
+	for (t0 = t_now_ms(); kill(old, 0) == 0 && t_now_ms() - t0 < 5000;)
+		usleep(20000);
+	EXPECT_EQ(kill(old, 0), -1);
+	worker_of("jw", &pid, &slot, &spawns, state, sizeof state);
+	EXPECT_NE(pid, old);
+	stop_meshd();
+}
+
+/* The previous image survives a restart of meshd (its history file and
+ * kept copy under <logs>/.images) while the catalog still holds the image
+ * that was current. */
+TEST_TIMEOUT(ops_rollback_after_a_meshd_restart, 30)
+{
+	char a[16], b[16];
+	jw("v1");
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", a, sizeof a);
+	jw("v2");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", b, sizeof b);
+	stop_meshd();
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	json_t *p = ps_program("jw");
+	EXPECT_STREQ(json_string_value(json_object_get(p, "image")), b);
+	EXPECT_STREQ(json_string_value(json_object_get(p, "previous_image")), a);
+	json_decref(p);
+	ASSERT_EQ(mesh(0, "rollback jw"), 0);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v1\n");
+	stop_meshd();
+}
+
+/* A new image that does not load is the answer; the running one stays. */
+TEST_TIMEOUT(ops_load_of_a_broken_new_image_keeps_the_running_one, 30)
+{
+	char a[16], now[16];
+	jw("v1");
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", a, sizeof a);
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	t_write_file("catalog/jw.toml", "name = \"jw\"\nbackends = [\"native\"\n");
+	EXPECT_EQ(mesh(1, "load jw"), 65);
+	EXPECT_CONTAINS(out, "jw.toml:");
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v1\n");
+	EXPECT_STREQ(image_of("jw", now, sizeof now), a);
+	stop_meshd();
+}
