@@ -70,6 +70,8 @@ NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[
 gpu-examples: $(PROGS)
 ifeq ($(NVCC),)
 	@echo "nvcc not found: examples/gpu/cuda_worker.cu not built (set NVCC=/path/to/nvcc)"
+else ifneq ($(SAN)$(FUZZ),)
+	@echo "sanitizer or fuzz build: examples/gpu/cuda_worker.cu not built (nvcc links no sanitizer runtime)"
 else
 	@$(MAKE) --no-print-directory $(BUILD)/examples/gpu/cuda_worker
 endif
