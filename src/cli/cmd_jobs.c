@@ -67,13 +67,7 @@ struct jopts {
 
 static void print_help(const char *cmd)
 {
-	for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
-		if (!strcmp(helps[i][0], cmd))
-			fputs(helps[i][1], stdout);
-	fputs("\n--socket PATH: meshd's control socket; default $MESH_SOCKET, else\n"
-	      "$XDG_RUNTIME_DIR/mesh/meshd.sock, else /tmp/mesh-<uid>/meshd.sock.\n"
-	      "Exit codes: `mesh help exit-codes`; 69 when meshd cannot be reached.\n",
-	      stdout);
+	mesh__meshd_cmd_help(helps, sizeof helps / sizeof helps[0], cmd);
 }
 
 static int set_sock(struct jopts *o, const char *cmd, const char *v)

@@ -64,15 +64,20 @@ static const char *const helps[][2] = {
 		 "16 MiB).  --timeout: seconds to wait for the reply (default 60).\n"},
 };
 
-static void print_help(const char *cmd)
+void mesh__meshd_cmd_help(const char *const tab[][2], size_t n, const char *cmd)
 {
-	for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
-		if (!strcmp(helps[i][0], cmd))
-			fputs(helps[i][1], stdout);
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(tab[i][0], cmd))
+			fputs(tab[i][1], stdout);
 	fputs("\n--socket PATH: meshd's control socket; default $MESH_SOCKET, else\n"
 	      "$XDG_RUNTIME_DIR/mesh/meshd.sock, else /tmp/mesh-<uid>/meshd.sock.\n"
 	      "Exit codes: `mesh help exit-codes`; 69 when meshd cannot be reached.\n",
 	      stdout);
+}
+
+static void print_help(const char *cmd)
+{
+	mesh__meshd_cmd_help(helps, sizeof helps / sizeof helps[0], cmd);
 }
 
 /* Parses argv; want_name / want_payload say which positionals cmd takes.

@@ -3,6 +3,8 @@
 #ifndef MESH_CLI_CMDS_H
 #define MESH_CLI_CMDS_H
 
+#include <stddef.h>
+
 /* X(name, function, one-line summary) */
 #define MESH_CMD_MAP(X)                                                                     \
 	X(run, mesh_cmd_run, "run a command per chunk on N local slots, crash-proof and resumable") \
@@ -22,6 +24,10 @@
 	X(wait, mesh_cmd_wait, "meshd: wait for a job to end (progress bar on a terminal)")      \
 	X(results, mesh_cmd_results, "meshd: a job's results in chunk order, streamed while it runs") \
 	X(cancel, mesh_cmd_cancel, "meshd: cancel a job")
+
+/* Prints the help of cmd from a table of {command, text} rows, then what
+ * every meshd client command shares (--socket, the exit codes). */
+void mesh__meshd_cmd_help(const char *const helps[][2], size_t n, const char *cmd);
 
 #define MESH__CMD_DECL(name, fn, summary) int fn(int argc, char **argv);
 MESH_CMD_MAP(MESH__CMD_DECL)
