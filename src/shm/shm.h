@@ -159,8 +159,10 @@ int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_s
  * mesh_slot_send puts one request of kind MESH_MSG_REQ or MESH_MSG_CHUNK
  * whose payload is hdr (hn bytes; 0 = none) followed by p (n bytes),
  * without waiting.  0 with *seq its sequence number; -EAGAIN: no room in
- * the ring now (take replies first); MESH_E_TOOBIG: hn + n over
- * mesh_slot_max_msg; MESH_E_STATE: the slot failed or was shut down;
+ * the ring now (take replies first); MESH_E_TOOBIG: hn + n over one
+ * record of the ring (its cap - 16 bytes: the pipeline sends no pieces,
+ * while its replies may come in pieces); MESH_E_STATE: the slot failed or
+ * was shut down;
  * MESH_E_CORRUPT (the slot is failed); -EINVAL (another kind), -ENOMEM. */
 int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
 		   uint32_t *seq);

@@ -471,7 +471,9 @@ int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t h
 	int rc;
 	if (kind != MESH_MSG_REQ && kind != MESH_MSG_CHUNK)
 		return -EINVAL;
-	if (hn > mesh_slot_max_msg(s) || n > mesh_slot_max_msg(s) - hn)
+	/* One record: the pipeline does not send in pieces. */
+	size_t max = MESH_RING_MAX_MSG(s->cap);
+	if (hn > max || n > max - hn)
 		return MESH_E_TOOBIG;
 	pthread_mutex_lock(&s->call_lock);
 	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE) {
@@ -481,7 +483,7 @@ int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t h
 	const void *msg = p;
 	if (hn) {
 		if (hn + n > s->pipe_cap) {
-			size_t cap = (hn + n) * 2 < mesh_slot_max_msg(s) ? (hn + n) * 2 : mesh_slot_max_msg(s);
+			size_t cap = (hn + n) * 2 < max ? (hn + n) * 2 : max;
 			uint8_t *b = realloc(s->pipe_buf, cap);
 			if (!b) {
 				rc = -ENOMEM;
