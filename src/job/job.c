@@ -22,6 +22,8 @@
 
 #define HIST_BUCKETS 256
 
+_Static_assert(MESH_JOB_LEASE_MANY_MAX == MESH_LEASE_BLOCK, "lease_many hands out at most one block");
+
 struct node {
 	uint32_t hash;
 	char name[MESH_NODE_MAX + 1];
@@ -78,6 +80,10 @@ struct mesh_job {
 	struct held *held;
 	size_t nheld, cheld;
 	uint64_t token_seq;
+	/* Chunks of our block leases not handed out yet (lease_many). */
+	struct held resv[MESH_LEASE_BLOCK];
+	size_t nresv;
+	uint64_t rate_t0, rate_count, rate; /* leases handed out a second, measured over >= 100 ms */
 };
 
 static uint64_t get64(const unsigned char *p)
@@ -893,15 +899,61 @@ static int speculate(struct mesh_job *j, struct live *lv, size_t nlive, const st
 	return 0;
 }
 
-int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
+static int in_resv(const struct mesh_job *j, uint64_t cid)
+{
+	for (size_t i = 0; i < j->nresv; i++)
+		if (j->resv[i].cid == cid)
+			return 1;
+	return 0;
+}
+
+/* Hands out up to k chunks of the reserve into ls (j->mu held), in cid
+ * order; a chunk DONE or buried meanwhile is let go.  A block whose
+ * deadline is less than ttl/2 away is renewed first, so a lease handed out
+ * lives at least that long.  Returns how many. */
+static int resv_take(struct mesh_job *j, const struct mesh_lease_clock *now, uint64_t ttl_ns, struct mesh_lease *ls,
+		     size_t k)
+{
+	size_t got = 0, i = 0;
+	while (got < k && i < j->nresv) {
+		struct held h = j->resv[i];
+		memmove(&j->resv[i], &j->resv[i + 1], (j->nresv - i - 1) * sizeof h);
+		j->nresv--;
+		if (bit(j->done_bits, h.cid) || is_buried(j, h.cid)) {
+			j->st->ops->release(j->st, h.cid, 0, h.token);
+			continue;
+		}
+		if (h.boot_deadline_ns < now->boot_ns + ttl_ns / 2) {
+			uint64_t bdl = now->boot_ns + ttl_ns;
+			if (j->st->ops->renew(j->st, h.cid, 0, h.token, now->wall_ns + ttl_ns, bdl))
+				continue; /* lost to a stealer after it expired */
+			for (size_t m = 0; m < j->nresv; m++)
+				if (j->resv[m].token == h.token && j->resv[m].boot_deadline_ns < bdl)
+					j->resv[m].boot_deadline_ns = bdl;
+			h.boot_deadline_ns = bdl;
+		}
+		h.started_ns = now->wall_ns;
+		if (held_add(j, &h)) {
+			j->st->ops->release(j->st, h.cid, 0, h.token);
+			continue;
+		}
+		ls[got].cid = h.cid;
+		ls[got].attempt = h.attempt;
+		ls[got].kind = h.kind;
+		ls[got].deadline_ns = now->wall_ns + (h.boot_deadline_ns - now->boot_ns);
+		ls[got].started_ns = h.started_ns;
+		got++;
+	}
+	return (int)got;
+}
+
+/* One lease (mesh_job_lease), j->mu held. */
+static int lease_one_locked(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
 {
 	struct mesh_lease_clock now;
 	struct live *lv = NULL;
 	size_t nlive = 0, clive = 0;
 	int rc;
-	if (!j->st || j->read_only)
-		return MESH_E_STATE;
-	pthread_mutex_lock(&j->mu);
 	rc = sync_locked(j);
 	if (rc)
 		goto out;
@@ -910,33 +962,42 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 		goto out;
 	}
 	lease_clock(j, &now);
+	/* 0: a chunk of our block leases not handed out yet. */
+	if (j->nresv && resv_take(j, &now, ttl_ns, l, 1) == 1) {
+		rc = 0;
+		goto out;
+	}
 	/* 1: the next PENDING chunk after our cursor. */
 	while ((j->cursor = next_not_done(j, j->cursor)) < j->n) {
 		uint64_t cid = j->cursor++;
 		struct mesh_lease_stamp s;
-		if (is_buried(j, cid) || held_live(j, cid, &now))
+		if (is_buried(j, cid) || held_live(j, cid, &now) || in_resv(j, cid))
 			continue;
 		stamp_init(j, &s, &now, ttl_ns, attempts_of(j, cid) + 1);
 		rc = j->st->ops->claim(j->st, cid, 0, &s);
 		if (rc == MESH_E_STATE)
 			continue;
-		if (rc)
+		if (rc < 0)
 			goto out;
-		if (won(j, cid, 0, &s, MESH_LEASE_FRESH, l))
+		if (won(j, cid, 0, &s, rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH, l)) {
+			rc = 0;
 			goto out;
+		}
 	}
 	/* 2: the cursor has seen every chunk: sweep what is not DONE for lost
 	 * lease files and expired leases. */
 	rc = 0;
 	for (uint64_t cid = next_not_done(j, 0); cid < j->n; cid = next_not_done(j, cid + 1)) {
 		struct mesh_lease_stamp s, seen;
-		if (is_buried(j, cid) || held_live(j, cid, &now))
+		if (is_buried(j, cid) || held_live(j, cid, &now) || in_resv(j, cid))
 			continue;
 		stamp_init(j, &s, &now, ttl_ns, attempts_of(j, cid) + 1);
 		rc = j->st->ops->claim(j->st, cid, 0, &s);
-		if (rc == 0) {
-			if (won(j, cid, 0, &s, MESH_LEASE_FRESH, l))
+		if (rc == 0 || rc == 1) {
+			if (won(j, cid, 0, &s, rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH, l)) {
+				rc = 0;
 				goto out;
+			}
 			continue;
 		}
 		if (rc != MESH_E_STATE)
@@ -972,9 +1033,134 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 	else if (rc == 0)
 		rc = j->done == j->n ? MESH_JOB_COMPLETE : MESH_JOB_NONE;
 out:
-	pthread_mutex_unlock(&j->mu);
 	free(lv);
 	return rc;
+}
+
+int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
+{
+	int rc;
+	if (!j->st || j->read_only)
+		return MESH_E_STATE;
+	pthread_mutex_lock(&j->mu);
+	rc = lease_one_locked(j, ttl_ns, spec, l);
+	pthread_mutex_unlock(&j->mu);
+	return rc;
+}
+
+/* How many chunks a block lease should take now: the k asked for, or, for
+ * a node handing out leases fast, what it hands out in about 50 ms (so
+ * that chunks it holds but has not started keep other nodes waiting no
+ * longer than that), at most a block. */
+static size_t batch_target(struct mesh_job *j, size_t k)
+{
+	uint64_t now = mesh_mono_ns(), t;
+	if (!j->rate_t0)
+		j->rate_t0 = now;
+	else if (now - j->rate_t0 >= 100 * MESH_NS_PER_MS) {
+		j->rate = j->rate_count * MESH_NS_PER_S / (now - j->rate_t0);
+		j->rate_t0 = now;
+		j->rate_count = 0;
+	}
+	t = j->rate / 20;
+	if (t < k)
+		t = k;
+	return t > MESH_LEASE_BLOCK ? MESH_LEASE_BLOCK : (size_t)t;
+}
+
+/* Block leases from the cursor on (j->mu held): hands out up to k into ls
+ * and keeps the rest of each block in the reserve.  Returns how many were
+ * handed out, or a negative error. */
+static int lease_blocks(struct mesh_job *j, const struct mesh_lease_clock *now, uint64_t ttl_ns,
+			struct mesh_lease *ls, size_t k)
+{
+	size_t got = 0;
+	while (got < k && j->nresv == 0 && (j->cursor = next_not_done(j, j->cursor)) < j->n) {
+		uint64_t b = j->cursor / MESH_LEASE_BLOCK, end = (b + 1) * MESH_LEASE_BLOCK, want = 0, gotm = 0;
+		size_t target = batch_target(j, k - got), nwant = 0;
+		struct mesh_lease_stamp s;
+		int rc;
+		if (end > j->n)
+			end = j->n;
+		for (; j->cursor < end && nwant < target; j->cursor++) {
+			uint64_t cid = j->cursor;
+			if (bit(j->done_bits, cid) || is_buried(j, cid) || held_live(j, cid, now))
+				continue;
+			want |= 1ull << (cid % MESH_LEASE_BLOCK);
+			nwant++;
+		}
+		if (!want)
+			continue;
+		stamp_init(j, &s, now, ttl_ns, 1);
+		rc = j->st->ops->claim_block(j->st, b, want, now, &s, &gotm);
+		if (rc == MESH_E_STATE)
+			continue;
+		if (rc < 0)
+			return got ? (int)got : rc;
+		/* DONE meanwhile (the completer appends DONE before it lets go). */
+		if (sync_locked(j) < 0)
+			gotm = 0;
+		for (unsigned i = 0; i < MESH_LEASE_BLOCK; i++) {
+			uint64_t cid = b * MESH_LEASE_BLOCK + i;
+			struct held h;
+			if (!(gotm >> i & 1))
+				continue;
+			if (bit(j->done_bits, cid)) {
+				j->st->ops->release(j->st, cid, 0, s.token);
+				continue;
+			}
+			h.cid = cid;
+			h.token = s.token;
+			h.started_ns = now->wall_ns;
+			h.boot_deadline_ns = s.boot_deadline_ns;
+			h.slot = 0;
+			h.attempt = attempts_of(j, cid) + 1;
+			h.kind = rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH;
+			j->resv[j->nresv++] = h;
+		}
+		got += (size_t)resv_take(j, now, ttl_ns, ls + got, k - got);
+	}
+	return (int)got;
+}
+
+int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *ls, size_t k, size_t *got)
+{
+	struct mesh_lease_clock now;
+	int rc;
+	size_t n = 0;
+	*got = 0;
+	if (!j->st || j->read_only)
+		return MESH_E_STATE;
+	if (k == 0)
+		return MESH_E_RANGE;
+	if (k > MESH_LEASE_BLOCK)
+		k = MESH_LEASE_BLOCK;
+	pthread_mutex_lock(&j->mu);
+	rc = sync_locked(j);
+	if (!rc && j->done == j->n)
+		rc = MESH_JOB_COMPLETE;
+	if (!rc) {
+		lease_clock(j, &now);
+		n = (size_t)resv_take(j, &now, ttl_ns, ls, k);
+		/* A detached lease outlives us: never a block (its holder is
+		 * gone before its chunks are done). */
+		if (n < k && !j->detached) {
+			rc = lease_blocks(j, &now, ttl_ns, ls + n, k - n);
+			if (rc > 0)
+				n += (size_t)rc;
+			if (rc > 0 || n)
+				rc = 0;
+		}
+		if (rc == 0 && n == 0) {
+			rc = lease_one_locked(j, ttl_ns, spec, ls);
+			if (rc == 0)
+				n = 1;
+		}
+	}
+	j->rate_count += n;
+	pthread_mutex_unlock(&j->mu);
+	*got = n;
+	return n ? 0 : rc;
 }
 
 int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns)
@@ -1291,7 +1477,8 @@ static void count_live_fn(void *arg, uint64_t cid, const struct mesh_lease_stamp
 {
 	struct count_live *c = arg;
 	(void)st;
-	if (cid < c->j->n && !bit(c->j->done_bits, cid))
+	/* A block lease covers chunks buried meanwhile: they count as buried. */
+	if (cid < c->j->n && !bit(c->j->done_bits, cid) && !is_buried(c->j, cid))
 		c->n++;
 }
 

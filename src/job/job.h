@@ -151,6 +151,22 @@ void mesh_job_detach_leases(struct mesh_job *j);
  * straggler that place() gives to this node.  Returns 0 with *l filled,
  * MESH_JOB_NONE, MESH_JOB_COMPLETE, or a negative error. */
 int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *l);
+/* The most leases one mesh_job_lease_many call gives: a block
+ * (MESH_LEASE_BLOCK, store/store.h). */
+#define MESH_JOB_LEASE_MANY_MAX 64
+/* Up to k leases at once (k >= 1; more than MESH_JOB_LEASE_MANY_MAX counts
+ * as that many), as mesh_job_lease gives them, into ls[0 .. *got-1]: returns 0
+ * with *got >= 1, or MESH_JOB_NONE, MESH_JOB_COMPLETE, a negative error
+ * (MESH_E_RANGE for k == 0); *got is 0 then.  Fresh chunks are taken as
+ * block leases (store/store.h): one lease file for up to 64 chunks; on a
+ * node that hands out leases fast a block holds a few more chunks than
+ * asked for (what this handle hands out in about 50 ms), kept for the next
+ * calls of this handle (mesh_job_lease too): they count as leased, and
+ * mesh_job_close lets them go.  A detached handle takes no block leases.
+ * Each lease is renewed, completed, failed and handed back alone, as one
+ * from mesh_job_lease. */
+int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *ls, size_t k,
+			size_t *got);
 /* Extends a lease this node holds to now + ttl_ns.  0, or MESH_E_STATE when
  * the lease is no longer ours (stolen after expiry, or the chunk is DONE).
  * A tiny ttl_ns (1) hands the lease back: it expires at once for every node
