@@ -1151,11 +1151,15 @@ int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int spec, struct me
 			if (rc > 0 || n)
 				rc = 0;
 		}
-		if (rc == 0 && n == 0) {
-			rc = lease_one_locked(j, ttl_ns, spec, ls);
+		/* The rest one at a time: chunks in blocks of others, lost or
+		 * expired leases, a speculative copy (for the first only). */
+		while (rc == 0 && n < k) {
+			rc = lease_one_locked(j, ttl_ns, n ? 0 : spec, ls + n);
 			if (rc == 0)
-				n = 1;
+				n++;
 		}
+		if (n)
+			rc = 0;
 	}
 	j->rate_count += n;
 	pthread_mutex_unlock(&j->mu);

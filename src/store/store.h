@@ -68,16 +68,18 @@ struct mesh_store;
 
 /* Batched leases: the chunks of a job are grouped in blocks of
  * MESH_LEASE_BLOCK (block b = cids b*64 .. b*64+63), and one lease may
- * cover any subset of one block (claim_block).  Who holds chunk cid:
- *   - the primary lease of cid, when there is one (a chunk lease always
- *     wins over a block lease: whoever made the block lease found it and
- *     left cid out, or gives cid up when it finds it);
- *   - else, while the lease of cid's block is live and its mask holds cid,
- *     the block's holder.
- * A claimer of a chunk lease writes its file and then looks at the block
- * (a live block of another: it removes its file and loses); a claimer of a
- * block writes the block and then looks for chunk leases (found: that
- * chunk is left out).  Of two such racers at least one sees the other.
+ * cover any subset of one block (claim_block); its file says which (its
+ * mask).  Who holds chunk cid:
+ *   - while the lease of cid's block is live and its mask holds cid, the
+ *     block's holder;
+ *   - else whoever holds the primary lease of cid, as without blocks.
+ * A claimer (or stealer) of a chunk lease writes its file and then looks
+ * at the block: a live block of another whose mask holds cid wins (the
+ * claimer removes its file and loses).  A claimer of a block writes the
+ * block and then looks for chunk lease files among the chunks it wants:
+ * those are left out, and the mask is written again without them.  Of two
+ * such racers at least one sees the other.  A chunk let go of (a failure,
+ * a hand-back) leaves the mask first.
  * The holder of a block keeps which chunks it holds in memory; a crash
  * leaves the block file, which is freed like any lease (its deadline, or
  * its holder certainly gone).  docs/journal.md, "Block leases". */

@@ -326,6 +326,18 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	if (rc == 0 && old.attempt + 1 > mine->attempt)
 		mine->attempt = old.attempt + 1;
 	rc = write_fd(fd, mine);
+	if (!rc && slot == 0) {
+		/* As a claim: written first, looked second.  What we took may
+		 * be a claimer's file still empty, or one it was about to
+		 * remove on seeing a live block. */
+		int b = block_covers(fs, cid, now, seen);
+		if (b == 1) {
+			unlinkat(fs->dirfd, name, 0);
+			rc = MESH_E_STATE;
+		} else if (b < 0) {
+			rc = b;
+		}
+	}
 	close(fd);
 	return rc;
 }
@@ -345,18 +357,23 @@ static int block_renew(struct file_store *fs, struct blk *bk, uint64_t cid, uint
 	if ((rc = lease_name(fs, cid, 0, cname, sizeof cname)))
 		return rc;
 	if (boot_deadline_ns < bk->st.boot_deadline_ns || deadline_ns < bk->st.deadline_ns) {
+		/* Out of the block's mask first (a live block's mask wins over
+		 * a chunk lease), then a chunk lease of its own; another node
+		 * that claims it in between simply has it. */
 		struct mesh_lease_stamp mine = bk->st;
 		mine.deadline_ns = deadline_ns;
 		mine.boot_deadline_ns = boot_deadline_ns;
 		bk->mask &= ~bit;
+		if (!bk->mask)
+			blk_drop(fs, bk, 1);
+		else if ((rc = block_restamp(fs, bk, 0, 0, bit)))
+			return rc;
 		fd = openat(fs->dirfd, cname, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 		rc = fd < 0 ? (errno == EEXIST ? MESH_E_STATE : -errno) : lock_ex(fd);
 		if (!rc)
 			rc = write_fd(fd, &mine);
 		if (fd >= 0)
 			close(fd);
-		if (!bk->mask)
-			blk_drop(fs, bk, 1);
 		return rc;
 	}
 	if ((rc = block_restamp(fs, bk, deadline_ns, boot_deadline_ns, 0)))
