@@ -5,9 +5,11 @@
 #include "base/err.h"
 #include "base/io.h"
 #include "base/path.h"
+#include "job/job_pg.h"
 #include "job/place.h"
 #include "journal/journal.h"
 #include "store/store.h"
+#include "store/store_pg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,6 +62,7 @@ struct mesh_job {
 	uint64_t spec_min_ns;
 	struct mesh_journal *jr;
 	struct mesh_store *st;
+	struct mesh__jpg *pgj; /* a job in PostgreSQL: every call goes there (job_pg.h) */
 	int read_only;
 
 	pthread_mutex_t mu;
@@ -452,6 +455,13 @@ int mesh_job_submit(const char *journal, uint64_t n)
 int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, size_t identity_len,
 		       struct mesh_job_why *why)
 {
+	if (mesh_pg_url_is(journal)) {
+		struct mesh_job_why dummy_pg;
+		if (!why)
+			why = &dummy_pg;
+		memset(why, 0, sizeof *why);
+		return mesh__jpg_submit(journal, n, identity, identity_len, why);
+	}
 	unsigned char pay[8];
 	struct mesh_jrec recs[2] = {{MESH_JREC_SUBMIT, 0, 8, pay, 0},
 				    {MESH_JREC_WORK, 0, (uint16_t)identity_len, identity, 0}};
@@ -528,6 +538,10 @@ static void lease_clock(struct mesh_job *j, struct mesh_lease_clock *c)
 
 void mesh_job_detach_leases(struct mesh_job *j)
 {
+	if (j->pgj) {
+		mesh__jpg_detach(j->pgj);
+		return;
+	}
 	pthread_mutex_lock(&j->mu);
 	j->detached = 1;
 	pthread_mutex_unlock(&j->mu);
@@ -535,6 +549,10 @@ void mesh_job_detach_leases(struct mesh_job *j)
 
 void mesh_job_close(struct mesh_job *j)
 {
+	if (j && j->pgj) {
+		mesh__jpg_close(j->pgj);
+		j->pgj = NULL;
+	}
 	if (!j)
 		return;
 	mesh_journal_close(j->jr);
@@ -620,6 +638,28 @@ static int check_whole(struct mesh_job *j, struct mesh_job_why *why)
 	return MESH_E_CORRUPT;
 }
 
+/* A job in PostgreSQL: a handle that hands every call to job_pg.c. */
+static int open_pg(struct mesh_job **out, const struct mesh_job_opts *o)
+{
+	struct mesh_job *j;
+	int rc;
+	if (o->node && !mesh_node_name_ok(o->node))
+		return MESH_E_PARSE;
+	j = calloc(1, sizeof *j);
+	if (!j)
+		return -ENOMEM;
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->cv, NULL);
+	j->node = o->node ? strdup(o->node) : default_node();
+	rc = j->node ? mesh__jpg_open(&j->pgj, o, j->node) : -ENOMEM;
+	if (rc) {
+		mesh_job_close(j);
+		return rc;
+	}
+	*out = j;
+	return 0;
+}
+
 int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 {
 	struct mesh_job *j;
@@ -628,6 +668,8 @@ int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 	int rc;
 	memset(why, 0, sizeof *why);
 	why->at = MESH_JOB_AT_JOURNAL;
+	if (mesh_pg_url_is(o->journal))
+		return open_pg(out, o);
 	if (mesh_path_journal_ok(o->journal, &whytext))
 		return MESH_E_PATH;
 	if (o->lockdir && (mesh_path_lockdir_ok(o->lockdir, &whytext) || !mesh_job_name_ok(o->name))) {
@@ -712,24 +754,36 @@ fail:
 
 uint64_t mesh_job_nchunks(const struct mesh_job *j)
 {
+	if (j->pgj)
+		return mesh__jpg_nchunks(j->pgj);
 	return j->n;
 }
 const char *mesh_job_node(const struct mesh_job *j)
 {
+	if (j->pgj)
+		return mesh__jpg_node(j->pgj);
 	return j->node;
 }
 void mesh_job_commit_stats(const struct mesh_job *j, uint64_t *fsyncs, uint64_t *records)
 {
+	if (j->pgj) {
+		*fsyncs = *records = 0;
+		return;
+	}
 	mesh_journal_stats(j->jr, fsyncs, records);
 }
 
 const char *mesh_job_journal_path(const struct mesh_job *j)
 {
+	if (j->pgj)
+		return mesh__jpg_where(j->pgj);
 	return j->journal_path;
 }
 
 const void *mesh_job_identity(const struct mesh_job *j, size_t *len)
 {
+	if (j->pgj)
+		return mesh__jpg_identity(j->pgj, len);
 	*len = j->ident_len;
 	return j->ident_len ? j->ident : NULL;
 }
@@ -842,6 +896,8 @@ static uint64_t straggler_locked(struct mesh_job *j)
 
 uint64_t mesh_job_straggler_ns(struct mesh_job *j)
 {
+	if (j->pgj)
+		return 0;
 	uint64_t t;
 	pthread_mutex_lock(&j->mu);
 	sync_locked(j);
@@ -1039,6 +1095,10 @@ out:
 
 int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
 {
+	if (j->pgj) {
+		size_t got;
+		return mesh__jpg_lease_many(j->pgj, ttl_ns, l, 1, &got);
+	}
 	int rc;
 	if (!j->st || j->read_only)
 		return MESH_E_STATE;
@@ -1125,6 +1185,8 @@ static int lease_blocks(struct mesh_job *j, const struct mesh_lease_clock *now, 
 
 int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *ls, size_t k, size_t *got)
 {
+	if (j->pgj)
+		return mesh__jpg_lease_many(j->pgj, ttl_ns, ls, k, got);
 	struct mesh_lease_clock now;
 	int rc;
 	size_t n = 0;
@@ -1169,6 +1231,8 @@ int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int spec, struct me
 
 int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns)
 {
+	if (j->pgj)
+		return mesh__jpg_renew(j->pgj, l, ttl_ns);
 	struct held *h;
 	struct mesh_lease_clock now;
 	uint64_t dl, boot_dl;
@@ -1264,6 +1328,8 @@ static void record_dups(struct mesh_job *j, const uint64_t *cids, const int *res
 
 int mesh_job_complete_many(struct mesh_job *j, const uint64_t *cids, const uint64_t *durs, size_t n, int *results)
 {
+	if (j->pgj)
+		return mesh__jpg_complete_many(j->pgj, cids, durs, n, results);
 	unsigned char nodep[4 + MESH_NODE_MAX];
 	unsigned char *pay = NULL;
 	struct mesh_jrec *recs = NULL;
@@ -1390,6 +1456,8 @@ int mesh_job_complete(struct mesh_job *j, uint64_t cid, uint64_t duration_ns)
 
 int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status)
 {
+	if (j->pgj)
+		return mesh__jpg_fail(j->pgj, cid, status);
 	unsigned char nodep[4 + MESH_NODE_MAX], pay[16];
 	struct mesh_jrec recs[2];
 	size_t nrec = 0;
@@ -1446,6 +1514,8 @@ int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status)
 
 int mesh_job_retry(struct mesh_job *j, uint64_t cid)
 {
+	if (j->pgj)
+		return mesh__jpg_retry(j->pgj, cid);
 	unsigned char pay[8];
 	struct mesh_jrec r = {MESH_JREC_RETRY, 0, 8, pay, 0};
 	int count = 0, rc;
@@ -1488,6 +1558,8 @@ static void count_live_fn(void *arg, uint64_t cid, const struct mesh_lease_stamp
 
 int mesh_job_status(struct mesh_job *j, struct mesh_job_status *st)
 {
+	if (j->pgj)
+		return mesh__jpg_status(j->pgj, st);
 	struct count_live cl = {j, 0};
 	int rc;
 	memset(st, 0, sizeof *st);
@@ -1527,6 +1599,8 @@ static int cmp_fail(const void *a, const void *b)
 
 int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failure *, void *), void *arg)
 {
+	if (j->pgj)
+		return mesh__jpg_failures(j->pgj, fn, arg);
 	struct mesh_job_failure *v;
 	size_t n = 0;
 	int rc;
@@ -1557,6 +1631,8 @@ int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failu
 
 int mesh_job_is_done(struct mesh_job *j, uint64_t cid)
 {
+	if (j->pgj)
+		return mesh__jpg_is_done(j->pgj, cid);
 	int rc;
 	if (cid >= j->n)
 		return MESH_E_RANGE;
@@ -1570,6 +1646,8 @@ int mesh_job_is_done(struct mesh_job *j, uint64_t cid)
 
 int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg)
 {
+	if (j->pgj)
+		return 0; /* node speeds are not kept in PostgreSQL yet */
 	int rc;
 	pthread_mutex_lock(&j->mu);
 	rc = sync_locked(j);

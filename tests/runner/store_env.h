@@ -21,5 +21,7 @@ int store_env_start(struct store_env *e, const char *kind);
 void store_env_stop(struct store_env *e);
 int store_env_submit(const struct store_env *e, uint64_t n);
 int store_env_open(const struct store_env *e, struct mesh_job **j, const char *node, uint32_t max_attempts);
+/* postgresql: pg_ctl with args ("-m immediate restart") on the server. */
+int store_env_pg_ctl(const struct store_env *e, const char *args);
 
 #endif

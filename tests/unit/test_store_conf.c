@@ -267,6 +267,7 @@ static void conf_hand_back_and_close(const struct store_env *e)
 	CONF(store, hand_back_and_close)
 
 CONF_ALL(file)
+CONF_ALL(postgresql)
 
 /* File store only: what a batch costs on disk. */
 TEST(store_file_batch_is_one_lease_file)
