@@ -67,6 +67,9 @@ struct mesh_job_why {
 	/* MESH_E_MISMATCH: the identity the journal holds (len 0: none) */
 	size_t identity_len;
 	unsigned char identity[MESH_JOB_IDENTITY_MAX];
+	/* A store URL's error: the store's own words (PostgreSQL: libpq's
+	 * message, or what to run), never a password; "" otherwise. */
+	char store_msg[256];
 };
 
 struct mesh_job_opts {

@@ -44,7 +44,7 @@ int mesh__jpg_submit(const char *url, uint64_t n, const void *ident, size_t iden
 		return MESH_E_RANGE;
 	if (ident_len > MESH_JOB_IDENTITY_MAX)
 		return MESH_E_TOOBIG;
-	rc = mesh_pg_open(&pg, url, NULL, 0);
+	rc = mesh_pg_open(&pg, url, why->store_msg, sizeof why->store_msg);
 	if (rc) {
 		why_conn(why, rc);
 		return rc;
@@ -60,7 +60,7 @@ int mesh__jpg_open(struct mesh__jpg **out, const struct mesh_job_opts *o, const 
 	int rc;
 	if (!p)
 		return -ENOMEM;
-	rc = mesh_pg_open(&p->pg, o->journal, NULL, 0);
+	rc = mesh_pg_open(&p->pg, o->journal, o->why ? o->why->store_msg : NULL, o->why ? sizeof o->why->store_msg : 0);
 	if (!rc)
 		rc = mesh_pg_job(p->pg, &p->n, p->ident, &p->ident_len);
 	if (!rc && o->nchunks && o->nchunks != p->n)
@@ -69,13 +69,14 @@ int mesh__jpg_open(struct mesh__jpg **out, const struct mesh_job_opts *o, const 
 	    (o->identity_len != p->ident_len || memcmp(o->identity, p->ident, p->ident_len)))
 		rc = MESH_E_MISMATCH;
 	if (rc) {
+		if (p->pg)
+			mesh_pg_close(p->pg);
 		if (o->why) {
 			why_conn(o->why, rc);
 			o->why->n = p->n;
 			o->why->identity_len = p->ident_len;
 			memcpy(o->why->identity, p->ident, p->ident_len);
 		}
-		mesh_pg_close(p->pg);
 		free(p);
 		return rc;
 	}
