@@ -232,3 +232,22 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 	free(b);
 	store_env_stop(&e);
 }
+
+TEST_TIMEOUT(store_pg_mesh_run_store, 60)
+{
+	struct store_env e;
+	char url[600], out[4096];
+	start(&e);
+	base_url(&e, url, sizeof url);
+	/* two runs of the same command on one store share one job: the
+	 * second finds it done and runs nothing again */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j 3 --store '%s' --chunks 40 -- echo c{} | sort | uniq | wc -l",
+		       MESH, url),
+		  0);
+	EXPECT_EQ(atoi(out), 40);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' %s run -j 3 --chunks 40 -- echo c{} | wc -l", url, MESH),
+		  0);
+	EXPECT_EQ(atoi(out), 0);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.jobs WHERE name LIKE 'mesh-run-%' AND done = 40"), 1);
+	store_env_stop(&e);
+}
