@@ -1158,14 +1158,13 @@ static int lease_blocks(struct mesh_job *j, const struct mesh_lease_clock *now, 
 		if (rc < 0)
 			return got ? (int)got : rc;
 		/* DONE meanwhile (the completer appends DONE before it lets go). */
-		if (sync_locked(j) < 0)
-			gotm = 0;
+		int synced = sync_locked(j);
 		for (unsigned i = 0; i < MESH_LEASE_BLOCK; i++) {
 			uint64_t cid = b * MESH_LEASE_BLOCK + i;
 			struct held h;
 			if (!(gotm >> i & 1))
 				continue;
-			if (bit(j->done_bits, cid)) {
+			if (synced < 0 || bit(j->done_bits, cid)) {
 				j->st->ops->release(j->st, cid, 0, s.token);
 				continue;
 			}

@@ -585,6 +585,8 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 				bk->st.deadline_ns = mine->deadline_ns;
 			if (bk->st.boot_deadline_ns < mine->boot_deadline_ns)
 				bk->st.boot_deadline_ns = mine->boot_deadline_ns;
+			/* the start others judge stragglers by: the newest chunks' */
+			bk->st.started_ns = mine->started_ns;
 			*got = block_commit(fs, bk, fd, add, &rc);
 			close(fd);
 			*mine = bk->st;
