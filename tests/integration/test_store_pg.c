@@ -155,7 +155,7 @@ TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
 {
 	struct store_env e;
 	char url[600], out[1024];
-	const long n = 3000;
+	const long n = 1200;
 	pid_t pids[4];
 	start(&e);
 	base_url(&e, url, sizeof url);
@@ -170,7 +170,7 @@ TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
 			int fd = open("/dev/null", O_WRONLY);
 			dup2(fd, 1);
 			dup2(fd, 2);
-			execl(MESH, "mesh", "job", "harvest", job, "x", "k", "3000", "2", node, "--", "sh", "-c", "exit 0",
+			execl(MESH, "mesh", "job", "harvest", job, "x", "k", "1200", "2", node, "--", "sh", "-c", "exit 0",
 			      (char *)NULL);
 			_exit(127);
 		}
@@ -195,7 +195,7 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 {
 	struct store_env e;
 	char url[600], out[2][1024];
-	const long n = 2000;
+	const long n = 800;
 	start(&e);
 	base_url(&e, url, sizeof url);
 	ASSERT_EQ(t_sh(out[0], sizeof out[0], 1, "%s job submit '%s#r' %ld", MESH, url, n), 0);
