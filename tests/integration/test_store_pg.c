@@ -155,7 +155,7 @@ TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
 {
 	struct store_env e;
 	char url[600], out[1024];
-	const long n = 1200;
+	const long n = 600;
 	pid_t pids[4];
 	start(&e);
 	base_url(&e, url, sizeof url);
@@ -170,7 +170,7 @@ TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
 			int fd = open("/dev/null", O_WRONLY);
 			dup2(fd, 1);
 			dup2(fd, 2);
-			execl(MESH, "mesh", "job", "harvest", job, "x", "k", "1200", "2", node, "--", "sh", "-c", "exit 0",
+			execl(MESH, "mesh", "job", "harvest", job, "x", "k", "600", "2", node, "--", "sh", "-c", "exit 0",
 			      (char *)NULL);
 			_exit(127);
 		}
@@ -182,6 +182,7 @@ TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
 		usleep(10000);
 	kill(pids[0], SIGKILL);
 	kill(pids[2], SIGKILL);
+	EXPECT_LT(sql1(&e, q), n); /* it was mid-job */
 	for (int i = 0; i < 4; i++)
 		waitpid(pids[i], NULL, 0);
 	/* what is left: a last node (leases of the killed ones are stolen) */
@@ -195,7 +196,7 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 {
 	struct store_env e;
 	char url[600], out[2][1024];
-	const long n = 800;
+	const long n = 400;
 	start(&e);
 	base_url(&e, url, sizeof url);
 	ASSERT_EQ(t_sh(out[0], sizeof out[0], 1, "%s job submit '%s#r' %ld", MESH, url, n), 0);
@@ -207,7 +208,9 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 		snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE name = 'r'");
 		for (int i = 0; i < 400 && sql1(&e, q) < n / 5; i++)
 			usleep(10000);
-		_exit(store_env_pg_ctl(&e, "-m immediate restart") ? 1 : 0);
+		if (store_env_pg_ctl(&e, "-m immediate restart"))
+			_exit(1);
+		_exit(sql1(&e, q) < n ? 0 : 2); /* it was mid-job */
 	}
 	int rc = t_sh(out[0], sizeof out[0], 1,
 		      "%s job harvest '%s#r' x r %ld 5 a -- sh -c 'exit 0' > a.out 2>&1 & "
