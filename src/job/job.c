@@ -1,5 +1,6 @@
 #include "job/job.h"
 
+#include "base/bytes.h"
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
@@ -88,28 +89,6 @@ struct mesh_job {
 	size_t nresv;
 	uint64_t rate_t0, rate_count, rate; /* leases handed out a second, measured over >= 100 ms */
 };
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
 
 static int bit(const uint64_t *b, uint64_t i)
 {
@@ -267,7 +246,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	struct mesh_job *j = arg;
 	const unsigned char *p = r->data;
 	if (r->type == MESH_JREC_SUBMIT && r->len >= 8) {
-		uint64_t n = get64(p);
+		uint64_t n = mesh_get64le(p);
 		if (!j->have_n && n > MESH_JOB_MAX_CHUNKS)
 			j->n_refused = n;
 		if (j->have_n || n == 0 || n > MESH_JOB_MAX_CHUNKS)
@@ -291,14 +270,14 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		}
 		break;
 	case MESH_JREC_NODE:
-		if (r->len >= 5 && !node_add(j, get32(p), (const char *)p + 4, r->len - 4u))
+		if (r->len >= 5 && !node_add(j, mesh_get32le(p), (const char *)p + 4, r->len - 4u))
 			return -ENOMEM;
 		break;
 	case MESH_JREC_DONE: {
 		if (r->len < 16)
 			break;
-		uint64_t cid = get64(p);
-		uint32_t dur = get32(p + 12);
+		uint64_t cid = mesh_get64le(p);
+		uint32_t dur = mesh_get32le(p + 12);
 		if (cid >= j->n)
 			break;
 		if (bit(j->done_bits, cid)) {
@@ -310,7 +289,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		if (r->flags & 1)
 			j->spec_wins++;
 		if (dur) {
-			struct node *nd = node_find(j, get32(p + 8));
+			struct node *nd = node_find(j, mesh_get32le(p + 8));
 			j->hist[hist_bucket(dur)]++;
 			j->hist_n++;
 			if (nd) {
@@ -323,7 +302,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	case MESH_JREC_FAIL: {
 		if (r->len < 16)
 			break;
-		uint64_t cid = get64(p);
+		uint64_t cid = mesh_get64le(p);
 		struct fail *f;
 		if (cid >= j->n)
 			break;
@@ -331,19 +310,19 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		if (!f)
 			return -ENOMEM;
 		f->attempts++;
-		f->last_status = (int)get32(p + 12);
+		f->last_status = (int)mesh_get32le(p + 12);
 		f->buried = r->flags & 1;
 		j->failed_attempts++;
 		break;
 	}
 	case MESH_JREC_DUP:
-		if (r->len >= 12 && get64(p) < j->n)
+		if (r->len >= 12 && mesh_get64le(p) < j->n)
 			j->dups++;
 		break;
 	case MESH_JREC_RETRY: {
 		if (r->len < 8)
 			break;
-		uint64_t cid = get64(p);
+		uint64_t cid = mesh_get64le(p);
 		if (cid == UINT64_MAX) {
 			for (size_t i = 0; i < j->cfails; i++)
 				if (j->fails[i].key) {
@@ -380,15 +359,15 @@ static int prepare(void *arg, const struct mesh_jrec *recs, size_t n, int *keep)
 	for (size_t i = 0; !rc && i < n; i++) {
 		const unsigned char *p = recs[i].data;
 		if (recs[i].type == MESH_JREC_DONE || recs[i].type == MESH_JREC_FAIL) {
-			uint64_t cid = get64(p);
+			uint64_t cid = mesh_get64le(p);
 			if (cid < j->n && bit(j->done_bits, cid))
 				keep[i] = 0;
 		} else if (recs[i].type == MESH_JREC_NODE) {
-			uint32_t h = get32(p);
+			uint32_t h = mesh_get32le(p);
 			if (node_find(j, h))
 				keep[i] = 0;
 			for (size_t k = 0; k < i && keep[i]; k++)
-				if (keep[k] && recs[k].type == MESH_JREC_NODE && get32(recs[k].data) == h)
+				if (keep[k] && recs[k].type == MESH_JREC_NODE && mesh_get32le(recs[k].data) == h)
 					keep[i] = 0;
 		}
 	}
@@ -432,7 +411,7 @@ static int read_head(const char *journal, uint64_t *n, unsigned char *ident, siz
 	if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE, (size_t)got, &first, &sz) != 1 ||
 	    first.type != MESH_JREC_SUBMIT || first.len < 8)
 		return MESH_E_NOJOB;
-	*n = get64(first.data);
+	*n = mesh_get64le(first.data);
 	*ident_len = 0;
 	if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE + sz, (size_t)got - sz, &second, &sz2) == 1 &&
 	    second.type == MESH_JREC_WORK && second.len > 0 && second.len <= MESH_JOB_IDENTITY_MAX) {
@@ -478,7 +457,7 @@ int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, si
 		return MESH_E_RANGE;
 	if (identity_len > MESH_JOB_IDENTITY_MAX)
 		return MESH_E_TOOBIG;
-	put64(pay, n);
+	mesh_put64le(pay, n);
 	for (int tries = 0; tries < 2; tries++) {
 		uint64_t have = 0;
 		rc = read_head(journal, &have, why->identity, &why->identity_len, why);
@@ -1291,15 +1270,15 @@ static void enc_done(unsigned char *p, uint64_t cid, uint32_t node, uint64_t dur
 	uint64_t us = dur_ns / 1000;
 	if (dur_ns && !us)
 		us = 1;
-	put64(p, cid);
-	put32(p + 8, node);
-	put32(p + 12, us > UINT32_MAX ? UINT32_MAX : (uint32_t)us);
+	mesh_put64le(p, cid);
+	mesh_put32le(p + 8, node);
+	mesh_put32le(p + 12, us > UINT32_MAX ? UINT32_MAX : (uint32_t)us);
 }
 
 static size_t enc_node(struct mesh_job *j, unsigned char *p)
 {
 	size_t n = strlen(j->node);
-	put32(p, j->node_hash);
+	mesh_put32le(p, j->node_hash);
 	memcpy(p + 4, j->node, n);
 	return 4 + n;
 }
@@ -1315,9 +1294,9 @@ static void record_dups(struct mesh_job *j, const uint64_t *cids, const int *res
 	for (size_t i = 0; i < n; i++) {
 		if (results[i] != MESH_JOB_IGNORED)
 			continue;
-		put64(pay + 16 * nrec, cids[i]);
-		put32(pay + 16 * nrec + 8, j->node_hash);
-		put32(pay + 16 * nrec + 12, 0);
+		mesh_put64le(pay + 16 * nrec, cids[i]);
+		mesh_put32le(pay + 16 * nrec + 8, j->node_hash);
+		mesh_put32le(pay + 16 * nrec + 12, 0);
 		recs[nrec] = (struct mesh_jrec){MESH_JREC_DUP, 0, 12, pay + 16 * nrec, 0};
 		nrec++;
 	}
@@ -1480,9 +1459,9 @@ int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status)
 		recs[nrec] = (struct mesh_jrec){MESH_JREC_NODE, 0, (uint16_t)enc_node(j, nodep), nodep, 0};
 		nrec++;
 	}
-	put64(pay, cid);
-	put32(pay + 8, j->node_hash);
-	put32(pay + 12, (uint32_t)status);
+	mesh_put64le(pay, cid);
+	mesh_put32le(pay + 8, j->node_hash);
+	mesh_put32le(pay + 12, (uint32_t)status);
 	{
 		/* The writer decides burial with its own max_attempts, so every
 		 * reader agrees whatever its options. */
@@ -1532,7 +1511,7 @@ int mesh_job_retry(struct mesh_job *j, uint64_t cid)
 	pthread_mutex_unlock(&j->mu);
 	if (rc || count == 0)
 		return rc;
-	put64(pay, cid);
+	mesh_put64le(pay, cid);
 	rc = mesh_journal_append(j->jr, &r, 1, NULL);
 	pthread_mutex_lock(&j->mu);
 	if (!rc)

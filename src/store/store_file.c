@@ -55,14 +55,6 @@ static int block_name(struct file_store *fs, uint64_t b, char *buf, size_t cap)
 	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
-static int lock_ex(int fd)
-{
-	while (flock(fd, LOCK_EX) < 0)
-		if (errno != EINTR)
-			return -errno;
-	return 0;
-}
-
 /* Reads the stamp of an open lease file. */
 static int read_fd(int fd, struct mesh_lease_stamp *st)
 {
@@ -94,7 +86,7 @@ static int open_locked(struct file_store *fs, const char *name)
 	int rc, fd = openat(fs->dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
-	rc = lock_ex(fd);
+	rc = mesh_flock_ex(fd);
 	if (!rc && fstat(fd, &st) < 0)
 		rc = -errno;
 	if (!rc && st.st_nlink == 0)
@@ -275,7 +267,7 @@ static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return errno == EEXIST ? MESH_E_STATE : -errno;
-	rc = lock_ex(fd);
+	rc = mesh_flock_ex(fd);
 	if (!rc && fstat(fd, &st) < 0)
 		rc = -errno;
 	if (!rc && (st.st_size != 0 || st.st_nlink == 0)) {
@@ -369,7 +361,7 @@ static int block_renew(struct file_store *fs, struct blk *bk, uint64_t cid, uint
 		else if ((rc = block_restamp(fs, bk, 0, 0, bit)))
 			return rc;
 		fd = openat(fs->dirfd, cname, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-		rc = fd < 0 ? (errno == EEXIST ? MESH_E_STATE : -errno) : lock_ex(fd);
+		rc = fd < 0 ? (errno == EEXIST ? MESH_E_STATE : -errno) : mesh_flock_ex(fd);
 		if (!rc)
 			rc = write_fd(fd, &mine);
 		if (fd >= 0)
@@ -610,7 +602,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 	}
 	fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd >= 0) {
-		rc = lock_ex(fd);
+		rc = mesh_flock_ex(fd);
 		if (!rc && fstat(fd, &st) < 0)
 			rc = -errno;
 		if (!rc && (st.st_size != 0 || st.st_nlink == 0))
