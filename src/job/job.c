@@ -1638,6 +1638,14 @@ int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_sta
 	return rc;
 }
 
+int mesh_job_wait_work(struct mesh_job *j, uint64_t timeout_ns)
+{
+	if (j->pgj)
+		return mesh__jpg_wait(j->pgj, timeout_ns);
+	mesh_sleep_ns(timeout_ns);
+	return 0;
+}
+
 int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int speculate_on, volatile int *stop,
 		   struct mesh_job_drain_stats *st)
 {
@@ -1665,8 +1673,12 @@ int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int sp
 				return MESH_JOB_COMPLETE;
 			if (s.leased == 0 && s.pending == 0 && s.buried > 0)
 				return MESH_E_BURIED;
-			mesh_sleep_ns(backoff);
-			if (backoff < 50 * MESH_NS_PER_MS)
+			/* In PostgreSQL a NOTIFY wakes us for chunks let go:
+			 * poll it seldom (expired leases wake nobody). */
+			rc = mesh_job_wait_work(j, backoff);
+			if (rc < 0)
+				return rc;
+			if (backoff < (j->pgj ? 1000 : 50) * MESH_NS_PER_MS)
 				backoff *= 2;
 			continue;
 		}

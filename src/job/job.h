@@ -230,9 +230,18 @@ struct mesh_job_drain_stats {
  * leases were taken (MESH_JOB_LIMIT; 0 = no limit), *stop is set
  * (MESH_JOB_INTERRUPTED; stop may be NULL), only buried chunks are left
  * (MESH_E_BURIED), or an error.  While others hold every remaining chunk it
- * waits (5..50 ms back-off) and leases again.  st may be NULL. */
+ * waits (5..50 ms back-off; a job in PostgreSQL
+ * waits up to 1 s, woken at once by a NOTIFY: mesh_job_wait_work) and leases
+ * again.  st may be NULL. */
 int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int speculate, volatile int *stop,
 		   struct mesh_job_drain_stats *st);
+
+/* Waits up to timeout_ns for work to appear on j (an idle node between
+ * leases that answered MESH_JOB_NONE): in PostgreSQL a NOTIFY wakes it at
+ * once when a chunk is let go (a failure, a hand-back, a node that
+ * stopped); the file store just sleeps.  1 = woken, 0 = timeout, or a
+ * negative error.  Expired leases wake nobody: poll at least that often. */
+int mesh_job_wait_work(struct mesh_job *j, uint64_t timeout_ns);
 
 /* Speed measured for one node (from the durations in DONE records). */
 struct mesh_job_node_stat {

@@ -291,6 +291,11 @@ int mesh__jpg_is_done(struct mesh__jpg *p, uint64_t cid)
 	return mesh_pg_is_done(p->pg, cid);
 }
 
+int mesh__jpg_wait(struct mesh__jpg *p, uint64_t timeout_ns)
+{
+	return mesh_pg_wait(p->pg, timeout_ns);
+}
+
 uint64_t mesh__jpg_nchunks(const struct mesh__jpg *p)
 {
 	return p->n;

@@ -22,6 +22,8 @@ int mesh__jpg_retry(struct mesh__jpg *p, uint64_t cid);
 int mesh__jpg_status(struct mesh__jpg *p, struct mesh_job_status *st);
 int mesh__jpg_failures(struct mesh__jpg *p, void (*fn)(const struct mesh_job_failure *, void *), void *arg);
 int mesh__jpg_is_done(struct mesh__jpg *p, uint64_t cid);
+/* Waits for a NOTIFY of this job (store_pg.h mesh_pg_wait). */
+int mesh__jpg_wait(struct mesh__jpg *p, uint64_t timeout_ns);
 uint64_t mesh__jpg_nchunks(const struct mesh__jpg *p);
 const char *mesh__jpg_node(const struct mesh__jpg *p);
 const char *mesh__jpg_where(const struct mesh__jpg *p);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ struct mesh_pg {
 	pthread_cond_t ccv;
 	struct cbatch *queue;
 	int leader;
+	int listening; /* LISTEN mesh done on this connection */
 };
 
 int mesh_pg_url_is(const char *s)
@@ -97,6 +99,23 @@ static char *split_url(const char *url, char *job, size_t cap)
 	return conninfo;
 }
 
+/* The library prints nothing: the server's notices (a shutdown's
+ * WARNING) are dropped. */
+static void no_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+/* An error that means the connection is gone or going (a restart): class
+ * 08 (connection exception) or 57P01..57P03 (admin/crash shutdown, cannot
+ * connect now). */
+static int conn_lost(const PGresult *r)
+{
+	const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	return !st || !strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") || !strcmp(st, "57P03");
+}
+
 /* A connection with synchronous commit on, or NULL with why filled. */
 static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
 {
@@ -112,6 +131,7 @@ static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
 	}
 	PQconninfoFree(opts);
 	c = PQconnectdb(conninfo);
+	PQsetNoticeProcessor(c, no_notice, NULL);
 	if (PQstatus(c) != CONNECTION_OK) {
 		set_why(why, cap, PQerrorMessage(c));
 		PQfinish(c);
@@ -169,8 +189,9 @@ static PGresult *q(struct mesh_pg *pg, const char *sql, int n, const char *const
 		ExecStatusType st = PQresultStatus(r);
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 			return r;
+		int lost = PQstatus(pg->conn) != CONNECTION_OK || conn_lost(r);
 		PQclear(r);
-		if (PQstatus(pg->conn) == CONNECTION_OK) {
+		if (!lost) {
 			*rc = MESH_E_PROTO; /* the database refused the statement */
 			return NULL;
 		}
@@ -306,7 +327,8 @@ int mesh_pg_submit(struct mesh_pg *pg, uint64_t n, const void *ident, size_t ide
 	pthread_mutex_lock(&pg->mu);
 	r = q(pg,
 	      "WITH i AS (INSERT INTO mesh.jobs (name, n, identity) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING"
-	      " RETURNING n, identity) SELECT n, identity FROM i UNION ALL SELECT n, identity FROM mesh.jobs WHERE name = $1",
+	      " RETURNING id, n, identity) SELECT n, identity, pg_notify('mesh', id::text) FROM i"
+	      " UNION ALL SELECT n, identity, NULL FROM mesh.jobs WHERE name = $1",
 	      3, vals, &rc);
 	if (r && PQntuples(r) >= 1) {
 		*have_n = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
@@ -379,9 +401,13 @@ int mesh_pg_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl
 	snprintf(ttext, sizeof ttext, "%" PRId64, (int64_t)token);
 	snprintf(ltext, sizeof ltext, "%" PRIu64, ttl_ns / 1000);
 	pthread_mutex_lock(&pg->mu);
+	/* A hand-back (a deadline under a millisecond away) wakes the idle. */
 	r = q(pg,
-	      "UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2 AND token = $3"
-	      " AND state = 'l' RETURNING deadline",
+	      ttl_ns < MESH_NS_PER_MS
+		      ? "WITH u AS (UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2"
+			" AND token = $3 AND state = 'l' RETURNING deadline) SELECT deadline, pg_notify('mesh', $1::text) FROM u"
+		      : "UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2 AND token = $3"
+			" AND state = 'l' RETURNING deadline",
 	      4, vals, &rc);
 	if (r && PQntuples(r) == 1)
 		*deadline_ns = strtoull(PQgetvalue(r, 0, 0), NULL, 10) * 1000;
@@ -586,7 +612,8 @@ int mesh_pg_release_mine(struct mesh_pg *pg)
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
 	return q1(pg,
 		  "WITH u AS (UPDATE mesh.chunks SET state = 'p', token = NULL, holder = NULL"
-		  " WHERE job = $1 AND holder = $2 AND state = 'l' RETURNING 1) SELECT count(*) FROM u",
+		  " WHERE job = $1 AND holder = $2 AND state = 'l' RETURNING 1)"
+		  " SELECT count(*), pg_notify('mesh', $1::text) FROM u",
 		  2, vals, out, sizeof out);
 }
 
@@ -648,4 +675,48 @@ int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *
 	}
 	PQfinish(c);
 	return rc;
+}
+
+int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns)
+{
+	uint64_t end = mesh_mono_ns() + timeout_ns;
+	int rc = 0, woke = 0;
+	pthread_mutex_lock(&pg->mu);
+	if (!pg->listening) {
+		PGresult *r = q(pg, "LISTEN mesh", 0, NULL, &rc);
+		PQclear(r);
+		if (rc) {
+			pthread_mutex_unlock(&pg->mu);
+			return rc;
+		}
+		pg->listening = 1;
+	}
+	while (!woke) {
+		PGnotify *nt;
+		uint64_t now = mesh_mono_ns();
+		if (!PQconsumeInput(pg->conn))
+			break; /* the connection is gone: the next call makes it again */
+		while ((nt = PQnotifies(pg->conn))) {
+			woke |= !strcmp(nt->extra, pg->idtext);
+			PQfreemem(nt);
+		}
+		if (woke || now >= end)
+			break;
+		struct pollfd pfd = {PQsocket(pg->conn), POLLIN, 0};
+		uint64_t ms = (end - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
+		int prc;
+		if (pfd.fd < 0)
+			break;
+		/* Other threads may use the connection meanwhile: a NOTIFY
+		 * their call reads waits in libpq's queue for us. */
+		pthread_mutex_unlock(&pg->mu);
+		prc = poll(&pfd, 1, ms > 50 ? 50 : (int)ms);
+		pthread_mutex_lock(&pg->mu);
+		if (prc < 0)
+			break;
+	}
+	if (!woke && PQstatus(pg->conn) != CONNECTION_OK)
+		pg->listening = 0; /* a new connection listens anew */
+	pthread_mutex_unlock(&pg->mu);
+	return woke;
 }

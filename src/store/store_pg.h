@@ -94,6 +94,12 @@ int mesh_pg_retry(struct mesh_pg *pg, uint64_t cid);
 int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st);
 int mesh_pg_is_done(struct mesh_pg *pg, uint64_t cid);
 int mesh_pg_failures(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_failure *, void *), void *arg);
+/* Waits up to timeout_ns for work on this job to appear: a chunk let go
+ * (a failure, a hand-back, a node that stopped) or the job submitted,
+ * told by NOTIFY (LISTEN on this handle's connection from the first call
+ * on).  1 = woken, 0 = the timeout, or an error.  An idle node waits here
+ * instead of polling the database. */
+int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns);
 /* Lets every lease taken through this handle go (a node that stops). */
 int mesh_pg_release_mine(struct mesh_pg *pg);
 

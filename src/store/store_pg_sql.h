@@ -100,6 +100,7 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	"  token = NULL, holder = NULL, deadline = NULL"
 	"  WHERE job = p_job AND cid = p_cid RETURNING state = 'b' INTO b;\n"
 	" UPDATE mesh.jobs SET failed = failed + 1 WHERE id = p_job;\n"
+	" IF NOT b THEN PERFORM pg_notify('mesh', p_job::text); END IF;\n"
 	" RETURN b;\n"
 	"END $f$;",
 };

@@ -3,6 +3,7 @@
  * (clear message, documented exit code, nothing written), nodes killed
  * with SIGKILL mid-job, and the database restarted mid-job. */
 #include "base/exit.h"
+#include "job/job.h"
 #include "runner/store_env.h"
 #include "runner/t.h"
 
@@ -224,6 +225,8 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 	ASSERT_TRUE(a && b);
 	EXPECT_CONTAINS(a, "COMPLETE");
 	EXPECT_CONTAINS(b, "COMPLETE");
+	if (!strstr(a, "COMPLETE") || !strstr(b, "COMPLETE"))
+		fprintf(stderr, "a: %s\nb: %s\n", a, b);
 	/* no DONE was reported that the database did not commit, and none is
 	 * missing (a completion whose answer the restart lost comes back
 	 * IGNORED on the retry: never DONE twice, never DONE uncommitted) */
@@ -252,5 +255,43 @@ TEST_TIMEOUT(store_pg_mesh_run_store, 60)
 		  0);
 	EXPECT_EQ(atoi(out), 0);
 	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.jobs WHERE name LIKE 'mesh-run-%' AND done = 40"), 1);
+	store_env_stop(&e);
+}
+
+/* An idle node is woken by NOTIFY when a chunk is let go: it takes the
+ * chunk long before its polling back-off (up to 1 s by then) would. */
+TEST_TIMEOUT(store_pg_idle_node_woken_by_notify, 60)
+{
+	struct store_env e;
+	struct mesh_job *a;
+	struct mesh_lease ls[2];
+	size_t got = 0;
+	char url[600], cmd[1400];
+	start(&e);
+	base_url(&e, url, sizeof url);
+	snprintf(e.where, sizeof e.where, "%.500s#w", url);
+	ASSERT_EQ(store_env_submit(&e, 2), 0);
+	ASSERT_EQ(store_env_open(&e, &a, "a", 3), 0);
+	ASSERT_EQ(mesh_job_lease_many(a, 60ull * 1000000000ull, 0, ls, 2, &got), 0);
+	ASSERT_EQ(got, 2);
+	snprintf(cmd, sizeof cmd, "%s job harvest '%s#w' x w 2 60 b > b.out 2>&1", MESH, url);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0)
+		_exit(system(cmd) == 0 ? 0 : 1);
+	/* b finds nothing and backs off; after 1.5 s its wait is 640 ms+ */
+	usleep(1500 * 1000);
+	uint64_t t0 = t_now_ms();
+	ASSERT_EQ(mesh_job_fail(a, ls[0].cid, 1), 0);
+	while (mesh_job_is_done(a, ls[0].cid) != 1 && t_now_ms() - t0 < 5000)
+		usleep(1000);
+	uint64_t woke = t_now_ms() - t0;
+	fprintf(stderr, "    idle node took the chunk %llu ms after it was let go\n", (unsigned long long)woke);
+	EXPECT_LT(woke, 250);
+	EXPECT_EQ(mesh_job_complete(a, ls[1].cid, 0), MESH_JOB_DONE);
+	int ws;
+	ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	mesh_job_close(a);
 	store_env_stop(&e);
 }
