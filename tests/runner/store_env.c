@@ -73,6 +73,18 @@ static int pg_datadir(const char *bin, const char *dir)
 	return system(cmd) ? -1 : 0;
 }
 
+/* The server this test process started: stopped at exit too, so that a
+ * test that fails (FAIL exits) leaves no server behind.  Only in the
+ * process that started it (a forked child's exit stops nothing). */
+static struct store_env *running;
+static pid_t running_pid;
+
+static void stop_at_exit(void)
+{
+	if (running && running_pid == getpid())
+		store_env_stop(running);
+}
+
 static int pg_start(struct store_env *e)
 {
 	char bin[200], cwd[200], cmd[1400], why[256];
@@ -89,6 +101,7 @@ static int pg_start(struct store_env *e)
 	snprintf(e->pgdir, sizeof e->pgdir, "%s/pg", cwd);
 	if (pg_datadir(bin, e->pgdir)) {
 		fprintf(stderr, "store_env: initdb failed\n");
+		store_env_stop(e);
 		return -1;
 	}
 	snprintf(cmd, sizeof cmd,
@@ -97,11 +110,17 @@ static int pg_start(struct store_env *e)
 		 bin, e->pgdir, e->pgdir, e->pgdir);
 	if (as_pg(cmd)) {
 		fprintf(stderr, "store_env: pg_ctl start failed (see %s/log)\n", e->pgdir);
+		store_env_stop(e);
 		return -1;
 	}
+	if (!running_pid)
+		atexit(stop_at_exit);
+	running = e;
+	running_pid = getpid();
 	snprintf(e->where, sizeof e->where, "postgresql:///postgres?host=%s&user=mesh#conf", e->pgdir);
 	if (mesh_pg_schema(e->where, MESH_PG_SCHEMA_INIT, &found, &now, why, sizeof why)) {
 		fprintf(stderr, "store_env: mesh store init: %s\n", why);
+		store_env_stop(e);
 		return -1;
 	}
 	return 0;
@@ -139,6 +158,8 @@ void store_env_stop(struct store_env *e)
 	char cmd[600];
 	if (!e->pgdir[0])
 		return;
+	if (running == e)
+		running = NULL;
 	store_env_pg_ctl(e, "-m immediate stop");
 	*strrchr(e->pgdir, '/') = 0;
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->pgdir);
