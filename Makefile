@@ -22,7 +22,11 @@ LDFLAGS  += -Wl,--as-needed
 EV_LIBS  := $(shell pkg-config --libs libevent_core libevent_extra libevent_pthreads 2>/dev/null || echo -levent_core -levent_extra -levent_pthreads)
 JSON_LIBS:= $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 PNG_LIBS := $(shell pkg-config --libs libpng 2>/dev/null || echo -lpng)
-ALL_LIBS := $(EV_LIBS) $(JSON_LIBS) -lz $(LDLIBS)
+# The PostgreSQL job store (src/store/store_pg.c): Debian's libpq.
+PQ_CFLAGS:= $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+PQ_LIBS  := $(shell pkg-config --libs libpq 2>/dev/null || echo -lpq)
+CPPFLAGS += $(PQ_CFLAGS)
+ALL_LIBS := $(EV_LIBS) $(JSON_LIBS) $(PQ_LIBS) -lz $(LDLIBS)
 
 ifeq ($(SAN),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -39,7 +39,8 @@
 	X(LIMITS, 26, "a limit cannot be enforced on this machine")                  \
 	X(HANDLER, 27, "the worker's handler failed")                                \
 	X(STOPPED, 28, "worker stopped while the call ran")                             \
-	X(PEER, 29, "the socket is served by another user (neither you nor root)")
+	X(PEER, 29, "the socket is served by another user (neither you nor root)") \
+	X(UNAVAILABLE, 30, "the job store's database cannot be reached or refused the login")
 
 enum {
 #define MESH__ERR_ENUM(name, off, msg) MESH_E_##name = MESH_E__BASE - (off),

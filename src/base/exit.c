@@ -24,6 +24,7 @@ int mesh_exit_for(int err)
 	case MESH_E_NOTPRIVATE:
 		return MESH_EXIT_DATAERR;
 	case MESH_E_CLOSED:
+	case MESH_E_UNAVAILABLE:
 		return MESH_EXIT_UNAVAILABLE;
 	case MESH_E_REFUSED:
 		return MESH_EXIT_REFUSED;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -259,5 +260,13 @@ int mesh_read_file(const char *path, size_t max, char **out, size_t *len)
 	*out = buf;
 	if (len)
 		*len = got;
+	return 0;
+}
+
+int mesh_flock_ex(int fd)
+{
+	while (flock(fd, LOCK_EX) < 0)
+		if (errno != EINTR)
+			return -errno;
 	return 0;
 }

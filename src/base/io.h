@@ -42,5 +42,7 @@ int mesh_write_file_atomic(const char *path, const void *buf, size_t n, mode_t m
 /* Reads a whole file of at most max bytes into a malloc'd buffer (NUL
  * appended, not counted).  0, -errno, or MESH_E_TOOBIG. Caller frees *out. */
 int mesh_read_file(const char *path, size_t max, char **out, size_t *len);
+/* flock(LOCK_EX), waiting, retrying EINTR.  0 or -errno. */
+int mesh_flock_ex(int fd);
 
 #endif

@@ -9,6 +9,7 @@
 #include "job/job.h"
 #include "journal/journal.h"
 #include "store/store.h"
+#include "store/store_pg.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -96,6 +97,15 @@ static int want_pos(const char *cmd, const struct args *a, int min, int max)
 static int check_journal_path(const char *p)
 {
 	const char *why = "";
+	if (mesh_pg_url_is(p)) {
+		/* A PostgreSQL store: a password in it would show in every
+		 * process list and message; libpq takes it from elsewhere. */
+		char safe[512];
+		mesh_pg_url_safe(p, safe, sizeof safe);
+		if (strcmp(safe, p))
+			return mesh_cli_usage("a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
+		return 0;
+	}
 	if (mesh_path_journal_ok(p, &why)) {
 		fprintf(stderr, "mesh: journal '%s' refused: %s\n", p, why);
 		return mesh_exit_for(MESH_E_PATH);
@@ -179,6 +189,10 @@ static const char *file_type_name(unsigned type)
 static int job_fail(int rc, const struct mesh_job_why *w, const char *journal, const char *lockdir, uint64_t n)
 {
 	int denied = rc == -EACCES || rc == -EPERM || rc == -EROFS;
+	if (w->store_msg[0]) {
+		fprintf(stderr, "mesh: store '%s': %s: %s\n", journal, mesh_strerror(rc), w->store_msg);
+		return mesh_exit_for(rc);
+	}
 	if (w->at == MESH_JOB_AT_LOCKDIR && (rc == -ENOENT || rc == -ENOTDIR || denied)) {
 		fprintf(stderr, "mesh: cannot %s lock directory '%s': %s\n", rc == -ENOENT ? "create" : "use", lockdir,
 			mesh_strerror(rc));
@@ -232,7 +246,7 @@ static int open_job_as(struct mesh_job **j, const char *journal, const char *loc
 	o.read_only = read_only;
 	o.why = &why;
 	rc = mesh_job_open(j, &o);
-	if (rc == MESH_E_PARSE)
+	if (rc == MESH_E_PARSE && !why.store_msg[0])
 		return mesh_cli_fail(rc, "node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])", node ? node : "");
 	if (rc)
 		return job_fail(rc, &why, journal, lockdir, n);

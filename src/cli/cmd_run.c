@@ -12,6 +12,7 @@
 #include "exec/runner.h"
 #include "exec/template.h"
 #include "job/job.h"
+#include "store/store_pg.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -327,7 +328,7 @@ int mesh_cmd_run(int argc, char **argv)
 	struct run_args a;
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
 	struct mesh_job *job = NULL, *spec = NULL;
-	char jbuf[64], lockdir[128], specnode[72];
+	char jbuf[64], lockdir[128], specnode[72], surl[1024];
 	int rc, ex, finished = 0;
 	if ((ex = mesh__run_parse(argc, argv, &a)) != 0 || a.help)
 		goto out;
@@ -342,13 +343,34 @@ int mesh_cmd_run(int argc, char **argv)
 		ex = dry_run(&a, a.have_chunks ? NULL : &in, a.chunks);
 		goto out;
 	}
-	if (!a.journal) {
-		journal_name(&a, &in, jbuf, sizeof jbuf);
-		a.journal = jbuf;
+	if (!a.journal && getenv("MESH_STORE") && *getenv("MESH_STORE")) {
+		a.journal = getenv("MESH_STORE");
+		a.explicit_journal = 1;
 	}
-	if ((rc = lockdir_for(a.journal, lockdir, sizeof lockdir)) < 0) {
-		ex = mesh__run_fail(rc, "cannot resolve '%s'", a.journal);
-		goto out;
+	if (a.journal && mesh_pg_url_is(a.journal)) {
+		/* A PostgreSQL store (docs/cluster.md): no lock directory; the
+		 * job is the URL's #name, else the one the default journal
+		 * would be named after (the same command meets the same job). */
+		mesh_pg_url_safe(a.journal, surl, sizeof surl);
+		if (strcmp(surl, a.journal)) {
+			ex = mesh_cli_usage("run: a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
+			goto out;
+		}
+		if (!strchr(a.journal, '#')) {
+			journal_name(&a, &in, jbuf, sizeof jbuf);
+			snprintf(surl, sizeof surl, "%s#%.*s", a.journal, (int)(strlen(jbuf) - 5), jbuf + 1);
+			a.journal = surl;
+		}
+		lockdir[0] = 0;
+	} else {
+		if (!a.journal) {
+			journal_name(&a, &in, jbuf, sizeof jbuf);
+			a.journal = jbuf;
+		}
+		if ((rc = lockdir_for(a.journal, lockdir, sizeof lockdir)) < 0) {
+			ex = mesh__run_fail(rc, "cannot resolve '%s'", a.journal);
+			goto out;
+		}
 	}
 	if ((ex = open_job(&a, &in, lockdir, &job, &spec, specnode, sizeof specnode)) != 0)
 		goto out;
@@ -395,7 +417,8 @@ out:
 		 * still has a file there). */
 		if (!a.explicit_journal)
 			unlink(a.journal);
-		rmdir(lockdir);
+		if (lockdir[0])
+			rmdir(lockdir);
 	}
 	mesh_exec_input_release(&in);
 	mesh__run_args_release(&a);

@@ -9,6 +9,7 @@
 #define MESH_CMD_MAP(X)                                                                     \
 	X(run, mesh_cmd_run, "run a command per chunk on N local slots, crash-proof and resumable") \
 	X(job, mesh_cmd_job, "the swarm job engine: submit, lease, complete, status, harvest, check, retry") \
+	X(store, mesh_cmd_store, "the PostgreSQL job store: init, migrate, status of its schema")  \
 	X(autoscale, mesh_cmd_autoscale, "the scale-to-zero policy: decide, tick (probe + decide)")  \
 	X(serve, mesh_cmd_serve, "scale-to-zero activator in front of any local server")         \
 	X(load, mesh_cmd_load, "meshd: load a program from the catalog")                          \

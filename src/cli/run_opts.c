@@ -61,6 +61,8 @@ static const char usage[] =
 	"  --dry-run            print the commands; run and journal nothing\n"
 	"  --bar, --progress, --eta   the progress bar (also without a terminal)\n"
 	"  -v, --verbose        the closing summary line (shown on a terminal anyway)\n"
+	"  --store URL          the job in a PostgreSQL store instead (default $MESH_STORE;\n"
+	"                       postgresql://host/db[#job]; docs/cluster.md)\n"
 	"  --journal F.log      the journal (kept; default .mesh-run-<hash>.log here,\n"
 	"                       named after CMD and the input, removed when complete)\n"
 	"  --ttl T              lease time-to-live, renewed while a chunk runs (5)\n"
@@ -91,7 +93,7 @@ static const struct opt {
 	{"delay", 0, 1, O_DELAY},	  {"load", 0, 1, O_LOAD},	   {"memfree", 0, 1, O_MEMFREE},
 	{"nice", 0, 1, O_NICE},		  {"tmpdir", 0, 1, O_TMPDIR},	   {"results", 0, 1, O_RESULTS},
 	{"dry-run", 0, 0, O_DRYRUN},	  {"bar", 0, 0, O_PROGRESS},	   {"progress", 0, 0, O_PROGRESS},
-	{"eta", 0, 0, O_PROGRESS},	  {"verbose", 'v', 0, O_VERBOSE},  {"journal", 0, 1, O_JOURNAL},
+	{"eta", 0, 0, O_PROGRESS},	  {"verbose", 'v', 0, O_VERBOSE},  {"journal", 0, 1, O_JOURNAL}, {"store", 0, 1, O_JOURNAL},
 	{"ttl", 0, 1, O_TTL},		  {"speculate", 0, 0, O_SPECULATE}, {"node", 0, 1, O_NODE},
 	{"help", 'h', 0, O_HELP},
 };

@@ -210,17 +210,22 @@ static int fill(struct mesh__runner *r)
 			return 0;
 		if (!may_start(r))
 			return 0;
-		struct mesh__slot *s = NULL;
-		for (unsigned i = 0; i < r->nslots; i++)
-			if (!r->slots[i].busy) {
-				s = &r->slots[i];
-				break;
-			}
-		s->jh = r->job;
-		int rc = mesh_job_lease(r->job, r->ttl, r->o->speculate, &s->l);
+		/* Leases for every free slot at once (block leases, job.h);
+		 * one at a time where each start is paced. */
+		struct mesh_lease ls[MESH_JOB_LEASE_MANY_MAX];
+		struct mesh_job *jh = r->job;
+		size_t k = r->nslots - r->busy, got = 0;
+		if (k > MESH_JOB_LEASE_MANY_MAX)
+			k = MESH_JOB_LEASE_MANY_MAX;
+		if (r->o->max_chunks && r->o->max_chunks - r->st->started < k)
+			k = (size_t)(r->o->max_chunks - r->st->started);
+		if (r->o->delay_ns || r->o->load_max > 0 || r->o->memfree_bytes)
+			k = 1;
+		int rc = mesh_job_lease_many(jh, r->ttl, r->o->speculate, ls, k, &got);
 		if (rc == MESH_JOB_NONE && r->o->speculate && r->o->spec_job) {
-			s->jh = r->o->spec_job;
-			rc = mesh_job_lease(s->jh, r->ttl, 1, &s->l);
+			jh = r->o->spec_job;
+			rc = mesh_job_lease(jh, r->ttl, 1, &ls[0]);
+			got = rc == 0;
 		}
 		if (rc < 0)
 			return rc;
@@ -234,8 +239,22 @@ static int fill(struct mesh__runner *r)
 			return 0;
 		}
 		r->none_seen = 0;
-		if ((rc = mesh__slot_start(r, s)) < 0)
-			return rc;
+		for (size_t i = 0; i < got; i++) {
+			struct mesh__slot *s = NULL;
+			for (unsigned m = 0; m < r->nslots; m++)
+				if (!r->slots[m].busy) {
+					s = &r->slots[m];
+					break;
+				}
+			s->jh = jh;
+			s->l = ls[i];
+			if ((rc = mesh__slot_start(r, s)) < 0) {
+				/* Not started: hand the rest back at once. */
+				for (size_t m = i + 1; m < got; m++)
+					mesh_job_renew(jh, &ls[m], 1);
+				return rc;
+			}
+		}
 	}
 	return 0;
 }

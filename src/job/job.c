@@ -1,13 +1,16 @@
 #include "job/job.h"
 
+#include "base/bytes.h"
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
 #include "base/io.h"
 #include "base/path.h"
+#include "job/job_pg.h"
 #include "job/place.h"
 #include "journal/journal.h"
 #include "store/store.h"
+#include "store/store_pg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +24,8 @@
 #include <unistd.h>
 
 #define HIST_BUCKETS 256
+
+_Static_assert(MESH_JOB_LEASE_MANY_MAX == MESH_LEASE_BLOCK, "lease_many hands out at most one block");
 
 struct node {
 	uint32_t hash;
@@ -58,6 +63,7 @@ struct mesh_job {
 	uint64_t spec_min_ns;
 	struct mesh_journal *jr;
 	struct mesh_store *st;
+	struct mesh__jpg *pgj; /* a job in PostgreSQL: every call goes there (job_pg.h) */
 	int read_only;
 
 	pthread_mutex_t mu;
@@ -78,29 +84,11 @@ struct mesh_job {
 	struct held *held;
 	size_t nheld, cheld;
 	uint64_t token_seq;
+	/* Chunks of our block leases not handed out yet (lease_many). */
+	struct held resv[MESH_LEASE_BLOCK];
+	size_t nresv;
+	uint64_t rate_t0, rate_count, rate; /* leases handed out a second, measured over >= 100 ms */
 };
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
 
 static int bit(const uint64_t *b, uint64_t i)
 {
@@ -258,7 +246,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	struct mesh_job *j = arg;
 	const unsigned char *p = r->data;
 	if (r->type == MESH_JREC_SUBMIT && r->len >= 8) {
-		uint64_t n = get64(p);
+		uint64_t n = mesh_get64le(p);
 		if (!j->have_n && n > MESH_JOB_MAX_CHUNKS)
 			j->n_refused = n;
 		if (j->have_n || n == 0 || n > MESH_JOB_MAX_CHUNKS)
@@ -282,14 +270,14 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		}
 		break;
 	case MESH_JREC_NODE:
-		if (r->len >= 5 && !node_add(j, get32(p), (const char *)p + 4, r->len - 4u))
+		if (r->len >= 5 && !node_add(j, mesh_get32le(p), (const char *)p + 4, r->len - 4u))
 			return -ENOMEM;
 		break;
 	case MESH_JREC_DONE: {
 		if (r->len < 16)
 			break;
-		uint64_t cid = get64(p);
-		uint32_t dur = get32(p + 12);
+		uint64_t cid = mesh_get64le(p);
+		uint32_t dur = mesh_get32le(p + 12);
 		if (cid >= j->n)
 			break;
 		if (bit(j->done_bits, cid)) {
@@ -301,7 +289,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		if (r->flags & 1)
 			j->spec_wins++;
 		if (dur) {
-			struct node *nd = node_find(j, get32(p + 8));
+			struct node *nd = node_find(j, mesh_get32le(p + 8));
 			j->hist[hist_bucket(dur)]++;
 			j->hist_n++;
 			if (nd) {
@@ -314,7 +302,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	case MESH_JREC_FAIL: {
 		if (r->len < 16)
 			break;
-		uint64_t cid = get64(p);
+		uint64_t cid = mesh_get64le(p);
 		struct fail *f;
 		if (cid >= j->n)
 			break;
@@ -322,19 +310,19 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		if (!f)
 			return -ENOMEM;
 		f->attempts++;
-		f->last_status = (int)get32(p + 12);
+		f->last_status = (int)mesh_get32le(p + 12);
 		f->buried = r->flags & 1;
 		j->failed_attempts++;
 		break;
 	}
 	case MESH_JREC_DUP:
-		if (r->len >= 12 && get64(p) < j->n)
+		if (r->len >= 12 && mesh_get64le(p) < j->n)
 			j->dups++;
 		break;
 	case MESH_JREC_RETRY: {
 		if (r->len < 8)
 			break;
-		uint64_t cid = get64(p);
+		uint64_t cid = mesh_get64le(p);
 		if (cid == UINT64_MAX) {
 			for (size_t i = 0; i < j->cfails; i++)
 				if (j->fails[i].key) {
@@ -371,15 +359,15 @@ static int prepare(void *arg, const struct mesh_jrec *recs, size_t n, int *keep)
 	for (size_t i = 0; !rc && i < n; i++) {
 		const unsigned char *p = recs[i].data;
 		if (recs[i].type == MESH_JREC_DONE || recs[i].type == MESH_JREC_FAIL) {
-			uint64_t cid = get64(p);
+			uint64_t cid = mesh_get64le(p);
 			if (cid < j->n && bit(j->done_bits, cid))
 				keep[i] = 0;
 		} else if (recs[i].type == MESH_JREC_NODE) {
-			uint32_t h = get32(p);
+			uint32_t h = mesh_get32le(p);
 			if (node_find(j, h))
 				keep[i] = 0;
 			for (size_t k = 0; k < i && keep[i]; k++)
-				if (keep[k] && recs[k].type == MESH_JREC_NODE && get32(recs[k].data) == h)
+				if (keep[k] && recs[k].type == MESH_JREC_NODE && mesh_get32le(recs[k].data) == h)
 					keep[i] = 0;
 		}
 	}
@@ -423,7 +411,7 @@ static int read_head(const char *journal, uint64_t *n, unsigned char *ident, siz
 	if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE, (size_t)got, &first, &sz) != 1 ||
 	    first.type != MESH_JREC_SUBMIT || first.len < 8)
 		return MESH_E_NOJOB;
-	*n = get64(first.data);
+	*n = mesh_get64le(first.data);
 	*ident_len = 0;
 	if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE + sz, (size_t)got - sz, &second, &sz2) == 1 &&
 	    second.type == MESH_JREC_WORK && second.len > 0 && second.len <= MESH_JOB_IDENTITY_MAX) {
@@ -446,6 +434,13 @@ int mesh_job_submit(const char *journal, uint64_t n)
 int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, size_t identity_len,
 		       struct mesh_job_why *why)
 {
+	if (mesh_pg_url_is(journal)) {
+		struct mesh_job_why dummy_pg;
+		if (!why)
+			why = &dummy_pg;
+		memset(why, 0, sizeof *why);
+		return mesh__jpg_submit(journal, n, identity, identity_len, why);
+	}
 	unsigned char pay[8];
 	struct mesh_jrec recs[2] = {{MESH_JREC_SUBMIT, 0, 8, pay, 0},
 				    {MESH_JREC_WORK, 0, (uint16_t)identity_len, identity, 0}};
@@ -462,7 +457,7 @@ int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, si
 		return MESH_E_RANGE;
 	if (identity_len > MESH_JOB_IDENTITY_MAX)
 		return MESH_E_TOOBIG;
-	put64(pay, n);
+	mesh_put64le(pay, n);
 	for (int tries = 0; tries < 2; tries++) {
 		uint64_t have = 0;
 		rc = read_head(journal, &have, why->identity, &why->identity_len, why);
@@ -522,6 +517,10 @@ static void lease_clock(struct mesh_job *j, struct mesh_lease_clock *c)
 
 void mesh_job_detach_leases(struct mesh_job *j)
 {
+	if (j->pgj) {
+		mesh__jpg_detach(j->pgj);
+		return;
+	}
 	pthread_mutex_lock(&j->mu);
 	j->detached = 1;
 	pthread_mutex_unlock(&j->mu);
@@ -529,6 +528,10 @@ void mesh_job_detach_leases(struct mesh_job *j)
 
 void mesh_job_close(struct mesh_job *j)
 {
+	if (j && j->pgj) {
+		mesh__jpg_close(j->pgj);
+		j->pgj = NULL;
+	}
 	if (!j)
 		return;
 	mesh_journal_close(j->jr);
@@ -614,6 +617,28 @@ static int check_whole(struct mesh_job *j, struct mesh_job_why *why)
 	return MESH_E_CORRUPT;
 }
 
+/* A job in PostgreSQL: a handle that hands every call to job_pg.c. */
+static int open_pg(struct mesh_job **out, const struct mesh_job_opts *o)
+{
+	struct mesh_job *j;
+	int rc;
+	if (o->node && !mesh_node_name_ok(o->node))
+		return MESH_E_PARSE;
+	j = calloc(1, sizeof *j);
+	if (!j)
+		return -ENOMEM;
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->cv, NULL);
+	j->node = o->node ? strdup(o->node) : default_node();
+	rc = j->node ? mesh__jpg_open(&j->pgj, o, j->node) : -ENOMEM;
+	if (rc) {
+		mesh_job_close(j);
+		return rc;
+	}
+	*out = j;
+	return 0;
+}
+
 int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 {
 	struct mesh_job *j;
@@ -622,6 +647,8 @@ int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 	int rc;
 	memset(why, 0, sizeof *why);
 	why->at = MESH_JOB_AT_JOURNAL;
+	if (mesh_pg_url_is(o->journal))
+		return open_pg(out, o);
 	if (mesh_path_journal_ok(o->journal, &whytext))
 		return MESH_E_PATH;
 	if (o->lockdir && (mesh_path_lockdir_ok(o->lockdir, &whytext) || !mesh_job_name_ok(o->name))) {
@@ -706,24 +733,36 @@ fail:
 
 uint64_t mesh_job_nchunks(const struct mesh_job *j)
 {
+	if (j->pgj)
+		return mesh__jpg_nchunks(j->pgj);
 	return j->n;
 }
 const char *mesh_job_node(const struct mesh_job *j)
 {
+	if (j->pgj)
+		return mesh__jpg_node(j->pgj);
 	return j->node;
 }
 void mesh_job_commit_stats(const struct mesh_job *j, uint64_t *fsyncs, uint64_t *records)
 {
+	if (j->pgj) {
+		*fsyncs = *records = 0;
+		return;
+	}
 	mesh_journal_stats(j->jr, fsyncs, records);
 }
 
 const char *mesh_job_journal_path(const struct mesh_job *j)
 {
+	if (j->pgj)
+		return mesh__jpg_where(j->pgj);
 	return j->journal_path;
 }
 
 const void *mesh_job_identity(const struct mesh_job *j, size_t *len)
 {
+	if (j->pgj)
+		return mesh__jpg_identity(j->pgj, len);
 	*len = j->ident_len;
 	return j->ident_len ? j->ident : NULL;
 }
@@ -836,6 +875,8 @@ static uint64_t straggler_locked(struct mesh_job *j)
 
 uint64_t mesh_job_straggler_ns(struct mesh_job *j)
 {
+	if (j->pgj)
+		return 0;
 	uint64_t t;
 	pthread_mutex_lock(&j->mu);
 	sync_locked(j);
@@ -893,15 +934,61 @@ static int speculate(struct mesh_job *j, struct live *lv, size_t nlive, const st
 	return 0;
 }
 
-int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
+static int in_resv(const struct mesh_job *j, uint64_t cid)
+{
+	for (size_t i = 0; i < j->nresv; i++)
+		if (j->resv[i].cid == cid)
+			return 1;
+	return 0;
+}
+
+/* Hands out up to k chunks of the reserve into ls (j->mu held), in cid
+ * order; a chunk DONE or buried meanwhile is let go.  A block whose
+ * deadline is less than ttl/2 away is renewed first, so a lease handed out
+ * lives at least that long.  Returns how many. */
+static int resv_take(struct mesh_job *j, const struct mesh_lease_clock *now, uint64_t ttl_ns, struct mesh_lease *ls,
+		     size_t k)
+{
+	size_t got = 0, i = 0;
+	while (got < k && i < j->nresv) {
+		struct held h = j->resv[i];
+		memmove(&j->resv[i], &j->resv[i + 1], (j->nresv - i - 1) * sizeof h);
+		j->nresv--;
+		if (bit(j->done_bits, h.cid) || is_buried(j, h.cid)) {
+			j->st->ops->release(j->st, h.cid, 0, h.token);
+			continue;
+		}
+		if (h.boot_deadline_ns < now->boot_ns + ttl_ns / 2) {
+			uint64_t bdl = now->boot_ns + ttl_ns;
+			if (j->st->ops->renew(j->st, h.cid, 0, h.token, now->wall_ns + ttl_ns, bdl))
+				continue; /* lost to a stealer after it expired */
+			for (size_t m = 0; m < j->nresv; m++)
+				if (j->resv[m].token == h.token && j->resv[m].boot_deadline_ns < bdl)
+					j->resv[m].boot_deadline_ns = bdl;
+			h.boot_deadline_ns = bdl;
+		}
+		h.started_ns = now->wall_ns;
+		if (held_add(j, &h)) {
+			j->st->ops->release(j->st, h.cid, 0, h.token);
+			continue;
+		}
+		ls[got].cid = h.cid;
+		ls[got].attempt = h.attempt;
+		ls[got].kind = h.kind;
+		ls[got].deadline_ns = now->wall_ns + (h.boot_deadline_ns - now->boot_ns);
+		ls[got].started_ns = h.started_ns;
+		got++;
+	}
+	return (int)got;
+}
+
+/* One lease (mesh_job_lease), j->mu held. */
+static int lease_one_locked(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
 {
 	struct mesh_lease_clock now;
 	struct live *lv = NULL;
 	size_t nlive = 0, clive = 0;
 	int rc;
-	if (!j->st || j->read_only)
-		return MESH_E_STATE;
-	pthread_mutex_lock(&j->mu);
 	rc = sync_locked(j);
 	if (rc)
 		goto out;
@@ -910,33 +997,42 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 		goto out;
 	}
 	lease_clock(j, &now);
+	/* 0: a chunk of our block leases not handed out yet. */
+	if (j->nresv && resv_take(j, &now, ttl_ns, l, 1) == 1) {
+		rc = 0;
+		goto out;
+	}
 	/* 1: the next PENDING chunk after our cursor. */
 	while ((j->cursor = next_not_done(j, j->cursor)) < j->n) {
 		uint64_t cid = j->cursor++;
 		struct mesh_lease_stamp s;
-		if (is_buried(j, cid) || held_live(j, cid, &now))
+		if (is_buried(j, cid) || held_live(j, cid, &now) || in_resv(j, cid))
 			continue;
 		stamp_init(j, &s, &now, ttl_ns, attempts_of(j, cid) + 1);
 		rc = j->st->ops->claim(j->st, cid, 0, &s);
 		if (rc == MESH_E_STATE)
 			continue;
-		if (rc)
+		if (rc < 0)
 			goto out;
-		if (won(j, cid, 0, &s, MESH_LEASE_FRESH, l))
+		if (won(j, cid, 0, &s, rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH, l)) {
+			rc = 0;
 			goto out;
+		}
 	}
 	/* 2: the cursor has seen every chunk: sweep what is not DONE for lost
 	 * lease files and expired leases. */
 	rc = 0;
 	for (uint64_t cid = next_not_done(j, 0); cid < j->n; cid = next_not_done(j, cid + 1)) {
 		struct mesh_lease_stamp s, seen;
-		if (is_buried(j, cid) || held_live(j, cid, &now))
+		if (is_buried(j, cid) || held_live(j, cid, &now) || in_resv(j, cid))
 			continue;
 		stamp_init(j, &s, &now, ttl_ns, attempts_of(j, cid) + 1);
 		rc = j->st->ops->claim(j->st, cid, 0, &s);
-		if (rc == 0) {
-			if (won(j, cid, 0, &s, MESH_LEASE_FRESH, l))
+		if (rc == 0 || rc == 1) {
+			if (won(j, cid, 0, &s, rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH, l)) {
+				rc = 0;
 				goto out;
+			}
 			continue;
 		}
 		if (rc != MESH_E_STATE)
@@ -972,13 +1068,149 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_le
 	else if (rc == 0)
 		rc = j->done == j->n ? MESH_JOB_COMPLETE : MESH_JOB_NONE;
 out:
-	pthread_mutex_unlock(&j->mu);
 	free(lv);
 	return rc;
 }
 
+int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
+{
+	if (j->pgj) {
+		size_t got;
+		return mesh__jpg_lease_many(j->pgj, ttl_ns, l, 1, &got);
+	}
+	int rc;
+	if (!j->st || j->read_only)
+		return MESH_E_STATE;
+	pthread_mutex_lock(&j->mu);
+	rc = lease_one_locked(j, ttl_ns, spec, l);
+	pthread_mutex_unlock(&j->mu);
+	return rc;
+}
+
+/* How many chunks a block lease should take now: the k asked for, or, for
+ * a node handing out leases fast, what it hands out in about 50 ms (so
+ * that chunks it holds but has not started keep other nodes waiting no
+ * longer than that), at most a block. */
+static size_t batch_target(struct mesh_job *j, size_t k)
+{
+	uint64_t now = mesh_mono_ns(), t;
+	if (!j->rate_t0)
+		j->rate_t0 = now;
+	else if (now - j->rate_t0 >= 100 * MESH_NS_PER_MS) {
+		j->rate = j->rate_count * MESH_NS_PER_S / (now - j->rate_t0);
+		j->rate_t0 = now;
+		j->rate_count = 0;
+	}
+	t = j->rate / 20;
+	if (t < k)
+		t = k;
+	return t > MESH_LEASE_BLOCK ? MESH_LEASE_BLOCK : (size_t)t;
+}
+
+/* Block leases from the cursor on (j->mu held): hands out up to k into ls
+ * and keeps the rest of each block in the reserve.  Returns how many were
+ * handed out, or a negative error. */
+static int lease_blocks(struct mesh_job *j, const struct mesh_lease_clock *now, uint64_t ttl_ns,
+			struct mesh_lease *ls, size_t k)
+{
+	size_t got = 0;
+	while (got < k && j->nresv == 0 && (j->cursor = next_not_done(j, j->cursor)) < j->n) {
+		uint64_t b = j->cursor / MESH_LEASE_BLOCK, end = (b + 1) * MESH_LEASE_BLOCK, want = 0, gotm = 0;
+		size_t target = batch_target(j, k - got), nwant = 0;
+		struct mesh_lease_stamp s;
+		int rc;
+		if (end > j->n)
+			end = j->n;
+		for (; j->cursor < end && nwant < target; j->cursor++) {
+			uint64_t cid = j->cursor;
+			if (bit(j->done_bits, cid) || is_buried(j, cid) || held_live(j, cid, now))
+				continue;
+			want |= 1ull << (cid % MESH_LEASE_BLOCK);
+			nwant++;
+		}
+		if (!want)
+			continue;
+		stamp_init(j, &s, now, ttl_ns, 1);
+		rc = j->st->ops->claim_block(j->st, b, want, now, &s, &gotm);
+		if (rc == MESH_E_STATE)
+			continue;
+		if (rc < 0)
+			return got ? (int)got : rc;
+		/* DONE meanwhile (the completer appends DONE before it lets go). */
+		int synced = sync_locked(j);
+		for (unsigned i = 0; i < MESH_LEASE_BLOCK; i++) {
+			uint64_t cid = b * MESH_LEASE_BLOCK + i;
+			struct held h;
+			if (!(gotm >> i & 1))
+				continue;
+			if (synced < 0 || bit(j->done_bits, cid)) {
+				j->st->ops->release(j->st, cid, 0, s.token);
+				continue;
+			}
+			h.cid = cid;
+			h.token = s.token;
+			h.started_ns = now->wall_ns;
+			h.boot_deadline_ns = s.boot_deadline_ns;
+			h.slot = 0;
+			h.attempt = attempts_of(j, cid) + 1;
+			h.kind = rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH;
+			j->resv[j->nresv++] = h;
+		}
+		got += (size_t)resv_take(j, now, ttl_ns, ls + got, k - got);
+	}
+	return (int)got;
+}
+
+int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int spec, struct mesh_lease *ls, size_t k, size_t *got)
+{
+	if (j->pgj)
+		return mesh__jpg_lease_many(j->pgj, ttl_ns, ls, k, got);
+	struct mesh_lease_clock now;
+	int rc;
+	size_t n = 0;
+	*got = 0;
+	if (!j->st || j->read_only)
+		return MESH_E_STATE;
+	if (k == 0)
+		return MESH_E_RANGE;
+	if (k > MESH_LEASE_BLOCK)
+		k = MESH_LEASE_BLOCK;
+	pthread_mutex_lock(&j->mu);
+	rc = sync_locked(j);
+	if (!rc && j->done == j->n)
+		rc = MESH_JOB_COMPLETE;
+	if (!rc) {
+		lease_clock(j, &now);
+		n = (size_t)resv_take(j, &now, ttl_ns, ls, k);
+		/* A detached lease outlives us: never a block (its holder is
+		 * gone before its chunks are done). */
+		if (n < k && !j->detached) {
+			rc = lease_blocks(j, &now, ttl_ns, ls + n, k - n);
+			if (rc > 0)
+				n += (size_t)rc;
+			if (rc > 0 || n)
+				rc = 0;
+		}
+		/* The rest one at a time: chunks in blocks of others, lost or
+		 * expired leases, a speculative copy (for the first only). */
+		while (rc == 0 && n < k) {
+			rc = lease_one_locked(j, ttl_ns, n ? 0 : spec, ls + n);
+			if (rc == 0)
+				n++;
+		}
+		if (n)
+			rc = 0;
+	}
+	j->rate_count += n;
+	pthread_mutex_unlock(&j->mu);
+	*got = n;
+	return n ? 0 : rc;
+}
+
 int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns)
 {
+	if (j->pgj)
+		return mesh__jpg_renew(j->pgj, l, ttl_ns);
 	struct held *h;
 	struct mesh_lease_clock now;
 	uint64_t dl, boot_dl;
@@ -1038,15 +1270,15 @@ static void enc_done(unsigned char *p, uint64_t cid, uint32_t node, uint64_t dur
 	uint64_t us = dur_ns / 1000;
 	if (dur_ns && !us)
 		us = 1;
-	put64(p, cid);
-	put32(p + 8, node);
-	put32(p + 12, us > UINT32_MAX ? UINT32_MAX : (uint32_t)us);
+	mesh_put64le(p, cid);
+	mesh_put32le(p + 8, node);
+	mesh_put32le(p + 12, us > UINT32_MAX ? UINT32_MAX : (uint32_t)us);
 }
 
 static size_t enc_node(struct mesh_job *j, unsigned char *p)
 {
 	size_t n = strlen(j->node);
-	put32(p, j->node_hash);
+	mesh_put32le(p, j->node_hash);
 	memcpy(p + 4, j->node, n);
 	return 4 + n;
 }
@@ -1062,9 +1294,9 @@ static void record_dups(struct mesh_job *j, const uint64_t *cids, const int *res
 	for (size_t i = 0; i < n; i++) {
 		if (results[i] != MESH_JOB_IGNORED)
 			continue;
-		put64(pay + 16 * nrec, cids[i]);
-		put32(pay + 16 * nrec + 8, j->node_hash);
-		put32(pay + 16 * nrec + 12, 0);
+		mesh_put64le(pay + 16 * nrec, cids[i]);
+		mesh_put32le(pay + 16 * nrec + 8, j->node_hash);
+		mesh_put32le(pay + 16 * nrec + 12, 0);
 		recs[nrec] = (struct mesh_jrec){MESH_JREC_DUP, 0, 12, pay + 16 * nrec, 0};
 		nrec++;
 	}
@@ -1074,6 +1306,8 @@ static void record_dups(struct mesh_job *j, const uint64_t *cids, const int *res
 
 int mesh_job_complete_many(struct mesh_job *j, const uint64_t *cids, const uint64_t *durs, size_t n, int *results)
 {
+	if (j->pgj)
+		return mesh__jpg_complete_many(j->pgj, cids, durs, n, results);
 	unsigned char nodep[4 + MESH_NODE_MAX];
 	unsigned char *pay = NULL;
 	struct mesh_jrec *recs = NULL;
@@ -1200,6 +1434,8 @@ int mesh_job_complete(struct mesh_job *j, uint64_t cid, uint64_t duration_ns)
 
 int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status)
 {
+	if (j->pgj)
+		return mesh__jpg_fail(j->pgj, cid, status);
 	unsigned char nodep[4 + MESH_NODE_MAX], pay[16];
 	struct mesh_jrec recs[2];
 	size_t nrec = 0;
@@ -1223,9 +1459,9 @@ int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status)
 		recs[nrec] = (struct mesh_jrec){MESH_JREC_NODE, 0, (uint16_t)enc_node(j, nodep), nodep, 0};
 		nrec++;
 	}
-	put64(pay, cid);
-	put32(pay + 8, j->node_hash);
-	put32(pay + 12, (uint32_t)status);
+	mesh_put64le(pay, cid);
+	mesh_put32le(pay + 8, j->node_hash);
+	mesh_put32le(pay + 12, (uint32_t)status);
 	{
 		/* The writer decides burial with its own max_attempts, so every
 		 * reader agrees whatever its options. */
@@ -1256,6 +1492,8 @@ int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status)
 
 int mesh_job_retry(struct mesh_job *j, uint64_t cid)
 {
+	if (j->pgj)
+		return mesh__jpg_retry(j->pgj, cid);
 	unsigned char pay[8];
 	struct mesh_jrec r = {MESH_JREC_RETRY, 0, 8, pay, 0};
 	int count = 0, rc;
@@ -1273,7 +1511,7 @@ int mesh_job_retry(struct mesh_job *j, uint64_t cid)
 	pthread_mutex_unlock(&j->mu);
 	if (rc || count == 0)
 		return rc;
-	put64(pay, cid);
+	mesh_put64le(pay, cid);
 	rc = mesh_journal_append(j->jr, &r, 1, NULL);
 	pthread_mutex_lock(&j->mu);
 	if (!rc)
@@ -1291,12 +1529,15 @@ static void count_live_fn(void *arg, uint64_t cid, const struct mesh_lease_stamp
 {
 	struct count_live *c = arg;
 	(void)st;
-	if (cid < c->j->n && !bit(c->j->done_bits, cid))
+	/* A block lease covers chunks buried meanwhile: they count as buried. */
+	if (cid < c->j->n && !bit(c->j->done_bits, cid) && !is_buried(c->j, cid))
 		c->n++;
 }
 
 int mesh_job_status(struct mesh_job *j, struct mesh_job_status *st)
 {
+	if (j->pgj)
+		return mesh__jpg_status(j->pgj, st);
 	struct count_live cl = {j, 0};
 	int rc;
 	memset(st, 0, sizeof *st);
@@ -1336,6 +1577,8 @@ static int cmp_fail(const void *a, const void *b)
 
 int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failure *, void *), void *arg)
 {
+	if (j->pgj)
+		return mesh__jpg_failures(j->pgj, fn, arg);
 	struct mesh_job_failure *v;
 	size_t n = 0;
 	int rc;
@@ -1366,6 +1609,8 @@ int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failu
 
 int mesh_job_is_done(struct mesh_job *j, uint64_t cid)
 {
+	if (j->pgj)
+		return mesh__jpg_is_done(j->pgj, cid);
 	int rc;
 	if (cid >= j->n)
 		return MESH_E_RANGE;
@@ -1379,6 +1624,8 @@ int mesh_job_is_done(struct mesh_job *j, uint64_t cid)
 
 int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg)
 {
+	if (j->pgj)
+		return 0; /* node speeds are not kept in PostgreSQL yet */
 	int rc;
 	pthread_mutex_lock(&j->mu);
 	rc = sync_locked(j);
@@ -1389,6 +1636,14 @@ int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_sta
 	}
 	pthread_mutex_unlock(&j->mu);
 	return rc;
+}
+
+int mesh_job_wait_work(struct mesh_job *j, uint64_t timeout_ns)
+{
+	if (j->pgj)
+		return mesh__jpg_wait(j->pgj, timeout_ns);
+	mesh_sleep_ns(timeout_ns);
+	return 0;
 }
 
 int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int speculate_on, volatile int *stop,
@@ -1418,8 +1673,12 @@ int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int sp
 				return MESH_JOB_COMPLETE;
 			if (s.leased == 0 && s.pending == 0 && s.buried > 0)
 				return MESH_E_BURIED;
-			mesh_sleep_ns(backoff);
-			if (backoff < 50 * MESH_NS_PER_MS)
+			/* In PostgreSQL a NOTIFY wakes us for chunks let go:
+			 * poll it seldom (expired leases wake nobody). */
+			rc = mesh_job_wait_work(j, backoff);
+			if (rc < 0)
+				return rc;
+			if (backoff < (j->pgj ? 1000 : 50) * MESH_NS_PER_MS)
 				backoff *= 2;
 			continue;
 		}

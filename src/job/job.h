@@ -67,6 +67,9 @@ struct mesh_job_why {
 	/* MESH_E_MISMATCH: the identity the journal holds (len 0: none) */
 	size_t identity_len;
 	unsigned char identity[MESH_JOB_IDENTITY_MAX];
+	/* A store URL's error: the store's own words (PostgreSQL: libpq's
+	 * message, or what to run), never a password; "" otherwise. */
+	char store_msg[256];
 };
 
 struct mesh_job_opts {
@@ -151,6 +154,22 @@ void mesh_job_detach_leases(struct mesh_job *j);
  * straggler that place() gives to this node.  Returns 0 with *l filled,
  * MESH_JOB_NONE, MESH_JOB_COMPLETE, or a negative error. */
 int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *l);
+/* The most leases one mesh_job_lease_many call gives: a block
+ * (MESH_LEASE_BLOCK, store/store.h). */
+#define MESH_JOB_LEASE_MANY_MAX 64
+/* Up to k leases at once (k >= 1; more than MESH_JOB_LEASE_MANY_MAX counts
+ * as that many), as mesh_job_lease gives them, into ls[0 .. *got-1]: returns 0
+ * with *got >= 1, or MESH_JOB_NONE, MESH_JOB_COMPLETE, a negative error
+ * (MESH_E_RANGE for k == 0); *got is 0 then.  Fresh chunks are taken as
+ * block leases (store/store.h): one lease file for up to 64 chunks; on a
+ * node that hands out leases fast a block holds a few more chunks than
+ * asked for (what this handle hands out in about 50 ms), kept for the next
+ * calls of this handle (mesh_job_lease too): they count as leased, and
+ * mesh_job_close lets them go.  A detached handle takes no block leases.
+ * Each lease is renewed, completed, failed and handed back alone, as one
+ * from mesh_job_lease. */
+int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *ls, size_t k,
+			size_t *got);
 /* Extends a lease this node holds to now + ttl_ns.  0, or MESH_E_STATE when
  * the lease is no longer ours (stolen after expiry, or the chunk is DONE).
  * A tiny ttl_ns (1) hands the lease back: it expires at once for every node
@@ -211,9 +230,18 @@ struct mesh_job_drain_stats {
  * leases were taken (MESH_JOB_LIMIT; 0 = no limit), *stop is set
  * (MESH_JOB_INTERRUPTED; stop may be NULL), only buried chunks are left
  * (MESH_E_BURIED), or an error.  While others hold every remaining chunk it
- * waits (5..50 ms back-off) and leases again.  st may be NULL. */
+ * waits (5..50 ms back-off; a job in PostgreSQL
+ * waits up to 1 s, woken at once by a NOTIFY: mesh_job_wait_work) and leases
+ * again.  st may be NULL. */
 int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int speculate, volatile int *stop,
 		   struct mesh_job_drain_stats *st);
+
+/* Waits up to timeout_ns for work to appear on j (an idle node between
+ * leases that answered MESH_JOB_NONE): in PostgreSQL a NOTIFY wakes it at
+ * once when a chunk is let go (a failure, a hand-back, a node that
+ * stopped); the file store just sleeps.  1 = woken, 0 = timeout, or a
+ * negative error.  Expired leases wake nobody: poll at least that often. */
+int mesh_job_wait_work(struct mesh_job *j, uint64_t timeout_ns);
 
 /* Speed measured for one node (from the durations in DONE records). */
 struct mesh_job_node_stat {

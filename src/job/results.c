@@ -1,6 +1,7 @@
 /* A job's results file (results.h). */
 #include "job/results.h"
 
+#include "base/bytes.h"
 #include "base/crc.h"
 #include "base/err.h"
 #include "base/io.h"
@@ -30,28 +31,6 @@ struct mesh_results {
 	pthread_mutex_t mu;
 };
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 /* The crc of a record: over kind, cid and len (header bytes 4..20), then
  * the payload. */
 static uint32_t rec_crc(const uint8_t *h, const void *p, size_t n)
@@ -70,11 +49,11 @@ static int read_rec(struct mesh_results *r, uint64_t off, uint64_t size, int *ki
 	ssize_t k = mesh_pread_full(r->fd, h, REC_HDR, (off_t)off);
 	if (k < 0)
 		return (int)k;
-	if ((size_t)k < REC_HDR || get32(h) != REC_MAGIC)
+	if ((size_t)k < REC_HDR || mesh_get32le(h) != REC_MAGIC)
 		return 1;
-	*kind = (int)get32(h + 4);
-	*cid = get64(h + 8);
-	*len = get32(h + 16);
+	*kind = (int)mesh_get32le(h + 4);
+	*cid = mesh_get64le(h + 8);
+	*len = mesh_get32le(h + 16);
 	if ((*kind != MESH_RESULT_OK && *kind != MESH_RESULT_FAILURE) || *cid >= r->n ||
 	    *len > MESH_RESULTS_MAX_LEN || size - off - REC_HDR < *len)
 		return 1;
@@ -88,7 +67,7 @@ static int read_rec(struct mesh_results *r, uint64_t off, uint64_t size, int *ki
 	k = mesh_pread_full(r->fd, *buf, *len, (off_t)(off + REC_HDR));
 	if (k < 0)
 		return (int)k;
-	if ((size_t)k < *len || rec_crc(h, *buf, *len) != get32(h + 20))
+	if ((size_t)k < *len || rec_crc(h, *buf, *len) != mesh_get32le(h + 20))
 		return 1;
 	return 0;
 }
@@ -158,8 +137,8 @@ int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchu
 	if (st.st_size < (off_t)HDR_SIZE) {
 		/* New (or a creator that died before its header was whole). */
 		memcpy(h, file_magic, 8);
-		put32(h + 8, VERSION);
-		put32(h + 12, 0);
+		mesh_put32le(h + 8, VERSION);
+		mesh_put32le(h + 12, 0);
 		if ((rc = mesh_pwrite_all(r->fd, h, HDR_SIZE, 0)) < 0)
 			goto fail;
 		if (ftruncate(r->fd, HDR_SIZE) < 0) {
@@ -179,7 +158,7 @@ int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchu
 			rc = MESH_E_FOREIGN;
 			goto fail;
 		}
-		if (h[7] != 1 || get32(h + 8) != VERSION) {
+		if (h[7] != 1 || mesh_get32le(h + 8) != VERSION) {
 			rc = MESH_E_VERSION;
 			goto fail;
 		}
@@ -212,11 +191,11 @@ int mesh_results_append(struct mesh_results *r, uint64_t cid, int kind, const vo
 		return MESH_E_RANGE;
 	if (n > MESH_RESULTS_MAX_LEN)
 		return MESH_E_TOOBIG;
-	put32(h, REC_MAGIC);
-	put32(h + 4, (uint32_t)kind);
-	put64(h + 8, cid);
-	put32(h + 16, (uint32_t)n);
-	put32(h + 20, rec_crc(h, p, n));
+	mesh_put32le(h, REC_MAGIC);
+	mesh_put32le(h + 4, (uint32_t)kind);
+	mesh_put64le(h + 8, cid);
+	mesh_put32le(h + 16, (uint32_t)n);
+	mesh_put32le(h + 20, rec_crc(h, p, n));
 	pthread_mutex_lock(&r->mu);
 	uint64_t off = r->end;
 	/* One record, one place: the header and the payload at off. */

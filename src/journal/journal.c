@@ -1,5 +1,6 @@
 #include "journal/journal.h"
 
+#include "base/bytes.h"
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
@@ -78,21 +79,6 @@ struct mesh_journal {
 	uint64_t batches, written;
 };
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 size_t mesh_journal_encode(void *out, uint8_t type, uint8_t flags, const void *payload, uint16_t len)
 {
 	unsigned char *p = out;
@@ -104,7 +90,7 @@ size_t mesh_journal_encode(void *out, uint8_t type, uint8_t flags, const void *p
 	if (len)
 		memcpy(p + MESH_JOURNAL_FRAME, payload, len);
 	memset(p + MESH_JOURNAL_FRAME + len, 0, size - MESH_JOURNAL_FRAME - len);
-	put32(p, mesh_crc32c(0, p + 4, size - 4));
+	mesh_put32le(p, mesh_crc32c(0, p + 4, size - 4));
 	return size;
 }
 
@@ -120,7 +106,7 @@ int mesh_journal_decode(const void *buf, size_t n, struct mesh_jrec *r, size_t *
 	sz = mesh_journal_size(len);
 	if (n < sz)
 		return 0;
-	if (mesh_crc32c(0, p + 4, sz - 4) != get32(p))
+	if (mesh_crc32c(0, p + 4, sz - 4) != mesh_get32le(p))
 		return MESH_E_CORRUPT;
 	for (size_t i = MESH_JOURNAL_FRAME + len; i < sz; i++)
 		if (p[i])
@@ -138,10 +124,10 @@ void mesh_journal_header(void *out)
 	unsigned char *p = out;
 	memset(p, 0, MESH_JOURNAL_HDR_SIZE);
 	memcpy(p, MESH_JOURNAL_MAGIC, 8);
-	put32(p + 8, MESH_JOURNAL_VERSION);
-	put32(p + 12, MESH_JOURNAL_HDR_SIZE);
-	put64(p + 16, mesh_wall_ns());
-	put32(p + 28, mesh_crc32c(0, p, 28));
+	mesh_put32le(p + 8, MESH_JOURNAL_VERSION);
+	mesh_put32le(p + 12, MESH_JOURNAL_HDR_SIZE);
+	mesh_put64le(p + 16, mesh_wall_ns());
+	mesh_put32le(p + 28, mesh_crc32c(0, p, 28));
 }
 
 int mesh_journal_header_check(const void *buf, size_t n)
@@ -151,11 +137,11 @@ int mesh_journal_header_check(const void *buf, size_t n)
 		return MESH_E_FOREIGN;
 	if (n < MESH_JOURNAL_HDR_SIZE)
 		return MESH_E_CORRUPT;
-	if (get32(p + 28) != mesh_crc32c(0, p, 28))
+	if (mesh_get32le(p + 28) != mesh_crc32c(0, p, 28))
 		return MESH_E_CORRUPT;
-	if (get32(p + 8) != MESH_JOURNAL_VERSION)
+	if (mesh_get32le(p + 8) != MESH_JOURNAL_VERSION)
 		return MESH_E_VERSION;
-	if (get32(p + 12) != MESH_JOURNAL_HDR_SIZE)
+	if (mesh_get32le(p + 12) != MESH_JOURNAL_HDR_SIZE)
 		return MESH_E_CORRUPT;
 	return 0;
 }
@@ -531,14 +517,6 @@ static uint64_t find_whole_after(int fd, uint64_t off, uint64_t size)
 	return found;
 }
 
-static int lock_ex(int fd)
-{
-	while (flock(fd, LOCK_EX) < 0)
-		if (errno != EINTR)
-			return -errno;
-	return 0;
-}
-
 /* With LOCK_EX held: brings the consumer up to date, then settles what lies
  * after the last committed record.  No writer is in flight, so whole records
  * there are a dead writer's batch (or one whose COMMIT was lost in a crash):
@@ -611,7 +589,7 @@ int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
 		return -errno;
 	if ((uint64_t)st.st_size <= mesh_journal_position(j))
 		return 0;
-	rc = lock_ex(j->fd);
+	rc = mesh_flock_ex(j->fd);
 	if (rc)
 		return rc;
 	rc = settle_locked(j, cut);
@@ -716,7 +694,7 @@ static void commit(struct mesh_journal *j, struct waiter *list, uint32_t gen)
 		rc = j->broken;
 		goto out;
 	}
-	rc = lock_ex(j->fd);
+	rc = mesh_flock_ex(j->fd);
 	if (rc)
 		goto out;
 	rc = same_file_locked(j);

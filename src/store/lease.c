@@ -301,3 +301,43 @@ int mesh_lease_free(const struct mesh_lease_stamp *st, const struct mesh_lease_c
 {
 	return mesh_lease_expired(st, now) || mesh_lease_holder_gone(&st->holder, &now->self);
 }
+
+#define BLOCK_VERSION 1
+
+size_t mesh_lease_block_format(char *buf, size_t cap, const struct mesh_lease_stamp *st, uint64_t mask)
+{
+	size_t n = mesh_lease_format(buf, cap, st);
+	int m;
+	if (!n)
+		return 0;
+	m = snprintf(buf + n, cap - n, "mesh-block %d %016" PRIx64 " ", BLOCK_VERSION, mask);
+	if (m < 0 || n + (size_t)m + 10 > cap)
+		return 0;
+	m += snprintf(buf + n + m, cap - n - (size_t)m, "%08" PRIx32 "\n", mesh_crc32c(0, buf + n, (size_t)m));
+	return n + (size_t)m;
+}
+
+int mesh_lease_block_parse(const char *buf, size_t n, struct mesh_lease_stamp *st, uint64_t *mask)
+{
+	const char *nl = memchr(buf, '\n', n), *p, *end = buf + n, *f, *crc_at;
+	size_t fl;
+	uint64_t v, crc;
+	struct mesh_lease_stamp s;
+	if (!nl || mesh_lease_parse(buf, (size_t)(nl + 1 - buf), &s))
+		return MESH_E_PARSE;
+	p = nl + 1;
+	if (field(&p, end, &f, &fl) || fl != 10 || memcmp(f, "mesh-block", 10))
+		return MESH_E_PARSE;
+	if (field(&p, end, &f, &fl) || fl != 1 || f[0] != '0' + BLOCK_VERSION)
+		return MESH_E_PARSE;
+	if (field(&p, end, &f, &fl) || fl != 16 || hexn(f, fl, &v))
+		return MESH_E_PARSE;
+	crc_at = p;
+	if (field(&p, end, &f, &fl) || fl != 8 || hexn(f, fl, &crc) || p != end || end[-1] != '\n')
+		return MESH_E_PARSE;
+	if ((uint32_t)crc != mesh_crc32c(0, nl + 1, (size_t)(crc_at - nl - 1)))
+		return MESH_E_PARSE;
+	*st = s;
+	*mask = v;
+	return 0;
+}

@@ -66,15 +66,37 @@ struct mesh_lease_clock {
 
 struct mesh_store;
 
+/* Batched leases: the chunks of a job are grouped in blocks of
+ * MESH_LEASE_BLOCK (block b = cids b*64 .. b*64+63), and one lease may
+ * cover any subset of one block (claim_block); its file says which (its
+ * mask).  Who holds chunk cid:
+ *   - while the lease of cid's block is live and its mask holds cid, the
+ *     block's holder;
+ *   - else whoever holds the primary lease of cid, as without blocks.
+ * A claimer (or stealer) of a chunk lease writes its file and then looks
+ * at the block: a live block of another whose mask holds cid wins (the
+ * claimer removes its file and loses).  A claimer of a block writes the
+ * block and then looks for chunk lease files among the chunks it wants:
+ * those are left out, and the mask is written again without them.  Of two
+ * such racers at least one sees the other.  A chunk let go of (a failure,
+ * a hand-back) leaves the mask first.
+ * The holder of a block keeps which chunks it holds in memory; a crash
+ * leaves the block file, which is freed like any lease (its deadline, or
+ * its holder certainly gone).  docs/journal.md, "Block leases". */
+#define MESH_LEASE_BLOCK 64
+
 struct mesh_store_ops {
 	const char *name;
 	/* Creates the lease of (cid, slot) if none exists.  0 = ours,
-	 * MESH_E_STATE = one exists, -errno. */
+	 * 1 = ours over a free block lease that covered cid (slot 0: a steal),
+	 * MESH_E_STATE = one exists (or a live block lease of another covers
+	 * cid), -errno. */
 	int (*claim)(struct mesh_store *s, uint64_t cid, unsigned slot, const struct mesh_lease_stamp *mine);
 	/* Takes over an existing lease that is free at now (mesh_lease_free,
 	 * or garbled): 0 = ours (mine->attempt becomes the old attempt + 1 when
-	 * the old stamp was readable), MESH_E_STATE = it is live (*seen filled),
-	 * -ENOENT = there is no lease (claim instead). */
+	 * the old stamp was readable), MESH_E_STATE = it is live (*seen filled;
+	 * for slot 0 also when no chunk lease exists but a live block lease of
+	 * another covers cid), -ENOENT = there is no lease (claim instead). */
 	int (*steal)(struct mesh_store *s, uint64_t cid, unsigned slot, const struct mesh_lease_clock *now,
 		     struct mesh_lease_stamp *mine, struct mesh_lease_stamp *seen);
 	/* Sets both deadlines of our lease (token match; boot_deadline_ns on
@@ -90,6 +112,21 @@ struct mesh_store_ops {
 	 * now.  Cost: the leases present, never the job size. */
 	int (*each_live)(struct mesh_store *s, const struct mesh_lease_clock *now,
 			 void (*fn)(void *arg, uint64_t cid, const struct mesh_lease_stamp *st), void *arg);
+	/* Leases the chunks of want (bit i = cid block*64+i) in one block
+	 * lease: a new one with *mine, a free one taken over (mine->attempt
+	 * = old + 1), or, when this handle holds the block already, its own
+	 * (deadlines moved to mine's when later).  *got = the chunks of want
+	 * now held (those with a chunk lease left out); *mine = the block's
+	 * stamp (its token renews and releases them).  0 = fresh, 1 = taken
+	 * over, MESH_E_STATE (a live block of another, or nothing of want
+	 * left), -errno.  renew and release of slot 0 work on block-held
+	 * chunks too: release drops the chunk (the block goes with its last
+	 * chunk); renew moves the block's deadlines, or, when the new deadline
+	 * is earlier (a hand-back), moves the chunk to a chunk lease of its
+	 * own with the same token.  close releases every block of the
+	 * handle. */
+	int (*claim_block)(struct mesh_store *s, uint64_t block, uint64_t want, const struct mesh_lease_clock *now,
+			   struct mesh_lease_stamp *mine, uint64_t *got);
 	void (*close)(struct mesh_store *s);
 };
 
@@ -124,6 +161,16 @@ int mesh_store_file_remove_dir(const char *lockdir);
 #define MESH_LEASE_LINE_MAX 320
 size_t mesh_lease_format(char *buf, size_t cap, const struct mesh_lease_stamp *st);
 int mesh_lease_parse(const char *buf, size_t n, struct mesh_lease_stamp *st);
+
+/* The block lease file (docs/journal.md, "Block leases"): the lease line
+ * of the block, then "mesh-block 1 <mask> <crc>\n" with the chunks it
+ * holds (bit i = cid block*64+i, 16 lowercase hex digits; crc32c of the
+ * second line before the crc).  format returns the length (0 when cap is
+ * too small; MESH_LEASE_BLOCK_MAX always fits); parse: 0 or MESH_E_PARSE
+ * (a block file that does not parse counts as expired). */
+#define MESH_LEASE_BLOCK_MAX (MESH_LEASE_LINE_MAX + 48)
+size_t mesh_lease_block_format(char *buf, size_t cap, const struct mesh_lease_stamp *st, uint64_t mask);
+int mesh_lease_block_parse(const char *buf, size_t n, struct mesh_lease_stamp *st, uint64_t *mask);
 
 /* The calling process as a holder: every fact it can read (pid bound). */
 void mesh_lease_holder_self(struct mesh_lease_holder *h);

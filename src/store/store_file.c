@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,22 @@
 #include <unistd.h>
 
 
+/* A block lease this handle holds: which of its chunks, and its stamp. */
+struct blk {
+	uint64_t b;
+	uint64_t mask;	/* the chunks we hold through it */
+	uint64_t fmask; /* the mask its file says (a superset: a chunk DONE stays in it) */
+	struct mesh_lease_stamp st;
+};
+
 struct file_store {
 	struct mesh_store base;
 	char *dir;
 	char *name;
 	int dirfd;
+	pthread_mutex_t mu; /* guards blks (release runs outside the job's lock) */
+	struct blk *blks;
+	size_t nblk, cblk;
 };
 
 static struct file_store *fs_of(struct mesh_store *s)
@@ -37,12 +49,10 @@ static int lease_name(struct file_store *fs, uint64_t cid, unsigned slot, char *
 	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
-static int lock_ex(int fd)
+static int block_name(struct file_store *fs, uint64_t b, char *buf, size_t cap)
 {
-	while (flock(fd, LOCK_EX) < 0)
-		if (errno != EINTR)
-			return -errno;
-	return 0;
+	int n = snprintf(buf, cap, "%s.b%" PRIu64 ".lease", fs->name, b);
+	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
 /* Reads the stamp of an open lease file. */
@@ -76,7 +86,7 @@ static int open_locked(struct file_store *fs, const char *name)
 	int rc, fd = openat(fs->dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
-	rc = lock_ex(fd);
+	rc = mesh_flock_ex(fd);
 	if (!rc && fstat(fd, &st) < 0)
 		rc = -errno;
 	if (!rc && st.st_nlink == 0)
@@ -86,6 +96,164 @@ static int open_locked(struct file_store *fs, const char *name)
 		return rc;
 	}
 	return fd;
+}
+
+static struct blk *blk_find(struct file_store *fs, uint64_t b)
+{
+	for (size_t i = 0; i < fs->nblk; i++)
+		if (fs->blks[i].b == b)
+			return &fs->blks[i];
+	return NULL;
+}
+
+static int block_read_fd(int fd, struct mesh_lease_stamp *st, uint64_t *mask)
+{
+	char buf[MESH_LEASE_BLOCK_MAX];
+	ssize_t got = mesh_pread_full(fd, buf, sizeof buf, 0);
+	if (got < 0)
+		return (int)got;
+	return mesh_lease_block_parse(buf, (size_t)got, st, mask);
+}
+
+static int block_write_fd(int fd, const struct mesh_lease_stamp *st, uint64_t mask)
+{
+	char buf[MESH_LEASE_BLOCK_MAX];
+	size_t n = mesh_lease_block_format(buf, sizeof buf, st, mask);
+	int rc;
+	if (!n)
+		return MESH_E_TOOBIG;
+	rc = mesh_pwrite_all(fd, buf, n, 0);
+	if (!rc && ftruncate(fd, (off_t)n) < 0)
+		rc = -errno;
+	return rc;
+}
+
+/* Opens the file of our block bk, locked, and checks it still holds our
+ * token: the fd, MESH_E_STATE (taken over after it expired, or gone), or
+ * -errno. */
+static int block_open_ours(struct file_store *fs, const struct blk *bk)
+{
+	char name[NAME_MAX + 1];
+	struct mesh_lease_stamp cur;
+	uint64_t m;
+	int fd, rc = block_name(fs, bk->b, name, sizeof name);
+	if (rc)
+		return rc;
+	fd = open_locked(fs, name);
+	if (fd == -ENOENT)
+		return MESH_E_STATE;
+	if (fd >= 0 && (block_read_fd(fd, &cur, &m) || cur.token != bk->st.token)) {
+		close(fd);
+		return MESH_E_STATE;
+	}
+	return fd;
+}
+
+/* Forgets our block bk, first removing its file when unlink_it is set and
+ * it is still ours; fs->mu held. */
+static void blk_drop(struct file_store *fs, struct blk *bk, int unlink_it)
+{
+	char name[NAME_MAX + 1];
+	if (unlink_it && block_name(fs, bk->b, name, sizeof name) == 0) {
+		int fd = block_open_ours(fs, bk);
+		if (fd >= 0) {
+			unlinkat(fs->dirfd, name, 0);
+			close(fd);
+		}
+	}
+	*bk = fs->blks[--fs->nblk];
+}
+
+/* The chunks of want (in block b) that have no chunk lease file. */
+static uint64_t without_chunk_lease(struct file_store *fs, uint64_t b, uint64_t want)
+{
+	uint64_t got = 0;
+	for (unsigned i = 0; i < MESH_LEASE_BLOCK; i++) {
+		char name[NAME_MAX + 1];
+		struct stat st;
+		if (!(want >> i & 1) || lease_name(fs, b * MESH_LEASE_BLOCK + i, 0, name, sizeof name))
+			continue;
+		if (fstatat(fs->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+			got |= 1ull << i;
+	}
+	return got;
+}
+
+/* Writes our block's stamp with add in its mask to its locked file fd,
+ * then -- written first, looked second (store.h) -- leaves out of add the
+ * chunks that have a chunk lease (rewriting the mask without them).
+ * Returns the chunks of add we now hold; *rc = 0 or the write's error. */
+static uint64_t block_commit(struct file_store *fs, struct blk *bk, int fd, uint64_t add, int *rc)
+{
+	uint64_t got;
+	*rc = block_write_fd(fd, &bk->st, bk->fmask | add);
+	if (*rc)
+		return 0;
+	got = without_chunk_lease(fs, bk->b, add);
+	if (got != add)
+		(void)block_write_fd(fd, &bk->st, bk->fmask | got); /* failing, a superset stays: harmless */
+	bk->fmask |= got;
+	bk->mask |= got;
+	return got;
+}
+
+/* Moves the deadlines of our block bk to the later of its own and these,
+ * and takes clear out of its file's mask (fs->mu held).  MESH_E_STATE when
+ * the block was taken over after it expired (then bk is forgotten). */
+static int block_restamp(struct file_store *fs, struct blk *bk, uint64_t deadline_ns, uint64_t boot_deadline_ns,
+			 uint64_t clear)
+{
+	int rc, fd = block_open_ours(fs, bk);
+	if (fd == MESH_E_STATE) {
+		blk_drop(fs, bk, 0);
+		return fd;
+	}
+	if (fd < 0)
+		return fd;
+	if (bk->st.deadline_ns < deadline_ns)
+		bk->st.deadline_ns = deadline_ns;
+	if (bk->st.boot_deadline_ns < boot_deadline_ns)
+		bk->st.boot_deadline_ns = boot_deadline_ns;
+	bk->fmask &= ~clear;
+	rc = block_write_fd(fd, &bk->st, bk->fmask);
+	close(fd);
+	return rc;
+}
+
+/* Who holds cid through its block, as a claimer of cid judges it: 0 = no
+ * block lease with cid in its mask, or one of this handle; 1 = a live one
+ * of another (*seen filled); 2 = a free one (or a garbled file); -errno. */
+static int block_covers(struct file_store *fs, uint64_t cid, const struct mesh_lease_clock *now,
+			struct mesh_lease_stamp *seen)
+{
+	char name[NAME_MAX + 1];
+	struct mesh_lease_stamp st;
+	uint64_t b = cid / MESH_LEASE_BLOCK, mask;
+	int fd, rc, ours;
+	pthread_mutex_lock(&fs->mu);
+	ours = blk_find(fs, b) != NULL;
+	pthread_mutex_unlock(&fs->mu);
+	if (ours)
+		return 0;
+	if ((rc = block_name(fs, b, name, sizeof name)))
+		return rc;
+	fd = open_locked(fs, name);
+	if (fd == -ENOENT)
+		return 0;
+	if (fd < 0)
+		return fd;
+	rc = block_read_fd(fd, &st, &mask);
+	close(fd);
+	if (rc)
+		return 2;
+	if (!(mask >> (cid % MESH_LEASE_BLOCK) & 1))
+		return 0;
+	if (!mesh_lease_free(&st, now)) {
+		if (seen)
+			*seen = st;
+		return 1;
+	}
+	return 2;
 }
 
 static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const struct mesh_lease_stamp *mine)
@@ -99,7 +267,7 @@ static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return errno == EEXIST ? MESH_E_STATE : -errno;
-	rc = lock_ex(fd);
+	rc = mesh_flock_ex(fd);
 	if (!rc && fstat(fd, &st) < 0)
 		rc = -errno;
 	if (!rc && (st.st_size != 0 || st.st_nlink == 0)) {
@@ -109,7 +277,18 @@ static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	}
 	if (!rc)
 		rc = write_fd(fd, mine);
-	if (rc)
+	if (!rc && slot == 0) {
+		/* Written first, looked second (store.h): a live block of
+		 * another that covers cid wins. */
+		struct mesh_lease_clock now;
+		mesh_lease_clock_now(&now, &mine->holder);
+		rc = block_covers(fs, cid, &now, NULL);
+		if (rc == 1)
+			rc = MESH_E_STATE;
+		else if (rc == 2)
+			rc = 1;
+	}
+	if (rc < 0)
 		unlinkat(fs->dirfd, name, 0);
 	close(fd);
 	return rc;
@@ -125,6 +304,8 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	if (rc)
 		return rc;
 	fd = open_locked(fs, name);
+	if (fd == -ENOENT && slot == 0)
+		return block_covers(fs, cid, now, seen) == 1 ? MESH_E_STATE : -ENOENT;
 	if (fd < 0)
 		return fd;
 	rc = read_fd(fd, &old);
@@ -137,8 +318,75 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	if (rc == 0 && old.attempt + 1 > mine->attempt)
 		mine->attempt = old.attempt + 1;
 	rc = write_fd(fd, mine);
+	if (!rc && slot == 0) {
+		/* As a claim: written first, looked second.  What we took may
+		 * be a claimer's file still empty, or one it was about to
+		 * remove on seeing a live block. */
+		int b = block_covers(fs, cid, now, seen);
+		if (b == 1) {
+			unlinkat(fs->dirfd, name, 0);
+			rc = MESH_E_STATE;
+		} else if (b < 0) {
+			rc = b;
+		}
+	}
 	close(fd);
 	return rc;
+}
+
+/* Renews a chunk held through our block bk (fs->mu held): moves the
+ * block's deadlines, or, for an earlier deadline (a hand-back), moves the
+ * chunk to a chunk lease of its own (which wins over the block).  Then a
+ * chunk lease of another (made while the block had expired) takes the
+ * chunk: MESH_E_STATE. */
+static int block_renew(struct file_store *fs, struct blk *bk, uint64_t cid, uint64_t deadline_ns,
+		       uint64_t boot_deadline_ns)
+{
+	char cname[NAME_MAX + 1];
+	uint64_t bit = 1ull << (cid % MESH_LEASE_BLOCK);
+	struct stat st;
+	int fd, rc;
+	if ((rc = lease_name(fs, cid, 0, cname, sizeof cname)))
+		return rc;
+	if (boot_deadline_ns < bk->st.boot_deadline_ns || deadline_ns < bk->st.deadline_ns) {
+		/* Out of the block's mask first (a live block's mask wins over
+		 * a chunk lease), then a chunk lease of its own; another node
+		 * that claims it in between simply has it. */
+		struct mesh_lease_stamp mine = bk->st;
+		mine.deadline_ns = deadline_ns;
+		mine.boot_deadline_ns = boot_deadline_ns;
+		bk->mask &= ~bit;
+		if (!bk->mask)
+			blk_drop(fs, bk, 1);
+		else if ((rc = block_restamp(fs, bk, 0, 0, bit)))
+			return rc;
+		fd = openat(fs->dirfd, cname, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+		rc = fd < 0 ? (errno == EEXIST ? MESH_E_STATE : -errno) : mesh_flock_ex(fd);
+		if (!rc)
+			rc = write_fd(fd, &mine);
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	if ((rc = block_restamp(fs, bk, deadline_ns, boot_deadline_ns, 0)))
+		return rc;
+	if (fstatat(fs->dirfd, cname, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		bk->mask &= ~bit;
+		if (!bk->mask)
+			blk_drop(fs, bk, 1);
+		return MESH_E_STATE;
+	}
+	return 0;
+}
+
+/* The block of ours that holds cid under token (token 0: any), or NULL;
+ * fs->mu held. */
+static struct blk *held_by_block(struct file_store *fs, uint64_t cid, uint64_t token)
+{
+	struct blk *bk = fs->nblk ? blk_find(fs, cid / MESH_LEASE_BLOCK) : NULL;
+	if (bk && (bk->mask >> (cid % MESH_LEASE_BLOCK) & 1) && (!token || token == bk->st.token))
+		return bk;
+	return NULL;
 }
 
 static int fs_renew(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t token, uint64_t deadline_ns,
@@ -150,6 +398,16 @@ static int fs_renew(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t 
 	int fd, rc = lease_name(fs, cid, slot, name, sizeof name);
 	if (rc)
 		return rc;
+	if (slot == 0 && token) {
+		struct blk *bk;
+		pthread_mutex_lock(&fs->mu);
+		bk = held_by_block(fs, cid, token);
+		if (bk)
+			rc = block_renew(fs, bk, cid, deadline_ns, boot_deadline_ns);
+		pthread_mutex_unlock(&fs->mu);
+		if (bk)
+			return rc;
+	}
 	fd = open_locked(fs, name);
 	if (fd < 0)
 		return fd == -ENOENT ? MESH_E_STATE : fd;
@@ -173,6 +431,24 @@ static int fs_release(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_
 	int fd, rc = lease_name(fs, cid, slot, name, sizeof name);
 	if (rc)
 		return rc;
+	if (slot == 0) {
+		struct blk *bk;
+		pthread_mutex_lock(&fs->mu);
+		bk = held_by_block(fs, cid, token);
+		if (bk) {
+			uint64_t bit = 1ull << (cid % MESH_LEASE_BLOCK);
+			bk->mask &= ~bit;
+			if (!bk->mask)
+				blk_drop(fs, bk, 1);
+			else if (token)
+				/* let go of (a failure): out of the file's mask, so
+				 * that others may take it; a DONE chunk may stay */
+				(void)block_restamp(fs, bk, 0, 0, bit);
+		}
+		pthread_mutex_unlock(&fs->mu);
+		if (bk && token)
+			return 0; /* there is no chunk lease of ours */
+	}
 	if (!token) {
 		if (unlinkat(fs->dirfd, name, 0) < 0 && errno != ENOENT)
 			return -errno;
@@ -195,11 +471,45 @@ static int fs_read(struct mesh_store *s, uint64_t cid, unsigned slot, struct mes
 	if (rc)
 		return rc;
 	fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT && slot == 0 && !block_name(fs, cid / MESH_LEASE_BLOCK, name, sizeof name)) {
+		uint64_t mask;
+		fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			return -errno;
+		rc = block_read_fd(fd, st, &mask);
+		close(fd);
+		return rc ? rc : mask >> (cid % MESH_LEASE_BLOCK) & 1 ? 0 : -ENOENT;
+	}
 	if (fd < 0)
 		return -errno;
 	rc = read_fd(fd, st);
 	close(fd);
 	return rc;
+}
+
+/* The chunks of a live block lease without a chunk lease of their own
+ * (those are counted from their own files). */
+static void each_in_block(struct file_store *fs, uint64_t b, const struct mesh_lease_clock *now,
+			  void (*fn)(void *arg, uint64_t cid, const struct mesh_lease_stamp *st), void *arg)
+{
+	char name[NAME_MAX + 1];
+	struct mesh_lease_stamp st;
+	uint64_t free_bits, mask;
+	int fd;
+	if (block_name(fs, b, name, sizeof name))
+		return;
+	fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return;
+	if (block_read_fd(fd, &st, &mask) || mesh_lease_free(&st, now)) {
+		close(fd);
+		return;
+	}
+	close(fd);
+	free_bits = without_chunk_lease(fs, b, mask);
+	for (unsigned i = 0; i < MESH_LEASE_BLOCK; i++)
+		if (free_bits >> i & 1)
+			fn(arg, b * MESH_LEASE_BLOCK + i, &st);
 }
 
 static int fs_each_live(struct mesh_store *s, const struct mesh_lease_clock *now,
@@ -225,6 +535,11 @@ static int fs_each_live(struct mesh_store *s, const struct mesh_lease_clock *now
 		if (len <= nl + 7 || memcmp(n, fs->name, nl) || n[nl] != '.' || strcmp(n + len - 6, ".lease"))
 			continue;
 		dot = n + nl + 1;
+		if (*dot == 'b' && !mesh_parse_u64n(dot + 1, (size_t)(n + len - 6 - dot - 1),
+						     UINT64_MAX / MESH_LEASE_BLOCK - 1, &cid)) {
+			each_in_block(fs, cid, now, fn, arg);
+			continue;
+		}
 		if (mesh_parse_u64n(dot, (size_t)(n + len - 6 - dot), UINT64_MAX, &cid))
 			continue; /* speculative copies (".s1") and other jobs' files */
 		if (fs_read(s, cid, 0, &st) == 0 && !mesh_lease_free(&st, now))
@@ -234,11 +549,105 @@ static int fs_each_live(struct mesh_store *s, const struct mesh_lease_clock *now
 	return 0;
 }
 
+static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const struct mesh_lease_clock *now,
+			  struct mesh_lease_stamp *mine, uint64_t *got)
+{
+	struct file_store *fs = fs_of(s);
+	char name[NAME_MAX + 1];
+	struct mesh_lease_stamp old;
+	struct blk *bk;
+	struct stat st;
+	uint64_t m;
+	int fd, rc = block_name(fs, b, name, sizeof name), taken = 0;
+	*got = 0;
+	if (rc)
+		return rc;
+	if (b > UINT64_MAX / MESH_LEASE_BLOCK - 1 || !want)
+		return MESH_E_RANGE;
+	pthread_mutex_lock(&fs->mu);
+	bk = blk_find(fs, b);
+	if (bk) {
+		/* Ours already: the chunks it adds, under later deadlines. */
+		uint64_t add = want & ~bk->mask;
+		fd = add ? block_open_ours(fs, bk) : MESH_E_STATE;
+		if (fd == MESH_E_STATE && add)
+			blk_drop(fs, bk, 0);
+		if (fd >= 0) {
+			if (bk->st.deadline_ns < mine->deadline_ns)
+				bk->st.deadline_ns = mine->deadline_ns;
+			if (bk->st.boot_deadline_ns < mine->boot_deadline_ns)
+				bk->st.boot_deadline_ns = mine->boot_deadline_ns;
+			/* the start others judge stragglers by: the newest chunks' */
+			bk->st.started_ns = mine->started_ns;
+			*got = block_commit(fs, bk, fd, add, &rc);
+			close(fd);
+			*mine = bk->st;
+			if (!rc && !*got)
+				rc = MESH_E_STATE;
+		} else {
+			rc = fd;
+		}
+		pthread_mutex_unlock(&fs->mu);
+		return rc;
+	}
+	if (fs->nblk == fs->cblk) {
+		size_t c = fs->cblk ? 2 * fs->cblk : 8;
+		struct blk *p = realloc(fs->blks, c * sizeof *p);
+		if (!p) {
+			pthread_mutex_unlock(&fs->mu);
+			return -ENOMEM;
+		}
+		fs->blks = p;
+		fs->cblk = c;
+	}
+	fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd >= 0) {
+		rc = mesh_flock_ex(fd);
+		if (!rc && fstat(fd, &st) < 0)
+			rc = -errno;
+		if (!rc && (st.st_size != 0 || st.st_nlink == 0))
+			rc = MESH_E_STATE; /* a stealer took the empty file */
+	} else if (errno == EEXIST) {
+		/* A block lease exists: taken over only when it is free. */
+		fd = open_locked(fs, name);
+		rc = fd < 0 ? (fd == -ENOENT ? MESH_E_STATE : fd) : 0;
+		if (!rc && block_read_fd(fd, &old, &m) == 0) {
+			if (!mesh_lease_free(&old, now))
+				rc = MESH_E_STATE;
+			else if (old.attempt + 1 > mine->attempt)
+				mine->attempt = old.attempt + 1;
+		}
+		taken = 1;
+	} else {
+		rc = -errno;
+	}
+	if (!rc) {
+		bk = &fs->blks[fs->nblk++];
+		memset(bk, 0, sizeof *bk);
+		bk->b = b;
+		bk->st = *mine;
+		*got = block_commit(fs, bk, fd, want, &rc);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (bk && !*got) {
+		blk_drop(fs, bk, 1);
+		if (!rc)
+			rc = MESH_E_STATE;
+	}
+	pthread_mutex_unlock(&fs->mu);
+	return rc ? rc : taken;
+}
+
 static void fs_close(struct mesh_store *s)
 {
 	struct file_store *fs = fs_of(s);
 	if (!fs)
 		return;
+	while (fs->nblk)
+		blk_drop(fs, &fs->blks[0], 1);
+	free(fs->blks);
+	pthread_mutex_destroy(&fs->mu);
 	close(fs->dirfd);
 	free(fs->dir);
 	free(fs->name);
@@ -253,6 +662,7 @@ static const struct mesh_store_ops file_ops = {
 	.release = fs_release,
 	.read = fs_read,
 	.each_live = fs_each_live,
+	.claim_block = fs_claim_block,
 	.close = fs_close,
 };
 
@@ -287,6 +697,7 @@ int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const cha
 	}
 	fs->base.ops = &file_ops;
 	fs->dirfd = dfd;
+	pthread_mutex_init(&fs->mu, NULL);
 	*out = &fs->base;
 	return 0;
 }

@@ -1,0 +1,66 @@
+/* mesh store: the PostgreSQL job store's schema (store/store_pg.h). */
+#include "base/err.h"
+#include "base/exit.h"
+#include "cli/cmds.h"
+#include "cli/exit.h"
+#include "store/store_pg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+	"usage: mesh store init|migrate|status [URL]\n"
+	"\n"
+	"The PostgreSQL job store, for many machines on one job (docs/cluster.md).\n"
+	"URL is postgresql://[user@]host[:port]/db[?...] (default: $MESH_STORE);\n"
+	"libpq's environment is honoured (PGHOST, PGUSER, PGPASSFILE, PGPASSWORD...).\n"
+	"Give the password through PGPASSFILE or PGPASSWORD: mesh never prints one.\n"
+	"\n"
+	"  init     create the schema 'mesh' (nothing when it is there, at this version)\n"
+	"  migrate  bring an older schema to this version, one step at a time\n"
+	"  status   print the schema version found and the one this mesh uses\n"
+	"\n"
+	"Exit codes: 0; 64 usage; 65 a schema of another version or not mesh's;\n"
+	"69 the database cannot be reached or refused the login.\n";
+
+int mesh_cmd_store(int argc, char **argv)
+{
+	enum mesh_pg_schema_op op;
+	const char *url;
+	char safe[512], why[512];
+	int found = 0, now = 0, rc;
+	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	if (argc < 2 || argc > 3)
+		return mesh_cli_usage("store: init, migrate or status, and a URL (see `mesh store --help`)");
+	if (!strcmp(argv[1], "init"))
+		op = MESH_PG_SCHEMA_INIT;
+	else if (!strcmp(argv[1], "migrate"))
+		op = MESH_PG_SCHEMA_MIGRATE;
+	else if (!strcmp(argv[1], "status"))
+		op = MESH_PG_SCHEMA_STATUS;
+	else
+		return mesh_cli_usage("store: unknown command '%s' (init, migrate, status)", argv[1]);
+	url = argc == 3 ? argv[2] : getenv("MESH_STORE");
+	if (!url || !*url)
+		return mesh_cli_usage("store %s: no URL (give one, or set MESH_STORE)", argv[1]);
+	if (!mesh_pg_url_is(url))
+		return mesh_cli_usage("store %s: not a store URL (postgresql://...)", argv[1]);
+	mesh_pg_url_safe(url, safe, sizeof safe);
+	rc = mesh_pg_schema(url, op, &found, &now, why, sizeof why);
+	if (rc) {
+		fprintf(stderr, "mesh: store %s %s: %s%s%s\n", argv[1], safe, mesh_strerror(rc), why[0] ? ": " : "", why);
+		return mesh_exit_for(rc);
+	}
+	if (op == MESH_PG_SCHEMA_STATUS)
+		printf("schema mesh: version %d (this mesh: %d)%s\n", found, MESH_PG_SCHEMA_VERSION,
+		       found == 0 ? ", none: run `mesh store init`"
+		       : found < MESH_PG_SCHEMA_VERSION ? ", older: run `mesh store migrate`"
+		       : found > MESH_PG_SCHEMA_VERSION ? ", newer than this mesh" : "");
+	else
+		printf("schema mesh: version %d -> %d\n", found, now);
+	return 0;
+}

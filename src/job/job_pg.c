@@ -1,0 +1,315 @@
+#include "job/job_pg.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "store/store.h"
+#include "store/store_pg.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A lease this handle holds: its token renews and proves it. */
+struct pheld {
+	uint64_t cid, token;
+};
+
+struct mesh__jpg {
+	struct mesh_pg *pg;
+	char node[MESH_NODE_MAX + 1];
+	char where[512]; /* the URL without its password */
+	uint64_t n;
+	uint32_t max_attempts;
+	int detached, read_only;
+	size_t ident_len;
+	unsigned char ident[MESH_JOB_IDENTITY_MAX];
+	pthread_mutex_t mu;
+	struct pheld *held;
+	size_t nheld, cheld;
+};
+
+static void why_conn(struct mesh_job_why *why, int rc)
+{
+	if (why)
+		why->at = rc == MESH_E_UNAVAILABLE || rc == MESH_E_PARSE ? MESH_JOB_AT_NONE : MESH_JOB_AT_JOURNAL;
+}
+
+int mesh__jpg_submit(const char *url, uint64_t n, const void *ident, size_t ident_len, struct mesh_job_why *why)
+{
+	struct mesh_pg *pg;
+	int rc;
+	if (n == 0 || n > MESH_JOB_MAX_CHUNKS)
+		return MESH_E_RANGE;
+	if (ident_len > MESH_JOB_IDENTITY_MAX)
+		return MESH_E_TOOBIG;
+	rc = mesh_pg_open(&pg, url, why->store_msg, sizeof why->store_msg);
+	if (rc) {
+		why_conn(why, rc);
+		return rc;
+	}
+	rc = mesh_pg_submit(pg, n, ident, ident_len, &why->n, why->identity, &why->identity_len);
+	mesh_pg_close(pg);
+	return rc;
+}
+
+int mesh__jpg_open(struct mesh__jpg **out, const struct mesh_job_opts *o, const char *node)
+{
+	struct mesh__jpg *p = calloc(1, sizeof *p);
+	int rc;
+	if (!p)
+		return -ENOMEM;
+	rc = mesh_pg_open(&p->pg, o->journal, o->why ? o->why->store_msg : NULL, o->why ? sizeof o->why->store_msg : 0);
+	if (!rc)
+		rc = mesh_pg_job(p->pg, &p->n, p->ident, &p->ident_len);
+	if (!rc && o->nchunks && o->nchunks != p->n)
+		rc = MESH_E_MISMATCH;
+	if (!rc && o->identity_len && p->ident_len &&
+	    (o->identity_len != p->ident_len || memcmp(o->identity, p->ident, p->ident_len)))
+		rc = MESH_E_MISMATCH;
+	if (rc) {
+		if (p->pg)
+			mesh_pg_close(p->pg);
+		if (o->why) {
+			why_conn(o->why, rc);
+			o->why->n = p->n;
+			o->why->identity_len = p->ident_len;
+			memcpy(o->why->identity, p->ident, p->ident_len);
+		}
+		free(p);
+		return rc;
+	}
+	snprintf(p->node, sizeof p->node, "%s", node);
+	mesh_pg_url_safe(o->journal, p->where, sizeof p->where);
+	p->max_attempts = o->max_attempts ? o->max_attempts : MESH_JOB_MAX_ATTEMPTS_DEFAULT;
+	p->read_only = o->read_only;
+	pthread_mutex_init(&p->mu, NULL);
+	*out = p;
+	return 0;
+}
+
+void mesh__jpg_close(struct mesh__jpg *p)
+{
+	if (!p)
+		return;
+	/* A node that stops lets its leases go (not a detached one's: they
+	 * are its caller's). */
+	if (!p->detached && !p->read_only && p->nheld)
+		mesh_pg_release_mine(p->pg);
+	mesh_pg_close(p->pg);
+	pthread_mutex_destroy(&p->mu);
+	free(p->held);
+	free(p);
+}
+
+void mesh__jpg_detach(struct mesh__jpg *p)
+{
+	p->detached = 1;
+}
+
+static struct pheld *held_find(struct mesh__jpg *p, uint64_t cid)
+{
+	for (size_t i = 0; i < p->nheld; i++)
+		if (p->held[i].cid == cid)
+			return &p->held[i];
+	return NULL;
+}
+
+static void held_drop(struct mesh__jpg *p, uint64_t cid)
+{
+	struct pheld *h = held_find(p, cid);
+	if (h)
+		*h = p->held[--p->nheld];
+}
+
+static int held_put(struct mesh__jpg *p, uint64_t cid, uint64_t token)
+{
+	struct pheld *h = held_find(p, cid);
+	if (!h) {
+		if (p->nheld == p->cheld) {
+			size_t c = p->cheld ? 2 * p->cheld : 16;
+			struct pheld *n = realloc(p->held, c * sizeof *n);
+			if (!n)
+				return -ENOMEM;
+			p->held = n;
+			p->cheld = c;
+		}
+		h = &p->held[p->nheld++];
+	}
+	h->cid = cid;
+	h->token = token;
+	return 0;
+}
+
+int mesh__jpg_lease_many(struct mesh__jpg *p, uint64_t ttl_ns, struct mesh_lease *ls, size_t k, size_t *got)
+{
+	struct mesh_pg_lease pl[MESH_JOB_LEASE_MANY_MAX];
+	int rc;
+	*got = 0;
+	if (p->read_only)
+		return MESH_E_STATE;
+	if (k == 0)
+		return MESH_E_RANGE;
+	if (k > MESH_JOB_LEASE_MANY_MAX)
+		k = MESH_JOB_LEASE_MANY_MAX;
+	rc = mesh_pg_lease(p->pg, p->node, ttl_ns, k, pl, got);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&p->mu);
+	for (size_t i = 0; i < *got; i++) {
+		ls[i].cid = pl[i].cid;
+		ls[i].attempt = pl[i].attempt;
+		ls[i].kind = pl[i].stolen ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH;
+		ls[i].deadline_ns = pl[i].deadline_ns;
+		ls[i].started_ns = pl[i].started_ns;
+		if (held_put(p, pl[i].cid, pl[i].token))
+			rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&p->mu);
+	if (rc)
+		return rc;
+	if (*got)
+		return 0;
+	struct mesh_pg_status st;
+	rc = mesh_pg_status(p->pg, &st);
+	if (rc)
+		return rc;
+	return st.done >= st.n ? MESH_JOB_COMPLETE : MESH_JOB_NONE;
+}
+
+int mesh__jpg_renew(struct mesh__jpg *p, struct mesh_lease *l, uint64_t ttl_ns)
+{
+	struct pheld *h;
+	uint64_t token, dl;
+	int rc;
+	if (p->read_only)
+		return MESH_E_STATE;
+	pthread_mutex_lock(&p->mu);
+	h = held_find(p, l->cid);
+	token = h ? h->token : 0;
+	pthread_mutex_unlock(&p->mu);
+	if (!token)
+		return MESH_E_STATE;
+	rc = mesh_pg_renew(p->pg, l->cid, token, ttl_ns, &dl);
+	if (!rc)
+		l->deadline_ns = dl;
+	else if (rc == MESH_E_STATE) {
+		pthread_mutex_lock(&p->mu);
+		held_drop(p, l->cid);
+		pthread_mutex_unlock(&p->mu);
+	}
+	return rc;
+}
+
+int mesh__jpg_complete_many(struct mesh__jpg *p, const uint64_t *cids, const uint64_t *durs, size_t n, int *results)
+{
+	int rc;
+	if (p->read_only) {
+		for (size_t i = 0; i < n; i++)
+			results[i] = MESH_E_STATE;
+		return MESH_E_STATE;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (cids[i] >= p->n) {
+			for (size_t k = 0; k < n; k++)
+				results[k] = cids[k] >= p->n ? MESH_E_RANGE : 0;
+			return MESH_E_RANGE;
+		}
+	rc = mesh_pg_complete(p->pg, cids, durs, n, results);
+	for (size_t i = 0; i < n; i++)
+		results[i] = rc ? rc : results[i] == 0 ? MESH_JOB_DONE : MESH_JOB_IGNORED;
+	if (!rc) {
+		pthread_mutex_lock(&p->mu);
+		for (size_t i = 0; i < n; i++)
+			held_drop(p, cids[i]);
+		pthread_mutex_unlock(&p->mu);
+	}
+	return rc;
+}
+
+int mesh__jpg_fail(struct mesh__jpg *p, uint64_t cid, int status)
+{
+	if (p->read_only)
+		return MESH_E_STATE;
+	if (cid >= p->n)
+		return MESH_E_RANGE;
+	pthread_mutex_lock(&p->mu);
+	held_drop(p, cid);
+	pthread_mutex_unlock(&p->mu);
+	return mesh_pg_fail(p->pg, cid, status, p->max_attempts);
+}
+
+int mesh__jpg_retry(struct mesh__jpg *p, uint64_t cid)
+{
+	if (p->read_only)
+		return MESH_E_STATE;
+	if (cid != UINT64_MAX && cid >= p->n)
+		return MESH_E_RANGE;
+	return mesh_pg_retry(p->pg, cid);
+}
+
+int mesh__jpg_status(struct mesh__jpg *p, struct mesh_job_status *st)
+{
+	struct mesh_pg_status ps;
+	int rc = mesh_pg_status(p->pg, &ps);
+	memset(st, 0, sizeof *st);
+	if (rc)
+		return rc;
+	st->n = ps.n;
+	st->done = ps.done;
+	st->leased = ps.leased;
+	st->buried = ps.buried;
+	st->duplicates = ps.dups;
+	st->failed_attempts = ps.failed;
+	st->pending = ps.n - ps.done;
+	st->pending = st->pending > ps.leased + ps.buried ? st->pending - ps.leased - ps.buried : 0;
+	return 0;
+}
+
+struct fail_arg {
+	void (*fn)(const struct mesh_job_failure *, void *);
+	void *arg;
+};
+static void one_failure(const struct mesh_pg_failure *f, void *arg)
+{
+	struct fail_arg *a = arg;
+	struct mesh_job_failure jf = {f->cid, f->attempts, f->last_status, f->buried};
+	a->fn(&jf, a->arg);
+}
+
+int mesh__jpg_failures(struct mesh__jpg *p, void (*fn)(const struct mesh_job_failure *, void *), void *arg)
+{
+	struct fail_arg a = {fn, arg};
+	return mesh_pg_failures(p->pg, one_failure, &a);
+}
+
+int mesh__jpg_is_done(struct mesh__jpg *p, uint64_t cid)
+{
+	if (cid >= p->n)
+		return MESH_E_RANGE;
+	return mesh_pg_is_done(p->pg, cid);
+}
+
+int mesh__jpg_wait(struct mesh__jpg *p, uint64_t timeout_ns)
+{
+	return mesh_pg_wait(p->pg, timeout_ns);
+}
+
+uint64_t mesh__jpg_nchunks(const struct mesh__jpg *p)
+{
+	return p->n;
+}
+const char *mesh__jpg_node(const struct mesh__jpg *p)
+{
+	return p->node;
+}
+const char *mesh__jpg_where(const struct mesh__jpg *p)
+{
+	return p->where;
+}
+const void *mesh__jpg_identity(const struct mesh__jpg *p, size_t *len)
+{
+	*len = p->ident_len;
+	return p->ident_len ? p->ident : NULL;
+}

@@ -1,0 +1,722 @@
+/* The PostgreSQL store (store_pg.h) over Debian's libpq. */
+#include "store/store_pg.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "store/store.h"
+#include "store/store_pg_sql.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+/* How long a call waits for a lost database to come back (a restart). */
+#define RECONNECT_NS (15ull * MESH_NS_PER_S)
+
+/* One caller's completions waiting for a shared commit. */
+struct cbatch {
+	const uint64_t *cids;
+	size_t n;
+	int *results;
+	int rc, done;
+	struct cbatch *next;
+};
+
+struct mesh_pg {
+	PGconn *conn;
+	pthread_mutex_t mu; /* the connection */
+	char job[MESH_NODE_MAX + 1];
+	char idtext[24]; /* the job's row id, as a parameter */
+	uint64_t holder; /* random: the leases taken through this handle */
+	/* group commit */
+	pthread_mutex_t cmu;
+	pthread_cond_t ccv;
+	struct cbatch *queue;
+	int leader;
+	int listening; /* LISTEN mesh done on this connection */
+};
+
+int mesh_pg_url_is(const char *s)
+{
+	return s && (!strncmp(s, "postgresql://", 13) || !strncmp(s, "postgres://", 11));
+}
+
+void mesh_pg_url_safe(const char *url, char *buf, size_t cap)
+{
+	const char *scheme_end = strstr(url, "://"), *at, *colon;
+	if (!cap)
+		return;
+	snprintf(buf, cap, "%s", url);
+	if (!scheme_end)
+		return;
+	scheme_end += 3;
+	at = strchr(scheme_end, '@');
+	colon = at ? memchr(scheme_end, ':', (size_t)(at - scheme_end)) : NULL;
+	if (colon)
+		snprintf(buf, cap, "%.*s:***%s", (int)(colon - url), url, at);
+	/* a password given as a parameter */
+	char *p = strstr(buf, "password=");
+	if (p) {
+		char *e = p + 9;
+		while (*e && *e != '&' && *e != '#')
+			e++;
+		memmove(p + 12, e, strlen(e) + 1);
+		memcpy(p + 9, "***", 3);
+	}
+}
+
+static void set_why(char *why, size_t cap, const char *msg)
+{
+	if (!why || !cap)
+		return;
+	snprintf(why, cap, "%s", msg ? msg : "");
+	size_t n = strlen(why);
+	while (n && (why[n - 1] == '\n' || why[n - 1] == ' '))
+		why[--n] = 0;
+}
+
+/* Splits "#job" off url into job; the rest (a copy) is what libpq gets. */
+static char *split_url(const char *url, char *job, size_t cap)
+{
+	const char *hash = strrchr(url, '#');
+	char *conninfo;
+	if (hash) {
+		if (!mesh_job_name_ok(hash + 1))
+			return NULL;
+		snprintf(job, cap, "%s", hash + 1);
+		conninfo = strndup(url, (size_t)(hash - url));
+	} else {
+		snprintf(job, cap, "default");
+		conninfo = strdup(url);
+	}
+	return conninfo;
+}
+
+/* The library prints nothing: the server's notices (a shutdown's
+ * WARNING) are dropped. */
+static void no_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+/* An error that means the connection is gone or going (a restart): class
+ * 08 (connection exception) or 57P01..57P03 (admin/crash shutdown, cannot
+ * connect now). */
+static int conn_lost(const PGresult *r)
+{
+	const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	return !st || !strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") || !strcmp(st, "57P03");
+}
+
+/* A connection with synchronous commit on, or NULL with why filled. */
+static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
+{
+	char *err = NULL;
+	PQconninfoOption *opts = PQconninfoParse(conninfo, &err);
+	PGconn *c;
+	PGresult *r;
+	if (!opts) {
+		set_why(why, cap, err ? err : "not a connection URL");
+		PQfreemem(err);
+		*rc = MESH_E_PARSE;
+		return NULL;
+	}
+	PQconninfoFree(opts);
+	c = PQconnectdb(conninfo);
+	PQsetNoticeProcessor(c, no_notice, NULL);
+	if (PQstatus(c) != CONNECTION_OK) {
+		set_why(why, cap, PQerrorMessage(c));
+		PQfinish(c);
+		*rc = MESH_E_UNAVAILABLE;
+		return NULL;
+	}
+	r = PQexec(c, "SET synchronous_commit = on; SET client_min_messages = warning");
+	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		set_why(why, cap, PQerrorMessage(c));
+		PQclear(r);
+		PQfinish(c);
+		*rc = MESH_E_UNAVAILABLE;
+		return NULL;
+	}
+	PQclear(r);
+	return c;
+}
+
+/* The schema version: 0 when there is none, or a negative error. */
+static int schema_version(PGconn *c)
+{
+	PGresult *r = PQexec(c, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'mesh'),"
+				" to_regclass('mesh.meta') IS NOT NULL");
+	int v = 0;
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+		PQclear(r);
+		return MESH_E_UNAVAILABLE;
+	}
+	if (PQgetvalue(r, 0, 0)[0] != 't') {
+		PQclear(r);
+		return 0; /* no schema */
+	}
+	if (PQgetvalue(r, 0, 1)[0] != 't') {
+		PQclear(r);
+		return MESH_E_VERSION; /* a schema 'mesh' that is not ours */
+	}
+	PQclear(r);
+	r = PQexec(c, "SELECT version FROM mesh.meta");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		v = MESH_E_VERSION;
+	else
+		v = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return v > 0 ? v : MESH_E_VERSION;
+}
+
+/* Runs sql with params on pg's connection (pg->mu held), making the
+ * connection again (waiting up to RECONNECT_NS) when it was lost.  The
+ * result, or NULL with *rc set. */
+static PGresult *q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
+{
+	uint64_t give_up = 0;
+	for (;;) {
+		PGresult *r = PQexecParams(pg->conn, sql, n, NULL, vals, NULL, NULL, 0);
+		ExecStatusType st = PQresultStatus(r);
+		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+			return r;
+		int lost = PQstatus(pg->conn) != CONNECTION_OK || conn_lost(r);
+		PQclear(r);
+		if (!lost) {
+			*rc = MESH_E_PROTO; /* the database refused the statement */
+			return NULL;
+		}
+		if (!give_up)
+			give_up = mesh_mono_ns() + RECONNECT_NS;
+		for (;;) {
+			PQreset(pg->conn);
+			if (PQstatus(pg->conn) == CONNECTION_OK) {
+				PGresult *s = PQexec(pg->conn, "SET synchronous_commit = on");
+				PQclear(s);
+				break;
+			}
+			if (mesh_mono_ns() >= give_up) {
+				*rc = MESH_E_UNAVAILABLE;
+				return NULL;
+			}
+			mesh_sleep_ns(50 * MESH_NS_PER_MS);
+		}
+	}
+}
+
+int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap)
+{
+	struct mesh_pg *pg;
+	char job[MESH_NODE_MAX + 1];
+	char *conninfo;
+	int rc = 0, v;
+	set_why(why, whycap, "");
+	if (!mesh_pg_url_is(url))
+		return MESH_E_PARSE;
+	conninfo = split_url(url, job, sizeof job);
+	if (!conninfo) {
+		set_why(why, whycap, "the job name after '#' must be 1..64 of [A-Za-z0-9_.-]");
+		return MESH_E_PARSE;
+	}
+	pg = calloc(1, sizeof *pg);
+	if (!pg) {
+		free(conninfo);
+		return -ENOMEM;
+	}
+	pg->conn = connect_db(conninfo, &rc, why, whycap);
+	free(conninfo);
+	if (!pg->conn) {
+		free(pg);
+		return rc;
+	}
+	v = schema_version(pg->conn);
+	if (v == MESH_E_UNAVAILABLE) {
+		set_why(why, whycap, PQerrorMessage(pg->conn));
+		PQfinish(pg->conn);
+		free(pg);
+		return v;
+	}
+	if (v != MESH_PG_SCHEMA_VERSION) {
+		char m[160];
+		if (v == 0)
+			snprintf(m, sizeof m, "the database has no mesh schema (run: mesh store init URL)");
+		else if (v < 0)
+			snprintf(m, sizeof m, "the schema 'mesh' in this database is not mesh's");
+		else
+			snprintf(m, sizeof m, "the mesh schema is version %d, this mesh uses %d (run: mesh store migrate URL)",
+				 v, MESH_PG_SCHEMA_VERSION);
+		set_why(why, whycap, m);
+		PQfinish(pg->conn);
+		free(pg);
+		return MESH_E_VERSION;
+	}
+	snprintf(pg->job, sizeof pg->job, "%s", job);
+	if (getrandom(&pg->holder, sizeof pg->holder, 0) != (ssize_t)sizeof pg->holder)
+		pg->holder = mesh_wall_ns() ^ (uint64_t)getpid();
+	pg->holder &= INT64_MAX;
+	pthread_mutex_init(&pg->mu, NULL);
+	pthread_mutex_init(&pg->cmu, NULL);
+	pthread_cond_init(&pg->ccv, NULL);
+	*out = pg;
+	return 0;
+}
+
+void mesh_pg_close(struct mesh_pg *pg)
+{
+	if (!pg)
+		return;
+	PQfinish(pg->conn);
+	pthread_mutex_destroy(&pg->mu);
+	pthread_mutex_destroy(&pg->cmu);
+	pthread_cond_destroy(&pg->ccv);
+	free(pg);
+}
+
+const char *mesh_pg_job_name(const struct mesh_pg *pg)
+{
+	return pg->job;
+}
+
+static void hex_bytea(char *buf, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	buf[0] = '\\';
+	buf[1] = 'x';
+	for (size_t i = 0; i < n; i++)
+		snprintf(buf + 2 + 2 * i, 3, "%02x", b[i]);
+	buf[2 + 2 * n] = 0;
+}
+
+/* The identity of a row's bytea column (hex text) into ident. */
+static void unhex_bytea(const char *s, unsigned char *ident, size_t *len)
+{
+	size_t n = 0;
+	*len = 0;
+	if (!s || s[0] != '\\' || s[1] != 'x')
+		return;
+	for (s += 2; s[0] && s[1] && n < 200; s += 2) {
+		unsigned v;
+		if (sscanf(s, "%2x", &v) != 1)
+			return;
+		ident[n++] = (unsigned char)v;
+	}
+	*len = n;
+}
+
+int mesh_pg_submit(struct mesh_pg *pg, uint64_t n, const void *ident, size_t ident_len, uint64_t *have_n,
+		   unsigned char *have_ident, size_t *have_ident_len)
+{
+	char ntext[24], itext[2 * 200 + 3];
+	const char *vals[3] = {pg->job, ntext, ident_len ? itext : NULL};
+	PGresult *r;
+	int rc = 0;
+	if (ident_len > 200)
+		return MESH_E_TOOBIG;
+	snprintf(ntext, sizeof ntext, "%" PRIu64, n);
+	if (ident_len)
+		hex_bytea(itext, ident, ident_len);
+	pthread_mutex_lock(&pg->mu);
+	r = q(pg,
+	      "WITH i AS (INSERT INTO mesh.jobs (name, n, identity) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING"
+	      " RETURNING id, n, identity) SELECT n, identity, pg_notify('mesh', id::text) FROM i"
+	      " UNION ALL SELECT n, identity, NULL FROM mesh.jobs WHERE name = $1",
+	      3, vals, &rc);
+	if (r && PQntuples(r) >= 1) {
+		*have_n = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+		unhex_bytea(PQgetisnull(r, 0, 1) ? NULL : PQgetvalue(r, 0, 1), have_ident, have_ident_len);
+		if (*have_n != n || (*have_ident_len && ident_len &&
+				     (*have_ident_len != ident_len || memcmp(have_ident, ident, ident_len))))
+			rc = MESH_E_MISMATCH;
+	} else if (r) {
+		rc = MESH_E_PROTO;
+	}
+	PQclear(r);
+	pthread_mutex_unlock(&pg->mu);
+	return rc;
+}
+
+int mesh_pg_job(struct mesh_pg *pg, uint64_t *n, unsigned char *ident, size_t *ident_len)
+{
+	const char *vals[1] = {pg->job};
+	PGresult *r;
+	int rc = 0;
+	pthread_mutex_lock(&pg->mu);
+	r = q(pg, "SELECT id, n, identity FROM mesh.jobs WHERE name = $1", 1, vals, &rc);
+	if (r && PQntuples(r) == 1) {
+		snprintf(pg->idtext, sizeof pg->idtext, "%s", PQgetvalue(r, 0, 0));
+		*n = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+		unhex_bytea(PQgetisnull(r, 0, 2) ? NULL : PQgetvalue(r, 0, 2), ident, ident_len);
+	} else if (r) {
+		rc = MESH_E_NOJOB;
+	}
+	PQclear(r);
+	pthread_mutex_unlock(&pg->mu);
+	return rc;
+}
+
+int mesh_pg_lease(struct mesh_pg *pg, const char *node, uint64_t ttl_ns, size_t k, struct mesh_pg_lease *out,
+		  size_t *got)
+{
+	char ktext[24], ttext[24], htext[24];
+	const char *vals[4] = {pg->idtext, ktext, ttext, htext};
+	PGresult *r;
+	int rc = 0;
+	(void)node;
+	*got = 0;
+	snprintf(ktext, sizeof ktext, "%zu", k);
+	snprintf(ttext, sizeof ttext, "%" PRIu64, ttl_ns / 1000);
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	pthread_mutex_lock(&pg->mu);
+	r = q(pg, "SELECT cid, attempt, stolen, deadline, started, token FROM mesh.lease($1, $2, $3, $4)", 4, vals, &rc);
+	for (int i = 0; r && i < PQntuples(r) && (size_t)i < k; i++) {
+		struct mesh_pg_lease *l = &out[(*got)++];
+		l->cid = strtoull(PQgetvalue(r, i, 0), NULL, 10);
+		l->attempt = (uint32_t)strtoul(PQgetvalue(r, i, 1), NULL, 10);
+		l->stolen = PQgetvalue(r, i, 2)[0] == 't';
+		l->deadline_ns = strtoull(PQgetvalue(r, i, 3), NULL, 10) * 1000;
+		l->started_ns = strtoull(PQgetvalue(r, i, 4), NULL, 10) * 1000;
+		l->token = (uint64_t)strtoll(PQgetvalue(r, i, 5), NULL, 10);
+	}
+	PQclear(r);
+	pthread_mutex_unlock(&pg->mu);
+	return rc;
+}
+
+int mesh_pg_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl_ns, uint64_t *deadline_ns)
+{
+	char ctext[24], ttext[24], ltext[24];
+	const char *vals[4] = {pg->idtext, ctext, ttext, ltext};
+	PGresult *r;
+	int rc = 0;
+	snprintf(ctext, sizeof ctext, "%" PRIu64, cid);
+	snprintf(ttext, sizeof ttext, "%" PRId64, (int64_t)token);
+	snprintf(ltext, sizeof ltext, "%" PRIu64, ttl_ns / 1000);
+	pthread_mutex_lock(&pg->mu);
+	/* A hand-back (a deadline under a millisecond away) wakes the idle. */
+	r = q(pg,
+	      ttl_ns < MESH_NS_PER_MS
+		      ? "WITH u AS (UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2"
+			" AND token = $3 AND state = 'l' RETURNING deadline) SELECT deadline, pg_notify('mesh', $1::text) FROM u"
+		      : "UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2 AND token = $3"
+			" AND state = 'l' RETURNING deadline",
+	      4, vals, &rc);
+	if (r && PQntuples(r) == 1)
+		*deadline_ns = strtoull(PQgetvalue(r, 0, 0), NULL, 10) * 1000;
+	else if (r)
+		rc = MESH_E_STATE;
+	PQclear(r);
+	pthread_mutex_unlock(&pg->mu);
+	return rc;
+}
+
+struct pos {
+	uint64_t cid;
+	size_t at; /* index into the flat results */
+};
+static int cmp_pos(const void *a, const void *b)
+{
+	const struct pos *x = a, *y = b;
+	return x->cid < y->cid ? -1 : x->cid > y->cid ? 1 : (x->at > y->at) - (x->at < y->at);
+}
+
+/* One commit for every batch in list (pg->mu not held). */
+static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
+{
+	size_t total = 0, k = 0, len = 3;
+	struct pos *ps;
+	int *flat;
+	char *arr;
+	int rc = 0;
+	for (struct cbatch *b = list; b; b = b->next)
+		total += b->n;
+	ps = malloc((total + 1) * sizeof *ps);
+	flat = malloc((total + 1) * sizeof *flat);
+	arr = malloc(total * 21 + 3);
+	if (!ps || !flat || !arr) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (struct cbatch *b = list; b; b = b->next)
+		for (size_t i = 0; i < b->n; i++, k++) {
+			ps[k].cid = b->cids[i];
+			ps[k].at = k;
+		}
+	/* one lock order for every committer: ascending */
+	qsort(ps, total, sizeof *ps, cmp_pos);
+	arr[0] = '{';
+	arr[1] = 0;
+	len = 1;
+	for (size_t i = 0; i < total; i++)
+		len += (size_t)sprintf(arr + len, "%s%" PRIu64, i ? "," : "", ps[i].cid);
+	arr[len++] = '}';
+	arr[len] = 0;
+	const char *vals[2] = {pg->idtext, arr};
+	pthread_mutex_lock(&pg->mu);
+	PGresult *r = q(pg, "SELECT * FROM mesh.complete($1, $2::bigint[])", 2, vals, &rc);
+	if (r && (size_t)PQntuples(r) != total)
+		rc = MESH_E_PROTO;
+	for (size_t i = 0; r && !rc && i < total; i++)
+		flat[ps[i].at] = PQgetvalue(r, (int)i, 0)[0] == 't' ? 0 : 1;
+	PQclear(r);
+	pthread_mutex_unlock(&pg->mu);
+out:
+	k = 0;
+	for (struct cbatch *b = list; b; b = b->next) {
+		for (size_t i = 0; i < b->n; i++, k++)
+			b->results[i] = rc ? rc : flat[k];
+		b->rc = rc;
+	}
+	free(ps);
+	free(flat);
+	free(arr);
+}
+
+int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results)
+{
+	struct cbatch me = {cids, n, results, 0, 0, NULL};
+	(void)durs_ns;
+	if (!n)
+		return 0;
+	pthread_mutex_lock(&pg->cmu);
+	me.next = pg->queue;
+	pg->queue = &me;
+	while (!me.done) {
+		if (!pg->leader) {
+			struct cbatch *list = pg->queue;
+			pg->queue = NULL;
+			pg->leader = 1;
+			pthread_mutex_unlock(&pg->cmu);
+			complete_batches(pg, list);
+			pthread_mutex_lock(&pg->cmu);
+			for (struct cbatch *b = list; b; b = b->next)
+				b->done = 1;
+			pg->leader = 0;
+			pthread_cond_broadcast(&pg->ccv);
+		} else {
+			pthread_cond_wait(&pg->ccv, &pg->cmu);
+		}
+	}
+	pthread_mutex_unlock(&pg->cmu);
+	return me.rc;
+}
+
+/* A one-value query (pg->mu taken here): the value's text into buf. */
+static int q1(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, char *buf, size_t cap)
+{
+	PGresult *r;
+	int rc = 0;
+	pthread_mutex_lock(&pg->mu);
+	r = q(pg, sql, n, vals, &rc);
+	if (r && PQntuples(r) >= 1 && PQnfields(r) >= 1)
+		snprintf(buf, cap, "%s", PQgetisnull(r, 0, 0) ? "" : PQgetvalue(r, 0, 0));
+	else if (r)
+		buf[0] = 0;
+	PQclear(r);
+	pthread_mutex_unlock(&pg->mu);
+	return rc;
+}
+
+int mesh_pg_fail(struct mesh_pg *pg, uint64_t cid, int status, uint32_t max_attempts)
+{
+	char ctext[24], stext[24], mtext[24], out[8];
+	const char *vals[4] = {pg->idtext, ctext, stext, mtext};
+	int rc;
+	snprintf(ctext, sizeof ctext, "%" PRIu64, cid);
+	snprintf(stext, sizeof stext, "%d", status);
+	snprintf(mtext, sizeof mtext, "%" PRIu32, max_attempts);
+	rc = q1(pg, "SELECT mesh.fail($1, $2, $3, $4)", 4, vals, out, sizeof out);
+	return rc ? rc : out[0] == 't';
+}
+
+int mesh_pg_retry(struct mesh_pg *pg, uint64_t cid)
+{
+	char ctext[24], out[24];
+	const char *vals[2] = {pg->idtext, ctext};
+	int rc;
+	snprintf(ctext, sizeof ctext, "%" PRId64, cid == UINT64_MAX ? (int64_t)-1 : (int64_t)cid);
+	rc = q1(pg,
+		"WITH u AS (UPDATE mesh.chunks SET state = 'p', base = fails WHERE job = $1 AND state = 'b'"
+		" AND ($2 < 0 OR cid = $2) RETURNING 1) SELECT count(*) FROM u",
+		2, vals, out, sizeof out);
+	return rc ? rc : atoi(out);
+}
+
+int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st)
+{
+	const char *vals[1] = {pg->idtext};
+	PGresult *r;
+	int rc = 0;
+	memset(st, 0, sizeof *st);
+	pthread_mutex_lock(&pg->mu);
+	r = q(pg,
+	      "SELECT n, done, dups, failed,"
+	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'l' AND deadline >= mesh.now_us()),"
+	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b') FROM mesh.jobs WHERE id = $1",
+	      1, vals, &rc);
+	if (r && PQntuples(r) == 1) {
+		uint64_t *f[6] = {&st->n, &st->done, &st->dups, &st->failed, &st->leased, &st->buried};
+		for (int i = 0; i < 6; i++)
+			*f[i] = strtoull(PQgetvalue(r, 0, i), NULL, 10);
+	} else if (r) {
+		rc = MESH_E_NOJOB;
+	}
+	PQclear(r);
+	pthread_mutex_unlock(&pg->mu);
+	return rc;
+}
+
+int mesh_pg_is_done(struct mesh_pg *pg, uint64_t cid)
+{
+	char ctext[24], out[8];
+	const char *vals[2] = {pg->idtext, ctext};
+	int rc;
+	snprintf(ctext, sizeof ctext, "%" PRIu64, cid);
+	rc = q1(pg, "SELECT mesh.is_done($1, $2)", 2, vals, out, sizeof out);
+	return rc ? rc : out[0] == 't';
+}
+
+int mesh_pg_failures(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_failure *, void *), void *arg)
+{
+	const char *vals[1] = {pg->idtext};
+	PGresult *r;
+	int rc = 0;
+	pthread_mutex_lock(&pg->mu);
+	r = q(pg,
+	      "SELECT cid, fails, coalesce(last_status, 0), state = 'b' FROM mesh.chunks"
+	      " WHERE job = $1 AND fails > 0 ORDER BY cid",
+	      1, vals, &rc);
+	pthread_mutex_unlock(&pg->mu);
+	for (int i = 0; r && i < PQntuples(r); i++) {
+		struct mesh_pg_failure f = {strtoull(PQgetvalue(r, i, 0), NULL, 10),
+					    (uint32_t)strtoul(PQgetvalue(r, i, 1), NULL, 10), atoi(PQgetvalue(r, i, 2)),
+					    PQgetvalue(r, i, 3)[0] == 't'};
+		fn(&f, arg);
+	}
+	PQclear(r);
+	return rc;
+}
+
+int mesh_pg_release_mine(struct mesh_pg *pg)
+{
+	char htext[24], out[8];
+	const char *vals[2] = {pg->idtext, htext};
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	return q1(pg,
+		  "WITH u AS (UPDATE mesh.chunks SET state = 'p', token = NULL, holder = NULL"
+		  " WHERE job = $1 AND holder = $2 AND state = 'l' RETURNING 1)"
+		  " SELECT count(*), pg_notify('mesh', $1::text) FROM u",
+		  2, vals, out, sizeof out);
+}
+
+int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *now, char *why, size_t whycap)
+{
+	char job[MESH_NODE_MAX + 1];
+	char *conninfo;
+	PGconn *c;
+	int rc = 0, v;
+	set_why(why, whycap, "");
+	*found = *now = 0;
+	if (!mesh_pg_url_is(url) || !(conninfo = split_url(url, job, sizeof job)))
+		return MESH_E_PARSE;
+	c = connect_db(conninfo, &rc, why, whycap);
+	free(conninfo);
+	if (!c)
+		return rc;
+	/* one migrator at a time */
+	PQclear(PQexec(c, "SELECT pg_advisory_lock(7236915)"));
+	v = schema_version(c);
+	if (v < 0) {
+		set_why(why, whycap, v == MESH_E_VERSION ? "the schema 'mesh' in this database is not mesh's"
+							  : PQerrorMessage(c));
+		rc = v;
+	} else {
+		*found = *now = v;
+		if (v > MESH_PG_SCHEMA_VERSION) {
+			set_why(why, whycap, "the mesh schema is newer than this mesh");
+			rc = op == MESH_PG_SCHEMA_STATUS ? 0 : MESH_E_VERSION;
+		} else if (op == MESH_PG_SCHEMA_INIT && v != 0 && v != MESH_PG_SCHEMA_VERSION) {
+			set_why(why, whycap, "the mesh schema is of an older version (run: mesh store migrate URL)");
+			rc = MESH_E_VERSION;
+		} else if (op != MESH_PG_SCHEMA_STATUS) {
+			for (; !rc && (size_t)v < MESH_PG_NMIGRATIONS; v++) {
+				PGresult *r = PQexec(c, "BEGIN");
+				PQclear(r);
+				r = PQexec(c, MESH_PG_MIGRATIONS[v]);
+				if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+					set_why(why, whycap, PQerrorMessage(c));
+					rc = MESH_E_PROTO;
+				}
+				PQclear(r);
+				if (!rc) {
+					char sql[64];
+					snprintf(sql, sizeof sql, "UPDATE mesh.meta SET version = %d", v + 1);
+					r = PQexec(c, sql);
+					PQclear(r);
+				}
+				r = PQexec(c, rc ? "ROLLBACK" : "COMMIT");
+				if (!rc && PQresultStatus(r) != PGRES_COMMAND_OK) {
+					set_why(why, whycap, PQerrorMessage(c));
+					rc = MESH_E_PROTO;
+				}
+				PQclear(r);
+				if (!rc)
+					*now = v + 1;
+			}
+		}
+	}
+	PQfinish(c);
+	return rc;
+}
+
+int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns)
+{
+	uint64_t end = mesh_mono_ns() + timeout_ns;
+	int rc = 0, woke = 0;
+	pthread_mutex_lock(&pg->mu);
+	if (!pg->listening) {
+		PGresult *r = q(pg, "LISTEN mesh", 0, NULL, &rc);
+		PQclear(r);
+		if (rc) {
+			pthread_mutex_unlock(&pg->mu);
+			return rc;
+		}
+		pg->listening = 1;
+	}
+	while (!woke) {
+		PGnotify *nt;
+		uint64_t now = mesh_mono_ns();
+		if (!PQconsumeInput(pg->conn))
+			break; /* the connection is gone: the next call makes it again */
+		while ((nt = PQnotifies(pg->conn))) {
+			woke |= !strcmp(nt->extra, pg->idtext);
+			PQfreemem(nt);
+		}
+		if (woke || now >= end)
+			break;
+		struct pollfd pfd = {PQsocket(pg->conn), POLLIN, 0};
+		uint64_t ms = (end - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
+		int prc;
+		if (pfd.fd < 0)
+			break;
+		/* Other threads may use the connection meanwhile: a NOTIFY
+		 * their call reads waits in libpq's queue for us. */
+		pthread_mutex_unlock(&pg->mu);
+		prc = poll(&pfd, 1, ms > 50 ? 50 : (int)ms);
+		pthread_mutex_lock(&pg->mu);
+		if (prc < 0)
+			break;
+	}
+	if (!woke && PQstatus(pg->conn) != CONNECTION_OK)
+		pg->listening = 0; /* a new connection listens anew */
+	pthread_mutex_unlock(&pg->mu);
+	return woke;
+}

@@ -1,0 +1,113 @@
+/* The PostgreSQL job store: every node of a job reaches one database.
+ *
+ * Selected by a URL where a journal path is accepted (job/job.h):
+ *   postgresql://[user@]host[:port]/db[?param=...][#job]
+ * (postgres:// too); libpq reads the rest of the usual environment (PGHOST,
+ * PGPASSFILE, PGSSLMODE, ...).  `#job` names the job in the database
+ * ("default" without it).  Nothing here prints, and no message built here
+ * holds a password: mesh_pg_url_safe gives the URL to show.
+ *
+ * The schema lives in its own schema name, `mesh`, at version
+ * MESH_PG_SCHEMA_VERSION; mesh_pg_schema creates and migrates it (`mesh
+ * store init|migrate|status`), and an open refuses any other version
+ * (MESH_E_VERSION) or none.  docs/cluster.md has the tables.
+ *
+ * Semantics are the file store's (docs/job.md): a DONE is committed with
+ * synchronous_commit on before it is answered; the first completion wins
+ * and later ones are IGNORED and counted; an expired lease is taken by
+ * exactly one thief (a row lock, SKIP LOCKED); every time is the
+ * database's clock; a lease is one round trip (mesh.lease()); concurrent
+ * completions on one handle share one commit (group commit); submit is
+ * one row whatever the chunk count, and a chunk has a row only once it
+ * was leased or completed.
+ *
+ * Threads: one handle may be used by many threads (one connection,
+ * serialized).  A connection lost (a database restart) is made again once
+ * per call, and a call whose answer was lost is never reported DONE: the
+ * retry answers IGNORED for a completion that did commit. */
+#ifndef MESH_STORE_STORE_PG_H
+#define MESH_STORE_STORE_PG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MESH_PG_SCHEMA_VERSION 1
+
+struct mesh_pg;
+
+struct mesh_pg_lease {
+	uint64_t cid, token;
+	uint64_t deadline_ns, started_ns; /* the database's wall clock */
+	uint32_t attempt;
+	int stolen;
+};
+
+struct mesh_pg_status {
+	uint64_t n, done, leased, buried, dups, failed;
+};
+
+struct mesh_pg_failure {
+	uint64_t cid;
+	uint32_t attempts;
+	int last_status, buried;
+};
+
+/* 1 when s is a store URL (postgresql:// or postgres://). */
+int mesh_pg_url_is(const char *s);
+/* The URL without its password, into buf (always terminated). */
+void mesh_pg_url_safe(const char *url, char *buf, size_t cap);
+
+/* Connects and checks the schema.  Errors: MESH_E_PARSE (not a URL libpq
+ * takes, or a bad job name), MESH_E_UNAVAILABLE (no connection: refused,
+ * no such host, a login refused -- why says which, without the password),
+ * MESH_E_VERSION (the schema is missing or of another version).  why (may
+ * be NULL) gets libpq's message. */
+int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap);
+void mesh_pg_close(struct mesh_pg *pg);
+/* The job's name in the database. */
+const char *mesh_pg_job_name(const struct mesh_pg *pg);
+
+/* Creates the job (n chunks, its identity) if missing: 0; the same n and
+ * identity (or none on either side): 0; else MESH_E_MISMATCH with *have_n.
+ * One row, whatever n. */
+int mesh_pg_submit(struct mesh_pg *pg, uint64_t n, const void *ident, size_t ident_len, uint64_t *have_n,
+		   unsigned char *have_ident, size_t *have_ident_len);
+/* Selects the job: its n and identity (have_ident: MESH_JOB_IDENTITY_MAX
+ * bytes).  MESH_E_NOJOB when it was never submitted. */
+int mesh_pg_job(struct mesh_pg *pg, uint64_t *n, unsigned char *ident, size_t *ident_len);
+
+/* Up to k leases in one round trip: expired and let-go chunks first, then
+ * fresh ones.  *got may be 0 (nothing can be leased now). */
+int mesh_pg_lease(struct mesh_pg *pg, const char *node, uint64_t ttl_ns, size_t k, struct mesh_pg_lease *out,
+		  size_t *got);
+/* Moves the deadline of our lease to now + ttl_ns (a tiny ttl hands it
+ * back): 0 with *deadline_ns, MESH_E_STATE when it is no longer ours. */
+int mesh_pg_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl_ns, uint64_t *deadline_ns);
+/* Completes n chunks (group commit with concurrent callers): results[i] =
+ * 0 (DONE, committed) or 1 (IGNORED).  Returns 0 or an error (then none
+ * of these is reported DONE). */
+int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results);
+/* Records a failed attempt: 0, 1 = it buried the chunk, or an error. */
+int mesh_pg_fail(struct mesh_pg *pg, uint64_t cid, int status, uint32_t max_attempts);
+/* Un-buries cid (UINT64_MAX: all): how many. */
+int mesh_pg_retry(struct mesh_pg *pg, uint64_t cid);
+int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st);
+int mesh_pg_is_done(struct mesh_pg *pg, uint64_t cid);
+int mesh_pg_failures(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_failure *, void *), void *arg);
+/* Waits up to timeout_ns for work on this job to appear: a chunk let go
+ * (a failure, a hand-back, a node that stopped) or the job submitted,
+ * told by NOTIFY (LISTEN on this handle's connection from the first call
+ * on).  1 = woken, 0 = the timeout, or an error.  An idle node waits here
+ * instead of polling the database. */
+int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns);
+/* Lets every lease taken through this handle go (a node that stops). */
+int mesh_pg_release_mine(struct mesh_pg *pg);
+
+enum mesh_pg_schema_op { MESH_PG_SCHEMA_STATUS, MESH_PG_SCHEMA_INIT, MESH_PG_SCHEMA_MIGRATE };
+/* `mesh store`: the version found (0: none) and, after init or migrate,
+ * the version now.  init refuses an existing schema of another version
+ * (MESH_E_VERSION: migrate it); migrate refuses a newer one.  Connection
+ * errors as mesh_pg_open. */
+int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *now, char *why, size_t whycap);
+
+#endif

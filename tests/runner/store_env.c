@@ -1,0 +1,185 @@
+#include "runner/store_env.h"
+
+#include "job/job.h"
+#include "store/store_pg.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* PostgreSQL's server programs (Debian: /usr/lib/postgresql/<v>/bin). */
+static int pg_bin(char *buf, size_t cap)
+{
+	glob_t g;
+	int ok = glob("/usr/lib/postgresql/*/bin/pg_ctl", 0, NULL, &g) == 0 && g.gl_pathc > 0;
+	if (ok) {
+		snprintf(buf, cap, "%s", g.gl_pathv[g.gl_pathc - 1]);
+		*strrchr(buf, '/') = 0;
+	}
+	globfree(&g);
+	return ok ? 0 : -1;
+}
+
+/* Runs a shell command line as the server's user (postgres when we are
+ * root: the server refuses to run as root). */
+static int as_pg(const char *cmd)
+{
+	char line[2048];
+	if (geteuid() == 0)
+		snprintf(line, sizeof line, "runuser -u postgres -- sh -c '%s' >/dev/null 2>&1", cmd);
+	else
+		snprintf(line, sizeof line, "sh -c '%s' >/dev/null 2>&1", cmd);
+	return system(line);
+}
+
+/* A fresh data directory, copied from one initdb made once a machine
+ * (under a lock: tests run in parallel). */
+static int pg_datadir(const char *bin, const char *dir)
+{
+	char tmpl[128], lock[160], cmd[1024];
+	struct stat st;
+	int fd, rc = 0;
+	snprintf(tmpl, sizeof tmpl, "/tmp/mesh-test-pgdata-%u", (unsigned)getuid());
+	snprintf(lock, sizeof lock, "%s.lock", tmpl);
+	fd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX) < 0)
+		return -1;
+	if (stat(tmpl, &st) < 0) {
+		char tmp[160];
+		snprintf(tmp, sizeof tmp, "%s.new", tmpl);
+		snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", tmp, tmp);
+		rc = system(cmd);
+		if (!rc && geteuid() == 0) {
+			struct passwd *pw = getpwnam("postgres");
+			rc = pw && chown(tmp, pw->pw_uid, pw->pw_gid) == 0 ? 0 : -1;
+		}
+		snprintf(cmd, sizeof cmd, "%s/initdb -D %s/data -A trust -N -U mesh", bin, tmp);
+		if (!rc)
+			rc = as_pg(cmd);
+		if (!rc && rename(tmp, tmpl) < 0)
+			rc = -1;
+	}
+	close(fd);
+	if (rc)
+		return -1;
+	snprintf(cmd, sizeof cmd, "cp -a %s %s", tmpl, dir);
+	return system(cmd) ? -1 : 0;
+}
+
+/* The server this test process started: stopped at exit too, so that a
+ * test that fails (FAIL exits) leaves no server behind.  Only in the
+ * process that started it (a forked child's exit stops nothing). */
+static struct store_env *running;
+static pid_t running_pid;
+
+static void stop_at_exit(void)
+{
+	if (running && running_pid == getpid())
+		store_env_stop(running);
+}
+
+static int pg_start(struct store_env *e)
+{
+	char bin[200], cwd[200], cmd[1400], why[256];
+	int found, now;
+	if (pg_bin(bin, sizeof bin)) {
+		fprintf(stderr, "store_env: no PostgreSQL server programs (mk/deps.sh test installs them)\n");
+		return -1;
+	}
+	/* Under /tmp, not the test's directory: the server's user must reach
+	 * it, and a unix socket's path is short. */
+	snprintf(cwd, sizeof cwd, "/tmp/mesh-pg-XXXXXX");
+	if (!mkdtemp(cwd) || chmod(cwd, 0755) < 0)
+		return -1;
+	snprintf(e->pgdir, sizeof e->pgdir, "%s/pg", cwd);
+	if (pg_datadir(bin, e->pgdir)) {
+		fprintf(stderr, "store_env: initdb failed\n");
+		store_env_stop(e);
+		return -1;
+	}
+	snprintf(cmd, sizeof cmd,
+		 "%s/pg_ctl -D %s/data -l %s/log -w -t 30 -o \"-k %s -c listen_addresses= -c max_connections=40"
+		 " -c shared_buffers=16MB -c fsync=on -c synchronous_commit=on\" start",
+		 bin, e->pgdir, e->pgdir, e->pgdir);
+	if (as_pg(cmd)) {
+		fprintf(stderr, "store_env: pg_ctl start failed (see %s/log)\n", e->pgdir);
+		store_env_stop(e);
+		return -1;
+	}
+	if (!running_pid)
+		atexit(stop_at_exit);
+	running = e;
+	running_pid = getpid();
+	snprintf(e->where, sizeof e->where, "postgresql:///postgres?host=%s&user=mesh#conf", e->pgdir);
+	if (mesh_pg_schema(e->where, MESH_PG_SCHEMA_INIT, &found, &now, why, sizeof why)) {
+		fprintf(stderr, "store_env: mesh store init: %s\n", why);
+		store_env_stop(e);
+		return -1;
+	}
+	return 0;
+}
+
+int store_env_pg_ctl(const struct store_env *e, const char *args)
+{
+	char bin[200], cmd[1400];
+	if (pg_bin(bin, sizeof bin))
+		return -1;
+	snprintf(cmd, sizeof cmd,
+		 "%s/pg_ctl -D %s/data -l %s/log -w -t 30 -o \"-k %s -c listen_addresses= -c max_connections=40"
+		 " -c shared_buffers=16MB\" %s",
+		 bin, e->pgdir, e->pgdir, e->pgdir, args);
+	return as_pg(cmd);
+}
+
+int store_env_start(struct store_env *e, const char *kind)
+{
+	memset(e, 0, sizeof *e);
+	snprintf(e->kind, sizeof e->kind, "%s", kind);
+	if (!strcmp(kind, "file")) {
+		snprintf(e->where, sizeof e->where, "conf.log");
+		snprintf(e->lockdir, sizeof e->lockdir, "locks");
+		return 0;
+	}
+	if (!strcmp(kind, "postgresql"))
+		return pg_start(e);
+	fprintf(stderr, "store_env: no store '%s'\n", kind);
+	return -1;
+}
+
+void store_env_stop(struct store_env *e)
+{
+	char cmd[600];
+	if (!e->pgdir[0])
+		return;
+	if (running == e)
+		running = NULL;
+	store_env_pg_ctl(e, "-m immediate stop");
+	*strrchr(e->pgdir, '/') = 0;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->pgdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "store_env: cannot remove %s\n", e->pgdir);
+	e->pgdir[0] = 0;
+}
+
+int store_env_submit(const struct store_env *e, uint64_t n)
+{
+	return mesh_job_submit(e->where, n);
+}
+
+int store_env_open(const struct store_env *e, struct mesh_job **j, const char *node, uint32_t max_attempts)
+{
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	o.journal = e->where;
+	o.lockdir = e->lockdir[0] ? e->lockdir : NULL;
+	o.name = "conf";
+	o.node = node;
+	o.max_attempts = max_attempts;
+	return mesh_job_open(j, &o);
+}

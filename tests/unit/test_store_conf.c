@@ -1,0 +1,326 @@
+/* The store conformance suite: the engine's rules (job/job.h), run the same
+ * way against every store -- the file store (journal + lock directory)
+ * and, where its harness can start one, PostgreSQL (tests/pg_harness.h).
+ * Each case is written once, as a function of a store_env, and registered
+ * once per store. */
+#include "base/clock.h"
+#include "base/err.h"
+#include "job/job.h"
+#include "runner/t.h"
+#include "store/store.h"
+#include "runner/store_env.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MS MESH_NS_PER_MS
+#define LONG_TTL (60ull * MESH_NS_PER_S)
+
+static struct mesh_job *open_as(const struct store_env *e, const char *node, uint32_t max_attempts)
+{
+	struct mesh_job *j = NULL;
+	int rc = store_env_open(e, &j, node, max_attempts);
+	if (rc)
+		FAIL("open %s as %s: %s", e->where, node, mesh_strerror(rc));
+	return j;
+}
+
+static void conf_submit(const struct store_env *e)
+{
+	EXPECT_EQ(store_env_submit(e, 10), 0);
+	EXPECT_EQ(store_env_submit(e, 10), 0);
+	EXPECT_EQ(store_env_submit(e, 11), MESH_E_MISMATCH);
+	struct mesh_job *j = open_as(e, "a", 0);
+	EXPECT_UEQ(mesh_job_nchunks(j), 10);
+	mesh_job_close(j);
+}
+
+static void conf_lease_complete_duplicate(const struct store_env *e)
+{
+	struct mesh_lease ls[8];
+	struct mesh_job_status st;
+	size_t got = 0;
+	ASSERT_EQ(store_env_submit(e, 20), 0);
+	struct mesh_job *j = open_as(e, "a", 0);
+	ASSERT_EQ(mesh_job_lease_many(j, LONG_TTL, 0, ls, 5, &got), 0);
+	ASSERT_EQ(got, 5);
+	for (size_t i = 0; i < got; i++)
+		for (size_t k = 0; k < i; k++)
+			EXPECT_NE(ls[i].cid, ls[k].cid);
+	EXPECT_EQ(mesh_job_complete(j, ls[0].cid, 0), MESH_JOB_DONE);
+	EXPECT_EQ(mesh_job_complete(j, ls[0].cid, 0), MESH_JOB_IGNORED);
+	EXPECT_EQ(mesh_job_is_done(j, ls[0].cid), 1);
+	EXPECT_EQ(mesh_job_is_done(j, ls[1].cid), 0);
+	ASSERT_EQ(mesh_job_status(j, &st), 0);
+	EXPECT_UEQ(st.done, 1);
+	EXPECT_UEQ(st.duplicates, 1);
+	EXPECT_UEQ(st.leased, 4);
+	EXPECT_UEQ(st.pending, 15);
+	/* another node sees the same */
+	struct mesh_job *b = open_as(e, "b", 0);
+	ASSERT_EQ(mesh_job_status(b, &st), 0);
+	EXPECT_UEQ(st.done, 1);
+	EXPECT_UEQ(st.leased, 4);
+	EXPECT_EQ(mesh_job_complete(b, ls[0].cid, 0), MESH_JOB_IGNORED);
+	mesh_job_close(b);
+	mesh_job_close(j);
+}
+
+static void conf_two_nodes_disjoint(const struct store_env *e)
+{
+	struct mesh_lease la[8], lb[8], l;
+	size_t na = 0, nb = 0;
+	ASSERT_EQ(store_env_submit(e, 12), 0);
+	struct mesh_job *a = open_as(e, "a", 0), *b = open_as(e, "b", 0);
+	ASSERT_EQ(mesh_job_lease_many(a, LONG_TTL, 0, la, 8, &na), 0);
+	ASSERT_EQ(mesh_job_lease_many(b, LONG_TTL, 0, lb, 8, &nb), 0);
+	EXPECT_EQ(na + nb, 12);
+	for (size_t i = 0; i < na; i++)
+		for (size_t k = 0; k < nb; k++)
+			EXPECT_NE(la[i].cid, lb[k].cid);
+	EXPECT_EQ(mesh_job_lease(a, LONG_TTL, 0, &l), MESH_JOB_NONE);
+	EXPECT_EQ(mesh_job_lease(b, LONG_TTL, 0, &l), MESH_JOB_NONE);
+	mesh_job_close(a);
+	mesh_job_close(b);
+}
+
+/* Nodes in processes, some taking leases in batches, some one at a time,
+ * all with long leases: no chunk is ever leased twice, so none is
+ * completed twice. */
+static void conf_processes_never_share_a_lease(const struct store_env *e)
+{
+	const uint64_t n = 600;
+	const int procs = 6;
+	pid_t pids[6];
+	ASSERT_EQ(store_env_submit(e, n), 0);
+	for (int p = 0; p < procs; p++) {
+		pids[p] = fork();
+		ASSERT_GE(pids[p], 0);
+		if (pids[p] == 0) {
+			char node[16];
+			struct mesh_job *j;
+			int bad = 0;
+			snprintf(node, sizeof node, "p%d", p);
+			if (store_env_open(e, &j, node, 0))
+				_exit(2);
+			for (;;) {
+				struct mesh_lease ls[8];
+				size_t got = 0;
+				int rc = p % 2 ? mesh_job_lease_many(j, LONG_TTL, 0, ls, 1 + (size_t)p, &got)
+					       : mesh_job_lease(j, LONG_TTL, 0, &ls[0]);
+				if (rc == 0 && p % 2 == 0)
+					got = 1;
+				if (rc == MESH_JOB_COMPLETE || rc == MESH_JOB_NONE)
+					break;
+				if (rc < 0)
+					_exit(3);
+				for (size_t i = 0; i < got; i++)
+					if (mesh_job_complete(j, ls[i].cid, 0) != MESH_JOB_DONE)
+						bad++;
+			}
+			mesh_job_close(j);
+			_exit(bad ? 4 : 0);
+		}
+	}
+	for (int p = 0; p < procs; p++) {
+		int ws;
+		ASSERT_EQ(waitpid(pids[p], &ws, 0), pids[p]);
+		EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	}
+	struct mesh_job *j = open_as(e, "check", 0);
+	struct mesh_job_status st;
+	ASSERT_EQ(mesh_job_status(j, &st), 0);
+	/* a node that saw NONE while others held the last chunks left early;
+	 * finish here, then every chunk is DONE exactly once */
+	struct mesh_job_drain_stats ds;
+	EXPECT_EQ(mesh_job_drain(j, LONG_TTL, 0, 0, NULL, &ds), MESH_JOB_COMPLETE);
+	ASSERT_EQ(mesh_job_status(j, &st), 0);
+	EXPECT_UEQ(st.done, n);
+	EXPECT_UEQ(st.duplicates, 0);
+	EXPECT_UEQ(st.leased, 0);
+	mesh_job_close(j);
+}
+
+/* An expired lease is stolen by exactly one of several nodes. */
+static void conf_expired_lease_stolen_once(const struct store_env *e)
+{
+	const int procs = 6;
+	struct mesh_lease l;
+	int pfd[2], gofd[2];
+	ASSERT_EQ(store_env_submit(e, 1), 0);
+	struct mesh_job *a = open_as(e, "a", 0);
+	ASSERT_EQ(mesh_job_lease(a, 30 * MS, 0, &l), 0);
+	ASSERT_EQ(pipe(pfd), 0);
+	ASSERT_EQ(pipe(gofd), 0);
+	mesh_sleep_ns(40 * MS); /* the lease's own deadline: a time, not an event */
+	for (int p = 0; p < procs; p++) {
+		pid_t pid = fork();
+		ASSERT_GE(pid, 0);
+		if (pid == 0) {
+			char node[16];
+			struct mesh_job *j;
+			struct mesh_lease m;
+			snprintf(node, sizeof node, "t%d", p);
+			if (store_env_open(e, &j, node, 0))
+				_exit(2);
+			char c = mesh_job_lease(j, LONG_TTL, 0, &m) == 0 && m.kind == MESH_LEASE_STOLEN ? 'w' : 'l';
+			if (write(pfd[1], &c, 1) != 1)
+				_exit(3);
+			/* alive, holding it, until every node has tried: a
+			 * holder that is gone may be stolen from at once */
+			close(gofd[1]);
+			while (read(gofd[0], &c, 1) > 0) {
+			}
+			_exit(0);
+		}
+	}
+	close(pfd[1]);
+	close(gofd[0]);
+	int wins = 0, seen = 0;
+	char c;
+	while (seen < procs && read(pfd[0], &c, 1) == 1) {
+		seen++;
+		wins += c == 'w';
+	}
+	close(gofd[1]);
+	while (wait(NULL) > 0) {
+	}
+	EXPECT_EQ(seen, procs);
+	EXPECT_EQ(wins, 1);
+	/* the first holder's late completion still counts once */
+	EXPECT_EQ(mesh_job_complete(a, l.cid, 0), MESH_JOB_DONE);
+	EXPECT_EQ(mesh_job_complete(a, l.cid, 0), MESH_JOB_IGNORED);
+	mesh_job_close(a);
+}
+
+static void conf_fail_bury_retry(const struct store_env *e)
+{
+	struct mesh_lease l;
+	struct mesh_job_status st;
+	ASSERT_EQ(store_env_submit(e, 1), 0);
+	struct mesh_job *j = open_as(e, "a", 2);
+	ASSERT_EQ(mesh_job_lease(j, LONG_TTL, 0, &l), 0);
+	EXPECT_EQ(l.attempt, 1);
+	EXPECT_EQ(mesh_job_fail(j, l.cid, 3), 0);
+	ASSERT_EQ(mesh_job_lease(j, LONG_TTL, 0, &l), 0);
+	EXPECT_EQ(l.attempt, 2);
+	EXPECT_EQ(mesh_job_fail(j, l.cid, 3), 1);
+	EXPECT_EQ(mesh_job_lease(j, LONG_TTL, 0, &l), MESH_JOB_NONE);
+	ASSERT_EQ(mesh_job_status(j, &st), 0);
+	EXPECT_UEQ(st.buried, 1);
+	EXPECT_UEQ(st.failed_attempts, 2);
+	EXPECT_UEQ(st.pending, 0);
+	EXPECT_EQ(mesh_job_retry(j, UINT64_MAX), 1);
+	ASSERT_EQ(mesh_job_lease(j, LONG_TTL, 0, &l), 0);
+	EXPECT_EQ(mesh_job_complete(j, l.cid, 0), MESH_JOB_DONE);
+	EXPECT_EQ(mesh_job_lease(j, LONG_TTL, 0, &l), MESH_JOB_COMPLETE);
+	mesh_job_close(j);
+}
+
+/* A lease handed back (renew to 1 ns) is another node's at once; a batch
+ * of a node that closes goes with it. */
+static void conf_hand_back_and_close(const struct store_env *e)
+{
+	struct mesh_lease ls[4], l;
+	size_t got = 0;
+	ASSERT_EQ(store_env_submit(e, 4), 0);
+	struct mesh_job *a = open_as(e, "a", 0), *b = open_as(e, "b", 0);
+	ASSERT_EQ(mesh_job_lease_many(a, LONG_TTL, 0, ls, 4, &got), 0);
+	ASSERT_EQ(got, 4);
+	EXPECT_EQ(mesh_job_lease(b, LONG_TTL, 0, &l), MESH_JOB_NONE);
+	EXPECT_EQ(mesh_job_renew(a, &ls[2], LONG_TTL), 0);
+	EXPECT_EQ(mesh_job_renew(a, &ls[1], 1), 0);
+	ASSERT_EQ(mesh_job_lease(b, LONG_TTL, 0, &l), 0);
+	EXPECT_UEQ(l.cid, ls[1].cid);
+	EXPECT_EQ(mesh_job_renew(a, &ls[1], LONG_TTL), MESH_E_STATE); /* it is b's now */
+	EXPECT_EQ(mesh_job_complete(a, ls[0].cid, 0), MESH_JOB_DONE);
+	mesh_job_close(a);
+	size_t n2 = 0;
+	struct mesh_lease lb[4];
+	ASSERT_EQ(mesh_job_lease_many(b, LONG_TTL, 0, lb, 4, &n2), 0);
+	EXPECT_EQ(n2, 2); /* ls[2], ls[3]: a's close let them go */
+	mesh_job_close(b);
+}
+
+#define CONF(store, fn)                                    \
+	TEST(conf_##store##_##fn)                          \
+	{                                                  \
+		struct store_env e;                        \
+		if (store_env_start(&e, #store))           \
+			FAIL("cannot start the %s store", #store); \
+		conf_##fn(&e);                             \
+		store_env_stop(&e);                        \
+	}
+#define CONF_ALL(store)                                   \
+	CONF(store, submit)                               \
+	CONF(store, lease_complete_duplicate)             \
+	CONF(store, two_nodes_disjoint)                   \
+	CONF(store, processes_never_share_a_lease)        \
+	CONF(store, expired_lease_stolen_once)            \
+	CONF(store, fail_bury_retry)                      \
+	CONF(store, hand_back_and_close)
+
+CONF_ALL(file)
+CONF_ALL(postgresql)
+
+/* File store only: what a batch costs on disk. */
+TEST(store_file_batch_is_one_lease_file)
+{
+	struct store_env e;
+	struct mesh_lease ls[8];
+	size_t got = 0, files = 0;
+	ASSERT_EQ(store_env_start(&e, "file"), 0);
+	ASSERT_EQ(store_env_submit(&e, 100), 0);
+	struct mesh_job *j = open_as(&e, "a", 0);
+	ASSERT_EQ(mesh_job_lease_many(j, LONG_TTL, 0, ls, 8, &got), 0);
+	EXPECT_EQ(got, 8);
+	DIR *d = opendir(e.lockdir);
+	ASSERT_TRUE(d != NULL);
+	struct dirent *de;
+	while ((de = readdir(d)))
+		files += de->d_name[0] != '.';
+	closedir(d);
+	EXPECT_EQ(files, 1);
+	for (size_t i = 0; i < got; i++)
+		EXPECT_EQ(mesh_job_complete(j, ls[i].cid, 0), MESH_JOB_DONE);
+	d = opendir(e.lockdir);
+	files = 0;
+	while ((de = readdir(d)))
+		files += de->d_name[0] != '.';
+	closedir(d);
+	EXPECT_EQ(files, 0); /* the block went with its last chunk */
+	mesh_job_close(j);
+}
+
+TEST(store_block_line_codec)
+{
+	struct mesh_lease_stamp st = {.deadline_ns = 5, .started_ns = 4, .attempt = 2, .token = 0xabc}, back;
+	char buf[MESH_LEASE_BLOCK_MAX];
+	uint64_t mask = 0;
+	strcpy(st.node, "n1");
+	size_t n = mesh_lease_block_format(buf, sizeof buf, &st, 0x8000000000000005ull);
+	ASSERT_GT(n, 0);
+	ASSERT_EQ(mesh_lease_block_parse(buf, n, &back, &mask), 0);
+	EXPECT_UEQ(mask, 0x8000000000000005ull);
+	EXPECT_UEQ(back.token, 0xabc);
+	EXPECT_STREQ(back.node, "n1");
+	/* every cut and every flipped byte is refused */
+	for (size_t cut = 0; cut < n; cut++)
+		EXPECT_EQ(mesh_lease_block_parse(buf, cut, &back, &mask), MESH_E_PARSE);
+	for (size_t i = 0; i < n; i++) {
+		buf[i] ^= 0x01;
+		EXPECT_EQ(mesh_lease_block_parse(buf, n, &back, &mask), MESH_E_PARSE);
+		buf[i] ^= 0x01;
+	}
+	/* a plain lease line is not a block */
+	n = mesh_lease_format(buf, sizeof buf, &st);
+	EXPECT_EQ(mesh_lease_block_parse(buf, n, &back, &mask), MESH_E_PARSE);
+	EXPECT_EQ(mesh_lease_format(buf, 10, &st), 0);
+	EXPECT_EQ(mesh_lease_block_format(buf, 10, &st, 1), 0);
+}
