@@ -12,9 +12,10 @@
  * flock(LOCK_EX) on it, and every reader that acts on what it read (steal,
  * renew, release) re-reads under that lock; so of several stealers of one
  * expired lease exactly one wins, and a creator (O_CREAT|O_EXCL) writes its
- * stamp only into a still-empty file.  A file that is empty or does not
- * parse counts as expired (a creator that died before writing, or damage);
- * it never stops the chunk from being leased again.
+ * stamp only into a still-empty file.  A file that does not parse counts
+ * as expired (damage), and so does an empty one once it is older than
+ * MESH_LEASE_EMPTY_GRACE_NS (a creator that died before writing); neither
+ * stops the chunk from being leased again.
  *
  * When a lease is free (mesh_lease_free): its deadline passed -- judged by
  * CLOCK_BOOTTIME when the judge runs on the holder's boot (a wall-clock step
@@ -36,6 +37,10 @@
  * a lease written on another boot is stolen only this long after its
  * deadline (docs/job.md). */
 #define MESH_LEASE_SKEW_NS (5ull * 1000000000ull)
+/* An empty lease file younger than this is a claimer's, between its
+ * O_CREAT|O_EXCL and its write: it holds.  Older, its creator died before
+ * writing, and it counts as expired. */
+#define MESH_LEASE_EMPTY_GRACE_NS (2ull * 1000000000ull)
 
 /* The process that holds a lease, as far as another one can check it.  A
  * field that is 0 (all-zero boot_id) is unknown, and an unknown fact never

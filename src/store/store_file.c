@@ -1,5 +1,6 @@
 #include "store/store.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
 #include "base/parse.h"
@@ -312,6 +313,15 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	if (rc == 0 && !mesh_lease_free(&old, now)) {
 		if (seen)
 			*seen = old;
+		close(fd);
+		return MESH_E_STATE;
+	}
+	struct stat fst;
+	if (rc != 0 && fstat(fd, &fst) == 0 && fst.st_size == 0 &&
+	    (uint64_t)fst.st_mtim.tv_sec * MESH_NS_PER_S + (uint64_t)fst.st_mtim.tv_nsec + MESH_LEASE_EMPTY_GRACE_NS >
+		    now->wall_ns) {
+		/* A claimer's file, created and not yet written: it is about to
+		 * be (taking it would make the claim a steal). */
 		close(fd);
 		return MESH_E_STATE;
 	}

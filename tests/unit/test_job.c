@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MS MESH_NS_PER_MS
@@ -249,12 +250,32 @@ TEST(job_garbled_lease_counts_as_expired)
 		ASSERT_EQ(mesh_job_submit(path, 1), 0);
 		mkdir("locks", 0755);
 		t_write_file("locks/jb.0.lease", bad[i]);
+		/* An empty file counts once it is older than a claimer's
+		 * create-then-write (below). */
+		struct timespec old[2] = {{time(NULL) - 10, 0}, {time(NULL) - 10, 0}};
+		ASSERT_EQ(utimensat(AT_FDCWD, "locks/jb.0.lease", old, 0), 0);
 		j = open_node(path, "n1", 1);
 		ASSERT_EQ(mesh_job_lease(j, 10 * MESH_NS_PER_S, 0, &l), 0);
 		EXPECT_EQ(l.kind, MESH_LEASE_STOLEN);
 		EXPECT_EQ(mesh_job_complete(j, 0, 0), MESH_JOB_DONE);
 		mesh_job_close(j);
 	}
+}
+
+/* A claimer creates its lease file (O_EXCL), then writes it: another node
+ * that finds it still empty leaves it alone (it took it as expired before,
+ * and the claim became a steal: job_exactly_one_claimer_and_one_stealer
+ * saw a STOLEN winner in its claim round). */
+TEST(job_fresh_empty_lease_is_a_claim_in_progress)
+{
+	struct mesh_job *j;
+	struct mesh_lease l;
+	ASSERT_EQ(mesh_job_submit("e.log", 1), 0);
+	mkdir("locks", 0755);
+	t_write_file("locks/jb.0.lease", "");
+	j = open_node("e.log", "n1", 1);
+	EXPECT_EQ(mesh_job_lease(j, 10 * MESH_NS_PER_S, 0, &l), MESH_JOB_NONE);
+	mesh_job_close(j);
 }
 
 TEST(lease_line_codec_table)
