@@ -4,6 +4,7 @@
 
 #include "autoscale/policy.h"
 #include "base/err.h"
+#include "base/http.h"
 #include "base/log.h"
 #include "base/utf8.h"
 
@@ -355,52 +356,6 @@ static void *serve_main(void *arg)
 	return NULL;
 }
 
-/* "HOST:PORT" or "[V6]:PORT" (also "localhost:PORT") into *ss.  0 or
- * MESH_E_PARSE; *loopback says whether the host is a loopback address. */
-static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *len, int *loopback)
-{
-	char host[64];
-	const char *colon;
-	memset(ss, 0, sizeof *ss);
-	if (addr[0] == '[') {
-		const char *rb = strchr(addr, ']');
-		if (!rb || rb[1] != ':' || (size_t)(rb - addr - 1) >= sizeof host)
-			return MESH_E_PARSE;
-		snprintf(host, sizeof host, "%.*s", (int)(rb - addr - 1), addr + 1);
-		colon = rb + 1;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon || (size_t)(colon - addr) >= sizeof host || memchr(addr, ':', (size_t)(colon - addr)))
-			return MESH_E_PARSE;
-		snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
-	}
-	char *end;
-	errno = 0;
-	unsigned long port = strtoul(colon + 1, &end, 10);
-	if (!colon[1] || *end || errno || port > 65535 || colon[1] < '0' || colon[1] > '9')
-		return MESH_E_PARSE;
-	if (!strcmp(host, "localhost"))
-		strcpy(host, "127.0.0.1");
-	struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-	if (addr[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-		v4->sin_family = AF_INET;
-		v4->sin_port = htons((uint16_t)port);
-		*len = sizeof *v4;
-		*loopback = (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
-		return 0;
-	}
-	if (addr[0] == '[' && inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-		v6->sin6_family = AF_INET6;
-		v6->sin6_port = htons((uint16_t)port);
-		*len = sizeof *v6;
-		*loopback = IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
-			    (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127);
-		return 0;
-	}
-	return MESH_E_PARSE;
-}
-
 static void server_free(struct meshd_metrics_server *s)
 {
 	if (s->http)
@@ -427,7 +382,7 @@ int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_co
 	*out = NULL;
 	if (err)
 		*err = NULL;
-	if (parse_addr(addr, &ss, &len, &loopback) < 0)
+	if (mesh_addr_parse(addr, &ss, &len, &loopback) < 0)
 		return mesh_errf(err, MESH_E_PARSE,
 				 "metrics address '%s' is not HOST:PORT (a numeric IPv4 host, [IPv6] or localhost)", addr);
 	if (!loopback && !allow_public)
