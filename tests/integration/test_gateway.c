@@ -423,3 +423,44 @@ TEST_TIMEOUT(gateway_sigterm_drains_stream, 30)
 	EXPECT_TRUE(file_has("meshd.err", "(shutdown) signal=SIGTERM"));
 	EXPECT_TRUE(gone(&up));
 }
+
+/* nginx as an ordinary HTTP program: probed on "/" (no model list), reached
+ * by model and through /upstream/, stopped when idle with SIGQUIT (its
+ * graceful stop; SIGTERM is its fast exit). */
+TEST_TIMEOUT(gateway_nginx_program_stops_with_sigquit, 30)
+{
+	char cwd[512], text[4096], resp[4096];
+	if (access("/usr/sbin/nginx", X_OK) != 0)
+		FAIL("nginx is not installed (mk/deps.sh test installs it)");
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	mkdir("tmp", 0755);
+	/* Relative paths are under the prefix (-p, the test's directory). */
+	t_write_file("nginx.conf.in",
+		     "daemon off; master_process on; worker_processes 1; pid nginx.pid;\n"
+		     "error_log error.log notice;\nevents { worker_connections 64; }\n"
+		     "http { access_log off; client_body_temp_path tmp; proxy_temp_path tmp;\n"
+		     "  fastcgi_temp_path tmp; uwsgi_temp_path tmp; scgi_temp_path tmp;\n"
+		     "  server { listen 127.0.0.1:@PORT@; location / { return 200 \"hello from nginx\\n\"; } } }\n");
+	mkdir("catalog", 0755);
+	snprintf(text, sizeof text,
+		 "name = \"web\"\nbackend = \"http\"\nmodels = [\"nginx-hello\"]\nprobe_path = \"/\"\nprobe_status = 200\n"
+		 "idle_ttl = \"300ms\"\n"
+		 "command = [\"sh\", \"-c\", \"sed s/@PORT@/{port}/ nginx.conf.in > nginx.conf && "
+		 "exec /usr/sbin/nginx -p %s -e %s/error.log -c %s/nginx.conf\"]\n"
+		 "[lifecycle]\nstop_signal = \"QUIT\"\nstop_grace = \"5s\"\n",
+		 cwd, cwd, cwd);
+	t_write_file("catalog/web.toml", text);
+	struct gw g = start_gw("");
+	EXPECT_EQ(http_get(g.port, "/upstream/nginx-hello/", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	EXPECT_CONTAINS(resp, "hello from nginx");
+	EXPECT_EQ(post_chat(g.port, "nginx-hello", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "hello from nginx");
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=web stopped", 8000));
+	EXPECT_TRUE(file_has("meshd.err", "(idle) signal=SIGQUIT"));
+	EXPECT_FALSE(file_has("meshd.err", "SIGKILL after the grace"));
+	EXPECT_TRUE(file_has("error.log", "SIGQUIT"));
+	EXPECT_FALSE(file_has("error.log", "SIGTERM"));
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
