@@ -38,7 +38,8 @@ static void usage(FILE *f)
 		"             [--log-level debug|info|warn|error]\n"
 		"             [--metrics ADDR:PORT [--metrics-public]]\n"
 		"             [--log-level debug|info|warn|error] [--state DIR]\n"
-		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]]\n"
+		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
+		"                                       [--http-memory SIZE]]\n"
 		"\n"
 		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
 		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
@@ -67,6 +68,9 @@ static void usage(FILE *f)
 		"  --http-max-body SIZE the largest request body the gateway takes (default 16M)\n"
 		"  --http-max-queue N   requests waiting per program for its start (default 256);\n"
 		"                       one more is answered 503 with Retry-After\n"
+		"  --http-memory SIZE   the gateway's memory budget: programs that declare `memory`\n"
+		"                       run together only within it; a start that does not fit\n"
+		"                       stops the least recently used idle ones first\n"
 		"  --state DIR          where submitted jobs live (created 0700); default\n"
 		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh\n"
 		"\n"
@@ -270,6 +274,9 @@ int main(int argc, char **argv)
 			if (mesh_parse_u64(v, 1000000, &n) < 0 || n == 0)
 				return usage_error("--http-max-queue wants a number from 1 to 1000000, not '%s'", v);
 			gwc.max_queue = (uint32_t)n;
+		} else if ((v = opt_value(argc, argv, &i, "--http-memory", &missing))) {
+			if (mesh_parse_size(v, UINT64_MAX, &gwc.memory_budget) < 0 || gwc.memory_budget == 0)
+				return usage_error("--http-memory wants a size such as 24G, not '%s'", v);
 		} else if (!strcmp(argv[i], "--http-public")) {
 			gwc.allow_public = 1;
 		} else if ((v = opt_value(argc, argv, &i, "--http-max-body", &missing))) {

@@ -594,6 +594,7 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		g->c.log_max = MESH_HOST_LOG_MAX;
 	pthread_mutex_init(&g->mu, NULL);
 	mesh__gw_cond_init(&g->cv_all);
+	mesh__gw_cond_init(&g->cv_budget);
 	g->catalog = strdup(cfg->catalog);
 	g->logs = strdup(cfg->logs);
 	g->c.listen = NULL;
@@ -651,6 +652,7 @@ void mesh_gw_drain(struct mesh_gw *g)
 			shutdown(k->fd, SHUT_RD);
 	for (size_t i = 0; i < g->nprogs; i++)
 		pthread_cond_broadcast(&g->progs[i].cv);
+	pthread_cond_broadcast(&g->cv_budget);
 	unsigned busy = g->busy;
 	pthread_mutex_unlock(&g->mu);
 	if (g->lfd >= 0)
@@ -704,6 +706,7 @@ void mesh_gw_free(struct mesh_gw *g)
 	mesh_proc_spawner_free(g->sp);
 	mesh__gw_progs_free(g);
 	pthread_cond_destroy(&g->cv_all);
+	pthread_cond_destroy(&g->cv_budget);
 	pthread_mutex_destroy(&g->mu);
 	free(g->catalog);
 	free(g->logs);

@@ -61,6 +61,13 @@ struct mesh_gw_config {
 	uint32_t max_conns;	   /* client connections at once; 0: 1024 */
 	uint64_t drain_timeout_ns; /* mesh_gw_drain's wait for requests in flight */
 	uint64_t backoff_ns;	   /* after a failed start; 0: 500 ms */
+	/* The memory budget (bytes; 0: none): the programs that declare
+	 * `memory` and run (starting, warm, stopping) together need at most
+	 * this much.  A start that does not fit stops the least recently used
+	 * idle programs of other groups first and starts only once they are
+	 * gone (reaped; their PID namespace is empty); with none idle it waits
+	 * for one to be. */
+	uint64_t memory_budget;
 	void (*on_log)(void *ctx, int level, const char *line);
 	void *ctx;
 };

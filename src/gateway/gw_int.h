@@ -34,7 +34,8 @@ struct mesh__gw_prog {
 	int port;		/* of the current process */
 	pid_t pid;
 	int evfd;		/* wakes the current supervisor; -1 when none */
-	uint64_t spawns, crashes, start_failures, reaps, requests;
+	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
+	uint64_t spawns, crashes, start_failures, reaps, requests, evictions;
 	struct mesh__wlog log;	/* supervisor thread only */
 };
 
@@ -55,6 +56,7 @@ struct mesh_gw {
 	int accept_started;
 	pthread_mutex_t mu;
 	pthread_cond_t cv_all;	/* mu: nconns, nsup, busy changed */
+	pthread_cond_t cv_budget; /* mu: a program went cold or idle */
 	struct mesh__gw_conn *conns; /* mu */
 	unsigned nconns, nsup, busy; /* mu */
 	int draining, stopping, drained; /* mu */

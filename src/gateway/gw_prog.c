@@ -179,6 +179,54 @@ static int start(struct mesh__gw_prog *p)
 	return 0;
 }
 
+static const char *group_of(const struct mesh__gw_prog *p)
+{
+	return p->m.group ? p->m.group : p->m.name;
+}
+
+/* Under mu, p cold and counted in the budget: 0 when it fits beside the
+ * running programs now; 1 when it must wait (the least recently used idle
+ * programs of other groups were asked to stop, or none is idle yet);
+ * MESH_E_RANGE when it can never fit. */
+static int make_room(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t used = 0, freeing = 0, budget = g->c.memory_budget, need = p->m.memory;
+	if (need > budget)
+		return MESH_E_RANGE;
+	for (size_t i = 0; i < g->nprogs; i++) {
+		const struct mesh__gw_prog *q = &g->progs[i];
+		if (q != p && q->state != GW_COLD) {
+			used += q->m.memory;
+			if (q->state == GW_STOPPING)
+				freeing += q->m.memory;
+		}
+	}
+	if (used + need <= budget)
+		return 0;
+	while (used - freeing + need > budget) {
+		struct mesh__gw_prog *lru = NULL;
+		for (size_t i = 0; i < g->nprogs; i++) {
+			struct mesh__gw_prog *q = &g->progs[i];
+			if (q == p || q->state != GW_WARM || q->inflight || q->waiting || !q->m.memory ||
+			    !strcmp(group_of(q), group_of(p)))
+				continue;
+			if (!lru || q->last_end < lru->last_end)
+				lru = q;
+		}
+		if (!lru)
+			break;
+		lru->state = GW_STOPPING;
+		lru->evictions++;
+		snprintf(lru->evict_for, sizeof lru->evict_for, "evicted for %.64s", p->m.name);
+		wake(lru);
+		freeing += lru->m.memory;
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use", p->m.name,
+			     lru->m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget);
+	}
+	return 1;
+}
+
 int mesh__gw_acquire(struct mesh__gw_prog *p, int *port, int *cold, char **why, unsigned *retry_after)
 {
 	struct mesh_gw *g = p->g;
@@ -228,6 +276,21 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int *port, int *cold, char **why, 
 				pthread_cond_timedwait(&p->cv, &g->mu, &ts);
 				continue;
 			}
+			if (g->c.memory_budget && p->m.memory) {
+				int room = make_room(p);
+				if (room < 0) {
+					code = 502;
+					mesh_errf(why, 0, "program '%s' needs %llu bytes of memory, more than the budget (%llu)",
+						  p->m.name, (unsigned long long)p->m.memory,
+						  (unsigned long long)g->c.memory_budget);
+					break;
+				}
+				if (room) {
+					*cold = 1;
+					pthread_cond_wait(&g->cv_budget, &g->mu);
+					continue;
+				}
+			}
 			int rc = start(p);
 			if (rc) {
 				code = 502;
@@ -241,8 +304,10 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int *port, int *cold, char **why, 
 	}
 	if (queued) {
 		p->waiting--;
-		if (!p->waiting && !p->inflight)
+		if (!p->waiting && !p->inflight) {
 			wake(p);
+			pthread_cond_broadcast(&g->cv_budget);
+		}
 	}
 	pthread_mutex_unlock(&g->mu);
 	if (code && !*why)
@@ -257,6 +322,7 @@ void mesh__gw_release(struct mesh__gw_prog *p)
 	if (!p->inflight) {
 		p->last_end = mesh_mono_ns();
 		wake(p);
+		pthread_cond_broadcast(&p->g->cv_budget);
 	}
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->g->mu);
@@ -611,8 +677,10 @@ static void *sup_main(void *arg)
 		int stop = p->state == GW_STOPPING;
 		pthread_mutex_unlock(&g->mu);
 		if (stop) {
-			char r[64];
-			snprintf(r, sizeof r, "%s", stopping ? "shutdown" : "idle");
+			char r[96];
+			pthread_mutex_lock(&g->mu);
+			snprintf(r, sizeof r, "%s", stopping ? "shutdown" : p->evict_for[0] ? p->evict_for : "idle");
+			pthread_mutex_unlock(&g->mu);
 			stop_child(&s, r);
 			pthread_mutex_lock(&g->mu);
 			p->reaps++;
@@ -635,7 +703,9 @@ cold_locked:
 	p->state = GW_COLD;
 	p->pid = 0;
 	p->evfd = -1;
+	p->evict_for[0] = 0;
 	pthread_cond_broadcast(&p->cv);
+	pthread_cond_broadcast(&g->cv_budget);
 	pthread_mutex_unlock(&g->mu);
 	if (s.c.pidfd >= 0) {
 		if (!s.reaped) {
@@ -659,6 +729,7 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
 {
 	pthread_mutex_lock(&g->mu);
 	g->stopping = 1;
+	pthread_cond_broadcast(&g->cv_budget);
 	for (size_t i = 0; i < g->nprogs; i++) {
 		wake(&g->progs[i]);
 		pthread_cond_broadcast(&g->progs[i].cv);

@@ -51,6 +51,7 @@ static const struct field fields[] = {
 	{"", "probe_status", K_COUNT, 100, 599, OFF(probe_status)},
 	{"", "max_concurrency", K_COUNT, 1, 65536, OFF(max_concurrency)},
 	{"", "group", K_NAME, 0, 0, OFF(group)},
+	{"", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(memory)},
 	{"lifecycle", "start_timeout", K_DURATION, 1000000ull, 24 * H, OFF(start_timeout_ns)},
 };
 static const char *const tables[] = {"", "env", "limits", "lifecycle", "source"};
@@ -516,7 +517,8 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 		    f->off == OFF(call_timeout_ns))
 			seen_native = seen_native ? seen_native : it->line;
 		else if (f->kind == K_STRV || f->kind == K_PATH || f->off == OFF(probe_status) ||
-			 f->off == OFF(max_concurrency) || f->off == OFF(group) || f->off == OFF(start_timeout_ns))
+			 f->off == OFF(max_concurrency) || f->off == OFF(group) || f->off == OFF(start_timeout_ns) ||
+			 f->off == OFF(memory))
 			seen_http = seen_http ? seen_http : it->line;
 		rc = set_field(&x, f, it, m);
 		if (!rc && f->kind == K_NAME && f->off == OFF(name) && expect_name && strcmp(m->name, expect_name) != 0)
@@ -532,7 +534,7 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 		if (seen_native)
 			rc = fail(&x, seen_native, 1,
 				  "this key is for native programs; backend = \"http\" takes command, models, probe_path, "
-				  "probe_status, max_concurrency, group, lifecycle.start_timeout");
+				  "probe_status, max_concurrency, group, memory, lifecycle.start_timeout");
 		else if (!m->command)
 			rc = fail(&x, 1, 1, "'command' is missing: backend = \"http\" needs the server's command line");
 		else if (!port)

@@ -33,7 +33,8 @@
  *   probe_path = "/v1/models"     # warm iff GET probe_path answers (default: /v1/models listing the model)
  *   probe_status = 200            # the status that means warm (default: any 2xx)
  *   max_concurrency = 4           # requests at once per instance (default: no limit)
- *   group = "big"                 # programs of one group may be warm together (kept, not yet used)
+ *   group = "big"                 # programs of one group are never evicted for each other
+ *   memory = "24G"                # what it needs (RAM or VRAM), for meshd's --http-memory budget
  *   [lifecycle]
  *   start_timeout = "120s"        # spawn to warm (default 300 s)
  * `idle_ttl`, `[env]`, `[limits]`, `stop_signal`, `stop_grace` and `user`
@@ -88,6 +89,7 @@ struct mesh_manifest {
 	unsigned probe_status; /* 0: any 2xx */
 	unsigned max_concurrency; /* 0: no limit */
 	char *group;	   /* NULL: its own */
+	uint64_t memory;   /* bytes it needs, for the gateway's budget; 0: not counted */
 	uint64_t start_timeout_ns;
 };
 

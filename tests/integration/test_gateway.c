@@ -464,3 +464,88 @@ TEST_TIMEOUT(gateway_nginx_program_stops_with_sigquit, 30)
 	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* Where needle first occurs in meshd.err (-1: not there). */
+static long pos_in_log(const char *needle)
+{
+	char *s = t_read_file("meshd.err", NULL);
+	const char *p = s ? strstr(s, needle) : NULL;
+	long r = p ? (long)(p - s) : -1;
+	free(s);
+	return r;
+}
+
+/* Two programs, a budget that fits one: each request is served by its own
+ * program, and the other (idle) is stopped and gone before the next one
+ * is spawned. */
+TEST_TIMEOUT(gateway_swap_under_memory_budget, 60)
+{
+	char resp[8192];
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\"", "memory = \"1G\"\n");
+	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "memory = \"1G\"\n");
+	struct gw g = start_gw("--http-memory 1536M");
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-a\"");
+	pid_t pa = spawned_pid();
+	EXPECT_EQ(post_chat(g.port, "m-b", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-b\"");
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	pid_t pb = spawned_pid();
+	EXPECT_TRUE(gone(&pa));
+	EXPECT_TRUE(file_has("meshd.err", "program=b evicting a: needs 1073741824 bytes, 1073741824 of 1610612736 in use"));
+	EXPECT_TRUE(file_has("meshd.err", "program=a stopping pid="));
+	EXPECT_TRUE(file_has("meshd.err", "(evicted for b) signal=SIGTERM"));
+	long stopped = pos_in_log("program=a stopped"), spawned = pos_in_log("program=b spawned");
+	EXPECT_GE(stopped, 0);
+	EXPECT_GT(spawned, stopped);
+	/* And back. */
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-a\"");
+	EXPECT_TRUE(gone(&pb));
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 3);
+	EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"id\":\"m-b\",\"object\":\"model\",\"created\":0,\"owned_by\":\"mesh\",\"program\":\"b\",\"state\":\"cold\"");
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+struct model_stream {
+	int port, status;
+	const char *model;
+	char resp[16384];
+};
+
+static void *model_stream_main(void *arg)
+{
+	struct model_stream *a = arg;
+	a->status = post_chat(a->port, a->model, "hi", 1, a->resp, sizeof a->resp);
+	return NULL;
+}
+
+/* A program busy with a stream is not evicted: the request for the other
+ * model waits until the stream has ended whole, then swaps. */
+TEST_TIMEOUT(gateway_swap_waits_for_busy_program, 60)
+{
+	static struct model_stream a;
+	char resp[8192];
+	pthread_t th;
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\", \"--token-delay\", \"0.1\", \"--tokens\", \"8\"",
+	       "memory = \"1G\"\n");
+	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "memory = \"1G\"\n");
+	struct gw g = start_gw("--http-memory 1G");
+	a.port = g.port;
+	a.model = "m-a";
+	ASSERT_EQ(pthread_create(&th, NULL, model_stream_main, &a), 0);
+	ASSERT_TRUE(wait_file_has("logs/a.log", "req POST /v1/chat/completions", 10000));
+	EXPECT_EQ(post_chat(g.port, "m-b", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-b\"");
+	pthread_join(th, NULL);
+	EXPECT_EQ(a.status, 200);
+	EXPECT_CONTAINS(a.resp, "tok7");
+	EXPECT_CONTAINS(a.resp, "data: [DONE]");
+	/* The whole stream above is the proof that a was not stopped under it. */
+	long stopped = pos_in_log("program=a stopped"), spawned = pos_in_log("program=b spawned");
+	EXPECT_GE(stopped, 0);
+	EXPECT_GT(spawned, stopped);
+	EXPECT_TRUE(file_has("meshd.err", "(evicted for b) signal=SIGTERM"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}

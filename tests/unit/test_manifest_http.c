@@ -18,6 +18,7 @@ TEST(manifest_http_parses_every_key)
 				   "probe_status = 204\n"
 				   "max_concurrency = 4\n"
 				   "group = \"big\"\n"
+				   "memory = \"20G\"\n"
 				   "idle_ttl = \"90s\"\n"
 				   "[limits]\nmemory = \"8G\"\n"
 				   "[lifecycle]\nstart_timeout = \"2m\"\nstop_signal = \"QUIT\"\nstop_grace = \"1s\"\n";
@@ -34,6 +35,7 @@ TEST(manifest_http_parses_every_key)
 	EXPECT_EQ(m.probe_status, 204u);
 	EXPECT_EQ(m.max_concurrency, 4u);
 	EXPECT_STREQ(m.group, "big");
+	EXPECT_EQ(m.memory, 20ull << 30);
 	EXPECT_EQ(m.idle_ttl_ns, 90000000000ull);
 	EXPECT_EQ(m.start_timeout_ns, 120000000000ull);
 	EXPECT_EQ(m.stop_signal, SIGQUIT);
@@ -76,6 +78,8 @@ TEST(manifest_http_errors_table)
 		{HTTP "probe_status = \"200\"\n", "m.toml:5:16: 'probe_status' must be an integer"},
 		{HTTP "max_concurrency = 0\n", "m.toml:5:19: 'max_concurrency' must be between 1"},
 		{HTTP "group = \"a b\"\n", "m.toml:5:9: 'group' must be 1 to 64"},
+		{HTTP "memory = \"12Q\"\n", "m.toml:5:10: 'memory' must be bytes or a size"},
+		{"name = \"a\"\nbackends = [\"native\"]\nmemory = \"1G\"\n", "m.toml:3:1: this key is for HTTP programs"},
 		{HTTP "[lifecycle]\nstart_timeout = \"0s\"\n", "m.toml:6:17: 'lifecycle.start_timeout' is out of range"},
 		{HTTP "args = [\"x\"]\n", "m.toml:5:1: this key is for native programs"},
 		{HTTP "backends = [\"native\"]\n", "m.toml:5:1: this key is for native programs"},
