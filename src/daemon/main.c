@@ -385,6 +385,7 @@ int main(int argc, char **argv)
 			meshd_core_free(core);
 			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
 		}
+		meshd_metrics_gateway_set(gw);
 		mesh_info("serving http=%s port=%d", gwc.listen, mesh_gw_port(gw));
 	}
 	mesh_info("serving socket=%s catalog=%s logs=%s slots=%u isolation=%s", sock, cfg.catalog, cfg.logs,
@@ -401,7 +402,8 @@ int main(int argc, char **argv)
 	mesh_info("stopping");
 	meshd_notify("STOPPING=1");
 	/* The gateway first: its requests in flight end (bounded), then its programs stop. */
-	mesh_gw_free(gw);
+	if (gw)
+		mesh_gw_drain(gw);
 	/* Jobs first: their drivers give their workers back before any
 	 * program is stopped (a stop would count as their chunks' failure). */
 	meshd_jobs_stop(jobs);
@@ -414,6 +416,9 @@ int main(int argc, char **argv)
 	}
 	meshd_metrics_serve_stop(msrv);
 	meshd_api_stop(api);
+	/* No scrape can read it any more. */
+	meshd_metrics_gateway_set(NULL);
+	mesh_gw_free(gw);
 	meshd_api_jobs_set(NULL);
 	meshd_jobs_free(jobs);
 	meshd_core_free(core);

@@ -444,8 +444,11 @@ static int one_request(struct conn *c)
 	int port = 0;
 	unsigned retry = 0;
 	char *why = NULL;
+	uint64_t t_q = mesh_mono_ns();
 	code = mesh__gw_acquire(p, &port, &cold, &why, &retry);
+	t_q = cold || code ? mesh_mono_ns() - t_q : 0;
 	if (code) {
+		mesh__gw_count(p, 0, t_q);
 		status = code;
 		send_error(c->link.fd, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, why, retry,
 			   close_it);
@@ -460,6 +463,7 @@ static int one_request(struct conn *c)
 	bytes = o.bytes;
 	if (o.client_close)
 		close_it = 1;
+	mesh__gw_count(p, code == 0, t_q);
 	if (code > 0) {
 		char m[256];
 		status = code;

@@ -81,6 +81,24 @@ struct mesh_gw;
  * manifest that does not parse is skipped (a warning to on_log). */
 int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *c, char **err);
 int mesh_gw_port(const struct mesh_gw *g);
+
+/* One HTTP program's numbers, for /metrics (docs/metrics.md). */
+struct mesh_gw_prog_stats {
+	char name[72];
+	char state[12];		/* as GET /v1/models shows it */
+	uint64_t memory;	/* declared; 0: none */
+	unsigned inflight;	/* requests relayed now */
+	unsigned queued;	/* requests waiting for a start or a place */
+	uint64_t requests_ok;	/* relayed whole */
+	uint64_t requests_error; /* answered by meshd with an error (502, 503, 504), or cut */
+	uint64_t cold_starts;	/* spawns */
+	uint64_t start_failures, crashes, idle_stops, evictions;
+	uint64_t warm_ns_sum, warm_count;   /* spawn to warm, over the starts that got warm */
+	uint64_t queue_ns_sum, queue_count; /* time requests waited for a start or a place */
+};
+/* A snapshot of every HTTP program, sorted by name: *out malloc'd (the
+ * caller frees), *n of them.  0 or -ENOMEM. */
+int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n);
 void mesh_gw_drain(struct mesh_gw *g);
 void mesh_gw_free(struct mesh_gw *g);
 

@@ -36,6 +36,7 @@ struct mesh__gw_prog {
 	int evfd;		/* wakes the current supervisor; -1 when none */
 	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
 	uint64_t spawns, crashes, start_failures, reaps, requests, evictions;
+	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
 	struct mesh__wlog log;	/* supervisor thread only */
 };
 
@@ -75,6 +76,8 @@ struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model);
 int mesh__gw_acquire(struct mesh__gw_prog *p, int *port, int *cold, char **why, unsigned *retry_after);
 /* The request ended. */
 void mesh__gw_release(struct mesh__gw_prog *p);
+/* Counts a request's end: relayed whole (ok) or not; queued_ns: its wait. */
+void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns);
 /* "cold", "starting", "warm", "stopping", or "failed" (cold after a failed
  * start).  Under mu. */
 const char *mesh__gw_state_name(const struct mesh__gw_prog *p);

@@ -328,6 +328,54 @@ void mesh__gw_release(struct mesh__gw_prog *p)
 	pthread_mutex_unlock(&p->g->mu);
 }
 
+void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns)
+{
+	pthread_mutex_lock(&p->g->mu);
+	if (ok)
+		p->req_ok++;
+	else
+		p->req_err++;
+	if (queued_ns) {
+		p->queue_ns_sum += queued_ns;
+		p->queue_count++;
+	}
+	pthread_mutex_unlock(&p->g->mu);
+}
+
+int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
+{
+	struct mesh_gw_prog_stats *st = calloc(g->nprogs ? g->nprogs : 1, sizeof *st);
+	*out = NULL;
+	*n = 0;
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_lock(&g->mu);
+	for (size_t i = 0; i < g->nprogs; i++) {
+		const struct mesh__gw_prog *p = &g->progs[i];
+		struct mesh_gw_prog_stats *o = &st[i];
+		snprintf(o->name, sizeof o->name, "%s", p->m.name);
+		snprintf(o->state, sizeof o->state, "%s", mesh__gw_state_name(p));
+		o->memory = p->m.memory;
+		o->inflight = p->inflight;
+		o->queued = p->waiting;
+		o->requests_ok = p->req_ok;
+		o->requests_error = p->req_err;
+		o->cold_starts = p->spawns;
+		o->start_failures = p->start_failures;
+		o->crashes = p->crashes;
+		o->idle_stops = p->reaps;
+		o->evictions = p->evictions;
+		o->warm_ns_sum = p->warm_ns_sum;
+		o->warm_count = p->warm_count;
+		o->queue_ns_sum = p->queue_ns_sum;
+		o->queue_count = p->queue_count;
+	}
+	pthread_mutex_unlock(&g->mu);
+	*out = st;
+	*n = g->nprogs;
+	return 0;
+}
+
 /* The supervisor. */
 
 struct sup {
@@ -659,6 +707,8 @@ static void *sup_main(void *arg)
 	p->state = GW_WARM;
 	p->last_end = mesh_mono_ns();
 	p->backoff_ns = 0;
+	p->warm_ns_sum += p->last_end - t0;
+	p->warm_count++;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&g->mu);
 	marker(&s, "warm pid=%d in %.1f ms (%s)", (int)s.c.pid, (double)(mesh_mono_ns() - t0) / 1e6, s.last_probe);
@@ -683,7 +733,8 @@ static void *sup_main(void *arg)
 			pthread_mutex_unlock(&g->mu);
 			stop_child(&s, r);
 			pthread_mutex_lock(&g->mu);
-			p->reaps++;
+			if (!stopping && !p->evict_for[0])
+				p->reaps++; /* an idle stop */
 			goto cold_locked;
 		}
 		if (wait_events(&s, idle ? idle_at : 0)) {

@@ -549,3 +549,50 @@ TEST_TIMEOUT(gateway_swap_waits_for_busy_program, 60)
 	EXPECT_TRUE(file_has("meshd.err", "(evicted for b) signal=SIGTERM"));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* The value of the sample line starting with `series ` in text, or -1. */
+static double sample(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, series, n) && p[n] == ' ')
+			return strtod(p + n + 1, NULL);
+	return -1;
+}
+
+/* /metrics has each HTTP program's requests, cold starts, failures, state,
+ * time to warm and time in queue; promtool accepts the text. */
+TEST_TIMEOUT(gateway_metrics_per_program, 60)
+{
+	char resp[8192], out[4096];
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\", \"--start-delay\", \"0.2\"", "");
+	add_oa("f", "\"m-f\"", ", \"--exit-on-start\", \"3\"", "");
+	struct gw g = start_gw("");
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_EQ(post_chat(g.port, "m-f", "hi", 0, resp, sizeof resp), 502);
+	EXPECT_CONTAINS(resp, "program 'f' exited with status 3 before it was warm");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o metrics.txt --unix-socket run/meshd.sock http://x/metrics"), 0);
+	char *m = t_read_file("metrics.txt", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(sample(m, "mesh_gateway_requests_total{program=\"a\",result=\"ok\"}"), 2);
+	EXPECT_EQ(sample(m, "mesh_gateway_requests_total{program=\"a\",result=\"error\"}"), 0);
+	EXPECT_EQ(sample(m, "mesh_gateway_requests_total{program=\"f\",result=\"error\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_cold_starts_total{program=\"a\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_start_failures_total{program=\"f\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_program_state{program=\"a\",state=\"warm\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_program_state{program=\"f\",state=\"failed\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_time_to_warm_seconds_count{program=\"a\"}"), 1);
+	EXPECT_TRUE(sample(m, "mesh_gateway_time_to_warm_seconds_sum{program=\"a\"}") > 0.19);
+	EXPECT_EQ(sample(m, "mesh_gateway_queue_seconds_count{program=\"a\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_queue_length{program=\"a\"}"), 0);
+	EXPECT_EQ(sample(m, "mesh_gateway_requests_in_flight{program=\"a\"}"), 0);
+	free(m);
+	if (t_sh(out, sizeof out, 1, "command -v promtool") != 0)
+		FAIL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
+	int rc = t_sh(out, sizeof out, 1, "promtool check metrics < metrics.txt");
+	if (rc)
+		printf("promtool: %s\n", out);
+	EXPECT_EQ(rc, 0);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
