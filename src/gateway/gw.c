@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -526,7 +527,10 @@ static void *accept_main(void *arg)
 			return NULL; /* the listener was shut down */
 		}
 		int one = 1;
+		/* A keep-alive connection idle this long is closed (its thread ends). */
+		struct timeval idle = {300, 0};
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
 		pthread_mutex_lock(&g->mu);
 		int full = g->nconns >= g->c.max_conns, draining = g->draining;
 		pthread_mutex_unlock(&g->mu);

@@ -572,6 +572,7 @@ TEST_TIMEOUT(gateway_metrics_per_program, 60)
 	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
 	EXPECT_EQ(post_chat(g.port, "m-f", "hi", 0, resp, sizeof resp), 502);
 	EXPECT_CONTAINS(resp, "program 'f' exited with status 3 before it was warm");
+	EXPECT_CONTAINS(resp, "its last lines:\\nopenai_server: starting\\nopenai_server: cannot start (asked to)\\n");
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o metrics.txt --unix-socket run/meshd.sock http://x/metrics"), 0);
 	char *m = t_read_file("metrics.txt", NULL);
 	ASSERT_TRUE(m != NULL);
