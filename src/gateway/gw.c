@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +268,7 @@ struct relay_out {
 	int status;
 	size_t bytes;
 	int client_close; /* the response ended with the upstream's close, or was cut */
+	int gone;	  /* the client went away first */
 };
 
 /* Forwards the request (head with its line replaced by line, then body) to
@@ -301,6 +303,20 @@ static int forward(struct conn *c, const struct req *r, const char *line, int po
 	}
 	int pending_line = 1; /* the status line not yet passed on */
 	while (!done) {
+		/* While the program thinks, watch the client: one that closed its
+		 * connection (or its sending side) is gone, and its request with it. */
+		struct pollfd pf[2] = {{up, POLLIN, 0}, {c->link.fd, POLLRDHUP, 0}};
+		if (poll(pf, 2, -1) < 0 && errno != EINTR) {
+			rc = o->bytes ? -1 : 502;
+			break;
+		}
+		if (!pf[0].revents && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			o->gone = 1;
+			rc = -1;
+			break;
+		}
+		if (!pf[0].revents)
+			continue;
 		ssize_t n = recv(up, buf, sizeof buf, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -470,6 +486,9 @@ static int one_request(struct conn *c)
 		status = code;
 		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->m.name, port);
 		send_error(c->link.fd, code, "upstream_error", NULL, m, 0, close_it);
+	} else if (code < 0 && o.gone) {
+		status = status ? status : 499; /* nginx's word for it */
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->m.name, bytes);
 	} else if (code < 0) {
 		status = status ? status : 502;
 		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->m.name, bytes);

@@ -597,3 +597,22 @@ TEST_TIMEOUT(gateway_metrics_per_program, 60)
 	EXPECT_EQ(rc, 0);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* A client that goes away while the program has not answered takes its
+ * request with it: the program is idle again and stopped after its TTL. */
+TEST_TIMEOUT(gateway_client_gone_ends_its_request, 30)
+{
+	char req[2048];
+	add_oa("h", "\"test-model\"", "", "idle_ttl = \"300ms\"\n");
+	struct gw g = start_gw("");
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	chat_request(req, sizeof req, "test-model", "hang", 0, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	ASSERT_TRUE(wait_file_has("logs/h.log", "req POST /v1/chat/completions", 10000));
+	close(fd);
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=h client went away after 0 bytes", 3000));
+	EXPECT_TRUE(wait_file_has("meshd.err", "program=h stopped", 3000));
+	EXPECT_TRUE(file_has("meshd.err", "status=499"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
