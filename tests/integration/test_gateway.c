@@ -616,3 +616,34 @@ TEST_TIMEOUT(gateway_client_gone_ends_its_request, 30)
 	EXPECT_TRUE(file_has("meshd.err", "status=499"));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* Request bodies are bounded (--http-max-body: 413) and must have a
+ * Content-Length (411); neither starts a program. */
+TEST_TIMEOUT(gateway_request_body_bounds, 30)
+{
+	char req[4096], resp[4096], body[300];
+	add_oa("a", "\"test-model\"", "", "");
+	struct gw g = start_gw("--http-max-body 200");
+	memset(body, 'x', sizeof body - 1);
+	body[sizeof body - 1] = 0;
+	snprintf(req, sizeof req,
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n{\"model\":\"test-model\",\"x\":\"%s\"}",
+		 strlen(body) + 28, body);
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 413 ");
+	EXPECT_CONTAINS(resp, "the request body is larger than 200 bytes");
+	fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+			       "5\r\nhello\r\n0\r\n\r\n"),
+		  0);
+	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 411 ");
+	EXPECT_FALSE(file_has("meshd.err", "spawned pid="));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
