@@ -655,6 +655,7 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 	*out = g;
 	return 0;
 fail:
+	g->drained = 1; /* nothing was served: nothing to drain */
 	mesh_gw_free(g);
 	return rc;
 }
