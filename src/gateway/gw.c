@@ -462,8 +462,16 @@ static int one_request(struct conn *c)
 	unsigned retry = 0;
 	char *why = NULL;
 	uint64_t t_q = mesh_mono_ns();
-	code = mesh__gw_acquire(p, &port, &cold, &why, &retry);
+	code = mesh__gw_acquire(p, c->link.fd, &port, &cold, &why, &retry);
 	t_q = cold || code ? mesh_mono_ns() - t_q : 0;
+	if (code == 499) {
+		status = code;
+		close_it = 1;
+		mesh__gw_count(p, 0, t_q);
+		mesh__gw_log(g, MESH_GW_INFO, "%s", why);
+		free(why);
+		goto done;
+	}
 	if (code) {
 		mesh__gw_count(p, 0, t_q);
 		status = code;

@@ -70,10 +70,13 @@ void mesh__gw_progs_free(struct mesh_gw *g);
 /* The program serving model, or NULL. */
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model);
 /* Takes a place for one request: waits (cold start, backoff, a place under
- * max_concurrency) as needed.  0 with *port and *cold (it waited for a
- * start), or an HTTP status (502, 503, 504) with why (malloc'd, for the
- * client) and *retry_after (seconds, 0: none). */
-int mesh__gw_acquire(struct mesh__gw_prog *p, int *port, int *cold, char **why, unsigned *retry_after);
+ * max_concurrency, room in the budget) as needed, looking at client_fd
+ * every 200 ms while it waits.  0 with *port and *cold (it waited for a
+ * start), or an HTTP status (502, 503, 504; 499: the client closed its
+ * connection meanwhile, nothing to answer) with why (malloc'd, for the
+ * client or the log) and *retry_after (seconds, 0: none). */
+int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why,
+		     unsigned *retry_after);
 /* The request ended. */
 void mesh__gw_release(struct mesh__gw_prog *p);
 /* Counts a request's end: relayed whole (ok) or not; queued_ns: its wait. */

@@ -227,7 +227,21 @@ static int make_room(struct mesh__gw_prog *p)
 	return 1;
 }
 
-int mesh__gw_acquire(struct mesh__gw_prog *p, int *port, int *cold, char **why, unsigned *retry_after)
+/* Under mu: waits on cv for at most a look interval; 1 when the client
+ * (fd) has gone meanwhile.  A waiting request has nothing to read from its
+ * client, so a close (or half-close) is the only thing poll can report. */
+#define CLIENT_LOOK_NS 200000000ull
+static int wait_or_gone(pthread_cond_t *cv, pthread_mutex_t *mu, int fd)
+{
+	struct timespec ts;
+	abs_deadline(&ts, mesh_mono_ns() + CLIENT_LOOK_NS);
+	if (pthread_cond_timedwait(cv, mu, &ts) != ETIMEDOUT || fd < 0)
+		return 0;
+	struct pollfd pf = {fd, POLLRDHUP, 0};
+	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why, unsigned *retry_after)
 {
 	struct mesh_gw *g = p->g;
 	uint64_t mygen = 0;
@@ -287,7 +301,8 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int *port, int *cold, char **why, 
 				}
 				if (room) {
 					*cold = 1;
-					pthread_cond_wait(&g->cv_budget, &g->mu);
+					if (wait_or_gone(&g->cv_budget, &g->mu, client_fd))
+						goto gone;
 					continue;
 				}
 			}
@@ -300,7 +315,13 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int *port, int *cold, char **why, 
 			mygen = p->gen;
 			continue;
 		}
-		pthread_cond_wait(&p->cv, &g->mu);
+		if (wait_or_gone(&p->cv, &g->mu, client_fd))
+			goto gone;
+		continue;
+	gone:
+		code = 499;
+		mesh_errf(why, 0, "the client went away while it waited for program '%s'", p->m.name);
+		break;
 	}
 	if (queued) {
 		p->waiting--;

@@ -647,3 +647,22 @@ TEST_TIMEOUT(gateway_request_body_bounds, 30)
 	EXPECT_FALSE(file_has("meshd.err", "spawned pid="));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* A client that closes its connection while its request waits for a cold
+ * start leaves the queue then (not once the program is warm). */
+TEST_TIMEOUT(gateway_client_gone_leaves_the_queue, 30)
+{
+	char req[2048];
+	add_oa("q", "\"test-model\"", ", \"--start-delay\", \"1.5\"", "");
+	struct gw g = start_gw("");
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	chat_request(req, sizeof req, "test-model", "hi", 0, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=q spawned", 5000));
+	close(fd);
+	ASSERT_TRUE(wait_file_has("meshd.err", "the client went away while it waited for program 'q'", 3000));
+	EXPECT_FALSE(file_has("meshd.err", "program=q warm"));
+	EXPECT_TRUE(file_has("meshd.err", "model=test-model status=499"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
