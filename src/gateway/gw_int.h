@@ -1,7 +1,8 @@
 /* The model gateway's insides, shared by gw.c (the front door: accept, each
  * connection's requests, routing, the relay of each response) and
  * gw_prog.c (the programs: the catalog, acquire/release of a request's
- * place, the supervisor thread of each running program).  One mutex (g->mu)
+ * place, the budget, their numbers) and gw_sup.c (the supervisor thread of
+ * each running program).  One mutex (g->mu)
  * guards every field marked "mu".  Not a public contract: see gw.h. */
 #ifndef MESH_GATEWAY_GW_INT_H
 #define MESH_GATEWAY_GW_INT_H
@@ -15,6 +16,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 enum mesh__gw_state { GW_COLD, GW_STARTING, GW_WARM, GW_STOPPING };
 
@@ -86,6 +88,14 @@ void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns);
 const char *mesh__gw_state_name(const struct mesh__gw_prog *p);
 /* Asks every supervisor to stop its program and waits (bounded) for them. */
 void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline);
+/* Under mu: wakes p's supervisor (a request ended, a stop was asked). */
+void mesh__gw_wake(struct mesh__gw_prog *p);
+/* A monotonic time as a timespec for the condition variables here. */
+void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
+
+/* gw_sup.c: the supervisor thread of a start (arg: the program, whose
+ * state is STARTING and evfd set, under mu, when it is created). */
+void *mesh__gw_sup_main(void *arg);
 
 /* gw.c */
 /* A condition variable on CLOCK_MONOTONIC (every timed wait here is). */
