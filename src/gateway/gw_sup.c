@@ -5,6 +5,7 @@
  * See gw.h for the behaviour, gw_int.h for the locking. */
 #include "gateway/gw_int.h"
 
+#include "autoscale/policy.h"
 #include "autoscale/probe.h"
 #include "base/buf.h"
 #include "base/clock.h"
@@ -370,8 +371,16 @@ void *mesh__gw_sup_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&g->mu);
 		int idle = !p->inflight && !p->waiting, stopping = g->stopping;
-		uint64_t idle_at = p->last_end + p->m.idle_ttl_ns;
-		if (!stopping && idle && mesh_mono_ns() >= idle_at)
+		uint64_t idle_at = p->last_end + p->m.idle_ttl_ns, now = mesh_mono_ns();
+		/* The policy table decides, as for mesh serve: one worker, no
+		 * floor, the last one lingers for the idle TTL. */
+		struct mesh_as_config pol = {.min_workers = 0, .max_workers = 1, .target_concurrency = 1,
+					     .idle_ttl = (int64_t)p->m.idle_ttl_ns, .linger = (int64_t)p->m.idle_ttl_ns};
+		struct mesh_as_obs o = {.warm = 1,
+					.demand = (uint64_t)p->inflight + p->waiting,
+					.idle = idle && now > p->last_end ? (int64_t)(now - p->last_end) : 0};
+		struct mesh_as_plan plan;
+		if (!stopping && p->state == GW_WARM && mesh_as_plan(&pol, &o, &plan) == 0 && plan.action == MESH_AS_REAP)
 			p->state = GW_STOPPING;
 		if (stopping)
 			p->state = GW_STOPPING;
