@@ -4,7 +4,10 @@
 #include "base/err.h"
 #include "base/parse.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -590,4 +593,48 @@ int mesh_http_exchange(int fd, const void *req, size_t n, struct mesh_http_respo
 		if (w == 0)
 			return MESH_E_TIMEOUT;
 	}
+}
+
+int mesh_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, int *loopback)
+{
+	char host[64];
+	const char *colon;
+	memset(ss, 0, sizeof *ss);
+	if (addr[0] == '[') {
+		const char *rb = strchr(addr, ']');
+		if (!rb || rb[1] != ':' || (size_t)(rb - addr - 1) >= sizeof host)
+			return MESH_E_PARSE;
+		snprintf(host, sizeof host, "%.*s", (int)(rb - addr - 1), addr + 1);
+		colon = rb + 1;
+	} else {
+		colon = strrchr(addr, ':');
+		if (!colon || (size_t)(colon - addr) >= sizeof host || memchr(addr, ':', (size_t)(colon - addr)))
+			return MESH_E_PARSE;
+		snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+	}
+	char *end;
+	errno = 0;
+	unsigned long port = strtoul(colon + 1, &end, 10);
+	if (!colon[1] || *end || errno || port > 65535 || colon[1] < '0' || colon[1] > '9')
+		return MESH_E_PARSE;
+	if (!strcmp(host, "localhost"))
+		strcpy(host, "127.0.0.1");
+	struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+	if (addr[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons((uint16_t)port);
+		*len = sizeof *v4;
+		*loopback = (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+		return 0;
+	}
+	if (addr[0] == '[' && inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons((uint16_t)port);
+		*len = sizeof *v6;
+		*loopback = IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
+			    (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127);
+		return 0;
+	}
+	return MESH_E_PARSE;
 }

@@ -41,6 +41,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 struct mesh_http_limits {
 	size_t max_line;    /* status, header, chunk-size or trailer line, CRLF included */
@@ -134,5 +135,11 @@ int mesh_http_request_get(struct mesh_buf *b, const char *host, const char *path
  * a parser error, or a negated errno from send/recv/poll.  Bytes the peer
  * sent after the complete response are ignored. */
 int mesh_http_exchange(int fd, const void *req, size_t n, struct mesh_http_response *r, uint64_t deadline_ns);
+
+/* A listen address "HOST:PORT" or "[V6]:PORT" ("localhost:PORT" is
+ * 127.0.0.1; numeric hosts only) into *ss and *len; *loopback says whether
+ * the host is a loopback address.  0 or MESH_E_PARSE. */
+struct sockaddr_storage;
+int mesh_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, int *loopback);
 
 #endif

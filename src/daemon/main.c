@@ -11,6 +11,7 @@
 #include "daemon/jobs.h"
 #include "daemon/notify.h"
 #include "daemon/ops.h"
+#include "gateway/gw.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -37,6 +38,8 @@ static void usage(FILE *f)
 		"             [--log-level debug|info|warn|error]\n"
 		"             [--metrics ADDR:PORT [--metrics-public]]\n"
 		"             [--log-level debug|info|warn|error] [--state DIR]\n"
+		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
+		"                                       [--http-memory SIZE]]\n"
 		"\n"
 		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
 		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
@@ -57,6 +60,17 @@ static void usage(FILE *f)
 		"  --metrics ADDR:PORT  also serve GET /metrics (Prometheus text) on TCP, e.g.\n"
 		"                       127.0.0.1:9464; loopback only unless --metrics-public\n"
 		"  --metrics-public     allow a --metrics address that is not loopback\n"
+		"  --http ADDR:PORT     the model gateway: an OpenAI-compatible front door to the\n"
+		"                       catalog's backend = \"http\" programs, each started on demand\n"
+		"                       and stopped when idle (docs/gateway.md); loopback only unless\n"
+		"                       --http-public\n"
+		"  --http-public        allow an --http address that is not loopback\n"
+		"  --http-max-body SIZE the largest request body the gateway takes (default 16M)\n"
+		"  --http-max-queue N   requests waiting per program for its start (default 256);\n"
+		"                       one more is answered 503 with Retry-After\n"
+		"  --http-memory SIZE   the gateway's memory budget: programs that declare `memory`\n"
+		"                       run together only within it; a start that does not fit\n"
+		"                       stops the least recently used idle ones first\n"
 		"  --state DIR          where submitted jobs live (created 0700); default\n"
 		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh\n"
 		"\n"
@@ -65,6 +79,15 @@ static void usage(FILE *f)
 		"Exit codes: 0 clean stop, 64 usage error, 66 catalog or logs missing, 69 socket\n"
 		"in use, 71 system error, 70 internal error, 77 socket directory not private.\n",
 		sock);
+}
+
+static void gw_log(void *ctx, int level, const char *line)
+{
+	(void)ctx;
+	if (level == MESH_GW_WARN)
+		mesh_warn("%s", line);
+	else
+		mesh_info("%s", line);
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -185,6 +208,8 @@ int main(int argc, char **argv)
 	const char *level = "info";
 	const char *metrics_addr = NULL;
 	int metrics_public = 0;
+	struct mesh_gw_config gwc = MESH_GW_CONFIG_INIT;
+	struct mesh_gw *gw = NULL;
 	struct meshd_metrics_server *msrv = NULL;
 	struct meshd_core *core = NULL;
 	struct meshd_api *api = NULL;
@@ -242,6 +267,23 @@ int main(int argc, char **argv)
 			level = v;
 		} else if ((v = opt_value(argc, argv, &i, "--metrics", &missing))) {
 			metrics_addr = v;
+		} else if ((v = opt_value(argc, argv, &i, "--http", &missing))) {
+			gwc.listen = v;
+		} else if ((v = opt_value(argc, argv, &i, "--http-max-queue", &missing))) {
+			uint64_t n;
+			if (mesh_parse_u64(v, 1000000, &n) < 0 || n == 0)
+				return usage_error("--http-max-queue wants a number from 1 to 1000000, not '%s'", v);
+			gwc.max_queue = (uint32_t)n;
+		} else if ((v = opt_value(argc, argv, &i, "--http-memory", &missing))) {
+			if (mesh_parse_size(v, UINT64_MAX, &gwc.memory_budget) < 0 || gwc.memory_budget == 0)
+				return usage_error("--http-memory wants a size such as 24G, not '%s'", v);
+		} else if (!strcmp(argv[i], "--http-public")) {
+			gwc.allow_public = 1;
+		} else if ((v = opt_value(argc, argv, &i, "--http-max-body", &missing))) {
+			uint64_t n;
+			if (mesh_parse_size(v, 1ull << 32, &n) < 0 || n == 0)
+				return usage_error("--http-max-body wants a size from 1 to 4G such as 16M, not '%s'", v);
+			gwc.max_body = (size_t)n;
 		} else if (!strcmp(argv[i], "--metrics-public")) {
 			metrics_public = 1;
 		} else if ((v = opt_value(argc, argv, &i, "--state", &missing))) {
@@ -328,6 +370,24 @@ int main(int argc, char **argv)
 		}
 		mesh_info("serving metrics=%s port=%d", metrics_addr, meshd_metrics_serve_port(msrv));
 	}
+	if (gwc.listen) {
+		gwc.catalog = cfg.catalog;
+		gwc.logs = cfg.logs;
+		gwc.log_max = cfg.log_max;
+		gwc.on_log = gw_log;
+		rc = mesh_gw_open(&gw, &gwc, &err);
+		if (rc < 0) {
+			mesh_error("cannot serve the gateway: %s", err ? err : mesh_strerror(rc));
+			free(err);
+			meshd_metrics_serve_stop(msrv);
+			meshd_api_stop(api);
+			the_core = NULL;
+			meshd_core_free(core);
+			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
+		}
+		meshd_metrics_gateway_set(gw);
+		mesh_info("serving http=%s port=%d", gwc.listen, mesh_gw_port(gw));
+	}
 	mesh_info("serving socket=%s catalog=%s logs=%s slots=%u isolation=%s", sock, cfg.catalog, cfg.logs,
 		  cfg.slots, cfg.isolation);
 	rc = meshd_notify("READY=1\nSTATUS=serving");
@@ -341,6 +401,9 @@ int main(int argc, char **argv)
 		mesh_error("event loop failed: %s", mesh_strerror(rc));
 	mesh_info("stopping");
 	meshd_notify("STOPPING=1");
+	/* The gateway first: its requests in flight end (bounded), then its programs stop. */
+	if (gw)
+		mesh_gw_drain(gw);
 	/* Jobs first: their drivers give their workers back before any
 	 * program is stopped (a stop would count as their chunks' failure). */
 	meshd_jobs_stop(jobs);
@@ -353,6 +416,9 @@ int main(int argc, char **argv)
 	}
 	meshd_metrics_serve_stop(msrv);
 	meshd_api_stop(api);
+	/* No scrape can read it any more. */
+	meshd_metrics_gateway_set(NULL);
+	mesh_gw_free(gw);
 	meshd_api_jobs_set(NULL);
 	meshd_jobs_free(jobs);
 	meshd_core_free(core);

@@ -4,6 +4,7 @@
 
 #include "autoscale/policy.h"
 #include "base/err.h"
+#include "base/http.h"
 #include "base/log.h"
 #include "base/utf8.h"
 
@@ -105,6 +106,9 @@ void meshd_metrics_release(struct meshd_metrics *m)
 	free(m->programs);
 	m->programs = NULL;
 	m->nprograms = 0;
+	free(m->gw);
+	m->gw = NULL;
+	m->ngw = 0;
 }
 
 int meshd_metrics_label(struct mesh_buf *out, const char *s)
@@ -276,6 +280,75 @@ static void render_jobs(struct w *w, const struct meshd_job_metrics *j)
 	put(w, "mesh_speculative_wins_total %llu\n", (unsigned long long)j->speculative_wins);
 }
 
+/* name{program="p"} v, for each gateway program. */
+static void per_gw_u64(struct w *w, const struct meshd_metrics *m, const char *name, size_t off)
+{
+	for (size_t i = 0; i < m->ngw; i++) {
+		open_prog(w, name, m->gw[i].name);
+		put(w, "} %llu\n", (unsigned long long)*(const uint64_t *)((const char *)&m->gw[i] + off));
+	}
+}
+
+static void render_gateway(struct w *w, const struct meshd_metrics *m)
+{
+	static const char *const states[] = {"cold", "starting", "warm", "stopping", "failed"};
+	family(w, "mesh_gateway_program_state", "gauge", "An HTTP program's state (1 for the state it is in).");
+	for (size_t i = 0; i < m->ngw; i++)
+		for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {
+			open_prog(w, "mesh_gateway_program_state", m->gw[i].name);
+			put(w, ",state=\"%s\"} %d\n", states[k], !strcmp(states[k], m->gw[i].state));
+		}
+	family(w, "mesh_gateway_requests_total", "counter",
+	       "Requests for an HTTP program's models: ok relayed whole, error answered by meshd (502/503/504) or cut.");
+	for (size_t i = 0; i < m->ngw; i++) {
+		open_prog(w, "mesh_gateway_requests_total", m->gw[i].name);
+		put(w, ",result=\"ok\"} %llu\n", (unsigned long long)m->gw[i].requests_ok);
+		open_prog(w, "mesh_gateway_requests_total", m->gw[i].name);
+		put(w, ",result=\"error\"} %llu\n", (unsigned long long)m->gw[i].requests_error);
+	}
+	family(w, "mesh_gateway_requests_in_flight", "gauge", "Requests relayed to an HTTP program now.");
+	for (size_t i = 0; i < m->ngw; i++) {
+		open_prog(w, "mesh_gateway_requests_in_flight", m->gw[i].name);
+		put(w, "} %u\n", m->gw[i].inflight);
+	}
+	family(w, "mesh_gateway_queue_length", "gauge", "Requests waiting for an HTTP program's start or a place.");
+	for (size_t i = 0; i < m->ngw; i++) {
+		open_prog(w, "mesh_gateway_queue_length", m->gw[i].name);
+		put(w, "} %u\n", m->gw[i].queued);
+	}
+	family(w, "mesh_gateway_cold_starts_total", "counter", "HTTP program processes started.");
+	per_gw_u64(w, m, "mesh_gateway_cold_starts_total", offsetof(struct mesh_gw_prog_stats, cold_starts));
+	family(w, "mesh_gateway_start_failures_total", "counter",
+	       "Starts of an HTTP program that failed (exited before warm, start timeout, could not run).");
+	per_gw_u64(w, m, "mesh_gateway_start_failures_total", offsetof(struct mesh_gw_prog_stats, start_failures));
+	family(w, "mesh_gateway_crashes_total", "counter", "HTTP program processes that died while warm.");
+	per_gw_u64(w, m, "mesh_gateway_crashes_total", offsetof(struct mesh_gw_prog_stats, crashes));
+	family(w, "mesh_gateway_idle_stops_total", "counter", "HTTP program processes stopped after their idle TTL.");
+	per_gw_u64(w, m, "mesh_gateway_idle_stops_total", offsetof(struct mesh_gw_prog_stats, idle_stops));
+	family(w, "mesh_gateway_evictions_total", "counter",
+	       "HTTP program processes stopped to make room under the memory budget.");
+	per_gw_u64(w, m, "mesh_gateway_evictions_total", offsetof(struct mesh_gw_prog_stats, evictions));
+	family(w, "mesh_gateway_time_to_warm_seconds", "summary", "Time from an HTTP program's spawn to its warm probe.");
+	for (size_t i = 0; i < m->ngw; i++) {
+		open_prog(w, "mesh_gateway_time_to_warm_seconds_sum", m->gw[i].name);
+		put(w, "} ");
+		seconds(w, m->gw[i].warm_ns_sum);
+		put(w, "\n");
+		open_prog(w, "mesh_gateway_time_to_warm_seconds_count", m->gw[i].name);
+		put(w, "} %llu\n", (unsigned long long)m->gw[i].warm_count);
+	}
+	family(w, "mesh_gateway_queue_seconds", "summary",
+	       "Time requests waited for an HTTP program's start or a place (those that waited).");
+	for (size_t i = 0; i < m->ngw; i++) {
+		open_prog(w, "mesh_gateway_queue_seconds_sum", m->gw[i].name);
+		put(w, "} ");
+		seconds(w, m->gw[i].queue_ns_sum);
+		put(w, "\n");
+		open_prog(w, "mesh_gateway_queue_seconds_count", m->gw[i].name);
+		put(w, "} %llu\n", (unsigned long long)m->gw[i].queue_count);
+	}
+}
+
 int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out)
 {
 	struct w w = {out, 0};
@@ -292,15 +365,33 @@ int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out)
 	render_programs(&w, m);
 	if (m->have_jobs)
 		render_jobs(&w, &m->jobs);
+	if (m->have_gateway)
+		render_gateway(&w, m);
 	return w.rc;
+}
+
+static struct mesh_gw *_Atomic the_gateway;
+
+void meshd_metrics_gateway_set(struct mesh_gw *g)
+{
+	the_gateway = g;
 }
 
 int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out)
 {
 	struct meshd_metrics m;
+	struct mesh_gw *g = the_gateway;
 	int rc = meshd_op_metrics(d, &m);
 	if (rc)
 		return rc;
+	if (g) {
+		rc = mesh_gw_stats(g, &m.gw, &m.ngw);
+		if (rc) {
+			meshd_metrics_release(&m);
+			return rc;
+		}
+		m.have_gateway = 1;
+	}
 	rc = meshd_metrics_render(&m, out);
 	meshd_metrics_release(&m);
 	return rc;
@@ -355,52 +446,6 @@ static void *serve_main(void *arg)
 	return NULL;
 }
 
-/* "HOST:PORT" or "[V6]:PORT" (also "localhost:PORT") into *ss.  0 or
- * MESH_E_PARSE; *loopback says whether the host is a loopback address. */
-static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *len, int *loopback)
-{
-	char host[64];
-	const char *colon;
-	memset(ss, 0, sizeof *ss);
-	if (addr[0] == '[') {
-		const char *rb = strchr(addr, ']');
-		if (!rb || rb[1] != ':' || (size_t)(rb - addr - 1) >= sizeof host)
-			return MESH_E_PARSE;
-		snprintf(host, sizeof host, "%.*s", (int)(rb - addr - 1), addr + 1);
-		colon = rb + 1;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon || (size_t)(colon - addr) >= sizeof host || memchr(addr, ':', (size_t)(colon - addr)))
-			return MESH_E_PARSE;
-		snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
-	}
-	char *end;
-	errno = 0;
-	unsigned long port = strtoul(colon + 1, &end, 10);
-	if (!colon[1] || *end || errno || port > 65535 || colon[1] < '0' || colon[1] > '9')
-		return MESH_E_PARSE;
-	if (!strcmp(host, "localhost"))
-		strcpy(host, "127.0.0.1");
-	struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-	if (addr[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-		v4->sin_family = AF_INET;
-		v4->sin_port = htons((uint16_t)port);
-		*len = sizeof *v4;
-		*loopback = (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
-		return 0;
-	}
-	if (addr[0] == '[' && inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-		v6->sin6_family = AF_INET6;
-		v6->sin6_port = htons((uint16_t)port);
-		*len = sizeof *v6;
-		*loopback = IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
-			    (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127);
-		return 0;
-	}
-	return MESH_E_PARSE;
-}
-
 static void server_free(struct meshd_metrics_server *s)
 {
 	if (s->http)
@@ -427,7 +472,7 @@ int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_co
 	*out = NULL;
 	if (err)
 		*err = NULL;
-	if (parse_addr(addr, &ss, &len, &loopback) < 0)
+	if (mesh_addr_parse(addr, &ss, &len, &loopback) < 0)
 		return mesh_errf(err, MESH_E_PARSE,
 				 "metrics address '%s' is not HOST:PORT (a numeric IPv4 host, [IPv6] or localhost)", addr);
 	if (!loopback && !allow_public)

@@ -12,6 +12,7 @@
 #define MESH_DAEMON_METRICS_H
 
 #include "base/buf.h"
+#include "gateway/gw.h"
 #include "host/host.h"
 
 #include <stdint.h>
@@ -83,6 +84,10 @@ struct meshd_metrics {
 	unsigned nprograms;
 	int have_jobs; /* jobs holds meshd_jobs_metrics's answer */
 	struct meshd_job_metrics jobs;
+	/* meshd --http: the gateway's programs (malloc'd; released with the rest) */
+	int have_gateway;
+	struct mesh_gw_prog_stats *gw;
+	size_t ngw;
 };
 void meshd_metrics_release(struct meshd_metrics *m);
 
@@ -94,6 +99,10 @@ int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out);
 /* Appends s as a label value (between the quotes): \ " and newline
  * escaped, other control bytes and invalid UTF-8 as U+FFFD.  0 or -ENOMEM. */
 int meshd_metrics_label(struct mesh_buf *out, const char *s);
+/* The gateway whose programs /metrics shows (meshd --http sets it before
+ * serving, clears it before freeing it); NULL: none, its families are left
+ * out. */
+void meshd_metrics_gateway_set(struct mesh_gw *g);
 /* Snapshot + render: the body of GET /metrics.  0 or -ENOMEM. */
 int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out);
 

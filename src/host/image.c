@@ -221,6 +221,11 @@ int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_
 	rc = mesh_manifest_parse(img->manifest_path, text, len, name, &img->m, err);
 	if (rc)
 		goto bad;
+	if (img->m.backend == MESH_BACKEND_HTTP) {
+		rc = say(err, MESH_E_STATE, "'%s' is an HTTP program (backend = \"http\"): meshd --http serves it by model",
+			 name);
+		goto bad;
+	}
 	img->image_hash = mesh_fnv1a64(MESH_FNV1A64_INIT, text, len);
 	img->image_hash = mesh_fnv1a64(img->image_hash, "", 1);
 	img->image_hash = mesh_fnv1a64(img->image_hash, img->m.source_hash, strlen(img->m.source_hash));

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_RING, K_CPU, K_SIGNAL, K_HASH, K_USER };
+enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_RING, K_CPU, K_SIGNAL, K_HASH, K_USER, K_BACKEND, K_STRV, K_PATH };
 
 struct field {
 	const char *table, *key;
@@ -46,6 +46,15 @@ static const struct field fields[] = {
 	{"lifecycle", "stop_grace", K_DURATION, 0, H, OFF(stop_grace_ns)},
 	{"lifecycle", "call_timeout", K_DURATION, 0, 24 * H, OFF(call_timeout_ns)},
 	{"source", "hash", K_HASH, 0, 0, OFF(source_hash)},
+	{"", "backend", K_BACKEND, 0, 0, OFF(backend)},
+	{"", "command", K_STRV, 1, 4096, OFF(command)},
+	{"", "models", K_STRV, 1, MESH_MODELS_MAX, OFF(models)},
+	{"", "probe_path", K_PATH, 0, 0, OFF(probe_path)},
+	{"", "probe_status", K_COUNT, 100, 599, OFF(probe_status)},
+	{"", "max_concurrency", K_COUNT, 1, 65536, OFF(max_concurrency)},
+	{"", "group", K_NAME, 0, 0, OFF(group)},
+	{"", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(memory)},
+	{"lifecycle", "start_timeout", K_DURATION, 1000000ull, 24 * H, OFF(start_timeout_ns)},
 };
 static const char *const tables[] = {"", "env", "limits", "lifecycle", "source"};
 
@@ -151,6 +160,7 @@ static const char *want_type(enum kind k)
 {
 	switch (k) {
 	case K_BACKENDS:
+	case K_STRV:
 	case K_ARGS: return "array";
 	case K_COUNT: return "integer";
 	case K_SIZE:
@@ -169,6 +179,7 @@ static int type_ok(enum kind k, enum mesh_toml_type t)
 {
 	switch (k) {
 	case K_BACKENDS:
+	case K_STRV:
 	case K_ARGS: return t == MESH_TOML_ARRAY;
 	case K_COUNT: return t == MESH_TOML_INT;
 	case K_SIZE:
@@ -206,7 +217,7 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 	switch (f->kind) {
 	case K_NAME:
 		if (!mesh_manifest_name_ok(it->str))
-			return fail(x, WHERE, "'name' must be 1 to 64 of A-Z a-z 0-9 _ - (not starting with '-')");
+			return fail(x, WHERE, "'%s' must be 1 to 64 of A-Z a-z 0-9 _ - (not starting with '-')", f->key);
 		/* fallthrough */
 	case K_TEXT:
 	case K_HASH: {
@@ -224,6 +235,47 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 			if (strcmp(it->arr[i], "native") != 0)
 				return fail(x, WHERE, "backend '%s' is not supported; this host runs only \"native\"",
 					    it->arr[i]);
+		return 0;
+	case K_BACKEND:
+		if (strcmp(it->str, "native") == 0)
+			m->backend = MESH_BACKEND_NATIVE;
+		else if (strcmp(it->str, "http") == 0)
+			m->backend = MESH_BACKEND_HTTP;
+		else
+			return fail(x, WHERE, "'backend' must be \"native\" or \"http\", not \"%s\"", it->str);
+		return 0;
+	case K_STRV: {
+		int models = f->off == OFF(models);
+		if (it->n < f->min || it->n > f->max)
+			return fail(x, WHERE, "'%s' must have %llu to %llu entries", f->key, (unsigned long long)f->min,
+				    (unsigned long long)f->max);
+		for (size_t i = 0; i < it->n; i++) {
+			const char *v = it->arr[i];
+			if (!*v)
+				return fail(x, WHERE, "'%s' has an empty entry", f->key);
+			if (models && strlen(v) > 256)
+				return fail(x, WHERE, "model \"%.32s...\" is longer than 256 bytes", v);
+			for (const char *c = v; models && *c; c++)
+				if ((unsigned char)*c < 0x21 || *c == 0x7f || *c == '/' || *c == '"' || *c == '\\')
+					return fail(x, WHERE, "model \"%s\" has a space, a control byte, '/', '\"' or '\\'", v);
+			for (size_t k = 0; models && k < i; k++)
+				if (strcmp(it->arr[k], v) == 0)
+					return fail(x, WHERE, "model \"%s\" is listed twice", v);
+		}
+		char ***dst = (char ***)(base + f->off);
+		if (!(*dst = dup_strv(it->arr, it->n)))
+			return -ENOMEM;
+		if (models)
+			m->nmodels = it->n;
+		else
+			m->ncommand = it->n;
+		return 0;
+	}
+	case K_PATH:
+		if (it->str[0] != '/' || strlen(it->str) > 1000 || strpbrk(it->str, " \t\r\n#"))
+			return fail(x, WHERE, "'probe_path' must start with '/' and hold no space or '#' (at most 1000 bytes)");
+		if (!(m->probe_path = strdup(it->str)))
+			return -ENOMEM;
 		return 0;
 	case K_DEVICE:
 		if (strcmp(it->str, "cpu") == 0)
@@ -251,6 +303,10 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 			m->max_workers = (unsigned)it->i;
 		else if (f->off == OFF(gpus))
 			m->gpus = (unsigned)it->i;
+		else if (f->off == OFF(probe_status))
+			m->probe_status = (unsigned)it->i;
+		else if (f->off == OFF(max_concurrency))
+			m->max_concurrency = (unsigned)it->i;
 		else
 			*(uint64_t *)(base + f->off) = (uint64_t)it->i;
 		return 0;
@@ -368,6 +424,14 @@ void mesh_manifest_release(struct mesh_manifest *m)
 	free(m->env);
 	free(m->source_hash);
 	free(m->user);
+	for (size_t i = 0; m->command && i < m->ncommand; i++)
+		free(m->command[i]);
+	free(m->command);
+	for (size_t i = 0; m->models && i < m->nmodels; i++)
+		free(m->models[i]);
+	free(m->models);
+	free(m->probe_path);
+	free(m->group);
 	memset(m, 0, sizeof *m);
 }
 
@@ -388,6 +452,7 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 	m->stop_signal = SIGTERM;
 	m->max_workers = 1;
 	m->ring_bytes = MESH_SLOT_DEFAULT_RING;
+	m->start_timeout_ns = MESH_START_TIMEOUT_NS;
 	/* A UTF-8 byte order mark (editors on some systems write one) is not TOML: skipped. */
 	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
 		text += 3;
@@ -397,6 +462,7 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 	if (rc)
 		return rc;
 	int have_backends = 0;
+	unsigned seen_native = 0, seen_http = 0; /* line of a key only one backend has */
 	size_t envcap = 0;
 	for (size_t i = 0; i < t.n && !rc; i++) {
 		const struct mesh_toml_item *it = &t.items[i];
@@ -456,14 +522,38 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 		}
 		if (f->kind == K_BACKENDS)
 			have_backends = 1;
+		if (f->kind == K_BACKENDS || f->kind == K_ARGS || f->kind == K_RING || f->kind == K_DEVICE ||
+		    f->off == OFF(max_workers) || f->off == OFF(ready_timeout_ns) || f->off == OFF(online_timeout_ns) ||
+		    f->off == OFF(call_timeout_ns))
+			seen_native = seen_native ? seen_native : it->line;
+		else if (f->kind == K_STRV || f->kind == K_PATH || f->off == OFF(probe_status) ||
+			 f->off == OFF(max_concurrency) || f->off == OFF(group) || f->off == OFF(start_timeout_ns) ||
+			 f->off == OFF(memory))
+			seen_http = seen_http ? seen_http : it->line;
 		rc = set_field(&x, f, it, m);
-		if (!rc && f->kind == K_NAME && expect_name && strcmp(m->name, expect_name) != 0)
+		if (!rc && f->kind == K_NAME && f->off == OFF(name) && expect_name && strcmp(m->name, expect_name) != 0)
 			rc = fail(&x, it->vline, it->vcol, "name \"%s\" does not match the file name \"%s\"", m->name,
 				  expect_name);
 	}
 	if (!rc && !m->name)
 		rc = fail(&x, 1, 1, "'name' is missing");
-	if (!rc && !have_backends)
+	if (!rc && m->backend == MESH_BACKEND_HTTP) {
+		int port = 0;
+		for (size_t i = 0; i < m->ncommand; i++)
+			port |= strstr(m->command[i], "{port}") != NULL;
+		if (seen_native)
+			rc = fail(&x, seen_native, 1,
+				  "this key is for native programs; backend = \"http\" takes command, models, probe_path, "
+				  "probe_status, max_concurrency, group, memory, lifecycle.start_timeout");
+		else if (!m->command)
+			rc = fail(&x, 1, 1, "'command' is missing: backend = \"http\" needs the server's command line");
+		else if (!port)
+			rc = fail(&x, 1, 1, "'command' must contain {port}: the loopback port meshd picks for the server");
+		else if (!m->models)
+			rc = fail(&x, 1, 1, "'models' is missing: backend = \"http\" needs the model names it serves");
+	} else if (!rc && seen_http) {
+		rc = fail(&x, seen_http, 1, "this key is for HTTP programs: add backend = \"http\"");
+	} else if (!rc && !have_backends)
 		rc = fail(&x, 1, 1, "'backends' is missing; use backends = [\"native\"]");
 	if (!rc && m->device != MESH_DEVICE_GPU && (m->gpus || m->vram))
 		rc = fail(&x, 1, 1, "'%s' is for GPU programs: add device = \"gpu\"", m->gpus ? "gpus" : "vram");

@@ -27,6 +27,22 @@
  *   [source]
  *   hash = "sha256:..."           # what the binary was built from; part of the image hash
  *
+ * An HTTP program (a model server the gateway fronts, docs/gateway.md) says
+ * backend = "http" instead of `backends`, and has no binary in the catalog:
+ *   backend = "http"
+ *   command = ["llama-server", "-m", "q.gguf", "--port", "{port}"]  # {port}: a free loopback port
+ *   models = ["qwen2.5-7b"]       # the `model` names routed to it (1..64 of them)
+ *   probe_path = "/v1/models"     # warm iff GET probe_path answers (default: /v1/models listing the model)
+ *   probe_status = 200            # the status that means warm (default: any 2xx)
+ *   max_concurrency = 4           # requests at once per instance (default: no limit)
+ *   group = "big"                 # programs of one group are never evicted for each other
+ *   memory = "24G"                # what it needs (RAM or VRAM), for meshd's --http-memory budget
+ *   [lifecycle]
+ *   start_timeout = "120s"        # spawn to warm (default 300 s)
+ * `idle_ttl`, `[env]`, `[limits]`, `stop_signal`, `stop_grace` and `user`
+ * apply as for native programs; `args`, `ring`, `max_workers`, `device`
+ * and the other lifecycle timeouts are refused.
+ *
  * Unknown tables or keys, a wrong type, an out-of-range value: an error
  * "file:line:col: message". */
 #ifndef MESH_HOST_MANIFEST_H
@@ -38,11 +54,14 @@
 #include <stdint.h>
 
 enum mesh_device { MESH_DEVICE_CPU, MESH_DEVICE_GPU };
+enum mesh_backend { MESH_BACKEND_NATIVE, MESH_BACKEND_HTTP };
 
 #define MESH_READY_TIMEOUT_NS (60ull * 1000000000ull)
 #define MESH_ONLINE_TIMEOUT_NS (60ull * 1000000000ull)
 #define MESH_STOP_GRACE_NS (3ull * 1000000000ull)
 #define MESH_IDLE_TTL_NS (300ull * 1000000000ull)
+#define MESH_START_TIMEOUT_NS (300ull * 1000000000ull)
+#define MESH_MODELS_MAX 64u
 #define MESH_MAX_WORKERS_CAP 64u
 /* The output lines kept per worker for a crash report. */
 #define MESH_TAIL_LINES 30u
@@ -64,6 +83,18 @@ struct mesh_manifest {
 	uint64_t vram;	   /* bytes needed on each of its GPUs; 0 = not said */
 	char *source_hash; /* "" when absent */
 	char *user;	   /* a user name or a uid's digits; NULL when absent */
+	/* backend = "http" (else NULL / 0) */
+	enum mesh_backend backend;
+	char **command;	   /* NULL-terminated; "{port}" in an argument is the port */
+	size_t ncommand;
+	char **models;	   /* NULL-terminated, distinct */
+	size_t nmodels;
+	char *probe_path;  /* NULL: /v1/models, judged by the model being listed */
+	unsigned probe_status; /* 0: any 2xx */
+	unsigned max_concurrency; /* 0: no limit */
+	char *group;	   /* NULL: its own */
+	uint64_t memory;   /* bytes it needs, for the gateway's budget; 0: not counted */
+	uint64_t start_timeout_ns;
 };
 
 /* Parses and checks a manifest (len bytes of text; file names it in

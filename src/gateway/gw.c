@@ -1,0 +1,750 @@
+/* The gateway's front door: the listener, each client connection's
+ * requests (read, routed by model), the relay of each response as it comes
+ * (gateway/hframe.h finds where it ends, so a keep-alive connection goes on
+ * to its next request, and a cut stream is told from a whole one).  See
+ * gw.h for the contract. */
+#include "gateway/gw_int.h"
+
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/http.h"
+#include "gateway/hframe.h"
+#include "host/host.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HEAD_MAX MESH_HFRAME_MAX_HEAD
+
+void mesh__gw_log(struct mesh_gw *g, int level, const char *fmt, ...)
+{
+	char line[4096];
+	va_list ap;
+	if (!g->c.on_log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	g->c.on_log(g->c.ctx, level, line);
+}
+
+void mesh__gw_cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static int send_all(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+	while (n) {
+		ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		c += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static const char *reason_phrase(int code)
+{
+	switch (code) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 411: return "Length Required";
+	case 413: return "Content Too Large";
+	case 431: return "Request Header Fields Too Large";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	}
+	return "Error";
+}
+
+/* One answer of meshd's own: a JSON body. */
+static int send_json(int fd, int code, json_t *body, unsigned retry_after, int close_it)
+{
+	char *text = json_dumps(body, JSON_COMPACT);
+	struct mesh_buf b = MESH_BUF_INIT;
+	int rc = -1;
+	json_decref(body);
+	if (!text)
+		return -1;
+	mesh_buf_addf(&b, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n", code,
+		      reason_phrase(code), strlen(text) + 1);
+	if (retry_after)
+		mesh_buf_addf(&b, "Retry-After: %u\r\n", retry_after);
+	if (close_it)
+		mesh_buf_adds(&b, "Connection: close\r\n");
+	mesh_buf_addf(&b, "\r\n%s\n", text);
+	if (b.p)
+		rc = send_all(fd, b.p, b.len);
+	mesh_buf_release(&b);
+	free(text);
+	return rc;
+}
+
+/* OpenAI's error shape. */
+static int send_error(int fd, int code, const char *type, const char *errcode, const char *msg, unsigned retry_after,
+		      int close_it)
+{
+	json_t *e = json_pack("{s:{s:s, s:s, s:n, s:s?}}", "error", "message", msg, "type", type, "param", "code",
+			      errcode);
+	return e ? send_json(fd, code, e, retry_after, close_it) : -1;
+}
+
+static int send_models(struct mesh_gw *g, int fd, int close_it)
+{
+	json_t *data = json_array(), *o;
+	pthread_mutex_lock(&g->mu);
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = &g->progs[i];
+		for (size_t k = 0; k < p->m.nmodels; k++) {
+			o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "id", p->m.models[k], "object", "model", "created", 0,
+				      "owned_by", "mesh", "program", p->m.name, "state", mesh__gw_state_name(p));
+			if (o && p->fail_gen && p->fail_gen == p->gen)
+				json_object_set_new(o, "last_error", json_string(p->fail_msg));
+			json_array_append_new(data, o);
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
+	return send_json(fd, 200, json_pack("{s:s, s:o}", "object", "list", "data", data), 0, close_it);
+}
+
+static int send_unknown_model(struct mesh_gw *g, int fd, const char *model, int close_it)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	mesh_buf_addf(&b, "The model '%s' does not exist here; known models:", model);
+	size_t n = 0;
+	for (size_t i = 0; i < g->nprogs; i++)
+		for (size_t k = 0; k < g->progs[i].m.nmodels; k++)
+			mesh_buf_addf(&b, "%s %s", n++ ? "," : "", g->progs[i].m.models[k]);
+	if (!n)
+		mesh_buf_adds(&b, " none (no backend = \"http\" program in the catalog)");
+	int rc = send_error(fd, 404, "invalid_request_error", "model_not_found", b.p ? b.p : "unknown model", 0, close_it);
+	mesh_buf_release(&b);
+	return rc;
+}
+
+struct req {
+	char method[24];
+	char target[2048];
+	char version[16];
+	size_t head_len;     /* bytes of the head, blank line included */
+	size_t line_len;     /* the request line, its CRLF included */
+	uint64_t cl;
+	int te, close, expect;
+};
+
+/* Parses the head in buf[0..head_len).  0, or an HTTP status to refuse. */
+static int parse_head(const char *buf, size_t head_len, struct req *r)
+{
+	const char *end = buf + head_len, *eol = memchr(buf, '\n', head_len);
+	int ms = 0, ts = 0, vs = 0;
+	memset(r, 0, sizeof *r);
+	r->head_len = head_len;
+	if (!eol)
+		return 400;
+	r->line_len = (size_t)(eol + 1 - buf);
+	if (sscanf(buf, "%23[A-Z] %n%*s%n %15[HTP/0-9.]%n", r->method, &ts, &vs, r->version, &ms) != 2 || !ts || !vs ||
+	    (size_t)(vs - ts) >= sizeof r->target)
+		return 400;
+	memcpy(r->target, buf + ts, (size_t)(vs - ts));
+	r->target[vs - ts] = 0;
+	if (strncmp(r->version, "HTTP/1.", 7))
+		return 400;
+	if (!strcmp(r->version, "HTTP/1.0"))
+		r->close = 1;
+	for (const char *l = eol + 1; l < end;) {
+		const char *nl = memchr(l, '\n', (size_t)(end - l));
+		const char *colon = memchr(l, ':', (size_t)((nl ? nl : end) - l));
+		if (!nl)
+			break;
+		if (colon) {
+			size_t nlen = (size_t)(colon - l);
+			char val[256];
+			const char *v = colon + 1;
+			while (v < nl && (*v == ' ' || *v == '\t'))
+				v++;
+			size_t vlen = (size_t)(nl - v);
+			while (vlen && (v[vlen - 1] == '\r' || v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
+				vlen--;
+			snprintf(val, sizeof val, "%.*s", (int)vlen, v);
+			if (nlen == 14 && !strncasecmp(l, "content-length", 14)) {
+				char *e;
+				errno = 0;
+				unsigned long long n = strtoull(val, &e, 10);
+				if (!*val || *e || errno || (r->cl && r->cl != n) || val[0] < '0' || val[0] > '9')
+					return 400;
+				r->cl = n;
+			} else if (nlen == 17 && !strncasecmp(l, "transfer-encoding", 17)) {
+				r->te = 1;
+			} else if (nlen == 10 && !strncasecmp(l, "connection", 10)) {
+				if (strcasestr(val, "close"))
+					r->close = 1;
+			} else if (nlen == 6 && !strncasecmp(l, "expect", 6)) {
+				r->expect = !strcasecmp(val, "100-continue");
+			}
+		}
+		l = nl + 1;
+	}
+	return 0;
+}
+
+struct conn {
+	struct mesh_gw *g;
+	struct mesh__gw_conn link;
+	char *buf;
+	size_t have, cap;
+};
+
+static void set_busy(struct conn *c, int busy)
+{
+	pthread_mutex_lock(&c->g->mu);
+	c->link.busy = busy;
+	c->g->busy += busy ? 1u : (unsigned)-1;
+	pthread_cond_broadcast(&c->g->cv_all);
+	pthread_mutex_unlock(&c->g->mu);
+}
+
+/* Reads until buf holds want bytes.  0, or -1 when the client went away. */
+static int fill(struct conn *c, size_t want)
+{
+	if (want > c->cap) {
+		char *nb = realloc(c->buf, want);
+		if (!nb)
+			return -1;
+		c->buf = nb;
+		c->cap = want;
+	}
+	while (c->have < want) {
+		ssize_t n = recv(c->link.fd, c->buf + c->have, c->cap - c->have, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		c->have += (size_t)n;
+	}
+	return 0;
+}
+
+/* The head of the next request: its length, 0 when the client went away,
+ * or -1 when it is too long. */
+static long read_head(struct conn *c)
+{
+	size_t scanned = 0;
+	for (;;) {
+		for (; scanned + 3 < c->have; scanned++)
+			if (!memcmp(c->buf + scanned, "\r\n\r\n", 4))
+				return (long)(scanned + 4);
+		if (c->have >= HEAD_MAX)
+			return -1;
+		if (fill(c, c->have + 1) < 0)
+			return 0;
+	}
+}
+
+struct relay_out {
+	int status;
+	size_t bytes;
+	int client_close; /* the response ended with the upstream's close, or was cut */
+	int gone;	  /* the client went away first */
+};
+
+/* Forwards the request (head with its line replaced by line, then body) to
+ * the program at port and relays the response as it comes.  0 when the
+ * response went through whole; else an HTTP status to answer (nothing sent
+ * yet), or -1 (the response was cut: the client must see its connection
+ * end). */
+static int forward(struct conn *c, const struct req *r, const char *line, int port, int cold, struct relay_out *o)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct mesh_hframe f;
+	char buf[65536], pre[8192];
+	size_t npre = 0, body = (size_t)r->cl;
+	int one = 1, done = 0, rc = 0;
+	int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	memset(o, 0, sizeof *o);
+	if (up < 0)
+		return 502;
+	setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (connect(up, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		close(up);
+		return 502;
+	}
+	mesh_hframe_init(&f);
+	const char *rest = c->buf + r->line_len;
+	size_t nrest = r->head_len - r->line_len + body;
+	if (mesh_hframe_feed(&f, 0, line, strlen(line)) || mesh_hframe_feed(&f, 0, rest, nrest) ||
+	    send_all(up, line, strlen(line)) || send_all(up, rest, nrest)) {
+		close(up);
+		return 502;
+	}
+	int pending_line = 1; /* the status line not yet passed on */
+	while (!done) {
+		/* While the program thinks, watch the client: one that closed its
+		 * connection (or its sending side) is gone, and its request with it. */
+		struct pollfd pf[2] = {{up, POLLIN, 0}, {c->link.fd, POLLRDHUP, 0}};
+		if (poll(pf, 2, -1) < 0 && errno != EINTR) {
+			rc = o->bytes ? -1 : 502;
+			break;
+		}
+		if (!pf[0].revents && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			o->gone = 1;
+			rc = -1;
+			break;
+		}
+		if (!pf[0].revents)
+			continue;
+		ssize_t n = recv(up, buf, sizeof buf, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			mesh_hframe_eof(&f, 1);
+			if (f.inflight == 0 && !pending_line) {
+				o->client_close = 1;
+				break;
+			}
+			rc = o->bytes ? -1 : 502;
+			break;
+		}
+		if (mesh_hframe_feed(&f, 1, buf, (size_t)n)) {
+			rc = o->bytes ? -1 : 502;
+			break;
+		}
+		done = f.inflight == 0;
+		const char *p = buf;
+		size_t len = (size_t)n;
+		if (pending_line) {
+			size_t take = len < sizeof pre - npre ? len : sizeof pre - npre;
+			memcpy(pre + npre, p, take);
+			npre += take;
+			p += take;
+			len -= take;
+			char *nl = memchr(pre, '\n', npre);
+			if (!nl && npre < sizeof pre && !done)
+				continue;
+			pending_line = 0;
+			sscanf(pre, "HTTP/1.%*d %d", &o->status);
+			size_t first = nl ? (size_t)(nl + 1 - pre) : npre;
+			static const char hdr[] = "X-Mesh-Cold-Start: 1\r\n";
+			if (send_all(c->link.fd, pre, first) || (cold && nl && send_all(c->link.fd, hdr, sizeof hdr - 1)) ||
+			    send_all(c->link.fd, pre + first, npre - first)) {
+				rc = -1;
+				break;
+			}
+			o->bytes += npre;
+		}
+		if (len && send_all(c->link.fd, p, len)) {
+			rc = -1;
+			break;
+		}
+		o->bytes += len;
+	}
+	close(up);
+	if (rc == -1)
+		o->client_close = 1;
+	return rc;
+}
+
+/* The model a request is for, from the JSON body; NULL if none. */
+static char *body_model(const char *body, size_t n)
+{
+	json_t *j = json_loadb(body, n, 0, NULL);
+	const char *m = j ? json_string_value(json_object_get(j, "model")) : NULL;
+	char *out = m && *m ? strdup(m) : NULL;
+	json_decref(j);
+	return out;
+}
+
+/* One request: read, route, answer.  0 to read the next one on this
+ * connection, -1 to close it. */
+static int one_request(struct conn *c)
+{
+	struct mesh_gw *g = c->g;
+	struct req r;
+	char model[300] = "", path[2100], line[2300];
+	long hl = read_head(c);
+	if (hl == 0)
+		return -1;
+	if (hl < 0) {
+		send_error(c->link.fd, 431, "invalid_request_error", NULL, "the request head is longer than 64 KiB", 0, 1);
+		return -1;
+	}
+	int code = parse_head(c->buf, (size_t)hl, &r);
+	if (code) {
+		send_error(c->link.fd, code, "invalid_request_error", NULL, "malformed HTTP request", 0, 1);
+		return -1;
+	}
+	if (r.te) {
+		send_error(c->link.fd, 411, "invalid_request_error", NULL,
+			   "a request body must come with Content-Length (chunked bodies are not taken)", 0, 1);
+		return -1;
+	}
+	if (r.cl > g->c.max_body) {
+		char m[128];
+		snprintf(m, sizeof m, "the request body is larger than %zu bytes", g->c.max_body);
+		send_error(c->link.fd, 413, "invalid_request_error", NULL, m, 0, 1);
+		return -1;
+	}
+	if (r.expect && r.cl && c->have < (size_t)hl + r.cl &&
+	    send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
+		return -1;
+	if (fill(c, (size_t)hl + (size_t)r.cl) < 0)
+		return -1;
+
+	uint64_t t0 = mesh_mono_ns();
+	set_busy(c, 1);
+	int close_it = r.close, status = 0, cold = 0;
+	size_t bytes = 0;
+	struct mesh__gw_prog *p = NULL;
+	size_t qlen = strcspn(r.target, "?");
+	snprintf(path, sizeof path, "%s", r.target);
+	if (!strncmp(r.target, "/upstream/", 10)) {
+		const char *mname = r.target + 10;
+		size_t mlen = strcspn(mname, "/?");
+		snprintf(model, sizeof model, "%.*s", (int)(mlen < 299 ? mlen : 299), mname);
+		snprintf(path, sizeof path, "%s%s", mname[mlen] == '/' ? "" : "/", mname + mlen);
+	} else if ((qlen == 10 || qlen == 11) && !strncmp(r.target, "/v1/models/", qlen)) {
+		if (strcmp(r.method, "GET") && strcmp(r.method, "HEAD")) {
+			status = 405;
+			send_error(c->link.fd, 405, "invalid_request_error", NULL, "GET /v1/models lists the models", 0, close_it);
+		} else {
+			status = 200;
+			if (send_models(g, c->link.fd, close_it))
+				close_it = 1;
+		}
+		goto done;
+	} else if (!strcmp(r.method, "POST") && !strncmp(r.target, "/v1/", 4)) {
+		char *m = body_model(c->buf + hl, (size_t)r.cl);
+		if (!m) {
+			status = 400;
+			send_error(c->link.fd, 400, "invalid_request_error", "missing_model",
+				   "the body must be JSON with a \"model\" string: meshd routes by it", 0, close_it);
+			goto done;
+		}
+		snprintf(model, sizeof model, "%.299s", m);
+		free(m);
+	} else {
+		status = 404;
+		send_error(c->link.fd, 404, "invalid_request_error", NULL,
+			   "no route: POST /v1/... with a model, GET /v1/models, or /upstream/<model>/...", 0, close_it);
+		goto done;
+	}
+	p = mesh__gw_find(g, model);
+	if (!p) {
+		status = 404;
+		send_unknown_model(g, c->link.fd, model, close_it);
+		goto done;
+	}
+	int port = 0;
+	unsigned retry = 0;
+	char *why = NULL;
+	uint64_t t_q = mesh_mono_ns();
+	code = mesh__gw_acquire(p, c->link.fd, &port, &cold, &why, &retry);
+	t_q = cold || code ? mesh_mono_ns() - t_q : 0;
+	if (code == 499) {
+		status = code;
+		close_it = 1;
+		mesh__gw_count(p, 0, t_q);
+		mesh__gw_log(g, MESH_GW_INFO, "%s", why);
+		free(why);
+		goto done;
+	}
+	if (code) {
+		mesh__gw_count(p, 0, t_q);
+		status = code;
+		send_error(c->link.fd, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, why, retry,
+			   close_it);
+		free(why);
+		goto done;
+	}
+	snprintf(line, sizeof line, "%s %s %s\r\n", r.method, path, r.version);
+	struct relay_out o;
+	code = forward(c, &r, line, port, cold, &o);
+	mesh__gw_release(p);
+	status = o.status;
+	bytes = o.bytes;
+	if (o.client_close)
+		close_it = 1;
+	mesh__gw_count(p, code == 0, t_q);
+	if (code > 0) {
+		char m[256];
+		status = code;
+		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->m.name, port);
+		send_error(c->link.fd, code, "upstream_error", NULL, m, 0, close_it);
+	} else if (code < 0 && o.gone) {
+		status = status ? status : 499; /* nginx's word for it */
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->m.name, bytes);
+	} else if (code < 0) {
+		status = status ? status : 502;
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->m.name, bytes);
+	}
+done:
+	mesh__gw_log(g, MESH_GW_INFO, "access %s %s model=%s status=%d cold=%d bytes=%zu ms=%.1f", r.method, r.target,
+		     model[0] ? model : "-", status, cold, bytes, (double)(mesh_mono_ns() - t0) / 1e6);
+	/* What is left in buf is the next request's. */
+	size_t used = (size_t)hl + (size_t)r.cl;
+	memmove(c->buf, c->buf + used, c->have - used);
+	c->have -= used;
+	set_busy(c, 0);
+	pthread_mutex_lock(&g->mu);
+	if (g->draining)
+		close_it = 1;
+	pthread_mutex_unlock(&g->mu);
+	return close_it ? -1 : 0;
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	struct mesh_gw *g = c->g;
+	while (one_request(c) == 0)
+		;
+	pthread_mutex_lock(&g->mu);
+	if (c->link.prev)
+		c->link.prev->next = c->link.next;
+	else
+		g->conns = c->link.next;
+	if (c->link.next)
+		c->link.next->prev = c->link.prev;
+	g->nconns--;
+	pthread_cond_broadcast(&g->cv_all);
+	pthread_mutex_unlock(&g->mu);
+	shutdown(c->link.fd, SHUT_WR);
+	close(c->link.fd);
+	free(c->buf);
+	free(c);
+	return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+	struct mesh_gw *g = arg;
+	for (;;) {
+		int fd = accept4(g->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				mesh_sleep_ns(10000000ull);
+				continue;
+			}
+			return NULL; /* the listener was shut down */
+		}
+		int one = 1;
+		/* A keep-alive connection idle this long is closed (its thread ends). */
+		struct timeval idle = {300, 0};
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
+		pthread_mutex_lock(&g->mu);
+		int full = g->nconns >= g->c.max_conns, draining = g->draining;
+		pthread_mutex_unlock(&g->mu);
+		if (full || draining) {
+			send_error(fd, 503, "service_unavailable", NULL,
+				   draining ? "meshd is shutting down" : "too many connections", 5, 1);
+			close(fd);
+			continue;
+		}
+		struct conn *c = calloc(1, sizeof *c);
+		pthread_t th;
+		pthread_attr_t at;
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->g = g;
+		c->link.fd = fd;
+		pthread_mutex_lock(&g->mu);
+		c->link.next = g->conns;
+		if (g->conns)
+			g->conns->prev = &c->link;
+		g->conns = &c->link;
+		g->nconns++;
+		pthread_mutex_unlock(&g->mu);
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&at, 512 << 10);
+		if (pthread_create(&th, &at, conn_main, c)) {
+			pthread_mutex_lock(&g->mu);
+			g->conns = c->link.next;
+			if (g->conns)
+				g->conns->prev = NULL;
+			g->nconns--;
+			pthread_mutex_unlock(&g->mu);
+			close(fd);
+			free(c);
+		}
+		pthread_attr_destroy(&at);
+	}
+}
+
+int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **err)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int loopback = 0, rc, one = 1;
+	struct mesh_gw *g;
+	*out = NULL;
+	if (mesh_addr_parse(cfg->listen, &ss, &len, &loopback) < 0)
+		return mesh_errf(err, MESH_E_PARSE, "'%s' is not ADDR:PORT (a numeric address, or localhost)", cfg->listen);
+	if (!loopback && !cfg->allow_public)
+		return mesh_errf(err, MESH_E_REFUSED,
+				 "'%s' is not a loopback address: give --http-public to serve the gateway there",
+				 cfg->listen);
+	if (!(g = calloc(1, sizeof *g)))
+		return mesh_errf(err, -ENOMEM, "out of memory");
+	g->c = *cfg;
+	g->lfd = -1;
+	if (!g->c.max_body)
+		g->c.max_body = 16u << 20;
+	if (!g->c.max_queue)
+		g->c.max_queue = 256;
+	if (!g->c.max_conns)
+		g->c.max_conns = 1024;
+	if (!g->c.backoff_ns)
+		g->c.backoff_ns = 500000000ull;
+	if (!g->c.log_max)
+		g->c.log_max = MESH_HOST_LOG_MAX;
+	pthread_mutex_init(&g->mu, NULL);
+	mesh__gw_cond_init(&g->cv_all);
+	mesh__gw_cond_init(&g->cv_budget);
+	g->catalog = strdup(cfg->catalog);
+	g->logs = strdup(cfg->logs);
+	g->c.listen = NULL;
+	if (!g->catalog || !g->logs) {
+		rc = mesh_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	rc = mesh__gw_catalog(g, err);
+	if (rc)
+		goto fail;
+	rc = mesh_proc_spawner_new(&g->sp);
+	if (rc) {
+		mesh_errf(err, rc, "cannot start the spawner thread: %s", strerror(-rc));
+		goto fail;
+	}
+	g->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (g->lfd < 0 || setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+	    bind(g->lfd, (struct sockaddr *)&ss, len) < 0 || listen(g->lfd, 1024) < 0) {
+		rc = mesh_errf(err, -errno, "cannot listen on '%s': %s", cfg->listen, strerror(errno));
+		goto fail;
+	}
+	len = sizeof ss;
+	getsockname(g->lfd, (struct sockaddr *)&ss, &len);
+	g->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						: ((struct sockaddr_in6 *)&ss)->sin6_port);
+	if ((rc = -pthread_create(&g->accept_th, NULL, accept_main, g))) {
+		mesh_errf(err, rc, "cannot start the accept thread");
+		goto fail;
+	}
+	g->accept_started = 1;
+	*out = g;
+	return 0;
+fail:
+	g->drained = 1; /* nothing was served: nothing to drain */
+	mesh_gw_free(g);
+	return rc;
+}
+
+int mesh_gw_port(const struct mesh_gw *g)
+{
+	return g->port;
+}
+
+void mesh_gw_drain(struct mesh_gw *g)
+{
+	uint64_t t0 = mesh_mono_ns(), deadline = t0 + g->c.drain_timeout_ns;
+	pthread_mutex_lock(&g->mu);
+	if (g->drained) {
+		pthread_mutex_unlock(&g->mu);
+		return;
+	}
+	g->draining = g->drained = 1;
+	/* Idle connections end now; busy ones after their response. */
+	for (struct mesh__gw_conn *k = g->conns; k; k = k->next)
+		if (!k->busy)
+			shutdown(k->fd, SHUT_RD);
+	for (size_t i = 0; i < g->nprogs; i++)
+		pthread_cond_broadcast(&g->progs[i].cv);
+	pthread_cond_broadcast(&g->cv_budget);
+	unsigned busy = g->busy;
+	pthread_mutex_unlock(&g->mu);
+	if (g->lfd >= 0)
+		shutdown(g->lfd, SHUT_RDWR);
+	if (g->accept_started) {
+		pthread_join(g->accept_th, NULL);
+		g->accept_started = 0;
+	}
+	mesh__gw_log(g, MESH_GW_INFO, "gateway draining: requests=%u in flight", busy);
+	pthread_mutex_lock(&g->mu);
+	while (g->busy) {
+		struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+		if (pthread_cond_timedwait(&g->cv_all, &g->mu, &ts) == ETIMEDOUT)
+			break;
+	}
+	busy = g->busy;
+	pthread_mutex_unlock(&g->mu);
+	if (busy)
+		mesh__gw_log(g, MESH_GW_WARN, "gateway drain timeout: requests=%u cut", busy);
+	/* Every program stops (a request still in flight sees its end). */
+	uint64_t grace = 0;
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (g->progs[i].m.stop_grace_ns > grace)
+			grace = g->progs[i].m.stop_grace_ns;
+	mesh__gw_stop_all(g, mesh_mono_ns() + grace + 5000000000ull);
+	pthread_mutex_lock(&g->mu);
+	for (struct mesh__gw_conn *k = g->conns; k; k = k->next)
+		shutdown(k->fd, SHUT_RDWR);
+	uint64_t end = mesh_mono_ns() + 5000000000ull;
+	while (g->nconns) {
+		struct timespec ts = {(time_t)(end / 1000000000ull), (long)(end % 1000000000ull)};
+		if (pthread_cond_timedwait(&g->cv_all, &g->mu, &ts) == ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&g->mu);
+	mesh__gw_log(g, MESH_GW_INFO, "gateway drained in %.1f ms", (double)(mesh_mono_ns() - t0) / 1e6);
+}
+
+void mesh_gw_free(struct mesh_gw *g)
+{
+	if (!g)
+		return;
+	mesh_gw_drain(g);
+	pthread_mutex_lock(&g->mu);
+	int left = g->nconns || g->nsup;
+	pthread_mutex_unlock(&g->mu);
+	if (left)
+		return; /* a thread still holds it (a drain past its bounds): leaked, not freed under it */
+	if (g->lfd >= 0)
+		close(g->lfd);
+	mesh_proc_spawner_free(g->sp);
+	mesh__gw_progs_free(g);
+	pthread_cond_destroy(&g->cv_all);
+	pthread_cond_destroy(&g->cv_budget);
+	pthread_mutex_destroy(&g->mu);
+	free(g->catalog);
+	free(g->logs);
+	free(g);
+}

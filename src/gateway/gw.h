@@ -1,0 +1,105 @@
+/* The model gateway: one OpenAI-compatible front door (`meshd --http`) in
+ * front of the catalog's HTTP programs (manifests with backend = "http",
+ * host/manifest.h), each started on demand and stopped when idle.
+ *
+ * Routes (docs/gateway.md):
+ *   GET  /v1/models            every catalog model, OpenAI's list shape, with
+ *                              its program and state (cold, starting, warm,
+ *                              failed)
+ *   POST /v1/...               routed by the JSON body's "model" (the body is
+ *                              read whole, at most max_body bytes)
+ *   ANY  /upstream/<model>/P   to that model's program as /P
+ * An unknown model gets OpenAI's 404 error JSON naming the known ones.
+ *
+ * A request for a cold program starts it (proc/: its own PID namespace where
+ * the machine allows, else its process group; output to <logs>/<name>.log
+ * and a 30-line tail) on a free loopback port put in place of {port}, and
+ * waits (at most max_queue waiting per program: past it 503 + Retry-After)
+ * until the probe says warm; then every waiting request goes, each answer
+ * with X-Mesh-Cold-Start: 1.  A start that fails answers its waiting
+ * requests 502 (the program exited) or 504 (not warm within start_timeout)
+ * with the reason and the program's last lines; the program is cold again
+ * and the next request starts it after a backoff (backoff_ns, doubling per
+ * failed start up to 30 s, reset when one gets warm): never stuck failed.
+ *
+ * Demand is requests in flight (from the head read to the response's last
+ * byte; a stream until it ends): an open idle keep-alive connection is not
+ * demand.  A program with nothing in flight or waiting for its idle_ttl is
+ * stopped: its stop_signal, stop_grace, then SIGKILL of all it contains.
+ *
+ * Threads: mesh_gw_open starts an accept thread; each client connection
+ * has a thread (blocking I/O; responses relayed as they come, so a client
+ * that does not read stops the program's writes: backpressure); each running
+ * program has a supervisor thread (spawn, output, probe, idle stop, reap).
+ * Nothing here prints: events and an access-log line per request go to
+ * on_log.
+ *
+ * Caller protocol:
+ *   1. struct mesh_gw_config c = MESH_GW_CONFIG_INIT; fill it
+ *   2. mesh_gw_open(&g, &c, &err): reads the catalog, listens, serves
+ *   3. mesh_gw_port(g) for the port (listen port 0 picks one)
+ *   4. mesh_gw_drain(g): stops accepting; answers waiting requests 503; lets
+ *      requests in flight end for up to drain_timeout; then stops every
+ *      program (stop signal, grace, SIGKILL) and ends every connection
+ *   5. mesh_gw_free(g) (drains first if 4 was not called). */
+#ifndef MESH_GATEWAY_GW_H
+#define MESH_GATEWAY_GW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum mesh_gw_log_level { MESH_GW_INFO, MESH_GW_WARN };
+
+struct mesh_gw_config {
+	const char *listen;	   /* "ADDR:PORT" / "[V6]:PORT", numeric or localhost */
+	int allow_public;	   /* a listen address that is not loopback */
+	const char *catalog;	   /* <catalog>/<name>.toml; those with backend = "http" */
+	const char *logs;	   /* <logs>/<name>.log per program */
+	uint64_t log_max;	   /* rotation size of the logs; 0: MESH_HOST_LOG_MAX */
+	size_t max_body;	   /* request body bound; 0: 16 MiB */
+	uint32_t max_queue;	   /* requests waiting per program; 0: 256 */
+	uint32_t max_conns;	   /* client connections at once; 0: 1024 */
+	uint64_t drain_timeout_ns; /* mesh_gw_drain's wait for requests in flight */
+	uint64_t backoff_ns;	   /* after a failed start; 0: 500 ms */
+	/* The memory budget (bytes; 0: none): the programs that declare
+	 * `memory` and run (starting, warm, stopping) together need at most
+	 * this much.  A start that does not fit stops the least recently used
+	 * idle programs of other groups first and starts only once they are
+	 * gone (reaped; their PID namespace is empty); with none idle it waits
+	 * for one to be. */
+	uint64_t memory_budget;
+	void (*on_log)(void *ctx, int level, const char *line);
+	void *ctx;
+};
+#define MESH_GW_CONFIG_INIT {.drain_timeout_ns = 30ull * 1000000000ull}
+
+struct mesh_gw;
+
+/* 0, or a negative code with *err malloc'd: MESH_E_PARSE (a bad address, a
+ * model served by two programs), MESH_E_REFUSED (not
+ * loopback without allow_public), -errno from bind/listen, opendir.  A
+ * manifest that does not parse is skipped (a warning to on_log). */
+int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *c, char **err);
+int mesh_gw_port(const struct mesh_gw *g);
+
+/* One HTTP program's numbers, for /metrics (docs/metrics.md). */
+struct mesh_gw_prog_stats {
+	char name[72];
+	char state[12];		/* as GET /v1/models shows it */
+	uint64_t memory;	/* declared; 0: none */
+	unsigned inflight;	/* requests relayed now */
+	unsigned queued;	/* requests waiting for a start or a place */
+	uint64_t requests_ok;	/* relayed whole */
+	uint64_t requests_error; /* answered by meshd with an error (502, 503, 504), or cut */
+	uint64_t cold_starts;	/* spawns */
+	uint64_t start_failures, crashes, idle_stops, evictions;
+	uint64_t warm_ns_sum, warm_count;   /* spawn to warm, over the starts that got warm */
+	uint64_t queue_ns_sum, queue_count; /* time requests waited for a start or a place */
+};
+/* A snapshot of every HTTP program, sorted by name: *out malloc'd (the
+ * caller frees), *n of them.  0 or -ENOMEM. */
+int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n);
+void mesh_gw_drain(struct mesh_gw *g);
+void mesh_gw_free(struct mesh_gw *g);
+
+#endif

@@ -1,0 +1,105 @@
+/* The model gateway's insides, shared by gw.c (the front door: accept, each
+ * connection's requests, routing, the relay of each response) and
+ * gw_prog.c (the programs: the catalog, acquire/release of a request's
+ * place, the budget, their numbers) and gw_sup.c (the supervisor thread of
+ * each running program).  One mutex (g->mu)
+ * guards every field marked "mu".  Not a public contract: see gw.h. */
+#ifndef MESH_GATEWAY_GW_INT_H
+#define MESH_GATEWAY_GW_INT_H
+
+#include "gateway/gw.h"
+#include "host/manifest.h"
+#include "host/wlog.h"
+#include "proc/proc.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+enum mesh__gw_state { GW_COLD, GW_STARTING, GW_WARM, GW_STOPPING };
+
+struct mesh__gw_prog {
+	struct mesh_manifest m;
+	struct mesh_gw *g;
+	pthread_cond_t cv;	/* waiters: a state change, a place free */
+	/* mu: */
+	int state;		/* enum mesh__gw_state */
+	uint64_t gen;		/* starts begun */
+	uint64_t fail_gen;	/* the start that failed last (0: none) */
+	int fail_code;		/* its answer: 502, 504, 503 */
+	char fail_msg[8192];	/* its reason and the program's last lines */
+	uint64_t backoff_until, backoff_ns;
+	unsigned inflight, waiting;
+	uint64_t last_end;	/* when the last request ended (or warm) */
+	int port;		/* of the current process */
+	pid_t pid;
+	int evfd;		/* wakes the current supervisor; -1 when none */
+	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
+	uint64_t spawns, crashes, start_failures, reaps, requests, evictions;
+	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
+	struct mesh__wlog log;	/* supervisor thread only */
+};
+
+struct mesh__gw_conn {
+	int fd;
+	int busy; /* mu: a request of it is in flight */
+	struct mesh__gw_conn *prev, *next;
+};
+
+struct mesh_gw {
+	struct mesh_gw_config c;
+	char *catalog, *logs;
+	struct mesh__gw_prog *progs;
+	size_t nprogs;
+	struct mesh_proc_spawner *sp;
+	int lfd, port;
+	pthread_t accept_th;
+	int accept_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv_all;	/* mu: nconns, nsup, busy changed */
+	pthread_cond_t cv_budget; /* mu: a program went cold or idle */
+	struct mesh__gw_conn *conns; /* mu */
+	unsigned nconns, nsup, busy; /* mu */
+	int draining, stopping, drained; /* mu */
+};
+
+/* gw_prog.c */
+/* Reads the catalog's HTTP programs into g->progs.  0 or a code, *err. */
+int mesh__gw_catalog(struct mesh_gw *g, char **err);
+void mesh__gw_progs_free(struct mesh_gw *g);
+/* The program serving model, or NULL. */
+struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model);
+/* Takes a place for one request: waits (cold start, backoff, a place under
+ * max_concurrency, room in the budget) as needed, looking at client_fd
+ * every 200 ms while it waits.  0 with *port and *cold (it waited for a
+ * start), or an HTTP status (502, 503, 504; 499: the client closed its
+ * connection meanwhile, nothing to answer) with why (malloc'd, for the
+ * client or the log) and *retry_after (seconds, 0: none). */
+int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why,
+		     unsigned *retry_after);
+/* The request ended. */
+void mesh__gw_release(struct mesh__gw_prog *p);
+/* Counts a request's end: relayed whole (ok) or not; queued_ns: its wait. */
+void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns);
+/* "cold", "starting", "warm", "stopping", or "failed" (cold after a failed
+ * start).  Under mu. */
+const char *mesh__gw_state_name(const struct mesh__gw_prog *p);
+/* Asks every supervisor to stop its program and waits (bounded) for them. */
+void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline);
+/* Under mu: wakes p's supervisor (a request ended, a stop was asked). */
+void mesh__gw_wake(struct mesh__gw_prog *p);
+/* A monotonic time as a timespec for the condition variables here. */
+void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
+
+/* gw_sup.c: the supervisor thread of a start (arg: the program, whose
+ * state is STARTING and evfd set, under mu, when it is created). */
+void *mesh__gw_sup_main(void *arg);
+
+/* gw.c */
+/* A condition variable on CLOCK_MONOTONIC (every timed wait here is). */
+void mesh__gw_cond_init(pthread_cond_t *cv);
+void mesh__gw_log(struct mesh_gw *g, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

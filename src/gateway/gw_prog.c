@@ -1,0 +1,410 @@
+/* The gateway's programs: the catalog's HTTP programs, a request's place
+ * (acquire/release, the cold-start wait, the memory budget), their numbers.
+ * Each running program's supervisor thread is gw_sup.c.  See gw.h for the
+ * behaviour, gw_int.h for the locking. */
+#include "gateway/gw_int.h"
+
+#include "autoscale/probe.h"
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/io.h"
+#include "host/host.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(((const struct mesh__gw_prog *)a)->m.name, ((const struct mesh__gw_prog *)b)->m.name);
+}
+
+int mesh__gw_catalog(struct mesh_gw *g, char **err)
+{
+	DIR *d = opendir(g->catalog);
+	struct dirent *e;
+	size_t cap = 0;
+	if (!d)
+		return mesh_errf(err, -errno, "cannot read the catalog '%s': %s", g->catalog, strerror(errno));
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		char name[80], path[4096];
+		if (n <= 5 || n - 5 >= sizeof name || strcmp(e->d_name + n - 5, ".toml"))
+			continue;
+		memcpy(name, e->d_name, n - 5);
+		name[n - 5] = 0;
+		if (!mesh_manifest_name_ok(name) || snprintf(path, sizeof path, "%s/%s", g->catalog, e->d_name) >= (int)sizeof path)
+			continue;
+		char *text = NULL, *perr = NULL;
+		size_t len = 0;
+		struct mesh_manifest m;
+		int rc = mesh_read_file(path, 1 << 20, &text, &len);
+		if (rc == 0)
+			rc = mesh_manifest_parse(path, text, len, name, &m, &perr);
+		free(text);
+		if (rc) {
+			mesh__gw_log(g, MESH_GW_WARN, "skipping %s: %s", path, perr ? perr : mesh_strerror(rc));
+			free(perr);
+			continue;
+		}
+		if (m.backend != MESH_BACKEND_HTTP) {
+			mesh_manifest_release(&m);
+			continue;
+		}
+		if (g->nprogs == cap) {
+			size_t nc = cap ? cap * 2 : 8;
+			struct mesh__gw_prog *np = realloc(g->progs, nc * sizeof *np);
+			if (!np) {
+				mesh_manifest_release(&m);
+				closedir(d);
+				return mesh_errf(err, -ENOMEM, "out of memory");
+			}
+			g->progs = np;
+			cap = nc;
+		}
+		struct mesh__gw_prog *p = &g->progs[g->nprogs++];
+		memset(p, 0, sizeof *p);
+		p->m = m;
+		p->evfd = -1;
+		p->log = (struct mesh__wlog)MESH__WLOG_INIT;
+	}
+	closedir(d);
+	if (g->nprogs)
+		qsort(g->progs, g->nprogs, sizeof *g->progs, cmp_name);
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = &g->progs[i];
+		p->g = g;
+		mesh__gw_cond_init(&p->cv);
+		for (size_t k = 0; k < p->m.nmodels; k++)
+			for (size_t j = 0; j < i; j++)
+				for (size_t l = 0; l < g->progs[j].m.nmodels; l++)
+					if (!strcmp(p->m.models[k], g->progs[j].m.models[l]))
+						return mesh_errf(err, MESH_E_PARSE, "model '%s' is served by both '%s' and '%s'",
+								 p->m.models[k], g->progs[j].m.name, p->m.name);
+	}
+	return 0;
+}
+
+void mesh__gw_progs_free(struct mesh_gw *g)
+{
+	for (size_t i = 0; i < g->nprogs; i++) {
+		if (g->progs[i].g)
+			pthread_cond_destroy(&g->progs[i].cv);
+		mesh_manifest_release(&g->progs[i].m);
+		mesh__wlog_close(&g->progs[i].log);
+	}
+	free(g->progs);
+	g->progs = NULL;
+	g->nprogs = 0;
+}
+
+struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model)
+{
+	for (size_t i = 0; i < g->nprogs; i++)
+		for (size_t k = 0; k < g->progs[i].m.nmodels; k++)
+			if (!strcmp(g->progs[i].m.models[k], model))
+				return &g->progs[i];
+	return NULL;
+}
+
+const char *mesh__gw_state_name(const struct mesh__gw_prog *p)
+{
+	static const char *const n[] = {"cold", "starting", "warm", "stopping"};
+	if (p->state == GW_COLD && p->fail_gen && p->fail_gen == p->gen)
+		return "failed";
+	return n[p->state];
+}
+
+void mesh__gw_wake(struct mesh__gw_prog *p)
+{
+	uint64_t one = 1;
+	if (p->evfd >= 0 && write(p->evfd, &one, sizeof one) < 0) {
+		/* the counter is full: it is readable anyway */
+	}
+}
+
+void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline)
+{
+	/* cv's clock is CLOCK_MONOTONIC (set in open) */
+	ts->tv_sec = (time_t)(mono_deadline / 1000000000ull);
+	ts->tv_nsec = (long)(mono_deadline % 1000000000ull);
+}
+
+/* Under mu: a new start; the supervisor thread owns it from here. */
+static int start(struct mesh__gw_prog *p)
+{
+	pthread_t th;
+	pthread_attr_t at;
+	int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (efd < 0)
+		return -errno;
+	p->gen++;
+	p->state = GW_STARTING;
+	p->evfd = efd;
+	p->pid = 0;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 1 << 20);
+	int rc = pthread_create(&th, &at, mesh__gw_sup_main, p);
+	pthread_attr_destroy(&at);
+	if (rc) {
+		close(efd);
+		p->evfd = -1;
+		p->state = GW_COLD;
+		return -rc;
+	}
+	p->g->nsup++;
+	return 0;
+}
+
+static const char *group_of(const struct mesh__gw_prog *p)
+{
+	return p->m.group ? p->m.group : p->m.name;
+}
+
+/* Under mu, p cold and counted in the budget: 0 when it fits beside the
+ * running programs now; 1 when it must wait (the least recently used idle
+ * programs of other groups were asked to stop, or none is idle yet);
+ * MESH_E_RANGE when it can never fit. */
+static int make_room(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t used = 0, freeing = 0, budget = g->c.memory_budget, need = p->m.memory;
+	if (need > budget)
+		return MESH_E_RANGE;
+	for (size_t i = 0; i < g->nprogs; i++) {
+		const struct mesh__gw_prog *q = &g->progs[i];
+		if (q != p && q->state != GW_COLD) {
+			used += q->m.memory;
+			if (q->state == GW_STOPPING)
+				freeing += q->m.memory;
+		}
+	}
+	if (used + need <= budget)
+		return 0;
+	while (used - freeing + need > budget) {
+		struct mesh__gw_prog *lru = NULL;
+		for (size_t i = 0; i < g->nprogs; i++) {
+			struct mesh__gw_prog *q = &g->progs[i];
+			if (q == p || q->state != GW_WARM || q->inflight || q->waiting || !q->m.memory ||
+			    !strcmp(group_of(q), group_of(p)))
+				continue;
+			if (!lru || q->last_end < lru->last_end)
+				lru = q;
+		}
+		if (!lru)
+			break;
+		lru->state = GW_STOPPING;
+		lru->evictions++;
+		snprintf(lru->evict_for, sizeof lru->evict_for, "evicted for %.64s", p->m.name);
+		mesh__gw_wake(lru);
+		freeing += lru->m.memory;
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use", p->m.name,
+			     lru->m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget);
+	}
+	return 1;
+}
+
+/* Under mu: waits on cv for at most a look interval; 1 when the client
+ * (fd) has gone meanwhile.  A waiting request has nothing to read from its
+ * client, so a close (or half-close) is the only thing poll can report. */
+#define CLIENT_LOOK_NS 200000000ull
+static int wait_or_gone(pthread_cond_t *cv, pthread_mutex_t *mu, int fd)
+{
+	struct timespec ts;
+	mesh__gw_abs_deadline(&ts, mesh_mono_ns() + CLIENT_LOOK_NS);
+	if (pthread_cond_timedwait(cv, mu, &ts) != ETIMEDOUT || fd < 0)
+		return 0;
+	struct pollfd pf = {fd, POLLRDHUP, 0};
+	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why, unsigned *retry_after)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t mygen = 0;
+	int queued = 0, code = 0;
+	*cold = 0;
+	*retry_after = 0;
+	*why = NULL;
+	pthread_mutex_lock(&g->mu);
+	for (;;) {
+		if (g->draining) {
+			code = 503;
+			*why = strdup("meshd is shutting down");
+			*retry_after = 5;
+			break;
+		}
+		if (p->state == GW_WARM && (!p->m.max_concurrency || p->inflight < p->m.max_concurrency)) {
+			p->inflight++;
+			p->requests++;
+			*port = p->port;
+			break;
+		}
+		if (p->state != GW_WARM)
+			*cold = 1;
+		if (!queued) {
+			if (p->waiting >= g->c.max_queue) {
+				code = 503;
+				*retry_after = 5;
+				mesh_errf(why, 0, "the queue of program '%s' is full (%u waiting)", p->m.name, p->waiting);
+				break;
+			}
+			p->waiting++;
+			queued = 1;
+		}
+		if (mygen && p->fail_gen == mygen) {
+			code = p->fail_code;
+			*why = strdup(p->fail_msg);
+			break;
+		}
+		if (p->state == GW_STARTING && !mygen)
+			mygen = p->gen;
+		if (p->state == GW_COLD) {
+			uint64_t now = mesh_mono_ns();
+			if (now < p->backoff_until) {
+				struct timespec ts;
+				mesh__gw_abs_deadline(&ts, p->backoff_until);
+				pthread_cond_timedwait(&p->cv, &g->mu, &ts);
+				continue;
+			}
+			if (g->c.memory_budget && p->m.memory) {
+				int room = make_room(p);
+				if (room < 0) {
+					code = 502;
+					mesh_errf(why, 0, "program '%s' needs %llu bytes of memory, more than the budget (%llu)",
+						  p->m.name, (unsigned long long)p->m.memory,
+						  (unsigned long long)g->c.memory_budget);
+					break;
+				}
+				if (room) {
+					*cold = 1;
+					if (wait_or_gone(&g->cv_budget, &g->mu, client_fd))
+						goto gone;
+					continue;
+				}
+			}
+			int rc = start(p);
+			if (rc) {
+				code = 502;
+				mesh_errf(why, 0, "cannot start program '%s': %s", p->m.name, mesh_strerror(rc));
+				break;
+			}
+			mygen = p->gen;
+			continue;
+		}
+		if (wait_or_gone(&p->cv, &g->mu, client_fd))
+			goto gone;
+		continue;
+	gone:
+		code = 499;
+		mesh_errf(why, 0, "the client went away while it waited for program '%s'", p->m.name);
+		break;
+	}
+	if (queued) {
+		p->waiting--;
+		if (!p->waiting && !p->inflight) {
+			mesh__gw_wake(p);
+			pthread_cond_broadcast(&g->cv_budget);
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
+	if (code && !*why)
+		*why = strdup("out of memory");
+	return code;
+}
+
+void mesh__gw_release(struct mesh__gw_prog *p)
+{
+	pthread_mutex_lock(&p->g->mu);
+	p->inflight--;
+	if (!p->inflight) {
+		p->last_end = mesh_mono_ns();
+		mesh__gw_wake(p);
+		pthread_cond_broadcast(&p->g->cv_budget);
+	}
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->g->mu);
+}
+
+void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns)
+{
+	pthread_mutex_lock(&p->g->mu);
+	if (ok)
+		p->req_ok++;
+	else
+		p->req_err++;
+	if (queued_ns) {
+		p->queue_ns_sum += queued_ns;
+		p->queue_count++;
+	}
+	pthread_mutex_unlock(&p->g->mu);
+}
+
+int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
+{
+	struct mesh_gw_prog_stats *st = calloc(g->nprogs ? g->nprogs : 1, sizeof *st);
+	*out = NULL;
+	*n = 0;
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_lock(&g->mu);
+	for (size_t i = 0; i < g->nprogs; i++) {
+		const struct mesh__gw_prog *p = &g->progs[i];
+		struct mesh_gw_prog_stats *o = &st[i];
+		snprintf(o->name, sizeof o->name, "%s", p->m.name);
+		snprintf(o->state, sizeof o->state, "%s", mesh__gw_state_name(p));
+		o->memory = p->m.memory;
+		o->inflight = p->inflight;
+		o->queued = p->waiting;
+		o->requests_ok = p->req_ok;
+		o->requests_error = p->req_err;
+		o->cold_starts = p->spawns;
+		o->start_failures = p->start_failures;
+		o->crashes = p->crashes;
+		o->idle_stops = p->reaps;
+		o->evictions = p->evictions;
+		o->warm_ns_sum = p->warm_ns_sum;
+		o->warm_count = p->warm_count;
+		o->queue_ns_sum = p->queue_ns_sum;
+		o->queue_count = p->queue_count;
+	}
+	pthread_mutex_unlock(&g->mu);
+	*out = st;
+	*n = g->nprogs;
+	return 0;
+}
+
+void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
+{
+	pthread_mutex_lock(&g->mu);
+	g->stopping = 1;
+	pthread_cond_broadcast(&g->cv_budget);
+	for (size_t i = 0; i < g->nprogs; i++) {
+		mesh__gw_wake(&g->progs[i]);
+		pthread_cond_broadcast(&g->progs[i].cv);
+	}
+	while (g->nsup) {
+		struct timespec ts;
+		mesh__gw_abs_deadline(&ts, deadline);
+		if (pthread_cond_timedwait(&g->cv_all, &g->mu, &ts) == ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&g->mu);
+}

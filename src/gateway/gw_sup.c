@@ -1,0 +1,438 @@
+/* The supervisor thread of one running HTTP program, from its spawn to its
+ * reap: spawn through proc/ on a free loopback port, its output into its
+ * log and tail, the warmth probe, the start timeout, the idle stop (or an
+ * eviction, or meshd's stop), a crash; then the program is cold again.
+ * See gw.h for the behaviour, gw_int.h for the locking. */
+#include "gateway/gw_int.h"
+
+#include "autoscale/policy.h"
+#include "autoscale/probe.h"
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/err.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define BACKOFF_MAX_NS (30ull * 1000000000ull)
+#define PROBE_FIRST_NS 2000000ull
+#define PROBE_MAX_NS 100000000ull
+
+struct sup {
+	struct mesh__gw_prog *p;
+	struct mesh_proc_child c;
+	int out, evfd, port, reaped, status;
+	struct mesh_proc_tail tail;
+	char last_probe[256];
+};
+
+static int free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof sa;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -errno;
+	if (fd < 0)
+		return port;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+		port = ntohs(sa.sin_port);
+	else
+		port = -errno;
+	close(fd);
+	return port;
+}
+
+static void marker(struct sup *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void marker(struct sup *s, const char *fmt, ...)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	va_list ap;
+	mesh_buf_adds(&b, "--- meshd gateway: ");
+	va_start(ap, fmt);
+	mesh_buf_vaddf(&b, fmt, ap);
+	va_end(ap);
+	mesh_buf_adds(&b, "\n");
+	if (b.p)
+		mesh__wlog_write(&s->p->log, b.p, b.len);
+	mesh_buf_release(&b);
+}
+
+/* Reads what the program wrote (non-blocking) into its log and tail. */
+static void drain_output(struct sup *s)
+{
+	char buf[16384];
+	while (s->out >= 0) {
+		ssize_t n = read(s->out, buf, sizeof buf);
+		if (n > 0) {
+			mesh__wlog_write(&s->p->log, buf, (size_t)n);
+			mesh_proc_tail_feed(&s->tail, buf, (size_t)n);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0 || errno != EAGAIN) {
+			close(s->out);
+			s->out = -1;
+		}
+		return;
+	}
+}
+
+/* Waits until deadline (0: forever) for output, the process's end or a
+ * wake.  Returns 1 when the process ended (reaped: s->status). */
+static int wait_events(struct sup *s, uint64_t deadline)
+{
+	struct pollfd pf[3] = {{s->c.pidfd, POLLIN, 0}, {s->evfd, POLLIN, 0}, {s->out, POLLIN, 0}};
+	int timeout = -1;
+	if (deadline) {
+		uint64_t now = mesh_mono_ns();
+		timeout = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+	}
+	if (poll(pf, s->out >= 0 ? 3 : 2, timeout) < 0 && errno != EINTR)
+		return 0;
+	if (pf[2].revents && s->out >= 0)
+		drain_output(s);
+	if (pf[1].revents) {
+		uint64_t v;
+		if (read(s->evfd, &v, sizeof v) < 0) {
+			/* EAGAIN: someone else read it */
+		}
+	}
+	if (pf[0].revents) {
+		siginfo_t si;
+		memset(&si, 0, sizeof si);
+		if (waitid((idtype_t)P_PIDFD, (id_t)s->c.pidfd, &si, WEXITED) == 0) {
+			int sig;
+			drain_output(s);
+			s->status = mesh_proc_child_exit_code(&s->c, &si, &sig);
+			s->reaped = 1;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Stop signal, the grace, SIGKILL, the reap. */
+static void stop_child(struct sup *s, const char *why)
+{
+	struct mesh__gw_prog *p = s->p;
+	uint64_t t0 = mesh_mono_ns(), deadline = t0 + p->m.stop_grace_ns;
+	int killed = 0;
+	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (%s) signal=%s", p->m.name, (int)s->c.pid, why,
+		     mesh_signal_name(p->m.stop_signal));
+	marker(s, "stopping pid=%d (%s)", (int)s->c.pid, why);
+	mesh_proc_child_kill(&s->c, p->m.stop_signal);
+	while (!s->reaped) {
+		if (!killed && mesh_mono_ns() >= deadline) {
+			mesh_proc_child_kill(&s->c, SIGKILL);
+			killed = 1;
+		}
+		wait_events(s, killed ? 0 : deadline);
+	}
+	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopped pid=%d status=%d%s in %.1f ms", p->m.name, (int)s->c.pid,
+		     s->status, killed ? " (SIGKILL after the grace)" : "", (double)(mesh_mono_ns() - t0) / 1e6);
+}
+
+/* Under mu: the start failed; waiting requests of this start get code. */
+static void fail_start(struct sup *s, int code, const char *reason)
+{
+	struct mesh__gw_prog *p = s->p;
+	char *tail = mesh_proc_tail_text(&s->tail);
+	snprintf(p->fail_msg, sizeof p->fail_msg, "program '%s' %s%s%s", p->m.name, reason,
+		 tail && *tail ? "; its last lines:\n" : "", tail ? tail : "");
+	free(tail);
+	p->fail_gen = p->gen;
+	p->fail_code = code;
+	p->start_failures++;
+	p->backoff_ns = p->backoff_ns ? p->backoff_ns * 2 : p->g->c.backoff_ns;
+	if (p->backoff_ns > BACKOFF_MAX_NS)
+		p->backoff_ns = BACKOFF_MAX_NS;
+	p->backoff_until = mesh_mono_ns() + p->backoff_ns;
+}
+
+static char **build_argv(const struct mesh_manifest *m, int port)
+{
+	char **v = calloc(m->ncommand + 1, sizeof *v);
+	char ps[16];
+	snprintf(ps, sizeof ps, "%d", port);
+	for (size_t i = 0; v && i < m->ncommand; i++) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		const char *a = m->command[i], *q;
+		while ((q = strstr(a, "{port}"))) {
+			mesh_buf_add(&b, a, (size_t)(q - a));
+			mesh_buf_adds(&b, ps);
+			a = q + 6;
+		}
+		mesh_buf_adds(&b, a);
+		if (!(v[i] = mesh_buf_detach(&b, NULL))) {
+			mesh_buf_release(&b);
+			for (size_t k = 0; k < i; k++)
+				free(v[k]);
+			free(v);
+			return NULL;
+		}
+	}
+	return v;
+}
+
+static void free_strv(char **v)
+{
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* The manifest's [env] first (getenv finds the first), then meshd's. */
+static char **build_env(const struct mesh_manifest *m)
+{
+	size_t n = 0;
+	while (environ && environ[n])
+		n++;
+	char **e = calloc(m->nenv + n + 1, sizeof *e);
+	if (!e)
+		return NULL;
+	memcpy(e, m->env, m->nenv * sizeof *e);
+	if (n)
+		memcpy(e + m->nenv, environ, n * sizeof *e);
+	return e;
+}
+
+static int spawn(struct sup *s, char *why, size_t cap)
+{
+	struct mesh__gw_prog *p = s->p;
+	char *path = NULL, **argv = NULL, **envp = NULL, *lerr = NULL;
+	int pipefd[2] = {-1, -1}, rc;
+	if (p->log.fd < 0 && mesh__wlog_open(&p->log, p->g->logs, p->m.name, p->g->c.log_max, &lerr) < 0) {
+		snprintf(why, cap, "%s", lerr ? lerr : "cannot open its log");
+		free(lerr);
+		return -EIO;
+	}
+	s->port = free_port();
+	if (s->port < 0) {
+		snprintf(why, cap, "no free loopback port: %s", strerror(-s->port));
+		return s->port;
+	}
+	rc = mesh_proc_resolve(p->m.command[0], &path);
+	if (rc) {
+		snprintf(why, cap, "cannot run '%s': %s", p->m.command[0], strerror(-rc));
+		return rc;
+	}
+	argv = build_argv(&p->m, s->port);
+	envp = build_env(&p->m);
+	if (!argv || !envp || pipe2(pipefd, O_CLOEXEC) < 0) {
+		rc = argv && envp ? -errno : -ENOMEM;
+		snprintf(why, cap, "cannot start: %s", strerror(-rc));
+		goto out;
+	}
+	struct mesh_proc_opts o = MESH_PROC_OPTS_INIT;
+	o.path = path;
+	o.argv = argv;
+	o.envp = envp;
+	o.out_fd = pipefd[1];
+	o.flags = MESH_PROC_PIDNS;
+	rc = mesh_proc_spawn_child(p->g->sp, &o, 1, &s->c);
+	close(pipefd[1]);
+	if (rc) {
+		close(pipefd[0]);
+		snprintf(why, cap, "cannot run '%s': %s", path, strerror(-rc));
+		goto out;
+	}
+	s->out = pipefd[0];
+	fcntl(s->out, F_SETFL, fcntl(s->out, F_GETFL) | O_NONBLOCK);
+out:
+	free(path);
+	free_strv(argv);
+	free(envp);
+	return rc;
+}
+
+/* One probe of the program: 1 warm, 0 not yet (s->last_probe says why). */
+static int probe(struct sup *s)
+{
+	const struct mesh_manifest *m = &s->p->m;
+	struct mesh_probe_target t;
+	struct mesh_probe_opts o = MESH_PROBE_OPTS_INIT;
+	struct mesh_probe_result r;
+	mesh_probe_target_default(&t);
+	t.port = (uint16_t)s->port;
+	snprintf(t.path, sizeof t.path, "%s", m->probe_path ? m->probe_path : MESH_PROBE_DEFAULT_PATH);
+	o.connect_timeout_ns = 500000000ull;
+	o.response_timeout_ns = 1000000000ull;
+	o.model = m->probe_path ? NULL : m->models[0];
+	if (mesh_probe(&t, &o, &r) < 0)
+		return 0;
+	int warm = r.warm;
+	if (m->probe_status) {
+		warm = r.status == (int)m->probe_status && (r.warm || r.phase == MESH_PROBE_JUDGE);
+		if (!warm && r.status)
+			snprintf(r.reason, sizeof r.reason, "cold: HTTP %d, not %u, from GET %.180s", r.status,
+				 m->probe_status, t.path);
+	}
+	snprintf(s->last_probe, sizeof s->last_probe, "%s", r.reason);
+	return warm;
+}
+
+void *mesh__gw_sup_main(void *arg)
+{
+	struct sup s;
+	struct mesh__gw_prog *p = arg;
+	struct mesh_gw *g = p->g;
+	char why[512];
+	memset(&s, 0, sizeof s);
+	s.p = p;
+	s.out = -1;
+	s.c.pidfd = -1;
+	pthread_mutex_lock(&g->mu);
+	s.evfd = p->evfd;
+	pthread_mutex_unlock(&g->mu);
+
+	uint64_t t0 = mesh_mono_ns();
+	int rc = spawn(&s, why, sizeof why);
+	pthread_mutex_lock(&g->mu);
+	if (rc) {
+		fail_start(&s, 502, why);
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s start failed: %s", p->m.name, why);
+		goto cold_locked;
+	}
+	p->pid = s.c.pid;
+	p->port = s.port;
+	p->spawns++;
+	pthread_mutex_unlock(&g->mu);
+	marker(&s, "spawned pid=%d port=%d (%s)", (int)s.c.pid, s.port, mesh_proc_how_name(s.c.how));
+	mesh__gw_log(g, MESH_GW_INFO, "program=%s spawned pid=%d port=%d", p->m.name, (int)s.c.pid, s.port);
+
+	/* Starting: probe until warm, the process ends, or the start timeout. */
+	uint64_t deadline = t0 + p->m.start_timeout_ns, interval = PROBE_FIRST_NS, next = t0 + interval / 2;
+	snprintf(s.last_probe, sizeof s.last_probe, "no probe yet");
+	for (;;) {
+		uint64_t until = next < deadline ? next : deadline;
+		if (wait_events(&s, until)) {
+			snprintf(why, sizeof why, "exited with status %d before it was warm (last probe: %s)", s.status,
+				 s.last_probe);
+			pthread_mutex_lock(&g->mu);
+			fail_start(&s, 502, why);
+			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed while starting: status=%d", p->m.name, s.status);
+			goto cold_locked;
+		}
+		pthread_mutex_lock(&g->mu);
+		int stopping = g->stopping;
+		pthread_mutex_unlock(&g->mu);
+		if (stopping) {
+			stop_child(&s, "shutdown");
+			pthread_mutex_lock(&g->mu);
+			fail_start(&s, 503, "was stopped: meshd is shutting down");
+			goto cold_locked;
+		}
+		uint64_t now = mesh_mono_ns();
+		if (now >= deadline) {
+			snprintf(why, sizeof why, "was not warm within %.1f s (last probe: %s)",
+				 (double)p->m.start_timeout_ns / 1e9, s.last_probe);
+			mesh__gw_log(g, MESH_GW_WARN, "program=%s start timeout: %s", p->m.name, why);
+			pthread_mutex_lock(&g->mu);
+			fail_start(&s, 504, why);
+			pthread_cond_broadcast(&p->cv); /* the waiters answer now, not after the stop */
+			p->state = GW_STOPPING;
+			pthread_mutex_unlock(&g->mu);
+			stop_child(&s, "start timeout");
+			pthread_mutex_lock(&g->mu);
+			goto cold_locked;
+		}
+		if (now < next)
+			continue;
+		if (probe(&s))
+			break;
+		interval = interval + interval / 4 > PROBE_MAX_NS ? PROBE_MAX_NS : interval + interval / 4;
+		next = mesh_mono_ns() + interval;
+	}
+	pthread_mutex_lock(&g->mu);
+	p->state = GW_WARM;
+	p->last_end = mesh_mono_ns();
+	p->backoff_ns = 0;
+	p->warm_ns_sum += p->last_end - t0;
+	p->warm_count++;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&g->mu);
+	marker(&s, "warm pid=%d in %.1f ms (%s)", (int)s.c.pid, (double)(mesh_mono_ns() - t0) / 1e6, s.last_probe);
+	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms", p->m.name, (int)s.c.pid,
+		     (double)(mesh_mono_ns() - t0) / 1e6);
+
+	/* Warm: until it ends, is idle for its TTL, or meshd stops. */
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		int idle = !p->inflight && !p->waiting, stopping = g->stopping;
+		uint64_t idle_at = p->last_end + p->m.idle_ttl_ns, now = mesh_mono_ns();
+		/* The policy table decides, as for mesh serve: one worker, no
+		 * floor, the last one lingers for the idle TTL. */
+		struct mesh_as_config pol = {.min_workers = 0, .max_workers = 1, .target_concurrency = 1,
+					     .idle_ttl = (int64_t)p->m.idle_ttl_ns, .linger = (int64_t)p->m.idle_ttl_ns};
+		struct mesh_as_obs o = {.warm = 1,
+					.demand = (uint64_t)p->inflight + p->waiting,
+					.idle = idle && now > p->last_end ? (int64_t)(now - p->last_end) : 0};
+		struct mesh_as_plan plan;
+		if (!stopping && p->state == GW_WARM && mesh_as_plan(&pol, &o, &plan) == 0 && plan.action == MESH_AS_REAP)
+			p->state = GW_STOPPING;
+		if (stopping)
+			p->state = GW_STOPPING;
+		int stop = p->state == GW_STOPPING;
+		pthread_mutex_unlock(&g->mu);
+		if (stop) {
+			char r[96];
+			pthread_mutex_lock(&g->mu);
+			snprintf(r, sizeof r, "%s", stopping ? "shutdown" : p->evict_for[0] ? p->evict_for : "idle");
+			pthread_mutex_unlock(&g->mu);
+			stop_child(&s, r);
+			pthread_mutex_lock(&g->mu);
+			if (!stopping && !p->evict_for[0])
+				p->reaps++; /* an idle stop */
+			goto cold_locked;
+		}
+		if (wait_events(&s, idle ? idle_at : 0)) {
+			char *tail = mesh_proc_tail_text(&s.tail);
+			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d; its last lines:\n%s", p->m.name,
+				     (int)s.c.pid, s.status, tail ? tail : "");
+			free(tail);
+			marker(&s, "crashed pid=%d status=%d", (int)s.c.pid, s.status);
+			pthread_mutex_lock(&g->mu);
+			p->crashes++;
+			goto cold_locked;
+		}
+	}
+
+cold_locked:
+	/* mu held.  From here the program is another supervisor's to start. */
+	p->state = GW_COLD;
+	p->pid = 0;
+	p->evfd = -1;
+	p->evict_for[0] = 0;
+	pthread_cond_broadcast(&p->cv);
+	pthread_cond_broadcast(&g->cv_budget);
+	pthread_mutex_unlock(&g->mu);
+	if (s.c.pidfd >= 0) {
+		if (!s.reaped) {
+			mesh_proc_child_kill(&s.c, SIGKILL);
+			siginfo_t si;
+			waitid((idtype_t)P_PIDFD, (id_t)s.c.pidfd, &si, WEXITED);
+		}
+		close(s.c.pidfd);
+	}
+	if (s.out >= 0)
+		close(s.out);
+	close(s.evfd);
+	pthread_mutex_lock(&g->mu);
+	g->nsup--;
+	pthread_cond_broadcast(&g->cv_all);
+	pthread_mutex_unlock(&g->mu);
+	return NULL;
+}
+

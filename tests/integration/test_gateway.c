@@ -1,0 +1,668 @@
+/* meshd --http end to end: the real meshd, HTTP programs from a catalog
+ * (tests/workers/openai_server.py, nginx), the official openai npm client
+ * and raw sockets over loopback. */
+#include "runner/t.h"
+#include "integration/serve_t.h"
+
+#include <pthread.h>
+#include <sys/stat.h>
+
+struct gw {
+	pid_t pid;
+	int port;
+};
+
+static const char *oa_server(void)
+{
+	static char p[4096];
+	snprintf(p, sizeof p, "%s", t_src("tests/workers/openai_server.py"));
+	return p;
+}
+
+/* catalog/<name>.toml: openai_server.py on {port} with more arguments
+ * (srv: a TOML array's tail, starting with ", "), the models it is routed
+ * (a TOML array's inside), and more keys. */
+static void add_oa(const char *name, const char *models, const char *srv, const char *extra)
+{
+	char path[256], text[8192];
+	mkdir("catalog", 0755);
+	snprintf(text, sizeof text,
+		 "name = \"%s\"\nbackend = \"http\"\ncommand = [\"python3\", \"%s\", \"--port\", \"{port}\"%s]\n"
+		 "models = [%s]\n%s",
+		 name, oa_server(), srv, models, extra);
+	snprintf(path, sizeof path, "catalog/%s.toml", name);
+	t_write_file(path, text);
+}
+
+static int logged_port(void *arg)
+{
+	int *port = arg;
+	char *err = t_read_file("meshd.err", NULL);
+	const char *p = err ? strstr(err, "serving http=") : NULL;
+	p = p ? strstr(p, "port=") : NULL;
+	if (p)
+		*port = atoi(p + 5);
+	free(err);
+	return p && *port > 0;
+}
+
+/* meshd --http 127.0.0.1:0 [more], stderr to meshd.err. */
+static struct gw start_gw(const char *more)
+{
+	struct gw g = {0, 0};
+	mkdir("logs", 0755);
+	mkdir("catalog", 0755);
+	unlink("meshd.err");
+	g.pid = fork();
+	ASSERT_GE(g.pid, 0);
+	if (g.pid == 0) {
+		char cmd[4096];
+		snprintf(cmd, sizeof cmd,
+			 "exec \"$0\" --catalog catalog --logs logs --socket run/meshd.sock --state state "
+			 "--http 127.0.0.1:0 %s 2>>meshd.err",
+			 more);
+		execl("/bin/sh", "sh", "-c", cmd, t_bin("meshd"), (char *)NULL);
+		_exit(127);
+	}
+	if (!t_wait_for(logged_port, &g.port, 10000)) {
+		char *err = t_read_file("meshd.err", NULL);
+		FAIL("meshd --http did not come up; its stderr: %s", err ? err : "");
+	}
+	return g;
+}
+
+static int stop_gw(struct gw *g)
+{
+	int st = -1;
+	kill(g->pid, SIGTERM);
+	for (int i = 0; i < 1500; i++) {
+		if (waitpid(g->pid, &st, WNOHANG) == g->pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		usleep(10000);
+	}
+	kill(g->pid, SIGKILL);
+	waitpid(g->pid, &st, 0);
+	return -1;
+}
+
+static int count_in(const char *file, const char *needle)
+{
+	char *s = t_read_file(file, NULL);
+	int n = 0;
+	for (const char *p = s; p && (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	free(s);
+	return n;
+}
+
+struct has_n {
+	const char *file, *needle;
+	int n;
+};
+static int has_n_cond(void *arg)
+{
+	struct has_n *h = arg;
+	return count_in(h->file, h->needle) == h->n;
+}
+
+/* The pid of the last "spawned pid=" line (as seen from here). */
+static pid_t spawned_pid(void)
+{
+	char *s = t_read_file("meshd.err", NULL);
+	const char *p = s, *last = NULL;
+	while (p && (p = strstr(p, "spawned pid=")))
+		last = p++;
+	pid_t pid = last ? atoi(last + 12) : 0;
+	free(s);
+	return pid;
+}
+
+static int chat_request(char *req, size_t cap, const char *model, const char *content, int stream, int keep)
+{
+	char body[1024];
+	int n = snprintf(body, sizeof body,
+			 "{\"model\":\"%s\",\"stream\":%s,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", model,
+			 stream ? "true" : "false", content);
+	return snprintf(req, cap,
+			"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+			"Content-Length: %d\r\n%s\r\n%s",
+			n, keep ? "" : "Connection: close\r\n", body);
+}
+
+/* One chat completion on a new connection; the whole response in resp; its status. */
+static int post_chat(int port, const char *model, const char *content, int stream, char *resp, size_t cap)
+{
+	char req[2048];
+	chat_request(req, sizeof req, model, content, stream, 0);
+	int fd = connect_to(port), status = 0;
+	resp[0] = 0;
+	if (fd < 0)
+		return -1;
+	if (send_str(fd, req) == 0 && read_all(fd, resp, cap) > 0)
+		sscanf(resp, "HTTP/1.1 %d", &status);
+	close(fd);
+	return status;
+}
+
+static void need_openai(void)
+{
+	char pkg[4096];
+	snprintf(pkg, sizeof pkg, "%s", t_bin("node/node_modules/openai/package.json"));
+	if (access(pkg, R_OK) != 0) {
+		char *log = t_read_file(t_bin("node/npm.log"), NULL);
+		FAIL("the openai npm package is not installed (make node-openai): %s", log ? log : "no npm log");
+	}
+}
+
+/* The official openai client through meshd --http to a cold program: a chat
+ * completion, a streamed one, the model list; the program is stopped after
+ * its idle TTL. */
+TEST_TIMEOUT(gateway_openai_node_client, 60)
+{
+	char out[8192], resp[8192];
+	need_openai();
+	add_oa("oa", "\"test-model\"", ", \"--start-delay\", \"0.3\", \"--token-delay\", \"0.02\"", "idle_ttl = \"500ms\"\n");
+	struct gw g = start_gw("");
+	int rc = t_sh(out, sizeof out, 1, "NODE_PATH=%s node %s http://127.0.0.1:%d/v1 test-model",
+		      t_bin("node/node_modules"), t_src("tests/workers/openai_client.cjs"), g.port);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "plain: tok0 tok1 tok2 tok3 tok4\n");
+	EXPECT_CONTAINS(out, "stream: tok0 tok1 tok2 tok3 tok4 chunks: 6\n");
+	EXPECT_CONTAINS(out, "models: test-model\n");
+	EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"program\":\"oa\"");
+	EXPECT_CONTAINS(resp, "\"state\":\"warm\"");
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=oa stopped", 5000));
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
+	EXPECT_TRUE(file_has("meshd.err", "(idle) signal=SIGTERM"));
+	EXPECT_TRUE(file_has("logs/oa.log", "req POST /v1/chat/completions"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* An unknown model: OpenAI's 404 error naming every known model; no
+ * program started.  A body without a model: 400.  The list shows all. */
+TEST_TIMEOUT(gateway_unknown_model_404_lists_models, 30)
+{
+	char resp[8192];
+	add_oa("a", "\"m-a1\", \"m-a2\"", ", \"--models\", \"m-a1,m-a2\"", "");
+	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "");
+	struct gw g = start_gw("");
+	EXPECT_EQ(post_chat(g.port, "nope", "hi", 0, resp, sizeof resp), 404);
+	EXPECT_CONTAINS(resp, "\"code\":\"model_not_found\"");
+	EXPECT_CONTAINS(resp, "\"type\":\"invalid_request_error\"");
+	EXPECT_CONTAINS(resp, "'nope' does not exist here; known models: m-a1, m-a2, m-b");
+	EXPECT_EQ(http_get(g.port, "/upstream/nope/v1/models", resp, sizeof resp), 404);
+	EXPECT_CONTAINS(resp, "model_not_found");
+	EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"object\":\"list\"");
+	EXPECT_CONTAINS(resp, "{\"id\":\"m-a1\",\"object\":\"model\",\"created\":0,\"owned_by\":\"mesh\",\"program\":\"a\",\"state\":\"cold\"}");
+	EXPECT_CONTAINS(resp, "\"id\":\"m-a2\"");
+	EXPECT_CONTAINS(resp, "\"id\":\"m-b\"");
+
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+			       "Connection: close\r\n\r\n{}"),
+		  0);
+	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 400");
+	EXPECT_CONTAINS(resp, "missing_model");
+	EXPECT_FALSE(file_has("meshd.err", "spawned pid="));
+	/* The model routes; /upstream/<model>/ reaches its program directly. */
+	EXPECT_EQ(post_chat(g.port, "m-a2", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-a2\"");
+	EXPECT_EQ(http_get(g.port, "/upstream/m-b/health", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\r\n\r\nok");
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 2);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+struct par {
+	int port, status;
+	char resp[4096];
+};
+
+static void *par_main(void *arg)
+{
+	struct par *p = arg;
+	p->status = post_chat(p->port, "slow-start", "hi", 0, p->resp, sizeof p->resp);
+	return NULL;
+}
+
+/* 40 requests at once for a cold model: one spawn, all answered 200 once it
+ * is warm, each marked X-Mesh-Cold-Start. */
+TEST_TIMEOUT(gateway_concurrent_cold_start_spawns_once, 60)
+{
+	enum { N = 40 };
+	static struct par ps[N];
+	pthread_t th[N];
+	add_oa("s", "\"slow-start\"", ", \"--models\", \"slow-start\", \"--start-delay\", \"0.6\"", "");
+	struct gw g = start_gw("");
+	for (int i = 0; i < N; i++) {
+		ps[i].port = g.port;
+		ASSERT_EQ(pthread_create(&th[i], NULL, par_main, &ps[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	int ok = 0, marked = 0;
+	for (int i = 0; i < N; i++) {
+		ok += ps[i].status == 200 && strstr(ps[i].resp, "tok0 tok1") != NULL;
+		marked += strstr(ps[i].resp, "\r\nX-Mesh-Cold-Start: 1\r\n") != NULL;
+	}
+	EXPECT_EQ(ok, N);
+	EXPECT_EQ(marked, N);
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
+	/* The program's output reaches its log as meshd reads it: soon. */
+	struct has_n want = {"logs/s.log", "/v1/chat/completions", N}; /* its threads print in pieces */
+	EXPECT_TRUE(t_wait_for(has_n_cond, &want, 3000));
+	/* Warm now: no mark. */
+	char resp[4096];
+	EXPECT_EQ(post_chat(g.port, "slow-start", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_TRUE(strstr(resp, "X-Mesh-Cold-Start") == NULL);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* Past --http-max-queue a waiting request is answered 503 with Retry-After
+ * at once; those in the queue are served. */
+TEST_TIMEOUT(gateway_queue_bound_answers_503, 60)
+{
+	enum { N = 6 };
+	static struct par ps[N];
+	pthread_t th[N];
+	add_oa("s", "\"slow-start\"", ", \"--models\", \"slow-start\", \"--start-delay\", \"1\"", "");
+	struct gw g = start_gw("--http-max-queue 2");
+	for (int i = 0; i < N; i++) {
+		ps[i].port = g.port;
+		ASSERT_EQ(pthread_create(&th[i], NULL, par_main, &ps[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	int ok = 0, busy = 0;
+	for (int i = 0; i < N; i++) {
+		ok += ps[i].status == 200;
+		if (ps[i].status == 503) {
+			busy++;
+			EXPECT_CONTAINS(ps[i].resp, "\r\nRetry-After: 5\r\n");
+			EXPECT_CONTAINS(ps[i].resp, "the queue of program 's' is full (2 waiting)");
+		}
+	}
+	EXPECT_EQ(ok, 2);
+	EXPECT_EQ(busy, N - 2);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* A start that times out: the waiting request gets 504 with the reason (the
+ * last probe) and the program's last lines; the model shows "failed"; the
+ * program is stopped; the next request (after the backoff) starts it again
+ * and succeeds. */
+TEST_TIMEOUT(gateway_start_timeout_504_then_next_succeeds, 60)
+{
+	char text[10000], resp[16384];
+	mkdir("catalog", 0755);
+	snprintf(text, sizeof text,
+		 "name = \"t\"\nbackend = \"http\"\nmodels = [\"test-model\"]\n"
+		 "command = [\"sh\", \"-c\", \"if [ -e slow ]; then exec python3 %s --port {port} --ready-delay 60; "
+		 "else exec python3 %s --port {port}; fi\"]\n[lifecycle]\nstart_timeout = \"1s\"\n",
+		 oa_server(), oa_server());
+	t_write_file("catalog/t.toml", text);
+	t_write_file("slow", "");
+	struct gw g = start_gw("");
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(post_chat(g.port, "test-model", "hi", 0, resp, sizeof resp), 504);
+	EXPECT_GE(t_now_ms() - t0, 900);
+	EXPECT_CONTAINS(resp, "program 't' was not warm within 1.0 s (last probe: cold: HTTP 503");
+	EXPECT_CONTAINS(resp, "its last lines:");
+	EXPECT_CONTAINS(resp, "openai_server: listening on 127.0.0.1:");
+	pid_t first = spawned_pid();
+	ASSERT_GT(first, 1);
+	ASSERT_TRUE(wait_file_has("meshd.err", "(start timeout) signal=SIGTERM", 3000));
+	EXPECT_TRUE(t_wait_for(gone, &first, 5000));
+	EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"state\":\"failed\"");
+	EXPECT_CONTAINS(resp, "\"last_error\":\"program 't' was not warm within 1.0 s");
+	unlink("slow");
+	EXPECT_EQ(post_chat(g.port, "test-model", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "tok0 tok1 tok2");
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 2);
+	EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"state\":\"warm\"");
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* An idle keep-alive connection is not demand: the program is stopped its
+ * idle TTL after the last response while the connection stays open; the
+ * next request on that same connection starts it again. */
+TEST_TIMEOUT(gateway_idle_keepalive_does_not_prevent_reap, 30)
+{
+	char req[2048], resp[8192];
+	add_oa("k", "\"test-model\"", "", "idle_ttl = \"400ms\"\n");
+	struct gw g = start_gw("");
+	int ka = connect_to(g.port);
+	ASSERT_GE(ka, 0);
+	chat_request(req, sizeof req, "test-model", "hi", 0, 1);
+	ASSERT_EQ(send_str(ka, req), 0);
+	ASSERT_EQ(read_response(ka, resp, sizeof resp), 200);
+	uint64_t t_end = t_now_ms();
+	pid_t up = spawned_pid();
+	ASSERT_GT(up, 1);
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=k stopped", 5000));
+	EXPECT_GE(t_now_ms() - t_end, 350);
+	EXPECT_TRUE(t_wait_for(gone, &up, 3000));
+	ASSERT_EQ(send_str(ka, req), 0);
+	EXPECT_EQ(read_response(ka, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 2);
+	close(ka);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* The program crashes in the middle of a stream: the openai client sees the
+ * stream fail (not end); the next request starts the program again. */
+TEST_TIMEOUT(gateway_crash_mid_stream_then_restart, 60)
+{
+	char out[8192], resp[8192];
+	need_openai();
+	add_oa("c", "\"test-model\"", ", \"--token-delay\", \"0.05\"", "");
+	struct gw g = start_gw("");
+	int rc = t_sh(out, sizeof out, 1, "NODE_PATH=%s node %s http://127.0.0.1:%d/v1 test-model crash",
+		      t_bin("node/node_modules"), t_src("tests/workers/openai_stream.cjs"), g.port);
+	EXPECT_EQ(rc, 1);
+	EXPECT_CONTAINS(out, "piece: tok0\n");
+	EXPECT_CONTAINS(out, "error: ");
+	EXPECT_TRUE(strstr(out, "done") == NULL);
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=c crashed", 3000));
+	EXPECT_TRUE(file_has("meshd.err", "status=3"));
+	EXPECT_TRUE(file_has("meshd.err", "program=c response cut after"));
+	/* Raw: the same cut seen on the wire (no last chunk), then a restart. */
+	EXPECT_EQ(post_chat(g.port, "test-model", "crash", 1, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "tok0");
+	EXPECT_TRUE(strstr(resp, "[DONE]") == NULL);
+	EXPECT_TRUE(strstr(resp, "\r\n0\r\n\r\n") == NULL);
+	rc = t_sh(out, sizeof out, 1, "NODE_PATH=%s node %s http://127.0.0.1:%d/v1 test-model hi",
+		  t_bin("node/node_modules"), t_src("tests/workers/openai_stream.cjs"), g.port);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "piece:  tok4\ndone\n");
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 3);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+struct stream_arg {
+	int port, status;
+	char resp[16384];
+};
+
+static void *stream_main(void *arg)
+{
+	struct stream_arg *a = arg;
+	a->status = post_chat(a->port, "test-model", "hi", 1, a->resp, sizeof a->resp);
+	return NULL;
+}
+
+/* SIGTERM while a stream is in flight: the stream ends whole, then the
+ * program is stopped, meshd exits 0. */
+TEST_TIMEOUT(gateway_sigterm_drains_stream, 30)
+{
+	static struct stream_arg a;
+	pthread_t th;
+	add_oa("d", "\"test-model\"", ", \"--token-delay\", \"0.15\", \"--tokens\", \"8\"", "");
+	struct gw g = start_gw("");
+	a.port = g.port;
+	ASSERT_EQ(pthread_create(&th, NULL, stream_main, &a), 0);
+	ASSERT_TRUE(wait_file_has("logs/d.log", "req POST /v1/chat/completions", 10000));
+	pid_t up = spawned_pid();
+	kill(g.pid, SIGTERM);
+	pthread_join(th, NULL);
+	EXPECT_EQ(a.status, 200);
+	EXPECT_CONTAINS(a.resp, "tok7");
+	EXPECT_CONTAINS(a.resp, "data: [DONE]");
+	EXPECT_CONTAINS(a.resp, "\r\n0\r\n\r\n");
+	EXPECT_EQ(stop_gw(&g), 0);
+	EXPECT_TRUE(file_has("meshd.err", "gateway draining: requests=1 in flight"));
+	EXPECT_TRUE(file_has("meshd.err", "(shutdown) signal=SIGTERM"));
+	EXPECT_TRUE(gone(&up));
+}
+
+/* nginx as an ordinary HTTP program: probed on "/" (no model list), reached
+ * by model and through /upstream/, stopped when idle with SIGQUIT (its
+ * graceful stop; SIGTERM is its fast exit). */
+TEST_TIMEOUT(gateway_nginx_program_stops_with_sigquit, 30)
+{
+	char cwd[512], text[4096], resp[4096];
+	if (access("/usr/sbin/nginx", X_OK) != 0)
+		FAIL("nginx is not installed (mk/deps.sh test installs it)");
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	mkdir("tmp", 0755);
+	/* Relative paths are under the prefix (-p, the test's directory). */
+	t_write_file("nginx.conf.in",
+		     "daemon off; master_process on; worker_processes 1; pid nginx.pid;\n"
+		     "error_log error.log notice;\nevents { worker_connections 64; }\n"
+		     "http { access_log off; client_body_temp_path tmp; proxy_temp_path tmp;\n"
+		     "  fastcgi_temp_path tmp; uwsgi_temp_path tmp; scgi_temp_path tmp;\n"
+		     "  server { listen 127.0.0.1:@PORT@; location / { return 200 \"hello from nginx\\n\"; } } }\n");
+	mkdir("catalog", 0755);
+	snprintf(text, sizeof text,
+		 "name = \"web\"\nbackend = \"http\"\nmodels = [\"nginx-hello\"]\nprobe_path = \"/\"\nprobe_status = 200\n"
+		 "idle_ttl = \"300ms\"\n"
+		 "command = [\"sh\", \"-c\", \"sed s/@PORT@/{port}/ nginx.conf.in > nginx.conf && "
+		 "exec /usr/sbin/nginx -p %s -e %s/error.log -c %s/nginx.conf\"]\n"
+		 "[lifecycle]\nstop_signal = \"QUIT\"\nstop_grace = \"5s\"\n",
+		 cwd, cwd, cwd);
+	t_write_file("catalog/web.toml", text);
+	struct gw g = start_gw("");
+	EXPECT_EQ(http_get(g.port, "/upstream/nginx-hello/", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	EXPECT_CONTAINS(resp, "hello from nginx");
+	EXPECT_EQ(post_chat(g.port, "nginx-hello", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "hello from nginx");
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=web stopped", 8000));
+	EXPECT_TRUE(file_has("meshd.err", "(idle) signal=SIGQUIT"));
+	EXPECT_FALSE(file_has("meshd.err", "SIGKILL after the grace"));
+	EXPECT_TRUE(file_has("error.log", "SIGQUIT"));
+	EXPECT_FALSE(file_has("error.log", "SIGTERM"));
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* Where needle first occurs in meshd.err (-1: not there). */
+static long pos_in_log(const char *needle)
+{
+	char *s = t_read_file("meshd.err", NULL);
+	const char *p = s ? strstr(s, needle) : NULL;
+	long r = p ? (long)(p - s) : -1;
+	free(s);
+	return r;
+}
+
+/* Two programs, a budget that fits one: each request is served by its own
+ * program, and the other (idle) is stopped and gone before the next one
+ * is spawned. */
+TEST_TIMEOUT(gateway_swap_under_memory_budget, 60)
+{
+	char resp[8192];
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\"", "memory = \"1G\"\n");
+	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "memory = \"1G\"\n");
+	struct gw g = start_gw("--http-memory 1536M");
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-a\"");
+	pid_t pa = spawned_pid();
+	EXPECT_EQ(post_chat(g.port, "m-b", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-b\"");
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	pid_t pb = spawned_pid();
+	EXPECT_TRUE(gone(&pa));
+	EXPECT_TRUE(file_has("meshd.err", "program=b evicting a: needs 1073741824 bytes, 1073741824 of 1610612736 in use"));
+	EXPECT_TRUE(file_has("meshd.err", "program=a stopping pid="));
+	EXPECT_TRUE(file_has("meshd.err", "(evicted for b) signal=SIGTERM"));
+	long stopped = pos_in_log("program=a stopped"), spawned = pos_in_log("program=b spawned");
+	EXPECT_GE(stopped, 0);
+	EXPECT_GT(spawned, stopped);
+	/* And back. */
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-a\"");
+	EXPECT_TRUE(gone(&pb));
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 3);
+	EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"id\":\"m-b\",\"object\":\"model\",\"created\":0,\"owned_by\":\"mesh\",\"program\":\"b\",\"state\":\"cold\"");
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+struct model_stream {
+	int port, status;
+	const char *model;
+	char resp[16384];
+};
+
+static void *model_stream_main(void *arg)
+{
+	struct model_stream *a = arg;
+	a->status = post_chat(a->port, a->model, "hi", 1, a->resp, sizeof a->resp);
+	return NULL;
+}
+
+/* A program busy with a stream is not evicted: the request for the other
+ * model waits until the stream has ended whole, then swaps. */
+TEST_TIMEOUT(gateway_swap_waits_for_busy_program, 60)
+{
+	static struct model_stream a;
+	char resp[8192];
+	pthread_t th;
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\", \"--token-delay\", \"0.1\", \"--tokens\", \"8\"",
+	       "memory = \"1G\"\n");
+	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "memory = \"1G\"\n");
+	struct gw g = start_gw("--http-memory 1G");
+	a.port = g.port;
+	a.model = "m-a";
+	ASSERT_EQ(pthread_create(&th, NULL, model_stream_main, &a), 0);
+	ASSERT_TRUE(wait_file_has("logs/a.log", "req POST /v1/chat/completions", 10000));
+	EXPECT_EQ(post_chat(g.port, "m-b", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-b\"");
+	pthread_join(th, NULL);
+	EXPECT_EQ(a.status, 200);
+	EXPECT_CONTAINS(a.resp, "tok7");
+	EXPECT_CONTAINS(a.resp, "data: [DONE]");
+	/* The whole stream above is the proof that a was not stopped under it. */
+	long stopped = pos_in_log("program=a stopped"), spawned = pos_in_log("program=b spawned");
+	EXPECT_GE(stopped, 0);
+	EXPECT_GT(spawned, stopped);
+	EXPECT_TRUE(file_has("meshd.err", "(evicted for b) signal=SIGTERM"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* The value of the sample line starting with `series ` in text, or -1. */
+static double sample(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, series, n) && p[n] == ' ')
+			return strtod(p + n + 1, NULL);
+	return -1;
+}
+
+/* /metrics has each HTTP program's requests, cold starts, failures, state,
+ * time to warm and time in queue; promtool accepts the text. */
+TEST_TIMEOUT(gateway_metrics_per_program, 60)
+{
+	char resp[8192], out[4096];
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\", \"--start-delay\", \"0.2\"", "");
+	add_oa("f", "\"m-f\"", ", \"--exit-on-start\", \"3\"", "");
+	struct gw g = start_gw("");
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_EQ(post_chat(g.port, "m-f", "hi", 0, resp, sizeof resp), 502);
+	EXPECT_CONTAINS(resp, "program 'f' exited with status 3 before it was warm");
+	EXPECT_CONTAINS(resp, "its last lines:\\nopenai_server: starting\\nopenai_server: cannot start (asked to)\\n");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o metrics.txt --unix-socket run/meshd.sock http://x/metrics"), 0);
+	char *m = t_read_file("metrics.txt", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(sample(m, "mesh_gateway_requests_total{program=\"a\",result=\"ok\"}"), 2);
+	EXPECT_EQ(sample(m, "mesh_gateway_requests_total{program=\"a\",result=\"error\"}"), 0);
+	EXPECT_EQ(sample(m, "mesh_gateway_requests_total{program=\"f\",result=\"error\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_cold_starts_total{program=\"a\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_start_failures_total{program=\"f\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_program_state{program=\"a\",state=\"warm\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_program_state{program=\"f\",state=\"failed\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_time_to_warm_seconds_count{program=\"a\"}"), 1);
+	EXPECT_TRUE(sample(m, "mesh_gateway_time_to_warm_seconds_sum{program=\"a\"}") > 0.19);
+	EXPECT_EQ(sample(m, "mesh_gateway_queue_seconds_count{program=\"a\"}"), 1);
+	EXPECT_EQ(sample(m, "mesh_gateway_queue_length{program=\"a\"}"), 0);
+	EXPECT_EQ(sample(m, "mesh_gateway_requests_in_flight{program=\"a\"}"), 0);
+	free(m);
+	if (t_sh(out, sizeof out, 1, "command -v promtool") != 0)
+		FAIL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
+	int rc = t_sh(out, sizeof out, 1, "promtool check metrics < metrics.txt");
+	if (rc)
+		printf("promtool: %s\n", out);
+	EXPECT_EQ(rc, 0);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* A client that goes away while the program has not answered takes its
+ * request with it: the program is idle again and stopped after its TTL. */
+TEST_TIMEOUT(gateway_client_gone_ends_its_request, 30)
+{
+	char req[2048];
+	add_oa("h", "\"test-model\"", "", "idle_ttl = \"300ms\"\n");
+	struct gw g = start_gw("");
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	chat_request(req, sizeof req, "test-model", "hang", 0, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	ASSERT_TRUE(wait_file_has("logs/h.log", "req POST /v1/chat/completions", 10000));
+	close(fd);
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=h client went away after 0 bytes", 3000));
+	EXPECT_TRUE(wait_file_has("meshd.err", "program=h stopped", 3000));
+	EXPECT_TRUE(file_has("meshd.err", "status=499"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* Request bodies are bounded (--http-max-body: 413) and must have a
+ * Content-Length (411); neither starts a program. */
+TEST_TIMEOUT(gateway_request_body_bounds, 30)
+{
+	char req[4096], resp[4096], body[300];
+	add_oa("a", "\"test-model\"", "", "");
+	struct gw g = start_gw("--http-max-body 200");
+	memset(body, 'x', sizeof body - 1);
+	body[sizeof body - 1] = 0;
+	snprintf(req, sizeof req,
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n{\"model\":\"test-model\",\"x\":\"%s\"}",
+		 strlen(body) + 28, body);
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 413 ");
+	EXPECT_CONTAINS(resp, "the request body is larger than 200 bytes");
+	fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+			       "5\r\nhello\r\n0\r\n\r\n"),
+		  0);
+	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 411 ");
+	EXPECT_FALSE(file_has("meshd.err", "spawned pid="));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* A client that closes its connection while its request waits for a cold
+ * start leaves the queue then (not once the program is warm). */
+TEST_TIMEOUT(gateway_client_gone_leaves_the_queue, 30)
+{
+	char req[2048];
+	add_oa("q", "\"test-model\"", ", \"--start-delay\", \"1.5\"", "");
+	struct gw g = start_gw("");
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	chat_request(req, sizeof req, "test-model", "hi", 0, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=q spawned", 5000));
+	close(fd);
+	ASSERT_TRUE(wait_file_has("meshd.err", "the client went away while it waited for program 'q'", 3000));
+	EXPECT_FALSE(file_has("meshd.err", "program=q warm"));
+	EXPECT_TRUE(file_has("meshd.err", "model=test-model status=499"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}

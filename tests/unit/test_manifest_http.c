@@ -1,0 +1,103 @@
+/* backend = "http" manifests: the keys of an HTTP program (docs/gateway.md),
+ * parsed strictly. */
+#include "base/err.h"
+#include "host/manifest.h"
+#include "runner/t.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+TEST(manifest_http_parses_every_key)
+{
+	static const char text[] = "name = \"a\"\n"
+				   "backend = \"http\"\n"
+				   "command = [\"llama-server\", \"--port\", \"{port}\", \"--host=127.0.0.1:{port}\"]\n"
+				   "models = [\"qwen2.5-7b\", \"qwen:small\"]\n"
+				   "probe_path = \"/health\"\n"
+				   "probe_status = 204\n"
+				   "max_concurrency = 4\n"
+				   "group = \"big\"\n"
+				   "memory = \"20G\"\n"
+				   "idle_ttl = \"90s\"\n"
+				   "[limits]\nmemory = \"8G\"\n"
+				   "[lifecycle]\nstart_timeout = \"2m\"\nstop_signal = \"QUIT\"\nstop_grace = \"1s\"\n";
+	struct mesh_manifest m;
+	char *err = NULL;
+	ASSERT_EQ(mesh_manifest_parse("a.toml", text, strlen(text), "a", &m, &err), 0);
+	EXPECT_EQ(m.backend, MESH_BACKEND_HTTP);
+	EXPECT_EQ(m.ncommand, 4u);
+	EXPECT_STREQ(m.command[3], "--host=127.0.0.1:{port}");
+	EXPECT_TRUE(m.command[4] == NULL);
+	EXPECT_EQ(m.nmodels, 2u);
+	EXPECT_STREQ(m.models[1], "qwen:small");
+	EXPECT_STREQ(m.probe_path, "/health");
+	EXPECT_EQ(m.probe_status, 204u);
+	EXPECT_EQ(m.max_concurrency, 4u);
+	EXPECT_STREQ(m.group, "big");
+	EXPECT_EQ(m.memory, 20ull << 30);
+	EXPECT_EQ(m.idle_ttl_ns, 90000000000ull);
+	EXPECT_EQ(m.start_timeout_ns, 120000000000ull);
+	EXPECT_EQ(m.stop_signal, SIGQUIT);
+	EXPECT_EQ(m.limits.memory, 8ull << 30);
+	mesh_manifest_release(&m);
+
+	static const char dflt[] = "name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"{port}\"]\nmodels = [\"m\"]\n";
+	ASSERT_EQ(mesh_manifest_parse("a.toml", dflt, strlen(dflt), "a", &m, &err), 0);
+	EXPECT_TRUE(m.probe_path == NULL);
+	EXPECT_EQ(m.probe_status, 0u);
+	EXPECT_EQ(m.max_concurrency, 0u);
+	EXPECT_TRUE(m.group == NULL);
+	EXPECT_EQ(m.start_timeout_ns, MESH_START_TIMEOUT_NS);
+	EXPECT_EQ(m.stop_signal, SIGTERM);
+	mesh_manifest_release(&m);
+}
+
+TEST(manifest_http_errors_table)
+{
+#define HTTP "name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"{port}\"]\nmodels = [\"m\"]\n"
+	static const struct {
+		const char *text, *want;
+	} rows[] = {
+		{"name = \"a\"\nbackend = \"grpc\"\n", "m.toml:2:11: 'backend' must be \"native\" or \"http\""},
+		{"name = \"a\"\nbackend = \"http\"\nmodels = [\"m\"]\n", "m.toml:1:1: 'command' is missing"},
+		{"name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"8080\"]\nmodels = [\"m\"]\n",
+		 "m.toml:1:1: 'command' must contain {port}"},
+		{"name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"{port}\"]\n", "m.toml:1:1: 'models' is missing"},
+		{"name = \"a\"\nbackend = \"http\"\ncommand = []\n", "m.toml:3:11: 'command' must have 1 to"},
+		{"name = \"a\"\nbackend = \"http\"\ncommand = [\"\"]\n", "m.toml:3:11: 'command' has an empty entry"},
+		{HTTP "models = [\"x\"]\n", "m.toml:5:1: key 'models' defined twice"},
+		{"name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"{port}\"]\nmodels = [\"m\", \"m\"]\n",
+		 "m.toml:4:10: model \"m\" is listed twice"},
+		{"name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"{port}\"]\nmodels = [\"a b\"]\n",
+		 "m.toml:4:10: model \"a b\" has a space"},
+		{"name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"{port}\"]\nmodels = [\"a/b\"]\n",
+		 "m.toml:4:10: model \"a/b\" has a space"},
+		{HTTP "probe_path = \"health\"\n", "m.toml:5:14: 'probe_path' must start with '/'"},
+		{HTTP "probe_status = 99\n", "m.toml:5:16: 'probe_status' must be between 100 and 599"},
+		{HTTP "probe_status = \"200\"\n", "m.toml:5:16: 'probe_status' must be an integer"},
+		{HTTP "max_concurrency = 0\n", "m.toml:5:19: 'max_concurrency' must be between 1"},
+		{HTTP "group = \"a b\"\n", "m.toml:5:9: 'group' must be 1 to 64"},
+		{HTTP "memory = \"12Q\"\n", "m.toml:5:10: 'memory' must be bytes or a size"},
+		{"name = \"a\"\nbackends = [\"native\"]\nmemory = \"1G\"\n", "m.toml:3:1: this key is for HTTP programs"},
+		{HTTP "[lifecycle]\nstart_timeout = \"0s\"\n", "m.toml:6:17: 'lifecycle.start_timeout' is out of range"},
+		{HTTP "args = [\"x\"]\n", "m.toml:5:1: this key is for native programs"},
+		{HTTP "backends = [\"native\"]\n", "m.toml:5:1: this key is for native programs"},
+		{HTTP "[lifecycle]\nready_timeout = \"1s\"\n", "m.toml:6:1: this key is for native programs"},
+		{"name = \"a\"\nbackends = [\"native\"]\nmodels = [\"m\"]\n", "m.toml:3:1: this key is for HTTP programs"},
+		{"name = \"a\"\nbackends = [\"native\"]\n[lifecycle]\nstart_timeout = \"1s\"\n",
+		 "m.toml:4:1: this key is for HTTP programs"},
+	};
+#undef HTTP
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		struct mesh_manifest m;
+		char *err = NULL;
+		int rc = mesh_manifest_parse("m.toml", rows[i].text, strlen(rows[i].text), "a", &m, &err);
+		EXPECT_EQ(rc, MESH_E_PARSE);
+		if (!err || strncmp(err, rows[i].want, strlen(rows[i].want)) != 0)
+			t__fail(__FILE__, __LINE__, "row %zu: got \"%s\", want a message starting \"%s\"", i,
+				err ? err : "(null)", rows[i].want);
+		free(err);
+		mesh_manifest_release(&m);
+	}
+}
