@@ -182,11 +182,13 @@ int mesh_mps_daemon_up(const char *pipe_dir, const char *log_dir, uint64_t timeo
 				 pipe_dir, log_dir, strerror(errno));
 	rc = tool_run(pipe_dir, log_dir, "-d", NULL, 1, &o, &st, timeout_ns);
 	if (rc || st != 0) {
-		char why[64];
+		/* Its exit code and the first line it wrote: why, in its words. */
+		char why[96];
 		size_t l = o ? strcspn(o, "\n") : 0;
-		snprintf(why, sizeof why, "%s", rc ? mesh_strerror(rc) : "exit ");
-		if (!rc)
-			snprintf(why + 5, sizeof why - 5, "%d%s", st, l ? ": " : "");
+		if (rc)
+			snprintf(why, sizeof why, "%s", mesh_strerror(rc));
+		else
+			snprintf(why, sizeof why, "exit %d%s", st, l ? ": " : "");
 		if (rc != -ENOMEM)
 			rc = mesh_errf(err, MESH_E_NOGPU, "--isolation mps: %s -d (pipe directory '%s') failed: %s%.*s",
 				       MESH_MPS_CONTROL, pipe_dir, why, rc ? 0 : (int)l, o ? o : "");
