@@ -413,6 +413,11 @@ static void print_gpus(json_t *g)
 	const char *none = json_string_value(json_object_get(g, "none"));
 	if (none)
 		printf("gpu: none (%s)\n", none);
+	json_t *mps = json_object_get(g, "mps");
+	if (json_is_object(mps))
+		printf("mps: control daemon %s by meshd, pipe directory %s\n",
+		       json_string_value(json_object_get(mps, "daemon")) ? json_string_value(json_object_get(mps, "daemon")) : "?",
+		       json_string_value(json_object_get(mps, "pipe_dir")) ? json_string_value(json_object_get(mps, "pipe_dir")) : "?");
 	json_array_foreach(json_object_get(g, "devices"), i, d)
 	{
 		char used[32], total[32], fr[32], res[32];

@@ -19,8 +19,12 @@ json_t *meshd__gpu_ps_json(const struct meshd_ps *ps)
 	}
 	if (!devs)
 		return NULL;
-	return json_pack("{s:s, s:o, s:o}", "access", ps->gpu_access ? ps->gpu_access : "none", "none",
-			 ps->gpu_none ? json_string(ps->gpu_none) : json_null(), "devices", devs);
+	json_t *mps = ps->gpu_mps ? json_pack("{s:s, s:s}", "daemon", ps->gpu_mps, "pipe_dir",
+					      ps->gpu_mps_dir ? ps->gpu_mps_dir : "")
+				  : json_null();
+	return json_pack("{s:s, s:o, s:o, s:o}", "access", ps->gpu_access ? ps->gpu_access : "none", "none",
+			 ps->gpu_none ? json_string(ps->gpu_none) : json_null(), "devices", devs, "mps",
+			 mps ? mps : json_null());
 }
 
 json_t *meshd__gpu_worker_json(const struct meshd_worker_info *wi)

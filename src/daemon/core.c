@@ -209,7 +209,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 			mesh_errf(err, rc, "cannot create slot %u: %s", i, mesh_strerror(rc));
 			goto bad;
 		}
-	if ((rc = meshd__gpu_new(&d->G, cfg->isolation)))
+	if ((rc = meshd__gpu_new(&d->G, cfg->isolation, d->logs, err)))
 		goto bad;
 	d->gpu = d->G.access;
 	struct mesh_host_cfg hc = {

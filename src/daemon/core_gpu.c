@@ -7,11 +7,28 @@
 #include "host/mps.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int meshd__gpu_new(struct meshd__gpu *G, const char *isolation)
+/* The MPS control daemon for G->mps_dir, found or started. */
+static int mps_up(struct meshd__gpu *G, const char *logs, char **err)
+{
+	char abs[PATH_MAX];
+	const char *ld = getenv("CUDA_MPS_LOG_DIRECTORY");
+	char *log = ld && *ld ? strdup(ld) : mesh_strf("%s/mps", realpath(logs ? logs : ".", abs) ? abs : logs);
+	if (!log)
+		return -ENOMEM;
+	int rc = mesh_mps_daemon_up(G->mps_dir, log, 5 * MESH_NS_PER_S, &G->mps_started, err);
+	if (!rc)
+		mesh_info("mps: %s the control daemon (pipe directory %s%s%s)", G->mps_started ? "started" : "found",
+			  G->mps_dir, G->mps_started ? ", log directory " : "", G->mps_started ? log : "");
+	free(log);
+	return rc;
+}
+
+int meshd__gpu_new(struct meshd__gpu *G, const char *isolation, const char *logs, char **err)
 {
 	memset(G, 0, sizeof *G);
 	int mps = isolation && strcmp(isolation, "mps") == 0;
@@ -34,8 +51,10 @@ int meshd__gpu_new(struct meshd__gpu *G, const char *isolation)
 	G->access = mps ? MESH_GPU_MPS : G->g ? MESH_GPU_CUDA : MESH_GPU_NONE;
 	if (mps) {
 		const char *pd = getenv("CUDA_MPS_PIPE_DIRECTORY");
-		if (!(G->mps_dir = strdup(pd ? pd : "/tmp/nvidia-mps")))
+		if (!(G->mps_dir = strdup(pd && *pd ? pd : "/tmp/nvidia-mps")))
 			return -ENOMEM;
+		if ((rc = mps_up(G, logs, err)))
+			return rc;
 	}
 	meshd__gpu_log(G);
 	return 0;
@@ -43,6 +62,13 @@ int meshd__gpu_new(struct meshd__gpu *G, const char *isolation)
 
 void meshd__gpu_free(struct meshd__gpu *G)
 {
+	char *e = NULL;
+	/* One meshd found is someone else's: only ours is stopped. */
+	if (G->mps_started && mesh_mps_daemon_quit(G->mps_dir, &e))
+		mesh_warn("mps: cannot stop the control daemon meshd started (pipe directory %s): %s", G->mps_dir, e);
+	else if (G->mps_started)
+		mesh_info("mps: stopped the control daemon meshd started (pipe directory %s)", G->mps_dir);
+	free(e);
 	mesh_gpu_free(G->g);
 	free(G->none);
 	free(G->mps_dir);
@@ -157,6 +183,8 @@ void meshd__gpu_worker(struct meshd__gpu *G, uint64_t res, uint64_t prev, struct
 int meshd__gpu_ps(struct meshd__gpu *G, struct meshd_ps *ps)
 {
 	ps->gpu_access = mesh_gpu_access_name(G->access);
+	ps->gpu_mps = G->access != MESH_GPU_MPS ? NULL : G->mps_started ? "started" : "found";
+	ps->gpu_mps_dir = G->mps_dir;
 	if (!G->g)
 		return G->none && !(ps->gpu_none = strdup(G->none)) ? -ENOMEM : 0;
 	int rc = mesh_gpu_devices(G->g, &ps->gpus, &ps->ngpus);

@@ -23,11 +23,16 @@ struct meshd__gpu {
 	char *none;		/* why there is no NVML (when g is NULL) */
 	enum mesh_gpu_access access;
 	char *mps_dir;		/* --isolation mps: CUDA_MPS_PIPE_DIRECTORY */
+	int mps_started;	/* meshd started its control daemon (else found it): quit at free */
 	uint64_t grace_ns;	/* a dead worker's memory comes back within this */
 };
 
-/* isolation: "none" or "mps".  0, -ENOMEM; a missing NVML is no error. */
-int meshd__gpu_new(struct meshd__gpu *G, const char *isolation);
+/* isolation: "none" or "mps".  0, -ENOMEM; a missing NVML is no error.
+ * mps: the MPS control daemon for the pipe directory is found or started
+ * (mesh_mps_daemon_up; its log directory $CUDA_MPS_LOG_DIRECTORY, else
+ * <logs>/mps); MESH_E_NOGPU with *err when neither. */
+int meshd__gpu_new(struct meshd__gpu *G, const char *isolation, const char *logs, char **err);
+/* Quits the MPS control daemon when meshd started it. */
 void meshd__gpu_free(struct meshd__gpu *G);
 /* The host's MPS hooks and their context for this access. */
 void meshd__gpu_host_cfg(struct meshd__gpu *G, struct mesh_host_cfg *hc);

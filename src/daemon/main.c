@@ -187,6 +187,8 @@ static int exit_for(int err)
 		return MESH_EXIT_UNAVAILABLE;
 	case MESH_E_NOTPRIVATE:
 		return MESH_EXIT_NOPERM;
+	case MESH_E_NOGPU: /* --isolation mps: no MPS control daemon */
+		return MESH_EXIT_NOGPU;
 	case MESH_E_PARSE:
 	case MESH_E_RANGE:
 	case MESH_E_PATH:

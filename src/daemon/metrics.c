@@ -1,6 +1,7 @@
 /* meshd's metrics: histograms, the Prometheus text rendering, and the TCP
  * listener of `meshd --metrics` (daemon/metrics.h, docs/metrics.md). */
 #include "daemon/metrics.h"
+#include "daemon/metrics_gpu.h"
 
 #include "autoscale/policy.h"
 #include "base/err.h"
@@ -393,6 +394,7 @@ int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out)
 		m.have_gateway = 1;
 	}
 	rc = meshd_metrics_render(&m, out);
+	rc = rc ? rc : meshd__gpu_metrics(d, out); /* GPU families: daemon/metrics_gpu.c */
 	meshd_metrics_release(&m);
 	return rc;
 }

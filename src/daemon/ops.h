@@ -88,6 +88,8 @@ struct meshd_ps {
 	unsigned nprograms;
 	const char *gpu_access;	 /* "none", "cuda" (NVML), "mps" (static) */
 	char *gpu_none;		 /* why there is no NVML (malloc'd); NULL when there is */
+	const char *gpu_mps;	 /* --isolation mps: "found" or "started" (meshd's control daemon, static) */
+	const char *gpu_mps_dir; /* its pipe directory (the core's) */
 	struct mesh_gpu_dev *gpus; /* each GPU (malloc'd) */
 	unsigned ngpus;
 };

@@ -15,75 +15,99 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
 
-int mesh_mps_control(const char *pipe_dir, const char *cmd, char **out, uint64_t timeout_ns)
+/* Runs the control tool: argv1 (NULL: none) as its argument, cmd (NULL:
+ * none) and a newline on its stdin, CUDA_MPS_PIPE_DIRECTORY=pipe_dir and,
+ * when log_dir, CUDA_MPS_LOG_DIRECTORY=log_dir in its environment.  Its
+ * stdout (and its stderr too with with_err) is collected into *out until
+ * it exits -- not until the pipe's end: `-d` leaves a daemon behind that
+ * may hold it.  *status: its shell exit code.  0, -errno, MESH_E_TIMEOUT. */
+static int tool_run(const char *pipe_dir, const char *log_dir, const char *argv1, const char *cmd, int with_err,
+		    char **out, int *status, uint64_t timeout_ns)
 {
-	int in[2] = {-1, -1}, op[2] = {-1, -1}, rc = 0;
-	struct mesh_buf env1 = MESH_BUF_INIT, res = MESH_BUF_INIT;
+	int in[2] = {-1, -1}, op[2] = {-1, -1}, pidfd = -1, rc = 0;
+	struct mesh_buf env1 = MESH_BUF_INIT, env2 = MESH_BUF_INIT, res = MESH_BUF_INIT;
 	struct mesh_proc_spawner *sp = NULL;
 	char **envp = NULL, *path = NULL;
 	size_t n = 0;
 	*out = NULL;
-	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(op, O_CLOEXEC) < 0) {
+	*status = -1;
+	if ((cmd && pipe2(in, O_CLOEXEC) < 0) || pipe2(op, O_CLOEXEC) < 0) {
 		rc = -errno;
 		goto done;
 	}
 	while (environ && environ[n])
 		n++;
-	if (!(envp = calloc(n + 2, sizeof *envp)) || mesh_buf_addf(&env1, "CUDA_MPS_PIPE_DIRECTORY=%s", pipe_dir)) {
+	if (!(envp = calloc(n + 3, sizeof *envp)) || mesh_buf_addf(&env1, "CUDA_MPS_PIPE_DIRECTORY=%s", pipe_dir) ||
+	    (log_dir && mesh_buf_addf(&env2, "CUDA_MPS_LOG_DIRECTORY=%s", log_dir))) {
 		rc = -ENOMEM;
 		goto done;
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], "CUDA_MPS_PIPE_DIRECTORY=", 24) != 0)
+		if (strncmp(environ[i], "CUDA_MPS_PIPE_DIRECTORY=", 24) != 0 &&
+		    (!log_dir || strncmp(environ[i], "CUDA_MPS_LOG_DIRECTORY=", 23) != 0))
 			envp[k++] = environ[i];
 	envp[k++] = env1.p;
-	char *argv[] = {MESH_MPS_CONTROL, NULL};
+	if (log_dir)
+		envp[k++] = env2.p;
+	char *argv[] = {MESH_MPS_CONTROL, (char *)argv1, NULL};
 	pid_t pid;
 	/* A spawner of its own: the tool is reaped before it is freed. */
 	if ((rc = mesh_proc_resolve(MESH_MPS_CONTROL, &path)) || (rc = mesh_proc_spawner_new(&sp)))
 		goto done;
 	struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
-	po.path = path, po.argv = argv, po.envp = envp, po.in_fd = in[0], po.out_fd = op[1], po.err_fd = 2;
-	if ((rc = mesh_proc_spawn(sp, &po, &pid, NULL)))
+	po.path = path, po.argv = argv, po.envp = envp, po.in_fd = in[0], po.out_fd = op[1], po.err_fd = with_err ? -1 : 2;
+	if ((rc = mesh_proc_spawn(sp, &po, &pid, &pidfd)))
 		goto done;
-	close(in[0]);
 	close(op[1]);
-	in[0] = op[1] = -1;
-	struct mesh_buf line = MESH_BUF_INIT;
-	mesh_buf_addf(&line, "%s\n", cmd);
-	/* A tool that does not read its stdin must not wedge us: the pipe
-	 * holds far more than one command. */
-	mesh_write_all(in[1], line.p, line.len);
-	mesh_buf_release(&line);
-	close(in[1]);
-	in[1] = -1;
+	op[1] = -1;
+	if (cmd) {
+		close(in[0]);
+		in[0] = -1;
+		struct mesh_buf line = MESH_BUF_INIT;
+		mesh_buf_addf(&line, "%s\n", cmd);
+		/* A tool that does not read its stdin must not wedge us: the
+		 * pipe holds far more than one command. */
+		mesh_write_all(in[1], line.p, line.len);
+		mesh_buf_release(&line);
+		close(in[1]);
+		in[1] = -1;
+	}
 	uint64_t deadline = mesh_mono_ns() + timeout_ns;
-	for (;;) {
+	int eof = 0, exited = 0;
+	while (!exited) {
 		uint64_t now = mesh_mono_ns();
 		if (now >= deadline) {
 			rc = MESH_E_TIMEOUT;
 			break;
 		}
-		struct pollfd pfd = {.fd = op[0], .events = POLLIN};
-		int pr = poll(&pfd, 1, (int)((deadline - now) / MESH_NS_PER_MS) + 1);
-		if (pr < 0 && errno == EINTR)
-			continue;
+		struct pollfd pfd[2] = {{.fd = eof ? -1 : op[0], .events = POLLIN}, {.fd = pidfd, .events = POLLIN}};
+		int pr = poll(pfd, 2, (int)((deadline - now) / MESH_NS_PER_MS) + 1);
 		if (pr <= 0)
 			continue;
+		if (pfd[0].revents) {
+			char buf[4096];
+			ssize_t r = read(op[0], buf, sizeof buf);
+			if (r == 0 || (r < 0 && errno != EINTR))
+				eof = 1;
+			else if (r > 0 && res.len < 65536)
+				mesh_buf_add(&res, buf, (size_t)r);
+		}
+		exited = pfd[1].revents != 0;
+	}
+	/* What it wrote before it exited is in the pipe still. */
+	if (exited && !eof && fcntl(op[0], F_SETFL, O_NONBLOCK) == 0) {
 		char buf[4096];
-		ssize_t r = read(op[0], buf, sizeof buf);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		if (res.len < 65536)
+		ssize_t r;
+		while ((r = read(op[0], buf, sizeof buf)) > 0 && res.len < 65536)
 			mesh_buf_add(&res, buf, (size_t)r);
 	}
 	if (rc == MESH_E_TIMEOUT)
@@ -91,13 +115,10 @@ int mesh_mps_control(const char *pipe_dir, const char *cmd, char **out, uint64_t
 	int st = 0;
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	if (!rc && mesh_proc_exit_code(st) != 0)
-		rc = MESH_E_REFUSED;
-	if (!rc) {
-		*out = res.p ? mesh_buf_detach(&res, NULL) : strdup("");
-		if (!*out)
-			rc = -ENOMEM;
-	}
+	*status = mesh_proc_exit_code(st);
+	*out = res.p ? mesh_buf_detach(&res, NULL) : strdup("");
+	if (!*out && !rc)
+		rc = -ENOMEM;
 done:
 	for (int i = 0; i < 2; i++) {
 		if (in[i] >= 0)
@@ -105,12 +126,97 @@ done:
 		if (op[i] >= 0)
 			close(op[i]);
 	}
+	if (pidfd >= 0)
+		close(pidfd);
 	mesh_proc_spawner_free(sp);
 	free(path);
 	mesh_buf_release(&res);
 	mesh_buf_release(&env1);
+	mesh_buf_release(&env2);
 	free(envp);
 	return rc;
+}
+
+int mesh_mps_control(const char *pipe_dir, const char *cmd, char **out, uint64_t timeout_ns)
+{
+	int st;
+	int rc = tool_run(pipe_dir, NULL, NULL, cmd, 0, out, &st, timeout_ns);
+	if (!rc && st != 0)
+		rc = MESH_E_REFUSED;
+	if (rc) {
+		free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+/* A control daemon serves pipe_dir: its socket is there and it answers. */
+static int daemon_answers(const char *pipe_dir)
+{
+	struct mesh_buf ctl = MESH_BUF_INIT;
+	char *o = NULL;
+	mesh_buf_addf(&ctl, "%s/control", pipe_dir);
+	int ok = ctl.p && access(ctl.p, F_OK) == 0 && mesh_mps_control(pipe_dir, "get_server_list", &o, MESH_NS_PER_S) == 0;
+	free(o);
+	mesh_buf_release(&ctl);
+	return ok;
+}
+
+int mesh_mps_daemon_up(const char *pipe_dir, const char *log_dir, uint64_t timeout_ns, int *started, char **err)
+{
+	char *path = NULL, *o = NULL;
+	int st;
+	*started = 0;
+	int rc = mesh_proc_resolve(MESH_MPS_CONTROL, &path);
+	free(path);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc)
+		return mesh_errf(err, MESH_E_NOGPU, "--isolation mps: %s is not in PATH (%s): install NVIDIA's MPS control "
+				 "tool or run meshd without --isolation mps", MESH_MPS_CONTROL, mesh_strerror(rc));
+	if (daemon_answers(pipe_dir))
+		return 0;
+	/* The daemon makes neither directory. */
+	if ((mkdir(pipe_dir, 0755) < 0 && errno != EEXIST) || (mkdir(log_dir, 0755) < 0 && errno != EEXIST))
+		return mesh_errf(err, MESH_E_NOGPU, "--isolation mps: cannot make the MPS directory '%s' or '%s': %s",
+				 pipe_dir, log_dir, strerror(errno));
+	rc = tool_run(pipe_dir, log_dir, "-d", NULL, 1, &o, &st, timeout_ns);
+	if (rc || st != 0) {
+		/* Its exit code and the first line it wrote: why, in its words. */
+		char why[96];
+		size_t l = o ? strcspn(o, "\n") : 0;
+		if (rc)
+			snprintf(why, sizeof why, "%s", mesh_strerror(rc));
+		else
+			snprintf(why, sizeof why, "exit %d%s", st, l ? ": " : "");
+		if (rc != -ENOMEM)
+			rc = mesh_errf(err, MESH_E_NOGPU, "--isolation mps: %s -d (pipe directory '%s') failed: %s%.*s",
+				       MESH_MPS_CONTROL, pipe_dir, why, rc ? 0 : (int)l, o ? o : "");
+		free(o);
+		return rc;
+	}
+	free(o);
+	/* It forks the daemon and returns: the socket comes a moment later. */
+	uint64_t deadline = mesh_mono_ns() + timeout_ns;
+	while (!daemon_answers(pipe_dir)) {
+		if (mesh_mono_ns() >= deadline)
+			return mesh_errf(err, MESH_E_NOGPU,
+					 "--isolation mps: %s -d started but no control daemon answers in '%s' after %llu ms (its "
+					 "log: '%s')",
+					 MESH_MPS_CONTROL, pipe_dir, (unsigned long long)(timeout_ns / MESH_NS_PER_MS), log_dir);
+		struct timespec ts = {0, 20 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+	*started = 1;
+	return 0;
+}
+
+int mesh_mps_daemon_quit(const char *pipe_dir, char **err)
+{
+	char *o = NULL;
+	int rc = mesh_mps_control(pipe_dir, "quit", &o, 5 * MESH_NS_PER_S);
+	free(o);
+	return rc ? mesh_errf(err, rc, "%s quit: %s", MESH_MPS_CONTROL, mesh_strerror(rc)) : 0;
 }
 
 int mesh_mps_check_client(void *ctx, pid_t pid, char **err)

@@ -331,15 +331,12 @@ def step_mps(work, base):
         row("two workers under MPS", "skipped", "fake run" if FAKE else "no nvidia-cuda-mps-control on PATH")
         return
     pipe = os.path.join(work, "mps")
-    os.makedirs(pipe, exist_ok=True)
     env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_MPS_LOG_DIRECTORY=pipe)
-    r = subprocess.run([tool, "-d"], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        row("two workers under MPS", False, "nvidia-cuda-mps-control -d: exit %d %s" % (r.returncode, r.stderr))
-        return
     d = None
     try:
-        d = Meshd(work, "meshd-mps", "mps", {"CUDA_MPS_PIPE_DIRECTORY": pipe})
+        # meshd starts the control daemon itself (docs/gpu.md, MPS) and quits it at its exit.
+        d = Meshd(work, "meshd-mps", "mps", {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": pipe})
+        how = (d.gpu().get("mps") or {}).get("daemon", "?")
         t = time.monotonic()
         pids = []
         for prog in ("cuda_a", "cuda_b"):
@@ -350,19 +347,30 @@ def step_mps(work, base):
         for i in range(100):
             for prog in ("cuda_a", "cuda_b"):
                 bad += not expect_reply(b"m%d" % i, d.c.call(prog, b"m%d" % i))
-        servers = subprocess.run([tool], input="get_server_list\n", env=env, capture_output=True, text=True).stdout
+        servers = subprocess.run([tool], input="get_server_list\n", env=env, capture_output=True, text=True,
+                                 timeout=10).stdout
         for prog in ("cuda_a", "cuda_b"):
             d.c.stop(prog)
         back = wait_used(d.used, base, GRACE_MS / 1000 + 5)
-        row("two workers under MPS (NVML client check, terminate_client stop)", bad == 0 and back is not None,
-            "both ready in %.2f s (pids %s; MPS servers %s); %d wrong replies of 200; used back %s after the stops"
-            % (started, pids, servers.split(), bad, "%.0f ms" % (back * 1e3) if back is not None else "NEVER"))
-    except (MeshError, RuntimeError) as e:
+        d.stop()
+        d = None
+        quit_ok = not os.path.exists(os.path.join(pipe, "control"))
+        row("two workers under MPS (control daemon started by meshd, NVML client check, terminate_client stop)",
+            bad == 0 and back is not None and how == "started",
+            "control daemon %s by meshd%s; both ready in %.2f s (pids %s; MPS servers %s); %d wrong replies of 200; "
+            "used back %s after the stops"
+            % (how, ", gone after meshd's exit" if quit_ok else ", its control socket still there after meshd's exit",
+               started, pids, servers.split(), bad, "%.0f ms" % (back * 1e3) if back is not None else "NEVER"))
+    except (MeshError, RuntimeError, subprocess.TimeoutExpired) as e:
         row("two workers under MPS", False, str(e)[:300])
     finally:
         if d:
             d.stop()
-        subprocess.run([tool], input="quit\n", env=env, capture_output=True, text=True)
+        if os.path.exists(os.path.join(pipe, "control")):
+            try:
+                subprocess.run([tool], input="quit\n", env=env, capture_output=True, text=True, timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def main():

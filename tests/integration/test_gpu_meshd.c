@@ -110,3 +110,97 @@ TEST(meshd_gpu_none_in_ps_and_refused_at_load)
 	EXPECT_CONTAINS(out, "gpu: none: cannot load");
 	stop(d);
 }
+
+/* GET /metrics over the control socket into file; its text (malloc'd). */
+static char *metrics(const char *file)
+{
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o %s --unix-socket run/meshd.sock http://x/metrics", file), 0);
+	char *m = t_read_file(file, NULL);
+	ASSERT_TRUE(m != NULL);
+	return m;
+}
+
+static void promtool_ok(const char *file)
+{
+	static char pout[65536];
+	if (t_sh(pout, sizeof pout, 1, "command -v promtool") != 0)
+		FAIL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
+	int rc = t_sh(pout, sizeof pout, 1, "promtool check metrics < %s", file);
+	if (rc != 0)
+		printf("promtool on %s: %s\n", file, pout);
+	EXPECT_EQ(rc, 0);
+}
+
+static int metrics_freed(void *arg)
+{
+	char *m = metrics("m2.txt");
+	int ok = strstr(m, "mesh_worker_gpu_time_to_free_seconds{program=\"g\",worker=\"0\"} ") != NULL;
+	free(m);
+	return ok;
+}
+
+TEST(meshd_gpu_metrics_show_vram_per_gpu_and_per_worker)
+{
+	char cwd[PATH_MAX - 32], st[PATH_MAX], b[32], text[128];
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	snprintf(st, sizeof st, "%s/nvml.state", cwd);
+	snprintf(text, sizeof text, "gpu %llu %llu Fake H200\n", 80 * GIB, 1 * GIB);
+	t_write_file(st, text);
+	setenv("FAKE_NVML_STATE", st, 1);
+	setenv(MESH_NVML_ENV, t_bin("tests-gpu/fake_nvml.so"), 1);
+	snprintf(b, sizeof b, "%llu", 20 * GIB);
+	program("g", "vram = \"20GiB\"\n", b, "100");
+	pid_t d = meshd();
+	ASSERT_EQ(mesh("call g env"), 0);
+	char *m = metrics("m1.txt");
+	char want[256];
+	const char *lb = "{gpu=\"0\",uuid=\"GPU-fake-0\",name=\"Fake H200\"} ";
+	snprintf(want, sizeof want, "mesh_gpu_memory_total_bytes%s%llu\n", lb, 80 * GIB);
+	EXPECT_CONTAINS(m, want);
+	snprintf(want, sizeof want, "mesh_gpu_memory_used_bytes%s%llu\n", lb, 21 * GIB);
+	EXPECT_CONTAINS(m, want);
+	snprintf(want, sizeof want, "mesh_gpu_memory_free_bytes%s%llu\n", lb, 59 * GIB);
+	EXPECT_CONTAINS(m, want);
+	snprintf(want, sizeof want, "mesh_gpu_memory_others_bytes%s%llu\n", lb, 0ull);
+	EXPECT_CONTAINS(m, want);
+	EXPECT_CONTAINS(m, "# TYPE mesh_gpu_memory_reserved_bytes gauge\n");
+	snprintf(want, sizeof want, "mesh_worker_vram_bytes{program=\"g\",worker=\"0\"} %llu\n", 20 * GIB);
+	EXPECT_CONTAINS(m, want);
+	snprintf(want, sizeof want, "mesh_worker_vram_reserved_bytes{program=\"g\",worker=\"0\"} %llu\n", 20 * GIB);
+	EXPECT_CONTAINS(m, want);
+	EXPECT_CONTAINS(m, "mesh_gpu_reservations{state=\"live\"} 1\n");
+	EXPECT_CONTAINS(m, "mesh_gpu_reservations{state=\"draining\"} 0\n");
+	EXPECT_TRUE(!strstr(m, "mesh_worker_gpu_time_to_free_seconds{"));
+	/* The job/program families are still there: one text. */
+	EXPECT_CONTAINS(m, "mesh_calls_total{program=\"g\",result=\"ok\"} 1\n");
+	promtool_ok("m1.txt");
+	free(m);
+	/* Stopped: its memory back, and how long that took. */
+	ASSERT_EQ(mesh("stop g"), 0);
+	ASSERT_TRUE(t_wait_for(metrics_freed, NULL, 5000));
+	m = t_read_file("m2.txt", NULL);
+	EXPECT_CONTAINS(m, "mesh_worker_vram_bytes{program=\"g\",worker=\"0\"} 0\n");
+	snprintf(want, sizeof want, "mesh_gpu_memory_used_bytes%s%llu\n", lb, 1 * GIB);
+	EXPECT_CONTAINS(m, want);
+	EXPECT_CONTAINS(m, "mesh_gpu_reservations{state=\"live\"} 0\n");
+	const char *t = strstr(m, "mesh_worker_gpu_time_to_free_seconds{program=\"g\",worker=\"0\"} ");
+	ASSERT_TRUE(t != NULL);
+	/* The fake lists the dead worker 100 ms longer: at least that. */
+	EXPECT_TRUE(strtod(strchr(t, '}') + 2, NULL) >= 0.1);
+	promtool_ok("m2.txt");
+	free(m);
+	stop(d);
+}
+
+TEST(meshd_gpu_metrics_left_out_without_nvml)
+{
+	setenv(MESH_NVML_ENV, "none", 1);
+	mkdir("cat", 0755);
+	mkdir("logs", 0755);
+	pid_t d = meshd();
+	char *m = metrics("m.txt");
+	EXPECT_CONTAINS(m, "mesh_slots ");
+	EXPECT_TRUE(!strstr(m, "mesh_gpu_") && !strstr(m, "mesh_worker_vram"));
+	free(m);
+	stop(d);
+}
