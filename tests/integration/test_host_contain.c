@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "host/host.h"
+#include "integration/contain_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -68,34 +69,6 @@ static void warm_ok(struct fx *f)
 		FAIL("wait ready: %s", err);
 }
 
-static int has_file(void *arg)
-{
-	struct stat st;
-	return stat(arg, &st) == 0 && st.st_size > 0;
-}
-
-static pid_t read_pid(const char *path)
-{
-	if (!t_wait_for(has_file, (void *)path, 5000))
-		return -1;
-	char *s = t_read_file(path, NULL);
-	pid_t p = s ? atoi(s) : -1;
-	free(s);
-	return p;
-}
-
-static int gone(void *arg)
-{
-	pid_t pid = *(pid_t *)arg;
-	char p[64];
-	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-	char *st = t_read_file(p, NULL);
-	const char *rp = st ? strrchr(st, ')') : NULL;
-	int g = !st || (rp && (rp[2] == 'Z' || rp[2] == 'X'));
-	free(st);
-	return g;
-}
-
 /* A stop leaves nothing of the worker; 1 if its grandchild went. */
 static int stop_leaves_nothing(unsigned contain_off, unsigned wait_ms)
 {
@@ -104,15 +77,15 @@ static int stop_leaves_nothing(unsigned contain_off, unsigned wait_ms)
 	unlink("gc.pid");
 	setup(&f, "orphan", contain_off);
 	warm_ok(&f);
-	pid_t gc = read_pid("gc.pid");
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	/* Out of the worker's session and group, and not its child. */
 	EXPECT_NE(getsid(gc), getsid(mesh_instance_pid(f.w)));
 	EXPECT_NE(getpgid(gc), mesh_instance_pid(f.w));
 	ASSERT_EQ(mesh_instance_exit(f.w), 0);
 	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
-	int went = t_wait_for(gone, &gc, wait_ms);
+	int went = t_wait_for(contain_t_gone, &gc, wait_ms);
 	if (!went)
 		kill(gc, SIGKILL);
 	teardown(&f);
@@ -149,7 +122,7 @@ TEST(contain_pid_is_the_workers_and_crash_report_says_the_signal)
 	setenv("ASAN_OPTIONS", "handle_segv=0", 1);
 	setup(&f, "orphan", 0);
 	warm_ok(&f);
-	pid_t gc = read_pid("gc.pid");
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
 	pid_t pid = mesh_instance_pid(f.w);
 	/* The worker's own process, as seen here: its executable and name. */
@@ -169,7 +142,7 @@ TEST(contain_pid_is_the_workers_and_crash_report_says_the_signal)
 	char *r = mesh_instance_crashed(f.w);
 	EXPECT_CONTAINS(r, "crashed while idle: exit status 139 (killed by SIGSEGV)");
 	free(r);
-	EXPECT_TRUE(t_wait_for(gone, &gc, 3000));
+	EXPECT_TRUE(t_wait_for(contain_t_gone, &gc, 3000));
 	char *log = t_read_file("logs/w.log", NULL);
 	EXPECT_CONTAINS(log, "exited with status 139 (signal SEGV)");
 	free(log);
@@ -189,12 +162,12 @@ TEST(contain_nothing_survives_a_killed_host)
 		for (;;)
 			pause();
 	}
-	pid_t gc = read_pid("gc.pid");
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	kill(host, SIGKILL);
 	waitpid(host, NULL, 0);
-	int went = t_wait_for(gone, &gc, 3000);
+	int went = t_wait_for(contain_t_gone, &gc, 3000);
 	EXPECT_TRUE(went);
 	if (!went)
 		kill(gc, SIGKILL);
@@ -207,7 +180,7 @@ static void rss_of_tree(unsigned contain_off)
 	unlink("gc.pid");
 	setup(&f, "alloc-child", contain_off);
 	warm_ok(&f);
-	pid_t c = read_pid("gc.pid");
+	pid_t c = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(c, 0);
 	uint64_t until = mesh_mono_ns() + S(3);
 	struct mesh_instance_stats st;
