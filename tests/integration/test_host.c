@@ -2,6 +2,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "host/host.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 #include "shm/shm.h"
 
@@ -36,29 +37,14 @@ struct fx {
 /* A catalog "cat" with program w running host_worker in mode, and a host on it. */
 static void setup(struct fx *f, const char *mode, const char *extra)
 {
-	char path[512], m[1024];
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
-	unlink(path);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink: %s", strerror(errno));
+	char m[1024];
 	snprintf(m, sizeof m,
-		 "name = \"w\"\nbackends = [\"native\"]\nargs = [\"%s\", \"child.pid\"]\n[env]\nHW_FLAG = \"yes\"\n"
-		 "[lifecycle]\nready_timeout = \"20s\"\n%s",
-		 mode, extra ? extra : "");
-	t_write_file("cat/w.toml", m);
+		 "args = [\"%s\", \"child.pid\"]\n[env]\nHW_FLAG = \"yes\"\n[lifecycle]\nready_timeout = \"20s\"\n%s", mode,
+		 extra ? extra : "");
+	host_t_program("w", m);
 	static char *env[] = {"MESH_SERVICE_BASE=/svc", "MESH_MODELS=/models", "MESH_SYSTEM=test", NULL};
 	struct mesh_host_cfg cfg = {.logs = "logs", .env = env};
-	char *err = NULL;
-	if (mesh_host_new(&f->h, &cfg, &err))
-		FAIL("host: %s", err);
-	struct mesh_limits_caps caps = *mesh_host_caps(f->h);
-	if (mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &f->img, &err))
-		FAIL("prepare: %s", err);
-	ASSERT_EQ(mesh_instance_new(f->h, &f->img, &f->w), 0);
+	host_t_open(&cfg, "w", &f->h, &f->img, &f->w);
 }
 
 static void teardown(struct fx *f)

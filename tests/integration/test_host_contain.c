@@ -6,6 +6,7 @@
 #include "base/err.h"
 #include "host/host.h"
 #include "integration/contain_t.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -30,28 +31,12 @@ struct fx {
  * as in mesh_host_cfg. */
 static void setup(struct fx *f, const char *mode, unsigned contain_off)
 {
-	char path[512], m[1024];
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
-	unlink(path);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink: %s", strerror(errno));
+	char m[1024];
 	snprintf(m, sizeof m,
-		 "name = \"w\"\nbackends = [\"native\"]\nargs = [\"%s\", \"gc.pid\"]\n"
-		 "[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"1s\"\n",
-		 mode);
-	t_write_file("cat/w.toml", m);
+		 "args = [\"%s\", \"gc.pid\"]\n[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"1s\"\n", mode);
+	host_t_program("w", m);
 	struct mesh_host_cfg cfg = {.logs = "logs", .contain_off = contain_off};
-	char *err = NULL;
-	if (mesh_host_new(&f->h, &cfg, &err))
-		FAIL("host: %s", err);
-	struct mesh_limits_caps caps = *mesh_host_caps(f->h);
-	if (mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &f->img, &err))
-		FAIL("prepare: %s", err);
-	ASSERT_EQ(mesh_instance_new(f->h, &f->img, &f->w), 0);
+	host_t_open(&cfg, "w", &f->h, &f->img, &f->w);
 }
 
 static void teardown(struct fx *f)

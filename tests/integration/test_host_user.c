@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "host/host.h"
 #include "host/manifest.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 #include "shm/shm.h"
 
@@ -27,21 +28,12 @@
 /* Program name running host_worker in mode as user (NULL: no `user`). */
 static void add_program(const char *name, const char *mode, const char *user, const char *env)
 {
-	char path[512], m[2048];
+	char m[2048];
 	/* Workers under other users reach their binary and write nothing here. */
 	chmod(".", 0755);
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/%s", mesh_target_triple(), name);
-	unlink(path);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink: %s", strerror(errno));
-	snprintf(m, sizeof m, "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\"]\n%s%s%s[env]\n%s", name, mode,
-		 user ? "user = " : "", user ? user : "", user ? "\n" : "", env ? env : "");
-	snprintf(path, sizeof path, "cat/%s.toml", name);
-	t_write_file(path, m);
+	snprintf(m, sizeof m, "args = [\"%s\"]\n%s%s%s[env]\n%s", mode, user ? "user = " : "", user ? user : "",
+		 user ? "\n" : "", env ? env : "");
+	host_t_program(name, m);
 }
 
 static struct mesh_host *host(const char *default_user)
