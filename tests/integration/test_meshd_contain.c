@@ -164,19 +164,6 @@ TEST_TIMEOUT(meshd_ps_memory_is_the_whole_tree_and_says_what_is_bounded, 60)
 	EXPECT_EQ(wait_exit(meshd, 15000), 0);
 }
 
-struct log_has {
-	const char *file, *text;
-};
-
-static int log_has(void *arg)
-{
-	struct log_has *a = arg;
-	char *s = t_read_file(a->file, NULL);
-	int ok = s && strstr(s, a->text);
-	free(s);
-	return ok;
-}
-
 /* meshd as root: a program runs as its `user`, and one without runs
  * unprivileged (nobody here), not as root. */
 TEST_TIMEOUT(meshd_workers_run_as_their_user_never_root_by_default, 60)
@@ -195,11 +182,11 @@ TEST_TIMEOUT(meshd_workers_run_as_their_user_never_root_by_default, 60)
 	}
 	ASSERT_EQ(mesh("start who2"), 0);
 	ASSERT_EQ(mesh("start who0"), 0);
-	struct log_has a = {"logs/who.log", "uid=65534 gid=65534"}, b = {"logs/who2.log", "uid=65533 gid=65533"},
+	struct contain_t_log_has a = {"logs/who.log", "uid=65534 gid=65534"}, b = {"logs/who2.log", "uid=65533 gid=65533"},
 		       c = {"logs/who0.log", "uid=0 gid=0"};
-	EXPECT_TRUE(t_wait_for(log_has, &a, 5000));
-	EXPECT_TRUE(t_wait_for(log_has, &b, 5000));
-	EXPECT_TRUE(t_wait_for(log_has, &c, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &a, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &b, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &c, 5000));
 	kill(meshd, SIGTERM);
 	EXPECT_EQ(wait_exit(meshd, 15000), 0);
 }

@@ -3,6 +3,7 @@
  * meshd's slot memfds through /proc, and worker logs (symlinks, mode,
  * size).  The tests run as root and play the other user as uid 4242. */
 #include "host/image.h"
+#include "integration/contain_t.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
 
@@ -187,29 +188,6 @@ static void other_dir(char *dir, size_t n)
 		  0);
 }
 
-/* The first of pid's fds that is a memfd (a slot), or -1. */
-static int memfd_of(pid_t pid)
-{
-	char p[64], link[256];
-	struct dirent *e;
-	int found = -1;
-	snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
-	DIR *d = opendir(p);
-	while (d && found < 0 && (e = readdir(d))) {
-		char fp[512];
-		snprintf(fp, sizeof fp, "%s/%s", p, e->d_name);
-		ssize_t n = readlink(fp, link, sizeof link - 1);
-		if (n > 0) {
-			link[n] = 0;
-			if (strstr(link, "memfd:"))
-				found = atoi(e->d_name);
-		}
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
 TEST(meshd_slots_are_not_reachable_through_proc_by_its_uid)
 {
 	char dir[64], p[128];
@@ -218,7 +196,7 @@ TEST(meshd_slots_are_not_reachable_through_proc_by_its_uid)
 	other_dir(dir, sizeof dir);
 	pid_t meshd = start_meshd(dir, 1, NULL);
 	/* The shell exec'd meshd: same pid. */
-	int fd = memfd_of(meshd);
+	int fd = contain_t_memfd_of(meshd);
 	ASSERT_GE(fd, 0);
 	snprintf(p, sizeof p, "/proc/%d/fd", (int)meshd);
 	ASSERT_EQ(stat(p, &st), 0);
