@@ -1,7 +1,7 @@
 /* Helpers shared by the tests that drive a real meshd (test_meshd*.c,
  * python_t.h): a catalog entry, meshd started and waited for, `mesh` run
- * against it, meshd stopped.  Header-only (static inline); the caller keeps
- * its own output buffer and passes it in. */
+ * against it, a job's JSON, meshd stopped.  Header-only (static inline);
+ * the caller keeps its own output buffer and passes it in. */
 #ifndef MESH_TESTS_MESHD_T_H
 #define MESH_TESTS_MESHD_T_H
 
@@ -19,6 +19,8 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #ifndef SOCK
 #define SOCK "run/meshd.sock"
@@ -126,6 +128,28 @@ static inline int meshd_t_mesh(char *out, size_t cap, int merge, const char *fmt
 	int cmdlen = sp ? (int)(sp - args) : (int)strlen(args);
 	return t_sh(out, cap, merge, "'%s' %.*s --socket " SOCK "%s%s", t_bin("mesh"), cmdlen, args, args + cmdlen,
 		    merge ? "" : " 2>>mesh.err");
+}
+
+/* Job id's object in `mesh jobs --json` (decref it); the output in
+ * out[cap]. */
+static inline json_t *meshd_t_job_json(char *out, size_t cap, unsigned id)
+{
+	ASSERT_EQ(meshd_t_mesh(out, cap, 0, "jobs --json"), 0);
+	json_t *j = json_loads(out, 0, NULL), *e, *found = NULL;
+	size_t i;
+	char ids[16];
+	snprintf(ids, sizeof ids, "%u", id);
+	json_array_foreach(json_object_get(j, "jobs"), i, e) if (!strcmp(json_string_value(json_object_get(e, "id")), ids)) found = e;
+	ASSERT_TRUE(found != NULL);
+	json_incref(found);
+	json_decref(j);
+	return found;
+}
+
+/* The integer member k of o (0 when it has none). */
+static inline int64_t meshd_t_jint(json_t *o, const char *k)
+{
+	return json_integer_value(json_object_get(o, k));
 }
 
 #endif

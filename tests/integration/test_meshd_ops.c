@@ -125,21 +125,12 @@ static unsigned submit(const char *args)
 /* The job's object from `mesh jobs --json` (decref it). */
 static json_t *job_json(unsigned id)
 {
-	ASSERT_EQ(mesh(0, "jobs --json"), 0);
-	json_t *j = json_loads(out, 0, NULL), *e, *found = NULL;
-	size_t i;
-	char ids[16];
-	snprintf(ids, sizeof ids, "%u", id);
-	json_array_foreach(json_object_get(j, "jobs"), i, e) if (!strcmp(json_string_value(json_object_get(e, "id")), ids)) found = e;
-	ASSERT_TRUE(found != NULL);
-	json_incref(found);
-	json_decref(j);
-	return found;
+	return meshd_t_job_json(out, sizeof out, id);
 }
 
 static int64_t jint(json_t *o, const char *k)
 {
-	return json_integer_value(json_object_get(o, k));
+	return meshd_t_jint(o, k);
 }
 
 /* Waits (at most ms) until the job has done >= n chunks; its done count. */
