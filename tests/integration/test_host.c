@@ -1,4 +1,5 @@
 /* The host with real worker processes (tests/workers/host_worker.c). */
+#include "base/asan.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "host/host.h"
@@ -421,15 +422,7 @@ TEST(exec_failure_is_reported)
 	teardown(&f);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
-#ifdef UNDER_ASAN
+#ifdef MESH_UNDER_ASAN
 static const int under_asan = 1;
 #else
 static const int under_asan = 0;
