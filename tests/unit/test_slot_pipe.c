@@ -52,6 +52,18 @@ static void expect_msg(struct mesh_ctl *ctl, enum mesh_ctl_kind kind)
 	ASSERT_EQ(m.kind, kind);
 }
 
+/* A tagger worker on a fresh slot (index, ring bytes as mesh_slot_create
+ * takes them), online with gen 1. */
+static pid_t start(struct mesh_ctl **ctl, struct mesh_slot **s, uint32_t index, size_t ring)
+{
+	pid_t pid = shm_t_fork_worker(ctl, tagger, 0);
+	expect_msg(*ctl, MESH_CTL_READY);
+	ASSERT_EQ(mesh_slot_create(s, index, ring), 0);
+	ASSERT_EQ(mesh_ctl_run(*ctl, *s, 1), 0);
+	expect_msg(*ctl, MESH_CTL_ONLINE);
+	return pid;
+}
+
 static void chunk_hdr(uint8_t h[MESH_CHUNK_HDR], uint64_t cid, uint32_t attempt)
 {
 	for (int i = 0; i < 8; i++)
@@ -76,12 +88,8 @@ static int recv_wait(struct mesh_slot *s, struct mesh_slot_reply *r)
 TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 {
 	struct mesh_ctl *ctl;
-	pid_t pid = shm_t_fork_worker(&ctl, tagger, 0);
-	expect_msg(ctl, MESH_CTL_READY);
 	struct mesh_slot *s;
-	ASSERT_EQ(mesh_slot_create(&s, 2, 4096), 0);
-	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
-	expect_msg(ctl, MESH_CTL_ONLINE);
+	pid_t pid = start(&ctl, &s, 2, 4096);
 
 	/* A plain call first: the pipeline's seqs follow it. */
 	void *rep;
@@ -149,12 +157,8 @@ TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 TEST(slot_pipeline_joins_pieces_and_streamed_parts)
 {
 	struct mesh_ctl *ctl;
-	pid_t pid = shm_t_fork_worker(&ctl, tagger, 0);
-	expect_msg(ctl, MESH_CTL_READY);
 	struct mesh_slot *s;
-	ASSERT_EQ(mesh_slot_create(&s, 2, 4096), 0);
-	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
-	expect_msg(ctl, MESH_CTL_ONLINE);
+	pid_t pid = start(&ctl, &s, 2, 4096);
 	static const char *const in[] = {"big", "parts", "x", "big"};
 	uint32_t seqs[4];
 	uint8_t h[MESH_CHUNK_HDR];
@@ -193,12 +197,8 @@ TEST(slot_pipeline_joins_pieces_and_streamed_parts)
 TEST(slot_pipeline_replies_before_a_crash_are_kept)
 {
 	struct mesh_ctl *ctl;
-	pid_t pid = shm_t_fork_worker(&ctl, tagger, 0);
-	expect_msg(ctl, MESH_CTL_READY);
 	struct mesh_slot *s;
-	ASSERT_EQ(mesh_slot_create(&s, 0, 0), 0);
-	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
-	expect_msg(ctl, MESH_CTL_ONLINE);
+	pid_t pid = start(&ctl, &s, 0, 0);
 	const char *ins[] = {"a", "b", "crash", "c"};
 	uint32_t seq;
 	uint8_t h[MESH_CHUNK_HDR];
