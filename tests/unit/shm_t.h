@@ -1,6 +1,6 @@
 /* Helpers shared by the slot and control-channel tests (test_shm.c,
  * test_shm_pieces.c, test_slot_pipe.c): a forked libmeshworker child on the
- * child end of a control pair, and its reaping.  Header-only (static
+ * child end of a control pair, its reaping, its stop.  Header-only (static
  * inline). */
 #ifndef MESH_TESTS_SHM_T_H
 #define MESH_TESTS_SHM_T_H
@@ -66,6 +66,15 @@ static inline int shm_t_reap(pid_t pid)
 		usleep(2000);
 	}
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Tells the worker on ctl to exit, expects it to exit 0, frees ctl and s. */
+static inline void shm_t_stop(struct mesh_ctl *ctl, struct mesh_slot *s, pid_t pid)
+{
+	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
+	EXPECT_EQ(shm_t_reap(pid), 0);
+	mesh_ctl_free(ctl);
+	mesh_slot_free(s);
 }
 
 #endif

@@ -39,14 +39,6 @@ static pid_t start(struct mesh_ctl **ctl, struct mesh_slot **s, size_t ring, mes
 	return pid;
 }
 
-static void stop(struct mesh_ctl *ctl, struct mesh_slot *s, pid_t pid)
-{
-	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
-	EXPECT_EQ(shm_t_reap(pid), 0);
-	mesh_ctl_free(ctl);
-	mesh_slot_free(s);
-}
-
 static unsigned char pattern(size_t i)
 {
 	return (unsigned char)(i * 31 + (i >> 12));
@@ -95,7 +87,7 @@ TEST(pieces_requests_and_replies_larger_than_the_ring)
 	EXPECT_UEQ(st.requests, nsizes);
 	EXPECT_UEQ(st.replies, nsizes);
 	free(req);
-	stop(ctl, s, pid);
+	shm_t_stop(ctl, s, pid);
 }
 
 /* meshd gives up on a request half-sent (its call timed out while the ring
@@ -120,7 +112,7 @@ TEST(pieces_a_half_sent_request_is_dropped)
 	struct mesh_slot_stats st;
 	ASSERT_EQ(mesh_slot_stats(s, &st), 0);
 	EXPECT_UEQ(st.requests, 2); /* "sleep" and the last: the cut one never reached the handler */
-	stop(ctl, s, pid);
+	shm_t_stop(ctl, s, pid);
 }
 
 /* "N": N parts "part <i>;" 100 ms apart, one of 100000 bytes ('b') after
@@ -216,7 +208,7 @@ TEST(pieces_streamed_parts_arrive_as_they_are_sent)
 	EXPECT_UEQ(st.requests, 3);
 	EXPECT_UEQ(st.replies, 2);
 	EXPECT_UEQ(st.errors, 1);
-	stop(ctl, s, pid);
+	shm_t_stop(ctl, s, pid);
 }
 
 static int cancel_after_one(void *arg, const void *p, size_t n)
@@ -244,7 +236,7 @@ TEST(pieces_a_cancelled_stream_leaves_the_slot_usable)
 	EXPECT_STREQ((char *)rep + 7 + 100000, "end");
 	free(rep);
 	EXPECT_TRUE(mesh_slot_failed(s) == NULL);
-	stop(ctl, s, pid);
+	shm_t_stop(ctl, s, pid);
 }
 
 /* A worker that sends MORE pieces past the 16 MiB message limit fails its

@@ -142,12 +142,7 @@ TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 	EXPECT_STREQ(rep, "-:y");
 	free(rep);
 
-	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
-	int st;
-	waitpid(pid, &st, 0);
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	mesh_ctl_free(ctl);
-	mesh_slot_free(s);
+	shm_t_stop(ctl, s, pid);
 }
 
 /* A chunk's reply larger than the ring comes as MORE pieces, and a worker
@@ -186,12 +181,7 @@ TEST(slot_pipeline_joins_pieces_and_streamed_parts)
 	}
 	EXPECT_UEQ(mesh_slot_in_flight(s), 0);
 	EXPECT_FALSE(mesh_slot_failed(s));
-	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
-	int st;
-	waitpid(pid, &st, 0);
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	mesh_ctl_free(ctl);
-	mesh_slot_free(s);
+	shm_t_stop(ctl, s, pid);
 }
 
 TEST(slot_pipeline_replies_before_a_crash_are_kept)
