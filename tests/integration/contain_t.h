@@ -8,14 +8,13 @@
 
 #include "runner/t.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
-
-#include <dirent.h>
 
 /* Whether the file at path (a char *) exists and is not empty: a t_wait_for
  * condition. */
