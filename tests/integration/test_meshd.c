@@ -2,6 +2,7 @@
  * test's directory from build/examples/echo_worker, real signals. */
 #include "base/exit.h"
 #include "host/image.h"
+#include "integration/contain_t.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
 
@@ -67,19 +68,10 @@ static int mesh_stdout(const char *args)
 	return t_sh(out, sizeof out, 0, "'%s' %s --socket " SOCK " 2>mesh.err", t_bin("mesh"), args);
 }
 
+/* A zombie counts as gone: it holds no memory. */
 static int alive(pid_t pid)
 {
-	/* A zombie counts as gone: it holds no memory. */
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	const char *rp = strrchr(buf, ')');
-	return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+	return !contain_t_gone(&pid);
 }
 
 /* Worker pids from `mesh ps --json` (any "pid" integer > 0 under programs). */
