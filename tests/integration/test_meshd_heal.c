@@ -62,17 +62,8 @@ static void start_meshd(unsigned nofile)
 		_exit(127);
 	}
 	meshd_pid = pid;
-	uint64_t until = t_now_ms() + 15000;
-	for (;;) {
-		int fd = sock_connect();
-		if (fd >= 0) {
-			close(fd);
-			return;
-		}
-		if (t_now_ms() > until)
-			FAIL("meshd did not listen within 15 s");
-		usleep(10000);
-	}
+	if (!t_wait_for(meshd_t_serving, SOCK, 15000))
+		FAIL("meshd did not listen within 15 s");
 }
 
 static void stop_meshd(void)
