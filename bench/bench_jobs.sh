@@ -14,33 +14,14 @@ BUILD=${1:-build}
 B=$(cd "$BUILD" && pwd)
 N=${MESH_BENCH_CHUNKS:-20000}
 NRUN=${MESH_BENCH_RUN_CHUNKS:-1000}
-T=$(mktemp -d)
-MESHD=
-cleanup() {
-	[ -n "$MESHD" ] && kill "$MESHD" 2>/dev/null && wait "$MESHD" 2>/dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-
-case $(uname -m) in
-x86_64) TRIPLE=x86_64-linux-gnu ;;
-aarch64) TRIPLE=aarch64-linux-gnu ;;
-*) echo "   skipped: no catalog triple for $(uname -m)"; exit 0 ;;
-esac
+. "$(dirname "$0")/lib.sh"
 mkdir -p "$T/catalog/$TRIPLE" "$T/logs"
 for p in echo cold; do
 	cp "$B/examples/echo_worker" "$T/catalog/$TRIPLE/$p" || exit 1
 	printf 'name = "%s"\nbackends = ["native"]\nmax_workers = 2\nidle_ttl = "1s"\n' "$p" >"$T/catalog/$p.toml"
 done
 
-S=$T/meshd.sock
-"$B/meshd" --catalog "$T/catalog" --logs "$T/logs" --socket "$S" --state "$T/state" --log-level warn \
-	2>"$T/meshd.err" &
-MESHD=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
-[ -S "$S" ] || { echo "   meshd did not start:"; cat "$T/meshd.err"; exit 1; }
-mesh() { "$B/mesh" "$@" --socket "$S"; }
+bench_start_meshd --state "$T/state"
 now() { date +%s.%N; }
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 job() { curl -s --unix-socket "$S" "http://x/v1/jobs/$1" 2>/dev/null; }

@@ -10,32 +10,14 @@
 BUILD=${1:-build}
 B=$(cd "$BUILD" && pwd)
 N=${MESH_BENCH_CALLS:-100}
-T=$(mktemp -d)
-MESHD=
+. "$(dirname "$0")/lib.sh"
 BEANS=
-cleanup() {
-	[ -n "$MESHD" ] && kill "$MESHD" 2>/dev/null && wait "$MESHD" 2>/dev/null
-	[ -n "$BEANS" ] && kill "$BEANS" 2>/dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-
-case $(uname -m) in
-x86_64) TRIPLE=x86_64-linux-gnu ;;
-aarch64) TRIPLE=aarch64-linux-gnu ;;
-*) echo "   skipped: no catalog triple for $(uname -m)"; exit 0 ;;
-esac
+bench_on_exit() { [ -n "$BEANS" ] && kill "$BEANS" 2>/dev/null; }
 mkdir -p "$T/catalog/$TRIPLE" "$T/logs"
 cp "$B/examples/echo_worker" "$T/catalog/$TRIPLE/echo" || exit 1
 printf 'name = "echo"\nbackends = ["native"]\n' >"$T/catalog/echo.toml"
 
-S=$T/meshd.sock
-"$B/meshd" --catalog "$T/catalog" --logs "$T/logs" --socket "$S" --log-level warn 2>"$T/meshd.err" &
-MESHD=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
-[ -S "$S" ] || { echo "   meshd did not start:"; cat "$T/meshd.err"; exit 1; }
-mesh() { "$B/mesh" "$@" --socket "$S"; }
+bench_start_meshd
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 children() { ps -o pid= --ppid "$1" | wc -l; }

@@ -15,19 +15,7 @@ SRC=${MESH_SRC:-$(pwd)}
 N=${MESH_BENCH_PY_CHUNKS:-20000}
 NRUN=${MESH_BENCH_PY_RUN_CHUNKS:-200}
 PY=/usr/bin/python3
-T=$(mktemp -d)
-MESHD=
-cleanup() {
-	[ -n "$MESHD" ] && kill "$MESHD" 2>/dev/null && wait "$MESHD" 2>/dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-
-case $(uname -m) in
-x86_64) TRIPLE=x86_64-linux-gnu ;;
-aarch64) TRIPLE=aarch64-linux-gnu ;;
-*) echo "   skipped: no catalog triple for $(uname -m)"; exit 0 ;;
-esac
+. "$(dirname "$0")/lib.sh"
 [ -x "$PY" ] || { echo "   skipped: no $PY"; exit 0; }
 [ -f "$B/libmeshworker.so" ] || { echo "   skipped: no $B/libmeshworker.so"; exit 0; }
 
@@ -53,13 +41,7 @@ i=0
 while [ $i -lt "$N" ]; do echo "chunk-$i"; i=$((i + 1)); done >"$T/in.txt"
 head -n "$NRUN" "$T/in.txt" >"$T/in-run.txt"
 
-S=$T/meshd.sock
-"$B/meshd" --catalog "$T/catalog" --logs "$T/logs" --socket "$S" --state "$T/state" --log-level warn \
-	2>"$T/meshd.err" &
-MESHD=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
-[ -S "$S" ] || { echo "   meshd did not start:"; cat "$T/meshd.err"; exit 1; }
+bench_start_meshd --state "$T/state"
 
 # The job, from Python: the two workers started (warm) first, then timed
 # from submit to COMPLETE; the results checked against hashlib here.

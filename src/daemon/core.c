@@ -674,6 +674,16 @@ static int new_worker(struct meshd_core *d, struct program *p)
 	return rc ? rc : (int)p->nw++;
 }
 
+/* After a spawn of wk (rc: how it went) that meshd__gpu_before_spawn
+ * reserved res for (0: nothing): the reservation settled, and the worker's
+ * own kept (and its last one, for ps). */
+static void spawned(struct meshd_core *d, struct worker *wk, uint64_t res, int rc)
+{
+	meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
+	if (res)
+		wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
+}
+
 /* A worker of p that is up or coming up, or a new one warmed; d->mu held.
  * Returns its index or a negative code. */
 static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
@@ -704,9 +714,7 @@ static int pick_or_warm(struct meshd_core *d, struct program *p, char **err)
 	if (rc)
 		return rc;
 	rc = mesh_instance_warm(wk->inst, err);
-	meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
-	if (res)
-		wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
+	spawned(d, wk, res, rc);
 	return rc ? rc : down;
 }
 
@@ -1110,9 +1118,7 @@ static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint
 						return rc;
 					}
 					rc = mesh_instance_launch(wk->inst, d->slots[s], err);
-					meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
-					if (res)
-						wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
+					spawned(d, wk, res, rc);
 					if (rc) {
 						d->slot_taken[s] = 0;
 						pthread_mutex_unlock(&d->mu);
@@ -1606,9 +1612,7 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 				rc = mesh_errf(err, -EAGAIN, "'%s' waited for GPU memory; asking again", name);
 			if (rc == 0) {
 				rc = mesh_instance_launch(wk->inst, d->slots[s], err);
-				meshd__gpu_after_spawn(&d->G, res, wk->inst, rc);
-				if (res)
-					wk->gpu_prev = wk->gpu_res, wk->gpu_res = res;
+				spawned(d, wk, res, rc);
 			}
 			if (rc) {
 				d->slot_taken[s] = 0;

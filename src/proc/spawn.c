@@ -1,3 +1,4 @@
+#include "base/asan.h"
 #include "proc/proc.h"
 #include "proc/spawn_int.h"
 
@@ -40,14 +41,7 @@ struct mesh_proc_spawner {
 
 #define SPAWN_STACK MESH__PROC_STACK
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifdef UNDER_ASAN
+#ifdef MESH_UNDER_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -56,7 +50,7 @@ struct mesh_proc_spawner {
  * stack, would trip over it.  Clean before each use. */
 static void fresh_stack(void *stack)
 {
-#ifdef UNDER_ASAN
+#ifdef MESH_UNDER_ASAN
 	ASAN_UNPOISON_MEMORY_REGION(stack, SPAWN_STACK);
 #else
 	(void)stack;

@@ -2,6 +2,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "host/host.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 #include "shm/shm.h"
 
@@ -46,18 +47,9 @@ static int my_zombies(void)
 
 static void catalog(const char *mode)
 {
-	char path[512], m[512];
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
-	unlink(path);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink");
-	snprintf(m, sizeof m, "name = \"w\"\nbackends = [\"native\"]\nargs = [\"%s\"]\n[lifecycle]\nstop_grace = \"1s\"\n",
-		 mode);
-	t_write_file("cat/w.toml", m);
+	char m[512];
+	snprintf(m, sizeof m, "args = [\"%s\"]\n[lifecycle]\nstop_grace = \"1s\"\n", mode);
+	host_t_program("w", m);
 }
 
 static volatile int loop_stop;

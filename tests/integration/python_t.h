@@ -2,12 +2,13 @@
  * directory py/mesh linked to the sources with the libmeshworker.so under
  * test beside it (the package's second place to look; meshd passes no
  * MESH_* variable), catalog entries running python3, the environment a
- * sanitizer build needs, and a real meshd.  Header-only (static), included
- * by each tests/integration/test_python*.c. */
+ * sanitizer build needs, and a real meshd (meshd_t.h stops it).
+ * Header-only (static), included by each tests/integration/test_python*.c. */
 #ifndef MESH_TESTS_PYTHON_T_H
 #define MESH_TESTS_PYTHON_T_H
 
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -111,17 +112,6 @@ static void add_program(const char *dir, const char *name, const char *script, c
 	t_write_file(path, toml);
 }
 
-static int sock_up(void *arg)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", (const char *)arg);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
 /* A real meshd on run/meshd.sock with the catalog in ./catalog (and, with
  * state, its jobs in ./state), up and answering: its pid. */
 static pid_t start_meshd(int state)
@@ -137,21 +127,11 @@ static pid_t start_meshd(int state)
 		      state ? "--state" : (char *)NULL, "state", (char *)NULL);
 		_exit(127);
 	}
-	if (!t_wait_for(sock_up, "run/meshd.sock", 15000)) {
+	if (!t_wait_for(meshd_t_serving, "run/meshd.sock", 15000)) {
 		char *e = t_read_file("meshd.err", NULL);
 		FAIL("meshd did not come up: %s", e ? e : "");
 	}
 	return pid;
-}
-
-/* SIGTERM, and its exit status (0 expected). */
-static int stop_meshd(pid_t pid)
-{
-	int st;
-	kill(pid, SIGTERM);
-	if (waitpid(pid, &st, 0) != pid)
-		return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 #endif

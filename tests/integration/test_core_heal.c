@@ -6,6 +6,7 @@
 #include "base/err.h"
 #include "daemon/ops.h"
 #include "host/image.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -24,17 +25,9 @@
 /* cat/<name>.toml running tests-workers/host_worker with args. */
 static void program(const char *name, const char *args, const char *extra)
 {
-	char path[512], m[2048];
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/%s", mesh_target_triple(), name);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink");
-	snprintf(m, sizeof m, "name = \"%s\"\nbackends = [\"native\"]\nargs = [%s]\n%s", name, args, extra ? extra : "");
-	snprintf(path, sizeof path, "cat/%s.toml", name);
-	t_write_file(path, m);
+	char m[2048];
+	snprintf(m, sizeof m, "args = [%s]\n%s", args, extra ? extra : "");
+	host_t_program(name, m);
 }
 
 struct core {

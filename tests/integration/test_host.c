@@ -1,7 +1,9 @@
 /* The host with real worker processes (tests/workers/host_worker.c). */
+#include "base/asan.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "host/host.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 #include "shm/shm.h"
 
@@ -27,55 +29,17 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
-struct fx {
-	struct mesh_host *h;
-	struct mesh_image img;
-	struct mesh_instance *w;
-};
-
 /* A catalog "cat" with program w running host_worker in mode, and a host on it. */
-static void setup(struct fx *f, const char *mode, const char *extra)
+static void setup(struct host_t_fx *f, const char *mode, const char *extra)
 {
-	char path[512], m[1024];
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
-	unlink(path);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink: %s", strerror(errno));
+	char m[1024];
 	snprintf(m, sizeof m,
-		 "name = \"w\"\nbackends = [\"native\"]\nargs = [\"%s\", \"child.pid\"]\n[env]\nHW_FLAG = \"yes\"\n"
-		 "[lifecycle]\nready_timeout = \"20s\"\n%s",
-		 mode, extra ? extra : "");
-	t_write_file("cat/w.toml", m);
+		 "args = [\"%s\", \"child.pid\"]\n[env]\nHW_FLAG = \"yes\"\n[lifecycle]\nready_timeout = \"20s\"\n%s", mode,
+		 extra ? extra : "");
+	host_t_program("w", m);
 	static char *env[] = {"MESH_SERVICE_BASE=/svc", "MESH_MODELS=/models", "MESH_SYSTEM=test", NULL};
 	struct mesh_host_cfg cfg = {.logs = "logs", .env = env};
-	char *err = NULL;
-	if (mesh_host_new(&f->h, &cfg, &err))
-		FAIL("host: %s", err);
-	struct mesh_limits_caps caps = *mesh_host_caps(f->h);
-	if (mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &f->img, &err))
-		FAIL("prepare: %s", err);
-	ASSERT_EQ(mesh_instance_new(f->h, &f->img, &f->w), 0);
-}
-
-static void teardown(struct fx *f)
-{
-	mesh_host_free(f->h);
-	mesh_image_release(&f->img);
-}
-
-static void warm_ok(struct fx *f)
-{
-	char *err = NULL;
-	int rc = mesh_instance_warm(f->w, &err);
-	if (rc)
-		FAIL("warm: %s", err);
-	rc = mesh_instance_wait(f->w, ALL_UP, S(20), &err);
-	if (rc)
-		FAIL("wait ready: %s (%s)", err, mesh_strerror(rc));
+	host_t_open(&cfg, "w", f);
 }
 
 static void call_ok(struct mesh_slot *s, const char *msg)
@@ -92,13 +56,13 @@ static void call_ok(struct mesh_slot *s, const char *msg)
 
 TEST(spawn_ready_run_halt_run_exit)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "echo", NULL);
 	struct mesh_slot *s0, *s1;
 	ASSERT_EQ(mesh_slot_create(&s0, 0, 0), 0);
 	ASSERT_EQ(mesh_slot_create(&s1, 1, 0), 0);
-	warm_ok(&f);
+	host_t_warm(&f);
 	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_IDLE);
 	pid_t pid = mesh_instance_pid(f.w);
 	EXPECT_GT(pid, 0);
@@ -146,7 +110,7 @@ TEST(spawn_ready_run_halt_run_exit)
 	EXPECT_CONTAINS(log, "host_worker echo: ready");
 	EXPECT_CONTAINS(log, "exited with status 0");
 	free(log);
-	teardown(&f);
+	host_t_close(&f);
 	mesh_slot_free(s0);
 	mesh_slot_free(s1);
 }
@@ -165,7 +129,7 @@ static void expect_tail(const char *report, const char *what, int first, int las
 
 TEST(crash_before_ready_is_a_crash_not_a_timeout)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "crash-before-ready", NULL);
 	uint64_t t0 = t_now_ms();
@@ -185,12 +149,12 @@ TEST(crash_before_ready_is_a_crash_not_a_timeout)
 	EXPECT_CONTAINS(once, "before ready");
 	free(once);
 	EXPECT_TRUE(mesh_instance_crashed(f.w) == NULL); /* reported once */
-	teardown(&f);
+	host_t_close(&f);
 }
 
 TEST(exit_before_ready_reports_status)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "exit-before-ready", NULL);
 	ASSERT_EQ(mesh_instance_warm(f.w, &err), 0);
@@ -198,12 +162,12 @@ TEST(exit_before_ready_reports_status)
 	EXPECT_CONTAINS(err, "crashed before ready: exit status 3\n");
 	expect_tail(err, "setup", 11, 40);
 	free(err);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 TEST(crash_while_running_fails_the_slot_with_tail)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "crash-on-call", NULL);
 	struct mesh_slot *s;
@@ -248,16 +212,16 @@ TEST(crash_while_running_fails_the_slot_with_tail)
 	char *log = t_read_file("logs/w.log", NULL);
 	EXPECT_CONTAINS(log, "call line 1\n");
 	free(log);
-	teardown(&f);
+	host_t_close(&f);
 	mesh_slot_free(s);
 }
 
 TEST(ignoring_sigterm_gets_sigkill_after_grace)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "ignore-term", "stop_grace = \"600ms\"\n");
-	warm_ok(&f);
+	host_t_warm(&f);
 	uint64_t t0 = t_now_ms();
 	ASSERT_EQ(mesh_instance_exit(f.w), 0);
 	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
@@ -268,17 +232,17 @@ TEST(ignoring_sigterm_gets_sigkill_after_grace)
 	EXPECT_EQ(st.last_exit, 128 + SIGKILL);
 	EXPECT_EQ(st.crashes, 0); /* asked to exit: not a crash */
 	EXPECT_TRUE(mesh_instance_crashed(f.w) == NULL);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 /* The stop sub-machine is the table's: exit sent, then the stop signal at
  * half the grace, then SIGKILL at the grace, each a state a waiter sees. */
 TEST(stop_walks_exit_term_kill_states)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "ignore-term", "stop_grace = \"400ms\"\n");
-	warm_ok(&f);
+	host_t_warm(&f);
 	ASSERT_EQ(mesh_instance_exit(f.w), 0);
 	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_STOPPING_EXIT);
 	/* A stopping worker takes no new work. */
@@ -292,21 +256,21 @@ TEST(stop_walks_exit_term_kill_states)
 	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
 	EXPECT_GE(t_now_ms() - t0, 350);
 	EXPECT_EQ(mesh_instance_stats(f.w).last_exit, 128 + SIGKILL);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 /* A grace of 0: SIGKILL at once, straight to STOPPING_KILL. */
 TEST(stop_with_no_grace_kills_at_once)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "ignore-term", "stop_grace = \"0s\"\n");
-	warm_ok(&f);
+	host_t_warm(&f);
 	ASSERT_EQ(mesh_instance_exit(f.w), 0);
 	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_STOPPING_KILL);
 	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
 	EXPECT_EQ(mesh_instance_stats(f.w).last_exit, 128 + SIGKILL);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 static int child_dead(pid_t c)
@@ -337,10 +301,10 @@ static pid_t read_child(void)
 
 TEST(forked_child_dies_with_the_group)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "fork", "stop_grace = \"2s\"\n");
-	warm_ok(&f);
+	host_t_warm(&f);
 	pid_t c = read_child();
 	ASSERT_GT(c, 0);
 	EXPECT_EQ(getpgid(c), mesh_instance_pid(f.w));
@@ -355,7 +319,7 @@ TEST(forked_child_dies_with_the_group)
 	EXPECT_TRUE(dead);
 	/* And when the leader is killed from outside: a crash, and the group dies. */
 	unlink("child.pid");
-	warm_ok(&f);
+	host_t_warm(&f);
 	c = read_child();
 	kill(mesh_instance_pid(f.w), SIGKILL);
 	EXPECT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), MESH_E_CRASHED);
@@ -370,16 +334,16 @@ TEST(forked_child_dies_with_the_group)
 	char *r = mesh_instance_crashed(f.w);
 	EXPECT_CONTAINS(r, "crashed while idle: exit status 137 (killed by SIGKILL)");
 	free(r);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 TEST(ready_timeout_fails_the_start)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "never-ready", NULL);
 	/* The manifest's 20 s is overridden by a fresh manifest with 300 ms. */
-	teardown(&f);
+	host_t_close(&f);
 	t_write_file("cat/w.toml", "name = \"w\"\nbackends = [\"native\"]\nargs = [\"never-ready\"]\n"
 				   "[lifecycle]\nready_timeout = \"300ms\"\n");
 	struct mesh_host_cfg cfg = {.logs = "logs"};
@@ -393,14 +357,14 @@ TEST(ready_timeout_fails_the_start)
 	EXPECT_CONTAINS(err, "no 'ready' within 300 ms");
 	free(err);
 	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_DOWN);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 TEST(stats_sampled_and_counted)
 {
-	struct fx f;
+	struct host_t_fx f;
 	setup(&f, "echo", NULL);
-	warm_ok(&f);
+	host_t_warm(&f);
 	/* Let the host sample (about once a second). */
 	uint64_t until = mesh_mono_ns() + S(1) + 300 * MESH_NS_PER_MS;
 	while (mesh_mono_ns() < until)
@@ -415,12 +379,12 @@ TEST(stats_sampled_and_counted)
 	EXPECT_EQ(t.spawns, 1);
 	EXPECT_EQ(t.crashes, 0);
 	EXPECT_UEQ(t.rss, st.rss);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 TEST(exec_failure_is_reported)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	setup(&f, "echo", NULL);
 	char path[256];
@@ -432,18 +396,10 @@ TEST(exec_failure_is_reported)
 	EXPECT_CONTAINS(err, "cannot start");
 	free(err);
 	EXPECT_EQ(mesh_instance_state(f.w), MESH_IS_DOWN);
-	teardown(&f);
+	host_t_close(&f);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
-#ifdef UNDER_ASAN
+#ifdef MESH_UNDER_ASAN
 static const int under_asan = 1;
 #else
 static const int under_asan = 0;
@@ -451,11 +407,11 @@ static const int under_asan = 0;
 
 TEST(limits_are_really_applied)
 {
-	struct fx f;
+	struct host_t_fx f;
 	/* An ASan worker reserves terabytes of shadow memory, which RLIMIT_DATA
 	 * (really enforced) refuses: the memory limit is checked in normal builds. */
 	setup(&f, "echo", under_asan ? "[limits]\nopen_files = 64\n" : "[limits]\nmemory = \"256M\"\nopen_files = 64\n");
-	warm_ok(&f);
+	host_t_warm(&f);
 	struct mesh_instance_stats st = mesh_instance_stats(f.w);
 	EXPECT_UEQ(st.limits, MESH_LIM_NOFILE_RLIMIT | (under_asan ? 0 : MESH_LIM_MEMORY_RLIMIT));
 	char p[64];
@@ -465,7 +421,7 @@ TEST(limits_are_really_applied)
 	if (!under_asan)
 		EXPECT_CONTAINS(out, "Max data size             268435456            268435456");
 	EXPECT_CONTAINS(out, "Max open files            64                   64");
-	teardown(&f);
+	host_t_close(&f);
 }
 
 /* meshd SIGKILLed: its worker dies too (PR_SET_PDEATHSIG from the spawner thread). */
@@ -474,9 +430,9 @@ TEST(worker_dies_with_a_killed_host)
 	pid_t host = fork();
 	ASSERT_GE(host, 0);
 	if (host == 0) {
-		struct fx f;
+		struct host_t_fx f;
 		setup(&f, "echo", NULL);
-		warm_ok(&f);
+		host_t_warm(&f);
 		char b[32];
 		snprintf(b, sizeof b, "%d\n", (int)mesh_instance_pid(f.w));
 		t_write_file("worker.pid.tmp", b);

@@ -5,6 +5,8 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "host/host.h"
+#include "integration/contain_t.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -19,109 +21,44 @@
 #define S(x) ((uint64_t)(x) * MESH_NS_PER_S)
 #define ALL_UP (1u << MESH_IS_IDLE | 1u << MESH_IS_RUNNING)
 
-struct fx {
-	struct mesh_host *h;
-	struct mesh_image img;
-	struct mesh_instance *w;
-};
-
 /* Program w runs host_worker in mode (writing pids to gc.pid); contain_off
  * as in mesh_host_cfg. */
-static void setup(struct fx *f, const char *mode, unsigned contain_off)
+static void setup(struct host_t_fx *f, const char *mode, unsigned contain_off)
 {
-	char path[512], m[1024];
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/w", mesh_target_triple());
-	unlink(path);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink: %s", strerror(errno));
+	char m[1024];
 	snprintf(m, sizeof m,
-		 "name = \"w\"\nbackends = [\"native\"]\nargs = [\"%s\", \"gc.pid\"]\n"
-		 "[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"1s\"\n",
-		 mode);
-	t_write_file("cat/w.toml", m);
+		 "args = [\"%s\", \"gc.pid\"]\n[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"1s\"\n", mode);
+	host_t_program("w", m);
 	struct mesh_host_cfg cfg = {.logs = "logs", .contain_off = contain_off};
-	char *err = NULL;
-	if (mesh_host_new(&f->h, &cfg, &err))
-		FAIL("host: %s", err);
-	struct mesh_limits_caps caps = *mesh_host_caps(f->h);
-	if (mesh_image_prepare("cat", "w", &caps, MESH_GPU_NONE, &f->img, &err))
-		FAIL("prepare: %s", err);
-	ASSERT_EQ(mesh_instance_new(f->h, &f->img, &f->w), 0);
-}
-
-static void teardown(struct fx *f)
-{
-	mesh_host_free(f->h);
-	mesh_image_release(&f->img);
-}
-
-static void warm_ok(struct fx *f)
-{
-	char *err = NULL;
-	if (mesh_instance_warm(f->w, &err))
-		FAIL("warm: %s", err);
-	if (mesh_instance_wait(f->w, ALL_UP, S(20), &err))
-		FAIL("wait ready: %s", err);
-}
-
-static int has_file(void *arg)
-{
-	struct stat st;
-	return stat(arg, &st) == 0 && st.st_size > 0;
-}
-
-static pid_t read_pid(const char *path)
-{
-	if (!t_wait_for(has_file, (void *)path, 5000))
-		return -1;
-	char *s = t_read_file(path, NULL);
-	pid_t p = s ? atoi(s) : -1;
-	free(s);
-	return p;
-}
-
-static int gone(void *arg)
-{
-	pid_t pid = *(pid_t *)arg;
-	char p[64];
-	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-	char *st = t_read_file(p, NULL);
-	const char *rp = st ? strrchr(st, ')') : NULL;
-	int g = !st || (rp && (rp[2] == 'Z' || rp[2] == 'X'));
-	free(st);
-	return g;
+	host_t_open(&cfg, "w", f);
 }
 
 /* A stop leaves nothing of the worker; 1 if its grandchild went. */
 static int stop_leaves_nothing(unsigned contain_off, unsigned wait_ms)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	unlink("gc.pid");
 	setup(&f, "orphan", contain_off);
-	warm_ok(&f);
-	pid_t gc = read_pid("gc.pid");
+	host_t_warm(&f);
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	/* Out of the worker's session and group, and not its child. */
 	EXPECT_NE(getsid(gc), getsid(mesh_instance_pid(f.w)));
 	EXPECT_NE(getpgid(gc), mesh_instance_pid(f.w));
 	ASSERT_EQ(mesh_instance_exit(f.w), 0);
 	ASSERT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_DOWN, S(10), &err), 0);
-	int went = t_wait_for(gone, &gc, wait_ms);
+	int went = t_wait_for(contain_t_gone, &gc, wait_ms);
 	if (!went)
 		kill(gc, SIGKILL);
-	teardown(&f);
+	host_t_close(&f);
 	return went;
 }
 
 TEST(contain_stop_leaves_no_setsid_grandchild)
 {
-	struct fx f;
+	struct host_t_fx f;
 	setup(&f, "echo", 0);
 	const struct mesh_limits_caps *caps = mesh_host_caps(f.h);
 	/* Tests run as root: a PID namespace is always possible. */
@@ -129,7 +66,7 @@ TEST(contain_stop_leaves_no_setsid_grandchild)
 	unsigned contain = caps->contain;
 	fprintf(stderr, "containment here: %s%s%s\n", mesh_limits_containment_name(contain), *caps->contain_why ? "; " : "",
 		caps->contain_why);
-	teardown(&f);
+	host_t_close(&f);
 	EXPECT_TRUE(stop_leaves_nothing(0, 3000));
 	/* Each means on its own. */
 	EXPECT_TRUE(stop_leaves_nothing(MESH_CONTAIN_CGROUP, 3000));
@@ -141,15 +78,15 @@ TEST(contain_stop_leaves_no_setsid_grandchild)
 
 TEST(contain_pid_is_the_workers_and_crash_report_says_the_signal)
 {
-	struct fx f;
+	struct host_t_fx f;
 	char *err = NULL;
 	unlink("gc.pid");
 	/* Under ASan (make check) the worker must die of the SIGSEGV itself,
 	 * not exit 1 from ASan's handler; workers get our environment. */
 	setenv("ASAN_OPTIONS", "handle_segv=0", 1);
 	setup(&f, "orphan", 0);
-	warm_ok(&f);
-	pid_t gc = read_pid("gc.pid");
+	host_t_warm(&f);
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
 	pid_t pid = mesh_instance_pid(f.w);
 	/* The worker's own process, as seen here: its executable and name. */
@@ -169,11 +106,11 @@ TEST(contain_pid_is_the_workers_and_crash_report_says_the_signal)
 	char *r = mesh_instance_crashed(f.w);
 	EXPECT_CONTAINS(r, "crashed while idle: exit status 139 (killed by SIGSEGV)");
 	free(r);
-	EXPECT_TRUE(t_wait_for(gone, &gc, 3000));
+	EXPECT_TRUE(t_wait_for(contain_t_gone, &gc, 3000));
 	char *log = t_read_file("logs/w.log", NULL);
 	EXPECT_CONTAINS(log, "exited with status 139 (signal SEGV)");
 	free(log);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 /* The host SIGKILLed: nothing of its workers survives, grandchildren included. */
@@ -183,18 +120,18 @@ TEST(contain_nothing_survives_a_killed_host)
 	pid_t host = fork();
 	ASSERT_GE(host, 0);
 	if (host == 0) {
-		struct fx f;
+		struct host_t_fx f;
 		setup(&f, "orphan", 0);
-		warm_ok(&f);
+		host_t_warm(&f);
 		for (;;)
 			pause();
 	}
-	pid_t gc = read_pid("gc.pid");
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	kill(host, SIGKILL);
 	waitpid(host, NULL, 0);
-	int went = t_wait_for(gone, &gc, 3000);
+	int went = t_wait_for(contain_t_gone, &gc, 3000);
 	EXPECT_TRUE(went);
 	if (!went)
 		kill(gc, SIGKILL);
@@ -203,11 +140,11 @@ TEST(contain_nothing_survives_a_killed_host)
 /* rss is the whole tree's: a child's 50 MiB count. */
 static void rss_of_tree(unsigned contain_off)
 {
-	struct fx f;
+	struct host_t_fx f;
 	unlink("gc.pid");
 	setup(&f, "alloc-child", contain_off);
-	warm_ok(&f);
-	pid_t c = read_pid("gc.pid");
+	host_t_warm(&f);
+	pid_t c = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(c, 0);
 	uint64_t until = mesh_mono_ns() + S(3);
 	struct mesh_instance_stats st;
@@ -219,7 +156,7 @@ static void rss_of_tree(unsigned contain_off)
 	EXPECT_GE(st.procs, 2);
 	struct mesh_host_totals t = mesh_host_totals(f.h);
 	EXPECT_UEQ(t.rss, st.rss);
-	teardown(&f);
+	host_t_close(&f);
 }
 
 TEST(contain_rss_is_the_whole_tree)

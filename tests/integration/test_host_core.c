@@ -3,6 +3,7 @@
 #include "base/err.h"
 #include "daemon/ops.h"
 #include "host/image.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -18,18 +19,9 @@
 
 static void program(const char *name, const char *mode, const char *extra)
 {
-	char path[512], m[1024];
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/%s", mesh_target_triple(), name);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink");
-	snprintf(m, sizeof m, "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\"]\n%s", name, mode,
-		 extra ? extra : "");
-	snprintf(path, sizeof path, "cat/%s.toml", name);
-	t_write_file(path, m);
+	char m[1024];
+	snprintf(m, sizeof m, "args = [\"%s\"]\n%s", mode, extra ? extra : "");
+	host_t_program(name, m);
 }
 
 static void *run_main(void *d)

@@ -5,6 +5,7 @@
 #include "base/err.h"
 #include "host/host.h"
 #include "host/mps.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -54,14 +55,7 @@ static void setup(char *mps, size_t cap)
 	setenv("PATH", path, 1);
 	snprintf(mps, cap, "%s/mps", cwd);
 	mkdir(mps, 0755);
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/g", mesh_target_triple());
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink");
-	t_write_file("cat/g.toml", "name = \"g\"\nbackends = [\"native\"]\ndevice = \"gpu\"\nargs = [\"echo\"]\n");
+	host_t_program("g", "device = \"gpu\"\nargs = [\"echo\"]\n");
 }
 
 TEST(mps_tool_stand_in)

@@ -7,6 +7,8 @@
 #include "base/err.h"
 #include "host/host.h"
 #include "host/manifest.h"
+#include "integration/contain_t.h"
+#include "integration/host_t.h"
 #include "runner/t.h"
 #include "shm/shm.h"
 
@@ -27,21 +29,12 @@
 /* Program name running host_worker in mode as user (NULL: no `user`). */
 static void add_program(const char *name, const char *mode, const char *user, const char *env)
 {
-	char path[512], m[2048];
+	char m[2048];
 	/* Workers under other users reach their binary and write nothing here. */
 	chmod(".", 0755);
-	mkdir("cat", 0755);
-	mkdir("logs", 0755);
-	snprintf(path, sizeof path, "cat/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(path, sizeof path, "cat/%s/%s", mesh_target_triple(), name);
-	unlink(path);
-	if (symlink(t_bin("tests-workers/host_worker"), path) != 0)
-		FAIL("symlink: %s", strerror(errno));
-	snprintf(m, sizeof m, "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\"]\n%s%s%s[env]\n%s", name, mode,
-		 user ? "user = " : "", user ? user : "", user ? "\n" : "", env ? env : "");
-	snprintf(path, sizeof path, "cat/%s.toml", name);
-	t_write_file(path, m);
+	snprintf(m, sizeof m, "args = [\"%s\"]\n%s%s%s[env]\n%s", mode, user ? "user = " : "", user ? user : "",
+		 user ? "\n" : "", env ? env : "");
+	host_t_program(name, m);
 }
 
 static struct mesh_host *host(const char *default_user)
@@ -79,41 +72,6 @@ static long proc_uid(pid_t pid)
 	return u;
 }
 
-struct log_has {
-	const char *file, *text;
-};
-
-static int log_has(void *arg)
-{
-	struct log_has *a = arg;
-	char *s = t_read_file(a->file, NULL);
-	int ok = s && strstr(s, a->text);
-	free(s);
-	return ok;
-}
-
-/* The fd number of a memfd open in pid, or -1. */
-static int memfd_of(pid_t pid)
-{
-	char p[64], fp[384], link[256];
-	snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
-	DIR *d = opendir(p);
-	struct dirent *e;
-	int found = -1;
-	while (d && (e = readdir(d))) {
-		snprintf(fp, sizeof fp, "%s/%s", p, e->d_name);
-		ssize_t n = readlink(fp, link, sizeof link - 1);
-		if (n > 0) {
-			link[n] = 0;
-			if (strstr(link, "memfd:"))
-				found = atoi(e->d_name);
-		}
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
 TEST(user_worker_runs_as_its_manifest_user)
 {
 	add_program("a", "whoami", "\"nobody\"", NULL);
@@ -125,14 +83,14 @@ TEST(user_worker_runs_as_its_manifest_user)
 	struct mesh_image ia, in, ir, id;
 	struct mesh_instance *a = start(h, &ia, "a"), *n = start(h, &in, "n"), *r = start(h, &ir, "r"),
 			     *d = start(h, &id, "d");
-	struct log_has la = {"logs/a.log", "uid=65534 gid=65534"}, ln = {"logs/n.log", "uid=65533 gid=65533"},
+	struct contain_t_log_has la = {"logs/a.log", "uid=65534 gid=65534"}, ln = {"logs/n.log", "uid=65533 gid=65533"},
 		       lr = {"logs/r.log", "uid=0 gid=0"}, ld = {"logs/d.log", "uid=65534"};
-	EXPECT_TRUE(t_wait_for(log_has, &la, 5000));
-	EXPECT_TRUE(t_wait_for(log_has, &ln, 5000));
-	EXPECT_TRUE(t_wait_for(log_has, &lr, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &la, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &ln, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &lr, 5000));
 	/* As root without `user`: the unprivileged default, not root. */
 	EXPECT_STREQ(mesh_limits_default_user(), "nobody");
-	EXPECT_TRUE(t_wait_for(log_has, &ld, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &ld, 5000));
 	EXPECT_EQ(proc_uid(mesh_instance_pid(a)), 65534);
 	EXPECT_EQ(proc_uid(mesh_instance_pid(n)), 65533);
 	EXPECT_EQ(proc_uid(mesh_instance_pid(r)), 0);
@@ -187,7 +145,7 @@ TEST(user_programs_cannot_open_each_others_slot)
 	pid_t pa = mesh_instance_pid(a);
 	/* libmeshworker closes the memfd once mapped; then its control
 	 * socket (fd 3), opened through /proc the same way. */
-	int fd = memfd_of(pa);
+	int fd = contain_t_memfd_of(pa);
 	if (fd < 0)
 		fd = 3;
 	snprintf(env, sizeof env, "HW_PEEK = \"/proc/%d/fd/%d\"\n", (int)pa, fd);
@@ -195,9 +153,9 @@ TEST(user_programs_cannot_open_each_others_slot)
 	add_program("c", "whoami", "\"nobody\"", env);
 	start(h, &ib, "b");
 	start(h, &ic, "c");
-	struct log_has lb = {"logs/b.log", "peek="}, lc = {"logs/c.log", "peek="};
-	ASSERT_TRUE(t_wait_for(log_has, &lb, 5000));
-	ASSERT_TRUE(t_wait_for(log_has, &lc, 5000));
+	struct contain_t_log_has lb = {"logs/b.log", "peek="}, lc = {"logs/c.log", "peek="};
+	ASSERT_TRUE(t_wait_for(contain_t_log_has, &lb, 5000));
+	ASSERT_TRUE(t_wait_for(contain_t_log_has, &lc, 5000));
 	char *b = t_read_file("logs/b.log", NULL), *c = t_read_file("logs/c.log", NULL);
 	EXPECT_CONTAINS(b, "peek=EACCES");
 	/* The same uid gets through the permission check (a socket then

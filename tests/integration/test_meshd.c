@@ -2,6 +2,8 @@
  * test's directory from build/examples/echo_worker, real signals. */
 #include "base/exit.h"
 #include "host/image.h"
+#include "integration/contain_t.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -20,8 +22,6 @@
 
 #include <jansson.h>
 
-#define SOCK "run/meshd.sock"
-
 static char cwd[4096];
 static char out[65536];
 
@@ -33,20 +33,7 @@ static const char *triple(void)
 
 static void add_program(const char *name, const char *binary, const char *extra_toml)
 {
-	char path[8192], toml[4096];
-	int rc;
-	snprintf(path, sizeof path, "catalog/%s", triple());
-	mkdir("catalog", 0755);
-	mkdir(path, 0755);
-	rc = t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/%s'", binary, triple(), name);
-	ASSERT_EQ(rc, 0);
-	snprintf(toml, sizeof toml,
-		 "name = \"%s\"\n"
-		 "backends = [\"native\"]\n"
-		 "%s",
-		 name, extra_toml ? extra_toml : "");
-	snprintf(path, sizeof path, "catalog/%s.toml", name);
-	t_write_file(path, toml);
+	meshd_t_add_program(out, sizeof out, name, binary, extra_toml);
 }
 
 /* A program that prints 40 numbered lines and dies of SIGSEGV before ready. */
@@ -58,45 +45,16 @@ static void add_crasher(void)
 }
 
 static pid_t meshd_pid;
-static int notify_fd = -1;
 
 /* Starts meshd on SOCK with a NOTIFY_SOCKET of our own and waits for READY=1. */
 static pid_t start_meshd(const char *extra_args)
 {
-	char npath[4200], cmd[16384], buf[256];
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char msg[256];
 	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
 		FAIL("getcwd");
-	mkdir("logs", 0755);
-	snprintf(npath, sizeof npath, "%s/notify.sock", cwd);
-	unlink(npath);
-	if (notify_fd >= 0)
-		close(notify_fd);
-	notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	ASSERT_GE(notify_fd, 0);
-	ASSERT_LT(strlen(npath), sizeof sa.sun_path);
-	strcpy(sa.sun_path, npath);
-	ASSERT_EQ(bind(notify_fd, (struct sockaddr *)&sa, sizeof sa), 0);
-	snprintf(cmd, sizeof cmd, "exec '%s' --catalog catalog --logs logs --socket " SOCK " %s 2>>meshd.err",
-		 t_bin("meshd"), extra_args ? extra_args : "");
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		setenv("NOTIFY_SOCKET", npath, 1);
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	struct pollfd pfd = {.fd = notify_fd, .events = POLLIN};
-	if (poll(&pfd, 1, 15000) != 1) {
-		char *err = t_read_file("meshd.err", NULL);
-		FAIL("no READY=1 from meshd within 15 s; its stderr: %s", err ? err : "");
-	}
-	ssize_t n = recv(notify_fd, buf, sizeof buf - 1, 0);
-	ASSERT_GT(n, 0);
-	buf[n] = 0;
-	EXPECT_CONTAINS(buf, "READY=1");
-	meshd_pid = pid;
-	return pid;
+	meshd_pid = meshd_t_start_notified(extra_args, msg, sizeof msg);
+	EXPECT_CONTAINS(msg, "READY=1");
+	return meshd_pid;
 }
 
 /* Runs `mesh ARGS --socket SOCK`; the exit status, output in out. */
@@ -110,19 +68,10 @@ static int mesh_stdout(const char *args)
 	return t_sh(out, sizeof out, 0, "'%s' %s --socket " SOCK " 2>mesh.err", t_bin("mesh"), args);
 }
 
+/* A zombie counts as gone: it holds no memory. */
 static int alive(pid_t pid)
 {
-	/* A zombie counts as gone: it holds no memory. */
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	const char *rp = strrchr(buf, ')');
-	return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+	return !contain_t_gone(&pid);
 }
 
 /* Worker pids from `mesh ps --json` (any "pid" integer > 0 under programs). */

@@ -3,6 +3,8 @@
  * stop` or after `kill -9` of meshd; `mesh ps` says how workers are held,
  * counts the memory of the whole tree, and says what a memory limit bounds. */
 #include "host/image.h"
+#include "integration/contain_t.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -16,25 +18,15 @@
 
 #include <jansson.h>
 
-#define SOCK "run/meshd.sock"
-
 static char out[65536];
 
 /* Program name running host_worker in mode, writing pids to <cwd>/name.pid. */
 static void add_worker(const char *name, const char *mode, const char *extra)
 {
-	char path[8192], toml[8192], cwd[4096];
+	char tail[12000], cwd[4096];
 	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
-	mkdir("catalog", 0755);
-	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/%s'", t_bin("tests-workers/host_worker"),
-		       mesh_target_triple(), name),
-		  0);
-	snprintf(toml, sizeof toml, "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\", \"%s/%s.pid\"]\n%s", name,
-		 mode, cwd, name, extra ? extra : "");
-	snprintf(path, sizeof path, "catalog/%s.toml", name);
-	t_write_file(path, toml);
+	snprintf(tail, sizeof tail, "args = [\"%s\", \"%s/%s.pid\"]\n%s", mode, cwd, name, extra ? extra : "");
+	meshd_t_add_program(out, sizeof out, name, t_bin("tests-workers/host_worker"), tail);
 }
 
 static int serving(void *arg)
@@ -65,34 +57,6 @@ static pid_t start_meshd(void)
 static int mesh(const char *args)
 {
 	return t_sh(out, sizeof out, 0, "'%s' %s --socket " SOCK " 2>mesh.err", t_bin("mesh"), args);
-}
-
-static int has_file(void *arg)
-{
-	struct stat st;
-	return stat(arg, &st) == 0 && st.st_size > 0;
-}
-
-static pid_t read_pid(const char *path)
-{
-	if (!t_wait_for(has_file, (void *)path, 10000))
-		return -1;
-	char *s = t_read_file(path, NULL);
-	pid_t p = s ? atoi(s) : -1;
-	free(s);
-	return p;
-}
-
-static int gone(void *arg)
-{
-	pid_t pid = *(pid_t *)arg;
-	char p[64];
-	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-	char *st = t_read_file(p, NULL);
-	const char *rp = st ? strrchr(st, ')') : NULL;
-	int g = !st || (rp && (rp[2] == 'Z' || rp[2] == 'X'));
-	free(st);
-	return g;
 }
 
 static int wait_exit(pid_t pid, unsigned ms)
@@ -129,9 +93,9 @@ TEST_TIMEOUT(meshd_stop_leaves_no_setsid_grandchild, 60)
 	add_worker("orphan", "orphan", NULL);
 	pid_t meshd = start_meshd();
 	ASSERT_EQ(mesh("start orphan"), 0);
-	pid_t gc = read_pid("orphan.pid");
+	pid_t gc = contain_t_read_pid("orphan.pid", 10000);
 	ASSERT_GT(gc, 0);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	/* ps says how workers are held, and the pid it gives is the worker's. */
 	ASSERT_EQ(mesh("ps"), 0);
 	EXPECT_CONTAINS(out, "containment of workers: ");
@@ -147,7 +111,7 @@ TEST_TIMEOUT(meshd_stop_leaves_no_setsid_grandchild, 60)
 	EXPECT_STREQ(comm, "orphan\n");
 	free(comm);
 	ASSERT_EQ(mesh("stop orphan"), 0);
-	int went = t_wait_for(gone, &gc, 3000);
+	int went = t_wait_for(contain_t_gone, &gc, 3000);
 	EXPECT_TRUE(went);
 	if (!went)
 		kill(gc, SIGKILL);
@@ -160,12 +124,12 @@ TEST_TIMEOUT(meshd_kill9_leaves_no_setsid_grandchild, 60)
 	add_worker("orphan", "orphan", NULL);
 	pid_t meshd = start_meshd();
 	ASSERT_EQ(mesh("start orphan"), 0);
-	pid_t gc = read_pid("orphan.pid");
+	pid_t gc = contain_t_read_pid("orphan.pid", 10000);
 	ASSERT_GT(gc, 0);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	kill(meshd, SIGKILL);
 	EXPECT_EQ(wait_exit(meshd, 5000), 128 + SIGKILL);
-	int went = t_wait_for(gone, &gc, 3000);
+	int went = t_wait_for(contain_t_gone, &gc, 3000);
 	EXPECT_TRUE(went);
 	if (!went)
 		kill(gc, SIGKILL);
@@ -177,7 +141,7 @@ TEST_TIMEOUT(meshd_ps_memory_is_the_whole_tree_and_says_what_is_bounded, 60)
 	add_worker("limited", "echo", "[limits]\nmemory = \"64M\"\n");
 	pid_t meshd = start_meshd();
 	ASSERT_EQ(mesh("start alloc"), 0);
-	ASSERT_GT(read_pid("alloc.pid"), 0);
+	ASSERT_GT(contain_t_read_pid("alloc.pid", 10000), 0);
 	/* Sampled about once a second. */
 	long long rss = 0, procs = 0;
 	uint64_t end = t_now_ms() + 5000;
@@ -200,19 +164,6 @@ TEST_TIMEOUT(meshd_ps_memory_is_the_whole_tree_and_says_what_is_bounded, 60)
 	EXPECT_EQ(wait_exit(meshd, 15000), 0);
 }
 
-struct log_has {
-	const char *file, *text;
-};
-
-static int log_has(void *arg)
-{
-	struct log_has *a = arg;
-	char *s = t_read_file(a->file, NULL);
-	int ok = s && strstr(s, a->text);
-	free(s);
-	return ok;
-}
-
 /* meshd as root: a program runs as its `user`, and one without runs
  * unprivileged (nobody here), not as root. */
 TEST_TIMEOUT(meshd_workers_run_as_their_user_never_root_by_default, 60)
@@ -231,11 +182,11 @@ TEST_TIMEOUT(meshd_workers_run_as_their_user_never_root_by_default, 60)
 	}
 	ASSERT_EQ(mesh("start who2"), 0);
 	ASSERT_EQ(mesh("start who0"), 0);
-	struct log_has a = {"logs/who.log", "uid=65534 gid=65534"}, b = {"logs/who2.log", "uid=65533 gid=65533"},
+	struct contain_t_log_has a = {"logs/who.log", "uid=65534 gid=65534"}, b = {"logs/who2.log", "uid=65533 gid=65533"},
 		       c = {"logs/who0.log", "uid=0 gid=0"};
-	EXPECT_TRUE(t_wait_for(log_has, &a, 5000));
-	EXPECT_TRUE(t_wait_for(log_has, &b, 5000));
-	EXPECT_TRUE(t_wait_for(log_has, &c, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &a, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &b, 5000));
+	EXPECT_TRUE(t_wait_for(contain_t_log_has, &c, 5000));
 	kill(meshd, SIGTERM);
 	EXPECT_EQ(wait_exit(meshd, 15000), 0);
 }

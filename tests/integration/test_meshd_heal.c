@@ -3,6 +3,7 @@
  * call, a crash loop ends FAILED in `mesh ps`, and running out of file
  * descriptors does not make meshd spin.  The real meshd and mesh binaries. */
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -19,25 +20,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define SOCK "run/meshd.sock"
-
 static char out[65536];
 static pid_t meshd_pid;
 
 /* catalog/<name>.toml running a copy of tests-workers/host_worker. */
 static void add_program(const char *name, const char *args, const char *extra)
 {
-	char path[4096], toml[2048];
-	mkdir("catalog", 0755);
-	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/%s'", t_bin("tests-workers/host_worker"),
-		       mesh_target_triple(), name),
-		  0);
-	snprintf(toml, sizeof toml, "name = \"%s\"\nbackends = [\"native\"]\nargs = [%s]\n%s", name, args,
-		 extra ? extra : "");
-	snprintf(path, sizeof path, "catalog/%s.toml", name);
-	t_write_file(path, toml);
+	char tail[4096];
+	snprintf(tail, sizeof tail, "args = [%s]\n%s", args, extra ? extra : "");
+	meshd_t_add_program(out, sizeof out, name, t_bin("tests-workers/host_worker"), tail);
 }
 
 static int sock_connect(void)
@@ -71,17 +62,8 @@ static void start_meshd(unsigned nofile)
 		_exit(127);
 	}
 	meshd_pid = pid;
-	uint64_t until = t_now_ms() + 15000;
-	for (;;) {
-		int fd = sock_connect();
-		if (fd >= 0) {
-			close(fd);
-			return;
-		}
-		if (t_now_ms() > until)
-			FAIL("meshd did not listen within 15 s");
-		usleep(10000);
-	}
+	if (!t_wait_for(meshd_t_serving, SOCK, 15000))
+		FAIL("meshd did not listen within 15 s");
 }
 
 static void stop_meshd(void)

@@ -4,6 +4,7 @@
  * signals, a state directory in the test's own directory. */
 #include "base/exit.h"
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -21,22 +22,13 @@
 
 #include <jansson.h>
 
-#define SOCK "run/meshd.sock"
-
 static char cwd[4096];
 static char out[1 << 20];
 static pid_t meshd_pid;
 
 static void add_program(const char *name, const char *binary, const char *extra_toml)
 {
-	char path[8192], toml[20000];
-	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
-	mkdir("catalog", 0755);
-	mkdir(path, 0755);
-	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/%s'", binary, mesh_target_triple(), name), 0);
-	snprintf(toml, sizeof toml, "name = \"%s\"\nbackends = [\"native\"]\n%s", name, extra_toml ? extra_toml : "");
-	snprintf(path, sizeof path, "catalog/%s.toml", name);
-	t_write_file(path, toml);
+	meshd_t_add_program(out, sizeof out, name, binary, extra_toml);
 }
 
 static void add_job_worker(const char *name, unsigned max_workers, const char *ttl)
@@ -54,35 +46,8 @@ static void add_job_worker(const char *name, unsigned max_workers, const char *t
 /* Starts meshd with --state state, waits for READY=1 (its notify socket). */
 static pid_t start_meshd(void)
 {
-	char npath[4200], cmd[16384], buf[256];
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	mkdir("logs", 0755);
-	snprintf(npath, sizeof npath, "%s/notify.sock", cwd);
-	unlink(npath);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	ASSERT_GE(fd, 0);
-	ASSERT_LT(strlen(npath), sizeof sa.sun_path);
-	strcpy(sa.sun_path, npath);
-	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-	snprintf(cmd, sizeof cmd,
-		 "exec '%s' --catalog catalog --logs logs --socket " SOCK " --state state 2>>meshd.err", t_bin("meshd"));
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		setenv("NOTIFY_SOCKET", npath, 1);
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	struct pollfd pfd = {.fd = fd, .events = POLLIN};
-	if (poll(&pfd, 1, 15000) != 1) {
-		char *err = t_read_file("meshd.err", NULL);
-		FAIL("no READY=1 from meshd within 15 s; its stderr: %s", err ? err : "");
-	}
-	ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
-	close(fd);
-	ASSERT_GT(n, 0);
-	meshd_pid = pid;
-	return pid;
+	meshd_pid = meshd_t_start_notified("--state state", NULL, 0);
+	return meshd_pid;
 }
 
 static void setup(void)
@@ -93,20 +58,7 @@ static void setup(void)
 }
 
 /* `mesh ARGS --socket SOCK`: exit status; stdout (and stderr when merge) in out. */
-static int mesh(int merge, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int mesh(int merge, const char *fmt, ...)
-{
-	char args[8192];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof args, fmt, ap);
-	va_end(ap);
-	/* --socket right after the command: after ::: it would be a chunk. */
-	char *sp = strchr(args, ' ');
-	int cmdlen = sp ? (int)(sp - args) : (int)strlen(args);
-	return t_sh(out, sizeof out, merge, "'%s' %.*s --socket " SOCK "%s%s", t_bin("mesh"), cmdlen, args,
-		    args + cmdlen, merge ? "" : " 2>>mesh.err");
-}
+#define mesh(merge, ...) meshd_t_mesh(out, sizeof out, (merge), __VA_ARGS__)
 
 /* Submits; the job id. */
 static unsigned submit(const char *args)
@@ -121,21 +73,12 @@ static unsigned submit(const char *args)
 /* GET /v1/jobs/<id> through `mesh jobs --json`: the job's object (decref it). */
 static json_t *job_json(unsigned id)
 {
-	ASSERT_EQ(mesh(0, "jobs --json"), 0);
-	json_t *j = json_loads(out, 0, NULL), *arr = json_object_get(j, "jobs"), *e, *found = NULL;
-	size_t i;
-	char ids[16];
-	snprintf(ids, sizeof ids, "%u", id);
-	json_array_foreach(arr, i, e) if (!strcmp(json_string_value(json_object_get(e, "id")), ids)) found = e;
-	ASSERT_TRUE(found != NULL);
-	json_incref(found);
-	json_decref(j);
-	return found;
+	return meshd_t_job_json(out, sizeof out, id);
 }
 
 static int64_t jint(json_t *o, const char *k)
 {
-	return json_integer_value(json_object_get(o, k));
+	return meshd_t_jint(o, k);
 }
 
 /* `mesh job status` on a meshd job's journal, lock dir and lease name. */
@@ -177,18 +120,10 @@ static void expected(char *buf, size_t cap, const char *const *ins, size_t n)
 		k += (size_t)snprintf(buf + k, cap - k, "%zu:%s\n", i, ins[i]);
 }
 
-static int wait_pid(pid_t pid)
-{
-	int st;
-	if (waitpid(pid, &st, 0) != pid)
-		return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 static void stop_meshd(void)
 {
-	kill(meshd_pid, SIGTERM);
-	EXPECT_EQ(wait_pid(meshd_pid), 0);
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_submit_wait_results_with_the_example_echo_worker, 60)
@@ -376,7 +311,7 @@ TEST_TIMEOUT(jobs_meshd_sigkilled_mid_job_finishes_exactly_once, 90)
 	int64_t before = jint(j, "done");
 	json_decref(j);
 	ASSERT_EQ(kill(meshd_pid, SIGKILL), 0);
-	ASSERT_EQ(wait_pid(meshd_pid), 128 + SIGKILL);
+	ASSERT_EQ(meshd_t_wait(meshd_pid), 128 + SIGKILL);
 	start_meshd();
 	EXPECT_EQ(mesh(0, "wait %u", id), 0);
 	j = job_json(id);
@@ -521,7 +456,7 @@ TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 		if (step == 2 || step == 5) {
 			/* meshd itself, mid-job; then the same state again. */
 			ASSERT_EQ(kill(meshd_pid, SIGKILL), 0);
-			ASSERT_EQ(wait_pid(meshd_pid), 128 + SIGKILL);
+			ASSERT_EQ(meshd_t_wait(meshd_pid), 128 + SIGKILL);
 			start_meshd();
 			meshd_kills++;
 			continue;

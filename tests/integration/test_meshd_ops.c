@@ -4,6 +4,7 @@
  * (JOBTEST_VERSION, set by the manifest's [env], so a new version is a
  * new image). */
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -20,8 +21,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-
-#define SOCK "run/meshd.sock"
 
 static char cwd[4096];
 static char out[1 << 20];
@@ -58,37 +57,11 @@ static void jw(const char *version)
 /* Starts meshd (extra: more options), waits for READY=1. */
 static void start_meshd(const char *extra)
 {
-	char npath[4200], cmd[16384], buf[256];
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char args[8192];
 	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
 		FAIL("getcwd");
-	mkdir("logs", 0755);
-	snprintf(npath, sizeof npath, "%s/notify.sock", cwd);
-	unlink(npath);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	ASSERT_GE(fd, 0);
-	ASSERT_LT(strlen(npath), sizeof sa.sun_path);
-	strcpy(sa.sun_path, npath);
-	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-	snprintf(cmd, sizeof cmd,
-		 "exec '%s' --catalog catalog --logs logs --socket " SOCK " --state state %s 2>>meshd.err", t_bin("meshd"),
-		 extra);
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		setenv("NOTIFY_SOCKET", npath, 1);
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	struct pollfd pfd = {.fd = fd, .events = POLLIN};
-	if (poll(&pfd, 1, 15000) != 1) {
-		char *err = t_read_file("meshd.err", NULL);
-		FAIL("no READY=1 from meshd within 15 s; its stderr: %s", err ? err : "");
-	}
-	ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
-	close(fd);
-	ASSERT_GT(n, 0);
-	meshd_pid = pid;
+	snprintf(args, sizeof args, "--state state %s", extra);
+	meshd_pid = meshd_t_start_notified(args, NULL, 0);
 }
 
 static void stop_meshd(void)
@@ -100,19 +73,7 @@ static void stop_meshd(void)
 }
 
 /* `mesh CMD --socket SOCK ARGS`: exit status; stdout (and stderr when merge) in out. */
-static int mesh(int merge, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int mesh(int merge, const char *fmt, ...)
-{
-	char args[8192];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof args, fmt, ap);
-	va_end(ap);
-	char *sp = strchr(args, ' ');
-	int cmdlen = sp ? (int)(sp - args) : (int)strlen(args);
-	return t_sh(out, sizeof out, merge, "'%s' %.*s --socket " SOCK "%s%s", t_bin("mesh"), cmdlen, args,
-		    args + cmdlen, merge ? "" : " 2>>mesh.err");
-}
+#define mesh(merge, ...) meshd_t_mesh(out, sizeof out, (merge), __VA_ARGS__)
 
 /* The program's object in `mesh ps --json` (decref it), or NULL. */
 static json_t *ps_program(const char *name)
@@ -164,21 +125,12 @@ static unsigned submit(const char *args)
 /* The job's object from `mesh jobs --json` (decref it). */
 static json_t *job_json(unsigned id)
 {
-	ASSERT_EQ(mesh(0, "jobs --json"), 0);
-	json_t *j = json_loads(out, 0, NULL), *e, *found = NULL;
-	size_t i;
-	char ids[16];
-	snprintf(ids, sizeof ids, "%u", id);
-	json_array_foreach(json_object_get(j, "jobs"), i, e) if (!strcmp(json_string_value(json_object_get(e, "id")), ids)) found = e;
-	ASSERT_TRUE(found != NULL);
-	json_incref(found);
-	json_decref(j);
-	return found;
+	return meshd_t_job_json(out, sizeof out, id);
 }
 
 static int64_t jint(json_t *o, const char *k)
 {
-	return json_integer_value(json_object_get(o, k));
+	return meshd_t_jint(o, k);
 }
 
 /* Waits (at most ms) until the job has done >= n chunks; its done count. */

@@ -3,6 +3,8 @@
  * meshd's slot memfds through /proc, and worker logs (symlinks, mode,
  * size).  The tests run as root and play the other user as uid 4242. */
 #include "host/image.h"
+#include "integration/contain_t.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <dirent.h>
@@ -20,7 +22,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define SOCK "run/meshd.sock"
 #define OTHER 4242
 
 static char out[65536];
@@ -30,17 +31,6 @@ static void become_other(void)
 {
 	if (setgroups(0, NULL) < 0 || setresgid(OTHER, OTHER, OTHER) < 0 || setresuid(OTHER, OTHER, OTHER) < 0)
 		_exit(120);
-}
-
-static int serving(void *arg)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
-	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", (const char *)arg);
-	ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-	if (fd >= 0)
-		close(fd);
-	return ok;
 }
 
 /* Starts meshd in dir (as OTHER when as_other; "." makes its catalog and
@@ -64,20 +54,11 @@ static pid_t start_meshd(const char *dir, int as_other, const char *extra)
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
-	if (!t_wait_for(serving, sock, 10000)) {
+	if (!t_wait_for(meshd_t_serving, sock, 10000)) {
 		kill(pid, SIGKILL);
 		FAIL("meshd did not serve %s within 10 s", sock);
 	}
 	return pid;
-}
-
-static int stop_meshd(pid_t pid)
-{
-	int st;
-	kill(pid, SIGTERM);
-	if (waitpid(pid, &st, 0) != pid)
-		return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* meshd run to its answer (5 s at most): its exit status, stderr in out. */
@@ -126,7 +107,7 @@ TEST(meshd_creates_its_socket_dir_private_and_socket_0600)
 	ASSERT_EQ(lstat(SOCK, &st), 0);
 	EXPECT_TRUE(S_ISSOCK(st.st_mode));
 	EXPECT_EQ(st.st_mode & 0777, 0600);
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 }
 
 /* A listener that is not us: bound here as root, listening as OTHER (the
@@ -207,29 +188,6 @@ static void other_dir(char *dir, size_t n)
 		  0);
 }
 
-/* The first of pid's fds that is a memfd (a slot), or -1. */
-static int memfd_of(pid_t pid)
-{
-	char p[64], link[256];
-	struct dirent *e;
-	int found = -1;
-	snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
-	DIR *d = opendir(p);
-	while (d && found < 0 && (e = readdir(d))) {
-		char fp[512];
-		snprintf(fp, sizeof fp, "%s/%s", p, e->d_name);
-		ssize_t n = readlink(fp, link, sizeof link - 1);
-		if (n > 0) {
-			link[n] = 0;
-			if (strstr(link, "memfd:"))
-				found = atoi(e->d_name);
-		}
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
 TEST(meshd_slots_are_not_reachable_through_proc_by_its_uid)
 {
 	char dir[64], p[128];
@@ -238,7 +196,7 @@ TEST(meshd_slots_are_not_reachable_through_proc_by_its_uid)
 	other_dir(dir, sizeof dir);
 	pid_t meshd = start_meshd(dir, 1, NULL);
 	/* The shell exec'd meshd: same pid. */
-	int fd = memfd_of(meshd);
+	int fd = contain_t_memfd_of(meshd);
 	ASSERT_GE(fd, 0);
 	snprintf(p, sizeof p, "/proc/%d/fd", (int)meshd);
 	ASSERT_EQ(stat(p, &st), 0);
@@ -254,7 +212,7 @@ TEST(meshd_slots_are_not_reachable_through_proc_by_its_uid)
 	ASSERT_EQ(waitpid(c, &status, 0), c);
 	EXPECT_TRUE(WIFEXITED(status));
 	EXPECT_EQ(WEXITSTATUS(status), 0); /* 1: a same-uid process opened a slot */
-	EXPECT_EQ(stop_meshd(meshd), 0);
+	EXPECT_EQ(meshd_t_stop(meshd), 0);
 	t_sh(out, sizeof out, 1, "rm -rf '%s'", dir);
 }
 
@@ -290,7 +248,7 @@ TEST(meshd_worker_log_refuses_a_symlink)
 	char *t = t_read_file("target", NULL);
 	EXPECT_STREQ(t, "untouched\n");
 	free(t);
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 }
 
 TEST(meshd_worker_log_is_private)
@@ -302,7 +260,7 @@ TEST(meshd_worker_log_is_private)
 	EXPECT_NE(mesh("start talker"), 0);
 	ASSERT_EQ(lstat("logs/talker.log", &st), 0);
 	EXPECT_EQ(st.st_mode & 0777, 0600);
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 }
 
 TEST(meshd_worker_log_rotates_at_log_max)
@@ -331,5 +289,5 @@ TEST(meshd_worker_log_rotates_at_log_max)
 	EXPECT_TRUE(strstr(cur, "talk-line-1\n") == NULL || strstr(old, "talk-line-1\n") == NULL);
 	free(cur);
 	free(old);
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 }

@@ -2,6 +2,7 @@
  * the real meshd and mesh binaries, tests-workers/stream_worker. */
 #include "base/exit.h"
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -19,58 +20,18 @@
 
 #include <jansson.h>
 
-#define SOCK "run/meshd.sock"
-
-static char cwd[4096];
 static char out[65536];
 static pid_t meshd_pid;
 
 static void add_program(const char *name, const char *extra_toml)
 {
-	char path[8192], toml[4096];
-	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
-	mkdir("catalog", 0755);
-	mkdir(path, 0755);
-	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/%s'", t_bin("tests-workers/stream_worker"),
-		       mesh_target_triple(), name),
-		  0);
-	snprintf(toml, sizeof toml, "name = \"%s\"\nbackends = [\"native\"]\n%s", name, extra_toml ? extra_toml : "");
-	snprintf(path, sizeof path, "catalog/%s.toml", name);
-	t_write_file(path, toml);
+	meshd_t_add_program(out, sizeof out, name, t_bin("tests-workers/stream_worker"), extra_toml);
 }
 
 /* Starts meshd on SOCK and waits for its READY=1 (sd_notify). */
 static void start_meshd(const char *extra_args)
 {
-	char npath[4200], cmd[16384], buf[256];
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (!getcwd(cwd, sizeof cwd))
-		FAIL("getcwd");
-	mkdir("logs", 0755);
-	snprintf(npath, sizeof npath, "%s/notify.sock", cwd);
-	int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	ASSERT_GE(nfd, 0);
-	ASSERT_LT(strlen(npath), sizeof sa.sun_path);
-	strcpy(sa.sun_path, npath);
-	ASSERT_EQ(bind(nfd, (struct sockaddr *)&sa, sizeof sa), 0);
-	snprintf(cmd, sizeof cmd, "exec '%s' --catalog catalog --logs logs --socket " SOCK " %s 2>>meshd.err",
-		 t_bin("meshd"), extra_args ? extra_args : "");
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		setenv("NOTIFY_SOCKET", npath, 1);
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	struct pollfd pfd = {.fd = nfd, .events = POLLIN};
-	if (poll(&pfd, 1, 15000) != 1) {
-		char *err = t_read_file("meshd.err", NULL);
-		FAIL("no READY=1 from meshd within 15 s; its stderr: %s", err ? err : "");
-	}
-	ssize_t n = recv(nfd, buf, sizeof buf - 1, 0);
-	ASSERT_GT(n, 0);
-	close(nfd);
-	meshd_pid = pid;
+	meshd_pid = meshd_t_start_notified(extra_args, NULL, 0);
 }
 
 static void stop_meshd(void)

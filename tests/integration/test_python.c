@@ -340,7 +340,7 @@ TEST_TIMEOUT(python_client_against_meshd, 60)
 	t_write_file("client.py", client_py);
 	pid_t pid = start_meshd(0);
 	int rc = t_sh(out, sizeof out, 1, "%sPYTHONPATH=py '%s' client.py run/meshd.sock", py_env(), PYTHON);
-	stop_meshd(pid);
+	meshd_t_stop(pid);
 	EXPECT_EQ(rc, 0);
 	EXPECT_CONTAINS(out, "load pyecho\n");
 	EXPECT_CONTAINS(out, "start IDLE\n");

@@ -66,7 +66,7 @@ TEST_TIMEOUT(python_job_two_arg_handler_gets_each_chunk_id, 60)
 			"job.wait()\n"
 			"print('empty', b''.join(job.results()))\n"
 			"print('call', c.call('pyjob', b'plain'))\n");
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 	EXPECT_EQ(rc, 0);
 	EXPECT_CONTAINS(out, "state complete\n");
 	EXPECT_CONTAINS(out, "results True 50\n");
@@ -100,7 +100,7 @@ TEST_TIMEOUT(python_job_worker_sigkilled_mid_job_every_result_once, 60)
 			"print('failures', len(f) <= 1, all(x['status'] == 137 and not x['buried'] for x in f))\n"
 			"got = b''.join(job.results()).decode()\n"
 			"print('results', got == ''.join('%d:slow\\n' % k for k in range(N)))\n");
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 	EXPECT_EQ(rc, 0);
 	EXPECT_CONTAINS(out, "before True\n");
 	EXPECT_CONTAINS(out, "state complete\n");
@@ -162,7 +162,7 @@ TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
 		"err('none', lambda: c.submit('pyjob', inputs=[]))\n"
 		"err('newline', lambda: c.submit('pyjob', inputs=['a\\nb']))\n"
 		"err('workers', lambda: c.submit('pyjob', chunks=1, max_workers=65))\n");
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 	EXPECT_EQ(rc, 0);
 	EXPECT_CONTAINS(out, "submitted True 1 running 40 py 2\n");
 	/* The first results came while the job was still running. */
@@ -237,7 +237,7 @@ TEST_TIMEOUT(python_examples_matrix_and_model_server_run_jobs, 60)
 		"print('lines', len(r), [l.split('\\t')[0] for l in r], r[0].split('\\t')[1] == r[2].split('\\t')[1],\n"
 		"      len(r[1].split('\\t')[1].split()))\n"
 		"print('loads', c.logs('pymodel').count(b'model loaded in'))\n");
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 	EXPECT_EQ(rc, 0);
 	EXPECT_CONTAINS(out, "matrix complete\n");
 	/* Each chunk's SVD of the matrix seeded by its chunk id. */

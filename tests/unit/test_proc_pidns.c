@@ -3,6 +3,7 @@
  * when it is stopped, when it dies, and when its spawner's process is
  * SIGKILLed. */
 #include "proc/proc.h"
+#include "integration/contain_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -35,34 +36,6 @@ static int spawn_ns(struct mesh_proc_spawner *sp, const char *script, int out, s
 	o.path = "/bin/sh", o.argv = argv, o.envp = environ, o.out_fd = out;
 	o.flags = MESH_PROC_SESSION | MESH_PROC_PIDNS;
 	return mesh_proc_spawn_child(sp, &o, 1, c);
-}
-
-static int has_file(void *arg)
-{
-	struct stat st;
-	return stat(arg, &st) == 0 && st.st_size > 0;
-}
-
-static pid_t read_pid(const char *path)
-{
-	if (!t_wait_for(has_file, (void *)path, 5000))
-		return -1;
-	char *s = t_read_file(path, NULL);
-	pid_t p = s ? atoi(s) : -1;
-	free(s);
-	return p;
-}
-
-static int gone(void *arg)
-{
-	pid_t pid = *(pid_t *)arg;
-	char p[64];
-	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-	char *st = t_read_file(p, NULL);
-	const char *rp = st ? strrchr(st, ')') : NULL;
-	int g = !st || (rp && (rp[2] == 'Z' || rp[2] == 'X'));
-	free(st);
-	return g;
 }
 
 /* The reaped exit code of c (its mesh-init) and the signal read back. */
@@ -120,9 +93,9 @@ TEST(proc_pidns_stop_leaves_no_setsid_grandchild)
 	EXPECT_EQ(inner_pid(c.init), 1);
 	/* mesh-init names itself once its exec has loaded. */
 	EXPECT_TRUE(t_wait_for(named_init, &c.init, 3000));
-	pid_t gc = read_pid("gc.pid");
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	/* Its own session, out of the program's group: a group kill misses it. */
 	EXPECT_EQ(getsid(gc), gc);
 	/* The stop signal goes to the program (through mesh-init); its end
@@ -132,7 +105,7 @@ TEST(proc_pidns_stop_leaves_no_setsid_grandchild)
 	EXPECT_EQ(reap_code(&c, &sig), 128 + SIGTERM);
 	EXPECT_EQ(sig, SIGTERM);
 	/* Gone before mesh-init could be reaped: no polling needed. */
-	EXPECT_TRUE(gone(&gc));
+	EXPECT_TRUE(contain_t_gone(&gc));
 	mesh_proc_spawner_free(sp);
 }
 
@@ -146,30 +119,30 @@ TEST(proc_pidns_exit_status_and_signal_death)
 	EXPECT_EQ(reap_code(&c, &sig), 3);
 	EXPECT_EQ(sig, 0);
 	ASSERT_EQ(spawn_ns(sp, ORPHAN "kill -SEGV $$", -1, &c), 0);
-	pid_t gc = read_pid("gc.pid");
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
 	EXPECT_EQ(reap_code(&c, &sig), 128 + SIGSEGV);
 	EXPECT_EQ(sig, SIGSEGV);
-	EXPECT_TRUE(gone(&gc));
+	EXPECT_TRUE(contain_t_gone(&gc));
 	/* Killed from outside, by its pid as given. */
 	unlink("gc.pid");
 	ASSERT_EQ(spawn_ns(sp, ORPHAN "exec sleep 30", -1, &c), 0);
-	gc = read_pid("gc.pid");
+	gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_EQ(kill(c.pid, SIGKILL), 0);
 	EXPECT_EQ(reap_code(&c, &sig), 128 + SIGKILL);
 	EXPECT_EQ(sig, SIGKILL);
-	EXPECT_TRUE(gone(&gc));
+	EXPECT_TRUE(contain_t_gone(&gc));
 	/* SIGKILL of the namespace (after a stop's grace). */
 	unlink("gc.pid");
 	ASSERT_EQ(spawn_ns(sp, ORPHAN "trap '' TERM; echo > up; while :; do sleep 1; done", -1, &c), 0);
-	gc = read_pid("gc.pid");
-	ASSERT_TRUE(t_wait_for(has_file, "up", 5000));
+	gc = contain_t_read_pid("gc.pid", 5000);
+	ASSERT_TRUE(t_wait_for(contain_t_has_file, "up", 5000));
 	EXPECT_EQ(mesh_proc_child_kill(&c, SIGTERM), 0);
 	usleep(100 * 1000);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	EXPECT_EQ(mesh_proc_child_kill(&c, SIGKILL), 0);
 	EXPECT_EQ(reap_code(&c, &sig), 128 + SIGKILL);
-	EXPECT_TRUE(gone(&gc));
+	EXPECT_TRUE(contain_t_gone(&gc));
 	/* An exec failure is the spawn's error, as without a namespace. */
 	char *const argv[] = {"nope", NULL};
 	struct mesh_proc_opts o = MESH_PROC_OPTS_INIT;
@@ -192,12 +165,12 @@ TEST(proc_pidns_nothing_survives_a_killed_spawner)
 		for (;;)
 			pause();
 	}
-	pid_t gc = read_pid("gc.pid");
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
-	EXPECT_FALSE(gone(&gc));
+	EXPECT_FALSE(contain_t_gone(&gc));
 	kill(host, SIGKILL);
 	waitpid(host, NULL, 0);
-	EXPECT_TRUE(t_wait_for(gone, &gc, 3000));
+	EXPECT_TRUE(t_wait_for(contain_t_gone, &gc, 3000));
 }
 
 /* Signals forwarded: mesh-init passes a signal on to the program's group. */
@@ -210,7 +183,7 @@ TEST(proc_pidns_forwards_signals_to_the_program)
 			       "while :; do sleep 0.05; done",
 			   -1, &c),
 		  0);
-	ASSERT_TRUE(t_wait_for(has_file, "up", 5000));
+	ASSERT_TRUE(t_wait_for(contain_t_has_file, "up", 5000));
 	EXPECT_EQ(mesh_proc_child_kill(&c, SIGUSR1), 0);
 	int sig;
 	EXPECT_EQ(reap_code(&c, &sig), 7);
@@ -247,7 +220,7 @@ TEST(proc_pidns_through_a_user_namespace_when_not_root)
 		int r[3] = {(int)how, (int)c.how, (int)c.pid};
 		if (write(rep[1], r, sizeof r) != (ssize_t)sizeof r)
 			_exit(13);
-		if (!t_wait_for(has_file, "uid", 5000))
+		if (!t_wait_for(contain_t_has_file, "uid", 5000))
 			_exit(14);
 		mesh_proc_child_kill(&c, SIGTERM);
 		int sig;
@@ -261,7 +234,7 @@ TEST(proc_pidns_through_a_user_namespace_when_not_root)
 	EXPECT_EQ(r[0], r[1]);
 	if (r[1] != MESH_PROC_HOW_PIDNS)
 		fprintf(stderr, "note: unprivileged user namespaces are not allowed here: process group\n");
-	pid_t gc = read_pid("gc.pid");
+	pid_t gc = contain_t_read_pid("gc.pid", 5000);
 	ASSERT_GT(gc, 0);
 	int st;
 	ASSERT_EQ(waitpid(k, &st, 0), k);
@@ -271,7 +244,7 @@ TEST(proc_pidns_through_a_user_namespace_when_not_root)
 	EXPECT_STREQ(u, "65534\n");
 	free(u);
 	if (r[1] == MESH_PROC_HOW_PIDNS)
-		EXPECT_TRUE(gone(&gc));
+		EXPECT_TRUE(contain_t_gone(&gc));
 	else
 		kill(gc, SIGKILL);
 }

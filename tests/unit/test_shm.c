@@ -5,6 +5,7 @@
 #include "mesh/worker.h"
 #include "runner/t.h"
 #include "shm/shm.h"
+#include "unit/shm_t.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,28 +138,6 @@ TEST(slot_create_geometry_and_seals)
 	close(other);
 }
 
-/* Forks a child that runs libmeshworker with handler on the child end of a
- * control pair, as a spawned worker would (MESH_CONTROL_FD). */
-static pid_t fork_worker(struct mesh_ctl **ctl, mesh_worker_handler handler)
-{
-	int child_fd;
-	if (mesh_ctl_pair(ctl, &child_fd) < 0)
-		FAIL("mesh_ctl_pair");
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(child_fd, 10);
-		setenv(MESH_CONTROL_FD_ENV, "10", 1);
-		struct mesh_worker *w;
-		if (mesh_worker_open(&w) < 0)
-			_exit(90);
-		int rc = mesh_worker_serve(w, handler, NULL);
-		mesh_worker_close(w);
-		_exit(rc < 0 ? 91 : 0);
-	}
-	close(child_fd);
-	return pid;
-}
-
 static void expect_msg(struct mesh_ctl *ctl, enum mesh_ctl_kind kind, uint32_t gen)
 {
 	struct mesh_ctl_msg m;
@@ -187,25 +166,10 @@ static int upper(void *ctx, const void *req, size_t n, void *reply, size_t cap, 
 	return 0;
 }
 
-static int reap(pid_t pid)
-{
-	int st;
-	uint64_t t0 = t_now_ms();
-	while (waitpid(pid, &st, WNOHANG) == 0) {
-		if (t_now_ms() - t0 > 10000) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			return -1;
-		}
-		usleep(2000);
-	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 TEST(slot_call_through_libmeshworker)
 {
 	struct mesh_ctl *ctl;
-	pid_t pid = fork_worker(&ctl, upper);
+	pid_t pid = shm_t_fork_worker(&ctl, upper, 0);
 	expect_msg(ctl, MESH_CTL_READY, 0);
 	struct mesh_slot *s;
 	ASSERT_EQ(mesh_slot_create(&s, 3, 4096), 0);
@@ -275,7 +239,7 @@ TEST(slot_call_through_libmeshworker)
 	free(rep);
 
 	EXPECT_EQ(mesh_ctl_exit(ctl, s2), 0);
-	EXPECT_EQ(reap(pid), 0);
+	EXPECT_EQ(shm_t_reap(pid), 0);
 	EXPECT_EQ(mesh_ctl_wait(ctl, &m, SEC), MESH_E_CLOSED);
 	mesh_ctl_free(ctl);
 	mesh_slot_free(s);
@@ -320,7 +284,7 @@ TEST(slot_call_times_out_and_skips_late_replies)
 	EXPECT_STREQ(rep, "reply 2");
 	free(rep);
 	EXPECT_TRUE(mesh_slot_failed(s) == NULL);
-	EXPECT_EQ(reap(pid), 0);
+	EXPECT_EQ(shm_t_reap(pid), 0);
 	mesh_slot_free(s);
 }
 

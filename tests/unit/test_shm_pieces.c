@@ -5,6 +5,7 @@
 #include "mesh/worker.h"
 #include "runner/t.h"
 #include "shm/shm.h"
+#include "unit/shm_t.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -17,30 +18,6 @@
 #define SEC MESH_NS_PER_S
 #define MS MESH_NS_PER_MS
 
-/* Forks a worker serving handler with its struct mesh_worker as ctx; the
- * child first checks that reply_part outside a handler is refused. */
-static pid_t fork_worker(struct mesh_ctl **ctl, mesh_worker_handler handler)
-{
-	int child_fd;
-	if (mesh_ctl_pair(ctl, &child_fd) < 0)
-		FAIL("mesh_ctl_pair");
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(child_fd, 10);
-		setenv(MESH_CONTROL_FD_ENV, "10", 1);
-		struct mesh_worker *w;
-		if (mesh_worker_open(&w) < 0)
-			_exit(90);
-		if (mesh_worker_reply_part(w, "x", 1) != MESH_E_STATE)
-			_exit(92);
-		int rc = mesh_worker_serve(w, handler, w);
-		mesh_worker_close(w);
-		_exit(rc < 0 ? 91 : 0);
-	}
-	close(child_fd);
-	return pid;
-}
-
 static void expect_msg(struct mesh_ctl *ctl, enum mesh_ctl_kind kind, uint32_t gen)
 {
 	struct mesh_ctl_msg m;
@@ -49,38 +26,17 @@ static void expect_msg(struct mesh_ctl *ctl, enum mesh_ctl_kind kind, uint32_t g
 	EXPECT_UEQ(m.gen, gen);
 }
 
-static int reap(pid_t pid)
-{
-	int st;
-	uint64_t t0 = t_now_ms();
-	while (waitpid(pid, &st, WNOHANG) == 0) {
-		if (t_now_ms() - t0 > 10000) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			return -1;
-		}
-		usleep(2000);
-	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* A worker on a fresh slot of ring bytes, online with gen 1. */
 static pid_t start(struct mesh_ctl **ctl, struct mesh_slot **s, size_t ring, mesh_worker_handler handler)
 {
-	pid_t pid = fork_worker(ctl, handler);
+	/* The child first checks that reply_part outside a handler is refused;
+	 * the handler gets the worker as its ctx. */
+	pid_t pid = shm_t_fork_worker(ctl, handler, SHM_T_CTX_WORKER | SHM_T_CHECK_PART);
 	expect_msg(*ctl, MESH_CTL_READY, 0);
 	ASSERT_EQ(mesh_slot_create(s, 0, ring), 0);
 	ASSERT_EQ(mesh_ctl_run(*ctl, *s, 1), 0);
 	expect_msg(*ctl, MESH_CTL_ONLINE, 1);
 	return pid;
-}
-
-static void stop(struct mesh_ctl *ctl, struct mesh_slot *s, pid_t pid)
-{
-	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
-	EXPECT_EQ(reap(pid), 0);
-	mesh_ctl_free(ctl);
-	mesh_slot_free(s);
 }
 
 static unsigned char pattern(size_t i)
@@ -131,7 +87,7 @@ TEST(pieces_requests_and_replies_larger_than_the_ring)
 	EXPECT_UEQ(st.requests, nsizes);
 	EXPECT_UEQ(st.replies, nsizes);
 	free(req);
-	stop(ctl, s, pid);
+	shm_t_stop(ctl, s, pid);
 }
 
 /* meshd gives up on a request half-sent (its call timed out while the ring
@@ -156,7 +112,7 @@ TEST(pieces_a_half_sent_request_is_dropped)
 	struct mesh_slot_stats st;
 	ASSERT_EQ(mesh_slot_stats(s, &st), 0);
 	EXPECT_UEQ(st.requests, 2); /* "sleep" and the last: the cut one never reached the handler */
-	stop(ctl, s, pid);
+	shm_t_stop(ctl, s, pid);
 }
 
 /* "N": N parts "part <i>;" 100 ms apart, one of 100000 bytes ('b') after
@@ -252,7 +208,7 @@ TEST(pieces_streamed_parts_arrive_as_they_are_sent)
 	EXPECT_UEQ(st.requests, 3);
 	EXPECT_UEQ(st.replies, 2);
 	EXPECT_UEQ(st.errors, 1);
-	stop(ctl, s, pid);
+	shm_t_stop(ctl, s, pid);
 }
 
 static int cancel_after_one(void *arg, const void *p, size_t n)
@@ -280,7 +236,7 @@ TEST(pieces_a_cancelled_stream_leaves_the_slot_usable)
 	EXPECT_STREQ((char *)rep + 7 + 100000, "end");
 	free(rep);
 	EXPECT_TRUE(mesh_slot_failed(s) == NULL);
-	stop(ctl, s, pid);
+	shm_t_stop(ctl, s, pid);
 }
 
 /* A worker that sends MORE pieces past the 16 MiB message limit fails its
@@ -314,6 +270,6 @@ TEST(pieces_a_reply_over_the_limit_fails_the_slot)
 	EXPECT_EQ(mesh_slot_call(s, "q", 1, &rep, &n, 10 * SEC, 0), MESH_E_CORRUPT);
 	EXPECT_TRUE(rep == NULL);
 	EXPECT_CONTAINS(mesh_slot_failed(s), "message limit");
-	EXPECT_EQ(reap(pid), 0);
+	EXPECT_EQ(shm_t_reap(pid), 0);
 	mesh_slot_free(s);
 }

@@ -5,6 +5,7 @@
 #include "mesh/worker.h"
 #include "runner/t.h"
 #include "shm/shm.h"
+#include "unit/shm_t.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,12 +19,10 @@
 #define SEC MESH_NS_PER_S
 #define MS MESH_NS_PER_MS
 
-static struct mesh_worker *the_worker;
-
 /* Replies "<chunk id>:<input>" ("-" for a plain request's id). */
 static int tagger(void *ctx, const void *req, size_t n, void *reply, size_t cap, size_t *len)
 {
-	uint64_t cid = mesh_worker_chunk_id(the_worker);
+	uint64_t cid = mesh_worker_chunk_id(shm_t_worker);
 	int k = cid == UINT64_MAX ? snprintf(reply, cap, "-:") : snprintf(reply, cap, "%" PRIu64 ":", cid);
 	if ((size_t)k + n > cap)
 		return -1;
@@ -38,7 +37,7 @@ static int tagger(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 		*len = 20000;
 	}
 	if (n == 5 && !memcmp(req, "parts", 5)) { /* a streamed reply: two parts, then the last */
-		if (mesh_worker_reply_part(the_worker, "p1-", 3) < 0 || mesh_worker_reply_part(the_worker, "p2-", 3) < 0)
+		if (mesh_worker_reply_part(shm_t_worker, "p1-", 3) < 0 || mesh_worker_reply_part(shm_t_worker, "p2-", 3) < 0)
 			return -1;
 		memcpy(reply, "end", 3);
 		*len = 3;
@@ -46,30 +45,23 @@ static int tagger(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 	return 0;
 }
 
-static pid_t fork_worker(struct mesh_ctl **ctl)
-{
-	int child_fd;
-	if (mesh_ctl_pair(ctl, &child_fd) < 0)
-		FAIL("mesh_ctl_pair");
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(child_fd, 10);
-		setenv(MESH_CONTROL_FD_ENV, "10", 1);
-		if (mesh_worker_open(&the_worker) < 0)
-			_exit(90);
-		int rc = mesh_worker_serve(the_worker, tagger, NULL);
-		mesh_worker_close(the_worker);
-		_exit(rc < 0 ? 91 : 0);
-	}
-	close(child_fd);
-	return pid;
-}
-
 static void expect_msg(struct mesh_ctl *ctl, enum mesh_ctl_kind kind)
 {
 	struct mesh_ctl_msg m;
 	ASSERT_EQ(mesh_ctl_wait(ctl, &m, 10 * SEC), 0);
 	ASSERT_EQ(m.kind, kind);
+}
+
+/* A tagger worker on a fresh slot (index, ring bytes as mesh_slot_create
+ * takes them), online with gen 1. */
+static pid_t start(struct mesh_ctl **ctl, struct mesh_slot **s, uint32_t index, size_t ring)
+{
+	pid_t pid = shm_t_fork_worker(ctl, tagger, 0);
+	expect_msg(*ctl, MESH_CTL_READY);
+	ASSERT_EQ(mesh_slot_create(s, index, ring), 0);
+	ASSERT_EQ(mesh_ctl_run(*ctl, *s, 1), 0);
+	expect_msg(*ctl, MESH_CTL_ONLINE);
+	return pid;
 }
 
 static void chunk_hdr(uint8_t h[MESH_CHUNK_HDR], uint64_t cid, uint32_t attempt)
@@ -96,12 +88,8 @@ static int recv_wait(struct mesh_slot *s, struct mesh_slot_reply *r)
 TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 {
 	struct mesh_ctl *ctl;
-	pid_t pid = fork_worker(&ctl);
-	expect_msg(ctl, MESH_CTL_READY);
 	struct mesh_slot *s;
-	ASSERT_EQ(mesh_slot_create(&s, 2, 4096), 0);
-	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
-	expect_msg(ctl, MESH_CTL_ONLINE);
+	pid_t pid = start(&ctl, &s, 2, 4096);
 
 	/* A plain call first: the pipeline's seqs follow it. */
 	void *rep;
@@ -154,12 +142,7 @@ TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 	EXPECT_STREQ(rep, "-:y");
 	free(rep);
 
-	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
-	int st;
-	waitpid(pid, &st, 0);
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	mesh_ctl_free(ctl);
-	mesh_slot_free(s);
+	shm_t_stop(ctl, s, pid);
 }
 
 /* A chunk's reply larger than the ring comes as MORE pieces, and a worker
@@ -169,12 +152,8 @@ TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 TEST(slot_pipeline_joins_pieces_and_streamed_parts)
 {
 	struct mesh_ctl *ctl;
-	pid_t pid = fork_worker(&ctl);
-	expect_msg(ctl, MESH_CTL_READY);
 	struct mesh_slot *s;
-	ASSERT_EQ(mesh_slot_create(&s, 2, 4096), 0);
-	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
-	expect_msg(ctl, MESH_CTL_ONLINE);
+	pid_t pid = start(&ctl, &s, 2, 4096);
 	static const char *const in[] = {"big", "parts", "x", "big"};
 	uint32_t seqs[4];
 	uint8_t h[MESH_CHUNK_HDR];
@@ -202,23 +181,14 @@ TEST(slot_pipeline_joins_pieces_and_streamed_parts)
 	}
 	EXPECT_UEQ(mesh_slot_in_flight(s), 0);
 	EXPECT_FALSE(mesh_slot_failed(s));
-	EXPECT_EQ(mesh_ctl_exit(ctl, s), 0);
-	int st;
-	waitpid(pid, &st, 0);
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	mesh_ctl_free(ctl);
-	mesh_slot_free(s);
+	shm_t_stop(ctl, s, pid);
 }
 
 TEST(slot_pipeline_replies_before_a_crash_are_kept)
 {
 	struct mesh_ctl *ctl;
-	pid_t pid = fork_worker(&ctl);
-	expect_msg(ctl, MESH_CTL_READY);
 	struct mesh_slot *s;
-	ASSERT_EQ(mesh_slot_create(&s, 0, 0), 0);
-	ASSERT_EQ(mesh_ctl_run(ctl, s, 1), 0);
-	expect_msg(ctl, MESH_CTL_ONLINE);
+	pid_t pid = start(&ctl, &s, 0, 0);
 	const char *ins[] = {"a", "b", "crash", "c"};
 	uint32_t seq;
 	uint8_t h[MESH_CHUNK_HDR];

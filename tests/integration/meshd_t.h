@@ -1,0 +1,155 @@
+/* Helpers shared by the tests that drive a real meshd (test_meshd*.c,
+ * python_t.h): a catalog entry, meshd started and waited for, `mesh` run
+ * against it, a job's JSON, meshd stopped.  Header-only (static inline);
+ * the caller keeps its own output buffer and passes it in. */
+#ifndef MESH_TESTS_MESHD_T_H
+#define MESH_TESTS_MESHD_T_H
+
+#include "host/image.h"
+#include "runner/t.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#ifndef SOCK
+#define SOCK "run/meshd.sock"
+#endif
+
+/* catalog/<triple>/<name>, a copy of binary, and catalog/<name>.toml:
+ * name, the native backend, then tail (more manifest lines, or NULL).
+ * out/cap: the buffer for cp's output. */
+static inline void meshd_t_add_program(char *out, size_t cap, const char *name, const char *binary, const char *tail)
+{
+	char path[8192], toml[20000];
+	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
+	mkdir("catalog", 0755);
+	mkdir(path, 0755);
+	ASSERT_EQ(t_sh(out, cap, 1, "cp '%s' 'catalog/%s/%s'", binary, mesh_target_triple(), name), 0);
+	snprintf(toml, sizeof toml, "name = \"%s\"\nbackends = [\"native\"]\n%s", name, tail ? tail : "");
+	snprintf(path, sizeof path, "catalog/%s.toml", name);
+	t_write_file(path, toml);
+}
+
+/* Starts `meshd --catalog catalog --logs logs --socket SOCK ARGS` (stderr
+ * appended to meshd.err) with a NOTIFY_SOCKET of ours, and waits up to 15 s
+ * for its first notification (READY=1), copied into msg[cap] when msg is
+ * not NULL.  Its pid. */
+static inline pid_t meshd_t_start_notified(const char *args, char *msg, size_t cap)
+{
+	char here[4096], npath[4200], cmd[16384], buf[256];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (!getcwd(here, sizeof here))
+		FAIL("getcwd");
+	mkdir("logs", 0755);
+	snprintf(npath, sizeof npath, "%s/notify.sock", here);
+	unlink(npath);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(fd, 0);
+	ASSERT_LT(strlen(npath), sizeof sa.sun_path);
+	strcpy(sa.sun_path, npath);
+	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(cmd, sizeof cmd, "exec '%s' --catalog catalog --logs logs --socket " SOCK " %s 2>>meshd.err",
+		 t_bin("meshd"), args ? args : "");
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		setenv("NOTIFY_SOCKET", npath, 1);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	if (poll(&pfd, 1, 15000) != 1) {
+		char *err = t_read_file("meshd.err", NULL);
+		FAIL("no READY=1 from meshd within 15 s; its stderr: %s", err ? err : "");
+	}
+	ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+	close(fd);
+	ASSERT_GT(n, 0);
+	buf[n] = 0;
+	if (msg)
+		snprintf(msg, cap, "%s", buf);
+	return pid;
+}
+
+/* Whether the unix socket at path (a char *) accepts a connection: a
+ * t_wait_for condition. */
+static inline int meshd_t_serving(void *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", (const char *)path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* Waits for pid: its exit status, 128 + the signal that killed it, or -1. */
+static inline int meshd_t_wait(pid_t pid)
+{
+	int st;
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* SIGTERM to meshd, and its exit status as meshd_t_wait says (0 expected). */
+static inline int meshd_t_stop(pid_t pid)
+{
+	kill(pid, SIGTERM);
+	return meshd_t_wait(pid);
+}
+
+/* `mesh CMD --socket SOCK REST` where fmt... formats "CMD REST" (--socket
+ * goes right after the command: after ::: it would be a chunk): the exit
+ * status; stdout (and stderr when merge, else appended to mesh.err) in
+ * out[cap]. */
+static inline int meshd_t_mesh(char *out, size_t cap, int merge, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static inline int meshd_t_mesh(char *out, size_t cap, int merge, const char *fmt, ...)
+{
+	char args[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof args, fmt, ap);
+	va_end(ap);
+	char *sp = strchr(args, ' ');
+	int cmdlen = sp ? (int)(sp - args) : (int)strlen(args);
+	return t_sh(out, cap, merge, "'%s' %.*s --socket " SOCK "%s%s", t_bin("mesh"), cmdlen, args, args + cmdlen,
+		    merge ? "" : " 2>>mesh.err");
+}
+
+/* Job id's object in `mesh jobs --json` (decref it); the output in
+ * out[cap]. */
+static inline json_t *meshd_t_job_json(char *out, size_t cap, unsigned id)
+{
+	ASSERT_EQ(meshd_t_mesh(out, cap, 0, "jobs --json"), 0);
+	json_t *j = json_loads(out, 0, NULL), *e, *found = NULL;
+	size_t i;
+	char ids[16];
+	snprintf(ids, sizeof ids, "%u", id);
+	json_array_foreach(json_object_get(j, "jobs"), i, e) if (!strcmp(json_string_value(json_object_get(e, "id")), ids)) found = e;
+	ASSERT_TRUE(found != NULL);
+	json_incref(found);
+	json_decref(j);
+	return found;
+}
+
+/* The integer member k of o (0 when it has none). */
+static inline int64_t meshd_t_jint(json_t *o, const char *k)
+{
+	return json_integer_value(json_object_get(o, k));
+}
+
+#endif
