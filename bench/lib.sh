@@ -5,6 +5,9 @@
 # runs bench_*.sh only).
 
 T=$(mktemp -d)
+# meshd run as root starts workers as an unprivileged user (`nobody` unless a
+# manifest names one): they must reach the catalog's binaries under $T.
+chmod 755 "$T"
 MESHD=
 # A benchmark may define bench_on_exit to end more processes of its own.
 bench_cleanup() {
