@@ -508,6 +508,15 @@ int mesh_cmd_ps(int argc, char **argv)
 		const char *failed = json_string_value(json_object_get(p, "failed"));
 		if (failed) /* a crash loop: calls are refused until `mesh start` */
 			printf("  FAILED: %s\n", failed);
+		json_t *sv = json_object_get(p, "savings");
+		if (json_is_number(sv)) {
+			long long warm = json_integer_value(json_object_get(p, "warm"));
+			long long max = json_integer_value(json_object_get(p, "max_workers"));
+			printf("  %s (%lld of %lld warm); savings %.3f: %.1f worker-seconds warm of %.1f always-on\n",
+			       warm ? "warm" : "cold", warm, max, json_number_value(sv),
+			       json_number_value(json_object_get(p, "warm_seconds")),
+			       json_number_value(json_object_get(p, "always_on_seconds")));
+		}
 	}
 	if (json_is_object(host)) {
 		char procs[32], cpu[32], rss[32], spawns[32], crashes[32];

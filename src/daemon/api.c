@@ -18,6 +18,7 @@
 #include "daemon/api.h"
 #include "daemon/api_jobs.h"
 
+#include "autoscale/policy.h"
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -317,10 +318,17 @@ static json_t *program_json(const struct meshd_program_info *pi)
 	mesh_limits_describe(pi->limits, lim, sizeof lim);
 	snprintf(ih, sizeof ih, "%016llx", (unsigned long long)pi->image_hash);
 	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
-	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s, s:o, s:o}", "name", pi->name, "device",
-			 pi->gpu ? "gpu" : "cpu", "binary", text_json(pi->binary), "image_hash", ih, "bin_hash", bh,
-			 "bin_bytes", (json_int_t)pi->bin_bytes, "max_workers", (json_int_t)pi->max_workers, "limits", lim,
-			 "image", image_json(pi->image_id), "previous_image", image_json(pi->prev_id));
+	/* The seed's savings: 1 - warm worker-time / what max_workers always-on
+	 * workers would have held since the program was loaded. */
+	uint64_t always = pi->window_ns * (pi->max_workers ? pi->max_workers : 1);
+	int pm = mesh_as_savings_permil((int64_t)(pi->warm_ns > INT64_MAX ? INT64_MAX : pi->warm_ns),
+					(int64_t)(always > INT64_MAX ? INT64_MAX : always));
+	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:I, s:f, s:f, s:f}", "name", pi->name,
+			 "device", pi->gpu ? "gpu" : "cpu", "binary", text_json(pi->binary), "image_hash", ih, "bin_hash",
+			 bh, "bin_bytes", (json_int_t)pi->bin_bytes, "max_workers", (json_int_t)pi->max_workers, "limits",
+			 lim, "image", image_json(pi->image_id), "previous_image", image_json(pi->prev_id), "warm",
+			 (json_int_t)pi->warm, "warm_seconds", (double)pi->warm_ns / 1e9, "always_on_seconds",
+			 (double)always / 1e9, "savings", pm / 1000.0);
 }
 
 static json_t *worker_json(const struct meshd_worker_info *wi)

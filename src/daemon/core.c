@@ -841,7 +841,11 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		wi->image_id = pi->image_id;
 		pi->spawns += wi->st.spawns;
 		pi->crashes += wi->st.crashes;
+		pi->warm += wi->st.state == MESH_IS_IDLE || wi->st.state == MESH_IS_RUNNING;
+		pi->warm_ns += wi->st.alive_ns;
 	}
+	uint64_t now = mesh_mono_ns();
+	pi->window_ns = now > p->loaded_at ? now - p->loaded_at : 0;
 	pi->prev_id = p->prev_id;
 	return 0;
 }

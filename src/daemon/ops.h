@@ -76,6 +76,9 @@ struct meshd_program_info {
 	uint64_t image_id; /* mesh_image_id (host/image.h) */
 	uint64_t prev_id;  /* the image rollback goes back to; 0: none */
 	int replaced;	   /* load, rollback: the image changed (an upgrade) */
+	unsigned warm;	   /* workers IDLE or RUNNING now */
+	uint64_t warm_ns;  /* worker-time alive since it was loaded, summed over its workers */
+	uint64_t window_ns; /* time since it was loaded (max_workers always-on would hold window x max) */
 };
 void meshd_program_info_release(struct meshd_program_info *pi);
 

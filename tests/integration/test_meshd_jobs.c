@@ -349,6 +349,21 @@ TEST_TIMEOUT(jobs_workers_back_to_zero_after_the_job, 60)
 	while (t_now_ms() - t0 < 5000 && (n = worker_pids(pids, 8)) > 0)
 		usleep(50000);
 	EXPECT_EQ(n, 0);
+	/* ps says it is cold and what that saved (the seed's metric). */
+	EXPECT_EQ(mesh(0, "ps"), 0);
+	EXPECT_CONTAINS(out, "  cold (0 of 3 warm); savings 0.");
+	EXPECT_CONTAINS(out, "worker-seconds warm of ");
+	EXPECT_EQ(mesh(0, "ps --json"), 0);
+	json_t *ps = json_loads(out, 0, NULL);
+	json_t *p0 = ps ? json_array_get(json_object_get(ps, "programs"), 0) : NULL;
+	ASSERT_TRUE(p0 != NULL);
+	double warm = json_number_value(json_object_get(p0, "warm_seconds")),
+	       always = json_number_value(json_object_get(p0, "always_on_seconds")),
+	       sav = json_number_value(json_object_get(p0, "savings"));
+	EXPECT_TRUE(warm > 0 && warm < always);
+	EXPECT_TRUE(sav > 0 && sav < 1);
+	EXPECT_EQ(json_integer_value(json_object_get(p0, "warm")), 0);
+	json_decref(ps);
 	stop_meshd();
 }
 
