@@ -29,10 +29,10 @@ static void base_url(const struct store_env *e, char *buf, size_t cap)
 /* One value from psql (the test's server, as its superuser). */
 static long long sql1(const struct store_env *e, const char *sql)
 {
-	char out[256];
-	if (t_sh(out, sizeof out, 0, "PGOPTIONS='-c client_min_messages=warning' psql -q -X -A -t -h %s -U mesh -d postgres -c \"%s\"", e->pgdir, sql) != 0)
+	long long v = store_env_sql(e, sql);
+	if (v < 0)
 		FAIL("psql: %s", sql);
-	return atoll(out);
+	return v;
 }
 
 static void start(struct store_env *e)
@@ -153,11 +153,7 @@ static long done_of(const char *out)
 static void check_all_done_once(const struct store_env *e, const char *job, long n)
 {
 	char q[256];
-	snprintf(q, sizeof q,
-		 "SELECT sum(length(replace(w.bits::bit(64)::text, '0', ''))) FROM mesh.done_words w"
-		 " JOIN mesh.jobs j ON j.id = w.job WHERE j.name = '%s'",
-		 job);
-	EXPECT_EQ(sql1(e, q), n);
+	EXPECT_EQ(store_env_done_bits(e, job), n);
 	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE name = '%s'", job);
 	EXPECT_EQ(sql1(e, q), n);
 }
