@@ -10,6 +10,7 @@
 	X(run, mesh_cmd_run, "run a command per chunk on N local slots, crash-proof and resumable") \
 	X(job, mesh_cmd_job, "the swarm job engine: submit, lease, complete, status, harvest, check, retry") \
 	X(store, mesh_cmd_store, "the PostgreSQL job store: init, migrate, status of its schema")  \
+	X(nodes, mesh_cmd_nodes, "the nodes of a PostgreSQL job store on every host: program, speed, heartbeat") \
 	X(autoscale, mesh_cmd_autoscale, "the scale-to-zero policy: decide, tick (probe + decide)")  \
 	X(serve, mesh_cmd_serve, "scale-to-zero activator in front of any local server")         \
 	X(load, mesh_cmd_load, "meshd: load a program from the catalog")                          \

@@ -1625,7 +1625,7 @@ int mesh_job_is_done(struct mesh_job *j, uint64_t cid)
 int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg)
 {
 	if (j->pgj)
-		return 0; /* node speeds are not kept in PostgreSQL yet */
+		return mesh__jpg_nodes(j->pgj, fn, arg); /* every host's nodes of this job */
 	int rc;
 	pthread_mutex_lock(&j->mu);
 	rc = sync_locked(j);

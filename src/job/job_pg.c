@@ -296,6 +296,23 @@ int mesh__jpg_wait(struct mesh__jpg *p, uint64_t timeout_ns)
 	return mesh_pg_wait(p->pg, timeout_ns);
 }
 
+struct nodes_arg {
+	void (*fn)(const struct mesh_job_node_stat *, void *);
+	void *arg;
+};
+static void one_node(const struct mesh_pg_node *nd, void *arg)
+{
+	struct nodes_arg *a = arg;
+	struct mesh_job_node_stat s = {nd->name, nd->chunks, nd->chunks ? nd->busy_ns / nd->chunks : 0};
+	a->fn(&s, a->arg);
+}
+
+int mesh__jpg_nodes(struct mesh__jpg *p, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg)
+{
+	struct nodes_arg a = {fn, arg};
+	return mesh_pg_nodes(p->pg, 1, one_node, &a);
+}
+
 uint64_t mesh__jpg_nchunks(const struct mesh__jpg *p)
 {
 	return p->n;

@@ -1,7 +1,7 @@
 /* The engine's calls (job.h) over the PostgreSQL store (store/store_pg.h):
  * job.c hands every call of a job opened with a store URL to these, with
  * the same contracts.  Not done here: speculation (no copies of
- * stragglers), node speeds (mesh_job_nodes lists none). */
+ * stragglers). */
 #ifndef MESH_JOB_JOB_PG_H
 #define MESH_JOB_JOB_PG_H
 
@@ -24,6 +24,9 @@ int mesh__jpg_failures(struct mesh__jpg *p, void (*fn)(const struct mesh_job_fai
 int mesh__jpg_is_done(struct mesh__jpg *p, uint64_t cid);
 /* Waits for a NOTIFY of this job (store_pg.h mesh_pg_wait). */
 int mesh__jpg_wait(struct mesh__jpg *p, uint64_t timeout_ns);
+/* mesh_job_nodes: the nodes of this job in the store (every host's),
+ * completions and mean duration from what they sent. */
+int mesh__jpg_nodes(struct mesh__jpg *p, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg);
 uint64_t mesh__jpg_nchunks(const struct mesh__jpg *p);
 const char *mesh__jpg_node(const struct mesh__jpg *p);
 const char *mesh__jpg_where(const struct mesh__jpg *p);

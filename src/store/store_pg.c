@@ -4,6 +4,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "store/store.h"
+#include "store/store_pg_int.h"
 #include "store/store_pg_sql.h"
 
 #include <errno.h>
@@ -19,29 +20,6 @@
 
 /* How long a call waits for a lost database to come back (a restart). */
 #define RECONNECT_NS (15ull * MESH_NS_PER_S)
-
-/* One caller's completions waiting for a shared commit. */
-struct cbatch {
-	const uint64_t *cids;
-	size_t n;
-	int *results;
-	int rc, done;
-	struct cbatch *next;
-};
-
-struct mesh_pg {
-	PGconn *conn;
-	pthread_mutex_t mu; /* the connection */
-	char job[MESH_NODE_MAX + 1];
-	char idtext[24]; /* the job's row id, as a parameter */
-	uint64_t holder; /* random: the leases taken through this handle */
-	/* group commit */
-	pthread_mutex_t cmu;
-	pthread_cond_t ccv;
-	struct cbatch *queue;
-	int leader;
-	int listening; /* LISTEN mesh done on this connection */
-};
 
 int mesh_pg_url_is(const char *s)
 {
@@ -178,10 +156,7 @@ static int schema_version(PGconn *c)
 	return v > 0 ? v : MESH_E_VERSION;
 }
 
-/* Runs sql with params on pg's connection (pg->mu held), making the
- * connection again (waiting up to RECONNECT_NS) when it was lost.  The
- * result, or NULL with *rc set. */
-static PGresult *q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
+PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
 {
 	uint64_t give_up = 0;
 	for (;;) {
@@ -266,6 +241,7 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 	pthread_mutex_init(&pg->mu, NULL);
 	pthread_mutex_init(&pg->cmu, NULL);
 	pthread_cond_init(&pg->ccv, NULL);
+	pthread_cond_init(&pg->bcv, NULL);
 	*out = pg;
 	return 0;
 }
@@ -274,7 +250,9 @@ void mesh_pg_close(struct mesh_pg *pg)
 {
 	if (!pg)
 		return;
+	mesh__pg_node_stop(pg);
 	PQfinish(pg->conn);
+	pthread_cond_destroy(&pg->bcv);
 	pthread_mutex_destroy(&pg->mu);
 	pthread_mutex_destroy(&pg->cmu);
 	pthread_cond_destroy(&pg->ccv);
@@ -325,7 +303,7 @@ int mesh_pg_submit(struct mesh_pg *pg, uint64_t n, const void *ident, size_t ide
 	if (ident_len)
 		hex_bytea(itext, ident, ident_len);
 	pthread_mutex_lock(&pg->mu);
-	r = q(pg,
+	r = mesh__pg_q(pg,
 	      "WITH i AS (INSERT INTO mesh.jobs (name, n, identity) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING"
 	      " RETURNING id, n, identity) SELECT n, identity, pg_notify('mesh', id::text) FROM i"
 	      " UNION ALL SELECT n, identity, NULL FROM mesh.jobs WHERE name = $1",
@@ -350,7 +328,7 @@ int mesh_pg_job(struct mesh_pg *pg, uint64_t *n, unsigned char *ident, size_t *i
 	PGresult *r;
 	int rc = 0;
 	pthread_mutex_lock(&pg->mu);
-	r = q(pg, "SELECT id, n, identity FROM mesh.jobs WHERE name = $1", 1, vals, &rc);
+	r = mesh__pg_q(pg, "SELECT id, n, identity FROM mesh.jobs WHERE name = $1", 1, vals, &rc);
 	if (r && PQntuples(r) == 1) {
 		snprintf(pg->idtext, sizeof pg->idtext, "%s", PQgetvalue(r, 0, 0));
 		*n = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
@@ -370,13 +348,14 @@ int mesh_pg_lease(struct mesh_pg *pg, const char *node, uint64_t ttl_ns, size_t 
 	const char *vals[4] = {pg->idtext, ktext, ttext, htext};
 	PGresult *r;
 	int rc = 0;
-	(void)node;
 	*got = 0;
+	if (!pg->node_on)
+		mesh__pg_node_start(pg, node, ttl_ns); /* a node without its row still works */
 	snprintf(ktext, sizeof ktext, "%zu", k);
 	snprintf(ttext, sizeof ttext, "%" PRIu64, ttl_ns / 1000);
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
 	pthread_mutex_lock(&pg->mu);
-	r = q(pg, "SELECT cid, attempt, stolen, deadline, started, token FROM mesh.lease($1, $2, $3, $4)", 4, vals, &rc);
+	r = mesh__pg_q(pg, "SELECT cid, attempt, stolen, deadline, started, token FROM mesh.lease($1, $2, $3, $4)", 4, vals, &rc);
 	for (int i = 0; r && i < PQntuples(r) && (size_t)i < k; i++) {
 		struct mesh_pg_lease *l = &out[(*got)++];
 		l->cid = strtoull(PQgetvalue(r, i, 0), NULL, 10);
@@ -402,7 +381,7 @@ int mesh_pg_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl
 	snprintf(ltext, sizeof ltext, "%" PRIu64, ttl_ns / 1000);
 	pthread_mutex_lock(&pg->mu);
 	/* A hand-back (a deadline under a millisecond away) wakes the idle. */
-	r = q(pg,
+	r = mesh__pg_q(pg,
 	      ttl_ns < MESH_NS_PER_MS
 		      ? "WITH u AS (UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2"
 			" AND token = $3 AND state = 'l' RETURNING deadline) SELECT deadline, pg_notify('mesh', $1::text) FROM u"
@@ -436,8 +415,12 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 	int *flat;
 	char *arr;
 	int rc = 0;
-	for (struct cbatch *b = list; b; b = b->next)
+	uint64_t busy_us = 0;
+	for (struct cbatch *b = list; b; b = b->next) {
 		total += b->n;
+		for (size_t i = 0; b->durs && i < b->n; i++)
+			busy_us += b->durs[i] / 1000;
+	}
 	ps = malloc((total + 1) * sizeof *ps);
 	flat = malloc((total + 1) * sizeof *flat);
 	arr = malloc(total * 21 + 3);
@@ -459,9 +442,17 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 		len += (size_t)sprintf(arr + len, "%s%" PRIu64, i ? "," : "", ps[i].cid);
 	arr[len++] = '}';
 	arr[len] = 0;
-	const char *vals[2] = {pg->idtext, arr};
+	char ntext[24], btext[24], htext[24];
+	snprintf(ntext, sizeof ntext, "%zu", total);
+	snprintf(btext, sizeof btext, "%" PRIu64, busy_us);
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	const char *vals[5] = {pg->idtext, arr, ntext, btext, htext};
 	pthread_mutex_lock(&pg->mu);
-	PGresult *r = q(pg, "SELECT * FROM mesh.complete($1, $2::bigint[])", 2, vals, &rc);
+	/* The node's speed rides in the same statement (no round trip). */
+	PGresult *r = mesh__pg_q(pg,
+				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $3, busy_us = busy_us + $4,"
+				 " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[])",
+				 5, vals, &rc);
 	if (r && (size_t)PQntuples(r) != total)
 		rc = MESH_E_PROTO;
 	for (size_t i = 0; r && !rc && i < total; i++)
@@ -482,8 +473,7 @@ out:
 
 int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results)
 {
-	struct cbatch me = {cids, n, results, 0, 0, NULL};
-	(void)durs_ns;
+	struct cbatch me = {cids, durs_ns, n, results, 0, 0, NULL};
 	if (!n)
 		return 0;
 	pthread_mutex_lock(&pg->cmu);
@@ -509,13 +499,12 @@ int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *d
 	return me.rc;
 }
 
-/* A one-value query (pg->mu taken here): the value's text into buf. */
-static int q1(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, char *buf, size_t cap)
+int mesh__pg_q1(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, char *buf, size_t cap)
 {
 	PGresult *r;
 	int rc = 0;
 	pthread_mutex_lock(&pg->mu);
-	r = q(pg, sql, n, vals, &rc);
+	r = mesh__pg_q(pg, sql, n, vals, &rc);
 	if (r && PQntuples(r) >= 1 && PQnfields(r) >= 1)
 		snprintf(buf, cap, "%s", PQgetisnull(r, 0, 0) ? "" : PQgetvalue(r, 0, 0));
 	else if (r)
@@ -533,7 +522,7 @@ int mesh_pg_fail(struct mesh_pg *pg, uint64_t cid, int status, uint32_t max_atte
 	snprintf(ctext, sizeof ctext, "%" PRIu64, cid);
 	snprintf(stext, sizeof stext, "%d", status);
 	snprintf(mtext, sizeof mtext, "%" PRIu32, max_attempts);
-	rc = q1(pg, "SELECT mesh.fail($1, $2, $3, $4)", 4, vals, out, sizeof out);
+	rc = mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, $4)", 4, vals, out, sizeof out);
 	return rc ? rc : out[0] == 't';
 }
 
@@ -543,7 +532,7 @@ int mesh_pg_retry(struct mesh_pg *pg, uint64_t cid)
 	const char *vals[2] = {pg->idtext, ctext};
 	int rc;
 	snprintf(ctext, sizeof ctext, "%" PRId64, cid == UINT64_MAX ? (int64_t)-1 : (int64_t)cid);
-	rc = q1(pg,
+	rc = mesh__pg_q1(pg,
 		"WITH u AS (UPDATE mesh.chunks SET state = 'p', base = fails WHERE job = $1 AND state = 'b'"
 		" AND ($2 < 0 OR cid = $2) RETURNING 1) SELECT count(*) FROM u",
 		2, vals, out, sizeof out);
@@ -557,7 +546,7 @@ int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st)
 	int rc = 0;
 	memset(st, 0, sizeof *st);
 	pthread_mutex_lock(&pg->mu);
-	r = q(pg,
+	r = mesh__pg_q(pg,
 	      "SELECT n, done, dups, failed,"
 	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'l' AND deadline >= mesh.now_us()),"
 	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b') FROM mesh.jobs WHERE id = $1",
@@ -580,7 +569,7 @@ int mesh_pg_is_done(struct mesh_pg *pg, uint64_t cid)
 	const char *vals[2] = {pg->idtext, ctext};
 	int rc;
 	snprintf(ctext, sizeof ctext, "%" PRIu64, cid);
-	rc = q1(pg, "SELECT mesh.is_done($1, $2)", 2, vals, out, sizeof out);
+	rc = mesh__pg_q1(pg, "SELECT mesh.is_done($1, $2)", 2, vals, out, sizeof out);
 	return rc ? rc : out[0] == 't';
 }
 
@@ -590,7 +579,7 @@ int mesh_pg_failures(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_failure
 	PGresult *r;
 	int rc = 0;
 	pthread_mutex_lock(&pg->mu);
-	r = q(pg,
+	r = mesh__pg_q(pg,
 	      "SELECT cid, fails, coalesce(last_status, 0), state = 'b' FROM mesh.chunks"
 	      " WHERE job = $1 AND fails > 0 ORDER BY cid",
 	      1, vals, &rc);
@@ -610,7 +599,7 @@ int mesh_pg_release_mine(struct mesh_pg *pg)
 	char htext[24], out[8];
 	const char *vals[2] = {pg->idtext, htext};
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
-	return q1(pg,
+	return mesh__pg_q1(pg,
 		  "WITH u AS (UPDATE mesh.chunks SET state = 'p', token = NULL, holder = NULL"
 		  " WHERE job = $1 AND holder = $2 AND state = 'l' RETURNING 1)"
 		  " SELECT count(*), pg_notify('mesh', $1::text) FROM u",
@@ -683,7 +672,7 @@ int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns)
 	int rc = 0, woke = 0;
 	pthread_mutex_lock(&pg->mu);
 	if (!pg->listening) {
-		PGresult *r = q(pg, "LISTEN mesh", 0, NULL, &rc);
+		PGresult *r = mesh__pg_q(pg, "LISTEN mesh", 0, NULL, &rc);
 		PQclear(r);
 		if (rc) {
 			pthread_mutex_unlock(&pg->mu);

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MESH_PG_SCHEMA_VERSION 1
+#define MESH_PG_SCHEMA_VERSION 2
 
 struct mesh_pg;
 
@@ -76,8 +76,10 @@ int mesh_pg_submit(struct mesh_pg *pg, uint64_t n, const void *ident, size_t ide
  * bytes).  MESH_E_NOJOB when it was never submitted. */
 int mesh_pg_job(struct mesh_pg *pg, uint64_t *n, unsigned char *ident, size_t *ident_len);
 
-/* Up to k leases in one round trip: expired and let-go chunks first, then
- * fresh ones.  *got may be 0 (nothing can be leased now). */
+/* Up to k leases in one round trip: expired and let-go chunks, and the
+ * leases of silent nodes (mesh_pg_node), first, then fresh ones.  *got may
+ * be 0 (nothing can be leased now).  The first lease registers this handle
+ * as a node named node, its TTL ttl_ns. */
 int mesh_pg_lease(struct mesh_pg *pg, const char *node, uint64_t ttl_ns, size_t k, struct mesh_pg_lease *out,
 		  size_t *got);
 /* Moves the deadline of our lease to now + ttl_ns (a tiny ttl hands it
@@ -102,6 +104,22 @@ int mesh_pg_failures(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_failure
 int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns);
 /* Lets every lease taken through this handle go (a node that stops). */
 int mesh_pg_release_mine(struct mesh_pg *pg);
+
+/* A node: a handle that leased (registered at its first lease, beating
+ * every third of that lease's TTL from a thread until closed).  Speed:
+ * chunks completed over the time from its registration to its last beat. */
+struct mesh_pg_node {
+	const char *name, *host, *program, *job; /* valid during fn */
+	uint64_t chunks, busy_ns;		 /* completions sent, their summed durations */
+	uint64_t started_ns, beat_ns, ttl_ns;	 /* the database's clock */
+	uint64_t age_ns;			 /* since its last beat */
+	double chunks_per_s;
+	int stopped; /* closed cleanly */
+	int silent;  /* not stopped, and no beat for longer than its TTL: its leases may be taken */
+};
+/* Calls fn for every node (this_job: only those of this handle's job),
+ * oldest first. */
+int mesh_pg_nodes(struct mesh_pg *pg, int this_job, void (*fn)(const struct mesh_pg_node *, void *), void *arg);
 
 enum mesh_pg_schema_op { MESH_PG_SCHEMA_STATUS, MESH_PG_SCHEMA_INIT, MESH_PG_SCHEMA_MIGRATE };
 /* `mesh store`: the version found (0: none) and, after init or migrate,

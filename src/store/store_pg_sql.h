@@ -9,7 +9,10 @@
  *                not DONE (a DONE chunk keeps its row only when it had
  *                failed attempts): state 'l' leased, 'p' let go (leasable
  *                at once), 'b' buried, 'd' done after failures.
- * mesh.done_words  the DONE bits, 64 chunks a row: what a done chunk costs. */
+ * mesh.done_words  the DONE bits, 64 chunks a row: what a done chunk costs.
+ * mesh.nodes     (2) one row a node (a handle that leased): name, host,
+ *                program, job, registered/last beat, TTL, chunks run and
+ *                their summed durations (its speed), stopped. */
 #ifndef MESH_STORE_STORE_PG_SQL_H
 #define MESH_STORE_STORE_PG_SQL_H
 
@@ -102,6 +105,41 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	" UPDATE mesh.jobs SET failed = failed + 1 WHERE id = p_job;\n"
 	" IF NOT b THEN PERFORM pg_notify('mesh', p_job::text); END IF;\n"
 	" RETURN b;\n"
+	"END $f$;",
+	/* 1 -> 2: nodes.  A node (a handle that leased) beats every third of
+	 * its TTL; one silent past its TTL has its leases taken even before
+	 * their own deadlines (a long lease renewed far ahead by a host that
+	 * then froze or was cut off). */
+	"CREATE TABLE mesh.nodes (holder bigint PRIMARY KEY, name text NOT NULL, host text NOT NULL,"
+	" program text NOT NULL, job int NOT NULL, started bigint NOT NULL, beat bigint NOT NULL,"
+	" ttl_us bigint NOT NULL, chunks bigint NOT NULL DEFAULT 0, busy_us bigint NOT NULL DEFAULT 0,"
+	" stopped boolean NOT NULL DEFAULT false);"
+	"CREATE OR REPLACE FUNCTION mesh.lease(p_job int, p_k int, p_ttl_us bigint, p_holder bigint)"
+	" RETURNS TABLE(cid bigint, attempt int, stolen boolean, deadline bigint, started bigint, token bigint)"
+	" LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE t bigint := mesh.now_us(); got int; lo bigint; hi bigint;\n"
+	"BEGIN\n"
+	" RETURN QUERY WITH c AS (SELECT ch.cid AS c, ch.state AS s FROM mesh.chunks ch WHERE ch.job = p_job"
+	"   AND (ch.state = 'p' OR (ch.state = 'l' AND (ch.deadline < t OR ch.holder IN"
+	"    (SELECT n.holder FROM mesh.nodes n WHERE n.job = p_job AND n.beat + n.ttl_us < t))))"
+	"   ORDER BY ch.cid LIMIT p_k FOR UPDATE OF ch SKIP LOCKED)"
+	"  UPDATE mesh.chunks ch SET state = 'l', attempt = ch.attempt + 1,"
+	"   token = (random() * 9.2e18)::bigint, holder = p_holder, deadline = t + p_ttl_us, started = t"
+	"   FROM c WHERE ch.job = p_job AND ch.cid = c.c"
+	"   RETURNING ch.cid, ch.attempt, c.s = 'l', ch.deadline, ch.started, ch.token;\n"
+	" GET DIAGNOSTICS got = ROW_COUNT;\n"
+	" IF got < p_k THEN\n"
+	"  SELECT j.next, j.n INTO lo, hi FROM mesh.jobs j WHERE j.id = p_job FOR UPDATE;\n"
+	"  hi := LEAST(hi, lo + p_k - got);\n"
+	"  IF hi > lo THEN\n"
+	"   UPDATE mesh.jobs SET next = hi WHERE id = p_job;\n"
+	"   RETURN QUERY INSERT INTO mesh.chunks AS ch (job, cid, state, attempt, token, holder, deadline, started)"
+	"    SELECT p_job, g, 'l', 1, (random() * 9.2e18)::bigint, p_holder, t + p_ttl_us, t"
+	"    FROM generate_series(lo, hi - 1) g WHERE NOT mesh.is_done(p_job, g) ON CONFLICT DO NOTHING"
+	"    RETURNING ch.cid, ch.attempt, false, ch.deadline, ch.started, ch.token;\n"
+	"  END IF;\n"
+	" END IF;\n"
 	"END $f$;",
 };
 #define MESH_PG_NMIGRATIONS (sizeof MESH_PG_MIGRATIONS / sizeof MESH_PG_MIGRATIONS[0])

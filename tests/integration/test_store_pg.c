@@ -29,10 +29,10 @@ static void base_url(const struct store_env *e, char *buf, size_t cap)
 /* One value from psql (the test's server, as its superuser). */
 static long long sql1(const struct store_env *e, const char *sql)
 {
-	char out[256];
-	if (t_sh(out, sizeof out, 0, "PGOPTIONS='-c client_min_messages=warning' psql -q -X -A -t -h %s -U mesh -d postgres -c \"%s\"", e->pgdir, sql) != 0)
+	long long v = store_env_sql(e, sql);
+	if (v < 0)
 		FAIL("psql: %s", sql);
-	return atoll(out);
+	return v;
 }
 
 static void start(struct store_env *e)
@@ -48,9 +48,9 @@ TEST(store_pg_schema_commands)
 	start(&e);
 	base_url(&e, url, sizeof url);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 1 (this mesh: 1)");
+	EXPECT_CONTAINS(out, "version 2 (this mesh: 2)");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 1 -> 1");
+	EXPECT_CONTAINS(out, "version 2 -> 2");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' %s store status", url, MESH), 0);
 	/* from nothing */
@@ -58,8 +58,18 @@ TEST(store_pg_schema_commands)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	EXPECT_CONTAINS(out, "version 0");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 0 -> 1");
-	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), 1);
+	EXPECT_CONTAINS(out, "version 0 -> 2");
+	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), 2);
+	/* from version 1 (no nodes; its lease function) */
+	sql1(&e, "DROP TABLE mesh.nodes; UPDATE mesh.meta SET version = 1");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5", MESH, url), MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "mesh store migrate");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
+	EXPECT_CONTAINS(out, "version 1 -> 2");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5 && %s job harvest '%s#m' x m 5 30 n1", MESH, url,
+		       MESH, url),
+		  0);
+	EXPECT_CONTAINS(out, "done 5");
 	store_env_stop(&e);
 }
 
@@ -119,9 +129,9 @@ TEST(store_pg_bad_input)
 	EXPECT_CONTAINS(out, "password authentication failed");
 	EXPECT_TRUE(strstr(out, "wrong-pw1") == NULL);
 	/* another schema version: 65, and the message says what to do */
-	sql1(&e, "UPDATE mesh.meta SET version = 2");
+	sql1(&e, "UPDATE mesh.meta SET version = 9");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#b' 5", MESH, url), MESH_EXIT_DATAERR);
-	EXPECT_CONTAINS(out, "version 2");
+	EXPECT_CONTAINS(out, "version 9");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), MESH_EXIT_DATAERR);
 	/* no schema at all: 65 */
 	sql1(&e, "DROP SCHEMA mesh CASCADE");
@@ -143,11 +153,7 @@ static long done_of(const char *out)
 static void check_all_done_once(const struct store_env *e, const char *job, long n)
 {
 	char q[256];
-	snprintf(q, sizeof q,
-		 "SELECT sum(length(replace(w.bits::bit(64)::text, '0', ''))) FROM mesh.done_words w"
-		 " JOIN mesh.jobs j ON j.id = w.job WHERE j.name = '%s'",
-		 job);
-	EXPECT_EQ(sql1(e, q), n);
+	EXPECT_EQ(store_env_done_bits(e, job), n);
 	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE name = '%s'", job);
 	EXPECT_EQ(sql1(e, q), n);
 }
@@ -293,5 +299,109 @@ TEST_TIMEOUT(store_pg_idle_node_woken_by_notify, 60)
 	ASSERT_EQ(waitpid(pid, &ws, 0), pid);
 	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
 	mesh_job_close(a);
+	store_env_stop(&e);
+}
+
+struct seen_nodes {
+	int n;
+	uint64_t completions;
+};
+static void count_node(const struct mesh_job_node_stat *s, void *arg)
+{
+	struct seen_nodes *sn = arg;
+	sn->n++;
+	sn->completions += s->completions;
+}
+
+/* A node that froze (SIGSTOP: no heartbeat) with a lease renewed far
+ * ahead loses it once silent past its TTL -- not before, while it beats. */
+TEST_TIMEOUT(store_pg_silent_node_leases_stolen, 60)
+{
+	struct store_env e;
+	struct mesh_job *b;
+	struct mesh_lease l;
+	char url[600], out[4096];
+	const uint64_t ttl = 400ull * 1000000ull;	     /* the frozen node's TTL: 400 ms */
+	const uint64_t long_ttl = 60ull * 1000000000ull; /* the thief's */
+	int ready[2];
+	start(&e);
+	base_url(&e, url, sizeof url);
+	snprintf(e.where, sizeof e.where, "%.500s#s", url);
+	ASSERT_EQ(store_env_submit(&e, 3), 0);
+	ASSERT_EQ(pipe(ready), 0);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		struct mesh_job *a;
+		struct mesh_lease la;
+		char c = 0;
+		if (store_env_open(&e, &a, "frozen", 3) || mesh_job_lease(a, ttl, 0, &la) || la.cid != 0 ||
+		    mesh_job_renew(a, &la, 3600ull * 1000000000ull))
+			c = 1;
+		if (write(ready[1], &c, 1) != 1)
+			_exit(1);
+		pause(); /* beats from its thread until stopped */
+		_exit(0);
+	}
+	char c = 1;
+	ASSERT_EQ(read(ready[0], &c, 1), 1);
+	ASSERT_EQ(c, 0);
+	ASSERT_EQ(store_env_open(&e, &b, "thief", 3), 0);
+	/* alive, past its TTL: its lease (renewed for an hour) stays its */
+	ASSERT_EQ(mesh_job_lease(b, long_ttl, 0, &l), 0);
+	EXPECT_EQ(l.cid, 1);
+	usleep(3 * ttl / 1000);
+	ASSERT_EQ(mesh_job_lease(b, long_ttl, 0, &l), 0);
+	EXPECT_EQ(l.cid, 2);
+	EXPECT_EQ(l.kind, MESH_LEASE_FRESH);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s nodes --store '%s'", MESH, url), 0);
+	EXPECT_CONTAINS(out, "frozen");
+	EXPECT_TRUE(strstr(out, "silent") == NULL);
+	/* frozen: silent after its TTL, and chunk 0 is taken */
+	uint64_t t0 = t_now_ms();
+	kill(pid, SIGSTOP);
+	int rc;
+	while ((rc = mesh_job_lease(b, long_ttl, 0, &l)) != 0 && t_now_ms() - t0 < 5000)
+		usleep(20000);
+	uint64_t took = t_now_ms() - t0;
+	ASSERT_EQ(rc, 0);
+	EXPECT_EQ(l.cid, 0);
+	EXPECT_EQ(l.kind, MESH_LEASE_STOLEN);
+	EXPECT_GE(took, ttl / 1000000 - 150); /* not before it was silent (less its last beat's age) */
+	EXPECT_LT(took, 3000);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' %s nodes", url, MESH), 0);
+	EXPECT_CONTAINS(out, "silent");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	EXPECT_EQ(mesh_job_complete(b, 0, 1000000), MESH_JOB_DONE);
+	struct seen_nodes sn = {0, 0};
+	EXPECT_EQ(mesh_job_nodes(b, count_node, &sn), 0);
+	EXPECT_EQ(sn.n, 2);
+	EXPECT_EQ(sn.completions, 1);
+	mesh_job_close(b);
+	store_env_stop(&e);
+}
+
+/* mesh nodes: each harvest is a row with its program, chunks, speed and
+ * state; a password URL is refused (64). */
+TEST_TIMEOUT(store_pg_nodes_command, 60)
+{
+	struct store_env e;
+	char url[600], out[4096];
+	start(&e);
+	base_url(&e, url, sizeof url);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#h' 50 && %s job harvest '%s#h' x h 50 30 hv1 -- true", MESH,
+		       url, MESH, url),
+		  0);
+	EXPECT_CONTAINS(out, "done 50");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s nodes --store '%s#h' --job", MESH, url), 0);
+	EXPECT_CONTAINS(out, "CHUNKS/S");
+	EXPECT_CONTAINS(out, "hv1");
+	EXPECT_CONTAINS(out, " true ");
+	EXPECT_CONTAINS(out, " 50 ");
+	EXPECT_CONTAINS(out, "stopped");
+	EXPECT_EQ(sql1(&e, "SELECT chunks FROM mesh.nodes WHERE name = 'hv1'"), 50);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s nodes --store 'postgresql://u:pw9@127.0.0.1:1/x'", MESH), MESH_EXIT_USAGE);
+	EXPECT_TRUE(strstr(out, "pw9") == NULL);
 	store_env_stop(&e);
 }

@@ -28,15 +28,30 @@ static int pg_bin(char *buf, size_t cap)
 }
 
 /* Runs a shell command line as the server's user (postgres when we are
- * root: the server refuses to run as root). */
+ * root: the server refuses to run as root), in network namespace netns
+ * when one is given. */
+static int as_pg_in(const char *netns, const char *cmd)
+{
+	char line[2048], pre[128] = "";
+	if (netns && *netns)
+		snprintf(pre, sizeof pre, "ip netns exec %s ", netns);
+	if (geteuid() == 0)
+		snprintf(line, sizeof line, "%srunuser -u postgres -- sh -c '%s' >/dev/null 2>&1", pre, cmd);
+	else
+		snprintf(line, sizeof line, "%ssh -c '%s' >/dev/null 2>&1", pre, cmd);
+	return system(line);
+}
 static int as_pg(const char *cmd)
 {
-	char line[2048];
-	if (geteuid() == 0)
-		snprintf(line, sizeof line, "runuser -u postgres -- sh -c '%s' >/dev/null 2>&1", cmd);
-	else
-		snprintf(line, sizeof line, "sh -c '%s' >/dev/null 2>&1", cmd);
-	return system(line);
+	return as_pg_in(NULL, cmd);
+}
+
+/* The server's options: a unix socket in its directory, and TCP on the
+ * harness's listen address when one was asked for. */
+static void pg_opts(const struct store_env *e, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "-k %s -c listen_addresses=%s -c max_connections=40 -c shared_buffers=16MB", e->pgdir,
+		 e->listen);
 }
 
 /* A fresh data directory, copied from one initdb made once a machine
@@ -87,7 +102,7 @@ static void stop_at_exit(void)
 
 static int pg_start(struct store_env *e)
 {
-	char bin[200], cwd[200], cmd[1400], why[256];
+	char bin[200], cwd[200], cmd[1400], why[256], opts[600];
 	int found, now;
 	if (pg_bin(bin, sizeof bin)) {
 		fprintf(stderr, "store_env: no PostgreSQL server programs (mk/deps.sh test installs them)\n");
@@ -104,11 +119,20 @@ static int pg_start(struct store_env *e)
 		store_env_stop(e);
 		return -1;
 	}
-	snprintf(cmd, sizeof cmd,
-		 "%s/pg_ctl -D %s/data -l %s/log -w -t 30 -o \"-k %s -c listen_addresses= -c max_connections=40"
-		 " -c shared_buffers=16MB -c fsync=on -c synchronous_commit=on\" start",
-		 bin, e->pgdir, e->pgdir, e->pgdir);
-	if (as_pg(cmd)) {
+	if (e->hba_cidr[0]) {
+		char hba[300];
+		snprintf(hba, sizeof hba, "%s/data/pg_hba.conf", e->pgdir);
+		FILE *f = fopen(hba, "a");
+		if (!f || fprintf(f, "host all all %s trust\n", e->hba_cidr) < 0 || fclose(f)) {
+			fprintf(stderr, "store_env: cannot write %s\n", hba);
+			store_env_stop(e);
+			return -1;
+		}
+	}
+	pg_opts(e, opts, sizeof opts);
+	snprintf(cmd, sizeof cmd, "%s/pg_ctl -D %s/data -l %s/log -w -t 30 -o \"%s -c fsync=on -c synchronous_commit=on\" start",
+		 bin, e->pgdir, e->pgdir, opts);
+	if (as_pg_in(e->netns, cmd)) {
 		fprintf(stderr, "store_env: pg_ctl start failed (see %s/log)\n", e->pgdir);
 		store_env_stop(e);
 		return -1;
@@ -128,14 +152,13 @@ static int pg_start(struct store_env *e)
 
 int store_env_pg_ctl(const struct store_env *e, const char *args)
 {
-	char bin[200], cmd[1400];
+	char bin[200], cmd[1400], opts[600];
 	if (pg_bin(bin, sizeof bin))
 		return -1;
-	snprintf(cmd, sizeof cmd,
-		 "%s/pg_ctl -D %s/data -l %s/log -w -t 30 -o \"-k %s -c listen_addresses= -c max_connections=40"
-		 " -c shared_buffers=16MB\" %s",
-		 bin, e->pgdir, e->pgdir, e->pgdir, args);
-	return as_pg(cmd);
+	pg_opts(e, opts, sizeof opts);
+	snprintf(cmd, sizeof cmd, "%s/pg_ctl -D %s/data -l %s/log -w -t 30 -o \"%s\" %s", bin, e->pgdir, e->pgdir,
+		 opts, args);
+	return as_pg_in(e->netns, cmd);
 }
 
 int store_env_start(struct store_env *e, const char *kind)
@@ -151,6 +174,16 @@ int store_env_start(struct store_env *e, const char *kind)
 		return pg_start(e);
 	fprintf(stderr, "store_env: no store '%s'\n", kind);
 	return -1;
+}
+
+int store_env_start_tcp(struct store_env *e, const char *netns, const char *addr, const char *cidr)
+{
+	memset(e, 0, sizeof *e);
+	snprintf(e->kind, sizeof e->kind, "postgresql");
+	snprintf(e->netns, sizeof e->netns, "%s", netns ? netns : "");
+	snprintf(e->listen, sizeof e->listen, "%s", addr);
+	snprintf(e->hba_cidr, sizeof e->hba_cidr, "%s", cidr);
+	return pg_start(e);
 }
 
 void store_env_stop(struct store_env *e)
@@ -182,4 +215,30 @@ int store_env_open(const struct store_env *e, struct mesh_job **j, const char *n
 	o.node = node;
 	o.max_attempts = max_attempts;
 	return mesh_job_open(j, &o);
+}
+
+long long store_env_sql(const struct store_env *e, const char *sql)
+{
+	char cmd[1400], out[256] = "";
+	snprintf(cmd, sizeof cmd,
+		 "PGOPTIONS='-c client_min_messages=warning' psql -q -X -A -t -h %s -U mesh -d postgres -c \"%s\" 2>&1",
+		 e->pgdir, sql);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	size_t n = fread(out, 1, sizeof out - 1, p);
+	out[n] = 0;
+	if (pclose(p) != 0)
+		return -1;
+	return atoll(out);
+}
+
+long long store_env_done_bits(const struct store_env *e, const char *job)
+{
+	char q[300];
+	snprintf(q, sizeof q,
+		 "SELECT coalesce(sum(length(replace(w.bits::bit(64)::text, '0', ''))), 0) FROM mesh.done_words w"
+		 " JOIN mesh.jobs j ON j.id = w.job WHERE j.name = '%s'",
+		 job);
+	return store_env_sql(e, q);
 }

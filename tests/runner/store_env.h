@@ -14,14 +14,25 @@ struct store_env {
 	char where[512];   /* the journal path, or the store URL */
 	char lockdir[64];  /* file store: the lock directory */
 	char pgdir[256];   /* postgresql: the data and socket directory */
+	char netns[64];	   /* postgresql: the network namespace it runs in ("" this one) */
+	char listen[64];   /* postgresql: its TCP address (port 5432), "" none */
+	char hba_cidr[64]; /* postgresql: the clients let in over TCP (trust) */
 };
 
 /* 0, or -1 when the store cannot be had here (then a message was printed). */
 int store_env_start(struct store_env *e, const char *kind);
+/* PostgreSQL listening on TCP addr:5432 too (and its unix socket), run in
+ * network namespace netns (NULL: this one), letting in the clients of
+ * cidr without a password.  0 or -1 as store_env_start. */
+int store_env_start_tcp(struct store_env *e, const char *netns, const char *addr, const char *cidr);
 void store_env_stop(struct store_env *e);
 int store_env_submit(const struct store_env *e, uint64_t n);
 int store_env_open(const struct store_env *e, struct mesh_job **j, const char *node, uint32_t max_attempts);
 /* postgresql: pg_ctl with args ("-m immediate restart") on the server. */
 int store_env_pg_ctl(const struct store_env *e, const char *args);
+/* postgresql: one value from psql as the superuser (-1: psql failed). */
+long long store_env_sql(const struct store_env *e, const char *sql);
+/* postgresql: how many DONE bits job has (each chunk's DONE is one bit). */
+long long store_env_done_bits(const struct store_env *e, const char *job);
 
 #endif

@@ -1,0 +1,78 @@
+/* mesh nodes: every node of a PostgreSQL store (store/store_pg.h), on
+ * every host: what it runs, its measured speed, its last heartbeat. */
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/exit.h"
+#include "cli/cmds.h"
+#include "cli/exit.h"
+#include "store/store_pg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+	"usage: mesh nodes [--store URL] [--job]\n"
+	"\n"
+	"The nodes (mesh run, mesh job harvest...) of a PostgreSQL job store, on every\n"
+	"host: name, host, program, job, chunks completed, speed (chunks/s from its\n"
+	"registration to its last heartbeat), last heartbeat, state:\n"
+	"  alive    beating (every third of its lease TTL)\n"
+	"  silent   no heartbeat for longer than its TTL: its leases are taken by others\n"
+	"  stopped  closed cleanly\n"
+	"URL: postgresql://... (default $MESH_STORE); with --job, only the nodes of the\n"
+	"job named after '#' in the URL.  docs/cluster.md.\n"
+	"\n"
+	"Exit codes: 0; 64 usage; 65 a schema of another version; 69 the database\n"
+	"cannot be reached.\n";
+
+static void row(const struct mesh_pg_node *nd, void *arg)
+{
+	(void)arg;
+	printf("%-20s %-16s %-14s %-12s %8llu %10.1f %9.1fs %s\n", nd->name, nd->host, nd->program, nd->job,
+	       (unsigned long long)nd->chunks, nd->chunks_per_s, (double)nd->age_ns / 1e9,
+	       nd->stopped ? "stopped" : nd->silent ? "silent" : "alive");
+}
+
+int mesh_cmd_nodes(int argc, char **argv)
+{
+	const char *url = getenv("MESH_STORE");
+	int this_job = 0, rc;
+	char why[512], safe[512];
+	struct mesh_pg *pg;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(usage, stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--store") && i + 1 < argc) {
+			url = argv[++i];
+		} else if (!strncmp(argv[i], "--store=", 8)) {
+			url = argv[i] + 8;
+		} else if (!strcmp(argv[i], "--job")) {
+			this_job = 1;
+		} else {
+			return mesh_cli_usage("nodes: unknown argument '%s' (see `mesh nodes --help`)", argv[i]);
+		}
+	}
+	if (!url || !*url)
+		return mesh_cli_usage("nodes: no store (give --store URL, or set MESH_STORE)");
+	if (!mesh_pg_url_is(url))
+		return mesh_cli_usage("nodes: not a store URL (postgresql://...)");
+	mesh_pg_url_safe(url, safe, sizeof safe);
+	if (strcmp(safe, url))
+		return mesh_cli_usage("nodes: a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
+	rc = mesh_pg_open(&pg, url, why, sizeof why);
+	if (rc) {
+		fprintf(stderr, "mesh: nodes %s: %s%s%s\n", safe, mesh_strerror(rc), why[0] ? ": " : "", why);
+		return mesh_exit_for(rc);
+	}
+	printf("%-20s %-16s %-14s %-12s %8s %10s %10s %s\n", "NODE", "HOST", "PROGRAM", "JOB", "CHUNKS", "CHUNKS/S",
+	       "LAST BEAT", "STATE");
+	rc = mesh_pg_nodes(pg, this_job, row, NULL);
+	mesh_pg_close(pg);
+	if (rc) {
+		fprintf(stderr, "mesh: nodes %s: %s\n", safe, mesh_strerror(rc));
+		return mesh_exit_for(rc);
+	}
+	return 0;
+}

@@ -1,0 +1,54 @@
+/* Inside the PostgreSQL store: the handle, shared by store_pg.c and
+ * store_pg_nodes.c.  Not for other modules. */
+#ifndef MESH_STORE_STORE_PG_INT_H
+#define MESH_STORE_STORE_PG_INT_H
+
+#include "store/store.h"
+#include "store/store_pg.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdint.h>
+
+/* One caller's completions waiting for a shared commit. */
+struct cbatch {
+	const uint64_t *cids, *durs; /* durs may be NULL */
+	size_t n;
+	int *results;
+	int rc, done;
+	struct cbatch *next;
+};
+
+struct mesh_pg {
+	PGconn *conn;
+	pthread_mutex_t mu; /* the connection */
+	char job[MESH_NODE_MAX + 1];
+	char idtext[24]; /* the job's row id, as a parameter */
+	uint64_t holder; /* random: the leases taken through this handle */
+	/* group commit */
+	pthread_mutex_t cmu;
+	pthread_cond_t ccv;
+	struct cbatch *queue;
+	int leader;
+	int listening; /* LISTEN mesh done on this connection */
+	/* the node (store_pg_nodes.c): registered at the first lease */
+	int node_on;
+	uint64_t beat_ns;
+	pthread_t beat;
+	pthread_cond_t bcv; /* with cmu: wakes the beat thread to stop */
+	int beat_stop;
+};
+
+/* Runs sql with params on pg's connection (pg->mu held), making the
+ * connection again (waiting up to 15 s) when it was lost.  The result, or
+ * NULL with *rc set. */
+PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc);
+/* A one-value query (pg->mu taken here): the value's text into buf. */
+int mesh__pg_q1(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, char *buf, size_t cap);
+/* Registers the node (once: the first lease) and starts its beat thread.
+ * Errors are the database's; the lease goes on without a node row. */
+int mesh__pg_node_start(struct mesh_pg *pg, const char *node, uint64_t ttl_ns);
+/* Stops the beat thread and marks the node stopped (close). */
+void mesh__pg_node_stop(struct mesh_pg *pg);
+
+#endif

@@ -1,0 +1,160 @@
+/* The nodes of the PostgreSQL store (store_pg.h): each handle that leases
+ * registers a row in mesh.nodes and beats it from a thread of its own, so
+ * that a node busy on a long chunk still shows alive, and one that froze
+ * or was cut off shows silent -- and mesh.lease() takes its leases. */
+#include "base/clock.h"
+#include "base/err.h"
+#include "store/store_pg_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The smallest beat period: a tiny TTL (tests) must not spin. */
+#define BEAT_MIN_NS (20 * MESH_NS_PER_MS)
+
+/* What the node runs: the first word after "--" on this process's command
+ * line (mesh run/harvest -- CMD), else the process's own name. */
+static void program_of(char *buf, size_t cap)
+{
+	char line[4096];
+	ssize_t n = 0;
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	snprintf(buf, cap, "?");
+	if (fd >= 0) {
+		n = read(fd, line, sizeof line - 1);
+		close(fd);
+	}
+	if (n <= 0)
+		return;
+	line[n] = 0;
+	const char *first = line, *take = NULL;
+	for (const char *p = line; p < line + n; p += strlen(p) + 1)
+		if (!strcmp(p, "--") && p + 3 <= line + n) {
+			take = p + 3;
+			break;
+		}
+	if (!take) {
+		take = strrchr(first, '/');
+		take = take ? take + 1 : first;
+	}
+	size_t len = strnlen(take, cap - 1);
+	memcpy(buf, take, len);
+	buf[len] = 0;
+	for (char *s = buf; *s; s++)
+		if (*s == ' ' || *s == '\t')
+			*s = 0; /* a shell line: its first word */
+}
+
+static void *beat_main(void *arg)
+{
+	struct mesh_pg *pg = arg;
+	char htext[24];
+	const char *vals[1] = {htext};
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	pthread_mutex_lock(&pg->cmu);
+	while (!pg->beat_stop) {
+		struct timespec ts;
+		uint64_t at = mesh_wall_ns() + pg->beat_ns;
+		ts.tv_sec = (time_t)(at / MESH_NS_PER_S);
+		ts.tv_nsec = (long)(at % MESH_NS_PER_S);
+		pthread_cond_timedwait(&pg->bcv, &pg->cmu, &ts);
+		if (pg->beat_stop)
+			break;
+		pthread_mutex_unlock(&pg->cmu);
+		int rc = 0;
+		pthread_mutex_lock(&pg->mu);
+		PQclear(mesh__pg_q(pg, "UPDATE mesh.nodes SET beat = mesh.now_us() WHERE holder = $1", 1, vals, &rc));
+		pthread_mutex_unlock(&pg->mu);
+		pthread_mutex_lock(&pg->cmu);
+	}
+	pthread_mutex_unlock(&pg->cmu);
+	return NULL;
+}
+
+int mesh__pg_node_start(struct mesh_pg *pg, const char *node, uint64_t ttl_ns)
+{
+	char host[256], prog[256], htext[24], ttext[24];
+	const char *vals[6] = {htext, node && *node ? node : "?", host, prog, pg->idtext, ttext};
+	int rc = 0;
+	pg->node_on = 1; /* once, whatever happens */
+	if (gethostname(host, sizeof host) < 0)
+		snprintf(host, sizeof host, "?");
+	host[sizeof host - 1] = 0;
+	program_of(prog, sizeof prog);
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	snprintf(ttext, sizeof ttext, "%" PRIu64, ttl_ns / 1000);
+	pthread_mutex_lock(&pg->mu);
+	PQclear(mesh__pg_q(pg,
+			   "INSERT INTO mesh.nodes (holder, name, host, program, job, started, beat, ttl_us)"
+			   " VALUES ($1, $2, $3, $4, $5, mesh.now_us(), mesh.now_us(), $6)",
+			   6, vals, &rc));
+	pthread_mutex_unlock(&pg->mu);
+	if (rc)
+		return rc;
+	pg->beat_ns = ttl_ns / 3 > BEAT_MIN_NS ? ttl_ns / 3 : BEAT_MIN_NS;
+	if (pthread_create(&pg->beat, NULL, beat_main, pg)) {
+		pg->beat_ns = 0;
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+void mesh__pg_node_stop(struct mesh_pg *pg)
+{
+	char htext[24];
+	const char *vals[1] = {htext};
+	int rc = 0;
+	if (!pg->beat_ns)
+		return;
+	pthread_mutex_lock(&pg->cmu);
+	pg->beat_stop = 1;
+	pthread_cond_broadcast(&pg->bcv);
+	pthread_mutex_unlock(&pg->cmu);
+	pthread_join(pg->beat, NULL);
+	pg->beat_ns = 0;
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	pthread_mutex_lock(&pg->mu);
+	PQclear(mesh__pg_q(pg, "UPDATE mesh.nodes SET beat = mesh.now_us(), stopped = true WHERE holder = $1", 1,
+			   vals, &rc));
+	pthread_mutex_unlock(&pg->mu);
+}
+
+int mesh_pg_nodes(struct mesh_pg *pg, int this_job, void (*fn)(const struct mesh_pg_node *, void *), void *arg)
+{
+	const char *vals[1] = {pg->job};
+	PGresult *r;
+	int rc = 0;
+	pthread_mutex_lock(&pg->mu);
+	r = mesh__pg_q(pg,
+		       "SELECT n.name, n.host, n.program, j.name, n.chunks, n.busy_us, n.started, n.beat, n.ttl_us,"
+		       " mesh.now_us() - n.beat, n.stopped FROM mesh.nodes n JOIN mesh.jobs j ON j.id = n.job"
+		       " WHERE $1 = '' OR j.name = $1 ORDER BY n.started, n.holder",
+		       1, this_job ? vals : (const char *const[]){""}, &rc);
+	pthread_mutex_unlock(&pg->mu);
+	for (int i = 0; r && i < PQntuples(r); i++) {
+		struct mesh_pg_node nd = {0};
+		nd.name = PQgetvalue(r, i, 0);
+		nd.host = PQgetvalue(r, i, 1);
+		nd.program = PQgetvalue(r, i, 2);
+		nd.job = PQgetvalue(r, i, 3);
+		nd.chunks = strtoull(PQgetvalue(r, i, 4), NULL, 10);
+		nd.busy_ns = strtoull(PQgetvalue(r, i, 5), NULL, 10) * 1000;
+		nd.started_ns = strtoull(PQgetvalue(r, i, 6), NULL, 10) * 1000;
+		nd.beat_ns = strtoull(PQgetvalue(r, i, 7), NULL, 10) * 1000;
+		nd.ttl_ns = strtoull(PQgetvalue(r, i, 8), NULL, 10) * 1000;
+		long long age = strtoll(PQgetvalue(r, i, 9), NULL, 10);
+		nd.age_ns = age > 0 ? (uint64_t)age * 1000 : 0;
+		nd.stopped = PQgetvalue(r, i, 10)[0] == 't';
+		nd.silent = !nd.stopped && nd.age_ns > nd.ttl_ns;
+		uint64_t span = nd.beat_ns > nd.started_ns ? nd.beat_ns - nd.started_ns : 0;
+		nd.chunks_per_s = span ? (double)nd.chunks * 1e9 / (double)span : 0;
+		fn(&nd, arg);
+	}
+	PQclear(r);
+	return rc;
+}
