@@ -269,6 +269,7 @@ struct relay_out {
 	size_t bytes;
 	int client_close; /* the response ended with the upstream's close, or was cut */
 	int gone;	  /* the client went away first */
+	int timeout;	  /* past a limit: 1 request, 2 response start, 3 idle stream */
 };
 
 /* Forwards the request (head with its line replaced by line, then body) to
@@ -276,14 +277,17 @@ struct relay_out {
  * response went through whole; else an HTTP status to answer (nothing sent
  * yet), or -1 (the response was cut: the client must see its connection
  * end). */
-static int forward(struct conn *c, const struct req *r, const char *line, int port, int cold, struct relay_out *o)
+static int forward(struct conn *c, const struct req *r, const char *line, int port, int cold, uint64_t t_req,
+		   struct relay_out *o)
 {
+	const struct mesh_gw_config *gc = &c->g->c;
+	uint64_t req_deadline = t_req + gc->request_timeout_ns, last_read;
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	struct mesh_hframe f;
 	char buf[65536], pre[8192];
 	size_t npre = 0, body = (size_t)r->cl;
-	int one = 1, done = 0, rc = 0;
+	int one = 1, done = 0, rc = 0, got = 0; /* got: a byte of the response came */
 	int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	memset(o, 0, sizeof *o);
 	if (up < 0)
@@ -302,11 +306,22 @@ static int forward(struct conn *c, const struct req *r, const char *line, int po
 		return 502;
 	}
 	int pending_line = 1; /* the status line not yet passed on */
+	last_read = mesh_mono_ns();
 	while (!done) {
 		/* While the program thinks, watch the client: one that closed its
-		 * connection (or its sending side) is gone, and its request with it. */
+		 * connection (or its sending side) is gone, and its request with it.
+		 * And the limits: the first byte's, the next read's, the whole's. */
 		struct pollfd pf[2] = {{up, POLLIN, 0}, {c->link.fd, POLLRDHUP, 0}};
-		if (poll(pf, 2, -1) < 0 && errno != EINTR) {
+		uint64_t now = mesh_mono_ns(),
+			 read_deadline = last_read + (got ? gc->idle_stream_timeout_ns : gc->response_timeout_ns),
+			 deadline = read_deadline < req_deadline ? read_deadline : req_deadline;
+		if (now >= deadline) {
+			o->timeout = deadline == req_deadline ? 1 : got ? 3 : 2;
+			rc = o->bytes ? -1 : 504;
+			break;
+		}
+		uint64_t wait_ms = (deadline - now + 999999) / 1000000;
+		if (poll(pf, 2, wait_ms > 60000 ? 60000 : (int)wait_ms) < 0 && errno != EINTR) {
 			rc = o->bytes ? -1 : 502;
 			break;
 		}
@@ -320,6 +335,8 @@ static int forward(struct conn *c, const struct req *r, const char *line, int po
 		ssize_t n = recv(up, buf, sizeof buf, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
+		last_read = mesh_mono_ns();
+		got |= n > 0;
 		if (n <= 0) {
 			mesh_hframe_eof(&f, 1);
 			if (f.inflight == 0 && !pending_line) {
@@ -482,14 +499,34 @@ static int one_request(struct conn *c)
 	}
 	snprintf(line, sizeof line, "%s %s %s\r\n", r.method, path, r.version);
 	struct relay_out o;
-	code = forward(c, &r, line, port, cold, &o);
+	code = forward(c, &r, line, port, cold, t0, &o);
 	mesh__gw_release(p);
 	status = o.status;
 	bytes = o.bytes;
 	if (o.client_close)
 		close_it = 1;
 	mesh__gw_count(p, code == 0, t_q);
-	if (code > 0) {
+	if (o.timeout) {
+		static const char *const what[] = {"", "request timeout", "response timeout", "idle stream timeout"};
+		const struct mesh_gw_config *gc = &g->c;
+		uint64_t lim = o.timeout == 1 ? gc->request_timeout_ns
+			       : o.timeout == 2 ? gc->response_timeout_ns : gc->idle_stream_timeout_ns;
+		char m[300];
+		mesh__gw_count_timeout(p, o.timeout);
+		snprintf(m, sizeof m, "program '%s' %s: %s (%.1f s)%s", p->m.name,
+			 o.timeout == 1   ? "did not end its response within the request timeout"
+			 : o.timeout == 2 ? "sent no byte of its response within the response timeout"
+					  : "sent nothing more of its response within the idle stream timeout",
+			 what[o.timeout], (double)lim / 1e9, code < 0 ? "; the response is cut" : "");
+		mesh__gw_log(g, MESH_GW_WARN, "%s", m);
+		if (code > 0) {
+			status = code;
+			send_error(c->link.fd, code, "timeout", "timeout", m, 0, close_it);
+			code = 0; /* answered */
+		} else {
+			status = status ? status : 504;
+		}
+	} else if (code > 0) {
 		char m[256];
 		status = code;
 		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->m.name, port);
@@ -627,6 +664,16 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		g->c.backoff_ns = 500000000ull;
 	if (!g->c.log_max)
 		g->c.log_max = MESH_HOST_LOG_MAX;
+	if (!g->c.request_timeout_ns)
+		g->c.request_timeout_ns = 1800ull * 1000000000ull;
+	if (!g->c.response_timeout_ns)
+		g->c.response_timeout_ns = 300ull * 1000000000ull;
+	if (!g->c.idle_stream_timeout_ns)
+		g->c.idle_stream_timeout_ns = 300ull * 1000000000ull;
+	if (!g->c.probe_interval_ns)
+		g->c.probe_interval_ns = 10ull * 1000000000ull;
+	if (!g->c.probe_failures)
+		g->c.probe_failures = 3;
 	pthread_mutex_init(&g->mu, NULL);
 	mesh__gw_cond_init(&g->cv_all);
 	mesh__gw_cond_init(&g->cv_budget);

@@ -47,6 +47,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 enum mesh_gw_log_level { MESH_GW_INFO, MESH_GW_WARN };
 
@@ -68,6 +69,19 @@ struct mesh_gw_config {
 	 * gone (reaped; their PID namespace is empty); with none idle it waits
 	 * for one to be. */
 	uint64_t memory_budget;
+	/* Per-request limits (0: the default in brackets).  Past one, a request
+	 * that has had no byte of answer gets 504; a response already under way
+	 * is cut (the client's connection ends without its end).
+	 * request_timeout_ns: head read to the response's last byte [30 min];
+	 * response_timeout_ns: request sent to the response's first byte [5 min];
+	 * idle_stream_timeout_ns: between two reads of a response [5 min]. */
+	uint64_t request_timeout_ns, response_timeout_ns, idle_stream_timeout_ns;
+	/* A warm program is probed every probe_interval_ns [10 s] (the start's
+	 * probe); after probe_failures [3] failed in a row it is hung: killed
+	 * (SIGKILL: a hung server drains nothing), its requests in flight end
+	 * (502 or cut), and the waiting ones start it again. */
+	uint64_t probe_interval_ns;
+	uint32_t probe_failures;
 	void (*on_log)(void *ctx, int level, const char *line);
 	void *ctx;
 };
@@ -93,6 +107,12 @@ struct mesh_gw_prog_stats {
 	uint64_t requests_error; /* answered by meshd with an error (502, 503, 504), or cut */
 	uint64_t cold_starts;	/* spawns */
 	uint64_t start_failures, crashes, idle_stops, evictions;
+	uint64_t hung_restarts;	/* killed after probe_failures failed probes while warm */
+	/* requests past a limit: request_timeout, response_timeout, idle_stream_timeout */
+	uint64_t timeouts_request, timeouts_response, timeouts_idle;
+	pid_t pid;		/* of its process (0: none) */
+	int port;		/* its loopback port (0: none) */
+	char last_error[512];	/* the last failed start's reason ("" : none; its first line) */
 	uint64_t warm_ns_sum, warm_count;   /* spawn to warm, over the starts that got warm */
 	uint64_t queue_ns_sum, queue_count; /* time requests waited for a start or a place */
 };

@@ -37,7 +37,8 @@ struct mesh__gw_prog {
 	pid_t pid;
 	int evfd;		/* wakes the current supervisor; -1 when none */
 	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
-	uint64_t spawns, crashes, start_failures, reaps, requests, evictions;
+	uint64_t spawns, crashes, start_failures, reaps, requests, evictions, hung;
+	uint64_t to_request, to_response, to_idle; /* requests past a limit */
 	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
 	struct mesh__wlog log;	/* supervisor thread only */
 };
@@ -83,6 +84,8 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 void mesh__gw_release(struct mesh__gw_prog *p);
 /* Counts a request's end: relayed whole (ok) or not; queued_ns: its wait. */
 void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns);
+/* Counts a request past a limit: 1 request, 2 response start, 3 idle stream. */
+void mesh__gw_count_timeout(struct mesh__gw_prog *p, int kind);
 /* "cold", "starting", "warm", "stopping", or "failed" (cold after a failed
  * start).  Under mu. */
 const char *mesh__gw_state_name(const struct mesh__gw_prog *p);

@@ -357,6 +357,18 @@ void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns)
 	pthread_mutex_unlock(&p->g->mu);
 }
 
+void mesh__gw_count_timeout(struct mesh__gw_prog *p, int kind)
+{
+	pthread_mutex_lock(&p->g->mu);
+	if (kind == 1)
+		p->to_request++;
+	else if (kind == 2)
+		p->to_response++;
+	else
+		p->to_idle++;
+	pthread_mutex_unlock(&p->g->mu);
+}
+
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 {
 	struct mesh_gw_prog_stats *st = calloc(g->nprogs ? g->nprogs : 1, sizeof *st);
@@ -380,6 +392,15 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 		o->crashes = p->crashes;
 		o->idle_stops = p->reaps;
 		o->evictions = p->evictions;
+		o->hung_restarts = p->hung;
+		o->timeouts_request = p->to_request;
+		o->timeouts_response = p->to_response;
+		o->timeouts_idle = p->to_idle;
+		o->pid = p->pid;
+		o->port = p->state == GW_COLD ? 0 : p->port;
+		if (p->fail_gen)
+			snprintf(o->last_error, sizeof o->last_error, "%.*s", (int)strcspn(p->fail_msg, "\n"),
+				 p->fail_msg);
 		o->warm_ns_sum = p->warm_ns_sum;
 		o->warm_count = p->warm_count;
 		o->queue_ns_sum = p->queue_ns_sum;
