@@ -391,6 +391,11 @@ void meshd_metrics_gateway_set(struct mesh_gw *g)
 	the_gateway = g;
 }
 
+struct mesh_gw *meshd_metrics_gateway(void)
+{
+	return the_gateway;
+}
+
 int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out)
 {
 	struct meshd_metrics m;

@@ -119,6 +119,12 @@ struct mesh_gw_prog_stats {
 /* A snapshot of every HTTP program, sorted by name: *out malloc'd (the
  * caller frees), *n of them.  0 or -ENOMEM. */
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n);
+/* For `mesh ps` (GET /v1/ps's "http" array): one object per HTTP program,
+ * sorted by name: name, state (as /v1/models), pid and port (null when it
+ * has no process), models, in_flight, queued, cold_starts, crashes,
+ * hung_restarts, last_error (the last failed start's reason and the
+ * program's last lines; null: none).  A new reference, or NULL (no memory). */
+struct json_t *mesh_gw_ps_json(struct mesh_gw *g);
 void mesh_gw_drain(struct mesh_gw *g);
 void mesh_gw_free(struct mesh_gw *g);
 

@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -410,6 +411,31 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 	*out = st;
 	*n = g->nprogs;
 	return 0;
+}
+
+json_t *mesh_gw_ps_json(struct mesh_gw *g)
+{
+	json_t *a = json_array();
+	pthread_mutex_lock(&g->mu);
+	for (size_t i = 0; a && i < g->nprogs; i++) {
+		const struct mesh__gw_prog *p = &g->progs[i];
+		json_t *models = json_array(), *o;
+		for (size_t k = 0; models && k < p->m.nmodels; k++)
+			json_array_append_new(models, json_string(p->m.models[k]));
+		int has = p->state != GW_COLD && p->pid > 0;
+		o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o}", "name", p->m.name, "state",
+			      mesh__gw_state_name(p), "pid", has ? json_integer(p->pid) : json_null(), "port",
+			      has ? json_integer(p->port) : json_null(), "models", models ? models : json_array(),
+			      "in_flight", (json_int_t)p->inflight, "queued", (json_int_t)p->waiting, "cold_starts",
+			      (json_int_t)p->spawns, "crashes", (json_int_t)p->crashes, "hung_restarts", (json_int_t)p->hung,
+			      "last_error", p->fail_gen ? json_string(p->fail_msg) : json_null());
+		if (!o || json_array_append_new(a, o)) {
+			json_decref(a);
+			a = NULL;
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
+	return a;
 }
 
 void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
