@@ -34,6 +34,7 @@ struct sup {
 	struct mesh__gw_prog *p;
 	struct mesh_proc_child c;
 	int out, evfd, port, reaped, status;
+	int refused; /* the last probe's connect was refused: nothing listens yet */
 	struct mesh_proc_tail tail;
 	char last_probe[256];
 };
@@ -271,8 +272,10 @@ static int probe(struct sup *s, uint64_t answer_ns)
 	o.connect_timeout_ns = 500000000ull;
 	o.response_timeout_ns = answer_ns;
 	o.model = m->probe_path ? NULL : m->models[0];
+	s->refused = 0;
 	if (mesh_probe(&t, &o, &r) < 0)
 		return 0;
+	s->refused = r.err == -ECONNREFUSED;
 	int warm = r.warm;
 	if (m->probe_status) {
 		warm = r.status == (int)m->probe_status && (r.warm || r.phase == MESH_PROBE_JUDGE);
@@ -353,7 +356,12 @@ void *mesh__gw_sup_main(void *arg)
 			continue;
 		if (probe(&s, 1000000000ull))
 			break;
-		interval = interval + interval / 4 > PROBE_MAX_NS ? PROBE_MAX_NS : interval + interval / 4;
+		/* A refused connect costs microseconds: while nothing listens the
+		 * probe stays at its first pace, so the first byte follows the
+		 * listen closely; an answer that says "not yet" (a model loading)
+		 * slows it, up to every 100 ms. */
+		if (!s.refused)
+			interval = interval + interval / 4 > PROBE_MAX_NS ? PROBE_MAX_NS : interval + interval / 4;
 		next = mesh_mono_ns() + interval;
 	}
 	pthread_mutex_lock(&g->mu);
