@@ -277,8 +277,8 @@ struct relay_out {
  * response went through whole; else an HTTP status to answer (nothing sent
  * yet), or -1 (the response was cut: the client must see its connection
  * end). */
-static int forward(struct conn *c, const struct req *r, const char *line, int port, int cold, uint64_t t_req,
-		   struct relay_out *o)
+static int forward(struct conn *c, struct mesh__gw_prog *prog, const struct req *r, const char *line, int port,
+		   int cold, uint64_t t_req, struct relay_out *o)
 {
 	const struct mesh_gw_config *gc = &c->g->c;
 	uint64_t req_deadline = t_req + gc->request_timeout_ns, last_read;
@@ -288,21 +288,31 @@ static int forward(struct conn *c, const struct req *r, const char *line, int po
 	char buf[65536], pre[8192];
 	size_t npre = 0, body = (size_t)r->cl;
 	int one = 1, done = 0, rc = 0, got = 0; /* got: a byte of the response came */
-	int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* A kept connection first; one the program closed meanwhile (nothing
+	 * came back on it) is replaced by a new one, once. */
+	int up = mesh__gw_pool_get(prog, port), reused = up >= 0;
 	memset(o, 0, sizeof *o);
-	if (up < 0)
-		return 502;
-	setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(up, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		close(up);
-		return 502;
-	}
-	mesh_hframe_init(&f);
 	const char *rest = c->buf + r->line_len;
 	size_t nrest = r->head_len - r->line_len + body;
+again:
+	if (up < 0) {
+		reused = 0;
+		up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (up < 0)
+			return 502;
+		setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		if (connect(up, (struct sockaddr *)&sa, sizeof sa) < 0) {
+			close(up);
+			return 502;
+		}
+	}
+	mesh_hframe_init(&f);
 	if (mesh_hframe_feed(&f, 0, line, strlen(line)) || mesh_hframe_feed(&f, 0, rest, nrest) ||
 	    send_all(up, line, strlen(line)) || send_all(up, rest, nrest)) {
 		close(up);
+		up = -1;
+		if (reused)
+			goto again;
 		return 502;
 	}
 	int pending_line = 1; /* the status line not yet passed on */
@@ -335,7 +345,16 @@ static int forward(struct conn *c, const struct req *r, const char *line, int po
 		ssize_t n = recv(up, buf, sizeof buf, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
+		/* ACK at once: on a kept connection the kernel's delayed ACK
+		 * would hold a program that writes a stream in small pieces
+		 * without TCP_NODELAY (Nagle) 40 ms per piece. */
+		setsockopt(up, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
 		last_read = mesh_mono_ns();
+		if (n <= 0 && !got && reused) { /* a kept connection the program had closed */
+			close(up);
+			up = -1;
+			goto again;
+		}
 		got |= n > 0;
 		if (n <= 0) {
 			mesh_hframe_eof(&f, 1);
@@ -379,7 +398,13 @@ static int forward(struct conn *c, const struct req *r, const char *line, int po
 		}
 		o->bytes += len;
 	}
-	close(up);
+	/* Kept for the next request when the response ended whole and neither
+	 * side asked for the connection's end. */
+	if (rc == 0 && done && !o->client_close && !r->close && strcmp(r->version, "HTTP/1.0") &&
+	    !f.tunnel && !(o->status == 101))
+		mesh__gw_pool_put(prog, port, up);
+	else
+		close(up);
 	if (rc == -1)
 		o->client_close = 1;
 	return rc;
@@ -499,7 +524,7 @@ static int one_request(struct conn *c)
 	}
 	snprintf(line, sizeof line, "%s %s %s\r\n", r.method, path, r.version);
 	struct relay_out o;
-	code = forward(c, &r, line, port, cold, t0, &o);
+	code = forward(c, p, &r, line, port, cold, t0, &o);
 	mesh__gw_release(p);
 	status = o.status;
 	bytes = o.bytes;

@@ -20,6 +20,10 @@
 
 enum mesh__gw_state { GW_COLD, GW_STARTING, GW_WARM, GW_STOPPING };
 
+/* Idle connections to one program kept for the next request (each request
+ * otherwise pays a loopback connect and the program's accept). */
+#define GW_POOL_MAX 64
+
 struct mesh__gw_prog {
 	struct mesh_manifest m;
 	struct mesh_gw *g;
@@ -37,6 +41,8 @@ struct mesh__gw_prog {
 	pid_t pid;
 	int evfd;		/* wakes the current supervisor; -1 when none */
 	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
+	int pool[GW_POOL_MAX];	/* mu: idle keep-alive connections to the warm process */
+	unsigned npool;
 	uint64_t spawns, crashes, start_failures, reaps, requests, evictions, hung;
 	uint64_t to_request, to_response, to_idle; /* requests past a limit */
 	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
@@ -82,6 +88,14 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 		     unsigned *retry_after);
 /* The request ended. */
 void mesh__gw_release(struct mesh__gw_prog *p);
+/* An idle connection to p's process on port, or -1 (none: connect). */
+int mesh__gw_pool_get(struct mesh__gw_prog *p, int port);
+/* Keeps fd (a connection to port whose last response ended whole) for the
+ * next request, or closes it (the process changed, the pool is full). */
+void mesh__gw_pool_put(struct mesh__gw_prog *p, int port, int fd);
+/* Under mu: closes the pool (the process is stopping or gone: an idle
+ * connection must not hold up a graceful stop). */
+void mesh__gw_pool_drop(struct mesh__gw_prog *p);
 /* Counts a request's end: relayed whole (ok) or not; queued_ns: its wait. */
 void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns);
 /* Counts a request past a limit: 1 request, 2 response start, 3 idle stream. */

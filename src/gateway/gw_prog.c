@@ -358,6 +358,34 @@ void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns)
 	pthread_mutex_unlock(&p->g->mu);
 }
 
+int mesh__gw_pool_get(struct mesh__gw_prog *p, int port)
+{
+	int fd = -1;
+	pthread_mutex_lock(&p->g->mu);
+	if (p->npool && p->state == GW_WARM && p->port == port)
+		fd = p->pool[--p->npool];
+	pthread_mutex_unlock(&p->g->mu);
+	return fd;
+}
+
+void mesh__gw_pool_put(struct mesh__gw_prog *p, int port, int fd)
+{
+	pthread_mutex_lock(&p->g->mu);
+	if (p->state == GW_WARM && p->port == port && p->npool < GW_POOL_MAX) {
+		p->pool[p->npool++] = fd;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&p->g->mu);
+	if (fd >= 0)
+		close(fd);
+}
+
+void mesh__gw_pool_drop(struct mesh__gw_prog *p)
+{
+	while (p->npool)
+		close(p->pool[--p->npool]);
+}
+
 void mesh__gw_count_timeout(struct mesh__gw_prog *p, int kind)
 {
 	pthread_mutex_lock(&p->g->mu);

@@ -392,6 +392,7 @@ void *mesh__gw_sup_main(void *arg)
 				marker(&s, "%s", why);
 				pthread_mutex_lock(&g->mu);
 				p->state = GW_STOPPING;
+				mesh__gw_pool_drop(p);
 				p->hung++;
 				pthread_mutex_unlock(&g->mu);
 				stop_child(&s, "hung", 1);
@@ -416,6 +417,8 @@ void *mesh__gw_sup_main(void *arg)
 		if (stopping)
 			p->state = GW_STOPPING;
 		int stop = p->state == GW_STOPPING;
+		if (stop)
+			mesh__gw_pool_drop(p);
 		pthread_mutex_unlock(&g->mu);
 		if (stop) {
 			char r[96];
@@ -442,6 +445,7 @@ void *mesh__gw_sup_main(void *arg)
 
 cold_locked:
 	/* mu held.  From here the program is another supervisor's to start. */
+	mesh__gw_pool_drop(p);
 	p->state = GW_COLD;
 	p->pid = 0;
 	p->evfd = -1;

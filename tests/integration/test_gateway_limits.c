@@ -146,3 +146,40 @@ TEST_TIMEOUT(gateway_hung_program_restarted, 30)
 	free(m);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* Keep-alive requests on different client connections, one after another,
+ * reach the program on one kept connection (no connect per request); after
+ * the program's restart a new one is made.  (A request with Connection:
+ * close asks the program to close too: that one is not kept.) */
+TEST_TIMEOUT(gateway_upstream_connection_reused, 30)
+{
+	char req[2048], resp[8192];
+	add_oa("u", "\"test-model\"", "", "idle_ttl = \"300ms\"\n");
+	struct gw g = start_gw("");
+	for (int i = 0; i < 3; i++) {
+		int fd = connect_to(g.port);
+		ASSERT_GE(fd, 0);
+		chat_request(req, sizeof req, "test-model", "hi", i == 1, 1);
+		ASSERT_EQ(send_str(fd, req), 0);
+		EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
+		close(fd);
+	}
+	char *log = t_read_file("logs/u.log", NULL);
+	ASSERT_TRUE(log != NULL);
+	const char *a = strstr(log, "req POST /v1/chat/completions from ");
+	ASSERT_TRUE(a != NULL);
+	int port = atoi(a + 35);
+	char want[96];
+	snprintf(want, sizeof want, "req POST /v1/chat/completions from %d\n", port);
+	free(log);
+	EXPECT_EQ(count_in("logs/u.log", want), 3);
+	EXPECT_EQ(count_in("logs/u.log", "req POST"), 3);
+	/* Idle-stopped (its kept connection closed first), started again. */
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=u stopped", 5000));
+	EXPECT_FALSE(file_has("meshd.err", "SIGKILL after the grace"));
+	EXPECT_EQ(post_chat(g.port, "test-model", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	EXPECT_EQ(count_in("logs/u.log", want), 3);
+	EXPECT_EQ(count_in("logs/u.log", "req POST"), 4);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
