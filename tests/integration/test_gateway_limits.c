@@ -183,3 +183,44 @@ TEST_TIMEOUT(gateway_upstream_connection_reused, 30)
 	EXPECT_EQ(count_in("logs/u.log", "req POST"), 4);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* The program closes a kept connection (nginx's keepalive_timeout): the
+ * next request, which finds it closed with nothing answered, goes on a new
+ * connection and is served. */
+TEST_TIMEOUT(gateway_kept_connection_closed_by_program, 30)
+{
+	char cwd[512], text[4096], req[1024], resp[4096];
+	if (access("/usr/sbin/nginx", X_OK) != 0)
+		FAIL("nginx is not installed (mk/deps.sh test installs it)");
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	mkdir("tmp", 0755);
+	t_write_file("nginx.conf.in",
+		     "daemon off; master_process on; worker_processes 1; pid nginx.pid;\n"
+		     "error_log error.log notice;\nevents { worker_connections 64; }\n"
+		     "http { access_log off; client_body_temp_path tmp; proxy_temp_path tmp; keepalive_timeout 200ms;\n"
+		     "  fastcgi_temp_path tmp; uwsgi_temp_path tmp; scgi_temp_path tmp;\n"
+		     "  server { listen 127.0.0.1:@PORT@; location / { return 200 \"hello from nginx\\n\"; } } }\n");
+	mkdir("catalog", 0755);
+	snprintf(text, sizeof text,
+		 "name = \"web\"\nbackend = \"http\"\nmodels = [\"nginx-hello\"]\nprobe_path = \"/\"\nprobe_status = 200\n"
+		 "command = [\"sh\", \"-c\", \"sed s/@PORT@/{port}/ nginx.conf.in > nginx.conf && "
+		 "exec /usr/sbin/nginx -p %s -e %s/error.log -c %s/nginx.conf\"]\n"
+		 "[lifecycle]\nstop_signal = \"QUIT\"\n",
+		 cwd, cwd, cwd);
+	t_write_file("catalog/web.toml", text);
+	struct gw g = start_gw("");
+	snprintf(req, sizeof req, "GET /upstream/nginx-hello/ HTTP/1.1\r\nHost: x\r\n\r\n");
+	for (int i = 0; i < 3; i++) {
+		int fd = connect_to(g.port);
+		ASSERT_GE(fd, 0);
+		ASSERT_EQ(send_str(fd, req), 0);
+		EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
+		EXPECT_CONTAINS(resp, "hello from nginx");
+		close(fd);
+		if (i == 1)
+			usleep(600 * 1000); /* past nginx's keepalive_timeout: it closes the kept one */
+	}
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
+	EXPECT_FALSE(file_has("meshd.err", "status=502"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
