@@ -73,6 +73,7 @@ static const char *reason_phrase(int code)
 	case 405: return "Method Not Allowed";
 	case 411: return "Length Required";
 	case 413: return "Content Too Large";
+	case 501: return "Not Implemented";
 	case 431: return "Request Header Fields Too Large";
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
@@ -198,7 +199,7 @@ static int parse_head(const char *buf, size_t head_len, struct req *r)
 					return 400;
 				r->cl = n;
 			} else if (nlen == 17 && !strncasecmp(l, "transfer-encoding", 17)) {
-				r->te = 1;
+				r->te = strcasecmp(val, "chunked") ? 2 : 1; /* 1: chunked, 2: another coding */
 			} else if (nlen == 10 && !strncasecmp(l, "connection", 10)) {
 				if (strcasestr(val, "close"))
 					r->close = 1;
@@ -410,6 +411,48 @@ again:
 	return rc;
 }
 
+/* The chunked body after the head r in c->buf, read whole and decoded: the
+ * buffer becomes the head without Transfer-Encoding, with Content-Length,
+ * the body, then the bytes after it (the next request's); r parsed again.
+ * 0, an HTTP status (400, 413), or -1 (the client went away, no memory). */
+static int dechunk(struct conn *c, struct req *r)
+{
+	struct mesh__gw_dechunk d = {.pos = r->head_len};
+	struct mesh_buf body = MESH_BUF_INIT, nb = MESH_BUF_INIT;
+	int rc;
+	while ((rc = mesh__gw_dechunk(&d, c->buf, c->have, c->g->c.max_body, &body)) == 1)
+		if (fill(c, c->have + 1) < 0) {
+			mesh_buf_release(&body);
+			return -1;
+		}
+	if (rc) {
+		mesh_buf_release(&body);
+		return rc;
+	}
+	/* The head's lines but Transfer-Encoding, then Content-Length. */
+	for (size_t at = 0; at + 2 < r->head_len;) {
+		const char *l = c->buf + at, *nl = memchr(l, '\n', r->head_len - at);
+		size_t len = nl ? (size_t)(nl + 1 - l) : r->head_len - at;
+		if (at == 0 || strncasecmp(l, "transfer-encoding:", 18))
+			mesh_buf_add(&nb, l, len);
+		at += len;
+	}
+	mesh_buf_addf(&nb, "Content-Length: %zu\r\n\r\n", body.len);
+	size_t head = nb.len;
+	if (body.len)
+		mesh_buf_add(&nb, body.p, body.len);
+	mesh_buf_add(&nb, c->buf + d.pos, c->have - d.pos);
+	mesh_buf_release(&body);
+	if (!nb.p) {
+		mesh_buf_release(&nb);
+		return -1;
+	}
+	free(c->buf);
+	c->cap = nb.cap;
+	c->buf = mesh_buf_detach(&nb, &c->have);
+	return parse_head(c->buf, head, r) ? 400 : 0;
+}
+
 /* The model a request is for, from the JSON body; NULL if none. */
 static char *body_model(const char *body, size_t n)
 {
@@ -440,9 +483,25 @@ static int one_request(struct conn *c)
 		return -1;
 	}
 	if (r.te) {
-		send_error(c->link.fd, 411, "invalid_request_error", NULL,
-			   "a request body must come with Content-Length (chunked bodies are not taken)", 0, 1);
-		return -1;
+		if (r.cl || r.te != 1) {
+			send_error(c->link.fd, r.te != 1 ? 501 : 400, "invalid_request_error", NULL,
+				   r.te != 1 ? "a request body's transfer coding must be chunked"
+					     : "a request with both Content-Length and Transfer-Encoding",
+				   0, 1);
+			return -1;
+		}
+		if (r.expect && c->have == (size_t)hl && send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
+			return -1;
+		code = dechunk(c, &r);
+		if (code) {
+			if (code > 0)
+				send_error(c->link.fd, code, "invalid_request_error", NULL,
+					   code == 413 ? "the request body is larger than the gateway takes"
+						       : "malformed chunked request body",
+					   0, 1);
+			return -1;
+		}
+		hl = (long)r.head_len;
 	}
 	if (r.cl > g->c.max_body) {
 		char m[128];

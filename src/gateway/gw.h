@@ -6,7 +6,8 @@
  *   GET  /v1/models            every catalog model, OpenAI's list shape, with
  *                              its program and state (cold, starting, warm,
  *                              failed)
- *   POST /v1/...               routed by the JSON body's "model" (the body is
+ *   POST /v1/...               routed by the JSON body's "model" (the body,
+ *                              Content-Length or chunked, is
  *                              read whole, at most max_body bytes)
  *   ANY  /upstream/<model>/P   to that model's program as /P
  * An unknown model gets OpenAI's 404 error JSON naming the known ones.

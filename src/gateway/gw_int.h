@@ -110,6 +110,18 @@ void mesh__gw_wake(struct mesh__gw_prog *p);
 /* A monotonic time as a timespec for the condition variables here. */
 void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
 
+/* gw_body.c: a chunked request body decoded as its bytes come. */
+struct mesh__gw_dechunk {
+	size_t pos;  /* of the input parsed so far */
+	size_t left; /* state 1: the chunk's data bytes */
+	int state;   /* 0 a size line, 1 a chunk's data, 2 the trailers */
+};
+struct mesh_buf;
+/* Decodes p[d->pos..n) (the body's bytes so far, from its start) into out,
+ * at most max bytes: 0 the body ended (at d->pos), 1 more bytes needed, or
+ * an HTTP status: 400 (malformed), 413 (past max). */
+int mesh__gw_dechunk(struct mesh__gw_dechunk *d, const char *p, size_t n, size_t max, struct mesh_buf *out);
+
 /* gw_sup.c: the supervisor thread of a start (arg: the program, whose
  * state is STARTING and evfd set, under mu, when it is created). */
 void *mesh__gw_sup_main(void *arg);

@@ -471,8 +471,9 @@ TEST_TIMEOUT(gateway_client_gone_ends_its_request, 30)
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
-/* Request bodies are bounded (--http-max-body: 413) and must have a
- * Content-Length (411); neither starts a program. */
+/* Request bodies are bounded (--http-max-body: 413, chunked ones too); a
+ * chunked body that is not JSON with a model gets 400; none starts a
+ * program. */
 TEST_TIMEOUT(gateway_request_body_bounds, 30)
 {
 	char req[4096], resp[4096], body[300];
@@ -492,12 +493,22 @@ TEST_TIMEOUT(gateway_request_body_bounds, 30)
 	EXPECT_CONTAINS(resp, "the request body is larger than 200 bytes");
 	fd = connect_to(g.port);
 	ASSERT_GE(fd, 0);
-	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-			       "5\r\nhello\r\n0\r\n\r\n"),
+	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+			       "Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
 		  0);
 	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
 	close(fd);
-	EXPECT_CONTAINS(resp, "HTTP/1.1 411 ");
+	EXPECT_CONTAINS(resp, "HTTP/1.1 400 ");
+	EXPECT_CONTAINS(resp, "missing_model");
+	fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	snprintf(req, sizeof req,
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+		 "%zx\r\n%s\r\n%zx\r\n%s\r\n0\r\n\r\n", strlen(body), body, strlen(body), body);
+	ASSERT_EQ(send_str(fd, req), 0);
+	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 413 ");
 	EXPECT_FALSE(file_has("meshd.err", "spawned pid="));
 	EXPECT_EQ(stop_gw(&g), 0);
 }

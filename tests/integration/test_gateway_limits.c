@@ -224,3 +224,32 @@ TEST_TIMEOUT(gateway_kept_connection_closed_by_program, 30)
 	EXPECT_FALSE(file_has("meshd.err", "status=502"));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* A chunked request body (chunks split anywhere, an extension, a trailer)
+ * is read whole, routed by its model and passed on with Content-Length; the
+ * request after it on the same keep-alive connection is served too. */
+TEST_TIMEOUT(gateway_chunked_request_body, 30)
+{
+	char req[4096], resp[8192];
+	const char *json = "{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+	size_t n = strlen(json);
+	add_oa("c", "\"test-model\"", "", "");
+	struct gw g = start_gw("");
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	snprintf(req, sizeof req,
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+		 "a;ext=1\r\n%.10s\r\n%zx\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n",
+		 json, n - 10, json + 10);
+	ASSERT_EQ(send_str(fd, req), 0);
+	EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "tok0 tok1 tok2");
+	chat_request(req, sizeof req, "test-model", "again", 0, 1);
+	ASSERT_EQ(send_str(fd, req), 0);
+	EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "tok0 tok1 tok2");
+	close(fd);
+	EXPECT_EQ(count_in("logs/c.log", "req POST /v1/chat/completions"), 2);
+	EXPECT_EQ(count_in("meshd.err", "status=200"), 2);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
