@@ -49,104 +49,6 @@ void mesh__gw_cond_init(pthread_cond_t *cv)
 	pthread_condattr_destroy(&a);
 }
 
-static int send_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n) {
-		ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static const char *reason_phrase(int code)
-{
-	switch (code) {
-	case 200: return "OK";
-	case 400: return "Bad Request";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 411: return "Length Required";
-	case 413: return "Content Too Large";
-	case 501: return "Not Implemented";
-	case 431: return "Request Header Fields Too Large";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	}
-	return "Error";
-}
-
-/* One answer of meshd's own: a JSON body. */
-static int send_json(int fd, int code, json_t *body, unsigned retry_after, int close_it)
-{
-	char *text = json_dumps(body, JSON_COMPACT);
-	struct mesh_buf b = MESH_BUF_INIT;
-	int rc = -1;
-	json_decref(body);
-	if (!text)
-		return -1;
-	mesh_buf_addf(&b, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n", code,
-		      reason_phrase(code), strlen(text) + 1);
-	if (retry_after)
-		mesh_buf_addf(&b, "Retry-After: %u\r\n", retry_after);
-	if (close_it)
-		mesh_buf_adds(&b, "Connection: close\r\n");
-	mesh_buf_addf(&b, "\r\n%s\n", text);
-	if (b.p)
-		rc = send_all(fd, b.p, b.len);
-	mesh_buf_release(&b);
-	free(text);
-	return rc;
-}
-
-/* OpenAI's error shape. */
-static int send_error(int fd, int code, const char *type, const char *errcode, const char *msg, unsigned retry_after,
-		      int close_it)
-{
-	json_t *e = json_pack("{s:{s:s, s:s, s:n, s:s?}}", "error", "message", msg, "type", type, "param", "code",
-			      errcode);
-	return e ? send_json(fd, code, e, retry_after, close_it) : -1;
-}
-
-static int send_models(struct mesh_gw *g, int fd, int close_it)
-{
-	json_t *data = json_array(), *o;
-	pthread_mutex_lock(&g->mu);
-	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
-		for (size_t k = 0; k < p->m.nmodels; k++) {
-			o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "id", p->m.models[k], "object", "model", "created", 0,
-				      "owned_by", "mesh", "program", p->m.name, "state", mesh__gw_state_name(p));
-			if (o && p->fail_gen && p->fail_gen == p->gen)
-				json_object_set_new(o, "last_error", json_string(p->fail_msg));
-			json_array_append_new(data, o);
-		}
-	}
-	pthread_mutex_unlock(&g->mu);
-	return send_json(fd, 200, json_pack("{s:s, s:o}", "object", "list", "data", data), 0, close_it);
-}
-
-static int send_unknown_model(struct mesh_gw *g, int fd, const char *model, int close_it)
-{
-	struct mesh_buf b = MESH_BUF_INIT;
-	mesh_buf_addf(&b, "The model '%s' does not exist here; known models:", model);
-	size_t n = 0;
-	for (size_t i = 0; i < g->nprogs; i++)
-		for (size_t k = 0; k < g->progs[i].m.nmodels; k++)
-			mesh_buf_addf(&b, "%s %s", n++ ? "," : "", g->progs[i].m.models[k]);
-	if (!n)
-		mesh_buf_adds(&b, " none (no backend = \"http\" program in the catalog)");
-	int rc = send_error(fd, 404, "invalid_request_error", "model_not_found", b.p ? b.p : "unknown model", 0, close_it);
-	mesh_buf_release(&b);
-	return rc;
-}
-
 struct req {
 	char method[24];
 	char target[2048];
@@ -309,7 +211,7 @@ again:
 	}
 	mesh_hframe_init(&f);
 	if (mesh_hframe_feed(&f, 0, line, strlen(line)) || mesh_hframe_feed(&f, 0, rest, nrest) ||
-	    send_all(up, line, strlen(line)) || send_all(up, rest, nrest)) {
+	    mesh__gw_send_all(up, line, strlen(line)) || mesh__gw_send_all(up, rest, nrest)) {
 		close(up);
 		up = -1;
 		if (reused)
@@ -386,14 +288,14 @@ again:
 			sscanf(pre, "HTTP/1.%*d %d", &o->status);
 			size_t first = nl ? (size_t)(nl + 1 - pre) : npre;
 			static const char hdr[] = "X-Mesh-Cold-Start: 1\r\n";
-			if (send_all(c->link.fd, pre, first) || (cold && nl && send_all(c->link.fd, hdr, sizeof hdr - 1)) ||
-			    send_all(c->link.fd, pre + first, npre - first)) {
+			if (mesh__gw_send_all(c->link.fd, pre, first) || (cold && nl && mesh__gw_send_all(c->link.fd, hdr, sizeof hdr - 1)) ||
+			    mesh__gw_send_all(c->link.fd, pre + first, npre - first)) {
 				rc = -1;
 				break;
 			}
 			o->bytes += npre;
 		}
-		if (len && send_all(c->link.fd, p, len)) {
+		if (len && mesh__gw_send_all(c->link.fd, p, len)) {
 			rc = -1;
 			break;
 		}
@@ -474,28 +376,28 @@ static int one_request(struct conn *c)
 	if (hl == 0)
 		return -1;
 	if (hl < 0) {
-		send_error(c->link.fd, 431, "invalid_request_error", NULL, "the request head is longer than 64 KiB", 0, 1);
+		mesh__gw_send_error(c->link.fd, 431, "invalid_request_error", NULL, "the request head is longer than 64 KiB", 0, 1);
 		return -1;
 	}
 	int code = parse_head(c->buf, (size_t)hl, &r);
 	if (code) {
-		send_error(c->link.fd, code, "invalid_request_error", NULL, "malformed HTTP request", 0, 1);
+		mesh__gw_send_error(c->link.fd, code, "invalid_request_error", NULL, "malformed HTTP request", 0, 1);
 		return -1;
 	}
 	if (r.te) {
 		if (r.cl || r.te != 1) {
-			send_error(c->link.fd, r.te != 1 ? 501 : 400, "invalid_request_error", NULL,
+			mesh__gw_send_error(c->link.fd, r.te != 1 ? 501 : 400, "invalid_request_error", NULL,
 				   r.te != 1 ? "a request body's transfer coding must be chunked"
 					     : "a request with both Content-Length and Transfer-Encoding",
 				   0, 1);
 			return -1;
 		}
-		if (r.expect && c->have == (size_t)hl && send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
+		if (r.expect && c->have == (size_t)hl && mesh__gw_send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
 			return -1;
 		code = dechunk(c, &r);
 		if (code) {
 			if (code > 0)
-				send_error(c->link.fd, code, "invalid_request_error", NULL,
+				mesh__gw_send_error(c->link.fd, code, "invalid_request_error", NULL,
 					   code == 413 ? "the request body is larger than the gateway takes"
 						       : "malformed chunked request body",
 					   0, 1);
@@ -506,11 +408,11 @@ static int one_request(struct conn *c)
 	if (r.cl > g->c.max_body) {
 		char m[128];
 		snprintf(m, sizeof m, "the request body is larger than %zu bytes", g->c.max_body);
-		send_error(c->link.fd, 413, "invalid_request_error", NULL, m, 0, 1);
+		mesh__gw_send_error(c->link.fd, 413, "invalid_request_error", NULL, m, 0, 1);
 		return -1;
 	}
 	if (r.expect && r.cl && c->have < (size_t)hl + r.cl &&
-	    send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
+	    mesh__gw_send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
 		return -1;
 	if (fill(c, (size_t)hl + (size_t)r.cl) < 0)
 		return -1;
@@ -530,10 +432,10 @@ static int one_request(struct conn *c)
 	} else if ((qlen == 10 || qlen == 11) && !strncmp(r.target, "/v1/models/", qlen)) {
 		if (strcmp(r.method, "GET") && strcmp(r.method, "HEAD")) {
 			status = 405;
-			send_error(c->link.fd, 405, "invalid_request_error", NULL, "GET /v1/models lists the models", 0, close_it);
+			mesh__gw_send_error(c->link.fd, 405, "invalid_request_error", NULL, "GET /v1/models lists the models", 0, close_it);
 		} else {
 			status = 200;
-			if (send_models(g, c->link.fd, close_it))
+			if (mesh__gw_send_models(g, c->link.fd, close_it))
 				close_it = 1;
 		}
 		goto done;
@@ -541,7 +443,7 @@ static int one_request(struct conn *c)
 		char *m = body_model(c->buf + hl, (size_t)r.cl);
 		if (!m) {
 			status = 400;
-			send_error(c->link.fd, 400, "invalid_request_error", "missing_model",
+			mesh__gw_send_error(c->link.fd, 400, "invalid_request_error", "missing_model",
 				   "the body must be JSON with a \"model\" string: meshd routes by it", 0, close_it);
 			goto done;
 		}
@@ -549,14 +451,14 @@ static int one_request(struct conn *c)
 		free(m);
 	} else {
 		status = 404;
-		send_error(c->link.fd, 404, "invalid_request_error", NULL,
+		mesh__gw_send_error(c->link.fd, 404, "invalid_request_error", NULL,
 			   "no route: POST /v1/... with a model, GET /v1/models, or /upstream/<model>/...", 0, close_it);
 		goto done;
 	}
 	p = mesh__gw_find(g, model);
 	if (!p) {
 		status = 404;
-		send_unknown_model(g, c->link.fd, model, close_it);
+		mesh__gw_send_unknown_model(g, c->link.fd, model, close_it);
 		goto done;
 	}
 	int port = 0;
@@ -576,7 +478,7 @@ static int one_request(struct conn *c)
 	if (code) {
 		mesh__gw_count(p, 0, t_q);
 		status = code;
-		send_error(c->link.fd, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, why, retry,
+		mesh__gw_send_error(c->link.fd, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, why, retry,
 			   close_it);
 		free(why);
 		goto done;
@@ -605,7 +507,7 @@ static int one_request(struct conn *c)
 		mesh__gw_log(g, MESH_GW_WARN, "%s", m);
 		if (code > 0) {
 			status = code;
-			send_error(c->link.fd, code, "timeout", "timeout", m, 0, close_it);
+			mesh__gw_send_error(c->link.fd, code, "timeout", "timeout", m, 0, close_it);
 			code = 0; /* answered */
 		} else {
 			status = status ? status : 504;
@@ -614,7 +516,7 @@ static int one_request(struct conn *c)
 		char m[256];
 		status = code;
 		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->m.name, port);
-		send_error(c->link.fd, code, "upstream_error", NULL, m, 0, close_it);
+		mesh__gw_send_error(c->link.fd, code, "upstream_error", NULL, m, 0, close_it);
 	} else if (code < 0 && o.gone) {
 		status = status ? status : 499; /* nginx's word for it */
 		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->m.name, bytes);
@@ -683,7 +585,7 @@ static void *accept_main(void *arg)
 		int full = g->nconns >= g->c.max_conns, draining = g->draining;
 		pthread_mutex_unlock(&g->mu);
 		if (full || draining) {
-			send_error(fd, 503, "service_unavailable", NULL,
+			mesh__gw_send_error(fd, 503, "service_unavailable", NULL,
 				   draining ? "meshd is shutting down" : "too many connections", 5, 1);
 			close(fd);
 			continue;

@@ -110,7 +110,19 @@ void mesh__gw_wake(struct mesh__gw_prog *p);
 /* A monotonic time as a timespec for the condition variables here. */
 void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
 
-/* gw_body.c: a chunked request body decoded as its bytes come. */
+/* gw_body.c */
+/* Sends all n bytes (MSG_NOSIGNAL).  0, or -1 (the peer is gone). */
+int mesh__gw_send_all(int fd, const void *p, size_t n);
+/* An error answer in OpenAI's shape ({"error":{message,type,param,code}});
+ * errcode may be NULL; retry_after 0: no Retry-After; close_it: Connection:
+ * close.  0 or -1 as above. */
+int mesh__gw_send_error(int fd, int code, const char *type, const char *errcode, const char *msg,
+			unsigned retry_after, int close_it);
+/* GET /v1/models's answer. */
+int mesh__gw_send_models(struct mesh_gw *g, int fd, int close_it);
+/* The 404 for an unknown model, naming the known ones. */
+int mesh__gw_send_unknown_model(struct mesh_gw *g, int fd, const char *model, int close_it);
+/* A chunked request body decoded as its bytes come. */
 struct mesh__gw_dechunk {
 	size_t pos;  /* of the input parsed so far */
 	size_t left; /* state 1: the chunk's data bytes */
