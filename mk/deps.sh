@@ -9,7 +9,7 @@ TEST="clang libclang-rt-14-dev postgresql curl parallel prometheus python3 pytho
 # nodejs that bundles npm (NodeSource's) conflicts with Debian's npm package:
 # ask for npm only where no npm command exists.
 command -v npm >/dev/null 2>&1 || TEST="$TEST npm"
-BENCH="parallel beanstalkd findutils"
+BENCH="parallel beanstalkd findutils wrk haproxy nginx python3 curl"
 case "${1:-all}" in
 build) PKGS="$BUILD" ;;
 test) PKGS="$BUILD $TEST" ;;

@@ -468,6 +468,38 @@ static void print_row(json_t *prog, json_t *wk)
 	       cpu, rss, spawns, crashes, lastx, lim, gpu);
 }
 
+/* meshd --http's programs (GET /v1/ps's "http"), a table of their own. */
+static void print_http(json_t *http)
+{
+	size_t i, k;
+	json_t *p, *m;
+	if (!json_is_array(http) || !json_array_size(http))
+		return;
+	printf("\n%-20s %-10s %7s %6s %8s %6s %6s %s\n", "HTTP PROGRAM", "STATE", "PID", "PORT", "INFLIGHT", "QUEUED",
+	       "STARTS", "MODELS");
+	json_array_foreach(http, i, p)
+	{
+		char pid[32], port[32], models[256] = "";
+		size_t w = 0;
+		fmt_num(pid, sizeof pid, json_object_get(p, "pid"));
+		fmt_num(port, sizeof port, json_object_get(p, "port"));
+		json_array_foreach(json_object_get(p, "models"), k, m)
+		{
+			if (w < sizeof models)
+				w += (size_t)snprintf(models + w, sizeof models - w, "%s%s", w ? "," : "",
+						      json_string_value(m) ? json_string_value(m) : "?");
+		}
+		const char *name = json_string_value(json_object_get(p, "name"));
+		const char *state = json_string_value(json_object_get(p, "state"));
+		printf("%-20s %-10s %7s %6s %8lld %6lld %6lld %s\n", name ? name : "?", state ? state : "-", pid, port,
+		       json_integer_value(json_object_get(p, "in_flight")), json_integer_value(json_object_get(p, "queued")),
+		       json_integer_value(json_object_get(p, "cold_starts")), models);
+		const char *err = json_string_value(json_object_get(p, "last_error"));
+		if (err) /* its first line: the reason; the program's last lines are in its log */
+			printf("  LAST FAILURE: %.*s\n", (int)strcspn(err, "\n"), err);
+	}
+}
+
 int mesh_cmd_ps(int argc, char **argv)
 {
 	struct opts o;
@@ -539,6 +571,7 @@ int mesh_cmd_ps(int argc, char **argv)
 			       cw && *cw ? ")" : "");
 	}
 	print_gpus(j ? json_object_get(j, "gpu") : NULL);
+	print_http(j ? json_object_get(j, "http") : NULL);
 	json_decref(j);
 	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");
 }

@@ -29,6 +29,7 @@
 #include "daemon/metrics.h"
 #include "daemon/api_gpu.h"
 #include "daemon/ops.h"
+#include "gateway/gw.h"
 #include "host/manifest.h"
 #include "shm/ring.h"
 
@@ -521,6 +522,9 @@ static void route(struct meshd_api *a, struct job *jb)
 			return send_op_error(jb, rc, NULL);
 		json_t *out = ps_json(&ps);
 		meshd_ps_release(&ps);
+		struct mesh_gw *gw = meshd_metrics_gateway(); /* meshd --http's programs (docs/gateway.md) */
+		if (out && gw)
+			json_object_set_new(out, "http", mesh_gw_ps_json(gw));
 		return send_json(jb, 200, out);
 	}
 	if (meshd_api_is_jobs(url)) {

@@ -39,7 +39,9 @@ static void usage(FILE *f)
 		"             [--metrics ADDR:PORT [--metrics-public]]\n"
 		"             [--log-level debug|info|warn|error] [--state DIR]\n"
 		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
-		"                                       [--http-memory SIZE]]\n"
+		"                                       [--http-memory SIZE] [--http-request-timeout S]\n"
+		"                                       [--http-response-timeout S] [--http-idle-timeout S]\n"
+		"                                       [--http-probe-interval S] [--http-probe-failures N]]\n"
 		"\n"
 		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
 		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
@@ -71,6 +73,13 @@ static void usage(FILE *f)
 		"  --http-memory SIZE   the gateway's memory budget: programs that declare `memory`\n"
 		"                       run together only within it; a start that does not fit\n"
 		"                       stops the least recently used idle ones first\n"
+		"  --http-request-timeout S   a request's head to its response's end (default 1800);\n"
+		"  --http-response-timeout S  the request sent to the response's first byte (300);\n"
+		"  --http-idle-timeout S      a stream's silence between two reads (300): past one,\n"
+		"                       504 when nothing was answered yet, else the stream is cut\n"
+		"  --http-probe-interval S    a warm program is probed this often (default 10)\n"
+		"  --http-probe-failures N    failed probes in a row that make it hung: killed,\n"
+		"                       started again by the next request (default 3)\n"
 		"  --state DIR          where submitted jobs live (created 0700); default\n"
 		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh\n"
 		"\n"
@@ -279,6 +288,23 @@ int main(int argc, char **argv)
 		} else if ((v = opt_value(argc, argv, &i, "--http-memory", &missing))) {
 			if (mesh_parse_size(v, UINT64_MAX, &gwc.memory_budget) < 0 || gwc.memory_budget == 0)
 				return usage_error("--http-memory wants a size such as 24G, not '%s'", v);
+		} else if ((v = opt_value(argc, argv, &i, "--http-request-timeout", &missing)) ||
+			   (v = opt_value(argc, argv, &i, "--http-response-timeout", &missing)) ||
+			   (v = opt_value(argc, argv, &i, "--http-idle-timeout", &missing)) ||
+			   (v = opt_value(argc, argv, &i, "--http-probe-interval", &missing))) {
+			/* which one: argv[i] is the value when it came as a word of its own */
+			const char *o = argv[i][0] == '-' ? argv[i] : argv[i - 1];
+			uint64_t *dst = strstr(o, "request") ? &gwc.request_timeout_ns
+					: strstr(o, "response") ? &gwc.response_timeout_ns
+					: strstr(o, "idle") ? &gwc.idle_stream_timeout_ns : &gwc.probe_interval_ns;
+			if (mesh_parse_seconds(v, 86400ull * 1000000000ull, dst) < 0 || *dst == 0)
+				return usage_error("--http-*-timeout and --http-probe-interval want seconds (more "
+						   "than 0, at most a day), not '%s'", v);
+		} else if ((v = opt_value(argc, argv, &i, "--http-probe-failures", &missing))) {
+			uint64_t n;
+			if (mesh_parse_u64(v, 1000, &n) < 0 || n == 0)
+				return usage_error("--http-probe-failures wants a number from 1 to 1000, not '%s'", v);
+			gwc.probe_failures = (uint32_t)n;
 		} else if (!strcmp(argv[i], "--http-public")) {
 			gwc.allow_public = 1;
 		} else if ((v = opt_value(argc, argv, &i, "--http-max-body", &missing))) {

@@ -329,6 +329,19 @@ static void render_gateway(struct w *w, const struct meshd_metrics *m)
 	family(w, "mesh_gateway_evictions_total", "counter",
 	       "HTTP program processes stopped to make room under the memory budget.");
 	per_gw_u64(w, m, "mesh_gateway_evictions_total", offsetof(struct mesh_gw_prog_stats, evictions));
+	family(w, "mesh_gateway_hung_restarts_total", "counter",
+	       "Warm HTTP program processes killed because their periodic probe kept failing.");
+	per_gw_u64(w, m, "mesh_gateway_hung_restarts_total", offsetof(struct mesh_gw_prog_stats, hung_restarts));
+	family(w, "mesh_gateway_timeouts_total", "counter",
+	       "Requests past a limit: request (whole), response (first byte), idle_stream (between reads).");
+	for (size_t i = 0; i < m->ngw; i++) {
+		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
+		put(w, ",limit=\"request\"} %llu\n", (unsigned long long)m->gw[i].timeouts_request);
+		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
+		put(w, ",limit=\"response\"} %llu\n", (unsigned long long)m->gw[i].timeouts_response);
+		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
+		put(w, ",limit=\"idle_stream\"} %llu\n", (unsigned long long)m->gw[i].timeouts_idle);
+	}
 	family(w, "mesh_gateway_time_to_warm_seconds", "summary", "Time from an HTTP program's spawn to its warm probe.");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_time_to_warm_seconds_sum", m->gw[i].name);
@@ -376,6 +389,11 @@ static struct mesh_gw *_Atomic the_gateway;
 void meshd_metrics_gateway_set(struct mesh_gw *g)
 {
 	the_gateway = g;
+}
+
+struct mesh_gw *meshd_metrics_gateway(void)
+{
+	return the_gateway;
 }
 
 int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out)

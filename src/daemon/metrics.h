@@ -103,6 +103,8 @@ int meshd_metrics_label(struct mesh_buf *out, const char *s);
  * serving, clears it before freeing it); NULL: none, its families are left
  * out. */
 void meshd_metrics_gateway_set(struct mesh_gw *g);
+/* The gateway set there (NULL: none), for GET /v1/ps's HTTP programs. */
+struct mesh_gw *meshd_metrics_gateway(void);
 /* Snapshot + render: the body of GET /metrics.  0 or -ENOMEM. */
 int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out);
 

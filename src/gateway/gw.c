@@ -49,103 +49,6 @@ void mesh__gw_cond_init(pthread_cond_t *cv)
 	pthread_condattr_destroy(&a);
 }
 
-static int send_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n) {
-		ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static const char *reason_phrase(int code)
-{
-	switch (code) {
-	case 200: return "OK";
-	case 400: return "Bad Request";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 411: return "Length Required";
-	case 413: return "Content Too Large";
-	case 431: return "Request Header Fields Too Large";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	}
-	return "Error";
-}
-
-/* One answer of meshd's own: a JSON body. */
-static int send_json(int fd, int code, json_t *body, unsigned retry_after, int close_it)
-{
-	char *text = json_dumps(body, JSON_COMPACT);
-	struct mesh_buf b = MESH_BUF_INIT;
-	int rc = -1;
-	json_decref(body);
-	if (!text)
-		return -1;
-	mesh_buf_addf(&b, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n", code,
-		      reason_phrase(code), strlen(text) + 1);
-	if (retry_after)
-		mesh_buf_addf(&b, "Retry-After: %u\r\n", retry_after);
-	if (close_it)
-		mesh_buf_adds(&b, "Connection: close\r\n");
-	mesh_buf_addf(&b, "\r\n%s\n", text);
-	if (b.p)
-		rc = send_all(fd, b.p, b.len);
-	mesh_buf_release(&b);
-	free(text);
-	return rc;
-}
-
-/* OpenAI's error shape. */
-static int send_error(int fd, int code, const char *type, const char *errcode, const char *msg, unsigned retry_after,
-		      int close_it)
-{
-	json_t *e = json_pack("{s:{s:s, s:s, s:n, s:s?}}", "error", "message", msg, "type", type, "param", "code",
-			      errcode);
-	return e ? send_json(fd, code, e, retry_after, close_it) : -1;
-}
-
-static int send_models(struct mesh_gw *g, int fd, int close_it)
-{
-	json_t *data = json_array(), *o;
-	pthread_mutex_lock(&g->mu);
-	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
-		for (size_t k = 0; k < p->m.nmodels; k++) {
-			o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "id", p->m.models[k], "object", "model", "created", 0,
-				      "owned_by", "mesh", "program", p->m.name, "state", mesh__gw_state_name(p));
-			if (o && p->fail_gen && p->fail_gen == p->gen)
-				json_object_set_new(o, "last_error", json_string(p->fail_msg));
-			json_array_append_new(data, o);
-		}
-	}
-	pthread_mutex_unlock(&g->mu);
-	return send_json(fd, 200, json_pack("{s:s, s:o}", "object", "list", "data", data), 0, close_it);
-}
-
-static int send_unknown_model(struct mesh_gw *g, int fd, const char *model, int close_it)
-{
-	struct mesh_buf b = MESH_BUF_INIT;
-	mesh_buf_addf(&b, "The model '%s' does not exist here; known models:", model);
-	size_t n = 0;
-	for (size_t i = 0; i < g->nprogs; i++)
-		for (size_t k = 0; k < g->progs[i].m.nmodels; k++)
-			mesh_buf_addf(&b, "%s %s", n++ ? "," : "", g->progs[i].m.models[k]);
-	if (!n)
-		mesh_buf_adds(&b, " none (no backend = \"http\" program in the catalog)");
-	int rc = send_error(fd, 404, "invalid_request_error", "model_not_found", b.p ? b.p : "unknown model", 0, close_it);
-	mesh_buf_release(&b);
-	return rc;
-}
-
 struct req {
 	char method[24];
 	char target[2048];
@@ -198,7 +101,7 @@ static int parse_head(const char *buf, size_t head_len, struct req *r)
 					return 400;
 				r->cl = n;
 			} else if (nlen == 17 && !strncasecmp(l, "transfer-encoding", 17)) {
-				r->te = 1;
+				r->te = strcasecmp(val, "chunked") ? 2 : 1; /* 1: chunked, 2: another coding */
 			} else if (nlen == 10 && !strncasecmp(l, "connection", 10)) {
 				if (strcasestr(val, "close"))
 					r->close = 1;
@@ -269,6 +172,7 @@ struct relay_out {
 	size_t bytes;
 	int client_close; /* the response ended with the upstream's close, or was cut */
 	int gone;	  /* the client went away first */
+	int timeout;	  /* past a limit: 1 request, 2 response start, 3 idle stream */
 };
 
 /* Forwards the request (head with its line replaced by line, then body) to
@@ -276,37 +180,61 @@ struct relay_out {
  * response went through whole; else an HTTP status to answer (nothing sent
  * yet), or -1 (the response was cut: the client must see its connection
  * end). */
-static int forward(struct conn *c, const struct req *r, const char *line, int port, int cold, struct relay_out *o)
+static int forward(struct conn *c, struct mesh__gw_prog *prog, const struct req *r, const char *line, int port,
+		   int cold, uint64_t t_req, struct relay_out *o)
 {
+	const struct mesh_gw_config *gc = &c->g->c;
+	uint64_t req_deadline = t_req + gc->request_timeout_ns, last_read;
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	struct mesh_hframe f;
 	char buf[65536], pre[8192];
 	size_t npre = 0, body = (size_t)r->cl;
-	int one = 1, done = 0, rc = 0;
-	int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1, done = 0, rc = 0, got = 0; /* got: a byte of the response came */
+	/* A kept connection first; one the program closed meanwhile (nothing
+	 * came back on it) is replaced by a new one, once. */
+	int up = mesh__gw_pool_get(prog, port), reused = up >= 0;
 	memset(o, 0, sizeof *o);
-	if (up < 0)
-		return 502;
-	setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(up, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		close(up);
-		return 502;
-	}
-	mesh_hframe_init(&f);
 	const char *rest = c->buf + r->line_len;
 	size_t nrest = r->head_len - r->line_len + body;
+again:
+	if (up < 0) {
+		reused = 0;
+		up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (up < 0)
+			return 502;
+		setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		if (connect(up, (struct sockaddr *)&sa, sizeof sa) < 0) {
+			close(up);
+			return 502;
+		}
+	}
+	mesh_hframe_init(&f);
 	if (mesh_hframe_feed(&f, 0, line, strlen(line)) || mesh_hframe_feed(&f, 0, rest, nrest) ||
-	    send_all(up, line, strlen(line)) || send_all(up, rest, nrest)) {
+	    mesh__gw_send_all(up, line, strlen(line)) || mesh__gw_send_all(up, rest, nrest)) {
 		close(up);
+		up = -1;
+		if (reused)
+			goto again;
 		return 502;
 	}
 	int pending_line = 1; /* the status line not yet passed on */
+	last_read = mesh_mono_ns();
 	while (!done) {
 		/* While the program thinks, watch the client: one that closed its
-		 * connection (or its sending side) is gone, and its request with it. */
+		 * connection (or its sending side) is gone, and its request with it.
+		 * And the limits: the first byte's, the next read's, the whole's. */
 		struct pollfd pf[2] = {{up, POLLIN, 0}, {c->link.fd, POLLRDHUP, 0}};
-		if (poll(pf, 2, -1) < 0 && errno != EINTR) {
+		uint64_t now = mesh_mono_ns(),
+			 read_deadline = last_read + (got ? gc->idle_stream_timeout_ns : gc->response_timeout_ns),
+			 deadline = read_deadline < req_deadline ? read_deadline : req_deadline;
+		if (now >= deadline) {
+			o->timeout = deadline == req_deadline ? 1 : got ? 3 : 2;
+			rc = o->bytes ? -1 : 504;
+			break;
+		}
+		uint64_t wait_ms = (deadline - now + 999999) / 1000000;
+		if (poll(pf, 2, wait_ms > 60000 ? 60000 : (int)wait_ms) < 0 && errno != EINTR) {
 			rc = o->bytes ? -1 : 502;
 			break;
 		}
@@ -320,6 +248,17 @@ static int forward(struct conn *c, const struct req *r, const char *line, int po
 		ssize_t n = recv(up, buf, sizeof buf, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
+		/* ACK at once: on a kept connection the kernel's delayed ACK
+		 * would hold a program that writes a stream in small pieces
+		 * without TCP_NODELAY (Nagle) 40 ms per piece. */
+		setsockopt(up, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+		last_read = mesh_mono_ns();
+		if (n <= 0 && !got && reused) { /* a kept connection the program had closed */
+			close(up);
+			up = -1;
+			goto again;
+		}
+		got |= n > 0;
 		if (n <= 0) {
 			mesh_hframe_eof(&f, 1);
 			if (f.inflight == 0 && !pending_line) {
@@ -349,23 +288,71 @@ static int forward(struct conn *c, const struct req *r, const char *line, int po
 			sscanf(pre, "HTTP/1.%*d %d", &o->status);
 			size_t first = nl ? (size_t)(nl + 1 - pre) : npre;
 			static const char hdr[] = "X-Mesh-Cold-Start: 1\r\n";
-			if (send_all(c->link.fd, pre, first) || (cold && nl && send_all(c->link.fd, hdr, sizeof hdr - 1)) ||
-			    send_all(c->link.fd, pre + first, npre - first)) {
+			if (mesh__gw_send_all(c->link.fd, pre, first) || (cold && nl && mesh__gw_send_all(c->link.fd, hdr, sizeof hdr - 1)) ||
+			    mesh__gw_send_all(c->link.fd, pre + first, npre - first)) {
 				rc = -1;
 				break;
 			}
 			o->bytes += npre;
 		}
-		if (len && send_all(c->link.fd, p, len)) {
+		if (len && mesh__gw_send_all(c->link.fd, p, len)) {
 			rc = -1;
 			break;
 		}
 		o->bytes += len;
 	}
-	close(up);
+	/* Kept for the next request when the response ended whole and neither
+	 * side asked for the connection's end. */
+	if (rc == 0 && done && !o->client_close && !r->close && strcmp(r->version, "HTTP/1.0") &&
+	    !f.tunnel && !(o->status == 101))
+		mesh__gw_pool_put(prog, port, up);
+	else
+		close(up);
 	if (rc == -1)
 		o->client_close = 1;
 	return rc;
+}
+
+/* The chunked body after the head r in c->buf, read whole and decoded: the
+ * buffer becomes the head without Transfer-Encoding, with Content-Length,
+ * the body, then the bytes after it (the next request's); r parsed again.
+ * 0, an HTTP status (400, 413), or -1 (the client went away, no memory). */
+static int dechunk(struct conn *c, struct req *r)
+{
+	struct mesh__gw_dechunk d = {.pos = r->head_len};
+	struct mesh_buf body = MESH_BUF_INIT, nb = MESH_BUF_INIT;
+	int rc;
+	while ((rc = mesh__gw_dechunk(&d, c->buf, c->have, c->g->c.max_body, &body)) == 1)
+		if (fill(c, c->have + 1) < 0) {
+			mesh_buf_release(&body);
+			return -1;
+		}
+	if (rc) {
+		mesh_buf_release(&body);
+		return rc;
+	}
+	/* The head's lines but Transfer-Encoding, then Content-Length. */
+	for (size_t at = 0; at + 2 < r->head_len;) {
+		const char *l = c->buf + at, *nl = memchr(l, '\n', r->head_len - at);
+		size_t len = nl ? (size_t)(nl + 1 - l) : r->head_len - at;
+		if (at == 0 || strncasecmp(l, "transfer-encoding:", 18))
+			mesh_buf_add(&nb, l, len);
+		at += len;
+	}
+	mesh_buf_addf(&nb, "Content-Length: %zu\r\n\r\n", body.len);
+	size_t head = nb.len;
+	if (body.len)
+		mesh_buf_add(&nb, body.p, body.len);
+	mesh_buf_add(&nb, c->buf + d.pos, c->have - d.pos);
+	mesh_buf_release(&body);
+	if (!nb.p) {
+		mesh_buf_release(&nb);
+		return -1;
+	}
+	free(c->buf);
+	c->cap = nb.cap;
+	c->buf = mesh_buf_detach(&nb, &c->have);
+	return parse_head(c->buf, head, r) ? 400 : 0;
 }
 
 /* The model a request is for, from the JSON body; NULL if none. */
@@ -389,27 +376,43 @@ static int one_request(struct conn *c)
 	if (hl == 0)
 		return -1;
 	if (hl < 0) {
-		send_error(c->link.fd, 431, "invalid_request_error", NULL, "the request head is longer than 64 KiB", 0, 1);
+		mesh__gw_send_error(c->link.fd, 431, "invalid_request_error", NULL, "the request head is longer than 64 KiB", 0, 1);
 		return -1;
 	}
 	int code = parse_head(c->buf, (size_t)hl, &r);
 	if (code) {
-		send_error(c->link.fd, code, "invalid_request_error", NULL, "malformed HTTP request", 0, 1);
+		mesh__gw_send_error(c->link.fd, code, "invalid_request_error", NULL, "malformed HTTP request", 0, 1);
 		return -1;
 	}
 	if (r.te) {
-		send_error(c->link.fd, 411, "invalid_request_error", NULL,
-			   "a request body must come with Content-Length (chunked bodies are not taken)", 0, 1);
-		return -1;
+		if (r.cl || r.te != 1) {
+			mesh__gw_send_error(c->link.fd, r.te != 1 ? 501 : 400, "invalid_request_error", NULL,
+				   r.te != 1 ? "a request body's transfer coding must be chunked"
+					     : "a request with both Content-Length and Transfer-Encoding",
+				   0, 1);
+			return -1;
+		}
+		if (r.expect && c->have == (size_t)hl && mesh__gw_send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
+			return -1;
+		code = dechunk(c, &r);
+		if (code) {
+			if (code > 0)
+				mesh__gw_send_error(c->link.fd, code, "invalid_request_error", NULL,
+					   code == 413 ? "the request body is larger than the gateway takes"
+						       : "malformed chunked request body",
+					   0, 1);
+			return -1;
+		}
+		hl = (long)r.head_len;
 	}
 	if (r.cl > g->c.max_body) {
 		char m[128];
 		snprintf(m, sizeof m, "the request body is larger than %zu bytes", g->c.max_body);
-		send_error(c->link.fd, 413, "invalid_request_error", NULL, m, 0, 1);
+		mesh__gw_send_error(c->link.fd, 413, "invalid_request_error", NULL, m, 0, 1);
 		return -1;
 	}
 	if (r.expect && r.cl && c->have < (size_t)hl + r.cl &&
-	    send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
+	    mesh__gw_send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
 		return -1;
 	if (fill(c, (size_t)hl + (size_t)r.cl) < 0)
 		return -1;
@@ -429,10 +432,10 @@ static int one_request(struct conn *c)
 	} else if ((qlen == 10 || qlen == 11) && !strncmp(r.target, "/v1/models/", qlen)) {
 		if (strcmp(r.method, "GET") && strcmp(r.method, "HEAD")) {
 			status = 405;
-			send_error(c->link.fd, 405, "invalid_request_error", NULL, "GET /v1/models lists the models", 0, close_it);
+			mesh__gw_send_error(c->link.fd, 405, "invalid_request_error", NULL, "GET /v1/models lists the models", 0, close_it);
 		} else {
 			status = 200;
-			if (send_models(g, c->link.fd, close_it))
+			if (mesh__gw_send_models(g, c->link.fd, close_it))
 				close_it = 1;
 		}
 		goto done;
@@ -440,7 +443,7 @@ static int one_request(struct conn *c)
 		char *m = body_model(c->buf + hl, (size_t)r.cl);
 		if (!m) {
 			status = 400;
-			send_error(c->link.fd, 400, "invalid_request_error", "missing_model",
+			mesh__gw_send_error(c->link.fd, 400, "invalid_request_error", "missing_model",
 				   "the body must be JSON with a \"model\" string: meshd routes by it", 0, close_it);
 			goto done;
 		}
@@ -448,14 +451,14 @@ static int one_request(struct conn *c)
 		free(m);
 	} else {
 		status = 404;
-		send_error(c->link.fd, 404, "invalid_request_error", NULL,
+		mesh__gw_send_error(c->link.fd, 404, "invalid_request_error", NULL,
 			   "no route: POST /v1/... with a model, GET /v1/models, or /upstream/<model>/...", 0, close_it);
 		goto done;
 	}
 	p = mesh__gw_find(g, model);
 	if (!p) {
 		status = 404;
-		send_unknown_model(g, c->link.fd, model, close_it);
+		mesh__gw_send_unknown_model(g, c->link.fd, model, close_it);
 		goto done;
 	}
 	int port = 0;
@@ -475,25 +478,45 @@ static int one_request(struct conn *c)
 	if (code) {
 		mesh__gw_count(p, 0, t_q);
 		status = code;
-		send_error(c->link.fd, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, why, retry,
+		mesh__gw_send_error(c->link.fd, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, why, retry,
 			   close_it);
 		free(why);
 		goto done;
 	}
 	snprintf(line, sizeof line, "%s %s %s\r\n", r.method, path, r.version);
 	struct relay_out o;
-	code = forward(c, &r, line, port, cold, &o);
+	code = forward(c, p, &r, line, port, cold, t0, &o);
 	mesh__gw_release(p);
 	status = o.status;
 	bytes = o.bytes;
 	if (o.client_close)
 		close_it = 1;
 	mesh__gw_count(p, code == 0, t_q);
-	if (code > 0) {
+	if (o.timeout) {
+		static const char *const what[] = {"", "request timeout", "response timeout", "idle stream timeout"};
+		const struct mesh_gw_config *gc = &g->c;
+		uint64_t lim = o.timeout == 1 ? gc->request_timeout_ns
+			       : o.timeout == 2 ? gc->response_timeout_ns : gc->idle_stream_timeout_ns;
+		char m[300];
+		mesh__gw_count_timeout(p, o.timeout);
+		snprintf(m, sizeof m, "program '%s' %s: %s (%.1f s)%s", p->m.name,
+			 o.timeout == 1   ? "did not end its response within the request timeout"
+			 : o.timeout == 2 ? "sent no byte of its response within the response timeout"
+					  : "sent nothing more of its response within the idle stream timeout",
+			 what[o.timeout], (double)lim / 1e9, code < 0 ? "; the response is cut" : "");
+		mesh__gw_log(g, MESH_GW_WARN, "%s", m);
+		if (code > 0) {
+			status = code;
+			mesh__gw_send_error(c->link.fd, code, "timeout", "timeout", m, 0, close_it);
+			code = 0; /* answered */
+		} else {
+			status = status ? status : 504;
+		}
+	} else if (code > 0) {
 		char m[256];
 		status = code;
 		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->m.name, port);
-		send_error(c->link.fd, code, "upstream_error", NULL, m, 0, close_it);
+		mesh__gw_send_error(c->link.fd, code, "upstream_error", NULL, m, 0, close_it);
 	} else if (code < 0 && o.gone) {
 		status = status ? status : 499; /* nginx's word for it */
 		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->m.name, bytes);
@@ -562,7 +585,7 @@ static void *accept_main(void *arg)
 		int full = g->nconns >= g->c.max_conns, draining = g->draining;
 		pthread_mutex_unlock(&g->mu);
 		if (full || draining) {
-			send_error(fd, 503, "service_unavailable", NULL,
+			mesh__gw_send_error(fd, 503, "service_unavailable", NULL,
 				   draining ? "meshd is shutting down" : "too many connections", 5, 1);
 			close(fd);
 			continue;
@@ -627,6 +650,16 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		g->c.backoff_ns = 500000000ull;
 	if (!g->c.log_max)
 		g->c.log_max = MESH_HOST_LOG_MAX;
+	if (!g->c.request_timeout_ns)
+		g->c.request_timeout_ns = 1800ull * 1000000000ull;
+	if (!g->c.response_timeout_ns)
+		g->c.response_timeout_ns = 300ull * 1000000000ull;
+	if (!g->c.idle_stream_timeout_ns)
+		g->c.idle_stream_timeout_ns = 300ull * 1000000000ull;
+	if (!g->c.probe_interval_ns)
+		g->c.probe_interval_ns = 10ull * 1000000000ull;
+	if (!g->c.probe_failures)
+		g->c.probe_failures = 3;
 	pthread_mutex_init(&g->mu, NULL);
 	mesh__gw_cond_init(&g->cv_all);
 	mesh__gw_cond_init(&g->cv_budget);

@@ -6,7 +6,8 @@
  *   GET  /v1/models            every catalog model, OpenAI's list shape, with
  *                              its program and state (cold, starting, warm,
  *                              failed)
- *   POST /v1/...               routed by the JSON body's "model" (the body is
+ *   POST /v1/...               routed by the JSON body's "model" (the body,
+ *                              Content-Length or chunked, is
  *                              read whole, at most max_body bytes)
  *   ANY  /upstream/<model>/P   to that model's program as /P
  * An unknown model gets OpenAI's 404 error JSON naming the known ones.
@@ -47,6 +48,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 enum mesh_gw_log_level { MESH_GW_INFO, MESH_GW_WARN };
 
@@ -68,6 +70,19 @@ struct mesh_gw_config {
 	 * gone (reaped; their PID namespace is empty); with none idle it waits
 	 * for one to be. */
 	uint64_t memory_budget;
+	/* Per-request limits (0: the default in brackets).  Past one, a request
+	 * that has had no byte of answer gets 504; a response already under way
+	 * is cut (the client's connection ends without its end).
+	 * request_timeout_ns: head read to the response's last byte [30 min];
+	 * response_timeout_ns: request sent to the response's first byte [5 min];
+	 * idle_stream_timeout_ns: between two reads of a response [5 min]. */
+	uint64_t request_timeout_ns, response_timeout_ns, idle_stream_timeout_ns;
+	/* A warm program is probed every probe_interval_ns [10 s] (the start's
+	 * probe); after probe_failures [3] failed in a row it is hung: killed
+	 * (SIGKILL: a hung server drains nothing), its requests in flight end
+	 * (502 or cut), and the waiting ones start it again. */
+	uint64_t probe_interval_ns;
+	uint32_t probe_failures;
 	void (*on_log)(void *ctx, int level, const char *line);
 	void *ctx;
 };
@@ -93,12 +108,24 @@ struct mesh_gw_prog_stats {
 	uint64_t requests_error; /* answered by meshd with an error (502, 503, 504), or cut */
 	uint64_t cold_starts;	/* spawns */
 	uint64_t start_failures, crashes, idle_stops, evictions;
+	uint64_t hung_restarts;	/* killed after probe_failures failed probes while warm */
+	/* requests past a limit: request_timeout, response_timeout, idle_stream_timeout */
+	uint64_t timeouts_request, timeouts_response, timeouts_idle;
+	pid_t pid;		/* of its process (0: none) */
+	int port;		/* its loopback port (0: none) */
+	char last_error[512];	/* the last failed start's reason ("" : none; its first line) */
 	uint64_t warm_ns_sum, warm_count;   /* spawn to warm, over the starts that got warm */
 	uint64_t queue_ns_sum, queue_count; /* time requests waited for a start or a place */
 };
 /* A snapshot of every HTTP program, sorted by name: *out malloc'd (the
  * caller frees), *n of them.  0 or -ENOMEM. */
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n);
+/* For `mesh ps` (GET /v1/ps's "http" array): one object per HTTP program,
+ * sorted by name: name, state (as /v1/models), pid and port (null when it
+ * has no process), models, in_flight, queued, cold_starts, crashes,
+ * hung_restarts, last_error (the last failed start's reason and the
+ * program's last lines; null: none).  A new reference, or NULL (no memory). */
+struct json_t *mesh_gw_ps_json(struct mesh_gw *g);
 void mesh_gw_drain(struct mesh_gw *g);
 void mesh_gw_free(struct mesh_gw *g);
 

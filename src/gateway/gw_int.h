@@ -20,6 +20,10 @@
 
 enum mesh__gw_state { GW_COLD, GW_STARTING, GW_WARM, GW_STOPPING };
 
+/* Idle connections to one program kept for the next request (each request
+ * otherwise pays a loopback connect and the program's accept). */
+#define GW_POOL_MAX 64
+
 struct mesh__gw_prog {
 	struct mesh_manifest m;
 	struct mesh_gw *g;
@@ -37,7 +41,10 @@ struct mesh__gw_prog {
 	pid_t pid;
 	int evfd;		/* wakes the current supervisor; -1 when none */
 	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
-	uint64_t spawns, crashes, start_failures, reaps, requests, evictions;
+	int pool[GW_POOL_MAX];	/* mu: idle keep-alive connections to the warm process */
+	unsigned npool;
+	uint64_t spawns, crashes, start_failures, reaps, requests, evictions, hung;
+	uint64_t to_request, to_response, to_idle; /* requests past a limit */
 	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
 	struct mesh__wlog log;	/* supervisor thread only */
 };
@@ -81,8 +88,18 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 		     unsigned *retry_after);
 /* The request ended. */
 void mesh__gw_release(struct mesh__gw_prog *p);
+/* An idle connection to p's process on port, or -1 (none: connect). */
+int mesh__gw_pool_get(struct mesh__gw_prog *p, int port);
+/* Keeps fd (a connection to port whose last response ended whole) for the
+ * next request, or closes it (the process changed, the pool is full). */
+void mesh__gw_pool_put(struct mesh__gw_prog *p, int port, int fd);
+/* Under mu: closes the pool (the process is stopping or gone: an idle
+ * connection must not hold up a graceful stop). */
+void mesh__gw_pool_drop(struct mesh__gw_prog *p);
 /* Counts a request's end: relayed whole (ok) or not; queued_ns: its wait. */
 void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns);
+/* Counts a request past a limit: 1 request, 2 response start, 3 idle stream. */
+void mesh__gw_count_timeout(struct mesh__gw_prog *p, int kind);
 /* "cold", "starting", "warm", "stopping", or "failed" (cold after a failed
  * start).  Under mu. */
 const char *mesh__gw_state_name(const struct mesh__gw_prog *p);
@@ -92,6 +109,30 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline);
 void mesh__gw_wake(struct mesh__gw_prog *p);
 /* A monotonic time as a timespec for the condition variables here. */
 void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
+
+/* gw_body.c */
+/* Sends all n bytes (MSG_NOSIGNAL).  0, or -1 (the peer is gone). */
+int mesh__gw_send_all(int fd, const void *p, size_t n);
+/* An error answer in OpenAI's shape ({"error":{message,type,param,code}});
+ * errcode may be NULL; retry_after 0: no Retry-After; close_it: Connection:
+ * close.  0 or -1 as above. */
+int mesh__gw_send_error(int fd, int code, const char *type, const char *errcode, const char *msg,
+			unsigned retry_after, int close_it);
+/* GET /v1/models's answer. */
+int mesh__gw_send_models(struct mesh_gw *g, int fd, int close_it);
+/* The 404 for an unknown model, naming the known ones. */
+int mesh__gw_send_unknown_model(struct mesh_gw *g, int fd, const char *model, int close_it);
+/* A chunked request body decoded as its bytes come. */
+struct mesh__gw_dechunk {
+	size_t pos;  /* of the input parsed so far */
+	size_t left; /* state 1: the chunk's data bytes */
+	int state;   /* 0 a size line, 1 a chunk's data, 2 the trailers */
+};
+struct mesh_buf;
+/* Decodes p[d->pos..n) (the body's bytes so far, from its start) into out,
+ * at most max bytes: 0 the body ended (at d->pos), 1 more bytes needed, or
+ * an HTTP status: 400 (malformed), 413 (past max). */
+int mesh__gw_dechunk(struct mesh__gw_dechunk *d, const char *p, size_t n, size_t max, struct mesh_buf *out);
 
 /* gw_sup.c: the supervisor thread of a start (arg: the program, whose
  * state is STARTING and evfd set, under mu, when it is created). */

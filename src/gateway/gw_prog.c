@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -357,6 +358,46 @@ void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns)
 	pthread_mutex_unlock(&p->g->mu);
 }
 
+int mesh__gw_pool_get(struct mesh__gw_prog *p, int port)
+{
+	int fd = -1;
+	pthread_mutex_lock(&p->g->mu);
+	if (p->npool && p->state == GW_WARM && p->port == port)
+		fd = p->pool[--p->npool];
+	pthread_mutex_unlock(&p->g->mu);
+	return fd;
+}
+
+void mesh__gw_pool_put(struct mesh__gw_prog *p, int port, int fd)
+{
+	pthread_mutex_lock(&p->g->mu);
+	if (p->state == GW_WARM && p->port == port && p->npool < GW_POOL_MAX) {
+		p->pool[p->npool++] = fd;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&p->g->mu);
+	if (fd >= 0)
+		close(fd);
+}
+
+void mesh__gw_pool_drop(struct mesh__gw_prog *p)
+{
+	while (p->npool)
+		close(p->pool[--p->npool]);
+}
+
+void mesh__gw_count_timeout(struct mesh__gw_prog *p, int kind)
+{
+	pthread_mutex_lock(&p->g->mu);
+	if (kind == 1)
+		p->to_request++;
+	else if (kind == 2)
+		p->to_response++;
+	else
+		p->to_idle++;
+	pthread_mutex_unlock(&p->g->mu);
+}
+
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 {
 	struct mesh_gw_prog_stats *st = calloc(g->nprogs ? g->nprogs : 1, sizeof *st);
@@ -380,6 +421,15 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 		o->crashes = p->crashes;
 		o->idle_stops = p->reaps;
 		o->evictions = p->evictions;
+		o->hung_restarts = p->hung;
+		o->timeouts_request = p->to_request;
+		o->timeouts_response = p->to_response;
+		o->timeouts_idle = p->to_idle;
+		o->pid = p->pid;
+		o->port = p->state == GW_COLD ? 0 : p->port;
+		if (p->fail_gen)
+			snprintf(o->last_error, sizeof o->last_error, "%.*s", (int)strcspn(p->fail_msg, "\n"),
+				 p->fail_msg);
 		o->warm_ns_sum = p->warm_ns_sum;
 		o->warm_count = p->warm_count;
 		o->queue_ns_sum = p->queue_ns_sum;
@@ -389,6 +439,31 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 	*out = st;
 	*n = g->nprogs;
 	return 0;
+}
+
+json_t *mesh_gw_ps_json(struct mesh_gw *g)
+{
+	json_t *a = json_array();
+	pthread_mutex_lock(&g->mu);
+	for (size_t i = 0; a && i < g->nprogs; i++) {
+		const struct mesh__gw_prog *p = &g->progs[i];
+		json_t *models = json_array(), *o;
+		for (size_t k = 0; models && k < p->m.nmodels; k++)
+			json_array_append_new(models, json_string(p->m.models[k]));
+		int has = p->state != GW_COLD && p->pid > 0;
+		o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o}", "name", p->m.name, "state",
+			      mesh__gw_state_name(p), "pid", has ? json_integer(p->pid) : json_null(), "port",
+			      has ? json_integer(p->port) : json_null(), "models", models ? models : json_array(),
+			      "in_flight", (json_int_t)p->inflight, "queued", (json_int_t)p->waiting, "cold_starts",
+			      (json_int_t)p->spawns, "crashes", (json_int_t)p->crashes, "hung_restarts", (json_int_t)p->hung,
+			      "last_error", p->fail_gen ? json_string(p->fail_msg) : json_null());
+		if (!o || json_array_append_new(a, o)) {
+			json_decref(a);
+			a = NULL;
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
+	return a;
 }
 
 void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)

@@ -34,6 +34,7 @@ struct sup {
 	struct mesh__gw_prog *p;
 	struct mesh_proc_child c;
 	int out, evfd, port, reaped, status;
+	int refused; /* the last probe's connect was refused: nothing listens yet */
 	struct mesh_proc_tail tail;
 	char last_probe[256];
 };
@@ -123,16 +124,16 @@ static int wait_events(struct sup *s, uint64_t deadline)
 	return 0;
 }
 
-/* Stop signal, the grace, SIGKILL, the reap. */
-static void stop_child(struct sup *s, const char *why)
+/* Stop signal (hard: SIGKILL at once), the grace, SIGKILL, the reap. */
+static void stop_child(struct sup *s, const char *why, int hard)
 {
 	struct mesh__gw_prog *p = s->p;
 	uint64_t t0 = mesh_mono_ns(), deadline = t0 + p->m.stop_grace_ns;
-	int killed = 0;
+	int killed = hard, sig = hard ? SIGKILL : p->m.stop_signal;
 	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (%s) signal=%s", p->m.name, (int)s->c.pid, why,
-		     mesh_signal_name(p->m.stop_signal));
+		     mesh_signal_name(sig));
 	marker(s, "stopping pid=%d (%s)", (int)s->c.pid, why);
-	mesh_proc_child_kill(&s->c, p->m.stop_signal);
+	mesh_proc_child_kill(&s->c, sig);
 	while (!s->reaped) {
 		if (!killed && mesh_mono_ns() >= deadline) {
 			mesh_proc_child_kill(&s->c, SIGKILL);
@@ -257,8 +258,9 @@ out:
 	return rc;
 }
 
-/* One probe of the program: 1 warm, 0 not yet (s->last_probe says why). */
-static int probe(struct sup *s)
+/* One probe of the program, its answer within answer_ns: 1 warm, 0 not
+ * (s->last_probe says why). */
+static int probe(struct sup *s, uint64_t answer_ns)
 {
 	const struct mesh_manifest *m = &s->p->m;
 	struct mesh_probe_target t;
@@ -268,10 +270,12 @@ static int probe(struct sup *s)
 	t.port = (uint16_t)s->port;
 	snprintf(t.path, sizeof t.path, "%s", m->probe_path ? m->probe_path : MESH_PROBE_DEFAULT_PATH);
 	o.connect_timeout_ns = 500000000ull;
-	o.response_timeout_ns = 1000000000ull;
+	o.response_timeout_ns = answer_ns;
 	o.model = m->probe_path ? NULL : m->models[0];
+	s->refused = 0;
 	if (mesh_probe(&t, &o, &r) < 0)
 		return 0;
+	s->refused = r.err == -ECONNREFUSED;
 	int warm = r.warm;
 	if (m->probe_status) {
 		warm = r.status == (int)m->probe_status && (r.warm || r.phase == MESH_PROBE_JUDGE);
@@ -329,7 +333,7 @@ void *mesh__gw_sup_main(void *arg)
 		int stopping = g->stopping;
 		pthread_mutex_unlock(&g->mu);
 		if (stopping) {
-			stop_child(&s, "shutdown");
+			stop_child(&s, "shutdown", 0);
 			pthread_mutex_lock(&g->mu);
 			fail_start(&s, 503, "was stopped: meshd is shutting down");
 			goto cold_locked;
@@ -344,15 +348,20 @@ void *mesh__gw_sup_main(void *arg)
 			pthread_cond_broadcast(&p->cv); /* the waiters answer now, not after the stop */
 			p->state = GW_STOPPING;
 			pthread_mutex_unlock(&g->mu);
-			stop_child(&s, "start timeout");
+			stop_child(&s, "start timeout", 0);
 			pthread_mutex_lock(&g->mu);
 			goto cold_locked;
 		}
 		if (now < next)
 			continue;
-		if (probe(&s))
+		if (probe(&s, 1000000000ull))
 			break;
-		interval = interval + interval / 4 > PROBE_MAX_NS ? PROBE_MAX_NS : interval + interval / 4;
+		/* A refused connect costs microseconds: while nothing listens the
+		 * probe stays at its first pace, so the first byte follows the
+		 * listen closely; an answer that says "not yet" (a model loading)
+		 * slows it, up to every 100 ms. */
+		if (!s.refused)
+			interval = interval + interval / 4 > PROBE_MAX_NS ? PROBE_MAX_NS : interval + interval / 4;
 		next = mesh_mono_ns() + interval;
 	}
 	pthread_mutex_lock(&g->mu);
@@ -367,8 +376,31 @@ void *mesh__gw_sup_main(void *arg)
 	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms", p->m.name, (int)s.c.pid,
 		     (double)(mesh_mono_ns() - t0) / 1e6);
 
-	/* Warm: until it ends, is idle for its TTL, or meshd stops. */
+	/* Warm: until it ends, is idle for its TTL, is hung (the periodic probe
+	 * failed probe_failures times in a row), or meshd stops.  The probe's
+	 * answer is awaited at most an interval (at least 200 ms, at most 1 s). */
+	uint64_t pint = g->c.probe_interval_ns, next_probe = mesh_mono_ns() + pint;
+	uint64_t pans = pint < 200000000ull ? 200000000ull : pint > 1000000000ull ? 1000000000ull : pint;
+	unsigned pfails = 0;
 	for (;;) {
+		if (mesh_mono_ns() >= next_probe) {
+			if (probe(&s, pans))
+				pfails = 0;
+			else if (++pfails >= g->c.probe_failures) {
+				snprintf(why, sizeof why, "hung: %u probes in a row failed (last: %s)", pfails, s.last_probe);
+				mesh__gw_log(g, MESH_GW_WARN, "program=%s pid=%d %s", p->m.name, (int)s.c.pid, why);
+				marker(&s, "%s", why);
+				pthread_mutex_lock(&g->mu);
+				p->state = GW_STOPPING;
+				mesh__gw_pool_drop(p);
+				p->hung++;
+				pthread_mutex_unlock(&g->mu);
+				stop_child(&s, "hung", 1);
+				pthread_mutex_lock(&g->mu);
+				goto cold_locked;
+			}
+			next_probe = mesh_mono_ns() + pint;
+		}
 		pthread_mutex_lock(&g->mu);
 		int idle = !p->inflight && !p->waiting, stopping = g->stopping;
 		uint64_t idle_at = p->last_end + p->m.idle_ttl_ns, now = mesh_mono_ns();
@@ -385,19 +417,21 @@ void *mesh__gw_sup_main(void *arg)
 		if (stopping)
 			p->state = GW_STOPPING;
 		int stop = p->state == GW_STOPPING;
+		if (stop)
+			mesh__gw_pool_drop(p);
 		pthread_mutex_unlock(&g->mu);
 		if (stop) {
 			char r[96];
 			pthread_mutex_lock(&g->mu);
 			snprintf(r, sizeof r, "%s", stopping ? "shutdown" : p->evict_for[0] ? p->evict_for : "idle");
 			pthread_mutex_unlock(&g->mu);
-			stop_child(&s, r);
+			stop_child(&s, r, 0);
 			pthread_mutex_lock(&g->mu);
 			if (!stopping && !p->evict_for[0])
 				p->reaps++; /* an idle stop */
 			goto cold_locked;
 		}
-		if (wait_events(&s, idle ? idle_at : 0)) {
+		if (wait_events(&s, idle && idle_at < next_probe ? idle_at : next_probe)) {
 			char *tail = mesh_proc_tail_text(&s.tail);
 			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d; its last lines:\n%s", p->m.name,
 				     (int)s.c.pid, s.status, tail ? tail : "");
@@ -411,6 +445,7 @@ void *mesh__gw_sup_main(void *arg)
 
 cold_locked:
 	/* mu held.  From here the program is another supervisor's to start. */
+	mesh__gw_pool_drop(p);
 	p->state = GW_COLD;
 	p->pid = 0;
 	p->evfd = -1;

@@ -2,147 +2,10 @@
  * (tests/workers/openai_server.py, nginx), the official openai npm client
  * and raw sockets over loopback. */
 #include "runner/t.h"
-#include "integration/serve_t.h"
+#include "integration/gw_t.h"
 
 #include <pthread.h>
 #include <sys/stat.h>
-
-struct gw {
-	pid_t pid;
-	int port;
-};
-
-static const char *oa_server(void)
-{
-	static char p[4096];
-	snprintf(p, sizeof p, "%s", t_src("tests/workers/openai_server.py"));
-	return p;
-}
-
-/* catalog/<name>.toml: openai_server.py on {port} with more arguments
- * (srv: a TOML array's tail, starting with ", "), the models it is routed
- * (a TOML array's inside), and more keys. */
-static void add_oa(const char *name, const char *models, const char *srv, const char *extra)
-{
-	char path[256], text[8192];
-	mkdir("catalog", 0755);
-	snprintf(text, sizeof text,
-		 "name = \"%s\"\nbackend = \"http\"\ncommand = [\"python3\", \"%s\", \"--port\", \"{port}\"%s]\n"
-		 "models = [%s]\n%s",
-		 name, oa_server(), srv, models, extra);
-	snprintf(path, sizeof path, "catalog/%s.toml", name);
-	t_write_file(path, text);
-}
-
-static int logged_port(void *arg)
-{
-	int *port = arg;
-	char *err = t_read_file("meshd.err", NULL);
-	const char *p = err ? strstr(err, "serving http=") : NULL;
-	p = p ? strstr(p, "port=") : NULL;
-	if (p)
-		*port = atoi(p + 5);
-	free(err);
-	return p && *port > 0;
-}
-
-/* meshd --http 127.0.0.1:0 [more], stderr to meshd.err. */
-static struct gw start_gw(const char *more)
-{
-	struct gw g = {0, 0};
-	mkdir("logs", 0755);
-	mkdir("catalog", 0755);
-	unlink("meshd.err");
-	g.pid = fork();
-	ASSERT_GE(g.pid, 0);
-	if (g.pid == 0) {
-		char cmd[4096];
-		snprintf(cmd, sizeof cmd,
-			 "exec \"$0\" --catalog catalog --logs logs --socket run/meshd.sock --state state "
-			 "--http 127.0.0.1:0 %s 2>>meshd.err",
-			 more);
-		execl("/bin/sh", "sh", "-c", cmd, t_bin("meshd"), (char *)NULL);
-		_exit(127);
-	}
-	if (!t_wait_for(logged_port, &g.port, 10000)) {
-		char *err = t_read_file("meshd.err", NULL);
-		FAIL("meshd --http did not come up; its stderr: %s", err ? err : "");
-	}
-	return g;
-}
-
-static int stop_gw(struct gw *g)
-{
-	int st = -1;
-	kill(g->pid, SIGTERM);
-	for (int i = 0; i < 1500; i++) {
-		if (waitpid(g->pid, &st, WNOHANG) == g->pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		usleep(10000);
-	}
-	kill(g->pid, SIGKILL);
-	waitpid(g->pid, &st, 0);
-	return -1;
-}
-
-static int count_in(const char *file, const char *needle)
-{
-	char *s = t_read_file(file, NULL);
-	int n = 0;
-	for (const char *p = s; p && (p = strstr(p, needle)); p += strlen(needle))
-		n++;
-	free(s);
-	return n;
-}
-
-struct has_n {
-	const char *file, *needle;
-	int n;
-};
-static int has_n_cond(void *arg)
-{
-	struct has_n *h = arg;
-	return count_in(h->file, h->needle) == h->n;
-}
-
-/* The pid of the last "spawned pid=" line (as seen from here). */
-static pid_t spawned_pid(void)
-{
-	char *s = t_read_file("meshd.err", NULL);
-	const char *p = s, *last = NULL;
-	while (p && (p = strstr(p, "spawned pid=")))
-		last = p++;
-	pid_t pid = last ? atoi(last + 12) : 0;
-	free(s);
-	return pid;
-}
-
-static int chat_request(char *req, size_t cap, const char *model, const char *content, int stream, int keep)
-{
-	char body[1024];
-	int n = snprintf(body, sizeof body,
-			 "{\"model\":\"%s\",\"stream\":%s,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", model,
-			 stream ? "true" : "false", content);
-	return snprintf(req, cap,
-			"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-			"Content-Length: %d\r\n%s\r\n%s",
-			n, keep ? "" : "Connection: close\r\n", body);
-}
-
-/* One chat completion on a new connection; the whole response in resp; its status. */
-static int post_chat(int port, const char *model, const char *content, int stream, char *resp, size_t cap)
-{
-	char req[2048];
-	chat_request(req, sizeof req, model, content, stream, 0);
-	int fd = connect_to(port), status = 0;
-	resp[0] = 0;
-	if (fd < 0)
-		return -1;
-	if (send_str(fd, req) == 0 && read_all(fd, resp, cap) > 0)
-		sscanf(resp, "HTTP/1.1 %d", &status);
-	close(fd);
-	return status;
-}
 
 static void need_openai(void)
 {
@@ -553,15 +416,6 @@ TEST_TIMEOUT(gateway_swap_waits_for_busy_program, 60)
 }
 
 /* The value of the sample line starting with `series ` in text, or -1. */
-static double sample(const char *text, const char *series)
-{
-	size_t n = strlen(series);
-	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-		if (!strncmp(p, series, n) && p[n] == ' ')
-			return strtod(p + n + 1, NULL);
-	return -1;
-}
-
 /* /metrics has each HTTP program's requests, cold starts, failures, state,
  * time to warm and time in queue; promtool accepts the text. */
 TEST_TIMEOUT(gateway_metrics_per_program, 60)
@@ -619,8 +473,9 @@ TEST_TIMEOUT(gateway_client_gone_ends_its_request, 30)
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
-/* Request bodies are bounded (--http-max-body: 413) and must have a
- * Content-Length (411); neither starts a program. */
+/* Request bodies are bounded (--http-max-body: 413, chunked ones too); a
+ * chunked body that is not JSON with a model gets 400; none starts a
+ * program. */
 TEST_TIMEOUT(gateway_request_body_bounds, 30)
 {
 	char req[4096], resp[4096], body[300];
@@ -640,12 +495,22 @@ TEST_TIMEOUT(gateway_request_body_bounds, 30)
 	EXPECT_CONTAINS(resp, "the request body is larger than 200 bytes");
 	fd = connect_to(g.port);
 	ASSERT_GE(fd, 0);
-	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-			       "5\r\nhello\r\n0\r\n\r\n"),
+	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+			       "Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
 		  0);
 	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
 	close(fd);
-	EXPECT_CONTAINS(resp, "HTTP/1.1 411 ");
+	EXPECT_CONTAINS(resp, "HTTP/1.1 400 ");
+	EXPECT_CONTAINS(resp, "missing_model");
+	fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	snprintf(req, sizeof req,
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+		 "%zx\r\n%s\r\n%zx\r\n%s\r\n0\r\n\r\n", strlen(body), body, strlen(body), body);
+	ASSERT_EQ(send_str(fd, req), 0);
+	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 413 ");
 	EXPECT_FALSE(file_has("meshd.err", "spawned pid="));
 	EXPECT_EQ(stop_gw(&g), 0);
 }

@@ -17,7 +17,7 @@ Routes (HTTP/1.1, keep-alive):
                              "slow:S" waits S seconds before answering.
   POST /v1/completions       the same, OpenAI's legacy shape
   GET  /health               "ok"
-Every request is logged on stdout ("req METHOD PATH"); --start-delay sleeps before listening;
+Every request is logged on stdout ("req METHOD PATH", a POST with " from CLIENT-PORT"); --start-delay sleeps before listening;
 --exit-on-start N exits with N at once (a server that cannot start).
 """
 import argparse
@@ -77,7 +77,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(404, {"error": {"message": "no route " + self.path, "type": "invalid_request_error"}})
 
     def do_POST(self):
-        print("req POST", self.path, flush=True)
+        print("req POST", self.path, "from", self.client_address[1], flush=True)
         n = int(self.headers.get("Content-Length") or 0)
         try:
             req = json.loads(self.rfile.read(n) or b"{}")

@@ -1,0 +1,164 @@
+#!/bin/sh
+# bench_gateway: meshd --http (the model gateway) beside a direct connection
+# and haproxy (`mode http`), in one run, over loopback (docs/gateway.md).
+#
+#   warm relay   POST /v1/chat/completions (routed by "model") to one nginx:
+#                requests/s and p50/p99 at 32 connections (wrk, keep-alive),
+#                direct / haproxy / gateway; targets: gateway >= haproxy's
+#                rate, p50 added <= 50 us
+#   streaming    time to first token (tests/workers/openai_server.py, SSE),
+#                gateway minus direct, median of 30; target <= 1 ms
+#   cold start   first byte minus the program's own spawn-to-ready (its shell
+#                stamps the spawn, its ready file the listen) for a 2 s
+#                start; target <= 5 ms
+# Usage: bench/bench_gateway.sh BUILD.  Skipped without wrk, haproxy, nginx.
+B=$(cd "${1:-build}" && pwd)
+for t in wrk haproxy nginx python3 curl; do
+	command -v $t >/dev/null 2>&1 || [ -x /usr/sbin/$t ] || { echo "   skipped: $t is not installed (mk/deps.sh bench)"; exit 0; }
+done
+PATH=$PATH:/usr/sbin
+. bench/lib.sh
+HAPROXY=
+bench_on_exit() { [ -n "$HAPROXY" ] && kill "$HAPROXY" 2>/dev/null && wait "$HAPROXY" 2>/dev/null; }
+OA=$(pwd)/tests/workers/openai_server.py
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+GP=$(free_port)
+mkdir -p "$T/catalog" "$T/logs" "$T/tmp"
+cat >"$T/nginx.conf.in" <<NGX
+daemon off; master_process on; worker_processes 1; pid nginx.pid;
+error_log error.log warn; events { worker_connections 1024; }
+http { access_log off; client_body_temp_path tmp; proxy_temp_path tmp;
+  fastcgi_temp_path tmp; uwsgi_temp_path tmp; scgi_temp_path tmp; keepalive_requests 1000000;
+  server { listen 127.0.0.1:@PORT@; location / { return 200 "{\"object\":\"chat.completion\",\"choices\":[]}\n"; } } }
+NGX
+cat >"$T/catalog/web.toml" <<TOML
+name = "web"
+backend = "http"
+models = ["nginx"]
+probe_path = "/"
+probe_status = 200
+command = ["sh", "-c", "sed s/@PORT@/{port}/ $T/nginx.conf.in > $T/nginx.conf && exec nginx -p $T -e $T/error.log -c $T/nginx.conf"]
+[lifecycle]
+stop_signal = "QUIT"
+TOML
+cat >"$T/catalog/oa.toml" <<TOML
+name = "oa"
+backend = "http"
+models = ["test-model"]
+command = ["python3", "$OA", "--port", "{port}", "--tokens", "3"]
+TOML
+cat >"$T/catalog/cold.toml" <<TOML
+name = "cold"
+backend = "http"
+models = ["cold-model"]
+command = ["sh", "-c", "date +%s.%N > $T/spawned; exec python3 $OA --port {port} --models cold-model --start-delay 2 --ready-file $T/ready"]
+TOML
+bench_start_meshd --http 127.0.0.1:$GP
+G=http://127.0.0.1:$GP
+# Warm nginx through the gateway, then find its port.
+curl -sS -o /dev/null -X POST -d '{"model":"nginx"}' $G/v1/chat/completions || { cat "$T/meshd.err"; exit 1; }
+NP=$(mesh ps --json | python3 -c 'import json,sys; print([p["port"] for p in json.load(sys.stdin)["http"] if p["name"]=="web"][0])')
+HP=$(free_port)
+cat >"$T/haproxy.cfg" <<HAP
+global
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend f
+  bind 127.0.0.1:$HP
+  default_backend b
+backend b
+  server s1 127.0.0.1:$NP
+HAP
+haproxy -db -f "$T/haproxy.cfg" >"$T/haproxy.log" 2>&1 &
+HAPROXY=$!
+i=0
+until curl -s -o /dev/null -X POST -d x http://127.0.0.1:$HP/ || [ $i -ge 200 ]; do sleep 0.01; i=$((i + 1)); done
+cat >"$T/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"model":"nginx","messages":[{"role":"user","content":"hi"}]}'
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT %.0f %.1f %.1f %d\n", summary.requests / (summary.duration / 1e6),
+    latency:percentile(50), latency:percentile(99), summary.errors.status + summary.errors.connect + summary.errors.read))
+end
+LUA
+DUR=${BENCH_GATEWAY_SECONDS:-4}
+run_wrk() { wrk -t2 -c32 -d${DUR}s -s "$T/post.lua" "$1/v1/chat/completions" 2>&1 | awk '/^RESULT/ {print $2, $3, $4, $5}'; }
+set -- $(run_wrk http://127.0.0.1:$NP); D_RPS=$1 D_P50=$2 D_P99=$3 D_ERR=$4
+set -- $(run_wrk http://127.0.0.1:$HP); H_RPS=$1 H_P50=$2 H_P99=$3 H_ERR=$4
+set -- $(run_wrk $G); G_RPS=$1 G_P50=$2 G_P99=$3 G_ERR=$4
+echo "   warm relay to nginx, 32 connections, ${DUR} s each (wrk; latency in us):"
+printf '   %-10s %10s %9s %9s %7s\n' "" "req/s" "p50" "p99" "errors"
+printf '   %-10s %10s %9s %9s %7s\n' direct "$D_RPS" "$D_P50" "$D_P99" "$D_ERR"
+printf '   %-10s %10s %9s %9s %7s\n' haproxy "$H_RPS" "$H_P50" "$H_P99" "$H_ERR"
+printf '   %-10s %10s %9s %9s %7s\n' gateway "$G_RPS" "$G_P50" "$G_P99" "$G_ERR"
+awk -v g="$G_RPS" -v h="$H_RPS" -v gp="$G_P50" -v hp="$H_P50" -v dp="$D_P50" 'BEGIN {
+	printf "   gateway/haproxy rate %.2fx (target >= 1.0); p50 added: gateway %+.0f us, haproxy %+.0f us (target <= 50)\n",
+		(h > 0 ? g / h : 0), gp - dp, hp - dp }'
+# Streaming and the cold start: Python clients timing the first token/byte.
+python3 - "$G" "$T" <<'PY'
+import http.client, json, os, socket, statistics, sys, time, urllib.request
+g, t = sys.argv[1], sys.argv[2]
+gport = int(g.rsplit(":", 1)[1])
+body = json.dumps({"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+
+def ttft(port, path="/v1/chat/completions", b=body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    t0 = time.perf_counter()
+    c.request("POST", path, b, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    while True:
+        line = r.fp.readline()
+        if line.startswith(b"data: "):
+            break
+        if not line:
+            raise SystemExit("no token")
+    t1 = time.perf_counter()
+    while line and line != b"0\r\n":  # the rest, raw, to the last chunk
+        line = r.fp.readline()
+    c.close()
+    return (t1 - t0) * 1e6
+
+ttft(gport)  # cold start of oa, not timed
+ps = json.load(urllib.request.urlopen(urllib.request.Request(g + "/v1/models")))
+oport = None
+with open(os.path.join(t, "logs", "oa.log")) as f:
+    for l in f:
+        if "spawned pid=" in l and "port=" in l:
+            oport = int(l.split("port=")[1].split()[0])
+d, w = [], []
+for i in range(30):
+    d.append(ttft(oport))
+    w.append(ttft(gport))
+dm, wm = statistics.median(d), statistics.median(w)
+print("   streaming time to first token, median of 30 (us): direct %.0f, gateway %.0f, added %+.0f us "
+      "(target <= 1000)" % (dm, wm, wm - dm))
+# Cold start: a program whose own start takes 2 s.
+b = json.dumps({"model": "cold-model", "messages": [{"role": "user", "content": "hi"}]})
+s = socket.create_connection(("127.0.0.1", gport))
+req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+       "Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(b), b)).encode()
+t0 = time.time()
+s.sendall(req)
+s.recv(1)
+t1 = time.time()
+s.close()
+spawned = float(open(os.path.join(t, "spawned")).read())
+ready = os.stat(os.path.join(t, "ready")).st_mtime
+own = ready - spawned
+warm = "?"
+with open(os.path.join(t, "logs", "cold.log")) as f:
+    for l in f:
+        if "--- meshd gateway: warm pid=" in l:
+            warm = l.split(" in ")[1].split(" ms")[0]
+print("   cold start (2 s): first byte after %.1f ms; the program's own spawn-to-ready %.1f ms; "
+      "overhead %.1f ms (target <= 5)" % ((t1 - t0) * 1e3, own * 1e3, (t1 - t0 - own) * 1e3))
+if warm != "?":
+    print("     of which meshd's spawn-to-warm minus the program's own %.1f ms (the spawn path: PID namespace, "
+          "mesh-init, sh; the last probe), the first byte after warm %.1f ms"
+          % (float(warm) - own * 1e3, (t1 - t0) * 1e3 - float(warm)))
+PY

@@ -1,0 +1,163 @@
+/* The gateway's own answers (errors in OpenAI's shape, the model list) and
+ * a blocking send, for gw.c; the chunked request body decoder.  See
+ * gw_int.h. */
+#include "gateway/gw_int.h"
+
+#include "base/buf.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+int mesh__gw_send_all(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+	while (n) {
+		ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		c += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static const char *reason_phrase(int code)
+{
+	switch (code) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 411: return "Length Required";
+	case 413: return "Content Too Large";
+	case 501: return "Not Implemented";
+	case 431: return "Request Header Fields Too Large";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	}
+	return "Error";
+}
+
+/* One answer of meshd's own: a JSON body. */
+static int send_json(int fd, int code, json_t *body, unsigned retry_after, int close_it)
+{
+	char *text = json_dumps(body, JSON_COMPACT);
+	struct mesh_buf b = MESH_BUF_INIT;
+	int rc = -1;
+	json_decref(body);
+	if (!text)
+		return -1;
+	mesh_buf_addf(&b, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n", code,
+		      reason_phrase(code), strlen(text) + 1);
+	if (retry_after)
+		mesh_buf_addf(&b, "Retry-After: %u\r\n", retry_after);
+	if (close_it)
+		mesh_buf_adds(&b, "Connection: close\r\n");
+	mesh_buf_addf(&b, "\r\n%s\n", text);
+	if (b.p)
+		rc = mesh__gw_send_all(fd, b.p, b.len);
+	mesh_buf_release(&b);
+	free(text);
+	return rc;
+}
+
+/* OpenAI's error shape. */
+int mesh__gw_send_error(int fd, int code, const char *type, const char *errcode, const char *msg, unsigned retry_after,
+		      int close_it)
+{
+	json_t *e = json_pack("{s:{s:s, s:s, s:n, s:s?}}", "error", "message", msg, "type", type, "param", "code",
+			      errcode);
+	return e ? send_json(fd, code, e, retry_after, close_it) : -1;
+}
+
+int mesh__gw_send_models(struct mesh_gw *g, int fd, int close_it)
+{
+	json_t *data = json_array(), *o;
+	pthread_mutex_lock(&g->mu);
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = &g->progs[i];
+		for (size_t k = 0; k < p->m.nmodels; k++) {
+			o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "id", p->m.models[k], "object", "model", "created", 0,
+				      "owned_by", "mesh", "program", p->m.name, "state", mesh__gw_state_name(p));
+			if (o && p->fail_gen && p->fail_gen == p->gen)
+				json_object_set_new(o, "last_error", json_string(p->fail_msg));
+			json_array_append_new(data, o);
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
+	return send_json(fd, 200, json_pack("{s:s, s:o}", "object", "list", "data", data), 0, close_it);
+}
+
+int mesh__gw_send_unknown_model(struct mesh_gw *g, int fd, const char *model, int close_it)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	mesh_buf_addf(&b, "The model '%s' does not exist here; known models:", model);
+	size_t n = 0;
+	for (size_t i = 0; i < g->nprogs; i++)
+		for (size_t k = 0; k < g->progs[i].m.nmodels; k++)
+			mesh_buf_addf(&b, "%s %s", n++ ? "," : "", g->progs[i].m.models[k]);
+	if (!n)
+		mesh_buf_adds(&b, " none (no backend = \"http\" program in the catalog)");
+	int rc = mesh__gw_send_error(fd, 404, "invalid_request_error", "model_not_found", b.p ? b.p : "unknown model", 0, close_it);
+	mesh_buf_release(&b);
+	return rc;
+}
+
+/* The line at p[pos..n) without its CRLF: its length, or -1 when its end
+ * has not come yet. */
+static long line_at(const char *p, size_t n, size_t pos)
+{
+	const char *nl = pos < n ? memchr(p + pos, '\n', n - pos) : NULL;
+	if (!nl)
+		return -1;
+	long len = (long)(nl - (p + pos));
+	return len && p[pos + (size_t)len - 1] == '\r' ? len - 1 : len;
+}
+
+int mesh__gw_dechunk(struct mesh__gw_dechunk *d, const char *p, size_t n, size_t max, struct mesh_buf *out)
+{
+	for (;;) {
+		if (d->state == 0) { /* a chunk's size line */
+			long len = line_at(p, n, d->pos);
+			if (len < 0)
+				return n - d->pos > 1024 ? 400 : 1;
+			size_t size = 0, k = 0;
+			const char *l = p + d->pos;
+			for (; k < (size_t)len && strchr("0123456789abcdefABCDEF", l[k]) && l[k]; k++) {
+				if (size > (SIZE_MAX >> 4))
+					return 413;
+				size = size * 16 + (size_t)(l[k] <= '9' ? l[k] - '0' : (l[k] | 0x20) - 'a' + 10);
+			}
+			if (!k || (k < (size_t)len && l[k] != ';' && l[k] != ' ' && l[k] != '\t'))
+				return 400;
+			if (size > max || out->len + size > max)
+				return 413;
+			d->pos += (size_t)len + (p[d->pos + (size_t)len] == '\r' ? 2 : 1);
+			d->left = size;
+			d->state = size ? 1 : 2;
+		} else if (d->state == 1) { /* its data and CRLF */
+			if (n - d->pos < d->left + 2)
+				return 1;
+			if (mesh_buf_add(out, p + d->pos, d->left) < 0)
+				return 413;
+			if (p[d->pos + d->left] != '\r' || p[d->pos + d->left + 1] != '\n')
+				return 400;
+			d->pos += d->left + 2;
+			d->state = 0;
+		} else { /* trailers, up to the empty line */
+			long len = line_at(p, n, d->pos);
+			if (len < 0)
+				return n - d->pos > 8192 ? 400 : 1;
+			d->pos += (size_t)len + (p[d->pos + (size_t)len] == '\r' ? 2 : 1);
+			if (len == 0)
+				return 0;
+		}
+	}
+}
