@@ -59,6 +59,7 @@ struct mesh_job {
 	struct mesh_lease_holder self; /* this process, refreshed after a fork */
 	int detached;
 	uint32_t max_attempts, spec_copies;
+	int spec_taken; /* mu: a copy's lease was claimed by this handle */
 	double spec_mult, spec_q;
 	uint64_t spec_min_ns;
 	struct mesh_journal *jr;
@@ -74,6 +75,7 @@ struct mesh_job {
 	size_t ident_len;   /* the WORK record's identity (0: none) */
 	unsigned char ident[MESH_JOB_IDENTITY_MAX];
 	uint64_t *done_bits, *busy_bits;
+	uint64_t *held_bits; /* mu: cids in held[] (held_find's no at once) */
 	uint64_t done, dups, failed_attempts, spec_wins;
 	uint64_t cursor;
 	uint64_t hist[HIST_BUCKETS], hist_n;
@@ -254,7 +256,8 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		j->words = (n + 63) / 64;
 		j->done_bits = calloc(j->words, 8);
 		j->busy_bits = calloc(j->words, 8);
-		if (!j->done_bits || !j->busy_bits)
+		j->held_bits = calloc(j->words, 8);
+		if (!j->done_bits || !j->busy_bits || !j->held_bits)
 			return -ENOMEM;
 		j->n = n;
 		j->have_n = 1;
@@ -541,6 +544,7 @@ void mesh_job_close(struct mesh_job *j)
 	pthread_cond_destroy(&j->cv);
 	free(j->done_bits);
 	free(j->busy_bits);
+	free(j->held_bits);
 	free(j->nodes);
 	free(j->fails);
 	free(j->held);
@@ -767,8 +771,13 @@ const void *mesh_job_identity(const struct mesh_job *j, size_t *len)
 	return j->ident_len ? j->ident : NULL;
 }
 
+/* held[] is scanned only for a cid its bit says is there: the driver asks
+ * about every chunk it leases, most of them not held (a scan of every
+ * lease in flight for each was a good part of a fast job's CPU). */
 static struct held *held_find(struct mesh_job *j, uint64_t cid)
 {
+	if (j->held_bits && cid < j->n && !bit(j->held_bits, cid))
+		return NULL;
 	for (size_t i = 0; i < j->nheld; i++)
 		if (j->held[i].cid == cid)
 			return &j->held[i];
@@ -776,7 +785,14 @@ static struct held *held_find(struct mesh_job *j, uint64_t cid)
 }
 static void held_del(struct mesh_job *j, struct held *h)
 {
+	uint64_t cid = h->cid;
 	*h = j->held[--j->nheld];
+	if (!j->held_bits || cid >= j->n)
+		return;
+	for (size_t i = 0; i < j->nheld; i++)
+		if (j->held[i].cid == cid)
+			return; /* held twice (slots): the bit stays */
+	bit_clr(j->held_bits, cid);
 }
 static int held_add(struct mesh_job *j, const struct held *h)
 {
@@ -789,6 +805,8 @@ static int held_add(struct mesh_job *j, const struct held *h)
 		j->cheld = c;
 	}
 	j->held[j->nheld++] = *h;
+	if (j->held_bits && h->cid < j->n)
+		bit_set(j->held_bits, h->cid);
 	return 0;
 }
 
@@ -925,6 +943,8 @@ static int speculate(struct mesh_job *j, struct live *lv, size_t nlive, const st
 			rc = j->st->ops->claim(j->st, cid, k, &s);
 			if (rc == MESH_E_STATE)
 				rc = j->st->ops->steal(j->st, cid, k, now, &s, &seen);
+			if (rc == 0)
+				j->spec_taken = 1;
 			if (rc == 0 && won(j, cid, k, &s, MESH_LEASE_SPECULATIVE, l))
 				return 1;
 			if (rc < 0 && rc != MESH_E_STATE && rc != -ENOENT)
@@ -1244,7 +1264,10 @@ static void release_done(struct mesh_job *j, uint64_t cid)
 		held_del(j, h);
 	if (!j->st)
 		return;
-	for (unsigned k = 0; k <= j->spec_copies; k++)
+	/* The copies' slots only when this handle ever took one: another
+	 * node's copy is its own to release (a lookup of a name that is
+	 * not there for every chunk was a good part of a fast job's CPU). */
+	for (unsigned k = 0; k <= (j->spec_taken ? j->spec_copies : 0); k++)
 		j->st->ops->release(j->st, cid, k, 0);
 }
 

@@ -456,8 +456,13 @@ static int fs_release(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_
 				(void)block_restamp(fs, bk, 0, 0, bit);
 		}
 		pthread_mutex_unlock(&fs->mu);
-		if (bk && token)
-			return 0; /* there is no chunk lease of ours */
+		/* There is no chunk lease of ours; nor of another (token 0, a
+		 * DONE chunk's sweep): a claimer that saw our live block
+		 * removed its own, and one that took the chunk after our block
+		 * expired releases its own.  No unlink of a name that is not
+		 * there for every chunk. */
+		if (bk)
+			return 0;
 	}
 	if (!token) {
 		if (unlinkat(fs->dirfd, name, 0) < 0 && errno != ENOENT)
