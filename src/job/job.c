@@ -46,6 +46,7 @@ struct held {
 	unsigned slot;
 	uint32_t attempt;
 	enum mesh_lease_kind kind;
+	uint32_t hnext; /* held[]: the next of its bucket, index + 1 */
 };
 
 struct live {
@@ -75,7 +76,6 @@ struct mesh_job {
 	size_t ident_len;   /* the WORK record's identity (0: none) */
 	unsigned char ident[MESH_JOB_IDENTITY_MAX];
 	uint64_t *done_bits, *busy_bits;
-	uint64_t *held_bits; /* mu: cids in held[] (held_find's no at once) */
 	uint64_t done, dups, failed_attempts, spec_wins;
 	uint64_t cursor;
 	uint64_t hist[HIST_BUCKETS], hist_n;
@@ -85,6 +85,7 @@ struct mesh_job {
 	size_t nfails, cfails;
 	struct held *held;
 	size_t nheld, cheld;
+	uint32_t *hbucket; /* cheld buckets (a power of 2): index + 1 of held[], chained by hnext */
 	uint64_t token_seq;
 	/* Chunks of our block leases not handed out yet (lease_many). */
 	struct held resv[MESH_LEASE_BLOCK];
@@ -256,8 +257,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		j->words = (n + 63) / 64;
 		j->done_bits = calloc(j->words, 8);
 		j->busy_bits = calloc(j->words, 8);
-		j->held_bits = calloc(j->words, 8);
-		if (!j->done_bits || !j->busy_bits || !j->held_bits)
+		if (!j->done_bits || !j->busy_bits)
 			return -ENOMEM;
 		j->n = n;
 		j->have_n = 1;
@@ -544,7 +544,7 @@ void mesh_job_close(struct mesh_job *j)
 	pthread_cond_destroy(&j->cv);
 	free(j->done_bits);
 	free(j->busy_bits);
-	free(j->held_bits);
+	free(j->hbucket);
 	free(j->nodes);
 	free(j->fails);
 	free(j->held);
@@ -771,42 +771,64 @@ const void *mesh_job_identity(const struct mesh_job *j, size_t *len)
 	return j->ident_len ? j->ident : NULL;
 }
 
-/* held[] is scanned only for a cid its bit says is there: the driver asks
- * about every chunk it leases, most of them not held (a scan of every
- * lease in flight for each was a good part of a fast job's CPU). */
+/* held[] is found by cid through buckets (cid mod cheld: chunks are
+ * leased in order, so a chain is about one long): the driver asks about
+ * every chunk it leases and completes, with hundreds held at once (a scan
+ * of them each time was a good part of a fast job's CPU). */
+static void held_link(struct mesh_job *j, size_t i)
+{
+	uint32_t *b = &j->hbucket[j->held[i].cid & (j->cheld - 1)];
+	j->held[i].hnext = *b;
+	*b = (uint32_t)i + 1;
+}
+static void held_unlink(struct mesh_job *j, size_t i)
+{
+	uint32_t *p = &j->hbucket[j->held[i].cid & (j->cheld - 1)];
+	while (*p != i + 1)
+		p = &j->held[*p - 1].hnext;
+	*p = j->held[i].hnext;
+}
 static struct held *held_find(struct mesh_job *j, uint64_t cid)
 {
-	if (j->held_bits && cid < j->n && !bit(j->held_bits, cid))
+	if (!j->nheld)
 		return NULL;
-	for (size_t i = 0; i < j->nheld; i++)
-		if (j->held[i].cid == cid)
-			return &j->held[i];
+	for (uint32_t k = j->hbucket[cid & (j->cheld - 1)]; k; k = j->held[k - 1].hnext)
+		if (j->held[k - 1].cid == cid)
+			return &j->held[k - 1];
 	return NULL;
 }
 static void held_del(struct mesh_job *j, struct held *h)
 {
-	uint64_t cid = h->cid;
-	*h = j->held[--j->nheld];
-	if (!j->held_bits || cid >= j->n)
-		return;
-	for (size_t i = 0; i < j->nheld; i++)
-		if (j->held[i].cid == cid)
-			return; /* held twice (slots): the bit stays */
-	bit_clr(j->held_bits, cid);
+	size_t i = (size_t)(h - j->held), last = j->nheld - 1;
+	held_unlink(j, i);
+	if (i != last) {
+		held_unlink(j, last);
+		j->held[i] = j->held[last];
+		held_link(j, i);
+	}
+	j->nheld--;
 }
 static int held_add(struct mesh_job *j, const struct held *h)
 {
 	if (j->nheld == j->cheld) {
 		size_t c = j->cheld ? 2 * j->cheld : 8;
-		struct held *p = realloc(j->held, c * sizeof *p);
-		if (!p)
+		if (c > UINT32_MAX)
 			return -ENOMEM;
+		uint32_t *nb = calloc(c, sizeof *nb);
+		struct held *p = nb ? realloc(j->held, c * sizeof *p) : NULL;
+		if (!p) {
+			free(nb);
+			return -ENOMEM;
+		}
+		free(j->hbucket);
+		j->hbucket = nb;
 		j->held = p;
 		j->cheld = c;
+		for (size_t i = 0; i < j->nheld; i++)
+			held_link(j, i);
 	}
-	j->held[j->nheld++] = *h;
-	if (j->held_bits && h->cid < j->n)
-		bit_set(j->held_bits, h->cid);
+	j->held[j->nheld] = *h;
+	held_link(j, j->nheld++);
 	return 0;
 }
 
