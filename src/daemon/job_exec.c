@@ -25,6 +25,10 @@
 #define BACKOFF_MIN_NS (200 * MESH_NS_PER_MS)
 #define BACKOFF_MAX_NS (5 * MESH_NS_PER_S)
 #define BUSY_RETRY_NS (100 * MESH_NS_PER_MS)
+/* Demand counts a worker as taking at most this many chunks: a deep
+ * pipeline (D, for trivial chunks) fills the workers there are, and does
+ * not leave a small job of slow chunks queued on one worker. */
+#define DEMAND_CONCURRENCY 8u
 
 enum { U_FREE, U_QUEUED, U_SENT, U_ENDED };
 enum { W_NONE, W_COMING, W_ON };
@@ -433,8 +437,9 @@ static void pump(struct slot_ex *x)
 		best->n++;
 	}
 	/* Demand: the attempts in flight, put to the autoscale policy with a
-	 * worker's concurrency D and at most K workers (its replica count:
-	 * ceil(in flight / D), from zero at once). */
+	 * worker's concurrency min(D, DEMAND_CONCURRENCY) and at most K
+	 * workers (its replica count: ceil(in flight / that), from zero at
+	 * once). */
 	unsigned inflight = 0, warm = 0, starting = 0;
 	for (struct unit *u = x->qhead; u; u = u->qnext)
 		inflight++;
@@ -446,7 +451,7 @@ static void pump(struct slot_ex *x)
 			inflight += w->fifo[(w->head + k) % D].unit != 0;
 	}
 	unsigned have = warm + starting, want = have;
-	struct mesh_as_config c = {0, K, D, 0, 0, 0};
+	struct mesh_as_config c = {0, K, D < DEMAND_CONCURRENCY ? D : DEMAND_CONCURRENCY, 0, 0, 0};
 	struct mesh_as_obs o = {warm, starting, inflight, 0, 0, 0};
 	struct mesh_as_plan plan;
 	if (mesh_as_plan(&c, &o, &plan) == 0 && plan.action == MESH_AS_SPAWN)

@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#define DEFAULT_DEPTH 8u
+#define DEFAULT_DEPTH 32u
 #define DEFAULT_RETRIES 3u
 #define NAME_MAX_LEN 64u
 

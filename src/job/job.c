@@ -46,6 +46,7 @@ struct held {
 	unsigned slot;
 	uint32_t attempt;
 	enum mesh_lease_kind kind;
+	uint32_t hnext; /* held[]: the next of its bucket, index + 1 */
 };
 
 struct live {
@@ -59,6 +60,7 @@ struct mesh_job {
 	struct mesh_lease_holder self; /* this process, refreshed after a fork */
 	int detached;
 	uint32_t max_attempts, spec_copies;
+	int spec_taken; /* mu: a copy's lease was claimed by this handle */
 	double spec_mult, spec_q;
 	uint64_t spec_min_ns;
 	struct mesh_journal *jr;
@@ -83,6 +85,7 @@ struct mesh_job {
 	size_t nfails, cfails;
 	struct held *held;
 	size_t nheld, cheld;
+	uint32_t *hbucket; /* cheld buckets (a power of 2): index + 1 of held[], chained by hnext */
 	uint64_t token_seq;
 	/* Chunks of our block leases not handed out yet (lease_many). */
 	struct held resv[MESH_LEASE_BLOCK];
@@ -541,6 +544,7 @@ void mesh_job_close(struct mesh_job *j)
 	pthread_cond_destroy(&j->cv);
 	free(j->done_bits);
 	free(j->busy_bits);
+	free(j->hbucket);
 	free(j->nodes);
 	free(j->fails);
 	free(j->held);
@@ -767,28 +771,64 @@ const void *mesh_job_identity(const struct mesh_job *j, size_t *len)
 	return j->ident_len ? j->ident : NULL;
 }
 
+/* held[] is found by cid through buckets (cid mod cheld: chunks are
+ * leased in order, so a chain is about one long): the driver asks about
+ * every chunk it leases and completes, with hundreds held at once (a scan
+ * of them each time was a good part of a fast job's CPU). */
+static void held_link(struct mesh_job *j, size_t i)
+{
+	uint32_t *b = &j->hbucket[j->held[i].cid & (j->cheld - 1)];
+	j->held[i].hnext = *b;
+	*b = (uint32_t)i + 1;
+}
+static void held_unlink(struct mesh_job *j, size_t i)
+{
+	uint32_t *p = &j->hbucket[j->held[i].cid & (j->cheld - 1)];
+	while (*p != i + 1)
+		p = &j->held[*p - 1].hnext;
+	*p = j->held[i].hnext;
+}
 static struct held *held_find(struct mesh_job *j, uint64_t cid)
 {
-	for (size_t i = 0; i < j->nheld; i++)
-		if (j->held[i].cid == cid)
-			return &j->held[i];
+	if (!j->nheld)
+		return NULL;
+	for (uint32_t k = j->hbucket[cid & (j->cheld - 1)]; k; k = j->held[k - 1].hnext)
+		if (j->held[k - 1].cid == cid)
+			return &j->held[k - 1];
 	return NULL;
 }
 static void held_del(struct mesh_job *j, struct held *h)
 {
-	*h = j->held[--j->nheld];
+	size_t i = (size_t)(h - j->held), last = j->nheld - 1;
+	held_unlink(j, i);
+	if (i != last) {
+		held_unlink(j, last);
+		j->held[i] = j->held[last];
+		held_link(j, i);
+	}
+	j->nheld--;
 }
 static int held_add(struct mesh_job *j, const struct held *h)
 {
 	if (j->nheld == j->cheld) {
 		size_t c = j->cheld ? 2 * j->cheld : 8;
-		struct held *p = realloc(j->held, c * sizeof *p);
-		if (!p)
+		if (c > UINT32_MAX)
 			return -ENOMEM;
+		uint32_t *nb = calloc(c, sizeof *nb);
+		struct held *p = nb ? realloc(j->held, c * sizeof *p) : NULL;
+		if (!p) {
+			free(nb);
+			return -ENOMEM;
+		}
+		free(j->hbucket);
+		j->hbucket = nb;
 		j->held = p;
 		j->cheld = c;
+		for (size_t i = 0; i < j->nheld; i++)
+			held_link(j, i);
 	}
-	j->held[j->nheld++] = *h;
+	j->held[j->nheld] = *h;
+	held_link(j, j->nheld++);
 	return 0;
 }
 
@@ -925,6 +965,8 @@ static int speculate(struct mesh_job *j, struct live *lv, size_t nlive, const st
 			rc = j->st->ops->claim(j->st, cid, k, &s);
 			if (rc == MESH_E_STATE)
 				rc = j->st->ops->steal(j->st, cid, k, now, &s, &seen);
+			if (rc == 0)
+				j->spec_taken = 1;
 			if (rc == 0 && won(j, cid, k, &s, MESH_LEASE_SPECULATIVE, l))
 				return 1;
 			if (rc < 0 && rc != MESH_E_STATE && rc != -ENOENT)
@@ -1244,7 +1286,10 @@ static void release_done(struct mesh_job *j, uint64_t cid)
 		held_del(j, h);
 	if (!j->st)
 		return;
-	for (unsigned k = 0; k <= j->spec_copies; k++)
+	/* The copies' slots only when this handle ever took one: another
+	 * node's copy is its own to release (a lookup of a name that is
+	 * not there for every chunk was a good part of a fast job's CPU). */
+	for (unsigned k = 0; k <= (j->spec_taken ? j->spec_copies : 0); k++)
 		j->st->ops->release(j->st, cid, k, 0);
 }
 

@@ -28,8 +28,17 @@ struct mesh_results {
 	uint64_t *ok_off;  /* [n]: offset of the first RESULT record, 0 = none */
 	uint64_t *bad_off; /* [n]: offset of the last FAILURE record, 0 = none */
 	int dirty;	   /* appended since the last sync */
+	/* Appended records not written yet (they are the file's bytes from
+	 * end - blen): one pwrite for many records, at the next sync or when
+	 * the buffer is full.  Kept after a failed write, so that a sync
+	 * answers 0 only once every record appended before it is on disk. */
+	uint8_t *buf;
+	size_t blen, bcap;
 	pthread_mutex_t mu;
 };
+
+/* What the buffer holds at most before it is written. */
+#define BUF_MAX (64u * 1024)
 
 /* The crc of a record: over kind, cid and len (header bytes 4..20), then
  * the payload. */
@@ -69,6 +78,24 @@ static int read_rec(struct mesh_results *r, uint64_t off, uint64_t size, int *ki
 		return (int)k;
 	if ((size_t)k < *len || rec_crc(h, *buf, *len) != mesh_get32le(h + 20))
 		return 1;
+	return 0;
+}
+
+/* Writes the buffered records at their place (r->mu held).  On a failure
+ * they stay buffered (what reached the file is cut) for the next try. */
+static int flush_locked(struct mesh_results *r)
+{
+	if (!r->blen)
+		return 0;
+	uint64_t off = r->end - r->blen;
+	int rc = mesh_pwrite_all(r->fd, r->buf, r->blen, (off_t)off);
+	if (rc < 0) {
+		if (ftruncate(r->fd, (off_t)off) < 0) {
+			/* the torn bytes are cut at the next open */
+		}
+		return rc;
+	}
+	r->blen = 0;
 	return 0;
 }
 
@@ -176,8 +203,11 @@ void mesh_results_close(struct mesh_results *r)
 {
 	if (!r)
 		return;
-	if (r->fd >= 0)
+	if (r->fd >= 0) {
+		(void)flush_locked(r); /* not synced: best effort */
 		close(r->fd);
+	}
+	free(r->buf);
 	free(r->ok_off);
 	free(r->bad_off);
 	pthread_mutex_destroy(&r->mu);
@@ -187,6 +217,7 @@ void mesh_results_close(struct mesh_results *r)
 int mesh_results_append(struct mesh_results *r, uint64_t cid, int kind, const void *p, size_t n)
 {
 	uint8_t h[REC_HDR];
+	int rc = 0;
 	if (cid >= r->n || (kind != MESH_RESULT_OK && kind != MESH_RESULT_FAILURE))
 		return MESH_E_RANGE;
 	if (n > MESH_RESULTS_MAX_LEN)
@@ -198,16 +229,36 @@ int mesh_results_append(struct mesh_results *r, uint64_t cid, int kind, const vo
 	mesh_put32le(h + 20, rec_crc(h, p, n));
 	pthread_mutex_lock(&r->mu);
 	uint64_t off = r->end;
-	/* One record, one place: the header and the payload at off. */
-	int rc = mesh_pwrite_all(r->fd, h, REC_HDR, (off_t)off);
-	if (rc == 0 && n)
-		rc = mesh_pwrite_all(r->fd, p, n, (off_t)(off + REC_HDR));
-	if (rc < 0) {
-		/* Leave no part of it behind for the next record to follow. */
-		if (ftruncate(r->fd, (off_t)off) < 0) {
+	if (r->blen && r->blen + REC_HDR + n > BUF_MAX)
+		rc = flush_locked(r);
+	if (rc == 0 && REC_HDR + n > BUF_MAX) {
+		/* Too big to buffer (the buffer is empty): one record, one
+		 * place, the header and the payload at off. */
+		rc = mesh_pwrite_all(r->fd, h, REC_HDR, (off_t)off);
+		if (rc == 0 && n)
+			rc = mesh_pwrite_all(r->fd, p, n, (off_t)(off + REC_HDR));
+		if (rc < 0 && ftruncate(r->fd, (off_t)off) < 0) {
 			/* the torn bytes are cut at the next open */
 		}
-	} else {
+	} else if (rc == 0 && r->blen + REC_HDR + n > r->bcap) {
+		size_t nc = r->bcap ? r->bcap : 4096;
+		while (nc < r->blen + REC_HDR + n)
+			nc *= 2;
+		uint8_t *b = realloc(r->buf, nc);
+		if (b) {
+			r->buf = b;
+			r->bcap = nc;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	if (rc == 0 && REC_HDR + n <= BUF_MAX) {
+		memcpy(r->buf + r->blen, h, REC_HDR);
+		if (n)
+			memcpy(r->buf + r->blen + REC_HDR, p, n);
+		r->blen += REC_HDR + n;
+	}
+	if (rc == 0) {
 		r->end = off + REC_HDR + n;
 		r->dirty = 1;
 		if (kind == MESH_RESULT_OK && !r->ok_off[cid])
@@ -222,14 +273,16 @@ int mesh_results_append(struct mesh_results *r, uint64_t cid, int kind, const vo
 int mesh_results_sync(struct mesh_results *r)
 {
 	pthread_mutex_lock(&r->mu);
+	int rc = flush_locked(r);
 	int dirty = r->dirty;
-	r->dirty = 0;
+	if (rc == 0)
+		r->dirty = 0;
 	pthread_mutex_unlock(&r->mu);
-	if (!dirty)
-		return 0;
+	if (rc < 0 || !dirty)
+		return rc;
 	/* Outside the lock: appends go on while the disk works.  What was
 	 * written before the flag was taken is covered by this call. */
-	int rc = mesh_fdatasync(r->fd);
+	rc = mesh_fdatasync(r->fd);
 	if (rc < 0) {
 		pthread_mutex_lock(&r->mu);
 		r->dirty = 1;
@@ -247,6 +300,22 @@ int mesh_results_get(struct mesh_results *r, uint64_t cid, int kind, void **data
 	pthread_mutex_lock(&r->mu);
 	uint64_t off = kind == MESH_RESULT_OK ? r->ok_off[cid] : r->bad_off[cid];
 	uint64_t end = r->end;
+	if (off && off >= end - r->blen) {
+		/* Still in the buffer (appended, not written yet). */
+		const uint8_t *h = r->buf + (off - (end - r->blen));
+		uint32_t n = mesh_get32le(h + 16);
+		uint8_t *b = malloc((size_t)n + 1);
+		if (b) {
+			memcpy(b, h + REC_HDR, n);
+			b[n] = 0;
+		}
+		pthread_mutex_unlock(&r->mu);
+		if (!b)
+			return -ENOMEM;
+		*data = b;
+		*len = n;
+		return 0;
+	}
 	pthread_mutex_unlock(&r->mu);
 	if (!off)
 		return -ENOENT;

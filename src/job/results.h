@@ -13,8 +13,8 @@
  *
  * Durability rule (the caller's protocol, daemon/jobs.c with the chunk
  * driver's hooks, exec/runner.h):
- *   1. mesh_results_append(RESULT) when an attempt succeeded (a write(2),
- *      no fsync);
+ *   1. mesh_results_append(RESULT) when an attempt succeeded (buffered in
+ *      memory: one write(2) for many records, no fsync);
  *   2. mesh_results_sync() (fdatasync) for a batch of results, BEFORE the
  *      batch's DONE records are appended to the journal;
  *   3. then mesh_job_complete_many.
@@ -48,10 +48,12 @@ struct mesh_results;
 int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchunks, uint64_t *cut);
 void mesh_results_close(struct mesh_results *r);
 
-/* Appends one record (not synced).  0; MESH_E_RANGE (cid); MESH_E_TOOBIG;
- * -errno of the write (nothing of the record stays in the file). */
+/* Appends one record (not synced; buffered: written at the next sync, or
+ * at once when the buffer is full).  0; MESH_E_RANGE (cid); MESH_E_TOOBIG;
+ * -ENOMEM; -errno of a write (nothing of the record stays in the file). */
 int mesh_results_append(struct mesh_results *r, uint64_t cid, int kind, const void *p, size_t n);
-/* fdatasync, when anything was appended since the last sync.  0 or -errno
+/* Writes the buffered records, then fdatasync, when anything was appended
+ * since the last sync.  0 or -errno
  * (then the appends since are not known durable: the caller must not
  * complete their chunks). */
 int mesh_results_sync(struct mesh_results *r);

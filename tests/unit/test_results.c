@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +70,44 @@ TEST(results_append_get_reopen)
 	/* A journal is not a results file. */
 	t_write_file("j.log", "MESHJRNL and more bytes than a header");
 	EXPECT_EQ(mesh_results_open(&r, "j.log", 4, NULL), MESH_E_FOREIGN);
+}
+
+/* Appends are buffered (one write for many records, docs/jobs.md
+ * "Throughput"): readable at once, on disk at the sync; a write that fails
+ * keeps them, and the sync says so until they are written. */
+TEST(results_appends_are_written_at_the_sync_and_a_failed_write_keeps_them)
+{
+	struct mesh_results *r;
+	struct rlimit rl;
+	ASSERT_EQ(mesh_results_open(&r, "res.bin", 8, NULL), 0);
+	ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &rl), 0);
+	signal(SIGXFSZ, SIG_IGN); /* a write past the limit: EFBIG */
+	struct rlimit small = {64, rl.rlim_max};
+	ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+	char big[100];
+	memset(big, 'b', sizeof big - 1);
+	big[sizeof big - 1] = 0;
+	ASSERT_EQ(mesh_results_append(r, 1, MESH_RESULT_OK, "one", 3), 0);
+	ASSERT_EQ(mesh_results_append(r, 5, MESH_RESULT_OK, big, strlen(big)), 0);
+	EXPECT_EQ(fsize("res.bin"), 16); /* nothing written yet */
+	expect_result(r, 1, "one");	  /* read from the buffer */
+	expect_result(r, 5, big);
+	EXPECT_EQ(mesh_results_sync(r), -EFBIG);
+	EXPECT_EQ(fsize("res.bin"), 16); /* no torn part stays */
+	EXPECT_EQ(mesh_results_sync(r), -EFBIG); /* not "nothing to sync" */
+	expect_result(r, 5, big);
+	ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	ASSERT_EQ(mesh_results_append(r, 2, MESH_RESULT_OK, "two", 3), 0);
+	ASSERT_EQ(mesh_results_sync(r), 0);
+	EXPECT_EQ(fsize("res.bin"), 16 + 3 * 24 + 3 + 99 + 3);
+	mesh_results_close(r);
+	uint64_t cut = 99;
+	ASSERT_EQ(mesh_results_open(&r, "res.bin", 8, &cut), 0);
+	EXPECT_UEQ(cut, 0);
+	expect_result(r, 1, "one");
+	expect_result(r, 5, big);
+	expect_result(r, 2, "two");
+	mesh_results_close(r);
 }
 
 TEST(results_torn_tail_is_cut_and_appends_go_on)
