@@ -152,7 +152,7 @@ static int spec_parse(struct job *jb, char *text)
 		const char *k = line, *v = sp + 1;
 		unsigned long long u = strtoull(v, NULL, 10);
 		if (!strcmp(k, "program"))
-			have |= (jb->program = strdup(v)) != NULL;
+			free(jb->program), have |= (jb->program = strdup(v)) != NULL; /* the last one wins */
 		else if (!strcmp(k, "chunks"))
 			jb->n = u, have |= 2;
 		else if (!strcmp(k, "input"))
@@ -166,11 +166,17 @@ static int spec_parse(struct job *jb, char *text)
 		else if (!strcmp(k, "speculate"))
 			jb->speculate = u != 0;
 		else if (!strcmp(k, "name") && *v)
-			jb->name = strdup(v);
+			free(jb->name), jb->name = strdup(v);
 	}
 	if (have != 3 || !jb->n || jb->n > MESH_JOB_MAX_CHUNKS || !jb->max_workers || !jb->retries)
 		return MESH_E_PARSE;
 	return 0;
+}
+
+/* The fuzz seam (tests/fuzz/fuzz_job_spec.c). */
+int mesh__job_spec_parse(struct job *jb, char *text)
+{
+	return spec_parse(jb, text);
 }
 
 /* ---- the driver's hooks ---- */
