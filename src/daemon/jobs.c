@@ -179,6 +179,13 @@ int mesh__job_spec_parse(struct job *jb, char *text)
 	return spec_parse(jb, text);
 }
 
+enum meshd_job_state mesh__job_end_state(const char *text)
+{
+	return !strncmp(text, "complete", 8)    ? MESHD_JOB_COMPLETE
+	       : !strncmp(text, "cancelled", 9) ? MESHD_JOB_CANCELLED
+						: MESHD_JOB_FAILED;
+}
+
 /* ---- the driver's hooks ---- */
 
 static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p, size_t n)
@@ -410,9 +417,7 @@ static int load_job(struct meshd_jobs *j, uint64_t id)
 	}
 	path = mesh_strf("%s/end", jb->dir);
 	if (path && mesh_read_file(path, 64, &end, &len) == 0) {
-		jb->state = !strncmp(end, "complete", 8)    ? MESHD_JOB_COMPLETE
-			    : !strncmp(end, "cancelled", 9) ? MESHD_JOB_CANCELLED
-							    : MESHD_JOB_FAILED;
+		jb->state = mesh__job_end_state(end);
 		char *err = NULL;
 		if (job_open_files(jb, 0, &err) < 0) {
 			jb->state = MESHD_JOB_ERROR;

@@ -6,6 +6,7 @@
 #include "daemon/images.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +14,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static char logs[64], hist[128];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st, (void)flag, (void)f;
+	return remove(path);
+}
+
+static void cleanup(void)
+{
+	nftw(logs, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static char logs[64], hist[128];
 	if (!logs[0]) {
 		char d[128];
 		snprintf(logs, sizeof logs, "%s/fuzz_images.%d", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp",
@@ -29,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		mkdir(hist, 0700);
 		mkdir(d, 0700);
 		snprintf(hist, sizeof hist, "%s/.images/p/history", logs);
+		atexit(cleanup);
 	}
 	int fd = open(hist, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)

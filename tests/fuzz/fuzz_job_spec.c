@@ -1,6 +1,7 @@
 /* A meshd job's spec file ("key value" lines, src/daemon/jobs.c) through
  * the seam mesh__job_spec_parse: never crashes, never leaks (a key given
- * twice), and what it accepts is a spec meshd can run. */
+ * twice), and what it accepts is a spec meshd can run.  The same bytes as
+ * the job's end file (mesh__job_end_state) name a finished state. */
 #include "base/err.h"
 #include "daemon/jobs_int.h"
 #include "job/job.h"
@@ -20,6 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(text, data, size);
 	text[size] = 0;
 	memset(&jb, 0, sizeof jb);
+	/* the same bytes as an end file */
+	enum meshd_job_state st = mesh__job_end_state(text);
+	if (st != MESHD_JOB_COMPLETE && st != MESHD_JOB_CANCELLED && st != MESHD_JOB_FAILED)
+		abort();
 	int rc = mesh__job_spec_parse(&jb, text);
 	if (rc != 0 && rc != MESH_E_PARSE)
 		abort();
