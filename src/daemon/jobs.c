@@ -152,7 +152,7 @@ static int spec_parse(struct job *jb, char *text)
 		const char *k = line, *v = sp + 1;
 		unsigned long long u = strtoull(v, NULL, 10);
 		if (!strcmp(k, "program"))
-			have |= (jb->program = strdup(v)) != NULL;
+			free(jb->program), have |= (jb->program = strdup(v)) != NULL; /* the last one wins */
 		else if (!strcmp(k, "chunks"))
 			jb->n = u, have |= 2;
 		else if (!strcmp(k, "input"))
@@ -166,11 +166,24 @@ static int spec_parse(struct job *jb, char *text)
 		else if (!strcmp(k, "speculate"))
 			jb->speculate = u != 0;
 		else if (!strcmp(k, "name") && *v)
-			jb->name = strdup(v);
+			free(jb->name), jb->name = strdup(v);
 	}
 	if (have != 3 || !jb->n || jb->n > MESH_JOB_MAX_CHUNKS || !jb->max_workers || !jb->retries)
 		return MESH_E_PARSE;
 	return 0;
+}
+
+/* The fuzz seam (tests/fuzz/fuzz_job_spec.c). */
+int mesh__job_spec_parse(struct job *jb, char *text)
+{
+	return spec_parse(jb, text);
+}
+
+enum meshd_job_state mesh__job_end_state(const char *text)
+{
+	return !strncmp(text, "complete", 8)    ? MESHD_JOB_COMPLETE
+	       : !strncmp(text, "cancelled", 9) ? MESHD_JOB_CANCELLED
+						: MESHD_JOB_FAILED;
 }
 
 /* ---- the driver's hooks ---- */
@@ -404,9 +417,7 @@ static int load_job(struct meshd_jobs *j, uint64_t id)
 	}
 	path = mesh_strf("%s/end", jb->dir);
 	if (path && mesh_read_file(path, 64, &end, &len) == 0) {
-		jb->state = !strncmp(end, "complete", 8)    ? MESHD_JOB_COMPLETE
-			    : !strncmp(end, "cancelled", 9) ? MESHD_JOB_CANCELLED
-							    : MESHD_JOB_FAILED;
+		jb->state = mesh__job_end_state(end);
 		char *err = NULL;
 		if (job_open_files(jb, 0, &err) < 0) {
 			jb->state = MESHD_JOB_ERROR;

@@ -56,6 +56,10 @@ struct meshd_jobs {
 struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id);
 void mesh__job_free(struct job *jb);
 char *mesh__job_spec_text(const struct job *jb);
+/* Parses a spec file's text (modified) into jb: 0 or MESH_E_PARSE. */
+int mesh__job_spec_parse(struct job *jb, char *text);
+/* The state a job's end file (NUL-terminated text) records. */
+enum meshd_job_state mesh__job_end_state(const char *text);
 int mesh__job_start(struct job *jb);
 int mesh__job_write_end(struct job *jb, const char *what);
 

@@ -365,6 +365,20 @@ static char *body_model(const char *body, size_t n)
 	return out;
 }
 
+/* The fuzz seam (tests/fuzz/fuzz_gw_route.c). */
+char *mesh__gw_body_model(const char *body, size_t n)
+{
+	return body_model(body, n);
+}
+
+void mesh__gw_upstream_split(const char *target, char *model, size_t mcap, char *path, size_t pcap)
+{
+	const char *mname = target + 10;
+	size_t mlen = strcspn(mname, "/?");
+	snprintf(model, mcap, "%.*s", (int)(mlen < mcap - 1 ? mlen : mcap - 1), mname);
+	snprintf(path, pcap, "%s%s", mname[mlen] == '/' ? "" : "/", mname + mlen);
+}
+
 /* One request: read, route, answer.  0 to read the next one on this
  * connection, -1 to close it. */
 static int one_request(struct conn *c)
@@ -425,10 +439,7 @@ static int one_request(struct conn *c)
 	size_t qlen = strcspn(r.target, "?");
 	snprintf(path, sizeof path, "%s", r.target);
 	if (!strncmp(r.target, "/upstream/", 10)) {
-		const char *mname = r.target + 10;
-		size_t mlen = strcspn(mname, "/?");
-		snprintf(model, sizeof model, "%.*s", (int)(mlen < 299 ? mlen : 299), mname);
-		snprintf(path, sizeof path, "%s%s", mname[mlen] == '/' ? "" : "/", mname + mlen);
+		mesh__gw_upstream_split(r.target, model, sizeof model, path, sizeof path);
 	} else if ((qlen == 10 || qlen == 11) && !strncmp(r.target, "/v1/models/", qlen)) {
 		if (strcmp(r.method, "GET") && strcmp(r.method, "HEAD")) {
 			status = 405;

@@ -78,6 +78,11 @@ int mesh__gw_catalog(struct mesh_gw *g, char **err);
 void mesh__gw_progs_free(struct mesh_gw *g);
 /* The program serving model, or NULL. */
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model);
+/* The "model" string of a JSON request body (malloc'd), or NULL. */
+char *mesh__gw_body_model(const char *body, size_t n);
+/* Splits target "/upstream/<model>/P" into model (at most mcap - 1 bytes)
+ * and the path "/P" the program gets (the query kept). */
+void mesh__gw_upstream_split(const char *target, char *model, size_t mcap, char *path, size_t pcap);
 /* Takes a place for one request: waits (cold start, backoff, a place under
  * max_concurrency, room in the budget) as needed, looking at client_fd
  * every 200 ms while it waits.  0 with *port and *cold (it waited for a

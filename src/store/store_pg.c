@@ -42,11 +42,16 @@ void mesh_pg_url_safe(const char *url, char *buf, size_t cap)
 	/* a password given as a parameter */
 	char *p = strstr(buf, "password=");
 	if (p) {
+		/* "***" may be longer than the value: what no longer fits in
+		 * cap is cut */
 		char *e = p + 9;
 		while (*e && *e != '&' && *e != '#')
 			e++;
-		memmove(p + 12, e, strlen(e) + 1);
-		memcpy(p + 9, "***", 3);
+		size_t v = (size_t)(p + 9 - buf), room = cap - 1 - v, stars = room < 3 ? room : 3;
+		size_t tail = strlen(e) < room - stars ? strlen(e) : room - stars;
+		memmove(buf + v + stars, e, tail);
+		memcpy(buf + v, "***", stars);
+		buf[v + stars + tail] = 0;
 	}
 }
 

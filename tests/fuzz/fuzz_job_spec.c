@@ -1,0 +1,37 @@
+/* A meshd job's spec file ("key value" lines, src/daemon/jobs.c) through
+ * the seam mesh__job_spec_parse: never crashes, never leaks (a key given
+ * twice), and what it accepts is a spec meshd can run.  The same bytes as
+ * the job's end file (mesh__job_end_state) name a finished state. */
+#include "base/err.h"
+#include "daemon/jobs_int.h"
+#include "job/job.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	/* the reader hands it a NUL-terminated file */
+	char *text = malloc(size + 1);
+	struct job jb;
+	if (!text)
+		return 0;
+	memcpy(text, data, size);
+	text[size] = 0;
+	memset(&jb, 0, sizeof jb);
+	/* the same bytes as an end file */
+	enum meshd_job_state st = mesh__job_end_state(text);
+	if (st != MESHD_JOB_COMPLETE && st != MESHD_JOB_CANCELLED && st != MESHD_JOB_FAILED)
+		abort();
+	int rc = mesh__job_spec_parse(&jb, text);
+	if (rc != 0 && rc != MESH_E_PARSE)
+		abort();
+	if (rc == 0 && (!jb.program || !jb.n || jb.n > MESH_JOB_MAX_CHUNKS || !jb.max_workers || !jb.retries))
+		abort();
+	free(jb.program);
+	free(jb.name);
+	free(text);
+	return 0;
+}

@@ -1,0 +1,63 @@
+/* Regression tests for what the fuzz targets of tests/fuzz/ found. */
+#include "base/err.h"
+#include "daemon/jobs_int.h"
+#include "runner/t.h"
+#include "store/store_pg.h"
+
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* fuzz_pg_url: a "password=" whose value is shorter than "***", near the
+ * end of the buffer, grew the string past cap. */
+TEST(fuzz_find_pg_url_safe_short_password)
+{
+	static const char *urls[] = {"postgres://db/x?user=u&password=", "postgres://db/x?password=a",
+				     "postgres://db/x?password=ab&x=1", "postgres://u:pw@db/x?password="};
+	for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+		size_t len = strlen(urls[i]);
+		for (size_t cap = 1; cap <= len + 4; cap++) {
+			char mem[128];
+			memset(mem, 'Z', sizeof mem);
+			mesh_pg_url_safe(urls[i], mem, cap);
+			for (size_t k = cap; k < sizeof mem; k++)
+				ASSERT_EQ(mem[k], 'Z'); /* nothing written past cap */
+			ASSERT_LT(strlen(mem), cap);
+		}
+	}
+	/* what fits is still hidden the same way */
+	char buf[128];
+	mesh_pg_url_safe("postgres://db/x?user=u&password=", buf, sizeof buf);
+	EXPECT_STREQ(buf, "postgres://db/x?user=u&password=***");
+	mesh_pg_url_safe("postgres://db/x?password=secret&sslmode=disable", buf, sizeof buf);
+	EXPECT_STREQ(buf, "postgres://db/x?password=***&sslmode=disable");
+	mesh_pg_url_safe("postgres://db/x?password=", buf, 28);
+	EXPECT_STREQ(buf, "postgres://db/x?password=**");
+}
+
+/* fuzz_job_spec: a key given twice ("program", "name") leaked the first
+ * value; the last one still wins. */
+TEST(fuzz_find_job_spec_duplicate_keys)
+{
+	char pad[4000];
+	memset(pad, 'p', sizeof pad - 1);
+	pad[sizeof pad - 1] = 0;
+	size_t before = mallinfo2().uordblks;
+	for (int i = 0; i < 200; i++) {
+		struct job jb;
+		memset(&jb, 0, sizeof jb);
+		char *text = NULL;
+		ASSERT_GT(asprintf(&text, "program %s\nname %s\nprogram last\nchunks 2\nmax_workers 1\nretries 1\nname n2\n",
+				   pad, pad),
+			  0);
+		ASSERT_EQ(mesh__job_spec_parse(&jb, text), 0);
+		EXPECT_STREQ(jb.program, "last");
+		EXPECT_STREQ(jb.name, "n2");
+		free(jb.program);
+		free(jb.name);
+		free(text);
+	}
+	/* 200 x 2 x 4000 bytes would stay allocated by a leak */
+	EXPECT_LT(mallinfo2().uordblks, before + 100000);
+}
