@@ -184,19 +184,19 @@ bench: all
 # and restarted, and reaps back to zero (examples/mandel/demo.sh); then the
 # same image through `mesh run`, killed and resumed (examples/demo.sh).
 demo:
-	@mk/deps.sh build
+	@mk/deps.sh demo
 	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@examples/mandel/demo.sh $(BUILD)
 	@examples/demo.sh $(BUILD)
 
 # Each half alone.
 demo-mandel:
-	@mk/deps.sh build
+	@mk/deps.sh demo
 	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@examples/mandel/demo.sh $(BUILD)
 
 demo-run:
-	@mk/deps.sh build
+	@mk/deps.sh demo
 	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@examples/demo.sh $(BUILD)
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages mesh needs to build, test and benchmark.
 # As root it runs apt-get itself; otherwise it prints the one command to run.
-# Usage: mk/deps.sh [build|test|bench|all]
+# Usage: mk/deps.sh [build|demo|test|bench|all]
 set -e
 BUILD="gcc make pkg-config libevent-dev libjansson-dev zlib1g-dev libpng-dev libpq-dev"
 TEST="clang libclang-rt-14-dev postgresql curl parallel prometheus python3 python3-numpy python3-setuptools python3-pip python3-venv nodejs nginx"
@@ -12,6 +12,7 @@ command -v npm >/dev/null 2>&1 || TEST="$TEST npm"
 BENCH="parallel beanstalkd findutils wrk haproxy nginx python3 curl"
 case "${1:-all}" in
 build) PKGS="$BUILD" ;;
+demo) PKGS="$BUILD curl" ;; # the meshd demo reads /metrics with curl
 test) PKGS="$BUILD $TEST" ;;
 bench) PKGS="$BUILD $BENCH" ;;
 *) PKGS="$BUILD $TEST $BENCH" ;;
