@@ -184,7 +184,15 @@ TEST_TIMEOUT(gateway_start_timeout_504_then_next_succeeds, 60)
 	ASSERT_GT(first, 1);
 	ASSERT_TRUE(wait_file_has("meshd.err", "(start timeout) signal=SIGTERM", 3000));
 	EXPECT_TRUE(t_wait_for(gone, &first, 5000));
-	EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
+	/* Its supervisor reaps it and marks it failed a moment after the
+	 * process is gone: "stopping" until then. */
+	uint64_t t1 = t_now_ms();
+	do {
+		EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
+		if (strstr(resp, "\"state\":\"failed\""))
+			break;
+		usleep(20000);
+	} while (t_now_ms() - t1 < 5000);
 	EXPECT_CONTAINS(resp, "\"state\":\"failed\"");
 	EXPECT_CONTAINS(resp, "\"last_error\":\"program 't' was not warm within 3.0 s");
 	unlink("slow");
