@@ -544,7 +544,7 @@ int mesh_cmd_ps(int argc, char **argv)
 		if (json_is_number(sv)) {
 			long long warm = json_integer_value(json_object_get(p, "warm"));
 			long long max = json_integer_value(json_object_get(p, "max_workers"));
-			printf("  %s (%lld of %lld warm); savings %.3f: %.1f worker-seconds warm of %.1f always-on\n",
+			printf("  %s (%lld of %lld warm); savings %.3f: %.2f worker-seconds warm of %.2f always-on\n",
 			       warm ? "warm" : "cold", warm, max, json_number_value(sv),
 			       json_number_value(json_object_get(p, "warm_seconds")),
 			       json_number_value(json_object_get(p, "always_on_seconds")));
