@@ -132,15 +132,7 @@ int meshd_metrics_label(struct mesh_buf *out, const char *s)
 	return rc;
 }
 
-/* Renders into a buffer and remembers the first error: the render reads
- * as the text it writes. */
-struct w {
-	struct mesh_buf *b;
-	int rc;
-};
-
-static void put(struct w *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct w *w, const char *fmt, ...)
+void meshd_metrics_put(struct meshd_metrics_text *w, const char *fmt, ...)
 {
 	va_list ap;
 	if (w->rc)
@@ -150,27 +142,32 @@ static void put(struct w *w, const char *fmt, ...)
 	va_end(ap);
 }
 
-static void family(struct w *w, const char *name, const char *type, const char *help)
+void meshd_metrics_family(struct meshd_metrics_text *w, const char *name, const char *type, const char *help)
 {
-	put(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	meshd_metrics_put(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void meshd_metrics_put_label(struct meshd_metrics_text *w, const char *s)
+{
+	if (!w->rc)
+		w->rc = meshd_metrics_label(w->b, s ? s : "");
 }
 
 /* `name{program="p"` -- the caller closes the label set. */
-static void open_prog(struct w *w, const char *name, const char *prog)
+static void open_prog(struct meshd_metrics_text *w, const char *name, const char *prog)
 {
-	put(w, "%s{program=\"", name);
-	if (!w->rc)
-		w->rc = meshd_metrics_label(w->b, prog);
-	put(w, "\"");
+	meshd_metrics_put(w, "%s{program=\"", name);
+	meshd_metrics_put_label(w, prog);
+	meshd_metrics_put(w, "\"");
 }
 
-static void seconds(struct w *w, uint64_t ns)
+static void seconds(struct meshd_metrics_text *w, uint64_t ns)
 {
-	put(w, "%llu.%09llu", (unsigned long long)(ns / 1000000000ull), (unsigned long long)(ns % 1000000000ull));
+	meshd_metrics_put(w, "%llu.%09llu", (unsigned long long)(ns / 1000000000ull), (unsigned long long)(ns % 1000000000ull));
 }
 
 /* One program's histogram family members: _bucket (cumulative), _sum, _count. */
-static void hist_lines(struct w *w, const char *name, const char *prog, const struct meshd_hist *h,
+static void hist_lines(struct meshd_metrics_text *w, const char *name, const char *prog, const struct meshd_hist *h,
 		       enum meshd_hist_kind kind)
 {
 	size_t n;
@@ -181,31 +178,31 @@ static void hist_lines(struct w *w, const char *name, const char *prog, const st
 	for (size_t i = 0; i <= n; i++) {
 		cum += h->bucket[i];
 		open_prog(w, nm, prog);
-		put(w, ",le=\"%s\"} %llu\n", i < n ? b[i].le : "+Inf", (unsigned long long)cum);
+		meshd_metrics_put(w, ",le=\"%s\"} %llu\n", i < n ? b[i].le : "+Inf", (unsigned long long)cum);
 	}
 	snprintf(nm, sizeof nm, "%s_sum", name);
 	open_prog(w, nm, prog);
-	put(w, "} ");
+	meshd_metrics_put(w, "} ");
 	seconds(w, h->sum_ns);
-	put(w, "\n");
+	meshd_metrics_put(w, "\n");
 	snprintf(nm, sizeof nm, "%s_count", name);
 	open_prog(w, nm, prog);
-	put(w, "} %llu\n", (unsigned long long)h->count);
+	meshd_metrics_put(w, "} %llu\n", (unsigned long long)h->count);
 }
 
 /* One sample per program: name{program="p"} value. */
-static void per_prog_u64(struct w *w, const struct meshd_metrics *m, const char *name, size_t field_off)
+static void per_prog_u64(struct meshd_metrics_text *w, const struct meshd_metrics *m, const char *name, size_t field_off)
 {
 	for (unsigned i = 0; i < m->nprograms; i++) {
 		const struct meshd_program_metrics *p = &m->programs[i];
 		open_prog(w, name, p->name);
-		put(w, "} %llu\n", (unsigned long long)*(const uint64_t *)((const char *)p + field_off));
+		meshd_metrics_put(w, "} %llu\n", (unsigned long long)*(const uint64_t *)((const char *)p + field_off));
 	}
 }
 
-static void render_programs(struct w *w, const struct meshd_metrics *m)
+static void render_programs(struct meshd_metrics_text *w, const struct meshd_metrics *m)
 {
-	family(w, "mesh_workers", "gauge", "Worker instances of a loaded program, by lifecycle state.");
+	meshd_metrics_family(w, "mesh_workers", "gauge", "Worker instances of a loaded program, by lifecycle state.");
 	for (unsigned i = 0; i < m->nprograms; i++)
 		for (int s = 0; s < MESH_IS__N; s++) {
 			char st[32];
@@ -213,44 +210,44 @@ static void render_programs(struct w *w, const struct meshd_metrics *m)
 			for (char *c = st; *c; c++)
 				*c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
 			open_prog(w, "mesh_workers", m->programs[i].name);
-			put(w, ",state=\"%s\"} %u\n", st, m->programs[i].workers[s]);
+			meshd_metrics_put(w, ",state=\"%s\"} %u\n", st, m->programs[i].workers[s]);
 		}
-	family(w, "mesh_spawns_total", "counter", "Worker processes spawned for a program since it was loaded.");
+	meshd_metrics_family(w, "mesh_spawns_total", "counter", "Worker processes spawned for a program since it was loaded.");
 	per_prog_u64(w, m, "mesh_spawns_total", offsetof(struct meshd_program_metrics, spawns));
-	family(w, "mesh_crashes_total", "counter",
+	meshd_metrics_family(w, "mesh_crashes_total", "counter",
 	       "Worker processes of a program that died unasked (crashes) since it was loaded.");
 	per_prog_u64(w, m, "mesh_crashes_total", offsetof(struct meshd_program_metrics, crashes));
-	family(w, "mesh_cold_start_seconds", "histogram", "Time from a worker's spawn to its ready message.");
+	meshd_metrics_family(w, "mesh_cold_start_seconds", "histogram", "Time from a worker's spawn to its ready message.");
 	for (unsigned i = 0; i < m->nprograms; i++)
 		hist_lines(w, "mesh_cold_start_seconds", m->programs[i].name, &m->programs[i].cold_start,
 			   MESHD_HIST_COLD_START);
-	family(w, "mesh_call_duration_seconds", "histogram",
+	meshd_metrics_family(w, "mesh_call_duration_seconds", "histogram",
 	       "Latency of a call through meshd, cold start included, as the caller saw it.");
 	for (unsigned i = 0; i < m->nprograms; i++)
 		hist_lines(w, "mesh_call_duration_seconds", m->programs[i].name, &m->programs[i].call, MESHD_HIST_CALL);
-	family(w, "mesh_calls_total", "counter", "Calls to a program, by how they ended.");
+	meshd_metrics_family(w, "mesh_calls_total", "counter", "Calls to a program, by how they ended.");
 	for (unsigned i = 0; i < m->nprograms; i++)
 		for (int r = 0; r < MESHD_CALL__N; r++) {
 			open_prog(w, "mesh_calls_total", m->programs[i].name);
-			put(w, ",result=\"%s\"} %llu\n", meshd_call_result_name((enum meshd_call_result)r),
+			meshd_metrics_put(w, ",result=\"%s\"} %llu\n", meshd_call_result_name((enum meshd_call_result)r),
 			    (unsigned long long)m->programs[i].calls[r]);
 		}
-	family(w, "mesh_warm_seconds_total", "counter",
+	meshd_metrics_family(w, "mesh_warm_seconds_total", "counter",
 	       "Worker-seconds a program's workers had a process (held their resources) since it was loaded.");
 	for (unsigned i = 0; i < m->nprograms; i++) {
 		open_prog(w, "mesh_warm_seconds_total", m->programs[i].name);
-		put(w, "} ");
+		meshd_metrics_put(w, "} ");
 		seconds(w, m->programs[i].warm_ns);
-		put(w, "\n");
+		meshd_metrics_put(w, "\n");
 	}
-	family(w, "mesh_window_seconds", "gauge", "Seconds since the program was loaded (the savings window).");
+	meshd_metrics_family(w, "mesh_window_seconds", "gauge", "Seconds since the program was loaded (the savings window).");
 	for (unsigned i = 0; i < m->nprograms; i++) {
 		open_prog(w, "mesh_window_seconds", m->programs[i].name);
-		put(w, "} ");
+		meshd_metrics_put(w, "} ");
 		seconds(w, m->programs[i].window_ns);
-		put(w, "\n");
+		meshd_metrics_put(w, "\n");
 	}
-	family(w, "mesh_savings_ratio", "gauge",
+	meshd_metrics_family(w, "mesh_savings_ratio", "gauge",
 	       "Worker-seconds saved against max_workers always-on workers over the window (0..1).");
 	for (unsigned i = 0; i < m->nprograms; i++) {
 		const struct meshd_program_metrics *p = &m->programs[i];
@@ -258,124 +255,124 @@ static void render_programs(struct w *w, const struct meshd_metrics *m)
 		int pm = mesh_as_savings_permil((int64_t)(p->warm_ns > INT64_MAX ? INT64_MAX : p->warm_ns),
 						(int64_t)(always > INT64_MAX ? INT64_MAX : always));
 		open_prog(w, "mesh_savings_ratio", p->name);
-		put(w, "} %d.%03d\n", pm / 1000, pm % 1000);
+		meshd_metrics_put(w, "} %d.%03d\n", pm / 1000, pm % 1000);
 	}
 }
 
-static void render_jobs(struct w *w, const struct meshd_job_metrics *j)
+static void render_jobs(struct meshd_metrics_text *w, const struct meshd_job_metrics *j)
 {
 	static const char *const js[MESHD_MJOB__N] = {"running", "complete", "failed", "cancelled", "error"};
 	static const char *const cs[MESHD_CHUNK__N] = {"pending", "leased", "done", "buried"};
-	family(w, "mesh_jobs", "gauge", "Jobs known to meshd, by state.");
+	meshd_metrics_family(w, "mesh_jobs", "gauge", "Jobs known to meshd, by state.");
 	for (int i = 0; i < MESHD_MJOB__N; i++)
-		put(w, "mesh_jobs{state=\"%s\"} %llu\n", js[i], (unsigned long long)j->jobs[i]);
-	family(w, "mesh_chunks", "gauge", "Chunks of meshd's jobs, by state.");
+		meshd_metrics_put(w, "mesh_jobs{state=\"%s\"} %llu\n", js[i], (unsigned long long)j->jobs[i]);
+	meshd_metrics_family(w, "mesh_chunks", "gauge", "Chunks of meshd's jobs, by state.");
 	for (int i = 0; i < MESHD_CHUNK__N; i++)
-		put(w, "mesh_chunks{state=\"%s\"} %llu\n", cs[i], (unsigned long long)j->chunks[i]);
-	family(w, "mesh_chunk_completions_total", "counter", "Chunks completed (DONE records made durable).");
-	put(w, "mesh_chunk_completions_total %llu\n", (unsigned long long)j->completions);
-	family(w, "mesh_chunk_duplicates_total", "counter",
+		meshd_metrics_put(w, "mesh_chunks{state=\"%s\"} %llu\n", cs[i], (unsigned long long)j->chunks[i]);
+	meshd_metrics_family(w, "mesh_chunk_completions_total", "counter", "Chunks completed (DONE records made durable).");
+	meshd_metrics_put(w, "mesh_chunk_completions_total %llu\n", (unsigned long long)j->completions);
+	meshd_metrics_family(w, "mesh_chunk_duplicates_total", "counter",
 	       "Completions ignored because the chunk was DONE already (a race's loser).");
-	put(w, "mesh_chunk_duplicates_total %llu\n", (unsigned long long)j->duplicates);
-	family(w, "mesh_speculative_wins_total", "counter", "Chunks whose speculative copy finished first.");
-	put(w, "mesh_speculative_wins_total %llu\n", (unsigned long long)j->speculative_wins);
+	meshd_metrics_put(w, "mesh_chunk_duplicates_total %llu\n", (unsigned long long)j->duplicates);
+	meshd_metrics_family(w, "mesh_speculative_wins_total", "counter", "Chunks whose speculative copy finished first.");
+	meshd_metrics_put(w, "mesh_speculative_wins_total %llu\n", (unsigned long long)j->speculative_wins);
 }
 
 /* name{program="p"} v, for each gateway program. */
-static void per_gw_u64(struct w *w, const struct meshd_metrics *m, const char *name, size_t off)
+static void per_gw_u64(struct meshd_metrics_text *w, const struct meshd_metrics *m, const char *name, size_t off)
 {
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, name, m->gw[i].name);
-		put(w, "} %llu\n", (unsigned long long)*(const uint64_t *)((const char *)&m->gw[i] + off));
+		meshd_metrics_put(w, "} %llu\n", (unsigned long long)*(const uint64_t *)((const char *)&m->gw[i] + off));
 	}
 }
 
-static void render_gateway(struct w *w, const struct meshd_metrics *m)
+static void render_gateway(struct meshd_metrics_text *w, const struct meshd_metrics *m)
 {
 	static const char *const states[] = {"cold", "starting", "warm", "stopping", "failed"};
-	family(w, "mesh_gateway_program_state", "gauge", "An HTTP program's state (1 for the state it is in).");
+	meshd_metrics_family(w, "mesh_gateway_program_state", "gauge", "An HTTP program's state (1 for the state it is in).");
 	for (size_t i = 0; i < m->ngw; i++)
 		for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {
 			open_prog(w, "mesh_gateway_program_state", m->gw[i].name);
-			put(w, ",state=\"%s\"} %d\n", states[k], !strcmp(states[k], m->gw[i].state));
+			meshd_metrics_put(w, ",state=\"%s\"} %d\n", states[k], !strcmp(states[k], m->gw[i].state));
 		}
-	family(w, "mesh_gateway_requests_total", "counter",
+	meshd_metrics_family(w, "mesh_gateway_requests_total", "counter",
 	       "Requests for an HTTP program's models: ok relayed whole, error answered by meshd (502/503/504) or cut.");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_requests_total", m->gw[i].name);
-		put(w, ",result=\"ok\"} %llu\n", (unsigned long long)m->gw[i].requests_ok);
+		meshd_metrics_put(w, ",result=\"ok\"} %llu\n", (unsigned long long)m->gw[i].requests_ok);
 		open_prog(w, "mesh_gateway_requests_total", m->gw[i].name);
-		put(w, ",result=\"error\"} %llu\n", (unsigned long long)m->gw[i].requests_error);
+		meshd_metrics_put(w, ",result=\"error\"} %llu\n", (unsigned long long)m->gw[i].requests_error);
 	}
-	family(w, "mesh_gateway_requests_in_flight", "gauge", "Requests relayed to an HTTP program now.");
+	meshd_metrics_family(w, "mesh_gateway_requests_in_flight", "gauge", "Requests relayed to an HTTP program now.");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_requests_in_flight", m->gw[i].name);
-		put(w, "} %u\n", m->gw[i].inflight);
+		meshd_metrics_put(w, "} %u\n", m->gw[i].inflight);
 	}
-	family(w, "mesh_gateway_queue_length", "gauge", "Requests waiting for an HTTP program's start or a place.");
+	meshd_metrics_family(w, "mesh_gateway_queue_length", "gauge", "Requests waiting for an HTTP program's start or a place.");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_queue_length", m->gw[i].name);
-		put(w, "} %u\n", m->gw[i].queued);
+		meshd_metrics_put(w, "} %u\n", m->gw[i].queued);
 	}
-	family(w, "mesh_gateway_cold_starts_total", "counter", "HTTP program processes started.");
+	meshd_metrics_family(w, "mesh_gateway_cold_starts_total", "counter", "HTTP program processes started.");
 	per_gw_u64(w, m, "mesh_gateway_cold_starts_total", offsetof(struct mesh_gw_prog_stats, cold_starts));
-	family(w, "mesh_gateway_start_failures_total", "counter",
+	meshd_metrics_family(w, "mesh_gateway_start_failures_total", "counter",
 	       "Starts of an HTTP program that failed (exited before warm, start timeout, could not run).");
 	per_gw_u64(w, m, "mesh_gateway_start_failures_total", offsetof(struct mesh_gw_prog_stats, start_failures));
-	family(w, "mesh_gateway_crashes_total", "counter", "HTTP program processes that died while warm.");
+	meshd_metrics_family(w, "mesh_gateway_crashes_total", "counter", "HTTP program processes that died while warm.");
 	per_gw_u64(w, m, "mesh_gateway_crashes_total", offsetof(struct mesh_gw_prog_stats, crashes));
-	family(w, "mesh_gateway_idle_stops_total", "counter", "HTTP program processes stopped after their idle TTL.");
+	meshd_metrics_family(w, "mesh_gateway_idle_stops_total", "counter", "HTTP program processes stopped after their idle TTL.");
 	per_gw_u64(w, m, "mesh_gateway_idle_stops_total", offsetof(struct mesh_gw_prog_stats, idle_stops));
-	family(w, "mesh_gateway_evictions_total", "counter",
+	meshd_metrics_family(w, "mesh_gateway_evictions_total", "counter",
 	       "HTTP program processes stopped to make room under the memory budget.");
 	per_gw_u64(w, m, "mesh_gateway_evictions_total", offsetof(struct mesh_gw_prog_stats, evictions));
-	family(w, "mesh_gateway_hung_restarts_total", "counter",
+	meshd_metrics_family(w, "mesh_gateway_hung_restarts_total", "counter",
 	       "Warm HTTP program processes killed because their periodic probe kept failing.");
 	per_gw_u64(w, m, "mesh_gateway_hung_restarts_total", offsetof(struct mesh_gw_prog_stats, hung_restarts));
-	family(w, "mesh_gateway_timeouts_total", "counter",
+	meshd_metrics_family(w, "mesh_gateway_timeouts_total", "counter",
 	       "Requests past a limit: request (whole), response (first byte), idle_stream (between reads).");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
-		put(w, ",limit=\"request\"} %llu\n", (unsigned long long)m->gw[i].timeouts_request);
+		meshd_metrics_put(w, ",limit=\"request\"} %llu\n", (unsigned long long)m->gw[i].timeouts_request);
 		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
-		put(w, ",limit=\"response\"} %llu\n", (unsigned long long)m->gw[i].timeouts_response);
+		meshd_metrics_put(w, ",limit=\"response\"} %llu\n", (unsigned long long)m->gw[i].timeouts_response);
 		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
-		put(w, ",limit=\"idle_stream\"} %llu\n", (unsigned long long)m->gw[i].timeouts_idle);
+		meshd_metrics_put(w, ",limit=\"idle_stream\"} %llu\n", (unsigned long long)m->gw[i].timeouts_idle);
 	}
-	family(w, "mesh_gateway_time_to_warm_seconds", "summary", "Time from an HTTP program's spawn to its warm probe.");
+	meshd_metrics_family(w, "mesh_gateway_time_to_warm_seconds", "summary", "Time from an HTTP program's spawn to its warm probe.");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_time_to_warm_seconds_sum", m->gw[i].name);
-		put(w, "} ");
+		meshd_metrics_put(w, "} ");
 		seconds(w, m->gw[i].warm_ns_sum);
-		put(w, "\n");
+		meshd_metrics_put(w, "\n");
 		open_prog(w, "mesh_gateway_time_to_warm_seconds_count", m->gw[i].name);
-		put(w, "} %llu\n", (unsigned long long)m->gw[i].warm_count);
+		meshd_metrics_put(w, "} %llu\n", (unsigned long long)m->gw[i].warm_count);
 	}
-	family(w, "mesh_gateway_queue_seconds", "summary",
+	meshd_metrics_family(w, "mesh_gateway_queue_seconds", "summary",
 	       "Time requests waited for an HTTP program's start or a place (those that waited).");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_queue_seconds_sum", m->gw[i].name);
-		put(w, "} ");
+		meshd_metrics_put(w, "} ");
 		seconds(w, m->gw[i].queue_ns_sum);
-		put(w, "\n");
+		meshd_metrics_put(w, "\n");
 		open_prog(w, "mesh_gateway_queue_seconds_count", m->gw[i].name);
-		put(w, "} %llu\n", (unsigned long long)m->gw[i].queue_count);
+		meshd_metrics_put(w, "} %llu\n", (unsigned long long)m->gw[i].queue_count);
 	}
 }
 
 int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out)
 {
-	struct w w = {out, 0};
-	family(&w, "mesh_slots", "gauge", "Shared-memory slots meshd has.");
-	put(&w, "mesh_slots %u\n", m->slots);
-	family(&w, "mesh_slots_in_use", "gauge", "Slots given to a worker.");
-	put(&w, "mesh_slots_in_use %u\n", m->slots_in_use);
-	family(&w, "mesh_worker_processes", "gauge", "Live worker processes, every program.");
-	put(&w, "mesh_worker_processes %u\n", m->processes);
-	family(&w, "mesh_host_spawns_total", "counter", "Worker processes spawned since meshd started.");
-	put(&w, "mesh_host_spawns_total %llu\n", (unsigned long long)m->spawns);
-	family(&w, "mesh_host_crashes_total", "counter", "Worker crashes since meshd started.");
-	put(&w, "mesh_host_crashes_total %llu\n", (unsigned long long)m->crashes);
+	struct meshd_metrics_text w = {out, 0};
+	meshd_metrics_family(&w, "mesh_slots", "gauge", "Shared-memory slots meshd has.");
+	meshd_metrics_put(&w, "mesh_slots %u\n", m->slots);
+	meshd_metrics_family(&w, "mesh_slots_in_use", "gauge", "Slots given to a worker.");
+	meshd_metrics_put(&w, "mesh_slots_in_use %u\n", m->slots_in_use);
+	meshd_metrics_family(&w, "mesh_worker_processes", "gauge", "Live worker processes, every program.");
+	meshd_metrics_put(&w, "mesh_worker_processes %u\n", m->processes);
+	meshd_metrics_family(&w, "mesh_host_spawns_total", "counter", "Worker processes spawned since meshd started.");
+	meshd_metrics_put(&w, "mesh_host_spawns_total %llu\n", (unsigned long long)m->spawns);
+	meshd_metrics_family(&w, "mesh_host_crashes_total", "counter", "Worker crashes since meshd started.");
+	meshd_metrics_put(&w, "mesh_host_crashes_total %llu\n", (unsigned long long)m->crashes);
 	render_programs(&w, m);
 	if (m->have_jobs)
 		render_jobs(&w, &m->jobs);

@@ -99,6 +99,18 @@ int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out);
 /* Appends s as a label value (between the quotes): \ " and newline
  * escaped, other control bytes and invalid UTF-8 as U+FFFD.  0 or -ENOMEM. */
 int meshd_metrics_label(struct mesh_buf *out, const char *s);
+/* A text being rendered and its first error: every call after a failure
+ * does nothing, so a render reads as the text it writes (metrics.c and
+ * metrics_gpu.c render through these). */
+struct meshd_metrics_text {
+	struct mesh_buf *b;
+	int rc;
+};
+void meshd_metrics_put(struct meshd_metrics_text *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The # HELP and # TYPE lines of a family. */
+void meshd_metrics_family(struct meshd_metrics_text *w, const char *name, const char *type, const char *help);
+/* s escaped as a label value (NULL as ""). */
+void meshd_metrics_put_label(struct meshd_metrics_text *w, const char *s);
 /* The gateway whose programs /metrics shows (meshd --http sets it before
  * serving, clears it before freeing it); NULL: none, its families are left
  * out. */

@@ -4,49 +4,20 @@
 #include "daemon/metrics.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 
-/* The render's buffer and its first error (as in metrics.c). */
-struct gw {
-	struct mesh_buf *b;
-	int rc;
-};
-
-static void put(struct gw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct gw *w, const char *fmt, ...)
-{
-	va_list ap;
-	if (w->rc)
-		return;
-	va_start(ap, fmt);
-	w->rc = mesh_buf_vaddf(w->b, fmt, ap);
-	va_end(ap);
-}
-
-static void label(struct gw *w, const char *s)
-{
-	if (!w->rc)
-		w->rc = meshd_metrics_label(w->b, s ? s : "");
-}
-
-static void family(struct gw *w, const char *name, const char *type, const char *help)
-{
-	put(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
 /* name{gpu="0",uuid="GPU-...",name="..."} value */
-static void per_gpu(struct gw *w, const struct meshd_ps *ps, const char *name, const char *help, size_t which)
+static void per_gpu(struct meshd_metrics_text *w, const struct meshd_ps *ps, const char *name, const char *help, size_t which)
 {
-	family(w, name, "gauge", help);
+	meshd_metrics_family(w, name, "gauge", help);
 	for (unsigned i = 0; i < ps->ngpus; i++) {
 		const struct mesh_gpu_dev *d = &ps->gpus[i];
 		uint64_t v[] = {d->nv.total, d->nv.used, d->nv.free, d->reserved, d->others};
-		put(w, "%s{gpu=\"%u\",uuid=\"", name, d->nv.index);
-		label(w, d->nv.uuid);
-		put(w, "\",name=\"");
-		label(w, d->nv.name);
-		put(w, "\"} %llu\n", (unsigned long long)v[which]);
+		meshd_metrics_put(w, "%s{gpu=\"%u\",uuid=\"", name, d->nv.index);
+		meshd_metrics_put_label(w, d->nv.uuid);
+		meshd_metrics_put(w, "\",name=\"");
+		meshd_metrics_put_label(w, d->nv.name);
+		meshd_metrics_put(w, "\"} %llu\n", (unsigned long long)v[which]);
 	}
 }
 
@@ -57,16 +28,16 @@ static int gpu_worker(const struct meshd_worker_info *wi)
 }
 
 /* name{program="p",worker="i"} -- the caller puts the value. */
-static void open_worker(struct gw *w, const char *name, const char *prog, unsigned i)
+static void open_worker(struct meshd_metrics_text *w, const char *name, const char *prog, unsigned i)
 {
-	put(w, "%s{program=\"", name);
-	label(w, prog);
-	put(w, "\",worker=\"%u\"} ", i);
+	meshd_metrics_put(w, "%s{program=\"", name);
+	meshd_metrics_put_label(w, prog);
+	meshd_metrics_put(w, "\",worker=\"%u\"} ", i);
 }
 
 int meshd__gpu_metrics_render(const struct meshd_ps *ps, struct mesh_buf *out)
 {
-	struct gw w = {out, 0};
+	struct meshd_metrics_text w = {out, 0};
 	if (ps->gpu_none || !ps->ngpus)
 		return 0;
 	per_gpu(&w, ps, "mesh_gpu_memory_total_bytes", "A GPU's memory, as NVML says.", 0);
@@ -83,28 +54,28 @@ int meshd__gpu_metrics_render(const struct meshd_ps *ps, struct mesh_buf *out)
 		for (unsigned i = 0; i < ps->programs[p].nworkers; i++)
 			for (size_t s = 0; s < sizeof states / sizeof states[0]; s++)
 				count[s] += ps->programs[p].workers[i].gpu.state == states[s];
-	family(&w, "mesh_gpu_reservations", "gauge",
+	meshd_metrics_family(&w, "mesh_gpu_reservations", "gauge",
 	       "GPU reservations of workers, by state: placed (not yet started), live, draining (dead, its memory not yet "
 	       "back), stuck (draining past the grace).");
 	for (size_t s = 0; s < sizeof states / sizeof states[0]; s++)
-		put(&w, "mesh_gpu_reservations{state=\"%s\"} %u\n", mesh_gpu_state_name(states[s]), count[s]);
+		meshd_metrics_put(&w, "mesh_gpu_reservations{state=\"%s\"} %u\n", mesh_gpu_state_name(states[s]), count[s]);
 
-	family(&w, "mesh_worker_vram_bytes", "gauge",
+	meshd_metrics_family(&w, "mesh_worker_vram_bytes", "gauge",
 	       "GPU memory NVML lists a worker's process group holding, over its GPUs (0 once it is back).");
 	for (unsigned p = 0; p < ps->nprograms; p++)
 		for (unsigned i = 0; i < ps->programs[p].nworkers; i++)
 			if (gpu_worker(&ps->programs[p].workers[i])) {
 				open_worker(&w, "mesh_worker_vram_bytes", ps->programs[p].name, i);
-				put(&w, "%llu\n", (unsigned long long)ps->programs[p].workers[i].gpu.vram);
+				meshd_metrics_put(&w, "%llu\n", (unsigned long long)ps->programs[p].workers[i].gpu.vram);
 			}
-	family(&w, "mesh_worker_vram_reserved_bytes", "gauge", "The vram a worker's manifest asks for on each of its GPUs.");
+	meshd_metrics_family(&w, "mesh_worker_vram_reserved_bytes", "gauge", "The vram a worker's manifest asks for on each of its GPUs.");
 	for (unsigned p = 0; p < ps->nprograms; p++)
 		for (unsigned i = 0; i < ps->programs[p].nworkers; i++)
 			if (gpu_worker(&ps->programs[p].workers[i])) {
 				open_worker(&w, "mesh_worker_vram_reserved_bytes", ps->programs[p].name, i);
-				put(&w, "%llu\n", (unsigned long long)ps->programs[p].workers[i].gpu.reserved);
+				meshd_metrics_put(&w, "%llu\n", (unsigned long long)ps->programs[p].workers[i].gpu.reserved);
 			}
-	family(&w, "mesh_worker_gpu_time_to_free_seconds", "gauge",
+	meshd_metrics_family(&w, "mesh_worker_gpu_time_to_free_seconds", "gauge",
 	       "For a worker's last process that exited: from its death until NVML listed none of its group.");
 	for (unsigned p = 0; p < ps->nprograms; p++)
 		for (unsigned i = 0; i < ps->programs[p].nworkers; i++) {
@@ -112,7 +83,7 @@ int meshd__gpu_metrics_render(const struct meshd_ps *ps, struct mesh_buf *out)
 			if (ns < 0)
 				continue;
 			open_worker(&w, "mesh_worker_gpu_time_to_free_seconds", ps->programs[p].name, i);
-			put(&w, "%lld.%09lld\n", (long long)(ns / 1000000000), (long long)(ns % 1000000000));
+			meshd_metrics_put(&w, "%lld.%09lld\n", (long long)(ns / 1000000000), (long long)(ns % 1000000000));
 		}
 	return w.rc;
 }
