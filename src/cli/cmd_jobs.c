@@ -7,6 +7,7 @@
 #include "base/parse.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
+#include "cli/jobs_store.h"
 #include "daemon/api_client.h"
 #include "exec/input.h"
 #include "exec/progress.h"
@@ -31,7 +32,8 @@
 static const char *const helps[][2] = {
 	{"submit",
 	 "usage: mesh submit PROGRAM [--chunks N | --input FILE | ::: ARG...] [--max-workers K]\n"
-	 "                   [--retries K] [--timeout S] [--speculate] [--name NAME] [--socket PATH]\n\n"
+	 "                   [--retries K] [--timeout S] [--speculate] [--name NAME]\n"
+	 "                   [--socket PATH | --store URL]\n\n"
 	 "Submits a job to meshd: its chunks are served by workers of PROGRAM (from meshd's\n"
 	 "catalog), started from zero as the pending chunks ask and reaped when idle.  Prints the\n"
 	 "job's id alone on stdout.\n\n"
@@ -43,24 +45,28 @@ static const char *const helps[][2] = {
 	 "  --retries K      a chunk is tried at most K times, then buried (default 3)\n"
 	 "  --timeout S      a chunk held longer by a worker gets the worker killed and replaced\n"
 	 "  --speculate      stragglers get a copy on another worker; the first result wins\n"
-	 "  --name NAME      a label shown by `mesh jobs`\n"},
-	{"jobs", "usage: mesh jobs [--json] [--socket PATH]\n\n"
+	 "  --name NAME      a label shown by `mesh jobs`\n"
+	 "  --store URL      submit to a shared PostgreSQL store instead (default $MESH_STORE unless\n"
+	 "                   --socket): every `meshd --store URL` whose catalog has PROGRAM runs it;\n"
+	 "                   jobs, wait, results and cancel take --store too (docs/cluster.md)\n"},
+	{"jobs", "usage: mesh jobs [--json] [--socket PATH | --store URL]\n\n"
 		 "Every job meshd knows: id, program, state, chunks done/leased/pending/buried, rate,\n"
 		 "ETA and workers.  --json prints meshd's answer as it is.\n"},
-	{"wait", "usage: mesh wait JOB [--quiet] [--socket PATH]\n\n"
+	{"wait", "usage: mesh wait JOB [--quiet] [--socket PATH | --store URL]\n\n"
 		 "Waits until job JOB ends; a progress bar on stderr when it is a terminal (--quiet: none).\n"
 		 "Exit: 0 complete; 1 it ended with buried chunks; 6 cancelled; 70 it stopped on an error.\n"},
-	{"results", "usage: mesh results JOB [--no-wait] [--socket PATH]\n\n"
+	{"results", "usage: mesh results JOB [--no-wait] [--socket PATH | --store URL]\n\n"
 		    "Writes each DONE chunk's result bytes, in chunk order, with nothing added between\n"
 		    "them.  While the job runs it streams: chunk k+1 is written once chunk k is settled\n"
 		    "(a buried chunk adds nothing).  --no-wait writes only what is DONE now and stops at\n"
 		    "the first chunk that is not.\n"},
-	{"cancel", "usage: mesh cancel JOB [--socket PATH]\n\n"
+	{"cancel", "usage: mesh cancel JOB [--socket PATH | --store URL]\n\n"
 		   "Stops job JOB for good: running chunks are cut, nothing more starts; what is DONE stays.\n"},
 };
 
 struct jopts {
 	char sock[PATH_MAX];
+	const char *store; /* --store URL, else $MESH_STORE unless --socket: the store's jobs (cmd_jobs_store.c) */
 	const char *job;
 	int json, quiet, no_wait;
 };
@@ -76,6 +82,14 @@ static int set_sock(struct jopts *o, const char *cmd, const char *v)
 		return mesh_cli_usage("%s: --socket wants a path", cmd);
 	strcpy(o->sock, v);
 	return -1;
+}
+
+/* MESH_STORE selects the store unless --socket names a meshd. */
+static void store_default(struct jopts *o)
+{
+	const char *env = getenv("MESH_STORE");
+	if (!o->store && !o->sock[0] && env && *env)
+		o->store = env;
 }
 
 static int default_sock(struct jopts *o, const char *cmd)
@@ -149,6 +163,10 @@ static int parse(int argc, char **argv, struct jopts *o, int want_job)
 		int ex = -1;
 		if (!strncmp(a, "--socket=", 9))
 			ex = set_sock(o, cmd, a + 9);
+		else if (!strncmp(a, "--store=", 8))
+			o->store = a + 8;
+		else if (!strcmp(a, "--store") && i + 1 < argc)
+			o->store = argv[++i];
 		else if (!strcmp(a, "--socket"))
 			ex = set_sock(o, cmd, i + 1 < argc ? argv[++i] : NULL);
 		else if (!strcmp(a, "--json") && !strcmp(cmd, "jobs"))
@@ -168,7 +186,8 @@ static int parse(int argc, char **argv, struct jopts *o, int want_job)
 	}
 	if (want_job && !o->job)
 		return mesh_cli_usage("%s: which job? (mesh %s JOB; `mesh jobs` lists them)", cmd, cmd);
-	return default_sock(o, cmd);
+	store_default(o);
+	return o->store ? -1 : default_sock(o, cmd);
 }
 
 /* ---- submit ---- */
@@ -256,6 +275,24 @@ static int opt_is(const char *a, const char *name)
 	return !strncmp(a, name, n) && (a[n] == 0 || a[n] == '=');
 }
 
+/* mesh submit --store: the job goes to the store itself (any meshd that
+ * follows it and has the program runs it). */
+static int submit_store(const struct jopts *o, const struct sub *s, const struct mesh_buf *body)
+{
+	struct mesh_pgr_job pj = {0};
+	snprintf(pj.program, sizeof pj.program, "%s", s->program);
+	snprintf(pj.name, sizeof pj.name, "%s", s->name ? s->name : "");
+	pj.n = s->chunks;
+	if (!s->have_chunks)
+		for (size_t i = 0; i < body->len; i++)
+			pj.n += body->p[i] == '\n';
+	pj.max_workers = (unsigned)s->max_workers;
+	pj.retries = s->retries ? (uint32_t)s->retries : MESH_JOB_MAX_ATTEMPTS_DEFAULT;
+	pj.timeout_ns = s->timeout_ns;
+	pj.speculate = s->speculate;
+	return mesh__sjobs_submit(o->store, &pj, s->have_chunks ? NULL : body->p, s->have_chunks ? 0 : body->len);
+}
+
 int mesh_cmd_submit(int argc, char **argv)
 {
 	struct jopts o;
@@ -280,6 +317,9 @@ int mesh_cmd_submit(int argc, char **argv)
 		if (opt_is(a, "--socket")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
 				ex = set_sock(&o, "submit", v);
+		} else if (opt_is(a, "--store")) {
+			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
+				o.store = v;
 		} else if (opt_is(a, "--chunks")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
 			    (mesh_parse_u64(v, MESH_JOB_MAX_CHUNKS, &s.chunks) < 0 || !s.chunks))
@@ -322,10 +362,16 @@ int mesh_cmd_submit(int argc, char **argv)
 		return mesh_cli_usage("submit: bad program name '%s': 1 to 64 letters, digits, '_' or '-'", s.program);
 	if (s.have_chunks + (s.input != NULL) + (s.words != NULL) != 1)
 		return mesh_cli_usage("submit: give the chunks once: --chunks N, --input FILE or ::: ARG...");
-	if ((ex = default_sock(&o, "submit")) >= 0)
+	store_default(&o);
+	if (!o.store && (ex = default_sock(&o, "submit")) >= 0)
 		return ex;
 	struct mesh_buf body = MESH_BUF_INIT, t = MESH_BUF_INIT;
 	if (!s.have_chunks && (ex = build_input(&s, &body)) != 0) {
+		mesh_buf_release(&body);
+		return ex;
+	}
+	if (o.store) {
+		ex = submit_store(&o, &s, &body);
 		mesh_buf_release(&body);
 		return ex;
 	}
@@ -402,6 +448,8 @@ int mesh_cmd_jobs(int argc, char **argv)
 	int ex = parse(argc, argv, &o, 0);
 	if (ex >= 0)
 		return ex;
+	if (o.store)
+		return mesh__sjobs_list(o.store, o.json);
 	if ((ex = request(&o, "cannot list the jobs", "GET", "/v1/jobs", NULL, 0, &r)) >= 0)
 		return ex;
 	if (o.json) {
@@ -471,6 +519,8 @@ int mesh_cmd_wait(int argc, char **argv)
 	int ex = parse(argc, argv, &o, 1);
 	if (ex >= 0)
 		return ex;
+	if (o.store)
+		return mesh__sjobs_wait(o.store, strtoull(o.job, NULL, 10), o.quiet);
 	int bar = !o.quiet && isatty(2);
 	char target[96], what[96];
 	snprintf(target, sizeof target, "/v1/jobs/%s?wait=%s", o.job, bar ? BAR_WAIT : POLL_WAIT);
@@ -531,6 +581,8 @@ int mesh_cmd_results(int argc, char **argv)
 	int ex = parse(argc, argv, &o, 1);
 	if (ex >= 0)
 		return ex;
+	if (o.store)
+		return mesh__sjobs_results(o.store, strtoull(o.job, NULL, 10), o.no_wait);
 	uint64_t from = 0;
 	char what[96];
 	snprintf(what, sizeof what, "cannot read the results of job %s", o.job);
@@ -568,6 +620,8 @@ int mesh_cmd_cancel(int argc, char **argv)
 	if (ex >= 0)
 		return ex;
 	char target[96], what[96];
+	if (o.store)
+		return mesh__sjobs_cancel(o.store, strtoull(o.job, NULL, 10));
 	snprintf(target, sizeof target, "/v1/jobs/%s/cancel", o.job);
 	snprintf(what, sizeof what, "cannot cancel job %s", o.job);
 	if ((ex = request(&o, what, "POST", target, NULL, 0, &r)) >= 0)

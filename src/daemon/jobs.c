@@ -502,6 +502,7 @@ void meshd_jobs_stop(struct meshd_jobs *j)
 {
 	if (!j)
 		return;
+	mesh__jobs_store_stop(j);
 	pthread_mutex_lock(&j->mu);
 	j->stopping = 1;
 	for (struct job *jb = j->list; jb; jb = jb->next) {
@@ -531,6 +532,7 @@ void meshd_jobs_free(struct meshd_jobs *j)
 		j->list = jb->next;
 		mesh__job_free(jb);
 	}
+	mesh__jobs_store_free(j);
 	free(j->state);
 	free(j->jobs_dir);
 	pthread_mutex_destroy(&j->mu);

@@ -44,6 +44,13 @@ int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char
 void meshd_jobs_stop(struct meshd_jobs *j);
 /* After meshd_jobs_stop and once no API thread uses j. */
 void meshd_jobs_free(struct meshd_jobs *j);
+/* Follows the PostgreSQL store at url (`meshd --store URL`, MESH_STORE;
+ * its #job part is ignored): every meshd job in it (`mesh submit --store`)
+ * whose program this catalog has is run here too, its chunks leased from
+ * the store, its results written there (jobs_store.c, docs/cluster.md).
+ * 0, or a negative error with *err malloc'd (a bad URL, no connection, a
+ * schema of another version).  Stopped by meshd_jobs_stop. */
+int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err);
 /* $XDG_STATE_HOME/mesh, else $HOME/.local/state/mesh, into buf.  0 or -ENAMETOOLONG / -ENOENT. */
 int meshd_state_default(char *buf, size_t n);
 

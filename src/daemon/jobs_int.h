@@ -50,6 +50,7 @@ struct meshd_jobs {
 	struct job *list;
 	uint64_t next_id;
 	int stopping;
+	struct sfollow *sf; /* jobs_store.c: the store followed (--store), or NULL */
 };
 
 /* jobs.c */
@@ -62,5 +63,9 @@ int mesh__job_spec_parse(struct job *jb, char *text);
 enum meshd_job_state mesh__job_end_state(const char *text);
 int mesh__job_start(struct job *jb);
 int mesh__job_write_end(struct job *jb, const char *what);
+
+/* jobs_store.c: stops the follower and its drivers (idempotent); frees them. */
+void mesh__jobs_store_stop(struct meshd_jobs *j);
+void mesh__jobs_store_free(struct meshd_jobs *j);
 
 #endif

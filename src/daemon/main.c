@@ -38,6 +38,7 @@ static void usage(FILE *f)
 		"             [--log-level debug|info|warn|error]\n"
 		"             [--metrics ADDR:PORT [--metrics-public]]\n"
 		"             [--log-level debug|info|warn|error] [--state DIR]\n"
+		"             [--store postgresql://...]\n"
 		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
 		"                                       [--http-memory SIZE] [--http-request-timeout S]\n"
 		"                                       [--http-response-timeout S] [--http-idle-timeout S]\n"
@@ -82,6 +83,8 @@ static void usage(FILE *f)
 		"                       started again by the next request (default 3)\n"
 		"  --state DIR          where submitted jobs live (created 0700); default\n"
 		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh\n"
+		"  --store URL          also run the jobs of a shared PostgreSQL store (MESH_STORE)\n"
+		"                       whose program this catalog has (docs/cluster.md)\n"
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
@@ -218,6 +221,7 @@ int main(int argc, char **argv)
 	char sock[PATH_MAX] = "";
 	const char *level = "info";
 	const char *metrics_addr = NULL;
+	const char *store_url = getenv("MESH_STORE");
 	int metrics_public = 0;
 	struct mesh_gw_config gwc = MESH_GW_CONFIG_INIT;
 	struct mesh_gw *gw = NULL;
@@ -314,6 +318,8 @@ int main(int argc, char **argv)
 			gwc.max_body = (size_t)n;
 		} else if (!strcmp(argv[i], "--metrics-public")) {
 			metrics_public = 1;
+		} else if ((v = opt_value(argc, argv, &i, "--store", &missing))) {
+			store_url = v;
 		} else if ((v = opt_value(argc, argv, &i, "--state", &missing))) {
 			if (!*v || strlen(v) >= sizeof state)
 				return usage_error("--state wants a directory, not '%s'", v);
@@ -373,6 +379,15 @@ int main(int argc, char **argv)
 		the_core = NULL;
 		meshd_core_free(core);
 		return exit_for(rc);
+	}
+	if (jobs && store_url && *store_url && (rc = meshd_jobs_store(jobs, store_url, &err)) < 0) {
+		mesh_error("%s", err ? err : mesh_strerror(rc));
+		free(err);
+		meshd_jobs_stop(jobs);
+		meshd_jobs_free(jobs);
+		the_core = NULL;
+		meshd_core_free(core);
+		return mesh_exit_for(rc); /* the store's codes: 69 unreachable, 65 another schema */
 	}
 	meshd_api_jobs_set(jobs);
 

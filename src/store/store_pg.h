@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MESH_PG_SCHEMA_VERSION 2
+#define MESH_PG_SCHEMA_VERSION 3
 
 struct mesh_pg;
 

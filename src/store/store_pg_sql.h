@@ -12,7 +12,14 @@
  * mesh.done_words  the DONE bits, 64 chunks a row: what a done chunk costs.
  * mesh.nodes     (2) one row a node (a handle that leased): name, host,
  *                program, job, registered/last beat, TTL, chunks run and
- *                their summed durations (its speed), stopped. */
+ *                their summed durations (its speed), stopped.
+ * mesh.specs     (3) one row a meshd job (`mesh submit --store`): its job
+ *                row, program, options, the chunks' inputs, state 'r'
+ *                running / 'c' cancelled.  Its job's name is s<id>.
+ * mesh.results   (3) each chunk's reply (kind 'r'; written before the
+ *                chunk's DONE bit, the first one kept) and the last
+ *                failure report (kind 'f') of meshd jobs
+ *                (store_pg_results.h). */
 #ifndef MESH_STORE_STORE_PG_SQL_H
 #define MESH_STORE_STORE_PG_SQL_H
 
@@ -141,6 +148,15 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	"  END IF;\n"
 	" END IF;\n"
 	"END $f$;",
+	/* 2 -> 3: meshd jobs in the store.  A chunk's result row is written
+	 * (committed) before its DONE bit, so a DONE chunk always has one;
+	 * a result of a chunk that is not DONE (a node died between the
+	 * two commits) is harmless: the rerun's insert keeps the first. */
+	"CREATE TABLE mesh.specs (job int PRIMARY KEY, program text NOT NULL, max_workers int NOT NULL,"
+	" retries int NOT NULL, timeout_ns bigint NOT NULL, speculate boolean NOT NULL, name text NOT NULL,"
+	" input bytea, state \"char\" NOT NULL DEFAULT 'r', submitted bigint NOT NULL);"
+	"CREATE TABLE mesh.results (job int NOT NULL, cid bigint NOT NULL, kind \"char\" NOT NULL,"
+	" data bytea NOT NULL, PRIMARY KEY (job, kind, cid));",
 };
 #define MESH_PG_NMIGRATIONS (sizeof MESH_PG_MIGRATIONS / sizeof MESH_PG_MIGRATIONS[0])
 

@@ -48,9 +48,9 @@ TEST(store_pg_schema_commands)
 	start(&e);
 	base_url(&e, url, sizeof url);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 2 (this mesh: 2)");
+	EXPECT_CONTAINS(out, "version 3 (this mesh: 3)");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 2 -> 2");
+	EXPECT_CONTAINS(out, "version 3 -> 3");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' %s store status", url, MESH), 0);
 	/* from nothing */
@@ -58,18 +58,28 @@ TEST(store_pg_schema_commands)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	EXPECT_CONTAINS(out, "version 0");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 0 -> 2");
-	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), 2);
-	/* from version 1 (no nodes; its lease function) */
-	sql1(&e, "DROP TABLE mesh.nodes; UPDATE mesh.meta SET version = 1");
+	EXPECT_CONTAINS(out, "version 0 -> 3");
+	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), 3);
+	/* from version 1 (no nodes; its lease function; no meshd jobs) */
+	sql1(&e, "DROP TABLE mesh.nodes; DROP TABLE mesh.specs; DROP TABLE mesh.results; UPDATE mesh.meta SET version = 1");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5", MESH, url), MESH_EXIT_DATAERR);
 	EXPECT_CONTAINS(out, "mesh store migrate");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 1 -> 2");
+	EXPECT_CONTAINS(out, "version 1 -> 3");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5 && %s job harvest '%s#m' x m 5 30 n1", MESH, url,
 		       MESH, url),
 		  0);
 	EXPECT_CONTAINS(out, "done 5");
+	/* from version 2 (no meshd jobs): its jobs go on, and meshd jobs work after */
+	sql1(&e, "DROP TABLE mesh.specs; DROP TABLE mesh.results; UPDATE mesh.meta SET version = 2");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s submit --store '%s' p --chunks 3", MESH, url), MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "mesh store migrate");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
+	EXPECT_CONTAINS(out, "version 2 -> 3");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job status '%s#m' x m 5", MESH, url), 0);
+	EXPECT_CONTAINS(out, "done 5");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s submit --store '%s' p --chunks 3", MESH, url), 0);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.specs s JOIN mesh.jobs j ON j.id = s.job AND j.n = 3"), 1);
 	store_env_stop(&e);
 }
 

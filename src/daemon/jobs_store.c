@@ -1,0 +1,450 @@
+/* meshd on a shared PostgreSQL store (`meshd --store URL`, jobs.h
+ * meshd_jobs_store): a follower thread watches the store's meshd jobs
+ * (store/store_pg_results.h) and, for each running one whose program this
+ * meshd's catalog has, runs a driver thread: the chunk driver over the
+ * slot executor, as for a local job, leasing the chunks of URL#s<id>
+ * through the engine.  So a job submitted anywhere is served by every
+ * meshd that has its program; each scales its workers from zero on the
+ * chunks it leases and back to zero after.
+ *
+ * The follower sleeps on LISTEN mesh_jobs (a submit or a cancel wakes it
+ * at once) and looks again every RESCAN_NS besides (a driver that stopped
+ * on an error is started again then).  A chunk's reply is written to
+ * mesh.results by the completer thread (the commit hook) before its DONE
+ * is committed, so a DONE chunk's result is in the store. */
+#include "daemon/jobs.h"
+#include "daemon/jobs_int.h"
+
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "daemon/job_exec.h"
+#include "daemon/ops.h"
+#include "exec/executor.h"
+#include "exec/input.h"
+#include "exec/runner.h"
+#include "job/job.h"
+#include "store/store.h"
+#include "store/store_pg.h"
+#include "store/store_pg_results.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define RESCAN_NS (5 * MESH_NS_PER_S)
+#define WAIT_SLICE_NS (250 * MESH_NS_PER_MS)
+
+/* One reply waiting for the next commit. */
+struct pres {
+	struct pres *next;
+	uint64_t cid;
+	size_t len;
+	unsigned char data[];
+};
+
+struct sjob {
+	struct sjob *next;
+	struct sfollow *f;
+	struct mesh_pgr_job spec;
+	int skip;	   /* not in this catalog: takes no chunks */
+	unsigned max_workers;
+	int cancel_efd;
+	int cancel_sent;
+	pthread_t th;
+	int th_on;
+	_Atomic int ended; /* the driver returned */
+	int final;	   /* ... with the job over for this host (complete, failed, cancelled) */
+	struct mesh_pg *rpg; /* the results' connection (the driver's threads) */
+	pthread_mutex_t mu;  /* pending */
+	struct pres *pending;
+	uint64_t done;
+};
+
+struct sfollow {
+	struct meshd_jobs *j;
+	char *base; /* the URL without #job */
+	struct mesh_pg *pg;
+	pthread_t th;
+	_Atomic int stop;
+	struct sjob *list; /* the follower thread's */
+};
+
+/* ---- one job's driver ---- */
+
+static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p, size_t n)
+{
+	struct sjob *s = arg;
+	(void)attempt;
+	if (n > MESH_PGR_RESULT_MAX)
+		return MESH_E_TOOBIG;
+	struct pres *r = malloc(sizeof *r + n);
+	if (!r)
+		return -ENOMEM;
+	r->cid = cid;
+	r->len = n;
+	memcpy(r->data, p, n);
+	pthread_mutex_lock(&s->mu);
+	r->next = s->pending;
+	s->pending = r;
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+/* Before a batch's DONE: every reply taken so far goes to the store in one
+ * transaction (replies of chunks outside the batch too: harmless). */
+static int hook_commit(void *arg)
+{
+	struct sjob *s = arg;
+	pthread_mutex_lock(&s->mu);
+	struct pres *list = s->pending;
+	s->pending = NULL;
+	pthread_mutex_unlock(&s->mu);
+	size_t n = 0;
+	for (struct pres *r = list; r; r = r->next)
+		n++;
+	uint64_t *cids = malloc((n ? n : 1) * sizeof *cids);
+	const void **data = malloc((n ? n : 1) * sizeof *data);
+	size_t *lens = malloc((n ? n : 1) * sizeof *lens);
+	int rc = cids && data && lens ? 0 : -ENOMEM;
+	size_t i = 0;
+	for (struct pres *r = list; r && !rc; r = r->next, i++) {
+		cids[i] = r->cid;
+		data[i] = r->data;
+		lens[i] = r->len;
+	}
+	if (!rc)
+		rc = mesh_pgr_put_results(s->rpg, s->spec.id, n, cids, data, lens);
+	free(cids);
+	free(data);
+	free(lens);
+	if (rc < 0) {
+		/* Kept for the next try: the batch is not completed. */
+		pthread_mutex_lock(&s->mu);
+		struct pres *last = list;
+		while (last && last->next)
+			last = last->next;
+		if (last) {
+			last->next = s->pending;
+			s->pending = list;
+		}
+		pthread_mutex_unlock(&s->mu);
+		return rc;
+	}
+	while (list) {
+		struct pres *r = list;
+		list = r->next;
+		free(r);
+	}
+	return 0;
+}
+
+static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, const void *err, size_t n, int buried)
+{
+	struct sjob *s = arg;
+	struct mesh_buf b = MESH_BUF_INIT;
+	if (code > 128 && code < 128 + 65)
+		mesh_buf_addf(&b, "attempt %u: signal %d (status %d)\n", (unsigned)attempt, code - 128, code);
+	else
+		mesh_buf_addf(&b, "attempt %u: exit %d\n", (unsigned)attempt, code);
+	mesh_buf_add(&b, err, n);
+	/* The report is for people: losing it loses no chunk. */
+	if (b.p && mesh_pgr_put_report(s->rpg, s->spec.id, cid, b.p, b.len) < 0)
+		mesh_warn("store job=%" PRIu64 " cannot keep the failure report of chunk %" PRIu64, s->spec.id, cid);
+	mesh_buf_release(&b);
+	if (buried)
+		mesh_info("store job=%" PRIu64 " chunk=%" PRIu64 " buried status=%d", s->spec.id, cid, code);
+}
+
+static void *driver_main(void *arg)
+{
+	struct sjob *s = arg;
+	struct sfollow *f = s->f;
+	struct meshd_jobs *j = f->j;
+	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
+	struct mesh_job *jh = NULL;
+	char url[1024], node[MESH_NODE_MAX + 1], host[64] = "host", why[256] = "";
+	char *data = NULL;
+	size_t len = 0;
+	int rc;
+	snprintf(url, sizeof url, "%s#s%" PRIu64, f->base, s->spec.id);
+	gethostname(host, sizeof host - 1);
+	snprintf(node, sizeof node, "meshd.%.40s.%d", host, (int)getpid());
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	o.journal = url;
+	o.node = node;
+	o.nchunks = s->spec.n;
+	o.max_attempts = s->spec.retries;
+	rc = mesh_pg_open(&s->rpg, url, why, sizeof why);
+	if (!rc)
+		rc = mesh_job_open(&jh, &o);
+	if (!rc && s->spec.has_input) {
+		rc = mesh_pgr_input(s->rpg, s->spec.id, &data, &len);
+		if (!rc)
+			rc = mesh_exec_input_from_mem(data, len, &in, NULL);
+		if (!rc && in.n != s->spec.n)
+			rc = MESH_E_MISMATCH;
+	}
+	free(data);
+	if (rc < 0) {
+		mesh_error("store job=%" PRIu64 " cannot run: %s%s%s", s->spec.id, mesh_strerror(rc), why[0] ? ": " : "",
+			   why);
+		goto out;
+	}
+	struct mesh_exec_hooks hooks = {
+		.result = hook_result,
+		.commit = hook_commit,
+		.failed = hook_failed,
+		.cancel_fd = s->cancel_efd,
+		.arg = s,
+	};
+	char *argv[] = {s->spec.program, NULL};
+	struct mesh_exec_opts eo = MESH_EXEC_OPTS_INIT;
+	eo.argv = argv;
+	eo.slots = s->max_workers * j->depth;
+	eo.input = s->spec.has_input ? &in : NULL;
+	eo.out_fd = eo.err_fd = eo.note_fd = eo.progress_fd = -1;
+	eo.handle_signals = 0;
+	eo.hooks = &hooks;
+	const char *ttl = getenv("MESHD_STORE_TTL_MS");
+	if (ttl && atoi(ttl) > 0)
+		eo.ttl_ns = (uint64_t)atoi(ttl) * MESH_NS_PER_MS;
+	struct meshd_job_exec_stats xs = {0};
+	struct meshd_job_exec_arg xa = {
+		.cfg = {j->core, s->spec.program, s->max_workers, j->depth, s->spec.timeout_ns},
+		.stats = &xs,
+	};
+	struct mesh_exec_stats st;
+	mesh_info("store job=%" PRIu64 " running program=%s chunks=%" PRIu64 " node=%s", s->spec.id, s->spec.program,
+		  s->spec.n, node);
+	rc = mesh__exec_drive(jh, &eo, meshd_job_exec_make, &xa, &st);
+	s->final = rc == MESH_EXEC_COMPLETE || rc == MESH_EXEC_FAILED || s->cancel_sent;
+	s->done = st.done;
+	mesh_info("store job=%" PRIu64 " driver ended: %s attempts=%" PRIu64 " done=%" PRIu64 " failed=%" PRIu64,
+		  s->spec.id,
+		  rc == MESH_EXEC_COMPLETE	 ? "complete"
+		  : rc == MESH_EXEC_FAILED	 ? "failed"
+		  : rc == MESH_EXEC_INTERRUPTED ? "stopped"
+						 : mesh_strerror(rc),
+		  st.started, st.done, st.failed);
+out:
+	mesh_exec_input_release(&in);
+	if (jh)
+		mesh_job_close(jh);
+	atomic_store(&s->ended, 1);
+	return NULL;
+}
+
+static void sjob_free(struct sjob *s)
+{
+	while (s->pending) {
+		struct pres *r = s->pending;
+		s->pending = r->next;
+		free(r);
+	}
+	if (s->rpg)
+		mesh_pg_close(s->rpg);
+	if (s->cancel_efd >= 0)
+		close(s->cancel_efd);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+static void sjob_cancel(struct sjob *s)
+{
+	uint64_t one = 1;
+	if (s->th_on && !s->cancel_sent && write(s->cancel_efd, &one, sizeof one) == sizeof one)
+		s->cancel_sent = 1;
+}
+
+static void sjob_join(struct sjob *s)
+{
+	if (s->th_on) {
+		pthread_join(s->th, NULL);
+		s->th_on = 0;
+	}
+	if (s->rpg) {
+		mesh_pg_close(s->rpg);
+		s->rpg = NULL;
+	}
+}
+
+static int sjob_start(struct sjob *s)
+{
+	sigset_t all, old;
+	uint64_t v;
+	while (read(s->cancel_efd, &v, sizeof v) == sizeof v) {
+	}
+	atomic_store(&s->ended, 0);
+	s->final = 0;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&s->th, NULL, driver_main, s);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc)
+		return -rc;
+	s->th_on = 1;
+	return 0;
+}
+
+/* ---- the follower ---- */
+
+static void seen_job(const struct mesh_pgr_job *pj, void *arg)
+{
+	struct sfollow *f = arg;
+	struct sjob *s;
+	for (s = f->list; s; s = s->next)
+		if (s->spec.id == pj->id)
+			break;
+	if (s) {
+		if (pj->cancelled)
+			sjob_cancel(s);
+		else if (!s->skip && atomic_load(&s->ended) && !s->final) {
+			/* stopped on an error (the database gone a while): again */
+			sjob_join(s);
+			if (sjob_start(s) < 0)
+				s->final = 1;
+		}
+		return;
+	}
+	if (pj->cancelled || !(s = calloc(1, sizeof *s)))
+		return;
+	s->f = f;
+	s->spec = *pj;
+	s->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pthread_mutex_init(&s->mu, NULL);
+	s->next = f->list;
+	f->list = s;
+	char *lerr = NULL;
+	unsigned mw = meshd_program_max_workers(f->j->core, pj->program, &lerr);
+	if (!mw || s->cancel_efd < 0) {
+		s->skip = 1;
+		mesh_info("store job=%" PRIu64 " program=%s not served here: %s", pj->id, pj->program,
+			  lerr ? lerr : "cannot load it");
+		free(lerr);
+		return;
+	}
+	s->max_workers = pj->max_workers && pj->max_workers < mw ? pj->max_workers : mw;
+	if (sjob_start(s) < 0)
+		s->skip = 1;
+}
+
+/* A cancel makes a job inactive: its driver must hear of it too. */
+static void seen_cancel(const struct mesh_pgr_job *pj, void *arg)
+{
+	struct sfollow *f = arg;
+	if (!pj->cancelled)
+		return;
+	for (struct sjob *s = f->list; s; s = s->next)
+		if (s->spec.id == pj->id)
+			sjob_cancel(s);
+}
+
+static void *follow_main(void *arg)
+{
+	struct sfollow *f = arg;
+	int rc, warned = 0;
+	while (!atomic_load(&f->stop)) {
+		rc = mesh_pgr_jobs(f->pg, 0, 1, seen_job, f);
+		int any_running = 0;
+		for (struct sjob *s = f->list; s; s = s->next)
+			any_running |= s->th_on && !atomic_load(&s->ended);
+		if (!rc && any_running)
+			rc = mesh_pgr_jobs(f->pg, 0, 0, seen_cancel, f);
+		for (struct sjob *s = f->list; s; s = s->next)
+			if (s->th_on && atomic_load(&s->ended) && s->final)
+				sjob_join(s);
+		if (rc < 0 && !warned++)
+			mesh_warn("store: cannot read the jobs: %s", mesh_strerror(rc));
+		else if (rc >= 0)
+			warned = 0;
+		uint64_t until = mesh_mono_ns() + RESCAN_NS;
+		while (!atomic_load(&f->stop) && mesh_mono_ns() < until) {
+			int w = mesh_pgr_wait(f->pg, WAIT_SLICE_NS * 4);
+			if (w != 0) {
+				if (w < 0)
+					mesh_sleep_ns(WAIT_SLICE_NS);
+				break;
+			}
+		}
+	}
+	return NULL;
+}
+
+int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
+{
+	char why[256] = "", safe[512];
+	struct sfollow *f;
+	int rc;
+	mesh_pg_url_safe(url, safe, sizeof safe);
+	if (!mesh_pg_url_is(url))
+		return mesh_errf(err, MESH_E_PARSE, "--store wants a postgresql:// URL, not '%s'", safe);
+	if (j->sf)
+		return mesh_errf(err, MESH_E_STATE, "already following a store");
+	if (!(f = calloc(1, sizeof *f)) || !(f->base = strdup(url))) {
+		free(f);
+		return -ENOMEM;
+	}
+	char *h = strrchr(f->base, '#');
+	if (h)
+		*h = 0;
+	f->j = j;
+	if ((rc = mesh_pg_open(&f->pg, f->base, why, sizeof why)) < 0) {
+		rc = mesh_errf(err, rc, "cannot use the store %s: %s%s%s", safe, mesh_strerror(rc), why[0] ? ": " : "",
+			       why);
+		free(f->base);
+		free(f);
+		return rc;
+	}
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = -pthread_create(&f->th, NULL, follow_main, f);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		mesh_pg_close(f->pg);
+		free(f->base);
+		free(f);
+		return mesh_errf(err, rc, "cannot start the store follower: %s", mesh_strerror(rc));
+	}
+	j->sf = f;
+	mesh_info("store %s: following its meshd jobs", safe);
+	return 0;
+}
+
+void mesh__jobs_store_stop(struct meshd_jobs *j)
+{
+	struct sfollow *f = j->sf;
+	if (!f || atomic_exchange(&f->stop, 1))
+		return;
+	pthread_join(f->th, NULL);
+	for (struct sjob *s = f->list; s; s = s->next)
+		sjob_cancel(s);
+	for (struct sjob *s = f->list; s; s = s->next)
+		sjob_join(s);
+}
+
+void mesh__jobs_store_free(struct meshd_jobs *j)
+{
+	struct sfollow *f = j->sf;
+	if (!f)
+		return;
+	mesh__jobs_store_stop(j);
+	while (f->list) {
+		struct sjob *s = f->list;
+		f->list = s->next;
+		sjob_free(s);
+	}
+	mesh_pg_close(f->pg);
+	free(f->base);
+	free(f);
+	j->sf = NULL;
+}

@@ -1,0 +1,275 @@
+/* meshd on a shared PostgreSQL store (`meshd --store URL`, `mesh submit
+ * --store URL`): a real server from the harness (tests/runner/store_env.c)
+ * and real meshd processes, one a "host": each in its own directory with
+ * its own catalog, logs, state directory and control socket, all on this
+ * machine's loopback (the netns harness is not needed: meshd reaches the
+ * database by its unix socket, and the hosts share nothing else). */
+#include "base/crc.h"
+#include "base/exit.h"
+#include "integration/meshd_t.h"
+#include "runner/store_env.h"
+#include "runner/t.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+static char out[1 << 20];
+static char top[4096];
+static char url[600];
+
+static void start_store(struct store_env *e)
+{
+	if (!getcwd(top, sizeof top))
+		FAIL("getcwd");
+	if (store_env_start(e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	snprintf(url, sizeof url, "%s", e->where);
+	*strrchr(url, '#') = 0;
+}
+
+static long long sql1(const struct store_env *e, const char *sql)
+{
+	long long v = store_env_sql(e, sql);
+	if (v < 0)
+		FAIL("psql: %s", sql);
+	return v;
+}
+
+/* A host: directory dir with a catalog of program (the job test worker;
+ * NULL: the echo example as "other"), and its meshd following the store. */
+static pid_t start_host(const char *dir, const char *program)
+{
+	mkdir(dir, 0755);
+	ASSERT_EQ(chdir(dir), 0);
+	if (program)
+		meshd_t_add_program(out, sizeof out, program, t_bin("tests-workers/job_worker"),
+				    "max_workers = 2\nidle_ttl = \"300ms\"\n[lifecycle]\nstop_grace = \"1s\"\n");
+	else
+		meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	char args[1024];
+	snprintf(args, sizeof args, "--state state --store '%s'", url);
+	pid_t pid = meshd_t_start_notified(args, NULL, 0);
+	ASSERT_EQ(chdir(top), 0);
+	return pid;
+}
+
+/* `mesh ARGS` against the meshd of host dir. */
+static int host_mesh(const char *dir, const char *fmt, const char *arg)
+{
+	ASSERT_EQ(chdir(dir), 0);
+	int rc = meshd_t_mesh(out, sizeof out, 0, fmt, arg);
+	ASSERT_EQ(chdir(top), 0);
+	return rc;
+}
+
+/* Host dir's program prog: its spawns and live worker processes (mesh ps --json). */
+static void host_workers(const char *dir, const char *prog, long *spawns, long *live)
+{
+	json_t *j, *p;
+	size_t i;
+	*spawns = *live = 0;
+	ASSERT_EQ(host_mesh(dir, "ps --json%s", ""), 0);
+	j = json_loads(out, 0, NULL);
+	ASSERT_TRUE(j != NULL);
+	json_array_foreach(json_object_get(j, "programs"), i, p)
+	{
+		if (strcmp(json_string_value(json_object_get(p, "name")) ? json_string_value(json_object_get(p, "name")) : "", prog))
+			continue;
+		*spawns = (long)json_integer_value(json_object_get(p, "spawns"));
+		json_t *w;
+		size_t k;
+		json_array_foreach(json_object_get(p, "workers"), k, w)
+			*live += json_integer_value(json_object_get(w, "pid")) > 0;
+	}
+	json_decref(j);
+}
+
+struct zero {
+	const char *dir;
+};
+static int at_zero(void *arg)
+{
+	long spawns, live;
+	host_workers(((struct zero *)arg)->dir, "jw", &spawns, &live);
+	return live == 0;
+}
+
+/* The input file of n chunks ("d0".."d<n-1>", or "slow") and the
+ * results it must give ("<cid>:<input>\n" each). */
+static void make_input(unsigned n, const char *word, char **expect)
+{
+	size_t cap = (size_t)n * 32 + 1, k = 0, e = 0;
+	char *in = malloc(cap);
+	*expect = malloc(cap);
+	ASSERT_TRUE(in && *expect);
+	for (unsigned i = 0; i < n; i++) {
+		char w[16];
+		if (word)
+			snprintf(w, sizeof w, "%s", word);
+		else
+			snprintf(w, sizeof w, "d%u", i);
+		k += (size_t)snprintf(in + k, cap - k, "%s\n", w);
+		e += (size_t)snprintf(*expect + e, cap - e, "%u:%s\n", i, w);
+	}
+	t_write_file("in.txt", in);
+	free(in);
+}
+
+static unsigned submit_store(const char *args)
+{
+	ASSERT_EQ(t_sh(out, sizeof out, 0, "'%s' submit --store '%s' %s", t_bin("mesh"), url, args), 0);
+	char *end;
+	unsigned long id = strtoul(out, &end, 10);
+	ASSERT_TRUE(id > 0 && *end == '\n');
+	return (unsigned)id;
+}
+
+/* Every chunk of job s<id> DONE exactly once; results complete and right. */
+static void check_job(const struct store_env *e, unsigned id, unsigned n, const char *expect)
+{
+	char q[256];
+	snprintf(q, sizeof q, "s%u", id);
+	EXPECT_EQ(store_env_done_bits(e, q), n);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", id);
+	EXPECT_EQ(sql1(e, q), n);
+	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.results WHERE job = %u AND kind = 'r'", id);
+	EXPECT_EQ(sql1(e, q), n);
+	ASSERT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' '%s' results %u", url, t_bin("mesh"), id), 0);
+	EXPECT_UEQ(mesh_crc32c(0, out, strlen(out)), mesh_crc32c(0, expect, strlen(expect)));
+	EXPECT_STREQ(out, expect);
+}
+
+/* Nodes of job id that completed chunks, and the pids in their names. */
+static long busy_nodes(const struct store_env *e, unsigned id)
+{
+	char q[256];
+	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.nodes WHERE job = %u AND chunks > 0", id);
+	return (long)sql1(e, q);
+}
+
+static long node_of(const struct store_env *e, unsigned id, pid_t pid)
+{
+	char q[256];
+	snprintf(q, sizeof q, "SELECT coalesce(sum(chunks), 0) FROM mesh.nodes WHERE job = %u AND name LIKE 'meshd.%%.%d'",
+		 id, (int)pid);
+	return (long)sql1(e, q);
+}
+
+TEST_TIMEOUT(meshd_store_job_served_by_every_host_with_the_program, 90)
+{
+	struct store_env e;
+	char *expect;
+	long spawns, live;
+	const unsigned n = 600;
+	start_store(&e);
+	pid_t a = start_host("a", "jw"), b = start_host("b", "jw"), c = start_host("c", NULL);
+	/* zero workers anywhere before the job */
+	host_workers("a", "jw", &spawns, &live);
+	EXPECT_EQ(spawns + live, 0);
+	host_workers("b", "jw", &spawns, &live);
+	EXPECT_EQ(spawns + live, 0);
+	make_input(n, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, n, expect);
+	/* both hosts ran chunks, from zero workers; the third took none */
+	EXPECT_EQ(busy_nodes(&e, id), 2);
+	EXPECT_GT(node_of(&e, id, a), 0);
+	EXPECT_GT(node_of(&e, id, b), 0);
+	EXPECT_EQ(node_of(&e, id, a) + node_of(&e, id, b), n);
+	EXPECT_EQ(node_of(&e, id, c), 0);
+	host_workers("a", "jw", &spawns, &live);
+	EXPECT_GT(spawns, 0);
+	host_workers("b", "jw", &spawns, &live);
+	EXPECT_GT(spawns, 0);
+	char *err = t_read_file("c/meshd.err", NULL);
+	EXPECT_CONTAINS(err ? err : "", "program=jw not served here");
+	free(err);
+	/* back to zero on each host after the idle TTL */
+	struct zero za = {"a"}, zb = {"b"};
+	EXPECT_EQ(t_wait_for(at_zero, &za, 10000), 1);
+	EXPECT_EQ(t_wait_for(at_zero, &zb, 10000), 1);
+	/* the CLI sees the store's job from any host */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' '%s' jobs", url, t_bin("mesh")), 0);
+	EXPECT_CONTAINS(out, "complete");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' jobs --store '%s' --json", t_bin("mesh"), url), 0);
+	EXPECT_CONTAINS(out, "\"duplicates\":0");
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	EXPECT_EQ(meshd_t_stop(b), 0);
+	EXPECT_EQ(meshd_t_stop(c), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
+struct progress {
+	const struct store_env *e;
+	unsigned id;
+	long at;
+};
+static int done_past(void *arg)
+{
+	struct progress *p = arg;
+	char q[128];
+	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", p->id);
+	return store_env_sql(p->e, q) >= p->at;
+}
+
+TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once, 90)
+{
+	struct store_env e;
+	char *expect;
+	const unsigned n = 400;
+	start_store(&e);
+	/* leases (and the nodes' silence) of 1 s: the dead host's chunks
+	 * are taken over within a second */
+	setenv("MESHD_STORE_TTL_MS", "1000", 1);
+	pid_t a = start_host("a", "jw"), b = start_host("b", "jw");
+	make_input(n, "slow", &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	struct progress p = {&e, id, 40};
+	ASSERT_EQ(t_wait_for(done_past, &p, 30000), 1);
+	/* A must hold chunks when it dies */
+	EXPECT_GT(node_of(&e, id, a), 0);
+	kill(a, SIGKILL);
+	EXPECT_EQ(meshd_t_wait(a), 128 + SIGKILL);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, n, expect);
+	EXPECT_GT(node_of(&e, id, b), 0);
+	char q[128];
+	snprintf(q, sizeof q, "SELECT dups FROM mesh.jobs WHERE id = %u", id);
+	EXPECT_EQ(sql1(&e, q), 0);
+	EXPECT_EQ(meshd_t_stop(b), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
+TEST_TIMEOUT(meshd_store_cancel_and_bad_store, 60)
+{
+	struct store_env e;
+	char *expect;
+	start_store(&e);
+	/* no meshd: the job waits in the store; cancel ends it for good */
+	make_input(5, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' results --store '%s' %u --no-wait", t_bin("mesh"), url, id), 0);
+	EXPECT_STREQ(out, "");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' cancel --store '%s' %u", t_bin("mesh"), url, id), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), MESH_EXIT_CANCELLED);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' 999", t_bin("mesh"), url), MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "no such job");
+	/* a meshd whose store cannot be used does not start */
+	EXPECT_EQ(t_sh(out, sizeof out, 1,
+		       "'%s' --catalog . --logs . --socket s.sock --state st --store 'postgresql:///x?host=/nonexistent'",
+		       t_bin("meshd")),
+		  MESH_EXIT_UNAVAILABLE);
+	EXPECT_CONTAINS(out, "cannot use the store");
+	free(expect);
+	store_env_stop(&e);
+}
