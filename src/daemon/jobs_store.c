@@ -62,6 +62,8 @@ struct sjob {
 	pthread_t th;
 	int th_on;
 	_Atomic int ended; /* the driver returned */
+	size_t result_max;  /* MESH_PGR_RESULT_MAX, or less (MESHD_STORE_RESULT_MAX, for tests) */
+	_Atomic int toobig; /* a reply over MESH_PGR_RESULT_MAX buried its chunk and stopped the run */
 	int final;	   /* ... with the job over for this host (complete, failed, cancelled) */
 	struct mesh_pg *rpg; /* the results' connection (the driver's threads) */
 	pthread_mutex_t mu;  /* pending */
@@ -83,9 +85,20 @@ struct sfollow {
 static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p, size_t n)
 {
 	struct sjob *s = arg;
-	(void)attempt;
-	if (n > MESH_PGR_RESULT_MAX)
+	if (n > s->result_max) {
+		/* Never DONE without its result, and no use trying again: buried
+		 * with the reason.  The error stops this run; driver_main drives
+		 * the job again at once. */
+		char why[200];
+		snprintf(why, sizeof why,
+			 "attempt %u: the reply of %zu bytes is over the store's limit of %zu bytes\n", (unsigned)attempt,
+			 n, s->result_max);
+		int rc = mesh_pgr_bury(s->rpg, s->spec.id, cid, 1, why);
+		mesh_warn("store job=%" PRIu64 " chunk=%" PRIu64 " buried: %.*s", s->spec.id, cid, (int)strlen(why) - 1, why);
+		if (rc == 0)
+			atomic_store(&s->toobig, 1);
 		return MESH_E_TOOBIG;
+	}
 	struct pres *r = malloc(sizeof *r + n);
 	if (!r)
 		return -ENOMEM;
@@ -214,6 +227,10 @@ static void *driver_main(void *arg)
 	eo.out_fd = eo.err_fd = eo.note_fd = eo.progress_fd = -1;
 	eo.handle_signals = 0;
 	eo.hooks = &hooks;
+	const char *rmax = getenv("MESHD_STORE_RESULT_MAX");
+	s->result_max = MESH_PGR_RESULT_MAX;
+	if (rmax && strtoull(rmax, NULL, 10) > 0 && strtoull(rmax, NULL, 10) < MESH_PGR_RESULT_MAX)
+		s->result_max = (size_t)strtoull(rmax, NULL, 10);
 	const char *ttl = getenv("MESHD_STORE_TTL_MS");
 	if (ttl && atoi(ttl) > 0)
 		eo.ttl_ns = (uint64_t)atoi(ttl) * MESH_NS_PER_MS;
@@ -225,7 +242,9 @@ static void *driver_main(void *arg)
 	struct mesh_exec_stats st;
 	mesh_info("store job=%" PRIu64 " running program=%s chunks=%" PRIu64 " node=%s", s->spec.id, s->spec.program,
 		  s->spec.n, node);
-	rc = mesh__exec_drive(jh, &eo, meshd_job_exec_make, &xa, &st);
+	do
+		rc = mesh__exec_drive(jh, &eo, meshd_job_exec_make, &xa, &st);
+	while (rc == MESH_E_OUTPUT && atomic_exchange(&s->toobig, 0));
 	s->final = rc == MESH_EXEC_COMPLETE || rc == MESH_EXEC_FAILED || s->cancel_sent;
 	s->done = st.done;
 	mesh_info("store job=%" PRIu64 " driver ended: %s attempts=%" PRIu64 " done=%" PRIu64 " failed=%" PRIu64,

@@ -220,6 +220,18 @@ int mesh_pgr_put_report(struct mesh_pg *pg, uint64_t id, uint64_t cid, const voi
 	return rc;
 }
 
+int mesh_pgr_bury(struct mesh_pg *pg, uint64_t id, uint64_t cid, int status, const char *report)
+{
+	char it[24], ct[24], st[24], out[8];
+	const char *vals[3] = {it, ct, st};
+	snprintf(it, sizeof it, "%" PRIu64, id);
+	snprintf(ct, sizeof ct, "%" PRIu64, cid);
+	snprintf(st, sizeof st, "%d", status);
+	int rc = mesh_pgr_put_report(pg, id, cid, report, strlen(report));
+	/* mesh.fail with at most one attempt buries at once */
+	return rc ? rc : mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, 1)", 3, vals, out, sizeof out);
+}
+
 int mesh_pgr_results(struct mesh_pg *pg, uint64_t id, uint64_t from,
 		     int (*fn)(uint64_t cid, const void *p, size_t n, void *arg), void *arg)
 {

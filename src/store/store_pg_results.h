@@ -17,11 +17,10 @@
 
 struct mesh_pg;
 
-/* The largest reply kept for one chunk: the chunk driver's own bound on a
- * captured reply (exec/capture.h MESH_CAPTURE_MEM_MAX); PostgreSQL keeps a
- * value this large out of line (TOAST).  A larger one is refused with
- * MESH_E_TOOBIG. */
-#define MESH_PGR_RESULT_MAX (4u << 20)
+/* The largest reply kept for one chunk (PostgreSQL keeps a value this
+ * large out of line, TOAST).  A larger one is refused with MESH_E_TOOBIG;
+ * meshd buries its chunk at once with the reason (mesh_pgr_bury). */
+#define MESH_PGR_RESULT_MAX (1u << 20)
 /* The largest input of a job (all its lines): `mesh submit` reads at most
  * this much. */
 #define MESH_PGR_INPUT_MAX (16u << 20)
@@ -61,6 +60,9 @@ int mesh_pgr_cancel(struct mesh_pg *pg, uint64_t id);
  * written), or the database's error. */
 int mesh_pgr_put_results(struct mesh_pg *pg, uint64_t id, size_t n, const uint64_t *cids, const void *const *data,
 			 const size_t *lens);
+/* Buries chunk cid now (whatever attempts are left: trying again cannot
+ * help), with status and report.  0 or an error. */
+int mesh_pgr_bury(struct mesh_pg *pg, uint64_t id, uint64_t cid, int status, const char *report);
 /* Keeps a failed attempt's report (the last one of a chunk counts). */
 int mesh_pgr_put_report(struct mesh_pg *pg, uint64_t id, uint64_t cid, const void *p, size_t n);
 /* From chunk `from` on, in chunk order, at most 1000 settled chunks:

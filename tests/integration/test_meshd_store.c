@@ -273,3 +273,31 @@ TEST_TIMEOUT(meshd_store_cancel_and_bad_store, 60)
 	free(expect);
 	store_env_stop(&e);
 }
+
+TEST_TIMEOUT(meshd_store_reply_over_the_limit_buries_its_chunk, 60)
+{
+	struct store_env e;
+	start_store(&e);
+	/* the limit lowered (a slot's ring carries no input as large as the
+	 * real limit): chunk 1's reply is its input and more, over it */
+	setenv("MESHD_STORE_RESULT_MAX", "1000", 1);
+	pid_t a = start_host("a", "jw");
+	size_t big = 1000;
+	char *in = malloc(big + 16);
+	ASSERT_TRUE(in != NULL);
+	memcpy(in, "a\n", 2);
+	memset(in + 2, 'x', big);
+	memcpy(in + 2 + big, "\nb\n", 4);
+	t_write_file("in.txt", in);
+	free(in);
+	unsigned id = submit_store("jw --input in.txt");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), MESH_EXIT_INCOMPLETE);
+	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempts, last status 1");
+	EXPECT_CONTAINS(out, "the reply of 1003 bytes is over the store's limit of 1000 bytes");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' results --store '%s' %u", t_bin("mesh"), url, id), 0);
+	EXPECT_STREQ(out, "0:a\n2:b\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' jobs --store '%s'", t_bin("mesh"), url), 0);
+	EXPECT_CONTAINS(out, "failed");
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	store_env_stop(&e);
+}
