@@ -58,7 +58,7 @@ struct sjob {
 	int skip;	   /* not in this catalog: takes no chunks */
 	unsigned max_workers;
 	int cancel_efd;
-	int cancel_sent;
+	_Atomic int cancel_sent; /* set by the follower, read by the driver */
 	pthread_t th;
 	int th_on;
 	_Atomic int ended; /* the driver returned */
@@ -245,7 +245,7 @@ static void *driver_main(void *arg)
 	do
 		rc = mesh__exec_drive(jh, &eo, meshd_job_exec_make, &xa, &st);
 	while (rc == MESH_E_OUTPUT && atomic_exchange(&s->toobig, 0));
-	s->final = rc == MESH_EXEC_COMPLETE || rc == MESH_EXEC_FAILED || s->cancel_sent;
+	s->final = rc == MESH_EXEC_COMPLETE || rc == MESH_EXEC_FAILED || atomic_load(&s->cancel_sent);
 	s->done = st.done;
 	mesh_info("store job=%" PRIu64 " driver ended: %s attempts=%" PRIu64 " done=%" PRIu64 " failed=%" PRIu64,
 		  s->spec.id,
@@ -280,8 +280,8 @@ static void sjob_free(struct sjob *s)
 static void sjob_cancel(struct sjob *s)
 {
 	uint64_t one = 1;
-	if (s->th_on && !s->cancel_sent && write(s->cancel_efd, &one, sizeof one) == sizeof one)
-		s->cancel_sent = 1;
+	if (s->th_on && !atomic_load(&s->cancel_sent) && write(s->cancel_efd, &one, sizeof one) == sizeof one)
+		atomic_store(&s->cancel_sent, 1);
 }
 
 static void sjob_join(struct sjob *s)
