@@ -246,6 +246,14 @@ static void *driver_main(void *arg)
 		rc = mesh__exec_drive(jh, &eo, meshd_job_exec_make, &xa, &st);
 	while (rc == MESH_E_OUTPUT && atomic_exchange(&s->toobig, 0));
 	s->final = rc == MESH_EXEC_COMPLETE || rc == MESH_EXEC_FAILED || atomic_load(&s->cancel_sent);
+	if (rc == MESH_E_OUTPUT) {
+		/* A reply the driver could not take (over its 4 MiB capture
+		 * bound): the run would stop again on the same chunk, so this
+		 * host stops serving the job instead of looping. */
+		mesh_error("store job=%" PRIu64 " no longer served here: a reply could not be kept (over 4 MiB?)",
+			   s->spec.id);
+		s->final = 1;
+	}
 	s->done = st.done;
 	mesh_info("store job=%" PRIu64 " driver ended: %s attempts=%" PRIu64 " done=%" PRIu64 " failed=%" PRIu64,
 		  s->spec.id,
