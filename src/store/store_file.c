@@ -28,14 +28,28 @@ struct blk {
 	struct mesh_lease_stamp st;
 };
 
+/* A block file this handle released (its free stamp, docs/journal.md
+ * "Block leases"): renamed to the next block it claims instead of a file
+ * created and one unlinked (inode allocation was a quarter of a fast job's
+ * CPU on ext4).  Ours while the file under block_name(b) still has token. */
+struct spare {
+	uint64_t b, token;
+};
+
+/* Released block files kept for reuse; more are unlinked. */
+#define MAX_SPARE 32
+
 struct file_store {
 	struct mesh_store base;
 	char *dir;
 	char *name;
 	int dirfd;
-	pthread_mutex_t mu; /* guards blks (release runs outside the job's lock) */
+	pthread_mutex_t mu; /* guards blks and spares (release runs outside the job's lock) */
 	struct blk *blks;
 	size_t nblk, cblk;
+	struct spare spares[MAX_SPARE];
+	size_t nspare;
+	int no_rename; /* the file system refused RENAME_NOREPLACE: unlink released blocks */
 };
 
 static struct file_store *fs_of(struct mesh_store *s)
@@ -79,24 +93,47 @@ static int write_fd(int fd, const struct mesh_lease_stamp *st)
 	return rc;
 }
 
+/* 0 when fd is the file linked as name now, -ENOENT when it is not (it
+ * was unlinked, or renamed away: a released block file reused for another
+ * block), -errno. */
+static int still_named(struct file_store *fs, const char *name, int fd)
+{
+	struct stat a, b;
+	if (fstat(fd, &a) < 0)
+		return -errno;
+	if (fstatat(fs->dirfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	return a.st_nlink > 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev ? 0 : -ENOENT;
+}
+
 /* Opens and locks an existing lease file; fails with -ENOENT when it is
- * gone (also when it was unlinked while we waited for the lock). */
-static int open_locked(struct file_store *fs, const char *name)
+ * gone (also when it was unlinked while we waited for the lock).  A block
+ * file may also have been renamed to another block's name meanwhile (only
+ * under its lock, by the holder of its free stamp): for those (block set)
+ * the name is checked to be still this file. */
+static int open_locked_as(struct file_store *fs, const char *name, int block)
 {
 	struct stat st;
 	int rc, fd = openat(fs->dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	rc = mesh_flock_ex(fd);
-	if (!rc && fstat(fd, &st) < 0)
+	if (!rc && block)
+		rc = still_named(fs, name, fd);
+	else if (!rc && fstat(fd, &st) < 0)
 		rc = -errno;
-	if (!rc && st.st_nlink == 0)
+	else if (!rc && st.st_nlink == 0)
 		rc = -ENOENT;
 	if (rc) {
 		close(fd);
 		return rc;
 	}
 	return fd;
+}
+
+static int open_locked(struct file_store *fs, const char *name)
+{
+	return open_locked_as(fs, name, 0);
 }
 
 static struct blk *blk_find(struct file_store *fs, uint64_t b)
@@ -129,40 +166,102 @@ static int block_write_fd(int fd, const struct mesh_lease_stamp *st, uint64_t ma
 	return rc;
 }
 
-/* Opens the file of our block bk, locked, and checks it still holds our
- * token: the fd, MESH_E_STATE (taken over after it expired, or gone), or
- * -errno. */
-static int block_open_ours(struct file_store *fs, const struct blk *bk)
+/* Opens the file of block b, locked, and checks it still holds token:
+ * the fd (*mask = its mask), MESH_E_STATE (taken over after it expired,
+ * gone, or renamed away), or -errno.  Only the holder of a token renames
+ * its file, under its lock: with the token read under the lock, the name
+ * is still this file's. */
+static int block_open_token(struct file_store *fs, uint64_t b, uint64_t token, uint64_t *mask)
 {
 	char name[NAME_MAX + 1];
 	struct mesh_lease_stamp cur;
-	uint64_t m;
-	int fd, rc = block_name(fs, bk->b, name, sizeof name);
+	int fd, rc = block_name(fs, b, name, sizeof name);
 	if (rc)
 		return rc;
 	fd = open_locked(fs, name);
 	if (fd == -ENOENT)
 		return MESH_E_STATE;
-	if (fd >= 0 && (block_read_fd(fd, &cur, &m) || cur.token != bk->st.token)) {
+	if (fd >= 0 && (block_read_fd(fd, &cur, mask) || cur.token != token)) {
 		close(fd);
 		return MESH_E_STATE;
 	}
 	return fd;
 }
 
-/* Forgets our block bk, first removing its file when unlink_it is set and
- * it is still ours; fs->mu held. */
-static void blk_drop(struct file_store *fs, struct blk *bk, int unlink_it)
+static int block_open_ours(struct file_store *fs, const struct blk *bk)
+{
+	uint64_t m;
+	return block_open_token(fs, bk->b, bk->st.token, &m);
+}
+
+enum { DROP_FORGET, DROP_RELEASE, DROP_UNLINK };
+
+/* Forgets our block bk (fs->mu held).  DROP_RELEASE: when its file is
+ * still ours, rewrites it to the free stamp (mask 0, deadlines 0: free by
+ * every clock, so taken at once by the next claimer, new or old version)
+ * and keeps it as a spare for our next block; DROP_UNLINK, or when the
+ * spares are full: removes the file. */
+static void blk_drop(struct file_store *fs, struct blk *bk, int how)
 {
 	char name[NAME_MAX + 1];
-	if (unlink_it && block_name(fs, bk->b, name, sizeof name) == 0) {
+	if (how != DROP_FORGET && block_name(fs, bk->b, name, sizeof name) == 0) {
 		int fd = block_open_ours(fs, bk);
 		if (fd >= 0) {
-			unlinkat(fs->dirfd, name, 0);
+			struct mesh_lease_stamp freed = bk->st;
+			freed.deadline_ns = 0;
+			freed.boot_deadline_ns = 0;
+			if (how == DROP_RELEASE && !fs->no_rename && fs->nspare < MAX_SPARE &&
+			    block_write_fd(fd, &freed, 0) == 0)
+				fs->spares[fs->nspare++] = (struct spare){bk->b, bk->st.token};
+			else
+				unlinkat(fs->dirfd, name, 0);
 			close(fd);
 		}
 	}
 	*bk = fs->blks[--fs->nblk];
+}
+
+static void spare_forget(struct file_store *fs, size_t i)
+{
+	fs->spares[i] = fs->spares[--fs->nspare];
+}
+
+/* A spare of ours as the file of block b (fs->mu held): locked, still
+ * ours and still free, and renamed to b's name when it is another block's
+ * (RENAME_NOREPLACE: a file already there is b's lease, and wins).  The
+ * fd, locked, its file holding the free stamp; -ENOENT: no spare (create
+ * one); -EEXIST: b has a file (take it over by the rules); -errno. */
+static int spare_take(struct file_store *fs, uint64_t b, const char *name)
+{
+	while (fs->nspare) {
+		char old[NAME_MAX + 1];
+		uint64_t m;
+		size_t i = fs->nspare - 1;
+		for (size_t k = 0; k < fs->nspare; k++)
+			if (fs->spares[k].b == b)
+				i = k; /* ours already under b's name: no rename */
+		struct spare sp = fs->spares[i];
+		int fd = block_open_token(fs, sp.b, sp.token, &m);
+		spare_forget(fs, i);
+		if (fd < 0)
+			continue; /* taken over meanwhile: not ours any more */
+		if (m == 0 && sp.b == b)
+			return fd;
+		if (m == 0 && block_name(fs, sp.b, old, sizeof old) == 0) {
+			if (renameat2(fs->dirfd, old, fs->dirfd, name, RENAME_NOREPLACE) == 0)
+				return fd;
+			if (errno == EEXIST) {
+				fs->spares[fs->nspare++] = sp; /* still free, still ours */
+				close(fd);
+				return -EEXIST;
+			}
+			/* RENAME_NOREPLACE not supported here: unlink, as before spares */
+			fs->no_rename = 1;
+			unlinkat(fs->dirfd, old, 0);
+		}
+		close(fd);
+	}
+	return -ENOENT;
 }
 
 /* A directory this small is read whole rather than asked name by name. */
@@ -249,7 +348,7 @@ static int block_restamp(struct file_store *fs, struct blk *bk, uint64_t deadlin
 {
 	int rc, fd = block_open_ours(fs, bk);
 	if (fd == MESH_E_STATE) {
-		blk_drop(fs, bk, 0);
+		blk_drop(fs, bk, DROP_FORGET);
 		return fd;
 	}
 	if (fd < 0)
@@ -281,7 +380,7 @@ static int block_covers(struct file_store *fs, uint64_t cid, const struct mesh_l
 		return 0;
 	if ((rc = block_name(fs, b, name, sizeof name)))
 		return rc;
-	fd = open_locked(fs, name);
+	fd = open_locked_as(fs, name, 1);
 	if (fd == -ENOENT)
 		return 0;
 	if (fd < 0)
@@ -410,7 +509,7 @@ static int block_renew(struct file_store *fs, struct blk *bk, uint64_t cid, uint
 		mine.boot_deadline_ns = boot_deadline_ns;
 		bk->mask &= ~bit;
 		if (!bk->mask)
-			blk_drop(fs, bk, 1);
+			blk_drop(fs, bk, DROP_RELEASE);
 		else if ((rc = block_restamp(fs, bk, 0, 0, bit)))
 			return rc;
 		fd = openat(fs->dirfd, cname, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -426,7 +525,7 @@ static int block_renew(struct file_store *fs, struct blk *bk, uint64_t cid, uint
 	if (fstatat(fs->dirfd, cname, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		bk->mask &= ~bit;
 		if (!bk->mask)
-			blk_drop(fs, bk, 1);
+			blk_drop(fs, bk, DROP_RELEASE);
 		return MESH_E_STATE;
 	}
 	return 0;
@@ -492,7 +591,7 @@ static int fs_release(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_
 			uint64_t bit = 1ull << (cid % MESH_LEASE_BLOCK);
 			bk->mask &= ~bit;
 			if (!bk->mask)
-				blk_drop(fs, bk, 1);
+				blk_drop(fs, bk, DROP_RELEASE);
 			else if (token)
 				/* let go of (a failure): out of the file's mask, so
 				 * that others may take it; a DONE chunk may stay */
@@ -535,6 +634,9 @@ static int fs_read(struct mesh_store *s, uint64_t cid, unsigned slot, struct mes
 		if (fd < 0)
 			return -errno;
 		rc = block_read_fd(fd, st, &mask);
+		/* read unlocked: what a file renamed away (reused) says is another block's */
+		if (!rc && still_named(fs, name, fd))
+			rc = -ENOENT;
 		close(fd);
 		return rc ? rc : mask >> (cid % MESH_LEASE_BLOCK) & 1 ? 0 : -ENOENT;
 	}
@@ -559,7 +661,7 @@ static void each_in_block(struct file_store *fs, uint64_t b, const struct mesh_l
 	fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return;
-	if (block_read_fd(fd, &st, &mask) || mesh_lease_free(&st, now)) {
+	if (block_read_fd(fd, &st, &mask) || mesh_lease_free(&st, now) || still_named(fs, name, fd)) {
 		close(fd);
 		return;
 	}
@@ -629,7 +731,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 		uint64_t add = want & ~bk->mask;
 		fd = add ? block_open_ours(fs, bk) : MESH_E_STATE;
 		if (fd == MESH_E_STATE && add)
-			blk_drop(fs, bk, 0);
+			blk_drop(fs, bk, DROP_FORGET);
 		if (fd >= 0) {
 			if (bk->st.deadline_ns < mine->deadline_ns)
 				bk->st.deadline_ns = mine->deadline_ns;
@@ -658,26 +760,35 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 		fs->blks = p;
 		fs->cblk = c;
 	}
-	fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd >= 0) {
-		rc = mesh_flock_ex(fd);
-		if (!rc && fstat(fd, &st) < 0)
-			rc = -errno;
-		if (!rc && (st.st_size != 0 || st.st_nlink == 0))
-			rc = MESH_E_STATE; /* a stealer took the empty file */
-	} else if (errno == EEXIST) {
-		/* A block lease exists: taken over only when it is free. */
-		fd = open_locked(fs, name);
+	/* A released file of ours renamed to b's name (locked, free), else a
+	 * new one; when b has a file, it is taken over only when it is free. */
+	fd = spare_take(fs, b, name);
+	if (fd == -ENOENT) {
+		fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+		if (fd >= 0) {
+			rc = mesh_flock_ex(fd);
+			if (!rc && fstat(fd, &st) < 0)
+				rc = -errno;
+			if (!rc && (st.st_size != 0 || st.st_nlink == 0))
+				rc = MESH_E_STATE; /* a stealer took the empty file */
+		} else {
+			fd = -errno;
+		}
+	}
+	if (fd == -EEXIST) {
+		fd = open_locked_as(fs, name, 1);
 		rc = fd < 0 ? (fd == -ENOENT ? MESH_E_STATE : fd) : 0;
+		taken = 1;
 		if (!rc && block_read_fd(fd, &old, &m) == 0) {
 			if (!mesh_lease_free(&old, now))
 				rc = MESH_E_STATE;
+			else if (m == 0)
+				taken = 0; /* released (or every chunk let go): nothing stolen */
 			else if (old.attempt + 1 > mine->attempt)
 				mine->attempt = old.attempt + 1;
 		}
-		taken = 1;
-	} else {
-		rc = -errno;
+	} else if (fd < 0 && !rc) {
+		rc = fd;
 	}
 	if (!rc) {
 		bk = &fs->blks[fs->nblk++];
@@ -689,7 +800,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 	if (fd >= 0)
 		close(fd);
 	if (bk && !*got) {
-		blk_drop(fs, bk, 1);
+		blk_drop(fs, bk, DROP_RELEASE);
 		if (!rc)
 			rc = MESH_E_STATE;
 	}
@@ -702,8 +813,23 @@ static void fs_close(struct mesh_store *s)
 	struct file_store *fs = fs_of(s);
 	if (!fs)
 		return;
+	pthread_mutex_lock(&fs->mu);
 	while (fs->nblk)
-		blk_drop(fs, &fs->blks[0], 1);
+		blk_drop(fs, &fs->blks[0], DROP_UNLINK);
+	/* our released files: removed when still ours (a taker's are its own) */
+	while (fs->nspare) {
+		char name[NAME_MAX + 1];
+		struct spare *sp = &fs->spares[fs->nspare - 1];
+		uint64_t m;
+		int fd = block_open_token(fs, sp->b, sp->token, &m);
+		if (fd >= 0) {
+			if (m == 0 && block_name(fs, sp->b, name, sizeof name) == 0)
+				unlinkat(fs->dirfd, name, 0);
+			close(fd);
+		}
+		spare_forget(fs, fs->nspare - 1);
+	}
+	pthread_mutex_unlock(&fs->mu);
 	free(fs->blks);
 	pthread_mutex_destroy(&fs->mu);
 	close(fs->dirfd);
