@@ -37,7 +37,7 @@ struct spare {
 };
 
 /* Released block files kept for reuse; more are unlinked. */
-#define MAX_SPARE 32
+#define MAX_SPARE 64
 
 struct file_store {
 	struct mesh_store base;
@@ -144,16 +144,26 @@ static struct blk *blk_find(struct file_store *fs, uint64_t b)
 	return NULL;
 }
 
-static int block_read_fd(int fd, struct mesh_lease_stamp *st, uint64_t *mask)
+/* Unknown file length: a write truncates. */
+#define LEN_UNKNOWN SIZE_MAX
+
+/* Reads a block file; *len (may be NULL) = its length as read, for a
+ * write under the same lock. */
+static int block_read_fd(int fd, struct mesh_lease_stamp *st, uint64_t *mask, size_t *len)
 {
 	char buf[MESH_LEASE_BLOCK_MAX];
 	ssize_t got = mesh_pread_full(fd, buf, sizeof buf, 0);
+	if (len)
+		*len = got >= 0 && (size_t)got < sizeof buf ? (size_t)got : LEN_UNKNOWN;
 	if (got < 0)
 		return (int)got;
 	return mesh_lease_block_parse(buf, (size_t)got, st, mask);
 }
 
-static int block_write_fd(int fd, const struct mesh_lease_stamp *st, uint64_t mask)
+/* Writes a block file whose length under our lock is *len (LEN_UNKNOWN:
+ * not known); truncates only when the new text is shorter (most rewrites
+ * are the same length or longer: one syscall less). */
+static int block_write_fd(int fd, const struct mesh_lease_stamp *st, uint64_t mask, size_t *len)
 {
 	char buf[MESH_LEASE_BLOCK_MAX];
 	size_t n = mesh_lease_block_format(buf, sizeof buf, st, mask);
@@ -161,8 +171,9 @@ static int block_write_fd(int fd, const struct mesh_lease_stamp *st, uint64_t ma
 	if (!n)
 		return MESH_E_TOOBIG;
 	rc = mesh_pwrite_all(fd, buf, n, 0);
-	if (!rc && ftruncate(fd, (off_t)n) < 0)
+	if (!rc && n < *len && ftruncate(fd, (off_t)n) < 0)
 		rc = -errno;
+	*len = rc ? LEN_UNKNOWN : n;
 	return rc;
 }
 
@@ -171,7 +182,7 @@ static int block_write_fd(int fd, const struct mesh_lease_stamp *st, uint64_t ma
  * gone, or renamed away), or -errno.  Only the holder of a token renames
  * its file, under its lock: with the token read under the lock, the name
  * is still this file's. */
-static int block_open_token(struct file_store *fs, uint64_t b, uint64_t token, uint64_t *mask)
+static int block_open_token(struct file_store *fs, uint64_t b, uint64_t token, uint64_t *mask, size_t *len)
 {
 	char name[NAME_MAX + 1];
 	struct mesh_lease_stamp cur;
@@ -181,17 +192,17 @@ static int block_open_token(struct file_store *fs, uint64_t b, uint64_t token, u
 	fd = open_locked(fs, name);
 	if (fd == -ENOENT)
 		return MESH_E_STATE;
-	if (fd >= 0 && (block_read_fd(fd, &cur, mask) || cur.token != token)) {
+	if (fd >= 0 && (block_read_fd(fd, &cur, mask, len) || cur.token != token)) {
 		close(fd);
 		return MESH_E_STATE;
 	}
 	return fd;
 }
 
-static int block_open_ours(struct file_store *fs, const struct blk *bk)
+static int block_open_ours(struct file_store *fs, const struct blk *bk, size_t *len)
 {
 	uint64_t m;
-	return block_open_token(fs, bk->b, bk->st.token, &m);
+	return block_open_token(fs, bk->b, bk->st.token, &m, len);
 }
 
 enum { DROP_FORGET, DROP_RELEASE, DROP_UNLINK };
@@ -205,13 +216,14 @@ static void blk_drop(struct file_store *fs, struct blk *bk, int how)
 {
 	char name[NAME_MAX + 1];
 	if (how != DROP_FORGET && block_name(fs, bk->b, name, sizeof name) == 0) {
-		int fd = block_open_ours(fs, bk);
+		size_t len;
+		int fd = block_open_ours(fs, bk, &len);
 		if (fd >= 0) {
 			struct mesh_lease_stamp freed = bk->st;
 			freed.deadline_ns = 0;
 			freed.boot_deadline_ns = 0;
 			if (how == DROP_RELEASE && !fs->no_rename && fs->nspare < MAX_SPARE &&
-			    block_write_fd(fd, &freed, 0) == 0)
+			    block_write_fd(fd, &freed, 0, &len) == 0)
 				fs->spares[fs->nspare++] = (struct spare){bk->b, bk->st.token};
 			else
 				unlinkat(fs->dirfd, name, 0);
@@ -230,8 +242,9 @@ static void spare_forget(struct file_store *fs, size_t i)
  * ours and still free, and renamed to b's name when it is another block's
  * (RENAME_NOREPLACE: a file already there is b's lease, and wins).  The
  * fd, locked, its file holding the free stamp; -ENOENT: no spare (create
- * one); -EEXIST: b has a file (take it over by the rules); -errno. */
-static int spare_take(struct file_store *fs, uint64_t b, const char *name)
+ * one); -EEXIST: b has a file (take it over by the rules); -errno.
+ * *len: the file's length. */
+static int spare_take(struct file_store *fs, uint64_t b, const char *name, size_t *len)
 {
 	while (fs->nspare) {
 		char old[NAME_MAX + 1];
@@ -241,7 +254,7 @@ static int spare_take(struct file_store *fs, uint64_t b, const char *name)
 			if (fs->spares[k].b == b)
 				i = k; /* ours already under b's name: no rename */
 		struct spare sp = fs->spares[i];
-		int fd = block_open_token(fs, sp.b, sp.token, &m);
+		int fd = block_open_token(fs, sp.b, sp.token, &m, len);
 		spare_forget(fs, i);
 		if (fd < 0)
 			continue; /* taken over meanwhile: not ours any more */
@@ -326,15 +339,15 @@ static uint64_t without_chunk_lease(struct file_store *fs, uint64_t b, uint64_t 
  * then -- written first, looked second (store.h) -- leaves out of add the
  * chunks that have a chunk lease (rewriting the mask without them).
  * Returns the chunks of add we now hold; *rc = 0 or the write's error. */
-static uint64_t block_commit(struct file_store *fs, struct blk *bk, int fd, uint64_t add, int *rc)
+static uint64_t block_commit(struct file_store *fs, struct blk *bk, int fd, size_t *len, uint64_t add, int *rc)
 {
 	uint64_t got;
-	*rc = block_write_fd(fd, &bk->st, bk->fmask | add);
+	*rc = block_write_fd(fd, &bk->st, bk->fmask | add, len);
 	if (*rc)
 		return 0;
 	got = without_chunk_lease(fs, bk->b, add);
 	if (got != add)
-		(void)block_write_fd(fd, &bk->st, bk->fmask | got); /* failing, a superset stays: harmless */
+		(void)block_write_fd(fd, &bk->st, bk->fmask | got, len); /* failing, a superset stays: harmless */
 	bk->fmask |= got;
 	bk->mask |= got;
 	return got;
@@ -346,7 +359,8 @@ static uint64_t block_commit(struct file_store *fs, struct blk *bk, int fd, uint
 static int block_restamp(struct file_store *fs, struct blk *bk, uint64_t deadline_ns, uint64_t boot_deadline_ns,
 			 uint64_t clear)
 {
-	int rc, fd = block_open_ours(fs, bk);
+	size_t len;
+	int rc, fd = block_open_ours(fs, bk, &len);
 	if (fd == MESH_E_STATE) {
 		blk_drop(fs, bk, DROP_FORGET);
 		return fd;
@@ -358,7 +372,7 @@ static int block_restamp(struct file_store *fs, struct blk *bk, uint64_t deadlin
 	if (bk->st.boot_deadline_ns < boot_deadline_ns)
 		bk->st.boot_deadline_ns = boot_deadline_ns;
 	bk->fmask &= ~clear;
-	rc = block_write_fd(fd, &bk->st, bk->fmask);
+	rc = block_write_fd(fd, &bk->st, bk->fmask, &len);
 	close(fd);
 	return rc;
 }
@@ -385,7 +399,7 @@ static int block_covers(struct file_store *fs, uint64_t cid, const struct mesh_l
 		return 0;
 	if (fd < 0)
 		return fd;
-	rc = block_read_fd(fd, &st, &mask);
+	rc = block_read_fd(fd, &st, &mask, NULL);
 	close(fd);
 	if (rc)
 		return 2;
@@ -633,7 +647,7 @@ static int fs_read(struct mesh_store *s, uint64_t cid, unsigned slot, struct mes
 		fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)
 			return -errno;
-		rc = block_read_fd(fd, st, &mask);
+		rc = block_read_fd(fd, st, &mask, NULL);
 		/* read unlocked: what a file renamed away (reused) says is another block's */
 		if (!rc && still_named(fs, name, fd))
 			rc = -ENOENT;
@@ -661,7 +675,7 @@ static void each_in_block(struct file_store *fs, uint64_t b, const struct mesh_l
 	fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return;
-	if (block_read_fd(fd, &st, &mask) || mesh_lease_free(&st, now) || still_named(fs, name, fd)) {
+	if (block_read_fd(fd, &st, &mask, NULL) || mesh_lease_free(&st, now) || still_named(fs, name, fd)) {
 		close(fd);
 		return;
 	}
@@ -718,6 +732,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 	struct blk *bk;
 	struct stat st;
 	uint64_t m;
+	size_t len = LEN_UNKNOWN;
 	int fd, rc = block_name(fs, b, name, sizeof name), taken = 0;
 	*got = 0;
 	if (rc)
@@ -729,7 +744,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 	if (bk) {
 		/* Ours already: the chunks it adds, under later deadlines. */
 		uint64_t add = want & ~bk->mask;
-		fd = add ? block_open_ours(fs, bk) : MESH_E_STATE;
+		fd = add ? block_open_ours(fs, bk, &len) : MESH_E_STATE;
 		if (fd == MESH_E_STATE && add)
 			blk_drop(fs, bk, DROP_FORGET);
 		if (fd >= 0) {
@@ -739,7 +754,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 				bk->st.boot_deadline_ns = mine->boot_deadline_ns;
 			/* the start others judge stragglers by: the newest chunks' */
 			bk->st.started_ns = mine->started_ns;
-			*got = block_commit(fs, bk, fd, add, &rc);
+			*got = block_commit(fs, bk, fd, &len, add, &rc);
 			close(fd);
 			*mine = bk->st;
 			if (!rc && !*got)
@@ -762,7 +777,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 	}
 	/* A released file of ours renamed to b's name (locked, free), else a
 	 * new one; when b has a file, it is taken over only when it is free. */
-	fd = spare_take(fs, b, name);
+	fd = spare_take(fs, b, name, &len);
 	if (fd == -ENOENT) {
 		fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 		if (fd >= 0) {
@@ -771,6 +786,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 				rc = -errno;
 			if (!rc && (st.st_size != 0 || st.st_nlink == 0))
 				rc = MESH_E_STATE; /* a stealer took the empty file */
+			len = 0;
 		} else {
 			fd = -errno;
 		}
@@ -779,7 +795,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 		fd = open_locked_as(fs, name, 1);
 		rc = fd < 0 ? (fd == -ENOENT ? MESH_E_STATE : fd) : 0;
 		taken = 1;
-		if (!rc && block_read_fd(fd, &old, &m) == 0) {
+		if (!rc && block_read_fd(fd, &old, &m, &len) == 0) {
 			if (!mesh_lease_free(&old, now))
 				rc = MESH_E_STATE;
 			else if (m == 0)
@@ -795,7 +811,7 @@ static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const
 		memset(bk, 0, sizeof *bk);
 		bk->b = b;
 		bk->st = *mine;
-		*got = block_commit(fs, bk, fd, want, &rc);
+		*got = block_commit(fs, bk, fd, &len, want, &rc);
 	}
 	if (fd >= 0)
 		close(fd);
@@ -821,7 +837,7 @@ static void fs_close(struct mesh_store *s)
 		char name[NAME_MAX + 1];
 		struct spare *sp = &fs->spares[fs->nspare - 1];
 		uint64_t m;
-		int fd = block_open_token(fs, sp->b, sp->token, &m);
+		int fd = block_open_token(fs, sp->b, sp->token, &m, NULL);
 		if (fd >= 0) {
 			if (m == 0 && block_name(fs, sp->b, name, sizeof name) == 0)
 				unlinkat(fs->dirfd, name, 0);
