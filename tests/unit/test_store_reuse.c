@@ -291,3 +291,50 @@ TEST(store_racing_takers_of_a_free_block_exactly_one_wins)
 	}
 	s->ops->close(s);
 }
+
+/* A lock directory as the version before reuse left it when its node was
+ * killed (a live block and a chunk lease of a process that is gone, no
+ * free stamps): the job resumes at once and ends. */
+TEST(job_lockdir_of_the_previous_version_resumes)
+{
+	struct mesh_job_opts o = {.journal = "j.log", .lockdir = "ld", .name = "jb", .node = "new"};
+	struct mesh_lease_stamp st;
+	struct mesh_lease_clock now;
+	struct mesh_lease ls[64];
+	struct mesh_job *j;
+	char buf[MESH_LEASE_BLOCK_MAX];
+	size_t got = 0, done = 0, stolen = 0;
+	ASSERT_EQ(mesh_job_submit("j.log", 100), 0);
+	ASSERT_EQ(mkdir("ld", 0700), 0);
+	pid_t dead = fork();
+	ASSERT_GE(dead, 0);
+	if (dead == 0)
+		_exit(0);
+	ASSERT_EQ(waitpid(dead, NULL, 0), dead);
+	stamp(&st, &now, 0x5eed);
+	st.holder.pid = (uint32_t)dead;
+	st.holder.pid_start = 0;
+	size_t n = mesh_lease_block_format(buf, sizeof buf, &st, 0xffff);
+	ASSERT_GT(n, 0);
+	buf[n] = 0;
+	t_write_file("ld/jb.b0.lease", buf);
+	n = mesh_lease_format(buf, sizeof buf, &st);
+	ASSERT_GT(n, 0);
+	buf[n] = 0;
+	t_write_file("ld/jb.70.lease", buf);
+	ASSERT_EQ(mesh_job_open(&j, &o), 0);
+	for (int guard = 0; guard < 100 && done < 100; guard++) {
+		int rc = mesh_job_lease_many(j, 60 * S, 0, ls, 64, &got);
+		if (rc == MESH_JOB_COMPLETE)
+			break;
+		ASSERT_EQ(rc, 0);
+		for (size_t i = 0; i < got; i++) {
+			stolen += ls[i].kind == MESH_LEASE_STOLEN;
+			ASSERT_EQ(mesh_job_complete(j, ls[i].cid, 0), MESH_JOB_DONE);
+			done++;
+		}
+	}
+	EXPECT_EQ(done, 100);
+	EXPECT_GE(stolen, 17); /* the dead node's 16 of block 0 and chunk 70 */
+	mesh_job_close(j);
+}
