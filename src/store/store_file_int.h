@@ -20,8 +20,9 @@ struct blk {
 
 /* A block file this handle released (its free stamp, docs/journal.md
  * "Block leases"): renamed to the next block it claims instead of a file
- * created and one unlinked (inode allocation was a quarter of a fast job's
- * CPU on ext4).  Ours while the file under block_name(b) still has token. */
+ * created and one unlinked (ext4's inode allocation was the largest cost
+ * of a fast job's lease path).  Ours while the file under the name of
+ * block b still has token. */
 struct spare {
 	uint64_t b, token;
 };
