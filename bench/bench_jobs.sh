@@ -26,6 +26,8 @@ now() { date +%s.%N; }
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 job() { curl -s --unix-socket "$S" "http://x/v1/jobs/$1" 2>/dev/null; }
 workers() { ps -o pid= --ppid "$MESHD" | wc -l; }
+# meshd's CPU time so far (user + system, all threads), seconds.
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13) / hz }' "/proc/$MESHD/stat"; }
 
 # Cold: zero workers of echo, one chunk.
 [ "$(workers)" -eq 0 ] || echo "   (workers before the cold job: $(workers))"
@@ -39,10 +41,13 @@ printf '   submit -> first result (zero workers):  %.2f ms   worker spawn-to-rea
 
 # Warm: the two workers stay up (idle_ttl 1 s); N trivial chunks.
 mesh start echo >/dev/null
+c0=$(cpu)
 t0=$(now)
 id=$(mesh submit echo --chunks "$N" --max-workers 2) && mesh wait "$id" >/dev/null || { echo "   warm job failed"; exit 1; }
 t1=$(now)
+c1=$(cpu)
 warm=$(echo "$N / ($t1 - $t0)" | bc -l)
+percpu=$(echo "$N / ($c1 - $c0)" | bc -l)
 rate=$(job "$id" | field rate)
 
 # Back to zero after the last chunk.
@@ -60,4 +65,5 @@ proc=$(echo "$NRUN / ($t1 - $t0)" | bc -l)
 
 printf '   warm echo workers (2): %.0f chunks/s (driver rate %.0f/s)   mesh run, a process a chunk (-j 2): %.0f chunks/s   ratio %.1fx (target >= 50x; >= 100000 chunks/s)\n' \
 	"$warm" "$rate" "$proc" "$(echo "$warm / $proc" | bc -l)"
+printf '   meshd CPU for the warm job: %.2f s, %.0f chunks per meshd CPU-second\n' "$(echo "$c1 - $c0" | bc -l)" "$percpu"
 printf '   last chunk -> zero workers: %.2f s (idle_ttl 1 s + tick 0.5 s)\n' "$zero"

@@ -87,7 +87,12 @@ struct mesh_store;
  * a hand-back) leaves the mask first.
  * The holder of a block keeps which chunks it holds in memory; a crash
  * leaves the block file, which is freed like any lease (its deadline, or
- * its holder certainly gone).  docs/journal.md, "Block leases". */
+ * its holder certainly gone).  A block whose last chunk is let go is
+ * released, not unlinked: rewritten under its lock to the free stamp
+ * (deadlines 0, mask 0: anyone takes it over at once, as a fresh lease),
+ * and its holder renames it (RENAME_NOREPLACE, under its lock) to the next
+ * block it claims; so a locked open of a block file checks that the name
+ * is still that file.  docs/journal.md, "Block leases". */
 #define MESH_LEASE_BLOCK 64
 
 struct mesh_store_ops {
@@ -128,8 +133,11 @@ struct mesh_store_ops {
 	 * chunks too: release drops the chunk (the block goes with its last
 	 * chunk); renew moves the block's deadlines, or, when the new deadline
 	 * is earlier (a hand-back), moves the chunk to a chunk lease of its
-	 * own with the same token.  close releases every block of the
-	 * handle. */
+	 * own with the same token.  A block whose last chunk goes is
+	 * released (the free stamp) and kept for the handle's next claim
+	 * (renamed); 0 = fresh also for a taken-over block that held
+	 * nothing.  close unlinks every block and released file of the
+	 * handle that is still its own. */
 	int (*claim_block)(struct mesh_store *s, uint64_t block, uint64_t want, const struct mesh_lease_clock *now,
 			   struct mesh_lease_stamp *mine, uint64_t *got);
 	void (*close)(struct mesh_store *s);

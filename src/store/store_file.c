@@ -1,4 +1,6 @@
-#include "store/store.h"
+/* The file store: chunk lease files, reads, the lock directory (block
+ * leases: store_file_block.c). */
+#include "store/store_file_int.h"
 
 #include "base/clock.h"
 #include "base/err.h"
@@ -19,38 +21,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
-/* A block lease this handle holds: which of its chunks, and its stamp. */
-struct blk {
-	uint64_t b;
-	uint64_t mask;	/* the chunks we hold through it */
-	uint64_t fmask; /* the mask its file says (a superset: a chunk DONE stays in it) */
-	struct mesh_lease_stamp st;
-};
-
-struct file_store {
-	struct mesh_store base;
-	char *dir;
-	char *name;
-	int dirfd;
-	pthread_mutex_t mu; /* guards blks (release runs outside the job's lock) */
-	struct blk *blks;
-	size_t nblk, cblk;
-};
-
-static struct file_store *fs_of(struct mesh_store *s)
-{
-	return (struct file_store *)s;
-}
-
-static int lease_name(struct file_store *fs, uint64_t cid, unsigned slot, char *buf, size_t cap)
+int mesh__fs_lease_name(struct file_store *fs, uint64_t cid, unsigned slot, char *buf, size_t cap)
 {
 	int n = slot ? snprintf(buf, cap, "%s.%" PRIu64 ".s%u.lease", fs->name, cid, slot)
 		     : snprintf(buf, cap, "%s.%" PRIu64 ".lease", fs->name, cid);
 	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
-static int block_name(struct file_store *fs, uint64_t b, char *buf, size_t cap)
+int mesh__fs_block_name(struct file_store *fs, uint64_t b, char *buf, size_t cap)
 {
 	int n = snprintf(buf, cap, "%s.b%" PRIu64 ".lease", fs->name, b);
 	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
@@ -66,7 +44,7 @@ static int read_fd(int fd, struct mesh_lease_stamp *st)
 	return mesh_lease_parse(buf, (size_t)got, st);
 }
 
-static int write_fd(int fd, const struct mesh_lease_stamp *st)
+int mesh__fs_lease_write(int fd, const struct mesh_lease_stamp *st)
 {
 	char buf[MESH_LEASE_LINE_MAX];
 	size_t n = mesh_lease_format(buf, sizeof buf, st);
@@ -79,18 +57,36 @@ static int write_fd(int fd, const struct mesh_lease_stamp *st)
 	return rc;
 }
 
+/* 0 when fd is the file linked as name now, -ENOENT when it is not (it
+ * was unlinked, or renamed away: a released block file reused for another
+ * block), -errno. */
+int mesh__fs_still_named(struct file_store *fs, const char *name, int fd)
+{
+	struct stat a, b;
+	if (fstat(fd, &a) < 0)
+		return -errno;
+	if (fstatat(fs->dirfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	return a.st_nlink > 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev ? 0 : -ENOENT;
+}
+
 /* Opens and locks an existing lease file; fails with -ENOENT when it is
- * gone (also when it was unlinked while we waited for the lock). */
-static int open_locked(struct file_store *fs, const char *name)
+ * gone (also when it was unlinked while we waited for the lock).  A block
+ * file may also have been renamed to another block's name meanwhile (only
+ * under its lock, by the holder of its free stamp): for those (block set)
+ * the name is checked to be still this file. */
+int mesh__fs_open_locked(struct file_store *fs, const char *name, int block)
 {
 	struct stat st;
 	int rc, fd = openat(fs->dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	rc = mesh_flock_ex(fd);
-	if (!rc && fstat(fd, &st) < 0)
+	if (!rc && block)
+		rc = mesh__fs_still_named(fs, name, fd);
+	else if (!rc && fstat(fd, &st) < 0)
 		rc = -errno;
-	if (!rc && st.st_nlink == 0)
+	else if (!rc && st.st_nlink == 0)
 		rc = -ENOENT;
 	if (rc) {
 		close(fd);
@@ -99,213 +95,18 @@ static int open_locked(struct file_store *fs, const char *name)
 	return fd;
 }
 
-static struct blk *blk_find(struct file_store *fs, uint64_t b)
+static int open_locked(struct file_store *fs, const char *name)
 {
-	for (size_t i = 0; i < fs->nblk; i++)
-		if (fs->blks[i].b == b)
-			return &fs->blks[i];
-	return NULL;
+	return mesh__fs_open_locked(fs, name, 0);
 }
 
-static int block_read_fd(int fd, struct mesh_lease_stamp *st, uint64_t *mask)
-{
-	char buf[MESH_LEASE_BLOCK_MAX];
-	ssize_t got = mesh_pread_full(fd, buf, sizeof buf, 0);
-	if (got < 0)
-		return (int)got;
-	return mesh_lease_block_parse(buf, (size_t)got, st, mask);
-}
-
-static int block_write_fd(int fd, const struct mesh_lease_stamp *st, uint64_t mask)
-{
-	char buf[MESH_LEASE_BLOCK_MAX];
-	size_t n = mesh_lease_block_format(buf, sizeof buf, st, mask);
-	int rc;
-	if (!n)
-		return MESH_E_TOOBIG;
-	rc = mesh_pwrite_all(fd, buf, n, 0);
-	if (!rc && ftruncate(fd, (off_t)n) < 0)
-		rc = -errno;
-	return rc;
-}
-
-/* Opens the file of our block bk, locked, and checks it still holds our
- * token: the fd, MESH_E_STATE (taken over after it expired, or gone), or
- * -errno. */
-static int block_open_ours(struct file_store *fs, const struct blk *bk)
-{
-	char name[NAME_MAX + 1];
-	struct mesh_lease_stamp cur;
-	uint64_t m;
-	int fd, rc = block_name(fs, bk->b, name, sizeof name);
-	if (rc)
-		return rc;
-	fd = open_locked(fs, name);
-	if (fd == -ENOENT)
-		return MESH_E_STATE;
-	if (fd >= 0 && (block_read_fd(fd, &cur, &m) || cur.token != bk->st.token)) {
-		close(fd);
-		return MESH_E_STATE;
-	}
-	return fd;
-}
-
-/* Forgets our block bk, first removing its file when unlink_it is set and
- * it is still ours; fs->mu held. */
-static void blk_drop(struct file_store *fs, struct blk *bk, int unlink_it)
-{
-	char name[NAME_MAX + 1];
-	if (unlink_it && block_name(fs, bk->b, name, sizeof name) == 0) {
-		int fd = block_open_ours(fs, bk);
-		if (fd >= 0) {
-			unlinkat(fs->dirfd, name, 0);
-			close(fd);
-		}
-	}
-	*bk = fs->blks[--fs->nblk];
-}
-
-/* A directory this small is read whole rather than asked name by name. */
-#define SMALL_DIR_BYTES 16384
-
-/* The chunks of block b that have a chunk lease file, from one pass over
- * the directory when it is small (a lookup of a name that is not there goes
- * to the disk's index each time: 64 of them a block were a good part of a
- * fast job's CPU).  0 with *have; -1: ask name by name.  Written first,
- * looked second holds: a file created before the pass began is in it. */
-static int chunk_leases_listed(struct file_store *fs, uint64_t b, uint64_t *have)
-{
-	struct stat st;
-	size_t nl = strlen(fs->name);
-	if (fstat(fs->dirfd, &st) < 0 || st.st_size > SMALL_DIR_BYTES)
-		return -1;
-	int dfd = openat(fs->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
-		return -1;
-	}
-	*have = 0;
-	for (;;) {
-		errno = 0;
-		struct dirent *e = readdir(d);
-		if (!e)
-			break;
-		/* <name>.<cid>.lease (lease_name, slot 0) */
-		const char *p = e->d_name + nl + 1;
-		char *end;
-		if (strncmp(e->d_name, fs->name, nl) || e->d_name[nl] != '.' || *p < '0' || *p > '9')
-			continue;
-		uint64_t cid = strtoull(p, &end, 10);
-		if (!strcmp(end, ".lease") && cid / MESH_LEASE_BLOCK == b)
-			*have |= 1ull << (cid % MESH_LEASE_BLOCK);
-	}
-	int err = errno;
-	closedir(d);
-	return err ? -1 : 0;
-}
-
-/* The chunks of want (in block b) that have no chunk lease file. */
-static uint64_t without_chunk_lease(struct file_store *fs, uint64_t b, uint64_t want)
-{
-	uint64_t got = 0, have;
-	if (chunk_leases_listed(fs, b, &have) == 0)
-		return want & ~have;
-	for (unsigned i = 0; i < MESH_LEASE_BLOCK; i++) {
-		char name[NAME_MAX + 1];
-		struct stat st;
-		if (!(want >> i & 1) || lease_name(fs, b * MESH_LEASE_BLOCK + i, 0, name, sizeof name))
-			continue;
-		if (fstatat(fs->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
-			got |= 1ull << i;
-	}
-	return got;
-}
-
-/* Writes our block's stamp with add in its mask to its locked file fd,
- * then -- written first, looked second (store.h) -- leaves out of add the
- * chunks that have a chunk lease (rewriting the mask without them).
- * Returns the chunks of add we now hold; *rc = 0 or the write's error. */
-static uint64_t block_commit(struct file_store *fs, struct blk *bk, int fd, uint64_t add, int *rc)
-{
-	uint64_t got;
-	*rc = block_write_fd(fd, &bk->st, bk->fmask | add);
-	if (*rc)
-		return 0;
-	got = without_chunk_lease(fs, bk->b, add);
-	if (got != add)
-		(void)block_write_fd(fd, &bk->st, bk->fmask | got); /* failing, a superset stays: harmless */
-	bk->fmask |= got;
-	bk->mask |= got;
-	return got;
-}
-
-/* Moves the deadlines of our block bk to the later of its own and these,
- * and takes clear out of its file's mask (fs->mu held).  MESH_E_STATE when
- * the block was taken over after it expired (then bk is forgotten). */
-static int block_restamp(struct file_store *fs, struct blk *bk, uint64_t deadline_ns, uint64_t boot_deadline_ns,
-			 uint64_t clear)
-{
-	int rc, fd = block_open_ours(fs, bk);
-	if (fd == MESH_E_STATE) {
-		blk_drop(fs, bk, 0);
-		return fd;
-	}
-	if (fd < 0)
-		return fd;
-	if (bk->st.deadline_ns < deadline_ns)
-		bk->st.deadline_ns = deadline_ns;
-	if (bk->st.boot_deadline_ns < boot_deadline_ns)
-		bk->st.boot_deadline_ns = boot_deadline_ns;
-	bk->fmask &= ~clear;
-	rc = block_write_fd(fd, &bk->st, bk->fmask);
-	close(fd);
-	return rc;
-}
-
-/* Who holds cid through its block, as a claimer of cid judges it: 0 = no
- * block lease with cid in its mask, or one of this handle; 1 = a live one
- * of another (*seen filled); 2 = a free one (or a garbled file); -errno. */
-static int block_covers(struct file_store *fs, uint64_t cid, const struct mesh_lease_clock *now,
-			struct mesh_lease_stamp *seen)
-{
-	char name[NAME_MAX + 1];
-	struct mesh_lease_stamp st;
-	uint64_t b = cid / MESH_LEASE_BLOCK, mask;
-	int fd, rc, ours;
-	pthread_mutex_lock(&fs->mu);
-	ours = blk_find(fs, b) != NULL;
-	pthread_mutex_unlock(&fs->mu);
-	if (ours)
-		return 0;
-	if ((rc = block_name(fs, b, name, sizeof name)))
-		return rc;
-	fd = open_locked(fs, name);
-	if (fd == -ENOENT)
-		return 0;
-	if (fd < 0)
-		return fd;
-	rc = block_read_fd(fd, &st, &mask);
-	close(fd);
-	if (rc)
-		return 2;
-	if (!(mask >> (cid % MESH_LEASE_BLOCK) & 1))
-		return 0;
-	if (!mesh_lease_free(&st, now)) {
-		if (seen)
-			*seen = st;
-		return 1;
-	}
-	return 2;
-}
 
 static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const struct mesh_lease_stamp *mine)
 {
-	struct file_store *fs = fs_of(s);
+	struct file_store *fs = mesh__fs_of(s);
 	char name[NAME_MAX + 1];
 	struct stat st;
-	int fd, rc = lease_name(fs, cid, slot, name, sizeof name);
+	int fd, rc = mesh__fs_lease_name(fs, cid, slot, name, sizeof name);
 	if (rc)
 		return rc;
 	fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -320,13 +121,13 @@ static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 		return MESH_E_STATE;
 	}
 	if (!rc)
-		rc = write_fd(fd, mine);
+		rc = mesh__fs_lease_write(fd, mine);
 	if (!rc && slot == 0) {
 		/* Written first, looked second (store.h): a live block of
 		 * another that covers cid wins. */
 		struct mesh_lease_clock now;
 		mesh_lease_clock_now(&now, &mine->holder);
-		rc = block_covers(fs, cid, &now, NULL);
+		rc = mesh__fs_block_covers(fs, cid, &now, NULL);
 		if (rc == 1)
 			rc = MESH_E_STATE;
 		else if (rc == 2)
@@ -341,15 +142,15 @@ static int fs_claim(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, const struct mesh_lease_clock *now,
 		    struct mesh_lease_stamp *mine, struct mesh_lease_stamp *seen)
 {
-	struct file_store *fs = fs_of(s);
+	struct file_store *fs = mesh__fs_of(s);
 	char name[NAME_MAX + 1];
 	struct mesh_lease_stamp old;
-	int fd, rc = lease_name(fs, cid, slot, name, sizeof name);
+	int fd, rc = mesh__fs_lease_name(fs, cid, slot, name, sizeof name);
 	if (rc)
 		return rc;
 	fd = open_locked(fs, name);
 	if (fd == -ENOENT && slot == 0)
-		return block_covers(fs, cid, now, seen) == 1 ? MESH_E_STATE : -ENOENT;
+		return mesh__fs_block_covers(fs, cid, now, seen) == 1 ? MESH_E_STATE : -ENOENT;
 	if (fd < 0)
 		return fd;
 	rc = read_fd(fd, &old);
@@ -370,12 +171,12 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	}
 	if (rc == 0 && old.attempt + 1 > mine->attempt)
 		mine->attempt = old.attempt + 1;
-	rc = write_fd(fd, mine);
+	rc = mesh__fs_lease_write(fd, mine);
 	if (!rc && slot == 0) {
 		/* As a claim: written first, looked second.  What we took may
 		 * be a claimer's file still empty, or one it was about to
 		 * remove on seeing a live block. */
-		int b = block_covers(fs, cid, now, seen);
+		int b = mesh__fs_block_covers(fs, cid, now, seen);
 		if (b == 1) {
 			unlinkat(fs->dirfd, name, 0);
 			rc = MESH_E_STATE;
@@ -387,76 +188,21 @@ static int fs_steal(struct mesh_store *s, uint64_t cid, unsigned slot, const str
 	return rc;
 }
 
-/* Renews a chunk held through our block bk (fs->mu held): moves the
- * block's deadlines, or, for an earlier deadline (a hand-back), moves the
- * chunk to a chunk lease of its own (which wins over the block).  Then a
- * chunk lease of another (made while the block had expired) takes the
- * chunk: MESH_E_STATE. */
-static int block_renew(struct file_store *fs, struct blk *bk, uint64_t cid, uint64_t deadline_ns,
-		       uint64_t boot_deadline_ns)
-{
-	char cname[NAME_MAX + 1];
-	uint64_t bit = 1ull << (cid % MESH_LEASE_BLOCK);
-	struct stat st;
-	int fd, rc;
-	if ((rc = lease_name(fs, cid, 0, cname, sizeof cname)))
-		return rc;
-	if (boot_deadline_ns < bk->st.boot_deadline_ns || deadline_ns < bk->st.deadline_ns) {
-		/* Out of the block's mask first (a live block's mask wins over
-		 * a chunk lease), then a chunk lease of its own; another node
-		 * that claims it in between simply has it. */
-		struct mesh_lease_stamp mine = bk->st;
-		mine.deadline_ns = deadline_ns;
-		mine.boot_deadline_ns = boot_deadline_ns;
-		bk->mask &= ~bit;
-		if (!bk->mask)
-			blk_drop(fs, bk, 1);
-		else if ((rc = block_restamp(fs, bk, 0, 0, bit)))
-			return rc;
-		fd = openat(fs->dirfd, cname, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-		rc = fd < 0 ? (errno == EEXIST ? MESH_E_STATE : -errno) : mesh_flock_ex(fd);
-		if (!rc)
-			rc = write_fd(fd, &mine);
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	if ((rc = block_restamp(fs, bk, deadline_ns, boot_deadline_ns, 0)))
-		return rc;
-	if (fstatat(fs->dirfd, cname, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-		bk->mask &= ~bit;
-		if (!bk->mask)
-			blk_drop(fs, bk, 1);
-		return MESH_E_STATE;
-	}
-	return 0;
-}
-
-/* The block of ours that holds cid under token (token 0: any), or NULL;
- * fs->mu held. */
-static struct blk *held_by_block(struct file_store *fs, uint64_t cid, uint64_t token)
-{
-	struct blk *bk = fs->nblk ? blk_find(fs, cid / MESH_LEASE_BLOCK) : NULL;
-	if (bk && (bk->mask >> (cid % MESH_LEASE_BLOCK) & 1) && (!token || token == bk->st.token))
-		return bk;
-	return NULL;
-}
-
 static int fs_renew(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t token, uint64_t deadline_ns,
 		    uint64_t boot_deadline_ns)
 {
-	struct file_store *fs = fs_of(s);
+	struct file_store *fs = mesh__fs_of(s);
 	char name[NAME_MAX + 1];
 	struct mesh_lease_stamp cur;
-	int fd, rc = lease_name(fs, cid, slot, name, sizeof name);
+	int fd, rc = mesh__fs_lease_name(fs, cid, slot, name, sizeof name);
 	if (rc)
 		return rc;
 	if (slot == 0 && token) {
 		struct blk *bk;
 		pthread_mutex_lock(&fs->mu);
-		bk = held_by_block(fs, cid, token);
+		bk = mesh__fs_held_by_block(fs, cid, token);
 		if (bk)
-			rc = block_renew(fs, bk, cid, deadline_ns, boot_deadline_ns);
+			rc = mesh__fs_block_renew(fs, bk, cid, deadline_ns, boot_deadline_ns);
 		pthread_mutex_unlock(&fs->mu);
 		if (bk)
 			return rc;
@@ -471,40 +217,26 @@ static int fs_renew(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t 
 	}
 	cur.deadline_ns = deadline_ns;
 	cur.boot_deadline_ns = boot_deadline_ns;
-	rc = write_fd(fd, &cur);
+	rc = mesh__fs_lease_write(fd, &cur);
 	close(fd);
 	return rc;
 }
 
 static int fs_release(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_t token)
 {
-	struct file_store *fs = fs_of(s);
+	struct file_store *fs = mesh__fs_of(s);
 	char name[NAME_MAX + 1];
 	struct mesh_lease_stamp cur;
-	int fd, rc = lease_name(fs, cid, slot, name, sizeof name);
+	int fd, rc = mesh__fs_lease_name(fs, cid, slot, name, sizeof name);
 	if (rc)
 		return rc;
 	if (slot == 0) {
-		struct blk *bk;
-		pthread_mutex_lock(&fs->mu);
-		bk = held_by_block(fs, cid, token);
-		if (bk) {
-			uint64_t bit = 1ull << (cid % MESH_LEASE_BLOCK);
-			bk->mask &= ~bit;
-			if (!bk->mask)
-				blk_drop(fs, bk, 1);
-			else if (token)
-				/* let go of (a failure): out of the file's mask, so
-				 * that others may take it; a DONE chunk may stay */
-				(void)block_restamp(fs, bk, 0, 0, bit);
-		}
-		pthread_mutex_unlock(&fs->mu);
 		/* There is no chunk lease of ours; nor of another (token 0, a
 		 * DONE chunk's sweep): a claimer that saw our live block
 		 * removed its own, and one that took the chunk after our block
 		 * expired releases its own.  No unlink of a name that is not
 		 * there for every chunk. */
-		if (bk)
+		if (mesh__fs_block_release(fs, cid, token))
 			return 0;
 	}
 	if (!token) {
@@ -523,18 +255,21 @@ static int fs_release(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_
 
 static int fs_read(struct mesh_store *s, uint64_t cid, unsigned slot, struct mesh_lease_stamp *st)
 {
-	struct file_store *fs = fs_of(s);
+	struct file_store *fs = mesh__fs_of(s);
 	char name[NAME_MAX + 1];
-	int fd, rc = lease_name(fs, cid, slot, name, sizeof name);
+	int fd, rc = mesh__fs_lease_name(fs, cid, slot, name, sizeof name);
 	if (rc)
 		return rc;
 	fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 && errno == ENOENT && slot == 0 && !block_name(fs, cid / MESH_LEASE_BLOCK, name, sizeof name)) {
+	if (fd < 0 && errno == ENOENT && slot == 0 && !mesh__fs_block_name(fs, cid / MESH_LEASE_BLOCK, name, sizeof name)) {
 		uint64_t mask;
 		fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)
 			return -errno;
-		rc = block_read_fd(fd, st, &mask);
+		rc = mesh__fs_block_read(fd, st, &mask, NULL);
+		/* read unlocked: what a file renamed away (reused) says is another block's */
+		if (!rc && mesh__fs_still_named(fs, name, fd))
+			rc = -ENOENT;
 		close(fd);
 		return rc ? rc : mask >> (cid % MESH_LEASE_BLOCK) & 1 ? 0 : -ENOENT;
 	}
@@ -554,17 +289,17 @@ static void each_in_block(struct file_store *fs, uint64_t b, const struct mesh_l
 	struct mesh_lease_stamp st;
 	uint64_t free_bits, mask;
 	int fd;
-	if (block_name(fs, b, name, sizeof name))
+	if (mesh__fs_block_name(fs, b, name, sizeof name))
 		return;
 	fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return;
-	if (block_read_fd(fd, &st, &mask) || mesh_lease_free(&st, now)) {
+	if (mesh__fs_block_read(fd, &st, &mask, NULL) || mesh_lease_free(&st, now) || mesh__fs_still_named(fs, name, fd)) {
 		close(fd);
 		return;
 	}
 	close(fd);
-	free_bits = without_chunk_lease(fs, b, mask);
+	free_bits = mesh__fs_without_chunk_lease(fs, b, mask);
 	for (unsigned i = 0; i < MESH_LEASE_BLOCK; i++)
 		if (free_bits >> i & 1)
 			fn(arg, b * MESH_LEASE_BLOCK + i, &st);
@@ -573,7 +308,7 @@ static void each_in_block(struct file_store *fs, uint64_t b, const struct mesh_l
 static int fs_each_live(struct mesh_store *s, const struct mesh_lease_clock *now,
 			void (*fn)(void *arg, uint64_t cid, const struct mesh_lease_stamp *st), void *arg)
 {
-	struct file_store *fs = fs_of(s);
+	struct file_store *fs = mesh__fs_of(s);
 	size_t nl = strlen(fs->name);
 	int fd = openat(fs->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d;
@@ -607,103 +342,12 @@ static int fs_each_live(struct mesh_store *s, const struct mesh_lease_clock *now
 	return 0;
 }
 
-static int fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const struct mesh_lease_clock *now,
-			  struct mesh_lease_stamp *mine, uint64_t *got)
-{
-	struct file_store *fs = fs_of(s);
-	char name[NAME_MAX + 1];
-	struct mesh_lease_stamp old;
-	struct blk *bk;
-	struct stat st;
-	uint64_t m;
-	int fd, rc = block_name(fs, b, name, sizeof name), taken = 0;
-	*got = 0;
-	if (rc)
-		return rc;
-	if (b > UINT64_MAX / MESH_LEASE_BLOCK - 1 || !want)
-		return MESH_E_RANGE;
-	pthread_mutex_lock(&fs->mu);
-	bk = blk_find(fs, b);
-	if (bk) {
-		/* Ours already: the chunks it adds, under later deadlines. */
-		uint64_t add = want & ~bk->mask;
-		fd = add ? block_open_ours(fs, bk) : MESH_E_STATE;
-		if (fd == MESH_E_STATE && add)
-			blk_drop(fs, bk, 0);
-		if (fd >= 0) {
-			if (bk->st.deadline_ns < mine->deadline_ns)
-				bk->st.deadline_ns = mine->deadline_ns;
-			if (bk->st.boot_deadline_ns < mine->boot_deadline_ns)
-				bk->st.boot_deadline_ns = mine->boot_deadline_ns;
-			/* the start others judge stragglers by: the newest chunks' */
-			bk->st.started_ns = mine->started_ns;
-			*got = block_commit(fs, bk, fd, add, &rc);
-			close(fd);
-			*mine = bk->st;
-			if (!rc && !*got)
-				rc = MESH_E_STATE;
-		} else {
-			rc = fd;
-		}
-		pthread_mutex_unlock(&fs->mu);
-		return rc;
-	}
-	if (fs->nblk == fs->cblk) {
-		size_t c = fs->cblk ? 2 * fs->cblk : 8;
-		struct blk *p = realloc(fs->blks, c * sizeof *p);
-		if (!p) {
-			pthread_mutex_unlock(&fs->mu);
-			return -ENOMEM;
-		}
-		fs->blks = p;
-		fs->cblk = c;
-	}
-	fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd >= 0) {
-		rc = mesh_flock_ex(fd);
-		if (!rc && fstat(fd, &st) < 0)
-			rc = -errno;
-		if (!rc && (st.st_size != 0 || st.st_nlink == 0))
-			rc = MESH_E_STATE; /* a stealer took the empty file */
-	} else if (errno == EEXIST) {
-		/* A block lease exists: taken over only when it is free. */
-		fd = open_locked(fs, name);
-		rc = fd < 0 ? (fd == -ENOENT ? MESH_E_STATE : fd) : 0;
-		if (!rc && block_read_fd(fd, &old, &m) == 0) {
-			if (!mesh_lease_free(&old, now))
-				rc = MESH_E_STATE;
-			else if (old.attempt + 1 > mine->attempt)
-				mine->attempt = old.attempt + 1;
-		}
-		taken = 1;
-	} else {
-		rc = -errno;
-	}
-	if (!rc) {
-		bk = &fs->blks[fs->nblk++];
-		memset(bk, 0, sizeof *bk);
-		bk->b = b;
-		bk->st = *mine;
-		*got = block_commit(fs, bk, fd, want, &rc);
-	}
-	if (fd >= 0)
-		close(fd);
-	if (bk && !*got) {
-		blk_drop(fs, bk, 1);
-		if (!rc)
-			rc = MESH_E_STATE;
-	}
-	pthread_mutex_unlock(&fs->mu);
-	return rc ? rc : taken;
-}
-
 static void fs_close(struct mesh_store *s)
 {
-	struct file_store *fs = fs_of(s);
+	struct file_store *fs = mesh__fs_of(s);
 	if (!fs)
 		return;
-	while (fs->nblk)
-		blk_drop(fs, &fs->blks[0], 1);
+	mesh__fs_blocks_close(fs);
 	free(fs->blks);
 	pthread_mutex_destroy(&fs->mu);
 	close(fs->dirfd);
@@ -720,7 +364,7 @@ static const struct mesh_store_ops file_ops = {
 	.release = fs_release,
 	.read = fs_read,
 	.each_live = fs_each_live,
-	.claim_block = fs_claim_block,
+	.claim_block = mesh__fs_claim_block,
 	.close = fs_close,
 };
 
