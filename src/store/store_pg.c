@@ -599,6 +599,21 @@ int mesh_pg_failures(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_failure
 	return rc;
 }
 
+int mesh_pg_done_words(struct mesh_pg *pg, void (*fn)(uint64_t w, uint64_t bits, void *), void *arg)
+{
+	const char *vals[1] = {pg->idtext};
+	PGresult *r;
+	int rc = 0;
+	pthread_mutex_lock(&pg->mu);
+	r = mesh__pg_q(pg, "SELECT w, bits FROM mesh.done_words WHERE job = $1 AND bits <> 0 ORDER BY w", 1, vals, &rc);
+	pthread_mutex_unlock(&pg->mu);
+	/* fn runs without the connection's lock: it may call the store. */
+	for (int i = 0; r && i < PQntuples(r); i++)
+		fn(strtoull(PQgetvalue(r, i, 0), NULL, 10), (uint64_t)strtoll(PQgetvalue(r, i, 1), NULL, 10), arg);
+	PQclear(r);
+	return rc;
+}
+
 int mesh_pg_release_mine(struct mesh_pg *pg)
 {
 	char htext[24], out[8];
