@@ -2,8 +2,8 @@
  * applied as it is tailed), the commit leader's check, submit, open and
  * close, and the ops table that joins the three files. */
 #include "job/job_file.h"
+#include "job/record.h"
 
-#include "base/bytes.h"
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
@@ -138,13 +138,15 @@ int mesh__jf_is_buried(struct jfile *j, uint64_t cid)
 	return f && f->buried;
 }
 
-/* Applies one record to the index; the caller holds mu. */
+/* Applies one record to the index; the caller holds mu.  A record too
+ * short for its type is skipped (record.h's decoders say so). */
 static int apply(void *arg, const struct mesh_jrec *r)
 {
 	struct jfile *j = arg;
-	const unsigned char *p = r->data;
-	if (r->type == MESH_JREC_SUBMIT && r->len >= 8) {
-		uint64_t n = mesh_get64le(p);
+	struct mesh_rec_chunk c;
+	uint64_t v;
+	if (r->type == MESH_JREC_SUBMIT && mesh_rec_u64_dec(r, &v) == 0) {
+		uint64_t n = v;
 		if (!j->have_n && n > MESH_JOB_MAX_CHUNKS)
 			j->n_refused = n;
 		if (j->have_n || n == 0 || n > MESH_JOB_MAX_CHUNKS)
@@ -163,31 +165,32 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	switch (r->type) {
 	case MESH_JREC_WORK:
 		if (!j->ident_len && r->len > 0 && r->len <= MESH_JOB_IDENTITY_MAX) {
-			memcpy(j->ident, p, r->len);
+			memcpy(j->ident, r->data, r->len);
 			j->ident_len = r->len;
 		}
 		break;
-	case MESH_JREC_NODE:
-		if (r->len >= 5 && !node_add(j, mesh_get32le(p), (const char *)p + 4, r->len - 4u))
+	case MESH_JREC_NODE: {
+		uint32_t hash;
+		const char *name;
+		size_t len;
+		if (mesh_rec_node_dec(r, &hash, &name, &len) == 0 && !node_add(j, hash, name, len))
 			return -ENOMEM;
 		break;
+	}
 	case MESH_JREC_DONE: {
-		if (r->len < 16)
+		if (mesh_rec_chunk_dec(r, &c) || c.cid >= j->n)
 			break;
-		uint64_t cid = mesh_get64le(p);
-		uint32_t dur = mesh_get32le(p + 12);
-		if (cid >= j->n)
-			break;
-		if (bit(j->done_bits, cid)) {
+		uint32_t dur = c.value;
+		if (bit(j->done_bits, c.cid)) {
 			j->dups++;
 			break;
 		}
-		bit_set(j->done_bits, cid);
+		bit_set(j->done_bits, c.cid);
 		j->done++;
 		if (r->flags & 1)
 			j->spec_wins++;
 		if (dur) {
-			struct node *nd = mesh__jf_node_find(j, mesh_get32le(p + 8));
+			struct node *nd = mesh__jf_node_find(j, c.node);
 			j->hist[hist_bucket(dur)]++;
 			j->hist_n++;
 			if (nd) {
@@ -198,29 +201,26 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		break;
 	}
 	case MESH_JREC_FAIL: {
-		if (r->len < 16)
-			break;
-		uint64_t cid = mesh_get64le(p);
 		struct fail *f;
-		if (cid >= j->n)
+		if (mesh_rec_chunk_dec(r, &c) || c.cid >= j->n)
 			break;
-		f = mesh__jf_fail_find(j, cid, 1);
+		f = mesh__jf_fail_find(j, c.cid, 1);
 		if (!f)
 			return -ENOMEM;
 		f->attempts++;
-		f->last_status = (int)mesh_get32le(p + 12);
+		f->last_status = (int)c.value;
 		f->buried = r->flags & 1;
 		j->failed_attempts++;
 		break;
 	}
 	case MESH_JREC_DUP:
-		if (r->len >= 12 && mesh_get64le(p) < j->n)
+		if (mesh_rec_chunk_dec(r, &c) == 0 && c.cid < j->n)
 			j->dups++;
 		break;
 	case MESH_JREC_RETRY: {
-		if (r->len < 8)
+		uint64_t cid;
+		if (mesh_rec_u64_dec(r, &cid))
 			break;
-		uint64_t cid = mesh_get64le(p);
 		if (cid == UINT64_MAX) {
 			for (size_t i = 0; i < j->cfails; i++)
 				if (j->fails[i].key) {
@@ -255,17 +255,20 @@ static int prepare(void *arg, const struct mesh_jrec *recs, size_t n, int *keep)
 	pthread_mutex_lock(&j->mu);
 	rc = mesh__jf_sync_locked(j);
 	for (size_t i = 0; !rc && i < n; i++) {
-		const unsigned char *p = recs[i].data;
-		if (recs[i].type == MESH_JREC_DONE || recs[i].type == MESH_JREC_FAIL) {
-			uint64_t cid = mesh_get64le(p);
-			if (cid < j->n && bit(j->done_bits, cid))
+		struct mesh_rec_chunk c;
+		uint32_t h, hk;
+		const char *name;
+		size_t len;
+		if ((recs[i].type == MESH_JREC_DONE || recs[i].type == MESH_JREC_FAIL) &&
+		    mesh_rec_chunk_dec(&recs[i], &c) == 0) {
+			if (c.cid < j->n && bit(j->done_bits, c.cid))
 				keep[i] = 0;
-		} else if (recs[i].type == MESH_JREC_NODE) {
-			uint32_t h = mesh_get32le(p);
+		} else if (recs[i].type == MESH_JREC_NODE && mesh_rec_node_dec(&recs[i], &h, &name, &len) == 0) {
 			if (mesh__jf_node_find(j, h))
 				keep[i] = 0;
 			for (size_t k = 0; k < i && keep[i]; k++)
-				if (keep[k] && recs[k].type == MESH_JREC_NODE && mesh_get32le(recs[k].data) == h)
+				if (keep[k] && recs[k].type == MESH_JREC_NODE &&
+				    mesh_rec_node_dec(&recs[k], &hk, &name, &len) == 0 && hk == h)
 					keep[i] = 0;
 		}
 	}
@@ -307,9 +310,8 @@ static int read_head(const char *journal, uint64_t *n, unsigned char *ident, siz
 		return rc;
 	got -= MESH_JOURNAL_HDR_SIZE;
 	if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE, (size_t)got, &first, &sz) != 1 ||
-	    first.type != MESH_JREC_SUBMIT || first.len < 8)
+	    first.type != MESH_JREC_SUBMIT || mesh_rec_u64_dec(&first, n))
 		return MESH_E_NOJOB;
-	*n = mesh_get64le(first.data);
 	*ident_len = 0;
 	if (mesh_journal_decode(buf + MESH_JOURNAL_HDR_SIZE + sz, (size_t)got - sz, &second, &sz2) == 1 &&
 	    second.type == MESH_JREC_WORK && second.len > 0 && second.len <= MESH_JOB_IDENTITY_MAX) {
@@ -339,7 +341,7 @@ static int jf_submit(const char *journal, uint64_t n, const void *identity, size
 		return MESH_E_RANGE;
 	if (identity_len > MESH_JOB_IDENTITY_MAX)
 		return MESH_E_TOOBIG;
-	mesh_put64le(pay, n);
+	mesh_rec_u64_enc(pay, n);
 	for (int tries = 0; tries < 2; tries++) {
 		uint64_t have = 0;
 		rc = read_head(journal, &have, why->identity, &why->identity_len, why);
@@ -455,7 +457,7 @@ static int check_whole(struct jfile *j, struct mesh_job_why *why)
 	 * died before its COMMIT are not damage (they are simply not counted
 	 * yet); anything else is, and the check says where. */
 	struct mesh_journal_report rep;
-	rc = mesh_journal_check(j->journal_path, 0, &rep);
+	rc = mesh_job_journal_check(j->journal_path, 0, &rep);
 	if (rc == 0 && !rep.header_bad)
 		return 0;
 	if (rc != MESH_E_CORRUPT && rc != 0)
@@ -515,6 +517,7 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 	if (rc)
 		goto fail;
 	mesh_journal_set_prepare(j->jr, prepare, j);
+	mesh_journal_set_kinds(j->jr, &mesh_job_records);
 	pthread_mutex_lock(&j->mu);
 	if (o->read_only)
 		rc = mesh__jf_sync_locked(j);

@@ -3,8 +3,8 @@
  * completion wins, duplicates journaled and counted), fail / bury / retry,
  * status, the failures, the completion feed, the nodes' speeds. */
 #include "job/job_file.h"
+#include "job/record.h"
 
-#include "base/bytes.h"
 #include "base/clock.h"
 #include "base/err.h"
 
@@ -44,22 +44,9 @@ static uint64_t duration_locked(struct jfile *j, uint64_t cid, uint64_t given, i
 	return 0;
 }
 
-static void enc_done(unsigned char *p, uint64_t cid, uint32_t node, uint64_t dur_ns)
-{
-	uint64_t us = dur_ns / 1000;
-	if (dur_ns && !us)
-		us = 1;
-	mesh_put64le(p, cid);
-	mesh_put32le(p + 8, node);
-	mesh_put32le(p + 12, us > UINT32_MAX ? UINT32_MAX : (uint32_t)us);
-}
-
 static size_t enc_node(struct jfile *j, unsigned char *p)
 {
-	size_t n = strlen(j->node);
-	mesh_put32le(p, j->node_hash);
-	memcpy(p + 4, j->node, n);
-	return 4 + n;
+	return mesh_rec_node_enc(p, j->node_hash, j->node, strlen(j->node));
 }
 
 /* Journals a DUP record for every IGNORED answer so that status counts
@@ -73,10 +60,8 @@ static void record_dups(struct jfile *j, const uint64_t *cids, const int *result
 	for (size_t i = 0; i < n; i++) {
 		if (results[i] != MESH_JOB_IGNORED)
 			continue;
-		mesh_put64le(pay + 16 * nrec, cids[i]);
-		mesh_put32le(pay + 16 * nrec + 8, j->node_hash);
-		mesh_put32le(pay + 16 * nrec + 12, 0);
-		recs[nrec] = (struct mesh_jrec){MESH_JREC_DUP, 0, 12, pay + 16 * nrec, 0};
+		size_t len = mesh_rec_dup_enc(pay + 16 * nrec, cids[i], j->node_hash);
+		recs[nrec] = (struct mesh_jrec){MESH_JREC_DUP, 0, (uint16_t)len, pay + 16 * nrec, 0};
 		nrec++;
 	}
 	if (nrec)
@@ -87,7 +72,7 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 			   int *results)
 {
 	struct jfile *j = jfile_of(s);
-	unsigned char nodep[4 + MESH_NODE_MAX];
+	unsigned char nodep[MESH_REC_NODE_MAX];
 	unsigned char *pay = NULL;
 	struct mesh_jrec *recs = NULL;
 	int *keep = NULL;
@@ -157,10 +142,10 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 		int spec;
 		uint64_t d = duration_locked(j, c, durs ? durs[i] : 0, &spec);
 		bit_set(j->busy_bits, c);
-		enc_done(pay + 16 * i, c, j->node_hash, d);
+		mesh_rec_done_enc(pay + 16 * i, c, j->node_hash, d);
 		recs[nrec].type = MESH_JREC_DONE;
 		recs[nrec].flags = spec ? 1 : 0;
-		recs[nrec].len = 16;
+		recs[nrec].len = MESH_REC_DONE_LEN;
 		recs[nrec].data = pay + 16 * i;
 		rec_of[i] = nrec++;
 	}
@@ -209,7 +194,7 @@ out:
 int mesh__jf_fail(struct mesh__jstore *s, uint64_t cid, int status)
 {
 	struct jfile *j = jfile_of(s);
-	unsigned char nodep[4 + MESH_NODE_MAX], pay[16];
+	unsigned char nodep[MESH_REC_NODE_MAX], pay[16];
 	struct mesh_jrec recs[2];
 	size_t nrec = 0;
 	struct held *h;
@@ -232,15 +217,14 @@ int mesh__jf_fail(struct mesh__jstore *s, uint64_t cid, int status)
 		recs[nrec] = (struct mesh_jrec){MESH_JREC_NODE, 0, (uint16_t)enc_node(j, nodep), nodep, 0};
 		nrec++;
 	}
-	mesh_put64le(pay, cid);
-	mesh_put32le(pay + 8, j->node_hash);
-	mesh_put32le(pay + 12, (uint32_t)status);
+	mesh_rec_fail_enc(pay, cid, j->node_hash, status);
 	{
 		/* The writer decides burial with its own max_attempts, so every
 		 * reader agrees whatever its options. */
 		struct fail *f = j->nfails ? mesh__jf_fail_find(j, cid, 0) : NULL;
 		uint32_t since = f ? f->attempts - f->base : 0;
-		recs[nrec++] = (struct mesh_jrec){MESH_JREC_FAIL, since + 1 >= j->max_attempts ? 1 : 0, 16, pay, 0};
+		recs[nrec++] = (struct mesh_jrec){MESH_JREC_FAIL, since + 1 >= j->max_attempts ? 1 : 0, MESH_REC_FAIL_LEN,
+						  pay, 0};
 	}
 	pthread_mutex_unlock(&j->mu);
 
@@ -267,7 +251,7 @@ int mesh__jf_retry(struct mesh__jstore *s, uint64_t cid)
 {
 	struct jfile *j = jfile_of(s);
 	unsigned char pay[8];
-	struct mesh_jrec r = {MESH_JREC_RETRY, 0, 8, pay, 0};
+	struct mesh_jrec r = {MESH_JREC_RETRY, 0, MESH_REC_U64_LEN, pay, 0};
 	int count = 0, rc;
 	if (j->read_only)
 		return MESH_E_STATE;
@@ -283,7 +267,7 @@ int mesh__jf_retry(struct mesh__jstore *s, uint64_t cid)
 	pthread_mutex_unlock(&j->mu);
 	if (rc || count == 0)
 		return rc;
-	mesh_put64le(pay, cid);
+	mesh_rec_u64_enc(pay, cid);
 	rc = mesh_journal_append(j->jr, &r, 1, NULL);
 	pthread_mutex_lock(&j->mu);
 	if (!rc)
