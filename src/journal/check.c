@@ -199,11 +199,9 @@ int mesh_journal_check_kinds(const char *path, int repair, const struct mesh_jou
 		goto out;
 	/* Under LOCK_EX no append is in flight: whatever is not whole is
 	 * damage, and no writer can slip a record in while we rewrite. */
-	while (flock(fd, LOCK_EX) < 0)
-		if (errno != EINTR) {
-			rc = -errno;
-			goto out;
-		}
+	rc = mesh_flock_ex(fd);
+	if (rc)
+		goto out;
 	w.fd = fd;
 	w.buf = malloc(WIN + REC_MAX);
 	if (!w.buf) {
