@@ -498,6 +498,60 @@ static void conf_speculation_differs(const struct store_env *e)
 	mesh_job_close(b);
 }
 
+/* A fast node takes more than it is handed (the file store's block
+ * reserve; PostgreSQL's leases riding along with a commit): those count as
+ * leased, never reach another node while it lives, and go with its close:
+ * every chunk is then DONE exactly once. */
+static void conf_fast_node_reserve(const struct store_env *e)
+{
+	const uint64_t n = 3000;
+	struct mesh_lease ls[7];
+	struct mesh_job_status st;
+	uint64_t cids[7], done = 0;
+	int res[7];
+	ASSERT_EQ(store_env_submit(e, n), 0);
+	struct mesh_job *a = open_as(e, "a", 0), *b = open_as(e, "b", 0);
+	uint64_t t0 = mesh_mono_ns();
+	/* paced (7 chunks a ms at most) for 250 ms: long enough for a's rate
+	 * to be measured (100 ms windows), short of the job's end */
+	while (mesh_mono_ns() - t0 < 250 * MS) {
+		size_t got = 0;
+		mesh_sleep_ns(1 * MS);
+		ASSERT_EQ(mesh_job_lease_many(a, LONG_TTL, 0, ls, 7, &got), 0);
+		for (size_t i = 0; i < got; i++)
+			cids[i] = ls[i].cid;
+		ASSERT_EQ(mesh_job_complete_many(a, cids, NULL, got, res), 0);
+		for (size_t i = 0; i < got; i++)
+			EXPECT_EQ(res[i], MESH_JOB_DONE);
+		done += got;
+	}
+	ASSERT_EQ(mesh_job_status(b, &st), 0);
+	EXPECT_UEQ(st.done, done);
+	EXPECT_UEQ(st.done + st.leased + st.pending, n);
+	EXPECT_GT(st.leased, 0); /* a's reserve: taken, not handed out */
+	mesh_job_close(a);
+	ASSERT_EQ(mesh_job_status(b, &st), 0);
+	EXPECT_UEQ(st.leased, 0);
+	/* b takes the rest, a's reserve included */
+	struct mesh_lease lb[MESH_JOB_LEASE_MANY_MAX];
+	uint64_t bc[MESH_JOB_LEASE_MANY_MAX], bdone = 0;
+	int bres[MESH_JOB_LEASE_MANY_MAX], rc;
+	size_t got = 0;
+	while ((rc = mesh_job_lease_many(b, LONG_TTL, 0, lb, MESH_JOB_LEASE_MANY_MAX, &got)) == 0) {
+		for (size_t i = 0; i < got; i++)
+			bc[i] = lb[i].cid;
+		ASSERT_EQ(mesh_job_complete_many(b, bc, NULL, got, bres), 0);
+		for (size_t i = 0; i < got; i++)
+			bdone += bres[i] == MESH_JOB_DONE;
+	}
+	EXPECT_EQ(rc, MESH_JOB_COMPLETE);
+	EXPECT_UEQ(bdone, n - done);
+	ASSERT_EQ(mesh_job_status(b, &st), 0);
+	EXPECT_UEQ(st.done, n);
+	EXPECT_UEQ(st.duplicates, 0);
+	mesh_job_close(b);
+}
+
 #define CONF(store, fn)                                    \
 	TEST(conf_##store##_##fn)                          \
 	{                                                  \
@@ -526,7 +580,8 @@ static void conf_speculation_differs(const struct store_env *e)
 	CONF(store, first_completion_wins_duplicates_counted) \
 	CONF(store, status_counts)                        \
 	CONF(store, completion_feed)                      \
-	CONF(store, speculation_differs)
+	CONF(store, speculation_differs)                  \
+	CONF(store, fast_node_reserve)
 
 CONF_ALL(file)
 CONF_ALL(postgresql)
