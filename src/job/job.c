@@ -8,11 +8,13 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "job/place.h"
 #include "job/store_ops.h"
 #include "store/store.h"
 #include "store/store_pg.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,72 @@
 struct mesh_job {
 	struct mesh__jstore *s; /* s->ops: the store's table */
 	char node[MESH_NODE_MAX + 1];
+	/* Placement of lease batches (mesh_place_batch), looked up at most
+	 * once a second: this node and the fastest, and the job's typical
+	 * chunk time. */
+	pthread_mutex_t pmu;
+	uint64_t place_at;
+	struct mesh_place_node place_self, place_fastest;
+	uint64_t place_typical;
 };
+
+/* The nodes of a job by name (a name may have several rows: restarts,
+ * or handles of one node), for placement. */
+#define PLACE_NODES 64
+struct place_acc {
+	const char *self;
+	char names[PLACE_NODES][MESH_NODE_MAX + 1];
+	uint64_t count[PLACE_NODES], sum_ns[PLACE_NODES];
+	size_t n;
+};
+static void place_one(const struct mesh_job_node_stat *s, void *arg)
+{
+	struct place_acc *a = arg;
+	size_t i = 0;
+	if (!s->completions || !s->mean_ns)
+		return;
+	while (i < a->n && strcmp(a->names[i], s->name))
+		i++;
+	if (i == a->n) {
+		if (a->n == PLACE_NODES)
+			return;
+		snprintf(a->names[a->n++], sizeof a->names[0], "%s", s->name);
+	}
+	a->count[i] += s->completions;
+	a->sum_ns[i] += s->completions * s->mean_ns;
+}
+
+/* How many of k this node takes now: its share of the speed of all nodes
+ * of the job (place.h).  Errors of the look-up leave k. */
+static size_t place_k(struct mesh_job *j, size_t k)
+{
+	uint64_t now = mesh_mono_ns();
+	pthread_mutex_lock(&j->pmu);
+	if (!j->place_at || now - j->place_at >= MESH_NS_PER_S) {
+		struct place_acc *a = calloc(1, sizeof *a);
+		j->place_at = now;
+		memset(&j->place_self, 0, sizeof j->place_self);
+		memset(&j->place_fastest, 0, sizeof j->place_fastest);
+		if (a && j->s->ops->nodes(j->s, place_one, a) == 0) {
+			uint64_t all = 0, sum = 0;
+			for (size_t i = 0; i < a->n; i++) {
+				struct mesh_place_node pn = {a->sum_ns[i] / a->count[i], a->count[i]};
+				all += a->count[i];
+				sum += a->sum_ns[i];
+				if (!strcmp(a->names[i], j->node))
+					j->place_self = pn;
+				if (!j->place_fastest.samples || pn.mean_ns < j->place_fastest.mean_ns)
+					j->place_fastest = pn;
+			}
+			j->place_typical = all ? sum / all : 0;
+		}
+		free(a);
+	}
+	struct mesh_place_node two[2] = {j->place_fastest, j->place_self};
+	size_t r = mesh_place_batch(two, 2, 1, k, j->place_typical);
+	pthread_mutex_unlock(&j->pmu);
+	return r;
+}
 
 const struct mesh__jstore_ops *mesh__jstore_for(const char *where)
 {
@@ -85,9 +152,11 @@ int mesh_job_open(struct mesh_job **out, const struct mesh_job_opts *o)
 		return -ENOMEM;
 	}
 	snprintf(j->node, sizeof j->node, "%s", node);
+	pthread_mutex_init(&j->pmu, NULL);
 	rc = mesh__jstore_for(o->journal)->open(&j->s, &opts, node);
 	free(node);
 	if (rc) {
+		pthread_mutex_destroy(&j->pmu);
 		free(j);
 		return rc;
 	}
@@ -100,6 +169,7 @@ void mesh_job_close(struct mesh_job *j)
 	if (!j)
 		return;
 	j->s->ops->close(j->s);
+	pthread_mutex_destroy(&j->pmu);
 	free(j);
 }
 
@@ -121,7 +191,7 @@ int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int speculate, stru
 		return MESH_E_RANGE;
 	if (k > MESH_JOB_LEASE_MANY_MAX)
 		k = MESH_JOB_LEASE_MANY_MAX;
-	return j->s->ops->lease_many(j->s, ttl_ns, speculate, ls, k, got);
+	return j->s->ops->lease_many(j->s, ttl_ns, speculate, ls, place_k(j, k), got);
 }
 
 int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns)

@@ -166,6 +166,9 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct me
  * asked for (what this handle hands out in about 50 ms), kept for the next
  * calls of this handle (mesh_job_lease too): they count as leased, and
  * mesh_job_close lets them go.  A detached handle takes no block leases.
+ * Placement (job/place.h): a node slower than the fastest node of the job
+ * (mean chunk times measured from completions, every host's) takes fewer:
+ * k scaled by its speed over the fastest's, at least 1.
  * Each lease is renewed, completed, failed and handed back alone, as one
  * from mesh_job_lease. */
 int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *ls, size_t k,

@@ -33,16 +33,6 @@ struct mesh__jpg {
 	pthread_mutex_t mu;
 	struct pheld *held;
 	size_t nheld, cheld;
-	/* Leases that rode along with a commit (mesh_pg_complete_lease) and
-	 * are not handed out yet: held (they count as leased; close lets them
-	 * go), handed out first by the next lease calls. */
-	struct mesh_lease resv[MESH_JOB_LEASE_MANY_MAX];
-	size_t nresv;
-	uint64_t resv_mono; /* when they were taken (monotonic) */
-	int prefetching;    /* a completer is bringing a reserve */
-	size_t last_k;	    /* what the last lease call asked for */
-	uint64_t last_ttl;
-	uint64_t rate_t0, rate_count, rate; /* leases handed out a second, over >= 100 ms */
 };
 
 static struct mesh__jpg *jpg_of(const struct mesh__jstore *s)
@@ -165,67 +155,6 @@ static int held_put(struct mesh__jpg *p, uint64_t cid, uint64_t token)
 	return 0;
 }
 
-static void lease_of(struct mesh_lease *l, const struct mesh_pg_lease *pl)
-{
-	l->cid = pl->cid;
-	l->attempt = pl->attempt;
-	l->kind = pl->stolen ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH;
-	l->deadline_ns = pl->deadline_ns;
-	l->started_ns = pl->started_ns;
-}
-
-/* How many leases should ride along with a commit now (p->mu held): none
- * unless this handle hands out leases fast -- what it hands out in about
- * 50 ms, at most what its last lease call asked for -- so that a slow or
- * occasional node never sits on chunks it has not started. */
-static size_t prefetch_target(struct mesh__jpg *p)
-{
-	uint64_t t = p->rate / 20;
-	if (p->detached || p->read_only || p->nresv || p->prefetching || !p->last_k)
-		return 0;
-	return t < p->last_k ? (size_t)t : p->last_k;
-}
-
-static void count_rate(struct mesh__jpg *p, size_t n)
-{
-	uint64_t now = mesh_mono_ns();
-	if (!p->rate_t0)
-		p->rate_t0 = now;
-	else if (now - p->rate_t0 >= 100 * MESH_NS_PER_MS) {
-		p->rate = p->rate_count * MESH_NS_PER_S / (now - p->rate_t0);
-		p->rate_t0 = now;
-		p->rate_count = 0;
-	}
-	p->rate_count += n;
-}
-
-/* Hands out up to k of the reserve (p->mu held).  A reserve older than
- * half the TTL is renewed first (a lease handed out lives at least that
- * long); a chunk lost meanwhile (stolen after expiry) is left out. */
-static size_t resv_take(struct mesh__jpg *p, uint64_t ttl_ns, struct mesh_lease *ls, size_t k)
-{
-	size_t got = 0, i = 0;
-	int stale = p->nresv && mesh_mono_ns() - p->resv_mono > ttl_ns / 2;
-	for (; i < p->nresv && got < k; i++) {
-		struct mesh_lease l = p->resv[i];
-		if (stale) {
-			struct pheld *h = held_find(p, l.cid);
-			uint64_t dl;
-			if (!h || mesh_pg_renew(p->pg, l.cid, h->token, ttl_ns, &dl)) {
-				held_drop(p, l.cid);
-				continue;
-			}
-			l.deadline_ns = dl;
-		}
-		ls[got++] = l;
-	}
-	memmove(p->resv, p->resv + i, (p->nresv - i) * sizeof *p->resv);
-	p->nresv -= i;
-	if (stale)
-		p->resv_mono = mesh_mono_ns();
-	return got;
-}
-
 static int jp_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int speculate, struct mesh_lease *ls, size_t k,
 			 size_t *got)
 {
@@ -240,24 +169,19 @@ static int jp_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int speculate,
 		return MESH_E_RANGE;
 	if (k > MESH_JOB_LEASE_MANY_MAX)
 		k = MESH_JOB_LEASE_MANY_MAX;
-	pthread_mutex_lock(&p->mu);
-	p->last_k = k;
-	p->last_ttl = ttl_ns;
-	*got = resv_take(p, ttl_ns, ls, k);
-	count_rate(p, *got);
-	pthread_mutex_unlock(&p->mu);
-	if (*got)
-		return 0;
 	rc = mesh_pg_lease(p->pg, p->node, ttl_ns, k, pl, got);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&p->mu);
 	for (size_t i = 0; i < *got; i++) {
-		lease_of(&ls[i], &pl[i]);
+		ls[i].cid = pl[i].cid;
+		ls[i].attempt = pl[i].attempt;
+		ls[i].kind = pl[i].stolen ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH;
+		ls[i].deadline_ns = pl[i].deadline_ns;
+		ls[i].started_ns = pl[i].started_ns;
 		if (held_put(p, pl[i].cid, pl[i].token))
 			rc = -ENOMEM;
 	}
-	count_rate(p, *got);
 	pthread_mutex_unlock(&p->mu);
 	if (rc)
 		return rc;
@@ -310,32 +234,15 @@ static int jp_complete_many(struct mesh__jstore *s, const uint64_t *cids, const 
 				results[k] = cids[k] >= p->n ? MESH_E_RANGE : 0;
 			return MESH_E_RANGE;
 		}
-	/* A fast node's next leases ride along with this commit (one round
-	 * trip for both: mesh_pg_complete_lease). */
-	struct mesh_pg_lease pl[MESH_JOB_LEASE_MANY_MAX];
-	size_t want, pgot = 0;
-	uint64_t ttl;
-	pthread_mutex_lock(&p->mu);
-	want = prefetch_target(p);
-	ttl = p->last_ttl;
-	if (want)
-		p->prefetching = 1;
-	pthread_mutex_unlock(&p->mu);
-	rc = want ? mesh_pg_complete_lease(p->pg, cids, durs, n, results, p->node, ttl, want, pl, &pgot)
-		  : mesh_pg_complete(p->pg, cids, durs, n, results);
+	rc = mesh_pg_complete(p->pg, cids, durs, n, results);
 	for (size_t i = 0; i < n; i++)
 		results[i] = rc ? rc : results[i] == 0 ? MESH_JOB_DONE : MESH_JOB_IGNORED;
-	pthread_mutex_lock(&p->mu);
-	if (!rc)
+	if (!rc) {
+		pthread_mutex_lock(&p->mu);
 		for (size_t i = 0; i < n; i++)
 			held_drop(p, cids[i]);
-	for (size_t i = 0; i < pgot && p->nresv < MESH_JOB_LEASE_MANY_MAX; i++)
-		if (held_put(p, pl[i].cid, pl[i].token) == 0)
-			lease_of(&p->resv[p->nresv++], &pl[i]);
-	if (pgot)
-		p->resv_mono = mesh_mono_ns();
-	p->prefetching = 0;
-	pthread_mutex_unlock(&p->mu);
+		pthread_mutex_unlock(&p->mu);
+	}
 	return rc;
 }
 

@@ -346,32 +346,30 @@ int mesh_pg_job(struct mesh_pg *pg, uint64_t *n, unsigned char *ident, size_t *i
 	return rc;
 }
 
-/* A lease is committed without waiting for the WAL flush
- * (synchronous_commit off for its transaction only): one fsync a batch
- * (the DONEs') instead of two.  A lease lost in a database crash returns
- * its chunks to PENDING, as a lost lease file does; a DONE is never
- * asynchronous, and its flush carries the lease's WAL before it anyway. */
-static const char LEASE_SQL[] = "SELECT cid, attempt, stolen, deadline, started, token,"
-				" set_config('synchronous_commit', 'off', true) FROM mesh.lease($1, $2, $3, $4)";
-
-struct lease_vals {
-	char k[24], ttl[24], holder[24];
-	const char *vals[4];
-};
-static void lease_vals(struct mesh_pg *pg, struct lease_vals *v, const char *node, uint64_t ttl_ns, size_t k)
+int mesh_pg_lease(struct mesh_pg *pg, const char *node, uint64_t ttl_ns, size_t k, struct mesh_pg_lease *out,
+		  size_t *got)
 {
+	char ktext[24], ttext[24], htext[24];
+	const char *vals[4] = {pg->idtext, ktext, ttext, htext};
+	PGresult *r;
+	int rc = 0;
+	*got = 0;
 	if (!pg->node_on)
 		mesh__pg_node_start(pg, node, ttl_ns); /* a node without its row still works */
-	snprintf(v->k, sizeof v->k, "%zu", k);
-	snprintf(v->ttl, sizeof v->ttl, "%" PRIu64, ttl_ns / 1000);
-	snprintf(v->holder, sizeof v->holder, "%" PRIu64, pg->holder);
-	v->vals[0] = pg->idtext;
-	v->vals[1] = v->k;
-	v->vals[2] = v->ttl;
-	v->vals[3] = v->holder;
-}
-static void lease_rows(PGresult *r, size_t k, struct mesh_pg_lease *out, size_t *got)
-{
+	snprintf(ktext, sizeof ktext, "%zu", k);
+	snprintf(ttext, sizeof ttext, "%" PRIu64, ttl_ns / 1000);
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	pthread_mutex_lock(&pg->mu);
+	/* A lease is committed without waiting for the WAL flush
+	 * (synchronous_commit off for this transaction only): one fsync a
+	 * batch (the DONEs') instead of two.  A lease lost in a database
+	 * crash returns its chunks to PENDING, as a lost lease file does; a
+	 * DONE is never asynchronous, and its flush carries the lease's WAL
+	 * before it anyway. */
+	r = mesh__pg_q(pg,
+		       "SELECT cid, attempt, stolen, deadline, started, token,"
+		       " set_config('synchronous_commit', 'off', true) FROM mesh.lease($1, $2, $3, $4)",
+		       4, vals, &rc);
 	for (int i = 0; r && i < PQntuples(r) && (size_t)i < k; i++) {
 		struct mesh_pg_lease *l = &out[(*got)++];
 		l->cid = strtoull(PQgetvalue(r, i, 0), NULL, 10);
@@ -381,19 +379,6 @@ static void lease_rows(PGresult *r, size_t k, struct mesh_pg_lease *out, size_t 
 		l->started_ns = strtoull(PQgetvalue(r, i, 4), NULL, 10) * 1000;
 		l->token = (uint64_t)strtoll(PQgetvalue(r, i, 5), NULL, 10);
 	}
-}
-
-int mesh_pg_lease(struct mesh_pg *pg, const char *node, uint64_t ttl_ns, size_t k, struct mesh_pg_lease *out,
-		  size_t *got)
-{
-	struct lease_vals v;
-	PGresult *r;
-	int rc = 0;
-	*got = 0;
-	lease_vals(pg, &v, node, ttl_ns, k);
-	pthread_mutex_lock(&pg->mu);
-	r = mesh__pg_q(pg, LEASE_SQL, 4, v.vals, &rc);
-	lease_rows(r, k, out, got);
 	PQclear(r);
 	pthread_mutex_unlock(&pg->mu);
 	return rc;
@@ -436,56 +421,6 @@ static int cmp_pos(const void *a, const void *b)
 	return x->cid < y->cid ? -1 : x->cid > y->cid ? 1 : (x->at > y->at) - (x->at < y->at);
 }
 
-/* sql1, then sql2, each its own transaction, in one round trip (libpq's
- * pipeline mode, a Sync after each) on pg's connection (pg->mu held).
- * Returns sql1's rows only once its Sync came back (it is committed), else
- * NULL: the caller runs sql1 again on its own (mesh__pg_q makes the
- * connection again; a batch that did commit then answers IGNORED, never
- * DONE twice).  *r2: sql2's rows once its Sync came back, else NULL. */
-static PGresult *pipe_two(struct mesh_pg *pg, const char *sql1, int n1, const char *const *v1, const char *sql2,
-			  int n2, const char *const *v2, PGresult **r2)
-{
-	PGconn *c = pg->conn;
-	PGresult *res[2] = {NULL, NULL};
-	int syncs = 0, nulls = 0, sent;
-	*r2 = NULL;
-	if (PQpipelineStatus(c) != PQ_PIPELINE_OFF || !PQenterPipelineMode(c))
-		return NULL;
-	sent = PQsendQueryParams(c, sql1, n1, NULL, v1, NULL, NULL, 0) && PQpipelineSync(c) &&
-	       PQsendQueryParams(c, sql2, n2, NULL, v2, NULL, NULL, 0) && PQpipelineSync(c);
-	/* Every result up to the second Sync (a NULL ends each query's). */
-	while (sent && syncs < 2 && nulls < 3 && PQstatus(c) == CONNECTION_OK) {
-		PGresult *x = PQgetResult(c);
-		if (!x) {
-			nulls++;
-			continue;
-		}
-		nulls = 0;
-		if (PQresultStatus(x) == PGRES_PIPELINE_SYNC) {
-			syncs++;
-			PQclear(x);
-		} else if (!res[syncs] && PQresultStatus(x) == PGRES_TUPLES_OK) {
-			res[syncs] = x;
-		} else {
-			PQclear(x);
-		}
-	}
-	if (!PQexitPipelineMode(c)) {
-		PQreset(c); /* results left unread: start clean */
-		PQclear(PQexec(c, "SET synchronous_commit = on"));
-	}
-	if (syncs < 2) {
-		PQclear(res[1]);
-		res[1] = NULL;
-	}
-	if (syncs < 1) {
-		PQclear(res[0]);
-		res[0] = NULL;
-	}
-	*r2 = res[1];
-	return res[0];
-}
-
 /* One commit for every batch in list (pg->mu not held). */
 static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 {
@@ -526,26 +461,12 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 	snprintf(btext, sizeof btext, "%" PRIu64, busy_us);
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
 	const char *vals[5] = {pg->idtext, arr, ntext, btext, htext};
-	/* The node's speed rides in the same statement (no round trip). */
-	static const char sql[] = "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $3, busy_us = busy_us + $4,"
-				  " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[])";
-	struct cbatch *lb = NULL; /* the batch whose caller's next leases ride along */
-	for (struct cbatch *b = list; b && !lb; b = b->next)
-		if (b->lease_k)
-			lb = b;
-	PGresult *r = NULL, *r2 = NULL;
 	pthread_mutex_lock(&pg->mu);
-	if (lb) {
-		struct lease_vals lv;
-		pthread_mutex_unlock(&pg->mu);
-		lease_vals(pg, &lv, lb->node, lb->ttl_ns, lb->lease_k); /* may register the node */
-		pthread_mutex_lock(&pg->mu);
-		r = pipe_two(pg, sql, 5, vals, LEASE_SQL, 4, lv.vals, &r2);
-		lease_rows(r2, lb->lease_k, lb->lease_out, lb->lease_got);
-		PQclear(r2);
-	}
-	if (!r)
-		r = mesh__pg_q(pg, sql, 5, vals, &rc);
+	/* The node's speed rides in the same statement (no round trip). */
+	PGresult *r = mesh__pg_q(pg,
+				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $3, busy_us = busy_us + $4,"
+				 " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[])",
+				 5, vals, &rc);
 	if (r && (size_t)PQntuples(r) != total)
 		rc = MESH_E_PROTO;
 	for (size_t i = 0; r && !rc && i < total; i++)
@@ -566,16 +487,7 @@ out:
 
 int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results)
 {
-	return mesh_pg_complete_lease(pg, cids, durs_ns, n, results, NULL, 0, 0, NULL, NULL);
-}
-
-int mesh_pg_complete_lease(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n,
-			   int *results, const char *node, uint64_t ttl_ns, size_t k, struct mesh_pg_lease *out,
-			   size_t *got)
-{
-	struct cbatch me = {cids, durs_ns, n, results, 0, 0, NULL, k, node, ttl_ns, out, got};
-	if (got)
-		*got = 0;
+	struct cbatch me = {cids, durs_ns, n, results, 0, 0, NULL};
 	if (!n)
 		return 0;
 	pthread_mutex_lock(&pg->cmu);

@@ -89,15 +89,6 @@ int mesh_pg_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl
  * 0 (DONE, committed) or 1 (IGNORED).  Returns 0 or an error (then none
  * of these is reported DONE). */
 int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results);
-/* mesh_pg_complete, and up to k leases as mesh_pg_lease in the same round
- * trip (libpq's pipeline mode: two transactions, the DONEs' first,
- * synchronous, and answered only once committed; then the lease's): *got
- * of them into out.  *got may be 0 even when chunks are free (the lease
- * could not ride along: lease on its own).  When concurrent completers
- * share the commit, one caller's leases ride along. */
-int mesh_pg_complete_lease(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n,
-			   int *results, const char *node, uint64_t ttl_ns, size_t k, struct mesh_pg_lease *out,
-			   size_t *got);
 /* Records a failed attempt: 0, 1 = it buried the chunk, or an error. */
 int mesh_pg_fail(struct mesh_pg *pg, uint64_t cid, int status, uint32_t max_attempts);
 /* Un-buries cid (UINT64_MAX: all): how many. */

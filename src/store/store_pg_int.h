@@ -17,13 +17,6 @@ struct cbatch {
 	int *results;
 	int rc, done;
 	struct cbatch *next;
-	/* Leases asked to ride along with the commit (lease_k 0: none):
-	 * mesh_pg_complete_lease. */
-	size_t lease_k;
-	const char *node;
-	uint64_t ttl_ns;
-	struct mesh_pg_lease *lease_out;
-	size_t *lease_got;
 };
 
 struct mesh_pg {

@@ -498,10 +498,12 @@ static void conf_speculation_differs(const struct store_env *e)
 	mesh_job_close(b);
 }
 
-/* A fast node takes more than it is handed (the file store's block
- * reserve; PostgreSQL's leases riding along with a commit): those count as
- * leased, never reach another node while it lives, and go with its close:
- * every chunk is then DONE exactly once. */
+/* A fast node may take more than it is handed (the file store's block
+ * reserve): those count as leased, never reach another node while it
+ * lives, and go with its close: every chunk is then DONE exactly once.
+ * PostgreSQL takes only what it is asked for (a reserve riding along with
+ * each commit was tried and measured slower at 8 and 32 nodes: more live
+ * lease rows for every lease to pass). */
 static void conf_fast_node_reserve(const struct store_env *e)
 {
 	const uint64_t n = 3000;
@@ -528,7 +530,8 @@ static void conf_fast_node_reserve(const struct store_env *e)
 	ASSERT_EQ(mesh_job_status(b, &st), 0);
 	EXPECT_UEQ(st.done, done);
 	EXPECT_UEQ(st.done + st.leased + st.pending, n);
-	EXPECT_GT(st.leased, 0); /* a's reserve: taken, not handed out */
+	if (!strcmp(e->kind, "file"))
+		EXPECT_GT(st.leased, 0); /* a's reserve: taken, not handed out */
 	mesh_job_close(a);
 	ASSERT_EQ(mesh_job_status(b, &st), 0);
 	EXPECT_UEQ(st.leased, 0);
@@ -550,6 +553,40 @@ static void conf_fast_node_reserve(const struct store_env *e)
 	EXPECT_UEQ(st.done, n);
 	EXPECT_UEQ(st.duplicates, 0);
 	mesh_job_close(b);
+}
+
+/* Placement: a node's lease batch is its share of the speed of all the
+ * job's nodes (job/place.h): a node ten times slower than the fastest
+ * takes a tenth of what it asks for, the fastest all of it. */
+static void conf_placement_by_speed(const struct store_env *e)
+{
+	struct mesh_lease ls[16];
+	size_t got = 0;
+	ASSERT_EQ(store_env_submit(e, 200), 0);
+	struct mesh_job *fast = open_as(e, "fast", 0), *slow = open_as(e, "slow", 0);
+	for (int i = 0; i < 3; i++) {
+		struct mesh_lease l;
+		ASSERT_EQ(mesh_job_lease(fast, LONG_TTL, 0, &l), 0);
+		EXPECT_EQ(mesh_job_complete(fast, l.cid, 2 * MS), MESH_JOB_DONE);
+		ASSERT_EQ(mesh_job_lease(slow, LONG_TTL, 0, &l), 0);
+		EXPECT_EQ(mesh_job_complete(slow, l.cid, 20 * MS), MESH_JOB_DONE);
+	}
+	/* handles opened now see the speeds from their first batch on */
+	mesh_job_close(fast);
+	mesh_job_close(slow);
+	fast = open_as(e, "fast", 0);
+	slow = open_as(e, "slow", 0);
+	ASSERT_EQ(mesh_job_lease_many(slow, LONG_TTL, 0, ls, 10, &got), 0);
+	EXPECT_EQ(got, 1);
+	ASSERT_EQ(mesh_job_lease_many(fast, LONG_TTL, 0, ls, 10, &got), 0);
+	EXPECT_EQ(got, 10);
+	/* a node never seen takes what it asks for */
+	struct mesh_job *fresh = open_as(e, "fresh", 0);
+	ASSERT_EQ(mesh_job_lease_many(fresh, LONG_TTL, 0, ls, 10, &got), 0);
+	EXPECT_EQ(got, 10);
+	mesh_job_close(fresh);
+	mesh_job_close(fast);
+	mesh_job_close(slow);
 }
 
 #define CONF(store, fn)                                    \
@@ -581,7 +618,8 @@ static void conf_fast_node_reserve(const struct store_env *e)
 	CONF(store, status_counts)                        \
 	CONF(store, completion_feed)                      \
 	CONF(store, speculation_differs)                  \
-	CONF(store, fast_node_reserve)
+	CONF(store, fast_node_reserve)                    \
+	CONF(store, placement_by_speed)
 
 CONF_ALL(file)
 CONF_ALL(postgresql)
