@@ -99,6 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	close(fd);
 	if (mesh_journal_open(&j, path, on_record, NULL) == 0) {
+		mesh_journal_set_kinds(j, &mesh_job_records);
 		mesh_journal_recover(j, NULL);
 		mesh_journal_tail(j);
 		mesh_journal_close(j);
