@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "job/job.h"
+#include "job/record.h"
 #include "journal/journal.h"
 
 #include <errno.h>

@@ -7,6 +7,7 @@
 #include "cli/exit.h"
 #include "exec/runner.h"
 #include "job/job.h"
+#include "job/record.h"
 #include "journal/journal.h"
 #include "store/store.h"
 #include "store/store_pg.h"
@@ -521,7 +522,7 @@ static int cmd_check(int argc, char **argv)
 	int rc = parse_args(argc, argv, &a, "force");
 	if (rc || (rc = want_pos("check", &a, 1, 1)) || (rc = check_journal_path(a.pos[0])))
 		return rc;
-	rc = mesh_journal_check(a.pos[0], a.force ? 2 : 1, &r);
+	rc = mesh_job_journal_check(a.pos[0], a.force ? 2 : 1, &r);
 	if (rc && rc != MESH_E_CORRUPT)
 		return mesh_cli_fail(rc, "cannot check '%s'", a.pos[0]);
 	printf("journal %s: format version %d, %" PRIu64 " bytes, %" PRIu64 " whole records (submit %" PRIu64

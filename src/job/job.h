@@ -166,6 +166,9 @@ int mesh_job_lease(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct me
  * asked for (what this handle hands out in about 50 ms), kept for the next
  * calls of this handle (mesh_job_lease too): they count as leased, and
  * mesh_job_close lets them go.  A detached handle takes no block leases.
+ * Placement (job/place.h): a node slower than the fastest node of the job
+ * (mean chunk times measured from completions, every host's) takes fewer:
+ * k scaled by its speed over the fastest's, at least 1.
  * Each lease is renewed, completed, failed and handed back alone, as one
  * from mesh_job_lease. */
 int mesh_job_lease_many(struct mesh_job *j, uint64_t ttl_ns, int speculate, struct mesh_lease *ls, size_t k,
@@ -213,6 +216,21 @@ struct mesh_job_failure {
 int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failure *, void *), void *arg);
 /* 1 if cid is DONE, 0 if not, MESH_E_RANGE. */
 int mesh_job_is_done(struct mesh_job *j, uint64_t cid);
+
+/* The completion feed a node follows (a collector of results, a progress
+ * view): what it has handed out so far.  Zero it (MESH_JOB_FEED_INIT)
+ * before the first call; mesh_job_feed_free frees it. */
+struct mesh_job_feed {
+	uint64_t *seen; /* bit cid: handed out */
+	uint64_t n, words;
+};
+#define MESH_JOB_FEED_INIT {0}
+/* Calls fn(cid, arg) once for every chunk that is DONE (durably: the
+ * store has it) and that f has not handed out yet, in cid order, and
+ * marks it in f.  fn runs with no lock of j held.  Cost: one look at the
+ * DONE bits (n/64 words), whatever the store.  0 or a negative error. */
+int mesh_job_feed(struct mesh_job *j, struct mesh_job_feed *f, void (*fn)(uint64_t cid, void *), void *arg);
+void mesh_job_feed_free(struct mesh_job_feed *f);
 uint64_t mesh_job_nchunks(const struct mesh_job *j);
 const char *mesh_job_node(const struct mesh_job *j);
 

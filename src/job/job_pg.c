@@ -1,4 +1,8 @@
-#include "job/job_pg.h"
+/* The PostgreSQL store of jobs (store_ops.h) over store/store_pg.h: the
+ * engine's calls with the file store's contracts, every one a call or
+ * two into the database.  Not done here: speculation (no copies of
+ * stragglers; the speculate flag is ignored). */
+#include "job/store_ops.h"
 
 #include "base/clock.h"
 #include "base/err.h"
@@ -17,6 +21,7 @@ struct pheld {
 };
 
 struct mesh__jpg {
+	struct mesh__jstore base; /* first: the ops table */
 	struct mesh_pg *pg;
 	char node[MESH_NODE_MAX + 1];
 	char where[512]; /* the URL without its password */
@@ -30,13 +35,18 @@ struct mesh__jpg {
 	size_t nheld, cheld;
 };
 
+static struct mesh__jpg *jpg_of(const struct mesh__jstore *s)
+{
+	return (struct mesh__jpg *)s;
+}
+
 static void why_conn(struct mesh_job_why *why, int rc)
 {
 	if (why)
 		why->at = rc == MESH_E_UNAVAILABLE || rc == MESH_E_PARSE ? MESH_JOB_AT_NONE : MESH_JOB_AT_JOURNAL;
 }
 
-int mesh__jpg_submit(const char *url, uint64_t n, const void *ident, size_t ident_len, struct mesh_job_why *why)
+static int jp_submit(const char *url, uint64_t n, const void *ident, size_t ident_len, struct mesh_job_why *why)
 {
 	struct mesh_pg *pg;
 	int rc;
@@ -54,7 +64,7 @@ int mesh__jpg_submit(const char *url, uint64_t n, const void *ident, size_t iden
 	return rc;
 }
 
-int mesh__jpg_open(struct mesh__jpg **out, const struct mesh_job_opts *o, const char *node)
+static int jp_open(struct mesh__jstore **out, const struct mesh_job_opts *o, const char *node)
 {
 	struct mesh__jpg *p = calloc(1, sizeof *p);
 	int rc;
@@ -85,12 +95,14 @@ int mesh__jpg_open(struct mesh__jpg **out, const struct mesh_job_opts *o, const 
 	p->max_attempts = o->max_attempts ? o->max_attempts : MESH_JOB_MAX_ATTEMPTS_DEFAULT;
 	p->read_only = o->read_only;
 	pthread_mutex_init(&p->mu, NULL);
-	*out = p;
+	p->base.ops = &mesh__jstore_pg;
+	*out = &p->base;
 	return 0;
 }
 
-void mesh__jpg_close(struct mesh__jpg *p)
+static void jp_close(struct mesh__jstore *s)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	if (!p)
 		return;
 	/* A node that stops lets its leases go (not a detached one's: they
@@ -103,8 +115,9 @@ void mesh__jpg_close(struct mesh__jpg *p)
 	free(p);
 }
 
-void mesh__jpg_detach(struct mesh__jpg *p)
+static void jp_detach(struct mesh__jstore *s)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	p->detached = 1;
 }
 
@@ -142,8 +155,11 @@ static int held_put(struct mesh__jpg *p, uint64_t cid, uint64_t token)
 	return 0;
 }
 
-int mesh__jpg_lease_many(struct mesh__jpg *p, uint64_t ttl_ns, struct mesh_lease *ls, size_t k, size_t *got)
+static int jp_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int speculate, struct mesh_lease *ls, size_t k,
+			 size_t *got)
 {
+	(void)speculate; /* no copies of stragglers here (store_ops.h) */
+	struct mesh__jpg *p = jpg_of(s);
 	struct mesh_pg_lease pl[MESH_JOB_LEASE_MANY_MAX];
 	int rc;
 	*got = 0;
@@ -178,8 +194,9 @@ int mesh__jpg_lease_many(struct mesh__jpg *p, uint64_t ttl_ns, struct mesh_lease
 	return st.done >= st.n ? MESH_JOB_COMPLETE : MESH_JOB_NONE;
 }
 
-int mesh__jpg_renew(struct mesh__jpg *p, struct mesh_lease *l, uint64_t ttl_ns)
+static int jp_renew(struct mesh__jstore *s, struct mesh_lease *l, uint64_t ttl_ns)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	struct pheld *h;
 	uint64_t token, dl;
 	int rc;
@@ -202,8 +219,9 @@ int mesh__jpg_renew(struct mesh__jpg *p, struct mesh_lease *l, uint64_t ttl_ns)
 	return rc;
 }
 
-int mesh__jpg_complete_many(struct mesh__jpg *p, const uint64_t *cids, const uint64_t *durs, size_t n, int *results)
+static int jp_complete_many(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs, size_t n, int *results)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	int rc;
 	if (p->read_only) {
 		for (size_t i = 0; i < n; i++)
@@ -228,8 +246,9 @@ int mesh__jpg_complete_many(struct mesh__jpg *p, const uint64_t *cids, const uin
 	return rc;
 }
 
-int mesh__jpg_fail(struct mesh__jpg *p, uint64_t cid, int status)
+static int jp_fail(struct mesh__jstore *s, uint64_t cid, int status)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	if (p->read_only)
 		return MESH_E_STATE;
 	if (cid >= p->n)
@@ -240,8 +259,9 @@ int mesh__jpg_fail(struct mesh__jpg *p, uint64_t cid, int status)
 	return mesh_pg_fail(p->pg, cid, status, p->max_attempts);
 }
 
-int mesh__jpg_retry(struct mesh__jpg *p, uint64_t cid)
+static int jp_retry(struct mesh__jstore *s, uint64_t cid)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	if (p->read_only)
 		return MESH_E_STATE;
 	if (cid != UINT64_MAX && cid >= p->n)
@@ -249,8 +269,9 @@ int mesh__jpg_retry(struct mesh__jpg *p, uint64_t cid)
 	return mesh_pg_retry(p->pg, cid);
 }
 
-int mesh__jpg_status(struct mesh__jpg *p, struct mesh_job_status *st)
+static int jp_status(struct mesh__jstore *s, struct mesh_job_status *st)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	struct mesh_pg_status ps;
 	int rc = mesh_pg_status(p->pg, &ps);
 	memset(st, 0, sizeof *st);
@@ -278,21 +299,24 @@ static void one_failure(const struct mesh_pg_failure *f, void *arg)
 	a->fn(&jf, a->arg);
 }
 
-int mesh__jpg_failures(struct mesh__jpg *p, void (*fn)(const struct mesh_job_failure *, void *), void *arg)
+static int jp_failures(struct mesh__jstore *s, void (*fn)(const struct mesh_job_failure *, void *), void *arg)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	struct fail_arg a = {fn, arg};
 	return mesh_pg_failures(p->pg, one_failure, &a);
 }
 
-int mesh__jpg_is_done(struct mesh__jpg *p, uint64_t cid)
+static int jp_is_done(struct mesh__jstore *s, uint64_t cid)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	if (cid >= p->n)
 		return MESH_E_RANGE;
 	return mesh_pg_is_done(p->pg, cid);
 }
 
-int mesh__jpg_wait(struct mesh__jpg *p, uint64_t timeout_ns)
+static int jp_wait(struct mesh__jstore *s, uint64_t timeout_ns)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	return mesh_pg_wait(p->pg, timeout_ns);
 }
 
@@ -307,26 +331,89 @@ static void one_node(const struct mesh_pg_node *nd, void *arg)
 	a->fn(&s, a->arg);
 }
 
-int mesh__jpg_nodes(struct mesh__jpg *p, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg)
+static int jp_nodes(struct mesh__jstore *s, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg)
 {
+	struct mesh__jpg *p = jpg_of(s);
 	struct nodes_arg a = {fn, arg};
 	return mesh_pg_nodes(p->pg, 1, one_node, &a);
 }
 
-uint64_t mesh__jpg_nchunks(const struct mesh__jpg *p)
+static uint64_t jp_nchunks(const struct mesh__jstore *s)
 {
+	const struct mesh__jpg *p = jpg_of(s);
 	return p->n;
 }
-const char *mesh__jpg_node(const struct mesh__jpg *p)
+static const char *jp_where(const struct mesh__jstore *s)
 {
-	return p->node;
-}
-const char *mesh__jpg_where(const struct mesh__jpg *p)
-{
+	const struct mesh__jpg *p = jpg_of(s);
 	return p->where;
 }
-const void *mesh__jpg_identity(const struct mesh__jpg *p, size_t *len)
+static const void *jp_identity(const struct mesh__jstore *s, size_t *len)
 {
+	const struct mesh__jpg *p = jpg_of(s);
 	*len = p->ident_len;
 	return p->ident_len ? p->ident : NULL;
 }
+
+static int jp_lease(struct mesh__jstore *s, uint64_t ttl_ns, int speculate, struct mesh_lease *l)
+{
+	size_t got;
+	return jp_lease_many(s, ttl_ns, speculate, l, 1, &got);
+}
+
+struct feed_arg {
+	struct mesh_job_feed *f;
+	void (*fn)(uint64_t cid, void *);
+	void *arg;
+};
+static void one_word(uint64_t w, uint64_t bits, void *arg)
+{
+	struct feed_arg *a = arg;
+	mesh__feed_word(a->f, w, bits, a->fn, a->arg);
+}
+
+static int jp_feed(struct mesh__jstore *s, struct mesh_job_feed *f, void (*fn)(uint64_t cid, void *), void *arg)
+{
+	struct mesh__jpg *p = jpg_of(s);
+	struct feed_arg a = {f, fn, arg};
+	int rc = mesh__feed_ready(f, p->n);
+	return rc ? rc : mesh_pg_done_words(p->pg, one_word, &a);
+}
+
+static uint64_t jp_straggler_ns(struct mesh__jstore *s)
+{
+	(void)s;
+	return 0; /* no speculation here */
+}
+
+static void jp_commit_stats(const struct mesh__jstore *s, uint64_t *fsyncs, uint64_t *records)
+{
+	(void)s;
+	*fsyncs = *records = 0;
+}
+
+const struct mesh__jstore_ops mesh__jstore_pg = {
+	.kind = "postgresql",
+	.idle_max_ns = 1000 * MESH_NS_PER_MS, /* a NOTIFY wakes it sooner */
+	.submit = jp_submit,
+	.open = jp_open,
+	.close = jp_close,
+	.detach = jp_detach,
+	.lease = jp_lease,
+	.lease_many = jp_lease_many,
+	.renew = jp_renew,
+	.complete_many = jp_complete_many,
+	.fail = jp_fail,
+	.retry = jp_retry,
+	.status = jp_status,
+	.failures = jp_failures,
+	.is_done = jp_is_done,
+	.feed = jp_feed,
+	.nodes = jp_nodes,
+	.wait_work = jp_wait,
+	.straggler_ns = jp_straggler_ns,
+	.nchunks = jp_nchunks,
+	.where = jp_where,
+	.identity = jp_identity,
+	.commit_stats = jp_commit_stats,
+};

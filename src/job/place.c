@@ -25,3 +25,24 @@ int mesh_place(const struct mesh_place_node *holder, uint64_t elapsed_ns, const 
 	}
 	return pick;
 }
+
+size_t mesh_place_batch(const struct mesh_place_node *nodes, size_t n, size_t self, size_t k, uint64_t typical_ns)
+{
+	uint64_t fastest = UINT64_MAX, mine;
+	if (self >= n || !nodes[self].samples || k <= 1)
+		return k;
+	mine = mesh_place_estimate(&nodes[self], typical_ns);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t e = mesh_place_estimate(&nodes[i], typical_ns);
+		if (e && e < fastest)
+			fastest = e;
+	}
+	if (!mine || fastest == UINT64_MAX || fastest >= mine)
+		return k;
+	/* k * fastest / mine, rounded up, without overflow */
+	long double b = (long double)k * (long double)fastest / (long double)mine;
+	size_t r = (size_t)b;
+	if ((long double)r < b)
+		r++;
+	return r < 1 ? 1 : r > k ? k : r;
+}

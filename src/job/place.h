@@ -1,7 +1,8 @@
 /* place: which node should run a speculative copy of a straggling chunk
  * (LATE's idea: the copy goes to the node expected to finish it first, and
- * not at all when the holder is expected to finish first).  A pure
- * function over measured speeds, tested as a table. */
+ * not at all when the holder is expected to finish first), and how many
+ * chunks a node takes at once (its share of the speed of all nodes).  Pure
+ * functions over measured speeds, tested as tables. */
 #ifndef MESH_JOB_PLACE_H
 #define MESH_JOB_PLACE_H
 
@@ -27,5 +28,13 @@ uint64_t mesh_place_remaining(const struct mesh_place_node *holder, uint64_t typ
  * to the lower index. */
 int mesh_place(const struct mesh_place_node *holder, uint64_t elapsed_ns, const struct mesh_place_node *cands,
 	       size_t ncand, uint64_t typical_ns);
+
+/* How many chunks a node should take at once when it asks for k: k scaled
+ * by its speed over the fastest node's (est(fastest) / est(self), rounded
+ * up), between 1 and k, so that a slow host does not sit on many chunks
+ * the fast ones would finish sooner.  nodes[0..n-1] are every node of the
+ * job, self one of them; estimates as mesh_place_estimate.  k when self
+ * has no measurement yet. */
+size_t mesh_place_batch(const struct mesh_place_node *nodes, size_t n, size_t self, size_t k, uint64_t typical_ns);
 
 #endif

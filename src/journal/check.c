@@ -26,6 +26,7 @@ struct win {
 	uint64_t base;
 	size_t got;
 	int err;
+	const struct mesh_journal_kinds *kinds; /* what a record looks like (NULL: any) */
 };
 
 static const unsigned char *at(struct win *w, uint64_t off, size_t *avail)
@@ -89,7 +90,7 @@ static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, s
 		const unsigned char *p = at(w, off, &avail);
 		if (mesh_journal_decode(p, avail, &r, &sz) == 1) {
 			rep->records++;
-			rep->by_type[r.type <= MESH_JREC__MAX ? r.type : 0]++;
+			rep->by_type[r.type]++;
 			if (rep->bad_off != UINT64_MAX)
 				rep->after_bad++;
 			if (o)
@@ -100,7 +101,7 @@ static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, s
 		uint64_t f = off + 8;
 		for (; f < size; f += 8) {
 			p = at(w, f, &avail);
-			if (mesh_journal_decode(p, avail, &r, &sz) == 1 && mesh_journal_len_ok(r.type, r.len))
+			if (mesh_journal_decode(p, avail, &r, &sz) == 1 && mesh_journal_len_ok(w->kinds, r.type, r.len))
 				break;
 		}
 		if (f > size)
@@ -154,7 +155,9 @@ static int rewrite(const char *path, struct win *w, uint64_t size, const unsigne
 	return rc;
 }
 
-static int first_is_submit(struct win *w, uint64_t size)
+/* The first record is whole and of the type every journal of this user
+ * starts with (the job's: SUBMIT). */
+static int first_is_first(struct win *w, uint64_t size)
 {
 	struct mesh_jrec r;
 	size_t sz, avail;
@@ -162,14 +165,20 @@ static int first_is_submit(struct win *w, uint64_t size)
 	if (size <= MESH_JOURNAL_HDR_SIZE)
 		return 0;
 	p = at(w, MESH_JOURNAL_HDR_SIZE, &avail);
-	return mesh_journal_decode(p, avail, &r, &sz) == 1 && r.type == MESH_JREC_SUBMIT &&
-	       mesh_journal_len_ok(r.type, r.len);
+	return mesh_journal_decode(p, avail, &r, &sz) == 1 && (!w->kinds || r.type == w->kinds->first) &&
+	       mesh_journal_len_ok(w->kinds, r.type, r.len);
 }
 
 int mesh_journal_check(const char *path, int repair, struct mesh_journal_report *rep)
 {
+	return mesh_journal_check_kinds(path, repair, NULL, rep);
+}
+
+int mesh_journal_check_kinds(const char *path, int repair, const struct mesh_journal_kinds *kinds,
+			     struct mesh_journal_report *rep)
+{
 	unsigned char hdr[MESH_JOURNAL_HDR_SIZE];
-	struct win w = {.fd = -1};
+	struct win w = {.fd = -1, .kinds = kinds};
 	struct stat st;
 	ssize_t got;
 	int rc, fd;
@@ -190,11 +199,9 @@ int mesh_journal_check(const char *path, int repair, struct mesh_journal_report 
 		goto out;
 	/* Under LOCK_EX no append is in flight: whatever is not whole is
 	 * damage, and no writer can slip a record in while we rewrite. */
-	while (flock(fd, LOCK_EX) < 0)
-		if (errno != EINTR) {
-			rc = -errno;
-			goto out;
-		}
+	rc = mesh_flock_ex(fd);
+	if (rc)
+		goto out;
 	w.fd = fd;
 	w.buf = malloc(WIN + REC_MAX);
 	if (!w.buf) {
@@ -215,7 +222,7 @@ int mesh_journal_check(const char *path, int repair, struct mesh_journal_report 
 		else
 			rc = mesh_fdatasync(fd);
 		rep->repaired = !rc;
-	} else if (repair >= 2 && (!rep->header_bad || first_is_submit(&w, rep->size))) {
+	} else if (repair >= 2 && (!rep->header_bad || first_is_first(&w, rep->size))) {
 		if (rep->header_bad)
 			mesh_journal_header(hdr);
 		rc = rewrite(path, &w, rep->size, hdr, st.st_mode);

@@ -53,6 +53,7 @@ struct mesh_journal {
 	void *arg;
 	mesh_journal_prepare_fn prepare;
 	void *prepare_arg;
+	const struct mesh_journal_kinds *kinds; /* NULL: any record type */
 	/* reader; rmu guards read_off, trusted, anchor, rbuf and run_* (tail may run
 	 * on a commit leader's thread while another thread tails) */
 	pthread_mutex_t rmu;
@@ -146,26 +147,11 @@ int mesh_journal_header_check(const void *buf, size_t n)
 	return 0;
 }
 
-int mesh_journal_len_ok(uint8_t type, uint16_t len)
+int mesh_journal_len_ok(const struct mesh_journal_kinds *kinds, uint8_t type, uint16_t len)
 {
-	switch (type) {
-	case MESH_JREC_SUBMIT:
-	case MESH_JREC_RETRY:
-		return len == 8;
-	case MESH_JREC_NODE:
-		return len >= 5 && len <= 4 + 255;
-	case MESH_JREC_DONE:
-	case MESH_JREC_FAIL:
-		return len == 16;
-	case MESH_JREC_DUP:
-		return len == 12;
-	case MESH_JREC_COMMIT:
-		return len == 0;
-	case MESH_JREC_WORK:
-		return len >= 1 && len <= 200;
-	default:
-		return 0;
-	}
+	if (kinds)
+		return kinds->len_ok(type, len);
+	return type != 0 && (type != MESH_JREC_COMMIT || len == 0) && len <= MESH_JOURNAL_MAX_PAYLOAD;
 }
 
 int mesh_journal_create(const char *path, const struct mesh_jrec *first)
@@ -268,6 +254,11 @@ void mesh_journal_set_prepare(struct mesh_journal *j, mesh_journal_prepare_fn fn
 {
 	j->prepare = fn;
 	j->prepare_arg = arg;
+}
+
+void mesh_journal_set_kinds(struct mesh_journal *j, const struct mesh_journal_kinds *kinds)
+{
+	j->kinds = kinds;
 }
 
 uint64_t mesh_journal_position(const struct mesh_journal *j)
@@ -492,7 +483,7 @@ static long tail_locked(struct mesh_journal *j, int look)
 
 /* Offset of the first whole record of a known type and sane length at or
  * after off (8-aligned from off), or UINT64_MAX; 0 when it cannot tell. */
-static uint64_t find_whole_after(int fd, uint64_t off, uint64_t size)
+static uint64_t find_whole_after(const struct mesh_journal_kinds *kinds, int fd, uint64_t off, uint64_t size)
 {
 	unsigned char *buf = malloc(WALK_BUF);
 	uint64_t base = off, found = UINT64_MAX;
@@ -506,7 +497,7 @@ static uint64_t find_whole_after(int fd, uint64_t off, uint64_t size)
 			struct mesh_jrec r;
 			size_t sz;
 			if (mesh_journal_decode(buf + i, (size_t)got - i, &r, &sz) == 1 &&
-			    mesh_journal_len_ok(r.type, r.len)) {
+			    mesh_journal_len_ok(kinds, r.type, r.len)) {
 				found = base + i;
 				break;
 			}
@@ -544,7 +535,7 @@ static int settle_locked(struct mesh_journal *j, uint64_t *cut)
 	if (rc)
 		goto out;
 	if (w < size) {
-		if (find_whole_after(j->fd, w + 8, size) != UINT64_MAX) {
+		if (find_whole_after(j->kinds, j->fd, w + 8, size) != UINT64_MAX) {
 			rc = MESH_E_DAMAGED;
 			goto out;
 		}

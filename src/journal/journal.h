@@ -47,18 +47,14 @@
 #define MESH_JOURNAL_FRAME 8		/* frame header bytes before the payload */
 #define MESH_JOURNAL_MAX_PAYLOAD 1024	/* longer len fields are corrupt */
 
-/* Record types (payloads in docs/journal.md). */
+/* The journal's own record type; every other type is its user's (the
+ * job's: job/record.h), and the journal tells them apart only through
+ * the kinds its user gives (struct mesh_journal_kinds). */
 enum {
-	MESH_JREC_SUBMIT = 1, /* u64 n: always the first record */
-	MESH_JREC_NODE = 2,   /* u32 node hash, name bytes */
-	MESH_JREC_DONE = 3,   /* u64 cid, u32 node hash, u32 duration us; flag 1 = speculative copy */
-	MESH_JREC_FAIL = 4,   /* u64 cid, u32 node hash, i32 exit status; flag 1 = this failure buried it */
-	MESH_JREC_RETRY = 5,  /* u64 cid (UINT64_MAX = every buried chunk) */
-	MESH_JREC_DUP = 6,    /* u64 cid, u32 node hash: a completion that came back IGNORED */
 	MESH_JREC_COMMIT = 7, /* empty: every byte before it is durable; never handed to consumers */
-	MESH_JREC_WORK = 8  ,   /* identity bytes of the work: created with SUBMIT (older readers skip it) */
-	MESH_JREC__MAX = 8,
 };
+/* Record types are one byte: a report counts each (by_type). */
+#define MESH_JOURNAL_TYPES 256
 
 struct mesh_jrec {
 	uint8_t type, flags;
@@ -89,9 +85,19 @@ static inline size_t mesh_journal_size(size_t len)
  * *size set, 0 when the bytes end before the record does, MESH_E_CORRUPT
  * when the frame or crc is bad.  Pure; used by the reader and the fuzzer. */
 int mesh_journal_decode(const void *buf, size_t n, struct mesh_jrec *r, size_t *size);
-/* 1 when len is a sane payload length for a known record type (what a
- * resynchronising repair demands of a record found inside garbage). */
-int mesh_journal_len_ok(uint8_t type, uint16_t len);
+/* What a journal's user says of its record types, for the two places that
+ * must tell a record from garbage (recover's look past a torn tail, the
+ * check's resynchronisation): len_ok answers 1 when len is a sane payload
+ * length for a known type (COMMIT included); first is the type every
+ * journal starts with (a bad header is repaired only before one).  Without
+ * kinds (NULL) any type but 0 with a length up to MESH_JOURNAL_MAX_PAYLOAD
+ * passes, and any first record. */
+struct mesh_journal_kinds {
+	int (*len_ok)(uint8_t type, uint16_t len);
+	uint8_t first;
+};
+/* len_ok of kinds, or the rule without kinds. */
+int mesh_journal_len_ok(const struct mesh_journal_kinds *kinds, uint8_t type, uint16_t len);
 /* Builds a header into out (MESH_JOURNAL_HDR_SIZE bytes). */
 void mesh_journal_header(void *out);
 /* Checks a header: 0, MESH_E_FOREIGN (short or wrong magic), MESH_E_VERSION,
@@ -112,6 +118,8 @@ int mesh_journal_open(struct mesh_journal **out, const char *path, mesh_journal_
 void mesh_journal_close(struct mesh_journal *j);
 /* Installs the commit leader's prepare hook (see above). */
 void mesh_journal_set_prepare(struct mesh_journal *j, mesh_journal_prepare_fn fn, void *arg);
+/* The record kinds recover uses (kinds must outlive j; default NULL). */
+void mesh_journal_set_kinds(struct mesh_journal *j, const struct mesh_journal_kinds *kinds);
 
 /* Reads the committed records appended since the last tail and passes each
  * to fn (COMMIT records are not passed).  Takes no file lock and never
@@ -157,7 +165,7 @@ struct mesh_journal_report {
 	uint64_t size;		/* file size found */
 	int header_bad;		/* magic right, rest of the header not (crc, size) */
 	uint64_t records;	/* whole records kept (COMMIT included) */
-	uint64_t by_type[MESH_JREC__MAX + 1];
+	uint64_t by_type[MESH_JOURNAL_TYPES];
 	uint64_t good_end;	/* end of the last whole record before any damage */
 	uint64_t bad_off;	/* first damaged byte, or UINT64_MAX */
 	uint64_t after_bad;	/* whole records found after the first damage */
@@ -180,5 +188,9 @@ struct mesh_journal_report {
  * damage remains, MESH_E_FOREIGN / MESH_E_VERSION (never touched), or
  * another error. */
 int mesh_journal_check(const char *path, int repair, struct mesh_journal_report *rep);
+/* The same, telling records from garbage by kinds (mesh_journal_check:
+ * NULL; a job's journal: job/record.h mesh_job_journal_check). */
+int mesh_journal_check_kinds(const char *path, int repair, const struct mesh_journal_kinds *kinds,
+			     struct mesh_journal_report *rep);
 
 #endif

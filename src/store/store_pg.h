@@ -96,6 +96,10 @@ int mesh_pg_retry(struct mesh_pg *pg, uint64_t cid);
 int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st);
 int mesh_pg_is_done(struct mesh_pg *pg, uint64_t cid);
 int mesh_pg_failures(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_failure *, void *), void *arg);
+/* Calls fn for every word of the job's DONE bits that has a bit set (word
+ * w: chunks w*64 .. w*64+63, bit i = chunk w*64+i), in w order: the
+ * completion feed.  Every bit read is committed. */
+int mesh_pg_done_words(struct mesh_pg *pg, void (*fn)(uint64_t w, uint64_t bits, void *), void *arg);
 /* Waits up to timeout_ns for work on this job to appear: a chunk let go
  * (a failure, a hand-back, a node that stopped) or the job submitted,
  * told by NOTIFY (LISTEN on this handle's connection from the first call

@@ -3,6 +3,7 @@
 #include "base/err.h"
 #include "base/io.h"
 #include "job/job.h"
+#include "job/record.h"
 #include "journal/journal.h"
 #include "runner/t.h"
 
@@ -301,7 +302,7 @@ TEST(job_complete_reports_write_and_fsync_failures)
 	EXPECT_UEQ(st.done, 4);
 	mesh_job_close(j);
 	struct mesh_journal_report rep;
-	EXPECT_EQ(mesh_journal_check("j.log", 0, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("j.log", 0, &rep), 0);
 	EXPECT_UEQ(rep.by_type[MESH_JREC_DONE], 4);
 }
 

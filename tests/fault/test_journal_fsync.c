@@ -3,6 +3,7 @@
  * definition wins over libc's for every call in libmesh, so a test can make
  * one process's fsync slow and failing while the others run normally. */
 #include "base/err.h"
+#include "job/record.h"
 #include "journal/journal.h"
 #include "runner/t.h"
 
@@ -130,7 +131,7 @@ TEST(journal_failed_fsync_is_never_seen_or_cut_by_others)
 	EXPECT_EQ(vf.dones, 3);
 	EXPECT_EQ(vf.done[2] + vf.done[3] + vf.done[4], 3);
 	EXPECT_EQ(vf.others, 0);
-	EXPECT_EQ(mesh_journal_check("x.log", 0, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("x.log", 0, &rep), 0);
 }
 
 /* The prepare hook of the stress workers: drop a DONE for a chunk already
@@ -260,7 +261,7 @@ TEST_TIMEOUT(journal_stress_failing_fsyncs_lose_nothing, 660)
 			doubles += fin.done[c] > 1;
 			missing += fin.done[c] == 0;
 		}
-		EXPECT_EQ(mesh_journal_check(path, 0, &rep), 0);
+		EXPECT_EQ(mesh_job_journal_check(path, 0, &rep), 0);
 		rounds++;
 		if (lost || doubles || missing)
 			break;

@@ -2,6 +2,7 @@
  * hands out a record whose checksum fails.  Also the lease line parser. */
 #include "base/crc.h"
 #include "job/job.h"
+#include "job/record.h"
 #include "journal/journal.h"
 #include "store/store.h"
 
@@ -98,16 +99,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	close(fd);
 	if (mesh_journal_open(&j, path, on_record, NULL) == 0) {
+		mesh_journal_set_kinds(j, &mesh_job_records);
 		mesh_journal_recover(j, NULL);
 		mesh_journal_tail(j);
 		mesh_journal_close(j);
 	}
 	struct mesh_journal_report rep, fixed, again;
-	mesh_journal_check(path, 0, &rep);
+	mesh_job_journal_check(path, 0, &rep);
 	/* repair keeps every whole record it counted and leaves a sound file;
 	 * it never makes a record out of the damage */
-	if (mesh_journal_check(path, 2, &fixed) == 0 && fixed.repaired) {
-		if (mesh_journal_check(path, 0, &again) != 0 || again.ndropped || again.header_bad)
+	if (mesh_job_journal_check(path, 2, &fixed) == 0 && fixed.repaired) {
+		if (mesh_job_journal_check(path, 0, &again) != 0 || again.ndropped || again.header_bad)
 			abort();
 		for (int t = 0; t < MESH_JREC_COMMIT; t++)
 			if (again.by_type[t] != rep.by_type[t])

@@ -1,4 +1,5 @@
 /* `mesh job` as scripts use it: answers, exit codes, bad input. */
+#include "job/record.h"
 #include "journal/journal.h"
 #include "runner/t.h"
 

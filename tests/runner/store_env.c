@@ -106,7 +106,7 @@ static int pg_start(struct store_env *e)
 	int found, now;
 	if (pg_bin(bin, sizeof bin)) {
 		fprintf(stderr, "store_env: no PostgreSQL server programs (mk/deps.sh test installs them)\n");
-		return -1;
+		return 1;
 	}
 	/* Under /tmp, not the test's directory: the server's user must reach
 	 * it, and a unix socket's path is short. */

@@ -19,7 +19,9 @@ struct store_env {
 	char hba_cidr[64]; /* postgresql: the clients let in over TCP (trust) */
 };
 
-/* 0, or -1 when the store cannot be had here (then a message was printed). */
+/* 0; 1 when the store cannot run on this machine at all (PostgreSQL's
+ * server programs are not installed), -1 when starting it failed; a
+ * message was printed for either. */
 int store_env_start(struct store_env *e, const char *kind);
 /* PostgreSQL listening on TCP addr:5432 too (and its unix socket), run in
  * network namespace netns (NULL: this one), letting in the clients of

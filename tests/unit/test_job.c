@@ -2,6 +2,7 @@
 #include "base/crc.h"
 #include "base/err.h"
 #include "job/job.h"
+#include "job/record.h"
 #include "journal/journal.h"
 #include "runner/t.h"
 #include "store/store.h"
@@ -44,7 +45,7 @@ static off_t fsize(const char *p)
 static uint64_t journal_done_records(const char *path)
 {
 	struct mesh_journal_report r;
-	if (mesh_journal_check(path, 0, &r))
+	if (mesh_job_journal_check(path, 0, &r))
 		return UINT64_MAX;
 	return r.by_type[MESH_JREC_DONE];
 }

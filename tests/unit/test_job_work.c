@@ -3,6 +3,7 @@
  * counts it cannot hold. */
 #include "base/err.h"
 #include "job/job.h"
+#include "job/record.h"
 #include "journal/journal.h"
 #include "runner/t.h"
 

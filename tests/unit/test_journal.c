@@ -1,6 +1,7 @@
 #include "base/crc.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "job/record.h"
 #include "journal/journal.h"
 #include "runner/t.h"
 
@@ -180,7 +181,7 @@ TEST(journal_torn_tail_at_every_offset)
 		ASSERT_EQ(append_u64(j, MESH_JREC_DONE, 99), 0);
 		mesh_journal_close(j);
 		struct mesh_journal_report rep;
-		EXPECT_EQ(mesh_journal_check("w.log", 0, &rep), 0);
+		EXPECT_EQ(mesh_job_journal_check("w.log", 0, &rep), 0);
 		EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 6);
 		EXPECT_EQ(rep.by_type[MESH_JREC_NODE], node_whole ? 1 : 0);
 	}
@@ -236,7 +237,7 @@ TEST(journal_midfile_damage_resync_keeps_records_after)
 	EXPECT_EQ(s.n, 248); /* submit + the 247 DONE before the damage */
 	mesh_journal_close(j);
 	EXPECT_EQ(fsize("m.log"), size);
-	EXPECT_EQ(mesh_journal_check("m.log", 1, &rep), MESH_E_CORRUPT);
+	EXPECT_EQ(mesh_job_journal_check("m.log", 1, &rep), MESH_E_CORRUPT);
 	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 499);
 	EXPECT_EQ(rep.bad_off, DONE_AT(247));
 	EXPECT_EQ(rep.good_end, DONE_AT(247));
@@ -248,10 +249,10 @@ TEST(journal_midfile_damage_resync_keeps_records_after)
 	EXPECT_EQ(rep.torn, 0);
 	EXPECT_EQ(rep.repaired, 0);
 	EXPECT_EQ(fsize("m.log"), size);
-	EXPECT_EQ(mesh_journal_check("m.log", 2, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("m.log", 2, &rep), 0);
 	EXPECT_EQ(rep.repaired, 1);
 	EXPECT_EQ(fsize("m.log"), size - 24 + 8); /* the damaged DONE out, a final COMMIT in */
-	EXPECT_EQ(mesh_journal_check("m.log", 0, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("m.log", 0, &rep), 0);
 	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 499);
 	struct seen s2 = {0};
 	ASSERT_EQ(mesh_journal_open(&j, "m.log", collect, &s2), 0);
@@ -271,6 +272,7 @@ TEST(journal_repair_never_invents_a_record)
 	unsigned char junk[24 + 24 + 16], pay[16] = {0};
 	mk("g.log", 9);
 	ASSERT_EQ(mesh_journal_open(&j, "g.log", NULL, NULL), 0);
+	mesh_journal_set_kinds(j, &mesh_job_records); /* a job's journal: its record kinds */
 	ASSERT_EQ(append_u64(j, MESH_JREC_DONE, 1), 0);
 	mesh_journal_close(j);
 	off_t at = fsize("g.log");
@@ -283,6 +285,7 @@ TEST(journal_repair_never_invents_a_record)
 	ASSERT_EQ(write(fd, junk, 56), 56);
 	close(fd);
 	ASSERT_EQ(mesh_journal_open(&j, "g.log", NULL, NULL), 0);
+	mesh_journal_set_kinds(j, &mesh_job_records); /* a job's journal: its record kinds */
 	EXPECT_EQ(mesh_journal_recover(j, NULL), 0); /* no sane record in it: a torn tail, cut */
 	mesh_journal_close(j);
 	EXPECT_EQ(fsize("g.log"), at);
@@ -298,15 +301,16 @@ TEST(journal_repair_never_invents_a_record)
 		close(fd);
 	}
 	ASSERT_EQ(mesh_journal_open(&j, "g.log", NULL, NULL), 0);
+	mesh_journal_set_kinds(j, &mesh_job_records); /* a job's journal: its record kinds */
 	EXPECT_EQ(mesh_journal_recover(j, NULL), MESH_E_DAMAGED);
 	mesh_journal_close(j);
-	EXPECT_EQ(mesh_journal_check("g.log", 2, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("g.log", 2, &rep), 0);
 	EXPECT_EQ(rep.ndropped, 1);
 	EXPECT_EQ(rep.dropped[0].off, at);
 	EXPECT_EQ(rep.dropped[0].len, 56);
 	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 2);
 	EXPECT_EQ(rep.by_type[0], 0);
-	EXPECT_EQ(mesh_journal_check("g.log", 0, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("g.log", 0, &rep), 0);
 	EXPECT_EQ(rep.records, 1 + 1 + 2 + 2 + 1); /* submit, commits, DONEs, the final COMMIT */
 }
 
@@ -323,13 +327,13 @@ TEST(journal_check_reports_and_repairs_a_bad_header)
 	off_t size = fsize("h.log");
 	flip("h.log", 17); /* the creation time: only the crc notices */
 	EXPECT_EQ(mesh_journal_open(&j, "h.log", NULL, NULL), MESH_E_CORRUPT);
-	EXPECT_EQ(mesh_journal_check("h.log", 1, &rep), MESH_E_CORRUPT);
+	EXPECT_EQ(mesh_job_journal_check("h.log", 1, &rep), MESH_E_CORRUPT);
 	EXPECT_EQ(rep.header_bad, 1);
 	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 1);
 	EXPECT_EQ(rep.repaired, 0);
-	EXPECT_EQ(mesh_journal_check("h.log", 2, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("h.log", 2, &rep), 0);
 	EXPECT_EQ(rep.repaired, 1);
-	EXPECT_EQ(mesh_journal_check("h.log", 0, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("h.log", 0, &rep), 0);
 	EXPECT_EQ(rep.header_bad, 0);
 	EXPECT_EQ(fsize("h.log"), size + 8);
 	struct seen s = {0};
@@ -340,11 +344,11 @@ TEST(journal_check_reports_and_repairs_a_bad_header)
 	/* a bad header over records that do not start with a SUBMIT stays */
 	flip("h.log", 17);
 	flip("h.log", MESH_JOURNAL_HDR_SIZE + 9);
-	EXPECT_EQ(mesh_journal_check("h.log", 2, &rep), MESH_E_CORRUPT);
+	EXPECT_EQ(mesh_job_journal_check("h.log", 2, &rep), MESH_E_CORRUPT);
 	EXPECT_EQ(rep.repaired, 0);
 	/* foreign files are never touched */
 	t_write_file("f.log", "not a journal at all, not at all\n");
-	EXPECT_EQ(mesh_journal_check("f.log", 2, &rep), MESH_E_FOREIGN);
+	EXPECT_EQ(mesh_job_journal_check("f.log", 2, &rep), MESH_E_FOREIGN);
 }
 
 /* A file cut below what a handle read (or cut and regrown) is detected by
@@ -373,10 +377,10 @@ TEST(journal_shrunk_or_replaced_file_is_stale)
 	mesh_journal_close(b);
 	/* replaced by a repair: the old handle refuses to append */
 	flip("r.log", DONE_AT(1) + 10);
-	EXPECT_EQ(mesh_journal_check("r.log", 2, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("r.log", 2, &rep), 0);
 	EXPECT_EQ(append_u64(a, MESH_JREC_DONE, 6), MESH_E_STALE);
 	mesh_journal_close(a);
-	EXPECT_EQ(mesh_journal_check("r.log", 0, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("r.log", 0, &rep), 0);
 	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 1); /* DONE 0; DONE 1 was damaged */
 	EXPECT_EQ(rep.by_type[MESH_JREC_FAIL], 1);
 }
@@ -407,6 +411,7 @@ TEST(journal_group_commit_shares_fsyncs)
 	struct mesh_journal_report rep;
 	mk("g.log", 1);
 	ASSERT_EQ(mesh_journal_open(&j, "g.log", NULL, NULL), 0);
+	mesh_journal_set_kinds(j, &mesh_job_records); /* a job's journal: its record kinds */
 	for (int i = 0; i < 16; i++) {
 		a[i] = (struct gc_arg){j, (uint64_t)i * 1000, 0};
 		pthread_create(&th[i], NULL, gc_thread, &a[i]);
@@ -419,7 +424,7 @@ TEST(journal_group_commit_shares_fsyncs)
 	EXPECT_EQ(recs, 3200);
 	EXPECT_LT(batches, 3200); /* some fsyncs were shared */
 	mesh_journal_close(j);
-	EXPECT_EQ(mesh_journal_check("g.log", 0, &rep), 0);
+	EXPECT_EQ(mesh_job_journal_check("g.log", 0, &rep), 0);
 	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 3200);
 }
 
@@ -479,6 +484,6 @@ TEST_TIMEOUT(journal_sigkill_during_append, 60)
 		EXPECT_GT(s.n, 1);
 		mesh_journal_close(j);
 		struct mesh_journal_report rep;
-		EXPECT_EQ(mesh_journal_check("k.log", 0, &rep), 0);
+		EXPECT_EQ(mesh_job_journal_check("k.log", 0, &rep), 0);
 	}
 }

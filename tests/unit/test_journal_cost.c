@@ -2,6 +2,7 @@
  * never a walk of the whole file (docs/journal.md, "Who may trust a record"). */
 #include "base/err.h"
 #include "base/io.h"
+#include "job/record.h"
 #include "journal/journal.h"
 #include "runner/t.h"
 

@@ -45,3 +45,29 @@ TEST(place_estimates)
 	EXPECT_UEQ(mesh_place_remaining(&known, 0, 40 * MS), 40 * MS);
 	EXPECT_UEQ(mesh_place_remaining(&known, 0, 70 * MS), 70 * MS);
 }
+
+TEST(place_batch_table)
+{
+	static const struct {
+		const char *why;
+		struct mesh_place_node nodes[3];
+		size_t n, self, k;
+		uint64_t typical;
+		size_t want;
+	} rows[] = {
+		{"alone", {{10 * MS, 5}}, 1, 0, 8, 10 * MS, 8},
+		{"no measurement of self yet", {{1 * MS, 5}, {0, 0}}, 2, 1, 8, 50 * MS, 8},
+		{"the fastest takes k", {{1 * MS, 5}, {10 * MS, 5}}, 2, 0, 8, 5 * MS, 8},
+		{"ten times slower: a tenth, rounded up", {{1 * MS, 5}, {10 * MS, 5}}, 2, 1, 8, 5 * MS, 1},
+		{"twice slower: half", {{5 * MS, 5}, {10 * MS, 5}}, 2, 1, 8, 5 * MS, 4},
+		{"equal speeds: k", {{5 * MS, 5}, {5 * MS, 9}, {5 * MS, 1}}, 3, 2, 16, 5 * MS, 16},
+		{"an unknown node counts at the typical time", {{0, 0}, {20 * MS, 3}}, 2, 1, 10, 5 * MS, 3},
+		{"k = 1 stays 1", {{1 * MS, 5}, {100 * MS, 5}}, 2, 1, 1, 5 * MS, 1},
+		{"self out of range: k", {{1 * MS, 5}}, 1, 4, 6, 5 * MS, 6},
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		size_t got = mesh_place_batch(rows[i].nodes, rows[i].n, rows[i].self, rows[i].k, rows[i].typical);
+		if (got != rows[i].want)
+			t__fail(__FILE__, __LINE__, "row %zu (%s): got %zu, want %zu", i, rows[i].why, got, rows[i].want);
+	}
+}

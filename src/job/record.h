@@ -1,0 +1,73 @@
+/* The job's records in its journal: their types and payload codecs (the
+ * table is docs/journal.md's).  journal/ frames, checksums and syncs
+ * records and knows none of these; the file store (job_file*.c) writes and
+ * reads them only through this file.  All integers little-endian.
+ *
+ *   SUBMIT u64 n                                   always the first record
+ *   NODE   u32 node hash, name bytes (1..255)
+ *   DONE   u64 cid, u32 node hash, u32 duration us   flag 1: a speculative copy
+ *   FAIL   u64 cid, u32 node hash, i32 exit status   flag 1: it buried the chunk
+ *   RETRY  u64 cid (UINT64_MAX: every buried chunk)
+ *   DUP    u64 cid, u32 node hash: a completion that came back IGNORED
+ *   WORK   identity bytes (1..200), created with SUBMIT (older readers skip it)
+ * Type 7 is the journal's own COMMIT (journal.h). */
+#ifndef MESH_JOB_RECORD_H
+#define MESH_JOB_RECORD_H
+
+#include "journal/journal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+	MESH_JREC_SUBMIT = 1,
+	MESH_JREC_NODE = 2,
+	MESH_JREC_DONE = 3,
+	MESH_JREC_FAIL = 4,
+	MESH_JREC_RETRY = 5,
+	MESH_JREC_DUP = 6,
+	MESH_JREC_WORK = 8,
+	MESH_JREC__MAX = 8,
+};
+_Static_assert(MESH_JREC_COMMIT == 7, "the journal's COMMIT sits between the job's types");
+
+#define MESH_REC_DONE_LEN 16
+#define MESH_REC_FAIL_LEN 16
+#define MESH_REC_DUP_LEN 12
+#define MESH_REC_U64_LEN 8 /* SUBMIT, RETRY */
+#define MESH_REC_NODE_MAX (4 + 255)
+
+/* A decoded DONE, FAIL or DUP (value: the duration in us for DONE, the
+ * exit status for FAIL, 0 for DUP). */
+struct mesh_rec_chunk {
+	uint64_t cid;
+	uint32_t node;
+	uint32_t value;
+};
+
+/* Encoders: write the payload into p and return its length.  The DONE's
+ * duration is rounded to microseconds (at least 1 when dur_ns > 0, at most
+ * UINT32_MAX). */
+size_t mesh_rec_u64_enc(unsigned char *p, uint64_t v);
+size_t mesh_rec_done_enc(unsigned char *p, uint64_t cid, uint32_t node, uint64_t dur_ns);
+size_t mesh_rec_fail_enc(unsigned char *p, uint64_t cid, uint32_t node, int status);
+size_t mesh_rec_dup_enc(unsigned char *p, uint64_t cid, uint32_t node);
+/* name: 1..255 bytes (longer is cut). */
+size_t mesh_rec_node_enc(unsigned char *p, uint32_t hash, const char *name, size_t len);
+
+/* Decoders: 0, or MESH_E_PARSE when the payload is too short for its type
+ * (a record that is whole but short is skipped, never trusted). */
+int mesh_rec_u64_dec(const struct mesh_jrec *r, uint64_t *v);
+int mesh_rec_chunk_dec(const struct mesh_jrec *r, struct mesh_rec_chunk *c);
+int mesh_rec_node_dec(const struct mesh_jrec *r, uint32_t *hash, const char **name, size_t *len);
+
+/* 1 when len is a sane payload length for a type of the job's journal
+ * (COMMIT included): what a resynchronising check demands of a record found
+ * inside garbage. */
+int mesh_rec_len_ok(uint8_t type, uint16_t len);
+/* The job's record kinds, for journal/ (journal.h, mesh_journal_kinds). */
+extern const struct mesh_journal_kinds mesh_job_records;
+/* mesh_journal_check of a job's journal (with the job's record kinds). */
+int mesh_job_journal_check(const char *path, int repair, struct mesh_journal_report *rep);
+
+#endif
