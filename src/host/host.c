@@ -310,6 +310,10 @@ static int do_spawn(struct mesh_instance *w, char **err)
 		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
 	}
 	struct mesh_proc_child c;
+	/* The cold start counts from here: with a pid namespace the spawn
+	 * returns only once mesh-init has re-executed itself, by which time the
+	 * program may have said `ready` already. */
+	uint64_t t_spawn = mesh_mono_ns();
 	rc = mesh_proc_spawn_child(h->sp, &o, 1, &c);
 	if (rc) {
 		if (err && rc == -EACCES && ra->set)
@@ -344,7 +348,8 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	h->spawns++;
 	w->enforced = img->enforced;
 	w->prev_cpu = 0;
-	w->prev_at = w->spawned_at = mesh_mono_ns();
+	w->spawned_at = t_spawn;
+	w->prev_at = mesh_mono_ns();
 	w->ready_told = 0;
 	w->cpu_pct = 0;
 	w->cpu_ns = w->rss = 0;
