@@ -10,8 +10,9 @@
 #     that served it (meshd's cold-start histogram, one observation): the
 #     difference is what meshd adds on that path;
 #   - after the last chunk: time until zero worker processes (idle_ttl 1 s;
-#     meshd's timer is armed for the TTL's expiry), from `mesh wait`'s
-#     return, polled every 1 ms.
+#     meshd's timer is armed for the TTL's expiry), from the time meshd
+#     logged the job's driver ended (its workers were given back just
+#     before), polled every 1 ms.
 # Usage: bench/bench_jobs.sh BUILD   (MESH_BENCH_CHUNKS: warm chunks, default 20000)
 BUILD=${1:-build}
 B=$(cd "$BUILD" && pwd)
@@ -24,7 +25,8 @@ for p in echo cold; do
 	printf 'name = "%s"\nbackends = ["native"]\nmax_workers = 2\nidle_ttl = "1s"\n' "$p" >"$T/catalog/$p.toml"
 done
 
-bench_start_meshd --state "$T/state"
+# info: the job's "driver ended" line marks its last chunk (below).
+bench_start_meshd --state "$T/state" --log-level info
 now() { date +%s.%N; }
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 job() { curl -s --unix-socket "$S" "http://x/v1/jobs/$1" 2>/dev/null; }
@@ -52,8 +54,8 @@ warm=$(echo "$N / ($t1 - $t0)" | bc -l)
 rate=$(job "$id" | field rate)
 
 # Back to zero after the last chunk.
-zero=$(python3 - "$MESHD" <<'PY'
-import glob, sys, time
+zero=$(python3 - "$MESHD" "$T/meshd.err" "$id" <<'PY'
+import datetime, glob, sys, time
 t0 = time.monotonic()
 def workers():
     n = 0
@@ -65,7 +67,13 @@ def workers():
     return n
 while workers() > 0 and time.monotonic() - t0 < 30:
     time.sleep(0.001)
-print("%.3f" % (time.monotonic() - t0))
+t_zero = time.time()
+end = None
+for line in open(sys.argv[2], errors="replace"):
+    if "job=%s driver ended" % sys.argv[3] in line:
+        end = datetime.datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+        end = end.replace(tzinfo=datetime.timezone.utc).timestamp()
+print("%.3f" % (t_zero - end) if end else "-1")
 PY
 )
 

@@ -257,6 +257,11 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	int child_ctl = -1, out[2] = {-1, -1}, procs = -1, rc;
 	struct mesh_ctl *ctl = NULL;
 	char **env = NULL, **argv = NULL;
+	/* The cold start counts from here, its setup (cgroup, log, pipes)
+	 * included: with a pid namespace the spawn returns only once
+	 * mesh-init has re-executed itself, by which time the program may
+	 * have said `ready` already. */
+	uint64_t t_spawn = mesh_mono_ns();
 	if (w->cg_busy)
 		cgroup_done(w);
 	if (w->cg_busy) {
@@ -310,10 +315,6 @@ static int do_spawn(struct mesh_instance *w, char **err)
 		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
 	}
 	struct mesh_proc_child c;
-	/* The cold start counts from here: with a pid namespace the spawn
-	 * returns only once mesh-init has re-executed itself, by which time the
-	 * program may have said `ready` already. */
-	uint64_t t_spawn = mesh_mono_ns();
 	rc = mesh_proc_spawn_child(h->sp, &o, 1, &c);
 	if (rc) {
 		if (err && rc == -EACCES && ra->set)
