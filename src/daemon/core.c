@@ -153,6 +153,7 @@ struct meshd_core {
 	struct event *host_ev, *timer_ev, *kick_ev;
 	_Atomic uint64_t armed;
 	uint64_t core_next; /* loop thread: tick()'s answer */
+	int in_loop;	    /* loop thread: inside event_base_loop proper */
 	pthread_mutex_t loop_mu; /* looping, and meshd_core_on_loop's queue */
 	int looping;
 	pthread_t loop_th;
@@ -1602,10 +1603,15 @@ static void arm(struct meshd_core *d, uint64_t next)
 static void turn(struct meshd_core *d, int pass)
 {
 	uint64_t next;
+	/* A change another thread makes from here on may be one this pass
+	 * does not see: its kick() must not be skipped for the old timer. */
+	atomic_store(&d->armed, 0);
 	if (mesh_host_dispatch(d->h, &next) > 0)
 		pass = 1;
 	if (atomic_load(&d->stop)) {
-		event_base_loopbreak(d->base);
+		/* Not in the flush after the loop: what was queued there runs. */
+		if (d->in_loop)
+			event_base_loopbreak(d->base);
 		return;
 	}
 	uint64_t now = mesh_mono_ns();
@@ -1726,8 +1732,10 @@ int meshd_core_run(struct meshd_core *d)
 	mesh_host_set_driven(d->h, 1);
 	/* The first round: what happened before the loop ran. */
 	event_active(d->kick_ev, 0, 0);
+	d->in_loop = 1;
 	if (!atomic_load(&d->stop) && event_base_loop(d->base, EVLOOP_NO_EXIT_ON_EMPTY) < 0)
 		rc = -EIO;
+	d->in_loop = 0;
 	pthread_mutex_lock(&d->loop_mu);
 	d->looping = 0;
 	pthread_mutex_unlock(&d->loop_mu);

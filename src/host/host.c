@@ -912,11 +912,15 @@ static void sample(struct mesh_host *h, uint64_t now)
 	mesh_proc_table_free(t);
 }
 
-/* The earliest deadline of any instance and of the sampler.  h->mu held. */
+/* The earliest deadline of any instance, and of the sampler while there
+ * is something to sample (a process, a cgroup to remove): an idle host has
+ * none (UINT64_MAX).  h->mu held. */
 static uint64_t next_deadline(struct mesh_host *h)
 {
-	uint64_t until = h->last_sample + SAMPLE_EVERY_NS;
+	uint64_t until = UINT64_MAX;
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
+		if ((w->pid > 0 || w->cg_busy) && h->last_sample + SAMPLE_EVERY_NS < until)
+			until = h->last_sample + SAMPLE_EVERY_NS;
 		if (w->deadline && w->deadline < until)
 			until = w->deadline;
 		if (w->closed_deadline && w->closed_deadline < until)
