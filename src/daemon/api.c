@@ -1,10 +1,12 @@
 /* meshd's control API over libevent's evhttp (docs/api.md).
  *
- * One event-loop thread parses HTTP; each request's op runs on a thread of
- * its own (at most MESHD_API_MAX_CONNS at once), because ops block: `start`
- * waits for a worker's ready, `call` for its reply.  The op's answer is
- * queued and the loop thread, woken by an event, sends it -- evhttp is not
- * thread-safe, so only the loop thread touches it.
+ * evhttp runs on the core's event loop (meshd_core_base: one event_base
+ * for meshd, ops.h), which parses HTTP; each request's op runs on a thread
+ * of its own (at most MESHD_API_MAX_CONNS at once), because ops block:
+ * `start` waits for a worker's ready, `call` for its reply -- and the
+ * worker's events are dispatched by that same loop, which must never wait.
+ * The op's answer is queued and the loop thread, woken by an event, sends
+ * it -- evhttp is not thread-safe, so only the loop thread touches it.
  *
  * evhttp answers a few errors itself with an HTML page (libevent 2.1 has no
  * hook to change it): a malformed request (400), a method it does not know
@@ -41,7 +43,6 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
-#include <event2/thread.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
@@ -76,12 +77,11 @@ struct job;
 
 struct meshd_api {
 	struct meshd_core *core;
-	struct event_base *base;
+	struct event_base *base; /* the core's (not ours to free) */
 	struct evhttp *http;
 	struct evhttp_bound_socket *bound;
 	struct event *done_ev;	/* activated by an op thread: answers are queued */
 	struct event *stream_ev; /* activated by an op thread: parts of a streamed answer are queued */
-	pthread_t loop;
 	int listen_fd;
 	/* Out of fds (EMFILE): the reserve is closed to accept one client and
 	 * answer it 503, then reopened; accepting pauses ACCEPT_PAUSE_MS. */
@@ -1019,38 +1019,18 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 struct on_loop {
 	struct meshd_api *a;
 	void (*fn)(struct meshd_api *);
-	int done;
 };
 
-static void on_loop_cb(evutil_socket_t fd, short what, void *arg)
+static void on_loop_cb(void *arg)
 {
 	struct on_loop *o = arg;
-	(void)fd;
-	(void)what;
 	o->fn(o->a);
-	pthread_mutex_lock(&o->a->mu);
-	o->done = 1;
-	pthread_cond_broadcast(&o->a->cv);
-	pthread_mutex_unlock(&o->a->mu);
 }
 
 static int run_on_loop(struct meshd_api *a, void (*fn)(struct meshd_api *))
 {
-	struct on_loop o = {a, fn, 0};
-	if (event_base_once(a->base, -1, EV_TIMEOUT, on_loop_cb, &o, NULL) < 0)
-		return -ENOMEM;
-	pthread_mutex_lock(&a->mu);
-	while (!o.done)
-		pthread_cond_wait(&a->cv, &a->mu);
-	pthread_mutex_unlock(&a->mu);
-	return 0;
-}
-
-static void *loop_main(void *arg)
-{
-	struct meshd_api *a = arg;
-	event_base_loop(a->base, EVLOOP_NO_EXIT_ON_EMPTY);
-	return NULL;
+	struct on_loop o = {a, fn};
+	return meshd_core_on_loop(a->core, on_loop_cb, &o);
 }
 
 static int set_err(char **err, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1251,21 +1231,13 @@ static void api_free(struct meshd_api *a)
 		event_free(a->done_ev);
 	if (a->stream_ev)
 		event_free(a->stream_ev);
-	if (a->base)
-		event_base_free(a->base);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);
 	free(a);
 }
 
-static void use_pthreads(void)
-{
-	evthread_use_pthreads();
-}
-
 int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char *path, char **err)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	struct meshd_api *a = calloc(1, sizeof *a);
 	int fd;
 	if (err)
@@ -1273,14 +1245,14 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 	*out = NULL;
 	if (!a)
 		return set_err(err, -ENOMEM, "out of memory");
-	/* Op threads wake the loop (event_active): libevent must lock. */
-	pthread_once(&once, use_pthreads);
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->cv, NULL);
 	a->core = core;
 	a->listen_fd = -1;
 	a->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	a->base = event_base_new();
+	/* The loop may run: what is set up here is added to it under
+	 * libevent's lock (the core made the base thread-safe). */
+	a->base = meshd_core_base(core);
 	a->http = a->base ? evhttp_new(a->base) : NULL;
 	a->done_ev = a->base ? event_new(a->base, -1, 0, on_done, a) : NULL;
 	a->stream_ev = a->base ? event_new(a->base, -1, 0, on_streams, a) : NULL;
@@ -1319,7 +1291,7 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 		pthread_mutex_unlock(&reg_mu);
 		evconnlistener_set_error_cb(lev, on_accept_error);
 	}
-	if (!a->bound || pthread_create(&a->loop, NULL, loop_main, a) != 0) {
+	if (!a->bound) {
 		unlink(path);
 		close(fd);
 		api_free(a);
@@ -1339,13 +1311,18 @@ static void stop_accepting(struct meshd_api *a)
 }
 
 /* Loop thread, once every op thread is done: the last answers go out (or
- * are cut), every connection is closed, the loop ends. */
+ * are cut), every connection is closed (the loop goes on: it is the
+ * core's). */
 static void finish(struct meshd_api *a)
 {
 	deliver_done(a);
 	evhttp_free(a->http);
 	a->http = NULL;
-	event_base_loopbreak(a->base);
+	event_free(a->done_ev);
+	event_free(a->stream_ev);
+	a->done_ev = a->stream_ev = NULL;
+	event_free(a->accept_retry);
+	a->accept_retry = NULL;
 }
 
 int meshd_api_quiesce(struct meshd_api *a)
@@ -1385,6 +1362,5 @@ void meshd_api_stop(struct meshd_api *a)
 	run_on_loop(a, deliver_done);
 	mesh_sleep_ns(20000000);
 	run_on_loop(a, finish);
-	pthread_join(a->loop, NULL);
 	api_free(a);
 }

@@ -40,6 +40,9 @@
 #include "host/image.h"
 #include "shm/shm.h"
 
+#include <event2/event.h>
+#include <event2/thread.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -71,6 +74,12 @@
 #define CRASH_WINDOW_NS (60ull * MESH_NS_PER_S)
 /* Waits are cut in steps this long so a loop-less core still moves. */
 #define WAIT_STEP_NS (50ull * MESH_NS_PER_MS)
+/* While a worker serves a call or a job, the loop looks at its heartbeat
+ * this often at most (a quarter of the stale age, capped): a request sent
+ * to it does not wake the loop. */
+#define HEAL_EVERY_MAX_NS (500ull * MESH_NS_PER_MS)
+/* With NVML, its events are logged at least this often. */
+#define GPU_LOG_EVERY_NS MESH_NS_PER_S
 
 struct worker {
 	struct mesh_instance *inst;
@@ -135,7 +144,29 @@ struct meshd_core {
 	pthread_mutex_t metrics_mu;
 	uint64_t heartbeat_ns, backoff_ns;
 	struct meshd__gpu G; /* NVML, placement, MPS (core_gpu.h) */
+	/* The event loop (meshd_core_run): the host's fd, one timer armed for
+	 * the earliest deadline (the host's and the core's), and a kick that
+	 * other threads activate when they make an earlier core deadline (a
+	 * worker that went idle) or retire a program.  armed: the timer's
+	 * time (UINT64_MAX: none), read by kick() to skip needless wake-ups. */
+	struct event_base *base;
+	struct event *host_ev, *timer_ev, *kick_ev;
+	_Atomic uint64_t armed;
+	uint64_t core_next; /* loop thread: tick()'s answer */
+	int in_loop;	    /* loop thread: inside event_base_loop proper */
+	pthread_mutex_t loop_mu; /* looping, and meshd_core_on_loop's queue */
+	int looping;
+	pthread_t loop_th;
 };
+
+static void kick(struct meshd_core *d, uint64_t t);
+
+/* How often heal() looks at a worker that serves a call or a job. */
+static uint64_t heal_every(const struct meshd_core *d)
+{
+	uint64_t e = d->heartbeat_ns / 4 < HEAL_EVERY_MAX_NS ? d->heartbeat_ns / 4 : HEAL_EVERY_MAX_NS;
+	return e ? e : 1;
+}
 
 /* The host's on_ready: a cold start of a worker of img, which is the image
  * inside its struct program (alive while the program has instances). */
@@ -156,6 +187,8 @@ static void count_call(struct meshd_core *d, struct program *p, int rc, uint64_t
 	meshd_hist_observe(&p->call, MESHD_HIST_CALL, ns);
 	pthread_mutex_unlock(&d->metrics_mu);
 }
+
+static int loop_new(struct meshd_core *d);
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err)
 {
@@ -186,6 +219,9 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	pthread_cond_init(&d->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&d->metrics_mu, NULL);
+	pthread_mutex_init(&d->loop_mu, NULL);
+	atomic_store(&d->armed, UINT64_MAX);
+	d->core_next = UINT64_MAX;
 	d->heartbeat_ns = cfg->heartbeat_timeout_ns ? cfg->heartbeat_timeout_ns : HEARTBEAT_STALE_NS;
 	d->backoff_ns = cfg->crash_backoff_ns ? cfg->crash_backoff_ns : CRASH_BACKOFF_NS;
 	d->nslots = n;
@@ -229,6 +265,10 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 			*err = e;
 		else
 			free(e);
+		goto bad;
+	}
+	if ((rc = loop_new(d))) {
+		mesh_errf(err, rc, "cannot set up the event loop: %s", mesh_strerror(rc));
 		goto bad;
 	}
 	*out = d;
@@ -500,8 +540,11 @@ static void unref(struct meshd_core *d, struct program *p)
 {
 	pthread_mutex_lock(&d->mu);
 	p->refs--;
+	int freeable = p->refs == 0 && atomic_load(&p->retired);
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
+	if (freeable)
+		kick(d, 0); /* the loop frees it once its workers are down */
 }
 
 /* Workers of a retired p that hold nothing (no call, no job) are asked
@@ -545,6 +588,7 @@ static int replace(struct meshd_core *d, struct program **pp, struct program *np
 	atomic_store(&old->retired, 1);
 	unsigned held = retire_sweep(d, old);
 	pthread_mutex_unlock(&d->mu);
+	kick(d, 0);
 	mesh_info("%s name=%s image=%012" PRIx64 " -> %012" PRIx64 ": new work goes to the new image; %u worker(s) of the "
 		  "old one finish what they hold, then exit",
 		  why, np->img.name, mesh_image_id(&old->img) >> 16, mesh_image_id(&np->img) >> 16, held);
@@ -739,8 +783,10 @@ int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_
 	p->retry_at = 0;
 	int i = pick_or_warm(d, p, err);
 	struct mesh_instance *inst = i >= 0 ? p->w[i].inst : NULL;
-	if (i >= 0)
+	if (i >= 0) {
 		p->w[i].last_used = mesh_mono_ns();
+		kick(d, p->w[i].last_used + p->img.m.idle_ttl_ns);
+	}
 	pthread_mutex_unlock(&d->mu);
 	if (i < 0) {
 		unref(d, p);
@@ -1070,6 +1116,7 @@ static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint
 			wk->busy = 1;
 			wk->sent++;
 			wk->last_used = now;
+			kick(d, now + heal_every(d)); /* heal checks while it serves */
 			d->slot_busy[wk->slot]++;
 			*slot_out = wk->slot;
 			pthread_mutex_unlock(&d->mu);
@@ -1323,6 +1370,8 @@ again:
 		wk->stuck_since = t0; /* the worker may still run it */
 	wk->busy = 0;
 	wk->last_used = mesh_mono_ns();
+	/* Idle from now (or still checked: a call its caller gave up on). */
+	kick(d, wk->last_used + (wk->stuck_since ? heal_every(d) : p->img.m.idle_ttl_ns));
 	d->slot_busy[s]--;
 	if (atomic_load(&p->retired))
 		retire_sweep(d, p); /* an old image's: it exits */
@@ -1442,13 +1491,38 @@ static void tick_retired(struct meshd_core *d, struct program **done)
 	}
 }
 
+/* The earliest of *next and t. */
+static void sooner(uint64_t *next, uint64_t t)
+{
+	if (t < *next)
+		*next = t;
+}
+
+/* When heal() must look at a worker on a slot again; UINT64_MAX: only
+ * when something about it changes (a call or a job begins: kick()). */
+static uint64_t heal_next(struct meshd_core *d, struct program *p, struct worker *wk, uint64_t now)
+{
+	uint64_t next = UINT64_MAX, ct = p->img.m.call_timeout_ns;
+	if (wk->stuck_since && ct)
+		sooner(&next, wk->stuck_since + ct + 1);
+	if (wk->busy || wk->job || wk->stuck_since)
+		/* A request may be sent at any time without a word to the loop. */
+		sooner(&next, now + heal_every(d));
+	return next;
+}
+
 /* Scale to zero: each warm worker is put to the autoscale policy with its
  * own demand (a call on it) and idle time; REAP makes it exit.  Workers
  * that hang are healed.  Retired programs' workers exit and the programs
- * are freed once unused. */
-void meshd__tick(struct meshd_core *d, uint64_t now)
+ * are freed once unused.  Returns when the next pass is due (monotonic;
+ * UINT64_MAX: only on a kick or a host event): the earliest idle TTL
+ * expiry, heal check, or GPU event poll. */
+static uint64_t tick(struct meshd_core *d, uint64_t now)
 {
+	uint64_t next = UINT64_MAX;
 	meshd__gpu_log(&d->G);
+	if (d->G.g)
+		sooner(&next, now + GPU_LOG_EVERY_NS);
 	struct program *done = NULL;
 	pthread_mutex_lock(&d->mu);
 	tick_retired(d, &done);
@@ -1462,8 +1536,10 @@ void meshd__tick(struct meshd_core *d, uint64_t now)
 			if (r)
 				log_report(p->img.name, r);
 			enum mesh_istate st = mesh_instance_state(wk->inst);
-			if (st == MESH_IS_RUNNING && wk->slot >= 0)
+			if (st == MESH_IS_RUNNING && wk->slot >= 0) {
 				heal(d, p, wk, now);
+				sooner(&next, heal_next(d, p, wk, now));
+			}
 			if ((st != MESH_IS_IDLE && st != MESH_IS_RUNNING) || !wk->last_used)
 				continue;
 			/* Used after now (a call ended while this pass waited for
@@ -1471,8 +1547,16 @@ void meshd__tick(struct meshd_core *d, uint64_t now)
 			uint64_t since = now > wk->last_used ? now - wk->last_used : 0;
 			int64_t idle = (int64_t)(since / MESH_NS_PER_MS);
 			int64_t ttl = (int64_t)(p->img.m.idle_ttl_ns / MESH_NS_PER_MS);
-			if (mesh_as_decide(1, wk->busy || wk->stuck_since || wk->job, idle, ttl) == MESH_AS_REAP)
+			int demand = wk->busy || wk->stuck_since || wk->job;
+			if (mesh_as_decide(1, demand, idle, ttl) == MESH_AS_REAP)
 				mesh_instance_exit(wk->inst);
+			else if (!demand)
+				/* The policy's to-zero row: idle >= idle_ttl; never
+				 * now again (a policy that holds a little longer
+				 * is asked again 1 ms later, not in a spin). */
+				sooner(&next, wk->last_used + (uint64_t)ttl * MESH_NS_PER_MS > now
+						      ? wk->last_used + (uint64_t)ttl * MESH_NS_PER_MS
+						      : now + MESH_NS_PER_MS);
 		}
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -1483,25 +1567,191 @@ void meshd__tick(struct meshd_core *d, uint64_t now)
 			mesh_instance_free(p->w[i].inst);
 		program_free(p);
 	}
+	return next;
+}
+
+void meshd__tick(struct meshd_core *d, uint64_t now)
+{
+	tick(d, now);
+}
+
+/* ---- the event loop ----
+ * One libevent event_base for all of meshd's long-running parts: the
+ * host's worker fds (one epoll fd, level-triggered), the core's timer, the
+ * control API's evhttp (daemon/api.c) and the metrics listener
+ * (daemon/metrics.c).  Nothing on it blocks on a worker: calls, job
+ * drivers and the API's ops run on threads of their own, which wake the
+ * loop (a host request writes the host's wake fd; kick() activates an
+ * event) rather than being polled. */
+
+/* Arms the timer for next (monotonic ns); loop thread. */
+static void arm(struct meshd_core *d, uint64_t next)
+{
+	atomic_store(&d->armed, next);
+	if (next == UINT64_MAX) {
+		evtimer_del(d->timer_ev);
+		return;
+	}
+	uint64_t now = mesh_mono_ns(), us = next > now ? (next - now + 999) / 1000 : 0;
+	struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+	evtimer_add(d->timer_ev, &tv);
+}
+
+/* One round: the host's events and deadlines, then the core's pass when
+ * the host's table moved, a kick came, or the core's deadline is due;
+ * the timer is armed for whichever deadline is next.  Loop thread. */
+static void turn(struct meshd_core *d, int pass)
+{
+	uint64_t next;
+	/* A change another thread makes from here on may be one this pass
+	 * does not see: its kick() must not be skipped for the old timer. */
+	atomic_store(&d->armed, 0);
+	if (mesh_host_dispatch(d->h, &next) > 0)
+		pass = 1;
+	if (atomic_load(&d->stop)) {
+		/* Not in the flush after the loop: what was queued there runs. */
+		if (d->in_loop)
+			event_base_loopbreak(d->base);
+		return;
+	}
+	uint64_t now = mesh_mono_ns();
+	if (pass || now >= d->core_next)
+		d->core_next = tick(d, now);
+	sooner(&next, d->core_next);
+	arm(d, next);
+}
+
+static void on_host(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	turn(arg, 0);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	turn(arg, 0);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	turn(arg, 1);
+}
+
+/* Another thread made a core deadline at t (a worker idle from now, a
+ * call or job that needs heal checks; 0: at once, a retired program):
+ * the loop recomputes unless its timer already fires by then. */
+static void kick(struct meshd_core *d, uint64_t t)
+{
+	if (t < atomic_load(&d->armed) && d->kick_ev)
+		event_active(d->kick_ev, 0, 0);
+}
+
+static void use_pthreads(void)
+{
+	evthread_use_pthreads();
+}
+
+static int loop_new(struct meshd_core *d)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	/* Other threads add events and activate the kick: libevent must lock,
+	 * and that is decided before the base exists. */
+	pthread_once(&once, use_pthreads);
+	if (!(d->base = event_base_new()))
+		return -ENOMEM;
+	d->host_ev = event_new(d->base, mesh_host_fd(d->h), EV_READ | EV_PERSIST, on_host, d);
+	d->timer_ev = evtimer_new(d->base, on_timer, d);
+	d->kick_ev = event_new(d->base, -1, 0, on_kick, d);
+	if (!d->host_ev || !d->timer_ev || !d->kick_ev || event_add(d->host_ev, NULL) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+struct event_base *meshd_core_base(struct meshd_core *d)
+{
+	return d->base;
+}
+
+struct on_loop {
+	void (*fn)(void *);
+	void *arg;
+	int done;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+static void on_loop_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct on_loop *o = arg;
+	(void)fd;
+	(void)what;
+	o->fn(o->arg);
+	pthread_mutex_lock(&o->mu);
+	o->done = 1;
+	pthread_cond_broadcast(&o->cv);
+	pthread_mutex_unlock(&o->mu);
+}
+
+int meshd_core_on_loop(struct meshd_core *d, void (*fn)(void *), void *arg)
+{
+	struct on_loop o = {fn, arg, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+	pthread_mutex_lock(&d->loop_mu);
+	if (!d->looping || pthread_equal(d->loop_th, pthread_self())) {
+		/* No loop runs it (before meshd_core_run, after it), or we are it. */
+		pthread_mutex_unlock(&d->loop_mu);
+		fn(arg);
+		return 0;
+	}
+	/* Queued under loop_mu: the loop's exit takes loop_mu, then runs
+	 * what was queued before it (meshd_core_run). */
+	int rc = event_base_once(d->base, -1, EV_TIMEOUT, on_loop_cb, &o, NULL);
+	pthread_mutex_unlock(&d->loop_mu);
+	if (rc < 0)
+		return -ENOMEM;
+	pthread_mutex_lock(&o.mu);
+	while (!o.done)
+		pthread_cond_wait(&o.cv, &o.mu);
+	pthread_mutex_unlock(&o.mu);
+	pthread_mutex_destroy(&o.mu);
+	pthread_cond_destroy(&o.cv);
+	return 0;
 }
 
 int meshd_core_run(struct meshd_core *d)
 {
-	uint64_t last = 0;
-	while (!atomic_load(&d->stop)) {
-		mesh_host_poll(d->h, 250 * MESH_NS_PER_MS);
-		uint64_t now = mesh_mono_ns();
-		if (now - last >= 500 * MESH_NS_PER_MS) {
-			meshd__tick(d, now);
-			last = now;
-		}
-	}
-	return 0;
+	int rc = 0;
+	pthread_mutex_lock(&d->loop_mu);
+	d->loop_th = pthread_self();
+	d->looping = 1;
+	pthread_mutex_unlock(&d->loop_mu);
+	mesh_host_set_driven(d->h, 1);
+	/* The first round: what happened before the loop ran. */
+	event_active(d->kick_ev, 0, 0);
+	d->in_loop = 1;
+	if (!atomic_load(&d->stop) && event_base_loop(d->base, EVLOOP_NO_EXIT_ON_EMPTY) < 0)
+		rc = -EIO;
+	d->in_loop = 0;
+	pthread_mutex_lock(&d->loop_mu);
+	d->looping = 0;
+	pthread_mutex_unlock(&d->loop_mu);
+	/* Work queued on the loop before it ended runs now, on this thread. */
+	event_base_loop(d->base, EVLOOP_NONBLOCK);
+	evtimer_del(d->timer_ev);
+	atomic_store(&d->armed, UINT64_MAX);
+	/* Waiters drive the host themselves from here on. */
+	mesh_host_set_driven(d->h, 0);
+	return rc;
 }
 
 void meshd_core_stop(struct meshd_core *d)
 {
 	atomic_store(&d->stop, 1);
+	/* The loop's host event sees it (a write: async-signal-safe). */
 	mesh_host_wake(d->h);
 }
 
@@ -1509,6 +1759,16 @@ void meshd_core_free(struct meshd_core *d)
 {
 	if (!d)
 		return;
+	/* The loop's events first: they refer to the host's fd. */
+	if (d->host_ev)
+		event_free(d->host_ev);
+	if (d->timer_ev)
+		event_free(d->timer_ev);
+	if (d->kick_ev)
+		event_free(d->kick_ev);
+	d->kick_ev = NULL;
+	if (d->base)
+		event_base_free(d->base);
 	/* The host exits every worker (grace, SIGKILL of the group) and reaps. */
 	mesh_host_free(d->h);
 	while (d->progs) {
@@ -1529,6 +1789,7 @@ void meshd_core_free(struct meshd_core *d)
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->metrics_mu);
+	pthread_mutex_destroy(&d->loop_mu);
 	free(d);
 }
 
@@ -1558,6 +1819,7 @@ static void job_unhold(struct meshd_core *d, struct program *p, unsigned i, int 
 	struct worker *wk = &p->w[i];
 	wk->job = 0;
 	wk->last_used = mesh_mono_ns();
+	kick(d, wk->last_used + p->img.m.idle_ttl_ns); /* idle from now */
 	if (slot >= 0)
 		d->slot_busy[slot]--;
 	if (atomic_load(&p->retired))
@@ -1631,6 +1893,7 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 	/* Held: reconcile never frees or hands on this slot meanwhile. */
 	int s = wk->slot;
 	d->slot_busy[s]++;
+	kick(d, mesh_mono_ns() + heal_every(d)); /* heal checks while the job holds it */
 	struct mesh_instance *inst = wk->inst;
 	pthread_mutex_unlock(&d->mu);
 	uint64_t now = mesh_mono_ns();

@@ -21,11 +21,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
-static struct meshd_core *volatile the_core;
 static volatile sig_atomic_t stop_asked;
+/* The stop's self-pipe: SIGTERM/SIGINT (or the loop's end) write to it;
+ * the main thread, which runs the shutdown, reads it. */
+static int stop_pipe[2] = {-1, -1};
 
 static void usage(FILE *f)
 {
@@ -112,11 +116,31 @@ static int usage_error(const char *fmt, const char *arg)
 
 static void on_signal(int sig)
 {
-	struct meshd_core *c = the_core;
+	int e = errno;
 	(void)sig;
 	stop_asked = 1;
-	if (c)
-		meshd_core_stop(c);
+	if (stop_pipe[1] >= 0) {
+		ssize_t r = write(stop_pipe[1], "s", 1);
+		(void)r;
+	}
+	errno = e;
+}
+
+/* The loop's thread: the one event loop (daemon/ops.h) runs until the
+ * shutdown below is done. */
+struct loop_run {
+	struct meshd_core *core;
+	int rc;
+};
+
+static void *loop_main(void *arg)
+{
+	struct loop_run *lr = arg;
+	lr->rc = meshd_core_run(lr->core);
+	/* A loop that ended by itself (it failed) stops meshd too. */
+	ssize_t r = write(stop_pipe[1], "l", 1);
+	(void)r;
+	return NULL;
 }
 
 /* The value of option name at argv[*i] ("--name V" or "--name=V"), or NULL
@@ -343,6 +367,10 @@ int main(int argc, char **argv)
 							 : MESH_LOG_INFO);
 
 	/* A signal before the loop runs is remembered and ends meshd right after setup. */
+	if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+		mesh_error("cannot start: pipe: %s", strerror(errno));
+		return MESH_EXIT_OSERR;
+	}
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
@@ -358,9 +386,6 @@ int main(int argc, char **argv)
 	}
 	free(err);
 	err = NULL;
-	the_core = core;
-	if (stop_asked)
-		meshd_core_stop(core);
 
 	int default_state = !state[0];
 	if (default_state && meshd_state_default(state, sizeof state) < 0)
@@ -376,7 +401,6 @@ int main(int argc, char **argv)
 	} else if (rc < 0) {
 		mesh_error("cannot open the jobs: %s", err ? err : mesh_strerror(rc));
 		free(err);
-		the_core = NULL;
 		meshd_core_free(core);
 		return exit_for(rc);
 	}
@@ -399,7 +423,6 @@ int main(int argc, char **argv)
 		free(err);
 		meshd_jobs_stop(jobs);
 		meshd_jobs_free(jobs);
-		the_core = NULL;
 		meshd_core_free(core);
 		return exit_for(rc);
 	}
@@ -409,7 +432,6 @@ int main(int argc, char **argv)
 			mesh_error("cannot serve metrics: %s", err ? err : mesh_strerror(rc));
 			free(err);
 			meshd_api_stop(api);
-			the_core = NULL;
 			meshd_core_free(core);
 			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
 		}
@@ -426,7 +448,6 @@ int main(int argc, char **argv)
 			free(err);
 			meshd_metrics_serve_stop(msrv);
 			meshd_api_stop(api);
-			the_core = NULL;
 			meshd_core_free(core);
 			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
 		}
@@ -439,11 +460,22 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		mesh_warn("cannot notify systemd: %s", mesh_strerror(rc));
 
-	rc = meshd_core_run(core);
-	/* The loop is over; later signals must not touch a core being freed. */
-	the_core = NULL;
-	if (rc < 0)
-		mesh_error("event loop failed: %s", mesh_strerror(rc));
+	/* The loop runs on a thread of its own; this one waits for the stop and
+	 * then runs the shutdown while the loop still serves: the API answers
+	 * what is in flight and the workers' exits are dispatched. */
+	struct loop_run lr = {core, 0};
+	pthread_t loop_th;
+	int threaded = pthread_create(&loop_th, NULL, loop_main, &lr) == 0;
+	if (!threaded) {
+		mesh_error("cannot start the event loop's thread");
+		rc = -EAGAIN;
+	}
+	while (threaded && !stop_asked) {
+		struct pollfd pf = {stop_pipe[0], POLLIN, 0};
+		char c;
+		if (poll(&pf, 1, -1) > 0 && read(stop_pipe[0], &c, 1) == 1 && c == 'l')
+			break;
+	}
 	mesh_info("stopping");
 	meshd_notify("STOPPING=1");
 	/* The gateway first: its requests in flight end (bounded), then its programs stop. */
@@ -466,6 +498,13 @@ int main(int argc, char **argv)
 	mesh_gw_free(gw);
 	meshd_api_jobs_set(NULL);
 	meshd_jobs_free(jobs);
+	if (threaded) {
+		meshd_core_stop(core);
+		pthread_join(loop_th, NULL);
+		rc = lr.rc;
+		if (rc < 0)
+			mesh_error("event loop failed: %s", mesh_strerror(rc));
+	}
 	meshd_core_free(core);
 	mesh_info("stopped");
 	return rc < 0 ? MESH_EXIT_SOFTWARE : 0;

@@ -15,7 +15,6 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
-#include <event2/thread.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -414,13 +413,14 @@ int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out)
 	return rc;
 }
 
-/* The TCP listener: its own event loop on its own thread, so a scrape
- * never waits behind the control API's requests. */
+/* The TCP listener, on the core's event loop (meshd_core_base, ops.h)
+ * beside the control API: a scrape renders from the core's structs under
+ * short locks (never waiting on a worker), and the API's blocking ops run
+ * on threads of their own, so a scrape never waits behind them. */
 struct meshd_metrics_server {
 	struct meshd_core *core;
-	struct event_base *base;
+	struct event_base *base; /* the core's */
 	struct evhttp *http;
-	pthread_t th;
 	int fd, port;
 };
 
@@ -456,33 +456,18 @@ static void on_scrape(struct evhttp_request *req, void *arg)
 	evbuffer_free(body);
 }
 
-static void *serve_main(void *arg)
-{
-	struct meshd_metrics_server *s = arg;
-	event_base_loop(s->base, EVLOOP_NO_EXIT_ON_EMPTY);
-	return NULL;
-}
-
 static void server_free(struct meshd_metrics_server *s)
 {
 	if (s->http)
 		evhttp_free(s->http);
-	if (s->base)
-		event_base_free(s->base);
 	if (s->fd >= 0)
 		close(s->fd);
 	free(s);
 }
 
-static void use_pthreads(void)
-{
-	evthread_use_pthreads();
-}
-
 int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_core *d, const char *addr,
 			      int allow_public, char **err)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	struct sockaddr_storage ss;
 	socklen_t len = 0;
 	int loopback = 0, rc, one = 1;
@@ -497,8 +482,6 @@ int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_co
 				 "metrics address '%s' is not a loopback address: give --metrics-public to serve "
 				 "metrics beyond this machine",
 				 addr);
-	/* loopbreak from another thread: libevent must lock. */
-	pthread_once(&once, use_pthreads);
 	struct meshd_metrics_server *s = calloc(1, sizeof *s);
 	if (!s)
 		return -ENOMEM;
@@ -520,8 +503,8 @@ int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_co
 	if (getsockname(s->fd, (struct sockaddr *)&got, &gl) == 0)
 		s->port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
 							  : ((struct sockaddr_in *)&got)->sin_port);
-	s->base = event_base_new();
-	s->http = s->base ? evhttp_new(s->base) : NULL;
+	s->base = meshd_core_base(d);
+	s->http = evhttp_new(s->base);
 	if (!s->http) {
 		server_free(s);
 		return mesh_errf(err, -ENOMEM, "cannot set up the metrics listener: out of memory");
@@ -536,12 +519,19 @@ int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_co
 		server_free(s);
 		return mesh_errf(err, MESH_E_UNSUPPORTED, "cannot serve metrics on '%s'", addr);
 	}
-	if ((rc = pthread_create(&s->th, NULL, serve_main, s)) != 0) {
-		server_free(s);
-		return mesh_errf(err, -rc, "cannot start the metrics thread: %s", strerror(rc));
-	}
 	*out = s;
 	return 0;
+}
+
+/* Loop thread (or no loop runs): closes the listener and its connections. */
+static void serve_stop(void *arg)
+{
+	struct meshd_metrics_server *s = arg;
+	/* evhttp_free closes the listening socket it was given. */
+	evhttp_free(s->http);
+	s->http = NULL;
+	s->fd = -1;
+	server_free(s);
 }
 
 int meshd_metrics_serve_port(const struct meshd_metrics_server *s)
@@ -553,11 +543,6 @@ void meshd_metrics_serve_stop(struct meshd_metrics_server *s)
 {
 	if (!s)
 		return;
-	event_base_loopbreak(s->base);
-	pthread_join(s->th, NULL);
-	/* evhttp_free closes the listening socket it was given. */
-	evhttp_free(s->http);
-	s->http = NULL;
-	s->fd = -1;
-	server_free(s);
+	/* On the loop's thread: evhttp is not thread-safe. */
+	meshd_core_on_loop(s->core, serve_stop, s);
 }

@@ -123,14 +123,15 @@ int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out);
 /* The TCP listener of `meshd --metrics ADDR:PORT`: GET /metrics only.
  * addr is "HOST:PORT" with a numeric IPv4 host or "[IPv6]:PORT"; a
  * non-loopback host is refused with MESH_E_REFUSED unless allow_public.
- * Port 0 picks one (meshd_metrics_serve_port says which).  Serves on a
- * thread of its own from return until meshd_metrics_serve_stop.  0 or a
- * negative mesh error with *err malloc'd. */
+ * Port 0 picks one (meshd_metrics_serve_port says which).  Serves on the
+ * core's event loop (meshd_core_base) from return until
+ * meshd_metrics_serve_stop, which must come before meshd_core_free.  0 or
+ * a negative mesh error with *err malloc'd. */
 struct meshd_metrics_server;
 int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_core *d, const char *addr,
 			      int allow_public, char **err);
 int meshd_metrics_serve_port(const struct meshd_metrics_server *s);
-/* Stops serving, joins its thread, frees s.  NULL is a no-op. */
+/* Stops serving (on the loop's thread), frees s.  NULL is a no-op. */
 void meshd_metrics_serve_stop(struct meshd_metrics_server *s);
 
 #endif

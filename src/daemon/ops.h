@@ -11,7 +11,9 @@
  * Caller protocol (daemon/main.c):
  *   1. meshd_core_new(&d, &cfg, &err)  -- checks the catalog and logs dirs
  *   2. start the control API; sd_notify READY=1 once it listens
- *   3. meshd_core_run(d)               -- the event loop; returns after meshd_core_stop
+ *   3. meshd_core_run(d)               -- the event loop (one libevent event_base,
+ *      meshd_core_base: the host's workers, the core's timers, and the API's
+ *      and metrics listeners on it); returns after meshd_core_stop
  *   4. meshd_core_free(d)              -- every worker asked to exit, then killed and reaped */
 #ifndef MESH_DAEMON_OPS_H
 #define MESH_DAEMON_OPS_H
@@ -39,9 +41,18 @@ struct meshd_config {
 };
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err);
-/* Runs the loop until meshd_core_stop (async-signal-safe) is called. */
+/* Runs the loop until meshd_core_stop (async-signal-safe) is called.  0,
+ * or -EIO when libevent's loop failed. */
 int meshd_core_run(struct meshd_core *d);
 void meshd_core_stop(struct meshd_core *d);
+/* The loop's event_base: the control API and the metrics listener add
+ * their events to it (before meshd_core_free).  Its callbacks must never
+ * block on a worker or wait for another thread that waits on the loop. */
+struct event_base *meshd_core_base(struct meshd_core *d);
+/* Runs fn(arg) on the loop's thread and waits for it; when no loop runs
+ * (before meshd_core_run, after it returned) or when called from the loop
+ * itself, runs it here.  0 or -ENOMEM. */
+int meshd_core_on_loop(struct meshd_core *d, void (*fn)(void *), void *arg);
 void meshd_core_free(struct meshd_core *d);
 /* Test seam: one scale-to-zero pass of the loop, at monotonic time now (the
  * loop passes the time it read before it took the core's lock, so a worker

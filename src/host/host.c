@@ -40,6 +40,8 @@ struct mesh_host {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int polling;
+	int driven;	/* an event loop dispatches (mesh_host_set_driven) */
+	uint32_t fired, fired_seen; /* events fed to the table, ever; as of the last dispatch */
 	int epfd, wakefd;
 	struct mesh_proc_spawner *sp;
 	struct mesh_limits_caps caps;
@@ -255,6 +257,11 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	int child_ctl = -1, out[2] = {-1, -1}, procs = -1, rc;
 	struct mesh_ctl *ctl = NULL;
 	char **env = NULL, **argv = NULL;
+	/* The cold start counts from here, its setup (cgroup, log, pipes)
+	 * included: with a pid namespace the spawn returns only once
+	 * mesh-init has re-executed itself, by which time the program may
+	 * have said `ready` already. */
+	uint64_t t_spawn = mesh_mono_ns();
 	if (w->cg_busy)
 		cgroup_done(w);
 	if (w->cg_busy) {
@@ -342,7 +349,8 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	h->spawns++;
 	w->enforced = img->enforced;
 	w->prev_cpu = 0;
-	w->prev_at = w->spawned_at = mesh_mono_ns();
+	w->spawned_at = t_spawn;
+	w->prev_at = mesh_mono_ns();
 	w->ready_told = 0;
 	w->cpu_pct = 0;
 	w->cpu_ns = w->rss = 0;
@@ -697,6 +705,7 @@ static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg
 	enum mesh_istate was = w->state;
 	struct mesh_transition t = mesh_lifecycle[was][ev];
 	struct outcome o = {.raise = MESH_EV__N};
+	w->h->fired++;
 	act(w, t.action, was, ev, a ? a : &none, err, &o);
 	w->state = t.next;
 	if (o.raise == MESH_EV__N)
@@ -903,32 +912,27 @@ static void sample(struct mesh_host *h, uint64_t now)
 	mesh_proc_table_free(t);
 }
 
-int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
+/* The earliest deadline of any instance, and of the sampler while there
+ * is something to sample (a process, a cgroup to remove): an idle host has
+ * none (UINT64_MAX).  h->mu held. */
+static uint64_t next_deadline(struct mesh_host *h)
 {
-	uint64_t now = mesh_mono_ns(), until = now + timeout_ns;
-	pthread_mutex_lock(&h->mu);
-	if (h->polling) {
-		struct timespec ts = {(time_t)(until / MESH_NS_PER_S), (long)(until % MESH_NS_PER_S)};
-		pthread_cond_timedwait(&h->cv, &h->mu, &ts);
-		pthread_mutex_unlock(&h->mu);
-		return 0;
-	}
-	h->polling = 1;
+	uint64_t until = UINT64_MAX;
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
+		if ((w->pid > 0 || w->cg_busy) && h->last_sample + SAMPLE_EVERY_NS < until)
+			until = h->last_sample + SAMPLE_EVERY_NS;
 		if (w->deadline && w->deadline < until)
 			until = w->deadline;
 		if (w->closed_deadline && w->closed_deadline < until)
 			until = w->closed_deadline;
 	}
-	if (h->last_sample + SAMPLE_EVERY_NS < until)
-		until = h->last_sample + SAMPLE_EVERY_NS;
-	pthread_mutex_unlock(&h->mu);
+	return until;
+}
 
-	int ms = until > now ? (int)((until - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS) : 0;
-	struct epoll_event evs[32];
-	int n = epoll_wait(h->epfd, evs, 32, ms);
-
-	pthread_mutex_lock(&h->mu);
+/* Dispatches n epoll events, then the deadlines due and the sampler.
+ * h->mu held. */
+static void handle(struct mesh_host *h, const struct epoll_event *evs, int n)
+{
 	/* Deaths first: a crash report then holds every line written before it. */
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < n; i++) {
@@ -952,7 +956,7 @@ int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
 			else if (pass == 1 && tag == TAG_PID && w->pidfd >= 0)
 				fire(w, MESH_EV_DIED, NULL, NULL);
 		}
-	now = mesh_mono_ns();
+	uint64_t now = mesh_mono_ns();
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
 		if (w->deadline && now >= w->deadline) {
 			w->deadline = 0;
@@ -966,10 +970,67 @@ int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
 	}
 	if (now >= h->last_sample + SAMPLE_EVERY_NS)
 		sample(h, now);
+}
+
+int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
+{
+	uint64_t now = mesh_mono_ns(), until = now + timeout_ns;
+	pthread_mutex_lock(&h->mu);
+	if (h->polling || h->driven) {
+		/* Another thread's round (or the loop's dispatch) wakes us. */
+		struct timespec ts = {(time_t)(until / MESH_NS_PER_S), (long)(until % MESH_NS_PER_S)};
+		pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+		pthread_mutex_unlock(&h->mu);
+		return 0;
+	}
+	h->polling = 1;
+	uint64_t next = next_deadline(h);
+	if (next < until)
+		until = next;
+	pthread_mutex_unlock(&h->mu);
+
+	int ms = until > now ? (int)((until - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS) : 0;
+	struct epoll_event evs[32];
+	int n = epoll_wait(h->epfd, evs, 32, ms);
+
+	pthread_mutex_lock(&h->mu);
+	handle(h, evs, n);
 	h->polling = 0;
 	wake_all(h);
 	pthread_mutex_unlock(&h->mu);
 	return 0;
+}
+
+int mesh_host_fd(const struct mesh_host *h)
+{
+	return h->epfd;
+}
+
+void mesh_host_set_driven(struct mesh_host *h, int on)
+{
+	pthread_mutex_lock(&h->mu);
+	h->driven = on;
+	/* Waiters asleep for the loop's rounds drive the host themselves now. */
+	wake_all(h);
+	pthread_mutex_unlock(&h->mu);
+}
+
+unsigned mesh_host_dispatch(struct mesh_host *h, uint64_t *next)
+{
+	struct epoll_event evs[32];
+	pthread_mutex_lock(&h->mu);
+	if (!h->polling) {
+		/* Never blocks: the loop calls it when the fd is readable or a
+		 * deadline it was given is due. */
+		int n = epoll_wait(h->epfd, evs, 32, 0);
+		handle(h, evs, n > 0 ? n : 0);
+		wake_all(h);
+	}
+	*next = next_deadline(h);
+	unsigned fired = h->fired - h->fired_seen;
+	h->fired_seen = h->fired;
+	pthread_mutex_unlock(&h->mu);
+	return fired;
 }
 
 int mesh_instance_new(struct mesh_host *h, const struct mesh_image *img, struct mesh_instance **out)

@@ -19,7 +19,8 @@
  *   2. mesh_image_prepare(...) (image.h) for a program; then
  *      mesh_instance_new(h, &img, &w) for each worker of it
  *   3. drive mesh_host_poll(h, timeout) from one loop thread (or let the
- *      waiters drive it); mesh_instance_warm / _launch / _halt / _exit from
+ *      waiters drive it; or an event loop: mesh_host_dispatch below);
+ *      mesh_instance_warm / _launch / _halt / _exit from
  *      any thread, mesh_instance_wait to wait for a state
  *   4. mesh_instance_free(w) (exits it first when it has a process)
  *   5. mesh_host_free(h): every remaining instance asked to exit, then its
@@ -91,8 +92,26 @@ const struct mesh_limits_caps *mesh_host_caps(const struct mesh_host *h);
  * deaths) and deadlines, and dispatches them.  When another thread is
  * polling, it waits for that thread's round instead.  Returns 0. */
 int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns);
-/* Makes a running mesh_host_poll return early (async-signal-safe). */
+/* Makes a running mesh_host_poll return early, or the fd below readable
+ * (async-signal-safe). */
 void mesh_host_wake(struct mesh_host *h);
+
+/* An event loop instead of mesh_host_poll (meshd's: daemon/core.c):
+ *   1. mesh_host_set_driven(h, 1): from now on mesh_host_poll (and so the
+ *      *_wait functions) sleeps until the loop's next round instead of
+ *      waiting on the worker fds itself;
+ *   2. the loop watches mesh_host_fd (readable, level-triggered: a worker
+ *      event, or a request / mesh_host_wake) and calls mesh_host_dispatch
+ *      then, and again when the deadline it returned in *next is due;
+ *   3. mesh_host_set_driven(h, 0) before the loop ends: waiters drive the
+ *      host themselves again (and mesh_host_free does).
+ * mesh_host_dispatch never blocks; it returns how many lifecycle events
+ * were fed to the table since its last call (by it or by requests from
+ * other threads): 0 means no state changed.  *next is the monotonic time
+ * (mesh_mono_ns) of the earliest deadline (a state's, or the 1 s sampler). */
+int mesh_host_fd(const struct mesh_host *h);
+void mesh_host_set_driven(struct mesh_host *h, int on);
+unsigned mesh_host_dispatch(struct mesh_host *h, uint64_t *next);
 
 /* The lifecycle. */
 enum mesh_istate {
