@@ -411,7 +411,6 @@ int main(int argc, char **argv)
 		free(err);
 		meshd_jobs_stop(jobs);
 		meshd_jobs_free(jobs);
-		the_core = NULL;
 		meshd_core_free(core);
 		return mesh_exit_for(rc); /* the store's codes: 69 unreachable, 65 another schema */
 	}
