@@ -54,18 +54,19 @@ static struct gpu gpus[MAXG];
 static struct proc procs[MAXP];
 static int ngpus, nprocs, fail_init, inited;
 
-/* When the fake first found each dead pid gone (ms), for the linger. */
+/* When the fake first found each dead pid gone (ns: whole ms would end a
+ * linger up to 1 ms early), for the linger. */
 static struct {
 	unsigned pid;
 	uint64_t at;
 } gone[MAXP];
 static int ngone;
 
-static uint64_t now_ms(void)
+static uint64_t now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static int gpu_of(const char *s)
@@ -141,10 +142,10 @@ static int listed(const struct proc *p)
 				gone[i] = gone[--ngone]; /* the pid lives again */
 		return 1;
 	}
-	uint64_t t = now_ms();
+	uint64_t t = now_ns();
 	for (int i = 0; i < ngone; i++)
 		if (gone[i].pid == p->pid)
-			return t - gone[i].at < p->linger_ms;
+			return t - gone[i].at < (uint64_t)p->linger_ms * 1000000ull;
 	if (ngone < MAXP) {
 		gone[ngone].pid = p->pid;
 		gone[ngone++].at = t;
