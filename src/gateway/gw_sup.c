@@ -22,22 +22,50 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
 #define BACKOFF_MAX_NS (30ull * 1000000000ull)
-#define PROBE_FIRST_NS 2000000ull
+/* The start's wait (docs/gateway.md, "Cold start").  Until the port
+ * listens, a bare connect (refused at once, tens of microseconds of CPU,
+ * nothing for the program to answer) every 1/2000 of the time since the
+ * spawn, at least LISTEN_MIN_NS, at most LISTEN_MAX_NS; once it listens,
+ * the HTTP probe, and while that says "not yet" (a model loading) it is
+ * repeated every 1/1000 of the time since the spawn, at least
+ * PROBE_MIN_NS, at most PROBE_MAX_NS.  So the wait adds 1-2 ms to a 2 s
+ * start and at most a few ms (listening) or 0.1 % (loading) to a long
+ * one, and a loading server answers at most a probe every 2 ms. */
+#define LISTEN_MIN_NS 1000000ull
+#define LISTEN_MAX_NS 5000000ull
+#define PROBE_MIN_NS 2000000ull
 #define PROBE_MAX_NS 100000000ull
+
+/* The pace above after elapsed ns since the spawn. */
+static uint64_t pace(uint64_t elapsed, uint64_t div, uint64_t lo, uint64_t hi)
+{
+	uint64_t v = elapsed / div;
+	return v < lo ? lo : v > hi ? hi : v;
+}
 
 struct sup {
 	struct mesh__gw_prog *p;
 	struct mesh_proc_child c;
 	int out, evfd, port, reaped, status;
 	int refused; /* the last probe's connect was refused: nothing listens yet */
+	unsigned listen_tests, http_probes; /* of this start, until warm */
 	struct mesh_proc_tail tail;
 	char last_probe[256];
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static int free_port(void)
 {
@@ -95,12 +123,16 @@ static void drain_output(struct sup *s)
 static int wait_events(struct sup *s, uint64_t deadline)
 {
 	struct pollfd pf[3] = {{s->c.pidfd, POLLIN, 0}, {s->evfd, POLLIN, 0}, {s->out, POLLIN, 0}};
-	int timeout = -1;
+	struct timespec ts, *tp = NULL;
 	if (deadline) {
-		uint64_t now = mesh_mono_ns();
-		timeout = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+		/* To the nanosecond: poll's milliseconds, rounded up, would add
+		 * up to 1 ms to each step of the start's 1 ms cadence. */
+		uint64_t now = mesh_mono_ns(), left = now >= deadline ? 0 : deadline - now;
+		ts.tv_sec = (time_t)(left / 1000000000ull);
+		ts.tv_nsec = (long)(left % 1000000000ull);
+		tp = &ts;
 	}
-	if (poll(pf, s->out >= 0 ? 3 : 2, timeout) < 0 && errno != EINTR)
+	if (ppoll(pf, s->out >= 0 ? 3 : 2, tp, NULL) < 0 && errno != EINTR)
 		return 0;
 	if (pf[2].revents && s->out >= 0)
 		drain_output(s);
@@ -258,6 +290,34 @@ out:
 	return rc;
 }
 
+/* Whether something listens on the program's port: a non-blocking
+ * loopback connect, refused at once while nothing does (no HTTP, nothing
+ * for the program to answer).  A connect still in progress counts as
+ * listening: the HTTP probe says the rest. */
+static int listening(struct sup *s)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), up = 1;
+	s->listen_tests++;
+	if (fd < 0)
+		return 1; /* cannot tell: let the probe look */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		/* Loopback answers at once, but a non-blocking connect may still
+		 * say "in progress": its outcome comes within microseconds. */
+		struct pollfd pf = {fd, POLLOUT, 0};
+		int e = errno;
+		socklen_t sl = sizeof e;
+		if (e == EINPROGRESS && poll(&pf, 1, 5) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &sl) < 0)
+			e = errno;
+		up = e != ECONNREFUSED;
+	}
+	close(fd);
+	if (!up)
+		snprintf(s->last_probe, sizeof s->last_probe, "cold: nothing listens on 127.0.0.1:%d yet", s->port);
+	return up;
+}
+
 /* One probe of the program, its answer within answer_ns: 1 warm, 0 not
  * (s->last_probe says why). */
 static int probe(struct sup *s, uint64_t answer_ns)
@@ -301,7 +361,7 @@ void *mesh__gw_sup_main(void *arg)
 	s.evfd = p->evfd;
 	pthread_mutex_unlock(&g->mu);
 
-	uint64_t t0 = mesh_mono_ns();
+	uint64_t t0 = mesh_mono_ns(), cpu0 = thread_cpu_ns();
 	int rc = spawn(&s, why, sizeof why);
 	pthread_mutex_lock(&g->mu);
 	if (rc) {
@@ -317,7 +377,8 @@ void *mesh__gw_sup_main(void *arg)
 	mesh__gw_log(g, MESH_GW_INFO, "program=%s spawned pid=%d port=%d", p->m.name, (int)s.c.pid, s.port);
 
 	/* Starting: probe until warm, the process ends, or the start timeout. */
-	uint64_t deadline = t0 + p->m.start_timeout_ns, interval = PROBE_FIRST_NS, next = t0 + interval / 2;
+	uint64_t deadline = t0 + p->m.start_timeout_ns, next = t0 + LISTEN_MIN_NS;
+	int listens = 0; /* the port was seen listening: the HTTP probe's turn */
 	snprintf(s.last_probe, sizeof s.last_probe, "no probe yet");
 	for (;;) {
 		uint64_t until = next < deadline ? next : deadline;
@@ -354,15 +415,26 @@ void *mesh__gw_sup_main(void *arg)
 		}
 		if (now < next)
 			continue;
+		if (!listens && !(listens = listening(&s))) {
+			/* From the last step's due time: a cadence that does not
+			 * drift by the test's own time. */
+			next += pace(now - t0, 2000, LISTEN_MIN_NS, LISTEN_MAX_NS);
+			if (next < now)
+				next = now + LISTEN_MIN_NS;
+			continue;
+		}
+		s.http_probes++;
 		if (probe(&s, 1000000000ull))
 			break;
-		/* A refused connect costs microseconds: while nothing listens the
-		 * probe stays at its first pace, so the first byte follows the
-		 * listen closely; an answer that says "not yet" (a model loading)
-		 * slows it, up to every 100 ms. */
-		if (!s.refused)
-			interval = interval + interval / 4 > PROBE_MAX_NS ? PROBE_MAX_NS : interval + interval / 4;
-		next = mesh_mono_ns() + interval;
+		now = mesh_mono_ns();
+		if (s.refused) {
+			/* It stopped listening (a server that restarts its listener):
+			 * back to the bare connects. */
+			listens = 0;
+			next = now + LISTEN_MIN_NS;
+			continue;
+		}
+		next = now + pace(now - t0, 1000, PROBE_MIN_NS, PROBE_MAX_NS);
 	}
 	pthread_mutex_lock(&g->mu);
 	p->state = GW_WARM;
@@ -372,9 +444,14 @@ void *mesh__gw_sup_main(void *arg)
 	p->warm_count++;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&g->mu);
-	marker(&s, "warm pid=%d in %.1f ms (%s)", (int)s.c.pid, (double)(mesh_mono_ns() - t0) / 1e6, s.last_probe);
-	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms", p->m.name, (int)s.c.pid,
-		     (double)(mesh_mono_ns() - t0) / 1e6);
+	/* What the wait cost meshd: this thread's CPU from the spawn to now
+	 * (the spawn itself included). */
+	double wait_cpu_ms = (double)(thread_cpu_ns() - cpu0) / 1e6;
+	marker(&s, "warm pid=%d in %.1f ms (%s; waited with %u listen tests, %u probes, %.2f ms of CPU)", (int)s.c.pid,
+	       (double)(mesh_mono_ns() - t0) / 1e6, s.last_probe, s.listen_tests, s.http_probes, wait_cpu_ms);
+	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms (%u listen tests, %u probes, %.2f ms of CPU)",
+		     p->m.name, (int)s.c.pid, (double)(mesh_mono_ns() - t0) / 1e6, s.listen_tests, s.http_probes,
+		     wait_cpu_ms);
 
 	/* Warm: until it ends, is idle for its TTL, is hung (the periodic probe
 	 * failed probe_failures times in a row), or meshd stops.  The probe's
