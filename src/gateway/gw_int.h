@@ -47,6 +47,13 @@ struct mesh__gw_prog {
 	uint64_t to_request, to_response, to_idle; /* requests past a limit */
 	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
 	struct mesh__wlog log;	/* supervisor thread only */
+	/* Set at the catalog's reading, read-only afterwards: who it runs as
+	 * (the manifest's `user`, else meshd's default), how its [limits] are
+	 * enforced (MESH_LIM_* bits), and why it cannot start at all (a limit
+	 * this machine cannot enforce, an unknown user; NULL: none). */
+	struct mesh_run_as run_as;
+	unsigned enforced;
+	char *unfit;
 };
 
 struct mesh__gw_conn {
@@ -61,6 +68,7 @@ struct mesh_gw {
 	struct mesh__gw_prog *progs;
 	size_t nprogs;
 	struct mesh_proc_spawner *sp;
+	struct mesh_limits_caps caps; /* what this machine enforces, found at open */
 	int lfd, port;
 	pthread_t accept_th;
 	int accept_started;

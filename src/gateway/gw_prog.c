@@ -36,6 +36,32 @@ static int cmp_name(const void *a, const void *b)
 	return strcmp(((const struct mesh__gw_prog *)a)->m.name, ((const struct mesh__gw_prog *)b)->m.name);
 }
 
+/* Who p runs as and how its [limits] are enforced, as for a native
+ * program (host/limits.h): a limit this machine cannot enforce, or a user
+ * that cannot be, leaves p unfit: it stays in the catalog (its models are
+ * known), shown failed with the reason, and each request for it is answered
+ * 502 with it.  0 or -ENOMEM. */
+static int fit(struct mesh_gw *g, struct mesh__gw_prog *p)
+{
+	char *e = NULL;
+	const char *user = p->m.user ? p->m.user : mesh_limits_default_user();
+	int rc = mesh_limits_plan(&p->m.limits, &g->caps, &p->enforced, &e);
+	if (rc == 0 && user)
+		rc = mesh_limits_run_as(user, &p->run_as, &e);
+	if (rc == 0)
+		return 0;
+	p->unfit = mesh_strf("program '%s' cannot start: %s%s", p->m.name, e ? e : mesh_strerror(rc),
+			     !p->m.user && user ? " (meshd runs as root and the manifest names no `user`)" : "");
+	free(e);
+	if (!p->unfit)
+		return -ENOMEM;
+	snprintf(p->fail_msg, sizeof p->fail_msg, "%s", p->unfit);
+	p->gen = p->fail_gen = 1;
+	p->fail_code = 502;
+	mesh__gw_log(g, MESH_GW_WARN, "%s", p->unfit);
+	return 0;
+}
+
 int mesh__gw_catalog(struct mesh_gw *g, char **err)
 {
 	DIR *d = opendir(g->catalog);
@@ -88,6 +114,10 @@ int mesh__gw_catalog(struct mesh_gw *g, char **err)
 	closedir(d);
 	if (g->nprogs)
 		qsort(g->progs, g->nprogs, sizeof *g->progs, cmp_name);
+	mesh_limits_detect(&g->caps, NULL);
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (fit(g, &g->progs[i]) == -ENOMEM)
+			return mesh_errf(err, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < g->nprogs; i++) {
 		struct mesh__gw_prog *p = &g->progs[i];
 		p->g = g;
@@ -109,6 +139,7 @@ void mesh__gw_progs_free(struct mesh_gw *g)
 			pthread_cond_destroy(&g->progs[i].cv);
 		mesh_manifest_release(&g->progs[i].m);
 		mesh__wlog_close(&g->progs[i].log);
+		free(g->progs[i].unfit);
 	}
 	free(g->progs);
 	g->progs = NULL;
@@ -277,6 +308,11 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 		}
 		if (p->state == GW_STARTING && !mygen)
 			mygen = p->gen;
+		if (p->state == GW_COLD && p->unfit) {
+			code = 502;
+			*why = strdup(p->unfit);
+			break;
+		}
 		if (p->state == GW_COLD) {
 			uint64_t now = mesh_mono_ns();
 			if (now < p->backoff_until) {

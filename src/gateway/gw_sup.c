@@ -10,6 +10,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -57,6 +58,8 @@ struct sup {
 	unsigned listen_tests, http_probes; /* of this start, until warm */
 	struct mesh_proc_tail tail;
 	char last_probe[256];
+	uint64_t gen;	  /* the start this supervisor runs */
+	char cgdir[600]; /* its cgroup ("" : none) */
 };
 
 static uint64_t thread_cpu_ns(void)
@@ -156,6 +159,42 @@ static int wait_events(struct sup *s, uint64_t deadline)
 	return 0;
 }
 
+/* sig to what the program contains; SIGKILL ends its cgroup too (what
+ * left its process group is still in it). */
+static void kill_child(struct sup *s, int sig)
+{
+	if (!s->reaped)
+		mesh_proc_child_kill(&s->c, sig);
+	if (sig == SIGKILL && s->cgdir[0])
+		mesh_limits_cgroup_kill(s->cgdir);
+}
+
+/* "; its limits: ..." for a report of its end, when [limits] are in force
+ * (an end by going over one reads as a crash: the reason is near); "" else.
+ * A cgroup's OOM kill is said outright. */
+static void limits_note(const struct sup *s, char *out, size_t cap)
+{
+	const struct mesh__gw_prog *p = s->p;
+	const struct mesh_limits *l = &p->m.limits;
+	char how[256], oom[128] = "";
+	out[0] = 0;
+	if (!p->enforced)
+		return;
+	if (s->cgdir[0] && (p->enforced & MESH_LIM_MEMORY_CGROUP)) {
+		char path[700], *ev = NULL;
+		size_t n = 0;
+		snprintf(path, sizeof path, "%s/memory.events", s->cgdir);
+		const char *k = mesh_read_file(path, 1 << 16, &ev, &n) == 0 ? strstr(ev, "oom_kill ") : NULL;
+		if (k && strtoull(k + 9, NULL, 10) > 0)
+			snprintf(oom, sizeof oom, "; the kernel's OOM killer ended it: over limits.memory");
+		free(ev);
+	}
+	mesh_limits_describe(p->enforced, how, sizeof how);
+	snprintf(out, cap, "%s; its limits: memory=%llu open_files=%llu processes=%llu cpu=%u.%03u (%s)", oom,
+		 (unsigned long long)l->memory, (unsigned long long)l->open_files, (unsigned long long)l->processes,
+		 l->cpu_milli / 1000, l->cpu_milli % 1000, how);
+}
+
 /* Stop signal (hard: SIGKILL at once), the grace, SIGKILL, the reap. */
 static void stop_child(struct sup *s, const char *why, int hard)
 {
@@ -165,10 +204,10 @@ static void stop_child(struct sup *s, const char *why, int hard)
 	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (%s) signal=%s", p->m.name, (int)s->c.pid, why,
 		     mesh_signal_name(sig));
 	marker(s, "stopping pid=%d (%s)", (int)s->c.pid, why);
-	mesh_proc_child_kill(&s->c, sig);
+	kill_child(s, sig);
 	while (!s->reaped) {
 		if (!killed && mesh_mono_ns() >= deadline) {
-			mesh_proc_child_kill(&s->c, SIGKILL);
+			kill_child(s, SIGKILL);
 			killed = 1;
 		}
 		wait_events(s, killed ? 0 : deadline);
@@ -268,17 +307,57 @@ static int spawn(struct sup *s, char *why, size_t cap)
 		snprintf(why, cap, "cannot start: %s", strerror(-rc));
 		goto out;
 	}
+	/* As a native worker (host.c): its cgroup where limits or
+	 * containment use one, its rlimits, its user. */
+	int procs = -1;
+	const struct mesh_limits_caps *caps = &p->g->caps;
+	if ((p->enforced & (MESH_LIM_MEMORY_CGROUP | MESH_LIM_CPU_CGROUP | MESH_LIM_PIDS_CGROUP)) ||
+	    (caps->contain & MESH_CONTAIN_CGROUP)) {
+		char tag[160];
+		snprintf(tag, sizeof tag, "%d-http-%s-%llu", (int)getpid(), p->m.name, (unsigned long long)s->gen);
+		rc = mesh_limits_cgroup_create(caps, tag, &p->m.limits, p->enforced, s->cgdir, sizeof s->cgdir, &procs);
+		if (rc) {
+			s->cgdir[0] = 0;
+			close(pipefd[0]);
+			close(pipefd[1]);
+			snprintf(why, cap, "cannot create its cgroup: %s", mesh_strerror(rc));
+			goto out;
+		}
+	}
+	struct mesh_proc_rlimit rl[MESH_PROC_RLIMITS_MAX];
 	struct mesh_proc_opts o = MESH_PROC_OPTS_INIT;
 	o.path = path;
 	o.argv = argv;
 	o.envp = envp;
 	o.out_fd = pipefd[1];
 	o.flags = MESH_PROC_PIDNS;
+	o.rlimits = rl;
+	o.nrlimits = mesh_limits_rlimits(&p->m.limits, p->enforced, rl);
+	o.cgroup_procs_fd = procs;
+	const struct mesh_run_as *ra = &p->run_as;
+	if (ra->set) {
+		o.flags |= MESH_PROC_SETUID;
+		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
+	}
 	rc = mesh_proc_spawn_child(p->g->sp, &o, 1, &s->c);
 	close(pipefd[1]);
+	if (procs >= 0)
+		close(procs);
 	if (rc) {
 		close(pipefd[0]);
-		snprintf(why, cap, "cannot run '%s': %s", path, strerror(-rc));
+		if (rc == -EACCES && ra->set)
+			/* The usual cause: a command under a directory only meshd's
+			 * user may enter (/root, a 0700 directory). */
+			snprintf(why, cap,
+				 "cannot run '%s': %s as user '%s' (%s): that user must be able to reach the command and "
+				 "every directory above it",
+				 path, strerror(-rc), ra->name,
+				 p->m.user ? "the manifest's `user`" : "meshd runs as root and the manifest names no `user`");
+		else
+			snprintf(why, cap, "cannot run '%s': %s", path, strerror(-rc));
+		if (s->cgdir[0])
+			mesh_limits_cgroup_remove(s->cgdir, 1);
+		s->cgdir[0] = 0;
 		goto out;
 	}
 	s->out = pipefd[0];
@@ -352,13 +431,14 @@ void *mesh__gw_sup_main(void *arg)
 	struct sup s;
 	struct mesh__gw_prog *p = arg;
 	struct mesh_gw *g = p->g;
-	char why[512];
+	char why[1536];
 	memset(&s, 0, sizeof s);
 	s.p = p;
 	s.out = -1;
 	s.c.pidfd = -1;
 	pthread_mutex_lock(&g->mu);
 	s.evfd = p->evfd;
+	s.gen = p->gen;
 	pthread_mutex_unlock(&g->mu);
 
 	uint64_t t0 = mesh_mono_ns(), cpu0 = thread_cpu_ns();
@@ -383,8 +463,10 @@ void *mesh__gw_sup_main(void *arg)
 	for (;;) {
 		uint64_t until = next < deadline ? next : deadline;
 		if (wait_events(&s, until)) {
-			snprintf(why, sizeof why, "exited with status %d before it was warm (last probe: %s)", s.status,
-				 s.last_probe);
+			char note[512];
+			limits_note(&s, note, sizeof note);
+			snprintf(why, sizeof why, "exited with status %d before it was warm (last probe: %s)%s", s.status,
+				 s.last_probe, note);
 			pthread_mutex_lock(&g->mu);
 			fail_start(&s, 502, why);
 			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed while starting: status=%d", p->m.name, s.status);
@@ -509,11 +591,12 @@ void *mesh__gw_sup_main(void *arg)
 			goto cold_locked;
 		}
 		if (wait_events(&s, idle && idle_at < next_probe ? idle_at : next_probe)) {
-			char *tail = mesh_proc_tail_text(&s.tail);
-			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d; its last lines:\n%s", p->m.name,
-				     (int)s.c.pid, s.status, tail ? tail : "");
+			char *tail = mesh_proc_tail_text(&s.tail), note[512];
+			limits_note(&s, note, sizeof note);
+			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d%s; its last lines:\n%s", p->m.name,
+				     (int)s.c.pid, s.status, note, tail ? tail : "");
 			free(tail);
-			marker(&s, "crashed pid=%d status=%d", (int)s.c.pid, s.status);
+			marker(&s, "crashed pid=%d status=%d%s", (int)s.c.pid, s.status, note);
 			pthread_mutex_lock(&g->mu);
 			p->crashes++;
 			goto cold_locked;
@@ -532,12 +615,16 @@ cold_locked:
 	pthread_mutex_unlock(&g->mu);
 	if (s.c.pidfd >= 0) {
 		if (!s.reaped) {
-			mesh_proc_child_kill(&s.c, SIGKILL);
+			kill_child(&s, SIGKILL);
 			siginfo_t si;
 			waitid((idtype_t)P_PIDFD, (id_t)s.c.pidfd, &si, WEXITED);
 		}
 		close(s.c.pidfd);
 	}
+	/* Its cgroup goes once what it held is gone (SIGKILLed processes
+	 * take a moment). */
+	for (int i = 0; s.cgdir[0] && mesh_limits_cgroup_remove(s.cgdir, 1) == -EBUSY && i < 100; i++)
+		usleep(10000);
 	if (s.out >= 0)
 		close(s.out);
 	close(s.evfd);
