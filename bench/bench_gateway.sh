@@ -53,7 +53,9 @@ backend = "http"
 models = ["cold-model"]
 command = ["sh", "-c", "date +%s.%N > $T/spawned; exec python3 $OA --port {port} --models cold-model --start-delay 2 --ready-file $T/ready"]
 TOML
-bench_start_meshd --http 127.0.0.1:$GP
+# Its programs write under $T and run python3 from this PATH: as meshd's user
+# (a root meshd would run them as nobody otherwise).
+MESHD_DEFAULT_USER=${MESHD_DEFAULT_USER:-$(id -un)} bench_start_meshd --http 127.0.0.1:$GP
 G=http://127.0.0.1:$GP
 # Warm nginx through the gateway, then find its port.
 curl -sS -o /dev/null -X POST -d '{"model":"nginx"}' $G/v1/chat/completions || { cat "$T/meshd.err"; exit 1; }
