@@ -43,6 +43,14 @@ extern char **environ;
 #define PROBE_MIN_NS 2000000ull
 #define PROBE_MAX_NS 100000000ull
 
+/* The program's memory is measured this often (and at warm, and before a
+ * stop); a dead program's VRAM is awaited this long, looked at this often. */
+#define MEASURE_EVERY_NS 1000000000ull
+#define VRAM_GRACE_NS (10ull * 1000000000ull)
+#define VRAM_POLL_NS 10000000ull
+#define GPU_PIDS_MAX 64
+#define TREE_PIDS_MAX 256
+
 /* The pace above after elapsed ns since the spawn. */
 static uint64_t pace(uint64_t elapsed, uint64_t div, uint64_t lo, uint64_t hi)
 {
@@ -60,6 +68,9 @@ struct sup {
 	char last_probe[256];
 	uint64_t gen;	  /* the start this supervisor runs */
 	char cgdir[600]; /* its cgroup ("" : none) */
+	uint64_t next_measure;
+	pid_t gpu_pids[GPU_PIDS_MAX]; /* its pids NVML was seen listing */
+	size_t ngpu;
 };
 
 static uint64_t thread_cpu_ns(void)
@@ -159,6 +170,108 @@ static int wait_events(struct sup *s, uint64_t deadline)
 	return 0;
 }
 
+static void gpu_pid_add(struct sup *s, pid_t pid)
+{
+	for (size_t i = 0; i < s->ngpu; i++)
+		if (s->gpu_pids[i] == pid)
+			return;
+	if (s->ngpu < GPU_PIDS_MAX)
+		s->gpu_pids[s->ngpu++] = pid;
+}
+
+/* Measures the program into p (mu): the resident bytes of its processes
+ * (proc/'s sampler: the PID namespace's processes, or its group's and
+ * session's) and, with NVML, the GPU memory NVML lists for their pids
+ * (each remembered: its memory is back only when NVML lists it no more). */
+static void measure(struct sup *s)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_nvml *nv = p->g->nvml;
+	struct mesh_proc_table *t = NULL;
+	struct mesh_proc_usage u = {0};
+	pid_t pids[TREE_PIDS_MAX];
+	size_t npids = 0;
+	uint64_t vram = 0;
+	s->next_measure = mesh_mono_ns() + MEASURE_EVERY_NS;
+	/* Its output first: reading /proc takes a while, the log should not. */
+	drain_output(s);
+	if (s->reaped || s->c.pidfd < 0 || mesh_proc_table_read(&t) != 0)
+		return;
+	if (mesh_proc_table_sum(t, &s->c, &u) != 0)
+		u.rss = 0;
+	if (nv && mesh_proc_table_pids(t, &s->c, pids, TREE_PIDS_MAX, &npids) != 0)
+		npids = 0;
+	mesh_proc_table_free(t);
+	if (npids > TREE_PIDS_MAX)
+		npids = TREE_PIDS_MAX;
+	for (unsigned i = 0; npids && i < mesh_nvml_count(nv); i++) {
+		struct mesh_nvml_proc *np = NULL;
+		size_t nn = 0;
+		if (mesh_nvml_procs(nv, i, &np, &nn) != 0)
+			continue;
+		for (size_t k = 0; k < nn; k++)
+			for (size_t j = 0; j < npids; j++)
+				if ((pid_t)np[k].pid == pids[j]) {
+					if (np[k].used != MESH_NVML_UNKNOWN)
+						vram += np[k].used;
+					gpu_pid_add(s, pids[j]);
+					break;
+				}
+		free(np);
+	}
+	pthread_mutex_lock(&p->g->mu);
+	p->rss = u.rss;
+	p->vram = vram;
+	if (u.rss + vram > p->peak)
+		p->peak = u.rss + vram;
+	pthread_mutex_unlock(&p->g->mu);
+}
+
+/* 1 when NVML lists one of the pids the program used the GPU with. */
+static int vram_listed(struct sup *s)
+{
+	struct mesh_nvml *nv = s->p->g->nvml;
+	int listed = 0;
+	for (unsigned i = 0; !listed && i < mesh_nvml_count(nv); i++) {
+		struct mesh_nvml_proc *np = NULL;
+		size_t nn = 0;
+		if (mesh_nvml_procs(nv, i, &np, &nn) != 0)
+			continue;
+		for (size_t k = 0; !listed && k < nn; k++)
+			for (size_t j = 0; !listed && j < s->ngpu; j++)
+				listed = (pid_t)np[k].pid == s->gpu_pids[j];
+		free(np);
+	}
+	return listed;
+}
+
+/* After the reap: the driver frees a dead process's GPU memory after its
+ * end; the program counts in the budget (STOPPING) until NVML lists none
+ * of its pids, or VRAM_GRACE_NS (then it is named and counted free). */
+static void wait_vram(struct sup *s)
+{
+	struct mesh__gw_prog *p = s->p;
+	uint64_t t0 = mesh_mono_ns();
+	for (;;) {
+		int listed = vram_listed(s);
+		double ms = (double)(mesh_mono_ns() - t0) / 1e6;
+		pthread_mutex_lock(&p->g->mu);
+		int stopping = p->g->stopping;
+		pthread_mutex_unlock(&p->g->mu);
+		if (!listed) {
+			mesh__gw_log(p->g, MESH_GW_INFO, "program=%s GPU memory free %.1f ms after its end (NVML lists none of its %zu pids)",
+				     p->m.name, ms, s->ngpu);
+			return;
+		}
+		if (ms * 1e6 >= (double)VRAM_GRACE_NS || stopping) {
+			mesh__gw_log(p->g, MESH_GW_WARN, "program=%s NVML still lists a pid of it %.1f ms after its end; counted as free",
+				     p->m.name, ms);
+			return;
+		}
+		usleep(VRAM_POLL_NS / 1000);
+	}
+}
+
 /* sig to what the program contains; SIGKILL ends its cgroup too (what
  * left its process group is still in it). */
 static void kill_child(struct sup *s, int sig)
@@ -201,6 +314,8 @@ static void stop_child(struct sup *s, const char *why, int hard)
 	struct mesh__gw_prog *p = s->p;
 	uint64_t t0 = mesh_mono_ns(), deadline = t0 + p->m.stop_grace_ns;
 	int killed = hard, sig = hard ? SIGKILL : p->m.stop_signal;
+	if (p->g->nvml)
+		measure(s); /* its GPU pids, to await their memory after the reap */
 	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (%s) signal=%s", p->m.name, (int)s->c.pid, why,
 		     mesh_signal_name(sig));
 	marker(s, "stopping pid=%d (%s)", (int)s->c.pid, why);
@@ -462,6 +577,7 @@ void *mesh__gw_sup_main(void *arg)
 
 	/* Starting: probe until warm, the process ends, or the start timeout. */
 	uint64_t deadline = t0 + p->m.start_timeout_ns, next = t0 + LISTEN_MIN_NS;
+	s.next_measure = t0 + MEASURE_EVERY_NS;
 	int listens = 0; /* the port was seen listening: the HTTP probe's turn */
 	snprintf(s.last_probe, sizeof s.last_probe, "no probe yet");
 	for (;;) {
@@ -499,6 +615,8 @@ void *mesh__gw_sup_main(void *arg)
 			pthread_mutex_lock(&g->mu);
 			goto cold_locked;
 		}
+		if (now >= s.next_measure)
+			measure(&s); /* a loading server grows: others' starts count it */
 		if (now < next)
 			continue;
 		if (!listens && !(listens = listening(&s))) {
@@ -542,6 +660,8 @@ void *mesh__gw_sup_main(void *arg)
 	/* Warm: until it ends, is idle for its TTL, is hung (the periodic probe
 	 * failed probe_failures times in a row), or meshd stops.  The probe's
 	 * answer is awaited at most an interval (at least 200 ms, at most 1 s). */
+	/* Measured soon, not at once: the first requests' output first. */
+	s.next_measure = mesh_mono_ns() + MEASURE_EVERY_NS / 10;
 	uint64_t pint = g->c.probe_interval_ns, next_probe = mesh_mono_ns() + pint;
 	uint64_t pans = pint < 200000000ull ? 200000000ull : pint > 1000000000ull ? 1000000000ull : pint;
 	unsigned pfails = 0;
@@ -594,7 +714,10 @@ void *mesh__gw_sup_main(void *arg)
 				p->reaps++; /* an idle stop */
 			goto cold_locked;
 		}
-		if (wait_events(&s, idle && idle_at < next_probe ? idle_at : next_probe)) {
+		uint64_t until = idle && idle_at < next_probe ? idle_at : next_probe;
+		if (mesh_mono_ns() >= s.next_measure)
+			measure(&s);
+		if (wait_events(&s, s.next_measure < until ? s.next_measure : until)) {
 			char *tail = mesh_proc_tail_text(&s.tail), note[512];
 			limits_note(&s, note, sizeof note);
 			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d%s; its last lines:\n%s", p->m.name,
@@ -608,23 +731,36 @@ void *mesh__gw_sup_main(void *arg)
 	}
 
 cold_locked:
-	/* mu held.  From here the program is another supervisor's to start. */
+	/* mu held. */
 	mesh__gw_pool_drop(p);
+	if (s.c.pidfd >= 0 && !s.reaped) {
+		pthread_mutex_unlock(&g->mu);
+		kill_child(&s, SIGKILL);
+		siginfo_t si;
+		waitid((idtype_t)P_PIDFD, (id_t)s.c.pidfd, &si, WEXITED);
+		s.reaped = 1;
+		pthread_mutex_lock(&g->mu);
+	}
+	if (s.ngpu && g->nvml) {
+		/* Its processes are gone; its GPU memory may not be yet. */
+		p->state = GW_STOPPING;
+		pthread_mutex_unlock(&g->mu);
+		wait_vram(&s);
+		pthread_mutex_lock(&g->mu);
+	}
+	/* From here the program is another supervisor's to start. */
 	p->state = GW_COLD;
 	p->pid = 0;
 	p->evfd = -1;
 	p->evict_for[0] = 0;
+	if (p->peak)
+		p->last_peak = p->peak;
+	p->peak = p->rss = p->vram = 0;
 	pthread_cond_broadcast(&p->cv);
 	pthread_cond_broadcast(&g->cv_budget);
 	pthread_mutex_unlock(&g->mu);
-	if (s.c.pidfd >= 0) {
-		if (!s.reaped) {
-			kill_child(&s, SIGKILL);
-			siginfo_t si;
-			waitid((idtype_t)P_PIDFD, (id_t)s.c.pidfd, &si, WEXITED);
-		}
+	if (s.c.pidfd >= 0)
 		close(s.c.pidfd);
-	}
 	/* Its cgroup goes once what it held is gone (SIGKILLed processes
 	 * take a moment). */
 	for (int i = 0; s.cgdir[0] && mesh_limits_cgroup_remove(s.cgdir, 1) == -EBUSY && i < 100; i++)
