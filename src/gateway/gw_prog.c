@@ -45,13 +45,13 @@ static int fit(struct mesh_gw *g, struct mesh__gw_prog *p)
 {
 	char *e = NULL;
 	const char *user = p->m.user ? p->m.user : mesh_limits_default_user();
-	int rc = mesh_limits_plan(&p->m.limits, &g->caps, &p->enforced, &e);
+	int rc = mesh_limits_plan(&p->m.limits, &g->caps, &p->enforced, &e), by_user = 0;
 	if (rc == 0 && user)
-		rc = mesh_limits_run_as(user, &p->run_as, &e);
+		by_user = (rc = mesh_limits_run_as(user, &p->run_as, &e)) != 0;
 	if (rc == 0)
 		return 0;
 	p->unfit = mesh_strf("program '%s' cannot start: %s%s", p->m.name, e ? e : mesh_strerror(rc),
-			     !p->m.user && user ? " (meshd runs as root and the manifest names no `user`)" : "");
+			     by_user && !p->m.user ? " (meshd's default user: the manifest names no `user`)" : "");
 	free(e);
 	if (!p->unfit)
 		return -ENOMEM;
