@@ -424,10 +424,11 @@ static int spawn(struct sup *s, char *why, size_t cap)
 	}
 	/* As a native worker (host.c): its cgroup, its rlimits, its user.
 	 * A cgroup only where its limits need one, or for containment where
-	 * no PID namespace can be made: joining one costs the spawn ~20 ms
-	 * (the kernel's cgroup migration waits for an RCU grace period),
-	 * four times the cold start's whole budget, and the namespace
-	 * already holds everything the program starts. */
+	 * no PID namespace can be made: joining a new one cost a spawn 0.5 to
+	 * 18 ms on the machine this was written on (the kernel's cgroup
+	 * migration at times waits for an RCU grace period), up to several
+	 * times the cold start's whole budget, and the namespace already
+	 * holds everything the program starts. */
 	int procs = -1;
 	const struct mesh_limits_caps *caps = &p->g->caps;
 	if ((p->enforced & (MESH_LIM_MEMORY_CGROUP | MESH_LIM_CPU_CGROUP | MESH_LIM_PIDS_CGROUP)) ||
