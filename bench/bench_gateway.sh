@@ -53,7 +53,9 @@ backend = "http"
 models = ["cold-model"]
 command = ["sh", "-c", "date +%s.%N > $T/spawned; exec python3 $OA --port {port} --models cold-model --start-delay 2 --ready-file $T/ready"]
 TOML
-bench_start_meshd --http 127.0.0.1:$GP
+# Its programs write under $T and run python3 from this PATH: as meshd's user
+# (a root meshd would run them as nobody otherwise).
+MESHD_DEFAULT_USER=${MESHD_DEFAULT_USER:-$(id -un)} bench_start_meshd --http 127.0.0.1:$GP
 G=http://127.0.0.1:$GP
 # Warm nginx through the gateway, then find its port.
 curl -sS -o /dev/null -X POST -d '{"model":"nginx"}' $G/v1/chat/completions || { cat "$T/meshd.err"; exit 1; }
@@ -150,15 +152,19 @@ s.close()
 spawned = float(open(os.path.join(t, "spawned")).read())
 ready = os.stat(os.path.join(t, "ready")).st_mtime
 own = ready - spawned
-warm = "?"
+warm, waited = "?", ""
 with open(os.path.join(t, "logs", "cold.log")) as f:
     for l in f:
         if "--- meshd gateway: warm pid=" in l:
             warm = l.split(" in ")[1].split(" ms")[0]
+            if "waited with " in l:
+                waited = l.split("waited with ")[1].rstrip().rstrip(")")
 print("   cold start (2 s): first byte after %.1f ms; the program's own spawn-to-ready %.1f ms; "
       "overhead %.1f ms (target <= 5)" % ((t1 - t0) * 1e3, own * 1e3, (t1 - t0 - own) * 1e3))
 if warm != "?":
     print("     of which meshd's spawn-to-warm minus the program's own %.1f ms (the spawn path: PID namespace, "
           "mesh-init, sh; the last probe), the first byte after warm %.1f ms"
           % (float(warm) - own * 1e3, (t1 - t0) * 1e3 - float(warm)))
+if waited:
+    print("     meshd's wait for it: %s" % waited)
 PY

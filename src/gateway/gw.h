@@ -63,12 +63,13 @@ struct mesh_gw_config {
 	uint32_t max_conns;	   /* client connections at once; 0: 1024 */
 	uint64_t drain_timeout_ns; /* mesh_gw_drain's wait for requests in flight */
 	uint64_t backoff_ns;	   /* after a failed start; 0: 500 ms */
-	/* The memory budget (bytes; 0: none): the programs that declare
-	 * `memory` and run (starting, warm, stopping) together need at most
-	 * this much.  A start that does not fit stops the least recently used
-	 * idle programs of other groups first and starts only once they are
-	 * gone (reaped; their PID namespace is empty); with none idle it waits
-	 * for one to be. */
+	/* The memory budget (bytes; 0: none): the programs that run
+	 * (starting, warm, stopping) together need at most this much, each
+	 * counted at max(its `memory`, its measured resident memory + the VRAM
+	 * NVML lists for its pids).  A start that does not fit stops the least
+	 * recently used idle programs of other groups first and starts only
+	 * once they are gone (reaped, their PID namespace empty, and NVML
+	 * listing none of their pids); with none idle it waits for one to be. */
 	uint64_t memory_budget;
 	/* Per-request limits (0: the default in brackets).  Past one, a request
 	 * that has had no byte of answer gets 504; a response already under way

@@ -9,6 +9,7 @@
 
 #include "gateway/gw.h"
 #include "host/manifest.h"
+#include "gpu/nvml.h"
 #include "host/wlog.h"
 #include "proc/proc.h"
 
@@ -47,6 +48,19 @@ struct mesh__gw_prog {
 	uint64_t to_request, to_response, to_idle; /* requests past a limit */
 	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
 	struct mesh__wlog log;	/* supervisor thread only */
+	/* Set at the catalog's reading, read-only afterwards: who it runs as
+	 * (the manifest's `user`, else meshd's default), how its [limits] are
+	 * enforced (MESH_LIM_* bits), and why it cannot start at all (a limit
+	 * this machine cannot enforce, an unknown user; NULL: none). */
+	struct mesh_run_as run_as;
+	unsigned enforced;
+	char *unfit;
+	/* mu: measured by its supervisor (every second and at warm; 0
+	 * without a process): the resident bytes of its processes, and the
+	 * GPU memory NVML lists for their pids; the most seen (rss + vram) in
+	 * this run, and in its last run (what a new start is counted at when
+	 * it is more than the manifest's `memory`). */
+	uint64_t rss, vram, peak, last_peak;
 };
 
 struct mesh__gw_conn {
@@ -61,6 +75,8 @@ struct mesh_gw {
 	struct mesh__gw_prog *progs;
 	size_t nprogs;
 	struct mesh_proc_spawner *sp;
+	struct mesh_limits_caps caps; /* what this machine enforces, found at open */
+	struct mesh_nvml *nvml;	      /* NVML for the programs' VRAM; NULL: none */
 	int lfd, port;
 	pthread_t accept_th;
 	int accept_started;
@@ -138,6 +154,10 @@ struct mesh_buf;
  * at most max bytes: 0 the body ended (at d->pos), 1 more bytes needed, or
  * an HTTP status: 400 (malformed), 413 (past max). */
 int mesh__gw_dechunk(struct mesh__gw_dechunk *d, const char *p, size_t n, size_t max, struct mesh_buf *out);
+
+/* Under mu: what p counts for in the memory budget while it has a process:
+ * max(its manifest's `memory`, its measured rss + vram). */
+uint64_t mesh__gw_counted(const struct mesh__gw_prog *p);
 
 /* gw_sup.c: the supervisor thread of a start (arg: the program, whose
  * state is STARTING and evfd set, under mu, when it is created). */

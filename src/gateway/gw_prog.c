@@ -36,6 +36,32 @@ static int cmp_name(const void *a, const void *b)
 	return strcmp(((const struct mesh__gw_prog *)a)->m.name, ((const struct mesh__gw_prog *)b)->m.name);
 }
 
+/* Who p runs as and how its [limits] are enforced, as for a native
+ * program (host/limits.h): a limit this machine cannot enforce, or a user
+ * that cannot be, leaves p unfit: it stays in the catalog (its models are
+ * known), shown failed with the reason, and each request for it is answered
+ * 502 with it.  0 or -ENOMEM. */
+static int fit(struct mesh_gw *g, struct mesh__gw_prog *p)
+{
+	char *e = NULL;
+	const char *user = p->m.user ? p->m.user : mesh_limits_default_user();
+	int rc = mesh_limits_plan(&p->m.limits, &g->caps, &p->enforced, &e), by_user = 0;
+	if (rc == 0 && user)
+		by_user = (rc = mesh_limits_run_as(user, &p->run_as, &e)) != 0;
+	if (rc == 0)
+		return 0;
+	p->unfit = mesh_strf("program '%s' cannot start: %s%s", p->m.name, e ? e : mesh_strerror(rc),
+			     by_user && !p->m.user ? " (meshd's default user: the manifest names no `user`)" : "");
+	free(e);
+	if (!p->unfit)
+		return -ENOMEM;
+	snprintf(p->fail_msg, sizeof p->fail_msg, "%s", p->unfit);
+	p->gen = p->fail_gen = 1;
+	p->fail_code = 502;
+	mesh__gw_log(g, MESH_GW_WARN, "%s", p->unfit);
+	return 0;
+}
+
 int mesh__gw_catalog(struct mesh_gw *g, char **err)
 {
 	DIR *d = opendir(g->catalog);
@@ -88,6 +114,20 @@ int mesh__gw_catalog(struct mesh_gw *g, char **err)
 	closedir(d);
 	if (g->nprogs)
 		qsort(g->progs, g->nprogs, sizeof *g->progs, cmp_name);
+	mesh_limits_detect(&g->caps, NULL);
+	/* NVML (gpu/nvml.h: $MESH_NVML_LIB or libnvidia-ml.so.1) for the
+	 * programs' VRAM; without it the budget measures resident memory only. */
+	char *nwhy = NULL;
+	if (g->nprogs && mesh_nvml_open(NULL, &g->nvml, &nwhy) == 0)
+		mesh__gw_log(g, MESH_GW_INFO, "gateway: VRAM measured through NVML (%s, %u GPUs)", mesh_nvml_path(g->nvml),
+			     mesh_nvml_count(g->nvml));
+	else if (g->nprogs)
+		mesh__gw_log(g, MESH_GW_INFO, "gateway: no VRAM measured (%s); resident memory only",
+			     nwhy ? nwhy : "no NVML");
+	free(nwhy);
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (fit(g, &g->progs[i]) == -ENOMEM)
+			return mesh_errf(err, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < g->nprogs; i++) {
 		struct mesh__gw_prog *p = &g->progs[i];
 		p->g = g;
@@ -109,10 +149,13 @@ void mesh__gw_progs_free(struct mesh_gw *g)
 			pthread_cond_destroy(&g->progs[i].cv);
 		mesh_manifest_release(&g->progs[i].m);
 		mesh__wlog_close(&g->progs[i].log);
+		free(g->progs[i].unfit);
 	}
 	free(g->progs);
 	g->progs = NULL;
 	g->nprogs = 0;
+	mesh_nvml_close(g->nvml);
+	g->nvml = NULL;
 }
 
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model)
@@ -179,22 +222,37 @@ static const char *group_of(const struct mesh__gw_prog *p)
 	return p->m.group ? p->m.group : p->m.name;
 }
 
+uint64_t mesh__gw_counted(const struct mesh__gw_prog *p)
+{
+	uint64_t m = p->rss + p->vram;
+	return m > p->m.memory ? m : p->m.memory;
+}
+
+/* Under mu: what a start of p is counted at: max(`memory`, what its last
+ * run was seen to hold). */
+static uint64_t need_of(const struct mesh__gw_prog *p)
+{
+	return p->last_peak > p->m.memory ? p->last_peak : p->m.memory;
+}
+
 /* Under mu, p cold and counted in the budget: 0 when it fits beside the
  * running programs now; 1 when it must wait (the least recently used idle
  * programs of other groups were asked to stop, or none is idle yet);
- * MESH_E_RANGE when it can never fit. */
+ * MESH_E_RANGE when it can never fit.  A running program counts for
+ * max(declared, measured) (mesh__gw_counted); one stopping counts until
+ * its supervisor has reaped it and NVML lists none of its pids. */
 static int make_room(struct mesh__gw_prog *p)
 {
 	struct mesh_gw *g = p->g;
-	uint64_t used = 0, freeing = 0, budget = g->c.memory_budget, need = p->m.memory;
+	uint64_t used = 0, freeing = 0, budget = g->c.memory_budget, need = need_of(p);
 	if (need > budget)
 		return MESH_E_RANGE;
 	for (size_t i = 0; i < g->nprogs; i++) {
 		const struct mesh__gw_prog *q = &g->progs[i];
 		if (q != p && q->state != GW_COLD) {
-			used += q->m.memory;
+			used += mesh__gw_counted(q);
 			if (q->state == GW_STOPPING)
-				freeing += q->m.memory;
+				freeing += mesh__gw_counted(q);
 		}
 	}
 	if (used + need <= budget)
@@ -203,7 +261,7 @@ static int make_room(struct mesh__gw_prog *p)
 		struct mesh__gw_prog *lru = NULL;
 		for (size_t i = 0; i < g->nprogs; i++) {
 			struct mesh__gw_prog *q = &g->progs[i];
-			if (q == p || q->state != GW_WARM || q->inflight || q->waiting || !q->m.memory ||
+			if (q == p || q->state != GW_WARM || q->inflight || q->waiting || !mesh__gw_counted(q) ||
 			    !strcmp(group_of(q), group_of(p)))
 				continue;
 			if (!lru || q->last_end < lru->last_end)
@@ -215,7 +273,7 @@ static int make_room(struct mesh__gw_prog *p)
 		lru->evictions++;
 		snprintf(lru->evict_for, sizeof lru->evict_for, "evicted for %.64s", p->m.name);
 		mesh__gw_wake(lru);
-		freeing += lru->m.memory;
+		freeing += mesh__gw_counted(lru);
 		mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use", p->m.name,
 			     lru->m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget);
 	}
@@ -277,6 +335,11 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 		}
 		if (p->state == GW_STARTING && !mygen)
 			mygen = p->gen;
+		if (p->state == GW_COLD && p->unfit) {
+			code = 502;
+			*why = strdup(p->unfit);
+			break;
+		}
 		if (p->state == GW_COLD) {
 			uint64_t now = mesh_mono_ns();
 			if (now < p->backoff_until) {
@@ -285,13 +348,15 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 				pthread_cond_timedwait(&p->cv, &g->mu, &ts);
 				continue;
 			}
-			if (g->c.memory_budget && p->m.memory) {
+			if (g->c.memory_budget && need_of(p)) {
 				int room = make_room(p);
 				if (room < 0) {
 					code = 502;
-					mesh_errf(why, 0, "program '%s' needs %llu bytes of memory, more than the budget (%llu)",
-						  p->m.name, (unsigned long long)p->m.memory,
-						  (unsigned long long)g->c.memory_budget);
+					mesh_errf(why, 0,
+						  "program '%s' needs %llu bytes of memory (declared %llu, its last run held "
+						  "%llu), more than the budget (%llu)",
+						  p->m.name, (unsigned long long)need_of(p), (unsigned long long)p->m.memory,
+						  (unsigned long long)p->last_peak, (unsigned long long)g->c.memory_budget);
 					break;
 				}
 				if (room) {
@@ -451,12 +516,15 @@ json_t *mesh_gw_ps_json(struct mesh_gw *g)
 		for (size_t k = 0; models && k < p->m.nmodels; k++)
 			json_array_append_new(models, json_string(p->m.models[k]));
 		int has = p->state != GW_COLD && p->pid > 0;
-		o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o}", "name", p->m.name, "state",
-			      mesh__gw_state_name(p), "pid", has ? json_integer(p->pid) : json_null(), "port",
-			      has ? json_integer(p->port) : json_null(), "models", models ? models : json_array(),
+		o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:I}}", "name",
+			      p->m.name, "state", mesh__gw_state_name(p), "pid", has ? json_integer(p->pid) : json_null(),
+			      "port", has ? json_integer(p->port) : json_null(), "models", models ? models : json_array(),
 			      "in_flight", (json_int_t)p->inflight, "queued", (json_int_t)p->waiting, "cold_starts",
 			      (json_int_t)p->spawns, "crashes", (json_int_t)p->crashes, "hung_restarts", (json_int_t)p->hung,
-			      "last_error", p->fail_gen ? json_string(p->fail_msg) : json_null());
+			      "last_error", p->fail_gen ? json_string(p->fail_msg) : json_null(), "memory", "declared",
+			      (json_int_t)p->m.memory, "rss", (json_int_t)p->rss, "vram", (json_int_t)p->vram, "counted",
+			      (json_int_t)(p->state == GW_COLD ? 0 : mesh__gw_counted(p)), "last_peak",
+			      (json_int_t)p->last_peak);
 		if (!o || json_array_append_new(a, o)) {
 			json_decref(a);
 			a = NULL;

@@ -10,6 +10,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,22 +23,63 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
 #define BACKOFF_MAX_NS (30ull * 1000000000ull)
-#define PROBE_FIRST_NS 2000000ull
+/* The start's wait (docs/gateway.md, "Cold start").  Until the port
+ * listens, a bare connect (refused at once, tens of microseconds of CPU,
+ * nothing for the program to answer) every 1/2000 of the time since the
+ * spawn, at least LISTEN_MIN_NS, at most LISTEN_MAX_NS; once it listens,
+ * the HTTP probe, and while that says "not yet" (a model loading) it is
+ * repeated every 1/1000 of the time since the spawn, at least
+ * PROBE_MIN_NS, at most PROBE_MAX_NS.  So the wait adds 1-2 ms to a 2 s
+ * start and at most a few ms (listening) or 0.1 % (loading) to a long
+ * one, and a loading server answers at most a probe every 2 ms. */
+#define LISTEN_MIN_NS 1000000ull
+#define LISTEN_MAX_NS 5000000ull
+#define PROBE_MIN_NS 2000000ull
 #define PROBE_MAX_NS 100000000ull
+
+/* The program's memory is measured this often (and at warm, and before a
+ * stop); a dead program's VRAM is awaited this long, looked at this often. */
+#define MEASURE_EVERY_NS 1000000000ull
+#define VRAM_GRACE_NS (10ull * 1000000000ull)
+#define VRAM_POLL_NS 10000000ull
+#define GPU_PIDS_MAX 64
+#define TREE_PIDS_MAX 256
+
+/* The pace above after elapsed ns since the spawn. */
+static uint64_t pace(uint64_t elapsed, uint64_t div, uint64_t lo, uint64_t hi)
+{
+	uint64_t v = elapsed / div;
+	return v < lo ? lo : v > hi ? hi : v;
+}
 
 struct sup {
 	struct mesh__gw_prog *p;
 	struct mesh_proc_child c;
 	int out, evfd, port, reaped, status;
 	int refused; /* the last probe's connect was refused: nothing listens yet */
+	unsigned listen_tests, http_probes; /* of this start, until warm */
 	struct mesh_proc_tail tail;
 	char last_probe[256];
+	uint64_t gen;	  /* the start this supervisor runs */
+	char cgdir[600]; /* its cgroup ("" : none) */
+	uint64_t next_measure;
+	pid_t gpu_pids[GPU_PIDS_MAX]; /* its pids NVML was seen listing */
+	size_t ngpu;
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static int free_port(void)
 {
@@ -95,12 +137,16 @@ static void drain_output(struct sup *s)
 static int wait_events(struct sup *s, uint64_t deadline)
 {
 	struct pollfd pf[3] = {{s->c.pidfd, POLLIN, 0}, {s->evfd, POLLIN, 0}, {s->out, POLLIN, 0}};
-	int timeout = -1;
+	struct timespec ts, *tp = NULL;
 	if (deadline) {
-		uint64_t now = mesh_mono_ns();
-		timeout = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+		/* To the nanosecond: poll's milliseconds, rounded up, would add
+		 * up to 1 ms to each step of the start's 1 ms cadence. */
+		uint64_t now = mesh_mono_ns(), left = now >= deadline ? 0 : deadline - now;
+		ts.tv_sec = (time_t)(left / 1000000000ull);
+		ts.tv_nsec = (long)(left % 1000000000ull);
+		tp = &ts;
 	}
-	if (poll(pf, s->out >= 0 ? 3 : 2, timeout) < 0 && errno != EINTR)
+	if (ppoll(pf, s->out >= 0 ? 3 : 2, tp, NULL) < 0 && errno != EINTR)
 		return 0;
 	if (pf[2].revents && s->out >= 0)
 		drain_output(s);
@@ -124,19 +170,159 @@ static int wait_events(struct sup *s, uint64_t deadline)
 	return 0;
 }
 
+static void gpu_pid_add(struct sup *s, pid_t pid)
+{
+	for (size_t i = 0; i < s->ngpu; i++)
+		if (s->gpu_pids[i] == pid)
+			return;
+	if (s->ngpu < GPU_PIDS_MAX)
+		s->gpu_pids[s->ngpu++] = pid;
+}
+
+/* Measures the program into p (mu): the resident bytes of its processes
+ * (proc/'s sampler: the PID namespace's processes, or its group's and
+ * session's) and, with NVML, the GPU memory NVML lists for their pids
+ * (each remembered: its memory is back only when NVML lists it no more). */
+static void measure(struct sup *s)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_nvml *nv = p->g->nvml;
+	struct mesh_proc_table *t = NULL;
+	struct mesh_proc_usage u = {0};
+	pid_t pids[TREE_PIDS_MAX];
+	size_t npids = 0;
+	uint64_t vram = 0;
+	s->next_measure = mesh_mono_ns() + MEASURE_EVERY_NS;
+	/* Its output first: reading /proc takes a while, the log should not. */
+	drain_output(s);
+	if (s->reaped || s->c.pidfd < 0 || mesh_proc_table_read(&t) != 0)
+		return;
+	if (mesh_proc_table_sum(t, &s->c, &u) != 0)
+		u.rss = 0;
+	if (nv && mesh_proc_table_pids(t, &s->c, pids, TREE_PIDS_MAX, &npids) != 0)
+		npids = 0;
+	mesh_proc_table_free(t);
+	if (npids > TREE_PIDS_MAX)
+		npids = TREE_PIDS_MAX;
+	for (unsigned i = 0; npids && i < mesh_nvml_count(nv); i++) {
+		struct mesh_nvml_proc *np = NULL;
+		size_t nn = 0;
+		if (mesh_nvml_procs(nv, i, &np, &nn) != 0)
+			continue;
+		for (size_t k = 0; k < nn; k++)
+			for (size_t j = 0; j < npids; j++)
+				if ((pid_t)np[k].pid == pids[j]) {
+					if (np[k].used != MESH_NVML_UNKNOWN)
+						vram += np[k].used;
+					gpu_pid_add(s, pids[j]);
+					break;
+				}
+		free(np);
+	}
+	pthread_mutex_lock(&p->g->mu);
+	p->rss = u.rss;
+	p->vram = vram;
+	if (u.rss + vram > p->peak)
+		p->peak = u.rss + vram;
+	pthread_mutex_unlock(&p->g->mu);
+}
+
+/* 1 when NVML lists one of the pids the program used the GPU with. */
+static int vram_listed(struct sup *s)
+{
+	struct mesh_nvml *nv = s->p->g->nvml;
+	int listed = 0;
+	for (unsigned i = 0; !listed && i < mesh_nvml_count(nv); i++) {
+		struct mesh_nvml_proc *np = NULL;
+		size_t nn = 0;
+		if (mesh_nvml_procs(nv, i, &np, &nn) != 0)
+			continue;
+		for (size_t k = 0; !listed && k < nn; k++)
+			for (size_t j = 0; !listed && j < s->ngpu; j++)
+				listed = (pid_t)np[k].pid == s->gpu_pids[j];
+		free(np);
+	}
+	return listed;
+}
+
+/* After the reap: the driver frees a dead process's GPU memory after its
+ * end; the program counts in the budget (STOPPING) until NVML lists none
+ * of its pids, or VRAM_GRACE_NS (then it is named and counted free). */
+static void wait_vram(struct sup *s)
+{
+	struct mesh__gw_prog *p = s->p;
+	uint64_t t0 = mesh_mono_ns();
+	for (;;) {
+		int listed = vram_listed(s);
+		double ms = (double)(mesh_mono_ns() - t0) / 1e6;
+		pthread_mutex_lock(&p->g->mu);
+		int stopping = p->g->stopping;
+		pthread_mutex_unlock(&p->g->mu);
+		if (!listed) {
+			mesh__gw_log(p->g, MESH_GW_INFO, "program=%s GPU memory free %.1f ms after its end (NVML lists none of its %zu pids)",
+				     p->m.name, ms, s->ngpu);
+			return;
+		}
+		if (ms * 1e6 >= (double)VRAM_GRACE_NS || stopping) {
+			mesh__gw_log(p->g, MESH_GW_WARN, "program=%s NVML still lists a pid of it %.1f ms after its end; counted as free",
+				     p->m.name, ms);
+			return;
+		}
+		usleep(VRAM_POLL_NS / 1000);
+	}
+}
+
+/* sig to what the program contains; SIGKILL ends its cgroup too (what
+ * left its process group is still in it). */
+static void kill_child(struct sup *s, int sig)
+{
+	if (!s->reaped)
+		mesh_proc_child_kill(&s->c, sig);
+	if (sig == SIGKILL && s->cgdir[0])
+		mesh_limits_cgroup_kill(s->cgdir);
+}
+
+/* "; its limits: ..." for a report of its end, when [limits] are in force
+ * (an end by going over one reads as a crash: the reason is near); "" else.
+ * A cgroup's OOM kill is said outright. */
+static void limits_note(const struct sup *s, char *out, size_t cap)
+{
+	const struct mesh__gw_prog *p = s->p;
+	const struct mesh_limits *l = &p->m.limits;
+	char how[256], oom[128] = "";
+	out[0] = 0;
+	if (!p->enforced)
+		return;
+	if (s->cgdir[0] && (p->enforced & MESH_LIM_MEMORY_CGROUP)) {
+		char path[700], *ev = NULL;
+		size_t n = 0;
+		snprintf(path, sizeof path, "%s/memory.events", s->cgdir);
+		const char *k = mesh_read_file(path, 1 << 16, &ev, &n) == 0 ? strstr(ev, "oom_kill ") : NULL;
+		if (k && strtoull(k + 9, NULL, 10) > 0)
+			snprintf(oom, sizeof oom, "; the kernel's OOM killer ended it: over limits.memory");
+		free(ev);
+	}
+	mesh_limits_describe(p->enforced, how, sizeof how);
+	snprintf(out, cap, "%s; its limits: memory=%llu open_files=%llu processes=%llu cpu=%u.%03u (%s)", oom,
+		 (unsigned long long)l->memory, (unsigned long long)l->open_files, (unsigned long long)l->processes,
+		 l->cpu_milli / 1000, l->cpu_milli % 1000, how);
+}
+
 /* Stop signal (hard: SIGKILL at once), the grace, SIGKILL, the reap. */
 static void stop_child(struct sup *s, const char *why, int hard)
 {
 	struct mesh__gw_prog *p = s->p;
 	uint64_t t0 = mesh_mono_ns(), deadline = t0 + p->m.stop_grace_ns;
 	int killed = hard, sig = hard ? SIGKILL : p->m.stop_signal;
+	if (p->g->nvml)
+		measure(s); /* its GPU pids, to await their memory after the reap */
 	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (%s) signal=%s", p->m.name, (int)s->c.pid, why,
 		     mesh_signal_name(sig));
 	marker(s, "stopping pid=%d (%s)", (int)s->c.pid, why);
-	mesh_proc_child_kill(&s->c, sig);
+	kill_child(s, sig);
 	while (!s->reaped) {
 		if (!killed && mesh_mono_ns() >= deadline) {
-			mesh_proc_child_kill(&s->c, SIGKILL);
+			kill_child(s, SIGKILL);
 			killed = 1;
 		}
 		wait_events(s, killed ? 0 : deadline);
@@ -236,17 +422,62 @@ static int spawn(struct sup *s, char *why, size_t cap)
 		snprintf(why, cap, "cannot start: %s", strerror(-rc));
 		goto out;
 	}
+	/* As a native worker (host.c): its cgroup, its rlimits, its user.
+	 * A cgroup only where its limits need one, or for containment where
+	 * no PID namespace can be made: joining a new one cost a spawn 0.5 to
+	 * 18 ms on the machine this was written on (the kernel's cgroup
+	 * migration at times waits for an RCU grace period), up to several
+	 * times the cold start's whole budget, and the namespace already
+	 * holds everything the program starts. */
+	int procs = -1;
+	const struct mesh_limits_caps *caps = &p->g->caps;
+	if ((p->enforced & (MESH_LIM_MEMORY_CGROUP | MESH_LIM_CPU_CGROUP | MESH_LIM_PIDS_CGROUP)) ||
+	    ((caps->contain & MESH_CONTAIN_CGROUP) && !(caps->contain & MESH_CONTAIN_PIDNS))) {
+		char tag[160];
+		snprintf(tag, sizeof tag, "%d-http-%s-%llu", (int)getpid(), p->m.name, (unsigned long long)s->gen);
+		rc = mesh_limits_cgroup_create(caps, tag, &p->m.limits, p->enforced, s->cgdir, sizeof s->cgdir, &procs);
+		if (rc) {
+			s->cgdir[0] = 0;
+			close(pipefd[0]);
+			close(pipefd[1]);
+			snprintf(why, cap, "cannot create its cgroup: %s", mesh_strerror(rc));
+			goto out;
+		}
+	}
+	struct mesh_proc_rlimit rl[MESH_PROC_RLIMITS_MAX];
 	struct mesh_proc_opts o = MESH_PROC_OPTS_INIT;
 	o.path = path;
 	o.argv = argv;
 	o.envp = envp;
 	o.out_fd = pipefd[1];
 	o.flags = MESH_PROC_PIDNS;
+	o.rlimits = rl;
+	o.nrlimits = mesh_limits_rlimits(&p->m.limits, p->enforced, rl);
+	o.cgroup_procs_fd = procs;
+	const struct mesh_run_as *ra = &p->run_as;
+	if (ra->set) {
+		o.flags |= MESH_PROC_SETUID;
+		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
+	}
 	rc = mesh_proc_spawn_child(p->g->sp, &o, 1, &s->c);
 	close(pipefd[1]);
+	if (procs >= 0)
+		close(procs);
 	if (rc) {
 		close(pipefd[0]);
-		snprintf(why, cap, "cannot run '%s': %s", path, strerror(-rc));
+		if (rc == -EACCES && ra->set)
+			/* The usual cause: a command under a directory only meshd's
+			 * user may enter (/root, a 0700 directory). */
+			snprintf(why, cap,
+				 "cannot run '%s': %s as user '%s' (%s): that user must be able to reach the command and "
+				 "every directory above it",
+				 path, strerror(-rc), ra->name,
+				 p->m.user ? "the manifest's `user`" : "meshd runs as root and the manifest names no `user`");
+		else
+			snprintf(why, cap, "cannot run '%s': %s", path, strerror(-rc));
+		if (s->cgdir[0])
+			mesh_limits_cgroup_remove(s->cgdir, 1);
+		s->cgdir[0] = 0;
 		goto out;
 	}
 	s->out = pipefd[0];
@@ -256,6 +487,34 @@ out:
 	free_strv(argv);
 	free(envp);
 	return rc;
+}
+
+/* Whether something listens on the program's port: a non-blocking
+ * loopback connect, refused at once while nothing does (no HTTP, nothing
+ * for the program to answer).  A connect still in progress counts as
+ * listening: the HTTP probe says the rest. */
+static int listening(struct sup *s)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), up = 1;
+	s->listen_tests++;
+	if (fd < 0)
+		return 1; /* cannot tell: let the probe look */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		/* Loopback answers at once, but a non-blocking connect may still
+		 * say "in progress": its outcome comes within microseconds. */
+		struct pollfd pf = {fd, POLLOUT, 0};
+		int e = errno;
+		socklen_t sl = sizeof e;
+		if (e == EINPROGRESS && poll(&pf, 1, 5) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &sl) < 0)
+			e = errno;
+		up = e != ECONNREFUSED;
+	}
+	close(fd);
+	if (!up)
+		snprintf(s->last_probe, sizeof s->last_probe, "cold: nothing listens on 127.0.0.1:%d yet", s->port);
+	return up;
 }
 
 /* One probe of the program, its answer within answer_ns: 1 warm, 0 not
@@ -292,16 +551,17 @@ void *mesh__gw_sup_main(void *arg)
 	struct sup s;
 	struct mesh__gw_prog *p = arg;
 	struct mesh_gw *g = p->g;
-	char why[512];
+	char why[1536];
 	memset(&s, 0, sizeof s);
 	s.p = p;
 	s.out = -1;
 	s.c.pidfd = -1;
 	pthread_mutex_lock(&g->mu);
 	s.evfd = p->evfd;
+	s.gen = p->gen;
 	pthread_mutex_unlock(&g->mu);
 
-	uint64_t t0 = mesh_mono_ns();
+	uint64_t t0 = mesh_mono_ns(), cpu0 = thread_cpu_ns();
 	int rc = spawn(&s, why, sizeof why);
 	pthread_mutex_lock(&g->mu);
 	if (rc) {
@@ -317,13 +577,17 @@ void *mesh__gw_sup_main(void *arg)
 	mesh__gw_log(g, MESH_GW_INFO, "program=%s spawned pid=%d port=%d", p->m.name, (int)s.c.pid, s.port);
 
 	/* Starting: probe until warm, the process ends, or the start timeout. */
-	uint64_t deadline = t0 + p->m.start_timeout_ns, interval = PROBE_FIRST_NS, next = t0 + interval / 2;
+	uint64_t deadline = t0 + p->m.start_timeout_ns, next = t0 + LISTEN_MIN_NS;
+	s.next_measure = t0 + MEASURE_EVERY_NS;
+	int listens = 0; /* the port was seen listening: the HTTP probe's turn */
 	snprintf(s.last_probe, sizeof s.last_probe, "no probe yet");
 	for (;;) {
 		uint64_t until = next < deadline ? next : deadline;
 		if (wait_events(&s, until)) {
-			snprintf(why, sizeof why, "exited with status %d before it was warm (last probe: %s)", s.status,
-				 s.last_probe);
+			char note[512];
+			limits_note(&s, note, sizeof note);
+			snprintf(why, sizeof why, "exited with status %d before it was warm (last probe: %s)%s", s.status,
+				 s.last_probe, note);
 			pthread_mutex_lock(&g->mu);
 			fail_start(&s, 502, why);
 			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed while starting: status=%d", p->m.name, s.status);
@@ -352,17 +616,30 @@ void *mesh__gw_sup_main(void *arg)
 			pthread_mutex_lock(&g->mu);
 			goto cold_locked;
 		}
+		if (now >= s.next_measure)
+			measure(&s); /* a loading server grows: others' starts count it */
 		if (now < next)
 			continue;
+		if (!listens && !(listens = listening(&s))) {
+			/* From the last step's due time: a cadence that does not
+			 * drift by the test's own time. */
+			next += pace(now - t0, 2000, LISTEN_MIN_NS, LISTEN_MAX_NS);
+			if (next < now)
+				next = now + LISTEN_MIN_NS;
+			continue;
+		}
+		s.http_probes++;
 		if (probe(&s, 1000000000ull))
 			break;
-		/* A refused connect costs microseconds: while nothing listens the
-		 * probe stays at its first pace, so the first byte follows the
-		 * listen closely; an answer that says "not yet" (a model loading)
-		 * slows it, up to every 100 ms. */
-		if (!s.refused)
-			interval = interval + interval / 4 > PROBE_MAX_NS ? PROBE_MAX_NS : interval + interval / 4;
-		next = mesh_mono_ns() + interval;
+		now = mesh_mono_ns();
+		if (s.refused) {
+			/* It stopped listening (a server that restarts its listener):
+			 * back to the bare connects. */
+			listens = 0;
+			next = now + LISTEN_MIN_NS;
+			continue;
+		}
+		next = now + pace(now - t0, 1000, PROBE_MIN_NS, PROBE_MAX_NS);
 	}
 	pthread_mutex_lock(&g->mu);
 	p->state = GW_WARM;
@@ -372,13 +649,20 @@ void *mesh__gw_sup_main(void *arg)
 	p->warm_count++;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&g->mu);
-	marker(&s, "warm pid=%d in %.1f ms (%s)", (int)s.c.pid, (double)(mesh_mono_ns() - t0) / 1e6, s.last_probe);
-	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms", p->m.name, (int)s.c.pid,
-		     (double)(mesh_mono_ns() - t0) / 1e6);
+	/* What the wait cost meshd: this thread's CPU from the spawn to now
+	 * (the spawn itself included). */
+	double wait_cpu_ms = (double)(thread_cpu_ns() - cpu0) / 1e6;
+	marker(&s, "warm pid=%d in %.1f ms (%s; waited with %u listen tests, %u probes, %.2f ms of CPU)", (int)s.c.pid,
+	       (double)(mesh_mono_ns() - t0) / 1e6, s.last_probe, s.listen_tests, s.http_probes, wait_cpu_ms);
+	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms (%u listen tests, %u probes, %.2f ms of CPU)",
+		     p->m.name, (int)s.c.pid, (double)(mesh_mono_ns() - t0) / 1e6, s.listen_tests, s.http_probes,
+		     wait_cpu_ms);
 
 	/* Warm: until it ends, is idle for its TTL, is hung (the periodic probe
 	 * failed probe_failures times in a row), or meshd stops.  The probe's
 	 * answer is awaited at most an interval (at least 200 ms, at most 1 s). */
+	/* Measured soon, not at once: the first requests' output first. */
+	s.next_measure = mesh_mono_ns() + MEASURE_EVERY_NS / 10;
 	uint64_t pint = g->c.probe_interval_ns, next_probe = mesh_mono_ns() + pint;
 	uint64_t pans = pint < 200000000ull ? 200000000ull : pint > 1000000000ull ? 1000000000ull : pint;
 	unsigned pfails = 0;
@@ -431,12 +715,16 @@ void *mesh__gw_sup_main(void *arg)
 				p->reaps++; /* an idle stop */
 			goto cold_locked;
 		}
-		if (wait_events(&s, idle && idle_at < next_probe ? idle_at : next_probe)) {
-			char *tail = mesh_proc_tail_text(&s.tail);
-			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d; its last lines:\n%s", p->m.name,
-				     (int)s.c.pid, s.status, tail ? tail : "");
+		uint64_t until = idle && idle_at < next_probe ? idle_at : next_probe;
+		if (mesh_mono_ns() >= s.next_measure)
+			measure(&s);
+		if (wait_events(&s, s.next_measure < until ? s.next_measure : until)) {
+			char *tail = mesh_proc_tail_text(&s.tail), note[512];
+			limits_note(&s, note, sizeof note);
+			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d%s; its last lines:\n%s", p->m.name,
+				     (int)s.c.pid, s.status, note, tail ? tail : "");
 			free(tail);
-			marker(&s, "crashed pid=%d status=%d", (int)s.c.pid, s.status);
+			marker(&s, "crashed pid=%d status=%d%s", (int)s.c.pid, s.status, note);
 			pthread_mutex_lock(&g->mu);
 			p->crashes++;
 			goto cold_locked;
@@ -444,23 +732,40 @@ void *mesh__gw_sup_main(void *arg)
 	}
 
 cold_locked:
-	/* mu held.  From here the program is another supervisor's to start. */
+	/* mu held. */
 	mesh__gw_pool_drop(p);
+	if (s.c.pidfd >= 0 && !s.reaped) {
+		pthread_mutex_unlock(&g->mu);
+		kill_child(&s, SIGKILL);
+		siginfo_t si;
+		waitid((idtype_t)P_PIDFD, (id_t)s.c.pidfd, &si, WEXITED);
+		s.reaped = 1;
+		pthread_mutex_lock(&g->mu);
+	}
+	if (s.ngpu && g->nvml) {
+		/* Its processes are gone; its GPU memory may not be yet. */
+		p->state = GW_STOPPING;
+		pthread_mutex_unlock(&g->mu);
+		wait_vram(&s);
+		pthread_mutex_lock(&g->mu);
+	}
+	/* From here the program is another supervisor's to start. */
 	p->state = GW_COLD;
 	p->pid = 0;
 	p->evfd = -1;
 	p->evict_for[0] = 0;
+	if (p->peak)
+		p->last_peak = p->peak;
+	p->peak = p->rss = p->vram = 0;
 	pthread_cond_broadcast(&p->cv);
 	pthread_cond_broadcast(&g->cv_budget);
 	pthread_mutex_unlock(&g->mu);
-	if (s.c.pidfd >= 0) {
-		if (!s.reaped) {
-			mesh_proc_child_kill(&s.c, SIGKILL);
-			siginfo_t si;
-			waitid((idtype_t)P_PIDFD, (id_t)s.c.pidfd, &si, WEXITED);
-		}
+	if (s.c.pidfd >= 0)
 		close(s.c.pidfd);
-	}
+	/* Its cgroup goes once what it held is gone (SIGKILLed processes
+	 * take a moment). */
+	for (int i = 0; s.cgdir[0] && mesh_limits_cgroup_remove(s.cgdir, 1) == -EBUSY && i < 100; i++)
+		usleep(10000);
 	if (s.out >= 0)
 		close(s.out);
 	close(s.evfd);

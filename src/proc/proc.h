@@ -227,6 +227,11 @@ struct mesh_proc_usage {
  * orphan that left both is not seen).  Shared pages count in each process
  * that maps them, as in ps.  0, or -ESRCH when the program is not there. */
 int mesh_proc_table_sum(const struct mesh_proc_table *t, const struct mesh_proc_child *c, struct mesh_proc_usage *u);
+/* The pids of the same processes (to match what another tool lists by
+ * pid, NVML's GPU users): the first cap into pids, how many there are in
+ * *n.  0, -ESRCH (as above), -ENOMEM. */
+int mesh_proc_table_pids(const struct mesh_proc_table *t, const struct mesh_proc_child *c, pid_t *pids, size_t cap,
+			 size_t *n);
 
 /* The last lines of a process's output, for crash reports.  A line keeps
  * its first MESH_PROC_TAIL_LINE_MAX bytes; control bytes other than tab

@@ -135,14 +135,12 @@ void mesh_proc_table_free(struct mesh_proc_table *t)
 	free(t);
 }
 
-int mesh_proc_table_sum(const struct mesh_proc_table *t, const struct mesh_proc_child *c, struct mesh_proc_usage *u)
+/* Marks in[i] for what c contains as of t: 1 a process of it, 2 mesh-init
+ * (PIDNS).  0, or -ESRCH when the program is not there. */
+static int mark(const struct mesh_proc_table *t, const struct mesh_proc_child *c, unsigned char *in)
 {
 	int ns = c->how == MESH_PROC_HOW_PIDNS;
 	pid_t root = ns ? c->init : c->pid;
-	*u = (struct mesh_proc_usage){0};
-	unsigned char *in = calloc(t->n ? t->n : 1, 1);
-	if (!in)
-		return -ENOMEM;
 	int found = 0;
 	for (size_t i = 0; i < t->n; i++) {
 		const struct stat_fields *f = &t->e[i];
@@ -155,10 +153,8 @@ int mesh_proc_table_sum(const struct mesh_proc_table *t, const struct mesh_proc_
 			in[i] = 1;
 		}
 	}
-	if (!found) {
-		free(in);
+	if (!found)
 		return -ESRCH;
-	}
 	/* Descendants: a pass a generation. */
 	for (int more = 1; more;) {
 		more = 0;
@@ -173,6 +169,20 @@ int mesh_proc_table_sum(const struct mesh_proc_table *t, const struct mesh_proc_
 				}
 		}
 	}
+	return 0;
+}
+
+int mesh_proc_table_sum(const struct mesh_proc_table *t, const struct mesh_proc_child *c, struct mesh_proc_usage *u)
+{
+	*u = (struct mesh_proc_usage){0};
+	unsigned char *in = calloc(t->n ? t->n : 1, 1);
+	if (!in)
+		return -ENOMEM;
+	int rc = mark(t, c, in);
+	if (rc) {
+		free(in);
+		return rc;
+	}
 	for (size_t i = 0; i < t->n; i++) {
 		const struct stat_fields *f = &t->e[i];
 		if (in[i] == 2) {
@@ -185,4 +195,22 @@ int mesh_proc_table_sum(const struct mesh_proc_table *t, const struct mesh_proc_
 	}
 	free(in);
 	return 0;
+}
+
+int mesh_proc_table_pids(const struct mesh_proc_table *t, const struct mesh_proc_child *c, pid_t *pids, size_t cap,
+			 size_t *n)
+{
+	*n = 0;
+	unsigned char *in = calloc(t->n ? t->n : 1, 1);
+	if (!in)
+		return -ENOMEM;
+	int rc = mark(t, c, in);
+	for (size_t i = 0; rc == 0 && i < t->n; i++)
+		if (in[i] == 1) {
+			if (*n < cap)
+				pids[*n] = t->e[i].pid;
+			(*n)++;
+		}
+	free(in);
+	return rc;
 }
