@@ -49,6 +49,11 @@ void mesh__gw_cond_init(pthread_cond_t *cv)
 	pthread_condattr_destroy(&a);
 }
 
+static int is_ws(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n' || ch == '\v' || ch == '\f';
+}
+
 int mesh__gw_parse_head(const char *buf, size_t head_len, struct mesh__gw_req *r)
 {
 	const char *end = buf + head_len, *eol = memchr(buf, '\n', head_len);
@@ -58,8 +63,27 @@ int mesh__gw_parse_head(const char *buf, size_t head_len, struct mesh__gw_req *r
 	if (!eol)
 		return 400;
 	r->line_len = (size_t)(eol + 1 - buf);
-	if (sscanf(buf, "%23[A-Z] %n%*s%n %15[HTP/0-9.]%n", r->method, &ts, &vs, r->version, &ms) != 2 || !ts || !vs ||
-	    (size_t)(vs - ts) >= sizeof r->target)
+	/* What sscanf("%23[A-Z] %n%*s%n %15[HTP/0-9.]") took, without its cost
+	 * (a request line a request): a method of capitals, a target, a
+	 * version of those characters; spaces between. */
+	const char *q = buf, *qe = eol;
+	while (q < qe && *q >= 'A' && *q <= 'Z' && ms < 23)
+		r->method[ms++] = *q++;
+	r->method[ms] = 0;
+	if (!ms)
+		return 400;
+	while (q < qe && is_ws(*q))
+		q++;
+	ts = (int)(q - buf);
+	while (q < qe && !is_ws(*q))
+		q++;
+	vs = (int)(q - buf);
+	while (q < qe && is_ws(*q))
+		q++;
+	for (ms = 0; q < qe && ms < 15 && *q && strchr("HTP/0123456789.", *q); ms++)
+		r->version[ms] = *q++;
+	r->version[ms] = 0;
+	if (!ms || vs == ts || (size_t)(vs - ts) >= sizeof r->target)
 		return 400;
 	memcpy(r->target, buf + ts, (size_t)(vs - ts));
 	r->target[vs - ts] = 0;
@@ -259,6 +283,13 @@ again:
 			break;
 		}
 		done = f.inflight == 0;
+		/* Kept for the next request when the response ended whole and
+		 * neither side asked for the connection's end; before its last
+		 * bytes go to the client, whose next request may want it. */
+		if (done && !r->close && strcmp(r->version, "HTTP/1.0") && !f.tunnel) {
+			mesh__gw_pool_put(prog, port, up);
+			up = -1;
+		}
 		const char *p = buf;
 		size_t len = (size_t)n;
 		if (pending_line) {
@@ -287,12 +318,7 @@ again:
 		}
 		o->bytes += len;
 	}
-	/* Kept for the next request when the response ended whole and neither
-	 * side asked for the connection's end. */
-	if (rc == 0 && done && !o->client_close && !r->close && strcmp(r->version, "HTTP/1.0") &&
-	    !f.tunnel && !(o->status == 101))
-		mesh__gw_pool_put(prog, port, up);
-	else
+	if (up >= 0)
 		close(up);
 	if (rc == -1)
 		o->client_close = 1;

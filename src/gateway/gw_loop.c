@@ -48,6 +48,7 @@ struct lconn {
 	/* The request in progress (S_SEND, S_RELAY). */
 	struct mesh__gw_req r;
 	char model[300], line[2300];
+	size_t nline;
 	struct mesh__gw_prog *p;
 	int port, up, reused, got, pending_line, done;
 	size_t sent;  /* of the line and the rest, to the program */
@@ -186,14 +187,8 @@ static void end_request(struct lconn *lc, int code)
 	struct mesh__gw_prog *p = lc->p;
 	int close_it = lc->r.close;
 	lc->L->nrelay--;
-	if (lc->up >= 0) {
-		if (code == 0 && lc->done && !lc->o.client_close && !lc->r.close && strcmp(lc->r.version, "HTTP/1.0") &&
-		    !lc->f.tunnel && lc->o.status != 101) {
-			epoll_ctl(lc->L->ep, EPOLL_CTL_DEL, lc->up, NULL);
-			mesh__gw_pool_put(p, lc->port, lc->up);
-		} else {
-			close(lc->up);
-		}
+	if (lc->up >= 0) { /* not kept (relay() keeps a whole response's) */
+		close(lc->up);
 		lc->up = -1;
 	}
 	if (code == -1)
@@ -276,11 +271,27 @@ static int to_client(struct lconn *lc, const char *a, size_t an, const char *b, 
 	return 1;
 }
 
+/* The status of a response's first bytes "HTTP/1.x NNN ...", 0 if none. */
+static int status_of(const char *p, size_t n)
+{
+	size_t i = 7;
+	int st = 0;
+	if (n < 12 || memcmp(p, "HTTP/1.", 7))
+		return 0;
+	while (i < n && p[i] >= '0' && p[i] <= '9')
+		i++;
+	while (i < n && p[i] == ' ')
+		i++;
+	for (int k = 0; k < 3 && i < n && p[i] >= '0' && p[i] <= '9'; k++)
+		st = st * 10 + (p[i++] - '0');
+	return st;
+}
+
 /* Sends the rest of the request to the program. */
 static void send_request(struct lconn *lc)
 {
 	const char *rest = lc->c.buf + lc->r.line_len;
-	size_t nline = strlen(lc->line), nrest = lc->r.head_len - lc->r.line_len + (size_t)lc->r.cl;
+	size_t nline = lc->nline, nrest = lc->r.head_len - lc->r.line_len + (size_t)lc->r.cl;
 	while (lc->sent < nline + nrest) {
 		struct iovec iov[2];
 		int k = 0;
@@ -308,7 +319,10 @@ static void send_request(struct lconn *lc)
 	}
 	lc->state = S_RELAY;
 	lc->last_read = mesh_mono_ns();
-	relay(lc);
+	/* The answer comes with an event (the connection is in the epoll
+	 * already): no recv that would find nothing yet. */
+	if (lc->rdhup)
+		relay(lc);
 }
 
 /* Reads the program's response while the client takes it. */
@@ -338,7 +352,7 @@ static void relay(struct lconn *lc)
 			lc->state = S_SEND;
 			lc->sent = 0;
 			mesh_hframe_init(&lc->f);
-			mesh_hframe_feed(&lc->f, 0, lc->line, strlen(lc->line));
+			mesh_hframe_feed(&lc->f, 0, lc->line, lc->nline);
 			mesh_hframe_feed(&lc->f, 0, lc->c.buf + lc->r.line_len,
 					 lc->r.head_len - lc->r.line_len + (size_t)lc->r.cl);
 			send_request(lc);
@@ -360,11 +374,20 @@ static void relay(struct lconn *lc)
 			return;
 		}
 		lc->done = lc->f.inflight == 0;
-		/* ACK at once while more is to come: on a kept connection the
-		 * kernel's delayed ACK would hold a program that writes a stream
-		 * in small pieces without TCP_NODELAY (Nagle) 40 ms per piece. */
-		if (!lc->done)
+		/* Kept for the next request when the response ended whole and
+		 * neither side asked for the connection's end; before its last
+		 * bytes go to the client, whose next request may want it. */
+		if (lc->done && !lc->r.close && strcmp(lc->r.version, "HTTP/1.0") && !lc->f.tunnel) {
+			epoll_ctl(L->ep, EPOLL_CTL_DEL, lc->up, NULL);
+			mesh__gw_pool_put(lc->p, lc->port, lc->up);
+			lc->up = -1;
+		} else if (!lc->done) {
+			/* ACK at once while more is to come: on a kept connection
+			 * the kernel's delayed ACK would hold a program that writes
+			 * a stream in small pieces without TCP_NODELAY (Nagle) 40 ms
+			 * per piece. */
 			setsockopt(lc->up, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+		}
 		const char *p = L->buf;
 		size_t len = (size_t)n;
 		int rc;
@@ -377,7 +400,7 @@ static void relay(struct lconn *lc)
 			if (!memchr(lc->pre, '\n', lc->npre) && lc->npre < sizeof lc->pre && !lc->done)
 				continue;
 			lc->pending_line = 0;
-			sscanf(lc->pre, "HTTP/1.%*d %d", &lc->o.status);
+			lc->o.status = status_of(lc->pre, lc->npre);
 			rc = to_client(lc, lc->pre, lc->npre, p, len);
 		} else {
 			rc = to_client(lc, p, len, NULL, 0);
@@ -448,12 +471,13 @@ static void serve(struct lconn *lc)
 	/* Routing, as gw.c's one_request; what it does not serve warm here
 	 * goes to a thread. */
 	struct mesh__gw_req *r = &lc->r;
-	char path[2100];
+	char upath[2100];
+	const char *path = r->target;
 	size_t qlen = strcspn(r->target, "?");
 	lc->model[0] = 0;
-	snprintf(path, sizeof path, "%s", r->target);
 	if (!strncmp(r->target, "/upstream/", 10)) {
-		mesh__gw_upstream_split(r->target, lc->model, sizeof lc->model, path, sizeof path);
+		mesh__gw_upstream_split(r->target, lc->model, sizeof lc->model, upath, sizeof upath);
+		path = upath;
 	} else if (!strcmp(r->method, "POST") && !strncmp(r->target, "/v1/", 4) &&
 		   !((qlen == 10 || qlen == 11) && !strncmp(r->target, "/v1/models/", qlen))) {
 		char *m = mesh__gw_body_model(c->buf + r->head_len, (size_t)r->cl);
@@ -468,7 +492,21 @@ static void serve(struct lconn *lc)
 	}
 	lc->p = p;
 	lc->t0 = mesh_mono_ns();
-	snprintf(lc->line, sizeof lc->line, "%s %s %s\r\n", r->method, path, r->version);
+	/* The request line as gw.c's "%s %s %s\r\n", without printf's cost. */
+	size_t ml = strlen(r->method), pl = strlen(path), vl = strlen(r->version);
+	if (ml + pl + vl + 5 > sizeof lc->line) /* cannot be: 24 + 2100 + 16 */
+		pl = sizeof lc->line - ml - vl - 5;
+	char *w = lc->line;
+	memcpy(w, r->method, ml);
+	w += ml;
+	*w++ = ' ';
+	memcpy(w, path, pl);
+	w += pl;
+	*w++ = ' ';
+	memcpy(w, r->version, vl);
+	w += vl;
+	memcpy(w, "\r\n", 3);
+	lc->nline = (size_t)(w + 2 - lc->line);
 	memset(&lc->o, 0, sizeof lc->o);
 	lc->got = lc->done = 0;
 	lc->pending_line = 1;
@@ -477,7 +515,7 @@ static void serve(struct lconn *lc)
 	lc->state = S_SEND;
 	lc->reused = lc->up >= 0;
 	mesh_hframe_init(&lc->f);
-	if (mesh_hframe_feed(&lc->f, 0, lc->line, strlen(lc->line)) ||
+	if (mesh_hframe_feed(&lc->f, 0, lc->line, lc->nline) ||
 	    mesh_hframe_feed(&lc->f, 0, c->buf + r->line_len, r->head_len - r->line_len + (size_t)r->cl)) {
 		end_request(lc, 502);
 		return;
@@ -556,11 +594,13 @@ static void on_client(struct lconn *lc, uint32_t ev)
 	}
 }
 
-static void on_up(struct lconn *lc)
+static void on_up(struct lconn *lc, uint32_t ev)
 {
+	if (lc->up < 0)
+		return; /* an event of one kept already (this batch's) */
 	if (lc->state == S_SEND)
 		send_request(lc);
-	else if (lc->state == S_RELAY && !lc->nout)
+	else if (lc->state == S_RELAY && !lc->nout && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
 		relay(lc);
 }
 
@@ -629,7 +669,7 @@ static void *loop_main(void *arg)
 			if (lc->state == S_DEAD)
 				continue;
 			if ((uintptr_t)ptr & 1)
-				on_up(lc);
+				on_up(lc, evs[i].events);
 			else
 				on_client(lc, evs[i].events);
 		}
