@@ -437,8 +437,10 @@ void mesh__gw_access(struct mesh_gw *g, const struct mesh__gw_req *r, const char
 {
 	if (!g->c.on_log)
 		return;
-	mesh__gw_log(g, MESH_GW_INFO, "access %s %s model=%s status=%d cold=%d bytes=%zu ms=%.1f", r->method, r->target,
-		     model[0] ? model : "-", status, cold, bytes, (double)(mesh_mono_ns() - t0) / 1e6);
+	uint64_t us = (mesh_mono_ns() - t0) / 1000 + 50; /* "%.1f" of ms, in integers (no printf_fp a request) */
+	mesh__gw_log(g, MESH_GW_INFO, "access %s %s model=%s status=%d cold=%d bytes=%zu ms=%llu.%llu", r->method,
+		     r->target, model[0] ? model : "-", status, cold, bytes, (unsigned long long)(us / 1000),
+		     (unsigned long long)(us / 100 % 10));
 }
 
 /* One request: read, route, answer.  0 to read the next one on this

@@ -155,6 +155,14 @@ static int try_acquire(struct lconn *lc, struct mesh__gw_prog *p)
 	return rc;
 }
 
+/* The framer of the response: the request is framed here already (a head
+ * parsed, Content-Length or no body), not fed to it byte by byte. */
+static void start_frame(struct lconn *lc)
+{
+	mesh_hframe_init(&lc->f);
+	mesh_hframe_request(&lc->f, !strcmp(lc->r.method, "HEAD"), !strcmp(lc->r.method, "CONNECT"));
+}
+
 static void relay(struct lconn *lc);
 static void serve(struct lconn *lc);
 
@@ -351,10 +359,7 @@ static void relay(struct lconn *lc)
 			}
 			lc->state = S_SEND;
 			lc->sent = 0;
-			mesh_hframe_init(&lc->f);
-			mesh_hframe_feed(&lc->f, 0, lc->line, lc->nline);
-			mesh_hframe_feed(&lc->f, 0, lc->c.buf + lc->r.line_len,
-					 lc->r.head_len - lc->r.line_len + (size_t)lc->r.cl);
+			start_frame(lc);
 			send_request(lc);
 			return;
 		}
@@ -514,12 +519,7 @@ static void serve(struct lconn *lc)
 	lc->L->nrelay++;
 	lc->state = S_SEND;
 	lc->reused = lc->up >= 0;
-	mesh_hframe_init(&lc->f);
-	if (mesh_hframe_feed(&lc->f, 0, lc->line, lc->nline) ||
-	    mesh_hframe_feed(&lc->f, 0, c->buf + r->line_len, r->head_len - r->line_len + (size_t)r->cl)) {
-		end_request(lc, 502);
-		return;
-	}
+	start_frame(lc);
 	if (lc->up >= 0)
 		ep_add(lc->L, lc->up, tag_up(lc));
 	else if (up_connect(lc)) {
@@ -688,8 +688,11 @@ out:
 int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	/* Half the CPUs (the programs and their clients need the rest; one
+	 * loop that finds many events a wake-up costs less per request than
+	 * two that find one each), at least one, at most MAX_LOOPS. */
 	if (!n)
-		n = cpus < 1 ? 1 : cpus > MAX_LOOPS ? MAX_LOOPS : (unsigned)cpus;
+		n = cpus < 4 ? 1 : cpus / 2 > MAX_LOOPS ? MAX_LOOPS : (unsigned)(cpus / 2);
 	g->loops = calloc(n, sizeof *g->loops);
 	if (!g->loops)
 		return -ENOMEM;
