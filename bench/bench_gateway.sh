@@ -5,7 +5,9 @@
 #   warm relay   POST /v1/chat/completions (routed by "model") to one nginx:
 #                requests/s and p50/p99 at 32 connections (wrk, keep-alive),
 #                direct / haproxy / gateway; targets: gateway >= haproxy's
-#                rate, p50 added <= 50 us
+#                rate, p50 added <= 50 us; and the CPU nginx, haproxy and meshd
+#                spent per request over the same run (/proc/PID/stat), which a
+#                loaded machine skews less than the rates
 #   streaming    time to first token (tests/workers/openai_server.py, SSE),
 #                gateway minus direct, median of 30; target <= 1 ms
 #   cold start   first byte minus the program's own spawn-to-ready (its shell
