@@ -40,15 +40,6 @@ struct mesh__gw_relay_out {
 /* gw.c */
 /* Parses the head in buf[0..head_len).  0, or an HTTP status to refuse. */
 int mesh__gw_parse_head(const char *buf, size_t head_len, struct mesh__gw_req *r);
-/* After the relay of a request to p (code: forward's, 0 whole, an HTTP
- * status not yet answered, -1 cut): releases its place, counts it, logs and
- * answers what is to answer on fd.  Returns the status for the access line;
- * sets *close_it when the connection must end. */
-int mesh__gw_relay_end(struct mesh_gw *g, struct mesh__gw_prog *p, int fd, int code,
-		       const struct mesh__gw_relay_out *o, int port, int *close_it);
-/* The access line of one request. */
-void mesh__gw_access(struct mesh_gw *g, const struct mesh__gw_req *r, const char *model, int status, int cold,
-		     size_t bytes, uint64_t t0);
 /* Serves c on a thread of its own (blocking socket) until it closes; c is
  * linked in g->conns and counted.  0, or -1 (no thread: c is untouched). */
 int mesh__gw_conn_thread(struct mesh__gw_client *c);
@@ -56,6 +47,18 @@ int mesh__gw_conn_thread(struct mesh__gw_client *c);
 void mesh__gw_conn_free(struct mesh__gw_client *c);
 /* Grows c's buffer to hold at least want bytes.  0 or -1 (no memory). */
 int mesh__gw_grow(struct mesh__gw_client *c, size_t want);
+
+/* gw_body.c */
+/* After the relay of a request to p (code: the relay's, 0 whole, an HTTP
+ * status not yet answered, -1 cut; the caller has released its place and
+ * counted it): counts a limit passed, logs, and answers on fd what is to
+ * answer.  Returns the status for the access line; sets *close_it when the
+ * connection must end. */
+int mesh__gw_relay_end(struct mesh_gw *g, struct mesh__gw_prog *p, int fd, int code,
+		       const struct mesh__gw_relay_out *o, int port, int *close_it);
+/* The access line of one request (t0: when its head was read). */
+void mesh__gw_access(struct mesh_gw *g, const struct mesh__gw_req *r, const char *model, int status, int cold,
+		     size_t bytes, uint64_t t0);
 
 /* gw_loop.c */
 /* Starts the event loops (n: 0 picks by the CPUs).  0 or a negative errno. */

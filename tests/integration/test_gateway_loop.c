@@ -9,6 +9,14 @@
 #include <poll.h>
 #include <pthread.h>
 
+/* The program's log has n "req POST" lines (its output reaches the log
+ * through meshd's supervisor, maybe after the answer reached here). */
+static int log_has_n(const char *file, int n)
+{
+	struct has_n h = {file, "req POST", n};
+	return t_wait_for(has_n_cond, &h, 3000);
+}
+
 /* One warm-up request on its own connection. */
 static void warm(int port, const char *model)
 {
@@ -87,8 +95,8 @@ TEST_TIMEOUT(gateway_pipelined_requests_two_models, 30)
 	EXPECT_EQ(st[3], 200);
 	EXPECT_CONTAINS(resp[3], "\"model\": \"m-b\"");
 	close(fd);
-	EXPECT_EQ(count_in("logs/pa.log", "req POST"), 3);
-	EXPECT_EQ(count_in("logs/pb.log", "req POST"), 3);
+	EXPECT_TRUE(log_has_n("logs/pa.log", 3));
+	EXPECT_TRUE(log_has_n("logs/pb.log", 3));
 	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 2);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
@@ -116,7 +124,7 @@ TEST_TIMEOUT(gateway_request_in_one_byte_pieces, 30)
 	ASSERT_EQ(send_str(fd, req), 0);
 	EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
 	close(fd);
-	EXPECT_EQ(count_in("logs/p1.log", "req POST"), 3);
+	EXPECT_TRUE(log_has_n("logs/p1.log", 3));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
@@ -145,7 +153,7 @@ TEST_TIMEOUT(gateway_200_keepalive_connections_answered, 60)
 	}
 	for (int i = 0; i < N; i++)
 		close(fds[i]);
-	EXPECT_EQ(count_in("logs/p2.log", "req POST"), 2 * N + 1);
+	EXPECT_TRUE(log_has_n("logs/p2.log", 2 * N + 1));
 	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
