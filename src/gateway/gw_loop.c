@@ -118,14 +118,16 @@ static void hand_off(struct lconn *lc)
 	kill_conn(lc);
 }
 
-static void set_idle(struct lconn *lc, int draining_check, int *close_it)
+/* The request's end for the drain: not busy; the connection ends when
+ * meshd is draining. */
+static void set_idle(struct lconn *lc, int *close_it)
 {
 	struct mesh_gw *g = lc->c.g;
 	pthread_mutex_lock(&g->mu);
 	lc->c.link.busy = 0;
 	g->busy--;
 	pthread_cond_broadcast(&g->cv_all);
-	if (draining_check && g->draining)
+	if (g->draining)
 		*close_it = 1;
 	pthread_mutex_unlock(&g->mu);
 }
@@ -209,7 +211,7 @@ static void end_request(struct lconn *lc, int code)
 	memmove(lc->c.buf, lc->c.buf + used, lc->c.have - used);
 	lc->c.have -= used;
 	lc->nout = lc->outoff = 0;
-	set_idle(lc, 1, &close_it);
+	set_idle(lc, &close_it);
 	lc->state = S_HEAD;
 	lc->last_io = mesh_mono_ns();
 	if (close_it) {
