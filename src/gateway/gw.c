@@ -549,8 +549,11 @@ void mesh__gw_conn_free(struct mesh__gw_client *c)
 static void *conn_main(void *arg)
 {
 	struct mesh__gw_client *c = arg;
+	/* Its request answered, a connection goes back to a loop (the warm
+	 * path); this thread serves it only while it needs one. */
 	while (one_request(c) == 0)
-		;
+		if (mesh__gw_loop_back(c) == 0)
+			return NULL;
 	mesh__gw_conn_free(c);
 	return NULL;
 }

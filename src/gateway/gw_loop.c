@@ -4,8 +4,8 @@
  * request that needs anything else (a cold start or a wait for a place,
  * a chunked body, Expect, an error answer of meshd's own, GET /v1/models)
  * hands its connection to a thread of its own (gw.c's one_request, which
- * reads the request again from the buffered bytes) for the rest of its
- * life.  Why: a thread per connection costs two thread wake-ups and a
+ * reads the request again from the buffered bytes), which gives it back
+ * once that request is answered.  Why: a thread per connection costs two thread wake-ups and a
  * poll per request; a loop under load serves many events a wake-up.
  * Same behaviour as gw.c's relay: the response is passed on as it comes
  * (a client that does not read stops the reading of the program's
@@ -725,16 +725,14 @@ size_t mesh__gw_client_size(void)
 	return sizeof(struct lconn);
 }
 
-int mesh__gw_loop_add(struct mesh__gw_client *c)
+/* Gives lc to the next loop (its socket made non-blocking). */
+static void to_loop(struct mesh_gw *g, struct lconn *lc)
 {
-	struct mesh_gw *g = c->g;
-	struct lconn *lc = (struct lconn *)c;
-	if (!g->nloops)
-		return -1;
 	struct mesh__gw_loop *L = &g->loops[g->next_loop++ % g->nloops];
 	uint64_t one = 1;
-	int fl = fcntl(c->link.fd, F_GETFL);
-	fcntl(c->link.fd, F_SETFL, fl | O_NONBLOCK);
+	int fl = fcntl(lc->c.link.fd, F_GETFL);
+	fcntl(lc->c.link.fd, F_SETFL, fl | O_NONBLOCK);
+	memset((char *)lc + sizeof lc->c, 0, sizeof *lc - sizeof lc->c);
 	lc->L = L;
 	lc->up = -1;
 	lc->state = S_HEAD;
@@ -746,12 +744,37 @@ int mesh__gw_loop_add(struct mesh__gw_client *c)
 	if (write(L->evfd, &one, sizeof one) < 0) {
 		/* the counter is full: readable anyway */
 	}
+}
+
+int mesh__gw_loop_add(struct mesh__gw_client *c)
+{
+	if (!c->g->nloops)
+		return -1;
+	to_loop(c->g, (struct lconn *)c);
 	return 0;
+}
+
+int mesh__gw_loop_back(struct mesh__gw_client *c)
+{
+	struct mesh_gw *g = c->g;
+	int rc = -1;
+	/* Under mu: the loops are stopped (after a drain) under it too. */
+	pthread_mutex_lock(&g->mu);
+	if (g->nloops && !g->draining) {
+		to_loop(g, (struct lconn *)c);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&g->mu);
+	return rc;
 }
 
 void mesh__gw_loops_stop(struct mesh_gw *g)
 {
-	for (unsigned i = 0; i < g->nloops; i++) {
+	pthread_mutex_lock(&g->mu);
+	unsigned n = g->nloops;
+	g->nloops = 0; /* no thread gives a connection back from now on */
+	pthread_mutex_unlock(&g->mu);
+	for (unsigned i = 0; i < n; i++) {
 		struct mesh__gw_loop *L = &g->loops[i];
 		uint64_t one = 1;
 		if (L->started) {
@@ -771,5 +794,4 @@ void mesh__gw_loops_stop(struct mesh_gw *g)
 	}
 	free(g->loops);
 	g->loops = NULL;
-	g->nloops = 0;
 }

@@ -68,6 +68,10 @@ size_t mesh__gw_client_size(void);
 /* Hands a new connection (linked and counted) to a loop; -1: no loop, the
  * caller serves it on a thread. */
 int mesh__gw_loop_add(struct mesh__gw_client *c);
+/* A connection served on a thread whose request was answered (not busy)
+ * goes back to a loop, with the bytes it has read.  0, or -1 (no loop, or
+ * meshd is draining: the thread keeps it). */
+int mesh__gw_loop_back(struct mesh__gw_client *c);
 /* Stops and joins the loops (after the drain: a connection left in one is
  * leaked with g). */
 void mesh__gw_loops_stop(struct mesh_gw *g);

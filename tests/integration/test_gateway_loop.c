@@ -335,3 +335,59 @@ TEST_TIMEOUT(gateway_cold_then_warm_on_one_connection, 30)
 	close(fd);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* meshd's threads (/proc/PID/status). */
+static int threads_of(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	char *s = t_read_file(path, NULL);
+	const char *p = s ? strstr(s, "\nThreads:") : NULL;
+	int n = p ? atoi(p + 9) : -1;
+	free(s);
+	return n;
+}
+
+struct few_threads {
+	pid_t pid;
+	int max;
+};
+static int few_threads_cond(void *arg)
+{
+	struct few_threads *f = arg;
+	int n = threads_of(f->pid);
+	return n > 0 && n <= f->max;
+}
+
+/* Connections whose requests were served on threads (GET /v1/models is
+ * meshd's own answer) go back to the loops once answered: 50 of them kept
+ * open hold no thread, and each is answered again. */
+TEST_TIMEOUT(gateway_answered_connections_go_back_to_a_loop, 30)
+{
+	enum { N = 50 };
+	static int fds[N];
+	char resp[8192];
+	static const char get[] = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+	add_oa("p5", "\"test-model\"", "", "");
+	struct gw g = start_gw("");
+	int before = threads_of(g.pid);
+	ASSERT_GT(before, 0);
+	for (int i = 0; i < N; i++) {
+		fds[i] = connect_to(g.port);
+		ASSERT_GE(fds[i], 0);
+		ASSERT_EQ(send_str(fds[i], get), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		EXPECT_EQ(read_response(fds[i], resp, sizeof resp), 200);
+		EXPECT_CONTAINS(resp, "\"state\":\"cold\"");
+	}
+	struct few_threads f = {g.pid, before + 5};
+	EXPECT_TRUE(t_wait_for(few_threads_cond, &f, 5000));
+	for (int i = 0; i < N; i++) {
+		ASSERT_EQ(send_str(fds[i], get), 0);
+		EXPECT_EQ(read_response(fds[i], resp, sizeof resp), 200);
+	}
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
