@@ -5,7 +5,9 @@
 #   warm relay   POST /v1/chat/completions (routed by "model") to one nginx:
 #                requests/s and p50/p99 at 32 connections (wrk, keep-alive),
 #                direct / haproxy / gateway; targets: gateway >= haproxy's
-#                rate, p50 added <= 50 us
+#                rate, p50 added <= 50 us; and the CPU nginx, haproxy and meshd
+#                spent per request over the same run (/proc/PID/stat), which a
+#                loaded machine skews less than the rates
 #   streaming    time to first token (tests/workers/openai_server.py, SSE),
 #                gateway minus direct, median of 30; target <= 1 ms
 #   cold start   first byte minus the program's own spawn-to-ready (its shell
@@ -89,18 +91,32 @@ done = function(summary, latency, requests)
 end
 LUA
 DUR=${BENCH_GATEWAY_SECONDS:-4}
-run_wrk() { wrk -t2 -c32 -d${DUR}s -s "$T/post.lua" "$1/v1/chat/completions" 2>&1 | awk '/^RESULT/ {print $2, $3, $4, $5}'; }
-set -- $(run_wrk http://127.0.0.1:$NP); D_RPS=$1 D_P50=$2 D_P99=$3 D_ERR=$4
-set -- $(run_wrk http://127.0.0.1:$HP); H_RPS=$1 H_P50=$2 H_P99=$3 H_ERR=$4
-set -- $(run_wrk $G); G_RPS=$1 G_P50=$2 G_P99=$3 G_ERR=$4
-echo "   warm relay to nginx, 32 connections, ${DUR} s each (wrk; latency in us):"
-printf '   %-10s %10s %9s %9s %7s\n' "" "req/s" "p50" "p99" "errors"
-printf '   %-10s %10s %9s %9s %7s\n' direct "$D_RPS" "$D_P50" "$D_P99" "$D_ERR"
-printf '   %-10s %10s %9s %9s %7s\n' haproxy "$H_RPS" "$H_P50" "$H_P99" "$H_ERR"
-printf '   %-10s %10s %9s %9s %7s\n' gateway "$G_RPS" "$G_P50" "$G_P99" "$G_ERR"
-awk -v g="$G_RPS" -v h="$H_RPS" -v gp="$G_P50" -v hp="$H_P50" -v dp="$D_P50" 'BEGIN {
+# CPU (user + system, every thread) a process spent, in clock ticks: a
+# proxy's CPU per request is skewed less than its rate by a loaded machine.
+cpu_ticks() { awk '{print $14 + $15}' /proc/$1/stat 2>/dev/null || echo 0; }
+NGINX=$(pgrep -P "$(pgrep -o -f "nginx -p $T")" 2>/dev/null | head -1); NGINX=${NGINX:-$MESHD}
+HZ=$(getconf CLK_TCK)
+# run_wrk URL PID: "req/s p50 p99 errors us-of-PID's-CPU-per-request"
+run_wrk() {
+	c0=$(cpu_ticks $2)
+	r=$(wrk -t2 -c32 -d${DUR}s -s "$T/post.lua" "$1/v1/chat/completions" 2>&1 | awk '/^RESULT/ {print $2, $3, $4, $5}')
+	c1=$(cpu_ticks $2)
+	echo "$r" | awk -v c="$((c1 - c0))" -v hz="$HZ" -v d="$DUR" '{ printf "%s %s %s %s %.1f\n", $1, $2, $3, $4,
+		($1 > 0 ? c * 1e6 / hz / ($1 * d) : 0) }'
+}
+set -- $(run_wrk http://127.0.0.1:$NP $NGINX); D_RPS=$1 D_P50=$2 D_P99=$3 D_ERR=$4 D_CPU=$5
+set -- $(run_wrk http://127.0.0.1:$HP $HAPROXY); H_RPS=$1 H_P50=$2 H_P99=$3 H_ERR=$4 H_CPU=$5
+set -- $(run_wrk $G $MESHD); G_RPS=$1 G_P50=$2 G_P99=$3 G_ERR=$4 G_CPU=$5
+echo "   warm relay to nginx, 32 connections, ${DUR} s each (wrk; latency in us; CPU: us of nginx's, haproxy's,"
+echo "   meshd's CPU per request; $(uptime | sed 's/.*load/load/')):"
+printf '   %-10s %10s %9s %9s %7s %7s\n' "" "req/s" "p50" "p99" "errors" "CPU/req"
+printf '   %-10s %10s %9s %9s %7s %7s\n' direct "$D_RPS" "$D_P50" "$D_P99" "$D_ERR" "$D_CPU"
+printf '   %-10s %10s %9s %9s %7s %7s\n' haproxy "$H_RPS" "$H_P50" "$H_P99" "$H_ERR" "$H_CPU"
+printf '   %-10s %10s %9s %9s %7s %7s\n' gateway "$G_RPS" "$G_P50" "$G_P99" "$G_ERR" "$G_CPU"
+awk -v g="$G_RPS" -v h="$H_RPS" -v gc="$G_CPU" -v hc="$H_CPU" -v gp="$G_P50" -v hp="$H_P50" -v dp="$D_P50" 'BEGIN {
 	printf "   gateway/haproxy rate %.2fx (target >= 1.0); p50 added: gateway %+.0f us, haproxy %+.0f us (target <= 50)\n",
-		(h > 0 ? g / h : 0), gp - dp, hp - dp }'
+		(h > 0 ? g / h : 0), gp - dp, hp - dp
+	printf "   CPU per request: gateway %.1f us, haproxy %.1f us (%.2fx)\n", gc, hc, (hc > 0 ? gc / hc : 0) }'
 # Streaming and the cold start: Python clients timing the first token/byte.
 python3 - "$G" "$T" <<'PY'
 import http.client, json, os, socket, statistics, sys, time, urllib.request

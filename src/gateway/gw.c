@@ -3,7 +3,7 @@
  * (gateway/hframe.h finds where it ends, so a keep-alive connection goes on
  * to its next request, and a cut stream is told from a whole one).  See
  * gw.h for the contract. */
-#include "gateway/gw_int.h"
+#include "gateway/gw_loop.h"
 
 #include "base/buf.h"
 #include "base/clock.h"
@@ -49,18 +49,12 @@ void mesh__gw_cond_init(pthread_cond_t *cv)
 	pthread_condattr_destroy(&a);
 }
 
-struct req {
-	char method[24];
-	char target[2048];
-	char version[16];
-	size_t head_len;     /* bytes of the head, blank line included */
-	size_t line_len;     /* the request line, its CRLF included */
-	uint64_t cl;
-	int te, close, expect;
-};
+static int is_ws(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n' || ch == '\v' || ch == '\f';
+}
 
-/* Parses the head in buf[0..head_len).  0, or an HTTP status to refuse. */
-static int parse_head(const char *buf, size_t head_len, struct req *r)
+int mesh__gw_parse_head(const char *buf, size_t head_len, struct mesh__gw_req *r)
 {
 	const char *end = buf + head_len, *eol = memchr(buf, '\n', head_len);
 	int ms = 0, ts = 0, vs = 0;
@@ -69,8 +63,27 @@ static int parse_head(const char *buf, size_t head_len, struct req *r)
 	if (!eol)
 		return 400;
 	r->line_len = (size_t)(eol + 1 - buf);
-	if (sscanf(buf, "%23[A-Z] %n%*s%n %15[HTP/0-9.]%n", r->method, &ts, &vs, r->version, &ms) != 2 || !ts || !vs ||
-	    (size_t)(vs - ts) >= sizeof r->target)
+	/* What sscanf("%23[A-Z] %n%*s%n %15[HTP/0-9.]") took, without its cost
+	 * (a request line a request): a method of capitals, a target, a
+	 * version of those characters; spaces between. */
+	const char *q = buf, *qe = eol;
+	while (q < qe && *q >= 'A' && *q <= 'Z' && ms < 23)
+		r->method[ms++] = *q++;
+	r->method[ms] = 0;
+	if (!ms)
+		return 400;
+	while (q < qe && is_ws(*q))
+		q++;
+	ts = (int)(q - buf);
+	while (q < qe && !is_ws(*q))
+		q++;
+	vs = (int)(q - buf);
+	while (q < qe && is_ws(*q))
+		q++;
+	for (ms = 0; q < qe && ms < 15 && *q && strchr("HTP/0123456789.", *q); ms++)
+		r->version[ms] = *q++;
+	r->version[ms] = 0;
+	if (!ms || vs == ts || (size_t)(vs - ts) >= sizeof r->target)
 		return 400;
 	memcpy(r->target, buf + ts, (size_t)(vs - ts));
 	r->target[vs - ts] = 0;
@@ -114,14 +127,7 @@ static int parse_head(const char *buf, size_t head_len, struct req *r)
 	return 0;
 }
 
-struct conn {
-	struct mesh_gw *g;
-	struct mesh__gw_conn link;
-	char *buf;
-	size_t have, cap;
-};
-
-static void set_busy(struct conn *c, int busy)
+static void set_busy(struct mesh__gw_client *c, int busy)
 {
 	pthread_mutex_lock(&c->g->mu);
 	c->link.busy = busy;
@@ -130,16 +136,28 @@ static void set_busy(struct conn *c, int busy)
 	pthread_mutex_unlock(&c->g->mu);
 }
 
-/* Reads until buf holds want bytes.  0, or -1 when the client went away. */
-static int fill(struct conn *c, size_t want)
+int mesh__gw_grow(struct mesh__gw_client *c, size_t want)
 {
-	if (want > c->cap) {
-		char *nb = realloc(c->buf, want);
-		if (!nb)
-			return -1;
-		c->buf = nb;
-		c->cap = want;
-	}
+	/* Doubling from 16 KiB: a head read in pieces is not a recv (and a
+	 * realloc) per byte. */
+	size_t cap = c->cap ? c->cap : 16384;
+	while (cap < want)
+		cap *= 2;
+	if (cap == c->cap)
+		return 0;
+	char *nb = realloc(c->buf, cap);
+	if (!nb)
+		return -1;
+	c->buf = nb;
+	c->cap = cap;
+	return 0;
+}
+
+/* Reads until buf holds want bytes.  0, or -1 when the client went away. */
+static int fill(struct mesh__gw_client *c, size_t want)
+{
+	if (mesh__gw_grow(c, want) < 0)
+		return -1;
 	while (c->have < want) {
 		ssize_t n = recv(c->link.fd, c->buf + c->have, c->cap - c->have, 0);
 		if (n < 0 && errno == EINTR)
@@ -153,7 +171,7 @@ static int fill(struct conn *c, size_t want)
 
 /* The head of the next request: its length, 0 when the client went away,
  * or -1 when it is too long. */
-static long read_head(struct conn *c)
+static long read_head(struct mesh__gw_client *c)
 {
 	size_t scanned = 0;
 	for (;;) {
@@ -167,21 +185,13 @@ static long read_head(struct conn *c)
 	}
 }
 
-struct relay_out {
-	int status;
-	size_t bytes;
-	int client_close; /* the response ended with the upstream's close, or was cut */
-	int gone;	  /* the client went away first */
-	int timeout;	  /* past a limit: 1 request, 2 response start, 3 idle stream */
-};
-
 /* Forwards the request (head with its line replaced by line, then body) to
  * the program at port and relays the response as it comes.  0 when the
  * response went through whole; else an HTTP status to answer (nothing sent
  * yet), or -1 (the response was cut: the client must see its connection
  * end). */
-static int forward(struct conn *c, struct mesh__gw_prog *prog, const struct req *r, const char *line, int port,
-		   int cold, uint64_t t_req, struct relay_out *o)
+static int forward(struct mesh__gw_client *c, struct mesh__gw_prog *prog, const struct mesh__gw_req *r, const char *line, int port,
+		   int cold, uint64_t t_req, struct mesh__gw_relay_out *o)
 {
 	const struct mesh_gw_config *gc = &c->g->c;
 	uint64_t req_deadline = t_req + gc->request_timeout_ns, last_read;
@@ -273,6 +283,13 @@ again:
 			break;
 		}
 		done = f.inflight == 0;
+		/* Kept for the next request when the response ended whole and
+		 * neither side asked for the connection's end; before its last
+		 * bytes go to the client, whose next request may want it. */
+		if (done && !r->close && strcmp(r->version, "HTTP/1.0") && !f.tunnel) {
+			mesh__gw_pool_put(prog, port, up);
+			up = -1;
+		}
 		const char *p = buf;
 		size_t len = (size_t)n;
 		if (pending_line) {
@@ -301,12 +318,7 @@ again:
 		}
 		o->bytes += len;
 	}
-	/* Kept for the next request when the response ended whole and neither
-	 * side asked for the connection's end. */
-	if (rc == 0 && done && !o->client_close && !r->close && strcmp(r->version, "HTTP/1.0") &&
-	    !f.tunnel && !(o->status == 101))
-		mesh__gw_pool_put(prog, port, up);
-	else
+	if (up >= 0)
 		close(up);
 	if (rc == -1)
 		o->client_close = 1;
@@ -317,7 +329,7 @@ again:
  * buffer becomes the head without Transfer-Encoding, with Content-Length,
  * the body, then the bytes after it (the next request's); r parsed again.
  * 0, an HTTP status (400, 413), or -1 (the client went away, no memory). */
-static int dechunk(struct conn *c, struct req *r)
+static int dechunk(struct mesh__gw_client *c, struct mesh__gw_req *r)
 {
 	struct mesh__gw_dechunk d = {.pos = r->head_len};
 	struct mesh_buf body = MESH_BUF_INIT, nb = MESH_BUF_INIT;
@@ -352,7 +364,7 @@ static int dechunk(struct conn *c, struct req *r)
 	free(c->buf);
 	c->cap = nb.cap;
 	c->buf = mesh_buf_detach(&nb, &c->have);
-	return parse_head(c->buf, head, r) ? 400 : 0;
+	return mesh__gw_parse_head(c->buf, head, r) ? 400 : 0;
 }
 
 /* The model a request is for, from the JSON body; NULL if none. */
@@ -381,10 +393,10 @@ void mesh__gw_upstream_split(const char *target, char *model, size_t mcap, char 
 
 /* One request: read, route, answer.  0 to read the next one on this
  * connection, -1 to close it. */
-static int one_request(struct conn *c)
+static int one_request(struct mesh__gw_client *c)
 {
 	struct mesh_gw *g = c->g;
-	struct req r;
+	struct mesh__gw_req r;
 	char model[300] = "", path[2100], line[2300];
 	long hl = read_head(c);
 	if (hl == 0)
@@ -393,7 +405,7 @@ static int one_request(struct conn *c)
 		mesh__gw_send_error(c->link.fd, 431, "invalid_request_error", NULL, "the request head is longer than 64 KiB", 0, 1);
 		return -1;
 	}
-	int code = parse_head(c->buf, (size_t)hl, &r);
+	int code = mesh__gw_parse_head(c->buf, (size_t)hl, &r);
 	if (code) {
 		mesh__gw_send_error(c->link.fd, code, "invalid_request_error", NULL, "malformed HTTP request", 0, 1);
 		return -1;
@@ -495,49 +507,14 @@ static int one_request(struct conn *c)
 		goto done;
 	}
 	snprintf(line, sizeof line, "%s %s %s\r\n", r.method, path, r.version);
-	struct relay_out o;
+	struct mesh__gw_relay_out o;
 	code = forward(c, p, &r, line, port, cold, t0, &o);
 	mesh__gw_release(p);
-	status = o.status;
 	bytes = o.bytes;
-	if (o.client_close)
-		close_it = 1;
 	mesh__gw_count(p, code == 0, t_q);
-	if (o.timeout) {
-		static const char *const what[] = {"", "request timeout", "response timeout", "idle stream timeout"};
-		const struct mesh_gw_config *gc = &g->c;
-		uint64_t lim = o.timeout == 1 ? gc->request_timeout_ns
-			       : o.timeout == 2 ? gc->response_timeout_ns : gc->idle_stream_timeout_ns;
-		char m[300];
-		mesh__gw_count_timeout(p, o.timeout);
-		snprintf(m, sizeof m, "program '%s' %s: %s (%.1f s)%s", p->m.name,
-			 o.timeout == 1   ? "did not end its response within the request timeout"
-			 : o.timeout == 2 ? "sent no byte of its response within the response timeout"
-					  : "sent nothing more of its response within the idle stream timeout",
-			 what[o.timeout], (double)lim / 1e9, code < 0 ? "; the response is cut" : "");
-		mesh__gw_log(g, MESH_GW_WARN, "%s", m);
-		if (code > 0) {
-			status = code;
-			mesh__gw_send_error(c->link.fd, code, "timeout", "timeout", m, 0, close_it);
-			code = 0; /* answered */
-		} else {
-			status = status ? status : 504;
-		}
-	} else if (code > 0) {
-		char m[256];
-		status = code;
-		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->m.name, port);
-		mesh__gw_send_error(c->link.fd, code, "upstream_error", NULL, m, 0, close_it);
-	} else if (code < 0 && o.gone) {
-		status = status ? status : 499; /* nginx's word for it */
-		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->m.name, bytes);
-	} else if (code < 0) {
-		status = status ? status : 502;
-		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->m.name, bytes);
-	}
+	status = mesh__gw_relay_end(g, p, c->link.fd, code, &o, port, &close_it);
 done:
-	mesh__gw_log(g, MESH_GW_INFO, "access %s %s model=%s status=%d cold=%d bytes=%zu ms=%.1f", r.method, r.target,
-		     model[0] ? model : "-", status, cold, bytes, (double)(mesh_mono_ns() - t0) / 1e6);
+	mesh__gw_access(g, &r, model, status, cold, bytes, t0);
 	/* What is left in buf is the next request's. */
 	size_t used = (size_t)hl + (size_t)r.cl;
 	memmove(c->buf, c->buf + used, c->have - used);
@@ -550,12 +527,9 @@ done:
 	return close_it ? -1 : 0;
 }
 
-static void *conn_main(void *arg)
+void mesh__gw_conn_free(struct mesh__gw_client *c)
 {
-	struct conn *c = arg;
 	struct mesh_gw *g = c->g;
-	while (one_request(c) == 0)
-		;
 	pthread_mutex_lock(&g->mu);
 	if (c->link.prev)
 		c->link.prev->next = c->link.next;
@@ -570,7 +544,30 @@ static void *conn_main(void *arg)
 	close(c->link.fd);
 	free(c->buf);
 	free(c);
+}
+
+static void *conn_main(void *arg)
+{
+	struct mesh__gw_client *c = arg;
+	/* Its request answered, a connection goes back to a loop (the warm
+	 * path); this thread serves it only while it needs one. */
+	while (one_request(c) == 0)
+		if (mesh__gw_loop_back(c) == 0)
+			return NULL;
+	mesh__gw_conn_free(c);
 	return NULL;
+}
+
+int mesh__gw_conn_thread(struct mesh__gw_client *c)
+{
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 512 << 10);
+	int rc = pthread_create(&th, &at, conn_main, c);
+	pthread_attr_destroy(&at);
+	return rc ? -1 : 0;
 }
 
 static void *accept_main(void *arg)
@@ -588,7 +585,8 @@ static void *accept_main(void *arg)
 			return NULL; /* the listener was shut down */
 		}
 		int one = 1;
-		/* A keep-alive connection idle this long is closed (its thread ends). */
+		/* A keep-alive connection idle this long is closed (on a thread: its
+		 * recv times out; on a loop: its scan). */
 		struct timeval idle = {300, 0};
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
@@ -601,9 +599,7 @@ static void *accept_main(void *arg)
 			close(fd);
 			continue;
 		}
-		struct conn *c = calloc(1, sizeof *c);
-		pthread_t th;
-		pthread_attr_t at;
+		struct mesh__gw_client *c = calloc(1, mesh__gw_client_size());
 		if (!c) {
 			close(fd);
 			continue;
@@ -617,20 +613,9 @@ static void *accept_main(void *arg)
 		g->conns = &c->link;
 		g->nconns++;
 		pthread_mutex_unlock(&g->mu);
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&at, 512 << 10);
-		if (pthread_create(&th, &at, conn_main, c)) {
-			pthread_mutex_lock(&g->mu);
-			g->conns = c->link.next;
-			if (g->conns)
-				g->conns->prev = NULL;
-			g->nconns--;
-			pthread_mutex_unlock(&g->mu);
-			close(fd);
-			free(c);
-		}
-		pthread_attr_destroy(&at);
+		/* An event loop serves it; a thread when there is none. */
+		if (mesh__gw_loop_add(c) && mesh__gw_conn_thread(c))
+			mesh__gw_conn_free(c);
 	}
 }
 
@@ -699,6 +684,8 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 	getsockname(g->lfd, (struct sockaddr *)&ss, &len);
 	g->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
 						: ((struct sockaddr_in6 *)&ss)->sin6_port);
+	if ((rc = mesh__gw_loops_start(g, 0)))
+		mesh__gw_log(g, MESH_GW_WARN, "gateway: no event loop (%s): a thread per connection", strerror(-rc));
 	if ((rc = -pthread_create(&g->accept_th, NULL, accept_main, g))) {
 		mesh_errf(err, rc, "cannot start the accept thread");
 		goto fail;
@@ -768,6 +755,7 @@ void mesh_gw_drain(struct mesh_gw *g)
 			break;
 	}
 	pthread_mutex_unlock(&g->mu);
+	mesh__gw_loops_stop(g);
 	mesh__gw_log(g, MESH_GW_INFO, "gateway drained in %.1f ms", (double)(mesh_mono_ns() - t0) / 1e6);
 }
 
@@ -779,6 +767,7 @@ void mesh_gw_free(struct mesh_gw *g)
 	pthread_mutex_lock(&g->mu);
 	int left = g->nconns || g->nsup;
 	pthread_mutex_unlock(&g->mu);
+	mesh__gw_loops_stop(g); /* none left after a drain; started by an open that failed after */
 	if (left)
 		return; /* a thread still holds it (a drain past its bounds): leaked, not freed under it */
 	if (g->lfd >= 0)

@@ -1,9 +1,11 @@
 /* The gateway's own answers (errors in OpenAI's shape, the model list) and
- * a blocking send, for gw.c; the chunked request body decoder.  See
- * gw_int.h. */
-#include "gateway/gw_int.h"
+ * a blocking send, for gw.c; the chunked request body decoder; the end of
+ * a relay (its answer when it failed, its access line), for gw.c and
+ * gw_loop.c.  See gw_int.h and gw_loop.h. */
+#include "gateway/gw_loop.h"
 
 #include "base/buf.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -160,4 +162,56 @@ int mesh__gw_dechunk(struct mesh__gw_dechunk *d, const char *p, size_t n, size_t
 				return 0;
 		}
 	}
+}
+
+int mesh__gw_relay_end(struct mesh_gw *g, struct mesh__gw_prog *p, int fd, int code,
+		       const struct mesh__gw_relay_out *o, int port, int *close_it)
+{
+	int status = o->status;
+	size_t bytes = o->bytes;
+	if (o->client_close)
+		*close_it = 1;
+	if (o->timeout) {
+		static const char *const what[] = {"", "request timeout", "response timeout", "idle stream timeout"};
+		const struct mesh_gw_config *gc = &g->c;
+		uint64_t lim = o->timeout == 1 ? gc->request_timeout_ns
+			       : o->timeout == 2 ? gc->response_timeout_ns : gc->idle_stream_timeout_ns;
+		char m[300];
+		mesh__gw_count_timeout(p, o->timeout);
+		snprintf(m, sizeof m, "program '%s' %s: %s (%.1f s)%s", p->m.name,
+			 o->timeout == 1   ? "did not end its response within the request timeout"
+			 : o->timeout == 2 ? "sent no byte of its response within the response timeout"
+					   : "sent nothing more of its response within the idle stream timeout",
+			 what[o->timeout], (double)lim / 1e9, code < 0 ? "; the response is cut" : "");
+		mesh__gw_log(g, MESH_GW_WARN, "%s", m);
+		if (code > 0) {
+			status = code;
+			mesh__gw_send_error(fd, code, "timeout", "timeout", m, 0, *close_it);
+		} else {
+			status = status ? status : 504;
+		}
+	} else if (code > 0) {
+		char m[256];
+		status = code;
+		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->m.name, port);
+		mesh__gw_send_error(fd, code, "upstream_error", NULL, m, 0, *close_it);
+	} else if (code < 0 && o->gone) {
+		status = status ? status : 499; /* nginx's word for it */
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->m.name, bytes);
+	} else if (code < 0) {
+		status = status ? status : 502;
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->m.name, bytes);
+	}
+	return status;
+}
+
+void mesh__gw_access(struct mesh_gw *g, const struct mesh__gw_req *r, const char *model, int status, int cold,
+		     size_t bytes, uint64_t t0)
+{
+	if (!g->c.on_log)
+		return;
+	uint64_t us = (mesh_mono_ns() - t0) / 1000 + 50; /* "%.1f" of ms, in integers (no printf_fp a request) */
+	mesh__gw_log(g, MESH_GW_INFO, "access %s %s model=%s status=%d cold=%d bytes=%zu ms=%llu.%llu", r->method,
+		     r->target, model[0] ? model : "-", status, cold, bytes, (unsigned long long)(us / 1000),
+		     (unsigned long long)(us / 100 % 10));
 }

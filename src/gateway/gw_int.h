@@ -86,6 +86,8 @@ struct mesh_gw {
 	struct mesh__gw_conn *conns; /* mu */
 	unsigned nconns, nsup, busy; /* mu */
 	int draining, stopping, drained; /* mu */
+	struct mesh__gw_loop *loops;	/* gw_loop.c: the warm path's event loops */
+	unsigned nloops, next_loop;
 };
 
 /* gw_prog.c */

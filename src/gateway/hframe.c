@@ -407,6 +407,19 @@ static int chunk_byte(struct mesh_hframe_side *s, unsigned char c)
 	return 0;
 }
 
+int mesh_hframe_request(struct mesh_hframe *f, int head, int connect)
+{
+	if (f->inflight >= MESH_HFRAME_MAX_PIPELINE)
+		return fail(&f->side[0], MESH_E_TOOBIG, "too many pipelined requests");
+	unsigned bit = f->inflight++;
+	f->requests++;
+	if (head)
+		f->head_bits |= 1ull << bit;
+	if (connect)
+		f->connect_bits |= 1ull << bit;
+	return 0;
+}
+
 int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n)
 {
 	struct mesh_hframe_side *s = &f->side[dir & 1];

@@ -59,6 +59,13 @@ struct mesh_hframe {
 };
 
 void mesh_hframe_init(struct mesh_hframe *f);
+/* One request the caller framed itself (its head parsed, its body of
+ * Content-Length bytes or none sent whole), counted without feeding its
+ * bytes: the responses side then expects its answer (head: it was HEAD,
+ * whose answer has no body; connect: CONNECT).  Only while the requests
+ * side is between messages (it is not fed at all).  0, or MESH_E_TOOBIG
+ * (the pipeline is full). */
+int mesh_hframe_request(struct mesh_hframe *f, int head, int connect);
 /* Feeds n bytes of direction dir.  0, or the side's error (see above). */
 int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n);
 /* Direction dir ended.  A response delimited by the close is complete
