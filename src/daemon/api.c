@@ -1,4 +1,7 @@
-/* meshd's control API over libevent's evhttp (docs/api.md).
+/* meshd's control API over libevent's evhttp (docs/api.md).  This file is
+ * the server: requests taken in, the body bound, the socket, start and
+ * stop; api_ops.c runs each request's op and delivers its answer, and
+ * api_json.c renders answers as JSON (api_int.h joins them).
  *
  * evhttp runs on the core's event loop (meshd_core_base: one event_base
  * for meshd, ops.h), which parses HTTP; each request's op runs on a thread
@@ -17,38 +20,24 @@
  * body bound the API documents, MESHD_API_MAX_BODY, is ours: answered in
  * JSON by in_added (announced) or on_request (chunked).  libmicrohttpd, used
  * before, is gone because Debian's links GnuTLS: 2.3 MB of meshd's RSS. */
-#include "daemon/api.h"
-#include "daemon/api_jobs.h"
+#include "daemon/api_int.h"
 
-#include "autoscale/policy.h"
-#include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
-#include "base/parse.h"
 #include "base/path.h"
-#include "base/utf8.h"
-#include "daemon/metrics.h"
-#include "daemon/api_gpu.h"
-#include "daemon/ops.h"
-#include "gateway/gw.h"
-#include "host/manifest.h"
 #include "shm/ring.h"
 
 #include <errno.h>
-#include <sys/queue.h> /* before event2: TAILQ_INIT for struct evkeyvalq */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,10 +46,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* A call waits this long for its reply unless ?timeout= says otherwise. */
-#define CALL_TIMEOUT_DEFAULT_NS (60ull * 1000000000ull)
-#define CALL_TIMEOUT_MAX_NS (3600ull * 1000000000ull)
-#define LOGS_TAIL_MAX (1u << 20)
 #define STOP_DRAIN_NS (10ull * 1000000000ull)
 #define HEADERS_MAX (32u << 10)
 /* evhttp's own bound, above ours: between the two the answer is our JSON
@@ -72,679 +57,6 @@
 
 /* The API's body bound is the workers' message limit: what is accepted can be sent. */
 _Static_assert(MESHD_API_MAX_BODY == MESH_MSG_MAX, "the body bound is the message limit");
-
-struct job;
-
-struct meshd_api {
-	struct meshd_core *core;
-	struct event_base *base; /* the core's (not ours to free) */
-	struct evhttp *http;
-	struct evhttp_bound_socket *bound;
-	struct event *done_ev;	/* activated by an op thread: answers are queued */
-	struct event *stream_ev; /* activated by an op thread: parts of a streamed answer are queued */
-	int listen_fd;
-	/* Out of fds (EMFILE): the reserve is closed to accept one client and
-	 * answer it 503, then reopened; accepting pauses ACCEPT_PAUSE_MS. */
-	int reserve_fd;
-	struct event *accept_retry;
-	uint64_t emfile_logged;	/* loop thread: when "out of fds" was last logged */
-	unsigned emfile_refused; /* loop thread: clients refused since */
-	struct meshd_api *reg_next; /* apis (reg_mu): the listener's callbacks get the evhttp */
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	dev_t dev;	/* the socket file we bound, to unlink only our own */
-	ino_t ino;
-	int quiesced;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct job *done;	/* mu: answered, not sent yet (a stack) */
-	struct job *streams;	/* mu: streaming, with parts not handed to evhttp yet */
-	unsigned threads;	/* mu: op threads not finished */
-	unsigned calls;		/* mu: those of them running a call */
-	atomic_int stopping;	/* new requests get 503 */
-	atomic_int inflight;	/* requests begun and not answered */
-};
-
-/* One request: what it asked (copied off the loop thread's objects) and
- * the answer its op thread made. */
-struct job {
-	struct meshd_api *a;
-	struct evhttp_request *req;	/* loop thread only */
-	struct job *next;
-	const char *method;
-	char *path;	/* percent-decoded */
-	struct evkeyvalq args;
-	struct mesh_buf body;
-	uint64_t t0;
-	int quiet;
-	int is_call;		/* POST .../call: counted apart from control requests */
-	atomic_int gone;	/* the client went away (its connection closed, or a streamed part
-				   found it gone): a queued call gives up, a stream stops */
-	struct event *watch;	/* loop thread: a call's connection closing (EV_CLOSED) */
-	char what[160];	/* "METHOD /path" for the log line */
-	/* the answer */
-	unsigned status;
-	const char *type, *allow;
-	char *data;	/* malloc'd unless data_static */
-	size_t len;
-	int data_static;
-	char type_buf[96]; /* a type made for this answer (job routes) */
-	/* A streamed answer (a call whose worker sends parts): the parts wait
-	 * in parts (mu) until the loop thread hands them to evhttp. */
-	struct evbuffer *parts;	/* mu */
-	int streaming;		/* mu: a part came; the answer is 200, chunked */
-	int stream_queued;	/* mu: on a->streams */
-	struct job *stream_next; /* mu */
-	int started;		/* loop thread: the head went out */
-};
-
-int meshd_api_name_ok(const char *name)
-{
-	return name && mesh_manifest_name_ok(name);
-}
-
-int meshd_api_status_for(int err)
-{
-	switch (err) {
-	case 0:
-		return 200;
-	case MESH_E_NOTFOUND:
-	case -ENOENT:
-		return 404;
-	case MESH_E_STATE:
-	case MESH_E_STOPPED:
-	case MESH_E_MISMATCH:
-	case -EBUSY:
-	case -EEXIST:
-	case -EALREADY:
-		return 409;
-	case MESH_E_TOOBIG:
-	case -E2BIG:
-	case -EMSGSIZE:
-		return 413;
-	/* The catalog entry is what is wrong, not the request. */
-	case MESH_E_PARSE:
-	case MESH_E_CORRUPT:
-	case MESH_E_VERSION:
-	case MESH_E_RANGE:
-	case MESH_E_PATH:
-	case MESH_E_REFUSED:
-	case MESH_E_UNSUPPORTED:
-	case MESH_E_SCRIPT:
-	case MESH_E_ARCH:
-	case MESH_E_NOGPU:
-	case MESH_E_LIMITS:
-	case MESH_E_HANDLER:
-	case -ENOEXEC:
-		return 422;
-	case MESH_E_CRASHED:
-	case MESH_E_PROTO:
-	case MESH_E_CLOSED:
-		return 502;
-	case -EAGAIN:
-	case -ENOMEM:
-	case -EMFILE:
-	case -ENFILE:
-	case -ENOSPC:
-		return 503;
-	case MESH_E_TIMEOUT:
-	case -ETIMEDOUT:
-		return 504;
-	case -EINVAL:
-		return 400;
-	}
-	return 500;
-}
-
-/* The answer: data (owned, or static when mode_static) goes out as is. */
-static void set_answer(struct job *j, unsigned status, const char *type, char *data, size_t n, int is_static)
-{
-	j->status = status;
-	j->type = type;
-	j->data = data;
-	j->len = n;
-	j->data_static = is_static;
-}
-
-/* The JSON body j (consumed). */
-static void send_json(struct job *jb, unsigned status, json_t *j)
-{
-	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
-	json_decref(j);
-	static char oom[] = "{\"error\":\"out of memory\",\"code\":\"ENOMEM\"}\n";
-	if (!s) {
-		set_answer(jb, 503, "application/json", oom, sizeof oom - 1, 1);
-		return;
-	}
-	size_t n = strlen(s);
-	char *t = realloc(s, n + 2); /* a newline, for curl in a terminal */
-	if (t) {
-		t[n++] = '\n';
-		t[n] = 0;
-		s = t;
-	}
-	set_answer(jb, status, "application/json", s, n, 0);
-}
-
-/* A JSON string of text that may hold any bytes (a worker's output, a
- * path): invalid UTF-8 becomes U+FFFD, so the text is never refused. */
-static json_t *text_json(const char *s)
-{
-	json_t *j = json_string(s);
-	if (j || !s)
-		return j;
-	char *t = mesh_utf8_sanitize(s, strlen(s), NULL);
-	j = t ? json_string(t) : NULL;
-	free(t);
-	return j;
-}
-
-/* {"error": msg or the error's text, "code": its name}; NULL: no memory. */
-static json_t *error_json(int err, const char *msg)
-{
-	return json_pack("{s:o, s:s}", "error", text_json(msg && *msg ? msg : mesh_strerror(err)), "code",
-			 mesh_err_name(err));
-}
-
-char *meshd_api_error_body(int err, const char *msg, size_t *len)
-{
-	json_t *j = error_json(err, msg);
-	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	if (s && len)
-		*len = strlen(s);
-	return s;
-}
-
-static void send_error(struct job *jb, unsigned status, int err, const char *msg)
-{
-	send_json(jb, status, error_json(err, msg));
-}
-
-static void send_errorf(struct job *jb, unsigned status, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void send_errorf(struct job *jb, unsigned status, int err, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	send_error(jb, status, err, msg);
-}
-
-/* An op failed: its message (freed here), or the error's text. */
-static void send_op_error(struct job *jb, int err, char *msg)
-{
-	send_error(jb, (unsigned)meshd_api_status_for(err), err, msg);
-	free(msg);
-}
-
-static void send_ok(struct job *jb, const char *name, const char *action, json_t *extra)
-{
-	json_t *j = json_pack("{s:b, s:s, s:s}", "ok", 1, "name", name, "action", action);
-	if (j && extra && json_object_set(j, "result", extra) < 0) {
-		json_decref(j);
-		j = NULL;
-	}
-	json_decref(extra);
-	send_json(jb, 200, j);
-}
-
-static void send_method_not_allowed(struct job *jb, const char *allow)
-{
-	json_t *j = json_pack("{s:s, s:s}", "error", "method not allowed", "code", mesh_err_name(MESH_E_PROTO));
-	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
-	json_decref(j);
-	if (!s) {
-		send_json(jb, 503, NULL);
-		return;
-	}
-	set_answer(jb, 405, "application/json", s, strlen(s), 0);
-	jb->allow = allow;
-}
-
-/* An image id (mesh_image_id) as shown: its first 12 hex digits; null for 0. */
-static json_t *image_json(uint64_t id)
-{
-	char b[24];
-	snprintf(b, sizeof b, "%016llx", (unsigned long long)id);
-	b[12] = 0;
-	return id ? json_string(b) : json_null();
-}
-
-/* The core answers with structs (daemon/ops.h); here they become JSON. */
-static json_t *program_json(const struct meshd_program_info *pi)
-{
-	char lim[256], ih[24], bh[24];
-	mesh_limits_describe(pi->limits, lim, sizeof lim);
-	snprintf(ih, sizeof ih, "%016llx", (unsigned long long)pi->image_hash);
-	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
-	/* The seed's savings: 1 - warm worker-time / what max_workers always-on
-	 * workers would have held since the program was loaded. */
-	uint64_t always = pi->window_ns * (pi->max_workers ? pi->max_workers : 1);
-	int pm = mesh_as_savings_permil((int64_t)(pi->warm_ns > INT64_MAX ? INT64_MAX : pi->warm_ns),
-					(int64_t)(always > INT64_MAX ? INT64_MAX : always));
-	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:I, s:f, s:f, s:f}", "name", pi->name,
-			 "device", pi->gpu ? "gpu" : "cpu", "binary", text_json(pi->binary), "image_hash", ih, "bin_hash",
-			 bh, "bin_bytes", (json_int_t)pi->bin_bytes, "max_workers", (json_int_t)pi->max_workers, "limits",
-			 lim, "image", image_json(pi->image_id), "previous_image", image_json(pi->prev_id), "warm",
-			 (json_int_t)pi->warm, "warm_seconds", (double)pi->warm_ns / 1e9, "always_on_seconds",
-			 (double)always / 1e9, "savings", pm / 1000.0);
-}
-
-static json_t *worker_json(const struct meshd_worker_info *wi)
-{
-	const struct mesh_instance_stats *st = &wi->st;
-	char el[256] = "";
-	if (st->pid)
-		mesh_limits_describe(st->limits, el, sizeof el);
-	json_t *o = json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o, s:s, s:I, s:o, s:b}", "state",
-			 mesh_istate_name(st->state), "pid", (json_int_t)st->pid, "slot",
-			 wi->slot >= 0 ? json_integer(wi->slot) : json_null(), "cpu_pct", st->cpu_pct, "rss", (json_int_t)st->rss,
-			 "cpu_ns", (json_int_t)st->cpu_ns, "spawns", (json_int_t)st->spawns, "crashes", (json_int_t)st->crashes,
-			 "last_exit", st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el,
-			 "ring", wi->ring ? json_integer((json_int_t)wi->ring) : json_null(), "containment",
-			 st->pid ? mesh_limits_containment_name(st->containment) : "", "processes", (json_int_t)st->procs,
-			 "image", image_json(wi->image_id), "retired", wi->retired);
-	json_t *g = o ? meshd__gpu_worker_json(wi) : NULL;
-	if (g)
-		json_object_set_new(o, "gpu", g);
-	return o;
-}
-
-/* {"host": {...}, "programs": [{..., "workers": [...]}, ...]}; NULL: no memory. */
-static json_t *ps_json(const struct meshd_ps *ps)
-{
-	char lim[320];
-	mesh_limits_describe(ps->caps.avail, lim, sizeof lim);
-	json_t *progs = json_array();
-	for (unsigned i = 0; progs && i < ps->nprograms; i++) {
-		const struct meshd_program_info *pi = &ps->programs[i];
-		json_t *ws = json_array(), *pj = program_json(pi);
-		for (unsigned k = 0; ws && k < pi->nworkers; k++)
-			json_array_append_new(ws, worker_json(&pi->workers[k]));
-		if (!ws || !pj || json_object_set_new(pj, "spawns", json_integer(pi->spawns)) ||
-		    json_object_set_new(pj, "failed", pi->failed ? text_json(pi->failed) : json_null()) ||
-		    json_object_set_new(pj, "crashes", json_integer(pi->crashes)) || json_object_set_new(pj, "workers", ws) ||
-		    json_array_append_new(progs, pj)) {
-			json_decref(progs);
-			progs = NULL;
-		}
-	}
-	if (!progs)
-		return NULL;
-	json_t *o = json_pack("{s:{s:I, s:f, s:I, s:I, s:I, s:s, s:s, s:s, s:s, s:I}, s:o}", "host", "processes",
-			 (json_int_t)ps->host.procs, "cpu_pct", ps->host.cpu_pct, "rss", (json_int_t)ps->host.rss, "spawns",
-			 (json_int_t)ps->host.spawns, "crashes", (json_int_t)ps->host.crashes, "limits_available", lim,
-			 "cgroup", *ps->caps.cgroup_why ? ps->caps.cgroup_why : "delegated", "containment",
-			 mesh_limits_containment_name(ps->caps.contain), "containment_why", ps->caps.contain_why, "slots",
-			 (json_int_t)ps->slots, "programs", progs);
-	json_t *g = o ? meshd__gpu_ps_json(ps) : NULL;
-	if (g)
-		json_object_set_new(o, "gpu", g);
-	return o;
-}
-
-static const char *arg(struct job *jb, const char *key)
-{
-	return evhttp_find_header(&jb->args, key);
-}
-
-/* Op thread: one part of a streamed reply.  It waits in jb->parts; the loop
- * thread sends it as a chunk (on_streams).  MESH_E_CLOSED once the client
- * is gone: the call stops. */
-static int stream_part(void *arg, const void *p, size_t n)
-{
-	struct job *jb = arg;
-	struct meshd_api *a = jb->a;
-	int rc = 0;
-	if (atomic_load(&jb->gone))
-		return MESH_E_CLOSED;
-	pthread_mutex_lock(&a->mu);
-	if (!jb->parts && !(jb->parts = evbuffer_new()))
-		rc = -ENOMEM;
-	else if (evbuffer_add(jb->parts, p, n) < 0)
-		rc = -ENOMEM;
-	if (rc == 0) {
-		jb->streaming = 1;
-		if (!jb->stream_queued) {
-			jb->stream_queued = 1;
-			jb->stream_next = a->streams;
-			a->streams = jb;
-			event_active(a->stream_ev, EV_READ, 0);
-		}
-	}
-	pthread_mutex_unlock(&a->mu);
-	return rc;
-}
-
-static void do_program(struct meshd_api *a, struct job *jb, const char *name, const char *action)
-{
-	const char *method = jb->method;
-	int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-	int is_post = !strcmp(method, "POST");
-	char *msg = NULL;
-	json_t *out = NULL;
-	int rc;
-
-	if (!strcmp(action, "logs")) {
-		const char *tail = arg(jb, "tail");
-		uint64_t n = 0;
-		char *text = NULL;
-		size_t len = 0;
-		if (!is_get)
-			return send_method_not_allowed(jb, "GET, HEAD");
-		if (tail && mesh_parse_u64(tail, LOGS_TAIL_MAX, &n) < 0)
-			return send_errorf(jb, 400, MESH_E_PARSE, "tail must be a byte count from 0 to %u",
-					   LOGS_TAIL_MAX);
-		rc = meshd_op_logs(a->core, name, (size_t)n, &text, &len, &msg);
-		if (rc < 0)
-			return send_op_error(jb, rc, msg);
-		free(msg);
-		if (!text)
-			return set_answer(jb, 200, "text/plain; charset=utf-8", "", 0, 1);
-		return set_answer(jb, 200, "text/plain; charset=utf-8", text, len, 0);
-	}
-	if (strcmp(action, "load") && strcmp(action, "unload") && strcmp(action, "start") && strcmp(action, "stop") &&
-	    strcmp(action, "call") && strcmp(action, "rollback"))
-		return send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route: /v1/programs/<name>/%s", action);
-	if (!is_post)
-		return send_method_not_allowed(jb, "POST");
-
-	if (!strcmp(action, "call")) {
-		const char *t = arg(jb, "timeout");
-		uint64_t timeout = CALL_TIMEOUT_DEFAULT_NS;
-		void *reply = NULL;
-		size_t reply_len = 0;
-		if (t && (mesh_parse_seconds(t, CALL_TIMEOUT_MAX_NS, &timeout) < 0 || timeout == 0))
-			return send_errorf(jb, 400, MESH_E_PARSE, "timeout must be seconds, more than 0 and at most %llu",
-					   CALL_TIMEOUT_MAX_NS / 1000000000ull);
-		rc = meshd_op_call_ex(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, stream_part, jb, &reply,
-				      &reply_len, timeout, &jb->gone, &msg);
-		if (rc < 0) {
-			free(reply);
-			return send_op_error(jb, rc, msg);
-		}
-		free(msg);
-		if (!reply)
-			return set_answer(jb, 200, "application/octet-stream", "", 0, 1);
-		return set_answer(jb, 200, "application/octet-stream", reply, reply_len, 0);
-	}
-	if (!strcmp(action, "load") || !strcmp(action, "rollback")) {
-		struct meshd_program_info pi;
-		rc = (!strcmp(action, "load") ? meshd_op_load : meshd_op_rollback)(a->core, name, &pi, &msg);
-		if (rc == 0) {
-			out = program_json(&pi);
-			if (out)
-				json_object_set_new(out, "replaced", json_boolean(pi.replaced));
-			meshd_program_info_release(&pi);
-		}
-	} else if (!strcmp(action, "start")) {
-		struct mesh_instance_stats st;
-		rc = meshd_op_start(a->core, name, &st, &msg);
-		if (rc == 0)
-			out = json_pack("{s:s, s:I, s:s}", "name", name, "pid", (json_int_t)st.pid, "state",
-					mesh_istate_name(st.state));
-	} else if (!strcmp(action, "stop"))
-		rc = meshd_op_stop(a->core, name, &msg);
-	else
-		rc = meshd_op_unload(a->core, name, &msg);
-	if (rc < 0) {
-		json_decref(out);
-		return send_op_error(jb, rc, msg);
-	}
-	free(msg);
-	send_ok(jb, name, action, out);
-}
-
-static void route(struct meshd_api *a, struct job *jb)
-{
-	static const char prefix[] = "/v1/programs/";
-	const char *url = jb->path, *method = jb->method;
-	if (!strcmp(url, "/metrics")) { /* Prometheus text, docs/metrics.md */
-		struct mesh_buf b = MESH_BUF_INIT;
-		if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-			return send_method_not_allowed(jb, "GET, HEAD");
-		if (meshd_metrics_text(a->core, &b) < 0) {
-			mesh_buf_release(&b);
-			return send_error(jb, 503, -ENOMEM, NULL);
-		}
-		size_t n = b.len;
-		return set_answer(jb, 200, MESHD_METRICS_CONTENT_TYPE, mesh_buf_detach(&b, NULL), n, 0);
-	}
-	if (!strcmp(url, "/v1/ps")) {
-		struct meshd_ps ps;
-		int rc;
-		if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-			return send_method_not_allowed(jb, "GET, HEAD");
-		rc = meshd_op_ps(a->core, &ps);
-		if (rc < 0)
-			return send_op_error(jb, rc, NULL);
-		json_t *out = ps_json(&ps);
-		meshd_ps_release(&ps);
-		struct mesh_gw *gw = meshd_metrics_gateway(); /* meshd --http's programs (docs/gateway.md) */
-		if (out && gw)
-			json_object_set_new(out, "http", mesh_gw_ps_json(gw));
-		return send_json(jb, 200, out);
-	}
-	if (meshd_api_is_jobs(url)) {
-		struct meshd_api_answer ans;
-		meshd_api_jobs(method, url, &jb->args, jb->body.p, jb->body.len, &ans);
-		memcpy(jb->type_buf, ans.type, sizeof jb->type_buf);
-		set_answer(jb, ans.status, jb->type_buf, ans.data ? ans.data : "", ans.len, ans.data == NULL);
-		jb->allow = ans.allow;
-		return;
-	}
-	if (!strncmp(url, prefix, sizeof prefix - 1)) {
-		const char *name = url + sizeof prefix - 1;
-		const char *slash = strchr(name, '/');
-		char nm[MESHD_API_NAME_MAX + 1];
-		size_t n;
-		if (!slash || strchr(slash + 1, '/'))
-			return send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route");
-		n = (size_t)(slash - name);
-		if (n == 0 || n > MESHD_API_NAME_MAX)
-			return send_errorf(jb, 400, MESH_E_PARSE, "bad program name: 1 to %u characters",
-					   MESHD_API_NAME_MAX);
-		memcpy(nm, name, n);
-		nm[n] = 0;
-		if (!meshd_api_name_ok(nm))
-			return send_errorf(jb, 400, MESH_E_PARSE,
-					   "bad program name: letters, digits, '_' and '-', not first '-'");
-		return do_program(a, jb, nm, slash + 1);
-	}
-	send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route");
-}
-
-static void job_free(struct job *j)
-{
-	if (!j)
-		return;
-	if (!j->data_static)
-		free(j->data);
-	free(j->path);
-	if (j->parts)
-		evbuffer_free(j->parts);
-	evhttp_clear_headers(&j->args);
-	mesh_buf_release(&j->body);
-	free(j);
-}
-
-static void free_data(const void *data, size_t len, void *arg)
-{
-	(void)len;
-	(void)arg;
-	free((void *)data);
-}
-
-/* Loop thread, a->mu held: the head of a streamed answer (once) and the
- * parts queued since, as one chunk. */
-static void flush_stream(struct job *j)
-{
-	struct evhttp_request *req = j->req;
-	if (!j->started) {
-		j->started = 1;
-		evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/octet-stream");
-		/* HTTP/1.1: no Content-Length, so evhttp sends Transfer-Encoding: chunked. */
-		evhttp_send_reply_start(req, 200, "OK");
-	}
-	if (j->parts && evbuffer_get_length(j->parts))
-		evhttp_send_reply_chunk(req, j->parts);
-	if (!evhttp_request_get_connection(req))
-		atomic_store(&j->gone, 1);
-}
-
-/* Loop thread, a->mu held: takes j off a->streams. */
-static void unqueue_stream(struct meshd_api *a, struct job *j)
-{
-	for (struct job **pp = &a->streams; *pp; pp = &(*pp)->stream_next)
-		if (*pp == j) {
-			*pp = j->stream_next;
-			break;
-		}
-	j->stream_queued = 0;
-}
-
-static void on_streams(evutil_socket_t fd, short what, void *arg)
-{
-	struct meshd_api *a = arg;
-	(void)fd;
-	(void)what;
-	pthread_mutex_lock(&a->mu);
-	while (a->streams) {
-		struct job *j = a->streams;
-		unqueue_stream(a, j);
-		flush_stream(j);
-	}
-	pthread_mutex_unlock(&a->mu);
-}
-
-/* Loop thread: the end of a streamed answer.  A call that succeeded sends
- * its last part and the last chunk; one that failed after parts went out
- * cannot change the status any more: the connection is cut before the last
- * chunk, so the client sees an incomplete body, never a whole one.
- * Returns whether the client was still there. */
-static int end_stream(struct meshd_api *a, struct job *j)
-{
-	struct evhttp_request *req = j->req;
-	pthread_mutex_lock(&a->mu);
-	if (j->stream_queued)
-		unqueue_stream(a, j);
-	if (j->status == 200 && j->len && j->parts)
-		evbuffer_add(j->parts, j->data, j->len);
-	flush_stream(j);
-	pthread_mutex_unlock(&a->mu);
-	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-	if (j->status == 200 || !evcon) {
-		evhttp_send_reply_end(req); /* with no connection: frees req */
-		return evcon != NULL;
-	}
-	/* The parts already queued go out first, as far as the socket takes
-	 * them now; then the connection goes (freeing req). */
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
-	struct evbuffer *o = bev ? bufferevent_get_output(bev) : NULL;
-	evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-	while (o && fd >= 0 && evbuffer_get_length(o) && evbuffer_write(o, fd) > 0)
-		;
-	evhttp_connection_free(evcon);
-	return 1;
-}
-
-/* Loop thread: sends j's answer, logs the request's line, frees j. */
-static void deliver(struct meshd_api *a, struct job *j)
-{
-	struct evhttp_request *req = j->req;
-	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-	int aborted = evcon == NULL || atomic_load(&j->gone); /* the client went away */
-	if (evcon && j->is_call)
-		evhttp_connection_set_closecb(evcon, NULL, NULL); /* j is freed below */
-	if (j->watch)
-		event_free(j->watch);
-	j->watch = NULL;
-	if (j->streaming) {
-		aborted = !end_stream(a, j);
-		/* A failure after parts went out reaches no client: it is logged here. */
-		int cut = j->status >= 400;
-		int en = cut && j->data ? (int)j->len : 0;
-		while (en > 0 && j->data[en - 1] == '\n')
-			en--;
-		mesh_log(cut || aborted ? MESH_LOG_WARN : MESH_LOG_DEBUG,
-			 "api request=\"%s\" status=200 stream=1 ms=%llu%s%s%.*s", j->what,
-			 (unsigned long long)((mesh_mono_ns() - j->t0) / 1000000), aborted ? " aborted=1" : "",
-			 cut ? " cut=1 error=" : "", en, en ? j->data : "");
-		job_free(j);
-		atomic_fetch_sub(&a->inflight, 1);
-		return;
-	}
-	struct evbuffer *body = evbuffer_new();
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-	int ok = body != NULL;
-	if (ok && j->len)
-		ok = (j->data_static ? evbuffer_add_reference(body, j->data, j->len, NULL, NULL)
-				     : evbuffer_add_reference(body, j->data, j->len, free_data, NULL)) == 0;
-	if (ok && !j->data_static)
-		j->data = NULL; /* the buffer owns it now */
-	if (ok) {
-		evhttp_add_header(h, "Content-Type", j->type);
-		if (j->allow)
-			evhttp_add_header(h, "Allow", j->allow);
-	} else {
-		j->status = 503;
-	}
-	if (ok)
-		evhttp_send_reply(req, (int)j->status, NULL, body);
-	else
-		evhttp_send_error(req, 503, NULL); /* out of memory: evhttp's own page */
-	if (body)
-		evbuffer_free(body);
-	unsigned status = j->status;
-	mesh_log(status >= 500 || aborted ? MESH_LOG_WARN
-		 : j->quiet && status < 400 ? MESH_LOG_DEBUG
-					    : MESH_LOG_INFO,
-		 "api request=\"%s\" status=%u ms=%llu%s", j->what, status,
-		 (unsigned long long)((mesh_mono_ns() - j->t0) / 1000000), aborted ? " aborted=1" : "");
-	job_free(j);
-	atomic_fetch_sub(&a->inflight, 1);
-}
-
-/* Loop thread: sends every answer the op threads queued. */
-static void deliver_done(struct meshd_api *a)
-{
-	struct job *list, *next;
-	pthread_mutex_lock(&a->mu);
-	list = a->done;
-	a->done = NULL;
-	pthread_mutex_unlock(&a->mu);
-	for (; list; list = next) {
-		next = list->next;
-		deliver(a, list);
-	}
-}
-
-static void on_done(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	deliver_done(arg);
-}
-
-/* An op thread: runs the request, queues its answer for the loop thread. */
-static void *op_main(void *arg)
-{
-	struct job *j = arg;
-	struct meshd_api *a = j->a;
-	route(a, j);
-	pthread_mutex_lock(&a->mu);
-	j->next = a->done;
-	a->done = j;
-	event_active(a->done_ev, EV_READ, 0);
-	/* After this the thread touches nothing of a: stop may free it. */
-	a->threads--;
-	a->calls -= j->is_call;
-	pthread_cond_broadcast(&a->cv);
-	pthread_mutex_unlock(&a->mu);
-	return NULL;
-}
 
 static const char *method_name(enum evhttp_cmd_type t)
 {
@@ -853,11 +165,11 @@ static void on_request(struct evhttp_request *req, void *arg)
 	if (!j->path)
 		goto oom;
 	if (headers_size(req, uri) > HEADERS_MAX) {
-		send_errorf(j, 413, MESH_E_TOOBIG, "request headers over %u bytes", HEADERS_MAX);
+		meshd__send_errorf(j, 413, MESH_E_TOOBIG, "request headers over %u bytes", HEADERS_MAX);
 		goto answer;
 	}
 	if (n > MESHD_API_MAX_BODY) { /* evhttp's bound is the same; never more */
-		send_errorf(j, 413, MESH_E_TOOBIG, "request body over %u bytes", MESHD_API_MAX_BODY);
+		meshd__send_errorf(j, 413, MESH_E_TOOBIG, "request body over %u bytes", MESHD_API_MAX_BODY);
 		goto answer;
 	}
 	if (n && (mesh_buf_grow(&j->body, n) < 0 || evbuffer_remove(in, j->body.p, n) != (int)n))
@@ -871,7 +183,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	pthread_mutex_lock(&a->mu);
 	if (j->is_call ? a->calls >= MESHD_API_MAX_CONNS : a->threads - a->calls >= MESHD_API_MAX_CONTROL) {
 		pthread_mutex_unlock(&a->mu);
-		send_errorf(j, 503, -EAGAIN, "too many %s in flight (at most %u)", j->is_call ? "calls" : "requests",
+		meshd__send_errorf(j, 503, -EAGAIN, "too many %s in flight (at most %u)", j->is_call ? "calls" : "requests",
 			    j->is_call ? MESHD_API_MAX_CONNS : MESHD_API_MAX_CONTROL);
 		goto answer;
 	}
@@ -888,7 +200,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	pthread_attr_init(&at);
 	pthread_attr_setstacksize(&at, (size_t)256 * 1024);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&th, &at, op_main, j);
+	rc = pthread_create(&th, &at, meshd__op_main, j);
 	pthread_attr_destroy(&at);
 	if (rc == 0) {
 		a->threads++;
@@ -897,15 +209,15 @@ static void on_request(struct evhttp_request *req, void *arg)
 	pthread_mutex_unlock(&a->mu);
 	if (rc == 0)
 		return;
-	send_error(j, 503, -rc, NULL);
+	meshd__send_error(j, 503, -rc, NULL);
 	goto answer;
 stopping:
-	send_errorf(j, 503, MESH_E_STATE, "meshd is stopping");
+	meshd__send_errorf(j, 503, MESH_E_STATE, "meshd is stopping");
 	goto answer;
 oom:
-	send_error(j, 503, -ENOMEM, NULL);
+	meshd__send_error(j, 503, -ENOMEM, NULL);
 answer:
-	deliver(a, j);
+	meshd__deliver(a, j);
 }
 
 /* The body bound.  evhttp enforces one per connection, answering with its
@@ -1254,8 +566,8 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 	 * libevent's lock (the core made the base thread-safe). */
 	a->base = meshd_core_base(core);
 	a->http = a->base ? evhttp_new(a->base) : NULL;
-	a->done_ev = a->base ? event_new(a->base, -1, 0, on_done, a) : NULL;
-	a->stream_ev = a->base ? event_new(a->base, -1, 0, on_streams, a) : NULL;
+	a->done_ev = a->base ? event_new(a->base, -1, 0, meshd__on_done, a) : NULL;
+	a->stream_ev = a->base ? event_new(a->base, -1, 0, meshd__on_streams, a) : NULL;
 	a->accept_retry = a->base ? evtimer_new(a->base, on_accept_retry, a) : NULL;
 	if (!a->http || !a->done_ev || !a->stream_ev || !a->accept_retry || a->reserve_fd < 0) {
 		api_free(a);
@@ -1315,7 +627,7 @@ static void stop_accepting(struct meshd_api *a)
  * core's). */
 static void finish(struct meshd_api *a)
 {
-	deliver_done(a);
+	meshd__deliver_done(a);
 	evhttp_free(a->http);
 	a->http = NULL;
 	event_free(a->done_ev);
@@ -1359,7 +671,7 @@ void meshd_api_stop(struct meshd_api *a)
 		pthread_cond_wait(&a->cv, &a->mu);
 	pthread_mutex_unlock(&a->mu);
 	/* The last answers, and a moment for the loop to write them out. */
-	run_on_loop(a, deliver_done);
+	run_on_loop(a, meshd__deliver_done);
 	mesh_sleep_ns(20000000);
 	run_on_loop(a, finish);
 	api_free(a);

@@ -163,9 +163,9 @@ int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, si
 		     char **err);
 
 /* Workers held by a job (daemon/job_exec.c).  A held worker serves only
- * its job (calls and other jobs skip it; the idle tick never reaps it);
- * its slot stays allocated (never freed or handed on) until it is put
- * back, even after the worker died. */
+ * its job (calls and other jobs skip it; the loop's scale-to-zero pass
+ * never reaps it); its slot stays allocated (never freed or handed on)
+ * until it is put back, even after the worker died. */
 struct meshd_job_worker {
 	void *prog;		  /* the core's; NULL = none held */
 	unsigned idx;
@@ -181,9 +181,9 @@ struct meshd_job_worker {
  * free; MESH_E_CRASHED (*err: the report) when it died coming up; the
  * load's errors (unknown program, ...). */
 int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err);
-/* Gives a held worker back (w is cleared): idle from now (the idle tick
- * reaps it after its TTL), or with kill_it asked to exit and its process
- * group SIGKILLed at once (a hung or broken worker). */
+/* Gives a held worker back (w is cleared): idle from now (the loop reaps
+ * it when its idle TTL expires), or with kill_it asked to exit and its
+ * process group SIGKILLed at once (a hung or broken worker). */
 void meshd_job_worker_put(struct meshd_core *d, struct meshd_job_worker *w, int kill_it);
 /* After a held worker's slot failed: waits (at most timeout_ns) until its
  * process is reaped; *status its exit status (128 + signal), *report (may
