@@ -276,8 +276,10 @@ static int to_client(struct lconn *lc, const char *a, size_t an, const char *b, 
 	} else {
 		w -= an;
 	}
-	memcpy(lc->out + lc->nout, b + w, bn - w);
-	lc->nout += bn - w;
+	if (bn > w) { /* b may be NULL when there is no second piece */
+		memcpy(lc->out + lc->nout, b + w, bn - w);
+		lc->nout += bn - w;
+	}
 	return 1;
 }
 
