@@ -465,7 +465,7 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 	/* The node's speed rides in the same statement (no round trip). */
 	PGresult *r = mesh__pg_q(pg,
 				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $3, busy_us = busy_us + $4,"
-				 " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[])",
+				 " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[], $5)",
 				 5, vals, &rc);
 	if (r && (size_t)PQntuples(r) != total)
 		rc = MESH_E_PROTO;
@@ -530,13 +530,14 @@ int mesh__pg_q1(struct mesh_pg *pg, const char *sql, int n, const char *const *v
 
 int mesh_pg_fail(struct mesh_pg *pg, uint64_t cid, int status, uint32_t max_attempts)
 {
-	char ctext[24], stext[24], mtext[24], out[8];
-	const char *vals[4] = {pg->idtext, ctext, stext, mtext};
+	char ctext[24], stext[24], mtext[24], htext[24], out[8];
+	const char *vals[5] = {pg->idtext, ctext, stext, mtext, htext};
 	int rc;
 	snprintf(ctext, sizeof ctext, "%" PRIu64, cid);
 	snprintf(stext, sizeof stext, "%d", status);
 	snprintf(mtext, sizeof mtext, "%" PRIu32, max_attempts);
-	rc = mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, $4)", 4, vals, out, sizeof out);
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	rc = mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, $4, $5)", 5, vals, out, sizeof out);
 	return rc ? rc : out[0] == 't';
 }
 
@@ -563,7 +564,7 @@ int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st)
 	r = mesh__pg_q(pg,
 	      "SELECT n, done, dups, failed,"
 	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'l' AND deadline >= mesh.now_us()),"
-	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b') FROM mesh.jobs WHERE id = $1",
+	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b') FROM mesh.job_counts WHERE id = $1",
 	      1, vals, &rc);
 	if (r && PQntuples(r) == 1) {
 		uint64_t *f[6] = {&st->n, &st->done, &st->dups, &st->failed, &st->leased, &st->buried};

@@ -80,7 +80,7 @@ int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const 
 		" s.input IS NOT NULL, j.done, j.failed, j.dups, s.submitted,"
 		" (SELECT count(*) FROM mesh.chunks c WHERE c.job = j.id AND c.state = 'l' AND c.deadline >= mesh.now_us()),"
 		" (SELECT count(*) FROM mesh.chunks c WHERE c.job = j.id AND c.state = 'b')"
-		" FROM mesh.specs s JOIN mesh.jobs j ON j.id = s.job"
+		" FROM mesh.specs s JOIN mesh.job_counts j ON j.id = s.job"
 		" WHERE ($1 = 0 OR j.id = $1) AND (NOT $2 OR (s.state = 'r' AND j.done < j.n)) ORDER BY j.id",
 		2, vals, &rc);
 	pthread_mutex_unlock(&pg->mu);

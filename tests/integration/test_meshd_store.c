@@ -137,7 +137,7 @@ static void check_job(const struct store_env *e, unsigned id, unsigned n, const 
 	char q[256];
 	snprintf(q, sizeof q, "s%u", id);
 	EXPECT_EQ(store_env_done_bits(e, q), n);
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", id);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
 	EXPECT_EQ(sql1(e, q), n);
 	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.results WHERE job = %u AND kind = 'r'", id);
 	EXPECT_EQ(sql1(e, q), n);
@@ -217,7 +217,7 @@ static int done_past(void *arg)
 {
 	struct progress *p = arg;
 	char q[128];
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", p->id);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", p->id);
 	return store_env_sql(p->e, q) >= p->at;
 }
 
@@ -249,7 +249,7 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 	check_job(&e, id, n, expect);
 	EXPECT_GT(node_of(&e, id, b), 0);
 	char q[128];
-	snprintf(q, sizeof q, "SELECT dups FROM mesh.jobs WHERE id = %u", id);
+	snprintf(q, sizeof q, "SELECT dups FROM mesh.job_counts WHERE id = %u", id);
 	EXPECT_EQ(sql1(&e, q), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);
 	free(expect);
@@ -331,14 +331,14 @@ TEST_TIMEOUT(meshd_store_cancel_stops_the_hosts_drivers, 60)
 	EXPECT_EQ(t_wait_for(driver_stopped, NULL, 10000), 1);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' '%s' wait %u", url, t_bin("mesh"), id), MESH_EXIT_CANCELLED);
 	/* nothing more is done after the driver stopped, and nothing is held */
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", id);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
 	long long done = sql1(&e, q);
 	EXPECT_LT(done, 300);
 	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.chunks WHERE job = %u AND state = 'l'", id);
 	EXPECT_EQ(sql1(&e, q), 0);
 	struct zero za = {"a"};
 	EXPECT_EQ(t_wait_for(at_zero, &za, 10000), 1);
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", id);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
 	EXPECT_EQ(sql1(&e, q), done);
 	/* what was DONE stays readable, in order */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' '%s' results %u", url, t_bin("mesh"), id), 0);

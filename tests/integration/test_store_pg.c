@@ -6,6 +6,10 @@
 #include "job/job.h"
 #include "runner/store_env.h"
 #include "runner/t.h"
+#include "store/store_pg.h"
+#include "store/store_pg_sql.h"
+
+#include <libpq-fe.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -41,16 +45,34 @@ static void start(struct store_env *e)
 		FAIL("cannot start PostgreSQL");
 }
 
-TEST(store_pg_schema_commands)
+/* A real database of schema version v: the migrations before it, as an
+ * older mesh applied them (each step and the version, psql -1 -f). */
+static void schema_at(const struct store_env *e, int v)
+{
+	char out[4096];
+	FILE *f = fopen("old.sql", "w");
+	ASSERT_TRUE(f != NULL);
+	fprintf(f, "DROP SCHEMA IF EXISTS mesh CASCADE;\n");
+	for (int i = 0; i < v; i++)
+		fprintf(f, "%s;\nUPDATE mesh.meta SET version = %d;\n", MESH_PG_MIGRATIONS[i], i + 1);
+	fclose(f);
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "PGOPTIONS='-c client_min_messages=warning' psql -q -X -v ON_ERROR_STOP=1 -1 -h %s -U mesh"
+		       " -d postgres -f old.sql",
+		       e->pgdir),
+		  0);
+}
+
+TEST_TIMEOUT(store_pg_schema_commands, 60)
 {
 	struct store_env e;
 	char url[600], out[1024];
 	start(&e);
 	base_url(&e, url, sizeof url);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 3 (this mesh: 3)");
+	EXPECT_CONTAINS(out, "version 4 (this mesh: 4)");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 3 -> 3");
+	EXPECT_CONTAINS(out, "version 4 -> 4");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' %s store status", url, MESH), 0);
 	/* from nothing */
@@ -58,28 +80,73 @@ TEST(store_pg_schema_commands)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	EXPECT_CONTAINS(out, "version 0");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 0 -> 3");
-	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), 3);
-	/* from version 1 (no nodes; its lease function; no meshd jobs) */
-	sql1(&e, "DROP TABLE mesh.nodes; DROP TABLE mesh.specs; DROP TABLE mesh.results; UPDATE mesh.meta SET version = 1");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5", MESH, url), MESH_EXIT_DATAERR);
-	EXPECT_CONTAINS(out, "mesh store migrate");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 1 -> 3");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5 && %s job harvest '%s#m' x m 5 30 n1", MESH, url,
-		       MESH, url),
+	EXPECT_CONTAINS(out, "version 0 -> 4");
+	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), 4);
+	/* from each earlier version, as that version made it: refused until
+	 * migrated; its job (counters kept since version 1) goes on after */
+	for (int v = 1; v < MESH_PG_SCHEMA_VERSION; v++) {
+		char q[300];
+		schema_at(&e, v);
+		EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), v);
+		/* a job of 5 that version ran: chunks 0 and 1 DONE, one duplicate, one failure */
+		sql1(&e, "INSERT INTO mesh.jobs (name, n, next, done, dups, failed) VALUES ('m', 5, 2, 2, 1, 1);"
+			 "INSERT INTO mesh.done_words SELECT id, 0, 3 FROM mesh.jobs WHERE name = 'm'");
+		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5", MESH, url), MESH_EXIT_DATAERR);
+		EXPECT_CONTAINS(out, "mesh store migrate");
+		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
+		snprintf(q, sizeof q, "version %d -> 4", v);
+		EXPECT_CONTAINS(out, q);
+		t_sh(out, sizeof out, 1, "%s job status '%s#m' x m 5", MESH, url); /* 1: not complete */
+		EXPECT_CONTAINS(out, "done 2");
+		EXPECT_CONTAINS(out, "duplicates ignored 1");
+		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job harvest '%s#m' x m 5 30 n1", MESH, url), 0);
+		EXPECT_CONTAINS(out, "done 3");
+		EXPECT_EQ(sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'm'"), 5);
+		EXPECT_EQ(sql1(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'm'"), 1);
+		EXPECT_EQ(sql1(&e, "SELECT failed FROM mesh.job_counts WHERE name = 'm'"), 1);
+		EXPECT_EQ(store_env_done_bits(&e, "m"), 5);
+		/* meshd jobs work after */
+		EXPECT_EQ(t_sh(out, sizeof out, 0, "%s submit --store '%s' p --chunks 3", MESH, url), 0);
+		EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.specs s JOIN mesh.jobs j ON j.id = s.job AND j.n = 3"), 1);
+	}
+	store_env_stop(&e);
+}
+
+/* No hot row (version 4): a completion does not wait on the job's row, so
+ * concurrent nodes' commits do not queue on one lock held through each
+ * one's WAL flush.  Here a transaction holds the job's row locked: a
+ * completion (and a lease of a let-go chunk) still goes through at once. */
+TEST_TIMEOUT(store_pg_complete_takes_no_job_row_lock, 30)
+{
+	struct store_env e;
+	char url[600], out[1024], conn[400];
+	start(&e);
+	base_url(&e, url, sizeof url);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#hot' 10", MESH, url), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job complete '%s#hot' x hot 1 n1", MESH, url), 0);
+	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
+	PGconn *c = PQconnectdb(conn);
+	ASSERT_EQ(PQstatus(c), CONNECTION_OK);
+	PQclear(PQexec(c, "BEGIN"));
+	PGresult *r = PQexec(c, "SELECT id FROM mesh.jobs WHERE name = 'hot' FOR UPDATE");
+	ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	uint64_t t0 = t_now_ms();
+	/* lock_timeout: a completion that waits on the row fails instead of hanging */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "PGOPTIONS='-c lock_timeout=3000' %s job complete '%s#hot' x hot 3 n2", MESH,
+		       url),
 		  0);
-	EXPECT_CONTAINS(out, "done 5");
-	/* from version 2 (no meshd jobs): its jobs go on, and meshd jobs work after */
-	sql1(&e, "DROP TABLE mesh.specs; DROP TABLE mesh.results; UPDATE mesh.meta SET version = 2");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s submit --store '%s' p --chunks 3", MESH, url), MESH_EXIT_DATAERR);
-	EXPECT_CONTAINS(out, "mesh store migrate");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 2 -> 3");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job status '%s#m' x m 5", MESH, url), 0);
-	EXPECT_CONTAINS(out, "done 5");
-	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s submit --store '%s' p --chunks 3", MESH, url), 0);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.specs s JOIN mesh.jobs j ON j.id = s.job AND j.n = 3"), 1);
+	EXPECT_CONTAINS(out, "DONE");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "PGOPTIONS='-c lock_timeout=3000' %s job complete '%s#hot' x hot 3 n3", MESH,
+		       url),
+		  0);
+	EXPECT_CONTAINS(out, "IGNORED");
+	EXPECT_LT(t_now_ms() - t0, 2500);
+	PQclear(PQexec(c, "ROLLBACK"));
+	PQfinish(c);
+	t_sh(out, sizeof out, 1, "%s job status '%s#hot' x hot 10", MESH, url); /* 1: not complete */
+	EXPECT_CONTAINS(out, "done 2");
+	EXPECT_CONTAINS(out, "duplicates ignored 1");
 	store_env_stop(&e);
 }
 
@@ -164,7 +231,7 @@ static void check_all_done_once(const struct store_env *e, const char *job, long
 {
 	char q[256];
 	EXPECT_EQ(store_env_done_bits(e, job), n);
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE name = '%s'", job);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE name = '%s'", job);
 	EXPECT_EQ(sql1(e, q), n);
 }
 
@@ -194,7 +261,7 @@ TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
 	}
 	/* kill two of them while the job runs (some chunks done, not all) */
 	char q[128];
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE name = 'k'");
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE name = 'k'");
 	for (int i = 0; i < 400 && sql1(&e, q) < n / 5; i++)
 		usleep(10000);
 	kill(pids[0], SIGKILL);
@@ -222,7 +289,7 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 	if (pid == 0) {
 		/* the database goes down hard and comes back while the nodes run */
 		char q[128];
-		snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE name = 'r'");
+		snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE name = 'r'");
 		for (int i = 0; i < 400 && sql1(&e, q) < n / 5; i++)
 			usleep(10000);
 		if (store_env_pg_ctl(&e, "-m immediate restart"))
@@ -270,7 +337,7 @@ TEST_TIMEOUT(store_pg_mesh_run_store, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' %s run -j 3 --chunks 40 -- echo c{} | wc -l", url, MESH),
 		  0);
 	EXPECT_EQ(atoi(out), 0);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.jobs WHERE name LIKE 'mesh-run-%' AND done = 40"), 1);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.job_counts WHERE name LIKE 'mesh-run-%' AND done = 40"), 1);
 	store_env_stop(&e);
 }
 
