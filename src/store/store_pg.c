@@ -397,10 +397,9 @@ int mesh_pg_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl
 	/* A hand-back (a deadline under a millisecond away) wakes the idle. */
 	r = mesh__pg_q(pg,
 	      ttl_ns < MESH_NS_PER_MS
-		      ? "WITH u AS (UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2"
-			" AND token = $3 AND state = 'l' RETURNING deadline) SELECT deadline, pg_notify('mesh', $1::text) FROM u"
-		      : "UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2 AND token = $3"
-			" AND state = 'l' RETURNING deadline",
+		      ? "SELECT d, pg_notify('mesh', $1::text) FROM (SELECT mesh.renew($1, $2, $3, $4) AS d) x"
+			" WHERE d IS NOT NULL"
+		      : "SELECT d FROM (SELECT mesh.renew($1, $2, $3, $4) AS d) x WHERE d IS NOT NULL",
 	      4, vals, &rc);
 	if (r && PQntuples(r) == 1)
 		*deadline_ns = strtoull(PQgetvalue(r, 0, 0), NULL, 10) * 1000;
@@ -563,7 +562,7 @@ int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st)
 	pthread_mutex_lock(&pg->mu);
 	r = mesh__pg_q(pg,
 	      "SELECT n, done, dups, failed,"
-	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'l' AND deadline >= mesh.now_us()),"
+	      " mesh.held($1, true),"
 	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b') FROM mesh.job_counts WHERE id = $1",
 	      1, vals, &rc);
 	if (r && PQntuples(r) == 1) {
@@ -629,11 +628,7 @@ int mesh_pg_release_mine(struct mesh_pg *pg)
 	char htext[24], out[8];
 	const char *vals[2] = {pg->idtext, htext};
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
-	return mesh__pg_q1(pg,
-		  "WITH u AS (UPDATE mesh.chunks SET state = 'p', token = NULL, holder = NULL"
-		  " WHERE job = $1 AND holder = $2 AND state = 'l' RETURNING 1)"
-		  " SELECT count(*), pg_notify('mesh', $1::text) FROM u",
-		  2, vals, out, sizeof out);
+	return mesh__pg_q1(pg, "SELECT mesh.release($1, $2)", 2, vals, out, sizeof out);
 }
 
 int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *now, char *why, size_t whycap)

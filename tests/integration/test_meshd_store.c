@@ -237,11 +237,13 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 	ASSERT_EQ(t_wait_for(done_past, &p, 30000), 1);
 	/* A has run chunks, and holds some when it dies */
 	EXPECT_GT(node_of(&e, id, a), 0);
-	char hq[384];
+	char hq[640];
 	snprintf(hq, sizeof hq,
-		 "SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
-		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d'",
-		 id, (int)a);
+		 "SELECT (SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
+		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d') + (SELECT coalesce(sum(b.remaining), 0)"
+		 " FROM mesh.blocks b JOIN mesh.nodes n ON n.holder = b.holder WHERE b.job = %u"
+		 " AND n.name LIKE 'meshd.%%.%d')",
+		 id, (int)a, id, (int)a);
 	EXPECT_GT(sql1(&e, hq), 0);
 	kill(a, SIGKILL);
 	EXPECT_EQ(meshd_t_wait(a), 128 + SIGKILL);
@@ -334,7 +336,7 @@ TEST_TIMEOUT(meshd_store_cancel_stops_the_hosts_drivers, 60)
 	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
 	long long done = sql1(&e, q);
 	EXPECT_LT(done, 300);
-	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.chunks WHERE job = %u AND state = 'l'", id);
+	snprintf(q, sizeof q, "SELECT mesh.held(%u, false)", id);
 	EXPECT_EQ(sql1(&e, q), 0);
 	struct zero za = {"a"};
 	EXPECT_EQ(t_wait_for(at_zero, &za, 10000), 1);
