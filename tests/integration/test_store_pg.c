@@ -2,6 +2,7 @@
  * harness starts (tests/runner/store_env.c): `mesh store`, bad input
  * (clear message, documented exit code, nothing written), nodes killed
  * with SIGKILL mid-job, and the database restarted mid-job. */
+#include "base/clock.h"
 #include "base/exit.h"
 #include "job/job.h"
 #include "runner/store_env.h"
@@ -480,5 +481,58 @@ TEST_TIMEOUT(store_pg_nodes_command, 60)
 	EXPECT_EQ(sql1(&e, "SELECT chunks FROM mesh.nodes WHERE name = 'hv1'"), 50);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s nodes --store 'postgresql://u:pw9@127.0.0.1:1/x'", MESH), MESH_EXIT_USAGE);
 	EXPECT_TRUE(strstr(out, "pw9") == NULL);
+	store_env_stop(&e);
+}
+
+/* A fresh lease of k chunks is one row (mesh.blocks), not k: a chunk gets
+ * a row of its own only when it is renewed or fails, and a node that
+ * stops hands the rest back as let-go rows, taken by the next node. */
+TEST(store_pg_fresh_lease_is_one_row)
+{
+	struct store_env e;
+	char url[600], where[700];
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	struct mesh_job *a, *b;
+	struct mesh_lease ls[64];
+	size_t got = 0;
+	start(&e);
+	base_url(&e, url, sizeof url);
+	snprintf(where, sizeof where, "%s#blk", url);
+	ASSERT_EQ(mesh_job_submit(where, 1000), 0);
+	o.journal = where;
+	o.name = "blk";
+	o.node = "na";
+	ASSERT_EQ(mesh_job_open(&a, &o), 0);
+	ASSERT_EQ(mesh_job_lease_many(a, 60 * MESH_NS_PER_S, 0, ls, 64, &got), 0);
+	EXPECT_EQ(got, 64);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks"), 1);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks"), 0);
+	EXPECT_EQ(sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'blk'"), 64);
+	/* renewed and failed: split out; the block keeps the rest */
+	EXPECT_EQ(mesh_job_renew(a, &ls[5], 60 * MESH_NS_PER_S), 0);
+	EXPECT_GE(mesh_job_fail(a, ls[6].cid, 3), 0);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks"), 2);
+	EXPECT_EQ(sql1(&e, "SELECT remaining FROM mesh.blocks"), 62);
+	EXPECT_EQ(sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'blk'"), 63);
+	uint64_t cids[2] = {ls[0].cid, ls[5].cid};
+	int res[2];
+	EXPECT_EQ(mesh_job_complete_many(a, cids, NULL, 2, res), 0);
+	EXPECT_EQ(res[0], 0);
+	EXPECT_EQ(res[1], 0);
+	EXPECT_EQ(sql1(&e, "SELECT remaining FROM mesh.blocks"), 61);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks"), 1); /* the failed one */
+	mesh_job_close(a); /* hands back the 61 */
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks"), 0);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE state = 'p'"), 62);
+	o.node = "nb";
+	ASSERT_EQ(mesh_job_open(&b, &o), 0);
+	ASSERT_EQ(mesh_job_lease_many(b, 60 * MESH_NS_PER_S, 0, ls, 64, &got), 0);
+	EXPECT_EQ(got, 64);
+	EXPECT_EQ(ls[0].cid, 1); /* let-go chunks first, lowest first: 0 is DONE */
+	EXPECT_EQ(ls[0].attempt, 2);
+	/* the 62 let go (61 handed back, 6 failed), then 2 fresh: one block */
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE state = 'l'"), 62);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks WHERE lo = 64 AND hi = 66"), 1);
+	mesh_job_close(b);
 	store_env_stop(&e);
 }
