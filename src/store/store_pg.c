@@ -691,6 +691,19 @@ int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *
 	return rc;
 }
 
+int mesh_pg_wake_fd(struct mesh_pg *pg)
+{
+	int rc = 0, fd;
+	pthread_mutex_lock(&pg->mu);
+	if (!pg->listening) {
+		PQclear(mesh__pg_q(pg, "LISTEN mesh", 0, NULL, &rc));
+		pg->listening = !rc;
+	}
+	fd = pg->listening ? PQsocket(pg->conn) : -1;
+	pthread_mutex_unlock(&pg->mu);
+	return fd;
+}
+
 int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns)
 {
 	uint64_t end = mesh_mono_ns() + timeout_ns;
