@@ -351,7 +351,7 @@ static void handle_signals(struct mesh__runner *r, int fd)
  * slot's event source (its executor's fds). */
 static int loop(struct mesh__runner *r)
 {
-	size_t cap = 3 + MESH__EXEC_MAX_FDS * (size_t)r->nslots;
+	size_t cap = 4 + MESH__EXEC_MAX_FDS * (size_t)r->nslots;
 	struct pollfd *pf = calloc(cap, sizeof *pf);
 	struct mesh__slot **who = calloc(cap, sizeof *who); /* NULL: the driver's own fd */
 	const struct mesh__executor_ops *ex = r->ex->ops;
@@ -404,6 +404,13 @@ static int loop(struct mesh__runner *r)
 		int can_start = r->busy < r->nslots && !r->stopping && !r->halted;
 		if (r->retry_at && can_start && r->retry_at < wake)
 			wake = r->retry_at;
+		/* Others hold every chunk: a store that tells when work appears
+		 * (PostgreSQL's NOTIFY) wakes us before the retry. */
+		int wake_fd = r->retry_at && r->none_seen && can_start ? mesh_job_wake_fd(r->job) : -1;
+		if (wake_fd >= 0) {
+			pf[n] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+			who[n++] = NULL;
+		}
 		if (r->hold_until && can_start && r->hold_until < wake)
 			wake = r->hold_until;
 		if (r->hold_head && r->hold_renew < wake)
@@ -428,6 +435,12 @@ static int loop(struct mesh__runner *r)
 				ex->dispatch(r->ex, who[i]->idx, &pf[i]);
 			else if (pf[i].fd == r->evfd)
 				take_results(r);
+			else if (pf[i].fd == wake_fd) {
+				/* taken; whatever it was, lease again now (a spurious
+				 * wake-up costs one lease call) */
+				mesh_job_wait_work(r->job, 0);
+				r->retry_at = 0;
+			}
 			else if (pf[i].fd == cancel_fd) {
 				/* Cancelled by the caller: as a first SIGTERM. */
 				r->stopping = 1;

@@ -289,6 +289,11 @@ int mesh_job_wait_work(struct mesh_job *j, uint64_t timeout_ns)
 	return j->s->ops->wait_work(j->s, timeout_ns);
 }
 
+int mesh_job_wake_fd(struct mesh_job *j)
+{
+	return j->s->ops->wake_fd ? j->s->ops->wake_fd(j->s) : -1;
+}
+
 uint64_t mesh_job_straggler_ns(struct mesh_job *j)
 {
 	return j->s->ops->straggler_ns(j->s);

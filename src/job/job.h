@@ -260,6 +260,14 @@ int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int sp
  * stopped); the file store just sleeps.  1 = woken, 0 = timeout, or a
  * negative error.  Expired leases wake nobody: poll at least that often. */
 int mesh_job_wait_work(struct mesh_job *j, uint64_t timeout_ns);
+/* For a caller with a poll() loop of its own: a descriptor that becomes
+ * readable when work may have appeared on j (PostgreSQL: j's connection,
+ * listening for the NOTIFY of mesh_job_wait_work), or -1 where the store
+ * has none (the file store: poll as before).  Readable, it is taken with
+ * mesh_job_wait_work(j, 0); readable without a wake-up for j (the
+ * connection's other traffic, a connection lost) is possible: the caller
+ * leases again, and still polls as often as for expired leases. */
+int mesh_job_wake_fd(struct mesh_job *j);
 
 /* Speed measured for one node (from the durations in DONE records). */
 struct mesh_job_node_stat {

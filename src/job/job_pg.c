@@ -314,6 +314,11 @@ static int jp_is_done(struct mesh__jstore *s, uint64_t cid)
 	return mesh_pg_is_done(p->pg, cid);
 }
 
+static int jp_wake_fd(struct mesh__jstore *s)
+{
+	return mesh_pg_wake_fd(jpg_of(s)->pg);
+}
+
 static int jp_wait(struct mesh__jstore *s, uint64_t timeout_ns)
 {
 	struct mesh__jpg *p = jpg_of(s);
@@ -411,6 +416,7 @@ const struct mesh__jstore_ops mesh__jstore_pg = {
 	.feed = jp_feed,
 	.nodes = jp_nodes,
 	.wait_work = jp_wait,
+	.wake_fd = jp_wake_fd,
 	.straggler_ns = jp_straggler_ns,
 	.nchunks = jp_nchunks,
 	.where = jp_where,

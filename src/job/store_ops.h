@@ -61,6 +61,7 @@ struct mesh__jstore_ops {
 	int (*feed)(struct mesh__jstore *s, struct mesh_job_feed *f, void (*fn)(uint64_t cid, void *), void *arg);
 	int (*nodes)(struct mesh__jstore *s, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg);
 	int (*wait_work)(struct mesh__jstore *s, uint64_t timeout_ns);
+	int (*wake_fd)(struct mesh__jstore *s); /* NULL: none (mesh_job_wake_fd) */
 	uint64_t (*straggler_ns)(struct mesh__jstore *s);
 	uint64_t (*nchunks)(const struct mesh__jstore *s);
 	const char *(*where)(const struct mesh__jstore *s);

@@ -397,10 +397,9 @@ int mesh_pg_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl
 	/* A hand-back (a deadline under a millisecond away) wakes the idle. */
 	r = mesh__pg_q(pg,
 	      ttl_ns < MESH_NS_PER_MS
-		      ? "WITH u AS (UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2"
-			" AND token = $3 AND state = 'l' RETURNING deadline) SELECT deadline, pg_notify('mesh', $1::text) FROM u"
-		      : "UPDATE mesh.chunks SET deadline = mesh.now_us() + $4 WHERE job = $1 AND cid = $2 AND token = $3"
-			" AND state = 'l' RETURNING deadline",
+		      ? "SELECT d, pg_notify('mesh', $1::text) FROM (SELECT mesh.renew($1, $2, $3, $4) AS d) x"
+			" WHERE d IS NOT NULL"
+		      : "SELECT d FROM (SELECT mesh.renew($1, $2, $3, $4) AS d) x WHERE d IS NOT NULL",
 	      4, vals, &rc);
 	if (r && PQntuples(r) == 1)
 		*deadline_ns = strtoull(PQgetvalue(r, 0, 0), NULL, 10) * 1000;
@@ -465,7 +464,7 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 	/* The node's speed rides in the same statement (no round trip). */
 	PGresult *r = mesh__pg_q(pg,
 				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $3, busy_us = busy_us + $4,"
-				 " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[])",
+				 " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[], $5)",
 				 5, vals, &rc);
 	if (r && (size_t)PQntuples(r) != total)
 		rc = MESH_E_PROTO;
@@ -530,13 +529,14 @@ int mesh__pg_q1(struct mesh_pg *pg, const char *sql, int n, const char *const *v
 
 int mesh_pg_fail(struct mesh_pg *pg, uint64_t cid, int status, uint32_t max_attempts)
 {
-	char ctext[24], stext[24], mtext[24], out[8];
-	const char *vals[4] = {pg->idtext, ctext, stext, mtext};
+	char ctext[24], stext[24], mtext[24], htext[24], out[8];
+	const char *vals[5] = {pg->idtext, ctext, stext, mtext, htext};
 	int rc;
 	snprintf(ctext, sizeof ctext, "%" PRIu64, cid);
 	snprintf(stext, sizeof stext, "%d", status);
 	snprintf(mtext, sizeof mtext, "%" PRIu32, max_attempts);
-	rc = mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, $4)", 4, vals, out, sizeof out);
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	rc = mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, $4, $5)", 5, vals, out, sizeof out);
 	return rc ? rc : out[0] == 't';
 }
 
@@ -562,8 +562,8 @@ int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st)
 	pthread_mutex_lock(&pg->mu);
 	r = mesh__pg_q(pg,
 	      "SELECT n, done, dups, failed,"
-	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'l' AND deadline >= mesh.now_us()),"
-	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b') FROM mesh.jobs WHERE id = $1",
+	      " mesh.held($1, true),"
+	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b') FROM mesh.job_counts WHERE id = $1",
 	      1, vals, &rc);
 	if (r && PQntuples(r) == 1) {
 		uint64_t *f[6] = {&st->n, &st->done, &st->dups, &st->failed, &st->leased, &st->buried};
@@ -628,11 +628,7 @@ int mesh_pg_release_mine(struct mesh_pg *pg)
 	char htext[24], out[8];
 	const char *vals[2] = {pg->idtext, htext};
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
-	return mesh__pg_q1(pg,
-		  "WITH u AS (UPDATE mesh.chunks SET state = 'p', token = NULL, holder = NULL"
-		  " WHERE job = $1 AND holder = $2 AND state = 'l' RETURNING 1)"
-		  " SELECT count(*), pg_notify('mesh', $1::text) FROM u",
-		  2, vals, out, sizeof out);
+	return mesh__pg_q1(pg, "SELECT mesh.release($1, $2)", 2, vals, out, sizeof out);
 }
 
 int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *now, char *why, size_t whycap)
@@ -693,6 +689,19 @@ int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *
 	}
 	PQfinish(c);
 	return rc;
+}
+
+int mesh_pg_wake_fd(struct mesh_pg *pg)
+{
+	int rc = 0, fd;
+	pthread_mutex_lock(&pg->mu);
+	if (!pg->listening) {
+		PQclear(mesh__pg_q(pg, "LISTEN mesh", 0, NULL, &rc));
+		pg->listening = !rc;
+	}
+	fd = pg->listening ? PQsocket(pg->conn) : -1;
+	pthread_mutex_unlock(&pg->mu);
+	return fd;
 }
 
 int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns)

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MESH_PG_SCHEMA_VERSION 3
+#define MESH_PG_SCHEMA_VERSION 4
 
 struct mesh_pg;
 
@@ -106,6 +106,10 @@ int mesh_pg_done_words(struct mesh_pg *pg, void (*fn)(uint64_t w, uint64_t bits,
  * on).  1 = woken, 0 = the timeout, or an error.  An idle node waits here
  * instead of polling the database. */
 int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns);
+/* The connection's socket, listening as for mesh_pg_wait (LISTEN from
+ * here on), for a caller's poll(); -1 on an error.  Readable: take it with
+ * mesh_pg_wait(pg, 0). */
+int mesh_pg_wake_fd(struct mesh_pg *pg);
 /* Lets every lease taken through this handle go (a node that stops). */
 int mesh_pg_release_mine(struct mesh_pg *pg);
 

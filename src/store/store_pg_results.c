@@ -78,9 +78,9 @@ int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const 
 	r = mesh__pg_q(pg,
 		"SELECT j.id, j.n, s.program, s.name, s.max_workers, s.retries, s.timeout_ns, s.speculate, s.state = 'c',"
 		" s.input IS NOT NULL, j.done, j.failed, j.dups, s.submitted,"
-		" (SELECT count(*) FROM mesh.chunks c WHERE c.job = j.id AND c.state = 'l' AND c.deadline >= mesh.now_us()),"
+		" mesh.held(j.id, true),"
 		" (SELECT count(*) FROM mesh.chunks c WHERE c.job = j.id AND c.state = 'b')"
-		" FROM mesh.specs s JOIN mesh.jobs j ON j.id = s.job"
+		" FROM mesh.specs s JOIN mesh.job_counts j ON j.id = s.job"
 		" WHERE ($1 = 0 OR j.id = $1) AND (NOT $2 OR (s.state = 'r' AND j.done < j.n)) ORDER BY j.id",
 		2, vals, &rc);
 	pthread_mutex_unlock(&pg->mu);
@@ -222,14 +222,15 @@ int mesh_pgr_put_report(struct mesh_pg *pg, uint64_t id, uint64_t cid, const voi
 
 int mesh_pgr_bury(struct mesh_pg *pg, uint64_t id, uint64_t cid, int status, const char *report)
 {
-	char it[24], ct[24], st[24], out[8];
-	const char *vals[3] = {it, ct, st};
+	char it[24], ct[24], st[24], ht[24], out[8];
+	const char *vals[4] = {it, ct, st, ht};
 	snprintf(it, sizeof it, "%" PRIu64, id);
 	snprintf(ct, sizeof ct, "%" PRIu64, cid);
 	snprintf(st, sizeof st, "%d", status);
+	snprintf(ht, sizeof ht, "%" PRIu64, pg->holder);
 	int rc = mesh_pgr_put_report(pg, id, cid, report, strlen(report));
 	/* mesh.fail with at most one attempt buries at once */
-	return rc ? rc : mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, 1)", 3, vals, out, sizeof out);
+	return rc ? rc : mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, 1, $4)", 4, vals, out, sizeof out);
 }
 
 int mesh_pgr_results(struct mesh_pg *pg, uint64_t id, uint64_t from,

@@ -137,7 +137,7 @@ static void check_job(const struct store_env *e, unsigned id, unsigned n, const 
 	char q[256];
 	snprintf(q, sizeof q, "s%u", id);
 	EXPECT_EQ(store_env_done_bits(e, q), n);
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", id);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
 	EXPECT_EQ(sql1(e, q), n);
 	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.results WHERE job = %u AND kind = 'r'", id);
 	EXPECT_EQ(sql1(e, q), n);
@@ -217,7 +217,7 @@ static int done_past(void *arg)
 {
 	struct progress *p = arg;
 	char q[128];
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", p->id);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", p->id);
 	return store_env_sql(p->e, q) >= p->at;
 }
 
@@ -237,11 +237,13 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 	ASSERT_EQ(t_wait_for(done_past, &p, 30000), 1);
 	/* A has run chunks, and holds some when it dies */
 	EXPECT_GT(node_of(&e, id, a), 0);
-	char hq[384];
+	char hq[640];
 	snprintf(hq, sizeof hq,
-		 "SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
-		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d'",
-		 id, (int)a);
+		 "SELECT (SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
+		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d') + (SELECT coalesce(sum(b.remaining), 0)"
+		 " FROM mesh.blocks b JOIN mesh.nodes n ON n.holder = b.holder WHERE b.job = %u"
+		 " AND n.name LIKE 'meshd.%%.%d')",
+		 id, (int)a, id, (int)a);
 	EXPECT_GT(sql1(&e, hq), 0);
 	kill(a, SIGKILL);
 	EXPECT_EQ(meshd_t_wait(a), 128 + SIGKILL);
@@ -249,7 +251,7 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 	check_job(&e, id, n, expect);
 	EXPECT_GT(node_of(&e, id, b), 0);
 	char q[128];
-	snprintf(q, sizeof q, "SELECT dups FROM mesh.jobs WHERE id = %u", id);
+	snprintf(q, sizeof q, "SELECT dups FROM mesh.job_counts WHERE id = %u", id);
 	EXPECT_EQ(sql1(&e, q), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);
 	free(expect);
@@ -331,14 +333,14 @@ TEST_TIMEOUT(meshd_store_cancel_stops_the_hosts_drivers, 60)
 	EXPECT_EQ(t_wait_for(driver_stopped, NULL, 10000), 1);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' '%s' wait %u", url, t_bin("mesh"), id), MESH_EXIT_CANCELLED);
 	/* nothing more is done after the driver stopped, and nothing is held */
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", id);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
 	long long done = sql1(&e, q);
 	EXPECT_LT(done, 300);
-	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.chunks WHERE job = %u AND state = 'l'", id);
+	snprintf(q, sizeof q, "SELECT mesh.held(%u, false)", id);
 	EXPECT_EQ(sql1(&e, q), 0);
 	struct zero za = {"a"};
 	EXPECT_EQ(t_wait_for(at_zero, &za, 10000), 1);
-	snprintf(q, sizeof q, "SELECT done FROM mesh.jobs WHERE id = %u", id);
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
 	EXPECT_EQ(sql1(&e, q), done);
 	/* what was DONE stays readable, in order */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' '%s' results %u", url, t_bin("mesh"), id), 0);

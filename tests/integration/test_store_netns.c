@@ -121,8 +121,8 @@ TEST_TIMEOUT(store_netns_hosts_share_a_job_and_a_cut_off_host, 120)
 	/* the checker: every chunk DONE exactly once */
 	EXPECT_EQ(sum, n);
 	EXPECT_EQ(store_env_done_bits(&e, "nj"), n);
-	EXPECT_EQ(store_env_sql(&e, "SELECT done FROM mesh.jobs WHERE name = 'nj'"), n);
-	EXPECT_EQ(store_env_sql(&e, "SELECT dups FROM mesh.jobs WHERE name = 'nj'"), 0);
+	EXPECT_EQ(store_env_sql(&e, "SELECT done FROM mesh.job_counts WHERE name = 'nj'"), n);
+	EXPECT_EQ(store_env_sql(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'nj'"), 0);
 	EXPECT_EQ(store_env_sql(&e, "SELECT count(*) FROM mesh.nodes WHERE name LIKE 'host%' AND chunks > 0"),
 		  NHOSTS); /* every host did a share */
 
@@ -165,8 +165,8 @@ TEST_TIMEOUT(store_netns_hosts_share_a_job_and_a_cut_off_host, 120)
 		fprintf(stderr, "late: %s\n", late);
 	free(late);
 	EXPECT_EQ(store_env_done_bits(&e, "cut"), m);
-	EXPECT_EQ(store_env_sql(&e, "SELECT done FROM mesh.jobs WHERE name = 'cut'"), m);
-	EXPECT_EQ(store_env_sql(&e, "SELECT dups FROM mesh.jobs WHERE name = 'cut'"), 1);
+	EXPECT_EQ(store_env_sql(&e, "SELECT done FROM mesh.job_counts WHERE name = 'cut'"), m);
+	EXPECT_EQ(store_env_sql(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'cut'"), 1);
 	store_env_stop(&e);
 	netns_down(); /* a passing test ends without exit handlers */
 }
