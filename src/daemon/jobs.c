@@ -209,15 +209,20 @@ static void hook_committed(void *arg)
 	pthread_mutex_unlock(&jb->mu);
 }
 
+void mesh__job_failure_text(struct mesh_buf *b, uint32_t attempt, int code, const void *err, size_t n)
+{
+	if (code > 128 && code < 128 + 65)
+		mesh_buf_addf(b, "attempt %u: signal %d (status %d)\n", (unsigned)attempt, code - 128, code);
+	else
+		mesh_buf_addf(b, "attempt %u: exit %d\n", (unsigned)attempt, code);
+	mesh_buf_add(b, err, n);
+}
+
 static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, const void *err, size_t n, int buried)
 {
 	struct job *jb = arg;
 	struct mesh_buf b = MESH_BUF_INIT;
-	if (code > 128 && code < 128 + 65)
-		mesh_buf_addf(&b, "attempt %u: signal %d (status %d)\n", (unsigned)attempt, code - 128, code);
-	else
-		mesh_buf_addf(&b, "attempt %u: exit %d\n", (unsigned)attempt, code);
-	mesh_buf_add(&b, err, n);
+	mesh__job_failure_text(&b, attempt, code, err, n);
 	/* The report is for people: losing it loses no chunk. */
 	if (b.p && mesh_results_append(jb->res, cid, MESH_RESULT_FAILURE, b.p, b.len) < 0)
 		mesh_warn("job=%" PRIu64 " cannot keep the failure report of chunk %" PRIu64, jb->id, cid);

@@ -8,11 +8,14 @@
 #include "daemon/jobs.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define DEFAULT_DEPTH 32u
 #define DEFAULT_RETRIES 3u
 #define NAME_MAX_LEN 64u
+
+struct mesh_buf;
 
 struct job {
 	struct job *next;
@@ -63,6 +66,9 @@ int mesh__job_spec_parse(struct job *jb, char *text);
 enum meshd_job_state mesh__job_end_state(const char *text);
 int mesh__job_start(struct job *jb);
 int mesh__job_write_end(struct job *jb, const char *what);
+/* A failed attempt's report for people, into b: the attempt, its exit code
+ * or signal, then what the executor said (err, n bytes). */
+void mesh__job_failure_text(struct mesh_buf *b, uint32_t attempt, int code, const void *err, size_t n);
 
 /* jobs_store.c: stops the follower and its drivers (idempotent); frees them. */
 void mesh__jobs_store_stop(struct meshd_jobs *j);

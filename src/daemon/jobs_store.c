@@ -164,11 +164,7 @@ static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, con
 {
 	struct sjob *s = arg;
 	struct mesh_buf b = MESH_BUF_INIT;
-	if (code > 128 && code < 128 + 65)
-		mesh_buf_addf(&b, "attempt %u: signal %d (status %d)\n", (unsigned)attempt, code - 128, code);
-	else
-		mesh_buf_addf(&b, "attempt %u: exit %d\n", (unsigned)attempt, code);
-	mesh_buf_add(&b, err, n);
+	mesh__job_failure_text(&b, attempt, code, err, n);
 	/* The report is for people: losing it loses no chunk. */
 	if (b.p && mesh_pgr_put_report(s->rpg, s->spec.id, cid, b.p, b.len) < 0)
 		mesh_warn("store job=%" PRIu64 " cannot keep the failure report of chunk %" PRIu64, s->spec.id, cid);
