@@ -419,7 +419,7 @@ static void pump(struct slot_ex *x)
 			q_remove(x, u);
 			char msg[160];
 			snprintf(msg, sizeof msg, "the chunk's input (%zu bytes) is larger than a slot carries (%zu)", u->len,
-				 mesh_slot_max_msg(best->h.slot) - MESH_CHUNK_HDR);
+				 mesh_slot_max_send(best->h.slot) - MESH_CHUNK_HDR);
 			end_unit_text(u, 1, msg);
 			continue;
 		}

@@ -108,6 +108,10 @@ uint32_t mesh_slot_index(const struct mesh_slot *s);
 /* The largest request or reply, bytes: MESH_MSG_MAX whatever the ring's
  * size (a message larger than the ring travels in pieces). */
 size_t mesh_slot_max_msg(const struct mesh_slot *s);
+/* The largest header plus payload mesh_slot_send takes: the pipeline sends
+ * one record, so this is what one record of its ring holds (less than
+ * mesh_slot_max_msg, which calls reach by sending in pieces). */
+size_t mesh_slot_max_send(const struct mesh_slot *s);
 /* The bytes of data of each of its rings (what mesh_slot_create was given). */
 size_t mesh_slot_ring_cap(const struct mesh_slot *s);
 /* Re-initialises rings and control words for a run of gen (mesh_ctl_run

@@ -124,6 +124,11 @@ size_t mesh_slot_max_msg(const struct mesh_slot *s)
 	return MESH_MSG_MAX;
 }
 
+size_t mesh_slot_max_send(const struct mesh_slot *s)
+{
+	return MESH_RING_MAX_MSG(s->cap);
+}
+
 size_t mesh_slot_ring_cap(const struct mesh_slot *s)
 {
 	return (size_t)s->cap;
@@ -472,7 +477,7 @@ int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t h
 	if (kind != MESH_MSG_REQ && kind != MESH_MSG_CHUNK)
 		return -EINVAL;
 	/* One record: the pipeline does not send in pieces. */
-	size_t max = MESH_RING_MAX_MSG(s->cap);
+	size_t max = mesh_slot_max_send(s);
 	if (hn > max || n > max - hn)
 		return MESH_E_TOOBIG;
 	pthread_mutex_lock(&s->call_lock);

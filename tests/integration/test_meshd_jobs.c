@@ -499,3 +499,30 @@ TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 	EXPECT_CONTAINS(out, "done 20000,");
 	stop_meshd();
 }
+
+/* A chunk whose input does not fit the slot's ring is buried with a reason
+ * that names the limit the ring really has (the pipeline sends one record;
+ * it named MESH_MSG_MAX, 16 MiB, while refusing 1.5 MiB). */
+TEST_TIMEOUT(jobs_oversize_input_names_the_real_limit, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	setup();
+	size_t big = 1536 * 1024;
+	char *text = malloc(big + 16);
+	ASSERT_TRUE(text != NULL);
+	memset(text, 'x', big);
+	memcpy(text + big, "\nsmall\n", 8);
+	t_write_file("big.txt", text);
+	free(text);
+	unsigned id = submit("echo --retries 1 --input big.txt");
+	EXPECT_EQ(mesh(1, "wait %u", id), MESH_EXIT_INCOMPLETE);
+	EXPECT_CONTAINS(out, "1 buried");
+	const char *m = strstr(out, "is larger than a slot carries (");
+	ASSERT_TRUE(m != NULL);
+	unsigned long limit = strtoul(m + strlen("is larger than a slot carries ("), NULL, 10);
+	EXPECT_GT(limit, 0);
+	EXPECT_LT(limit, big);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "small");
+	stop_meshd();
+}
