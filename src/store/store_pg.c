@@ -512,18 +512,23 @@ int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *d
 	return me.rc;
 }
 
+PGresult *mesh__pg_ql(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
+{
+	pthread_mutex_lock(&pg->mu);
+	PGresult *r = mesh__pg_q(pg, sql, n, vals, rc);
+	pthread_mutex_unlock(&pg->mu);
+	return r;
+}
+
 int mesh__pg_q1(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, char *buf, size_t cap)
 {
-	PGresult *r;
 	int rc = 0;
-	pthread_mutex_lock(&pg->mu);
-	r = mesh__pg_q(pg, sql, n, vals, &rc);
+	PGresult *r = mesh__pg_ql(pg, sql, n, vals, &rc);
 	if (r && PQntuples(r) >= 1 && PQnfields(r) >= 1)
 		snprintf(buf, cap, "%s", PQgetisnull(r, 0, 0) ? "" : PQgetvalue(r, 0, 0));
 	else if (r)
 		buf[0] = 0;
 	PQclear(r);
-	pthread_mutex_unlock(&pg->mu);
 	return rc;
 }
 
@@ -592,12 +597,10 @@ int mesh_pg_failures(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_failure
 	const char *vals[1] = {pg->idtext};
 	PGresult *r;
 	int rc = 0;
-	pthread_mutex_lock(&pg->mu);
-	r = mesh__pg_q(pg,
+	r = mesh__pg_ql(pg,
 	      "SELECT cid, fails, coalesce(last_status, 0), state = 'b' FROM mesh.chunks"
 	      " WHERE job = $1 AND fails > 0 ORDER BY cid",
 	      1, vals, &rc);
-	pthread_mutex_unlock(&pg->mu);
 	for (int i = 0; r && i < PQntuples(r); i++) {
 		struct mesh_pg_failure f = {strtoull(PQgetvalue(r, i, 0), NULL, 10),
 					    (uint32_t)strtoul(PQgetvalue(r, i, 1), NULL, 10), atoi(PQgetvalue(r, i, 2)),
@@ -613,9 +616,7 @@ int mesh_pg_done_words(struct mesh_pg *pg, void (*fn)(uint64_t w, uint64_t bits,
 	const char *vals[1] = {pg->idtext};
 	PGresult *r;
 	int rc = 0;
-	pthread_mutex_lock(&pg->mu);
-	r = mesh__pg_q(pg, "SELECT w, bits FROM mesh.done_words WHERE job = $1 AND bits <> 0 ORDER BY w", 1, vals, &rc);
-	pthread_mutex_unlock(&pg->mu);
+	r = mesh__pg_ql(pg, "SELECT w, bits FROM mesh.done_words WHERE job = $1 AND bits <> 0 ORDER BY w", 1, vals, &rc);
 	/* fn runs without the connection's lock: it may call the store. */
 	for (int i = 0; r && i < PQntuples(r); i++)
 		fn(strtoull(PQgetvalue(r, i, 0), NULL, 10), (uint64_t)strtoll(PQgetvalue(r, i, 1), NULL, 10), arg);

@@ -43,6 +43,9 @@ struct mesh_pg {
  * connection again (waiting up to 15 s) when it was lost.  The result, or
  * NULL with *rc set. */
 PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc);
+/* mesh__pg_q with pg->mu taken here and let go before it returns: for a
+ * result read without the connection (its rows may call the store). */
+PGresult *mesh__pg_ql(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc);
 /* A one-value query (pg->mu taken here): the value's text into buf. */
 int mesh__pg_q1(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, char *buf, size_t cap);
 /* Registers the node (once: the first lease) and starts its beat thread.

@@ -74,8 +74,7 @@ int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const 
 	PGresult *r;
 	int rc = 0;
 	snprintf(it, sizeof it, "%" PRIu64, id);
-	pthread_mutex_lock(&pg->mu);
-	r = mesh__pg_q(pg,
+	r = mesh__pg_ql(pg,
 		"SELECT j.id, j.n, s.program, s.name, s.max_workers, s.retries, s.timeout_ns, s.speculate, s.state = 'c',"
 		" s.input IS NOT NULL, j.done, j.failed, j.dups, s.submitted,"
 		" mesh.held(j.id, true),"
@@ -83,7 +82,6 @@ int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const 
 		" FROM mesh.specs s JOIN mesh.job_counts j ON j.id = s.job"
 		" WHERE ($1 = 0 OR j.id = $1) AND (NOT $2 OR (s.state = 'r' AND j.done < j.n)) ORDER BY j.id",
 		2, vals, &rc);
-	pthread_mutex_unlock(&pg->mu);
 	if (r && id && PQntuples(r) == 0)
 		rc = MESH_E_NOJOB;
 	for (int i = 0; r && i < PQntuples(r); i++) {
@@ -125,9 +123,7 @@ int mesh_pgr_input(struct mesh_pg *pg, uint64_t id, char **data, size_t *len)
 	*data = NULL;
 	*len = 0;
 	snprintf(it, sizeof it, "%" PRIu64, id);
-	pthread_mutex_lock(&pg->mu);
-	r = mesh__pg_q(pg, "SELECT input FROM mesh.specs WHERE job = $1", 1, vals, &rc);
-	pthread_mutex_unlock(&pg->mu);
+	r = mesh__pg_ql(pg, "SELECT input FROM mesh.specs WHERE job = $1", 1, vals, &rc);
 	if (r && PQntuples(r) != 1)
 		rc = MESH_E_NOJOB;
 	else if (r && !PQgetisnull(r, 0, 0)) {
@@ -273,13 +269,11 @@ int mesh_pgr_buried(struct mesh_pg *pg, uint64_t id, void (*fn)(const struct mes
 	PGresult *r;
 	int rc = 0;
 	snprintf(it, sizeof it, "%" PRIu64, id);
-	pthread_mutex_lock(&pg->mu);
-	r = mesh__pg_q(pg,
+	r = mesh__pg_ql(pg,
 		"SELECT c.cid, c.fails, coalesce(c.last_status, 0), coalesce(convert_from(r.data, 'UTF8'), '')"
 		" FROM mesh.chunks c LEFT JOIN mesh.results r ON r.job = c.job AND r.kind = 'f' AND r.cid = c.cid"
 		" WHERE c.job = $1 AND c.state = 'b' ORDER BY c.cid",
 		1, vals, &rc);
-	pthread_mutex_unlock(&pg->mu);
 	for (int i = 0; r && i < PQntuples(r); i++) {
 		struct mesh_pgr_buried b = {strtoull(PQgetvalue(r, i, 0), NULL, 10),
 					    (uint32_t)strtoul(PQgetvalue(r, i, 1), NULL, 10), atoi(PQgetvalue(r, i, 2)),
