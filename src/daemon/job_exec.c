@@ -4,6 +4,7 @@
 
 #include "autoscale/policy.h"
 #include "base/clock.h"
+#include "base/thread.h"
 #include "base/err.h"
 #include "daemon/ops.h"
 #include "shm/shm.h"
@@ -201,17 +202,6 @@ static void arm(struct jworker *w)
 	pthread_mutex_unlock(&w->mu);
 }
 
-/* Threads must not take meshd's signals. */
-static int spawn_thread(pthread_t *t, void *(*fn)(void *), void *arg)
-{
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(t, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return -rc;
-}
-
 static void stop_waiter(struct jworker *w)
 {
 	if (!w->waiter_on)
@@ -334,7 +324,7 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->armed = 0;
 	w->quit = 0;
 	atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
-	if (spawn_thread(&w->waiter, waiter_main, w) < 0) {
+	if (mesh_thread_start(&w->waiter, waiter_main, w) < 0) {
 		drop_worker(x, w, 0, 1, NULL);
 		return;
 	}
@@ -470,7 +460,7 @@ static void pump(struct slot_ex *x)
 			continue;
 		atomic_store(&w->got, 0);
 		w->ex = x;
-		if (spawn_thread(&w->getter, getter_main, w) < 0)
+		if (mesh_thread_start(&w->getter, getter_main, w) < 0)
 			break;
 		w->getter_on = 1;
 		w->state = W_COMING;

@@ -4,6 +4,7 @@
 #include "daemon/jobs_int.h"
 
 #include "base/buf.h"
+#include "base/thread.h"
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
@@ -385,13 +386,9 @@ static void *driver_main(void *arg)
 
 int mesh__job_start(struct job *jb)
 {
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&jb->th, NULL, driver_main, jb);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc)
-		return -rc;
+	int rc = mesh_thread_start(&jb->th, driver_main, jb);
+	if (rc < 0)
+		return rc;
 	jb->th_on = 1;
 	return 0;
 }

@@ -16,6 +16,7 @@
 #include "daemon/jobs_int.h"
 
 #include "base/buf.h"
+#include "base/thread.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -302,18 +303,14 @@ static void sjob_join(struct sjob *s)
 
 static int sjob_start(struct sjob *s)
 {
-	sigset_t all, old;
 	uint64_t v;
 	while (read(s->cancel_efd, &v, sizeof v) == sizeof v) {
 	}
 	atomic_store(&s->ended, 0);
 	s->final = 0;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&s->th, NULL, driver_main, s);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc)
-		return -rc;
+	int rc = mesh_thread_start(&s->th, driver_main, s);
+	if (rc < 0)
+		return rc;
 	s->th_on = 1;
 	return 0;
 }
@@ -427,11 +424,7 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 		free(f);
 		return rc;
 	}
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = -pthread_create(&f->th, NULL, follow_main, f);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = mesh_thread_start(&f->th, follow_main, f);
 	if (rc) {
 		mesh_pg_close(f->pg);
 		free(f->base);

@@ -5,6 +5,7 @@
 #include "exec/runner.h"
 
 #include "base/buf.h"
+#include "base/thread.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
@@ -607,15 +608,8 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 		r->done_at_start = js.done;
 	}
 	/* The helper thread must not take our signals. */
-	sigset_t all, oldmask;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &oldmask);
-	rc = pthread_create(&r->thr, NULL, mesh__run_completer, r);
-	pthread_sigmask(SIG_SETMASK, &oldmask, NULL);
-	if (rc) {
-		rc = -rc;
+	if ((rc = mesh_thread_start(&r->thr, mesh__run_completer, r)) < 0)
 		goto out;
-	}
 	r->thr_started = 1;
 	rc = loop(r);
 out:
