@@ -95,6 +95,20 @@ static inline int meshd_t_serving(void *path)
 	return ok;
 }
 
+/* The port meshd's `--metrics` listener logged into ./meshd.err ("serving
+ * metrics=... port=N"), into *(int *)arg: a t_wait_for condition. */
+static inline int meshd_t_metrics_port(void *arg)
+{
+	int *port = arg;
+	char *err = t_read_file("meshd.err", NULL);
+	const char *p = err ? strstr(err, "serving metrics=") : NULL;
+	p = p ? strstr(p, "port=") : NULL;
+	if (p)
+		*port = atoi(p + 5);
+	free(err);
+	return p && *port > 0;
+}
+
 /* Waits for pid: its exit status, 128 + the signal that killed it, or -1. */
 static inline int meshd_t_wait(pid_t pid)
 {

@@ -137,18 +137,6 @@ static int slow_call_began(void *arg)
 	return began;
 }
 
-static int logged_port(void *arg)
-{
-	int *port = arg;
-	char *err = t_read_file("meshd.err", NULL);
-	const char *p = err ? strstr(err, "serving metrics=") : NULL;
-	p = p ? strstr(p, "port=") : NULL;
-	if (p)
-		*port = atoi(p + 5);
-	free(err);
-	return p && *port > 0;
-}
-
 /* The control API and GET /metrics share the loop with the workers' events:
  * both answer at once while a call waits on a worker (the call's op runs on
  * a thread of its own), and SIGTERM still stops meshd cleanly, cutting
@@ -158,7 +146,7 @@ TEST_TIMEOUT(meshd_loop_api_and_metrics_answer_during_a_call, 60)
 	meshd_t_add_program(out, sizeof out, "slow", t_bin("tests-workers/host_worker"), "args = [\"slow-call\"]\n");
 	pid_t pid = meshd_t_start_notified("--metrics 127.0.0.1:0", NULL, 0);
 	int port = 0;
-	ASSERT_TRUE(t_wait_for(logged_port, &port, 10000));
+	ASSERT_TRUE(t_wait_for(meshd_t_metrics_port, &port, 10000));
 	pid_t caller = fork();
 	ASSERT_GE(caller, 0);
 	if (caller == 0) {

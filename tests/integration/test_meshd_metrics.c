@@ -3,6 +3,7 @@
  * and over TCP, checked by value and by promtool. */
 #include "base/exit.h"
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <signal.h>
@@ -29,18 +30,6 @@ static void add_echo(void)
 	t_write_file("catalog/echo.toml", "name = \"echo\"\nbackends = [\"native\"]\n");
 }
 
-static int logged_port(void *arg)
-{
-	int *port = arg;
-	char *err = t_read_file("meshd.err", NULL);
-	const char *p = err ? strstr(err, "serving metrics=") : NULL;
-	p = p ? strstr(p, "port=") : NULL;
-	if (p)
-		*port = atoi(p + 5);
-	free(err);
-	return p && *port > 0;
-}
-
 static int sock_up(void *arg)
 {
 	struct stat st;
@@ -61,7 +50,7 @@ static int start_meshd(pid_t *pid)
 		      t_bin("meshd"), (char *)NULL);
 		_exit(127);
 	}
-	if (!t_wait_for(sock_up, NULL, 10000) || !t_wait_for(logged_port, &port, 10000)) {
+	if (!t_wait_for(sock_up, NULL, 10000) || !t_wait_for(meshd_t_metrics_port, &port, 10000)) {
 		char *err = t_read_file("meshd.err", NULL);
 		FAIL("meshd did not come up; its stderr: %s", err ? err : "");
 	}
