@@ -4,11 +4,13 @@
 #     starting one process per chunk for the same kind of work (`true`),
 #     both durable (journaled), both on 2 slots/workers: chunks/s and ratio;
 #   - from a submit with zero workers to the first result (the job's
-#     first_result_s: the driver's start to the first reply, spawn included)
-#     vs a worker's spawn-to-ready (`mesh start` of a cold program, minus a
-#     `mesh ps` round trip), and vs the spawn-to-ready of the very worker
-#     that served it (meshd's cold-start histogram, one observation): the
-#     difference is what meshd adds on that path;
+#     first_result_s: from the submit request's arrival to the first DONE
+#     that is durable -- its result synced, its DONE record fsynced --
+#     spawn included) vs a worker's spawn-to-ready (`mesh start` of a cold
+#     program, minus a `mesh ps` round trip), and vs the spawn-to-ready of
+#     the very worker that served it (meshd's cold-start histogram, one
+#     observation): the difference is what meshd adds on that path; the
+#     path itself from meshd's log (docs/jobs.md, "The first result");
 #   - after the last chunk: time until zero worker processes (idle_ttl 1 s;
 #     meshd's timer is armed for the TTL's expiry), from the time meshd
 #     logged the job's driver ended (its workers were given back just
@@ -34,7 +36,8 @@ workers() { ps -o pid= --ppid "$MESHD" | wc -l; }
 # meshd's CPU time so far (user + system, all threads), seconds.
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13) / hz }' "/proc/$MESHD/stat"; }
 
-# Cold: zero workers of echo, one chunk.
+# Cold: zero workers of echo (loaded: scaled to zero, not new), one chunk.
+mesh load echo >/dev/null || exit 1
 [ "$(workers)" -eq 0 ] || echo "   (workers before the cold job: $(workers))"
 id=$(mesh submit echo --chunks 1) && mesh wait "$id" >/dev/null || { echo "   cold job failed"; exit 1; }
 first=$(job "$id" | field first_result_s)
@@ -46,6 +49,7 @@ printf '   submit -> first result (zero workers):  %.2f ms   worker spawn-to-rea
 	"$(echo "$first * 1000" | bc -l)" "$(echo "$ready * 1000" | bc -l)"
 printf '   that first result vs its own worker'"'"'s spawn-to-ready (%.2f ms): +%.2f ms\n' \
 	"$(echo "${cold:-0} * 1000" | bc -l)" "$(echo "($first - ${cold:-0}) * 1000" | bc -l)"
+sed -n "s/.*job=$id first result durable after \([^(]*\)(since the submit): /     path (ms since the submit): /p" "$T/meshd.err"
 
 # Warm: the two workers stay up (idle_ttl 1 s); N trivial chunks.
 mesh start echo >/dev/null

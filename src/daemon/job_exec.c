@@ -54,14 +54,28 @@ struct entry {
 	uint32_t seq;
 };
 
+/* A worker asked for from the core on a helper thread (the core's start
+ * blocks until the worker is online): by the executor, or ahead of it by
+ * the job's submit (job_exec.h).  kick_fd is told when it is done; -1
+ * while nobody listens (asked ahead, not adopted yet). */
+struct meshd_job_ahead {
+	struct meshd_core *core;
+	const char *program;
+	struct meshd_job_exec_stats *st;
+	pthread_t th;
+	pthread_mutex_t mu;
+	int got, kick_fd; /* mu */
+	int rc;		  /* got: rc, err, h */
+	char *err;
+	struct meshd_job_worker h;
+};
+
 struct jworker {
 	int state;
 	struct meshd_job_worker h;
-	pthread_t getter, waiter;
-	int getter_on, waiter_on;
-	_Atomic int got; /* the getter is done: get_rc, get_err, h */
-	int get_rc;
-	char *get_err;
+	struct meshd_job_ahead *g; /* W_COMING: its getter */
+	pthread_t waiter;
+	int waiter_on;
 	int efd;	 /* the waiter: a reply (or the slot's failure) is there */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -72,7 +86,6 @@ struct jworker {
 	uint64_t t_head;   /* when the oldest entry reached the front (about when the worker took it) */
 	int full;	   /* this pump: the ring had no room */
 	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
-	struct slot_ex *ex;
 };
 
 struct slot_ex {
@@ -162,13 +175,92 @@ static void end_unit_text(struct unit *u, int code, const char *text)
 
 /* ---- workers ---- */
 
+/* Sets *stamp to now unless it was set already. */
+static void stamp_first(_Atomic uint64_t *stamp)
+{
+	uint64_t zero = 0;
+	atomic_compare_exchange_strong(stamp, &zero, mesh_mono_ns());
+}
+
 static void *getter_main(void *arg)
 {
-	struct jworker *w = arg;
-	w->get_rc = meshd_job_worker_get(w->ex->cfg.core, w->ex->cfg.program, &w->h, &w->get_err);
-	atomic_store(&w->got, 1);
-	efd_kick(w->ex->pool_efd);
+	struct meshd_job_ahead *g = arg;
+	struct meshd_job_worker h;
+	char *err = NULL;
+	int rc = meshd_job_worker_get(g->core, g->program, &h, &err);
+	pthread_mutex_lock(&g->mu);
+	g->rc = rc;
+	g->err = err;
+	g->h = h;
+	g->got = 1;
+	int fd = g->kick_fd;
+	pthread_mutex_unlock(&g->mu);
+	if (fd >= 0)
+		efd_kick(fd); /* the executor joins us before it closes fd */
 	return NULL;
+}
+
+static int getter_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st, int kick_fd,
+			struct meshd_job_ahead **out)
+{
+	struct meshd_job_ahead *g = calloc(1, sizeof *g);
+	if (!g)
+		return -ENOMEM;
+	g->core = core;
+	g->program = program;
+	g->st = st;
+	g->kick_fd = kick_fd;
+	pthread_mutex_init(&g->mu, NULL);
+	stamp_first(&st->first_ask_ns);
+	atomic_fetch_add_explicit(&st->starting, 1, memory_order_relaxed);
+	int rc = mesh_thread_start(&g->th, getter_main, g);
+	if (rc < 0) {
+		atomic_fetch_sub_explicit(&st->starting, 1, memory_order_relaxed);
+		pthread_mutex_destroy(&g->mu);
+		free(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+static int getter_done(struct meshd_job_ahead *g)
+{
+	pthread_mutex_lock(&g->mu);
+	int got = g->got;
+	pthread_mutex_unlock(&g->mu);
+	return got;
+}
+
+/* Waits for the getter's thread; it is no longer starting.  Its result
+ * (rc, err, h) stays for the caller, who frees g with getter_free. */
+static void getter_join(struct meshd_job_ahead *g)
+{
+	pthread_join(g->th, NULL);
+	atomic_fetch_sub_explicit(&g->st->starting, 1, memory_order_relaxed);
+}
+
+static void getter_free(struct meshd_job_ahead *g)
+{
+	free(g->err);
+	pthread_mutex_destroy(&g->mu);
+	free(g);
+}
+
+int meshd_job_ahead_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st,
+			  struct meshd_job_ahead **out)
+{
+	return getter_start(core, program, st, -1, out);
+}
+
+void meshd_job_ahead_drop(struct meshd_job_ahead *a)
+{
+	if (!a)
+		return;
+	getter_join(a);
+	if (a->rc == 0)
+		meshd_job_worker_put(a->core, &a->h, 0);
+	getter_free(a);
 }
 
 static void *waiter_main(void *arg)
@@ -323,6 +415,7 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->armed = 0;
 	w->quit = 0;
+	stamp_first(&x->st->first_worker_ns);
 	atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
 	if (mesh_thread_start(&w->waiter, waiter_main, w) < 0) {
 		drop_worker(x, w, 0, 1, NULL);
@@ -338,18 +431,19 @@ static void collect(struct slot_ex *x)
 	uint64_t now = mesh_mono_ns();
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->state != W_COMING || !atomic_load(&w->got))
+		if (w->state != W_COMING || !getter_done(w->g))
 			continue;
-		pthread_join(w->getter, NULL);
-		w->getter_on = 0;
-		atomic_fetch_sub_explicit(&x->st->starting, 1, memory_order_relaxed);
-		if (w->get_rc == 0) {
+		struct meshd_job_ahead *g = w->g;
+		w->g = NULL;
+		getter_join(g);
+		if (g->rc == 0) {
 			x->get_fails = 0;
+			w->h = g->h;
 			attach(x, w);
 		} else {
 			w->state = W_NONE;
 			x->need_pump = 1;
-			if (w->get_rc == -EAGAIN) {
+			if (g->rc == -EAGAIN) {
 				x->next_get = now + BUSY_RETRY_NS;
 			} else {
 				/* It could not come up: one waiting attempt fails
@@ -360,12 +454,11 @@ static void collect(struct slot_ex *x)
 				struct unit *u = x->qhead;
 				if (u) {
 					q_remove(x, u);
-					end_unit_text(u, 127, w->get_err ? w->get_err : mesh_strerror(w->get_rc));
+					end_unit_text(u, 127, g->err ? g->err : mesh_strerror(g->rc));
 				}
 			}
 		}
-		free(w->get_err);
-		w->get_err = NULL;
+		getter_free(g);
 	}
 }
 
@@ -419,6 +512,7 @@ static void pump(struct slot_ex *x)
 			continue;
 		}
 		q_remove(x, u);
+		stamp_first(&x->st->first_sent_ns);
 		u->state = U_SENT;
 		u->w = (int)(best - x->w);
 		if (best->n == 0)
@@ -458,13 +552,9 @@ static void pump(struct slot_ex *x)
 		struct jworker *w = &x->w[i];
 		if (w->state != W_NONE)
 			continue;
-		atomic_store(&w->got, 0);
-		w->ex = x;
-		if (mesh_thread_start(&w->getter, getter_main, w) < 0)
+		if (getter_start(x->cfg.core, x->cfg.program, x->st, x->pool_efd, &w->g) < 0)
 			break;
-		w->getter_on = 1;
 		w->state = W_COMING;
-		atomic_fetch_add_explicit(&x->st->starting, 1, memory_order_relaxed);
 		have++;
 	}
 }
@@ -495,6 +585,7 @@ static int sx_start(struct mesh__executor *ex, const struct mesh__exec_chunk *c,
 	u->input = c->input;
 	u->len = c->input ? c->input_len : 0;
 	u->order = ++x->order;
+	stamp_first(&x->st->first_start_ns);
 	q_insert(x, u);
 	pump(x);
 	return 0;
@@ -622,13 +713,15 @@ static void sx_free(struct mesh__executor *ex)
 	struct slot_ex *x = sx(ex);
 	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->getter_on) {
-			pthread_join(w->getter, NULL);
-			w->getter_on = 0;
-			atomic_fetch_sub_explicit(&x->st->starting, 1, memory_order_relaxed);
-			if (w->get_rc == 0)
-				w->state = W_ON, atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
-			free(w->get_err);
+		if (w->g) {
+			getter_join(w->g);
+			if (w->g->rc == 0) {
+				w->h = w->g->h;
+				w->state = W_ON;
+				atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
+			}
+			getter_free(w->g);
+			w->g = NULL;
 		}
 	}
 	/* Every waiter told to quit first: they end together. */
@@ -673,13 +766,19 @@ static const struct mesh__executor_ops slot_ops = {
 int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,
 			struct mesh__executor **out)
 {
-	const struct meshd_job_exec_arg *a = arg;
+	struct meshd_job_exec_arg *a = arg;
+	struct meshd_job_ahead *ahead = a->ahead;
 	(void)o;
-	if (!a->cfg.max_workers || !a->cfg.depth || !a->stats)
+	a->ahead = NULL; /* ours now, whatever happens */
+	if (!a->cfg.max_workers || !a->cfg.depth || !a->stats) {
+		meshd_job_ahead_drop(ahead);
 		return -EINVAL;
+	}
 	struct slot_ex *x = calloc(1, sizeof *x);
-	if (!x)
+	if (!x) {
+		meshd_job_ahead_drop(ahead);
 		return -ENOMEM;
+	}
 	x->base.ops = &slot_ops;
 	x->base.sink = *sink;
 	x->base.nslots = nslots;
@@ -693,6 +792,7 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 			for (unsigned i = 0; i < x->cfg.max_workers; i++)
 				x->w[i].efd = -1;
 		sx_free(&x->base);
+		meshd_job_ahead_drop(ahead);
 		return -ENOMEM;
 	}
 	int rc = 0;
@@ -700,7 +800,6 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 		struct jworker *w = &x->w[i];
 		pthread_mutex_init(&w->mu, NULL);
 		pthread_cond_init(&w->cv, NULL);
-		w->ex = x;
 		w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		w->fifo = calloc(x->cfg.depth, sizeof *w->fifo);
 		if (w->efd < 0 || !w->fifo)
@@ -708,7 +807,17 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 	}
 	if (rc) {
 		sx_free(&x->base);
+		meshd_job_ahead_drop(ahead);
 		return rc;
+	}
+	if (ahead) {
+		/* The first worker, coming since the submit: its getter tells
+		 * our pool when it is done (or has already). */
+		pthread_mutex_lock(&ahead->mu);
+		ahead->kick_fd = x->pool_efd;
+		pthread_mutex_unlock(&ahead->mu);
+		x->w[0].g = ahead;
+		x->w[0].state = W_COMING;
 	}
 	*out = &x->base;
 	return 0;

@@ -65,14 +65,34 @@ struct meshd_job_exec_stats {
 	_Atomic uint64_t worker_kills;	   /* killed for a timeout or a signal */
 	_Atomic uint64_t ignored_replies;  /* replies to attempts already ended (lost races) */
 	_Atomic uint64_t requeued;	   /* chunks moved to another worker unstarted */
-	_Atomic uint64_t first_reply_ns;   /* CLOCK_MONOTONIC of the first result, 0 = none yet */
+	/* The first chunk's path, CLOCK_MONOTONIC, 0 = not yet: a worker
+	 * asked for (a getter started), an attempt started (leased), a worker
+	 * online and attached, a chunk sent into a slot, a result taken. */
+	_Atomic uint64_t first_ask_ns, first_start_ns, first_worker_ns, first_sent_ns;
+	_Atomic uint64_t first_reply_ns;
 };
+
+/* A job's first worker asked for before its executor exists: at submit,
+ * so that the spawn (the long pole from zero workers) runs while the job
+ * is stored, its driver starts and its first chunks are leased.  The
+ * executor adopts it as a worker coming (meshd_job_exec_arg.ahead).
+ * program is borrowed until the worker is adopted or dropped; st counts
+ * it as starting.  0 or -errno. */
+struct meshd_job_ahead;
+int meshd_job_ahead_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st,
+			  struct meshd_job_ahead **out);
+/* One never adopted: waits for its getter and gives the worker back idle. */
+void meshd_job_ahead_drop(struct meshd_job_ahead *a);
 
 /* A mesh__exec_make_fn (executor.h) for mesh__exec_drive: arg is a
  * struct meshd_job_exec_cfg plus its stats (struct meshd_job_exec_arg). */
 struct meshd_job_exec_arg {
 	struct meshd_job_exec_cfg cfg;
 	struct meshd_job_exec_stats *stats;
+	/* A worker asked for ahead (of cfg.program), or NULL: make adopts
+	 * it (and sets this NULL), whether it succeeds or not; one left here
+	 * (make was never called) is the caller's to drop. */
+	struct meshd_job_ahead *ahead;
 };
 int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,
 			struct mesh__executor **out);

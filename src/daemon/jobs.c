@@ -88,6 +88,7 @@ void mesh__job_free(struct job *jb)
 	mesh_results_close(jb->res);
 	if (jb->cancel_efd >= 0)
 		close(jb->cancel_efd);
+	meshd_job_ahead_drop(jb->ahead);
 	free(jb->dir);
 	free(jb->journal);
 	free(jb->results_path);
@@ -202,9 +203,32 @@ static int hook_commit(void *arg)
 	return mesh_results_sync(jb->res);
 }
 
+static double ms_since(uint64_t t, uint64_t t0)
+{
+	return t && t0 && t >= t0 ? (double)(t - t0) / 1e6 : -1;
+}
+
+/* The first DONE is durable: its time, and the path to it in the log
+ * (docs/jobs.md, "The first result"). */
+static void note_first_done(struct job *jb)
+{
+	struct mesh_job_status js;
+	if (atomic_load(&jb->t_first_done) || mesh_job_status(jb->jh, &js) < 0 || js.done <= jb->done0)
+		return;
+	uint64_t now = mesh_mono_ns(), t0 = jb->t_submit ? jb->t_submit : jb->t_driver;
+	atomic_store(&jb->t_first_done, now);
+	mesh_info("job=%" PRIu64 " first result durable after %.3f ms (since the %s): stored %.3f, driver %.3f, "
+		  "worker asked %.3f, first lease %.3f, worker online %.3f, chunk sent %.3f, reply %.3f",
+		  jb->id, ms_since(now, t0), jb->t_submit ? "submit" : "driver's start", ms_since(atomic_load(&jb->t_stored), t0),
+		  ms_since(jb->t_driver, t0), ms_since(atomic_load(&jb->xs.first_ask_ns), t0),
+		  ms_since(atomic_load(&jb->xs.first_start_ns), t0), ms_since(atomic_load(&jb->xs.first_worker_ns), t0),
+		  ms_since(atomic_load(&jb->xs.first_sent_ns), t0), ms_since(atomic_load(&jb->xs.first_reply_ns), t0));
+}
+
 static void hook_committed(void *arg)
 {
 	struct job *jb = arg;
+	note_first_done(jb);
 	pthread_mutex_lock(&jb->mu);
 	pthread_cond_broadcast(&jb->cv);
 	pthread_mutex_unlock(&jb->mu);
@@ -315,6 +339,7 @@ static void *driver_main(void *arg)
 	char *err = NULL;
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
 	int rc = 0;
+	jb->t_driver = mesh_mono_ns();
 	if (!jb->jh)
 		rc = job_open_files(jb, 1, &err);
 	if (rc == 0 && jb->has_input) {
@@ -327,6 +352,8 @@ static void *driver_main(void *arg)
 	if (rc < 0) {
 		mesh_error("job=%" PRIu64 " cannot run: %s", jb->id, err ? err : mesh_strerror(rc));
 		mesh_exec_input_release(&in);
+		meshd_job_ahead_drop(jb->ahead);
+		jb->ahead = NULL;
 		set_end(jb, MESHD_JOB_ERROR, err ? err : strdup(mesh_strerror(rc)));
 		return NULL;
 	}
@@ -354,11 +381,14 @@ static void *driver_main(void *arg)
 	struct meshd_job_exec_arg xa = {
 		.cfg = {j->core, jb->program, jb->max_workers, j->depth, jb->timeout_ns},
 		.stats = &jb->xs,
+		.ahead = jb->ahead,
 	};
+	jb->ahead = NULL;
 	struct mesh_exec_stats st;
 	mesh_info("job=%" PRIu64 " running program=%s chunks=%" PRIu64 " done=%" PRIu64, jb->id, jb->program, jb->n,
 		  jb->done0);
 	rc = mesh__exec_drive(jb->jh, &o, meshd_job_exec_make, &xa, &st);
+	meshd_job_ahead_drop(xa.ahead); /* the driver stopped before its executor took it */
 	atomic_store(&jb->t_end, mesh_mono_ns());
 	mesh_exec_input_release(&in);
 	pthread_mutex_lock(&jb->mu);

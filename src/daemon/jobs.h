@@ -91,7 +91,7 @@ struct meshd_job_info {
 	uint64_t timeout_ns;
 	int speculate;
 	uint64_t worker_deaths, worker_kills, ignored_replies, requeued;
-	double first_result_s;	/* since the driver started; -1 when none yet */
+	double first_result_s;	/* submit (a resumed job: its driver's start) to the first durable DONE; -1 none yet */
 	char *dir, *journal, *lockdir, *lease_name;
 	struct meshd_job_failure *failures; /* with details only: every chunk with failed attempts */
 	size_t nfailures;

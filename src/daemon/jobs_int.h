@@ -42,6 +42,13 @@ struct job {
 	struct meshd_job_exec_stats xs;
 	uint64_t t0, done0;
 	_Atomic uint64_t t_end; /* when the driver returned, 0 while it runs */
+	/* The first result's path (CLOCK_MONOTONIC; 0 = not seen): the
+	 * submit arrived, its spec was durable, the driver started, the first
+	 * DONE was durable (journaled with its result).  xs has the rest. */
+	uint64_t t_submit, t_driver;
+	_Atomic uint64_t t_stored, t_first_done;
+	/* Asked for at submit, adopted by the driver's executor (job_exec.h). */
+	struct meshd_job_ahead *ahead;
 };
 
 struct meshd_jobs {

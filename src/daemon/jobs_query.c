@@ -48,10 +48,29 @@ static int name_ok(const char *s)
 	return 1;
 }
 
+/* The spec of a job whose driver may run could not be written: the driver
+ * is cancelled and waited for, and the job ends as an error (why, owned). */
+static void stop_unstored(struct job *jb, char *why)
+{
+	uint64_t one = 1;
+	pthread_mutex_lock(&jb->mu);
+	jb->cancelled = 1; /* its driver ends it CANCELLED, not unfinished */
+	if (jb->th_on && write(jb->cancel_efd, &one, sizeof one) < 0) {
+		/* the counter is never full */
+	}
+	while (jb->th_on && jb->state == MESHD_JOB_RUNNING)
+		pthread_cond_wait(&jb->cv, &jb->mu);
+	jb->state = MESHD_JOB_ERROR;
+	free(jb->error);
+	jb->error = why;
+	pthread_cond_broadcast(&jb->cv);
+	pthread_mutex_unlock(&jb->mu);
+}
+
 int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint64_t *id, char **err)
 {
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
-	uint64_t n = s->chunks;
+	uint64_t n = s->chunks, t_submit = mesh_mono_ns();
 	int rc;
 	if (err)
 		*err = NULL;
@@ -131,6 +150,7 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	jb->retries = s->retries ? s->retries : DEFAULT_RETRIES;
 	jb->timeout_ns = s->timeout_ns;
 	jb->speculate = s->speculate;
+	jb->t_submit = t_submit;
 	jb->buried = calloc(n / 8 + 1, 1);
 	char *spec = NULL, *path = NULL;
 	if (!jb->program || (s->name && !jb->name) || !jb->buried || !(spec = mesh__job_spec_text(jb)) ||
@@ -138,6 +158,12 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		rc = -ENOMEM;
 		goto fail;
 	}
+	/* Its first worker now: from zero, the spawn is the long pole, and it
+	 * runs while the job is stored, its driver starts and its first chunks
+	 * are leased (the driver's executor adopts it).  Not having it costs
+	 * only time: the executor asks for its own. */
+	if (meshd_job_ahead_start(j->core, jb->program, &jb->xs, &jb->ahead) < 0)
+		jb->ahead = NULL;
 	/* The input and the journal first, the spec last: a job is there
 	 * once its spec is (a crash before leaves a directory that open
 	 * ignores). */
@@ -145,16 +171,36 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		goto fail;
 	if ((rc = mesh_job_submit(jb->journal, n)) < 0)
 		goto fail;
-	if ((rc = mesh_write_file_atomic(path, spec, strlen(spec), 0600)) < 0)
-		goto fail;
-	free(spec);
-	free(path);
+	/* Its driver now, while the spec is written: it needs the journal,
+	 * and the spec's fsyncs would only delay its first lease.  The job is
+	 * durable once its spec is (first_result_s counts from then at the
+	 * earliest); a crash before leaves a directory that open ignores, and
+	 * the submit unanswered.  Listed first: a stop must find its driver. */
 	pthread_mutex_lock(&j->mu);
 	jb->next = j->list;
 	j->list = jb;
 	/* Stopping meanwhile: it stays on disk, unfinished, for the next start. */
-	rc = j->stopping ? 0 : mesh__job_start(jb);
+	rc = j->stopping ? 1 : mesh__job_start(jb);
 	pthread_mutex_unlock(&j->mu);
+	if (rc != 0) {
+		/* No driver to adopt the worker asked for ahead. */
+		meshd_job_ahead_drop(jb->ahead);
+		jb->ahead = NULL;
+	}
+	int src = mesh_write_file_atomic(path, spec, strlen(spec), 0600);
+	if (src == 0)
+		atomic_store(&jb->t_stored, mesh_mono_ns());
+	free(spec);
+	free(path);
+	if (src < 0) {
+		/* Not stored: its driver stops, and the job stays listed as an
+		 * error (jobs are freed only with j); a restart will not see it. */
+		char *why = mesh_strf("cannot store job %" PRIu64 " in %s: %s", jb->id, jb->dir, mesh_strerror(src));
+		stop_unstored(jb, why);
+		if (err)
+			*err = why ? strdup(why) : NULL;
+		return src;
+	}
 	if (rc < 0) {
 		pthread_mutex_lock(&jb->mu);
 		jb->state = MESHD_JOB_ERROR;
@@ -253,9 +299,16 @@ static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
 		if (!now)
 			now = mesh_mono_ns();
 		ji->elapsed_s = (double)(now - jb->t0) / 1e9;
-		uint64_t first = atomic_load(&jb->xs.first_reply_ns);
-		if (first)
-			ji->first_result_s = (double)(first - jb->t0) / 1e9;
+		/* Honest: from the submit (the driver's start for a job resumed
+		 * by this meshd) to the first DONE that is durable. */
+		uint64_t first = atomic_load(&jb->t_first_done), from = jb->t_submit ? jb->t_submit : jb->t_driver;
+		uint64_t stored = atomic_load(&jb->t_stored);
+		if (jb->t_submit && first && stored > first)
+			first = stored; /* DONE before the job itself was durable */
+		if (jb->t_submit && !stored)
+			first = 0;
+		if (first && from && first >= from)
+			ji->first_result_s = (double)(first - from) / 1e9;
 		if (ji->elapsed_s > 0 && ji->done > jb->done0)
 			ji->rate = (double)(ji->done - jb->done0) / ji->elapsed_s;
 		if (ji->rate > 0 && ji->state == MESHD_JOB_RUNNING)
