@@ -7,6 +7,7 @@
 #include "base/thread.h"
 #include "base/err.h"
 #include "daemon/ops.h"
+#include "exec/runner.h"
 #include "shm/shm.h"
 
 #include <errno.h>
@@ -100,6 +101,7 @@ struct slot_ex {
 	uint64_t next_get;
 	unsigned get_fails;
 	int need_pump; /* attempts went back to the queue, or a retry is due: pump at the next status */
+	int speculate; /* the driver runs speculative copies */
 };
 
 static struct slot_ex *sx(struct mesh__executor *ex)
@@ -462,12 +464,29 @@ static void collect(struct slot_ex *x)
 	}
 }
 
+/* 1 when w holds an attempt of chunk cid (a worker takes its ring in
+ * order: a speculative copy behind its own original could never win). */
+static int holds(const struct slot_ex *x, const struct jworker *w, uint64_t cid)
+{
+	for (unsigned k = 0; k < w->n; k++) {
+		const struct entry *e = &w->fifo[(w->head + k) % x->cfg.depth];
+		if (e->unit && x->u[e->unit - 1].cid == cid)
+			return 1;
+	}
+	return 0;
+}
+
 /* Sends what waits to workers with room; asks for workers as demand says. */
 static void pump(struct slot_ex *x)
 {
 	collect(x);
 	x->need_pump = 0;
 	unsigned K = x->cfg.max_workers, D = x->cfg.depth;
+	/* Attempts waited for a worker when this pump began: demand may ask
+	 * for more even once they all went into rings (a worker online since
+	 * the submit takes the first chunks at once; the job still gets the
+	 * workers its demand says). */
+	int waiting = x->qhead != NULL;
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
 		w->full = 0;
@@ -478,18 +497,26 @@ static void pump(struct slot_ex *x)
 		if (w->stale && !w->n)
 			drop_worker(x, w, 0, 0, NULL);
 	}
-	while (x->qhead) {
+	struct unit *u = x->qhead;
+	while (u) {
 		struct jworker *best = NULL;
+		int room = 0;
 		for (unsigned i = 0; i < K; i++) {
 			struct jworker *w = &x->w[i];
 			/* Not behind a dropped attempt the worker still works on. */
-			if (w->state == W_ON && !w->stale && !w->full && w->n < D && (!w->n || w->fifo[w->head].unit) &&
-			    (!best || w->n < best->n))
+			if (w->state != W_ON || w->stale || w->full || w->n >= D || (w->n && !w->fifo[w->head].unit))
+				continue;
+			room = 1;
+			if ((!best || w->n < best->n) && !(x->speculate && holds(x, w, u->cid)))
 				best = w;
 		}
-		if (!best)
+		if (!room)
 			break;
-		struct unit *u = x->qhead;
+		if (!best) {
+			u = u->qnext; /* a copy waits for a worker other than its original's */
+			continue;
+		}
+		struct unit *next = u->qnext;
 		uint8_t h[MESH_CHUNK_HDR];
 		for (int k = 0; k < 8; k++)
 			h[k] = (uint8_t)(u->cid >> (8 * k));
@@ -504,6 +531,7 @@ static void pump(struct slot_ex *x)
 			snprintf(msg, sizeof msg, "the chunk's input (%zu bytes) is larger than a slot carries (%zu)", u->len,
 				 mesh_slot_max_send(best->h.slot) - MESH_CHUNK_HDR);
 			end_unit_text(u, 1, msg);
+			u = next;
 			continue;
 		}
 		if (rc < 0) {
@@ -519,13 +547,14 @@ static void pump(struct slot_ex *x)
 			best->t_head = mesh_mono_ns();
 		best->fifo[(best->head + best->n) % D] = (struct entry){(int)(u - x->u) + 1, seq};
 		best->n++;
+		u = next;
 	}
 	/* Demand: the attempts in flight, put to the autoscale policy with a
 	 * worker's concurrency min(D, DEMAND_CONCURRENCY) and at most K
 	 * workers (its replica count: ceil(in flight / that), from zero at
 	 * once). */
 	unsigned inflight = 0, warm = 0, starting = 0;
-	for (struct unit *u = x->qhead; u; u = u->qnext)
+	for (struct unit *q = x->qhead; q; q = q->qnext)
 		inflight++;
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
@@ -542,7 +571,7 @@ static void pump(struct slot_ex *x)
 		want = have + plan.count;
 	if (want > K)
 		want = K;
-	if (have >= want || !x->qhead)
+	if (have >= want || (!x->qhead && !waiting))
 		return;
 	if (mesh_mono_ns() < x->next_get) {
 		x->need_pump = 1; /* once the wait is over */
@@ -768,7 +797,6 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 {
 	struct meshd_job_exec_arg *a = arg;
 	struct meshd_job_ahead *ahead = a->ahead;
-	(void)o;
 	a->ahead = NULL; /* ours now, whatever happens */
 	if (!a->cfg.max_workers || !a->cfg.depth || !a->stats) {
 		meshd_job_ahead_drop(ahead);
@@ -784,6 +812,7 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 	x->base.nslots = nslots;
 	x->cfg = a->cfg;
 	x->st = a->stats;
+	x->speculate = o->speculate;
 	x->pool_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	x->u = calloc(nslots, sizeof *x->u);
 	x->w = calloc(x->cfg.max_workers, sizeof *x->w);
