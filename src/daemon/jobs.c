@@ -208,21 +208,29 @@ static double ms_since(uint64_t t, uint64_t t0)
 	return t && t0 && t >= t0 ? (double)(t - t0) / 1e6 : -1;
 }
 
-/* The first DONE is durable: its time, and the path to it in the log
- * (docs/jobs.md, "The first result"). */
+void mesh__job_note_first(struct job *jb)
+{
+	uint64_t done = atomic_load(&jb->t_first_done), stored = atomic_load(&jb->t_stored);
+	if (!done || (jb->t_submit && !stored) || atomic_exchange(&jb->first_logged, 1))
+		return;
+	uint64_t t0 = jb->t_submit ? jb->t_submit : jb->t_driver, end = stored > done ? stored : done;
+	mesh_info("job=%" PRIu64 " first result durable after %.3f ms (since the %s): stored %.3f, driver %.3f, "
+		  "worker asked %.3f, first lease %.3f, worker online %.3f, chunk sent %.3f, reply %.3f, DONE durable %.3f",
+		  jb->id, ms_since(end, t0), jb->t_submit ? "submit" : "driver's start", ms_since(stored, t0),
+		  ms_since(jb->t_driver, t0), ms_since(atomic_load(&jb->xs.first_ask_ns), t0),
+		  ms_since(atomic_load(&jb->xs.first_start_ns), t0), ms_since(atomic_load(&jb->xs.first_worker_ns), t0),
+		  ms_since(atomic_load(&jb->xs.first_sent_ns), t0), ms_since(atomic_load(&jb->xs.first_reply_ns), t0),
+		  ms_since(done, t0));
+}
+
+/* The first DONE is durable: its time (docs/jobs.md, "The first result"). */
 static void note_first_done(struct job *jb)
 {
 	struct mesh_job_status js;
 	if (atomic_load(&jb->t_first_done) || mesh_job_status(jb->jh, &js) < 0 || js.done <= jb->done0)
 		return;
-	uint64_t now = mesh_mono_ns(), t0 = jb->t_submit ? jb->t_submit : jb->t_driver;
-	atomic_store(&jb->t_first_done, now);
-	mesh_info("job=%" PRIu64 " first result durable after %.3f ms (since the %s): stored %.3f, driver %.3f, "
-		  "worker asked %.3f, first lease %.3f, worker online %.3f, chunk sent %.3f, reply %.3f",
-		  jb->id, ms_since(now, t0), jb->t_submit ? "submit" : "driver's start", ms_since(atomic_load(&jb->t_stored), t0),
-		  ms_since(jb->t_driver, t0), ms_since(atomic_load(&jb->xs.first_ask_ns), t0),
-		  ms_since(atomic_load(&jb->xs.first_start_ns), t0), ms_since(atomic_load(&jb->xs.first_worker_ns), t0),
-		  ms_since(atomic_load(&jb->xs.first_sent_ns), t0), ms_since(atomic_load(&jb->xs.first_reply_ns), t0));
+	atomic_store(&jb->t_first_done, mesh_mono_ns());
+	mesh__job_note_first(jb);
 }
 
 static void hook_committed(void *arg)

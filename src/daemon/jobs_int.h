@@ -47,6 +47,7 @@ struct job {
 	 * DONE was durable (journaled with its result).  xs has the rest. */
 	uint64_t t_submit, t_driver;
 	_Atomic uint64_t t_stored, t_first_done;
+	_Atomic int first_logged;
 	/* Asked for at submit, adopted by the driver's executor (job_exec.h). */
 	struct meshd_job_ahead *ahead;
 };
@@ -73,6 +74,10 @@ int mesh__job_spec_parse(struct job *jb, char *text);
 enum meshd_job_state mesh__job_end_state(const char *text);
 int mesh__job_start(struct job *jb);
 int mesh__job_write_end(struct job *jb, const char *what);
+/* Logs the first result's path (info) once both the first DONE and, for a
+ * job submitted to this meshd, its spec are durable: each of the two
+ * threads that stamps one calls it after its stamp. */
+void mesh__job_note_first(struct job *jb);
 /* A failed attempt's report for people, into b: the attempt, its exit code
  * or signal, then what the executor said (err, n bytes). */
 void mesh__job_failure_text(struct mesh_buf *b, uint32_t attempt, int code, const void *err, size_t n);

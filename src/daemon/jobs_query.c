@@ -188,8 +188,10 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		jb->ahead = NULL;
 	}
 	int src = mesh_write_file_atomic(path, spec, strlen(spec), 0600);
-	if (src == 0)
+	if (src == 0) {
 		atomic_store(&jb->t_stored, mesh_mono_ns());
+		mesh__job_note_first(jb);
+	}
 	free(spec);
 	free(path);
 	if (src < 0) {
