@@ -99,7 +99,16 @@ static int conn_lost(const PGresult *r)
 	return !st || !strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") || !strcmp(st, "57P03");
 }
 
-/* A connection with synchronous commit on, or NULL with why filled. */
+/* Every session's: synchronous commit on; and the plans the store's
+ * functions settle on from their first call (their statements are
+ * written for plans that do not know the values: a job's id, arrays of
+ * chunks), instead of five planned for the values first -- most of what
+ * a node's first calls cost the server. */
+#define SESSION_SETTINGS                                                                                      \
+	"SET synchronous_commit = on; SET client_min_messages = warning;"                                     \
+	" SET plan_cache_mode = force_generic_plan"
+
+/* A connection with SESSION_SETTINGS, or NULL with why filled. */
 static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
 {
 	char *err = NULL;
@@ -121,7 +130,7 @@ static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
 		*rc = MESH_E_UNAVAILABLE;
 		return NULL;
 	}
-	r = PQexec(c, "SET synchronous_commit = on; SET client_min_messages = warning");
+	r = PQexec(c, SESSION_SETTINGS);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		set_why(why, cap, PQerrorMessage(c));
 		PQclear(r);
@@ -204,7 +213,7 @@ static PGresult *query(struct mesh_pg *pg, int slot, const char *sql, int n, con
 			PQreset(pg->conn);
 			pg->prepared = 0; /* a new session has none */
 			if (PQstatus(pg->conn) == CONNECTION_OK) {
-				PGresult *s = PQexec(pg->conn, "SET synchronous_commit = on");
+				PGresult *s = PQexec(pg->conn, SESSION_SETTINGS);
 				PQclear(s);
 				break;
 			}

@@ -369,6 +369,15 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	 * INSERT; the lock-read-update of version 4 only for words that
 	 * exist), and deletes a block it finishes without updating it
 	 * first. */
+	/* The fresh-lease cursor without a queue on the job's row: a fresh
+	 * lease takes from a range carved off the cursor (SKIP LOCKED, one
+	 * row a range: [lo, hi), lo moving up) while one is free, else from
+	 * the cursor; one that finds the cursor's row locked by another
+	 * waits for it, and then carves the next 32 leases' worth off for
+	 * those behind it.  Chunks of a range are fresh as the cursor's
+	 * are (a range exists only under contention: one node alone leases
+	 * in cid order). */
+	"CREATE TABLE mesh.ranges (job int NOT NULL, hi bigint NOT NULL, lo bigint NOT NULL, PRIMARY KEY (job, hi));\n"
 	/* The DONE chunks of [lo, hi): the words of the range only
 	 * (plpgsql: its plan is kept, a sql function's is made each call). */
 	"CREATE FUNCTION mesh.done_in(p_job int, p_lo bigint, p_hi bigint) RETURNS bigint[] LANGUAGE plpgsql STABLE AS $f$\n"
@@ -398,7 +407,7 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	" LANGUAGE plpgsql AS $f$\n"
 	"#variable_conflict use_column\n"
 	"DECLARE t bigint := mesh.now_us(); got int := 0; lo bigint; hi bigint; silent bigint[]; cand bigint[];\n"
-	" b record; tok bigint; nb int; skip bigint[];\n"
+	" b record; tok bigint; nb int; skip bigint[]; n bigint; rhi bigint;\n"
 	"BEGIN\n"
 	" SELECT array_agg(n.holder) INTO silent FROM mesh.nodes n WHERE n.job = p_job AND n.beat + n.ttl_us < t;\n"
 	" FOR b IN SELECT x.lo FROM mesh.blocks x WHERE x.job = p_job AND (x.deadline < t OR x.holder = ANY(silent))\n"
@@ -422,10 +431,29 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	"  GET DIAGNOSTICS got = ROW_COUNT;\n"
 	" END IF;\n"
 	" IF got < p_k THEN\n"
-	"  SELECT j.next, j.n INTO lo, hi FROM mesh.jobs j WHERE j.id = p_job FOR UPDATE;\n"
-	"  hi := LEAST(hi, lo + p_k - got);\n"
+	/* a range carved off the cursor (below it) first */
+	"  SELECT r.lo, r.hi INTO lo, rhi FROM mesh.ranges r WHERE r.job = p_job ORDER BY r.hi LIMIT 1\n"
+	"   FOR UPDATE SKIP LOCKED;\n"
+	"  IF FOUND THEN\n"
+	"   hi := LEAST(rhi, lo + p_k - got);\n"
+	"   IF hi >= rhi THEN DELETE FROM mesh.ranges WHERE job = p_job AND hi = rhi;\n"
+	"   ELSE UPDATE mesh.ranges SET lo = lo + (p_k - got) WHERE job = p_job AND hi = rhi; END IF;\n"
+	"  ELSE\n"
+	"   SELECT j.next, j.n INTO lo, n FROM mesh.jobs j WHERE j.id = p_job FOR UPDATE SKIP LOCKED;\n"
+	"   IF FOUND THEN\n"
+	"    hi := LEAST(n, lo + p_k - got);\n"
+	"    UPDATE mesh.jobs SET next = hi WHERE id = p_job AND hi > lo;\n"
+	"   ELSE\n"
+	/* another lease holds the cursor: wait for it, and carve the next
+	 * leases' worth off for those behind */
+	"    SELECT j.next, j.n INTO lo, n FROM mesh.jobs j WHERE j.id = p_job FOR UPDATE;\n"
+	"    hi := LEAST(n, lo + p_k - got);\n"
+	"    rhi := LEAST(n, hi + 32 * p_k);\n"
+	"    IF rhi > hi THEN INSERT INTO mesh.ranges VALUES (p_job, rhi, hi); END IF;\n"
+	"    UPDATE mesh.jobs SET next = rhi WHERE id = p_job AND rhi > lo;\n"
+	"   END IF;\n"
+	"  END IF;\n"
 	"  IF hi > lo THEN\n"
-	"   UPDATE mesh.jobs SET next = hi WHERE id = p_job;\n"
 	"   tok := (random() * 4.6e18)::bigint;\n"
 	/* past the cursor a chunk may be DONE (a completion of a chunk never
 	 * leased) or have a row (a failure reported for it): both skipped */

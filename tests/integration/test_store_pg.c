@@ -615,6 +615,63 @@ TEST_TIMEOUT(store_pg_calls_read_only_their_done_words, 30)
 	store_env_stop(&e);
 }
 
+/* The fresh-lease cursor is no queue (version 5): a lease that found the
+ * job's row locked by another waited for it, then carved the next
+ * leases' worth off; while the row is locked again, the next lease takes
+ * its chunks from that range at once (on version 4 it waited for the
+ * row, here past its lock_timeout). */
+TEST_TIMEOUT(store_pg_fresh_lease_does_not_queue_on_the_job_row, 30)
+{
+	struct store_env e;
+	char url[600], out[1024], conn[400], q[300];
+	start(&e);
+	base_url(&e, url, sizeof url);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#rng' 100000", MESH, url), 0);
+	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
+	PGconn *a = PQconnectdb(conn), *b = PQconnectdb(conn);
+	ASSERT_EQ(PQstatus(a), CONNECTION_OK);
+	ASSERT_EQ(PQstatus(b), CONNECTION_OK);
+	long long id = pq1(a, "SELECT id FROM mesh.jobs WHERE name = 'rng'");
+	snprintf(q, sizeof q, "SELECT min(cid), count(*) FROM mesh.lease(%lld, 64, 60000000, 7)", id);
+	/* b waits for a's lock of the job's row */
+	pq1(a, "BEGIN");
+	pq1(a, "SELECT 1 FROM mesh.jobs WHERE name = 'rng' FOR UPDATE");
+	ASSERT_EQ(PQsendQuery(b, q), 1);
+	snprintf(out, sizeof out, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d AND wait_event_type = 'Lock'",
+		 PQbackendPID(b));
+	for (int i = 0; i < 500 && sql1(&e, out) == 0; i++)
+		mesh_sleep_ns(10 * MESH_NS_PER_MS); /* until b waits in the lock's queue */
+	pq1(a, "COMMIT");
+	PGresult *r = PQgetResult(b);
+	ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+	EXPECT_EQ(atoll(PQgetvalue(r, 0, 0)), 0);
+	EXPECT_EQ(atoll(PQgetvalue(r, 0, 1)), 64);
+	PQclear(r);
+	while ((r = PQgetResult(b)))
+		PQclear(r);
+	/* locked again: the next lease does not wait */
+	pq1(a, "BEGIN");
+	pq1(a, "SELECT 1 FROM mesh.jobs WHERE name = 'rng' FOR UPDATE");
+	pq1(b, "SET lock_timeout = 2000");
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(pq1(b, q), 64); /* min(cid): 64, the range's first */
+	EXPECT_LT(t_now_ms() - t0, 1500);
+	pq1(a, "ROLLBACK");
+	/* nothing lost or leased twice: a node alone takes the rest of the
+	 * range, then the cursor's */
+	EXPECT_EQ(pq1(b, q), 128);
+	snprintf(q, sizeof q, "SELECT count(DISTINCT cid) FROM mesh.lease(%lld, 64, 60000000, 7)", id);
+	for (int i = 0; i < 40; i++)
+		pq1(b, q);
+	EXPECT_EQ(sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'rng'"), 43 * 64);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks b JOIN mesh.blocks c ON c.job = b.job AND c.lo < b.hi"
+			   " AND c.hi > b.lo AND c.lo <> b.lo"),
+		  0);
+	PQfinish(a);
+	PQfinish(b);
+	store_env_stop(&e);
+}
+
 /* The chunk driver (`mesh run`, and meshd's store drivers) while others
  * hold every chunk waits for the store's NOTIFY, not for its 200 ms
  * retry: each chunk let go is taken at once, every time. */
