@@ -8,7 +8,9 @@
  *      target >= 50,000 chunks/s with PostgreSQL;
  *   2. NOTIFY wake-up: an idle node (everything leased by another) until
  *      it holds a chunk let go by the other;          target <= 10 ms.
- * Usage: bench_store URL [chunks]  (files under a fresh /tmp directory) */
+ * Usage: bench_store URL [chunks [nodes]]  (files under a fresh /tmp
+ * directory; nodes: one count only, the PostgreSQL store only, no
+ * wake-up: what bench/bench_store_prof.sh measures) */
 #include "base/clock.h"
 #include "job/job.h"
 
@@ -139,24 +141,30 @@ int main(int argc, char **argv)
 	char dir[] = "/tmp/mesh-bench-store-XXXXXX";
 	if (!mkdtemp(dir) || chdir(dir))
 		return 1;
-	const int counts[] = {1, 8, 32};
+	int counts[] = {1, 8, 32}, ncounts = 3, only = argc > 3 ? atoi(argv[3]) : 0;
+	if (only > 0 && only <= 64) {
+		counts[0] = only;
+		ncounts = 1;
+	}
 	printf("   durable lease+complete, %llu chunks, batches of 64     chunks/s\n", (unsigned long long)n);
 	printf("   %-7s %14s %14s %8s\n", "nodes", "PostgreSQL", "file store", "pg/file");
-	for (int c = 0; c < 3; c++) {
+	for (int c = 0; c < ncounts; c++) {
 		char where[700], job[32], journal[64], locks[32];
 		snprintf(job, sizeof job, "t%d", counts[c]);
 		snprintf(where, sizeof where, "%s#%s", url, job);
 		snprintf(journal, sizeof journal, "%s.log", job);
 		snprintf(locks, sizeof locks, "locks%d", counts[c]);
 		double pg = throughput(where, NULL, job, n, counts[c]);
-		double f = throughput(journal, locks, job, n, counts[c]);
+		double f = only ? 0 : throughput(journal, locks, job, n, counts[c]);
 		printf("   %-7d %14.0f %14.0f %8.2f\n", counts[c], pg, f, f > 0 ? pg / f : 0);
 	}
-	printf("   published, not measured here: River 46,000 jobs/s; graphile-worker 183,000 jobs/s\n");
-	printf("   (target: >= 50,000 chunks/s with PostgreSQL, synchronous_commit on)\n");
-	printf("   NOTIFY wake-up, a chunk let go -> the idle node holds it: %.2f ms median of 5"
-	       " (target <= 10 ms)\n",
-	       notify_ms(url));
+	if (!only) {
+		printf("   published, not measured here: River 46,000 jobs/s; graphile-worker 183,000 jobs/s\n");
+		printf("   (target: >= 50,000 chunks/s with PostgreSQL, synchronous_commit on)\n");
+		printf("   NOTIFY wake-up, a chunk let go -> the idle node holds it: %.2f ms median of 5"
+		       " (target <= 10 ms)\n",
+		       notify_ms(url));
+	}
 	if (chdir("/tmp") == 0) {
 		char cmd[300];
 		snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -99,7 +99,16 @@ static int conn_lost(const PGresult *r)
 	return !st || !strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") || !strcmp(st, "57P03");
 }
 
-/* A connection with synchronous commit on, or NULL with why filled. */
+/* Every session's: synchronous commit on; and the plans the store's
+ * functions settle on from their first call (their statements are
+ * written for plans that do not know the values: a job's id, arrays of
+ * chunks), instead of five planned for the values first -- most of what
+ * a node's first calls cost the server. */
+#define SESSION_SETTINGS                                                                                      \
+	"SET synchronous_commit = on; SET client_min_messages = warning;"                                     \
+	" SET plan_cache_mode = force_generic_plan"
+
+/* A connection with SESSION_SETTINGS, or NULL with why filled. */
 static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
 {
 	char *err = NULL;
@@ -121,7 +130,7 @@ static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
 		*rc = MESH_E_UNAVAILABLE;
 		return NULL;
 	}
-	r = PQexec(c, "SET synchronous_commit = on; SET client_min_messages = warning");
+	r = PQexec(c, SESSION_SETTINGS);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		set_why(why, cap, PQerrorMessage(c));
 		PQclear(r);
@@ -161,11 +170,34 @@ static int schema_version(PGconn *c)
 	return v > 0 ? v : MESH_E_VERSION;
 }
 
-PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
+/* The statements every batch runs, prepared once a connection (bit slot
+ * of pg->prepared) instead of parsed and planned at each call. */
+enum { PREP_LEASE, PREP_COMPLETE, PREP_RENEW, PREP_HANDBACK };
+
+/* sql once: unnamed (slot < 0) or the connection's prepared statement of
+ * slot, prepared first when it is not yet. */
+static PGresult *exec_once(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals)
+{
+	char name[16];
+	if (slot < 0)
+		return PQexecParams(pg->conn, sql, n, NULL, vals, NULL, NULL, 0);
+	snprintf(name, sizeof name, "mesh%d", slot);
+	if (!(pg->prepared & 1u << slot)) {
+		PGresult *r = PQprepare(pg->conn, name, sql, n, NULL);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			return r; /* the caller's error: refused or lost */
+		PQclear(r);
+		pg->prepared |= 1u << slot;
+	}
+	return PQexecPrepared(pg->conn, name, n, vals, NULL, NULL, 0);
+}
+
+/* mesh__pg_q of the statement of slot (or unnamed: slot < 0). */
+static PGresult *query(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals, int *rc)
 {
 	uint64_t give_up = 0;
 	for (;;) {
-		PGresult *r = PQexecParams(pg->conn, sql, n, NULL, vals, NULL, NULL, 0);
+		PGresult *r = exec_once(pg, slot, sql, n, vals);
 		ExecStatusType st = PQresultStatus(r);
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 			return r;
@@ -179,8 +211,9 @@ PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *con
 			give_up = mesh_mono_ns() + RECONNECT_NS;
 		for (;;) {
 			PQreset(pg->conn);
+			pg->prepared = 0; /* a new session has none */
 			if (PQstatus(pg->conn) == CONNECTION_OK) {
-				PGresult *s = PQexec(pg->conn, "SET synchronous_commit = on");
+				PGresult *s = PQexec(pg->conn, SESSION_SETTINGS);
 				PQclear(s);
 				break;
 			}
@@ -191,6 +224,11 @@ PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *con
 			mesh_sleep_ns(50 * MESH_NS_PER_MS);
 		}
 	}
+}
+
+PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
+{
+	return query(pg, -1, sql, n, vals, rc);
 }
 
 int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap)
@@ -366,7 +404,7 @@ int mesh_pg_lease(struct mesh_pg *pg, const char *node, uint64_t ttl_ns, size_t 
 	 * crash returns its chunks to PENDING, as a lost lease file does; a
 	 * DONE is never asynchronous, and its flush carries the lease's WAL
 	 * before it anyway. */
-	r = mesh__pg_q(pg,
+	r = query(pg, PREP_LEASE,
 		       "SELECT cid, attempt, stolen, deadline, started, token,"
 		       " set_config('synchronous_commit', 'off', true) FROM mesh.lease($1, $2, $3, $4)",
 		       4, vals, &rc);
@@ -395,7 +433,7 @@ int mesh_pg_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl
 	snprintf(ltext, sizeof ltext, "%" PRIu64, ttl_ns / 1000);
 	pthread_mutex_lock(&pg->mu);
 	/* A hand-back (a deadline under a millisecond away) wakes the idle. */
-	r = mesh__pg_q(pg,
+	r = query(pg, ttl_ns < MESH_NS_PER_MS ? PREP_HANDBACK : PREP_RENEW,
 	      ttl_ns < MESH_NS_PER_MS
 		      ? "SELECT d, pg_notify('mesh', $1::text) FROM (SELECT mesh.renew($1, $2, $3, $4) AS d) x"
 			" WHERE d IS NOT NULL"
@@ -462,7 +500,7 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 	const char *vals[5] = {pg->idtext, arr, ntext, btext, htext};
 	pthread_mutex_lock(&pg->mu);
 	/* The node's speed rides in the same statement (no round trip). */
-	PGresult *r = mesh__pg_q(pg,
+	PGresult *r = query(pg, PREP_COMPLETE,
 				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $3, busy_us = busy_us + $4,"
 				 " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[], $5)",
 				 5, vals, &rc);

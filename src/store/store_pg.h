@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MESH_PG_SCHEMA_VERSION 4
+#define MESH_PG_SCHEMA_VERSION 5
 
 struct mesh_pg;
 

@@ -31,6 +31,7 @@ struct mesh_pg {
 	struct cbatch *queue;
 	int leader;
 	int listening; /* LISTEN mesh done on this connection */
+	unsigned prepared; /* store_pg.c's statements prepared on it (bits) */
 	/* the node (store_pg_nodes.c): registered at the first lease */
 	int node_on;
 	uint64_t beat_ns;

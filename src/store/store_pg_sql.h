@@ -360,6 +360,177 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	"     AND (NOT p_live OR c.deadline >= mesh.now_us()))\n"
 	"  + (SELECT coalesce(sum(b.remaining), 0) FROM mesh.blocks b WHERE b.job = p_job\n"
 	"     AND (NOT p_live OR b.deadline >= mesh.now_us())) $$;\n",
+	/* 4 -> 5: no call scans the job's DONE words.  Version 4's lease,
+	 * completion and unblock joined mesh.done_words on the job alone
+	 * (hash joins over every word of the job: 36 rows read a chunk at
+	 * 100,000 chunks, growing with the job); now each reads only the
+	 * words of its own chunks (a range, or w = ANY).  A completion also
+	 * writes a word it is the first to reach with its bits at once (one
+	 * INSERT; the lock-read-update of version 4 only for words that
+	 * exist), and deletes a block it finishes without updating it
+	 * first. */
+	/* The fresh-lease cursor without a queue on the job's row: a fresh
+	 * lease takes from a range carved off the cursor (SKIP LOCKED, one
+	 * row a range: [lo, hi), lo moving up) while one is free, else from
+	 * the cursor; one that finds the cursor's row locked by another
+	 * waits for it, and then carves the next 32 leases' worth off for
+	 * those behind it.  Chunks of a range are fresh as the cursor's
+	 * are (a range exists only under contention: one node alone leases
+	 * in cid order). */
+	"CREATE TABLE mesh.ranges (job int NOT NULL, hi bigint NOT NULL, lo bigint NOT NULL, PRIMARY KEY (job, hi));\n"
+	/* The DONE chunks of [lo, hi): the words of the range only
+	 * (plpgsql: its plan is kept, a sql function's is made each call). */
+	"CREATE FUNCTION mesh.done_in(p_job int, p_lo bigint, p_hi bigint) RETURNS bigint[] LANGUAGE plpgsql STABLE AS $f$\n"
+	"BEGIN\n"
+	" RETURN (SELECT coalesce(array_agg(d.w * 64 + b), '{}') FROM mesh.done_words d, generate_series(0, 63) b\n"
+	"  WHERE d.job = p_job AND d.w >= p_lo / 64 AND d.w <= (p_hi - 1) / 64 AND d.bits <> 0\n"
+	"   AND d.bits & (1::bigint << b) <> 0 AND d.w * 64 + b >= p_lo AND d.w * 64 + b < p_hi);\n"
+	"END $f$;\n"
+	"CREATE OR REPLACE FUNCTION mesh.unblock(p_job int, p_lo bigint, p_state \"char\") RETURNS bigint\n"
+	" LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE b mesh.blocks; got bigint; skip bigint[];\n"
+	"BEGIN\n"
+	" DELETE FROM mesh.blocks x WHERE x.job = p_job AND x.lo = p_lo RETURNING * INTO b;\n"
+	" IF b.job IS NULL THEN RETURN 0; END IF;\n"
+	" skip := mesh.done_in(p_job, b.lo, b.hi);\n"
+	" INSERT INTO mesh.chunks (job, cid, state, attempt, token, holder, deadline, started)\n"
+	"  SELECT p_job, g, p_state, 1, CASE WHEN p_state = 'l' THEN b.token + (g - b.lo) END,\n"
+	"   CASE WHEN p_state = 'l' THEN b.holder END, b.deadline, b.started\n"
+	"  FROM generate_series(b.lo, b.hi - 1) g WHERE g <> ALL(skip)\n"
+	"  ON CONFLICT DO NOTHING;\n"
+	" GET DIAGNOSTICS got = ROW_COUNT;\n"
+	" RETURN got;\n"
+	"END $f$;\n"
+	"CREATE OR REPLACE FUNCTION mesh.lease(p_job int, p_k int, p_ttl_us bigint, p_holder bigint)\n"
+	" RETURNS TABLE(cid bigint, attempt int, stolen boolean, deadline bigint, started bigint, token bigint)\n"
+	" LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE t bigint := mesh.now_us(); got int := 0; lo bigint; hi bigint; silent bigint[]; cand bigint[];\n"
+	" b record; tok bigint; nb int; skip bigint[]; n bigint; rhi bigint;\n"
+	"BEGIN\n"
+	" SELECT array_agg(n.holder) INTO silent FROM mesh.nodes n WHERE n.job = p_job AND n.beat + n.ttl_us < t;\n"
+	" FOR b IN SELECT x.lo FROM mesh.blocks x WHERE x.job = p_job AND (x.deadline < t OR x.holder = ANY(silent))\n"
+	"  FOR UPDATE SKIP LOCKED LOOP\n"
+	"  PERFORM mesh.unblock(p_job, b.lo, 'l');\n"
+	" END LOOP;\n"
+	" SELECT array_agg(x.c) INTO cand FROM (\n"
+	"  (SELECT ch.cid AS c FROM mesh.chunks ch WHERE ch.job = p_job AND ch.state = 'p' ORDER BY ch.cid LIMIT p_k)\n"
+	"  UNION (SELECT ch.cid FROM mesh.chunks ch WHERE ch.job = p_job AND ch.state = 'l' AND ch.deadline < t\n"
+	"   ORDER BY ch.deadline LIMIT p_k)\n"
+	"  UNION (SELECT ch.cid FROM mesh.chunks ch WHERE silent IS NOT NULL AND ch.job = p_job AND ch.state = 'l'\n"
+	"   AND ch.holder = ANY(silent) LIMIT p_k)) x;\n"
+	" IF cand IS NOT NULL THEN\n"
+	"  RETURN QUERY WITH c AS (SELECT ch.cid AS c, ch.state AS s FROM mesh.chunks ch WHERE ch.job = p_job\n"
+	"    AND ch.cid = ANY(cand) AND (ch.state = 'p' OR (ch.state = 'l' AND (ch.deadline < t OR ch.holder = ANY(silent))))\n"
+	"    ORDER BY ch.cid LIMIT p_k FOR UPDATE OF ch SKIP LOCKED)\n"
+	"   UPDATE mesh.chunks ch SET state = 'l', attempt = ch.attempt + 1,\n"
+	"    token = (random() * 9.2e18)::bigint, holder = p_holder, deadline = t + p_ttl_us, started = t\n"
+	"    FROM c WHERE ch.job = p_job AND ch.cid = c.c\n"
+	"    RETURNING ch.cid, ch.attempt, c.s = 'l', ch.deadline, ch.started, ch.token;\n"
+	"  GET DIAGNOSTICS got = ROW_COUNT;\n"
+	" END IF;\n"
+	" IF got < p_k THEN\n"
+	/* a range carved off the cursor (below it) first */
+	"  SELECT r.lo, r.hi INTO lo, rhi FROM mesh.ranges r WHERE r.job = p_job ORDER BY r.hi LIMIT 1\n"
+	"   FOR UPDATE SKIP LOCKED;\n"
+	"  IF FOUND THEN\n"
+	"   hi := LEAST(rhi, lo + p_k - got);\n"
+	"   IF hi >= rhi THEN DELETE FROM mesh.ranges WHERE job = p_job AND hi = rhi;\n"
+	"   ELSE UPDATE mesh.ranges SET lo = lo + (p_k - got) WHERE job = p_job AND hi = rhi; END IF;\n"
+	"  ELSE\n"
+	"   SELECT j.next, j.n INTO lo, n FROM mesh.jobs j WHERE j.id = p_job FOR UPDATE SKIP LOCKED;\n"
+	"   IF FOUND THEN\n"
+	"    hi := LEAST(n, lo + p_k - got);\n"
+	"    UPDATE mesh.jobs SET next = hi WHERE id = p_job AND hi > lo;\n"
+	"   ELSE\n"
+	/* another lease holds the cursor: wait for it, and carve the next
+	 * leases' worth off for those behind */
+	"    SELECT j.next, j.n INTO lo, n FROM mesh.jobs j WHERE j.id = p_job FOR UPDATE;\n"
+	"    hi := LEAST(n, lo + p_k - got);\n"
+	"    rhi := LEAST(n, hi + 32 * p_k);\n"
+	"    IF rhi > hi THEN INSERT INTO mesh.ranges VALUES (p_job, rhi, hi); END IF;\n"
+	"    UPDATE mesh.jobs SET next = rhi WHERE id = p_job AND rhi > lo;\n"
+	"   END IF;\n"
+	"  END IF;\n"
+	"  IF hi > lo THEN\n"
+	"   tok := (random() * 4.6e18)::bigint;\n"
+	/* past the cursor a chunk may be DONE (a completion of a chunk never
+	 * leased) or have a row (a failure reported for it): both skipped */
+	"   SELECT mesh.done_in(p_job, lo, hi) || coalesce(array_agg(ch.cid), '{}') INTO skip FROM mesh.chunks ch\n"
+	"    WHERE ch.job = p_job AND ch.cid >= lo AND ch.cid < hi;\n"
+	"   RETURN QUERY SELECT g, 1, false, t + p_ttl_us, t, tok + (g - lo)\n"
+	"    FROM generate_series(lo, hi - 1) g WHERE g <> ALL(skip);\n"
+	"   GET DIAGNOSTICS nb = ROW_COUNT;\n"
+	"   IF nb > 0 THEN\n"
+	"    INSERT INTO mesh.blocks VALUES (p_job, lo, hi, p_holder, tok, t + p_ttl_us, t, nb);\n"
+	"   END IF;\n"
+	"  END IF;\n"
+	" END IF;\n"
+	"END $f$;\n"
+	/* First completion wins.  A word no completion reached yet is
+	 * inserted with the batch's bits (ON CONFLICT DO NOTHING: a
+	 * concurrent first insert of the same word makes this one wait for
+	 * it, then go the other way); the words that exist are locked
+	 * (ascending) and read, and only the bits not yet set are new. */
+	"CREATE OR REPLACE FUNCTION mesh.complete(p_job int, p_cids bigint[], p_holder bigint) RETURNS SETOF boolean\n"
+	" LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE res boolean[]; fresh bigint[]; rowed bigint[]; ws bigint[]; ms bigint[]; ins bigint[];\n"
+	" ow bigint[]; ob bigint[]; blo bigint[]; bk int[]; gone bigint[]; zeroed bigint[]; newc int; dupc int;\n"
+	"BEGIN\n"
+	" SELECT array_agg(x.w ORDER BY x.w), array_agg(x.m ORDER BY x.w) INTO ws, ms FROM (SELECT c / 64 AS w,\n"
+	"   bit_or(1::bigint << (c % 64)::int) AS m FROM unnest(p_cids) c GROUP BY 1) x;\n"
+	" WITH i AS (INSERT INTO mesh.done_words (job, w, bits) SELECT p_job, x.w, x.m FROM unnest(ws, ms) AS x(w, m)\n"
+	"   ORDER BY x.w ON CONFLICT DO NOTHING RETURNING w)\n"
+	" SELECT coalesce(array_agg(i.w), '{}') INTO ins FROM i;\n"
+	" IF cardinality(ins) < cardinality(ws) THEN\n"
+	"  SELECT array_agg(o.w ORDER BY o.w), array_agg(o.bits ORDER BY o.w) INTO ow, ob FROM (SELECT d.w, d.bits\n"
+	"    FROM mesh.done_words d WHERE d.job = p_job AND d.w = ANY(ws) AND d.w <> ALL(ins) ORDER BY d.w FOR UPDATE) o;\n"
+	" END IF;\n"
+	" WITH u AS (SELECT c, i, row_number() OVER (PARTITION BY c ORDER BY i) AS r\n"
+	"   FROM unnest(p_cids) WITH ORDINALITY AS x(c, i)),\n"
+	"  v AS (SELECT u.c, u.i, u.r = 1 AND coalesce(o.bits & (1::bigint << (u.c % 64)::int), 0) = 0 AS isnew\n"
+	"   FROM u LEFT JOIN unnest(ow, ob) AS o(w, bits) ON o.w = u.c / 64)\n"
+	" SELECT array_agg(v.isnew ORDER BY v.i), array_agg(v.c) FILTER (WHERE v.isnew) INTO res, fresh FROM v;\n"
+	" IF ow IS NOT NULL THEN\n"
+	"  UPDATE mesh.done_words d SET bits = d.bits | x.m FROM (SELECT c / 64 AS w,\n"
+	"    bit_or(1::bigint << (c % 64)::int) AS m FROM unnest(fresh) c WHERE c / 64 = ANY(ow) GROUP BY 1) x\n"
+	"   WHERE d.job = p_job AND d.w = ANY(ow) AND d.w = x.w;\n"
+	" END IF;\n"
+	" WITH del AS (DELETE FROM mesh.chunks WHERE job = p_job AND cid = ANY(fresh) AND fails = 0 RETURNING cid),\n"
+	"  upd AS (UPDATE mesh.chunks SET state = 'd', token = NULL, holder = NULL, deadline = NULL\n"
+	"   WHERE job = p_job AND cid = ANY(fresh) AND fails > 0 RETURNING cid)\n"
+	" SELECT array_agg(x.cid) INTO rowed FROM (SELECT cid FROM del UNION ALL SELECT cid FROM upd) x;\n"
+	" IF coalesce(cardinality(fresh), 0) > coalesce(cardinality(rowed), 0) THEN\n"
+	/* a chunk of no row of its own is leased by the block holding it:
+	 * the job's live blocks are few (about one a node) */
+	"  SELECT array_agg(x.lo ORDER BY x.lo), array_agg(x.k ORDER BY x.lo) INTO blo, bk FROM (SELECT bl.lo, count(*)::int AS k\n"
+	"    FROM unnest(fresh) c JOIN (SELECT b.lo, b.hi FROM mesh.blocks b WHERE b.job = p_job\n"
+	"     AND b.lo <= (SELECT max(f) FROM unnest(fresh) f)) bl ON bl.lo <= c AND bl.hi > c\n"
+	"    WHERE rowed IS NULL OR c <> ALL(rowed) GROUP BY bl.lo) x;\n"
+	"  IF blo IS NOT NULL THEN\n"
+	/* a block this batch finishes goes at once; the others count down
+	 * (and go when that reaches 0: a split between the two) */
+	"   WITH d AS (DELETE FROM mesh.blocks b USING unnest(blo, bk) AS x(lo, k)\n"
+	"     WHERE b.job = p_job AND b.lo = ANY(blo) AND b.lo = x.lo AND b.remaining <= x.k RETURNING b.lo)\n"
+	"   SELECT coalesce(array_agg(d.lo), '{}') INTO gone FROM d;\n"
+	"   IF cardinality(gone) < cardinality(blo) THEN\n"
+	"    WITH z AS (UPDATE mesh.blocks b SET remaining = b.remaining - x.k FROM unnest(blo, bk) AS x(lo, k)\n"
+	"      WHERE b.job = p_job AND b.lo = ANY(blo) AND b.lo <> ALL(gone) AND b.lo = x.lo RETURNING b.lo, b.remaining)\n"
+	"    SELECT array_agg(z.lo) FILTER (WHERE z.remaining <= 0) INTO zeroed FROM z;\n"
+	"    IF zeroed IS NOT NULL THEN\n"
+	"     DELETE FROM mesh.blocks WHERE job = p_job AND lo = ANY(zeroed);\n"
+	"    END IF;\n"
+	"   END IF;\n"
+	"  END IF;\n"
+	" END IF;\n"
+	" newc := coalesce(cardinality(fresh), 0);\n"
+	" dupc := coalesce(cardinality(p_cids), 0) - newc;\n"
+	" INSERT INTO mesh.counts AS k (job, holder, done, dups) VALUES (p_job, p_holder, newc, dupc)\n"
+	"  ON CONFLICT (job, holder) DO UPDATE SET done = k.done + excluded.done, dups = k.dups + excluded.dups;\n"
+	" RETURN QUERY SELECT unnest(res);\n"
+	"END $f$;\n",
 };
 #define MESH_PG_NMIGRATIONS (sizeof MESH_PG_MIGRATIONS / sizeof MESH_PG_MIGRATIONS[0])
 

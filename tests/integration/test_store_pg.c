@@ -70,10 +70,13 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 	char url[600], out[1024];
 	start(&e);
 	base_url(&e, url, sizeof url);
+	char now[64];
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 4 (this mesh: 4)");
+	snprintf(now, sizeof now, "version %d (this mesh: %d)", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
+	EXPECT_CONTAINS(out, now);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 4 -> 4");
+	snprintf(now, sizeof now, "version %d -> %d", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
+	EXPECT_CONTAINS(out, now);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' %s store status", url, MESH), 0);
 	/* from nothing */
@@ -81,21 +84,30 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	EXPECT_CONTAINS(out, "version 0");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
-	EXPECT_CONTAINS(out, "version 0 -> 4");
-	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), 4);
+	snprintf(now, sizeof now, "version 0 -> %d", MESH_PG_SCHEMA_VERSION);
+	EXPECT_CONTAINS(out, now);
+	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), MESH_PG_SCHEMA_VERSION);
 	/* from each earlier version, as that version made it: refused until
 	 * migrated; its job (counters kept since version 1) goes on after */
 	for (int v = 1; v < MESH_PG_SCHEMA_VERSION; v++) {
 		char q[300];
 		schema_at(&e, v);
 		EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), v);
-		/* a job of 5 that version ran: chunks 0 and 1 DONE, one duplicate, one failure */
-		sql1(&e, "INSERT INTO mesh.jobs (name, n, next, done, dups, failed) VALUES ('m', 5, 2, 2, 1, 1);"
-			 "INSERT INTO mesh.done_words SELECT id, 0, 3 FROM mesh.jobs WHERE name = 'm'");
+		/* a job of 5 that version ran: chunks 0 and 1 DONE, one duplicate,
+		 * one failure (the counters in the job's row until version 4),
+		 * and from version 4 chunks 2 and 3 leased by a block that
+		 * expired */
+		if (v < 4)
+			sql1(&e, "INSERT INTO mesh.jobs (name, n, next, done, dups, failed) VALUES ('m', 5, 2, 2, 1, 1)");
+		else
+			sql1(&e, "INSERT INTO mesh.jobs (name, n, next) VALUES ('m', 5, 4);"
+				 "INSERT INTO mesh.counts SELECT id, 1, 2, 1, 1 FROM mesh.jobs WHERE name = 'm';"
+				 "INSERT INTO mesh.blocks SELECT id, 2, 4, 9, 100, 0, 0, 2 FROM mesh.jobs WHERE name = 'm'");
+		sql1(&e, "INSERT INTO mesh.done_words SELECT id, 0, 3 FROM mesh.jobs WHERE name = 'm'");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5", MESH, url), MESH_EXIT_DATAERR);
 		EXPECT_CONTAINS(out, "mesh store migrate");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
-		snprintf(q, sizeof q, "version %d -> 4", v);
+		snprintf(q, sizeof q, "version %d -> %d", v, MESH_PG_SCHEMA_VERSION);
 		EXPECT_CONTAINS(out, q);
 		t_sh(out, sizeof out, 1, "%s job status '%s#m' x m 5", MESH, url); /* 1: not complete */
 		EXPECT_CONTAINS(out, "done 2");
@@ -534,6 +546,129 @@ TEST(store_pg_fresh_lease_is_one_row)
 	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE state = 'l'"), 62);
 	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks WHERE lo = 64 AND hi = 66"), 1);
 	mesh_job_close(b);
+	store_env_stop(&e);
+}
+
+/* One value of one statement on c (a test's own connection). */
+static long long pq1(PGconn *c, const char *sql)
+{
+	PGresult *r = PQexec(c, sql);
+	long long v = -1;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) >= 1)
+		v = atoll(PQgetvalue(r, 0, 0));
+	else if (PQresultStatus(r) != PGRES_COMMAND_OK)
+		FAIL("%s: %s", sql, PQerrorMessage(c));
+	PQclear(r);
+	return v;
+}
+
+/* A lease, a completion and an expired block's unblock read the DONE
+ * words of their own chunks only, not every word of the job (version 4
+ * joined them on the job alone: with the plans a session settles on, a
+ * call read all 20,000 words here, and a call's cost grew with the
+ * job).  And the completion's two ways (a word no one reached yet, a
+ * word that exists) still tell first completions from duplicates. */
+TEST_TIMEOUT(store_pg_calls_read_only_their_done_words, 30)
+{
+	struct store_env e;
+	char url[600], out[1024], conn[400];
+	start(&e);
+	base_url(&e, url, sizeof url);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#wide' 2000000", MESH, url), 0);
+	/* 20,000 words DONE far past the cursor */
+	sql1(&e, "INSERT INTO mesh.done_words SELECT j.id, g, -1 FROM mesh.jobs j, generate_series(10000, 29999) g"
+		 " WHERE j.name = 'wide'");
+	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
+	PGconn *c = PQconnectdb(conn);
+	ASSERT_EQ(PQstatus(c), CONNECTION_OK);
+	long long id = pq1(c, "SELECT id FROM mesh.jobs WHERE name = 'wide'");
+	char q[600];
+	pq1(c, "BEGIN");
+	/* the plans a session's repeated calls settle on */
+	pq1(c, "SET LOCAL plan_cache_mode = force_generic_plan");
+	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.lease(%lld, 64, 60000000, 7)", id);
+	EXPECT_EQ(pq1(c, q), 64);
+	snprintf(q, sizeof q, "SELECT count(*) FILTER (WHERE x) FROM mesh.complete(%lld, '{0,1,2,3}', 7) x", id);
+	EXPECT_EQ(pq1(c, q), 4); /* a new word */
+	snprintf(q, sizeof q, "SELECT string_agg(left(x::text, 1), '') FROM mesh.complete(%lld, '{3,4,4,64,64}', 7) x", id);
+	PGresult *r = PQexec(c, q);
+	ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+	EXPECT_STREQ(PQgetvalue(r, 0, 0), "ftftf"); /* 3 DONE; 4 new, then again; 64 new, then again */
+	PQclear(r);
+	snprintf(q, sizeof q, "SELECT count(*) FILTER (WHERE x) FROM mesh.complete(%lld, '{640000, 5}', 7) x", id);
+	EXPECT_EQ(pq1(c, q), 1); /* 640000 DONE from the start */
+	/* the block (4..63 left, 5 DONE: 58) expires and is taken again */
+	snprintf(q, sizeof q, "UPDATE mesh.blocks SET deadline = 0 WHERE job = %lld", id);
+	pq1(c, q);
+	snprintf(q, sizeof q, "SELECT count(*) FILTER (WHERE stolen) FROM mesh.lease(%lld, 64, 60000000, 8)", id);
+	EXPECT_EQ(pq1(c, q), 58);
+	EXPECT_LT(pq1(c, "SELECT seq_tup_read + idx_tup_fetch FROM pg_stat_xact_user_tables"
+			 " WHERE relid = 'mesh.done_words'::regclass"),
+		  1000);
+	pq1(c, "COMMIT");
+	snprintf(q, sizeof q, "SELECT done || ' ' || dups FROM mesh.job_counts WHERE id = %lld", id);
+	r = PQexec(c, q);
+	ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+	EXPECT_STREQ(PQgetvalue(r, 0, 0), "7 4"); /* 0..5 and 64 new; 3, 4, 64, 640000 again */
+	PQclear(r);
+	PQfinish(c);
+	store_env_stop(&e);
+}
+
+/* The fresh-lease cursor is no queue (version 5): a lease that found the
+ * job's row locked by another waited for it, then carved the next
+ * leases' worth off; while the row is locked again, the next lease takes
+ * its chunks from that range at once (on version 4 it waited for the
+ * row, here past its lock_timeout). */
+TEST_TIMEOUT(store_pg_fresh_lease_does_not_queue_on_the_job_row, 30)
+{
+	struct store_env e;
+	char url[600], out[1024], conn[400], q[300];
+	start(&e);
+	base_url(&e, url, sizeof url);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#rng' 100000", MESH, url), 0);
+	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
+	PGconn *a = PQconnectdb(conn), *b = PQconnectdb(conn);
+	ASSERT_EQ(PQstatus(a), CONNECTION_OK);
+	ASSERT_EQ(PQstatus(b), CONNECTION_OK);
+	long long id = pq1(a, "SELECT id FROM mesh.jobs WHERE name = 'rng'");
+	snprintf(q, sizeof q, "SELECT min(cid), count(*) FROM mesh.lease(%lld, 64, 60000000, 7)", id);
+	/* b waits for a's lock of the job's row */
+	pq1(a, "BEGIN");
+	pq1(a, "SELECT 1 FROM mesh.jobs WHERE name = 'rng' FOR UPDATE");
+	ASSERT_EQ(PQsendQuery(b, q), 1);
+	snprintf(out, sizeof out, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d AND wait_event_type = 'Lock'",
+		 PQbackendPID(b));
+	for (int i = 0; i < 500 && sql1(&e, out) == 0; i++)
+		mesh_sleep_ns(10 * MESH_NS_PER_MS); /* until b waits in the lock's queue */
+	pq1(a, "COMMIT");
+	PGresult *r = PQgetResult(b);
+	ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+	EXPECT_EQ(atoll(PQgetvalue(r, 0, 0)), 0);
+	EXPECT_EQ(atoll(PQgetvalue(r, 0, 1)), 64);
+	PQclear(r);
+	while ((r = PQgetResult(b)))
+		PQclear(r);
+	/* locked again: the next lease does not wait */
+	pq1(a, "BEGIN");
+	pq1(a, "SELECT 1 FROM mesh.jobs WHERE name = 'rng' FOR UPDATE");
+	pq1(b, "SET lock_timeout = 2000");
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(pq1(b, q), 64); /* min(cid): 64, the range's first */
+	EXPECT_LT(t_now_ms() - t0, 1500);
+	pq1(a, "ROLLBACK");
+	/* nothing lost or leased twice: a node alone takes the rest of the
+	 * range, then the cursor's */
+	EXPECT_EQ(pq1(b, q), 128);
+	snprintf(q, sizeof q, "SELECT count(DISTINCT cid) FROM mesh.lease(%lld, 64, 60000000, 7)", id);
+	for (int i = 0; i < 40; i++)
+		pq1(b, q);
+	EXPECT_EQ(sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'rng'"), 43 * 64);
+	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks b JOIN mesh.blocks c ON c.job = b.job AND c.lo < b.hi"
+			   " AND c.hi > b.lo AND c.lo <> b.lo"),
+		  0);
+	PQfinish(a);
+	PQfinish(b);
 	store_env_stop(&e);
 }
 
