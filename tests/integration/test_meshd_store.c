@@ -7,6 +7,7 @@
 #include "base/crc.h"
 #include "base/exit.h"
 #include "integration/meshd_t.h"
+#include "runner/pty.h"
 #include "runner/store_env.h"
 #include "runner/t.h"
 
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -345,6 +347,82 @@ TEST_TIMEOUT(meshd_store_cancel_stops_the_hosts_drivers, 60)
 	/* what was DONE stays readable, in order */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' '%s' results %u", url, t_bin("mesh"), id), 0);
 	EXPECT_TRUE(strlen(out) > 0 && !strncmp(out, expect, strlen(out)));
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
+struct app {
+	const struct store_env *e;
+	const char *name;
+};
+static int app_connected(void *arg)
+{
+	struct app *a = arg;
+	char q[256];
+	snprintf(q, sizeof q, "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'", a->name);
+	return store_env_sql(a->e, q) > 0;
+}
+
+/* The statements the client of application name app ran over ms: the
+ * distinct start times of its last statement, looked at every 100 ms. */
+static int statements_of(const struct store_env *e, const char *app, unsigned ms)
+{
+	char q[256];
+	long long last = -1;
+	int n = 0;
+	snprintf(q, sizeof q,
+		 "SELECT coalesce(max((extract(epoch FROM query_start) * 1000000)::bigint), 0) FROM pg_stat_activity"
+		 " WHERE application_name = '%s'",
+		 app);
+	for (uint64_t end = t_now_ms() + ms; t_now_ms() < end; usleep(100000)) {
+		long long v = sql1(e, q);
+		n += v != last;
+		last = v;
+	}
+	return n;
+}
+
+/* `mesh wait --store` and `mesh results --store` sleep on the job's
+ * NOTIFY instead of asking the database every 100 ms; wait draws the
+ * progress bar of a local `mesh wait` on a terminal, and both end once
+ * the last batch is committed. */
+TEST_TIMEOUT(meshd_store_wait_and_results_sleep_on_notify_and_wait_draws_the_bar, 60)
+{
+	struct store_env e;
+	char *expect, bar[8192];
+	struct t_pty w;
+	const unsigned n = 40;
+	start_store(&e);
+	make_input(n, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	ASSERT_EQ(t_pty_start(&w, "PGAPPNAME=meshwait '%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	pid_t res = fork();
+	ASSERT_GE(res, 0);
+	if (res == 0) {
+		char cmd[1024];
+		snprintf(cmd, sizeof cmd, "PGAPPNAME=meshres '%s' results --store '%s' %u > res.out", t_bin("mesh"), url,
+			 id);
+		_exit(system(cmd) == 0 ? 0 : 1);
+	}
+	struct app aw = {&e, "meshwait"}, ar = {&e, "meshres"};
+	ASSERT_EQ(t_wait_for(app_connected, &aw, 10000), 1);
+	ASSERT_EQ(t_wait_for(app_connected, &ar, 10000), 1);
+	/* no meshd serves it yet: both sleep, a look (two or three statements)
+	 * a second at most, where asking every 100 ms is 12 */
+	EXPECT_LE(statements_of(&e, "meshwait", 1500), 5);
+	EXPECT_LE(statements_of(&e, "meshres", 1500), 5);
+	pid_t a = start_host("a", "jw");
+	int rc = t_pty_finish(&w, bar, sizeof bar);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(bar, " 40/40 100%");
+	EXPECT_CONTAINS(bar, "\r\033[K");
+	int ws;
+	ASSERT_EQ(waitpid(res, &ws, 0), res);
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	char *got = t_read_file("res.out", NULL);
+	EXPECT_STREQ(got ? got : "", expect);
+	free(got);
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	free(expect);
 	store_env_stop(&e);
