@@ -64,6 +64,9 @@ struct sjob {
 	int th_on;
 	_Atomic int ended; /* the driver returned */
 	size_t result_max;  /* MESH_PGR_RESULT_MAX, or less (MESHD_STORE_RESULT_MAX, for tests) */
+	size_t over_len;    /* the loop thread's: the size of the reply cut by cap_output, 0 none */
+	struct mesh__exec_sink inner; /* the runner's sink, behind cap_output */
+	struct meshd_job_exec_arg *xa; /* the slot executor's, for make_capped */
 	_Atomic int toobig; /* a reply over MESH_PGR_RESULT_MAX buried its chunk and stopped the run */
 	int final;	   /* ... with the job over for this host (complete, failed, cancelled) */
 	struct mesh_pg *rpg; /* the results' connection (the driver's threads) */
@@ -87,6 +90,8 @@ struct sfollow {
 static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p, size_t n)
 {
 	struct sjob *s = arg;
+	size_t whole = s->over_len ? s->over_len : n;
+	s->over_len = 0;
 	if (n > s->result_max) {
 		/* Never DONE without its result, and no use trying again: buried
 		 * with the reason.  The error stops this run; driver_main drives
@@ -94,7 +99,7 @@ static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p,
 		char why[200];
 		snprintf(why, sizeof why,
 			 "attempt %u: the reply of %zu bytes is over the store's limit of %zu bytes\n", (unsigned)attempt,
-			 n, s->result_max);
+			 whole, s->result_max);
 		int rc = mesh_pgr_bury(s->rpg, s->spec.id, cid, 1, why);
 		mesh_warn("store job=%" PRIu64 " chunk=%" PRIu64 " buried: %.*s", s->spec.id, cid, (int)strlen(why) - 1, why);
 		if (rc == 0)
@@ -112,6 +117,33 @@ static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p,
 	s->pending = r;
 	pthread_mutex_unlock(&s->mu);
 	return 0;
+}
+
+/* Between the slot executor and the runner: a reply over the store's
+ * limit goes on cut to limit + 1 bytes, enough for hook_result to bury its
+ * chunk.  Whole, a reply over the runner's 4 MiB in-memory bound would
+ * spill to a file, which the result hook is never given: the run would
+ * stop (MESH_E_OUTPUT) on every try of that chunk.  The slot executor
+ * hands a reply over in one piece, in the status call right before the
+ * runner ends that attempt and calls hook_result (both on the loop
+ * thread), so over_len is that reply's. */
+static int cap_output(void *arg, unsigned slot, int out, const void *p, size_t n)
+{
+	struct sjob *s = arg;
+	if (out && n > s->result_max) {
+		s->over_len = n;
+		n = s->result_max + 1;
+	}
+	return s->inner.output(s->inner.arg, slot, out, p, n);
+}
+
+static int make_capped(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,
+		       struct mesh__executor **out)
+{
+	struct sjob *s = arg;
+	struct mesh__exec_sink mine = {cap_output, s};
+	s->inner = *sink;
+	return meshd_job_exec_make(s->xa, o, nslots, &mine, out);
 }
 
 /* Before a batch's DONE: every reply taken so far goes to the store in one
@@ -251,18 +283,19 @@ static void *driver_main(void *arg)
 		.stats = &xs,
 	};
 	struct mesh_exec_stats st;
+	s->xa = &xa;
 	mesh_info("store job=%" PRIu64 " running program=%s chunks=%" PRIu64 " node=%s", s->spec.id, s->spec.program,
 		  s->spec.n, node);
 	do
-		rc = mesh__exec_drive(jh, &eo, meshd_job_exec_make, &xa, &st);
+		rc = mesh__exec_drive(jh, &eo, make_capped, s, &st);
 	while (rc == MESH_E_OUTPUT && atomic_exchange(&s->toobig, 0));
 	s->final = rc == MESH_EXEC_COMPLETE || rc == MESH_EXEC_FAILED || atomic_load(&s->cancel_sent);
 	if (rc == MESH_E_OUTPUT) {
-		/* A reply the driver could not take (over its 4 MiB capture
-		 * bound): the run would stop again on the same chunk, so this
-		 * host stops serving the job instead of looping. */
-		mesh_error("store job=%" PRIu64 " no longer served here: a reply could not be kept (over 4 MiB?)",
-			   s->spec.id);
+		/* An output the run could not keep (cap_output keeps replies
+		 * under the runner's bound, so not a reply's size): it would
+		 * stop again on the same chunk, so this host stops serving the
+		 * job instead of looping. */
+		mesh_error("store job=%" PRIu64 " no longer served here: an output could not be kept", s->spec.id);
 		s->final = 1;
 	}
 	s->done = st.done;

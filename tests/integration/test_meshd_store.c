@@ -312,6 +312,31 @@ TEST_TIMEOUT(meshd_store_reply_over_the_limit_buries_its_chunk, 60)
 	store_env_stop(&e);
 }
 
+/* A reply over the runner's 4 MiB in-memory bound (it would spill to a
+ * file, and the run stopped on it) is buried like any reply over the
+ * store's limit, and the job goes on. */
+TEST_TIMEOUT(meshd_store_reply_over_4mib_buries_its_chunk_and_goes_on, 60)
+{
+	struct store_env e;
+	start_store(&e);
+	pid_t a = start_host("a", "jw");
+	t_write_file("in.txt", "a\nbig5000000\nb\nbig1048577\nc\n");
+	unsigned id = submit_store("jw --input in.txt --max-workers 1");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 20 '%s' wait --store '%s' %u", t_bin("mesh"), url, id),
+		  MESH_EXIT_INCOMPLETE);
+	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempts, last status 1");
+	EXPECT_CONTAINS(out, "the reply of 5000000 bytes is over the store's limit of 1048576 bytes");
+	EXPECT_CONTAINS(out, "chunk 3 buried after 1 attempts, last status 1");
+	EXPECT_CONTAINS(out, "the reply of 1048577 bytes is over the store's limit of 1048576 bytes");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' results --store '%s' %u", t_bin("mesh"), url, id), 0);
+	EXPECT_STREQ(out, "0:a\n2:b\n4:c\n");
+	char *err = t_read_file("a/meshd.err", NULL);
+	EXPECT_TRUE(err && !strstr(err, "no longer served here"));
+	free(err);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	store_env_stop(&e);
+}
+
 static int driver_stopped(void *arg)
 {
 	(void)arg;
