@@ -56,7 +56,8 @@ struct sjob {
 	struct sjob *next;
 	struct sfollow *f;
 	struct mesh_pgr_job spec;
-	int skip;	   /* not in this catalog: takes no chunks */
+	int skip;	   /* not in this catalog (yet): takes no chunks */
+	unsigned told;	   /* "not served here" logged */
 	unsigned max_workers;
 	int cancel_efd;
 	_Atomic int cancel_sent; /* set by the follower, read by the driver */
@@ -82,6 +83,7 @@ struct sfollow {
 	struct mesh_pg *pg;
 	pthread_t th;
 	_Atomic int stop;
+	int wake_efd; /* a program loaded (meshd_on_catalog_change): look again now */
 	struct sjob *list; /* the follower thread's */
 };
 
@@ -364,6 +366,27 @@ static int sjob_start(struct sjob *s)
 
 /* ---- the follower ---- */
 
+/* Serves job s when this catalog has its program; else leaves it to the
+ * others (said once) until a later look: a program put in the catalog
+ * meanwhile (a `mesh load` wakes the follower at once) is served then. */
+static void try_serve(struct sfollow *f, struct sjob *s)
+{
+	char *lerr = NULL;
+	unsigned mw = s->cancel_efd >= 0 ? meshd_program_max_workers(f->j->core, s->spec.program, &lerr) : 0;
+	if (!mw) {
+		if (!s->told++)
+			mesh_info("store job=%" PRIu64 " program=%s not served here: %s", s->spec.id, s->spec.program,
+				  lerr ? lerr : "cannot load it");
+		free(lerr);
+		s->skip = 1;
+		return;
+	}
+	s->max_workers = s->spec.max_workers && s->spec.max_workers < mw ? s->spec.max_workers : mw;
+	s->skip = sjob_start(s) < 0;
+	if (!s->skip && s->told)
+		mesh_info("store job=%" PRIu64 " program=%s served here now", s->spec.id, s->spec.program);
+}
+
 static void seen_job(const struct mesh_pgr_job *pj, void *arg)
 {
 	struct sfollow *f = arg;
@@ -374,7 +397,9 @@ static void seen_job(const struct mesh_pgr_job *pj, void *arg)
 	if (s) {
 		if (pj->cancelled)
 			sjob_cancel(s);
-		else if (!s->skip && atomic_load(&s->ended) && !s->final) {
+		else if (s->skip)
+			try_serve(f, s);
+		else if (atomic_load(&s->ended) && !s->final) {
 			/* stopped on an error (the database gone a while): again */
 			sjob_join(s);
 			if (sjob_start(s) < 0)
@@ -390,18 +415,7 @@ static void seen_job(const struct mesh_pgr_job *pj, void *arg)
 	pthread_mutex_init(&s->mu, NULL);
 	s->next = f->list;
 	f->list = s;
-	char *lerr = NULL;
-	unsigned mw = meshd_program_max_workers(f->j->core, pj->program, &lerr);
-	if (!mw || s->cancel_efd < 0) {
-		s->skip = 1;
-		mesh_info("store job=%" PRIu64 " program=%s not served here: %s", pj->id, pj->program,
-			  lerr ? lerr : "cannot load it");
-		free(lerr);
-		return;
-	}
-	s->max_workers = pj->max_workers && pj->max_workers < mw ? pj->max_workers : mw;
-	if (sjob_start(s) < 0)
-		s->skip = 1;
+	try_serve(f, s);
 }
 
 /* A cancel makes a job inactive: its driver must hear of it too. */
@@ -435,7 +449,12 @@ static void *follow_main(void *arg)
 			warned = 0;
 		uint64_t until = mesh_mono_ns() + RESCAN_NS;
 		while (!atomic_load(&f->stop) && mesh_mono_ns() < until) {
-			int w = mesh_pgr_wait(f->pg, WAIT_SLICE_NS * 4);
+			int w = mesh_pgr_wait(f->pg, WAIT_SLICE_NS * 4, f->wake_efd);
+			if (w == 2) {
+				uint64_t v;
+				while (read(f->wake_efd, &v, sizeof v) == sizeof v) {
+				}
+			}
 			if (w != 0) {
 				if (w < 0)
 					mesh_sleep_ns(WAIT_SLICE_NS);
@@ -444,6 +463,15 @@ static void *follow_main(void *arg)
 		}
 	}
 	return NULL;
+}
+
+static void catalog_changed(void *arg)
+{
+	struct sfollow *f = arg;
+	uint64_t one = 1;
+	if (write(f->wake_efd, &one, sizeof one) != sizeof one) {
+		/* a counter near its limit: the follower is woken already */
+	}
 }
 
 int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
@@ -456,7 +484,10 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 		return mesh_errf(err, MESH_E_PARSE, "--store wants a postgresql:// URL, not '%s'", safe);
 	if (j->sf)
 		return mesh_errf(err, MESH_E_STATE, "already following a store");
-	if (!(f = calloc(1, sizeof *f)) || !(f->base = strdup(url))) {
+	if (!(f = calloc(1, sizeof *f)) || !(f->base = strdup(url)) ||
+	    (f->wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+		if (f)
+			free(f->base);
 		free(f);
 		return -ENOMEM;
 	}
@@ -467,6 +498,7 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 	if ((rc = mesh_pg_open(&f->pg, f->base, why, sizeof why)) < 0) {
 		rc = mesh_errf(err, rc, "cannot use the store %s: %s%s%s", safe, mesh_strerror(rc), why[0] ? ": " : "",
 			       why);
+		close(f->wake_efd);
 		free(f->base);
 		free(f);
 		return rc;
@@ -474,11 +506,13 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 	rc = mesh_thread_start(&f->th, follow_main, f);
 	if (rc) {
 		mesh_pg_close(f->pg);
+		close(f->wake_efd);
 		free(f->base);
 		free(f);
 		return mesh_errf(err, rc, "cannot start the store follower: %s", mesh_strerror(rc));
 	}
 	j->sf = f;
+	meshd_on_catalog_change(j->core, catalog_changed, f);
 	mesh_info("store %s: following its meshd jobs", safe);
 	return 0;
 }
@@ -488,6 +522,7 @@ void mesh__jobs_store_stop(struct meshd_jobs *j)
 	struct sfollow *f = j->sf;
 	if (!f || atomic_exchange(&f->stop, 1))
 		return;
+	meshd_on_catalog_change(j->core, NULL, NULL);
 	pthread_join(f->th, NULL);
 	for (struct sjob *s = f->list; s; s = s->next)
 		sjob_cancel(s);
@@ -507,6 +542,7 @@ void mesh__jobs_store_free(struct meshd_jobs *j)
 		sjob_free(s);
 	}
 	mesh_pg_close(f->pg);
+	close(f->wake_efd);
 	free(f->base);
 	free(f);
 	j->sf = NULL;

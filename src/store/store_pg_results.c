@@ -296,8 +296,8 @@ int mesh_pgr_notify(struct mesh_pg *pg, uint64_t id)
 }
 
 /* Waits for a NOTIFY on channel (LISTEN once a call: a connection made
- * again, after a restart, listens anew). */
-static int wait_on(struct mesh_pg *pg, const char *channel, uint64_t timeout_ns)
+ * again, after a restart, listens anew), or wake_fd (>= 0) readable: 2. */
+static int wait_on(struct mesh_pg *pg, const char *channel, uint64_t timeout_ns, int wake_fd)
 {
 	uint64_t end = mesh_mono_ns() + timeout_ns;
 	int rc = 0, woke = 0;
@@ -317,23 +317,25 @@ static int wait_on(struct mesh_pg *pg, const char *channel, uint64_t timeout_ns)
 		}
 		if (woke || now >= end)
 			break;
-		struct pollfd pfd = {PQsocket(pg->conn), POLLIN, 0};
+		struct pollfd pfd[2] = {{PQsocket(pg->conn), POLLIN, 0}, {wake_fd, POLLIN, 0}};
 		uint64_t ms = (end - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
-		if (pfd.fd < 0 || poll(&pfd, 1, ms > 1000 ? 1000 : (int)ms) < 0)
+		if (pfd[0].fd < 0 || poll(pfd, wake_fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) < 0)
 			break;
+		if (wake_fd >= 0 && (pfd[1].revents & POLLIN))
+			woke = 2;
 	}
 	pthread_mutex_unlock(&pg->mu);
 	return rc ? rc : woke;
 }
 
-int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns)
+int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns, int wake_fd)
 {
-	return wait_on(pg, "mesh_jobs", timeout_ns);
+	return wait_on(pg, "mesh_jobs", timeout_ns, wake_fd);
 }
 
 int mesh_pgr_wait_job(struct mesh_pg *pg, uint64_t id, uint64_t timeout_ns)
 {
 	char ch[48];
 	snprintf(ch, sizeof ch, "mesh_job_%" PRIu64, id);
-	return wait_on(pg, ch, timeout_ns);
+	return wait_on(pg, ch, timeout_ns, -1);
 }

@@ -80,9 +80,11 @@ struct mesh_pgr_buried {
 	const char *report; /* "" when none */
 };
 int mesh_pgr_buried(struct mesh_pg *pg, uint64_t id, void (*fn)(const struct mesh_pgr_buried *, void *), void *arg);
-/* Waits up to timeout_ns for a NOTIFY on mesh_jobs (a submit, a cancel):
- * 1 woken, 0 timeout, or an error.  LISTENs from the first call on. */
-int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns);
+/* Waits up to timeout_ns for a NOTIFY on mesh_jobs (a submit, a cancel)
+ * or for wake_fd (-1: none) to be readable: 1 woken by a NOTIFY, 2 by
+ * wake_fd (not read here), 0 timeout, or an error.  LISTENs from the
+ * first call on. */
+int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns, int wake_fd);
 /* Tells the waiters of job id (mesh_pgr_wait_job) that some of its chunks
  * were settled: NOTIFY on the job's own channel, mesh_job_<id>.  meshd
  * sends one a commit batch (not one a chunk); mesh_pgr_bury and

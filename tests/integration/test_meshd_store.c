@@ -322,7 +322,7 @@ TEST_TIMEOUT(meshd_store_reply_over_4mib_buries_its_chunk_and_goes_on, 60)
 	pid_t a = start_host("a", "jw");
 	t_write_file("in.txt", "a\nbig5000000\nb\nbig1048577\nc\n");
 	unsigned id = submit_store("jw --input in.txt --max-workers 1");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 20 '%s' wait --store '%s' %u", t_bin("mesh"), url, id),
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 20 '%s' wait --store '%s' %u", t_bin("mesh"), url, id),
 		  MESH_EXIT_INCOMPLETE);
 	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempts, last status 1");
 	EXPECT_CONTAINS(out, "the reply of 5000000 bytes is over the store's limit of 1048576 bytes");
@@ -334,6 +334,38 @@ TEST_TIMEOUT(meshd_store_reply_over_4mib_buries_its_chunk_and_goes_on, 60)
 	EXPECT_TRUE(err && !strstr(err, "no longer served here"));
 	free(err);
 	EXPECT_EQ(meshd_t_stop(a), 0);
+	store_env_stop(&e);
+}
+
+static int not_served_logged(void *arg)
+{
+	char *err = t_read_file((const char *)arg, NULL);
+	int yes = err && strstr(err, "program=jw not served here");
+	free(err);
+	return yes;
+}
+
+/* A program put in a host's catalog after its meshd first saw the job
+ * (and left it to others): `mesh load` there makes the meshd look at the
+ * store's open jobs again, and it serves the job without a restart. */
+TEST_TIMEOUT(meshd_store_program_loaded_later_serves_the_open_job, 60)
+{
+	struct store_env e;
+	char *expect;
+	start_store(&e);
+	pid_t a = start_host("a", NULL);
+	make_input(20, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 1");
+	ASSERT_EQ(t_wait_for(not_served_logged, "a/meshd.err", 10000), 1);
+	ASSERT_EQ(chdir("a"), 0);
+	meshd_t_add_program(out, sizeof out, "jw", t_bin("tests-workers/job_worker"), "max_workers = 1\n");
+	ASSERT_EQ(chdir(top), 0);
+	EXPECT_EQ(host_mesh("a", "load jw%s", ""), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 4 '%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, 20, expect);
+	EXPECT_EQ(node_of(&e, id, a), 20);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	free(expect);
 	store_env_stop(&e);
 }
 
