@@ -203,6 +203,19 @@ TEST_TIMEOUT(meshd_store_job_served_by_every_host_with_the_program, 90)
 	EXPECT_CONTAINS(out, "complete");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' jobs --store '%s' --json", t_bin("mesh"), url), 0);
 	EXPECT_CONTAINS(out, "\"duplicates\":0");
+	/* mesh nodes: each meshd's node with the job's program, not "meshd" */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' nodes --store '%s'", t_bin("mesh"), url), 0);
+	int meshd_rows = 0;
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		char name[128], host[128], prog[128], job[128];
+		if (sscanf(line, "%127s %127s %127s %127s", name, host, prog, job) != 4 || strncmp(name, "meshd.", 6))
+			continue;
+		meshd_rows++;
+		EXPECT_STREQ(prog, "jw");
+		EXPECT_EQ(job[0], 's');
+		EXPECT_EQ(atoi(job + 1), (int)id);
+	}
+	EXPECT_EQ(meshd_rows, 2);
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);
 	EXPECT_EQ(meshd_t_stop(c), 0);
