@@ -7,6 +7,7 @@
 #include "base/crc.h"
 #include "base/exit.h"
 #include "integration/meshd_t.h"
+#include "runner/netns.h"
 #include "runner/pty.h"
 #include "runner/store_env.h"
 #include "runner/t.h"
@@ -164,6 +165,19 @@ static long node_of(const struct store_env *e, unsigned id, pid_t pid)
 	return (long)sql1(e, q);
 }
 
+/* Chunks of job id the meshd of pid holds (leased singly or in blocks). */
+static long held_by(const struct store_env *e, unsigned id, pid_t pid)
+{
+	char q[640];
+	snprintf(q, sizeof q,
+		 "SELECT (SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
+		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d') + (SELECT coalesce(sum(b.remaining), 0)"
+		 " FROM mesh.blocks b JOIN mesh.nodes n ON n.holder = b.holder WHERE b.job = %u"
+		 " AND n.name LIKE 'meshd.%%.%d')",
+		 id, (int)pid, id, (int)pid);
+	return (long)sql1(e, q);
+}
+
 TEST_TIMEOUT(meshd_store_job_served_by_every_host_with_the_program, 90)
 {
 	struct store_env e;
@@ -252,14 +266,7 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 	ASSERT_EQ(t_wait_for(done_past, &p, 30000), 1);
 	/* A has run chunks, and holds some when it dies */
 	EXPECT_GT(node_of(&e, id, a), 0);
-	char hq[640];
-	snprintf(hq, sizeof hq,
-		 "SELECT (SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
-		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d') + (SELECT coalesce(sum(b.remaining), 0)"
-		 " FROM mesh.blocks b JOIN mesh.nodes n ON n.holder = b.holder WHERE b.job = %u"
-		 " AND n.name LIKE 'meshd.%%.%d')",
-		 id, (int)a, id, (int)a);
-	EXPECT_GT(sql1(&e, hq), 0);
+	EXPECT_GT(held_by(&e, id, a), 0);
 	kill(a, SIGKILL);
 	EXPECT_EQ(meshd_t_wait(a), 128 + SIGKILL);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
@@ -496,4 +503,95 @@ TEST_TIMEOUT(meshd_store_wait_and_results_sleep_on_notify_and_wait_draws_the_bar
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	free(expect);
 	store_env_stop(&e);
+}
+
+/* Host dir's meshd started in network namespace ns (its store URL over
+ * TCP, the bridge). */
+static pid_t start_host_in(const char *ns, const char *dir, const char *program)
+{
+	int home = t_netns_enter(ns);
+	ASSERT_GE(home, 0);
+	pid_t pid = start_host(dir, program);
+	ASSERT_EQ(t_netns_back(home), 0);
+	return pid;
+}
+
+struct held {
+	const struct store_env *e;
+	unsigned id;
+	pid_t pid;
+	long done_at;
+};
+static int holds_mid_job(void *arg)
+{
+	struct held *h = arg;
+	struct progress p = {h->e, h->id, h->done_at};
+	return done_past(&p) && held_by(h->e, h->id, h->pid) > 0;
+}
+
+static int dups_counted(void *arg)
+{
+	struct held *h = arg;
+	char q[128];
+	snprintf(q, sizeof q, "SELECT dups FROM mesh.job_counts WHERE id = %u", h->id);
+	return store_env_sql(h->e, q) > 0;
+}
+
+/* The issue's several hosts: meshd in two network namespaces, the job
+ * submitted (and followed) from a third, PostgreSQL listening on the
+ * bridge in a fourth, everything over TCP.  Then one host cut off (`ip
+ * link set down`) past its lease TTL while it holds chunks: the other
+ * takes them and ends the job; brought back, its late completions are
+ * IGNORED and counted.  Every chunk DONE once, every result right. */
+TEST_TIMEOUT(meshd_store_netns_hosts_serve_a_job_and_a_cut_off_host, 120)
+{
+	struct store_env e;
+	struct t_netns ns;
+	char *expect, q[128];
+	if (t_netns_up(&ns, 3))
+		return;
+	if (!getcwd(top, sizeof top))
+		FAIL("getcwd");
+	ASSERT_EQ(store_env_start_tcp(&e, ns.hub, T_NETNS_HUB_ADDR, T_NETNS_CIDR), 0);
+	snprintf(url, sizeof url, "postgresql://mesh@" T_NETNS_HUB_ADDR ":5432/postgres?connect_timeout=5");
+	/* this test is host 2 from here on: mesh submit|wait|results */
+	int home = t_netns_enter(ns.hosts[2]);
+	ASSERT_GE(home, 0);
+	setenv("MESHD_STORE_TTL_MS", "1000", 1);
+	pid_t a = start_host_in(ns.hosts[0], "a", "jw"), b = start_host_in(ns.hosts[1], "b", "jw");
+
+	make_input(300, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 30 '%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, 300, expect);
+	EXPECT_GT(node_of(&e, id, a), 0);
+	EXPECT_GT(node_of(&e, id, b), 0);
+	snprintf(q, sizeof q, "SELECT dups FROM mesh.job_counts WHERE id = %u", id);
+	EXPECT_EQ(sql1(&e, q), 0);
+	free(expect);
+
+	/* host b cut off while it holds chunks of a job of 20 ms chunks */
+	make_input(200, "slow", &expect);
+	id = submit_store("jw --input in.txt --max-workers 2");
+	struct held h = {&e, id, b, 20};
+	ASSERT_EQ(t_wait_for(holds_mid_job, &h, 30000), 1);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "ip -n %s link set eth0 down", ns.hosts[1]), 0);
+	uint64_t t0 = t_now_ms();
+	struct progress all = {&e, id, 200};
+	ASSERT_EQ(t_wait_for(done_past, &all, 30000), 1);
+	/* a finished it alone, what b held included, not before b's TTL */
+	EXPECT_GE(t_now_ms() - t0, 900);
+	snprintf(q, sizeof q, "s%u", id);
+	EXPECT_EQ(store_env_done_bits(&e, q), 200);
+	/* back: b's completions of chunks a took are IGNORED and counted */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "ip -n %s link set eth0 up", ns.hosts[1]), 0);
+	EXPECT_EQ(t_wait_for(dups_counted, &h, 30000), 1);
+	check_job(&e, id, 200, expect);
+	EXPECT_GT(node_of(&e, id, b), 0);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	EXPECT_EQ(meshd_t_stop(b), 0);
+	free(expect);
+	ASSERT_EQ(t_netns_back(home), 0);
+	store_env_stop(&e);
+	t_netns_down(&ns);
 }
