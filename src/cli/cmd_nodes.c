@@ -2,6 +2,7 @@
  * every host: what it runs, its measured speed, its last heartbeat.  A
  * meshd's node runs the program of its job's spec (store_pg_results.h),
  * not a command line of its own: that program is shown. */
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/exit.h"
@@ -30,38 +31,30 @@ static const char usage[] =
 	"Exit codes: 0; 64 usage; 65 a schema of another version; 69 the database\n"
 	"cannot be reached.\n";
 
-/* The meshd jobs' programs, by job name (s<id>). */
+/* The meshd jobs (struct mesh_pgr_job each, in a mesh_buf): their
+ * programs, by job name (s<id>). */
 struct specs {
-	struct mesh_pgr_job *v;
-	size_t n, cap;
+	struct mesh_buf b;
 	int err;
 };
 
 static void add_spec(const struct mesh_pgr_job *j, void *arg)
 {
 	struct specs *sp = arg;
-	if (sp->n == sp->cap) {
-		size_t cap = sp->cap ? sp->cap * 2 : 16;
-		struct mesh_pgr_job *v = realloc(sp->v, cap * sizeof *v);
-		if (!v) {
-			sp->err = -ENOMEM;
-			return;
-		}
-		sp->v = v;
-		sp->cap = cap;
-	}
-	sp->v[sp->n++] = *j;
+	if (mesh_buf_add(&sp->b, j, sizeof *j) < 0)
+		sp->err = -ENOMEM;
 }
 
 static void row(const struct mesh_pg_node *nd, void *arg)
 {
 	const struct specs *sp = arg;
+	const struct mesh_pgr_job *v = (const void *)sp->b.p;
 	const char *program = nd->program;
 	char name[24];
-	for (size_t i = 0; i < sp->n; i++) {
-		snprintf(name, sizeof name, "s%llu", (unsigned long long)sp->v[i].id);
+	for (size_t i = 0; v && i < sp->b.len / sizeof *v; i++) {
+		snprintf(name, sizeof name, "s%llu", (unsigned long long)v[i].id);
 		if (!strcmp(name, nd->job))
-			program = sp->v[i].program;
+			program = v[i].program;
 	}
 	printf("%-20s %-16s %-14s %-12s %8llu %10.1f %9.1fs %s\n", nd->name, nd->host, program, nd->job,
 	       (unsigned long long)nd->chunks, nd->chunks_per_s, (double)nd->age_ns / 1e9,
@@ -102,13 +95,13 @@ int mesh_cmd_nodes(int argc, char **argv)
 	}
 	printf("%-20s %-16s %-14s %-12s %8s %10s %10s %s\n", "NODE", "HOST", "PROGRAM", "JOB", "CHUNKS", "CHUNKS/S",
 	       "LAST BEAT", "STATE");
-	struct specs sp = {0};
+	struct specs sp = {MESH_BUF_INIT, 0};
 	rc = mesh_pgr_jobs(pg, 0, 0, add_spec, &sp);
 	if (!rc)
 		rc = sp.err;
 	if (!rc)
 		rc = mesh_pg_nodes(pg, this_job, row, &sp);
-	free(sp.v);
+	mesh_buf_release(&sp.b);
 	mesh_pg_close(pg);
 	if (rc) {
 		fprintf(stderr, "mesh: nodes %s: %s\n", safe, mesh_strerror(rc));
