@@ -478,22 +478,27 @@ int mesh_cmd_jobs(int argc, char **argv)
 
 /* ---- wait ---- */
 
-static void draw(json_t *e, int final)
+void mesh__wait_draw(struct mesh__progress *p, int final)
 {
 	struct winsize ws;
+	p->width = ioctl(2, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 80;
+	p->color = getenv("NO_COLOR") == NULL || !getenv("NO_COLOR")[0];
+	char line[512];
+	size_t n = mesh__progress_format(line, sizeof line, p);
+	fprintf(stderr, "\r\033[K%.*s%s", (int)n, line, final ? "\n" : "");
+	fflush(stderr);
+}
+
+static void draw(json_t *e, int final)
+{
 	struct mesh__progress p = {
 		.done = num(e, "done"),
 		.total = num(e, "chunks"),
 		.running = num(e, "leased"),
 		.failed = num(e, "buried"),
 		.elapsed_ns = (uint64_t)(real(e, "elapsed_s") > 0 ? real(e, "elapsed_s") * 1e9 : 0),
-		.width = ioctl(2, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 80,
-		.color = getenv("NO_COLOR") == NULL || !getenv("NO_COLOR")[0],
 	};
-	char line[512];
-	size_t n = mesh__progress_format(line, sizeof line, &p);
-	fprintf(stderr, "\r\033[K%.*s%s", (int)n, line, final ? "\n" : "");
-	fflush(stderr);
+	mesh__wait_draw(&p, final);
 }
 
 /* Each buried chunk: its status and its last failure's report. */

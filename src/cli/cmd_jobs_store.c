@@ -20,9 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* How often `wait` and `results` look again while the job runs. */
-#define LOOK_NS (100 * MESH_NS_PER_MS)
+/* `wait` and `results` sleep on the job's NOTIFY (mesh_pgr_wait_job: a
+ * commit batch of its chunks, a bury, a cancel) and look again after this
+ * long without one (a meshd that died between its commit and its NOTIFY,
+ * a chunk buried by the engine's attempt limit: told at the next look). */
+#define LOOK_NS (1000 * MESH_NS_PER_MS)
 
 /* The store, or an exit code (a message printed). */
 static int open_store(const char *cmd, const char *url, struct mesh_pg **pg)
@@ -144,15 +148,35 @@ static void print_buried(const struct mesh_pgr_buried *b, void *arg)
 		b->attempts, b->status, n ? ":" : "", b->report, n && b->report[n - 1] != '\n' ? "\n" : "");
 }
 
+static void draw(const struct mesh_pgr_job *j, int final)
+{
+	struct mesh__progress p = {
+		.done = j->done,
+		.total = j->n,
+		.running = j->leased,
+		.failed = j->buried,
+		.elapsed_ns = j->now_ns > j->submitted_ns ? j->now_ns - j->submitted_ns : 0,
+	};
+	mesh__wait_draw(&p, final);
+}
+
 int mesh__sjobs_wait(const char *url, uint64_t id, int quiet)
 {
 	struct mesh_pg *pg;
 	struct mesh_pgr_job j;
-	int ex = open_store("wait", url, &pg), rc;
+	int ex = open_store("wait", url, &pg), rc, bar = !quiet && isatty(2);
 	if (ex >= 0)
 		return ex;
-	while ((rc = get_job(pg, id, &j)) == 0 && !strcmp(mesh__sjob_state(&j), "running"))
-		mesh_sleep_ns(LOOK_NS);
+	/* Listening before the first look: no news between the two is lost. */
+	rc = mesh_pgr_wait_job(pg, id, 0);
+	while (rc >= 0 && (rc = get_job(pg, id, &j)) == 0) {
+		int running = !strcmp(mesh__sjob_state(&j), "running");
+		if (bar)
+			draw(&j, !running);
+		if (!running)
+			break;
+		rc = mesh_pgr_wait_job(pg, id, LOOK_NS);
+	}
 	if (rc) {
 		mesh_pg_close(pg);
 		return fail("wait", rc, "cannot read the job");
@@ -188,10 +212,10 @@ int mesh__sjobs_results(const char *url, uint64_t id, int no_wait)
 	struct mesh_pg *pg;
 	struct mesh_pgr_job j;
 	struct rd r = {0, 0};
-	int ex = open_store("results", url, &pg), rc;
+	int ex = open_store("results", url, &pg), rc, ended = 0;
 	if (ex >= 0)
 		return ex;
-	if ((rc = get_job(pg, id, &j)) != 0)
+	if ((!no_wait && (rc = mesh_pgr_wait_job(pg, id, 0)) < 0) || (rc = get_job(pg, id, &j)) != 0)
 		goto out;
 	while (r.next < j.n) {
 		uint64_t from = r.next;
@@ -200,10 +224,18 @@ int mesh__sjobs_results(const char *url, uint64_t id, int no_wait)
 		rc = 0;
 		if (r.next > from)
 			continue;
-		/* Nothing settled at r.next: done unless the job still runs. */
-		if (no_wait || (rc = get_job(pg, id, &j)) != 0 || strcmp(mesh__sjob_state(&j), "running"))
+		/* Nothing settled at r.next: done unless the job still runs
+		 * (one more look once it ended: its last batch may have
+		 * landed after ours). */
+		if (no_wait || ended || (rc = get_job(pg, id, &j)) != 0)
 			break;
-		mesh_sleep_ns(LOOK_NS);
+		if (strcmp(mesh__sjob_state(&j), "running")) {
+			ended = 1;
+			continue;
+		}
+		if ((rc = mesh_pgr_wait_job(pg, id, LOOK_NS)) < 0)
+			break;
+		rc = 0;
 	}
 out:
 	mesh_pg_close(pg);

@@ -1,12 +1,17 @@
 /* mesh nodes: every node of a PostgreSQL store (store/store_pg.h), on
- * every host: what it runs, its measured speed, its last heartbeat. */
+ * every host: what it runs, its measured speed, its last heartbeat.  A
+ * meshd's node runs the program of its job's spec (store_pg_results.h),
+ * not a command line of its own: that program is shown. */
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/exit.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
 #include "store/store_pg.h"
+#include "store/store_pg_results.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +31,32 @@ static const char usage[] =
 	"Exit codes: 0; 64 usage; 65 a schema of another version; 69 the database\n"
 	"cannot be reached.\n";
 
+/* The meshd jobs (struct mesh_pgr_job each, in a mesh_buf): their
+ * programs, by job name (s<id>). */
+struct specs {
+	struct mesh_buf b;
+	int err;
+};
+
+static void add_spec(const struct mesh_pgr_job *j, void *arg)
+{
+	struct specs *sp = arg;
+	if (mesh_buf_add(&sp->b, j, sizeof *j) < 0)
+		sp->err = -ENOMEM;
+}
+
 static void row(const struct mesh_pg_node *nd, void *arg)
 {
-	(void)arg;
-	printf("%-20s %-16s %-14s %-12s %8llu %10.1f %9.1fs %s\n", nd->name, nd->host, nd->program, nd->job,
+	const struct specs *sp = arg;
+	const struct mesh_pgr_job *v = (const void *)sp->b.p;
+	const char *program = nd->program;
+	char name[24];
+	for (size_t i = 0; v && i < sp->b.len / sizeof *v; i++) {
+		snprintf(name, sizeof name, "s%llu", (unsigned long long)v[i].id);
+		if (!strcmp(name, nd->job))
+			program = v[i].program;
+	}
+	printf("%-20s %-16s %-14s %-12s %8llu %10.1f %9.1fs %s\n", nd->name, nd->host, program, nd->job,
 	       (unsigned long long)nd->chunks, nd->chunks_per_s, (double)nd->age_ns / 1e9,
 	       nd->stopped ? "stopped" : nd->silent ? "silent" : "alive");
 }
@@ -68,7 +95,13 @@ int mesh_cmd_nodes(int argc, char **argv)
 	}
 	printf("%-20s %-16s %-14s %-12s %8s %10s %10s %s\n", "NODE", "HOST", "PROGRAM", "JOB", "CHUNKS", "CHUNKS/S",
 	       "LAST BEAT", "STATE");
-	rc = mesh_pg_nodes(pg, this_job, row, NULL);
+	struct specs sp = {MESH_BUF_INIT, 0};
+	rc = mesh_pgr_jobs(pg, 0, 0, add_spec, &sp);
+	if (!rc)
+		rc = sp.err;
+	if (!rc)
+		rc = mesh_pg_nodes(pg, this_job, row, &sp);
+	mesh_buf_release(&sp.b);
 	mesh_pg_close(pg);
 	if (rc) {
 		fprintf(stderr, "mesh: nodes %s: %s\n", safe, mesh_strerror(rc));

@@ -105,6 +105,9 @@ struct meshd_core {
 	pthread_mutex_t loop_mu; /* looping, and meshd_core_on_loop's queue */
 	int looping;
 	pthread_t loop_th;
+	/* meshd_on_catalog_change's (under mu) */
+	void (*catalog_fn)(void *arg);
+	void *catalog_arg;
 };
 
 /* core.c */

@@ -253,6 +253,23 @@ static int upgrade(struct meshd_core *d, struct program **pp, char **err)
 	return replace(d, pp, np, "upgrade", err);
 }
 
+void meshd_on_catalog_change(struct meshd_core *d, void (*fn)(void *arg), void *arg)
+{
+	pthread_mutex_lock(&d->mu);
+	d->catalog_fn = fn;
+	d->catalog_arg = arg;
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* A program loaded: who follows the catalog may find work it left before. */
+static void catalog_changed(struct meshd_core *d)
+{
+	pthread_mutex_lock(&d->mu);
+	if (d->catalog_fn)
+		d->catalog_fn(d->catalog_arg);
+	pthread_mutex_unlock(&d->mu);
+}
+
 int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err)
 {
 	struct program *p;
@@ -271,6 +288,8 @@ int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_i
 	if (loaded)
 		rc = upgrade(d, &p, err);
 	pthread_mutex_unlock(&swap_mu);
+	if (rc == 0)
+		catalog_changed(d);
 	if (rc == 0 && out) {
 		rc = image_info(&p->img, out);
 		out->prev_id = p->prev_id;

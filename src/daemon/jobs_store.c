@@ -56,7 +56,8 @@ struct sjob {
 	struct sjob *next;
 	struct sfollow *f;
 	struct mesh_pgr_job spec;
-	int skip;	   /* not in this catalog: takes no chunks */
+	int skip;	   /* not in this catalog (yet): takes no chunks */
+	unsigned told;	   /* "not served here" logged */
 	unsigned max_workers;
 	int cancel_efd;
 	_Atomic int cancel_sent; /* set by the follower, read by the driver */
@@ -64,11 +65,15 @@ struct sjob {
 	int th_on;
 	_Atomic int ended; /* the driver returned */
 	size_t result_max;  /* MESH_PGR_RESULT_MAX, or less (MESHD_STORE_RESULT_MAX, for tests) */
+	size_t over_len;    /* the loop thread's: the size of the reply cut by cap_output, 0 none */
+	struct mesh__exec_sink inner; /* the runner's sink, behind cap_output */
+	struct meshd_job_exec_arg *xa; /* the slot executor's, for make_capped */
 	_Atomic int toobig; /* a reply over MESH_PGR_RESULT_MAX buried its chunk and stopped the run */
 	int final;	   /* ... with the job over for this host (complete, failed, cancelled) */
 	struct mesh_pg *rpg; /* the results' connection (the driver's threads) */
 	pthread_mutex_t mu;  /* pending */
 	struct pres *pending;
+	int settled; /* the completer thread's: this batch had replies, its NOTIFY is due */
 	uint64_t done;
 };
 
@@ -78,6 +83,7 @@ struct sfollow {
 	struct mesh_pg *pg;
 	pthread_t th;
 	_Atomic int stop;
+	int wake_efd; /* a program loaded (meshd_on_catalog_change): look again now */
 	struct sjob *list; /* the follower thread's */
 };
 
@@ -86,6 +92,8 @@ struct sfollow {
 static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p, size_t n)
 {
 	struct sjob *s = arg;
+	size_t whole = s->over_len ? s->over_len : n;
+	s->over_len = 0;
 	if (n > s->result_max) {
 		/* Never DONE without its result, and no use trying again: buried
 		 * with the reason.  The error stops this run; driver_main drives
@@ -93,7 +101,7 @@ static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p,
 		char why[200];
 		snprintf(why, sizeof why,
 			 "attempt %u: the reply of %zu bytes is over the store's limit of %zu bytes\n", (unsigned)attempt,
-			 n, s->result_max);
+			 whole, s->result_max);
 		int rc = mesh_pgr_bury(s->rpg, s->spec.id, cid, 1, why);
 		mesh_warn("store job=%" PRIu64 " chunk=%" PRIu64 " buried: %.*s", s->spec.id, cid, (int)strlen(why) - 1, why);
 		if (rc == 0)
@@ -111,6 +119,33 @@ static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p,
 	s->pending = r;
 	pthread_mutex_unlock(&s->mu);
 	return 0;
+}
+
+/* Between the slot executor and the runner: a reply over the store's
+ * limit goes on cut to limit + 1 bytes, enough for hook_result to bury its
+ * chunk.  Whole, a reply over the runner's 4 MiB in-memory bound would
+ * spill to a file, which the result hook is never given: the run would
+ * stop (MESH_E_OUTPUT) on every try of that chunk.  The slot executor
+ * hands a reply over in one piece, in the status call right before the
+ * runner ends that attempt and calls hook_result (both on the loop
+ * thread), so over_len is that reply's. */
+static int cap_output(void *arg, unsigned slot, int out, const void *p, size_t n)
+{
+	struct sjob *s = arg;
+	if (out && n > s->result_max) {
+		s->over_len = n;
+		n = s->result_max + 1;
+	}
+	return s->inner.output(s->inner.arg, slot, out, p, n);
+}
+
+static int make_capped(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,
+		       struct mesh__executor **out)
+{
+	struct sjob *s = arg;
+	struct mesh__exec_sink mine = {cap_output, s};
+	s->inner = *sink;
+	return meshd_job_exec_make(s->xa, o, nslots, &mine, out);
 }
 
 /* Before a batch's DONE: every reply taken so far goes to the store in one
@@ -140,6 +175,7 @@ static int hook_commit(void *arg)
 	free(cids);
 	free(data);
 	free(lens);
+	s->settled |= rc == 0 && n > 0;
 	if (rc < 0) {
 		/* Kept for the next try: the batch is not completed. */
 		pthread_mutex_lock(&s->mu);
@@ -161,6 +197,15 @@ static int hook_commit(void *arg)
 	return 0;
 }
 
+/* After a batch's DONE: one NOTIFY for the job's waiters (`mesh wait`,
+ * `mesh results`), not one a chunk.  Lost, it costs them a second. */
+static void hook_committed(void *arg)
+{
+	struct sjob *s = arg;
+	if (s->settled && mesh_pgr_notify(s->rpg, s->spec.id) == 0)
+		s->settled = 0;
+}
+
 static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, const void *err, size_t n, int buried)
 {
 	struct sjob *s = arg;
@@ -170,8 +215,10 @@ static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, con
 	if (b.p && mesh_pgr_put_report(s->rpg, s->spec.id, cid, b.p, b.len) < 0)
 		mesh_warn("store job=%" PRIu64 " cannot keep the failure report of chunk %" PRIu64, s->spec.id, cid);
 	mesh_buf_release(&b);
-	if (buried)
+	if (buried) {
 		mesh_info("store job=%" PRIu64 " chunk=%" PRIu64 " buried status=%d", s->spec.id, cid, code);
+		mesh_pgr_notify(s->rpg, s->spec.id);
+	}
 }
 
 static void *driver_main(void *arg)
@@ -212,6 +259,7 @@ static void *driver_main(void *arg)
 	struct mesh_exec_hooks hooks = {
 		.result = hook_result,
 		.commit = hook_commit,
+		.committed = hook_committed,
 		.failed = hook_failed,
 		.cancel_fd = s->cancel_efd,
 		.arg = s,
@@ -237,18 +285,19 @@ static void *driver_main(void *arg)
 		.stats = &xs,
 	};
 	struct mesh_exec_stats st;
+	s->xa = &xa;
 	mesh_info("store job=%" PRIu64 " running program=%s chunks=%" PRIu64 " node=%s", s->spec.id, s->spec.program,
 		  s->spec.n, node);
 	do
-		rc = mesh__exec_drive(jh, &eo, meshd_job_exec_make, &xa, &st);
+		rc = mesh__exec_drive(jh, &eo, make_capped, s, &st);
 	while (rc == MESH_E_OUTPUT && atomic_exchange(&s->toobig, 0));
 	s->final = rc == MESH_EXEC_COMPLETE || rc == MESH_EXEC_FAILED || atomic_load(&s->cancel_sent);
 	if (rc == MESH_E_OUTPUT) {
-		/* A reply the driver could not take (over its 4 MiB capture
-		 * bound): the run would stop again on the same chunk, so this
-		 * host stops serving the job instead of looping. */
-		mesh_error("store job=%" PRIu64 " no longer served here: a reply could not be kept (over 4 MiB?)",
-			   s->spec.id);
+		/* An output the run could not keep (cap_output keeps replies
+		 * under the runner's bound, so not a reply's size): it would
+		 * stop again on the same chunk, so this host stops serving the
+		 * job instead of looping. */
+		mesh_error("store job=%" PRIu64 " no longer served here: an output could not be kept", s->spec.id);
 		s->final = 1;
 	}
 	s->done = st.done;
@@ -317,6 +366,27 @@ static int sjob_start(struct sjob *s)
 
 /* ---- the follower ---- */
 
+/* Serves job s when this catalog has its program; else leaves it to the
+ * others (said once) until a later look: a program put in the catalog
+ * meanwhile (a `mesh load` wakes the follower at once) is served then. */
+static void try_serve(struct sfollow *f, struct sjob *s)
+{
+	char *lerr = NULL;
+	unsigned mw = s->cancel_efd >= 0 ? meshd_program_max_workers(f->j->core, s->spec.program, &lerr) : 0;
+	if (!mw) {
+		if (!s->told++)
+			mesh_info("store job=%" PRIu64 " program=%s not served here: %s", s->spec.id, s->spec.program,
+				  lerr ? lerr : "cannot load it");
+		free(lerr);
+		s->skip = 1;
+		return;
+	}
+	s->max_workers = s->spec.max_workers && s->spec.max_workers < mw ? s->spec.max_workers : mw;
+	s->skip = sjob_start(s) < 0;
+	if (!s->skip && s->told)
+		mesh_info("store job=%" PRIu64 " program=%s served here now", s->spec.id, s->spec.program);
+}
+
 static void seen_job(const struct mesh_pgr_job *pj, void *arg)
 {
 	struct sfollow *f = arg;
@@ -327,7 +397,9 @@ static void seen_job(const struct mesh_pgr_job *pj, void *arg)
 	if (s) {
 		if (pj->cancelled)
 			sjob_cancel(s);
-		else if (!s->skip && atomic_load(&s->ended) && !s->final) {
+		else if (s->skip)
+			try_serve(f, s);
+		else if (atomic_load(&s->ended) && !s->final) {
 			/* stopped on an error (the database gone a while): again */
 			sjob_join(s);
 			if (sjob_start(s) < 0)
@@ -343,18 +415,7 @@ static void seen_job(const struct mesh_pgr_job *pj, void *arg)
 	pthread_mutex_init(&s->mu, NULL);
 	s->next = f->list;
 	f->list = s;
-	char *lerr = NULL;
-	unsigned mw = meshd_program_max_workers(f->j->core, pj->program, &lerr);
-	if (!mw || s->cancel_efd < 0) {
-		s->skip = 1;
-		mesh_info("store job=%" PRIu64 " program=%s not served here: %s", pj->id, pj->program,
-			  lerr ? lerr : "cannot load it");
-		free(lerr);
-		return;
-	}
-	s->max_workers = pj->max_workers && pj->max_workers < mw ? pj->max_workers : mw;
-	if (sjob_start(s) < 0)
-		s->skip = 1;
+	try_serve(f, s);
 }
 
 /* A cancel makes a job inactive: its driver must hear of it too. */
@@ -388,7 +449,12 @@ static void *follow_main(void *arg)
 			warned = 0;
 		uint64_t until = mesh_mono_ns() + RESCAN_NS;
 		while (!atomic_load(&f->stop) && mesh_mono_ns() < until) {
-			int w = mesh_pgr_wait(f->pg, WAIT_SLICE_NS * 4);
+			int w = mesh_pgr_wait(f->pg, WAIT_SLICE_NS * 4, f->wake_efd);
+			if (w == 2) {
+				uint64_t v;
+				while (read(f->wake_efd, &v, sizeof v) == sizeof v) {
+				}
+			}
 			if (w != 0) {
 				if (w < 0)
 					mesh_sleep_ns(WAIT_SLICE_NS);
@@ -397,6 +463,15 @@ static void *follow_main(void *arg)
 		}
 	}
 	return NULL;
+}
+
+static void catalog_changed(void *arg)
+{
+	struct sfollow *f = arg;
+	uint64_t one = 1;
+	if (write(f->wake_efd, &one, sizeof one) != sizeof one) {
+		/* a counter near its limit: the follower is woken already */
+	}
 }
 
 int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
@@ -409,7 +484,10 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 		return mesh_errf(err, MESH_E_PARSE, "--store wants a postgresql:// URL, not '%s'", safe);
 	if (j->sf)
 		return mesh_errf(err, MESH_E_STATE, "already following a store");
-	if (!(f = calloc(1, sizeof *f)) || !(f->base = strdup(url))) {
+	if (!(f = calloc(1, sizeof *f)) || !(f->base = strdup(url)) ||
+	    (f->wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+		if (f)
+			free(f->base);
 		free(f);
 		return -ENOMEM;
 	}
@@ -420,6 +498,7 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 	if ((rc = mesh_pg_open(&f->pg, f->base, why, sizeof why)) < 0) {
 		rc = mesh_errf(err, rc, "cannot use the store %s: %s%s%s", safe, mesh_strerror(rc), why[0] ? ": " : "",
 			       why);
+		close(f->wake_efd);
 		free(f->base);
 		free(f);
 		return rc;
@@ -427,11 +506,13 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 	rc = mesh_thread_start(&f->th, follow_main, f);
 	if (rc) {
 		mesh_pg_close(f->pg);
+		close(f->wake_efd);
 		free(f->base);
 		free(f);
 		return mesh_errf(err, rc, "cannot start the store follower: %s", mesh_strerror(rc));
 	}
 	j->sf = f;
+	meshd_on_catalog_change(j->core, catalog_changed, f);
 	mesh_info("store %s: following its meshd jobs", safe);
 	return 0;
 }
@@ -441,6 +522,7 @@ void mesh__jobs_store_stop(struct meshd_jobs *j)
 	struct sfollow *f = j->sf;
 	if (!f || atomic_exchange(&f->stop, 1))
 		return;
+	meshd_on_catalog_change(j->core, NULL, NULL);
 	pthread_join(f->th, NULL);
 	for (struct sjob *s = f->list; s; s = s->next)
 		sjob_cancel(s);
@@ -460,6 +542,7 @@ void mesh__jobs_store_free(struct meshd_jobs *j)
 		sjob_free(s);
 	}
 	mesh_pg_close(f->pg);
+	close(f->wake_efd);
 	free(f->base);
 	free(f);
 	j->sf = NULL;

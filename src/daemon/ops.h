@@ -197,5 +197,10 @@ int meshd_job_worker_down(struct meshd_core *d, struct meshd_job_worker *w, uint
 int meshd_job_worker_stale(const struct meshd_job_worker *w);
 /* The manifest's max_workers of name (loading it), or 0 (*err says why). */
 unsigned meshd_program_max_workers(struct meshd_core *d, const char *name, char **err);
+/* fn(arg) is called after each `mesh load` that succeeded (a program new
+ * to this meshd, or its image replaced), on that caller's thread with the
+ * core's lock held: it must only take note (set a flag, write an eventfd).
+ * fn NULL: no more calls once this returns.  One at a time. */
+void meshd_on_catalog_change(struct meshd_core *d, void (*fn)(void *arg), void *arg);
 
 #endif

@@ -78,7 +78,7 @@ int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const 
 		"SELECT j.id, j.n, s.program, s.name, s.max_workers, s.retries, s.timeout_ns, s.speculate, s.state = 'c',"
 		" s.input IS NOT NULL, j.done, j.failed, j.dups, s.submitted,"
 		" mesh.held(j.id, true),"
-		" (SELECT count(*) FROM mesh.chunks c WHERE c.job = j.id AND c.state = 'b')"
+		" (SELECT count(*) FROM mesh.chunks c WHERE c.job = j.id AND c.state = 'b'), mesh.now_us()"
 		" FROM mesh.specs s JOIN mesh.job_counts j ON j.id = s.job"
 		" WHERE ($1 = 0 OR j.id = $1) AND (NOT $2 OR (s.state = 'r' AND j.done < j.n)) ORDER BY j.id",
 		2, vals, &rc);
@@ -102,6 +102,7 @@ int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const 
 		j.submitted_ns = strtoull(PQgetvalue(r, i, 13), NULL, 10) * 1000;
 		j.leased = strtoull(PQgetvalue(r, i, 14), NULL, 10);
 		j.buried = strtoull(PQgetvalue(r, i, 15), NULL, 10);
+		j.now_ns = strtoull(PQgetvalue(r, i, 16), NULL, 10) * 1000;
 		fn(&j, arg);
 	}
 	PQclear(r);
@@ -149,7 +150,7 @@ int mesh_pgr_cancel(struct mesh_pg *pg, uint64_t id)
 	snprintf(it, sizeof it, "%" PRIu64, id);
 	int rc = mesh__pg_q1(pg,
 		"WITH u AS (UPDATE mesh.specs SET state = 'c' WHERE job = $1 RETURNING job)"
-		" SELECT count(*), pg_notify('mesh_jobs', $1::text) FROM u",
+		" SELECT count(*), pg_notify('mesh_jobs', $1::text), pg_notify('mesh_job_' || $1, '') FROM u",
 		1, vals, out, sizeof out);
 	return rc ? rc : atoi(out) == 1 ? 0 : MESH_E_NOJOB;
 }
@@ -226,7 +227,9 @@ int mesh_pgr_bury(struct mesh_pg *pg, uint64_t id, uint64_t cid, int status, con
 	snprintf(ht, sizeof ht, "%" PRIu64, pg->holder);
 	int rc = mesh_pgr_put_report(pg, id, cid, report, strlen(report));
 	/* mesh.fail with at most one attempt buries at once */
-	return rc ? rc : mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, 1, $4)", 4, vals, out, sizeof out);
+	return rc ? rc
+		  : mesh__pg_q1(pg, "SELECT mesh.fail($1, $2, $3, 1, $4), pg_notify('mesh_job_' || $1, '')", 4, vals,
+				out, sizeof out);
 }
 
 int mesh_pgr_results(struct mesh_pg *pg, uint64_t id, uint64_t from,
@@ -284,13 +287,24 @@ int mesh_pgr_buried(struct mesh_pg *pg, uint64_t id, void (*fn)(const struct mes
 	return rc;
 }
 
-int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns)
+int mesh_pgr_notify(struct mesh_pg *pg, uint64_t id)
+{
+	char it[24], out[8];
+	const char *vals[1] = {it};
+	snprintf(it, sizeof it, "%" PRIu64, id);
+	return mesh__pg_q1(pg, "SELECT pg_notify('mesh_job_' || $1, '')", 1, vals, out, sizeof out);
+}
+
+/* Waits for a NOTIFY on channel (LISTEN once a call: a connection made
+ * again, after a restart, listens anew), or wake_fd (>= 0) readable: 2. */
+static int wait_on(struct mesh_pg *pg, const char *channel, uint64_t timeout_ns, int wake_fd)
 {
 	uint64_t end = mesh_mono_ns() + timeout_ns;
 	int rc = 0, woke = 0;
+	char listen[64];
+	snprintf(listen, sizeof listen, "LISTEN %s", channel);
 	pthread_mutex_lock(&pg->mu);
-	/* Once a call: a connection made again (a restart) listens anew. */
-	PGresult *r = mesh__pg_q(pg, "LISTEN mesh_jobs", 0, NULL, &rc);
+	PGresult *r = mesh__pg_q(pg, listen, 0, NULL, &rc);
 	PQclear(r);
 	while (!rc && !woke) {
 		PGnotify *nt;
@@ -298,16 +312,30 @@ int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns)
 		if (!PQconsumeInput(pg->conn))
 			break;
 		while ((nt = PQnotifies(pg->conn))) {
-			woke |= !strcmp(nt->relname, "mesh_jobs");
+			woke |= !strcmp(nt->relname, channel);
 			PQfreemem(nt);
 		}
 		if (woke || now >= end)
 			break;
-		struct pollfd pfd = {PQsocket(pg->conn), POLLIN, 0};
+		struct pollfd pfd[2] = {{PQsocket(pg->conn), POLLIN, 0}, {wake_fd, POLLIN, 0}};
 		uint64_t ms = (end - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
-		if (pfd.fd < 0 || poll(&pfd, 1, ms > 1000 ? 1000 : (int)ms) < 0)
+		if (pfd[0].fd < 0 || poll(pfd, wake_fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) < 0)
 			break;
+		if (wake_fd >= 0 && (pfd[1].revents & POLLIN))
+			woke = 2;
 	}
 	pthread_mutex_unlock(&pg->mu);
 	return rc ? rc : woke;
+}
+
+int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns, int wake_fd)
+{
+	return wait_on(pg, "mesh_jobs", timeout_ns, wake_fd);
+}
+
+int mesh_pgr_wait_job(struct mesh_pg *pg, uint64_t id, uint64_t timeout_ns)
+{
+	char ch[48];
+	snprintf(ch, sizeof ch, "mesh_job_%" PRIu64, id);
+	return wait_on(pg, ch, timeout_ns, -1);
 }

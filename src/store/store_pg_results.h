@@ -39,6 +39,7 @@ struct mesh_pgr_job {
 	/* counts now */
 	uint64_t done, leased, buried, failed, dups;
 	uint64_t submitted_ns; /* the database's clock */
+	uint64_t now_ns;       /* the database's clock when read */
 };
 
 /* Submits: one transaction makes the job row (n chunks) and the spec
@@ -79,8 +80,20 @@ struct mesh_pgr_buried {
 	const char *report; /* "" when none */
 };
 int mesh_pgr_buried(struct mesh_pg *pg, uint64_t id, void (*fn)(const struct mesh_pgr_buried *, void *), void *arg);
-/* Waits up to timeout_ns for a NOTIFY on mesh_jobs (a submit, a cancel):
- * 1 woken, 0 timeout, or an error.  LISTENs from the first call on. */
-int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns);
+/* Waits up to timeout_ns for a NOTIFY on mesh_jobs (a submit, a cancel)
+ * or for wake_fd (-1: none) to be readable: 1 woken by a NOTIFY, 2 by
+ * wake_fd (not read here), 0 timeout, or an error.  LISTENs from the
+ * first call on. */
+int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns, int wake_fd);
+/* Tells the waiters of job id (mesh_pgr_wait_job) that some of its chunks
+ * were settled: NOTIFY on the job's own channel, mesh_job_<id>.  meshd
+ * sends one a commit batch (not one a chunk); mesh_pgr_bury and
+ * mesh_pgr_cancel send theirs in their own statement. */
+int mesh_pgr_notify(struct mesh_pg *pg, uint64_t id);
+/* Waits up to timeout_ns for news of job id (mesh_pgr_notify, a bury, a
+ * cancel): 1 woken, 0 timeout, or an error.  LISTENs on mesh_job_<id> at
+ * each call; a NOTIFY sent before the first call is not seen, so a caller
+ * reads the job after its first call, then waits. */
+int mesh_pgr_wait_job(struct mesh_pg *pg, uint64_t id, uint64_t timeout_ns);
 
 #endif

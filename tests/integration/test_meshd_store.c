@@ -7,6 +7,8 @@
 #include "base/crc.h"
 #include "base/exit.h"
 #include "integration/meshd_t.h"
+#include "runner/netns.h"
+#include "runner/pty.h"
 #include "runner/store_env.h"
 #include "runner/t.h"
 
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -162,6 +165,19 @@ static long node_of(const struct store_env *e, unsigned id, pid_t pid)
 	return (long)sql1(e, q);
 }
 
+/* Chunks of job id the meshd of pid holds (leased singly or in blocks). */
+static long held_by(const struct store_env *e, unsigned id, pid_t pid)
+{
+	char q[640];
+	snprintf(q, sizeof q,
+		 "SELECT (SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
+		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d') + (SELECT coalesce(sum(b.remaining), 0)"
+		 " FROM mesh.blocks b JOIN mesh.nodes n ON n.holder = b.holder WHERE b.job = %u"
+		 " AND n.name LIKE 'meshd.%%.%d')",
+		 id, (int)pid, id, (int)pid);
+	return (long)sql1(e, q);
+}
+
 TEST_TIMEOUT(meshd_store_job_served_by_every_host_with_the_program, 90)
 {
 	struct store_env e;
@@ -201,6 +217,19 @@ TEST_TIMEOUT(meshd_store_job_served_by_every_host_with_the_program, 90)
 	EXPECT_CONTAINS(out, "complete");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' jobs --store '%s' --json", t_bin("mesh"), url), 0);
 	EXPECT_CONTAINS(out, "\"duplicates\":0");
+	/* mesh nodes: each meshd's node with the job's program, not "meshd" */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' nodes --store '%s'", t_bin("mesh"), url), 0);
+	int meshd_rows = 0;
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		char name[128], host[128], prog[128], job[128];
+		if (sscanf(line, "%127s %127s %127s %127s", name, host, prog, job) != 4 || strncmp(name, "meshd.", 6))
+			continue;
+		meshd_rows++;
+		EXPECT_STREQ(prog, "jw");
+		EXPECT_EQ(job[0], 's');
+		EXPECT_EQ(atoi(job + 1), (int)id);
+	}
+	EXPECT_EQ(meshd_rows, 2);
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);
 	EXPECT_EQ(meshd_t_stop(c), 0);
@@ -221,6 +250,19 @@ static int done_past(void *arg)
 	return store_env_sql(p->e, q) >= p->at;
 }
 
+struct held {
+	const struct store_env *e;
+	unsigned id;
+	pid_t pid;
+	long done_at;
+};
+static int holds_mid_job(void *arg)
+{
+	struct held *h = arg;
+	struct progress p = {h->e, h->id, h->done_at};
+	return done_past(&p) && held_by(h->e, h->id, h->pid) > 0;
+}
+
 TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once, 90)
 {
 	struct store_env e;
@@ -233,18 +275,10 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 	pid_t a = start_host("a", "jw"), b = start_host("b", "jw");
 	make_input(n, "slow", &expect);
 	unsigned id = submit_store("jw --input in.txt --max-workers 2");
-	struct progress p = {&e, id, 40};
-	ASSERT_EQ(t_wait_for(done_past, &p, 30000), 1);
 	/* A has run chunks, and holds some when it dies */
+	struct held h = {&e, id, a, 40};
+	ASSERT_EQ(t_wait_for(holds_mid_job, &h, 30000), 1);
 	EXPECT_GT(node_of(&e, id, a), 0);
-	char hq[640];
-	snprintf(hq, sizeof hq,
-		 "SELECT (SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
-		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d') + (SELECT coalesce(sum(b.remaining), 0)"
-		 " FROM mesh.blocks b JOIN mesh.nodes n ON n.holder = b.holder WHERE b.job = %u"
-		 " AND n.name LIKE 'meshd.%%.%d')",
-		 id, (int)a, id, (int)a);
-	EXPECT_GT(sql1(&e, hq), 0);
 	kill(a, SIGKILL);
 	EXPECT_EQ(meshd_t_wait(a), 128 + SIGKILL);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
@@ -310,6 +344,63 @@ TEST_TIMEOUT(meshd_store_reply_over_the_limit_buries_its_chunk, 60)
 	store_env_stop(&e);
 }
 
+/* A reply over the runner's 4 MiB in-memory bound (it would spill to a
+ * file, and the run stopped on it) is buried like any reply over the
+ * store's limit, and the job goes on. */
+TEST_TIMEOUT(meshd_store_reply_over_4mib_buries_its_chunk_and_goes_on, 60)
+{
+	struct store_env e;
+	start_store(&e);
+	pid_t a = start_host("a", "jw");
+	t_write_file("in.txt", "a\nbig5000000\nb\nbig1048577\nc\n");
+	unsigned id = submit_store("jw --input in.txt --max-workers 1");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 20 '%s' wait --store '%s' %u", t_bin("mesh"), url, id),
+		  MESH_EXIT_INCOMPLETE);
+	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempts, last status 1");
+	EXPECT_CONTAINS(out, "the reply of 5000000 bytes is over the store's limit of 1048576 bytes");
+	EXPECT_CONTAINS(out, "chunk 3 buried after 1 attempts, last status 1");
+	EXPECT_CONTAINS(out, "the reply of 1048577 bytes is over the store's limit of 1048576 bytes");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' results --store '%s' %u", t_bin("mesh"), url, id), 0);
+	EXPECT_STREQ(out, "0:a\n2:b\n4:c\n");
+	char *err = t_read_file("a/meshd.err", NULL);
+	EXPECT_TRUE(err && !strstr(err, "no longer served here"));
+	free(err);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	store_env_stop(&e);
+}
+
+static int not_served_logged(void *arg)
+{
+	char *err = t_read_file((const char *)arg, NULL);
+	int yes = err && strstr(err, "program=jw not served here");
+	free(err);
+	return yes;
+}
+
+/* A program put in a host's catalog after its meshd first saw the job
+ * (and left it to others): `mesh load` there makes the meshd look at the
+ * store's open jobs again, and it serves the job without a restart. */
+TEST_TIMEOUT(meshd_store_program_loaded_later_serves_the_open_job, 60)
+{
+	struct store_env e;
+	char *expect;
+	start_store(&e);
+	pid_t a = start_host("a", NULL);
+	make_input(20, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 1");
+	ASSERT_EQ(t_wait_for(not_served_logged, "a/meshd.err", 10000), 1);
+	ASSERT_EQ(chdir("a"), 0);
+	meshd_t_add_program(out, sizeof out, "jw", t_bin("tests-workers/job_worker"), "max_workers = 1\n");
+	ASSERT_EQ(chdir(top), 0);
+	EXPECT_EQ(host_mesh("a", "load jw%s", ""), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 4 '%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, 20, expect);
+	EXPECT_EQ(node_of(&e, id, a), 20);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
 static int driver_stopped(void *arg)
 {
 	(void)arg;
@@ -348,4 +439,156 @@ TEST_TIMEOUT(meshd_store_cancel_stops_the_hosts_drivers, 60)
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	free(expect);
 	store_env_stop(&e);
+}
+
+struct app {
+	const struct store_env *e;
+	const char *name;
+};
+static int app_connected(void *arg)
+{
+	struct app *a = arg;
+	char q[256];
+	snprintf(q, sizeof q, "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'", a->name);
+	return store_env_sql(a->e, q) > 0;
+}
+
+/* Statements logged by the server so far (the clients that asked for
+ * log_statement=all: "execute <unnamed>: ..." a statement). */
+static long statements_logged(const struct store_env *e)
+{
+	char path[300];
+	long n = 0;
+	snprintf(path, sizeof path, "%s/log", e->pgdir);
+	char *log = t_read_file(path, NULL);
+	for (const char *p = log; p && (p = strstr(p, "LOG:  execute ")); p++)
+		n++;
+	free(log);
+	return n;
+}
+
+/* `mesh wait --store` and `mesh results --store` sleep on the job's
+ * NOTIFY instead of asking the database every 100 ms; wait draws the
+ * progress bar of a local `mesh wait` on a terminal, and both end once
+ * the last batch is committed. */
+TEST_TIMEOUT(meshd_store_wait_and_results_sleep_on_notify_and_wait_draws_the_bar, 60)
+{
+	struct store_env e;
+	char *expect, bar[8192];
+	struct t_pty w;
+	const unsigned n = 40;
+	start_store(&e);
+	make_input(n, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	ASSERT_EQ(t_pty_start(&w, "PGAPPNAME=meshwait PGOPTIONS='-c log_statement=all' '%s' wait --store '%s' %u",
+			      t_bin("mesh"), url, id),
+		  0);
+	pid_t res = fork();
+	ASSERT_GE(res, 0);
+	if (res == 0) {
+		char cmd[1024];
+		snprintf(cmd, sizeof cmd,
+			 "PGAPPNAME=meshres PGOPTIONS='-c log_statement=all' '%s' results --store '%s' %u > res.out",
+			 t_bin("mesh"), url, id);
+		_exit(system(cmd) == 0 ? 0 : 1);
+	}
+	struct app aw = {&e, "meshwait"}, ar = {&e, "meshres"};
+	ASSERT_EQ(t_wait_for(app_connected, &aw, 10000), 1);
+	ASSERT_EQ(t_wait_for(app_connected, &ar, 10000), 1);
+	/* No meshd serves it yet: both sleep, a look a second (two or three
+	 * statements each), where asking every 100 ms is 45 statements in
+	 * this window (a measurement: nothing happens in it to wait for). */
+	long before = statements_logged(&e);
+	usleep(1500 * 1000);
+	EXPECT_LE(statements_logged(&e) - before, 12);
+	pid_t a = start_host("a", "jw");
+	int rc = t_pty_finish(&w, bar, sizeof bar);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(bar, " 40/40 100%");
+	EXPECT_CONTAINS(bar, "\r\033[K");
+	int ws;
+	ASSERT_EQ(waitpid(res, &ws, 0), res);
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	char *got = t_read_file("res.out", NULL);
+	EXPECT_STREQ(got ? got : "", expect);
+	free(got);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
+/* Host dir's meshd started in network namespace ns (its store URL over
+ * TCP, the bridge). */
+static pid_t start_host_in(const char *ns, const char *dir, const char *program)
+{
+	int home = t_netns_enter(ns);
+	ASSERT_GE(home, 0);
+	pid_t pid = start_host(dir, program);
+	ASSERT_EQ(t_netns_back(home), 0);
+	return pid;
+}
+
+static int dups_counted(void *arg)
+{
+	struct held *h = arg;
+	char q[128];
+	snprintf(q, sizeof q, "SELECT dups FROM mesh.job_counts WHERE id = %u", h->id);
+	return store_env_sql(h->e, q) > 0;
+}
+
+/* The issue's several hosts: meshd in two network namespaces, the job
+ * submitted (and followed) from a third, PostgreSQL listening on the
+ * bridge in a fourth, everything over TCP.  Then one host cut off (`ip
+ * link set down`) past its lease TTL while it holds chunks: the other
+ * takes them and ends the job; brought back, its late completions are
+ * IGNORED and counted.  Every chunk DONE once, every result right. */
+TEST_TIMEOUT(meshd_store_netns_hosts_serve_a_job_and_a_cut_off_host, 120)
+{
+	struct store_env e;
+	struct t_netns ns;
+	char *expect, q[128];
+	if (t_netns_up(&ns, 3))
+		return;
+	if (!getcwd(top, sizeof top))
+		FAIL("getcwd");
+	ASSERT_EQ(store_env_start_tcp(&e, ns.hub, T_NETNS_HUB_ADDR, T_NETNS_CIDR), 0);
+	snprintf(url, sizeof url, "postgresql://mesh@" T_NETNS_HUB_ADDR ":5432/postgres?connect_timeout=5");
+	/* this test is host 2 from here on: mesh submit|wait|results */
+	int home = t_netns_enter(ns.hosts[2]);
+	ASSERT_GE(home, 0);
+	setenv("MESHD_STORE_TTL_MS", "1000", 1);
+	pid_t a = start_host_in(ns.hosts[0], "a", "jw"), b = start_host_in(ns.hosts[1], "b", "jw");
+
+	make_input(300, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 30 '%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, 300, expect);
+	EXPECT_GT(node_of(&e, id, a), 0);
+	EXPECT_GT(node_of(&e, id, b), 0);
+	free(expect);
+
+	/* host b cut off while it holds chunks of a job of 20 ms chunks */
+	make_input(200, "slow", &expect);
+	id = submit_store("jw --input in.txt --max-workers 2");
+	struct held h = {&e, id, b, 20};
+	ASSERT_EQ(t_wait_for(holds_mid_job, &h, 30000), 1);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "ip -n %s link set eth0 down", ns.hosts[1]), 0);
+	uint64_t t0 = t_now_ms();
+	struct progress all = {&e, id, 200};
+	ASSERT_EQ(t_wait_for(done_past, &all, 30000), 1);
+	/* a finished it alone, what b held included, not before b's TTL */
+	EXPECT_GE(t_now_ms() - t0, 900);
+	snprintf(q, sizeof q, "s%u", id);
+	EXPECT_EQ(store_env_done_bits(&e, q), 200);
+	/* back: b's completions of chunks a took are IGNORED and counted */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "ip -n %s link set eth0 up", ns.hosts[1]), 0);
+	EXPECT_EQ(t_wait_for(dups_counted, &h, 30000), 1);
+	check_job(&e, id, 200, expect);
+	EXPECT_GT(node_of(&e, id, b), 0);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	EXPECT_EQ(meshd_t_stop(b), 0);
+	free(expect);
+	ASSERT_EQ(t_netns_back(home), 0);
+	store_env_stop(&e);
+	t_netns_down(&ns);
 }

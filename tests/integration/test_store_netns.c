@@ -4,9 +4,10 @@
  * namespace on one job through TCP.  Then a host cut off (`ip link set
  * down` in its namespace) past its TTL: its chunk is taken by another
  * host, and once it is back its late completion is IGNORED and counted.
- * Needs root (network namespaces); where the kernel refuses them, the
- * test says why and checks nothing. */
+ * Needs root (network namespaces, tests/runner/netns.h); where the kernel
+ * refuses them, the test says why and checks nothing. */
 #include "base/exit.h"
+#include "runner/netns.h"
 #include "runner/store_env.h"
 #include "runner/t.h"
 
@@ -21,59 +22,7 @@
 #define NHOSTS 3
 #define DB_URL "postgresql://mesh@10.213.0.1:5432/postgres?connect_timeout=5"
 
-static char hub[32], hosts[NHOSTS][32];
-static pid_t owner;
-
-static void netns_down(void)
-{
-	char cmd[256];
-	if (owner != getpid())
-		return;
-	owner = 0;
-	for (int i = 0; i < NHOSTS; i++)
-		if (hosts[i][0]) {
-			snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null", hosts[i]);
-			if (system(cmd)) {
-			}
-		}
-	if (hub[0]) {
-		snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null", hub);
-		if (system(cmd)) {
-		}
-	}
-}
-
-/* The hub (a bridge, 10.213.0.1/24) and NHOSTS hosts (10.213.0.11...),
- * each a namespace of this test.  0, or 1 when the kernel refuses network
- * namespaces (why printed). */
-static int netns_up(void)
-{
-	char out[1024];
-	owner = getpid();
-	snprintf(hub, sizeof hub, "mt-hub-%d", (int)getpid());
-	if (t_sh(out, sizeof out, 1, "ip netns add %s", hub) != 0) {
-		fprintf(stderr, "    SKIP: the kernel refuses a network namespace here: %s\n", out);
-		hub[0] = 0;
-		return 1;
-	}
-	atexit(netns_down);
-	if (t_sh(out, sizeof out, 1,
-		 "ip -n %s link set lo up && ip -n %s link add br0 type bridge && "
-		 "ip -n %s addr add 10.213.0.1/24 dev br0 && ip -n %s link set br0 up",
-		 hub, hub, hub, hub) != 0)
-		FAIL("bridge: %s", out);
-	for (int i = 0; i < NHOSTS; i++) {
-		snprintf(hosts[i], sizeof hosts[i], "mt-h%d-%d", i, (int)getpid());
-		if (t_sh(out, sizeof out, 1,
-			 "ip netns add %s && ip -n %s link set lo up && "
-			 "ip -n %s link add vh%d type veth peer name eth0 netns %s && "
-			 "ip -n %s link set vh%d master br0 up && "
-			 "ip -n %s addr add 10.213.0.%d/24 dev eth0 && ip -n %s link set eth0 up",
-			 hosts[i], hosts[i], hub, i, hosts[i], hub, i, hosts[i], 11 + i, hosts[i]) != 0)
-			FAIL("host %d: %s", i, out);
-	}
-	return 0;
-}
+static struct t_netns ns;
 
 static long field(const char *out, const char *name)
 {
@@ -86,12 +35,12 @@ TEST_TIMEOUT(store_netns_hosts_share_a_job_and_a_cut_off_host, 120)
 	struct store_env e;
 	char out[NHOSTS][2048], o[4096];
 	const long n = 300;
-	if (netns_up())
+	if (t_netns_up(&ns, NHOSTS))
 		return;
-	ASSERT_EQ(store_env_start_tcp(&e, hub, "10.213.0.1", "10.213.0.0/24"), 0);
+	ASSERT_EQ(store_env_start_tcp(&e, ns.hub, T_NETNS_HUB_ADDR, T_NETNS_CIDR), 0);
 
 	/* one job, one node a host, every host through TCP on the bridge */
-	ASSERT_EQ(t_sh(o, sizeof o, 1, "ip netns exec %s %s job submit '" DB_URL "#nj' %ld", hosts[0], MESH, n), 0);
+	ASSERT_EQ(t_sh(o, sizeof o, 1, "ip netns exec %s %s job submit '" DB_URL "#nj' %ld", ns.hosts[0], MESH, n), 0);
 	pid_t pids[NHOSTS];
 	for (int i = 0; i < NHOSTS; i++) {
 		pids[i] = fork();
@@ -100,7 +49,7 @@ TEST_TIMEOUT(store_netns_hosts_share_a_job_and_a_cut_off_host, 120)
 			char cmd[1024];
 			snprintf(cmd, sizeof cmd,
 				 "ip netns exec %s %s job harvest '" DB_URL "#nj' x nj %ld 5 host%d -- true > h%d.out 2>&1",
-				 hosts[i], MESH, n, i, i);
+				 ns.hosts[i], MESH, n, i, i);
 			_exit(system(cmd) == 0 ? 0 : 1);
 		}
 	}
@@ -129,7 +78,7 @@ TEST_TIMEOUT(store_netns_hosts_share_a_job_and_a_cut_off_host, 120)
 	/* host 2 cuts itself off right after its chunk ran (its command sets
 	 * its own link down): its completion cannot reach the database */
 	const long m = 6;
-	ASSERT_EQ(t_sh(o, sizeof o, 1, "ip netns exec %s %s job submit '" DB_URL "#cut' %ld", hosts[0], MESH, m), 0);
+	ASSERT_EQ(t_sh(o, sizeof o, 1, "ip netns exec %s %s job submit '" DB_URL "#cut' %ld", ns.hosts[0], MESH, m), 0);
 	pid_t cut = fork();
 	ASSERT_GE(cut, 0);
 	if (cut == 0) {
@@ -137,7 +86,7 @@ TEST_TIMEOUT(store_netns_hosts_share_a_job_and_a_cut_off_host, 120)
 		snprintf(cmd, sizeof cmd,
 			 "ip netns exec %s %s job harvest '" DB_URL "#cut' x cut %ld 1 late 1 -- "
 			 "sh -c 'ip link set eth0 down && touch cut.now' > late.out 2>&1",
-			 hosts[2], MESH, m);
+			 ns.hosts[2], MESH, m);
 		_exit(system(cmd) == 0 ? 0 : 1);
 	}
 	uint64_t t0 = t_now_ms();
@@ -146,15 +95,15 @@ TEST_TIMEOUT(store_netns_hosts_share_a_job_and_a_cut_off_host, 120)
 	ASSERT_EQ(access("cut.now", F_OK), 0);
 	/* past its TTL (1 s) host 0 takes its chunk and ends the job */
 	ASSERT_EQ(t_sh(o, sizeof o, 1, "ip netns exec %s %s job harvest '" DB_URL "#cut' x cut %ld 1 taker -- true",
-		       hosts[0], MESH, m),
+		       ns.hosts[0], MESH, m),
 		  0);
 	EXPECT_CONTAINS(o, "COMPLETE");
 	EXPECT_EQ(field(o, ", done "), m);
 	EXPECT_GE(t_now_ms() - t0, 900); /* not before the cut-off host's TTL */
-	EXPECT_EQ(t_sh(o, sizeof o, 1, "ip netns exec %s %s nodes --store '" DB_URL "#cut' --job", hosts[1], MESH), 0);
+	EXPECT_EQ(t_sh(o, sizeof o, 1, "ip netns exec %s %s nodes --store '" DB_URL "#cut' --job", ns.hosts[1], MESH), 0);
 	EXPECT_CONTAINS(o, "silent");
 	/* back: its late completion is IGNORED and counted */
-	ASSERT_EQ(t_sh(o, sizeof o, 1, "ip -n %s link set eth0 up", hosts[2]), 0);
+	ASSERT_EQ(t_sh(o, sizeof o, 1, "ip -n %s link set eth0 up", ns.hosts[2]), 0);
 	int ws;
 	ASSERT_EQ(waitpid(cut, &ws, 0), cut);
 	char *late = t_read_file("late.out", NULL);
@@ -168,5 +117,5 @@ TEST_TIMEOUT(store_netns_hosts_share_a_job_and_a_cut_off_host, 120)
 	EXPECT_EQ(store_env_sql(&e, "SELECT done FROM mesh.job_counts WHERE name = 'cut'"), m);
 	EXPECT_EQ(store_env_sql(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'cut'"), 1);
 	store_env_stop(&e);
-	netns_down(); /* a passing test ends without exit handlers */
+	t_netns_down(&ns); /* a passing test ends without exit handlers */
 }

@@ -6,6 +6,7 @@
  *   slow      answers after 20 ms
  *   fail      the handler fails ("refused: fail")
  *   d...      answers after 1 ms
+ *   big<K>    answers K bytes ('x'..., the last a newline)
  * JOBTEST_VERSION=<v>: every reply ends " v=<v>" before its newline (the
  * image a chunk ran on, for upgrade tests).
  * JOBTEST_FIRST_CRASH=<file>: the first worker to see a "crash-once"
@@ -58,6 +59,18 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 	if (n == 4 && !memcmp(req, "fail", 4)) {
 		*len = (size_t)snprintf(reply, cap, "refused: fail");
 		return -1;
+	}
+	if (n > 3 && n < 16 && !memcmp(req, "big", 3)) {
+		char num[16];
+		memcpy(num, (const char *)req + 3, n - 3);
+		num[n - 3] = 0;
+		size_t k = strtoul(num, NULL, 10);
+		if (!k || k > cap)
+			return -1;
+		memset(reply, 'x', k - 1);
+		((char *)reply)[k - 1] = '\n';
+		*len = k;
+		return 0;
 	}
 	int k = snprintf(reply, cap, "%" PRIu64 ":", mesh_worker_chunk_id(w));
 	if (k < 0 || (size_t)k + n + 1 > cap)
