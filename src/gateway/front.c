@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <sys/epoll.h> /* the EPOLLIN / EPOLLOUT bits of a watch's mask (serve_int.h) */
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -69,7 +69,7 @@ static void conn_free(struct mesh_serve *s, struct mesh__conn *c)
 {
 	for (int i = 0; i < 2; i++) {
 		if (c->fd[i] >= 0) {
-			mesh__serve_ep_set(s, c->fd[i], &c->w[i], &c->mask[i], 0);
+			mesh__serve_watch(s, &c->w[i], c->fd[i], 0);
 			close(c->fd[i]);
 		}
 	}
@@ -84,8 +84,8 @@ static void conn_free(struct mesh_serve *s, struct mesh__conn *c)
 	c->counted = 0;
 	free(c->reject_why);
 	c->reject_why = NULL;
-	/* The same batch of epoll events may still name c (its other fd):
-	 * the memory lives until the batch is done. */
+	/* Its events are out of the loop now; the memory lives until the
+	 * pass after this batch (the callers up the stack still look at c). */
 	c->fd[0] = c->fd[1] = -1;
 	c->dead = 1;
 	c->next = s->dead;
@@ -97,6 +97,8 @@ void mesh__serve_free_dead(struct mesh_serve *s)
 	while (s->dead) {
 		struct mesh__conn *c = s->dead;
 		s->dead = c->next;
+		mesh__serve_watch_free(&c->w[0]);
+		mesh__serve_watch_free(&c->w[1]);
 		free(c);
 	}
 }
@@ -163,7 +165,7 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 	/* --http: every client speaks it, and is answered at once. */
 	int sent = 0, http = s->c.http ? 1 : looks_http(c->fd[0]);
 	if (c->fd[1] >= 0) {
-		mesh__serve_ep_set(s, c->fd[1], &c->w[1], &c->mask[1], 0);
+		mesh__serve_watch(s, &c->w[1], c->fd[1], 0);
 		close(c->fd[1]);
 		c->fd[1] = -1;
 	}
@@ -184,7 +186,7 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 		}
 		c->reject_waited = 1;
 		c->deadline = mesh_mono_ns() + REJECT_WAIT_NS;
-		if (mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
+		if (mesh__serve_watch(s, &c->w[0], c->fd[0], EPOLLIN) < 0) {
 			conn_free(s, c);
 			return;
 		}
@@ -200,7 +202,7 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 	shutdown(c->fd[0], SHUT_WR);
 	c->state = C_LINGER;
 	c->deadline = mesh_mono_ns() + LINGER_NS;
-	if (mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
+	if (mesh__serve_watch(s, &c->w[0], c->fd[0], EPOLLIN) < 0) {
 		conn_free(s, c);
 		return;
 	}
@@ -236,9 +238,9 @@ static void dispatch(struct mesh_serve *s, struct mesh__conn *c)
 		reject(s, c, 502, "the server refused the connection");
 		return;
 	}
-	mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
+	mesh__serve_watch(s, &c->w[0], c->fd[0], 0);
 	c->state = C_CONNECTING;
-	if (mesh__serve_ep_set(s, fd, &c->w[1], &c->mask[1], EPOLLOUT) < 0) {
+	if (mesh__serve_watch(s, &c->w[1], fd, EPOLLOUT) < 0) {
 		reject(s, c, 503, "cannot watch the server connection");
 		return;
 	}
@@ -272,7 +274,7 @@ static int conn_watch(void *ctx, int dir, const char *p, size_t n)
 static int relay_update(struct mesh_serve *s, struct mesh__conn *c)
 {
 	for (int i = 0; i < 2; i++) {
-		int rc = mesh__serve_ep_set(s, c->fd[i], &c->w[i], &c->mask[i], mesh_relay_events(&c->relay, i));
+		int rc = mesh__serve_watch(s, &c->w[i], c->fd[i], mesh_relay_events(&c->relay, i));
 		if (rc < 0)
 			return rc;
 	}
@@ -345,14 +347,9 @@ void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_
 		return;
 	switch (c->state) {
 	case C_QUEUED:
-		/* Only RDHUP/HUP/ERR are watched while queued.  A client that
-		 * closed without sending anything is gone; one that sent its
-		 * request and half-closed still wants the answer. */
-		if (ev & (EPOLLERR | EPOLLHUP)) {
-			queue_del(s, c);
-			conn_free(s, c);
-			return;
-		}
+		/* Watched only until its first byte.  A client that closed
+		 * (or was reset) without sending anything is gone; one that
+		 * sent its request and half-closed still wants the answer. */
 		{
 			char b;
 			ssize_t n = recv(c->fd[0], &b, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -371,7 +368,7 @@ void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_
 				list_push(&s->queue, c);
 			}
 			if (n > 0)
-				mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
+				mesh__serve_watch(s, &c->w[0], c->fd[0], 0);
 		}
 		return;
 	case C_CONNECTING:
@@ -435,7 +432,7 @@ void mesh__serve_accept(struct mesh_serve *s)
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
 				/* Out of fds: stop accepting for a moment instead of
 				 * spinning on a listener that stays readable. */
-				mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, 0);
+				mesh__serve_watch(s, &s->w_listen, s->lfd, 0);
 				s->accept_resume = mesh_mono_ns() + ACCEPT_PAUSE_NS;
 			}
 			return;
@@ -449,8 +446,8 @@ void mesh__serve_accept(struct mesh_serve *s)
 		c->fd[0] = fd;
 		c->fd[1] = -1;
 		c->s = s;
-		c->w[0] = (struct mesh__watch){W_CLIENT, c};
-		c->w[1] = (struct mesh__watch){W_UPSTREAM, c};
+		mesh__serve_watch_init(s, &c->w[0], W_CLIENT, c);
+		mesh__serve_watch_init(s, &c->w[1], W_UPSTREAM, c);
 		if (s->queue.n + s->active.n >= s->max_conns) {
 			reject(s, c, 503, "too many connections (--max-conns)");
 			continue;
@@ -468,7 +465,7 @@ void mesh__serve_accept(struct mesh_serve *s)
 		/* --http: a connection is demand from its first byte (watched
 		 * for), unless --start-on-connect. */
 		c->wants = !s->c.http || s->c.start_on_connect;
-		if (mesh__serve_ep_set(s, fd, &c->w[0], &c->mask[0], c->wants ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP) < 0) {
+		if (mesh__serve_watch(s, &c->w[0], fd, EPOLLIN) < 0) {
 			conn_free(s, c);
 			continue;
 		}
@@ -496,8 +493,8 @@ void mesh__serve_front_timers(struct mesh_serve *s, uint64_t now)
 		list_del(&s->linger, c);
 		conn_free(s, c);
 	}
-	if (!s->listen_mask && s->lfd >= 0 && !s->quitting && now >= s->accept_resume)
-		mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, EPOLLIN);
+	if (!s->w_listen.mask && s->lfd >= 0 && !s->quitting && now >= s->accept_resume)
+		mesh__serve_watch(s, &s->w_listen, s->lfd, EPOLLIN);
 }
 
 uint64_t mesh__serve_front_deadline(const struct mesh_serve *s, uint64_t t)
@@ -506,7 +503,7 @@ uint64_t mesh__serve_front_deadline(const struct mesh_serve *s, uint64_t t)
 	for (int i = 0; i < 3; i++)
 		if (lists[i]->head && lists[i]->head->deadline < t)
 			t = lists[i]->head->deadline;
-	if (!s->listen_mask && s->lfd >= 0 && !s->quitting && s->accept_resume < t)
+	if (!s->w_listen.mask && s->lfd >= 0 && !s->quitting && s->accept_resume < t)
 		t = s->accept_resume;
 	return t;
 }
@@ -515,7 +512,7 @@ void mesh__serve_unlisten(struct mesh_serve *s)
 {
 	if (s->lfd < 0)
 		return;
-	mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, 0);
+	mesh__serve_watch(s, &s->w_listen, s->lfd, 0);
 	close(s->lfd);
 	s->lfd = -1;
 	mesh__serve_reject_queue(s, 503, "mesh serve is shutting down");

@@ -21,13 +21,22 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-/* What an epoll registration points at. */
+/* What a watch is for. */
 enum mesh__watch_kind { W_LISTEN, W_SIGNAL, W_OUTPUT, W_PROBE, W_CLIENT, W_UPSTREAM };
 
+struct event;
+struct event_base;
 struct mesh__conn;
+/* One fd's registration with the loop's event_base: a read event and a
+ * write event (made on first use), each added only while wanted, so that a
+ * mask change costs what one epoll_ctl costs. */
 struct mesh__watch {
 	enum mesh__watch_kind kind;
 	struct mesh__conn *conn;
+	struct mesh_serve *s;
+	int fd;              /* the fd the events were set for; -1: none yet */
+	uint32_t mask;       /* wanted now: EPOLLIN / EPOLLOUT; 0 = not watched */
+	struct event *ev[2]; /* [0] read, [1] write; NULL until first wanted */
 };
 
 enum mesh__conn_state { C_QUEUED, C_CONNECTING, C_RELAY, C_REJECTING, C_LINGER };
@@ -35,7 +44,6 @@ enum mesh__conn_state { C_QUEUED, C_CONNECTING, C_RELAY, C_REJECTING, C_LINGER }
 struct mesh__conn {
 	struct mesh__watch w[2]; /* [0] client, [1] upstream */
 	int fd[2];
-	uint32_t mask[2];  /* registered epoll mask; 0 = not registered */
 	enum mesh__conn_state state;
 	uint64_t deadline; /* queue wait or linger end */
 	struct mesh_relay relay;
@@ -68,11 +76,14 @@ struct mesh_serve {
 	socklen_t up_len;
 	char listen_addr[80];
 
-	int ep, lfd, sfd, logfd;
+	struct event_base *base;
+	struct event *ev_pass; /* the pass after a batch of events, and the timer of the next deadline */
+	int pass_queued;       /* ev_pass is active: the pass runs after this batch */
+	int loop_err;          /* the loop could not go on (a timer not armed) */
+	int lfd, sfd, logfd;
 	int spare_fd; /* kept open to be given up when accept says EMFILE (see front.c) */
 	struct mesh_relay_pool pool;
 	struct mesh__watch w_listen, w_signal, w_output, w_probe;
-	uint32_t listen_mask;
 	uint64_t accept_resume;
 
 	/* the probe thread */
@@ -88,7 +99,6 @@ struct mesh_serve {
 	pid_t pid;
 	int leader_done, leader_status;
 	int out_fd;
-	uint32_t out_mask;
 	uint64_t t_spawn, t_stop, start_deadline;
 	struct mesh_proc_stop stop;
 	int stop_reason_crash;
@@ -116,9 +126,17 @@ struct mesh_serve {
 
 /* serve.c */
 
-/* Registers fd with the loop for want (0: takes it out of the set); *cur
- * is the mask registered now and becomes want.  0 or -errno. */
-int mesh__serve_ep_set(struct mesh_serve *s, int fd, struct mesh__watch *w, uint32_t *cur, uint32_t want);
+/* Makes want (EPOLLIN and/or EPOLLOUT; 0: none) what the loop watches fd
+ * for through w (level-triggered; a new fd replaces the old one's
+ * registration).  0 or a negative code (epoll_ctl's, -ENOMEM). */
+int mesh__serve_watch(struct mesh_serve *s, struct mesh__watch *w, int fd, uint32_t want);
+/* Sets up w (unwatched) for kind and conn. */
+void mesh__serve_watch_init(struct mesh_serve *s, struct mesh__watch *w, enum mesh__watch_kind kind, struct mesh__conn *conn);
+/* Frees w's events (taking them out of the loop). */
+void mesh__serve_watch_free(struct mesh__watch *w);
+/* Something changed: the pass (timers, the policy, the drain) runs once
+ * the current batch of events is done. */
+void mesh__serve_kick(struct mesh_serve *s);
 /* Calls c.on_event (if set) with an event of kind for the current pid. */
 void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason);
 
@@ -137,7 +155,8 @@ int mesh__serve_listen(struct mesh_serve *s, char *why, size_t why_len);
 void mesh__serve_pin_upstream(struct mesh_serve *s, const char *addr);
 /* The listener is readable: accepts, relays (warm), queues or refuses. */
 void mesh__serve_accept(struct mesh_serve *s);
-/* An epoll event on a connection's client or upstream side. */
+/* An event on a connection's client or upstream side (EPOLLIN and/or
+ * EPOLLOUT: readable (or closed, or in error), writable). */
 void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_t ev);
 /* Frees the connections closed during the last batch of events. */
 void mesh__serve_free_dead(struct mesh_serve *s);
