@@ -214,6 +214,22 @@ static double load(int port, int nconn, long n)
 		if (pf[i].fd < 0)
 			return -1;
 	}
+	/* Every answer has the same size: learn it from one (which may come
+	 * in pieces). */
+	if (send(pf[0].fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)sizeof req - 1)
+		return -1;
+	while (!resp_len) {
+		ssize_t r = recv(pf[0].fd, buf + got[0], sizeof buf - got[0], 0);
+		if (r <= 0)
+			return -1;
+		got[0] += (size_t)r;
+		char *e = memmem(buf, got[0], "pong\n", 5);
+		if (e)
+			resp_len = (size_t)(e + 5 - buf);
+	}
+	if (got[0] != resp_len)
+		return -1;
+	got[0] = 0;
 	uint64_t t0 = now_ns();
 	for (int i = 0; i < nconn && sent < n; i++, sent++)
 		if (send(pf[i].fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)sizeof req - 1)
@@ -227,13 +243,6 @@ static double load(int port, int nconn, long n)
 			ssize_t r = recv(pf[i].fd, buf, sizeof buf, 0);
 			if (r <= 0)
 				return -1;
-			/* Every answer has the same size: learn it from the first. */
-			if (!resp_len) {
-				char *e = memmem(buf, (size_t)r, "pong\n", 5);
-				if (!e)
-					return -1;
-				resp_len = (size_t)(e + 5 - buf);
-			}
 			got[i] += (size_t)r;
 			while (got[i] >= resp_len) {
 				got[i] -= resp_len;
