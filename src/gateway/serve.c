@@ -113,6 +113,8 @@ int mesh__serve_watch(struct mesh_serve *s, struct mesh__watch *w, int fd, uint3
 {
 	static const uint32_t bit[2] = {EPOLLIN, EPOLLOUT};
 	static const short flags[2] = {EV_READ | EV_PERSIST, EV_WRITE | EV_PERSIST};
+	if (want == w->mask && fd == w->fd)
+		return 0; /* the common case: the relay called after every pump */
 	if (fd != w->fd) {
 		/* Another fd (the server's next output pipe): the events are
 		 * set again for it. */
