@@ -261,14 +261,25 @@ static double load(int port, int nconn, long n)
 	return secs;
 }
 
+/* user and system CPU seconds of a process so far (either may be NULL). */
+static void cpu_split(pid_t pid, double *user, double *sys);
+
 /* user + system CPU seconds of a process so far. */
 static double cpu_s(pid_t pid)
+{
+	double u, k;
+	cpu_split(pid, &u, &k);
+	return u + k;
+}
+
+static void cpu_split(pid_t pid, double *user, double *sys)
 {
 	char path[64], buf[1024];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	FILE *f = fopen(path, "r");
+	*user = *sys = 0;
 	if (!f)
-		return 0;
+		return;
 	size_t n = fread(buf, 1, sizeof buf - 1, f);
 	fclose(f);
 	buf[n] = 0;
@@ -276,8 +287,9 @@ static double cpu_s(pid_t pid)
 	unsigned long ut = 0, st = 0;
 	/* fields after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
 	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-		return 0;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+		return;
+	*user = (double)ut / (double)sysconf(_SC_CLK_TCK);
+	*sys = (double)st / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* Relayed requests through the warm mesh serve m on port mport: its CPU
@@ -289,14 +301,18 @@ static void requests_part(pid_t m, int mport)
 		n = strtol(getenv("BENCH_SERVE_REQUESTS"), NULL, 10);
 	const int conns[] = {1, 16};
 	for (int k = 0; k < 2; k++) {
-		double c0 = cpu_s(m), secs = load(mport, conns[k], n), cpu = cpu_s(m) - c0;
+		double u0, k0, u1, k1;
+		cpu_split(m, &u0, &k0);
+		double secs = load(mport, conns[k], n);
+		cpu_split(m, &u1, &k1);
 		if (secs <= 0) {
 			printf("relayed requests over %d connection(s): failed\n", conns[k]);
 			continue;
 		}
 		printf("relayed requests (%ld keep-alive GET /ping over %d connection(s)): %.0f requests/s, "
-		       "mesh serve CPU %.2f us a request\n",
-		       n, conns[k], (double)n / secs, cpu / (double)n * 1e6);
+		       "mesh serve CPU %.2f us a request (user %.2f, system %.2f)\n",
+		       n, conns[k], (double)n / secs, (u1 - u0 + k1 - k0) / (double)n * 1e6, (u1 - u0) / (double)n * 1e6,
+		       (k1 - k0) / (double)n * 1e6);
 	}
 }
 

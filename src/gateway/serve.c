@@ -482,10 +482,10 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-/* How long the loop may sleep: until the nearest deadline. */
-static int next_wait_ms(struct mesh_serve *s, uint64_t now)
+/* The nearest deadline, or UINT64_MAX when none. */
+static uint64_t next_deadline(struct mesh_serve *s, uint64_t now)
 {
-	uint64_t t = mesh__serve_front_deadline(s, now + 60 * MESH_NS_PER_S);
+	uint64_t t = mesh__serve_front_deadline(s, UINT64_MAX);
 	if (s->state == MESH_SERVE_STARTING) {
 		t = min_u64(t, s->start_deadline);
 		if (!s->probe_inflight)
@@ -497,10 +497,28 @@ static int next_wait_ms(struct mesh_serve *s, uint64_t now)
 		t = min_u64(t, s->drain_deadline);
 	if (s->state == MESH_SERVE_STOPPING)
 		t = min_u64(t, min_u64(now + STOP_POLL_NS, s->stop.killed ? UINT64_MAX : s->stop.deadline));
-	if (t <= now)
-		return 0;
+	return t;
+}
+
+/* Arms the timer for the nearest deadline, unless it is armed for that or
+ * sooner already (then it may fire early: a pass that finds nothing due
+ * arms it again).  So a relay's passes do not touch the timer. */
+static void arm_timer(struct mesh_serve *s, uint64_t now)
+{
+	uint64_t t = next_deadline(s, now);
+	if (s->timer_at && t >= s->timer_at)
+		return;
+	if (t == UINT64_MAX)
+		t = now + 60 * MESH_NS_PER_S; /* a safety net; every change comes as an event */
 	/* Round up: waking a little late beats spinning on a deadline. */
-	return (int)((t - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS);
+	uint64_t ms = t <= now ? 0 : (t - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
+	struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+	if (evtimer_add(s->ev_timer, &tv) < 0) {
+		s->loop_err = -ENOMEM;
+		event_base_loopbreak(s->base);
+		return;
+	}
+	s->timer_at = now + ms * MESH_NS_PER_MS;
 }
 
 /* After a stop signal: stop accepting, let what is in flight finish (up to
@@ -526,6 +544,26 @@ static int step_drain(struct mesh_serve *s, uint64_t now)
 	return s->draining == 2 && s->state == MESH_SERVE_COLD;
 }
 
+/* What the pass reads of the clients (its lists, the demand, what waits to
+ * be freed): a relay event that leaves all of it as it was needs no pass. */
+struct clients_view {
+	size_t queued, wanting, active, rejecting, linger;
+	uint64_t inflight;
+	const struct mesh__conn *dead;
+};
+
+static struct clients_view clients_view(const struct mesh_serve *s)
+{
+	return (struct clients_view){s->queue.n, s->queue_wanting, s->active.n, s->rejecting.n,
+				     s->linger.n, s->inflight,      s->dead};
+}
+
+static int clients_same(const struct clients_view *a, const struct clients_view *b)
+{
+	return a->queued == b->queued && a->wanting == b->wanting && a->active == b->active &&
+	       a->rejecting == b->rejecting && a->linger == b->linger && a->inflight == b->inflight && a->dead == b->dead;
+}
+
 /* An fd is ready: what it is for gets it.  The pass follows the batch. */
 static void on_fd(evutil_socket_t fd, short what, void *arg)
 {
@@ -546,12 +584,18 @@ static void on_fd(evutil_socket_t fd, short what, void *arg)
 		on_probe(s);
 		break;
 	case W_CLIENT:
-	case W_UPSTREAM:
+	case W_UPSTREAM: {
 		/* libevent reports a hang-up or an error as readable and
 		 * writable, to the events that are added: the read or the write
 		 * then sees it. */
+		struct clients_view v = clients_view(s), after;
 		mesh__serve_conn_event(s, w, (what & EV_READ ? EPOLLIN : 0) | (what & EV_WRITE ? EPOLLOUT : 0));
+		after = clients_view(s);
+		/* Bytes relayed, nothing else: most events of a busy relay. */
+		if (clients_same(&v, &after))
+			return;
 		break;
+	}
 	}
 	mesh__serve_kick(s);
 }
@@ -565,15 +609,30 @@ void mesh__serve_kick(struct mesh_serve *s)
 	event_active(s->ev_pass, EV_TIMEOUT, 0);
 }
 
-/* After each batch of events, and at the next deadline: the connections
- * closed in the batch freed, the server's crash, stop, start timeout and
- * probe, the clients' deadlines, the policy's answer, the drain; then the
- * timer is armed for the nearest deadline. */
+static void pass(struct mesh_serve *s);
+
 static void on_pass(evutil_socket_t fd, short what, void *arg)
 {
 	struct mesh_serve *s = arg;
 	(void)fd, (void)what;
 	s->pass_queued = 0;
+	pass(s);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct mesh_serve *s = arg;
+	(void)fd, (void)what;
+	s->timer_at = 0; /* it is not pending any more */
+	pass(s);
+}
+
+/* After each batch of events, and at the next deadline: the connections
+ * closed in the batch freed, the server's crash, stop, start timeout and
+ * probe, the clients' deadlines, the policy's answer, the drain; then the
+ * timer is armed for the nearest deadline. */
+static void pass(struct mesh_serve *s)
+{
 	mesh__serve_free_dead(s);
 	uint64_t now = mesh_mono_ns();
 	if (s->leader_done && (s->state == MESH_SERVE_STARTING || s->state == MESH_SERVE_WARM)) {
@@ -590,14 +649,7 @@ static void on_pass(evutil_socket_t fd, short what, void *arg)
 		event_base_loopbreak(s->base);
 		return;
 	}
-	int ms = next_wait_ms(s, now);
-	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-	/* ev_pass is not pending here (a callback's event without
-	 * EV_PERSIST is taken out before it runs): this arms it. */
-	if (evtimer_add(s->ev_pass, &tv) < 0) {
-		s->loop_err = -ENOMEM;
-		event_base_loopbreak(s->base);
-	}
+	arm_timer(s, now);
 }
 
 int mesh_serve_run(struct mesh_serve *s)
@@ -731,11 +783,13 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 		goto fail;
 	}
 	s->base = base_new();
-	s->ev_pass = s->base ? evtimer_new(s->base, on_pass, s) : NULL;
-	if (!s->ev_pass || (rc = mesh__serve_watch(s, &s->w_listen, s->lfd, EPOLLIN)) < 0 ||
+	/* EV_PERSIST: only ever activated; run, it is not taken out. */
+	s->ev_pass = s->base ? event_new(s->base, -1, EV_PERSIST, on_pass, s) : NULL;
+	s->ev_timer = s->base ? evtimer_new(s->base, on_timer, s) : NULL;
+	if (!s->ev_pass || !s->ev_timer || (rc = mesh__serve_watch(s, &s->w_listen, s->lfd, EPOLLIN)) < 0 ||
 	    (rc = mesh__serve_watch(s, &s->w_signal, s->sfd, EPOLLIN)) < 0 ||
 	    (rc = mesh__serve_watch(s, &s->w_probe, s->probe_res[0], EPOLLIN)) < 0) {
-		if (!s->ev_pass)
+		if (!s->ev_pass || !s->ev_timer)
 			rc = -ENOMEM;
 		snprintf(why, why_len, "cannot set up the event loop");
 		goto fail;
@@ -779,6 +833,8 @@ void mesh_serve_free(struct mesh_serve *s)
 		mesh__serve_watch_free(ws[i]);
 	if (s->ev_pass)
 		event_free(s->ev_pass);
+	if (s->ev_timer)
+		event_free(s->ev_timer);
 	if (s->base)
 		event_base_free(s->base);
 	int fds[] = {s->probe_req[0], s->probe_res[0], s->probe_res[1], s->lfd, s->sfd, s->logfd, s->out_fd, s->spare_fd};

@@ -77,8 +77,10 @@ struct mesh_serve {
 	char listen_addr[80];
 
 	struct event_base *base;
-	struct event *ev_pass; /* the pass after a batch of events, and the timer of the next deadline */
-	int pass_queued;       /* ev_pass is active: the pass runs after this batch */
+	struct event *ev_pass;  /* activated by a batch of events: the pass runs after it */
+	struct event *ev_timer; /* the nearest deadline: the pass then */
+	int pass_queued;        /* ev_pass is active */
+	uint64_t timer_at;      /* when ev_timer fires (0: not armed) */
 	int loop_err;          /* the loop could not go on (a timer not armed) */
 	int lfd, sfd, logfd;
 	int spare_fd; /* kept open to be given up when accept says EMFILE (see front.c) */
