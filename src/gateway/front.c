@@ -1,11 +1,14 @@
 /* mesh serve's front: the clients.  The listener, accept, the bounded
  * queue of connections waiting for warm, the error answers (HTTP when the
  * client speaks it, then a linger), each connection's relay to the server,
- * and the addresses on both sides.  See serve_int.h. */
+ * and the addresses on both sides; and the registration of fds with the
+ * loop's event_base.  See serve_int.h. */
 #include "gateway/serve_int.h"
 
 #include "base/clock.h"
 #include "base/err.h"
+
+#include <event2/event.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,6 +31,61 @@
  * show whether it speaks HTTP (and so can be told why). */
 #define REJECT_WAIT_NS (300ull * MESH_NS_PER_MS)
 #define ACCEPT_PAUSE_NS (100ull * MESH_NS_PER_MS)
+
+/* The loop's registrations (see serve_int.h); serve.c's mesh__serve_on_fd
+ * gets the events. */
+void mesh__serve_watch_init(struct mesh_serve *s, struct mesh__watch *w, enum mesh__watch_kind kind, struct mesh__conn *conn)
+{
+	*w = (struct mesh__watch){.kind = kind, .conn = conn, .s = s, .fd = -1};
+}
+
+void mesh__serve_watch_free(struct mesh__watch *w)
+{
+	for (int i = 0; i < 2; i++)
+		if (w->ev[i]) {
+			event_free(w->ev[i]);
+			w->ev[i] = NULL;
+		}
+	w->mask = 0;
+}
+
+int mesh__serve_watch(struct mesh_serve *s, struct mesh__watch *w, int fd, uint32_t want)
+{
+	static const uint32_t bit[2] = {EPOLLIN, EPOLLOUT};
+	static const short flags[2] = {EV_READ | EV_PERSIST, EV_WRITE | EV_PERSIST};
+	if (want == w->mask && fd == w->fd)
+		return 0; /* the common case: the relay called after every pump */
+	if (fd != w->fd) {
+		/* Another fd (the server's next output pipe): the events are
+		 * set again for it. */
+		for (int i = 0; i < 2; i++)
+			if (w->mask & bit[i])
+				event_del(w->ev[i]);
+		w->mask = 0;
+		w->fd = fd;
+		for (int i = 0; i < 2; i++)
+			if (w->ev[i] && event_assign(w->ev[i], s->base, fd, flags[i], mesh__serve_on_fd, w) < 0)
+				return -EINVAL;
+	}
+	/* A side that wants nothing is out of the set: a level-triggered
+	 * EPOLLHUP on it would otherwise wake the loop for ever. */
+	for (int i = 0; i < 2; i++) {
+		if ((want & bit[i]) == (w->mask & bit[i]))
+			continue;
+		if (!(want & bit[i])) {
+			event_del(w->ev[i]);
+			w->mask &= ~bit[i];
+			continue;
+		}
+		if (!w->ev[i] && !(w->ev[i] = event_new(s->base, fd, flags[i], mesh__serve_on_fd, w)))
+			return -ENOMEM;
+		errno = 0;
+		if (event_add(w->ev[i], NULL) < 0)
+			return errno ? -errno : -ENOMEM;
+		w->mask |= bit[i];
+	}
+	return 0;
+}
 
 static void list_push(struct mesh__conn_list *l, struct mesh__conn *c)
 {

@@ -92,61 +92,6 @@ void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_
 	emit(s, &ev);
 }
 
-void mesh__serve_watch_init(struct mesh_serve *s, struct mesh__watch *w, enum mesh__watch_kind kind, struct mesh__conn *conn)
-{
-	*w = (struct mesh__watch){.kind = kind, .conn = conn, .s = s, .fd = -1};
-}
-
-void mesh__serve_watch_free(struct mesh__watch *w)
-{
-	for (int i = 0; i < 2; i++)
-		if (w->ev[i]) {
-			event_free(w->ev[i]);
-			w->ev[i] = NULL;
-		}
-	w->mask = 0;
-}
-
-static void on_fd(evutil_socket_t fd, short what, void *arg);
-
-int mesh__serve_watch(struct mesh_serve *s, struct mesh__watch *w, int fd, uint32_t want)
-{
-	static const uint32_t bit[2] = {EPOLLIN, EPOLLOUT};
-	static const short flags[2] = {EV_READ | EV_PERSIST, EV_WRITE | EV_PERSIST};
-	if (want == w->mask && fd == w->fd)
-		return 0; /* the common case: the relay called after every pump */
-	if (fd != w->fd) {
-		/* Another fd (the server's next output pipe): the events are
-		 * set again for it. */
-		for (int i = 0; i < 2; i++)
-			if (w->mask & bit[i])
-				event_del(w->ev[i]);
-		w->mask = 0;
-		w->fd = fd;
-		for (int i = 0; i < 2; i++)
-			if (w->ev[i] && event_assign(w->ev[i], s->base, fd, flags[i], on_fd, w) < 0)
-				return -EINVAL;
-	}
-	/* A side that wants nothing is out of the set: a level-triggered
-	 * EPOLLHUP on it would otherwise wake the loop for ever. */
-	for (int i = 0; i < 2; i++) {
-		if ((want & bit[i]) == (w->mask & bit[i]))
-			continue;
-		if (!(want & bit[i])) {
-			event_del(w->ev[i]);
-			w->mask &= ~bit[i];
-			continue;
-		}
-		if (!w->ev[i] && !(w->ev[i] = event_new(s->base, fd, flags[i], on_fd, w)))
-			return -ENOMEM;
-		errno = 0;
-		if (event_add(w->ev[i], NULL) < 0)
-			return errno ? -errno : -ENOMEM;
-		w->mask |= bit[i];
-	}
-	return 0;
-}
-
 /* Reads the server's output into the log file and the tail. */
 static void drain_output(struct mesh_serve *s)
 {
@@ -564,8 +509,7 @@ static int clients_same(const struct clients_view *a, const struct clients_view 
 	       a->rejecting == b->rejecting && a->linger == b->linger && a->inflight == b->inflight && a->dead == b->dead;
 }
 
-/* An fd is ready: what it is for gets it.  The pass follows the batch. */
-static void on_fd(evutil_socket_t fd, short what, void *arg)
+void mesh__serve_on_fd(evutil_socket_t fd, short what, void *arg)
 {
 	struct mesh__watch *w = arg;
 	struct mesh_serve *s = w->s;

@@ -3,8 +3,9 @@
  * warmth probe on its helper thread, the policy's actuation, stop and reap
  * of its group; open and free) and front.c (the clients: the listener,
  * accept, the bounded cold-start queue, the error answers, the relay of
- * each connection, the addresses).  Everything runs on the loop's thread
- * except probe_main.  Not a public contract: see serve.h for that. */
+ * each connection, the addresses; the loop's registrations of fds).
+ * Everything runs on the loop's thread except probe_main.  Not a public
+ * contract: see serve.h for that. */
 #ifndef MESH_GATEWAY_SERVE_INT_H
 #define MESH_GATEWAY_SERVE_INT_H
 
@@ -128,6 +129,17 @@ struct mesh_serve {
 
 /* serve.c */
 
+/* The events' callback: the fd of w (arg) is ready; what is libevent's
+ * EV_READ / EV_WRITE. */
+void mesh__serve_on_fd(int fd, short what, void *arg);
+/* Something changed: the pass (timers, the policy, the drain) runs once
+ * the current batch of events is done. */
+void mesh__serve_kick(struct mesh_serve *s);
+/* Calls c.on_event (if set) with an event of kind for the current pid. */
+void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason);
+
+/* front.c */
+
 /* Makes want (EPOLLIN and/or EPOLLOUT; 0: none) what the loop watches fd
  * for through w (level-triggered; a new fd replaces the old one's
  * registration).  0 or a negative code (epoll_ctl's, -ENOMEM). */
@@ -136,13 +148,6 @@ int mesh__serve_watch(struct mesh_serve *s, struct mesh__watch *w, int fd, uint3
 void mesh__serve_watch_init(struct mesh_serve *s, struct mesh__watch *w, enum mesh__watch_kind kind, struct mesh__conn *conn);
 /* Frees w's events (taking them out of the loop). */
 void mesh__serve_watch_free(struct mesh__watch *w);
-/* Something changed: the pass (timers, the policy, the drain) runs once
- * the current batch of events is done. */
-void mesh__serve_kick(struct mesh_serve *s);
-/* Calls c.on_event (if set) with an event of kind for the current pid. */
-void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason);
-
-/* front.c */
 
 /* Resolves c.upstream into up_addr and the probe's target (host, port,
  * c.probe_path).  0, MESH_E_PARSE or a resolver's code; why gets the
