@@ -463,7 +463,7 @@ static void arm_timer(struct mesh_serve *s, uint64_t now)
 		event_base_loopbreak(s->base);
 		return;
 	}
-	s->timer_at = now + ms * MESH_NS_PER_MS;
+	s->timer_at = t; /* (it fires up to a ms later: the same deadline does not arm it again) */
 }
 
 /* After a stop signal: stop accepting, let what is in flight finish (up to

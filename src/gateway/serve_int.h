@@ -81,7 +81,7 @@ struct mesh_serve {
 	struct event *ev_pass;  /* activated by a batch of events: the pass runs after it */
 	struct event *ev_timer; /* the nearest deadline: the pass then */
 	int pass_queued;        /* ev_pass is active */
-	uint64_t timer_at;      /* when ev_timer fires (0: not armed) */
+	uint64_t timer_at;      /* the deadline ev_timer is armed for (0: not armed) */
 	int loop_err;          /* the loop could not go on (a timer not armed) */
 	int lfd, sfd, logfd;
 	int spare_fd; /* kept open to be given up when accept says EMFILE (see front.c) */
