@@ -3,16 +3,22 @@
  *
  *   relay throughput  GET /bytes/N through mesh serve vs directly (target >= 0.9x)
  *   added p50 latency small keep-alive request/response round trips (target <= 50 us added)
+ *   relayed requests  keep-alive GET /ping over 1 and 16 connections at once:
+ *                     mesh serve's CPU per request (user + system) and the rate
+ *                     (the loop's cost per relayed request, for A/B runs)
  *   cold-start overhead  connect to first byte through mesh serve while the
  *                     upstream is cold, minus the upstream's own start-to-ready
  *                     time that it stamps in its ready file (target <= 20 ms)
  *
- * Environment: MESH_BUILD (the build dir), BENCH_SERVE_BYTES (default 1 GiB). */
+ * Environment: MESH_BUILD (the build dir), BENCH_SERVE_BYTES (default 1 GiB),
+ * BENCH_SERVE_ONLY=requests (only the relayed requests, for A/B runs of two
+ * builds), BENCH_SERVE_REQUESTS (default 100000 a case). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -189,14 +195,91 @@ static int pingpong(int port, int n, uint64_t *p50, uint64_t *p99)
 	return 0;
 }
 
+/* n keep-alive GET /ping round trips spread over nconn connections at once
+ * (each sends its next request when its answer is in); seconds, or -1. */
+static double load(int port, int nconn, long n)
+{
+	static const char req[] = "GET /ping HTTP/1.1\r\nHost: b\r\n\r\n";
+	enum { MAXC = 64 };
+	struct pollfd pf[MAXC];
+	size_t got[MAXC], resp_len = 0;
+	char buf[4096];
+	long sent = 0, done = 0;
+	if (nconn > MAXC)
+		nconn = MAXC;
+	for (int i = 0; i < nconn; i++) {
+		pf[i].fd = connect_to(port);
+		pf[i].events = POLLIN;
+		got[i] = 0;
+		if (pf[i].fd < 0)
+			return -1;
+	}
+	/* Every answer has the same size: learn it from one (which may come
+	 * in pieces). */
+	if (send(pf[0].fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)sizeof req - 1)
+		return -1;
+	while (!resp_len) {
+		ssize_t r = recv(pf[0].fd, buf + got[0], sizeof buf - got[0], 0);
+		if (r <= 0)
+			return -1;
+		got[0] += (size_t)r;
+		char *e = memmem(buf, got[0], "pong\n", 5);
+		if (e)
+			resp_len = (size_t)(e + 5 - buf);
+	}
+	if (got[0] != resp_len)
+		return -1;
+	got[0] = 0;
+	uint64_t t0 = now_ns();
+	for (int i = 0; i < nconn && sent < n; i++, sent++)
+		if (send(pf[i].fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)sizeof req - 1)
+			return -1;
+	while (done < n) {
+		if (poll(pf, (nfds_t)nconn, 5000) <= 0)
+			return -1;
+		for (int i = 0; i < nconn; i++) {
+			if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			ssize_t r = recv(pf[i].fd, buf, sizeof buf, 0);
+			if (r <= 0)
+				return -1;
+			got[i] += (size_t)r;
+			while (got[i] >= resp_len) {
+				got[i] -= resp_len;
+				done++;
+				if (sent < n) {
+					if (send(pf[i].fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)sizeof req - 1)
+						return -1;
+					sent++;
+				}
+			}
+		}
+	}
+	double secs = (double)(now_ns() - t0) / 1e9;
+	for (int i = 0; i < nconn; i++)
+		close(pf[i].fd);
+	return secs;
+}
+
+/* user and system CPU seconds of a process so far (either may be NULL). */
+static void cpu_split(pid_t pid, double *user, double *sys);
+
 /* user + system CPU seconds of a process so far. */
 static double cpu_s(pid_t pid)
+{
+	double u, k;
+	cpu_split(pid, &u, &k);
+	return u + k;
+}
+
+static void cpu_split(pid_t pid, double *user, double *sys)
 {
 	char path[64], buf[1024];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	FILE *f = fopen(path, "r");
+	*user = *sys = 0;
 	if (!f)
-		return 0;
+		return;
 	size_t n = fread(buf, 1, sizeof buf - 1, f);
 	fclose(f);
 	buf[n] = 0;
@@ -204,8 +287,33 @@ static double cpu_s(pid_t pid)
 	unsigned long ut = 0, st = 0;
 	/* fields after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
 	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-		return 0;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+		return;
+	*user = (double)ut / (double)sysconf(_SC_CLK_TCK);
+	*sys = (double)st / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Relayed requests through the warm mesh serve m on port mport: its CPU
+ * per request and the rate, over 1 and 16 connections. */
+static void requests_part(pid_t m, int mport)
+{
+	long n = 100000;
+	if (getenv("BENCH_SERVE_REQUESTS"))
+		n = strtol(getenv("BENCH_SERVE_REQUESTS"), NULL, 10);
+	const int conns[] = {1, 16};
+	for (int k = 0; k < 2; k++) {
+		double u0, k0, u1, k1;
+		cpu_split(m, &u0, &k0);
+		double secs = load(mport, conns[k], n);
+		cpu_split(m, &u1, &k1);
+		if (secs <= 0) {
+			printf("relayed requests over %d connection(s): failed\n", conns[k]);
+			continue;
+		}
+		printf("relayed requests (%ld keep-alive GET /ping over %d connection(s)): %.0f requests/s, "
+		       "mesh serve CPU %.2f us a request (user %.2f, system %.2f)\n",
+		       n, conns[k], (double)n / secs, (u1 - u0 + k1 - k0) / (double)n * 1e6, (u1 - u0) / (double)n * 1e6,
+		       (k1 - k0) / (double)n * 1e6);
+	}
 }
 
 static void verdict(int met)
@@ -264,6 +372,13 @@ int main(void)
 		stop(m);
 		return 1;
 	}
+	if (getenv("BENCH_SERVE_ONLY") && !strcmp(getenv("BENCH_SERVE_ONLY"), "requests")) {
+		char rm[300];
+		requests_part(m, mport);
+		stop(m);
+		snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+		return system(rm) != 0;
+	}
 
 	double best_d = 1e9, best_m = 1e9, c0 = cpu_s(m), relayed = 0;
 	for (int i = 0; i < 3; i++) {
@@ -299,6 +414,7 @@ int main(void)
 		       n, (double)m50 / 1e3, (double)d50 / 1e3, added, (double)m99 / 1e3, (double)d99 / 1e3);
 		verdict(added <= 50.0);
 	}
+	requests_part(m, mport);
 	stop(m);
 
 	/* The same through the copy path, for comparison: CPU mesh serve spends per GiB. */

@@ -1,11 +1,14 @@
 /* mesh serve's front: the clients.  The listener, accept, the bounded
  * queue of connections waiting for warm, the error answers (HTTP when the
  * client speaks it, then a linger), each connection's relay to the server,
- * and the addresses on both sides.  See serve_int.h. */
+ * and the addresses on both sides; and the registration of fds with the
+ * loop's event_base.  See serve_int.h. */
 #include "gateway/serve_int.h"
 
 #include "base/clock.h"
 #include "base/err.h"
+
+#include <event2/event.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,7 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <sys/epoll.h> /* the EPOLLIN / EPOLLOUT bits of a watch's mask (serve_int.h) */
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,6 +31,61 @@
  * show whether it speaks HTTP (and so can be told why). */
 #define REJECT_WAIT_NS (300ull * MESH_NS_PER_MS)
 #define ACCEPT_PAUSE_NS (100ull * MESH_NS_PER_MS)
+
+/* The loop's registrations (see serve_int.h); serve.c's mesh__serve_on_fd
+ * gets the events. */
+void mesh__serve_watch_init(struct mesh_serve *s, struct mesh__watch *w, enum mesh__watch_kind kind, struct mesh__conn *conn)
+{
+	*w = (struct mesh__watch){.kind = kind, .conn = conn, .s = s, .fd = -1};
+}
+
+void mesh__serve_watch_free(struct mesh__watch *w)
+{
+	for (int i = 0; i < 2; i++)
+		if (w->ev[i]) {
+			event_free(w->ev[i]);
+			w->ev[i] = NULL;
+		}
+	w->mask = 0;
+}
+
+int mesh__serve_watch(struct mesh_serve *s, struct mesh__watch *w, int fd, uint32_t want)
+{
+	static const uint32_t bit[2] = {EPOLLIN, EPOLLOUT};
+	static const short flags[2] = {EV_READ | EV_PERSIST, EV_WRITE | EV_PERSIST};
+	if (want == w->mask && fd == w->fd)
+		return 0; /* the common case: the relay called after every pump */
+	if (fd != w->fd) {
+		/* Another fd (the server's next output pipe): the events are
+		 * set again for it. */
+		for (int i = 0; i < 2; i++)
+			if (w->mask & bit[i])
+				event_del(w->ev[i]);
+		w->mask = 0;
+		w->fd = fd;
+		for (int i = 0; i < 2; i++)
+			if (w->ev[i] && event_assign(w->ev[i], s->base, fd, flags[i], mesh__serve_on_fd, w) < 0)
+				return -EINVAL;
+	}
+	/* A side that wants nothing is out of the set: a level-triggered
+	 * EPOLLHUP on it would otherwise wake the loop for ever. */
+	for (int i = 0; i < 2; i++) {
+		if ((want & bit[i]) == (w->mask & bit[i]))
+			continue;
+		if (!(want & bit[i])) {
+			event_del(w->ev[i]);
+			w->mask &= ~bit[i];
+			continue;
+		}
+		if (!w->ev[i] && !(w->ev[i] = event_new(s->base, fd, flags[i], mesh__serve_on_fd, w)))
+			return -ENOMEM;
+		errno = 0;
+		if (event_add(w->ev[i], NULL) < 0)
+			return errno ? -errno : -ENOMEM;
+		w->mask |= bit[i];
+	}
+	return 0;
+}
 
 static void list_push(struct mesh__conn_list *l, struct mesh__conn *c)
 {
@@ -69,7 +127,7 @@ static void conn_free(struct mesh_serve *s, struct mesh__conn *c)
 {
 	for (int i = 0; i < 2; i++) {
 		if (c->fd[i] >= 0) {
-			mesh__serve_ep_set(s, c->fd[i], &c->w[i], &c->mask[i], 0);
+			mesh__serve_watch(s, &c->w[i], c->fd[i], 0);
 			close(c->fd[i]);
 		}
 	}
@@ -84,8 +142,8 @@ static void conn_free(struct mesh_serve *s, struct mesh__conn *c)
 	c->counted = 0;
 	free(c->reject_why);
 	c->reject_why = NULL;
-	/* The same batch of epoll events may still name c (its other fd):
-	 * the memory lives until the batch is done. */
+	/* Its events are out of the loop now; the memory lives until the
+	 * pass after this batch (the callers up the stack still look at c). */
 	c->fd[0] = c->fd[1] = -1;
 	c->dead = 1;
 	c->next = s->dead;
@@ -97,6 +155,8 @@ void mesh__serve_free_dead(struct mesh_serve *s)
 	while (s->dead) {
 		struct mesh__conn *c = s->dead;
 		s->dead = c->next;
+		mesh__serve_watch_free(&c->w[0]);
+		mesh__serve_watch_free(&c->w[1]);
 		free(c);
 	}
 }
@@ -163,7 +223,7 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 	/* --http: every client speaks it, and is answered at once. */
 	int sent = 0, http = s->c.http ? 1 : looks_http(c->fd[0]);
 	if (c->fd[1] >= 0) {
-		mesh__serve_ep_set(s, c->fd[1], &c->w[1], &c->mask[1], 0);
+		mesh__serve_watch(s, &c->w[1], c->fd[1], 0);
 		close(c->fd[1]);
 		c->fd[1] = -1;
 	}
@@ -184,7 +244,7 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 		}
 		c->reject_waited = 1;
 		c->deadline = mesh_mono_ns() + REJECT_WAIT_NS;
-		if (mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
+		if (mesh__serve_watch(s, &c->w[0], c->fd[0], EPOLLIN) < 0) {
 			conn_free(s, c);
 			return;
 		}
@@ -200,7 +260,7 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 	shutdown(c->fd[0], SHUT_WR);
 	c->state = C_LINGER;
 	c->deadline = mesh_mono_ns() + LINGER_NS;
-	if (mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], EPOLLIN | EPOLLRDHUP) < 0) {
+	if (mesh__serve_watch(s, &c->w[0], c->fd[0], EPOLLIN) < 0) {
 		conn_free(s, c);
 		return;
 	}
@@ -236,9 +296,9 @@ static void dispatch(struct mesh_serve *s, struct mesh__conn *c)
 		reject(s, c, 502, "the server refused the connection");
 		return;
 	}
-	mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
+	mesh__serve_watch(s, &c->w[0], c->fd[0], 0);
 	c->state = C_CONNECTING;
-	if (mesh__serve_ep_set(s, fd, &c->w[1], &c->mask[1], EPOLLOUT) < 0) {
+	if (mesh__serve_watch(s, &c->w[1], fd, EPOLLOUT) < 0) {
 		reject(s, c, 503, "cannot watch the server connection");
 		return;
 	}
@@ -272,7 +332,7 @@ static int conn_watch(void *ctx, int dir, const char *p, size_t n)
 static int relay_update(struct mesh_serve *s, struct mesh__conn *c)
 {
 	for (int i = 0; i < 2; i++) {
-		int rc = mesh__serve_ep_set(s, c->fd[i], &c->w[i], &c->mask[i], mesh_relay_events(&c->relay, i));
+		int rc = mesh__serve_watch(s, &c->w[i], c->fd[i], mesh_relay_events(&c->relay, i));
 		if (rc < 0)
 			return rc;
 	}
@@ -345,14 +405,9 @@ void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_
 		return;
 	switch (c->state) {
 	case C_QUEUED:
-		/* Only RDHUP/HUP/ERR are watched while queued.  A client that
-		 * closed without sending anything is gone; one that sent its
-		 * request and half-closed still wants the answer. */
-		if (ev & (EPOLLERR | EPOLLHUP)) {
-			queue_del(s, c);
-			conn_free(s, c);
-			return;
-		}
+		/* Watched only until its first byte.  A client that closed
+		 * (or was reset) without sending anything is gone; one that
+		 * sent its request and half-closed still wants the answer. */
 		{
 			char b;
 			ssize_t n = recv(c->fd[0], &b, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -371,7 +426,7 @@ void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_
 				list_push(&s->queue, c);
 			}
 			if (n > 0)
-				mesh__serve_ep_set(s, c->fd[0], &c->w[0], &c->mask[0], 0);
+				mesh__serve_watch(s, &c->w[0], c->fd[0], 0);
 		}
 		return;
 	case C_CONNECTING:
@@ -435,7 +490,7 @@ void mesh__serve_accept(struct mesh_serve *s)
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
 				/* Out of fds: stop accepting for a moment instead of
 				 * spinning on a listener that stays readable. */
-				mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, 0);
+				mesh__serve_watch(s, &s->w_listen, s->lfd, 0);
 				s->accept_resume = mesh_mono_ns() + ACCEPT_PAUSE_NS;
 			}
 			return;
@@ -449,8 +504,8 @@ void mesh__serve_accept(struct mesh_serve *s)
 		c->fd[0] = fd;
 		c->fd[1] = -1;
 		c->s = s;
-		c->w[0] = (struct mesh__watch){W_CLIENT, c};
-		c->w[1] = (struct mesh__watch){W_UPSTREAM, c};
+		mesh__serve_watch_init(s, &c->w[0], W_CLIENT, c);
+		mesh__serve_watch_init(s, &c->w[1], W_UPSTREAM, c);
 		if (s->queue.n + s->active.n >= s->max_conns) {
 			reject(s, c, 503, "too many connections (--max-conns)");
 			continue;
@@ -468,7 +523,7 @@ void mesh__serve_accept(struct mesh_serve *s)
 		/* --http: a connection is demand from its first byte (watched
 		 * for), unless --start-on-connect. */
 		c->wants = !s->c.http || s->c.start_on_connect;
-		if (mesh__serve_ep_set(s, fd, &c->w[0], &c->mask[0], c->wants ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP) < 0) {
+		if (mesh__serve_watch(s, &c->w[0], fd, EPOLLIN) < 0) {
 			conn_free(s, c);
 			continue;
 		}
@@ -496,8 +551,8 @@ void mesh__serve_front_timers(struct mesh_serve *s, uint64_t now)
 		list_del(&s->linger, c);
 		conn_free(s, c);
 	}
-	if (!s->listen_mask && s->lfd >= 0 && !s->quitting && now >= s->accept_resume)
-		mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, EPOLLIN);
+	if (!s->w_listen.mask && s->lfd >= 0 && !s->quitting && now >= s->accept_resume)
+		mesh__serve_watch(s, &s->w_listen, s->lfd, EPOLLIN);
 }
 
 uint64_t mesh__serve_front_deadline(const struct mesh_serve *s, uint64_t t)
@@ -506,7 +561,7 @@ uint64_t mesh__serve_front_deadline(const struct mesh_serve *s, uint64_t t)
 	for (int i = 0; i < 3; i++)
 		if (lists[i]->head && lists[i]->head->deadline < t)
 			t = lists[i]->head->deadline;
-	if (!s->listen_mask && s->lfd >= 0 && !s->quitting && s->accept_resume < t)
+	if (!s->w_listen.mask && s->lfd >= 0 && !s->quitting && s->accept_resume < t)
 		t = s->accept_resume;
 	return t;
 }
@@ -515,7 +570,7 @@ void mesh__serve_unlisten(struct mesh_serve *s)
 {
 	if (s->lfd < 0)
 		return;
-	mesh__serve_ep_set(s, s->lfd, &s->w_listen, &s->listen_mask, 0);
+	mesh__serve_watch(s, &s->w_listen, s->lfd, 0);
 	close(s->lfd);
 	s->lfd = -1;
 	mesh__serve_reject_queue(s, 503, "mesh serve is shutting down");

@@ -70,6 +70,7 @@ static void pipe_put(struct mesh_relay *r, struct mesh_relay_dir *d)
 		if (d->pending == 0 && p->nspare < p->max_idle) {
 			p->spare[p->nspare][0] = d->pipe[0];
 			p->spare[p->nspare][1] = d->pipe[1];
+			p->spare_cap[p->nspare] = d->cap; /* the pipe's size while it splices */
 			p->nspare++;
 			d->pipe[0] = d->pipe[1] = -1;
 			return;
@@ -86,24 +87,27 @@ static int pipe_take(struct mesh_relay *r, struct mesh_relay_dir *d)
 {
 	struct mesh_relay_pool *p = r->pool;
 	if (p && p->nspare) {
+		/* Its size is known: no fcntl on the path of every request. */
 		p->nspare--;
 		d->pipe[0] = p->spare[p->nspare][0];
 		d->pipe[1] = p->spare[p->nspare][1];
-	} else {
-		if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
-			d->pipe[0] = d->pipe[1] = -1;
-			return -errno;
-		}
-		/* A bigger pipe means fewer wakeups per byte on bulk transfers;
-		 * the kernel may refuse (per-user pipe limits), then the default
-		 * stands. */
-		(void)fcntl(d->pipe[1], F_SETPIPE_SZ, (int)MESH_RELAY_PIPE_BYTES);
-		if (p)
-			p->pipes_made++;
-	}
-	if (p)
+		d->cap = p->spare_cap[p->nspare];
 		p->pipes_out++;
-	int sz = fcntl(d->pipe[1], F_GETPIPE_SZ);
+		return 0;
+	}
+	if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+		d->pipe[0] = d->pipe[1] = -1;
+		return -errno;
+	}
+	/* A bigger pipe means fewer wakeups per byte on bulk transfers; the
+	 * kernel may refuse (per-user pipe limits), then the default stands. */
+	int sz = fcntl(d->pipe[1], F_SETPIPE_SZ, (int)MESH_RELAY_PIPE_BYTES); /* the size it got */
+	if (sz <= 0)
+		sz = fcntl(d->pipe[1], F_GETPIPE_SZ);
+	if (p) {
+		p->pipes_made++;
+		p->pipes_out++;
+	}
 	d->cap = sz > 0 ? (size_t)sz : 65536;
 	return 0;
 }

@@ -54,6 +54,7 @@ enum {
 #define MESH_RELAY_POOL_MAX 64
 struct mesh_relay_pool {
 	int spare[MESH_RELAY_POOL_MAX][2];
+	size_t spare_cap[MESH_RELAY_POOL_MAX]; /* each spare pipe's size, asked once when it was made */
 	size_t nspare, max_idle; /* max_idle <= MESH_RELAY_POOL_MAX */
 	char *scratch;          /* MESH_RELAY_BUF_BYTES, made on first use */
 	uint64_t pipes_made;    /* pipes created so far */

@@ -9,6 +9,7 @@
 #include "base/io.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -91,24 +92,6 @@ void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_
 	emit(s, &ev);
 }
 
-int mesh__serve_ep_set(struct mesh_serve *s, int fd, struct mesh__watch *w, uint32_t *cur, uint32_t want)
-{
-	struct epoll_event ev = {.events = want, .data.ptr = w};
-	int op;
-	if (want == *cur)
-		return 0;
-	/* A side that wants nothing is taken out of the set: a level-triggered
-	 * EPOLLHUP on it would otherwise wake the loop for ever. */
-	if (!want)
-		op = EPOLL_CTL_DEL;
-	else
-		op = *cur ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-	if (epoll_ctl(s->ep, op, fd, &ev) < 0)
-		return -errno;
-	*cur = want;
-	return 0;
-}
-
 /* Reads the server's output into the log file and the tail. */
 static void drain_output(struct mesh_serve *s)
 {
@@ -122,7 +105,7 @@ static void drain_output(struct mesh_serve *s)
 		if (n < 0 && errno == EAGAIN)
 			return;
 		if (n <= 0) {
-			mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, 0);
+			mesh__serve_watch(s, &s->w_output, s->out_fd, 0);
 			close(s->out_fd);
 			s->out_fd = -1;
 			return;
@@ -174,13 +157,12 @@ static int spawn_server(struct mesh_serve *s)
 	if (s->out_fd >= 0) {
 		drain_output(s);
 		if (s->out_fd >= 0) {
-			mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, 0);
+			mesh__serve_watch(s, &s->w_output, s->out_fd, 0);
 			close(s->out_fd);
 		}
 	}
 	s->out_fd = outp[0];
-	s->out_mask = 0;
-	mesh__serve_ep_set(s, s->out_fd, &s->w_output, &s->out_mask, EPOLLIN);
+	mesh__serve_watch(s, &s->w_output, s->out_fd, EPOLLIN);
 	s->pid = pid;
 	return 0;
 }
@@ -445,10 +427,10 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-/* How long the loop may sleep: until the nearest deadline. */
-static int next_wait_ms(struct mesh_serve *s, uint64_t now)
+/* The nearest deadline, or UINT64_MAX when none. */
+static uint64_t next_deadline(struct mesh_serve *s, uint64_t now)
 {
-	uint64_t t = mesh__serve_front_deadline(s, now + 60 * MESH_NS_PER_S);
+	uint64_t t = mesh__serve_front_deadline(s, UINT64_MAX);
 	if (s->state == MESH_SERVE_STARTING) {
 		t = min_u64(t, s->start_deadline);
 		if (!s->probe_inflight)
@@ -460,10 +442,28 @@ static int next_wait_ms(struct mesh_serve *s, uint64_t now)
 		t = min_u64(t, s->drain_deadline);
 	if (s->state == MESH_SERVE_STOPPING)
 		t = min_u64(t, min_u64(now + STOP_POLL_NS, s->stop.killed ? UINT64_MAX : s->stop.deadline));
-	if (t <= now)
-		return 0;
+	return t;
+}
+
+/* Arms the timer for the nearest deadline, unless it is armed for that or
+ * sooner already (then it may fire early: a pass that finds nothing due
+ * arms it again).  So a relay's passes do not touch the timer. */
+static void arm_timer(struct mesh_serve *s, uint64_t now)
+{
+	uint64_t t = next_deadline(s, now);
+	if (s->timer_at && t >= s->timer_at)
+		return;
+	if (t == UINT64_MAX)
+		t = now + 60 * MESH_NS_PER_S; /* a safety net; every change comes as an event */
 	/* Round up: waking a little late beats spinning on a deadline. */
-	return (int)((t - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS);
+	uint64_t ms = t <= now ? 0 : (t - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
+	struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+	if (evtimer_add(s->ev_timer, &tv) < 0) {
+		s->loop_err = -ENOMEM;
+		event_base_loopbreak(s->base);
+		return;
+	}
+	s->timer_at = t; /* (it fires up to a ms later: the same deadline does not arm it again) */
 }
 
 /* After a stop signal: stop accepting, let what is in flight finish (up to
@@ -489,57 +489,128 @@ static int step_drain(struct mesh_serve *s, uint64_t now)
 	return s->draining == 2 && s->state == MESH_SERVE_COLD;
 }
 
+/* What the pass reads of the clients (its lists, the demand, what waits to
+ * be freed): a relay event that leaves all of it as it was needs no pass. */
+struct clients_view {
+	size_t queued, wanting, active, rejecting, linger;
+	uint64_t inflight;
+	const struct mesh__conn *dead;
+};
+
+static struct clients_view clients_view(const struct mesh_serve *s)
+{
+	return (struct clients_view){s->queue.n, s->queue_wanting, s->active.n, s->rejecting.n,
+				     s->linger.n, s->inflight,      s->dead};
+}
+
+static int clients_same(const struct clients_view *a, const struct clients_view *b)
+{
+	return a->queued == b->queued && a->wanting == b->wanting && a->active == b->active &&
+	       a->rejecting == b->rejecting && a->linger == b->linger && a->inflight == b->inflight && a->dead == b->dead;
+}
+
+void mesh__serve_on_fd(evutil_socket_t fd, short what, void *arg)
+{
+	struct mesh__watch *w = arg;
+	struct mesh_serve *s = w->s;
+	(void)fd;
+	switch (w->kind) {
+	case W_LISTEN:
+		mesh__serve_accept(s);
+		break;
+	case W_SIGNAL:
+		on_signal(s);
+		break;
+	case W_OUTPUT:
+		drain_output(s);
+		break;
+	case W_PROBE:
+		on_probe(s);
+		break;
+	case W_CLIENT:
+	case W_UPSTREAM: {
+		/* libevent reports a hang-up or an error as readable and
+		 * writable, to the events that are added: the read or the write
+		 * then sees it. */
+		struct clients_view v = clients_view(s), after;
+		mesh__serve_conn_event(s, w, (what & EV_READ ? EPOLLIN : 0) | (what & EV_WRITE ? EPOLLOUT : 0));
+		after = clients_view(s);
+		/* Bytes relayed, nothing else: most events of a busy relay. */
+		if (clients_same(&v, &after))
+			return;
+		break;
+	}
+	}
+	mesh__serve_kick(s);
+}
+
+void mesh__serve_kick(struct mesh_serve *s)
+{
+	if (s->pass_queued)
+		return;
+	s->pass_queued = 1;
+	/* Activated now, it runs after the events this batch already has. */
+	event_active(s->ev_pass, EV_TIMEOUT, 0);
+}
+
+static void pass(struct mesh_serve *s);
+
+static void on_pass(evutil_socket_t fd, short what, void *arg)
+{
+	struct mesh_serve *s = arg;
+	(void)fd, (void)what;
+	s->pass_queued = 0;
+	pass(s);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct mesh_serve *s = arg;
+	(void)fd, (void)what;
+	s->timer_at = 0; /* it is not pending any more */
+	pass(s);
+}
+
+/* After each batch of events, and at the next deadline: the connections
+ * closed in the batch freed, the server's crash, stop, start timeout and
+ * probe, the clients' deadlines, the policy's answer, the drain; then the
+ * timer is armed for the nearest deadline. */
+static void pass(struct mesh_serve *s)
+{
+	mesh__serve_free_dead(s);
+	uint64_t now = mesh_mono_ns();
+	if (s->leader_done && (s->state == MESH_SERVE_STARTING || s->state == MESH_SERVE_WARM)) {
+		s->stop_reason_crash = 1;
+		on_crash(s);
+	}
+	step_stop(s, now);
+	step_timers(s, now);
+	step_policy(s, now);
+	probe_kick(s, now);
+	mesh__serve_free_dead(s);
+	now = mesh_mono_ns();
+	if (s->quitting && step_drain(s, now)) {
+		event_base_loopbreak(s->base);
+		return;
+	}
+	arm_timer(s, now);
+}
+
 int mesh_serve_run(struct mesh_serve *s)
 {
-	struct epoll_event evs[64];
 	int rc = 0;
 	{
 		struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_LISTENING, .addr = s->listen_addr};
 		emit(s, &ev);
 	}
-	for (;;) {
-		uint64_t now = mesh_mono_ns();
-		if (s->quitting && step_drain(s, now))
-			break;
-		int n = epoll_wait(s->ep, evs, 64, next_wait_ms(s, now));
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			rc = -errno;
-			s->quitting = 1;
-			break;
-		}
-		for (int i = 0; i < n; i++) {
-			struct mesh__watch *w = evs[i].data.ptr;
-			switch (w->kind) {
-			case W_LISTEN:
-				mesh__serve_accept(s);
-				break;
-			case W_SIGNAL:
-				on_signal(s);
-				break;
-			case W_OUTPUT:
-				drain_output(s);
-				break;
-			case W_PROBE:
-				on_probe(s);
-				break;
-			case W_CLIENT:
-			case W_UPSTREAM:
-				mesh__serve_conn_event(s, w, evs[i].events);
-				break;
-			}
-		}
-		mesh__serve_free_dead(s);
-		now = mesh_mono_ns();
-		if (s->leader_done && (s->state == MESH_SERVE_STARTING || s->state == MESH_SERVE_WARM)) {
-			s->stop_reason_crash = 1;
-			on_crash(s);
-		}
-		step_stop(s, now);
-		step_timers(s, now);
-		step_policy(s, now);
-		probe_kick(s, now);
+	mesh__serve_kick(s);
+	errno = 0;
+	int r = event_base_dispatch(s->base);
+	if (r != 0 || s->loop_err) {
+		/* epoll_wait failed (r -1), or nothing was left to wait for (1):
+		 * the loop cannot go on. */
+		rc = s->loop_err ? s->loop_err : errno ? -errno : -EIO;
+		s->quitting = 1;
 	}
 	if (s->state != MESH_SERVE_COLD) {
 		/* The loop failed: stop the server without it. */
@@ -553,12 +624,19 @@ int mesh_serve_run(struct mesh_serve *s)
 	return rc;
 }
 
-static void add_watch(struct mesh_serve *s, int fd, struct mesh__watch *w, enum mesh__watch_kind k)
+/* The loop: epoll (O(1) per ready fd), no locks (one thread), the
+ * environment not consulted (EVENT_NOEPOLL and the like). */
+static struct event_base *base_new(void)
 {
-	uint32_t cur = 0;
-	w->kind = k;
-	w->conn = NULL;
-	mesh__serve_ep_set(s, fd, w, &cur, EPOLLIN);
+	struct event_config *cfg = event_config_new();
+	struct event_base *b = NULL;
+	if (!cfg)
+		return NULL;
+	if (event_config_require_features(cfg, EV_FEATURE_O1) == 0 &&
+	    event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK | EVENT_BASE_FLAG_IGNORE_ENV) == 0)
+		b = event_base_new_with_config(cfg);
+	event_config_free(cfg);
+	return b;
 }
 
 int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, char *why, size_t why_len)
@@ -578,10 +656,14 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 	if (!s)
 		return -ENOMEM;
 	s->c = *c;
-	s->ep = s->lfd = s->sfd = s->logfd = s->out_fd = s->spare_fd = -1;
+	s->lfd = s->sfd = s->logfd = s->out_fd = s->spare_fd = -1;
 	s->stop_sig = c->stop_signal > 0 ? c->stop_signal : SIGTERM;
 	mesh_relay_pool_init(&s->pool, 16);
 	s->probe_req[0] = s->probe_req[1] = s->probe_res[0] = s->probe_res[1] = -1;
+	mesh__serve_watch_init(s, &s->w_listen, W_LISTEN, NULL);
+	mesh__serve_watch_init(s, &s->w_signal, W_SIGNAL, NULL);
+	mesh__serve_watch_init(s, &s->w_output, W_OUTPUT, NULL);
+	mesh__serve_watch_init(s, &s->w_probe, W_PROBE, NULL);
 	size_t argc = 0;
 	while (c->argv[argc])
 		argc++;
@@ -639,18 +721,23 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 	sigaddset(&set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	s->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-	s->ep = epoll_create1(EPOLL_CLOEXEC);
-	if (s->sfd < 0 || s->ep < 0 || pipe2(s->probe_req, O_CLOEXEC) < 0 ||
-	    pipe2(s->probe_res, O_CLOEXEC | O_NONBLOCK) < 0) {
+	if (s->sfd < 0 || pipe2(s->probe_req, O_CLOEXEC) < 0 || pipe2(s->probe_res, O_CLOEXEC | O_NONBLOCK) < 0) {
 		rc = -errno;
 		snprintf(why, why_len, "cannot set up the event loop");
 		goto fail;
 	}
-	add_watch(s, s->lfd, &s->w_listen, W_LISTEN);
-	s->listen_mask = EPOLLIN;
-	add_watch(s, s->sfd, &s->w_signal, W_SIGNAL);
-	add_watch(s, s->probe_res[0], &s->w_probe, W_PROBE);
-	s->w_output = (struct mesh__watch){W_OUTPUT, NULL};
+	s->base = base_new();
+	/* EV_PERSIST: only ever activated; run, it is not taken out. */
+	s->ev_pass = s->base ? event_new(s->base, -1, EV_PERSIST, on_pass, s) : NULL;
+	s->ev_timer = s->base ? evtimer_new(s->base, on_timer, s) : NULL;
+	if (!s->ev_pass || !s->ev_timer || (rc = mesh__serve_watch(s, &s->w_listen, s->lfd, EPOLLIN)) < 0 ||
+	    (rc = mesh__serve_watch(s, &s->w_signal, s->sfd, EPOLLIN)) < 0 ||
+	    (rc = mesh__serve_watch(s, &s->w_probe, s->probe_res[0], EPOLLIN)) < 0) {
+		if (!s->ev_pass || !s->ev_timer)
+			rc = -ENOMEM;
+		snprintf(why, why_len, "cannot set up the event loop");
+		goto fail;
+	}
 	if ((rc = -pthread_create(&s->probe_thread, NULL, probe_main, s)) < 0) {
 		snprintf(why, why_len, "cannot start the probe thread");
 		goto fail;
@@ -685,7 +772,16 @@ void mesh_serve_free(struct mesh_serve *s)
 	if (s->probe_started)
 		pthread_join(s->probe_thread, NULL);
 	mesh_relay_pool_release(&s->pool);
-	int fds[] = {s->probe_req[0], s->probe_res[0], s->probe_res[1], s->ep, s->lfd, s->sfd, s->logfd, s->out_fd, s->spare_fd};
+	struct mesh__watch *ws[] = {&s->w_listen, &s->w_signal, &s->w_output, &s->w_probe};
+	for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+		mesh__serve_watch_free(ws[i]);
+	if (s->ev_pass)
+		event_free(s->ev_pass);
+	if (s->ev_timer)
+		event_free(s->ev_timer);
+	if (s->base)
+		event_base_free(s->base);
+	int fds[] = {s->probe_req[0], s->probe_res[0], s->probe_res[1], s->lfd, s->sfd, s->logfd, s->out_fd, s->spare_fd};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);

@@ -44,7 +44,8 @@
  *   2. mesh_serve_open(&s, &c, why, sizeof why): validates, resolves,
  *      listens.  On error returns a code and writes the subject into why
  *      ("cannot listen on '127.0.0.1:80'"), nothing is left open.
- *   3. mesh_serve_run(s): the event loop, until SIGTERM/SIGINT/SIGHUP: then
+ *   3. mesh_serve_run(s): the event loop (one libevent event_base, on this
+ *      thread), until SIGTERM/SIGINT/SIGHUP: then
  *      it drains: stops listening, fails the queued clients (503), closes
  *      idle keep-alive connections (http), lets what is in flight finish
  *      (requests (http) or connections) for up to drain_timeout (a second
@@ -156,7 +157,7 @@ struct mesh_serve;
  * (may be NULL) receives the subject of the failure. */
 int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, char *why, size_t why_len);
 /* Step 3.  Returns 0 after a stop signal, or a negative code when the loop
- * itself failed (epoll, signalfd): the server is stopped in either case. */
+ * itself failed (its event_base, signalfd): the server is stopped in either case. */
 int mesh_serve_run(struct mesh_serve *s);
 void mesh_serve_stats(const struct mesh_serve *s, struct mesh_serve_stats *out);
 /* Closes everything; kills the server's group if it still runs. */

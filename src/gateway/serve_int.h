@@ -3,8 +3,9 @@
  * warmth probe on its helper thread, the policy's actuation, stop and reap
  * of its group; open and free) and front.c (the clients: the listener,
  * accept, the bounded cold-start queue, the error answers, the relay of
- * each connection, the addresses).  Everything runs on the loop's thread
- * except probe_main.  Not a public contract: see serve.h for that. */
+ * each connection, the addresses; the loop's registrations of fds).
+ * Everything runs on the loop's thread except probe_main.  Not a public
+ * contract: see serve.h for that. */
 #ifndef MESH_GATEWAY_SERVE_INT_H
 #define MESH_GATEWAY_SERVE_INT_H
 
@@ -21,13 +22,22 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-/* What an epoll registration points at. */
+/* What a watch is for. */
 enum mesh__watch_kind { W_LISTEN, W_SIGNAL, W_OUTPUT, W_PROBE, W_CLIENT, W_UPSTREAM };
 
+struct event;
+struct event_base;
 struct mesh__conn;
+/* One fd's registration with the loop's event_base: a read event and a
+ * write event (made on first use), each added only while wanted, so that a
+ * mask change costs what one epoll_ctl costs. */
 struct mesh__watch {
 	enum mesh__watch_kind kind;
 	struct mesh__conn *conn;
+	struct mesh_serve *s;
+	int fd;              /* the fd the events were set for; -1: none yet */
+	uint32_t mask;       /* wanted now: EPOLLIN / EPOLLOUT; 0 = not watched */
+	struct event *ev[2]; /* [0] read, [1] write; NULL until first wanted */
 };
 
 enum mesh__conn_state { C_QUEUED, C_CONNECTING, C_RELAY, C_REJECTING, C_LINGER };
@@ -35,7 +45,6 @@ enum mesh__conn_state { C_QUEUED, C_CONNECTING, C_RELAY, C_REJECTING, C_LINGER }
 struct mesh__conn {
 	struct mesh__watch w[2]; /* [0] client, [1] upstream */
 	int fd[2];
-	uint32_t mask[2];  /* registered epoll mask; 0 = not registered */
 	enum mesh__conn_state state;
 	uint64_t deadline; /* queue wait or linger end */
 	struct mesh_relay relay;
@@ -68,11 +77,16 @@ struct mesh_serve {
 	socklen_t up_len;
 	char listen_addr[80];
 
-	int ep, lfd, sfd, logfd;
+	struct event_base *base;
+	struct event *ev_pass;  /* activated by a batch of events: the pass runs after it */
+	struct event *ev_timer; /* the nearest deadline: the pass then */
+	int pass_queued;        /* ev_pass is active */
+	uint64_t timer_at;      /* the deadline ev_timer is armed for (0: not armed) */
+	int loop_err;          /* the loop could not go on (a timer not armed) */
+	int lfd, sfd, logfd;
 	int spare_fd; /* kept open to be given up when accept says EMFILE (see front.c) */
 	struct mesh_relay_pool pool;
 	struct mesh__watch w_listen, w_signal, w_output, w_probe;
-	uint32_t listen_mask;
 	uint64_t accept_resume;
 
 	/* the probe thread */
@@ -88,7 +102,6 @@ struct mesh_serve {
 	pid_t pid;
 	int leader_done, leader_status;
 	int out_fd;
-	uint32_t out_mask;
 	uint64_t t_spawn, t_stop, start_deadline;
 	struct mesh_proc_stop stop;
 	int stop_reason_crash;
@@ -116,13 +129,25 @@ struct mesh_serve {
 
 /* serve.c */
 
-/* Registers fd with the loop for want (0: takes it out of the set); *cur
- * is the mask registered now and becomes want.  0 or -errno. */
-int mesh__serve_ep_set(struct mesh_serve *s, int fd, struct mesh__watch *w, uint32_t *cur, uint32_t want);
+/* The events' callback: the fd of w (arg) is ready; what is libevent's
+ * EV_READ / EV_WRITE. */
+void mesh__serve_on_fd(int fd, short what, void *arg);
+/* Something changed: the pass (timers, the policy, the drain) runs once
+ * the current batch of events is done. */
+void mesh__serve_kick(struct mesh_serve *s);
 /* Calls c.on_event (if set) with an event of kind for the current pid. */
 void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason);
 
 /* front.c */
+
+/* Makes want (EPOLLIN and/or EPOLLOUT; 0: none) what the loop watches fd
+ * for through w (level-triggered; a new fd replaces the old one's
+ * registration).  0 or a negative code (epoll_ctl's, -ENOMEM). */
+int mesh__serve_watch(struct mesh_serve *s, struct mesh__watch *w, int fd, uint32_t want);
+/* Sets up w (unwatched) for kind and conn. */
+void mesh__serve_watch_init(struct mesh_serve *s, struct mesh__watch *w, enum mesh__watch_kind kind, struct mesh__conn *conn);
+/* Frees w's events (taking them out of the loop). */
+void mesh__serve_watch_free(struct mesh__watch *w);
 
 /* Resolves c.upstream into up_addr and the probe's target (host, port,
  * c.probe_path).  0, MESH_E_PARSE or a resolver's code; why gets the
@@ -137,7 +162,8 @@ int mesh__serve_listen(struct mesh_serve *s, char *why, size_t why_len);
 void mesh__serve_pin_upstream(struct mesh_serve *s, const char *addr);
 /* The listener is readable: accepts, relays (warm), queues or refuses. */
 void mesh__serve_accept(struct mesh_serve *s);
-/* An epoll event on a connection's client or upstream side. */
+/* An event on a connection's client or upstream side (EPOLLIN and/or
+ * EPOLLOUT: readable (or closed, or in error), writable). */
 void mesh__serve_conn_event(struct mesh_serve *s, struct mesh__watch *w, uint32_t ev);
 /* Frees the connections closed during the last batch of events. */
 void mesh__serve_free_dead(struct mesh_serve *s);

@@ -221,6 +221,9 @@ TEST(relay_pool_holds_nothing_when_idle)
 		} else if (mode == 0) {
 			EXPECT_GT(pool.pipes_made, 0);
 			EXPECT_LE(pool.nspare, 4);
+			/* A spare pipe's size is kept with it, not asked again. */
+			for (size_t i = 0; i < pool.nspare; i++)
+				EXPECT_EQ((long)pool.spare_cap[i], (long)fcntl(pool.spare[i][1], F_GETPIPE_SZ));
 		}
 		mesh_relay_release(&r);
 		mesh_relay_pool_release(&pool);
