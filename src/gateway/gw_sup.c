@@ -67,9 +67,9 @@ struct sup {
 	int refused; /* the last probe's connect was refused: nothing listens yet */
 	int lfd;     /* the listen tests' socket, reused while refused (-1: none) */
 	unsigned listen_tests, http_probes; /* of this start, until warm */
-	/* The start's steps (mesh_mono_ns; 0: not yet), for its warm line:
-	 * the spawn answered (the program exec'd), the last refused listen
-	 * test, the first that connected, the last probe's start. */
+	/* For the warm line (mesh_mono_ns; 0: not yet): the spawn answered (the
+	 * program exec'd), the last refused test, the first that connected,
+	 * the last probe's start. */
 	uint64_t t_exec, t_refused, t_listen, t_probe;
 	struct mesh_proc_tail tail;
 	char last_probe[256];
@@ -500,9 +500,8 @@ out:
  * loopback connect, refused at once while nothing does (no HTTP, nothing
  * for the program to answer).  A connect still in progress counts as
  * listening: the HTTP probe says the rest.  A refused socket connects
- * again once its error is read and connect(AF_UNSPEC) has reset it (else
- * the next connect says ECONNABORTED): one socket for all the tests, a
- * quarter less CPU than a socket each (9 us against 12 here). */
+ * again once its error is read and connect(AF_UNSPEC) reset it (else:
+ * ECONNABORTED): one socket for all, 9 us of CPU a test against 12. */
 static int listening(struct sup *s)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
@@ -521,16 +520,13 @@ static int listening(struct sup *s)
 			e = errno;
 		up = e != ECONNREFUSED;
 	}
-	if (up) {
-		close(s->lfd);
-		s->lfd = -1;
-		return 1;
-	}
 	struct sockaddr reset = {.sa_family = AF_UNSPEC};
-	if (connect(s->lfd, &reset, sizeof reset) < 0) {
-		close(s->lfd); /* cannot be reused: a new one next time */
+	if (up || connect(s->lfd, &reset, sizeof reset) < 0) {
+		close(s->lfd); /* connected, or cannot be reused: a new one next time */
 		s->lfd = -1;
 	}
+	if (up)
+		return 1;
 	s->t_refused = mesh_mono_ns();
 	snprintf(s->last_probe, sizeof s->last_probe, "cold: nothing listens on 127.0.0.1:%d yet", s->port);
 	return 0;
@@ -666,10 +662,6 @@ void *mesh__gw_sup_main(void *arg)
 		}
 		next = now + pace(now - t0, 1000, PROBE_MIN_NS, PROBE_MAX_NS);
 	}
-	if (s.lfd >= 0) {
-		close(s.lfd);
-		s.lfd = -1;
-	}
 	pthread_mutex_lock(&g->mu);
 	p->state = GW_WARM;
 	uint64_t t_warm = p->last_end = mesh_mono_ns();
@@ -678,11 +670,9 @@ void *mesh__gw_sup_main(void *arg)
 	p->warm_count++;
 	pthread_cond_broadcast(&p->cv); /* each waiter relays its request now */
 	pthread_mutex_unlock(&g->mu);
-	/* What the wait cost meshd: this thread's CPU from the spawn to now
-	 * (the spawn itself included); and its steps, which say what of the
-	 * start was meshd's: the spawn up to the program's exec, how late the
-	 * listen was seen at most (since the last refused test), the probe's
-	 * answer (the program's time, mostly). */
+	/* What the wait cost meshd (this thread's CPU, the spawn included) and
+	 * its steps: the spawn to the program's exec, how late the listen was
+	 * seen at most (since the last refused test), the probe's answer. */
 	double wait_cpu_ms = (double)(thread_cpu_ns() - cpu0) / 1e6;
 	char steps[256];
 	uint64_t before = s.t_refused > s.t_exec ? s.t_refused : s.t_exec;
@@ -774,7 +764,6 @@ cold_locked:
 	/* mu held. */
 	if (s.lfd >= 0)
 		close(s.lfd);
-	s.lfd = -1;
 	mesh__gw_pool_drop(p);
 	if (s.c.pidfd >= 0 && !s.reaped) {
 		pthread_mutex_unlock(&g->mu);
