@@ -9,6 +9,8 @@
 #include "base/clock.h"
 
 #include <sys/stat.h>
+#include <dirent.h>
+#include <fcntl.h>
 
 /* A server whose steps the test drives with files in its directory: it
  * listens once "listen" exists, answers GET /v1/models 503 until "go"
@@ -138,5 +140,57 @@ TEST_TIMEOUT(gateway_cold_start_follows_listen_and_load_closely, 30)
 	EXPECT_TRUE(file_has("meshd.err", "ms of CPU; spawn "));
 	EXPECT_TRUE(file_has("meshd.err", "ms to the program's exec, its listen seen at "));
 	EXPECT_TRUE(file_has("meshd.err", "the probe answered in "));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* A /proc/N/cmdline holding text, N not this process: a t_wait_for
+ * condition's negation (the program left nothing running). */
+static int none_runs(void *arg)
+{
+	const char *text = arg;
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int found = 0;
+	while (d && !found && (de = readdir(d))) {
+		char p[300], buf[4096];
+		if (de->d_name[0] < '1' || de->d_name[0] > '9' || atoi(de->d_name) == (int)getpid())
+			continue;
+		snprintf(p, sizeof p, "/proc/%s/cmdline", de->d_name);
+		int fd = open(p, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		for (ssize_t i = 0; i < n; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		if (n > 0) {
+			buf[n] = 0;
+			found = strstr(buf, text) != NULL;
+		}
+	}
+	if (d)
+		closedir(d);
+	return !found;
+}
+
+/* The program's log is opened after its spawn (off the cold start's
+ * path): one that cannot be (a symlink) still fails the start with the
+ * reason, and the program already spawned is not left running. */
+TEST(gateway_cold_start_without_its_log_leaves_nothing_running)
+{
+	char text[4096], cwd[2048], resp[8192];
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	mkdir("catalog", 0755);
+	mkdir("logs", 0755);
+	snprintf(text, sizeof text,
+		 "name = \"c\"\nbackend = \"http\"\ncommand = [\"sh\", \"-c\", \"cd %s && exec sleep 30.4711 {port}\"]\n"
+		 "models = [\"cold-model\"]\n",
+		 cwd);
+	t_write_file("catalog/c.toml", text);
+	ASSERT_EQ(symlink("../elsewhere", "logs/c.log"), 0);
+	struct gw g = start_gw("");
+	EXPECT_EQ(post_chat(g.port, "cold-model", "hi", 0, resp, sizeof resp), 502);
+	EXPECT_CONTAINS(resp, "refusing log");
+	EXPECT_TRUE(t_wait_for(none_runs, "30.4711", 5000));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
