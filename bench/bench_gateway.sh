@@ -168,18 +168,33 @@ s.close()
 spawned = float(open(os.path.join(t, "spawned")).read())
 ready = os.stat(os.path.join(t, "ready")).st_mtime
 own = ready - spawned
-warm, waited = "?", ""
+warm, waited, line = "?", "", ""
 with open(os.path.join(t, "logs", "cold.log")) as f:
     for l in f:
         if "--- meshd gateway: warm pid=" in l:
+            line = l
             warm = l.split(" in ")[1].split(" ms")[0]
             if "waited with " in l:
-                waited = l.split("waited with ")[1].rstrip().rstrip(")")
+                waited = l.split("waited with ")[1].split(";")[0]
 print("   cold start (2 s): first byte after %.1f ms; the program's own spawn-to-ready %.1f ms; "
       "overhead %.1f ms (target <= 5)" % ((t1 - t0) * 1e3, own * 1e3, (t1 - t0 - own) * 1e3))
-if warm != "?":
-    print("     of which meshd's spawn-to-warm minus the program's own %.1f ms (the spawn path: PID namespace, "
-          "mesh-init, sh; the last probe), the first byte after warm %.1f ms"
+def num(after):
+    try:
+        return float(line.split(after)[1].split(" ")[0].rstrip(")"))
+    except (IndexError, ValueError):
+        return None
+spawn, seen, within, answered = (num("; spawn "), num("its listen seen at "), num("(within "),
+                                 num("the probe answered in "))
+if warm != "?" and None not in (spawn, seen, within, answered):
+    # meshd's clock (from the request's spawn) and the program's stamps
+    # meet at its listen, which meshd saw at `seen` (within `within`).
+    pre = seen - own * 1e3 - spawn
+    print("     of which: meshd's spawn to the program's exec %.2f ms; the program's sh to its date stamp about "
+          "%.1f ms; its listen seen within %.2f ms; the probe answered in %.2f ms (its own answer, mostly); "
+          "the first byte %.2f ms after warm (the request, relayed at once, and its answer)"
+          % (spawn, pre, within, answered, (t1 - t0) * 1e3 - float(warm)))
+elif warm != "?":
+    print("     of which meshd's spawn-to-warm minus the program's own %.1f ms, the first byte after warm %.1f ms"
           % (float(warm) - own * 1e3, (t1 - t0) * 1e3 - float(warm)))
 if waited:
     print("     meshd's wait for it: %s" % waited)

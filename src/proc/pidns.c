@@ -129,6 +129,11 @@ int mesh__proc_init_child(void *arg)
 			;
 		_exit(127);
 	}
+	/* The program runs: "started" (0) answers the spawn now; the spawner
+	 * leaves a and this stack alone until this exec (the pipe's end). */
+	err = 0;
+	while (write(errfd, &err, sizeof err) < 0 && errno == EINTR)
+		;
 	/* Become the init: stdio on /dev/null, nothing else of meshd's open
 	 * past the exec, every signal blocked (the loop waits for them) and
 	 * none ignored. */

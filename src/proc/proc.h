@@ -154,8 +154,12 @@ struct mesh_proc_child {
 
 /* Like mesh_proc_spawn, and with MESH_PROC_PIDNS honoured: 0 with *c
  * filled (c->pidfd when want_pidfd), or -errno (the child's failure, or
- * mesh-init's: its exec of /proc/self/exe).  When a namespace cannot be
- * made here the program is started as a process group (c->how). */
+ * mesh-init's before the program's exec).  Under mesh-init the answer
+ * comes once the program has exec'd, while mesh-init's own exec of
+ * /proc/self/exe may still be under way (the spawner awaits it before
+ * its next spawn); should that exec fail, the namespace ends and mesh-init
+ * exits 127.  When a namespace cannot be made here the program is started
+ * as a process group (c->how). */
 int mesh_proc_spawn_child(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o, int want_pidfd,
 			  struct mesh_proc_child *c);
 
