@@ -1,5 +1,6 @@
 /* The gateway's warm path on a few event loops: each client connection is
- * served by one loop thread (epoll, edge-triggered, non-blocking sockets)
+ * served by one loop thread (a libevent event_base of its own: raw
+ * edge-triggered events on non-blocking sockets, buffers of its own)
  * while its requests go to a program that is warm and has a place; a
  * request that needs anything else (a cold start or a wait for a place,
  * a chunked body, Expect, an error answer of meshd's own, GET /v1/models)
@@ -25,7 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <event2/event.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -44,6 +45,7 @@ struct lconn {
 	int state, handoff;
 	int readable; /* edge-triggered: the client may have bytes unread */
 	int rdhup;    /* the client closed its sending side */
+	int up_on;    /* ev_up is added (lc->up is in the loop) */
 	uint64_t last_io;
 	/* The request in progress (S_SEND, S_RELAY). */
 	struct mesh__gw_req r;
@@ -60,11 +62,15 @@ struct lconn {
 	char *out;	/* bytes for the client its socket did not take yet */
 	size_t nout, outoff, outcap;
 	struct lconn *dead_next;
+	/* The client's and the program's connection's events follow the
+	 * struct (event_get_struct_event_size() each: see ev_client). */
 };
 
 struct mesh__gw_loop {
 	struct mesh_gw *g;
-	int ep, evfd;
+	struct event_base *base;
+	struct event *wake, *tick; /* evfd's; the scan's timer */
+	int evfd, tick_fast;	    /* tick is armed at SCAN_NS (else a second) */
 	pthread_t th;
 	int started, stop;
 	pthread_mutex_t mu;	/* incoming, stop */
@@ -74,15 +80,35 @@ struct mesh__gw_loop {
 	char buf[65536];
 };
 
-static void *tag_up(struct lconn *lc)
+/* The events live after the struct, in the same allocation (gw.c allocates
+ * mesh__gw_client_size()), assigned with event_assign: no allocation per
+ * connection or per request. */
+static struct event *ev_client(struct lconn *lc)
 {
-	return (char *)lc + 1;
+	return (struct event *)(void *)((char *)lc + ((sizeof *lc + 15) & ~(size_t)15));
 }
 
-static void ep_add(struct mesh__gw_loop *L, int fd, void *ptr)
+static struct event *ev_up(struct lconn *lc)
 {
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = ptr};
-	epoll_ctl(L->ep, EPOLL_CTL_ADD, fd, &ev);
+	return (struct event *)(void *)((char *)ev_client(lc) + ((event_get_struct_event_size() + 15) & ~(size_t)15));
+}
+
+static void on_up_cb(evutil_socket_t fd, short what, void *arg);
+
+/* The program's connection into the loop (both directions, edge-triggered),
+ * for the request in flight. */
+static void up_add(struct lconn *lc)
+{
+	event_assign(ev_up(lc), lc->L->base, lc->up, EV_READ | EV_WRITE | EV_ET | EV_PERSIST, on_up_cb, lc);
+	event_add(ev_up(lc), NULL);
+	lc->up_on = 1;
+}
+
+static void up_del(struct lconn *lc)
+{
+	if (lc->up_on)
+		event_del(ev_up(lc));
+	lc->up_on = 0;
 }
 
 static void unlink_conn(struct lconn *lc)
@@ -97,15 +123,16 @@ static void unlink_conn(struct lconn *lc)
 	lc->prev = lc->next = NULL;
 }
 
-/* Ends the connection; freed after this batch of events (one may still
- * name it). */
+/* Ends the connection; freed when the event's callback returns (the
+ * functions it called may still look at it). */
 static void kill_conn(struct lconn *lc)
 {
 	if (lc->state == S_DEAD)
 		return;
 	lc->state = S_DEAD;
 	unlink_conn(lc);
-	epoll_ctl(lc->L->ep, EPOLL_CTL_DEL, lc->c.link.fd, NULL);
+	event_del(ev_client(lc));
+	up_del(lc);
 	lc->dead_next = lc->L->dead;
 	lc->L->dead = lc;
 }
@@ -167,6 +194,7 @@ static void start_frame(struct lconn *lc)
 
 static void relay(struct lconn *lc);
 static void serve(struct lconn *lc);
+static void relay_begins(struct mesh__gw_loop *L);
 
 /* A new connection to the program (none kept, or the kept one was closed
  * by it), and the request sent on it. */
@@ -185,7 +213,7 @@ static int up_connect(struct lconn *lc)
 		lc->up = -1;
 		return -1;
 	}
-	ep_add(lc->L, lc->up, tag_up(lc));
+	up_add(lc);
 	return 0;
 }
 
@@ -198,6 +226,7 @@ static void end_request(struct lconn *lc, int code)
 	int close_it = lc->r.close;
 	lc->L->nrelay--;
 	if (lc->up >= 0) { /* not kept (relay() keeps a whole response's) */
+		up_del(lc);
 		close(lc->up);
 		lc->up = -1;
 	}
@@ -222,7 +251,7 @@ static void end_request(struct lconn *lc, int code)
 }
 
 /* Sends what is pending for the client.  0 all sent, 1 the socket is full
- * (its EPOLLOUT resumes), -1 the client is gone. */
+ * (its EV_WRITE resumes), -1 the client is gone. */
 static int flush_out(struct lconn *lc)
 {
 	while (lc->outoff < lc->nout) {
@@ -316,8 +345,9 @@ static void send_request(struct lconn *lc)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
-			return; /* its EPOLLOUT (or a connect's end) resumes */
+			return; /* its EV_WRITE (or a connect's end) resumes */
 		if (n <= 0) {
+			up_del(lc);
 			close(lc->up);
 			lc->up = -1;
 			if (lc->reused && up_connect(lc) == 0) { /* a kept connection the program had closed */
@@ -331,7 +361,7 @@ static void send_request(struct lconn *lc)
 	}
 	lc->state = S_RELAY;
 	lc->last_read = mesh_mono_ns();
-	/* The answer comes with an event (the connection is in the epoll
+	/* The answer comes with an event (the connection is in the loop
 	 * already): no recv that would find nothing yet. */
 	if (lc->rdhup)
 		relay(lc);
@@ -355,6 +385,7 @@ static void relay(struct lconn *lc)
 			return;
 		lc->last_read = mesh_mono_ns();
 		if (n <= 0 && !lc->got && lc->reused) { /* a kept connection the program had closed */
+			up_del(lc);
 			close(lc->up);
 			lc->up = -1;
 			if (up_connect(lc)) {
@@ -387,7 +418,7 @@ static void relay(struct lconn *lc)
 		 * neither side asked for the connection's end; before its last
 		 * bytes go to the client, whose next request may want it. */
 		if (lc->done && !lc->r.close && strcmp(lc->r.version, "HTTP/1.0") && !lc->f.tunnel) {
-			epoll_ctl(L->ep, EPOLL_CTL_DEL, lc->up, NULL);
+			up_del(lc);
 			mesh__gw_pool_put(lc->p, lc->port, lc->up);
 			lc->up = -1;
 		} else if (!lc->done) {
@@ -520,12 +551,12 @@ static void serve(struct lconn *lc)
 	lc->got = lc->done = 0;
 	lc->pending_line = 1;
 	lc->npre = lc->sent = 0;
-	lc->L->nrelay++;
+	relay_begins(lc->L);
 	lc->state = S_SEND;
 	lc->reused = lc->up >= 0;
 	start_frame(lc);
 	if (lc->up >= 0)
-		ep_add(lc->L, lc->up, tag_up(lc));
+		up_add(lc);
 	else if (up_connect(lc)) {
 		end_request(lc, 502);
 		return;
@@ -557,17 +588,30 @@ static void scan(struct mesh__gw_loop *L, uint64_t now)
 	}
 }
 
-static void on_client(struct lconn *lc, uint32_t ev)
+/* A read event on the client while its request is in flight: bytes of its
+ * next request (pipelined: kept for later), or its end.  libevent reports an
+ * error or a hang-up as EV_READ | EV_WRITE without EV_CLOSED: one peek
+ * tells. */
+static int client_gone(struct lconn *lc)
 {
-	if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+	char b;
+	ssize_t n = recv(lc->c.link.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+static void on_client(struct lconn *lc, short ev)
+{
+	if (ev & EV_CLOSED)
 		lc->rdhup = 1;
-	if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+	if (ev & (EV_READ | EV_CLOSED))
 		lc->readable = 1;
 	switch (lc->state) {
 	case S_HEAD:
 		serve(lc);
 		break;
 	case S_SEND:
+		if (!lc->rdhup && (ev & EV_READ) && client_gone(lc))
+			lc->rdhup = 1;
 		if (lc->rdhup) {
 			lc->o.gone = 1;
 			end_request(lc, -1);
@@ -587,25 +631,17 @@ static void on_client(struct lconn *lc, uint32_t ev)
 			if (rc)
 				return;
 		}
+		if (!lc->rdhup && (ev & EV_READ) && client_gone(lc))
+			lc->rdhup = 1;
 		if (lc->rdhup) {
 			lc->o.gone = 1;
 			end_request(lc, -1);
 			return;
 		}
-		if (ev & EPOLLOUT)
+		if (ev & EV_WRITE)
 			relay(lc); /* resumes the program's side after a full client socket */
 		break;
 	}
-}
-
-static void on_up(struct lconn *lc, uint32_t ev)
-{
-	if (lc->up < 0)
-		return; /* an event of one kept already (this batch's) */
-	if (lc->state == S_SEND)
-		send_request(lc);
-	else if (lc->state == S_RELAY && !lc->nout && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
-		relay(lc);
 }
 
 static void reap_dead(struct mesh__gw_loop *L)
@@ -625,13 +661,61 @@ static void reap_dead(struct mesh__gw_loop *L)
 	}
 }
 
-/* The connections the accept thread gave: into the loop's list and its
- * epoll (whose first report says what they have already sent).  1 when
- * the loop is to stop. */
-static int take_incoming(struct mesh__gw_loop *L)
+static void on_client_cb(evutil_socket_t fd, short what, void *arg)
 {
+	struct lconn *lc = arg;
+	struct mesh__gw_loop *L = lc->L;
+	(void)fd;
+	on_client(lc, what);
+	reap_dead(L);
+}
+
+static void on_up_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lconn *lc = arg;
+	struct mesh__gw_loop *L = lc->L;
+	(void)fd;
+	if (lc->state == S_SEND)
+		send_request(lc);
+	else if (lc->state == S_RELAY && !lc->nout && (what & EV_READ))
+		relay(lc);
+	reap_dead(L);
+}
+
+/* The scan's timer: every SCAN_NS while a request is in flight, else every
+ * second (the keep-alive bound needs no finer). */
+static void arm_tick(struct mesh__gw_loop *L, int fast)
+{
+	struct timeval tv = {fast ? 0 : 1, fast ? (suseconds_t)(SCAN_NS / 1000) : 0};
+	L->tick_fast = fast;
+	event_add(L->tick, &tv);
+}
+
+static void relay_begins(struct mesh__gw_loop *L)
+{
+	if (L->nrelay++ == 0 && !L->tick_fast)
+		arm_tick(L, 1);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	struct mesh__gw_loop *L = arg;
+	(void)fd;
+	(void)what;
+	scan(L, mesh_mono_ns());
+	reap_dead(L);
+	arm_tick(L, L->nrelay > 0);
+}
+
+/* The connections the accept thread gave: into the loop's list and its
+ * events (whose first report says what they have already sent); the loop
+ * ends when it is to stop. */
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+	struct mesh__gw_loop *L = arg;
 	uint64_t v;
-	if (read(L->evfd, &v, sizeof v) < 0) {
+	(void)what;
+	if (read(fd, &v, sizeof v) < 0) {
 		/* nothing new: a spurious wake-up */
 	}
 	pthread_mutex_lock(&L->mu);
@@ -647,46 +731,34 @@ static int take_incoming(struct mesh__gw_loop *L)
 		if (L->conns)
 			L->conns->prev = lc;
 		L->conns = lc;
-		ep_add(L, lc->c.link.fd, lc);
+		event_assign(ev_client(lc), L->base, lc->c.link.fd, EV_READ | EV_WRITE | EV_CLOSED | EV_ET | EV_PERSIST,
+			     on_client_cb, lc);
+		event_add(ev_client(lc), NULL);
 	}
-	return stop;
+	if (stop)
+		event_base_loopbreak(L->base);
 }
 
 static void *loop_main(void *arg)
 {
 	struct mesh__gw_loop *L = arg;
-	struct epoll_event evs[128];
-	uint64_t next_scan = mesh_mono_ns() + SCAN_NS;
-	for (;;) {
-		int wait_ms = L->nrelay ? (int)(SCAN_NS / 1000000) : 1000;
-		int n = epoll_wait(L->ep, evs, 128, wait_ms);
-		if (n < 0 && errno != EINTR)
-			break;
-		for (int i = 0; i < n; i++) {
-			void *ptr = evs[i].data.ptr;
-			if (!ptr) {
-				if (take_incoming(L))
-					goto out;
-				continue;
-			}
-			struct lconn *lc = (struct lconn *)((uintptr_t)ptr & ~(uintptr_t)1);
-			if (lc->state == S_DEAD)
-				continue;
-			if ((uintptr_t)ptr & 1)
-				on_up(lc, evs[i].events);
-			else
-				on_client(lc, evs[i].events);
-		}
-		uint64_t now = mesh_mono_ns();
-		if (now >= next_scan) {
-			scan(L, now);
-			next_scan = now + SCAN_NS;
-		}
-		reap_dead(L);
-	}
-out:
+	event_base_loop(L->base, EVLOOP_NO_EXIT_ON_EMPTY);
 	reap_dead(L);
 	return NULL;
+}
+
+/* A base for one thread: no lock (only its thread touches it; the accept
+ * thread and the threads that give connections back go through evfd). */
+static struct event_base *new_base(void)
+{
+	struct event_config *cfg = event_config_new();
+	struct event_base *b = NULL;
+	if (cfg && !event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK) &&
+	    !event_config_require_features(cfg, EV_FEATURE_ET | EV_FEATURE_EARLY_CLOSE))
+		b = event_base_new_with_config(cfg);
+	if (cfg)
+		event_config_free(cfg);
+	return b;
 }
 
 int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
@@ -702,16 +774,22 @@ int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
 		return -ENOMEM;
 	for (unsigned i = 0; i < n; i++) {
 		g->loops[i].g = g;
-		g->loops[i].ep = g->loops[i].evfd = -1;
+		g->loops[i].evfd = -1;
 		pthread_mutex_init(&g->loops[i].mu, NULL);
 	}
 	g->nloops = n;
 	for (unsigned i = 0; i < n; i++) {
 		struct mesh__gw_loop *L = &g->loops[i];
-		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-		L->ep = epoll_create1(EPOLL_CLOEXEC);
+		errno = 0;
+		L->base = new_base();
 		L->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (L->ep < 0 || L->evfd < 0 || epoll_ctl(L->ep, EPOLL_CTL_ADD, L->evfd, &ev) < 0 ||
+		if (L->base && L->evfd >= 0) {
+			L->wake = event_new(L->base, L->evfd, EV_READ | EV_PERSIST, on_wake, L);
+			L->tick = evtimer_new(L->base, on_tick, L);
+		}
+		if (L->tick)
+			arm_tick(L, 0); /* before its thread: the base has no lock */
+		if (!L->wake || !L->tick || event_add(L->wake, NULL) < 0 ||
 		    pthread_create(&L->th, NULL, loop_main, L)) {
 			int rc = -(errno ? errno : EAGAIN);
 			mesh__gw_loops_stop(g);
@@ -724,7 +802,8 @@ int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
 
 size_t mesh__gw_client_size(void)
 {
-	return sizeof(struct lconn);
+	/* the struct, then its two events, each 16-byte aligned (ev_client) */
+	return ((sizeof(struct lconn) + 15) & ~(size_t)15) + 2 * ((event_get_struct_event_size() + 15) & ~(size_t)15);
 }
 
 /* Gives lc to the next loop (its socket made non-blocking). */
@@ -788,8 +867,12 @@ void mesh__gw_loops_stop(struct mesh_gw *g)
 			}
 			pthread_join(L->th, NULL);
 		}
-		if (L->ep >= 0)
-			close(L->ep);
+		if (L->wake)
+			event_free(L->wake);
+		if (L->tick)
+			event_free(L->tick);
+		if (L->base)
+			event_base_free(L->base);
 		if (L->evfd >= 0)
 			close(L->evfd);
 		pthread_mutex_destroy(&L->mu);
