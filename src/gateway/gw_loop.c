@@ -45,14 +45,14 @@ struct lconn {
 	int state, handoff;
 	int readable; /* edge-triggered: the client may have bytes unread */
 	int rdhup;    /* the client closed its sending side */
-	int up_on;    /* ev_up is added (lc->up is in the loop) */
 	uint64_t last_io;
 	/* The request in progress (S_SEND, S_RELAY). */
 	struct mesh__gw_req r;
 	char model[300], line[2300];
 	size_t nline;
 	struct mesh__gw_prog *p;
-	int port, up, reused, got, pending_line, done;
+	struct upc *u; /* the program's connection of the request (NULL: none) */
+	int port, up, reused, got, pending_line, done; /* up: u's fd, or -1 */
 	size_t sent;  /* of the line and the rest, to the program */
 	struct mesh_hframe f;
 	struct mesh__gw_relay_out o;
@@ -62,8 +62,19 @@ struct lconn {
 	char *out;	/* bytes for the client its socket did not take yet */
 	size_t nout, outoff, outcap;
 	struct lconn *dead_next;
-	/* The client's and the program's connection's events follow the
-	 * struct (event_get_struct_event_size() each: see ev_client). */
+	/* The client connection's event follows the struct (see ev_client). */
+};
+
+/* A connection of a loop to a program: in the loop's events from its
+ * connect to its close (no epoll_ctl per request), the request's while one
+ * uses it, else in the loop's idle list (no lock: only its loop uses it). */
+struct upc {
+	struct mesh__gw_loop *L;
+	struct upc *next;	  /* idle list */
+	struct mesh__gw_prog *p;
+	int port, fd;
+	struct lconn *owner;	  /* the request using it; NULL: idle */
+	struct event *ev;
 };
 
 struct mesh__gw_loop {
@@ -77,38 +88,123 @@ struct mesh__gw_loop {
 	struct lconn *incoming;	/* from the accept thread */
 	struct lconn *conns, *dead;
 	unsigned nrelay;
+	struct upc *idle;	/* kept connections to programs, newest first */
+	unsigned nidle;
 	char buf[65536];
 };
 
-/* The events live after the struct, in the same allocation (gw.c allocates
- * mesh__gw_client_size()), assigned with event_assign: no allocation per
- * connection or per request. */
+/* Idle connections a loop keeps, to all its programs. */
+#define LOOP_IDLE_MAX 256
+/* The scan's period while a loop keeps idle connections: one to a program
+ * that is stopping is closed within it (an idle connection must not hold up
+ * a graceful stop; gw_prog.c's pool is closed by the supervisor itself). */
+#define IDLE_CHECK_NS 100000000ull
+
+/* The client's event lives after the struct, in the same allocation (gw.c
+ * allocates mesh__gw_client_size()), assigned with event_assign: no
+ * allocation per connection. */
 static struct event *ev_client(struct lconn *lc)
 {
 	return (struct event *)(void *)((char *)lc + ((sizeof *lc + 15) & ~(size_t)15));
 }
 
-static struct event *ev_up(struct lconn *lc)
-{
-	return (struct event *)(void *)((char *)ev_client(lc) + ((event_get_struct_event_size() + 15) & ~(size_t)15));
-}
-
 static void on_up_cb(evutil_socket_t fd, short what, void *arg);
 
-/* The program's connection into the loop (both directions, edge-triggered),
- * for the request in flight. */
-static void up_add(struct lconn *lc)
+/* fd (a connection to p's process on port) into the loop, both directions,
+ * edge-triggered, for lc's request.  0, or -1 (fd is closed). */
+static int up_wrap(struct lconn *lc, int fd)
 {
-	event_assign(ev_up(lc), lc->L->base, lc->up, EV_READ | EV_WRITE | EV_ET | EV_PERSIST, on_up_cb, lc);
-	event_add(ev_up(lc), NULL);
-	lc->up_on = 1;
+	struct upc *u = calloc(1, sizeof *u);
+	if (u)
+		u->ev = event_new(lc->L->base, fd, EV_READ | EV_WRITE | EV_ET | EV_PERSIST, on_up_cb, u);
+	if (!u || !u->ev || event_add(u->ev, NULL) < 0) {
+		if (u && u->ev)
+			event_free(u->ev);
+		free(u);
+		close(fd);
+		return -1;
+	}
+	u->L = lc->L;
+	u->p = lc->p;
+	u->port = lc->port;
+	u->fd = fd;
+	u->owner = lc;
+	lc->u = u;
+	lc->up = fd;
+	return 0;
 }
 
-static void up_del(struct lconn *lc)
+static void upc_free(struct upc *u)
 {
-	if (lc->up_on)
-		event_del(ev_up(lc));
-	lc->up_on = 0;
+	event_free(u->ev);
+	close(u->fd);
+	free(u);
+}
+
+/* Closes the request's connection to the program. */
+static void up_close(struct lconn *lc)
+{
+	if (lc->u)
+		upc_free(lc->u);
+	lc->u = NULL;
+	lc->up = -1;
+}
+
+/* The request's connection, whose response ended whole, kept by the loop
+ * for the next request to the same process. */
+static void up_keep(struct lconn *lc)
+{
+	struct mesh__gw_loop *L = lc->L;
+	struct upc *u = lc->u;
+	if (L->nidle >= LOOP_IDLE_MAX) {
+		up_close(lc);
+		return;
+	}
+	u->owner = NULL;
+	u->next = L->idle;
+	L->idle = u;
+	L->nidle++;
+	lc->u = NULL;
+	lc->up = -1;
+}
+
+/* A kept connection to lc's program, for its request: 0, or -1 (none). */
+static int up_take(struct lconn *lc)
+{
+	struct mesh__gw_loop *L = lc->L;
+	for (struct upc **pp = &L->idle; *pp; pp = &(*pp)->next) {
+		struct upc *u = *pp;
+		if (u->p == lc->p && u->port == lc->port) {
+			*pp = u->next;
+			L->nidle--;
+			u->owner = lc;
+			lc->u = u;
+			lc->up = u->fd;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* Closes the loop's kept connections whose process is no longer the warm
+ * one (all of them: every). */
+static void idle_check(struct mesh__gw_loop *L, int every)
+{
+	struct mesh_gw *g = L->g;
+	if (!L->idle)
+		return;
+	pthread_mutex_lock(&g->mu);
+	for (struct upc **pp = &L->idle; *pp;) {
+		struct upc *u = *pp;
+		if (every || u->p->state != GW_WARM || u->p->port != u->port) {
+			*pp = u->next;
+			L->nidle--;
+			upc_free(u);
+		} else {
+			pp = &u->next;
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
 }
 
 static void unlink_conn(struct lconn *lc)
@@ -132,7 +228,7 @@ static void kill_conn(struct lconn *lc)
 	lc->state = S_DEAD;
 	unlink_conn(lc);
 	event_del(ev_client(lc));
-	up_del(lc);
+	up_close(lc);
 	lc->dead_next = lc->L->dead;
 	lc->L->dead = lc;
 }
@@ -174,8 +270,6 @@ static int try_acquire(struct lconn *lc, struct mesh__gw_prog *p)
 		p->inflight++;
 		p->requests++;
 		lc->port = p->port;
-		if (p->npool)
-			lc->up = p->pool[--p->npool];
 		lc->c.link.busy = 1;
 		g->busy++;
 		rc = 0;
@@ -204,17 +298,15 @@ static int up_connect(struct lconn *lc)
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)lc->port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	lc->reused = 0;
-	lc->up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (lc->up < 0)
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
 		return -1;
-	setsockopt(lc->up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(lc->up, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS) {
-		close(lc->up);
-		lc->up = -1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS) {
+		close(fd);
 		return -1;
 	}
-	up_add(lc);
-	return 0;
+	return up_wrap(lc, fd);
 }
 
 /* The request's end: the program's connection kept or closed, the counts,
@@ -225,11 +317,7 @@ static void end_request(struct lconn *lc, int code)
 	struct mesh__gw_prog *p = lc->p;
 	int close_it = lc->r.close;
 	lc->L->nrelay--;
-	if (lc->up >= 0) { /* not kept (relay() keeps a whole response's) */
-		up_del(lc);
-		close(lc->up);
-		lc->up = -1;
-	}
+	up_close(lc); /* not kept (relay() keeps a whole response's) */
 	if (code == -1)
 		lc->o.client_close = 1;
 	mesh__gw_release(p);
@@ -347,9 +435,7 @@ static void send_request(struct lconn *lc)
 		if (n < 0 && errno == EAGAIN)
 			return; /* its EV_WRITE (or a connect's end) resumes */
 		if (n <= 0) {
-			up_del(lc);
-			close(lc->up);
-			lc->up = -1;
+			up_close(lc);
 			if (lc->reused && up_connect(lc) == 0) { /* a kept connection the program had closed */
 				lc->sent = 0;
 				continue;
@@ -385,9 +471,7 @@ static void relay(struct lconn *lc)
 			return;
 		lc->last_read = mesh_mono_ns();
 		if (n <= 0 && !lc->got && lc->reused) { /* a kept connection the program had closed */
-			up_del(lc);
-			close(lc->up);
-			lc->up = -1;
+			up_close(lc);
 			if (up_connect(lc)) {
 				end_request(lc, 502);
 				return;
@@ -418,9 +502,7 @@ static void relay(struct lconn *lc)
 		 * neither side asked for the connection's end; before its last
 		 * bytes go to the client, whose next request may want it. */
 		if (lc->done && !lc->r.close && strcmp(lc->r.version, "HTTP/1.0") && !lc->f.tunnel) {
-			up_del(lc);
-			mesh__gw_pool_put(lc->p, lc->port, lc->up);
-			lc->up = -1;
+			up_keep(lc);
 		} else if (!lc->done) {
 			/* ACK at once while more is to come: on a kept connection
 			 * the kernel's delayed ACK would hold a program that writes
@@ -553,11 +635,15 @@ static void serve(struct lconn *lc)
 	lc->npre = lc->sent = 0;
 	relay_begins(lc->L);
 	lc->state = S_SEND;
-	lc->reused = lc->up >= 0;
+	/* A connection this loop keeps; else one gw_prog.c's pool keeps (a
+	 * thread's), into this loop for good; else a new one. */
+	lc->reused = up_take(lc) == 0;
+	if (!lc->reused) {
+		int fd = mesh__gw_pool_get(p, lc->port);
+		lc->reused = fd >= 0 && up_wrap(lc, fd) == 0;
+	}
 	start_frame(lc);
-	if (lc->up >= 0)
-		up_add(lc);
-	else if (up_connect(lc)) {
+	if (!lc->reused && up_connect(lc)) {
 		end_request(lc, 502);
 		return;
 	}
@@ -672,9 +758,21 @@ static void on_client_cb(evutil_socket_t fd, short what, void *arg)
 
 static void on_up_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct lconn *lc = arg;
-	struct mesh__gw_loop *L = lc->L;
+	struct upc *u = arg;
+	struct lconn *lc = u->owner;
+	struct mesh__gw_loop *L = u->L;
 	(void)fd;
+	if (!lc) { /* kept idle: the program closed it (or spoke out of turn) */
+		if (what & EV_READ) {
+			struct upc **pp = &L->idle;
+			while (*pp != u)
+				pp = &(*pp)->next;
+			*pp = u->next;
+			L->nidle--;
+			upc_free(u);
+		}
+		return;
+	}
 	if (lc->state == S_SEND)
 		send_request(lc);
 	else if (lc->state == S_RELAY && !lc->nout && (what & EV_READ))
@@ -683,10 +781,12 @@ static void on_up_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The scan's timer: every SCAN_NS while a request is in flight, else every
+ * IDLE_CHECK_NS while the loop keeps connections to programs, else every
  * second (the keep-alive bound needs no finer). */
 static void arm_tick(struct mesh__gw_loop *L, int fast)
 {
-	struct timeval tv = {fast ? 0 : 1, fast ? (suseconds_t)(SCAN_NS / 1000) : 0};
+	uint64_t ns = fast ? SCAN_NS : L->idle ? IDLE_CHECK_NS : 1000000000ull;
+	struct timeval tv = {(time_t)(ns / 1000000000ull), (suseconds_t)(ns % 1000000000ull / 1000)};
 	L->tick_fast = fast;
 	event_add(L->tick, &tv);
 }
@@ -704,6 +804,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	scan(L, mesh_mono_ns());
 	reap_dead(L);
+	idle_check(L, 0);
 	arm_tick(L, L->nrelay > 0);
 }
 
@@ -744,6 +845,7 @@ static void *loop_main(void *arg)
 	struct mesh__gw_loop *L = arg;
 	event_base_loop(L->base, EVLOOP_NO_EXIT_ON_EMPTY);
 	reap_dead(L);
+	idle_check(L, 1);
 	return NULL;
 }
 
@@ -802,8 +904,8 @@ int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
 
 size_t mesh__gw_client_size(void)
 {
-	/* the struct, then its two events, each 16-byte aligned (ev_client) */
-	return ((sizeof(struct lconn) + 15) & ~(size_t)15) + 2 * ((event_get_struct_event_size() + 15) & ~(size_t)15);
+	/* the struct, then its event, 16-byte aligned (ev_client) */
+	return ((sizeof(struct lconn) + 15) & ~(size_t)15) + event_get_struct_event_size();
 }
 
 /* Gives lc to the next loop (its socket made non-blocking). */
