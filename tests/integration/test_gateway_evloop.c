@@ -88,3 +88,30 @@ TEST_TIMEOUT(gateway_loop_kept_connection_does_not_hold_up_stop, 30)
 	EXPECT_TRUE(wait_file_has("logs/kw.log", "all connections closed", 1000));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* A request's end does not wake the program's supervisor (it looks again an
+ * idle TTL after it saw the program busy): the idle stop still comes its
+ * TTL after the last of many back-to-back requests, not later. */
+TEST_TIMEOUT(gateway_idle_stop_at_ttl_after_busy, 30)
+{
+	char req[2048], resp[8192];
+	add_oa("b", "\"test-model\"", "", "idle_ttl = \"400ms\"\n");
+	struct gw g = start_gw("");
+	ASSERT_EQ(post_chat(g.port, "test-model", "hi", 0, resp, sizeof resp), 200);
+	chat_request(req, sizeof req, "test-model", "hi", 0, 1);
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	uint64_t t0 = t_now_ms();
+	while (t_now_ms() - t0 < 1000) { /* busy across two of its TTLs */
+		ASSERT_EQ(send_str(fd, req), 0);
+		ASSERT_EQ(read_response(fd, resp, sizeof resp), 200);
+	}
+	uint64_t t_end = t_now_ms();
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=b stopped", 5000));
+	uint64_t dt = t_now_ms() - t_end;
+	EXPECT_GE(dt, 350);
+	EXPECT_LT(dt, 400 + 600); /* its stop (SIGTERM, exit, reap) included */
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
+	close(fd);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
