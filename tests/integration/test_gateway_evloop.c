@@ -115,3 +115,26 @@ TEST_TIMEOUT(gateway_idle_stop_at_ttl_after_busy, 30)
 	close(fd);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* The access line of a request (formatted by hand on the warm path): its
+ * method, target, model, status, cold flag, bytes and time. */
+TEST_TIMEOUT(gateway_access_line, 30)
+{
+	char resp[8192];
+	add_oa("al", "\"test-model\"", "", "");
+	struct gw g = start_gw("");
+	ASSERT_EQ(post_chat(g.port, "test-model", "hi", 0, resp, sizeof resp), 200);
+	ASSERT_EQ(post_chat(g.port, "test-model", "hi", 0, resp, sizeof resp), 200);
+	const char *body = strstr(resp, "\r\n\r\n");
+	ASSERT_TRUE(body != NULL);
+	char want[256];
+	snprintf(want, sizeof want, "access POST /v1/chat/completions model=test-model status=200 cold=0 bytes=%zu ms=",
+		 strlen(resp));
+	ASSERT_TRUE(wait_file_has("meshd.err", want, 3000));
+	EXPECT_TRUE(file_has("meshd.err", "access POST /v1/chat/completions model=test-model status=200 cold=1 bytes="));
+	char *log = t_read_file("meshd.err", NULL);
+	const char *ms = strstr(strstr(log, want), " ms=") + 4;
+	EXPECT_TRUE(ms[0] >= '0' && ms[0] <= '9' && strchr(ms, '.') && strchr(ms, '.')[1] >= '0');
+	free(log);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
