@@ -12,8 +12,10 @@
  * (a client that does not read stops the reading of the program's
  * connection), hframe finds its end, the limits (request, response start,
  * idle stream) are checked by a scan every 20 ms, a client that closes
- * (or half-closes) its connection takes its request with it. */
-#include "gateway/gw_loop.h"
+ * (or half-closes, or resets) its connection takes its request with it.
+ * The loops themselves, and the connections they keep to the programs:
+ * gw_loop_run.c. */
+#include "gateway/gw_loop_int.h"
 
 #include "base/clock.h"
 #include "gateway/hframe.h"
@@ -26,186 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <event2/event.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#define SCAN_NS 20000000ull	      /* the limits' resolution */
-#define KEEPALIVE_NS 300000000000ull /* a client connection silent this long between requests */
-#define MAX_LOOPS 4
-
-enum { S_HEAD, S_SEND, S_RELAY, S_DEAD };
-
-struct lconn {
-	struct mesh__gw_client c; /* first: a thread handed it frees it as the client */
-	struct mesh__gw_loop *L;
-	struct lconn *prev, *next; /* the loop's connections (its scan) */
-	int state, handoff;
-	int readable; /* edge-triggered: the client may have bytes unread */
-	int rdhup;    /* the client closed its sending side */
-	uint64_t last_io;
-	/* The request in progress (S_SEND, S_RELAY). */
-	struct mesh__gw_req r;
-	char model[300], line[2300];
-	size_t nline;
-	struct mesh__gw_prog *p;
-	struct upc *u; /* the program's connection of the request (NULL: none) */
-	int port, up, reused, got, pending_line, done; /* up: u's fd, or -1 */
-	size_t sent;  /* of the line and the rest, to the program */
-	struct mesh_hframe f;
-	struct mesh__gw_relay_out o;
-	uint64_t t0, last_read;
-	char pre[8192]; /* the response's first bytes, until its status line is whole */
-	size_t npre;
-	char *out;	/* bytes for the client its socket did not take yet */
-	size_t nout, outoff, outcap;
-	struct lconn *dead_next;
-	/* The client connection's event follows the struct (see ev_client). */
-};
-
-/* A connection of a loop to a program: in the loop's events from its
- * connect to its close (no epoll_ctl per request), the request's while one
- * uses it, else in the loop's idle list (no lock: only its loop uses it). */
-struct upc {
-	struct mesh__gw_loop *L;
-	struct upc *next;	  /* idle list */
-	struct mesh__gw_prog *p;
-	int port, fd;
-	struct lconn *owner;	  /* the request using it; NULL: idle */
-	struct event *ev;
-};
-
-struct mesh__gw_loop {
-	struct mesh_gw *g;
-	struct event_base *base;
-	struct event *wake, *tick; /* evfd's; the scan's timer */
-	int evfd, tick_fast;	    /* tick is armed at SCAN_NS (else a second) */
-	pthread_t th;
-	int started, stop;
-	pthread_mutex_t mu;	/* incoming, stop */
-	struct lconn *incoming;	/* from the accept thread */
-	struct lconn *conns, *dead;
-	unsigned nrelay;
-	struct upc *idle;	/* kept connections to programs, newest first */
-	unsigned nidle;
-	char buf[65536];
-};
-
-/* Idle connections a loop keeps, to all its programs. */
-#define LOOP_IDLE_MAX 256
-/* The scan's period while a loop keeps idle connections: one to a program
- * that is stopping is closed within it (an idle connection must not hold up
- * a graceful stop; gw_prog.c's pool is closed by the supervisor itself). */
-#define IDLE_CHECK_NS 100000000ull
-
-/* The client's event lives after the struct, in the same allocation (gw.c
- * allocates mesh__gw_client_size()), assigned with event_assign: no
- * allocation per connection. */
-static struct event *ev_client(struct lconn *lc)
-{
-	return (struct event *)(void *)((char *)lc + ((sizeof *lc + 15) & ~(size_t)15));
-}
-
-static void on_up_cb(evutil_socket_t fd, short what, void *arg);
-
-/* fd (a connection to p's process on port) into the loop, both directions,
- * edge-triggered, for lc's request.  0, or -1 (fd is closed). */
-static int up_wrap(struct lconn *lc, int fd)
-{
-	struct upc *u = calloc(1, sizeof *u);
-	if (u)
-		u->ev = event_new(lc->L->base, fd, EV_READ | EV_WRITE | EV_ET | EV_PERSIST, on_up_cb, u);
-	if (!u || !u->ev || event_add(u->ev, NULL) < 0) {
-		if (u && u->ev)
-			event_free(u->ev);
-		free(u);
-		close(fd);
-		return -1;
-	}
-	u->L = lc->L;
-	u->p = lc->p;
-	u->port = lc->port;
-	u->fd = fd;
-	u->owner = lc;
-	lc->u = u;
-	lc->up = fd;
-	return 0;
-}
-
-static void upc_free(struct upc *u)
-{
-	event_free(u->ev);
-	close(u->fd);
-	free(u);
-}
-
-/* Closes the request's connection to the program. */
-static void up_close(struct lconn *lc)
-{
-	if (lc->u)
-		upc_free(lc->u);
-	lc->u = NULL;
-	lc->up = -1;
-}
-
-/* The request's connection, whose response ended whole, kept by the loop
- * for the next request to the same process. */
-static void up_keep(struct lconn *lc)
-{
-	struct mesh__gw_loop *L = lc->L;
-	struct upc *u = lc->u;
-	if (L->nidle >= LOOP_IDLE_MAX) {
-		up_close(lc);
-		return;
-	}
-	u->owner = NULL;
-	u->next = L->idle;
-	L->idle = u;
-	L->nidle++;
-	lc->u = NULL;
-	lc->up = -1;
-}
-
-/* A kept connection to lc's program, for its request: 0, or -1 (none). */
-static int up_take(struct lconn *lc)
-{
-	struct mesh__gw_loop *L = lc->L;
-	for (struct upc **pp = &L->idle; *pp; pp = &(*pp)->next) {
-		struct upc *u = *pp;
-		if (u->p == lc->p && u->port == lc->port) {
-			*pp = u->next;
-			L->nidle--;
-			u->owner = lc;
-			lc->u = u;
-			lc->up = u->fd;
-			return 0;
-		}
-	}
-	return -1;
-}
-
-/* Closes the loop's kept connections whose process is no longer the warm
- * one (all of them: every). */
-static void idle_check(struct mesh__gw_loop *L, int every)
-{
-	struct mesh_gw *g = L->g;
-	if (!L->idle)
-		return;
-	pthread_mutex_lock(&g->mu);
-	for (struct upc **pp = &L->idle; *pp;) {
-		struct upc *u = *pp;
-		if (every || u->p->state != GW_WARM || u->p->port != u->port) {
-			*pp = u->next;
-			L->nidle--;
-			upc_free(u);
-		} else {
-			pp = &u->next;
-		}
-	}
-	pthread_mutex_unlock(&g->mu);
-}
 
 static void unlink_conn(struct lconn *lc)
 {
@@ -227,8 +52,8 @@ static void kill_conn(struct lconn *lc)
 		return;
 	lc->state = S_DEAD;
 	unlink_conn(lc);
-	event_del(ev_client(lc));
-	up_close(lc);
+	event_del(mesh__gwl_ev_client(lc));
+	mesh__gwl_up_close(lc);
 	lc->dead_next = lc->L->dead;
 	lc->L->dead = lc;
 }
@@ -286,9 +111,7 @@ static void start_frame(struct lconn *lc)
 	mesh_hframe_request(&lc->f, !strcmp(lc->r.method, "HEAD"), !strcmp(lc->r.method, "CONNECT"));
 }
 
-static void relay(struct lconn *lc);
 static void serve(struct lconn *lc);
-static void relay_begins(struct mesh__gw_loop *L);
 
 /* A new connection to the program (none kept, or the kept one was closed
  * by it), and the request sent on it. */
@@ -306,7 +129,7 @@ static int up_connect(struct lconn *lc)
 		close(fd);
 		return -1;
 	}
-	return up_wrap(lc, fd);
+	return mesh__gwl_up_wrap(lc, fd);
 }
 
 /* The request's end: the program's connection kept or closed, the counts,
@@ -317,7 +140,7 @@ static void end_request(struct lconn *lc, int code)
 	struct mesh__gw_prog *p = lc->p;
 	int close_it = lc->r.close;
 	lc->L->nrelay--;
-	up_close(lc); /* not kept (relay() keeps a whole response's) */
+	mesh__gwl_up_close(lc); /* not kept (mesh__gwl_relay() keeps a whole response's) */
 	if (code == -1)
 		lc->o.client_close = 1;
 	mesh__gw_release(p);
@@ -417,7 +240,7 @@ static int status_of(const char *p, size_t n)
 }
 
 /* Sends the rest of the request to the program. */
-static void send_request(struct lconn *lc)
+void mesh__gwl_send_request(struct lconn *lc)
 {
 	const char *rest = lc->c.buf + lc->r.line_len;
 	size_t nline = lc->nline, nrest = lc->r.head_len - lc->r.line_len + (size_t)lc->r.cl;
@@ -435,7 +258,7 @@ static void send_request(struct lconn *lc)
 		if (n < 0 && errno == EAGAIN)
 			return; /* its EV_WRITE (or a connect's end) resumes */
 		if (n <= 0) {
-			up_close(lc);
+			mesh__gwl_up_close(lc);
 			if (lc->reused && up_connect(lc) == 0) { /* a kept connection the program had closed */
 				lc->sent = 0;
 				continue;
@@ -450,11 +273,11 @@ static void send_request(struct lconn *lc)
 	/* The answer comes with an event (the connection is in the loop
 	 * already): no recv that would find nothing yet. */
 	if (lc->rdhup)
-		relay(lc);
+		mesh__gwl_relay(lc);
 }
 
 /* Reads the program's response while the client takes it. */
-static void relay(struct lconn *lc)
+void mesh__gwl_relay(struct lconn *lc)
 {
 	static const int one = 1;
 	struct mesh__gw_loop *L = lc->L;
@@ -471,7 +294,7 @@ static void relay(struct lconn *lc)
 			return;
 		lc->last_read = mesh_mono_ns();
 		if (n <= 0 && !lc->got && lc->reused) { /* a kept connection the program had closed */
-			up_close(lc);
+			mesh__gwl_up_close(lc);
 			if (up_connect(lc)) {
 				end_request(lc, 502);
 				return;
@@ -479,7 +302,7 @@ static void relay(struct lconn *lc)
 			lc->state = S_SEND;
 			lc->sent = 0;
 			start_frame(lc);
-			send_request(lc);
+			mesh__gwl_send_request(lc);
 			return;
 		}
 		lc->got |= n > 0;
@@ -502,7 +325,7 @@ static void relay(struct lconn *lc)
 		 * neither side asked for the connection's end; before its last
 		 * bytes go to the client, whose next request may want it. */
 		if (lc->done && !lc->r.close && strcmp(lc->r.version, "HTTP/1.0") && !lc->f.tunnel) {
-			up_keep(lc);
+			mesh__gwl_up_keep(lc);
 		} else if (!lc->done) {
 			/* ACK at once while more is to come: on a kept connection
 			 * the kernel's delayed ACK would hold a program that writes
@@ -633,26 +456,26 @@ static void serve(struct lconn *lc)
 	lc->got = lc->done = 0;
 	lc->pending_line = 1;
 	lc->npre = lc->sent = 0;
-	relay_begins(lc->L);
+	mesh__gwl_relay_begins(lc->L);
 	lc->state = S_SEND;
 	/* A connection this loop keeps; else one gw_prog.c's pool keeps (a
 	 * thread's), into this loop for good; else a new one. */
-	lc->reused = up_take(lc) == 0;
+	lc->reused = mesh__gwl_up_take(lc) == 0;
 	if (!lc->reused) {
 		int fd = mesh__gw_pool_get(p, lc->port);
-		lc->reused = fd >= 0 && up_wrap(lc, fd) == 0;
+		lc->reused = fd >= 0 && mesh__gwl_up_wrap(lc, fd) == 0;
 	}
 	start_frame(lc);
 	if (!lc->reused && up_connect(lc)) {
 		end_request(lc, 502);
 		return;
 	}
-	send_request(lc);
+	mesh__gwl_send_request(lc);
 }
 
 /* The limits of the requests in flight, the keep-alive bound of the idle
  * connections. */
-static void scan(struct mesh__gw_loop *L, uint64_t now)
+void mesh__gwl_scan(struct mesh__gw_loop *L, uint64_t now)
 {
 	const struct mesh_gw_config *gc = &L->g->c;
 	for (struct lconn *lc = L->conns, *next; lc; lc = next) {
@@ -725,12 +548,12 @@ static void on_client(struct lconn *lc, short ev)
 			return;
 		}
 		if (ev & EV_WRITE)
-			relay(lc); /* resumes the program's side after a full client socket */
+			mesh__gwl_relay(lc); /* resumes the program's side after a full client socket */
 		break;
 	}
 }
 
-static void reap_dead(struct mesh__gw_loop *L)
+void mesh__gwl_reap_dead(struct mesh__gw_loop *L)
 {
 	while (L->dead) {
 		struct lconn *lc = L->dead;
@@ -747,238 +570,11 @@ static void reap_dead(struct mesh__gw_loop *L)
 	}
 }
 
-static void on_client_cb(evutil_socket_t fd, short what, void *arg)
+void mesh__gwl_on_client_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct lconn *lc = arg;
 	struct mesh__gw_loop *L = lc->L;
 	(void)fd;
 	on_client(lc, what);
-	reap_dead(L);
-}
-
-static void on_up_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct upc *u = arg;
-	struct lconn *lc = u->owner;
-	struct mesh__gw_loop *L = u->L;
-	(void)fd;
-	if (!lc) { /* kept idle: the program closed it (or spoke out of turn) */
-		if (what & EV_READ) {
-			struct upc **pp = &L->idle;
-			while (*pp != u)
-				pp = &(*pp)->next;
-			*pp = u->next;
-			L->nidle--;
-			upc_free(u);
-		}
-		return;
-	}
-	if (lc->state == S_SEND)
-		send_request(lc);
-	else if (lc->state == S_RELAY && !lc->nout && (what & EV_READ))
-		relay(lc);
-	reap_dead(L);
-}
-
-/* The scan's timer: every SCAN_NS while a request is in flight, else every
- * IDLE_CHECK_NS while the loop keeps connections to programs, else every
- * second (the keep-alive bound needs no finer). */
-static void arm_tick(struct mesh__gw_loop *L, int fast)
-{
-	uint64_t ns = fast ? SCAN_NS : L->idle ? IDLE_CHECK_NS : 1000000000ull;
-	struct timeval tv = {(time_t)(ns / 1000000000ull), (suseconds_t)(ns % 1000000000ull / 1000)};
-	L->tick_fast = fast;
-	event_add(L->tick, &tv);
-}
-
-static void relay_begins(struct mesh__gw_loop *L)
-{
-	if (L->nrelay++ == 0 && !L->tick_fast)
-		arm_tick(L, 1);
-}
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-	struct mesh__gw_loop *L = arg;
-	(void)fd;
-	(void)what;
-	scan(L, mesh_mono_ns());
-	reap_dead(L);
-	idle_check(L, 0);
-	arm_tick(L, L->nrelay > 0);
-}
-
-/* The connections the accept thread gave: into the loop's list and its
- * events (whose first report says what they have already sent); the loop
- * ends when it is to stop. */
-static void on_wake(evutil_socket_t fd, short what, void *arg)
-{
-	struct mesh__gw_loop *L = arg;
-	uint64_t v;
-	(void)what;
-	if (read(fd, &v, sizeof v) < 0) {
-		/* nothing new: a spurious wake-up */
-	}
-	pthread_mutex_lock(&L->mu);
-	struct lconn *in = L->incoming;
-	int stop = L->stop;
-	L->incoming = NULL;
-	pthread_mutex_unlock(&L->mu);
-	while (in) {
-		struct lconn *lc = in;
-		in = in->next;
-		lc->prev = NULL;
-		lc->next = L->conns;
-		if (L->conns)
-			L->conns->prev = lc;
-		L->conns = lc;
-		event_assign(ev_client(lc), L->base, lc->c.link.fd, EV_READ | EV_WRITE | EV_CLOSED | EV_ET | EV_PERSIST,
-			     on_client_cb, lc);
-		event_add(ev_client(lc), NULL);
-	}
-	if (stop)
-		event_base_loopbreak(L->base);
-}
-
-static void *loop_main(void *arg)
-{
-	struct mesh__gw_loop *L = arg;
-	event_base_loop(L->base, EVLOOP_NO_EXIT_ON_EMPTY);
-	reap_dead(L);
-	idle_check(L, 1);
-	return NULL;
-}
-
-/* A base for one thread: no lock (only its thread touches it; the accept
- * thread and the threads that give connections back go through evfd). */
-static struct event_base *new_base(void)
-{
-	struct event_config *cfg = event_config_new();
-	struct event_base *b = NULL;
-	if (cfg && !event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK) &&
-	    !event_config_require_features(cfg, EV_FEATURE_ET | EV_FEATURE_EARLY_CLOSE))
-		b = event_base_new_with_config(cfg);
-	if (cfg)
-		event_config_free(cfg);
-	return b;
-}
-
-int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
-{
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	/* Half the CPUs (the programs and their clients need the rest; one
-	 * loop that finds many events a wake-up costs less per request than
-	 * two that find one each), at least one, at most MAX_LOOPS. */
-	if (!n)
-		n = cpus < 4 ? 1 : cpus / 2 > MAX_LOOPS ? MAX_LOOPS : (unsigned)(cpus / 2);
-	g->loops = calloc(n, sizeof *g->loops);
-	if (!g->loops)
-		return -ENOMEM;
-	for (unsigned i = 0; i < n; i++) {
-		g->loops[i].g = g;
-		g->loops[i].evfd = -1;
-		pthread_mutex_init(&g->loops[i].mu, NULL);
-	}
-	g->nloops = n;
-	for (unsigned i = 0; i < n; i++) {
-		struct mesh__gw_loop *L = &g->loops[i];
-		errno = 0;
-		L->base = new_base();
-		L->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (L->base && L->evfd >= 0) {
-			L->wake = event_new(L->base, L->evfd, EV_READ | EV_PERSIST, on_wake, L);
-			L->tick = evtimer_new(L->base, on_tick, L);
-		}
-		if (L->tick)
-			arm_tick(L, 0); /* before its thread: the base has no lock */
-		if (!L->wake || !L->tick || event_add(L->wake, NULL) < 0 ||
-		    pthread_create(&L->th, NULL, loop_main, L)) {
-			int rc = -(errno ? errno : EAGAIN);
-			mesh__gw_loops_stop(g);
-			return rc;
-		}
-		L->started = 1;
-	}
-	return 0;
-}
-
-size_t mesh__gw_client_size(void)
-{
-	/* the struct, then its event, 16-byte aligned (ev_client) */
-	return ((sizeof(struct lconn) + 15) & ~(size_t)15) + event_get_struct_event_size();
-}
-
-/* Gives lc to the next loop (its socket made non-blocking). */
-static void to_loop(struct mesh_gw *g, struct lconn *lc)
-{
-	struct mesh__gw_loop *L = &g->loops[g->next_loop++ % g->nloops];
-	uint64_t one = 1;
-	int fl = fcntl(lc->c.link.fd, F_GETFL);
-	fcntl(lc->c.link.fd, F_SETFL, fl | O_NONBLOCK);
-	memset((char *)lc + sizeof lc->c, 0, sizeof *lc - sizeof lc->c);
-	lc->L = L;
-	lc->up = -1;
-	lc->state = S_HEAD;
-	lc->last_io = mesh_mono_ns();
-	pthread_mutex_lock(&L->mu);
-	lc->next = L->incoming;
-	L->incoming = lc;
-	pthread_mutex_unlock(&L->mu);
-	if (write(L->evfd, &one, sizeof one) < 0) {
-		/* the counter is full: readable anyway */
-	}
-}
-
-int mesh__gw_loop_add(struct mesh__gw_client *c)
-{
-	if (!c->g->nloops)
-		return -1;
-	to_loop(c->g, (struct lconn *)c);
-	return 0;
-}
-
-int mesh__gw_loop_back(struct mesh__gw_client *c)
-{
-	struct mesh_gw *g = c->g;
-	int rc = -1;
-	/* Under mu: the loops are stopped (after a drain) under it too. */
-	pthread_mutex_lock(&g->mu);
-	if (g->nloops && !g->draining) {
-		to_loop(g, (struct lconn *)c);
-		rc = 0;
-	}
-	pthread_mutex_unlock(&g->mu);
-	return rc;
-}
-
-void mesh__gw_loops_stop(struct mesh_gw *g)
-{
-	pthread_mutex_lock(&g->mu);
-	unsigned n = g->nloops;
-	g->nloops = 0; /* no thread gives a connection back from now on */
-	pthread_mutex_unlock(&g->mu);
-	for (unsigned i = 0; i < n; i++) {
-		struct mesh__gw_loop *L = &g->loops[i];
-		uint64_t one = 1;
-		if (L->started) {
-			pthread_mutex_lock(&L->mu);
-			L->stop = 1;
-			pthread_mutex_unlock(&L->mu);
-			if (write(L->evfd, &one, sizeof one) < 0) {
-				/* full: readable anyway */
-			}
-			pthread_join(L->th, NULL);
-		}
-		if (L->wake)
-			event_free(L->wake);
-		if (L->tick)
-			event_free(L->tick);
-		if (L->base)
-			event_base_free(L->base);
-		if (L->evfd >= 0)
-			close(L->evfd);
-		pthread_mutex_destroy(&L->mu);
-	}
-	free(g->loops);
-	g->loops = NULL;
+	mesh__gwl_reap_dead(L);
 }
