@@ -4,6 +4,7 @@
  * to its next request, and a cut stream is told from a whole one).  See
  * gw.h for the contract. */
 #include "gateway/gw_loop.h"
+#include "gateway/gw_json.h"
 
 #include "base/buf.h"
 #include "base/clock.h"
@@ -370,6 +371,10 @@ static int dechunk(struct mesh__gw_client *c, struct mesh__gw_req *r)
 /* The model a request is for, from the JSON body; NULL if none. */
 static char *body_model(const char *body, size_t n)
 {
+	const char *fm;
+	size_t fl;
+	if (mesh__gw_json_model(body, n, &fm, &fl) == 0) /* the usual body, without jansson */
+		return fm && fl ? strndup(fm, fl) : NULL;
 	json_t *j = json_loadb(body, n, 0, NULL);
 	const char *m = j ? json_string_value(json_object_get(j, "model")) : NULL;
 	char *out = m && *m ? strdup(m) : NULL;

@@ -1,5 +1,6 @@
 /* The gateway's warm path on a few event loops: each client connection is
- * served by one loop thread (epoll, edge-triggered, non-blocking sockets)
+ * served by one loop thread (a libevent event_base of its own: raw
+ * edge-triggered events on non-blocking sockets, buffers of its own)
  * while its requests go to a program that is warm and has a place; a
  * request that needs anything else (a cold start or a wait for a place,
  * a chunked body, Expect, an error answer of meshd's own, GET /v1/models)
@@ -11,8 +12,10 @@
  * (a client that does not read stops the reading of the program's
  * connection), hframe finds its end, the limits (request, response start,
  * idle stream) are checked by a scan every 20 ms, a client that closes
- * (or half-closes) its connection takes its request with it. */
-#include "gateway/gw_loop.h"
+ * (or half-closes, or resets) its connection takes its request with it.
+ * The loops themselves, and the connections they keep to the programs:
+ * gw_loop_run.c. */
+#include "gateway/gw_loop_int.h"
 
 #include "base/clock.h"
 #include "gateway/hframe.h"
@@ -25,65 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#define SCAN_NS 20000000ull	      /* the limits' resolution */
-#define KEEPALIVE_NS 300000000000ull /* a client connection silent this long between requests */
-#define MAX_LOOPS 4
-
-enum { S_HEAD, S_SEND, S_RELAY, S_DEAD };
-
-struct lconn {
-	struct mesh__gw_client c; /* first: a thread handed it frees it as the client */
-	struct mesh__gw_loop *L;
-	struct lconn *prev, *next; /* the loop's connections (its scan) */
-	int state, handoff;
-	int readable; /* edge-triggered: the client may have bytes unread */
-	int rdhup;    /* the client closed its sending side */
-	uint64_t last_io;
-	/* The request in progress (S_SEND, S_RELAY). */
-	struct mesh__gw_req r;
-	char model[300], line[2300];
-	size_t nline;
-	struct mesh__gw_prog *p;
-	int port, up, reused, got, pending_line, done;
-	size_t sent;  /* of the line and the rest, to the program */
-	struct mesh_hframe f;
-	struct mesh__gw_relay_out o;
-	uint64_t t0, last_read;
-	char pre[8192]; /* the response's first bytes, until its status line is whole */
-	size_t npre;
-	char *out;	/* bytes for the client its socket did not take yet */
-	size_t nout, outoff, outcap;
-	struct lconn *dead_next;
-};
-
-struct mesh__gw_loop {
-	struct mesh_gw *g;
-	int ep, evfd;
-	pthread_t th;
-	int started, stop;
-	pthread_mutex_t mu;	/* incoming, stop */
-	struct lconn *incoming;	/* from the accept thread */
-	struct lconn *conns, *dead;
-	unsigned nrelay;
-	char buf[65536];
-};
-
-static void *tag_up(struct lconn *lc)
-{
-	return (char *)lc + 1;
-}
-
-static void ep_add(struct mesh__gw_loop *L, int fd, void *ptr)
-{
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = ptr};
-	epoll_ctl(L->ep, EPOLL_CTL_ADD, fd, &ev);
-}
 
 static void unlink_conn(struct lconn *lc)
 {
@@ -97,15 +44,16 @@ static void unlink_conn(struct lconn *lc)
 	lc->prev = lc->next = NULL;
 }
 
-/* Ends the connection; freed after this batch of events (one may still
- * name it). */
+/* Ends the connection; freed when the event's callback returns (the
+ * functions it called may still look at it). */
 static void kill_conn(struct lconn *lc)
 {
 	if (lc->state == S_DEAD)
 		return;
 	lc->state = S_DEAD;
 	unlink_conn(lc);
-	epoll_ctl(lc->L->ep, EPOLL_CTL_DEL, lc->c.link.fd, NULL);
+	event_del(mesh__gwl_ev_client(lc));
+	mesh__gwl_up_close(lc);
 	lc->dead_next = lc->L->dead;
 	lc->L->dead = lc;
 }
@@ -147,8 +95,6 @@ static int try_acquire(struct lconn *lc, struct mesh__gw_prog *p)
 		p->inflight++;
 		p->requests++;
 		lc->port = p->port;
-		if (p->npool)
-			lc->up = p->pool[--p->npool];
 		lc->c.link.busy = 1;
 		g->busy++;
 		rc = 0;
@@ -165,7 +111,6 @@ static void start_frame(struct lconn *lc)
 	mesh_hframe_request(&lc->f, !strcmp(lc->r.method, "HEAD"), !strcmp(lc->r.method, "CONNECT"));
 }
 
-static void relay(struct lconn *lc);
 static void serve(struct lconn *lc);
 
 /* A new connection to the program (none kept, or the kept one was closed
@@ -176,17 +121,15 @@ static int up_connect(struct lconn *lc)
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)lc->port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	lc->reused = 0;
-	lc->up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (lc->up < 0)
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
 		return -1;
-	setsockopt(lc->up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(lc->up, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS) {
-		close(lc->up);
-		lc->up = -1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS) {
+		close(fd);
 		return -1;
 	}
-	ep_add(lc->L, lc->up, tag_up(lc));
-	return 0;
+	return mesh__gwl_up_wrap(lc, fd);
 }
 
 /* The request's end: the program's connection kept or closed, the counts,
@@ -197,10 +140,7 @@ static void end_request(struct lconn *lc, int code)
 	struct mesh__gw_prog *p = lc->p;
 	int close_it = lc->r.close;
 	lc->L->nrelay--;
-	if (lc->up >= 0) { /* not kept (relay() keeps a whole response's) */
-		close(lc->up);
-		lc->up = -1;
-	}
+	mesh__gwl_up_close(lc); /* not kept (mesh__gwl_relay() keeps a whole response's) */
 	if (code == -1)
 		lc->o.client_close = 1;
 	mesh__gw_release(p);
@@ -222,7 +162,7 @@ static void end_request(struct lconn *lc, int code)
 }
 
 /* Sends what is pending for the client.  0 all sent, 1 the socket is full
- * (its EPOLLOUT resumes), -1 the client is gone. */
+ * (its EV_WRITE resumes), -1 the client is gone. */
 static int flush_out(struct lconn *lc)
 {
 	while (lc->outoff < lc->nout) {
@@ -300,7 +240,7 @@ static int status_of(const char *p, size_t n)
 }
 
 /* Sends the rest of the request to the program. */
-static void send_request(struct lconn *lc)
+void mesh__gwl_send_request(struct lconn *lc)
 {
 	const char *rest = lc->c.buf + lc->r.line_len;
 	size_t nline = lc->nline, nrest = lc->r.head_len - lc->r.line_len + (size_t)lc->r.cl;
@@ -316,10 +256,9 @@ static void send_request(struct lconn *lc)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
-			return; /* its EPOLLOUT (or a connect's end) resumes */
+			return; /* its EV_WRITE (or a connect's end) resumes */
 		if (n <= 0) {
-			close(lc->up);
-			lc->up = -1;
+			mesh__gwl_up_close(lc);
 			if (lc->reused && up_connect(lc) == 0) { /* a kept connection the program had closed */
 				lc->sent = 0;
 				continue;
@@ -331,14 +270,14 @@ static void send_request(struct lconn *lc)
 	}
 	lc->state = S_RELAY;
 	lc->last_read = mesh_mono_ns();
-	/* The answer comes with an event (the connection is in the epoll
+	/* The answer comes with an event (the connection is in the loop
 	 * already): no recv that would find nothing yet. */
 	if (lc->rdhup)
-		relay(lc);
+		mesh__gwl_relay(lc);
 }
 
 /* Reads the program's response while the client takes it. */
-static void relay(struct lconn *lc)
+void mesh__gwl_relay(struct lconn *lc)
 {
 	static const int one = 1;
 	struct mesh__gw_loop *L = lc->L;
@@ -355,8 +294,7 @@ static void relay(struct lconn *lc)
 			return;
 		lc->last_read = mesh_mono_ns();
 		if (n <= 0 && !lc->got && lc->reused) { /* a kept connection the program had closed */
-			close(lc->up);
-			lc->up = -1;
+			mesh__gwl_up_close(lc);
 			if (up_connect(lc)) {
 				end_request(lc, 502);
 				return;
@@ -364,7 +302,7 @@ static void relay(struct lconn *lc)
 			lc->state = S_SEND;
 			lc->sent = 0;
 			start_frame(lc);
-			send_request(lc);
+			mesh__gwl_send_request(lc);
 			return;
 		}
 		lc->got |= n > 0;
@@ -387,9 +325,7 @@ static void relay(struct lconn *lc)
 		 * neither side asked for the connection's end; before its last
 		 * bytes go to the client, whose next request may want it. */
 		if (lc->done && !lc->r.close && strcmp(lc->r.version, "HTTP/1.0") && !lc->f.tunnel) {
-			epoll_ctl(L->ep, EPOLL_CTL_DEL, lc->up, NULL);
-			mesh__gw_pool_put(lc->p, lc->port, lc->up);
-			lc->up = -1;
+			mesh__gwl_up_keep(lc);
 		} else if (!lc->done) {
 			/* ACK at once while more is to come: on a kept connection
 			 * the kernel's delayed ACK would hold a program that writes
@@ -520,22 +456,26 @@ static void serve(struct lconn *lc)
 	lc->got = lc->done = 0;
 	lc->pending_line = 1;
 	lc->npre = lc->sent = 0;
-	lc->L->nrelay++;
+	mesh__gwl_relay_begins(lc->L);
 	lc->state = S_SEND;
-	lc->reused = lc->up >= 0;
+	/* A connection this loop keeps; else one gw_prog.c's pool keeps (a
+	 * thread's), into this loop for good; else a new one. */
+	lc->reused = mesh__gwl_up_take(lc) == 0;
+	if (!lc->reused) {
+		int fd = mesh__gw_pool_get(p, lc->port);
+		lc->reused = fd >= 0 && mesh__gwl_up_wrap(lc, fd) == 0;
+	}
 	start_frame(lc);
-	if (lc->up >= 0)
-		ep_add(lc->L, lc->up, tag_up(lc));
-	else if (up_connect(lc)) {
+	if (!lc->reused && up_connect(lc)) {
 		end_request(lc, 502);
 		return;
 	}
-	send_request(lc);
+	mesh__gwl_send_request(lc);
 }
 
 /* The limits of the requests in flight, the keep-alive bound of the idle
  * connections. */
-static void scan(struct mesh__gw_loop *L, uint64_t now)
+void mesh__gwl_scan(struct mesh__gw_loop *L, uint64_t now)
 {
 	const struct mesh_gw_config *gc = &L->g->c;
 	for (struct lconn *lc = L->conns, *next; lc; lc = next) {
@@ -557,17 +497,30 @@ static void scan(struct mesh__gw_loop *L, uint64_t now)
 	}
 }
 
-static void on_client(struct lconn *lc, uint32_t ev)
+/* A read event on the client while its request is in flight: bytes of its
+ * next request (pipelined: kept for later), or its end.  libevent reports an
+ * error or a hang-up as EV_READ | EV_WRITE without EV_CLOSED: one peek
+ * tells. */
+static int client_gone(struct lconn *lc)
 {
-	if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+	char b;
+	ssize_t n = recv(lc->c.link.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+static void on_client(struct lconn *lc, short ev)
+{
+	if (ev & EV_CLOSED)
 		lc->rdhup = 1;
-	if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+	if (ev & (EV_READ | EV_CLOSED))
 		lc->readable = 1;
 	switch (lc->state) {
 	case S_HEAD:
 		serve(lc);
 		break;
 	case S_SEND:
+		if (!lc->rdhup && (ev & EV_READ) && client_gone(lc))
+			lc->rdhup = 1;
 		if (lc->rdhup) {
 			lc->o.gone = 1;
 			end_request(lc, -1);
@@ -587,28 +540,20 @@ static void on_client(struct lconn *lc, uint32_t ev)
 			if (rc)
 				return;
 		}
+		if (!lc->rdhup && (ev & EV_READ) && client_gone(lc))
+			lc->rdhup = 1;
 		if (lc->rdhup) {
 			lc->o.gone = 1;
 			end_request(lc, -1);
 			return;
 		}
-		if (ev & EPOLLOUT)
-			relay(lc); /* resumes the program's side after a full client socket */
+		if (ev & EV_WRITE)
+			mesh__gwl_relay(lc); /* resumes the program's side after a full client socket */
 		break;
 	}
 }
 
-static void on_up(struct lconn *lc, uint32_t ev)
-{
-	if (lc->up < 0)
-		return; /* an event of one kept already (this batch's) */
-	if (lc->state == S_SEND)
-		send_request(lc);
-	else if (lc->state == S_RELAY && !lc->nout && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
-		relay(lc);
-}
-
-static void reap_dead(struct mesh__gw_loop *L)
+void mesh__gwl_reap_dead(struct mesh__gw_loop *L)
 {
 	while (L->dead) {
 		struct lconn *lc = L->dead;
@@ -625,175 +570,11 @@ static void reap_dead(struct mesh__gw_loop *L)
 	}
 }
 
-/* The connections the accept thread gave: into the loop's list and its
- * epoll (whose first report says what they have already sent).  1 when
- * the loop is to stop. */
-static int take_incoming(struct mesh__gw_loop *L)
+void mesh__gwl_on_client_cb(evutil_socket_t fd, short what, void *arg)
 {
-	uint64_t v;
-	if (read(L->evfd, &v, sizeof v) < 0) {
-		/* nothing new: a spurious wake-up */
-	}
-	pthread_mutex_lock(&L->mu);
-	struct lconn *in = L->incoming;
-	int stop = L->stop;
-	L->incoming = NULL;
-	pthread_mutex_unlock(&L->mu);
-	while (in) {
-		struct lconn *lc = in;
-		in = in->next;
-		lc->prev = NULL;
-		lc->next = L->conns;
-		if (L->conns)
-			L->conns->prev = lc;
-		L->conns = lc;
-		ep_add(L, lc->c.link.fd, lc);
-	}
-	return stop;
-}
-
-static void *loop_main(void *arg)
-{
-	struct mesh__gw_loop *L = arg;
-	struct epoll_event evs[128];
-	uint64_t next_scan = mesh_mono_ns() + SCAN_NS;
-	for (;;) {
-		int wait_ms = L->nrelay ? (int)(SCAN_NS / 1000000) : 1000;
-		int n = epoll_wait(L->ep, evs, 128, wait_ms);
-		if (n < 0 && errno != EINTR)
-			break;
-		for (int i = 0; i < n; i++) {
-			void *ptr = evs[i].data.ptr;
-			if (!ptr) {
-				if (take_incoming(L))
-					goto out;
-				continue;
-			}
-			struct lconn *lc = (struct lconn *)((uintptr_t)ptr & ~(uintptr_t)1);
-			if (lc->state == S_DEAD)
-				continue;
-			if ((uintptr_t)ptr & 1)
-				on_up(lc, evs[i].events);
-			else
-				on_client(lc, evs[i].events);
-		}
-		uint64_t now = mesh_mono_ns();
-		if (now >= next_scan) {
-			scan(L, now);
-			next_scan = now + SCAN_NS;
-		}
-		reap_dead(L);
-	}
-out:
-	reap_dead(L);
-	return NULL;
-}
-
-int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
-{
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	/* Half the CPUs (the programs and their clients need the rest; one
-	 * loop that finds many events a wake-up costs less per request than
-	 * two that find one each), at least one, at most MAX_LOOPS. */
-	if (!n)
-		n = cpus < 4 ? 1 : cpus / 2 > MAX_LOOPS ? MAX_LOOPS : (unsigned)(cpus / 2);
-	g->loops = calloc(n, sizeof *g->loops);
-	if (!g->loops)
-		return -ENOMEM;
-	for (unsigned i = 0; i < n; i++) {
-		g->loops[i].g = g;
-		g->loops[i].ep = g->loops[i].evfd = -1;
-		pthread_mutex_init(&g->loops[i].mu, NULL);
-	}
-	g->nloops = n;
-	for (unsigned i = 0; i < n; i++) {
-		struct mesh__gw_loop *L = &g->loops[i];
-		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-		L->ep = epoll_create1(EPOLL_CLOEXEC);
-		L->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (L->ep < 0 || L->evfd < 0 || epoll_ctl(L->ep, EPOLL_CTL_ADD, L->evfd, &ev) < 0 ||
-		    pthread_create(&L->th, NULL, loop_main, L)) {
-			int rc = -(errno ? errno : EAGAIN);
-			mesh__gw_loops_stop(g);
-			return rc;
-		}
-		L->started = 1;
-	}
-	return 0;
-}
-
-size_t mesh__gw_client_size(void)
-{
-	return sizeof(struct lconn);
-}
-
-/* Gives lc to the next loop (its socket made non-blocking). */
-static void to_loop(struct mesh_gw *g, struct lconn *lc)
-{
-	struct mesh__gw_loop *L = &g->loops[g->next_loop++ % g->nloops];
-	uint64_t one = 1;
-	int fl = fcntl(lc->c.link.fd, F_GETFL);
-	fcntl(lc->c.link.fd, F_SETFL, fl | O_NONBLOCK);
-	memset((char *)lc + sizeof lc->c, 0, sizeof *lc - sizeof lc->c);
-	lc->L = L;
-	lc->up = -1;
-	lc->state = S_HEAD;
-	lc->last_io = mesh_mono_ns();
-	pthread_mutex_lock(&L->mu);
-	lc->next = L->incoming;
-	L->incoming = lc;
-	pthread_mutex_unlock(&L->mu);
-	if (write(L->evfd, &one, sizeof one) < 0) {
-		/* the counter is full: readable anyway */
-	}
-}
-
-int mesh__gw_loop_add(struct mesh__gw_client *c)
-{
-	if (!c->g->nloops)
-		return -1;
-	to_loop(c->g, (struct lconn *)c);
-	return 0;
-}
-
-int mesh__gw_loop_back(struct mesh__gw_client *c)
-{
-	struct mesh_gw *g = c->g;
-	int rc = -1;
-	/* Under mu: the loops are stopped (after a drain) under it too. */
-	pthread_mutex_lock(&g->mu);
-	if (g->nloops && !g->draining) {
-		to_loop(g, (struct lconn *)c);
-		rc = 0;
-	}
-	pthread_mutex_unlock(&g->mu);
-	return rc;
-}
-
-void mesh__gw_loops_stop(struct mesh_gw *g)
-{
-	pthread_mutex_lock(&g->mu);
-	unsigned n = g->nloops;
-	g->nloops = 0; /* no thread gives a connection back from now on */
-	pthread_mutex_unlock(&g->mu);
-	for (unsigned i = 0; i < n; i++) {
-		struct mesh__gw_loop *L = &g->loops[i];
-		uint64_t one = 1;
-		if (L->started) {
-			pthread_mutex_lock(&L->mu);
-			L->stop = 1;
-			pthread_mutex_unlock(&L->mu);
-			if (write(L->evfd, &one, sizeof one) < 0) {
-				/* full: readable anyway */
-			}
-			pthread_join(L->th, NULL);
-		}
-		if (L->ep >= 0)
-			close(L->ep);
-		if (L->evfd >= 0)
-			close(L->evfd);
-		pthread_mutex_destroy(&L->mu);
-	}
-	free(g->loops);
-	g->loops = NULL;
+	struct lconn *lc = arg;
+	struct mesh__gw_loop *L = lc->L;
+	(void)fd;
+	on_client(lc, what);
+	mesh__gwl_reap_dead(L);
 }

@@ -402,7 +402,10 @@ void mesh__gw_release(struct mesh__gw_prog *p)
 	p->inflight--;
 	if (!p->inflight) {
 		p->last_end = mesh_mono_ns();
-		mesh__gw_wake(p);
+		/* Its supervisor looks again an idle TTL after it saw it busy
+		 * (gw_sup.c): no wake-up a request, but for a TTL of 0. */
+		if (!p->m.idle_ttl_ns)
+			mesh__gw_wake(p);
 		pthread_cond_broadcast(&p->g->cv_budget);
 	}
 	pthread_cond_broadcast(&p->cv);

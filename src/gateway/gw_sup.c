@@ -748,7 +748,12 @@ void *mesh__gw_sup_main(void *arg)
 				p->reaps++; /* an idle stop */
 			goto cold_locked;
 		}
-		uint64_t until = idle && idle_at < next_probe ? idle_at : next_probe;
+		/* Busy: look again an idle TTL from now (a request's end does not
+		 * wake this thread: mesh__gw_release), when an idle TTL from its
+		 * last end is at least as far. */
+		uint64_t until = idle ? idle_at : p->m.idle_ttl_ns ? now + p->m.idle_ttl_ns : next_probe;
+		if (until > next_probe)
+			until = next_probe;
 		if (mesh_mono_ns() >= s.next_measure)
 			measure(&s);
 		if (wait_events(&s, s.next_measure < until ? s.next_measure : until)) {

@@ -420,6 +420,20 @@ int mesh_hframe_request(struct mesh_hframe *f, int head, int connect)
 	return 0;
 }
 
+/* Content-Length or Transfer-Encoding: the headers whose value is kept. */
+static int framing_header(const struct mesh_hframe_side *s)
+{
+	return (s->nlen == 14 && !memcmp(s->name, "content-length", 14)) ||
+	       (s->nlen == 17 && !memcmp(s->name, "transfer-encoding", 17));
+}
+
+/* A byte header_byte takes in a value without a word: not its end (CR,
+ * LF), not a control character it refuses. */
+static int plain_value_byte(unsigned char c)
+{
+	return c >= 0x20 ? c != 0x7f : c == '\t';
+}
+
 int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n)
 {
 	struct mesh_hframe_side *s = &f->side[dir & 1];
@@ -469,6 +483,19 @@ int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n)
 		case ST_LINE:
 		case ST_HDR:
 		case ST_TRAILER:
+			if (s->state == ST_HDR && s->sub == H_VALUE && !framing_header(s)) {
+				/* The value of a header the framing ignores: its run of
+				 * plain bytes at once (nothing of it is kept); its end
+				 * and anything to refuse go byte by byte below. */
+				size_t j = i;
+				while (j < n && plain_value_byte((unsigned char)p[j]))
+					j++;
+				if (j > i && s->head_bytes + (j - i) < MESH_HFRAME_MAX_HEAD) {
+					s->head_bytes += (uint32_t)(j - i);
+					i = j;
+					continue;
+				}
+			}
 			if (++s->head_bytes > MESH_HFRAME_MAX_HEAD)
 				return fail(s, MESH_E_TOOBIG, dir ? "response head too long" : "request head too long");
 			rc = s->state == ST_LINE ? line_byte(f, dir, c) : header_byte(f, dir, c);
