@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -69,6 +70,31 @@ int mesh__capture_add(struct mesh__capture *c, const void *p, size_t n)
 	if (rc == 0)
 		c->total += n;
 	return rc;
+}
+
+int mesh__capture_gather(struct mesh__capture *c)
+{
+	if (c->spill_fd < 0)
+		return 0;
+	/* Spilled, memory holds nothing (the spill took it all and later
+	 * bytes went to the file): the file is the whole capture. */
+	struct mesh_buf b = MESH_BUF_INIT;
+	if (c->total > SIZE_MAX / 2 || mesh_buf_grow(&b, (size_t)c->total) < 0)
+		return -ENOMEM;
+	ssize_t r = mesh_pread_full(c->spill_fd, b.p, (size_t)c->total, 0);
+	if (r >= 0 && (unsigned long long)r != c->total)
+		r = -EIO; /* our own unlinked file, shorter than what we wrote */
+	if (r < 0) {
+		mesh_buf_release(&b);
+		return (int)r;
+	}
+	b.len = (size_t)r;
+	b.p[b.len] = 0;
+	close(c->spill_fd);
+	c->spill_fd = -1;
+	mesh_buf_release(&c->mem);
+	c->mem = b;
+	return 0;
 }
 
 long mesh__capture_read(struct mesh__capture *c, int fd)

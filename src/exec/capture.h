@@ -42,6 +42,11 @@ int mesh__capture_add(struct mesh__capture *c, const void *p, size_t n);
 /* Moves what memory holds into the spill file now (bounds the memory of
  * outputs that must wait).  0 or -errno; c unchanged on an error. */
 int mesh__capture_spill(struct mesh__capture *c);
+/* Brings a spilled capture back into memory whole (c->mem then holds all
+ * c->total bytes, NUL-terminated; the spill file is closed), for a caller
+ * that needs the output in one piece.  0 (also when nothing spilled),
+ * -ENOMEM or -errno of reading the file; c unchanged on an error. */
+int mesh__capture_gather(struct mesh__capture *c);
 /* Writes everything captured to fd (fd < 0: discard) in order, each line
  * prefixed by tag (NULL = none), then resets c for reuse (the memory is
  * kept, the spill file closed).  durable selects mesh_write_all (the fault

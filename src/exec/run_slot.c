@@ -234,10 +234,12 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 	mesh__out_joblog(r, s, code, dur);
 	if (code == 0 && r->o->hooks && r->o->hooks->result) {
 		/* The caller keeps the result; it must have it before the
-		 * chunk may be completed. */
-		int rc = s->cout.spill_fd >= 0 ? -EFBIG
-						: r->o->hooks->result(r->o->hooks->arg, cid, s->l.attempt,
-								      s->cout.mem.p ? s->cout.mem.p : "", s->cout.mem.len);
+		 * chunk may be completed, whole: one over the in-memory bound
+		 * comes back from its spill file. */
+		int rc = mesh__capture_gather(&s->cout);
+		if (rc == 0)
+			rc = r->o->hooks->result(r->o->hooks->arg, cid, s->l.attempt,
+						 s->cout.mem.p ? s->cout.mem.p : "", s->cout.mem.len);
 		if (rc < 0) {
 			mesh__out_failed(r, cid, rc, "result");
 			mesh_job_renew(s->jh, &s->l, 1);

@@ -154,10 +154,11 @@ enum {
  * docs/jobs.md) instead of having output written to out_fd/results_dir.
  * Every callback may be NULL.  arg is passed to each.
  *   result: on the loop thread, for an attempt that ended with code 0 whose
- *     chunk is about to be completed: its whole stdout (in memory; an
- *     attempt whose stdout spilled past MESH_CAPTURE_MEM_MAX fails with
- *     -EFBIG).  Non-zero: the run stops as for an output error (the chunk
- *     is not completed; MESH_E_OUTPUT).
+ *     chunk is about to be completed: its whole stdout, in memory (one
+ *     that spilled past MESH_CAPTURE_MEM_MAX is read back from its spill
+ *     file first; that read failing counts as the hook's error).
+ *     Non-zero: the run stops as for an output error (the chunk is not
+ *     completed; MESH_E_OUTPUT).
  *   commit: on the completer thread, before each batch of completions is
  *     appended to the journal (so results reach the disk before their DONE
  *     records).  Non-zero: nothing of the batch is completed and the run
