@@ -29,7 +29,8 @@ int mesh_buf_add(struct mesh_buf *b, const void *data, size_t n)
 {
 	if (mesh_buf_grow(b, n))
 		return -ENOMEM;
-	memcpy(b->p + b->len, data, n);
+	if (n)
+		memcpy(b->p + b->len, data, n);
 	b->len += n;
 	b->p[b->len] = 0;
 	return 0;

@@ -324,8 +324,8 @@ void meshd__deliver(struct meshd_api *a, struct job *j)
 	if (ok && j->len)
 		ok = (j->data_static ? evbuffer_add_reference(body, j->data, j->len, NULL, NULL)
 				     : evbuffer_add_reference(body, j->data, j->len, free_data, NULL)) == 0;
-	if (ok && !j->data_static)
-		j->data = NULL; /* the buffer owns it now */
+	if (ok && j->len && !j->data_static)
+		j->data = NULL; /* the buffer owns it now (an empty answer's stays ours to free) */
 	if (ok) {
 		evhttp_add_header(h, "Content-Type", j->type);
 		if (j->allow)
