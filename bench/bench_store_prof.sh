@@ -10,21 +10,8 @@ BUILD=${1:-build}
 B=$(cd "$BUILD" && pwd)
 NODES=${2:-8}
 N=${3:-20000}
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1)
-[ -x "$PGBIN/pg_ctl" ] || { echo "   skipped: no PostgreSQL server programs (mk/deps.sh test)"; exit 0; }
-T=$(mktemp -d)
-chmod 755 "$T"
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- sh -c "$1"; else sh -c "$1"; fi; }
-[ "$(id -u)" = 0 ] && chown postgres "$T"
-cleanup() {
-	as_pg "$PGBIN/pg_ctl -D $T/data -m immediate stop" >/dev/null 2>&1
-	rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-as_pg "$PGBIN/initdb -D $T/data -A trust -N -U mesh" >/dev/null 2>&1 || { echo "   initdb failed"; exit 1; }
-as_pg "$PGBIN/pg_ctl -D $T/data -l $T/log -w -o \"-k $T -c listen_addresses= -c max_connections=80 -c fsync=on -c synchronous_commit=on -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c track_functions=all\" start" >/dev/null 2>&1 ||
-	{ echo "   pg_ctl start failed"; cat "$T/log"; exit 1; }
-URL="postgresql:///postgres?host=$T&user=mesh"
+. "$(dirname "$0")/pg.sh"
+bench_pg_start -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c track_functions=all
 Q() { psql -X -q -A -t "$URL" -c "$1"; }
 "$B/mesh" store init "$URL" >/dev/null || exit 1
 Q "CREATE EXTENSION pg_stat_statements" >/dev/null
