@@ -38,7 +38,7 @@ CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -
 endif
 
 LIB_DIRS   := base proc journal store job exec autoscale shm host gpu gateway worker daemon
-LIB_SRC    := $(filter-out src/daemon/main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
+LIB_SRC    := $(filter-out src/daemon/main.c src/proc/init_main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
 CLI_SRC    := $(wildcard src/cli/*.c)
 TEST_SRC   := $(wildcard tests/unit/test_*.c tests/integration/test_*.c tests/fault/test_*.c)
@@ -60,7 +60,7 @@ MANDEL_BINS:= $(BUILD)/examples/mandel/mandel $(BUILD)/examples/mandel/assemble
 TW_BINS    := $(patsubst tests/workers/%.c,$(BUILD)/tests-workers/%,$(TW_SRC))
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 
-PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/libmesh.a \
+PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/mesh-init $(BUILD)/libmesh.a \
 	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
 
 .PHONY: all test check bench demo demo-mandel demo-run fuzz fuzzers fuzz-bins install clean deps tests-build node-openai gpu-examples gpu-bundle
@@ -109,6 +109,11 @@ $(BUILD)/mesh: $(CLI_OBJ) $(BUILD)/libmesh.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmesh.a $(ALL_LIBS)
 $(BUILD)/meshd: $(call obj,src/daemon/main.c) $(BUILD)/libmesh.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libmesh.a $(ALL_LIBS)
+# mesh-init (src/proc/pidns.c): the init of a worker's PID namespace, exec'd
+# at each spawn; libc alone, so that exec costs what /bin/true's does, not
+# meshd's 29 shared libraries.
+$(BUILD)/mesh-init: $(call obj,src/proc/init_main.c) $(BUILD)/libmesh.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libmesh.a -pthread
 
 $(BUILD)/tests/%: tests/%.c $(RUNNER_OBJ) $(BUILD)/libmesh.a
 	@mkdir -p $(dir $@)
@@ -203,7 +208,7 @@ demo-run:
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/mesh $(DESTDIR)$(PREFIX)/lib/systemd/system
-	install -m 755 $(BUILD)/mesh $(BUILD)/meshd $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/mesh-init $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BUILD)/libmeshworker.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libmeshworker.so $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.$(VERSION)
 	ln -sf libmeshworker.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.0

@@ -122,7 +122,7 @@ int mesh_proc_spawn(struct mesh_proc_spawner *sp, const struct mesh_proc_opts *o
  * PID namespace (clone(CLONE_NEWPID); where that needs privileges this
  * process lacks, in a new user namespace too, mapping only this process's
  * own uid and gid).  mesh-init starts the program as pid 2 (its own session),
- * then execs this process's own binary (/proc/self/exe) as the init, which
+ * then execs the mesh-init binary beside this one (else this binary) as the init, which
  * a constructor of proc/ recognises before main runs: it blocks every
  * signal and waits for them, forwards each one to the program's process
  * group, reaps every orphan of the namespace, and when the program ends

@@ -39,6 +39,14 @@ int mesh__proc_init_child(void *arg);
 /* The clone flags that make a PID namespace here (CLONE_NEWPID, maybe with
  * CLONE_NEWUSER), or 0 when none can be made; probed once. */
 int mesh__proc_ns_flags(void);
+/* The init loop of a PID namespace (pidns.c): waits for every signal and
+ * passes it to the program's group (pid prog), reaps every child, and ends
+ * with the program's status; mesh-init's main, in meshd's binary or its own
+ * (src/proc/init_main.c). */
+void mesh__proc_init_main(pid_t prog) __attribute__((noreturn));
+/* The binary mesh-init execs (the mesh-init beside this one, or
+ * /proc/self/exe). */
+const char *mesh__proc_init_path(void);
 /* The user namespace's map lines for this process's uid and gid, into
  * bufs of 32 bytes each; maps[] points at them. */
 void mesh__proc_ns_maps(char bufs[3][32], const char *maps[3]);

@@ -190,3 +190,42 @@ TEST_TIMEOUT(meshd_workers_run_as_their_user_never_root_by_default, 60)
 	kill(meshd, SIGTERM);
 	EXPECT_EQ(wait_exit(meshd, 15000), 0);
 }
+
+/* The worker's init is the mesh-init binary beside meshd (libc alone), not
+ * meshd re-executed: an exec of meshd, 29 shared libraries, cost 6.1-6.9 ms
+ * of CPU at every spawn here, against 0.8-1.1 ms for /bin/true. */
+TEST_TIMEOUT(meshd_worker_init_is_the_small_mesh_init_binary, 60)
+{
+	add_worker("orphan", "orphan", NULL);
+	pid_t meshd = start_meshd();
+	ASSERT_EQ(mesh("start orphan"), 0);
+	pid_t gc = contain_t_read_pid("orphan.pid", 10000);
+	json_t *w = first_worker();
+	ASSERT_TRUE(w != NULL);
+	pid_t pid = (pid_t)json_integer_value(json_object_get(w, "pid"));
+	json_decref(w);
+	char p[64], exe[4096], want[4096];
+	/* The worker's parent, as meshd's namespace sees it: mesh-init. */
+	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+	char *st = t_read_file(p, NULL);
+	ASSERT_TRUE(st != NULL);
+	const char *rp = strrchr(st, ')');
+	int ppid = 0;
+	ASSERT_TRUE(rp && sscanf(rp + 2, "%*c %d", &ppid) == 1);
+	free(st);
+	snprintf(p, sizeof p, "/proc/%d/comm", ppid);
+	char *comm = t_read_file(p, NULL);
+	EXPECT_STREQ(comm, "mesh-init\n");
+	free(comm);
+	snprintf(p, sizeof p, "/proc/%d/exe", ppid);
+	ssize_t n = readlink(p, exe, sizeof exe - 1);
+	ASSERT_GT(n, 0);
+	exe[n] = 0;
+	ASSERT_TRUE(realpath(t_bin("mesh-init"), want) != NULL);
+	EXPECT_STREQ(exe, want);
+	ASSERT_EQ(mesh("stop orphan"), 0);
+	if (gc > 0 && !t_wait_for(contain_t_gone, &gc, 3000))
+		kill(gc, SIGKILL);
+	kill(meshd, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd, 15000), 0);
+}

@@ -1,0 +1,19 @@
+/* mesh-init as a binary of its own (Makefile: libc alone): the init of a
+ * worker's PID namespace, exec'd by the namespace's first process at each
+ * spawn (pidns.c).  Not for people: meshd runs it. */
+#include "proc/spawn_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && strcmp(argv[1], "--mesh-proc-init") == 0) {
+		pid_t prog = (pid_t)atoi(argv[2]);
+		if (prog > 1)
+			mesh__proc_init_main(prog);
+	}
+	fprintf(stderr, "mesh-init: the init of a worker's PID namespace; meshd runs it, people do not\n");
+	return 2;
+}
