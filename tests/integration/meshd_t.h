@@ -109,6 +109,17 @@ static inline int meshd_t_metrics_port(void *arg)
 	return p && *port > 0;
 }
 
+/* The value of the Prometheus sample line starting with `series ` in text
+ * (GET /metrics), or -1. */
+static inline double meshd_t_sample(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, series, n) && p[n] == ' ')
+			return strtod(p + n + 1, NULL);
+	return -1;
+}
+
 /* Waits for pid: its exit status, 128 + the signal that killed it, or -1. */
 static inline int meshd_t_wait(pid_t pid)
 {

@@ -26,16 +26,6 @@ static char out[1 << 18];
 				#cond, line, first, ready);                                                      \
 	} while (0)
 
-/* The value of the sample line starting with `series ` in text, or -1. */
-static double sample(const char *text, const char *series)
-{
-	size_t n = strlen(series);
-	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-		if (!strncmp(p, series, n) && p[n] == ' ')
-			return strtod(p + n + 1, NULL);
-	return -1;
-}
-
 /* The number after `key ` in line (its first occurrence), or -1. */
 static double stamp(const char *line, const char *key)
 {
@@ -91,8 +81,8 @@ TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased,
 	double first = json_real_value(json_object_get(j, "first_result_s"));
 	json_decref(j);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS --unix-socket " SOCK " http://x/metrics"), 0);
-	double spawns = sample(out, "mesh_cold_start_seconds_count{program=\"echo\"}");
-	double ready = sample(out, "mesh_cold_start_seconds_sum{program=\"echo\"}");
+	double spawns = meshd_t_sample(out, "mesh_cold_start_seconds_count{program=\"echo\"}");
+	double ready = meshd_t_sample(out, "mesh_cold_start_seconds_sum{program=\"echo\"}");
 	EXPECT_TRUE(spawns == 1); /* its own worker's spawn-to-ready alone */
 
 	ASSERT_TRUE(t_wait_for(have_first_line, NULL, 10000));

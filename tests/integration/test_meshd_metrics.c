@@ -62,16 +62,6 @@ static int mesh(const char *args)
 	return t_sh(out, sizeof out, 1, "'%s' %s --socket " SOCK, t_bin("mesh"), args);
 }
 
-/* The value of the sample line starting with `series ` in text, or -1. */
-static double sample(const char *text, const char *series)
-{
-	size_t n = strlen(series);
-	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-		if (!strncmp(p, series, n) && p[n] == ' ')
-			return strtod(p + n + 1, NULL);
-	return -1;
-}
-
 static void promtool_ok(const char *file)
 {
 	static char pout[65536];
@@ -103,29 +93,29 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	ASSERT_TRUE(hdr && m);
 	EXPECT_CONTAINS(hdr, "200");
 	EXPECT_CONTAINS(hdr, "text/plain; version=0.0.4");
-	EXPECT_EQ(sample(m, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 4);
-	EXPECT_EQ(sample(m, "mesh_calls_total{program=\"echo\",result=\"error\"}"), 0);
-	EXPECT_EQ(sample(m, "mesh_call_duration_seconds_count{program=\"echo\"}"), 4);
-	EXPECT_EQ(sample(m, "mesh_call_duration_seconds_bucket{program=\"echo\",le=\"+Inf\"}"), 4);
-	double spawns = sample(m, "mesh_spawns_total{program=\"echo\"}");
+	EXPECT_EQ(meshd_t_sample(m, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 4);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_calls_total{program=\"echo\",result=\"error\"}"), 0);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_call_duration_seconds_count{program=\"echo\"}"), 4);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_call_duration_seconds_bucket{program=\"echo\",le=\"+Inf\"}"), 4);
+	double spawns = meshd_t_sample(m, "mesh_spawns_total{program=\"echo\"}");
 	EXPECT_EQ(spawns, 2);
-	EXPECT_EQ(sample(m, "mesh_cold_start_seconds_count{program=\"echo\"}"), spawns);
-	EXPECT_TRUE(sample(m, "mesh_cold_start_seconds_sum{program=\"echo\"}") > 0);
-	EXPECT_EQ(sample(m, "mesh_crashes_total{program=\"echo\"}"), 0);
-	EXPECT_EQ(sample(m, "mesh_workers{program=\"echo\",state=\"running\"}"), 1);
-	EXPECT_EQ(sample(m, "mesh_worker_processes"), 1);
-	EXPECT_EQ(sample(m, "mesh_slots"), 8);
-	EXPECT_EQ(sample(m, "mesh_slots_in_use"), 1);
-	double warm = sample(m, "mesh_warm_seconds_total{program=\"echo\"}");
-	double window = sample(m, "mesh_window_seconds{program=\"echo\"}");
+	EXPECT_EQ(meshd_t_sample(m, "mesh_cold_start_seconds_count{program=\"echo\"}"), spawns);
+	EXPECT_TRUE(meshd_t_sample(m, "mesh_cold_start_seconds_sum{program=\"echo\"}") > 0);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_crashes_total{program=\"echo\"}"), 0);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_workers{program=\"echo\",state=\"running\"}"), 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_worker_processes"), 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_slots"), 8);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_slots_in_use"), 1);
+	double warm = meshd_t_sample(m, "mesh_warm_seconds_total{program=\"echo\"}");
+	double window = meshd_t_sample(m, "mesh_window_seconds{program=\"echo\"}");
 	EXPECT_TRUE(warm > 0);
 	EXPECT_TRUE(warm <= window);
-	double sav = sample(m, "mesh_savings_ratio{program=\"echo\"}");
+	double sav = meshd_t_sample(m, "mesh_savings_ratio{program=\"echo\"}");
 	EXPECT_TRUE(sav >= 0 && sav <= 1);
 	/* No job was submitted yet: the job families are there, at zero. */
-	EXPECT_EQ(sample(m, "mesh_jobs{state=\"running\"}"), 0);
-	EXPECT_EQ(sample(m, "mesh_chunks{state=\"done\"}"), 0);
-	EXPECT_EQ(sample(m, "mesh_chunk_completions_total"), 0);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_jobs{state=\"running\"}"), 0);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_chunks{state=\"done\"}"), 0);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_chunk_completions_total"), 0);
 	promtool_ok("sock.txt");
 
 	/* The same text over TCP (loopback), and the counters moved with one more call. */
@@ -135,8 +125,8 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	EXPECT_STREQ(out, "200");
 	char *tm = t_read_file("tcp.txt", NULL);
 	ASSERT_TRUE(tm != NULL);
-	EXPECT_EQ(sample(tm, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 5);
-	EXPECT_EQ(sample(tm, "mesh_cold_start_seconds_count{program=\"echo\"}"), 2);
+	EXPECT_EQ(meshd_t_sample(tm, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 5);
+	EXPECT_EQ(meshd_t_sample(tm, "mesh_cold_start_seconds_count{program=\"echo\"}"), 2);
 	promtool_ok("tcp.txt");
 
 	/* A job of three chunks: counted once it is complete. */
@@ -145,11 +135,11 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o job.txt http://127.0.0.1:%d/metrics", port), 0);
 	char *jm = t_read_file("job.txt", NULL);
 	ASSERT_TRUE(jm != NULL);
-	EXPECT_EQ(sample(jm, "mesh_jobs{state=\"complete\"}"), 1);
-	EXPECT_EQ(sample(jm, "mesh_jobs{state=\"running\"}"), 0);
-	EXPECT_EQ(sample(jm, "mesh_chunks{state=\"done\"}"), 3);
-	EXPECT_EQ(sample(jm, "mesh_chunks{state=\"pending\"}"), 0);
-	EXPECT_EQ(sample(jm, "mesh_chunk_completions_total"), 3);
+	EXPECT_EQ(meshd_t_sample(jm, "mesh_jobs{state=\"complete\"}"), 1);
+	EXPECT_EQ(meshd_t_sample(jm, "mesh_jobs{state=\"running\"}"), 0);
+	EXPECT_EQ(meshd_t_sample(jm, "mesh_chunks{state=\"done\"}"), 3);
+	EXPECT_EQ(meshd_t_sample(jm, "mesh_chunks{state=\"pending\"}"), 0);
+	EXPECT_EQ(meshd_t_sample(jm, "mesh_chunk_completions_total"), 3);
 	promtool_ok("job.txt");
 	free(jm);
 	/* That listener serves nothing else. */
