@@ -424,17 +424,11 @@ static int spawn(struct sup *s, char *why, size_t cap)
 		snprintf(why, cap, "cannot start: %s", strerror(-rc));
 		goto out;
 	}
-	/* As a native worker (host.c): its cgroup, its rlimits, its user.
-	 * A cgroup only where its limits need one, or for containment where
-	 * no PID namespace can be made: joining a new one cost a spawn 0.5 to
-	 * 18 ms on the machine this was written on (the kernel's cgroup
-	 * migration at times waits for an RCU grace period), up to several
-	 * times the cold start's whole budget, and the namespace already
-	 * holds everything the program starts. */
+	/* As a native worker (host.c): its cgroup (only where one is wanted),
+	 * its rlimits, its user. */
 	int procs = -1;
 	const struct mesh_limits_caps *caps = &p->g->caps;
-	if ((p->enforced & (MESH_LIM_MEMORY_CGROUP | MESH_LIM_CPU_CGROUP | MESH_LIM_PIDS_CGROUP)) ||
-	    ((caps->contain & MESH_CONTAIN_CGROUP) && !(caps->contain & MESH_CONTAIN_PIDNS))) {
+	if (mesh_limits_want_cgroup(p->enforced, caps->contain)) {
 		char tag[160];
 		snprintf(tag, sizeof tag, "%d-http-%s-%llu", (int)getpid(), p->m.name, (unsigned long long)s->gen);
 		rc = mesh_limits_cgroup_create(caps, tag, &p->m.limits, p->enforced, s->cgdir, sizeof s->cgdir, &procs);

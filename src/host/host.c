@@ -287,14 +287,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	argv[0] = img->bin_path;
 	for (size_t i = 0; i < img->m.nargs; i++)
 		argv[i + 1] = img->m.args[i];
-	/* A cgroup where the limits need one, or for containment where no PID
-	 * namespace can be made (the rule of gateway/gw_sup.c): the namespace
-	 * already holds every process the worker starts, and joining a new
-	 * group made the child wait for the kernel's cgroup migration, an RCU
-	 * grace period after an idle while (7-19 ms a spawn measured here,
-	 * against 0.04 ms back to back), most of a native worker's cold start. */
-	if ((img->enforced & (MESH_LIM_MEMORY_CGROUP | MESH_LIM_CPU_CGROUP | MESH_LIM_PIDS_CGROUP)) ||
-	    ((h->contain & MESH_CONTAIN_CGROUP) && !(h->contain & MESH_CONTAIN_PIDNS))) {
+	if (mesh_limits_want_cgroup(img->enforced, h->contain)) {
 		/* meshd's pid in the name: several meshds may share a parent group. */
 		char tag[160];
 		snprintf(tag, sizeof tag, "%d-%s-%llu-%u", (int)getpid(), img->name, (unsigned long long)w->id, w->spawns);
