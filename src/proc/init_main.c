@@ -9,7 +9,7 @@
 
 int main(int argc, char **argv)
 {
-	if (argc == 3 && strcmp(argv[1], "--mesh-proc-init") == 0) {
+	if (argc == 3 && strcmp(argv[1], MESH__PROC_INIT_FLAG) == 0) {
 		pid_t prog = (pid_t)atoi(argv[2]);
 		if (prog > 1)
 			mesh__proc_init_main(prog);

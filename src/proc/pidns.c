@@ -31,8 +31,6 @@
 
 extern char **environ;
 
-/* argv[1] of mesh-init's exec; argv[2] is the program's pid in the namespace. */
-#define INIT_FLAG "--mesh-proc-init"
 
 /* The binary mesh-init execs (find_init, below). */
 static char init_path[4096] = "/proc/self/exe";
@@ -153,7 +151,7 @@ int mesh__proc_init_child(void *arg)
 	mesh__proc_child_signals(0, ~0ull);
 	char num[16];
 	fmt_pid(num, pid);
-	char *const argv[] = {"mesh-init", INIT_FLAG, num, NULL};
+	char *const argv[] = {"mesh-init", MESH__PROC_INIT_FLAG, num, NULL};
 	syscall(SYS_execve, init_path, argv, environ);
 fail:
 	err = errno;
@@ -305,7 +303,7 @@ void mesh__proc_init_main(pid_t prog)
 __attribute__((constructor)) static void init_hook(int argc, char **argv, char **envp)
 {
 	(void)envp;
-	if (argc == 3 && argv && strcmp(argv[0], "mesh-init") == 0 && strcmp(argv[1], INIT_FLAG) == 0) {
+	if (argc == 3 && argv && strcmp(argv[0], "mesh-init") == 0 && strcmp(argv[1], MESH__PROC_INIT_FLAG) == 0) {
 		pid_t prog = (pid_t)atoi(argv[2]);
 		if (prog > 1)
 			mesh__proc_init_main(prog);

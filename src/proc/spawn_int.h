@@ -39,6 +39,8 @@ int mesh__proc_init_child(void *arg);
 /* The clone flags that make a PID namespace here (CLONE_NEWPID, maybe with
  * CLONE_NEWUSER), or 0 when none can be made; probed once. */
 int mesh__proc_ns_flags(void);
+/* argv[1] of mesh-init's exec (argv[2]: the program's pid in the namespace). */
+#define MESH__PROC_INIT_FLAG "--mesh-proc-init"
 /* The init loop of a PID namespace (pidns.c): waits for every signal and
  * passes it to the program's group (pid prog), reaps every child, and ends
  * with the program's status; mesh-init's main, in meshd's binary or its own
