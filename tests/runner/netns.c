@@ -1,5 +1,6 @@
 #include "runner/netns.h"
 
+#include "runner/leftover.h"
 #include "runner/t.h"
 
 #include <fcntl.h>
@@ -52,6 +53,7 @@ int t_netns_up(struct t_netns *ns, int n)
 		ns->hub[0] = 0;
 		return 1;
 	}
+	t_leftover_note("netns", ns->hub);
 	if (!made)
 		atexit(down_at_exit);
 	made = ns;
@@ -64,6 +66,7 @@ int t_netns_up(struct t_netns *ns, int n)
 		const char *h = ns->hosts[i];
 		snprintf(ns->hosts[i], sizeof ns->hosts[i], "mt-h%d-%d", i, (int)getpid());
 		ns->n = i + 1;
+		t_leftover_note("netns", h);
 		if (t_sh(out, sizeof out, 1,
 			 "ip netns add %s && ip -n %s link set lo up && "
 			 "ip -n %s link add vh%d type veth peer name eth0 netns %s && "

@@ -1,6 +1,7 @@
 #include "runner/store_env.h"
 
 #include "job/job.h"
+#include "runner/leftover.h"
 #include "store/store_pg.h"
 
 #include <errno.h>
@@ -114,6 +115,7 @@ static int pg_start(struct store_env *e)
 	if (!mkdtemp(cwd) || chmod(cwd, 0755) < 0)
 		return -1;
 	snprintf(e->pgdir, sizeof e->pgdir, "%s/pg", cwd);
+	t_leftover_note("pg", e->pgdir);
 	if (pg_datadir(bin, e->pgdir)) {
 		fprintf(stderr, "store_env: initdb failed\n");
 		store_env_stop(e);

@@ -1,5 +1,7 @@
 #include "runner/t.h"
 
+#include "runner/leftover.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -227,6 +229,7 @@ static int run_one(const struct t_case *c, const char *tmproot)
 		if (chdir(dir) < 0)
 			_exit(3);
 		setenv("TMPDIR", dir, 1);
+		setenv("T_DIR", dir, 1);
 		/* A meshd a test starts keeps its jobs here, never in the
 		 * user's own state directory (docs/jobs.md). */
 		setenv("XDG_STATE_HOME", dir, 1);
@@ -253,8 +256,10 @@ static int run_one(const struct t_case *c, const char *tmproot)
 		}
 		usleep(2000);
 	}
-	/* Whatever the test started in its group goes with it. */
+	/* Whatever the test started in its group goes with it; what it
+	 * started outside (runner/leftover.h) is taken down here. */
 	kill(-pid, SIGKILL);
+	int left = t_leftover_reap(dir);
 	int failed = timed_out || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
 	uint64_t ms = t_now_ms() - start;
 	if (timed_out)
@@ -266,6 +271,8 @@ static int run_one(const struct t_case *c, const char *tmproot)
 		       getenv("T_KEEP") ? dir : "");
 	else
 		printf("ok   %s (%llu ms)\n", c->name, (unsigned long long)ms);
+	if (left)
+		printf("     it left %d server(s) or namespace(s) up; taken down\n", left);
 	fflush(stdout);
 	if (!failed || !getenv("T_KEEP"))
 		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
