@@ -23,6 +23,29 @@
 #include <string.h>
 #include <unistd.h>
 
+/* GNU parallel's several records a command: -N/-n a fixed number; -m and
+ * -X as many as fit, spread evenly over the slots (ceil(records /
+ * slots) each, as GNU parallel does when it has read all its input
+ * before the first start); --xargs as many as fit.  "Fit" is mesh's
+ * bound, not the system's ARG_MAX: MESH_EXEC_INPUT_MAX_ARGS arguments
+ * and MULTI_BYTES of them joined. */
+#define MULTI_BYTES (128u * 1024)
+static int group(const struct run_args *a, struct mesh_exec_input *in)
+{
+	uint64_t per = a->max_args;
+	if (a->multi == 'm' || a->multi == 'X')
+		per = a->slots > 1 ? (in->n + a->slots - 1) / a->slots : 0;
+	else if (a->multi == 'x')
+		per = 0;
+	int rc = mesh_exec_input_group(in, a->have_colsep ? &a->colsep : NULL, per, a->multi == 'N' ? 0 : MULTI_BYTES);
+	if (rc == 0 && a->multi == 'X') {
+		/* other commands than -m's from the same chunks: another journal */
+		in->context = 1;
+		in->hash = mesh_fnv1a64(in->hash, "-X", 3);
+	}
+	return rc;
+}
+
 /* Loads the sources into in.  Returns 0 or an exit code (after saying why). */
 static int load_sources(struct run_args *a, struct mesh_exec_input *in)
 {
@@ -65,6 +88,10 @@ static int load_sources(struct run_args *a, struct mesh_exec_input *in)
 	}
 	if (!ex && (rc = mesh_exec_input_combine(in, src, a->nsrc, a->have_colsep ? &a->colsep : NULL)) < 0)
 		ex = mesh__run_fail(rc, "cannot combine the arguments");
+	if (!ex && a->multi && (rc = group(a, in)) < 0)
+		ex = rc == MESH_E_TOOBIG ? mesh__run_usage("-N %" PRIu64 ": more than %d arguments a command", a->max_args,
+							  MESH_EXEC_INPUT_MAX_ARGS)
+					 : mesh__run_fail(rc, "cannot group the arguments");
 out:
 	for (size_t s = 0; lists && s < a->nsrc; s++)
 		mesh_exec_list_release(&lists[s]);

@@ -6,6 +6,7 @@
 #include "base/err.h"
 #include "base/parse.h"
 #include "cli/exit.h"
+#include "exec/input.h"
 #include "exec/runner.h"
 #include "job/job.h"
 
@@ -42,6 +43,9 @@ static const char usage[] =
 	"  -0, --null           records end at NUL bytes, not newlines\n"
 	"  -d, --delimiter C    records end at C (\\n \\t \\0 \\\\ allowed)\n"
 	"  -C, --colsep REGEX   split each record into {1} {2} ... (POSIX ERE)\n"
+	"  -N, -n, --max-args N N records a command ({1}..{N}; {} all of them)\n"
+	"  -m, -X, --xargs      as many records a command as fit (4096, 128 KiB), spread\n"
+	"                       over the slots (-m, -X); -X repeats a word around {}\n"
 	"  -k, --keep-order     print outputs in input order\n"
 	"  --tag                start each output line with the arguments and a TAB\n"
 	"  --line-buffer        pass whole lines on as they come\n"
@@ -78,7 +82,8 @@ static const char usage[] =
 enum {
 	O_JOBS, O_ARGFILE, O_INPUT, O_CHUNKS, O_NULL, O_DELIM, O_COLSEP, O_KEEP, O_TAG, O_LINEBUF, O_UNGROUP,
 	O_JOBLOG, O_HALT, O_RETRIES, O_TIMEOUT, O_DELAY, O_LOAD, O_MEMFREE, O_NICE, O_TMPDIR, O_RESULTS,
-	O_DRYRUN, O_PROGRESS, O_VERBOSE, O_JOURNAL, O_TTL, O_SPECULATE, O_NODE, O_HELP,
+	O_DRYRUN, O_PROGRESS, O_VERBOSE, O_JOURNAL, O_TTL, O_SPECULATE, O_NODE, O_HELP, O_MAXARGS, O_MULTI,
+	O_CONTEXT, O_XARGS,
 };
 static const struct opt {
 	const char *name;
@@ -95,7 +100,8 @@ static const struct opt {
 	{"dry-run", 0, 0, O_DRYRUN},	  {"bar", 0, 0, O_PROGRESS},	   {"progress", 0, 0, O_PROGRESS},
 	{"eta", 0, 0, O_PROGRESS},	  {"verbose", 'v', 0, O_VERBOSE},  {"journal", 0, 1, O_JOURNAL}, {"store", 0, 1, O_JOURNAL},
 	{"ttl", 0, 1, O_TTL},		  {"speculate", 0, 0, O_SPECULATE}, {"node", 0, 1, O_NODE},
-	{"help", 'h', 0, O_HELP},
+	{"help", 'h', 0, O_HELP},	  {"max-args", 'n', 1, O_MAXARGS},  {"max-replace-args", 'N', 1, O_MAXARGS},
+	{"", 'm', 0, O_MULTI},		  {"", 'X', 0, O_CONTEXT},	   {"xargs", 0, 0, O_XARGS},
 };
 
 int mesh__run_usage(const char *fmt, ...)
@@ -354,6 +360,10 @@ static int apply(struct run_args *a, const struct opt *o, const char *v)
 	case O_SPECULATE: a->speculate = 1; return 0;
 	case O_NODE: a->node = v; return 0;
 	case O_HELP: a->help = 1; return 0;
+	case O_MAXARGS: a->multi = 'N'; return num(name, v, 1, MESH_EXEC_INPUT_MAX_ARGS, &a->max_args);
+	case O_MULTI: a->multi = a->multi == 'N' ? 'N' : 'm'; return 0;
+	case O_CONTEXT: a->multi = a->multi == 'N' ? 'N' : 'X'; return 0;
+	case O_XARGS: a->multi = a->multi == 'N' ? 'N' : 'x'; return 0;
 	}
 	return 0;
 }
@@ -367,7 +377,7 @@ static int option(int argc, char **argv, int *i, struct run_args *a)
 		size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
 		for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
 			const struct opt *o = &opts[k];
-			if (strlen(o->name) != n || strncmp(o->name, arg + 2, n))
+			if (!o->name[0] || strlen(o->name) != n || strncmp(o->name, arg + 2, n))
 				continue;
 			if (!o->value && eq)
 				return mesh__run_usage("option '--%s' takes no value", o->name);
@@ -482,6 +492,11 @@ int mesh__run_parse(int argc, char **argv, struct run_args *a)
 		return mesh__run_usage("no command given (mesh run [options] CMD [ARG...] ::: ARGS)");
 	if (a->line_buffer && a->ungroup)
 		return mesh__run_usage("--line-buffer and --ungroup exclude each other");
+	if (a->multi && a->have_chunks)
+		return mesh__run_usage("-N, -n, -m, -X and --xargs group input records: not with --chunks N");
+	if (a->multi && a->nsrc > 1)
+		return mesh__run_usage("-N, -n, -m, -X and --xargs group the records of one argument source; "
+				       "%zu given", a->nsrc);
 	pick_argv(a);
 	return 0;
 }

@@ -25,6 +25,10 @@ struct run_args {
 	int explicit_journal, have_chunks, speculate, keep_order, tag, line_buffer, ungroup;
 	int dry_run, progress, verbose, help;
 	int have_colsep;
+	/* Several arguments a command: 'N' (-N/-n: max_args a chunk), 'm' (-m),
+	 * 'X' (-X, context replace), 'x' (--xargs); 0 one a command. */
+	int multi;
+	uint64_t max_args;
 	regex_t colsep;
 	const char *colsep_text;
 	char **cmd;	    /* the command as given, NULL-terminated (owned); empty: the input is the command */

@@ -234,6 +234,74 @@ out:
 	return rc;
 }
 
+/* Adds entry v to the growable array *p of *n entries (capacity *cap). */
+static int counts_add(size_t **p, uint64_t *n, uint64_t *cap, size_t v)
+{
+	if (*n == *cap) {
+		uint64_t c = *cap ? *cap * 2 : 64;
+		size_t *q = realloc(*p, (size_t)c * sizeof *q);
+		if (!q)
+			return -ENOMEM;
+		*p = q, *cap = c;
+	}
+	(*p)[(*n)++] = v;
+	return 0;
+}
+
+int mesh_exec_input_group(struct mesh_exec_input *in, const regex_t *colsep, uint64_t per, size_t max_bytes)
+{
+	struct builder b = {MESH_BUF_INIT, {0}, {0}, {0}, colsep, MESH_FNV1A64_INIT};
+	const char *vals[MESH_EXEC_INPUT_MAX_ARGS];
+	size_t *nvals = NULL, *nargs = NULL;
+	uint64_t n = 0, nn = 0, capv = 0, capa = 0;
+	struct mesh_exec_input out = MESH_EXEC_INPUT_INIT;
+	int rc = 0;
+	for (uint64_t i = 0; i < in->n && rc == 0;) {
+		size_t nv = 0, na = 0, bytes = 0;
+		for (uint64_t taken = 0; i < in->n && (!per || taken < per); i++, taken++) {
+			size_t v = (size_t)(in->vfirst[i + 1] - in->vfirst[i]);
+			size_t a = (size_t)(in->afirst[i + 1] - in->afirst[i]);
+			size_t len = strlen(in->data + in->line[i]) + (taken ? 1 : 0);
+			int full = nv + v > MESH_EXEC_INPUT_MAX_ARGS || na + a > MESH_EXEC_INPUT_MAX_ARGS;
+			if (full && per) {
+				rc = MESH_E_TOOBIG; /* -N asked for more than a command takes */
+				goto out;
+			}
+			if (taken && (full || (max_bytes && bytes + len > max_bytes)))
+				break;
+			for (size_t k = 0; k < v; k++)
+				vals[nv + k] = in->data + in->val[in->vfirst[i] + k];
+			nv += v, na += a, bytes += len;
+		}
+		size_t a0 = b.arg.n;
+		if ((rc = add_chunk(&b, vals, nv)) < 0 || (rc = counts_add(&nvals, &n, &capv, nv)) < 0 ||
+		    (rc = counts_add(&nargs, &nn, &capa, b.arg.n - a0)) < 0)
+			goto out;
+	}
+	rc = -ENOMEM;
+	if (!b.data.p && mesh_buf_add(&b.data, "", 1) < 0)
+		goto out;
+	out.n = n;
+	out.hash = mesh_fnv1a64(b.hash, "grouped", 8);
+	out.context = in->context;
+	if (!(out.vfirst = firsts(n, 0, nvals)) || !(out.afirst = firsts(n, 0, nargs)))
+		goto out;
+	out.data = b.data.p, b.data.p = NULL;
+	out.line = b.line.p, b.line.p = NULL;
+	out.val = b.val.p, b.val.p = NULL;
+	out.arg = b.arg.p, b.arg.p = NULL;
+	mesh_exec_input_release(in);
+	*in = out;
+	memset(&out, 0, sizeof out);
+	rc = 0;
+out:
+	mesh_exec_input_release(&out);
+	mesh_buf_release(&b.data);
+	free(b.line.p), free(b.val.p), free(b.arg.p);
+	free(nvals), free(nargs);
+	return rc;
+}
+
 static int from_list(struct mesh_exec_list *l, int rc, struct mesh_exec_input *in)
 {
 	struct mesh_exec_source s = {l, 0};

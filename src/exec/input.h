@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 /* Most arguments (columns) one chunk may have; more is MESH_E_TOOBIG. */
-#define MESH_EXEC_INPUT_MAX_ARGS 256
+#define MESH_EXEC_INPUT_MAX_ARGS 4096
 
 /* One source: n records, record k at data + start[k], NUL-terminated. */
 struct mesh_exec_list {
@@ -53,8 +53,10 @@ struct mesh_exec_input {
 	size_t *arg;	  /* argument offsets, chunk after chunk */
 	uint64_t *afirst; /* n + 1 entries, as vfirst */
 	uint64_t hash;	  /* FNV-1a 64 over every chunk's values: the identity of the input */
+	int context;	  /* -X: a replacement string inside a longer argument repeats the
+			     argument once a value (exec/template.h), not the values joined */
 };
-#define MESH_EXEC_INPUT_INIT {0, NULL, NULL, NULL, NULL, NULL, NULL, 0}
+#define MESH_EXEC_INPUT_INIT {0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0}
 
 /* Builds the chunks from nsrc >= 1 sources (src[0].linked is ignored);
  * colsep (borrowed, may be NULL) splits values into arguments.  0 (n may be
@@ -71,6 +73,19 @@ int mesh_exec_input_combine(struct mesh_exec_input *in, const struct mesh_exec_s
 int mesh_exec_input_load(const char *path, struct mesh_exec_input *in, uint64_t *bad_line);
 int mesh_exec_input_from_mem(const void *buf, size_t n, struct mesh_exec_input *in, uint64_t *bad_line);
 void mesh_exec_input_release(struct mesh_exec_input *in);
+
+/* GNU parallel's several arguments a command (-N, -n, -m, -X, --xargs):
+ * regroups in's chunks so that each new chunk holds consecutive old ones,
+ * at most per of them (0: no such limit), and no more than fit in
+ * MESH_EXEC_INPUT_MAX_ARGS values and arguments and max_bytes of
+ * arguments joined by spaces (0: no byte limit); a chunk is never empty,
+ * and an old chunk too big alone stays alone.  colsep is the one in was
+ * built with.  The hash covers the new boundaries, so grouped and
+ * ungrouped inputs never share a journal.  0, -ENOMEM, or MESH_E_TOOBIG
+ * when per is set and per old chunks hold more than
+ * MESH_EXEC_INPUT_MAX_ARGS values or arguments (a fixed -N cannot shrink);
+ * in is unchanged after a failure. */
+int mesh_exec_input_group(struct mesh_exec_input *in, const regex_t *colsep, uint64_t per, size_t max_bytes);
 
 /* Chunk i's arguments joined by spaces (the --tag text, as GNU parallel tags),
  * its length in *len if not NULL; NULL when i >= n.  in == NULL: NULL (the

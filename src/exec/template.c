@@ -80,6 +80,7 @@ int mesh_exec_template_init(struct mesh_exec_template *t, char *const *argv)
 			continue;
 		t->subst[i] = 1;
 		t->has_value = 1;
+		t->nsubst++;
 		if (at == 0 && k.len == strlen(argv[i]) && k.kind == K_VALUE)
 			t->nwhole++;
 	}
@@ -97,7 +98,8 @@ struct chunk {
 	const char *vals[MESH_EXEC_INPUT_MAX_ARGS], *args[MESH_EXEC_INPUT_MAX_ARGS];
 	size_t nvals, nargs;
 	char seq[24], slot[16], id[24];
-	int quote; /* single-quote values for the shell */
+	int quote;   /* single-quote values for the shell */
+	int context; /* -X: a longer argument repeats once a value */
 };
 
 static int safe_word(const char *s, size_t n)
@@ -149,8 +151,9 @@ static int put_mod(struct mesh_buf *b, const char *v, int mod, int quote)
 	return put(b, v, n, quote);
 }
 
-/* The text of token k inside a longer argument. */
-static int put_tok(struct mesh_buf *b, const struct tok *k, const struct chunk *c)
+/* The text of token k inside a longer argument; only >= 0: a value
+ * token gives that value alone (-X's context replacement). */
+static int put_tok(struct mesh_buf *b, const struct tok *k, const struct chunk *c, long only)
 {
 	if (k->kind == K_SEQ)
 		return mesh_buf_adds(b, c->seq);
@@ -158,9 +161,21 @@ static int put_tok(struct mesh_buf *b, const struct tok *k, const struct chunk *
 		return mesh_buf_adds(b, c->slot);
 	if (k->kind == K_POS)
 		return k->pos <= c->nargs ? put_mod(b, c->args[k->pos - 1], k->mod, c->quote) : 0;
+	if (only >= 0)
+		return put_mod(b, c->vals[only], k->mod, c->quote);
 	for (size_t i = 0; i < c->nvals; i++)
 		if ((i && mesh_buf_add(b, " ", 1) < 0) || put_mod(b, c->vals[i], k->mod, c->quote) < 0)
 			return -ENOMEM;
+	return 0;
+}
+
+/* Whether s holds {} or one of its modified forms (not {n}, {#}, {%}). */
+static int has_value_tok(const char *s)
+{
+	struct tok t;
+	for (const char *p = strchr(s, '{'); p; p = strchr(p + 1, '{'))
+		if (parse_tok(p, &t) && t.kind == K_VALUE)
+			return 1;
 	return 0;
 }
 
@@ -175,6 +190,45 @@ static int end_arg(struct mesh_buf *b)
 	return mesh_buf_add(b, "", 1);
 }
 
+/* s with its replacement strings expanded (only: as put_tok). */
+static int put_text(struct mesh_buf *b, const char *s, const struct chunk *c, long only)
+{
+	struct tok tk;
+	size_t at;
+	while (find_tok(s, &tk, &at)) {
+		if (mesh_buf_add(b, s, at) < 0 || put_tok(b, &tk, c, only) < 0)
+			return -ENOMEM;
+		s += at + tk.len;
+	}
+	return mesh_buf_adds(b, s);
+}
+
+/* -X in a shell script: a word holding {} is repeated once a value,
+ * blank-separated; other words as put_text.  Words are split at blanks
+ * only (the script's own quoting is not parsed). */
+static int put_words(struct mesh_buf *b, const char *s, const struct chunk *c)
+{
+	struct mesh_buf w = MESH_BUF_INIT;
+	int rc = 0;
+	while (*s && rc == 0) {
+		size_t sp = strspn(s, " \t\n"), n;
+		rc = mesh_buf_add(b, s, sp);
+		s += sp;
+		n = strcspn(s, " \t\n");
+		if (n == 0 || rc < 0)
+			continue;
+		mesh_buf_reset(&w);
+		if ((rc = mesh_buf_add(&w, s, n)) < 0 || (rc = mesh_buf_add(&w, "", 1)) < 0)
+			break;
+		s += n;
+		long reps = has_value_tok(w.p) ? (long)c->nvals : 0;
+		for (long r = 0; r < (reps ? reps : 1) && rc == 0; r++)
+			rc = (r > 0 && mesh_buf_add(b, " ", 1) < 0) || put_text(b, w.p, c, reps ? r : -1) < 0 ? -ENOMEM : 0;
+	}
+	mesh_buf_release(&w);
+	return rc;
+}
+
 /* Expands template argument s into one or more output arguments. */
 static int expand_arg(const struct mesh_exec_template *t, const char *s, const struct chunk *c, struct mesh_buf *b,
 		      char **out, size_t *k)
@@ -187,7 +241,7 @@ static int expand_arg(const struct mesh_exec_template *t, const char *s, const s
 		struct chunk raw = *c;
 		raw.quote = 0;
 		mark(b, out, k);
-		return put_tok(b, &tk, &raw) < 0 || end_arg(b) < 0 ? -ENOMEM : 0;
+		return put_tok(b, &tk, &raw, -1) < 0 || end_arg(b) < 0 ? -ENOMEM : 0;
 	}
 	if (whole && !c->quote && tk.kind == K_VALUE) {
 		for (size_t i = 0; i < c->nvals; i++) {
@@ -199,15 +253,16 @@ static int expand_arg(const struct mesh_exec_template *t, const char *s, const s
 	}
 	if (whole && !c->quote && tk.kind == K_POS && tk.pos > c->nargs)
 		return 0;
-	mark(b, out, k);
-	const char *p = s;
-	while (find_tok(p, &tk, &at)) {
-		if (mesh_buf_add(b, p, at) < 0 || put_tok(b, &tk, c) < 0)
+	/* -X: the argument once a value (when it holds a value token); in a
+	 * shell script, each word (between blanks) that holds one */
+	long reps = c->context && !c->quote && has_value_tok(s) ? (long)c->nvals : 0;
+	for (long r = 0; r < (reps ? reps : 1); r++) {
+		if (r > 0 && end_arg(b) < 0)
 			return -ENOMEM;
-		p += at + tk.len;
+		mark(b, out, k);
+		if ((c->context && c->quote ? put_words(b, s, c) : put_text(b, s, c, reps ? r : -1)) < 0)
+			return -ENOMEM;
 	}
-	if (mesh_buf_adds(b, p) < 0)
-		return -ENOMEM;
 	if (c->quote && !t->has_value) /* one-word command line: arguments go into the script */
 		for (size_t i = 0; i < c->nargs; i++)
 			if (mesh_buf_add(b, " ", 1) < 0 || put(b, c->args[i], strlen(c->args[i]), 1) < 0)
@@ -220,6 +275,7 @@ static int load_chunk(struct chunk *c, const struct mesh_exec_input *in, uint64_
 	snprintf(c->seq, sizeof c->seq, "%" PRIu64, cid + 1);
 	snprintf(c->slot, sizeof c->slot, "%u", slot);
 	snprintf(c->id, sizeof c->id, "%" PRIu64, cid);
+	c->context = in && in->context;
 	if (!in) {
 		c->vals[0] = c->args[0] = c->id;
 		c->nvals = c->nargs = 1;

@@ -16,7 +16,12 @@
  * form "/bin/sh" "-c" SCRIPT that `mesh run` builds for a one-word command
  * line: there every value put into SCRIPT is single-quoted for the shell,
  * appended arguments are added to SCRIPT, and a SCRIPT of exactly "{}" is
- * replaced verbatim (the input line is the command). */
+ * replaced verbatim (the input line is the command).
+ *
+ * An input built for -X (in->context, exec/input.h) replaces in context: a
+ * longer argument holding {} (or {.} ...) becomes one argument per value,
+ * each with the text around it ("pre{}post" with a b: "preapost"
+ * "prebpost"); in a shell SCRIPT the values stay joined. */
 #ifndef MESH_EXEC_TEMPLATE_H
 #define MESH_EXEC_TEMPLATE_H
 
@@ -33,8 +38,9 @@ struct mesh_exec_template {
 	int has_value;		/* some argument holds a replacement string: nothing is appended */
 	int shell;		/* argv is "/bin/sh" "-c" SCRIPT (see above) */
 	size_t nwhole;		/* arguments that are exactly one value-replacement string */
+	size_t nsubst;		/* arguments holding any replacement string */
 };
-#define MESH_EXEC_TEMPLATE_INIT {NULL, 0, NULL, 0, 0, 0}
+#define MESH_EXEC_TEMPLATE_INIT {NULL, 0, NULL, 0, 0, 0, 0}
 
 /* 0, MESH_E_PARSE (argv empty or argv[0] ""), -ENOMEM.  Release with
  * mesh_exec_template_release (also after a failure). */
@@ -43,7 +49,7 @@ void mesh_exec_template_release(struct mesh_exec_template *t);
 /* Number of entries out_argv needs for mesh_exec_template_expand. */
 static inline size_t mesh_exec_template_slots(const struct mesh_exec_template *t)
 {
-	return t->argc + (t->nwhole + 1) * MESH_EXEC_INPUT_MAX_ARGS + 1;
+	return t->argc + (t->nsubst + 1) * MESH_EXEC_INPUT_MAX_ARGS + 1;
 }
 /* Fills out_argv (NULL-terminated) for chunk cid of in (NULL: the value is
  * the decimal chunk id) run in slot (1-based, for {%}); every argument lives

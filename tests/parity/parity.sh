@@ -124,5 +124,21 @@ c s $N "--halt now,fail=1 'sleep {}; exit 3' ::: 0.1 1"
 c s $N "--halt soon,fail=1 -j1 'exit {}' ::: 4 0"
 c s $N "--halt now,success=1 'sleep {}; echo {}' ::: 0.1 1"
 c s $N "--halt 2 -j1 'exit {}' ::: 0 5 0"
+# several records a command: -N, -n, -m, -X, --xargs (-j given: -m and -X
+# spread the records over the slots)
+c k $N '-k -N2 echo ::: a b c d e'
+c k $N '-k -N2 echo {} / {1} / {2} ::: a b c d e'
+c k $N '-k -n2 echo ::: a b c d e'
+c k $N "-k -N3 $A {3} {1} {} ::: a b c d"
+c k "$W/f1" '-k -N2 echo'
+c k "$W/csv" '-k --colsep , -N2 echo {1} {3} {4}'
+c k $N "-k -N2 'echo {1}-{2}' ::: a b c d"
+c k $N '-k -j4 -m echo ::: 1 2 3 4 5 6 7 8 9 10'
+c k $N '-k -j2 -m echo pre{}post ::: a b c'
+c k $N '-k -j2 -X echo pre{}post ::: a b c'
+c k $N "-k -j2 -X $A x{}y {} ::: a b c"
+c k $N "-k -j2 -X 'echo x{}y {1}' ::: a b c"
+c k $N '-k -j4 --xargs echo ::: 1 2 3 4 5 6 7 8 9 10'
+c k $N "-k -j1 -X echo {#}:{} ::: \$(seq 300)"
 echo "parity: $equal equal, $differ differ, $xfail xfail"
 [ "$differ" -eq 0 ]

@@ -164,3 +164,114 @@ TEST(run_args_replacement_strings)
 			mesh_exec_list_release(&l2);
 	}
 }
+
+/* The command line of grouped chunk cid of input "words" (one source,
+ * regrouped with per / max_bytes), with -X's context when context is set. */
+static int grouped(const char *words, uint64_t per, size_t max_bytes, int context, const char *const *argv, uint64_t cid,
+		   char *out, size_t cap, uint64_t *n, uint64_t *hash_before, uint64_t *hash_after)
+{
+	struct mesh_exec_list l;
+	struct mesh_exec_input in;
+	struct mesh_exec_template t;
+	struct mesh_buf b = MESH_BUF_INIT;
+	struct mesh_exec_source src[1] = {{&l, 0}};
+	list(&l, words);
+	int rc = mesh_exec_input_combine(&in, src, 1, NULL);
+	if (hash_before)
+		*hash_before = in.hash;
+	if (rc == 0)
+		rc = mesh_exec_input_group(&in, NULL, per, max_bytes);
+	in.context = context;
+	*n = in.n;
+	if (hash_after)
+		*hash_after = in.hash;
+	if (rc == 0 && argv) {
+		ASSERT_EQ(mesh_exec_template_init(&t, (char *const *)argv), 0);
+		char **av = calloc(mesh_exec_template_slots(&t), sizeof *av);
+		rc = mesh_exec_template_expand(&t, &in, cid, 1, &b, av);
+		if (rc == 0)
+			join(av, out, cap);
+		free(av);
+		mesh_exec_template_release(&t);
+	}
+	mesh_buf_release(&b);
+	mesh_exec_input_release(&in);
+	mesh_exec_list_release(&l);
+	return rc;
+}
+
+/* -N 2: chunks of two records, the last shorter; {} every value, {n}
+ * the n-th; the boundaries are part of the input's identity. */
+TEST(run_args_group_fixed_count)
+{
+	char got[512];
+	uint64_t n, h0, h1;
+	const char *const pos[] = {"e", "{}", "/", "{1}", "{2}", NULL};
+	ASSERT_EQ(grouped("a b c d e", 2, 0, 0, pos, 0, got, sizeof got, &n, &h0, &h1), 0);
+	EXPECT_UEQ(n, 3);
+	EXPECT_STREQ(got, "e|a|b|/|a|b");
+	EXPECT_NE(h0, h1);
+	ASSERT_EQ(grouped("a b c d e", 2, 0, 0, pos, 2, got, sizeof got, &n, NULL, NULL), 0);
+	EXPECT_STREQ(got, "e|e|/|e"); /* {2} past the last record: gone */
+	const char *const inside[] = {"e", "<{}>", NULL};
+	ASSERT_EQ(grouped("a b c", 3, 0, 0, inside, 0, got, sizeof got, &n, NULL, NULL), 0);
+	EXPECT_UEQ(n, 1);
+	EXPECT_STREQ(got, "e|<a b c>");
+	/* one record a group is still another input than no grouping */
+	ASSERT_EQ(grouped("a b", 1, 0, 0, NULL, 0, got, sizeof got, &n, &h0, &h1), 0);
+	EXPECT_UEQ(n, 2);
+	EXPECT_NE(h0, h1);
+}
+
+/* -m / --xargs: as many as fit, bounded by bytes and by the argument cap;
+ * a fixed -N past the cap is refused and leaves the input alone. */
+TEST(run_args_group_bounded)
+{
+	char got[512];
+	uint64_t n;
+	const char *const app[] = {"e", NULL};
+	/* "aa bb cc dd": 5 bytes fit two records ("aa bb"), not three */
+	ASSERT_EQ(grouped("aa bb cc dd", 0, 5, 0, app, 1, got, sizeof got, &n, NULL, NULL), 0);
+	EXPECT_UEQ(n, 2);
+	EXPECT_STREQ(got, "e|cc|dd");
+	/* a record longer than the bound alone stays alone */
+	ASSERT_EQ(grouped("toolong x", 0, 3, 0, app, 0, got, sizeof got, &n, NULL, NULL), 0);
+	EXPECT_UEQ(n, 2);
+	EXPECT_STREQ(got, "e|toolong");
+	/* the argument cap: MAX + 1 records make two chunks, or TOOBIG at -N */
+	size_t cap = MESH_EXEC_INPUT_MAX_ARGS + 1;
+	char *many = malloc(cap * 2 + 1);
+	ASSERT_TRUE(many != NULL);
+	for (size_t i = 0; i < cap; i++)
+		many[2 * i] = 'x', many[2 * i + 1] = ' ';
+	many[2 * cap - 1] = 0;
+	ASSERT_EQ(grouped(many, 0, 0, 0, app, 1, got, sizeof got, &n, NULL, NULL), 0);
+	EXPECT_UEQ(n, 2);
+	EXPECT_STREQ(got, "e|x");
+	struct mesh_exec_list l;
+	struct mesh_exec_input in;
+	struct mesh_exec_source src[1] = {{&l, 0}};
+	list(&l, many);
+	ASSERT_EQ(mesh_exec_input_combine(&in, src, 1, NULL), 0);
+	EXPECT_EQ(mesh_exec_input_group(&in, NULL, cap, 0), MESH_E_TOOBIG);
+	EXPECT_UEQ(in.n, cap); /* unchanged */
+	mesh_exec_input_release(&in);
+	mesh_exec_list_release(&l);
+	free(many);
+}
+
+/* -X: a longer argument holding {} is repeated once a value; in a shell
+ * script each blank-separated word holding one is. */
+TEST(run_args_group_context_replace)
+{
+	char got[512];
+	uint64_t n;
+	const char *const argv[] = {"e", "p{}q", "{}", "{1}", "x{#}", NULL};
+	ASSERT_EQ(grouped("a b c", 2, 0, 1, argv, 0, got, sizeof got, &n, NULL, NULL), 0);
+	EXPECT_STREQ(got, "e|paq|pbq|a|b|a|x1");
+	ASSERT_EQ(grouped("a b c", 2, 0, 0, argv, 0, got, sizeof got, &n, NULL, NULL), 0);
+	EXPECT_STREQ(got, "e|pa bq|a|b|a|x1"); /* -m: joined */
+	const char *const sh[] = {"/bin/sh", "-c", "cat  p{}q {1} 'x y'", NULL};
+	ASSERT_EQ(grouped("a b c", 2, 0, 1, sh, 0, got, sizeof got, &n, NULL, NULL), 0);
+	EXPECT_STREQ(got, "/bin/sh|-c|cat  paq pbq a 'x y'");
+}

@@ -1,0 +1,66 @@
+/* `mesh run` with several records a command (-N, -n, -m, -X, --xargs), as
+ * GNU parallel's users type them: the real binary. */
+#include "runner/t.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MESH t_bin("mesh")
+
+/* A grouped run that fails one group resumes that group alone: the groups
+ * are the journal's chunks, named by their boundaries. */
+TEST(run_grouped_records_fail_and_resume_by_group)
+{
+	char out[4096];
+	const char *cmd = "'test {1} != c || test -e ok && echo {1}{2} >> out' ::: a b c d e f";
+	int rc = t_sh(out, sizeof out, 1, "%s run -j1 -N2 %s", MESH, cmd);
+	EXPECT_EQ(rc, 1); /* one failed chunk: the group (c, d) */
+	char *s = t_read_file("out", NULL);
+	EXPECT_STREQ(s ? s : "", "ab\nef\n");
+	free(s);
+	/* its journal is kept for the rerun */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "ls .mesh-run-*.log | wc -l"), 0);
+	EXPECT_STREQ(out, "1\n");
+	t_write_file("ok", "");
+	rc = t_sh(out, sizeof out, 1, "%s run -j1 -N2 %s", MESH, cmd);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "resuming: 2/3 chunks already done");
+	s = t_read_file("out", NULL);
+	EXPECT_STREQ(s ? s : "", "ab\nef\ncd\n");
+	free(s);
+	/* the journal is removed when complete: nothing left */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "ls .mesh-run-*.log 2>/dev/null | wc -l"), 0);
+	EXPECT_STREQ(out, "0\n");
+}
+
+/* -m and -X spread the records over the slots; -X repeats the word
+ * around {}; --xargs puts them all in one command. */
+TEST(run_multi_spreads_over_slots_and_replaces_in_context)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -k -j3 -m echo ::: 1 2 3 4 5 6 7", MESH), 0);
+	EXPECT_STREQ(out, "1 2 3\n4 5 6\n7\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -k -j2 -X echo f{}.txt ::: a b c", MESH), 0);
+	EXPECT_STREQ(out, "fa.txt fb.txt\nfc.txt\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -k -j2 -m echo f{}.txt ::: a b c", MESH), 0);
+	EXPECT_STREQ(out, "fa b.txt\nfc.txt\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "seq 5 | %s run -j4 --xargs echo", MESH), 0);
+	EXPECT_STREQ(out, "1 2 3 4 5\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --dry-run -N2 cp {1} {2} ::: a b c d", MESH), 0);
+	EXPECT_STREQ(out, "cp a b\ncp c d\n");
+}
+
+TEST(run_multi_bad_use_is_a_usage_error)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -N2 echo ::: a b ::: 1 2", MESH), 104);
+	EXPECT_CONTAINS(out, "group the records of one argument source; 2 given");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -N0 echo ::: a", MESH), 104);
+	EXPECT_CONTAINS(out, "-N '0': expected a whole number from 1 to 4096");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -X --chunks 4 echo", MESH), 104);
+	EXPECT_CONTAINS(out, "not with --chunks N");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --max-args=x echo ::: a", MESH), 104);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --help", MESH), 0);
+	EXPECT_CONTAINS(out, "-N, -n, --max-args N");
+}
