@@ -30,9 +30,13 @@
  * bound, not the system's ARG_MAX: MESH_EXEC_INPUT_MAX_ARGS arguments
  * and MULTI_BYTES of them joined. */
 #define MULTI_BYTES (128u * 1024)
+/* --pipe's default block, GNU parallel's 1M. */
+#define PIPE_BLOCK (1024u * 1024)
 static int group(const struct run_args *a, struct mesh_exec_input *in)
 {
 	uint64_t per = a->max_args;
+	if (a->pipe) /* -N N records a block, else blocks of bytes */
+		return mesh_exec_input_blocks(in, per, per ? 0 : a->block ? a->block : PIPE_BLOCK, (char)a->delim);
 	if (a->multi == 'm' || a->multi == 'X')
 		per = a->slots > 1 ? (in->n + a->slots - 1) / a->slots : 0;
 	else if (a->multi == 'x')
@@ -88,7 +92,7 @@ static int load_sources(struct run_args *a, struct mesh_exec_input *in)
 	}
 	if (!ex && (rc = mesh_exec_input_combine(in, src, a->nsrc, a->have_colsep ? &a->colsep : NULL)) < 0)
 		ex = mesh__run_fail(rc, "cannot combine the arguments");
-	if (!ex && a->multi && (rc = group(a, in)) < 0)
+	if (!ex && (a->multi || a->pipe) && (rc = group(a, in)) < 0)
 		ex = rc == MESH_E_TOOBIG ? mesh__run_usage("-N %" PRIu64 ": more than %d arguments a command", a->max_args,
 							  MESH_EXEC_INPUT_MAX_ARGS)
 					 : mesh__run_fail(rc, "cannot group the arguments");

@@ -46,6 +46,9 @@ static const char usage[] =
 	"  -N, -n, --max-args N N records a command ({1}..{N}; {} all of them)\n"
 	"  -m, -X, --xargs      as many records a command as fit (4096, 128 KiB), spread\n"
 	"                       over the slots (-m, -X); -X repeats a word around {}\n"
+	"  --pipe               each chunk's records go to its standard input, not its\n"
+	"                       arguments: blocks of --block SIZE (1M; k = 1000, K =\n"
+	"                       1024) or of -N N records\n"
 	"  -k, --keep-order     print outputs in input order\n"
 	"  --tag                start each output line with the arguments and a TAB\n"
 	"  --line-buffer        pass whole lines on as they come\n"
@@ -83,7 +86,7 @@ enum {
 	O_JOBS, O_ARGFILE, O_INPUT, O_CHUNKS, O_NULL, O_DELIM, O_COLSEP, O_KEEP, O_TAG, O_LINEBUF, O_UNGROUP,
 	O_JOBLOG, O_HALT, O_RETRIES, O_TIMEOUT, O_DELAY, O_LOAD, O_MEMFREE, O_NICE, O_TMPDIR, O_RESULTS,
 	O_DRYRUN, O_PROGRESS, O_VERBOSE, O_JOURNAL, O_TTL, O_SPECULATE, O_NODE, O_HELP, O_MAXARGS, O_MULTI,
-	O_CONTEXT, O_XARGS,
+	O_CONTEXT, O_XARGS, O_PIPE, O_BLOCK,
 };
 static const struct opt {
 	const char *name;
@@ -102,6 +105,7 @@ static const struct opt {
 	{"ttl", 0, 1, O_TTL},		  {"speculate", 0, 0, O_SPECULATE}, {"node", 0, 1, O_NODE},
 	{"help", 'h', 0, O_HELP},	  {"max-args", 'n', 1, O_MAXARGS},  {"max-replace-args", 'N', 1, O_MAXARGS},
 	{"", 'm', 0, O_MULTI},		  {"", 'X', 0, O_CONTEXT},	   {"xargs", 0, 0, O_XARGS},
+	{"pipe", 0, 0, O_PIPE},		  {"block", 0, 1, O_BLOCK},	   {"block-size", 0, 1, O_BLOCK},
 };
 
 int mesh__run_usage(const char *fmt, ...)
@@ -138,6 +142,33 @@ int mesh__run_quote(struct mesh_buf *b, const char *s, int space)
 		if ((*s == '\'' ? mesh_buf_adds(b, "'\\''") : mesh_buf_add(b, s, 1)) < 0)
 			return -ENOMEM;
 	return mesh_buf_add(b, "'", 1);
+}
+
+/* --block: GNU parallel's sizes, K M G (1024s) or k m g (1000s). */
+static int block_size(const char *s, uint64_t *out)
+{
+	size_t n = strlen(s);
+	const char *dec = "kmg";
+	const char *at = n ? strchr(dec, s[n - 1]) : NULL;
+	uint64_t v = 0, mul = 1;
+	int rc;
+	if (at && s[n - 1]) {
+		char num[32];
+		if (n - 1 >= sizeof num)
+			return mesh__run_usage("--block '%s': expected a size, e.g. 1M, 512k or 65536", s);
+		memcpy(num, s, n - 1);
+		num[n - 1] = 0;
+		for (const char *p = dec; p <= at; p++)
+			mul *= 1000;
+		rc = mesh_parse_u64(num, (1ull << 40) / mul, &v);
+		v *= mul;
+	} else {
+		rc = mesh_parse_size(s, 1ull << 40, &v);
+	}
+	if (rc < 0 || v == 0)
+		return mesh__run_usage("--block '%s': expected a size, e.g. 1M, 512k or 65536", s);
+	*out = v;
+	return 0;
 }
 
 static int num(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
@@ -364,6 +395,8 @@ static int apply(struct run_args *a, const struct opt *o, const char *v)
 	case O_MULTI: a->multi = a->multi == 'N' ? 'N' : 'm'; return 0;
 	case O_CONTEXT: a->multi = a->multi == 'N' ? 'N' : 'X'; return 0;
 	case O_XARGS: a->multi = a->multi == 'N' ? 'N' : 'x'; return 0;
+	case O_PIPE: a->pipe = 1; return 0;
+	case O_BLOCK: return block_size(v, &a->block);
 	}
 	return 0;
 }
@@ -492,6 +525,14 @@ int mesh__run_parse(int argc, char **argv, struct run_args *a)
 		return mesh__run_usage("no command given (mesh run [options] CMD [ARG...] ::: ARGS)");
 	if (a->line_buffer && a->ungroup)
 		return mesh__run_usage("--line-buffer and --ungroup exclude each other");
+	if (a->pipe && a->multi && a->multi != 'N')
+		return mesh__run_usage("--pipe takes -N N (records a block) or --block SIZE, not -m, -X or --xargs");
+	if (a->block && !a->pipe)
+		return mesh__run_usage("--block SIZE splits --pipe's input: give --pipe too");
+	if (a->pipe && a->have_chunks)
+		return mesh__run_usage("--pipe splits input records into blocks: not with --chunks N");
+	if (a->pipe && a->nsrc > 1)
+		return mesh__run_usage("--pipe splits one input (standard input, -a FILE or ::::); %zu given", a->nsrc);
 	if (a->multi && a->have_chunks)
 		return mesh__run_usage("-N, -n, -m, -X and --xargs group input records: not with --chunks N");
 	if (a->multi && a->nsrc > 1)

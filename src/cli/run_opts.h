@@ -29,6 +29,8 @@ struct run_args {
 	 * 'X' (-X, context replace), 'x' (--xargs); 0 one a command. */
 	int multi;
 	uint64_t max_args;
+	int pipe;	/* --pipe: chunks are blocks of records on standard input */
+	uint64_t block; /* --block: a block's bytes at most (0: the default) */
 	regex_t colsep;
 	const char *colsep_text;
 	char **cmd;	    /* the command as given, NULL-terminated (owned); empty: the input is the command */

@@ -81,7 +81,7 @@ static int proc_start(struct mesh__executor *ex, const struct mesh__exec_chunk *
 	if (path) {
 		struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
 		po.path = path, po.argv = c->argv, po.envp = u->envp, po.nice = p->nice;
-		po.in_fd = p->nullfd, po.out_fd = pout[1], po.err_fd = perr[1], po.flags = MESH_PROC_INHERIT;
+		po.in_fd = c->stdin_fd > 2 ? c->stdin_fd : p->nullfd, po.out_fd = pout[1], po.err_fd = perr[1], po.flags = MESH_PROC_INHERIT;
 		rc = mesh_proc_spawn(p->sp, &po, &u->pid, NULL);
 	}
 	free(own_path);

@@ -59,6 +59,8 @@ struct mesh__exec_chunk {
 	char *const *argv;	/* the expanded command, NULL-terminated (processes; a slot executor may ignore it) */
 	const char *input;	/* the chunk's input bytes (its line); NULL = none */
 	size_t input_len;
+	int stdin_fd;		/* a process's standard input when > 2 (--pipe's block; borrowed
+				   for the call), else /dev/null */
 };
 
 /* How an attempt ended. */

@@ -7,8 +7,11 @@
 #include "job/job.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* The whole input lives in memory: mesh run needs every chunk by index and
  * the hash of all of them before it can name its journal. */
@@ -100,6 +103,7 @@ struct builder {
 	struct offs line, val, arg;
 	const regex_t *colsep;
 	uint64_t hash;
+	size_t max_args; /* a chunk's arguments at most (0: MESH_EXEC_INPUT_MAX_ARGS) */
 };
 
 static int add_str(struct builder *b, struct offs *to, const char *s, size_t len)
@@ -116,14 +120,14 @@ static int add_args(struct builder *b, const char *v, size_t *nargs)
 	regmatch_t m;
 	int flags = 0;
 	while (b->colsep && *p && regexec(b->colsep, p, 1, &m, flags) == 0 && m.rm_eo > m.rm_so) {
-		if (++*nargs > MESH_EXEC_INPUT_MAX_ARGS)
+		if (++*nargs > (b->max_args ? b->max_args : MESH_EXEC_INPUT_MAX_ARGS))
 			return MESH_E_TOOBIG;
 		if (add_str(b, &b->arg, p, (size_t)m.rm_so) < 0)
 			return -ENOMEM;
 		p += m.rm_eo;
 		flags = REG_NOTBOL;
 	}
-	if (++*nargs > MESH_EXEC_INPUT_MAX_ARGS)
+	if (++*nargs > (b->max_args ? b->max_args : MESH_EXEC_INPUT_MAX_ARGS))
 		return MESH_E_TOOBIG;
 	return add_str(b, &b->arg, p, strlen(p));
 }
@@ -167,7 +171,7 @@ static uint64_t *firsts(uint64_t n, size_t per, const size_t *counts)
 int mesh_exec_input_combine(struct mesh_exec_input *in, const struct mesh_exec_source *src, size_t nsrc,
 			    const regex_t *colsep)
 {
-	struct builder b = {MESH_BUF_INIT, {0}, {0}, {0}, colsep, MESH_FNV1A64_INIT};
+	struct builder b = {MESH_BUF_INIT, {0}, {0}, {0}, colsep, MESH_FNV1A64_INIT, 0};
 	uint64_t *glen = calloc(nsrc, sizeof *glen), *idx = calloc(nsrc, sizeof *idx);
 	size_t *grp = calloc(nsrc, sizeof *grp), *nargs = NULL, ng = 0;
 	const char **vals = calloc(nsrc ? nsrc : 1, sizeof *vals);
@@ -248,11 +252,13 @@ static int counts_add(size_t **p, uint64_t *n, uint64_t *cap, size_t v)
 	return 0;
 }
 
-int mesh_exec_input_group(struct mesh_exec_input *in, const regex_t *colsep, uint64_t per, size_t max_bytes)
+/* mesh_exec_input_group, and with cap = SIZE_MAX --pipe's blocks (their
+ * bytes: each record with its end, not the records joined by spaces). */
+static int regroup(struct mesh_exec_input *in, const regex_t *colsep, uint64_t per, size_t max_bytes, size_t cap)
 {
-	struct builder b = {MESH_BUF_INIT, {0}, {0}, {0}, colsep, MESH_FNV1A64_INIT};
-	const char *vals[MESH_EXEC_INPUT_MAX_ARGS];
-	size_t *nvals = NULL, *nargs = NULL;
+	struct builder b = {MESH_BUF_INIT, {0}, {0}, {0}, colsep, MESH_FNV1A64_INIT, cap};
+	const char **vals = NULL;
+	size_t *nvals = NULL, *nargs = NULL, vcap = 0;
 	uint64_t n = 0, nn = 0, capv = 0, capa = 0;
 	struct mesh_exec_input out = MESH_EXEC_INPUT_INIT;
 	int rc = 0;
@@ -261,14 +267,23 @@ int mesh_exec_input_group(struct mesh_exec_input *in, const regex_t *colsep, uin
 		for (uint64_t taken = 0; i < in->n && (!per || taken < per); i++, taken++) {
 			size_t v = (size_t)(in->vfirst[i + 1] - in->vfirst[i]);
 			size_t a = (size_t)(in->afirst[i + 1] - in->afirst[i]);
-			size_t len = strlen(in->data + in->line[i]) + (taken ? 1 : 0);
-			int full = nv + v > MESH_EXEC_INPUT_MAX_ARGS || na + a > MESH_EXEC_INPUT_MAX_ARGS;
+			size_t len = strlen(in->data + in->line[i]) + (taken || cap == SIZE_MAX ? 1 : 0);
+			int full = nv + v > cap || na + a > cap;
 			if (full && per) {
 				rc = MESH_E_TOOBIG; /* -N asked for more than a command takes */
 				goto out;
 			}
 			if (taken && (full || (max_bytes && bytes + len > max_bytes)))
 				break;
+			if (nv + v > vcap) {
+				size_t c = (nv + v) * 2 + 64;
+				const char **q = realloc(vals, c * sizeof *q);
+				if (!q) {
+					rc = -ENOMEM;
+					goto out;
+				}
+				vals = q, vcap = c;
+			}
 			for (size_t k = 0; k < v; k++)
 				vals[nv + k] = in->data + in->val[in->vfirst[i] + k];
 			nv += v, na += a, bytes += len;
@@ -298,8 +313,47 @@ out:
 	mesh_exec_input_release(&out);
 	mesh_buf_release(&b.data);
 	free(b.line.p), free(b.val.p), free(b.arg.p);
-	free(nvals), free(nargs);
+	free(vals), free(nvals), free(nargs);
 	return rc;
+}
+
+int mesh_exec_input_group(struct mesh_exec_input *in, const regex_t *colsep, uint64_t per, size_t max_bytes)
+{
+	return regroup(in, colsep, per, max_bytes, MESH_EXEC_INPUT_MAX_ARGS);
+}
+
+int mesh_exec_input_blocks(struct mesh_exec_input *in, uint64_t per, size_t max_bytes, char end)
+{
+	int rc = regroup(in, NULL, per, max_bytes, SIZE_MAX);
+	if (rc == 0) {
+		in->pipe = 1;
+		in->pipe_end = end;
+		/* the same blocks as arguments are other work */
+		in->hash = mesh_fnv1a64(in->hash, "--pipe", 7);
+	}
+	return rc;
+}
+
+int mesh_exec_input_block_fd(const struct mesh_exec_input *in, uint64_t i)
+{
+	if (!in || i >= in->n)
+		return MESH_E_RANGE;
+	int fd = memfd_create("mesh-block", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = 0;
+	for (uint64_t k = in->vfirst[i]; k < in->vfirst[i + 1] && rc == 0; k++) {
+		const char *v = in->data + in->val[k];
+		if ((rc = mesh_write_all(fd, v, strlen(v))) == 0)
+			rc = mesh_write_all(fd, &in->pipe_end, 1);
+	}
+	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
 }
 
 static int from_list(struct mesh_exec_list *l, int rc, struct mesh_exec_input *in)

@@ -55,8 +55,11 @@ struct mesh_exec_input {
 	uint64_t hash;	  /* FNV-1a 64 over every chunk's values: the identity of the input */
 	int context;	  /* -X: a replacement string inside a longer argument repeats the
 			     argument once a value (exec/template.h), not the values joined */
+	int pipe;	  /* --pipe: a chunk's records go to its standard input, each ended by
+			     pipe_end; the command sees no values (exec/template.h) */
+	char pipe_end;
 };
-#define MESH_EXEC_INPUT_INIT {0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0}
+#define MESH_EXEC_INPUT_INIT {0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0}
 
 /* Builds the chunks from nsrc >= 1 sources (src[0].linked is ignored);
  * colsep (borrowed, may be NULL) splits values into arguments.  0 (n may be
@@ -86,6 +89,15 @@ void mesh_exec_input_release(struct mesh_exec_input *in);
  * MESH_EXEC_INPUT_MAX_ARGS values or arguments (a fixed -N cannot shrink);
  * in is unchanged after a failure. */
 int mesh_exec_input_group(struct mesh_exec_input *in, const regex_t *colsep, uint64_t per, size_t max_bytes);
+/* --pipe's blocks: as mesh_exec_input_group without colsep, but with no
+ * bound on the records a chunk (they never become arguments): per
+ * records (0: no such limit) and max_bytes of them (0: none); a record
+ * longer than max_bytes is a block alone.  Sets in->pipe. */
+int mesh_exec_input_blocks(struct mesh_exec_input *in, uint64_t per, size_t max_bytes, char end);
+/* A memfd (close-on-exec, at offset 0) holding chunk i's records, each
+ * followed by in->pipe_end: its standard input under --pipe.  The fd or
+ * -errno. */
+int mesh_exec_input_block_fd(const struct mesh_exec_input *in, uint64_t i);
 
 /* Chunk i's arguments joined by spaces (the --tag text, as GNU parallel tags),
  * its length in *len if not NULL; NULL when i >= n.  in == NULL: NULL (the

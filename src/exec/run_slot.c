@@ -110,7 +110,11 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 	struct mesh__exec_chunk c = {.cid = cid, .attempt = s->l.attempt, .slot = s->idx, .argv = s->argv};
 	if (r->o->input)
 		c.input = mesh_exec_input_line(r->o->input, cid, &c.input_len);
+	if (r->o->input && r->o->input->pipe && (rc = c.stdin_fd = mesh_exec_input_block_fd(r->o->input, cid)) < 0)
+		goto fail;
 	rc = r->ex->ops->start(r->ex, &c, &s->res);
+	if (c.stdin_fd > 2)
+		close(c.stdin_fd); /* the child has its copy */
 	if (rc < 0)
 		goto fail;
 	if (rc == 1) {

@@ -276,6 +276,11 @@ static int load_chunk(struct chunk *c, const struct mesh_exec_input *in, uint64_
 	snprintf(c->slot, sizeof c->slot, "%u", slot);
 	snprintf(c->id, sizeof c->id, "%" PRIu64, cid);
 	c->context = in && in->context;
+	if (in && in->pipe) {
+		/* the records go to standard input: {} and {n} are empty */
+		c->nvals = c->nargs = 0;
+		return cid < in->n ? 0 : MESH_E_RANGE;
+	}
 	if (!in) {
 		c->vals[0] = c->args[0] = c->id;
 		c->nvals = c->nargs = 1;

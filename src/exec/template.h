@@ -21,7 +21,10 @@
  * An input built for -X (in->context, exec/input.h) replaces in context: a
  * longer argument holding {} (or {.} ...) becomes one argument per value,
  * each with the text around it ("pre{}post" with a b: "preapost"
- * "prebpost"); in a shell SCRIPT the values stay joined. */
+ * "prebpost"); in a shell SCRIPT, each blank-separated word holding one.
+ * Under --pipe (in->pipe) the chunk's records are its standard input, not
+ * its arguments: value and argument strings expand to nothing and nothing
+ * is appended. */
 #ifndef MESH_EXEC_TEMPLATE_H
 #define MESH_EXEC_TEMPLATE_H
 

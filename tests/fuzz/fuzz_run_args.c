@@ -6,7 +6,8 @@
  * for.
  *
  * Bytes: [0] options (bit 0-1 the delimiter: \n, NUL, ',', ' '; bit 2
- * --colsep ':'; bit 3 -X; bits 4-7 -N, 0 = -m), [1] the byte bound (x4),
+ * --colsep ':'; bit 3 -X; bits 4-7 -N, 0 = -m), [1] the byte bound (x4;
+ * odd: --pipe's blocks instead, which have no bound on records),
  * then the template's words up to the first '\x01' (split at '\x02'),
  * the records after it. */
 #include "base/buf.h"
@@ -18,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -34,6 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	unsigned opt = data[0];
 	size_t max_bytes = (size_t)data[1] * 4;
+	int pipe = data[1] & 1;
 	data += 2, size -= 2;
 	const uint8_t *sep = memchr(data, 1, size);
 	size_t tlen = sep ? (size_t)(sep - data) : 0;
@@ -73,14 +76,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		goto out;
 	}
 	uint64_t per = opt >> 4;
-	rc = mesh_exec_input_group(&in, cs, per, per ? 0 : max_bytes);
-	if (rc != 0 && !(rc == MESH_E_TOOBIG && per))
+	rc = pipe ? mesh_exec_input_blocks(&in, per, per ? 0 : max_bytes, '\n')
+		  : mesh_exec_input_group(&in, cs, per, per ? 0 : max_bytes);
+	if (rc != 0 && !(rc == MESH_E_TOOBIG && per && !pipe))
 		abort();
 	in.context = (opt & 8) != 0;
 	if (rc == 0) {
 		/* every record once, in order */
 		uint64_t k = 0;
-		const char **v = malloc(MESH_EXEC_INPUT_MAX_ARGS * sizeof *v), **w = malloc(MESH_EXEC_INPUT_MAX_ARGS * sizeof *w);
+		const char **v = malloc((rlen + 2) * sizeof *v), **w = malloc(MESH_EXEC_INPUT_MAX_ARGS * sizeof *w);
 		if (!v || !w)
 			abort();
 		uint64_t bi = 0;
@@ -91,6 +95,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			if (per && nv > per)
 				abort();
+			if (pipe) { /* its standard input: the records, each ended */
+				int fd = mesh_exec_input_block_fd(&in, c);
+				if (fd < 0)
+					abort();
+				close(fd);
+			}
 			for (size_t i = 0; i < nv; i++, k++) {
 				while (bk == bn) {
 					if (bi >= before.n || mesh_exec_input_values(&before, bi++, w, &bn))

@@ -64,3 +64,32 @@ TEST(run_multi_bad_use_is_a_usage_error)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --help", MESH), 0);
 	EXPECT_CONTAINS(out, "-N, -n, --max-args N");
 }
+
+/* --pipe: each block of records is a chunk's standard input; a failed
+ * block runs again alone on the rerun. */
+TEST(run_pipe_blocks_go_to_stdin_and_resume_by_block)
+{
+	char out[4096];
+	t_write_file("in.txt", "1\n2\n3\n4\n5\n6\n7\n8\n9\n");
+	const char *cmd = "'x=$(cat); test -e ok || ! echo \"$x\" | grep -qx 5 && echo \"$x\" | paste -sd+ >> out'";
+	int rc = t_sh(out, sizeof out, 1, "%s run -j1 --pipe -N3 -a in.txt %s", MESH, cmd);
+	EXPECT_EQ(rc, 1);
+	char *s = t_read_file("out", NULL);
+	EXPECT_STREQ(s ? s : "", "1+2+3\n7+8+9\n");
+	free(s);
+	t_write_file("ok", "");
+	rc = t_sh(out, sizeof out, 1, "%s run -j1 --pipe -N3 -a in.txt %s", MESH, cmd);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "resuming: 2/3 chunks already done");
+	s = t_read_file("out", NULL);
+	EXPECT_STREQ(s ? s : "", "1+2+3\n7+8+9\n4+5+6\n");
+	free(s);
+	/* blocks of bytes from standard input, nothing lost or doubled */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "seq 20000 | %s run -k --pipe --block 10k wc -l | awk '{s += $1} END {print s}'", MESH), 0);
+	EXPECT_STREQ(out, "20000\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "seq 3 | %s run --pipe --block 1k -m cat", MESH), 104);
+	EXPECT_CONTAINS(out, "not -m, -X or --xargs");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --block 1k cat ::: a", MESH), 104);
+	EXPECT_CONTAINS(out, "give --pipe too");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "seq 3 | %s run --pipe --block 0 cat", MESH), 104);
+}

@@ -21,6 +21,8 @@ printf 'a b\0c\0d\n\0' >"$W/nul"
 printf 'a,b,,c' >"$W/commas"
 printf 'echo one\necho two | tr o 0\n' >"$W/cmds"
 : >"$W/empty"
+seq 10 >"$W/seq10"
+seq 100000 >"$W/seq100k"
 # prints each argument as [arg] on a line of its own
 printf '#!/bin/sh\nfor a; do echo "[$a]"; done\n' >"$W/args" && chmod +x "$W/args"
 A="$W/args"
@@ -140,5 +142,11 @@ c k $N "-k -j2 -X $A x{}y {} ::: a b c"
 c k $N "-k -j2 -X 'echo x{}y {1}' ::: a b c"
 c k $N '-k -j4 --xargs echo ::: 1 2 3 4 5 6 7 8 9 10'
 c k $N "-k -j1 -X echo {#}:{} ::: \$(seq 300)"
+# --pipe: blocks of records on standard input
+c k "$W/seq10" '-k --pipe -N3 wc -l'
+c k "$W/seq100k" '-k --pipe --block 100k wc -l'
+c k "$W/seq100k" '-k --pipe --block 100K wc -l'
+c s "$W/seq100k" '--pipe --block 64k -j4 md5sum'
+c k "$W/f1" "-k --pipe -N2 'echo {#}; cat'"
 echo "parity: $equal equal, $differ differ, $xfail xfail"
 [ "$differ" -eq 0 ]

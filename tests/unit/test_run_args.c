@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 TEST(run_args_list_split)
 {
@@ -274,4 +275,69 @@ TEST(run_args_group_context_replace)
 	const char *const sh[] = {"/bin/sh", "-c", "cat  p{}q {1} 'x y'", NULL};
 	ASSERT_EQ(grouped("a b c", 2, 0, 1, sh, 0, got, sizeof got, &n, NULL, NULL), 0);
 	EXPECT_STREQ(got, "/bin/sh|-c|cat  paq pbq a 'x y'");
+}
+
+/* --pipe: blocks of whole records up to a byte bound (or -N records), no
+ * bound on records a block; the block's standard input is its records,
+ * each ended by the delimiter; the command sees no values. */
+TEST(run_args_pipe_blocks)
+{
+	struct mesh_exec_list l;
+	struct mesh_exec_input in;
+	struct mesh_exec_source src[1] = {{&l, 0}};
+	/* more records than a command could take as arguments */
+	size_t n = MESH_EXEC_INPUT_MAX_ARGS + 10;
+	char *text = malloc(n * 2 + 1);
+	ASSERT_TRUE(text != NULL);
+	for (size_t i = 0; i < n; i++)
+		text[2 * i] = (char)('a' + i % 26), text[2 * i + 1] = '\n';
+	ASSERT_EQ(mesh_exec_list_split(&l, text, n * 2, '\n', NULL), 0);
+	ASSERT_EQ(mesh_exec_input_combine(&in, src, 1, NULL), 0);
+	uint64_t h = in.hash;
+	ASSERT_EQ(mesh_exec_input_blocks(&in, 0, 0, '\n'), 0);
+	EXPECT_UEQ(in.n, 1); /* one block holds them all */
+	EXPECT_NE(in.hash, h);
+	int fd = mesh_exec_input_block_fd(&in, 0);
+	ASSERT_GE(fd, 0);
+	char *got = malloc(n * 2 + 16);
+	ASSERT_TRUE(got != NULL);
+	ssize_t r = read(fd, got, n * 2 + 16);
+	EXPECT_EQ(r, (ssize_t)(n * 2));
+	EXPECT_TRUE(r > 0 && !memcmp(got, text, n * 2));
+	close(fd);
+	EXPECT_EQ(mesh_exec_input_block_fd(&in, 1), MESH_E_RANGE);
+	mesh_exec_input_release(&in);
+
+	/* bytes: "a\nb\n..." is 2 bytes a record: 5 bytes hold two records */
+	ASSERT_EQ(mesh_exec_input_combine(&in, src, 1, NULL), 0);
+	ASSERT_EQ(mesh_exec_input_blocks(&in, 0, 5, '\n'), 0);
+	EXPECT_UEQ(in.n, (n + 1) / 2);
+	fd = mesh_exec_input_block_fd(&in, 1);
+	ASSERT_GE(fd, 0);
+	r = read(fd, got, 16);
+	EXPECT_EQ(r, 4);
+	EXPECT_TRUE(r == 4 && !memcmp(got, "c\nd\n", 4));
+	close(fd);
+	/* the command sees no values: nothing appended, {} empty */
+	const char *const argv[] = {"wc", "-l", "<{}>", NULL};
+	struct mesh_exec_template t;
+	struct mesh_buf b = MESH_BUF_INIT;
+	ASSERT_EQ(mesh_exec_template_init(&t, (char *const *)argv), 0);
+	char **av = calloc(mesh_exec_template_slots(&t), sizeof *av), line[256];
+	ASSERT_EQ(mesh_exec_template_expand(&t, &in, 0, 1, &b, av), 0);
+	join(av, line, sizeof line);
+	EXPECT_STREQ(line, "wc|-l|<>");
+	free(av);
+	mesh_buf_release(&b);
+	mesh_exec_template_release(&t);
+	mesh_exec_input_release(&in);
+
+	/* -N 3: three records a block, the last shorter */
+	ASSERT_EQ(mesh_exec_input_combine(&in, src, 1, NULL), 0);
+	ASSERT_EQ(mesh_exec_input_blocks(&in, 3, 0, '\n'), 0);
+	EXPECT_UEQ(in.n, (n + 2) / 3);
+	mesh_exec_input_release(&in);
+	mesh_exec_list_release(&l);
+	free(text);
+	free(got);
 }
