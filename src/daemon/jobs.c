@@ -215,21 +215,23 @@ void mesh__job_note_first(struct job *jb)
 		return;
 	uint64_t t0 = jb->t_submit ? jb->t_submit : jb->t_driver, end = stored > done ? stored : done;
 	mesh_info("job=%" PRIu64 " first result durable after %.3f ms (since the %s): stored %.3f, driver %.3f, "
-		  "worker asked %.3f, first lease %.3f, worker online %.3f, chunk sent %.3f, reply %.3f, DONE durable %.3f",
+		  "worker asked %.3f, first lease %.3f, worker joined %.3f, chunk sent %.3f, worker online %.3f, reply %.3f, "
+		  "DONE durable %.3f",
 		  jb->id, ms_since(end, t0), jb->t_submit ? "submit" : "driver's start", ms_since(stored, t0),
 		  ms_since(jb->t_driver, t0), ms_since(atomic_load(&jb->xs.first_ask_ns), t0),
 		  ms_since(atomic_load(&jb->xs.first_start_ns), t0), ms_since(atomic_load(&jb->xs.first_worker_ns), t0),
-		  ms_since(atomic_load(&jb->xs.first_sent_ns), t0), ms_since(atomic_load(&jb->xs.first_reply_ns), t0),
-		  ms_since(done, t0));
+		  ms_since(atomic_load(&jb->xs.first_sent_ns), t0), ms_since(atomic_load(&jb->xs.first_online_ns), t0),
+		  ms_since(atomic_load(&jb->xs.first_reply_ns), t0), ms_since(done, t0));
 }
 
 /* The first DONE is durable: its time (docs/jobs.md, "The first result"). */
 static void note_first_done(struct job *jb)
 {
 	struct mesh_job_status js;
+	uint64_t now = mesh_mono_ns(); /* durable from here (the batch returned), whatever the status costs */
 	if (atomic_load(&jb->t_first_done) || mesh_job_status(jb->jh, &js) < 0 || js.done <= jb->done0)
 		return;
-	atomic_store(&jb->t_first_done, mesh_mono_ns());
+	atomic_store(&jb->t_first_done, now);
 	mesh__job_note_first(jb);
 }
 
