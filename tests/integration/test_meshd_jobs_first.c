@@ -96,10 +96,13 @@ TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased,
 	/* The structure: asked for before the spec was durable and before the
 	 * first lease; the worker joined before a chunk went to it (its
 	 * `online` may reach meshd after its first reply). */
-	double joined = stamp(line, "joined");
+	double joined = stamp(line, "joined"), results = stamp(line, "results file");
 	CHECK(asked < stored);
 	CHECK(asked < lease);
 	CHECK(joined > 0 && joined <= sent && sent <= reply && reply <= done);
+	/* The results file (created on a helper thread, off the first lease's
+	 * way) was there before the first DONE. */
+	CHECK(results > 0 && results <= done);
 	/* The whole: the later of the DONE and the job's own store. */
 	CHECK(total >= done && total >= stored && (total == done || total == stored));
 	/* Honest: the API's figure is the logged one; it spans the worker's
