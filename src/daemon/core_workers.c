@@ -264,7 +264,11 @@ static void job_unhold(struct meshd_core *d, struct program *p, unsigned i, int 
 	meshd__reconcile(d, p);
 }
 
-int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err)
+/* meshd_job_worker_get(_early): early returns a worker that is launching
+ * once its slot is armed (its state LAUNCHING: the host armed the slot and
+ * sent `run` before it set that state, under its lock). */
+static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, int early,
+			  char **err)
 {
 	struct program *p;
 	if (err)
@@ -334,9 +338,11 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 	struct mesh_instance *inst = wk->inst;
 	pthread_mutex_unlock(&d->mu);
 	uint64_t now = mesh_mono_ns();
-	rc = mesh_instance_wait(inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE,
-				now < deadline ? deadline - now : 0, err);
-	if (rc == 0 && mesh_instance_state(inst) != MESH_IS_RUNNING) {
+	unsigned mask = 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE;
+	rc = mesh_instance_wait(inst, mask | (early ? 1u << MESH_IS_LAUNCHING : 0), now < deadline ? deadline - now : 0,
+				err);
+	enum mesh_istate ist = mesh_instance_state(inst);
+	if (rc == 0 && ist != MESH_IS_RUNNING && !(early && ist == MESH_IS_LAUNCHING)) {
 		char *r = mesh_instance_last_report(inst);
 		rc = MESH_E_CRASHED;
 		if (err)
@@ -359,8 +365,50 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 	out->slot = d->slots[s];
 	out->inst = inst;
 	out->pid = mesh_instance_pid(inst);
+	out->online = ist == MESH_IS_RUNNING;
+	if (!out->online)
+		p->refs++; /* meshd_job_worker_online's, apart from the hold's */
 	pthread_mutex_unlock(&d->mu);
 	return 0; /* the program's reference stays until put */
+}
+
+int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err)
+{
+	return job_worker_get(d, name, out, 0, err);
+}
+
+int meshd_job_worker_get_early(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err)
+{
+	return job_worker_get(d, name, out, 1, err);
+}
+
+int meshd_job_worker_online(struct meshd_core *d, struct meshd_job_worker *w, char **err)
+{
+	struct program *p = w->prog;
+	if (err)
+		*err = NULL;
+	if (w->online)
+		return 0;
+	/* The reference taken for us keeps p and its instances alive, even
+	 * once the hold was put back. */
+	int rc = mesh_instance_wait(w->inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE,
+				    p->img.m.online_timeout_ns + STOP_WAIT_NS, err);
+	enum mesh_istate ist = mesh_instance_state(w->inst);
+	if (rc == 0 && ist == MESH_IS_RUNNING) {
+		w->online = 1;
+	} else {
+		char *r = mesh_instance_last_report(w->inst);
+		if (err) {
+			free(*err);
+			*err = r ? r : mesh_strf("'%s' %s before it came online", p->img.name,
+						 ist == MESH_IS_IDLE ? "refused its run" : "exited");
+		} else {
+			free(r);
+		}
+		rc = ist == MESH_IS_IDLE ? MESH_E_REFUSED : MESH_E_CRASHED;
+	}
+	meshd__unref(d, p);
+	return rc;
 }
 
 void meshd_job_worker_put(struct meshd_core *d, struct meshd_job_worker *w, int kill_it)

@@ -56,19 +56,25 @@ struct entry {
 };
 
 /* A worker asked for from the core on a helper thread (the core's start
- * blocks until the worker is online): by the executor, or ahead of it by
- * the job's submit (job_exec.h).  kick_fd is told when it is done; -1
- * while nobody listens (asked ahead, not adopted yet). */
+ * blocks): by the executor, or ahead of it by the job's submit
+ * (job_exec.h).  It is got once its slot is armed (the `run` sent, or it
+ * was online already): the executor attaches it then and sends it chunks
+ * while it maps the slot.  The thread then waits for its `online` (done).
+ * kick_fd is told at each of the two; -1 while nobody listens (asked
+ * ahead, not adopted yet). */
 struct meshd_job_ahead {
 	struct meshd_core *core;
 	const char *program;
 	struct meshd_job_exec_stats *st;
 	pthread_t th;
 	pthread_mutex_t mu;
-	int got, kick_fd; /* mu */
-	int rc;		  /* got: rc, err, h */
+	int got, done, kick_fd; /* mu */
+	int rc;			/* got: rc, err, h */
 	char *err;
 	struct meshd_job_worker h;
+	int online_rc;		/* done: 0, or it did not come online (online_err) */
+	char *online_err;
+	int counted, joined;	/* in st->starting; its thread joined */
 };
 
 struct jworker {
@@ -189,16 +195,34 @@ static void *getter_main(void *arg)
 	struct meshd_job_ahead *g = arg;
 	struct meshd_job_worker h;
 	char *err = NULL;
-	int rc = meshd_job_worker_get(g->core, g->program, &h, &err);
+	int rc = meshd_job_worker_get_early(g->core, g->program, &h, &err);
+	if (rc == 0 && h.online)
+		stamp_first(&g->st->first_online_ns);
 	pthread_mutex_lock(&g->mu);
 	g->rc = rc;
 	g->err = err;
 	g->h = h;
 	g->got = 1;
+	g->done = rc != 0 || h.online;
 	int fd = g->kick_fd;
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
 		efd_kick(fd); /* the executor joins us before it closes fd */
+	if (rc != 0 || h.online)
+		return NULL;
+	/* Armed, not online yet: its chunks may be in its ring already. */
+	err = NULL;
+	rc = meshd_job_worker_online(g->core, &h, &err);
+	if (rc == 0)
+		stamp_first(&g->st->first_online_ns);
+	pthread_mutex_lock(&g->mu);
+	g->online_rc = rc;
+	g->online_err = err;
+	g->done = 1;
+	fd = g->kick_fd;
+	pthread_mutex_unlock(&g->mu);
+	if (fd >= 0)
+		efd_kick(fd);
 	return NULL;
 }
 
@@ -212,6 +236,7 @@ static int getter_start(struct meshd_core *core, const char *program, struct mes
 	g->program = program;
 	g->st = st;
 	g->kick_fd = kick_fd;
+	g->counted = 1;
 	pthread_mutex_init(&g->mu, NULL);
 	stamp_first(&st->first_ask_ns);
 	atomic_fetch_add_explicit(&st->starting, 1, memory_order_relaxed);
@@ -226,25 +251,37 @@ static int getter_start(struct meshd_core *core, const char *program, struct mes
 	return 0;
 }
 
-static int getter_done(struct meshd_job_ahead *g)
+/* 0: still asking; 1: got (rc, err, h); 2: done as well (online_rc). */
+static int getter_state(struct meshd_job_ahead *g)
 {
 	pthread_mutex_lock(&g->mu);
-	int got = g->got;
+	int st = g->done ? 2 : g->got;
 	pthread_mutex_unlock(&g->mu);
-	return got;
+	return st;
 }
 
-/* Waits for the getter's thread; it is no longer starting.  Its result
- * (rc, err, h) stays for the caller, who frees g with getter_free. */
+/* It no longer counts as starting (its worker joined, or it ended). */
+static void getter_uncount(struct meshd_job_ahead *g)
+{
+	if (g->counted)
+		atomic_fetch_sub_explicit(&g->st->starting, 1, memory_order_relaxed);
+	g->counted = 0;
+}
+
+/* Waits for the getter's thread (once).  Its result stays for the caller,
+ * who frees g with getter_free. */
 static void getter_join(struct meshd_job_ahead *g)
 {
-	pthread_join(g->th, NULL);
-	atomic_fetch_sub_explicit(&g->st->starting, 1, memory_order_relaxed);
+	if (!g->joined)
+		pthread_join(g->th, NULL);
+	g->joined = 1;
+	getter_uncount(g);
 }
 
 static void getter_free(struct meshd_job_ahead *g)
 {
 	free(g->err);
+	free(g->online_err);
 	pthread_mutex_destroy(&g->mu);
 	free(g);
 }
@@ -261,7 +298,7 @@ void meshd_job_ahead_drop(struct meshd_job_ahead *a)
 		return;
 	getter_join(a);
 	if (a->rc == 0)
-		meshd_job_worker_put(a->core, &a->h, 0);
+		meshd_job_worker_put(a->core, &a->h, 0); /* nothing was sent into its slot */
 	getter_free(a);
 }
 
@@ -330,9 +367,41 @@ static void empty_fifo(struct slot_ex *x, struct jworker *w, int code, const cha
 	w->n = w->head = 0;
 }
 
-/* The worker leaves the job: killed (kill_it), or dead already. */
+/* A worker could not come up (rc, err): one waiting attempt fails with the
+ * reason (so a program that never comes up buries its chunks instead of
+ * spawning for ever), and the next try waits (or, rc -EAGAIN: busy, soon). */
+static void came_not_up(struct slot_ex *x, int rc, const char *err)
+{
+	uint64_t now = mesh_mono_ns();
+	x->need_pump = 1;
+	if (rc == -EAGAIN) {
+		x->next_get = now + BUSY_RETRY_NS;
+		return;
+	}
+	uint64_t b = BACKOFF_MIN_NS << (x->get_fails < 5 ? x->get_fails : 5);
+	x->get_fails++;
+	x->next_get = now + (b < BACKOFF_MAX_NS ? b : BACKOFF_MAX_NS);
+	struct unit *u = x->qhead;
+	if (u) {
+		q_remove(x, u);
+		end_unit_text(u, 127, err ? err : mesh_strerror(rc));
+	}
+}
+
+/* 1 when the worker took a request from its ring (so it came online,
+ * whatever its getter saw: the host may tell its death first). */
+static int took_any(const struct jworker *w)
+{
+	return w->h.slot && mesh_slot_taken(w->h.slot) > w->taken_base;
+}
+
+/* The worker leaves the job: killed (kill_it), or dead already.  A getter
+ * still waiting for its `online` is waited for once the worker is put
+ * back (killed, it ends soon); a worker that did not come online counts
+ * as one that could not come up. */
 static void drop_worker(struct slot_ex *x, struct jworker *w, int kill_it, int code, const char *text)
 {
+	int took = took_any(w);
 	if (kill_it && w->h.slot)
 		mesh_slot_fail(w->h.slot, "worker killed by its job"); /* wakes the waiter now */
 	stop_waiter(w);
@@ -343,6 +412,14 @@ static void drop_worker(struct slot_ex *x, struct jworker *w, int kill_it, int c
 	atomic_fetch_sub_explicit(&x->st->workers, 1, memory_order_relaxed);
 	if (kill_it)
 		atomic_fetch_add_explicit(&x->st->worker_kills, 1, memory_order_relaxed);
+	struct meshd_job_ahead *g = w->g;
+	w->g = NULL;
+	if (g) {
+		getter_join(g);
+		if (g->online_rc && !took)
+			came_not_up(x, g->online_rc, g->online_err);
+		getter_free(g);
+	}
 }
 
 /* The worker's slot failed: most likely it died.  Its report names the
@@ -409,6 +486,10 @@ static void drain(struct slot_ex *x, struct jworker *w)
 	arm(w);
 }
 
+/* The worker joins (its slot armed; maybe not online yet: w->g then waits
+ * for that, and tells w->efd).  Its waiter starts after the pump that
+ * sends its first chunks (start_waiters): a thread's start is not on the
+ * way to the first chunk. */
 static void attach(struct slot_ex *x, struct jworker *w)
 {
 	w->state = W_ON;
@@ -419,46 +500,67 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->quit = 0;
 	stamp_first(&x->st->first_worker_ns);
 	atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
-	if (mesh_thread_start(&w->waiter, waiter_main, w) < 0) {
-		drop_worker(x, w, 0, 1, NULL);
-		return;
-	}
-	w->waiter_on = 1;
-	arm(w);
 }
 
-/* Getters that are done: their workers join, their failures count. */
-static void collect(struct slot_ex *x)
+/* Joined workers without a waiter get one (a reply already in the ring
+ * wakes it at once). */
+static void start_waiters(struct slot_ex *x)
 {
-	uint64_t now = mesh_mono_ns();
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->state != W_COMING || !getter_done(w->g))
+		if (w->state != W_ON || w->waiter_on)
 			continue;
+		if (mesh_thread_start(&w->waiter, waiter_main, w) < 0) {
+			drop_worker(x, w, w->n > 0, 1, "cannot start a thread for the worker");
+			continue;
+		}
+		w->waiter_on = 1;
+		arm(w);
+	}
+}
+
+/* Getters that got their worker: it joins at once, armed, before its
+ * `online` (chunks sent now are the first it reads); those whose worker
+ * came online are freed; failures count. */
+static void collect(struct slot_ex *x)
+{
+	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
+		struct jworker *w = &x->w[i];
 		struct meshd_job_ahead *g = w->g;
+		int st = g ? getter_state(g) : 0;
+		if (st == 0)
+			continue;
+		if (w->state == W_COMING && g->rc == 0) {
+			w->h = g->h;
+			getter_uncount(g);
+			pthread_mutex_lock(&g->mu);
+			g->kick_fd = w->efd; /* its `online` (or not) wakes the driver through it */
+			pthread_mutex_unlock(&g->mu);
+			attach(x, w);
+			if (st < 2)
+				continue; /* online comes later */
+		}
+		if (st < 2 && w->state == W_ON)
+			continue;
 		w->g = NULL;
 		getter_join(g);
-		if (g->rc == 0) {
-			x->get_fails = 0;
-			w->h = g->h;
-			attach(x, w);
-		} else {
+		if (w->state == W_COMING) {
 			w->state = W_NONE;
-			x->need_pump = 1;
-			if (g->rc == -EAGAIN) {
-				x->next_get = now + BUSY_RETRY_NS;
-			} else {
-				/* It could not come up: one waiting attempt fails
-				 * with the reason, and the next try waits. */
-				uint64_t b = BACKOFF_MIN_NS << (x->get_fails < 5 ? x->get_fails : 5);
-				x->get_fails++;
-				x->next_get = now + (b < BACKOFF_MAX_NS ? b : BACKOFF_MAX_NS);
-				struct unit *u = x->qhead;
-				if (u) {
-					q_remove(x, u);
-					end_unit_text(u, 127, g->err ? g->err : mesh_strerror(g->rc));
-				}
-			}
+			came_not_up(x, g->rc, g->err);
+		} else if (g->online_rc == MESH_E_REFUSED) {
+			/* Alive, off its slot: what we sent it is requeued. */
+			drop_worker(x, w, 1, 127, g->online_err);
+			came_not_up(x, g->online_rc, g->online_err);
+		} else if (g->online_rc) {
+			/* It died coming up (its slot is failed): as any death,
+			 * then as a start that failed unless it took a chunk
+			 * (that chunk's attempt failed with its death). */
+			int took = took_any(w);
+			worker_died(x, w);
+			if (!took)
+				came_not_up(x, g->online_rc, g->online_err);
+		} else {
+			x->get_fails = 0;
 		}
 		getter_free(g);
 	}
@@ -477,7 +579,7 @@ static int holds(const struct slot_ex *x, const struct jworker *w, uint64_t cid)
 }
 
 /* Sends what waits to workers with room; asks for workers as demand says. */
-static void pump(struct slot_ex *x)
+static void pump_send(struct slot_ex *x)
 {
 	collect(x);
 	x->need_pump = 0;
@@ -586,6 +688,12 @@ static void pump(struct slot_ex *x)
 		w->state = W_COMING;
 		have++;
 	}
+}
+
+static void pump(struct slot_ex *x)
+{
+	pump_send(x);
+	start_waiters(x);
 }
 
 /* --timeout: a worker that held its chunk too long is killed. */
@@ -742,15 +850,18 @@ static void sx_free(struct mesh__executor *ex)
 	struct slot_ex *x = sx(ex);
 	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->g) {
+		if (w->g && w->state == W_COMING) {
+			/* Its worker, once got, is given back below (by drop_worker,
+			 * which also waits for the rest of it). */
 			getter_join(w->g);
 			if (w->g->rc == 0) {
 				w->h = w->g->h;
 				w->state = W_ON;
 				atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
+			} else {
+				getter_free(w->g);
+				w->g = NULL;
 			}
-			getter_free(w->g);
-			w->g = NULL;
 		}
 	}
 	/* Every waiter told to quit first: they end together. */

@@ -10,7 +10,11 @@
  * failed attempt (status 1, the text on stream 0).  Workers come from the
  * core (ops.h: meshd_job_worker_get, on helper threads so the driver never
  * blocks) as demand asks: ceil(attempts in flight / D), at most K; the
- * first comes from zero.  They go back to the core, idle, when the
+ * first comes from zero.  A worker that is coming up joins once its slot
+ * is armed (the `run` sent), before it answers `online`: its first chunks
+ * are in its ring when it maps the slot; one that then does not come
+ * online gives its chunks back unstarted (no attempt counted) and counts
+ * as a worker that could not be started (below).  They go back to the core, idle, when the
  * executor is freed (the idle TTL then reaps them).
  *
  * An upgrade (a load of a changed image, a rollback; ops.h): a worker of
@@ -67,9 +71,11 @@ struct meshd_job_exec_stats {
 	_Atomic uint64_t requeued;	   /* chunks moved to another worker unstarted */
 	/* The first chunk's path, CLOCK_MONOTONIC, 0 = not yet: a worker
 	 * asked for (a getter started), an attempt started (leased), a worker
-	 * online and attached, a chunk sent into a slot, a result taken. */
+	 * attached (its slot armed: the `run` sent, maybe not online yet), a
+	 * chunk sent into a slot, a worker's `online` seen by meshd, a result
+	 * taken. */
 	_Atomic uint64_t first_ask_ns, first_start_ns, first_worker_ns, first_sent_ns;
-	_Atomic uint64_t first_reply_ns;
+	_Atomic uint64_t first_online_ns, first_reply_ns;
 };
 
 /* A job's first worker asked for before its executor exists: at submit,

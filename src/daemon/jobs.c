@@ -77,10 +77,29 @@ static int mkdirs(const char *path)
 	return 0;
 }
 
+/* The results file opened on its helper thread (job_open_files): joins
+ * it once.  0 once jb->res is open, or the open's error (logged once). */
+static int res_wait(struct job *jb)
+{
+	pthread_mutex_lock(&jb->res_mu);
+	if (jb->res_th_on) {
+		pthread_join(jb->res_th, NULL);
+		jb->res_th_on = 0;
+		if (jb->res_rc < 0)
+			mesh_error("job=%" PRIu64 " cannot open the results %s: %s", jb->id, jb->results_path,
+				   mesh_strerror(jb->res_rc));
+	}
+	int rc = jb->res_rc;
+	pthread_mutex_unlock(&jb->res_mu);
+	return rc;
+}
+
 void mesh__job_free(struct job *jb)
 {
 	if (!jb)
 		return;
+	res_wait(jb);
+	pthread_mutex_destroy(&jb->res_mu);
 	if (jb->spec_jh)
 		mesh_job_close(jb->spec_jh);
 	if (jb->jh)
@@ -113,6 +132,7 @@ struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id)
 	jb->id = id;
 	jb->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pthread_mutex_init(&jb->mu, NULL);
+	pthread_mutex_init(&jb->res_mu, NULL);
 	/* Readers wait with CLOCK_MONOTONIC deadlines. */
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -194,13 +214,15 @@ static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p,
 {
 	struct job *jb = arg;
 	(void)attempt;
-	return mesh_results_append(jb->res, cid, MESH_RESULT_OK, p, n);
+	int rc = res_wait(jb);
+	return rc < 0 ? rc : mesh_results_append(jb->res, cid, MESH_RESULT_OK, p, n);
 }
 
 static int hook_commit(void *arg)
 {
 	struct job *jb = arg;
-	return mesh_results_sync(jb->res);
+	int rc = res_wait(jb);
+	return rc < 0 ? rc : mesh_results_sync(jb->res);
 }
 
 static double ms_since(uint64_t t, uint64_t t0)
@@ -215,11 +237,13 @@ void mesh__job_note_first(struct job *jb)
 		return;
 	uint64_t t0 = jb->t_submit ? jb->t_submit : jb->t_driver, end = stored > done ? stored : done;
 	mesh_info("job=%" PRIu64 " first result durable after %.3f ms (since the %s): stored %.3f, driver %.3f, "
-		  "worker asked %.3f, first lease %.3f, worker online %.3f, chunk sent %.3f, reply %.3f, DONE durable %.3f",
+		  "worker asked %.3f, first lease %.3f, worker joined %.3f, chunk sent %.3f, worker online %.3f, reply %.3f, "
+		  "results file %.3f, DONE durable %.3f",
 		  jb->id, ms_since(end, t0), jb->t_submit ? "submit" : "driver's start", ms_since(stored, t0),
 		  ms_since(jb->t_driver, t0), ms_since(atomic_load(&jb->xs.first_ask_ns), t0),
 		  ms_since(atomic_load(&jb->xs.first_start_ns), t0), ms_since(atomic_load(&jb->xs.first_worker_ns), t0),
-		  ms_since(atomic_load(&jb->xs.first_sent_ns), t0), ms_since(atomic_load(&jb->xs.first_reply_ns), t0),
+		  ms_since(atomic_load(&jb->xs.first_sent_ns), t0), ms_since(atomic_load(&jb->xs.first_online_ns), t0),
+		  ms_since(atomic_load(&jb->xs.first_reply_ns), t0), ms_since(atomic_load(&jb->t_results), t0),
 		  ms_since(done, t0));
 }
 
@@ -227,9 +251,10 @@ void mesh__job_note_first(struct job *jb)
 static void note_first_done(struct job *jb)
 {
 	struct mesh_job_status js;
+	uint64_t now = mesh_mono_ns(); /* durable from here (the batch returned), whatever the status costs */
 	if (atomic_load(&jb->t_first_done) || mesh_job_status(jb->jh, &js) < 0 || js.done <= jb->done0)
 		return;
-	atomic_store(&jb->t_first_done, mesh_mono_ns());
+	atomic_store(&jb->t_first_done, now);
 	mesh__job_note_first(jb);
 }
 
@@ -257,7 +282,7 @@ static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, con
 	struct mesh_buf b = MESH_BUF_INIT;
 	mesh__job_failure_text(&b, attempt, code, err, n);
 	/* The report is for people: losing it loses no chunk. */
-	if (b.p && mesh_results_append(jb->res, cid, MESH_RESULT_FAILURE, b.p, b.len) < 0)
+	if (b.p && res_wait(jb) == 0 && mesh_results_append(jb->res, cid, MESH_RESULT_FAILURE, b.p, b.len) < 0)
 		mesh_warn("job=%" PRIu64 " cannot keep the failure report of chunk %" PRIu64, jb->id, cid);
 	mesh_buf_release(&b);
 	if (buried) {
@@ -277,11 +302,37 @@ static void note_buried(const struct mesh_job_failure *f, void *arg)
 }
 
 /* Opens what a job needs to be read (and, writable, run). */
-static int job_open_files(struct job *jb, int writable, char **err)
+static int results_open(struct job *jb, char **err)
+{
+	uint64_t cut = 0;
+	struct mesh_results *res = NULL;
+	int rc = mesh_results_open(&res, jb->results_path, jb->n, &cut);
+	if (rc < 0)
+		return mesh_errf(err, rc, "cannot open the results %s: %s", jb->results_path, mesh_strerror(rc));
+	if (cut)
+		mesh_warn("job=%" PRIu64 " results: a torn tail of %" PRIu64 " bytes was cut", jb->id, cut);
+	atomic_store(&jb->t_results, mesh_mono_ns());
+	pthread_mutex_lock(&jb->mu);
+	jb->res = res;
+	pthread_mutex_unlock(&jb->mu);
+	return 0;
+}
+
+static void *results_open_main(void *arg)
+{
+	struct job *jb = arg;
+	jb->res_rc = results_open(jb, NULL); /* read after the join */
+	return NULL;
+}
+
+/* Opens the job's journal (and its speculative handle) and its results
+ * file; with defer_results the results file on a helper thread (res_wait
+ * joins it), so that a driver's first lease does not wait for its
+ * creation. */
+static int job_open_files(struct job *jb, int writable, int defer_results, char **err)
 {
 	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
 	struct mesh_job *jh = NULL, *sjh = NULL;
-	struct mesh_results *res = NULL;
 	char node[96];
 	int rc;
 	o.journal = jb->journal;
@@ -302,20 +353,22 @@ static int job_open_files(struct job *jb, int writable, char **err)
 			return mesh_errf(err, rc, "cannot open the journal %s: %s", jb->journal, mesh_strerror(rc));
 		}
 	}
-	uint64_t cut = 0;
-	if ((rc = mesh_results_open(&res, jb->results_path, jb->n, &cut)) < 0) {
+	pthread_mutex_lock(&jb->res_mu);
+	if (defer_results && mesh_thread_start(&jb->res_th, results_open_main, jb) == 0)
+		jb->res_th_on = 1;
+	else
+		jb->res_rc = rc = results_open(jb, err);
+	pthread_mutex_unlock(&jb->res_mu);
+	if (rc < 0) {
 		if (sjh)
 			mesh_job_close(sjh);
 		mesh_job_close(jh);
-		return mesh_errf(err, rc, "cannot open the results %s: %s", jb->results_path, mesh_strerror(rc));
+		return rc;
 	}
-	if (cut)
-		mesh_warn("job=%" PRIu64 " results: a torn tail of %" PRIu64 " bytes was cut", jb->id, cut);
 	pthread_mutex_lock(&jb->mu);
 	mesh_job_failures(jh, note_buried, jb);
 	jb->jh = jh;
 	jb->spec_jh = sjh;
-	jb->res = res;
 	pthread_mutex_unlock(&jb->mu);
 	return 0;
 }
@@ -349,7 +402,7 @@ static void *driver_main(void *arg)
 	int rc = 0;
 	jb->t_driver = mesh_mono_ns();
 	if (!jb->jh)
-		rc = job_open_files(jb, 1, &err);
+		rc = job_open_files(jb, 1, 1, &err);
 	if (rc == 0 && jb->has_input) {
 		rc = mesh_exec_input_load(jb->input_path, &in, NULL);
 		if (rc == 0 && in.n != jb->n)
@@ -459,7 +512,7 @@ static int load_job(struct meshd_jobs *j, uint64_t id)
 	if (path && mesh_read_file(path, 64, &end, &len) == 0) {
 		jb->state = mesh__job_end_state(end);
 		char *err = NULL;
-		if (job_open_files(jb, 0, &err) < 0) {
+		if (job_open_files(jb, 0, 0, &err) < 0) {
 			jb->state = MESHD_JOB_ERROR;
 			jb->error = err;
 		}

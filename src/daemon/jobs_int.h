@@ -50,6 +50,13 @@ struct job {
 	_Atomic int first_logged;
 	/* Asked for at submit, adopted by the driver's executor (job_exec.h). */
 	struct meshd_job_ahead *ahead;
+	/* The driver's results file is opened (created: two fsyncs) on a
+	 * helper thread while the first chunk is leased and sent; the first
+	 * hook that needs it joins it (jobs.c, res_wait).  t_results: open. */
+	pthread_mutex_t res_mu;
+	pthread_t res_th;
+	int res_th_on, res_rc; /* res_mu */
+	_Atomic uint64_t t_results;
 };
 
 struct meshd_jobs {

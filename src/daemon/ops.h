@@ -173,6 +173,7 @@ struct meshd_job_worker {
 	struct mesh_slot *slot;	  /* the job drives it with mesh_slot_send/recv */
 	struct mesh_instance *inst;
 	pid_t pid;
+	int online;		  /* 0: armed, its `online` not seen yet (meshd_job_worker_get_early) */
 };
 /* Takes one more worker of name for a job: a free warm one, else one
  * started (spawned, launched on a free slot) and waited for until online.
@@ -181,6 +182,21 @@ struct meshd_job_worker {
  * free; MESH_E_CRASHED (*err: the report) when it died coming up; the
  * load's errors (unknown program, ...). */
 int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err);
+/* meshd_job_worker_get, but a worker that is not online yet is returned
+ * as soon as its slot is armed for it (the `run` sent, out->online 0):
+ * what is sent into the slot's request ring from now on is what the
+ * worker reads first once it maps the slot, so the first chunk waits for
+ * no round trip after `ready`.  The hold is the caller's either way; with
+ * out->online 0 the caller must call meshd_job_worker_online (any thread,
+ * once) to learn whether it came. */
+int meshd_job_worker_get_early(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err);
+/* After meshd_job_worker_get_early with w->online 0 (w: a copy of that
+ * handle; it stays usable until this returns, even once the hold was put
+ * back): waits until the worker said `online` (0, w->online set) or it
+ * did not come: MESH_E_REFUSED (it refused the run and lives on, off the
+ * slot; *err the reason) or MESH_E_CRASHED (it died or was failed: its
+ * slot is failed; *err the report).  The caller still puts the hold back. */
+int meshd_job_worker_online(struct meshd_core *d, struct meshd_job_worker *w, char **err);
 /* Gives a held worker back (w is cleared): idle from now (the loop reaps
  * it when its idle TTL expires), or with kill_it asked to exit and its
  * process group SIGKILLed at once (a hung or broken worker). */

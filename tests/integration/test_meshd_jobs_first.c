@@ -4,6 +4,7 @@
  * the job's first_result_s (the submit's arrival to the first DONE that is
  * durable), the worker's spawn-to-ready (the cold-start histogram), and
  * the path meshd logs (CLOCK_MONOTONIC stamps since the submit). */
+#include "base/exit.h"
 #include "host/image.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
@@ -93,10 +94,15 @@ TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased,
 	EXPECT_CONTAINS(line, "(since the submit)");
 	CHECK(stored > 0 && asked >= 0 && lease > 0 && online > 0 && sent > 0 && reply > 0 && done > 0);
 	/* The structure: asked for before the spec was durable and before the
-	 * first lease; the worker online before a chunk went to it. */
+	 * first lease; the worker joined before a chunk went to it (its
+	 * `online` may reach meshd after its first reply). */
+	double joined = stamp(line, "joined"), results = stamp(line, "results file");
 	CHECK(asked < stored);
 	CHECK(asked < lease);
-	CHECK(online <= sent && sent <= reply && reply <= done);
+	CHECK(joined > 0 && joined <= sent && sent <= reply && reply <= done);
+	/* The results file (created on a helper thread, off the first lease's
+	 * way) was there before the first DONE. */
+	CHECK(results > 0 && results <= done);
 	/* The whole: the later of the DONE and the job's own store. */
 	CHECK(total >= done && total >= stored && (total == done || total == stored));
 	/* Honest: the API's figure is the logged one; it spans the worker's
@@ -107,5 +113,63 @@ TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased,
 	/* Generous (a loaded 2-core machine): what meshd adds to the spawn. */
 	CHECK(first - ready < 2.0);
 	free(line);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
+}
+
+/* The first chunk does not wait for the worker's `online` round trip:
+ * the worker joins the job once its slot is armed (meshd sent `run`), and
+ * the chunk is in the slot's request ring when the worker maps it.  The
+ * worker here answers `online` 300 ms after its `ready` (it sleeps before
+ * it reads `run`): meshd's stamps show the chunk sent long before it saw
+ * that `online`.  Before, a job's worker joined only once online (the
+ * chunk sent after it). */
+TEST_TIMEOUT(jobs_first_chunk_in_ring_before_online, 60)
+{
+	meshd_t_add_program(out, sizeof out, "slowon", t_bin("tests-workers/host_worker"),
+			    "args = [\"slow-online\"]\nmax_workers = 1\nidle_ttl = \"30s\"\n");
+	pid_t pid = meshd_t_start_notified("--state state --log-level info", NULL, 0);
+	ASSERT_EQ(mesh(0, "load slowon"), 0);
+	ASSERT_EQ(mesh(0, "submit slowon ::: alpha"), 0);
+	EXPECT_STREQ(out, "1\n");
+	EXPECT_EQ(mesh(0, "wait 1"), 0);
+	EXPECT_EQ(mesh(0, "results 1"), 0);
+	EXPECT_STREQ(out, "alpha");
+	json_t *j = meshd_t_job_json(out, sizeof out, 1);
+	double first = json_real_value(json_object_get(j, "first_result_s"));
+	EXPECT_EQ(meshd_t_jint(j, "failed_attempts"), 0);
+	json_decref(j);
+	double ready = 0;
+	ASSERT_TRUE(t_wait_for(have_first_line, NULL, 10000));
+	char *line = first_line();
+	double joined = stamp(line, "joined"), sent = stamp(line, "sent"), online = stamp(line, "online"),
+	       reply = stamp(line, "reply");
+	CHECK(joined > 0 && sent > 0 && online > 0 && reply > 0);
+	CHECK(joined <= sent);
+	/* In the ring well before meshd heard `online` (300 ms late). */
+	CHECK(online - sent > 150);
+	CHECK(reply > sent);
+	free(line);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
+}
+
+/* A worker that dies after `ready`, before it reads `run`, with the first
+ * chunk already in its ring: the chunk is not lost and no worker takes it
+ * twice; each such start counts as a start that failed (one attempt fails
+ * with status 127 and the reason), so the chunk is buried after its
+ * retries instead of spawning workers for ever. */
+TEST_TIMEOUT(jobs_death_before_online_fails_a_start, 60)
+{
+	meshd_t_add_program(out, sizeof out, "dies", t_bin("tests-workers/host_worker"),
+			    "args = [\"crash-after-ready\"]\nmax_workers = 1\nidle_ttl = \"30s\"\n");
+	pid_t pid = meshd_t_start_notified("--state state --log-level info", NULL, 0);
+	ASSERT_EQ(mesh(0, "submit dies --retries 2 ::: alpha"), 0);
+	EXPECT_STREQ(out, "1\n");
+	EXPECT_EQ(mesh(1, "wait 1"), MESH_EXIT_INCOMPLETE);
+	EXPECT_CONTAINS(out, "1 buried");
+	EXPECT_CONTAINS(out, "last status 127");
+	json_t *j = meshd_t_job_json(out, sizeof out, 1);
+	EXPECT_EQ(meshd_t_jint(j, "failed_attempts"), 2);
+	EXPECT_EQ(meshd_t_jint(j, "buried"), 1);
+	json_decref(j);
 	EXPECT_EQ(meshd_t_stop(pid), 0);
 }

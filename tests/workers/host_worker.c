@@ -23,6 +23,9 @@
  *                      creates it), else it echoes
  *   hang-on-hang       serves; a request "hang" sleeps 30 s, others echo
  *   slow-200ms         serves; each request takes 200 ms, then echoes
+ *   slow-online        says ready, sleeps 300 ms (meshd's `run` waits in its
+ *                      channel), then serves (its `online` 300 ms late)
+ *   crash-after-ready  says ready, then dies of SIGABRT before it reads `run`
  * (pids are written as /proc shows them -- the host's -- not as getpid()
  * returns them in a worker's own PID namespace.) */
 #include <mesh/worker.h>
@@ -209,7 +212,13 @@ int main(int argc, char **argv)
 			pause();
 	}
 	printf("host_worker %s: ready\n", mode);
-	if ((rc = mesh_worker_ready(w)) == 0)
+	if ((rc = mesh_worker_ready(w)) == 0 && strcmp(mode, "slow-online") == 0)
+		usleep(300000); /* meshd's `run` waits in the channel meanwhile */
+	if (rc == 0 && strcmp(mode, "crash-after-ready") == 0) {
+		signal(SIGABRT, SIG_DFL);
+		abort();
+	}
+	if (rc == 0)
 		rc = mesh_worker_serve(w, echo, (void *)mode);
 	mesh_worker_close(w);
 	return rc < 0 ? 1 : 0;
