@@ -212,8 +212,11 @@ TEST(core_gpu_counts_the_whole_process_group)
 }
 
 /* REAP/stop and crash: the memory counts until NVML lists none of the
- * worker's group (the fake: 300 ms after its death), and the next worker
- * on that GPU waits for it. */
+ * worker's group (the fake: 300 ms after it first finds the pid gone), and
+ * the next worker on that GPU waits for it.  meshd's time-to-free counts
+ * from its own stamp of the death, which can come a little after the
+ * fake's (the sampler reads NVML while another thread reaps): so at least
+ * 250 ms, as the wait, not 300 (299.9 ms was seen under load). */
 TEST(core_gpu_next_worker_waits_for_memory_really_back)
 {
 	char st[256];
@@ -245,7 +248,7 @@ TEST(core_gpu_next_worker_waits_for_memory_really_back)
 	struct meshd_ps ps;
 	struct meshd_worker_info wi = worker(d, "m", &ps);
 	EXPECT_EQ(wi.gpu.state, MESH_GPU_FREED);
-	EXPECT_GE(wi.gpu.time_to_free_ns, (int64_t)(300 * 1000000ll));
+	EXPECT_GE(wi.gpu.time_to_free_ns, (int64_t)(250 * 1000000ll));
 	EXPECT_LT(wi.gpu.time_to_free_ns, (int64_t)(2500 * 1000000ll));
 	EXPECT_EQ(wi.gpu_last_free_ns, wi.gpu.time_to_free_ns);
 	EXPECT_UEQ(wi.gpu.peak, 50 * GIB);
@@ -262,7 +265,7 @@ TEST(core_gpu_next_worker_waits_for_memory_really_back)
 	EXPECT_GE(waited, 250);
 	wi = worker(d, "n", &ps);
 	EXPECT_EQ(wi.gpu.state, MESH_GPU_FREED);
-	EXPECT_GE(wi.gpu.time_to_free_ns, (int64_t)(300 * 1000000ll));
+	EXPECT_GE(wi.gpu.time_to_free_ns, (int64_t)(250 * 1000000ll));
 	meshd_ps_release(&ps);
 	done(d, th);
 }
