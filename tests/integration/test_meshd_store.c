@@ -217,19 +217,26 @@ TEST_TIMEOUT(meshd_store_job_served_by_every_host_with_the_program, 90)
 	EXPECT_CONTAINS(out, "complete");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' jobs --store '%s' --json", t_bin("mesh"), url), 0);
 	EXPECT_CONTAINS(out, "\"duplicates\":0");
-	/* mesh nodes: each meshd's node with the job's program, not "meshd" */
+	/* mesh nodes: each meshd's driver a node with the job's program, not
+	 * "meshd"; each meshd a node of no job with its catalog's programs */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' nodes --store '%s'", t_bin("mesh"), url), 0);
-	int meshd_rows = 0;
+	int meshd_rows = 0, host_rows = 0;
 	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
 		char name[128], host[128], prog[128], job[128];
 		if (sscanf(line, "%127s %127s %127s %127s", name, host, prog, job) != 4 || strncmp(name, "meshd.", 6))
 			continue;
+		if (!strcmp(job, "-")) {
+			host_rows++;
+			EXPECT_TRUE(!strcmp(prog, "jw") || !strcmp(prog, "other"));
+			continue;
+		}
 		meshd_rows++;
 		EXPECT_STREQ(prog, "jw");
 		EXPECT_EQ(job[0], 's');
 		EXPECT_EQ(atoi(job + 1), (int)id);
 	}
 	EXPECT_EQ(meshd_rows, 2);
+	EXPECT_EQ(host_rows, 3);
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);
 	EXPECT_EQ(meshd_t_stop(c), 0);
@@ -518,6 +525,79 @@ TEST_TIMEOUT(meshd_store_wait_and_results_sleep_on_notify_and_wait_draws_the_bar
 	EXPECT_STREQ(got ? got : "", expect);
 	free(got);
 	EXPECT_EQ(meshd_t_stop(a), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
+/* The row of meshd pid's own node (of no job) in `mesh nodes`: 1 when
+ * there is one, its columns copied. */
+struct host_row {
+	pid_t pid;
+	char prog[128], speed[32], state[32];
+	unsigned long long chunks;
+};
+static int host_row_seen(void *arg)
+{
+	struct host_row *h = arg;
+	char want[32];
+	int found = 0;
+	snprintf(want, sizeof want, ".%d", (int)h->pid);
+	if (t_sh(out, sizeof out, 0, "'%s' nodes --store '%s'", t_bin("mesh"), url) != 0)
+		return 0;
+	for (char *line = strtok(out, "\n"); line && !found; line = strtok(NULL, "\n")) {
+		char name[128], host[128], job[128], beat[32];
+		size_t n;
+		if (sscanf(line, "%127s %127s %127s %127s %llu %31s %31s %31s", name, host, h->prog, job, &h->chunks,
+			   h->speed, beat, h->state) != 8)
+			continue;
+		n = strlen(name);
+		found = !strncmp(name, "meshd.", 6) && n > strlen(want) && !strcmp(name + n - strlen(want), want) &&
+			!strcmp(job, "-");
+	}
+	return found;
+}
+static int host_row_has(void *arg)
+{
+	struct host_row *h = arg;
+	struct host_row now = {h->pid, "", "", "", 0};
+	return host_row_seen(&now) && !strcmp(now.prog, h->prog) && !strcmp(now.state, h->state) &&
+	       now.chunks == h->chunks && !strcmp(now.speed, h->speed);
+}
+
+/* A meshd on the store is a node from its start, before any job: its host,
+ * its catalog's programs (again when the catalog changes), its heartbeat,
+ * no speed until it served; stopped once it stops cleanly. */
+TEST_TIMEOUT(meshd_store_meshd_is_a_node_from_its_start, 60)
+{
+	struct store_env e;
+	char *expect;
+	start_store(&e);
+	setenv("MESHD_STORE_TTL_MS", "1000", 1);
+	pid_t a = start_host("a", "jw");
+	struct host_row h = {a, "jw", "-", "alive", 0};
+	EXPECT_EQ(t_wait_for(host_row_has, &h, 2000), 1);
+	/* a program put in its catalog and loaded: the row says so */
+	ASSERT_EQ(chdir("a"), 0);
+	meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	ASSERT_EQ(chdir(top), 0);
+	EXPECT_EQ(host_mesh("a", "load other%s", ""), 0);
+	snprintf(h.prog, sizeof h.prog, "jw,other");
+	EXPECT_EQ(t_wait_for(host_row_has, &h, 2000), 1);
+	/* it served a job: what its driver completed, and a speed */
+	make_input(20, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	struct host_row now = {a, "", "", "", 0};
+	EXPECT_EQ(host_row_seen(&now), 1);
+	EXPECT_UEQ(now.chunks, 20);
+	EXPECT_GT(strtod(now.speed, NULL), 0);
+	EXPECT_STREQ(now.state, "alive");
+	/* a clean stop: stopped */
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	now = (struct host_row){a, "", "", "", 0};
+	EXPECT_EQ(host_row_seen(&now), 1);
+	EXPECT_STREQ(now.state, "stopped");
+	EXPECT_STREQ(now.prog, "jw,other");
 	free(expect);
 	store_env_stop(&e);
 }
