@@ -1,7 +1,8 @@
 /* mesh nodes: every node of a PostgreSQL store (store/store_pg.h), on
  * every host: what it runs, its measured speed, its last heartbeat.  A
- * meshd's node runs the program of its job's spec (store_pg_results.h),
- * not a command line of its own: that program is shown. */
+ * meshd's driver runs the program of its job's spec (store_pg_results.h),
+ * not a command line of its own: that program is shown; the meshd's own
+ * node (of no job) shows its catalog's programs. */
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -19,9 +20,11 @@
 static const char usage[] =
 	"usage: mesh nodes [--store URL] [--job]\n"
 	"\n"
-	"The nodes (mesh run, mesh job harvest...) of a PostgreSQL job store, on every\n"
-	"host: name, host, program, job, chunks completed, speed (chunks/s from its\n"
-	"registration to its last heartbeat), last heartbeat, state:\n"
+	"The nodes (mesh run, mesh job harvest, meshd...) of a PostgreSQL job store, on\n"
+	"every host: name, host, program, job, chunks completed, speed (chunks/s from its\n"
+	"registration to its last heartbeat), last heartbeat, state.  A meshd is a node\n"
+	"from its start, of no job (-): its catalog's programs, and what its job drivers\n"
+	"(rows of the same name) completed; speed - until they completed any.  State:\n"
 	"  alive    beating (every third of its lease TTL)\n"
 	"  silent   no heartbeat for longer than its TTL: its leases are taken by others\n"
 	"  stopped  closed cleanly\n"
@@ -56,8 +59,13 @@ static void row(const struct mesh_pg_node *nd, void *arg)
 		if (!strcmp(name, nd->job))
 			program = v[i].program;
 	}
-	printf("%-20s %-16s %-14s %-12s %8llu %10.1f %9.1fs %s\n", nd->name, nd->host, program, nd->job,
-	       (unsigned long long)nd->chunks, nd->chunks_per_s, (double)nd->age_ns / 1e9,
+	/* A meshd's own node (no job): its catalog's programs; no speed until
+	 * its drivers completed chunks. */
+	char speed[24] = "-";
+	if (nd->job[0] || nd->chunks)
+		snprintf(speed, sizeof speed, "%.1f", nd->chunks_per_s);
+	printf("%-20s %-16s %-14s %-12s %8llu %10s %9.1fs %s\n", nd->name, nd->host, program[0] ? program : "-",
+	       nd->job[0] ? nd->job : "-", (unsigned long long)nd->chunks, speed, (double)nd->age_ns / 1e9,
 	       nd->stopped ? "stopped" : nd->silent ? "silent" : "alive");
 }
 

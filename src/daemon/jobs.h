@@ -48,9 +48,11 @@ void meshd_jobs_free(struct meshd_jobs *j);
  * its #job part is ignored): every meshd job in it (`mesh submit --store`)
  * whose program this catalog has is run here too, its chunks leased from
  * the store, its results written there (jobs_store.c, docs/cluster.md).
- * 0, or a negative error with *err malloc'd (a bad URL, no connection, a
- * schema of another version).  Stopped by meshd_jobs_stop. */
-int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err);
+ * The meshd is a node of the store from here on (`mesh nodes`: its host,
+ * the programs of catalog, the catalog directory), marked stopped by
+ * meshd_jobs_stop.  0, or a negative error with *err malloc'd (a bad URL,
+ * no connection, a schema of another version).  Stopped by meshd_jobs_stop. */
+int meshd_jobs_store(struct meshd_jobs *j, const char *url, const char *catalog, char **err);
 /* $XDG_STATE_HOME/mesh, else $HOME/.local/state/mesh, into buf.  0 or -ENAMETOOLONG / -ENOENT. */
 int meshd_state_default(char *buf, size_t n);
 

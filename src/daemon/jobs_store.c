@@ -11,7 +11,12 @@
  * at once) and looks again every RESCAN_NS besides (a driver that stopped
  * on an error is started again then).  A chunk's reply is written to
  * mesh.results by the completer thread (the commit hook) before its DONE
- * is committed, so a DONE chunk's result is in the store. */
+ * is committed, so a DONE chunk's result is in the store.
+ *
+ * The meshd itself is a node from its start (mesh_pg_node_host, on a
+ * connection of its own that beats it): `mesh nodes` lists the host and
+ * its catalog's programs before any job; each driver is a node of its job
+ * besides, under the same name. */
 #include "daemon/jobs.h"
 #include "daemon/jobs_int.h"
 
@@ -30,8 +35,10 @@
 #include "store/store_pg.h"
 #include "store/store_pg_results.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -42,6 +49,9 @@
 #include <unistd.h>
 
 #define RESCAN_NS (5 * MESH_NS_PER_S)
+/* The meshd's own node's TTL: the drivers' lease TTL (the chunk driver's
+ * default), or MESHD_STORE_TTL_MS as theirs. */
+#define NODE_TTL_NS (10 * MESH_NS_PER_S)
 #define WAIT_SLICE_NS (250 * MESH_NS_PER_MS)
 
 /* One reply waiting for the next commit. */
@@ -85,7 +95,72 @@ struct sfollow {
 	_Atomic int stop;
 	int wake_efd; /* a program loaded (meshd_on_catalog_change): look again now */
 	struct sjob *list; /* the follower thread's */
+	char *catalog;	   /* the catalog directory: its programs go in the node's row */
+	struct mesh_pg *npg; /* the meshd's own node (its row, its beat), or NULL */
+	char programs[1024]; /* as the row has them */
 };
+
+/* This meshd's node name: its drivers' too. */
+static void node_name(char *buf, size_t cap)
+{
+	char host[64] = "host";
+	gethostname(host, sizeof host - 1);
+	host[sizeof host - 1] = 0;
+	snprintf(buf, cap, "meshd.%.40s.%d", host, (int)getpid());
+}
+
+static uint64_t ttl_ns(void)
+{
+	const char *ttl = getenv("MESHD_STORE_TTL_MS");
+	return ttl && atoi(ttl) > 0 ? (uint64_t)atoi(ttl) * MESH_NS_PER_MS : 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The catalog's programs (<name>.toml), sorted, joined by commas into buf
+ * (cut at cap, ending "..."): what the node's row says this host runs. */
+static void catalog_programs(const char *dir, char *buf, size_t cap)
+{
+	char *names[256];
+	size_t n = 0, len = 0;
+	DIR *dp = opendir(dir);
+	struct dirent *de;
+	buf[0] = 0;
+	while (dp && n < sizeof names / sizeof *names && (de = readdir(dp))) {
+		size_t l = strlen(de->d_name);
+		if (de->d_name[0] != '.' && l > 5 && !strcmp(de->d_name + l - 5, ".toml") &&
+		    (names[n] = strndup(de->d_name, l - 5)))
+			n++;
+	}
+	if (dp)
+		closedir(dp);
+	qsort(names, n, sizeof *names, cmp_str);
+	for (size_t i = 0; i < n; i++) {
+		int k = snprintf(buf + len, cap - len, "%s%s", i ? "," : "", names[i]);
+		if (k < 0 || (size_t)k >= cap - len) {
+			snprintf(buf + (cap > 4 ? cap - 4 : 0), cap > 4 ? 4 : 0, "...");
+			len = cap - 1;
+		} else {
+			len += (size_t)k;
+		}
+		free(names[i]);
+	}
+}
+
+/* The node's programs again (the follower's thread): a program put in the
+ * catalog, or taken out, shows at the next look. */
+static void node_programs(struct sfollow *f)
+{
+	char now[sizeof f->programs];
+	if (!f->npg)
+		return;
+	catalog_programs(f->catalog, now, sizeof now);
+	if (strcmp(now, f->programs) && mesh_pg_node_programs(f->npg, now) == 0)
+		memcpy(f->programs, now, sizeof now);
+}
 
 /* ---- one job's driver ---- */
 
@@ -228,13 +303,12 @@ static void *driver_main(void *arg)
 	struct meshd_jobs *j = f->j;
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
 	struct mesh_job *jh = NULL;
-	char url[1024], node[MESH_NODE_MAX + 1], host[64] = "host", why[256] = "";
+	char url[1024], node[MESH_NODE_MAX + 1], why[256] = "";
 	char *data = NULL;
 	size_t len = 0;
 	int rc;
 	snprintf(url, sizeof url, "%s#s%" PRIu64, f->base, s->spec.id);
-	gethostname(host, sizeof host - 1);
-	snprintf(node, sizeof node, "meshd.%.40s.%d", host, (int)getpid());
+	node_name(node, sizeof node);
 	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
 	o.journal = url;
 	o.node = node;
@@ -276,9 +350,7 @@ static void *driver_main(void *arg)
 	s->result_max = MESH_PGR_RESULT_MAX;
 	if (rmax && strtoull(rmax, NULL, 10) > 0 && strtoull(rmax, NULL, 10) < MESH_PGR_RESULT_MAX)
 		s->result_max = (size_t)strtoull(rmax, NULL, 10);
-	const char *ttl = getenv("MESHD_STORE_TTL_MS");
-	if (ttl && atoi(ttl) > 0)
-		eo.ttl_ns = (uint64_t)atoi(ttl) * MESH_NS_PER_MS;
+	eo.ttl_ns = ttl_ns();
 	struct meshd_job_exec_stats xs = {0};
 	struct meshd_job_exec_arg xa = {
 		.cfg = {j->core, s->spec.program, s->max_workers, j->depth, s->spec.timeout_ns},
@@ -434,6 +506,7 @@ static void *follow_main(void *arg)
 	struct sfollow *f = arg;
 	int rc, warned = 0;
 	while (!atomic_load(&f->stop)) {
+		node_programs(f);
 		rc = mesh_pgr_jobs(f->pg, 0, 1, seen_job, f);
 		int any_running = 0;
 		for (struct sjob *s = f->list; s; s = s->next)
@@ -474,9 +547,47 @@ static void catalog_changed(void *arg)
 	}
 }
 
-int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
+/* The meshd's own node, on a connection of its own (its beat thread's):
+ * its row, with the catalog's programs, from now until a clean stop.  A
+ * meshd without it still serves; it is said once. */
+static void node_start(struct sfollow *f, const char *safe)
 {
-	char why[256] = "", safe[512];
+	char name[MESH_NODE_MAX + 1], why[256] = "";
+	uint64_t ttl = ttl_ns();
+	int rc = mesh_pg_open(&f->npg, f->base, why, sizeof why);
+	node_name(name, sizeof name);
+	catalog_programs(f->catalog, f->programs, sizeof f->programs);
+	if (!rc && (rc = mesh_pg_node_host(f->npg, name, f->programs, ttl ? ttl : NODE_TTL_NS)) < 0) {
+		mesh_pg_close(f->npg);
+		f->npg = NULL;
+	}
+	if (rc < 0)
+		mesh_warn("store %s: no node row for this meshd: %s%s%s", safe, mesh_strerror(rc), why[0] ? ": " : "",
+			  why);
+}
+
+static void node_stop(struct sfollow *f)
+{
+	/* closed: marked stopped */
+	mesh_pg_close(f->npg);
+	f->npg = NULL;
+}
+
+static void follow_free(struct sfollow *f)
+{
+	node_stop(f);
+	if (f->pg)
+		mesh_pg_close(f->pg);
+	if (f->wake_efd >= 0)
+		close(f->wake_efd);
+	free(f->catalog);
+	free(f->base);
+	free(f);
+}
+
+int meshd_jobs_store(struct meshd_jobs *j, const char *url, const char *catalog, char **err)
+{
+	char why[256] = "", safe[512], dir[PATH_MAX];
 	struct sfollow *f;
 	int rc;
 	mesh_pg_url_safe(url, safe, sizeof safe);
@@ -484,11 +595,12 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 		return mesh_errf(err, MESH_E_PARSE, "--store wants a postgresql:// URL, not '%s'", safe);
 	if (j->sf)
 		return mesh_errf(err, MESH_E_STATE, "already following a store");
-	if (!(f = calloc(1, sizeof *f)) || !(f->base = strdup(url)) ||
+	if (!(f = calloc(1, sizeof *f)))
+		return -ENOMEM;
+	f->wake_efd = -1;
+	if (!(f->base = strdup(url)) || !(f->catalog = strdup(realpath(catalog, dir) ? dir : catalog)) ||
 	    (f->wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
-		if (f)
-			free(f->base);
-		free(f);
+		follow_free(f);
 		return -ENOMEM;
 	}
 	char *h = strrchr(f->base, '#');
@@ -498,17 +610,13 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, char **err)
 	if ((rc = mesh_pg_open(&f->pg, f->base, why, sizeof why)) < 0) {
 		rc = mesh_errf(err, rc, "cannot use the store %s: %s%s%s", safe, mesh_strerror(rc), why[0] ? ": " : "",
 			       why);
-		close(f->wake_efd);
-		free(f->base);
-		free(f);
+		follow_free(f);
 		return rc;
 	}
+	node_start(f, safe);
 	rc = mesh_thread_start(&f->th, follow_main, f);
 	if (rc) {
-		mesh_pg_close(f->pg);
-		close(f->wake_efd);
-		free(f->base);
-		free(f);
+		follow_free(f);
 		return mesh_errf(err, rc, "cannot start the store follower: %s", mesh_strerror(rc));
 	}
 	j->sf = f;
@@ -528,6 +636,7 @@ void mesh__jobs_store_stop(struct meshd_jobs *j)
 		sjob_cancel(s);
 	for (struct sjob *s = f->list; s; s = s->next)
 		sjob_join(s);
+	node_stop(f);
 }
 
 void mesh__jobs_store_free(struct meshd_jobs *j)
@@ -541,9 +650,6 @@ void mesh__jobs_store_free(struct meshd_jobs *j)
 		f->list = s->next;
 		sjob_free(s);
 	}
-	mesh_pg_close(f->pg);
-	close(f->wake_efd);
-	free(f->base);
-	free(f);
+	follow_free(f);
 	j->sf = NULL;
 }

@@ -406,7 +406,7 @@ int main(int argc, char **argv)
 	}
 	if (!jobs && store_url && *store_url)
 		mesh_warn("the store is not followed: meshd has no jobs (give --state DIR)");
-	if (jobs && store_url && *store_url && (rc = meshd_jobs_store(jobs, store_url, &err)) < 0) {
+	if (jobs && store_url && *store_url && (rc = meshd_jobs_store(jobs, store_url, cfg.catalog, &err)) < 0) {
 		mesh_error("%s", err ? err : mesh_strerror(rc));
 		free(err);
 		meshd_jobs_stop(jobs);

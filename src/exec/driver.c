@@ -333,6 +333,22 @@ static void suspend(struct mesh__runner *r)
 	r->hold_renew = now;
 }
 
+/* The attempt in s as it stands now: what its executor has for it already
+ * (an answer that came while this thread was away: a renew or a lease
+ * that waited on a store out of reach) is taken in first.  Its status. */
+static int take_in(struct mesh__runner *r, struct mesh__slot *s)
+{
+	const struct mesh__executor_ops *ex = r->ex->ops;
+	struct pollfd pf[MESH__EXEC_MAX_FDS];
+	uint64_t wake = UINT64_MAX;
+	unsigned k = ex->events(r->ex, s->idx, pf, MESH__EXEC_MAX_FDS, &wake);
+	if (k && poll(pf, k, 0) > 0)
+		for (unsigned i = 0; i < k; i++)
+			if (pf[i].revents)
+				ex->dispatch(r->ex, s->idx, &pf[i]);
+	return ex->status(r->ex, s->idx, mesh_mono_ns(), &s->res);
+}
+
 static void handle_signals(struct mesh__runner *r, int fd)
 {
 	unsigned char buf[16];
@@ -468,11 +484,12 @@ static int loop(struct mesh__runner *r)
 					s->t_renew = now + r->ttl / 4;
 					rc = mesh_job_renew(s->jh, &s->l, r->ttl);
 					if (rc == MESH_E_STATE && mesh_job_is_done(r->job, s->l.cid) == 1 &&
-					    s->why == END_NORMAL) {
+					    s->why == END_NORMAL && (st = take_in(r, s)) == MESH__EXEC_RUNNING) {
 						s->why = END_KILLED;
 						mesh__slot_kill(r, s, SIGKILL);
 						r->st->killed++;
 					}
+					s->exited = st != MESH__EXEC_RUNNING;
 				}
 			}
 			if (st == MESH__EXEC_ENDED)

@@ -38,8 +38,10 @@
  * While a chunk runs its lease is renewed every ttl/4.  When the chunk turns
  * out to be DONE elsewhere (a speculative race lost, or our lease was stolen
  * and the thief completed it) its process group is killed and nothing is
- * recorded for it.  A speculative copy that finishes second is completed
- * anyway and comes back IGNORED (counted as a duplicate).
+ * recorded for it -- unless it has ended already (its end waiting to be
+ * read when the renew came back late: a store out of reach): then it is
+ * completed anyway.  A speculative copy that finishes second, and such an
+ * attempt, come back IGNORED (counted as a duplicate).
  *
  * What is written where (the runner never prints anything else):
  *   out_fd / err_fd: each chunk's stdout / stderr, captured through pipes

@@ -114,10 +114,13 @@ int mesh_pg_wake_fd(struct mesh_pg *pg);
 int mesh_pg_release_mine(struct mesh_pg *pg);
 
 /* A node: a handle that leased (registered at its first lease, beating
- * every third of that lease's TTL from a thread until closed).  Speed:
- * chunks completed over the time from its registration to its last beat. */
+ * every third of that lease's TTL from a thread until closed), or a
+ * meshd's own node of no job (mesh_pg_node_host).  Speed: chunks completed
+ * over the time from its registration to its last beat; a node of no job
+ * shows the chunks of the nodes of the same name and host registered since
+ * (its meshd's drivers) over the time they ran. */
 struct mesh_pg_node {
-	const char *name, *host, *program, *job; /* valid during fn */
+	const char *name, *host, *program, *job; /* valid during fn; job "" for a node of no job */
 	uint64_t chunks, busy_ns;		 /* completions sent, their summed durations */
 	uint64_t started_ns, beat_ns, ttl_ns;	 /* the database's clock */
 	uint64_t age_ns;			 /* since its last beat */
@@ -128,6 +131,19 @@ struct mesh_pg_node {
 /* Calls fn for every node (this_job: only those of this handle's job),
  * oldest first. */
 int mesh_pg_nodes(struct mesh_pg *pg, int this_job, void (*fn)(const struct mesh_pg_node *, void *), void *arg);
+
+/* The job id of a node of no job (no job has it: ids start at 1). */
+#define MESH_PG_NO_JOB "0"
+/* Registers this handle as a node of no job -- a meshd, present from its
+ * start whether it serves a job or not: its name, and programs (what its
+ * catalog holds, for people: `mesh nodes`) -- and beats it every third of
+ * ttl_ns from a thread until mesh_pg_close, which marks it stopped.  Its
+ * row takes no leases.  0, MESH_E_STATE when this handle is a node
+ * already, or the database's error. */
+int mesh_pg_node_host(struct mesh_pg *pg, const char *name, const char *programs, uint64_t ttl_ns);
+/* Its programs changed (mesh_pg_node_host's node): 0, MESH_E_STATE when
+ * this handle registered none, or the database's error. */
+int mesh_pg_node_programs(struct mesh_pg *pg, const char *programs);
 
 enum mesh_pg_schema_op { MESH_PG_SCHEMA_STATUS, MESH_PG_SCHEMA_INIT, MESH_PG_SCHEMA_MIGRATE };
 /* `mesh store`: the version found (0: none) and, after init or migrate,

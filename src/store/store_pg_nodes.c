@@ -1,7 +1,9 @@
 /* The nodes of the PostgreSQL store (store_pg.h): each handle that leases
  * registers a row in mesh.nodes and beats it from a thread of its own, so
  * that a node busy on a long chunk still shows alive, and one that froze
- * or was cut off shows silent -- and mesh.lease() takes its leases. */
+ * or was cut off shows silent -- and mesh.lease() takes its leases.  A
+ * meshd registers a row of no job besides (mesh_pg_node_host): the host
+ * and its catalog, from its start. */
 #include "base/clock.h"
 #include "base/err.h"
 #include "store/store_pg_int.h"
@@ -76,16 +78,16 @@ static void *beat_main(void *arg)
 	return NULL;
 }
 
-int mesh__pg_node_start(struct mesh_pg *pg, const char *node, uint64_t ttl_ns)
+/* Inserts the node's row (of job jobtext) and starts its beat thread. */
+static int node_start(struct mesh_pg *pg, const char *node, const char *program, const char *jobtext, uint64_t ttl_ns)
 {
-	char host[256], prog[256], htext[24], ttext[24];
-	const char *vals[6] = {htext, node && *node ? node : "?", host, prog, pg->idtext, ttext};
+	char host[256], htext[24], ttext[24];
+	const char *vals[6] = {htext, node && *node ? node : "?", host, program, jobtext, ttext};
 	int rc = 0;
 	pg->node_on = 1; /* once, whatever happens */
 	if (gethostname(host, sizeof host) < 0)
 		snprintf(host, sizeof host, "?");
 	host[sizeof host - 1] = 0;
-	program_of(prog, sizeof prog);
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
 	snprintf(ttext, sizeof ttext, "%" PRIu64, ttl_ns / 1000);
 	pthread_mutex_lock(&pg->mu);
@@ -102,6 +104,35 @@ int mesh__pg_node_start(struct mesh_pg *pg, const char *node, uint64_t ttl_ns)
 		return -EAGAIN;
 	}
 	return 0;
+}
+
+int mesh__pg_node_start(struct mesh_pg *pg, const char *node, uint64_t ttl_ns)
+{
+	char prog[256];
+	program_of(prog, sizeof prog);
+	return node_start(pg, node, prog, pg->idtext, ttl_ns);
+}
+
+int mesh_pg_node_host(struct mesh_pg *pg, const char *name, const char *programs, uint64_t ttl_ns)
+{
+	if (pg->node_on)
+		return MESH_E_STATE;
+	return node_start(pg, name, programs, MESH_PG_NO_JOB, ttl_ns);
+}
+
+int mesh_pg_node_programs(struct mesh_pg *pg, const char *programs)
+{
+	char htext[24];
+	const char *vals[2] = {htext, programs};
+	int rc = 0;
+	if (!pg->beat_ns)
+		return MESH_E_STATE;
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	pthread_mutex_lock(&pg->mu);
+	PQclear(mesh__pg_q(pg, "UPDATE mesh.nodes SET program = $2, beat = mesh.now_us() WHERE holder = $1", 2, vals,
+			   &rc));
+	pthread_mutex_unlock(&pg->mu);
+	return rc;
 }
 
 void mesh__pg_node_stop(struct mesh_pg *pg)
@@ -130,10 +161,20 @@ int mesh_pg_nodes(struct mesh_pg *pg, int this_job, void (*fn)(const struct mesh
 	PGresult *r;
 	int rc = 0;
 	pthread_mutex_lock(&pg->mu);
+	/* A node of no job (a meshd's own row) shows what its meshd's
+	 * drivers did (rows of the same name and host since it registered):
+	 * their chunks, over the time they ran. */
 	r = mesh__pg_q(pg,
-		       "SELECT n.name, n.host, n.program, j.name, n.chunks, n.busy_us, n.started, n.beat, n.ttl_us,"
-		       " mesh.now_us() - n.beat, n.stopped FROM mesh.nodes n JOIN mesh.jobs j ON j.id = n.job"
-		       " WHERE $1 = '' OR j.name = $1 ORDER BY n.started, n.holder",
+		       "SELECT n.name, n.host, n.program, coalesce(j.name, ''),"
+		       " CASE WHEN n.job = " MESH_PG_NO_JOB " THEN coalesce(d.chunks, 0) ELSE n.chunks END,"
+		       " CASE WHEN n.job = " MESH_PG_NO_JOB " THEN coalesce(d.busy_us, 0) ELSE n.busy_us END,"
+		       " n.started, n.beat, n.ttl_us, mesh.now_us() - n.beat, n.stopped,"
+		       " CASE WHEN n.job = " MESH_PG_NO_JOB " THEN coalesce(d.span, 0) ELSE n.beat - n.started END"
+		       " FROM mesh.nodes n LEFT JOIN mesh.jobs j ON j.id = n.job"
+		       " LEFT JOIN LATERAL (SELECT sum(x.chunks) AS chunks, sum(x.busy_us) AS busy_us,"
+		       " sum(greatest(x.beat - x.started, 0)) AS span FROM mesh.nodes x WHERE n.job = " MESH_PG_NO_JOB
+		       " AND x.job <> " MESH_PG_NO_JOB " AND x.name = n.name AND x.host = n.host AND x.started >= n.started) d"
+		       " ON true WHERE $1 = '' OR j.name = $1 ORDER BY n.started, n.holder",
 		       1, this_job ? vals : (const char *const[]){""}, &rc);
 	pthread_mutex_unlock(&pg->mu);
 	for (int i = 0; r && i < PQntuples(r); i++) {
@@ -151,8 +192,8 @@ int mesh_pg_nodes(struct mesh_pg *pg, int this_job, void (*fn)(const struct mesh
 		nd.age_ns = age > 0 ? (uint64_t)age * 1000 : 0;
 		nd.stopped = PQgetvalue(r, i, 10)[0] == 't';
 		nd.silent = !nd.stopped && nd.age_ns > nd.ttl_ns;
-		uint64_t span = nd.beat_ns > nd.started_ns ? nd.beat_ns - nd.started_ns : 0;
-		nd.chunks_per_s = span ? (double)nd.chunks * 1e9 / (double)span : 0;
+		long long span = strtoll(PQgetvalue(r, i, 11), NULL, 10);
+		nd.chunks_per_s = span > 0 ? (double)nd.chunks * 1e6 / (double)span : 0;
 		fn(&nd, arg);
 	}
 	PQclear(r);

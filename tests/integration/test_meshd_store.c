@@ -165,18 +165,18 @@ static long node_of(const struct store_env *e, unsigned id, pid_t pid)
 	return (long)sql1(e, q);
 }
 
-/* Chunks of job id the meshd of pid holds (leased singly or in blocks). */
-static long held_by(const struct store_env *e, unsigned id, pid_t pid)
+/* The SQL of how many chunks of job id the meshd of pid holds (leased
+ * singly or in blocks), into q. */
+static void held_sql(char *q, size_t cap, unsigned id, pid_t pid)
 {
-	char q[640];
-	snprintf(q, sizeof q,
-		 "SELECT (SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
+	snprintf(q, cap,
+		 "(SELECT count(*) FROM mesh.chunks c JOIN mesh.nodes n ON n.holder = c.holder WHERE c.job = %u"
 		 " AND c.state = 'l' AND n.name LIKE 'meshd.%%.%d') + (SELECT coalesce(sum(b.remaining), 0)"
 		 " FROM mesh.blocks b JOIN mesh.nodes n ON n.holder = b.holder WHERE b.job = %u"
 		 " AND n.name LIKE 'meshd.%%.%d')",
 		 id, (int)pid, id, (int)pid);
-	return (long)sql1(e, q);
 }
+
 
 TEST_TIMEOUT(meshd_store_job_served_by_every_host_with_the_program, 90)
 {
@@ -217,19 +217,26 @@ TEST_TIMEOUT(meshd_store_job_served_by_every_host_with_the_program, 90)
 	EXPECT_CONTAINS(out, "complete");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' jobs --store '%s' --json", t_bin("mesh"), url), 0);
 	EXPECT_CONTAINS(out, "\"duplicates\":0");
-	/* mesh nodes: each meshd's node with the job's program, not "meshd" */
+	/* mesh nodes: each meshd's driver a node with the job's program, not
+	 * "meshd"; each meshd a node of no job with its catalog's programs */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' nodes --store '%s'", t_bin("mesh"), url), 0);
-	int meshd_rows = 0;
+	int meshd_rows = 0, host_rows = 0;
 	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
 		char name[128], host[128], prog[128], job[128];
 		if (sscanf(line, "%127s %127s %127s %127s", name, host, prog, job) != 4 || strncmp(name, "meshd.", 6))
 			continue;
+		if (!strcmp(job, "-")) {
+			host_rows++;
+			EXPECT_TRUE(!strcmp(prog, "jw") || !strcmp(prog, "other"));
+			continue;
+		}
 		meshd_rows++;
 		EXPECT_STREQ(prog, "jw");
 		EXPECT_EQ(job[0], 's');
 		EXPECT_EQ(atoi(job + 1), (int)id);
 	}
 	EXPECT_EQ(meshd_rows, 2);
+	EXPECT_EQ(host_rows, 3);
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);
 	EXPECT_EQ(meshd_t_stop(c), 0);
@@ -256,11 +263,16 @@ struct held {
 	pid_t pid;
 	long done_at;
 };
+/* In one statement: a psql a look, so that a loaded machine still looks
+ * often enough to see the host hold chunks (about two seconds of a job). */
 static int holds_mid_job(void *arg)
 {
 	struct held *h = arg;
-	struct progress p = {h->e, h->id, h->done_at};
-	return done_past(&p) && held_by(h->e, h->id, h->pid) > 0;
+	char held[600], q[900];
+	held_sql(held, sizeof held, h->id, h->pid);
+	snprintf(q, sizeof q, "SELECT ((SELECT done FROM mesh.job_counts WHERE id = %u) >= %ld AND %s > 0)::int",
+		 h->id, h->done_at, held);
+	return store_env_sql(h->e, q) == 1;
 }
 
 TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once, 90)
@@ -517,6 +529,79 @@ TEST_TIMEOUT(meshd_store_wait_and_results_sleep_on_notify_and_wait_draws_the_bar
 	store_env_stop(&e);
 }
 
+/* The row of meshd pid's own node (of no job) in `mesh nodes`: 1 when
+ * there is one, its columns copied. */
+struct host_row {
+	pid_t pid;
+	char prog[128], speed[32], state[32];
+	unsigned long long chunks;
+};
+static int host_row_seen(void *arg)
+{
+	struct host_row *h = arg;
+	char want[32];
+	int found = 0;
+	snprintf(want, sizeof want, ".%d", (int)h->pid);
+	if (t_sh(out, sizeof out, 0, "'%s' nodes --store '%s'", t_bin("mesh"), url) != 0)
+		return 0;
+	for (char *line = strtok(out, "\n"); line && !found; line = strtok(NULL, "\n")) {
+		char name[128], host[128], job[128], beat[32];
+		size_t n;
+		if (sscanf(line, "%127s %127s %127s %127s %llu %31s %31s %31s", name, host, h->prog, job, &h->chunks,
+			   h->speed, beat, h->state) != 8)
+			continue;
+		n = strlen(name);
+		found = !strncmp(name, "meshd.", 6) && n > strlen(want) && !strcmp(name + n - strlen(want), want) &&
+			!strcmp(job, "-");
+	}
+	return found;
+}
+static int host_row_has(void *arg)
+{
+	struct host_row *h = arg;
+	struct host_row now = {h->pid, "", "", "", 0};
+	return host_row_seen(&now) && !strcmp(now.prog, h->prog) && !strcmp(now.state, h->state) &&
+	       now.chunks == h->chunks && !strcmp(now.speed, h->speed);
+}
+
+/* A meshd on the store is a node from its start, before any job: its host,
+ * its catalog's programs (again when the catalog changes), its heartbeat,
+ * no speed until it served; stopped once it stops cleanly. */
+TEST_TIMEOUT(meshd_store_meshd_is_a_node_from_its_start, 60)
+{
+	struct store_env e;
+	char *expect;
+	start_store(&e);
+	setenv("MESHD_STORE_TTL_MS", "1000", 1);
+	pid_t a = start_host("a", "jw");
+	struct host_row h = {a, "jw", "-", "alive", 0};
+	EXPECT_EQ(t_wait_for(host_row_has, &h, 2000), 1);
+	/* a program put in its catalog and loaded: the row says so */
+	ASSERT_EQ(chdir("a"), 0);
+	meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	ASSERT_EQ(chdir(top), 0);
+	EXPECT_EQ(host_mesh("a", "load other%s", ""), 0);
+	snprintf(h.prog, sizeof h.prog, "jw,other");
+	EXPECT_EQ(t_wait_for(host_row_has, &h, 2000), 1);
+	/* it served a job: what its driver completed, and a speed */
+	make_input(20, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	struct host_row now = {a, "", "", "", 0};
+	EXPECT_EQ(host_row_seen(&now), 1);
+	EXPECT_UEQ(now.chunks, 20);
+	EXPECT_GT(strtod(now.speed, NULL), 0);
+	EXPECT_STREQ(now.state, "alive");
+	/* a clean stop: stopped */
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	now = (struct host_row){a, "", "", "", 0};
+	EXPECT_EQ(host_row_seen(&now), 1);
+	EXPECT_STREQ(now.state, "stopped");
+	EXPECT_STREQ(now.prog, "jw,other");
+	free(expect);
+	store_env_stop(&e);
+}
+
 /* Host dir's meshd started in network namespace ns (its store URL over
  * TCP, the bridge). */
 static pid_t start_host_in(const char *ns, const char *dir, const char *program)
@@ -568,22 +653,22 @@ TEST_TIMEOUT(meshd_store_netns_hosts_serve_a_job_and_a_cut_off_host, 120)
 	free(expect);
 
 	/* host b cut off while it holds chunks of a job of 20 ms chunks */
-	make_input(200, "slow", &expect);
+	make_input(300, "slow", &expect);
 	id = submit_store("jw --input in.txt --max-workers 2");
 	struct held h = {&e, id, b, 20};
 	ASSERT_EQ(t_wait_for(holds_mid_job, &h, 30000), 1);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "ip -n %s link set eth0 down", ns.hosts[1]), 0);
 	uint64_t t0 = t_now_ms();
-	struct progress all = {&e, id, 200};
+	struct progress all = {&e, id, 300};
 	ASSERT_EQ(t_wait_for(done_past, &all, 30000), 1);
 	/* a finished it alone, what b held included, not before b's TTL */
 	EXPECT_GE(t_now_ms() - t0, 900);
 	snprintf(q, sizeof q, "s%u", id);
-	EXPECT_EQ(store_env_done_bits(&e, q), 200);
+	EXPECT_EQ(store_env_done_bits(&e, q), 300);
 	/* back: b's completions of chunks a took are IGNORED and counted */
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "ip -n %s link set eth0 up", ns.hosts[1]), 0);
 	EXPECT_EQ(t_wait_for(dups_counted, &h, 30000), 1);
-	check_job(&e, id, 200, expect);
+	check_job(&e, id, 300, expect);
 	EXPECT_GT(node_of(&e, id, b), 0);
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);

@@ -118,7 +118,7 @@ TEST(executor_proc_follows_its_protocol)
  * there.  Chunk 5 fails its first attempt; chunk 99 (none here) never
  * ends; with hang set every attempt runs until cancelled. */
 struct fake_slot {
-	int evfd, running, ended, code, sig;
+	int evfd, running, ended, code, sig, away;
 	uint64_t cid;
 	uint32_t attempt;
 	char word[32];
@@ -128,6 +128,13 @@ struct fake {
 	struct fake_slot s[4];
 	int hang;
 	unsigned starts, cancels, max_busy, busy;
+	/* away: the driver's thread is held away past the lease's TTL (a host
+	 * cut off from its store) at its first look at an attempt; meanwhile
+	 * the attempt's answer comes, and thief takes the expired lease and
+	 * completes the chunk first. */
+	uint64_t away_ns;
+	struct mesh_job *thief;
+	int thief_lease, thief_complete;
 };
 
 static struct fake_slot *fslot(struct mesh__executor *ex, unsigned slot)
@@ -186,7 +193,16 @@ static void fake_dispatch(struct mesh__executor *ex, unsigned slot, const struct
 
 static int fake_status(struct mesh__executor *ex, unsigned slot, uint64_t now, struct mesh__exec_result *res)
 {
+	struct fake *f = (struct fake *)ex;
 	struct fake_slot *s = fslot(ex, slot);
+	if (f->away_ns && s->running && !s->ended && !s->away++) {
+		struct mesh_lease l;
+		mesh_sleep_ns(f->away_ns);
+		f->thief_lease = mesh_job_lease(f->thief, f->away_ns, 0, &l);
+		if (f->thief_lease == 0)
+			f->thief_complete = mesh_job_complete(f->thief, l.cid, 0);
+		poke(s);
+	}
 	if (!s->ended)
 		return MESH__EXEC_RUNNING;
 	*res = (struct mesh__exec_result){s->sig ? 128 + s->sig : s->code, s->sig, 0};
@@ -326,6 +342,61 @@ TEST(executor_driver_cancels_an_attempt_past_its_timeout)
 	EXPECT_UEQ(st.buried, 1);
 	EXPECT_EQ(f.cancels, 3u);
 	EXPECT_EQ(f.busy, 0u);
+	mesh_job_close(j);
+	fake_fini(&f);
+	t_sh(NULL, 0, 0, "rm -rf %s", lockdir);
+}
+
+/* A host cut off from its store (issue 10's partition, as the meshd store
+ * test meets it): the driver's thread is held away past the lease's TTL;
+ * meanwhile the attempt ended, and another node took the expired lease and
+ * completed the chunk.  Back, the renew answers "not ours" and the chunk
+ * is DONE: the attempt that already ended is completed anyway (IGNORED,
+ * counted as a duplicate), not cancelled and dropped unseen. */
+TEST(executor_driver_completes_an_attempt_that_ended_while_its_lease_was_taken)
+{
+	struct fake f;
+	fake_init(&f);
+	f.hang = 1;
+	f.away_ns = 300 * MESH_NS_PER_MS;
+	struct mesh_job *j = job_new(1);
+	ASSERT_TRUE(j != NULL);
+	struct mesh_job_opts to = MESH_JOB_OPTS_INIT;
+	to.journal = "j.log";
+	to.lockdir = lockdir;
+	to.name = "t";
+	to.node = "thief";
+	ASSERT_EQ(mesh_job_open(&f.thief, &to), 0);
+	int fd = open("out", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	char *const argv[] = {"work", "{}", NULL};
+	struct mesh_exec_opts o = MESH_EXEC_OPTS_INIT;
+	struct mesh_exec_stats st;
+	o.argv = argv;
+	o.out_fd = fd;
+	o.err_fd = o.note_fd = -1;
+	o.ttl_ns = 100 * MESH_NS_PER_MS;
+	o.handle_signals = 0;
+	EXPECT_EQ(mesh__exec_drive(j, &o, fake_make, &f, &st), MESH_EXEC_COMPLETE);
+	close(fd);
+	/* the thief stole the lease and was first */
+	EXPECT_EQ(f.thief_lease, 0);
+	EXPECT_EQ(f.thief_complete, MESH_JOB_DONE);
+	/* ours ended meanwhile: sent, IGNORED and counted; nothing cancelled */
+	EXPECT_UEQ(st.started, 1);
+	EXPECT_UEQ(st.done, 0);
+	EXPECT_UEQ(st.ignored, 1);
+	EXPECT_UEQ(st.killed, 0);
+	EXPECT_EQ(f.cancels, 0u);
+	EXPECT_EQ(f.busy, 0u);
+	struct mesh_job_status js;
+	ASSERT_EQ(mesh_job_status(j, &js), 0);
+	EXPECT_UEQ(js.done, 1);
+	EXPECT_UEQ(js.duplicates, 1);
+	char *out = t_read_file("out", NULL);
+	ASSERT_TRUE(out != NULL);
+	EXPECT_STREQ(out, "chunk 0\n");
+	free(out);
+	mesh_job_close(f.thief);
 	mesh_job_close(j);
 	fake_fini(&f);
 	t_sh(NULL, 0, 0, "rm -rf %s", lockdir);
