@@ -30,6 +30,8 @@ int store_env_start_tcp(struct store_env *e, const char *netns, const char *addr
 void store_env_stop(struct store_env *e);
 int store_env_submit(const struct store_env *e, uint64_t n);
 int store_env_open(const struct store_env *e, struct mesh_job **j, const char *node, uint32_t max_attempts);
+/* store_env_open with speculation's threshold floor spec_min_ns. */
+int store_env_open_spec(const struct store_env *e, struct mesh_job **j, const char *node, uint64_t spec_min_ns);
 /* postgresql: pg_ctl with args ("-m immediate restart") on the server. */
 int store_env_pg_ctl(const struct store_env *e, const char *args);
 /* postgresql: one value from psql as the superuser (-1: psql failed). */
