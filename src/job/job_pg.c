@@ -51,6 +51,7 @@ static int spec_taken(const struct mesh__jpg *p);
 static int spec_lease(struct mesh__jpg *p, uint64_t ttl_ns, struct mesh_lease *l);
 static int spec_renew(struct mesh__jpg *p, struct mesh_lease *l, uint64_t ttl_ns);
 static int spec_complete(struct mesh__jpg *p, const uint64_t *cids, const uint64_t *durs, size_t n, int *results);
+static int spec_fail(struct mesh__jpg *p, uint64_t cid, int status);
 static void spec_durations(struct mesh__jpg *p, const uint64_t *durs, const int *results, size_t n);
 static void spec_close(struct mesh__jpg *p);
 
@@ -283,6 +284,9 @@ static int jp_fail(struct mesh__jstore *s, uint64_t cid, int status)
 		return MESH_E_STATE;
 	if (cid >= p->n)
 		return MESH_E_RANGE;
+	int rc = spec_taken(p) ? spec_fail(p, cid, status) : 1;
+	if (rc != 1)
+		return rc;
 	pthread_mutex_lock(&p->mu);
 	held_drop(p, cid);
 	pthread_mutex_unlock(&p->mu);
@@ -595,6 +599,21 @@ static int spec_renew(struct mesh__jpg *p, struct mesh_lease *l, uint64_t ttl_ns
 		pthread_mutex_unlock(&p->mu);
 	}
 	return rc;
+}
+
+/* Fails l when it is one of our copies (1: it is not): the copy goes and
+ * the attempt counts; the chunk's own lease stays its holder's. */
+static int spec_fail(struct mesh__jpg *p, uint64_t cid, int status)
+{
+	struct pheld *h;
+	uint64_t token = 0;
+	pthread_mutex_lock(&p->mu);
+	if ((h = copy_find(p, cid))) {
+		token = h->token;
+		copy_drop(p, cid);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return token ? mesh_pg_spec_fail(p->pg, cid, token, status) : 1;
 }
 
 /* mesh_pg_complete for a handle that took copies: our copies through

@@ -161,6 +161,9 @@ int mesh_pg_spec_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_
 /* mesh_pg_complete of our copies (one commit, not shared): each DONE is a
  * speculative win, counted with it. */
 int mesh_pg_spec_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results);
+/* A failed run of our copy (token): the copy goes, the attempt is counted
+ * on its chunk, whose own lease is left as it is.  0, or an error. */
+int mesh_pg_spec_fail(struct mesh_pg *pg, uint64_t cid, uint64_t token, int status);
 /* Lets this handle's copies go. */
 int mesh_pg_spec_release(struct mesh_pg *pg);
 

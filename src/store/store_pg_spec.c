@@ -219,6 +219,17 @@ int mesh_pg_spec_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64
 	return rc;
 }
 
+int mesh_pg_spec_fail(struct mesh_pg *pg, uint64_t cid, uint64_t token, int status)
+{
+	char ctext[24], ttext[24], stext[16], htext[24], out[8];
+	const char *vals[5] = {pg->idtext, ctext, ttext, stext, htext};
+	snprintf(ctext, sizeof ctext, "%" PRIu64, cid);
+	snprintf(ttext, sizeof ttext, "%" PRId64, (int64_t)token);
+	snprintf(stext, sizeof stext, "%d", status);
+	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	return mesh__pg_q1(pg, "SELECT mesh.spec_fail($1, $2, $3, $4, $5)", 5, vals, out, sizeof out);
+}
+
 int mesh_pg_spec_release(struct mesh_pg *pg)
 {
 	char htext[24];

@@ -645,6 +645,24 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	"   ON CONFLICT (job, holder) DO UPDATE SET spec = k.spec + excluded.spec;\n"
 	" END IF;\n"
 	" RETURN QUERY SELECT unnest(res);\n"
+	"END $f$;\n"
+	/* A failed run of our copy: the copy goes, the attempt is counted on
+	 * its chunk (a block's chunk split out first, its lease and token
+	 * kept), and the chunk's own lease is left alone -- the primary runs
+	 * on.  false when it was no longer our copy or the chunk is DONE. */
+	"CREATE FUNCTION mesh.spec_fail(p_job int, p_cid bigint, p_token bigint, p_status int, p_holder bigint)\n"
+	" RETURNS boolean LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE b mesh.blocks;\n"
+	"BEGIN\n"
+	" DELETE FROM mesh.copies WHERE job = p_job AND cid = p_cid AND token = p_token;\n"
+	" IF NOT FOUND OR mesh.is_done(p_job, p_cid) THEN RETURN false; END IF;\n"
+	" SELECT * INTO b FROM mesh.blocks x WHERE x.job = p_job AND x.lo <= p_cid AND x.hi > p_cid;\n"
+	" IF b.job IS NOT NULL THEN PERFORM mesh.split(p_job, p_cid, 'l', b.token + (p_cid - b.lo), b.deadline); END IF;\n"
+	" UPDATE mesh.chunks SET fails = fails + 1, last_status = p_status WHERE job = p_job AND cid = p_cid;\n"
+	" INSERT INTO mesh.counts AS k (job, holder, failed) VALUES (p_job, p_holder, 1)\n"
+	"  ON CONFLICT (job, holder) DO UPDATE SET failed = k.failed + 1;\n"
+	" RETURN true;\n"
 	"END $f$;\n",
 };
 #define MESH_PG_NMIGRATIONS (sizeof MESH_PG_MIGRATIONS / sizeof MESH_PG_MIGRATIONS[0])

@@ -517,6 +517,63 @@ static void conf_speculation_copy_wins(const struct store_env *e)
 	mesh_job_close(b);
 }
 
+struct fails_seen {
+	uint64_t cid;
+	uint32_t attempts;
+	int status, buried, n;
+};
+static void fail_seen(const struct mesh_job_failure *f, void *arg)
+{
+	struct fails_seen *s = arg;
+	s->cid = f->cid;
+	s->attempts = f->attempts;
+	s->status = f->last_status;
+	s->buried = f->buried;
+	s->n++;
+}
+
+/* A copy that fails: its attempt is counted on the chunk, the copy's slot
+ * is free again, and the straggler's own lease runs on (it renews and
+ * completes as if nothing happened). */
+static void conf_speculation_copy_fails(const struct store_env *e)
+{
+	struct mesh_lease l, s;
+	struct mesh_job_status st;
+	struct fails_seen fs = {0};
+	ASSERT_EQ(store_env_submit(e, 4), 0);
+	struct mesh_job *a = open_spec(e, "a"), *b = open_spec(e, "b");
+	for (int i = 0; i < 3; i++) {
+		ASSERT_EQ(mesh_job_lease(b, LONG_TTL, 0, &l), 0);
+		EXPECT_EQ(mesh_job_complete(b, l.cid, 1 * MS), MESH_JOB_DONE);
+	}
+	ASSERT_EQ(mesh_job_lease(a, LONG_TTL, 0, &l), 0);
+	mesh_sleep_ns(40 * MS); /* past the 20 ms floor */
+	ASSERT_EQ(mesh_job_lease(b, LONG_TTL, 1, &s), 0);
+	EXPECT_EQ(s.kind, MESH_LEASE_SPECULATIVE);
+	EXPECT_EQ(mesh_job_fail(b, s.cid, 7), 0);
+	ASSERT_EQ(mesh_job_failures(a, fail_seen, &fs), 0);
+	EXPECT_EQ(fs.n, 1);
+	EXPECT_UEQ(fs.cid, l.cid);
+	EXPECT_EQ(fs.attempts, 1);
+	EXPECT_EQ(fs.status, 7);
+	EXPECT_EQ(fs.buried, 0);
+	EXPECT_EQ(mesh_job_renew(a, &l, LONG_TTL), 0); /* still a's */
+	ASSERT_EQ(mesh_job_status(a, &st), 0);
+	EXPECT_UEQ(st.leased, 1);
+	EXPECT_UEQ(st.pending, 0);
+	EXPECT_UEQ(st.failed_attempts, 1);
+	/* the slot is free: another copy may be taken */
+	ASSERT_EQ(mesh_job_lease(b, LONG_TTL, 1, &s), 0);
+	EXPECT_EQ(s.kind, MESH_LEASE_SPECULATIVE);
+	EXPECT_EQ(mesh_job_complete(a, l.cid, 0), MESH_JOB_DONE);
+	EXPECT_EQ(mesh_job_complete(b, s.cid, 0), MESH_JOB_IGNORED);
+	ASSERT_EQ(mesh_job_status(a, &st), 0);
+	EXPECT_UEQ(st.done, 4);
+	EXPECT_UEQ(st.speculative_wins, 0);
+	mesh_job_close(a);
+	mesh_job_close(b);
+}
+
 /* No speculation before enough chunks are done, nor below the minimum
  * runtime; at most one copy a chunk; a primary that wins leaves the copy
  * IGNORED and no win counted. */
@@ -768,6 +825,7 @@ static void conf_placement_by_speed(const struct store_env *e)
 	CONF(store, completion_feed)                      \
 	CONF(store, speculation_copy_wins)                \
 	CONF(store, speculation_rules)                    \
+	CONF(store, speculation_copy_fails)               \
 	CONF(store, speculation_beats_a_slow_node)        \
 	CONF(store, fast_node_reserve)                    \
 	CONF(store, placement_by_speed)
