@@ -420,7 +420,6 @@ static int jp_feed(struct mesh__jstore *s, struct mesh_job_feed *f, void (*fn)(u
 	return rc ? rc : mesh_pg_done_words(p->pg, one_word, &a);
 }
 
-
 static void jp_commit_stats(const struct mesh__jstore *s, uint64_t *fsyncs, uint64_t *records)
 {
 	(void)s;
@@ -601,7 +600,7 @@ static int spec_renew(struct mesh__jpg *p, struct mesh_lease *l, uint64_t ttl_ns
 	return rc;
 }
 
-/* Fails l when it is one of our copies (1: it is not): the copy goes and
+/* Fails cid when it is one of our copies (1: it is not): the copy goes and
  * the attempt counts; the chunk's own lease stays its holder's. */
 static int spec_fail(struct mesh__jpg *p, uint64_t cid, int status)
 {
