@@ -24,7 +24,8 @@
  * Threads: one handle may be used by many threads (one connection,
  * serialized).  A connection lost (a database restart) is made again once
  * per call, and a call whose answer was lost is never reported DONE: the
- * retry answers IGNORED for a completion that did commit. */
+ * retry answers IGNORED for a completion that did commit.  Speculation
+ * (copies of stragglers, the file store's rule) is store_pg_spec.c's. */
 #ifndef MESH_STORE_STORE_PG_H
 #define MESH_STORE_STORE_PG_H
 
