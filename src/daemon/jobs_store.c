@@ -302,8 +302,8 @@ static void *driver_main(void *arg)
 	struct sfollow *f = s->f;
 	struct meshd_jobs *j = f->j;
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
-	struct mesh_job *jh = NULL;
-	char url[1024], node[MESH_NODE_MAX + 1], why[256] = "";
+	struct mesh_job *jh = NULL, *sjh = NULL;
+	char url[1024], node[MESH_NODE_MAX + 1], snode[MESH_NODE_MAX + 8], why[256] = "";
 	char *data = NULL;
 	size_t len = 0;
 	int rc;
@@ -317,6 +317,13 @@ static void *driver_main(void *arg)
 	rc = mesh_pg_open(&s->rpg, url, why, sizeof why);
 	if (!rc)
 		rc = mesh_job_open(&jh, &o);
+	if (!rc && s->spec.speculate) {
+		/* copies of this node's own stragglers come through a second
+		 * node name, as jobs.c's (a node never copies its own lease) */
+		snprintf(snode, sizeof snode, "%.59s-spec", node);
+		o.node = snode;
+		rc = mesh_job_open(&sjh, &o);
+	}
 	if (!rc && s->spec.has_input) {
 		rc = mesh_pgr_input(s->rpg, s->spec.id, &data, &len);
 		if (!rc)
@@ -346,6 +353,8 @@ static void *driver_main(void *arg)
 	eo.out_fd = eo.err_fd = eo.note_fd = eo.progress_fd = -1;
 	eo.handle_signals = 0;
 	eo.hooks = &hooks;
+	eo.speculate = s->spec.speculate;
+	eo.spec_job = sjh;
 	const char *rmax = getenv("MESHD_STORE_RESULT_MAX");
 	s->result_max = MESH_PGR_RESULT_MAX;
 	if (rmax && strtoull(rmax, NULL, 10) > 0 && strtoull(rmax, NULL, 10) < MESH_PGR_RESULT_MAX)
@@ -382,6 +391,8 @@ static void *driver_main(void *arg)
 		  st.started, st.done, st.failed);
 out:
 	mesh_exec_input_release(&in);
+	if (sjh)
+		mesh_job_close(sjh);
 	if (jh)
 		mesh_job_close(jh);
 	atomic_store(&s->ended, 1);

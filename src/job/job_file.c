@@ -3,6 +3,7 @@
  * close, and the ops table that joins the three files. */
 #include "job/job_file.h"
 #include "job/record.h"
+#include "job/spec.h"
 
 #include "base/clock.h"
 #include "base/crc.h"
@@ -25,38 +26,9 @@ uint32_t mesh__jf_node_hash(const char *name)
 	return v ? v : 1;
 }
 
-/* Histogram of durations in microseconds: 8 sub-buckets per power of 2. */
-static unsigned hist_bucket(uint64_t us)
-{
-	unsigned e;
-	if (us < 8)
-		return (unsigned)us;
-	e = 63u - (unsigned)__builtin_clzll(us);
-	unsigned b = 8 + (e - 3) * 8 + (unsigned)((us >> (e - 3)) & 7);
-	return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
-}
-static uint64_t hist_value(unsigned b)
-{
-	if (b < 8)
-		return b;
-	unsigned e = (b - 8) / 8 + 3, sub = (b - 8) % 8;
-	/* the middle of the bucket */
-	return ((8ull + sub) << (e - 3)) + ((1ull << (e - 3)) >> 1);
-}
 uint64_t mesh__jf_hist_quantile_ns(const struct jfile *j, double q)
 {
-	uint64_t want, acc = 0;
-	if (!j->hist_n)
-		return 0;
-	want = (uint64_t)(q * (double)j->hist_n + 0.999999);
-	if (want < 1)
-		want = 1;
-	for (unsigned b = 0; b < HIST_BUCKETS; b++) {
-		acc += j->hist[b];
-		if (acc >= want)
-			return hist_value(b) * 1000;
-	}
-	return hist_value(HIST_BUCKETS - 1) * 1000;
+	return mesh__spec_quantile_ns(j->hist, j->hist_n, q);
 }
 
 struct node *mesh__jf_node_find(struct jfile *j, uint32_t hash)
@@ -191,7 +163,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 			j->spec_wins++;
 		if (dur) {
 			struct node *nd = mesh__jf_node_find(j, c.node);
-			j->hist[hist_bucket(dur)]++;
+			j->hist[mesh__spec_bucket(dur)]++;
 			j->hist_n++;
 			if (nd) {
 				nd->count++;
@@ -509,10 +481,7 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 	}
 	j->node_hash = mesh__jf_node_hash(j->node);
 	j->max_attempts = o->max_attempts ? o->max_attempts : MESH_JOB_MAX_ATTEMPTS_DEFAULT;
-	j->spec_mult = o->spec_multiplier > 0 ? o->spec_multiplier : 1.5;
-	j->spec_q = o->spec_quantile > 0 && o->spec_quantile <= 1 ? o->spec_quantile : 0.75;
-	j->spec_min_ns = o->spec_min_ns ? o->spec_min_ns : 100 * MESH_NS_PER_MS;
-	j->spec_copies = o->spec_max_copies ? o->spec_max_copies : 1;
+	mesh__spec_rule_of(&j->spec, o);
 	rc = mesh_journal_open(&j->jr, o->journal, apply, j);
 	if (rc)
 		goto fail;

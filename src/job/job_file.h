@@ -10,6 +10,7 @@
 #define MESH_JOB_JOB_FILE_H
 
 #include "job/job.h"
+#include "job/spec.h"
 #include "job/store_ops.h"
 #include "journal/journal.h"
 #include "store/store.h"
@@ -18,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HIST_BUCKETS 256
+#define HIST_BUCKETS MESH__SPEC_BUCKETS
 
 _Static_assert(MESH_JOB_LEASE_MANY_MAX == MESH_LEASE_BLOCK, "lease_many hands out at most one block");
 
@@ -55,10 +56,9 @@ struct jfile {
 	uint32_t node_hash;
 	struct mesh_lease_holder self; /* this process, refreshed after a fork */
 	int detached;
-	uint32_t max_attempts, spec_copies;
+	uint32_t max_attempts;
 	int spec_taken; /* mu: a copy's lease was claimed by this handle */
-	double spec_mult, spec_q;
-	uint64_t spec_min_ns;
+	struct mesh__spec_rule spec; /* the options, defaults filled in */
 	struct mesh_journal *jr;
 	struct mesh_store *st;
 	int read_only;

@@ -23,7 +23,7 @@ static void release_done(struct jfile *j, uint64_t cid)
 	/* The copies' slots only when this handle ever took one: another
 	 * node's copy is its own to release (a lookup of a name that is
 	 * not there for every chunk was a good part of a fast job's CPU). */
-	for (unsigned k = 0; k <= (j->spec_taken ? j->spec_copies : 0); k++)
+	for (unsigned k = 0; k <= (j->spec_taken ? j->spec.copies : 0); k++)
 		j->st->ops->release(j->st, cid, k, 0);
 }
 

@@ -163,11 +163,7 @@ static int cmp_live_elapsed(const void *a, const void *b)
 
 static uint64_t straggler_locked(struct jfile *j)
 {
-	uint64_t need = (uint64_t)(j->spec_q * (double)j->n + 0.999999), thr;
-	if (!j->hist_n || j->done < need)
-		return 0;
-	thr = (uint64_t)(j->spec_mult * (double)mesh__jf_hist_quantile_ns(j, j->spec_q));
-	return thr > j->spec_min_ns ? thr : j->spec_min_ns;
+	return mesh__spec_threshold_ns(&j->spec, j->hist, j->hist_n, j->n, j->done);
 }
 
 uint64_t mesh__jf_straggler_ns(struct mesh__jstore *s)
@@ -214,7 +210,7 @@ static int speculate(struct jfile *j, struct live *lv, size_t nlive, const struc
 		holder = place_of(j, mesh__jf_node_hash(lv[i].st.node));
 		if (mesh_place(&holder, elapsed, &self, 1, typical) != 0)
 			continue;
-		for (unsigned k = 1; k <= j->spec_copies; k++) {
+		for (unsigned k = 1; k <= j->spec.copies; k++) {
 			struct mesh_lease_stamp s, seen;
 			int rc;
 			stamp_init(j, &s, now, ttl, lv[i].st.attempt);

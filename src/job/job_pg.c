@@ -1,11 +1,16 @@
 /* The PostgreSQL store of jobs (store_ops.h) over store/store_pg.h: the
  * engine's calls with the file store's contracts, every one a call or
- * two into the database.  Not done here: speculation (no copies of
- * stragglers; the speculate flag is ignored). */
+ * two into the database.  Speculation (the file store's rule, job/spec.h
+ * and job/place.h) is in its own functions at the end: a copy is looked
+ * for only when a lease found nothing, and a completion of a copy takes
+ * its own commit, so the fresh lease and the primary completion cost
+ * what they did. */
 #include "job/store_ops.h"
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "job/place.h"
+#include "job/spec.h"
 #include "store/store.h"
 #include "store/store_pg.h"
 
@@ -33,7 +38,22 @@ struct mesh__jpg {
 	pthread_mutex_t mu;
 	struct pheld *held;
 	size_t nheld, cheld;
+	/* speculation (mu): our copies' leases, this handle's completed
+	 * durations not yet added to the job's, when they last were */
+	struct mesh__spec_rule spec;
+	struct pheld *copies;
+	size_t ncopies, ccopies;
+	int spec_taken;
+	uint64_t hist[MESH__SPEC_BUCKETS], hist_n, hist_at_ns;
 };
+
+static int spec_taken(const struct mesh__jpg *p);
+static int spec_lease(struct mesh__jpg *p, uint64_t ttl_ns, struct mesh_lease *l);
+static int spec_renew(struct mesh__jpg *p, struct mesh_lease *l, uint64_t ttl_ns);
+static int spec_complete(struct mesh__jpg *p, const uint64_t *cids, const uint64_t *durs, size_t n, int *results);
+static int spec_fail(struct mesh__jpg *p, uint64_t cid, int status);
+static void spec_durations(struct mesh__jpg *p, const uint64_t *durs, const int *results, size_t n);
+static void spec_close(struct mesh__jpg *p);
 
 static struct mesh__jpg *jpg_of(const struct mesh__jstore *s)
 {
@@ -94,6 +114,7 @@ static int jp_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 	mesh_pg_url_safe(o->journal, p->where, sizeof p->where);
 	p->max_attempts = o->max_attempts ? o->max_attempts : MESH_JOB_MAX_ATTEMPTS_DEFAULT;
 	p->read_only = o->read_only;
+	mesh__spec_rule_of(&p->spec, o);
 	pthread_mutex_init(&p->mu, NULL);
 	p->base.ops = &mesh__jstore_pg;
 	*out = &p->base;
@@ -109,9 +130,11 @@ static void jp_close(struct mesh__jstore *s)
 	 * are its caller's). */
 	if (!p->detached && !p->read_only && p->nheld)
 		mesh_pg_release_mine(p->pg);
+	spec_close(p);
 	mesh_pg_close(p->pg);
 	pthread_mutex_destroy(&p->mu);
 	free(p->held);
+	free(p->copies);
 	free(p);
 }
 
@@ -158,7 +181,6 @@ static int held_put(struct mesh__jpg *p, uint64_t cid, uint64_t token)
 static int jp_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int speculate, struct mesh_lease *ls, size_t k,
 			 size_t *got)
 {
-	(void)speculate; /* no copies of stragglers here (store_ops.h) */
 	struct mesh__jpg *p = jpg_of(s);
 	struct mesh_pg_lease pl[MESH_JOB_LEASE_MANY_MAX];
 	int rc;
@@ -191,7 +213,13 @@ static int jp_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int speculate,
 	rc = mesh_pg_status(p->pg, &st);
 	if (rc)
 		return rc;
-	return st.done >= st.n ? MESH_JOB_COMPLETE : MESH_JOB_NONE;
+	if (st.done >= st.n)
+		return MESH_JOB_COMPLETE;
+	/* nothing pending, no expired lease: a copy of a straggler (one) */
+	rc = speculate ? spec_lease(p, ttl_ns, &ls[0]) : 0;
+	if (rc == 1)
+		*got = 1;
+	return rc < 0 ? rc : rc == 1 ? 0 : MESH_JOB_NONE;
 }
 
 static int jp_renew(struct mesh__jstore *s, struct mesh_lease *l, uint64_t ttl_ns)
@@ -202,6 +230,8 @@ static int jp_renew(struct mesh__jstore *s, struct mesh_lease *l, uint64_t ttl_n
 	int rc;
 	if (p->read_only)
 		return MESH_E_STATE;
+	if (spec_taken(p) && (rc = spec_renew(p, l, ttl_ns)) != 1)
+		return rc;
 	pthread_mutex_lock(&p->mu);
 	h = held_find(p, l->cid);
 	token = h ? h->token : 0;
@@ -234,9 +264,10 @@ static int jp_complete_many(struct mesh__jstore *s, const uint64_t *cids, const 
 				results[k] = cids[k] >= p->n ? MESH_E_RANGE : 0;
 			return MESH_E_RANGE;
 		}
-	rc = mesh_pg_complete(p->pg, cids, durs, n, results);
+	rc = spec_taken(p) ? spec_complete(p, cids, durs, n, results) : mesh_pg_complete(p->pg, cids, durs, n, results);
 	for (size_t i = 0; i < n; i++)
 		results[i] = rc ? rc : results[i] == 0 ? MESH_JOB_DONE : MESH_JOB_IGNORED;
+	spec_durations(p, durs, results, n);
 	if (!rc) {
 		pthread_mutex_lock(&p->mu);
 		for (size_t i = 0; i < n; i++)
@@ -253,6 +284,9 @@ static int jp_fail(struct mesh__jstore *s, uint64_t cid, int status)
 		return MESH_E_STATE;
 	if (cid >= p->n)
 		return MESH_E_RANGE;
+	int rc = spec_taken(p) ? spec_fail(p, cid, status) : 1;
+	if (rc != 1)
+		return rc;
 	pthread_mutex_lock(&p->mu);
 	held_drop(p, cid);
 	pthread_mutex_unlock(&p->mu);
@@ -285,6 +319,7 @@ static int jp_status(struct mesh__jstore *s, struct mesh_job_status *st)
 	st->failed_attempts = ps.failed;
 	st->pending = ps.n - ps.done;
 	st->pending = st->pending > ps.leased + ps.buried ? st->pending - ps.leased - ps.buried : 0;
+	st->speculative_wins = ps.spec_wins;
 	return 0;
 }
 
@@ -385,16 +420,256 @@ static int jp_feed(struct mesh__jstore *s, struct mesh_job_feed *f, void (*fn)(u
 	return rc ? rc : mesh_pg_done_words(p->pg, one_word, &a);
 }
 
-static uint64_t jp_straggler_ns(struct mesh__jstore *s)
-{
-	(void)s;
-	return 0; /* no speculation here */
-}
-
 static void jp_commit_stats(const struct mesh__jstore *s, uint64_t *fsyncs, uint64_t *records)
 {
 	(void)s;
 	*fsyncs = *records = 0;
+}
+
+/* Speculation: the file store's rule (docs/job.md), decided on what the
+ * database says with its clock -- the job's DONE count and every node's
+ * completed durations (the threshold, job/spec.h), the live leases of
+ * other nodes that ran past it with their holders' speeds, and place()'s
+ * verdict for this node (job/place.h).  A copy is a row of mesh.copies
+ * (at most spec_max_copies a chunk); the first completion wins, and one
+ * by a copy is a speculative win, counted in the same commit. */
+
+/* How often a node adds its completed durations to the job's at most
+ * (besides when it runs out of work and when it closes). */
+#define SPEC_FLUSH_NS (250 * MESH_NS_PER_MS)
+/* The stragglers looked at a time (the longest-running first). */
+#define SPEC_LOOK 32
+
+static int spec_taken(const struct mesh__jpg *p)
+{
+	return __atomic_load_n(&p->spec_taken, __ATOMIC_ACQUIRE);
+}
+
+static struct pheld *copy_find(struct mesh__jpg *p, uint64_t cid)
+{
+	for (size_t i = 0; i < p->ncopies; i++)
+		if (p->copies[i].cid == cid)
+			return &p->copies[i];
+	return NULL;
+}
+
+static void copy_drop(struct mesh__jpg *p, uint64_t cid)
+{
+	struct pheld *h = copy_find(p, cid);
+	if (h)
+		*h = p->copies[--p->ncopies];
+}
+
+static int copy_put(struct mesh__jpg *p, uint64_t cid, uint64_t token)
+{
+	if (p->ncopies == p->ccopies) {
+		size_t c = p->ccopies ? 2 * p->ccopies : 4;
+		struct pheld *n = realloc(p->copies, c * sizeof *n);
+		if (!n)
+			return -ENOMEM;
+		p->copies = n;
+		p->ccopies = c;
+	}
+	p->copies[p->ncopies++] = (struct pheld){cid, token};
+	return 0;
+}
+
+/* Adds our durations not yet added to the job's: when now, or when the
+ * last time is SPEC_FLUSH_NS ago.  A failure keeps them for the next. */
+static void spec_flush(struct mesh__jpg *p, int now)
+{
+	uint64_t h[MESH__SPEC_BUCKETS], t = mesh_mono_ns();
+	pthread_mutex_lock(&p->mu);
+	if (!p->hist_n || (!now && t - p->hist_at_ns < SPEC_FLUSH_NS)) {
+		pthread_mutex_unlock(&p->mu);
+		return;
+	}
+	memcpy(h, p->hist, sizeof h);
+	memset(p->hist, 0, sizeof p->hist);
+	p->hist_n = 0;
+	p->hist_at_ns = t;
+	pthread_mutex_unlock(&p->mu);
+	if (mesh_pg_spec_durations(p->pg, h, MESH__SPEC_BUCKETS)) {
+		pthread_mutex_lock(&p->mu);
+		for (unsigned b = 0; b < MESH__SPEC_BUCKETS; b++) {
+			p->hist[b] += h[b];
+			p->hist_n += h[b];
+		}
+		pthread_mutex_unlock(&p->mu);
+	}
+}
+
+/* The durations of the completions that were first (DONE), as the file
+ * store's DONE records carry them; an unknown one (0) is not counted. */
+static void spec_durations(struct mesh__jpg *p, const uint64_t *durs, const int *results, size_t n)
+{
+	if (!durs)
+		return;
+	pthread_mutex_lock(&p->mu);
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MESH_JOB_DONE && durs[i]) {
+			p->hist[mesh__spec_bucket(durs[i] / 1000)]++;
+			p->hist_n++;
+		}
+	pthread_mutex_unlock(&p->mu);
+	spec_flush(p, 0);
+}
+
+/* The threshold now (0: not yet), with the view it came from and the
+ * job's median duration. */
+static int spec_threshold(struct mesh__jpg *p, uint64_t *thr, uint64_t *typical, struct mesh_pg_spec_view *v)
+{
+	uint64_t h[MESH__SPEC_BUCKETS] = {0};
+	int rc;
+	spec_flush(p, 1);
+	rc = mesh_pg_spec_view(p->pg, p->node, h, MESH__SPEC_BUCKETS, v);
+	if (rc)
+		return rc;
+	*thr = mesh__spec_threshold_ns(&p->spec, h, v->hist_n, v->n, v->done);
+	*typical = mesh__spec_quantile_ns(h, v->hist_n, 0.5);
+	return 0;
+}
+
+static struct mesh_place_node place_node(uint64_t chunks, uint64_t busy_ns)
+{
+	struct mesh_place_node n = {chunks ? busy_ns / chunks : 0, chunks};
+	return n;
+}
+
+/* A copy of the longest-running straggler that place() gives this node:
+ * 1 with *l, 0 none, or an error. */
+static int spec_lease(struct mesh__jpg *p, uint64_t ttl_ns, struct mesh_lease *l)
+{
+	struct mesh_pg_straggler sg[SPEC_LOOK];
+	struct mesh_pg_spec_view v;
+	uint64_t thr, typical;
+	size_t n = 0;
+	int rc = spec_threshold(p, &thr, &typical, &v);
+	if (rc || !thr)
+		return rc;
+	rc = mesh_pg_stragglers(p->pg, p->node, p->spec.copies, thr, sg, SPEC_LOOK, &n);
+	if (rc)
+		return rc;
+	struct mesh_place_node self = place_node(v.self_chunks, v.self_busy_ns);
+	for (size_t i = 0; i < n; i++) {
+		struct mesh_place_node holder = place_node(sg[i].chunks, sg[i].busy_ns);
+		struct mesh_pg_lease pl;
+		if (mesh_place(&holder, sg[i].elapsed_ns, &self, 1, typical) != 0)
+			continue;
+		rc = mesh_pg_spec_claim(p->pg, sg[i].cid, p->spec.copies, ttl_ns, &pl);
+		if (rc == MESH_E_STATE)
+			continue; /* DONE, or its slots taken, meanwhile */
+		if (rc)
+			return rc;
+		pthread_mutex_lock(&p->mu);
+		rc = copy_put(p, pl.cid, pl.token);
+		__atomic_store_n(&p->spec_taken, 1, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&p->mu);
+		if (rc)
+			return rc;
+		l->cid = pl.cid;
+		l->attempt = pl.attempt;
+		l->kind = MESH_LEASE_SPECULATIVE;
+		l->deadline_ns = pl.deadline_ns;
+		l->started_ns = pl.started_ns;
+		return 1;
+	}
+	return 0;
+}
+
+/* Renews l when it is one of our copies (1: it is not). */
+static int spec_renew(struct mesh__jpg *p, struct mesh_lease *l, uint64_t ttl_ns)
+{
+	struct pheld *h;
+	uint64_t token = 0, dl;
+	int rc;
+	pthread_mutex_lock(&p->mu);
+	if ((h = copy_find(p, l->cid)))
+		token = h->token;
+	pthread_mutex_unlock(&p->mu);
+	if (!token)
+		return 1;
+	rc = mesh_pg_spec_renew(p->pg, l->cid, token, ttl_ns, &dl);
+	if (!rc)
+		l->deadline_ns = dl;
+	else if (rc == MESH_E_STATE) {
+		pthread_mutex_lock(&p->mu);
+		copy_drop(p, l->cid);
+		pthread_mutex_unlock(&p->mu);
+	}
+	return rc;
+}
+
+/* Fails cid when it is one of our copies (1: it is not): the copy goes and
+ * the attempt counts; the chunk's own lease stays its holder's. */
+static int spec_fail(struct mesh__jpg *p, uint64_t cid, int status)
+{
+	struct pheld *h;
+	uint64_t token = 0;
+	pthread_mutex_lock(&p->mu);
+	if ((h = copy_find(p, cid))) {
+		token = h->token;
+		copy_drop(p, cid);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return token ? mesh_pg_spec_fail(p->pg, cid, token, status) : 1;
+}
+
+/* mesh_pg_complete for a handle that took copies: our copies through
+ * their own commit (a win counted with its DONE), the rest as usual. */
+static int spec_complete(struct mesh__jpg *p, const uint64_t *cids, const uint64_t *durs, size_t n, int *results)
+{
+	uint64_t *c = malloc(2 * n * sizeof *c), *d = c + n;
+	size_t *at = malloc(n * sizeof *at), nc = 0, np = 0;
+	int *r = malloc(n * sizeof *r), rc = 0;
+	if (!c || !at || !r) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* copies to the front of c/d, the rest to the back */
+	pthread_mutex_lock(&p->mu);
+	for (size_t i = 0; i < n; i++) {
+		size_t k = copy_find(p, cids[i]) ? nc++ : n - 1 - np++;
+		c[k] = cids[i];
+		d[k] = durs ? durs[i] : 0;
+		at[i] = k;
+	}
+	pthread_mutex_unlock(&p->mu);
+	if (nc)
+		rc = mesh_pg_spec_complete(p->pg, c, d, nc, r);
+	if (!rc && np)
+		rc = mesh_pg_complete(p->pg, c + nc, d + nc, np, r + nc);
+	if (nc && rc != MESH_E_UNAVAILABLE) {
+		pthread_mutex_lock(&p->mu);
+		for (size_t i = 0; i < nc; i++)
+			copy_drop(p, c[i]);
+		pthread_mutex_unlock(&p->mu);
+	}
+	for (size_t i = 0; !rc && i < n; i++)
+		results[i] = r[at[i]];
+out:
+	free(c);
+	free(at);
+	free(r);
+	return rc;
+}
+
+static uint64_t jp_straggler_ns(struct mesh__jstore *s)
+{
+	struct mesh__jpg *p = jpg_of(s);
+	struct mesh_pg_spec_view v;
+	uint64_t thr = 0, typical;
+	return spec_threshold(p, &thr, &typical, &v) ? 0 : thr;
+}
+
+/* A node that stops adds its last durations and lets its copies go. */
+static void spec_close(struct mesh__jpg *p)
+{
+	if (p->read_only)
+		return;
+	spec_flush(p, 1);
+	if (spec_taken(p) && !p->detached)
+		mesh_pg_spec_release(p->pg);
 }
 
 const struct mesh__jstore_ops mesh__jstore_pg = {

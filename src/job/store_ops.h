@@ -11,10 +11,8 @@
  *
  * Every op has the contract of the job.h call of the same name, except
  * where said here; job.c checks what is common to every store (a node
- * name, k == 0) before it calls.  Where the stores differ on purpose:
- *   - speculation (copies of stragglers) is the file store's only: the
- *     postgresql store ignores the speculate flag and answers 0 for
- *     straggler_ns;
+ * name, k == 0) before it calls.  Both apply one speculation rule
+ * (job/spec.h, job/place.h).  Where the stores differ on purpose:
  *   - commit_stats counts the journal's fsyncs (the file store); the
  *     postgresql store answers 0 0. */
 #ifndef MESH_JOB_STORE_OPS_H

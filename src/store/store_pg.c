@@ -614,11 +614,11 @@ int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st)
 	r = mesh__pg_q(pg,
 	      "SELECT n, done, dups, failed,"
 	      " mesh.held($1, true),"
-	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b') FROM mesh.job_counts WHERE id = $1",
+	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b'), spec FROM mesh.job_counts WHERE id = $1",
 	      1, vals, &rc);
 	if (r && PQntuples(r) == 1) {
-		uint64_t *f[6] = {&st->n, &st->done, &st->dups, &st->failed, &st->leased, &st->buried};
-		for (int i = 0; i < 6; i++)
+		uint64_t *f[7] = {&st->n, &st->done, &st->dups, &st->failed, &st->leased, &st->buried, &st->spec_wins};
+		for (int i = 0; i < 7; i++)
 			*f[i] = strtoull(PQgetvalue(r, 0, i), NULL, 10);
 	} else if (r) {
 		rc = MESH_E_NOJOB;

@@ -24,14 +24,15 @@
  * Threads: one handle may be used by many threads (one connection,
  * serialized).  A connection lost (a database restart) is made again once
  * per call, and a call whose answer was lost is never reported DONE: the
- * retry answers IGNORED for a completion that did commit. */
+ * retry answers IGNORED for a completion that did commit.  Speculation
+ * (copies of stragglers, the file store's rule) is store_pg_spec.c's. */
 #ifndef MESH_STORE_STORE_PG_H
 #define MESH_STORE_STORE_PG_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define MESH_PG_SCHEMA_VERSION 5
+#define MESH_PG_SCHEMA_VERSION 6
 
 struct mesh_pg;
 
@@ -44,6 +45,7 @@ struct mesh_pg_lease {
 
 struct mesh_pg_status {
 	uint64_t n, done, leased, buried, dups, failed;
+	uint64_t spec_wins; /* first completions that came from a speculative copy */
 };
 
 struct mesh_pg_failure {
@@ -144,6 +146,43 @@ int mesh_pg_node_host(struct mesh_pg *pg, const char *name, const char *programs
 /* Its programs changed (mesh_pg_node_host's node): 0, MESH_E_STATE when
  * this handle registered none, or the database's error. */
 int mesh_pg_node_programs(struct mesh_pg *pg, const char *programs);
+
+/* Speculation (store_pg_spec.c; the rule is job/spec.h's, the caller's).
+ * What a node needs to decide: the job's n and DONE count, every node's
+ * completed durations (hist: nb buckets, summed over the job's handles,
+ * added to), and this node's speed (every handle of name node). */
+struct mesh_pg_spec_view {
+	uint64_t n, done, hist_n;
+	uint64_t self_chunks, self_busy_ns;
+};
+int mesh_pg_spec_view(struct mesh_pg *pg, const char *node, uint64_t *hist, size_t nb, struct mesh_pg_spec_view *v);
+/* Adds this handle's completed durations (hist: nb bucket counts) to the
+ * job's (committed without waiting for the flush: a lost one only moves
+ * the threshold). */
+int mesh_pg_spec_durations(struct mesh_pg *pg, const uint64_t *hist, size_t nb);
+/* Live leases of nodes not named node, run longer than thr_ns (the
+ * database's clock), with a free copy slot of copies and no copy of ours:
+ * the longest-running first, at most cap. */
+struct mesh_pg_straggler {
+	uint64_t cid, elapsed_ns;
+	uint64_t chunks, busy_ns; /* its holder's speed: every handle of its name */
+	uint32_t attempt;
+};
+int mesh_pg_stragglers(struct mesh_pg *pg, const char *node, uint32_t copies, uint64_t thr_ns,
+		       struct mesh_pg_straggler *out, size_t cap, size_t *got);
+/* A copy of cid in a free slot of copies while cid is not DONE and leased
+ * by another: 0 with *l (stolen 0), MESH_E_STATE when it cannot be. */
+int mesh_pg_spec_claim(struct mesh_pg *pg, uint64_t cid, uint32_t copies, uint64_t ttl_ns, struct mesh_pg_lease *l);
+/* mesh_pg_renew of a copy. */
+int mesh_pg_spec_renew(struct mesh_pg *pg, uint64_t cid, uint64_t token, uint64_t ttl_ns, uint64_t *deadline_ns);
+/* mesh_pg_complete of our copies (one commit, not shared): each DONE is a
+ * speculative win, counted with it. */
+int mesh_pg_spec_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results);
+/* A failed run of our copy (token): the copy goes, the attempt is counted
+ * on its chunk, whose own lease is left as it is.  0, or an error. */
+int mesh_pg_spec_fail(struct mesh_pg *pg, uint64_t cid, uint64_t token, int status);
+/* Lets this handle's copies go. */
+int mesh_pg_spec_release(struct mesh_pg *pg);
 
 enum mesh_pg_schema_op { MESH_PG_SCHEMA_STATUS, MESH_PG_SCHEMA_INIT, MESH_PG_SCHEMA_MIGRATE };
 /* `mesh store`: the version found (0: none) and, after init or migrate,

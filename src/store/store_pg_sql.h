@@ -21,7 +21,12 @@
  * mesh.results   (3) each chunk's reply (kind 'r'; written before the
  *                chunk's DONE bit, the first one kept) and the last
  *                failure report (kind 'f') of meshd jobs
- *                (store_pg_results.h). */
+ *                (store_pg_results.h).
+ * mesh.durations (6) the completed chunks' durations: a log histogram
+ *                (job/hist.h's buckets), one row a handle and bucket.
+ * mesh.copies    (6) one row a live speculative copy of a straggler:
+ *                its slot (1..spec_max_copies), holder, token, deadline.
+ *                mesh.counts.spec counts the copies that won. */
 #ifndef MESH_STORE_STORE_PG_SQL_H
 #define MESH_STORE_STORE_PG_SQL_H
 
@@ -530,6 +535,134 @@ static const char *const MESH_PG_MIGRATIONS[] = {
 	" INSERT INTO mesh.counts AS k (job, holder, done, dups) VALUES (p_job, p_holder, newc, dupc)\n"
 	"  ON CONFLICT (job, holder) DO UPDATE SET done = k.done + excluded.done, dups = k.dups + excluded.dups;\n"
 	" RETURN QUERY SELECT unnest(res);\n"
+	"END $f$;\n",
+	/* 5 -> 6: speculation, the file store's rule (docs/job.md).  The
+	 * straggler threshold needs the job's completed durations: each
+	 * handle adds its own to mesh.durations (a log histogram, one row a
+	 * handle and bucket), not in the completion's statement but every
+	 * quarter second and when it runs out of work, so a completion costs
+	 * what it did.  A copy of a straggler is a row of mesh.copies (at
+	 * most one a slot, slots 1..spec_max_copies: the primary key), taken
+	 * when its slot is free or its copy expired; the chunk's own lease
+	 * (a row of mesh.chunks, or a block's) is left as it is.  A copy
+	 * completes through mesh.spec_complete: the DONE of mesh.complete
+	 * and, for a first completion, the win in mesh.counts.spec, in one
+	 * transaction. */
+	"ALTER TABLE mesh.counts ADD COLUMN spec bigint NOT NULL DEFAULT 0;\n"
+	"CREATE OR REPLACE VIEW mesh.job_counts AS SELECT j.id, j.name, j.n, coalesce(sum(c.done), 0)::bigint AS done,\n"
+	" coalesce(sum(c.dups), 0)::bigint AS dups, coalesce(sum(c.failed), 0)::bigint AS failed,\n"
+	" coalesce(sum(c.spec), 0)::bigint AS spec FROM mesh.jobs j LEFT JOIN mesh.counts c ON c.job = j.id GROUP BY j.id;\n"
+	"CREATE TABLE mesh.durations (job int NOT NULL, holder bigint NOT NULL, b int NOT NULL, n bigint NOT NULL,\n"
+	" PRIMARY KEY (job, holder, b));\n"
+	"CREATE TABLE mesh.copies (job int NOT NULL, cid bigint NOT NULL, slot int NOT NULL, holder bigint NOT NULL,\n"
+	" token bigint NOT NULL, attempt int NOT NULL, deadline bigint NOT NULL, started bigint NOT NULL,\n"
+	" PRIMARY KEY (job, cid, slot));\n"
+	/* The live leases of other nodes (by name: a node never copies its
+	 * own) that have run longer than p_thr_us and have a free copy slot,
+	 * the longest-running first, each with its holder's speed (every
+	 * handle of that name: chunks, summed durations). */
+	"CREATE FUNCTION mesh.stragglers(p_job int, p_holder bigint, p_name text, p_copies int, p_thr_us bigint,\n"
+	" p_limit int) RETURNS TABLE(cid bigint, elapsed bigint, attempt int, chunks bigint, busy_us bigint)\n"
+	" LANGUAGE plpgsql STABLE AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE t bigint := mesh.now_us();\n"
+	"BEGIN\n"
+	" RETURN QUERY WITH live AS (\n"
+	"   SELECT ch.cid AS c, ch.holder AS h, ch.started AS s, ch.attempt AS a FROM mesh.chunks ch\n"
+	"    WHERE ch.job = p_job AND ch.state = 'l' AND ch.deadline >= t AND ch.holder <> p_holder\n"
+	"     AND ch.started < t - p_thr_us\n"
+	"   UNION ALL\n"
+	"   SELECT g, b.holder, b.started, 1 FROM mesh.blocks b, generate_series(b.lo, b.hi - 1) g\n"
+	"    WHERE b.job = p_job AND b.deadline >= t AND b.holder <> p_holder AND b.started < t - p_thr_us\n"
+	"     AND NOT EXISTS (SELECT 1 FROM mesh.chunks ch WHERE ch.job = p_job AND ch.cid = g)\n"
+	"     AND NOT mesh.is_done(p_job, g)),\n"
+	"  named AS (SELECT l.c, l.s, l.a, n.name FROM live l LEFT JOIN mesh.nodes n ON n.holder = l.h)\n"
+	" SELECT x.c, t - x.s, x.a, coalesce(sp.k, 0)::bigint, coalesce(sp.us, 0)::bigint FROM named x\n"
+	"  LEFT JOIN LATERAL (SELECT sum(m.chunks) AS k, sum(m.busy_us) AS us FROM mesh.nodes m\n"
+	"   WHERE m.job = p_job AND m.name = x.name) sp ON true\n"
+	"  WHERE (x.name IS NULL OR x.name <> p_name)\n"
+	"   AND (SELECT count(*) FROM mesh.copies cp WHERE cp.job = p_job AND cp.cid = x.c AND cp.deadline >= t) < p_copies\n"
+	"   AND NOT EXISTS (SELECT 1 FROM mesh.copies cp WHERE cp.job = p_job AND cp.cid = x.c AND cp.holder = p_holder\n"
+	"    AND cp.deadline >= t)\n"
+	"  ORDER BY x.s, x.c LIMIT p_limit;\n"
+	"END $f$;\n"
+	/* A copy of p_cid for p_holder in the first free slot, while the chunk
+	 * is not DONE and still leased by another: its slot, attempt (the
+	 * lease's), deadline, start and token; no row when it cannot be. */
+	"CREATE FUNCTION mesh.spec_claim(p_job int, p_cid bigint, p_copies int, p_holder bigint, p_ttl_us bigint)\n"
+	" RETURNS TABLE(slot int, attempt int, deadline bigint, started bigint, token bigint) LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE t bigint := mesh.now_us(); a int;\n"
+	"BEGIN\n"
+	" DELETE FROM mesh.copies cp WHERE cp.job = p_job AND cp.deadline < t AND mesh.is_done(p_job, cp.cid);\n"
+	" IF mesh.is_done(p_job, p_cid) THEN RETURN; END IF;\n"
+	" SELECT ch.attempt INTO a FROM mesh.chunks ch WHERE ch.job = p_job AND ch.cid = p_cid AND ch.state = 'l'\n"
+	"  AND ch.deadline >= t AND ch.holder <> p_holder;\n"
+	" IF a IS NULL THEN\n"
+	"  IF EXISTS (SELECT 1 FROM mesh.chunks ch WHERE ch.job = p_job AND ch.cid = p_cid) THEN RETURN; END IF;\n"
+	"  IF NOT EXISTS (SELECT 1 FROM mesh.blocks b WHERE b.job = p_job AND b.lo <= p_cid AND b.hi > p_cid\n"
+	"   AND b.deadline >= t AND b.holder <> p_holder) THEN RETURN; END IF;\n"
+	"  a := 1;\n"
+	" END IF;\n"
+	" FOR k IN 1..p_copies LOOP\n"
+	"  RETURN QUERY INSERT INTO mesh.copies AS cp VALUES (p_job, p_cid, k, p_holder, (random() * 9.2e18)::bigint, a,\n"
+	"    t + p_ttl_us, t)\n"
+	"   ON CONFLICT (job, cid, slot) DO UPDATE SET holder = excluded.holder, token = excluded.token,\n"
+	"    attempt = excluded.attempt, deadline = excluded.deadline, started = excluded.started WHERE cp.deadline < t\n"
+	"   RETURNING cp.slot, cp.attempt, cp.deadline, cp.started, cp.token;\n"
+	"  IF FOUND THEN RETURN; END IF;\n"
+	" END LOOP;\n"
+	"END $f$;\n"
+	/* Renews our copy (its token): the new deadline, or NULL (and the row
+	 * gone) when the chunk is DONE or the copy was taken over. */
+	"CREATE FUNCTION mesh.spec_renew(p_job int, p_cid bigint, p_token bigint, p_ttl_us bigint) RETURNS bigint\n"
+	" LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE dl bigint;\n"
+	"BEGIN\n"
+	" IF NOT mesh.is_done(p_job, p_cid) THEN\n"
+	"  UPDATE mesh.copies SET deadline = mesh.now_us() + p_ttl_us WHERE job = p_job AND cid = p_cid\n"
+	"   AND token = p_token RETURNING deadline INTO dl;\n"
+	" END IF;\n"
+	" IF dl IS NULL THEN DELETE FROM mesh.copies WHERE job = p_job AND cid = p_cid AND token = p_token; END IF;\n"
+	" RETURN dl;\n"
+	"END $f$;\n"
+	/* Completions of our copies (p_cids ascending): mesh.complete's
+	 * answers; each DONE is a speculative win, counted in the same
+	 * transaction; the copies' rows go. */
+	"CREATE FUNCTION mesh.spec_complete(p_job int, p_cids bigint[], p_holder bigint, p_busy_us bigint)\n"
+	" RETURNS SETOF boolean LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE res boolean[]; wins int;\n"
+	"BEGIN\n"
+	" UPDATE mesh.nodes SET chunks = chunks + cardinality(p_cids), busy_us = busy_us + p_busy_us,\n"
+	"  beat = mesh.now_us() WHERE holder = p_holder;\n"
+	" SELECT array_agg(r.x ORDER BY r.i) INTO res FROM mesh.complete(p_job, p_cids, p_holder) WITH ORDINALITY AS r(x, i);\n"
+	" SELECT count(*) INTO wins FROM unnest(res) AS w(x) WHERE w.x;\n"
+	" DELETE FROM mesh.copies WHERE job = p_job AND cid = ANY(p_cids) AND holder = p_holder;\n"
+	" IF wins > 0 THEN\n"
+	"  INSERT INTO mesh.counts AS k (job, holder, spec) VALUES (p_job, p_holder, wins)\n"
+	"   ON CONFLICT (job, holder) DO UPDATE SET spec = k.spec + excluded.spec;\n"
+	" END IF;\n"
+	" RETURN QUERY SELECT unnest(res);\n"
+	"END $f$;\n"
+	/* A failed run of our copy: the copy goes, the attempt is counted on
+	 * its chunk (a block's chunk split out first, its lease and token
+	 * kept), and the chunk's own lease is left alone -- the primary runs
+	 * on.  false when it was no longer our copy or the chunk is DONE. */
+	"CREATE FUNCTION mesh.spec_fail(p_job int, p_cid bigint, p_token bigint, p_status int, p_holder bigint)\n"
+	" RETURNS boolean LANGUAGE plpgsql AS $f$\n"
+	"#variable_conflict use_column\n"
+	"DECLARE b mesh.blocks;\n"
+	"BEGIN\n"
+	" DELETE FROM mesh.copies WHERE job = p_job AND cid = p_cid AND token = p_token;\n"
+	" IF NOT FOUND OR mesh.is_done(p_job, p_cid) THEN RETURN false; END IF;\n"
+	" SELECT * INTO b FROM mesh.blocks x WHERE x.job = p_job AND x.lo <= p_cid AND x.hi > p_cid;\n"
+	" IF b.job IS NOT NULL THEN PERFORM mesh.split(p_job, p_cid, 'l', b.token + (p_cid - b.lo), b.deadline); END IF;\n"
+	" UPDATE mesh.chunks SET fails = fails + 1, last_status = p_status WHERE job = p_job AND cid = p_cid;\n"
+	" INSERT INTO mesh.counts AS k (job, holder, failed) VALUES (p_job, p_holder, 1)\n"
+	"  ON CONFLICT (job, holder) DO UPDATE SET failed = k.failed + 1;\n"
+	" RETURN true;\n"
 	"END $f$;\n",
 };
 #define MESH_PG_NMIGRATIONS (sizeof MESH_PG_MIGRATIONS / sizeof MESH_PG_MIGRATIONS[0])

@@ -74,6 +74,7 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d (this mesh: %d)", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);
+	EXPECT_CONTAINS(out, "version 6 (this mesh: 6)"); /* speculation's tables */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d -> %d", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);
@@ -117,6 +118,9 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 		EXPECT_EQ(sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'm'"), 5);
 		EXPECT_EQ(sql1(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'm'"), 1);
 		EXPECT_EQ(sql1(&e, "SELECT failed FROM mesh.job_counts WHERE name = 'm'"), 1);
+		/* version 6: no win counted, no copy left */
+		EXPECT_EQ(sql1(&e, "SELECT spec FROM mesh.job_counts WHERE name = 'm'"), 0);
+		EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.copies"), 0);
 		EXPECT_EQ(store_env_done_bits(&e, "m"), 5);
 		/* meshd jobs work after */
 		EXPECT_EQ(t_sh(out, sizeof out, 0, "%s submit --store '%s' p --chunks 3", MESH, url), 0);

@@ -219,6 +219,17 @@ int store_env_open(const struct store_env *e, struct mesh_job **j, const char *n
 	return mesh_job_open(j, &o);
 }
 
+int store_env_open_spec(const struct store_env *e, struct mesh_job **j, const char *node, uint64_t spec_min_ns)
+{
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	o.journal = e->where;
+	o.lockdir = e->lockdir[0] ? e->lockdir : NULL;
+	o.name = "conf";
+	o.node = node;
+	o.spec_min_ns = spec_min_ns;
+	return mesh_job_open(j, &o);
+}
+
 long long store_env_sql(const struct store_env *e, const char *sql)
 {
 	char cmd[1400], out[256] = "";

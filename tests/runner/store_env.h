@@ -30,11 +30,32 @@ int store_env_start_tcp(struct store_env *e, const char *netns, const char *addr
 void store_env_stop(struct store_env *e);
 int store_env_submit(const struct store_env *e, uint64_t n);
 int store_env_open(const struct store_env *e, struct mesh_job **j, const char *node, uint32_t max_attempts);
+/* store_env_open with speculation's threshold floor spec_min_ns. */
+int store_env_open_spec(const struct store_env *e, struct mesh_job **j, const char *node, uint64_t spec_min_ns);
 /* postgresql: pg_ctl with args ("-m immediate restart") on the server. */
 int store_env_pg_ctl(const struct store_env *e, const char *args);
 /* postgresql: one value from psql as the superuser (-1: psql failed). */
 long long store_env_sql(const struct store_env *e, const char *sql);
 /* postgresql: how many DONE bits job has (each chunk's DONE is one bit). */
 long long store_env_done_bits(const struct store_env *e, const char *job);
+
+/* A conformance case (tests/unit/test_store_conf*.c): test conf_STORE_FN
+ * runs static void conf_FN(const struct store_env *) on a fresh store of
+ * kind STORE, skipped (saying why) where that store cannot run.  For
+ * files that include runner/t.h. */
+#define STORE_CONF(store, fn)                                                              \
+	TEST(conf_##store##_##fn)                                                          \
+	{                                                                                  \
+		struct store_env e;                                                        \
+		int rc_ = store_env_start(&e, #store);                                     \
+		if (rc_ == 1) {                                                            \
+			printf("skip: the %s store cannot run here (see above)\n", #store); \
+			return;                                                            \
+		}                                                                          \
+		if (rc_)                                                                   \
+			FAIL("cannot start the %s store", #store);                         \
+		conf_##fn(&e);                                                             \
+		store_env_stop(&e);                                                        \
+	}
 
 #endif

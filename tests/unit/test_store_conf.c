@@ -1,6 +1,7 @@
 /* The store conformance suite: the engine's rules (job/job.h), run the same
  * way against every store -- the file store (journal + lock directory)
- * and, where its harness can start one, PostgreSQL (tests/pg_harness.h).
+ * and, where its harness can start one, PostgreSQL (tests/pg_harness.h);
+ * speculation's cases are in test_store_conf_spec.c.
  * Each case is written once, as a function of a store_env, and registered
  * once per store. */
 #include "base/clock.h"
@@ -471,33 +472,6 @@ static void conf_completion_feed(const struct store_env *e)
 	mesh_job_close(b);
 }
 
-/* Where the stores differ on purpose: speculation (a copy of a straggler
- * still leased by another) is the file store's only (job/store_ops.h).
- * The file store gives a copy; PostgreSQL ignores the flag. */
-static void conf_speculation_differs(const struct store_env *e)
-{
-	struct mesh_lease l;
-	ASSERT_EQ(store_env_submit(e, 4), 0);
-	struct mesh_job *a = open_as(e, "a", 0), *b = open_as(e, "b", 0);
-	for (int i = 0; i < 3; i++) { /* 3 of 4 DONE fast: the default quantile 0.75 is reached */
-		ASSERT_EQ(mesh_job_lease(a, LONG_TTL, 0, &l), 0);
-		EXPECT_EQ(mesh_job_complete(a, l.cid, 1 * MS), MESH_JOB_DONE);
-	}
-	ASSERT_EQ(mesh_job_lease(a, LONG_TTL, 0, &l), 0); /* the straggler */
-	mesh_sleep_ns(120 * MS); /* past the 100 ms floor of the threshold: a time, not an event */
-	int rc = mesh_job_lease(b, LONG_TTL, 1, &l);
-	if (!strcmp(e->kind, "file")) {
-		EXPECT_GT(mesh_job_straggler_ns(b), 0);
-		ASSERT_EQ(rc, 0);
-		EXPECT_EQ(l.kind, MESH_LEASE_SPECULATIVE);
-	} else {
-		EXPECT_UEQ(mesh_job_straggler_ns(b), 0);
-		EXPECT_EQ(rc, MESH_JOB_NONE);
-	}
-	mesh_job_close(a);
-	mesh_job_close(b);
-}
-
 /* A fast node may take more than it is handed (the file store's block
  * reserve): those count as leased, never reach another node while it
  * lives, and go with its close: every chunk is then DONE exactly once.
@@ -589,20 +563,7 @@ static void conf_placement_by_speed(const struct store_env *e)
 	mesh_job_close(slow);
 }
 
-#define CONF(store, fn)                                    \
-	TEST(conf_##store##_##fn)                          \
-	{                                                  \
-		struct store_env e;                        \
-		int rc_ = store_env_start(&e, #store);     \
-		if (rc_ == 1) {                            \
-			printf("skip: the %s store cannot run here (see above)\n", #store); \
-			return;                            \
-		}                                          \
-		if (rc_)                                   \
-			FAIL("cannot start the %s store", #store); \
-		conf_##fn(&e);                             \
-		store_env_stop(&e);                        \
-	}
+#define CONF STORE_CONF
 #define CONF_ALL(store)                                   \
 	CONF(store, submit)                               \
 	CONF(store, lease_complete_duplicate)             \
@@ -617,7 +578,6 @@ static void conf_placement_by_speed(const struct store_env *e)
 	CONF(store, first_completion_wins_duplicates_counted) \
 	CONF(store, status_counts)                        \
 	CONF(store, completion_feed)                      \
-	CONF(store, speculation_differs)                  \
 	CONF(store, fast_node_reserve)                    \
 	CONF(store, placement_by_speed)
 
