@@ -24,6 +24,11 @@ struct mesh_pg {
 	pthread_mutex_t mu; /* the connection */
 	char job[MESH_NODE_MAX + 1];
 	char idtext[24]; /* the job's row id, as a parameter */
+	/* the job's row as mesh_pg_open read it, for the first mesh_pg_job */
+	int job_known;
+	uint64_t job_n;
+	size_t job_ident_len;
+	unsigned char job_ident[200];
 	uint64_t holder; /* random: the leases taken through this handle */
 	/* group commit */
 	pthread_mutex_t cmu;
