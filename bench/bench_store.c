@@ -8,7 +8,8 @@
  *      target >= 50,000 chunks/s with PostgreSQL.  Beside the whole job's
  *      rate (from the first fork to the last exit) the PostgreSQL store's
  *      steady rate: the chunks completed from when every node holds its
- *      first lease to the last completion, over that time; and its
+ *      first lease (every node that leased any) to the last completion,
+ *      over that time; and its
  *      start-up: when the last node held its first lease, and a node's
  *      mean time from its fork to its first lease (its connection, the
  *      statements that open the job, its first lease: they all start at
@@ -100,10 +101,14 @@ static void steady_of(struct run *r, uint64_t t0, int nodes)
 {
 	uint64_t all = 0, end = 0, after = 0;
 	double sum = 0;
+	int leased = 0;
 	for (int i = 0; i < nodes; i++) {
+		if (!logs[i].first)
+			continue; /* found nothing left to lease */
 		if (logs[i].first > all)
 			all = logs[i].first;
 		sum += (double)(logs[i].first - t0) / 1e6;
+		leased++;
 		for (size_t b = 0; b < logs[i].nlog; b++)
 			if (logs[i].log[b].t > end)
 				end = logs[i].log[b].t;
@@ -113,7 +118,7 @@ static void steady_of(struct run *r, uint64_t t0, int nodes)
 			if (logs[i].log[b].t > all)
 				after += logs[i].log[b].n;
 	r->all_ms = (double)(all - t0) / 1e6;
-	r->first_ms = sum / nodes;
+	r->first_ms = leased ? sum / leased : 0;
 	r->steady = end > all ? (double)after * 1e9 / (double)(end - all) : 0;
 }
 
