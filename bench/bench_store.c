@@ -253,7 +253,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	const char *url = argv[1];
-	uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 100000;
+	uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 50000;
 	char dir[] = "/tmp/mesh-bench-store-XXXXXX";
 	if (!mkdtemp(dir) || chdir(dir))
 		return 1;
