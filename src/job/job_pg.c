@@ -228,7 +228,8 @@ static size_t resv_take(struct mesh__jpg *p, uint64_t ttl_ns, struct mesh_lease 
 		ls[got].attempt = r->l.attempt;
 		ls[got].kind = r->l.stolen ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH;
 		ls[got].deadline_ns = r->l.deadline_ns;
-		ls[got].started_ns = r->l.started_ns;
+		/* started now, on the database's clock as near as we can say */
+		ls[got].started_ns = r->l.started_ns + (now - r->leased_ns);
 		got++;
 	}
 	memmove(p->resv, p->resv + used, (p->nresv - used) * sizeof *p->resv);
