@@ -1,5 +1,5 @@
-/* Inside the PostgreSQL store: the handle, shared by store_pg.c and
- * store_pg_nodes.c.  Not for other modules. */
+/* Inside the PostgreSQL store: the handle, shared by store_pg.c,
+ * store_pg_nodes.c and store_pg_wake.c.  Not for other modules. */
 #ifndef MESH_STORE_STORE_PG_INT_H
 #define MESH_STORE_STORE_PG_INT_H
 
