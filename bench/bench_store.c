@@ -5,9 +5,20 @@
  *      the PostgreSQL store vs the file store, beside the PUBLISHED
  *      figures of River (46k jobs/s) and graphile-worker (183k jobs/s) --
  *      published by those projects on their hardware, not measured here;
- *      target >= 50,000 chunks/s with PostgreSQL;
+ *      target >= 50,000 chunks/s with PostgreSQL.  Beside the whole job's
+ *      rate (from the first fork to the last exit) the PostgreSQL store's
+ *      steady rate: the chunks completed from when every node holds its
+ *      first lease (every node that leased any) to the last completion,
+ *      over that time; and its
+ *      start-up: when the last node held its first lease, and a node's
+ *      mean time from its fork to its first lease (its connection, the
+ *      statements that open the job, its first lease: they all start at
+ *      once on 2 cores, so this is their sum over the cores more than
+ *      one node's cost -- for that, 3.);
  *   2. NOTIFY wake-up: an idle node (everything leased by another) until
- *      it holds a chunk let go by the other;          target <= 10 ms.
+ *      it holds a chunk let go by the other;          target <= 10 ms;
+ *   3. one node's start-up alone (nothing else running): mesh_job_open,
+ *      then its first lease, then its first completion, median of 5.
  * Usage: bench_store URL [chunks [nodes]]  (files under a fresh /tmp
  * directory; nodes: one count only, the PostgreSQL store only, no
  * wake-up: what bench/bench_store_prof.sh measures) */
@@ -17,14 +28,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define TTL_NS (60ull * MESH_NS_PER_S)
+#define MAX_NODES 64
+#define LOG_MAX 8192 /* completion batches a node logs (the last takes any more) */
+
+/* What a node saw, in memory shared with the parent (mesh_mono_ns: one
+ * clock for every process). */
+struct node_log {
+	uint64_t opened, first; /* mesh_job_open returned; the first lease */
+	size_t nlog;
+	struct {
+		uint64_t t, n;
+	} log[LOG_MAX];
+};
+static struct node_log *logs;
 
 /* One node: lease 64, complete 64, until the job is COMPLETE. */
 static int node_main(const char *where, const char *lockdir, const char *job, int i)
 {
+	struct node_log *lg = &logs[i];
 	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
 	struct mesh_job *j;
 	struct mesh_lease ls[MESH_JOB_LEASE_MANY_MAX];
@@ -38,6 +64,7 @@ static int node_main(const char *where, const char *lockdir, const char *job, in
 	o.node = node;
 	if (mesh_job_open(&j, &o))
 		return 1;
+	lg->opened = mesh_mono_ns();
 	for (;;) {
 		size_t got = 0;
 		int rc = mesh_job_lease_many(j, TTL_NS, 0, ls, MESH_JOB_LEASE_MANY_MAX, &got);
@@ -49,22 +76,61 @@ static int node_main(const char *where, const char *lockdir, const char *job, in
 		}
 		if (rc)
 			return 2;
+		if (!lg->first)
+			lg->first = mesh_mono_ns();
 		for (size_t k = 0; k < got; k++)
 			cids[k] = ls[k].cid;
 		if (mesh_job_complete_many(j, cids, NULL, got, res))
 			return 3;
+		size_t at = lg->nlog < LOG_MAX ? lg->nlog++ : LOG_MAX - 1;
+		lg->log[at].t = mesh_mono_ns();
+		lg->log[at].n += got;
 	}
 	mesh_job_close(j);
 	return 0;
 }
 
-/* chunks/s for n chunks by `nodes` processes, or -1. */
-static double throughput(const char *where, const char *lockdir, const char *job, uint64_t n, int nodes)
+/* A run's figures: the whole job's rate, the steady rate (see the top),
+ * when the last node held its first lease and a node's mean time to its
+ * first lease (ms from the first fork). */
+struct run {
+	double rate, steady, all_ms, first_ms;
+};
+
+static void steady_of(struct run *r, uint64_t t0, int nodes)
 {
+	uint64_t all = 0, end = 0, after = 0;
+	double sum = 0;
+	int leased = 0;
+	for (int i = 0; i < nodes; i++) {
+		if (!logs[i].first)
+			continue; /* found nothing left to lease */
+		if (logs[i].first > all)
+			all = logs[i].first;
+		sum += (double)(logs[i].first - t0) / 1e6;
+		leased++;
+		for (size_t b = 0; b < logs[i].nlog; b++)
+			if (logs[i].log[b].t > end)
+				end = logs[i].log[b].t;
+	}
+	for (int i = 0; i < nodes; i++)
+		for (size_t b = 0; b < logs[i].nlog; b++)
+			if (logs[i].log[b].t > all)
+				after += logs[i].log[b].n;
+	r->all_ms = (double)(all - t0) / 1e6;
+	r->first_ms = leased ? sum / leased : 0;
+	r->steady = end > all ? (double)after * 1e9 / (double)(end - all) : 0;
+}
+
+/* n chunks by `nodes` processes: r's figures, or -1. */
+static int throughput(const char *where, const char *lockdir, const char *job, uint64_t n, int nodes, struct run *r)
+{
+	memset(r, 0, sizeof *r);
+	memset(logs, 0, MAX_NODES * sizeof *logs);
 	if (mesh_job_submit(where, n))
 		return -1;
 	uint64_t t0 = mesh_mono_ns();
-	pid_t pids[64];
+	pid_t pids[MAX_NODES];
 	for (int i = 0; i < nodes; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0)
@@ -77,7 +143,57 @@ static double throughput(const char *where, const char *lockdir, const char *job
 			bad = 1;
 	}
 	uint64_t dt = mesh_mono_ns() - t0;
-	return bad ? -1 : (double)n * 1e9 / (double)dt;
+	if (bad)
+		return -1;
+	r->rate = (double)n * 1e9 / (double)dt;
+	steady_of(r, t0, nodes);
+	return 0;
+}
+
+/* One node alone: ms to open the job, then to its first lease, then to
+ * its first completion (median of 5 each, a job of its own each). */
+static int startup_ms(const char *url, double ms[3])
+{
+	double v[3][5];
+	for (int r = 0; r < 5; r++) {
+		char where[700], name[32];
+		snprintf(name, sizeof name, "start%d", r);
+		snprintf(where, sizeof where, "%s#%s", url, name);
+		if (mesh_job_submit(where, 64))
+			return -1;
+		struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+		struct mesh_job *j;
+		struct mesh_lease l;
+		int res;
+		o.journal = where;
+		o.name = name;
+		o.node = "start";
+		uint64_t t0 = mesh_mono_ns();
+		if (mesh_job_open(&j, &o))
+			return -1;
+		uint64_t t1 = mesh_mono_ns();
+		if (mesh_job_lease(j, TTL_NS, 0, &l))
+			return -1;
+		uint64_t t2 = mesh_mono_ns();
+		if (mesh_job_complete_many(j, &l.cid, NULL, 1, &res))
+			return -1;
+		uint64_t t3 = mesh_mono_ns();
+		mesh_job_close(j);
+		v[0][r] = (double)(t1 - t0) / 1e6;
+		v[1][r] = (double)(t2 - t1) / 1e6;
+		v[2][r] = (double)(t3 - t2) / 1e6;
+	}
+	for (int f = 0; f < 3; f++) {
+		for (int i = 0; i < 5; i++)
+			for (int k = i + 1; k < 5; k++)
+				if (v[f][k] < v[f][i]) {
+					double x = v[f][i];
+					v[f][i] = v[f][k];
+					v[f][k] = x;
+				}
+		ms[f] = v[f][2];
+	}
+	return 0;
 }
 
 /* ms from a chunk let go to an idle node holding it (median of 5). */
@@ -137,26 +253,36 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	const char *url = argv[1];
-	uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 20000;
+	uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 50000;
 	char dir[] = "/tmp/mesh-bench-store-XXXXXX";
 	if (!mkdtemp(dir) || chdir(dir))
 		return 1;
 	int counts[] = {1, 8, 32}, ncounts = 3, only = argc > 3 ? atoi(argv[3]) : 0;
-	if (only > 0 && only <= 64) {
+	logs = mmap(NULL, MAX_NODES * sizeof *logs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (logs == MAP_FAILED)
+		return 1;
+	if (only > 0 && only <= MAX_NODES) {
 		counts[0] = only;
 		ncounts = 1;
 	}
-	printf("   durable lease+complete, %llu chunks, batches of 64     chunks/s\n", (unsigned long long)n);
-	printf("   %-7s %14s %14s %8s\n", "nodes", "PostgreSQL", "file store", "pg/file");
+	printf("   durable lease+complete, %llu chunks, batches of 64     chunks/s"
+	       "         PostgreSQL's start-up, ms\n",
+	       (unsigned long long)n);
+	printf("   %-7s %12s %12s %12s %8s %14s %12s\n", "nodes", "PostgreSQL", "pg steady", "file store", "pg/file",
+	       "all leasing at", "node mean");
 	for (int c = 0; c < ncounts; c++) {
 		char where[700], job[32], journal[64], locks[32];
 		snprintf(job, sizeof job, "t%d", counts[c]);
 		snprintf(where, sizeof where, "%s#%s", url, job);
 		snprintf(journal, sizeof journal, "%s.log", job);
 		snprintf(locks, sizeof locks, "locks%d", counts[c]);
-		double pg = throughput(where, NULL, job, n, counts[c]);
-		double f = only ? 0 : throughput(journal, locks, job, n, counts[c]);
-		printf("   %-7d %14.0f %14.0f %8.2f\n", counts[c], pg, f, f > 0 ? pg / f : 0);
+		struct run pg, f = {0};
+		if (throughput(where, NULL, job, n, counts[c], &pg))
+			pg.rate = -1;
+		if (!only && throughput(journal, locks, job, n, counts[c], &f))
+			f.rate = -1;
+		printf("   %-7d %12.0f %12.0f %12.0f %8.2f %14.1f %12.1f\n", counts[c], pg.rate, pg.steady, f.rate,
+		       f.rate > 0 ? pg.rate / f.rate : 0, pg.all_ms, pg.first_ms);
 	}
 	if (!only) {
 		printf("   published, not measured here: River 46,000 jobs/s; graphile-worker 183,000 jobs/s\n");
@@ -164,6 +290,11 @@ int main(int argc, char **argv)
 		printf("   NOTIFY wake-up, a chunk let go -> the idle node holds it: %.2f ms median of 5"
 		       " (target <= 10 ms)\n",
 		       notify_ms(url));
+		double ms[3];
+		if (startup_ms(url, ms) == 0)
+			printf("   a node's start alone, median of 5: open %.2f ms, first lease %.2f ms,"
+			       " first completion %.2f ms\n",
+			       ms[0], ms[1], ms[2]);
 	}
 	if (chdir("/tmp") == 0) {
 		char cmd[300];

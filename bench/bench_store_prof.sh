@@ -4,7 +4,8 @@
 # with pg_stat_statements (nested statements too, track=all), runs the
 # PostgreSQL half of bench_store for one node count, then prints per chunk:
 # statements and their server time, rows inserted/updated/deleted a table,
-# WAL bytes and commits.
+# WAL bytes and commits; and the server's CPU a node (with few chunks a
+# node, e.g. 32 nodes of 64 chunks each: what a node's start costs).
 # Usage: bench/bench_store_prof.sh BUILD [NODES [CHUNKS]]
 BUILD=${1:-build}
 B=$(cd "$BUILD" && pwd)
@@ -27,7 +28,7 @@ ${PERF:+perf record -a -g -o $PERF -- }"$B/bench/bench_store" "$URL" "$N" "$NODE
 sleep 1 # the stats of the nodes' backends reach the collector
 C1=$(cpu)
 HZ=$(getconf CLK_TCK)
-echo "   CPU us a chunk: server $(( (C1 - C0) * 1000000 / HZ / N ))"
+echo "   CPU us a chunk: server $(( (C1 - C0) * 1000000 / HZ / N )); ms a node: server $(( (C1 - C0) * 1000 / HZ / NODES ))"
 times
 W1=$(Q "SELECT pg_current_wal_lsn()")
 X1=$(Q "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,13 +102,15 @@ static int conn_lost(const PGresult *r)
  * functions settle on from their first call (their statements are
  * written for plans that do not know the values: a job's id, arrays of
  * chunks), instead of five planned for the values first -- most of what
- * a node's first calls cost the server. */
+ * a node's first calls cost the server.  One statement (set_config, not
+ * SET), so that it can go in a pipeline (mesh_pg_open). */
 #define SESSION_SETTINGS                                                                                      \
-	"SET synchronous_commit = on; SET client_min_messages = warning;"                                     \
-	" SET plan_cache_mode = force_generic_plan"
+	"SELECT set_config('synchronous_commit', 'on', false), set_config('client_min_messages', 'warning', false)," \
+	" set_config('plan_cache_mode', 'force_generic_plan', false)"
 
-/* A connection with SESSION_SETTINGS, or NULL with why filled. */
-static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
+/* A connection, with SESSION_SETTINGS applied when settings is set, or
+ * NULL with why filled. */
+static PGconn *connect_db(const char *conninfo, int settings, int *rc, char *why, size_t cap)
 {
 	char *err = NULL;
 	PQconninfoOption *opts = PQconninfoParse(conninfo, &err);
@@ -130,8 +131,10 @@ static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
 		*rc = MESH_E_UNAVAILABLE;
 		return NULL;
 	}
+	if (!settings)
+		return c;
 	r = PQexec(c, SESSION_SETTINGS);
-	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		set_why(why, cap, PQerrorMessage(c));
 		PQclear(r);
 		PQfinish(c);
@@ -140,6 +143,38 @@ static PGconn *connect_db(const char *conninfo, int *rc, char *why, size_t cap)
 	}
 	PQclear(r);
 	return c;
+}
+
+/* Reads what a pipeline of nres statements and nsync Syncs sent on c
+ * returns (c in pipeline mode), and leaves pipeline mode: res[i] the
+ * result of statement i (NULL where none came), the caller's to clear.
+ * Returns 0, or -1 where the connection broke on the way (it is then
+ * left for the caller's reconnect: see query()). */
+static int pipe_collect(PGconn *c, int nsync, PGresult **res, int nres)
+{
+	int syncs = 0, i = 0, nulls = 0;
+	for (int k = 0; k < nres; k++)
+		res[k] = NULL;
+	while (syncs < nsync) {
+		PGresult *r = PQgetResult(c);
+		if (!r) {
+			/* one NULL ends each statement's results; two in a row:
+			 * nothing more is coming */
+			if (++nulls > 1 || PQstatus(c) != CONNECTION_OK)
+				break;
+			continue;
+		}
+		nulls = 0;
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			syncs++;
+			PQclear(r);
+		} else if (i < nres && !res[i]) {
+			res[i++] = r;
+		} else {
+			PQclear(r);
+		}
+	}
+	return syncs == nsync && PQexitPipelineMode(c) ? 0 : -1;
 }
 
 /* The schema version: 0 when there is none, or a negative error. */
@@ -183,11 +218,22 @@ static PGresult *exec_once(struct mesh_pg *pg, int slot, const char *sql, int n,
 		return PQexecParams(pg->conn, sql, n, NULL, vals, NULL, NULL, 0);
 	snprintf(name, sizeof name, "mesh%d", slot);
 	if (!(pg->prepared & 1u << slot)) {
-		PGresult *r = PQprepare(pg->conn, name, sql, n, NULL);
-		if (PQresultStatus(r) != PGRES_COMMAND_OK)
-			return r; /* the caller's error: refused or lost */
-		PQclear(r);
+		/* prepared and run in one round trip (a pipeline) */
+		PGresult *r[2] = {NULL, NULL};
+		if (!PQenterPipelineMode(pg->conn) || !PQsendPrepare(pg->conn, name, sql, n, NULL) ||
+		    !PQsendQueryPrepared(pg->conn, name, n, vals, NULL, NULL, 0) || !PQpipelineSync(pg->conn) ||
+		    pipe_collect(pg->conn, 1, r, 2)) {
+			PQclear(r[0]);
+			PQclear(r[1]);
+			return NULL; /* lost on the way: query() makes it again */
+		}
+		if (PQresultStatus(r[0]) != PGRES_COMMAND_OK) {
+			PQclear(r[1]);
+			return r[0]; /* the caller's error: refused or lost */
+		}
+		PQclear(r[0]);
 		pg->prepared |= 1u << slot;
+		return r[1];
 	}
 	return PQexecPrepared(pg->conn, name, n, vals, NULL, NULL, 0);
 }
@@ -231,6 +277,45 @@ PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *con
 	return query(pg, -1, sql, n, vals, rc);
 }
 
+static void unhex_bytea(const char *s, unsigned char *ident, size_t *len);
+
+/* A connection's start in one round trip (a pipeline): SESSION_SETTINGS,
+ * then the schema's version and the job's row (for mesh_pg_job) where the
+ * schema is this mesh's.  Returns that version; 0 where it could not say
+ * (no schema, another version or another 'mesh': schema_version() looks
+ * with care); or MESH_E_UNAVAILABLE (the settings failed or the connection
+ * broke). */
+static int open_fast(struct mesh_pg *pg)
+{
+	const char *vals[1] = {pg->job};
+	PGresult *r[2] = {NULL, NULL};
+	int v = 0;
+	if (!PQenterPipelineMode(pg->conn) || !PQsendQueryParams(pg->conn, SESSION_SETTINGS, 0, NULL, NULL, NULL, NULL, 0) ||
+	    !PQpipelineSync(pg->conn) ||
+	    !PQsendQueryParams(pg->conn,
+			       "SELECT m.version, j.id, j.n, j.identity FROM mesh.meta m"
+			       " LEFT JOIN mesh.jobs j ON j.name = $1",
+			       1, NULL, vals, NULL, NULL, 0) ||
+	    !PQpipelineSync(pg->conn) || pipe_collect(pg->conn, 2, r, 2) || PQresultStatus(r[0]) != PGRES_TUPLES_OK) {
+		PQclear(r[0]);
+		PQclear(r[1]);
+		return MESH_E_UNAVAILABLE;
+	}
+	if (PQresultStatus(r[1]) == PGRES_TUPLES_OK && PQntuples(r[1]) == 1) {
+		v = atoi(PQgetvalue(r[1], 0, 0));
+		if (v == MESH_PG_SCHEMA_VERSION && !PQgetisnull(r[1], 0, 1)) {
+			snprintf(pg->idtext, sizeof pg->idtext, "%s", PQgetvalue(r[1], 0, 1));
+			pg->job_n = strtoull(PQgetvalue(r[1], 0, 2), NULL, 10);
+			unhex_bytea(PQgetisnull(r[1], 0, 3) ? NULL : PQgetvalue(r[1], 0, 3), pg->job_ident,
+				    &pg->job_ident_len);
+			pg->job_known = 1;
+		}
+	}
+	PQclear(r[0]);
+	PQclear(r[1]);
+	return v > 0 ? v : 0;
+}
+
 int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap)
 {
 	struct mesh_pg *pg;
@@ -250,13 +335,22 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 		free(conninfo);
 		return -ENOMEM;
 	}
-	pg->conn = connect_db(conninfo, &rc, why, whycap);
+	pg->conn = connect_db(conninfo, 0, &rc, why, whycap);
 	free(conninfo);
 	if (!pg->conn) {
 		free(pg);
 		return rc;
 	}
-	v = schema_version(pg->conn);
+	snprintf(pg->job, sizeof pg->job, "%s", job);
+	v = open_fast(pg);
+	if (v == MESH_E_UNAVAILABLE) {
+		set_why(why, whycap, PQerrorMessage(pg->conn));
+		PQfinish(pg->conn);
+		free(pg);
+		return v;
+	}
+	if (v != MESH_PG_SCHEMA_VERSION)
+		v = schema_version(pg->conn);
 	if (v == MESH_E_UNAVAILABLE) {
 		set_why(why, whycap, PQerrorMessage(pg->conn));
 		PQfinish(pg->conn);
@@ -277,7 +371,6 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 		free(pg);
 		return MESH_E_VERSION;
 	}
-	snprintf(pg->job, sizeof pg->job, "%s", job);
 	if (getrandom(&pg->holder, sizeof pg->holder, 0) != (ssize_t)sizeof pg->holder)
 		pg->holder = mesh_wall_ns() ^ (uint64_t)getpid();
 	pg->holder &= INT64_MAX;
@@ -371,6 +464,15 @@ int mesh_pg_job(struct mesh_pg *pg, uint64_t *n, unsigned char *ident, size_t *i
 	PGresult *r;
 	int rc = 0;
 	pthread_mutex_lock(&pg->mu);
+	if (pg->job_known) {
+		/* read by mesh_pg_open a moment ago (a job's row never changes) */
+		pg->job_known = 0;
+		*n = pg->job_n;
+		memcpy(ident, pg->job_ident, pg->job_ident_len);
+		*ident_len = pg->job_ident_len;
+		pthread_mutex_unlock(&pg->mu);
+		return 0;
+	}
 	r = mesh__pg_q(pg, "SELECT id, n, identity FROM mesh.jobs WHERE name = $1", 1, vals, &rc);
 	if (r && PQntuples(r) == 1) {
 		snprintf(pg->idtext, sizeof pg->idtext, "%s", PQgetvalue(r, 0, 0));
@@ -688,7 +790,7 @@ int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *
 	*found = *now = 0;
 	if (!mesh_pg_url_is(url) || !(conninfo = split_url(url, job, sizeof job)))
 		return MESH_E_PARSE;
-	c = connect_db(conninfo, &rc, why, whycap);
+	c = connect_db(conninfo, 1, &rc, why, whycap);
 	free(conninfo);
 	if (!c)
 		return rc;
@@ -736,61 +838,4 @@ int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *
 	}
 	PQfinish(c);
 	return rc;
-}
-
-int mesh_pg_wake_fd(struct mesh_pg *pg)
-{
-	int rc = 0, fd;
-	pthread_mutex_lock(&pg->mu);
-	if (!pg->listening) {
-		PQclear(mesh__pg_q(pg, "LISTEN mesh", 0, NULL, &rc));
-		pg->listening = !rc;
-	}
-	fd = pg->listening ? PQsocket(pg->conn) : -1;
-	pthread_mutex_unlock(&pg->mu);
-	return fd;
-}
-
-int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns)
-{
-	uint64_t end = mesh_mono_ns() + timeout_ns;
-	int rc = 0, woke = 0;
-	pthread_mutex_lock(&pg->mu);
-	if (!pg->listening) {
-		PGresult *r = mesh__pg_q(pg, "LISTEN mesh", 0, NULL, &rc);
-		PQclear(r);
-		if (rc) {
-			pthread_mutex_unlock(&pg->mu);
-			return rc;
-		}
-		pg->listening = 1;
-	}
-	while (!woke) {
-		PGnotify *nt;
-		uint64_t now = mesh_mono_ns();
-		if (!PQconsumeInput(pg->conn))
-			break; /* the connection is gone: the next call makes it again */
-		while ((nt = PQnotifies(pg->conn))) {
-			woke |= !strcmp(nt->extra, pg->idtext);
-			PQfreemem(nt);
-		}
-		if (woke || now >= end)
-			break;
-		struct pollfd pfd = {PQsocket(pg->conn), POLLIN, 0};
-		uint64_t ms = (end - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
-		int prc;
-		if (pfd.fd < 0)
-			break;
-		/* Other threads may use the connection meanwhile: a NOTIFY
-		 * their call reads waits in libpq's queue for us. */
-		pthread_mutex_unlock(&pg->mu);
-		prc = poll(&pfd, 1, ms > 50 ? 50 : (int)ms);
-		pthread_mutex_lock(&pg->mu);
-		if (prc < 0)
-			break;
-	}
-	if (!woke && PQstatus(pg->conn) != CONNECTION_OK)
-		pg->listening = 0; /* a new connection listens anew */
-	pthread_mutex_unlock(&pg->mu);
-	return woke;
 }

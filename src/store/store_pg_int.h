@@ -1,5 +1,5 @@
-/* Inside the PostgreSQL store: the handle, shared by store_pg.c and
- * store_pg_nodes.c.  Not for other modules. */
+/* Inside the PostgreSQL store: the handle, shared by store_pg.c,
+ * store_pg_nodes.c and store_pg_wake.c.  Not for other modules. */
 #ifndef MESH_STORE_STORE_PG_INT_H
 #define MESH_STORE_STORE_PG_INT_H
 
@@ -24,6 +24,11 @@ struct mesh_pg {
 	pthread_mutex_t mu; /* the connection */
 	char job[MESH_NODE_MAX + 1];
 	char idtext[24]; /* the job's row id, as a parameter */
+	/* the job's row as mesh_pg_open read it, for the first mesh_pg_job */
+	int job_known;
+	uint64_t job_n;
+	size_t job_ident_len;
+	unsigned char job_ident[200];
 	uint64_t holder; /* random: the leases taken through this handle */
 	/* group commit */
 	pthread_mutex_t cmu;
