@@ -16,20 +16,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static pid_t pid_in(const char *pgdir)
-{
-	char path[400];
-	long pid = 0;
-	snprintf(path, sizeof path, "%s/data/postmaster.pid", pgdir);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	if (fscanf(f, "%ld", &pid) != 1)
-		pid = 0;
-	fclose(f);
-	return (pid_t)pid;
-}
-
 static int alive(pid_t pid)
 {
 	return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH);
@@ -74,7 +60,7 @@ TEST_TIMEOUT(runner_takes_down_the_server_and_namespaces_a_killed_test_left, 90)
 	fclose(f);
 	/* should this test fail below, its own list takes them down */
 	t_leftover_note("pg", pgdir);
-	pid_t pm = pid_in(pgdir);
+	pid_t pm = t_leftover_postmaster(pgdir);
 	ASSERT_TRUE(alive(pm)); /* the group's kill did not reach it */
 	int with_ns = strcmp(hub, "-") != 0;
 	if (with_ns) {

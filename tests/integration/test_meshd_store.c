@@ -33,16 +33,7 @@ static void start_store(struct store_env *e)
 		FAIL("getcwd");
 	if (store_env_start(e, "postgresql"))
 		FAIL("cannot start PostgreSQL");
-	snprintf(url, sizeof url, "%s", e->where);
-	*strrchr(url, '#') = 0;
-}
-
-static long long sql1(const struct store_env *e, const char *sql)
-{
-	long long v = store_env_sql(e, sql);
-	if (v < 0)
-		FAIL("psql: %s", sql);
-	return v;
+	store_env_base_url(e, url, sizeof url);
 }
 
 /* A host: directory dir with a catalog of program (the job test worker;
@@ -141,9 +132,9 @@ static void check_job(const struct store_env *e, unsigned id, unsigned n, const 
 	snprintf(q, sizeof q, "s%u", id);
 	EXPECT_EQ(store_env_done_bits(e, q), n);
 	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
-	EXPECT_EQ(sql1(e, q), n);
+	EXPECT_EQ(store_env_sql1(e, q), n);
 	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.results WHERE job = %u AND kind = 'r'", id);
-	EXPECT_EQ(sql1(e, q), n);
+	EXPECT_EQ(store_env_sql1(e, q), n);
 	ASSERT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' '%s' results %u", url, t_bin("mesh"), id), 0);
 	EXPECT_UEQ(mesh_crc32c(0, out, strlen(out)), mesh_crc32c(0, expect, strlen(expect)));
 	EXPECT_STREQ(out, expect);
@@ -154,7 +145,7 @@ static long busy_nodes(const struct store_env *e, unsigned id)
 {
 	char q[256];
 	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.nodes WHERE job = %u AND chunks > 0", id);
-	return (long)sql1(e, q);
+	return (long)store_env_sql1(e, q);
 }
 
 static long node_of(const struct store_env *e, unsigned id, pid_t pid)
@@ -162,7 +153,7 @@ static long node_of(const struct store_env *e, unsigned id, pid_t pid)
 	char q[256];
 	snprintf(q, sizeof q, "SELECT coalesce(sum(chunks), 0) FROM mesh.nodes WHERE job = %u AND name LIKE 'meshd.%%.%d'",
 		 id, (int)pid);
-	return (long)sql1(e, q);
+	return (long)store_env_sql1(e, q);
 }
 
 /* The SQL of how many chunks of job id the meshd of pid holds (leased
@@ -298,7 +289,7 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 	EXPECT_GT(node_of(&e, id, b), 0);
 	char q[128];
 	snprintf(q, sizeof q, "SELECT dups FROM mesh.job_counts WHERE id = %u", id);
-	EXPECT_EQ(sql1(&e, q), 0);
+	EXPECT_EQ(store_env_sql1(&e, q), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);
 	free(expect);
 	store_env_stop(&e);
@@ -437,14 +428,14 @@ TEST_TIMEOUT(meshd_store_cancel_stops_the_hosts_drivers, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' '%s' wait %u", url, t_bin("mesh"), id), MESH_EXIT_CANCELLED);
 	/* nothing more is done after the driver stopped, and nothing is held */
 	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
-	long long done = sql1(&e, q);
+	long long done = store_env_sql1(&e, q);
 	EXPECT_LT(done, 300);
 	snprintf(q, sizeof q, "SELECT mesh.held(%u, false)", id);
-	EXPECT_EQ(sql1(&e, q), 0);
+	EXPECT_EQ(store_env_sql1(&e, q), 0);
 	struct zero za = {"a"};
 	EXPECT_EQ(t_wait_for(at_zero, &za, 10000), 1);
 	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
-	EXPECT_EQ(sql1(&e, q), done);
+	EXPECT_EQ(store_env_sql1(&e, q), done);
 	/* what was DONE stays readable, in order */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' '%s' results %u", url, t_bin("mesh"), id), 0);
 	EXPECT_TRUE(strlen(out) > 0 && !strncmp(out, expect, strlen(out)));

@@ -77,6 +77,8 @@ TEST_TIMEOUT(python_job_two_arg_handler_gets_each_chunk_id, 60)
 	EXPECT_CONTAINS(out, "call b'-:plain\\n'\n");
 }
 
+/* The worker killed is one serving the job (RUNNING on its slot): one
+ * still starting would be a start that failed, not a death mid-job. */
 TEST_TIMEOUT(python_job_worker_sigkilled_mid_job_every_result_once, 60)
 {
 	pid_t pid = setup(2);
@@ -89,7 +91,8 @@ TEST_TIMEOUT(python_job_worker_sigkilled_mid_job_every_result_once, 60)
 			"while job.status()['done'] < 10 and job.state == 'running' and time.monotonic() - t0 < 10:\n"
 			"    time.sleep(0.005)\n"
 			"print('before', job.info['done'] < N // 2)\n"
-			"pids = [w['pid'] for p in c.ps()['programs'] for w in p['workers'] if w['pid'] > 0]\n"
+			"pids = [w['pid'] for p in c.ps()['programs'] for w in p['workers']\n"
+			"        if w['pid'] > 0 and w['state'] == 'RUNNING']\n"
 			"os.kill(pids[0], signal.SIGKILL)\n"
 			"print('state', job.wait())\n"
 			"i = job.info\n"

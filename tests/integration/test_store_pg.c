@@ -22,24 +22,6 @@
 
 #define MESH t_bin("mesh")
 
-/* The server's URL without a job (store_env names the job "#conf"). */
-static void base_url(const struct store_env *e, char *buf, size_t cap)
-{
-	snprintf(buf, cap, "%s", e->where);
-	char *h = strrchr(buf, '#');
-	if (h)
-		*h = 0;
-}
-
-/* One value from psql (the test's server, as its superuser). */
-static long long sql1(const struct store_env *e, const char *sql)
-{
-	long long v = store_env_sql(e, sql);
-	if (v < 0)
-		FAIL("psql: %s", sql);
-	return v;
-}
-
 static void start(struct store_env *e)
 {
 	if (store_env_start(e, "postgresql"))
@@ -69,7 +51,7 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 	struct store_env e;
 	char url[600], out[1024];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	char now[64];
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d (this mesh: %d)", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
@@ -81,30 +63,30 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' %s store status", url, MESH), 0);
 	/* from nothing */
-	sql1(&e, "DROP SCHEMA mesh CASCADE");
+	store_env_sql1(&e, "DROP SCHEMA mesh CASCADE");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	EXPECT_CONTAINS(out, "version 0");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version 0 -> %d", MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);
-	EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), MESH_PG_SCHEMA_VERSION);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT version FROM mesh.meta"), MESH_PG_SCHEMA_VERSION);
 	/* from each earlier version, as that version made it: refused until
 	 * migrated; its job (counters kept since version 1) goes on after */
 	for (int v = 1; v < MESH_PG_SCHEMA_VERSION; v++) {
 		char q[300];
 		schema_at(&e, v);
-		EXPECT_EQ(sql1(&e, "SELECT version FROM mesh.meta"), v);
+		EXPECT_EQ(store_env_sql1(&e, "SELECT version FROM mesh.meta"), v);
 		/* a job of 5 that version ran: chunks 0 and 1 DONE, one duplicate,
 		 * one failure (the counters in the job's row until version 4),
 		 * and from version 4 chunks 2 and 3 leased by a block that
 		 * expired */
 		if (v < 4)
-			sql1(&e, "INSERT INTO mesh.jobs (name, n, next, done, dups, failed) VALUES ('m', 5, 2, 2, 1, 1)");
+			store_env_sql1(&e, "INSERT INTO mesh.jobs (name, n, next, done, dups, failed) VALUES ('m', 5, 2, 2, 1, 1)");
 		else
-			sql1(&e, "INSERT INTO mesh.jobs (name, n, next) VALUES ('m', 5, 4);"
+			store_env_sql1(&e, "INSERT INTO mesh.jobs (name, n, next) VALUES ('m', 5, 4);"
 				 "INSERT INTO mesh.counts SELECT id, 1, 2, 1, 1 FROM mesh.jobs WHERE name = 'm';"
 				 "INSERT INTO mesh.blocks SELECT id, 2, 4, 9, 100, 0, 0, 2 FROM mesh.jobs WHERE name = 'm'");
-		sql1(&e, "INSERT INTO mesh.done_words SELECT id, 0, 3 FROM mesh.jobs WHERE name = 'm'");
+		store_env_sql1(&e, "INSERT INTO mesh.done_words SELECT id, 0, 3 FROM mesh.jobs WHERE name = 'm'");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5", MESH, url), MESH_EXIT_DATAERR);
 		EXPECT_CONTAINS(out, "mesh store migrate");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
@@ -115,16 +97,16 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 		EXPECT_CONTAINS(out, "duplicates ignored 1");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job harvest '%s#m' x m 5 30 n1", MESH, url), 0);
 		EXPECT_CONTAINS(out, "done 3");
-		EXPECT_EQ(sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'm'"), 5);
-		EXPECT_EQ(sql1(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'm'"), 1);
-		EXPECT_EQ(sql1(&e, "SELECT failed FROM mesh.job_counts WHERE name = 'm'"), 1);
+		EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'm'"), 5);
+		EXPECT_EQ(store_env_sql1(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'm'"), 1);
+		EXPECT_EQ(store_env_sql1(&e, "SELECT failed FROM mesh.job_counts WHERE name = 'm'"), 1);
 		/* version 6: no win counted, no copy left */
-		EXPECT_EQ(sql1(&e, "SELECT spec FROM mesh.job_counts WHERE name = 'm'"), 0);
-		EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.copies"), 0);
+		EXPECT_EQ(store_env_sql1(&e, "SELECT spec FROM mesh.job_counts WHERE name = 'm'"), 0);
+		EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.copies"), 0);
 		EXPECT_EQ(store_env_done_bits(&e, "m"), 5);
 		/* meshd jobs work after */
 		EXPECT_EQ(t_sh(out, sizeof out, 0, "%s submit --store '%s' p --chunks 3", MESH, url), 0);
-		EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.specs s JOIN mesh.jobs j ON j.id = s.job AND j.n = 3"), 1);
+		EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.specs s JOIN mesh.jobs j ON j.id = s.job AND j.n = 3"), 1);
 	}
 	store_env_stop(&e);
 }
@@ -138,7 +120,7 @@ TEST_TIMEOUT(store_pg_complete_takes_no_job_row_lock, 30)
 	struct store_env e;
 	char url[600], out[1024], conn[400];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#hot' 10", MESH, url), 0);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job complete '%s#hot' x hot 1 n1", MESH, url), 0);
 	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
@@ -172,11 +154,11 @@ TEST(store_pg_submit_is_o1_and_jobs_work)
 	struct store_env e;
 	char url[600], out[1024];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	uint64_t t0 = t_now_ms();
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#big' 10000000", MESH, url), 0);
 	EXPECT_LT(t_now_ms() - t0, 1000);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks"), 0); /* nothing a chunk until leased */
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks"), 0); /* nothing a chunk until leased */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#big' 10000000", MESH, url), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#big' 10", MESH, url), MESH_EXIT_DATAERR);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#j' 200 && %s job harvest '%s#j' x j 200 30 n1", MESH, url,
@@ -198,7 +180,7 @@ TEST(store_pg_bad_input)
 	struct store_env e;
 	char url[600], out[2048];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	/* not a URL libpq takes: 65 */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit 'postgresql://%%zz/x' 5", MESH), MESH_EXIT_DATAERR);
 	EXPECT_CONTAINS(out, "malformed");
@@ -211,7 +193,7 @@ TEST(store_pg_bad_input)
 		  MESH_EXIT_USAGE);
 	EXPECT_TRUE(strstr(out, "s3cretpw") == NULL);
 	/* a wrong password (PGPASSWORD, scram login): 69, never printed */
-	sql1(&e, "CREATE ROLE pwuser LOGIN PASSWORD 'right-pw'");
+	store_env_sql1(&e, "CREATE ROLE pwuser LOGIN PASSWORD 'right-pw'");
 	t_sh(out, sizeof out, 1,
 	     "printf 'local all mesh trust\\nlocal all all scram-sha-256\\n' > %s/data/pg_hba.conf && "
 	     "psql -X -h %s -U mesh -d postgres -c 'SELECT pg_reload_conf()'",
@@ -223,16 +205,16 @@ TEST(store_pg_bad_input)
 	EXPECT_CONTAINS(out, "password authentication failed");
 	EXPECT_TRUE(strstr(out, "wrong-pw1") == NULL);
 	/* another schema version: 65, and the message says what to do */
-	sql1(&e, "UPDATE mesh.meta SET version = 9");
+	store_env_sql1(&e, "UPDATE mesh.meta SET version = 9");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#b' 5", MESH, url), MESH_EXIT_DATAERR);
 	EXPECT_CONTAINS(out, "version 9");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), MESH_EXIT_DATAERR);
 	/* no schema at all: 65 */
-	sql1(&e, "DROP SCHEMA mesh CASCADE");
+	store_env_sql1(&e, "DROP SCHEMA mesh CASCADE");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#b' 5", MESH, url), MESH_EXIT_DATAERR);
 	EXPECT_CONTAINS(out, "mesh store init");
 	/* nothing was written by any of them */
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM pg_namespace WHERE nspname = 'mesh'"), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM pg_namespace WHERE nspname = 'mesh'"), 0);
 	store_env_stop(&e);
 }
 
@@ -249,7 +231,7 @@ static void check_all_done_once(const struct store_env *e, const char *job, long
 	char q[256];
 	EXPECT_EQ(store_env_done_bits(e, job), n);
 	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE name = '%s'", job);
-	EXPECT_EQ(sql1(e, q), n);
+	EXPECT_EQ(store_env_sql1(e, q), n);
 }
 
 TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
@@ -259,7 +241,7 @@ TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
 	const long n = 600;
 	pid_t pids[4];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#k' %ld", MESH, url, n), 0);
 	for (int i = 0; i < 4; i++) {
 		pids[i] = fork();
@@ -279,11 +261,11 @@ TEST_TIMEOUT(store_pg_nodes_killed_mid_job, 90)
 	/* kill two of them while the job runs (some chunks done, not all) */
 	char q[128];
 	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE name = 'k'");
-	for (int i = 0; i < 400 && sql1(&e, q) < n / 5; i++)
+	for (int i = 0; i < 400 && store_env_sql1(&e, q) < n / 5; i++)
 		usleep(10000);
 	kill(pids[0], SIGKILL);
 	kill(pids[2], SIGKILL);
-	EXPECT_LT(sql1(&e, q), n); /* it was mid-job */
+	EXPECT_LT(store_env_sql1(&e, q), n); /* it was mid-job */
 	for (int i = 0; i < 4; i++)
 		waitpid(pids[i], NULL, 0);
 	/* what is left: a last node (leases of the killed ones are stolen) */
@@ -299,7 +281,7 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 	char url[600], out[2][1024];
 	const long n = 400;
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	ASSERT_EQ(t_sh(out[0], sizeof out[0], 1, "%s job submit '%s#r' %ld", MESH, url, n), 0);
 	pid_t pid = fork();
 	ASSERT_GE(pid, 0);
@@ -307,11 +289,11 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 		/* the database goes down hard and comes back while the nodes run */
 		char q[128];
 		snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE name = 'r'");
-		for (int i = 0; i < 400 && sql1(&e, q) < n / 5; i++)
+		for (int i = 0; i < 400 && store_env_sql1(&e, q) < n / 5; i++)
 			usleep(10000);
 		if (store_env_pg_ctl(&e, "-m immediate restart"))
 			_exit(1);
-		_exit(sql1(&e, q) < n ? 0 : 2); /* it was mid-job */
+		_exit(store_env_sql1(&e, q) < n ? 0 : 2); /* it was mid-job */
 	}
 	int rc = t_sh(out[0], sizeof out[0], 1,
 		      "%s job harvest '%s#r' x r %ld 5 a -- sh -c 'exit 0' > a.out 2>&1 & "
@@ -344,7 +326,7 @@ TEST_TIMEOUT(store_pg_mesh_run_store, 60)
 	struct store_env e;
 	char url[600], out[4096];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	/* two runs of the same command on one store share one job: the
 	 * second finds it done and runs nothing again */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j 3 --store '%s' --chunks 40 -- echo c{} | sort | uniq | wc -l",
@@ -354,7 +336,7 @@ TEST_TIMEOUT(store_pg_mesh_run_store, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "MESH_STORE='%s' %s run -j 3 --chunks 40 -- echo c{} | wc -l", url, MESH),
 		  0);
 	EXPECT_EQ(atoi(out), 0);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.job_counts WHERE name LIKE 'mesh-run-%' AND done = 40"), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.job_counts WHERE name LIKE 'mesh-run-%' AND done = 40"), 1);
 	store_env_stop(&e);
 }
 
@@ -368,7 +350,7 @@ TEST_TIMEOUT(store_pg_idle_node_woken_by_notify, 60)
 	size_t got = 0;
 	char url[600], cmd[1400];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	snprintf(e.where, sizeof e.where, "%.500s#w", url);
 	ASSERT_EQ(store_env_submit(&e, 2), 0);
 	ASSERT_EQ(store_env_open(&e, &a, "a", 3), 0);
@@ -419,7 +401,7 @@ TEST_TIMEOUT(store_pg_silent_node_leases_stolen, 60)
 	const uint64_t long_ttl = 60ull * 1000000000ull; /* the thief's */
 	int ready[2];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	snprintf(e.where, sizeof e.where, "%.500s#s", url);
 	ASSERT_EQ(store_env_submit(&e, 3), 0);
 	ASSERT_EQ(pipe(ready), 0);
@@ -483,7 +465,7 @@ TEST_TIMEOUT(store_pg_nodes_command, 60)
 	struct store_env e;
 	char url[600], out[4096];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#h' 50 && %s job harvest '%s#h' x h 50 30 hv1 -- true", MESH,
 		       url, MESH, url),
 		  0);
@@ -494,7 +476,7 @@ TEST_TIMEOUT(store_pg_nodes_command, 60)
 	EXPECT_CONTAINS(out, " true ");
 	EXPECT_CONTAINS(out, " 50 ");
 	EXPECT_CONTAINS(out, "stopped");
-	EXPECT_EQ(sql1(&e, "SELECT chunks FROM mesh.nodes WHERE name = 'hv1'"), 50);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT chunks FROM mesh.nodes WHERE name = 'hv1'"), 50);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s nodes --store 'postgresql://u:pw9@127.0.0.1:1/x'", MESH), MESH_EXIT_USAGE);
 	EXPECT_TRUE(strstr(out, "pw9") == NULL);
 	store_env_stop(&e);
@@ -512,7 +494,7 @@ TEST(store_pg_fresh_lease_is_one_row)
 	struct mesh_lease ls[64];
 	size_t got = 0;
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	snprintf(where, sizeof where, "%s#blk", url);
 	ASSERT_EQ(mesh_job_submit(where, 1000), 0);
 	o.journal = where;
@@ -521,25 +503,25 @@ TEST(store_pg_fresh_lease_is_one_row)
 	ASSERT_EQ(mesh_job_open(&a, &o), 0);
 	ASSERT_EQ(mesh_job_lease_many(a, 60 * MESH_NS_PER_S, 0, ls, 64, &got), 0);
 	EXPECT_EQ(got, 64);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks"), 1);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks"), 0);
-	EXPECT_EQ(sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'blk'"), 64);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.blocks"), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks"), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'blk'"), 64);
 	/* renewed and failed: split out; the block keeps the rest */
 	EXPECT_EQ(mesh_job_renew(a, &ls[5], 60 * MESH_NS_PER_S), 0);
 	EXPECT_GE(mesh_job_fail(a, ls[6].cid, 3), 0);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks"), 2);
-	EXPECT_EQ(sql1(&e, "SELECT remaining FROM mesh.blocks"), 62);
-	EXPECT_EQ(sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'blk'"), 63);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks"), 2);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT remaining FROM mesh.blocks"), 62);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'blk'"), 63);
 	uint64_t cids[2] = {ls[0].cid, ls[5].cid};
 	int res[2];
 	EXPECT_EQ(mesh_job_complete_many(a, cids, NULL, 2, res), 0);
 	EXPECT_EQ(res[0], 0);
 	EXPECT_EQ(res[1], 0);
-	EXPECT_EQ(sql1(&e, "SELECT remaining FROM mesh.blocks"), 61);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks"), 1); /* the failed one */
+	EXPECT_EQ(store_env_sql1(&e, "SELECT remaining FROM mesh.blocks"), 61);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks"), 1); /* the failed one */
 	mesh_job_close(a); /* hands back the 61 */
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks"), 0);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE state = 'p'"), 62);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.blocks"), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE state = 'p'"), 62);
 	o.node = "nb";
 	ASSERT_EQ(mesh_job_open(&b, &o), 0);
 	ASSERT_EQ(mesh_job_lease_many(b, 60 * MESH_NS_PER_S, 0, ls, 64, &got), 0);
@@ -547,8 +529,8 @@ TEST(store_pg_fresh_lease_is_one_row)
 	EXPECT_EQ(ls[0].cid, 1); /* let-go chunks first, lowest first: 0 is DONE */
 	EXPECT_EQ(ls[0].attempt, 2);
 	/* the 62 let go (61 handed back, 6 failed), then 2 fresh: one block */
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE state = 'l'"), 62);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks WHERE lo = 64 AND hi = 66"), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE state = 'l'"), 62);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.blocks WHERE lo = 64 AND hi = 66"), 1);
 	mesh_job_close(b);
 	store_env_stop(&e);
 }
@@ -577,10 +559,10 @@ TEST_TIMEOUT(store_pg_calls_read_only_their_done_words, 30)
 	struct store_env e;
 	char url[600], out[1024], conn[400];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#wide' 2000000", MESH, url), 0);
 	/* 20,000 words DONE far past the cursor */
-	sql1(&e, "INSERT INTO mesh.done_words SELECT j.id, g, -1 FROM mesh.jobs j, generate_series(10000, 29999) g"
+	store_env_sql1(&e, "INSERT INTO mesh.done_words SELECT j.id, g, -1 FROM mesh.jobs j, generate_series(10000, 29999) g"
 		 " WHERE j.name = 'wide'");
 	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
 	PGconn *c = PQconnectdb(conn);
@@ -629,7 +611,7 @@ TEST_TIMEOUT(store_pg_fresh_lease_does_not_queue_on_the_job_row, 30)
 	struct store_env e;
 	char url[600], out[1024], conn[400], q[300];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#rng' 100000", MESH, url), 0);
 	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
 	PGconn *a = PQconnectdb(conn), *b = PQconnectdb(conn);
@@ -643,7 +625,7 @@ TEST_TIMEOUT(store_pg_fresh_lease_does_not_queue_on_the_job_row, 30)
 	ASSERT_EQ(PQsendQuery(b, q), 1);
 	snprintf(out, sizeof out, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d AND wait_event_type = 'Lock'",
 		 PQbackendPID(b));
-	for (int i = 0; i < 500 && sql1(&e, out) == 0; i++)
+	for (int i = 0; i < 500 && store_env_sql1(&e, out) == 0; i++)
 		mesh_sleep_ns(10 * MESH_NS_PER_MS); /* until b waits in the lock's queue */
 	pq1(a, "COMMIT");
 	PGresult *r = PQgetResult(b);
@@ -667,8 +649,8 @@ TEST_TIMEOUT(store_pg_fresh_lease_does_not_queue_on_the_job_row, 30)
 	snprintf(q, sizeof q, "SELECT count(DISTINCT cid) FROM mesh.lease(%lld, 64, 60000000, 7)", id);
 	for (int i = 0; i < 40; i++)
 		pq1(b, q);
-	EXPECT_EQ(sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'rng'"), 43 * 64);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.blocks b JOIN mesh.blocks c ON c.job = b.job AND c.lo < b.hi"
+	EXPECT_EQ(store_env_sql1(&e, "SELECT mesh.held(id, true) FROM mesh.jobs WHERE name = 'rng'"), 43 * 64);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.blocks b JOIN mesh.blocks c ON c.job = b.job AND c.lo < b.hi"
 			   " AND c.hi > b.lo AND c.lo <> b.lo"),
 		  0);
 	PQfinish(a);
@@ -687,7 +669,7 @@ TEST_TIMEOUT(store_pg_mesh_run_woken_by_notify, 60)
 	size_t got = 0;
 	char url[600], cmd[1400];
 	start(&e);
-	base_url(&e, url, sizeof url);
+	store_env_base_url(&e, url, sizeof url);
 	snprintf(e.where, sizeof e.where, "%.500s#rw", url);
 	ASSERT_EQ(store_env_submit(&e, 5), 0);
 	ASSERT_EQ(store_env_open(&e, &a, "a", 3), 0);

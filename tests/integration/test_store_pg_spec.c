@@ -25,18 +25,7 @@ static void start(struct store_env *e, char *url, size_t cap)
 {
 	if (store_env_start(e, "postgresql"))
 		FAIL("cannot start PostgreSQL");
-	snprintf(url, cap, "%s", e->where);
-	char *h = strrchr(url, '#');
-	if (h)
-		*h = 0;
-}
-
-static long long sql1(const struct store_env *e, const char *sql)
-{
-	long long v = store_env_sql(e, sql);
-	if (v < 0)
-		FAIL("psql: %s", sql);
-	return v;
+	store_env_base_url(e, url, cap);
 }
 
 /* Two `mesh job harvest --speculate` nodes, one slot each: the node that
@@ -62,9 +51,9 @@ TEST_TIMEOUT(store_pg_spec_harvest_two_nodes_copy_wins, 60)
 	EXPECT_CONTAINS(out, "done 12");
 	EXPECT_CONTAINS(out, "speculative wins 1");
 	EXPECT_EQ(store_env_done_bits(&e, "h"), 12);
-	EXPECT_EQ(sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'h'"), 12);
-	EXPECT_EQ(sql1(&e, "SELECT spec FROM mesh.job_counts WHERE name = 'h'"), 1);
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.copies"), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'h'"), 12);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT spec FROM mesh.job_counts WHERE name = 'h'"), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.copies"), 0);
 	store_env_stop(&e);
 }
 
@@ -83,8 +72,8 @@ TEST_TIMEOUT(store_pg_spec_mesh_run_store_speculate, 60)
 	EXPECT_LT(t_now_ms() - t0, 15000);
 	EXPECT_CONTAINS(out, "12/12 done");
 	EXPECT_CONTAINS(out, "1 speculative wins");
-	EXPECT_EQ(sql1(&e, "SELECT count(*) FROM mesh.job_counts WHERE name LIKE 'mesh-run-%' AND done = 12"), 1);
-	EXPECT_EQ(sql1(&e, "SELECT sum(spec) FROM mesh.job_counts WHERE name LIKE 'mesh-run-%'"), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.job_counts WHERE name LIKE 'mesh-run-%' AND done = 12"), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT sum(spec) FROM mesh.job_counts WHERE name LIKE 'mesh-run-%'"), 1);
 	store_env_stop(&e);
 }
 
@@ -119,7 +108,7 @@ TEST_TIMEOUT(store_pg_spec_meshd_submit_speculate, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' results --store '%s' %u", MESH, url, id), 0);
 	EXPECT_STREQ(out, "0:a\n1:b\n2:c\n3:d\n4:e\n5:f\n6:g\n7:h\n8:i\n9:slow-once\n");
 	snprintf(q, sizeof q, "SELECT spec FROM mesh.job_counts WHERE id = %u", id);
-	EXPECT_EQ(sql1(&e, q), 1);
+	EXPECT_EQ(store_env_sql1(&e, q), 1);
 	snprintf(q, sizeof q, "s%u", id);
 	EXPECT_EQ(store_env_done_bits(&e, q), 10);
 	EXPECT_EQ(meshd_t_stop(pid), 0);

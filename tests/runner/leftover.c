@@ -26,9 +26,7 @@ void t_leftover_note(const char *kind, const char *what)
 	fclose(f);
 }
 
-/* The server's postmaster, when one still runs: its postmaster.pid names
- * it, and /proc says it is a postgres (not a pid reused since). */
-static pid_t postmaster(const char *pgdir)
+pid_t t_leftover_postmaster(const char *pgdir)
 {
 	char path[4200], comm[64] = "";
 	long pid = 0;
@@ -71,7 +69,7 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ft
 static int reap_pg(const char *pgdir)
 {
 	char top[4200];
-	pid_t pid = postmaster(pgdir);
+	pid_t pid = t_leftover_postmaster(pgdir);
 	if (pid > 0) {
 		/* Its backends follow the postmaster out (they watch it). */
 		kill(pid, SIGQUIT);

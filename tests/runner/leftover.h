@@ -9,6 +9,8 @@
 #ifndef MESH_TEST_LEFTOVER_H
 #define MESH_TEST_LEFTOVER_H
 
+#include <sys/types.h>
+
 /* Note kind ("pg": a server's directory, the parent of its data
  * directory; "netns": a namespace's name) in the running test's list
  * (T_DIR, set by the runner; nothing outside the runner). */
@@ -18,5 +20,8 @@ void t_leftover_note(const char *kind, const char *what);
  * and its directory removed; a namespace deleted).  The number of
  * things it found still up. */
 int t_leftover_reap(const char *dir);
+/* The postmaster of the server in pgdir while one runs (its
+ * postmaster.pid names it and /proc says it is a postgres), else 0. */
+pid_t t_leftover_postmaster(const char *pgdir);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include "job/job.h"
 #include "runner/leftover.h"
+#include "runner/t.h"
 #include "store/store_pg.h"
 
 #include <errno.h>
@@ -254,4 +255,20 @@ long long store_env_done_bits(const struct store_env *e, const char *job)
 		 " JOIN mesh.jobs j ON j.id = w.job WHERE j.name = '%s'",
 		 job);
 	return store_env_sql(e, q);
+}
+
+long long store_env_sql1(const struct store_env *e, const char *sql)
+{
+	long long v = store_env_sql(e, sql);
+	if (v < 0)
+		FAIL("psql: %s", sql);
+	return v;
+}
+
+void store_env_base_url(const struct store_env *e, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s", e->where);
+	char *h = strrchr(buf, '#');
+	if (h)
+		*h = 0;
 }

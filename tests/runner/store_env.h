@@ -5,6 +5,7 @@
 #ifndef MESH_TEST_STORE_ENV_H
 #define MESH_TEST_STORE_ENV_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct mesh_job;
@@ -36,6 +37,11 @@ int store_env_open_spec(const struct store_env *e, struct mesh_job **j, const ch
 int store_env_pg_ctl(const struct store_env *e, const char *args);
 /* postgresql: one value from psql as the superuser (-1: psql failed). */
 long long store_env_sql(const struct store_env *e, const char *sql);
+/* store_env_sql, or the test fails (psql failed). */
+long long store_env_sql1(const struct store_env *e, const char *sql);
+/* postgresql: the server's URL without the job (store_env names it
+ * "#conf"), into buf. */
+void store_env_base_url(const struct store_env *e, char *buf, size_t cap);
 /* postgresql: how many DONE bits job has (each chunk's DONE is one bit). */
 long long store_env_done_bits(const struct store_env *e, const char *job);
 
