@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -66,6 +67,10 @@ struct sup {
 	int out, evfd, port, reaped, status;
 	int refused; /* the last probe's connect was refused: nothing listens yet */
 	int lfd;     /* the listen tests' socket, reused while refused (-1: none) */
+	/* The start's connection to the program (-1: none): the listen test
+	 * that connected, then the probes' while the program keeps it alive;
+	 * at warm it goes to the pool, and the first request rides it. */
+	int pfd;
 	unsigned listen_tests, http_probes; /* of this start, until warm */
 	/* For the warm line (mesh_mono_ns; 0: not yet): the spawn answered (the
 	 * program exec'd), the last refused test, the first that connected,
@@ -504,7 +509,7 @@ static int listening(struct sup *s)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	int up = 1;
+	int up = 1, connected = 1;
 	s->listen_tests++;
 	if (s->lfd < 0 && (s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
 		return 1; /* cannot tell: let the probe look */
@@ -517,6 +522,15 @@ static int listening(struct sup *s)
 		if (e == EINPROGRESS && poll(&pf, 1, 5) == 1 && getsockopt(s->lfd, SOL_SOCKET, SO_ERROR, &e, &sl) < 0)
 			e = errno;
 		up = e != ECONNREFUSED;
+		connected = e == EINPROGRESS ? 0 : !e; /* EINPROGRESS: poll's 5 ms passed */
+	}
+	if (up && connected && s->pfd < 0) {
+		/* The probe's connection, then the first request's: the program
+		 * accepts one connection for the whole start, not a bare one it
+		 * must see closed, then the probe's, then the request's. */
+		s->pfd = s->lfd;
+		s->lfd = -1;
+		return 1;
 	}
 	struct sockaddr reset = {.sa_family = AF_UNSPEC};
 	if (up || connect(s->lfd, &reset, sizeof reset) < 0) {
@@ -545,8 +559,19 @@ static int probe(struct sup *s, uint64_t answer_ns)
 	o.response_timeout_ns = answer_ns;
 	o.model = m->probe_path ? NULL : m->models[0];
 	s->refused = 0;
-	if (mesh_probe(&t, &o, &r) < 0)
+	if (s->pfd >= 0) {
+		/* The start's kept connection (the warm state's periodic probes
+		 * have none: a connection each, as before). */
+		int keep = 0, rc = mesh_probe_fd(s->pfd, &t, &o, &r, &keep);
+		if (!keep) {
+			close(s->pfd);
+			s->pfd = -1;
+		}
+		if (rc < 0)
+			return 0;
+	} else if (mesh_probe(&t, &o, &r) < 0) {
 		return 0;
+	}
 	s->refused = r.err == -ECONNREFUSED;
 	int warm = r.warm;
 	if (m->probe_status) {
@@ -556,6 +581,15 @@ static int probe(struct sup *s, uint64_t answer_ns)
 				 m->probe_status, t.path);
 	}
 	snprintf(s->last_probe, sizeof s->last_probe, "%s", r.reason);
+	if (!warm && s->pfd >= 0) {
+		/* Kept only for the first request: "not yet" probes each get a
+		 * new connection, as before (a kept one leaves the kernel's quick
+		 * ACKs: a server's second write, Nagle's, waited 40 ms for the
+		 * delayed ACK of its first, so each probe of a loading server
+		 * took 40 ms, not 2). */
+		close(s->pfd);
+		s->pfd = -1;
+	}
 	return warm;
 }
 
@@ -569,6 +603,7 @@ void *mesh__gw_sup_main(void *arg)
 	s.p = p;
 	s.out = -1;
 	s.lfd = -1;
+	s.pfd = -1;
 	s.c.pidfd = -1;
 	pthread_mutex_lock(&g->mu);
 	s.evfd = p->evfd;
@@ -645,6 +680,15 @@ void *mesh__gw_sup_main(void *arg)
 		}
 		if (!s.t_listen)
 			s.t_listen = mesh_mono_ns();
+		/* A probe before this one closed its connection (the program did
+		 * not keep it alive): a new one, by the listen test's connect (a
+		 * refusal: it stopped listening, back to the bare connects). */
+		if (s.pfd < 0 && !listening(&s)) {
+			listens = 0;
+			s.t_listen = 0;
+			next = mesh_mono_ns() + LISTEN_MIN_NS;
+			continue;
+		}
 		s.http_probes++;
 		s.t_probe = mesh_mono_ns();
 		if (probe(&s, 1000000000ull))
@@ -660,9 +704,22 @@ void *mesh__gw_sup_main(void *arg)
 		}
 		next = now + pace(now - t0, 1000, PROBE_MIN_NS, PROBE_MAX_NS);
 	}
+	uint64_t t_warm = mesh_mono_ns();
+	if (s.pfd >= 0) {
+		/* For the pool (a thread's relay writes it blocking). */
+		int one = 1, fl = fcntl(s.pfd, F_GETFL);
+		fcntl(s.pfd, F_SETFL, fl & ~O_NONBLOCK);
+		setsockopt(s.pfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	}
 	pthread_mutex_lock(&g->mu);
 	p->state = GW_WARM;
-	uint64_t t_warm = p->last_end = mesh_mono_ns();
+	p->last_end = t_warm;
+	if (s.pfd >= 0 && p->npool < GW_POOL_MAX) {
+		/* The first waiter's request rides the probe's connection: no
+		 * connect, no accept for the program. */
+		p->pool[p->npool++] = s.pfd;
+		s.pfd = -1;
+	}
 	p->backoff_ns = 0;
 	p->warm_ns_sum += p->last_end - t0;
 	p->warm_count++;
@@ -767,6 +824,8 @@ cold_locked:
 	/* mu held. */
 	if (s.lfd >= 0)
 		close(s.lfd);
+	if (s.pfd >= 0)
+		close(s.pfd);
 	mesh__gw_pool_drop(p);
 	if (s.c.pidfd >= 0 && !s.reaped) {
 		pthread_mutex_unlock(&g->mu);
