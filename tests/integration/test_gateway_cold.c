@@ -171,6 +171,61 @@ TEST_TIMEOUT(gateway_cold_start_first_request_rides_the_probes_connection, 30)
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
+/* mesh ps --json says the program has nothing in flight. */
+static int none_in_flight(void *arg)
+{
+	char out[16384];
+	(void)arg;
+	return t_sh(out, sizeof out, 1, "%s ps --json --socket run/meshd.sock", t_bin("mesh")) == 0 &&
+	       strstr(out, "\"in_flight\":0") != NULL;
+}
+
+/* The first waiter's request goes from the supervisor's thread the moment
+ * the probe passes, on the probe's connection (the program works on it
+ * while the waiter's thread wakes: a wake-up is milliseconds on a loaded
+ * machine); the warm line says when.  The start takes that request's place:
+ * with max_concurrency = 1 three requests waiting for the start are each
+ * answered, one at a time, and none is left counted in flight. */
+TEST_TIMEOUT(gateway_cold_start_sends_the_first_request_with_the_probes_answer, 30)
+{
+	char req[2048], resp[8192], text[4096], cwd[2048];
+	int fd[3];
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	add_stepped();
+	snprintf(text, sizeof text,
+		 "name = \"c\"\nbackend = \"http\"\ncommand = [\"sh\", \"-c\", \"cd %s && exec python3 server.py {port}\"]\n"
+		 "models = [\"cold-model\"]\nmax_concurrency = 1\n",
+		 cwd);
+	t_write_file("catalog/c.toml", text);
+	t_write_file("go", "");
+	struct gw g = start_gw("");
+	chat_request(req, sizeof req, "cold-model", "hi", 0, 0);
+	for (int i = 0; i < 3; i++) {
+		fd[i] = connect_to(g.port);
+		ASSERT_GE(fd[i], 0);
+		ASSERT_EQ(send_str(fd[i], req), 0);
+	}
+	ASSERT_TRUE(t_wait_for(logged, "program=c spawned pid=", 5000));
+	usleep(100000); /* all three wait for the start */
+	t_write_file("listen", "");
+	for (int i = 0; i < 3; i++) {
+		int n = read_all(fd[i], resp, sizeof resp);
+		close(fd[i]);
+		ASSERT_GT(n, 0);
+		EXPECT_CONTAINS(resp, "HTTP/1.1 200");
+		EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	}
+	ASSERT_TRUE(t_wait_for(logged, "the first request sent on its connection ", 2000));
+	printf("the first request sent %.3f ms after the probe's answer\n",
+	       logged_num("the first request sent on its connection "));
+	EXPECT_EQ(count_in("meshd.err", "the first request sent on its connection "), 1);
+	struct has_n posts = {"logs/c.log", "post\n", 3};
+	ASSERT_TRUE(t_wait_for(has_n_cond, &posts, 5000));
+	/* Each request's place was given back (the supervisor's too). */
+	ASSERT_TRUE(t_wait_for(none_in_flight, NULL, 2000));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
 /* A /proc/N/cmdline holding text, N not this process: a t_wait_for
  * condition's negation (the program left nothing running). */
 static int none_runs(void *arg)
