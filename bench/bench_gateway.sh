@@ -140,26 +140,48 @@ awk -v d="$D1_P50" -v h="$H1_P50" -v g="$G1_P50" -v dr="$D1_RPS" -v hr="$H1_RPS"
 fi
 
 # Below saturation: 32 connections at fixed offered rates, open loop (a
-# request's latency from its due time), each rate direct, haproxy, gateway
-# in turn.  What a proxy adds here is its own time plus the queueing its
-# CPU makes at that rate, not 32 / its maximum rate.
+# request's latency from its due time), direct, haproxy, gateway in turn,
+# BENCH_GATEWAY_PACED_ROUNDS rounds (medians: one round on a shared machine
+# moves by milliseconds).  What a proxy adds here is its own time plus the
+# queueing its CPU makes at that rate, not 32 / its maximum rate; its CPU
+# per request (/proc/PID/stat) is the figure a loaded machine skews least.
 if part paced && [ -x "$B/bench/paced_client" ]; then
-	PDUR=${BENCH_GATEWAY_PACED_SECONDS:-3}
-	echo "   paced (open loop), 32 connections, ${PDUR} s each, latency from each request's due time in us"
-	echo "   ($(uptime | sed 's/.*load/load/')):"
-	printf '   %-8s %-8s %9s %7s %7s %7s %7s %6s %6s\n' rate "" done p50 p99 "p50+" "p99+" late errors
-	for rate in ${BENCH_GATEWAY_RATES:-5000 10000 20000}; do
-		for w in direct:$NP haproxy:$HP gateway:$GP; do
-			r=$("$B/bench/paced_client" "${w#*:}" "$rate" 32 "$PDUR" nginx 2>&1 | awk '/^PACED/ {print $3, $4, $6, $9, $10}')
-			set -- $r
-			[ "${w%%:*}" = direct ] && DP50=${2:-0} DP99=${3:-0}
-			awk -v n="${w%%:*}" -v r="$rate" -v d="$1" -v p50="$2" -v p99="$3" -v late="$4" -v err="$5" -v dp50="$DP50" -v dp99="$DP99" 'BEGIN {
-				if (d == "") { printf "   %-8s %-8s failed\n", r, n; exit }
-				printf "   %-8s %-8s %9s %7s %7s %+7d %+7d %6s %6s\n", r, n, d, p50, p99, p50 - dp50, p99 - dp99, late, err }'
+	PDUR=${BENCH_GATEWAY_PACED_SECONDS:-2}
+	ROUNDS=${BENCH_GATEWAY_PACED_ROUNDS:-3}
+	echo "   paced (open loop), 32 connections, ${PDUR} s each, medians of $ROUNDS alternating rounds; latency from"
+	echo "   each request's due time in us; CPU: us of nginx's, haproxy's, meshd's CPU per request ($(uptime | sed 's/.*load/load/')):"
+	printf '   %-8s %-8s %9s %7s %7s %7s %7s %7s %6s\n' rate "" done p50 p99 "p50+" "p99+" CPU/req late
+	for rate in ${BENCH_GATEWAY_RATES:-2000 5000 10000}; do
+		: >"$T/paced"
+		k=0
+		while [ $k -lt "$ROUNDS" ]; do
+			for w in direct:$NP:$NGINX haproxy:$HP:$HAPROXY gateway:$GP:$MESHD; do
+				n=${w%%:*} pid=${w##*:} port=${w#*:}
+				port=${port%%:*}
+				c0=$(cpu_ticks $pid)
+				r=$("$B/bench/paced_client" "$port" "$rate" 32 "$PDUR" nginx 2>&1 | awk '/^PACED/ {print $3, $4, $6, $9}')
+				c1=$(cpu_ticks $pid)
+				[ -n "$r" ] && echo "$n $r $((c1 - c0))" >>"$T/paced"
+			done
+			k=$((k + 1))
 		done
+		awk -v rate="$rate" -v hz="$HZ" -v d="$PDUR" '
+			function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+				return n ? (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2) : 0 }
+			{ n = ++cnt[$1]; done[$1, n] = $2; p50[$1, n] = $3; p99[$1, n] = $4; late[$1, n] = $5
+			  cpu[$1, n] = $2 > 0 ? $6 * 1e6 / hz / ($2 * d) : 0 }
+			END { split("direct haproxy gateway", ws, " ")
+			  for (w = 1; w <= 3; w++) { x = ws[w]; n = cnt[x]
+			    if (!n) { printf "   %-8s %-8s failed\n", rate, x; continue }
+			    for (i = 1; i <= n; i++) { A[i] = done[x, i]; B[i] = p50[x, i]; C[i] = p99[x, i]; D[i] = late[x, i]; E[i] = cpu[x, i] }
+			    md = med(A, n); m50[x] = med(B, n); m99[x] = med(C, n); ml = med(D, n); mc = med(E, n)
+			    printf "   %-8s %-8s %9.0f %7.0f %7.0f %+7.0f %+7.0f %7.1f %6.0f\n", rate, x, md, m50[x], m99[x],
+				m50[x] - m50["direct"], m99[x] - m99["direct"], mc, ml } }' "$T/paced"
 	done
-	echo "   (p50+/p99+: added over direct at the same offered rate; target p50 added <= 50 us)"
+	echo "   (p50+/p99+: the medians' difference from direct's at the same offered rate; target p50 added <= 50 us;"
+	echo "   late: requests the client sent over 100 us after their due time, of ${PDUR} s x rate: the machine's noise)"
 fi
+
 # Streaming and the cold start: Python clients timing the first token/byte.
 python3 - "$G" "$T" "$PARTS" <<'PY'
 import http.client, json, os, socket, statistics, sys, time, urllib.request
