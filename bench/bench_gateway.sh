@@ -12,9 +12,11 @@
 #                queueing: 32 / the rate); target: p50 added <= 50 us
 #   paced        the latency a proxy adds at 32 connections below saturation:
 #                an open-loop load at fixed offered rates (BENCH_GATEWAY_RATES,
-#                default 5000 10000 20000 requests/s in all), timed from each
+#                default 2000 5000 10000 requests/s in all), timed from each
 #                request's due time (bench/paced_client.c: no coordinated
-#                omission), direct / haproxy / gateway, p50 and p99 added
+#                omission), direct / haproxy / gateway in turn, medians of
+#                BENCH_GATEWAY_PACED_ROUNDS (3) rounds of
+#                BENCH_GATEWAY_PACED_SECONDS (2) each: p50 and p99 added
 #   streaming    time to first token (tests/workers/openai_server.py, SSE),
 #                gateway minus direct, median of 30; target <= 1 ms
 #   cold start   first byte minus the program's own spawn-to-ready (its shell
