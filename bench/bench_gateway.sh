@@ -10,13 +10,23 @@
 #                skews less than the rates; then the p50 at 1 connection,
 #                where a proxy's added latency is its own (at 32 it is mostly
 #                queueing: 32 / the rate); target: p50 added <= 50 us
+#   paced        the latency a proxy adds at 32 connections below saturation:
+#                an open-loop load at fixed offered rates (BENCH_GATEWAY_RATES,
+#                default 2000 5000 10000 requests/s in all), timed from each
+#                request's due time (bench/paced_client.c: no coordinated
+#                omission), direct / haproxy / gateway in turn, medians of
+#                BENCH_GATEWAY_PACED_ROUNDS (3) rounds of
+#                BENCH_GATEWAY_PACED_SECONDS (2) each: p50 and p99 added
 #   streaming    time to first token (tests/workers/openai_server.py, SSE),
 #                gateway minus direct, median of 30; target <= 1 ms
 #   cold start   first byte minus the program's own spawn-to-ready (its shell
 #                stamps the spawn, its ready file the listen) for a 2 s
 #                start; target <= 5 ms
 # Usage: bench/bench_gateway.sh BUILD.  Skipped without wrk, haproxy, nginx.
+# BENCH_GATEWAY_PARTS: the parts to run (default "warm paced stream cold").
 B=$(cd "${1:-build}" && pwd)
+PARTS=" ${BENCH_GATEWAY_PARTS:-warm paced stream cold} "
+part() { case $PARTS in *" $1 "*) return 0 ;; esac; return 1; }
 for t in wrk haproxy nginx python3 curl; do
 	command -v $t >/dev/null 2>&1 || [ -x /usr/sbin/$t ] || { echo "   skipped: $t is not installed (mk/deps.sh bench)"; exit 0; }
 done
@@ -107,6 +117,7 @@ run_wrk() {
 	echo "$r" | awk -v c="$((c1 - c0))" -v hz="$HZ" -v d="$DUR" '{ printf "%s %s %s %s %.1f\n", $1, $2, $3, $4,
 		($1 > 0 ? c * 1e6 / hz / ($1 * d) : 0) }'
 }
+if part warm; then
 set -- $(run_wrk http://127.0.0.1:$NP $NGINX); D_RPS=$1 D_P50=$2 D_P99=$3 D_ERR=$4 D_CPU=$5
 set -- $(run_wrk http://127.0.0.1:$HP $HAPROXY); H_RPS=$1 H_P50=$2 H_P99=$3 H_ERR=$4 H_CPU=$5
 set -- $(run_wrk $G $MESHD); G_RPS=$1 G_P50=$2 G_P99=$3 G_ERR=$4 G_CPU=$5
@@ -128,10 +139,55 @@ set -- $(run_wrk $G $MESHD 1); G1_RPS=$1 G1_P50=$2 G1_CPU=$5
 awk -v d="$D1_P50" -v h="$H1_P50" -v g="$G1_P50" -v dr="$D1_RPS" -v hr="$H1_RPS" -v gr="$G1_RPS" -v hc="$H1_CPU" -v gc="$G1_CPU" 'BEGIN {
 	printf "   1 connection: p50 direct %.0f us, haproxy %.0f (%+.0f), gateway %.0f (%+.0f) (target: added <= 50 us);\n", d, h, h - d, g, g - d
 	printf "     req/s %s / %s / %s; CPU per request haproxy %.1f us, gateway %.1f us\n", dr, hr, gr, hc, gc }'
+fi
+
+# Below saturation: 32 connections at fixed offered rates, open loop (a
+# request's latency from its due time), direct, haproxy, gateway in turn,
+# BENCH_GATEWAY_PACED_ROUNDS rounds (medians: one round on a shared machine
+# moves by milliseconds).  What a proxy adds here is its own time plus the
+# queueing its CPU makes at that rate, not 32 / its maximum rate; its CPU
+# per request (/proc/PID/stat) is the figure a loaded machine skews least.
+if part paced && [ -x "$B/bench/paced_client" ]; then
+	PDUR=${BENCH_GATEWAY_PACED_SECONDS:-2}
+	ROUNDS=${BENCH_GATEWAY_PACED_ROUNDS:-3}
+	echo "   paced (open loop), 32 connections, ${PDUR} s each, medians of $ROUNDS alternating rounds; latency from"
+	echo "   each request's due time in us; CPU: us of nginx's, haproxy's, meshd's CPU per request ($(uptime | sed 's/.*load/load/')):"
+	printf '   %-8s %-8s %9s %7s %7s %7s %7s %7s %6s\n' rate "" done p50 p99 "p50+" "p99+" CPU/req late
+	for rate in ${BENCH_GATEWAY_RATES:-2000 5000 10000}; do
+		: >"$T/paced"
+		k=0
+		while [ $k -lt "$ROUNDS" ]; do
+			for w in direct:$NP:$NGINX haproxy:$HP:$HAPROXY gateway:$GP:$MESHD; do
+				n=${w%%:*} pid=${w##*:} port=${w#*:}
+				port=${port%%:*}
+				c0=$(cpu_ticks $pid)
+				r=$("$B/bench/paced_client" "$port" "$rate" 32 "$PDUR" nginx 2>&1 | awk '/^PACED/ {print $3, $4, $6, $9}')
+				c1=$(cpu_ticks $pid)
+				[ -n "$r" ] && echo "$n $r $((c1 - c0))" >>"$T/paced"
+			done
+			k=$((k + 1))
+		done
+		awk -v rate="$rate" -v hz="$HZ" -v d="$PDUR" '
+			function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+				return n ? (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2) : 0 }
+			{ n = ++cnt[$1]; done[$1, n] = $2; p50[$1, n] = $3; p99[$1, n] = $4; late[$1, n] = $5
+			  cpu[$1, n] = $2 > 0 ? $6 * 1e6 / hz / ($2 * d) : 0 }
+			END { split("direct haproxy gateway", ws, " ")
+			  for (w = 1; w <= 3; w++) { x = ws[w]; n = cnt[x]
+			    if (!n) { printf "   %-8s %-8s failed\n", rate, x; continue }
+			    for (i = 1; i <= n; i++) { A[i] = done[x, i]; B[i] = p50[x, i]; C[i] = p99[x, i]; D[i] = late[x, i]; E[i] = cpu[x, i] }
+			    md = med(A, n); m50[x] = med(B, n); m99[x] = med(C, n); ml = med(D, n); mc = med(E, n)
+			    printf "   %-8s %-8s %9.0f %7.0f %7.0f %+7.0f %+7.0f %7.1f %6.0f\n", rate, x, md, m50[x], m99[x],
+				m50[x] - m50["direct"], m99[x] - m99["direct"], mc, ml } }' "$T/paced"
+	done
+	echo "   (p50+/p99+: the medians' difference from direct's at the same offered rate; target p50 added <= 50 us;"
+	echo "   late: requests the client sent over 100 us after their due time, of ${PDUR} s x rate: the machine's noise)"
+fi
+
 # Streaming and the cold start: Python clients timing the first token/byte.
-python3 - "$G" "$T" <<'PY'
+python3 - "$G" "$T" "$PARTS" <<'PY'
 import http.client, json, os, socket, statistics, sys, time, urllib.request
-g, t = sys.argv[1], sys.argv[2]
+g, t, parts = sys.argv[1], sys.argv[2], sys.argv[3].split()
 gport = int(g.rsplit(":", 1)[1])
 body = json.dumps({"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
 
@@ -152,20 +208,23 @@ def ttft(port, path="/v1/chat/completions", b=body):
     c.close()
     return (t1 - t0) * 1e6
 
-ttft(gport)  # cold start of oa, not timed
-ps = json.load(urllib.request.urlopen(urllib.request.Request(g + "/v1/models")))
-oport = None
-with open(os.path.join(t, "logs", "oa.log")) as f:
-    for l in f:
-        if "spawned pid=" in l and "port=" in l:
-            oport = int(l.split("port=")[1].split()[0])
-d, w = [], []
-for i in range(30):
-    d.append(ttft(oport))
-    w.append(ttft(gport))
-dm, wm = statistics.median(d), statistics.median(w)
-print("   streaming time to first token, median of 30 (us): direct %.0f, gateway %.0f, added %+.0f us "
-      "(target <= 1000)" % (dm, wm, wm - dm))
+if "stream" in parts:
+    ttft(gport)  # cold start of oa, not timed
+    ps = json.load(urllib.request.urlopen(urllib.request.Request(g + "/v1/models")))
+    oport = None
+    with open(os.path.join(t, "logs", "oa.log")) as f:
+        for l in f:
+            if "spawned pid=" in l and "port=" in l:
+                oport = int(l.split("port=")[1].split()[0])
+    d, w = [], []
+    for i in range(30):
+        d.append(ttft(oport))
+        w.append(ttft(gport))
+    dm, wm = statistics.median(d), statistics.median(w)
+    print("   streaming time to first token, median of 30 (us): direct %.0f, gateway %.0f, added %+.0f us "
+          "(target <= 1000)" % (dm, wm, wm - dm))
+if "cold" not in parts:
+    sys.exit(0)
 # Cold start: a program whose own start takes 2 s.
 b = json.dumps({"model": "cold-model", "messages": [{"role": "user", "content": "hi"}]})
 s = socket.create_connection(("127.0.0.1", gport))
@@ -209,4 +268,25 @@ elif warm != "?":
           % (float(warm) - own * 1e3, (t1 - t0) * 1e3 - float(warm)))
 if waited:
     print("     meshd's wait for it: %s" % waited)
+# What the figure counts that is the program's, not meshd's: its shell's
+# start before its `date` stamp (above), and its answers (the probe's and
+# the request's: any client waits for the latter).  The program's answer to
+# a request on a new connection, direct, as the cold start's was: median of 5.
+cport = None
+with open(os.path.join(t, "logs", "cold.log")) as f:
+    for l in f:
+        if "spawned pid=" in l and "port=" in l:
+            cport = int(l.split("port=")[1].split()[0])
+if cport:
+    a = []
+    for i in range(5):
+        c = socket.create_connection(("127.0.0.1", cport))
+        u0 = time.time()
+        c.sendall(req)
+        c.recv(1)
+        a.append((time.time() - u0) * 1e3)
+        c.close()
+    a.sort()
+    print("     the program's own answer to a request on a new connection, direct: %.2f ms (median of 5; %.2f..%.2f)"
+          % (a[2], a[0], a[4]))
 PY

@@ -401,6 +401,62 @@ static void judge(const struct mesh_probe_target *t, const struct mesh_probe_opt
 	say(res, "warm: HTTP %d from %s%s in %.1f ms", r->status, res->addr, t->path, ms(el));
 }
 
+/* The request on fd, connected to res->addr, and the judgement of its
+ * answer.  keep NULL: the request asks `Connection: close`.  Else it does
+ * not, and *keep says whether fd can carry a next request: the answer came
+ * whole, HTTP/1.1, framed (a length, chunked, or no body), without
+ * `Connection: close`. */
+static void exchange(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
+		     struct mesh_probe_result *res, uint64_t t0, uint64_t response_ns, int *keep)
+{
+	static const char close_line[] = "Connection: close\r\n\r\n";
+	res->phase = MESH_PROBE_RESPONSE;
+	struct mesh_buf req = MESH_BUF_INIT;
+	char hostport[300];
+	struct mesh_http_limits lim = MESH_HTTP_LIMITS_DEFAULT;
+	struct mesh_http_response r;
+	if (strchr(t->host, ':'))
+		snprintf(hostport, sizeof hostport, "[%s]:%u", t->host, t->port);
+	else
+		snprintf(hostport, sizeof hostport, "%s:%u", t->host, t->port);
+	if (o->max_body)
+		lim.max_body = o->max_body;
+	mesh_http_response_init(&r, &lim);
+	int rc = mesh_http_request_get(&req, hostport, t->path);
+	/* The builder always ends the head with `Connection: close` (one
+	 * request a connection); a kept connection's probe leaves it out. */
+	if (rc == 0 && keep && req.len >= sizeof close_line - 1 &&
+	    !memcmp(req.p + req.len - (sizeof close_line - 1), close_line, sizeof close_line - 1)) {
+		req.len -= sizeof close_line - 1;
+		rc = mesh_buf_adds(&req, "\r\n");
+	}
+	uint64_t r0 = mesh_mono_ns();
+	if (rc == 0)
+		rc = mesh_http_exchange(fd, req.p, req.len, &r, r0 + response_ns);
+	mesh_buf_release(&req);
+	if (keep) {
+		const char *conn = rc == 0 ? mesh_http_response_header(&r, "Connection") : NULL;
+		*keep = rc == 0 && r.done && r.version_minor >= 1 && (r.content_length >= 0 || r.chunked || r.no_body ||
+			r.status == 204 || r.status == 304) && !(conn && strcasestr(conn, "close"));
+	}
+	if (rc == 0) {
+		judge(t, o, &r, res, t0);
+	} else {
+		uint64_t now = mesh_mono_ns();
+		res->err = rc;
+		res->status = r.head_done ? r.status : 0;
+		if (rc == MESH_E_TIMEOUT)
+			say(res, "cold: no complete response from %s within %.0f ms", res->addr, ms(now - r0));
+		else if (rc == MESH_E_PROTO || rc == MESH_E_TOOBIG || rc == MESH_E_CLOSED)
+			say(res, "cold: %s response from %s: %s",
+			    rc == MESH_E_PROTO ? "malformed" : rc == MESH_E_TOOBIG ? "oversized" : "incomplete", res->addr,
+			    mesh_http_response_why(&r));
+		else
+			say(res, "cold: exchange with %s failed: %s", res->addr, mesh_strerror(rc));
+	}
+	mesh_http_response_release(&r);
+}
+
 int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *o, struct mesh_probe_result *res)
 {
 	static const struct mesh_probe_opts def = MESH_PROBE_OPTS_INIT;
@@ -467,40 +523,32 @@ int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *
 	}
 	res->connect_ns = mesh_mono_ns() - t0;
 
-	res->phase = MESH_PROBE_RESPONSE;
-	struct mesh_buf req = MESH_BUF_INIT;
-	char hostport[300];
-	struct mesh_http_limits lim = MESH_HTTP_LIMITS_DEFAULT;
-	struct mesh_http_response r;
-	if (strchr(t->host, ':'))
-		snprintf(hostport, sizeof hostport, "[%s]:%u", t->host, t->port);
-	else
-		snprintf(hostport, sizeof hostport, "%s:%u", t->host, t->port);
-	if (o->max_body)
-		lim.max_body = o->max_body;
-	mesh_http_response_init(&r, &lim);
-	int rc = mesh_http_request_get(&req, hostport, t->path);
-	uint64_t r0 = mesh_mono_ns();
-	if (rc == 0)
-		rc = mesh_http_exchange(fd, req.p, req.len, &r, r0 + response_ns);
+	exchange(fd, t, o, res, t0, response_ns, NULL);
 	close(fd);
-	mesh_buf_release(&req);
-	if (rc == 0) {
-		judge(t, o, &r, res, t0);
-	} else {
-		uint64_t now = mesh_mono_ns();
-		res->err = rc;
-		res->status = r.head_done ? r.status : 0;
-		if (rc == MESH_E_TIMEOUT)
-			say(res, "cold: no complete response from %s within %.0f ms", res->addr, ms(now - r0));
-		else if (rc == MESH_E_PROTO || rc == MESH_E_TOOBIG || rc == MESH_E_CLOSED)
-			say(res, "cold: %s response from %s: %s",
-			    rc == MESH_E_PROTO ? "malformed" : rc == MESH_E_TOOBIG ? "oversized" : "incomplete", res->addr,
-			    mesh_http_response_why(&r));
-		else
-			say(res, "cold: exchange with %s failed: %s", res->addr, mesh_strerror(rc));
-	}
-	mesh_http_response_release(&r);
+	res->elapsed_ns = mesh_mono_ns() - t0;
+	return 0;
+}
+
+int mesh_probe_fd(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
+		  struct mesh_probe_result *res, int *keep)
+{
+	static const struct mesh_probe_opts def = MESH_PROBE_OPTS_INIT;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	uint64_t t0 = mesh_mono_ns();
+	if (keep)
+		*keep = 0;
+	if (fd < 0 || !t || !res || !keep || t->port == 0 || t->path[0] != '/' || !memchr(t->host, 0, sizeof t->host) ||
+	    !memchr(t->path, 0, sizeof t->path))
+		return MESH_E_RANGE;
+	if (!o)
+		o = &def;
+	memset(res, 0, sizeof *res);
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+		addr_text((struct sockaddr *)&ss, res->addr, sizeof res->addr);
+	else
+		snprintf(res->addr, sizeof res->addr, "%.50s:%u", t->host, t->port);
+	exchange(fd, t, o, res, t0, o->response_timeout_ns ? o->response_timeout_ns : DEF_RESPONSE_NS, keep);
 	res->elapsed_ns = mesh_mono_ns() - t0;
 	return 0;
 }

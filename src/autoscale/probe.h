@@ -95,6 +95,20 @@ struct mesh_probe_result {
  * at once: it shares no state (the test seam below aside). */
 int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *o, struct mesh_probe_result *res);
 
+/* One probe over fd, a stream socket the caller already connected to t's
+ * address (a connection kept from a listen test or from an earlier probe:
+ * the gateway's cold start, whose first request then rides it, so the
+ * program accepts one connection, not three).  The same request and
+ * judgement as mesh_probe's (res->connect_ns stays 0), but the request
+ * does not ask `Connection: close`; *keep is then 1 when fd can carry a
+ * next request (the answer came whole, HTTP/1.1, framed by a length,
+ * chunked or bodiless, without `Connection: close`), else 0: the caller
+ * closes it.  fd is left O_NONBLOCK and open either way.  Returns 0 when
+ * the probe ran, MESH_E_RANGE for fd < 0, keep NULL, or a target
+ * mesh_probe refuses. */
+int mesh_probe_fd(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
+		  struct mesh_probe_result *res, int *keep);
+
 /* Judges a complete response body against a model name (the JSON rules
  * above).  0 when listed, MESH_E_NOTFOUND when the JSON has no such model,
  * MESH_E_PARSE when the body is not JSON of either shape. */

@@ -187,12 +187,14 @@ static long read_head(struct mesh__gw_client *c)
 }
 
 /* Forwards the request (head with its line replaced by line, then body) to
- * the program at port and relays the response as it comes.  0 when the
+ * the program at port and relays the response as it comes.  sent: NULL,
+ * or the request a cold start's supervisor already sent (sent->sent bytes
+ * of it, on sent->fd, which this takes).  0 when the
  * response went through whole; else an HTTP status to answer (nothing sent
  * yet), or -1 (the response was cut: the client must see its connection
  * end). */
 static int forward(struct mesh__gw_client *c, struct mesh__gw_prog *prog, const struct mesh__gw_req *r, const char *line, int port,
-		   int cold, uint64_t t_req, struct mesh__gw_relay_out *o)
+		   int cold, uint64_t t_req, struct mesh__gw_relay_out *o, struct mesh__gw_first *sent)
 {
 	const struct mesh_gw_config *gc = &c->g->c;
 	uint64_t req_deadline = t_req + gc->request_timeout_ns, last_read;
@@ -204,10 +206,14 @@ static int forward(struct mesh__gw_client *c, struct mesh__gw_prog *prog, const 
 	int one = 1, done = 0, rc = 0, got = 0; /* got: a byte of the response came */
 	/* A kept connection first; one the program closed meanwhile (nothing
 	 * came back on it) is replaced by a new one, once. */
-	int up = mesh__gw_pool_get(prog, port), reused = up >= 0;
+	int given = sent && sent->fd >= 0;
+	int up = given ? sent->fd : mesh__gw_pool_get(prog, port), reused = up >= 0 && !given;
+	size_t nline = strlen(line), skip = given ? sent->sent : 0;
 	memset(o, 0, sizeof *o);
 	const char *rest = c->buf + r->line_len;
 	size_t nrest = r->head_len - r->line_len + body;
+	if (given)
+		sent->fd = -1;
 again:
 	if (up < 0) {
 		reused = 0;
@@ -221,8 +227,10 @@ again:
 		}
 	}
 	mesh_hframe_init(&f);
-	if (mesh_hframe_feed(&f, 0, line, strlen(line)) || mesh_hframe_feed(&f, 0, rest, nrest) ||
-	    mesh__gw_send_all(up, line, strlen(line)) || mesh__gw_send_all(up, rest, nrest)) {
+	/* What the supervisor did not send yet (all of it but on its connection). */
+	size_t sl = skip < nline ? nline - skip : 0, sr = skip > nline ? skip - nline : 0;
+	if (mesh_hframe_feed(&f, 0, line, nline) || mesh_hframe_feed(&f, 0, rest, nrest) ||
+	    mesh__gw_send_all(up, line + nline - sl, sl) || mesh__gw_send_all(up, rest + sr, nrest - sr)) {
 		close(up);
 		up = -1;
 		if (reused)
@@ -493,7 +501,11 @@ static int one_request(struct mesh__gw_client *c)
 	unsigned retry = 0;
 	char *why = NULL;
 	uint64_t t_q = mesh_mono_ns();
-	code = mesh__gw_acquire(p, c->link.fd, &port, &cold, &why, &retry);
+	/* Made before the wait: a cold start's supervisor may send it itself. */
+	snprintf(line, sizeof line, "%s %s %s\r\n", r.method, path, r.version);
+	struct mesh__gw_first first = {.line = line, .nline = strlen(line), .rest = c->buf + r.line_len,
+				       .nrest = r.head_len - r.line_len + (size_t)r.cl, .fd = -1};
+	code = mesh__gw_acquire(p, c->link.fd, &port, &cold, &why, &retry, &first);
 	t_q = cold || code ? mesh_mono_ns() - t_q : 0;
 	if (code == 499) {
 		status = code;
@@ -511,9 +523,8 @@ static int one_request(struct mesh__gw_client *c)
 		free(why);
 		goto done;
 	}
-	snprintf(line, sizeof line, "%s %s %s\r\n", r.method, path, r.version);
 	struct mesh__gw_relay_out o;
-	code = forward(c, p, &r, line, port, cold, t0, &o);
+	code = forward(c, p, &r, line, port, cold, t0, &o, &first);
 	mesh__gw_release(p);
 	bytes = o.bytes;
 	mesh__gw_count(p, code == 0, t_q);

@@ -25,6 +25,21 @@ enum mesh__gw_state { GW_COLD, GW_STARTING, GW_WARM, GW_STOPPING };
  * otherwise pays a loopback connect and the program's accept). */
 #define GW_POOL_MAX 64
 
+/* The request a cold start's supervisor sends itself, on the warm probe's
+ * connection, the moment the probe passes: the first waiter's (one per
+ * start), registered by mesh__gw_acquire while it waits.  Its bytes stay
+ * the waiter's (it cannot leave acquire without taking the slot back under
+ * mu); the supervisor writes what goes under mu, without blocking, so the
+ * program works on it while the waiter's thread wakes.  mu. */
+struct mesh__gw_first {
+	const char *line, *rest; /* the request line meshd makes, then the client's head and body */
+	size_t nline, nrest;
+	int fd;      /* set when sent: the connection it went on (the waiter's to relay and close) */
+	size_t sent; /* how many of line + rest went (the waiter sends the rest) */
+	int port;    /* of the process it went to */
+	uint64_t t_sent; /* mesh_mono_ns when it went */
+};
+
 struct mesh__gw_prog {
 	struct mesh_manifest m;
 	struct mesh_gw *g;
@@ -42,6 +57,7 @@ struct mesh__gw_prog {
 	pid_t pid;
 	int evfd;		/* wakes the current supervisor; -1 when none */
 	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
+	struct mesh__gw_first *first; /* mu: the waiter whose request the start sends (NULL: none) */
 	int pool[GW_POOL_MAX];	/* mu: idle keep-alive connections to the warm process */
 	unsigned npool;
 	uint64_t spawns, crashes, start_failures, reaps, requests, evictions, hung;
@@ -106,9 +122,13 @@ void mesh__gw_upstream_split(const char *target, char *model, size_t mcap, char 
  * every 200 ms while it waits.  0 with *port and *cold (it waited for a
  * start), or an HTTP status (502, 503, 504; 499: the client closed its
  * connection meanwhile, nothing to answer) with why (malloc'd, for the
- * client or the log) and *retry_after (seconds, 0: none). */
+ * client or the log) and *retry_after (seconds, 0: none).  first (NULL:
+ * none; else line, rest and their lengths set, fd -1): while it waits for
+ * a start, the request the supervisor may send itself; on 0 with
+ * first->fd >= 0 it went (first->sent bytes of it) on that connection,
+ * whose place it holds; on an error any such connection is closed. */
 int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why,
-		     unsigned *retry_after);
+		     unsigned *retry_after, struct mesh__gw_first *first);
 /* The request ended. */
 void mesh__gw_release(struct mesh__gw_prog *p);
 /* An idle connection to p's process on port, or -1 (none: connect). */

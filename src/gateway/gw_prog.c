@@ -294,7 +294,8 @@ static int wait_or_gone(pthread_cond_t *cv, pthread_mutex_t *mu, int fd)
 	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why, unsigned *retry_after)
+int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why, unsigned *retry_after,
+		     struct mesh__gw_first *first)
 {
 	struct mesh_gw *g = p->g;
 	uint64_t mygen = 0;
@@ -304,6 +305,12 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 	*why = NULL;
 	pthread_mutex_lock(&g->mu);
 	for (;;) {
+		if (first && first->fd >= 0) {
+			/* Its start sent it, and took its place (gw_sup.c). */
+			*port = first->port;
+			*cold = 1;
+			break;
+		}
 		if (g->draining) {
 			code = 503;
 			*why = strdup("meshd is shutting down");
@@ -335,6 +342,8 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 		}
 		if (p->state == GW_STARTING && !mygen)
 			mygen = p->gen;
+		if (first && !p->first && p->state == GW_STARTING && p->gen == mygen)
+			p->first = first;
 		if (p->state == GW_COLD && p->unfit) {
 			code = 502;
 			*why = strdup(p->unfit);
@@ -373,6 +382,8 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 				break;
 			}
 			mygen = p->gen;
+			if (first && !p->first)
+				p->first = first;
 			continue;
 		}
 		if (wait_or_gone(&p->cv, &g->mu, client_fd))
@@ -382,6 +393,16 @@ int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *col
 		code = 499;
 		mesh_errf(why, 0, "the client went away while it waited for program '%s'", p->m.name);
 		break;
+	}
+	if (first && p->first == first)
+		p->first = NULL;
+	if (code && first && first->fd >= 0) {
+		/* Sent, but not to be answered (the client left, meshd drains):
+		 * the program's answer goes nowhere. */
+		close(first->fd);
+		first->fd = -1;
+		p->inflight--;
+		pthread_cond_broadcast(&p->cv);
 	}
 	if (queued) {
 		p->waiting--;

@@ -3,7 +3,7 @@
  * log and tail, the warmth probe, the start timeout, the idle stop (or an
  * eviction, or meshd's stop), a crash; then the program is cold again.
  * See gw.h for the behaviour, gw_int.h for the locking. */
-#include "gateway/gw_int.h"
+#include "gateway/gw_sup_int.h"
 
 #include "autoscale/policy.h"
 #include "autoscale/probe.h"
@@ -16,12 +16,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,56 +31,16 @@
 extern char **environ;
 
 #define BACKOFF_MAX_NS (30ull * 1000000000ull)
-/* The start's wait (docs/gateway.md, "Cold start").  Until the port
- * listens, a bare connect on one socket kept for them (refused at once,
- * about 10 us of CPU, nothing for the program to answer) every 1/4000 of the
- * time since the spawn, at least LISTEN_MIN_NS, at most LISTEN_MAX_NS;
- * once it listens, the HTTP probe at once, and while that says "not yet"
- * (a model loading) it is repeated every 1/1000 of the time since the
- * spawn, at least PROBE_MIN_NS, at most PROBE_MAX_NS.  So the listen is
- * seen within 0.25 ms for the first second, within 0.5 ms of a 2 s start
- * and at most 5 ms of a long one (0.1 % if it listens while it loads),
- * and a loading server answers at most a probe every 2 ms. */
-#define LISTEN_DIV 4000ull
-#define LISTEN_MIN_NS 250000ull
-#define LISTEN_MAX_NS 5000000ull
-#define PROBE_MIN_NS 2000000ull
-#define PROBE_MAX_NS 100000000ull
 
 /* The program's memory is measured this often (and at warm, and before a
  * stop); a dead program's VRAM is awaited this long, looked at this often. */
 #define MEASURE_EVERY_NS 1000000000ull
 #define VRAM_GRACE_NS (10ull * 1000000000ull)
 #define VRAM_POLL_NS 10000000ull
-#define GPU_PIDS_MAX 64
+
 #define TREE_PIDS_MAX 256
 
-/* The pace above after elapsed ns since the spawn. */
-static uint64_t pace(uint64_t elapsed, uint64_t div, uint64_t lo, uint64_t hi)
-{
-	uint64_t v = elapsed / div;
-	return v < lo ? lo : v > hi ? hi : v;
-}
 
-struct sup {
-	struct mesh__gw_prog *p;
-	struct mesh_proc_child c;
-	int out, evfd, port, reaped, status;
-	int refused; /* the last probe's connect was refused: nothing listens yet */
-	int lfd;     /* the listen tests' socket, reused while refused (-1: none) */
-	unsigned listen_tests, http_probes; /* of this start, until warm */
-	/* For the warm line (mesh_mono_ns; 0: not yet): the spawn answered (the
-	 * program exec'd), the last refused test, the first that connected,
-	 * the last probe's start. */
-	uint64_t t_exec, t_refused, t_listen, t_probe;
-	struct mesh_proc_tail tail;
-	char last_probe[256];
-	uint64_t gen;	  /* the start this supervisor runs */
-	char cgdir[600]; /* its cgroup ("" : none) */
-	uint64_t next_measure;
-	pid_t gpu_pids[GPU_PIDS_MAX]; /* its pids NVML was seen listing */
-	size_t ngpu;
-};
 
 static uint64_t thread_cpu_ns(void)
 {
@@ -103,8 +65,8 @@ static int free_port(void)
 	return port;
 }
 
-static void marker(struct sup *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void marker(struct sup *s, const char *fmt, ...)
+static void marker(struct mesh__gw_sup *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void marker(struct mesh__gw_sup *s, const char *fmt, ...)
 {
 	struct mesh_buf b = MESH_BUF_INIT;
 	va_list ap;
@@ -119,7 +81,7 @@ static void marker(struct sup *s, const char *fmt, ...)
 }
 
 /* Reads what the program wrote (non-blocking) into its log and tail. */
-static void drain_output(struct sup *s)
+static void drain_output(struct mesh__gw_sup *s)
 {
 	char buf[16384];
 	while (s->out >= 0) {
@@ -141,7 +103,7 @@ static void drain_output(struct sup *s)
 
 /* Waits until deadline (0: forever) for output, the process's end or a
  * wake.  Returns 1 when the process ended (reaped: s->status). */
-static int wait_events(struct sup *s, uint64_t deadline)
+static int wait_events(struct mesh__gw_sup *s, uint64_t deadline)
 {
 	struct pollfd pf[3] = {{s->c.pidfd, POLLIN, 0}, {s->evfd, POLLIN, 0}, {s->out, POLLIN, 0}};
 	struct timespec ts, *tp = NULL;
@@ -177,7 +139,7 @@ static int wait_events(struct sup *s, uint64_t deadline)
 	return 0;
 }
 
-static void gpu_pid_add(struct sup *s, pid_t pid)
+static void gpu_pid_add(struct mesh__gw_sup *s, pid_t pid)
 {
 	for (size_t i = 0; i < s->ngpu; i++)
 		if (s->gpu_pids[i] == pid)
@@ -190,7 +152,7 @@ static void gpu_pid_add(struct sup *s, pid_t pid)
  * (proc/'s sampler: the PID namespace's processes, or its group's and
  * session's) and, with NVML, the GPU memory NVML lists for their pids
  * (each remembered: its memory is back only when NVML lists it no more). */
-static void measure(struct sup *s)
+static void measure(struct mesh__gw_sup *s)
 {
 	struct mesh__gw_prog *p = s->p;
 	struct mesh_nvml *nv = p->g->nvml;
@@ -235,7 +197,7 @@ static void measure(struct sup *s)
 }
 
 /* 1 when NVML lists one of the pids the program used the GPU with. */
-static int vram_listed(struct sup *s)
+static int vram_listed(struct mesh__gw_sup *s)
 {
 	struct mesh_nvml *nv = s->p->g->nvml;
 	int listed = 0;
@@ -255,7 +217,7 @@ static int vram_listed(struct sup *s)
 /* After the reap: the driver frees a dead process's GPU memory after its
  * end; the program counts in the budget (STOPPING) until NVML lists none
  * of its pids, or VRAM_GRACE_NS (then it is named and counted free). */
-static void wait_vram(struct sup *s)
+static void wait_vram(struct mesh__gw_sup *s)
 {
 	struct mesh__gw_prog *p = s->p;
 	uint64_t t0 = mesh_mono_ns();
@@ -281,7 +243,7 @@ static void wait_vram(struct sup *s)
 
 /* sig to what the program contains; SIGKILL ends its cgroup too (what
  * left its process group is still in it). */
-static void kill_child(struct sup *s, int sig)
+static void kill_child(struct mesh__gw_sup *s, int sig)
 {
 	if (!s->reaped)
 		mesh_proc_child_kill(&s->c, sig);
@@ -292,7 +254,7 @@ static void kill_child(struct sup *s, int sig)
 /* "; its limits: ..." for a report of its end, when [limits] are in force
  * (an end by going over one reads as a crash: the reason is near); "" else.
  * A cgroup's OOM kill is said outright. */
-static void limits_note(const struct sup *s, char *out, size_t cap)
+static void limits_note(const struct mesh__gw_sup *s, char *out, size_t cap)
 {
 	const struct mesh__gw_prog *p = s->p;
 	const struct mesh_limits *l = &p->m.limits;
@@ -316,7 +278,7 @@ static void limits_note(const struct sup *s, char *out, size_t cap)
 }
 
 /* Stop signal (hard: SIGKILL at once), the grace, SIGKILL, the reap. */
-static void stop_child(struct sup *s, const char *why, int hard)
+static void stop_child(struct mesh__gw_sup *s, const char *why, int hard)
 {
 	struct mesh__gw_prog *p = s->p;
 	uint64_t t0 = mesh_mono_ns(), deadline = t0 + p->m.stop_grace_ns;
@@ -339,7 +301,7 @@ static void stop_child(struct sup *s, const char *why, int hard)
 }
 
 /* Under mu: the start failed; waiting requests of this start get code. */
-static void fail_start(struct sup *s, int code, const char *reason)
+static void fail_start(struct mesh__gw_sup *s, int code, const char *reason)
 {
 	struct mesh__gw_prog *p = s->p;
 	char *tail = mesh_proc_tail_text(&s->tail);
@@ -402,7 +364,7 @@ static char **build_env(const struct mesh_manifest *m)
 	return e;
 }
 
-static int spawn(struct sup *s, char *why, size_t cap)
+static int spawn(struct mesh__gw_sup *s, char *why, size_t cap)
 {
 	struct mesh__gw_prog *p = s->p;
 	char *path = NULL, **argv = NULL, **envp = NULL, *lerr = NULL;
@@ -494,74 +456,9 @@ out:
 	return rc;
 }
 
-/* Whether something listens on the program's port: a non-blocking
- * loopback connect, refused at once while nothing does (no HTTP, nothing
- * for the program to answer).  A connect still in progress counts as
- * listening: the HTTP probe says the rest.  A refused socket connects
- * again once its error is read and connect(AF_UNSPEC) reset it (else:
- * ECONNABORTED): one socket for all, 9 us of CPU a test against 12. */
-static int listening(struct sup *s)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	int up = 1;
-	s->listen_tests++;
-	if (s->lfd < 0 && (s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
-		return 1; /* cannot tell: let the probe look */
-	if (connect(s->lfd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		/* Loopback answers at once, but a non-blocking connect may still
-		 * say "in progress": its outcome comes within microseconds. */
-		struct pollfd pf = {s->lfd, POLLOUT, 0};
-		int e = errno;
-		socklen_t sl = sizeof e;
-		if (e == EINPROGRESS && poll(&pf, 1, 5) == 1 && getsockopt(s->lfd, SOL_SOCKET, SO_ERROR, &e, &sl) < 0)
-			e = errno;
-		up = e != ECONNREFUSED;
-	}
-	struct sockaddr reset = {.sa_family = AF_UNSPEC};
-	if (up || connect(s->lfd, &reset, sizeof reset) < 0) {
-		close(s->lfd); /* connected, or cannot be reused: a new one next time */
-		s->lfd = -1;
-	}
-	if (up)
-		return 1;
-	s->t_refused = mesh_mono_ns();
-	snprintf(s->last_probe, sizeof s->last_probe, "cold: nothing listens on 127.0.0.1:%d yet", s->port);
-	return 0;
-}
-
-/* One probe of the program, its answer within answer_ns: 1 warm, 0 not
- * (s->last_probe says why). */
-static int probe(struct sup *s, uint64_t answer_ns)
-{
-	const struct mesh_manifest *m = &s->p->m;
-	struct mesh_probe_target t;
-	struct mesh_probe_opts o = MESH_PROBE_OPTS_INIT;
-	struct mesh_probe_result r;
-	mesh_probe_target_default(&t);
-	t.port = (uint16_t)s->port;
-	snprintf(t.path, sizeof t.path, "%s", m->probe_path ? m->probe_path : MESH_PROBE_DEFAULT_PATH);
-	o.connect_timeout_ns = 500000000ull;
-	o.response_timeout_ns = answer_ns;
-	o.model = m->probe_path ? NULL : m->models[0];
-	s->refused = 0;
-	if (mesh_probe(&t, &o, &r) < 0)
-		return 0;
-	s->refused = r.err == -ECONNREFUSED;
-	int warm = r.warm;
-	if (m->probe_status) {
-		warm = r.status == (int)m->probe_status && (r.warm || r.phase == MESH_PROBE_JUDGE);
-		if (!warm && r.status)
-			snprintf(r.reason, sizeof r.reason, "cold: HTTP %d, not %u, from GET %.180s", r.status,
-				 m->probe_status, t.path);
-	}
-	snprintf(s->last_probe, sizeof s->last_probe, "%s", r.reason);
-	return warm;
-}
-
 void *mesh__gw_sup_main(void *arg)
 {
-	struct sup s;
+	struct mesh__gw_sup s;
 	struct mesh__gw_prog *p = arg;
 	struct mesh_gw *g = p->g;
 	char why[1536];
@@ -569,6 +466,7 @@ void *mesh__gw_sup_main(void *arg)
 	s.p = p;
 	s.out = -1;
 	s.lfd = -1;
+	s.pfd = -1;
 	s.c.pidfd = -1;
 	pthread_mutex_lock(&g->mu);
 	s.evfd = p->evfd;
@@ -635,19 +533,28 @@ void *mesh__gw_sup_main(void *arg)
 			measure(&s); /* a loading server grows: others' starts count it */
 		if (now < next)
 			continue;
-		if (!listens && !(listens = listening(&s))) {
+		if (!listens && !(listens = mesh__gw_sup_listening(&s))) {
 			/* From the last step's due time: a cadence that does not
 			 * drift by the test's own time. */
-			next += pace(now - t0, LISTEN_DIV, LISTEN_MIN_NS, LISTEN_MAX_NS);
+			next += mesh__gw_sup_pace(now - t0, LISTEN_DIV, LISTEN_MIN_NS, LISTEN_MAX_NS);
 			if (next < now)
 				next = now + LISTEN_MIN_NS;
 			continue;
 		}
 		if (!s.t_listen)
 			s.t_listen = mesh_mono_ns();
+		/* A probe before this one closed its connection (the program did
+		 * not keep it alive): a new one, by the listen test's connect (a
+		 * refusal: it stopped listening, back to the bare connects). */
+		if (s.pfd < 0 && !mesh__gw_sup_listening(&s)) {
+			listens = 0;
+			s.t_listen = 0;
+			next = mesh_mono_ns() + LISTEN_MIN_NS;
+			continue;
+		}
 		s.http_probes++;
 		s.t_probe = mesh_mono_ns();
-		if (probe(&s, 1000000000ull))
+		if (mesh__gw_sup_probe(&s, 1000000000ull))
 			break;
 		now = mesh_mono_ns();
 		if (s.refused) {
@@ -658,11 +565,25 @@ void *mesh__gw_sup_main(void *arg)
 			next = now + LISTEN_MIN_NS;
 			continue;
 		}
-		next = now + pace(now - t0, 1000, PROBE_MIN_NS, PROBE_MAX_NS);
+		next = now + mesh__gw_sup_pace(now - t0, 1000, PROBE_MIN_NS, PROBE_MAX_NS);
+	}
+	uint64_t t_warm = mesh_mono_ns();
+	if (s.pfd >= 0) {
+		/* For the pool (a thread's relay writes it blocking). */
+		int one = 1, fl = fcntl(s.pfd, F_GETFL);
+		fcntl(s.pfd, F_SETFL, fl & ~O_NONBLOCK);
+		setsockopt(s.pfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	}
 	pthread_mutex_lock(&g->mu);
 	p->state = GW_WARM;
-	uint64_t t_warm = p->last_end = mesh_mono_ns();
+	p->last_end = t_warm;
+	uint64_t t_first = mesh__gw_sup_send_first(&s);
+	if (s.pfd >= 0 && p->npool < GW_POOL_MAX) {
+		/* The first waiter's request rides the probe's connection: no
+		 * connect, no accept for the program. */
+		p->pool[p->npool++] = s.pfd;
+		s.pfd = -1;
+	}
 	p->backoff_ns = 0;
 	p->warm_ns_sum += p->last_end - t0;
 	p->warm_count++;
@@ -672,13 +593,16 @@ void *mesh__gw_sup_main(void *arg)
 	 * its steps: the spawn to the program's exec, how late the listen was
 	 * seen at most (since the last refused test), the probe's answer. */
 	double wait_cpu_ms = (double)(thread_cpu_ns() - cpu0) / 1e6;
-	char steps[256];
+	char steps[400], first[96] = "";
 	uint64_t before = s.t_refused > s.t_exec ? s.t_refused : s.t_exec;
+	if (t_first)
+		snprintf(first, sizeof first, ", the first request sent on its connection %.3f ms after",
+			 (double)(t_first - t_warm) / 1e6);
 	snprintf(steps, sizeof steps,
 		 "spawn %.2f ms to the program's exec, its listen seen at %.1f ms (within %.2f ms), the probe answered in "
-		 "%.2f ms",
+		 "%.2f ms%s",
 		 (double)(s.t_exec - t0) / 1e6, s.t_listen ? (double)(s.t_listen - t0) / 1e6 : 0.0,
-		 s.t_listen > before ? (double)(s.t_listen - before) / 1e6 : 0.0, (double)(t_warm - s.t_probe) / 1e6);
+		 s.t_listen > before ? (double)(s.t_listen - before) / 1e6 : 0.0, (double)(t_warm - s.t_probe) / 1e6, first);
 	marker(&s, "warm pid=%d in %.1f ms (%s; waited with %u listen tests, %u probes, %.2f ms of CPU; %s)", (int)s.c.pid,
 	       (double)(t_warm - t0) / 1e6, s.last_probe, s.listen_tests, s.http_probes, wait_cpu_ms, steps);
 	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms (%u listen tests, %u probes, %.2f ms of CPU; %s)",
@@ -695,7 +619,7 @@ void *mesh__gw_sup_main(void *arg)
 	unsigned pfails = 0;
 	for (;;) {
 		if (mesh_mono_ns() >= next_probe) {
-			if (probe(&s, pans))
+			if (mesh__gw_sup_probe(&s, pans))
 				pfails = 0;
 			else if (++pfails >= g->c.probe_failures) {
 				snprintf(why, sizeof why, "hung: %u probes in a row failed (last: %s)", pfails, s.last_probe);
@@ -767,6 +691,8 @@ cold_locked:
 	/* mu held. */
 	if (s.lfd >= 0)
 		close(s.lfd);
+	if (s.pfd >= 0)
+		close(s.pfd);
 	mesh__gw_pool_drop(p);
 	if (s.c.pidfd >= 0 && !s.reaped) {
 		pthread_mutex_unlock(&g->mu);

@@ -15,7 +15,8 @@
 /* A server whose steps the test drives with files in its directory: it
  * listens once "listen" exists, answers GET /v1/models 503 until "go"
  * exists, then lists "cold-model"; a POST gets a small JSON answer.  Each
- * GET is one "probe" line on stdout (the program's log). */
+ * GET is one "probe" line on stdout (the program's log), each POST one
+ * "post" line, each connection it accepts one "accept" line. */
 static const char server_py[] =
 	"import http.server, os, socketserver, sys, time\n"
 	"port = int(sys.argv[1])\n"
@@ -38,9 +39,14 @@ static const char server_py[] =
 	"        self.answer(200, b'{\"object\":\"list\",\"data\":[{\"id\":\"cold-model\",\"object\":\"model\"}]}')\n"
 	"    def do_POST(self):\n"
 	"        self.rfile.read(int(self.headers.get('Content-Length', '0')))\n"
+	"        print('post', flush=True)\n"
 	"        self.answer(200, b'{\"object\":\"chat.completion\",\"choices\":[]}')\n"
 	"class S(socketserver.ThreadingMixIn, http.server.HTTPServer):\n"
 	"    daemon_threads = True\n"
+	"    def get_request(self):\n"
+	"        r = super().get_request()\n"
+	"        print('accept', flush=True)\n"
+	"        return r\n"
 	"S(('127.0.0.1', port), H).serve_forever()\n";
 
 static void add_stepped(void)
@@ -140,6 +146,83 @@ TEST_TIMEOUT(gateway_cold_start_follows_listen_and_load_closely, 30)
 	EXPECT_TRUE(file_has("meshd.err", "ms of CPU; spawn "));
 	EXPECT_TRUE(file_has("meshd.err", "ms to the program's exec, its listen seen at "));
 	EXPECT_TRUE(file_has("meshd.err", "the probe answered in "));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* The first request after a cold start rides the connection the start's
+ * wait made: the listen test that found the port listening is the probe's
+ * connection (kept alive), and the warm probe's connection carries the
+ * first request.  The program accepts one connection, not three (a bare
+ * connect it had to accept and see closed, the probe's, the request's),
+ * each of which cost it an accept and a handler thread on the cold
+ * start's path. */
+TEST_TIMEOUT(gateway_cold_start_first_request_rides_the_probes_connection, 30)
+{
+	char resp[8192];
+	add_stepped();
+	t_write_file("listen", "");
+	t_write_file("go", "");
+	struct gw g = start_gw("");
+	EXPECT_EQ(post_chat(g.port, "cold-model", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	ASSERT_TRUE(wait_file_has("logs/c.log", "post\n", 5000));
+	EXPECT_EQ(count_in("logs/c.log", "probe\n"), 1);
+	EXPECT_EQ(count_in("logs/c.log", "accept\n"), 1);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* mesh ps --json says the program has nothing in flight. */
+static int none_in_flight(void *arg)
+{
+	char out[16384];
+	(void)arg;
+	return t_sh(out, sizeof out, 1, "%s ps --json --socket run/meshd.sock", t_bin("mesh")) == 0 &&
+	       strstr(out, "\"in_flight\":0") != NULL;
+}
+
+/* The first waiter's request goes from the supervisor's thread the moment
+ * the probe passes, on the probe's connection (the program works on it
+ * while the waiter's thread wakes: a wake-up is milliseconds on a loaded
+ * machine); the warm line says when.  The start takes that request's place:
+ * with max_concurrency = 1 three requests waiting for the start are each
+ * answered, one at a time, and none is left counted in flight. */
+TEST_TIMEOUT(gateway_cold_start_sends_the_first_request_with_the_probes_answer, 30)
+{
+	char req[2048], resp[8192], text[4096], cwd[2048];
+	int fd[3];
+	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+	add_stepped();
+	snprintf(text, sizeof text,
+		 "name = \"c\"\nbackend = \"http\"\ncommand = [\"sh\", \"-c\", \"cd %s && exec python3 server.py {port}\"]\n"
+		 "models = [\"cold-model\"]\nmax_concurrency = 1\n",
+		 cwd);
+	t_write_file("catalog/c.toml", text);
+	t_write_file("go", "");
+	struct gw g = start_gw("");
+	chat_request(req, sizeof req, "cold-model", "hi", 0, 0);
+	for (int i = 0; i < 3; i++) {
+		fd[i] = connect_to(g.port);
+		ASSERT_GE(fd[i], 0);
+		ASSERT_EQ(send_str(fd[i], req), 0);
+	}
+	ASSERT_TRUE(t_wait_for(logged, "program=c spawned pid=", 5000));
+	usleep(100000); /* all three wait for the start */
+	t_write_file("listen", "");
+	for (int i = 0; i < 3; i++) {
+		int n = read_all(fd[i], resp, sizeof resp);
+		close(fd[i]);
+		ASSERT_GT(n, 0);
+		EXPECT_CONTAINS(resp, "HTTP/1.1 200");
+		EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	}
+	ASSERT_TRUE(t_wait_for(logged, "the first request sent on its connection ", 2000));
+	printf("the first request sent %.3f ms after the probe's answer\n",
+	       logged_num("the first request sent on its connection "));
+	EXPECT_EQ(count_in("meshd.err", "the first request sent on its connection "), 1);
+	struct has_n posts = {"logs/c.log", "post\n", 3};
+	ASSERT_TRUE(t_wait_for(has_n_cond, &posts, 5000));
+	/* Each request's place was given back (the supervisor's too). */
+	ASSERT_TRUE(t_wait_for(none_in_flight, NULL, 2000));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
