@@ -85,7 +85,7 @@ struct jfile {
 	/* Chunks of our block leases not handed out yet (lease_many). */
 	struct held resv[MESH_LEASE_BLOCK];
 	size_t nresv;
-	uint64_t rate_t0, rate_count, rate; /* leases handed out a second, measured over >= 100 ms */
+	struct mesh__lease_rate rate; /* leases handed out a second (store_ops.h) */
 };
 
 static inline int bit(const uint64_t *b, uint64_t i)

@@ -384,15 +384,7 @@ int mesh__jf_lease(struct mesh__jstore *s, uint64_t ttl_ns, int spec, struct mes
  * longer than that), at most a block. */
 static size_t batch_target(struct jfile *j, size_t k)
 {
-	uint64_t now = mesh_mono_ns(), t;
-	if (!j->rate_t0)
-		j->rate_t0 = now;
-	else if (now - j->rate_t0 >= 100 * MESH_NS_PER_MS) {
-		j->rate = j->rate_count * MESH_NS_PER_S / (now - j->rate_t0);
-		j->rate_t0 = now;
-		j->rate_count = 0;
-	}
-	t = j->rate / 20;
+	uint64_t t = mesh__lease_rate_get(&j->rate, mesh_mono_ns()) / 20;
 	if (t < k)
 		t = k;
 	return t > MESH_LEASE_BLOCK ? MESH_LEASE_BLOCK : (size_t)t;
@@ -492,7 +484,7 @@ int mesh__jf_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int spec, struc
 		if (n)
 			rc = 0;
 	}
-	j->rate_count += n;
+	mesh__lease_rate_add(&j->rate, n);
 	pthread_mutex_unlock(&j->mu);
 	*got = n;
 	return n ? 0 : rc;

@@ -70,7 +70,7 @@ struct mesh__jpg {
 	/* the reserve (RESV_MAX), oldest first, and the rate it is sized by */
 	struct presv resv[RESV_MAX];
 	size_t nresv;
-	uint64_t rate_t0, rate_count, rate;
+	struct mesh__lease_rate rate;
 };
 
 static int spec_taken(const struct mesh__jpg *p);
@@ -208,14 +208,7 @@ static int held_put(struct mesh__jpg *p, uint64_t cid, uint64_t token)
  * held): k, or what this handle hands out in RESV_WINDOW_NS. */
 static size_t lease_target(struct mesh__jpg *p, size_t k, uint64_t ttl_ns)
 {
-	uint64_t now = mesh_mono_ns(), t;
-	if (!p->rate_t0)
-		p->rate_t0 = now;
-	else if (now - p->rate_t0 >= 2 * RESV_WINDOW_NS) {
-		p->rate = p->rate_count * MESH_NS_PER_S / (now - p->rate_t0);
-		p->rate_t0 = now;
-		p->rate_count = 0;
-	}
+	uint64_t rate = mesh__lease_rate_get(&p->rate, mesh_mono_ns()), t;
 	if (p->detached || ttl_ns < RESV_TTL_MIN_NS)
 		return k;
 	/* whole words of 64 from half a word on: a fresh lease from a cursor
@@ -223,7 +216,7 @@ static size_t lease_target(struct mesh__jpg *p, size_t k, uint64_t ttl_ns)
 	 * complete a DONE word each instead of two completers meeting on one
 	 * (the second waits for the first's commit: 8 nodes, leases of 64 to
 	 * 256 not so rounded, the completion took 2 to 4 times the server time) */
-	t = p->rate * RESV_WINDOW_NS / MESH_NS_PER_S;
+	t = rate * RESV_WINDOW_NS / MESH_NS_PER_S;
 	if (t >= 32)
 		t = (t + 32) / 64 * 64;
 	return t <= k ? k : t > RESV_MAX ? RESV_MAX : (size_t)t;
@@ -302,7 +295,7 @@ static int jp_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int speculate,
 			return rc;
 	}
 	pthread_mutex_lock(&p->mu);
-	p->rate_count += n;
+	mesh__lease_rate_add(&p->rate, n);
 	pthread_mutex_unlock(&p->mu);
 	*got = n;
 	if (n)

@@ -18,6 +18,7 @@
 #ifndef MESH_JOB_STORE_OPS_H
 #define MESH_JOB_STORE_OPS_H
 
+#include "base/clock.h"
 #include "job/job.h"
 
 #include <stddef.h>
@@ -80,5 +81,28 @@ int mesh__feed_ready(struct mesh_job_feed *f, uint64_t n);
  * done) not handed out yet, and marks them. */
 void mesh__feed_word(struct mesh_job_feed *f, uint64_t w, uint64_t done, void (*fn)(uint64_t cid, void *),
 		     void *arg);
+
+/* Leases a node hands out a second, measured over windows of at least
+ * 100 ms: what both stores size a fast node's lease by (a batch it hands
+ * out in about 50 ms).  add counts n handed out; get is the rate of the
+ * last whole window, a new one started once the current is 100 ms old. */
+struct mesh__lease_rate {
+	uint64_t t0, count, per_s;
+};
+static inline void mesh__lease_rate_add(struct mesh__lease_rate *r, uint64_t n)
+{
+	r->count += n;
+}
+static inline uint64_t mesh__lease_rate_get(struct mesh__lease_rate *r, uint64_t now_ns)
+{
+	if (!r->t0) {
+		r->t0 = now_ns;
+	} else if (now_ns - r->t0 >= 100 * MESH_NS_PER_MS) {
+		r->per_s = r->count * MESH_NS_PER_S / (now_ns - r->t0);
+		r->t0 = now_ns;
+		r->count = 0;
+	}
+	return r->per_s;
+}
 
 #endif
