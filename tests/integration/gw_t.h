@@ -5,6 +5,7 @@
 #ifndef MESH_TESTS_GW_T_H
 #define MESH_TESTS_GW_T_H
 
+#include "integration/meshd_t.h"
 #include "integration/serve_t.h"
 
 #include <sys/stat.h>
@@ -144,15 +145,6 @@ static inline int post_chat(int port, const char *model, const char *content, in
 		sscanf(resp, "HTTP/1.1 %d", &status);
 	close(fd);
 	return status;
-}
-
-static inline double sample(const char *text, const char *series)
-{
-	size_t n = strlen(series);
-	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-		if (!strncmp(p, series, n) && p[n] == ' ')
-			return strtod(p + n + 1, NULL);
-	return -1;
 }
 
 #endif

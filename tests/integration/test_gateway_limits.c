@@ -35,9 +35,9 @@ TEST_TIMEOUT(gateway_response_timeout_504, 30)
 	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
 	char *m = metrics();
 	ASSERT_TRUE(m != NULL);
-	EXPECT_EQ(sample(m, "mesh_gateway_timeouts_total{program=\"s\",limit=\"response\"}"), 1);
-	EXPECT_EQ(sample(m, "mesh_gateway_timeouts_total{program=\"s\",limit=\"idle_stream\"}"), 0);
-	EXPECT_EQ(sample(m, "mesh_gateway_requests_total{program=\"s\",result=\"error\"}"), 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_timeouts_total{program=\"s\",limit=\"response\"}"), 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_timeouts_total{program=\"s\",limit=\"idle_stream\"}"), 0);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_requests_total{program=\"s\",result=\"error\"}"), 1);
 	free(m);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
@@ -59,7 +59,7 @@ TEST_TIMEOUT(gateway_idle_stream_timeout_cuts, 30)
 	EXPECT_TRUE(file_has("meshd.err", "sent nothing more of its response within the idle stream timeout"));
 	char *m = metrics();
 	ASSERT_TRUE(m != NULL);
-	EXPECT_EQ(sample(m, "mesh_gateway_timeouts_total{program=\"i\",limit=\"idle_stream\"}"), 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_timeouts_total{program=\"i\",limit=\"idle_stream\"}"), 1);
 	free(m);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
@@ -77,7 +77,7 @@ TEST_TIMEOUT(gateway_request_timeout_cuts_long_stream, 30)
 	ASSERT_TRUE(wait_file_has("meshd.err", "program=r warm", 10000));
 	char *m0 = metrics();
 	ASSERT_TRUE(m0 != NULL);
-	double before = sample(m0, "mesh_gateway_timeouts_total{program=\"r\",limit=\"request\"}");
+	double before = meshd_t_sample(m0, "mesh_gateway_timeouts_total{program=\"r\",limit=\"request\"}");
 	free(m0);
 	EXPECT_EQ(post_chat(g.port, "test-model", "hi", 0, resp, sizeof resp), 200);
 	uint64_t t0 = t_now_ms();
@@ -91,8 +91,8 @@ TEST_TIMEOUT(gateway_request_timeout_cuts_long_stream, 30)
 	EXPECT_TRUE(file_has("meshd.err", "did not end its response within the request timeout"));
 	char *m = metrics();
 	ASSERT_TRUE(m != NULL);
-	EXPECT_EQ(sample(m, "mesh_gateway_timeouts_total{program=\"r\",limit=\"request\"}"), before + 1);
-	EXPECT_EQ(sample(m, "mesh_gateway_timeouts_total{program=\"r\",limit=\"idle_stream\"}"), 0);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_timeouts_total{program=\"r\",limit=\"request\"}"), before + 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_timeouts_total{program=\"r\",limit=\"idle_stream\"}"), 0);
 	free(m);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
@@ -150,7 +150,7 @@ TEST_TIMEOUT(gateway_hung_program_restarted, 30)
 	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 2);
 	char *m = metrics();
 	ASSERT_TRUE(m != NULL);
-	EXPECT_EQ(sample(m, "mesh_gateway_hung_restarts_total{program=\"h\"}"), 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_hung_restarts_total{program=\"h\"}"), 1);
 	free(m);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
