@@ -10,6 +10,8 @@
 #include "base/clock.h"
 #include "job/job.h"
 
+#include "bench_net.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -27,22 +29,6 @@
 #define JOBS_PER_CLIENT 2500
 
 static int port;
-
-static int bs_connect(void)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	int fd, one = 1;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0)
-		return -1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
 
 /* Sends cmd and reads one reply line (plus a body when `RESERVED id n`). */
 static int bs_cmd(int fd, const char *cmd, char *line, size_t cap)
@@ -72,7 +58,7 @@ static int bs_cmd(int fd, const char *cmd, char *line, size_t cap)
 static void *bs_client(void *arg)
 {
 	char line[256], cmd[128];
-	int fd = bs_connect();
+	int fd = bench_connect_loopback(port);
 	(void)arg;
 	if (fd < 0)
 		return (void *)1;
@@ -138,7 +124,7 @@ static pid_t start_beanstalkd(const char *dir)
 		_exit(127);
 	}
 	for (int i = 0; i < 200; i++) {
-		int fd = bs_connect();
+		int fd = bench_connect_loopback(port);
 		if (fd >= 0) {
 			close(fd);
 			return pid;

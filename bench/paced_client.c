@@ -20,6 +20,8 @@
  * 100 us after their due time, a sign that the client or a connection was
  * behind).  One thread, ppoll with nanosecond timeouts and a 1 ns timer
  * slack; loopback only. */
+#include "bench_net.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -56,21 +58,6 @@ static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 	return x < y ? -1 : x > y;
-}
-
-static int connect_to(int port)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
 }
 
 /* The length of the whole response at the start of b (a head with
@@ -112,7 +99,7 @@ int main(int argc, char **argv)
 			  bl, body);
 	static struct conn c[MAX_CONNS];
 	for (int i = 0; i < nc; i++)
-		if ((c[i].fd = connect_to(port)) < 0) {
+		if ((c[i].fd = bench_connect_loopback(port)) < 0) {
 			perror("connect");
 			return 1;
 		}
