@@ -341,12 +341,20 @@ int mesh_exec_input_block_fd(const struct mesh_exec_input *in, uint64_t i)
 	int fd = memfd_create("mesh-block", MFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
+	/* The records are not contiguous in in->data (each ends in a NUL):
+	 * gathered into writes of about 64 KiB, not two writes a record. */
+	struct mesh_buf b = MESH_BUF_INIT;
 	int rc = 0;
 	for (uint64_t k = in->vfirst[i]; k < in->vfirst[i + 1] && rc == 0; k++) {
 		const char *v = in->data + in->val[k];
-		if ((rc = mesh_write_all(fd, v, strlen(v))) == 0)
-			rc = mesh_write_all(fd, &in->pipe_end, 1);
+		if (mesh_buf_add(&b, v, strlen(v)) < 0 || mesh_buf_add(&b, &in->pipe_end, 1) < 0)
+			rc = -ENOMEM;
+		else if (b.len >= 64 * 1024 || k + 1 == in->vfirst[i + 1]) {
+			rc = mesh_write_all(fd, b.p, b.len);
+			mesh_buf_reset(&b);
+		}
 	}
+	mesh_buf_release(&b);
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = -errno;
 	if (rc < 0) {
