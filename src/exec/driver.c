@@ -33,7 +33,15 @@
 #include <unistd.h>
 
 #define TTL_DEFAULT (10 * MESH_NS_PER_S)
-#define RETRY_NS (200 * MESH_NS_PER_MS)
+/* How long a driver that found nothing to lease waits before it asks
+ * again (expired leases wake nobody); MESH_RETRY_MS sets it. */
+static uint64_t retry_ns(void)
+{
+	const char *e = getenv("MESH_RETRY_MS");
+	char *end = "";
+	unsigned long ms = e && *e ? strtoul(e, &end, 10) : 0;
+	return (ms >= 1 && ms <= 3600000 && !*end ? ms : 200) * MESH_NS_PER_MS;
+}
 #define DRAW_NS (100 * MESH_NS_PER_MS)
 /* --load / --memfree: how often a blocked start looks again. */
 #define THROTTLE_NS (250 * MESH_NS_PER_MS)
@@ -236,7 +244,7 @@ static int fill(struct mesh__runner *r)
 		}
 		if (rc == MESH_JOB_NONE) {
 			r->none_seen = 1;
-			r->retry_at = mesh_mono_ns() + RETRY_NS;
+			r->retry_at = mesh_mono_ns() + retry_ns();
 			return 0;
 		}
 		r->none_seen = 0;
@@ -424,6 +432,13 @@ static int loop(struct mesh__runner *r)
 		/* Others hold every chunk: a store that tells when work appears
 		 * (PostgreSQL's NOTIFY) wakes us before the retry. */
 		int wake_fd = r->retry_at && r->none_seen && can_start ? mesh_job_wake_fd(r->job) : -1;
+		if (wake_fd >= 0 && mesh_job_wait_work(r->job, 0) > 0) {
+			/* The wake-up came in with the last reply: it waits in
+			 * the client's queue, and the socket has nothing to tell. */
+			r->retry_at = 0;
+			wake = now;
+			wake_fd = -1;
+		}
 		if (wake_fd >= 0) {
 			pf[n] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
 			who[n++] = NULL;
@@ -432,8 +447,8 @@ static int loop(struct mesh__runner *r)
 			wake = r->hold_until;
 		if (r->hold_head && r->hold_renew < wake)
 			wake = r->hold_renew;
-		if (r->hold_head && wake > now + RETRY_NS)
-			wake = now + RETRY_NS; /* -k: a chunk another node runs may be done */
+		if (r->hold_head && wake > now + retry_ns())
+			wake = now + retry_ns(); /* -k: a chunk another node runs may be done */
 		if (r->o->progress_fd >= 0 && r->next_draw < wake)
 			wake = r->next_draw;
 		int timeout = -1;
