@@ -236,10 +236,11 @@ void mesh__job_note_first(struct job *jb)
 	if (!done || (jb->t_submit && !stored) || atomic_exchange(&jb->first_logged, 1))
 		return;
 	uint64_t t0 = jb->t_submit ? jb->t_submit : jb->t_driver, end = stored > done ? stored : done;
-	mesh_info("job=%" PRIu64 " first result durable after %.3f ms (since the %s): stored %.3f, driver %.3f, "
-		  "worker asked %.3f, first lease %.3f, worker joined %.3f, chunk sent %.3f, worker online %.3f, reply %.3f, "
-		  "results file %.3f, DONE durable %.3f",
-		  jb->id, ms_since(end, t0), jb->t_submit ? "submit" : "driver's start", ms_since(stored, t0),
+	mesh_info("job=%" PRIu64 " first result durable after %.3f ms (since the %s): journal durable %.3f, stored %.3f, "
+		  "driver %.3f, worker asked %.3f, first lease %.3f, worker joined %.3f, chunk sent %.3f, worker online %.3f, "
+		  "reply %.3f, results file %.3f, DONE durable %.3f",
+		  jb->id, ms_since(end, t0), jb->t_submit ? "submit" : "driver's start",
+		  ms_since(atomic_load(&jb->t_journal), t0), ms_since(stored, t0),
 		  ms_since(jb->t_driver, t0), ms_since(atomic_load(&jb->xs.first_ask_ns), t0),
 		  ms_since(atomic_load(&jb->xs.first_start_ns), t0), ms_since(atomic_load(&jb->xs.first_worker_ns), t0),
 		  ms_since(atomic_load(&jb->xs.first_sent_ns), t0), ms_since(atomic_load(&jb->xs.first_online_ns), t0),

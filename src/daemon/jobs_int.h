@@ -43,10 +43,11 @@ struct job {
 	uint64_t t0, done0;
 	_Atomic uint64_t t_end; /* when the driver returned, 0 while it runs */
 	/* The first result's path (CLOCK_MONOTONIC; 0 = not seen): the
-	 * submit arrived, its spec was durable, the driver started, the first
-	 * DONE was durable (journaled with its result).  xs has the rest. */
+	 * submit arrived, its journal and then its spec were durable (while
+	 * the driver runs), the driver started, the first DONE was durable
+	 * (journaled with its result).  xs has the rest. */
 	uint64_t t_submit, t_driver;
-	_Atomic uint64_t t_stored, t_first_done;
+	_Atomic uint64_t t_journal, t_stored, t_first_done;
 	_Atomic int first_logged;
 	/* Asked for at submit, adopted by the driver's executor (job_exec.h). */
 	struct meshd_job_ahead *ahead;

@@ -12,6 +12,7 @@
 #include "job/results.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -65,6 +66,46 @@ static void stop_unstored(struct job *jb, char *why)
 	jb->error = why;
 	pthread_cond_broadcast(&jb->cv);
 	pthread_mutex_unlock(&jb->mu);
+}
+
+/* A new file at path (in the job's new directory) holding len bytes of
+ * p, not synced; its descriptor in *fd for store_job's fdatasync. */
+static int write_new(const char *path, const void *p, size_t len, int *fd)
+{
+	int rc;
+	*fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (*fd < 0)
+		return -errno;
+	if ((rc = mesh_write_all(*fd, p, len)) < 0) {
+		close(*fd);
+		*fd = -1;
+	}
+	return rc;
+}
+
+/* Makes a job durable while its driver already runs: its input (in_fd)
+ * and journal, written unsynced, then their names, then the spec (path),
+ * written last (a job is there once its spec is), then the job's
+ * directory's name in jobs/.  The submit is answered after. */
+static int store_job(struct job *jb, const char *spec, const char *path, int in_fd)
+{
+	int rc = in_fd >= 0 ? mesh_fdatasync(in_fd) : 0;
+	int fd = rc ? -1 : open(jb->journal, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (!rc && fd < 0)
+		rc = -errno;
+	if (!rc)
+		rc = mesh_fdatasync(fd);
+	if (fd >= 0)
+		close(fd);
+	if (!rc)
+		rc = mesh_fsync_dir_of(jb->journal);
+	if (!rc)
+		atomic_store(&jb->t_journal, mesh_mono_ns());
+	if (!rc)
+		rc = mesh_write_file_atomic(path, spec, strlen(spec), 0600);
+	if (!rc)
+		rc = mesh_fsync_dir_of(jb->dir);
+	return rc;
 }
 
 int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint64_t *id, char **err)
@@ -164,18 +205,23 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	 * only time: the executor asks for its own. */
 	if (meshd_job_ahead_start(j->core, jb->program, &jb->xs, &jb->ahead) < 0)
 		jb->ahead = NULL;
-	/* The input and the journal first, the spec last: a job is there
-	 * once its spec is (a crash before leaves a directory that open
-	 * ignores). */
-	if (jb->has_input && (rc = mesh_write_file_atomic(jb->input_path, s->input, s->input_len, 0600)) < 0)
+	/* The input and the journal, written and not synced: the directory
+	 * is ours alone (the mkdir above), and the spec comes last, so a
+	 * crash before it is durable leaves a directory that open ignores. */
+	int in_fd = -1;
+	if (jb->has_input && (rc = write_new(jb->input_path, s->input, s->input_len, &in_fd)) < 0)
 		goto fail;
-	if ((rc = mesh_job_submit(jb->journal, n)) < 0)
+	if ((rc = mesh_job_submit_unsynced(jb->journal, n)) < 0) {
+		if (in_fd >= 0)
+			close(in_fd);
 		goto fail;
-	/* Its driver now, while the spec is written: it needs the journal,
-	 * and the spec's fsyncs would only delay its first lease.  The job is
-	 * durable once its spec is (first_result_s counts from then at the
-	 * earliest); a crash before leaves a directory that open ignores, and
-	 * the submit unanswered.  Listed first: a stop must find its driver. */
+	}
+	/* Its driver now, while the job is made durable (store_job): it needs
+	 * the journal's bytes, not their fsyncs, which would only delay its
+	 * first lease.  The job is durable once its spec is (first_result_s
+	 * counts from then at the earliest); a crash before leaves a directory
+	 * that open ignores, and the submit unanswered.  Listed first: a stop
+	 * must find its driver. */
 	pthread_mutex_lock(&j->mu);
 	jb->next = j->list;
 	j->list = jb;
@@ -187,7 +233,9 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		meshd_job_ahead_drop(jb->ahead);
 		jb->ahead = NULL;
 	}
-	int src = mesh_write_file_atomic(path, spec, strlen(spec), 0600);
+	int src = store_job(jb, spec, path, in_fd);
+	if (in_fd >= 0)
+		close(in_fd);
 	if (src == 0) {
 		atomic_store(&jb->t_stored, mesh_mono_ns());
 		mesh__job_note_first(jb);

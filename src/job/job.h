@@ -116,6 +116,14 @@ int mesh_job_submit(const char *journal, uint64_t n);
 int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, size_t identity_len,
 		       struct mesh_job_why *why);
 
+/* mesh_job_submit of a new file journal at a path only the caller can name
+ * (in a directory it just made), written in place and not synced: the
+ * caller fdatasyncs the journal and fsyncs its directory before it tells
+ * anyone the job exists (meshd's submit, which syncs it beside the job's
+ * other files while its driver already leases).  -EEXIST if the journal
+ * exists; MESH_E_PATH for a PostgreSQL URL or a bad path. */
+int mesh_job_submit_unsynced(const char *journal, uint64_t n);
+
 /* Opens a submitted job (recovering a torn journal tail unless read-only).
  * On success *out is owned by the caller (mesh_job_close).  Errors: -ENOENT
  * (no journal), MESH_E_FOREIGN (not a mesh journal), MESH_E_VERSION,

@@ -336,6 +336,19 @@ static int jf_submit(const char *journal, uint64_t n, const void *identity, size
 }
 
 
+int mesh_job_submit_unsynced(const char *journal, uint64_t n)
+{
+	unsigned char pay[8];
+	struct mesh_jrec rec = {MESH_JREC_SUBMIT, 0, 8, pay, 0};
+	const char *whytext;
+	if (mesh__jstore_for(journal) != &mesh__jstore_file || mesh_path_journal_ok(journal, &whytext))
+		return MESH_E_PATH;
+	if (n == 0 || n > MESH_JOB_MAX_CHUNKS)
+		return MESH_E_RANGE;
+	mesh_rec_u64_enc(pay, n);
+	return mesh_journal_create_unsynced(journal, &rec, 1);
+}
+
 /* Now, judged as this process (whose pid changes in a forked child). */
 void mesh__jf_lease_clock(struct jfile *j, struct mesh_lease_clock *c)
 {

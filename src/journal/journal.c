@@ -159,27 +159,55 @@ int mesh_journal_create(const char *path, const struct mesh_jrec *first)
 	return mesh_journal_create_many(path, first, 1);
 }
 
-int mesh_journal_create_many(const char *path, const struct mesh_jrec *recs, size_t nrec)
+/* A new journal's bytes: the header, nrec records and a COMMIT, into buf
+ * (CREATE_MAX bytes); their length, or MESH_E_RANGE / MESH_E_TOOBIG. */
+#define CREATE_MAX (MESH_JOURNAL_HDR_SIZE + 4 * (MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8) + MESH_JOURNAL_FRAME)
+static long create_bytes(unsigned char *buf, const struct mesh_jrec *recs, size_t nrec)
 {
-	char tmp[PATH_MAX];
-	unsigned char buf[MESH_JOURNAL_HDR_SIZE + 4 * (MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8) + MESH_JOURNAL_FRAME];
 	size_t n = MESH_JOURNAL_HDR_SIZE;
-	int fd, rc;
 	if (nrec == 0 || nrec > 4)
 		return MESH_E_RANGE;
 	for (size_t i = 0; i < nrec; i++)
 		if (recs[i].len > MESH_JOURNAL_MAX_PAYLOAD)
 			return MESH_E_TOOBIG;
-	if (snprintf(tmp, sizeof tmp, "%s.%d.new", path, (int)getpid()) >= (int)sizeof tmp)
-		return -ENAMETOOLONG;
 	mesh_journal_header(buf);
 	for (size_t i = 0; i < nrec; i++)
 		n += mesh_journal_encode(buf + n, recs[i].type, recs[i].flags, recs[i].data, recs[i].len);
 	n += mesh_journal_encode(buf + n, MESH_JREC_COMMIT, 0, NULL, 0);
+	return (long)n;
+}
+
+int mesh_journal_create_unsynced(const char *path, const struct mesh_jrec *recs, size_t nrec)
+{
+	unsigned char buf[CREATE_MAX];
+	long n = create_bytes(buf, recs, nrec);
+	int fd, rc;
+	if (n < 0)
+		return (int)n;
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -errno;
+	rc = mesh_write_all(fd, buf, (size_t)n);
+	close(fd);
+	if (rc)
+		unlink(path);
+	return rc;
+}
+
+int mesh_journal_create_many(const char *path, const struct mesh_jrec *recs, size_t nrec)
+{
+	char tmp[PATH_MAX];
+	unsigned char buf[CREATE_MAX];
+	long n = create_bytes(buf, recs, nrec);
+	int fd, rc;
+	if (n < 0)
+		return (int)n;
+	if (snprintf(tmp, sizeof tmp, "%s.%d.new", path, (int)getpid()) >= (int)sizeof tmp)
+		return -ENAMETOOLONG;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return -errno;
-	rc = mesh_write_all(fd, buf, n);
+	rc = mesh_write_all(fd, buf, (size_t)n);
 	if (!rc)
 		rc = mesh_fdatasync(fd);
 	close(fd);

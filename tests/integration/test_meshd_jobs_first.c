@@ -62,7 +62,8 @@ static int have_first_line(void *arg)
 /* The first worker is asked for at the submit, before the job is stored
  * and before its first chunk is leased: the spawn (the long pole from
  * zero) runs while the journal and spec are fsynced and the driver starts,
- * instead of after.  The old path asked for it only once the driver had
+ * instead of after.  The driver itself starts before those fsyncs (before,
+ * after the journal's two).  The old path asked for it only once the driver had
  * leased the chunk, after the store.  And first_result_s is honest: it
  * spans the spawn and ends when the DONE is durable, after the reply. */
 TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased, 60)
@@ -99,6 +100,11 @@ TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased,
 	double joined = stamp(line, "joined"), results = stamp(line, "results file");
 	CHECK(asked < stored);
 	CHECK(asked < lease);
+	/* The driver started on the journal's bytes, before their fsyncs
+	 * (which run beside it, then the spec's): the job was durable, its
+	 * journal first, before it was answered, but not before it ran. */
+	double driver = stamp(line, "driver"), journal = stamp(line, "journal durable");
+	CHECK(driver > 0 && journal > driver && stored > journal);
 	CHECK(joined > 0 && joined <= sent && sent <= reply && reply <= done);
 	/* The results file (created on a helper thread, off the first lease's
 	 * way) was there before the first DONE. */
@@ -171,5 +177,65 @@ TEST_TIMEOUT(jobs_death_before_online_fails_a_start, 60)
 	EXPECT_EQ(meshd_t_jint(j, "failed_attempts"), 2);
 	EXPECT_EQ(meshd_t_jint(j, "buried"), 1);
 	json_decref(j);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
+}
+
+/* The submit writes a job's input and journal unsynced, starts its driver,
+ * then syncs them and writes its spec, and answers after.  meshd SIGKILLed
+ * at random points of a stream of submits, eight times: after a restart
+ * every answered submit is there and runs to its end, each result once;
+ * an unanswered one is absent or whole, and no job is left in error. */
+TEST_TIMEOUT(jobs_meshd_sigkilled_during_submits_keeps_every_answered_job, 120)
+{
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"),
+			    "max_workers = 2\nidle_ttl = \"30s\"\n");
+	FILE *f = fopen("in.txt", "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("a\nb\nc\n", f);
+	fclose(f);
+	srand((unsigned)getpid());
+	for (int round = 0; round < 8; round++) {
+		pid_t pid = meshd_t_start_notified("--state state", NULL, 0);
+		/* Submits back to back; an id is written once the submit was
+		 * answered. */
+		char cmd[4096];
+		snprintf(cmd, sizeof cmd,
+			 "while id=$('%s' submit echo --input in.txt --socket " SOCK " 2>/dev/null); do"
+			 " echo \"$id\" >>answered.txt; done",
+			 t_bin("mesh"));
+		pid_t sub = fork();
+		ASSERT_GE(sub, 0);
+		if (sub == 0) {
+			execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+			_exit(127);
+		}
+		usleep((useconds_t)(20000 + rand() % 150000));
+		ASSERT_EQ(kill(pid, SIGKILL), 0);
+		EXPECT_EQ(meshd_t_wait(pid), 128 + SIGKILL);
+		int st;
+		ASSERT_EQ(waitpid(sub, &st, 0), sub); /* its next submit fails: it ends */
+	}
+	pid_t pid = meshd_t_start_notified("--state state", NULL, 0);
+	size_t len = 0;
+	char *ids = t_read_file("answered.txt", &len);
+	ASSERT_TRUE(ids != NULL);
+	unsigned answered = 0;
+	for (char *l = strtok(ids, "\n"); l; l = strtok(NULL, "\n")) {
+		unsigned id = (unsigned)strtoul(l, NULL, 10);
+		ASSERT_TRUE(id > 0);
+		EXPECT_EQ(mesh(0, "wait %u --quiet", id), 0);
+		EXPECT_EQ(mesh(0, "results %u", id), 0);
+		if (strcmp(out, "abc")) {
+			printf("    job %u: results '%s'\n", id, out);
+			EXPECT_STREQ(out, "abc");
+		}
+		answered++;
+	}
+	free(ids);
+	printf("    %u submits answered in 8 rounds, every one there after the restart\n", answered);
+	EXPECT_GT(answered, 8);
+	/* None of the unanswered ones broke: no job in error. */
+	ASSERT_EQ(mesh(0, "jobs --json"), 0);
+	EXPECT_TRUE(strstr(out, "\"error\"") == NULL);
 	EXPECT_EQ(meshd_t_stop(pid), 0);
 }
