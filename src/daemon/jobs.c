@@ -401,7 +401,6 @@ static void *driver_main(void *arg)
 	char *err = NULL;
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
 	int rc = 0;
-	jb->t_driver = mesh_mono_ns();
 	if (!jb->jh)
 		rc = job_open_files(jb, 1, 1, &err);
 	if (rc == 0 && jb->has_input) {
@@ -478,6 +477,7 @@ static void *driver_main(void *arg)
 
 int mesh__job_start(struct job *jb)
 {
+	jb->t_driver = mesh_mono_ns(); /* before the thread: read by others after */
 	int rc = mesh_thread_start(&jb->th, driver_main, jb);
 	if (rc < 0)
 		return rc;

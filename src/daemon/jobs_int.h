@@ -44,7 +44,7 @@ struct job {
 	_Atomic uint64_t t_end; /* when the driver returned, 0 while it runs */
 	/* The first result's path (CLOCK_MONOTONIC; 0 = not seen): the
 	 * submit arrived, its journal and then its spec were durable (while
-	 * the driver runs), the driver started, the first DONE was durable
+	 * the driver runs), the driver's thread was started, the first DONE was durable
 	 * (journaled with its result).  xs has the rest. */
 	uint64_t t_submit, t_driver;
 	_Atomic uint64_t t_journal, t_stored, t_first_done;
