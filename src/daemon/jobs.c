@@ -277,6 +277,14 @@ void mesh__job_failure_text(struct mesh_buf *b, uint32_t attempt, int code, cons
 	mesh_buf_add(b, err, n);
 }
 
+static void hook_lease_lost(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns)
+{
+	struct job *jb = arg;
+	mesh_warn("job=%" PRIu64 " chunk=%" PRIu64 " lease taken over while it ran (last renewed %" PRIu64
+		  " ms ago, lease %" PRIu64 " ms): it may run twice",
+		  jb->id, cid, (uint64_t)(since_ns / MESH_NS_PER_MS), (uint64_t)(ttl_ns / MESH_NS_PER_MS));
+}
+
 static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, const void *err, size_t n, int buried)
 {
 	struct job *jb = arg;
@@ -426,6 +434,7 @@ static void *driver_main(void *arg)
 		.commit = hook_commit,
 		.committed = hook_committed,
 		.failed = hook_failed,
+		.lease_lost = hook_lease_lost,
 		.cancel_fd = jb->cancel_efd,
 		.arg = jb,
 	};

@@ -58,6 +58,22 @@ static void on_signal(int sig)
 	errno = e;
 }
 
+/* A running attempt's lease was taken over: its renewals came too late
+ * (a stalled machine, a TTL too short for it).  It runs on; said once. */
+static void lease_lost(struct mesh__runner *r, struct mesh__slot *s, uint64_t now)
+{
+	const struct mesh_exec_hooks *h = r->o->hooks;
+	uint64_t since = now - s->t_renewed;
+	s->lost = 1;
+	r->st->lost++;
+	mesh__run_note(r,
+		       "mesh: chunk %" PRIu64 ": its lease was taken over while it ran (last renewed %" PRIu64
+		       " ms ago, lease %" PRIu64 " ms); it may be run twice. A longer --ttl avoids this on a loaded machine",
+		       s->l.cid, (uint64_t)(since / MESH_NS_PER_MS), (uint64_t)(r->ttl / MESH_NS_PER_MS));
+	if (h && h->lease_lost)
+		h->lease_lost(h->arg, s->l.cid, since, r->ttl);
+}
+
 void mesh__run_note(struct mesh__runner *r, const char *fmt, ...)
 {
 	if (r->o->note_fd < 0)
@@ -498,12 +514,15 @@ static int loop(struct mesh__runner *r)
 				if (now >= s->t_renew) {
 					s->t_renew = now + r->ttl / 4;
 					rc = mesh_job_renew(s->jh, &s->l, r->ttl);
+					if (rc == 0)
+						s->t_renewed = mesh_mono_ns();
 					if (rc == MESH_E_STATE && mesh_job_is_done(r->job, s->l.cid) == 1 &&
 					    s->why == END_NORMAL && (st = take_in(r, s)) == MESH__EXEC_RUNNING) {
 						s->why = END_KILLED;
 						mesh__slot_kill(r, s, SIGKILL);
 						r->st->killed++;
-					}
+					} else if (rc == MESH_E_STATE && !s->lost && s->why == END_NORMAL)
+						lease_lost(r, s, mesh_mono_ns());
 					s->exited = st != MESH__EXEC_RUNNING;
 				}
 			}

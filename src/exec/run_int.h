@@ -37,6 +37,8 @@ struct mesh__slot {
 	uint64_t recv; /* stdout bytes (the joblog's Receive) */
 	int exited; /* the executor knows how it ended (its output may still come) */
 	int term_sent;
+	uint64_t t_renewed; /* the last renewal that held (the start at first) */
+	int lost;	    /* its lease was taken over while it ran (said once) */
 	struct mesh__exec_result res; /* once exited; res.start_err: could not start, buried at once */
 	int cap_err; /* the spill file failed: -errno; the chunk fails */
 	enum mesh__end_why why;

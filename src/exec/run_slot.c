@@ -51,6 +51,7 @@ void mesh__slot_clear(struct mesh__runner *r, struct mesh__slot *s)
 	s->busy = 0;
 	s->exited = 0;
 	s->term_sent = 0;
+	s->lost = 0;
 	s->res = (struct mesh__exec_result){0, 0, 0};
 	s->cap_err = 0;
 	s->why = END_NORMAL;
@@ -95,6 +96,7 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 	if (r->joblog >= 0)
 		s->wall_start = mesh_wall_ns();
 	s->t_renew = s->t_start + r->ttl / 4;
+	s->t_renewed = s->t_start;
 	s->t_deadline = r->o->timeout_ns ? s->t_start + r->o->timeout_ns : 0;
 	s->recv = 0;
 	s->tag_out = s->tag_err = (struct mesh__tag){NULL, 0, 0};

@@ -176,6 +176,11 @@ struct mesh_exec_hooks {
 	int (*commit)(void *arg);
 	void (*committed)(void *arg); /* completer thread: a batch was completed (its DONE records are durable) */
 	void (*failed)(void *arg, uint64_t cid, uint32_t attempt, int code, const void *err, size_t n, int buried);
+	/* An attempt's lease was taken over while it ran (its renewal came
+	 * too late: since_ns since the last good one, against a lease of
+	 * ttl_ns); it runs on, and its completion may come back IGNORED.  Once
+	 * an attempt; also a note on note_fd.  NULL = the note alone. */
+	void (*lease_lost)(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns);
 	int cancel_fd;
 	void *arg;
 };
@@ -238,6 +243,7 @@ struct mesh_exec_stats {
 	uint64_t killed;	/* attempts killed without a record: the chunk was DONE elsewhere,
 				 * or the run was interrupted, halted (NOW) or stopped by an error */
 	uint64_t speculative;	/* speculative copies started */
+	uint64_t lost;		/* attempts whose lease was taken over while they ran (hooks.lease_lost) */
 	uint64_t wall_ns;	/* duration of the call */
 };
 

@@ -135,6 +135,11 @@ struct fake {
 	uint64_t away_ns;
 	struct mesh_job *thief;
 	int thief_lease, thief_complete;
+	/* with away: the thief only takes the lease, and the attempt is
+	 * still running when the driver is back (it ends at the next look) */
+	int steal_only;
+	unsigned lost_calls;
+	uint64_t lost_cid, lost_since, lost_ttl;
 };
 
 static struct fake_slot *fslot(struct mesh__executor *ex, unsigned slot)
@@ -199,9 +204,13 @@ static int fake_status(struct mesh__executor *ex, unsigned slot, uint64_t now, s
 		struct mesh_lease l;
 		mesh_sleep_ns(f->away_ns);
 		f->thief_lease = mesh_job_lease(f->thief, f->away_ns, 0, &l);
+		if (f->steal_only)
+			return MESH__EXEC_RUNNING;
 		if (f->thief_lease == 0)
 			f->thief_complete = mesh_job_complete(f->thief, l.cid, 0);
 		poke(s);
+	} else if (f->steal_only && s->away == 2 && !s->ended) {
+		poke(s); /* the look after the one away (its test counted it) */
 	}
 	if (!s->ended)
 		return MESH__EXEC_RUNNING;
@@ -342,6 +351,67 @@ TEST(executor_driver_cancels_an_attempt_past_its_timeout)
 	EXPECT_UEQ(st.buried, 1);
 	EXPECT_EQ(f.cancels, 3u);
 	EXPECT_EQ(f.busy, 0u);
+	mesh_job_close(j);
+	fake_fini(&f);
+	t_sh(NULL, 0, 0, "rm -rf %s", lockdir);
+}
+
+static void on_lease_lost(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns)
+{
+	struct fake *f = arg;
+	f->lost_calls++;
+	f->lost_cid = cid;
+	f->lost_since = since_ns;
+	f->lost_ttl = ttl_ns;
+}
+
+/* The driver's thread held away past the lease's TTL while the attempt
+ * runs, and another node took the expired lease: back, the renew answers
+ * "not ours" and the chunk is not DONE.  The attempt runs on (its result
+ * may be a duplicate), and that is said once, with how late the renewal
+ * was: a note and the lease_lost hook (meshd logs it), and counted. */
+TEST(executor_driver_says_when_a_running_attempt_lost_its_lease)
+{
+	struct fake f;
+	fake_init(&f);
+	f.hang = 1;
+	f.away_ns = 300 * MESH_NS_PER_MS;
+	f.steal_only = 1;
+	struct mesh_job *j = job_new(1);
+	ASSERT_TRUE(j != NULL);
+	struct mesh_job_opts to = MESH_JOB_OPTS_INIT;
+	to.journal = "j.log";
+	to.lockdir = lockdir;
+	to.name = "t";
+	to.node = "thief";
+	ASSERT_EQ(mesh_job_open(&f.thief, &to), 0);
+	int nfd = open("notes", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	char *const argv[] = {"work", "{}", NULL};
+	struct mesh_exec_hooks hooks = {.lease_lost = on_lease_lost, .cancel_fd = -1, .arg = &f};
+	struct mesh_exec_opts o = MESH_EXEC_OPTS_INIT;
+	struct mesh_exec_stats st;
+	o.argv = argv;
+	o.out_fd = o.err_fd = -1;
+	o.note_fd = nfd;
+	o.ttl_ns = 100 * MESH_NS_PER_MS;
+	o.handle_signals = 0;
+	o.hooks = &hooks;
+	EXPECT_EQ(mesh__exec_drive(j, &o, fake_make, &f, &st), MESH_EXEC_COMPLETE);
+	close(nfd);
+	EXPECT_EQ(f.thief_lease, 0);
+	EXPECT_UEQ(st.started, 1);
+	EXPECT_UEQ(st.lost, 1);
+	EXPECT_UEQ(st.killed, 0);
+	EXPECT_EQ(f.lost_calls, 1u);
+	EXPECT_UEQ(f.lost_cid, 0);
+	EXPECT_GE(f.lost_since, 300 * MESH_NS_PER_MS);
+	EXPECT_UEQ(f.lost_ttl, 100 * MESH_NS_PER_MS);
+	char *notes = t_read_file("notes", NULL);
+	ASSERT_TRUE(notes != NULL);
+	EXPECT_CONTAINS(notes, "mesh: chunk 0: its lease was taken over while it ran (last renewed ");
+	EXPECT_CONTAINS(notes, "lease 100 ms); it may be run twice");
+	free(notes);
+	mesh_job_close(f.thief);
 	mesh_job_close(j);
 	fake_fini(&f);
 	t_sh(NULL, 0, 0, "rm -rf %s", lockdir);
