@@ -276,7 +276,8 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 	 * are taken over within two seconds.  (At 1 s a sanitizer build on
 	 * a slow machine once counted 2 duplicates: a live host that renews
 	 * too late loses its lease, and its late completion is a duplicate,
-	 * as designed; the breakdown below says whose.) */
+	 * as designed; the breakdown below says whose, and meshd's warnings
+	 * of the leases it lost.) */
 	setenv("MESHD_STORE_TTL_MS", "2000", 1);
 	pid_t a = start_host("a", "jw"), b = start_host("b", "jw");
 	make_input(n, "slow", &expect);
@@ -301,6 +302,8 @@ TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once,
 		t_sh(out, sizeof out, 1, "PGOPTIONS='-c client_min_messages=warning' psql -q -X -A -t -h %s -U mesh -d postgres -c \"%s\"",
 		     e.pgdir, who);
 		printf("    completions by holder (name|done|dups; a is %d, b is %d):\n%s", (int)a, (int)b, out);
+		t_sh(out, sizeof out, 1, "grep -H 'lease taken over' a/meshd.err b/meshd.err");
+		printf("    leases the hosts said they lost:\n%s", out);
 	}
 	EXPECT_EQ(store_env_sql1(&e, q), 0);
 	EXPECT_EQ(meshd_t_stop(b), 0);
