@@ -356,6 +356,24 @@ TEST(executor_driver_cancels_an_attempt_past_its_timeout)
 	t_sh(NULL, 0, 0, "rm -rf %s", lockdir);
 }
 
+/* A one-chunk job whose attempts hang, with the driver's thread held away
+ * 300 ms at its first look, and a second node, the thief, on the job. */
+static struct mesh_job *away_with_thief(struct fake *f)
+{
+	fake_init(f);
+	f->hang = 1;
+	f->away_ns = 300 * MESH_NS_PER_MS;
+	struct mesh_job *j = job_new(1);
+	ASSERT_TRUE(j != NULL);
+	struct mesh_job_opts to = MESH_JOB_OPTS_INIT;
+	to.journal = "j.log";
+	to.lockdir = lockdir;
+	to.name = "t";
+	to.node = "thief";
+	ASSERT_EQ(mesh_job_open(&f->thief, &to), 0);
+	return j;
+}
+
 static void on_lease_lost(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns)
 {
 	struct fake *f = arg;
@@ -373,18 +391,8 @@ static void on_lease_lost(void *arg, uint64_t cid, uint64_t since_ns, uint64_t t
 TEST(executor_driver_says_when_a_running_attempt_lost_its_lease)
 {
 	struct fake f;
-	fake_init(&f);
-	f.hang = 1;
-	f.away_ns = 300 * MESH_NS_PER_MS;
+	struct mesh_job *j = away_with_thief(&f);
 	f.steal_only = 1;
-	struct mesh_job *j = job_new(1);
-	ASSERT_TRUE(j != NULL);
-	struct mesh_job_opts to = MESH_JOB_OPTS_INIT;
-	to.journal = "j.log";
-	to.lockdir = lockdir;
-	to.name = "t";
-	to.node = "thief";
-	ASSERT_EQ(mesh_job_open(&f.thief, &to), 0);
 	int nfd = open("notes", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	char *const argv[] = {"work", "{}", NULL};
 	struct mesh_exec_hooks hooks = {.lease_lost = on_lease_lost, .cancel_fd = -1, .arg = &f};
@@ -426,17 +434,7 @@ TEST(executor_driver_says_when_a_running_attempt_lost_its_lease)
 TEST(executor_driver_completes_an_attempt_that_ended_while_its_lease_was_taken)
 {
 	struct fake f;
-	fake_init(&f);
-	f.hang = 1;
-	f.away_ns = 300 * MESH_NS_PER_MS;
-	struct mesh_job *j = job_new(1);
-	ASSERT_TRUE(j != NULL);
-	struct mesh_job_opts to = MESH_JOB_OPTS_INIT;
-	to.journal = "j.log";
-	to.lockdir = lockdir;
-	to.name = "t";
-	to.node = "thief";
-	ASSERT_EQ(mesh_job_open(&f.thief, &to), 0);
+	struct mesh_job *j = away_with_thief(&f);
 	int fd = open("out", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	char *const argv[] = {"work", "{}", NULL};
 	struct mesh_exec_opts o = MESH_EXEC_OPTS_INIT;
