@@ -185,8 +185,14 @@ TEST(meshd_gpu_metrics_show_vram_per_gpu_and_per_worker)
 	EXPECT_CONTAINS(m, "mesh_gpu_reservations{state=\"live\"} 0\n");
 	const char *t = strstr(m, "mesh_worker_gpu_time_to_free_seconds{program=\"g\",worker=\"0\"} ");
 	ASSERT_TRUE(t != NULL);
-	/* The fake lists the dead worker 100 ms longer: at least that. */
-	EXPECT_TRUE(strtod(strchr(t, '}') + 2, NULL) >= 0.1);
+	/* The fake lists the dead worker 100 ms longer, counted from the
+	 * sample that first saw it dead; meshd counts from its own death
+	 * stamp, which can come after that sample on a slow machine (a
+	 * sanitizer run saw less than 0.1): well over half of it. */
+	double ttf = strtod(strchr(t, '}') + 2, NULL);
+	if (ttf < 0.1)
+		printf("    time to free %.3f s\n", ttf);
+	EXPECT_TRUE(ttf >= 0.05 && ttf < 2.5);
 	promtool_ok("m2.txt");
 	free(m);
 	stop(d);
