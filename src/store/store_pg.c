@@ -211,18 +211,17 @@ enum { PREP_LEASE, PREP_COMPLETE, PREP_RENEW, PREP_HANDBACK };
 
 /* sql once: unnamed (slot < 0) or the connection's prepared statement of
  * slot, prepared first when it is not yet. */
-static PGresult *exec_once(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals)
+static PGresult *exec_once(PGconn *c, unsigned *prepared, int slot, const char *sql, int n, const char *const *vals)
 {
 	char name[16];
 	if (slot < 0)
-		return PQexecParams(pg->conn, sql, n, NULL, vals, NULL, NULL, 0);
+		return PQexecParams(c, sql, n, NULL, vals, NULL, NULL, 0);
 	snprintf(name, sizeof name, "mesh%d", slot);
-	if (!(pg->prepared & 1u << slot)) {
+	if (!(*prepared & 1u << slot)) {
 		/* prepared and run in one round trip (a pipeline) */
 		PGresult *r[2] = {NULL, NULL};
-		if (!PQenterPipelineMode(pg->conn) || !PQsendPrepare(pg->conn, name, sql, n, NULL) ||
-		    !PQsendQueryPrepared(pg->conn, name, n, vals, NULL, NULL, 0) || !PQpipelineSync(pg->conn) ||
-		    pipe_collect(pg->conn, 1, r, 2)) {
+		if (!PQenterPipelineMode(c) || !PQsendPrepare(c, name, sql, n, NULL) ||
+		    !PQsendQueryPrepared(c, name, n, vals, NULL, NULL, 0) || !PQpipelineSync(c) || pipe_collect(c, 1, r, 2)) {
 			PQclear(r[0]);
 			PQclear(r[1]);
 			return NULL; /* lost on the way: query() makes it again */
@@ -232,22 +231,24 @@ static PGresult *exec_once(struct mesh_pg *pg, int slot, const char *sql, int n,
 			return r[0]; /* the caller's error: refused or lost */
 		}
 		PQclear(r[0]);
-		pg->prepared |= 1u << slot;
+		*prepared |= 1u << slot;
 		return r[1];
 	}
-	return PQexecPrepared(pg->conn, name, n, vals, NULL, NULL, 0);
+	return PQexecPrepared(c, name, n, vals, NULL, NULL, 0);
 }
 
-/* mesh__pg_q of the statement of slot (or unnamed: slot < 0). */
-static PGresult *query(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals, int *rc)
+/* mesh__pg_q of the statement of slot (or unnamed: slot < 0), on c (whose
+ * prepared statements are *prepared). */
+static PGresult *query_on(PGconn *c, unsigned *prepared, int slot, const char *sql, int n, const char *const *vals,
+			  int *rc)
 {
 	uint64_t give_up = 0;
 	for (;;) {
-		PGresult *r = exec_once(pg, slot, sql, n, vals);
+		PGresult *r = exec_once(c, prepared, slot, sql, n, vals);
 		ExecStatusType st = PQresultStatus(r);
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 			return r;
-		int lost = PQstatus(pg->conn) != CONNECTION_OK || conn_lost(r);
+		int lost = PQstatus(c) != CONNECTION_OK || conn_lost(r);
 		PQclear(r);
 		if (!lost) {
 			*rc = MESH_E_PROTO; /* the database refused the statement */
@@ -256,10 +257,10 @@ static PGresult *query(struct mesh_pg *pg, int slot, const char *sql, int n, con
 		if (!give_up)
 			give_up = mesh_mono_ns() + RECONNECT_NS;
 		for (;;) {
-			PQreset(pg->conn);
-			pg->prepared = 0; /* a new session has none */
-			if (PQstatus(pg->conn) == CONNECTION_OK) {
-				PGresult *s = PQexec(pg->conn, SESSION_SETTINGS);
+			PQreset(c);
+			*prepared = 0; /* a new session has none */
+			if (PQstatus(c) == CONNECTION_OK) {
+				PGresult *s = PQexec(c, SESSION_SETTINGS);
 				PQclear(s);
 				break;
 			}
@@ -272,9 +273,23 @@ static PGresult *query(struct mesh_pg *pg, int slot, const char *sql, int n, con
 	}
 }
 
+static PGresult *query(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals, int *rc)
+{
+	return query_on(pg->conn, &pg->prepared, slot, sql, n, vals, rc);
+}
+
 PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
 {
 	return query(pg, -1, sql, n, vals, rc);
+}
+
+void mesh__pg_open_cconn(struct mesh_pg *pg)
+{
+	int rc = 0;
+	PGconn *c = connect_db(pg->conninfo, 1, &rc, NULL, 0);
+	pthread_mutex_lock(&pg->cmu);
+	pg->cconn = c;
+	pthread_mutex_unlock(&pg->cmu);
 }
 
 static void unhex_bytea(const char *s, unsigned char *ident, size_t *len);
@@ -335,9 +350,10 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 		free(conninfo);
 		return -ENOMEM;
 	}
+	pg->conninfo = conninfo;
 	pg->conn = connect_db(conninfo, 0, &rc, why, whycap);
-	free(conninfo);
 	if (!pg->conn) {
+		free(conninfo);
 		free(pg);
 		return rc;
 	}
@@ -346,6 +362,7 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 	if (v == MESH_E_UNAVAILABLE) {
 		set_why(why, whycap, PQerrorMessage(pg->conn));
 		PQfinish(pg->conn);
+		free(pg->conninfo);
 		free(pg);
 		return v;
 	}
@@ -354,6 +371,7 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 	if (v == MESH_E_UNAVAILABLE) {
 		set_why(why, whycap, PQerrorMessage(pg->conn));
 		PQfinish(pg->conn);
+		free(pg->conninfo);
 		free(pg);
 		return v;
 	}
@@ -368,6 +386,7 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 				 v, MESH_PG_SCHEMA_VERSION);
 		set_why(why, whycap, m);
 		PQfinish(pg->conn);
+		free(pg->conninfo);
 		free(pg);
 		return MESH_E_VERSION;
 	}
@@ -388,6 +407,8 @@ void mesh_pg_close(struct mesh_pg *pg)
 		return;
 	mesh__pg_node_stop(pg);
 	PQfinish(pg->conn);
+	PQfinish(pg->cconn);
+	free(pg->conninfo);
 	pthread_cond_destroy(&pg->bcv);
 	pthread_mutex_destroy(&pg->mu);
 	pthread_mutex_destroy(&pg->cmu);
@@ -568,13 +589,19 @@ static int cmp_pos(const void *a, const void *b)
 	return x->cid < y->cid ? -1 : x->cid > y->cid ? 1 : (x->at > y->at) - (x->at < y->at);
 }
 
-/* One commit for every batch in list (pg->mu not held). */
+/* One commit for every batch in list (pg->mu not held).  What goes to
+ * the database is the DONE bits, a word (64 chunks) at a time: the
+ * distinct words in ascending order (one lock order for every
+ * committer) and their masks; it answers each word's bits that this
+ * commit set first.  A chunk's first place in the batches is DONE when
+ * its bit is among those, and every other place is a duplicate. */
 static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 {
-	size_t total = 0, k = 0, len = 3;
+	size_t total = 0, k = 0, nw = 0;
 	struct pos *ps;
 	int *flat;
-	char *arr;
+	char *ws, *ms;
+	uint64_t *mask = NULL;
 	int rc = 0;
 	uint64_t busy_us = 0;
 	for (struct cbatch *b = list; b; b = b->next) {
@@ -584,8 +611,10 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 	}
 	ps = malloc((total + 1) * sizeof *ps);
 	flat = malloc((total + 1) * sizeof *flat);
-	arr = malloc(total * 21 + 3);
-	if (!ps || !flat || !arr) {
+	ws = malloc(total * 21 + 3);
+	ms = malloc(total * 21 + 3);
+	mask = malloc((total + 1) * sizeof *mask);
+	if (!ps || !flat || !ws || !ms || !mask) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -594,32 +623,62 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 			ps[k].cid = b->cids[i];
 			ps[k].at = k;
 		}
-	/* one lock order for every committer: ascending */
 	qsort(ps, total, sizeof *ps, cmp_pos);
-	arr[0] = '{';
-	arr[1] = 0;
-	len = 1;
-	for (size_t i = 0; i < total; i++)
-		len += (size_t)sprintf(arr + len, "%s%" PRIu64, i ? "," : "", ps[i].cid);
-	arr[len++] = '}';
-	arr[len] = 0;
+	size_t wl = 1, ml = 1;
+	ws[0] = ms[0] = '{';
+	for (size_t i = 0; i < total; i++) {
+		uint64_t w = ps[i].cid / 64;
+		if (i && ps[i - 1].cid / 64 == w) {
+			mask[nw - 1] |= 1ull << (ps[i].cid % 64);
+			continue;
+		}
+		if (nw) {
+			wl += (size_t)sprintf(ws + wl, ",");
+			ml += (size_t)sprintf(ms + ml, "%" PRId64 ",", (int64_t)mask[nw - 1]);
+		}
+		wl += (size_t)sprintf(ws + wl, "%" PRIu64, w);
+		mask[nw++] = 1ull << (ps[i].cid % 64);
+	}
+	ml += (size_t)sprintf(ms + ml, "%" PRId64, nw ? (int64_t)mask[nw - 1] : 0);
+	memcpy(ws + wl, "}", 2);
+	memcpy(ms + ml, "}", 2);
 	char ntext[24], btext[24], htext[24];
 	snprintf(ntext, sizeof ntext, "%zu", total);
 	snprintf(btext, sizeof btext, "%" PRIu64, busy_us);
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
-	const char *vals[5] = {pg->idtext, arr, ntext, btext, htext};
-	pthread_mutex_lock(&pg->mu);
+	const char *vals[6] = {pg->idtext, ws, ms, ntext, btext, htext};
+	pthread_mutex_lock(&pg->cmu);
+	PGconn *cc = pg->cconn;
+	pthread_mutex_unlock(&pg->cmu);
+	if (!cc)
+		pthread_mutex_lock(&pg->mu);
 	/* The node's speed rides in the same statement (no round trip). */
-	PGresult *r = query(pg, PREP_COMPLETE,
-				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $3, busy_us = busy_us + $4,"
-				 " beat = mesh.now_us() WHERE holder = $5) SELECT * FROM mesh.complete($1, $2::bigint[], $5)",
-				 5, vals, &rc);
-	if (r && (size_t)PQntuples(r) != total)
+	PGresult *r = query_on(cc ? cc : pg->conn, cc ? &pg->cprepared : &pg->prepared, PREP_COMPLETE,
+				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $4, busy_us = busy_us + $5,"
+				 " beat = mesh.now_us() WHERE holder = $6)"
+				 " SELECT * FROM mesh.complete_words($1, $2::bigint[], $3::bigint[], $6, $4)",
+				 6, vals, &rc);
+	if (r && (size_t)PQntuples(r) != nw)
 		rc = MESH_E_PROTO;
-	for (size_t i = 0; r && !rc && i < total; i++)
-		flat[ps[i].at] = PQgetvalue(r, (int)i, 0)[0] == 't' ? 0 : 1;
+	for (size_t i = 0; r && !rc && i < nw; i++) {
+		/* the bits set first: a subset of what was sent */
+		char *end;
+		errno = 0;
+		uint64_t f = (uint64_t)strtoll(PQgetvalue(r, (int)i, 0), &end, 10);
+		if (errno || *end || (f & ~mask[i]))
+			rc = MESH_E_PROTO;
+		mask[i] = f;
+	}
 	PQclear(r);
-	pthread_mutex_unlock(&pg->mu);
+	if (!cc)
+		pthread_mutex_unlock(&pg->mu);
+	for (size_t i = 0, w = 0; !rc && i < total; i++) {
+		if (i && ps[i - 1].cid / 64 != ps[i].cid / 64)
+			w++;
+		uint64_t bit = 1ull << (ps[i].cid % 64);
+		int first = !i || ps[i - 1].cid != ps[i].cid;
+		flat[ps[i].at] = first && (mask[w] & bit) ? 0 : 1;
+	}
 out:
 	k = 0;
 	for (struct cbatch *b = list; b; b = b->next) {
@@ -629,7 +688,9 @@ out:
 	}
 	free(ps);
 	free(flat);
-	free(arr);
+	free(ws);
+	free(ms);
+	free(mask);
 }
 
 int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results)

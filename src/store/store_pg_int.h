@@ -43,12 +43,24 @@ struct mesh_pg {
 	pthread_t beat;
 	pthread_cond_t bcv; /* with cmu: wakes the beat thread to stop */
 	int beat_stop;
+	/* A leasing handle's completions go on a connection of their own
+	 * (opened by the beat thread as it starts; cconn under cmu, used by
+	 * the group commit's leader alone): a lease, a renew or a beat does
+	 * not wait behind a commit's WAL flush, and the next lease runs on
+	 * another backend while it flushes.  Until then (and where it could
+	 * not be opened) completions go on conn. */
+	char *conninfo;
+	int cconn_wanted;
+	PGconn *cconn;
+	unsigned cprepared; /* as prepared, for cconn */
 };
 
 /* Runs sql with params on pg's connection (pg->mu held), making the
  * connection again (waiting up to 15 s) when it was lost.  The result, or
  * NULL with *rc set. */
 PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc);
+/* Opens pg->cconn (the beat thread, as it starts). */
+void mesh__pg_open_cconn(struct mesh_pg *pg);
 /* mesh__pg_q with pg->mu taken here and let go before it returns: for a
  * result read without the connection (its rows may call the store). */
 PGresult *mesh__pg_ql(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc);

@@ -58,6 +58,8 @@ static void *beat_main(void *arg)
 	char htext[24];
 	const char *vals[1] = {htext};
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
+	if (pg->cconn_wanted)
+		mesh__pg_open_cconn(pg);
 	pthread_mutex_lock(&pg->cmu);
 	while (!pg->beat_stop) {
 		struct timespec ts;
@@ -99,6 +101,7 @@ static int node_start(struct mesh_pg *pg, const char *node, const char *program,
 	if (rc)
 		return rc;
 	pg->beat_ns = ttl_ns / 3 > BEAT_MIN_NS ? ttl_ns / 3 : BEAT_MIN_NS;
+	pg->cconn_wanted = strcmp(jobtext, MESH_PG_NO_JOB) != 0; /* a job's node: it completes */
 	if (pthread_create(&pg->beat, NULL, beat_main, pg)) {
 		pg->beat_ns = 0;
 		return -EAGAIN;

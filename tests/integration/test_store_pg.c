@@ -56,7 +56,7 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d (this mesh: %d)", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);
-	EXPECT_CONTAINS(out, "version 6 (this mesh: 6)"); /* speculation's tables */
+	EXPECT_CONTAINS(out, "version 7 (this mesh: 7)"); /* completions by words */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d -> %d", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);

@@ -341,6 +341,77 @@ static void conf_complete_batched(const struct store_env *e)
 	mesh_job_close(j);
 }
 
+/* A batch that crosses DONE words (64 chunks a word) and kinds of lease:
+ * chunks of two block leases, a chunk with a failed attempt (a row of its
+ * own in PostgreSQL), a chunk this node never took, and a duplicate; then
+ * every other chunk, until the job is COMPLETE with nothing left leased
+ * (a block's count of what it still leases is right, or its chunks are
+ * lost or stay leased). */
+static void conf_complete_across_words_and_blocks(const struct store_env *e)
+{
+	enum { N = 300 };
+	struct mesh_lease ls[64];
+	struct mesh_job_status s0, s1;
+	size_t got = 0, n = 0;
+	uint64_t held[N], cids[N];
+	int res[N];
+	ASSERT_EQ(store_env_submit(e, N), 0);
+	struct mesh_job *j = open_as(e, "a", 0);
+	while (n < 130) { /* 5 first: the next blocks start off a word's edge */
+		ASSERT_EQ(mesh_job_lease_many(j, LONG_TTL, 0, ls, n ? 64 : 5, &got), 0);
+		for (size_t i = 0; i < got; i++)
+			held[n++] = ls[i].cid;
+	}
+	int taken[N] = {0};
+	for (size_t i = 0; i < n; i++)
+		taken[held[i]] = 1;
+	uint64_t never = N - 1;
+	while (taken[never])
+		never--;
+	EXPECT_EQ(mesh_job_fail(j, held[5], 1), 0); /* pending again, one failed attempt */
+	ASSERT_EQ(mesh_job_status(j, &s0), 0);
+	uint64_t batch[] = {held[64], held[0], never, held[5], held[63], held[64], held[n - 1]};
+	ASSERT_EQ(mesh_job_complete_many(j, batch, NULL, 7, res), 0);
+	int want[] = {MESH_JOB_DONE, MESH_JOB_DONE, MESH_JOB_DONE, MESH_JOB_DONE,
+		      MESH_JOB_DONE, MESH_JOB_IGNORED, MESH_JOB_DONE};
+	for (int i = 0; i < 7; i++)
+		EXPECT_EQ(res[i], want[i]);
+	ASSERT_EQ(mesh_job_status(j, &s1), 0);
+	EXPECT_UEQ(s1.done, s0.done + 6);
+	EXPECT_UEQ(s1.duplicates, s0.duplicates + 1);
+	EXPECT_UEQ(s1.failed_attempts, 1);
+	EXPECT_UEQ(s1.leased + s1.pending, s0.leased + s0.pending - 6);
+	EXPECT_TRUE(s1.leased + 4 <= s0.leased);
+	/* the rest this node holds, last first, and `never` again */
+	size_t k = 0;
+	for (size_t i = n; i-- > 0;) {
+		int in = 0;
+		for (size_t b = 0; b < 7; b++)
+			in |= batch[b] == held[i];
+		if (!in)
+			cids[k++] = held[i];
+	}
+	cids[k++] = never;
+	ASSERT_EQ(mesh_job_complete_many(j, cids, NULL, k, res), 0);
+	for (size_t i = 0; i < k; i++)
+		EXPECT_EQ(res[i], i + 1 < k ? MESH_JOB_DONE : MESH_JOB_IGNORED);
+	int rounds = 0, rc;
+	while ((rc = mesh_job_lease_many(j, LONG_TTL, 0, ls, 64, &got)) == 0 && rounds++ < 20) {
+		for (size_t i = 0; i < got; i++)
+			cids[i] = ls[i].cid;
+		ASSERT_EQ(mesh_job_complete_many(j, cids, NULL, got, res), 0);
+		for (size_t i = 0; i < got; i++)
+			EXPECT_EQ(res[i], MESH_JOB_DONE);
+	}
+	EXPECT_EQ(rc, MESH_JOB_COMPLETE);
+	ASSERT_EQ(mesh_job_status(j, &s1), 0);
+	EXPECT_UEQ(s1.done, N);
+	EXPECT_UEQ(s1.leased, 0);
+	EXPECT_UEQ(s1.pending, 0);
+	EXPECT_UEQ(s1.duplicates, 2);
+	mesh_job_close(j);
+}
+
 struct racer {
 	struct mesh_job *j;
 	uint64_t n, done, ignored, errors;
@@ -573,6 +644,7 @@ static void conf_placement_by_speed(const struct store_env *e)
 	CONF(store, lease_k)                              \
 	CONF(store, renew_steal_first_wins)               \
 	CONF(store, complete_batched)                     \
+	CONF(store, complete_across_words_and_blocks)     \
 	CONF(store, first_completion_wins_duplicates_counted) \
 	CONF(store, status_counts)                        \
 	CONF(store, completion_feed)                      \
