@@ -1,7 +1,12 @@
 /* The job stores side by side (run by bench/bench_store.sh, which starts
  * a PostgreSQL and gives its URL; run alone it says so and does nothing):
  *   1. durable lease+complete throughput with 1, 8 and 32 node processes,
- *      each leasing 64 chunks a call and completing them in one batch:
+ *      each leasing 64 chunks a call and completing them in one batch
+ *      before its next lease; and again with each node pipelined as
+ *      mesh's executor is (exec/run_done.c): the node goes on leasing
+ *      while a thread of its own completes, in one call, every chunk
+ *      leased since its last call (the chunks run in no time, so what
+ *      is measured is the store):
  *      the PostgreSQL store vs the file store, beside the PUBLISHED
  *      figures of River (46k jobs/s) and graphile-worker (183k jobs/s) --
  *      published by those projects on their hardware, not measured here;
@@ -25,6 +30,7 @@
 #include "base/clock.h"
 #include "job/job.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +53,88 @@ struct node_log {
 };
 static struct node_log *logs;
 
-/* One node: lease 64, complete 64, until the job is COMPLETE. */
+/* A pipelined node's chunks leased and not yet handed to a completion. */
+struct pipe {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t *q;
+	size_t n, cap;
+	int end, rc;
+	struct mesh_job *j;
+	struct node_log *lg;
+};
+
+static void *completer(void *arg)
+{
+	struct pipe *p = arg;
+	uint64_t *cids = NULL;
+	int *res = NULL;
+	size_t cap = 0;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->n && !p->end)
+			pthread_cond_wait(&p->cv, &p->mu);
+		if (!p->n)
+			break;
+		size_t k = p->n;
+		if (k > cap) {
+			uint64_t *c2 = realloc(cids, k * sizeof *c2);
+			if (c2)
+				cids = c2;
+			int *r2 = realloc(res, k * sizeof *r2);
+			if (r2)
+				res = r2;
+			if (!c2 || !r2) {
+				p->rc = 4;
+				break;
+			}
+			cap = k;
+		}
+		memcpy(cids, p->q, k * sizeof *cids);
+		p->n = 0;
+		pthread_mutex_unlock(&p->mu);
+		int rc = mesh_job_complete_many(p->j, cids, NULL, k, res);
+		struct node_log *lg = p->lg;
+		size_t at = lg->nlog < LOG_MAX ? lg->nlog++ : LOG_MAX - 1;
+		lg->log[at].t = mesh_mono_ns();
+		lg->log[at].n += k;
+		pthread_mutex_lock(&p->mu);
+		if (rc) {
+			p->rc = 3;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->mu);
+	free(cids);
+	free(res);
+	return NULL;
+}
+
+/* Hands got leases to the completer; 0 or -1 (out of memory, or the
+ * completer failed). */
+static int pipe_put(struct pipe *p, const struct mesh_lease *ls, size_t got)
+{
+	pthread_mutex_lock(&p->mu);
+	if (p->n + got > p->cap) {
+		size_t nc = (p->n + got) * 2;
+		uint64_t *q2 = realloc(p->q, nc * sizeof *q2);
+		if (!q2)
+			p->rc = 4;
+		else
+			p->q = q2, p->cap = nc;
+	}
+	int rc = p->rc;
+	for (size_t k = 0; !rc && k < got; k++)
+		p->q[p->n++] = ls[k].cid;
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	return rc ? -1 : 0;
+}
+
+static int piped; /* the nodes are pipelined (see the top; the PostgreSQL store's only) */
+
+/* One node: lease 64, complete 64 (or hand them to its completer, when
+ * piped), until the job is COMPLETE. */
 static int node_main(const char *where, const char *lockdir, const char *job, int i)
 {
 	struct node_log *lg = &logs[i];
@@ -65,6 +152,15 @@ static int node_main(const char *where, const char *lockdir, const char *job, in
 	if (mesh_job_open(&j, &o))
 		return 1;
 	lg->opened = mesh_mono_ns();
+	struct pipe p = {.j = j, .lg = lg};
+	pthread_t th;
+	if (piped) {
+		pthread_mutex_init(&p.mu, NULL);
+		pthread_cond_init(&p.cv, NULL);
+		if (pthread_create(&th, NULL, completer, &p))
+			return 4;
+	}
+	int bad = 0;
 	for (;;) {
 		size_t got = 0;
 		int rc = mesh_job_lease_many(j, TTL_NS, 0, ls, MESH_JOB_LEASE_MANY_MAX, &got);
@@ -74,10 +170,19 @@ static int node_main(const char *where, const char *lockdir, const char *job, in
 			mesh_job_wait_work(j, MESH_NS_PER_MS);
 			continue;
 		}
-		if (rc)
-			return 2;
+		if (rc) {
+			bad = 2;
+			break;
+		}
 		if (!lg->first)
 			lg->first = mesh_mono_ns();
+		if (piped) {
+			if (pipe_put(&p, ls, got)) {
+				bad = 3;
+				break;
+			}
+			continue;
+		}
 		for (size_t k = 0; k < got; k++)
 			cids[k] = ls[k].cid;
 		if (mesh_job_complete_many(j, cids, NULL, got, res))
@@ -86,8 +191,18 @@ static int node_main(const char *where, const char *lockdir, const char *job, in
 		lg->log[at].t = mesh_mono_ns();
 		lg->log[at].n += got;
 	}
+	if (piped) {
+		pthread_mutex_lock(&p.mu);
+		p.end = 1;
+		pthread_cond_signal(&p.cv);
+		pthread_mutex_unlock(&p.mu);
+		pthread_join(th, NULL);
+		if (p.rc)
+			bad = p.rc;
+		free(p.q);
+	}
 	mesh_job_close(j);
-	return 0;
+	return bad;
 }
 
 /* A run's figures: the whole job's rate, the steady rate (see the top),
@@ -265,24 +380,32 @@ int main(int argc, char **argv)
 		counts[0] = only;
 		ncounts = 1;
 	}
-	printf("   durable lease+complete, %llu chunks, batches of 64     chunks/s"
-	       "         PostgreSQL's start-up, ms\n",
+	printf("   durable lease+complete, %llu chunks, leases of 64, chunks/s; each node: lease, then complete\n"
+	       "   (sync), or pipelined (piped, PostgreSQL only: completes on a thread of its own what it leased\n"
+	       "   since its last completion, as mesh's executor does); PostgreSQL's start-up (sync), ms\n",
 	       (unsigned long long)n);
-	printf("   %-7s %12s %12s %12s %8s %14s %12s\n", "nodes", "PostgreSQL", "pg steady", "file store", "pg/file",
-	       "all leasing at", "node mean");
+	printf("   %-6s %10s %10s %10s %10s %10s %8s %11s %9s\n", "nodes", "pg sync", "steady", "pg piped", "steady",
+	       "file sync", "pg/file", "leasing at", "node mean");
 	for (int c = 0; c < ncounts; c++) {
 		char where[700], job[32], journal[64], locks[32];
 		snprintf(job, sizeof job, "t%d", counts[c]);
 		snprintf(where, sizeof where, "%s#%s", url, job);
 		snprintf(journal, sizeof journal, "%s.log", job);
 		snprintf(locks, sizeof locks, "locks%d", counts[c]);
-		struct run pg, f = {0};
+		struct run pg, pp, f = {0};
+		piped = 0;
 		if (throughput(where, NULL, job, n, counts[c], &pg))
 			pg.rate = -1;
 		if (!only && throughput(journal, locks, job, n, counts[c], &f))
 			f.rate = -1;
-		printf("   %-7d %12.0f %12.0f %12.0f %8.2f %14.1f %12.1f\n", counts[c], pg.rate, pg.steady, f.rate,
-		       f.rate > 0 ? pg.rate / f.rate : 0, pg.all_ms, pg.first_ms);
+		piped = 1;
+		snprintf(job, sizeof job, "p%d", counts[c]);
+		snprintf(where, sizeof where, "%s#%s", url, job);
+		if (throughput(where, NULL, job, n, counts[c], &pp))
+			pp.rate = -1;
+		printf("   %-6d %10.0f %10.0f %10.0f %10.0f %10.0f %8.2f %11.1f %9.1f\n", counts[c], pg.rate, pg.steady,
+		       pp.rate, pp.steady, f.rate, f.rate > 0 ? pg.rate / f.rate : 0, pg.all_ms, pg.first_ms);
+		fflush(stdout);
 	}
 	if (!only) {
 		printf("   published, not measured here: River 46,000 jobs/s; graphile-worker 183,000 jobs/s\n");
