@@ -24,9 +24,10 @@
  *      it holds a chunk let go by the other;          target <= 10 ms;
  *   3. one node's start-up alone (nothing else running): mesh_job_open,
  *      then its first lease, then its first completion, median of 5.
- * Usage: bench_store URL [chunks [nodes]]  (files under a fresh /tmp
- * directory; nodes: one count only, the PostgreSQL store only, no
- * wake-up: what bench/bench_store_prof.sh measures) */
+ * Usage: bench_store URL [chunks [nodes [sync|piped]]]  (files under a
+ * fresh /tmp directory; nodes: one count only, the PostgreSQL store only,
+ * no wake-up, and one kind of node where named: what
+ * bench/bench_store_prof.sh measures) */
 #include "base/clock.h"
 #include "job/job.h"
 
@@ -260,6 +261,23 @@ static int throughput(const char *where, const char *lockdir, const char *job, u
 	uint64_t dt = mesh_mono_ns() - t0;
 	if (bad)
 		return -1;
+	/* every chunk DONE once, none twice */
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	struct mesh_job *j;
+	struct mesh_job_status st;
+	o.journal = where;
+	o.lockdir = lockdir;
+	o.name = job;
+	o.node = "check";
+	if (mesh_job_open(&j, &o))
+		return -1;
+	int rc = mesh_job_status(j, &st);
+	mesh_job_close(j);
+	if (rc || st.done != n || st.duplicates) {
+		fprintf(stderr, "bench_store: %s: done %llu of %llu, %llu duplicates\n", where,
+			(unsigned long long)st.done, (unsigned long long)n, (unsigned long long)st.duplicates);
+		return -1;
+	}
 	r->rate = (double)n * 1e9 / (double)dt;
 	steady_of(r, t0, nodes);
 	return 0;
@@ -373,6 +391,7 @@ int main(int argc, char **argv)
 	if (!mkdtemp(dir) || chdir(dir))
 		return 1;
 	int counts[] = {1, 8, 32}, ncounts = 3, only = argc > 3 ? atoi(argv[3]) : 0;
+	int mode = argc > 4 ? (!strcmp(argv[4], "sync") ? 1 : !strcmp(argv[4], "piped") ? 2 : 0) : 0;
 	logs = mmap(NULL, MAX_NODES * sizeof *logs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (logs == MAP_FAILED)
 		return 1;
@@ -392,16 +411,16 @@ int main(int argc, char **argv)
 		snprintf(where, sizeof where, "%s#%s", url, job);
 		snprintf(journal, sizeof journal, "%s.log", job);
 		snprintf(locks, sizeof locks, "locks%d", counts[c]);
-		struct run pg, pp, f = {0};
+		struct run pg = {0}, pp = {0}, f = {0};
 		piped = 0;
-		if (throughput(where, NULL, job, n, counts[c], &pg))
+		if (mode != 2 && throughput(where, NULL, job, n, counts[c], &pg))
 			pg.rate = -1;
 		if (!only && throughput(journal, locks, job, n, counts[c], &f))
 			f.rate = -1;
 		piped = 1;
 		snprintf(job, sizeof job, "p%d", counts[c]);
 		snprintf(where, sizeof where, "%s#%s", url, job);
-		if (throughput(where, NULL, job, n, counts[c], &pp))
+		if (mode != 1 && throughput(where, NULL, job, n, counts[c], &pp))
 			pp.rate = -1;
 		printf("   %-6d %10.0f %10.0f %10.0f %10.0f %10.0f %8.2f %11.1f %9.1f\n", counts[c], pg.rate, pg.steady,
 		       pp.rate, pp.steady, f.rate, f.rate > 0 ? pg.rate / f.rate : 0, pg.all_ms, pg.first_ms);

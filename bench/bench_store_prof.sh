@@ -6,11 +6,12 @@
 # statements and their server time, rows inserted/updated/deleted a table,
 # WAL bytes and commits; and the server's CPU a node (with few chunks a
 # node, e.g. 32 nodes of 64 chunks each: what a node's start costs).
-# Usage: bench/bench_store_prof.sh BUILD [NODES [CHUNKS]]
+# Usage: bench/bench_store_prof.sh BUILD [NODES [CHUNKS [sync|piped]]]
 BUILD=${1:-build}
 B=$(cd "$BUILD" && pwd)
 NODES=${2:-8}
 N=${3:-20000}
+MODE=${4:-sync}
 . "$(dirname "$0")/pg.sh"
 bench_pg_start -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c track_functions=all
 Q() { psql -X -q -A -t "$URL" -c "$1"; }
@@ -24,7 +25,7 @@ PM=$(head -1 "$T/data/postmaster.pid")
 # its own; the nodes' CPU: this shell's children's (times)
 cpu() { awk '{print $14 + $15 + $16 + $17}' /proc/$PM/stat; }
 C0=$(cpu)
-${PERF:+perf record -a -g -o $PERF -- }"$B/bench/bench_store" "$URL" "$N" "$NODES"
+${PERF:+perf record -a -g -o $PERF -- }"$B/bench/bench_store" "$URL" "$N" "$NODES" "$MODE"
 sleep 1 # the stats of the nodes' backends reach the collector
 C1=$(cpu)
 HZ=$(getconf CLK_TCK)
