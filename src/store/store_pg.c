@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,10 +284,36 @@ PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *con
 	return query(pg, -1, sql, n, vals, rc);
 }
 
+/* The connection is made without blocking (PQconnectStart), looking at
+ * pg->beat_stop every 100 ms: a handle closed while a cut-off database
+ * keeps the connection from being made does not wait for TCP to give up. */
 void mesh__pg_open_cconn(struct mesh_pg *pg)
 {
-	int rc = 0;
-	PGconn *c = connect_db(pg->conninfo, 1, &rc, NULL, 0);
+	PGconn *c = PQconnectStart(pg->conninfo);
+	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+	int stop = 0;
+	while (c && PQstatus(c) != CONNECTION_BAD && st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED && !stop) {
+		struct pollfd p = {PQsocket(c), st == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0};
+		int n = poll(&p, 1, 100);
+		if (n > 0)
+			st = PQconnectPoll(c);
+		else if (n < 0 && errno != EINTR)
+			st = PGRES_POLLING_FAILED;
+		pthread_mutex_lock(&pg->cmu);
+		stop = pg->beat_stop;
+		pthread_mutex_unlock(&pg->cmu);
+	}
+	if (c && st == PGRES_POLLING_OK) {
+		PQsetNoticeProcessor(c, no_notice, NULL);
+		PGresult *r = PQexec(c, SESSION_SETTINGS);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+			st = PGRES_POLLING_FAILED;
+		PQclear(r);
+	}
+	if (c && st != PGRES_POLLING_OK) {
+		PQfinish(c);
+		c = NULL;
+	}
 	pthread_mutex_lock(&pg->cmu);
 	pg->cconn = c;
 	pthread_mutex_unlock(&pg->cmu);

@@ -135,3 +135,45 @@ TEST_TIMEOUT(store_pg_lease_does_not_wait_behind_a_commit, 30)
 	mesh_job_close(j);
 	store_env_stop(&e);
 }
+
+/* Where the second connection cannot be had (here a role allowed one
+ * connection), a leasing handle completes on its first, as before: every
+ * chunk DONE once. */
+TEST_TIMEOUT(store_pg_completions_fall_back_to_the_one_connection, 30)
+{
+	struct store_env e;
+	struct mesh_job *j;
+	struct mesh_lease ls[64];
+	uint64_t cids[64];
+	int res[64];
+	size_t got = 0;
+	const uint64_t ttl = 60ull * 1000000000;
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	ASSERT_EQ(store_env_submit(&e, 300), 0);
+	store_env_sql1(&e, "CREATE ROLE one LOGIN CONNECTION LIMIT 1; GRANT USAGE ON SCHEMA mesh TO one;"
+			   " GRANT ALL ON ALL TABLES IN SCHEMA mesh TO one; GRANT ALL ON ALL SEQUENCES IN SCHEMA mesh TO one;"
+			   " SELECT 1");
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	char where[600];
+	snprintf(where, sizeof where, "postgresql:///postgres?host=%s&user=one#conf", e.pgdir);
+	o.journal = where;
+	o.name = "conf";
+	o.node = "one";
+	ASSERT_EQ(mesh_job_open(&j, &o), 0);
+	int rounds = 0, rc;
+	while ((rc = mesh_job_lease_many(j, ttl, 0, ls, 64, &got)) == 0 && rounds++ < 50) {
+		for (size_t i = 0; i < got; i++)
+			cids[i] = ls[i].cid;
+		ASSERT_EQ(mesh_job_complete_many(j, cids, NULL, got, res), 0);
+		for (size_t i = 0; i < got; i++)
+			EXPECT_EQ(res[i], MESH_JOB_DONE);
+		usleep(20000); /* the beat thread's try at a second connection comes and fails */
+	}
+	EXPECT_EQ(rc, MESH_JOB_COMPLETE);
+	EXPECT_EQ(store_env_sql(&e, "SELECT count(*) FROM pg_stat_activity WHERE usename = 'one'"), 1);
+	mesh_job_close(j);
+	EXPECT_EQ(store_env_sql(&e, "SELECT done FROM mesh.job_counts WHERE name = 'conf'"), 300);
+	EXPECT_EQ(store_env_sql(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'conf'"), 0);
+	store_env_stop(&e);
+}
