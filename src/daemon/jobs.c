@@ -277,12 +277,17 @@ void mesh__job_failure_text(struct mesh_buf *b, uint32_t attempt, int code, cons
 	mesh_buf_add(b, err, n);
 }
 
+void mesh__job_warn_lease_lost(const char *what, uint64_t id, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns)
+{
+	mesh_warn("%sjob=%" PRIu64 " chunk=%" PRIu64 " lease taken over while it ran (last renewed %" PRIu64
+		  " ms ago, lease %" PRIu64 " ms): it may run twice",
+		  what, id, cid, (uint64_t)(since_ns / MESH_NS_PER_MS), (uint64_t)(ttl_ns / MESH_NS_PER_MS));
+}
+
 static void hook_lease_lost(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns)
 {
 	struct job *jb = arg;
-	mesh_warn("job=%" PRIu64 " chunk=%" PRIu64 " lease taken over while it ran (last renewed %" PRIu64
-		  " ms ago, lease %" PRIu64 " ms): it may run twice",
-		  jb->id, cid, (uint64_t)(since_ns / MESH_NS_PER_MS), (uint64_t)(ttl_ns / MESH_NS_PER_MS));
+	mesh__job_warn_lease_lost("", jb->id, cid, since_ns, ttl_ns);
 }
 
 static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, const void *err, size_t n, int buried)

@@ -89,6 +89,9 @@ void mesh__job_note_first(struct job *jb);
 /* A failed attempt's report for people, into b: the attempt, its exit code
  * or signal, then what the executor said (err, n bytes). */
 void mesh__job_failure_text(struct mesh_buf *b, uint32_t attempt, int code, const void *err, size_t n);
+/* The warning for an attempt whose lease another node took while it ran
+ * (the lease_lost hook of both kinds of job; what is "store " or ""). */
+void mesh__job_warn_lease_lost(const char *what, uint64_t id, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns);
 
 /* jobs_store.c: stops the follower and its drivers (idempotent); frees them. */
 void mesh__jobs_store_stop(struct meshd_jobs *j);

@@ -299,10 +299,9 @@ static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, con
 static void hook_lease_lost(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns)
 {
 	struct sjob *s = arg;
-	mesh_warn("store job=%" PRIu64 " chunk=%" PRIu64 " lease taken over while it ran (last renewed %" PRIu64
-		  " ms ago, lease %" PRIu64 " ms): it may run twice",
-		  s->spec.id, cid, (uint64_t)(since_ns / MESH_NS_PER_MS), (uint64_t)(ttl_ns / MESH_NS_PER_MS));
+	mesh__job_warn_lease_lost("store ", s->spec.id, cid, since_ns, ttl_ns);
 }
+
 static void *driver_main(void *arg)
 {
 	struct sjob *s = arg;

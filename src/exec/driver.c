@@ -34,7 +34,8 @@
 
 #define TTL_DEFAULT (10 * MESH_NS_PER_S)
 /* How long a driver that found nothing to lease waits before it asks
- * again (expired leases wake nobody); MESH_RETRY_MS sets it. */
+ * again (expired leases wake nobody); MESH_RETRY_MS sets it (read once a
+ * run, into r->retry). */
 static uint64_t retry_ns(void)
 {
 	const char *e = getenv("MESH_RETRY_MS");
@@ -260,7 +261,7 @@ static int fill(struct mesh__runner *r)
 		}
 		if (rc == MESH_JOB_NONE) {
 			r->none_seen = 1;
-			r->retry_at = mesh_mono_ns() + retry_ns();
+			r->retry_at = mesh_mono_ns() + r->retry;
 			return 0;
 		}
 		r->none_seen = 0;
@@ -463,8 +464,8 @@ static int loop(struct mesh__runner *r)
 			wake = r->hold_until;
 		if (r->hold_head && r->hold_renew < wake)
 			wake = r->hold_renew;
-		if (r->hold_head && wake > now + retry_ns())
-			wake = now + retry_ns(); /* -k: a chunk another node runs may be done */
+		if (r->hold_head && wake > now + r->retry)
+			wake = now + r->retry; /* -k: a chunk another node runs may be done */
 		if (r->o->progress_fd >= 0 && r->next_draw < wake)
 			wake = r->next_draw;
 		int timeout = -1;
@@ -597,6 +598,7 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 	r->t0 = mesh_mono_ns();
 	r->nslots = o->slots ? o->slots : 1;
 	r->ttl = o->ttl_ns ? o->ttl_ns : TTL_DEFAULT;
+	r->retry = retry_ns();
 	r->n = mesh_job_nchunks(job);
 	r->q_in_tail = &r->q_in;
 	r->tmpdir = o->tmpdir && o->tmpdir[0] ? o->tmpdir : getenv("TMPDIR");

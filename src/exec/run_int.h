@@ -89,6 +89,7 @@ struct mesh__runner {
 	struct mesh__slot *slots;
 	unsigned nslots, busy;
 	uint64_t n, ttl;
+	uint64_t retry; /* ns a driver that found nothing waits (retry_ns(), read once) */
 	pid_t self;
 	const char *tmpdir;
 
