@@ -289,8 +289,11 @@ TEST(gpu_waits_until_memory_is_really_back)
 	uint64_t waited = t_now_ms() - t0;
 	EXPECT_GE(waited, 300);
 	EXPECT_LT(waited, 2500); /* not the grace (5 s) */
+	/* counted from this side's death stamp, which can come after the
+	 * fake's own (299.4 ms was seen under a sanitizer): as
+	 * test_gpu_core.c, at least 250 of the fake's 300 ms */
 	int64_t ttf = ttf_of(g, id);
-	EXPECT_GE(ttf, (int64_t)(300 * MS));
+	EXPECT_GE(ttf, (int64_t)(250 * MS));
 	EXPECT_LT(ttf, (int64_t)(2500 * MS));
 	char *ev = mesh_gpu_next_event(g);
 	EXPECT_CONTAINS(ev, "gpu: w#0 (pid ");
