@@ -651,22 +651,21 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 			ps[k].at = k;
 		}
 	qsort(ps, total, sizeof *ps, cmp_pos);
+	/* the words' masks (ps is sorted: a word's chunks are together) */
+	for (size_t i = 0; i < total; i++) {
+		if (!i || ps[i - 1].cid / 64 != ps[i].cid / 64)
+			mask[nw++] = 0;
+		mask[nw - 1] |= 1ull << (ps[i].cid % 64);
+	}
 	size_t wl = 1, ml = 1;
 	ws[0] = ms[0] = '{';
-	for (size_t i = 0; i < total; i++) {
-		uint64_t w = ps[i].cid / 64;
-		if (i && ps[i - 1].cid / 64 == w) {
-			mask[nw - 1] |= 1ull << (ps[i].cid % 64);
+	for (size_t i = 0, w = 0; w < nw; i++) {
+		if (i && ps[i - 1].cid / 64 == ps[i].cid / 64)
 			continue;
-		}
-		if (nw) {
-			wl += (size_t)sprintf(ws + wl, ",");
-			ml += (size_t)sprintf(ms + ml, "%" PRId64 ",", (int64_t)mask[nw - 1]);
-		}
-		wl += (size_t)sprintf(ws + wl, "%" PRIu64, w);
-		mask[nw++] = 1ull << (ps[i].cid % 64);
+		wl += (size_t)sprintf(ws + wl, "%s%" PRIu64, w ? "," : "", ps[i].cid / 64);
+		ml += (size_t)sprintf(ms + ml, "%s%" PRId64, w ? "," : "", (int64_t)mask[w]);
+		w++;
 	}
-	ml += (size_t)sprintf(ms + ml, "%" PRId64, nw ? (int64_t)mask[nw - 1] : 0);
 	memcpy(ws + wl, "}", 2);
 	memcpy(ms + ml, "}", 2);
 	char ntext[24], btext[24], htext[24];
