@@ -133,7 +133,8 @@ static void write_done_journal(const char *jp, uint64_t n, uint64_t ndone, int l
 	unsigned char pay[16];
 	struct mesh_jrec first = {MESH_JREC_SUBMIT, 0, 8, pay, 0};
 	enum { BATCH = 4096 };
-	size_t per = mesh_journal_size(16), cap = per * BATCH + MESH_JOURNAL_FRAME, len = 0;
+	size_t per = mesh_journal_size(16), cap = per * BATCH + MESH_JOURNAL_COMMIT_SIZE, len = 0;
+	uint64_t fold = 0;
 	unsigned char *buf = malloc(cap);
 	int fd;
 	memcpy(pay, &n, 8);
@@ -148,10 +149,13 @@ static void write_done_journal(const char *jp, uint64_t n, uint64_t ndone, int l
 		memcpy(pay, &c, 8);
 		memcpy(pay + 8, &node, 4);
 		memcpy(pay + 12, &dur, 4);
-		len += mesh_journal_encode(buf + len, MESH_JREC_DONE, 0, pay, 16);
-		if (len + per + MESH_JOURNAL_FRAME > cap || c + 1 == ndone) {
+		mesh_journal_encode(buf + len, MESH_JREC_DONE, 0, pay, 16);
+		fold = mesh_journal_fold(fold, buf + len);
+		len += per;
+		if (len + per + MESH_JOURNAL_COMMIT_SIZE > cap || c + 1 == ndone) {
 			if (!legacy)
-				len += mesh_journal_encode(buf + len, MESH_JREC_COMMIT, 0, NULL, 0);
+				len += mesh_journal_encode_commit(buf + len, fold);
+			fold = 0;
 			if (write(fd, buf, len) != (ssize_t)len) {
 				fprintf(stderr, "bench: write: %s\n", strerror(errno));
 				exit(1);

@@ -91,7 +91,7 @@ int mesh_rec_len_ok(uint8_t type, uint16_t len)
 	case MESH_JREC_DUP:
 		return len == MESH_REC_DUP_LEN;
 	case MESH_JREC_COMMIT:
-		return len == 0;
+		return len == 0 || len == MESH_JOURNAL_COMMIT_LEN;
 	case MESH_JREC_WORK:
 		return len >= 1 && len <= MESH_JOB_IDENTITY_MAX;
 	default:

@@ -50,6 +50,7 @@ struct out {
 	unsigned char *buf;
 	size_t n;
 	int err;
+	uint64_t fold; /* of the records emitted since the last COMMIT */
 };
 
 static void emit(struct out *o, const void *p, size_t n)
@@ -76,28 +77,54 @@ static void note_damage(struct mesh_journal_report *rep, uint64_t off, uint64_t 
 	rep->dropped_bytes += end - off;
 }
 
+/* With o: copies a whole record, a COMMIT made anew for what was copied
+ * before it (records dropped as damage change its batch). */
+static void emit_record(struct out *o, const struct mesh_jrec *r, const unsigned char *p, size_t sz)
+{
+	unsigned char commit_rec[MESH_JOURNAL_COMMIT_SIZE];
+	if (r->type == MESH_JREC_COMMIT) {
+		emit(o, commit_rec, mesh_journal_encode_commit(commit_rec, o->fold));
+		o->fold = 0;
+		return;
+	}
+	emit(o, p, sz);
+	o->fold = mesh_journal_fold(o->fold, p);
+}
+
 /* One pass over the records after the header: counts them into rep and,
  * with o, copies every whole one.  After a bad record it resynchronises at
  * the next 8-aligned offset that holds a whole record of a known type and a
- * sane length: a checksum match inside garbage alone never makes a record. */
+ * sane length: a checksum match inside garbage alone never makes a record.
+ * A COMMIT that does not vouch for the records before it (their fold) is
+ * damage too; after damage, the next COMMIT's batch is not known whole, so
+ * its fold is not checked. */
 static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, struct out *o)
 {
-	uint64_t off = MESH_JOURNAL_HDR_SIZE;
+	uint64_t off = MESH_JOURNAL_HDR_SIZE, fold = 0;
+	int unsure = 0;
 	rep->good_end = size;
 	while (off < size) {
 		struct mesh_jrec r;
 		size_t sz, avail;
 		const unsigned char *p = at(w, off, &avail);
-		if (mesh_journal_decode(p, avail, &r, &sz) == 1) {
+		if (mesh_journal_decode(p, avail, &r, &sz) == 1 &&
+		    (r.type != MESH_JREC_COMMIT || unsure || mesh_journal_commit_vouches(&r, fold))) {
 			rep->records++;
 			rep->by_type[r.type]++;
 			if (rep->bad_off != UINT64_MAX)
 				rep->after_bad++;
 			if (o)
-				emit(o, p, sz);
+				emit_record(o, &r, p, sz);
+			if (r.type == MESH_JREC_COMMIT) {
+				fold = 0;
+				unsure = 0;
+			} else {
+				fold = mesh_journal_fold(fold, p);
+			}
 			off += sz;
 			continue;
 		}
+		unsure = 1;
 		uint64_t f = off + 8;
 		for (; f < size; f += 8) {
 			p = at(w, f, &avail);
@@ -120,7 +147,7 @@ static int rewrite(const char *path, struct win *w, uint64_t size, const unsigne
 	char tmp[PATH_MAX];
 	struct mesh_journal_report scratch;
 	struct out o = {.fd = -1};
-	unsigned char commit_rec[MESH_JOURNAL_FRAME];
+	unsigned char commit_rec[MESH_JOURNAL_COMMIT_SIZE];
 	int rc;
 	if (snprintf(tmp, sizeof tmp, "%s.%d.repair", path, (int)getpid()) >= (int)sizeof tmp)
 		return -ENAMETOOLONG;
@@ -136,8 +163,7 @@ static int rewrite(const char *path, struct win *w, uint64_t size, const unsigne
 	scratch.bad_off = UINT64_MAX;
 	emit(&o, hdr, MESH_JOURNAL_HDR_SIZE);
 	rc = scan(w, size, &scratch, &o);
-	mesh_journal_encode(commit_rec, MESH_JREC_COMMIT, 0, NULL, 0);
-	emit(&o, commit_rec, sizeof commit_rec);
+	emit(&o, commit_rec, mesh_journal_encode_commit(commit_rec, o.fold));
 	if (!rc)
 		rc = o.err;
 	if (!rc && o.n)

@@ -58,6 +58,7 @@ struct mesh_journal {
 	 * on a commit leader's thread while another thread tails) */
 	pthread_mutex_t rmu;
 	uint64_t read_off;
+	uint64_t rfold;		 /* fold of the records from the last COMMIT to read_off */
 	uint64_t trusted;	 /* records ending here or before are durable without a COMMIT after them */
 	unsigned char anchor[ANCHOR]; /* the bytes that end at read_off, as read */
 	unsigned char *rbuf;	      /* WALK_BUF: the anchor, then the new bytes */
@@ -67,6 +68,7 @@ struct mesh_journal {
 	 * leftovers are walked once, not on every tail.  hold numbers the LOCK_EX
 	 * hold settling is in (0: none); run_hold, the hold the run was walked in. */
 	uint64_t run_from, run_end, run_size, run_hold, hold, holds;
+	uint64_t run_fold; /* the fold at run_end */
 	unsigned char run_anchor[ANCHOR];
 	/* group commit */
 	pthread_mutex_t gmu;
@@ -93,6 +95,31 @@ size_t mesh_journal_encode(void *out, uint8_t type, uint8_t flags, const void *p
 	memset(p + MESH_JOURNAL_FRAME + len, 0, size - MESH_JOURNAL_FRAME - len);
 	mesh_put32le(p, mesh_crc32c(0, p + 4, size - 4));
 	return size;
+}
+
+/* A multiply and a shift: a bijection of the running value for each crc,
+ * so batches that differ in one record differ in their fold, and cheap next
+ * to the record's own crc (a crc32c of the 4 bytes doubled the time to
+ * open a journal of 10 million records). */
+uint64_t mesh_journal_fold(uint64_t fold, const void *rec)
+{
+	uint32_t h = ((uint32_t)fold ^ mesh_get32le(rec)) * 0x9e3779b1u;
+	h ^= h >> 16;
+	return ((fold >> 32) + 1) << 32 | h;
+}
+
+size_t mesh_journal_encode_commit(void *out, uint64_t fold)
+{
+	unsigned char p[MESH_JOURNAL_COMMIT_LEN];
+	mesh_put64le(p, fold);
+	return mesh_journal_encode(out, MESH_JREC_COMMIT, 0, p, sizeof p);
+}
+
+int mesh_journal_commit_vouches(const struct mesh_jrec *r, uint64_t fold)
+{
+	if (r->len == 0)
+		return 1;
+	return r->len == MESH_JOURNAL_COMMIT_LEN && mesh_get64le(r->data) == fold;
 }
 
 int mesh_journal_decode(const void *buf, size_t n, struct mesh_jrec *r, size_t *size)
@@ -151,7 +178,8 @@ int mesh_journal_len_ok(const struct mesh_journal_kinds *kinds, uint8_t type, ui
 {
 	if (kinds)
 		return kinds->len_ok(type, len);
-	return type != 0 && (type != MESH_JREC_COMMIT || len == 0) && len <= MESH_JOURNAL_MAX_PAYLOAD;
+	return type != 0 && (type != MESH_JREC_COMMIT || len == 0 || len == MESH_JOURNAL_COMMIT_LEN) &&
+	       len <= MESH_JOURNAL_MAX_PAYLOAD;
 }
 
 int mesh_journal_create(const char *path, const struct mesh_jrec *first)
@@ -161,19 +189,23 @@ int mesh_journal_create(const char *path, const struct mesh_jrec *first)
 
 /* A new journal's bytes: the header, nrec records and a COMMIT, into buf
  * (CREATE_MAX bytes); their length, or MESH_E_RANGE / MESH_E_TOOBIG. */
-#define CREATE_MAX (MESH_JOURNAL_HDR_SIZE + 4 * (MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8) + MESH_JOURNAL_FRAME)
+#define CREATE_MAX (MESH_JOURNAL_HDR_SIZE + 4 * (MESH_JOURNAL_FRAME + MESH_JOURNAL_MAX_PAYLOAD + 8) + MESH_JOURNAL_COMMIT_SIZE)
 static long create_bytes(unsigned char *buf, const struct mesh_jrec *recs, size_t nrec)
 {
 	size_t n = MESH_JOURNAL_HDR_SIZE;
+	uint64_t fold = 0;
 	if (nrec == 0 || nrec > 4)
 		return MESH_E_RANGE;
 	for (size_t i = 0; i < nrec; i++)
 		if (recs[i].len > MESH_JOURNAL_MAX_PAYLOAD)
 			return MESH_E_TOOBIG;
 	mesh_journal_header(buf);
-	for (size_t i = 0; i < nrec; i++)
-		n += mesh_journal_encode(buf + n, recs[i].type, recs[i].flags, recs[i].data, recs[i].len);
-	n += mesh_journal_encode(buf + n, MESH_JREC_COMMIT, 0, NULL, 0);
+	for (size_t i = 0; i < nrec; i++) {
+		size_t sz = mesh_journal_encode(buf + n, recs[i].type, recs[i].flags, recs[i].data, recs[i].len);
+		fold = mesh_journal_fold(fold, buf + n);
+		n += sz;
+	}
+	n += mesh_journal_encode_commit(buf + n, fold);
 	return (long)n;
 }
 
@@ -313,7 +345,7 @@ void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_
 }
 
 static long tail_locked(struct mesh_journal *j, int look);
-static int settle_locked(struct mesh_journal *j, uint64_t *cut);
+static int settle_locked(struct mesh_journal *j, uint64_t *cut, int writing);
 
 long mesh_journal_tail(struct mesh_journal *j)
 {
@@ -352,8 +384,9 @@ static int run_known(struct mesh_journal *j)
 	return got == (ssize_t)alen && memcmp(now, j->run_anchor, alen) == 0;
 }
 
-/* Remembers [read_off, end) as a run without COMMIT (rmu held). */
-static void run_remember(struct mesh_journal *j, uint64_t end)
+/* Remembers [read_off, end) as a run without COMMIT, fold its records'
+ * fold from the last COMMIT (rmu held). */
+static void run_remember(struct mesh_journal *j, uint64_t end, uint64_t fold)
 {
 	struct stat st;
 	size_t alen = anchor_len(end);
@@ -370,22 +403,30 @@ static void run_remember(struct mesh_journal *j, uint64_t end)
 	j->run_end = end;
 	j->run_size = (uint64_t)st.st_size;
 	j->run_hold = j->hold;
+	j->run_fold = fold;
 }
 
 /* Walks the whole records that follow each other from off (only whole
- * records, no COMMIT, from read_off to off), resuming at the end of a known
- * run: where they stop (*end), where the last COMMIT among them ends
- * (*commit_end, 0 if none); remembers a run without COMMIT.  Uses rbuf
- * (rmu held).  0 or -errno. */
-static int walk(struct mesh_journal *j, uint64_t off, uint64_t *end, uint64_t *commit_end)
+ * records, no COMMIT, from read_off to off; fold, their fold from the last
+ * COMMIT), resuming at the end of a known run: where they stop (*end),
+ * where the last COMMIT among them ends (*commit_end, 0 if none), the fold
+ * of the records after it (*fold_out); remembers a run without COMMIT.
+ * A COMMIT that does not vouch for the records walked stops the walk there:
+ * MESH_E_DAMAGED (a reader without the lock may have joined two states of
+ * the file; under the lock the damage is real).  Uses rbuf (rmu held).
+ * 0 or a negative error. */
+static int walk(struct mesh_journal *j, uint64_t off, uint64_t fold, uint64_t *end, uint64_t *commit_end,
+		uint64_t *fold_out)
 {
 	int fd = j->fd;
 	unsigned char *buf = j->rbuf;
 	uint64_t from;
 	int rc = 0;
 	*commit_end = 0;
-	if (off < j->run_end && run_known(j))
+	if (off < j->run_end && run_known(j)) {
 		off = j->run_end;
+		fold = j->run_fold;
+	}
 	from = off;
 	for (;;) {
 		size_t pos = 0;
@@ -400,19 +441,28 @@ static int walk(struct mesh_journal *j, uint64_t off, uint64_t *end, uint64_t *c
 			size_t sz;
 			if (mesh_journal_decode(buf + pos, (size_t)got - pos, &r, &sz) != 1)
 				break;
+			if (r.type == MESH_JREC_COMMIT) {
+				if (!mesh_journal_commit_vouches(&r, fold)) {
+					rc = MESH_E_DAMAGED;
+					break;
+				}
+				*commit_end = off + pos + sz;
+				fold = 0;
+			} else {
+				fold = mesh_journal_fold(fold, buf + pos);
+			}
 			pos += sz;
-			if (r.type == MESH_JREC_COMMIT)
-				*commit_end = off + pos;
 		}
 		off += pos;
-		if (pos == 0 || (size_t)got < WALK_BUF)
+		if (rc || pos == 0 || (size_t)got < WALK_BUF)
 			break;
 	}
 	*end = off;
+	*fold_out = fold;
 	if (rc || *commit_end)
 		j->run_end = 0;
 	else if (off != from || off != j->run_end)
-		run_remember(j, off);
+		run_remember(j, off, fold);
 	return rc;
 }
 
@@ -426,17 +476,39 @@ static void advance(struct mesh_journal *j, size_t alen, size_t adv)
 	j->read_off = to;
 }
 
+/* The fold after the whole records in buf[0, n), from fold (0 after a
+ * COMMIT among them). */
+static uint64_t fold_span(uint64_t fold, const unsigned char *buf, size_t n)
+{
+	struct mesh_jrec r;
+	size_t pos = 0, sz;
+	while (pos < n && mesh_journal_decode(buf + pos, n - pos, &r, &sz) == 1) {
+		fold = r.type == MESH_JREC_COMMIT ? 0 : mesh_journal_fold(fold, buf + pos);
+		pos += sz;
+	}
+	return fold;
+}
+
 /* Hands out the committed records after read_off; rmu held.  rbuf holds
  * the anchor's bytes as they are now (they must not have changed: else the
  * file was cut or rewritten under us), then the new bytes.  look = 0: no
- * look-ahead past a chunk without COMMIT (recover settles it, walking once). */
+ * look-ahead past a chunk without COMMIT (recover settles it, walking once).
+ * A COMMIT that does not vouch for the records before it (their fold) means
+ * this read joined two states of the file (journal.h): what precedes it is
+ * handed out and the rest read again; a third time is damage. */
+#define READ_AGAIN 3
 static long tail_locked(struct mesh_journal *j, int look)
 {
 	long count = 0;
+	int again = 0;
 	for (;;) {
+		uint64_t fold = j->rfold;
+		int bad = 0;
 		if (look && j->trusted <= j->read_off && run_known(j)) {
-			uint64_t stop, cend; /* look only past the known run */
-			int rc = walk(j, j->run_end, &stop, &cend);
+			uint64_t stop, cend, f;
+			int rc = walk(j, j->run_end, j->run_fold, &stop, &cend, &f); /* look only past the known run */
+			if (rc == MESH_E_DAMAGED && ++again < READ_AGAIN)
+				continue;
 			if (rc)
 				return rc;
 			if (cend == 0)
@@ -446,6 +518,7 @@ static long tail_locked(struct mesh_journal *j, int look)
 		size_t alen = anchor_len(j->read_off);
 		unsigned char *data = j->rbuf + alen;
 		size_t whole = 0, end = 0, pos = 0;
+		uint64_t tpos = j->trusted > j->read_off ? j->trusted - j->read_off : 0, tfold = 0, efold = 0;
 		ssize_t got = mesh_pread_full(j->fd, j->rbuf, READ_CHUNK + alen, (off_t)(j->read_off - alen));
 		if (got < 0)
 			return got;
@@ -460,25 +533,42 @@ static long tail_locked(struct mesh_journal *j, int look)
 			size_t sz;
 			if (mesh_journal_decode(data + whole, (size_t)got - whole, &r, &sz) != 1)
 				break;
+			if (r.type == MESH_JREC_COMMIT) {
+				if (!mesh_journal_commit_vouches(&r, fold)) {
+					bad = 1;
+					break;
+				}
+				fold = 0;
+				end = whole + sz;
+			} else {
+				fold = mesh_journal_fold(fold, data + whole);
+			}
 			whole += sz;
-			if (r.type == MESH_JREC_COMMIT)
-				end = whole;
+			if (whole == tpos)
+				tfold = fold;
 		}
-		if (j->trusted > j->read_off) {
-			uint64_t t = j->trusted - j->read_off;
-			if (t > whole)
-				t = whole;
-			if (t > end)
-				end = (size_t)t;
+		if (tpos) {
+			/* records up to trusted are durable without a COMMIT
+			 * in this read: hand them out, the fold carried on */
+			if (tpos >= whole) {
+				tpos = whole;
+				tfold = fold;
+			}
+			if (tpos > end) {
+				end = (size_t)tpos;
+				efold = tfold;
+			}
 		}
-		if (end == 0) {
-			uint64_t stop, cend;
+		if (end == 0 && !bad) {
+			uint64_t stop, cend, f;
 			int rc;
 			/* A full chunk of whole records with no COMMIT: a batch
 			 * longer than a chunk; look ahead for its COMMIT. */
 			if ((size_t)got < READ_CHUNK || whole == 0 || !look)
 				return count;
-			rc = walk(j, j->read_off + whole, &stop, &cend);
+			rc = walk(j, j->read_off + whole, fold, &stop, &cend, &f);
+			if (rc == MESH_E_DAMAGED && ++again < READ_AGAIN)
+				continue;
 			if (rc)
 				return rc;
 			if (cend == 0)
@@ -498,12 +588,19 @@ static long tail_locked(struct mesh_journal *j, int look)
 			if (j->fn) {
 				int stop = j->fn(j->arg, &r);
 				if (stop) {
+					j->rfold = fold_span(j->rfold, data, pos);
 					advance(j, alen, pos);
 					return stop < 0 ? stop : count;
 				}
 			}
 		}
+		j->rfold = efold;
 		advance(j, alen, end);
+		if (bad) {
+			if (++again < READ_AGAIN)
+				continue;
+			return MESH_E_DAMAGED;
+		}
 		if ((size_t)got < READ_CHUNK)
 			return count;
 	}
@@ -541,11 +638,11 @@ static uint64_t find_whole_after(const struct mesh_journal_kinds *kinds, int fd,
  * there are a dead writer's batch (or one whose COMMIT was lost in a crash):
  * they are made durable and committed.  Bytes after them are cut when no
  * whole record follows (a torn tail), else the damage is in the middle. */
-static int settle_locked(struct mesh_journal *j, uint64_t *cut)
+static int settle_locked(struct mesh_journal *j, uint64_t *cut, int writing)
 {
 	struct stat st;
-	uint64_t w, cend, size;
-	unsigned char commit_rec[MESH_JOURNAL_FRAME];
+	uint64_t w, cend, size, fold;
+	unsigned char commit_rec[MESH_JOURNAL_COMMIT_SIZE];
 	long n;
 	int rc;
 	pthread_mutex_lock(&j->rmu);
@@ -559,7 +656,7 @@ static int settle_locked(struct mesh_journal *j, uint64_t *cut)
 	 * of this very file and size >= read_off. */
 	if (rc || size <= j->read_off)
 		goto out;
-	rc = walk(j, j->read_off, &w, &cend);
+	rc = walk(j, j->read_off, j->rfold, &w, &cend, &fold);
 	if (rc)
 		goto out;
 	if (w < size) {
@@ -581,10 +678,16 @@ static int settle_locked(struct mesh_journal *j, uint64_t *cut)
 	 * cannot be written, this handle still trusts them and the next
 	 * holder of the lock adopts them again. */
 	j->trusted = w;
-	mesh_journal_encode(commit_rec, MESH_JREC_COMMIT, 0, NULL, 0);
-	(void)mesh_pwrite_all(j->fd, commit_rec, sizeof commit_rec, (off_t)w);
-	n = tail_locked(j, 1);
-	rc = n < 0 ? (int)n : 0;
+	mesh_journal_encode_commit(commit_rec, fold);
+	rc = mesh_pwrite_all(j->fd, commit_rec, sizeof commit_rec, (off_t)w);
+	/* A writer must not append after leftovers left without their
+	 * COMMIT: its own would not vouch for them. */
+	if (rc && !writing)
+		rc = 0;
+	if (!rc) {
+		n = tail_locked(j, 1);
+		rc = n < 0 ? (int)n : 0;
+	}
 out:
 	j->hold = 0;
 	pthread_mutex_unlock(&j->rmu);
@@ -611,7 +714,7 @@ int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
 	rc = mesh_flock_ex(j->fd);
 	if (rc)
 		return rc;
-	rc = settle_locked(j, cut);
+	rc = settle_locked(j, cut, 0);
 	flock(j->fd, LOCK_UN);
 	return rc;
 }
@@ -646,7 +749,7 @@ static int write_batch_locked(struct mesh_journal *j, const struct mesh_jrec *al
 {
 	struct stat st;
 	size_t bytes = 0, pos = 0;
-	uint64_t end;
+	uint64_t end, fold = 0;
 	int rc;
 	if (fstat(j->fd, &st) < 0)
 		return -errno;
@@ -656,17 +759,22 @@ static int write_batch_locked(struct mesh_journal *j, const struct mesh_jrec *al
 			bytes += mesh_journal_size(all[k].len);
 	if (!bytes)
 		return 0;
-	if (bytes + MESH_JOURNAL_FRAME > j->wcap) {
-		unsigned char *nb = realloc(j->wbuf, bytes + MESH_JOURNAL_FRAME);
+	if (bytes + MESH_JOURNAL_COMMIT_SIZE > j->wcap) {
+		unsigned char *nb = realloc(j->wbuf, bytes + MESH_JOURNAL_COMMIT_SIZE);
 		if (!nb)
 			return -ENOMEM;
 		j->wbuf = nb;
-		j->wcap = bytes + MESH_JOURNAL_FRAME;
+		j->wcap = bytes + MESH_JOURNAL_COMMIT_SIZE;
 	}
+	/* The batch starts right after a COMMIT (settled above), so its
+	 * COMMIT vouches for its records alone. */
 	for (size_t k = 0; k < nrec; k++)
-		if (keep[k])
-			pos += mesh_journal_encode(j->wbuf + pos, all[k].type, all[k].flags, all[k].data, all[k].len);
-	mesh_journal_encode(j->wbuf + pos, MESH_JREC_COMMIT, 0, NULL, 0);
+		if (keep[k]) {
+			size_t sz = mesh_journal_encode(j->wbuf + pos, all[k].type, all[k].flags, all[k].data, all[k].len);
+			fold = mesh_journal_fold(fold, j->wbuf + pos);
+			pos += sz;
+		}
+	mesh_journal_encode_commit(j->wbuf + pos, fold);
 	rc = mesh_pwrite_all(j->fd, j->wbuf, bytes, (off_t)end);
 	if (!rc)
 		rc = mesh_fdatasync(j->fd);
@@ -674,7 +782,7 @@ static int write_batch_locked(struct mesh_journal *j, const struct mesh_jrec *al
 	 * COMMIT cannot be written fails like one whose fsync failed: the disk
 	 * is refusing writes, and no reader has handed these records out yet. */
 	if (!rc)
-		rc = mesh_pwrite_all(j->fd, j->wbuf + bytes, MESH_JOURNAL_FRAME, (off_t)(end + bytes));
+		rc = mesh_pwrite_all(j->fd, j->wbuf + bytes, MESH_JOURNAL_COMMIT_SIZE, (off_t)(end + bytes));
 	if (rc) {
 		/* No reader anywhere has handed these out (no COMMIT follows
 		 * them); take them back so none ever will. */
@@ -718,7 +826,7 @@ static void commit(struct mesh_journal *j, struct waiter *list, uint32_t gen)
 		goto out;
 	rc = same_file_locked(j);
 	if (!rc)
-		rc = settle_locked(j, NULL);
+		rc = settle_locked(j, NULL, 1);
 	if (!rc && j->prepare)
 		rc = j->prepare(j->prepare_arg, all, nrec, keep);
 	if (!rc)

@@ -51,8 +51,17 @@
  * job's: job/record.h), and the journal tells them apart only through
  * the kinds its user gives (struct mesh_journal_kinds). */
 enum {
-	MESH_JREC_COMMIT = 7, /* empty: every byte before it is durable; never handed to consumers */
+	MESH_JREC_COMMIT = 7, /* every byte before it is durable; never handed to consumers */
 };
+/* A COMMIT's payload is 8 bytes: the fold (mesh_journal_fold) of the records
+ * of its batch, the whole records since the COMMIT before it (or the
+ * header).  It names the bytes it vouches for: a reader whose reads joined
+ * two states of a file in which a failed batch was taken back and others
+ * written in its place (a read that came back short, then the next) holds
+ * a fold that does not match, and reads again.  An empty COMMIT, as written
+ * before folds, vouches for durability only. */
+#define MESH_JOURNAL_COMMIT_LEN 8
+#define MESH_JOURNAL_COMMIT_SIZE (MESH_JOURNAL_FRAME + MESH_JOURNAL_COMMIT_LEN)
 /* Record types are one byte: a report counts each (by_type). */
 #define MESH_JOURNAL_TYPES 256
 
@@ -62,6 +71,17 @@ struct mesh_jrec {
 	const void *data; /* len bytes; valid during the callback only */
 	uint64_t off;	  /* file offset of the record (output of tail/scan) */
 };
+
+/* The fold of a batch after one more record (rec: its encoded bytes): the
+ * count of records in the high 32 bits, a crc32c over their crcs in the low.
+ * A batch starts at 0. */
+uint64_t mesh_journal_fold(uint64_t fold, const void *rec);
+/* Encodes a COMMIT for a batch of the given fold into out
+ * (MESH_JOURNAL_COMMIT_SIZE bytes); returns its size. */
+size_t mesh_journal_encode_commit(void *out, uint64_t fold);
+/* 1 when the decoded COMMIT r vouches for a batch of this fold (an empty,
+ * older COMMIT vouches for any), else 0. */
+int mesh_journal_commit_vouches(const struct mesh_jrec *r, uint64_t fold);
 
 struct mesh_journal;
 

@@ -42,6 +42,28 @@ int fdatasync(int fd)
 	return (int)syscall(SYS_fdatasync, fd);
 }
 
+/* pread, defined here for the same reason: splice_hook, when set, runs once
+ * right after a read that came back short (the end of the file then), before
+ * the caller sees it, so a test can change the file between a reader's two
+ * reads. */
+static void (*splice_hook)(void);
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	ssize_t got = (ssize_t)syscall(SYS_pread64, fd, buf, n, off);
+	if (got > 0 && (size_t)got < n && splice_hook) {
+		void (*h)(void) = splice_hook;
+		splice_hook = NULL;
+		h();
+	}
+	return got;
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+{
+	return pread(fd, buf, n, off);
+}
+
 struct view {
 	uint64_t n;
 	unsigned char done[4096];
@@ -132,6 +154,73 @@ TEST(journal_failed_fsync_is_never_seen_or_cut_by_others)
 	EXPECT_EQ(vf.done[2] + vf.done[3] + vf.done[4], 3);
 	EXPECT_EQ(vf.others, 0);
 	EXPECT_EQ(mesh_job_journal_check("x.log", 0, &rep), 0);
+}
+
+/* What splice_world does, between a reader's short read and the next. */
+static int splice_go = -1;
+static pid_t splice_writer;
+
+static void splice_world(void)
+{
+	struct mesh_journal *c;
+	int st;
+	/* the writer's fsync fails: its DONE 5 is taken back */
+	if (write(splice_go, "g", 1) != 1 || waitpid(splice_writer, &st, 0) != splice_writer)
+		abort();
+	/* three commits from another process take its place and more */
+	if (mesh_journal_open(&c, "x.log", NULL, NULL))
+		abort();
+	for (uint64_t cid = 7; cid <= 9; cid++)
+		if (append_done(c, cid, NULL))
+			abort();
+	mesh_journal_close(c);
+}
+
+/* The stress test's double DONE, made certain.  A reader's read stops at
+ * the end of the file, where a batch's fsync is pending (DONE 5); before its
+ * next read that batch is taken back and three others are committed in its
+ * place (DONE 7, 8, 9).  Joined, the two reads showed DONE 5 followed by
+ * DONE 7's COMMIT: a reader believed 5 DONE and never saw 7, so its process
+ * would complete 7 again.  The reader must hand out exactly 7, 8 and 9. */
+TEST(journal_reader_never_joins_two_states_of_a_taken_back_batch)
+{
+	int tell[2], go[2];
+	struct view vb = {0}, vf = {0};
+	struct mesh_journal *b, *f;
+	char ch;
+	mk("x.log", 10);
+	ASSERT_EQ(pipe(tell), 0);
+	ASSERT_EQ(pipe(go), 0);
+	ASSERT_EQ(mesh_journal_open(&b, "x.log", see, &vb), 0);
+	ASSERT_EQ(mesh_journal_recover(b, NULL), 0);
+	splice_writer = fork();
+	if (splice_writer == 0) {
+		struct mesh_journal *ja;
+		gate_tell = tell[1];
+		gate_wait = go[0];
+		fsync_mode = 1;
+		if (mesh_journal_open(&ja, "x.log", NULL, NULL))
+			_exit(1);
+		_exit(append_done(ja, 5, NULL) == -EIO ? 0 : 2);
+	}
+	ASSERT_EQ(read(tell[0], &ch, 1), 1); /* DONE 5 is in the file, its fsync pending */
+	splice_go = go[1];
+	splice_hook = splice_world;
+	EXPECT_GE(mesh_journal_tail(b), 0);
+	EXPECT_TRUE(splice_hook == NULL); /* the short read happened */
+	splice_hook = NULL;
+	EXPECT_GE(mesh_journal_tail(b), 0);
+	EXPECT_EQ(vb.done[5], 0);
+	EXPECT_EQ(vb.done[7], 1);
+	EXPECT_EQ(vb.done[8], 1);
+	EXPECT_EQ(vb.done[9], 1);
+	EXPECT_EQ(vb.dones, 3);
+	mesh_journal_close(b);
+	ASSERT_EQ(mesh_journal_open(&f, "x.log", see, &vf), 0);
+	ASSERT_EQ(mesh_journal_recover(f, NULL), 0);
+	mesh_journal_close(f);
+	EXPECT_EQ(vf.dones, 3);
+	EXPECT_EQ(vf.done[5], 0);
 }
 
 /* The prepare hook of the stress workers: drop a DONE for a chunk already

@@ -1,5 +1,6 @@
 /* `mesh job check` on damaged journals: a bad header, one flipped byte in
  * the middle; and what the other commands say about them. */
+#include "journal/journal.h"
 #include "runner/t.h"
 
 #include <fcntl.h>
@@ -49,16 +50,17 @@ TEST(cli_job_check_force_keeps_records_after_midfile_damage)
 	EXPECT_EQ(MESH("check j.log", M), 0);
 	EXPECT_CONTAINS(out, "done 500,");
 	/* the 248th DONE: the journal holds header, SUBMIT + COMMIT, then the
-	 * first batch NODE + DONE + COMMIT, then one DONE + COMMIT (32 bytes)
-	 * per chunk */
-	off_t at = 32 + 16 + 8;
+	 * first batch NODE + DONE + COMMIT, then one DONE + COMMIT (24 + 16
+	 * bytes) per chunk */
+	const off_t commit = MESH_JOURNAL_COMMIT_SIZE;
+	off_t at = 32 + 16 + commit;
 	{
 		unsigned char frame[8];
 		int fd = open("j.log", O_RDONLY);
 		ASSERT_EQ(pread(fd, frame, 8, at), 8);
 		close(fd);
 		ASSERT_EQ(frame[4], 2); /* NODE */
-		at += (8 + frame[6] + 7) / 8 * 8 + 247 * 32;
+		at += (8 + frame[6] + 7) / 8 * 8 + 247 * (24 + commit);
 	}
 	flip("j.log", at + 10);
 	EXPECT_EQ(MESH("status j.log locks jb 500", M), 65);

@@ -65,12 +65,15 @@ TEST(job_record_kinds_for_the_journal)
 	EXPECT_EQ(mesh_journal_len_ok(&mesh_job_records, MESH_JREC_DONE, 16), 1);
 	EXPECT_EQ(mesh_journal_len_ok(&mesh_job_records, MESH_JREC_DONE, 12), 0);
 	EXPECT_EQ(mesh_journal_len_ok(&mesh_job_records, MESH_JREC_COMMIT, 0), 1);
+	EXPECT_EQ(mesh_journal_len_ok(&mesh_job_records, MESH_JREC_COMMIT, MESH_JOURNAL_COMMIT_LEN), 1);
+	EXPECT_EQ(mesh_journal_len_ok(&mesh_job_records, MESH_JREC_COMMIT, 16), 0);
 	EXPECT_EQ(mesh_journal_len_ok(&mesh_job_records, 9, 16), 0);
 	EXPECT_EQ(mesh_journal_len_ok(&mesh_job_records, MESH_JREC_WORK, 201), 0);
 	EXPECT_EQ(mesh_job_records.first, MESH_JREC_SUBMIT);
-	/* without kinds: any type but 0, COMMIT empty, up to the frame's limit */
+	/* without kinds: any type but 0, COMMIT empty or a fold, up to the frame's limit */
 	EXPECT_EQ(mesh_journal_len_ok(NULL, 9, 16), 1);
 	EXPECT_EQ(mesh_journal_len_ok(NULL, 0, 16), 0);
-	EXPECT_EQ(mesh_journal_len_ok(NULL, MESH_JREC_COMMIT, 8), 0);
+	EXPECT_EQ(mesh_journal_len_ok(NULL, MESH_JREC_COMMIT, 8), 1);
+	EXPECT_EQ(mesh_journal_len_ok(NULL, MESH_JREC_COMMIT, 16), 0);
 	EXPECT_EQ(mesh_journal_len_ok(NULL, 3, MESH_JOURNAL_MAX_PAYLOAD + 1), 0);
 }

@@ -162,7 +162,7 @@ TEST(journal_torn_tail_at_every_offset)
 	}
 	mesh_journal_close(j);
 	full = fsize("w.log");
-	ASSERT_EQ(full - last_start, 32 + 8);
+	ASSERT_EQ(full - last_start, 32 + MESH_JOURNAL_COMMIT_SIZE);
 	orig = t_read_file("w.log", &olen);
 	ASSERT_TRUE(orig != NULL);
 	for (off_t cut = last_start; cut < full; cut++) {
@@ -212,8 +212,8 @@ static void flip(const char *path, off_t at)
 }
 
 /* Layout of a journal written one DONE per append: header, SUBMIT (16),
- * COMMIT (8), then DONE (24) + COMMIT (8) per append. */
-#define DONE_AT(i) (MESH_JOURNAL_HDR_SIZE + 16 + 8 + (i) * 32)
+ * COMMIT (16), then DONE (24) + COMMIT (16) per append. */
+#define DONE_AT(i) (MESH_JOURNAL_HDR_SIZE + 16 + MESH_JOURNAL_COMMIT_SIZE + (i) * (24 + MESH_JOURNAL_COMMIT_SIZE))
 
 /* One flipped byte in the middle: opens refuse (naming the repair), check
  * reports exactly the damaged range, --force keeps every whole record
@@ -251,7 +251,7 @@ TEST(journal_midfile_damage_resync_keeps_records_after)
 	EXPECT_EQ(fsize("m.log"), size);
 	EXPECT_EQ(mesh_job_journal_check("m.log", 2, &rep), 0);
 	EXPECT_EQ(rep.repaired, 1);
-	EXPECT_EQ(fsize("m.log"), size - 24 + 8); /* the damaged DONE out, a final COMMIT in */
+	EXPECT_EQ(fsize("m.log"), size - 24 + MESH_JOURNAL_COMMIT_SIZE); /* the damaged DONE out, a final COMMIT in */
 	EXPECT_EQ(mesh_job_journal_check("m.log", 0, &rep), 0);
 	EXPECT_EQ(rep.by_type[MESH_JREC_DONE], 499);
 	struct seen s2 = {0};
@@ -335,7 +335,7 @@ TEST(journal_check_reports_and_repairs_a_bad_header)
 	EXPECT_EQ(rep.repaired, 1);
 	EXPECT_EQ(mesh_job_journal_check("h.log", 0, &rep), 0);
 	EXPECT_EQ(rep.header_bad, 0);
-	EXPECT_EQ(fsize("h.log"), size + 8);
+	EXPECT_EQ(fsize("h.log"), size + MESH_JOURNAL_COMMIT_SIZE);
 	struct seen s = {0};
 	ASSERT_EQ(mesh_journal_open(&j, "h.log", collect, &s), 0);
 	EXPECT_EQ(mesh_journal_recover(j, NULL), 0);
@@ -349,6 +349,71 @@ TEST(journal_check_reports_and_repairs_a_bad_header)
 	/* foreign files are never touched */
 	t_write_file("f.log", "not a journal at all, not at all\n");
 	EXPECT_EQ(mesh_job_journal_check("f.log", 2, &rep), MESH_E_FOREIGN);
+}
+
+/* Writes a whole, well-formed DONE for cid at off: a record no crc can
+ * tell from the one it replaces. */
+static void put_done(const char *path, off_t at, uint64_t cid)
+{
+	unsigned char rec[24], pay[16] = {0};
+	int fd = open(path, O_RDWR);
+	memcpy(pay, &cid, 8);
+	mesh_journal_encode(rec, MESH_JREC_DONE, 0, pay, 16);
+	ASSERT_EQ(pwrite(fd, rec, sizeof rec, at), (ssize_t)sizeof rec);
+	close(fd);
+}
+
+/* A COMMIT names the records it vouches for (their fold): a whole record
+ * swapped for another whole record under it is damage to a reader (which
+ * neither loops nor hands it out) and to the check, which repairs it with
+ * --force; an older, empty COMMIT still vouches for what precedes it. */
+TEST(journal_commit_vouches_for_its_own_records)
+{
+	struct mesh_journal *j;
+	struct mesh_journal_report rep;
+	struct seen s = {0}, s2 = {0}, s3 = {0};
+	mk("v.log", 9);
+	ASSERT_EQ(mesh_journal_open(&j, "v.log", NULL, NULL), 0);
+	for (uint64_t i = 0; i < 3; i++)
+		ASSERT_EQ(append_u64(j, MESH_JREC_DONE, i), 0);
+	mesh_journal_close(j);
+	put_done("v.log", DONE_AT(1), 7); /* DONE 1 becomes DONE 7, its crc whole */
+	ASSERT_EQ(mesh_journal_open(&j, "v.log", collect, &s), 0);
+	EXPECT_EQ(mesh_journal_tail(j), MESH_E_DAMAGED);
+	EXPECT_EQ(s.n, 2); /* the SUBMIT and DONE 0, nothing of DONE 7 */
+	EXPECT_EQ(s.vals[1], 0);
+	EXPECT_EQ(mesh_journal_recover(j, NULL), MESH_E_DAMAGED);
+	mesh_journal_close(j);
+	EXPECT_EQ(mesh_job_journal_check("v.log", 1, &rep), MESH_E_CORRUPT);
+	EXPECT_EQ(rep.bad_off, DONE_AT(1) + 24); /* its COMMIT */
+	EXPECT_EQ(rep.ndropped, 1);
+	EXPECT_EQ(rep.dropped[0].len, MESH_JOURNAL_COMMIT_SIZE);
+	EXPECT_EQ(rep.torn, 0);
+	EXPECT_EQ(mesh_job_journal_check("v.log", 2, &rep), 0);
+	EXPECT_EQ(rep.repaired, 1);
+	EXPECT_EQ(mesh_job_journal_check("v.log", 0, &rep), 0);
+	ASSERT_EQ(mesh_journal_open(&j, "v.log", collect, &s2), 0);
+	EXPECT_EQ(mesh_journal_recover(j, NULL), 0);
+	EXPECT_EQ(s2.n, 4); /* the repair keeps every whole record, under new COMMITs */
+	EXPECT_EQ(s2.vals[2], 7);
+	mesh_journal_close(j);
+	/* an empty COMMIT, as written before folds, vouches for any batch */
+	{
+		unsigned char rec[24 + MESH_JOURNAL_FRAME], pay[16] = {0};
+		uint64_t cid = 8;
+		int fd = open("v.log", O_WRONLY | O_APPEND);
+		memcpy(pay, &cid, 8);
+		mesh_journal_encode(rec, MESH_JREC_DONE, 0, pay, 16);
+		mesh_journal_encode(rec + 24, MESH_JREC_COMMIT, 0, NULL, 0);
+		ASSERT_EQ(write(fd, rec, sizeof rec), (ssize_t)sizeof rec);
+		close(fd);
+	}
+	EXPECT_EQ(mesh_job_journal_check("v.log", 0, &rep), 0);
+	ASSERT_EQ(mesh_journal_open(&j, "v.log", collect, &s3), 0);
+	EXPECT_EQ(mesh_journal_recover(j, NULL), 0);
+	EXPECT_EQ(s3.n, 5);
+	EXPECT_EQ(s3.vals[4], 8);
+	mesh_journal_close(j);
 }
 
 /* A file cut below what a handle read (or cut and regrown) is detected by
@@ -367,7 +432,7 @@ TEST(journal_shrunk_or_replaced_file_is_stale)
 		ASSERT_EQ(append_u64(a, MESH_JREC_DONE, i), 0);
 	EXPECT_EQ(mesh_journal_tail(b), 4);
 	off_t size = fsize("r.log");
-	ASSERT_EQ(truncate("r.log", size - 32), 0);
+	ASSERT_EQ(truncate("r.log", size - 24 - MESH_JOURNAL_COMMIT_SIZE), 0);
 	EXPECT_EQ(mesh_journal_tail(b), MESH_E_STALE);
 	/* regrown to the old size by other bytes: still not trusted */
 	ASSERT_EQ(append_u64(a, MESH_JREC_FAIL, 7), 0);

@@ -39,10 +39,11 @@ static off_t fsize(const char *p)
 
 /* Appends DONE records for cids first..first+n-1 straight to the file, no
  * COMMIT after them: what a writer that died before its COMMIT leaves, and
- * what a journal written before COMMIT existed holds.  commit adds one. */
-static void raw_done(const char *path, uint64_t first, uint64_t n, int commit)
+ * what a journal written before COMMIT existed holds.  commit adds one, for
+ * a batch of the records before them of the given fold and these. */
+static void raw_done(const char *path, uint64_t first, uint64_t n, int commit, uint64_t fold)
 {
-	unsigned char *buf = malloc(n * REC + 8), pay[16] = {0};
+	unsigned char *buf = malloc(n * REC + MESH_JOURNAL_COMMIT_SIZE), pay[16] = {0};
 	size_t len = 0;
 	int fd = open(path, O_WRONLY | O_APPEND);
 	ASSERT_TRUE(buf != NULL);
@@ -50,13 +51,28 @@ static void raw_done(const char *path, uint64_t first, uint64_t n, int commit)
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t c = first + i;
 		memcpy(pay, &c, 8);
-		len += mesh_journal_encode(buf + len, MESH_JREC_DONE, 0, pay, 16);
+		mesh_journal_encode(buf + len, MESH_JREC_DONE, 0, pay, 16);
+		fold = mesh_journal_fold(fold, buf + len);
+		len += REC;
 	}
 	if (commit)
-		len += mesh_journal_encode(buf + len, MESH_JREC_COMMIT, 0, NULL, 0);
+		len += mesh_journal_encode_commit(buf + len, fold);
 	ASSERT_EQ(write(fd, buf, len), (ssize_t)len);
 	close(fd);
 	free(buf);
+}
+
+/* The fold of DONE records for cids 0..n-1 (raw_done's). */
+static uint64_t kept_fold(uint64_t n)
+{
+	unsigned char rec[REC], pay[16] = {0};
+	uint64_t fold = 0;
+	for (uint64_t c = 0; c < n; c++) {
+		memcpy(pay, &c, 8);
+		mesh_journal_encode(rec, MESH_JREC_DONE, 0, pay, 16);
+		fold = mesh_journal_fold(fold, rec);
+	}
+	return fold;
 }
 
 static void mk(const char *path, uint64_t n)
@@ -76,7 +92,7 @@ TEST(journal_uncommitted_run_is_walked_once)
 	struct seen sr = {0}, sw = {0};
 	uint64_t b0, size;
 	mk("t.log", N + 10);
-	raw_done("t.log", 0, N, 0);
+	raw_done("t.log", 0, N, 0, 0);
 	size = (uint64_t)fsize("t.log");
 	ASSERT_EQ(mesh_journal_open(&r, "t.log", count, &sr), 0);
 	EXPECT_EQ(mesh_journal_tail(r), 1); /* the SUBMIT only */
@@ -103,18 +119,18 @@ TEST(journal_uncommitted_run_is_walked_once)
 TEST(journal_remembered_run_taken_back_is_not_trusted)
 {
 	enum { N = 100000, KEEP = 50000 };
-	const off_t base = 32 + 16 + 8; /* header, SUBMIT, COMMIT */
+	const off_t base = 32 + 16 + MESH_JOURNAL_COMMIT_SIZE; /* header, SUBMIT, COMMIT */
 	for (int longer = 0; longer < 2; longer++) {
 		struct mesh_journal *r;
 		struct seen s = {0};
 		unlink("t.log");
 		mk("t.log", 3 * N);
-		raw_done("t.log", 0, N, 0);
+		raw_done("t.log", 0, N, 0, 0);
 		ASSERT_EQ(mesh_journal_open(&r, "t.log", count, &s), 0);
 		EXPECT_EQ(mesh_journal_tail(r), 1);
 		EXPECT_EQ(mesh_journal_tail(r), 0);
 		ASSERT_EQ(truncate("t.log", base + (off_t)KEEP * REC), 0);
-		raw_done("t.log", N, longer ? N : 10, 1);
+		raw_done("t.log", N, longer ? N : 10, 1, kept_fold(KEEP));
 		EXPECT_EQ(mesh_journal_tail(r), KEEP + (longer ? N : 10));
 		EXPECT_EQ(s.done, KEEP + (longer ? N : 10));
 		EXPECT_EQ(s.last, N + (longer ? N : 10) - 1);
