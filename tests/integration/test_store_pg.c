@@ -295,9 +295,11 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 			_exit(1);
 		_exit(store_env_sql1(&e, q) < n ? 0 : 2); /* it was mid-job */
 	}
+	/* chunks of 10 ms: with instant ones two nodes once finished all 400
+	 * between the helper's look at the count and the database's stop */
 	int rc = t_sh(out[0], sizeof out[0], 1,
-		      "%s job harvest '%s#r' x r %ld 5 a -- sh -c 'exit 0' > a.out 2>&1 & "
-		      "%s job harvest '%s#r' x r %ld 5 b -- sh -c 'exit 0' > b.out 2>&1; wait $!; echo $?",
+		      "%s job harvest '%s#r' x r %ld 5 a -- sh -c 'sleep 0.01' > a.out 2>&1 & "
+		      "%s job harvest '%s#r' x r %ld 5 b -- sh -c 'sleep 0.01' > b.out 2>&1; wait $!; echo $?",
 		      MESH, url, n, MESH, url, n);
 	int ws;
 	ASSERT_EQ(waitpid(pid, &ws, 0), pid);

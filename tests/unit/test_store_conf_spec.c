@@ -209,15 +209,15 @@ static void conf_speculation_beats_a_slow_node(const struct store_env *e)
 	pids[0] = fork();
 	if (pids[0] == 0) {
 		/* the slow node: takes a chunk, lets the others start, and
-		 * completes it 1.5 s later */
+		 * completes it 3 s later */
 		struct mesh_job *j = NULL;
 		struct mesh_lease l;
 		if (store_env_open_spec(e, &j, "slow", 20 * MS) || mesh_job_lease(j, LONG_TTL, 1, &l))
 			_exit(20);
 		if (write(go[1], &l.cid, sizeof l.cid) != (ssize_t)sizeof l.cid)
 			_exit(21);
-		mesh_sleep_ns(1500 * MS);
-		int rc = mesh_job_complete(j, l.cid, 1500 * MS);
+		mesh_sleep_ns(3000 * MS);
+		int rc = mesh_job_complete(j, l.cid, 3000 * MS);
 		mesh_job_close(j);
 		_exit(rc == MESH_JOB_IGNORED ? 0 : 22);
 	}
@@ -242,8 +242,9 @@ static void conf_speculation_beats_a_slow_node(const struct store_env *e)
 	ASSERT_GT(t_end, 0);
 	EXPECT_UEQ(st.speculative_wins, 1);
 	EXPECT_EQ(mesh_job_is_done(j, slow_cid), 1);
-	/* the slow chunk alone needs 1500 ms from t0 */
-	EXPECT_LT(t_end - t0, 1300);
+	/* the slow chunk alone needs 3000 ms from t0; the job took 1404 ms
+	 * once under a loaded CI run, against 1300 then allowed */
+	EXPECT_LT(t_end - t0, 2700);
 	for (int i = 0; i < 3; i++) {
 		int ws;
 		ASSERT_EQ(waitpid(pids[i], &ws, 0), pids[i]);
