@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +21,10 @@
 
 static const char *fake(void)
 {
-	return t_bin("tests-gpu/fake_nvml.so");
+	const char *p = t_bin("tests-gpu/fake_nvml.so");
+	if (access(p, R_OK) != 0)
+		FAIL("%s is missing: make build/tests-gpu/fake_nvml.so", p);
+	return p;
 }
 
 /* The fake's state file, in the test's directory. */
@@ -39,9 +43,14 @@ static pid_t sleeper(pid_t *kid)
 	pid_t pid = fork();
 	ASSERT_TRUE(pid >= 0);
 	if (pid == 0) {
+		pid_t parent = getppid(), me = getpid(), k = 0;
 		setpgid(0, 0);
-		pid_t k = 0;
+		/* a test that fails leaves no sleeper holding its output open */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+			_exit(1);
 		if (kid && (k = fork()) == 0) {
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != me)
+				_exit(1);
 			for (;;)
 				pause();
 		}
