@@ -518,7 +518,8 @@ static long tail_locked(struct mesh_journal *j, int look)
 		size_t alen = anchor_len(j->read_off);
 		unsigned char *data = j->rbuf + alen;
 		size_t whole = 0, end = 0, pos = 0;
-		uint64_t tpos = j->trusted > j->read_off ? j->trusted - j->read_off : 0, tfold = 0, efold = 0;
+		/* efold: the fold at end (at read_off while end is 0) */
+		uint64_t tpos = j->trusted > j->read_off ? j->trusted - j->read_off : 0, tfold = 0, efold = fold;
 		ssize_t got = mesh_pread_full(j->fd, j->rbuf, READ_CHUNK + alen, (off_t)(j->read_off - alen));
 		if (got < 0)
 			return got;
@@ -539,6 +540,7 @@ static long tail_locked(struct mesh_journal *j, int look)
 					break;
 				}
 				fold = 0;
+				efold = 0;
 				end = whole + sz;
 			} else {
 				fold = mesh_journal_fold(fold, data + whole);
