@@ -68,6 +68,7 @@ struct view {
 	uint64_t n;
 	unsigned char done[4096];
 	uint64_t dones, others;
+	uint64_t at[64][2]; /* the offsets of the first two DONE records of cids < 64 */
 };
 
 static int see(void *arg, const struct mesh_jrec *r)
@@ -78,6 +79,8 @@ static int see(void *arg, const struct mesh_jrec *r)
 		memcpy(&v->n, r->data, 8);
 	} else if (r->type == MESH_JREC_DONE) {
 		memcpy(&cid, r->data, 8);
+		if (cid < 64 && v->done[cid] < 2)
+			v->at[cid][v->done[cid]] = r->off;
 		if (cid < sizeof v->done)
 			v->done[cid]++;
 		v->dones++;
@@ -352,8 +355,29 @@ TEST_TIMEOUT(journal_stress_failing_fsyncs_lose_nothing, 660)
 		}
 		EXPECT_EQ(mesh_job_journal_check(path, 0, &rep), 0);
 		rounds++;
-		if (lost || doubles || missing)
+		if (lost || doubles || missing) {
+			/* what a diagnosis needs (the files go with the test's
+			 * directory): each bad chunk's DONE offsets and every
+			 * worker's acts on it */
+			for (int c = 0; c < NCHUNK; c++) {
+				if (fin.done[c] == 1)
+					continue;
+				printf("    round %d chunk %d: %d DONE records (at %llu, %llu)\n", round, c, fin.done[c],
+				       (unsigned long long)fin.at[c][0], (unsigned long long)fin.at[c][1]);
+				for (int i = 0; i < P; i++) {
+					char rp[32], kind;
+					unsigned long long cid;
+					snprintf(rp, sizeof rp, "s%d.%d.txt", round, i);
+					FILE *in = fopen(rp, "r");
+					for (int line = 0; in && fscanf(in, " %c %llu", &kind, &cid) == 2; line++)
+						if (cid == (unsigned long long)c)
+							printf("      worker %d, act %d: %c\n", i, line, kind);
+					if (in)
+						fclose(in);
+				}
+			}
 			break;
+		}
 	}
 	printf("    %llu rounds, %llu acts: %llu lost, %llu double DONE, %llu chunks never DONE\n", rounds, acted,
 	       lost, doubles, missing);
