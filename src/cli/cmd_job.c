@@ -246,6 +246,8 @@ static int open_job_as(struct mesh_job **j, const char *journal, const char *loc
 	o.node = node;
 	o.read_only = read_only;
 	o.why = &why;
+	o.on_store_wait = mesh_cli_store_wait;
+	o.on_store_wait_arg = (void *)journal;
 	rc = mesh_job_open(j, &o);
 	if (rc == MESH_E_PARSE && !why.store_msg[0])
 		return mesh_cli_fail(rc, "node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])", node ? node : "");

@@ -275,6 +275,8 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	jo.max_attempts = (uint32_t)a->retries;
 	jo.identity = ident;
 	jo.identity_len = ident_len;
+	jo.on_store_wait = mesh_cli_store_wait;
+	jo.on_store_wait_arg = (void *)a->journal;
 	if ((rc = mesh_job_open(job, &jo)) < 0)
 		return mesh__run_fail(rc, "cannot open journal '%s'", a->journal);
 	if (a->speculate) {

@@ -3,6 +3,7 @@
 #include "base/err.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,6 +21,21 @@ int mesh_cli_fail(int err, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, ": %s\n", mesh_strerror(err));
 	return mesh_exit_for(err);
+}
+
+/* One pair of lines for all of the process's job handles (a run or a
+ * harvest may hold two on one store). */
+static _Atomic int store_waiting;
+
+void mesh_cli_store_wait(void *arg, int waiting, const char *why)
+{
+	if (waiting > 0) {
+		if (atomic_fetch_add(&store_waiting, 1) == 0)
+			fprintf(stderr, "mesh: the job store '%s' stopped answering (%s); reconnecting, for up to 15 s\n",
+				(const char *)arg, why);
+	} else if (atomic_fetch_sub(&store_waiting, 1) == 1 && waiting == 0) {
+		fprintf(stderr, "mesh: the job store '%s' answers again\n", (const char *)arg);
+	}
 }
 
 int mesh_cli_usage(const char *fmt, ...)

@@ -33,6 +33,10 @@ int mesh_exit_run(int code);
 int mesh_cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints "mesh: <message>" plus a usage hint to stderr; returns MESH_EXIT_USAGE. */
 int mesh_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The CLI's mesh_job_opts.on_store_wait (arg: the store's URL as given,
+ * which never holds a password): says on stderr when the job store's
+ * database stops answering and when it answers again. */
+void mesh_cli_store_wait(void *arg, int waiting, const char *why);
 /* True when argv holds -h or --help before any "--". */
 int mesh_cli_wants_help(int argc, char **argv);
 

@@ -296,6 +296,20 @@ static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, con
 	}
 }
 
+/* The job's handles tell when the database stops answering and answers
+ * again (a store that restarts: the driver waits up to 15 s). */
+static void store_wait(void *arg, int waiting, const char *why)
+{
+	struct sjob *s = arg;
+	if (waiting > 0)
+		mesh_warn("store job=%" PRIu64 " the database stopped answering (%s); reconnecting, for up to 15 s",
+			  s->spec.id, why);
+	else if (waiting == 0)
+		mesh_info("store job=%" PRIu64 " the database answers again", s->spec.id);
+	else
+		mesh_warn("store job=%" PRIu64 " the database did not answer for 15 s", s->spec.id);
+}
+
 static void hook_lease_lost(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns)
 {
 	struct sjob *s = arg;
@@ -320,6 +334,8 @@ static void *driver_main(void *arg)
 	o.node = node;
 	o.nchunks = s->spec.n;
 	o.max_attempts = s->spec.retries;
+	o.on_store_wait = store_wait;
+	o.on_store_wait_arg = s;
 	rc = mesh_pg_open(&s->rpg, url, why, sizeof why);
 	if (!rc)
 		rc = mesh_job_open(&jh, &o);

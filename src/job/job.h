@@ -97,6 +97,13 @@ struct mesh_job_opts {
 	const void *identity;
 	size_t identity_len;
 	struct mesh_job_why *why; /* NULL, or filled when the open fails */
+	/* PostgreSQL store only: told (from any of the handle's threads) when
+	 * its database stops answering and the handle starts reconnecting
+	 * (waiting = 1, why: libpq's message), and when it answers again
+	 * (waiting = 0) or the handle gave up (waiting = -1, after 15 s: the
+	 * call that waited fails with MESH_E_UNAVAILABLE).  NULL: nothing. */
+	void (*on_store_wait)(void *arg, int waiting, const char *why);
+	void *on_store_wait_arg;
 };
 #define MESH_JOB_OPTS_INIT {0}
 

@@ -118,6 +118,8 @@ static int jp_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 		return -ENOMEM;
 	rc = mesh_pg_open(&p->pg, o->journal, o->why ? o->why->store_msg : NULL, o->why ? sizeof o->why->store_msg : 0);
 	if (!rc)
+		mesh_pg_set_wait_hook(p->pg, o->on_store_wait, o->on_store_wait_arg);
+	if (!rc)
 		rc = mesh_pg_job(p->pg, &p->n, p->ident, &p->ident_len);
 	if (!rc && o->nchunks && o->nchunks != p->n)
 		rc = MESH_E_MISMATCH;

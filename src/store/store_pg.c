@@ -238,10 +238,35 @@ static PGresult *exec_once(PGconn *c, unsigned *prepared, int slot, const char *
 	return PQexecPrepared(c, name, n, vals, NULL, NULL, 0);
 }
 
-/* mesh__pg_q of the statement of slot (or unnamed: slot < 0), on c (whose
- * prepared statements are *prepared). */
-static PGresult *query_on(PGconn *c, unsigned *prepared, int slot, const char *sql, int n, const char *const *vals,
-			  int *rc)
+void mesh_pg_set_wait_hook(struct mesh_pg *pg, void (*fn)(void *arg, int waiting, const char *why), void *arg)
+{
+	pg->wait_fn = fn;
+	pg->wait_arg = arg;
+}
+
+/* A query of pg starts reconnecting (waiting) or stops (ok: connected). */
+static void wait_begin(struct mesh_pg *pg, PGconn *c)
+{
+	if (atomic_fetch_add(&pg->waiting, 1) == 0 && pg->wait_fn) {
+		/* libpq's first line ("server closed the connection
+		 * unexpectedly"); its hints follow on lines of their own */
+		char why[160];
+		snprintf(why, sizeof why, "%s", PQerrorMessage(c));
+		why[strcspn(why, "\n")] = 0;
+		pg->wait_fn(pg->wait_arg, 1, why[0] ? why : "connection lost");
+	}
+}
+
+static void wait_end(struct mesh_pg *pg, int ok)
+{
+	if (atomic_fetch_sub(&pg->waiting, 1) == 1 && pg->wait_fn)
+		pg->wait_fn(pg->wait_arg, ok ? 0 : -1, NULL);
+}
+
+/* mesh__pg_q of the statement of slot (or unnamed: slot < 0), on c (pg's
+ * conn or cconn, whose prepared statements are *prepared). */
+static PGresult *query_on(struct mesh_pg *pg, PGconn *c, unsigned *prepared, int slot, const char *sql, int n,
+			  const char *const *vals, int *rc)
 {
 	uint64_t give_up = 0;
 	for (;;) {
@@ -257,15 +282,18 @@ static PGresult *query_on(PGconn *c, unsigned *prepared, int slot, const char *s
 		}
 		if (!give_up)
 			give_up = mesh_mono_ns() + RECONNECT_NS;
+		wait_begin(pg, c);
 		for (;;) {
 			PQreset(c);
 			*prepared = 0; /* a new session has none */
 			if (PQstatus(c) == CONNECTION_OK) {
 				PGresult *s = PQexec(c, SESSION_SETTINGS);
 				PQclear(s);
+				wait_end(pg, 1);
 				break;
 			}
 			if (mesh_mono_ns() >= give_up) {
+				wait_end(pg, 0);
 				*rc = MESH_E_UNAVAILABLE;
 				return NULL;
 			}
@@ -276,7 +304,7 @@ static PGresult *query_on(PGconn *c, unsigned *prepared, int slot, const char *s
 
 static PGresult *query(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals, int *rc)
 {
-	return query_on(pg->conn, &pg->prepared, slot, sql, n, vals, rc);
+	return query_on(pg, pg->conn, &pg->prepared, slot, sql, n, vals, rc);
 }
 
 PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
@@ -679,7 +707,7 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 	if (!cc)
 		pthread_mutex_lock(&pg->mu);
 	/* The node's speed rides in the same statement (no round trip). */
-	PGresult *r = query_on(cc ? cc : pg->conn, cc ? &pg->cprepared : &pg->prepared, PREP_COMPLETE,
+	PGresult *r = query_on(pg, cc ? cc : pg->conn, cc ? &pg->cprepared : &pg->prepared, PREP_COMPLETE,
 				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $4, busy_us = busy_us + $5,"
 				 " beat = mesh.now_us() WHERE holder = $6)"
 				 " SELECT * FROM mesh.complete_words($1, $2::bigint[], $3::bigint[], $6, $4)",

@@ -65,6 +65,13 @@ void mesh_pg_url_safe(const char *url, char *buf, size_t cap);
  * MESH_E_VERSION (the schema is missing or of another version).  why (may
  * be NULL) gets libpq's message. */
 int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap);
+/* fn (may be NULL) hears when pg's database stops answering and a query
+ * starts reconnecting (waiting = 1, why: libpq's message's first line),
+ * and when the last such query ends: connected again (waiting = 0) or
+ * given up (waiting = -1, the query fails with MESH_E_UNAVAILABLE); once
+ * for all of pg's threads and connections.  Set before pg is used by more
+ * than one thread. */
+void mesh_pg_set_wait_hook(struct mesh_pg *pg, void (*fn)(void *arg, int waiting, const char *why), void *arg);
 void mesh_pg_close(struct mesh_pg *pg);
 /* The job's name in the database. */
 const char *mesh_pg_job_name(const struct mesh_pg *pg);

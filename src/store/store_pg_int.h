@@ -6,6 +6,7 @@
 #include "store/store.h"
 #include "store/store_pg.h"
 
+#include <stdatomic.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -53,6 +54,11 @@ struct mesh_pg {
 	int cconn_wanted;
 	PGconn *cconn;
 	unsigned cprepared; /* as prepared, for cconn */
+	/* mesh_pg_set_wait_hook; waiting: the queries now reconnecting (the
+	 * hook hears the first to start and the last to succeed) */
+	void (*wait_fn)(void *arg, int waiting, const char *why);
+	void *wait_arg;
+	_Atomic int waiting;
 };
 
 /* Runs sql with params on pg's connection (pg->mu held), making the

@@ -309,7 +309,12 @@ TEST_TIMEOUT(store_pg_restart_immediate_mid_job, 90)
 	ASSERT_TRUE(a && b);
 	EXPECT_CONTAINS(a, "COMPLETE");
 	EXPECT_CONTAINS(b, "COMPLETE");
-	if (!strstr(a, "COMPLETE") || !strstr(b, "COMPLETE"))
+	/* each node said it lost the database and found it again */
+	EXPECT_CONTAINS(a, "stopped answering");
+	EXPECT_CONTAINS(a, "answers again");
+	EXPECT_CONTAINS(b, "stopped answering");
+	EXPECT_CONTAINS(b, "answers again");
+	if (!strstr(a, "COMPLETE") || !strstr(b, "COMPLETE") || !strstr(a, "answers again") || !strstr(b, "answers again"))
 		fprintf(stderr, "a: %s\nb: %s\n", a, b);
 	/* no DONE was reported that the database did not commit, and none is
 	 * missing (a completion whose answer the restart lost comes back
