@@ -527,12 +527,16 @@ int mesh_cmd_wait(int argc, char **argv)
 	if (o.store)
 		return mesh__sjobs_wait(o.store, strtoull(o.job, NULL, 10), o.quiet);
 	int bar = !o.quiet && isatty(2);
-	char target[96], what[96];
+	char target[96], now[96], what[96];
 	snprintf(target, sizeof target, "/v1/jobs/%s?wait=%s", o.job, bar ? BAR_WAIT : POLL_WAIT);
+	snprintf(now, sizeof now, "/v1/jobs/%s", o.job);
 	snprintf(what, sizeof what, "cannot wait for job %s", o.job);
-	for (;;) {
+	int told_failed = 0;
+	for (int first = 1;; first = 0) {
 		struct meshd_reply r;
-		if ((ex = request(&o, what, "GET", target, NULL, 0, &r)) >= 0)
+		/* the first look answers at once: a job that cannot move is
+		 * told about before the long poll */
+		if ((ex = request(&o, what, "GET", first ? now : target, NULL, 0, &r)) >= 0)
 			return ex;
 		json_t *j = json_loadb(r.body, r.len, 0, NULL);
 		meshd_reply_release(&r);
@@ -545,6 +549,14 @@ int mesh_cmd_wait(int argc, char **argv)
 		if (bar)
 			draw(j, !running);
 		if (running) {
+			/* Its program in a crash loop: nothing moves until a
+			 * `mesh start`; say so once, and keep waiting. */
+			const char *failed = json_string_value(json_object_get(j, "program_failed"));
+			if (failed && !told_failed && !o.quiet) {
+				fprintf(stderr, "%smesh: job %s waits: its program '%s' is FAILED: %s; `mesh start %s` clears it\n",
+					bar ? "\n" : "", o.job, str(j, "program"), failed, str(j, "program"));
+				told_failed = 1;
+			}
 			json_decref(j);
 			continue;
 		}

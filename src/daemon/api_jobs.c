@@ -137,6 +137,8 @@ static json_t *job_json(const struct meshd_job_info *ji)
 	json_decref(more);
 	if (ji->error)
 		json_object_set_new(j, "error", text_json(ji->error));
+	if (ji->program_failed)
+		json_object_set_new(j, "program_failed", text_json(ji->program_failed));
 	if (ji->failures) {
 		json_t *arr = json_array();
 		for (size_t i = 0; arr && i < ji->nfailures; i++) {

@@ -368,6 +368,17 @@ static void stop_all(struct meshd_core *d, struct program *p)
 	pthread_mutex_unlock(&d->mu);
 }
 
+char *meshd_core_program_failed(struct meshd_core *d, const char *name)
+{
+	char *why = NULL;
+	pthread_mutex_lock(&d->mu);
+	struct program *p = find(d, name);
+	if (p && p->failed)
+		why = strdup(p->failed);
+	pthread_mutex_unlock(&d->mu);
+	return why;
+}
+
 int meshd_op_stop(struct meshd_core *d, const char *name, char **err)
 {
 	if (err)

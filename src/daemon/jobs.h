@@ -83,6 +83,8 @@ struct meshd_job_failure {
 struct meshd_job_info {
 	uint64_t id;
 	char *program, *name, *error; /* malloc'd; name "" when none, error NULL unless state ERROR */
+	char *program_failed; /* malloc'd: why a running job's program is FAILED (no worker starts
+			       * until `mesh start`); NULL when it is not */
 	enum meshd_job_state state;
 	uint64_t n, done, leased, pending, buried, duplicates, failed_attempts, speculative_wins;
 	double rate;		/* chunks DONE per second since the driver started */

@@ -334,6 +334,9 @@ static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
 	ji->requeued = atomic_load(&jb->xs.requeued);
 	if (!ji->program || !ji->name || !ji->dir || !ji->journal || !ji->lockdir || !ji->lease_name)
 		return -ENOMEM;
+	/* A job can only wait while its program is FAILED: say why. */
+	if (ji->state == MESHD_JOB_RUNNING)
+		ji->program_failed = meshd_core_program_failed(jb->owner->core, jb->program);
 	struct mesh_job_status js;
 	if (jh && mesh_job_status(jh, &js) == 0) {
 		ji->done = js.done;
@@ -380,6 +383,7 @@ void meshd_job_info_release(struct meshd_job_info *ji)
 	if (!ji)
 		return;
 	free(ji->program);
+	free(ji->program_failed);
 	free(ji->name);
 	free(ji->error);
 	free(ji->dir);

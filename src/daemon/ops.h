@@ -131,6 +131,9 @@ int meshd_op_unload(struct meshd_core *d, const char *name, char **err);
 /* Starts a worker now and waits for `ready` (loads first if needed); *out
  * (NULL: not wanted): that worker's stats, on success. */
 int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_stats *out, char **err);
+/* Why name is FAILED (a crash loop; malloc'd), or NULL: not FAILED, not
+ * loaded, or no memory. */
+char *meshd_core_program_failed(struct meshd_core *d, const char *name);
 /* Asks its workers to exit (EXIT, grace, SIGKILL of the group); stays loaded. */
 int meshd_op_stop(struct meshd_core *d, const char *name, char **err);
 /* The stats table: the host's totals, then each loaded program with its

@@ -255,6 +255,40 @@ TEST_TIMEOUT(meshd_crash_loop_is_failed_in_ps_until_start, 60)
 	stop_meshd();
 }
 
+/* A job whose program is FAILED (a crash loop) cannot move until `mesh
+ * start`: its JSON says why (program_failed) and `mesh wait` says so once,
+ * then keeps waiting.  Before, the job sat `running` and `mesh wait` said
+ * nothing at all. */
+TEST_TIMEOUT(meshd_job_of_a_failed_program_says_why_it_waits, 60)
+{
+	add_program("crashy", "\"crash-before-ready\"", NULL);
+	start_meshd(0);
+	uint64_t until = t_now_ms() + 15000;
+	int failed = 0;
+	while (!failed && t_now_ms() < until) {
+		mesh("call crashy x");
+		ASSERT_EQ(mesh("ps"), 0);
+		failed = strstr(out, "FAILED: 5 starts died before 'ready'") != NULL;
+		if (!failed)
+			usleep(100000);
+	}
+	ASSERT_TRUE(failed);
+	ASSERT_EQ(mesh("submit crashy --chunks 3"), 0);
+	char id[32];
+	snprintf(id, sizeof id, "%.31s", out);
+	id[strcspn(id, " \n")] = 0;
+	ASSERT_EQ(mesh("jobs --json"), 0);
+	EXPECT_CONTAINS(out, "\"state\":\"running\"");
+	EXPECT_CONTAINS(out, "\"program_failed\":\"5 starts died before 'ready'");
+	/* mesh wait: the line once, then it waits on (cut by timeout) */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 3 '%s' wait %s --socket " SOCK, t_bin("mesh"), id), 124);
+	EXPECT_CONTAINS(out, "waits: its program 'crashy' is FAILED: 5 starts died before 'ready'");
+	EXPECT_CONTAINS(out, "`mesh start crashy` clears it");
+	const char *first = strstr(out, "is FAILED");
+	EXPECT_TRUE(first && !strstr(first + 1, "is FAILED")); /* once */
+	stop_meshd();
+}
+
 /* Out of fds with idle clients holding them: meshd pauses accepting
  * instead of spinning, logs it once, and serves again once they go. */
 TEST_TIMEOUT(meshd_out_of_fds_does_not_spin, 60)
