@@ -225,6 +225,22 @@ TEST_TIMEOUT(meshd_client_gone_cancels_its_queued_call, 60)
 	stop_meshd();
 }
 
+/* Calls name (a worker that dies before `ready`) until `mesh ps` shows it
+ * FAILED, for at most 15 s; 1 when it does (out holds that `mesh ps`). */
+static int crash_loop_to_failed(const char *name)
+{
+	char call[128];
+	uint64_t until = t_now_ms() + 15000;
+	snprintf(call, sizeof call, "call %s x", name);
+	while (t_now_ms() < until) {
+		mesh(call);
+		if (mesh("ps") == 0 && strstr(out, "FAILED: 5 starts died before 'ready'"))
+			return 1;
+		usleep(100000);
+	}
+	return 0;
+}
+
 /* A worker that dies before `ready` again and again: calls are answered
  * with its crash report, then the program is FAILED with the reason in
  * `mesh ps` (and its JSON); `mesh start` clears it. */
@@ -234,16 +250,7 @@ TEST_TIMEOUT(meshd_crash_loop_is_failed_in_ps_until_start, 60)
 	start_meshd(0);
 	EXPECT_NE(mesh("call crashy x"), 0);
 	EXPECT_CONTAINS(out, "crashed before ready");
-	uint64_t until = t_now_ms() + 15000;
-	int failed = 0;
-	while (!failed && t_now_ms() < until) {
-		mesh("call crashy x");
-		ASSERT_EQ(mesh("ps"), 0);
-		failed = strstr(out, "FAILED: 5 starts died before 'ready'") != NULL;
-		if (!failed)
-			usleep(100000);
-	}
-	EXPECT_TRUE(failed);
+	EXPECT_TRUE(crash_loop_to_failed("crashy"));
 	EXPECT_CONTAINS(out, "crashed before ready");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' ps --json --socket " SOCK, t_bin("mesh")), 0);
 	EXPECT_CONTAINS(out, "\"failed\":\"5 starts died before 'ready'");
@@ -263,16 +270,7 @@ TEST_TIMEOUT(meshd_job_of_a_failed_program_says_why_it_waits, 60)
 {
 	add_program("crashy", "\"crash-before-ready\"", NULL);
 	start_meshd(0);
-	uint64_t until = t_now_ms() + 15000;
-	int failed = 0;
-	while (!failed && t_now_ms() < until) {
-		mesh("call crashy x");
-		ASSERT_EQ(mesh("ps"), 0);
-		failed = strstr(out, "FAILED: 5 starts died before 'ready'") != NULL;
-		if (!failed)
-			usleep(100000);
-	}
-	ASSERT_TRUE(failed);
+	ASSERT_TRUE(crash_loop_to_failed("crashy"));
 	ASSERT_EQ(mesh("submit crashy --chunks 3"), 0);
 	char id[32];
 	snprintf(id, sizeof id, "%.31s", out);
