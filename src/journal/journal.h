@@ -73,7 +73,8 @@ struct mesh_jrec {
 };
 
 /* The fold of a batch after one more record (rec: its encoded bytes): the
- * count of records in the high 32 bits, a crc32c over their crcs in the low.
+ * count of records in the high 32 bits; in the low, the running value mixed
+ * with the record's crc (xor, multiply, shift: a bijection for each crc).
  * A batch starts at 0. */
 uint64_t mesh_journal_fold(uint64_t fold, const void *rec);
 /* Encodes a COMMIT for a batch of the given fold into out
