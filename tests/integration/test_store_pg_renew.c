@@ -177,3 +177,41 @@ TEST_TIMEOUT(store_pg_completions_fall_back_to_the_one_connection, 30)
 	EXPECT_EQ(store_env_sql(&e, "SELECT dups FROM mesh.job_counts WHERE name = 'conf'"), 0);
 	store_env_stop(&e);
 }
+
+/* A node's beat commits without waiting for the WAL flush, as a renew
+ * does: a beat is not state worth an fsync (one lost in a server crash
+ * only ages the node's row until the next one), and a beat that waited
+ * on a slow flush was visible only that much later, so a beating node
+ * could look silent and lose its leases (CI's store_pg_silent_node_leases_stolen,
+ * a 400 ms TTL).  Beats every 20 ms for 1.5 s: about 75 of them. */
+TEST_TIMEOUT(store_pg_beat_waits_for_no_wal_flush, 30)
+{
+	struct store_env e;
+	struct mesh_job *j;
+	struct mesh_lease l;
+	const uint64_t ttl = 60ull * 1000000; /* beats every 20 ms */
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	ASSERT_EQ(store_env_submit(&e, 4), 0);
+	ASSERT_EQ(store_env_open(&e, &j, "n1", 3), 0);
+	long long before = store_env_sql(&e, "SELECT wal_sync FROM pg_stat_wal");
+	ASSERT_GE(before, 0);
+	ASSERT_EQ(mesh_job_lease(j, ttl, 0, &l), 0); /* registers the node: its beats begin */
+	long long b0 = store_env_sql(&e, "SELECT beat FROM mesh.nodes WHERE name = 'n1'");
+	usleep(1500000);
+	long long b1 = store_env_sql(&e, "SELECT beat FROM mesh.nodes WHERE name = 'n1'");
+	EXPECT_GT(b1 - b0, 1000000); /* it beat all along */
+	mesh_job_close(j);
+	long long after = -1;
+	for (int i = 0; i < 50 && after < 0; i++) {
+		long long gone = store_env_sql(&e, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ''"
+						   " AND backend_type = 'client backend' AND pid <> pg_backend_pid()");
+		if (gone == 0)
+			after = store_env_sql(&e, "SELECT wal_sync FROM pg_stat_wal");
+		else
+			usleep(20000);
+	}
+	ASSERT_GE(after, 0);
+	EXPECT_LT(after - before, 25); /* the lease, the close, the WAL writer's: not one a beat */
+	store_env_stop(&e);
+}
