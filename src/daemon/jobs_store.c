@@ -53,6 +53,11 @@
  * default), or MESHD_STORE_TTL_MS as theirs. */
 #define NODE_TTL_NS (10 * MESH_NS_PER_S)
 #define WAIT_SLICE_NS (250 * MESH_NS_PER_MS)
+/* Spare connections kept made (store_pg.h): a driver's results handle and
+ * job handle, and a speculating job's second job handle, open on them
+ * instead of waiting for two or three backends' starts before its first
+ * lease. */
+#define SPARES 3
 
 /* One reply waiting for the next commit. */
 struct pres {
@@ -94,6 +99,7 @@ struct sfollow {
 	pthread_t th;
 	_Atomic int stop;
 	int wake_efd; /* a program loaded (meshd_on_catalog_change): look again now */
+	int spares;   /* this follower keeps the spare connections (mesh_pg_spares_start) */
 	struct sjob *list; /* the follower thread's */
 	char *catalog;	   /* the catalog directory: its programs go in the node's row */
 	struct mesh_pg *npg; /* the meshd's own node (its row, its beat), or NULL */
@@ -648,8 +654,12 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, const char *catalog,
 		return rc;
 	}
 	node_start(f, safe);
+	/* a new job's driver opens its two handles on spares */
+	f->spares = mesh_pg_spares_start(f->base, SPARES) == 0;
 	rc = mesh_thread_start(&f->th, follow_main, f);
 	if (rc) {
+		if (f->spares)
+			mesh_pg_spares_stop();
 		follow_free(f);
 		return mesh_errf(err, rc, "cannot start the store follower: %s", mesh_strerror(rc));
 	}
@@ -670,6 +680,8 @@ void mesh__jobs_store_stop(struct meshd_jobs *j)
 		sjob_cancel(s);
 	for (struct sjob *s = f->list; s; s = s->next)
 		sjob_join(s);
+	if (f->spares)
+		mesh_pg_spares_stop();
 	node_stop(f);
 }
 

@@ -66,7 +66,7 @@ static void set_why(char *why, size_t cap, const char *msg)
 }
 
 /* Splits "#job" off url into job; the rest (a copy) is what libpq gets. */
-static char *split_url(const char *url, char *job, size_t cap)
+char *mesh__pg_conninfo(const char *url, char *job, size_t cap)
 {
 	const char *hash = strrchr(url, '#');
 	char *conninfo;
@@ -109,6 +109,26 @@ static int conn_lost(const PGresult *r)
 	"SELECT set_config('synchronous_commit', 'on', false), set_config('client_min_messages', 'warning', false)," \
 	" set_config('plan_cache_mode', 'force_generic_plan', false)"
 
+/* A job's status (mesh_pg_status), $1 its id. */
+#define SQL_STATUS                                                                                    \
+	"SELECT n, done, dups, failed, mesh.held($1, true),"                                          \
+	" (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b'), spec FROM mesh.job_counts" \
+	" WHERE id = $1"
+/* Up to $2 leases of job $1, TTL $3 us, for holder $4 (mesh_pg_lease). */
+#define SQL_LEASE                                          \
+	"SELECT cid, attempt, stolen, deadline, started, token," \
+	" set_config('synchronous_commit', 'off', true) FROM mesh.lease($1, $2, $3, $4)"
+
+void mesh__pg_warm(PGconn *c)
+{
+	static const char *const vals[4] = {"-1", "1", "1000000", "1"};
+	PQclear(PQexec(c, SESSION_SETTINGS));
+	PQclear(PQexec(c, "BEGIN"));
+	PQclear(PQexecParams(c, SQL_STATUS, 1, NULL, vals, NULL, NULL, 0));
+	PQclear(PQexecParams(c, SQL_LEASE, 4, NULL, vals, NULL, NULL, 0));
+	PQclear(PQexec(c, "ROLLBACK"));
+}
+
 /* A connection, with SESSION_SETTINGS applied when settings is set, or
  * NULL with why filled. */
 static PGconn *connect_db(const char *conninfo, int settings, int *rc, char *why, size_t cap)
@@ -124,7 +144,9 @@ static PGconn *connect_db(const char *conninfo, int settings, int *rc, char *why
 		return NULL;
 	}
 	PQconninfoFree(opts);
-	c = PQconnectdb(conninfo);
+	c = mesh__pg_spare_take(conninfo); /* one made already, where a meshd keeps some */
+	if (!c)
+		c = PQconnectdb(conninfo);
 	PQsetNoticeProcessor(c, no_notice, NULL);
 	if (PQstatus(c) != CONNECTION_OK) {
 		set_why(why, cap, PQerrorMessage(c));
@@ -312,12 +334,9 @@ PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *con
 	return query(pg, -1, sql, n, vals, rc);
 }
 
-/* The connection is made without blocking (PQconnectStart), looking at
- * pg->beat_stop every 100 ms: a handle closed while a cut-off database
- * keeps the connection from being made does not wait for TCP to give up. */
-void mesh__pg_open_cconn(struct mesh_pg *pg)
+PGconn *mesh__pg_connect_polled(const char *conninfo, int (*stopped)(void *), void *arg)
 {
-	PGconn *c = PQconnectStart(pg->conninfo);
+	PGconn *c = PQconnectStart(conninfo);
 	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 	int stop = 0;
 	while (c && PQstatus(c) != CONNECTION_BAD && st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED && !stop) {
@@ -327,20 +346,39 @@ void mesh__pg_open_cconn(struct mesh_pg *pg)
 			st = PQconnectPoll(c);
 		else if (n < 0 && errno != EINTR)
 			st = PGRES_POLLING_FAILED;
-		pthread_mutex_lock(&pg->cmu);
-		stop = pg->beat_stop;
-		pthread_mutex_unlock(&pg->cmu);
-	}
-	if (c && st == PGRES_POLLING_OK) {
-		PQsetNoticeProcessor(c, no_notice, NULL);
-		PGresult *r = PQexec(c, SESSION_SETTINGS);
-		if (PQresultStatus(r) != PGRES_TUPLES_OK)
-			st = PGRES_POLLING_FAILED;
-		PQclear(r);
+		stop = stopped(arg);
 	}
 	if (c && st != PGRES_POLLING_OK) {
 		PQfinish(c);
 		c = NULL;
+	}
+	if (c)
+		PQsetNoticeProcessor(c, no_notice, NULL);
+	return c;
+}
+
+static int beat_stopped(void *arg)
+{
+	struct mesh_pg *pg = arg;
+	pthread_mutex_lock(&pg->cmu);
+	int stop = pg->beat_stop;
+	pthread_mutex_unlock(&pg->cmu);
+	return stop;
+}
+
+/* The connection is made without blocking, looking at pg->beat_stop every
+ * 100 ms: a handle closed while a cut-off database keeps the connection
+ * from being made does not wait for TCP to give up. */
+void mesh__pg_open_cconn(struct mesh_pg *pg)
+{
+	PGconn *c = mesh__pg_connect_polled(pg->conninfo, beat_stopped, pg);
+	if (c) {
+		PGresult *r = PQexec(c, SESSION_SETTINGS);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+			PQfinish(c);
+			c = NULL;
+		}
+		PQclear(r);
 	}
 	pthread_mutex_lock(&pg->cmu);
 	pg->cconn = c;
@@ -395,7 +433,7 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 	set_why(why, whycap, "");
 	if (!mesh_pg_url_is(url))
 		return MESH_E_PARSE;
-	conninfo = split_url(url, job, sizeof job);
+	conninfo = mesh__pg_conninfo(url, job, sizeof job);
 	if (!conninfo) {
 		set_why(why, whycap, "the job name after '#' must be 1..64 of [A-Za-z0-9_.-]");
 		return MESH_E_PARSE;
@@ -582,10 +620,7 @@ int mesh_pg_lease(struct mesh_pg *pg, const char *node, uint64_t ttl_ns, size_t 
 	 * crash returns its chunks to PENDING, as a lost lease file does; a
 	 * DONE is never asynchronous, and its flush carries the lease's WAL
 	 * before it anyway. */
-	r = query(pg, PREP_LEASE,
-		       "SELECT cid, attempt, stolen, deadline, started, token,"
-		       " set_config('synchronous_commit', 'off', true) FROM mesh.lease($1, $2, $3, $4)",
-		       4, vals, &rc);
+	r = query(pg, PREP_LEASE, SQL_LEASE, 4, vals, &rc);
 	for (int i = 0; r && i < PQntuples(r) && (size_t)i < k; i++) {
 		struct mesh_pg_lease *l = &out[(*got)++];
 		l->cid = strtoull(PQgetvalue(r, i, 0), NULL, 10);
@@ -828,11 +863,7 @@ int mesh_pg_status(struct mesh_pg *pg, struct mesh_pg_status *st)
 	int rc = 0;
 	memset(st, 0, sizeof *st);
 	pthread_mutex_lock(&pg->mu);
-	r = mesh__pg_q(pg,
-	      "SELECT n, done, dups, failed,"
-	      " mesh.held($1, true),"
-	      " (SELECT count(*) FROM mesh.chunks WHERE job = $1 AND state = 'b'), spec FROM mesh.job_counts WHERE id = $1",
-	      1, vals, &rc);
+	r = mesh__pg_q(pg, SQL_STATUS, 1, vals, &rc);
 	if (r && PQntuples(r) == 1) {
 		uint64_t *f[7] = {&st->n, &st->done, &st->dups, &st->failed, &st->leased, &st->buried, &st->spec_wins};
 		for (int i = 0; i < 7; i++)
@@ -903,7 +934,7 @@ int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *
 	int rc = 0, v;
 	set_why(why, whycap, "");
 	*found = *now = 0;
-	if (!mesh_pg_url_is(url) || !(conninfo = split_url(url, job, sizeof job)))
+	if (!mesh_pg_url_is(url) || !(conninfo = mesh__pg_conninfo(url, job, sizeof job)))
 		return MESH_E_PARSE;
 	c = connect_db(conninfo, 1, &rc, why, whycap);
 	free(conninfo);

@@ -59,6 +59,18 @@ int mesh_pg_url_is(const char *s);
 /* The URL without its password, into buf (always terminated). */
 void mesh_pg_url_safe(const char *url, char *buf, size_t cap);
 
+/* Spare connections: a thread of this process keeps n (at most 8)
+ * connections to url's database made and unused, and mesh_pg_open takes
+ * one of them (still open: checked) instead of connecting, so a handle
+ * opened at a moment that counts (a meshd starting on a new job) does not
+ * wait for a backend's start.  Each holds a backend of the server idle.
+ * One process-wide set: MESH_E_STATE when started already.  Stop closes
+ * them. */
+int mesh_pg_spares_start(const char *url, unsigned n);
+void mesh_pg_spares_stop(void);
+/* Since the start: connections made, taken, and dropped (found closed). */
+void mesh_pg_spares_counts(uint64_t *made, uint64_t *taken, uint64_t *dropped);
+
 /* Connects and checks the schema.  Errors: MESH_E_PARSE (not a URL libpq
  * takes, or a bad job name), MESH_E_UNAVAILABLE (no connection: refused,
  * no such host, a login refused -- why says which, without the password),

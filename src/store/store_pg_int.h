@@ -65,6 +65,23 @@ struct mesh_pg {
  * connection again (waiting up to 15 s) when it was lost.  The result, or
  * NULL with *rc set. */
 PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc);
+/* Splits "#job" off url into job (cap bytes); the rest, a copy the caller
+ * frees, is libpq's conninfo.  NULL: a bad job name (or no memory). */
+char *mesh__pg_conninfo(const char *url, char *job, size_t cap);
+/* A connection made without blocking (PQconnectStart), polled 100 ms at
+ * a time and given up when stopped(arg) says so; NULL where it failed.
+ * No session settings on it yet. */
+PGconn *mesh__pg_connect_polled(const char *conninfo, int (*stopped)(void *), void *arg);
+/* Runs on c, in a transaction it rolls back, what a handle's first calls
+ * run (its status, a lease) for no job (-1: no rows), so that a new
+ * backend has planned them and compiled mesh.lease before a handle's
+ * first calls do (on a new backend here: 1.8 and 3.5 ms; then 0.4 and 0.5).
+ * Errors (another schema) are left: c is as it was, with the session's
+ * settings applied. */
+void mesh__pg_warm(PGconn *c);
+/* One of the spare connections to conninfo's database (store_pg_spare.c)
+ * that is still open, or NULL: none kept, or none left. */
+PGconn *mesh__pg_spare_take(const char *conninfo);
 /* Opens pg->cconn (the beat thread, as it starts). */
 void mesh__pg_open_cconn(struct mesh_pg *pg);
 /* mesh__pg_q with pg->mu taken here and let go before it returns: for a

@@ -52,7 +52,7 @@ static int as_pg(const char *cmd)
  * harness's listen address when one was asked for. */
 static void pg_opts(const struct store_env *e, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "-k %s -c listen_addresses=%s -c max_connections=40 -c shared_buffers=16MB", e->pgdir,
+	snprintf(buf, cap, "-k %s -c listen_addresses=%s -c max_connections=64 -c shared_buffers=16MB", e->pgdir,
 		 e->listen);
 }
 
