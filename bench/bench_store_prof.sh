@@ -43,9 +43,5 @@ echo "   statements: calls a chunk, server ms a 1000 chunks (total, nested ones 
 Q "SELECT '   ' || lpad(round(calls::numeric / $N, 4)::text, 7) || lpad(round(total_exec_time::numeric * 1000 / $N, 2)::text, 9)
 	|| lpad(round(rows::numeric / greatest(calls, 1), 1)::text, 7) || '  ' || left(regexp_replace(query, '\s+', ' ', 'g'), 110)
 	FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time DESC LIMIT 25"
-S="SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
-	WHERE s.nspname = 'mesh' AND c.relkind = 'r' AND c.relname IN ('done_words', 'chunks', 'blocks', 'ranges', 'counts', 'jobs')"
-B0=$(Q "$S")
-Q "VACUUM FULL mesh.done_words, mesh.chunks, mesh.blocks, mesh.ranges, mesh.counts, mesh.jobs" >/dev/null
-B1=$(Q "$S")
-echo "   storage a DONE chunk (the job's tables and indexes): $(( B0 / N )) bytes, $(echo "$B1 $N" | awk '{printf "%.1f", $1 / $2}') after VACUUM FULL"
+set -- $(bench_pg_storage)
+echo "   storage a DONE chunk (the job's tables and indexes): $(( $1 / $3 )) bytes, $(echo "$2 $3" | awk '{printf "%.1f", $1 / $2}') after VACUUM FULL"

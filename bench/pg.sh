@@ -20,3 +20,17 @@ bench_pg_cleanup() {
 	bench_pg_as "$PGBIN/pg_ctl -D $T/data -m immediate stop" >/dev/null 2>&1
 	rm -rf "$T"
 }
+# bench_pg_storage: "BEFORE AFTER DONE" -- the bytes of the job tables
+# (tables, indexes, TOAST: what a job's chunks cost, nodes and results
+# aside) as they are, and after VACUUM FULL (their dead row versions
+# gone), and the DONE chunks of every job in them.
+bench_pg_storage() {
+	_s="SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE s.nspname = 'mesh' AND c.relkind = 'r'
+		AND c.relname IN ('done_words', 'chunks', 'blocks', 'ranges', 'counts', 'jobs', 'copies', 'durations')"
+	_b0=$(psql -X -q -A -t "$URL" -c "$_s")
+	psql -X -q "$URL" -c "VACUUM FULL mesh.done_words, mesh.chunks, mesh.blocks, mesh.ranges, mesh.counts, mesh.jobs,
+		mesh.copies, mesh.durations" >/dev/null
+	_b1=$(psql -X -q -A -t "$URL" -c "$_s")
+	echo "$_b0 $_b1 $(psql -X -q -A -t "$URL" -c "SELECT coalesce(sum(done), 0) FROM mesh.job_counts")"
+}
