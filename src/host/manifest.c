@@ -481,8 +481,14 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 				rc = fail(&x, it->line, it->col, "'%s' is not an environment variable name", it->key);
 				break;
 			}
-			if (strncmp(it->key, "MESH_", 5) == 0) {
-				rc = fail(&x, it->line, it->col, "'%s': MESH_* variables are set by meshd", it->key);
+			/* MESH_WORKER_* are the worker library's own settings
+			 * (MESH_WORKER_SPIN_US...): meshd sets none of them and
+			 * passes none of its own environment's on */
+			if (strncmp(it->key, "MESH_", 5) == 0 && strncmp(it->key, "MESH_WORKER_", 12) != 0) {
+				rc = fail(&x, it->line, it->col,
+					  "'%s': MESH_* variables are set by meshd (MESH_WORKER_* ones, the worker library's"
+					  " settings, may be set here)",
+					  it->key);
 				break;
 			}
 			if (it->type != MESH_TOML_STRING) {

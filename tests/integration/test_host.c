@@ -34,7 +34,7 @@ static void setup(struct host_t_fx *f, const char *mode, const char *extra)
 {
 	char m[1024];
 	snprintf(m, sizeof m,
-		 "args = [\"%s\", \"child.pid\"]\n[env]\nHW_FLAG = \"yes\"\n[lifecycle]\nready_timeout = \"20s\"\n%s", mode,
+		 "args = [\"%s\", \"child.pid\"]\n[env]\nHW_FLAG = \"yes\"\nMESH_WORKER_SPIN_US = \"50\"\n[lifecycle]\nready_timeout = \"20s\"\n%s", mode,
 		 extra ? extra : "");
 	host_t_program("w", m);
 	static char *env[] = {"MESH_SERVICE_BASE=/svc", "MESH_MODELS=/models", "MESH_SYSTEM=test", NULL};
@@ -80,6 +80,7 @@ TEST(spawn_ready_run_halt_run_exit)
 	EXPECT_CONTAINS(env, "MESH_SYSTEM=test\n");
 	EXPECT_CONTAINS(env, "MESH_CONTROL_FD=3\n");
 	EXPECT_CONTAINS(env, "HW_FLAG=yes\n");
+	EXPECT_CONTAINS(env, "MESH_WORKER_SPIN_US=50\n"); /* the worker library's own setting, from the catalog */
 	free(env);
 	/* Its own session and process group; meshd's pdeathsig is set. */
 	EXPECT_EQ(getpgid(pid), pid);

@@ -147,6 +147,8 @@ TEST(manifest_errors_table)
 		{"name = \"a\"\nbackends = [\"native\"]\n[limits]\ncpu = \"0.0005\"\n", "m.toml:4:7: 'limits.cpu' must be cores"},
 		{"name = \"a\"\nbackends = [\"native\"]\n[limits]\ncpu = 2\n", "m.toml:4:7: 'limits.cpu' must be a string"},
 		{"name = \"a\"\nbackends = [\"native\"]\n[env]\nMESH_X = \"1\"\n", "m.toml:4:1: 'MESH_X': MESH_* variables"},
+		{"name = \"a\"\nbackends = [\"native\"]\n[env]\nMESH_NAME = \"b\"\n", "m.toml:4:1: 'MESH_NAME': MESH_* variables"},
+		{"name = \"a\"\nbackends = [\"native\"]\n[env]\nMESH_WORKERS = \"1\"\n", "m.toml:4:1: 'MESH_WORKERS': MESH_*"},
 		{"name = \"a\"\nbackends = [\"native\"]\n[env]\nA-B = \"1\"\n", "m.toml:4:1: 'A-B' is not an environment"},
 		{"name = \"a\"\nbackends = [\"native\"]\n[env]\nA = 1\n", "m.toml:4:5: 'env.A' must be a string, not an integer"},
 		{"name = \"-a\"\n", "m.toml:1:8: 'name' must be 1 to 64"},
@@ -164,6 +166,20 @@ TEST(manifest_errors_table)
 		free(err);
 		mesh_manifest_release(&m);
 	}
+}
+
+/* The worker library's settings (MESH_WORKER_SPIN_US...) are the one
+ * MESH_* a catalog may set: meshd sets none of them, and passes none of
+ * its own environment's on (docs/worker-api.md names the knob). */
+TEST(manifest_env_may_set_the_worker_librarys_settings)
+{
+	static const char text[] = "name = \"a\"\nbackends = [\"native\"]\n[env]\nMESH_WORKER_SPIN_US = \"0\"\n";
+	struct mesh_manifest m;
+	char *err = NULL;
+	ASSERT_EQ(mesh_manifest_parse("m.toml", text, strlen(text), "a", &m, &err), 0);
+	ASSERT_EQ(m.nenv, 1);
+	EXPECT_STREQ(m.env[0], "MESH_WORKER_SPIN_US=0");
+	mesh_manifest_release(&m);
 }
 
 TEST(toml_crlf_and_literal_strings)
