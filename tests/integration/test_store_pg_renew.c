@@ -21,6 +21,21 @@
 
 #define RENEWS 200
 
+/* The server's WAL syncs so far, once every handle's backend has exited
+ * (a backend's counts reach pg_stat_wal as it exits); -1 if they did not
+ * within a second. */
+static long long wal_syncs_once_closed(const struct store_env *e)
+{
+	for (int i = 0; i < 50; i++) {
+		long long gone = store_env_sql(e, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ''"
+						  " AND backend_type = 'client backend' AND pid <> pg_backend_pid()");
+		if (gone == 0)
+			return store_env_sql(e, "SELECT wal_sync FROM pg_stat_wal");
+		usleep(20000);
+	}
+	return -1;
+}
+
 TEST_TIMEOUT(store_pg_renew_waits_for_no_wal_flush, 30)
 {
 	struct store_env e;
@@ -40,15 +55,7 @@ TEST_TIMEOUT(store_pg_renew_waits_for_no_wal_flush, 30)
 	EXPECT_TRUE(l.deadline_ns > deadline); /* renewed all the same */
 	/* closed: its backend's counts reach pg_stat_wal as it exits */
 	mesh_job_close(j);
-	long long after = -1;
-	for (int i = 0; i < 50 && after < 0; i++) {
-		long long gone = store_env_sql(&e, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ''"
-						   " AND backend_type = 'client backend' AND pid <> pg_backend_pid()");
-		if (gone == 0)
-			after = store_env_sql(&e, "SELECT wal_sync FROM pg_stat_wal");
-		else
-			usleep(20000);
-	}
+	long long after = wal_syncs_once_closed(&e);
 	ASSERT_GE(after, 0);
 	/* a few by the WAL writer, against one a renew when each waited */
 	EXPECT_LT(after - before, RENEWS / 4);
@@ -202,15 +209,7 @@ TEST_TIMEOUT(store_pg_beat_waits_for_no_wal_flush, 30)
 	long long b1 = store_env_sql(&e, "SELECT beat FROM mesh.nodes WHERE name = 'n1'");
 	EXPECT_GT(b1 - b0, 1000000); /* it beat all along */
 	mesh_job_close(j);
-	long long after = -1;
-	for (int i = 0; i < 50 && after < 0; i++) {
-		long long gone = store_env_sql(&e, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ''"
-						   " AND backend_type = 'client backend' AND pid <> pg_backend_pid()");
-		if (gone == 0)
-			after = store_env_sql(&e, "SELECT wal_sync FROM pg_stat_wal");
-		else
-			usleep(20000);
-	}
+	long long after = wal_syncs_once_closed(&e);
 	ASSERT_GE(after, 0);
 	EXPECT_LT(after - before, 25); /* the lease, the close, the WAL writer's: not one a beat */
 	store_env_stop(&e);
