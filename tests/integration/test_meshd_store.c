@@ -684,3 +684,40 @@ TEST_TIMEOUT(meshd_store_netns_hosts_serve_a_job_and_a_cut_off_host, 120)
 	store_env_stop(&e);
 	t_netns_down(&ns);
 }
+
+/* The meshd's spare connections (store/store_pg_spare.c) die with the
+ * database's restart; a job submitted after it is still served: its
+ * driver finds the spares closed, drops them and connects anew (no
+ * "cannot run"), and the keeper makes live ones again. */
+TEST_TIMEOUT(meshd_store_new_job_after_a_database_restart_is_served, 90)
+{
+	struct store_env e;
+	char *expect;
+	start_store(&e);
+	pid_t a = start_host("a", "jw");
+	const char *mesh_backends = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+				    " AND application_name <> 'psql' AND pid <> pg_backend_pid()";
+	/* the follower's, the node's and 3 spares */
+	long long before = 0;
+	for (int i = 0; i < 100 && before < 5; i++, usleep(20000))
+		before = store_env_sql(&e, mesh_backends);
+	ASSERT_GE(before, 5);
+	ASSERT_EQ(store_env_pg_ctl(&e, "-m immediate restart"), 0);
+	make_input(20, NULL, &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 30 '%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, 20, expect);
+	EXPECT_EQ(node_of(&e, id, a), 20);
+	char *err = t_read_file("a/meshd.err", NULL);
+	ASSERT_TRUE(err != NULL);
+	EXPECT_TRUE(strstr(err, "cannot run") == NULL);
+	free(err);
+	/* spares made again after the restart: live backends of this meshd */
+	long long again = 0;
+	for (int i = 0; i < 150 && again < 5; i++, usleep(20000))
+		again = store_env_sql(&e, mesh_backends);
+	EXPECT_GE(again, 5);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	free(expect);
+	store_env_stop(&e);
+}
