@@ -695,12 +695,10 @@ TEST_TIMEOUT(meshd_store_new_job_after_a_database_restart_is_served, 90)
 	char *expect;
 	start_store(&e);
 	pid_t a = start_host("a", "jw");
-	const char *mesh_backends = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-				    " AND application_name <> 'psql' AND pid <> pg_backend_pid()";
 	/* the follower's, the node's and 3 spares */
 	long long before = 0;
 	for (int i = 0; i < 100 && before < 5; i++, usleep(20000))
-		before = store_env_sql(&e, mesh_backends);
+		before = store_env_client_backends(&e);
 	ASSERT_GE(before, 5);
 	ASSERT_EQ(store_env_pg_ctl(&e, "-m immediate restart"), 0);
 	make_input(20, NULL, &expect);
@@ -715,7 +713,7 @@ TEST_TIMEOUT(meshd_store_new_job_after_a_database_restart_is_served, 90)
 	/* spares made again after the restart: live backends of this meshd */
 	long long again = 0;
 	for (int i = 0; i < 150 && again < 5; i++, usleep(20000))
-		again = store_env_sql(&e, mesh_backends);
+		again = store_env_client_backends(&e);
 	EXPECT_GE(again, 5);
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	free(expect);

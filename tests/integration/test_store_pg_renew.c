@@ -27,9 +27,7 @@
 static long long wal_syncs_once_closed(const struct store_env *e)
 {
 	for (int i = 0; i < 50; i++) {
-		long long gone = store_env_sql(e, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ''"
-						  " AND backend_type = 'client backend' AND pid <> pg_backend_pid()");
-		if (gone == 0)
+		if (store_env_client_backends(e) == 0)
 			return store_env_sql(e, "SELECT wal_sync FROM pg_stat_wal");
 		usleep(20000);
 	}
@@ -104,8 +102,7 @@ TEST_TIMEOUT(store_pg_lease_does_not_wait_behind_a_commit, 30)
 	 * not asserted: the lease below is what must not wait */
 	long long conns = 0;
 	for (uint64_t until = mesh_mono_ns() + 3000000000ull; conns != 2 && mesh_mono_ns() < until;) {
-		conns = store_env_sql(&e, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-					  " AND application_name <> 'psql'");
+		conns = store_env_client_backends(&e);
 		if (conns != 2)
 			usleep(20000);
 	}

@@ -18,10 +18,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define MESH_BACKENDS                                                                       \
-	"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"     \
-	" AND application_name <> 'psql' AND pid <> pg_backend_pid()"
-
 /* Waits up to 5 s for the spares' made count to reach want. */
 static uint64_t made_reaches(uint64_t want)
 {
@@ -38,7 +34,7 @@ static long long backends_reach(const struct store_env *e, long long want)
 {
 	long long n = -1;
 	for (int i = 0; i < 250; i++) {
-		if ((n = store_env_sql(e, MESH_BACKENDS)) == want)
+		if ((n = store_env_client_backends(e)) == want)
 			break;
 		usleep(20000);
 	}

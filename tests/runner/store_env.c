@@ -265,6 +265,12 @@ long long store_env_sql1(const struct store_env *e, const char *sql)
 	return v;
 }
 
+long long store_env_client_backends(const struct store_env *e)
+{
+	return store_env_sql(e, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+				" AND application_name <> 'psql' AND pid <> pg_backend_pid()");
+}
+
 void store_env_base_url(const struct store_env *e, char *buf, size_t cap)
 {
 	snprintf(buf, cap, "%s", e->where);

@@ -39,6 +39,9 @@ int store_env_pg_ctl(const struct store_env *e, const char *args);
 long long store_env_sql(const struct store_env *e, const char *sql);
 /* store_env_sql, or the test fails (psql failed). */
 long long store_env_sql1(const struct store_env *e, const char *sql);
+/* postgresql: the server's client backends but psql's (store_env_sql's
+ * own): mesh's connections -- handles, a meshd's spares (-1: psql failed). */
+long long store_env_client_backends(const struct store_env *e);
 /* postgresql: the server's URL without the job (store_env names it
  * "#conf"), into buf. */
 void store_env_base_url(const struct store_env *e, char *buf, size_t cap);
