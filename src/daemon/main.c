@@ -46,7 +46,8 @@ static void usage(FILE *f)
 		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
 		"                                       [--http-memory SIZE] [--http-request-timeout S]\n"
 		"                                       [--http-response-timeout S] [--http-idle-timeout S]\n"
-		"                                       [--http-probe-interval S] [--http-probe-failures N]]\n"
+		"                                       [--http-probe-interval S] [--http-probe-failures N]\n"
+		"                                       [--http-threads N]]\n"
 		"\n"
 		"meshd starts worker programs from a catalog, keeps them warm while there is work,\n"
 		"and serves a control API (HTTP/1.1 + JSON) on a unix socket; `mesh load|start|ps|\n"
@@ -85,6 +86,8 @@ static void usage(FILE *f)
 		"  --http-probe-interval S    a warm program is probed this often (default 10)\n"
 		"  --http-probe-failures N    failed probes in a row that make it hung: killed,\n"
 		"                       started again by the next request (default 3)\n"
+		"  --http-threads N     the gateway's event loop threads (default: 1 on 1 CPU, else\n"
+		"                       half the CPUs, at least 2, at most 4)\n"
 		"  --state DIR          where submitted jobs live (created 0700); default\n"
 		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh\n"
 		"  --store URL          also run the jobs of a shared PostgreSQL store (MESH_STORE)\n"
@@ -333,6 +336,11 @@ int main(int argc, char **argv)
 			if (mesh_parse_u64(v, 1000, &n) < 0 || n == 0)
 				return usage_error("--http-probe-failures wants a number from 1 to 1000, not '%s'", v);
 			gwc.probe_failures = (uint32_t)n;
+		} else if ((v = opt_value(argc, argv, &i, "--http-threads", &missing))) {
+			uint64_t n;
+			if (mesh_parse_u64(v, MESH_GW_MAX_THREADS, &n) < 0 || n == 0)
+				return usage_error("--http-threads wants a number from 1 to 64, not '%s'", v);
+			gwc.threads = (uint32_t)n;
 		} else if (!strcmp(argv[i], "--http-public")) {
 			gwc.allow_public = 1;
 		} else if ((v = opt_value(argc, argv, &i, "--http-max-body", &missing))) {

@@ -700,7 +700,7 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 	getsockname(g->lfd, (struct sockaddr *)&ss, &len);
 	g->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
 						: ((struct sockaddr_in6 *)&ss)->sin6_port);
-	if ((rc = mesh__gw_loops_start(g, 0)))
+	if ((rc = mesh__gw_loops_start(g, g->c.threads)))
 		mesh__gw_log(g, MESH_GW_WARN, "gateway: no event loop (%s): a thread per connection", strerror(-rc));
 	if ((rc = -pthread_create(&g->accept_th, NULL, accept_main, g))) {
 		mesh_errf(err, rc, "cannot start the accept thread");

@@ -61,6 +61,7 @@ struct mesh_gw_config {
 	size_t max_body;	   /* request body bound; 0: 16 MiB */
 	uint32_t max_queue;	   /* requests waiting per program; 0: 256 */
 	uint32_t max_conns;	   /* client connections at once; 0: 1024 */
+	uint32_t threads;	   /* event loop threads; 0: by the CPUs (gw_loop_run.c) */
 	uint64_t drain_timeout_ns; /* mesh_gw_drain's wait for requests in flight */
 	uint64_t backoff_ns;	   /* after a failed start; 0: 500 ms */
 	/* The memory budget (bytes; 0: none): the programs that run
@@ -87,6 +88,8 @@ struct mesh_gw_config {
 	void (*on_log)(void *ctx, int level, const char *line);
 	void *ctx;
 };
+/* The most event loop threads a gateway may be given. */
+#define MESH_GW_MAX_THREADS 64
 #define MESH_GW_CONFIG_INIT {.drain_timeout_ns = 30ull * 1000000000ull}
 
 struct mesh_gw;

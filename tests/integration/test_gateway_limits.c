@@ -163,7 +163,8 @@ TEST_TIMEOUT(gateway_upstream_connection_reused, 30)
 {
 	char req[2048], resp[8192];
 	add_oa("u", "\"test-model\"", "", "idle_ttl = \"300ms\"\n");
-	struct gw g = start_gw("");
+	/* One loop: one kept connection (each loop keeps its own: below). */
+	struct gw g = start_gw("--http-threads 1");
 	for (int i = 0; i < 3; i++) {
 		int fd = connect_to(g.port);
 		ASSERT_GE(fd, 0);
@@ -194,6 +195,39 @@ TEST_TIMEOUT(gateway_upstream_connection_reused, 30)
 	struct has_n four = {"logs/u.log", "req POST", 4};
 	EXPECT_TRUE(t_wait_for(has_n_cond, &four, 3000));
 	EXPECT_EQ(count_in("logs/u.log", want), 3);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* With two loops (--http-threads 2: the default on 2 or 3 CPUs) each loop
+ * keeps its own connection to the program: client connections, given to the
+ * loops in turn, reach it on two kept connections, used in turn. */
+TEST_TIMEOUT(gateway_upstream_connection_kept_per_loop, 30)
+{
+	char req[2048], resp[8192];
+	add_oa("u", "\"test-model\"", "", "");
+	struct gw g = start_gw("--http-threads 2");
+	for (int i = 0; i < 6; i++) {
+		int fd = connect_to(g.port);
+		ASSERT_GE(fd, 0);
+		chat_request(req, sizeof req, "test-model", "hi", 0, 1);
+		ASSERT_EQ(send_str(fd, req), 0);
+		EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
+		close(fd);
+	}
+	struct has_n six = {"logs/u.log", "req POST", 6};
+	ASSERT_TRUE(t_wait_for(has_n_cond, &six, 3000));
+	char *log = t_read_file("logs/u.log", NULL);
+	ASSERT_TRUE(log != NULL);
+	/* The program's source port of each request, in order. */
+	int ports[6], n = 0;
+	for (const char *a = log; n < 6 && (a = strstr(a, "req POST /v1/chat/completions from ")); a += 35)
+		ports[n++] = atoi(a + 35);
+	free(log);
+	ASSERT_EQ(n, 6);
+	/* The first (the cold start's, on the probe's connection) aside: */
+	EXPECT_TRUE(ports[1] != ports[2]);
+	for (int i = 3; i < 6; i++)
+		EXPECT_EQ(ports[i], ports[i - 2]);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 

@@ -359,6 +359,9 @@ TEST(meshd_usage_errors)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog c --logs l --isolation blink", t_bin("meshd")), 64);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog c --logs l --bogus", t_bin("meshd")), 64);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog", t_bin("meshd")), 64);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog c --logs l --http-threads 0", t_bin("meshd")), 64);
+	EXPECT_CONTAINS(out, "--http-threads wants a number from 1 to 64, not '0'");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog c --logs l --http-threads 65", t_bin("meshd")), 64);
 	/* A missing catalog is not a usage error: 66, with the reason on one log line. */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog nowhere --logs . --socket s.sock", t_bin("meshd")), 66);
 	EXPECT_CONTAINS(out, "] error cannot start: cannot use catalog 'nowhere'");
