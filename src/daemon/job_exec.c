@@ -734,23 +734,37 @@ static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollf
 	struct unit *u = &x->u[slot - 1];
 	if (!cap)
 		return 0;
+	/* Its fds are shared: the pool's and each worker's (sx_shared_events). */
 	switch (u->state) {
 	case U_QUEUED:
 		if (x->need_pump && x->next_get < *wake)
 			*wake = x->next_get; /* a worker may be asked for again then */
-		pf[0] = (struct pollfd){.fd = x->pool_efd, .events = POLLIN};
-		return 1;
+		return 0;
 	case U_SENT: {
 		struct jworker *w = &x->w[u->w];
 		if (x->cfg.timeout_ns && w->n && w->t_head + x->cfg.timeout_ns < *wake)
 			*wake = w->t_head + x->cfg.timeout_ns;
-		pf[0] = (struct pollfd){.fd = w->efd, .events = POLLIN};
-		return 1;
+		return 0;
 	}
 	default:
 		*wake = 0; /* ENDED: status says so at once */
 		return 0;
 	}
+}
+
+/* The pool's eventfd (a worker got, or came online, for the queue) and each
+ * joined worker's (its replies), once for all the slots (a worker holds up
+ * to depth of them): read once a wake-up, not once a slot. */
+static unsigned sx_shared_events(struct mesh__executor *ex, struct pollfd *pf, unsigned cap)
+{
+	struct slot_ex *x = sx(ex);
+	unsigned n = 0;
+	if (n < cap)
+		pf[n++] = (struct pollfd){.fd = x->pool_efd, .events = POLLIN};
+	for (unsigned i = 0; i < x->cfg.max_workers && n < cap; i++)
+		if (x->w[i].state == W_ON)
+			pf[n++] = (struct pollfd){.fd = x->w[i].efd, .events = POLLIN};
+	return n;
 }
 
 static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct pollfd *pf)
@@ -896,6 +910,7 @@ static void sx_free(struct mesh__executor *ex)
 static const struct mesh__executor_ops slot_ops = {
 	.start = sx_start,
 	.events = sx_events,
+	.shared_events = sx_shared_events,
 	.dispatch = sx_dispatch,
 	.status = sx_status,
 	.signal = sx_signal,

@@ -364,13 +364,15 @@ static void suspend(struct mesh__runner *r)
 static int take_in(struct mesh__runner *r, struct mesh__slot *s)
 {
 	const struct mesh__executor_ops *ex = r->ex->ops;
-	struct pollfd pf[MESH__EXEC_MAX_FDS];
+	struct pollfd pf[MESH__EXEC_MAX_FDS + MESH__EXEC_MAX_SHARED];
 	uint64_t wake = UINT64_MAX;
-	unsigned k = ex->events(r->ex, s->idx, pf, MESH__EXEC_MAX_FDS, &wake);
+	unsigned k = ex->events(r->ex, s->idx, pf, MESH__EXEC_MAX_FDS, &wake), own = k;
+	if (ex->shared_events)
+		k += ex->shared_events(r->ex, pf + k, MESH__EXEC_MAX_SHARED);
 	if (k && poll(pf, k, 0) > 0)
 		for (unsigned i = 0; i < k; i++)
 			if (pf[i].revents)
-				ex->dispatch(r->ex, s->idx, &pf[i]);
+				ex->dispatch(r->ex, i < own ? s->idx : 0, &pf[i]);
 	return ex->status(r->ex, s->idx, mesh_mono_ns(), &s->res);
 }
 
@@ -393,7 +395,8 @@ static void handle_signals(struct mesh__runner *r, int fd)
  * slot's event source (its executor's fds). */
 static int loop(struct mesh__runner *r)
 {
-	size_t cap = 4 + MESH__EXEC_MAX_FDS * (size_t)r->nslots;
+	size_t cap = 4 + MESH__EXEC_MAX_FDS * (size_t)r->nslots + MESH__EXEC_MAX_SHARED;
+	static struct mesh__slot shared; /* who of a shared pollfd: slot 0 */
 	struct pollfd *pf = calloc(cap, sizeof *pf);
 	struct mesh__slot **who = calloc(cap, sizeof *who); /* NULL: the driver's own fd */
 	const struct mesh__executor_ops *ex = r->ex->ops;
@@ -442,6 +445,11 @@ static int loop(struct mesh__runner *r)
 				wake = d;
 			if (s->term_sent && s->t_kill < wake)
 				wake = s->t_kill;
+		}
+		if (ex->shared_events && r->busy) {
+			unsigned k = ex->shared_events(r->ex, pf + n, MESH__EXEC_MAX_SHARED);
+			for (unsigned j = 0; j < k; j++)
+				who[n++] = &shared;
 		}
 		int can_start = r->busy < r->nslots && !r->stopping && !r->halted;
 		if (r->retry_at && can_start && r->retry_at < wake)

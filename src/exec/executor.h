@@ -18,10 +18,14 @@
  *      attempt is left (the slot is free again).
  *   3. wait: ops->events(ex, slot, ...) for each busy slot gives the pollfds
  *      to wait on and lowers *wake to the latest time by which step 4 must
- *      be done even without an event; poll(2) them together with the
- *      driver's own fds.  For each pollfd that has revents, call
- *      ops->dispatch(ex, slot, pf): output bytes reach the sink from
- *      inside this call, and only from here.
+ *      be done even without an event; ops->shared_events, where the
+ *      executor has it, gives once the pollfds that serve many slots at
+ *      once (a worker's wake-up for every chunk in its ring: given by each
+ *      slot, one fd would be polled and read once per slot); poll(2) them
+ *      together with the driver's own fds.  For each pollfd that has
+ *      revents, call ops->dispatch(ex, slot, pf), slot 0 for a shared one:
+ *      output bytes reach the sink from inside this call, and only from
+ *      here.
  *   4. ops->status(ex, slot, now, &res): MESH__EXEC_RUNNING, or
  *      MESH__EXEC_EXITED (the attempt's code is known and res is filled,
  *      its output may still come: keep waiting, a cancel does nothing now),
@@ -50,6 +54,8 @@
 
 /* The most pollfds one attempt waits on (events' cap). */
 #define MESH__EXEC_MAX_FDS 3
+/* The most pollfds shared_events gives. */
+#define MESH__EXEC_MAX_SHARED 80
 
 /* What one attempt runs. */
 struct mesh__exec_chunk {
@@ -88,6 +94,8 @@ struct mesh__executor_ops {
 	int (*start)(struct mesh__executor *ex, const struct mesh__exec_chunk *c, struct mesh__exec_result *res);
 	unsigned (*events)(struct mesh__executor *ex, unsigned slot, struct pollfd *pf, unsigned cap,
 			   uint64_t *wake);
+	/* NULL where each slot's events say everything. */
+	unsigned (*shared_events)(struct mesh__executor *ex, struct pollfd *pf, unsigned cap);
 	void (*dispatch)(struct mesh__executor *ex, unsigned slot, const struct pollfd *pf);
 	int (*status)(struct mesh__executor *ex, unsigned slot, uint64_t now, struct mesh__exec_result *res);
 	void (*signal)(struct mesh__executor *ex, unsigned slot, int sig);
