@@ -31,6 +31,12 @@
  * pipeline (D, for trivial chunks) fills the workers there are, and does
  * not leave a small job of slow chunks queued on one worker. */
 #define DEMAND_CONCURRENCY 8u
+/* A worker's chunks in flight: about PIPE_NS of its work at the pace it
+ * answers (so that it does not wait for meshd between two of meshd's
+ * turns, and slow chunks do not queue behind one worker while another
+ * could take them), at least 2, at most D; CAP_START until it answered. */
+#define PIPE_NS 2000000ull
+#define CAP_START 8u
 
 enum { U_FREE, U_QUEUED, U_SENT, U_ENDED };
 enum { W_NONE, W_COMING, W_ON };
@@ -91,6 +97,8 @@ struct jworker {
 	unsigned head, n;  /* entries in flight, in send order */
 	uint64_t taken_base, answered;
 	uint64_t t_head;   /* when the oldest entry reached the front (about when the worker took it) */
+	uint64_t per_ns;   /* its time a chunk, averaged over its answers (0: none yet) */
+	unsigned cap;	   /* chunks in flight it may hold now (PIPE_NS) */
 	int full;	   /* this pump: the ring had no room */
 	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
 };
@@ -443,9 +451,23 @@ static void worker_died(struct slot_ex *x, struct jworker *w)
 }
 
 /* Takes every reply the worker's ring holds (the waiter fired). */
+/* w answered got chunks in the time since (its pace: w->cap). */
+static void pace(struct slot_ex *x, struct jworker *w, uint64_t since, uint64_t now, unsigned got)
+{
+	if (!got || now <= since)
+		return;
+	uint64_t one = (now - since) / got;
+	w->per_ns = w->per_ns ? (3 * w->per_ns + one) / 4 : one;
+	uint64_t c = w->per_ns ? PIPE_NS / w->per_ns : x->cfg.depth;
+	if (c < 2)
+		c = 2;
+	w->cap = c > x->cfg.depth ? x->cfg.depth : (unsigned)c;
+}
+
 static void drain(struct slot_ex *x, struct jworker *w)
 {
-	uint64_t now = mesh_mono_ns();
+	uint64_t now = mesh_mono_ns(), since = w->t_head;
+	unsigned got = 0;
 	for (;;) {
 		struct mesh_slot_reply r;
 		int rc = mesh_slot_recv(w->h.slot, &r);
@@ -469,6 +491,7 @@ static void drain(struct slot_ex *x, struct jworker *w)
 		w->n--;
 		w->answered++;
 		w->t_head = now;
+		got++;
 		if (!e->unit) {
 			free(r.data);
 			atomic_fetch_add_explicit(&x->st->ignored_replies, 1, memory_order_relaxed);
@@ -483,6 +506,7 @@ static void drain(struct slot_ex *x, struct jworker *w)
 			end_unit(u, 1, r.data, r.len, 0);
 		}
 	}
+	pace(x, w, since, now, got);
 	arm(w);
 }
 
@@ -495,6 +519,8 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->state = W_ON;
 	w->head = w->n = 0;
 	w->answered = 0;
+	w->per_ns = 0;
+	w->cap = CAP_START < x->cfg.depth ? CAP_START : x->cfg.depth;
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->armed = 0;
 	w->quit = 0;
@@ -606,7 +632,7 @@ static void pump_send(struct slot_ex *x)
 		for (unsigned i = 0; i < K; i++) {
 			struct jworker *w = &x->w[i];
 			/* Not behind a dropped attempt the worker still works on. */
-			if (w->state != W_ON || w->stale || w->full || w->n >= D || (w->n && !w->fifo[w->head].unit))
+			if (w->state != W_ON || w->stale || w->full || w->n >= w->cap || (w->n && !w->fifo[w->head].unit))
 				continue;
 			room = 1;
 			if ((!best || w->n < best->n) && !(x->speculate && holds(x, w, u->cid)))

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DEFAULT_DEPTH 32u
+#define DEFAULT_DEPTH 128u
 #define DEFAULT_RETRIES 3u
 #define NAME_MAX_LEN 64u
 

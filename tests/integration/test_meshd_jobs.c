@@ -183,6 +183,40 @@ TEST_TIMEOUT(jobs_results_in_order_streamed_while_running, 60)
 	stop_meshd();
 }
 
+/* Slow chunks do not queue behind the first worker up: a worker holds
+ * about 2 ms of its work in flight (at least 2 chunks), so the second
+ * worker, up a few ms later, gets its share (before, the first took the
+ * pipeline's depth, 32, at once, and the second the rest: 8 of 40). */
+TEST_TIMEOUT(jobs_slow_chunks_spread_over_the_workers, 60)
+{
+	add_job_worker("jw", 2, "300s");
+	setup();
+	FILE *f = fopen("in.txt", "w");
+	for (int i = 0; i < 40; i++)
+		fprintf(f, "who\n");
+	fclose(f);
+	unsigned id = submit("jw --input in.txt");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	/* Chunks a worker served, by its pid. */
+	int pid[8] = {0}, served[8] = {0}, npid = 0, lines = 0;
+	for (const char *p = out; (p = strstr(p, ":pid=")); p++) {
+		int v = atoi(p + 5), k = 0;
+		lines++;
+		while (k < npid && pid[k] != v)
+			k++;
+		if (k == npid && npid < 8)
+			pid[npid++] = v;
+		if (k < 8)
+			served[k]++;
+	}
+	EXPECT_EQ(lines, 40);
+	ASSERT_EQ(npid, 2);
+	EXPECT_GE(served[0], 12);
+	EXPECT_GE(served[1], 12);
+	stop_meshd();
+}
+
 TEST_TIMEOUT(jobs_worker_sigkilled_mid_job_chunks_back_at_once, 60)
 {
 	add_job_worker("jw", 2, "300s");

@@ -4,6 +4,8 @@
  *   crash     prints "crash line 1..5" and dies of SIGSEGV
  *   hang      never answers (sleeps)
  *   slow      answers after 20 ms
+ *   who       answers "<chunk id>:pid=<its pid>" after 20 ms (the pid /proc
+ *             names: in a PID namespace of its own getpid() says 2)
  *   fail      the handler fails ("refused: fail")
  *   d...      answers after 1 ms
  *   big<K>    answers K bytes ('x'..., the last a newline)
@@ -56,6 +58,14 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 			pause();
 	if (n == 4 && !memcmp(req, "slow", 4))
 		usleep(20000);
+	if (n == 3 && !memcmp(req, "who", 3)) {
+		usleep(20000);
+		char self[32] = "";
+		ssize_t k = readlink("/proc/self", self, sizeof self - 1);
+		self[k > 0 ? k : 0] = 0;
+		*len = (size_t)snprintf(reply, cap, "%" PRIu64 ":pid=%s\n", mesh_worker_chunk_id(w), self);
+		return 0;
+	}
 	if (n == 4 && !memcmp(req, "fail", 4)) {
 		*len = (size_t)snprintf(reply, cap, "refused: fail");
 		return -1;
