@@ -552,7 +552,8 @@ static int loop(struct mesh__runner *r)
 static int setup_slots(struct mesh__runner *r)
 {
 	r->slots = calloc(r->nslots, sizeof *r->slots);
-	if (!r->slots)
+	r->argv_tmp = calloc(mesh_exec_template_slots(&r->tmpl), sizeof *r->argv_tmp);
+	if (!r->slots || !r->argv_tmp)
 		return -ENOMEM;
 	for (unsigned i = 0; i < r->nslots; i++) {
 		struct mesh__slot *s = &r->slots[i];
@@ -562,9 +563,6 @@ static int setup_slots(struct mesh__runner *r)
 		s->cerr = (struct mesh__capture)MESH__CAPTURE_INIT;
 		s->cout.dir = s->cerr.dir = r->tmpdir;
 		s->argbuf = (struct mesh_buf)MESH_BUF_INIT;
-		s->argv = calloc(mesh_exec_template_slots(&r->tmpl), sizeof *s->argv);
-		if (!s->argv)
-			return -ENOMEM;
 	}
 	return 0;
 }
@@ -695,6 +693,7 @@ out:
 		}
 		free(r->slots);
 	}
+	free(r->argv_tmp);
 	if (r->ex)
 		r->ex->ops->free(r->ex);
 	for (int i = 0; i < 3; i++)

@@ -42,7 +42,8 @@ struct mesh__slot {
 	struct mesh__exec_result res; /* once exited; res.start_err: could not start, buried at once */
 	int cap_err; /* the spill file failed: -errno; the chunk fails */
 	enum mesh__end_why why;
-	char **argv;
+	char **argv;	   /* the attempt's command (NULL until the slot's first start) */
+	size_t argv_cap;   /* pointers argv holds */
 	struct mesh_buf argbuf;
 	char tagnum[24]; /* the chunk id as a tag when there is no input */
 	char *report;	 /* hooks->failed: the failed attempt's stderr, kept before it is written on */
@@ -84,6 +85,12 @@ struct mesh__runner {
 	const struct mesh_exec_opts *o;
 	struct mesh_exec_stats *st;
 	struct mesh_exec_template tmpl;
+	/* Where a start expands its command: room for the longest a template
+	 * may give (mesh_exec_template_slots: 4097 pointers and more), once
+	 * for the run; a slot keeps a copy of what it used.  (One array that
+	 * size a slot was 8 MB zeroed before meshd's first lease at 256
+	 * slots.) */
+	char **argv_tmp;
 	struct mesh__executor *ex;
 	int evfd, joblog;
 	struct mesh__slot *slots;

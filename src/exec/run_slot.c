@@ -86,9 +86,20 @@ static int open_results(struct mesh__runner *r, struct mesh__slot *s)
 int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 {
 	uint64_t cid = s->l.cid;
-	int rc = mesh_exec_template_expand(&r->tmpl, r->o->input, cid, s->idx, &s->argbuf, s->argv);
+	int rc = mesh_exec_template_expand(&r->tmpl, r->o->input, cid, s->idx, &s->argbuf, r->argv_tmp);
 	if (rc < 0)
 		return rc;
+	size_t argc = 0;
+	while (r->argv_tmp[argc])
+		argc++;
+	if (argc + 1 > s->argv_cap) {
+		char **a = realloc(s->argv, (argc + 1) * sizeof *a);
+		if (!a)
+			return -ENOMEM;
+		s->argv = a;
+		s->argv_cap = argc + 1;
+	}
+	memcpy(s->argv, r->argv_tmp, (argc + 1) * sizeof *s->argv);
 	s->busy = 1;
 	r->busy++;
 	s->t_start = mesh_mono_ns();

@@ -217,6 +217,35 @@ TEST_TIMEOUT(jobs_slow_chunks_spread_over_the_workers, 60)
 	stop_meshd();
 }
 
+/* kB of the process's peak resident memory (VmHWM), or -1. */
+static long peak_kb(pid_t pid)
+{
+	char path[64], *st;
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	st = t_read_file(path, NULL);
+	const char *h = st ? strstr(st, "VmHWM:") : NULL;
+	long kb = h ? atol(h + 6) : -1;
+	free(st);
+	return kb;
+}
+
+/* A job's driver runs max_workers x depth slots (64 x 128 here); a slot
+ * costs memory only once it runs a chunk.  (Each held a 32 KB command
+ * array from the driver's start: 256 MB here, and the first lease waited
+ * for 8 MB of it to be zeroed at 2 x 128 slots.) */
+TEST_TIMEOUT(jobs_idle_slots_cost_no_memory, 60)
+{
+	add_job_worker("jw", 64, "300s");
+	setup();
+	long before = peak_kb(meshd_pid);
+	ASSERT_GT(before, 0);
+	unsigned id = submit("jw ::: a b c");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	long after = peak_kb(meshd_pid);
+	EXPECT_LT(after - before, 32 * 1024);
+	stop_meshd();
+}
+
 TEST_TIMEOUT(jobs_worker_sigkilled_mid_job_chunks_back_at_once, 60)
 {
 	add_job_worker("jw", 2, "300s");
