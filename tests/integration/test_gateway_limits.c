@@ -155,24 +155,32 @@ TEST_TIMEOUT(gateway_hung_program_restarted, 30)
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
+/* A chat request for test-model on a connection of its own (kept alive,
+ * then closed by us): its status, or -1. */
+static int chat_on_new_connection(int port, int stream)
+{
+	char req[2048], resp[8192];
+	int fd = connect_to(port);
+	if (fd < 0)
+		return -1;
+	chat_request(req, sizeof req, "test-model", "hi", stream, 1);
+	int st = send_str(fd, req) == 0 ? read_response(fd, resp, sizeof resp) : -1;
+	close(fd);
+	return st;
+}
+
 /* Keep-alive requests on different client connections, one after another,
  * reach the program on one kept connection (no connect per request); after
  * the program's restart a new one is made.  (A request with Connection:
  * close asks the program to close too: that one is not kept.) */
 TEST_TIMEOUT(gateway_upstream_connection_reused, 30)
 {
-	char req[2048], resp[8192];
+	char resp[8192];
 	add_oa("u", "\"test-model\"", "", "idle_ttl = \"300ms\"\n");
 	/* One loop: one kept connection (each loop keeps its own: below). */
 	struct gw g = start_gw("--http-threads 1");
-	for (int i = 0; i < 3; i++) {
-		int fd = connect_to(g.port);
-		ASSERT_GE(fd, 0);
-		chat_request(req, sizeof req, "test-model", "hi", i == 1, 1);
-		ASSERT_EQ(send_str(fd, req), 0);
-		EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
-		close(fd);
-	}
+	for (int i = 0; i < 3; i++)
+		EXPECT_EQ(chat_on_new_connection(g.port, i == 1), 200);
 	/* The program's output reaches its log through meshd's reader thread,
 	 * after the answers: wait for its three lines. */
 	struct has_n three = {"logs/u.log", "req POST", 3};
@@ -203,17 +211,10 @@ TEST_TIMEOUT(gateway_upstream_connection_reused, 30)
  * loops in turn, reach it on two kept connections, used in turn. */
 TEST_TIMEOUT(gateway_upstream_connection_kept_per_loop, 30)
 {
-	char req[2048], resp[8192];
 	add_oa("u", "\"test-model\"", "", "");
 	struct gw g = start_gw("--http-threads 2");
-	for (int i = 0; i < 6; i++) {
-		int fd = connect_to(g.port);
-		ASSERT_GE(fd, 0);
-		chat_request(req, sizeof req, "test-model", "hi", 0, 1);
-		ASSERT_EQ(send_str(fd, req), 0);
-		EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
-		close(fd);
-	}
+	for (int i = 0; i < 6; i++)
+		EXPECT_EQ(chat_on_new_connection(g.port, 0), 200);
 	struct has_n six = {"logs/u.log", "req POST", 6};
 	ASSERT_TRUE(t_wait_for(has_n_cond, &six, 3000));
 	char *log = t_read_file("logs/u.log", NULL);

@@ -183,6 +183,16 @@ TEST_TIMEOUT(jobs_results_in_order_streamed_while_running, 60)
 	stop_meshd();
 }
 
+/* in.txt: n lines, each line. */
+static void input_of(const char *line, int n)
+{
+	FILE *f = fopen("in.txt", "w");
+	for (int i = 0; f && i < n; i++)
+		fprintf(f, "%s\n", line);
+	if (f)
+		fclose(f);
+}
+
 /* Slow chunks do not queue behind the first worker up: a worker holds
  * about 2 ms of its work in flight (at least 2 chunks), so the second
  * worker, up a few ms later, gets its share (before, the first took the
@@ -191,10 +201,7 @@ TEST_TIMEOUT(jobs_slow_chunks_spread_over_the_workers, 60)
 {
 	add_job_worker("jw", 2, "300s");
 	setup();
-	FILE *f = fopen("in.txt", "w");
-	for (int i = 0; i < 40; i++)
-		fprintf(f, "who\n");
-	fclose(f);
+	input_of("who", 40);
 	unsigned id = submit("jw --input in.txt");
 	EXPECT_EQ(mesh(0, "wait %u", id), 0);
 	EXPECT_EQ(mesh(0, "results %u", id), 0);
@@ -250,10 +257,7 @@ TEST_TIMEOUT(jobs_worker_sigkilled_mid_job_chunks_back_at_once, 60)
 {
 	add_job_worker("jw", 2, "300s");
 	setup();
-	FILE *f = fopen("in.txt", "w");
-	for (int i = 0; i < 200; i++)
-		fprintf(f, "slow\n");
-	fclose(f);
+	input_of("slow", 200);
 	uint64_t t0 = t_now_ms();
 	unsigned id = submit("jw --input in.txt");
 	/* Once results come, the workers are serving: kill one mid-job. */
