@@ -1,6 +1,6 @@
 /* meshd's slot executor (job_exec.h): a job's attempts on warm workers'
  * slots, pipelined, for the chunk driver. */
-#include "daemon/job_exec.h"
+#include "daemon/job_exec_int.h"
 
 #include "autoscale/policy.h"
 #include "base/clock.h"
@@ -61,28 +61,6 @@ struct entry {
 	uint32_t seq;
 };
 
-/* A worker asked for from the core on a helper thread (the core's start
- * blocks): by the executor, or ahead of it by the job's submit
- * (job_exec.h).  It is got once its slot is armed (the `run` sent, or it
- * was online already): the executor attaches it then and sends it chunks
- * while it maps the slot.  The thread then waits for its `online` (done).
- * kick_fd is told at each of the two; -1 while nobody listens (asked
- * ahead, not adopted yet). */
-struct meshd_job_ahead {
-	struct meshd_core *core;
-	const char *program;
-	struct meshd_job_exec_stats *st;
-	pthread_t th;
-	pthread_mutex_t mu;
-	int got, done, kick_fd; /* mu */
-	int rc;			/* got: rc, err, h */
-	char *err;
-	struct meshd_job_worker h;
-	int online_rc;		/* done: 0, or it did not come online (online_err) */
-	char *online_err;
-	int counted, joined;	/* in st->starting; its thread joined */
-};
-
 struct jworker {
 	int state;
 	struct meshd_job_worker h;
@@ -121,22 +99,6 @@ struct slot_ex {
 static struct slot_ex *sx(struct mesh__executor *ex)
 {
 	return (struct slot_ex *)ex;
-}
-
-static void efd_drain(int fd)
-{
-	uint64_t v;
-	if (read(fd, &v, sizeof v) < 0) {
-		/* EAGAIN: nothing there */
-	}
-}
-
-static void efd_kick(int fd)
-{
-	uint64_t one = 1;
-	if (write(fd, &one, sizeof one) < 0) {
-		/* a full counter still wakes the reader */
-	}
 }
 
 /* ---- the queue of attempts waiting for a worker ---- */
@@ -191,125 +153,6 @@ static void end_unit_text(struct unit *u, int code, const char *text)
 
 /* ---- workers ---- */
 
-/* Sets *stamp to now unless it was set already. */
-static void stamp_first(_Atomic uint64_t *stamp)
-{
-	uint64_t zero = 0;
-	atomic_compare_exchange_strong(stamp, &zero, mesh_mono_ns());
-}
-
-static void *getter_main(void *arg)
-{
-	struct meshd_job_ahead *g = arg;
-	struct meshd_job_worker h;
-	char *err = NULL;
-	int rc = meshd_job_worker_get_early(g->core, g->program, &h, &err);
-	if (rc == 0 && h.online)
-		stamp_first(&g->st->first_online_ns);
-	pthread_mutex_lock(&g->mu);
-	g->rc = rc;
-	g->err = err;
-	g->h = h;
-	g->got = 1;
-	g->done = rc != 0 || h.online;
-	int fd = g->kick_fd;
-	pthread_mutex_unlock(&g->mu);
-	if (fd >= 0)
-		efd_kick(fd); /* the executor joins us before it closes fd */
-	if (rc != 0 || h.online)
-		return NULL;
-	/* Armed, not online yet: its chunks may be in its ring already. */
-	err = NULL;
-	rc = meshd_job_worker_online(g->core, &h, &err);
-	if (rc == 0)
-		stamp_first(&g->st->first_online_ns);
-	pthread_mutex_lock(&g->mu);
-	g->online_rc = rc;
-	g->online_err = err;
-	g->done = 1;
-	fd = g->kick_fd;
-	pthread_mutex_unlock(&g->mu);
-	if (fd >= 0)
-		efd_kick(fd);
-	return NULL;
-}
-
-static int getter_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st, int kick_fd,
-			struct meshd_job_ahead **out)
-{
-	struct meshd_job_ahead *g = calloc(1, sizeof *g);
-	if (!g)
-		return -ENOMEM;
-	g->core = core;
-	g->program = program;
-	g->st = st;
-	g->kick_fd = kick_fd;
-	g->counted = 1;
-	pthread_mutex_init(&g->mu, NULL);
-	stamp_first(&st->first_ask_ns);
-	atomic_fetch_add_explicit(&st->starting, 1, memory_order_relaxed);
-	int rc = mesh_thread_start(&g->th, getter_main, g);
-	if (rc < 0) {
-		atomic_fetch_sub_explicit(&st->starting, 1, memory_order_relaxed);
-		pthread_mutex_destroy(&g->mu);
-		free(g);
-		return rc;
-	}
-	*out = g;
-	return 0;
-}
-
-/* 0: still asking; 1: got (rc, err, h); 2: done as well (online_rc). */
-static int getter_state(struct meshd_job_ahead *g)
-{
-	pthread_mutex_lock(&g->mu);
-	int st = g->done ? 2 : g->got;
-	pthread_mutex_unlock(&g->mu);
-	return st;
-}
-
-/* It no longer counts as starting (its worker joined, or it ended). */
-static void getter_uncount(struct meshd_job_ahead *g)
-{
-	if (g->counted)
-		atomic_fetch_sub_explicit(&g->st->starting, 1, memory_order_relaxed);
-	g->counted = 0;
-}
-
-/* Waits for the getter's thread (once).  Its result stays for the caller,
- * who frees g with getter_free. */
-static void getter_join(struct meshd_job_ahead *g)
-{
-	if (!g->joined)
-		pthread_join(g->th, NULL);
-	g->joined = 1;
-	getter_uncount(g);
-}
-
-static void getter_free(struct meshd_job_ahead *g)
-{
-	free(g->err);
-	free(g->online_err);
-	pthread_mutex_destroy(&g->mu);
-	free(g);
-}
-
-int meshd_job_ahead_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st,
-			  struct meshd_job_ahead **out)
-{
-	return getter_start(core, program, st, -1, out);
-}
-
-void meshd_job_ahead_drop(struct meshd_job_ahead *a)
-{
-	if (!a)
-		return;
-	getter_join(a);
-	if (a->rc == 0)
-		meshd_job_worker_put(a->core, &a->h, 0); /* nothing was sent into its slot */
-	getter_free(a);
-}
-
 static void *waiter_main(void *arg)
 {
 	struct jworker *w = arg;
@@ -327,7 +170,7 @@ static void *waiter_main(void *arg)
 		/* A reply, or the slot failed: the driver's thread takes over
 		 * the reply ring until it arms us again. */
 		w->armed = 0;
-		efd_kick(w->efd);
+		mesh__jx_efd_kick(w->efd);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
@@ -351,7 +194,7 @@ static void stop_waiter(struct jworker *w)
 	pthread_mutex_unlock(&w->mu);
 	pthread_join(w->waiter, NULL);
 	w->waiter_on = 0;
-	efd_drain(w->efd);
+	mesh__jx_efd_drain(w->efd);
 }
 
 /* Takes the worker's entries out: the one it works on (when taken) ends
@@ -423,10 +266,10 @@ static void drop_worker(struct slot_ex *x, struct jworker *w, int kill_it, int c
 	struct meshd_job_ahead *g = w->g;
 	w->g = NULL;
 	if (g) {
-		getter_join(g);
+		mesh__jx_getter_join(g);
 		if (g->online_rc && !took)
 			came_not_up(x, g->online_rc, g->online_err);
-		getter_free(g);
+		mesh__jx_getter_free(g);
 	}
 }
 
@@ -524,7 +367,7 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->armed = 0;
 	w->quit = 0;
-	stamp_first(&x->st->first_worker_ns);
+	mesh__jx_stamp_first(&x->st->first_worker_ns);
 	atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
 }
 
@@ -553,12 +396,12 @@ static void collect(struct slot_ex *x)
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
 		struct meshd_job_ahead *g = w->g;
-		int st = g ? getter_state(g) : 0;
+		int st = g ? mesh__jx_getter_state(g) : 0;
 		if (st == 0)
 			continue;
 		if (w->state == W_COMING && g->rc == 0) {
 			w->h = g->h;
-			getter_uncount(g);
+			mesh__jx_getter_uncount(g);
 			pthread_mutex_lock(&g->mu);
 			g->kick_fd = w->efd; /* its `online` (or not) wakes the driver through it */
 			pthread_mutex_unlock(&g->mu);
@@ -569,7 +412,7 @@ static void collect(struct slot_ex *x)
 		if (st < 2 && w->state == W_ON)
 			continue;
 		w->g = NULL;
-		getter_join(g);
+		mesh__jx_getter_join(g);
 		if (w->state == W_COMING) {
 			w->state = W_NONE;
 			came_not_up(x, g->rc, g->err);
@@ -588,7 +431,7 @@ static void collect(struct slot_ex *x)
 		} else {
 			x->get_fails = 0;
 		}
-		getter_free(g);
+		mesh__jx_getter_free(g);
 	}
 }
 
@@ -668,7 +511,7 @@ static void pump_send(struct slot_ex *x)
 			continue;
 		}
 		q_remove(x, u);
-		stamp_first(&x->st->first_sent_ns);
+		mesh__jx_stamp_first(&x->st->first_sent_ns);
 		u->state = U_SENT;
 		u->w = (int)(best - x->w);
 		if (best->n == 0)
@@ -709,7 +552,7 @@ static void pump_send(struct slot_ex *x)
 		struct jworker *w = &x->w[i];
 		if (w->state != W_NONE)
 			continue;
-		if (getter_start(x->cfg.core, x->cfg.program, x->st, x->pool_efd, &w->g) < 0)
+		if (mesh__jx_getter_start(x->cfg.core, x->cfg.program, x->st, x->pool_efd, &w->g) < 0)
 			break;
 		w->state = W_COMING;
 		have++;
@@ -748,7 +591,7 @@ static int sx_start(struct mesh__executor *ex, const struct mesh__exec_chunk *c,
 	u->input = c->input;
 	u->len = c->input ? c->input_len : 0;
 	u->order = ++x->order;
-	stamp_first(&x->st->first_start_ns);
+	mesh__jx_stamp_first(&x->st->first_start_ns);
 	q_insert(x, u);
 	pump(x);
 	return 0;
@@ -798,13 +641,13 @@ static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct p
 	struct slot_ex *x = sx(ex);
 	(void)slot;
 	if (pf->fd == x->pool_efd) {
-		efd_drain(x->pool_efd);
+		mesh__jx_efd_drain(x->pool_efd);
 	} else {
 		for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 			struct jworker *w = &x->w[i];
 			if (w->state != W_ON || w->efd != pf->fd)
 				continue;
-			efd_drain(w->efd);
+			mesh__jx_efd_drain(w->efd);
 			pthread_mutex_lock(&w->mu);
 			int mine = !w->armed;
 			pthread_mutex_unlock(&w->mu);
@@ -893,13 +736,13 @@ static void sx_free(struct mesh__executor *ex)
 		if (w->g && w->state == W_COMING) {
 			/* Its worker, once got, is given back below (by drop_worker,
 			 * which also waits for the rest of it). */
-			getter_join(w->g);
+			mesh__jx_getter_join(w->g);
 			if (w->g->rc == 0) {
 				w->h = w->g->h;
 				w->state = W_ON;
 				atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
 			} else {
-				getter_free(w->g);
+				mesh__jx_getter_free(w->g);
 				w->g = NULL;
 			}
 		}

@@ -1,0 +1,141 @@
+/* The workers a job's slot executor asks the core for (job_exec_int.h): a
+ * helper thread per worker asked, since the core's start blocks; and the
+ * worker a submit asks for ahead of its driver (job_exec.h). */
+#include "daemon/job_exec_int.h"
+
+#include "base/clock.h"
+#include "base/thread.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+void mesh__jx_efd_drain(int fd)
+{
+	uint64_t v;
+	if (read(fd, &v, sizeof v) < 0) {
+		/* EAGAIN: nothing there */
+	}
+}
+
+void mesh__jx_efd_kick(int fd)
+{
+	uint64_t one = 1;
+	if (write(fd, &one, sizeof one) < 0) {
+		/* a full counter still wakes the reader */
+	}
+}
+
+void mesh__jx_stamp_first(_Atomic uint64_t *stamp)
+{
+	uint64_t zero = 0;
+	atomic_compare_exchange_strong(stamp, &zero, mesh_mono_ns());
+}
+
+static void *getter_main(void *arg)
+{
+	struct meshd_job_ahead *g = arg;
+	struct meshd_job_worker h;
+	char *err = NULL;
+	int rc = meshd_job_worker_get_early(g->core, g->program, &h, &err);
+	if (rc == 0 && h.online)
+		mesh__jx_stamp_first(&g->st->first_online_ns);
+	pthread_mutex_lock(&g->mu);
+	g->rc = rc;
+	g->err = err;
+	g->h = h;
+	g->got = 1;
+	g->done = rc != 0 || h.online;
+	int fd = g->kick_fd;
+	pthread_mutex_unlock(&g->mu);
+	if (fd >= 0)
+		mesh__jx_efd_kick(fd); /* the executor joins us before it closes fd */
+	if (rc != 0 || h.online)
+		return NULL;
+	/* Armed, not online yet: its chunks may be in its ring already. */
+	err = NULL;
+	rc = meshd_job_worker_online(g->core, &h, &err);
+	if (rc == 0)
+		mesh__jx_stamp_first(&g->st->first_online_ns);
+	pthread_mutex_lock(&g->mu);
+	g->online_rc = rc;
+	g->online_err = err;
+	g->done = 1;
+	fd = g->kick_fd;
+	pthread_mutex_unlock(&g->mu);
+	if (fd >= 0)
+		mesh__jx_efd_kick(fd);
+	return NULL;
+}
+
+int mesh__jx_getter_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st, int kick_fd,
+			struct meshd_job_ahead **out)
+{
+	struct meshd_job_ahead *g = calloc(1, sizeof *g);
+	if (!g)
+		return -ENOMEM;
+	g->core = core;
+	g->program = program;
+	g->st = st;
+	g->kick_fd = kick_fd;
+	g->counted = 1;
+	pthread_mutex_init(&g->mu, NULL);
+	mesh__jx_stamp_first(&st->first_ask_ns);
+	atomic_fetch_add_explicit(&st->starting, 1, memory_order_relaxed);
+	int rc = mesh_thread_start(&g->th, getter_main, g);
+	if (rc < 0) {
+		atomic_fetch_sub_explicit(&st->starting, 1, memory_order_relaxed);
+		pthread_mutex_destroy(&g->mu);
+		free(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+int mesh__jx_getter_state(struct meshd_job_ahead *g)
+{
+	pthread_mutex_lock(&g->mu);
+	int st = g->done ? 2 : g->got;
+	pthread_mutex_unlock(&g->mu);
+	return st;
+}
+
+void mesh__jx_getter_uncount(struct meshd_job_ahead *g)
+{
+	if (g->counted)
+		atomic_fetch_sub_explicit(&g->st->starting, 1, memory_order_relaxed);
+	g->counted = 0;
+}
+
+void mesh__jx_getter_join(struct meshd_job_ahead *g)
+{
+	if (!g->joined)
+		pthread_join(g->th, NULL);
+	g->joined = 1;
+	mesh__jx_getter_uncount(g);
+}
+
+void mesh__jx_getter_free(struct meshd_job_ahead *g)
+{
+	free(g->err);
+	free(g->online_err);
+	pthread_mutex_destroy(&g->mu);
+	free(g);
+}
+
+int meshd_job_ahead_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st,
+			  struct meshd_job_ahead **out)
+{
+	return mesh__jx_getter_start(core, program, st, -1, out);
+}
+
+void meshd_job_ahead_drop(struct meshd_job_ahead *a)
+{
+	if (!a)
+		return;
+	mesh__jx_getter_join(a);
+	if (a->rc == 0)
+		meshd_job_worker_put(a->core, &a->h, 0); /* nothing was sent into its slot */
+	mesh__jx_getter_free(a);
+}
