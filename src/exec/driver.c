@@ -552,8 +552,7 @@ static int loop(struct mesh__runner *r)
 static int setup_slots(struct mesh__runner *r)
 {
 	r->slots = calloc(r->nslots, sizeof *r->slots);
-	r->argv_tmp = calloc(mesh_exec_template_slots(&r->tmpl), sizeof *r->argv_tmp);
-	if (!r->slots || !r->argv_tmp)
+	if (!r->slots)
 		return -ENOMEM;
 	for (unsigned i = 0; i < r->nslots; i++) {
 		struct mesh__slot *s = &r->slots[i];
@@ -564,7 +563,10 @@ static int setup_slots(struct mesh__runner *r)
 		s->cout.dir = s->cerr.dir = r->tmpdir;
 		s->argbuf = (struct mesh_buf)MESH_BUF_INIT;
 	}
-	return 0;
+	/* After the slots are set: a failure here leaves them fit for the
+	 * cleanup (no capture with fd 0 as its spill file). */
+	r->argv_tmp = calloc(mesh_exec_template_slots(&r->tmpl), sizeof *r->argv_tmp);
+	return r->argv_tmp ? 0 : -ENOMEM;
 }
 
 static void settle_buried(const struct mesh_job_failure *f, void *arg)
