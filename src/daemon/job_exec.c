@@ -293,7 +293,6 @@ static void worker_died(struct slot_ex *x, struct jworker *w)
 	free(report);
 }
 
-/* Takes every reply the worker's ring holds (the waiter fired). */
 /* w answered got chunks in the time since (its pace: w->cap). */
 static void pace(struct slot_ex *x, struct jworker *w, uint64_t since, uint64_t now, unsigned got)
 {
@@ -307,6 +306,7 @@ static void pace(struct slot_ex *x, struct jworker *w, uint64_t since, uint64_t 
 	w->cap = c > x->cfg.depth ? x->cfg.depth : (unsigned)c;
 }
 
+/* Takes every reply the worker's ring holds (the waiter fired). */
 static void drain(struct slot_ex *x, struct jworker *w)
 {
 	uint64_t now = mesh_mono_ns(), since = w->t_head;
@@ -601,9 +601,8 @@ static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollf
 {
 	struct slot_ex *x = sx(ex);
 	struct unit *u = &x->u[slot - 1];
-	if (!cap)
-		return 0;
-	/* Its fds are shared: the pool's and each worker's (sx_shared_events). */
+	/* No fds of its own: the pool's and each worker's are shared
+	 * (sx_shared_events); only its wake-up time. */
 	switch (u->state) {
 	case U_QUEUED:
 		if (x->need_pump && x->next_get < *wake)

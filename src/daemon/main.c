@@ -26,6 +26,10 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+/* A bound's value in a message (the macro's digits, not a copy of them). */
+#define MESH_STR_(x) #x
+#define MESH_STR(x) MESH_STR_(x)
+
 static volatile sig_atomic_t stop_asked;
 /* The stop's self-pipe: SIGTERM/SIGINT (or the loop's end) write to it;
  * the main thread, which runs the shutdown, reads it. */
@@ -339,7 +343,8 @@ int main(int argc, char **argv)
 		} else if ((v = opt_value(argc, argv, &i, "--http-threads", &missing))) {
 			uint64_t n;
 			if (mesh_parse_u64(v, MESH_GW_MAX_THREADS, &n) < 0 || n == 0)
-				return usage_error("--http-threads wants a number from 1 to 64, not '%s'", v);
+				return usage_error("--http-threads wants a number from 1 to " MESH_STR(MESH_GW_MAX_THREADS)
+						   ", not '%s'", v);
 			gwc.threads = (uint32_t)n;
 		} else if (!strcmp(argv[i], "--http-public")) {
 			gwc.allow_public = 1;
