@@ -22,11 +22,13 @@ LDFLAGS  += -Wl,--as-needed
 EV_LIBS  := $(shell pkg-config --libs libevent_core libevent_extra libevent_pthreads 2>/dev/null || echo -levent_core -levent_extra -levent_pthreads)
 JSON_LIBS:= $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 PNG_LIBS := $(shell pkg-config --libs libpng 2>/dev/null || echo -lpng)
-# The PostgreSQL job store (src/store/store_pg.c): Debian's libpq.
+# The PostgreSQL job store (src/store/store_pg.c): Debian's libpq, its
+# header at build time; the library is loaded when a store is first used
+# (src/store/pq.h), so only the tests that query the database link it.
 PQ_CFLAGS:= $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 PQ_LIBS  := $(shell pkg-config --libs libpq 2>/dev/null || echo -lpq)
 CPPFLAGS += $(PQ_CFLAGS)
-ALL_LIBS := $(EV_LIBS) $(JSON_LIBS) $(PQ_LIBS) -lz $(LDLIBS)
+ALL_LIBS := $(EV_LIBS) $(JSON_LIBS) -lz -ldl $(LDLIBS)
 
 ifeq ($(SAN),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -117,7 +119,7 @@ $(BUILD)/mesh-init: $(call obj,src/proc/init_main.c) $(BUILD)/libmesh.a
 
 $(BUILD)/tests/%: tests/%.c $(RUNNER_OBJ) $(BUILD)/libmesh.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(RUNNER_OBJ) $(BUILD)/libmesh.a $(ALL_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(RUNNER_OBJ) $(BUILD)/libmesh.a $(ALL_LIBS) $(PQ_LIBS)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libmesh.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmesh.a $(ALL_LIBS)

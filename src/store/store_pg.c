@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <libpq-fe.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -134,9 +133,12 @@ void mesh__pg_warm(PGconn *c)
 static PGconn *connect_db(const char *conninfo, int settings, int *rc, char *why, size_t cap)
 {
 	char *err = NULL;
-	PQconninfoOption *opts = PQconninfoParse(conninfo, &err);
+	PQconninfoOption *opts;
 	PGconn *c;
 	PGresult *r;
+	if ((*rc = mesh_pq_load(why, cap)) < 0)
+		return NULL;
+	opts = PQconninfoParse(conninfo, &err);
 	if (!opts) {
 		set_why(why, cap, err ? err : "not a connection URL");
 		PQfreemem(err);
@@ -336,6 +338,8 @@ PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *con
 
 PGconn *mesh__pg_connect_polled(const char *conninfo, int (*stopped)(void *), void *arg)
 {
+	if (mesh_pq_load(NULL, 0) < 0)
+		return NULL;
 	PGconn *c = PQconnectStart(conninfo);
 	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 	int stop = 0;

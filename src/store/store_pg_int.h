@@ -3,11 +3,11 @@
 #ifndef MESH_STORE_STORE_PG_INT_H
 #define MESH_STORE_STORE_PG_INT_H
 
+#include "store/pq.h"
 #include "store/store.h"
 #include "store/store_pg.h"
 
 #include <stdatomic.h>
-#include <libpq-fe.h>
 #include <pthread.h>
 #include <stdint.h>
 

@@ -335,6 +335,37 @@ TEST_TIMEOUT(meshd_store_cancel_and_bad_store, 60)
 	store_env_stop(&e);
 }
 
+/* libpq is loaded at a store's first connection (src/store/pq.h): a meshd
+ * without --store never maps it, one with a store does, and a libpq that
+ * cannot be loaded is a clear error for meshd and mesh alike. */
+TEST_TIMEOUT(meshd_store_libpq_is_loaded_only_with_a_store, 60)
+{
+	struct store_env e;
+	start_store(&e);
+	mkdir("plain", 0755);
+	ASSERT_EQ(chdir("plain"), 0);
+	meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	pid_t plain = meshd_t_start_notified("--state state", NULL, 0);
+	ASSERT_EQ(chdir(top), 0);
+	pid_t stored = start_host("a", NULL);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "grep -c libpq /proc/%d/maps", (int)plain), 1); /* grep: none */
+	EXPECT_STREQ(out, "0\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "grep -c libpq /proc/%d/maps", (int)stored), 0);
+	EXPECT_EQ(meshd_t_stop(plain), 0);
+	EXPECT_EQ(meshd_t_stop(stored), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_LIBPQ=/nonexistent/libpq.so.5 '%s' submit --store '%s' jw --chunks 1",
+		       t_bin("mesh"), url),
+		  MESH_EXIT_UNAVAILABLE);
+	EXPECT_CONTAINS(out, "cannot load /nonexistent/libpq.so.5");
+	EXPECT_CONTAINS(out, "libpq5");
+	EXPECT_EQ(t_sh(out, sizeof out, 1,
+		       "MESH_LIBPQ=/nonexistent/libpq.so.5 '%s' --catalog a --logs a --socket b.sock --state b --store '%s'",
+		       t_bin("meshd"), url),
+		  MESH_EXIT_UNAVAILABLE);
+	EXPECT_CONTAINS(out, "cannot load /nonexistent/libpq.so.5");
+	store_env_stop(&e);
+}
+
 TEST_TIMEOUT(meshd_store_reply_over_the_limit_buries_its_chunk, 60)
 {
 	struct store_env e;
