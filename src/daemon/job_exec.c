@@ -775,6 +775,28 @@ static void sx_free(struct mesh__executor *ex)
 	free(x);
 }
 
+/* The driver's lease limit (executor.h): about two caps of chunks a
+ * worker, in its ring and queued for it (CAP_START for a worker not
+ * there yet), less what is there.  Trivial chunks (a cap of D) leave the
+ * driver's K x D slots the only bound; slow ones keep a node from holding
+ * chunks it would only queue while another node (a meshd on the same
+ * store, a `mesh job harvest` on the same journal) idles. */
+static size_t sx_room(struct mesh__executor *ex)
+{
+	struct slot_ex *x = sx(ex);
+	unsigned D = x->cfg.depth, start = CAP_START < D ? CAP_START : D;
+	size_t want = 0, have = 0;
+	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
+		const struct jworker *w = &x->w[i];
+		want += 2 * (size_t)(w->state == W_ON && w->cap ? w->cap : start);
+		for (unsigned k = 0; w->state == W_ON && k < w->n; k++)
+			have += w->fifo[(w->head + k) % D].unit != 0;
+	}
+	for (const struct unit *q = x->qhead; q; q = q->qnext)
+		have++;
+	return want > have ? want - have : 0;
+}
+
 static const struct mesh__executor_ops slot_ops = {
 	.start = sx_start,
 	.events = sx_events,
@@ -784,6 +806,7 @@ static const struct mesh__executor_ops slot_ops = {
 	.signal = sx_signal,
 	.release = sx_release,
 	.free = sx_free,
+	.room = sx_room,
 };
 
 int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,

@@ -531,14 +531,40 @@ static void seen_job(const struct mesh_pgr_job *pj, void *arg)
 }
 
 /* A cancel makes a job inactive: its driver must hear of it too. */
-static void seen_cancel(const struct mesh_pgr_job *pj, void *arg)
+static void seen_cancel(uint64_t id, void *arg)
 {
 	struct sfollow *f = arg;
-	if (!pj->cancelled)
-		return;
 	for (struct sjob *s = f->list; s; s = s->next)
-		if (s->spec.id == pj->id)
+		if (s->spec.id == id)
 			sjob_cancel(s);
+}
+
+/* Asks the store which of the jobs this meshd runs drivers for were
+ * cancelled (their ids only: not a scan of every job ever submitted,
+ * which each submit's wake-up used to run beside the new job's start). */
+static int check_cancels(struct sfollow *f)
+{
+	size_t n = 0, cap = 0;
+	uint64_t *ids = NULL;
+	int rc = 0;
+	for (struct sjob *s = f->list; s && rc == 0; s = s->next) {
+		if (!s->th_on || atomic_load(&s->ended))
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			uint64_t *m = realloc(ids, nc * sizeof *m);
+			if (!m)
+				rc = -ENOMEM;
+			else
+				ids = m, cap = nc;
+		}
+		if (rc == 0)
+			ids[n++] = s->spec.id;
+	}
+	if (rc == 0)
+		rc = mesh_pgr_cancelled(f->pg, ids, n, seen_cancel, f);
+	free(ids);
+	return rc;
 }
 
 static void *follow_main(void *arg)
@@ -548,11 +574,8 @@ static void *follow_main(void *arg)
 	while (!atomic_load(&f->stop)) {
 		node_programs(f);
 		rc = mesh_pgr_jobs(f->pg, 0, 1, seen_job, f);
-		int any_running = 0;
-		for (struct sjob *s = f->list; s; s = s->next)
-			any_running |= s->th_on && !atomic_load(&s->ended);
-		if (!rc && any_running)
-			rc = mesh_pgr_jobs(f->pg, 0, 0, seen_cancel, f);
+		if (!rc)
+			rc = check_cancels(f);
 		for (struct sjob *s = f->list; s; s = s->next)
 			if (s->th_on && atomic_load(&s->ended) && s->final)
 				sjob_join(s);

@@ -241,6 +241,16 @@ static int fill(struct mesh__runner *r)
 		struct mesh_lease ls[MESH_JOB_LEASE_MANY_MAX];
 		struct mesh_job *jh = r->job;
 		size_t k = r->nslots - r->busy, got = 0;
+		if (r->ex->ops->room) {
+			/* Leased is held: not more than the executor will start
+			 * soon, so that other nodes get what this one would only
+			 * queue (its completions wake us for more). */
+			size_t room = r->ex->ops->room(r->ex);
+			if (!room)
+				return 0;
+			if (k > room)
+				k = room;
+		}
 		if (k > MESH_JOB_LEASE_MANY_MAX)
 			k = MESH_JOB_LEASE_MANY_MAX;
 		if (r->o->max_chunks && r->o->max_chunks - r->st->started < k)
@@ -662,7 +672,10 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 	}
 	if ((rc = setup_slots(r)) < 0 || (rc = setup_order(r)) < 0 || (rc = mesh__out_joblog_open(r)) < 0)
 		goto out;
-	{
+	if (o->progress_fd >= 0) {
+		/* The bar's rate counts this run's share alone.  Without a bar,
+		 * no status before the first lease: on a shared store it is a
+		 * query on the way to it. */
 		struct mesh_job_status js;
 		if ((rc = mesh_job_status(job, &js)) < 0)
 			goto out;

@@ -101,6 +101,9 @@ struct mesh__executor_ops {
 	void (*signal)(struct mesh__executor *ex, unsigned slot, int sig);
 	void (*release)(struct mesh__executor *ex, unsigned slot);
 	void (*free)(struct mesh__executor *ex);
+	/* How many more attempts it takes now (the driver leases no more
+	 * than that, however many slots are free); NULL: one a free slot. */
+	size_t (*room)(struct mesh__executor *ex);
 };
 
 /* Every executor starts with this; ops and sink are set by its constructor. */

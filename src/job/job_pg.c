@@ -468,7 +468,7 @@ static int jp_nodes(struct mesh__jstore *s, void (*fn)(const struct mesh_job_nod
 {
 	struct mesh__jpg *p = jpg_of(s);
 	struct nodes_arg a = {fn, arg};
-	return mesh_pg_nodes(p->pg, 1, one_node, &a);
+	return mesh_pg_job_nodes(p->pg, one_node, &a);
 }
 
 static uint64_t jp_nchunks(const struct mesh__jstore *s)

@@ -208,3 +208,23 @@ int mesh_pg_nodes(struct mesh_pg *pg, int this_job, void (*fn)(const struct mesh
 	PQclear(r);
 	return rc;
 }
+
+int mesh_pg_job_nodes(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_node *, void *), void *arg)
+{
+	const char *vals[1] = {pg->job};
+	int rc = 0;
+	PGresult *r = mesh__pg_ql(pg,
+				  "SELECT n.name, n.chunks, n.busy_us FROM mesh.nodes n JOIN mesh.jobs j ON j.id = n.job"
+				  " WHERE j.name = $1 ORDER BY n.started, n.holder",
+				  1, vals, &rc);
+	for (int i = 0; r && i < PQntuples(r); i++) {
+		struct mesh_pg_node nd = {0};
+		nd.name = PQgetvalue(r, i, 0);
+		nd.host = nd.program = nd.job = "";
+		nd.chunks = strtoull(PQgetvalue(r, i, 1), NULL, 10);
+		nd.busy_ns = strtoull(PQgetvalue(r, i, 2), NULL, 10) * 1000;
+		fn(&nd, arg);
+	}
+	PQclear(r);
+	return rc;
+}

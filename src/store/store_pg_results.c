@@ -109,6 +109,30 @@ int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const 
 	return rc;
 }
 
+int mesh_pgr_cancelled(struct mesh_pg *pg, const uint64_t *ids, size_t n, void (*fn)(uint64_t id, void *), void *arg)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	int rc = 0;
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = mesh_buf_addf(&b, "%c%" PRIu64, i ? ',' : '{', ids[i]);
+	if (rc == 0)
+		rc = mesh_buf_add(&b, "}", 1);
+	if (rc < 0) {
+		mesh_buf_release(&b);
+		return rc;
+	}
+	const char *vals[1] = {b.p};
+	PGresult *r = mesh__pg_ql(pg, "SELECT job FROM mesh.specs WHERE job = ANY($1::int[]) AND state = 'c'", 1, vals,
+				  &rc);
+	for (int i = 0; r && i < PQntuples(r); i++)
+		fn(strtoull(PQgetvalue(r, i, 0), NULL, 10), arg);
+	PQclear(r);
+	mesh_buf_release(&b);
+	return rc;
+}
+
 /* A bytea column's value, unescaped (malloc'd). */
 static unsigned char *bytea_of(PGresult *r, int row, int col, size_t *len)
 {

@@ -52,6 +52,11 @@ int mesh_pgr_submit(struct mesh_pg *pg, const struct mesh_pgr_job *job, const vo
  * id names none. */
 int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const struct mesh_pgr_job *, void *),
 		  void *arg);
+/* Calls fn for each of the n jobs ids[] that was cancelled: what a
+ * follower asks of the jobs it runs drivers for (mesh_pgr_jobs(active)
+ * no longer lists them), by their keys alone, not over every job there
+ * ever was. */
+int mesh_pgr_cancelled(struct mesh_pg *pg, const uint64_t *ids, size_t n, void (*fn)(uint64_t id, void *), void *arg);
 /* The job's input (malloc'd; *len 0 and NULL when it has none). */
 int mesh_pgr_input(struct mesh_pg *pg, uint64_t id, char **data, size_t *len);
 /* Cancels for good (NOTIFY mesh_jobs).  MESH_E_NOJOB when there is none. */

@@ -266,6 +266,45 @@ static int holds_mid_job(void *arg)
 	return store_env_sql(h->e, q) == 1;
 }
 
+/* Slow chunks are shared: a host leases what its workers will start soon
+ * (about two caps of chunks a worker, job_exec.c's sx_room), not its whole
+ * K x D pipeline.  Before, the first host to look leased 256 chunks of
+ * 20 ms (2 workers x depth 128: 2.5 s of its work) and queued them while
+ * the other host idled with 44. */
+TEST_TIMEOUT(meshd_store_slow_chunks_are_shared_not_held_by_one_host, 60)
+{
+	struct store_env e;
+	char *expect, ha[600], hb[600], q[1400];
+	const unsigned n = 200;
+	start_store(&e);
+	pid_t a = start_host("a", "jw"), b = start_host("b", "jw");
+	make_input(n, "slow", &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	held_sql(ha, sizeof ha, id, a);
+	held_sql(hb, sizeof hb, id, b);
+	snprintf(q, sizeof q, "SELECT greatest(%s, %s)", ha, hb);
+	struct progress all = {&e, id, n};
+	long most = 0;
+	uint64_t t0 = t_now_ms();
+	while (!done_past(&all) && t_now_ms() - t0 < 30000) {
+		long k = store_env_sql(&e, q);
+		if (k > most)
+			most = k;
+	}
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, n, expect);
+	/* 2 workers x 2 x 8 (CAP_START) before the pace is known, then 2 x 2 x 2 */
+	EXPECT_GT(most, 0);
+	EXPECT_LE(most, 40);
+	EXPECT_GE(node_of(&e, id, a), (long)n / 4);
+	EXPECT_GE(node_of(&e, id, b), (long)n / 4);
+	EXPECT_EQ(node_of(&e, id, a) + node_of(&e, id, b), (long)n);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	EXPECT_EQ(meshd_t_stop(b), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
 TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once, 90)
 {
 	struct store_env e;
