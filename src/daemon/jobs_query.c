@@ -83,13 +83,16 @@ static int write_new(const char *path, const void *p, size_t len, int *fd)
 	return rc;
 }
 
-/* Makes a job durable while its driver already runs: its input (in_fd)
- * and journal, written unsynced, then their names, then the spec (path),
- * written last (a job is there once its spec is), then the job's
- * directory's name in jobs/.  The submit is answered after. */
-static int store_job(struct job *jb, const char *spec, const char *path, int in_fd)
+/* Makes a job durable while its driver already runs: its input (in_fd),
+ * results file (res_fd) and journal, written unsynced, then their names,
+ * then the spec (path), written last (a job is there once its spec is),
+ * then the job's directory's name in jobs/.  The submit is answered
+ * after. */
+static int store_job(struct job *jb, const char *spec, const char *path, int in_fd, int res_fd)
 {
 	int rc = in_fd >= 0 ? mesh_fdatasync(in_fd) : 0;
+	if (!rc)
+		rc = mesh_fdatasync(res_fd);
 	int fd = rc ? -1 : open(jb->journal, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (!rc && fd < 0)
 		rc = -errno;
@@ -208,12 +211,18 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	/* The input and the journal, written and not synced: the directory
 	 * is ours alone (the mkdir above), and the spec comes last, so a
 	 * crash before it is durable leaves a directory that open ignores. */
-	int in_fd = -1;
+	int in_fd = -1, res_fd = -1;
 	if (jb->has_input && (rc = write_new(jb->input_path, s->input, s->input_len, &in_fd)) < 0)
 		goto fail;
-	if ((rc = mesh_job_submit_unsynced(jb->journal, n)) < 0) {
+	/* The results file too: made durable with the rest, so that the
+	 * driver's open of it syncs nothing (its creation by the driver was
+	 * two more fsyncs beside these, on the way to the first result). */
+	if ((rc = mesh_results_create(jb->results_path, &res_fd)) < 0 ||
+	    (rc = mesh_job_submit_unsynced(jb->journal, n)) < 0) {
 		if (in_fd >= 0)
 			close(in_fd);
+		if (res_fd >= 0)
+			close(res_fd);
 		goto fail;
 	}
 	/* Its driver now, while the job is made durable (store_job): it needs
@@ -233,9 +242,10 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		meshd_job_ahead_drop(jb->ahead);
 		jb->ahead = NULL;
 	}
-	int src = store_job(jb, spec, path, in_fd);
+	int src = store_job(jb, spec, path, in_fd, res_fd);
 	if (in_fd >= 0)
 		close(in_fd);
+	close(res_fd);
 	if (src == 0) {
 		atomic_store(&jb->t_stored, mesh_mono_ns());
 		mesh__job_note_first(jb);

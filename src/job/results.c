@@ -133,6 +133,29 @@ static int scan(struct mesh_results *r, uint64_t size, uint64_t *cut)
 	return 0;
 }
 
+static int write_header(int fd)
+{
+	uint8_t h[HDR_SIZE];
+	memcpy(h, file_magic, 8);
+	mesh_put32le(h + 8, VERSION);
+	mesh_put32le(h + 12, 0);
+	return mesh_pwrite_all(fd, h, HDR_SIZE, 0);
+}
+
+int mesh_results_create(const char *path, int *fd)
+{
+	int rc;
+	*fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (*fd < 0)
+		return -errno;
+	if ((rc = write_header(*fd)) < 0) {
+		close(*fd);
+		*fd = -1;
+		unlink(path);
+	}
+	return rc;
+}
+
 int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchunks, uint64_t *cut)
 {
 	struct stat st;
@@ -163,10 +186,7 @@ int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchu
 	uint8_t h[HDR_SIZE];
 	if (st.st_size < (off_t)HDR_SIZE) {
 		/* New (or a creator that died before its header was whole). */
-		memcpy(h, file_magic, 8);
-		mesh_put32le(h + 8, VERSION);
-		mesh_put32le(h + 12, 0);
-		if ((rc = mesh_pwrite_all(r->fd, h, HDR_SIZE, 0)) < 0)
+		if ((rc = write_header(r->fd)) < 0)
 			goto fail;
 		if (ftruncate(r->fd, HDR_SIZE) < 0) {
 			rc = -errno;

@@ -46,6 +46,11 @@ struct mesh_results;
  * MESH_E_FOREIGN (not a results file); MESH_E_VERSION; -ENOMEM.  *cut (may
  * be NULL) gets the bytes of torn tail dropped. */
 int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchunks, uint64_t *cut);
+/* Creates path (it must not exist) holding the header alone, not synced:
+ * for a caller that makes it durable with other files (fdatasync of *fd,
+ * the caller's to close, then one fsync of their directory); an open of
+ * it then writes and syncs nothing.  0 or -errno. */
+int mesh_results_create(const char *path, int *fd);
 void mesh_results_close(struct mesh_results *r);
 
 /* Appends one record (not synced; buffered: written at the next sync, or
