@@ -231,7 +231,8 @@ static int schema_version(PGconn *c)
 }
 
 /* The statements every batch runs, prepared once a connection (bit slot
- * of pg->prepared) instead of parsed and planned at each call. */
+ * of pg->prepared) instead of parsed and planned at each call; the other
+ * files' slots (store_pg_int.h) come after these. */
 enum { PREP_LEASE, PREP_COMPLETE, PREP_RENEW, PREP_HANDBACK };
 
 /* sql once: unnamed (slot < 0) or the connection's prepared statement of
@@ -818,6 +819,14 @@ PGresult *mesh__pg_ql(struct mesh_pg *pg, const char *sql, int n, const char *co
 {
 	pthread_mutex_lock(&pg->mu);
 	PGresult *r = mesh__pg_q(pg, sql, n, vals, rc);
+	pthread_mutex_unlock(&pg->mu);
+	return r;
+}
+
+PGresult *mesh__pg_qlp(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals, int *rc)
+{
+	pthread_mutex_lock(&pg->mu);
+	PGresult *r = query(pg, slot, sql, n, vals, rc);
 	pthread_mutex_unlock(&pg->mu);
 	return r;
 }

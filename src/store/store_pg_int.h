@@ -87,6 +87,11 @@ void mesh__pg_open_cconn(struct mesh_pg *pg);
 /* mesh__pg_q with pg->mu taken here and let go before it returns: for a
  * result read without the connection (its rows may call the store). */
 PGresult *mesh__pg_ql(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc);
+/* As mesh__pg_ql, sql being the connection's prepared statement of slot
+ * (prepared at its first use on a connection, in the same round trip):
+ * for what a meshd runs often, one of these a statement. */
+enum { MESH__PG_PREP_JOBS = 8, MESH__PG_PREP_CANCELLED, MESH__PG_PREP_JOB_NODES };
+PGresult *mesh__pg_qlp(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals, int *rc);
 /* A one-value query (pg->mu taken here): the value's text into buf. */
 int mesh__pg_q1(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, char *buf, size_t cap);
 /* Registers the node (once: the first lease) and starts its beat thread.

@@ -213,10 +213,10 @@ int mesh_pg_job_nodes(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_node *
 {
 	const char *vals[1] = {pg->job};
 	int rc = 0;
-	PGresult *r = mesh__pg_ql(pg,
-				  "SELECT n.name, n.chunks, n.busy_us FROM mesh.nodes n JOIN mesh.jobs j ON j.id = n.job"
-				  " WHERE j.name = $1 ORDER BY n.started, n.holder",
-				  1, vals, &rc);
+	PGresult *r = mesh__pg_qlp(pg, MESH__PG_PREP_JOB_NODES,
+				   "SELECT n.name, n.chunks, n.busy_us FROM mesh.nodes n JOIN mesh.jobs j ON j.id = n.job"
+				   " WHERE j.name = $1 ORDER BY n.started, n.holder",
+				   1, vals, &rc);
 	for (int i = 0; r && i < PQntuples(r); i++) {
 		struct mesh_pg_node nd = {0};
 		nd.name = PQgetvalue(r, i, 0);

@@ -74,7 +74,7 @@ int mesh_pgr_jobs(struct mesh_pg *pg, uint64_t id, int active, void (*fn)(const 
 	PGresult *r;
 	int rc = 0;
 	snprintf(it, sizeof it, "%" PRIu64, id);
-	r = mesh__pg_ql(pg,
+	r = mesh__pg_qlp(pg, MESH__PG_PREP_JOBS,
 		"SELECT j.id, j.n, s.program, s.name, s.max_workers, s.retries, s.timeout_ns, s.speculate, s.state = 'c',"
 		" s.input IS NOT NULL, j.done, j.failed, j.dups, s.submitted,"
 		" mesh.held(j.id, true),"
@@ -124,8 +124,8 @@ int mesh_pgr_cancelled(struct mesh_pg *pg, const uint64_t *ids, size_t n, void (
 		return rc;
 	}
 	const char *vals[1] = {b.p};
-	PGresult *r = mesh__pg_ql(pg, "SELECT job FROM mesh.specs WHERE job = ANY($1::int[]) AND state = 'c'", 1, vals,
-				  &rc);
+	PGresult *r = mesh__pg_qlp(pg, MESH__PG_PREP_CANCELLED,
+				   "SELECT job FROM mesh.specs WHERE job = ANY($1::int[]) AND state = 'c'", 1, vals, &rc);
 	for (int i = 0; r && i < PQntuples(r); i++)
 		fn(strtoull(PQgetvalue(r, i, 0), NULL, 10), arg);
 	PQclear(r);
