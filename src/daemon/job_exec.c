@@ -447,6 +447,21 @@ static int holds(const struct slot_ex *x, const struct jworker *w, uint64_t cid)
 	return 0;
 }
 
+/* The attempts queued for a worker and in workers' rings (not those
+ * dropped that a worker still works on). */
+static size_t outstanding(const struct slot_ex *x)
+{
+	size_t n = 0;
+	for (const struct unit *q = x->qhead; q; q = q->qnext)
+		n++;
+	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
+		const struct jworker *w = &x->w[i];
+		for (unsigned k = 0; w->state == W_ON && k < w->n; k++)
+			n += w->fifo[(w->head + k) % x->cfg.depth].unit != 0;
+	}
+	return n;
+}
+
 /* Sends what waits to workers with room; asks for workers as demand says. */
 static void pump_send(struct slot_ex *x)
 {
@@ -524,15 +539,11 @@ static void pump_send(struct slot_ex *x)
 	 * worker's concurrency min(D, DEMAND_CONCURRENCY) and at most K
 	 * workers (its replica count: ceil(in flight / that), from zero at
 	 * once). */
-	unsigned inflight = 0, warm = 0, starting = 0;
-	for (struct unit *q = x->qhead; q; q = q->qnext)
-		inflight++;
+	unsigned inflight = (unsigned)outstanding(x), warm = 0, starting = 0;
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
 		warm += w->state == W_ON && !w->stale;
 		starting += w->state == W_COMING;
-		for (unsigned k = 0; w->state == W_ON && k < w->n; k++)
-			inflight += w->fifo[(w->head + k) % D].unit != 0;
 	}
 	unsigned have = warm + starting, want = have;
 	struct mesh_as_config c = {0, K, D < DEMAND_CONCURRENCY ? D : DEMAND_CONCURRENCY, 0, 0, 0};
@@ -784,16 +795,12 @@ static void sx_free(struct mesh__executor *ex)
 static size_t sx_room(struct mesh__executor *ex)
 {
 	struct slot_ex *x = sx(ex);
-	unsigned D = x->cfg.depth, start = CAP_START < D ? CAP_START : D;
-	size_t want = 0, have = 0;
+	unsigned start = CAP_START < x->cfg.depth ? CAP_START : x->cfg.depth;
+	size_t want = 0, have = outstanding(x);
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		const struct jworker *w = &x->w[i];
 		want += 2 * (size_t)(w->state == W_ON && w->cap ? w->cap : start);
-		for (unsigned k = 0; w->state == W_ON && k < w->n; k++)
-			have += w->fifo[(w->head + k) % D].unit != 0;
 	}
-	for (const struct unit *q = x->qhead; q; q = q->qnext)
-		have++;
 	return want > have ? want - have : 0;
 }
 
