@@ -20,13 +20,14 @@
 #   streaming    time to first token (tests/workers/openai_server.py, SSE),
 #                gateway minus direct, median of 30; target <= 1 ms
 #   cold start   first byte minus the program's own spawn-to-ready for a 2 s
-#                start; target <= 5 ms.  The program's own: the same command
-#                started by the script itself (fork to its ready file);
-#                also shown: from the date stamp its shell
-#                takes (which leaves its shell's exec and its `date`'s fork
-#                and exec to meshd's side), and minus the direct start's
-#                first byte (its answer to the request counted on both);
-#                COLD_ROUNDS (7) rounds of each in turn, medians
+#                start; target <= 5 ms.  The program: bench/cold_upstream.c
+#                (a sleep, a listen, a ready file holding the time of its
+#                first instruction and of its listen; answers in
+#                microseconds), through the gateway and started by the
+#                script itself (fork and exec to its ready file), in turn,
+#                COLD_ROUNDS (9) rounds, medians; also each round's own
+#                start (its first instruction to its listen) subtracted,
+#                which removes the start's jitter from the difference
 # Usage: bench/bench_gateway.sh BUILD.  Skipped without wrk, haproxy, nginx.
 # BENCH_GATEWAY_PARTS: the parts to run (default "warm paced stream cold").
 B=$(cd "${1:-build}" && pwd)
@@ -75,7 +76,7 @@ name = "cold"
 backend = "http"
 models = ["cold-model"]
 idle_ttl = "1s"
-command = ["sh", "-c", "date +%s.%N > $T/spawned; exec $PY $OA --port {port} --models cold-model --start-delay 2 --ready-file $T/ready"]
+command = ["$B/bench/cold_upstream", "{port}", "cold-model", "2", "$T/ready"]
 TOML
 # Its programs write under $T and run python3 from this PATH: as meshd's user
 # (a root meshd would run them as nobody otherwise).
@@ -195,7 +196,7 @@ if part paced && [ -x "$B/bench/paced_client" ]; then
 fi
 
 # Streaming and the cold start: Python clients timing the first token/byte.
-OA="$OA" PY="$PY" python3 - "$G" "$T" "$PARTS" <<'PY'
+B="$B" OA="$OA" PY="$PY" python3 - "$G" "$T" "$PARTS" <<'PY'
 import http.client, json, os, shutil, socket, statistics, sys, tempfile, time, urllib.request
 g, t, parts = sys.argv[1], sys.argv[2], sys.argv[3].split()
 gport = int(g.rsplit(":", 1)[1])
@@ -235,15 +236,18 @@ if "stream" in parts:
           "(target <= 1000)" % (dm, wm, wm - dm))
 if "cold" not in parts:
     sys.exit(0)
-# Cold start: a program whose own start takes 2 s, through the gateway and
-# started by this script itself (fork and exec, as a user would start it:
-# its spawn-to-ready from the fork to its ready file, then the same request
-# at once), in turn, COLD_ROUNDS rounds (the program is reaped to cold in
-# between: idle_ttl 300 ms); medians.  Also the figure from the date stamp
-# its shell takes: that leaves its shell's exec and a `date` process's fork
-# and exec to meshd's side (milliseconds each on a VM where an exec costs
-# milliseconds).
+# Cold start: a program whose own start takes 2 s (bench/cold_upstream.c),
+# through the gateway and started by this script itself (fork and exec, as
+# a user would start it: its spawn-to-ready from before the fork to the
+# listen its ready file records, then the same request at once), in turn,
+# COLD_ROUNDS rounds (the program is reaped to cold in between: idle_ttl
+# 1 s); medians.  The ready file's first stamp is the program's first
+# instruction: each round's own start (that stamp to its listen) is known on
+# both sides, so the "paired" figure subtracts it round by round and keeps
+# only the start's jitter-free parts: meshd's spawn, the listen's detection,
+# the probe, the request's relay (and the program's two answers).
 import subprocess
+up = os.path.join(os.environ["B"], "bench", "cold_upstream")
 b = json.dumps({"model": "cold-model", "messages": [{"role": "user", "content": "hi"}]})
 req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
        "Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(b), b)).encode()
@@ -258,97 +262,68 @@ def first_byte(port):
 def state():
     ms = json.load(urllib.request.urlopen(g + "/v1/models"))["data"]
     return [m.get("state") for m in ms if m["id"] == "cold-model"][0]
+def stamps(path):
+    started, ready = open(path).read().split()
+    return int(started) / 1e9, int(ready) / 1e9
 def direct_once():
     d = tempfile.mkdtemp()
     ps = socket.socket(); ps.bind(("127.0.0.1", 0)); port = ps.getsockname()[1]; ps.close()
-    cmd = ("date +%%s.%%N > %s/spawned; exec %s %s --port %d --models cold-model --start-delay 2 "
-           "--ready-file %s/ready" % (d, os.environ["PY"], os.environ["OA"], port, d))
+    rf = os.path.join(d, "ready")
     u0 = time.time()
-    pr = subprocess.Popen(["sh", "-c", cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while not os.path.exists(os.path.join(d, "ready")):
+    pr = subprocess.Popen([up, str(port), "cold-model", "2", rf])
+    while not os.path.exists(rf) or not os.path.getsize(rf):
         time.sleep(0.0002)
-    u1 = time.time()
     v0, v1 = first_byte(port)
     pr.terminate()
     pr.wait()
-    inner = os.stat(os.path.join(d, "ready")).st_mtime - float(open(os.path.join(d, "spawned")).read())
+    started, ready = stamps(rf)
     shutil.rmtree(d, ignore_errors=True)
-    return (u1 - u0) * 1e3, (v1 - u0) * 1e3, inner * 1e3
-rounds = int(os.environ.get("COLD_ROUNDS", "7"))
-gws, owns, drs, dfs, dins = [], [], [], [], []
+    # spawn-to-ready, first byte, fork to its first instruction (ms)
+    return (ready - u0) * 1e3, (v1 - u0) * 1e3, (started - u0) * 1e3
+rounds = int(os.environ.get("COLD_ROUNDS", "9"))
+gws, owns, drs, dfs, dpres, lines = [], [], [], [], [], []
 for i in range(rounds):
-    dr, df, din = direct_once()
+    dr, df, dpre = direct_once()
     drs.append(dr)
     dfs.append(df)
-    dins.append(din)
+    dpres.append(dpre)
     if i:
         w0 = time.time()
         while state() != "cold" and time.time() - w0 < 15:
             time.sleep(0.02)
+    try:
+        os.unlink(os.path.join(t, "ready"))
+    except FileNotFoundError:
+        pass
     t0, t1 = first_byte(gport)
     gws.append((t1 - t0) * 1e3)
-    spawned = float(open(os.path.join(t, "spawned")).read())
-    ready = os.stat(os.path.join(t, "ready")).st_mtime
-    own = ready - spawned
-    owns.append(own * 1e3)
+    started, ready = stamps(os.path.join(t, "ready"))
+    owns.append((ready - started) * 1e3)
+    with open(os.path.join(t, "logs", "cold.log")) as f:
+        lines.append([l for l in f if "--- meshd gateway: warm pid=" in l][-1])
 md = statistics.median
 gw_first = md(gws)
-print("   cold start (2 s), median of %d rounds: first byte through the gateway %.1f ms; the same command "
-      "started directly: spawn-to-ready %.1f ms, first byte %.1f ms" % (rounds, gw_first, md(drs), md(dfs)))
-print("     the gateway's first byte minus the program's own spawn-to-ready: %.1f ms (target <= 5); minus "
-      "its own first byte: %.1f ms; from its date stamp (its shell's exec and `date` counted to meshd): %.1f ms"
-      % (gw_first - md(drs), gw_first - md(dfs), md([a - b for a, b in zip(gws, owns)])))
-print("     each round (gateway first byte - direct spawn-to-ready, ms): %s"
-      % ", ".join("%.1f" % (a - b) for a, b in zip(gws, drs)))
-print("     the program's own time from its date stamp to its ready file: under meshd %.1f ms, started directly "
-      "%.1f ms (medians)" % (md(owns), md(dins)))
-warm, waited, line = "?", "", ""
-with open(os.path.join(t, "logs", "cold.log")) as f:
-    for l in f:
-        if "--- meshd gateway: warm pid=" in l:
-            line = l
-            warm = l.split(" in ")[1].split(" ms")[0]
-            if "waited with " in l:
-                waited = l.split("waited with ")[1].split(";")[0]
-def num(after):
+print("   cold start (2 s), median of %d rounds: first byte through the gateway %.2f ms; the same program "
+      "started directly: spawn-to-ready %.2f ms, first byte %.2f ms" % (rounds, gw_first, md(drs), md(dfs)))
+print("     the gateway's first byte minus the program's own spawn-to-ready: %.2f ms (target <= 5); minus its own "
+      "first byte: %.2f ms" % (gw_first - md(drs), gw_first - md(dfs)))
+paired = [a - o - md(dpres) for a, o in zip(gws, owns)]
+print("     paired (each round's first byte minus its own start, first instruction to listen, minus the direct "
+      "fork to first instruction, %.2f ms): %.2f ms (median; rounds %s)"
+      % (md(dpres), md(paired), ", ".join("%.1f" % x for x in paired)))
+def num(line, after):
     try:
         return float(line.split(after)[1].split(" ")[0].rstrip(")"))
     except (IndexError, ValueError):
         return None
-spawn, seen, within, answered = (num("; spawn "), num("its listen seen at "), num("(within "),
-                                 num("the probe answered in "))
-if warm != "?" and None not in (spawn, seen, within, answered):
-    # meshd's clock (from the request's spawn) and the program's stamps
-    # meet at its listen, which meshd saw at `seen` (within `within`).
-    pre = seen - own * 1e3 - spawn
-    print("     of which (the last round): meshd's spawn to the program's exec %.2f ms; the program's sh to its date stamp about "
-          "%.1f ms; its listen seen within %.2f ms; the probe answered in %.2f ms (its own answer, mostly); "
-          "the first byte %.2f ms after warm (the request, relayed at once, and its answer)"
-          % (spawn, pre, within, answered, (t1 - t0) * 1e3 - float(warm)))
-elif warm != "?":
-    print("     of which meshd's spawn-to-warm minus the program's own %.1f ms, the first byte after warm %.1f ms"
-          % (float(warm) - own * 1e3, (t1 - t0) * 1e3 - float(warm)))
-if waited:
-    print("     meshd's wait for it: %s" % waited)
-# What the figure counts that is the program's, not meshd's: its shell's
-# start before its `date` stamp (above), and its answers (the probe's and
-# the request's: any client waits for the latter).  The program's answer to
-# a request on a new connection, direct, as the cold start's was: median of 5.
-cport = None
-with open(os.path.join(t, "logs", "cold.log")) as f:
-    for l in f:
-        if "spawned pid=" in l and "port=" in l:
-            cport = int(l.split("port=")[1].split()[0])
-if cport:
-    a = []
-    for i in range(5):
-        c = socket.create_connection(("127.0.0.1", cport))
-        u0 = time.time()
-        c.sendall(req)
-        c.recv(1)
-        a.append((time.time() - u0) * 1e3)
-        c.close()
-    a.sort()
-    print("     the program's own answer to a request on a new connection, direct: %.2f ms (median of 5; %.2f..%.2f)"
-          % (a[2], a[0], a[4]))
+parts_ = [(num(l, "; spawn "), num(l, "(within "), num(l, "the probe answered in "),
+           float(l.split(" in ")[1].split(" ms")[0]), l) for l in lines]
+ok = [(sp, wi, an, gw - (wm + 0.0)) for (sp, wi, an, wm, l), gw in zip(parts_, gws) if None not in (sp, wi, an)]
+if ok:
+    print("     of which (medians): meshd's spawn to the program's exec %.2f ms; its listen seen within %.2f ms; the "
+          "probe answered in %.2f ms; the first byte %.2f ms after warm (the request, relayed at once, and its answer)"
+          % tuple(md([x[k] for x in ok]) for k in range(4)))
+l = lines[-1]
+if "waited with " in l:
+    print("     meshd's wait for it (the last round): %s" % l.split("waited with ")[1].split(";")[0])
 PY
