@@ -20,7 +20,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* A waiter looks at its quit flag at least this often. */
+/* A waiter looks at its quit flag at least this often (tell_quit wakes it
+ * at once; this is the bound should a wake-up be missed). */
 #define WAIT_SLICE_NS (50 * MESH_NS_PER_MS)
 /* How long a dead worker's reaping is waited for (its report). */
 #define DOWN_WAIT_NS (5 * MESH_NS_PER_S)
@@ -70,7 +71,8 @@ struct jworker {
 	int efd;	 /* the waiter: a reply (or the slot's failure) is there */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int armed, quit; /* mu */
+	int armed;	 /* mu */
+	_Atomic uint32_t quit; /* set under mu; the waiter's wait watches it too */
 	struct entry *fifo;
 	unsigned head, n;  /* entries in flight, in send order */
 	uint64_t taken_base, answered;
@@ -163,9 +165,9 @@ static void *waiter_main(void *arg)
 		if (w->quit)
 			break;
 		pthread_mutex_unlock(&w->mu);
-		int rc = mesh_slot_wait_reply(w->h.slot, 0, WAIT_SLICE_NS);
+		int rc = mesh_slot_wait_reply(w->h.slot, 0, WAIT_SLICE_NS, &w->quit);
 		pthread_mutex_lock(&w->mu);
-		if (rc == MESH_E_TIMEOUT)
+		if (rc == MESH_E_TIMEOUT || w->quit)
 			continue;
 		/* A reply, or the slot failed: the driver's thread takes over
 		 * the reply ring until it arms us again. */
@@ -184,14 +186,22 @@ static void arm(struct jworker *w)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* Tells w's waiter to end, wherever it waits (on mu's cv, or on the reply
+ * ring: the kick wakes it at once, not at its next slice). */
+static void tell_quit(struct jworker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	atomic_store(&w->quit, 1);
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	mesh_slot_kick_reply(w->h.slot);
+}
+
 static void stop_waiter(struct jworker *w)
 {
 	if (!w->waiter_on)
 		return;
-	pthread_mutex_lock(&w->mu);
-	w->quit = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
+	tell_quit(w);
 	pthread_join(w->waiter, NULL);
 	w->waiter_on = 0;
 	mesh__jx_efd_drain(w->efd);
@@ -366,7 +376,7 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->cap = CAP_START < x->cfg.depth ? CAP_START : x->cfg.depth;
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->armed = 0;
-	w->quit = 0;
+	atomic_store(&w->quit, 0);
 	mesh__jx_stamp_first(&x->st->first_worker_ns);
 	atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
 }
@@ -759,12 +769,8 @@ static void sx_free(struct mesh__executor *ex)
 	}
 	/* Every waiter told to quit first: they end together. */
 	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++)
-		if (x->w[i].waiter_on) {
-			pthread_mutex_lock(&x->w[i].mu);
-			x->w[i].quit = 1;
-			pthread_cond_signal(&x->w[i].cv);
-			pthread_mutex_unlock(&x->w[i].mu);
-		}
+		if (x->w[i].waiter_on)
+			tell_quit(&x->w[i]);
 	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
 		if (w->state == W_ON)

@@ -228,9 +228,14 @@ static int space_ready(struct mesh_ring *r, uint64_t rec)
 	return r->pos + rec - r->peer <= r->cap;
 }
 
+static int stopped(const _Atomic uint32_t *w)
+{
+	return w && atomic_load_explicit(w, memory_order_acquire);
+}
+
 static int wait_common(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomic uint32_t *futex,
 		       _Atomic uint32_t *sleeping, uint64_t spin_ns, uint64_t timeout_ns,
-		       const _Atomic uint32_t *stop)
+		       const _Atomic uint32_t *stop, const _Atomic uint32_t *stop2)
 {
 	int rc = ready(r, arg);
 	if (rc)
@@ -242,7 +247,7 @@ static int wait_common(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomi
 	for (unsigned i = 1;; i++) {
 		if ((rc = ready(r, arg)) != 0)
 			return rc < 0 ? rc : 0;
-		if (stop && atomic_load_explicit(stop, memory_order_acquire))
+		if (stopped(stop) || stopped(stop2))
 			return 1;
 		cpu_relax();
 		if ((i & 15) == 0 && mesh_mono_ns() - start >= spin_ns)
@@ -253,7 +258,7 @@ static int wait_common(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomi
 		atomic_store(sleeping, 1);
 		atomic_thread_fence(memory_order_seq_cst);
 		rc = ready(r, arg);
-		if (rc || (stop && atomic_load(stop))) {
+		if (rc || stopped(stop) || stopped(stop2)) {
 			atomic_store(sleeping, 0);
 			return rc < 0 ? rc : rc ? 0 : 1;
 		}
@@ -270,7 +275,14 @@ static int wait_common(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomi
 int mesh_ring_wait_data(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop)
 {
 	return wait_common(r, data_ready, 0, &r->ctl->data_futex, &r->ctl->data_sleeping, spin_ns, timeout_ns,
-			   stop);
+			   stop, NULL);
+}
+
+int mesh_ring_wait_data2(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop,
+			 const _Atomic uint32_t *stop2)
+{
+	return wait_common(r, data_ready, 0, &r->ctl->data_futex, &r->ctl->data_sleeping, spin_ns, timeout_ns,
+			   stop, stop2);
 }
 
 int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
@@ -279,7 +291,7 @@ int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, 
 	if (msg_len > MESH_RING_MAX_MSG(r->cap))
 		return MESH_E_TOOBIG;
 	return wait_common(r, space_ready, mesh_ring_rec_size(msg_len), &r->ctl->space_futex,
-			   &r->ctl->space_sleeping, spin_ns, timeout_ns, stop);
+			   &r->ctl->space_sleeping, spin_ns, timeout_ns, stop, NULL);
 }
 
 void mesh_ring_tx_init(struct mesh_ring_tx *tx, uint32_t kind, uint32_t seq, const void *p, size_t n)

@@ -122,6 +122,10 @@ void mesh_msg_copy(const struct mesh_msg *m, void *dst);
  * NULL); 0 when readable; MESH_E_TIMEOUT after timeout_ns (UINT64_MAX =
  * forever).  Readability is "head != tail", not validated: peek validates. */
 int mesh_ring_wait_data(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop);
+/* The same with a second stop word (either may be NULL): a waiter that
+ * its owner stops (mesh_ring_kick wakes it to look). */
+int mesh_ring_wait_data2(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop,
+			 const _Atomic uint32_t *stop2);
 /* Producer: waits until need bytes of record space are free (same contract). */
 int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
 			 const _Atomic uint32_t *stop);

@@ -185,8 +185,11 @@ struct mesh_slot_reply {
  * MESH_E_CORRUPT (the slot is failed); -ENOMEM. */
 int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r);
 /* Waits until a reply may be there: 0; 1 when the slot failed or was shut
- * down; MESH_E_TIMEOUT after timeout_ns (spinning spin_ns first). */
-int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns);
+ * down, or when *quit (the caller's; may be NULL) is set; MESH_E_TIMEOUT
+ * after timeout_ns (spinning spin_ns first).  Whoever sets *quit calls
+ * mesh_slot_kick_reply, which wakes the waiter to look at it. */
+int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *quit);
+void mesh_slot_kick_reply(struct mesh_slot *s);
 /* Pipelined requests sent and not answered yet. */
 uint32_t mesh_slot_in_flight(const struct mesh_slot *s);
 /* The worker's count of requests it took since the run began (its

@@ -587,9 +587,14 @@ int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r)
 	return rc;
 }
 
-int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns)
+int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *quit)
 {
-	return mesh_ring_wait_data(&s->rep, spin_ns, timeout_ns, &s->stop);
+	return mesh_ring_wait_data2(&s->rep, spin_ns, timeout_ns, &s->stop, quit);
+}
+
+void mesh_slot_kick_reply(struct mesh_slot *s)
+{
+	mesh_ring_kick(&s->hdr->rep);
 }
 
 uint32_t mesh_slot_in_flight(const struct mesh_slot *s)

@@ -9,7 +9,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +80,7 @@ static int recv_wait(struct mesh_slot *s, struct mesh_slot_reply *r)
 		int rc = mesh_slot_recv(s, r);
 		if (rc != -EAGAIN)
 			return rc;
-		rc = mesh_slot_wait_reply(s, 0, 5 * SEC);
+		rc = mesh_slot_wait_reply(s, 0, 5 * SEC, NULL);
 		if (rc == MESH_E_TIMEOUT)
 			return rc;
 	}
@@ -210,7 +212,7 @@ TEST(slot_pipeline_replies_before_a_crash_are_kept)
 	EXPECT_STREQ(r.data, "1:b");
 	free(r.data);
 	EXPECT_EQ(mesh_slot_recv(s, &r), MESH_E_STATE);
-	EXPECT_EQ(mesh_slot_wait_reply(s, 0, SEC), 1);
+	EXPECT_EQ(mesh_slot_wait_reply(s, 0, SEC, NULL), 1);
 	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, "d", 1, &seq), MESH_E_STATE);
 	mesh_ctl_free(ctl);
 	mesh_slot_free(s);
@@ -233,4 +235,45 @@ TEST(slot_pipeline_out_of_order_reply_fails_the_slot)
 	EXPECT_CONTAINS(mesh_slot_failed(s), "where 1 was next");
 	mesh__slot_unmap(&m);
 	mesh_slot_free(s);
+}
+
+/* A reply waiter told to quit (its own word, then mesh_slot_kick_reply)
+ * returns at once, not at its timeout; the slot is not failed by it. */
+struct quit_arg {
+	struct mesh_slot *s;
+	_Atomic uint32_t quit;
+	int rc;
+	uint64_t ns;
+};
+
+static void *wait_quit(void *p)
+{
+	struct quit_arg *a = p;
+	uint64_t t0 = mesh_mono_ns();
+	a->rc = mesh_slot_wait_reply(a->s, 0, 10 * SEC, &a->quit);
+	a->ns = mesh_mono_ns() - t0;
+	return NULL;
+}
+
+TEST(slot_pipeline_reply_waiter_quits_when_told)
+{
+	struct quit_arg a = {.rc = -1};
+	ASSERT_EQ(mesh_slot_create(&a.s, 0, 4096), 0);
+	mesh_slot_arm(a.s, 1);
+	pthread_t th;
+	ASSERT_EQ(pthread_create(&th, NULL, wait_quit, &a), 0);
+	usleep(100 * 1000); /* asleep on the reply ring by now */
+	atomic_store(&a.quit, 1);
+	mesh_slot_kick_reply(a.s);
+	pthread_join(th, NULL);
+	EXPECT_EQ(a.rc, 1);
+	EXPECT_TRUE(a.ns < 5 * SEC);
+	EXPECT_TRUE(mesh_slot_failed(a.s) == NULL);
+	/* A kick alone (no quit) is not an answer: the wait goes on to its timeout. */
+	atomic_store(&a.quit, 0);
+	uint64_t t0 = mesh_mono_ns();
+	mesh_slot_kick_reply(a.s);
+	EXPECT_EQ(mesh_slot_wait_reply(a.s, 0, 50 * 1000 * 1000ull, &a.quit), MESH_E_TIMEOUT);
+	EXPECT_TRUE(mesh_mono_ns() - t0 >= 50 * 1000 * 1000ull);
+	mesh_slot_free(a.s);
 }
