@@ -33,6 +33,10 @@
 B=$(cd "${1:-build}" && pwd)
 PARTS=" ${BENCH_GATEWAY_PARTS:-warm paced stream cold} "
 part() { case $PARTS in *" $1 "*) return 0 ;; esac; return 1; }
+if part cold && [ ! -x "$B/bench/cold_upstream" ]; then
+	echo "   cold start skipped: no $B/bench/cold_upstream (make bench builds it)"
+	PARTS=$(echo "$PARTS" | sed 's/ cold / /')
+fi
 for t in wrk haproxy nginx python3 curl; do
 	command -v $t >/dev/null 2>&1 || [ -x /usr/sbin/$t ] || { echo "   skipped: $t is not installed (mk/deps.sh bench)"; exit 0; }
 done
