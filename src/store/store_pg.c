@@ -815,20 +815,17 @@ int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *d
 	return me.rc;
 }
 
-PGresult *mesh__pg_ql(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
-{
-	pthread_mutex_lock(&pg->mu);
-	PGresult *r = mesh__pg_q(pg, sql, n, vals, rc);
-	pthread_mutex_unlock(&pg->mu);
-	return r;
-}
-
 PGresult *mesh__pg_qlp(struct mesh_pg *pg, int slot, const char *sql, int n, const char *const *vals, int *rc)
 {
 	pthread_mutex_lock(&pg->mu);
 	PGresult *r = query(pg, slot, sql, n, vals, rc);
 	pthread_mutex_unlock(&pg->mu);
 	return r;
+}
+
+PGresult *mesh__pg_ql(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc)
+{
+	return mesh__pg_qlp(pg, -1, sql, n, vals, rc);
 }
 
 int mesh__pg_q1(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, char *buf, size_t cap)
