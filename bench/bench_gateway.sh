@@ -320,9 +320,9 @@ def num(line, after):
         return float(line.split(after)[1].split(" ")[0].rstrip(")"))
     except (IndexError, ValueError):
         return None
-parts_ = [(num(l, "; spawn "), num(l, "(within "), num(l, "the probe answered in "),
-           float(l.split(" in ")[1].split(" ms")[0]), l) for l in lines]
-ok = [(sp, wi, an, gw - (wm + 0.0)) for (sp, wi, an, wm, l), gw in zip(parts_, gws) if None not in (sp, wi, an)]
+steps = [(num(l, "; spawn "), num(l, "(within "), num(l, "the probe answered in "),
+          float(l.split(" in ")[1].split(" ms")[0])) for l in lines]
+ok = [(sp, wi, an, gw - wm) for (sp, wi, an, wm), gw in zip(steps, gws) if None not in (sp, wi, an)]
 if ok:
     print("     of which (medians): meshd's spawn to the program's exec %.2f ms; its listen seen within %.2f ms; the "
           "probe answered in %.2f ms; the first byte %.2f ms after warm (the request, relayed at once, and its answer)"
