@@ -4,6 +4,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/thread.h"
 #include "host/limits.h"
 #include "host/wlog.h"
 #include "proc/proc.h"
@@ -61,7 +62,13 @@ struct mesh_host {
 	struct mesh_instance *list;
 	uint64_t next_id;
 	uint32_t spawns, crashes;
-	uint64_t last_sample;
+	uint64_t last_cg; /* the last retry of the cgroups left to remove */
+	/* The sampler: its own thread, so that a read of all of /proc (about
+	 * 10 us a process on the machine) holds neither h->mu nor the thread
+	 * that dispatches the workers' events (a cold start's `ready`). */
+	pthread_t sampler;
+	pthread_cond_t sampler_cv;
+	int sampler_on, sampler_quit;
 };
 
 struct mesh_instance {
@@ -100,6 +107,8 @@ struct mesh_instance {
 	uint64_t spawned_at, alive_ns; /* this process's spawn; past processes' lifetimes */
 	int ready_told;		       /* on_ready called for this process */
 };
+
+static void *sampler_main(void *arg);
 
 static uint64_t ready_ns(const struct mesh_instance *w)
 {
@@ -336,6 +345,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	w->pid = c.pid;
 	w->child = c;
 	w->pidfd = c.pidfd;
+	pthread_cond_signal(&h->sampler_cv); /* its first sample a period from now */
 	w->outfd = out[0];
 	w->ctl = ctl;
 	w->exit_requested = 0;
@@ -732,6 +742,7 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&h->cv, &ca);
+	pthread_cond_init(&h->sampler_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	h->next_id = 1;
 	if (access(cfg->logs, W_OK | X_OK) != 0) {
@@ -787,6 +798,13 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 			*err = mesh_strf("cannot start the spawner thread: %s", mesh_strerror(rc));
 		goto bad;
 	}
+	if ((rc = mesh_thread_start(&h->sampler, sampler_main, h))) {
+		if (err)
+			*err = mesh_strf("cannot start the sampler thread: %s", mesh_strerror(rc));
+		mesh_proc_spawner_free(h->sp);
+		goto bad;
+	}
+	h->sampler_on = 1;
 	*out = h;
 	return 0;
 bad:
@@ -799,6 +817,7 @@ bad:
 	free(h->mps_dir);
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->cv);
+	pthread_cond_destroy(&h->sampler_cv);
 	free(h);
 	return rc;
 }
@@ -885,41 +904,76 @@ static void on_ctl(struct mesh_instance *w)
 	}
 }
 
-/* cpu and memory of each worker's whole tree (its namespace, or its
- * group and session): one read of /proc for all. */
-static void sample(struct mesh_host *h, uint64_t now)
+/* Applies a read of /proc made at `at` to the instances: cpu and memory
+ * of each worker's whole tree (its namespace, or its group and session).
+ * A process started since the read is not in it and keeps its figures.
+ * h->mu held. */
+static void sample_apply(struct mesh_host *h, const struct mesh_proc_table *t, uint64_t at)
 {
-	struct mesh_proc_table *t = NULL;
-	h->last_sample = now;
-	for (struct mesh_instance *w = h->list; w; w = w->next)
-		if (w->cg_busy && w->pid <= 0)
-			cgroup_done(w);
-	if (mesh_proc_table_read(&t) != 0)
-		return;
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
 		struct mesh_proc_usage u;
 		if (w->pid <= 0 || mesh_proc_table_sum(t, &w->child, &u) != 0)
 			continue;
-		if (now > w->prev_at && u.cpu_ns >= w->prev_cpu)
-			w->cpu_pct = (double)(u.cpu_ns - w->prev_cpu) * 100.0 / (double)(now - w->prev_at);
+		if (at > w->prev_at && u.cpu_ns >= w->prev_cpu)
+			w->cpu_pct = (double)(u.cpu_ns - w->prev_cpu) * 100.0 / (double)(at - w->prev_at);
 		w->prev_cpu = u.cpu_ns;
-		w->prev_at = now;
+		w->prev_at = at;
 		w->cpu_ns = u.cpu_ns;
 		w->rss = u.rss;
 		w->nprocs = u.procs;
 	}
-	mesh_proc_table_free(t);
 }
 
-/* The earliest deadline of any instance, and of the sampler while there
- * is something to sample (a process, a cgroup to remove): an idle host has
- * none (UINT64_MAX).  h->mu held. */
+static int any_process(const struct mesh_host *h)
+{
+	for (const struct mesh_instance *w = h->list; w; w = w->next)
+		if (w->pid > 0)
+			return 1;
+	return 0;
+}
+
+/* Once a second while a worker's process lives (asleep while none does:
+ * a spawn wakes it, and the first read comes a period later, not on the
+ * cold start's way): one read of /proc for all of them, made without
+ * h->mu. */
+static void *sampler_main(void *arg)
+{
+	struct mesh_host *h = arg;
+	pthread_mutex_lock(&h->mu);
+	while (!h->sampler_quit) {
+		if (!any_process(h)) {
+			pthread_cond_wait(&h->sampler_cv, &h->mu);
+			continue;
+		}
+		struct timespec ts;
+		uint64_t until = mesh_mono_ns() + SAMPLE_EVERY_NS;
+		ts.tv_sec = (time_t)(until / MESH_NS_PER_S);
+		ts.tv_nsec = (long)(until % MESH_NS_PER_S);
+		pthread_cond_timedwait(&h->sampler_cv, &h->mu, &ts);
+		if (h->sampler_quit || !any_process(h))
+			continue;
+		pthread_mutex_unlock(&h->mu);
+		struct mesh_proc_table *t = NULL;
+		uint64_t at = mesh_mono_ns();
+		int rc = mesh_proc_table_read(&t);
+		pthread_mutex_lock(&h->mu);
+		if (rc == 0)
+			sample_apply(h, t, at);
+		mesh_proc_table_free(t);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
+
+/* The earliest deadline of any instance, and of the retry of the cgroups
+ * left to remove while there are any: an idle host has none (UINT64_MAX).
+ * h->mu held. */
 static uint64_t next_deadline(struct mesh_host *h)
 {
 	uint64_t until = UINT64_MAX;
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
-		if ((w->pid > 0 || w->cg_busy) && h->last_sample + SAMPLE_EVERY_NS < until)
-			until = h->last_sample + SAMPLE_EVERY_NS;
+		if (w->cg_busy && w->pid <= 0 && h->last_cg + SAMPLE_EVERY_NS < until)
+			until = h->last_cg + SAMPLE_EVERY_NS;
 		if (w->deadline && w->deadline < until)
 			until = w->deadline;
 		if (w->closed_deadline && w->closed_deadline < until)
@@ -928,8 +982,8 @@ static uint64_t next_deadline(struct mesh_host *h)
 	return until;
 }
 
-/* Dispatches n epoll events, then the deadlines due and the sampler.
- * h->mu held. */
+/* Dispatches n epoll events, then the deadlines due and the retry of the
+ * cgroups left to remove.  h->mu held. */
 static void handle(struct mesh_host *h, const struct epoll_event *evs, int n)
 {
 	/* Deaths first: a crash report then holds every line written before it. */
@@ -967,8 +1021,12 @@ static void handle(struct mesh_host *h, const struct epoll_event *evs, int n)
 			fire(w, MESH_EV_BROKEN, &a, NULL);
 		}
 	}
-	if (now >= h->last_sample + SAMPLE_EVERY_NS)
-		sample(h, now);
+	if (now >= h->last_cg + SAMPLE_EVERY_NS) {
+		h->last_cg = now;
+		for (struct mesh_instance *w = h->list; w; w = w->next)
+			if (w->cg_busy && w->pid <= 0)
+				cgroup_done(w);
+	}
 }
 
 int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
@@ -1295,6 +1353,12 @@ void mesh_host_free(struct mesh_host *h)
 	if (!h)
 		return;
 	pthread_mutex_lock(&h->mu);
+	h->sampler_quit = 1;
+	pthread_cond_signal(&h->sampler_cv);
+	pthread_mutex_unlock(&h->mu);
+	if (h->sampler_on)
+		pthread_join(h->sampler, NULL);
+	pthread_mutex_lock(&h->mu);
 	uint64_t grace = 0;
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
 		fire(w, MESH_EV_EXIT, NULL, NULL);
@@ -1333,5 +1397,6 @@ void mesh_host_free(struct mesh_host *h)
 	free(h->mps_dir);
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->cv);
+	pthread_cond_destroy(&h->sampler_cv);
 	free(h);
 }
