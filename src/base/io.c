@@ -1,6 +1,7 @@
 #include "base/io.h"
 
 #include "base/err.h"
+#include "base/thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -183,6 +184,42 @@ ssize_t mesh_pread_full(int fd, void *buf, size_t n, off_t off)
 		got += (size_t)r;
 	}
 	return (ssize_t)got;
+}
+
+struct sync_one {
+	pthread_t th;
+	int fd, data, rc, on;
+};
+
+static void *sync_main(void *arg)
+{
+	struct sync_one *o = arg;
+	o->rc = o->data ? mesh_fdatasync(o->fd) : mesh_fsync(o->fd);
+	return NULL;
+}
+
+int mesh_sync_many(const int *fds, const unsigned char *data, size_t n)
+{
+	struct sync_one o[MESH_SYNC_MANY_MAX];
+	int rc = 0;
+	if (n > MESH_SYNC_MANY_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		o[i].fd = fds[i];
+		o[i].data = data[i];
+		o[i].rc = 0;
+		o[i].on = i > 0 && mesh_thread_start(&o[i].th, sync_main, &o[i]) == 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!o[i].on)
+			sync_main(&o[i]);
+	for (size_t i = 0; i < n; i++) {
+		if (o[i].on)
+			pthread_join(o[i].th, NULL);
+		if (!rc)
+			rc = o[i].rc;
+	}
+	return rc;
 }
 
 int mesh_write_file_atomic(const char *path, const void *buf, size_t n, mode_t mode)

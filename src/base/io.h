@@ -31,6 +31,14 @@ int mesh_pwrite_all(int fd, const void *buf, size_t n, off_t off);
 int mesh_fdatasync(int fd);
 /* fsync.  0 or -errno. */
 int mesh_fsync(int fd);
+/* Syncs n descriptors together: fdatasync where data[i] is set, else
+ * fsync; all but the first on threads of their own, so that the disk and
+ * the filesystem see them at once (one journal commit can serve them all,
+ * where a series waits for one each).  In the caller where a thread cannot
+ * be had.  At most MESH_SYNC_MANY_MAX (else -EINVAL).  0 or the first
+ * -errno in the order given. */
+#define MESH_SYNC_MANY_MAX 8
+int mesh_sync_many(const int *fds, const unsigned char *data, size_t n);
 /* fsync of the directory that holds path (after a create or rename). */
 int mesh_fsync_dir_of(const char *path);
 /* Reads up to n bytes at off, retrying EINTR and short reads; returns the

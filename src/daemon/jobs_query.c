@@ -83,31 +83,59 @@ static int write_new(const char *path, const void *p, size_t len, int *fd)
 	return rc;
 }
 
-/* Makes a job durable while its driver already runs: its input (in_fd),
- * results file (res_fd) and journal, written unsynced, then their names,
- * then the spec (path), written last (a job is there once its spec is),
- * then the job's directory's name in jobs/.  The submit is answered
- * after. */
+/* Makes a job durable while its driver already runs.  Round one, all at
+ * once (mesh_sync_many): the data of its input (in_fd), results file
+ * (res_fd), journal and spec (path, under a temporary name), all written
+ * unsynced before; the job's directory (their names); jobs/ (the
+ * directory's own name).  Round two: the spec's rename and the directory's
+ * fsync.  A job is there once its spec is, and all it needs was durable
+ * before; a crash before leaves a directory without a spec, which open
+ * ignores.  In series these were seven syncs, each waiting for the last.
+ * The submit is answered after. */
 static int store_job(struct job *jb, const char *spec, const char *path, int in_fd, int res_fd)
 {
-	int rc = in_fd >= 0 ? mesh_fdatasync(in_fd) : 0;
-	if (!rc)
-		rc = mesh_fdatasync(res_fd);
-	int fd = rc ? -1 : open(jb->journal, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (!rc && fd < 0)
+	char *tmp = mesh_strf("%s.tmp", path);
+	int fds[6], n = 0, rc = 0, renamed = 0;
+	unsigned char data[6];
+	int sfd = -1, jfd = -1, dfd = -1, pfd = -1;
+	if (!tmp)
+		return -ENOMEM;
+	if ((sfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
 		rc = -errno;
 	if (!rc)
-		rc = mesh_fdatasync(fd);
-	if (fd >= 0)
-		close(fd);
-	if (!rc)
-		rc = mesh_fsync_dir_of(jb->journal);
+		rc = mesh_write_all(sfd, spec, strlen(spec));
+	if (!rc && (jfd = open(jb->journal, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		rc = -errno;
+	if (!rc && (dfd = open(jb->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		rc = -errno;
+	if (!rc && (pfd = open(jb->owner->jobs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		rc = -errno;
+	if (!rc) {
+		if (in_fd >= 0)
+			fds[n] = in_fd, data[n++] = 1;
+		fds[n] = res_fd, data[n++] = 1;
+		fds[n] = jfd, data[n++] = 1;
+		fds[n] = sfd, data[n++] = 1;
+		fds[n] = dfd, data[n++] = 0;
+		fds[n] = pfd, data[n++] = 0;
+		rc = mesh_sync_many(fds, data, (size_t)n);
+	}
 	if (!rc)
 		atomic_store(&jb->t_journal, mesh_mono_ns());
 	if (!rc)
-		rc = mesh_write_file_atomic(path, spec, strlen(spec), 0600);
+		rc = rename(tmp, path) < 0 ? -errno : 0;
+	renamed = !rc;
 	if (!rc)
-		rc = mesh_fsync_dir_of(jb->dir);
+		rc = mesh_fsync(dfd);
+	if (rc) {
+		/* Not stored: no spec a restart could find either. */
+		unlink(renamed ? path : tmp);
+	}
+	int mine[] = {sfd, jfd, dfd, pfd};
+	for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+		if (mine[i] >= 0)
+			close(mine[i]);
+	free(tmp);
 	return rc;
 }
 

@@ -159,6 +159,36 @@ TEST(atomic_write_replaces_whole_file)
 	EXPECT_EQ(mesh_read_file("state", 2, &s, &n), MESH_E_TOOBIG);
 }
 
+TEST(sync_many_syncs_each_and_says_the_first_error)
+{
+	int fds[4];
+	unsigned char data[4] = {1, 1, 0, 1};
+	const char *names[4] = {"s0", "s1", ".", "s3"};
+	for (int i = 0; i < 4; i++) {
+		fds[i] = open(names[i], i == 2 ? O_RDONLY | O_DIRECTORY : O_WRONLY | O_CREAT, 0644);
+		ASSERT_GE(fds[i], 0);
+		if (i != 2)
+			EXPECT_EQ(mesh_write_all(fds[i], "x", 1), 0);
+	}
+	EXPECT_EQ(mesh_sync_many(fds, data, 4), 0);
+	/* One of the four fails (which one depends on the threads): the
+	 * call fails with it, and the other three still ran. */
+	mesh_fault_arm(MESH_FAULT_FSYNC, EIO, 3, 0);
+	EXPECT_EQ(mesh_sync_many(fds, data, 4), -EIO);
+	mesh_fault_disarm();
+	/* A closed descriptor is an error too, not a skip. */
+	int bad[2] = {fds[0], -1};
+	EXPECT_EQ(mesh_sync_many(bad, data, 2), -EBADF);
+	int many[MESH_SYNC_MANY_MAX + 1];
+	unsigned char d[MESH_SYNC_MANY_MAX + 1] = {0};
+	for (int i = 0; i <= MESH_SYNC_MANY_MAX; i++)
+		many[i] = fds[0];
+	EXPECT_EQ(mesh_sync_many(many, d, MESH_SYNC_MANY_MAX + 1), -EINVAL);
+	EXPECT_EQ(mesh_sync_many(many, d, MESH_SYNC_MANY_MAX), 0);
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
+}
+
 TEST(clock_moves_forward)
 {
 	uint64_t a = mesh_mono_ns();
