@@ -15,6 +15,7 @@
 #include "exec/input.h"
 #include "exec/runner.h"
 #include "job/job.h"
+#include "job/record.h"
 #include "job/results.h"
 
 #include <dirent.h>
@@ -315,7 +316,31 @@ static void note_buried(const struct mesh_job_failure *f, void *arg)
 		jb->buried[f->cid / 8] |= (unsigned char)(1u << (f->cid % 8));
 }
 
-/* Opens what a job needs to be read (and, writable, run). */
+struct rebuild {
+	struct mesh_results *res;
+	uint64_t restored;
+};
+
+/* A result a DONE carries: into the results file unless the chunk has
+ * one there (a chunk's first result record is its result: the file's
+ * rule, docs/jobs.md). */
+static int rebuild_one(void *arg, uint64_t cid, const void *p, size_t n)
+{
+	struct rebuild *b = arg;
+	void *have = NULL;
+	size_t len = 0;
+	int has = mesh_results_get(b->res, cid, MESH_RESULT_OK, &have, &len) == 0;
+	free(have);
+	if (has)
+		return 0;
+	b->restored++;
+	return mesh_results_append(b->res, cid, MESH_RESULT_OK, p, n);
+}
+
+/* Opens what a job needs to be read (and, writable, run).  A small
+ * result is durable in its DONE record, not in the results file, which
+ * is not synced for it (docs/journal.md, "Results in DONE records"): any
+ * the file lost in a crash is put back from the journal here. */
 static int results_open(struct job *jb, char **err)
 {
 	uint64_t cut = 0;
@@ -325,6 +350,18 @@ static int results_open(struct job *jb, char **err)
 		return mesh_errf(err, rc, "cannot open the results %s: %s", jb->results_path, mesh_strerror(rc));
 	if (cut)
 		mesh_warn("job=%" PRIu64 " results: a torn tail of %" PRIu64 " bytes was cut", jb->id, cut);
+	struct rebuild b = {res, 0};
+	rc = mesh_rec_each_result(jb->journal, jb->n, rebuild_one, &b);
+	if (rc == 0 && b.restored)
+		rc = mesh_results_sync(res);
+	if (rc < 0) {
+		mesh_results_close(res);
+		return mesh_errf(err, rc, "cannot put the journal's results back in %s: %s", jb->results_path,
+				 mesh_strerror(rc));
+	}
+	if (b.restored)
+		mesh_warn("job=%" PRIu64 " results: %" PRIu64 " put back from the journal (the results file had lost them)",
+			  jb->id, b.restored);
 	atomic_store(&jb->t_results, mesh_mono_ns());
 	pthread_mutex_lock(&jb->mu);
 	jb->res = res;
@@ -441,6 +478,7 @@ static void *driver_main(void *arg)
 		.failed = hook_failed,
 		.lease_lost = hook_lease_lost,
 		.cancel_fd = jb->cancel_efd,
+		.results_in_done = 1, /* results_open rebuilds from the journal */
 		.arg = jb,
 	};
 	char *argv[] = {jb->program, NULL};

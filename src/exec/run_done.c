@@ -57,6 +57,7 @@ void mesh__run_item_free(struct mesh__item *it)
 	free(it->tmp_out);
 	free(it->tmp_err);
 	free(it->status);
+	free(it->res_p);
 	free(it);
 }
 
@@ -64,6 +65,7 @@ void *mesh__run_completer(void *arg)
 {
 	struct mesh__runner *r = arg;
 	uint64_t *cids = NULL, *durs = NULL;
+	struct mesh_job_result *rv = NULL;
 	int *res = NULL;
 	struct mesh__item **its = NULL;
 	size_t cap = 0;
@@ -95,7 +97,10 @@ void *mesh__run_completer(void *arg)
 			struct mesh__item **i2 = realloc(its, nc * sizeof *i2);
 			if (i2)
 				its = i2;
-			if (c2 && d2 && r2 && i2)
+			struct mesh_job_result *v2 = realloc(rv, nc * sizeof *v2);
+			if (v2)
+				rv = v2;
+			if (c2 && d2 && r2 && i2 && v2)
 				cap = nc;
 		}
 		for (struct mesh__item *it = batch; it; it = it->next) {
@@ -103,11 +108,12 @@ void *mesh__run_completer(void *arg)
 			if (it->res_dir)
 				it->result = finalize_results(it);
 		}
-		/* The caller's results reach the disk before their DONE. */
+		/* The caller's results reach the disk before their DONE (those
+		 * in their DONE with it). */
 		if (r->o->hooks && r->o->hooks->commit) {
 			int any = 0;
 			for (struct mesh__item *it = batch; it && !any; it = it->next)
-				any = it->complete && it->result == 0;
+				any = it->complete && it->result == 0 && !it->res_p;
 			int rc = any ? r->o->hooks->commit(r->o->hooks->arg) : 0;
 			for (struct mesh__item *it = batch; it && rc < 0; it = it->next)
 				if (it->complete && it->result == 0)
@@ -129,10 +135,12 @@ void *mesh__run_completer(void *arg)
 				}
 				cids[n] = it->cid;
 				durs[n] = it->dur_ns;
+				rv[n].p = it->res_p;
+				rv[n].len = it->res_len;
 				its[n++] = it;
 			}
 			if (n) {
-				int rc = mesh_job_complete_many(jh, cids, durs, n, res);
+				int rc = mesh_job_complete_results(jh, cids, durs, rv, n, res);
 				for (size_t i = 0; i < n; i++)
 					its[i]->result =
 						rc < 0 && res[i] >= 0 && res[i] != MESH_JOB_IGNORED ? rc : res[i];
@@ -157,6 +165,7 @@ void *mesh__run_completer(void *arg)
 	free(durs);
 	free(res);
 	free(its);
+	free(rv);
 	return NULL;
 }
 

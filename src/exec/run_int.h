@@ -58,6 +58,8 @@ struct mesh__item {
 	struct mesh_lease l;
 	uint64_t cid, dur_ns;
 	int complete; /* 0: results only (a failed attempt) */
+	void *res_p;  /* its result, for its DONE (hooks' results_in_done); NULL: none */
+	size_t res_len;
 	int res_out, res_err;
 	char *res_dir, *tmp_out, *tmp_err, *status;
 	int result; /* MESH_JOB_DONE / IGNORED or a negative error */

@@ -257,6 +257,14 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		if (rc == 0)
 			rc = r->o->hooks->result(r->o->hooks->arg, cid, s->l.attempt,
 						 s->cout.mem.p ? s->cout.mem.p : "", s->cout.mem.len);
+		/* A small one goes in its DONE too: durable with it. */
+		if (rc == 0 && it && r->o->hooks->results_in_done && s->cout.mem.len <= mesh_job_result_max(s->jh)) {
+			if ((it->res_p = malloc(s->cout.mem.len + 1))) {
+				if (s->cout.mem.len)
+					memcpy(it->res_p, s->cout.mem.p, s->cout.mem.len);
+				it->res_len = s->cout.mem.len;
+			}
+		}
 		if (rc < 0) {
 			mesh__out_failed(r, cid, rc, "result");
 			mesh_job_renew(s->jh, &s->l, 1);

@@ -164,7 +164,13 @@ enum {
  *   commit: on the completer thread, before each batch of completions is
  *     appended to the journal (so results reach the disk before their DONE
  *     records).  Non-zero: nothing of the batch is completed and the run
- *     stops with that error.
+ *     stops with that error.  Not called for a batch whose every result is
+ *     in its DONE (results_in_done).
+ *   results_in_done: a result of at most the job's mesh_job_result_max
+ *     bytes is also written in its chunk's DONE record, durable with it
+ *     (one fsync a batch, not two); the caller's own copy (the result hook)
+ *     may then be lost in a crash and is rebuilt from the journal
+ *     (mesh_rec_each_result, job/record.h).
  *   failed: on the loop thread, for each failed attempt recorded: its status
  *     code, its stderr (what the executor gave as stream 0), and whether
  *     this failure buried the chunk.
@@ -182,6 +188,7 @@ struct mesh_exec_hooks {
 	 * an attempt; also a note on note_fd.  NULL = the note alone. */
 	void (*lease_lost)(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns);
 	int cancel_fd;
+	int results_in_done;
 	void *arg;
 };
 

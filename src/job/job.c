@@ -202,7 +202,24 @@ int mesh_job_renew(struct mesh_job *j, struct mesh_lease *l, uint64_t ttl_ns)
 int mesh_job_complete_many(struct mesh_job *j, const uint64_t *cids, const uint64_t *durations_ns, size_t n,
 			   int *results)
 {
-	return j->s->ops->complete_many(j->s, cids, durations_ns, n, results);
+	return j->s->ops->complete_many(j->s, cids, durations_ns, NULL, n, results);
+}
+
+size_t mesh_job_result_max(const struct mesh_job *j)
+{
+	return j->s->ops->result_max;
+}
+
+int mesh_job_complete_results(struct mesh_job *j, const uint64_t *cids, const uint64_t *durations_ns,
+			      const struct mesh_job_result *res, size_t n, int *results)
+{
+	for (size_t i = 0; res && i < n; i++)
+		if (res[i].p && res[i].len > j->s->ops->result_max) {
+			for (size_t k = 0; k < n; k++)
+				results[k] = MESH_E_RANGE;
+			return MESH_E_RANGE;
+		}
+	return j->s->ops->complete_many(j->s, cids, durations_ns, res, n, results);
 }
 
 int mesh_job_complete(struct mesh_job *j, uint64_t cid, uint64_t duration_ns)

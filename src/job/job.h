@@ -205,6 +205,20 @@ int mesh_job_complete(struct mesh_job *j, uint64_t cid, uint64_t duration_ns);
  * error (then no chunk of this batch that was not already DONE is DONE). */
 int mesh_job_complete_many(struct mesh_job *j, const uint64_t *cids, const uint64_t *durations_ns, size_t n,
 			   int *results);
+/* A chunk's result, for a store that keeps it with the DONE. */
+struct mesh_job_result {
+	const void *p; /* NULL: none given */
+	size_t len;
+};
+/* The most bytes of a result the store keeps in its DONE record, durable
+ * with it (the file store: MESH_REC_RESULT_MAX); 0 when it keeps none. */
+size_t mesh_job_result_max(const struct mesh_job *j);
+/* mesh_job_complete_many where res[i] (res may be NULL) is cids[i]'s
+ * result, at most mesh_job_result_max bytes: written in the chunk's DONE,
+ * so durable with it.  A result given to a store that keeps none, or over
+ * its most, is not kept: MESH_E_RANGE for the whole call, nothing done. */
+int mesh_job_complete_results(struct mesh_job *j, const uint64_t *cids, const uint64_t *durations_ns,
+			      const struct mesh_job_result *res, size_t n, int *results);
 /* Records a failed attempt of cid with its exit status (128+sig for a
  * signal).  Returns 0, or 1 when this failure buried the chunk (max attempts
  * reached: it is not leased again until mesh_job_retry). */

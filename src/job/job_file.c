@@ -579,6 +579,7 @@ const struct mesh__jstore_ops mesh__jstore_file = {
 	.lease_many = mesh__jf_lease_many,
 	.renew = mesh__jf_renew,
 	.complete_many = mesh__jf_complete_many,
+	.result_max = MESH_REC_RESULT_MAX,
 	.fail = mesh__jf_fail,
 	.retry = mesh__jf_retry,
 	.status = mesh__jf_status,

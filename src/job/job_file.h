@@ -142,7 +142,8 @@ int mesh__jf_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int spec, struc
 			size_t *got);
 int mesh__jf_renew(struct mesh__jstore *s, struct mesh_lease *l, uint64_t ttl_ns);
 uint64_t mesh__jf_straggler_ns(struct mesh__jstore *s);
-int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs, size_t n,
+int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs,
+			   const struct mesh_job_result *res, size_t n,
 			   int *results);
 int mesh__jf_fail(struct mesh__jstore *s, uint64_t cid, int status);
 int mesh__jf_retry(struct mesh__jstore *s, uint64_t cid);

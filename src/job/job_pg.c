@@ -342,8 +342,11 @@ static int jp_renew(struct mesh__jstore *s, struct mesh_lease *l, uint64_t ttl_n
 	return rc;
 }
 
-static int jp_complete_many(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs, size_t n, int *results)
+/* res: never given (result_max 0: job.c refuses one). */
+static int jp_complete_many(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs,
+			    const struct mesh_job_result *res, size_t n, int *results)
 {
+	(void)res;
 	struct mesh__jpg *p = jpg_of(s);
 	int rc;
 	if (p->read_only) {

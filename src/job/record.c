@@ -4,6 +4,8 @@
 #include "base/err.h"
 #include "job/job.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t mesh_rec_u64_enc(unsigned char *p, uint64_t v)
@@ -26,6 +28,15 @@ size_t mesh_rec_done_enc(unsigned char *p, uint64_t cid, uint32_t node, uint64_t
 	if (dur_ns && !us)
 		us = 1;
 	return chunk_enc(p, cid, node, us > UINT32_MAX ? UINT32_MAX : (uint32_t)us);
+}
+
+size_t mesh_rec_done_result_enc(unsigned char *p, uint64_t cid, uint32_t node, uint64_t dur_ns, const void *res,
+				size_t n)
+{
+	mesh_rec_done_enc(p, cid, node, dur_ns);
+	if (n)
+		memcpy(p + 16, res, n);
+	return 16 + n;
 }
 
 size_t mesh_rec_fail_enc(unsigned char *p, uint64_t cid, uint32_t node, int status)
@@ -67,6 +78,58 @@ int mesh_rec_chunk_dec(const struct mesh_jrec *r, struct mesh_rec_chunk *c)
 	return 0;
 }
 
+int mesh_rec_done_result(const struct mesh_jrec *r, const void **p, size_t *n)
+{
+	if (r->type != MESH_JREC_DONE || !(r->flags & MESH_REC_DONE_RESULT) || r->len < 16)
+		return 0;
+	*p = (const unsigned char *)r->data + 16;
+	*n = r->len - 16u;
+	return 1;
+}
+
+struct each_ctx {
+	unsigned char *seen;
+	uint64_t n;
+	int (*fn)(void *, uint64_t, const void *, size_t);
+	void *arg;
+};
+
+static int each_rec(void *arg, const struct mesh_jrec *r)
+{
+	struct each_ctx *c = arg;
+	struct mesh_rec_chunk ch;
+	const void *p;
+	size_t n;
+	if (r->type != MESH_JREC_DONE || mesh_rec_chunk_dec(r, &ch) || ch.cid >= c->n)
+		return 0;
+	/* The first DONE is the chunk's (a later one is a duplicate). */
+	if (c->seen[ch.cid / 8] & (1u << (ch.cid % 8)))
+		return 0;
+	c->seen[ch.cid / 8] |= (unsigned char)(1u << (ch.cid % 8));
+	return mesh_rec_done_result(r, &p, &n) ? c->fn(c->arg, ch.cid, p, n) : 0;
+}
+
+int mesh_rec_each_result(const char *path, uint64_t nchunks,
+			 int (*fn)(void *arg, uint64_t cid, const void *p, size_t n), void *arg)
+{
+	struct each_ctx c = {calloc(nchunks / 8 + 1, 1), nchunks, fn, arg};
+	struct mesh_journal *jr = NULL;
+	long got;
+	int rc;
+	if (!c.seen)
+		return -ENOMEM;
+	rc = mesh_journal_open(&jr, path, each_rec, &c);
+	if (rc == 0) {
+		mesh_journal_set_kinds(jr, &mesh_job_records);
+		while ((got = mesh_journal_tail(jr)) > 0)
+			;
+		rc = got < 0 ? (int)got : 0;
+		mesh_journal_close(jr);
+	}
+	free(c.seen);
+	return rc;
+}
+
 int mesh_rec_node_dec(const struct mesh_jrec *r, uint32_t *hash, const char **name, size_t *len)
 {
 	if (r->len < 5)
@@ -86,6 +149,7 @@ int mesh_rec_len_ok(uint8_t type, uint16_t len)
 	case MESH_JREC_NODE:
 		return len >= 5 && len <= MESH_REC_NODE_MAX;
 	case MESH_JREC_DONE:
+		return len >= 16 && len <= 16 + MESH_REC_RESULT_MAX;
 	case MESH_JREC_FAIL:
 		return len == 16;
 	case MESH_JREC_DUP:

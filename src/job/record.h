@@ -5,7 +5,8 @@
  *
  *   SUBMIT u64 n                                   always the first record
  *   NODE   u32 node hash, name bytes (1..255)
- *   DONE   u64 cid, u32 node hash, u32 duration us   flag 1: a speculative copy
+ *   DONE   u64 cid, u32 node hash, u32 duration us   flag 1: a speculative copy;
+ *          flag 2: the chunk's result follows (at most MESH_REC_RESULT_MAX bytes)
  *   FAIL   u64 cid, u32 node hash, i32 exit status   flag 1: it buried the chunk
  *   RETRY  u64 cid (UINT64_MAX: every buried chunk)
  *   DUP    u64 cid, u32 node hash: a completion that came back IGNORED
@@ -37,6 +38,12 @@ _Static_assert(MESH_JREC_COMMIT == 7, "the journal's COMMIT sits between the job
 #define MESH_REC_U64_LEN 8 /* SUBMIT, RETRY */
 #define MESH_REC_NODE_MAX (4 + 255)
 
+/* DONE flag 2: the chunk's result is in the record, after its 16 bytes:
+ * meshd's small results, durable with their DONE in its one fdatasync
+ * (docs/journal.md, "Results in DONE records"). */
+#define MESH_REC_DONE_RESULT 2
+#define MESH_REC_RESULT_MAX (MESH_JOURNAL_MAX_PAYLOAD - 16) /* 1008 */
+
 /* A decoded DONE, FAIL or DUP (value: the duration in us for DONE, the
  * exit status for FAIL, 0 for DUP). */
 struct mesh_rec_chunk {
@@ -52,6 +59,10 @@ size_t mesh_rec_u64_enc(unsigned char *p, uint64_t v);
 size_t mesh_rec_done_enc(unsigned char *p, uint64_t cid, uint32_t node, uint64_t dur_ns);
 size_t mesh_rec_fail_enc(unsigned char *p, uint64_t cid, uint32_t node, int status);
 size_t mesh_rec_dup_enc(unsigned char *p, uint64_t cid, uint32_t node);
+/* A DONE that carries the chunk's result (n <= MESH_REC_RESULT_MAX; p
+ * must hold 16 + n bytes): its length, 16 + n. */
+size_t mesh_rec_done_result_enc(unsigned char *p, uint64_t cid, uint32_t node, uint64_t dur_ns, const void *res,
+				size_t n);
 /* name: 1..255 bytes (longer is cut). */
 size_t mesh_rec_node_enc(unsigned char *p, uint32_t hash, const char *name, size_t len);
 
@@ -60,6 +71,15 @@ size_t mesh_rec_node_enc(unsigned char *p, uint32_t hash, const char *name, size
 int mesh_rec_u64_dec(const struct mesh_jrec *r, uint64_t *v);
 int mesh_rec_chunk_dec(const struct mesh_jrec *r, struct mesh_rec_chunk *c);
 int mesh_rec_node_dec(const struct mesh_jrec *r, uint32_t *hash, const char **name, size_t *len);
+/* 1 with the result (valid while r is) when r is a DONE that carries one,
+ * else 0. */
+int mesh_rec_done_result(const struct mesh_jrec *r, const void **p, size_t *n);
+/* Calls fn with the result each chunk's first committed DONE carries, in
+ * file order, for the journal at path of a job of nchunks (read without a
+ * lock, as `mesh job status` reads).  A negative return of fn stops the
+ * walk and is returned; else 0 or the journal's error. */
+int mesh_rec_each_result(const char *path, uint64_t nchunks,
+			 int (*fn)(void *arg, uint64_t cid, const void *p, size_t n), void *arg);
 
 /* 1 when len is a sane payload length for a type of the job's journal
  * (COMMIT included): what a resynchronising check demands of a record found

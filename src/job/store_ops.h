@@ -48,8 +48,10 @@ struct mesh__jstore_ops {
 	int (*lease_many)(struct mesh__jstore *s, uint64_t ttl_ns, int speculate, struct mesh_lease *ls, size_t k,
 			  size_t *got);
 	int (*renew)(struct mesh__jstore *s, struct mesh_lease *l, uint64_t ttl_ns);
-	int (*complete_many)(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs_ns, size_t n,
-			     int *results);
+	/* res may be NULL; job.c checks each against result_max. */
+	int (*complete_many)(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs_ns,
+			     const struct mesh_job_result *res, size_t n, int *results);
+	size_t result_max; /* the most bytes of a result a DONE keeps; 0: none */
 	int (*fail)(struct mesh__jstore *s, uint64_t cid, int status);
 	int (*retry)(struct mesh__jstore *s, uint64_t cid);
 	int (*status)(struct mesh__jstore *s, struct mesh_job_status *st);

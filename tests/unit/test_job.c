@@ -504,6 +504,85 @@ TEST(job_complete_many_one_batch)
 	EXPECT_UEQ(journal_done_records("j.log"), 4);
 }
 
+struct got_results {
+	char text[64][32];
+	int count[64];
+	int calls;
+};
+
+static int got_result(void *arg, uint64_t cid, const void *p, size_t n)
+{
+	struct got_results *g = arg;
+	g->calls++;
+	if (cid < 64 && n < 32) {
+		memcpy(g->text[cid], p, n);
+		g->text[cid][n] = 0;
+		g->count[cid]++;
+	}
+	return 0;
+}
+
+/* A result in the DONE (meshd's small results): durable with it, read
+ * back by mesh_rec_each_result for the chunk's first DONE only (the
+ * answer the job kept), never for a duplicate; over the store's most it
+ * is refused whole; the DONE is still a DONE to every reader. */
+TEST(job_results_ride_in_their_done)
+{
+	struct mesh_job *j, *k;
+	struct got_results g;
+	memset(&g, 0, sizeof g);
+	ASSERT_EQ(mesh_job_submit("r.log", 6), 0);
+	j = open_node("r.log", "n1", 6);
+	k = open_node("r.log", "n2", 6);
+	EXPECT_UEQ(mesh_job_result_max(j), MESH_REC_RESULT_MAX);
+	uint64_t cids[] = {0, 1, 1, 3};
+	struct mesh_job_result rs[] = {{"zero", 4}, {"one", 3}, {"uno", 3}, {NULL, 0}};
+	int res[4];
+	ASSERT_EQ(mesh_job_complete_results(j, cids, NULL, rs, 4, res), 0);
+	EXPECT_EQ(res[0], MESH_JOB_DONE);
+	EXPECT_EQ(res[1], MESH_JOB_DONE);
+	EXPECT_EQ(res[2], MESH_JOB_IGNORED);
+	EXPECT_EQ(res[3], MESH_JOB_DONE);
+	/* Another node's late copy of chunk 0: ignored, its result nowhere. */
+	uint64_t c0 = 0;
+	struct mesh_job_result late = {"late", 4};
+	ASSERT_EQ(mesh_job_complete_results(k, &c0, NULL, &late, 1, res), 0);
+	EXPECT_EQ(res[0], MESH_JOB_IGNORED);
+	/* An empty result is a result. */
+	uint64_t c4 = 4;
+	struct mesh_job_result empty = {"", 0};
+	ASSERT_EQ(mesh_job_complete_results(k, &c4, NULL, &empty, 1, res), 0);
+	EXPECT_EQ(res[0], MESH_JOB_DONE);
+	/* Over the most: nothing of the call is done. */
+	static char big[MESH_REC_RESULT_MAX + 1];
+	uint64_t two[] = {2, 5};
+	struct mesh_job_result over[] = {{"fine", 4}, {big, sizeof big}};
+	EXPECT_EQ(mesh_job_complete_results(j, two, NULL, over, 2, res), MESH_E_RANGE);
+	EXPECT_EQ(mesh_job_is_done(j, 2), 0);
+	/* The most: kept whole. */
+	uint64_t c5 = 5;
+	memset(big, 'b', sizeof big);
+	struct mesh_job_result most = {big, MESH_REC_RESULT_MAX};
+	ASSERT_EQ(mesh_job_complete_results(j, &c5, NULL, &most, 1, res), 0);
+	EXPECT_EQ(res[0], MESH_JOB_DONE);
+	struct mesh_job_status st;
+	ASSERT_EQ(mesh_job_status(k, &st), 0);
+	EXPECT_UEQ(st.done, 5);
+	mesh_job_close(k);
+	mesh_job_close(j);
+	ASSERT_EQ(mesh_rec_each_result("r.log", 6, got_result, &g), 0);
+	EXPECT_EQ(g.calls, 4); /* chunk 5's is too long for got_result's table: counted only */
+	EXPECT_STREQ(g.text[0], "zero");
+	EXPECT_STREQ(g.text[1], "one");
+	EXPECT_EQ(g.count[3], 0); /* its DONE carried none */
+	EXPECT_EQ(g.count[4], 1);
+	EXPECT_STREQ(g.text[4], "");
+	EXPECT_UEQ(journal_done_records("r.log"), 5);
+	/* The journal is whole to its checker (a DONE may be longer now). */
+	struct mesh_journal_report rep;
+	EXPECT_EQ(mesh_job_journal_check("r.log", 0, &rep), 0);
+}
+
 TEST(job_ten_million_chunks)
 {
 	struct mesh_job *j;
