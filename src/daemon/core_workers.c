@@ -264,9 +264,12 @@ static void job_unhold(struct meshd_core *d, struct program *p, unsigned i, int 
 	meshd__reconcile(d, p);
 }
 
-/* meshd_job_worker_get(_early): early returns a worker that is launching
- * once its slot is armed (its state LAUNCHING: the host armed the slot and
- * sent `run` before it set that state, under its lock). */
+/* meshd_job_worker_get(_early): early returns a worker once its slot is
+ * armed: at once when this call launched it (the host arms the slot of a
+ * launch before the worker is ready, arm_pending in host.c: its first
+ * chunks wait in the ring while it starts), else once it is LAUNCHING (the
+ * host armed the slot and sent `run` before it set that state, under its
+ * lock). */
 static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, int early,
 			  char **err)
 {
@@ -294,6 +297,7 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 		return mesh_errf(err, -EAGAIN, "all %u workers of '%s' are in use", p->img.m.max_workers, name);
 	}
 	struct worker *wk = &p->w[i];
+	int launched = 0;
 	wk->job = 1;
 	if (mesh_instance_state(wk->inst) != MESH_IS_RUNNING || wk->slot < 0) {
 		int s = wk->slot >= 0 ? wk->slot : meshd__take_slot(d, p->img.m.ring_bytes);
@@ -320,6 +324,7 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 			if (rc == 0) {
 				rc = mesh_instance_launch(wk->inst, d->slots[s], err);
 				meshd__spawned(d, wk, res, rc);
+				launched = rc == 0;
 			}
 			if (rc) {
 				d->slot_taken[s] = 0;
@@ -339,10 +344,14 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 	pthread_mutex_unlock(&d->mu);
 	uint64_t now = mesh_mono_ns();
 	unsigned mask = 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE;
-	rc = mesh_instance_wait(inst, mask | (early ? 1u << MESH_IS_LAUNCHING : 0), now < deadline ? deadline - now : 0,
-				err);
+	/* Launched here, early: its slot is armed already (or the launch
+	 * failed at once, DOWN: that is for the wait below to say). */
+	int now_armed = early && launched && mesh_instance_state(inst) != MESH_IS_DOWN;
+	if (!now_armed)
+		rc = mesh_instance_wait(inst, mask | (early ? 1u << MESH_IS_LAUNCHING : 0),
+					now < deadline ? deadline - now : 0, err);
 	enum mesh_istate ist = mesh_instance_state(inst);
-	if (rc == 0 && ist != MESH_IS_RUNNING && !(early && ist == MESH_IS_LAUNCHING)) {
+	if (rc == 0 && !now_armed && ist != MESH_IS_RUNNING && !(early && ist == MESH_IS_LAUNCHING)) {
 		char *r = mesh_instance_last_report(inst);
 		rc = MESH_E_CRASHED;
 		if (err)
@@ -351,7 +360,7 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 			free(r);
 	}
 	pthread_mutex_lock(&d->mu);
-	if (rc == 0 && d->slots[s] != mesh_instance_slot(inst))
+	if (rc == 0 && !now_armed && d->slots[s] != mesh_instance_slot(inst))
 		rc = mesh_errf(err, MESH_E_STATE, "'%s' left its slot while it came online", name);
 	if (rc) {
 		job_unhold(d, p, (unsigned)i, s);
@@ -391,8 +400,10 @@ int meshd_job_worker_online(struct meshd_core *d, struct meshd_job_worker *w, ch
 		return 0;
 	/* The reference taken for us keeps p and its instances alive, even
 	 * once the hold was put back. */
+	/* From a launch: its start, its `run` and its `online` (the host's
+	 * own deadlines end each sooner). */
 	int rc = mesh_instance_wait(w->inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE,
-				    p->img.m.online_timeout_ns + STOP_WAIT_NS, err);
+				    start_wait_ns(p, d), err);
 	enum mesh_istate ist = mesh_instance_state(w->inst);
 	if (rc == 0 && ist == MESH_IS_RUNNING) {
 		w->online = 1;

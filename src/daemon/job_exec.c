@@ -81,6 +81,7 @@ struct jworker {
 	unsigned cap;	   /* chunks in flight it may hold now (PIPE_NS) */
 	int full;	   /* this pump: the ring had no room */
 	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
+	int online;	   /* it said `online`: before, chunks wait in its ring and no --timeout runs */
 };
 
 struct slot_ex {
@@ -270,7 +271,9 @@ static void drop_worker(struct slot_ex *x, struct jworker *w, int kill_it, int c
 	meshd_job_worker_put(x->cfg.core, &w->h, kill_it);
 	w->state = W_NONE;
 	x->need_pump = 1;
-	atomic_fetch_sub_explicit(&x->st->workers, 1, memory_order_relaxed);
+	if (w->online)
+		atomic_fetch_sub_explicit(&x->st->workers, 1, memory_order_relaxed);
+	w->online = 0;
 	if (kill_it)
 		atomic_fetch_add_explicit(&x->st->worker_kills, 1, memory_order_relaxed);
 	struct meshd_job_ahead *g = w->g;
@@ -376,9 +379,9 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->cap = CAP_START < x->cfg.depth ? CAP_START : x->cfg.depth;
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->armed = 0;
+	w->online = 0; /* collect() says when */
 	atomic_store(&w->quit, 0);
 	mesh__jx_stamp_first(&x->st->first_worker_ns);
-	atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
 }
 
 /* Joined workers without a waiter get one (a reply already in the ring
@@ -411,7 +414,6 @@ static void collect(struct slot_ex *x)
 			continue;
 		if (w->state == W_COMING && g->rc == 0) {
 			w->h = g->h;
-			mesh__jx_getter_uncount(g);
 			pthread_mutex_lock(&g->mu);
 			g->kick_fd = w->efd; /* its `online` (or not) wakes the driver through it */
 			pthread_mutex_unlock(&g->mu);
@@ -440,6 +442,12 @@ static void collect(struct slot_ex *x)
 				came_not_up(x, g->online_rc, g->online_err);
 		} else {
 			x->get_fails = 0;
+			/* Chunks that waited in its ring while it started are
+			 * timed from now (--timeout, pace). */
+			w->online = 1;
+			atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
+			if (w->n)
+				w->t_head = mesh_mono_ns();
 		}
 		mesh__jx_getter_free(g);
 	}
@@ -552,8 +560,8 @@ static void pump_send(struct slot_ex *x)
 	unsigned inflight = (unsigned)outstanding(x), warm = 0, starting = 0;
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
-		warm += w->state == W_ON && !w->stale;
-		starting += w->state == W_COMING;
+		warm += w->state == W_ON && w->online && !w->stale;
+		starting += w->state == W_COMING || (w->state == W_ON && !w->online);
 	}
 	unsigned have = warm + starting, want = have;
 	struct mesh_as_config c = {0, K, D < DEMAND_CONCURRENCY ? D : DEMAND_CONCURRENCY, 0, 0, 0};
@@ -593,7 +601,7 @@ static void check_timeouts(struct slot_ex *x, uint64_t now)
 		return;
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->state != W_ON || !w->n || now < w->t_head + x->cfg.timeout_ns)
+		if (w->state != W_ON || !w->online || !w->n || now < w->t_head + x->cfg.timeout_ns)
 			continue;
 		drop_worker(x, w, 1, 128 + SIGKILL, "timed out: the worker was killed");
 	}
@@ -631,7 +639,7 @@ static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollf
 		return 0;
 	case U_SENT: {
 		struct jworker *w = &x->w[u->w];
-		if (x->cfg.timeout_ns && w->n && w->t_head + x->cfg.timeout_ns < *wake)
+		if (x->cfg.timeout_ns && w->online && w->n && w->t_head + x->cfg.timeout_ns < *wake)
 			*wake = w->t_head + x->cfg.timeout_ns;
 		return 0;
 	}
@@ -760,6 +768,7 @@ static void sx_free(struct mesh__executor *ex)
 			if (w->g->rc == 0) {
 				w->h = w->g->h;
 				w->state = W_ON;
+				w->online = 1; /* counted, for drop_worker's count */
 				atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
 			} else {
 				mesh__jx_getter_free(w->g);

@@ -84,6 +84,7 @@ struct mesh_instance {
 	struct mesh_ctl *ctl;
 	struct mesh_proc_tail tail;
 	struct mesh_slot *slot, *pending, *failed_slot;
+	struct mesh_slot *armed; /* the pending slot, armed at the launch for gen (arm_pending) */
 	uint32_t gen;
 	uint64_t deadline, closed_deadline, stop_start;
 	int exit_requested;
@@ -479,7 +480,7 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	mesh_buf_release(&b);
 	free(tail);
 	w->slot = NULL;
-	w->pending = NULL;
+	w->pending = w->armed = NULL;
 	w->pid = 0;
 	w->alive_ns += mesh_mono_ns() - w->spawned_at;
 	w->deadline = w->closed_deadline = 0;
@@ -520,10 +521,27 @@ static void raise_text(struct outcome *o, enum mesh_ievent ev, const char *f, ..
 	o->arg.text = o->text;
 }
 
+/* A slot given with a launch is armed at once, for the generation its
+ * `run` will name: a job queues its first chunks there while the worker
+ * starts, and the worker's first read after `run` finds them (`run`, at
+ * `ready`, then arms nothing: act_run). */
+static void arm_pending(struct mesh_instance *w)
+{
+	w->armed = NULL;
+	if (!w->pending)
+		return;
+	w->gen++;
+	if (w->gen == 0)
+		w->gen = 1;
+	mesh_slot_arm(w->pending, w->gen);
+	w->armed = w->pending;
+}
+
 static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg *a, char **err,
 		      struct outcome *o)
 {
 	w->pending = ev == MESH_EV_LAUNCH ? a->slot : NULL;
+	arm_pending(w);
 	int rc = do_spawn(w, err);
 	if (rc) {
 		o->rc = rc;
@@ -546,17 +564,21 @@ static void act_ready(struct mesh_instance *w, struct outcome *o)
 	w->was_ready = 1;
 	if (w->pending) {
 		o->arg.slot = w->pending;
-		w->pending = NULL;
+		w->pending = NULL; /* armed stays: act_run sends its `run` */
 		raise_ev(o, MESH_EV_LAUNCH);
 	}
 }
 
 static void act_run(struct mesh_instance *w, const struct evarg *a, char **err, struct outcome *o)
 {
-	w->gen++;
-	if (w->gen == 0)
-		w->gen = 1;
-	int rc = mesh_ctl_run(w->ctl, a->slot, w->gen);
+	int armed = w->armed && w->armed == a->slot;
+	w->armed = NULL;
+	if (!armed) {
+		w->gen++;
+		if (w->gen == 0)
+			w->gen = 1;
+	}
+	int rc = armed ? mesh_ctl_run_armed(w->ctl, a->slot, w->gen) : mesh_ctl_run(w->ctl, a->slot, w->gen);
 	if (rc) {
 		if (err)
 			*err = mesh_strf("cannot send run to '%s': %s", w->img->name, mesh_strerror(rc));
@@ -573,7 +595,7 @@ static void act_stop(struct mesh_instance *w, struct outcome *o)
 	struct mesh_host *h = w->h;
 	uint64_t grace = w->img->m.stop_grace_ns;
 	w->exit_requested = 1;
-	w->pending = NULL;
+	w->pending = w->armed = NULL;
 	if (w->img->m.device == MESH_DEVICE_GPU && h->gpu == MESH_GPU_MPS && h->stop_gpu_client) {
 		char *e = NULL;
 		if (h->stop_gpu_client(h->gpu_ctx, w->pid, &e) != 0)
@@ -623,7 +645,7 @@ static void act_fail(struct mesh_instance *w, enum mesh_istate was, enum mesh_ie
 	w->fail_reason = why ? why : strdup("failed");
 	w->fail_code = code;
 	w->exit_requested = 1;
-	w->pending = NULL;
+	w->pending = w->armed = NULL;
 	kill_group(w, SIGKILL);
 	w->deadline = 0;
 	if (w->slot && !mesh_slot_failed(w->slot))
@@ -647,16 +669,17 @@ static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_ist
 		act_spawn(w, ev, a, err, o);
 		break;
 	case MESH_A_ABORT:
-		w->pending = NULL;
+		w->pending = w->armed = NULL;
 		w->deadline = 0;
 		w->unready++;
 		new_failure(w, a->code, strdup(a->text ? a->text : mesh_strerror(a->code)));
 		break;
 	case MESH_A_PEND:
 		w->pending = a->slot;
+		arm_pending(w);
 		break;
 	case MESH_A_UNPEND:
-		w->pending = NULL;
+		w->pending = w->armed = NULL;
 		break;
 	case MESH_A_READY:
 		act_ready(w, o);

@@ -267,6 +267,13 @@ int mesh_ctl_run(struct mesh_ctl *c, struct mesh_slot *s, uint32_t gen)
 	if (gen == 0)
 		return MESH_E_RANGE;
 	mesh_slot_arm(s, gen);
+	return mesh_ctl_run_armed(c, s, gen);
+}
+
+int mesh_ctl_run_armed(struct mesh_ctl *c, struct mesh_slot *s, uint32_t gen)
+{
+	if (gen == 0)
+		return MESH_E_RANGE;
 	char text[64];
 	snprintf(text, sizeof text, "run %u %u", gen, mesh_slot_index(s));
 	return send_msg(c->fd, text, mesh_slot_fd(s));

@@ -247,6 +247,10 @@ int mesh_ctl_wait(struct mesh_ctl *c, struct mesh_ctl_msg *m, uint64_t timeout_n
 /* mesh_slot_arm(s, gen) and sends "run <gen> <index>" with the memfd.  gen >= 1.
  * 0, -errno, MESH_E_CLOSED (the worker is gone). */
 int mesh_ctl_run(struct mesh_ctl *c, struct mesh_slot *s, uint32_t gen);
+/* The same for a slot the caller armed for gen itself (mesh_slot_arm), for
+ * instance before the worker was ready, so that requests put in it then
+ * are the first the worker reads: sends only. */
+int mesh_ctl_run_armed(struct mesh_ctl *c, struct mesh_slot *s, uint32_t gen);
 /* Sends "halt", then sets HALT in the slot (s may be NULL: no run active)
  * and wakes the worker; the word is set even when the send fails.  0,
  * MESH_E_CLOSED (the worker is gone: for exit, that is what was asked),

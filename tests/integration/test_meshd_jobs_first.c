@@ -59,6 +59,22 @@ static int have_first_line(void *arg)
 	return l != NULL;
 }
 
+/* A program prog (manifest toml) in the catalog, meshd started (info: the
+ * first-result line), prog loaded -- scaled to zero -- and job 1 `submit
+ * prog ARGS` waited for: its results are want.  meshd's pid. */
+static pid_t one_job(const char *prog, const char *binary, const char *toml, const char *args, const char *want)
+{
+	meshd_t_add_program(out, sizeof out, prog, binary, toml);
+	pid_t pid = meshd_t_start_notified("--state state --log-level info", NULL, 0);
+	ASSERT_EQ(mesh(0, "load %s", prog), 0);
+	ASSERT_EQ(mesh(0, "submit %s %s", prog, args), 0);
+	EXPECT_STREQ(out, "1\n");
+	EXPECT_EQ(mesh(0, "wait 1"), 0);
+	EXPECT_EQ(mesh(0, "results 1"), 0);
+	EXPECT_STREQ(out, want);
+	return pid;
+}
+
 /* The first worker is asked for at the submit, before the job is stored
  * and before its first chunk is leased: the spawn (the long pole from
  * zero) runs while the journal and spec are fsynced and the driver starts,
@@ -68,16 +84,9 @@ static int have_first_line(void *arg)
  * spans the spawn and ends when the DONE is durable, after the reply. */
 TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased, 60)
 {
-	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"),
-			    "max_workers = 2\nidle_ttl = \"30s\"\n");
-	pid_t pid = meshd_t_start_notified("--state state --log-level info", NULL, 0);
 	/* Loaded (the image copied and hashed), no worker: scaled to zero. */
-	ASSERT_EQ(mesh(0, "load echo"), 0);
-	ASSERT_EQ(mesh(0, "submit echo --chunks 1"), 0);
-	EXPECT_STREQ(out, "1\n");
-	EXPECT_EQ(mesh(0, "wait 1"), 0);
-	EXPECT_EQ(mesh(0, "results 1"), 0);
-	EXPECT_STREQ(out, "");
+	pid_t pid = one_job("echo", t_bin("examples/echo_worker"), "max_workers = 2\nidle_ttl = \"30s\"\n",
+			    "--chunks 1", "");
 
 	json_t *j = meshd_t_job_json(out, sizeof out, 1);
 	double first = json_real_value(json_object_get(j, "first_result_s"));
@@ -131,15 +140,8 @@ TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased,
  * chunk sent after it). */
 TEST_TIMEOUT(jobs_first_chunk_in_ring_before_online, 60)
 {
-	meshd_t_add_program(out, sizeof out, "slowon", t_bin("tests-workers/host_worker"),
-			    "args = [\"slow-online\"]\nmax_workers = 1\nidle_ttl = \"30s\"\n");
-	pid_t pid = meshd_t_start_notified("--state state --log-level info", NULL, 0);
-	ASSERT_EQ(mesh(0, "load slowon"), 0);
-	ASSERT_EQ(mesh(0, "submit slowon ::: alpha"), 0);
-	EXPECT_STREQ(out, "1\n");
-	EXPECT_EQ(mesh(0, "wait 1"), 0);
-	EXPECT_EQ(mesh(0, "results 1"), 0);
-	EXPECT_STREQ(out, "alpha");
+	pid_t pid = one_job("slowon", t_bin("tests-workers/host_worker"),
+			    "args = [\"slow-online\"]\nmax_workers = 1\nidle_ttl = \"30s\"\n", "::: alpha", "alpha");
 	json_t *j = meshd_t_job_json(out, sizeof out, 1);
 	double first = json_real_value(json_object_get(j, "first_result_s"));
 	EXPECT_EQ(meshd_t_jint(j, "failed_attempts"), 0);
@@ -166,6 +168,32 @@ TEST_TIMEOUT(jobs_first_chunk_in_ring_before_online, 60)
  * twice; each such start counts as a start that failed (one attempt fails
  * with status 127 and the reason), so the chunk is buried after its
  * retries instead of spawning workers for ever. */
+/* The first chunk goes into the slot's ring at the worker's launch, not
+ * at its `ready`: the host arms the slot then (arm_pending, host.c), so
+ * the worker's first read after `run` finds it, and neither the getter's
+ * nor the driver's wake-up is on the way.  A worker that takes 400 ms to
+ * say ready: the chunk was sent more than 300 ms before its `online`
+ * (before: after its `ready`, so a few ms before).  Its --timeout (250 ms)
+ * counts from the `online`, not from the send: nothing is killed. */
+TEST_TIMEOUT(jobs_first_chunk_in_ring_before_ready, 60)
+{
+	pid_t pid = one_job("slowready", t_bin("tests-workers/host_worker"),
+			    "args = [\"slow-ready\"]\nmax_workers = 1\nidle_ttl = \"30s\"\n", "--timeout 0.25 ::: alpha",
+			    "alpha");
+	json_t *j = meshd_t_job_json(out, sizeof out, 1);
+	EXPECT_EQ(meshd_t_jint(j, "failed_attempts"), 0);
+	EXPECT_EQ(meshd_t_jint(j, "worker_kills"), 0);
+	double first = json_real_value(json_object_get(j, "first_result_s")), ready = 0;
+	json_decref(j);
+	ASSERT_TRUE(t_wait_for(have_first_line, NULL, 10000));
+	char *line = first_line();
+	double sent = stamp(line, "sent"), online = stamp(line, "online"), reply = stamp(line, "reply");
+	CHECK(sent > 0 && reply > sent);
+	CHECK((online > 0 ? online : reply) - sent > 300);
+	free(line);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
+}
+
 TEST_TIMEOUT(jobs_death_before_online_fails_a_start, 60)
 {
 	meshd_t_add_program(out, sizeof out, "dies", t_bin("tests-workers/host_worker"),

@@ -26,6 +26,8 @@
  *   slow-online        says ready, sleeps 300 ms (meshd's `run` waits in its
  *                      channel), then serves (its `online` 300 ms late)
  *   crash-after-ready  says ready, then dies of SIGABRT before it reads `run`
+ *   slow-ready         sleeps 400 ms before it says ready, then serves (a slow
+ *                      model load)
  * (pids are written as /proc shows them -- the host's -- not as getpid()
  * returns them in a worker's own PID namespace.) */
 #include <mesh/worker.h>
@@ -211,6 +213,8 @@ int main(int argc, char **argv)
 		for (;;)
 			pause();
 	}
+	if (strcmp(mode, "slow-ready") == 0)
+		usleep(400000);
 	printf("host_worker %s: ready\n", mode);
 	if ((rc = mesh_worker_ready(w)) == 0 && strcmp(mode, "slow-online") == 0)
 		usleep(300000); /* meshd's `run` waits in the channel meanwhile */
