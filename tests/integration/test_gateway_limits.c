@@ -225,10 +225,21 @@ TEST_TIMEOUT(gateway_upstream_connection_kept_per_loop, 30)
 		ports[n++] = atoi(a + 35);
 	free(log);
 	ASSERT_EQ(n, 6);
-	/* The first (the cold start's, on the probe's connection) aside: */
-	EXPECT_TRUE(ports[1] != ports[2]);
-	for (int i = 3; i < 6; i++)
-		EXPECT_EQ(ports[i], ports[i - 2]);
+	/* The first (the cold start's, on the probe's connection) aside, the
+	 * five reach the program on two connections, one a loop.  Which loop
+	 * gets which client is not strictly in turn: the cold start's client,
+	 * served on a thread while it waited, takes a turn when it is handed
+	 * back to a loop (to_loop), whenever that is; in one ASan run of CI
+	 * the second and third clients reached the same loop. */
+	int distinct[5], nd = 0;
+	for (int i = 1; i < 6; i++) {
+		int seen = 0;
+		for (int k = 0; k < nd; k++)
+			seen |= distinct[k] == ports[i];
+		if (!seen)
+			distinct[nd++] = ports[i];
+	}
+	EXPECT_EQ(nd, 2);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
