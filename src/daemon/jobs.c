@@ -327,11 +327,7 @@ struct rebuild {
 static int rebuild_one(void *arg, uint64_t cid, const void *p, size_t n)
 {
 	struct rebuild *b = arg;
-	void *have = NULL;
-	size_t len = 0;
-	int has = mesh_results_get(b->res, cid, MESH_RESULT_OK, &have, &len) == 0;
-	free(have);
-	if (has)
+	if (mesh_results_has(b->res, cid))
 		return 0;
 	b->restored++;
 	return mesh_results_append(b->res, cid, MESH_RESULT_OK, p, n);

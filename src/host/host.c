@@ -68,7 +68,7 @@ struct mesh_host {
 	 * that dispatches the workers' events (a cold start's `ready`). */
 	pthread_t sampler;
 	pthread_cond_t sampler_cv;
-	int sampler_on, sampler_quit;
+	int sampler_quit;
 };
 
 struct mesh_instance {
@@ -521,6 +521,14 @@ static void raise_text(struct outcome *o, enum mesh_ievent ev, const char *f, ..
 	o->arg.text = o->text;
 }
 
+/* The generation of the instance's next run (never 0). */
+static void next_gen(struct mesh_instance *w)
+{
+	w->gen++;
+	if (w->gen == 0)
+		w->gen = 1;
+}
+
 /* A slot given with a launch is armed at once, for the generation its
  * `run` will name: a job queues its first chunks there while the worker
  * starts, and the worker's first read after `run` finds them (`run`, at
@@ -530,9 +538,7 @@ static void arm_pending(struct mesh_instance *w)
 	w->armed = NULL;
 	if (!w->pending)
 		return;
-	w->gen++;
-	if (w->gen == 0)
-		w->gen = 1;
+	next_gen(w);
 	mesh_slot_arm(w->pending, w->gen);
 	w->armed = w->pending;
 }
@@ -573,11 +579,8 @@ static void act_run(struct mesh_instance *w, const struct evarg *a, char **err, 
 {
 	int armed = w->armed && w->armed == a->slot;
 	w->armed = NULL;
-	if (!armed) {
-		w->gen++;
-		if (w->gen == 0)
-			w->gen = 1;
-	}
+	if (!armed)
+		next_gen(w);
 	int rc = armed ? mesh_ctl_run_armed(w->ctl, a->slot, w->gen) : mesh_ctl_run(w->ctl, a->slot, w->gen);
 	if (rc) {
 		if (err)
@@ -827,7 +830,6 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 		mesh_proc_spawner_free(h->sp);
 		goto bad;
 	}
-	h->sampler_on = 1;
 	*out = h;
 	return 0;
 bad:
@@ -1379,8 +1381,7 @@ void mesh_host_free(struct mesh_host *h)
 	h->sampler_quit = 1;
 	pthread_cond_signal(&h->sampler_cv);
 	pthread_mutex_unlock(&h->mu);
-	if (h->sampler_on)
-		pthread_join(h->sampler, NULL);
+	pthread_join(h->sampler, NULL);
 	pthread_mutex_lock(&h->mu);
 	uint64_t grace = 0;
 	for (struct mesh_instance *w = h->list; w; w = w->next) {

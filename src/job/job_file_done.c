@@ -78,7 +78,7 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 	int *keep = NULL;
 	size_t *rec_of = NULL; /* results index -> record index, or SIZE_MAX */
 	size_t *dup_of = NULL;
-	size_t nrec = 0, extra = 0, *at = NULL; /* at: where each DONE's bytes are in pay */
+	size_t nrec = 0, extra = 0, off = 0; /* off: where the next DONE's bytes go in pay */
 	int rc = 0;
 
 	if (j->read_only) {
@@ -100,12 +100,11 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 		if (res[i].p)
 			extra += res[i].len;
 	pay = malloc(n * 16 + extra + 1);
-	at = malloc(n * sizeof *at);
 	recs = malloc((n + 1) * sizeof *recs);
 	keep = malloc((n + 1) * sizeof *keep);
 	rec_of = malloc(n * sizeof *rec_of);
 	dup_of = malloc(n * sizeof *dup_of);
-	if (!pay || !at || !recs || !keep || !rec_of || !dup_of) {
+	if (!pay || !recs || !keep || !rec_of || !dup_of) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -128,10 +127,6 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 		recs[nrec].data = nodep;
 		nrec++;
 	}
-	for (size_t i = 0, off = 0; i < n; i++) {
-		at[i] = off;
-		off += 16 + (res && res[i].p ? res[i].len : 0);
-	}
 	for (size_t i = 0; i < n; i++) {
 		uint64_t c = cids[i];
 		rec_of[i] = SIZE_MAX;
@@ -153,12 +148,13 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 		uint64_t d = duration_locked(j, c, durs ? durs[i] : 0, &spec);
 		bit_set(j->busy_bits, c);
 		int with = res && res[i].p;
-		size_t len = with ? mesh_rec_done_result_enc(pay + at[i], c, j->node_hash, d, res[i].p, res[i].len)
-				  : mesh_rec_done_enc(pay + at[i], c, j->node_hash, d);
+		size_t len = with ? mesh_rec_done_result_enc(pay + off, c, j->node_hash, d, res[i].p, res[i].len)
+				  : mesh_rec_done_enc(pay + off, c, j->node_hash, d);
 		recs[nrec].type = MESH_JREC_DONE;
 		recs[nrec].flags = (uint8_t)((spec ? 1 : 0) | (with ? MESH_REC_DONE_RESULT : 0));
 		recs[nrec].len = (uint16_t)len;
-		recs[nrec].data = pay + at[i];
+		recs[nrec].data = pay + off;
+		off += len;
 		rec_of[i] = nrec++;
 	}
 	pthread_mutex_unlock(&j->mu);
@@ -195,7 +191,6 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 		record_dups(j, cids, results, n, pay, recs);
 out:
 	free(pay);
-	free(at);
 	free(recs);
 	free(keep);
 	free(rec_of);
