@@ -4,6 +4,7 @@
 #include "daemon/job_exec_int.h"
 
 #include "base/clock.h"
+#include "base/err.h"
 #include "base/thread.h"
 
 #include <errno.h>
@@ -32,9 +33,10 @@ void mesh__jx_stamp_first(_Atomic uint64_t *stamp)
 	atomic_compare_exchange_strong(stamp, &zero, mesh_mono_ns());
 }
 
-static void *getter_main(void *arg)
+/* Asks the core for g's worker and says what came (got, or done when it
+ * failed or is online already).  1 when its `online` is still to come. */
+static int getter_get(struct meshd_job_ahead *g)
 {
-	struct meshd_job_ahead *g = arg;
 	struct meshd_job_worker h;
 	char *err = NULL;
 	int rc = meshd_job_worker_get_early(g->core, g->program, &h, &err);
@@ -50,43 +52,64 @@ static void *getter_main(void *arg)
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
 		mesh__jx_efd_kick(fd); /* the executor joins us before it closes fd */
-	if (rc != 0 || h.online)
-		return NULL;
-	/* Armed, not online yet: its chunks may be in its ring already. */
-	err = NULL;
-	rc = meshd_job_worker_online(g->core, &h, &err);
+	return rc == 0 && !h.online;
+}
+
+/* Armed, not online yet: its chunks may be in its ring already. */
+static void *getter_online(void *arg)
+{
+	struct meshd_job_ahead *g = arg;
+	char *err = NULL;
+	int rc = meshd_job_worker_online(g->core, &g->h, &err);
 	if (rc == 0)
 		mesh__jx_stamp_first(&g->st->first_online_ns);
 	pthread_mutex_lock(&g->mu);
 	g->online_rc = rc;
 	g->online_err = err;
 	g->done = 1;
-	fd = g->kick_fd;
+	int fd = g->kick_fd;
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
 		mesh__jx_efd_kick(fd);
 	return NULL;
 }
 
-int mesh__jx_getter_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st, int kick_fd,
-			struct meshd_job_ahead **out)
+static void *getter_main(void *arg)
+{
+	struct meshd_job_ahead *g = arg;
+	if (getter_get(g))
+		getter_online(g);
+	return NULL;
+}
+
+static struct meshd_job_ahead *getter_new(struct meshd_core *core, const char *program,
+					   struct meshd_job_exec_stats *st, int kick_fd)
 {
 	struct meshd_job_ahead *g = calloc(1, sizeof *g);
 	if (!g)
-		return -ENOMEM;
+		return NULL;
 	g->core = core;
 	g->program = program;
 	g->st = st;
 	g->kick_fd = kick_fd;
 	g->counted = 1;
 	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
 	mesh__jx_stamp_first(&st->first_ask_ns);
 	atomic_fetch_add_explicit(&st->starting, 1, memory_order_relaxed);
+	return g;
+}
+
+int mesh__jx_getter_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st, int kick_fd,
+			  struct meshd_job_ahead **out)
+{
+	struct meshd_job_ahead *g = getter_new(core, program, st, kick_fd);
+	if (!g)
+		return -ENOMEM;
 	int rc = mesh_thread_start(&g->th, getter_main, g);
 	if (rc < 0) {
 		atomic_fetch_sub_explicit(&st->starting, 1, memory_order_relaxed);
-		pthread_mutex_destroy(&g->mu);
-		free(g);
+		mesh__jx_getter_free(g);
 		return rc;
 	}
 	*out = g;
@@ -110,6 +133,10 @@ void mesh__jx_getter_uncount(struct meshd_job_ahead *g)
 
 void mesh__jx_getter_join(struct meshd_job_ahead *g)
 {
+	pthread_mutex_lock(&g->mu);
+	while (g->busy)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
 	if (!g->joined)
 		pthread_join(g->th, NULL);
 	g->joined = 1;
@@ -121,13 +148,48 @@ void mesh__jx_getter_free(struct meshd_job_ahead *g)
 	free(g->err);
 	free(g->online_err);
 	pthread_mutex_destroy(&g->mu);
+	pthread_cond_destroy(&g->cv);
 	free(g);
 }
 
-int meshd_job_ahead_start(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st,
-			  struct meshd_job_ahead **out)
+int meshd_job_ahead_new(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st,
+			struct meshd_job_ahead **out)
 {
-	return mesh__jx_getter_start(core, program, st, -1, out);
+	struct meshd_job_ahead *g = getter_new(core, program, st, -1);
+	if (!g)
+		return -ENOMEM;
+	g->busy = 1;   /* until meshd_job_ahead_run */
+	g->joined = 1; /* no thread yet */
+	*out = g;
+	return 0;
+}
+
+void meshd_job_ahead_run(struct meshd_job_ahead *g, int want)
+{
+	int more = 0;
+	if (want) {
+		more = getter_get(g);
+	} else {
+		pthread_mutex_lock(&g->mu);
+		g->rc = MESH_E_STATE;
+		g->got = g->done = 1;
+		pthread_mutex_unlock(&g->mu);
+	}
+	/* Whoever joins g reads th and joined after busy ends (mu). */
+	pthread_mutex_lock(&g->mu);
+	if (more && mesh_thread_start(&g->th, getter_online, g) == 0) {
+		g->joined = 0;
+	} else if (more) {
+		/* No thread to wait for its `online`: a start that failed. */
+		g->online_rc = -ENOMEM;
+		g->done = 1;
+	}
+	g->busy = 0;
+	int fd = more && g->joined ? g->kick_fd : -1;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+	if (fd >= 0)
+		mesh__jx_efd_kick(fd);
 }
 
 void meshd_job_ahead_drop(struct meshd_job_ahead *a)

@@ -12,24 +12,28 @@
 
 /* A worker asked for from the core on a helper thread (the core's start
  * blocks): by the executor, or ahead of it by the job's submit
- * (job_exec.h).  It is got once its slot is armed (the `run` sent, or it
- * was online already): the executor attaches it then and sends it chunks
- * while it maps the slot.  The thread then waits for its `online` (done).
- * kick_fd is told at each of the two; -1 while nobody listens (asked
- * ahead, not adopted yet). */
+ * (job_exec.h), which gets it on its own thread (meshd_job_ahead_run).
+ * It is got once its slot is armed (the `run` sent, or it was online
+ * already): the executor attaches it then and sends it chunks while it
+ * maps the slot.  A thread then waits for its `online` (done).  kick_fd
+ * is told at each of the two; -1 while nobody listens (asked ahead, not
+ * adopted yet).  busy: an ahead's run has not ended (its thread not
+ * started yet): a join waits for it. */
 struct meshd_job_ahead {
 	struct meshd_core *core;
 	const char *program;
 	struct meshd_job_exec_stats *st;
 	pthread_t th;
 	pthread_mutex_t mu;
+	pthread_cond_t cv;	/* busy ended */
 	int got, done, kick_fd; /* mu */
+	int busy;		/* mu */
 	int rc;			/* got: rc, err, h */
 	char *err;
 	struct meshd_job_worker h;
 	int online_rc;		/* done: 0, or it did not come online (online_err) */
 	char *online_err;
-	int counted, joined;	/* in st->starting; its thread joined */
+	int counted, joined;	/* in st->starting; its thread joined (or none) */
 };
 
 /* job_ahead.c */

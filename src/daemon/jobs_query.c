@@ -4,6 +4,7 @@
 #include "base/err.h"
 #include "base/io.h"
 #include "base/log.h"
+#include "base/thread.h"
 #include "daemon/jobs.h"
 #include "daemon/jobs_int.h"
 #include "daemon/ops.h"
@@ -139,6 +140,20 @@ static int store_job(struct job *jb, const char *spec, const char *path, int in_
 	return rc;
 }
 
+struct store_arg {
+	struct job *jb;
+	const char *spec, *path;
+	int in_fd, res_fd;
+	int rc;
+};
+
+static void *store_main(void *arg)
+{
+	struct store_arg *a = arg;
+	a->rc = store_job(a->jb, a->spec, a->path, a->in_fd, a->res_fd);
+	return NULL;
+}
+
 int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint64_t *id, char **err)
 {
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
@@ -230,12 +245,6 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		rc = -ENOMEM;
 		goto fail;
 	}
-	/* Its first worker now: from zero, the spawn is the long pole, and it
-	 * runs while the job is stored, its driver starts and its first chunks
-	 * are leased (the driver's executor adopts it).  Not having it costs
-	 * only time: the executor asks for its own. */
-	if (meshd_job_ahead_start(j->core, jb->program, &jb->xs, &jb->ahead) < 0)
-		jb->ahead = NULL;
 	/* The input and the journal, written and not synced: the directory
 	 * is ours alone (the mkdir above), and the spec comes last, so a
 	 * crash before it is durable leaves a directory that open ignores. */
@@ -253,6 +262,13 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 			close(res_fd);
 		goto fail;
 	}
+	/* Its first worker: from zero, the spawn is the long pole, and it
+	 * runs while the job is stored, its driver starts and its first chunks
+	 * are leased (the driver's executor adopts it).  Not having it costs
+	 * only time: the executor asks for its own. */
+	struct meshd_job_ahead *ahead = NULL;
+	if (meshd_job_ahead_new(j->core, jb->program, &jb->xs, &ahead) == 0)
+		jb->ahead = ahead;
 	/* Its driver now, while the job is made durable (store_job): it needs
 	 * the journal's bytes, not their fsyncs, which would only delay its
 	 * first lease.  The job is durable once its spec is (first_result_s
@@ -265,12 +281,24 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	/* Stopping meanwhile: it stays on disk, unfinished, for the next start. */
 	rc = j->stopping ? 1 : mesh__job_start(jb);
 	pthread_mutex_unlock(&j->mu);
-	if (rc != 0) {
-		/* No driver to adopt the worker asked for ahead. */
-		meshd_job_ahead_drop(jb->ahead);
-		jb->ahead = NULL;
+	/* The store on a thread of its own, the worker's spawn on this one
+	 * (meshd_job_ahead_run): both before the answer. */
+	struct store_arg sa = {jb, spec, path, in_fd, res_fd, 0};
+	pthread_t sth;
+	int store_th = mesh_thread_start(&sth, store_main, &sa) == 0;
+	if (ahead) {
+		meshd_job_ahead_run(ahead, rc == 0);
+		if (rc != 0) {
+			/* No driver adopted it. */
+			meshd_job_ahead_drop(ahead);
+			jb->ahead = NULL;
+		}
 	}
-	int src = store_job(jb, spec, path, in_fd, res_fd);
+	if (store_th)
+		pthread_join(sth, NULL);
+	else
+		store_main(&sa);
+	int src = sa.rc;
 	if (in_fd >= 0)
 		close(in_fd);
 	close(res_fd);
