@@ -23,9 +23,10 @@
 #define HEARTBEAT_NS (250 * MESH_NS_PER_MS)
 #define DEFAULT_SPIN_NS (50 * 1000ull)
 /* After `ready`, how long the worker polls its channel for the first
- * command before it sleeps: meshd sends a launched worker's `run` at once
- * (about 0.1 ms), and a sleeping process's wake-up took 0.15-1.5 ms on a
- * 2-CPU VM, on the way to a job's first result. */
+ * command before it sleeps: a launched worker's `run` is there already
+ * (sent at its spawn), else meshd sends it once it reads the `ready`
+ * (about 0.1 ms later), and a sleeping process's wake-up took 0.15-1.5 ms
+ * on a 2-CPU VM, on the way to a job's first result. */
 #define FIRST_RUN_SPIN_NS (1000 * 1000ull)
 
 struct mesh_worker {
@@ -124,8 +125,14 @@ uint64_t mesh_worker_chunk_id(const struct mesh_worker *w)
 	return w->chunk_id;
 }
 
+static int ensure_bufs(struct mesh_worker *w);
+
 int mesh_worker_ready(struct mesh_worker *w)
 {
+	/* Its reply buffer before `ready`, not after `run`: the first chunk
+	 * may be waiting already (a 16 MiB allocation took 0.02-1.2 ms on a
+	 * loaded 2-CPU VM).  One that fails is asked for again at `run`. */
+	(void)ensure_bufs(w);
 	int rc = mesh__ctl_send(w->fd, "ready", -1);
 	if (rc == 0)
 		w->ready_sent = 1;

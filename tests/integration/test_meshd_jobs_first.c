@@ -196,6 +196,26 @@ TEST_TIMEOUT(jobs_first_chunk_in_ring_before_ready, 60)
 	EXPECT_EQ(meshd_t_stop(pid), 0);
 }
 
+/* The `run` of a worker launched for a job is in its channel before its
+ * `ready` (send_run_early, host.c): after `ready` the worker maps its slot
+ * and takes the chunk waiting there without waiting for meshd to read that
+ * `ready`.  The worker here looks for it before it says ready (up to 3 s);
+ * before, meshd sent `run` only once it had read `ready`, and the worker
+ * printed "no". */
+TEST_TIMEOUT(jobs_first_worker_run_is_sent_before_its_ready, 60)
+{
+	pid_t pid = one_job("early", t_bin("tests-workers/host_worker"),
+			    "args = [\"run-before-ready\"]\nmax_workers = 1\nidle_ttl = \"30s\"\n", "::: alpha", "alpha");
+	char *log = t_read_file("logs/early.log", NULL);
+	ASSERT_TRUE(log != NULL);
+	EXPECT_CONTAINS(log, "run waiting before ready: yes");
+	free(log);
+	json_t *j = meshd_t_job_json(out, sizeof out, 1);
+	EXPECT_EQ(meshd_t_jint(j, "failed_attempts"), 0);
+	json_decref(j);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
+}
+
 TEST_TIMEOUT(jobs_death_before_online_fails_a_start, 60)
 {
 	meshd_t_add_program(out, sizeof out, "dies", t_bin("tests-workers/host_worker"),

@@ -28,6 +28,9 @@
  *   crash-after-ready  says ready, then dies of SIGABRT before it reads `run`
  *   slow-ready         sleeps 400 ms before it says ready, then serves (a slow
  *                      model load)
+ *   run-before-ready   before its `ready`, waits up to 3 s for a command in
+ *                      its channel (MSG_PEEK: it stays there) and prints
+ *                      "run waiting before ready: yes" or "...: no"; serves
  * (pids are written as /proc shows them -- the host's -- not as getpid()
  * returns them in a worker's own PID namespace.) */
 #include <mesh/worker.h>
@@ -37,6 +40,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <signal.h>
 #include <stdio.h>
@@ -215,6 +220,14 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(mode, "slow-ready") == 0)
 		usleep(400000);
+	if (strcmp(mode, "run-before-ready") == 0) {
+		const char *cfd = getenv("MESH_CONTROL_FD");
+		struct pollfd pf = {.fd = cfd ? atoi(cfd) : -1, .events = POLLIN};
+		char c;
+		int got = poll(&pf, 1, 3000) == 1 && recv(pf.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+		printf("run waiting before ready: %s\n", got ? "yes" : "no");
+		fflush(stdout);
+	}
 	printf("host_worker %s: ready\n", mode);
 	if ((rc = mesh_worker_ready(w)) == 0 && strcmp(mode, "slow-online") == 0)
 		usleep(300000); /* meshd's `run` waits in the channel meanwhile */
