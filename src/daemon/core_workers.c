@@ -264,15 +264,39 @@ static void job_unhold(struct meshd_core *d, struct program *p, unsigned i, int 
 	meshd__reconcile(d, p);
 }
 
-/* meshd_job_worker_get(_early): early returns a worker once its slot is
- * armed: at once when this call launched it (the host arms the slot of a
- * launch before the worker is ready, arm_pending in host.c: its first
- * chunks wait in the ring while it starts), else once it is LAUNCHING (the
- * host armed the slot and sent `run` before it set that state, under its
- * lock). */
+/* A launch's armed callback (meshd_job_worker_get_armed): the caller's,
+ * with the handle the worker will have. */
+struct armed_ctx {
+	void (*fn)(void *arg, const struct meshd_job_worker *h);
+	void *arg;
+	struct meshd_job_worker h;
+	int called;
+};
+
+static void core_armed(void *arg)
+{
+	struct armed_ctx *ac = arg;
+	ac->called = 1;
+	ac->fn(ac->arg, &ac->h);
+}
+
+/* meshd_job_worker_get(_early, _armed): early returns a worker once its
+ * slot is armed: at once when this call launched it (the host arms the
+ * slot of a launch before the worker is ready, arm_pending in host.c: its
+ * first chunks wait in the ring while it starts), else once it is
+ * LAUNCHING (the host armed the slot and sent `run` before it set that
+ * state, under its lock).  With armed, a launch that spawns tells it as
+ * soon as the slot is armed, before the spawn, which can take ms (the
+ * worker's exec answers it): the hold and the online wait's reference
+ * are taken before the launch for that. */
 static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, int early,
+			  void (*armed)(void *arg, const struct meshd_job_worker *h), void *arg, int *armed_called,
 			  char **err)
 {
+	int held = 0;	/* slot_busy and the online wait's reference taken before the launch */
+	int called = 0; /* armed told: the caller has the hold whatever follows */
+	if (armed_called)
+		*armed_called = 0;
 	struct program *p;
 	if (err)
 		*err = NULL;
@@ -321,12 +345,35 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 			if (mesh_instance_state(wk->inst) == MESH_IS_DOWN &&
 			    (rc = meshd__gpu_before_spawn(&d->G, &d->mu, 1, &p->img, (unsigned)i, wk->inst, &res, err)) == 1)
 				rc = mesh_errf(err, -EAGAIN, "'%s' waited for GPU memory; asking again", name);
-			if (rc == 0) {
+			struct armed_ctx ac = {armed, arg, {p, (unsigned)i, s, d->slots[s], wk->inst, 0, 0}, 0};
+			if (rc == 0 && armed) {
+				wk->slot = s;
+				d->slot_busy[s]++;
+				p->refs++; /* meshd_job_worker_online's */
+				held = 1;
+				rc = mesh_instance_launch_armed(wk->inst, d->slots[s], core_armed, &ac, err);
+				called = ac.called;
+				meshd__spawned(d, wk, res, rc);
+				launched = rc == 0;
+			} else if (rc == 0) {
 				rc = mesh_instance_launch(wk->inst, d->slots[s], err);
 				meshd__spawned(d, wk, res, rc);
 				launched = rc == 0;
 			}
+			if (rc && called) {
+				/* The caller has it since armed: it puts the hold back. */
+				p->refs--; /* no online wait; the get's own stays */
+				*out = ac.h;
+				*armed_called = 1;
+				pthread_mutex_unlock(&d->mu);
+				return rc;
+			}
 			if (rc) {
+				if (held) {
+					wk->slot = -1;
+					d->slot_busy[s]--;
+					p->refs--;
+				}
 				d->slot_taken[s] = 0;
 				job_unhold(d, p, (unsigned)i, -1);
 				pthread_mutex_unlock(&d->mu);
@@ -338,7 +385,8 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 	}
 	/* Held: reconcile never frees or hands on this slot meanwhile. */
 	int s = wk->slot;
-	d->slot_busy[s]++;
+	if (!held)
+		d->slot_busy[s]++;
 	meshd__kick(d, mesh_mono_ns() + meshd__heal_every(d)); /* heal checks while the job holds it */
 	struct mesh_instance *inst = wk->inst;
 	pthread_mutex_unlock(&d->mu);
@@ -362,7 +410,17 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 	pthread_mutex_lock(&d->mu);
 	if (rc == 0 && !now_armed && d->slots[s] != mesh_instance_slot(inst))
 		rc = mesh_errf(err, MESH_E_STATE, "'%s' left its slot while it came online", name);
+	if (rc && called) {
+		/* As above: the caller has had it since armed. */
+		p->refs--;
+		*out = (struct meshd_job_worker){p, (unsigned)i, s, d->slots[s], inst, 0, 0};
+		*armed_called = 1;
+		pthread_mutex_unlock(&d->mu);
+		return rc;
+	}
 	if (rc) {
+		if (held)
+			p->refs--;
 		job_unhold(d, p, (unsigned)i, s);
 		pthread_mutex_unlock(&d->mu);
 		meshd__unref(d, p);
@@ -375,20 +433,31 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 	out->inst = inst;
 	out->pid = mesh_instance_pid(inst);
 	out->online = ist == MESH_IS_RUNNING;
-	if (!out->online)
+	if (held && out->online)
+		p->refs--; /* online already: no wait for it */
+	else if (!held && !out->online)
 		p->refs++; /* meshd_job_worker_online's, apart from the hold's */
+	if (armed_called)
+		*armed_called = called;
 	pthread_mutex_unlock(&d->mu);
 	return 0; /* the program's reference stays until put */
 }
 
 int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err)
 {
-	return job_worker_get(d, name, out, 0, err);
+	return job_worker_get(d, name, out, 0, NULL, NULL, NULL, err);
 }
 
 int meshd_job_worker_get_early(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err)
 {
-	return job_worker_get(d, name, out, 1, err);
+	return job_worker_get(d, name, out, 1, NULL, NULL, NULL, err);
+}
+
+int meshd_job_worker_get_armed(struct meshd_core *d, const char *name, struct meshd_job_worker *out,
+			       void (*armed)(void *arg, const struct meshd_job_worker *h), void *arg, int *armed_called,
+			       char **err)
+{
+	return job_worker_get(d, name, out, 1, armed, arg, armed_called, err);
 }
 
 int meshd_job_worker_online(struct meshd_core *d, struct meshd_job_worker *w, char **err)

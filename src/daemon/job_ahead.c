@@ -33,19 +33,44 @@ void mesh__jx_stamp_first(_Atomic uint64_t *stamp)
 	atomic_compare_exchange_strong(stamp, &zero, mesh_mono_ns());
 }
 
+/* The core armed the slot of the worker it spawns for g, before the
+ * spawn: g is got from here (its pid comes with the spawn's return). */
+static void getter_armed(void *arg, const struct meshd_job_worker *h)
+{
+	struct meshd_job_ahead *g = arg;
+	pthread_mutex_lock(&g->mu);
+	g->rc = 0;
+	g->h = *h;
+	g->got = 1;
+	int fd = g->kick_fd;
+	pthread_mutex_unlock(&g->mu);
+	if (fd >= 0)
+		mesh__jx_efd_kick(fd);
+}
+
 /* Asks the core for g's worker and says what came (got, or done when it
  * failed or is online already).  1 when its `online` is still to come. */
 static int getter_get(struct meshd_job_ahead *g)
 {
 	struct meshd_job_worker h;
 	char *err = NULL;
-	int rc = meshd_job_worker_get_early(g->core, g->program, &h, &err);
+	int called = 0;
+	int rc = meshd_job_worker_get_armed(g->core, g->program, &h, getter_armed, g, &called, &err);
 	if (rc == 0 && h.online)
 		mesh__jx_stamp_first(&g->st->first_online_ns);
 	pthread_mutex_lock(&g->mu);
-	g->rc = rc;
-	g->err = err;
-	g->h = h;
+	if (called && rc != 0) {
+		/* Got at the arming, then its spawn failed: a start that
+		 * failed, its hold the executor's to put back. */
+		g->launch_rc = rc;
+		g->online_rc = rc;
+		g->online_err = err;
+	} else {
+		g->rc = rc;
+		g->err = err;
+		g->h = h;
+	}
+	g->h.pid = h.pid;
 	g->got = 1;
 	g->done = rc != 0 || h.online;
 	int fd = g->kick_fd;

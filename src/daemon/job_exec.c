@@ -413,13 +413,19 @@ static void collect(struct slot_ex *x)
 		if (st == 0)
 			continue;
 		if (w->state == W_COMING && g->rc == 0) {
-			w->h = g->h;
 			pthread_mutex_lock(&g->mu);
+			w->h = g->h;
 			g->kick_fd = w->efd; /* its `online` (or not) wakes the driver through it */
 			pthread_mutex_unlock(&g->mu);
 			attach(x, w);
 			if (st < 2)
 				continue; /* online comes later */
+		}
+		if (w->state == W_ON && !w->h.pid) {
+			/* Got before its spawn returned: its pid now, if known. */
+			pthread_mutex_lock(&g->mu);
+			w->h.pid = g->h.pid;
+			pthread_mutex_unlock(&g->mu);
 		}
 		if (st < 2 && w->state == W_ON)
 			continue;
@@ -428,6 +434,12 @@ static void collect(struct slot_ex *x)
 		if (w->state == W_COMING) {
 			w->state = W_NONE;
 			came_not_up(x, g->rc, g->err);
+		} else if (g->launch_rc) {
+			/* Its spawn failed after its slot was armed: what was
+			 * sent there goes back, and it counts as a start that
+			 * failed, as one that failed before. */
+			drop_worker(x, w, 0, 127, g->online_err);
+			came_not_up(x, g->launch_rc, g->online_err);
 		} else if (g->online_rc == MESH_E_REFUSED) {
 			/* Alive, off its slot: what we sent it is requeued. */
 			drop_worker(x, w, 1, 127, g->online_err);

@@ -13,12 +13,14 @@
 /* A worker asked for from the core on a helper thread (the core's start
  * blocks): by the executor, or ahead of it by the job's submit
  * (job_exec.h), which gets it on its own thread (meshd_job_ahead_run).
- * It is got once its slot is armed (the `run` sent, or it was online
+ * It is got once its slot is armed (before the spawn of one spawned for
+ * it, meshd_job_worker_get_armed; when `run` is sent; or it was online
  * already): the executor attaches it then and sends it chunks while it
- * maps the slot.  A thread then waits for its `online` (done).  kick_fd
- * is told at each of the two; -1 while nobody listens (asked ahead, not
- * adopted yet).  busy: an ahead's run has not ended (its thread not
- * started yet): a join waits for it. */
+ * starts and maps the slot; its pid comes once the spawn returned (h is
+ * read and written under mu).  A thread then waits for its `online`
+ * (done).  kick_fd is told at each of the two; -1 while nobody listens
+ * (asked ahead, not adopted yet).  busy: an ahead's run has not ended
+ * (its thread not started yet): a join waits for it. */
 struct meshd_job_ahead {
 	struct meshd_core *core;
 	const char *program;
@@ -32,6 +34,7 @@ struct meshd_job_ahead {
 	char *err;
 	struct meshd_job_worker h;
 	int online_rc;		/* done: 0, or it did not come online (online_err) */
+	int launch_rc;		/* done: its spawn failed after got (online_rc too) */
 	char *online_err;
 	int counted, joined;	/* in st->starting; its thread joined (or none) */
 };

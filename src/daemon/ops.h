@@ -193,6 +193,16 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
  * out->online 0 the caller must call meshd_job_worker_online (any thread,
  * once) to learn whether it came. */
 int meshd_job_worker_get_early(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err);
+/* meshd_job_worker_get_early, and when the call spawns the worker,
+ * armed(arg, h) as soon as its slot is armed, before the spawn (with the
+ * core's and the host's locks held: publish h and wake, nothing more): h
+ * is the handle out will be, its pid 0 (the spawn's is in out later).
+ * From armed on the hold is the caller's whatever follows: a spawn that
+ * then fails returns its error with *out set (online 0; put it back, no
+ * meshd_job_worker_online); *armed_called says whether armed ran. */
+int meshd_job_worker_get_armed(struct meshd_core *d, const char *name, struct meshd_job_worker *out,
+			       void (*armed)(void *arg, const struct meshd_job_worker *h), void *arg, int *armed_called,
+			       char **err);
 /* After meshd_job_worker_get_early with w->online 0 (w: a copy of that
  * handle; it stays usable until this returns, even once the hold was put
  * back): waits until the worker said `online` (0, w->online set) or it

@@ -496,6 +496,8 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 
 struct evarg {
 	struct mesh_slot *slot; /* LAUNCH */
+	void (*armed)(void *);	/* LAUNCH: told once slot is armed (mesh_instance_launch_armed) */
+	void *armed_arg;
 	uint32_t gen;		/* ONLINE, STALE, HALTED */
 	const char *text;	/* REJECTED, STALE, REFUSED, BROKEN, UNSTARTED: why */
 	int code;		/* UNSTARTED: the spawn's error */
@@ -572,6 +574,8 @@ static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct
 {
 	w->pending = ev == MESH_EV_LAUNCH ? a->slot : NULL;
 	arm_pending(w);
+	if (w->armed && a->armed)
+		a->armed(a->armed_arg);
 	int rc = do_spawn(w, err);
 	if (rc) {
 		o->rc = rc;
@@ -718,6 +722,8 @@ static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_ist
 		}
 		w->pending = a->slot;
 		arm_pending(w);
+		if (w->armed && a->armed)
+			a->armed(a->armed_arg);
 		send_run_early(w);
 		break;
 	case MESH_A_UNPEND:
@@ -1181,9 +1187,8 @@ int mesh_instance_new(struct mesh_host *h, const struct mesh_image *img, struct 
 	return 0;
 }
 
-static int request(struct mesh_instance *w, enum mesh_ievent ev, struct mesh_slot *s, char **err)
+static int request_arg(struct mesh_instance *w, enum mesh_ievent ev, struct evarg a, char **err)
 {
-	struct evarg a = {.slot = s};
 	if (err)
 		*err = NULL;
 	pthread_mutex_lock(&w->h->mu);
@@ -1197,6 +1202,11 @@ static int request(struct mesh_instance *w, enum mesh_ievent ev, struct mesh_slo
 	return rc;
 }
 
+static int request(struct mesh_instance *w, enum mesh_ievent ev, struct mesh_slot *s, char **err)
+{
+	return request_arg(w, ev, (struct evarg){.slot = s}, err);
+}
+
 int mesh_instance_warm(struct mesh_instance *w, char **err)
 {
 	return request(w, MESH_EV_WARM, NULL, err);
@@ -1205,6 +1215,12 @@ int mesh_instance_warm(struct mesh_instance *w, char **err)
 int mesh_instance_launch(struct mesh_instance *w, struct mesh_slot *s, char **err)
 {
 	return request(w, MESH_EV_LAUNCH, s, err);
+}
+
+int mesh_instance_launch_armed(struct mesh_instance *w, struct mesh_slot *s, void (*armed)(void *), void *arg,
+			       char **err)
+{
+	return request_arg(w, MESH_EV_LAUNCH, (struct evarg){.slot = s, .armed = armed, .armed_arg = arg}, err);
 }
 
 int mesh_instance_halt(struct mesh_instance *w)

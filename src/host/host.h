@@ -208,6 +208,13 @@ int mesh_instance_set_env(struct mesh_instance *w, const char *kv);
 int mesh_instance_warm(struct mesh_instance *w, char **err);
 /* s stays the caller's; it must not be used by another instance meanwhile. */
 int mesh_instance_launch(struct mesh_instance *w, struct mesh_slot *s, char **err);
+/* mesh_instance_launch, and armed(arg) once s is armed for the worker's
+ * run before the process is spawned (a DOWN instance) or while it starts
+ * (a STARTING one), with the host's lock held: what the caller puts into
+ * s's request ring from then on is the worker's first read, whether the
+ * spawn has returned or not.  armed must only publish and wake. */
+int mesh_instance_launch_armed(struct mesh_instance *w, struct mesh_slot *s, void (*armed)(void *), void *arg,
+			       char **err);
 int mesh_instance_halt(struct mesh_instance *w);
 int mesh_instance_exit(struct mesh_instance *w);
 /* The worker broke a promise the host cannot see (a bad reply in its slot,

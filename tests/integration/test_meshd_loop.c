@@ -7,7 +7,10 @@
 #include "integration/host_t.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
+#include "shm/shm.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -203,4 +206,134 @@ TEST_TIMEOUT(meshd_loop_sigterm_stops_an_idle_meshd_at_once, 30)
 	char *e = t_read_file("meshd.err", NULL);
 	EXPECT_CONTAINS(e, "stopped");
 	free(e);
+}
+
+/* What the armed callback of a job's worker get saw (test below). */
+struct armed_rec {
+	int called;
+	int kids_at_arm;
+	int send_rc;
+	uint32_t seq;
+};
+
+/* This process's children (the core spawns its workers from a thread of
+ * its own: every thread's list). */
+static int count_children(void)
+{
+	int n = 0;
+	DIR *dir = opendir("/proc/self/task");
+	struct dirent *e;
+	while (dir && (e = readdir(dir))) {
+		char path[300], buf[4096];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/children", e->d_name);
+		FILE *f = fopen(path, "r");
+		while (f && fscanf(f, "%4095s", buf) == 1)
+			n++;
+		if (f)
+			fclose(f);
+	}
+	if (dir)
+		closedir(dir);
+	return n;
+}
+
+/* Runs with the core's and the host's locks held: no host calls. */
+static void rec_armed(void *arg, const struct meshd_job_worker *h)
+{
+	struct armed_rec *r = arg;
+	r->called++;
+	r->kids_at_arm = count_children();
+	/* A job's first chunk, sent the moment the slot is armed. */
+	r->send_rc = mesh_slot_send(h->slot, MESH_MSG_REQ, NULL, 0, "hi", 2, &r->seq);
+}
+
+/* A job's worker spawned from zero is the job's once its slot is armed,
+ * before the spawn (meshd_job_worker_get_armed): no process existed when
+ * the callback ran, what it sent into the slot's ring is the worker's
+ * first request, answered once the worker is up.  Before, the worker was
+ * returned only after its spawn had returned (1-7 ms on a loaded 2-CPU VM:
+ * the worker's exec answers it), and the first chunk waited for that. */
+TEST_TIMEOUT(core_job_worker_is_armed_before_its_spawn, 30)
+{
+	host_t_program("echo", "args = [\"echo\"]\n");
+	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
+	struct meshd_core *d;
+	char *err = NULL;
+	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, run_main, d);
+	struct meshd_job_worker w;
+	struct armed_rec r = {0};
+	int called = 0;
+	if (meshd_job_worker_get_armed(d, "echo", &w, rec_armed, &r, &called, &err) != 0)
+		FAIL("worker_get_armed: %s", err ? err : "?");
+	EXPECT_EQ(called, 1);
+	EXPECT_EQ(r.called, 1);
+	EXPECT_EQ(r.kids_at_arm, 0); /* armed before the spawn */
+	EXPECT_GT(w.pid, 0);
+	EXPECT_EQ(count_children(), 1);
+	EXPECT_EQ(w.online, 0);
+	EXPECT_EQ(r.send_rc, 0);
+	ASSERT_EQ(meshd_job_worker_online(d, &w, &err), 0);
+	struct mesh_slot_reply rep = {0};
+	int rc = -EAGAIN;
+	uint64_t t0 = mesh_mono_ns();
+	while ((rc = mesh_slot_recv(w.slot, &rep)) == -EAGAIN && mesh_mono_ns() < t0 + S(5))
+		usleep(1000);
+	ASSERT_EQ(rc, 0);
+	EXPECT_EQ(rep.kind, (uint32_t)MESH_MSG_REP);
+	EXPECT_EQ(rep.seq, r.seq);
+	EXPECT_EQ(rep.len, 2u);
+	EXPECT_TRUE(rep.data && memcmp(rep.data, "hi", 2) == 0);
+	free(rep.data);
+	meshd_job_worker_put(d, &w, 0);
+	meshd_core_stop(d);
+	pthread_join(th, NULL);
+	meshd_core_free(d);
+}
+
+/* A spawn that fails after the slot was armed for it: the get says so,
+ * the hold is the caller's (armed told it), and once put back the slot is
+ * free for the next worker (one slot here: a leak would say "no free
+ * slot"). */
+TEST_TIMEOUT(core_job_worker_spawn_failing_after_its_arm_gives_the_slot_back, 30)
+{
+	host_t_program("echo", "args = [\"echo\"]\n");
+	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
+	struct meshd_core *d;
+	char *err = NULL;
+	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, run_main, d);
+	char *lerr = NULL;
+	ASSERT_GT(meshd_program_max_workers(d, "echo", &lerr), 0u); /* loaded */
+	free(lerr);
+	char path[512];
+	snprintf(path, sizeof path, "cat/%s/echo", mesh_target_triple());
+	ASSERT_EQ(unlink(path), 0); /* gone before the spawn */
+	struct meshd_job_worker w;
+	struct armed_rec r = {0};
+	int called = 0;
+	int rc = meshd_job_worker_get_armed(d, "echo", &w, rec_armed, &r, &called, &err);
+	EXPECT_LT(rc, 0);
+	EXPECT_EQ(called, 1);
+	EXPECT_EQ(r.called, 1);
+	EXPECT_CONTAINS(err ? err : "", "cannot start");
+	free(err);
+	err = NULL;
+	EXPECT_TRUE(w.prog != NULL);
+	meshd_job_worker_put(d, &w, 0);
+	/* Back, and the one slot free again. */
+	ASSERT_EQ(symlink(t_bin("tests-workers/host_worker"), path), 0);
+	memset(&r, 0, sizeof r);
+	if (meshd_job_worker_get_armed(d, "echo", &w, rec_armed, &r, &called, &err) != 0)
+		FAIL("worker_get_armed after the failure: %s", err ? err : "?");
+	EXPECT_EQ(r.called, 1);
+	ASSERT_EQ(meshd_job_worker_online(d, &w, &err), 0);
+	meshd_job_worker_put(d, &w, 0);
+	meshd_core_stop(d);
+	pthread_join(th, NULL);
+	meshd_core_free(d);
 }
