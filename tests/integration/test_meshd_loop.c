@@ -30,6 +30,25 @@ static void *run_main(void *d)
 	return NULL;
 }
 
+/* A core on "cat" with one slot, its loop on *th. */
+static struct meshd_core *core_up(pthread_t *th)
+{
+	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
+	struct meshd_core *d = NULL;
+	char *err = NULL;
+	if (meshd_core_new(&d, &cfg, &err) != 0)
+		FAIL("meshd_core_new: %s", err ? err : "?");
+	pthread_create(th, NULL, run_main, d);
+	return d;
+}
+
+static void core_down(struct meshd_core *d, pthread_t th)
+{
+	meshd_core_stop(d);
+	pthread_join(th, NULL);
+	meshd_core_free(d);
+}
+
 static unsigned procs_of(struct meshd_core *d)
 {
 	struct meshd_ps ps;
@@ -48,12 +67,9 @@ static unsigned procs_of(struct meshd_core *d)
 TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\nidle_ttl = \"200ms\"\n");
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
-	struct meshd_core *d;
-	char *err = NULL;
-	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
 	pthread_t th;
-	pthread_create(&th, NULL, run_main, d);
+	struct meshd_core *d = core_up(&th);
+	char *err = NULL;
 	uint64_t worst = 0, best = UINT64_MAX;
 	for (int round = 0; round < 3; round++) {
 		void *rep = NULL;
@@ -74,9 +90,7 @@ TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 	}
 	EXPECT_LE(worst, 350u);
 	EXPECT_GE(best, 190u); /* and never before the TTL */
-	meshd_core_stop(d);
-	pthread_join(th, NULL);
-	meshd_core_free(d);
+	core_down(d, th);
 }
 
 /* A worker held by a job, then given back: reaped its TTL later, whatever
@@ -84,12 +98,9 @@ TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\nidle_ttl = \"100ms\"\n");
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
-	struct meshd_core *d;
-	char *err = NULL;
-	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
 	pthread_t th;
-	pthread_create(&th, NULL, run_main, d);
+	struct meshd_core *d = core_up(&th);
+	char *err = NULL;
 	struct meshd_job_worker w;
 	if (meshd_job_worker_get(d, "echo", &w, &err) != 0)
 		FAIL("worker_get: %s", err ? err : "?");
@@ -103,9 +114,7 @@ TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 	uint64_t ms = (mesh_mono_ns() - t0) / MESH_NS_PER_MS;
 	EXPECT_EQ(procs_of(d), 0u);
 	EXPECT_LE(ms, 250u);
-	meshd_core_stop(d);
-	pthread_join(th, NULL);
-	meshd_core_free(d);
+	core_down(d, th);
 }
 
 /* The loop stops with no worker and nothing armed, and the host still
@@ -113,12 +122,9 @@ TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 TEST_TIMEOUT(core_loop_stop_then_ops_without_a_loop, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\n");
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
-	struct meshd_core *d;
-	char *err = NULL;
-	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
 	pthread_t th;
-	pthread_create(&th, NULL, run_main, d);
+	struct meshd_core *d = core_up(&th);
+	char *err = NULL;
 	uint64_t t0 = mesh_mono_ns();
 	meshd_core_stop(d);
 	pthread_join(th, NULL);
@@ -258,12 +264,9 @@ static void rec_armed(void *arg, const struct meshd_job_worker *h)
 TEST_TIMEOUT(core_job_worker_is_armed_before_its_spawn, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\n");
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
-	struct meshd_core *d;
-	char *err = NULL;
-	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
 	pthread_t th;
-	pthread_create(&th, NULL, run_main, d);
+	struct meshd_core *d = core_up(&th);
+	char *err = NULL;
 	struct meshd_job_worker w;
 	struct armed_rec r = {0};
 	int called = 0;
@@ -289,9 +292,7 @@ TEST_TIMEOUT(core_job_worker_is_armed_before_its_spawn, 30)
 	EXPECT_TRUE(rep.data && memcmp(rep.data, "hi", 2) == 0);
 	free(rep.data);
 	meshd_job_worker_put(d, &w, 0);
-	meshd_core_stop(d);
-	pthread_join(th, NULL);
-	meshd_core_free(d);
+	core_down(d, th);
 }
 
 /* A spawn that fails after the slot was armed for it: the get says so,
@@ -301,12 +302,9 @@ TEST_TIMEOUT(core_job_worker_is_armed_before_its_spawn, 30)
 TEST_TIMEOUT(core_job_worker_spawn_failing_after_its_arm_gives_the_slot_back, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\n");
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
-	struct meshd_core *d;
-	char *err = NULL;
-	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
 	pthread_t th;
-	pthread_create(&th, NULL, run_main, d);
+	struct meshd_core *d = core_up(&th);
+	char *err = NULL;
 	char *lerr = NULL;
 	ASSERT_GT(meshd_program_max_workers(d, "echo", &lerr), 0u); /* loaded */
 	free(lerr);
@@ -333,7 +331,5 @@ TEST_TIMEOUT(core_job_worker_spawn_failing_after_its_arm_gives_the_slot_back, 30
 	EXPECT_EQ(r.called, 1);
 	ASSERT_EQ(meshd_job_worker_online(d, &w, &err), 0);
 	meshd_job_worker_put(d, &w, 0);
-	meshd_core_stop(d);
-	pthread_join(th, NULL);
-	meshd_core_free(d);
+	core_down(d, th);
 }
