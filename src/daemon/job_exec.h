@@ -83,7 +83,7 @@ struct meshd_job_exec_stats {
  * is stored, its driver starts and its first chunks are leased.  The
  * executor adopts it as a worker coming (meshd_job_exec_arg.ahead).
  * new makes it; the submit's own thread then gets the worker
- * (meshd_job_ahead_run): on a new thread, its start waited 0.15-0.95 ms
+ * (meshd_job_ahead_run): on a new thread, its start waited 0.15-0.96 ms
  * for a CPU beside the submit's work on a 2-CPU VM, all on the way to
  * the spawn.  program is borrowed until the worker is adopted or
  * dropped; st counts it as starting.  0 or -errno. */
