@@ -280,6 +280,19 @@ static void core_armed(void *arg)
 	ac->fn(ac->arg, &ac->h);
 }
 
+/* A get whose caller was told armed, then failed: the hold (h) is the
+ * caller's to put back; the online wait's reference goes, the get's own
+ * stays.  d->mu held, released here. */
+static int armed_then_failed(struct meshd_core *d, struct program *p, const struct meshd_job_worker *h,
+			     struct meshd_job_worker *out, int *armed_called, int rc)
+{
+	p->refs--;
+	*out = *h;
+	*armed_called = 1;
+	pthread_mutex_unlock(&d->mu);
+	return rc;
+}
+
 /* meshd_job_worker_get(_early, _armed): early returns a worker once its
  * slot is armed: at once when this call launched it (the host arms the
  * slot of a launch before the worker is ready, arm_pending in host.c: its
@@ -360,14 +373,8 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 				meshd__spawned(d, wk, res, rc);
 				launched = rc == 0;
 			}
-			if (rc && called) {
-				/* The caller has it since armed: it puts the hold back. */
-				p->refs--; /* no online wait; the get's own stays */
-				*out = ac.h;
-				*armed_called = 1;
-				pthread_mutex_unlock(&d->mu);
-				return rc;
-			}
+			if (rc && called)
+				return armed_then_failed(d, p, &ac.h, out, armed_called, rc);
 			if (rc) {
 				if (held) {
 					wk->slot = -1;
@@ -410,14 +417,9 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 	pthread_mutex_lock(&d->mu);
 	if (rc == 0 && !now_armed && d->slots[s] != mesh_instance_slot(inst))
 		rc = mesh_errf(err, MESH_E_STATE, "'%s' left its slot while it came online", name);
-	if (rc && called) {
-		/* As above: the caller has had it since armed. */
-		p->refs--;
-		*out = (struct meshd_job_worker){p, (unsigned)i, s, d->slots[s], inst, 0, 0};
-		*armed_called = 1;
-		pthread_mutex_unlock(&d->mu);
-		return rc;
-	}
+	if (rc && called)
+		return armed_then_failed(d, p, &(struct meshd_job_worker){p, (unsigned)i, s, d->slots[s], inst, 0, 0}, out,
+					 armed_called, rc);
 	if (rc) {
 		if (held)
 			p->refs--;

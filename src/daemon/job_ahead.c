@@ -70,7 +70,6 @@ static int getter_get(struct meshd_job_ahead *g)
 		g->err = err;
 		g->h = h;
 	}
-	g->h.pid = h.pid;
 	g->got = 1;
 	g->done = rc != 0 || h.online;
 	int fd = g->kick_fd;

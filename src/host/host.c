@@ -417,6 +417,14 @@ static const char *signame(int sig)
 	return buf;
 }
 
+/* No launch pending any more (a stop, a failure, a reap); a slot whose
+ * `run` went out early stays w->slot until the process is gone. */
+static void forget_pending(struct mesh_instance *w)
+{
+	w->pending = w->armed = NULL;
+	w->run_early = 0;
+}
+
 /* The process ended: reap it, keep its last words, report it. */
 static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 {
@@ -484,8 +492,7 @@ static void do_reap(struct mesh_instance *w, enum mesh_istate was)
 	mesh_buf_release(&b);
 	free(tail);
 	w->slot = NULL;
-	w->pending = w->armed = NULL;
-	w->run_early = 0;
+	forget_pending(w);
 	w->pid = 0;
 	w->alive_ns += mesh_mono_ns() - w->spawned_at;
 	w->deadline = w->closed_deadline = 0;
@@ -540,7 +547,7 @@ static void next_gen(struct mesh_instance *w)
  * `run` will name: a job queues its first chunks there while the worker
  * starts, and the worker's first read after `run` finds them (`run`, at
  * `ready`, then arms nothing: act_run). */
-static void arm_pending(struct mesh_instance *w)
+static void arm_pending(struct mesh_instance *w, const struct evarg *a)
 {
 	w->armed = NULL;
 	if (!w->pending)
@@ -548,7 +555,10 @@ static void arm_pending(struct mesh_instance *w)
 	next_gen(w);
 	mesh_slot_arm(w->pending, w->gen);
 	w->armed = w->pending;
+	if (a->armed)
+		a->armed(a->armed_arg); /* mesh_instance_launch_armed's caller */
 }
+
 
 /* The armed slot's `run` goes into the worker's channel now, before its
  * `ready`: the worker reads it right after its `ready` (a worker reads no
@@ -573,9 +583,7 @@ static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct
 		      struct outcome *o)
 {
 	w->pending = ev == MESH_EV_LAUNCH ? a->slot : NULL;
-	arm_pending(w);
-	if (w->armed && a->armed)
-		a->armed(a->armed_arg);
+	arm_pending(w, a);
 	int rc = do_spawn(w, err);
 	if (rc) {
 		o->rc = rc;
@@ -628,8 +636,7 @@ static void act_stop(struct mesh_instance *w, struct outcome *o)
 	struct mesh_host *h = w->h;
 	uint64_t grace = w->img->m.stop_grace_ns;
 	w->exit_requested = 1;
-	w->pending = w->armed = NULL;
-	w->run_early = 0;
+	forget_pending(w);
 	if (w->img->m.device == MESH_DEVICE_GPU && h->gpu == MESH_GPU_MPS && h->stop_gpu_client) {
 		char *e = NULL;
 		if (h->stop_gpu_client(h->gpu_ctx, w->pid, &e) != 0)
@@ -679,8 +686,7 @@ static void act_fail(struct mesh_instance *w, enum mesh_istate was, enum mesh_ie
 	w->fail_reason = why ? why : strdup("failed");
 	w->fail_code = code;
 	w->exit_requested = 1;
-	w->pending = w->armed = NULL;
-	w->run_early = 0;
+	forget_pending(w);
 	kill_group(w, SIGKILL);
 	w->deadline = 0;
 	if (w->slot && !mesh_slot_failed(w->slot))
@@ -704,8 +710,7 @@ static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_ist
 		act_spawn(w, ev, a, err, o);
 		break;
 	case MESH_A_ABORT:
-		w->pending = w->armed = NULL;
-		w->run_early = 0;
+		forget_pending(w);
 		w->deadline = 0;
 		w->unready++;
 		new_failure(w, a->code, strdup(a->text ? a->text : mesh_strerror(a->code)));
@@ -721,9 +726,7 @@ static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_ist
 			break;
 		}
 		w->pending = a->slot;
-		arm_pending(w);
-		if (w->armed && a->armed)
-			a->armed(a->armed_arg);
+		arm_pending(w, a);
 		send_run_early(w);
 		break;
 	case MESH_A_UNPEND:
@@ -733,8 +736,7 @@ static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_ist
 			raise_text(o, MESH_EV_BROKEN, "its launch was withdrawn after its run was sent");
 			break;
 		}
-		w->pending = w->armed = NULL;
-		w->run_early = 0;
+		forget_pending(w);
 		break;
 	case MESH_A_READY:
 		act_ready(w, o);
