@@ -6,6 +6,7 @@
 #include "base/err.h"
 #include "daemon/ops.h"
 #include "host/image.h"
+#include "integration/core_t.h"
 #include "integration/host_t.h"
 #include "runner/t.h"
 
@@ -28,34 +29,6 @@ static void program(const char *name, const char *args, const char *extra)
 	char m[2048];
 	snprintf(m, sizeof m, "args = [%s]\n%s", args, extra ? extra : "");
 	host_t_program(name, m);
-}
-
-struct core {
-	struct meshd_core *d;
-	pthread_t th;
-};
-
-static void *run_main(void *d)
-{
-	meshd_core_run(d);
-	return NULL;
-}
-
-static void core_up(struct core *c, struct meshd_config *cfg)
-{
-	char *err = NULL;
-	cfg->catalog = "cat";
-	cfg->logs = "logs";
-	if (meshd_core_new(&c->d, cfg, &err))
-		FAIL("core: %s", err);
-	pthread_create(&c->th, NULL, run_main, c->d);
-}
-
-static void core_down(struct core *c)
-{
-	meshd_core_stop(c->d);
-	pthread_join(c->th, NULL);
-	meshd_core_free(c->d);
 }
 
 /* The pid of the first worker of the first program (0 if none), and the
@@ -101,9 +74,9 @@ TEST(core_bad_reply_kills_the_worker_and_the_next_call_gets_a_fresh_one)
 	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
 	snprintf(args, sizeof args, "\"bad-reply\", \"%s/bad.once\"", cwd);
 	program("bad", args, NULL);
-	struct core c;
+	struct core_t c;
 	struct meshd_config cfg = {.slots = 2};
-	core_up(&c, &cfg);
+	core_t_up(&c, cfg);
 	char *err = NULL;
 	ASSERT_EQ(call(c.d, "bad", "warm", S(10), &err), MESH_E_CORRUPT);
 	EXPECT_CONTAINS(err, "reply ring");
@@ -134,7 +107,7 @@ TEST(core_bad_reply_kills_the_worker_and_the_next_call_gets_a_fresh_one)
 	uint32_t spawns = 0;
 	EXPECT_GT(first_pid(c.d, &spawns, NULL, 0), 0);
 	EXPECT_EQ(spawns, 2);
-	core_down(&c);
+	core_t_down(&c);
 }
 
 struct bg_call {
@@ -172,9 +145,9 @@ static void wait_log(const char *path, const char *text)
 TEST(core_call_behind_a_hung_call_honours_its_timeout)
 {
 	program("hang", "\"hang-on-hang\"", NULL);
-	struct core c;
+	struct core_t c;
 	struct meshd_config cfg = {.slots = 2};
-	core_up(&c, &cfg);
+	core_t_up(&c, cfg);
 	struct bg_call b = {c.d, "hang", "hang", S(8), 0, NULL};
 	pthread_t th;
 	pthread_create(&th, NULL, bg_main, &b);
@@ -191,7 +164,7 @@ TEST(core_call_behind_a_hung_call_honours_its_timeout)
 	pthread_join(th, NULL);
 	EXPECT_EQ(b.rc, MESH_E_STOPPED);
 	free(b.err);
-	core_down(&c);
+	core_t_down(&c);
 }
 
 /* call_timeout (manifest): a call past it kills the worker, the caller
@@ -199,9 +172,9 @@ TEST(core_call_behind_a_hung_call_honours_its_timeout)
 TEST(core_call_past_call_timeout_kills_and_replaces_the_worker)
 {
 	program("hang", "\"hang-on-hang\"", "[lifecycle]\ncall_timeout = \"300ms\"\n");
-	struct core c;
+	struct core_t c;
 	struct meshd_config cfg = {.slots = 2};
-	core_up(&c, &cfg);
+	core_t_up(&c, cfg);
 	char *err = NULL;
 	ASSERT_EQ(call(c.d, "hang", "a", S(10), &err), 0);
 	pid_t pid = first_pid(c.d, NULL, NULL, 0);
@@ -220,7 +193,7 @@ TEST(core_call_past_call_timeout_kills_and_replaces_the_worker)
 	pid_t fresh = first_pid(c.d, NULL, NULL, 0);
 	EXPECT_GT(fresh, 0);
 	EXPECT_NE(fresh, pid);
-	core_down(&c);
+	core_t_down(&c);
 }
 
 /* A worker whose node loop stops (SIGSTOP: no heartbeat) while a request
@@ -229,9 +202,9 @@ TEST(core_call_past_call_timeout_kills_and_replaces_the_worker)
 TEST(core_stopped_heartbeat_with_a_request_waiting_kills_the_worker)
 {
 	program("echo", "\"echo\"", NULL);
-	struct core c;
+	struct core_t c;
 	struct meshd_config cfg = {.slots = 2, .heartbeat_timeout_ns = MS(300)};
-	core_up(&c, &cfg);
+	core_t_up(&c, cfg);
 	char *err = NULL;
 	ASSERT_EQ(call(c.d, "echo", "a", S(10), &err), 0);
 	pid_t pid = first_pid(c.d, NULL, NULL, 0);
@@ -249,7 +222,7 @@ TEST(core_stopped_heartbeat_with_a_request_waiting_kills_the_worker)
 	if (rc)
 		FAIL("the call after: %s: %s", mesh_strerror(rc), err ? err : "");
 	EXPECT_NE(first_pid(c.d, NULL, NULL, 0), pid);
-	core_down(&c);
+	core_t_down(&c);
 }
 
 struct storm {
@@ -278,9 +251,9 @@ static void *storm_main(void *arg)
 TEST(core_crash_loop_backs_off_then_fails_until_start)
 {
 	program("crashy", "\"crash-before-ready\"", NULL);
-	struct core c;
+	struct core_t c;
 	struct meshd_config cfg = {.slots = 2, .crash_backoff_ns = MS(50)};
-	core_up(&c, &cfg);
+	core_t_up(&c, cfg);
 	struct storm s = {c.d, 0, 0};
 	pthread_t th[8];
 	for (int i = 0; i < 8; i++)
@@ -319,7 +292,7 @@ TEST(core_crash_loop_backs_off_then_fails_until_start)
 	first_pid(c.d, &spawns, failed, sizeof failed);
 	EXPECT_STREQ(failed, "");
 	EXPECT_EQ(spawns, 6);
-	core_down(&c);
+	core_t_down(&c);
 }
 
 struct fan {
@@ -361,9 +334,9 @@ TEST_TIMEOUT(core_max_workers_scales_out_under_concurrent_calls, 90)
 {
 	program("one", "\"slow-200ms\"", "max_workers = 1\n");
 	program("four", "\"slow-200ms\"", "max_workers = 4\n");
-	struct core c;
+	struct core_t c;
 	struct meshd_config cfg = {.slots = 8};
-	core_up(&c, &cfg);
+	core_t_up(&c, cfg);
 	uint64_t t1 = fan_out(c.d, "one");
 	uint64_t t4 = fan_out(c.d, "four");
 	fprintf(stderr, "    50 calls of 200 ms: %llu ms with max_workers 1, %llu ms with 4 (%.2fx)\n",
@@ -385,7 +358,7 @@ TEST_TIMEOUT(core_max_workers_scales_out_under_concurrent_calls, 90)
 		}
 	}
 	meshd_ps_release(&ps);
-	core_down(&c);
+	core_t_down(&c);
 }
 
 static const struct meshd_worker_info *worker_of(const struct meshd_ps *ps, const char *name)
@@ -404,9 +377,9 @@ TEST(core_full_slots_evict_the_least_recently_used_idle_worker)
 	program("a", "\"echo\"", NULL);
 	program("b", "\"echo\"", NULL);
 	program("c", "\"echo\"", NULL);
-	struct core c;
+	struct core_t c;
 	struct meshd_config cfg = {.slots = 2};
-	core_up(&c, &cfg);
+	core_t_up(&c, cfg);
 	char *err = NULL;
 	ASSERT_EQ(call(c.d, "a", "1", S(10), &err), 0);
 	ASSERT_EQ(call(c.d, "b", "2", S(10), &err), 0);
@@ -437,5 +410,5 @@ TEST(core_full_slots_evict_the_least_recently_used_idle_worker)
 	EXPECT_STREQ(mesh_istate_name(wa->st.state), "RUNNING");
 	EXPECT_STREQ(mesh_istate_name(wb->st.state), "IDLE");
 	meshd_ps_release(&ps);
-	core_down(&c);
+	core_t_down(&c);
 }

@@ -7,6 +7,7 @@
 #include "daemon/ops.h"
 #include "gpu/nvml.h"
 #include "host/image.h"
+#include "integration/core_t.h"
 #include "runner/t.h"
 
 #include <limits.h>
@@ -49,29 +50,8 @@ static void fake_nvml(const char *state)
 	setenv(MESH_NVML_ENV, t_bin("tests-gpu/fake_nvml.so"), 1);
 }
 
-static void *run_main(void *d)
-{
-	meshd_core_run(d);
-	return NULL;
-}
-
-static struct meshd_core *core(pthread_t *th)
-{
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 4, .isolation = "none"};
-	struct meshd_core *d;
-	char *err = NULL;
-	if (meshd_core_new(&d, &cfg, &err))
-		FAIL("core: %s", err);
-	pthread_create(th, NULL, run_main, d);
-	return d;
-}
-
-static void done(struct meshd_core *d, pthread_t th)
-{
-	meshd_core_stop(d);
-	pthread_join(th, NULL);
-	meshd_core_free(d);
-}
+/* The tests' core: four slots, no isolation. */
+static const struct meshd_config GPU_CFG = {.slots = 4, .isolation = "none"};
 
 static char *call(struct meshd_core *d, const char *name, const char *req, int *rc)
 {
@@ -105,8 +85,9 @@ TEST(core_gpu_none_refuses_at_load_and_says_why)
 {
 	setenv(MESH_NVML_ENV, "/nonexistent/libnvidia-ml.so.1", 1);
 	program("g", "0", "0", NULL);
-	pthread_t th;
-	struct meshd_core *d = core(&th);
+	struct core_t c;
+	core_t_up(&c, GPU_CFG);
+	struct meshd_core *d = c.d;
 	struct meshd_program_info pi;
 	char *err = NULL;
 	EXPECT_EQ(meshd_op_load(d, "g", &pi, &err), MESH_E_NOGPU);
@@ -119,7 +100,7 @@ TEST(core_gpu_none_refuses_at_load_and_says_why)
 	EXPECT_CONTAINS(ps.gpu_none, "cannot load");
 	EXPECT_EQ(ps.ngpus, 0);
 	meshd_ps_release(&ps);
-	done(d, th);
+	core_t_down(&c);
 }
 
 TEST(core_gpu_places_accounts_and_refuses)
@@ -136,8 +117,9 @@ TEST(core_gpu_places_accounts_and_refuses)
 	program("kid", b30, "0", "vram = \"30GiB\"\n");
 	program("huge", "0", "0", "vram = \"100GiB\"\n");
 	program("many", "0", "0", "gpus = 3\n");
-	pthread_t th;
-	struct meshd_core *d = core(&th);
+	struct core_t c;
+	core_t_up(&c, GPU_CFG);
+	struct meshd_core *d = c.d;
 	char *err = NULL;
 	int rc;
 	/* What can never fit is refused at load. */
@@ -182,7 +164,7 @@ TEST(core_gpu_places_accounts_and_refuses)
 	EXPECT_UEQ(wi.gpu.reserved, 30 * GIB);
 	EXPECT_EQ(wi.gpu.pid, wi.st.pid);
 	meshd_ps_release(&ps);
-	done(d, th);
+	core_t_down(&c);
 }
 
 TEST(core_gpu_counts_the_whole_process_group)
@@ -197,8 +179,9 @@ TEST(core_gpu_counts_the_whole_process_group)
 	char m[512];
 	snprintf(m, sizeof m, "name = \"k\"\nbackends = [\"native\"]\ndevice = \"gpu\"\nargs = [\"%s\", \"0\", \"child\"]\n", b);
 	t_write_file("cat/k.toml", m);
-	pthread_t th;
-	struct meshd_core *d = core(&th);
+	struct core_t c;
+	core_t_up(&c, GPU_CFG);
+	struct meshd_core *d = c.d;
 	int rc;
 	char *r = call(d, "k", "x", &rc);
 	ASSERT_EQ(rc, 0);
@@ -208,7 +191,7 @@ TEST(core_gpu_counts_the_whole_process_group)
 	EXPECT_UEQ(wi.gpu.vram, 7 * GIB);
 	EXPECT_UEQ(ps.gpus[0].others, 0);
 	meshd_ps_release(&ps);
-	done(d, th);
+	core_t_down(&c);
 }
 
 /* REAP/stop and crash: the memory counts until NVML lists none of the
@@ -226,8 +209,9 @@ TEST(core_gpu_next_worker_waits_for_memory_really_back)
 	snprintf(b, sizeof b, "%llu", 50 * GIB);
 	program("m", b, "300", "vram = \"50GiB\"\n");
 	program("n", b, "300", "vram = \"50GiB\"\n");
-	pthread_t th;
-	struct meshd_core *d = core(&th);
+	struct core_t c;
+	core_t_up(&c, GPU_CFG);
+	struct meshd_core *d = c.d;
 	char *err = NULL;
 	int rc;
 	char *r = call(d, "m", "x", &rc);
@@ -267,7 +251,7 @@ TEST(core_gpu_next_worker_waits_for_memory_really_back)
 	EXPECT_EQ(wi.gpu.state, MESH_GPU_FREED);
 	EXPECT_GE(wi.gpu.time_to_free_ns, (int64_t)(250 * 1000000ll));
 	meshd_ps_release(&ps);
-	done(d, th);
+	core_t_down(&c);
 }
 
 /* meshd restarted after a kill -9: NVML still lists a dead worker's
@@ -291,9 +275,10 @@ TEST(core_gpu_restart_does_not_place_on_leftovers)
 	snprintf(b, sizeof b, "%llu", 50 * GIB);
 	program("n", b, "0", "vram = \"50GiB\"\n");
 	program("big", b, "0", "vram = \"75GiB\"\n");
-	pthread_t th;
+	struct core_t c;
 	uint64_t t0 = t_now_ms();
-	struct meshd_core *d = core(&th);
+	core_t_up(&c, GPU_CFG);
+	struct meshd_core *d = c.d;
 	char *err = NULL;
 	struct mesh_instance_stats s;
 	/* Waits for the dead one's memory, not for the living one's. */
@@ -305,7 +290,7 @@ TEST(core_gpu_restart_does_not_place_on_leftovers)
 	EXPECT_EQ(rc, MESH_E_NOGPU);
 	EXPECT_CONTAINS(r, "other processes 10.0 GiB");
 	free(r);
-	done(d, th);
+	core_t_down(&c);
 	kill(live, SIGKILL);
 	waitpid(live, NULL, 0);
 }
@@ -333,13 +318,10 @@ TEST(core_gpu_mps_client_check_through_nvml)
 	t_write_file("cat/client.toml", "name = \"client\"\nbackends = [\"native\"]\ndevice = \"gpu\"\n"
 					"args = [\"1048576\", \"0\", \"mps\"]\n");
 	program("plain", "1048576", "0", NULL);
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 4, .isolation = "mps"};
-	struct meshd_core *d;
+	struct core_t c;
+	core_t_up(&c, (struct meshd_config){.slots = 4, .isolation = "mps"});
+	struct meshd_core *d = c.d;
 	char *err = NULL;
-	if (meshd_core_new(&d, &cfg, &err))
-		FAIL("core: %s", err);
-	pthread_t th;
-	pthread_create(&th, NULL, run_main, d);
 	EXPECT_EQ(meshd_op_start(d, "client", NULL, &err), 0);
 	free(err);
 	err = NULL;
@@ -347,5 +329,5 @@ TEST(core_gpu_mps_client_check_through_nvml)
 	EXPECT_CONTAINS(err, "not a client of meshd's MPS server: NVML lists pid");
 	EXPECT_CONTAINS(err, "but not as a client of an MPS server");
 	free(err);
-	done(d, th);
+	core_t_down(&c);
 }

@@ -4,6 +4,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "daemon/ops.h"
+#include "integration/core_t.h"
 #include "integration/host_t.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
@@ -24,30 +25,8 @@
 
 static char out[1 << 16];
 
-static void *run_main(void *d)
-{
-	meshd_core_run(d);
-	return NULL;
-}
-
-/* A core on "cat" with one slot, its loop on *th. */
-static struct meshd_core *core_up(pthread_t *th)
-{
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
-	struct meshd_core *d = NULL;
-	char *err = NULL;
-	if (meshd_core_new(&d, &cfg, &err) != 0)
-		FAIL("meshd_core_new: %s", err ? err : "?");
-	pthread_create(th, NULL, run_main, d);
-	return d;
-}
-
-static void core_down(struct meshd_core *d, pthread_t th)
-{
-	meshd_core_stop(d);
-	pthread_join(th, NULL);
-	meshd_core_free(d);
-}
+/* The tests' core: one slot. */
+static const struct meshd_config LOOP_CFG = {.slots = 1};
 
 static unsigned procs_of(struct meshd_core *d)
 {
@@ -67,8 +46,9 @@ static unsigned procs_of(struct meshd_core *d)
 TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\nidle_ttl = \"200ms\"\n");
-	pthread_t th;
-	struct meshd_core *d = core_up(&th);
+	struct core_t c;
+	core_t_up(&c, LOOP_CFG);
+	struct meshd_core *d = c.d;
 	char *err = NULL;
 	uint64_t worst = 0, best = UINT64_MAX;
 	for (int round = 0; round < 3; round++) {
@@ -90,7 +70,7 @@ TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 	}
 	EXPECT_LE(worst, 350u);
 	EXPECT_GE(best, 190u); /* and never before the TTL */
-	core_down(d, th);
+	core_t_down(&c);
 }
 
 /* A worker held by a job, then given back: reaped its TTL later, whatever
@@ -98,8 +78,9 @@ TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\nidle_ttl = \"100ms\"\n");
-	pthread_t th;
-	struct meshd_core *d = core_up(&th);
+	struct core_t c;
+	core_t_up(&c, LOOP_CFG);
+	struct meshd_core *d = c.d;
 	char *err = NULL;
 	struct meshd_job_worker w;
 	if (meshd_job_worker_get(d, "echo", &w, &err) != 0)
@@ -114,7 +95,7 @@ TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 	uint64_t ms = (mesh_mono_ns() - t0) / MESH_NS_PER_MS;
 	EXPECT_EQ(procs_of(d), 0u);
 	EXPECT_LE(ms, 250u);
-	core_down(d, th);
+	core_t_down(&c);
 }
 
 /* The loop stops with no worker and nothing armed, and the host still
@@ -122,12 +103,13 @@ TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 TEST_TIMEOUT(core_loop_stop_then_ops_without_a_loop, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\n");
-	pthread_t th;
-	struct meshd_core *d = core_up(&th);
+	struct core_t c;
+	core_t_up(&c, LOOP_CFG);
+	struct meshd_core *d = c.d;
 	char *err = NULL;
 	uint64_t t0 = mesh_mono_ns();
 	meshd_core_stop(d);
-	pthread_join(th, NULL);
+	pthread_join(c.th, NULL);
 	EXPECT_LT((mesh_mono_ns() - t0) / MESH_NS_PER_MS, 200u);
 	void *rep = NULL;
 	size_t n;
@@ -264,8 +246,9 @@ static void rec_armed(void *arg, const struct meshd_job_worker *h)
 TEST_TIMEOUT(core_job_worker_is_armed_before_its_spawn, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\n");
-	pthread_t th;
-	struct meshd_core *d = core_up(&th);
+	struct core_t c;
+	core_t_up(&c, LOOP_CFG);
+	struct meshd_core *d = c.d;
 	char *err = NULL;
 	struct meshd_job_worker w;
 	struct armed_rec r = {0};
@@ -292,7 +275,7 @@ TEST_TIMEOUT(core_job_worker_is_armed_before_its_spawn, 30)
 	EXPECT_TRUE(rep.data && memcmp(rep.data, "hi", 2) == 0);
 	free(rep.data);
 	meshd_job_worker_put(d, &w, 0);
-	core_down(d, th);
+	core_t_down(&c);
 }
 
 /* A spawn that fails after the slot was armed for it: the get says so,
@@ -302,8 +285,9 @@ TEST_TIMEOUT(core_job_worker_is_armed_before_its_spawn, 30)
 TEST_TIMEOUT(core_job_worker_spawn_failing_after_its_arm_gives_the_slot_back, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\n");
-	pthread_t th;
-	struct meshd_core *d = core_up(&th);
+	struct core_t c;
+	core_t_up(&c, LOOP_CFG);
+	struct meshd_core *d = c.d;
 	char *err = NULL;
 	char *lerr = NULL;
 	ASSERT_GT(meshd_program_max_workers(d, "echo", &lerr), 0u); /* loaded */
@@ -331,5 +315,5 @@ TEST_TIMEOUT(core_job_worker_spawn_failing_after_its_arm_gives_the_slot_back, 30
 	EXPECT_EQ(r.called, 1);
 	ASSERT_EQ(meshd_job_worker_online(d, &w, &err), 0);
 	meshd_job_worker_put(d, &w, 0);
-	core_down(d, th);
+	core_t_down(&c);
 }
