@@ -187,7 +187,7 @@ ssize_t mesh_pread_full(int fd, void *buf, size_t n, off_t off)
 }
 
 struct sync_one {
-	pthread_t th;
+	struct mesh_thread *th;
 	int fd, data, rc, on;
 };
 
@@ -208,14 +208,14 @@ int mesh_sync_many(const int *fds, const unsigned char *data, size_t n)
 		o[i].fd = fds[i];
 		o[i].data = data[i];
 		o[i].rc = 0;
-		o[i].on = i > 0 && mesh_thread_start(&o[i].th, sync_main, &o[i]) == 0;
+		o[i].on = i > 0 && mesh_thread_run(&o[i].th, sync_main, &o[i], MESH_THREAD_BG) == 0;
 	}
 	for (size_t i = 0; i < n; i++)
 		if (!o[i].on)
 			sync_main(&o[i]);
 	for (size_t i = 0; i < n; i++) {
 		if (o[i].on)
-			pthread_join(o[i].th, NULL);
+			mesh_thread_join(o[i].th, NULL);
 		if (!rc)
 			rc = o[i].rc;
 	}

@@ -130,7 +130,7 @@ int mesh__jx_getter_start(struct meshd_core *core, const char *program, struct m
 	struct meshd_job_ahead *g = getter_new(core, program, st, kick_fd);
 	if (!g)
 		return -ENOMEM;
-	int rc = mesh_thread_start(&g->th, getter_main, g);
+	int rc = mesh_thread_run(&g->th, getter_main, g, 0);
 	if (rc < 0) {
 		atomic_fetch_sub_explicit(&st->starting, 1, memory_order_relaxed);
 		mesh__jx_getter_free(g);
@@ -162,7 +162,7 @@ void mesh__jx_getter_join(struct meshd_job_ahead *g)
 		pthread_cond_wait(&g->cv, &g->mu);
 	pthread_mutex_unlock(&g->mu);
 	if (!g->joined)
-		pthread_join(g->th, NULL);
+		mesh_thread_join(g->th, NULL);
 	g->joined = 1;
 	mesh__jx_getter_uncount(g);
 }
@@ -201,7 +201,7 @@ void meshd_job_ahead_run(struct meshd_job_ahead *g, int want)
 	}
 	/* Whoever joins g reads th and joined after busy ends (mu). */
 	pthread_mutex_lock(&g->mu);
-	if (more && mesh_thread_start(&g->th, getter_online, g) == 0) {
+	if (more && mesh_thread_run(&g->th, getter_online, g, 0) == 0) {
 		g->joined = 0;
 	} else if (more) {
 		/* No thread to wait for its `online`: a start that failed. */

@@ -66,7 +66,7 @@ struct jworker {
 	int state;
 	struct meshd_job_worker h;
 	struct meshd_job_ahead *g; /* W_COMING: its getter */
-	pthread_t waiter;
+	struct mesh_thread *waiter;
 	int waiter_on;
 	int efd;	 /* the waiter: a reply (or the slot's failure) is there */
 	pthread_mutex_t mu;
@@ -203,7 +203,7 @@ static void stop_waiter(struct jworker *w)
 	if (!w->waiter_on)
 		return;
 	tell_quit(w);
-	pthread_join(w->waiter, NULL);
+	mesh_thread_join(w->waiter, NULL);
 	w->waiter_on = 0;
 	mesh__jx_efd_drain(w->efd);
 }
@@ -392,7 +392,7 @@ static void start_waiters(struct slot_ex *x)
 		struct jworker *w = &x->w[i];
 		if (w->state != W_ON || w->waiter_on)
 			continue;
-		if (mesh_thread_start(&w->waiter, waiter_main, w) < 0) {
+		if (mesh_thread_run(&w->waiter, waiter_main, w, 0) < 0) {
 			drop_worker(x, w, w->n > 0, 1, "cannot start a thread for the worker");
 			continue;
 		}

@@ -3,6 +3,7 @@
 #ifndef MESH_DAEMON_JOB_EXEC_INT_H
 #define MESH_DAEMON_JOB_EXEC_INT_H
 
+#include "base/thread.h"
 #include "daemon/job_exec.h"
 #include "daemon/ops.h"
 
@@ -25,7 +26,7 @@ struct meshd_job_ahead {
 	struct meshd_core *core;
 	const char *program;
 	struct meshd_job_exec_stats *st;
-	pthread_t th;
+	struct mesh_thread *th;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;	/* busy ended */
 	int got, done, kick_fd; /* mu */

@@ -4,6 +4,7 @@
 #ifndef MESH_DAEMON_JOBS_INT_H
 #define MESH_DAEMON_JOBS_INT_H
 
+#include "base/thread.h"
 #include "daemon/job_exec.h"
 #include "daemon/jobs.h"
 
@@ -37,7 +38,7 @@ struct job {
 	struct mesh_results *res;
 	unsigned char *buried;	       /* bit per chunk, known buried */
 	int cancel_efd, cancelled;
-	pthread_t th;
+	struct mesh_thread *th;
 	int th_on;
 	struct meshd_job_exec_stats xs;
 	uint64_t t0, done0;
@@ -55,7 +56,7 @@ struct job {
 	 * helper thread while the first chunk is leased and sent; the first
 	 * hook that needs it joins it (jobs.c, res_wait).  t_results: open. */
 	pthread_mutex_t res_mu;
-	pthread_t res_th;
+	struct mesh_thread *res_th;
 	int res_th_on, res_rc; /* res_mu */
 	_Atomic uint64_t t_results;
 };

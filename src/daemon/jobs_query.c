@@ -284,8 +284,9 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	/* The store on a thread of its own, the worker's spawn on this one
 	 * (meshd_job_ahead_run): both before the answer. */
 	struct store_arg sa = {jb, spec, path, in_fd, res_fd, 0};
-	pthread_t sth;
-	int store_th = mesh_thread_start(&sth, store_main, &sa) == 0;
+	struct mesh_thread *sth;
+	/* Background: its wake-up must not take the CPU from this spawn. */
+	int store_th = mesh_thread_run(&sth, store_main, &sa, MESH_THREAD_BG) == 0;
 	if (ahead) {
 		meshd_job_ahead_run(ahead, rc == 0);
 		if (rc != 0) {
@@ -295,7 +296,7 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		}
 	}
 	if (store_th)
-		pthread_join(sth, NULL);
+		mesh_thread_join(sth, NULL);
 	else
 		store_main(&sa);
 	int src = sa.rc;

@@ -4,6 +4,7 @@
 #include "base/exit.h"
 #include "base/log.h"
 #include "base/parse.h"
+#include "base/thread.h"
 #include "daemon/api.h"
 #include "daemon/api_client.h"
 #include "daemon/metrics.h"
@@ -29,6 +30,9 @@
 /* A bound's value in a message (the macro's digits, not a copy of them). */
 #define MESH_STR_(x) #x
 #define MESH_STR(x) MESH_STR_(x)
+/* Parked helper threads kept for good: about what one cold job uses at once
+ * (store, its six syncs, driver, completer, results, worker waits). */
+#define MESHD_THREADS_KEPT 16u
 
 static volatile sig_atomic_t stop_asked;
 /* The stop's self-pipe: SIGTERM/SIGINT (or the loop's end) write to it;
@@ -390,6 +394,12 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+
+	/* Threads parked for the work that ends (a job's store, driver and
+	 * completer, the syncs...): a cold job after a long idle starts none
+	 * (base/thread.h). */
+	if ((rc = mesh_thread_keep(MESHD_THREADS_KEPT)) < 0)
+		mesh_warn("cannot keep %u threads parked: %s", MESHD_THREADS_KEPT, mesh_strerror(rc));
 
 	rc = meshd_core_new(&core, &cfg, &err);
 	if (rc < 0) {

@@ -682,7 +682,7 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 		r->done_at_start = js.done;
 	}
 	/* The helper thread must not take our signals. */
-	if ((rc = mesh_thread_start(&r->thr, mesh__run_completer, r)) < 0)
+	if ((rc = mesh_thread_run(&r->thr, mesh__run_completer, r, 0)) < 0)
 		goto out;
 	r->thr_started = 1;
 	rc = loop(r);
@@ -692,7 +692,7 @@ out:
 		r->quit = 1;
 		pthread_cond_signal(&r->cv);
 		pthread_mutex_unlock(&r->mu);
-		pthread_join(r->thr, NULL);
+		mesh_thread_join(r->thr, NULL);
 		take_results(r);
 	}
 	mesh__out_hold_drop(r);

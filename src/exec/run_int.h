@@ -10,6 +10,7 @@
 #define MESH_EXEC_RUN_INT_H
 
 #include "base/buf.h"
+#include "base/thread.h"
 #include "exec/capture.h"
 #include "exec/runner.h"
 #include "exec/executor.h"
@@ -102,7 +103,7 @@ struct mesh__runner {
 	pid_t self;
 	const char *tmpdir;
 
-	pthread_t thr;
+	struct mesh_thread *thr;
 	int thr_started;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
