@@ -263,11 +263,30 @@ static void free_strv(char **v)
 	free(v);
 }
 
+/* The armed slot's `run` goes into the worker's channel before the
+ * process exists (do_spawn, right after the channel is made): the worker
+ * reads it right after its `ready` (a worker reads no command before,
+ * docs/worker-protocol.md), maps the slot and takes the chunks waiting
+ * there without a round trip through this loop, which sent `run` only once
+ * it had read `ready` (0.05-1.8 ms later on a loaded 2-CPU VM).  Sent when
+ * the spawn returned, it still came after the `ready` in some runs: with a
+ * pid namespace the spawn returns once mesh-init says the program is
+ * exec'd, 0.7-7.4 ms after it began.  Once the process is up the worker is
+ * on the slot (w->slot): a stop or a failure before `ready` leaves it there
+ * until the process is gone, so the slot is never handed on while the
+ * worker may still map it.  A spawn that fails closes the channel with the
+ * `run` unread; a send that fails is tried again when the spawn has
+ * returned (send_run_early), then at `ready` (act_run). */
+static int run_early_into(struct mesh_instance *w, struct mesh_ctl *ctl)
+{
+	return w->armed && mesh_ctl_run_armed(ctl, w->armed, w->gen) == 0;
+}
+
 static int do_spawn(struct mesh_instance *w, char **err)
 {
 	struct mesh_host *h = w->h;
 	const struct mesh_image *img = w->img;
-	int child_ctl = -1, out[2] = {-1, -1}, procs = -1, rc;
+	int child_ctl = -1, out[2] = {-1, -1}, procs = -1, rc, early = 0;
 	struct mesh_ctl *ctl = NULL;
 	char **env = NULL, **argv = NULL;
 	/* The cold start counts from here, its setup (cgroup, log, pipes)
@@ -286,6 +305,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	w->cgdir[0] = 0;
 	if ((rc = mesh_ctl_pair(&ctl, &child_ctl)))
 		goto bad;
+	early = run_early_into(w, ctl);
 	if (pipe2(out, O_CLOEXEC) < 0) {
 		rc = -errno;
 		goto bad;
@@ -354,7 +374,9 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	w->ctl = ctl;
 	w->exit_requested = 0;
 	w->was_ready = 0;
-	w->run_early = 0;
+	w->run_early = early;
+	if (early)
+		w->slot = w->armed;
 	w->closed_deadline = 0;
 	free(w->fail_reason);
 	w->fail_reason = NULL;
@@ -559,24 +581,12 @@ static void arm_pending(struct mesh_instance *w, const struct evarg *a)
 		a->armed(a->armed_arg); /* mesh_instance_launch_armed's caller */
 }
 
-
-/* The armed slot's `run` goes into the worker's channel now, before its
- * `ready`: the worker reads it right after its `ready` (a worker reads no
- * command before, docs/worker-protocol.md), maps the slot and takes the
- * chunks waiting there without a round trip through this loop, which sent
- * `run` only once it had read `ready` (0.05-1.8 ms later on a loaded
- * 2-CPU VM).  The worker is on the slot from here (w->slot): a stop or a
- * failure before `ready` leaves it there until the process is gone, so
- * the slot is never handed on while the worker may still map it.  A send
- * that fails is tried again at `ready` (act_run). */
 static void send_run_early(struct mesh_instance *w)
 {
-	if (!w->armed || !w->ctl || w->run_early)
+	if (!w->ctl || w->run_early || !run_early_into(w, w->ctl))
 		return;
-	if (mesh_ctl_run_armed(w->ctl, w->armed, w->gen) == 0) {
-		w->run_early = 1;
-		w->slot = w->armed;
-	}
+	w->run_early = 1;
+	w->slot = w->armed;
 }
 
 static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg *a, char **err,
