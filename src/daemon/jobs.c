@@ -20,6 +20,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -200,6 +201,122 @@ static int spec_parse(struct job *jb, char *text)
 int mesh__job_spec_parse(struct job *jb, char *text)
 {
 	return spec_parse(jb, text);
+}
+
+/* ---- a spec that vouches for the files written with it ----
+ *
+ * A submit writes its files and its spec unsynced and makes them durable in
+ * one round of syncs (jobs_query.c, store_job).  Until that round ends any
+ * of them may be torn or missing after a crash, so the spec says what it
+ * stands for: its first line is SPEC_FORMAT, then the job, then for each
+ * file written with it a line "vouch NAME BYTES CRC" (the file's first
+ * BYTES bytes, which never change, and their CRC-32C), and last "check CRC"
+ * over every byte before that line.  At a restart a spec whose check or
+ * vouches fail is a submit that was never answered: its directory is
+ * ignored, as one without a spec (load_job).  A spec without SPEC_FORMAT is
+ * of the format before, written whole by a rename after its files were
+ * durable: taken as it is. */
+#define SPEC_FORMAT "format 2\n"
+
+static const char *vouch_path(const struct job *jb, const char *name)
+{
+	return !strcmp(name, "journal")	  ? jb->journal
+	       : !strcmp(name, "results") ? jb->results_path
+	       : !strcmp(name, "input")	  ? jb->input_path
+					  : NULL;
+}
+
+/* The CRC-32C of the first n bytes of path; MESH_E_CORRUPT when it is
+ * shorter. */
+static int crc_of_prefix(const char *path, uint64_t n, uint32_t *crc)
+{
+	unsigned char buf[65536];
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), rc = 0;
+	if (fd < 0)
+		return -errno;
+	*crc = 0;
+	for (uint64_t at = 0; at < n && rc == 0;) {
+		size_t want = n - at < sizeof buf ? (size_t)(n - at) : sizeof buf;
+		ssize_t got = pread(fd, buf, want, (off_t)at);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			rc = -errno;
+		else if (got == 0)
+			rc = MESH_E_CORRUPT;
+		else
+			*crc = mesh_crc32c(*crc, buf, (size_t)got), at += (uint64_t)got;
+	}
+	close(fd);
+	return rc;
+}
+
+char *mesh__job_spec_seal(const struct job *jb, const void *input, size_t input_len)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	char *body = mesh__job_spec_text(jb), *file = NULL;
+	int ok = body && mesh_buf_adds(&b, SPEC_FORMAT) == 0 && mesh_buf_adds(&b, body) == 0;
+	static const char *const small[] = {"journal", "results"};
+	/* The journal and the results file as they were written: a few dozen
+	 * bytes each, in the page cache. */
+	for (size_t i = 0; ok && i < sizeof small / sizeof small[0]; i++) {
+		size_t len = 0;
+		ok = mesh_read_file(vouch_path(jb, small[i]), 1 << 16, &file, &len) == 0 &&
+		     mesh_buf_addf(&b, "vouch %s %zu %08x\n", small[i], len, mesh_crc32c(0, file, len)) == 0;
+		free(file);
+		file = NULL;
+	}
+	if (ok && jb->has_input)
+		ok = mesh_buf_addf(&b, "vouch input %zu %08x\n", input_len, mesh_crc32c(0, input, input_len)) == 0;
+	if (ok)
+		ok = mesh_buf_addf(&b, "check %08x\n", mesh_crc32c(0, b.p, b.len)) == 0;
+	free(body);
+	if (!ok) {
+		mesh_buf_release(&b);
+		return NULL;
+	}
+	return mesh_buf_detach(&b, NULL);
+}
+
+int mesh__job_spec_check(const char *text, size_t len)
+{
+	size_t f = sizeof SPEC_FORMAT - 1;
+	if (len < f || memcmp(text, SPEC_FORMAT, f) != 0)
+		return 0; /* the format before: no check */
+	/* The last line, whole: "check " and eight hex digits. */
+	size_t c = sizeof "check 12345678\n" - 1;
+	if (len < f + c || text[len - 1] != '\n' || text[len - c - 1] != '\n' || memcmp(text + len - c, "check ", 6))
+		return MESH_E_CORRUPT;
+	uint32_t want = 0;
+	for (size_t i = len - c + 6; i < len - 1; i++) {
+		int d = text[i] >= '0' && text[i] <= '9' ? text[i] - '0' : text[i] >= 'a' && text[i] <= 'f' ? text[i] - 'a' + 10 : -1;
+		if (d < 0)
+			return MESH_E_CORRUPT;
+		want = want << 4 | (uint32_t)d;
+	}
+	return mesh_crc32c(0, text, len - c) == want ? 0 : MESH_E_CORRUPT;
+}
+
+/* A checked spec's vouches against its files: 0, or MESH_E_CORRUPT (or
+ * -errno) with *what naming the file. */
+static int spec_vouches_hold(const struct job *jb, const char *text, const char **what)
+{
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		char name[16];
+		unsigned long long n;
+		unsigned crc;
+		if (strncmp(l, "vouch ", 6) || sscanf(l + 6, "%15s %llu %8x", name, &n, &crc) != 3)
+			continue;
+		const char *path = vouch_path(jb, name);
+		uint32_t got = 0;
+		int rc = path ? crc_of_prefix(path, n, &got) : MESH_E_CORRUPT;
+		*what = path ? path : "an unknown file";
+		if (rc == 0 && got != crc)
+			rc = MESH_E_CORRUPT;
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 enum meshd_job_state mesh__job_end_state(const char *text)
@@ -545,25 +662,51 @@ static int load_job(struct meshd_jobs *j, uint64_t id)
 	struct job *jb = mesh__job_new(j, id);
 	if (!jb)
 		return -ENOMEM;
-	char *path = mesh_strf("%s/spec", jb->dir), *text = NULL, *end = NULL;
+	char *path = mesh_strf("%s/spec", jb->dir), *text = NULL, *end = NULL, *copy = NULL;
+	const char *what = NULL;
 	size_t len;
 	int rc = path ? mesh_read_file(path, 1 << 16, &text, &len) : -ENOMEM;
 	free(path);
+	if (rc == 0 && (rc = mesh__job_spec_check(text, len)) < 0)
+		what = "its spec";
+	if (rc == 0 && !(copy = strdup(text)))
+		rc = -ENOMEM;
 	if (rc == 0)
-		rc = spec_parse(jb, text);
+		rc = spec_parse(jb, copy);
+	free(copy);
+	path = rc == 0 ? mesh_strf("%s/end", jb->dir) : NULL;
+	int ended = path && mesh_read_file(path, 64, &end, &len) == 0;
+	/* An ended job's files were durable long ago (its first DONE waited for
+	 * them); an unfinished one's are read by its driver anyway. */
+	if (rc == 0 && !ended && (rc = spec_vouches_hold(jb, text, &what)) < 0 && rc != MESH_E_CORRUPT && rc != -ENOENT)
+		what = NULL;
 	free(text);
+	if (rc == -ENOMEM) {
+		free(path);
+		free(end);
+		mesh__job_free(jb);
+		return rc;
+	}
 	if (rc < 0) {
-		/* Not a whole submit (killed before its spec was written). */
-		mesh_warn("job=%" PRIu64 " ignored: no valid spec in %s", id, jb->dir);
+		/* Not a whole submit: killed before its spec was written, or
+		 * before the files it vouches for were durable (never answered). */
+		if (what)
+			mesh_warn("job=%" PRIu64 " ignored: its submit did not finish (%s is not whole) in %s", id, what,
+				  jb->dir);
+		else
+			mesh_warn("job=%" PRIu64 " ignored: no valid spec in %s (%s)", id, jb->dir, mesh_strerror(rc));
+		free(path);
+		free(end);
 		mesh__job_free(jb);
 		return 0;
 	}
 	if (!(jb->buried = calloc(jb->n / 8 + 1, 1))) {
+		free(path);
+		free(end);
 		mesh__job_free(jb);
 		return -ENOMEM;
 	}
-	path = mesh_strf("%s/end", jb->dir);
-	if (path && mesh_read_file(path, 64, &end, &len) == 0) {
+	if (ended) {
 		jb->state = mesh__job_end_state(end);
 		char *err = NULL;
 		if (job_open_files(jb, 0, 0, &err) < 0) {

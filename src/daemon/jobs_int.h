@@ -77,6 +77,14 @@ struct meshd_jobs {
 struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id);
 void mesh__job_free(struct job *jb);
 char *mesh__job_spec_text(const struct job *jb);
+/* The spec a submit writes: SPEC_FORMAT, the job, a vouch for each file
+ * written with it (the journal and results file as they are on disk now,
+ * the input from memory) and the check line (jobs.c).  NULL: no memory or
+ * a file that cannot be read. */
+char *mesh__job_spec_seal(const struct job *jb, const void *input, size_t input_len);
+/* A spec file's check: 0 when whole (or of the format before, which has
+ * none), MESH_E_CORRUPT when torn or damaged.  Pure (the fuzz seam). */
+int mesh__job_spec_check(const char *text, size_t len);
 /* Parses a spec file's text (modified) into jb: 0 or MESH_E_PARSE. */
 int mesh__job_spec_parse(struct job *jb, char *text);
 /* The state a job's end file (NUL-terminated text) records. */

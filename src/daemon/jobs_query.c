@@ -84,24 +84,24 @@ static int write_new(const char *path, const void *p, size_t len, int *fd)
 	return rc;
 }
 
-/* Makes a job durable while its driver already runs.  Round one, all at
- * once (mesh_sync_many): the data of its input (in_fd), results file
- * (res_fd), journal and spec (path, under a temporary name), all written
- * unsynced before; the job's directory (their names); jobs/ (the
- * directory's own name).  Round two: the spec's rename and the directory's
- * fsync.  A job is there once its spec is, and all it needs was durable
- * before; a crash before leaves a directory without a spec, which open
- * ignores.  In series these were seven syncs, each waiting for the last.
- * The submit is answered after. */
+/* Makes a job durable while its driver already runs, in one round of
+ * syncs, all at once (mesh_sync_many): the data of its input (in_fd),
+ * results file (res_fd), journal and spec (path), all written unsynced
+ * before; the job's directory (their names); jobs/ (the directory's own
+ * name).  The spec vouches for the files written with it (jobs.c,
+ * mesh__job_spec_seal): a crash before the round ends leaves a spec that a
+ * restart finds whole, with whole files, or a directory it ignores.  The
+ * spec used to go in under a temporary name, renamed after that round and
+ * its directory synced again: a second round, and its file system commit
+ * was one more that the first DONE's sync could wait behind.  In series
+ * these were seven syncs, each waiting for the last.  The submit is
+ * answered after. */
 static int store_job(struct job *jb, const char *spec, const char *path, int in_fd, int res_fd)
 {
-	char *tmp = mesh_strf("%s.tmp", path);
-	int fds[6], n = 0, rc = 0, renamed = 0;
+	int fds[6], n = 0, rc = 0;
 	unsigned char data[6];
 	int sfd = -1, jfd = -1, dfd = -1, pfd = -1;
-	if (!tmp)
-		return -ENOMEM;
-	if ((sfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+	if ((sfd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
 		rc = -errno;
 	if (!rc)
 		rc = mesh_write_all(sfd, spec, strlen(spec));
@@ -123,20 +123,14 @@ static int store_job(struct job *jb, const char *spec, const char *path, int in_
 	}
 	if (!rc)
 		atomic_store(&jb->t_journal, mesh_mono_ns());
-	if (!rc)
-		rc = rename(tmp, path) < 0 ? -errno : 0;
-	renamed = !rc;
-	if (!rc)
-		rc = mesh_fsync(dfd);
-	if (rc) {
+	if (rc && sfd >= 0) {
 		/* Not stored: no spec a restart could find either. */
-		unlink(renamed ? path : tmp);
+		unlink(path);
 	}
 	int mine[] = {sfd, jfd, dfd, pfd};
 	for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
 		if (mine[i] >= 0)
 			close(mine[i]);
-	free(tmp);
 	return rc;
 }
 
@@ -240,14 +234,14 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	jb->t_submit = t_submit;
 	jb->buried = calloc(n / 8 + 1, 1);
 	char *spec = NULL, *path = NULL;
-	if (!jb->program || (s->name && !jb->name) || !jb->buried || !(spec = mesh__job_spec_text(jb)) ||
-	    !(path = mesh_strf("%s/spec", jb->dir))) {
+	if (!jb->program || (s->name && !jb->name) || !jb->buried || !(path = mesh_strf("%s/spec", jb->dir))) {
 		rc = -ENOMEM;
 		goto fail;
 	}
 	/* The input and the journal, written and not synced: the directory
-	 * is ours alone (the mkdir above), and the spec comes last, so a
-	 * crash before it is durable leaves a directory that open ignores. */
+	 * is ours alone (the mkdir above), and the spec that vouches for them
+	 * comes last (store_job), so a crash before all of it is durable
+	 * leaves a directory that open ignores. */
 	int in_fd = -1, res_fd = -1;
 	if (jb->has_input && (rc = write_new(jb->input_path, s->input, s->input_len, &in_fd)) < 0)
 		goto fail;
@@ -255,7 +249,8 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	 * driver's open of it syncs nothing (its creation by the driver was
 	 * two more fsyncs beside these, on the way to the first result). */
 	if ((rc = mesh_results_create(jb->results_path, &res_fd)) < 0 ||
-	    (rc = mesh_job_submit_unsynced(jb->journal, n)) < 0) {
+	    (rc = mesh_job_submit_unsynced(jb->journal, n)) < 0 ||
+	    (!(spec = mesh__job_spec_seal(jb, s->input, s->input_len)) && (rc = -ENOMEM))) {
 		if (in_fd >= 0)
 			close(in_fd);
 		if (res_fd >= 0)

@@ -1,5 +1,6 @@
 /* A meshd job's spec file ("key value" lines, src/daemon/jobs.c) through
- * the seam mesh__job_spec_parse: never crashes, never leaks (a key given
+ * the seams mesh__job_spec_check (its check line: whole or not, nothing
+ * else) and mesh__job_spec_parse: never crashes, never leaks (a key given
  * twice), and what it accepts is a spec meshd can run.  The same bytes as
  * the job's end file (mesh__job_end_state) name a finished state. */
 #include "base/err.h"
@@ -21,6 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(text, data, size);
 	text[size] = 0;
 	memset(&jb, 0, sizeof jb);
+	int ck = mesh__job_spec_check((const char *)data, size);
+	if (ck != 0 && ck != MESH_E_CORRUPT)
+		abort();
 	/* the same bytes as an end file */
 	enum meshd_job_state st = mesh__job_end_state(text);
 	if (st != MESHD_JOB_COMPLETE && st != MESHD_JOB_CANCELLED && st != MESHD_JOB_FAILED)

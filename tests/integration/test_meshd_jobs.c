@@ -223,6 +223,114 @@ TEST_TIMEOUT(jobs_small_results_survive_a_lost_results_file, 60)
 	free(log);
 }
 
+/* Whether `mesh jobs --json` lists job id. */
+static int job_listed(unsigned id)
+{
+	ASSERT_EQ(mesh(0, "jobs --json"), 0);
+	json_t *j = json_loads(out, 0, NULL), *e;
+	size_t i;
+	int found = 0;
+	char ids[16];
+	snprintf(ids, sizeof ids, "%u", id);
+	json_array_foreach(json_object_get(j, "jobs"), i, e) found |= !strcmp(json_string_value(json_object_get(e, "id")), ids);
+	json_decref(j);
+	return found;
+}
+
+/* Drops the lines of path that start with one of the prefixes. */
+static void drop_lines(const char *path, const char *const *prefixes, size_t n)
+{
+	size_t len = 0;
+	char *text = t_read_file(path, &len), *keep = malloc(len + 1), *save = NULL;
+	ASSERT_TRUE(text != NULL && keep != NULL);
+	size_t k = 0;
+	for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		int drop = 0;
+		for (size_t i = 0; i < n; i++)
+			drop |= !strncmp(l, prefixes[i], strlen(prefixes[i]));
+		if (!drop)
+			k += (size_t)sprintf(keep + k, "%s\n", l);
+	}
+	FILE *f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fwrite(keep, 1, k, f);
+	fclose(f);
+	free(text);
+	free(keep);
+}
+
+/* A submit makes its files and its spec durable in one round of syncs, the
+ * spec vouching for the files written with it (docs/jobs.md, "The job's
+ * files").  A crash inside that round (the submit never answered) may
+ * leave any of them torn or empty: a restart ignores such a directory, and
+ * takes a whole one, or one whose spec is of the format before (renamed in
+ * whole after its files were durable, no vouches).  Simulated here on the
+ * files of finished jobs made unfinished again (their end files gone). */
+TEST_TIMEOUT(jobs_restart_ignores_a_submit_that_was_not_wholly_durable, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	setup();
+	FILE *f = fopen("in.txt", "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("a\nb\nc\n", f);
+	fclose(f);
+	unsigned id[5];
+	char path[256];
+	for (int i = 0; i < 5; i++) {
+		id[i] = submit("echo --input in.txt");
+		EXPECT_EQ(mesh(0, "wait %u --quiet", id[i]), 0);
+	}
+	stop_meshd();
+	for (int i = 0; i < 5; i++) {
+		snprintf(path, sizeof path, "state/jobs/%u/end", id[i]);
+		ASSERT_EQ(unlink(path), 0);
+	}
+	/* 0: the spec torn, its check line not there. */
+	struct stat st;
+	snprintf(path, sizeof path, "state/jobs/%u/spec", id[0]);
+	ASSERT_EQ(stat(path, &st), 0);
+	ASSERT_EQ(truncate(path, st.st_size - (off_t)strlen("check 12345678\n")), 0);
+	/* 1: the journal's records not on disk. */
+	snprintf(path, sizeof path, "state/jobs/%u/journal.log", id[1]);
+	ASSERT_EQ(truncate(path, 8), 0);
+	/* 2: the input not the bytes the spec vouches for (its size the same). */
+	snprintf(path, sizeof path, "state/jobs/%u/input", id[2]);
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("a\nb\nX\n", f);
+	fclose(f);
+	/* 3: a spec of the format before. */
+	static const char *const newer[] = {"format ", "vouch ", "check "};
+	snprintf(path, sizeof path, "state/jobs/%u/spec", id[3]);
+	drop_lines(path, newer, 3);
+	start_meshd();
+	EXPECT_FALSE(job_listed(id[0]));
+	EXPECT_FALSE(job_listed(id[1]));
+	EXPECT_FALSE(job_listed(id[2]));
+	for (int i = 3; i < 5; i++) {
+		ASSERT_TRUE(job_listed(id[i]));
+		EXPECT_EQ(mesh(0, "wait %u --quiet", id[i]), 0);
+		EXPECT_EQ(mesh(0, "results %u", id[i]), 0);
+		EXPECT_STREQ(out, "abc");
+	}
+	/* A new submit does not take an ignored job's id. */
+	unsigned next = submit("echo --input in.txt");
+	EXPECT_GT(next, id[4]);
+	stop_meshd();
+	size_t n = 0;
+	char *log = t_read_file("meshd.err", &n), want[8192];
+	ASSERT_TRUE(log != NULL);
+	snprintf(want, sizeof want, "job=%u ignored: its submit did not finish (its spec is not whole)", id[0]);
+	EXPECT_CONTAINS(log, want);
+	snprintf(want, sizeof want, "job=%u ignored: its submit did not finish (%s/state/jobs/%u/journal.log is not whole)",
+		 id[1], cwd, id[1]);
+	EXPECT_CONTAINS(log, want);
+	snprintf(want, sizeof want, "job=%u ignored: its submit did not finish (%s/state/jobs/%u/input is not whole)",
+		 id[2], cwd, id[2]);
+	EXPECT_CONTAINS(log, want);
+	free(log);
+}
+
 /* A job ends when its last chunk is done: the driver's end does not wait
  * for a worker's reply waiter to look at its quit flag.  It used to: the
  * waiter slept on the reply ring in 50 ms slices, so every job ended at
