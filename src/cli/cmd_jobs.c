@@ -46,6 +46,8 @@ static const char *const helps[][2] = {
 	 "  --timeout S      a chunk held longer by a worker gets the worker killed and replaced\n"
 	 "  --speculate      stragglers get a copy on another worker; the first result wins\n"
 	 "  --name NAME      a label shown by `mesh jobs`\n"
+	 "  --wait           then wait for its end as `mesh wait` does (the id first, then the\n"
+	 "                   progress; its exit code)\n"
 	 "  --store URL      submit to a shared PostgreSQL store instead (default $MESH_STORE unless\n"
 	 "                   --socket): every `meshd --store URL` whose catalog has PROGRAM runs it;\n"
 	 "                   jobs, wait, results and cancel take --store too (docs/cluster.md)\n"},
@@ -277,7 +279,9 @@ static int opt_is(const char *a, const char *name)
 
 /* mesh submit --store: the job goes to the store itself (any meshd that
  * follows it and has the program runs it). */
-static int submit_store(const struct jopts *o, const struct sub *s, const struct mesh_buf *body)
+static int wait_for(const struct jopts *o);
+
+static int submit_store(const struct jopts *o, const struct sub *s, const struct mesh_buf *body, uint64_t *id)
 {
 	struct mesh_pgr_job pj = {0};
 	snprintf(pj.program, sizeof pj.program, "%s", s->program);
@@ -290,7 +294,7 @@ static int submit_store(const struct jopts *o, const struct sub *s, const struct
 	pj.retries = s->retries ? (uint32_t)s->retries : MESH_JOB_MAX_ATTEMPTS_DEFAULT;
 	pj.timeout_ns = s->timeout_ns;
 	pj.speculate = s->speculate;
-	return mesh__sjobs_submit(o->store, &pj, s->have_chunks ? NULL : body->p, s->have_chunks ? 0 : body->len);
+	return mesh__sjobs_submit(o->store, &pj, s->have_chunks ? NULL : body->p, s->have_chunks ? 0 : body->len, id);
 }
 
 int mesh_cmd_submit(int argc, char **argv)
@@ -298,7 +302,7 @@ int mesh_cmd_submit(int argc, char **argv)
 	struct jopts o;
 	struct sub s = {0};
 	memset(&o, 0, sizeof o);
-	int i, ex;
+	int i, ex, wait = 0;
 	for (i = 1; i < argc && strcmp(argv[i], ":::"); i++)
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			print_help("submit");
@@ -343,6 +347,8 @@ int mesh_cmd_submit(int argc, char **argv)
 				return mesh_cli_usage("submit: --timeout wants seconds (0 < S <= 86400), not '%s'", v);
 		} else if (!strcmp(a, "--speculate")) {
 			s.speculate = 1;
+		} else if (!strcmp(a, "--wait")) {
+			wait = 1;
 		} else if (opt_is(a, "--name")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
 				s.name = v;
@@ -371,9 +377,13 @@ int mesh_cmd_submit(int argc, char **argv)
 		return ex;
 	}
 	if (o.store) {
-		ex = submit_store(&o, &s, &body);
+		uint64_t sid = 0;
+		ex = submit_store(&o, &s, &body, &sid);
 		mesh_buf_release(&body);
-		return ex;
+		if (ex || !wait)
+			return ex;
+		fflush(stdout);
+		return mesh__sjobs_wait(o.store, sid, 0);
 	}
 	mesh_buf_adds(&t, "/v1/jobs?program=");
 	add_qvalue(&t, s.program);
@@ -402,13 +412,25 @@ int mesh_cmd_submit(int argc, char **argv)
 		return ex;
 	json_t *j = json_loadb(r.body, r.len, 0, NULL);
 	const char *id = j ? json_string_value(json_object_get(j, "id")) : NULL;
-	if (id)
+	char idbuf[32];
+	/* An id of digits alone: it goes into the wait's URL. */
+	int id_ok = id && *id && strlen(id) < sizeof idbuf && strspn(id, "0123456789") == strlen(id);
+	if (id_ok) {
 		printf("%s\n", id);
-	else
+		snprintf(idbuf, sizeof idbuf, "%s", id);
+	} else {
 		fprintf(stderr, "mesh: submit: meshd's answer names no job id\n");
+	}
 	json_decref(j);
 	meshd_reply_release(&r);
-	return id ? 0 : MESH_EXIT_PROTOCOL;
+	if (!id_ok)
+		return MESH_EXIT_PROTOCOL;
+	if (!wait)
+		return 0;
+	/* The id is out before the wait: a caller that reads it can look. */
+	fflush(stdout);
+	o.job = idbuf;
+	return wait_for(&o);
 }
 
 /* ---- jobs ---- */
@@ -526,17 +548,24 @@ int mesh_cmd_wait(int argc, char **argv)
 		return ex;
 	if (o.store)
 		return mesh__sjobs_wait(o.store, strtoull(o.job, NULL, 10), o.quiet);
-	int bar = !o.quiet && isatty(2);
+	return wait_for(&o);
+}
+
+/* Waits for job o->job on meshd; the exit code is its outcome. */
+static int wait_for(const struct jopts *o)
+{
+	int ex;
+	int bar = !o->quiet && isatty(2);
 	char target[96], now[96], what[96];
-	snprintf(target, sizeof target, "/v1/jobs/%s?wait=%s", o.job, bar ? BAR_WAIT : POLL_WAIT);
-	snprintf(now, sizeof now, "/v1/jobs/%s", o.job);
-	snprintf(what, sizeof what, "cannot wait for job %s", o.job);
+	snprintf(target, sizeof target, "/v1/jobs/%s?wait=%s", o->job, bar ? BAR_WAIT : POLL_WAIT);
+	snprintf(now, sizeof now, "/v1/jobs/%s", o->job);
+	snprintf(what, sizeof what, "cannot wait for job %s", o->job);
 	int told_failed = 0;
 	for (int first = 1;; first = 0) {
 		struct meshd_reply r;
 		/* the first look answers at once: a job that cannot move is
 		 * told about before the long poll */
-		if ((ex = request(&o, what, "GET", first ? now : target, NULL, 0, &r)) >= 0)
+		if ((ex = request(o, what, "GET", first ? now : target, NULL, 0, &r)) >= 0)
 			return ex;
 		json_t *j = json_loadb(r.body, r.len, 0, NULL);
 		meshd_reply_release(&r);
@@ -552,9 +581,9 @@ int mesh_cmd_wait(int argc, char **argv)
 			/* Its program in a crash loop: nothing moves until a
 			 * `mesh start`; say so once, and keep waiting. */
 			const char *failed = json_string_value(json_object_get(j, "program_failed"));
-			if (failed && !told_failed && !o.quiet) {
+			if (failed && !told_failed && !o->quiet) {
 				fprintf(stderr, "%smesh: job %s waits: its program '%s' is FAILED: %s; `mesh start %s` clears it\n",
-					bar ? "\n" : "", o.job, str(j, "program"), failed, str(j, "program"));
+					bar ? "\n" : "", o->job, str(j, "program"), failed, str(j, "program"));
 				told_failed = 1;
 			}
 			json_decref(j);
@@ -568,12 +597,12 @@ int mesh_cmd_wait(int argc, char **argv)
 			ex = MESH_EXIT_INCOMPLETE;
 		else
 			ex = MESH_EXIT_SOFTWARE;
-		if (ex == MESH_EXIT_INCOMPLETE && !o.quiet) {
-			fprintf(stderr, "mesh: job %s ended with %" PRIu64 " buried chunks\n", o.job, num(j, "buried"));
+		if (ex == MESH_EXIT_INCOMPLETE && !o->quiet) {
+			fprintf(stderr, "mesh: job %s ended with %" PRIu64 " buried chunks\n", o->job, num(j, "buried"));
 			print_buried(j);
 		}
 		if (ex == MESH_EXIT_SOFTWARE)
-			fprintf(stderr, "mesh: job %s stopped: %s\n", o.job, str(j, "error"));
+			fprintf(stderr, "mesh: job %s stopped: %s\n", o->job, str(j, "error"));
 		json_decref(j);
 		return ex;
 	}

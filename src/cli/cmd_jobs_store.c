@@ -63,7 +63,8 @@ const char *mesh__sjob_state(const struct mesh_pgr_job *j)
 	return "running";
 }
 
-int mesh__sjobs_submit(const char *url, const struct mesh_pgr_job *spec, const void *input, size_t len)
+int mesh__sjobs_submit(const char *url, const struct mesh_pgr_job *spec, const void *input, size_t len,
+		       uint64_t *out)
 {
 	struct mesh_pg *pg;
 	uint64_t id;
@@ -75,6 +76,8 @@ int mesh__sjobs_submit(const char *url, const struct mesh_pgr_job *spec, const v
 	if (rc)
 		return fail("submit", rc, "cannot submit the job");
 	printf("%" PRIu64 "\n", id);
+	if (out)
+		*out = id;
 	return 0;
 }
 

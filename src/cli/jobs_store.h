@@ -14,7 +14,9 @@
  * buried) or "cancelled". */
 const char *mesh__sjob_state(const struct mesh_pgr_job *j);
 /* Prints the new job's id. */
-int mesh__sjobs_submit(const char *url, const struct mesh_pgr_job *spec, const void *input, size_t len);
+/* Prints the new job's id; with id set, gives it there too. */
+int mesh__sjobs_submit(const char *url, const struct mesh_pgr_job *spec, const void *input, size_t len,
+		       uint64_t *id);
 int mesh__sjobs_list(const char *url, int json);
 /* `mesh wait`'s progress line on stderr (cmd_jobs.c), for a meshd's job
  * and a store's alike: p's width and color are set here from the terminal

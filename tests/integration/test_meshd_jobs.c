@@ -223,6 +223,30 @@ TEST_TIMEOUT(jobs_small_results_survive_a_lost_results_file, 60)
 	free(log);
 }
 
+/* `mesh submit --wait` (sbatch --wait, ray job submit): the id on stdout
+ * first, then the wait, whose outcome is the exit code. */
+TEST_TIMEOUT(jobs_submit_wait_prints_the_id_then_exits_with_the_outcome, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	add_job_worker("jw", 1, "1s");
+	setup();
+	EXPECT_EQ(mesh(0, "submit echo --wait ::: a b c"), 0);
+	char *end;
+	unsigned long id = strtoul(out, &end, 10);
+	ASSERT_TRUE(id > 0 && *end == '\n' && end[1] == 0);
+	json_t *j = job_json((unsigned)id);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "state")), "complete");
+	json_decref(j);
+	EXPECT_EQ(mesh(0, "results %lu", id), 0);
+	EXPECT_STREQ(out, "abc");
+	/* A chunk that always crashes: buried, exit 1, said on stderr. */
+	EXPECT_EQ(mesh(1, "submit jw --retries 1 --wait ::: fine crash"), MESH_EXIT_INCOMPLETE);
+	unsigned long id2 = strtoul(out, &end, 10);
+	EXPECT_TRUE(id2 == id + 1 && *end == '\n');
+	EXPECT_CONTAINS(out, "ended with 1 buried chunks");
+	stop_meshd();
+}
+
 /* Whether `mesh jobs --json` lists job id. */
 static int job_listed(unsigned id)
 {
