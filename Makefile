@@ -12,13 +12,21 @@ BUILD   ?= build
 CC      ?= gcc
 VERSION := 0.1.0
 
+# Warnings fail the build at the flags it is tested with; with the user's
+# own CFLAGS (other optimisation levels warn differently) they are shown.
+ifeq ($(origin CFLAGS),command line)
+WERROR   ?=
+else
 WERROR   ?= -Werror
+endif
 WARN     := -Wall -Wextra $(WERROR) -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+# CFLAGS, CPPFLAGS and LDFLAGS are the user's (`make CFLAGS=-O0`); what the
+# build needs is added to them whatever the command line says (override).
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -fPIC -pthread $(WARN) -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"'
-CPPFLAGS += -Iinclude -Isrc -Itests -MMD -MP
+override CFLAGS   += -std=gnu11 -fPIC -pthread $(WARN) -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"'
+override CPPFLAGS += -Iinclude -Isrc -Itests -MMD -MP
 LDLIBS   := -lpthread -lm
-LDFLAGS  += -Wl,--as-needed
+override LDFLAGS  += -Wl,--as-needed
 EV_LIBS  := $(shell pkg-config --libs libevent_core libevent_extra libevent_pthreads 2>/dev/null || echo -levent_core -levent_extra -levent_pthreads)
 JSON_LIBS:= $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 PNG_LIBS := $(shell pkg-config --libs libpng 2>/dev/null || echo -lpng)
@@ -27,16 +35,16 @@ PNG_LIBS := $(shell pkg-config --libs libpng 2>/dev/null || echo -lpng)
 # (src/store/pq.h), so only the tests that query the database link it.
 PQ_CFLAGS:= $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 PQ_LIBS  := $(shell pkg-config --libs libpq 2>/dev/null || echo -lpq)
-CPPFLAGS += $(PQ_CFLAGS)
+override CPPFLAGS += $(PQ_CFLAGS)
 ALL_LIBS := $(EV_LIBS) $(JSON_LIBS) -lz -ldl $(LDLIBS)
 
 ifeq ($(SAN),1)
-CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-LDFLAGS += -fsanitize=address,undefined
+override CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+override LDFLAGS += -fsanitize=address,undefined
 endif
 ifeq ($(FUZZ),1)
 CC      := clang
-CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
+override CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
 endif
 
 LIB_DIRS   := base proc journal store job exec autoscale shm host gpu gateway worker daemon
@@ -164,10 +172,14 @@ $(BUILD)/node/node_modules/openai/package.json:
 deps:
 	@mk/deps.sh test
 
+# `make test -jN` runs N test binaries at a time (make's own -j; `-j`
+# alone: one a CPU); `make test T=name` only the tests whose name contains
+# name.
+TEST_JOBS = $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),$(if $(filter -j,$(MAKEFLAGS)),$(shell nproc),1))
 test: deps
 	@$(MAKE) --no-print-directory tests-build >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@$(MAKE) --no-print-directory node-openai >/dev/null 2>&1 || echo "mesh: npm install openai@$(OPENAI_NPM_VERSION) failed (see $(BUILD)/node/npm.log); its test will fail"
-	@tests/run.sh $(BUILD) $(T)
+	@JOBS=$(TEST_JOBS) tests/run.sh $(BUILD) $(T)
 
 # The whole suite under ASan+UBSan (the journal stress for 30 s), then a
 # short run of every fuzz target.

@@ -1,23 +1,54 @@
 #!/bin/sh
-# Runs every test binary under BUILD/tests (or only tests whose name contains
-# FILTER) and ends with the line "N passed, N failed".
-# Usage: tests/run.sh BUILD [FILTER]
+# Runs every test binary under BUILD/tests (or only the tests whose name
+# contains FILTER), JOBS binaries at a time (default 1), and ends with the
+# line "N passed, N failed" (a line "N skipped" before it when any test was
+# skipped).  Each binary's output is printed whole when it ends.  The
+# slowest binaries of the last run start first (BUILD/tests.times).
+# Usage: [JOBS=N] tests/run.sh BUILD [FILTER]
+if [ "$1" = --one ]; then
+	# One binary: its output into OUT/NAME.log, then printed whole.
+	out=$2 t=$3 name=$4 filter=$5
+	log="$out/$(echo "$name" | tr / _).log"
+	start=$(date +%s%N)
+	if [ -n "$filter" ]; then "$t" "$filter"; else "$t"; fi >"$log" 2>&1
+	rc=$?
+	echo "$(( ($(date +%s%N) - start) / 1000000 )) $name" >>"$out/times"
+	{
+		echo "== $name"
+		grep -v -E '^[0-9]+ (passed, [0-9]+ failed|skipped)$' "$log"
+		grep -q -E '^[0-9]+ passed, [0-9]+ failed$' "$log" || echo "FAIL $name: exited $rc without a summary"
+	} >"$log.shown"
+	flock "$out/lock" cat "$log.shown"
+	exit 0
+fi
 BUILD=${1:-build}
 FILTER=$2
+JOBS=${JOBS:-1}
 MESH_BUILD=$(cd "$BUILD" && pwd)
 MESH_SRC=$(pwd)
 export MESH_BUILD MESH_SRC
-passed=0 failed=0 start=$(date +%s)
-log=$(mktemp)
-for t in $(find "$BUILD/tests" -type f -perm -u+x | sort); do
-	name=${t#"$BUILD"/tests/}
-	echo "== $name"
-	if [ -n "$FILTER" ]; then "$t" "$FILTER"; else "$t"; fi >"$log" 2>&1
-	rc=$?
-	grep -v -E '^[0-9]+ passed, [0-9]+ failed$' "$log"
+start=$(date +%s)
+out=$(mktemp -d)
+: >"$out/lock"
+# Slowest first: the last run's times, then the binaries it did not time.
+find "$BUILD/tests" -type f -perm -u+x | sed "s|^$BUILD/tests/||" | sort >"$out/all"
+if [ -f "$BUILD/tests.times" ]; then
+	sort -rn "$BUILD/tests.times" | awk '{print $2}' | grep -x -F -f "$out/all" >"$out/order"
+	grep -v -x -F -f "$out/order" "$out/all" >>"$out/order"
+else
+	cp "$out/all" "$out/order"
+fi
+while read -r name; do
+	printf '%s\0%s\0%s\0%s\0%s\0' --one "$out" "$BUILD/tests/$name" "$name" "$FILTER"
+done <"$out/order" | xargs -0 -n 5 -P "$JOBS" "$0"
+passed=0 failed=0 skipped=0
+for log in "$out"/*.log; do
+	[ -e "$log" ] || continue
 	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+	s=$(grep -E '^[0-9]+ skipped$' "$log" | tail -n 1)
+	s=${s%% skipped}
+	skipped=$((skipped + ${s:-0}))
 	if [ -z "$line" ]; then
-		echo "FAIL $name: exited $rc without a summary"
 		failed=$((failed + 1))
 		continue
 	fi
@@ -25,7 +56,9 @@ for t in $(find "$BUILD/tests" -type f -perm -u+x | sort); do
 	f=${line#*, }; f=${f%% failed}
 	passed=$((passed + p)); failed=$((failed + f))
 done
-rm -f "$log"
-echo "tests took $(( $(date +%s) - start )) s"
+[ -z "$FILTER" ] && cp "$out/times" "$BUILD/tests.times" 2>/dev/null
+rm -rf "$out"
+echo "tests took $(( $(date +%s) - start )) s${JOBS:+ ($JOBS at a time)}"
+[ "$skipped" -gt 0 ] && echo "$skipped skipped"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -250,7 +250,7 @@ TEST_TIMEOUT(gateway_kept_connection_closed_by_program, 30)
 {
 	char cwd[512], text[4096], req[1024], resp[4096];
 	if (access("/usr/sbin/nginx", X_OK) != 0)
-		FAIL("nginx is not installed (mk/deps.sh test installs it)");
+		SKIP_TOOL("nginx is not installed (mk/deps.sh test installs it)");
 	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
 	mkdir("tmp", 0755);
 	t_write_file("nginx.conf.in",

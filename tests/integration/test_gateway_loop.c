@@ -169,7 +169,7 @@ TEST_TIMEOUT(gateway_slow_reader_gets_whole_answer, 60)
 	char cwd[512], text[4096], resp[8192];
 	int rcv = 16384;
 	if (access("/usr/sbin/nginx", X_OK) != 0)
-		FAIL("nginx is not installed (mk/deps.sh test installs it)");
+		SKIP_TOOL("nginx is not installed (mk/deps.sh test installs it)");
 	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
 	mkdir("tmp", 0755);
 	mkdir("www", 0755);

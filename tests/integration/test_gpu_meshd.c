@@ -124,7 +124,7 @@ static void promtool_ok(const char *file)
 {
 	static char pout[65536];
 	if (t_sh(pout, sizeof pout, 1, "command -v promtool") != 0)
-		FAIL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
+		SKIP_TOOL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
 	int rc = t_sh(pout, sizeof pout, 1, "promtool check metrics < %s", file);
 	if (rc != 0)
 		printf("promtool on %s: %s\n", file, pout);

@@ -70,10 +70,8 @@ TEST(lease_cli_default_node_holds_until_deadline)
  * pid does not exist): its lease is not stolen before the deadline. */
 TEST(lease_other_pid_namespace_does_not_steal)
 {
-	if (t_sh(out, sizeof out, 1, "unshare -p -f --mount-proc true") != 0) {
-		printf("skipped: unshare -p -f --mount-proc refused: %s\n", out);
-		return;
-	}
+	if (t_sh(out, sizeof out, 1, "unshare -p -f --mount-proc true") != 0)
+		SKIP("unshare -p -f --mount-proc refused: %s", out);
 	ASSERT_EQ(mesh_job_submit("j.log", 1), 0);
 	struct mesh_job *j = open_as(NULL, "locks"); /* default node <host>.<pid> */
 	struct mesh_lease l;
@@ -135,10 +133,8 @@ TEST(lease_wall_clock_step_does_not_steal)
  * node name) is taken at once, not after its deadline. */
 TEST(lease_dead_holder_on_dotted_hostname_is_taken_at_once)
 {
-	if (unshare(CLONE_NEWUTS) < 0) {
-		printf("skipped: unshare(CLONE_NEWUTS): %s\n", strerror(errno));
-		return;
-	}
+	if (unshare(CLONE_NEWUTS) < 0)
+		SKIP("unshare(CLONE_NEWUTS): %s", strerror(errno));
 	ASSERT_EQ(sethostname("a.example.com", 13), 0);
 	ASSERT_EQ(mesh_job_submit("j.log", 1), 0);
 	pid_t p = fork();

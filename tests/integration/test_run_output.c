@@ -107,10 +107,8 @@ TEST(runner_output_write_error_marks_nothing_done)
  * output did not fit are not DONE, so the rerun prints exactly those. */
 TEST(run_stdout_on_a_full_disk_stops_and_rerun_prints_the_rest)
 {
-	if (!can_mount_tmpfs()) {
-		printf("  SKIP: cannot mount a tmpfs in a user+mount namespace here; not tested\n");
-		return;
-	}
+	if (!can_mount_tmpfs())
+		SKIP("cannot mount a tmpfs in a user+mount namespace here");
 	char out[4096];
 	/* 10 kB lines: six fit */
 	t_write_file("gen.sh", "head -c 9999 /dev/zero | tr '\\0' x; echo\n");
@@ -189,10 +187,8 @@ TEST(runner_epipe_answer_and_nothing_done)
  * also when the command ignores SIGPIPE -- never DONE with a part. */
 TEST(run_spill_failure_fails_the_chunk_naming_tmpdir)
 {
-	if (!can_mount_tmpfs()) {
-		printf("  SKIP: cannot mount a tmpfs in a user+mount namespace here; not tested\n");
-		return;
-	}
+	if (!can_mount_tmpfs())
+		SKIP("cannot mount a tmpfs in a user+mount namespace here");
 	char out[8192];
 	/* ignores a closed pipe and exits 0 whatever became of its output */
 	t_write_file("spill.sh", "trap '' PIPE; head -c 6900000 /dev/zero | od -An -v | head -c 6900000; true\n");
@@ -734,10 +730,8 @@ TEST(run_sigtstp_stops_the_chunks_and_sigcont_resumes_them)
  * are whole -- the rest run again on a rerun. */
 TEST(run_results_on_a_full_disk_never_done_with_a_part)
 {
-	if (!can_mount_tmpfs()) {
-		printf("  SKIP: cannot mount a tmpfs in a user+mount namespace here; not tested\n");
-		return;
-	}
+	if (!can_mount_tmpfs())
+		SKIP("cannot mount a tmpfs in a user+mount namespace here");
 	char out[8192];
 	t_write_file("gen.sh", "head -c 9999 /dev/zero | tr '\\0' x 2>/dev/null; echo; true\n");
 	int rc = t_sh(out, sizeof out, 1,

@@ -20,8 +20,8 @@ struct t_netns {
 };
 
 /* Makes the hub and n hosts (named after this process).  0; 1 when the
- * kernel refuses a network namespace here (a SKIP line printed: the
- * caller checks nothing); a failure after that fails the test.  They are
+ * kernel refuses a network namespace here (the reason printed: the caller
+ * SKIPs); a failure after that fails the test.  They are
  * deleted at exit too (a failed test leaves none). */
 int t_netns_up(struct t_netns *ns, int n);
 /* Deletes them (a passing test ends without exit handlers). */

@@ -57,10 +57,8 @@ long long store_env_done_bits(const struct store_env *e, const char *job);
 	{                                                                                  \
 		struct store_env e;                                                        \
 		int rc_ = store_env_start(&e, #store);                                     \
-		if (rc_ == 1) {                                                            \
-			printf("skip: the %s store cannot run here (see above)\n", #store); \
-			return;                                                            \
-		}                                                                          \
+		if (rc_ == 1)                                                              \
+			SKIP_TOOL("the %s store cannot run here (see above)", #store);     \
 		if (rc_)                                                                   \
 			FAIL("cannot start the %s store", #store);                         \
 		conf_##fn(&e);                                                             \

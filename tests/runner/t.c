@@ -52,6 +52,19 @@ void t__abort(void)
 	exit(1);
 }
 
+void t__skip(int kind, const char *fmt, ...)
+{
+	va_list ap;
+	printf("    skip: ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+	fflush(stderr);
+	_exit(t__failed ? 1 : kind); /* what failed before the skip still fails */
+}
+
 uint64_t t_now_ms(void)
 {
 	struct timespec ts;
@@ -205,6 +218,15 @@ static int selected(const char *name, int argc, char **argv)
 
 static int kept;
 
+enum { RUN_PASSED, RUN_FAILED, RUN_SKIPPED };
+
+/* A tool's skip fails the run where every tool is meant to be installed. */
+static int strict(void)
+{
+	const char *s = getenv("MESH_TEST_STRICT");
+	return s && *s && strcmp(s, "0") != 0;
+}
+
 static int run_one(const struct t_case *c, const char *tmproot)
 {
 	char dir[8300];
@@ -260,9 +282,15 @@ static int run_one(const struct t_case *c, const char *tmproot)
 	 * started outside (runner/leftover.h) is taken down here. */
 	kill(-pid, SIGKILL);
 	int left = t_leftover_reap(dir);
-	int failed = timed_out || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+	int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	int skipped = !timed_out && (code == T_SKIP_HOST || code == T_SKIP_TOOL);
+	int failed = timed_out || (code != 0 && !skipped) || (code == T_SKIP_TOOL && strict());
 	uint64_t ms = t_now_ms() - start;
-	if (timed_out)
+	if (skipped && failed)
+		printf("FAIL %s: skipped for a missing tool, and MESH_TEST_STRICT is set\n", c->name);
+	else if (skipped)
+		printf("SKIP %s (%llu ms)\n", c->name, (unsigned long long)ms);
+	else if (timed_out)
 		printf("FAIL %s: timed out after %u s\n", c->name, c->timeout_s);
 	else if (WIFSIGNALED(st))
 		printf("FAIL %s: killed by signal %d (%s)\n", c->name, WTERMSIG(st), strsignal(WTERMSIG(st)));
@@ -278,14 +306,14 @@ static int run_one(const struct t_case *c, const char *tmproot)
 		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	else
 		kept = 1;
-	return failed;
+	return failed ? RUN_FAILED : skipped ? RUN_SKIPPED : RUN_PASSED;
 }
 
 int main(int argc, char **argv)
 {
 	char tmproot[4096];
 	const char *tmp = getenv("TMPDIR");
-	int passed = 0, failed = 0;
+	int n[3] = {0, 0, 0};
 	signal(SIGPIPE, SIG_IGN);
 	/* Workers of a root meshd run as nobody unless told; tests' dirs are
 	 * root's own (0700), so tests run them as root unless a test says. */
@@ -298,15 +326,14 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ncases; i++) {
 		if (!selected(cases[i].name, argc, argv))
 			continue;
-		if (run_one(&cases[i], tmproot))
-			failed++;
-		else
-			passed++;
+		n[run_one(&cases[i], tmproot)]++;
 	}
 	if (kept)
 		rmdir(tmproot); /* fails, keeping the failed tests' dirs, when any is left */
 	else
 		nftw(tmproot, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-	printf("%d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	if (n[RUN_SKIPPED])
+		printf("%d skipped\n", n[RUN_SKIPPED]);
+	printf("%d passed, %d failed\n", n[RUN_PASSED], n[RUN_FAILED]);
+	return n[RUN_FAILED] ? 1 : 0;
 }

@@ -9,7 +9,9 @@
  * it ends, its whole process group is killed.  A test binary runs all its
  * tests, or those whose name contains any argument.  Each EXPECT prints the
  * expression and both values on failure and marks the test failed; ASSERT
- * also ends it.  The last line of output is "N passed, N failed".
+ * also ends it; SKIP ends it as skipped, with its reason.  The last line of
+ * output is "N passed, N failed" (a line "N skipped" before it when any
+ * was).
  *
  * Environment for tests: MESH_BUILD (absolute build dir: $MESH_BUILD/mesh,
  * $MESH_BUILD/meshd, $MESH_BUILD/examples/...), MESH_SRC (the source tree). */
@@ -24,6 +26,8 @@ typedef void (*t_fn)(void);
 void t__register(const char *name, t_fn fn, unsigned timeout_s);
 void t__fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void t__abort(void) __attribute__((noreturn));
+enum { T_SKIP_HOST = 77, T_SKIP_TOOL = 78 };
+void t__skip(int kind, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 extern int t__failed;
 
 #define TEST_TIMEOUT(name, secs)                                          \
@@ -101,6 +105,14 @@ extern int t__failed;
 #define ASSERT_STREQ(a, b) T__STR(a, b, 1, 1)
 #define ASSERT_CONTAINS(h, n) T__CONTAINS(h, n, 1)
 #define FAIL(...) (t__fail(__FILE__, __LINE__, __VA_ARGS__), t__abort())
+/* Ends the test as skipped, saying why (printf-style): SKIP where this
+ * machine cannot run it (the kernel refuses a namespace, no IPv6
+ * loopback); SKIP_TOOL where an optional tool that `mk/deps.sh test`
+ * installs is missing.  A skip is neither passed nor failed; under
+ * MESH_TEST_STRICT=1 (CI, which installs every tool) a SKIP_TOOL counts as
+ * failed. */
+#define SKIP(...) t__skip(T_SKIP_HOST, __VA_ARGS__)
+#define SKIP_TOOL(...) t__skip(T_SKIP_TOOL, __VA_ARGS__)
 
 /* Helpers for tests that drive real programs. */
 

@@ -84,10 +84,8 @@ TEST(lease_holder_gone_only_when_certain)
 {
 	struct mesh_lease_holder me, h;
 	mesh_lease_holder_self(&me);
-	if (!me.pidns || !me.pid_start) {
-		printf("skipped: /proc does not tell this process's identity\n");
-		return;
-	}
+	if (!me.pidns || !me.pid_start)
+		SKIP("/proc does not tell this process's identity");
 	EXPECT_EQ(mesh_lease_holder_gone(&me, &me), 0); /* alive */
 	h = me;
 	h.pid_start++; /* our pid, but another start: the holder was an earlier process */
