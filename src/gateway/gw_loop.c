@@ -358,8 +358,12 @@ void mesh__gwl_relay(struct lconn *lc)
 			end_request(lc, 0);
 			return;
 		}
-		if ((size_t)n < sizeof L->buf)
-			return; /* read it all: the next bytes come with an event */
+		/* A short read took all there was, and the next bytes come
+		 * with an event; but a close that came with these bytes was
+		 * reported with them (EV_CLOSED), and will not be again: read
+		 * on to it. */
+		if ((size_t)n < sizeof L->buf && !(lc->u && lc->u->rdhup))
+			return;
 	}
 }
 

@@ -52,6 +52,9 @@ struct upc {
 	struct upc *next;	  /* idle list */
 	struct mesh__gw_prog *p;
 	int port, fd;
+	/* The program closed its side (EV_CLOSED): the bytes read so far may
+	 * not be the last, and no event will come for the close again. */
+	int rdhup;
 	struct lconn *owner;	  /* the request using it; NULL: idle */
 	struct event *ev;
 };

@@ -25,13 +25,14 @@ struct event *mesh__gwl_ev_client(struct lconn *lc)
 
 static void on_up_cb(evutil_socket_t fd, short what, void *arg);
 
-/* fd (a connection to p's process on port) into the loop, both directions,
- * edge-triggered, for lc's request.  0, or -1 (fd is closed). */
+/* fd (a connection to p's process on port) into the loop, both directions
+ * and the program's close (EPOLLRDHUP), edge-triggered, for lc's request.
+ * 0, or -1 (fd is closed). */
 int mesh__gwl_up_wrap(struct lconn *lc, int fd)
 {
 	struct upc *u = calloc(1, sizeof *u);
 	if (u)
-		u->ev = event_new(lc->L->base, fd, EV_READ | EV_WRITE | EV_ET | EV_PERSIST, on_up_cb, u);
+		u->ev = event_new(lc->L->base, fd, EV_READ | EV_WRITE | EV_CLOSED | EV_ET | EV_PERSIST, on_up_cb, u);
 	if (!u || !u->ev || event_add(u->ev, NULL) < 0) {
 		if (u && u->ev)
 			event_free(u->ev);
@@ -128,8 +129,10 @@ static void on_up_cb(evutil_socket_t fd, short what, void *arg)
 	struct lconn *lc = u->owner;
 	struct mesh__gw_loop *L = u->L;
 	(void)fd;
+	if (what & EV_CLOSED)
+		u->rdhup = 1;
 	if (!lc) { /* kept idle: the program closed it (or spoke out of turn) */
-		if (what & EV_READ) {
+		if (what & (EV_READ | EV_CLOSED)) {
 			struct upc **pp = &L->idle;
 			while (*pp != u)
 				pp = &(*pp)->next;
@@ -141,7 +144,7 @@ static void on_up_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	if (lc->state == S_SEND)
 		mesh__gwl_send_request(lc);
-	else if (lc->state == S_RELAY && !lc->nout && (what & EV_READ))
+	else if (lc->state == S_RELAY && !lc->nout && (what & (EV_READ | EV_CLOSED)))
 		mesh__gwl_relay(lc);
 	mesh__gwl_reap_dead(L);
 }
