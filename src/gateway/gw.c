@@ -50,82 +50,35 @@ void mesh__gw_cond_init(pthread_cond_t *cv)
 	pthread_condattr_destroy(&a);
 }
 
-static int is_ws(char ch)
-{
-	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n' || ch == '\v' || ch == '\f';
-}
-
 int mesh__gw_parse_head(const char *buf, size_t head_len, struct mesh__gw_req *r)
 {
-	const char *end = buf + head_len, *eol = memchr(buf, '\n', head_len);
-	int ms = 0, ts = 0, vs = 0;
-	memset(r, 0, sizeof *r);
+	struct mesh_hframe_head *h = &r->h;
+	int rc = mesh_hframe_parse_request(buf, head_len, h);
 	r->head_len = head_len;
-	if (!eol)
-		return 400;
-	r->line_len = (size_t)(eol + 1 - buf);
-	/* What sscanf("%23[A-Z] %n%*s%n %15[HTP/0-9.]") took, without its cost
-	 * (a request line a request): a method of capitals, a target, a
-	 * version of those characters; spaces between. */
-	const char *q = buf, *qe = eol;
-	while (q < qe && *q >= 'A' && *q <= 'Z' && ms < 23)
-		r->method[ms++] = *q++;
-	r->method[ms] = 0;
-	if (!ms)
-		return 400;
-	while (q < qe && is_ws(*q))
-		q++;
-	ts = (int)(q - buf);
-	while (q < qe && !is_ws(*q))
-		q++;
-	vs = (int)(q - buf);
-	while (q < qe && is_ws(*q))
-		q++;
-	for (ms = 0; q < qe && ms < 15 && *q && strchr("HTP/0123456789.", *q); ms++)
-		r->version[ms] = *q++;
-	r->version[ms] = 0;
-	if (!ms || vs == ts || (size_t)(vs - ts) >= sizeof r->target)
-		return 400;
-	memcpy(r->target, buf + ts, (size_t)(vs - ts));
-	r->target[vs - ts] = 0;
-	if (strncmp(r->version, "HTTP/1.", 7))
-		return 400;
-	if (!strcmp(r->version, "HTTP/1.0"))
-		r->close = 1;
-	for (const char *l = eol + 1; l < end;) {
-		const char *nl = memchr(l, '\n', (size_t)(end - l));
-		const char *colon = memchr(l, ':', (size_t)((nl ? nl : end) - l));
-		if (!nl)
-			break;
-		if (colon) {
-			size_t nlen = (size_t)(colon - l);
-			char val[256];
-			const char *v = colon + 1;
-			while (v < nl && (*v == ' ' || *v == '\t'))
-				v++;
-			size_t vlen = (size_t)(nl - v);
-			while (vlen && (v[vlen - 1] == '\r' || v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
-				vlen--;
-			snprintf(val, sizeof val, "%.*s", (int)vlen, v);
-			if (nlen == 14 && !strncasecmp(l, "content-length", 14)) {
-				char *e;
-				errno = 0;
-				unsigned long long n = strtoull(val, &e, 10);
-				if (!*val || *e || errno || (r->cl && r->cl != n) || val[0] < '0' || val[0] > '9')
-					return 400;
-				r->cl = n;
-			} else if (nlen == 17 && !strncasecmp(l, "transfer-encoding", 17)) {
-				r->te = strcasecmp(val, "chunked") ? 2 : 1; /* 1: chunked, 2: another coding */
-			} else if (nlen == 10 && !strncasecmp(l, "connection", 10)) {
-				if (strcasestr(val, "close"))
-					r->close = 1;
-			} else if (nlen == 6 && !strncasecmp(l, "expect", 6)) {
-				r->expect = !strcasecmp(val, "100-continue");
-			}
-		}
-		l = nl + 1;
-	}
+	r->method[0] = r->target[0] = r->version[0] = 0;
+	if (rc)
+		return rc == MESH_E_TOOBIG ? 431 : 400;
+	if (h->method_len >= sizeof r->method)
+		return 501;
+	if (h->target_len >= sizeof r->target)
+		return 414;
+	memcpy(r->method, buf + h->line_off, h->method_len);
+	r->method[h->method_len] = 0;
+	memcpy(r->target, buf + h->target_off, h->target_len);
+	r->target[h->target_len] = 0;
+	memcpy(r->version, buf + h->target_off + h->target_len + 1, 8);
+	r->version[8] = 0;
+	r->fwd_off = h->line_off + h->line_len;
+	r->cl = h->content_length;
+	r->te = h->chunked;
+	r->close = h->close;
+	r->expect = h->expect;
 	return 0;
+}
+
+void mesh__gw_req_forward(char *buf, struct mesh__gw_req *r)
+{
+	r->fwd_off = mesh_hframe_head_forward(buf, &r->h);
 }
 
 static void set_busy(struct mesh__gw_client *c, int busy)
@@ -174,11 +127,10 @@ static int fill(struct mesh__gw_client *c, size_t want)
  * or -1 when it is too long. */
 static long read_head(struct mesh__gw_client *c)
 {
-	size_t scanned = 0;
+	size_t scanned = 0, n;
 	for (;;) {
-		for (; scanned + 3 < c->have; scanned++)
-			if (!memcmp(c->buf + scanned, "\r\n\r\n", 4))
-				return (long)(scanned + 4);
+		if ((n = mesh_hframe_head_end(c->buf, c->have, &scanned)))
+			return (long)n;
 		if (c->have >= HEAD_MAX)
 			return -1;
 		if (fill(c, c->have + 1) < 0)
@@ -210,8 +162,8 @@ static int forward(struct mesh__gw_client *c, struct mesh__gw_prog *prog, const 
 	int up = given ? sent->fd : mesh__gw_pool_get(prog, port), reused = up >= 0 && !given;
 	size_t nline = strlen(line), skip = given ? sent->sent : 0;
 	memset(o, 0, sizeof *o);
-	const char *rest = c->buf + r->line_len;
-	size_t nrest = r->head_len - r->line_len + body;
+	const char *rest = c->buf + r->fwd_off;
+	size_t nrest = r->head_len - r->fwd_off + body;
 	if (given)
 		sent->fd = -1;
 again:
@@ -352,11 +304,12 @@ static int dechunk(struct mesh__gw_client *c, struct mesh__gw_req *r)
 		mesh_buf_release(&body);
 		return rc;
 	}
-	/* The head's lines but Transfer-Encoding, then Content-Length. */
-	for (size_t at = 0; at + 2 < r->head_len;) {
+	/* The head's lines (CRLF each: it parsed) but Transfer-Encoding,
+	 * then Content-Length. */
+	for (size_t at = r->h.line_off; at + 2 < r->head_len;) {
 		const char *l = c->buf + at, *nl = memchr(l, '\n', r->head_len - at);
-		size_t len = nl ? (size_t)(nl + 1 - l) : r->head_len - at;
-		if (at == 0 || strncasecmp(l, "transfer-encoding:", 18))
+		size_t len = (size_t)(nl + 1 - l);
+		if (at == r->h.line_off || strncasecmp(l, "transfer-encoding:", 18))
 			mesh_buf_add(&nb, l, len);
 		at += len;
 	}
@@ -420,17 +373,20 @@ static int one_request(struct mesh__gw_client *c)
 	}
 	int code = mesh__gw_parse_head(c->buf, (size_t)hl, &r);
 	if (code) {
-		mesh__gw_send_error(c->link.fd, code, "invalid_request_error", NULL, "malformed HTTP request", 0, 1);
+		char m[160];
+		snprintf(m, sizeof m, "malformed HTTP request: %s",
+			 code == 414 ? "the target is 2048 bytes or longer"
+			 : code == 501 ? "no such method here"
+				       : r.h.why ? r.h.why : "?");
+		mesh__gw_send_error(c->link.fd, code, "invalid_request_error", NULL, m, 0, 1);
+		return -1;
+	}
+	if (r.expect > 1) {
+		mesh__gw_send_error(c->link.fd, 417, "invalid_request_error", NULL, "the only expectation taken is 100-continue",
+				    0, 1);
 		return -1;
 	}
 	if (r.te) {
-		if (r.cl || r.te != 1) {
-			mesh__gw_send_error(c->link.fd, r.te != 1 ? 501 : 400, "invalid_request_error", NULL,
-				   r.te != 1 ? "a request body's transfer coding must be chunked"
-					     : "a request with both Content-Length and Transfer-Encoding",
-				   0, 1);
-			return -1;
-		}
 		if (r.expect && c->have == (size_t)hl && mesh__gw_send_all(c->link.fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
 			return -1;
 		code = dechunk(c, &r);
@@ -455,6 +411,7 @@ static int one_request(struct mesh__gw_client *c)
 		return -1;
 	if (fill(c, (size_t)hl + (size_t)r.cl) < 0)
 		return -1;
+	mesh__gw_req_forward(c->buf, &r);
 
 	uint64_t t0 = mesh_mono_ns();
 	set_busy(c, 1);
@@ -503,8 +460,8 @@ static int one_request(struct mesh__gw_client *c)
 	uint64_t t_q = mesh_mono_ns();
 	/* Made before the wait: a cold start's supervisor may send it itself. */
 	snprintf(line, sizeof line, "%s %s %s\r\n", r.method, path, r.version);
-	struct mesh__gw_first first = {.line = line, .nline = strlen(line), .rest = c->buf + r.line_len,
-				       .nrest = r.head_len - r.line_len + (size_t)r.cl, .fd = -1};
+	struct mesh__gw_first first = {.line = line, .nline = strlen(line), .rest = c->buf + r.fwd_off,
+				       .nrest = r.head_len - r.fwd_off + (size_t)r.cl, .fd = -1};
 	code = mesh__gw_acquire(p, c->link.fd, &port, &cold, &why, &retry, &first);
 	t_q = cold || code ? mesh_mono_ns() - t_q : 0;
 	if (code == 499) {

@@ -38,6 +38,8 @@ static const char *reason_phrase(int code)
 	case 405: return "Method Not Allowed";
 	case 411: return "Length Required";
 	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 417: return "Expectation Failed";
 	case 501: return "Not Implemented";
 	case 431: return "Request Header Fields Too Large";
 	case 502: return "Bad Gateway";

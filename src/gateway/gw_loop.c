@@ -150,6 +150,7 @@ static void end_request(struct lconn *lc, int code)
 	size_t used = lc->r.head_len + (size_t)lc->r.cl;
 	memmove(lc->c.buf, lc->c.buf + used, lc->c.have - used);
 	lc->c.have -= used;
+	lc->hscan = 0;
 	lc->nout = lc->outoff = 0;
 	set_idle(lc, &close_it);
 	lc->state = S_HEAD;
@@ -242,8 +243,8 @@ static int status_of(const char *p, size_t n)
 /* Sends the rest of the request to the program. */
 void mesh__gwl_send_request(struct lconn *lc)
 {
-	const char *rest = lc->c.buf + lc->r.line_len;
-	size_t nline = lc->nline, nrest = lc->r.head_len - lc->r.line_len + (size_t)lc->r.cl;
+	const char *rest = lc->c.buf + lc->r.fwd_off;
+	size_t nline = lc->nline, nrest = lc->r.head_len - lc->r.fwd_off + (size_t)lc->r.cl;
 	while (lc->sent < nline + nrest) {
 		struct iovec iov[2];
 		int k = 0;
@@ -375,15 +376,15 @@ static void serve(struct lconn *lc)
 	for (;;) {
 		if (lc->state != S_HEAD)
 			return;
-		char *e = c->have >= 4 ? memmem(c->buf, c->have, "\r\n\r\n", 4) : NULL;
-		if (!e) {
+		size_t hl = mesh_hframe_head_end(c->buf, c->have, &lc->hscan);
+		if (!hl) {
 			if (c->have >= MESH_HFRAME_MAX_HEAD) {
 				hand_off(lc); /* 431 */
 				return;
 			}
 		} else {
-			size_t hl = (size_t)(e + 4 - c->buf);
 			struct mesh__gw_req *r = &lc->r;
+			/* A thread answers what is refused (reading it again). */
 			if (mesh__gw_parse_head(c->buf, hl, r) || r->te || r->expect || r->cl > g->c.max_body) {
 				hand_off(lc);
 				return;
@@ -441,6 +442,7 @@ static void serve(struct lconn *lc)
 	}
 	lc->p = p;
 	lc->t0 = mesh_mono_ns();
+	mesh__gw_req_forward(c->buf, r);
 	/* The request line as gw.c's "%s %s %s\r\n", without printf's cost. */
 	size_t ml = strlen(r->method), pl = strlen(path), vl = strlen(r->version);
 	if (ml + pl + vl + 5 > sizeof lc->line) /* cannot be: 24 + 2100 + 16 */

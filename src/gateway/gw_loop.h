@@ -5,6 +5,7 @@
 #define MESH_GATEWAY_GW_LOOP_H
 
 #include "gateway/gw_int.h"
+#include "gateway/hframe.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -14,9 +15,13 @@ struct mesh__gw_req {
 	char target[2048];
 	char version[16];
 	size_t head_len;     /* bytes of the head, blank line included */
-	size_t line_len;     /* the request line, its CRLF included */
+	/* Where the header lines that go to the program start: the request
+	 * line before them is meshd's own (after the request line at first;
+	 * mesh__gw_req_forward drops the hop-by-hop fields). */
+	size_t fwd_off;
 	uint64_t cl;
-	int te, close, expect;
+	int te, close, expect; /* te: the body is chunked; expect: as hframe's */
+	struct mesh_hframe_head h; /* the parse */
 };
 
 /* One client connection: its socket and the bytes read and not yet used
@@ -38,8 +43,18 @@ struct mesh__gw_relay_out {
 };
 
 /* gw.c */
-/* Parses the head in buf[0..head_len).  0, or an HTTP status to refuse. */
+/* The request head in buf[0..head_len) (its length from
+ * mesh_hframe_head_end), read by hframe's strict parser (gateway/hframe.h:
+ * RFC 9112, no whitespace before a colon, no obs-fold, no CTLs, one
+ * Content-Length, no Content-Length with Transfer-Encoding, chunked alone,
+ * CRLF lines) into r.  0, or the HTTP status to refuse it with: 400
+ * malformed, 431 too long or too many fields, 414 a target of 2048 bytes
+ * or more, 501 a method of 24 or more. */
 int mesh__gw_parse_head(const char *buf, size_t head_len, struct mesh__gw_req *r);
+/* Before r (parsed from buf) goes to a program: its hop-by-hop fields,
+ * those its Connection names and Expect are dropped (hframe's
+ * mesh_hframe_head_forward) and r->fwd_off set.  Once a request. */
+void mesh__gw_req_forward(char *buf, struct mesh__gw_req *r);
 /* Serves c on a thread of its own (blocking socket) until it closes; c is
  * linked in g->conns and counted.  0, or -1 (no thread: c is untouched). */
 int mesh__gw_conn_thread(struct mesh__gw_client *c);

@@ -29,6 +29,7 @@ struct lconn {
 	struct mesh__gw_req r;
 	char model[300], line[2300];
 	size_t nline;
+	size_t hscan; /* mesh_hframe_head_end's place in the buffer's head */
 	struct mesh__gw_prog *p;
 	struct upc *u; /* the program's connection of the request (NULL: none) */
 	int port, up, reused, got, pending_line, done; /* up: u's fd, or -1 */

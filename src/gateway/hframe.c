@@ -34,10 +34,22 @@ static int fail(struct mesh_hframe_side *s, int err, const char *why)
 	return err;
 }
 
+/* RFC 9110's tchar: a token's bytes (a method, a field name). */
+static const unsigned char tchar[256] = {
+	['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1,
+	['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
+	['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+	['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1,
+	['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1,
+	['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+	['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1,
+	['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1,
+	['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
 static int is_tchar(unsigned char c)
 {
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       (c && strchr("!#$%&'*+-.^_`|~", c));
+	return tchar[c];
 }
 
 static unsigned char lower(unsigned char c)
@@ -68,9 +80,27 @@ static void keep(char *buf, size_t cap, uint8_t *len, unsigned char c)
 	buf[(*len)++] = (char)lower(c);
 }
 
-/* One complete header line (name and value kept in s): what it says about
- * the framing.  0 or an error. */
-static int header_done(struct mesh_hframe_side *s, int trailer)
+/* keep() without the case folding: a version ("HTTP" is case-sensitive). */
+static void keep_raw(char *buf, size_t cap, uint8_t *len, unsigned char c)
+{
+	if (*len == NAME_OVER)
+		return;
+	if ((size_t)*len + 1 >= cap) {
+		*len = NAME_OVER;
+		return;
+	}
+	buf[(*len)++] = (char)c;
+}
+
+/* An HTTP-version kept in val: "HTTP/1." DIGIT. */
+static int version_ok(const struct mesh_hframe_side *s)
+{
+	return s->vlen == 8 && !memcmp(s->val, "HTTP/1.", 7) && s->val[7] >= '0' && s->val[7] <= '9';
+}
+
+/* One complete header line (name and value kept in s) of side dir: what it
+ * says about the framing.  0 or an error. */
+static int header_done(struct mesh_hframe_side *s, int dir, int trailer)
 {
 	uint8_t vl = s->vlen;
 	if (vl != NAME_OVER)
@@ -87,11 +117,21 @@ static int header_done(struct mesh_hframe_side *s, int trailer)
 				return fail(s, MESH_E_PROTO, "bad Content-Length");
 			v = v * 10 + (uint64_t)(s->val[i] - '0');
 		}
-		if (s->has_cl && v != s->cl)
-			return fail(s, MESH_E_PROTO, "Content-Length values disagree");
+		/* A request's twice is refused even when both agree (RFC 9112
+		 * 6.3 lets a recipient refuse it; a proxy must not guess). */
+		if (s->has_cl && (dir == 0 || v != s->cl))
+			return fail(s, MESH_E_PROTO, dir == 0 ? "Content-Length repeated" : "Content-Length values disagree");
 		s->has_cl = 1;
 		s->cl = v;
 	} else if (s->nlen == 17 && !memcmp(s->name, "transfer-encoding", 17)) {
+		if (dir == 0) {
+			/* A request's coding is chunked, once, and nothing else
+			 * (the one a server must know; another is refused). */
+			if (s->chunked || vl != 7 || memcmp(s->val, "chunked", 7))
+				s->te_other = 1;
+			s->chunked = 1;
+			return 0;
+		}
 		/* chunked must be the last coding; anything else before it
 		 * is the server's business, not the framing's. */
 		if (vl != NAME_OVER && vl >= 7 && !memcmp(s->val + vl - 7, "chunked", 7) &&
@@ -179,7 +219,7 @@ static int head_done(struct mesh_hframe *f, int dir)
 static int line_done(struct mesh_hframe *f, int dir)
 {
 	struct mesh_hframe_side *s = &f->side[dir];
-	if (s->vlen != 8 || memcmp(s->val, "http/1.", 7) || s->val[7] < '0' || s->val[7] > '9')
+	if (!version_ok(s))
 		return fail(s, MESH_E_PROTO, dir ? "status line: bad version" : "request line: bad version");
 	s->state = ST_HDR;
 	s->sub = H_START;
@@ -207,6 +247,7 @@ static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
 				if (s->nlen == 7 && !memcmp(s->name, "connect", 7))
 					f->connect_bits |= 1ull << bit;
 				s->sub = L_B;
+				s->nlen = 0; /* from here: the target's bytes, saturated */
 				return 0;
 			}
 			if (!is_tchar(c))
@@ -215,12 +256,15 @@ static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
 			return 0;
 		case L_B: /* target */
 			if (c == ' ') {
+				if (!s->nlen)
+					return fail(s, MESH_E_PROTO, "request line: no target");
 				s->sub = L_C;
 				s->vlen = 0;
 				return 0;
 			}
 			if (c < 0x21 || c == 0x7f)
 				return fail(s, MESH_E_PROTO, "request line: bad target");
+			s->nlen = 1;
 			return 0;
 		default: /* version */
 			if (c == '\r') {
@@ -228,22 +272,22 @@ static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
 				return 0;
 			}
 			if (c == '\n')
-				return line_done(f, dir);
-			keep(s->val, sizeof s->val, &s->vlen, c);
+				return fail(s, MESH_E_PROTO, "request line: bare LF");
+			keep_raw(s->val, sizeof s->val, &s->vlen, c);
 			return 0;
 		}
 	}
 	switch (s->sub) {
 	case L_A: /* version */
 		if (c == ' ') {
-			if (s->vlen != 8 || memcmp(s->val, "http/1.", 7) || s->val[7] < '0' || s->val[7] > '9')
+			if (!version_ok(s))
 				return fail(s, MESH_E_PROTO, "status line: bad version");
 			s->sub = L_B;
 			s->status = 0;
 			s->nlen = 0;
 			return 0;
 		}
-		keep(s->val, sizeof s->val, &s->vlen, c);
+		keep_raw(s->val, sizeof s->val, &s->vlen, c);
 		return s->vlen == NAME_OVER ? fail(s, MESH_E_PROTO, "status line: bad version") : 0;
 	case L_B: /* three digits */
 		if (s->nlen < 3) {
@@ -288,8 +332,11 @@ static int header_byte(struct mesh_hframe *f, int dir, unsigned char c)
 			s->sub = H_END_CR;
 			return 0;
 		}
-		if (c == '\n')
+		if (c == '\n') {
+			if (dir == 0)
+				return fail(s, MESH_E_PROTO, "bare LF in a request head");
 			goto end;
+		}
 		if (c == ' ' || c == '\t')
 			return fail(s, MESH_E_PROTO, "folded header line");
 		if (!is_tchar(c))
@@ -317,8 +364,11 @@ static int header_byte(struct mesh_hframe *f, int dir, unsigned char c)
 			s->sub = H_VCR;
 			return 0;
 		}
-		if (c == '\n')
+		if (c == '\n') {
+			if (dir == 0)
+				return fail(s, MESH_E_PROTO, "bare LF in a request head");
 			break;
+		}
 		if ((c < 0x20 && c != '\t') || c == 0x7f)
 			return fail(s, MESH_E_PROTO, "control character in a header value");
 		keep(s->val, sizeof s->val, &s->vlen, c);
@@ -333,7 +383,7 @@ static int header_byte(struct mesh_hframe *f, int dir, unsigned char c)
 		goto end;
 	}
 	s->sub = H_START;
-	return header_done(s, trailer);
+	return header_done(s, dir, trailer);
 end:
 	if (trailer) {
 		msg_end(f, dir);
@@ -342,7 +392,8 @@ end:
 	return head_done(f, dir);
 }
 
-static int chunk_byte(struct mesh_hframe_side *s, unsigned char c)
+/* One byte of a chunk's framing; strict: CRLF only (a request's). */
+static int chunk_byte(struct mesh_hframe_side *s, int strict, unsigned char c)
 {
 	switch (s->state) {
 	case ST_CHUNK_SIZE: {
@@ -363,7 +414,7 @@ static int chunk_byte(struct mesh_hframe_side *s, unsigned char c)
 			s->state = ST_CHUNK_SIZE_LF;
 			return 0;
 		}
-		if (c != '\n')
+		if (c != '\n' || strict)
 			return fail(s, MESH_E_PROTO, "bad chunk size");
 		break;
 	}
@@ -376,6 +427,8 @@ static int chunk_byte(struct mesh_hframe_side *s, unsigned char c)
 		}
 		if (c != '\n')
 			return 0;
+		if (strict)
+			return fail(s, MESH_E_PROTO, "bare LF after a chunk size");
 		break;
 	case ST_CHUNK_SIZE_LF:
 		if (c != '\n')
@@ -388,7 +441,7 @@ static int chunk_byte(struct mesh_hframe_side *s, unsigned char c)
 		}
 		/* FALLTHROUGH */
 	case ST_CHUNK_END_LF:
-		if (c != '\n')
+		if (c != '\n' || (strict && s->state == ST_CHUNK_END))
 			return fail(s, MESH_E_PROTO, "chunk data not followed by CRLF");
 		s->state = ST_CHUNK_SIZE;
 		s->sub = 0;
@@ -495,13 +548,35 @@ int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n)
 					i = j;
 					continue;
 				}
+			} else if (s->state != ST_LINE && s->sub == H_NAME) {
+				/* The rest of a name: its run of token bytes at once
+				 * (kept as header_byte keeps them). */
+				size_t j = i;
+				while (j < n && tchar[(unsigned char)p[j]] && s->head_bytes + (j - i) < MESH_HFRAME_MAX_HEAD)
+					keep(s->name, sizeof s->name, &s->nlen, (unsigned char)p[j++]);
+				if (j > i) {
+					s->head_bytes += (uint32_t)(j - i);
+					i = j;
+					continue;
+				}
+			} else if (s->state == ST_LINE && dir == 0 && s->sub == L_B) {
+				/* A request target's run of visible bytes at once. */
+				size_t j = i;
+				while (j < n && (unsigned char)p[j] > 0x20 && p[j] != 0x7f)
+					j++;
+				if (j > i && s->head_bytes + (j - i) < MESH_HFRAME_MAX_HEAD) {
+					s->head_bytes += (uint32_t)(j - i);
+					s->nlen = 1;
+					i = j;
+					continue;
+				}
 			}
 			if (++s->head_bytes > MESH_HFRAME_MAX_HEAD)
 				return fail(s, MESH_E_TOOBIG, dir ? "response head too long" : "request head too long");
 			rc = s->state == ST_LINE ? line_byte(f, dir, c) : header_byte(f, dir, c);
 			break;
 		default:
-			rc = chunk_byte(s, c);
+			rc = chunk_byte(s, dir == 0, c);
 			break;
 		}
 		if (rc < 0)
@@ -516,4 +591,213 @@ int mesh_hframe_eof(struct mesh_hframe *f, int dir)
 	if ((dir & 1) && f->side[1].state == ST_CLOSE)
 		msg_end(f, 1);
 	return 0;
+}
+
+size_t mesh_hframe_head_end(const char *p, size_t n, size_t *scanned)
+{
+	size_t i = *scanned, start = 0;
+	/* Empty lines before the request line are no head's end. */
+	while (start < n && (p[start] == '\r' || p[start] == '\n'))
+		start++;
+	if (i < start)
+		i = start;
+	for (; i < n; i++) {
+		const char *nl = memchr(p + i, '\n', n - i);
+		if (!nl)
+			break;
+		i = (size_t)(nl - p);
+		if (i + 1 < n && p[i + 1] == '\n')
+			return i + 2;
+		if (i + 2 < n && p[i + 1] == '\r' && p[i + 2] == '\n')
+			return i + 3;
+		if (i + 2 >= n)
+			break; /* the next bytes tell */
+	}
+	/* The end found next may start at the last LF or the one before. */
+	*scanned = n > start + 2 ? n - 2 : start;
+	return 0;
+}
+
+/* a[0..an) and b[0..bn) are the same but for the case of ASCII letters. */
+static int same_ci(const char *a, size_t an, const char *b, size_t bn)
+{
+	if (an != bn)
+		return 0;
+	for (size_t i = 0; i < an; i++)
+		if (lower((unsigned char)a[i]) != lower((unsigned char)b[i]))
+			return 0;
+	return 1;
+}
+
+static int word_is(const char *a, size_t an, const char *b)
+{
+	return same_ci(a, an, b, strlen(b));
+}
+
+/* The header field whose line starts at *at in a head p[0..n) that parsed
+ * (CRLF lines, name ':' OWS value OWS; no CR but at a line's end): its
+ * name and value; *at moves to the next line.  0 at the head's blank line. */
+static int field_at(const char *p, size_t n, size_t *at, const char **name, size_t *nlen, const char **val,
+		    size_t *vlen)
+{
+	const char *l = p + *at, *cr = memchr(l, '\r', n - *at);
+	if (!cr || cr == l)
+		return 0;
+	const char *colon = memchr(l, ':', (size_t)(cr - l)), *v = colon + 1, *e = cr;
+	while (v < e && (*v == ' ' || *v == '\t'))
+		v++;
+	while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	*name = l;
+	*nlen = (size_t)(colon - l);
+	*val = v;
+	*vlen = (size_t)(e - v);
+	*at = (size_t)(cr + 2 - p);
+	return 1;
+}
+
+/* The next element of the comma-separated list val[0..vlen) from *at (0 at
+ * first), OWS trimmed, possibly empty: 1, or 0 past the list's end. */
+static int list_next(const char *val, size_t vlen, size_t *at, const char **e, size_t *elen)
+{
+	if (*at > vlen)
+		return 0;
+	const char *b = val + *at, *c = memchr(b, ',', vlen - *at), *end = c ? c : val + vlen;
+	*at = (size_t)(end - val) + 1;
+	while (b < end && (*b == ' ' || *b == '\t'))
+		b++;
+	while (end > b && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	*e = b;
+	*elen = (size_t)(end - b);
+	return 1;
+}
+
+int mesh_hframe_parse_request(const char *p, size_t n, struct mesh_hframe_head *h)
+{
+	struct mesh_hframe f;
+	struct mesh_hframe_side *s = &f.side[0];
+	memset(h, 0, sizeof *h);
+	if (n > MESH_HFRAME_MAX_HEAD) {
+		h->why = "request head too long";
+		return MESH_E_TOOBIG;
+	}
+	/* The framer's reading (the one mesh serve --http relays by). */
+	mesh_hframe_init(&f);
+	int rc = mesh_hframe_feed(&f, 0, p, n);
+	if (rc) {
+		h->why = s->why;
+		return rc;
+	}
+	/* ... which must have read one head that ends at n: waiting for the
+	 * first byte of its body, or (none) for the next request. */
+	if (f.requests != 1 || !(s->state == ST_IDLE || (s->state == ST_CL && s->remaining == s->cl) ||
+				 (s->state == ST_CHUNK_SIZE && s->sub == 0))) {
+		h->why = "not one whole request head";
+		return MESH_E_PROTO;
+	}
+	h->len = n;
+	h->chunked = s->state == ST_CHUNK_SIZE;
+	h->content_length = s->state == ST_CL ? s->cl : 0;
+	/* What it read is well formed: each part is where the rules put it
+	 * (method SP target SP "HTTP/1.x" CRLF, then the fields). */
+	size_t at = 0;
+	while (p[at] == '\r' || p[at] == '\n')
+		at++;
+	const char *end = p + n, *line = p + at, *sp1 = memchr(line, ' ', (size_t)(end - line)),
+		   *sp2 = memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1));
+	h->line_off = at;
+	h->line_len = (size_t)(sp2 + 11 - line);
+	h->method_len = (size_t)(sp1 - line);
+	h->target_off = (size_t)(sp1 + 1 - p);
+	h->target_len = (size_t)(sp2 - sp1 - 1);
+	h->minor = sp2[8] - '0';
+	h->close = h->minor == 0;
+	at = h->line_off + h->line_len;
+	const char *name, *val, *el;
+	size_t nlen, vlen, elen;
+	while (field_at(p, n, &at, &name, &nlen, &val, &vlen)) {
+		if (++h->nfields > MESH_HFRAME_MAX_FIELDS) {
+			h->why = "too many header fields";
+			return MESH_E_TOOBIG;
+		}
+		if (word_is(name, nlen, "connection")) {
+			for (size_t k = 0; list_next(val, vlen, &k, &el, &elen);)
+				if (word_is(el, elen, "close"))
+					h->close = 1;
+		} else if (word_is(name, nlen, "expect")) {
+			int e = word_is(val, vlen, "100-continue") ? 1 : 2;
+			h->expect = h->expect > e ? h->expect : e;
+		}
+	}
+	return 0;
+}
+
+/* The fields a proxy does not send on: hop-by-hop (RFC 9110 7.6.1; and
+ * Trailer, which names fields of a chunked body it decodes) and Expect. */
+static int hop_by_hop(const char *name, size_t n)
+{
+#define W(s) {s, sizeof s - 1}
+	static const struct {
+		const char *w;
+		size_t n;
+	} hop[] = {W("connection"), W("keep-alive"), W("proxy-connection"), W("te"),
+		   W("transfer-encoding"), W("upgrade"), W("trailer"), W("expect")};
+#undef W
+	for (size_t i = 0; i < sizeof hop / sizeof hop[0]; i++)
+		if (same_ci(name, n, hop[i].w, hop[i].n))
+			return 1;
+	return 0;
+}
+
+size_t mesh_hframe_head_forward(char *p, const struct mesh_hframe_head *h)
+{
+	struct span {
+		const char *p;
+		size_t n;
+	} names[MESH_HFRAME_MAX_FIELDS], opts[32];
+	size_t first = h->line_off + h->line_len, at = first, nlen, vlen, elen, nopts = 0, nf = 0;
+	const char *name, *val, *el;
+	uint64_t drop[(MESH_HFRAME_MAX_FIELDS + 63) / 64] = {0};
+	int any = 0;
+	/* The names, and the options of the Connection fields (which may
+	 * come after the fields they name), while the head is whole. */
+	while (field_at(p, h->len, &at, &name, &nlen, &val, &vlen) && nf < MESH_HFRAME_MAX_FIELDS) {
+		names[nf++] = (struct span){name, nlen};
+		if (!word_is(name, nlen, "connection"))
+			continue;
+		for (size_t k = 0; list_next(val, vlen, &k, &el, &elen);) {
+			/* Never the message's length or its host: a client must
+			 * not make a proxy drop those. */
+			if (!elen || word_is(el, elen, "content-length") || word_is(el, elen, "host"))
+				continue;
+			if (nopts == sizeof opts / sizeof opts[0])
+				break; /* more than a client has reason to name: the rest go on */
+			opts[nopts++] = (struct span){el, elen};
+		}
+	}
+	for (size_t k = 0; k < nf; k++) {
+		int d = hop_by_hop(names[k].p, names[k].n);
+		for (size_t o = 0; !d && o < nopts; o++)
+			d = same_ci(names[k].p, names[k].n, opts[o].p, opts[o].n);
+		if (d) {
+			drop[k / 64] |= 1ull << (k % 64);
+			any = 1;
+		}
+	}
+	if (!any)
+		return first;
+	/* The kept ones close up behind the request line (never ahead of the
+	 * next line to read), then move to the end of the head. */
+	size_t w = first, r = first;
+	for (size_t k = 0; field_at(p, h->len, &r, &name, &nlen, &val, &vlen); k++) {
+		size_t len = (size_t)(p + r - name);
+		if (drop[k / 64] & (1ull << (k % 64)))
+			continue;
+		memmove(p + w, name, len);
+		w += len;
+	}
+	size_t kept = w - first;
+	memmove(p + h->len - 2 - kept, p + first, kept);
+	return h->len - 2 - kept; /* the blank line is where it was */
 }

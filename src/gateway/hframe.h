@@ -12,14 +12,27 @@
  * outstanding).
  *
  * Framing (RFC 9112, section 6): a request body is chunked
- * (Transfer-Encoding: chunked), Content-Length bytes, or empty; a request
- * with another transfer coding, with both headers, or with Content-Length
- * values that disagree is malformed.  A response body is empty for HEAD,
- * 1xx, 204 and 304; else chunked, Content-Length, or until the server
- * closes.  Lines end in CRLF or a bare LF; header names are tokens; a
- * folded header line (leading space) is malformed.  A head (request or
- * status line, headers; a trailer block) longer than MESH_HFRAME_MAX_HEAD
- * bytes is refused.
+ * (Transfer-Encoding: chunked, that coding alone, once), Content-Length
+ * bytes, or empty; a request with another transfer coding, with both
+ * headers, or with Content-Length twice (even agreeing) is malformed.  A
+ * response body is empty for HEAD, 1xx, 204 and 304; else chunked (the
+ * last coding), Content-Length (repeated only with one value), or until
+ * the server closes.
+ *
+ * Syntax, strict where a request could be read two ways (request
+ * smuggling): a request's lines end in CRLF (a bare LF, or a CR without
+ * LF, is malformed; its chunk lines too); a response's in CRLF or a bare
+ * LF.  The request line is method SP target SP version, one space each, a
+ * token method and a target of visible characters; a version is "HTTP/1."
+ * DIGIT (case-sensitive).  A header is a token name, ':' at once (no
+ * whitespace before it), optional SP/HTAB, a value without control
+ * characters but HTAB (no NUL, no DEL); a folded line (leading SP or HTAB:
+ * obs-fold) is malformed.  A head (request or status line, headers; a
+ * trailer block) longer than MESH_HFRAME_MAX_HEAD bytes is refused.
+ *
+ * The same reading of a request, for a proxy that parses a request's head
+ * itself (the gateway): mesh_hframe_head_end, mesh_hframe_parse_request,
+ * mesh_hframe_head_forward below.
  *
  * Errors: MESH_E_PROTO (malformed), MESH_E_TOOBIG (a head or the pipeline
  * too long); after an error the side stays in error and why() says what.
@@ -74,5 +87,52 @@ int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n);
 int mesh_hframe_eof(struct mesh_hframe *f, int dir);
 /* A short static phrase for the error of side dir ("" when none). */
 const char *mesh_hframe_why(const struct mesh_hframe *f, int dir);
+
+/* A request's head read whole, for a proxy (the gateway):
+ *   1. n = mesh_hframe_head_end(buf, have, &scanned) as bytes arrive
+ *      (scanned 0 at first; 0: not whole yet);
+ *   2. mesh_hframe_parse_request(buf, n, &h): the framer's request side
+ *      over those bytes (the rules above) and what a proxy needs of them;
+ *   3. before the head goes on: mesh_hframe_head_forward(buf, &h). */
+#define MESH_HFRAME_MAX_FIELDS 128 /* header fields in a parsed request head */
+
+struct mesh_hframe_head {
+	size_t len;		 /* the head's bytes, its blank line included */
+	size_t line_off;	 /* the request line (after empty lines before it) */
+	size_t line_len;	 /* ... its CRLF included */
+	size_t method_len;	 /* the method, at line_off */
+	size_t target_off, target_len;
+	int minor;		 /* HTTP/1.minor */
+	int chunked;		 /* the body is chunked (Transfer-Encoding: chunked) */
+	uint64_t content_length; /* else its length (0: none) */
+	int close;		 /* Connection: close, or HTTP/1.0 */
+	int expect;		 /* Expect: 0 none, 1 100-continue, 2 another expectation */
+	unsigned nfields;	 /* header fields */
+	const char *why;	 /* a short static phrase when the parse failed */
+};
+
+/* The length of the request head at the start of p[0..n): up to and with
+ * its first empty line, empty lines before the request line included; 0
+ * while none is whole.  An empty line ends it whatever the line ends (CRLF
+ * or a bare LF), so that a head with bare LFs ends and is refused by the
+ * parse, not waited for.  *scanned: where the search goes on at the next
+ * call over the same bytes and more (0 at first).  Cannot fail. */
+size_t mesh_hframe_head_end(const char *p, size_t n, size_t *scanned);
+/* Parses the request head p[0..n) (n from mesh_hframe_head_end) into *h.
+ * 0; MESH_E_PROTO for a malformed head (h->why says what); MESH_E_TOOBIG
+ * for one over MESH_HFRAME_MAX_HEAD bytes or MESH_HFRAME_MAX_FIELDS
+ * fields.  Reads p only. */
+int mesh_hframe_parse_request(const char *p, size_t n, struct mesh_hframe_head *h);
+/* Makes p's head (parsed into h) what a proxy sends on, in place, without
+ * moving its request line or anything after the head: the header fields
+ * it keeps are moved to the end of the head, and their offset returned
+ * (they and the blank line are p[offset .. h->len); the request line and
+ * the bytes before the offset are left to the caller, which sends its own
+ * line).  Dropped: the hop-by-hop fields (Connection, Keep-Alive,
+ * Proxy-Connection, TE, Transfer-Encoding, Upgrade, Trailer; RFC 9110
+ * 7.6.1), those the Connection fields name (but Content-Length and Host;
+ * the first 32 names), and Expect (the proxy answers it).  Cannot fail; calling it again on the
+ * same head is not allowed (h describes the bytes before). */
+size_t mesh_hframe_head_forward(char *p, const struct mesh_hframe_head *h);
 
 #endif

@@ -1,8 +1,11 @@
 /* meshd --http as an HTTP intermediary: the end of a response the program
  * ends with its close (a body delimited by the close, a chunked stream it
- * cuts) reaches the client at once.  The program is a fake upstream written
- * here (upstream.py): a lenient parser, like python's http.server, that
- * records every request it receives (the probe's aside). */
+ * cuts) reaches the client at once; a request head a server could read
+ * another way gets 400 and reaches no program (no request smuggling across
+ * the connections to a program that clients share); hop-by-hop fields are
+ * not passed on.  The program is a fake upstream written here
+ * (upstream.py): a lenient parser, like python's http.server, that records
+ * every request it receives (the probe's aside). */
 #include "runner/t.h"
 #include "integration/gw_t.h"
 
@@ -277,5 +280,209 @@ TEST_TIMEOUT(gateway_upstream_close_ends_the_response_at_once, 90)
 	free(m);
 	EXPECT_EQ(count_in("meshd.err", "program=up response cut after"), CLOSE_TRIES);
 	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* Reads one response from fd within ms: its status (0: none came whole),
+ * its bytes in buf.  Whole means its Content-Length came, its last chunk
+ * came, the connection closed after its head, or it is an interim 1xx. */
+static int read_resp_ms(int fd, char *buf, size_t cap, int ms)
+{
+	size_t got = 0;
+	uint64_t deadline = mono_ns() + (uint64_t)ms * 1000000ull;
+	int status = 0, closed = 0;
+	buf[0] = 0;
+	for (;;) {
+		char *end = strstr(buf, "\r\n\r\n");
+		if (end) {
+			char *cl = strcasestr(buf, "\r\ncontent-length:");
+			size_t head = (size_t)(end + 4 - buf);
+			if ((cl && cl < end && got >= head + (size_t)atol(cl + 17)) || strstr(end, "\r\n0\r\n\r\n") || closed ||
+			    !strncmp(buf, "HTTP/1.1 1", 10))
+				break;
+		}
+		uint64_t now = mono_ns();
+		struct pollfd pf = {fd, POLLIN, 0};
+		if (closed || got + 1 >= cap || now >= deadline ||
+		    poll(&pf, 1, (int)((deadline - now) / 1000000ull) + 1) <= 0)
+			return 0;
+		ssize_t n = recv(fd, buf + got, cap - 1 - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			closed = 1;
+			continue;
+		}
+		got += (size_t)n;
+		buf[got] = 0;
+	}
+	sscanf(buf, "HTTP/1.%*d %d", &status);
+	return status;
+}
+
+static long file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Heads that RFC 9112 says must be refused, each a way a server behind a
+ * lenient proxy could read one request as two (or the wrong length). */
+static const struct {
+	const char *what, *bytes;
+	size_t len; /* 0: strlen */
+} malformed[] = {
+	{"space before the colon of Transfer-Encoding",
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 0},
+	{"space before the colon of Content-Length", "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello", 0},
+	{"space before the colon of another field", "GET /upstream/m/echo HTTP/1.1\r\nHost : x\r\n\r\n", 0},
+	{"NUL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n",
+	 sizeof "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n" - 1},
+	{"a CTL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\x01z\r\n\r\n", 0},
+	{"DEL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\x7fz\r\n\r\n", 0},
+	{"obs-fold", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 0},
+	{"Content-Length twice, differing",
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 0},
+	{"Content-Length twice, agreeing",
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", 0},
+	{"Content-Length not digits", "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 0},
+	{"Content-Length with Transfer-Encoding",
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 0},
+	{"Transfer-Encoding: chunked, gzip",
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 0},
+	{"Transfer-Encoding: gzip", "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n0\r\n\r\n", 0},
+	{"Transfer-Encoding: gzip, chunked",
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 0},
+	{"bare LF line ends", "GET /upstream/m/echo HTTP/1.1\nHost: x\n\n", 0},
+	{"a bare LF in one line", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\nX-A: 1\r\n\r\n", 0},
+	{"a field name with a non-token character", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX@A: 1\r\n\r\n", 0},
+	{"a lower-case version", "GET /upstream/m/echo http/1.1\r\nHost: x\r\n\r\n", 0},
+	{"two spaces in the request line", "GET  /upstream/m/echo HTTP/1.1\r\nHost: x\r\n\r\n", 0},
+};
+
+/* Each malformed head, sent to the gateway through a socket, gets 400 and
+ * nothing of it reaches the program (which records all it receives); on
+ * the warm path and when the program is cold (a thread reads it). */
+TEST_TIMEOUT(gateway_malformed_heads_get_400_and_reach_no_program, 90)
+{
+	char resp[8192];
+	int bad = 0;
+	add_upstream();
+	struct gw g = start_gw("--http-idle-timeout 600");
+	for (int warm = 0; warm < 2; warm++) {
+		if (warm)
+			ASSERT_EQ(http_get(g.port, "/upstream/m/warm", resp, sizeof resp), 200);
+		for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+			size_t len = malformed[i].len ? malformed[i].len : strlen(malformed[i].bytes);
+			long before = file_size("received.log");
+			int fd = connect_to(g.port);
+			ASSERT_GE(fd, 0);
+			ASSERT_EQ(send(fd, malformed[i].bytes, len, MSG_NOSIGNAL), (ssize_t)len);
+			int st = read_resp_ms(fd, resp, sizeof resp, 3000);
+			close(fd);
+			/* What went to the program came back first: it is in the
+			 * file by now (the program writes it before it answers). */
+			long after = file_size("received.log");
+			if (st != 400 || after != before) {
+				char *got = t_read_file("received.log", NULL);
+				fprintf(stderr, "    %s (%s): status %d%s; the program received: %s\n", malformed[i].what,
+					warm ? "warm" : "cold", st, st ? "" : " (no whole answer within 3 s)",
+					after != before && got ? got + before : "nothing");
+				free(got);
+				bad++;
+			}
+			if (st == 400)
+				EXPECT_CONTAINS(resp, "\"type\":\"invalid_request_error\"");
+		}
+	}
+	EXPECT_EQ(bad, 0);
+	/* And a request that is well formed still goes. */
+	ASSERT_EQ(http_get(g.port, "/upstream/m/after", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "path=/after");
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* The hop-by-hop fields, those Connection names and Expect do not reach the
+ * program; the others do, and the body; Expect: 100-continue is answered by
+ * the gateway.  On the warm path and on a thread (Expect sends a request
+ * there). */
+TEST_TIMEOUT(gateway_hop_by_hop_fields_do_not_reach_the_program, 30)
+{
+	char resp[8192], req[1024];
+	add_upstream();
+	struct gw g = start_gw("");
+	ASSERT_EQ(http_get(g.port, "/upstream/m/warm", resp, sizeof resp), 200);
+	for (int expect = 0; expect < 2; expect++) {
+		long before = file_size("received.log");
+		snprintf(req, sizeof req,
+			 "POST /upstream/m/hop%d HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, X-Drop\r\nKeep-Alive: timeout=5\r\n"
+			 "X-Drop: 1\r\nX-Keep: 2\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Connection: keep-alive\r\n%s"
+			 "Content-Length: 5\r\n\r\n",
+			 expect, expect ? "Expect: 100-continue\r\n" : "");
+		int fd = connect_to(g.port);
+		ASSERT_GE(fd, 0);
+		ASSERT_EQ(send_str(fd, req), 0);
+		if (expect) {
+			ASSERT_EQ(read_resp_ms(fd, resp, sizeof resp, 3000), 100);
+			EXPECT_EQ(strcmp(resp, "HTTP/1.1 100 Continue\r\n\r\n"), 0);
+		}
+		ASSERT_EQ(send_str(fd, "hello"), 0);
+		ASSERT_EQ(read_resp_ms(fd, resp, sizeof resp, 3000), 200);
+		close(fd);
+		char *got = t_read_file("received.log", NULL);
+		ASSERT_TRUE(got != NULL);
+		const char *r = got + before;
+		snprintf(req, sizeof req, "POST /hop%d HTTP/1.1\r\nHost: x\r\nX-Keep: 2\r\nContent-Length: 5\r\n\r\nhello>>", expect);
+		EXPECT_CONTAINS(r, req);
+		EXPECT_TRUE(strcasestr(r, "x-drop") == NULL);
+		EXPECT_TRUE(strcasestr(r, "connection") == NULL);
+		EXPECT_TRUE(strcasestr(r, "keep-alive") == NULL);
+		EXPECT_TRUE(strcasestr(r, "upgrade") == NULL);
+		EXPECT_TRUE(strcasestr(r, "\nte:") == NULL);
+		EXPECT_TRUE(strcasestr(r, "expect") == NULL);
+		free(got);
+	}
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* The smuggling the report found: a client's head that the gateway reads
+ * one way (Content-Length) and a lenient server another ("Transfer-Encoding
+ * : chunked"), on a connection to the program the gateway keeps and gives
+ * to the next client.  The first gets 400 and nothing reaches the program;
+ * the second gets its own answer, not the smuggled request's. */
+TEST_TIMEOUT(gateway_smuggled_request_does_not_reach_the_next_client, 30)
+{
+	char resp[8192], req[1024];
+	static const char smuggled[] = "0\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+	add_upstream();
+	/* One loop: the second client's request takes the connection to the
+	 * program the first one's left. */
+	struct gw g = start_gw("--http-threads 1");
+	ASSERT_EQ(http_get(g.port, "/upstream/m/warm", resp, sizeof resp), 200);
+	long before = file_size("received.log");
+	snprintf(req, sizeof req,
+		 "POST /upstream/m/a HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\nTransfer-Encoding : chunked\r\n\r\n%s",
+		 sizeof smuggled - 1, smuggled);
+	int a = connect_to(g.port);
+	ASSERT_GE(a, 0);
+	ASSERT_EQ(send_str(a, req), 0);
+	int sa = read_resp_ms(a, resp, sizeof resp, 3000);
+	int b = connect_to(g.port);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(send_str(b, "GET /upstream/m/b HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+	char rb[8192];
+	int sb = read_resp_ms(b, rb, sizeof rb, 3000);
+	close(a);
+	close(b);
+	EXPECT_EQ(sa, 400);
+	EXPECT_EQ(sb, 200);
+	if (!strstr(rb, "\r\n\r\npath=/b"))
+		fprintf(stderr, "    the second client got: %s\n", rb);
+	EXPECT_CONTAINS(rb, "\r\n\r\npath=/b");
+	char *got = t_read_file("received.log", NULL);
+	ASSERT_TRUE(got != NULL);
+	EXPECT_TRUE(strstr(got + before, "/a") == NULL);
+	EXPECT_TRUE(strstr(got + before, "/slow") == NULL);
+	free(got);
 	EXPECT_EQ(stop_gw(&g), 0);
 }

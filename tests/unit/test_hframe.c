@@ -98,10 +98,12 @@ TEST(hframe_pipelined_and_head)
 	/* A response nobody asked for (a 408 on an idle connection) counts nothing. */
 	run("unsolicited", (const struct step[]){{'<', "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n", 0},
 						 {0, NULL, 0}});
-	/* Bare LF line ends are read too. */
-	run("lf", (const struct step[]){{'>', "GET / HTTP/1.1\nHost: x\n\n", 1},
+	/* A response's bare LF line ends are read too; a request's are
+	 * refused (the framing of a request must not be read two ways). */
+	run("lf", (const struct step[]){{'>', "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 1},
 					{'<', "HTTP/1.1 200 OK\nContent-Length: 1\n\nx", 0},
 					{0, NULL, 0}});
+	run("lf request", (const struct step[]){{'>', "GET / HTTP/1.1\nHost: x\n\n", -1}, {0, NULL, 0}});
 }
 
 TEST(hframe_malformed_is_an_error)
@@ -119,6 +121,12 @@ TEST(hframe_malformed_is_an_error)
 		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
 		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n",
 		"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n",
+		"GET / HTTP/1.1\r\nX: a\nb\r\n\r\n",
+		"GET  / HTTP/1.1\r\n\r\n",
+		"GET / http/1.1\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\nx\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\n0\r\n\r\n",
 	};
 	for (size_t i = 0; i < sizeof bad_requests / sizeof bad_requests[0]; i++) {
 		struct step st[] = {{'>', bad_requests[i], -1}, {0, NULL, 0}};
