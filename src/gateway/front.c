@@ -197,6 +197,17 @@ static int looks_http(int fd)
 	return 0;
 }
 
+static const char *reason_of(int code)
+{
+	switch (code) {
+	case 400: return "Bad Request";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	}
+	return NULL;
+}
+
 /* Sends one short HTTP error answer; 1 when it went out whole. */
 static int send_error(int fd, int code, const char *reason, const char *why)
 {
@@ -219,7 +230,6 @@ static int send_error(int fd, int code, const char *reason, const char *why)
  * lingers to let it read the answer.  c must be in no list. */
 static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const char *why)
 {
-	static const char *const reasons[] = {[2] = "Bad Gateway", [3] = "Service Unavailable", [4] = "Gateway Timeout"};
 	/* --http: every client speaks it, and is answered at once. */
 	int sent = 0, http = s->c.http ? 1 : looks_http(c->fd[0]);
 	if (c->fd[1] >= 0) {
@@ -251,8 +261,8 @@ static void reject(struct mesh_serve *s, struct mesh__conn *c, int code, const c
 		list_push(&s->rejecting, c);
 		return;
 	}
-	if (code >= 502 && code <= 504 && http == 1)
-		sent = send_error(c->fd[0], code, reasons[code - 500], why);
+	if (reason_of(code) && http == 1)
+		sent = send_error(c->fd[0], code, reason_of(code), why);
 	s->st.rejected++;
 	mesh__serve_emit_simple(s, MESH_SERVE_EV_REJECTED, sent ? code : 0, 0, why);
 	free(c->reject_why);
@@ -276,10 +286,34 @@ void mesh__serve_reject_queue(struct mesh_serve *s, int code, const char *why)
 	}
 }
 
-void mesh__serve_close_active(struct mesh_serve *s)
+/* --http: c's relay is to end with the server's side gone (closed, reset,
+ * its process gone) or a malformed request (code 400) while a request on
+ * it waits for its answer and nothing of that answer went to the client:
+ * the client is answered code and why (and the connection ends), not left
+ * with an empty reply.  1 when so (c is out of the active list), 0 when
+ * not (nothing waits, or an answer is under way: the end of the connection
+ * without the answer's end is what tells the client). */
+static int answer_instead(struct mesh_serve *s, struct mesh__conn *c, int code, const char *why)
+{
+	/* A 400 answers the malformed request alone: none before it waits. */
+	unsigned waiting = c->hf.inflight;
+	if (!s->c.http || c->state != C_RELAY || !waiting || (code == 400 && waiting != 1) ||
+	    mesh_hframe_answer_begun(&c->hf) || c->relay.dir[1].pending)
+		return 0;
+	list_del(&s->active, c);
+	s->inflight -= c->counted; /* not demand while it lingers */
+	c->counted = 0;
+	s->st.bytes_in += c->relay.dir[0].bytes;
+	s->st.bytes_out += c->relay.dir[1].bytes;
+	reject(s, c, code, why); /* releases the relay */
+	return 1;
+}
+
+void mesh__serve_close_active(struct mesh_serve *s, const char *why)
 {
 	while (s->active.head)
-		conn_close_active(s, s->active.head);
+		if (!answer_instead(s, s->active.head, 502, why))
+			conn_close_active(s, s->active.head);
 }
 
 /* Starts the upstream connection of c (queued -> connecting). */
@@ -325,6 +359,11 @@ static int conn_watch(void *ctx, int dir, const char *p, size_t n)
 	c->counted = c->hf.inflight;
 	s->st.requests += c->hf.requests - c->requests;
 	c->requests = c->hf.requests;
+	/* The server's side ended while a request waits for its answer's
+	 * first byte: the relay ends before the client's side is shut, so
+	 * that the client can be answered (relay_after). */
+	if (!p && dir == 1 && c->hf.inflight && !mesh_hframe_answer_begun(&c->hf))
+		return MESH_E_CLOSED;
 	return rc < 0 ? rc : 0;
 }
 
@@ -348,7 +387,15 @@ static void relay_after(struct mesh_serve *s, struct mesh__conn *c, int rc)
 		char why[160];
 		int d = c->hf.side[0].err ? 0 : 1;
 		snprintf(why, sizeof why, "malformed HTTP from the %s: %s", d ? "server" : "client", mesh_hframe_why(&c->hf, d));
+		if (answer_instead(s, c, d ? 502 : 400, why))
+			return; /* the refusal that answers says why */
 		mesh__serve_emit_simple(s, MESH_SERVE_EV_REJECTED, 0, 0, why);
+	} else if (rc == MESH_E_CLOSED || (rc < 0 && c->relay.failed_side == 1)) {
+		char why[160];
+		snprintf(why, sizeof why, "the server %s the connection before it answered",
+			 rc == MESH_E_CLOSED ? "closed" : "reset");
+		if (answer_instead(s, c, 502, why))
+			return;
 	}
 	if (rc != 0 || relay_update(s, c) < 0) {
 		conn_close_active(s, c);
@@ -578,7 +625,7 @@ void mesh__serve_unlisten(struct mesh_serve *s)
 
 void mesh__serve_front_end(struct mesh_serve *s)
 {
-	mesh__serve_close_active(s);
+	mesh__serve_close_active(s, "mesh serve stopped before the server answered");
 	/* Those still being refused get their answer now, not a silent close. */
 	while (s->rejecting.head) {
 		struct mesh__conn *c = s->rejecting.head;

@@ -26,6 +26,11 @@ const char *mesh_hframe_why(const struct mesh_hframe *f, int dir)
 	return w ? w : "";
 }
 
+int mesh_hframe_answer_begun(const struct mesh_hframe *f)
+{
+	return f->side[1].state != ST_IDLE;
+}
+
 static int fail(struct mesh_hframe_side *s, int err, const char *why)
 {
 	s->state = ST_ERR;

@@ -87,6 +87,12 @@ int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n);
 int mesh_hframe_eof(struct mesh_hframe *f, int dir);
 /* A short static phrase for the error of side dir ("" when none). */
 const char *mesh_hframe_why(const struct mesh_hframe *f, int dir);
+/* 1 while the responses side is inside a message (a byte of a final
+ * response, or of an interim one not yet whole, was fed and its end was
+ * not), or in error or a tunnel; 0 between messages.  A proxy that loses
+ * the server while requests are in flight and this is 0 may still answer
+ * the oldest of them itself (a 502); else it can only cut the connection. */
+int mesh_hframe_answer_begun(const struct mesh_hframe *f);
 
 /* A request's head read whole, for a proxy (the gateway):
  *   1. n = mesh_hframe_head_end(buf, have, &scanned) as bytes arrive

@@ -45,6 +45,7 @@ int mesh_relay_init_opts(struct mesh_relay *r, int a, int b, const struct mesh_r
 	r->pool = o->pool;
 	r->watch = o->watch;
 	r->watch_ctx = o->watch_ctx;
+	r->failed_side = -1;
 	/* The watcher must see the bytes: they go through user space. */
 	int copy = (o->flags & MESH_RELAY_NO_SPLICE) || o->watch;
 	dir_init(&r->dir[0], copy);
@@ -295,6 +296,7 @@ static int pump_dir(struct mesh_relay *r, int i)
 			ssize_t w = dir_out(r, d, to);
 			if (w < 0) {
 				rc = (int)w;
+				r->failed_side = w == -ENOMEM ? -1 : 1 - i;
 				break;
 			}
 			moved |= w > 0;
@@ -304,21 +306,26 @@ static int pump_dir(struct mesh_relay *r, int i)
 			ssize_t n = dir_in(r, d, from);
 			if (n < -1) {
 				rc = (int)n;
+				r->failed_side = n == -ENOMEM ? -1 : i;
 				break;
 			}
 			if (r->watch && n != 0) {
 				rc = n > 0 ? r->watch(r->watch_ctx, i, d->buf + before, (size_t)n)
 					   : r->watch(r->watch_ctx, i, NULL, 0);
-				if (rc < 0)
+				if (rc < 0) {
+					r->failed_side = -1;
 					break;
+				}
 			}
 			/* A short read drained the source: deliver it and stop;
 			 * the level-triggered loop calls again when more comes.
 			 * Saves a read that would only say EAGAIN (latency). */
 			if (n > 0 && (size_t)n < want) {
 				ssize_t w = dir_out(r, d, to);
-				if (w < 0)
+				if (w < 0) {
 					rc = (int)w;
+					r->failed_side = w == -ENOMEM ? -1 : 1 - i;
+				}
 				break;
 			}
 			moved |= n != 0;
@@ -329,8 +336,10 @@ static int pump_dir(struct mesh_relay *r, int i)
 	int src = dir_settle(r, d);
 	if (rc < 0)
 		return rc;
-	if (src < 0)
+	if (src < 0) {
+		r->failed_side = -1;
 		return src;
+	}
 	if (d->eof && d->pending == 0 && !d->shut) {
 		/* ENOTCONN (the peer already gone) and ENOTSOCK (a pipe) leave
 		 * nothing to tell: the other direction decides the end. */

@@ -100,6 +100,10 @@ struct mesh_relay_dir {
 struct mesh_relay {
 	int fd[2];                 /* side 0, side 1 (not owned) */
 	struct mesh_relay_dir dir[2]; /* dir[0]: fd[0] -> fd[1]; dir[1]: fd[1] -> fd[0] */
+	/* After a pump's negative return: the side whose fd failed (a read
+	 * or a write on it: a reset, EPIPE), or -1 (the watcher refused, no
+	 * memory). */
+	int failed_side;
 	struct mesh_relay_pool *pool;
 	mesh_relay_watch_fn watch;
 	void *watch_ctx;

@@ -247,7 +247,7 @@ static void on_crash(struct mesh_serve *s)
 	emit(s, &ev);
 	/* Its connections cannot be answered any more; the queued ones came
 	 * for this start.  Later arrivals wait for the next one. */
-	mesh__serve_close_active(s);
+	mesh__serve_close_active(s, "the server exited before it answered");
 	mesh__serve_reject_queue(s, 502, s->fail_msg);
 	/* Whatever the server left in its group goes now. */
 	begin_stop(s, NULL, SIGKILL);
@@ -265,7 +265,7 @@ static void finish_stop(struct mesh_serve *s)
 		mesh__serve_emit_simple(s, MESH_SERVE_EV_REAPED, s->leader_status, now - s->t_stop, NULL);
 	}
 	s->stop_reason_crash = 0;
-	mesh__serve_close_active(s);
+	mesh__serve_close_active(s, "the server stopped before it answered");
 	s->pid = 0;
 }
 

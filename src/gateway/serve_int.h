@@ -170,8 +170,10 @@ void mesh__serve_free_dead(struct mesh_serve *s);
 /* Every queued connection to the server (warm) / refused with code. */
 void mesh__serve_dispatch_queue(struct mesh_serve *s);
 void mesh__serve_reject_queue(struct mesh_serve *s, int code, const char *why);
-/* Closes every connection to the server (connecting or relayed). */
-void mesh__serve_close_active(struct mesh_serve *s);
+/* Closes every connection to the server (connecting or relayed); --http:
+ * one whose request waits for an answer of which nothing went to the
+ * client is answered 502 with why first. */
+void mesh__serve_close_active(struct mesh_serve *s, const char *why);
 /* What the policy sees: requests in flight and demand-queued (http), else
  * open connections (queued and active). */
 uint64_t mesh__serve_demand(const struct mesh_serve *s);

@@ -207,7 +207,8 @@ TEST_TIMEOUT(serve_sigterm_drains_in_flight_then_stops, 40)
 }
 
 /* A request that never ends: the drain ends at --drain-timeout, then the
- * server gets --stop-signal (INT here: Python dies of it, status 130). */
+ * server gets --stop-signal (INT here: Python dies of it, status 130), and
+ * the request, which had no byte of an answer, gets 502 before the close. */
 TEST_TIMEOUT(serve_drain_timeout_then_stop_signal, 30)
 {
 	struct up u = pick_up();
@@ -232,7 +233,10 @@ TEST_TIMEOUT(serve_drain_timeout_then_stop_signal, 30)
 	EXPECT_GE(took, 350);
 	EXPECT_LT(took, 4000);
 	EXPECT_TRUE(file_has("err.txt", "status=130"));
-	EXPECT_TRUE(connection_closed(fd));
+	char resp[4096];
+	EXPECT_GT(read_all(fd, resp, sizeof resp), 0); /* to the close */
+	EXPECT_EQ(strncmp(resp, "HTTP/1.1 502 ", 13), 0);
+	EXPECT_CONTAINS(resp, "answered\n");
 	close(fd);
 	char out[256];
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s serve --listen 127.0.0.1:0 --upstream 127.0.0.1:1 --idle 1 "
@@ -356,5 +360,121 @@ TEST_TIMEOUT(serve_http_nginx_upstream_stops_with_sigquit, 30)
 	EXPECT_TRUE(file_has("error.log", "SIGQUIT"));
 	EXPECT_FALSE(file_has("error.log", "SIGTERM"));
 	EXPECT_FALSE(file_has("err.txt", "grace over"));
+	EXPECT_EQ(stop_serve(&s), 0);
+}
+
+/* An upstream that reads a request, then per its path: /fin closes, /reset
+ * resets (SO_LINGER 0), /partial sends part of an answer and closes; the
+ * probe (GET /v1/models) is answered. */
+static const char conn_py[] =
+	"import socket, struct, sys\n"
+	"l = socket.socket()\n"
+	"l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+	"l.bind(('127.0.0.1', int(sys.argv[1])))\n"
+	"l.listen(64)\n"
+	"while True:\n"
+	"    s, _ = l.accept()\n"
+	"    b = b''\n"
+	"    while b'\\r\\n\\r\\n' not in b:\n"
+	"        d = s.recv(65536)\n"
+	"        if not d:\n"
+	"            break\n"
+	"        b += d\n"
+	"    line = b.split(b'\\r\\n')[0]\n"
+	"    if line.startswith(b'GET /v1/models'):\n"
+	"        s.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\n{}')\n"
+	"    elif b' /reset ' in line:\n"
+	"        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n"
+	"    elif b' /partial ' in line:\n"
+	"        s.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 100\\r\\n\\r\\nhalf')\n"
+	"    s.close()\n";
+
+/* curl's exit code and the status it got (-w %{http_code}) for a request;
+ * the body in body.txt. */
+static int curl_status(int port, const char *extra, const char *path, int *status)
+{
+	char out[256];
+	int rc = t_sh(out, sizeof out, 0, "curl -sS -o body.txt -w '%%{http_code}' %s http://127.0.0.1:%d%s 2>curl.err", extra,
+		      port, path);
+	*status = atoi(out);
+	return rc;
+}
+
+/* The server's connection ends (its process died, or it closed or reset
+ * the connection) after it read a request and before it answered: the
+ * client gets 502 with a short body, not an empty reply (curl's exit 52).
+ * An answer already under way is cut: the connection ends without its
+ * end (curl's exit 18). */
+TEST_TIMEOUT(serve_http_upstream_gone_before_answer_502, 40)
+{
+	char *body;
+	int st;
+	/* A process that dies (openai_server.py exits at "crash"). */
+	struct up u = pick_up();
+	const char *args[] = {"--http", "--upstream", u.addr, "--idle", "30", "--", "python3", oa_server(),
+			      "--port", u.port, NULL};
+	struct serve s = start_serve(args);
+	static const char crash[] = "-H 'Content-Type: application/json' "
+				    "-d '{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"crash\"}]}'";
+	static const char crash_stream[] = "-N -H 'Content-Type: application/json' "
+					   "-d '{\"model\":\"test-model\",\"stream\":true,"
+					   "\"messages\":[{\"role\":\"user\",\"content\":\"crash\"}]}'";
+	for (int i = 0; i < 3; i++) {
+		EXPECT_EQ(curl_status(s.port, crash, "/v1/chat/completions", &st), 0);
+		EXPECT_EQ(st, 502);
+		body = t_read_file("body.txt", NULL);
+		EXPECT_CONTAINS(body, "mesh serve: ");
+		EXPECT_LT(strlen(body ? body : ""), 512);
+		free(body);
+	}
+	EXPECT_EQ(curl_status(s.port, crash_stream, "/v1/chat/completions", &st), 18);
+	EXPECT_EQ(st, 200);
+	body = t_read_file("body.txt", NULL);
+	EXPECT_CONTAINS(body, "tok1");
+	free(body);
+	EXPECT_EQ(stop_serve(&s), 0);
+	/* A process that stays, and closes or resets the connection. */
+	u = pick_up();
+	t_write_file("conn.py", conn_py);
+	const char *args2[] = {"--http", "--upstream", u.addr, "--idle", "30", "--", "python3", "conn.py", u.port, NULL};
+	s = start_serve(args2);
+	EXPECT_EQ(curl_status(s.port, "", "/fin", &st), 0);
+	EXPECT_EQ(st, 502);
+	EXPECT_EQ(curl_status(s.port, "", "/reset", &st), 0);
+	EXPECT_EQ(st, 502);
+	body = t_read_file("body.txt", NULL);
+	EXPECT_CONTAINS(body, "mesh serve: ");
+	free(body);
+	EXPECT_EQ(curl_status(s.port, "", "/partial", &st), 18);
+	EXPECT_EQ(st, 200);
+	EXPECT_EQ(stop_serve(&s), 0);
+}
+
+/* A request head a server could read another way gets 400 from mesh serve
+ * (the gateway's reading: gateway/hframe.h), and the connection ends. */
+TEST_TIMEOUT(serve_http_malformed_request_400, 30)
+{
+	static const char *const bad[] = {
+		"GET /v1/models HTTP/1.1\nHost: x\n\n",
+		"POST /v1/models HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n",
+	};
+	struct up u = pick_up();
+	const char *args[] = {"--http", "--upstream", u.addr, "--idle", "30", "--", "python3", oa_server(),
+			      "--port", u.port, NULL};
+	struct serve s = start_serve(args);
+	char resp[4096];
+	EXPECT_EQ(http_get(s.port, "/v1/models", resp, sizeof resp), 200); /* warm */
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int fd = connect_to(s.port), st = 0;
+		ASSERT_GE(fd, 0);
+		ASSERT_EQ(send_str(fd, bad[i]), 0);
+		if (read_all(fd, resp, sizeof resp) > 0)
+			sscanf(resp, "HTTP/1.1 %d", &st);
+		close(fd);
+		if (st != 400)
+			fprintf(stderr, "    %zu: got \"%s\"\n", i, resp);
+		EXPECT_EQ(st, 400);
+	}
 	EXPECT_EQ(stop_serve(&s), 0);
 }

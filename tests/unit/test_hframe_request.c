@@ -50,3 +50,22 @@ TEST(hframe_request_connect_tunnels_and_the_pipeline_is_bounded)
 		ASSERT_EQ(mesh_hframe_request(&f, 0, 0), 0);
 	EXPECT_EQ(mesh_hframe_request(&f, 0, 0), MESH_E_TOOBIG);
 }
+
+/* mesh_hframe_answer_begun: between responses (an interim one whole
+ * included) 0, inside one 1: what a proxy that loses the server asks. */
+TEST(hframe_answer_begun_inside_a_response_only)
+{
+	struct mesh_hframe f;
+	mesh_hframe_init(&f);
+	ASSERT_EQ(mesh_hframe_request(&f, 0, 0), 0);
+	EXPECT_EQ(mesh_hframe_answer_begun(&f), 0);
+	EXPECT_EQ(feed(&f, "HTTP/1.1 100 Continue\r\n\r\n"), 0);
+	EXPECT_EQ(mesh_hframe_answer_begun(&f), 0);
+	EXPECT_EQ(feed(&f, "H"), 0);
+	EXPECT_EQ(mesh_hframe_answer_begun(&f), 1);
+	EXPECT_EQ(feed(&f, "TTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\no"), 0);
+	EXPECT_EQ(mesh_hframe_answer_begun(&f), 1);
+	EXPECT_EQ(feed(&f, "k"), 0);
+	EXPECT_EQ(f.inflight, 0u);
+	EXPECT_EQ(mesh_hframe_answer_begun(&f), 0);
+}

@@ -339,6 +339,7 @@ TEST(relay_reset_is_an_error)
 	int rc = drive(&r, 5000, NULL);
 	EXPECT_LT(rc, 0);
 	EXPECT_NE(rc, -ETIMEDOUT);
+	EXPECT_EQ(r.failed_side, 1); /* the reset side, not the client's */
 	mesh_relay_release(&r);
 	close(ca), close(cb), close(ua);
 }
