@@ -15,7 +15,7 @@
 	X(CANCELLED, 6, "`wait`: the job was cancelled (`mesh cancel`); `wait` answers 1 when it ended with buried chunks") \
 	X(WRONGMODEL, 7, "`autoscale tick --model`: warm but wrong model (the server answers, its list lacks the model)") \
 	X(USAGE, 64, "usage error: unknown command or option, missing or malformed argument")       \
-	X(DATAERR, 65, "bad input: corrupt or foreign journal, a chunk count that conflicts, out-of-range chunk, path refused") \
+	X(DATAERR, 65, "bad input: corrupt or foreign journal, a chunk count that conflicts, out-of-range chunk, path refused, a journal only its owner (meshd) writes; `results`: DONE chunks without a result (the others are written)") \
 	X(NOINPUT, 66, "an input file does not exist or cannot be read (a missing journal)")          \
 	X(UNAVAILABLE, 69, "a service is not reachable (meshd not running or gone, upstream refused)") \
 	X(SOFTWARE, 70, "internal error")                                                             \

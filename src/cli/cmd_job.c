@@ -214,6 +214,14 @@ static int job_fail(int rc, const struct mesh_job_why *w, const char *journal, c
 	}
 	if (rc == MESH_E_MISMATCH && n && w->n != n)
 		return mesh_cli_fail(rc, "journal '%s' holds %" PRIu64 " chunks, not %" PRIu64, journal, w->n, n);
+	if (rc == MESH_E_MISMATCH && w->owned) {
+		fprintf(stderr,
+			"mesh: journal '%s' belongs to %.*s; only its owner completes chunks there (a chunk completed "
+			"here would have no result), so this command, which writes it, is refused; `mesh job status` "
+			"reads it\n",
+			journal, (int)w->identity_len, (const char *)w->identity);
+		return mesh_exit_for(rc);
+	}
 	if (rc == MESH_E_MISMATCH)
 		return mesh_cli_fail(rc, "journal '%s' belongs to other work (%.*s)", journal, (int)w->identity_len,
 				     (const char *)w->identity);

@@ -61,7 +61,8 @@ static const char *const helps[][2] = {
 		    "Writes each DONE chunk's result bytes, in chunk order, with nothing added between\n"
 		    "them.  While the job runs it streams: chunk k+1 is written once chunk k is settled\n"
 		    "(a buried chunk adds nothing).  --no-wait writes only what is DONE now and stops at\n"
-		    "the first chunk that is not.\n"},
+		    "the first chunk that is not.  A DONE chunk whose result is missing is named on stderr\n"
+		    "and skipped; the others are written, and the exit is 65.\n"},
 	{"cancel", "usage: mesh cancel JOB [--socket PATH | --store URL]\n\n"
 		   "Stops job JOB for good: running chunks are cut, nothing more starts; what is DONE stays.\n"},
 };
@@ -610,15 +611,29 @@ static int wait_for(const struct jopts *o)
 
 /* ---- results ---- */
 
-/* The next=K; end=E parameters of the results' Content-Type. */
-static int page_params(const char *type, uint64_t *next, int *end)
+/* The next=K; end=E[; missing=C] parameters of the results' Content-Type
+ * (*missing: UINT64_MAX when the page names none). */
+static int page_params(const char *type, uint64_t *next, int *end, uint64_t *missing)
 {
-	const char *n = strstr(type, "next="), *e = strstr(type, "end=");
+	const char *n = strstr(type, "next="), *e = strstr(type, "end="), *m = strstr(type, "missing=");
 	if (!n || !e)
 		return -1;
 	*next = strtoull(n + 5, NULL, 10);
 	*end = e[4] == '1';
+	*missing = m ? strtoull(m + 8, NULL, 10) : UINT64_MAX;
 	return 0;
+}
+
+/* Says which DONE chunks had no result (the first few by id), once the
+ * others are out; the exit code. */
+static int report_missing(const char *job, uint64_t count, const uint64_t *first, size_t nfirst)
+{
+	fprintf(stderr, "mesh: job %s: %" PRIu64 " DONE chunk%s without a result (the results file lacks %s: chunk%s", job,
+		count, count == 1 ? "" : "s", count == 1 ? "it" : "them", nfirst == 1 ? "" : "s");
+	for (size_t i = 0; i < nfirst; i++)
+		fprintf(stderr, "%s %" PRIu64, i ? "," : "", first[i]);
+	fprintf(stderr, "%s); every other result was written\n", count > nfirst ? ", ..." : "");
+	return mesh_exit_for(MESH_E_CORRUPT);
 }
 
 int mesh_cmd_results(int argc, char **argv)
@@ -629,7 +644,7 @@ int mesh_cmd_results(int argc, char **argv)
 		return ex;
 	if (o.store)
 		return mesh__sjobs_results(o.store, strtoull(o.job, NULL, 10), o.no_wait);
-	uint64_t from = 0;
+	uint64_t from = 0, nmissing = 0, first[8];
 	char what[96];
 	snprintf(what, sizeof what, "cannot read the results of job %s", o.job);
 	for (;;) {
@@ -639,9 +654,9 @@ int mesh_cmd_results(int argc, char **argv)
 			 o.no_wait ? "0" : POLL_WAIT);
 		if ((ex = request(&o, what, "GET", target, NULL, 0, &r)) >= 0)
 			return ex;
-		uint64_t next;
+		uint64_t next, missing;
 		int end;
-		if (page_params(r.type, &next, &end) < 0) {
+		if (page_params(r.type, &next, &end, &missing) < 0) {
 			meshd_reply_release(&r);
 			fprintf(stderr, "mesh: %s: meshd's answer has no page position\n", what);
 			return MESH_EXIT_PROTOCOL;
@@ -650,8 +665,22 @@ int mesh_cmd_results(int argc, char **argv)
 		meshd_reply_release(&r);
 		if (rc < 0)
 			return rc == -EPIPE ? 0 : mesh_cli_fail(rc, "results: cannot write the output");
-		if (end || (o.no_wait && next == from))
-			return 0;
+		if (missing != UINT64_MAX) {
+			/* Named at once too: a stream may run a long while. */
+			fprintf(stderr, "mesh: job %s: chunk %" PRIu64 " is DONE but has no result; going on\n", o.job,
+				missing);
+			if (nmissing < sizeof first / sizeof first[0])
+				first[nmissing] = missing;
+			nmissing++;
+		}
+		if (end || (o.no_wait && next == from)) {
+			if (!nmissing)
+				return 0;
+			fflush(stdout);
+			return report_missing(o.job, nmissing, first,
+					      nmissing < sizeof first / sizeof first[0] ? (size_t)nmissing
+											: sizeof first / sizeof first[0]);
+		}
 		from = next;
 	}
 }

@@ -22,7 +22,7 @@ struct meshd_reply {
 	int status;	     /* HTTP status */
 	char *body;	     /* malloc'd, NUL-terminated (not counted in len) */
 	size_t len;
-	char type[64];	     /* Content-Type, "" if none */
+	char type[128];	     /* Content-Type, "" if none (cut at 127 bytes) */
 };
 #define MESHD_REPLY_INIT {0, NULL, 0, {0}}
 

@@ -250,16 +250,23 @@ static void results(uint64_t id, const struct evkeyvalq *args, struct meshd_api_
 		return;
 	struct mesh_buf b = MESH_BUF_INIT;
 	char *msg = NULL;
-	int rc = meshd_jobs_results(the_jobs, id, from, wait, RESULTS_PAGE, (int)framed, &b, &next, &end, &msg);
+	uint64_t missing;
+	size_t nmissing;
+	/* At most one DONE chunk without a result a page: named in the type. */
+	int rc = meshd_jobs_results(the_jobs, id, from, wait, RESULTS_PAGE, (int)framed, &b, &missing, 1, &nmissing,
+				    &next, &end, &msg);
 	if (rc < 0) {
 		mesh_buf_release(&b);
 		return op_error(a, rc, msg);
 	}
 	free(msg);
-	char type[96];
+	char type[sizeof a->type], miss[40] = "";
+	if (nmissing)
+		snprintf(miss, sizeof miss, "; missing=%" PRIu64, missing);
 	/* Where the next page starts travels with the bytes (the results as
-	 * they are, or with framed=1 each behind its chunk id and length). */
-	snprintf(type, sizeof type, "application/octet-stream; next=%" PRIu64 "; end=%d", next, end);
+	 * they are, or with framed=1 each behind its chunk id and length),
+	 * and which DONE chunk of the page has no result. */
+	snprintf(type, sizeof type, "application/octet-stream; next=%" PRIu64 "; end=%d%s", next, end, miss);
 	size_t n = 0;
 	char *data = mesh_buf_detach(&b, &n);
 	answer(a, 200, type, data, data ? n : 0);

@@ -21,7 +21,7 @@ void meshd_api_jobs_set(struct meshd_jobs *jobs);
 
 struct meshd_api_answer {
 	unsigned status;
-	char type[96];	    /* Content-Type */
+	char type[128];	    /* Content-Type */
 	char *data;	    /* malloc'd */
 	size_t len;
 	const char *allow;  /* 405: the Allow header (static) */

@@ -147,6 +147,9 @@ struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id)
 	jb->input_path = mesh_strf("%s/input", jb->dir ? jb->dir : "");
 	jb->lockdir = mesh_strf("/tmp/meshd-%u-%08x-j%" PRIu64, (unsigned)getuid(), j->hash, id);
 	jb->lease_name = mesh_strf("j%" PRIu64, id);
+	jb->ident_len = (size_t)snprintf(jb->ident, sizeof jb->ident,
+					 "meshd job %" PRIu64 ": meshd runs its chunks and keeps their results (`mesh results %" PRIu64 "`)",
+					 id, id);
 	if (jb->cancel_efd < 0 || !jb->dir || !jb->journal || !jb->results_path || !jb->input_path || !jb->lockdir ||
 	    !jb->lease_name) {
 		mesh__job_free(jb);
@@ -505,6 +508,8 @@ static int job_open_files(struct job *jb, int writable, int defer_results, char 
 	o.nchunks = jb->n;
 	o.max_attempts = jb->retries;
 	o.read_only = !writable;
+	o.identity = jb->ident; /* the journal's owner (or a journal made before owners) */
+	o.identity_len = jb->ident_len;
 	if ((rc = mesh_job_open(&jh, &o)) < 0)
 		return mesh_errf(err, rc, "cannot open the journal %s: %s", jb->journal, mesh_strerror(rc));
 	if (writable && jb->speculate) {

@@ -115,15 +115,19 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err);
 
 /* The results of chunks from, from on, in chunk order, appended to out:
  * each DONE chunk's result bytes; a chunk that will never be DONE (buried,
- * or the job ended) adds nothing.  Stops at the first chunk not settled
- * yet, at n, or once out holds max_bytes.  When nothing could be added and
- * wait_ns > 0, first waits (at most wait_ns) for that chunk.  *next: the
- * first chunk not taken; *end: 1 when *next == n (nothing more will come).
- * 0; MESH_E_NOTFOUND; MESH_E_RANGE (from > n); MESH_E_CORRUPT (a DONE
- * chunk whose result cannot be read).  framed: each result is preceded by
- * its chunk id (u64 LE) and its length (u32 LE), so a reader can tell the
- * chunks apart (results are at most 16 MiB). */
+ * or the job ended) adds nothing.  A DONE chunk whose result the results
+ * file lacks adds nothing either: its id goes into missing[] (*nmissing of
+ * them, at most missing_cap; the page ends before one more), and the
+ * chunks after it go on.  Stops at the first chunk not settled yet, at n,
+ * or once out holds max_bytes.  When nothing could be added and wait_ns >
+ * 0, first waits (at most wait_ns) for that chunk.  *next: the first chunk
+ * not taken; *end: 1 when *next == n (nothing more will come).  0;
+ * MESH_E_NOTFOUND; MESH_E_RANGE (from > n); MESH_E_CORRUPT or -errno (a
+ * result that cannot be read: its bytes changed on disk).  framed: each
+ * result is preceded by its chunk id (u64 LE) and its length (u32 LE), so
+ * a reader can tell the chunks apart (results are at most 16 MiB). */
 int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_t wait_ns, size_t max_bytes,
-		       int framed, struct mesh_buf *out, uint64_t *next, int *end, char **err);
+		       int framed, struct mesh_buf *out, uint64_t *missing, size_t missing_cap, size_t *nmissing,
+		       uint64_t *next, int *end, char **err);
 
 #endif

@@ -23,6 +23,10 @@ struct job {
 	struct meshd_jobs *owner;
 	uint64_t id;
 	char *dir, *journal, *results_path, *input_path, *lockdir, *lease_name;
+	/* Its journal's owner identity (mesh_job_submit_unsynced's owned): only
+	 * this meshd's handles, which present it, may write the journal. */
+	char ident[128];
+	size_t ident_len;
 	/* the spec */
 	char *program, *name;
 	uint64_t n, timeout_ns;

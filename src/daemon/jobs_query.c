@@ -249,7 +249,7 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	 * driver's open of it syncs nothing (its creation by the driver was
 	 * two more fsyncs beside these, on the way to the first result). */
 	if ((rc = mesh_results_create(jb->results_path, &res_fd)) < 0 ||
-	    (rc = mesh_job_submit_unsynced(jb->journal, n)) < 0 ||
+	    (rc = mesh_job_submit_unsynced(jb->journal, n, jb->ident, jb->ident_len, 1)) < 0 ||
 	    (!(spec = mesh__job_spec_seal(jb, s->input, s->input_len)) && (rc = -ENOMEM))) {
 		if (in_fd >= 0)
 			close(in_fd);
@@ -582,12 +582,14 @@ static int settled(struct job *jb, uint64_t cid)
 }
 
 int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_t wait_ns, size_t max_bytes,
-		       int framed, struct mesh_buf *out, uint64_t *next, int *end, char **err)
+		       int framed, struct mesh_buf *out, uint64_t *missing, size_t missing_cap, size_t *nmissing,
+		       uint64_t *next, int *end, char **err)
 {
 	if (err)
 		*err = NULL;
 	*next = from;
 	*end = 0;
+	*nmissing = 0;
 	struct job *jb = find(j, id);
 	if (!jb)
 		return not_found(err, id);
@@ -614,7 +616,18 @@ int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_
 			void *p = NULL;
 			size_t n = 0;
 			rc = mesh_results_get(res, k, MESH_RESULT_OK, &p, &n);
-			if (rc == 0 && framed) {
+			if (rc == -ENOENT && *nmissing == missing_cap) {
+				/* The page ends before it: the next names it. */
+				pthread_mutex_lock(&jb->mu);
+				rc = 0;
+				break;
+			}
+			if (rc == -ENOENT) {
+				/* DONE without a result (a node outside meshd completed
+				 * it, or the file lost it): named, and the others go on. */
+				missing[(*nmissing)++] = k;
+				rc = 0;
+			} else if (rc == 0 && framed) {
 				uint8_t h[12];
 				for (int i = 0; i < 8; i++)
 					h[i] = (uint8_t)(k >> (8 * i));
@@ -623,7 +636,7 @@ int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_
 				if (mesh_buf_add(out, h, sizeof h) < 0)
 					rc = -ENOMEM;
 			}
-			if (rc == 0 && mesh_buf_add(out, p, n) < 0)
+			if (rc == 0 && n && mesh_buf_add(out, p, n) < 0)
 				rc = -ENOMEM;
 			free(p);
 			pthread_mutex_lock(&jb->mu);
@@ -635,11 +648,9 @@ int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_
 			break;
 	}
 	pthread_mutex_unlock(&jb->mu);
-	if (rc == -ENOENT)
-		return mesh_errf(err, MESH_E_CORRUPT, "chunk %" PRIu64 " of job %" PRIu64 " is DONE but has no result in %s",
-				 k, id, jb->results_path);
 	if (rc < 0)
-		return mesh_errf(err, rc, "cannot read the result of chunk %" PRIu64 ": %s", k, mesh_strerror(rc));
+		return mesh_errf(err, rc, "cannot read the result of chunk %" PRIu64 " of job %" PRIu64 " in %s: %s", k, id,
+				 jb->results_path, mesh_strerror(rc));
 	*next = k;
 	*end = k >= jb->n;
 	return 0;

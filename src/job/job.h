@@ -64,6 +64,9 @@ struct mesh_job_why {
 	uint64_t damage_off;	/* MESH_E_CORRUPT of a read-only open: where the whole records end */
 	uint64_t size;		/* ... and the file's size */
 	int torn;		/* ... and the damage is only a torn tail (plain `check` cuts it; else `check --force`) */
+	/* MESH_E_MISMATCH: a journal whose identity is its owner's (meshd's
+	 * jobs), opened to write by a handle that did not present it */
+	int owned;
 	/* MESH_E_MISMATCH: the identity the journal holds (len 0: none) */
 	size_t identity_len;
 	unsigned char identity[MESH_JOB_IDENTITY_MAX];
@@ -93,7 +96,9 @@ struct mesh_job_opts {
 	 * retry answer MESH_E_STATE.  Otherwise the journal must be writable. */
 	int read_only;
 	/* When both this and the journal hold an identity, they must be equal
-	 * (else MESH_E_MISMATCH); a journal without one takes any. */
+	 * (else MESH_E_MISMATCH); a journal without one takes any.  A journal
+	 * whose identity is its owner's (mesh_job_submit_unsynced) takes a
+	 * handle that writes only when this is that identity. */
 	const void *identity;
 	size_t identity_len;
 	struct mesh_job_why *why; /* NULL, or filled when the open fails */
@@ -123,13 +128,19 @@ int mesh_job_submit(const char *journal, uint64_t n);
 int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, size_t identity_len,
 		       struct mesh_job_why *why);
 
-/* mesh_job_submit of a new file journal at a path only the caller can name
- * (in a directory it just made), written in place and not synced: the
- * caller fdatasyncs the journal and fsyncs its directory before it tells
- * anyone the job exists (meshd's submit, which syncs it beside the job's
- * other files while its driver already leases).  -EEXIST if the journal
- * exists; MESH_E_PATH for a PostgreSQL URL or a bad path. */
-int mesh_job_submit_unsynced(const char *journal, uint64_t n);
+/* mesh_job_submit_id of a new file journal at a path only the caller can
+ * name (in a directory it just made), written in place and not
+ * synced: the caller fdatasyncs the journal and fsyncs its directory before
+ * it tells anyone the job exists (meshd's submit, which syncs it beside the
+ * job's other files while its driver already leases).  With owned, the
+ * identity (which must then be given) is its owner's: an open that would
+ * write (not read_only) must present the same identity, else it is
+ * MESH_E_MISMATCH with why->owned set; reads are anyone's.  meshd's jobs
+ * are owned so: their results are meshd's, and a chunk another node
+ * completed would have none (docs/jobs.md).  -EEXIST if the journal exists;
+ * MESH_E_PATH for a PostgreSQL URL or a bad path; MESH_E_TOOBIG (identity);
+ * -EINVAL (owned without an identity). */
+int mesh_job_submit_unsynced(const char *journal, uint64_t n, const void *identity, size_t identity_len, int owned);
 
 /* Opens a submitted job (recovering a torn journal tail unless read-only).
  * On success *out is owned by the caller (mesh_job_close).  Errors: -ENOENT

@@ -139,6 +139,7 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		if (!j->ident_len && r->len > 0 && r->len <= MESH_JOB_IDENTITY_MAX) {
 			memcpy(j->ident, r->data, r->len);
 			j->ident_len = r->len;
+			j->ident_owned = (r->flags & MESH_REC_WORK_OWNED) != 0;
 		}
 		break;
 	case MESH_JREC_NODE: {
@@ -336,17 +337,22 @@ static int jf_submit(const char *journal, uint64_t n, const void *identity, size
 }
 
 
-int mesh_job_submit_unsynced(const char *journal, uint64_t n)
+int mesh_job_submit_unsynced(const char *journal, uint64_t n, const void *identity, size_t identity_len, int owned)
 {
 	unsigned char pay[8];
-	struct mesh_jrec rec = {MESH_JREC_SUBMIT, 0, 8, pay, 0};
+	struct mesh_jrec recs[2] = {{MESH_JREC_SUBMIT, 0, 8, pay, 0},
+				    {MESH_JREC_WORK, owned ? MESH_REC_WORK_OWNED : 0, (uint16_t)identity_len, identity, 0}};
 	const char *whytext;
 	if (mesh__jstore_for(journal) != &mesh__jstore_file || mesh_path_journal_ok(journal, &whytext))
 		return MESH_E_PATH;
 	if (n == 0 || n > MESH_JOB_MAX_CHUNKS)
 		return MESH_E_RANGE;
+	if (identity_len > MESH_JOB_IDENTITY_MAX)
+		return MESH_E_TOOBIG;
+	if (owned && !identity_len)
+		return -EINVAL;
 	mesh_rec_u64_enc(pay, n);
-	return mesh_journal_create_unsynced(journal, &rec, 1);
+	return mesh_journal_create_unsynced(journal, recs, identity_len ? 2 : 1);
 }
 
 /* Now, judged as this process (whose pid changes in a forked child). */
@@ -515,8 +521,13 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 		rc = j->n_refused ? MESH_E_RANGE : MESH_E_NOJOB;
 		goto fail;
 	}
-	if ((o->nchunks && o->nchunks != j->n) ||
+	/* An owner's journal is written only by a handle of its identity
+	 * (meshd's jobs: their results are meshd's); anyone may read it. */
+	int not_owner = j->ident_owned && !o->read_only &&
+			(o->identity_len != j->ident_len || memcmp(o->identity, j->ident, j->ident_len) != 0);
+	if ((o->nchunks && o->nchunks != j->n) || not_owner ||
 	    !same_identity(j->ident, j->ident_len, o->identity, o->identity_len)) {
+		why->owned = not_owner;
 		why->n = j->n;
 		why->identity_len = j->ident_len;
 		memcpy(why->identity, j->ident, j->ident_len);

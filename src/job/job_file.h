@@ -70,6 +70,7 @@ struct jfile {
 	uint64_t n_refused; /* a SUBMIT above MESH_JOB_MAX_CHUNKS (0: none) */
 	size_t ident_len;   /* the WORK record's identity (0: none) */
 	unsigned char ident[MESH_JOB_IDENTITY_MAX];
+	int ident_owned;    /* its flag MESH_REC_WORK_OWNED: only that identity writes */
 	uint64_t *done_bits, *busy_bits;
 	uint64_t done, dups, failed_attempts, spec_wins;
 	uint64_t cursor;

@@ -11,6 +11,8 @@
  *   RETRY  u64 cid (UINT64_MAX: every buried chunk)
  *   DUP    u64 cid, u32 node hash: a completion that came back IGNORED
  *   WORK   identity bytes (1..200), created with SUBMIT (older readers skip it)
+ *          flag 1: the owner's identity: only a handle that presents it
+ *          writes the journal (meshd's jobs)
  * Type 7 is the journal's own COMMIT (journal.h). */
 #ifndef MESH_JOB_RECORD_H
 #define MESH_JOB_RECORD_H
@@ -43,6 +45,10 @@ _Static_assert(MESH_JREC_COMMIT == 7, "the journal's COMMIT sits between the job
  * (docs/journal.md, "Results in DONE records"). */
 #define MESH_REC_DONE_RESULT 2
 #define MESH_REC_RESULT_MAX (MESH_JOURNAL_MAX_PAYLOAD - 16) /* 1008 */
+
+/* WORK flag 1: the identity is its owner's; a handle that would write the
+ * journal without presenting it is refused (docs/journal.md). */
+#define MESH_REC_WORK_OWNED 1
 
 /* A decoded DONE, FAIL or DUP (value: the duration in us for DONE, the
  * exit status for FAIL, 0 for DUP). */

@@ -824,3 +824,123 @@ TEST_TIMEOUT(jobs_oversize_input_names_the_real_limit, 60)
 	EXPECT_STREQ(out, "small");
 	stop_meshd();
 }
+
+/* Issue 31 item 3: an outside node on a meshd job's journal.  A `mesh job
+ * harvest` (or `complete`) there completed chunks whose results meshd
+ * never had: the job ended complete and `mesh results` printed nothing
+ * ("chunk N ... is DONE but has no result").  meshd's journal says whose
+ * it is (its WORK record, kept by meshd): an outside node that would
+ * complete chunks is refused with a message that says why; reading it
+ * (`mesh job status`) works as before; every result is there. */
+TEST_TIMEOUT(jobs_an_outside_node_on_a_meshd_job_is_refused_and_no_result_is_lost, 90)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	enum { N = 200 };
+	input_of("slow", N);
+	unsigned id = submit("jw --input in.txt");
+	json_t *j = job_json(id);
+	char journal[1024], lockdir[1024], lease[64];
+	snprintf(journal, sizeof journal, "%s", json_string_value(json_object_get(j, "journal")));
+	snprintf(lockdir, sizeof lockdir, "%s", json_string_value(json_object_get(j, "lockdir")));
+	snprintf(lease, sizeof lease, "%s", json_string_value(json_object_get(j, "lease_name")));
+	json_decref(j);
+	/* While it runs (200 chunks of 20 ms on one worker: 4 s). */
+	int rc = t_sh(out, sizeof out, 1, "'%s' job harvest '%s' '%s' %s %d 30 outside 64", t_bin("mesh"), journal,
+		      lockdir, lease, N);
+	EXPECT_EQ(rc, MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "belongs to meshd job");
+	EXPECT_CONTAINS(out, "mesh results");
+	rc = t_sh(out, sizeof out, 1, "'%s' job complete '%s' '%s' %s %d outside", t_bin("mesh"), journal, lockdir,
+		  lease, N - 1);
+	EXPECT_EQ(rc, MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "belongs to meshd job");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	size_t lines = 0;
+	for (char *p = out; *p; p++)
+		lines += *p == '\n';
+	EXPECT_UEQ(lines, N);
+	EXPECT_CONTAINS(out, "199:slow\n");
+	/* Reading it is no completion: status works. */
+	EXPECT_EQ(job_status_cmd(id, N), 0);
+	EXPECT_CONTAINS(out, "COMPLETE");
+	stop_meshd();
+}
+
+/* Writes the results file at path again without the RESULT record of cid
+ * (results.h's format: a 16-byte header, records of 24 bytes and a
+ * payload).  The number of records dropped. */
+static int drop_result(const char *path, uint64_t cid)
+{
+	size_t len = 0;
+	unsigned char *b = (unsigned char *)t_read_file(path, &len);
+	ASSERT_TRUE(b != NULL && len >= 16);
+	FILE *f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fwrite(b, 1, 16, f);
+	int dropped = 0;
+	for (size_t at = 16; at + 24 <= len;) {
+		uint32_t kind = b[at + 4] | (uint32_t)b[at + 5] << 8, n = 0;
+		uint64_t c = 0;
+		for (int i = 7; i >= 0; i--)
+			c = c << 8 | b[at + 8 + i];
+		for (int i = 3; i >= 0; i--)
+			n = n << 8 | b[at + 16 + i];
+		if (kind == 1 && c == cid)
+			dropped++;
+		else
+			fwrite(b + at, 1, 24 + n, f);
+		at += 24 + n;
+	}
+	fclose(f);
+	free(b);
+	return dropped;
+}
+
+/* One DONE chunk without its result (a results file that lost it: an old
+ * meshd's outside node, a hand that cut it) hides no other: `mesh
+ * results` prints every result it has, in order, names the missing chunk
+ * on stderr and exits 65 (the exit table's bad data); before, it printed
+ * nothing after the gap and stopped with "is DONE but has no result". */
+TEST_TIMEOUT(jobs_results_print_every_result_and_name_the_missing_one, 60)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	/* Results of 2,000 bytes are not in their DONE records (over 1,008),
+	 * so nothing puts chunk 1's back. */
+	unsigned id = submit("jw ::: a big2000 b big2000 c");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	stop_meshd();
+	char path[256];
+	snprintf(path, sizeof path, "state/jobs/%u/results.bin", id);
+	ASSERT_EQ(drop_result(path, 1), 1);
+	start_meshd();
+	static char big[2001], want[8192];
+	memset(big, 'x', 1999);
+	big[1999] = '\n';
+	snprintf(want, sizeof want, "0:a\n2:b\n%s4:c\n", big);
+	for (int nowait = 0; nowait < 2; nowait++) {
+		unlink("mesh.err");
+		EXPECT_EQ(mesh(0, "results %u%s", id, nowait ? " --no-wait" : ""), MESH_EXIT_DATAERR);
+		EXPECT_STREQ(out, want);
+		char *err = t_read_file("mesh.err", NULL);
+		EXPECT_CONTAINS(err, "chunk 1");
+		EXPECT_CONTAINS(err, "no result");
+		free(err);
+	}
+	/* The Python client: the others yielded, then E_CORRUPT naming it. */
+	EXPECT_EQ(t_sh(out, sizeof out, 1,
+		       "PYTHONPATH='%s' python3 -c \"\n"
+		       "from mesh.client import Client, MeshError\n"
+		       "job = Client('%s/" SOCK "').job('%u')\n"
+		       "got = []\n"
+		       "try:\n"
+		       "    for c, d in job.results(ids=True): got.append(c)\n"
+		       "except MeshError as e: print('raised', e.code, job.missing)\n"
+		       "print('got', got)\"",
+		       t_src("sdk/python"), cwd, id),
+		  0);
+	EXPECT_CONTAINS(out, "raised E_CORRUPT [1]\ngot [0, 2, 3, 4]\n");
+	stop_meshd();
+}

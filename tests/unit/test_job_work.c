@@ -33,6 +33,35 @@ static int open_as(struct mesh_job **j, const char *journal, const char *ident, 
 	return mesh_job_open(j, &o);
 }
 
+/* An owner's journal (meshd's jobs, mesh_job_submit_unsynced with owned):
+ * a handle that would write it must present the owner's identity; reading
+ * it is anyone's.  Without the flag, a handle without an identity takes
+ * any journal (the rule before). */
+TEST(job_work_an_owners_journal_is_written_by_its_owner_alone)
+{
+	struct mesh_job_why why;
+	struct mesh_job *j = NULL;
+	ASSERT_EQ(mkdir("d", 0700), 0);
+	ASSERT_EQ(mesh_job_submit_unsynced("d/o.log", 4, "meshd job 1", 11, 1), 0);
+	memset(&why, 0, sizeof why);
+	EXPECT_EQ(open_as(&j, "d/o.log", NULL, 0, &why), MESH_E_MISMATCH);
+	EXPECT_TRUE(why.owned);
+	EXPECT_EQ(why.identity_len, 11);
+	EXPECT_EQ(memcmp(why.identity, "meshd job 1", 11), 0);
+	EXPECT_EQ(open_as(&j, "d/o.log", "meshd job 2", 0, &why), MESH_E_MISMATCH);
+	EXPECT_TRUE(why.owned);
+	ASSERT_EQ(open_as(&j, "d/o.log", NULL, 1, &why), 0); /* a reader */
+	mesh_job_close(j);
+	ASSERT_EQ(open_as(&j, "d/o.log", "meshd job 1", 0, &why), 0); /* its owner */
+	EXPECT_EQ(mesh_job_complete(j, 0, 0), MESH_JOB_DONE);
+	mesh_job_close(j);
+	/* The same identity without the flag: anyone writes. */
+	ASSERT_EQ(mesh_job_submit_unsynced("d/n.log", 4, "meshd job 1", 11, 0), 0);
+	ASSERT_EQ(open_as(&j, "d/n.log", NULL, 0, &why), 0);
+	mesh_job_close(j);
+	EXPECT_EQ(mesh_job_submit_unsynced("d/x.log", 4, NULL, 0, 1), -EINVAL);
+}
+
 TEST(job_work_identity_at_submit_and_open)
 {
 	struct mesh_job_why why;

@@ -221,12 +221,14 @@ class Client:
 class Job:
     """A job of meshd, by id.  info: the last job object read (docs/api.md
     "Jobs": state, chunks, done, leased, pending, buried, rate, eta_s,
-    workers, ...), None until one was."""
+    workers, ...), None until one was.  missing: the DONE chunks without a
+    result that pages() passed (docs/jobs.md, "Nodes outside meshd")."""
 
     def __init__(self, client, job_id, info=None):
         self.client = client
         self.id = str(job_id)
         self.info = info
+        self.missing = []
 
     def __repr__(self):
         return "Job(%r, state=%r)" % (self.id, (self.info or {}).get("state"))
@@ -288,9 +290,11 @@ class Job:
                 q += "&wait=%d" % int(_WAIT_MAX)
                 t = _WAIT_MAX + self.client.timeout
             r, data = self.client._request("GET", self._path("/results" + q), timeout=t)
-            nxt, end = _page_header(r.getheader("Content-Type", ""))
+            nxt, end, missing = _page_header(r.getheader("Content-Type", ""))
             if nxt is None:
                 raise MeshError("meshd's results page has no next=K in its Content-Type", "E_PROTO", r.status)
+            if missing is not None:
+                self.missing.append(missing)
             if nxt > k or data:
                 yield k, nxt, data
             if end:
@@ -304,7 +308,10 @@ class Job:
         runs: one bytes object a chunk (ids=True: (chunk_id, bytes)); a
         buried chunk yields nothing.  b"".join(job.results()) is what
         `mesh results` prints.  Ends when every chunk is settled;
-        wait=False: stops at the first chunk not settled yet."""
+        wait=False: stops at the first chunk not settled yet.  DONE chunks
+        without a result (self.missing) yield nothing; once the rest is
+        yielded, MeshError E_CORRUPT names them."""
+        self.missing = []
         for _, _, data in self.pages(wait=wait, framed=True):
             at = 0
             while at < len(data):
@@ -318,6 +325,10 @@ class Job:
                 piece = data[at:at + n]
                 at += n
                 yield (cid, piece) if ids else piece
+        if self.missing:
+            raise MeshError("job %s: %d DONE chunk(s) without a result (the results file lacks them): %s"
+                            % (self.id, len(self.missing), ", ".join(str(c) for c in self.missing[:8])
+                               + (", ..." if len(self.missing) > 8 else "")), "E_CORRUPT", 200)
 
     def cancel(self):
         """Stops the job for good (what is DONE stays DONE); MeshError
@@ -326,8 +337,8 @@ class Job:
 
 
 def _page_header(ctype):
-    # "application/octet-stream; next=K; end=E" (docs/api.md)
-    nxt, end = None, False
+    # "application/octet-stream; next=K; end=E[; missing=C]" (docs/api.md)
+    nxt, end, missing = None, False, None
     for part in ctype.split(";")[1:]:
         k, _, v = part.strip().partition("=")
         try:
@@ -335,9 +346,11 @@ def _page_header(ctype):
                 nxt = int(v)
             elif k == "end":
                 end = int(v) != 0
+            elif k == "missing":
+                missing = int(v)
         except ValueError:
-            return None, False
-    return nxt, end
+            return None, False, None
+    return nxt, end, missing
 
 
 def _secs(v):
