@@ -56,7 +56,8 @@ static const char *const helps[][2] = {
 		 "ETA and workers.  --json prints meshd's answer as it is.\n"},
 	{"wait", "usage: mesh wait JOB [--quiet] [--socket PATH | --store URL]\n\n"
 		 "Waits until job JOB ends; a progress bar on stderr when it is a terminal (--quiet: none).\n"
-		 "Exit: 0 complete; 1 it ended with buried chunks; 6 cancelled; 70 it stopped on an error.\n"},
+		 "Exit: 0 complete; 1 it ended with buried chunks; 6 cancelled; 70 it stopped on an error;\n"
+		 "75 its program is FAILED (a crash loop: nothing moves until `mesh start PROGRAM`).\n"},
 	{"results", "usage: mesh results JOB [--no-wait] [--socket PATH | --store URL]\n\n"
 		    "Writes each DONE chunk's result bytes, in chunk order, with nothing added between\n"
 		    "them.  While the job runs it streams: chunk k+1 is written once chunk k is settled\n"
@@ -561,7 +562,6 @@ static int wait_for(const struct jopts *o)
 	snprintf(target, sizeof target, "/v1/jobs/%s?wait=%s", o->job, bar ? BAR_WAIT : POLL_WAIT);
 	snprintf(now, sizeof now, "/v1/jobs/%s", o->job);
 	snprintf(what, sizeof what, "cannot wait for job %s", o->job);
-	int told_failed = 0;
 	for (int first = 1;; first = 0) {
 		struct meshd_reply r;
 		/* the first look answers at once: a job that cannot move is
@@ -580,12 +580,16 @@ static int wait_for(const struct jopts *o)
 			draw(j, !running);
 		if (running) {
 			/* Its program in a crash loop: nothing moves until a
-			 * `mesh start`; say so once, and keep waiting. */
+			 * `mesh start`, so the wait ends here, saying so (it
+			 * waited for good before). */
 			const char *failed = json_string_value(json_object_get(j, "program_failed"));
-			if (failed && !told_failed && !o->quiet) {
-				fprintf(stderr, "%smesh: job %s waits: its program '%s' is FAILED: %s; `mesh start %s` clears it\n",
-					bar ? "\n" : "", o->job, str(j, "program"), failed, str(j, "program"));
-				told_failed = 1;
+			if (failed) {
+				fprintf(stderr,
+					"%smesh: job %s waits: its program '%s' is FAILED: %s; `mesh start %s` clears it, "
+					"then `mesh wait %s` again\n",
+					bar ? "\n" : "", o->job, str(j, "program"), failed, str(j, "program"), o->job);
+				json_decref(j);
+				return MESH_EXIT_TEMPFAIL;
 			}
 			json_decref(j);
 			continue;

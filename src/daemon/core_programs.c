@@ -99,7 +99,8 @@ void meshd__program_free(struct program *p)
 static void keep_image(struct meshd_core *d, struct program *p)
 {
 	char *e = NULL;
-	if (meshd_image_keep(d->logs, &p->img, mesh_host_caps(d->h), d->gpu, &p->keep_dir, &e) != 0)
+	if (meshd_image_keep(d->logs, &p->img, mesh_host_run_as(d->h, &p->img), mesh_host_caps(d->h), d->gpu,
+			     &p->keep_dir, &e) != 0)
 		mesh_warn("load name=%s: no copy of its image kept, so no rollback to it: %s", p->img.name,
 			  e ? e : "out of memory");
 	free(e);
@@ -326,6 +327,23 @@ int meshd_op_rollback(struct meshd_core *d, const char *name, struct meshd_progr
 					mesh_image_prepare(prev, name, mesh_host_caps(d->h), d->gpu, &np->img, &e), &e)) != 0) {
 		rc = mesh_errf(err, rc, "the previous image of '%s' (kept in '%s') does not load: %s", name, prev,
 			       e ? e : mesh_strerror(rc));
+		meshd__program_free(np);
+		np = NULL;
+	}
+	free(e);
+	e = NULL;
+	/* Its workers must be able to run the copy (it may have been kept by
+	 * a meshd that left it root's alone), or the rollback would leave the
+	 * program FAILED: refused instead, the running image kept. */
+	const struct mesh_run_as *ra = np ? mesh_host_run_as(d->h, &np->img) : NULL;
+	if (np && ((rc = meshd_image_share(d->logs, name, prev, ra, &e)) != 0 ||
+		   (rc = meshd_image_reachable(np->img.bin_path, ra, &e)) != 0)) {
+		rc = mesh_errf(err, rc == -EACCES ? MESH_E_REFUSED : rc,
+			       "the previous image of '%s' (kept in '%s') cannot be run by its workers' user: %s%s", name,
+			       prev, e ? e : mesh_strerror(rc),
+			       rc == -EACCES ? " (that user must be able to pass every directory above the copy, "
+					       "--logs included, as for the catalog)"
+					     : "");
 		meshd__program_free(np);
 		np = NULL;
 	}

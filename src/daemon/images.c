@@ -61,6 +61,88 @@ static int copy_file(const char *src, const char *dst, mode_t mode)
 	return rc;
 }
 
+/* chown (uid -1: none) and chmod of path, a directory when dir, through
+ * a descriptor opened without following a symlink. */
+static int set_owner_mode(const char *path, int dir, uid_t uid, gid_t gid, mode_t mode)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (dir ? O_DIRECTORY : O_NONBLOCK));
+	if (fd < 0)
+		return -errno;
+	int rc = (uid != (uid_t)-1 && fchown(fd, uid, gid) < 0) || fchmod(fd, mode) < 0 ? -errno : 0;
+	close(fd);
+	return rc;
+}
+
+int meshd_image_share(const char *logs, const char *name, const char *dir, const struct mesh_run_as *ra, char **err)
+{
+	char lbuf[PATH_MAX];
+	logs = abs_logs(logs, lbuf);
+	if (err)
+		*err = NULL;
+	/* Not root (or no other user): the workers run as meshd's user, who
+	 * owns the copy; 0700 as made. */
+	if (!ra || !ra->set || geteuid() != 0)
+		return 0;
+	char *top = mesh_strf("%s/.images", logs), *base = mesh_strf("%s/.images/%s", logs, name),
+	     *tri = mesh_strf("%s/%s", dir, mesh_target_triple()), *bin = mesh_strf("%s/%s/%s", dir, mesh_target_triple(), name),
+	     *man = mesh_strf("%s/%s.toml", dir, name);
+	const char *path = top;
+	int rc = !top || !base || !tri || !bin || !man ? -ENOMEM : 0;
+	/* Outermost first: the way in, then what it leads to. */
+	if (!rc && !(rc = set_owner_mode(path = top, 1, (uid_t)-1, 0, 0711)) &&
+	    !(rc = set_owner_mode(path = base, 1, (uid_t)-1, 0, 0711)) &&
+	    !(rc = set_owner_mode(path = dir, 1, 0, ra->gid, 0710)) &&
+	    !(rc = set_owner_mode(path = tri, 1, 0, ra->gid, 0710)) &&
+	    !(rc = set_owner_mode(path = bin, 0, 0, ra->gid, 0510)))
+		rc = set_owner_mode(path = man, 0, 0, 0, 0600);
+	if (rc && rc != -ENOMEM)
+		rc = mesh_errf(err, rc, "cannot make '%s' reachable by user '%s': %s", path, ra->name, mesh_strerror(rc));
+	free(top);
+	free(base);
+	free(tri);
+	free(bin);
+	free(man);
+	return rc;
+}
+
+/* Whether ra may pass (a directory) or run (a file) what st describes. */
+static int may_exec(const struct stat *st, const struct mesh_run_as *ra)
+{
+	if (st->st_uid == ra->uid)
+		return (st->st_mode & S_IXUSR) != 0;
+	int in = st->st_gid == ra->gid;
+	for (size_t i = 0; !in && i < ra->ngroups; i++)
+		in = st->st_gid == ra->groups[i];
+	return (st->st_mode & (in ? S_IXGRP : S_IXOTH)) != 0;
+}
+
+int meshd_image_reachable(const char *path, const struct mesh_run_as *ra, char **err)
+{
+	char buf[PATH_MAX];
+	if (err)
+		*err = NULL;
+	if (!ra || !ra->set || ra->uid == 0)
+		return 0;
+	if (!realpath(path, buf))
+		return mesh_errf(err, -errno, "cannot resolve '%s': %s", path, strerror(errno));
+	for (char *p = buf + 1;; p++) {
+		char c = *p;
+		if (c && c != '/')
+			continue;
+		*p = 0;
+		struct stat st;
+		if (stat(buf, &st) != 0)
+			return mesh_errf(err, -errno, "cannot stat '%s': %s", buf, strerror(errno));
+		if (!may_exec(&st, ra))
+			return mesh_errf(err, -EACCES, "user '%s' cannot %s '%s' (mode %04o, owner %u, group %u)", ra->name,
+					 c ? "pass" : "run", buf, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
+					 (unsigned)st.st_gid);
+		if (!c)
+			return 0;
+		*p = c;
+	}
+}
+
 /* Removes a copy laid out as images.h says (and nothing else it holds). */
 static void remove_copy(const char *dir, const char *name)
 {
@@ -78,8 +160,8 @@ static void remove_copy(const char *dir, const char *name)
 	free(c);
 }
 
-int meshd_image_keep(const char *logs, const struct mesh_image *img, const struct mesh_limits_caps *caps,
-		     enum mesh_gpu_access gpu, char **dir, char **err)
+int meshd_image_keep(const char *logs, const struct mesh_image *img, const struct mesh_run_as *ra,
+		     const struct mesh_limits_caps *caps, enum mesh_gpu_access gpu, char **dir, char **err)
 {
 	static atomic_uint seq;
 	char lbuf[PATH_MAX];
@@ -99,8 +181,10 @@ int meshd_image_keep(const char *logs, const struct mesh_image *img, const struc
 		goto out;
 	struct stat st;
 	if (stat(final, &st) == 0 && S_ISDIR(st.st_mode)) {
-		*dir = final, final = NULL; /* kept before: ids name contents */
-		rc = 0;
+		/* Kept before (ids name contents), maybe by a meshd that left it
+		 * root's alone: its workers' user is given it now. */
+		if ((rc = meshd_image_share(logs, name, final, ra, err)) == 0)
+			*dir = final, final = NULL;
 		goto out;
 	}
 	if ((rc = mkdir_ok(top)) || (rc = mkdir_ok(base)) || (rc = mkdir_ok(tmp)) || (rc = mkdir_ok(tri))) {
@@ -129,8 +213,8 @@ int meshd_image_keep(const char *logs, const struct mesh_image *img, const struc
 		goto clean;
 	}
 	remove_copy(tmp, name); /* a no-op once renamed; another's copy won the rename otherwise */
-	*dir = final, final = NULL;
-	rc = 0;
+	if ((rc = meshd_image_share(logs, name, final, ra, err)) == 0)
+		*dir = final, final = NULL;
 	goto out;
 clean:
 	remove_copy(tmp, name);

@@ -341,7 +341,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 	o.cgroup_procs_fd = procs, o.flags = MESH_PROC_SESSION;
 	if (h->contain & MESH_CONTAIN_PIDNS)
 		o.flags |= MESH_PROC_PIDNS;
-	const struct mesh_run_as *ra = img->m.user ? &img->run_as : &h->def_user;
+	const struct mesh_run_as *ra = mesh_host_run_as(h, img);
 	if (ra->set) {
 		o.flags |= MESH_PROC_SETUID;
 		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
@@ -914,6 +914,11 @@ bad:
 const struct mesh_limits_caps *mesh_host_caps(const struct mesh_host *h)
 {
 	return &h->caps;
+}
+
+const struct mesh_run_as *mesh_host_run_as(const struct mesh_host *h, const struct mesh_image *img)
+{
+	return img->m.user ? &img->run_as : &h->def_user;
 }
 
 void mesh_host_wake(struct mesh_host *h)

@@ -87,6 +87,10 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 void mesh_host_free(struct mesh_host *h);
 /* What this machine can enforce (found once at mesh_host_new). */
 const struct mesh_limits_caps *mesh_host_caps(const struct mesh_host *h);
+/* Who a worker of img runs as: its manifest's `user`, else the host's
+ * default user; set = 0 (as meshd itself) when neither applies.  Owned by
+ * img or h. */
+const struct mesh_run_as *mesh_host_run_as(const struct mesh_host *h, const struct mesh_image *img);
 
 /* Waits up to timeout_ns for worker events (control messages, output,
  * deaths) and deadlines, and dispatches them.  When another thread is

@@ -2,6 +2,7 @@
  * whatever calls are queued, a client that goes away cancels its queued
  * call, a crash loop ends FAILED in `mesh ps`, and running out of file
  * descriptors does not make meshd spin.  The real meshd and mesh binaries. */
+#include "base/exit.h"
 #include "host/image.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
@@ -263,9 +264,11 @@ TEST_TIMEOUT(meshd_crash_loop_is_failed_in_ps_until_start, 60)
 }
 
 /* A job whose program is FAILED (a crash loop) cannot move until `mesh
- * start`: its JSON says why (program_failed) and `mesh wait` says so once,
- * then keeps waiting.  Before, the job sat `running` and `mesh wait` said
- * nothing at all. */
+ * start`: its JSON says why (program_failed) and `mesh wait` says so and
+ * exits 75 (temporary: `mesh start`, then wait again).  Before, the job
+ * sat `running` and `mesh wait` said nothing at all; then it said so once
+ * and waited on for good (issue 31, item 4: a rollback that left the
+ * program FAILED hung every `mesh wait`). */
 TEST_TIMEOUT(meshd_job_of_a_failed_program_says_why_it_waits, 60)
 {
 	add_program("crashy", "\"crash-before-ready\"", NULL);
@@ -278,12 +281,26 @@ TEST_TIMEOUT(meshd_job_of_a_failed_program_says_why_it_waits, 60)
 	ASSERT_EQ(mesh("jobs --json"), 0);
 	EXPECT_CONTAINS(out, "\"state\":\"running\"");
 	EXPECT_CONTAINS(out, "\"program_failed\":\"5 starts died before 'ready'");
-	/* mesh wait: the line once, then it waits on (cut by timeout) */
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 3 '%s' wait %s --socket " SOCK, t_bin("mesh"), id), 124);
+	/* mesh wait: the line once, and exit 75 (a timeout would say 124) */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 10 '%s' wait %s --socket " SOCK, t_bin("mesh"), id),
+		  MESH_EXIT_TEMPFAIL);
 	EXPECT_CONTAINS(out, "waits: its program 'crashy' is FAILED: 5 starts died before 'ready'");
 	EXPECT_CONTAINS(out, "`mesh start crashy` clears it");
 	const char *first = strstr(out, "is FAILED");
 	EXPECT_TRUE(first && !strstr(first + 1, "is FAILED")); /* once */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "timeout 10 '%s' wait %s --quiet --socket " SOCK, t_bin("mesh"), id),
+		  MESH_EXIT_TEMPFAIL);
+	EXPECT_CONTAINS(out, "is FAILED");
+	/* The Python client's wait too: E_STATE at once, not a wait for good. */
+	EXPECT_EQ(t_sh(out, sizeof out, 1,
+		       "PYTHONPATH='%s' timeout 10 python3 -c \"\n"
+		       "from mesh.client import Client, MeshError\n"
+		       "try: Client('" SOCK "').job('%s').wait()\n"
+		       "except MeshError as e: print('raised', e.code, e)\"",
+		       t_src("sdk/python"), id),
+		  0);
+	EXPECT_CONTAINS(out, "raised E_STATE job");
+	EXPECT_CONTAINS(out, "is FAILED: 5 starts died before 'ready'");
 	stop_meshd();
 }
 

@@ -3,10 +3,12 @@
  * binaries; tests/workers/job_worker tells its version in every reply
  * (JOBTEST_VERSION, set by the manifest's [env], so a new version is a
  * new image). */
+#include "base/exit.h"
 #include "host/image.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -147,6 +149,19 @@ static int64_t wait_done(unsigned id, int64_t n, unsigned ms)
 	return done;
 }
 
+/* A job of jw over n "slow" chunks (20 ms each), once 15 are DONE: its id. */
+static unsigned submit_slow(int n)
+{
+	FILE *f = fopen("in.txt", "w");
+	ASSERT_TRUE(f != NULL);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "slow\n");
+	fclose(f);
+	unsigned id = submit("jw --input in.txt");
+	ASSERT_GE(wait_done(id, 15, 10000), 15);
+	return id;
+}
+
 /* A job runs 150 chunks on 2 workers of v1; 15 are DONE when the catalog
  * gets v2 and `mesh load` upgrades: the chunks after that run on workers
  * of v2, the ones in flight finish on v1's, which then exit.  Every chunk
@@ -160,12 +175,7 @@ TEST_TIMEOUT(ops_upgrade_mid_job_new_chunks_on_new_image_each_once, 60)
 	EXPECT_CONTAINS(out, "(image ");
 	char a[16], b[16];
 	image_of("jw", a, sizeof a);
-	FILE *f = fopen("in.txt", "w");
-	for (int i = 0; i < N; i++)
-		fprintf(f, "slow\n");
-	fclose(f);
-	unsigned id = submit("jw --input in.txt");
-	ASSERT_GE(wait_done(id, 15, 10000), 15);
+	unsigned id = submit_slow(N);
 	/* The workers of v1 now. */
 	json_t *p = ps_program("jw"), *w;
 	pid_t old[8];
@@ -406,19 +416,26 @@ TEST_TIMEOUT(ops_upgrade_a_call_in_flight_finishes_on_the_old_worker, 30)
 	stop_meshd();
 }
 
+/* meshd started, jw's v1 loaded, then v2 (an upgrade: v1 is the previous
+ * image); their images into a and b (16 bytes each). */
+static void v1_then_v2(char *a, char *b)
+{
+	jw("v1");
+	start_meshd("");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", a, 16);
+	jw("v2");
+	ASSERT_EQ(mesh(0, "load jw"), 0);
+	image_of("jw", b, 16);
+}
+
 /* The previous image survives a restart of meshd (its history file and
  * kept copy under <logs>/.images) while the catalog still holds the image
  * that was current. */
 TEST_TIMEOUT(ops_rollback_after_a_meshd_restart, 30)
 {
 	char a[16], b[16];
-	jw("v1");
-	start_meshd("");
-	ASSERT_EQ(mesh(0, "load jw"), 0);
-	image_of("jw", a, sizeof a);
-	jw("v2");
-	ASSERT_EQ(mesh(0, "load jw"), 0);
-	image_of("jw", b, sizeof b);
+	v1_then_v2(a, b);
 	stop_meshd();
 	start_meshd("");
 	ASSERT_EQ(mesh(0, "load jw"), 0);
@@ -447,5 +464,129 @@ TEST_TIMEOUT(ops_load_of_a_broken_new_image_keeps_the_running_one, 30)
 	ASSERT_EQ(mesh(0, "call jw x"), 0);
 	EXPECT_CONTAINS(out, "x v=v1\n");
 	EXPECT_STREQ(image_of("jw", now, sizeof now), a);
+	stop_meshd();
+}
+
+/* The mode, owner and group of path into *st, or fails the test. */
+static void stat_of(const char *path, struct stat *st)
+{
+	if (stat(path, st) != 0)
+		FAIL("stat %s: %s", path, strerror(errno));
+}
+
+/* For a test of workers under the default user: 1 when meshd will run
+ * them so (it must be root; else a skip line, 0).  The catalog and logs
+ * under this directory then reach that user (nobody): this directory and
+ * the runner's above it may be passed, not listed. */
+static int default_user_here(void)
+{
+	if (geteuid() != 0) {
+		printf("  skip: needs root (a worker under the default user, nobody, runs only under a root meshd)\n");
+		return 0;
+	}
+	unsetenv("MESHD_DEFAULT_USER"); /* the runner's "root"; here the real default */
+	ASSERT_EQ(chmod("..", 0711), 0);
+	ASSERT_EQ(chmod(".", 0711), 0);
+	return 1;
+}
+
+/* Issue 31 item 4: a rollback while a job runs, meshd as root and the
+ * program without `user` (its workers run as the default user, nobody).
+ * The kept copy under <logs>/.images was root's alone (0700), so the
+ * workers of the rolled-back image could not exec it: the program went
+ * FAILED and `mesh wait` never returned.  Now the copy is reachable by the
+ * program's user and by nobody else (directories 0710 and the binary 0510,
+ * root's, in that user's group), and the job ends with every chunk, the
+ * later ones on the old image. */
+TEST_TIMEOUT(ops_rollback_mid_job_as_root_with_the_default_user, 90)
+{
+	enum { N = 150 };
+	if (!default_user_here())
+		return;
+	char a[16], b[16];
+	v1_then_v2(a, b);
+	unsigned id = submit_slow(N);
+	ASSERT_EQ(mesh(0, "rollback jw"), 0);
+	EXPECT_CONTAINS(out, a);
+	/* Bounded here: on the old code it never returned. */
+	int rc = t_sh(out, sizeof out, 1, "timeout 45 '%s' wait %u --socket " SOCK, t_bin("mesh"), id);
+	if (rc != 0)
+		printf("    mesh wait said: %s\n", out);
+	ASSERT_EQ(rc, 0);
+	ASSERT_EQ(mesh(0, "results %u", id), 0);
+	int v1 = 0, v2 = 0;
+	for (const char *l = out; (l = strstr(l, " v=")); l++)
+		v1 += !strncmp(l, " v=v1\n", 6), v2 += !strncmp(l, " v=v2\n", 6);
+	EXPECT_EQ(v1 + v2, N);
+	EXPECT_GE(v1, 1);
+	EXPECT_GE(v2, 15);
+	/* Its workers run as nobody, from the copy. */
+	json_t *p = ps_program("jw"), *w;
+	size_t i;
+	int seen = 0;
+	json_array_foreach(json_object_get(p, "workers"), i, w)
+	{
+		pid_t pid = (pid_t)json_integer_value(json_object_get(w, "pid"));
+		if (pid <= 0)
+			continue;
+		char path[64];
+		struct stat st;
+		snprintf(path, sizeof path, "/proc/%d", (int)pid);
+		if (stat(path, &st) == 0 && st.st_uid == 65534)
+			seen++;
+	}
+	json_decref(p);
+	EXPECT_GE(seen, 1);
+	/* The copy: reachable by nobody's group, by no one else. */
+	char dir[512], bin[600];
+	struct stat st;
+	snprintf(dir, sizeof dir, "logs/.images/jw");
+	DIR *dp = opendir(dir);
+	ASSERT_TRUE(dp != NULL);
+	struct dirent *de;
+	int copies = 0;
+	while ((de = readdir(dp))) {
+		if (strlen(de->d_name) != 16)
+			continue;
+		copies++;
+		snprintf(bin, sizeof bin, "%s/%s", dir, de->d_name);
+		stat_of(bin, &st);
+		EXPECT_EQ(st.st_mode & 07777, 0710);
+		EXPECT_EQ(st.st_uid, 0);
+		EXPECT_EQ(st.st_gid, 65534);
+		snprintf(bin, sizeof bin, "%s/%s/%s", dir, de->d_name, mesh_target_triple());
+		stat_of(bin, &st);
+		EXPECT_EQ(st.st_mode & 07777, 0710);
+		EXPECT_EQ(st.st_gid, 65534);
+		snprintf(bin, sizeof bin, "%s/%s/%s/jw", dir, de->d_name, mesh_target_triple());
+		stat_of(bin, &st);
+		EXPECT_EQ(st.st_mode & 07777, 0510);
+		EXPECT_EQ(st.st_uid, 0);
+		EXPECT_EQ(st.st_gid, 65534);
+		snprintf(bin, sizeof bin, "%s/%s/jw.toml", dir, de->d_name);
+		stat_of(bin, &st);
+		EXPECT_EQ(st.st_mode & 07777, 0600);
+	}
+	closedir(dp);
+	EXPECT_EQ(copies, 2);
+	stop_meshd();
+}
+
+/* A copy its workers' user cannot reach (here --logs is root's alone,
+ * 0700): the rollback is refused up front, saying which directory stops
+ * that user, and the running image stays; it used to be taken, leaving the
+ * program FAILED. */
+TEST_TIMEOUT(ops_rollback_to_a_copy_its_user_cannot_reach_is_refused, 60)
+{
+	if (!default_user_here())
+		return;
+	char a[16], b[16];
+	v1_then_v2(a, b);
+	ASSERT_EQ(chmod("logs", 0700), 0);
+	EXPECT_EQ(mesh(1, "rollback jw"), MESH_EXIT_REFUSED);
+	EXPECT_CONTAINS(out, "cannot be run by its workers' user: user 'nobody' cannot pass '");
+	EXPECT_CONTAINS(out, "/logs' (mode 0700");
+	ASSERT_EQ(mesh(0, "call jw x"), 0);
+	EXPECT_CONTAINS(out, "x v=v2\n");
 	stop_meshd();
 }

@@ -258,11 +258,12 @@ class Job:
         "failed", "cancelled" or "error"); the job object is self.info.
         Long polls (no busy loop): progress, when given, is called with the
         job object after each poll (every second at most while it runs, and
-        once at the end).  timeout: seconds; past it MeshError E_TIMEOUT."""
+        once at the end).  timeout: seconds; past it MeshError E_TIMEOUT.
+        While the job's program is FAILED, MeshError E_STATE at once."""
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         step = 1.0 if progress is not None else _WAIT_MAX
+        w = 0  # the first look at once: a job that cannot move is told of before the long poll
         while True:
-            w = step
             if deadline is not None:
                 w = min(w, max(deadline - time.monotonic(), 0.0))
             info = self.status(wait=w)
@@ -270,9 +271,15 @@ class Job:
                 progress(info)
             if info.get("state") in _ENDED:
                 return info["state"]
+            if info.get("program_failed"):
+                # A crash loop: nothing moves until `mesh start` (as `mesh wait` exits 75).
+                raise MeshError("job %s waits: its program '%s' is FAILED: %s; `mesh start %s` clears it"
+                                % (self.id, info.get("program"), info["program_failed"], info.get("program")),
+                                "E_STATE", 0)
             if deadline is not None and time.monotonic() >= deadline:
                 raise MeshError("job %s is still %s after %gs" % (self.id, info.get("state"), timeout),
                                 "E_TIMEOUT", 0)
+            w = step
 
     def pages(self, start=0, wait=True, framed=False):
         """The paged long poll behind results(): yields (first, next, data)
