@@ -299,6 +299,16 @@ static void worker_died(struct slot_ex *x, struct jworker *w)
 				   why ? why : "its slot was shut down");
 	}
 	int code = status > 0 ? status : status == 0 ? 1 : 128 + SIGKILL;
+	if (status == 0 && report) {
+		/* Status 0 is no success here (no answer came): the attempt's own
+		 * status is 1, and its report says why, above the worker's. */
+		char *r = mesh_strf("the worker exited with status 0 before it answered: the attempt fails with status %d\n%s",
+				    code, report);
+		if (r) {
+			free(report);
+			report = r;
+		}
+	}
 	atomic_fetch_add_explicit(&x->st->worker_deaths, 1, memory_order_relaxed);
 	drop_worker(x, w, !down, code, report);
 	if (!down)

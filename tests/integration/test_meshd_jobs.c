@@ -944,3 +944,22 @@ TEST_TIMEOUT(jobs_results_print_every_result_and_name_the_missing_one, 60)
 	EXPECT_CONTAINS(out, "raised E_CORRUPT [1]\ngot [0, 2, 3, 4]\n");
 	stop_meshd();
 }
+
+/* Issue 31 item 8: a worker that exits with status 0 in the middle of a
+ * chunk has not answered it: a failed attempt, which must be recorded as
+ * one status, said once.  The report said "exit status 0" under an
+ * attempt line of "exit 1" with nothing to join the two. */
+TEST_TIMEOUT(jobs_a_worker_that_exits_0_mid_chunk_is_one_status, 60)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	unsigned id = submit("jw --retries 1 ::: a exit0 b");
+	EXPECT_EQ(mesh(1, "wait %u", id), MESH_EXIT_INCOMPLETE);
+	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempts, last status 1:\nattempt 1: exit 1\n");
+	EXPECT_CONTAINS(out, "the worker exited with status 0 before it answered: the attempt fails with status 1\n");
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "0:a\n2:b\n");
+	EXPECT_EQ(job_status_cmd(id, 3), 1);
+	EXPECT_CONTAINS(out, "chunk 1: 1 failed attempt, last exit status 1, buried");
+	stop_meshd();
+}

@@ -9,6 +9,7 @@
  *   fail      the handler fails ("refused: fail")
  *   d...      answers after 1 ms
  *   big<K>    answers K bytes ('x'..., the last a newline)
+ *   exit0     exits with status 0 without answering
  * JOBTEST_VERSION=<v>: every reply ends " v=<v>" before its newline (the
  * image a chunk ran on, for upgrade tests).
  * JOBTEST_FIRST_CRASH=<file>: the first worker to see a "crash-once"
@@ -58,6 +59,8 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 			pause();
 	if (n == 4 && !memcmp(req, "slow", 4))
 		usleep(20000);
+	if (n == 5 && !memcmp(req, "exit0", 5))
+		exit(0);
 	if (n == 3 && !memcmp(req, "who", 3)) {
 		usleep(20000);
 		char self[32] = "";
