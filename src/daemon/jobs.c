@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/crc.h"
 #include "base/err.h"
+#include "base/exit.h"
 #include "base/io.h"
 #include "base/log.h"
 #include "daemon/job_exec.h"
@@ -119,6 +120,7 @@ void mesh__job_free(struct job *jb)
 	free(jb->program);
 	free(jb->name);
 	free(jb->error);
+	free(jb->io_error);
 	free(jb->buried);
 	pthread_mutex_destroy(&jb->mu);
 	pthread_cond_destroy(&jb->cv);
@@ -331,19 +333,40 @@ enum meshd_job_state mesh__job_end_state(const char *text)
 
 /* ---- the driver's hooks ---- */
 
+/* A write of the results file failed (rc): kept, with the file and the
+ * system's reason, for the job's error (the runner says only that an
+ * output could not be written).  rc is returned. */
+static int io_failed(struct job *jb, int rc, const char *what, uint64_t cid)
+{
+	char num[32] = "";
+	if (cid != UINT64_MAX)
+		snprintf(num, sizeof num, " of chunk %" PRIu64, cid);
+	char *why = mesh_strf("cannot %s%s in %s: %s", what, num, jb->results_path, mesh_strerror(rc));
+	pthread_mutex_lock(&jb->mu);
+	if (!jb->io_error)
+		jb->io_error = why, why = NULL;
+	pthread_mutex_unlock(&jb->mu);
+	free(why);
+	return rc;
+}
+
 static int hook_result(void *arg, uint64_t cid, uint32_t attempt, const void *p, size_t n)
 {
 	struct job *jb = arg;
 	(void)attempt;
 	int rc = res_wait(jb);
-	return rc < 0 ? rc : mesh_results_append(jb->res, cid, MESH_RESULT_OK, p, n);
+	if (rc == 0 && (rc = mesh_results_append(jb->res, cid, MESH_RESULT_OK, p, n)) < 0)
+		io_failed(jb, rc, "write the result", cid);
+	return rc;
 }
 
 static int hook_commit(void *arg)
 {
 	struct job *jb = arg;
 	int rc = res_wait(jb);
-	return rc < 0 ? rc : mesh_results_sync(jb->res);
+	if (rc == 0 && (rc = mesh_results_sync(jb->res)) < 0)
+		io_failed(jb, rc, "write and sync the results", UINT64_MAX);
+	return rc;
 }
 
 static double ms_since(uint64_t t, uint64_t t0)
@@ -637,8 +660,17 @@ static void *driver_main(void *arg)
 	} else if (rc == MESH_EXEC_INTERRUPTED) {
 		/* meshd is stopping: unfinished on disk, resumed next time. */
 	} else {
-		mesh_error("job=%" PRIu64 " stopped: %s", jb->id, mesh_strerror(rc));
-		set_end(jb, MESHD_JOB_ERROR, mesh_strf("the job stopped: %s", mesh_strerror(rc)));
+		/* Which file and why: the results hook's words, else an I/O
+		 * error of the engine's files (its journal, its leases). */
+		pthread_mutex_lock(&jb->mu);
+		char *why = jb->io_error;
+		jb->io_error = NULL;
+		pthread_mutex_unlock(&jb->mu);
+		if (!why && mesh_exit_for(rc) == MESH_EXIT_IOERR && rc != MESH_E_OUTPUT)
+			why = mesh_strf("cannot write the journal %s or a lease in %s: %s", jb->journal, jb->lockdir,
+					mesh_strerror(rc));
+		mesh_error("job=%" PRIu64 " stopped: %s", jb->id, why ? why : mesh_strerror(rc));
+		set_end(jb, MESHD_JOB_ERROR, why ? why : strdup(mesh_strerror(rc)));
 	}
 	mesh_info("job=%" PRIu64 " driver ended state=%s attempts=%" PRIu64 " done=%" PRIu64 " failed=%" PRIu64
 		  " buried=%" PRIu64,

@@ -38,6 +38,7 @@ struct job {
 	pthread_cond_t cv; /* progress: a batch completed, a chunk buried, the state changed */
 	enum meshd_job_state state;
 	char *error;
+	char *io_error; /* mu: the first write of its results that failed, with the file and why */
 	struct mesh_job *jh, *spec_jh; /* set once (under mu), closed at free */
 	struct mesh_results *res;
 	unsigned char *buried;	       /* bit per chunk, known buried */

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -962,4 +964,43 @@ TEST_TIMEOUT(jobs_a_worker_that_exits_0_mid_chunk_is_one_status, 60)
 	EXPECT_EQ(job_status_cmd(id, 3), 1);
 	EXPECT_CONTAINS(out, "chunk 1: 1 failed attempt, last exit status 1, buried");
 	stop_meshd();
+}
+
+/* A state directory on a full disk (a tmpfs of 512 KiB in a mount
+ * namespace of this test's own): the job stops in state error, and what
+ * `mesh wait` says names the file and the system's reason; it said only
+ * "the job stopped: cannot write the output". */
+TEST_TIMEOUT(jobs_a_full_disk_mid_job_names_the_file_and_the_reason, 60)
+{
+	if (geteuid() != 0 || unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+	    mkdir("state", 0700) != 0 || mount("tmpfs", "state", "tmpfs", 0, "size=512k,mode=0700") != 0) {
+		printf("  skip: cannot mount a tmpfs in a mount namespace here (%s); not tested\n", strerror(errno));
+		return;
+	}
+	add_job_worker("jw", 1, "300s");
+	/* Results of 70,000 bytes (each written at once), of 2,000 (buffered,
+	 * written at a sync), of a few bytes (in the journal's DONE records):
+	 * a few MB into 512 KiB. */
+	static const struct {
+		const char *input;
+		int n;
+	} cases[] = {{"big70000", 20}, {"big2000", 600}, {"d", 40000}};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		if (c) {
+			ASSERT_EQ(umount("state"), 0);
+			ASSERT_EQ(mount("tmpfs", "state", "tmpfs", 0, "size=512k,mode=0700"), 0);
+		}
+		setup();
+		input_of(cases[c].input, cases[c].n);
+		unsigned id = submit("jw --input in.txt");
+		EXPECT_EQ(mesh(1, "wait %u", id), MESH_EXIT_SOFTWARE);
+		printf("    %s: mesh wait said: %s", cases[c].input, out);
+		EXPECT_CONTAINS(out, "stopped: ");
+		EXPECT_CONTAINS(out, "/state/jobs/1/");
+		EXPECT_CONTAINS(out, "No space left on device");
+		json_t *j = job_json(id);
+		EXPECT_STREQ(json_string_value(json_object_get(j, "state")), "error");
+		json_decref(j);
+		stop_meshd();
+	}
 }
