@@ -129,7 +129,7 @@ int mesh_job_submit_id(const char *journal, uint64_t n, const void *identity, si
 		       struct mesh_job_why *why);
 
 /* mesh_job_submit_id of a new file journal at a path only the caller can
- * name (in a directory it just made), written in place and not
+ * name (in a directory it just made), written in place (mode 0600) and not
  * synced: the caller fdatasyncs the journal and fsyncs its directory before
  * it tells anyone the job exists (meshd's submit, which syncs it beside the
  * job's other files while its driver already leases).  With owned, the

@@ -216,7 +216,9 @@ int mesh_journal_create_unsynced(const char *path, const struct mesh_jrec *recs,
 	int fd, rc;
 	if (n < 0)
 		return (int)n;
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	/* The caller's private file (meshd's job directory, whose other
+	 * files are 0600 too). */
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return -errno;
 	rc = mesh_write_all(fd, buf, (size_t)n);

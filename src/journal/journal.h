@@ -131,10 +131,11 @@ int mesh_journal_header_check(const void *buf, size_t n);
 int mesh_journal_create(const char *path, const struct mesh_jrec *first);
 /* The same with n records (1..4) in the new file. */
 int mesh_journal_create_many(const char *path, const struct mesh_jrec *recs, size_t n);
-/* The same written in place (O_EXCL) and not synced, for a path only the
- * caller can name (a directory it just made): a crash may leave it torn or
- * empty, so the caller fdatasyncs it and fsyncs its directory before it
- * tells anyone the journal exists.  -EEXIST if path exists. */
+/* The same written in place (O_EXCL, mode 0600) and not synced, for a
+ * path only the caller can name (a directory it just made): a crash may
+ * leave it torn or empty, so the caller fdatasyncs it and fsyncs its
+ * directory before it tells anyone the journal exists.  -EEXIST if path
+ * exists. */
 int mesh_journal_create_unsynced(const char *path, const struct mesh_jrec *recs, size_t n);
 
 /* Opens an existing journal and checks its header; reads no records.

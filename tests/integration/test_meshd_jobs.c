@@ -1004,3 +1004,26 @@ TEST_TIMEOUT(jobs_a_full_disk_mid_job_names_the_file_and_the_reason, 60)
 		stop_meshd();
 	}
 }
+
+/* A job's files are its owner's alone: the directory 0700, every file in
+ * it 0600 (journal.log was 0644 among the others' 0600). */
+TEST_TIMEOUT(jobs_files_are_private, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	setup();
+	unsigned id = submit("echo ::: a b");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	char dir[64], path[128];
+	snprintf(dir, sizeof dir, "state/jobs/%u", id);
+	struct stat st;
+	ASSERT_EQ(stat(dir, &st), 0);
+	EXPECT_EQ(st.st_mode & 07777, 0700);
+	static const char *const files[] = {"spec", "input", "journal.log", "results.bin", "end"};
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		ASSERT_EQ(stat(path, &st), 0);
+		if ((st.st_mode & 07777) != 0600)
+			t__fail(__FILE__, __LINE__, "%s is %04o, not 0600", path, (unsigned)(st.st_mode & 07777));
+	}
+	stop_meshd();
+}

@@ -43,6 +43,9 @@ TEST(job_work_an_owners_journal_is_written_by_its_owner_alone)
 	struct mesh_job *j = NULL;
 	ASSERT_EQ(mkdir("d", 0700), 0);
 	ASSERT_EQ(mesh_job_submit_unsynced("d/o.log", 4, "meshd job 1", 11, 1), 0);
+	struct stat st;
+	ASSERT_EQ(stat("d/o.log", &st), 0);
+	EXPECT_EQ(st.st_mode & 0777, 0600); /* the caller's private directory's */
 	memset(&why, 0, sizeof why);
 	EXPECT_EQ(open_as(&j, "d/o.log", NULL, 0, &why), MESH_E_MISMATCH);
 	EXPECT_TRUE(why.owned);
