@@ -8,6 +8,7 @@
 #include "cli/cmds.h"
 #include "cli/exit.h"
 #include "cli/jobs_store.h"
+#include "daemon/api.h"
 #include "daemon/api_client.h"
 #include "exec/input.h"
 #include "exec/progress.h"
@@ -217,7 +218,13 @@ static int build_input(const struct sub *s, struct mesh_buf *out)
 		size_t len = 0;
 		uint64_t bad = 0;
 		int from_stdin = !strcmp(s->input, "-");
-		rc = mesh_read_file(from_stdin ? "/dev/stdin" : s->input, (size_t)16 << 20, &data, &len);
+		rc = mesh_read_file(from_stdin ? "/dev/stdin" : s->input, MESHD_API_MAX_BODY, &data, &len);
+		if (rc == MESH_E_TOOBIG) {
+			/* meshd takes the inputs in one request body */
+			fprintf(stderr, "mesh: submit: '%s' is too large: a job's input is at most %u bytes (16 MiB)\n",
+				from_stdin ? "standard input" : s->input, MESHD_API_MAX_BODY);
+			return mesh_exit_for(rc);
+		}
 		if (rc < 0)
 			return mesh_cli_fail(rc, "submit: cannot read '%s'", from_stdin ? "standard input" : s->input);
 		rc = mesh_exec_list_split(&list, data, len, '\n', &bad);

@@ -699,6 +699,10 @@ TEST_TIMEOUT(jobs_bad_input_clear_errors_and_exit_codes, 60)
 	EXPECT_CONTAINS(out, "give the chunks once");
 	EXPECT_EQ(mesh(1, "submit echo --chunks 2 ::: a"), MESH_EXIT_USAGE);
 	EXPECT_EQ(mesh(1, "submit echo --input missing.txt"), MESH_EXIT_NOINPUT);
+	/* Over the limit: the limit is said (it said "too large" alone). */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "head -c 16777217 /dev/zero | tr '\\0' x > over.txt"), 0);
+	EXPECT_EQ(mesh(1, "submit echo --input over.txt"), MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "mesh: submit: 'over.txt' is too large: a job's input is at most 16777216 bytes (16 MiB)");
 	EXPECT_EQ(mesh(1, "wait 42"), MESH_EXIT_DATAERR);
 	EXPECT_CONTAINS(out, "no job 42");
 	EXPECT_EQ(mesh(1, "results 42"), MESH_EXIT_DATAERR);
