@@ -329,8 +329,9 @@ static void pace(struct slot_ex *x, struct jworker *w, uint64_t since, uint64_t 
 	w->cap = c > x->cfg.depth ? x->cfg.depth : (unsigned)c;
 }
 
-/* Takes every reply the worker's ring holds (the waiter fired). */
-static void drain(struct slot_ex *x, struct jworker *w)
+/* Takes every reply the worker's ring holds (the waiter fired).  1 when
+ * the worker turned out dead or broken (worker_died was called), else 0. */
+static int drain(struct slot_ex *x, struct jworker *w)
 {
 	uint64_t now = mesh_mono_ns(), since = w->t_head;
 	unsigned got = 0;
@@ -341,7 +342,7 @@ static void drain(struct slot_ex *x, struct jworker *w)
 			break;
 		if (rc == MESH_E_STATE || rc == MESH_E_CORRUPT) {
 			worker_died(x, w);
-			return;
+			return 1;
 		}
 		if (rc < 0)
 			break;
@@ -351,7 +352,7 @@ static void drain(struct slot_ex *x, struct jworker *w)
 			free(r.data);
 			mesh_slot_fail(w->h.slot, "reply %u answers no chunk of this job", r.seq);
 			worker_died(x, w);
-			return;
+			return 1;
 		}
 		w->head = (w->head + 1) % x->cfg.depth;
 		w->n--;
@@ -374,6 +375,7 @@ static void drain(struct slot_ex *x, struct jworker *w)
 	}
 	pace(x, w, since, now, got);
 	arm(w);
+	return 0;
 }
 
 /* The worker joins (its slot armed; maybe not online yet: w->g then waits
@@ -459,7 +461,12 @@ static void collect(struct slot_ex *x)
 			 * then as a start that failed unless it took a chunk
 			 * (that chunk's attempt failed with its death). */
 			int took = took_any(w);
-			worker_died(x, w);
+			/* Whole replies in its ring answer chunks it finished
+			 * before it died: taken first, so that the attempt that
+			 * fails is the one it died on (the first in its ring
+			 * failed, a chunk already answered: issue 31 item 8). */
+			if (!drain(x, w))
+				worker_died(x, w);
 			if (!took)
 				came_not_up(x, g->online_rc, g->online_err);
 		} else {
@@ -702,7 +709,7 @@ static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct p
 			int mine = !w->armed;
 			pthread_mutex_unlock(&w->mu);
 			if (mine)
-				drain(x, w);
+				(void)drain(x, w);
 			break;
 		}
 	}
