@@ -982,8 +982,7 @@ TEST_TIMEOUT(jobs_a_full_disk_mid_job_names_the_file_and_the_reason, 60)
 {
 	if (geteuid() != 0 || unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
 	    mkdir("state", 0700) != 0 || mount("tmpfs", "state", "tmpfs", 0, "size=512k,mode=0700") != 0) {
-		printf("  skip: cannot mount a tmpfs in a mount namespace here (%s); not tested\n", strerror(errno));
-		return;
+		SKIP("cannot mount a tmpfs in a mount namespace here (%s)", strerror(errno));
 	}
 	add_job_worker("jw", 1, "300s");
 	/* Results of 70,000 bytes (each written at once), of 2,000 (buffered,

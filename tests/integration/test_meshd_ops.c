@@ -474,20 +474,17 @@ static void stat_of(const char *path, struct stat *st)
 		FAIL("stat %s: %s", path, strerror(errno));
 }
 
-/* For a test of workers under the default user: 1 when meshd will run
- * them so (it must be root; else a skip line, 0).  The catalog and logs
- * under this directory then reach that user (nobody): this directory and
- * the runner's above it may be passed, not listed. */
-static int default_user_here(void)
+/* For a test of workers under the default user: meshd will run them so
+ * (it must be root; else the test is skipped).  The catalog and logs under
+ * this directory then reach that user (nobody): this directory and the
+ * runner's above it may be passed, not listed. */
+static void default_user_here(void)
 {
-	if (geteuid() != 0) {
-		printf("  skip: needs root (a worker under the default user, nobody, runs only under a root meshd)\n");
-		return 0;
-	}
+	if (geteuid() != 0)
+		SKIP("needs root (a worker under the default user, nobody, runs only under a root meshd)");
 	unsetenv("MESHD_DEFAULT_USER"); /* the runner's "root"; here the real default */
 	ASSERT_EQ(chmod("..", 0711), 0);
 	ASSERT_EQ(chmod(".", 0711), 0);
-	return 1;
 }
 
 /* Issue 31 item 4: a rollback while a job runs, meshd as root and the
@@ -501,8 +498,7 @@ static int default_user_here(void)
 TEST_TIMEOUT(ops_rollback_mid_job_as_root_with_the_default_user, 90)
 {
 	enum { N = 150 };
-	if (!default_user_here())
-		return;
+	default_user_here();
 	char a[16], b[16];
 	v1_then_v2(a, b);
 	unsigned id = submit_slow(N);
@@ -578,8 +574,7 @@ TEST_TIMEOUT(ops_rollback_mid_job_as_root_with_the_default_user, 90)
  * program FAILED. */
 TEST_TIMEOUT(ops_rollback_to_a_copy_its_user_cannot_reach_is_refused, 60)
 {
-	if (!default_user_here())
-		return;
+	default_user_here();
 	char a[16], b[16];
 	v1_then_v2(a, b);
 	ASSERT_EQ(chmod("logs", 0700), 0);

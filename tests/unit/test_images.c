@@ -122,10 +122,8 @@ static unsigned mode_of(const char *path, unsigned *gid)
  * relies on it. */
 TEST(images_a_kept_copy_is_runnable_by_its_workers_user_alone)
 {
-	if (geteuid() != 0) {
-		printf("  skip: needs root (a copy is given to another user only by a root meshd)\n");
-		return;
-	}
+	if (geteuid() != 0)
+		SKIP("needs root (a copy is given to another user only by a root meshd)");
 	struct mesh_limits_caps caps;
 	struct mesh_run_as ra;
 	char *err = NULL, *d = NULL, path[8192];
