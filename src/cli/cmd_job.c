@@ -465,6 +465,7 @@ static int harvest_cmd(struct mesh_job *j, const struct args *a, uint64_t ttl, u
 		puts("COMPLETE");
 		return MESH_EXIT_OK;
 	case MESH_EXEC_INTERRUPTED:
+	case MESH_EXEC_HANGUP:
 		puts("INTERRUPTED");
 		return MESH_EXIT_INTERRUPTED;
 	case MESH_EXEC_FAILED:

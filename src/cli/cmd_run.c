@@ -340,6 +340,8 @@ static int run_exit_code(const struct run_args *a, struct mesh_job *job, int rc,
 	struct failures fs = {0, 0};
 	if (rc == MESH_EXEC_INTERRUPTED)
 		return MESH_EXIT_RUN_INTERRUPTED;
+	if (rc == MESH_EXEC_HANGUP)
+		return MESH_EXIT_RUN_HANGUP;
 	if (js->buried)
 		mesh_job_failures(job, print_failure, &fs);
 	if (fs.shown > 10)
@@ -432,11 +434,12 @@ int mesh_cmd_run(int argc, char **argv)
 			"mesh run: %s: %" PRIu64 "/%" PRIu64 " done, %" PRIu64 " failed, %" PRIu64
 			" duplicates ignored, %" PRIu64 " speculative wins, %.2f s (%" PRIu64 " run here; journal %s%s)\n",
 			finished ? "complete"
-			: rc == MESH_EXEC_INTERRUPTED ? "interrupted, rerun the same command to resume"
-						      : "incomplete, rerun the same command to resume",
+			: rc == MESH_EXEC_INTERRUPTED || rc == MESH_EXEC_HANGUP
+				? "interrupted, rerun the same command to resume"
+				: "incomplete, rerun the same command to resume",
 			js.done, js.n, js.buried, js.duplicates, js.speculative_wins, (double)es.wall_ns / 1e9,
 			es.started, a.journal, finished && !a.explicit_journal ? ", removed" : "");
-	else if (rc == MESH_EXEC_INTERRUPTED)
+	else if (rc == MESH_EXEC_INTERRUPTED || rc == MESH_EXEC_HANGUP)
 		fprintf(stderr, "mesh run: interrupted; rerun the same command to resume (journal %s)\n", a.journal);
 out:
 	if (spec)

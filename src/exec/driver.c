@@ -229,7 +229,7 @@ static int may_start(struct mesh__runner *r)
 /* Leases and starts chunks for the free slots. */
 static int fill(struct mesh__runner *r)
 {
-	while (r->busy < r->nslots && !r->stopping && !r->fatal && !r->halted) {
+	while (r->busy < r->nslots && !r->stopping && !r->fatal && !r->halted && !r->hup) {
 		if (r->o->max_chunks && r->st->started >= r->o->max_chunks)
 			return 0;
 		if (r->retry_at && mesh_mono_ns() < r->retry_at)
@@ -326,6 +326,8 @@ static int over(struct mesh__runner *r, int *answer)
 		end = MESH_EXEC_INTERRUPTED;
 	else if (r->complete_seen || js.done >= js.n)
 		end = MESH_EXEC_COMPLETE;
+	else if (r->hup)
+		end = MESH_EXEC_HANGUP;
 	else if (r->o->max_chunks && r->st->started >= r->o->max_chunks)
 		end = MESH_EXEC_LIMIT;
 	else if (r->none_seen && (js.done + js.buried >= js.n || r->hold_head))
@@ -395,6 +397,17 @@ static void handle_signals(struct mesh__runner *r, int fd)
 			suspend(r);
 			continue;
 		}
+		if (buf[i] == SIGHUP) {
+			/* GNU parallel's: start nothing more, let the running
+			 * chunks finish (and be recorded). */
+			if (!r->hup && !r->stopping)
+				mesh__run_note(r,
+					       "mesh: SIGHUP received: no new chunk starts; waiting for the %u running to "
+					       "finish (SIGTERM or SIGINT stops them now)",
+					       r->busy);
+			r->hup = 1;
+			continue;
+		}
 		r->sigs++;
 		r->stopping = 1;
 		mesh__run_stop_all(r, r->sigs > 1 ? SIGKILL : SIGTERM);
@@ -461,7 +474,7 @@ static int loop(struct mesh__runner *r)
 			for (unsigned j = 0; j < k; j++)
 				who[n++] = &shared;
 		}
-		int can_start = r->busy < r->nslots && !r->stopping && !r->halted;
+		int can_start = r->busy < r->nslots && !r->stopping && !r->halted && !r->hup;
 		if (r->retry_at && can_start && r->retry_at < wake)
 			wake = r->retry_at;
 		/* Others hold every chunk: a store that tells when work appears
@@ -599,11 +612,11 @@ static int setup_order(struct mesh__runner *r)
 int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh__exec_make_fn make, void *arg,
 		     struct mesh_exec_stats *stats)
 {
-	static const int caught[] = {SIGINT, SIGTERM, SIGTSTP};
+	static const int caught[] = {SIGINT, SIGTERM, SIGTSTP, SIGHUP};
 	struct mesh_exec_stats dummy;
 	struct mesh__runner rr, *r = &rr;
-	struct sigaction sa, old[3];
-	int sigp[2] = {-1, -1}, rc, have_sig[3] = {0, 0, 0};
+	struct sigaction sa, old[4];
+	int sigp[2] = {-1, -1}, rc, have_sig[4] = {0, 0, 0, 0};
 	if (!stats)
 		stats = &dummy;
 	memset(stats, 0, sizeof *stats);
@@ -653,9 +666,10 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 		sa.sa_handler = on_signal;
 		sigemptyset(&sa.sa_mask);
 		sa.sa_flags = SA_RESTART;
-		for (int i = 0; i < 3; i++) {
-			/* An ignored SIGTSTP (no job control) stays ignored. */
-			if (caught[i] == SIGTSTP && sigaction(SIGTSTP, NULL, &old[i]) == 0 &&
+		for (int i = 0; i < 4; i++) {
+			/* An ignored SIGTSTP (no job control) or SIGHUP (nohup)
+			 * stays ignored. */
+			if ((caught[i] == SIGTSTP || caught[i] == SIGHUP) && sigaction(caught[i], NULL, &old[i]) == 0 &&
 			    old[i].sa_handler == SIG_IGN)
 				continue;
 			have_sig[i] = sigaction(caught[i], &sa, &old[i]) == 0;
@@ -711,7 +725,7 @@ out:
 	free(r->argv_tmp);
 	if (r->ex)
 		r->ex->ops->free(r->ex);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		if (have_sig[i])
 			sigaction(caught[i], &old[i], NULL);
 	sig_w = -1;

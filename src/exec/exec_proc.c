@@ -38,6 +38,9 @@ struct unit {
 struct proc_ex {
 	struct mesh__executor base; /* first: the driver's handle */
 	struct mesh_proc_spawner *sp;
+	/* Kills the attempts' groups if this process dies (proc.h): a
+	 * chunk's background children are not PR_SET_PDEATHSIG's. */
+	struct mesh_proc_keeper *keeper;
 	int nice;
 	char *path; /* resolved argv[0], NULL when argv[0] holds a placeholder */
 	int nullfd;
@@ -82,6 +85,7 @@ static int proc_start(struct mesh__executor *ex, const struct mesh__exec_chunk *
 		struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
 		po.path = path, po.argv = c->argv, po.envp = u->envp, po.nice = p->nice;
 		po.in_fd = c->stdin_fd > 2 ? c->stdin_fd : p->nullfd, po.out_fd = pout[1], po.err_fd = perr[1], po.flags = MESH_PROC_INHERIT;
+		po.keeper = p->keeper;
 		rc = mesh_proc_spawn(p->sp, &po, &u->pid, NULL);
 	}
 	free(own_path);
@@ -106,6 +110,7 @@ static int proc_start(struct mesh__executor *ex, const struct mesh__exec_chunk *
 		kill(-u->pid, SIGKILL);
 		while (waitpid(u->pid, &u->wstatus, 0) < 0 && errno == EINTR)
 			;
+		mesh_proc_keeper_forget(p->keeper, u->pid);
 		close(pout[0]);
 		close(perr[0]);
 		u->pid = 0;
@@ -204,6 +209,10 @@ static void proc_release(struct mesh__executor *ex, unsigned slot)
 		while (waitpid(u->pid, &u->wstatus, 0) < 0 && errno == EINTR)
 			;
 	}
+	/* Its leader is reaped: what is left of the group (a background
+	 * child) outlives the attempt, as a shell's would. */
+	if (u->busy && u->pid > 0)
+		mesh_proc_keeper_forget(((struct proc_ex *)ex)->keeper, u->pid);
 	close_fd(&u->pidfd);
 	close_fd(&u->fd_out);
 	close_fd(&u->fd_err);
@@ -223,6 +232,7 @@ static void proc_free(struct mesh__executor *ex)
 	}
 	if (p->nullfd >= 0)
 		close(p->nullfd);
+	mesh_proc_keeper_free(p->keeper);
 	mesh_proc_spawner_free(p->sp);
 	free(p->env_base);
 	free(p->path);
@@ -295,7 +305,8 @@ int mesh__exec_proc_new(const char *argv0, unsigned nslots, int nice, const stru
 		rc = -errno;
 		goto fail;
 	}
-	if ((rc = setup_env(p)) < 0 || (rc = mesh_proc_spawner_new(&p->sp)) < 0)
+	if ((rc = setup_env(p)) < 0 || (rc = mesh_proc_spawner_new(&p->sp)) < 0 ||
+	    (rc = mesh_proc_keeper_new(p->sp, &p->keeper)) < 0)
 		goto fail;
 	p->nice = nice;
 	*out = &p->base;

@@ -112,6 +112,7 @@ struct mesh__runner {
 	int quit;
 
 	int stopping, sigs, fatal, complete_seen, none_seen, halted;
+	int hup; /* SIGHUP: start nothing more, let the running chunks finish */
 	uint64_t retry_at, t0, next_draw, done_at_start;
 	uint64_t hold_until, last_start; /* --delay, --load, --memfree */
 	uint64_t n_ok, n_fail; /* attempts of this call, for the halt rule */

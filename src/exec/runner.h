@@ -17,8 +17,11 @@
  * in PATH once, in the parent.  The child runs in its own process group with
  * default signal dispositions, stdin from /dev/null, the parent's
  * environment plus MESH_CHUNK=<cid>, MESH_ATTEMPT=<n>, MESH_SLOT=<1..N>, and
- * dies with the runner (PR_SET_PDEATHSIG SIGKILL; its own children are not
- * covered).
+ * its whole process group dies with the runner, however the runner ends
+ * (SIGKILL included): the leader by PR_SET_PDEATHSIG, the rest of the group
+ * by a keeper process (proc/proc.h) that the process executor starts once a
+ * run.  What leaves the group (setsid, setpgid) is not covered, nor what
+ * is left of a group after its leader ended and was reaped.
  *
  * Outcome of one attempt:
  *   exit 0                       -> mesh_job_complete, once its output is
@@ -107,11 +110,16 @@
  *     250 ms.  Read only when set.
  *   nice: added to the chunks' niceness (setpriority in the child).
  *
- * Signals: with handle_signals set, SIGINT, SIGTERM and SIGTSTP are caught
- * for the duration of the call (a SIGTSTP ignored by the caller stays
- * ignored).  The first SIGINT/SIGTERM stops launching, sends SIGTERM to
- * every running chunk's process group, SIGKILL after 2 s (a second signal:
- * at once).
+ * Signals: with handle_signals set, SIGINT, SIGTERM, SIGTSTP and SIGHUP
+ * are caught for the duration of the call (a SIGTSTP or SIGHUP ignored by
+ * the caller stays ignored: no job control, nohup).  SIGHUP does what GNU
+ * parallel's manual says of it ("complete running jobs but do not start
+ * new jobs"): nothing more starts, a note says so, the running chunks
+ * finish and are recorded as usual, and the call returns MESH_EXEC_HANGUP
+ * (MESH_EXEC_COMPLETE if that was the last of the job); a SIGINT/SIGTERM
+ * after it stops them as below.  The first SIGINT/SIGTERM stops launching,
+ * sends SIGTERM to every running chunk's process group, SIGKILL after 2 s
+ * (a second signal: at once).
  * Chunks that had already exited are completed as usual; the signalled ones
  * record nothing (an interrupted attempt is not the chunk's failure) and
  * their leases are released (renewed to expire now), so a rerun takes them
@@ -143,6 +151,8 @@ enum {
 	MESH_EXEC_LIMIT = 2,	   /* max_chunks attempts were started by this call; the job may be incomplete */
 	MESH_EXEC_INTERRUPTED = 5, /* stopped by SIGINT/SIGTERM (handle_signals) */
 	MESH_EXEC_HALTED = 6,	   /* stopped by the halt rule (halt_mode) */
+	MESH_EXEC_HANGUP = 7,	   /* SIGHUP (handle_signals): no new chunk was started after it, the
+				    * running ones finished; the job is not complete */
 };
 
 /* When the halt rule stops the run (GNU parallel's --halt). */

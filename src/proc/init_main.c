@@ -1,6 +1,7 @@
 /* mesh-init as a binary of its own (Makefile: libc alone): the init of a
  * worker's PID namespace, exec'd by the namespace's first process at each
- * spawn (pidns.c).  Not for people: meshd runs it. */
+ * spawn (pidns.c); and the keeper of `mesh run`'s process groups
+ * (keep.c).  Not for people: meshd and mesh run it. */
 #include "proc/spawn_int.h"
 
 #include <stdio.h>
@@ -14,6 +15,8 @@ int main(int argc, char **argv)
 		if (prog > 1)
 			mesh__proc_init_main(prog);
 	}
+	if (argc == 2 && strcmp(argv[1], MESH__PROC_KEEP_FLAG) == 0)
+		mesh__proc_keep_main();
 	fprintf(stderr, "mesh-init: the init of a worker's PID namespace; meshd runs it, people do not\n");
 	return 2;
 }

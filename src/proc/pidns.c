@@ -209,9 +209,11 @@ static void find_init(void)
 		snprintf(init_path, sizeof init_path, "%s", cand);
 }
 
+static pthread_once_t find_once = PTHREAD_ONCE_INIT;
+
 const char *mesh__proc_init_path(void)
 {
-	mesh__proc_ns_flags();
+	pthread_once(&find_once, find_init);
 	return init_path;
 }
 
@@ -221,7 +223,7 @@ static char probe_why[200];
 
 static void probe(void)
 {
-	find_init();
+	mesh__proc_init_path();
 	int e1 = try_clone(CLONE_NEWPID, NULL);
 	if (e1 == 0) {
 		probe_flags = CLONE_NEWPID;
@@ -309,4 +311,6 @@ __attribute__((constructor)) static void init_hook(int argc, char **argv, char *
 			mesh__proc_init_main(prog);
 		_exit(255);
 	}
+	if (argc == 2 && argv && strcmp(argv[0], "mesh-init") == 0 && strcmp(argv[1], MESH__PROC_KEEP_FLAG) == 0)
+		mesh__proc_keep_main();
 }

@@ -25,9 +25,10 @@
  * CLONE_VFORK) on a stack of the spawner's: it shares the caller's memory
  * until execve, so it makes system calls only, never logs or allocates.  In
  * the child, in order: its own process group (setpgid, or setsid with
- * MESH_PROC_SESSION), join the cgroup when one is given, the user
+ * MESH_PROC_SESSION), that group registered with opts.keeper, join the cgroup when one is given, the user
  * (MESH_PROC_SETUID), PR_SET_PDEATHSIG(SIGKILL) and a re-check of getppid()
- * (the parent may have died before the prctl), each rlimit, the niceness, fds 0/1/2 and the extra fds moved into
+ * (the parent may have died before the prctl; neither with
+ * MESH_PROC_OUTLIVE), each rlimit, the niceness, fds 0/1/2 and the extra fds moved into
  * place, every other fd made close-on-exec (not with MESH_PROC_INHERIT),
  * signal dispositions reset to SIG_DFL and the mask set, execve.  Any
  * failure writes errno over a close-on-exec pipe and _exit(127)s; the
@@ -77,7 +78,12 @@ enum {
 	 * setgid, setuid in the child, before PR_SET_PDEATHSIG (a change of
 	 * credentials clears it) and exec. */
 	MESH_PROC_SETUID = 1u << 3,
+	/* No PR_SET_PDEATHSIG: the child may outlive this process (a keeper,
+	 * below, which must act when this process dies). */
+	MESH_PROC_OUTLIVE = 1u << 4,
 };
+
+struct mesh_proc_keeper;
 
 struct mesh_proc_opts {
 	const char *path; /* an executable's path (mesh_proc_resolve for a name) */
@@ -99,6 +105,10 @@ struct mesh_proc_opts {
 	gid_t gid;
 	const gid_t *groups; /* supplementary groups (at most MESH_PROC_GROUPS_MAX) */
 	size_t ngroups;
+	/* NULL, or a keeper (below) with which the child registers its
+	 * process group before its exec (not under MESH_PROC_PIDNS, whose
+	 * namespace holds the program's processes already); borrowed. */
+	const struct mesh_proc_keeper *keeper;
 };
 #define MESH_PROC_GROUPS_MAX 64
 #define MESH_PROC_OPTS_INIT {.in_fd = -1, .out_fd = -1, .err_fd = -1, .cgroup_procs_fd = -1}
@@ -180,6 +190,36 @@ int mesh_proc_child_kill(const struct mesh_proc_child *c, int sig);
  * signal s -- so a program that itself exits with 129..192 is reported as
  * killed by a signal, as a shell would. */
 int mesh_proc_child_exit_code(const struct mesh_proc_child *c, const siginfo_t *si, int *sig);
+
+/* A keeper: a small process of its own that outlives this one so that the
+ * process groups this one starts do not.  When this process ends, however
+ * it ends (SIGKILL included: the keeper sees its end of a socket close),
+ * the keeper sends SIGKILL to every process group still registered with it
+ * and exits.  PR_SET_PDEATHSIG reaches a group's leader only; a shell's
+ * background child, still in the group, is the keeper's.  It is the
+ * mesh-init binary in its other mode (mesh__proc_init_path), out of this
+ * process's group and blind to terminal signals.
+ *
+ * Caller protocol:
+ *   1. mesh_proc_keeper_new(sp, &k) once the spawner exists.
+ *   2. spawn children with opts.keeper = k: each registers its own group
+ *      before it execs (one send on the keeper's socket, in the child), so
+ *      no instant exists when it runs unregistered.  A spawn that fails
+ *      forgets its group itself.
+ *   3. once a group is done with (its leader reaped; what is left of it is
+ *      no longer this process's business): mesh_proc_keeper_forget(k,
+ *      pgid): one send.  Forget before the group's id could be reused:
+ *      the keeper kills by id.
+ *   4. mesh_proc_keeper_free(k): the keeper kills what is still
+ *      registered, exits and is reaped.
+ * The keeper's pid shows in ps as "mesh-keep".  Calls from one thread at a
+ * time (the spawner's children write on their own). */
+/* 0 with *out, or -errno (socketpair, the spawn of the keeper). */
+int mesh_proc_keeper_new(struct mesh_proc_spawner *sp, struct mesh_proc_keeper **out);
+/* k NULL: nothing. */
+void mesh_proc_keeper_forget(const struct mesh_proc_keeper *k, pid_t pgid);
+/* NULL is fine. */
+void mesh_proc_keeper_free(struct mesh_proc_keeper *k);
 
 /* Resolves a command name like execvp (PATH, default
  * "/usr/local/bin:/usr/bin:/bin") into a malloc'd path of an executable

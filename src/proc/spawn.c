@@ -169,16 +169,21 @@ void mesh__proc_child(struct mesh__proc_cargs *a)
 		a->outer = proc_self_pid();
 	if ((o->flags & MESH_PROC_SESSION) ? setsid() < 0 : setpgid(0, 0) < 0)
 		goto fail;
+	/* Registered before anything of the program runs (proc.h, keeper). */
+	if (o->keeper && !a->stack2)
+		mesh__proc_keep_register(o->keeper);
 	/* Before PR_SET_PDEATHSIG: a change of credentials clears it. */
 	if (!a->stack2 && o->cgroup_procs_fd >= 0 && write(o->cgroup_procs_fd, "0", 1) != 1)
 		goto fail;
 	if (child_ids(o) < 0)
 		goto fail;
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-		goto fail;
-	/* The parent may have died between clone and prctl. */
-	if (getppid() != a->parent)
-		_exit(127);
+	if (!(o->flags & MESH_PROC_OUTLIVE)) {
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+			goto fail;
+		/* The parent may have died between clone and prctl. */
+		if (getppid() != a->parent)
+			_exit(127);
+	}
 	for (size_t i = 0; i < o->nrlimits; i++) {
 		struct rlimit rl = {.rlim_cur = o->rlimits[i].value, .rlim_max = o->rlimits[i].value};
 		if (setrlimit(o->rlimits[i].resource, &rl) < 0)
@@ -283,6 +288,8 @@ static int do_spawn(struct mesh_proc_spawner *sp)
 		if (ns || r == (ssize_t)sizeof cerr) {
 			/* Under mesh-init an end without "started" is a failure too. */
 			reap(pid);
+			if (!ns)
+				mesh_proc_keeper_forget(o->keeper, pid);
 			return r == (ssize_t)sizeof cerr && cerr ? -cerr : -EIO;
 		}
 	}

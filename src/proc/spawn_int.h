@@ -41,6 +41,12 @@ int mesh__proc_init_child(void *arg);
 int mesh__proc_ns_flags(void);
 /* argv[1] of mesh-init's exec (argv[2]: the program's pid in the namespace). */
 #define MESH__PROC_INIT_FLAG "--mesh-proc-init"
+/* argv[1] of the keeper's exec (keep.c; fd 3 its socket). */
+#define MESH__PROC_KEEP_FLAG "--mesh-proc-keep"
+/* The keeper's loop (keep.c): never returns. */
+void mesh__proc_keep_main(void) __attribute__((noreturn));
+/* In a spawned child (spawn.c): registers the child's own group with k. */
+void mesh__proc_keep_register(const struct mesh_proc_keeper *k);
 /* The init loop of a PID namespace (pidns.c): waits for every signal and
  * passes it to the program's group (pid prog), reaps every child, and ends
  * with the program's status; mesh-init's main, in meshd's binary or its own
