@@ -333,6 +333,22 @@ static void exec_opts(const struct run_args *a, const struct mesh_exec_input *in
 	eo->tmpdir = a->tmpdir;
 }
 
+/* A run stopped by an error names the chunks whose output went out but
+ * that are not DONE: the same command prints them again (output is
+ * at-least-once across a failed journal, docs/run.md). */
+static void say_repeats(const struct mesh_exec_stats *es)
+{
+	if (!es->repeat)
+		return;
+	fprintf(stderr, "mesh: run: the output of chunk%s", es->repeat > 1 ? "s" : "");
+	for (uint64_t i = 0; i < es->repeat && i < MESH_EXEC_REPEAT_SHOWN; i++)
+		fprintf(stderr, " %" PRIu64, es->repeat_cids[i]);
+	if (es->repeat > MESH_EXEC_REPEAT_SHOWN)
+		fprintf(stderr, " and %" PRIu64 " more", es->repeat - MESH_EXEC_REPEAT_SHOWN);
+	fprintf(stderr, " was written, but %s not journaled as done: the same command prints %s again\n",
+		es->repeat > 1 ? "they are" : "it is", es->repeat > 1 ? "them" : "it");
+}
+
 /* The exit code of a run that ended with answer rc: GNU parallel's. */
 static int run_exit_code(const struct run_args *a, struct mesh_job *job, int rc, const struct mesh_job_status *js,
 			 const char *lockdir)
@@ -423,6 +439,8 @@ int mesh_cmd_run(int argc, char **argv)
 			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
 		else
 			ex = mesh__run_fail(rc, "run stopped (journal '%s')", a.journal);
+		if (rc != -EPIPE)
+			say_repeats(&es);
 		goto out;
 	}
 	if (mesh_job_status(job, &js) < 0)

@@ -122,8 +122,12 @@ static void take_results(struct mesh__runner *r)
 		struct mesh__item *it = list;
 		list = it->next;
 		if (it->result < 0) {
-			/* Not DONE: let a rerun take the chunk at once. */
+			/* Not DONE: let a rerun take the chunk at once.  Its
+			 * output went out already (never after its DONE): the
+			 * rerun writes it again. */
 			mesh_job_renew(it->jh, &it->l, 1);
+			if (it->complete && !r->o->results_dir)
+				mesh__run_repeat(r, it->cid);
 			if (!r->fatal) {
 				r->fatal = it->result;
 				mesh__run_stop_all(r, SIGKILL);
@@ -182,6 +186,13 @@ static void draw(struct mesh__runner *r, int final)
 		r->drawn = 1;
 	}
 	mesh_write_all_raw(fd, line, n);
+}
+
+void mesh__run_repeat(struct mesh__runner *r, uint64_t cid)
+{
+	if (r->st->repeat < MESH_EXEC_REPEAT_SHOWN)
+		r->st->repeat_cids[r->st->repeat] = cid;
+	r->st->repeat++;
 }
 
 void mesh__run_stop_all(struct mesh__runner *r, int sig)

@@ -40,6 +40,7 @@ struct mesh__slot {
 	int term_sent;
 	uint64_t t_renewed; /* the last renewal that held (the start at first) */
 	int lost;	    /* its lease was taken over while it ran (said once) */
+	int printed;	    /* part of its output went out while it ran (-u, --line-buffer) */
 	struct mesh__exec_result res; /* once exited; res.start_err: could not start, buried at once */
 	int cap_err; /* the spill file failed: -errno; the chunk fails */
 	enum mesh__end_why why;
@@ -130,6 +131,8 @@ struct mesh__runner {
 /* driver.c */
 void mesh__run_note(struct mesh__runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mesh__run_stop_all(struct mesh__runner *r, int sig);
+/* cid's output went out but the chunk will not be DONE (stats.repeat). */
+void mesh__run_repeat(struct mesh__runner *r, uint64_t cid);
 char *mesh__run_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* run_done.c: the completer thread's body (arg: the runner); queueing an

@@ -52,6 +52,7 @@ void mesh__slot_clear(struct mesh__runner *r, struct mesh__slot *s)
 	s->exited = 0;
 	s->term_sent = 0;
 	s->lost = 0;
+	s->printed = 0;
 	s->res = (struct mesh__exec_result){0, 0, 0};
 	s->cap_err = 0;
 	s->why = END_NORMAL;
@@ -222,6 +223,8 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		 * takes the chunk at once. */
 		if (r->stopping || r->fatal || r->halted)
 			mesh_job_renew(s->jh, &s->l, 1);
+		if (r->fatal && s->printed)
+			mesh__run_repeat(r, cid);
 		mesh__capture_flush(&s->cout, -1, NULL, 0);
 		mesh__capture_flush(&s->cerr, -1, NULL, 0);
 		goto done;
@@ -321,6 +324,7 @@ static int pass_through(struct mesh__runner *r, struct mesh__slot *s, int out, c
 		mesh__out_clear_bar(r);
 		int dst = out ? r->o->out_fd : r->o->err_fd;
 		rc = dst >= 0 ? mesh__write_tagged(dst, out ? &s->tag_out : &s->tag_err, p, n, 0) : 0;
+		s->printed |= dst >= 0 && n > 0;
 		if (rc < 0)
 			mesh__out_failed(r, s->l.cid, rc, "output");
 	}
@@ -349,6 +353,7 @@ int mesh__slot_output(void *arg, unsigned slot, int out, const void *p, size_t n
 		int dst = out ? r->o->out_fd : r->o->err_fd;
 		mesh__out_clear_bar(r);
 		rc = mesh__capture_flush_lines(c, dst, out ? &s->tag_out : &s->tag_err);
+		s->printed |= dst >= 0; /* perhaps a line went out */
 		if (rc < 0)
 			mesh__out_failed(r, s->l.cid, rc, "output");
 	}

@@ -262,7 +262,17 @@ struct mesh_exec_stats {
 	uint64_t speculative;	/* speculative copies started */
 	uint64_t lost;		/* attempts whose lease was taken over while they ran (hooks.lease_lost) */
 	uint64_t wall_ns;	/* duration of the call */
+	/* Chunks whose output was written to out_fd/err_fd but that are not
+	 * DONE because the run stopped on an error: their completion failed
+	 * to be journaled (output goes out before its DONE is durable, never
+	 * after), or, with line_buffer or ungroup, a part had gone out when
+	 * the attempt was killed.  A rerun runs and writes them again.  How
+	 * many, and the first MESH_EXEC_REPEAT_SHOWN of them in the order
+	 * met. */
+	uint64_t repeat;
+	uint64_t repeat_cids[16];
 };
+#define MESH_EXEC_REPEAT_SHOWN 16
 
 /* Runs chunks of job until nothing is left for this node (see answers).
  * Returns MESH_EXEC_* or a negative error: MESH_E_PARSE (empty argv),
