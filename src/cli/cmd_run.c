@@ -293,7 +293,15 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 static void resume(struct run_args *a, struct mesh_job *job)
 {
 	struct mesh_job_status js;
-	if (mesh_job_status(job, &js) < 0 || (js.done == 0 && js.buried == 0) || js.done == js.n)
+	if (mesh_job_status(job, &js) < 0)
+		return;
+	if (js.closed && js.done)
+		fprintf(stderr,
+			"mesh run: warning: a run on journal '%s' ended because its standard output was closed; "
+			"the chunks done are skipped, though their output may not have been read (remove the "
+			"journal to run every chunk again)\n",
+			a->journal);
+	if ((js.done == 0 && js.buried == 0) || js.done == js.n)
 		return;
 	int retried = js.buried ? mesh_job_retry(job, UINT64_MAX) : 0;
 	fprintf(stderr, "mesh run: resuming: %" PRIu64 "/%" PRIu64 " chunks already done", js.done, js.n);
@@ -349,6 +357,26 @@ static void say_repeats(const struct mesh_exec_stats *es)
 		es->repeat > 1 ? "they are" : "it is", es->repeat > 1 ? "them" : "it");
 }
 
+/* Standard output was closed (`| head -1`): the chunks whose output went
+ * into the pipe are DONE, but what its reader took before it left cannot
+ * be known.  A default journal is discarded as a complete run's is (1: the
+ * caller removes it), so the same command with another output gets every
+ * chunk; an explicit one is kept and marked, and its rerun warns. */
+static int closed_stdout(const struct run_args *a, struct mesh_job *job)
+{
+	if (!a->explicit_journal) {
+		fprintf(stderr, "mesh run: standard output was closed; what its reader took cannot be known, so the "
+				"journal is removed: the same command runs every chunk again\n");
+		return 1;
+	}
+	if (mesh_job_note_closed(job) == 0)
+		fprintf(stderr,
+			"mesh run: standard output was closed; journal '%s' is kept: a rerun skips the chunks done, "
+			"whose output may not have been read\n",
+			a->journal);
+	return 0;
+}
+
 /* The exit code of a run that ended with answer rc: GNU parallel's. */
 static int run_exit_code(const struct run_args *a, struct mesh_job *job, int rc, const struct mesh_job_status *js,
 			 const char *lockdir)
@@ -380,7 +408,7 @@ int mesh_cmd_run(int argc, char **argv)
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
 	struct mesh_job *job = NULL, *spec = NULL;
 	char jbuf[64], lockdir[128], specnode[72], surl[1024];
-	int rc, ex, finished = 0;
+	int rc, ex, finished = 0, discard = 0;
 	if ((ex = mesh__run_parse(argc, argv, &a)) != 0 || a.help)
 		goto out;
 	if (!a.have_chunks) {
@@ -433,8 +461,10 @@ int mesh_cmd_run(int argc, char **argv)
 	exec_opts(&a, &in, spec, &eo);
 	rc = mesh_exec_run(job, &eo, &es);
 	if (rc < 0) {
-		if (rc == -EPIPE) /* stdout closed (| head): GNU parallel dies of SIGPIPE, silently */
+		if (rc == -EPIPE) { /* stdout closed (| head): GNU parallel dies of SIGPIPE */
 			ex = MESH_EXIT_RUN_CLOSED_STDOUT;
+			discard = closed_stdout(&a, job);
+		}
 		else if (rc == -ENOENT || rc == -EACCES)
 			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
 		else
@@ -464,7 +494,7 @@ out:
 		mesh_job_close(spec);
 	if (job)
 		mesh_job_close(job);
-	if (finished) {
+	if (finished || discard) {
 		/* Resume is for work that did not finish: a complete run leaves
 		 * no default journal, so the same command runs afresh next time.
 		 * An empty lock dir goes too (fails harmlessly while another node

@@ -238,6 +238,11 @@ int mesh_job_retry(struct mesh_job *j, uint64_t cid)
 	return j->s->ops->retry(j->s, cid);
 }
 
+int mesh_job_note_closed(struct mesh_job *j)
+{
+	return j->s->ops->note_closed ? j->s->ops->note_closed(j->s) : -ENOTSUP;
+}
+
 int mesh_job_status(struct mesh_job *j, struct mesh_job_status *st)
 {
 	return j->s->ops->status(j->s, st);

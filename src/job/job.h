@@ -234,6 +234,12 @@ int mesh_job_complete_results(struct mesh_job *j, const uint64_t *cids, const ui
  * signal).  Returns 0, or 1 when this failure buried the chunk (max attempts
  * reached: it is not leased again until mesh_job_retry). */
 int mesh_job_fail(struct mesh_job *j, uint64_t cid, int status);
+/* Records durably that this node's run ended because its standard output
+ * was closed (`mesh run ... | head`): the chunks it completed are DONE, but
+ * what they printed may not have been read, so a later run can say so
+ * (status.closed).  0, -ENOTSUP (the PostgreSQL store keeps no such
+ * mark), MESH_E_STATE (read-only), or the journal's error. */
+int mesh_job_note_closed(struct mesh_job *j);
 /* Un-buries every buried chunk (cid == UINT64_MAX) or one; returns how many. */
 int mesh_job_retry(struct mesh_job *j, uint64_t cid);
 
@@ -242,6 +248,8 @@ struct mesh_job_status {
 	uint64_t duplicates;	/* IGNORED completions recorded or seen in this process */
 	uint64_t failed_attempts;
 	uint64_t speculative_wins; /* chunks whose first completion came from a speculative copy */
+	uint64_t closed;	/* runs that ended because their standard output closed
+				 * (mesh_job_note_closed); the PostgreSQL store: 0 */
 };
 /* Counts now (O(1) after the tail is read; leased counts live lease files). */
 int mesh_job_status(struct mesh_job *j, struct mesh_job_status *st);

@@ -190,6 +190,9 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		if (mesh_rec_chunk_dec(r, &c) == 0 && c.cid < j->n)
 			j->dups++;
 		break;
+	case MESH_JREC_CLOSED:
+		j->closed++;
+		break;
 	case MESH_JREC_RETRY: {
 		uint64_t cid;
 		if (mesh_rec_u64_dec(r, &cid))
@@ -598,6 +601,7 @@ const struct mesh__jstore_ops mesh__jstore_file = {
 	.is_done = mesh__jf_is_done,
 	.feed = mesh__jf_feed,
 	.nodes = mesh__jf_nodes,
+	.note_closed = mesh__jf_note_closed,
 	.wait_work = mesh__jf_wait_work,
 	.straggler_ns = mesh__jf_straggler_ns,
 	.nchunks = jf_nchunks,

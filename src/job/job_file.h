@@ -73,6 +73,7 @@ struct jfile {
 	int ident_owned;    /* its flag MESH_REC_WORK_OWNED: only that identity writes */
 	uint64_t *done_bits, *busy_bits;
 	uint64_t done, dups, failed_attempts, spec_wins;
+	uint64_t closed; /* CLOSED records */
 	uint64_t cursor;
 	uint64_t hist[HIST_BUCKETS], hist_n;
 	struct node *nodes;
@@ -139,6 +140,7 @@ void mesh__jf_held_del(struct jfile *j, struct held *h);
 
 /* The ops of the file store, by file. */
 int mesh__jf_lease(struct mesh__jstore *s, uint64_t ttl_ns, int spec, struct mesh_lease *l);
+int mesh__jf_note_closed(struct mesh__jstore *s);
 int mesh__jf_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int spec, struct mesh_lease *ls, size_t k,
 			size_t *got);
 int mesh__jf_renew(struct mesh__jstore *s, struct mesh_lease *l, uint64_t ttl_ns);

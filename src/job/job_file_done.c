@@ -285,6 +285,17 @@ int mesh__jf_retry(struct mesh__jstore *s, uint64_t cid)
 	return rc ? rc : count;
 }
 
+int mesh__jf_note_closed(struct mesh__jstore *s)
+{
+	struct jfile *j = jfile_of(s);
+	unsigned char pay[MESH_REC_CLOSED_LEN];
+	struct mesh_jrec r = {MESH_JREC_CLOSED, 0, MESH_REC_CLOSED_LEN, pay, 0};
+	if (j->read_only)
+		return MESH_E_STATE;
+	mesh_rec_closed_enc(pay, j->node_hash);
+	return mesh_journal_append(j->jr, &r, 1, NULL);
+}
+
 struct count_live {
 	struct jfile *j;
 	uint64_t n;
@@ -316,6 +327,7 @@ int mesh__jf_status(struct mesh__jstore *s, struct mesh_job_status *st)
 	if (!rc) {
 		st->n = j->n;
 		st->done = j->done;
+		st->closed = j->closed;
 		for (size_t i = 0; i < j->cfails; i++) {
 			struct fail *f = &j->fails[i];
 			if (f->key && f->buried && !bit(j->done_bits, f->key - 1))

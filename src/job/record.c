@@ -50,6 +50,12 @@ size_t mesh_rec_dup_enc(unsigned char *p, uint64_t cid, uint32_t node)
 	return MESH_REC_DUP_LEN;
 }
 
+size_t mesh_rec_closed_enc(unsigned char *p, uint32_t node)
+{
+	mesh_put32le(p, node);
+	return MESH_REC_CLOSED_LEN;
+}
+
 size_t mesh_rec_node_enc(unsigned char *p, uint32_t hash, const char *name, size_t len)
 {
 	if (len > MESH_REC_NODE_MAX - 4)
@@ -158,6 +164,8 @@ int mesh_rec_len_ok(uint8_t type, uint16_t len)
 		return len == 0 || len == MESH_JOURNAL_COMMIT_LEN;
 	case MESH_JREC_WORK:
 		return len >= 1 && len <= MESH_JOB_IDENTITY_MAX;
+	case MESH_JREC_CLOSED:
+		return len == MESH_REC_CLOSED_LEN;
 	default:
 		return 0;
 	}

@@ -13,6 +13,8 @@
  *   WORK   identity bytes (1..200), created with SUBMIT (older readers skip it)
  *          flag 1: the owner's identity: only a handle that presents it
  *          writes the journal (meshd's jobs)
+ *   CLOSED u32 node hash: a run of that node ended because its standard
+ *          output was closed (older readers skip it)
  * Type 7 is the journal's own COMMIT (journal.h). */
 #ifndef MESH_JOB_RECORD_H
 #define MESH_JOB_RECORD_H
@@ -30,7 +32,8 @@ enum {
 	MESH_JREC_RETRY = 5,
 	MESH_JREC_DUP = 6,
 	MESH_JREC_WORK = 8,
-	MESH_JREC__MAX = 8,
+	MESH_JREC_CLOSED = 9,
+	MESH_JREC__MAX = 9,
 };
 _Static_assert(MESH_JREC_COMMIT == 7, "the journal's COMMIT sits between the job's types");
 
@@ -38,6 +41,7 @@ _Static_assert(MESH_JREC_COMMIT == 7, "the journal's COMMIT sits between the job
 #define MESH_REC_FAIL_LEN 16
 #define MESH_REC_DUP_LEN 12
 #define MESH_REC_U64_LEN 8 /* SUBMIT, RETRY */
+#define MESH_REC_CLOSED_LEN 4
 #define MESH_REC_NODE_MAX (4 + 255)
 
 /* DONE flag 2: the chunk's result is in the record, after its 16 bytes:
@@ -69,6 +73,7 @@ size_t mesh_rec_dup_enc(unsigned char *p, uint64_t cid, uint32_t node);
  * must hold 16 + n bytes): its length, 16 + n. */
 size_t mesh_rec_done_result_enc(unsigned char *p, uint64_t cid, uint32_t node, uint64_t dur_ns, const void *res,
 				size_t n);
+size_t mesh_rec_closed_enc(unsigned char *p, uint32_t node);
 /* name: 1..255 bytes (longer is cut). */
 size_t mesh_rec_node_enc(unsigned char *p, uint32_t hash, const char *name, size_t len);
 

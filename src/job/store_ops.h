@@ -54,6 +54,7 @@ struct mesh__jstore_ops {
 	size_t result_max; /* the most bytes of a result a DONE keeps; 0: none */
 	int (*fail)(struct mesh__jstore *s, uint64_t cid, int status);
 	int (*retry)(struct mesh__jstore *s, uint64_t cid);
+	int (*note_closed)(struct mesh__jstore *s); /* NULL: -ENOTSUP */
 	int (*status)(struct mesh__jstore *s, struct mesh_job_status *st);
 	int (*failures)(struct mesh__jstore *s, void (*fn)(const struct mesh_job_failure *, void *), void *arg);
 	int (*is_done)(struct mesh__jstore *s, uint64_t cid);

@@ -158,6 +158,43 @@ TEST(run_closed_stdout_ends_the_run_and_keeps_the_rest)
 	EXPECT_GE(atoi(out), 40);
 }
 
+/* The issue's reproduction: `mesh run ... | head -1`, then the same
+ * command `> file`.  The chunks the first run wrote into the pipe were
+ * DONE though its reader never read them; the file came out short with
+ * exit 0.  Now a run whose stdout closed discards its default journal (and
+ * says so), so the file gets every line; with an explicit --journal the
+ * rerun resumes, as documented, and warns. */
+TEST(run_closed_stdout_then_the_same_command_to_a_file_gets_every_line)
+{
+	char out[512];
+	const char *cmd = "-- sh -c 'echo {}; sleep 0.02'";
+	int rc = t_sh(out, sizeof out, 0, "{ %s run -j2 --chunks 50 %s 2>err1; echo $? > rc; } | head -1", MESH, cmd);
+	EXPECT_EQ(rc, 0);
+	char *ex = t_read_file("rc", NULL), *e = t_read_file("err1", NULL);
+	EXPECT_TRUE(ex && atoi(ex) == 141);
+	EXPECT_CONTAINS(e, "standard output was closed");
+	free(ex);
+	free(e);
+	rc = t_sh(out, sizeof out, 0, "%s run -j2 --chunks 50 %s >file 2>err2", MESH, cmd);
+	EXPECT_EQ(rc, 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "sort -n file | uniq | wc -l; wc -l < file"), 0);
+	EXPECT_STREQ(out, "50\n50\n");
+	/* an explicit journal keeps the documented resume, and the rerun warns */
+	rc = t_sh(out, sizeof out, 0, "{ %s run -j2 --journal p.log --chunks 50 %s 2>err3; echo $? > rc; } | head -1",
+		  MESH, cmd);
+	EXPECT_EQ(rc, 0);
+	rc = t_sh(out, sizeof out, 0, "%s run -j2 --journal p.log --chunks 50 %s >file2 2>err4", MESH, cmd);
+	EXPECT_EQ(rc, 0);
+	e = t_read_file("err4", NULL);
+	EXPECT_CONTAINS(e, "resuming");
+	EXPECT_CONTAINS(e, "ended because its standard output was closed");
+	free(e);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "wc -l < file2"), 0);
+	EXPECT_LT(atoi(out), 50);
+	/* the mark is a record like the others: the journal checks whole */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job check p.log", MESH), 0);
+}
+
 /* The library's answer to a closed pipe: -EPIPE, nothing DONE. */
 TEST(runner_epipe_answer_and_nothing_done)
 {
