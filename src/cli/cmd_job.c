@@ -257,6 +257,11 @@ static int open_job_as(struct mesh_job **j, const char *journal, const char *loc
 	o.on_store_wait = mesh_cli_store_wait;
 	o.on_store_wait_arg = (void *)journal;
 	rc = mesh_job_open(j, &o);
+	if (rc == 0 && why.torn && why.size)
+		fprintf(stderr,
+			"mesh: journal '%s' ends in a torn record at offset %" PRIu64 " (of %" PRIu64
+			" bytes), not counted; the next writer or `mesh job check %s` cuts it\n",
+			journal, why.damage_off, why.size, journal);
 	if (rc == MESH_E_PARSE && !why.store_msg[0])
 		return mesh_cli_fail(rc, "node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])", node ? node : "");
 	if (rc)
@@ -548,6 +553,10 @@ static int cmd_check(int argc, char **argv)
 	if (r.ndropped && r.torn)
 		printf("torn tail: %" PRIu64 " bytes at offset %" PRIu64 " %s\n", r.dropped_bytes, r.bad_off,
 		       r.repaired ? "cut" : "not cut");
+	if (r.adopted)
+		printf("%" PRIu64 " whole records after the last COMMIT (a writer gone before it, a COMMIT torn or "
+		       "lost, or a journal older than COMMITs): committed, as every writer would\n",
+		       r.adopted);
 	else if (r.ndropped) {
 		printf("damage at offset %" PRIu64 ": %zu damaged ranges, %" PRIu64 " bytes, %" PRIu64
 		       " whole records after the first one (kept)\n",

@@ -63,7 +63,10 @@ struct mesh_job_why {
 	uint64_t n;		/* MESH_E_MISMATCH, MESH_E_RANGE: the chunk count the journal holds */
 	uint64_t damage_off;	/* MESH_E_CORRUPT of a read-only open: where the whole records end */
 	uint64_t size;		/* ... and the file's size */
-	int torn;		/* ... and the damage is only a torn tail (plain `check` cuts it; else `check --force`) */
+	int torn;		/* ... and the damage is only a torn tail (plain `check` cuts it; else `check --force`).
+				 * A read-only open that finds only a torn tail succeeds (the
+				 * whole records count, as for a writer, which cuts it) and
+				 * sets these three */
 	/* MESH_E_MISMATCH: a journal whose identity is its owner's (meshd's
 	 * jobs), opened to write by a handle that did not present it */
 	int owned;

@@ -414,42 +414,38 @@ static int journal_file_ok(const char *path, int read_only, struct mesh_job_why 
 	return 0;
 }
 
-/* A read-only open cuts nothing, so bytes after the last whole record must
- * be an append in flight in another process or damage.  Appenders write
- * under LOCK_EX: a shared lock on our own descriptor waits for them, and
- * what is still not whole then is damage.  0 or MESH_E_CORRUPT (why says
+/* A read-only open writes nothing: it takes the whole records after the
+ * last COMMIT as a writer would adopt them (mesh_journal_recover_look waits
+ * under LOCK_SH for any append in flight), and what is still not whole then
+ * is a torn tail (0, with why->torn, damage_off and size set: not counted,
+ * the next writer or `check` cuts it) or damage (MESH_E_CORRUPT, why says
  * where). */
 static int check_whole(struct jfile *j, struct mesh_job_why *why)
 {
 	struct stat st;
-	int fd, rc = 0;
+	int rc;
 	if (stat(j->journal_path, &st) < 0)
 		return -errno;
 	if ((uint64_t)st.st_size <= mesh_journal_position(j->jr))
 		return 0;
-	fd = open(j->journal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	while (flock(fd, LOCK_SH) < 0)
-		if (errno != EINTR) {
-			rc = -errno;
-			break;
-		}
-	if (!rc) {
-		pthread_mutex_lock(&j->mu);
-		rc = mesh__jf_sync_locked(j);
-		pthread_mutex_unlock(&j->mu);
-	}
-	if (!rc && fstat(fd, &st) < 0)
-		rc = -errno;
-	if (!rc && (uint64_t)st.st_size > mesh_journal_position(j->jr))
+	/* Whole records past the last COMMIT (a writer that died before it, a
+	 * COMMIT torn or lost, a journal from before COMMITs) count here as
+	 * every writer counts them once it has adopted them: the one rule of
+	 * docs/journal.md.  Made durable and trusted, without a write. */
+	pthread_mutex_lock(&j->mu);
+	rc = mesh_journal_recover_look(j->jr);
+	pthread_mutex_unlock(&j->mu);
+	if (rc == MESH_E_DAMAGED)
 		rc = MESH_E_CORRUPT;
-	close(fd); /* drops the lock: the check below takes LOCK_EX */
+	else if (!rc && stat(j->journal_path, &st) < 0)
+		rc = -errno;
+	else if (!rc && (uint64_t)st.st_size > mesh_journal_position(j->jr))
+		rc = MESH_E_CORRUPT;
 	if (rc != MESH_E_CORRUPT)
 		return rc;
-	/* Bytes past the committed records: whole records of a writer that
-	 * died before its COMMIT are not damage (they are simply not counted
-	 * yet); anything else is, and the check says where. */
+	/* Bytes past the whole records: a torn tail is not damage (it is not
+	 * counted, and the next writer cuts it); anything else is, and the
+	 * check says where. */
 	struct mesh_journal_report rep;
 	rc = mesh_job_journal_check(j->journal_path, 0, &rep);
 	if (rc == 0 && !rep.header_bad)
@@ -459,6 +455,8 @@ static int check_whole(struct jfile *j, struct mesh_job_why *why)
 	why->damage_off = rep.bad_off != UINT64_MAX ? rep.bad_off : rep.good_end;
 	why->size = rep.size;
 	why->torn = rep.torn;
+	if (rep.torn && !rep.header_bad)
+		return 0; /* said in why; counted as every writer counts */
 	return MESH_E_CORRUPT;
 }
 

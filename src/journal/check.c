@@ -98,9 +98,10 @@ static void emit_record(struct out *o, const struct mesh_jrec *r, const unsigned
  * A COMMIT that does not vouch for the records before it (their fold) is
  * damage too; after damage, the next COMMIT's batch is not known whole, so
  * its fold is not checked. */
-static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, struct out *o)
+static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, struct out *o, uint64_t *tail_fold,
+		uint64_t *tail_n)
 {
-	uint64_t off = MESH_JOURNAL_HDR_SIZE, fold = 0;
+	uint64_t off = MESH_JOURNAL_HDR_SIZE, fold = 0, since = 0;
 	int unsure = 0;
 	rep->good_end = size;
 	while (off < size) {
@@ -117,9 +118,11 @@ static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, s
 				emit_record(o, &r, p, sz);
 			if (r.type == MESH_JREC_COMMIT) {
 				fold = 0;
+				since = 0;
 				unsure = 0;
 			} else {
 				fold = mesh_journal_fold(fold, p);
+				since++;
 			}
 			off += sz;
 			continue;
@@ -137,6 +140,12 @@ static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, s
 		off = f;
 	}
 	rep->torn = rep->ndropped == 1 && rep->after_bad == 0;
+	/* the records after the last COMMIT, when nothing but a torn tail
+	 * follows them */
+	if (tail_fold) {
+		*tail_fold = fold;
+		*tail_n = rep->ndropped == 0 || rep->torn ? since : 0;
+	}
 	return w->err;
 }
 
@@ -162,7 +171,7 @@ static int rewrite(const char *path, struct win *w, uint64_t size, const unsigne
 	memset(&scratch, 0, sizeof scratch);
 	scratch.bad_off = UINT64_MAX;
 	emit(&o, hdr, MESH_JOURNAL_HDR_SIZE);
-	rc = scan(w, size, &scratch, &o);
+	rc = scan(w, size, &scratch, &o, NULL, NULL);
 	emit(&o, commit_rec, mesh_journal_encode_commit(commit_rec, o.fold));
 	if (!rc)
 		rc = o.err;
@@ -239,14 +248,30 @@ int mesh_journal_check_kinds(const char *path, int repair, const struct mesh_jou
 		goto out;
 	}
 	rep->size = (uint64_t)st.st_size;
-	rc = scan(&w, rep->size, rep, NULL);
-	if (rc || (!rep->header_bad && rep->ndropped == 0))
+	uint64_t tail_fold = 0, tail_n = 0;
+	rc = scan(&w, rep->size, rep, NULL, &tail_fold, &tail_n);
+	if (rc || (!rep->header_bad && rep->ndropped == 0 && (!tail_n || repair < 1)))
 		goto out;
-	if (!rep->header_bad && rep->torn && repair >= 1) {
-		if (ftruncate(fd, (off_t)rep->good_end) < 0)
+	if (!rep->header_bad && (rep->torn || rep->ndropped == 0) && repair >= 1) {
+		uint64_t end = rep->ndropped ? rep->good_end : rep->size;
+		if (rep->ndropped && ftruncate(fd, (off_t)end) < 0)
 			rc = -errno;
 		else
 			rc = mesh_fdatasync(fd);
+		if (!rc && tail_n) {
+			/* adopted, as the next writer would: durable now, and
+			 * a COMMIT says so to every reader */
+			unsigned char commit_rec[MESH_JOURNAL_COMMIT_SIZE];
+			size_t cn = mesh_journal_encode_commit(commit_rec, tail_fold);
+			rc = mesh_pwrite_all(fd, commit_rec, cn, (off_t)end);
+			if (!rc)
+				rc = mesh_fdatasync(fd);
+			if (!rc) {
+				rep->adopted = tail_n;
+				rep->records++;
+				rep->by_type[MESH_JREC_COMMIT]++;
+			}
+		}
 		rep->repaired = !rc;
 	} else if (repair >= 2 && (!rep->header_bad || first_is_first(&w, rep->size))) {
 		if (rep->header_bad)

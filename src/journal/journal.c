@@ -347,7 +347,12 @@ void mesh_journal_stats(const struct mesh_journal *j, uint64_t *batches, uint64_
 }
 
 static long tail_locked(struct mesh_journal *j, int look);
-static int settle_locked(struct mesh_journal *j, uint64_t *cut, int writing);
+/* How settle_locked treats what follows the last committed record: an
+ * opener (recover) and a writer (before its batch) hold LOCK_EX and write
+ * (cut a torn tail, commit leftovers; a writer fails when it cannot); a
+ * look (recover_look) holds LOCK_SH and writes nothing. */
+enum settle_how { SETTLE_OPEN, SETTLE_WRITER, SETTLE_LOOK };
+static int settle_locked(struct mesh_journal *j, uint64_t *cut, enum settle_how how);
 
 long mesh_journal_tail(struct mesh_journal *j)
 {
@@ -637,12 +642,15 @@ static uint64_t find_whole_after(const struct mesh_journal_kinds *kinds, int fd,
 	return found;
 }
 
-/* With LOCK_EX held: brings the consumer up to date, then settles what lies
- * after the last committed record.  No writer is in flight, so whole records
- * there are a dead writer's batch (or one whose COMMIT was lost in a crash):
- * they are made durable and committed.  Bytes after them are cut when no
- * whole record follows (a torn tail), else the damage is in the middle. */
-static int settle_locked(struct mesh_journal *j, uint64_t *cut, int writing)
+/* With LOCK_EX held (LOCK_SH for SETTLE_LOOK): brings the consumer up to
+ * date, then settles what lies after the last committed record.  No writer
+ * is in flight, so whole records there are a dead writer's batch (or one
+ * whose COMMIT was torn or lost in a crash, or a journal written before
+ * COMMITs): they are made durable and committed -- by a look, made durable
+ * and trusted by this handle alone.  Bytes after them are cut when no whole
+ * record follows (a torn tail; a look leaves them), else the damage is in
+ * the middle. */
+static int settle_locked(struct mesh_journal *j, uint64_t *cut, enum settle_how how)
 {
 	struct stat st;
 	uint64_t w, cend, size, fold;
@@ -668,11 +676,13 @@ static int settle_locked(struct mesh_journal *j, uint64_t *cut, int writing)
 			rc = MESH_E_DAMAGED;
 			goto out;
 		}
-		if (ftruncate(j->fd, (off_t)w) < 0) {
+		if (how == SETTLE_LOOK) {
+			/* a torn tail: not ours to cut, not handed out */
+		} else if (ftruncate(j->fd, (off_t)w) < 0) {
 			rc = -errno;
 			goto out;
 		}
-		if (cut)
+		else if (cut)
 			*cut += size - w;
 	}
 	rc = mesh_fdatasync(j->fd);
@@ -683,10 +693,10 @@ static int settle_locked(struct mesh_journal *j, uint64_t *cut, int writing)
 	 * holder of the lock adopts them again. */
 	j->trusted = w;
 	mesh_journal_encode_commit(commit_rec, fold);
-	rc = mesh_pwrite_all(j->fd, commit_rec, sizeof commit_rec, (off_t)w);
+	rc = how == SETTLE_LOOK ? 0 : mesh_pwrite_all(j->fd, commit_rec, sizeof commit_rec, (off_t)w);
 	/* A writer must not append after leftovers left without their
 	 * COMMIT: its own would not vouch for them. */
-	if (rc && !writing)
+	if (rc && how != SETTLE_WRITER)
 		rc = 0;
 	if (!rc) {
 		n = tail_locked(j, 1);
@@ -718,7 +728,29 @@ int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
 	rc = mesh_flock_ex(j->fd);
 	if (rc)
 		return rc;
-	rc = settle_locked(j, cut, 0);
+	rc = settle_locked(j, cut, SETTLE_OPEN);
+	flock(j->fd, LOCK_UN);
+	return rc;
+}
+
+int mesh_journal_recover_look(struct mesh_journal *j)
+{
+	struct stat st;
+	long n;
+	int rc;
+	pthread_mutex_lock(&j->rmu);
+	n = tail_locked(j, 0);
+	pthread_mutex_unlock(&j->rmu);
+	if (n < 0)
+		return (int)n;
+	if (fstat(j->fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size <= mesh_journal_position(j))
+		return 0;
+	while (flock(j->fd, LOCK_SH) < 0)
+		if (errno != EINTR)
+			return -errno;
+	rc = settle_locked(j, NULL, SETTLE_LOOK);
 	flock(j->fd, LOCK_UN);
 	return rc;
 }
@@ -830,7 +862,7 @@ static void commit(struct mesh_journal *j, struct waiter *list, uint32_t gen)
 		goto out;
 	rc = same_file_locked(j);
 	if (!rc)
-		rc = settle_locked(j, NULL, 1);
+		rc = settle_locked(j, NULL, SETTLE_WRITER);
 	if (!rc && j->prepare)
 		rc = j->prepare(j->prepare_arg, all, nrec, keep);
 	if (!rc)

@@ -164,6 +164,15 @@ long mesh_journal_tail(struct mesh_journal *j);
  * mesh_journal_check).  *cut (may be NULL) gets the bytes cut.  0 or a
  * negative error. */
 int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut);
+/* The same rule for a look that writes nothing (`mesh job status`): under
+ * LOCK_SH (so that no commit is in flight), the whole records after the
+ * last committed one are made durable (fdatasync, which a read-only fd may
+ * do) and handed out by this handle as recover would adopt them, without a
+ * COMMIT; a torn tail after them is left as it is and not handed out.  So
+ * every reader and writer counts the same records: a last record whose
+ * COMMIT is torn or missing, or a journal written before COMMITs.
+ * MESH_E_DAMAGED as for recover; 0 or a negative error. */
+int mesh_journal_recover_look(struct mesh_journal *j);
 /* Appends n records durably with the other appenders of this process (one
  * write + one fdatasync per batch, then its COMMIT).  keep (may be NULL) gets
  * 1 for each record written, 0 for one the prepare hook dropped.  Returns 0
@@ -200,6 +209,9 @@ struct mesh_journal_report {
 	size_t ndropped;	/* damaged ranges; the first MESH_JOURNAL_RANGES are listed */
 	struct mesh_journal_range dropped[MESH_JOURNAL_RANGES];
 	int torn;		/* the only damage is a torn tail (no whole record after it) */
+	uint64_t adopted;	/* whole records after the last COMMIT (a writer died before it, it was
+				 * torn or lost, the journal predates COMMITs) that this check
+				 * committed (repair >= 1), as every writer adopts them */
 	int repaired;		/* the file was cut (torn tail) or rewritten (--force) */
 };
 /* Verifies a whole journal under LOCK_EX, resynchronising past damage: after
@@ -209,7 +221,10 @@ struct mesh_journal_report {
  * with damage before its end or a bad header (temp file, fdatasync, rename,
  * fsync of the directory): every whole record is kept, the damaged ranges
  * are dropped (and listed in rep), a fresh header replaces a bad one.  A bad
- * header is repaired only when the first record is a whole SUBMIT.  A
+ * header is repaired only when the first record is a whole SUBMIT.  With
+ * repair >= 1, whole records after the last COMMIT are made durable and
+ * committed (rep->adopted), as recover does: after a check every reader
+ * counts what every writer counts.  A
  * process that still has the old file open gets MESH_E_STALE on its next
  * append.  Returns 0 when the file is (now) sound, MESH_E_CORRUPT when
  * damage remains, MESH_E_FOREIGN / MESH_E_VERSION (never touched), or

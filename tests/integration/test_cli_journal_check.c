@@ -5,6 +5,8 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static char out[16384];
@@ -76,4 +78,136 @@ TEST(cli_job_check_force_keeps_records_after_midfile_damage)
 	EXPECT_CONTAINS(out, "REPAIRED");
 	EXPECT_EQ(MESH("status j.log locks jb 500", M), 1);
 	EXPECT_CONTAINS(out, "done 499");
+}
+
+/* The record boundaries of a journal (offsets where each record starts,
+ * and the file's size last); how many.  Types in types[]. */
+static int records_of(const char *path, uint64_t *starts, unsigned char *types, int cap, uint64_t *size)
+{
+	char *s;
+	size_t len;
+	int n = 0;
+	s = t_read_file(path, &len);
+	if (!s)
+		return -1;
+	for (size_t off = MESH_JOURNAL_HDR_SIZE; off + 8 <= len && n < cap;) {
+		unsigned rlen = (unsigned char)s[off + 6] | (unsigned)(unsigned char)s[off + 7] << 8;
+		starts[n] = off;
+		types[n++] = (unsigned char)s[off + 4];
+		off += mesh_journal_size(rlen);
+	}
+	*size = len;
+	free(s);
+	return n;
+}
+
+/* "done N" of `mesh job status`, or -1 (with its exit code in *rc). */
+static int status_done(const char *path, int *rc)
+{
+	*rc = MESH("status %s L tj 6", M, path);
+	const char *p = strstr(out, "done ");
+	return p ? atoi(p + 5) : -1;
+}
+
+/* Every reader and writer reads journal J (a copy of which each gets) the
+ * same way: a chunk is DONE iff its DONE record is whole, whether the
+ * COMMIT after it is whole, torn or missing.  status, status after check,
+ * status after check --force, complete's answer and what mesh run runs
+ * must agree on it. */
+static void agree_on(const char *j, int want_done, uint64_t at)
+{
+	int rc, d;
+	char tag[64];
+	snprintf(tag, sizeof tag, "cut at %llu", (unsigned long long)at);
+	/* status, read-only: counts it and changes nothing */
+	t_sh(NULL, 0, 0, "cp %s a.log && rm -rf L", j);
+	d = status_done("a.log", &rc);
+	if (d != want_done || (rc != 0 && rc != 1))
+		fprintf(stderr, "%s: status: done %d (exit %d), want %d: %s\n", tag, d, rc, want_done, out);
+	EXPECT_EQ(d, want_done);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "cmp -s %s a.log", j), 0);
+	/* check, then status */
+	t_sh(NULL, 0, 0, "cp %s b.log", j);
+	rc = MESH("check b.log", M);
+	EXPECT_EQ(rc, 0);
+	d = status_done("b.log", &rc);
+	if (d != want_done)
+		fprintf(stderr, "%s: status after check: done %d, want %d\n", tag, d, want_done);
+	EXPECT_EQ(d, want_done);
+	/* check --force, then status */
+	t_sh(NULL, 0, 0, "cp %s c.log", j);
+	rc = MESH("check --force c.log", M);
+	EXPECT_EQ(rc, 0);
+	d = status_done("c.log", &rc);
+	if (d != want_done)
+		fprintf(stderr, "%s: status after check --force: done %d, want %d\n", tag, d, want_done);
+	EXPECT_EQ(d, want_done);
+	/* complete of the last chunk: IGNORED iff it was DONE */
+	t_sh(NULL, 0, 0, "cp %s d.log", j);
+	rc = MESH("complete d.log L tj 3 n1", M);
+	EXPECT_EQ(rc, 0);
+	if (want_done == 4)
+		EXPECT_CONTAINS(out, "IGNORED 3");
+	else
+		EXPECT_CONTAINS(out, "DONE 3");
+	/* mesh run runs exactly the chunks not DONE */
+	t_sh(NULL, 0, 0, "cp %s e.log && rm -rf L", j);
+	rc = t_sh(out, sizeof out, 0, "%s run -j2 --journal e.log --chunks 6 -- echo 2>/dev/null | wc -l", M);
+	EXPECT_EQ(rc, 0);
+	if (atoi(out) != 6 - want_done)
+		fprintf(stderr, "%s: mesh run ran %d chunks, want %d\n", tag, atoi(out), 6 - want_done);
+	EXPECT_EQ(atoi(out), 6 - want_done);
+}
+
+/* The issue's reproduction, generalised: `mesh job submit J 100`, complete
+ * 0..49, `truncate -s -3 J`, `mesh job check J`: status said 49 done while
+ * `complete ... 49` answered IGNORED 49, and check --force did not settle
+ * it.  Here the journal is cut at every byte offset of its last three
+ * records (the COMMIT before the last DONE, the last DONE, its COMMIT). */
+TEST_TIMEOUT(cli_job_every_reader_and_writer_agree_on_a_torn_or_missing_commit, 240)
+{
+	ASSERT_EQ(MESH("submit J.log 6", M), 0);
+	for (int c = 0; c < 4; c++)
+		ASSERT_EQ(MESH("complete J.log L tj %d n1", M, c), 0);
+	uint64_t starts[64], size;
+	unsigned char types[64];
+	int n = records_of("J.log", starts, types, 64, &size);
+	ASSERT_GE(n, 3);
+	ASSERT_EQ(types[n - 1], MESH_JREC_COMMIT);
+	ASSERT_EQ(types[n - 2], 3); /* DONE */
+	ASSERT_EQ(types[n - 3], MESH_JREC_COMMIT);
+	uint64_t done_end = starts[n - 1];
+	for (uint64_t at = starts[n - 3]; at <= size; at++) {
+		t_sh(NULL, 0, 0, "cp J.log cut.log && truncate -s %llu cut.log", (unsigned long long)at);
+		agree_on("cut.log", at >= done_end ? 4 : 3, at);
+		if (t__failed)
+			break;
+	}
+}
+
+/* A journal from before COMMIT records (the same records, no COMMIT among
+ * them): status said "no job submitted" while check said OK and mesh run
+ * resumed.  Now every one reads it as the others do. */
+TEST_TIMEOUT(cli_job_a_journal_without_commits_reads_the_same_everywhere, 60)
+{
+	ASSERT_EQ(MESH("submit J.log 6", M), 0);
+	for (int c = 0; c < 4; c++)
+		ASSERT_EQ(MESH("complete J.log L tj %d n1", M, c), 0);
+	uint64_t starts[64], size;
+	unsigned char types[64];
+	int n = records_of("J.log", starts, types, 64, &size);
+	ASSERT_GT(n, 0);
+	/* old.log: the header and every record but the COMMITs */
+	char *s = t_read_file("J.log", NULL);
+	int fd = open("old.log", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(write(fd, s, MESH_JOURNAL_HDR_SIZE), MESH_JOURNAL_HDR_SIZE);
+	for (int i = 0; i < n; i++) {
+		uint64_t end = i + 1 < n ? starts[i + 1] : size;
+		if (types[i] != MESH_JREC_COMMIT)
+			ASSERT_EQ(write(fd, s + starts[i], end - starts[i]), (ssize_t)(end - starts[i]));
+	}
+	close(fd);
+	free(s);
+	agree_on("old.log", 4, 0);
 }

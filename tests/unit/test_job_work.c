@@ -128,7 +128,9 @@ TEST(job_work_read_only_open_changes_nothing)
 	ASSERT_GE(fd, 0);
 	ASSERT_EQ(write(fd, "torn", 4), 4);
 	close(fd);
-	EXPECT_EQ(open_as(&j, "j.log", NULL, 1, &why), MESH_E_CORRUPT);
+	ASSERT_EQ(open_as(&j, "j.log", NULL, 1, &why), 0);
+	mesh_job_close(j);
+	EXPECT_EQ(why.torn, 1);
 	EXPECT_UEQ(why.damage_off, (uint64_t)good);
 	EXPECT_UEQ(why.size, (uint64_t)good + 4);
 	EXPECT_EQ(fsize("j.log"), good + 4);
