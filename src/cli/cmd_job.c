@@ -228,6 +228,8 @@ static int job_fail(int rc, const struct mesh_job_why *w, const char *journal, c
 	if (rc == MESH_E_RANGE && w->n)
 		return mesh_cli_fail(rc, "journal '%s' holds %" PRIu64 " chunks, more than the engine handles (%" PRIu64 ")",
 				     journal, w->n, (uint64_t)MESH_JOB_MAX_CHUNKS);
+	if ((rc == MESH_E_CORRUPT || rc == MESH_E_DAMAGED) && w->identity_damaged)
+		return mesh_cli_identity_damaged(rc, journal, w);
 	if (rc == MESH_E_CORRUPT && w->size) {
 		fprintf(stderr,
 			"mesh: journal '%s' is damaged at offset %" PRIu64 " (of %" PRIu64
@@ -553,10 +555,6 @@ static int cmd_check(int argc, char **argv)
 	if (r.ndropped && r.torn)
 		printf("torn tail: %" PRIu64 " bytes at offset %" PRIu64 " %s\n", r.dropped_bytes, r.bad_off,
 		       r.repaired ? "cut" : "not cut");
-	if (r.adopted)
-		printf("%" PRIu64 " whole records after the last COMMIT (a writer gone before it, a COMMIT torn or "
-		       "lost, or a journal older than COMMITs): committed, as every writer would\n",
-		       r.adopted);
 	else if (r.ndropped) {
 		printf("damage at offset %" PRIu64 ": %zu damaged ranges, %" PRIu64 " bytes, %" PRIu64
 		       " whole records after the first one (kept)\n",
@@ -566,8 +564,19 @@ static int cmd_check(int argc, char **argv)
 			       r.dropped[i].off, r.dropped[i].off + r.dropped[i].len, r.dropped[i].len);
 		if (r.ndropped > MESH_JOURNAL_RANGES)
 			printf("  ... and %zu more ranges\n", r.ndropped - MESH_JOURNAL_RANGES);
-		puts(r.repaired ? "rewritten without the damaged ranges (a chunk whose DONE was in them runs again)"
-				: "not repaired: `mesh job check --force` rewrites the journal without the damaged ranges");
+		if (!r.identity)
+			puts(r.repaired ? "rewritten without the damaged ranges (a chunk whose DONE was in them runs again)"
+					: "not repaired: `mesh job check --force` rewrites the journal without the damaged ranges");
+	}
+	if (r.adopted)
+		printf("%" PRIu64 " whole records after the last COMMIT (a writer gone before it, a COMMIT torn or "
+		       "lost, or a journal older than COMMITs): committed, as every writer would\n",
+		       r.adopted);
+	if (r.identity) {
+		printf("not repaired: the damage is in the records that name the work (SUBMIT, WORK), which a "
+		       "repair would drop, leaving a journal of no work or of any command's. To start afresh, "
+		       "move it away (`mv %s %s.damaged`): every chunk runs again\n",
+		       a.pos[0], a.pos[0]);
 	}
 	if (rc) {
 		puts("CORRUPT");

@@ -267,6 +267,7 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	if (rc < 0)
 		return mesh__run_fail(rc, "cannot submit to '%s'", a->journal);
 	struct mesh_job_opts jo = MESH_JOB_OPTS_INIT;
+	jo.why = &why;
 	jo.journal = a->journal;
 	jo.lockdir = lockdir;
 	jo.name = "run";
@@ -277,7 +278,9 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	jo.identity_len = ident_len;
 	jo.on_store_wait = mesh_cli_store_wait;
 	jo.on_store_wait_arg = (void *)a->journal;
-	if ((rc = mesh_job_open(job, &jo)) < 0)
+	if ((rc = mesh_job_open(job, &jo)) < 0 && why.identity_damaged)
+		return mesh_exit_run(mesh_cli_identity_damaged(rc, a->journal, &why));
+	if (rc < 0)
 		return mesh__run_fail(rc, "cannot open journal '%s'", a->journal);
 	if (a->speculate) {
 		/* A second node name for copies of our own stragglers. */

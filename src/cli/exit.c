@@ -1,7 +1,9 @@
 #include "cli/exit.h"
 
 #include "base/err.h"
+#include "job/job.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,6 +23,16 @@ int mesh_cli_fail(int err, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, ": %s\n", mesh_strerror(err));
 	return mesh_exit_for(err);
+}
+
+int mesh_cli_identity_damaged(int rc, const char *journal, const struct mesh_job_why *w)
+{
+	fprintf(stderr,
+		"mesh: journal '%s' is damaged at offset %" PRIu64 " (of %" PRIu64
+		" bytes), in the records that name its work (SUBMIT, WORK): no repair can keep them. To start "
+		"afresh, move it away (`mv %s %s.damaged`): every chunk runs again\n",
+		journal, w->damage_off, w->size, journal, journal);
+	return mesh_exit_for(rc);
 }
 
 /* One pair of lines for all of the process's job handles (a run or a

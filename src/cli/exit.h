@@ -38,6 +38,11 @@ int mesh_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * which never holds a password): says on stderr when the job store's
  * database stops answering and when it answers again. */
 void mesh_cli_store_wait(void *arg, int waiting, const char *why);
+/* A journal damaged in the records that name its work (mesh_job_why
+ * .identity_damaged): says so on stderr -- no repair keeps them, move it away to
+ * start afresh -- and returns the exit code for rc. */
+struct mesh_job_why;
+int mesh_cli_identity_damaged(int rc, const char *journal, const struct mesh_job_why *w);
 /* True when argv holds -h or --help before any "--". */
 int mesh_cli_wants_help(int argc, char **argv);
 

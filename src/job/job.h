@@ -67,6 +67,9 @@ struct mesh_job_why {
 				 * A read-only open that finds only a torn tail succeeds (the
 				 * whole records count, as for a writer, which cuts it) and
 				 * sets these three */
+	int identity_damaged;	/* MESH_E_CORRUPT or MESH_E_DAMAGED: the damage is in the records that
+				 * name the work (SUBMIT, WORK; mesh_journal_report.identity): no
+				 * repair keeps them, start afresh (damage_off and size set too) */
 	/* MESH_E_MISMATCH: a journal whose identity is its owner's (meshd's
 	 * jobs), opened to write by a handle that did not present it */
 	int owned;

@@ -455,7 +455,8 @@ static int check_whole(struct jfile *j, struct mesh_job_why *why)
 	why->damage_off = rep.bad_off != UINT64_MAX ? rep.bad_off : rep.good_end;
 	why->size = rep.size;
 	why->torn = rep.torn;
-	if (rep.torn && !rep.header_bad)
+	why->identity_damaged = rep.identity;
+	if (rep.torn && !rep.header_bad && !rep.identity)
 		return 0; /* said in why; counted as every writer counts */
 	return MESH_E_CORRUPT;
 }
@@ -513,6 +514,15 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 	else
 		rc = mesh_journal_recover(j->jr, NULL);
 	pthread_mutex_unlock(&j->mu);
+	if (rc == MESH_E_DAMAGED) {
+		/* Where, and whether a repair can keep it (why->identity_damaged). */
+		struct mesh_journal_report rep;
+		if (mesh_job_journal_check(o->journal, 0, &rep) == MESH_E_CORRUPT) {
+			why->damage_off = rep.bad_off;
+			why->size = rep.size;
+			why->identity_damaged = rep.identity;
+		}
+	}
 	if (!rc && o->read_only)
 		rc = check_whole(j, why);
 	if (rc)

@@ -101,8 +101,9 @@ static void emit_record(struct out *o, const struct mesh_jrec *r, const unsigned
 static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, struct out *o, uint64_t *tail_fold,
 		uint64_t *tail_n)
 {
-	uint64_t off = MESH_JOURNAL_HDR_SIZE, fold = 0, since = 0;
-	int unsure = 0;
+	uint64_t off = MESH_JOURNAL_HDR_SIZE, fold = 0, since = 0, first_end = 0;
+	int unsure = 0, committed = 0; /* a COMMIT seen before any damage */
+	int a_commit = 0;	       /* the first damage is one COMMIT's bytes (its frame says so) */
 	rep->good_end = size;
 	while (off < size) {
 		struct mesh_jrec r;
@@ -116,7 +117,10 @@ static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, s
 				rep->after_bad++;
 			if (o)
 				emit_record(o, &r, p, sz);
+			if (off == MESH_JOURNAL_HDR_SIZE)
+				first_end = off + sz;
 			if (r.type == MESH_JREC_COMMIT) {
+				committed |= rep->bad_off == UINT64_MAX;
 				fold = 0;
 				since = 0;
 				unsure = 0;
@@ -136,10 +140,25 @@ static int scan(struct win *w, uint64_t size, struct mesh_journal_report *rep, s
 		}
 		if (f > size)
 			f = size;
+		if (rep->bad_off == UINT64_MAX && first_end) {
+			/* A damaged record whose frame still reads as a COMMIT of
+			 * the range's length: no record of the work's is lost
+			 * with it (a WORK would need four bits changed to read so). */
+			p = at(w, off, &avail);
+			uint16_t len = avail >= 8 ? (uint16_t)(p[6] | p[7] << 8) : 0xffff;
+			a_commit = avail >= 8 && p[4] == MESH_JREC_COMMIT &&
+				   (len == 0 || len == MESH_JOURNAL_COMMIT_LEN) && f - off == mesh_journal_size(len);
+		}
 		note_damage(rep, off, f);
 		off = f;
 	}
 	rep->torn = rep->ndropped == 1 && rep->after_bad == 0;
+	/* The first batch names the work (created whole, with its COMMIT):
+	 * damage before the first COMMIT is in it, unless it is that COMMIT.  A journal without any
+	 * COMMIT has no batches to tell: its first record and the place of the
+	 * one after (a WORK's) name it. */
+	if (rep->bad_off != UINT64_MAX && !committed && !a_commit)
+		rep->identity = rep->by_type[MESH_JREC_COMMIT] > 0 || rep->bad_off <= (first_end ? first_end : MESH_JOURNAL_HDR_SIZE);
 	/* the records after the last COMMIT, when nothing but a torn tail
 	 * follows them */
 	if (tail_fold) {
@@ -252,7 +271,11 @@ int mesh_journal_check_kinds(const char *path, int repair, const struct mesh_jou
 	rc = scan(&w, rep->size, rep, NULL, &tail_fold, &tail_n);
 	if (rc || (!rep->header_bad && rep->ndropped == 0 && (!tail_n || repair < 1)))
 		goto out;
-	if (!rep->header_bad && (rep->torn || rep->ndropped == 0) && repair >= 1) {
+	if (rep->identity) {
+		/* Repaired without the records that name its work, a journal
+		 * would belong to no work, or take any command's: refused. */
+		rc = MESH_E_CORRUPT;
+	} else if (!rep->header_bad && (rep->torn || rep->ndropped == 0) && repair >= 1) {
 		uint64_t end = rep->ndropped ? rep->good_end : rep->size;
 		if (rep->ndropped && ftruncate(fd, (off_t)end) < 0)
 			rc = -errno;

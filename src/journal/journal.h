@@ -209,6 +209,11 @@ struct mesh_journal_report {
 	size_t ndropped;	/* damaged ranges; the first MESH_JOURNAL_RANGES are listed */
 	struct mesh_journal_range dropped[MESH_JOURNAL_RANGES];
 	int torn;		/* the only damage is a torn tail (no whole record after it) */
+	int identity;		/* the damage lies in the records that name the journal's work (its
+				 * first batch, before its first COMMIT: the job's SUBMIT and WORK;
+				 * in a journal without COMMITs, its first record or the one after):
+				 * never repaired, a repair without them would belong to no work or to
+				 * any */
 	uint64_t adopted;	/* whole records after the last COMMIT (a writer died before it, it was
 				 * torn or lost, the journal predates COMMITs) that this check
 				 * committed (repair >= 1), as every writer adopts them */
@@ -221,7 +226,8 @@ struct mesh_journal_report {
  * with damage before its end or a bad header (temp file, fdatasync, rename,
  * fsync of the directory): every whole record is kept, the damaged ranges
  * are dropped (and listed in rep), a fresh header replaces a bad one.  A bad
- * header is repaired only when the first record is a whole SUBMIT.  With
+ * header is repaired only when the first record is a whole SUBMIT, and
+ * damage in the records that name the work (rep->identity) never is.  With
  * repair >= 1, whole records after the last COMMIT are made durable and
  * committed (rep->adopted), as recover does: after a check every reader
  * counts what every writer counts.  A

@@ -211,3 +211,54 @@ TEST_TIMEOUT(cli_job_a_journal_without_commits_reads_the_same_everywhere, 60)
 	free(s);
 	agree_on("old.log", 4, 0);
 }
+
+/* The records that name a journal's work (its first batch: SUBMIT and,
+ * from mesh run, WORK) are never dropped by a repair.  A damaged WORK
+ * used to be dropped by check --force, and the journal then took any other
+ * command: `mesh run --journal w.log --chunks 8 -- echo other` "completed"
+ * 8/8 with 0 run, exit 0.  Now the repair refuses, says how to start
+ * afresh, and changes nothing; a run of another command is refused. */
+TEST(cli_job_check_force_never_drops_a_damaged_work_record)
+{
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal w.log --chunks 8 -- true", M), 0);
+	uint64_t starts[64], size;
+	unsigned char types[64];
+	int n = records_of("w.log", starts, types, 64, &size);
+	ASSERT_GE(n, 2);
+	ASSERT_EQ(types[1], 8); /* WORK, second */
+	flip("w.log", (off_t)starts[1] + 10);
+	t_sh(NULL, 0, 0, "cp w.log before.log");
+	EXPECT_EQ(MESH("check --force w.log", M), 65);
+	EXPECT_CONTAINS(out, "records that name");
+	EXPECT_CONTAINS(out, "mv w.log");
+	EXPECT_CONTAINS(out, "CORRUPT");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "cmp -s w.log before.log"), 0);
+	/* what a plain check and an open say points at the fresh start, not at --force */
+	EXPECT_EQ(MESH("check w.log", M), 65);
+	EXPECT_CONTAINS(out, "records that name");
+	EXPECT_NE(t_sh(out, sizeof out, 1, "%s run --journal w.log --chunks 8 -- echo other", M), 0);
+	EXPECT_TRUE(strstr(out, "8/8") == NULL);
+	EXPECT_EQ(MESH("status w.log L run 8", M), 65);
+	EXPECT_CONTAINS(out, "mv w.log");
+	EXPECT_TRUE(strstr(out, "--force") == NULL);
+}
+
+/* A flipped bit in the SUBMIT: check --force said REPAIRED, then check
+ * said OK, and status and mesh run refused the journal forever ("no job
+ * submitted").  Now the repair refuses the same way. */
+TEST(cli_job_check_force_never_drops_a_damaged_submit)
+{
+	ASSERT_EQ(MESH("submit s.log 8", M), 0);
+	ASSERT_EQ(MESH("complete s.log L s 1 n1", M), 0);
+	flip("s.log", MESH_JOURNAL_HDR_SIZE + 9);
+	t_sh(NULL, 0, 0, "cp s.log before.log");
+	EXPECT_EQ(MESH("check --force s.log", M), 65);
+	EXPECT_CONTAINS(out, "records that name");
+	EXPECT_CONTAINS(out, "mv s.log");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "cmp -s s.log before.log"), 0);
+	EXPECT_EQ(MESH("status s.log L s 8", M), 65);
+	EXPECT_CONTAINS(out, "mv s.log");
+	EXPECT_TRUE(strstr(out, "--force") == NULL);
+	EXPECT_EQ(MESH("complete s.log L s 2 n1", M), 65);
+	EXPECT_CONTAINS(out, "mv s.log");
+}
