@@ -644,9 +644,12 @@ static const struct sub subs[] = {
 	{"check", cmd_check,
 	 "usage: mesh job check <journal.log> [--force]\n"
 	 "Verifies the header and every record's checksum.  A torn tail (a partial last append)\n"
-	 "is cut, every whole record kept (exit 0).  Damage followed by whole records, or a bad\n"
+	 "is cut, every whole record kept, and whole records left without their COMMIT are\n"
+	 "committed as every writer would (exit 0).  Damage followed by whole records, or a bad\n"
 	 "header, is reported with the damaged byte ranges (exit 65); --force rewrites the journal\n"
-	 "(temp file, fsync, rename) keeping every whole record before and after the damage.\n"},
+	 "(temp file, fsync, rename) keeping every whole record before and after the damage --\n"
+	 "except damage in the records that name the work (SUBMIT, WORK), which nothing repairs:\n"
+	 "move the journal away to start afresh.\n"},
 	{"retry", cmd_retry,
 	 "usage: mesh job retry <journal.log> [cid]\n"
 	 "Un-buries every buried chunk (or only cid) so it is leased again; prints RETRIED <count>.\n"},

@@ -708,7 +708,9 @@ out:
 	return rc;
 }
 
-int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
+/* recover and recover_look: a tail, then, when bytes remain, the lock
+ * (LOCK_EX to write, LOCK_SH to look) and the settling. */
+static int recover_as(struct mesh_journal *j, uint64_t *cut, enum settle_how how)
 {
 	struct stat st;
 	long n;
@@ -725,34 +727,22 @@ int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
 		return -errno;
 	if ((uint64_t)st.st_size <= mesh_journal_position(j))
 		return 0;
-	rc = mesh_flock_ex(j->fd);
-	if (rc)
-		return rc;
-	rc = settle_locked(j, cut, SETTLE_OPEN);
+	while (flock(j->fd, how == SETTLE_LOOK ? LOCK_SH : LOCK_EX) < 0)
+		if (errno != EINTR)
+			return -errno;
+	rc = settle_locked(j, cut, how);
 	flock(j->fd, LOCK_UN);
 	return rc;
 }
 
+int mesh_journal_recover(struct mesh_journal *j, uint64_t *cut)
+{
+	return recover_as(j, cut, SETTLE_OPEN);
+}
+
 int mesh_journal_recover_look(struct mesh_journal *j)
 {
-	struct stat st;
-	long n;
-	int rc;
-	pthread_mutex_lock(&j->rmu);
-	n = tail_locked(j, 0);
-	pthread_mutex_unlock(&j->rmu);
-	if (n < 0)
-		return (int)n;
-	if (fstat(j->fd, &st) < 0)
-		return -errno;
-	if ((uint64_t)st.st_size <= mesh_journal_position(j))
-		return 0;
-	while (flock(j->fd, LOCK_SH) < 0)
-		if (errno != EINTR)
-			return -errno;
-	rc = settle_locked(j, NULL, SETTLE_LOOK);
-	flock(j->fd, LOCK_UN);
-	return rc;
+	return recover_as(j, NULL, SETTLE_LOOK);
 }
 
 /* With LOCK_EX held: MESH_E_STALE when the path no longer names our file
