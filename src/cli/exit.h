@@ -20,7 +20,7 @@
 	X(RUN_ERRORS, 104, "104..123: mesh's own error, the code above + 40 (104 usage, 105 bad input, 106 no input, 114 I/O error, ...)") \
 	X(RUN_HANGUP, 129, "SIGHUP (a closed terminal): no chunk started after it, the running ones finished; rerun the same command to resume") \
 	X(RUN_INTERRUPTED, 130, "stopped by SIGINT/SIGTERM; rerun the same command to resume")          \
-	X(RUN_CLOSED_STDOUT, 141, "standard output was closed (| head): stopped quietly as GNU parallel does; output not written stays not done")
+	X(RUN_CLOSED_STDOUT, 141, "standard output was closed (| head): stopped as GNU parallel does; a default journal is removed (what the reader took cannot be known), a --journal kept and its rerun warns")
 
 enum {
 #define MESH__EXIT_ENUM(name, code, msg) MESH_EXIT_##name = code,

@@ -77,8 +77,9 @@ static const char usage[] =
 	"  --node NAME          this node's name (default <host>.<pid>)\n"
 	"  -h, --help           this help\n"
 	"\n"
-	"Exit: 0 all done; 1..100 the number of failed chunks, 101 more; 130\n"
-	"interrupted (rerun to resume); 104 usage; others: `mesh help exit-codes`.\n"
+	"Exit: 0 all done; 1..100 the number of failed chunks, 101 more; 129 SIGHUP\n"
+	"(running chunks finished, none started after it), 130 interrupted (rerun to\n"
+	"resume); 104 usage; others: `mesh help exit-codes`.\n"
 	"Details and GNU parallel differences: docs/run.md\n";
 
 /* The one-letter and long names; V: takes a value. */
