@@ -40,7 +40,8 @@
 	X(HANDLER, 27, "the worker's handler failed")                                \
 	X(STOPPED, 28, "worker stopped while the call ran")                             \
 	X(PEER, 29, "the socket is served by another user (neither you nor root)") \
-	X(UNAVAILABLE, 30, "the job store's database cannot be reached or refused the login")
+	X(UNAVAILABLE, 30, "the job store's database cannot be reached or refused the login") \
+	X(BUSY, 31, "in use by another process")
 
 enum {
 #define MESH__ERR_ENUM(name, off, msg) MESH_E_##name = MESH_E__BASE - (off),

@@ -42,6 +42,7 @@ int mesh_exit_for(int err)
 	case MESH_E_STATE:
 	case MESH_E_STALE:
 	case MESH_E_STOPPED:
+	case MESH_E_BUSY:
 		return MESH_EXIT_TEMPFAIL;
 	case MESH_E_CRASHED:
 	case MESH_E_PROTO:

@@ -8,6 +8,7 @@
 #include "exec/runner.h"
 #include "job/job.h"
 #include "job/record.h"
+#include "job/results.h"
 #include "journal/journal.h"
 #include "store/store.h"
 #include "store/store_pg.h"
@@ -15,11 +16,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define TTL_MAX_NS (365ull * 24 * 3600 * MESH_NS_PER_S)
 
@@ -533,6 +536,37 @@ static int cmd_harvest(int argc, char **argv)
 	}
 }
 
+/* A meshd job's journal has its results file beside it (docs/jobs.md):
+ * every DONE chunk must have its result.  0 (none there, or all whole),
+ * MESH_E_CORRUPT (said what is missing), or an exit code after saying
+ * why it could not be read. */
+static int check_results(const char *journal)
+{
+	struct mesh_results_report r;
+	const char *slash = strrchr(journal, '/');
+	char path[PATH_MAX];
+	int len = slash ? (int)(slash - journal + 1) : 0;
+	if (snprintf(path, sizeof path, "%.*sresults.bin", len, journal) >= (int)sizeof path || access(path, F_OK) < 0)
+		return 0;
+	int rc = mesh_results_check(path, journal, &r);
+	if (rc < 0 && rc != MESH_E_CORRUPT)
+		return mesh_cli_fail(rc, "cannot check the results file '%s'", path);
+	printf("results %s: %" PRIu64 " bytes; %" PRIu64 " DONE chunks: %" PRIu64 " results in the file, %" PRIu64
+	       " carried by their DONE record only\n",
+	       path, r.size, r.done, r.in_file, r.in_done);
+	if (r.missing) {
+		printf("%" PRIu64 " DONE chunks have no result (lost):", r.missing);
+		for (uint64_t i = 0; i < r.missing && i < MESH_RESULTS_REPORT_MISSING; i++)
+			printf(" %" PRIu64, r.first_missing[i]);
+		puts(r.missing > MESH_RESULTS_REPORT_MISSING ? " ..." : "");
+	}
+	if (r.tail)
+		printf("results: %" PRIu64 " bytes after the last whole record at offset %" PRIu64
+		       " (torn or damaged; not cut)\n",
+		       r.tail, r.size - r.tail);
+	return rc;
+}
+
 static int cmd_check(int argc, char **argv)
 {
 	struct args a;
@@ -578,6 +612,8 @@ static int cmd_check(int argc, char **argv)
 		       "move it away (`mv %s %s.damaged`): every chunk runs again\n",
 		       a.pos[0], a.pos[0]);
 	}
+	if (!rc && (rc = check_results(a.pos[0])) > 0)
+		return rc; /* could not check them: said why */
 	if (rc) {
 		puts("CORRUPT");
 		return mesh_exit_for(rc);
@@ -649,7 +685,10 @@ static const struct sub subs[] = {
 	 "header, is reported with the damaged byte ranges (exit 65); --force rewrites the journal\n"
 	 "(temp file, fsync, rename) keeping every whole record before and after the damage --\n"
 	 "except damage in the records that name the work (SUBMIT, WORK), which nothing repairs:\n"
-	 "move the journal away to start afresh.\n"},
+	 "move the journal away to start afresh.\n"
+	 "A meshd job's journal (results.bin beside it) is checked against its results too: a DONE\n"
+	 "chunk without its result, or bytes past the file's whole records, is CORRUPT (exit 65);\n"
+	 "the results file is not changed.\n"},
 	{"retry", cmd_retry,
 	 "usage: mesh job retry <journal.log> [cid]\n"
 	 "Un-buries every buried chunk (or only cid) so it is leased again; prints RETRIED <count>.\n"},

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -765,6 +766,59 @@ static int load_job(struct meshd_jobs *j, uint64_t id)
 	return 0;
 }
 
+/* Takes the state directory for this meshd's lifetime: flock(LOCK_EX) on
+ * <state>/meshd.lock (close-on-exec: no worker inherits it), which then
+ * holds our pid.  A second meshd on the same directory would resume the
+ * first one's jobs and append to the same results files: it gets
+ * MESH_E_BUSY, with the holder's pid in *err.  The fd, or a negative error
+ * with *err malloc'd. */
+static int lock_state(const char *state, char **err)
+{
+	char *path = mesh_strf("%s/" MESHD_STATE_LOCK, state);
+	if (!path)
+		return -ENOMEM;
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600), rc = 0;
+	if (fd < 0) {
+		rc = mesh_errf(err, -errno, "cannot open the state lock '%s': %s", path, strerror(errno));
+		free(path);
+		return rc;
+	}
+	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK) {
+			rc = mesh_errf(err, -errno, "cannot lock '%s': %s", path, strerror(errno));
+			break;
+		}
+		/* The holder writes its pid right after its flock: give it a
+		 * moment when the file is still empty. */
+		char pid[32] = "";
+		for (int i = 0; i < 50; i++) {
+			ssize_t k = mesh_pread_full(fd, pid, sizeof pid - 1, 0);
+			pid[k > 0 ? k : 0] = 0;
+			pid[strcspn(pid, "\n")] = 0;
+			if (pid[0])
+				break;
+			mesh_sleep_ns(2 * MESH_NS_PER_MS);
+		}
+		rc = mesh_errf(err, MESH_E_BUSY,
+			       "the state directory '%s' is in use by another meshd (pid %s, holding %s); one meshd "
+			       "a state directory: stop it, or give this one another --state",
+			       state, pid[0] ? pid : "unknown", path);
+		break;
+	}
+	char line[32];
+	int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+	if (rc == 0 && (ftruncate(fd, 0) < 0 || pwrite(fd, line, (size_t)n, 0) != n))
+		rc = mesh_errf(err, -errno, "cannot write our pid in '%s': %s", path, strerror(errno));
+	free(path);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char *state_dir, char **err)
 {
 	char real[PATH_MAX];
@@ -774,10 +828,17 @@ int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char
 	/* The engine refuses symlinks in a journal's path: use the real one. */
 	if (!realpath(state_dir, real))
 		return mesh_errf(err, -errno, "cannot use the state directory '%s': %s", state_dir, strerror(errno));
+	/* Before anything in it is read. */
+	int lock_fd = lock_state(real, err);
+	if (lock_fd < 0)
+		return lock_fd;
 	struct meshd_jobs *j = calloc(1, sizeof *j);
-	if (!j)
+	if (!j) {
+		close(lock_fd);
 		return -ENOMEM;
+	}
 	pthread_mutex_init(&j->mu, NULL);
+	j->lock_fd = lock_fd;
 	j->core = core;
 	j->next_id = 1;
 	j->depth = DEFAULT_DEPTH;
@@ -863,5 +924,8 @@ void meshd_jobs_free(struct meshd_jobs *j)
 	free(j->state);
 	free(j->jobs_dir);
 	pthread_mutex_destroy(&j->mu);
+	/* Last: the state directory is free for the next meshd. */
+	if (j->lock_fd >= 0)
+		close(j->lock_fd);
 	free(j);
 }

@@ -35,8 +35,11 @@ struct meshd_jobs;
 enum meshd_job_state { MESHD_JOB_RUNNING, MESHD_JOB_COMPLETE, MESHD_JOB_FAILED, MESHD_JOB_CANCELLED, MESHD_JOB_ERROR };
 const char *meshd_job_state_name(enum meshd_job_state s);
 
-/* Opens (creating it 0700) the state directory and resumes its unfinished
- * jobs.  0, or a negative error with *err malloc'd. */
+/* Opens (creating it 0700) the state directory, locks it for meshd's
+ * lifetime (flock on <state>/meshd.lock, which holds the holder's pid;
+ * released by meshd_jobs_free), then resumes its unfinished jobs.  0, or a
+ * negative error with *err malloc'd: MESH_E_BUSY when another meshd holds
+ * the directory (*err names its pid). */
 int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char *state_dir, char **err);
 /* Stops every driver (meshd is stopping: the jobs stay unfinished on disk
  * and resume at the next start) and wakes every waiting reader.  Before

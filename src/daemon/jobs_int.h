@@ -66,9 +66,13 @@ struct job {
 	_Atomic uint64_t t_results;
 };
 
+/* The state directory's lock file (jobs.c, lock_state). */
+#define MESHD_STATE_LOCK "meshd.lock"
+
 struct meshd_jobs {
 	struct meshd_core *core;
 	char *state, *jobs_dir;
+	int lock_fd; /* flock(LOCK_EX) on <state>/meshd.lock for meshd's lifetime */
 	uint32_t hash;
 	unsigned depth;
 	pthread_mutex_t mu;

@@ -104,7 +104,8 @@ static void usage(FILE *f)
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
 		"Exit codes: 0 clean stop, 64 usage error, 66 catalog or logs missing, 69 socket\n"
-		"in use, 71 system error, 70 internal error, 77 socket directory not private.\n",
+		"in use, 71 system error, 70 internal error, 75 the state directory is held by\n"
+		"another meshd (its pid is named), 77 socket directory not private.\n",
 		sock);
 }
 
@@ -234,6 +235,8 @@ static int exit_for(int err)
 		return MESH_EXIT_UNAVAILABLE;
 	case MESH_E_NOTPRIVATE:
 		return MESH_EXIT_NOPERM;
+	case MESH_E_BUSY: /* the state directory: another meshd holds it */
+		return MESH_EXIT_TEMPFAIL;
 	case MESH_E_NOGPU: /* --isolation mps: no MPS control daemon */
 		return MESH_EXIT_NOGPU;
 	case MESH_E_PARSE:
@@ -414,8 +417,9 @@ int main(int argc, char **argv)
 	if (default_state && meshd_state_default(state, sizeof state) < 0)
 		state[0] = 0;
 	rc = state[0] ? meshd_jobs_open(&jobs, core, state, &err) : -ENOENT;
-	if (rc < 0 && default_state) {
-		/* No usable default: meshd serves programs, not jobs. */
+	if (rc < 0 && default_state && rc != MESH_E_BUSY) {
+		/* No usable default: meshd serves programs, not jobs.  One that
+		 * another meshd holds is refused as a given one is. */
 		mesh_warn("no jobs: %s (give --state DIR)",
 			  err ? err : "neither $XDG_STATE_HOME nor $HOME names a state directory");
 		free(err);

@@ -5,6 +5,8 @@
 #include "base/crc.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "job/job.h"
+#include "job/record.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,7 +101,9 @@ static int flush_locked(struct mesh_results *r)
 	return 0;
 }
 
-static int scan(struct mesh_results *r, uint64_t size, uint64_t *cut)
+/* Indexes the whole records; what follows the last one (torn or damaged)
+ * is cut unless read_only, and its size goes in *cut. */
+static int scan(struct mesh_results *r, uint64_t size, uint64_t *cut, int read_only)
 {
 	uint8_t *buf = NULL;
 	size_t cap = 0;
@@ -122,7 +126,7 @@ static int scan(struct mesh_results *r, uint64_t size, uint64_t *cut)
 	if (rc < 0)
 		return rc;
 	r->end = off;
-	if (off < size) {
+	if (off < size && !read_only) {
 		/* A torn or damaged tail: a writer died mid-record.  Nothing
 		 * after it was ever a chunk's result (DONE follows a sync). */
 		if (ftruncate(r->fd, (off_t)off) < 0 || mesh_fsync(r->fd) < 0)
@@ -156,7 +160,7 @@ int mesh_results_create(const char *path, int *fd)
 	return rc;
 }
 
-int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchunks, uint64_t *cut)
+static int results_open(struct mesh_results **out, const char *path, uint64_t nchunks, uint64_t *cut, int read_only)
 {
 	struct stat st;
 	int rc;
@@ -170,7 +174,8 @@ int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchu
 	pthread_mutex_init(&r->mu, NULL);
 	r->ok_off = calloc(nchunks ? nchunks : 1, sizeof *r->ok_off);
 	r->bad_off = calloc(nchunks ? nchunks : 1, sizeof *r->bad_off);
-	r->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	r->fd = read_only ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+			  : open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (!r->ok_off || !r->bad_off) {
 		rc = -ENOMEM;
 		goto fail;
@@ -184,6 +189,10 @@ int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchu
 		goto fail;
 	}
 	uint8_t h[HDR_SIZE];
+	if (st.st_size < (off_t)HDR_SIZE && read_only) {
+		rc = MESH_E_FOREIGN; /* not even a header */
+		goto fail;
+	}
 	if (st.st_size < (off_t)HDR_SIZE) {
 		/* New (or a creator that died before its header was whole). */
 		if ((rc = write_header(r->fd)) < 0)
@@ -209,13 +218,77 @@ int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchu
 			rc = MESH_E_VERSION;
 			goto fail;
 		}
-		if ((rc = scan(r, (uint64_t)st.st_size, cut)) < 0)
+		if ((rc = scan(r, (uint64_t)st.st_size, cut, read_only)) < 0)
 			goto fail;
 	}
 	*out = r;
 	return 0;
 fail:
 	mesh_results_close(r);
+	return rc;
+}
+
+int mesh_results_open(struct mesh_results **out, const char *path, uint64_t nchunks, uint64_t *cut)
+{
+	return results_open(out, path, nchunks, cut, 0);
+}
+
+/* ---- the check: every DONE chunk has its result ---- */
+
+struct check {
+	struct mesh_job *jh;
+	struct mesh_results *res;
+	unsigned char *carried; /* bit per chunk: its DONE carries its result */
+};
+
+static int note_carried(void *arg, uint64_t cid, const void *p, size_t n)
+{
+	struct check *c = arg;
+	(void)p;
+	(void)n;
+	c->carried[cid / 8] |= (unsigned char)(1u << (cid % 8));
+	return 0;
+}
+
+int mesh_results_check(const char *path, const char *journal, struct mesh_results_report *rep)
+{
+	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	struct mesh_job_status js;
+	struct check c = {0};
+	int rc;
+	memset(rep, 0, sizeof *rep);
+	o.journal = journal;
+	o.read_only = 1;
+	if ((rc = mesh_job_open(&c.jh, &o)) < 0)
+		return rc;
+	if ((rc = mesh_job_status(c.jh, &js)) < 0)
+		goto out;
+	rep->n = js.n;
+	if (!(c.carried = calloc(js.n / 8 + 1, 1))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if ((rc = mesh_rec_each_result(journal, js.n, note_carried, &c)) < 0)
+		goto out;
+	if ((rc = results_open(&c.res, path, js.n, &rep->tail, 1)) < 0)
+		goto out;
+	rep->size = c.res->end + rep->tail;
+	for (uint64_t cid = 0; cid < js.n; cid++) {
+		if (mesh_job_is_done(c.jh, cid) != 1)
+			continue;
+		rep->done++;
+		if (mesh_results_has(c.res, cid))
+			rep->in_file++;
+		else if (c.carried[cid / 8] & (1u << (cid % 8)))
+			rep->in_done++;
+		else if (rep->missing++ < MESH_RESULTS_REPORT_MISSING)
+			rep->first_missing[rep->missing - 1] = cid;
+	}
+	rc = rep->missing || rep->tail ? MESH_E_CORRUPT : 0;
+out:
+	mesh_results_close(c.res);
+	free(c.carried);
+	mesh_job_close(c.jh);
 	return rc;
 }
 

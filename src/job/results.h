@@ -72,4 +72,26 @@ int mesh_results_has(struct mesh_results *r, uint64_t cid);
 /* The file's size now (its whole records). */
 uint64_t mesh_results_size(struct mesh_results *r);
 
+/* What mesh_results_check found (`mesh job check` of a meshd job). */
+#define MESH_RESULTS_REPORT_MISSING 16
+struct mesh_results_report {
+	uint64_t n, done;  /* the job's chunks; those DONE in its journal */
+	uint64_t in_file;  /* DONE chunks whose result is in the results file */
+	uint64_t in_done;  /* ... only in their DONE record (a small result; meshd puts it
+			    * back in the file at its next open of the job) */
+	uint64_t missing;  /* DONE chunks with neither: their result is lost */
+	uint64_t first_missing[MESH_RESULTS_REPORT_MISSING]; /* the first of them, by chunk id */
+	uint64_t size;	   /* the file's size */
+	uint64_t tail;	   /* bytes after its last whole record (torn or damaged) */
+};
+/* Checks the results file at path against the job's journal (read-only:
+ * neither file is changed; a torn tail is reported, not cut): every chunk
+ * the journal holds DONE must have its result, in the file or carried by
+ * its DONE record.  0 when so; MESH_E_CORRUPT when a DONE chunk has none
+ * or the file has bytes past its whole records (rep says which); the
+ * journal's open errors (mesh_job_open, read-only: a torn journal is
+ * MESH_E_CORRUPT too, so check the journal first); MESH_E_FOREIGN,
+ * MESH_E_VERSION, -errno of the results file. */
+int mesh_results_check(const char *path, const char *journal, struct mesh_results_report *rep);
+
 #endif

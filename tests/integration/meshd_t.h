@@ -155,6 +155,17 @@ static inline int meshd_t_mesh(char *out, size_t cap, int merge, const char *fmt
 		    merge ? "" : " 2>>mesh.err");
 }
 
+/* `mesh submit ARGS`: the job id it printed alone on its line (anything
+ * else fails the test); the output in out[cap]. */
+static inline unsigned meshd_t_submit(char *out, size_t cap, const char *args)
+{
+	ASSERT_EQ(meshd_t_mesh(out, cap, 0, "submit %s", args), 0);
+	char *end;
+	unsigned long id = strtoul(out, &end, 10);
+	ASSERT_TRUE(id > 0 && *end == '\n' && end[1] == 0);
+	return (unsigned)id;
+}
+
 /* Job id's object in `mesh jobs --json` (decref it); the output in
  * out[cap]. */
 static inline json_t *meshd_t_job_json(char *out, size_t cap, unsigned id)

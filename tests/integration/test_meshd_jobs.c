@@ -66,11 +66,7 @@ static void setup(void)
 /* Submits; the job id. */
 static unsigned submit(const char *args)
 {
-	ASSERT_EQ(mesh(0, "submit %s", args), 0);
-	char *end;
-	unsigned long id = strtoul(out, &end, 10);
-	ASSERT_TRUE(id > 0 && *end == '\n' && end[1] == 0);
-	return (unsigned)id;
+	return meshd_t_submit(out, sizeof out, args);
 }
 
 /* GET /v1/jobs/<id> through `mesh jobs --json`: the job's object (decref it). */
