@@ -123,3 +123,15 @@ int mesh_path_lockdir_ok(const char *p, const char **why)
 	}
 	return common(p, why);
 }
+
+int mesh_path_lockdir_private_ok(const char *p, const char **why)
+{
+	const char *dummy;
+	if (!why)
+		why = &dummy;
+	if (!p || p[0] != '/' || !p[1]) {
+		*why = "a private lock directory must be an absolute path";
+		return MESH_E_PATH;
+	}
+	return common(p, why);
+}

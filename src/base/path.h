@@ -9,6 +9,12 @@ int mesh_path_journal_ok(const char *p, const char **why);
 /* A lock directory: a bare name ("locks", no '/') or a path under "/tmp/";
  * no ".." component and no existing symlink component.  0 or MESH_E_PATH. */
 int mesh_path_lockdir_ok(const char *p, const char **why);
+/* A lock directory a program places inside a directory private to it
+ * (meshd's <state>/jobs/<id>/leases): an absolute path, no ".." component
+ * and no existing symlink component.  Never for a path a user gives to a
+ * `mesh job` command (their law is mesh_path_lockdir_ok).  0 or
+ * MESH_E_PATH. */
+int mesh_path_lockdir_private_ok(const char *p, const char **why);
 /* 1 if any existing component of p (or p itself) is a symlink, else 0. */
 int mesh_path_has_symlink(const char *p);
 /* Opens directory dir (creating it 0700 first when create is set and it is

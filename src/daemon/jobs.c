@@ -18,6 +18,7 @@
 #include "job/job.h"
 #include "job/record.h"
 #include "job/results.h"
+#include "store/store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -148,7 +149,7 @@ struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id)
 	jb->journal = mesh_strf("%s/journal.log", jb->dir ? jb->dir : "");
 	jb->results_path = mesh_strf("%s/results.bin", jb->dir ? jb->dir : "");
 	jb->input_path = mesh_strf("%s/input", jb->dir ? jb->dir : "");
-	jb->lockdir = mesh_strf("/tmp/meshd-%u-%08x-j%" PRIu64, (unsigned)getuid(), j->hash, id);
+	jb->lockdir = mesh_strf("%s/leases", jb->dir ? jb->dir : "");
 	jb->lease_name = mesh_strf("j%" PRIu64, id);
 	jb->ident_len = (size_t)snprintf(jb->ident, sizeof jb->ident,
 					 "meshd job %" PRIu64 ": meshd runs its chunks and keeps their results (`mesh results %" PRIu64 "`)",
@@ -516,26 +517,39 @@ static void *results_open_main(void *arg)
 	return NULL;
 }
 
+/* The error of opening jb's journal, naming the file that failed: the
+ * journal, or the lease directory. */
+static int open_error(const struct job *jb, int rc, const struct mesh_job_why *why, char **err)
+{
+	if (why->at == MESH_JOB_AT_LOCKDIR)
+		return mesh_errf(err, rc, "cannot use the lease directory %s: %s", jb->lockdir, mesh_strerror(rc));
+	return mesh_errf(err, rc, "cannot open the journal %s: %s", jb->journal, mesh_strerror(rc));
+}
+
 /* Opens the job's journal (and its speculative handle) and its results
  * file; with defer_results the results file on a helper thread (res_wait
  * joins it), so that a driver's first lease does not wait for its
- * creation. */
+ * creation.  Its leases are in its own directory (jobs.h), which no other
+ * user can reach. */
 static int job_open_files(struct job *jb, int writable, int defer_results, char **err)
 {
 	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
+	struct mesh_job_why why;
 	struct mesh_job *jh = NULL, *sjh = NULL;
 	char node[96];
 	int rc;
 	o.journal = jb->journal;
 	o.lockdir = jb->lockdir;
+	o.lockdir_private = 1;
 	o.name = jb->lease_name;
 	o.nchunks = jb->n;
 	o.max_attempts = jb->retries;
 	o.read_only = !writable;
 	o.identity = jb->ident; /* the journal's owner (or a journal made before owners) */
 	o.identity_len = jb->ident_len;
+	o.why = &why;
 	if ((rc = mesh_job_open(&jh, &o)) < 0)
-		return mesh_errf(err, rc, "cannot open the journal %s: %s", jb->journal, mesh_strerror(rc));
+		return open_error(jb, rc, &why, err);
 	if (writable && jb->speculate) {
 		/* Copies of this node's own stragglers come through a second
 		 * node name (the engine never gives a node a copy of its own). */
@@ -543,7 +557,7 @@ static int job_open_files(struct job *jb, int writable, int defer_results, char 
 		o.node = node;
 		if ((rc = mesh_job_open(&sjh, &o)) < 0) {
 			mesh_job_close(jh);
-			return mesh_errf(err, rc, "cannot open the journal %s: %s", jb->journal, mesh_strerror(rc));
+			return open_error(jb, rc, &why, err);
 		}
 	}
 	pthread_mutex_lock(&jb->res_mu);
@@ -584,6 +598,29 @@ int mesh__job_write_end(struct job *jb, const char *what)
 	int rc = mesh_write_file_atomic(path, what, strlen(what), 0600);
 	free(path);
 	return rc;
+}
+
+/* A job that ended (its end file written) leases nothing again: its lease
+ * directory goes, with any lease file left in it. */
+void mesh__job_remove_leases(struct job *jb)
+{
+	int rc = mesh_store_file_remove_dir(jb->lockdir, MESH_STORE_FILE_PRIVATE);
+	if (rc < 0)
+		mesh_warn("job=%" PRIu64 " cannot remove the lease directory %s: %s", jb->id, jb->lockdir,
+			  mesh_strerror(rc));
+}
+
+/* The lease directory an older meshd gave job id (/tmp/meshd-<uid>-<hash
+ * of the state dir>-j<id>): removed when it is ours (private to this user)
+ * and holds only lease files; one another user made is left alone.
+ * Losing its leases only returns the chunks they held to PENDING. */
+static void remove_old_leases(struct meshd_jobs *j, uint64_t id)
+{
+	char old[96];
+	snprintf(old, sizeof old, "/tmp/meshd-%u-%08x-j%" PRIu64, (unsigned)getuid(), j->hash, id);
+	int rc = mesh_store_file_remove_dir(old, 0);
+	if (rc < 0 && rc != MESH_E_NOTPRIVATE && rc != MESH_E_PATH)
+		mesh_warn("job=%" PRIu64 " cannot remove the old lease directory %s: %s", id, old, mesh_strerror(rc));
 }
 
 static void *driver_main(void *arg)
@@ -652,11 +689,14 @@ static void *driver_main(void *arg)
 	pthread_mutex_unlock(&jb->mu);
 	if (rc == MESH_EXEC_COMPLETE) {
 		mesh__job_write_end(jb, "complete\n");
+		mesh__job_remove_leases(jb);
 		set_end(jb, MESHD_JOB_COMPLETE, NULL);
 	} else if (rc == MESH_EXEC_FAILED) {
 		mesh__job_write_end(jb, "failed\n");
+		mesh__job_remove_leases(jb);
 		set_end(jb, MESHD_JOB_FAILED, NULL);
 	} else if (rc == MESH_EXEC_INTERRUPTED && cancelled) {
+		mesh__job_remove_leases(jb);
 		set_end(jb, MESHD_JOB_CANCELLED, NULL);
 	} else if (rc == MESH_EXEC_INTERRUPTED) {
 		/* meshd is stopping: unfinished on disk, resumed next time. */
@@ -744,7 +784,10 @@ static int load_job(struct meshd_jobs *j, uint64_t id)
 		mesh__job_free(jb);
 		return -ENOMEM;
 	}
+	remove_old_leases(j, id);
 	if (ended) {
+		/* A meshd killed between the end and the removal. */
+		mesh__job_remove_leases(jb);
 		jb->state = mesh__job_end_state(end);
 		char *err = NULL;
 		if (job_open_files(jb, 0, 0, &err) < 0) {

@@ -10,9 +10,12 @@
  *   results.bin each chunk's result (job/results.h), synced before DONE
  *   end         how it ended ("complete", "failed", "cancelled"); absent
  *               while it runs
- * The lease dir is /tmp/meshd-<uid>-<hash of the state dir>-j<id> (the
- * engine's path law keeps lock dirs under /tmp/); losing it only returns
- * in-flight chunks to PENDING.
+ *   leases/     the lease directory (job.h lockdir_private): inside the
+ *               private state directory, where no other user can make or
+ *               see it; removed once the job ends.  Losing it only returns
+ *               in-flight chunks to PENDING (an older meshd's
+ *               /tmp/meshd-<uid>-<hash>-j<id> is removed, when it is ours,
+ *               as its job is loaded).
  *
  * One driver thread a running job: the chunk driver (exec/runner.h) over
  * the slot executor (daemon/job_exec.h), results kept through the driver's

@@ -99,6 +99,8 @@ int mesh__job_spec_parse(struct job *jb, char *text);
 /* The state a job's end file (NUL-terminated text) records. */
 enum meshd_job_state mesh__job_end_state(const char *text);
 int mesh__job_start(struct job *jb);
+/* Removes the lease directory of a job that ended (warns when it cannot). */
+void mesh__job_remove_leases(struct job *jb);
 int mesh__job_write_end(struct job *jb, const char *what);
 /* Logs the first result's path (info) once both the first DONE and, for a
  * job submitted to this meshd, its spec are durable: each of the two

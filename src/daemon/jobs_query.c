@@ -562,8 +562,10 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
 		if (write(jb->cancel_efd, &one, sizeof one) < 0) {
 			/* the counter is never full */
 		}
-		if (!jb->th_on)
+		if (!jb->th_on) {
 			jb->state = MESHD_JOB_CANCELLED;
+			mesh__job_remove_leases(jb);
+		}
 	}
 	pthread_mutex_unlock(&jb->mu);
 	if (rc < 0)

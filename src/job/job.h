@@ -83,7 +83,7 @@ struct mesh_job_why {
 
 struct mesh_job_opts {
 	const char *journal;	/* path (path law: ends in .log, no .., no symlinks) */
-	const char *lockdir;	/* a bare name or under /tmp/; created if missing */
+	const char *lockdir;	/* a bare name or under /tmp/ (or see lockdir_private); created if missing */
 	const char *name;	/* job name: the lease files are <lockdir>/<name>.<cid>.lease */
 	uint64_t nchunks;	/* must equal the submitted n; 0 = take it from the journal */
 	const char *node;	/* this node's name (no spaces, <= 64 bytes); NULL = "<host>.<pid>" */
@@ -101,6 +101,12 @@ struct mesh_job_opts {
 	 * created (missing: nothing is leased); lease, renew, complete, fail and
 	 * retry answer MESH_E_STATE.  Otherwise the journal must be writable. */
 	int read_only;
+	/* lockdir is a directory the caller places inside one private to it
+	 * (meshd's <state>/jobs/<id>/leases): an absolute path
+	 * (mesh_path_lockdir_private_ok) instead of a bare name or one under
+	 * /tmp/, which anyone can pre-create.  It must still be private to
+	 * this user.  Never set for a path a user gave. */
+	int lockdir_private;
 	/* When both this and the journal hold an identity, they must be equal
 	 * (else MESH_E_MISMATCH); a journal without one takes any.  A journal
 	 * whose identity is its owner's (mesh_job_submit_unsynced) takes a

@@ -470,7 +470,9 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 	why->at = MESH_JOB_AT_JOURNAL;
 	if (mesh_path_journal_ok(o->journal, &whytext))
 		return MESH_E_PATH;
-	if (o->lockdir && (mesh_path_lockdir_ok(o->lockdir, &whytext) || !mesh_job_name_ok(o->name))) {
+	if (o->lockdir && ((o->lockdir_private ? mesh_path_lockdir_private_ok(o->lockdir, &whytext)
+					       : mesh_path_lockdir_ok(o->lockdir, &whytext)) ||
+			   !mesh_job_name_ok(o->name))) {
 		why->at = MESH_JOB_AT_LOCKDIR;
 		return MESH_E_PATH;
 	}
@@ -546,7 +548,9 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 		goto fail;
 	}
 	if (o->lockdir) {
-		rc = mesh_store_file_open(&j->st, o->lockdir, j->name, !o->read_only);
+		rc = mesh_store_file_open(&j->st, o->lockdir, j->name,
+					  (o->read_only ? 0 : MESH_STORE_FILE_CREATE) |
+						  (o->lockdir_private ? MESH_STORE_FILE_PRIVATE : 0));
 		if (rc == -ENOENT && o->read_only) {
 			rc = 0; /* no lock dir: nothing is leased */
 			j->st = NULL;

@@ -147,13 +147,18 @@ struct mesh_store {
 	const struct mesh_store_ops *ops;
 };
 
-/* Opens the file store in lockdir (created, mode 0700, when create is set
- * and it is missing) for job name.  The directory must be private to this
- * user -- owned by the effective uid, not writable by group or others, not a
- * symlink -- or anyone could plant or remove leases in it.  Errors:
- * MESH_E_PATH (path law, a symlink, or a name that is not
- * [A-Za-z0-9_.-]{1,64}), MESH_E_NOTPRIVATE, -errno. */
-int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const char *name, int create);
+/* mesh_store_file_open's flags. */
+#define MESH_STORE_FILE_CREATE 1  /* create lockdir (mode 0700) when it is missing */
+#define MESH_STORE_FILE_PRIVATE 2 /* lockdir is placed by the program inside a directory private
+				   * to it: mesh_path_lockdir_private_ok, not the bare-name-or-/tmp/
+				   * law (meshd's jobs, job.h lockdir_private) */
+/* Opens the file store in lockdir for job name (flags: above; 1 is
+ * CREATE alone).  The directory must be private to this user -- owned by
+ * the effective uid, not writable by group or others, not a symlink -- or
+ * anyone could plant or remove leases in it.  Errors: MESH_E_PATH (path
+ * law, a symlink, or a name that is not [A-Za-z0-9_.-]{1,64}),
+ * MESH_E_NOTPRIVATE, -errno. */
+int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const char *name, int flags);
 /* Checks lockdir as mesh_store_file_open would, without creating it: 0
  * when it is private to this user or missing, else MESH_E_PATH,
  * MESH_E_NOTPRIVATE or -errno.  For a caller that names the directory in
@@ -161,10 +166,11 @@ int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const cha
 int mesh_store_file_check_dir(const char *lockdir);
 /* Removes lockdir when it holds nothing but lease files (which it removes,
  * whatever job they belong to): for a lock directory that served one run.
- * 0, also when it is missing; -ENOTEMPTY when another file is in it (then
- * only lease files are gone); MESH_E_PATH, MESH_E_NOTPRIVATE as for open
- * (then nothing is touched); -errno. */
-int mesh_store_file_remove_dir(const char *lockdir);
+ * flags: MESH_STORE_FILE_PRIVATE or 0, as given to open.  0, also when it
+ * is missing; -ENOTEMPTY when another file is in it (then only lease files
+ * are gone); MESH_E_PATH, MESH_E_NOTPRIVATE as for open (then nothing is
+ * touched); -errno. */
+int mesh_store_file_remove_dir(const char *lockdir, int flags);
 
 /* The lease line codec (pure; fuzzed and tested as a table).  format
  * writes format 2 and returns the length written to buf (0 when cap is too

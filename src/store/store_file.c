@@ -371,21 +371,22 @@ static const struct mesh_store_ops file_ops = {
 /* Opens lockdir (creating it 0700 when create is set and it is missing) and
  * checks that it is private to this user; the check is made on the opened
  * directory itself, so nothing can be swapped in between. */
-static int open_private_dir(const char *lockdir, int create)
+static int open_private_dir(const char *lockdir, int flags)
 {
 	const char *why;
-	if (mesh_path_lockdir_ok(lockdir, &why))
+	if (flags & MESH_STORE_FILE_PRIVATE ? mesh_path_lockdir_private_ok(lockdir, &why)
+					     : mesh_path_lockdir_ok(lockdir, &why))
 		return MESH_E_PATH;
-	return mesh_path_open_private_dir(lockdir, create);
+	return mesh_path_open_private_dir(lockdir, flags & MESH_STORE_FILE_CREATE);
 }
 
-int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const char *name, int create)
+int mesh_store_file_open(struct mesh_store **out, const char *lockdir, const char *name, int flags)
 {
 	struct file_store *fs;
 	int dfd;
 	if (!mesh_job_name_ok(name))
 		return MESH_E_PATH;
-	dfd = open_private_dir(lockdir, create);
+	dfd = open_private_dir(lockdir, flags);
 	if (dfd < 0)
 		return dfd;
 	fs = calloc(1, sizeof *fs);
@@ -415,9 +416,9 @@ int mesh_store_file_check_dir(const char *lockdir)
 	return 0;
 }
 
-int mesh_store_file_remove_dir(const char *lockdir)
+int mesh_store_file_remove_dir(const char *lockdir, int flags)
 {
-	int rc = 0, dfd = open_private_dir(lockdir, 0);
+	int rc = 0, dfd = open_private_dir(lockdir, flags & MESH_STORE_FILE_PRIVATE);
 	DIR *d;
 	struct dirent *e;
 	if (dfd == -ENOENT)

@@ -182,6 +182,21 @@ static inline json_t *meshd_t_job_json(char *out, size_t cap, unsigned id)
 	return found;
 }
 
+/* `mesh job status` of a meshd job (its object j from GET /v1/jobs) on
+ * its journal, lease dir and lease name, n chunks, run from the job's
+ * directory: there its lease dir is a bare name, which the path law of
+ * `mesh job` takes (it takes no other outside /tmp/).  The exit status;
+ * the output (stderr merged) in out[cap]. */
+static inline int meshd_t_job_status(char *out, size_t cap, json_t *j, uint64_t n)
+{
+	const char *lockdir = json_string_value(json_object_get(j, "lockdir")), *base;
+	ASSERT_TRUE(lockdir != NULL);
+	base = strrchr(lockdir, '/');
+	return t_sh(out, cap, 1, "cd '%s' && '%s' job status journal.log '%s' '%s' %llu",
+		    json_string_value(json_object_get(j, "dir")), t_bin("mesh"), base ? base + 1 : lockdir,
+		    json_string_value(json_object_get(j, "lease_name")), (unsigned long long)n);
+}
+
 /* The integer member k of o (0 when it has none). */
 static inline int64_t meshd_t_jint(json_t *o, const char *k)
 {

@@ -80,16 +80,13 @@ static int64_t jint(json_t *o, const char *k)
 	return meshd_t_jint(o, k);
 }
 
-/* `mesh job status` on a meshd job's journal, lock dir and lease name. */
+/* `mesh job status` on a meshd job's journal, lease dir and lease name. */
 static int job_status_cmd(unsigned id, uint64_t n)
 {
 	json_t *j = job_json(id);
-	char cmd[8192];
-	snprintf(cmd, sizeof cmd, "'%s' job status '%s' '%s' '%s' %" PRIu64, t_bin("mesh"),
-		 json_string_value(json_object_get(j, "journal")), json_string_value(json_object_get(j, "lockdir")),
-		 json_string_value(json_object_get(j, "lease_name")), n);
+	int rc = meshd_t_job_status(out, sizeof out, j, n);
 	json_decref(j);
-	return t_sh(out, sizeof out, 1, "%s", cmd);
+	return rc;
 }
 
 /* Pids of the live workers (mesh ps --json). */

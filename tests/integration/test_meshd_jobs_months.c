@@ -2,11 +2,14 @@
  * meshd a state directory, results checked against the journal.  The real
  * meshd and mesh binaries, tests/workers/job_worker, a state directory in
  * the test's own directory. */
+#include "base/crc.h"
 #include "base/exit.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,16 +56,18 @@ static void input_of(const char *line, int n)
 	fclose(f);
 }
 
-/* "0:LINE\n1:LINE\n..." for n chunks. */
-static char *expected_of(const char *line, int n)
+/* `mesh results id` is "0:LINE\n1:LINE\n..." for n chunks. */
+static void expect_results(unsigned id, const char *line, int n)
 {
 	size_t cap = (size_t)n * (strlen(line) + 24) + 1, k = 0;
-	char *buf = malloc(cap);
-	ASSERT_TRUE(buf != NULL);
-	buf[0] = 0;
+	char *want = malloc(cap);
+	ASSERT_TRUE(want != NULL);
+	want[0] = 0;
 	for (int i = 0; i < n; i++)
-		k += (size_t)snprintf(buf + k, cap - k, "%d:%s\n", i, line);
-	return buf;
+		k += (size_t)snprintf(want + k, cap - k, "%d:%s\n", i, line);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, want);
+	free(want);
 }
 
 /* Item 2 of issue 31: a second meshd on the same --state resumed the
@@ -90,10 +95,7 @@ TEST_TIMEOUT(jobs_second_meshd_on_one_state_is_refused_naming_the_holder, 60)
 	EXPECT_LT(took, 5000);
 	EXPECT_EQ(access("run/b.sock", F_OK), -1);
 	EXPECT_EQ(mesh(0, "wait %u --quiet", id), 0);
-	EXPECT_EQ(mesh(0, "results %u", id), 0);
-	char *want = expected_of("slow", 100);
-	EXPECT_STREQ(out, want);
-	free(want);
+	expect_results(id, "slow", 100);
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	char cmd[256];
 	snprintf(cmd, sizeof cmd, "job check state/jobs/%u/journal.log", id);
@@ -139,4 +141,188 @@ TEST_TIMEOUT(jobs_check_reports_a_done_chunk_without_its_result, 60)
 	EXPECT_CONTAINS(out, "11 bytes after the last whole record at offset 16");
 	ASSERT_EQ(stat(results, &st), 0);
 	EXPECT_EQ(st.st_size, 27);
+}
+
+/* The lease directory an older meshd gave job id in this test's state
+ * directory: /tmp/meshd-<uid>-<hash of the state dir>-j<id> (in buf);
+ * prefix (may be NULL) gets its name in /tmp up to the id. */
+static void old_lease_dir(char *buf, size_t cap, char *prefix, size_t pcap, unsigned id)
+{
+	char real[4096];
+	mkdir("state", 0700);
+	ASSERT_TRUE(realpath("state", real) != NULL);
+	uint32_t h = (uint32_t)mesh_fnv1a64(MESH_FNV1A64_INIT, real, strlen(real));
+	snprintf(buf, cap, "/tmp/meshd-%u-%08x-j%u", (unsigned)getuid(), h, id);
+	if (prefix)
+		snprintf(prefix, pcap, "meshd-%u-%08x-", (unsigned)getuid(), h);
+}
+
+/* Entries of /tmp whose name starts with prefix. */
+static int tmp_count(const char *prefix)
+{
+	DIR *d = opendir("/tmp");
+	struct dirent *e;
+	int n = 0;
+	ASSERT_TRUE(d != NULL);
+	while ((e = readdir(d)))
+		n += !strncmp(e->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return n;
+}
+
+static int exists(void *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/* Item 5 of issue 31: a meshd job's lease directory was
+ * /tmp/meshd-<uid>-<hash>-j<id>: anyone could make the next ones first
+ * (the jobs went to `error`, the message blaming journal.log), none was
+ * ever removed, and `ls /tmp` told how many jobs ran.  Now it is
+ * <state>/jobs/<id>/leases, 0700 inside the private state directory, and
+ * goes when its job ends.  The next three old names are made here as a
+ * hostile user would: another user's (root chowns it; else one writable
+ * by others), one writable by others, a symlink. */
+TEST_TIMEOUT(jobs_lease_dirs_are_private_and_go_with_their_job, 60)
+{
+	char d[3][128], prefix[64];
+	for (unsigned i = 0; i < 3; i++)
+		old_lease_dir(d[i], sizeof d[i], prefix, sizeof prefix, i + 1);
+	ASSERT_EQ(mkdir(d[0], 0700), 0);
+	if (getuid() == 0)
+		ASSERT_EQ(chown(d[0], 4242, 4242), 0);
+	else
+		ASSERT_EQ(chmod(d[0], 0777), 0);
+	ASSERT_EQ(mkdir(d[1], 0700), 0);
+	ASSERT_EQ(chmod(d[1], 0777), 0);
+	ASSERT_EQ(symlink("/tmp", d[2]), 0);
+	add_job_worker();
+	start_meshd(NULL);
+	input_of("slow", 40);
+	unsigned id = submit("jw --input in.txt");
+	/* While it runs: in the job's own directory, private. */
+	EXPECT_TRUE(t_wait_for(exists, "state/jobs/1/leases", 5000));
+	struct stat st;
+	if (stat("state/jobs/1/leases", &st) == 0)
+		EXPECT_EQ(st.st_mode & 0777, 0700);
+	json_t *j = meshd_t_job_json(out, sizeof out, id);
+	char want[4200], real[4096];
+	ASSERT_TRUE(realpath("state", real) != NULL);
+	snprintf(want, sizeof want, "%s/jobs/1/leases", real);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "lockdir")), want);
+	json_decref(j);
+	EXPECT_EQ(mesh(1, "wait %u --quiet", id), 0);
+	expect_results(id, "slow", 40);
+	for (unsigned k = 2; k <= 3; k++)
+		EXPECT_EQ(mesh(1, "submit jw --wait ::: a b c"), 0);
+	for (unsigned k = 1; k <= 3; k++) {
+		char leases[64];
+		snprintf(leases, sizeof leases, "state/jobs/%u/leases", k);
+		EXPECT_EQ(access(leases, F_OK), -1);
+	}
+	/* Nothing new in /tmp; what another user made there is left alone. */
+	EXPECT_EQ(tmp_count(prefix), 3);
+	EXPECT_EQ(lstat(d[0], &st), 0);
+	if (getuid() == 0)
+		EXPECT_EQ(st.st_uid, 4242);
+	EXPECT_EQ(lstat(d[2], &st), 0);
+	EXPECT_TRUE(S_ISLNK(st.st_mode));
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+	rmdir(d[0]);
+	rmdir(d[1]);
+	unlink(d[2]);
+}
+
+/* Done of job id now (`mesh jobs --json`). */
+static int64_t done_of(unsigned id)
+{
+	json_t *j = meshd_t_job_json(out, sizeof out, id);
+	int64_t done = meshd_t_jint(j, "done");
+	json_decref(j);
+	return done;
+}
+
+/* Runs a 100-chunk job of 20 ms chunks until 10 are DONE, then SIGKILLs
+ * meshd; the job's lease dir (its lockdir) in lockdir. */
+static unsigned killed_mid_job(char *lockdir, size_t cap)
+{
+	add_job_worker();
+	start_meshd(NULL);
+	input_of("slow", 100);
+	unsigned id = submit("jw --input in.txt");
+	json_t *j = meshd_t_job_json(out, sizeof out, id);
+	snprintf(lockdir, cap, "%s", json_string_value(json_object_get(j, "lockdir")));
+	json_decref(j);
+	uint64_t until = t_now_ms() + 20000;
+	while (done_of(id) < 10 && t_now_ms() < until)
+		usleep(10000);
+	ASSERT_GE(done_of(id), 10);
+	kill(meshd_pid, SIGKILL);
+	EXPECT_EQ(meshd_t_wait(meshd_pid), 128 + SIGKILL);
+	return id;
+}
+
+/* An upgrade from a meshd whose jobs leased in /tmp: a job it was running
+ * (its spec of the format before, naming /tmp/meshd-...-j1, and a lease
+ * file left there) resumes and finishes under the new meshd, each chunk
+ * DONE once with its result; the old directory, ours, is removed (its
+ * lease only returned a chunk to PENDING), and the new one goes with the
+ * job's end. */
+TEST_TIMEOUT(jobs_a_running_job_of_an_older_meshd_finishes_after_the_upgrade, 90)
+{
+	char lockdir[4200], old[128], prefix[64], path[4300];
+	unsigned id = killed_mid_job(lockdir, sizeof lockdir);
+	old_lease_dir(old, sizeof old, prefix, sizeof prefix, id);
+	/* The spec an older meshd wrote: no vouches, no check, its lockdir. */
+	char spec[256];
+	snprintf(spec, sizeof spec, "state/jobs/%u/spec", id);
+	char *text = t_read_file(spec, NULL), *save = NULL;
+	ASSERT_TRUE(text != NULL);
+	FILE *f = fopen(spec, "w");
+	ASSERT_TRUE(f != NULL);
+	for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		if (!strncmp(l, "format ", 7) || !strncmp(l, "vouch ", 6) || !strncmp(l, "check ", 6))
+			continue;
+		if (!strncmp(l, "lockdir ", 8))
+			fprintf(f, "lockdir %s\n", old);
+		else
+			fprintf(f, "%s\n", l);
+	}
+	fclose(f);
+	free(text);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "rm -rf '%s' && mkdir -m 700 '%s' && echo stale > '%s/j%u.50.lease'", lockdir,
+		       old, old, id),
+		  0);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh(1, "wait %u --quiet", id), 0);
+	expect_results(id, "slow", 100);
+	EXPECT_EQ(access(old, F_OK), -1);
+	EXPECT_EQ(access(lockdir, F_OK), -1);
+	EXPECT_EQ(tmp_count(prefix), 0);
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+	snprintf(path, sizeof path, "'%s' job check state/jobs/%u/journal.log", t_bin("mesh"), id);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s", path), 0);
+	EXPECT_CONTAINS(out, "done 100,");
+	EXPECT_CONTAINS(out, "100 DONE chunks: 100 results in the file");
+	rmdir(old);
+}
+
+/* A lease directory that cannot be used (here made writable by others
+ * while meshd was down) puts the job in `error` with a message that names
+ * it, not the journal. */
+TEST_TIMEOUT(jobs_a_lease_dir_that_cannot_be_used_is_named, 60)
+{
+	char lockdir[4200];
+	unsigned id = killed_mid_job(lockdir, sizeof lockdir);
+	ASSERT_EQ(chmod(lockdir, 0777), 0);
+	start_meshd(NULL);
+	EXPECT_EQ(mesh(1, "wait %u --quiet", id), MESH_EXIT_SOFTWARE);
+	json_t *j = meshd_t_job_json(out, sizeof out, id);
+	const char *err = json_string_value(json_object_get(j, "error"));
+	char want[4300];
+	snprintf(want, sizeof want, "lease directory %s: not private", lockdir);
+	EXPECT_CONTAINS(err, want);
+	json_decref(j);
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+	chmod(lockdir, 0700);
 }

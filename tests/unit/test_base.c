@@ -9,6 +9,7 @@
 #include "runner/t.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,18 @@ TEST(path_law)
 	ASSERT_EQ(mkdir("real", 0755), 0);
 	ASSERT_EQ(symlink("real", "ln"), 0);
 	EXPECT_EQ(mesh_path_journal_ok("ln/j.log", &why), MESH_E_PATH);
+	/* A program's own lock directory inside its private one (meshd's
+	 * jobs): absolute, no '..', no symlink; never a user's path. */
+	char here[4096], p[4200];
+	ASSERT_TRUE(getcwd(here, sizeof here) != NULL);
+	snprintf(p, sizeof p, "%s/real/leases", here);
+	EXPECT_EQ(mesh_path_lockdir_private_ok(p, &why), 0);
+	EXPECT_EQ(mesh_path_lockdir_private_ok("/var/lib/x/leases", &why), 0);
+	EXPECT_EQ(mesh_path_lockdir_private_ok("leases", &why), MESH_E_PATH);
+	EXPECT_EQ(mesh_path_lockdir_private_ok("/var/../tmp/x", &why), MESH_E_PATH);
+	snprintf(p, sizeof p, "%s/ln/leases", here);
+	EXPECT_EQ(mesh_path_lockdir_private_ok(p, &why), MESH_E_PATH);
+	EXPECT_CONTAINS(why, "symlink");
 }
 
 TEST(crc32c_known_values)

@@ -149,18 +149,18 @@ TEST(lease_store_remove_dir)
 	ASSERT_EQ(s->ops->claim(s, 0, 0, &st), 0);
 	ASSERT_EQ(s->ops->claim(s, 1, 1, &st), 0);
 	s->ops->close(s);
-	EXPECT_EQ(mesh_store_file_remove_dir("run"), 0);
+	EXPECT_EQ(mesh_store_file_remove_dir("run", 0), 0);
 	EXPECT_EQ(access("run", F_OK), -1);
-	EXPECT_EQ(mesh_store_file_remove_dir("run"), 0); /* already gone */
+	EXPECT_EQ(mesh_store_file_remove_dir("run", 0), 0); /* already gone */
 	ASSERT_EQ(mesh_store_file_open(&s, "keep", "jb", 1), 0);
 	ASSERT_EQ(s->ops->claim(s, 0, 0, &st), 0);
 	s->ops->close(s);
 	t_write_file("keep/notes.txt", "mine\n");
-	EXPECT_EQ(mesh_store_file_remove_dir("keep"), -ENOTEMPTY);
+	EXPECT_EQ(mesh_store_file_remove_dir("keep", 0), -ENOTEMPTY);
 	EXPECT_EQ(access("keep/notes.txt", F_OK), 0);
 	EXPECT_EQ(access("keep/jb.0.lease", F_OK), -1);
 	ASSERT_EQ(chmod("keep", 0777), 0);
 	t_write_file("keep/jb.1.lease", "planted\n");
-	EXPECT_EQ(mesh_store_file_remove_dir("keep"), MESH_E_NOTPRIVATE);
+	EXPECT_EQ(mesh_store_file_remove_dir("keep", 0), MESH_E_NOTPRIVATE);
 	EXPECT_EQ(access("keep/jb.1.lease", F_OK), 0); /* untouched */
 }
