@@ -110,3 +110,44 @@ int mesh_parse_size(const char *s, uint64_t max, uint64_t *out)
 	*out = v;
 	return 0;
 }
+
+int mesh_parse_duration(const char *s, uint64_t max_ns, uint64_t *out_ns)
+{
+	size_t n = s ? strlen(s) : 0;
+	uint64_t mul;
+	size_t ulen;
+	if (n >= 2 && strcmp(s + n - 2, "ms") == 0)
+		mul = 0, ulen = 2;
+	else if (n >= 1 && s[n - 1] == 's')
+		mul = 1, ulen = 1;
+	else if (n >= 1 && s[n - 1] == 'm')
+		mul = 60, ulen = 1;
+	else if (n >= 1 && s[n - 1] == 'h')
+		mul = 3600, ulen = 1;
+	else if (n >= 1 && s[n - 1] == 'd')
+		mul = 86400, ulen = 1;
+	else
+		return MESH_E_PARSE;
+	char num[32];
+	if (n - ulen == 0 || n - ulen >= sizeof num)
+		return MESH_E_PARSE;
+	memcpy(num, s, n - ulen);
+	num[n - ulen] = 0;
+	uint64_t v;
+	int rc = mesh_parse_seconds(num, UINT64_MAX, &v);
+	if (rc)
+		return rc;
+	if (mul == 0) {
+		if (v % 1000)
+			return MESH_E_PARSE; /* finer than a nanosecond */
+		v /= 1000;
+	} else {
+		if (v > UINT64_MAX / mul)
+			return MESH_E_RANGE;
+		v *= mul;
+	}
+	if (v > max_ns)
+		return MESH_E_RANGE;
+	*out_ns = v;
+	return 0;
+}

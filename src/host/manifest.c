@@ -116,46 +116,6 @@ const char *mesh_signal_name(int sig)
 	return sig == SIGKILL ? "SIGKILL" : "?";
 }
 
-/* "<n>[.frac](ms|s|m|h)" -> ns. */
-static int parse_duration(const char *s, uint64_t max, uint64_t *out)
-{
-	size_t n = strlen(s);
-	uint64_t mul;
-	size_t ulen;
-	if (n >= 2 && strcmp(s + n - 2, "ms") == 0)
-		mul = 0, ulen = 2;
-	else if (n >= 1 && s[n - 1] == 's')
-		mul = 1, ulen = 1;
-	else if (n >= 1 && s[n - 1] == 'm')
-		mul = 60, ulen = 1;
-	else if (n >= 1 && s[n - 1] == 'h')
-		mul = 3600, ulen = 1;
-	else
-		return MESH_E_PARSE;
-	char num[32];
-	if (n - ulen == 0 || n - ulen >= sizeof num)
-		return MESH_E_PARSE;
-	memcpy(num, s, n - ulen);
-	num[n - ulen] = 0;
-	uint64_t v;
-	int rc = mesh_parse_seconds(num, UINT64_MAX, &v);
-	if (rc)
-		return rc;
-	if (mul == 0) {
-		if (v % 1000)
-			return MESH_E_PARSE; /* finer than a nanosecond */
-		v /= 1000;
-	} else {
-		if (v > UINT64_MAX / mul)
-			return MESH_E_RANGE;
-		v *= mul;
-	}
-	if (v > max)
-		return MESH_E_RANGE;
-	*out = v;
-	return 0;
-}
-
 static const char *want_type(enum kind k)
 {
 	switch (k) {
@@ -312,7 +272,7 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		return 0;
 	case K_DURATION: {
 		uint64_t ns;
-		int rc = parse_duration(it->str, f->max, &ns);
+		int rc = mesh_parse_duration(it->str, f->max, &ns);
 		if (rc == MESH_E_PARSE)
 			return fail(x, WHERE, "'" KEYFMT "' must be a duration like \"500ms\", \"3s\", \"1.5m\", \"2h\"",
 				    KEYARGS);
