@@ -1,4 +1,4 @@
-/* mesh submit|jobs|wait|results|cancel: thin clients of meshd's job routes
+/* mesh submit|jobs|wait|results|cancel|rm: thin clients of meshd's job routes
  * (docs/api.md, "Jobs"; docs/jobs.md). */
 #include "base/buf.h"
 #include "base/clock.h"
@@ -52,9 +52,10 @@ static const char *const helps[][2] = {
 	 "  --store URL      submit to a shared PostgreSQL store instead (default $MESH_STORE unless\n"
 	 "                   --socket): every `meshd --store URL` whose catalog has PROGRAM runs it;\n"
 	 "                   jobs, wait, results and cancel take --store too (docs/cluster.md)\n"},
-	{"jobs", "usage: mesh jobs [--json] [--socket PATH | --store URL]\n\n"
-		 "Every job meshd knows: id, program, state, chunks done/leased/pending/buried, rate,\n"
-		 "ETA and workers.  --json prints meshd's answer as it is.\n"},
+	{"jobs", "usage: mesh jobs [--all] [--json] [--socket PATH | --store URL]\n\n"
+		 "The running jobs and the 20 that ended last: id, program, state, chunks\n"
+		 "done/leased/pending/buried, rate, ETA and workers.  --all: every job meshd keeps\n"
+		 "(`meshd --keep-jobs`, `--keep-for`).  --json prints meshd's answer as it is.\n"},
 	{"wait", "usage: mesh wait JOB [--quiet] [--socket PATH | --store URL]\n\n"
 		 "Waits until job JOB ends; a progress bar on stderr when it is a terminal (--quiet: none).\n"
 		 "Exit: 0 complete; 1 it ended with buried chunks; 6 cancelled; 70 it stopped on an error;\n"
@@ -67,13 +68,18 @@ static const char *const helps[][2] = {
 		    "and skipped; the others are written, and the exit is 65.\n"},
 	{"cancel", "usage: mesh cancel JOB [--socket PATH | --store URL]\n\n"
 		   "Stops job JOB for good: running chunks are cut, nothing more starts; what is DONE stays.\n"},
+	{"rm", "usage: mesh rm JOB [--socket PATH]\n\n"
+	       "Removes job JOB, which has ended (complete, failed, cancelled or error): its directory,\n"
+	       "results and all, and meshd forgets it; its id is not given again.  A running job is\n"
+	       "refused (exit 75): `mesh cancel JOB` stops it first.  meshd removes old jobs by itself\n"
+	       "(`meshd --keep-jobs N --keep-for DURATION`, docs/jobs.md).\n"},
 };
 
 struct jopts {
 	char sock[PATH_MAX];
 	const char *store; /* --store URL, else $MESH_STORE unless --socket: the store's jobs (cmd_jobs_store.c) */
 	const char *job;
-	int json, quiet, no_wait;
+	int json, quiet, no_wait, all;
 };
 
 static void print_help(const char *cmd)
@@ -176,6 +182,8 @@ static int parse(int argc, char **argv, struct jopts *o, int want_job)
 			ex = set_sock(o, cmd, i + 1 < argc ? argv[++i] : NULL);
 		else if (!strcmp(a, "--json") && !strcmp(cmd, "jobs"))
 			o->json = 1;
+		else if (!strcmp(a, "--all") && !strcmp(cmd, "jobs"))
+			o->all = 1;
 		else if (!strcmp(a, "--quiet") && !strcmp(cmd, "wait"))
 			o->quiet = 1;
 		else if (!strcmp(a, "--no-wait") && !strcmp(cmd, "results"))
@@ -481,7 +489,7 @@ int mesh_cmd_jobs(int argc, char **argv)
 		return ex;
 	if (o.store)
 		return mesh__sjobs_list(o.store, o.json);
-	if ((ex = request(&o, "cannot list the jobs", "GET", "/v1/jobs", NULL, 0, &r)) >= 0)
+	if ((ex = request(&o, "cannot list the jobs", "GET", o.all ? "/v1/jobs?all=1" : "/v1/jobs", NULL, 0, &r)) >= 0)
 		return ex;
 	if (o.json) {
 		fwrite(r.body, 1, r.len, stdout);
@@ -502,6 +510,8 @@ int mesh_cmd_jobs(int argc, char **argv)
 		       num(e, "buried"), real(e, "rate") > 0 ? real(e, "rate") : 0.0, eta, num(e, "workers"),
 		       num(e, "max_workers"), *str(e, "name") ? "  " : "", str(e, "name"));
 	}
+	if (num(j, "older"))
+		printf("%" PRIu64 " older jobs not shown (mesh jobs --all)\n", num(j, "older"));
 	json_decref(j);
 	meshd_reply_release(&r);
 	return 0;
@@ -696,23 +706,42 @@ int mesh_cmd_results(int argc, char **argv)
 	}
 }
 
-/* ---- cancel ---- */
+/* ---- cancel, rm ---- */
+
+/* One action on job o->job (method on /v1/jobs/<id><suffix>); prints
+ * "<did> job <id>". */
+static int job_action(const struct jopts *o, const char *method, const char *suffix, const char *verb, const char *did)
+{
+	struct meshd_reply r;
+	char target[96], what[96];
+	int ex;
+	snprintf(target, sizeof target, "/v1/jobs/%s%s", o->job, suffix);
+	snprintf(what, sizeof what, "cannot %s job %s", verb, o->job);
+	if ((ex = request(o, what, method, target, NULL, 0, &r)) >= 0)
+		return ex;
+	meshd_reply_release(&r);
+	printf("%s job %s\n", did, o->job);
+	return 0;
+}
 
 int mesh_cmd_cancel(int argc, char **argv)
 {
 	struct jopts o;
-	struct meshd_reply r;
 	int ex = parse(argc, argv, &o, 1);
 	if (ex >= 0)
 		return ex;
-	char target[96], what[96];
 	if (o.store)
 		return mesh__sjobs_cancel(o.store, strtoull(o.job, NULL, 10));
-	snprintf(target, sizeof target, "/v1/jobs/%s/cancel", o.job);
-	snprintf(what, sizeof what, "cannot cancel job %s", o.job);
-	if ((ex = request(&o, what, "POST", target, NULL, 0, &r)) >= 0)
+	return job_action(&o, "POST", "/cancel", "cancel", "cancelled");
+}
+
+int mesh_cmd_rm(int argc, char **argv)
+{
+	struct jopts o;
+	int ex = parse(argc, argv, &o, 1);
+	if (ex >= 0)
 		return ex;
-	meshd_reply_release(&r);
-	printf("cancelled job %s\n", o.job);
-	return 0;
+	if (o.store)
+		return mesh_cli_usage("rm: removes meshd's jobs, not a store's (--store)");
+	return job_action(&o, "DELETE", "", "remove", "removed");
 }

@@ -25,7 +25,8 @@
 	X(jobs, mesh_cmd_jobs, "meshd: the jobs and their progress")                              \
 	X(wait, mesh_cmd_wait, "meshd: wait for a job to end (progress bar on a terminal)")      \
 	X(results, mesh_cmd_results, "meshd: a job's results in chunk order, streamed while it runs") \
-	X(cancel, mesh_cmd_cancel, "meshd: cancel a job")
+	X(cancel, mesh_cmd_cancel, "meshd: cancel a job")                                        \
+	X(rm, mesh_cmd_rm, "meshd: remove a job that ended, its files and all")
 
 /* Prints the help of cmd from a table of {command, text} rows, then what
  * every meshd client command shares (--socket, the exit codes). */

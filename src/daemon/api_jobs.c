@@ -227,18 +227,21 @@ static void submit(const struct evkeyvalq *args, const void *body, size_t n, str
 	meshd_job_info_release(&ji);
 }
 
-static void list(struct meshd_api_answer *a)
+static void list(const struct evkeyvalq *args, struct meshd_api_answer *a)
 {
 	struct meshd_job_info *v;
-	size_t n;
-	int rc = meshd_jobs_list(the_jobs, &v, &n);
+	size_t n, older = 0;
+	uint64_t all = 0;
+	if (arg_u64(args, "all", 1, &all, a) < 0)
+		return;
+	int rc = meshd_jobs_list(the_jobs, all ? 0 : MESHD_JOBS_RECENT, &v, &n, &older);
 	if (rc < 0)
 		return error(a, 503, rc, NULL);
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
 		json_array_append_new(arr, job_json(&v[i]));
 	meshd_jobs_list_release(v, n);
-	json_answer(a, 200, arr ? json_pack("{s:o}", "jobs", arr) : NULL);
+	json_answer(a, 200, arr ? json_pack("{s:o, s:I}", "jobs", arr, "older", (json_int_t)older) : NULL);
 }
 
 static void results(uint64_t id, const struct evkeyvalq *args, struct meshd_api_answer *a)
@@ -272,6 +275,16 @@ static void results(uint64_t id, const struct evkeyvalq *args, struct meshd_api_
 	answer(a, 200, type, data, data ? n : 0);
 }
 
+/* The answer to an action on job ids (cancel, remove): the call's rc and
+ * its message (owned). */
+static void acted(struct meshd_api_answer *a, const char *ids, const char *action, int rc, char *msg)
+{
+	if (rc < 0)
+		return op_error(a, rc, msg);
+	free(msg);
+	json_answer(a, 200, json_pack("{s:b, s:s, s:s}", "ok", 1, "id", ids, "action", action));
+}
+
 void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq *args, const void *body, size_t n,
 		    struct meshd_api_answer *a)
 {
@@ -283,7 +296,7 @@ void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq
 		if (is_post)
 			return submit(args, body, n, a);
 		if (is_get)
-			return list(a);
+			return list(args, a);
 		return not_allowed(a, "GET, HEAD, POST");
 	}
 	/* /v1/jobs/<id>[/results|/cancel] */
@@ -298,10 +311,15 @@ void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq
 	if (mesh_parse_u64(ids, UINT64_MAX, &id) < 0 || id == 0)
 		return errorf(a, 404, MESH_E_NOTFOUND, "no job '%s' (job ids are 1, 2, 3, ...)", ids);
 	const char *action = slash ? slash + 1 : "";
+	if (!*action && !strcmp(method, "DELETE")) {
+		char *msg = NULL;
+		int rc = meshd_jobs_remove(the_jobs, id, &msg);
+		return acted(a, ids, "remove", rc, msg);
+	}
 	if (!*action) {
 		uint64_t wait = 0;
 		if (!is_get)
-			return not_allowed(a, "GET, HEAD");
+			return not_allowed(a, "GET, HEAD, DELETE");
 		if (arg_seconds(args, "wait", WAIT_MAX_NS, &wait, a) < 0)
 			return;
 		struct meshd_job_info ji;
@@ -324,17 +342,15 @@ void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq
 			return not_allowed(a, "POST");
 		char *msg = NULL;
 		int rc = meshd_jobs_cancel(the_jobs, id, &msg);
-		if (rc < 0)
-			return op_error(a, rc, msg);
-		free(msg);
-		return json_answer(a, 200, json_pack("{s:b, s:s, s:s}", "ok", 1, "id", ids, "action", "cancel"));
+		return acted(a, ids, "cancel", rc, msg);
 	}
 	errorf(a, 404, MESH_E_NOTFOUND, "no such route: /v1/jobs/<id>/%.40s", action);
 }
 
 /* The job families of /metrics (daemon/metrics.h), summed over every job
- * meshd knows.  A job's DONE count never goes down and jobs are never
- * forgotten, so the sums of done, duplicates and wins are counters. */
+ * meshd keeps.  A job's DONE count never goes down, and the counts of the
+ * jobs removed (retention, `mesh rm`) are added, so the sums of done,
+ * duplicates and wins are counters. */
 int meshd_jobs_metrics(struct meshd_core *d, struct meshd_job_metrics *out)
 {
 	struct meshd_job_info *list = NULL;
@@ -343,8 +359,9 @@ int meshd_jobs_metrics(struct meshd_core *d, struct meshd_job_metrics *out)
 	memset(out, 0, sizeof *out);
 	if (!the_jobs)
 		return MESH_E_UNSUPPORTED;
-	if (meshd_jobs_list(the_jobs, &list, &n) < 0)
+	if (meshd_jobs_list(the_jobs, 0, &list, &n, NULL) < 0)
 		return -ENOMEM;
+	meshd_jobs_gone(the_jobs, &out->completions, &out->duplicates, &out->speculative_wins);
 	for (size_t i = 0; i < n; i++) {
 		const struct meshd_job_info *ji = &list[i];
 		if ((unsigned)ji->state < MESHD_MJOB__N)

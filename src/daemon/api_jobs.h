@@ -3,8 +3,9 @@
  *
  *   POST /v1/jobs?program=P[&chunks=N][&max_workers=K][&retries=K]
  *        [&timeout=S][&speculate=1][&name=NAME]     body: the input lines
- *   GET  /v1/jobs
+ *   GET  /v1/jobs[?all=1]
  *   GET  /v1/jobs/<id>[?wait=S]
+ *   DELETE /v1/jobs/<id>
  *   GET  /v1/jobs/<id>/results[?from=K][&wait=S]
  *   POST /v1/jobs/<id>/cancel */
 #ifndef MESH_DAEMON_API_JOBS_H

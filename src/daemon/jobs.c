@@ -99,17 +99,28 @@ static int res_wait(struct job *jb)
 	return rc;
 }
 
+/* Closes jb's files (none may use them: files_users is 0, or jb is
+ * being freed). */
+static void files_close(struct mesh_job *jh, struct mesh_job *sjh, struct mesh_results *res)
+{
+	if (sjh)
+		mesh_job_close(sjh);
+	if (jh)
+		mesh_job_close(jh);
+	mesh_results_close(res);
+}
+
+static int job_open_files(struct job *jb, int writable, int defer_results, char **err);
+
 void mesh__job_free(struct job *jb)
 {
 	if (!jb)
 		return;
+	if (jb->th_on)
+		mesh_thread_join(jb->th, NULL); /* a driver that ended, not joined yet */
 	res_wait(jb);
 	pthread_mutex_destroy(&jb->res_mu);
-	if (jb->spec_jh)
-		mesh_job_close(jb->spec_jh);
-	if (jb->jh)
-		mesh_job_close(jb->jh);
-	mesh_results_close(jb->res);
+	files_close(jb->jh, jb->spec_jh, jb->res);
 	if (jb->cancel_efd >= 0)
 		close(jb->cancel_efd);
 	meshd_job_ahead_drop(jb->ahead);
@@ -129,14 +140,16 @@ void mesh__job_free(struct job *jb)
 	free(jb);
 }
 
-struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id)
+int mesh__job_new(struct meshd_jobs *j, uint64_t id, struct job **out)
 {
 	struct job *jb = calloc(1, sizeof *jb);
+	*out = NULL;
 	if (!jb)
-		return NULL;
+		return -ENOMEM;
 	jb->owner = j;
 	jb->id = id;
-	jb->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	jb->refs = 1;
+	jb->cancel_efd = -1; /* made when a driver starts: a job that ended holds no fd */
 	pthread_mutex_init(&jb->mu, NULL);
 	pthread_mutex_init(&jb->res_mu, NULL);
 	/* Readers wait with CLOCK_MONOTONIC deadlines. */
@@ -154,12 +167,69 @@ struct job *mesh__job_new(struct meshd_jobs *j, uint64_t id)
 	jb->ident_len = (size_t)snprintf(jb->ident, sizeof jb->ident,
 					 "meshd job %" PRIu64 ": meshd runs its chunks and keeps their results (`mesh results %" PRIu64 "`)",
 					 id, id);
-	if (jb->cancel_efd < 0 || !jb->dir || !jb->journal || !jb->results_path || !jb->input_path || !jb->lockdir ||
-	    !jb->lease_name) {
+	if (!jb->dir || !jb->journal || !jb->results_path || !jb->input_path || !jb->lockdir || !jb->lease_name) {
 		mesh__job_free(jb);
-		return NULL;
+		return -ENOMEM;
 	}
+	*out = jb;
+	return 0;
+}
+
+struct job *mesh__jobs_find(struct meshd_jobs *j, uint64_t id)
+{
+	pthread_mutex_lock(&j->mu);
+	struct job *jb = j->list;
+	while (jb && jb->id != id)
+		jb = jb->next;
+	if (jb)
+		jb->refs++;
+	pthread_mutex_unlock(&j->mu);
 	return jb;
+}
+
+void mesh__job_put(struct job *jb)
+{
+	struct meshd_jobs *j = jb->owner;
+	pthread_mutex_lock(&j->mu);
+	int last = --jb->refs == 0;
+	pthread_mutex_unlock(&j->mu);
+	if (last)
+		mesh__job_free(jb); /* unlinked: nobody can find it */
+}
+
+int mesh__job_files_get(struct job *jb, int open, char **err)
+{
+	int rc = 0, opened = 0;
+	pthread_mutex_lock(&jb->mu);
+	while (jb->files_opening)
+		pthread_cond_wait(&jb->cv, &jb->mu);
+	if (jb->removed) {
+		pthread_mutex_unlock(&jb->mu);
+		return mesh_errf(err, MESH_E_NOTFOUND, "no job %" PRIu64 " (removed)", jb->id);
+	}
+	if (!jb->jh && !jb->driver_files && open && jb->state != MESHD_JOB_RUNNING) {
+		jb->files_opening = 1;
+		pthread_mutex_unlock(&jb->mu);
+		rc = job_open_files(jb, 0, 0, err);
+		pthread_mutex_lock(&jb->mu);
+		jb->files_opening = 0;
+		pthread_cond_broadcast(&jb->cv);
+		opened = rc == 0;
+	}
+	if (rc == 0)
+		jb->files_users++;
+	pthread_mutex_unlock(&jb->mu);
+	if (opened)
+		mesh__jobs_kick(jb->owner); /* it keeps FILES_CACHED jobs' files at most */
+	return rc;
+}
+
+void mesh__job_files_put(struct job *jb)
+{
+	pthread_mutex_lock(&jb->mu);
+	if (--jb->files_users == 0)
+		jb->files_idle_ns = mesh_mono_ns();
+	pthread_mutex_unlock(&jb->mu);
 }
 
 /* ---- the spec file ---- */
@@ -457,7 +527,7 @@ static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, con
 static void note_buried(const struct mesh_job_failure *f, void *arg)
 {
 	struct job *jb = arg;
-	if (f->buried && f->cid < jb->n)
+	if (f->buried && f->cid < jb->n && jb->buried)
 		jb->buried[f->cid / 8] |= (unsigned char)(1u << (f->cid % 8));
 }
 
@@ -580,24 +650,96 @@ static int job_open_files(struct job *jb, int writable, int defer_results, char 
 	return 0;
 }
 
-static void set_end(struct job *jb, enum meshd_job_state st, char *error)
+/* The driver ended (st; error owned, or NULL): its counts in sum (may be
+ * NULL); its files are no longer its own (the janitor closes them once
+ * idle) and its per-chunk memory goes. */
+static void driver_end(struct job *jb, enum meshd_job_state st, char *error, const struct job_sum *sum)
 {
+	res_wait(jb);
 	pthread_mutex_lock(&jb->mu);
 	jb->state = st;
 	free(jb->error);
 	jb->error = error;
+	if (sum) {
+		jb->sum = *sum;
+		jb->have_sum = 1;
+	}
+	free(jb->buried);
+	jb->buried = NULL;
+	jb->driver_files = 0;
+	jb->files_idle_ns = mesh_mono_ns();
 	pthread_cond_broadcast(&jb->cv);
 	pthread_mutex_unlock(&jb->mu);
 }
 
-int mesh__job_write_end(struct job *jb, const char *what)
+/* The driver's counts now, for its end. */
+static void make_sum(struct job *jb, struct job_sum *sum)
 {
-	char *path = mesh_strf("%s/end", jb->dir);
+	uint64_t t_end = atomic_load(&jb->t_end);
+	memset(sum, 0, sizeof *sum);
+	if (jb->jh)
+		mesh_job_status(jb->jh, &sum->st);
+	if (jb->t0 && t_end > jb->t0)
+		sum->elapsed_s = (double)(t_end - jb->t0) / 1e9;
+	if (sum->elapsed_s > 0 && sum->st.done > jb->done0)
+		sum->rate = (double)(sum->st.done - jb->done0) / sum->elapsed_s;
+	sum->ended = (int64_t)time(NULL);
+}
+
+int mesh__job_write_end(struct job *jb, const char *what, const struct job_sum *sum)
+{
+	char *path = mesh_strf("%s/end", jb->dir), *text;
 	if (!path)
 		return -ENOMEM;
-	int rc = mesh_write_file_atomic(path, what, strlen(what), 0600);
+	if (sum)
+		text = mesh_strf("%s\ndone %" PRIu64 "\nleased %" PRIu64 "\npending %" PRIu64 "\nburied %" PRIu64
+				 "\nduplicates %" PRIu64 "\nfailed_attempts %" PRIu64 "\nspeculative_wins %" PRIu64
+				 "\nelapsed_s %.6f\nrate %.3f\nended %lld\n",
+				 what, sum->st.done, sum->st.leased, sum->st.pending, sum->st.buried, sum->st.duplicates,
+				 sum->st.failed_attempts, sum->st.speculative_wins, sum->elapsed_s, sum->rate,
+				 (long long)sum->ended);
+	else
+		text = mesh_strf("%s\n", what);
+	int rc = text ? mesh_write_file_atomic(path, text, strlen(text), 0600) : -ENOMEM;
+	free(text);
 	free(path);
 	return rc;
+}
+
+/* An end file's counts (the lines after its first) into sum: 1 when it
+ * has them (an older meshd wrote only the first line), else 0. */
+static int end_parse(const char *text, struct job_sum *sum)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+	} u64s[] = {
+		{"done", offsetof(struct job_sum, st.done)},
+		{"leased", offsetof(struct job_sum, st.leased)},
+		{"pending", offsetof(struct job_sum, st.pending)},
+		{"buried", offsetof(struct job_sum, st.buried)},
+		{"duplicates", offsetof(struct job_sum, st.duplicates)},
+		{"failed_attempts", offsetof(struct job_sum, st.failed_attempts)},
+		{"speculative_wins", offsetof(struct job_sum, st.speculative_wins)},
+	};
+	int have = 0;
+	memset(sum, 0, sizeof *sum);
+	for (const char *l = strchr(text, '\n'); l && l[1]; l = strchr(l + 1, '\n')) {
+		const char *k = l + 1, *sp = strchr(k, ' ');
+		size_t kn = sp ? (size_t)(sp - k) : 0;
+		if (!sp)
+			continue;
+		for (size_t i = 0; i < sizeof u64s / sizeof u64s[0]; i++)
+			if (strlen(u64s[i].key) == kn && !memcmp(k, u64s[i].key, kn))
+				*(uint64_t *)((char *)sum + u64s[i].off) = strtoull(sp + 1, NULL, 10), have |= i == 0;
+		if (kn == 9 && !memcmp(k, "elapsed_s", 9))
+			sum->elapsed_s = strtod(sp + 1, NULL);
+		else if (kn == 4 && !memcmp(k, "rate", 4))
+			sum->rate = strtod(sp + 1, NULL);
+		else if (kn == 5 && !memcmp(k, "ended", 5))
+			sum->ended = strtoll(sp + 1, NULL, 10);
+	}
+	return have;
 }
 
 /* A job that ended (its end file written) leases nothing again: its lease
@@ -644,7 +786,9 @@ static void *driver_main(void *arg)
 		mesh_exec_input_release(&in);
 		meshd_job_ahead_drop(jb->ahead);
 		jb->ahead = NULL;
-		set_end(jb, MESHD_JOB_ERROR, err ? err : strdup(mesh_strerror(rc)));
+		driver_end(jb, MESHD_JOB_ERROR, err ? err : strdup(mesh_strerror(rc)), NULL);
+		atomic_store(&jb->driver_done, 1);
+		mesh__jobs_kick(j);
 		return NULL;
 	}
 	struct mesh_job_status js;
@@ -687,20 +831,22 @@ static void *driver_main(void *arg)
 	pthread_mutex_lock(&jb->mu);
 	int cancelled = jb->cancelled;
 	pthread_mutex_unlock(&jb->mu);
-	if (rc == MESH_EXEC_COMPLETE) {
-		mesh__job_write_end(jb, "complete\n");
-		mesh__job_remove_leases(jb);
-		set_end(jb, MESHD_JOB_COMPLETE, NULL);
-	} else if (rc == MESH_EXEC_FAILED) {
-		mesh__job_write_end(jb, "failed\n");
-		mesh__job_remove_leases(jb);
-		set_end(jb, MESHD_JOB_FAILED, NULL);
-	} else if (rc == MESH_EXEC_INTERRUPTED && cancelled) {
-		mesh__job_remove_leases(jb);
-		set_end(jb, MESHD_JOB_CANCELLED, NULL);
-	} else if (rc == MESH_EXEC_INTERRUPTED) {
+	struct job_sum sum;
+	make_sum(jb, &sum);
+	enum meshd_job_state end = rc == MESH_EXEC_COMPLETE ? MESHD_JOB_COMPLETE
+				   : rc == MESH_EXEC_FAILED ? MESHD_JOB_FAILED
+				   : rc == MESH_EXEC_INTERRUPTED && cancelled ? MESHD_JOB_CANCELLED
+				   : rc == MESH_EXEC_INTERRUPTED ? MESHD_JOB_RUNNING
+								 : MESHD_JOB_ERROR;
+	if (end == MESHD_JOB_RUNNING) {
 		/* meshd is stopping: unfinished on disk, resumed next time. */
-	} else {
+		mesh_info("job=%" PRIu64 " driver ended state=running (meshd is stopping) attempts=%" PRIu64
+			  " done=%" PRIu64,
+			  jb->id, st.started, st.done);
+		atomic_store(&jb->driver_done, 1);
+		return NULL;
+	}
+	if (end == MESHD_JOB_ERROR) {
 		/* Which file and why: the results hook's words, else an I/O
 		 * error of the engine's files (its journal, its leases). */
 		pthread_mutex_lock(&jb->mu);
@@ -711,40 +857,105 @@ static void *driver_main(void *arg)
 			why = mesh_strf("cannot write the journal %s or a lease in %s: %s", jb->journal, jb->lockdir,
 					mesh_strerror(rc));
 		mesh_error("job=%" PRIu64 " stopped: %s", jb->id, why ? why : mesh_strerror(rc));
-		set_end(jb, MESHD_JOB_ERROR, why ? why : strdup(mesh_strerror(rc)));
+		driver_end(jb, end, why ? why : strdup(mesh_strerror(rc)), &sum);
+	} else {
+		int wrc = mesh__job_write_end(jb, meshd_job_state_name(end), &sum);
+		if (wrc < 0)
+			mesh_error("job=%" PRIu64 " cannot write its end in %s: %s", jb->id, jb->dir, mesh_strerror(wrc));
+		mesh__job_remove_leases(jb);
+		driver_end(jb, end, NULL, &sum);
 	}
 	mesh_info("job=%" PRIu64 " driver ended state=%s attempts=%" PRIu64 " done=%" PRIu64 " failed=%" PRIu64
 		  " buried=%" PRIu64,
-		  jb->id, meshd_job_state_name(jb->state), st.started, st.done, st.failed, st.buried);
+		  jb->id, meshd_job_state_name(end), st.started, st.done, st.failed, st.buried);
+	/* Last: from here the janitor may join this thread, and the job may go. */
+	atomic_store(&jb->driver_done, 1);
+	mesh__jobs_kick(j);
 	return NULL;
 }
 
 int mesh__job_start(struct job *jb)
 {
+	int rc = 0;
 	jb->t_driver = mesh_mono_ns(); /* before the thread: read by others after */
+	pthread_mutex_lock(&jb->mu);
+	if (jb->cancel_efd < 0 && (jb->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+		rc = -errno;
+		jb->cancel_efd = -1;
+	}
+	if (rc == 0 && !jb->buried && !(jb->buried = calloc(jb->n / 8 + 1, 1)))
+		rc = -ENOMEM;
+	jb->driver_files = rc == 0;
+	pthread_mutex_unlock(&jb->mu);
+	if (rc < 0)
+		return rc;
+	atomic_store(&jb->driver_done, 0);
 	/* Background until its files are open (driver_main): woken as an
 	 * ordinary thread it took the CPU from a submit about to spawn the
 	 * job's first worker, whose spawn then began 1.5-3.1 ms after the
 	 * submit instead of 0.4-0.7 (docs/jobs.md, "Threads from a pool"). */
-	int rc = mesh_thread_run(&jb->th, driver_main, jb, MESH_THREAD_BG);
+	rc = mesh_thread_run(&jb->th, driver_main, jb, MESH_THREAD_BG);
+	pthread_mutex_lock(&jb->mu);
 	if (rc < 0)
-		return rc;
-	jb->th_on = 1;
-	return 0;
+		jb->driver_files = 0;
+	else
+		jb->th_on = 1;
+	pthread_mutex_unlock(&jb->mu);
+	return rc;
 }
 
 /* ---- open: find the jobs, resume the unfinished ---- */
 
-static int load_job(struct meshd_jobs *j, uint64_t id)
+/* 1 when a job's file could not be read because of what it holds (or
+ * that it is missing): the job is not whole, and is ignored; any other
+ * error (EMFILE, EIO, ENOMEM, EACCES) is the system's, and stops the
+ * start rather than hide a job. */
+static int content_error(int rc)
 {
-	struct job *jb = mesh__job_new(j, id);
-	if (!jb)
-		return -ENOMEM;
-	char *path = mesh_strf("%s/spec", jb->dir), *text = NULL, *end = NULL, *copy = NULL;
-	const char *what = NULL;
-	size_t len;
-	int rc = path ? mesh_read_file(path, 1 << 16, &text, &len) : -ENOMEM;
+	return rc == -ENOENT || rc == MESH_E_CORRUPT || rc == MESH_E_PARSE || rc == MESH_E_TOOBIG;
+}
+
+/* An ended job that an older meshd left without counts in its end file:
+ * counted once from its journal (opened and closed again), and the end
+ * file written again with them. */
+static void sum_from_journal(struct job *jb, const char *end)
+{
+	char *err = NULL;
+	struct stat st;
+	char *path = mesh_strf("%s/end", jb->dir);
+	int rc = job_open_files(jb, 0, 0, &err);
+	if (rc == 0) {
+		mesh_job_status(jb->jh, &jb->sum.st);
+		jb->sum.ended = path && stat(path, &st) == 0 ? (int64_t)st.st_mtime : (int64_t)time(NULL);
+		jb->have_sum = 1;
+		files_close(jb->jh, jb->spec_jh, jb->res);
+		jb->jh = jb->spec_jh = NULL;
+		jb->res = NULL;
+		char word[16];
+		snprintf(word, sizeof word, "%.*s", (int)strcspn(end, "\n"), end);
+		if ((rc = mesh__job_write_end(jb, word, &jb->sum)) < 0)
+			mesh_warn("job=%" PRIu64 " cannot write its counts in %s: %s", jb->id, path, mesh_strerror(rc));
+	} else {
+		jb->state = MESHD_JOB_ERROR;
+		jb->error = err;
+	}
 	free(path);
+}
+
+/* Loads job id from its directory: an ended one from its end file (no
+ * file of it stays open), an unfinished one resumed.  0 (also for a
+ * directory ignored because it holds no whole submit), or an error that
+ * stops the start with *err. */
+static int load_job(struct meshd_jobs *j, uint64_t id, char **err)
+{
+	struct job *jb;
+	int rc = mesh__job_new(j, id, &jb);
+	if (rc < 0)
+		return mesh_errf(err, rc, "cannot load job %" PRIu64 ": %s", id, mesh_strerror(rc));
+	char *path = mesh_strf("%s/spec", jb->dir), *text = NULL, *end = NULL, *copy = NULL;
+	const char *what = path;
+	size_t len;
+	rc = path ? mesh_read_file(path, 1 << 16, &text, &len) : -ENOMEM;
 	if (rc == 0 && (rc = mesh__job_spec_check(text, len)) < 0)
 		what = "its spec";
 	if (rc == 0 && !(copy = strdup(text)))
@@ -752,61 +963,59 @@ static int load_job(struct meshd_jobs *j, uint64_t id)
 	if (rc == 0)
 		rc = spec_parse(jb, copy);
 	free(copy);
-	path = rc == 0 ? mesh_strf("%s/end", jb->dir) : NULL;
-	int ended = path && mesh_read_file(path, 64, &end, &len) == 0;
+	char *epath = rc == 0 ? mesh_strf("%s/end", jb->dir) : NULL;
+	int erc = epath ? mesh_read_file(epath, 4096, &end, &len) : -ENOENT, ended = erc == 0;
+	if (rc == 0 && erc < 0 && erc != -ENOENT)
+		rc = erc, what = epath;
 	/* An ended job's files were durable long ago (its first DONE waited for
 	 * them); an unfinished one's are read by its driver anyway. */
-	if (rc == 0 && !ended && (rc = spec_vouches_hold(jb, text, &what)) < 0 && rc != MESH_E_CORRUPT && rc != -ENOENT)
-		what = NULL;
+	if (rc == 0 && !ended)
+		rc = spec_vouches_hold(jb, text, &what);
 	free(text);
-	if (rc == -ENOMEM) {
-		free(path);
-		free(end);
-		mesh__job_free(jb);
-		return rc;
+	if (rc < 0 && !content_error(rc)) {
+		rc = mesh_errf(err, rc, "cannot load job %" PRIu64 ": %s: %s", id, what ? what : jb->dir, mesh_strerror(rc));
+		goto out;
 	}
 	if (rc < 0) {
 		/* Not a whole submit: killed before its spec was written, or
 		 * before the files it vouches for were durable (never answered). */
-		if (what)
+		if (what && what != path)
 			mesh_warn("job=%" PRIu64 " ignored: its submit did not finish (%s is not whole) in %s", id, what,
 				  jb->dir);
 		else
 			mesh_warn("job=%" PRIu64 " ignored: no valid spec in %s (%s)", id, jb->dir, mesh_strerror(rc));
-		free(path);
-		free(end);
-		mesh__job_free(jb);
-		return 0;
-	}
-	if (!(jb->buried = calloc(jb->n / 8 + 1, 1))) {
-		free(path);
-		free(end);
-		mesh__job_free(jb);
-		return -ENOMEM;
+		rc = 0;
+		goto out;
 	}
 	remove_old_leases(j, id);
 	if (ended) {
 		/* A meshd killed between the end and the removal. */
 		mesh__job_remove_leases(jb);
 		jb->state = mesh__job_end_state(end);
-		char *err = NULL;
-		if (job_open_files(jb, 0, 0, &err) < 0) {
-			jb->state = MESHD_JOB_ERROR;
-			jb->error = err;
-		}
+		jb->have_sum = end_parse(end, &jb->sum);
+		if (!jb->have_sum)
+			sum_from_journal(jb, end);
 	}
-	free(path);
-	free(end);
 	jb->next = j->list;
 	j->list = jb;
+	jb->linked = 1;
 	if (id >= j->next_id)
 		j->next_id = id + 1;
 	if (jb->state == MESHD_JOB_RUNNING) {
 		mesh_info("job=%" PRIu64 " resuming program=%s", id, jb->program);
-		if ((rc = mesh__job_start(jb)) < 0)
-			set_end(jb, MESHD_JOB_ERROR, strdup(mesh_strerror(rc)));
+		if ((rc = mesh__job_start(jb)) < 0) {
+			jb->state = MESHD_JOB_ERROR;
+			jb->error = mesh_strf("cannot start its driver: %s", mesh_strerror(rc));
+		}
 	}
-	return 0;
+	jb = NULL; /* listed */
+	rc = 0;
+out:
+	free(path);
+	free(epath);
+	free(end);
+	mesh__job_free(jb);
+	return rc;
 }
 
 /* Takes the state directory for this meshd's lifetime: flock(LOCK_EX) on
@@ -862,7 +1071,8 @@ static int lock_state(const char *state, char **err)
 	return fd;
 }
 
-int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char *state_dir, char **err)
+int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char *state_dir,
+		    const struct meshd_jobs_keep *keep, char **err)
 {
 	char real[PATH_MAX];
 	int rc = mkdirs(state_dir);
@@ -881,10 +1091,17 @@ int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&j->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&j->jan_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	j->lock_fd = lock_fd;
 	j->core = core;
 	j->next_id = 1;
 	j->depth = DEFAULT_DEPTH;
+	if (keep)
+		j->keep = *keep;
 	const char *d = getenv("MESHD_JOB_DEPTH");
 	if (d && atoi(d) > 0 && atoi(d) <= 1024)
 		j->depth = (unsigned)atoi(d);
@@ -908,22 +1125,26 @@ int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char
 	}
 	struct dirent *e;
 	pthread_mutex_lock(&j->mu);
-	while ((e = readdir(dir))) {
+	/* One directory a job, read one at a time: an ended one keeps no fd. */
+	while (rc == 0 && (e = readdir(dir))) {
 		char *endp;
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+		if (mesh__jobs_clean_removing(j, e->d_name) || e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
 		unsigned long long id = strtoull(e->d_name, &endp, 10);
 		if (*endp || id == 0 || id == ULLONG_MAX)
 			continue;
-		if ((rc = load_job(j, id)) < 0)
-			break;
+		rc = load_job(j, id, err);
 	}
 	pthread_mutex_unlock(&j->mu);
 	closedir(dir);
+	if (rc == 0)
+		rc = mesh__jobs_read_last_id(j, err);
+	if (rc == 0 && (rc = mesh__jobs_keep_start(j)) < 0)
+		rc = mesh_errf(err, rc, "cannot start the jobs' janitor: %s", mesh_strerror(rc));
 	if (rc < 0) {
 		meshd_jobs_stop(j);
 		meshd_jobs_free(j);
-		return mesh_errf(err, rc, "cannot load the jobs: %s", mesh_strerror(rc));
+		return rc;
 	}
 	*out = j;
 	return 0;
@@ -934,24 +1155,40 @@ void meshd_jobs_stop(struct meshd_jobs *j)
 	if (!j)
 		return;
 	mesh__jobs_store_stop(j);
+	mesh__jobs_keep_stop(j); /* sets stopping: no submit starts a driver from here */
+	/* The jobs now, each held: an API thread may still remove one. */
+	size_t n = 0, k = 0;
 	pthread_mutex_lock(&j->mu);
-	j->stopping = 1;
+	for (struct job *jb = j->list; jb; jb = jb->next)
+		n++;
+	struct job **v = calloc(n ? n : 1, sizeof *v);
 	for (struct job *jb = j->list; jb; jb = jb->next) {
 		uint64_t one = 1;
-		if (jb->th_on && write(jb->cancel_efd, &one, sizeof one) < 0) {
+		pthread_mutex_lock(&jb->mu);
+		if (jb->th_on && jb->cancel_efd >= 0 && write(jb->cancel_efd, &one, sizeof one) < 0) {
 			/* the counter is never full */
+		}
+		pthread_mutex_unlock(&jb->mu);
+		if (v) {
+			jb->refs++;
+			v[k++] = jb;
 		}
 	}
 	pthread_mutex_unlock(&j->mu);
-	for (struct job *jb = j->list; jb; jb = jb->next) {
-		if (jb->th_on) {
-			mesh_thread_join(jb->th, NULL);
-			jb->th_on = 0;
-		}
+	for (size_t i = 0; i < k; i++) {
+		struct job *jb = v[i];
+		pthread_mutex_lock(&jb->mu);
+		struct mesh_thread *th = jb->th_on ? jb->th : NULL;
+		jb->th_on = 0;
+		pthread_mutex_unlock(&jb->mu);
+		if (th)
+			mesh_thread_join(th, NULL);
 		pthread_mutex_lock(&jb->mu);
 		pthread_cond_broadcast(&jb->cv);
 		pthread_mutex_unlock(&jb->mu);
+		mesh__job_put(jb);
 	}
+	free(v);
 }
 
 void meshd_jobs_free(struct meshd_jobs *j)
@@ -966,6 +1203,7 @@ void meshd_jobs_free(struct meshd_jobs *j)
 	mesh__jobs_store_free(j);
 	free(j->state);
 	free(j->jobs_dir);
+	pthread_cond_destroy(&j->jan_cv);
 	pthread_mutex_destroy(&j->mu);
 	/* Last: the state directory is free for the next meshd. */
 	if (j->lock_fd >= 0)

@@ -8,8 +8,8 @@
  *   journal.log the engine's journal (job/job.h; `mesh job status` reads
  *               it with the lock dir and lease name that spec names)
  *   results.bin each chunk's result (job/results.h), synced before DONE
- *   end         how it ended ("complete", "failed", "cancelled"); absent
- *               while it runs
+ *   end         how it ended ("complete", "failed", "cancelled"), then its
+ *               counts then ("key value" lines); absent while it runs
  *   leases/     the lease directory (job.h lockdir_private): inside the
  *               private state directory, where no other user can make or
  *               see it; removed once the job ends.  Losing it only returns
@@ -21,7 +21,9 @@
  * the slot executor (daemon/job_exec.h), results kept through the driver's
  * hooks.  On open, every job without `end` is resumed: a meshd killed
  * mid-job finishes it after a restart, no chunk DONE twice (the journal),
- * none lost.
+ * none lost.  A job that ended holds no fd and no per-chunk memory (its
+ * files are opened when its results or failures are read); the janitor
+ * thread (jobs_keep.c) removes those past the retention.
  *
  * Threads: every call is thread-safe (the API's op threads). */
 #ifndef MESH_DAEMON_JOBS_H
@@ -38,12 +40,29 @@ struct meshd_jobs;
 enum meshd_job_state { MESHD_JOB_RUNNING, MESHD_JOB_COMPLETE, MESHD_JOB_FAILED, MESHD_JOB_CANCELLED, MESHD_JOB_ERROR };
 const char *meshd_job_state_name(enum meshd_job_state s);
 
+/* How long finished jobs are kept (`meshd --keep-jobs N --keep-for D`):
+ * the newest keep_jobs of the jobs that ended (complete, failed,
+ * cancelled) are kept, and any that ended less than keep_for_ns ago; the
+ * others are removed, their directory and all (jobs.c, the janitor: at the
+ * start, when a job ends, and each second).  0 in either: its default. */
+struct meshd_jobs_keep {
+	uint64_t keep_jobs;
+	uint64_t keep_for_ns;
+};
+#define MESHD_KEEP_JOBS_DEFAULT 1000u
+#define MESHD_KEEP_FOR_DEFAULT_NS (7ull * 24 * 3600 * 1000000000ull)
+
 /* Opens (creating it 0700) the state directory, locks it for meshd's
  * lifetime (flock on <state>/meshd.lock, which holds the holder's pid;
- * released by meshd_jobs_free), then resumes its unfinished jobs.  0, or a
- * negative error with *err malloc'd: MESH_E_BUSY when another meshd holds
- * the directory (*err names its pid). */
-int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char *state_dir, char **err);
+ * released by meshd_jobs_free), then loads its jobs: an ended one as its
+ * end file says (no file of it is opened: a start needs O(1) fds whatever
+ * the number of jobs), an unfinished one is resumed.  keep may be NULL
+ * (the defaults).  0, or a negative error with *err malloc'd: MESH_E_BUSY
+ * when another meshd holds the directory (*err names its pid); a job that
+ * cannot be read for a reason other than its content (EMFILE, EIO, ...)
+ * names it and the real error. */
+int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char *state_dir,
+		    const struct meshd_jobs_keep *keep, char **err);
 /* Stops every driver (meshd is stopping: the jobs stay unfinished on disk
  * and resume at the next start) and wakes every waiting reader.  Before
  * the core stops its programs.  Idempotent. */
@@ -112,9 +131,23 @@ void meshd_job_info_release(struct meshd_job_info *ji);
  * while it runs, first waits that long or until it ends.  0; MESH_E_NOTFOUND. */
 int meshd_jobs_get(struct meshd_jobs *j, uint64_t id, int details, uint64_t wait_ns, struct meshd_job_info *out,
 		   char **err);
-/* Every job, by id.  0 or -ENOMEM (*out then NULL). */
-int meshd_jobs_list(struct meshd_jobs *j, struct meshd_job_info **out, size_t *n);
+/* The jobs, by id: with recent 0 every one kept; else the running ones
+ * and the recent newest of those that are not, *older (may be NULL)
+ * getting how many were left out.  No file of an ended job is opened.  0
+ * or -ENOMEM (*out then NULL). */
+int meshd_jobs_list(struct meshd_jobs *j, size_t recent, struct meshd_job_info **out, size_t *n, size_t *older);
 void meshd_jobs_list_release(struct meshd_job_info *list, size_t n);
+/* The jobs `mesh jobs` shows without --all: the running and this many ended. */
+#define MESHD_JOBS_RECENT 20u
+/* The DONE, duplicate and speculative-win counts of the jobs removed since
+ * the start (by retention or meshd_jobs_remove): /metrics adds them to the
+ * kept jobs' so that its counters never go down. */
+void meshd_jobs_gone(struct meshd_jobs *j, uint64_t *done, uint64_t *duplicates, uint64_t *wins);
+/* Removes a job that is not running (`mesh rm`): its directory and all,
+ * and meshd forgets it; its id is never given again.  0; MESH_E_NOTFOUND;
+ * MESH_E_STATE (it runs: *err says to cancel it first); -errno of the
+ * removal (*err names the path). */
+int meshd_jobs_remove(struct meshd_jobs *j, uint64_t id, char **err);
 /* Stops a running job for good (its `end` says cancelled).  0; MESH_E_NOTFOUND;
  * MESH_E_STATE (it already ended). */
 int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err);

@@ -24,16 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static struct job *find(struct meshd_jobs *j, uint64_t id)
-{
-	pthread_mutex_lock(&j->mu);
-	struct job *jb = j->list;
-	while (jb && jb->id != id)
-		jb = jb->next;
-	pthread_mutex_unlock(&j->mu);
-	return jb; /* jobs are freed only with j */
-}
-
 static int not_found(char **err, uint64_t id)
 {
 	return mesh_errf(err, MESH_E_NOTFOUND, "no job %" PRIu64, id);
@@ -57,7 +47,7 @@ static void stop_unstored(struct job *jb, char *why)
 	uint64_t one = 1;
 	pthread_mutex_lock(&jb->mu);
 	jb->cancelled = 1; /* its driver ends it CANCELLED, not unfinished */
-	if (jb->th_on && write(jb->cancel_efd, &one, sizeof one) < 0) {
+	if (jb->th_on && jb->cancel_efd >= 0 && write(jb->cancel_efd, &one, sizeof one) < 0) {
 		/* the counter is never full */
 	}
 	while (jb->th_on && jb->state == MESHD_JOB_RUNNING)
@@ -216,13 +206,14 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	}
 	if (rc == 0) {
 		j->next_id = nid + 1;
-		jb = mesh__job_new(j, nid);
-		if (!jb)
-			rc = -ENOMEM;
+		if ((rc = mesh__job_new(j, nid, &jb)) < 0) {
+			pthread_mutex_unlock(&j->mu);
+			return mesh_errf(err, rc, "cannot take job %" PRIu64 ": %s", nid, mesh_strerror(rc));
+		}
 	}
 	pthread_mutex_unlock(&j->mu);
 	if (rc < 0)
-		return mesh_errf(err, rc, "cannot create the job's directory: %s", mesh_strerror(rc));
+		return mesh_errf(err, rc, "cannot create the job's directory in %s: %s", j->jobs_dir, mesh_strerror(rc));
 	jb->program = strdup(s->program);
 	jb->name = s->name ? strdup(s->name) : NULL;
 	jb->n = n;
@@ -232,9 +223,8 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	jb->timeout_ns = s->timeout_ns;
 	jb->speculate = s->speculate;
 	jb->t_submit = t_submit;
-	jb->buried = calloc(n / 8 + 1, 1);
 	char *spec = NULL, *path = NULL;
-	if (!jb->program || (s->name && !jb->name) || !jb->buried || !(path = mesh_strf("%s/spec", jb->dir))) {
+	if (!jb->program || (s->name && !jb->name) || !(path = mesh_strf("%s/spec", jb->dir))) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -273,6 +263,8 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	pthread_mutex_lock(&j->mu);
 	jb->next = j->list;
 	j->list = jb;
+	jb->linked = 1;
+	jb->refs++; /* this submit's, to its end */
 	/* Stopping meanwhile: it stays on disk, unfinished, for the next start. */
 	rc = j->stopping ? 1 : mesh__job_start(jb);
 	pthread_mutex_unlock(&j->mu);
@@ -306,22 +298,25 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	free(path);
 	if (src < 0) {
 		/* Not stored: its driver stops, and the job stays listed as an
-		 * error (jobs are freed only with j); a restart will not see it. */
+		 * error (until `mesh rm`); a restart will not see it. */
 		char *why = mesh_strf("cannot store job %" PRIu64 " in %s: %s", jb->id, jb->dir, mesh_strerror(src));
 		stop_unstored(jb, why);
 		if (err)
 			*err = why ? strdup(why) : NULL;
+		mesh__job_put(jb);
 		return src;
 	}
 	if (rc < 0) {
 		pthread_mutex_lock(&jb->mu);
 		jb->state = MESHD_JOB_ERROR;
-		jb->error = strdup(mesh_strerror(rc));
+		free(jb->error);
+		jb->error = mesh_strf("cannot start its driver: %s", mesh_strerror(rc));
 		pthread_mutex_unlock(&jb->mu);
 	}
 	mesh_info("job=%" PRIu64 " submitted program=%s chunks=%" PRIu64 " max_workers=%u", jb->id, jb->program, n,
 		  jb->max_workers);
 	*id = jb->id;
+	mesh__job_put(jb);
 	return 0;
 fail:
 	free(spec);
@@ -365,6 +360,58 @@ static void add_failure(const struct mesh_job_failure *f, void *arg)
 		d->report = p;
 }
 
+static void status_counts(const struct mesh_job_status *st, struct meshd_job_info *ji)
+{
+	ji->done = st->done;
+	ji->leased = st->leased;
+	ji->pending = st->pending;
+	ji->buried = st->buried;
+	ji->duplicates = st->duplicates;
+	ji->failed_attempts = st->failed_attempts;
+	ji->speculative_wins = st->speculative_wins;
+}
+
+/* The counts of an ended job: what its end left (no file opened). */
+static void sum_counts(const struct job_sum *sum, struct meshd_job_info *ji)
+{
+	status_counts(&sum->st, ji);
+	ji->elapsed_s = sum->elapsed_s;
+	ji->rate = sum->rate;
+}
+
+/* A running job's counts from its journal, its times from this driver's
+ * run. */
+static void live_counts(struct job *jb, struct mesh_job *jh, struct meshd_job_info *ji)
+{
+	struct mesh_job_status js;
+	if (jh && mesh_job_status(jh, &js) == 0)
+		status_counts(&js, ji);
+	if (!jb->t0)
+		return;
+	uint64_t now = atomic_load(&jb->t_end);
+	if (!now)
+		now = mesh_mono_ns();
+	ji->elapsed_s = (double)(now - jb->t0) / 1e9;
+	if (ji->elapsed_s > 0 && ji->done > jb->done0)
+		ji->rate = (double)(ji->done - jb->done0) / ji->elapsed_s;
+	if (ji->rate > 0 && ji->state == MESHD_JOB_RUNNING)
+		ji->eta_s = (double)(ji->n - ji->done - ji->buried) / ji->rate;
+}
+
+/* Honest: from the submit (the driver's start for a job resumed by this
+ * meshd) to the first DONE that is durable. */
+static void first_result(struct job *jb, struct meshd_job_info *ji)
+{
+	uint64_t first = atomic_load(&jb->t_first_done), from = jb->t_submit ? jb->t_submit : jb->t_driver;
+	uint64_t stored = atomic_load(&jb->t_stored);
+	if (jb->t_submit && first && stored > first)
+		first = stored; /* DONE before the job itself was durable */
+	if (jb->t_submit && !stored)
+		first = 0;
+	if (first && from && first >= from)
+		ji->first_result_s = (double)(first - from) / 1e9;
+}
+
 static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
 {
 	memset(ji, 0, sizeof *ji);
@@ -374,7 +421,8 @@ static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
 	pthread_mutex_lock(&jb->mu);
 	ji->state = jb->state;
 	ji->error = jb->error ? strdup(jb->error) : NULL;
-	struct mesh_job *jh = jb->jh;
+	int have_sum = jb->have_sum && jb->state != MESHD_JOB_RUNNING;
+	struct job_sum sum = jb->sum;
 	pthread_mutex_unlock(&jb->mu);
 	ji->program = strdup(jb->program);
 	ji->name = strdup(jb->name ? jb->name : "");
@@ -399,45 +447,30 @@ static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
 	/* A job can only wait while its program is FAILED: say why. */
 	if (ji->state == MESHD_JOB_RUNNING)
 		ji->program_failed = meshd_core_program_failed(jb->owner->core, jb->program);
-	struct mesh_job_status js;
-	if (jh && mesh_job_status(jh, &js) == 0) {
-		ji->done = js.done;
-		ji->leased = js.leased;
-		ji->pending = js.pending;
-		ji->buried = js.buried;
-		ji->duplicates = js.duplicates;
-		ji->failed_attempts = js.failed_attempts;
-		ji->speculative_wins = js.speculative_wins;
-	}
-	if (jb->t0) {
-		uint64_t now = atomic_load(&jb->t_end);
-		if (!now)
-			now = mesh_mono_ns();
-		ji->elapsed_s = (double)(now - jb->t0) / 1e9;
-		/* Honest: from the submit (the driver's start for a job resumed
-		 * by this meshd) to the first DONE that is durable. */
-		uint64_t first = atomic_load(&jb->t_first_done), from = jb->t_submit ? jb->t_submit : jb->t_driver;
-		uint64_t stored = atomic_load(&jb->t_stored);
-		if (jb->t_submit && first && stored > first)
-			first = stored; /* DONE before the job itself was durable */
-		if (jb->t_submit && !stored)
-			first = 0;
-		if (first && from && first >= from)
-			ji->first_result_s = (double)(first - from) / 1e9;
-		if (ji->elapsed_s > 0 && ji->done > jb->done0)
-			ji->rate = (double)(ji->done - jb->done0) / ji->elapsed_s;
-		if (ji->rate > 0 && ji->state == MESHD_JOB_RUNNING)
-			ji->eta_s = (double)(ji->n - ji->done - ji->buried) / ji->rate;
-	}
-	if (details && jh) {
+	first_result(jb, ji);
+	/* Its files only for failures to report: an ended job's are opened
+	 * for that, and closed again once idle (a list opens none). */
+	int want = details && (!have_sum || sum.st.failed_attempts > 0);
+	int files = mesh__job_files_get(jb, want, NULL) == 0;
+	pthread_mutex_lock(&jb->mu);
+	struct mesh_job *jh = files ? jb->jh : NULL;
+	pthread_mutex_unlock(&jb->mu);
+	if (have_sum)
+		sum_counts(&sum, ji);
+	else
+		live_counts(jb, jh, ji);
+	int rc = 0;
+	if (want && jh) {
 		struct fail_ctx c = {.jb = jb};
 		mesh_job_failures(jh, add_failure, &c);
 		ji->failures = c.v;
 		ji->nfailures = c.n;
 		if (c.oom)
-			return -ENOMEM;
+			rc = -ENOMEM;
 	}
-	return 0;
+	if (files)
+		mesh__job_files_put(jb);
+	return rc;
 }
 
 void meshd_job_info_release(struct meshd_job_info *ji)
@@ -480,7 +513,7 @@ int meshd_jobs_get(struct meshd_jobs *j, uint64_t id, int details, uint64_t wait
 {
 	if (err)
 		*err = NULL;
-	struct job *jb = find(j, id);
+	struct job *jb = mesh__jobs_find(j, id);
 	if (!jb)
 		return not_found(err, id);
 	if (wait_ns) {
@@ -494,42 +527,67 @@ int meshd_jobs_get(struct meshd_jobs *j, uint64_t id, int details, uint64_t wait
 	int rc = fill_info(jb, details, out);
 	if (rc < 0)
 		meshd_job_info_release(out);
+	mesh__job_put(jb);
 	return rc;
 }
 
-int meshd_jobs_list(struct meshd_jobs *j, struct meshd_job_info **out, size_t *n)
+static int by_id(const void *a, const void *b)
+{
+	const struct job *x = *(struct job *const *)a, *y = *(struct job *const *)b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int meshd_jobs_list(struct meshd_jobs *j, size_t recent, struct meshd_job_info **out, size_t *n, size_t *older)
 {
 	*out = NULL;
 	*n = 0;
+	if (older)
+		*older = 0;
 	pthread_mutex_lock(&j->mu);
 	size_t cnt = 0;
 	for (struct job *jb = j->list; jb; jb = jb->next)
 		cnt++;
 	struct job **v = calloc(cnt ? cnt : 1, sizeof *v);
 	size_t k = 0;
-	for (struct job *jb = j->list; v && jb; jb = jb->next)
+	for (struct job *jb = j->list; v && jb; jb = jb->next) {
+		jb->refs++;
 		v[k++] = jb;
+	}
 	pthread_mutex_unlock(&j->mu);
 	if (!v)
 		return -ENOMEM;
-	/* By id: the list is newest first, and a reload reads a directory. */
-	for (size_t a = 1; a < cnt; a++)
-		for (size_t b = a; b > 0 && v[b - 1]->id > v[b]->id; b--) {
-			struct job *t = v[b];
-			v[b] = v[b - 1];
-			v[b - 1] = t;
-		}
-	struct meshd_job_info *list = calloc(cnt ? cnt : 1, sizeof *list);
+	/* By id: the list is in no order (newest first, then as a directory
+	 * read them). */
+	qsort(v, cnt, sizeof *v, by_id);
+	/* Without all: the running ones and the newest `recent` of the rest. */
+	size_t keep = 0, ended = 0;
+	for (size_t i = cnt; i-- > 0;) {
+		pthread_mutex_lock(&v[i]->mu);
+		int running = v[i]->state == MESHD_JOB_RUNNING;
+		pthread_mutex_unlock(&v[i]->mu);
+		if (!recent || running || ended++ < recent)
+			continue;
+		mesh__job_put(v[i]);
+		v[i] = NULL;
+		if (older)
+			++*older;
+	}
+	for (size_t i = 0; i < cnt; i++)
+		if (v[i])
+			v[keep++] = v[i];
+	struct meshd_job_info *list = calloc(keep ? keep : 1, sizeof *list);
 	int rc = list ? 0 : -ENOMEM;
-	for (size_t i = 0; i < cnt && rc == 0; i++)
+	for (size_t i = 0; i < keep && rc == 0; i++)
 		rc = fill_info(v[i], 0, &list[i]);
+	for (size_t i = 0; i < keep; i++)
+		mesh__job_put(v[i]);
 	free(v);
 	if (rc < 0) {
-		meshd_jobs_list_release(list, cnt);
+		meshd_jobs_list_release(list, keep);
 		return rc;
 	}
 	*out = list;
-	*n = cnt;
+	*n = keep;
 	return 0;
 }
 
@@ -544,34 +602,41 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
 {
 	if (err)
 		*err = NULL;
-	struct job *jb = find(j, id);
+	struct job *jb = mesh__jobs_find(j, id);
 	if (!jb)
 		return not_found(err, id);
 	pthread_mutex_lock(&jb->mu);
 	if (jb->state != MESHD_JOB_RUNNING) {
 		enum meshd_job_state st = jb->state;
 		pthread_mutex_unlock(&jb->mu);
+		mesh__job_put(jb);
 		return mesh_errf(err, MESH_E_STATE, "job %" PRIu64 " is not running (it is %s)", id,
 				 meshd_job_state_name(st));
 	}
-	/* Durable first: a restart must not resume it. */
-	int rc = mesh__job_write_end(jb, "cancelled\n");
+	/* Durable first: a restart must not resume it.  Its driver writes it
+	 * again with the counts at its end. */
+	int rc = mesh__job_write_end(jb, "cancelled", NULL);
 	if (rc == 0) {
 		jb->cancelled = 1;
 		uint64_t one = 1;
-		if (write(jb->cancel_efd, &one, sizeof one) < 0) {
+		if (jb->cancel_efd >= 0 && write(jb->cancel_efd, &one, sizeof one) < 0) {
 			/* the counter is never full */
 		}
 		if (!jb->th_on) {
+			/* No driver (meshd is stopping): it ends here. */
 			jb->state = MESHD_JOB_CANCELLED;
+			jb->sum.ended = (int64_t)time(NULL);
+			jb->have_sum = 1;
 			mesh__job_remove_leases(jb);
 		}
 	}
 	pthread_mutex_unlock(&jb->mu);
 	if (rc < 0)
-		return mesh_errf(err, rc, "cannot record the cancel in %s: %s", jb->dir, mesh_strerror(rc));
-	mesh_info("job=%" PRIu64 " cancelled", id);
-	return 0;
+		rc = mesh_errf(err, rc, "cannot record the cancel in %s: %s", jb->dir, mesh_strerror(rc));
+	else
+		mesh_info("job=%" PRIu64 " cancelled", id);
+	mesh__job_put(jb);
+	return rc;
 }
 
 /* ---- results ---- */
@@ -580,8 +645,12 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
  * over); jb->mu held. */
 static int settled(struct job *jb, uint64_t cid)
 {
-	return jb->state != MESHD_JOB_RUNNING || (jb->buried[cid / 8] & (1u << (cid % 8)));
+	return jb->state != MESHD_JOB_RUNNING || (jb->buried && (jb->buried[cid / 8] & (1u << (cid % 8))));
 }
+
+static int results_of(struct job *jb, uint64_t from, uint64_t wait_ns, size_t max_bytes, int framed,
+		      struct mesh_buf *out, uint64_t *missing, size_t missing_cap, size_t *nmissing, uint64_t *next,
+		      int *end, char **err);
 
 int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_t wait_ns, size_t max_bytes,
 		       int framed, struct mesh_buf *out, uint64_t *missing, size_t missing_cap, size_t *nmissing,
@@ -592,11 +661,27 @@ int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_
 	*next = from;
 	*end = 0;
 	*nmissing = 0;
-	struct job *jb = find(j, id);
+	struct job *jb = mesh__jobs_find(j, id);
 	if (!jb)
 		return not_found(err, id);
-	if (from > jb->n)
-		return mesh_errf(err, MESH_E_RANGE, "job %" PRIu64 " has %" PRIu64 " chunks", id, jb->n);
+	int rc = from > jb->n ? mesh_errf(err, MESH_E_RANGE, "job %" PRIu64 " has %" PRIu64 " chunks", id, jb->n)
+			      : mesh__job_files_get(jb, 1, err);
+	if (rc < 0) {
+		mesh__job_put(jb);
+		return rc;
+	}
+	rc = results_of(jb, from, wait_ns, max_bytes, framed, out, missing, missing_cap, nmissing, next, end, err);
+	mesh__job_files_put(jb);
+	mesh__job_put(jb);
+	return rc;
+}
+
+/* meshd_jobs_results of jb, its files held. */
+static int results_of(struct job *jb, uint64_t from, uint64_t wait_ns, size_t max_bytes, int framed,
+		      struct mesh_buf *out, uint64_t *missing, size_t missing_cap, size_t *nmissing, uint64_t *next,
+		      int *end, char **err)
+{
+	uint64_t id = jb->id;
 	struct timespec ts;
 	deadline_ts(&ts, wait_ns);
 	uint64_t k = from;

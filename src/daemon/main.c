@@ -50,6 +50,7 @@ static void usage(FILE *f)
 		"             [--log-level debug|info|warn|error]\n"
 		"             [--metrics ADDR:PORT [--metrics-public]]\n"
 		"             [--log-level debug|info|warn|error] [--state DIR]\n"
+		"             [--keep-jobs N] [--keep-for DURATION]\n"
 		"             [--store postgresql://...]\n"
 		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
 		"                                       [--http-memory SIZE] [--http-request-timeout S]\n"
@@ -97,7 +98,11 @@ static void usage(FILE *f)
 		"  --http-threads N     the gateway's event loop threads (default: 1 on 1 CPU, else\n"
 		"                       half the CPUs, at least 2, at most 4)\n"
 		"  --state DIR          where submitted jobs live (created 0700); default\n"
-		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh\n"
+		"                       $XDG_STATE_HOME/mesh, else ~/.local/state/mesh; one meshd a\n"
+		"                       state directory (a second one exits 75)\n"
+		"  --keep-jobs N        keep the newest N jobs that ended (default 1000) ...\n"
+		"  --keep-for DURATION  ... and any that ended within DURATION (default 7d; s, m, h, d);\n"
+		"                       older ones are removed, directory and all (`mesh rm JOB`: one)\n"
 		"  --store URL          also run the jobs of a shared PostgreSQL store (MESH_STORE)\n"
 		"                       whose program this catalog has (docs/cluster.md)\n"
 		"\n"
@@ -268,6 +273,7 @@ int main(int argc, char **argv)
 	struct meshd_api *api = NULL;
 	struct meshd_jobs *jobs = NULL;
 	char state[PATH_MAX] = "";
+	struct meshd_jobs_keep keep = {0};
 	struct sigaction sa;
 	char *err = NULL;
 	int rc;
@@ -364,6 +370,14 @@ int main(int argc, char **argv)
 			metrics_public = 1;
 		} else if ((v = opt_value(argc, argv, &i, "--store", &missing))) {
 			store_url = v;
+		} else if ((v = opt_value(argc, argv, &i, "--keep-jobs", &missing))) {
+			if (mesh_parse_u64(v, 100000000, &keep.keep_jobs) < 0 || keep.keep_jobs == 0)
+				return usage_error("--keep-jobs wants a number from 1 to 100000000, not '%s'", v);
+		} else if ((v = opt_value(argc, argv, &i, "--keep-for", &missing))) {
+			if (mesh_parse_duration(v, 100ull * 365 * 86400 * 1000000000ull, &keep.keep_for_ns) < 0 ||
+			    keep.keep_for_ns < 1000000000ull)
+				return usage_error("--keep-for wants a duration of 1s or more such as 7d, 12h or 90m, "
+						   "not '%s'", v);
 		} else if ((v = opt_value(argc, argv, &i, "--state", &missing))) {
 			if (!*v || strlen(v) >= sizeof state)
 				return usage_error("--state wants a directory, not '%s'", v);
@@ -416,7 +430,7 @@ int main(int argc, char **argv)
 	int default_state = !state[0];
 	if (default_state && meshd_state_default(state, sizeof state) < 0)
 		state[0] = 0;
-	rc = state[0] ? meshd_jobs_open(&jobs, core, state, &err) : -ENOENT;
+	rc = state[0] ? meshd_jobs_open(&jobs, core, state, &keep, &err) : -ENOENT;
 	if (rc < 0 && default_state && rc != MESH_E_BUSY) {
 		/* No usable default: meshd serves programs, not jobs.  One that
 		 * another meshd holds is refused as a given one is. */

@@ -170,7 +170,7 @@ static inline unsigned meshd_t_submit(char *out, size_t cap, const char *args)
  * out[cap]. */
 static inline json_t *meshd_t_job_json(char *out, size_t cap, unsigned id)
 {
-	ASSERT_EQ(meshd_t_mesh(out, cap, 0, "jobs --json"), 0);
+	ASSERT_EQ(meshd_t_mesh(out, cap, 0, "jobs --json --all"), 0);
 	json_t *j = json_loads(out, 0, NULL), *e, *found = NULL;
 	size_t i;
 	char ids[16];

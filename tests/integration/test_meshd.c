@@ -365,10 +365,14 @@ TEST(meshd_usage_errors)
 	/* A missing catalog is not a usage error: 66, with the reason on one log line. */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog nowhere --logs . --socket s.sock", t_bin("meshd")), 66);
 	EXPECT_CONTAINS(out, "] error cannot start: cannot use catalog 'nowhere'");
-	/* Another meshd already serves the socket: 69, and the first keeps serving. */
+	/* Another meshd already serves the socket: 69, and the first keeps
+	 * serving.  (With the same state directory too, the state's lock
+	 * refuses it first: 75, test_meshd_jobs_months.c.) */
 	mkdir("catalog", 0755);
 	start_meshd(NULL);
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog catalog --logs logs --socket " SOCK, t_bin("meshd")), 69);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog catalog --logs logs --state other-state --socket " SOCK,
+		       t_bin("meshd")),
+		  69);
 	EXPECT_CONTAINS(out, "in use");
 	EXPECT_EQ(mesh("ps"), 0);
 	kill(meshd_pid, SIGTERM);

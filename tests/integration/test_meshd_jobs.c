@@ -450,16 +450,10 @@ TEST_TIMEOUT(jobs_slow_chunks_spread_over_the_workers, 60)
 	stop_meshd();
 }
 
-/* kB of the process's peak resident memory (VmHWM), or -1. */
+/* kB of the process's peak resident memory, or -1. */
 static long peak_kb(pid_t pid)
 {
-	char path[64], *st;
-	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-	st = t_read_file(path, NULL);
-	const char *h = st ? strstr(st, "VmHWM:") : NULL;
-	long kb = h ? atol(h + 6) : -1;
-	free(st);
-	return kb;
+	return t_proc_status((int)pid, "VmHWM:");
 }
 
 /* A job's driver runs max_workers x depth slots (64 x 128 here); a slot

@@ -183,9 +183,10 @@ int t_wait_for(int (*cond_fn)(void *), void *arg, unsigned timeout_ms)
 	}
 }
 
-int t_count_fds(void)
+/* Entries of the directory path (not . and ..), or -1. */
+static int count_entries(const char *path)
 {
-	DIR *d = opendir("/proc/self/fd");
+	DIR *d = opendir(path);
 	struct dirent *e;
 	int n = 0;
 	if (!d)
@@ -194,7 +195,34 @@ int t_count_fds(void)
 		if (e->d_name[0] != '.')
 			n++;
 	closedir(d);
-	return n - 1; /* the DIR's own fd */
+	return n;
+}
+
+int t_count_fds(void)
+{
+	int n = count_entries("/proc/self/fd");
+	return n < 0 ? -1 : n - 1; /* the DIR's own fd */
+}
+
+int t_proc_fds(int pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd", pid);
+	return count_entries(path);
+}
+
+long t_proc_status(int pid, const char *key)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/status", pid);
+	char *st = t_read_file(path, NULL);
+	size_t k = strlen(key);
+	const char *h = st;
+	while (h && strncmp(h, key, k))
+		h = strchr(h, '\n') ? strchr(h, '\n') + 1 : NULL;
+	long v = h ? atol(h + k) : -1;
+	free(st);
+	return v;
 }
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)

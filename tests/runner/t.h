@@ -134,5 +134,10 @@ int t_wait_for(int (*cond_fn)(void *), void *arg, unsigned timeout_ms);
 uint64_t t_now_ms(void);
 /* Number of open fds in this process. */
 int t_count_fds(void);
+/* Number of open fds of process pid (/proc/<pid>/fd), or -1. */
+int t_proc_fds(int pid);
+/* The number after key ("VmRSS:", "Threads:") at a line's start in
+ * /proc/<pid>/status, or -1. */
+long t_proc_status(int pid, const char *key);
 
 #endif

@@ -212,10 +212,12 @@ class Client:
         """The Job of an id (an int or its decimal string); meshd is not asked."""
         return Job(self, str(job_id))
 
-    def jobs(self):
-        """Every job meshd knows, by id: a list of Job (each with .info, the
-        job object of docs/api.md, without failures)."""
-        return [Job(self, j["id"], j) for j in self._json("GET", "/v1/jobs").get("jobs", [])]
+    def jobs(self, all=False):
+        """The running jobs and the 20 that ended last (all=True: every job
+        meshd keeps, `meshd --keep-jobs`), by id: a list of Job (each with
+        .info, the job object of docs/api.md, without failures)."""
+        path = "/v1/jobs?all=1" if all else "/v1/jobs"
+        return [Job(self, j["id"], j) for j in self._json("GET", path).get("jobs", [])]
 
 
 class Job:
