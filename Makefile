@@ -47,8 +47,8 @@ CC      := clang
 override CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
 endif
 
-LIB_DIRS   := base proc journal store job exec autoscale shm host gpu gateway worker daemon
-LIB_SRC    := $(filter-out src/daemon/main.c src/proc/init_main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
+LIB_DIRS   := base proc journal store job exec autoscale shm host gpu gateway worker client meshd/core meshd/jobs meshd/api meshd
+LIB_SRC    := $(filter-out src/meshd/main.c src/proc/init_main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
 CLI_SRC    := $(wildcard src/cli/*.c)
 TEST_SRC   := $(wildcard tests/unit/test_*.c tests/integration/test_*.c tests/fault/test_*.c)
@@ -117,7 +117,7 @@ $(BUILD)/meshworker.pc: mk/meshworker.pc.in
 
 $(BUILD)/mesh: $(CLI_OBJ) $(BUILD)/libmesh.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmesh.a $(ALL_LIBS)
-$(BUILD)/meshd: $(call obj,src/daemon/main.c) $(BUILD)/libmesh.a
+$(BUILD)/meshd: $(call obj,src/meshd/main.c) $(BUILD)/libmesh.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libmesh.a $(ALL_LIBS)
 # mesh-init (src/proc/pidns.c): the init of a worker's PID namespace, exec'd
 # at each spawn, while the worker starts beside it: libc alone, linked

@@ -3,7 +3,7 @@
  * run; and the resident memory of a process running only meshd's core. */
 #include "base/clock.h"
 #include "base/err.h"
-#include "daemon/ops.h"
+#include "meshd/core/ops.h"
 #include "host/host.h"
 
 #include <errno.h>

@@ -4,7 +4,7 @@
 #include "base/parse.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
-#include "daemon/api_client.h"
+#include "client/api_client.h"
 #include "host/manifest.h"
 #include "shm/ring.h"
 

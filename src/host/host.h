@@ -100,7 +100,7 @@ int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns);
  * (async-signal-safe). */
 void mesh_host_wake(struct mesh_host *h);
 
-/* An event loop instead of mesh_host_poll (meshd's: daemon/core.c):
+/* An event loop instead of mesh_host_poll (meshd's: meshd/core/core.c):
  *   1. mesh_host_set_driven(h, 1): from now on mesh_host_poll (and so the
  *      *_wait functions) sleeps until the loop's next round instead of
  *      waiting on the worker fds itself;

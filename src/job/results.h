@@ -11,7 +11,7 @@
  * FAILURE: a failed attempt's report (its status line and the output tail
  * of a crashed worker).  Records are only appended.
  *
- * Durability rule (the caller's protocol, daemon/jobs.c with the chunk
+ * Durability rule (the caller's protocol, meshd/jobs/jobs.c with the chunk
  * driver's hooks, exec/runner.h):
  *   1. mesh_results_append(RESULT) when an attempt succeeded (buffered in
  *      memory: one write(2) for many records, no fsync);

@@ -154,7 +154,7 @@ int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_s
 /* How long meshd spins on a reply before it sleeps: a worker that wakes
  * from its futex and answers at once is caught without a second wake-up. */
 #define MESH_SLOT_CALL_SPIN_NS (20ull * 1000)
-/* Pipelined use (a job's executor, daemon/job_exec.c): many requests in
+/* Pipelined use (a job's executor, meshd/jobs/job_exec.c): many requests in
  * flight on one slot, replies taken as they come.  One owner drives the
  * slot this way and makes no mesh_slot_call meanwhile; mesh_slot_recv and
  * mesh_slot_wait_reply must not run at once (the reply ring has one

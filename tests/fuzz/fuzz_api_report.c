@@ -5,7 +5,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "base/utf8.h"
-#include "daemon/api.h"
+#include "meshd/api/api.h"
 #include "proc/proc.h"
 
 #include <jansson.h>

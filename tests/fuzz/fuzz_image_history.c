@@ -1,9 +1,9 @@
-/* The image history file of rollback (src/daemon/images.c): never crashes;
+/* The image history file of rollback (src/meshd/core/images.c): never crashes;
  * a previous image it names is one it was told, and saving it back reads
  * back the same.  The file is the input; the current image is 1 and the
  * image dir of 2 exists. */
 #include "base/err.h"
-#include "daemon/images.h"
+#include "meshd/core/images.h"
 
 #include <fcntl.h>
 #include <ftw.h>

@@ -1,10 +1,10 @@
-/* A meshd job's spec file ("key value" lines, src/daemon/jobs.c) through
+/* A meshd job's spec file ("key value" lines, src/meshd/jobs/jobs.c) through
  * the seams mesh__job_spec_check (its check line: whole or not, nothing
  * else) and mesh__job_spec_parse: never crashes, never leaks (a key given
  * twice), and what it accepts is a spec meshd can run.  The same bytes as
  * the job's end file (mesh__job_end_state) name a finished state. */
 #include "base/err.h"
-#include "daemon/jobs_int.h"
+#include "meshd/jobs/jobs_int.h"
 #include "job/job.h"
 
 #include <stdint.h>

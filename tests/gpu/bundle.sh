@@ -18,7 +18,7 @@ rm -rf "$out" "$B/gpu-bundle.tar.gz"
 mkdir -p "$out/bin" "$out/workers" "$out/python/mesh" "$out/examples"
 static="-Wl,-Bstatic -levent_extra -levent_pthreads -levent -levent_core -ljansson -lz -Wl,-Bdynamic -lpthread -lm"
 $CC -O2 -c -o "$out/compat.o" tests/gpu/compat_arc4random.c
-$CC -Wl,--as-needed -o "$out/bin/meshd" "$B/obj/src/daemon/main.o" "$out/compat.o" "$B/libmesh.a" $static
+$CC -Wl,--as-needed -o "$out/bin/meshd" "$B/obj/src/meshd/main.o" "$out/compat.o" "$B/libmesh.a" $static
 rm -f "$out/compat.o"
 $CC -Wl,--as-needed -o "$out/bin/mesh" "$B"/obj/src/cli/*.o "$B/libmesh.a" $static
 if [ -x "$B/examples/gpu/cuda_worker" ]; then

@@ -1,10 +1,10 @@
-/* An in-process meshd core for the core's tests (daemon/ops.h): made on
+/* An in-process meshd core for the core's tests (meshd/core/ops.h): made on
  * cfg, its catalog "cat" and logs "logs" unless cfg names others, its
  * loop run on a thread of its own. */
 #ifndef MESH_TESTS_CORE_T_H
 #define MESH_TESTS_CORE_T_H
 
-#include "daemon/ops.h"
+#include "meshd/core/ops.h"
 #include "runner/t.h"
 
 #include <pthread.h>

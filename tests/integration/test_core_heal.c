@@ -1,10 +1,10 @@
 /* meshd's core heals itself (issue 9): a worker that breaks its slot, hangs
  * a call past its limit or stops beating is killed and replaced; a call
  * never waits past its own timeout; a crash loop is backed off and ends
- * FAILED.  The core (daemon/ops.h) driven directly, its loop on a thread. */
+ * FAILED.  The core (meshd/core/ops.h) driven directly, its loop on a thread. */
 #include "base/clock.h"
 #include "base/err.h"
-#include "daemon/ops.h"
+#include "meshd/core/ops.h"
 #include "host/image.h"
 #include "integration/core_t.h"
 #include "integration/host_t.h"

@@ -4,7 +4,7 @@
  * memory really back before the next worker starts. */
 #include "base/clock.h"
 #include "base/err.h"
-#include "daemon/ops.h"
+#include "meshd/core/ops.h"
 #include "gpu/nvml.h"
 #include "host/image.h"
 #include "integration/core_t.h"

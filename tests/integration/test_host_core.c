@@ -1,7 +1,7 @@
-/* meshd's core (daemon/ops.h) driven directly, with its loop on a thread. */
+/* meshd's core (meshd/core/ops.h) driven directly, with its loop on a thread. */
 #include "base/clock.h"
 #include "base/err.h"
-#include "daemon/ops.h"
+#include "meshd/core/ops.h"
 #include "host/image.h"
 #include "integration/host_t.h"
 #include "runner/t.h"

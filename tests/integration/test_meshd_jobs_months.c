@@ -5,8 +5,8 @@
 #include "base/asan.h"
 #include "base/crc.h"
 #include "base/exit.h"
-#include "daemon/api_client.h"
-#include "daemon/jobs.h"
+#include "client/api_client.h"
+#include "meshd/jobs/jobs.h"
 #include "integration/meshd_t.h"
 #include "runner/t.h"
 

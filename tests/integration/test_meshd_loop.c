@@ -1,9 +1,9 @@
-/* meshd on one event loop (daemon/ops.h, docs/DESIGN.md): timers armed for
+/* meshd on one event loop (meshd/core/ops.h, docs/DESIGN.md): timers armed for
  * the real deadlines instead of a fixed tick, and the control API and the
  * metrics listener on the same loop as the workers' events. */
 #include "base/clock.h"
 #include "base/err.h"
-#include "daemon/ops.h"
+#include "meshd/core/ops.h"
 #include "integration/core_t.h"
 #include "integration/host_t.h"
 #include "integration/meshd_t.h"

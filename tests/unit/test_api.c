@@ -1,11 +1,11 @@
-/* meshd's control API (daemon/api.c) and its client (daemon/api_client.c),
- * in process, over the real core (daemon/core.c) and real workers. */
+/* meshd's control API (meshd/api/api.c) and its client (client/api_client.c),
+ * in process, over the real core (meshd/core/core.c) and real workers. */
 #include "base/err.h"
 #include "base/log.h"
-#include "daemon/api.h"
-#include "daemon/api_client.h"
-#include "daemon/notify.h"
-#include "daemon/ops.h"
+#include "meshd/api/api.h"
+#include "client/api_client.h"
+#include "meshd/notify.h"
+#include "meshd/core/ops.h"
 #include "host/image.h"
 #include "runner/t.h"
 

@@ -1,6 +1,6 @@
 /* Regression tests for what the fuzz targets of tests/fuzz/ found. */
 #include "base/err.h"
-#include "daemon/jobs_int.h"
+#include "meshd/jobs/jobs_int.h"
 #include "runner/t.h"
 #include "store/store_pg.h"
 

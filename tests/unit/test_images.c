@@ -1,7 +1,7 @@
-/* meshd's kept image copies (daemon/images.h): the copy is the same image,
+/* meshd's kept image copies (meshd/core/images.h): the copy is the same image,
  * is kept once, survives in a history, and prune leaves only what is asked. */
 #include "base/err.h"
-#include "daemon/images.h"
+#include "meshd/core/images.h"
 #include "runner/t.h"
 
 #include <errno.h>

@@ -21,11 +21,11 @@ static void refuse(const char *file, const char *needle)
 /* meshd sits beside the CLI, not above it: the exit-code table is base/exit.h. */
 TEST(layers_meshd_does_not_include_the_cli)
 {
-	static const char *const files[] = {"src/daemon/main.c", "src/daemon/core.c", "src/daemon/core_int.h",
-					    "src/daemon/core_programs.c", "src/daemon/core_workers.c",
-					    "src/daemon/core_call.c", "src/daemon/ops.h", "src/daemon/api.c",
-					    "src/daemon/api_int.h", "src/daemon/api_ops.c", "src/daemon/api_json.c",
-					    "src/daemon/api_client.c"};
+	static const char *const files[] = {"src/meshd/main.c", "src/meshd/core/core.c", "src/meshd/core/core_int.h",
+					    "src/meshd/core/core_programs.c", "src/meshd/core/core_workers.c",
+					    "src/meshd/core/core_call.c", "src/meshd/core/ops.h", "src/meshd/api/api.c",
+					    "src/meshd/api/api_int.h", "src/meshd/api/api_ops.c", "src/meshd/api/api_json.c",
+					    "src/client/api_client.c"};
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
 		refuse(files[i], "#include \"cli/");
 }
@@ -33,9 +33,9 @@ TEST(layers_meshd_does_not_include_the_cli)
 /* The core returns data; JSON is rendered by the API (api.c, api_client.c) only. */
 TEST(layers_meshd_core_builds_no_json)
 {
-	static const char *const files[] = {"src/daemon/main.c", "src/daemon/core.c", "src/daemon/core_int.h",
-					    "src/daemon/core_programs.c", "src/daemon/core_workers.c",
-					    "src/daemon/core_call.c", "src/daemon/ops.h", "src/daemon/notify.c"};
+	static const char *const files[] = {"src/meshd/main.c", "src/meshd/core/core.c", "src/meshd/core/core_int.h",
+					    "src/meshd/core/core_programs.c", "src/meshd/core/core_workers.c",
+					    "src/meshd/core/core_call.c", "src/meshd/core/ops.h", "src/meshd/notify.c"};
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
 		refuse(files[i], "jansson");
 		refuse(files[i], "json_");

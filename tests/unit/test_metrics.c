@@ -1,6 +1,6 @@
-/* The Prometheus renderer of daemon/metrics.h, fed by hand. */
+/* The Prometheus renderer of meshd/api/metrics.h, fed by hand. */
 #include "base/err.h"
-#include "daemon/metrics.h"
+#include "meshd/api/metrics.h"
 #include "runner/t.h"
 
 #include <errno.h>

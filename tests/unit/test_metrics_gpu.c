@@ -1,7 +1,7 @@
-/* The GPU families of /metrics (daemon/metrics_gpu.h), fed a ps snapshot
+/* The GPU families of /metrics (meshd/api/metrics_gpu.h), fed a ps snapshot
  * by hand: per GPU, per worker, reservations by state, time_to_free, and
  * nothing at all without NVML. */
-#include "daemon/metrics_gpu.h"
+#include "meshd/api/metrics_gpu.h"
 #include "runner/t.h"
 
 #include <stdlib.h>

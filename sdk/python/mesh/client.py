@@ -38,7 +38,7 @@ _ENDED = frozenset(("complete", "failed", "cancelled", "error"))
 def default_socket():
     """The socket path meshd serves on and `mesh` talks to: $MESH_SOCKET,
     else $XDG_RUNTIME_DIR/mesh/meshd.sock (when absolute), else
-    /tmp/mesh-<uid>/meshd.sock (src/daemon/api_client.c)."""
+    /tmp/mesh-<uid>/meshd.sock (src/client/api_client.c)."""
     env = os.environ.get("MESH_SOCKET")
     if env:
         return env

@@ -1,0 +1,38 @@
+/* The control API's job routes (docs/api.md, "Jobs"): meshd/api/api.c hands
+ * every /v1/jobs request here from its op thread and sends the answer.
+ *
+ *   POST /v1/jobs?program=P[&chunks=N][&max_workers=K][&retries=K]
+ *        [&timeout=S][&speculate=1][&name=NAME]     body: the input lines
+ *   GET  /v1/jobs[?all=1]
+ *   GET  /v1/jobs/<id>[?wait=S]
+ *   DELETE /v1/jobs/<id>
+ *   GET  /v1/jobs/<id>/results[?from=K][&wait=S]
+ *   POST /v1/jobs/<id>/cancel */
+#ifndef MESH_MESHD_API_API_JOBS_H
+#define MESH_MESHD_API_API_JOBS_H
+
+#include <stddef.h>
+
+struct meshd_jobs;
+struct evkeyvalq;
+
+/* The jobs the routes serve (main.c sets them once, before the API
+ * serves; NULL: every job route answers 503). */
+void meshd_api_jobs_set(struct meshd_jobs *jobs);
+
+struct meshd_api_answer {
+	unsigned status;
+	char type[128];	    /* Content-Type */
+	char *data;	    /* malloc'd */
+	size_t len;
+	const char *allow;  /* 405: the Allow header (static) */
+};
+
+/* 1 when path is a job route (the caller then calls meshd_api_jobs). */
+int meshd_api_is_jobs(const char *path);
+/* Answers one job request.  a is always filled (data may be NULL only
+ * when len is 0). */
+void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq *args, const void *body,
+		    size_t n, struct meshd_api_answer *a);
+
+#endif
