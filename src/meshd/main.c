@@ -272,6 +272,7 @@ int main(int argc, char **argv)
 	struct meshd_core *core = NULL;
 	struct meshd_api *api = NULL;
 	struct meshd_jobs *jobs = NULL;
+	struct meshd_parts parts = {0}; /* what the API and /metrics serve */
 	char state[PATH_MAX] = "";
 	struct meshd_jobs_keep keep = {0};
 	struct sigaction sa;
@@ -455,9 +456,10 @@ int main(int argc, char **argv)
 		meshd_core_free(core);
 		return mesh_exit_for(rc); /* the store's codes: 69 unreachable, 65 another schema */
 	}
-	meshd_api_jobs_set(jobs);
+	parts.core = core;
+	parts.jobs = jobs;
 
-	rc = meshd_api_start(&api, core, sock, &err);
+	rc = meshd_api_start(&api, &parts, sock, &err);
 	if (rc < 0) {
 		mesh_error("cannot serve the control API: %s", err ? err : mesh_strerror(rc));
 		free(err);
@@ -467,7 +469,7 @@ int main(int argc, char **argv)
 		return exit_for(rc);
 	}
 	if (metrics_addr) {
-		rc = meshd_metrics_serve_start(&msrv, core, metrics_addr, metrics_public, &err);
+		rc = meshd_metrics_serve_start(&msrv, &parts, metrics_addr, metrics_public, &err);
 		if (rc < 0) {
 			mesh_error("cannot serve metrics: %s", err ? err : mesh_strerror(rc));
 			free(err);
@@ -491,7 +493,7 @@ int main(int argc, char **argv)
 			meshd_core_free(core);
 			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
 		}
-		meshd_metrics_gateway_set(gw);
+		parts.gw = gw;
 		mesh_info("serving http=%s port=%d", gwc.listen, mesh_gw_port(gw));
 	}
 	mesh_info("serving socket=%s catalog=%s logs=%s slots=%u isolation=%s", sock, cfg.catalog, cfg.logs,
@@ -533,10 +535,9 @@ int main(int argc, char **argv)
 	}
 	meshd_metrics_serve_stop(msrv);
 	meshd_api_stop(api);
-	/* No scrape can read it any more. */
-	meshd_metrics_gateway_set(NULL);
+	/* No request or scrape can read them any more. */
+	parts.gw = NULL;
 	mesh_gw_free(gw);
-	meshd_api_jobs_set(NULL);
 	meshd_jobs_free(jobs);
 	if (threaded) {
 		meshd_core_stop(core);

@@ -72,11 +72,14 @@ static void stop_all(struct meshd_api *a)
 	core = NULL;
 }
 
+static struct meshd_parts parts; /* the core alone: no jobs, no gateway */
+
 static struct meshd_api *start_api(const char *path)
 {
 	struct meshd_api *a = NULL;
 	char *err = NULL;
-	int rc = meshd_api_start(&a, core, path, &err);
+	parts.core = core;
+	int rc = meshd_api_start(&a, &parts, path, &err);
 	if (rc < 0)
 		FAIL("meshd_api_start: %s (%s)", err ? err : "", mesh_strerror(rc));
 	free(err);
@@ -357,7 +360,7 @@ TEST(api_socket_stale_live_and_foreign)
 	struct meshd_api *a = start_api("api.sock"), *b = NULL;
 	char *err = NULL;
 	/* A live socket is not taken over. */
-	EXPECT_EQ(meshd_api_start(&b, core, "api.sock", &err), -EADDRINUSE);
+	EXPECT_EQ(meshd_api_start(&b, &parts, "api.sock", &err), -EADDRINUSE);
 	EXPECT_CONTAINS(err, "in use");
 	free(err);
 	meshd_api_stop(a);
@@ -376,7 +379,7 @@ TEST(api_socket_stale_live_and_foreign)
 	/* A file that is not a socket is left alone. */
 	t_write_file("plain", "data");
 	err = NULL;
-	EXPECT_EQ(meshd_api_start(&b, core, "plain", &err), -EEXIST);
+	EXPECT_EQ(meshd_api_start(&b, &parts, "plain", &err), -EEXIST);
 	free(err);
 	char *c = t_read_file("plain", NULL);
 	EXPECT_STREQ(c, "data");
@@ -386,7 +389,7 @@ TEST(api_socket_stale_live_and_foreign)
 	memset(longp, 'x', sizeof longp - 1);
 	longp[sizeof longp - 1] = 0;
 	err = NULL;
-	EXPECT_EQ(meshd_api_start(&b, core, longp, &err), -ENAMETOOLONG);
+	EXPECT_EQ(meshd_api_start(&b, &parts, longp, &err), -ENAMETOOLONG);
 	free(err);
 	stop_all(NULL);
 }

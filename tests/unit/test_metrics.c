@@ -33,16 +33,16 @@ TEST(metrics_label_escaping)
 
 TEST(metrics_histogram_buckets_are_inclusive)
 {
-	struct meshd_hist h = {0};
-	meshd_hist_observe(&h, MESHD_HIST_COLD_START, 1000000);	    /* exactly 1 ms: le="0.001" */
-	meshd_hist_observe(&h, MESHD_HIST_COLD_START, 1000001);	    /* just over: le="0.0025" */
-	meshd_hist_observe(&h, MESHD_HIST_COLD_START, 999999999999ull); /* +Inf */
+	struct mesh_hist h = {0};
+	mesh_hist_observe(&h, &meshd_cold_start_bounds, 1000000);	    /* exactly 1 ms: le="0.001" */
+	mesh_hist_observe(&h, &meshd_cold_start_bounds, 1000001);	    /* just over: le="0.0025" */
+	mesh_hist_observe(&h, &meshd_cold_start_bounds, 999999999999ull); /* +Inf */
 	EXPECT_UEQ(h.bucket[0], 1);
 	EXPECT_UEQ(h.bucket[1], 1);
 	EXPECT_UEQ(h.count, 3);
 	EXPECT_UEQ(h.sum_ns, 1000000ull + 1000001ull + 999999999999ull);
 	uint64_t inf = 0;
-	for (int i = 2; i < MESHD_HIST_BUCKETS; i++)
+	for (int i = 2; i < MESH_HIST_BUCKETS; i++)
 		inf += h.bucket[i];
 	EXPECT_UEQ(inf, 1);
 }
@@ -62,22 +62,22 @@ TEST(metrics_call_result_labels)
 static char *render(int have_jobs)
 {
 	struct meshd_program_metrics p[2];
-	struct meshd_metrics m = {.slots = 8, .slots_in_use = 1, .spawns = 3, .crashes = 1, .processes = 1};
+	struct meshd_metrics m = {.core = {.slots = 8, .slots_in_use = 1, .spawns = 3, .crashes = 1, .processes = 1}};
 	memset(p, 0, sizeof p);
 	p[0].name = "echo";
 	p[0].max_workers = 2;
 	p[0].workers[MESH_IS_RUNNING] = 1;
 	p[0].spawns = 2;
 	p[0].calls[MESHD_CALL_OK] = 5;
-	meshd_hist_observe(&p[0].cold_start, MESHD_HIST_COLD_START, 1500000);
-	meshd_hist_observe(&p[0].cold_start, MESHD_HIST_COLD_START, 1500000);
-	meshd_hist_observe(&p[0].call, MESHD_HIST_CALL, 20000);
+	mesh_hist_observe(&p[0].cold_start, &meshd_cold_start_bounds, 1500000);
+	mesh_hist_observe(&p[0].cold_start, &meshd_cold_start_bounds, 1500000);
+	mesh_hist_observe(&p[0].call, &meshd_call_bounds, 20000);
 	p[0].warm_ns = 30ull * 1000000000ull;
 	p[0].window_ns = 100ull * 1000000000ull; /* 2 always-on workers: 200 s; warm 30 s saves 0.85 */
 	p[1].name = "we\"ird\\na\nme";
 	p[1].max_workers = 1;
-	m.programs = p;
-	m.nprograms = 2;
+	m.core.programs = p;
+	m.core.nprograms = 2;
 	m.have_jobs = have_jobs;
 	m.jobs.jobs[MESHD_MJOB_RUNNING] = 1;
 	m.jobs.chunks[MESHD_CHUNK_PENDING] = 200;

@@ -548,7 +548,7 @@ static void api_free(struct meshd_api *a)
 	free(a);
 }
 
-int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char *path, char **err)
+int meshd_api_start(struct meshd_api **out, const struct meshd_parts *parts, const char *path, char **err)
 {
 	struct meshd_api *a = calloc(1, sizeof *a);
 	int fd;
@@ -559,12 +559,13 @@ int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char 
 		return set_err(err, -ENOMEM, "out of memory");
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->cv, NULL);
-	a->core = core;
+	a->parts = parts;
+	a->core = parts->core;
 	a->listen_fd = -1;
 	a->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	/* The loop may run: what is set up here is added to it under
 	 * libevent's lock (the core made the base thread-safe). */
-	a->base = meshd_core_base(core);
+	a->base = meshd_core_base(a->core);
 	a->http = a->base ? evhttp_new(a->base) : NULL;
 	a->done_ev = a->base ? event_new(a->base, -1, 0, meshd__on_done, a) : NULL;
 	a->stream_ev = a->base ? event_new(a->base, -1, 0, meshd__on_streams, a) : NULL;

@@ -2,7 +2,7 @@
  * and jansson).  Routes and shapes are in docs/api.md.
  *
  * Caller protocol (meshd/main.c):
- *   1. meshd_api_start(&a, core, path, &err) -- after meshd_core_new; it
+ *   1. meshd_api_start(&a, parts, path, &err) -- after meshd_core_new; it
  *      serves as soon as it returns (READY=1 may be sent then)
  *   2. meshd_api_quiesce(a)                  -- after meshd_core_run returned:
  *      stops accepting, answers 503 to any further request on a kept-alive
@@ -26,6 +26,18 @@
 
 struct meshd_core;
 struct meshd_api;
+struct meshd_jobs;
+struct mesh_gw;
+
+/* The parts of meshd the API and /metrics serve, wired by main.c, which
+ * owns this and keeps it until after meshd_api_stop and
+ * meshd_metrics_serve_stop. */
+struct meshd_parts {
+	struct meshd_core *core;
+	struct meshd_jobs *jobs;    /* NULL: meshd runs no jobs (the job routes answer 503) */
+	struct mesh_gw *_Atomic gw; /* meshd --http's gateway, set once it serves and
+				     * cleared before it is freed; NULL: none */
+};
 
 #define MESHD_API_MAX_BODY (16u << 20)	/* request body bound, bytes */
 #define MESHD_API_MAX_CONNS 64u		/* calls whose op runs at once */
@@ -39,7 +51,7 @@ struct meshd_api;
  * longer than sun_path with -ENAMETOOLONG.  0 or a negative mesh error; on
  * error *err (when err is not NULL) gets a malloc'd message, and nothing is
  * left behind. */
-int meshd_api_start(struct meshd_api **out, struct meshd_core *core, const char *path, char **err);
+int meshd_api_start(struct meshd_api **out, const struct meshd_parts *parts, const char *path, char **err);
 /* Stops accepting (see the protocol above); the number of requests in
  * flight.  Idempotent; NULL is a no-op (0). */
 int meshd_api_quiesce(struct meshd_api *a);

@@ -26,7 +26,8 @@
 struct job;
 
 struct meshd_api {
-	struct meshd_core *core;
+	const struct meshd_parts *parts; /* main.c's */
+	struct meshd_core *core;	 /* parts->core */
 	struct event_base *base; /* the core's (not ours to free) */
 	struct evhttp *http;
 	struct evhttp_bound_socket *bound;

@@ -28,13 +28,6 @@ _Static_assert((int)MESHD_JOB_RUNNING == (int)MESHD_MJOB_RUNNING && (int)MESHD_J
 		       (int)MESHD_JOB_ERROR == (int)MESHD_MJOB_ERROR,
 	       "the metrics job states are the jobs states");
 
-static struct meshd_jobs *the_jobs;
-
-void meshd_api_jobs_set(struct meshd_jobs *jobs)
-{
-	the_jobs = jobs;
-}
-
 int meshd_api_is_jobs(const char *path)
 {
 	return !strcmp(path, "/v1/jobs") || !strncmp(path, "/v1/jobs/", 9);
@@ -181,7 +174,7 @@ static int arg_seconds(const struct evkeyvalq *args, const char *key, uint64_t m
 	return 0;
 }
 
-static void submit(const struct evkeyvalq *args, const void *body, size_t n, struct meshd_api_answer *a)
+static void submit(struct meshd_jobs *jobs, const struct evkeyvalq *args, const void *body, size_t n, struct meshd_api_answer *a)
 {
 	struct meshd_job_spec s = {0};
 	uint64_t v = 0;
@@ -213,12 +206,12 @@ static void submit(const struct evkeyvalq *args, const void *body, size_t n, str
 	}
 	uint64_t id;
 	char *msg = NULL;
-	int rc = meshd_jobs_submit(the_jobs, &s, &id, &msg);
+	int rc = meshd_jobs_submit(jobs, &s, &id, &msg);
 	if (rc < 0)
 		return op_error(a, rc, msg);
 	free(msg);
 	struct meshd_job_info ji;
-	if (meshd_jobs_get(the_jobs, id, 0, 0, &ji, NULL) < 0) {
+	if (meshd_jobs_get(jobs, id, 0, 0, &ji, NULL) < 0) {
 		char ids[24];
 		snprintf(ids, sizeof ids, "%" PRIu64, id);
 		return json_answer(a, 201, json_pack("{s:s}", "id", ids));
@@ -227,14 +220,14 @@ static void submit(const struct evkeyvalq *args, const void *body, size_t n, str
 	meshd_job_info_release(&ji);
 }
 
-static void list(const struct evkeyvalq *args, struct meshd_api_answer *a)
+static void list(struct meshd_jobs *jobs, const struct evkeyvalq *args, struct meshd_api_answer *a)
 {
 	struct meshd_job_info *v;
 	size_t n, older = 0;
 	uint64_t all = 0;
 	if (arg_u64(args, "all", 1, &all, a) < 0)
 		return;
-	int rc = meshd_jobs_list(the_jobs, all ? 0 : MESHD_JOBS_RECENT, &v, &n, &older);
+	int rc = meshd_jobs_list(jobs, all ? 0 : MESHD_JOBS_RECENT, &v, &n, &older);
 	if (rc < 0)
 		return error(a, 503, rc, NULL);
 	json_t *arr = json_array();
@@ -244,7 +237,7 @@ static void list(const struct evkeyvalq *args, struct meshd_api_answer *a)
 	json_answer(a, 200, arr ? json_pack("{s:o, s:I}", "jobs", arr, "older", (json_int_t)older) : NULL);
 }
 
-static void results(uint64_t id, const struct evkeyvalq *args, struct meshd_api_answer *a)
+static void results(struct meshd_jobs *jobs, uint64_t id, const struct evkeyvalq *args, struct meshd_api_answer *a)
 {
 	uint64_t from = 0, wait = 0, framed = 0, next;
 	int end;
@@ -256,7 +249,7 @@ static void results(uint64_t id, const struct evkeyvalq *args, struct meshd_api_
 	uint64_t missing;
 	size_t nmissing;
 	/* At most one DONE chunk without a result a page: named in the type. */
-	int rc = meshd_jobs_results(the_jobs, id, from, wait, RESULTS_PAGE, (int)framed, &b, &missing, 1, &nmissing,
+	int rc = meshd_jobs_results(jobs, id, from, wait, RESULTS_PAGE, (int)framed, &b, &missing, 1, &nmissing,
 				    &next, &end, &msg);
 	if (rc < 0) {
 		mesh_buf_release(&b);
@@ -285,18 +278,18 @@ static void acted(struct meshd_api_answer *a, const char *ids, const char *actio
 	json_answer(a, 200, json_pack("{s:b, s:s, s:s}", "ok", 1, "id", ids, "action", action));
 }
 
-void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq *args, const void *body, size_t n,
+void meshd_api_jobs(struct meshd_jobs *jobs, const char *method, const char *path, const struct evkeyvalq *args, const void *body, size_t n,
 		    struct meshd_api_answer *a)
 {
 	int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), is_post = !strcmp(method, "POST");
 	memset(a, 0, sizeof *a);
-	if (!the_jobs)
+	if (!jobs)
 		return error(a, 503, MESH_E_STATE, "this meshd runs no jobs");
 	if (!strcmp(path, "/v1/jobs")) {
 		if (is_post)
-			return submit(args, body, n, a);
+			return submit(jobs, args, body, n, a);
 		if (is_get)
-			return list(args, a);
+			return list(jobs, args, a);
 		return not_allowed(a, "GET, HEAD, POST");
 	}
 	/* /v1/jobs/<id>[/results|/cancel] */
@@ -313,7 +306,7 @@ void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq
 	const char *action = slash ? slash + 1 : "";
 	if (!*action && !strcmp(method, "DELETE")) {
 		char *msg = NULL;
-		int rc = meshd_jobs_remove(the_jobs, id, &msg);
+		int rc = meshd_jobs_remove(jobs, id, &msg);
 		return acted(a, ids, "remove", rc, msg);
 	}
 	if (!*action) {
@@ -324,7 +317,7 @@ void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq
 			return;
 		struct meshd_job_info ji;
 		char *msg = NULL;
-		int rc = meshd_jobs_get(the_jobs, id, 1, wait, &ji, &msg);
+		int rc = meshd_jobs_get(jobs, id, 1, wait, &ji, &msg);
 		if (rc < 0)
 			return op_error(a, rc, msg);
 		free(msg);
@@ -335,13 +328,13 @@ void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq
 	if (!strcmp(action, "results")) {
 		if (!is_get)
 			return not_allowed(a, "GET, HEAD");
-		return results(id, args, a);
+		return results(jobs, id, args, a);
 	}
 	if (!strcmp(action, "cancel")) {
 		if (!is_post)
 			return not_allowed(a, "POST");
 		char *msg = NULL;
-		int rc = meshd_jobs_cancel(the_jobs, id, &msg);
+		int rc = meshd_jobs_cancel(jobs, id, &msg);
 		return acted(a, ids, "cancel", rc, msg);
 	}
 	errorf(a, 404, MESH_E_NOTFOUND, "no such route: /v1/jobs/<id>/%.40s", action);
@@ -351,17 +344,16 @@ void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq
  * meshd keeps.  A job's DONE count never goes down, and the counts of the
  * jobs removed (retention, `mesh rm`) are added, so the sums of done,
  * duplicates and wins are counters. */
-int meshd_jobs_metrics(struct meshd_core *d, struct meshd_job_metrics *out)
+int meshd_api_jobs_metrics(struct meshd_jobs *jobs, struct meshd_job_metrics *out)
 {
 	struct meshd_job_info *list = NULL;
 	size_t n = 0;
-	(void)d;
 	memset(out, 0, sizeof *out);
-	if (!the_jobs)
+	if (!jobs)
 		return MESH_E_UNSUPPORTED;
-	if (meshd_jobs_list(the_jobs, 0, &list, &n, NULL) < 0)
+	if (meshd_jobs_list(jobs, 0, &list, &n, NULL) < 0)
 		return -ENOMEM;
-	meshd_jobs_gone(the_jobs, &out->completions, &out->duplicates, &out->speculative_wins);
+	meshd_jobs_gone(jobs, &out->completions, &out->duplicates, &out->speculative_wins);
 	for (size_t i = 0; i < n; i++) {
 		const struct meshd_job_info *ji = &list[i];
 		if ((unsigned)ji->state < MESHD_MJOB__N)

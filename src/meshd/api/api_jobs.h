@@ -16,10 +16,6 @@
 struct meshd_jobs;
 struct evkeyvalq;
 
-/* The jobs the routes serve (main.c sets them once, before the API
- * serves; NULL: every job route answers 503). */
-void meshd_api_jobs_set(struct meshd_jobs *jobs);
-
 struct meshd_api_answer {
 	unsigned status;
 	char type[128];	    /* Content-Type */
@@ -30,9 +26,9 @@ struct meshd_api_answer {
 
 /* 1 when path is a job route (the caller then calls meshd_api_jobs). */
 int meshd_api_is_jobs(const char *path);
-/* Answers one job request.  a is always filled (data may be NULL only
- * when len is 0). */
-void meshd_api_jobs(const char *method, const char *path, const struct evkeyvalq *args, const void *body,
+/* Answers one job request over jobs (NULL: meshd runs none, 503).  a is
+ * always filled (data may be NULL only when len is 0). */
+void meshd_api_jobs(struct meshd_jobs *jobs, const char *method, const char *path, const struct evkeyvalq *args, const void *body,
 		    size_t n, struct meshd_api_answer *a);
 
 #endif

@@ -147,7 +147,7 @@ static void route(struct meshd_api *a, struct job *jb)
 		struct mesh_buf b = MESH_BUF_INIT;
 		if (strcmp(method, "GET") && strcmp(method, "HEAD"))
 			return meshd__send_method_not_allowed(jb, "GET, HEAD");
-		if (meshd_metrics_text(a->core, &b) < 0) {
+		if (meshd_metrics_text(a->parts, &b) < 0) {
 			mesh_buf_release(&b);
 			return meshd__send_error(jb, 503, -ENOMEM, NULL);
 		}
@@ -164,14 +164,14 @@ static void route(struct meshd_api *a, struct job *jb)
 			return meshd__send_op_error(jb, rc, NULL);
 		json_t *out = meshd__ps_json(&ps);
 		meshd_ps_release(&ps);
-		struct mesh_gw *gw = meshd_metrics_gateway(); /* meshd --http's programs (docs/gateway.md) */
+		struct mesh_gw *gw = a->parts->gw; /* meshd --http's programs (docs/gateway.md) */
 		if (out && gw)
 			json_object_set_new(out, "http", mesh_gw_ps_json(gw));
 		return meshd__send_json(jb, 200, out);
 	}
 	if (meshd_api_is_jobs(url)) {
 		struct meshd_api_answer ans;
-		meshd_api_jobs(method, url, &jb->args, jb->body.p, jb->body.len, &ans);
+		meshd_api_jobs(a->parts->jobs, method, url, &jb->args, jb->body.p, jb->body.len, &ans);
 		memcpy(jb->type_buf, ans.type, sizeof jb->type_buf);
 		meshd__set_answer(jb, ans.status, jb->type_buf, ans.data ? ans.data : "", ans.len, ans.data == NULL);
 		jb->allow = ans.allow;

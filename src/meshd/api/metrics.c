@@ -26,86 +26,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Bucket bounds: the ns to compare with and the `le` text, exactly as
- * Prometheus clients print them.  The last bucket (+Inf) is implicit. */
-struct bound {
-	uint64_t ns;
-	const char *le;
-};
-/* A worker's spawn to its `ready`: a C worker in about a millisecond, a
- * model server in tens of seconds. */
-static const struct bound cold_bounds[] = {
-	{1000000, "0.001"},	    {2500000, "0.0025"},     {5000000, "0.005"},       {10000000, "0.01"},
-	{25000000, "0.025"},	    {50000000, "0.05"},	     {100000000, "0.1"},       {250000000, "0.25"},
-	{500000000, "0.5"},	    {1000000000, "1"},	     {2500000000ull, "2.5"},   {5000000000ull, "5"},
-	{10000000000ull, "10"},	    {30000000000ull, "30"},  {60000000000ull, "60"},   {120000000000ull, "120"},
-};
-/* A call through a warm slot takes microseconds; one that waits for a cold
- * start, seconds. */
-static const struct bound call_bounds[] = {
-	{10000, "1e-05"},	 {25000, "2.5e-05"},	  {50000, "5e-05"},	     {100000, "0.0001"},
-	{250000, "0.00025"},	 {500000, "0.0005"},	  {1000000, "0.001"},	     {2500000, "0.0025"},
-	{5000000, "0.005"},	 {10000000, "0.01"},	  {25000000, "0.025"},	     {50000000, "0.05"},
-	{100000000, "0.1"},	 {250000000, "0.25"},	  {500000000, "0.5"},	     {1000000000, "1"},
-	{2500000000ull, "2.5"},	 {5000000000ull, "5"},	  {10000000000ull, "10"},
-};
-_Static_assert(sizeof cold_bounds / sizeof cold_bounds[0] < MESHD_HIST_BUCKETS, "cold buckets fit");
-_Static_assert(sizeof call_bounds / sizeof call_bounds[0] < MESHD_HIST_BUCKETS, "call buckets fit");
-
-static const struct bound *bounds_of(enum meshd_hist_kind kind, size_t *n)
-{
-	if (kind == MESHD_HIST_COLD_START) {
-		*n = sizeof cold_bounds / sizeof cold_bounds[0];
-		return cold_bounds;
-	}
-	*n = sizeof call_bounds / sizeof call_bounds[0];
-	return call_bounds;
-}
-
-void meshd_hist_observe(struct meshd_hist *h, enum meshd_hist_kind kind, uint64_t ns)
-{
-	size_t n, i;
-	const struct bound *b = bounds_of(kind, &n);
-	for (i = 0; i < n && ns > b[i].ns; i++)
-		;
-	h->bucket[i]++; /* i == n: +Inf */
-	h->count++;
-	h->sum_ns += ns;
-}
-
-const char *meshd_call_result_name(enum meshd_call_result r)
-{
-	static const char *const n[MESHD_CALL__N] = {"ok", "handler_error", "timeout", "crashed", "stopped", "error"};
-	return (unsigned)r < MESHD_CALL__N ? n[r] : "error";
-}
-
-enum meshd_call_result meshd_call_result_of(int rc)
-{
-	switch (rc) {
-	case 0:
-		return MESHD_CALL_OK;
-	case MESH_E_HANDLER:
-		return MESHD_CALL_HANDLER;
-	case MESH_E_TIMEOUT:
-	case -ETIMEDOUT:
-		return MESHD_CALL_TIMEOUT;
-	case MESH_E_CRASHED:
-		return MESHD_CALL_CRASHED;
-	case MESH_E_STOPPED:
-		return MESHD_CALL_STOPPED;
-	}
-	return MESHD_CALL_ERROR;
-}
-
 void meshd_metrics_release(struct meshd_metrics *m)
 {
 	if (!m)
 		return;
-	for (unsigned i = 0; i < m->nprograms; i++)
-		free(m->programs[i].name);
-	free(m->programs);
-	m->programs = NULL;
-	m->nprograms = 0;
+	meshd_core_metrics_release(&m->core);
 	free(m->gw);
 	m->gw = NULL;
 	m->ngw = 0;
@@ -166,11 +91,11 @@ static void seconds(struct meshd_metrics_text *w, uint64_t ns)
 }
 
 /* One program's histogram family members: _bucket (cumulative), _sum, _count. */
-static void hist_lines(struct meshd_metrics_text *w, const char *name, const char *prog, const struct meshd_hist *h,
-		       enum meshd_hist_kind kind)
+static void hist_lines(struct meshd_metrics_text *w, const char *name, const char *prog, const struct mesh_hist *h,
+		       const struct mesh_hist_bounds *bounds)
 {
-	size_t n;
-	const struct bound *b = bounds_of(kind, &n);
+	size_t n = bounds->n;
+	const struct mesh_hist_bound *b = bounds->b;
 	uint64_t cum = 0;
 	char nm[96];
 	snprintf(nm, sizeof nm, "%s_bucket", name);
@@ -192,8 +117,8 @@ static void hist_lines(struct meshd_metrics_text *w, const char *name, const cha
 /* One sample per program: name{program="p"} value. */
 static void per_prog_u64(struct meshd_metrics_text *w, const struct meshd_metrics *m, const char *name, size_t field_off)
 {
-	for (unsigned i = 0; i < m->nprograms; i++) {
-		const struct meshd_program_metrics *p = &m->programs[i];
+	for (unsigned i = 0; i < m->core.nprograms; i++) {
+		const struct meshd_program_metrics *p = &m->core.programs[i];
 		open_prog(w, name, p->name);
 		meshd_metrics_put(w, "} %llu\n", (unsigned long long)*(const uint64_t *)((const char *)p + field_off));
 	}
@@ -202,14 +127,14 @@ static void per_prog_u64(struct meshd_metrics_text *w, const struct meshd_metric
 static void render_programs(struct meshd_metrics_text *w, const struct meshd_metrics *m)
 {
 	meshd_metrics_family(w, "mesh_workers", "gauge", "Worker instances of a loaded program, by lifecycle state.");
-	for (unsigned i = 0; i < m->nprograms; i++)
+	for (unsigned i = 0; i < m->core.nprograms; i++)
 		for (int s = 0; s < MESH_IS__N; s++) {
 			char st[32];
 			snprintf(st, sizeof st, "%s", mesh_istate_name((enum mesh_istate)s));
 			for (char *c = st; *c; c++)
 				*c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
-			open_prog(w, "mesh_workers", m->programs[i].name);
-			meshd_metrics_put(w, ",state=\"%s\"} %u\n", st, m->programs[i].workers[s]);
+			open_prog(w, "mesh_workers", m->core.programs[i].name);
+			meshd_metrics_put(w, ",state=\"%s\"} %u\n", st, m->core.programs[i].workers[s]);
 		}
 	meshd_metrics_family(w, "mesh_spawns_total", "counter", "Worker processes spawned for a program since it was loaded.");
 	per_prog_u64(w, m, "mesh_spawns_total", offsetof(struct meshd_program_metrics, spawns));
@@ -217,39 +142,39 @@ static void render_programs(struct meshd_metrics_text *w, const struct meshd_met
 	       "Worker processes of a program that died unasked (crashes) since it was loaded.");
 	per_prog_u64(w, m, "mesh_crashes_total", offsetof(struct meshd_program_metrics, crashes));
 	meshd_metrics_family(w, "mesh_cold_start_seconds", "histogram", "Time from a worker's spawn to its ready message.");
-	for (unsigned i = 0; i < m->nprograms; i++)
-		hist_lines(w, "mesh_cold_start_seconds", m->programs[i].name, &m->programs[i].cold_start,
-			   MESHD_HIST_COLD_START);
+	for (unsigned i = 0; i < m->core.nprograms; i++)
+		hist_lines(w, "mesh_cold_start_seconds", m->core.programs[i].name, &m->core.programs[i].cold_start,
+			   &meshd_cold_start_bounds);
 	meshd_metrics_family(w, "mesh_call_duration_seconds", "histogram",
 	       "Latency of a call through meshd, cold start included, as the caller saw it.");
-	for (unsigned i = 0; i < m->nprograms; i++)
-		hist_lines(w, "mesh_call_duration_seconds", m->programs[i].name, &m->programs[i].call, MESHD_HIST_CALL);
+	for (unsigned i = 0; i < m->core.nprograms; i++)
+		hist_lines(w, "mesh_call_duration_seconds", m->core.programs[i].name, &m->core.programs[i].call, &meshd_call_bounds);
 	meshd_metrics_family(w, "mesh_calls_total", "counter", "Calls to a program, by how they ended.");
-	for (unsigned i = 0; i < m->nprograms; i++)
+	for (unsigned i = 0; i < m->core.nprograms; i++)
 		for (int r = 0; r < MESHD_CALL__N; r++) {
-			open_prog(w, "mesh_calls_total", m->programs[i].name);
+			open_prog(w, "mesh_calls_total", m->core.programs[i].name);
 			meshd_metrics_put(w, ",result=\"%s\"} %llu\n", meshd_call_result_name((enum meshd_call_result)r),
-			    (unsigned long long)m->programs[i].calls[r]);
+			    (unsigned long long)m->core.programs[i].calls[r]);
 		}
 	meshd_metrics_family(w, "mesh_warm_seconds_total", "counter",
 	       "Worker-seconds a program's workers had a process (held their resources) since it was loaded.");
-	for (unsigned i = 0; i < m->nprograms; i++) {
-		open_prog(w, "mesh_warm_seconds_total", m->programs[i].name);
+	for (unsigned i = 0; i < m->core.nprograms; i++) {
+		open_prog(w, "mesh_warm_seconds_total", m->core.programs[i].name);
 		meshd_metrics_put(w, "} ");
-		seconds(w, m->programs[i].warm_ns);
+		seconds(w, m->core.programs[i].warm_ns);
 		meshd_metrics_put(w, "\n");
 	}
 	meshd_metrics_family(w, "mesh_window_seconds", "gauge", "Seconds since the program was loaded (the savings window).");
-	for (unsigned i = 0; i < m->nprograms; i++) {
-		open_prog(w, "mesh_window_seconds", m->programs[i].name);
+	for (unsigned i = 0; i < m->core.nprograms; i++) {
+		open_prog(w, "mesh_window_seconds", m->core.programs[i].name);
 		meshd_metrics_put(w, "} ");
-		seconds(w, m->programs[i].window_ns);
+		seconds(w, m->core.programs[i].window_ns);
 		meshd_metrics_put(w, "\n");
 	}
 	meshd_metrics_family(w, "mesh_savings_ratio", "gauge",
 	       "Worker-seconds saved against max_workers always-on workers over the window (0..1).");
-	for (unsigned i = 0; i < m->nprograms; i++) {
-		const struct meshd_program_metrics *p = &m->programs[i];
+	for (unsigned i = 0; i < m->core.nprograms; i++) {
+		const struct meshd_program_metrics *p = &m->core.programs[i];
 		uint64_t always = p->window_ns * (p->max_workers ? p->max_workers : 1);
 		int pm = mesh_as_savings_permil((int64_t)(p->warm_ns > INT64_MAX ? INT64_MAX : p->warm_ns),
 						(int64_t)(always > INT64_MAX ? INT64_MAX : always));
@@ -363,15 +288,15 @@ int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out)
 {
 	struct meshd_metrics_text w = {out, 0};
 	meshd_metrics_family(&w, "mesh_slots", "gauge", "Shared-memory slots meshd has.");
-	meshd_metrics_put(&w, "mesh_slots %u\n", m->slots);
+	meshd_metrics_put(&w, "mesh_slots %u\n", m->core.slots);
 	meshd_metrics_family(&w, "mesh_slots_in_use", "gauge", "Slots given to a worker.");
-	meshd_metrics_put(&w, "mesh_slots_in_use %u\n", m->slots_in_use);
+	meshd_metrics_put(&w, "mesh_slots_in_use %u\n", m->core.slots_in_use);
 	meshd_metrics_family(&w, "mesh_worker_processes", "gauge", "Live worker processes, every program.");
-	meshd_metrics_put(&w, "mesh_worker_processes %u\n", m->processes);
+	meshd_metrics_put(&w, "mesh_worker_processes %u\n", m->core.processes);
 	meshd_metrics_family(&w, "mesh_host_spawns_total", "counter", "Worker processes spawned since meshd started.");
-	meshd_metrics_put(&w, "mesh_host_spawns_total %llu\n", (unsigned long long)m->spawns);
+	meshd_metrics_put(&w, "mesh_host_spawns_total %llu\n", (unsigned long long)m->core.spawns);
 	meshd_metrics_family(&w, "mesh_host_crashes_total", "counter", "Worker crashes since meshd started.");
-	meshd_metrics_put(&w, "mesh_host_crashes_total %llu\n", (unsigned long long)m->crashes);
+	meshd_metrics_put(&w, "mesh_host_crashes_total %llu\n", (unsigned long long)m->core.crashes);
 	render_programs(&w, m);
 	if (m->have_jobs)
 		render_jobs(&w, &m->jobs);
@@ -380,25 +305,14 @@ int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out)
 	return w.rc;
 }
 
-static struct mesh_gw *_Atomic the_gateway;
-
-void meshd_metrics_gateway_set(struct mesh_gw *g)
+int meshd_metrics_text(const struct meshd_parts *p, struct mesh_buf *out)
 {
-	the_gateway = g;
-}
-
-struct mesh_gw *meshd_metrics_gateway(void)
-{
-	return the_gateway;
-}
-
-int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out)
-{
-	struct meshd_metrics m;
-	struct mesh_gw *g = the_gateway;
-	int rc = meshd_op_metrics(d, &m);
+	struct meshd_metrics m = {0};
+	struct mesh_gw *g = p->gw;
+	int rc = meshd_op_metrics(p->core, &m.core);
 	if (rc)
 		return rc;
+	m.have_jobs = meshd_api_jobs_metrics(p->jobs, &m.jobs) == 0;
 	if (g) {
 		rc = mesh_gw_stats(g, &m.gw, &m.ngw);
 		if (rc) {
@@ -408,7 +322,7 @@ int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out)
 		m.have_gateway = 1;
 	}
 	rc = meshd_metrics_render(&m, out);
-	rc = rc ? rc : meshd__gpu_metrics(d, out); /* GPU families: meshd/api/metrics_gpu.c */
+	rc = rc ? rc : meshd__gpu_metrics(p->core, out); /* GPU families: meshd/api/metrics_gpu.c */
 	meshd_metrics_release(&m);
 	return rc;
 }
@@ -418,7 +332,7 @@ int meshd_metrics_text(struct meshd_core *d, struct mesh_buf *out)
  * short locks (never waiting on a worker), and the API's blocking ops run
  * on threads of their own, so a scrape never waits behind them. */
 struct meshd_metrics_server {
-	struct meshd_core *core;
+	const struct meshd_parts *parts;
 	struct event_base *base; /* the core's */
 	struct evhttp *http;
 	int fd, port;
@@ -446,7 +360,7 @@ static void on_scrape(struct evhttp_request *req, void *arg)
 		evhttp_add_header(h, "Content-Type", "text/plain; charset=utf-8");
 		evbuffer_add_printf(body, "method not allowed\n");
 		evhttp_send_reply(req, 405, "Method Not Allowed", body);
-	} else if (meshd_metrics_text(s->core, &b) < 0 || evbuffer_add(body, b.p ? b.p : "", b.len) < 0) {
+	} else if (meshd_metrics_text(s->parts, &b) < 0 || evbuffer_add(body, b.p ? b.p : "", b.len) < 0) {
 		evhttp_send_error(req, 503, NULL);
 	} else {
 		evhttp_add_header(h, "Content-Type", MESHD_METRICS_CONTENT_TYPE);
@@ -465,7 +379,7 @@ static void server_free(struct meshd_metrics_server *s)
 	free(s);
 }
 
-int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_core *d, const char *addr,
+int meshd_metrics_serve_start(struct meshd_metrics_server **out, const struct meshd_parts *p, const char *addr,
 			      int allow_public, char **err)
 {
 	struct sockaddr_storage ss;
@@ -485,7 +399,7 @@ int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_co
 	struct meshd_metrics_server *s = calloc(1, sizeof *s);
 	if (!s)
 		return -ENOMEM;
-	s->core = d;
+	s->parts = p;
 	s->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (s->fd < 0) {
 		rc = -errno;
@@ -503,7 +417,7 @@ int meshd_metrics_serve_start(struct meshd_metrics_server **out, struct meshd_co
 	if (getsockname(s->fd, (struct sockaddr *)&got, &gl) == 0)
 		s->port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
 							  : ((struct sockaddr_in *)&got)->sin_port);
-	s->base = meshd_core_base(d);
+	s->base = meshd_core_base(p->core);
 	s->http = evhttp_new(s->base);
 	if (!s->http) {
 		server_free(s);
@@ -544,5 +458,5 @@ void meshd_metrics_serve_stop(struct meshd_metrics_server *s)
 	if (!s)
 		return;
 	/* On the loop's thread: evhttp is not thread-safe. */
-	meshd_core_on_loop(s->core, serve_stop, s);
+	meshd_core_on_loop(s->parts->core, serve_stop, s);
 }

@@ -53,7 +53,7 @@ static void on_ready(void *ctx, const struct mesh_image *img, uint64_t ns)
 	struct meshd_core *d = ctx;
 	struct program *p = (struct program *)((char *)img - offsetof(struct program, img));
 	pthread_mutex_lock(&d->metrics_mu);
-	meshd_hist_observe(&p->cold_start, MESHD_HIST_COLD_START, ns);
+	mesh_hist_observe(&p->cold_start, &meshd_cold_start_bounds, ns);
 	pthread_mutex_unlock(&d->metrics_mu);
 }
 

@@ -24,7 +24,7 @@ static void count_call(struct meshd_core *d, struct program *p, int rc, uint64_t
 {
 	pthread_mutex_lock(&d->metrics_mu);
 	p->calls[meshd_call_result_of(rc)]++;
-	meshd_hist_observe(&p->call, MESHD_HIST_CALL, ns);
+	mesh_hist_observe(&p->call, &meshd_call_bounds, ns);
 	pthread_mutex_unlock(&d->metrics_mu);
 }
 

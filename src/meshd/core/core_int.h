@@ -12,7 +12,6 @@
 
 #include "base/clock.h"
 #include "meshd/core/core_gpu.h"
-#include "meshd/api/metrics.h"
 #include "meshd/core/ops.h"
 #include "host/host.h"
 #include "host/image.h"
@@ -55,7 +54,7 @@ struct program {
 	int gone;
 	/* Metrics, under d->metrics_mu. */
 	uint64_t loaded_at;
-	struct meshd_hist cold_start, call;
+	struct mesh_hist cold_start, call;
 	uint64_t calls[MESHD_CALL__N];
 	/* crash-loop backoff */
 	unsigned streak;		    /* deaths before ready in a row */

@@ -532,6 +532,64 @@ int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out)
 	return rc;
 }
 
+/* A worker's spawn to its `ready`: a C worker in about a millisecond, a
+ * model server in tens of seconds.  The `le` texts exactly as Prometheus
+ * clients print them; the last bucket (+Inf) is implicit. */
+static const struct mesh_hist_bound cold_bounds[] = {
+	{1000000, "0.001"},	    {2500000, "0.0025"},     {5000000, "0.005"},       {10000000, "0.01"},
+	{25000000, "0.025"},	    {50000000, "0.05"},	     {100000000, "0.1"},       {250000000, "0.25"},
+	{500000000, "0.5"},	    {1000000000, "1"},	     {2500000000ull, "2.5"},   {5000000000ull, "5"},
+	{10000000000ull, "10"},	    {30000000000ull, "30"},  {60000000000ull, "60"},   {120000000000ull, "120"},
+};
+/* A call through a warm slot takes microseconds; one that waits for a cold
+ * start, seconds. */
+static const struct mesh_hist_bound call_bounds[] = {
+	{10000, "1e-05"},	 {25000, "2.5e-05"},	  {50000, "5e-05"},	     {100000, "0.0001"},
+	{250000, "0.00025"},	 {500000, "0.0005"},	  {1000000, "0.001"},	     {2500000, "0.0025"},
+	{5000000, "0.005"},	 {10000000, "0.01"},	  {25000000, "0.025"},	     {50000000, "0.05"},
+	{100000000, "0.1"},	 {250000000, "0.25"},	  {500000000, "0.5"},	     {1000000000, "1"},
+	{2500000000ull, "2.5"},	 {5000000000ull, "5"},	  {10000000000ull, "10"},
+};
+_Static_assert(sizeof cold_bounds / sizeof cold_bounds[0] < MESH_HIST_BUCKETS, "cold buckets fit");
+_Static_assert(sizeof call_bounds / sizeof call_bounds[0] < MESH_HIST_BUCKETS, "call buckets fit");
+const struct mesh_hist_bounds meshd_cold_start_bounds = {cold_bounds, sizeof cold_bounds / sizeof cold_bounds[0]};
+const struct mesh_hist_bounds meshd_call_bounds = {call_bounds, sizeof call_bounds / sizeof call_bounds[0]};
+
+const char *meshd_call_result_name(enum meshd_call_result r)
+{
+	static const char *const n[MESHD_CALL__N] = {"ok", "handler_error", "timeout", "crashed", "stopped", "error"};
+	return (unsigned)r < MESHD_CALL__N ? n[r] : "error";
+}
+
+enum meshd_call_result meshd_call_result_of(int rc)
+{
+	switch (rc) {
+	case 0:
+		return MESHD_CALL_OK;
+	case MESH_E_HANDLER:
+		return MESHD_CALL_HANDLER;
+	case MESH_E_TIMEOUT:
+	case -ETIMEDOUT:
+		return MESHD_CALL_TIMEOUT;
+	case MESH_E_CRASHED:
+		return MESHD_CALL_CRASHED;
+	case MESH_E_STOPPED:
+		return MESHD_CALL_STOPPED;
+	}
+	return MESHD_CALL_ERROR;
+}
+
+void meshd_core_metrics_release(struct meshd_core_metrics *m)
+{
+	if (!m)
+		return;
+	for (unsigned i = 0; i < m->nprograms; i++)
+		free(m->programs[i].name);
+	free(m->programs);
+	m->programs = NULL;
+	m->nprograms = 0;
+}
+
 /* p's metrics into pm; d->mu held.  0 or -ENOMEM. */
 static int program_metrics(struct meshd_core *d, struct program *p, uint64_t now, struct meshd_program_metrics *pm)
 {
@@ -555,7 +613,7 @@ static int program_metrics(struct meshd_core *d, struct program *p, uint64_t now
 	return 0;
 }
 
-int meshd_op_metrics(struct meshd_core *d, struct meshd_metrics *out)
+int meshd_op_metrics(struct meshd_core *d, struct meshd_core_metrics *out)
 {
 	memset(out, 0, sizeof *out);
 	struct mesh_host_totals t = mesh_host_totals(d->h);
@@ -575,12 +633,9 @@ int meshd_op_metrics(struct meshd_core *d, struct meshd_metrics *out)
 		if (!p->gone)
 			rc = program_metrics(d, p, now, &out->programs[out->nprograms++]);
 	pthread_mutex_unlock(&d->mu);
-	if (rc) {
-		meshd_metrics_release(out);
-		return rc;
-	}
-	out->have_jobs = meshd_jobs_metrics(d, &out->jobs) == 0;
-	return 0;
+	if (rc)
+		meshd_core_metrics_release(out);
+	return rc;
 }
 
 int meshd_op_logs(struct meshd_core *d, const char *name, size_t tail_bytes, char **text, size_t *len, char **err)

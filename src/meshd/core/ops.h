@@ -18,6 +18,7 @@
 #ifndef MESH_MESHD_CORE_OPS_H
 #define MESH_MESHD_CORE_OPS_H
 
+#include "base/hist.h"
 #include "gpu/gpu.h"
 #include "host/host.h"
 #include "host/limits.h"
@@ -108,6 +109,48 @@ struct meshd_ps {
 	unsigned ngpus;
 };
 void meshd_ps_release(struct meshd_ps *ps);
+
+/* What the core counts for /metrics (meshd/api/metrics.h renders it). */
+
+/* What a call ended as (mesh_calls_total's result label). */
+enum meshd_call_result {
+	MESHD_CALL_OK,		/* a reply */
+	MESHD_CALL_HANDLER,	/* the worker's handler refused (MESH_E_HANDLER) */
+	MESHD_CALL_TIMEOUT,	/* no reply in time, or no worker in time */
+	MESHD_CALL_CRASHED,	/* its worker died */
+	MESHD_CALL_STOPPED,	/* its worker was stopped meanwhile */
+	MESHD_CALL_ERROR,	/* anything else (no slot, spawn failed, ...) */
+	MESHD_CALL__N
+};
+const char *meshd_call_result_name(enum meshd_call_result r);
+/* The result label for a meshd_op_call return code. */
+enum meshd_call_result meshd_call_result_of(int rc);
+/* The bounds of the two histograms: a worker's spawn to its `ready`, and
+ * a call's latency as its caller saw it. */
+extern const struct mesh_hist_bounds meshd_cold_start_bounds, meshd_call_bounds;
+
+/* One loaded program.  name is malloc'd (meshd_core_metrics_release). */
+struct meshd_program_metrics {
+	char *name;
+	unsigned max_workers;
+	unsigned workers[MESH_IS__N]; /* its workers by lifecycle state */
+	uint64_t spawns, crashes;
+	uint64_t calls[MESHD_CALL__N];
+	struct mesh_hist cold_start; /* spawn -> ready (meshd_cold_start_bounds) */
+	struct mesh_hist call;	     /* a call's latency (meshd_call_bounds) */
+	uint64_t warm_ns;	     /* worker-seconds with a process, since loaded */
+	uint64_t window_ns;	     /* since loaded */
+};
+struct meshd_core_metrics {
+	unsigned slots, slots_in_use;
+	uint64_t spawns, crashes; /* the host's, over every program ever loaded */
+	uint32_t processes;	  /* live worker processes */
+	struct meshd_program_metrics *programs;
+	unsigned nprograms;
+};
+/* The snapshot.  0 or -ENOMEM (*out then holds nothing). */
+int meshd_op_metrics(struct meshd_core *d, struct meshd_core_metrics *out);
+void meshd_core_metrics_release(struct meshd_core_metrics *m);
 
 /* Loads <catalog>/<name>: manifest, binary, hash, limits (no process yet).
  * *out (NULL: not wanted) is filled on success only.  A copy of the image
