@@ -61,7 +61,7 @@ static void on_signal(int sig)
 
 /* A running attempt's lease was taken over: its renewals came too late
  * (a stalled machine, a TTL too short for it).  It runs on; said once. */
-static void lease_lost(struct mesh__runner *r, struct mesh__slot *s, uint64_t now)
+void mesh__run_lease_lost(struct mesh__runner *r, struct mesh__slot *s, uint64_t now)
 {
 	const struct mesh_exec_hooks *h = r->o->hooks;
 	uint64_t since = now - s->t_renewed;
@@ -268,6 +268,7 @@ static int fill(struct mesh__runner *r)
 			k = (size_t)(r->o->max_chunks - r->st->started);
 		if (r->o->delay_ns || r->o->load_max > 0 || r->o->memfree_bytes)
 			k = 1;
+		uint64_t t_asked = mesh_mono_ns();
 		int rc = mesh_job_lease_many(jh, r->ttl, r->o->speculate, ls, k, &got);
 		if (rc == MESH_JOB_NONE && r->o->speculate && r->o->spec_job) {
 			jh = r->o->spec_job;
@@ -295,6 +296,8 @@ static int fill(struct mesh__runner *r)
 				}
 			s->jh = jh;
 			s->l = ls[i];
+			/* the store's clock, both: the time the lease had left */
+			s->t_expire = t_asked + (ls[i].deadline_ns > ls[i].started_ns ? ls[i].deadline_ns - ls[i].started_ns : 0);
 			if ((rc = mesh__slot_start(r, s)) < 0) {
 				/* Not started: hand the rest back at once. */
 				for (size_t m = i + 1; m < got; m++)
@@ -557,15 +560,17 @@ static int loop(struct mesh__runner *r)
 				if (now >= s->t_renew) {
 					s->t_renew = now + r->ttl / 4;
 					rc = mesh_job_renew(s->jh, &s->l, r->ttl);
-					if (rc == 0)
+					if (rc == 0) {
 						s->t_renewed = mesh_mono_ns();
+						s->t_expire = now + r->ttl;
+					}
 					if (rc == MESH_E_STATE && mesh_job_is_done(r->job, s->l.cid) == 1 &&
 					    s->why == END_NORMAL && (st = take_in(r, s)) == MESH__EXEC_RUNNING) {
 						s->why = END_KILLED;
 						mesh__slot_kill(r, s, SIGKILL);
 						r->st->killed++;
 					} else if (rc == MESH_E_STATE && !s->lost && s->why == END_NORMAL)
-						lease_lost(r, s, mesh_mono_ns());
+						mesh__run_lease_lost(r, s, mesh_mono_ns());
 					s->exited = st != MESH__EXEC_RUNNING;
 				}
 			}

@@ -39,6 +39,9 @@ struct mesh__slot {
 	int exited; /* the executor knows how it ended (its output may still come) */
 	int term_sent;
 	uint64_t t_renewed; /* the last renewal that held (the start at first) */
+	/* when the lease may expire at the earliest (monotonic): the lease's
+	 * or its last renewal's time left, counted from before that call */
+	uint64_t t_expire;
 	int lost;	    /* its lease was taken over while it ran (said once) */
 	int printed;	    /* part of its output went out while it ran (-u, --line-buffer) */
 	struct mesh__exec_result res; /* once exited; res.start_err: could not start, buried at once */
@@ -134,6 +137,9 @@ void mesh__run_stop_all(struct mesh__runner *r, int sig);
 /* cid's output went out but the chunk will not be DONE (stats.repeat). */
 void mesh__run_repeat(struct mesh__runner *r, uint64_t cid);
 char *mesh__run_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The attempt in s lost its lease (another node took it over): said once
+ * (a note, hooks->lease_lost), counted; now the time it was noticed. */
+void mesh__run_lease_lost(struct mesh__runner *r, struct mesh__slot *s, uint64_t now);
 
 /* run_done.c: the completer thread's body (arg: the runner); queueing an
  * item for it (the runner owns it until then). */

@@ -208,6 +208,28 @@ static struct mesh__item *new_item(struct mesh__runner *r, struct mesh__slot *s,
 	return it;
 }
 
+/* Whether the lease of the attempt in s, which just ended, is still this
+ * node's: 1, or 0 when another node took it over or the chunk is DONE
+ * (then that node's run is the one whose output is printed).  A fresh lease with more than half its TTL left is (no node may
+ * take it before its deadline, and a completion commits long before); one
+ * with less, a stolen one (whose earlier holder may still complete it) and
+ * a speculative copy are renewed first to know.  A renewal that fails for
+ * another reason (the store out of reach) says nothing: 1, as before. */
+static int lease_held(struct mesh__runner *r, struct mesh__slot *s)
+{
+	uint64_t now = mesh_mono_ns();
+	if (s->lost)
+		return 0;
+	if (s->l.kind == MESH_LEASE_FRESH && now + r->ttl / 2 < s->t_expire)
+		return 1;
+	int rc = mesh_job_renew(s->jh, &s->l, r->ttl);
+	if (rc == 0) {
+		s->t_renewed = mesh_mono_ns();
+		s->t_expire = now + r->ttl;
+	}
+	return rc != MESH_E_STATE;
+}
+
 void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 {
 	int code = s->res.code;
@@ -228,6 +250,21 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		mesh__capture_flush(&s->cout, -1, NULL, 0);
 		mesh__capture_flush(&s->cerr, -1, NULL, 0);
 		goto done;
+	}
+	int unseen = 0; /* its output is not printed: the chunk is DONE */
+	if (!lease_held(r, s)) {
+		if (mesh_job_is_done(s->jh, cid) != 1) {
+			/* Another node holds the lease and runs the chunk: that
+			 * run's output and outcome count, this one's go unseen. */
+			if (!s->lost)
+				mesh__run_lease_lost(r, s, mesh_mono_ns());
+			mesh__capture_flush(&s->cout, -1, NULL, 0);
+			mesh__capture_flush(&s->cerr, -1, NULL, 0);
+			goto done;
+		}
+		/* DONE by another node: its completion is sent as before (and
+		 * answers IGNORED, counted), its output never printed. */
+		unseen = 1;
 	}
 	if (s->why == END_TIMEOUT)
 		code = 128 + SIGKILL;
@@ -286,7 +323,10 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 	}
 	if (code != 0 && keep)
 		buried = record_failure(r, s, code, what);
-	if (!r->o->results_dir) {
+	if (!r->o->results_dir && unseen) {
+		mesh__capture_flush(&s->cout, -1, NULL, 0);
+		mesh__capture_flush(&s->cerr, -1, NULL, 0);
+	} else if (!r->o->results_dir) {
 		int h = mesh__out_finished(r, s, it, code == 0 || buried);
 		if (h < 0) {
 			/* Its output is not out: not DONE, not failed; a rerun

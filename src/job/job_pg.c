@@ -274,8 +274,10 @@ static int jp_lease_many(struct mesh__jstore *s, uint64_t ttl_ns, int speculate,
 	want = n < k && !p->nresv ? lease_target(p, k - n, ttl_ns) : 0;
 	pthread_mutex_unlock(&p->mu);
 	if (want) {
-		rc = mesh_pg_lease(p->pg, p->node, ttl_ns, want, pl, &from_db);
+		/* before the call: the database's lease time is later, so the
+		 * reserve's age is never under the lease's own */
 		uint64_t now = mesh_mono_ns();
+		rc = mesh_pg_lease(p->pg, p->node, ttl_ns, want, pl, &from_db);
 		pthread_mutex_lock(&p->mu);
 		for (size_t i = 0; !rc && i < from_db; i++) {
 			if (n < k) {

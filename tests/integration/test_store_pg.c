@@ -56,7 +56,7 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d (this mesh: %d)", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);
-	EXPECT_CONTAINS(out, "version 7 (this mesh: 7)"); /* completions by words */
+	EXPECT_CONTAINS(out, "version 8 (this mesh: 8)"); /* no DONE chunk handed out again */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d -> %d", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);
@@ -87,11 +87,16 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 				 "INSERT INTO mesh.counts SELECT id, 1, 2, 1, 1 FROM mesh.jobs WHERE name = 'm';"
 				 "INSERT INTO mesh.blocks SELECT id, 2, 4, 9, 100, 0, 0, 2 FROM mesh.jobs WHERE name = 'm'");
 		store_env_sql1(&e, "INSERT INTO mesh.done_words SELECT id, 0, 3 FROM mesh.jobs WHERE name = 'm'");
+		/* and a row of DONE chunk 1 that an older version left leased
+		 * (expired: until version 8 taken again at each expiry) */
+		store_env_sql1(&e, "INSERT INTO mesh.chunks (job, cid, state, attempt, token, holder, deadline, started)"
+				   " SELECT id, 1, 'l', 10, 5, 9, 0, 0 FROM mesh.jobs WHERE name = 'm'");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5", MESH, url), MESH_EXIT_DATAERR);
 		EXPECT_CONTAINS(out, "mesh store migrate");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 		snprintf(q, sizeof q, "version %d -> %d", v, MESH_PG_SCHEMA_VERSION);
 		EXPECT_CONTAINS(out, q);
+		EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE cid = 1"), 0);
 		t_sh(out, sizeof out, 1, "%s job status '%s#m' x m 5", MESH, url); /* 1: not complete */
 		EXPECT_CONTAINS(out, "done 2");
 		EXPECT_CONTAINS(out, "duplicates ignored 1");
