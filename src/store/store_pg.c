@@ -563,6 +563,15 @@ int mesh_pg_submit(struct mesh_pg *pg, uint64_t n, const void *ident, size_t ide
 	      " RETURNING id, n, identity) SELECT n, identity, pg_notify('mesh', id::text) FROM i"
 	      " UNION ALL SELECT n, identity, NULL FROM mesh.jobs WHERE name = $1",
 	      3, vals, &rc);
+	/* No row: another submit of the job inserted it after this
+	 * statement's snapshot was taken (its insert waited for that one's
+	 * commit, then did nothing, and its read could not see the row);
+	 * a statement of its own sees it now.  Nodes started together join
+	 * the job one of them created. */
+	if (r && PQntuples(r) == 0) {
+		PQclear(r);
+		r = mesh__pg_q(pg, "SELECT n, identity FROM mesh.jobs WHERE name = $1", 1, vals, &rc);
+	}
 	if (r && PQntuples(r) >= 1) {
 		*have_n = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
 		unhex_bytea(PQgetisnull(r, 0, 1) ? NULL : PQgetvalue(r, 0, 1), have_ident, have_ident_len);
