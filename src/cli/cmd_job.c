@@ -464,9 +464,11 @@ static int harvest_cmd(struct mesh_job *j, const struct args *a, uint64_t ttl, u
 	eo.speculate = a->speculate;
 	eo.max_chunks = maxiter;
 	rc = mesh_exec_run(j, &eo, &es);
+	char words[400];
+	mesh_job_store_error(j, words, sizeof words);
 	mesh_job_close(j);
 	if (rc < 0)
-		return mesh_cli_fail(rc, "harvest of '%s' stopped", a->pos[0]);
+		return mesh_cli_fail_store(rc, words, "harvest of '%s' stopped", a->pos[0]);
 	printf("harvest %s: started %" PRIu64 ", done %" PRIu64 ", ignored %" PRIu64 ", failed %" PRIu64
 	       ", buried %" PRIu64 ", speculative %" PRIu64 "\n",
 	       a->pos[5], es.started, es.done, es.ignored, es.failed, es.buried, es.speculative);
@@ -514,9 +516,11 @@ static int cmd_harvest(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	rc = mesh_job_drain(j, ttl, maxiter, a.speculate, &stop_flag, &ds);
+	char words[400];
+	mesh_job_store_error(j, words, sizeof words);
 	mesh_job_close(j);
 	if (rc < 0 && rc != MESH_E_BURIED)
-		return mesh_cli_fail(rc, "harvest of '%s' stopped", a.pos[0]);
+		return mesh_cli_fail_store(rc, words, "harvest of '%s' stopped", a.pos[0]);
 	printf("harvest %s: leased %" PRIu64 ", done %" PRIu64 ", ignored %" PRIu64 ", stolen %" PRIu64
 	       ", speculative %" PRIu64 "\n",
 	       a.pos[5], ds.leased, ds.done, ds.ignored, ds.stolen, ds.speculative);

@@ -265,8 +265,9 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	if (rc == MESH_E_MISMATCH)
 		return other_work(a->journal, &why, ident);
 	if (rc < 0)
-		return mesh__run_fail(rc, "cannot submit to '%s'", a->journal);
+		return mesh__run_fail_store(rc, why.store_msg, "cannot submit to '%s'", a->journal);
 	struct mesh_job_opts jo = MESH_JOB_OPTS_INIT;
+	memset(&why, 0, sizeof why);
 	jo.why = &why;
 	jo.journal = a->journal;
 	jo.lockdir = lockdir;
@@ -281,13 +282,13 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	if ((rc = mesh_job_open(job, &jo)) < 0 && why.identity_damaged)
 		return mesh_exit_run(mesh_cli_identity_damaged(rc, a->journal, &why));
 	if (rc < 0)
-		return mesh__run_fail(rc, "cannot open journal '%s'", a->journal);
+		return mesh__run_fail_store(rc, why.store_msg, "cannot open journal '%s'", a->journal);
 	if (a->speculate) {
 		/* A second node name for copies of our own stragglers. */
 		snprintf(specnode, cap, "%.56s.spec", mesh_job_node(*job));
 		jo.node = specnode;
 		if ((rc = mesh_job_open(spec, &jo)) < 0)
-			return mesh__run_fail(rc, "cannot open journal '%s'", a->journal);
+			return mesh__run_fail_store(rc, why.store_msg, "cannot open journal '%s'", a->journal);
 	}
 	return 0;
 }
@@ -470,8 +471,11 @@ int mesh_cmd_run(int argc, char **argv)
 		}
 		else if (rc == -ENOENT || rc == -EACCES)
 			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
-		else
-			ex = mesh__run_fail(rc, "run stopped (journal '%s')", a.journal);
+		else {
+			char words[400];
+			mesh_job_store_error(job, words, sizeof words);
+			ex = mesh__run_fail_store(rc, words, "run stopped (journal '%s')", a.journal);
+		}
 		if (rc != -EPIPE)
 			say_repeats(&es);
 		goto out;

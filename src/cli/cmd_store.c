@@ -21,8 +21,9 @@ static const char usage[] =
 	"  migrate  bring an older schema to this version, one step at a time\n"
 	"  status   print the schema version found and the one this mesh uses\n"
 	"\n"
-	"Exit codes: 0; 64 usage; 65 a schema of another version or not mesh's;\n"
-	"69 the database cannot be reached or refused the login.\n";
+	"Exit codes: 0 (status: the schema is this mesh's version); 64 usage; 65 a\n"
+	"schema missing (status), of another version or not mesh's; 69 the database\n"
+	"cannot be reached or refused the login.\n";
 
 int mesh_cmd_store(int argc, char **argv)
 {
@@ -55,12 +56,14 @@ int mesh_cmd_store(int argc, char **argv)
 		fprintf(stderr, "mesh: store %s %s: %s%s%s\n", argv[1], safe, mesh_strerror(rc), why[0] ? ": " : "", why);
 		return mesh_exit_for(rc);
 	}
-	if (op == MESH_PG_SCHEMA_STATUS)
-		printf("schema mesh: version %d (this mesh: %d)%s\n", found, MESH_PG_SCHEMA_VERSION,
-		       found == 0 ? ", none: run `mesh store init`"
-		       : found < MESH_PG_SCHEMA_VERSION ? ", older: run `mesh store migrate`"
-		       : found > MESH_PG_SCHEMA_VERSION ? ", newer than this mesh" : "");
-	else
+	if (op != MESH_PG_SCHEMA_STATUS) {
 		printf("schema mesh: version %d -> %d\n", found, now);
-	return 0;
+		return 0;
+	}
+	printf("schema mesh: version %d (this mesh: %d)%s\n", found, MESH_PG_SCHEMA_VERSION,
+	       found == 0 ? ", none: run `mesh store init`"
+	       : found < MESH_PG_SCHEMA_VERSION ? ", older: run `mesh store migrate`"
+	       : found > MESH_PG_SCHEMA_VERSION ? ", newer than this mesh: use a mesh of that version" : "");
+	/* a schema this mesh cannot use is a failed check, for scripts */
+	return found == MESH_PG_SCHEMA_VERSION ? 0 : mesh_exit_for(MESH_E_VERSION);
 }

@@ -14,14 +14,28 @@ int mesh_exit_run(int code)
 	return code >= MESH_EXIT_USAGE ? code + MESH_EXIT_RUN_SHIFT : code;
 }
 
+void mesh_cli_vsay_fail(const char *pre, int err, const char *words, const char *fmt, va_list ap)
+{
+	fprintf(stderr, "mesh: %s", pre);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, ": %s%s%s\n", mesh_strerror(err), words && *words ? ": " : "", words ? words : "");
+}
+
 int mesh_cli_fail(int err, const char *fmt, ...)
 {
 	va_list ap;
-	fputs("mesh: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	mesh_cli_vsay_fail("", err, NULL, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, ": %s\n", mesh_strerror(err));
+	return mesh_exit_for(err);
+}
+
+int mesh_cli_fail_store(int err, const char *words, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	mesh_cli_vsay_fail("", err, words, fmt, ap);
+	va_end(ap);
 	return mesh_exit_for(err);
 }
 

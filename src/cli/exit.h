@@ -4,6 +4,8 @@
 #ifndef MESH_CLI_EXIT_H
 #define MESH_CLI_EXIT_H
 
+#include <stdarg.h>
+
 #include "base/exit.h"
 
 /* `mesh run` answers as GNU parallel does: its exit code is the number of
@@ -32,6 +34,11 @@ enum {
 int mesh_exit_run(int code);
 /* Prints "mesh: <what>: <strerror(err)>" to stderr and returns mesh_exit_for(err). */
 int mesh_cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* mesh_cli_fail with ": <words>" after it where words is not empty (a
+ * job store's own words: mesh_job_store_error, mesh_job_why.store_msg). */
+int mesh_cli_fail_store(int err, const char *words, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The line of both, after "mesh: <pre>". */
+void mesh_cli_vsay_fail(const char *pre, int err, const char *words, const char *fmt, va_list ap);
 /* Prints "mesh: <message>" plus a usage hint to stderr; returns MESH_EXIT_USAGE. */
 int mesh_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The CLI's mesh_job_opts.on_store_wait (arg: the store's URL as given,

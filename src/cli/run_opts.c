@@ -123,11 +123,18 @@ int mesh__run_usage(const char *fmt, ...)
 int mesh__run_fail(int err, const char *fmt, ...)
 {
 	va_list ap;
-	fputs("mesh: run: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	mesh_cli_vsay_fail("run: ", err, NULL, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, ": %s\n", mesh_strerror(err));
+	return mesh_exit_run(mesh_exit_for(err));
+}
+
+int mesh__run_fail_store(int err, const char *words, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	mesh_cli_vsay_fail("run: ", err, words, fmt, ap);
+	va_end(ap);
 	return mesh_exit_run(mesh_exit_for(err));
 }
 

@@ -51,6 +51,8 @@ void mesh__run_args_release(struct run_args *a);
 int mesh__run_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* mesh_cli_fail with mesh run's exit code. */
 int mesh__run_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* mesh_cli_fail_store with mesh run's exit code. */
+int mesh__run_fail_store(int err, const char *words, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Adds word s to b for a shell to read (quoted when needed), after a space
  * when space is set.  0 or -ENOMEM. */
 int mesh__run_quote(struct mesh_buf *b, const char *s, int space);

@@ -346,6 +346,15 @@ void mesh_job_commit_stats(const struct mesh_job *j, uint64_t *fsyncs, uint64_t 
 	j->s->ops->commit_stats(j->s, fsyncs, records);
 }
 
+void mesh_job_store_error(struct mesh_job *j, char *buf, size_t cap)
+{
+	if (!cap)
+		return;
+	buf[0] = 0;
+	if (j->s->ops->store_error)
+		j->s->ops->store_error(j->s, buf, cap);
+}
+
 int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int speculate_on, volatile int *stop,
 		   struct mesh_job_drain_stats *st)
 {

@@ -344,5 +344,10 @@ const char *mesh_job_journal_path(const struct mesh_job *j);
 const void *mesh_job_identity(const struct mesh_job *j, size_t *len);
 /* Appends this handle committed: fsyncs (batches) and records written. */
 void mesh_job_commit_stats(const struct mesh_job *j, uint64_t *fsyncs, uint64_t *records);
+/* The store's own words for j's last call that failed, into buf (always
+ * terminated): PostgreSQL's SQLSTATE and message, and the command that
+ * fixes it where there is one (store/store_pg.h, mesh_pg_error); "" for
+ * the file store, whose errors are errno's, and when none failed. */
+void mesh_job_store_error(struct mesh_job *j, char *buf, size_t cap);
 
 #endif

@@ -106,6 +106,8 @@ static int jp_submit(const char *url, uint64_t n, const void *ident, size_t iden
 		return rc;
 	}
 	rc = mesh_pg_submit(pg, n, ident, ident_len, &why->n, why->identity, &why->identity_len);
+	if (rc < 0)
+		mesh_pg_error(pg, why->store_msg, sizeof why->store_msg);
 	mesh_pg_close(pg);
 	return rc;
 }
@@ -127,6 +129,8 @@ static int jp_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 	    (o->identity_len != p->ident_len || memcmp(o->identity, p->ident, p->ident_len)))
 		rc = MESH_E_MISMATCH;
 	if (rc) {
+		if (p->pg && rc < 0 && o->why && !o->why->store_msg[0])
+			mesh_pg_error(p->pg, o->why->store_msg, sizeof o->why->store_msg);
 		if (p->pg)
 			mesh_pg_close(p->pg);
 		if (o->why) {
@@ -524,6 +528,11 @@ static void jp_commit_stats(const struct mesh__jstore *s, uint64_t *fsyncs, uint
 	*fsyncs = *records = 0;
 }
 
+static void jp_store_error(struct mesh__jstore *s, char *buf, size_t cap)
+{
+	mesh_pg_error(jpg_of(s)->pg, buf, cap);
+}
+
 /* Speculation: the file store's rule (docs/job.md), decided on what the
  * database says with its clock -- the job's DONE count and every node's
  * completed durations (the threshold, job/spec.h), the live leases of
@@ -795,4 +804,5 @@ const struct mesh__jstore_ops mesh__jstore_pg = {
 	.where = jp_where,
 	.identity = jp_identity,
 	.commit_stats = jp_commit_stats,
+	.store_error = jp_store_error,
 };

@@ -69,6 +69,8 @@ struct mesh__jstore_ops {
 	const char *(*where)(const struct mesh__jstore *s);
 	const void *(*identity)(const struct mesh__jstore *s, size_t *len);
 	void (*commit_stats)(const struct mesh__jstore *s, uint64_t *fsyncs, uint64_t *records);
+	/* mesh_job_store_error; NULL: a store with no words of its own (""). */
+	void (*store_error)(struct mesh__jstore *s, char *buf, size_t cap);
 };
 
 extern const struct mesh__jstore_ops mesh__jstore_file;

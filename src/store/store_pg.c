@@ -98,6 +98,44 @@ static int conn_lost(const PGresult *r)
 	return !st || !strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") || !strcmp(st, "57P03");
 }
 
+static void set_err(struct mesh_pg *pg, const char *msg)
+{
+	pthread_mutex_lock(&pg->emu);
+	set_why(pg->err, sizeof pg->err, msg);
+	pthread_mutex_unlock(&pg->emu);
+}
+
+void mesh_pg_error(struct mesh_pg *pg, char *buf, size_t cap)
+{
+	if (!cap)
+		return;
+	pthread_mutex_lock(&pg->emu);
+	snprintf(buf, cap, "%s", pg->err);
+	pthread_mutex_unlock(&pg->emu);
+}
+
+/* The server's words for a statement it refused (r, or c's message where
+ * there is no result): its message, its SQLSTATE, its hint, and the
+ * command that fixes it where there is one. */
+static void refused(struct mesh_pg *pg, const PGresult *r, PGconn *c)
+{
+	const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	const char *hint = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_HINT) : NULL;
+	char m[400], first[200];
+	snprintf(first, sizeof first, "%s", msg ? msg : PQerrorMessage(c));
+	first[strcspn(first, "\n")] = 0;
+	/* 3F000 no schema, 42P01 no table, 42883 no function, 42703 no
+	 * column: a schema missing, dropped, or of another version */
+	int schema = st && (!strcmp(st, "3F000") || !strcmp(st, "42P01") || !strcmp(st, "42883") || !strcmp(st, "42703"));
+	snprintf(m, sizeof m, "%s (SQLSTATE %s)%s%s%s", first[0] ? first : "refused", st ? st : "none",
+		 hint ? "; hint: " : "", hint ? hint : "",
+		 schema ? "; the mesh schema is missing or not this mesh's: run `mesh store status URL`, then"
+			  " `mesh store init URL` or `mesh store migrate URL`"
+			: "");
+	set_err(pg, m);
+}
+
 /* Every session's: synchronous commit on; and the plans the store's
  * functions settle on from their first call (their statements are
  * written for plans that do not know the values: a job's id, arrays of
@@ -300,6 +338,8 @@ static PGresult *query_on(struct mesh_pg *pg, PGconn *c, unsigned *prepared, int
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 			return r;
 		int lost = PQstatus(c) != CONNECTION_OK || conn_lost(r);
+		if (!lost)
+			refused(pg, r, c);
 		PQclear(r);
 		if (!lost) {
 			*rc = MESH_E_PROTO; /* the database refused the statement */
@@ -318,6 +358,11 @@ static PGresult *query_on(struct mesh_pg *pg, PGconn *c, unsigned *prepared, int
 				break;
 			}
 			if (mesh_mono_ns() >= give_up) {
+				char m[300];
+				snprintf(m, sizeof m, "the database did not answer for %llu s: %s",
+					 (unsigned long long)(RECONNECT_NS / MESH_NS_PER_S), PQerrorMessage(c));
+				m[strcspn(m, "\n")] = 0;
+				set_err(pg, m);
 				wait_end(pg, 0);
 				*rc = MESH_E_UNAVAILABLE;
 				return NULL;
@@ -493,6 +538,7 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
 	pg->holder &= INT64_MAX;
 	pthread_mutex_init(&pg->mu, NULL);
 	pthread_mutex_init(&pg->cmu, NULL);
+	pthread_mutex_init(&pg->emu, NULL);
 	pthread_cond_init(&pg->ccv, NULL);
 	pthread_cond_init(&pg->bcv, NULL);
 	*out = pg;
@@ -510,6 +556,7 @@ void mesh_pg_close(struct mesh_pg *pg)
 	pthread_cond_destroy(&pg->bcv);
 	pthread_mutex_destroy(&pg->mu);
 	pthread_mutex_destroy(&pg->cmu);
+	pthread_mutex_destroy(&pg->emu);
 	pthread_cond_destroy(&pg->ccv);
 	free(pg);
 }
@@ -579,6 +626,7 @@ int mesh_pg_submit(struct mesh_pg *pg, uint64_t n, const void *ident, size_t ide
 				     (*have_ident_len != ident_len || memcmp(have_ident, ident, ident_len))))
 			rc = MESH_E_MISMATCH;
 	} else if (r) {
+		set_err(pg, "the job's row was neither inserted nor found");
 		rc = MESH_E_PROTO;
 	}
 	PQclear(r);
@@ -772,6 +820,8 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 			rc = MESH_E_PROTO;
 		mask[i] = f;
 	}
+	if (r && rc == MESH_E_PROTO)
+		set_err(pg, "mesh.complete_words answered other than one word of bits a word sent");
 	PQclear(r);
 	if (!cc)
 		pthread_mutex_unlock(&pg->mu);

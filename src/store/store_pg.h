@@ -87,6 +87,13 @@ void mesh_pg_set_wait_hook(struct mesh_pg *pg, void (*fn)(void *arg, int waiting
 void mesh_pg_close(struct mesh_pg *pg);
 /* The job's name in the database. */
 const char *mesh_pg_job_name(const struct mesh_pg *pg);
+/* The server's words for pg's last call that failed, into buf (always
+ * terminated; "" when none failed): a statement the database refused --
+ * its message, "(SQLSTATE xxxxx)", its hint, and the command that fixes
+ * it where there is one (a missing schema, table or function: `mesh store
+ * init` or `migrate`) -- or, for MESH_E_UNAVAILABLE, libpq's message.
+ * Any thread; a call that fails sets it before it returns. */
+void mesh_pg_error(struct mesh_pg *pg, char *buf, size_t cap);
 
 /* Creates the job (n chunks, its identity) if missing: 0; the same n and
  * identity (or none on either side): 0; else MESH_E_MISMATCH with *have_n.

@@ -59,6 +59,10 @@ struct mesh_pg {
 	void (*wait_fn)(void *arg, int waiting, const char *why);
 	void *wait_arg;
 	_Atomic int waiting;
+	/* mesh_pg_error's text, under emu (a leaf lock: held only to copy
+	 * it) */
+	pthread_mutex_t emu;
+	char err[400];
 };
 
 /* Runs sql with params on pg's connection (pg->mu held), making the

@@ -62,9 +62,9 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 	EXPECT_CONTAINS(out, now);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "MESH_STORE='%s' %s store status", url, MESH), 0);
-	/* from nothing */
+	/* from nothing (status: 65, no schema this mesh can use) */
 	store_env_sql1(&e, "DROP SCHEMA mesh CASCADE");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), MESH_EXIT_DATAERR);
 	EXPECT_CONTAINS(out, "version 0");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version 0 -> %d", MESH_PG_SCHEMA_VERSION);
@@ -749,5 +749,73 @@ TEST_TIMEOUT(store_pg_concurrent_first_submits_agree, 120)
 		snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE name = 'sub%d'", round);
 		EXPECT_EQ(store_env_sql1(&e, q), 16);
 	}
+	store_env_stop(&e);
+}
+
+/* mesh run's exit code for a code of the shared table (cli/exit.h). */
+#define RUN_EXIT(code) ((code) + 40)
+
+/* The database's own words reach the user (issue 32): a statement the
+ * server refuses shows its message and SQLSTATE, not "protocol
+ * violation" alone; a missing schema names the command that makes it;
+ * `mesh store status` fails (65) for a schema missing or of another
+ * version, and says which. */
+TEST_TIMEOUT(store_pg_errors_say_the_servers_words, 90)
+{
+	struct store_env e;
+	char url[600], ro[700], out[4096];
+	start(&e);
+	store_env_base_url(&e, url, sizeof url);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#ro' 4", MESH, url), 0);
+	/* a role that may only read */
+	store_env_sql1(&e, "CREATE ROLE ro LOGIN; GRANT USAGE ON SCHEMA mesh TO ro;"
+			   " GRANT SELECT ON ALL TABLES IN SCHEMA mesh TO ro");
+	snprintf(ro, sizeof ro, "postgresql:///postgres?host=%s&user=ro", e.pgdir);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --store '%s#ro' --chunks 4 -- true", MESH, ro),
+		  RUN_EXIT(MESH_EXIT_PROTOCOL));
+	EXPECT_CONTAINS(out, "permission denied for table");
+	EXPECT_CONTAINS(out, "(SQLSTATE 42501)");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#ro2' 4", MESH, ro), MESH_EXIT_PROTOCOL);
+	EXPECT_CONTAINS(out, "(SQLSTATE 42501)");
+	/* a call that fails after the open (the first lease) says it too */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job harvest '%s#ro' x ro 4 5 n1 -- true", MESH, ro), MESH_EXIT_PROTOCOL);
+	EXPECT_CONTAINS(out, "stopped: protocol violation: permission denied for table");
+	EXPECT_CONTAINS(out, "(SQLSTATE 42501)");
+	/* too many clients: libpq's message, not only "cannot be reached" */
+	PGconn *hold[70];
+	int nheld = 0;
+	char conn[400];
+	snprintf(conn, sizeof conn, "host=%s user=ro dbname=postgres", e.pgdir);
+	while (nheld < 70) {
+		PGconn *c = PQconnectdb(conn);
+		if (PQstatus(c) != CONNECTION_OK) {
+			PQfinish(c);
+			break;
+		}
+		hold[nheld++] = c;
+	}
+	EXPECT_LT(nheld, 70); /* the server's max_connections (64) was reached */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --store '%s#ro' --chunks 4 -- true", MESH, ro),
+		  RUN_EXIT(MESH_EXIT_UNAVAILABLE));
+	/* the server's refusal (a role that is not a superuser meets the
+	 * reserved slots first) */
+	EXPECT_CONTAINS(out, "FATAL:");
+	EXPECT_TRUE(strstr(out, "too many clients") || strstr(out, "remaining connection slots are reserved"));
+	while (nheld)
+		PQfinish(hold[--nheld]);
+	/* status: this mesh's version is 0; another is 65, and says which */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
+	store_env_sql1(&e, "UPDATE mesh.meta SET version = 99");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "version 99");
+	EXPECT_CONTAINS(out, "newer than this mesh");
+	/* no schema: mesh run names the command that makes it; status 65 */
+	store_env_sql1(&e, "DROP SCHEMA mesh CASCADE");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --store '%s#x' --chunks 4 -- true", MESH, url),
+		  RUN_EXIT(MESH_EXIT_DATAERR));
+	EXPECT_CONTAINS(out, "mesh store init");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), MESH_EXIT_DATAERR);
+	EXPECT_CONTAINS(out, "version 0");
+	EXPECT_CONTAINS(out, "mesh store init");
 	store_env_stop(&e);
 }

@@ -410,6 +410,14 @@ static void *driver_main(void *arg)
 		mesh_error("store job=%" PRIu64 " no longer served here: an output could not be kept", s->spec.id);
 		s->final = 1;
 	}
+	if (rc < 0 && rc != MESH_E_OUTPUT) {
+		/* the store refused or stopped answering: said as an error, in
+		 * the server's words (a read-only role, a dropped schema) */
+		char words[400];
+		mesh_job_store_error(jh, words, sizeof words);
+		mesh_error("store job=%" PRIu64 " driver stopped: %s%s%s", s->spec.id, mesh_strerror(rc),
+			   words[0] ? ": " : "", words);
+	}
 	s->done = st.done;
 	mesh_info("store job=%" PRIu64 " driver ended: %s attempts=%" PRIu64 " done=%" PRIu64 " failed=%" PRIu64,
 		  s->spec.id,
