@@ -1,43 +1,18 @@
-/* The module map of docs/DESIGN.md, checked on the source: what a layer
- * may include, and where JSON may be built. */
+/* The module map of docs/DESIGN.md, checked on the source and the built
+ * objects by mk/layers.sh: no include of, and no call into, a module
+ * listed below; every src/ directory a row of the table; no JSON in
+ * meshd's core or jobs. */
 #include "runner/t.h"
 
 #include <stdio.h>
-#include <string.h>
+#include <stdlib.h>
 
-/* Fails for each line of file that contains needle. */
-static void refuse(const char *file, const char *needle)
+TEST(layers_follow_the_module_order_of_design_md)
 {
-	FILE *f = fopen(t_src(file), "r");
-	if (!f)
-		FAIL("cannot open %s", t_src(file));
-	char line[2048];
-	for (int no = 1; fgets(line, sizeof line, f); no++)
-		if (strstr(line, needle))
-			t__fail(__FILE__, __LINE__, "%s:%d has \"%s\": %s", file, no, needle, line);
-	fclose(f);
-}
-
-/* meshd sits beside the CLI, not above it: the exit-code table is base/exit.h. */
-TEST(layers_meshd_does_not_include_the_cli)
-{
-	static const char *const files[] = {"src/meshd/main.c", "src/meshd/core/core.c", "src/meshd/core/core_int.h",
-					    "src/meshd/core/core_programs.c", "src/meshd/core/core_workers.c",
-					    "src/meshd/core/core_call.c", "src/meshd/core/ops.h", "src/meshd/api/api.c",
-					    "src/meshd/api/api_int.h", "src/meshd/api/api_ops.c", "src/meshd/api/api_json.c",
-					    "src/client/api_client.c"};
-	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-		refuse(files[i], "#include \"cli/");
-}
-
-/* The core returns data; JSON is rendered by the API (api.c, api_client.c) only. */
-TEST(layers_meshd_core_builds_no_json)
-{
-	static const char *const files[] = {"src/meshd/main.c", "src/meshd/core/core.c", "src/meshd/core/core_int.h",
-					    "src/meshd/core/core_programs.c", "src/meshd/core/core_workers.c",
-					    "src/meshd/core/core_call.c", "src/meshd/core/ops.h", "src/meshd/notify.c"};
-	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-		refuse(files[i], "jansson");
-		refuse(files[i], "json_");
-	}
+	static char out[65536];
+	int rc = t_sh(out, sizeof out, 1, "cd '%s' && mk/layers.sh '%s'", t_src(""), getenv("MESH_BUILD"));
+	if (rc != 0)
+		printf("%s", out);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "no arrow runs up");
 }
