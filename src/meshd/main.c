@@ -71,6 +71,9 @@ static void usage(FILE *f)
 		"                       default $MESH_SOCKET, else $XDG_RUNTIME_DIR/mesh/meshd.sock,\n"
 		"                       else /tmp/mesh-<uid>/meshd.sock; now: %s\n"
 		"  --ready-timeout S    seconds a worker has to say ready (default: the manifest's, else 60)\n"
+		"  --heartbeat-timeout S  a worker whose heartbeat is older than S seconds while a\n"
+		"                       request or chunk waits for it hangs: it is killed and\n"
+		"                       replaced (default 10)\n"
 		"  --log-max SIZE       a <name>.log past SIZE (K/M/G suffixes) becomes <name>.log.1\n"
 		"                       and a new one starts (default 16M)\n"
 		"  --log-level LEVEL    least level logged on stderr (default info)\n"
@@ -317,6 +320,11 @@ int main(int argc, char **argv)
 			if (mesh_parse_seconds(v, 86400ull * 1000000000ull, &cfg.ready_timeout_ns) < 0 ||
 			    cfg.ready_timeout_ns == 0)
 				return usage_error("--ready-timeout wants seconds (more than 0, at most a day), not '%s'",
+						   v);
+		} else if ((v = opt_value(argc, argv, &i, "--heartbeat-timeout", &missing))) {
+			if (mesh_parse_seconds(v, 86400ull * 1000000000ull, &cfg.heartbeat_timeout_ns) < 0 ||
+			    cfg.heartbeat_timeout_ns == 0)
+				return usage_error("--heartbeat-timeout wants seconds (more than 0, at most a day), not '%s'",
 						   v);
 		} else if ((v = opt_value(argc, argv, &i, "--log-max", &missing))) {
 			if (mesh_parse_size(v, UINT64_MAX, &cfg.log_max) < 0 || cfg.log_max == 0)

@@ -192,6 +192,11 @@ int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout
 void mesh_slot_kick_reply(struct mesh_slot *s);
 /* Pipelined requests sent and not answered yet. */
 uint32_t mesh_slot_in_flight(const struct mesh_slot *s);
+/* The requests meshd began to send on the slot since its run began (its
+ * last arm), by calls and pipelined sends alike: with the worker's
+ * `requests` word, whether a request waits for it (the heal check).  Any
+ * thread. */
+uint64_t mesh_slot_sent(const struct mesh_slot *s);
 /* The worker's count of requests it took since the run began (its
  * `requests` word; untrusted: a hint of which request it is working on). */
 uint64_t mesh_slot_taken(const struct mesh_slot *s);

@@ -32,6 +32,7 @@ struct mesh_slot {
 	struct mesh_slot_hdr *hdr;
 	struct mesh_ring req, rep; /* meshd produces req, consumes rep */
 	uint32_t gen, seq;
+	_Atomic uint64_t sent;		/* requests begun since the run's arm (mesh_slot_sent) */
 	_Atomic uint32_t shutdown;	/* meshd's own copy, never read back from the slot */
 	pthread_mutex_t call_lock;	/* one call at a time */
 	pthread_mutex_t why_lock;
@@ -160,6 +161,7 @@ void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
 	mesh_ring_init(&s->rep, &h->rep, base + MESH_SLOT_HDR_SIZE + s->cap, s->cap);
 	s->gen = gen;
 	s->seq = 0;
+	atomic_store(&s->sent, 0);
 	s->pipe_next = 1;
 	s->pipe_out = 0;
 	mesh_buf_reset(&s->pipe_cur);
@@ -354,6 +356,7 @@ static int call_locked(struct mesh_slot *s, const void *req, size_t n, mesh_slot
 	uint32_t seq = ++s->seq;
 	if (seq == 0) /* 0 is never a sequence number */
 		seq = s->seq = 1;
+	atomic_fetch_add_explicit(&s->sent, 1, memory_order_relaxed);
 	int rc = send_request(s, seq, req, n, deadline, spin_ns);
 	if (rc < 0)
 		return rc;
@@ -513,6 +516,7 @@ int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t h
 	if (rc < 0)
 		goto out;
 	s->seq = seq;
+	atomic_fetch_add_explicit(&s->sent, 1, memory_order_relaxed);
 	if (s->pipe_out++ == 0)
 		s->pipe_next = seq;
 	*seq_out = seq;
@@ -600,6 +604,11 @@ void mesh_slot_kick_reply(struct mesh_slot *s)
 uint32_t mesh_slot_in_flight(const struct mesh_slot *s)
 {
 	return s->pipe_out;
+}
+
+uint64_t mesh_slot_sent(const struct mesh_slot *s)
+{
+	return atomic_load_explicit(&s->sent, memory_order_relaxed);
 }
 
 uint64_t mesh_slot_taken(const struct mesh_slot *s)

@@ -1021,3 +1021,154 @@ TEST_TIMEOUT(jobs_files_are_private, 60)
 	}
 	stop_meshd();
 }
+
+/* ---- a hung worker (issue 31 item 6) ---- */
+
+/* jw: 2 workers, lifecycle lines extra (call_timeout), "stop-once" armed. */
+static void add_stoppable_worker(const char *lifecycle)
+{
+	char toml[16384];
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
+	snprintf(toml, sizeof toml,
+		 "max_workers = 2\nidle_ttl = \"300s\"\n[lifecycle]\nstop_grace = \"1s\"\n%s[env]\n"
+		 "JOBTEST_FIRST_STOP = \"%s/stopped-once\"\n",
+		 lifecycle, cwd);
+	add_program("jw", t_bin("tests-workers/job_worker"), toml);
+}
+
+/* GET /v1/jobs/<id> (with its failures and their reports), into out. */
+static json_t *job_details(unsigned id)
+{
+	ASSERT_EQ(t_sh(out, sizeof out, 0, "curl -sS --unix-socket " SOCK " http://x/v1/jobs/%u", id), 0);
+	json_t *j = json_loads(out, 0, NULL);
+	ASSERT_TRUE(j != NULL);
+	return j;
+}
+
+/* `mesh wait` with a bound: 124 when the job did not end in limit_s. */
+static int wait_bounded(unsigned id, unsigned limit_s)
+{
+	return t_sh(out, sizeof out, 1, "timeout %u '%s' wait %u --socket " SOCK, limit_s, t_bin("mesh"), id);
+}
+
+/* The issue's reproduction: one of two workers stopped (kill -STOP) in the
+ * middle of a 600-chunk job.  It held chunks in its ring, and nothing took
+ * them back: 598/600 DONE for good, the other worker idle.  Now a chunk on
+ * a worker longer than its program's call_timeout (1 s here) gets the
+ * worker killed and replaced: whether it was stopped in a handler (that
+ * attempt fails, and its report says why) or between two (its heartbeat
+ * stopped; what it held was not started and goes to another at once). */
+TEST_TIMEOUT(jobs_a_stopped_worker_is_killed_and_replaced_every_chunk_done, 90)
+{
+	add_stoppable_worker("call_timeout = \"1s\"\n");
+	setup();
+	FILE *f = fopen("in.txt", "w");
+	ASSERT_TRUE(f != NULL);
+	for (int i = 0; i < 600; i++)
+		fprintf(f, "d%d\n", i); /* 1 ms each */
+	fclose(f);
+	unsigned id = submit("jw --input in.txt --max-workers 2");
+	pid_t pids[8];
+	int n = 0;
+	int64_t done = 0;
+	for (int tries = 0; tries < 2000 && (done < 60 || n < 2); tries++) {
+		json_t *j = job_json(id);
+		done = jint(j, "done");
+		json_decref(j);
+		n = worker_pids(pids, 8);
+		if (done < 60 || n < 2)
+			usleep(5000);
+	}
+	ASSERT_EQ(n, 2);
+	ASSERT_LT(done, 540);
+	ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(wait_bounded(id, 30), 0);
+	/* call_timeout (1 s) after its chunk reached it, plus the kill and
+	 * what was left: a few seconds on a loaded 2-CPU VM, not the 30. */
+	EXPECT_LT(t_now_ms() - t0, 20000);
+	json_t *j = job_details(id);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "state")), "complete");
+	EXPECT_EQ(jint(j, "done"), 600);
+	EXPECT_EQ(jint(j, "buried"), 0);
+	EXPECT_GE(jint(j, "worker_kills"), 1);
+	EXPECT_LE(jint(j, "failed_attempts"), 1); /* the chunk it was running, if it was in one */
+	json_t *fl = json_object_get(j, "failures"), *e;
+	size_t k;
+	json_array_foreach(fl, k, e) EXPECT_CONTAINS(json_string_value(json_object_get(e, "report")), "call_timeout");
+	json_decref(j);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	size_t lines = 0;
+	for (char *p = out; *p; p++)
+		lines += *p == '\n';
+	EXPECT_UEQ(lines, 600);
+	kill(pids[0], SIGCONT); /* killed already; no stopped process left behind */
+	stop_meshd();
+}
+
+/* A worker hung in its handler (it stopped itself there): the attempt
+ * fails once its chunk ran past call_timeout, with a report that says so,
+ * the worker is replaced, and the chunk is DONE on the next attempt; the
+ * chunks queued behind it were never started and count no attempt. */
+TEST_TIMEOUT(jobs_a_worker_hung_in_a_chunk_fails_that_attempt_and_says_why, 60)
+{
+	add_stoppable_worker("call_timeout = \"1s\"\n");
+	setup();
+	unsigned id = submit("jw --max-workers 1 ::: a stop-once b c d");
+	EXPECT_EQ(wait_bounded(id, 30), 0);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "0:a\n1:stop-once\n2:b\n3:c\n4:d\n");
+	json_t *j = job_details(id);
+	EXPECT_EQ(jint(j, "failed_attempts"), 1);
+	EXPECT_EQ(jint(j, "worker_kills"), 1);
+	json_t *f = json_array_get(json_object_get(j, "failures"), 0);
+	ASSERT_TRUE(f != NULL);
+	EXPECT_EQ(jint(f, "chunk"), 1);
+	EXPECT_EQ(jint(f, "status"), 137);
+	const char *r = json_string_value(json_object_get(f, "report"));
+	EXPECT_CONTAINS(r, "hung");
+	EXPECT_CONTAINS(r, "call_timeout");
+	json_decref(j);
+	stop_meshd();
+}
+
+/* No call_timeout: a worker stopped between two chunks is found by its
+ * heartbeat (the library beats every 250 ms outside a handler): a request
+ * waits in its ring and its heartbeat is older than meshd's
+ * --heartbeat-timeout (1 s here, 10 s by default).  It is killed and
+ * replaced; what it held had not started and goes to another worker, no
+ * attempt counted. */
+TEST_TIMEOUT(jobs_a_worker_stopped_between_chunks_is_found_by_its_heartbeat, 60)
+{
+	add_stoppable_worker("");
+	meshd_pid = meshd_t_start_notified("--state state --heartbeat-timeout 1", NULL, 0);
+	/* Two warm workers (a first job of slow chunks starts both), then one
+	 * stopped while it waits for work. */
+	input_of("slow", 40);
+	unsigned first = submit("jw --max-workers 2 --input in.txt");
+	EXPECT_EQ(wait_bounded(first, 30), 0);
+	pid_t pids[8];
+	ASSERT_EQ(worker_pids(pids, 8), 2);
+	ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
+	input_of("d", 100);
+	uint64_t t0 = t_now_ms();
+	unsigned id = submit("jw --max-workers 2 --input in.txt");
+	EXPECT_EQ(wait_bounded(id, 30), 0);
+	/* Its heartbeat 1 s old, looked at every 250 ms: a few seconds. */
+	EXPECT_LT(t_now_ms() - t0, 15000);
+	json_t *j = job_json(id);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "state")), "complete");
+	EXPECT_EQ(jint(j, "done"), 100);
+	EXPECT_EQ(jint(j, "failed_attempts"), 0);
+	EXPECT_GE(jint(j, "worker_deaths"), 1);
+	EXPECT_GE(jint(j, "requeued"), 1);
+	json_decref(j);
+	char *err = t_read_file("meshd.err", NULL);
+	char want[64];
+	snprintf(want, sizeof want, "pid=%d: its heartbeat stopped", (int)pids[0]);
+	EXPECT_CONTAINS(err, want);
+	free(err);
+	kill(pids[0], SIGCONT);
+	stop_meshd();
+}

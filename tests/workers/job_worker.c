@@ -10,6 +10,9 @@
  *   d...      answers after 1 ms
  *   big<K>    answers K bytes ('x'..., the last a newline)
  *   exit0     exits with status 0 without answering
+ *   stop-once the first worker to see it (JOBTEST_FIRST_STOP=<file>, made
+ *             as for crash-once) stops itself with SIGSTOP inside the
+ *             handler (a hung handler); every later one answers
  * JOBTEST_VERSION=<v>: every reply ends " v=<v>" before its newline (the
  * image a chunk ran on, for upgrade tests).
  * JOBTEST_FIRST_CRASH=<file>: the first worker to see a "crash-once"
@@ -26,6 +29,18 @@
 
 static struct mesh_worker *w;
 
+/* 1 for the first worker to get here: it made the file the environment
+ * variable env names (O_EXCL); 0 for every later one, or without env. */
+static int first_to_see(const char *env)
+{
+	const char *f = getenv(env);
+	int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+	if (fd < 0)
+		return 0;
+	close(fd);
+	return 1;
+}
+
 static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap, size_t *len)
 {
 	(void)ctx;
@@ -35,23 +50,12 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 		signal(SIGSEGV, SIG_DFL); /* a sanitizer's handler would exit 1 instead */
 		raise(SIGSEGV);
 	}
-	if (n == 10 && !memcmp(req, "crash-once", 10)) {
-		const char *f = getenv("JOBTEST_FIRST_CRASH");
-		int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
-		if (fd >= 0) {
-			close(fd);
-			raise(SIGKILL);
-		}
-	}
-	if (n == 9 && !memcmp(req, "slow-once", 9)) {
-		/* The first to see it straggles (2 s); copies answer at once. */
-		const char *f = getenv("JOBTEST_FIRST_SLOW");
-		int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
-		if (fd >= 0) {
-			close(fd);
-			sleep(2);
-		}
-	}
+	if (n == 10 && !memcmp(req, "crash-once", 10) && first_to_see("JOBTEST_FIRST_CRASH"))
+		raise(SIGKILL);
+	if (n == 9 && !memcmp(req, "slow-once", 9) && first_to_see("JOBTEST_FIRST_SLOW"))
+		sleep(2); /* the first to see it straggles (2 s); copies answer at once */
+	if (n == 9 && !memcmp(req, "stop-once", 9) && first_to_see("JOBTEST_FIRST_STOP"))
+		raise(SIGSTOP);
 	if (n > 1 && ((const char *)req)[0] == 'd')
 		usleep(1000); /* "d<anything>": a 1 ms chunk */
 	if (n == 4 && !memcmp(req, "hang", 4))

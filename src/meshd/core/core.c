@@ -188,35 +188,39 @@ static void log_report(const char *name, char *r)
 }
 
 /* A worker on a slot that hangs or broke it: failed through the table
- * (killed, its slot replaced) so that the next call gets a fresh one.
- * A request waiting for a worker whose heartbeat stopped outside a handler
- * (the library beats every 250 ms there); a call its caller gave up on
+ * (killed, its slot replaced) so that the next call, or its job's chunks,
+ * get a fresh one.  A request (a call's, or a job's chunk) waiting for a
+ * worker whose heartbeat stopped outside a handler (the library beats
+ * every 250 ms there); a call its caller gave up on
  * still running past the manifest's call_timeout; control words that
  * cannot be.  d->mu held. */
 static void heal(struct meshd_core *d, struct program *p, struct worker *wk, uint64_t now)
 {
+	struct mesh_slot *slot = d->slots[wk->slot];
 	struct mesh_slot_stats ss;
 	char why[160];
 	why[0] = 0;
-	if (mesh_slot_stats(d->slots[wk->slot], &ss) != 0) {
-		const char *f = mesh_slot_failed(d->slots[wk->slot]);
+	if (mesh_slot_stats(slot, &ss) != 0) {
+		const char *f = mesh_slot_failed(slot);
 		snprintf(why, sizeof why, "it broke its slot: %s", f ? f : "bad control words");
 	} else {
-		uint64_t done = ss.replies + ss.errors, ct = p->img.m.call_timeout_ns;
-		if (wk->stuck_since && done >= wk->sent)
+		/* Sent by a call or by a job's executor alike (after the words:
+		 * every request the worker took was sent before). */
+		uint64_t done = ss.replies + ss.errors, ct = p->img.m.call_timeout_ns, sent = mesh_slot_sent(slot);
+		if (wk->stuck_since && done >= sent)
 			wk->stuck_since = 0; /* it answered the call its caller gave up on */
 		if (wk->stuck_since && ct && now > wk->stuck_since + ct)
 			snprintf(why, sizeof why, "a call ran past call_timeout (%llu ms)",
 				 (unsigned long long)(ct / MESH_NS_PER_MS));
-		else if (wk->sent > ss.requests && ss.requests == done && ss.heartbeat_ns &&
+		else if (sent > ss.requests && ss.requests == done && ss.heartbeat_ns &&
 			 now > ss.heartbeat_ns + d->heartbeat_ns)
 			snprintf(why, sizeof why, "its heartbeat stopped %llu ms ago while a request waited for it",
 				 (unsigned long long)((now - ss.heartbeat_ns) / MESH_NS_PER_MS));
 	}
 	if (!why[0])
 		return;
-	mesh_warn("heal name=%s pid=%d: %s; killed, the next call gets a fresh worker", p->img.name,
-		  (int)mesh_instance_pid(wk->inst), why);
+	mesh_warn("heal name=%s pid=%d: %s; killed, a fresh worker serves %s", p->img.name,
+		  (int)mesh_instance_pid(wk->inst), why, wk->job ? "its job's chunks" : "the next call");
 	mesh_instance_fail(wk->inst, why);
 }
 

@@ -93,7 +93,6 @@ static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint
 		if (best >= 0) {
 			struct worker *wk = &p->w[best];
 			wk->busy = 1;
-			wk->sent++;
 			wk->last_used = now;
 			meshd__kick(d, now + meshd__heal_every(d)); /* heal checks while it serves */
 			d->slot_busy[wk->slot]++;
@@ -155,7 +154,6 @@ static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint
 						return rc;
 					}
 					wk->slot = s;
-					wk->sent = 0;
 					wk->stuck_since = 0;
 					wk->last_used = now;
 					coming = cand;
@@ -343,8 +341,6 @@ again:
 	if (rc)
 		rc = call_failed(d, p, wi, s, slot, rc, stops, by_limit ? ct : t, by_limit, rep, rl, err);
 	pthread_mutex_lock(&d->mu);
-	if (rc == MESH_E_TOOBIG)
-		wk->sent--; /* refused before it was sent */
 	if (rc == MESH_E_TIMEOUT && !by_limit && !wk->stuck_since)
 		wk->stuck_since = t0; /* the worker may still run it */
 	wk->busy = 0;

@@ -36,7 +36,6 @@ struct worker {
 	int slot;	      /* index into d->slots while on a slot, else -1 */
 	int busy;	      /* a call runs on its slot */
 	uint64_t last_used;
-	uint64_t sent;	      /* requests sent on its slot since its run began */
 	uint64_t stuck_since; /* a call its caller gave up on may still run; 0: none */
 	uint32_t seen_unready; /* the host's unready count already noted */
 	int job;	      /* held by a job (meshd_job_worker_get): no call uses it */

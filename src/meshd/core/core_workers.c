@@ -534,3 +534,9 @@ int meshd_job_worker_stale(const struct meshd_job_worker *w)
 	struct program *p = w->prog;
 	return p && atomic_load(&p->retired);
 }
+
+uint64_t meshd_job_worker_call_timeout(const struct meshd_job_worker *w)
+{
+	const struct program *p = w->prog;
+	return p ? p->img.m.call_timeout_ns : 0;
+}

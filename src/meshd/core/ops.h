@@ -267,6 +267,10 @@ int meshd_job_worker_down(struct meshd_core *d, struct meshd_job_worker *w, uint
  * sends it nothing more and puts it back once it answered what it holds
  * (it then exits).  Any thread; no lock. */
 int meshd_job_worker_stale(const struct meshd_job_worker *w);
+/* The held worker's program's call_timeout (its manifest's, of the image
+ * it runs), 0 = none: a chunk's limit on it unless the job has its own
+ * (--timeout).  Any thread; no lock. */
+uint64_t meshd_job_worker_call_timeout(const struct meshd_job_worker *w);
 /* The manifest's max_workers of name (loading it), or 0 (*err says why). */
 unsigned meshd_program_max_workers(struct meshd_core *d, const char *name, char **err);
 /* fn(arg) is called after each `mesh load` that succeeded (a program new

@@ -6,6 +6,7 @@
 #include "base/clock.h"
 #include "base/thread.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "meshd/core/ops.h"
 #include "exec/runner.h"
 #include "shm/shm.h"
@@ -82,6 +83,7 @@ struct jworker {
 	int full;	   /* this pump: the ring had no room */
 	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
 	int online;	   /* it said `online`: before, chunks wait in its ring and no --timeout runs */
+	uint64_t limit_ns; /* a chunk's time on it: --timeout, else its program's call_timeout; 0 none */
 };
 
 struct slot_ex {
@@ -392,6 +394,7 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->armed = 0;
 	w->online = 0; /* collect() says when */
+	w->limit_ns = x->cfg.timeout_ns ? x->cfg.timeout_ns : meshd_job_worker_call_timeout(&w->h);
 	atomic_store(&w->quit, 0);
 	mesh__jx_stamp_first(&x->st->first_worker_ns);
 }
@@ -623,16 +626,33 @@ static void pump(struct slot_ex *x)
 	start_waiters(x);
 }
 
-/* --timeout: a worker that held its chunk too long is killed. */
+/* A worker that held the chunk at the head of its ring past its limit
+ * (--timeout, else its program's call_timeout) hangs: it is killed, the
+ * chunk it was running fails with a report that says so, and the chunks
+ * behind it, not started, go to another worker. */
+static void kill_hung(struct slot_ex *x, struct jworker *w)
+{
+	const struct entry *e = &w->fifo[w->head];
+	uint64_t cid = e->unit ? x->u[e->unit - 1].cid : 0;
+	unsigned long long ms = (unsigned long long)(w->limit_ns / MESH_NS_PER_MS);
+	char *why = x->cfg.timeout_ns
+			    ? mesh_strf("chunk %llu ran past the job's --timeout (%llu ms): its worker (pid %d) was killed",
+					(unsigned long long)cid, ms, (int)w->h.pid)
+			    : mesh_strf("the worker hung: chunk %llu ran past its program's call_timeout (%llu ms); the "
+					"worker (pid %d) was killed",
+					(unsigned long long)cid, ms, (int)w->h.pid);
+	mesh_warn("job worker name=%s pid=%d: %s; a fresh worker serves the job's chunks", x->cfg.program,
+		  (int)w->h.pid, why ? why : "hung");
+	drop_worker(x, w, 1, 128 + SIGKILL, why ? why : "the worker hung past its chunk's time limit and was killed");
+	free(why);
+}
+
 static void check_timeouts(struct slot_ex *x, uint64_t now)
 {
-	if (!x->cfg.timeout_ns)
-		return;
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->state != W_ON || !w->online || !w->n || now < w->t_head + x->cfg.timeout_ns)
-			continue;
-		drop_worker(x, w, 1, 128 + SIGKILL, "timed out: the worker was killed");
+		if (w->state == W_ON && w->online && w->n && w->limit_ns && now >= w->t_head + w->limit_ns)
+			kill_hung(x, w);
 	}
 }
 
@@ -668,8 +688,8 @@ static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollf
 		return 0;
 	case U_SENT: {
 		struct jworker *w = &x->w[u->w];
-		if (x->cfg.timeout_ns && w->online && w->n && w->t_head + x->cfg.timeout_ns < *wake)
-			*wake = w->t_head + x->cfg.timeout_ns;
+		if (w->limit_ns && w->online && w->n && w->t_head + w->limit_ns < *wake)
+			*wake = w->t_head + w->limit_ns;
 		return 0;
 	}
 	default:

@@ -30,8 +30,12 @@
  *     records the failed attempt at once, so the chunk is pending again
  *     (or buried after --retries); the chunks queued behind it in its ring
  *     had not started and go to another worker, no attempt counted;
- *   - timeout_ns: a chunk the worker has held that long gets the worker
- *     killed (and replaced, demand permitting); it ends with 128 + SIGKILL;
+ *   - timeout_ns (0: the worker's program's call_timeout): a chunk at the
+ *     head of a worker's ring that long gets the worker killed (and
+ *     replaced, demand permitting); it ends with 128 + SIGKILL and a
+ *     report that says the worker hung, or, not taken yet, goes to another
+ *     worker; a worker whose heartbeat stopped with chunks in its ring is
+ *     the core's heal check's (ops.h): it dies as any worker does;
  *   - a signal from the driver (a lost speculative race, a stop): the
  *     attempt ends at once; when it was already in a worker's ring its
  *     reply, when it comes, is dropped and counted (stats.ignored_replies);
@@ -58,7 +62,7 @@ struct meshd_job_exec_cfg {
 	const char *program;	/* borrowed for the executor's life */
 	unsigned max_workers;	/* K >= 1 */
 	unsigned depth;		/* D >= 1: chunks in flight per worker */
-	uint64_t timeout_ns;	/* per chunk on a worker; 0 = none */
+	uint64_t timeout_ns;	/* per chunk on a worker; 0 = its program's call_timeout (0: none) */
 };
 
 /* Counters, read by the job (any thread; relaxed). */
