@@ -288,10 +288,16 @@ int mesh_ring_wait_data2(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout
 int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
 			 const _Atomic uint32_t *stop)
 {
+	return mesh_ring_wait_space2(r, msg_len, spin_ns, timeout_ns, stop, NULL);
+}
+
+int mesh_ring_wait_space2(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
+			  const _Atomic uint32_t *stop, const _Atomic uint32_t *stop2)
+{
 	if (msg_len > MESH_RING_MAX_MSG(r->cap))
 		return MESH_E_TOOBIG;
 	return wait_common(r, space_ready, mesh_ring_rec_size(msg_len), &r->ctl->space_futex,
-			   &r->ctl->space_sleeping, spin_ns, timeout_ns, stop, NULL);
+			   &r->ctl->space_sleeping, spin_ns, timeout_ns, stop, stop2);
 }
 
 void mesh_ring_tx_init(struct mesh_ring_tx *tx, uint32_t kind, uint32_t seq, const void *p, size_t n)

@@ -50,6 +50,8 @@
 /* The protocol's message limit: a whole request, a whole reply, or one
  * streamed part of a reply, whatever the ring's size (docs/worker-protocol.md). */
 #define MESH_MSG_MAX (16u << 20)
+/* The largest input of a job's chunk: a CHUNK message less its header. */
+#define MESH_CHUNK_INPUT_MAX (MESH_MSG_MAX - MESH_CHUNK_HDR)
 
 enum mesh_msg_kind {
 	MESH_MSG_REQ = 1, /* meshd -> worker: a request */
@@ -129,6 +131,9 @@ int mesh_ring_wait_data2(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout
 /* Producer: waits until need bytes of record space are free (same contract). */
 int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
 			 const _Atomic uint32_t *stop);
+/* The same with a second stop word (either may be NULL), as wait_data2. */
+int mesh_ring_wait_space2(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
+			  const _Atomic uint32_t *stop, const _Atomic uint32_t *stop2);
 /* Wakes whoever sleeps on this ring, either side (used after setting a stop
  * word the sleeper watches). */
 void mesh_ring_kick(struct mesh_ring_ctl *ctl);

@@ -108,9 +108,9 @@ uint32_t mesh_slot_index(const struct mesh_slot *s);
 /* The largest request or reply, bytes: MESH_MSG_MAX whatever the ring's
  * size (a message larger than the ring travels in pieces). */
 size_t mesh_slot_max_msg(const struct mesh_slot *s);
-/* The largest header plus payload mesh_slot_send takes: the pipeline sends
- * one record, so this is what one record of its ring holds (less than
- * mesh_slot_max_msg, which calls reach by sending in pieces). */
+/* The largest request that goes in one record of the slot's ring (its
+ * cap - 16 bytes); a larger one goes in pieces, a call's and a pipelined
+ * one (mesh_slot_send) alike, up to mesh_slot_max_msg. */
 size_t mesh_slot_max_send(const struct mesh_slot *s);
 /* The bytes of data of each of its rings (what mesh_slot_create was given). */
 size_t mesh_slot_ring_cap(const struct mesh_slot *s);
@@ -162,14 +162,21 @@ int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_s
  *
  * mesh_slot_send puts one request of kind MESH_MSG_REQ or MESH_MSG_CHUNK
  * whose payload is hdr (hn bytes; 0 = none) followed by p (n bytes),
- * without waiting.  0 with *seq its sequence number; -EAGAIN: no room in
- * the ring now (take replies first); MESH_E_TOOBIG: hn + n over one
- * record of the ring (its cap - 16 bytes: the pipeline sends no pieces,
- * while its replies may come in pieces); MESH_E_STATE: the slot failed or
- * was shut down;
+ * without waiting.  One larger than a record of the ring (over
+ * mesh_slot_max_send) goes in pieces, as a call's does: it is taken only
+ * when no other request is in flight (the worker then answers nothing
+ * before its last piece, so nothing but room is waited for); a copy is
+ * made, the pieces that fit are put, and mesh_slot_wait_reply puts the
+ * rest as the worker takes them (mesh_slot_sending says it is not all in
+ * yet; no other request is taken meanwhile).  0 with *seq its sequence
+ * number; -EAGAIN: no room in the ring now, or (in pieces) a request in
+ * flight or one still going in (take replies first); MESH_E_TOOBIG: hn +
+ * n over MESH_MSG_MAX; MESH_E_STATE: the slot failed or was shut down;
  * MESH_E_CORRUPT (the slot is failed); -EINVAL (another kind), -ENOMEM. */
 int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
 		   uint32_t *seq);
+/* 1 while a request mesh_slot_send began in pieces is not all in. */
+int mesh_slot_sending(const struct mesh_slot *s);
 struct mesh_slot_reply {
 	uint32_t kind; /* MESH_MSG_REP or MESH_MSG_ERR */
 	uint32_t seq;  /* the request it answers */
@@ -187,7 +194,10 @@ int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r);
 /* Waits until a reply may be there: 0; 1 when the slot failed or was shut
  * down, or when *quit (the caller's; may be NULL) is set; MESH_E_TIMEOUT
  * after timeout_ns (spinning spin_ns first).  Whoever sets *quit calls
- * mesh_slot_kick_reply, which wakes the waiter to look at it. */
+ * mesh_slot_kick_reply, which wakes the waiter to look at it.  While a
+ * request goes in pieces (mesh_slot_send, also one begun during this
+ * wait) it first puts them, waiting for room for each under the same
+ * limits.  May run beside mesh_slot_send on another thread. */
 int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *quit);
 void mesh_slot_kick_reply(struct mesh_slot *s);
 /* Pipelined requests sent and not answered yet. */

@@ -47,7 +47,23 @@ struct mesh_slot {
 	/* The reply to pipe_next received so far (it may come in pieces, or
 	 * streamed parts that a pipelined caller gets joined). */
 	struct mesh_buf pipe_cur, pipe_acc;
+	/* A pipelined request larger than one record, being put in pieces:
+	 * its copy (tx_buf), how far it went (tx), tx_open until its last
+	 * piece is in (mesh_slot_wait_reply puts the rest as room comes).
+	 * attn wakes that waiter: set with stop, and when such a send begins. */
+	struct mesh_ring_tx tx;
+	uint8_t *tx_buf;
+	_Atomic uint32_t tx_open, attn;
 };
+
+/* A waiting call, and the pipeline's reply waiter, give up: the slot
+ * failed, was shut down or is being armed again (stop before attn: a
+ * waiter that clears attn sees stop after it). */
+static void stop_waiters(struct mesh_slot *s)
+{
+	atomic_store(&s->stop, 1);
+	atomic_store(&s->attn, 1);
+}
 
 static int is_pow2(uint64_t x)
 {
@@ -104,6 +120,7 @@ void mesh_slot_free(struct mesh_slot *s)
 	pthread_mutex_destroy(&s->call_lock);
 	pthread_mutex_destroy(&s->why_lock);
 	free(s->pipe_buf);
+	free(s->tx_buf);
 	mesh_buf_release(&s->pipe_cur);
 	mesh_buf_release(&s->pipe_acc);
 	free(s);
@@ -138,7 +155,7 @@ size_t mesh_slot_ring_cap(const struct mesh_slot *s)
 void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
 {
 	/* A call still waiting on the old run gives up now instead of holding the lock. */
-	atomic_store(&s->stop, 1);
+	stop_waiters(s);
 	mesh_ring_kick(&s->hdr->rep);
 	mesh_ring_kick(&s->hdr->req);
 	pthread_mutex_lock(&s->call_lock);
@@ -164,6 +181,9 @@ void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
 	atomic_store(&s->sent, 0);
 	s->pipe_next = 1;
 	s->pipe_out = 0;
+	free(s->tx_buf);
+	s->tx_buf = NULL;
+	atomic_store(&s->tx_open, 0);
 	mesh_buf_reset(&s->pipe_cur);
 	mesh_buf_reset(&s->pipe_acc);
 	atomic_store(&s->shutdown, MESH_SHUTDOWN_NONE);
@@ -171,6 +191,7 @@ void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
 	s->why[0] = 0;
 	atomic_store(&s->failed, 0);
 	atomic_store(&s->stop, 0);
+	atomic_store(&s->attn, 0);
 	pthread_mutex_unlock(&s->why_lock);
 	pthread_mutex_unlock(&s->call_lock);
 }
@@ -178,7 +199,7 @@ void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
 void mesh_slot_set_shutdown(struct mesh_slot *s, enum mesh_shutdown how)
 {
 	atomic_store(&s->shutdown, how);
-	atomic_store(&s->stop, 1);
+	stop_waiters(s);
 	atomic_store(&s->hdr->shutdown, how);
 	mesh_ring_kick(&s->hdr->req);
 	mesh_ring_kick(&s->hdr->rep);
@@ -194,7 +215,7 @@ void mesh_slot_fail(struct mesh_slot *s, const char *fmt, ...)
 		va_end(ap);
 		atomic_store(&s->failed, 1);
 	}
-	atomic_store(&s->stop, 1);
+	stop_waiters(s);
 	pthread_mutex_unlock(&s->why_lock);
 	/* A call waiting on the reply ring watches s->failed; wake it. */
 	mesh_ring_kick(&s->hdr->rep);
@@ -218,6 +239,31 @@ static uint64_t left_ns(uint64_t deadline)
 	return now >= deadline ? 0 : deadline - now;
 }
 
+/* Puts the records of a request (tx) that fit now: 1 once its last is in,
+ * -EAGAIN when the rest waits for room, MESH_E_CORRUPT (the slot failed).
+ * The one way a request goes out in pieces, a call's (send_request) and a
+ * pipelined one's (mesh_slot_send, then mesh_slot_wait_reply). */
+static int tx_put(struct mesh_slot *s, struct mesh_ring_tx *tx)
+{
+	int rc = mesh_ring_tx_put(&s->req, tx);
+	return rc == MESH_E_CORRUPT ? fail_ring(s, "request", &s->req) : rc;
+}
+
+/* Waits for room for tx's next record: 0; MESH_E_STATE (the slot failed
+ * or was shut down), 1 (*quit set), MESH_E_TIMEOUT at deadline,
+ * MESH_E_CORRUPT (the slot failed). */
+static int tx_wait(struct mesh_slot *s, const struct mesh_ring_tx *tx, uint64_t deadline, uint64_t spin_ns,
+		   const _Atomic uint32_t *quit)
+{
+	int rc = mesh_ring_wait_space2(&s->req, mesh_ring_tx_next(&s->req, tx), spin_ns, left_ns(deadline), &s->stop,
+				       quit);
+	if (rc == MESH_E_CORRUPT)
+		return fail_ring(s, "request", &s->req);
+	if (rc == 1)
+		return atomic_load(&s->stop) ? MESH_E_STATE : 1;
+	return rc;
+}
+
 /* Sends the request (in pieces when it is larger than one record). */
 static int send_request(struct mesh_slot *s, uint32_t seq, const void *req, size_t n, uint64_t deadline,
 			uint64_t spin_ns)
@@ -225,19 +271,12 @@ static int send_request(struct mesh_slot *s, uint32_t seq, const void *req, size
 	struct mesh_ring_tx tx;
 	mesh_ring_tx_init(&tx, MESH_MSG_REQ, seq, req, n);
 	for (;;) {
-		int rc = mesh_ring_tx_put(&s->req, &tx);
+		int rc = tx_put(s, &tx);
 		if (rc == 1)
 			return 0;
-		if (rc == MESH_E_CORRUPT)
-			return fail_ring(s, "request", &s->req);
 		if (rc != -EAGAIN)
 			return rc;
-		rc = mesh_ring_wait_space(&s->req, mesh_ring_tx_next(&s->req, &tx), spin_ns, left_ns(deadline), &s->stop);
-		if (rc == MESH_E_CORRUPT)
-			return fail_ring(s, "request", &s->req);
-		if (rc == 1)
-			return MESH_E_STATE;
-		if (rc < 0)
+		if ((rc = tx_wait(s, &tx, deadline, spin_ns, NULL)) < 0)
 			return rc;
 	}
 }
@@ -473,30 +512,18 @@ void mesh__slot_unmap(struct mesh_slot_map *m)
 
 /* ---- pipelined use (shm.h) ---- */
 
-int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
-		   uint32_t *seq_out)
+/* One record: the request put whole, or -EAGAIN (no room now). */
+static int send_one(struct mesh_slot *s, uint32_t kind, uint32_t seq, const void *hdr, size_t hn, const void *p,
+		    size_t n)
 {
-	int rc;
-	if (kind != MESH_MSG_REQ && kind != MESH_MSG_CHUNK)
-		return -EINVAL;
-	/* One record: the pipeline does not send in pieces. */
-	size_t max = mesh_slot_max_send(s);
-	if (hn > max || n > max - hn)
-		return MESH_E_TOOBIG;
-	pthread_mutex_lock(&s->call_lock);
-	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE) {
-		rc = MESH_E_STATE;
-		goto out;
-	}
 	const void *msg = p;
 	if (hn) {
 		if (hn + n > s->pipe_cap) {
+			size_t max = mesh_slot_max_send(s);
 			size_t cap = (hn + n) * 2 < max ? (hn + n) * 2 : max;
 			uint8_t *b = realloc(s->pipe_buf, cap);
-			if (!b) {
-				rc = -ENOMEM;
-				goto out;
-			}
+			if (!b)
+				return -ENOMEM;
 			s->pipe_buf = b;
 			s->pipe_cap = cap;
 		}
@@ -505,14 +532,60 @@ int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t h
 			memcpy(s->pipe_buf + hn, p, n);
 		msg = s->pipe_buf;
 	}
+	int rc = mesh_ring_put(&s->req, kind, seq, msg, hn + n);
+	return rc == MESH_E_CORRUPT ? fail_ring(s, "request", &s->req) : rc;
+}
+
+/* Larger than one record: a copy put in pieces, those that fit now; the
+ * rest is mesh_slot_wait_reply's (the waiter is told).  0 or -ENOMEM,
+ * MESH_E_CORRUPT. */
+static int send_pieces(struct mesh_slot *s, uint32_t kind, uint32_t seq, const void *hdr, size_t hn, const void *p,
+		       size_t n)
+{
+	uint8_t *b = malloc(hn + n);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b, hdr, hn);
+	memcpy(b + hn, p, n);
+	mesh_ring_tx_init(&s->tx, kind, seq, b, hn + n);
+	int rc = tx_put(s, &s->tx);
+	if (rc != -EAGAIN) {
+		free(b);
+		return rc == 1 ? 0 : rc;
+	}
+	s->tx_buf = b;
+	atomic_store(&s->tx_open, 1);
+	atomic_store(&s->attn, 1);
+	mesh_ring_kick(&s->hdr->rep); /* the reply waiter puts the rest */
+	return 0;
+}
+
+int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
+		   uint32_t *seq_out)
+{
+	int rc;
+	if (kind != MESH_MSG_REQ && kind != MESH_MSG_CHUNK)
+		return -EINVAL;
+	if (hn > MESH_MSG_MAX || n > MESH_MSG_MAX - hn)
+		return MESH_E_TOOBIG;
+	pthread_mutex_lock(&s->call_lock);
+	if (atomic_load(&s->failed) || atomic_load(&s->shutdown) != MESH_SHUTDOWN_NONE) {
+		rc = MESH_E_STATE;
+		goto out;
+	}
+	if (atomic_load(&s->tx_open)) {
+		rc = -EAGAIN; /* the one before is still going in */
+		goto out;
+	}
 	uint32_t seq = s->seq + 1;
 	if (seq == 0) /* 0 is never a sequence number */
 		seq = 1;
-	rc = mesh_ring_put(&s->req, kind, seq, msg, hn + n);
-	if (rc == MESH_E_CORRUPT) {
-		fail_ring(s, "request", &s->req);
-		goto out;
-	}
+	if (hn + n <= mesh_slot_max_send(s))
+		rc = send_one(s, kind, seq, hdr, hn, p, n);
+	else if (s->pipe_out)
+		rc = -EAGAIN; /* in pieces only behind no request: none can be answered meanwhile */
+	else
+		rc = send_pieces(s, kind, seq, hdr, hn, p, n);
 	if (rc < 0)
 		goto out;
 	s->seq = seq;
@@ -523,6 +596,31 @@ int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t h
 out:
 	pthread_mutex_unlock(&s->call_lock);
 	return rc;
+}
+
+int mesh_slot_sending(const struct mesh_slot *s)
+{
+	return (int)atomic_load(&s->tx_open);
+}
+
+/* The pipeline's request in pieces: the records that fit now (1 once all
+ * are in), then (0) the caller waits for room; <0 the slot failed. */
+static int send_rest(struct mesh_slot *s)
+{
+	if (!atomic_load(&s->tx_open))
+		return 1; /* the common case: no lock taken */
+	pthread_mutex_lock(&s->call_lock);
+	int rc = 1;
+	if (atomic_load(&s->tx_open)) {
+		rc = atomic_load(&s->stop) ? MESH_E_STATE : tx_put(s, &s->tx);
+		if (rc == 1) {
+			free(s->tx_buf);
+			s->tx_buf = NULL;
+			atomic_store(&s->tx_open, 0);
+		}
+	}
+	pthread_mutex_unlock(&s->call_lock);
+	return rc == -EAGAIN ? 0 : rc;
 }
 
 int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r)
@@ -593,12 +691,32 @@ int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r)
 
 int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *quit)
 {
-	return mesh_ring_wait_data2(&s->rep, spin_ns, timeout_ns, &s->stop, quit);
+	uint64_t now = mesh_mono_ns();
+	uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+	for (;;) {
+		/* A request going in pieces: the worker answers nothing before
+		 * its last is in (mesh_slot_send begins one only when no other
+		 * is in flight), so only room for its pieces is waited for. */
+		int rc;
+		while ((rc = send_rest(s)) == 0)
+			if ((rc = tx_wait(s, &s->tx, deadline, spin_ns, quit)) != 0)
+				return rc == MESH_E_TIMEOUT ? rc : 1;
+		if (rc < 0)
+			return 1; /* the slot failed */
+		rc = mesh_ring_wait_data2(&s->rep, spin_ns, left_ns(deadline), &s->attn, quit);
+		if (rc != 1 || atomic_load(&s->stop) || (quit && atomic_load(quit)))
+			return rc;
+		/* attn alone: a request in pieces began (send_pieces). */
+		atomic_store(&s->attn, 0);
+		if (atomic_load(&s->stop))
+			return 1;
+	}
 }
 
 void mesh_slot_kick_reply(struct mesh_slot *s)
 {
 	mesh_ring_kick(&s->hdr->rep);
+	mesh_ring_kick(&s->hdr->req); /* a waiter for room for a request's next piece */
 }
 
 uint32_t mesh_slot_in_flight(const struct mesh_slot *s)

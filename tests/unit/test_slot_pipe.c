@@ -131,7 +131,10 @@ TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 	while (sent < 400 && (rc = mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, big, sizeof big, &seqs[sent])) == 0)
 		sent++;
 	EXPECT_LT(sent, 400);
-	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, big, 5000, &seqs[0]), MESH_E_TOOBIG);
+	/* Larger than a record: in pieces, but only behind no other request. */
+	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, big, 5000, &seqs[0]), -EAGAIN);
+	/* Over the message limit: never. */
+	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, big, MESH_CHUNK_INPUT_MAX + 1, &seqs[0]), MESH_E_TOOBIG);
 	while (got < sent) {
 		struct mesh_slot_reply r;
 		ASSERT_EQ(recv_wait(s, &r), 0);
@@ -275,5 +278,96 @@ TEST(slot_pipeline_reply_waiter_quits_when_told)
 	mesh_slot_kick_reply(a.s);
 	EXPECT_EQ(mesh_slot_wait_reply(a.s, 0, 50 * 1000 * 1000ull, &a.quit), MESH_E_TIMEOUT);
 	EXPECT_TRUE(mesh_mono_ns() - t0 >= 50 * 1000 * 1000ull);
+	mesh_slot_free(a.s);
+}
+
+/* A chunk whose input is larger than the ring goes in pieces, as a call's
+ * request does (the pipeline refused it, MESH_E_TOOBIG, before): not
+ * behind another request, nothing else taken while it goes in, its
+ * pieces put by the reply waiter as the worker takes them; the worker's
+ * handler sees the input whole and its reply (larger than the ring too)
+ * comes back whole. */
+TEST(slot_pipeline_sends_a_request_larger_than_the_ring_in_pieces)
+{
+	struct mesh_ctl *ctl;
+	struct mesh_slot *s;
+	pid_t pid = start(&ctl, &s, 3, 4096);
+	enum { BIG = 20000 };
+	static char in[BIG];
+	for (size_t i = 0; i < BIG; i++)
+		in[i] = (char)('a' + i % 23);
+	uint8_t h[MESH_CHUNK_HDR];
+	uint32_t seq[4];
+	chunk_hdr(h, 1, 1);
+	ASSERT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, "small", 5, &seq[0]), 0);
+	chunk_hdr(h, 2, 1);
+	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, in, BIG, &seq[1]), -EAGAIN);
+	struct mesh_slot_reply r;
+	ASSERT_EQ(recv_wait(s, &r), 0);
+	EXPECT_STREQ(r.data, "1:small");
+	free(r.data);
+	ASSERT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, in, BIG, &seq[1]), 0);
+	EXPECT_EQ(mesh_slot_sending(s), 1);
+	chunk_hdr(h, 3, 1);
+	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, "after", 5, &seq[2]), -EAGAIN);
+	ASSERT_EQ(recv_wait(s, &r), 0);
+	EXPECT_EQ(r.kind, MESH_MSG_REP);
+	EXPECT_UEQ(r.seq, seq[1]);
+	ASSERT_UEQ(r.len, 2 + BIG);
+	EXPECT_TRUE(!memcmp(r.data, "2:", 2) && !memcmp((char *)r.data + 2, in, BIG));
+	free(r.data);
+	EXPECT_EQ(mesh_slot_sending(s), 0);
+	/* The pipeline goes on as before, and a call too. */
+	ASSERT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, "after", 5, &seq[2]), 0);
+	ASSERT_EQ(recv_wait(s, &r), 0);
+	EXPECT_STREQ(r.data, "3:after");
+	free(r.data);
+	void *rep;
+	size_t n;
+	ASSERT_EQ(mesh_slot_call(s, "y", 1, &rep, &n, 5 * SEC, 0), 0);
+	EXPECT_STREQ(rep, "-:y");
+	free(rep);
+	EXPECT_FALSE(mesh_slot_failed(s));
+	shm_t_stop(ctl, s, pid);
+}
+
+/* The waiter that puts a request's pieces waits for room like it waits
+ * for a reply: its quit word and the slot's failure end that wait at once
+ * (no worker here takes the pieces). */
+TEST(slot_pipeline_a_send_in_pieces_waits_as_a_reply_does)
+{
+	struct quit_arg a = {.rc = -1};
+	ASSERT_EQ(mesh_slot_create(&a.s, 0, 4096), 0);
+	mesh_slot_arm(a.s, 1);
+	static char in[20000];
+	memset(in, 'p', sizeof in);
+	uint8_t h[MESH_CHUNK_HDR];
+	uint32_t seq;
+	chunk_hdr(h, 5, 1);
+	ASSERT_EQ(mesh_slot_send(a.s, MESH_MSG_CHUNK, h, sizeof h, in, sizeof in, &seq), 0);
+	EXPECT_EQ(mesh_slot_sending(a.s), 1);
+	uint64_t t0 = mesh_mono_ns();
+	EXPECT_EQ(mesh_slot_wait_reply(a.s, 0, 50 * MS, NULL), MESH_E_TIMEOUT);
+	EXPECT_TRUE(mesh_mono_ns() - t0 >= 50 * MS);
+	EXPECT_EQ(mesh_slot_sending(a.s), 1);
+	pthread_t th;
+	ASSERT_EQ(pthread_create(&th, NULL, wait_quit, &a), 0);
+	usleep(100 * 1000); /* asleep on the request ring's room by now */
+	atomic_store(&a.quit, 1);
+	mesh_slot_kick_reply(a.s);
+	pthread_join(th, NULL);
+	EXPECT_EQ(a.rc, 1);
+	EXPECT_TRUE(a.ns < 5 * SEC);
+	atomic_store(&a.quit, 0);
+	a.rc = -1;
+	ASSERT_EQ(pthread_create(&th, NULL, wait_quit, &a), 0);
+	usleep(100 * 1000);
+	mesh_slot_fail(a.s, "its worker died");
+	pthread_join(th, NULL);
+	EXPECT_EQ(a.rc, 1);
+	EXPECT_TRUE(a.ns < 5 * SEC);
+	/* A new run forgets the half-sent request. */
+	mesh_slot_arm(a.s, 2);
+	EXPECT_EQ(mesh_slot_sending(a.s), 0);
 	mesh_slot_free(a.s);
 }

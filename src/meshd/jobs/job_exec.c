@@ -562,16 +562,20 @@ static void pump_send(struct slot_ex *x)
 		int rc = mesh_slot_send(best->h.slot, MESH_MSG_CHUNK, h, sizeof h, u->input ? u->input : "", u->len,
 					&seq);
 		if (rc == MESH_E_TOOBIG) {
+			/* A submit refuses such an input; one in a job from elsewhere
+			 * (a store, an older meshd) can never be carried. */
 			q_remove(x, u);
 			char msg[160];
-			snprintf(msg, sizeof msg, "the chunk's input (%zu bytes) is larger than a slot carries (%zu)", u->len,
-				 mesh_slot_max_send(best->h.slot) - MESH_CHUNK_HDR);
+			snprintf(msg, sizeof msg, "the chunk's input (%zu bytes) is over the %u bytes a chunk's input may have",
+				 u->len, (unsigned)MESH_CHUNK_INPUT_MAX);
 			end_unit_text(u, 1, msg);
 			u = next;
 			continue;
 		}
 		if (rc < 0) {
-			/* No room now (-EAGAIN), or the slot failed: its waiter says so. */
+			/* No room now (-EAGAIN; an input larger than the ring goes
+			 * in pieces once the worker holds no other chunk), or the
+			 * slot failed: its waiter says so. */
 			best->full = 1;
 			continue;
 		}

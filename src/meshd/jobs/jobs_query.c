@@ -11,6 +11,7 @@
 #include "exec/input.h"
 #include "job/job.h"
 #include "job/results.h"
+#include "shm/ring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -138,6 +139,24 @@ static void *store_main(void *arg)
 	return NULL;
 }
 
+/* Every chunk's input goes to a worker in one CHUNK message (in pieces
+ * when larger than its ring): one that cannot is refused here, not tried
+ * and buried.  0 or MESH_E_TOOBIG (*err names the chunk and the limit). */
+static int input_fits(const struct mesh_exec_input *in, char **err)
+{
+	for (uint64_t i = 0; i < in->n; i++) {
+		size_t len;
+		mesh_exec_input_line(in, i, &len);
+		if (len > MESH_CHUNK_INPUT_MAX)
+			return mesh_errf(err, MESH_E_TOOBIG,
+					 "chunk %" PRIu64 "'s input (line %" PRIu64 ") is %zu bytes: a chunk's input is at "
+					 "most %u bytes (the %u-byte message limit less the chunk's %u-byte header)",
+					 i, i + 1, len, (unsigned)MESH_CHUNK_INPUT_MAX, (unsigned)MESH_MSG_MAX,
+					 (unsigned)MESH_CHUNK_HDR);
+	}
+	return 0;
+}
+
 int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint64_t *id, char **err)
 {
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
@@ -163,6 +182,8 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 			rc = mesh_errf(err, rc, "no chunks: give a chunk count or at least one input line");
 		else if (rc < 0)
 			rc = mesh_errf(err, rc, "cannot read the input: %s", mesh_strerror(rc));
+		if (rc == 0)
+			rc = input_fits(&in, err);
 		n = in.n;
 		mesh_exec_input_release(&in);
 		if (rc < 0)
