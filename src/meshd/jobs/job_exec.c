@@ -99,6 +99,7 @@ struct slot_ex {
 	unsigned get_fails;
 	int need_pump; /* attempts went back to the queue, or a retry is due: pump at the next status */
 	int speculate; /* the driver runs speculative copies */
+	uint64_t checked_ns; /* check_timeouts ran for this now */
 };
 
 static struct slot_ex *sx(struct mesh__executor *ex)
@@ -651,8 +652,13 @@ static void kill_hung(struct slot_ex *x, struct jworker *w)
 	free(why);
 }
 
+/* Once a pass of the driver (it asks each busy slot's status with the
+ * same now). */
 static void check_timeouts(struct slot_ex *x, uint64_t now)
 {
+	if (now == x->checked_ns)
+		return;
+	x->checked_ns = now;
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
 		if (w->state == W_ON && w->online && w->n && w->limit_ns && now >= w->t_head + w->limit_ns)
