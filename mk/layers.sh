@@ -38,7 +38,11 @@ done >>"$tmp/out"
 
 # Calls, from the built objects.
 if [ -d "$BUILD/obj/src" ]; then
-	find "$BUILD/obj/src" -name '*.o' | sort >"$tmp/objs"
+	# Only the objects of sources that exist (a moved file leaves its old one).
+	find "$BUILD/obj/src" -name '*.o' | sort | while read -r o; do
+		c=${o#"$BUILD"/obj/}
+		[ -f "${c%.o}.c" ] && echo "$o"
+	done >"$tmp/objs"
 	xargs nm -A -g --defined-only <"$tmp/objs" 2>/dev/null |
 		awk '$2 ~ /^[TDBRV]$/ {f = $1; sub(/:$/, "", f); print $3, f}' | sort -k1,1 >"$tmp/defs"
 	xargs nm -A -u <"$tmp/objs" 2>/dev/null | awk '{f = $1; sub(/:$/, "", f); print $NF, f}' | sort -k1,1 >"$tmp/uses"
