@@ -3,7 +3,7 @@
  * One probe = resolve the target, connect without blocking (bounded), send
  * `GET <path> HTTP/1.1` and read the whole response (bounded), then judge:
  *
- *   warm  iff the status line is a real 2xx (base/http.h parses it strictly)
+ *   warm  iff the status line is a real 2xx (http/http.h parses it strictly)
  *         and, when a model name is given, the JSON body lists that model:
  *           OpenAI style  {"data":   [{"id":   "NAME"}, ...]}   (vLLM, llama.cpp, ...)
  *           Ollama style  {"models": [{"name": "NAME"} or {"model": "NAME"}, ...]}

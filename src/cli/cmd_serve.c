@@ -3,7 +3,7 @@
  * events (stderr log lines) and the status lines (stdout; one JSON object a
  * line with --json). */
 #include "gateway/serve.h"
-#include "gateway/relay.h"
+#include "http/relay.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"

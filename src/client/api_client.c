@@ -3,7 +3,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
-#include "base/http.h"
+#include "http/http.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -27,7 +27,7 @@ struct meshd_reply {
 #define MESHD_REPLY_INIT {0, NULL, 0, {0}}
 
 /* Sends `method target` with body (n bytes; NULL/0 for none) to the meshd at
- * sock and reads the whole response (parsed by base/http.h), waiting at
+ * sock and reads the whole response (parsed by http/http.h), waiting at
  * most timeout_ns (0: a day) for it.  0 with *out filled (any HTTP status), or:
  *   a negated connect(2) errno (-ENOENT, -ECONNREFUSED, -EACCES, ...) when
  *     meshd cannot be reached -- see meshd_client_unreachable;

@@ -1,6 +1,6 @@
 /* The gateway's front door: the listener, each client connection's
  * requests (read, routed by model), the relay of each response as it comes
- * (gateway/hframe.h finds where it ends, so a keep-alive connection goes on
+ * (http/hframe.h finds where it ends, so a keep-alive connection goes on
  * to its next request, and a cut stream is told from a whole one).  See
  * gw.h for the contract. */
 #include "gateway/gw_loop.h"
@@ -9,8 +9,8 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
-#include "base/http.h"
-#include "gateway/hframe.h"
+#include "http/http.h"
+#include "http/hframe.h"
 #include "host/host.h"
 
 #include <errno.h>
@@ -286,20 +286,43 @@ again:
 	return rc;
 }
 
-/* The chunked body after the head r in c->buf, read whole and decoded: the
- * buffer becomes the head without Transfer-Encoding, with Content-Length,
- * the body, then the bytes after it (the next request's); r parsed again.
- * 0, an HTTP status (400, 413), or -1 (the client went away, no memory). */
+/* The chunked body after the head r in c->buf, read whole and decoded (by
+ * the framer: the strict reading of the head's): the buffer becomes the
+ * head without Transfer-Encoding, with Content-Length, the body, then the
+ * bytes after it (the next request's); r parsed again.  0, an HTTP status
+ * (400 malformed, 413 past max_body or a chunk size too long), or -1 (the
+ * client went away, no memory). */
 static int dechunk(struct mesh__gw_client *c, struct mesh__gw_req *r)
 {
-	struct mesh__gw_dechunk d = {.pos = r->head_len};
+	struct mesh_hframe f;
+	struct mesh_hframe_ev ev;
 	struct mesh_buf body = MESH_BUF_INIT, nb = MESH_BUF_INIT;
-	int rc;
-	while ((rc = mesh__gw_dechunk(&d, c->buf, c->have, c->g->c.max_body, &body)) == 1)
-		if (fill(c, c->have + 1) < 0) {
-			mesh_buf_release(&body);
-			return -1;
+	size_t pos = r->head_len, max = c->g->c.max_body;
+	int rc = 0;
+	mesh_hframe_init(&f);
+	mesh_hframe_feed(&f, 0, c->buf, r->head_len); /* it parsed: the body's first byte is next */
+	for (;;) {
+		if (pos == c->have && fill(c, c->have + 1) < 0) {
+			rc = -1;
+			break;
 		}
+		long k = mesh_hframe_step(&f, 0, c->buf + pos, c->have - pos, &ev);
+		if (k < 0) {
+			rc = k == MESH_E_TOOBIG ? 413 : 400;
+			break;
+		}
+		pos += (size_t)k;
+		if ((ev.what & MESH_HFRAME_EV_CHUNK) && (uint64_t)ev.size > max - body.len) {
+			rc = 413;
+			break;
+		}
+		if ((ev.what & MESH_HFRAME_EV_DATA) && mesh_buf_add(&body, ev.p, ev.n) < 0) {
+			rc = -1;
+			break;
+		}
+		if (ev.what & MESH_HFRAME_EV_END)
+			break;
+	}
 	if (rc) {
 		mesh_buf_release(&body);
 		return rc;
@@ -317,7 +340,7 @@ static int dechunk(struct mesh__gw_client *c, struct mesh__gw_req *r)
 	size_t head = nb.len;
 	if (body.len)
 		mesh_buf_add(&nb, body.p, body.len);
-	mesh_buf_add(&nb, c->buf + d.pos, c->have - d.pos);
+	mesh_buf_add(&nb, c->buf + pos, c->have - pos);
 	mesh_buf_release(&body);
 	if (!nb.p) {
 		mesh_buf_release(&nb);

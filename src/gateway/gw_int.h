@@ -165,18 +165,6 @@ int mesh__gw_send_error(int fd, int code, const char *type, const char *errcode,
 int mesh__gw_send_models(struct mesh_gw *g, int fd, int close_it);
 /* The 404 for an unknown model, naming the known ones. */
 int mesh__gw_send_unknown_model(struct mesh_gw *g, int fd, const char *model, int close_it);
-/* A chunked request body decoded as its bytes come. */
-struct mesh__gw_dechunk {
-	size_t pos;  /* of the input parsed so far */
-	size_t left; /* state 1: the chunk's data bytes */
-	int state;   /* 0 a size line, 1 a chunk's data, 2 the trailers */
-};
-struct mesh_buf;
-/* Decodes p[d->pos..n) (the body's bytes so far, from its start) into out,
- * at most max bytes: 0 the body ended (at d->pos), 1 more bytes needed, or
- * an HTTP status: 400 (malformed), 413 (past max). */
-int mesh__gw_dechunk(struct mesh__gw_dechunk *d, const char *p, size_t n, size_t max, struct mesh_buf *out);
-
 /* Under mu: what p counts for in the memory budget while it has a process:
  * max(its manifest's `memory`, its measured rss + vram). */
 uint64_t mesh__gw_counted(const struct mesh__gw_prog *p);

@@ -18,7 +18,7 @@
 #include "gateway/gw_loop_int.h"
 
 #include "base/clock.h"
-#include "gateway/hframe.h"
+#include "http/hframe.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #define MESH_GATEWAY_GW_LOOP_H
 
 #include "gateway/gw_int.h"
-#include "gateway/hframe.h"
+#include "http/hframe.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -44,7 +44,7 @@ struct mesh__gw_relay_out {
 
 /* gw.c */
 /* The request head in buf[0..head_len) (its length from
- * mesh_hframe_head_end), read by hframe's strict parser (gateway/hframe.h:
+ * mesh_hframe_head_end), read by hframe's strict parser (http/hframe.h:
  * RFC 9112, no whitespace before a colon, no obs-fold, no CTLs, one
  * Content-Length, no Content-Length with Transfer-Encoding, chunked alone,
  * CRLF lines) into r.  0, or the HTTP status to refuse it with: 400

@@ -4,7 +4,7 @@
 #define MESH_GATEWAY_GW_LOOP_INT_H
 
 #include "gateway/gw_loop.h"
-#include "gateway/hframe.h"
+#include "http/hframe.h"
 
 #include <event2/event.h>
 #include <pthread.h>

@@ -6,7 +6,7 @@
  * server command; connections wait in a bounded queue (bounded in count
  * and in time) while the warmth probe (autoscale/probe.h, run on a helper
  * thread so the loop never blocks) polls the upstream; once warm, every
- * connection is relayed byte for byte (gateway/relay.h: splice, no user
+ * connection is relayed byte for byte (http/relay.h: splice, no user
  * copy).  When no connection has been open for the idle TTL the server is
  * REAPed: the stop signal (SIGTERM, or stop_signal) to its process group, the grace, then
  * SIGKILL to the group, until no process of the group is left.  The

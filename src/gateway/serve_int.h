@@ -11,8 +11,8 @@
 
 #include "autoscale/policy.h"
 #include "autoscale/probe.h"
-#include "gateway/hframe.h"
-#include "gateway/relay.h"
+#include "http/hframe.h"
+#include "http/relay.h"
 #include "gateway/serve.h"
 #include "proc/proc.h"
 

@@ -1,4 +1,4 @@
-/* Fuzzes the HTTP/1.1 framer of mesh serve --http (gateway/hframe.h).  The
+/* Fuzzes the HTTP/1.1 framer of mesh serve --http (http/hframe.h).  The
  * input is a script: each record is a control byte (bit 0: direction, bits
  * 1-7: length) and that many bytes; a control byte 0xff is the server's
  * close.  The script is run twice, records whole and cut into pieces of a
@@ -12,7 +12,7 @@
  * what goes on parses again behind a request line of its own, with the
  * same length, no hop-by-hop field and no Expect. */
 #include "base/err.h"
-#include "gateway/hframe.h"
+#include "http/hframe.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
-/* Fuzzes the HTTP/1.1 response parser (base/http.h).  The first two bytes
+/* Fuzzes the HTTP/1.1 response parser (http/http.h).  The first two bytes
  * pick the limits and how the rest is cut into pieces; the parse of the
  * whole input and the parse of the pieces must agree exactly, and every
  * limit must hold. */
 #include "base/err.h"
-#include "base/http.h"
+#include "http/http.h"
 
 #include <stdint.h>
 #include <stdlib.h>

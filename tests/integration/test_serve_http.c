@@ -451,7 +451,7 @@ TEST_TIMEOUT(serve_http_upstream_gone_before_answer_502, 40)
 }
 
 /* A request head a server could read another way gets 400 from mesh serve
- * (the gateway's reading: gateway/hframe.h), and the connection ends. */
+ * (the gateway's reading: http/hframe.h), and the connection ends. */
 TEST_TIMEOUT(serve_http_malformed_request_400, 30)
 {
 	static const char *const bad[] = {

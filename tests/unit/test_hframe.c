@@ -1,6 +1,6 @@
-/* The HTTP/1.1 framer that counts requests in flight (gateway/hframe.h). */
+/* The HTTP/1.1 framer that counts requests in flight (http/hframe.h). */
 #include "base/err.h"
-#include "gateway/hframe.h"
+#include "http/hframe.h"
 #include "runner/t.h"
 
 #include <stdio.h>
@@ -147,4 +147,68 @@ TEST(hframe_malformed_is_an_error)
 	for (int i = 0; i <= MESH_HFRAME_MAX_PIPELINE && rc == 0; i++)
 		rc = mesh_hframe_feed(&f, 0, "GET / HTTP/1.1\r\n\r\n", 18);
 	EXPECT_EQ(rc, MESH_E_TOOBIG);
+}
+
+/* mesh_hframe_step over a chunked request body cut into every pair of
+ * pieces: the chunks' data comes out whole and in order, the end where the
+ * body ends (the next request's bytes are not taken), each chunk's size
+ * before its data. */
+TEST(hframe_step_decodes_a_chunked_body_in_any_pieces)
+{
+	static const char head[] = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+	static const char body[] = "5;x=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\nGET";
+	size_t n = strlen(body), end = n - 3;
+	for (size_t a = 0; a <= n; a++)
+		for (size_t b = a; b <= n; b++) {
+			struct mesh_hframe f;
+			struct mesh_hframe_ev ev;
+			char got[32] = "";
+			size_t ng = 0, pos = 0, cuts[3] = {a, b, n}, ended = 0;
+			unsigned chunks = 0;
+			mesh_hframe_init(&f);
+			ASSERT_EQ(mesh_hframe_feed(&f, 0, head, strlen(head)), 0);
+			for (int k = 0; k < 3 && !ended; k++)
+				while (pos < cuts[k] && !ended) {
+					long took = mesh_hframe_step(&f, 0, body + pos, cuts[k] - pos, &ev);
+					ASSERT_GT(took, 0);
+					pos += (size_t)took;
+					if (ev.what & MESH_HFRAME_EV_CHUNK)
+						chunks++;
+					if (ev.what & MESH_HFRAME_EV_DATA) {
+						ASSERT_TRUE(ng + ev.n < sizeof got);
+						memcpy(got + ng, ev.p, ev.n);
+						ng += ev.n;
+					}
+					if (ev.what & MESH_HFRAME_EV_END)
+						ended = pos;
+				}
+			got[ng] = 0;
+			if (strcmp(got, "hello world") || ended != end || chunks != 3) {
+				printf("pieces %zu/%zu: '%s' ended at %zu (want %zu), %u chunks\n", a, b, got, ended, end, chunks);
+				EXPECT_TRUE(0);
+				return;
+			}
+		}
+}
+
+/* A strict reader of responses (a client's) refuses what a relay lets by:
+ * a bare LF, a status without its space, a coding other than chunked. */
+TEST(hframe_strict_responses)
+{
+	static const char *const lenient_ok[] = {
+		"HTTP/1.1 200 OK\nContent-Length: 0\n\n",
+		"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof lenient_ok / sizeof lenient_ok[0]; i++)
+		for (int strict = 0; strict < 2; strict++) {
+			struct mesh_hframe f;
+			mesh_hframe_init(&f);
+			mesh_hframe_limits(&f, 1, strict, 0, 0);
+			ASSERT_EQ(mesh_hframe_request(&f, 0, 0), 0);
+			int rc = mesh_hframe_feed(&f, 1, lenient_ok[i], strlen(lenient_ok[i]));
+			EXPECT_EQ(rc, strict ? MESH_E_PROTO : 0);
+			if (!strict)
+				EXPECT_UEQ(f.inflight, 0);
+		}
 }

@@ -1,9 +1,9 @@
-/* A request head read whole by a proxy (gateway/hframe.h): where it ends
+/* A request head read whole by a proxy (http/hframe.h): where it ends
  * (mesh_hframe_head_end), the strict parse (mesh_hframe_parse_request: the
  * framer's own reading, row by row of a table), and what goes on to the
  * server (mesh_hframe_head_forward). */
 #include "base/err.h"
-#include "gateway/hframe.h"
+#include "http/hframe.h"
 #include "runner/t.h"
 
 #include <stdio.h>

@@ -1,8 +1,8 @@
-/* mesh_hframe_request (gateway/hframe.h): a request the caller framed
+/* mesh_hframe_request (http/hframe.h): a request the caller framed
  * itself, counted without its bytes; the response side ends its answer as
  * if the request had been fed. */
 #include "base/err.h"
-#include "gateway/hframe.h"
+#include "http/hframe.h"
 #include "runner/t.h"
 
 #include <string.h>

@@ -3,7 +3,7 @@
  * character in it still refused, its bytes still counted in the head's
  * bound -- wherever the reads split it. */
 #include "base/err.h"
-#include "gateway/hframe.h"
+#include "http/hframe.h"
 #include "runner/t.h"
 
 #include <stdio.h>

@@ -1,7 +1,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
-#include "base/http.h"
+#include "http/http.h"
 #include "runner/t.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "gateway/relay.h"
+#include "http/relay.h"
 #include "base/crc.h"
 #include "runner/t.h"
 

@@ -5,7 +5,7 @@
 
 #include "autoscale/policy.h"
 #include "base/err.h"
-#include "base/http.h"
+#include "http/http.h"
 #include "base/log.h"
 #include "base/utf8.h"
 

@@ -1,6 +1,6 @@
-/* The HTTP/1.1 framer of a relayed connection; see hframe.h.  One byte at
- * a time through the heads, whole runs at a time through the bodies. */
-#include "gateway/hframe.h"
+/* The one HTTP/1.1 head parser and message framer; see hframe.h.  One byte
+ * at a time through the heads, whole runs at a time through the bodies. */
+#include "http/hframe.h"
 
 #include "base/err.h"
 
@@ -18,6 +18,15 @@ enum { H_START, H_NAME, H_OWS, H_VALUE, H_VCR, H_END_CR };
 void mesh_hframe_init(struct mesh_hframe *f)
 {
 	memset(f, 0, sizeof *f);
+	f->side[0].strict = 1;
+}
+
+void mesh_hframe_limits(struct mesh_hframe *f, int dir, int strict, uint32_t max_line, uint16_t max_fields)
+{
+	struct mesh_hframe_side *s = &f->side[dir & 1];
+	s->strict = (uint8_t)(strict || !(dir & 1));
+	s->max_line = max_line;
+	s->max_fields = max_fields;
 }
 
 const char *mesh_hframe_why(const struct mesh_hframe *f, int dir)
@@ -52,7 +61,7 @@ static const unsigned char tchar[256] = {
 	['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
 };
 
-static int is_tchar(unsigned char c)
+int mesh_hframe_tchar(unsigned char c)
 {
 	return tchar[c];
 }
@@ -70,7 +79,8 @@ static void msg_reset(struct mesh_hframe_side *s)
 	s->chunked = s->has_cl = s->te_other = 0;
 	s->nlen = s->vlen = 0;
 	s->status = 0;
-	s->head_bytes = 0;
+	s->nfields = 0;
+	s->head_bytes = s->line_bytes = 0;
 	s->remaining = s->cl = 0;
 }
 
@@ -111,17 +121,23 @@ static int header_done(struct mesh_hframe_side *s, int dir, int trailer)
 	if (vl != NAME_OVER)
 		while (vl && (s->val[vl - 1] == ' ' || s->val[vl - 1] == '\t'))
 			vl--;
+	if (s->max_fields && ++s->nfields > s->max_fields)
+		return fail(s, MESH_E_TOOBIG, trailer ? "too many trailer fields" : "too many header fields");
 	if (trailer || s->nlen == NAME_OVER)
 		return 0;
 	if (s->nlen == 14 && !memcmp(s->name, "content-length", 14)) {
 		uint64_t v = 0;
-		if (vl == 0 || vl == NAME_OVER || vl > 18)
+		if (vl == 0 || vl == NAME_OVER)
 			return fail(s, MESH_E_PROTO, "bad Content-Length");
 		for (uint8_t i = 0; i < vl; i++) {
 			if (s->val[i] < '0' || s->val[i] > '9')
 				return fail(s, MESH_E_PROTO, "bad Content-Length");
 			v = v * 10 + (uint64_t)(s->val[i] - '0');
 		}
+		/* Digits, but more than any body: a response's is past a limit,
+		 * a request's is refused as malformed (400, as before). */
+		if (vl > 18)
+			return fail(s, dir ? MESH_E_TOOBIG : MESH_E_PROTO, "Content-Length too large");
 		/* A request's twice is refused even when both agree (RFC 9112
 		 * 6.3 lets a recipient refuse it; a proxy must not guess). */
 		if (s->has_cl && (dir == 0 || v != s->cl))
@@ -129,9 +145,10 @@ static int header_done(struct mesh_hframe_side *s, int dir, int trailer)
 		s->has_cl = 1;
 		s->cl = v;
 	} else if (s->nlen == 17 && !memcmp(s->name, "transfer-encoding", 17)) {
-		if (dir == 0) {
+		if (s->strict) {
 			/* A request's coding is chunked, once, and nothing else
-			 * (the one a server must know; another is refused). */
+			 * (the one a server must know; another is refused); a
+			 * strict reader's response's too. */
 			if (s->chunked || vl != 7 || memcmp(s->val, "chunked", 7))
 				s->te_other = 1;
 			s->chunked = 1;
@@ -162,6 +179,7 @@ static void tunnel(struct mesh_hframe *f)
 static void msg_end(struct mesh_hframe *f, int dir)
 {
 	msg_reset(&f->side[dir]);
+	f->evs |= MESH_HFRAME_EV_END;
 	if (dir == 0 || f->inflight == 0)
 		return; /* an unsolicited response (a 408 on an idle connection) ends nothing */
 	f->inflight--;
@@ -174,9 +192,14 @@ static void msg_end(struct mesh_hframe *f, int dir)
 static int head_done(struct mesh_hframe *f, int dir)
 {
 	struct mesh_hframe_side *s = &f->side[dir];
+	if (s->strict && (s->te_other || (s->chunked && s->has_cl)))
+		return fail(s, MESH_E_PROTO, dir ? "response framing: Transfer-Encoding other than chunked, or with Content-Length"
+						 : "request framing: Transfer-Encoding other than chunked, or with Content-Length");
+	f->evs |= MESH_HFRAME_EV_HEAD;
+	f->ev_status = s->status;
+	f->ev_chunked = s->chunked;
+	f->ev_size = s->has_cl ? (int64_t)s->cl : -1;
 	if (dir == 0) {
-		if (s->te_other || (s->chunked && s->has_cl))
-			return fail(s, MESH_E_PROTO, "request framing: Transfer-Encoding other than chunked, or with Content-Length");
 		if (s->chunked) {
 			s->state = ST_CHUNK_SIZE;
 			s->remaining = 0;
@@ -255,7 +278,7 @@ static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
 				s->nlen = 0; /* from here: the target's bytes, saturated */
 				return 0;
 			}
-			if (!is_tchar(c))
+			if (!tchar[c])
 				return fail(s, MESH_E_PROTO, "request line: bad method");
 			keep(s->name, sizeof s->name, &s->nlen, c);
 			return 0;
@@ -302,13 +325,13 @@ static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
 			s->nlen++;
 			return 0;
 		}
-		if (s->status < 100)
+		if (s->status < 100 || (s->strict && s->status > 599))
 			return fail(s, MESH_E_PROTO, "status line: bad status");
 		if (c == ' ') {
 			s->sub = L_C;
 			return 0;
 		}
-		if (c != '\r' && c != '\n')
+		if ((c != '\r' && c != '\n') || s->strict)
 			return fail(s, MESH_E_PROTO, "status line: bad status");
 		/* no reason phrase */
 		/* FALLTHROUGH */
@@ -317,9 +340,12 @@ static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
 			s->sub = L_CR;
 			return 0;
 		}
-		if (c == '\n')
+		if (c == '\n') {
+			if (s->strict)
+				return fail(s, MESH_E_PROTO, "status line: bare LF");
 			return line_done(f, dir);
-		if (c < 0x20 && c != '\t')
+		}
+		if ((c < 0x20 && c != '\t') || (c == 0x7f && s->strict))
 			return fail(s, MESH_E_PROTO, "status line: control character");
 		s->sub = L_C;
 		return 0;
@@ -338,13 +364,13 @@ static int header_byte(struct mesh_hframe *f, int dir, unsigned char c)
 			return 0;
 		}
 		if (c == '\n') {
-			if (dir == 0)
-				return fail(s, MESH_E_PROTO, "bare LF in a request head");
+			if (s->strict)
+				return fail(s, MESH_E_PROTO, dir ? "bare LF in a response head" : "bare LF in a request head");
 			goto end;
 		}
 		if (c == ' ' || c == '\t')
 			return fail(s, MESH_E_PROTO, "folded header line");
-		if (!is_tchar(c))
+		if (!tchar[c])
 			return fail(s, MESH_E_PROTO, "bad header name");
 		s->nlen = s->vlen = 0;
 		keep(s->name, sizeof s->name, &s->nlen, c);
@@ -355,7 +381,7 @@ static int header_byte(struct mesh_hframe *f, int dir, unsigned char c)
 			s->sub = H_OWS;
 			return 0;
 		}
-		if (!is_tchar(c))
+		if (!tchar[c])
 			return fail(s, MESH_E_PROTO, "bad header name");
 		keep(s->name, sizeof s->name, &s->nlen, c);
 		return 0;
@@ -370,8 +396,8 @@ static int header_byte(struct mesh_hframe *f, int dir, unsigned char c)
 			return 0;
 		}
 		if (c == '\n') {
-			if (dir == 0)
-				return fail(s, MESH_E_PROTO, "bare LF in a request head");
+			if (s->strict)
+				return fail(s, MESH_E_PROTO, dir ? "bare LF in a response head" : "bare LF in a request head");
 			break;
 		}
 		if ((c < 0x20 && c != '\t') || c == 0x7f)
@@ -398,14 +424,16 @@ end:
 }
 
 /* One byte of a chunk's framing; strict: CRLF only (a request's). */
-static int chunk_byte(struct mesh_hframe_side *s, int strict, unsigned char c)
+static int chunk_byte(struct mesh_hframe *f, int dir, unsigned char c)
 {
+	struct mesh_hframe_side *s = &f->side[dir];
+	int strict = s->strict;
 	switch (s->state) {
 	case ST_CHUNK_SIZE: {
 		int v = c >= '0' && c <= '9' ? c - '0' : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 'a' + 10 : -1;
 		if (v >= 0) {
 			if (++s->sub > 15)
-				return fail(s, MESH_E_PROTO, "chunk size too long");
+				return fail(s, MESH_E_TOOBIG, "chunk size too long");
 			s->remaining = s->remaining * 16 + (uint64_t)v;
 			return 0;
 		}
@@ -430,8 +458,11 @@ static int chunk_byte(struct mesh_hframe_side *s, int strict, unsigned char c)
 			s->state = ST_CHUNK_SIZE_LF;
 			return 0;
 		}
-		if (c != '\n')
+		if (c != '\n') {
+			if (strict && ((c < 0x20 && c != '\t') || c == 0x7f))
+				return fail(s, MESH_E_PROTO, "control character in a chunk extension");
 			return 0;
+		}
 		if (strict)
 			return fail(s, MESH_E_PROTO, "bare LF after a chunk size");
 		break;
@@ -456,9 +487,12 @@ static int chunk_byte(struct mesh_hframe_side *s, int strict, unsigned char c)
 	/* The size line is complete. */
 	s->sub = 0;
 	s->head_bytes = 0;
+	f->evs |= MESH_HFRAME_EV_CHUNK;
+	f->ev_size = (int64_t)s->remaining;
 	if (s->remaining == 0) {
 		s->state = ST_TRAILER;
 		s->sub = H_START;
+		s->nfields = 0;
 	} else {
 		s->state = ST_CHUNK_DATA;
 	}
@@ -492,11 +526,27 @@ static int plain_value_byte(unsigned char c)
 	return c >= 0x20 ? c != 0x7f : c == '\t';
 }
 
-int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n)
+/* The event(s) of the byte or run that ends at p + i, into ev. */
+static long event(struct mesh_hframe *f, struct mesh_hframe_ev *ev, size_t i)
+{
+	ev->what |= f->evs;
+	ev->status = f->ev_status;
+	ev->chunked = f->ev_chunked;
+	ev->size = f->ev_size;
+	return (long)i;
+}
+
+/* Feeds side dir p[0..n): all of it (ev NULL), or up to the first event
+ * (ev set).  The bytes taken, or the side's error. */
+static long run(struct mesh_hframe *f, int dir, const char *p, size_t n, struct mesh_hframe_ev *ev)
 {
 	struct mesh_hframe_side *s = &f->side[dir & 1];
 	dir &= 1;
 	size_t i = 0;
+	if (ev) {
+		memset(ev, 0, sizeof *ev);
+		f->evs = 0;
+	}
 	while (i < n) {
 		unsigned char c = (unsigned char)p[i];
 		int rc = 0;
@@ -504,21 +554,33 @@ int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n)
 		case ST_ERR:
 			return s->err;
 		case ST_TUNNEL:
+			return (long)n; /* opaque */
 		case ST_CLOSE:
-			return 0;
+			if (ev) { /* the rest is body, to the close */
+				ev->what = MESH_HFRAME_EV_DATA;
+				ev->p = p + i;
+				ev->n = n - i;
+			}
+			return (long)n;
 		case ST_CL:
 		case ST_CHUNK_DATA: {
 			size_t k = n - i;
 			if (k > s->remaining)
 				k = (size_t)s->remaining;
 			s->remaining -= k;
-			i += k;
 			if (s->remaining == 0) {
 				if (s->state == ST_CL)
 					msg_end(f, dir);
 				else
 					s->state = ST_CHUNK_END;
 			}
+			if (ev) {
+				ev->what = MESH_HFRAME_EV_DATA;
+				ev->p = p + i;
+				ev->n = k;
+				return event(f, ev, i + k);
+			}
+			i += k;
 			continue;
 		}
 		case ST_IDLE:
@@ -536,59 +598,79 @@ int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n)
 			s->state = ST_LINE;
 			s->sub = L_A;
 			s->nlen = s->vlen = 0;
-			s->head_bytes = 0;
+			s->nfields = 0;
+			s->head_bytes = s->line_bytes = 0;
 			continue;
 		case ST_LINE:
 		case ST_HDR:
-		case ST_TRAILER:
+		case ST_TRAILER: {
+			/* A run of bytes at once where one is read the same as
+			 * the next, while the head's and the line's bounds hold. */
+			size_t room = MESH_HFRAME_MAX_HEAD - s->head_bytes, j = i;
+			if (s->max_line && s->max_line - s->line_bytes < room)
+				room = s->max_line - s->line_bytes;
+			if (room > n - i)
+				room = n - i;
 			if (s->state == ST_HDR && s->sub == H_VALUE && !framing_header(s)) {
 				/* The value of a header the framing ignores: its run of
-				 * plain bytes at once (nothing of it is kept); its end
-				 * and anything to refuse go byte by byte below. */
-				size_t j = i;
-				while (j < n && plain_value_byte((unsigned char)p[j]))
+				 * plain bytes (nothing of it is kept); its end and
+				 * anything to refuse go byte by byte below. */
+				while (j < i + room && plain_value_byte((unsigned char)p[j]))
 					j++;
-				if (j > i && s->head_bytes + (j - i) < MESH_HFRAME_MAX_HEAD) {
-					s->head_bytes += (uint32_t)(j - i);
-					i = j;
-					continue;
-				}
 			} else if (s->state != ST_LINE && s->sub == H_NAME) {
-				/* The rest of a name: its run of token bytes at once
-				 * (kept as header_byte keeps them). */
-				size_t j = i;
-				while (j < n && tchar[(unsigned char)p[j]] && s->head_bytes + (j - i) < MESH_HFRAME_MAX_HEAD)
+				/* The rest of a name: its run of token bytes (kept as
+				 * header_byte keeps them). */
+				while (j < i + room && tchar[(unsigned char)p[j]])
 					keep(s->name, sizeof s->name, &s->nlen, (unsigned char)p[j++]);
-				if (j > i) {
-					s->head_bytes += (uint32_t)(j - i);
-					i = j;
-					continue;
-				}
 			} else if (s->state == ST_LINE && dir == 0 && s->sub == L_B) {
-				/* A request target's run of visible bytes at once. */
-				size_t j = i;
-				while (j < n && (unsigned char)p[j] > 0x20 && p[j] != 0x7f)
+				/* A request target's run of visible bytes. */
+				while (j < i + room && (unsigned char)p[j] > 0x20 && p[j] != 0x7f)
 					j++;
-				if (j > i && s->head_bytes + (j - i) < MESH_HFRAME_MAX_HEAD) {
-					s->head_bytes += (uint32_t)(j - i);
+				if (j > i)
 					s->nlen = 1;
-					i = j;
-					continue;
-				}
+			}
+			if (j > i) {
+				s->head_bytes += (uint32_t)(j - i);
+				s->line_bytes += (uint32_t)(j - i);
+				i = j;
+				continue;
 			}
 			if (++s->head_bytes > MESH_HFRAME_MAX_HEAD)
 				return fail(s, MESH_E_TOOBIG, dir ? "response head too long" : "request head too long");
+			if (s->max_line && ++s->line_bytes > s->max_line)
+				return fail(s, MESH_E_TOOBIG, s->state == ST_LINE ? (dir ? "status line too long" : "request line too long")
+										 : "header line too long");
+			if (c == '\n')
+				s->line_bytes = 0;
 			rc = s->state == ST_LINE ? line_byte(f, dir, c) : header_byte(f, dir, c);
 			break;
+		}
 		default:
-			rc = chunk_byte(s, dir == 0, c);
+			if (s->max_line && ++s->line_bytes > s->max_line)
+				return fail(s, MESH_E_TOOBIG, "chunk line too long");
+			if (c == '\n')
+				s->line_bytes = 0;
+			rc = chunk_byte(f, dir, c);
 			break;
 		}
 		if (rc < 0)
 			return rc;
 		i++;
+		if (ev && f->evs)
+			return event(f, ev, i);
 	}
-	return s->state == ST_ERR ? s->err : 0;
+	return s->state == ST_ERR ? s->err : (long)n;
+}
+
+int mesh_hframe_feed(struct mesh_hframe *f, int dir, const char *p, size_t n)
+{
+	long k = run(f, dir, p, n, NULL);
+	return k < 0 ? (int)k : 0;
+}
+
+long mesh_hframe_step(struct mesh_hframe *f, int dir, const char *p, size_t n, struct mesh_hframe_ev *ev)
+{
+	return run(f, dir, p, n, ev);
 }
 
 int mesh_hframe_eof(struct mesh_hframe *f, int dir)
@@ -642,8 +724,8 @@ static int word_is(const char *a, size_t an, const char *b)
 /* The header field whose line starts at *at in a head p[0..n) that parsed
  * (CRLF lines, name ':' OWS value OWS; no CR but at a line's end): its
  * name and value; *at moves to the next line.  0 at the head's blank line. */
-static int field_at(const char *p, size_t n, size_t *at, const char **name, size_t *nlen, const char **val,
-		    size_t *vlen)
+int mesh_hframe_field(const char *p, size_t n, size_t *at, const char **name, size_t *nlen, const char **val,
+		      size_t *vlen)
 {
 	const char *l = p + *at, *cr = memchr(l, '\r', n - *at);
 	if (!cr || cr == l)
@@ -721,7 +803,7 @@ int mesh_hframe_parse_request(const char *p, size_t n, struct mesh_hframe_head *
 	at = h->line_off + h->line_len;
 	const char *name, *val, *el;
 	size_t nlen, vlen, elen;
-	while (field_at(p, n, &at, &name, &nlen, &val, &vlen)) {
+	while (mesh_hframe_field(p, n, &at, &name, &nlen, &val, &vlen)) {
 		if (++h->nfields > MESH_HFRAME_MAX_FIELDS) {
 			h->why = "too many header fields";
 			return MESH_E_TOOBIG;
@@ -767,7 +849,7 @@ size_t mesh_hframe_head_forward(char *p, const struct mesh_hframe_head *h)
 	int any = 0;
 	/* The names, and the options of the Connection fields (which may
 	 * come after the fields they name), while the head is whole. */
-	while (field_at(p, h->len, &at, &name, &nlen, &val, &vlen) && nf < MESH_HFRAME_MAX_FIELDS) {
+	while (mesh_hframe_field(p, h->len, &at, &name, &nlen, &val, &vlen) && nf < MESH_HFRAME_MAX_FIELDS) {
 		names[nf++] = (struct span){name, nlen};
 		if (!word_is(name, nlen, "connection"))
 			continue;
@@ -795,7 +877,7 @@ size_t mesh_hframe_head_forward(char *p, const struct mesh_hframe_head *h)
 	/* The kept ones close up behind the request line (never ahead of the
 	 * next line to read), then move to the end of the head. */
 	size_t w = first, r = first;
-	for (size_t k = 0; field_at(p, h->len, &r, &name, &nlen, &val, &vlen); k++) {
+	for (size_t k = 0; mesh_hframe_field(p, h->len, &r, &name, &nlen, &val, &vlen); k++) {
 		size_t len = (size_t)(p + r - name);
 		if (drop[k / 64] & (1ull << (k % 64)))
 			continue;

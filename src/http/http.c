@@ -1,8 +1,11 @@
-#include "base/http.h"
+/* The client's side of HTTP/1.1: a response read by the framer's strict
+ * reading (http/hframe.h: the one head parser and chunked-body reader),
+ * its head kept to look its fields up; a request built; one exchange; a
+ * listen address.  See http.h. */
+#include "http/http.h"
 
 #include "base/clock.h"
 #include "base/err.h"
-#include "base/parse.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,42 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
-enum {
-	ST_STATUS,
-	ST_HEADER,
-	ST_BODY_LEN,
-	ST_CHUNK_SIZE,
-	ST_CHUNK_DATA,
-	ST_CHUNK_CR,
-	ST_CHUNK_LF,
-	ST_TRAILER,
-	ST_BODY_EOF,
-	ST_DONE,
-	ST_ERROR,
-};
+/* Where a response is: its head, a body (with a length or chunked: the
+ * framer says where it ends), a body to the close, done, in error. */
+enum { ST_HEAD, ST_BODY, ST_BODY_EOF, ST_DONE, ST_ERROR };
 
-static int is_tchar(unsigned char c)
-{
-	if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
-		return 1;
-	return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
-/* HTAB, SP, VCHAR and obs-text: what a reason phrase or field value may hold. */
+/* HTAB, SP, VCHAR and obs-text: what a field value may hold. */
 static int is_text(unsigned char c)
 {
 	return c == '\t' || (c >= 0x20 && c != 0x7f);
-}
-
-static int hexval(unsigned char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
 }
 
 void mesh_http_response_init(struct mesh_http_response *r, const struct mesh_http_limits *lim)
@@ -69,14 +44,17 @@ void mesh_http_response_init(struct mesh_http_response *r, const struct mesh_htt
 	if (!r->lim.max_body)
 		r->lim.max_body = def.max_body;
 	r->content_length = -1;
-	r->state = ST_STATUS;
+	r->state = ST_HEAD;
 	r->why = "";
+	mesh_hframe_init(&r->f);
+	mesh_hframe_limits(&r->f, 1, 1, r->lim.max_line > UINT32_MAX ? UINT32_MAX : (uint32_t)r->lim.max_line,
+			   r->lim.max_headers > UINT16_MAX ? UINT16_MAX : (uint16_t)r->lim.max_headers);
 }
 
 void mesh_http_response_release(struct mesh_http_response *r)
 {
 	mesh_buf_release(&r->body);
-	mesh_buf_release(&r->line);
+	mesh_buf_release(&r->head);
 	mesh_buf_release(&r->hdrs);
 }
 
@@ -105,195 +83,32 @@ static int finish(struct mesh_http_response *r)
 	return 1;
 }
 
-static int parse_status(struct mesh_http_response *r, const char *s, size_t n)
+/* The final head is whole in r->head (the framer read it: CRLF lines, the
+ * status line "HTTP/1.x NNN reason"): its version, status and fields. */
+static int head_done(struct mesh_http_response *r, const struct mesh_hframe_ev *ev)
 {
-	if (n < 8 || memcmp(s, "HTTP/1.", 7) != 0 || s[7] < '0' || s[7] > '9')
-		return fail(r, MESH_E_PROTO, "status line: bad version");
-	if (n < 9 || s[8] != ' ')
-		return fail(r, MESH_E_PROTO, "status line: no space after version");
-	int code = 0;
-	for (size_t i = 9; i < 12; i++) {
-		if (i >= n || s[i] < '0' || s[i] > '9')
-			return fail(r, MESH_E_PROTO, "status line: status is not 3 digits");
-		code = code * 10 + (s[i] - '0');
-	}
-	if (n < 13 || s[12] != ' ')
-		return fail(r, MESH_E_PROTO, "status line: no space after status");
-	if (code < 100 || code > 599)
-		return fail(r, MESH_E_PROTO, "status line: status out of 100..599");
-	for (size_t i = 13; i < n; i++)
-		if (!is_text((unsigned char)s[i]))
-			return fail(r, MESH_E_PROTO, "status line: control byte in reason");
-	r->version_minor = s[7] - '0';
-	r->status = code;
-	r->content_length = -1;
-	r->chunked = 0;
-	r->nheaders = 0;
-	mesh_buf_reset(&r->hdrs);
-	return 0;
-}
-
-/* Splits and checks "name: value"; the name is s[0, name_len), the value *v for *vn bytes. */
-static int split_field(struct mesh_http_response *r, const char *s, size_t n, size_t *name_len, const char **v,
-		       size_t *vn)
-{
-	size_t i = 0;
-	if (s[0] == ' ' || s[0] == '\t')
-		return fail(r, MESH_E_PROTO, "header: folded continuation line");
-	while (i < n && is_tchar((unsigned char)s[i]))
-		i++;
-	if (i == 0 || i == n || s[i] != ':')
-		return fail(r, MESH_E_PROTO, i < n && (s[i] == ' ' || s[i] == '\t') ? "header: space before colon"
-										       : "header: bad field name");
-	*name_len = i++;
-	while (i < n && (s[i] == ' ' || s[i] == '\t'))
-		i++;
-	size_t end = n;
-	while (end > i && (s[end - 1] == ' ' || s[end - 1] == '\t'))
-		end--;
-	for (size_t k = i; k < end; k++)
-		if (!is_text((unsigned char)s[k]))
-			return fail(r, MESH_E_PROTO, "header: control byte in value");
-	*v = s + i;
-	*vn = end - i;
-	return 0;
-}
-
-static int parse_header(struct mesh_http_response *r, const char *s, size_t n)
-{
-	size_t nl, vn;
-	const char *v;
-	int rc;
-	if ((rc = split_field(r, s, n, &nl, &v, &vn)))
-		return rc;
-	if (++r->nheaders > r->lim.max_headers)
-		return fail(r, MESH_E_TOOBIG, "too many headers");
-	if (nl == 14 && strncasecmp(s, "Content-Length", 14) == 0) {
-		uint64_t len;
-		rc = mesh_parse_u64n(v, vn, INT64_MAX, &len);
-		if (rc == MESH_E_RANGE)
-			return fail(r, MESH_E_TOOBIG, "content-length out of range");
-		if (rc)
-			return fail(r, MESH_E_PROTO, "content-length is not a number");
-		if (r->content_length >= 0 && (uint64_t)r->content_length != len)
-			return fail(r, MESH_E_PROTO, "conflicting content-length headers");
-		r->content_length = (int64_t)len;
-	} else if (nl == 17 && strncasecmp(s, "Transfer-Encoding", 17) == 0) {
-		if (r->chunked)
-			return fail(r, MESH_E_PROTO, "transfer-encoding repeated");
-		if (vn != 7 || strncasecmp(v, "chunked", 7) != 0)
-			return fail(r, MESH_E_PROTO, "unsupported transfer-encoding");
-		r->chunked = 1;
-	}
-	if (mesh_buf_add(&r->hdrs, s, nl) || mesh_buf_add(&r->hdrs, "", 1) || mesh_buf_add(&r->hdrs, v, vn) ||
-	    mesh_buf_add(&r->hdrs, "", 1))
-		return fail(r, -ENOMEM, "out of memory");
-	return 0;
-}
-
-static int end_of_head(struct mesh_http_response *r)
-{
-	if (r->status < 200 && r->status != 101) {
-		/* Interim response: the real one follows. */
-		r->status = 0;
-		r->state = ST_STATUS;
-		return 0;
+	const char *p = r->head.p, *name, *val;
+	size_t n = r->head.len, at = 0, nl, vl;
+	while (at < n && (p[at] == '\r' || p[at] == '\n'))
+		at++;
+	r->version_minor = p[at + 7] - '0';
+	r->status = (int)ev->status;
+	r->chunked = ev->chunked;
+	r->content_length = ev->size;
+	at = (size_t)((const char *)memchr(p + at, '\n', n - at) + 1 - p);
+	while (mesh_hframe_field(p, n, &at, &name, &nl, &val, &vl)) {
+		if (mesh_buf_add(&r->hdrs, name, nl) || mesh_buf_add(&r->hdrs, "", 1) || mesh_buf_add(&r->hdrs, val, vl) ||
+		    mesh_buf_add(&r->hdrs, "", 1))
+			return fail(r, -ENOMEM, "out of memory");
+		r->nheaders++;
 	}
 	r->head_done = 1;
-	if (r->chunked && r->content_length >= 0)
-		return fail(r, MESH_E_PROTO, "both transfer-encoding and content-length");
-	if (r->no_body || r->status < 200 || r->status == 204 || r->status == 304)
-		return finish(r);
-	if (r->chunked) {
-		r->state = ST_CHUNK_SIZE;
-		return 0;
-	}
-	if (r->content_length >= 0) {
-		if ((uint64_t)r->content_length > r->lim.max_body)
-			return fail(r, MESH_E_TOOBIG, "content-length over the body limit");
-		if (r->content_length == 0)
-			return finish(r);
-		r->remaining = (uint64_t)r->content_length;
-		r->state = ST_BODY_LEN;
-		return 0;
-	}
-	r->state = ST_BODY_EOF;
+	if (ev->what & MESH_HFRAME_EV_END || r->status == 101)
+		return finish(r); /* no body (1xx, 204, 304, a HEAD's), or a switch: none read here */
+	if (r->content_length >= 0 && (uint64_t)r->content_length > r->lim.max_body)
+		return fail(r, MESH_E_TOOBIG, "content-length over the body limit");
+	r->state = r->chunked || r->content_length >= 0 ? ST_BODY : ST_BODY_EOF;
 	return 0;
-}
-
-static int parse_chunk_size(struct mesh_http_response *r, const char *s, size_t n)
-{
-	uint64_t size = 0;
-	size_t i = 0;
-	int d;
-	while (i < n && (d = hexval((unsigned char)s[i])) >= 0) {
-		if (i == 15)
-			return fail(r, MESH_E_TOOBIG, "chunk size too large");
-		size = size * 16 + (uint64_t)d;
-		i++;
-	}
-	if (i == 0)
-		return fail(r, MESH_E_PROTO, "chunk size is not hex");
-	size_t j = i;
-	while (j < n && (s[j] == ' ' || s[j] == '\t'))
-		j++;
-	if (j < n && s[j] != ';')
-		return fail(r, MESH_E_PROTO, "junk after chunk size");
-	if (j == n && j != i)
-		return fail(r, MESH_E_PROTO, "junk after chunk size");
-	for (; j < n; j++)
-		if (!is_text((unsigned char)s[j]))
-			return fail(r, MESH_E_PROTO, "control byte in chunk extension");
-	if (size == 0) {
-		r->trailer_count = 0;
-		r->state = ST_TRAILER;
-		return 0;
-	}
-	if (!sinking(r) && size > r->lim.max_body - r->body.len)
-		return fail(r, MESH_E_TOOBIG, "chunked body over the body limit");
-	r->remaining = size;
-	r->state = ST_CHUNK_DATA;
-	return 0;
-}
-
-static int parse_trailer(struct mesh_http_response *r, const char *s, size_t n)
-{
-	size_t nl, vn;
-	const char *v;
-	int rc;
-	if (n == 0)
-		return finish(r);
-	if ((rc = split_field(r, s, n, &nl, &v, &vn)))
-		return rc;
-	if (++r->trailer_count > r->lim.max_headers)
-		return fail(r, MESH_E_TOOBIG, "too many trailer fields");
-	return 0;
-}
-
-/* A complete line (CRLF included) in r->line: check its ending, dispatch. */
-static int line_done(struct mesh_http_response *r)
-{
-	const char *s = r->line.p;
-	size_t n = r->line.len;
-	if (n < 2 || s[n - 2] != '\r')
-		return fail(r, MESH_E_PROTO, "line ends in a bare LF");
-	n -= 2;
-	if (memchr(s, '\r', n))
-		return fail(r, MESH_E_PROTO, "bare CR inside a line");
-	switch (r->state) {
-	case ST_STATUS:
-		if (parse_status(r, s, n))
-			return r->err;
-		r->state = ST_HEADER;
-		return 0;
-	case ST_HEADER:
-		return n == 0 ? end_of_head(r) : parse_header(r, s, n);
-	case ST_CHUNK_SIZE:
-		return parse_chunk_size(r, s, n);
-	case ST_TRAILER:
-		return parse_trailer(r, s, n);
-	}
-	return fail(r, MESH_E_PROTO, "internal state");
 }
 
 static int body_add(struct mesh_http_response *r, const char *p, size_t k)
@@ -309,80 +124,54 @@ static int body_add(struct mesh_http_response *r, const char *p, size_t k)
 	return 0;
 }
 
+/* One step of the framer over p[0..n): the bytes it took, or an error. */
+static long step(struct mesh_http_response *r, const char *p, size_t n)
+{
+	struct mesh_hframe_ev ev;
+	long k = mesh_hframe_step(&r->f, 1, p, n, &ev);
+	if (k < 0)
+		return fail(r, (int)k, mesh_hframe_why(&r->f, 1));
+	if (r->state == ST_HEAD) {
+		/* Every head byte (interim 1xx heads' too) counts toward max_head;
+		 * the final head's are kept to read its fields. */
+		if ((size_t)k > r->lim.max_head - r->head_bytes)
+			return fail(r, MESH_E_TOOBIG, "head too large");
+		r->head_bytes += (size_t)k;
+		if (mesh_buf_add(&r->head, p, (size_t)k))
+			return fail(r, -ENOMEM, "out of memory");
+		if (ev.what & MESH_HFRAME_EV_HEAD) {
+			if (ev.status < 200 && ev.status != 101) {
+				mesh_buf_reset(&r->head); /* interim: the real one follows */
+				return k;
+			}
+			int rc = head_done(r, &ev);
+			return rc < 0 ? rc : k;
+		}
+		return k;
+	}
+	if ((ev.what & MESH_HFRAME_EV_CHUNK) && !sinking(r) && (uint64_t)ev.size > r->lim.max_body - r->body.len)
+		return fail(r, MESH_E_TOOBIG, "chunked body over the body limit");
+	if ((ev.what & MESH_HFRAME_EV_DATA) && body_add(r, ev.p, ev.n) < 0)
+		return r->err;
+	if (ev.what & MESH_HFRAME_EV_END)
+		finish(r);
+	return k;
+}
+
 int mesh_http_response_feed(struct mesh_http_response *r, const void *data, size_t n, size_t *used)
 {
 	const char *p = data;
 	size_t i = 0;
-	int rc = 0;
-
+	if (!r->asked) {
+		/* The request it answers: a HEAD's answer has no body. */
+		mesh_hframe_request(&r->f, r->no_body, 0);
+		r->asked = 1;
+	}
 	while (i < n && r->state != ST_DONE && r->state != ST_ERROR) {
-		size_t avail = n - i, k;
-		switch (r->state) {
-		case ST_STATUS:
-		case ST_HEADER:
-		case ST_CHUNK_SIZE:
-		case ST_TRAILER: {
-			const char *nl = memchr(p + i, '\n', avail);
-			k = nl ? (size_t)(nl - (p + i)) + 1 : avail;
-			if (k > r->lim.max_line - r->line.len) {
-				i += r->lim.max_line - r->line.len;
-				rc = fail(r, MESH_E_TOOBIG, r->state == ST_STATUS   ? "status line too long"
-							    : r->state == ST_HEADER ? "header line too long"
-										    : "chunk line too long");
-				break;
-			}
-			if (r->state != ST_CHUNK_SIZE) {
-				if (k > r->lim.max_head - r->head_bytes) {
-					i += r->lim.max_head - r->head_bytes;
-					rc = fail(r, MESH_E_TOOBIG, "head too large");
-					break;
-				}
-				r->head_bytes += k;
-			}
-			if (mesh_buf_add(&r->line, p + i, k)) {
-				rc = fail(r, -ENOMEM, "out of memory");
-				break;
-			}
-			i += k;
-			if (nl) {
-				rc = line_done(r);
-				mesh_buf_reset(&r->line);
-				if (rc < 0) {
-					i--;
-					break;
-				}
-			}
+		long k = step(r, p + i, n - i);
+		if (k < 0)
 			break;
-		}
-		case ST_BODY_LEN:
-		case ST_CHUNK_DATA:
-			k = avail < r->remaining ? avail : (size_t)r->remaining;
-			if ((rc = body_add(r, p + i, k)) < 0)
-				break;
-			i += k;
-			r->remaining -= k;
-			if (r->remaining == 0) {
-				if (r->state == ST_BODY_LEN)
-					rc = finish(r);
-				else
-					r->state = ST_CHUNK_CR;
-			}
-			break;
-		case ST_CHUNK_CR:
-		case ST_CHUNK_LF:
-			if (p[i] != (r->state == ST_CHUNK_CR ? '\r' : '\n')) {
-				rc = fail(r, MESH_E_PROTO, "chunk data not followed by CRLF");
-				break;
-			}
-			i++;
-			r->state = r->state == ST_CHUNK_CR ? ST_CHUNK_LF : ST_CHUNK_SIZE;
-			break;
-		case ST_BODY_EOF:
-			if ((rc = body_add(r, p + i, avail)) < 0)
-				break;
-			i += avail;
-			break;
-		}
+		i += (size_t)k;
 	}
 	if (used)
 		*used = i;
@@ -454,7 +243,7 @@ static int valid_token(const char *s)
 	if (!s || !*s)
 		return 0;
 	for (; *s; s++)
-		if (!is_tchar((unsigned char)*s))
+		if (!mesh_hframe_tchar((unsigned char)*s))
 			return 0;
 	return 1;
 }
@@ -477,7 +266,7 @@ static int valid_extra(const char *s)
 		size_t i = 0;
 		if (!eol)
 			return 0;
-		while (s + i < eol && is_tchar((unsigned char)s[i]))
+		while (s + i < eol && mesh_hframe_tchar((unsigned char)s[i]))
 			i++;
 		if (i == 0 || s[i] != ':')
 			return 0;

@@ -1,6 +1,6 @@
 /* The splice byte relay; see relay.h.  A direction holds a pipe (splice)
  * or a buffer (copy) only while bytes are in flight through it. */
-#include "gateway/relay.h"
+#include "http/relay.h"
 
 #include <errno.h>
 #include <fcntl.h>

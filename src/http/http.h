@@ -5,6 +5,8 @@
  * probe and meshd's CLI client both use it).  Every byte fed to it is
  * untrusted; every limit is enforced as bytes arrive, so a peer can neither
  * grow memory past the limits nor make the parser accept a malformed message.
+ * The message is read by the framer (http/hframe.h, a strict reader of
+ * responses): the one head parser and chunked-body reader of the tree.
  *
  * What is accepted (strict, after RFC 9112):
  *   status-line = "HTTP/1." DIGIT SP 3DIGIT SP reason CRLF
@@ -34,10 +36,11 @@
  * stays in error (every further call returns the same code) and
  * mesh_http_response_why() says what was wrong in a short static phrase,
  * e.g. "status line: bad version" or "header line too long". */
-#ifndef MESH_BASE_HTTP_H
-#define MESH_BASE_HTTP_H
+#ifndef MESH_HTTP_HTTP_H
+#define MESH_HTTP_HTTP_H
 
 #include "base/buf.h"
+#include "http/hframe.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -74,12 +77,12 @@ struct mesh_http_response {
 
 	/* Private. */
 	struct mesh_http_limits lim;
-	int state, err;
+	int state, err, asked;
 	const char *why;
-	struct mesh_buf line;  /* the line being assembled */
+	struct mesh_hframe f;  /* its reading (the responses side, strict) */
+	struct mesh_buf head;  /* the head being read (the final one's bytes) */
 	struct mesh_buf hdrs;  /* "name\0value\0" pairs of the final head */
-	size_t nheaders, head_bytes, trailer_count;
-	uint64_t remaining;    /* bytes left in a Content-Length body or a chunk */
+	size_t nheaders, head_bytes;
 };
 
 /* Prepares r for one response.  lim NULL means MESH_HTTP_LIMITS_DEFAULT; a
