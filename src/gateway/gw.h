@@ -28,10 +28,12 @@
  * demand.  A program with nothing in flight or waiting for its idle_ttl is
  * stopped: its stop_signal, stop_grace, then SIGKILL of all it contains.
  *
- * Threads: mesh_gw_open starts an accept thread; each client connection
- * has a thread (blocking I/O; responses relayed as they come, so a client
- * that does not read stops the program's writes: backpressure); each running
- * program has a supervisor thread (spawn, output, probe, idle stop, reap).
+ * Threads: mesh_gw_open starts an accept thread and a few event loop
+ * threads (gw_loop.c), which serve every client connection: its requests
+ * read, answered or relayed as the response comes (a client that does not
+ * read stops the program's writes: backpressure), and a request that waits
+ * for a place parked on its loop, not on a thread; each running program has
+ * a supervisor thread (spawn, output, probe, idle stop, reap).
  * Nothing here prints: events and an access-log line per request go to
  * on_log.
  *

@@ -28,9 +28,10 @@ enum mesh__gw_state { GW_COLD, GW_STARTING, GW_WARM, GW_STOPPING };
 /* The request a cold start's supervisor sends itself, on the warm probe's
  * connection, the moment the probe passes: the first waiter's (one per
  * start), registered by mesh__gw_acquire while it waits.  Its bytes stay
- * the waiter's (it cannot leave acquire without taking the slot back under
- * mu); the supervisor writes what goes under mu, without blocking, so the
- * program works on it while the waiter's thread wakes.  mu. */
+ * the waiter's (its wait cannot end without taking the slot back under
+ * mu, and its bytes do not move meanwhile); the supervisor writes what
+ * goes under mu, without blocking, so the program works on it while the
+ * waiter's loop wakes.  mu. */
 struct mesh__gw_first {
 	const char *line, *rest; /* the request line meshd makes, then the client's head and body */
 	size_t nline, nrest;
@@ -43,7 +44,6 @@ struct mesh__gw_first {
 struct mesh__gw_prog {
 	struct mesh_manifest m;
 	struct mesh_gw *g;
-	pthread_cond_t cv;	/* waiters: a state change, a place free */
 	/* mu: */
 	int state;		/* enum mesh__gw_state */
 	uint64_t gen;		/* starts begun */
@@ -98,11 +98,14 @@ struct mesh_gw {
 	int accept_started;
 	pthread_mutex_t mu;
 	pthread_cond_t cv_all;	/* mu: nconns, nsup, busy changed */
-	pthread_cond_t cv_budget; /* mu: a program went cold or idle */
 	struct mesh__gw_conn *conns; /* mu */
 	unsigned nconns, nsup, busy; /* mu */
 	int draining, stopping, drained; /* mu */
-	struct mesh__gw_loop *loops;	/* gw_loop.c: the warm path's event loops */
+	unsigned nwaiting;	/* mu: requests waiting for a place (mesh__gw_acquire), all programs */
+	/* Called under mu (by mesh__gw_look) when what a waiting request waits
+	 * for may have changed: its loop looks again (gw_loop.c's; NULL: none). */
+	void (*look)(struct mesh_gw *g);
+	struct mesh__gw_loop *loops;	/* gw_loop.c: the front's event loops */
 	unsigned nloops, next_loop;
 };
 
@@ -112,30 +115,40 @@ int mesh__gw_catalog(struct mesh_gw *g, char **err);
 void mesh__gw_progs_free(struct mesh_gw *g);
 /* The program serving model, or NULL. */
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model);
-/* The "model" string of a JSON request body (malloc'd), or NULL. */
-char *mesh__gw_body_model(const char *body, size_t n);
-/* Splits target "/upstream/<model>/P" into model (at most mcap - 1 bytes)
- * and the path "/P" the program gets (the query kept). */
-void mesh__gw_upstream_split(const char *target, char *model, size_t mcap, char *path, size_t pcap);
-/* Takes a place for one request: waits (cold start, backoff, a place under
- * max_concurrency, room in the budget) as needed, looking at client_fd
- * every 200 ms while it waits.  0 with *port and *cold (it waited for a
- * start), or an HTTP status (502, 503, 504; 499: the client closed its
- * connection meanwhile, nothing to answer) with why (malloc'd, for the
- * client or the log) and *retry_after (seconds, 0: none).  first (NULL:
- * none; else line, rest and their lengths set, fd -1): while it waits for
- * a start, the request the supervisor may send itself; on 0 with
- * first->fd >= 0 it went (first->sent bytes of it) on that connection,
- * whose place it holds; on an error any such connection is closed. */
-int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why,
-		     unsigned *retry_after, struct mesh__gw_first *first);
+/* A request's wait for a place in its program (its loop's: it parks the
+ * request and asks again when told to look, or at until).  Set p, and
+ * first's line, rest and their lengths (line NULL: no start may send it),
+ * first.fd -1, the rest 0; then call mesh__gw_acquire. */
+struct mesh__gw_wait {
+	struct mesh__gw_prog *p;
+	struct mesh__gw_first first; /* the request a start may send itself */
+	uint64_t gen;	/* the start it waits for (0: none yet) */
+	uint64_t until; /* after a 1: ask again then (a backoff's end); 0: when told to look */
+	int queued;	/* counted in p->waiting */
+	int cold;	/* it waited for a start (or a room for one) */
+	int port;	/* placed: of the process */
+};
+/* Takes a place for one request, or says why not yet, without blocking:
+ * 0, placed (w->port; w->cold when it waited for a start; w->first.fd >= 0:
+ * its start sent it, w->first.sent bytes, on that connection, which is now
+ * the caller's); 1, it waits (a cold start, the backoff after a failed one,
+ * a place under max_concurrency, room in the budget): ask again when g's
+ * look hook is called, or at w->until; or an HTTP status (502, 503, 504)
+ * with *why (malloc'd, for the client or the log) and *retry_after
+ * (seconds, 0: none).  While it waits w must stay where it is, and so must
+ * first's bytes. */
+int mesh__gw_acquire(struct mesh__gw_wait *w, char **why, unsigned *retry_after);
+/* The client of a waiting request went away: its wait ends (a connection
+ * its start sent it on is closed, and its place given back). */
+void mesh__gw_acquire_cancel(struct mesh__gw_wait *w);
+/* Under mu: what a waiting request waits for may have changed (a start's
+ * end, a place free, the budget, the drain): the look hook, when one waits. */
+void mesh__gw_look(struct mesh_gw *g);
 /* The request ended. */
 void mesh__gw_release(struct mesh__gw_prog *p);
-/* An idle connection to p's process on port, or -1 (none: connect). */
+/* An idle connection to p's process on port (a start's probe connection
+ * its first request did not ride), or -1 (none: connect). */
 int mesh__gw_pool_get(struct mesh__gw_prog *p, int port);
-/* Keeps fd (a connection to port whose last response ended whole) for the
- * next request, or closes it (the process changed, the pool is full). */
-void mesh__gw_pool_put(struct mesh__gw_prog *p, int port, int fd);
 /* Under mu: closes the pool (the process is stopping or gone: an idle
  * connection must not hold up a graceful stop). */
 void mesh__gw_pool_drop(struct mesh__gw_prog *p);
@@ -153,18 +166,6 @@ void mesh__gw_wake(struct mesh__gw_prog *p);
 /* A monotonic time as a timespec for the condition variables here. */
 void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
 
-/* gw_body.c */
-/* Sends all n bytes (MSG_NOSIGNAL).  0, or -1 (the peer is gone). */
-int mesh__gw_send_all(int fd, const void *p, size_t n);
-/* An error answer in OpenAI's shape ({"error":{message,type,param,code}});
- * errcode may be NULL; retry_after 0: no Retry-After; close_it: Connection:
- * close.  0 or -1 as above. */
-int mesh__gw_send_error(int fd, int code, const char *type, const char *errcode, const char *msg,
-			unsigned retry_after, int close_it);
-/* GET /v1/models's answer. */
-int mesh__gw_send_models(struct mesh_gw *g, int fd, int close_it);
-/* The 404 for an unknown model, naming the known ones. */
-int mesh__gw_send_unknown_model(struct mesh_gw *g, int fd, const char *model, int close_it);
 /* Under mu: what p counts for in the memory budget while it has a process:
  * max(its manifest's `memory`, its measured rss + vram). */
 uint64_t mesh__gw_counted(const struct mesh__gw_prog *p);
@@ -173,9 +174,9 @@ uint64_t mesh__gw_counted(const struct mesh__gw_prog *p);
  * state is STARTING and evfd set, under mu, when it is created). */
 void *mesh__gw_sup_main(void *arg);
 
-/* gw.c */
 /* A condition variable on CLOCK_MONOTONIC (every timed wait here is). */
 void mesh__gw_cond_init(pthread_cond_t *cv);
+/* One line to the config's on_log (none: nothing). */
 void mesh__gw_log(struct mesh_gw *g, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -4,11 +4,13 @@
  * meshd's CPU a relayed request.  The scan accepts only what it is sure of
  * -- a top-level object of ASCII text, strings whose escapes are the plain
  * ones, numbers of at most 15 digits without exponent, at most 64 levels --
- * and answers "not sure" for everything else, which gw.c then gives to
- * jansson: so the answer is always jansson's (the same model, or none for a
+ * and answers "not sure" for everything else, which mesh__gw_body_model then
+ * gives to jansson: so the answer is always jansson's (the same model, or none for a
  * body jansson refuses). */
 #include "gateway/gw_json.h"
 
+#include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DEPTH_MAX 64
@@ -185,4 +187,17 @@ int mesh__gw_json_model(const char *body, size_t n, const char **model, size_t *
 	*model = ma;
 	*len = ma ? (size_t)(mb - ma) : 0;
 	return 0;
+}
+
+char *mesh__gw_body_model(const char *body, size_t n)
+{
+	const char *fm;
+	size_t fl;
+	if (mesh__gw_json_model(body, n, &fm, &fl) == 0) /* the usual body, without jansson */
+		return fm && fl ? strndup(fm, fl) : NULL;
+	json_t *j = json_loadb(body, n, 0, NULL);
+	const char *m = j ? json_string_value(json_object_get(j, "model")) : NULL;
+	char *out = m && *m ? strdup(m) : NULL;
+	json_decref(j);
+	return out;
 }

@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/thread.h"
 #include "host/host.h"
 
 #include <arpa/inet.h>
@@ -17,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +28,26 @@
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
+void mesh__gw_log(struct mesh_gw *g, int level, const char *fmt, ...)
+{
+	char line[4096];
+	va_list ap;
+	if (!g->c.on_log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	g->c.on_log(g->c.ctx, level, line);
+}
 
+void mesh__gw_cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+}
 
 static int cmp_name(const void *a, const void *b)
 {
@@ -131,7 +149,6 @@ int mesh__gw_catalog(struct mesh_gw *g, char **err)
 	for (size_t i = 0; i < g->nprogs; i++) {
 		struct mesh__gw_prog *p = &g->progs[i];
 		p->g = g;
-		mesh__gw_cond_init(&p->cv);
 		for (size_t k = 0; k < p->m.nmodels; k++)
 			for (size_t j = 0; j < i; j++)
 				for (size_t l = 0; l < g->progs[j].m.nmodels; l++)
@@ -145,8 +162,6 @@ int mesh__gw_catalog(struct mesh_gw *g, char **err)
 void mesh__gw_progs_free(struct mesh_gw *g)
 {
 	for (size_t i = 0; i < g->nprogs; i++) {
-		if (g->progs[i].g)
-			pthread_cond_destroy(&g->progs[i].cv);
 		mesh_manifest_release(&g->progs[i].m);
 		mesh__wlog_close(&g->progs[i].log);
 		free(g->progs[i].unfit);
@@ -190,11 +205,11 @@ void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline)
 	ts->tv_nsec = (long)(mono_deadline % 1000000000ull);
 }
 
-/* Under mu: a new start; the supervisor thread owns it from here. */
+/* Under mu: a new start; the supervisor thread owns it from here (it
+ * lives as long as the program's process, and ends by itself: detached). */
 static int start(struct mesh__gw_prog *p)
 {
 	pthread_t th;
-	pthread_attr_t at;
 	int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (efd < 0)
 		return -errno;
@@ -202,19 +217,22 @@ static int start(struct mesh__gw_prog *p)
 	p->state = GW_STARTING;
 	p->evfd = efd;
 	p->pid = 0;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, 1 << 20);
-	int rc = pthread_create(&th, &at, mesh__gw_sup_main, p);
-	pthread_attr_destroy(&at);
+	int rc = mesh_thread_start(&th, mesh__gw_sup_main, p);
 	if (rc) {
 		close(efd);
 		p->evfd = -1;
 		p->state = GW_COLD;
-		return -rc;
+		return rc;
 	}
+	pthread_detach(th);
 	p->g->nsup++;
 	return 0;
+}
+
+void mesh__gw_look(struct mesh_gw *g)
+{
+	if (g->nwaiting && g->look)
+		g->look(g);
 }
 
 static const char *group_of(const struct mesh__gw_prog *p)
@@ -280,141 +298,131 @@ static int make_room(struct mesh__gw_prog *p)
 	return 1;
 }
 
-/* Under mu: waits on cv for at most a look interval; 1 when the client
- * (fd) has gone meanwhile.  A waiting request has nothing to read from its
- * client, so a close (or half-close) is the only thing poll can report. */
-#define CLIENT_LOOK_NS 200000000ull
-static int wait_or_gone(pthread_cond_t *cv, pthread_mutex_t *mu, int fd)
+/* Under mu: the place of w's request, or why it waits (the rules of
+ * mesh__gw_acquire).  0 placed, 1 waits, or an HTTP status (*why set). */
+static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 {
-	struct timespec ts;
-	mesh__gw_abs_deadline(&ts, mesh_mono_ns() + CLIENT_LOOK_NS);
-	if (pthread_cond_timedwait(cv, mu, &ts) != ETIMEDOUT || fd < 0)
-		return 0;
-	struct pollfd pf = {fd, POLLRDHUP, 0};
-	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
-int mesh__gw_acquire(struct mesh__gw_prog *p, int client_fd, int *port, int *cold, char **why, unsigned *retry_after,
-		     struct mesh__gw_first *first)
-{
+	struct mesh__gw_prog *p = w->p;
 	struct mesh_gw *g = p->g;
-	uint64_t mygen = 0;
-	int queued = 0, code = 0;
-	*cold = 0;
-	*retry_after = 0;
-	*why = NULL;
-	pthread_mutex_lock(&g->mu);
+	w->until = 0;
 	for (;;) {
-		if (first && first->fd >= 0) {
+		if (w->first.fd >= 0) {
 			/* Its start sent it, and took its place (gw_sup.c). */
-			*port = first->port;
-			*cold = 1;
-			break;
+			w->port = w->first.port;
+			w->cold = 1;
+			return 0;
 		}
 		if (g->draining) {
-			code = 503;
-			*why = strdup("meshd is shutting down");
 			*retry_after = 5;
-			break;
+			*why = strdup("meshd is shutting down");
+			return 503;
 		}
 		if (p->state == GW_WARM && (!p->m.max_concurrency || p->inflight < p->m.max_concurrency)) {
 			p->inflight++;
 			p->requests++;
-			*port = p->port;
-			break;
+			w->port = p->port;
+			return 0;
 		}
 		if (p->state != GW_WARM)
-			*cold = 1;
-		if (!queued) {
+			w->cold = 1;
+		if (!w->queued) {
 			if (p->waiting >= g->c.max_queue) {
-				code = 503;
 				*retry_after = 5;
 				mesh_errf(why, 0, "the queue of program '%s' is full (%u waiting)", p->m.name, p->waiting);
-				break;
+				return 503;
 			}
 			p->waiting++;
-			queued = 1;
+			g->nwaiting++;
+			w->queued = 1;
 		}
-		if (mygen && p->fail_gen == mygen) {
-			code = p->fail_code;
+		if (w->gen && p->fail_gen == w->gen) {
 			*why = strdup(p->fail_msg);
-			break;
+			return p->fail_code;
 		}
-		if (p->state == GW_STARTING && !mygen)
-			mygen = p->gen;
-		if (first && !p->first && p->state == GW_STARTING && p->gen == mygen)
-			p->first = first;
+		if (p->state == GW_STARTING && !w->gen)
+			w->gen = p->gen;
+		if (w->first.line && !p->first && p->state == GW_STARTING && p->gen == w->gen)
+			p->first = &w->first;
 		if (p->state == GW_COLD && p->unfit) {
-			code = 502;
 			*why = strdup(p->unfit);
-			break;
+			return 502;
 		}
-		if (p->state == GW_COLD) {
-			uint64_t now = mesh_mono_ns();
-			if (now < p->backoff_until) {
-				struct timespec ts;
-				mesh__gw_abs_deadline(&ts, p->backoff_until);
-				pthread_cond_timedwait(&p->cv, &g->mu, &ts);
-				continue;
-			}
-			if (g->c.memory_budget && need_of(p)) {
-				int room = make_room(p);
-				if (room < 0) {
-					code = 502;
-					mesh_errf(why, 0,
-						  "program '%s' needs %llu bytes of memory (declared %llu, its last run held "
-						  "%llu), more than the budget (%llu)",
-						  p->m.name, (unsigned long long)need_of(p), (unsigned long long)p->m.memory,
-						  (unsigned long long)p->last_peak, (unsigned long long)g->c.memory_budget);
-					break;
-				}
-				if (room) {
-					*cold = 1;
-					if (wait_or_gone(&g->cv_budget, &g->mu, client_fd))
-						goto gone;
-					continue;
-				}
-			}
-			int rc = start(p);
-			if (rc) {
-				code = 502;
-				mesh_errf(why, 0, "cannot start program '%s': %s", p->m.name, mesh_strerror(rc));
-				break;
-			}
-			mygen = p->gen;
-			if (first && !p->first)
-				p->first = first;
-			continue;
+		if (p->state != GW_COLD)
+			return 1; /* starting, stopping, or warm without a place: its change wakes it */
+		if (mesh_mono_ns() < p->backoff_until) {
+			w->until = p->backoff_until;
+			return 1;
 		}
-		if (wait_or_gone(&p->cv, &g->mu, client_fd))
-			goto gone;
-		continue;
-	gone:
-		code = 499;
-		mesh_errf(why, 0, "the client went away while it waited for program '%s'", p->m.name);
-		break;
+		if (g->c.memory_budget && need_of(p)) {
+			int room = make_room(p);
+			if (room < 0) {
+				mesh_errf(why, 0,
+					  "program '%s' needs %llu bytes of memory (declared %llu, its last run held %llu), "
+					  "more than the budget (%llu)",
+					  p->m.name, (unsigned long long)need_of(p), (unsigned long long)p->m.memory,
+					  (unsigned long long)p->last_peak, (unsigned long long)g->c.memory_budget);
+				return 502;
+			}
+			if (room) {
+				w->cold = 1;
+				return 1; /* a program going cold or idle wakes it */
+			}
+		}
+		int rc = start(p);
+		if (rc) {
+			mesh_errf(why, 0, "cannot start program '%s': %s", p->m.name, mesh_strerror(rc));
+			return 502;
+		}
+		w->gen = p->gen;
 	}
-	if (first && p->first == first)
+}
+
+/* Under mu: w's wait is over (code: 0 placed, else its answer). */
+static void settle(struct mesh__gw_wait *w, int code)
+{
+	struct mesh__gw_prog *p = w->p;
+	struct mesh_gw *g = p->g;
+	if (p->first == &w->first)
 		p->first = NULL;
-	if (code && first && first->fd >= 0) {
+	if (code && w->first.fd >= 0) {
 		/* Sent, but not to be answered (the client left, meshd drains):
 		 * the program's answer goes nowhere. */
-		close(first->fd);
-		first->fd = -1;
+		close(w->first.fd);
+		w->first.fd = -1;
 		p->inflight--;
-		pthread_cond_broadcast(&p->cv);
+		mesh__gw_look(g);
 	}
-	if (queued) {
+	if (w->queued) {
+		w->queued = 0;
 		p->waiting--;
+		g->nwaiting--;
 		if (!p->waiting && !p->inflight) {
 			mesh__gw_wake(p);
-			pthread_cond_broadcast(&g->cv_budget);
+			mesh__gw_look(g); /* idle now: a start waiting for room may evict it */
 		}
 	}
+}
+
+int mesh__gw_acquire(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
+{
+	struct mesh_gw *g = w->p->g;
+	*why = NULL;
+	*retry_after = 0;
+	pthread_mutex_lock(&g->mu);
+	int code = place(w, why, retry_after);
+	if (code != 1)
+		settle(w, code);
 	pthread_mutex_unlock(&g->mu);
-	if (code && !*why)
+	if (code > 1 && !*why)
 		*why = strdup("out of memory");
 	return code;
+}
+
+void mesh__gw_acquire_cancel(struct mesh__gw_wait *w)
+{
+	pthread_mutex_lock(&w->p->g->mu);
+	settle(w, 499);
+	pthread_mutex_unlock(&w->p->g->mu);
 }
 
 void mesh__gw_release(struct mesh__gw_prog *p)
@@ -427,9 +435,8 @@ void mesh__gw_release(struct mesh__gw_prog *p)
 		 * (gw_sup.c): no wake-up a request, but for a TTL of 0. */
 		if (!p->m.idle_ttl_ns)
 			mesh__gw_wake(p);
-		pthread_cond_broadcast(&p->g->cv_budget);
 	}
-	pthread_cond_broadcast(&p->cv);
+	mesh__gw_look(p->g); /* a place is free (or, idle, room for a start) */
 	pthread_mutex_unlock(&p->g->mu);
 }
 
@@ -455,18 +462,6 @@ int mesh__gw_pool_get(struct mesh__gw_prog *p, int port)
 		fd = p->pool[--p->npool];
 	pthread_mutex_unlock(&p->g->mu);
 	return fd;
-}
-
-void mesh__gw_pool_put(struct mesh__gw_prog *p, int port, int fd)
-{
-	pthread_mutex_lock(&p->g->mu);
-	if (p->state == GW_WARM && p->port == port && p->npool < GW_POOL_MAX) {
-		p->pool[p->npool++] = fd;
-		fd = -1;
-	}
-	pthread_mutex_unlock(&p->g->mu);
-	if (fd >= 0)
-		close(fd);
 }
 
 void mesh__gw_pool_drop(struct mesh__gw_prog *p)
@@ -562,11 +557,9 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
 {
 	pthread_mutex_lock(&g->mu);
 	g->stopping = 1;
-	pthread_cond_broadcast(&g->cv_budget);
-	for (size_t i = 0; i < g->nprogs; i++) {
+	for (size_t i = 0; i < g->nprogs; i++)
 		mesh__gw_wake(&g->progs[i]);
-		pthread_cond_broadcast(&g->progs[i].cv);
-	}
+	mesh__gw_look(g);
 	while (g->nsup) {
 		struct timespec ts;
 		mesh__gw_abs_deadline(&ts, deadline);

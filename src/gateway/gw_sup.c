@@ -522,7 +522,7 @@ void *mesh__gw_sup_main(void *arg)
 			mesh__gw_log(g, MESH_GW_WARN, "program=%s start timeout: %s", p->m.name, why);
 			pthread_mutex_lock(&g->mu);
 			fail_start(&s, 504, why);
-			pthread_cond_broadcast(&p->cv); /* the waiters answer now, not after the stop */
+			mesh__gw_look(g); /* the waiters answer now, not after the stop */
 			p->state = GW_STOPPING;
 			pthread_mutex_unlock(&g->mu);
 			stop_child(&s, "start timeout", 0);
@@ -569,9 +569,8 @@ void *mesh__gw_sup_main(void *arg)
 	}
 	uint64_t t_warm = mesh_mono_ns();
 	if (s.pfd >= 0) {
-		/* For the pool (a thread's relay writes it blocking). */
-		int one = 1, fl = fcntl(s.pfd, F_GETFL);
-		fcntl(s.pfd, F_SETFL, fl & ~O_NONBLOCK);
+		/* For the first request (a loop's, non-blocking as made). */
+		int one = 1;
 		setsockopt(s.pfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	}
 	pthread_mutex_lock(&g->mu);
@@ -587,7 +586,7 @@ void *mesh__gw_sup_main(void *arg)
 	p->backoff_ns = 0;
 	p->warm_ns_sum += p->last_end - t0;
 	p->warm_count++;
-	pthread_cond_broadcast(&p->cv); /* each waiter relays its request now */
+	mesh__gw_look(g); /* each waiter relays its request now */
 	pthread_mutex_unlock(&g->mu);
 	/* What the wait cost meshd (this thread's CPU, the spawn included) and
 	 * its steps: the spawn to the program's exec, how late the listen was
@@ -717,8 +716,7 @@ cold_locked:
 	if (p->peak)
 		p->last_peak = p->peak;
 	p->peak = p->rss = p->vram = 0;
-	pthread_cond_broadcast(&p->cv);
-	pthread_cond_broadcast(&g->cv_budget);
+	mesh__gw_look(g);
 	pthread_mutex_unlock(&g->mu);
 	if (s.c.pidfd >= 0)
 		close(s.c.pidfd);

@@ -7,7 +7,7 @@
  * byte 0 odd: the rest follows "/upstream/" in a request target, split
  *   into model and the program's path (mesh__gw_upstream_split): the model
  *   holds no '/' or '?', the path starts with '/' and ends the target. */
-#include "gateway/gw_int.h"
+#include "gateway/gw_loop.h"
 #include "gateway/gw_json.h"
 
 #include <jansson.h>

@@ -184,7 +184,7 @@ static int none_in_flight(void *arg)
 
 /* The first waiter's request goes from the supervisor's thread the moment
  * the probe passes, on the probe's connection (the program works on it
- * while the waiter's thread wakes: a wake-up is milliseconds on a loaded
+ * while the waiter's loop wakes: a wake-up is milliseconds on a loaded
  * machine); the warm line says when.  The start takes that request's place:
  * with max_concurrency = 1 three requests waiting for the start are each
  * answered, one at a time, and none is left counted in flight. */

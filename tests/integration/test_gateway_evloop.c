@@ -70,8 +70,8 @@ TEST_TIMEOUT(gateway_loop_kept_connection_does_not_hold_up_stop, 30)
 		 "[lifecycle]\nstop_grace = \"5s\"\n");
 	t_write_file("catalog/kw.toml", text);
 	struct gw g = start_gw("");
-	/* The cold start on a thread, then warm requests on the loops, each on
-	 * a new client connection: the loop keeps the program's connection. */
+	/* The cold start, then warm requests on the loops, each on a new
+	 * client connection: the loop keeps the program's connection. */
 	char req[2048];
 	chat_request(req, sizeof req, "kw", "hi", 0, 1); /* keep-alive: its connection to the program is kept */
 	for (int i = 0; i < 3; i++) {

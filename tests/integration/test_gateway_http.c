@@ -266,7 +266,7 @@ TEST_TIMEOUT(gateway_upstream_close_ends_the_response_at_once, 90)
 	char resp[8192];
 	add_upstream();
 	struct gw g = start_gw("--http-idle-timeout 600");
-	/* warm (a cold start is served on a thread) */
+	/* warm */
 	ASSERT_EQ(http_get(g.port, "/upstream/m/warm", resp, sizeof resp), 200);
 	close_tries(g.port, "/close", 0, d);
 	EXPECT_EQ(metric("mesh_gateway_requests_in_flight{program=\"up\"}"), 0);
@@ -386,7 +386,7 @@ static int refused_unseen(int port, const char *what, int warm, const char *byte
 
 /* Each malformed head, sent to the gateway through a socket, gets 400 and
  * nothing of it reaches the program (which records all it receives); on
- * the warm path and when the program is cold (a thread reads it). */
+ * the warm path and when the program is cold. */
 TEST_TIMEOUT(gateway_malformed_heads_get_400_and_reach_no_program, 90)
 {
 	char resp[8192];
@@ -445,8 +445,7 @@ TEST_TIMEOUT(gateway_malformed_chunked_bodies_get_400_and_reach_no_program, 90)
 
 /* The hop-by-hop fields, those Connection names and Expect do not reach the
  * program; the others do, and the body; Expect: 100-continue is answered by
- * the gateway.  On the warm path and on a thread (Expect sends a request
- * there). */
+ * the gateway. */
 TEST_TIMEOUT(gateway_hop_by_hop_fields_do_not_reach_the_program, 30)
 {
 	char resp[8192], req[1024];

@@ -226,11 +226,8 @@ TEST_TIMEOUT(gateway_upstream_connection_kept_per_loop, 30)
 	free(log);
 	ASSERT_EQ(n, 6);
 	/* The first (the cold start's, on the probe's connection) aside, the
-	 * five reach the program on two connections, one a loop.  Which loop
-	 * gets which client is not strictly in turn: the cold start's client,
-	 * served on a thread while it waited, takes a turn when it is handed
-	 * back to a loop (to_loop), whenever that is; in one ASan run of CI
-	 * the second and third clients reached the same loop. */
+	 * five reach the program on two connections, one a loop (the clients
+	 * are given to the loops in turn, the cold start's first). */
 	int distinct[5], nd = 0;
 	for (int i = 1; i < 6; i++) {
 		int seen = 0;

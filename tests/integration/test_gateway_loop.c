@@ -1,7 +1,8 @@
-/* meshd --http's warm path (src/gateway/gw_loop.c: event loops, non-blocking
+/* meshd --http's front (src/gateway/gw_loop.c: event loops, non-blocking
  * sockets): requests to a program that is already warm, on connections the
- * loops serve from their first byte.  Each test warms its programs first on
- * a connection of its own (a cold start is served on a thread). */
+ * loops serve from their first byte; requests that wait for a cold start
+ * wait on the loops too, holding no thread.  Most tests warm their
+ * programs first on a connection of their own. */
 #include "runner/t.h"
 #include "integration/gw_t.h"
 
@@ -314,8 +315,8 @@ TEST_TIMEOUT(gateway_sigterm_drains_warm_stream, 30)
 	EXPECT_TRUE(file_has("meshd.err", "gateway draining: requests=1 in flight"));
 }
 
-/* A connection whose first request waited for a cold start (served on a
- * thread) goes on with warm requests. */
+/* A connection whose first request waited for a cold start goes on with
+ * warm requests. */
 TEST_TIMEOUT(gateway_cold_then_warm_on_one_connection, 30)
 {
 	char req[2048], resp[8192];
@@ -359,9 +360,9 @@ static int few_threads_cond(void *arg)
 	return n > 0 && n <= f->max;
 }
 
-/* Connections whose requests were served on threads (GET /v1/models is
- * meshd's own answer) go back to the loops once answered: 50 of them kept
- * open hold no thread, and each is answered again. */
+/* Connections whose requests meshd answers itself (GET /v1/models) are
+ * answered on the loops: 50 of them kept open hold no thread, and each is
+ * answered again. */
 TEST_TIMEOUT(gateway_answered_connections_go_back_to_a_loop, 30)
 {
 	enum { N = 50 };
@@ -389,5 +390,43 @@ TEST_TIMEOUT(gateway_answered_connections_go_back_to_a_loop, 30)
 	}
 	for (int i = 0; i < N; i++)
 		close(fds[i]);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* 50 requests at once for a cold program wait for its start on the loops,
+ * each an event: meshd's threads grow by the start's supervisor, not by one
+ * a waiting request; all 50 are answered once it is warm. */
+TEST_TIMEOUT(gateway_cold_waiters_hold_no_thread, 60)
+{
+	enum { N = 50 };
+	static int fds[N];
+	char req[2048], resp[8192];
+	add_oa("s", "\"slow-start\"", ", \"--models\", \"slow-start\", \"--start-delay\", \"1.5\"", "");
+	struct gw g = start_gw("");
+	int before = threads_of(g.pid), most = before;
+	ASSERT_GT(before, 0);
+	chat_request(req, sizeof req, "slow-start", "hi", 0, 0);
+	for (int i = 0; i < N; i++) {
+		fds[i] = connect_to(g.port);
+		ASSERT_GE(fds[i], 0);
+		ASSERT_EQ(send_str(fds[i], req), 0);
+	}
+	/* Until the first answer: they all wait meanwhile. */
+	for (;;) {
+		int n = threads_of(g.pid);
+		most = n > most ? n : most;
+		struct pollfd pf = {fds[0], POLLIN, 0};
+		if (poll(&pf, 1, 10) > 0 || n < 0)
+			break;
+	}
+	int ok = 0;
+	for (int i = 0; i < N; i++) {
+		ok += read_all(fds[i], resp, sizeof resp) > 0 && !strncmp(resp, "HTTP/1.1 200", 12);
+		close(fds[i]);
+	}
+	printf("meshd's threads: %d before, at most %d while %d requests waited for a cold start\n", before, most, N);
+	EXPECT_EQ(ok, N);
+	EXPECT_LE(most, before + 5);
+	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
 	EXPECT_EQ(stop_gw(&g), 0);
 }

@@ -1,0 +1,28 @@
+/* The gateway's own answers, as the bytes to send, and a request's access
+ * line (gw_answer.c): what the front (gw_loop.c) and the accept thread
+ * (gw.c) answer themselves.  Internal to src/gateway. */
+#ifndef MESH_GATEWAY_GW_ANSWER_H
+#define MESH_GATEWAY_GW_ANSWER_H
+
+#include "base/buf.h"
+#include "gateway/gw_int.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Each appends one whole answer to b: 0, or -1 (no memory; b as it was).
+ * close_it: with Connection: close. */
+/* An error in OpenAI's shape ({"error":{message,type,param,code}});
+ * errcode may be NULL; retry_after 0: no Retry-After. */
+int mesh__gw_answer_error(struct mesh_buf *b, int code, const char *type, const char *errcode, const char *msg,
+			  unsigned retry_after, int close_it);
+/* GET /v1/models's answer: every model, its program and state (takes mu). */
+int mesh__gw_answer_models(struct mesh_gw *g, struct mesh_buf *b, int close_it);
+/* The 404 for an unknown model, naming the known ones. */
+int mesh__gw_answer_unknown_model(struct mesh_gw *g, struct mesh_buf *b, const char *model, int close_it);
+/* The access line of one request to on_log (t0: when its head was read;
+ * status < 0: none sent, |status| the one meant). */
+void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, const char *model, int status,
+		     int cold, size_t bytes, uint64_t t0);
+
+#endif
