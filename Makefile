@@ -47,7 +47,7 @@ CC      := clang
 override CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
 endif
 
-LIB_DIRS   := base http proc journal store job exec autoscale shm host gpu gateway worker client meshd/core meshd/jobs meshd/api meshd
+LIB_DIRS   := base http proc journal store job exec autoscale shm host gpu serve gateway worker client meshd/core meshd/jobs meshd/api meshd
 LIB_SRC    := $(filter-out src/meshd/main.c src/proc/init_main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
 CLI_SRC    := $(wildcard src/cli/*.c)

@@ -5,7 +5,7 @@
  *   dispatch: one ready fd among N (pipes; one byte written, the loop wakes,
  *     the callback reads it), per event: poll() over an array rebuilt each
  *     round (exec/driver.c's way: its executor lists the fds every round),
- *     epoll_wait on a set registered once (gateway/front.c's way), and a
+ *     epoll_wait on a set registered once (serve/front.c's way), and a
  *     libevent event_base (epoll backend) with one persistent event a fd;
  *   churn: what a chunk of `mesh run` changes in the wait set (a process:
  *     its pidfd, stdout and stderr, added, then removed): nothing for poll

@@ -1,8 +1,8 @@
 /* mesh serve: scale-to-zero activator in front of a local server.  A thin
- * layer over gateway/serve.h: parse the options, open, run, print the
+ * layer over serve/serve.h: parse the options, open, run, print the
  * events (stderr log lines) and the status lines (stdout; one JSON object a
  * line with --json). */
-#include "gateway/serve.h"
+#include "serve/serve.h"
 #include "http/relay.h"
 #include "base/clock.h"
 #include "base/err.h"

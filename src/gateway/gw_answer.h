@@ -5,7 +5,7 @@
 #define MESH_GATEWAY_GW_ANSWER_H
 
 #include "base/buf.h"
-#include "gateway/gw_int.h"
+#include "gateway/gw_prog.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -27,7 +27,7 @@
  * connect to their close (no epoll_ctl and no lock for them a request);
  * one the program closes while kept idle is closed.  The accept thread
  * (gw.c) gives connections to the loops in turn through an eventfd.  See
- * gw_loop.h; the locking of the programs' state, gw_int.h. */
+ * gw_loop.h; the locking of the programs' state, gw_prog.h. */
 #include "gateway/gw_loop.h"
 
 #include "base/buf.h"

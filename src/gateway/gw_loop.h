@@ -7,7 +7,7 @@
 #ifndef MESH_GATEWAY_GW_LOOP_H
 #define MESH_GATEWAY_GW_LOOP_H
 
-#include "gateway/gw_int.h"
+#include "gateway/gw_prog.h"
 
 #include <stddef.h>
 

@@ -1,8 +1,8 @@
 /* The gateway's programs: the catalog's HTTP programs, a request's place
  * (acquire/release, the cold-start wait, the memory budget), their numbers.
  * Each running program's supervisor thread is gw_sup.c.  See gw.h for the
- * behaviour, gw_int.h for the locking. */
-#include "gateway/gw_int.h"
+ * behaviour, gw_prog.h for the locking. */
+#include "gateway/gw_prog.h"
 
 #include "autoscale/probe.h"
 #include "base/buf.h"

@@ -2,7 +2,7 @@
  * reap: spawn through proc/ on a free loopback port, its output into its
  * log and tail, the warmth probe, the start timeout, the idle stop (or an
  * eviction, or meshd's stop), a crash; then the program is cold again.
- * See gw.h for the behaviour, gw_int.h for the locking. */
+ * See gw.h for the behaviour, gw_prog.h for the locking. */
 #include "gateway/gw_sup_int.h"
 
 #include "autoscale/policy.h"

@@ -1,12 +1,12 @@
 /* The supervisor of one HTTP program's start and run (gw_sup.c), and
  * its start's wait (gw_sup_wait.c: the listen tests, the probe, the first
  * request sent with the probe's answer).  One supervisor thread owns each
- * struct; fields of the program (p) are under g->mu as gw_int.h says.
+ * struct; fields of the program (p) are under g->mu as gw_prog.h says.
  * Not a public contract. */
 #ifndef MESH_GATEWAY_GW_SUP_INT_H
 #define MESH_GATEWAY_GW_SUP_INT_H
 
-#include "gateway/gw_int.h"
+#include "gateway/gw_prog.h"
 
 /* The start's wait (docs/gateway.md, "Cold start").  Until the port
  * listens, a bare connect on one socket kept for them (refused at once,

@@ -2,7 +2,7 @@
  * it (proc/), its output into the log and the tail, the warmth probe on a
  * helper thread, the policy's answer acted on, the stop and reap of its
  * group; open and free.  The clients are front.c's.  See serve_int.h. */
-#include "gateway/serve_int.h"
+#include "serve/serve_int.h"
 
 #include "base/clock.h"
 #include "base/err.h"

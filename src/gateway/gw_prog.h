@@ -1,11 +1,15 @@
-/* The model gateway's insides, shared by gw.c (the front door: accept, each
- * connection's requests, routing, the relay of each response) and
- * gw_prog.c (the programs: the catalog, acquire/release of a request's
- * place, the budget, their numbers) and gw_sup.c (the supervisor thread of
- * each running program).  One mutex (g->mu)
- * guards every field marked "mu".  Not a public contract: see gw.h. */
-#ifndef MESH_GATEWAY_GW_INT_H
-#define MESH_GATEWAY_GW_INT_H
+/* The model gateway's programs and the state its threads share (gw_prog.c:
+ * the catalog's HTTP programs, a request's place -- acquire, never
+ * blocking, and release --, the memory budget, their numbers, the log; and
+ * the supervisor thread of each running program, gw_sup.c).  Used by the
+ * front (gw_loop.c), meshd's own answers (gw_answer.c) and the gateway's
+ * open, drain and free (gw.c); it knows none of them: when what a waiting
+ * request waits for changes it calls g->look, the hook the front set.
+ * One mutex (g->mu) guards every field marked "mu"; lock order: g->mu,
+ * then a loop's own mutex (gw_loop.c), never the other way.  Not a public
+ * contract: see gw.h. */
+#ifndef MESH_GATEWAY_GW_PROG_H
+#define MESH_GATEWAY_GW_PROG_H
 
 #include "gateway/gw.h"
 #include "host/manifest.h"

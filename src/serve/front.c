@@ -3,7 +3,7 @@
  * client speaks it, then a linger), each connection's relay to the server,
  * and the addresses on both sides; and the registration of fds with the
  * loop's event_base.  See serve_int.h. */
-#include "gateway/serve_int.h"
+#include "serve/serve_int.h"
 
 #include "base/clock.h"
 #include "base/err.h"

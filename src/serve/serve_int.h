@@ -6,14 +6,14 @@
  * each connection, the addresses; the loop's registrations of fds).
  * Everything runs on the loop's thread except probe_main.  Not a public
  * contract: see serve.h for that. */
-#ifndef MESH_GATEWAY_SERVE_INT_H
-#define MESH_GATEWAY_SERVE_INT_H
+#ifndef MESH_SERVE_SERVE_INT_H
+#define MESH_SERVE_SERVE_INT_H
 
 #include "autoscale/policy.h"
 #include "autoscale/probe.h"
 #include "http/hframe.h"
 #include "http/relay.h"
-#include "gateway/serve.h"
+#include "serve/serve.h"
 #include "proc/proc.h"
 
 #include <pthread.h>

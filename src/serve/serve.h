@@ -54,8 +54,8 @@
  *      Events go to c.on_event as they happen, on this thread.
  *   4. mesh_serve_stats(s, &st) any time (also inside on_event);
  *      mesh_serve_free(s). */
-#ifndef MESH_GATEWAY_SERVE_H
-#define MESH_GATEWAY_SERVE_H
+#ifndef MESH_SERVE_SERVE_H
+#define MESH_SERVE_SERVE_H
 
 #include <stddef.h>
 #include <stdint.h>
