@@ -63,7 +63,7 @@ struct mesh_gw_config {
 	size_t max_body;	   /* request body bound; 0: 16 MiB */
 	uint32_t max_queue;	   /* requests waiting per program; 0: 256 */
 	uint32_t max_conns;	   /* client connections at once; 0: 1024 */
-	uint32_t threads;	   /* event loop threads; 0: by the CPUs (gw_loop_run.c) */
+	uint32_t threads;	   /* event loop threads; 0: by the CPUs (gw_loop.c) */
 	uint64_t drain_timeout_ns; /* mesh_gw_drain's wait for requests in flight */
 	uint64_t backoff_ns;	   /* after a failed start; 0: 500 ms */
 	/* The memory budget (bytes; 0: none): the programs that run

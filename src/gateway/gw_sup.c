@@ -364,6 +364,42 @@ static char **build_env(const struct mesh_manifest *m)
 	return e;
 }
 
+/* The program's process, as a native worker's (host.c): its PID
+ * namespace, rlimits, cgroup (procs: its cgroup.procs, -1: none), user;
+ * output to out_fd.  0, or a negative code with why set. */
+static int spawn_child(struct mesh__gw_sup *s, const char *path, char **argv, char **envp, int out_fd, int procs,
+		       char *why, size_t cap)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_proc_rlimit rl[MESH_PROC_RLIMITS_MAX];
+	struct mesh_proc_opts o = MESH_PROC_OPTS_INIT;
+	o.path = path;
+	o.argv = argv;
+	o.envp = envp;
+	o.out_fd = out_fd;
+	o.flags = MESH_PROC_PIDNS;
+	o.rlimits = rl;
+	o.nrlimits = mesh_limits_rlimits(&p->m.limits, p->enforced, rl);
+	o.cgroup_procs_fd = procs;
+	const struct mesh_run_as *ra = &p->run_as;
+	if (ra->set) {
+		o.flags |= MESH_PROC_SETUID;
+		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
+	}
+	int rc = mesh_proc_spawn_child(p->g->sp, &o, 1, &s->c);
+	if (rc == -EACCES && ra->set)
+		/* The usual cause: a command under a directory only meshd's
+		 * user may enter (/root, a 0700 directory). */
+		snprintf(why, cap,
+			 "cannot run '%s': %s as user '%s' (%s): that user must be able to reach the command and "
+			 "every directory above it",
+			 path, strerror(-rc), ra->name,
+			 p->m.user ? "the manifest's `user`" : "meshd runs as root and the manifest names no `user`");
+	else if (rc)
+		snprintf(why, cap, "cannot run '%s': %s", path, strerror(-rc));
+	return rc;
+}
+
 static int spawn(struct mesh__gw_sup *s, char *why, size_t cap)
 {
 	struct mesh__gw_prog *p = s->p;
@@ -402,37 +438,12 @@ static int spawn(struct mesh__gw_sup *s, char *why, size_t cap)
 			goto out;
 		}
 	}
-	struct mesh_proc_rlimit rl[MESH_PROC_RLIMITS_MAX];
-	struct mesh_proc_opts o = MESH_PROC_OPTS_INIT;
-	o.path = path;
-	o.argv = argv;
-	o.envp = envp;
-	o.out_fd = pipefd[1];
-	o.flags = MESH_PROC_PIDNS;
-	o.rlimits = rl;
-	o.nrlimits = mesh_limits_rlimits(&p->m.limits, p->enforced, rl);
-	o.cgroup_procs_fd = procs;
-	const struct mesh_run_as *ra = &p->run_as;
-	if (ra->set) {
-		o.flags |= MESH_PROC_SETUID;
-		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
-	}
-	rc = mesh_proc_spawn_child(p->g->sp, &o, 1, &s->c);
+	rc = spawn_child(s, path, argv, envp, pipefd[1], procs, why, cap);
 	close(pipefd[1]);
 	if (procs >= 0)
 		close(procs);
 	if (rc) {
 		close(pipefd[0]);
-		if (rc == -EACCES && ra->set)
-			/* The usual cause: a command under a directory only meshd's
-			 * user may enter (/root, a 0700 directory). */
-			snprintf(why, cap,
-				 "cannot run '%s': %s as user '%s' (%s): that user must be able to reach the command and "
-				 "every directory above it",
-				 path, strerror(-rc), ra->name,
-				 p->m.user ? "the manifest's `user`" : "meshd runs as root and the manifest names no `user`");
-		else
-			snprintf(why, cap, "cannot run '%s': %s", path, strerror(-rc));
 		if (s->cgdir[0])
 			mesh_limits_cgroup_remove(s->cgdir, 1);
 		s->cgdir[0] = 0;
@@ -456,6 +467,331 @@ out:
 	return rc;
 }
 
+/* Spawns the program.  0, or 1: the start failed (recorded; mu held). */
+static int sup_spawn(struct mesh__gw_sup *s, char *why, size_t cap)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_gw *g = p->g;
+	int rc = spawn(s, why, cap);
+	pthread_mutex_lock(&g->mu);
+	if (rc) {
+		fail_start(s, 502, why);
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s start failed: %s", p->m.name, why);
+		return 1;
+	}
+	s->t_exec = mesh_mono_ns();
+	p->pid = s->c.pid;
+	p->port = s->port;
+	p->spawns++;
+	pthread_mutex_unlock(&g->mu);
+	marker(s, "spawned pid=%d port=%d (%s)", (int)s->c.pid, s->port, mesh_proc_how_name(s->c.how));
+	mesh__gw_log(g, MESH_GW_INFO, "program=%s spawned pid=%d port=%d", p->m.name, (int)s->c.pid, s->port);
+	return 0;
+}
+
+static int probe_step(struct mesh__gw_sup *s, uint64_t t0, uint64_t now, int *listens, uint64_t *next);
+
+/* Starting: the listen tests and the probe until warm (0), or the process
+ * ends, meshd stops, or the start timeout passes (1: recorded; mu held). */
+static int sup_start(struct mesh__gw_sup *s, uint64_t t0, char *why, size_t cap)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_gw *g = p->g;
+	uint64_t deadline = t0 + p->m.start_timeout_ns, next = s->t_exec + LISTEN_MIN_NS;
+	s->next_measure = t0 + MEASURE_EVERY_NS;
+	int listens = 0; /* the port was seen listening: the HTTP probe's turn */
+	snprintf(s->last_probe, sizeof s->last_probe, "no probe yet");
+	for (;;) {
+		uint64_t until = next < deadline ? next : deadline;
+		if (wait_events(s, until)) {
+			char note[512];
+			limits_note(s, note, sizeof note);
+			snprintf(why, cap, "exited with status %d before it was warm (last probe: %s)%s", s->status,
+				 s->last_probe, note);
+			pthread_mutex_lock(&g->mu);
+			fail_start(s, 502, why);
+			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed while starting: status=%d", p->m.name, s->status);
+			return 1;
+		}
+		pthread_mutex_lock(&g->mu);
+		int stopping = g->stopping;
+		pthread_mutex_unlock(&g->mu);
+		if (stopping) {
+			stop_child(s, "shutdown", 0);
+			pthread_mutex_lock(&g->mu);
+			fail_start(s, 503, "was stopped: meshd is shutting down");
+			return 1;
+		}
+		uint64_t now = mesh_mono_ns();
+		if (now >= deadline) {
+			snprintf(why, cap, "was not warm within %.1f s (last probe: %s)", (double)p->m.start_timeout_ns / 1e9,
+				 s->last_probe);
+			mesh__gw_log(g, MESH_GW_WARN, "program=%s start timeout: %s", p->m.name, why);
+			pthread_mutex_lock(&g->mu);
+			fail_start(s, 504, why);
+			mesh__gw_look(g); /* the waiters answer now, not after the stop */
+			p->state = GW_STOPPING;
+			pthread_mutex_unlock(&g->mu);
+			stop_child(s, "start timeout", 0);
+			pthread_mutex_lock(&g->mu);
+			return 1;
+		}
+		if (now >= s->next_measure)
+			measure(s); /* a loading server grows: others' starts count it */
+		if (now < next)
+			continue;
+		if (probe_step(s, t0, now, &listens, &next))
+			return 0;
+	}
+}
+
+/* One step of a start's wait at its due time: a listen test, or (once the
+ * port listens) the HTTP probe.  1 warm; else 0 and *next its next step. */
+static int probe_step(struct mesh__gw_sup *s, uint64_t t0, uint64_t now, int *listens, uint64_t *next)
+{
+	if (!*listens && !(*listens = mesh__gw_sup_listening(s))) {
+		/* From the last step's due time: a cadence that does not drift
+		 * by the test's own time. */
+		*next += mesh__gw_sup_pace(now - t0, LISTEN_DIV, LISTEN_MIN_NS, LISTEN_MAX_NS);
+		if (*next < now)
+			*next = now + LISTEN_MIN_NS;
+		return 0;
+	}
+	if (!s->t_listen)
+		s->t_listen = mesh_mono_ns();
+	/* A probe before this one closed its connection (the program did not
+	 * keep it alive): a new one, by the listen test's connect (a refusal:
+	 * it stopped listening, back to the bare connects). */
+	if (s->pfd < 0 && !mesh__gw_sup_listening(s)) {
+		*listens = 0;
+		s->t_listen = 0;
+		*next = mesh_mono_ns() + LISTEN_MIN_NS;
+		return 0;
+	}
+	s->http_probes++;
+	s->t_probe = mesh_mono_ns();
+	if (mesh__gw_sup_probe(s, 1000000000ull))
+		return 1;
+	now = mesh_mono_ns();
+	if (s->refused) {
+		/* It stopped listening (a server that restarts its listener):
+		 * back to the bare connects. */
+		*listens = 0;
+		s->t_listen = 0;
+		*next = now + LISTEN_MIN_NS;
+		return 0;
+	}
+	*next = now + mesh__gw_sup_pace(now - t0, 1000, PROBE_MIN_NS, PROBE_MAX_NS);
+	return 0;
+}
+
+/* The program just warm: the first waiter's request sent, the others told,
+ * the warm line (what the wait cost and where its time went). */
+static void sup_warm(struct mesh__gw_sup *s, uint64_t t0, uint64_t cpu0)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_gw *g = p->g;
+	uint64_t t_warm = mesh_mono_ns();
+	if (s->pfd >= 0) {
+		/* For the first request (a loop's, non-blocking as made). */
+		int one = 1;
+		setsockopt(s->pfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	}
+	pthread_mutex_lock(&g->mu);
+	p->state = GW_WARM;
+	p->last_end = t_warm;
+	uint64_t t_first = mesh__gw_sup_send_first(s);
+	if (s->pfd >= 0 && p->npool < GW_POOL_MAX) {
+		/* The first waiter's request rides the probe's connection: no
+		 * connect, no accept for the program. */
+		p->pool[p->npool++] = s->pfd;
+		s->pfd = -1;
+	}
+	p->backoff_ns = 0;
+	p->warm_ns_sum += p->last_end - t0;
+	p->warm_count++;
+	mesh__gw_look(g); /* each waiter relays its request now */
+	pthread_mutex_unlock(&g->mu);
+	/* What the wait cost meshd (this thread's CPU, the spawn included) and
+	 * its steps: the spawn to the program's exec, how late the listen was
+	 * seen at most (since the last refused test), the probe's answer. */
+	double wait_cpu_ms = (double)(thread_cpu_ns() - cpu0) / 1e6;
+	char steps[400], first[96] = "";
+	uint64_t before = s->t_refused > s->t_exec ? s->t_refused : s->t_exec;
+	if (t_first)
+		snprintf(first, sizeof first, ", the first request sent on its connection %.3f ms after",
+			 (double)(t_first - t_warm) / 1e6);
+	snprintf(steps, sizeof steps,
+		 "spawn %.2f ms to the program's exec, its listen seen at %.1f ms (within %.2f ms), the probe answered in "
+		 "%.2f ms%s",
+		 (double)(s->t_exec - t0) / 1e6, s->t_listen ? (double)(s->t_listen - t0) / 1e6 : 0.0,
+		 s->t_listen > before ? (double)(s->t_listen - before) / 1e6 : 0.0, (double)(t_warm - s->t_probe) / 1e6,
+		 first);
+	marker(s, "warm pid=%d in %.1f ms (%s; waited with %u listen tests, %u probes, %.2f ms of CPU; %s)", (int)s->c.pid,
+	       (double)(t_warm - t0) / 1e6, s->last_probe, s->listen_tests, s->http_probes, wait_cpu_ms, steps);
+	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms (%u listen tests, %u probes, %.2f ms of CPU; %s)",
+		     p->m.name, (int)s->c.pid, (double)(t_warm - t0) / 1e6, s->listen_tests, s->http_probes, wait_cpu_ms,
+		     steps);
+}
+
+/* Warm, the periodic probe due: 0 it answered, or not yet probe_failures
+ * times in a row; 1 hung: killed (mu held). */
+static int sup_probe_warm(struct mesh__gw_sup *s, uint64_t answer_ns, unsigned *fails, char *why, size_t cap)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_gw *g = p->g;
+	if (mesh__gw_sup_probe(s, answer_ns)) {
+		*fails = 0;
+		return 0;
+	}
+	if (++*fails < g->c.probe_failures)
+		return 0;
+	snprintf(why, cap, "hung: %u probes in a row failed (last: %s)", *fails, s->last_probe);
+	mesh__gw_log(g, MESH_GW_WARN, "program=%s pid=%d %s", p->m.name, (int)s->c.pid, why);
+	marker(s, "%s", why);
+	pthread_mutex_lock(&g->mu);
+	p->state = GW_STOPPING;
+	mesh__gw_pool_drop(p);
+	p->hung++;
+	pthread_mutex_unlock(&g->mu);
+	stop_child(s, "hung", 1);
+	pthread_mutex_lock(&g->mu);
+	return 1;
+}
+
+/* Under mu, warm: whether to stop it now (idle for its TTL by the policy
+ * table, as for mesh serve: one worker, no floor, the last one lingers for
+ * the idle TTL; evicted; meshd stops).  Sets *idle, *idle_at. */
+static int sup_should_stop(struct mesh__gw_prog *p, int stopping, int *idle, uint64_t *idle_at)
+{
+	uint64_t now = mesh_mono_ns();
+	*idle = !p->inflight && !p->waiting;
+	*idle_at = p->last_end + p->m.idle_ttl_ns;
+	struct mesh_as_config pol = {.min_workers = 0, .max_workers = 1, .target_concurrency = 1,
+				     .idle_ttl = (int64_t)p->m.idle_ttl_ns, .linger = (int64_t)p->m.idle_ttl_ns};
+	struct mesh_as_obs o = {.warm = 1,
+				.demand = (uint64_t)p->inflight + p->waiting,
+				.idle = *idle && now > p->last_end ? (int64_t)(now - p->last_end) : 0};
+	struct mesh_as_plan plan;
+	if (!stopping && p->state == GW_WARM && mesh_as_plan(&pol, &o, &plan) == 0 && plan.action == MESH_AS_REAP)
+		p->state = GW_STOPPING;
+	if (stopping)
+		p->state = GW_STOPPING;
+	if (p->state == GW_STOPPING)
+		mesh__gw_pool_drop(p);
+	return p->state == GW_STOPPING;
+}
+
+/* Warm: until it ends, is idle for its TTL, is hung (the periodic probe
+ * failed probe_failures times in a row), or meshd stops; returns with mu
+ * held, the program stopped or gone.  The probe's answer is awaited at most
+ * an interval (at least 200 ms, at most 1 s). */
+static void sup_run(struct mesh__gw_sup *s, char *why, size_t cap)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_gw *g = p->g;
+	/* Measured soon, not at once: the first requests' output first. */
+	s->next_measure = mesh_mono_ns() + MEASURE_EVERY_NS / 10;
+	uint64_t pint = g->c.probe_interval_ns, next_probe = mesh_mono_ns() + pint;
+	uint64_t pans = pint < 200000000ull ? 200000000ull : pint > 1000000000ull ? 1000000000ull : pint;
+	unsigned pfails = 0;
+	for (;;) {
+		if (mesh_mono_ns() >= next_probe) {
+			if (sup_probe_warm(s, pans, &pfails, why, cap))
+				return;
+			next_probe = mesh_mono_ns() + pint;
+		}
+		int idle;
+		uint64_t idle_at;
+		pthread_mutex_lock(&g->mu);
+		int stopping = g->stopping, stop = sup_should_stop(p, stopping, &idle, &idle_at);
+		uint64_t now = mesh_mono_ns();
+		pthread_mutex_unlock(&g->mu);
+		if (stop) {
+			char r[96];
+			pthread_mutex_lock(&g->mu);
+			snprintf(r, sizeof r, "%s", stopping ? "shutdown" : p->evict_for[0] ? p->evict_for : "idle");
+			pthread_mutex_unlock(&g->mu);
+			stop_child(s, r, 0);
+			pthread_mutex_lock(&g->mu);
+			if (!stopping && !p->evict_for[0])
+				p->reaps++; /* an idle stop */
+			return;
+		}
+		/* Busy: look again an idle TTL from now (a request's end does not
+		 * wake this thread: mesh__gw_release), when an idle TTL from its
+		 * last end is at least as far. */
+		uint64_t until = idle ? idle_at : p->m.idle_ttl_ns ? now + p->m.idle_ttl_ns : next_probe;
+		if (until > next_probe)
+			until = next_probe;
+		if (mesh_mono_ns() >= s->next_measure)
+			measure(s);
+		if (wait_events(s, s->next_measure < until ? s->next_measure : until)) {
+			char *tail = mesh_proc_tail_text(&s->tail), note[512];
+			limits_note(s, note, sizeof note);
+			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d%s; its last lines:\n%s", p->m.name,
+				     (int)s->c.pid, s->status, note, tail ? tail : "");
+			free(tail);
+			marker(s, "crashed pid=%d status=%d%s", (int)s->c.pid, s->status, note);
+			pthread_mutex_lock(&g->mu);
+			p->crashes++;
+			return;
+		}
+	}
+}
+
+/* Entered with mu held: the program's process is killed and reaped if it
+ * is not yet, its GPU memory awaited, its resources closed; the program is
+ * cold again, another supervisor's to start; this thread ends. */
+static void sup_cold(struct mesh__gw_sup *s)
+{
+	struct mesh__gw_prog *p = s->p;
+	struct mesh_gw *g = p->g;
+	if (s->lfd >= 0)
+		close(s->lfd);
+	if (s->pfd >= 0)
+		close(s->pfd);
+	mesh__gw_pool_drop(p);
+	if (s->c.pidfd >= 0 && !s->reaped) {
+		pthread_mutex_unlock(&g->mu);
+		kill_child(s, SIGKILL);
+		siginfo_t si;
+		waitid((idtype_t)P_PIDFD, (id_t)s->c.pidfd, &si, WEXITED);
+		s->reaped = 1;
+		pthread_mutex_lock(&g->mu);
+	}
+	if (s->ngpu && g->nvml) {
+		/* Its processes are gone; its GPU memory may not be yet. */
+		p->state = GW_STOPPING;
+		pthread_mutex_unlock(&g->mu);
+		wait_vram(s);
+		pthread_mutex_lock(&g->mu);
+	}
+	/* From here the program is another supervisor's to start. */
+	p->state = GW_COLD;
+	p->pid = 0;
+	p->evfd = -1;
+	p->evict_for[0] = 0;
+	if (p->peak)
+		p->last_peak = p->peak;
+	p->peak = p->rss = p->vram = 0;
+	mesh__gw_look(g);
+	pthread_mutex_unlock(&g->mu);
+	if (s->c.pidfd >= 0)
+		close(s->c.pidfd);
+	/* Its cgroup goes once what it held is gone (SIGKILLed processes
+	 * take a moment). */
+	for (int i = 0; s->cgdir[0] && mesh_limits_cgroup_remove(s->cgdir, 1) == -EBUSY && i < 100; i++)
+		usleep(10000);
+	if (s->out >= 0)
+		close(s->out);
+	close(s->evfd);
+	pthread_mutex_lock(&g->mu);
+	g->nsup--;
+	pthread_cond_broadcast(&g->cv_all);
+	pthread_mutex_unlock(&g->mu);
+}
+
 void *mesh__gw_sup_main(void *arg)
 {
 	struct mesh__gw_sup s;
@@ -472,265 +808,11 @@ void *mesh__gw_sup_main(void *arg)
 	s.evfd = p->evfd;
 	s.gen = p->gen;
 	pthread_mutex_unlock(&g->mu);
-
 	uint64_t t0 = mesh_mono_ns(), cpu0 = thread_cpu_ns();
-	int rc = spawn(&s, why, sizeof why);
-	pthread_mutex_lock(&g->mu);
-	if (rc) {
-		fail_start(&s, 502, why);
-		mesh__gw_log(g, MESH_GW_WARN, "program=%s start failed: %s", p->m.name, why);
-		goto cold_locked;
+	if (!sup_spawn(&s, why, sizeof why) && !sup_start(&s, t0, why, sizeof why)) {
+		sup_warm(&s, t0, cpu0);
+		sup_run(&s, why, sizeof why);
 	}
-	s.t_exec = mesh_mono_ns();
-	p->pid = s.c.pid;
-	p->port = s.port;
-	p->spawns++;
-	pthread_mutex_unlock(&g->mu);
-	marker(&s, "spawned pid=%d port=%d (%s)", (int)s.c.pid, s.port, mesh_proc_how_name(s.c.how));
-	mesh__gw_log(g, MESH_GW_INFO, "program=%s spawned pid=%d port=%d", p->m.name, (int)s.c.pid, s.port);
-
-	/* Starting: probe until warm, the process ends, or the start timeout. */
-	uint64_t deadline = t0 + p->m.start_timeout_ns, next = s.t_exec + LISTEN_MIN_NS;
-	s.next_measure = t0 + MEASURE_EVERY_NS;
-	int listens = 0; /* the port was seen listening: the HTTP probe's turn */
-	snprintf(s.last_probe, sizeof s.last_probe, "no probe yet");
-	for (;;) {
-		uint64_t until = next < deadline ? next : deadline;
-		if (wait_events(&s, until)) {
-			char note[512];
-			limits_note(&s, note, sizeof note);
-			snprintf(why, sizeof why, "exited with status %d before it was warm (last probe: %s)%s", s.status,
-				 s.last_probe, note);
-			pthread_mutex_lock(&g->mu);
-			fail_start(&s, 502, why);
-			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed while starting: status=%d", p->m.name, s.status);
-			goto cold_locked;
-		}
-		pthread_mutex_lock(&g->mu);
-		int stopping = g->stopping;
-		pthread_mutex_unlock(&g->mu);
-		if (stopping) {
-			stop_child(&s, "shutdown", 0);
-			pthread_mutex_lock(&g->mu);
-			fail_start(&s, 503, "was stopped: meshd is shutting down");
-			goto cold_locked;
-		}
-		uint64_t now = mesh_mono_ns();
-		if (now >= deadline) {
-			snprintf(why, sizeof why, "was not warm within %.1f s (last probe: %s)",
-				 (double)p->m.start_timeout_ns / 1e9, s.last_probe);
-			mesh__gw_log(g, MESH_GW_WARN, "program=%s start timeout: %s", p->m.name, why);
-			pthread_mutex_lock(&g->mu);
-			fail_start(&s, 504, why);
-			mesh__gw_look(g); /* the waiters answer now, not after the stop */
-			p->state = GW_STOPPING;
-			pthread_mutex_unlock(&g->mu);
-			stop_child(&s, "start timeout", 0);
-			pthread_mutex_lock(&g->mu);
-			goto cold_locked;
-		}
-		if (now >= s.next_measure)
-			measure(&s); /* a loading server grows: others' starts count it */
-		if (now < next)
-			continue;
-		if (!listens && !(listens = mesh__gw_sup_listening(&s))) {
-			/* From the last step's due time: a cadence that does not
-			 * drift by the test's own time. */
-			next += mesh__gw_sup_pace(now - t0, LISTEN_DIV, LISTEN_MIN_NS, LISTEN_MAX_NS);
-			if (next < now)
-				next = now + LISTEN_MIN_NS;
-			continue;
-		}
-		if (!s.t_listen)
-			s.t_listen = mesh_mono_ns();
-		/* A probe before this one closed its connection (the program did
-		 * not keep it alive): a new one, by the listen test's connect (a
-		 * refusal: it stopped listening, back to the bare connects). */
-		if (s.pfd < 0 && !mesh__gw_sup_listening(&s)) {
-			listens = 0;
-			s.t_listen = 0;
-			next = mesh_mono_ns() + LISTEN_MIN_NS;
-			continue;
-		}
-		s.http_probes++;
-		s.t_probe = mesh_mono_ns();
-		if (mesh__gw_sup_probe(&s, 1000000000ull))
-			break;
-		now = mesh_mono_ns();
-		if (s.refused) {
-			/* It stopped listening (a server that restarts its listener):
-			 * back to the bare connects. */
-			listens = 0;
-			s.t_listen = 0;
-			next = now + LISTEN_MIN_NS;
-			continue;
-		}
-		next = now + mesh__gw_sup_pace(now - t0, 1000, PROBE_MIN_NS, PROBE_MAX_NS);
-	}
-	uint64_t t_warm = mesh_mono_ns();
-	if (s.pfd >= 0) {
-		/* For the first request (a loop's, non-blocking as made). */
-		int one = 1;
-		setsockopt(s.pfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	}
-	pthread_mutex_lock(&g->mu);
-	p->state = GW_WARM;
-	p->last_end = t_warm;
-	uint64_t t_first = mesh__gw_sup_send_first(&s);
-	if (s.pfd >= 0 && p->npool < GW_POOL_MAX) {
-		/* The first waiter's request rides the probe's connection: no
-		 * connect, no accept for the program. */
-		p->pool[p->npool++] = s.pfd;
-		s.pfd = -1;
-	}
-	p->backoff_ns = 0;
-	p->warm_ns_sum += p->last_end - t0;
-	p->warm_count++;
-	mesh__gw_look(g); /* each waiter relays its request now */
-	pthread_mutex_unlock(&g->mu);
-	/* What the wait cost meshd (this thread's CPU, the spawn included) and
-	 * its steps: the spawn to the program's exec, how late the listen was
-	 * seen at most (since the last refused test), the probe's answer. */
-	double wait_cpu_ms = (double)(thread_cpu_ns() - cpu0) / 1e6;
-	char steps[400], first[96] = "";
-	uint64_t before = s.t_refused > s.t_exec ? s.t_refused : s.t_exec;
-	if (t_first)
-		snprintf(first, sizeof first, ", the first request sent on its connection %.3f ms after",
-			 (double)(t_first - t_warm) / 1e6);
-	snprintf(steps, sizeof steps,
-		 "spawn %.2f ms to the program's exec, its listen seen at %.1f ms (within %.2f ms), the probe answered in "
-		 "%.2f ms%s",
-		 (double)(s.t_exec - t0) / 1e6, s.t_listen ? (double)(s.t_listen - t0) / 1e6 : 0.0,
-		 s.t_listen > before ? (double)(s.t_listen - before) / 1e6 : 0.0, (double)(t_warm - s.t_probe) / 1e6, first);
-	marker(&s, "warm pid=%d in %.1f ms (%s; waited with %u listen tests, %u probes, %.2f ms of CPU; %s)", (int)s.c.pid,
-	       (double)(t_warm - t0) / 1e6, s.last_probe, s.listen_tests, s.http_probes, wait_cpu_ms, steps);
-	mesh__gw_log(g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms (%u listen tests, %u probes, %.2f ms of CPU; %s)",
-		     p->m.name, (int)s.c.pid, (double)(t_warm - t0) / 1e6, s.listen_tests, s.http_probes, wait_cpu_ms,
-		     steps);
-
-	/* Warm: until it ends, is idle for its TTL, is hung (the periodic probe
-	 * failed probe_failures times in a row), or meshd stops.  The probe's
-	 * answer is awaited at most an interval (at least 200 ms, at most 1 s). */
-	/* Measured soon, not at once: the first requests' output first. */
-	s.next_measure = mesh_mono_ns() + MEASURE_EVERY_NS / 10;
-	uint64_t pint = g->c.probe_interval_ns, next_probe = mesh_mono_ns() + pint;
-	uint64_t pans = pint < 200000000ull ? 200000000ull : pint > 1000000000ull ? 1000000000ull : pint;
-	unsigned pfails = 0;
-	for (;;) {
-		if (mesh_mono_ns() >= next_probe) {
-			if (mesh__gw_sup_probe(&s, pans))
-				pfails = 0;
-			else if (++pfails >= g->c.probe_failures) {
-				snprintf(why, sizeof why, "hung: %u probes in a row failed (last: %s)", pfails, s.last_probe);
-				mesh__gw_log(g, MESH_GW_WARN, "program=%s pid=%d %s", p->m.name, (int)s.c.pid, why);
-				marker(&s, "%s", why);
-				pthread_mutex_lock(&g->mu);
-				p->state = GW_STOPPING;
-				mesh__gw_pool_drop(p);
-				p->hung++;
-				pthread_mutex_unlock(&g->mu);
-				stop_child(&s, "hung", 1);
-				pthread_mutex_lock(&g->mu);
-				goto cold_locked;
-			}
-			next_probe = mesh_mono_ns() + pint;
-		}
-		pthread_mutex_lock(&g->mu);
-		int idle = !p->inflight && !p->waiting, stopping = g->stopping;
-		uint64_t idle_at = p->last_end + p->m.idle_ttl_ns, now = mesh_mono_ns();
-		/* The policy table decides, as for mesh serve: one worker, no
-		 * floor, the last one lingers for the idle TTL. */
-		struct mesh_as_config pol = {.min_workers = 0, .max_workers = 1, .target_concurrency = 1,
-					     .idle_ttl = (int64_t)p->m.idle_ttl_ns, .linger = (int64_t)p->m.idle_ttl_ns};
-		struct mesh_as_obs o = {.warm = 1,
-					.demand = (uint64_t)p->inflight + p->waiting,
-					.idle = idle && now > p->last_end ? (int64_t)(now - p->last_end) : 0};
-		struct mesh_as_plan plan;
-		if (!stopping && p->state == GW_WARM && mesh_as_plan(&pol, &o, &plan) == 0 && plan.action == MESH_AS_REAP)
-			p->state = GW_STOPPING;
-		if (stopping)
-			p->state = GW_STOPPING;
-		int stop = p->state == GW_STOPPING;
-		if (stop)
-			mesh__gw_pool_drop(p);
-		pthread_mutex_unlock(&g->mu);
-		if (stop) {
-			char r[96];
-			pthread_mutex_lock(&g->mu);
-			snprintf(r, sizeof r, "%s", stopping ? "shutdown" : p->evict_for[0] ? p->evict_for : "idle");
-			pthread_mutex_unlock(&g->mu);
-			stop_child(&s, r, 0);
-			pthread_mutex_lock(&g->mu);
-			if (!stopping && !p->evict_for[0])
-				p->reaps++; /* an idle stop */
-			goto cold_locked;
-		}
-		/* Busy: look again an idle TTL from now (a request's end does not
-		 * wake this thread: mesh__gw_release), when an idle TTL from its
-		 * last end is at least as far. */
-		uint64_t until = idle ? idle_at : p->m.idle_ttl_ns ? now + p->m.idle_ttl_ns : next_probe;
-		if (until > next_probe)
-			until = next_probe;
-		if (mesh_mono_ns() >= s.next_measure)
-			measure(&s);
-		if (wait_events(&s, s.next_measure < until ? s.next_measure : until)) {
-			char *tail = mesh_proc_tail_text(&s.tail), note[512];
-			limits_note(&s, note, sizeof note);
-			mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d%s; its last lines:\n%s", p->m.name,
-				     (int)s.c.pid, s.status, note, tail ? tail : "");
-			free(tail);
-			marker(&s, "crashed pid=%d status=%d%s", (int)s.c.pid, s.status, note);
-			pthread_mutex_lock(&g->mu);
-			p->crashes++;
-			goto cold_locked;
-		}
-	}
-
-cold_locked:
-	/* mu held. */
-	if (s.lfd >= 0)
-		close(s.lfd);
-	if (s.pfd >= 0)
-		close(s.pfd);
-	mesh__gw_pool_drop(p);
-	if (s.c.pidfd >= 0 && !s.reaped) {
-		pthread_mutex_unlock(&g->mu);
-		kill_child(&s, SIGKILL);
-		siginfo_t si;
-		waitid((idtype_t)P_PIDFD, (id_t)s.c.pidfd, &si, WEXITED);
-		s.reaped = 1;
-		pthread_mutex_lock(&g->mu);
-	}
-	if (s.ngpu && g->nvml) {
-		/* Its processes are gone; its GPU memory may not be yet. */
-		p->state = GW_STOPPING;
-		pthread_mutex_unlock(&g->mu);
-		wait_vram(&s);
-		pthread_mutex_lock(&g->mu);
-	}
-	/* From here the program is another supervisor's to start. */
-	p->state = GW_COLD;
-	p->pid = 0;
-	p->evfd = -1;
-	p->evict_for[0] = 0;
-	if (p->peak)
-		p->last_peak = p->peak;
-	p->peak = p->rss = p->vram = 0;
-	mesh__gw_look(g);
-	pthread_mutex_unlock(&g->mu);
-	if (s.c.pidfd >= 0)
-		close(s.c.pidfd);
-	/* Its cgroup goes once what it held is gone (SIGKILLed processes
-	 * take a moment). */
-	for (int i = 0; s.cgdir[0] && mesh_limits_cgroup_remove(s.cgdir, 1) == -EBUSY && i < 100; i++)
-		usleep(10000);
-	if (s.out >= 0)
-		close(s.out);
-	close(s.evfd);
-	pthread_mutex_lock(&g->mu);
-	g->nsup--;
-	pthread_cond_broadcast(&g->cv_all);
-	pthread_mutex_unlock(&g->mu);
+	sup_cold(&s);
 	return NULL;
 }
-

@@ -254,57 +254,56 @@ static int line_done(struct mesh_hframe *f, int dir)
 	return 0;
 }
 
-/* One byte of a first line. */
-static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
+/* One byte of a request line: method SP target SP version. */
+static int request_line_byte(struct mesh_hframe *f, unsigned char c)
 {
-	struct mesh_hframe_side *s = &f->side[dir];
-	if (s->sub == L_CR) {
-		if (c != '\n')
-			return fail(s, MESH_E_PROTO, "CR not followed by LF");
-		return line_done(f, dir);
-	}
-	if (dir == 0) {
-		switch (s->sub) {
-		case L_A: /* method */
-			if (c == ' ') {
-				if (!s->nlen)
-					return fail(s, MESH_E_PROTO, "request line: no method");
-				unsigned bit = f->inflight - 1;
-				if (s->nlen == 4 && !memcmp(s->name, "head", 4))
-					f->head_bits |= 1ull << bit;
-				if (s->nlen == 7 && !memcmp(s->name, "connect", 7))
-					f->connect_bits |= 1ull << bit;
-				s->sub = L_B;
-				s->nlen = 0; /* from here: the target's bytes, saturated */
-				return 0;
-			}
-			if (!tchar[c])
-				return fail(s, MESH_E_PROTO, "request line: bad method");
-			keep(s->name, sizeof s->name, &s->nlen, c);
-			return 0;
-		case L_B: /* target */
-			if (c == ' ') {
-				if (!s->nlen)
-					return fail(s, MESH_E_PROTO, "request line: no target");
-				s->sub = L_C;
-				s->vlen = 0;
-				return 0;
-			}
-			if (c < 0x21 || c == 0x7f)
-				return fail(s, MESH_E_PROTO, "request line: bad target");
-			s->nlen = 1;
-			return 0;
-		default: /* version */
-			if (c == '\r') {
-				s->sub = L_CR;
-				return 0;
-			}
-			if (c == '\n')
-				return fail(s, MESH_E_PROTO, "request line: bare LF");
-			keep_raw(s->val, sizeof s->val, &s->vlen, c);
+	struct mesh_hframe_side *s = &f->side[0];
+	switch (s->sub) {
+	case L_A: /* method */
+		if (c == ' ') {
+			if (!s->nlen)
+				return fail(s, MESH_E_PROTO, "request line: no method");
+			unsigned bit = f->inflight - 1;
+			if (s->nlen == 4 && !memcmp(s->name, "head", 4))
+				f->head_bits |= 1ull << bit;
+			if (s->nlen == 7 && !memcmp(s->name, "connect", 7))
+				f->connect_bits |= 1ull << bit;
+			s->sub = L_B;
+			s->nlen = 0; /* from here: the target's bytes, saturated */
 			return 0;
 		}
+		if (!tchar[c])
+			return fail(s, MESH_E_PROTO, "request line: bad method");
+		keep(s->name, sizeof s->name, &s->nlen, c);
+		return 0;
+	case L_B: /* target */
+		if (c == ' ') {
+			if (!s->nlen)
+				return fail(s, MESH_E_PROTO, "request line: no target");
+			s->sub = L_C;
+			s->vlen = 0;
+			return 0;
+		}
+		if (c < 0x21 || c == 0x7f)
+			return fail(s, MESH_E_PROTO, "request line: bad target");
+		s->nlen = 1;
+		return 0;
+	default: /* version */
+		if (c == '\r') {
+			s->sub = L_CR;
+			return 0;
+		}
+		if (c == '\n')
+			return fail(s, MESH_E_PROTO, "request line: bare LF");
+		keep_raw(s->val, sizeof s->val, &s->vlen, c);
+		return 0;
 	}
+}
+
+/* One byte of a status line: version SP 3DIGIT [SP reason]. */
+static int status_line_byte(struct mesh_hframe *f, unsigned char c)
+{
+	struct mesh_hframe_side *s = &f->side[1];
 	switch (s->sub) {
 	case L_A: /* version */
 		if (c == ' ') {
@@ -343,13 +342,25 @@ static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
 		if (c == '\n') {
 			if (s->strict)
 				return fail(s, MESH_E_PROTO, "status line: bare LF");
-			return line_done(f, dir);
+			return line_done(f, 1);
 		}
 		if ((c < 0x20 && c != '\t') || (c == 0x7f && s->strict))
 			return fail(s, MESH_E_PROTO, "status line: control character");
 		s->sub = L_C;
 		return 0;
 	}
+}
+
+/* One byte of a first line. */
+static int line_byte(struct mesh_hframe *f, int dir, unsigned char c)
+{
+	struct mesh_hframe_side *s = &f->side[dir];
+	if (s->sub == L_CR) {
+		if (c != '\n')
+			return fail(s, MESH_E_PROTO, "CR not followed by LF");
+		return line_done(f, dir);
+	}
+	return dir ? status_line_byte(f, c) : request_line_byte(f, c);
 }
 
 /* One byte of a header block (a head or a trailer). */
@@ -526,6 +537,86 @@ static int plain_value_byte(unsigned char c)
 	return c >= 0x20 ? c != 0x7f : c == '\t';
 }
 
+/* In a head, a run of bytes from p[i] that are read the same as the next
+ * (a value the framing ignores, the rest of a name, a request target),
+ * while the head's and the line's bounds hold: taken at once (counted,
+ * a name's kept).  Where the run ends; i when there is none. */
+static size_t head_run(struct mesh_hframe_side *s, int dir, const char *p, size_t i, size_t n)
+{
+	size_t room = MESH_HFRAME_MAX_HEAD - s->head_bytes, j = i;
+	if (s->max_line && s->max_line - s->line_bytes < room)
+		room = s->max_line - s->line_bytes;
+	if (room > n - i)
+		room = n - i;
+	if (s->state == ST_HDR && s->sub == H_VALUE && !framing_header(s)) {
+		/* The value of a header the framing ignores: nothing of it is
+		 * kept; its end and anything to refuse go byte by byte. */
+		while (j < i + room && plain_value_byte((unsigned char)p[j]))
+			j++;
+	} else if (s->state != ST_LINE && s->sub == H_NAME) {
+		/* The rest of a name: kept as header_byte keeps it. */
+		while (j < i + room && tchar[(unsigned char)p[j]])
+			keep(s->name, sizeof s->name, &s->nlen, (unsigned char)p[j++]);
+	} else if (s->state == ST_LINE && dir == 0 && s->sub == L_B) {
+		while (j < i + room && (unsigned char)p[j] > 0x20 && p[j] != 0x7f)
+			j++;
+		if (j > i)
+			s->nlen = 1;
+	}
+	s->head_bytes += (uint32_t)(j - i);
+	s->line_bytes += (uint32_t)(j - i);
+	return j;
+}
+
+/* The first byte of a message is next: a request counted in flight. */
+static int msg_begin(struct mesh_hframe *f, int dir)
+{
+	struct mesh_hframe_side *s = &f->side[dir];
+	if (dir == 0) {
+		if (f->inflight >= MESH_HFRAME_MAX_PIPELINE)
+			return fail(s, MESH_E_TOOBIG, "too many pipelined requests");
+		f->inflight++;
+		f->requests++;
+	}
+	s->state = ST_LINE;
+	s->sub = L_A;
+	s->nlen = s->vlen = 0;
+	s->nfields = 0;
+	s->head_bytes = s->line_bytes = 0;
+	return 0;
+}
+
+/* One byte of a head (its first line, a header line, a trailer), within
+ * the head's and the line's bounds. */
+static int head_byte(struct mesh_hframe *f, int dir, unsigned char c)
+{
+	struct mesh_hframe_side *s = &f->side[dir];
+	if (++s->head_bytes > MESH_HFRAME_MAX_HEAD)
+		return fail(s, MESH_E_TOOBIG, dir ? "response head too long" : "request head too long");
+	if (s->max_line && ++s->line_bytes > s->max_line)
+		return fail(s, MESH_E_TOOBIG, s->state == ST_LINE ? (dir ? "status line too long" : "request line too long")
+								 : "header line too long");
+	if (c == '\n')
+		s->line_bytes = 0;
+	return s->state == ST_LINE ? line_byte(f, dir, c) : header_byte(f, dir, c);
+}
+
+/* Of n bytes of a body (Content-Length) or a chunk's data, those that
+ * belong to it: taken (the message or the chunk ends with the last). */
+static size_t body_take(struct mesh_hframe *f, int dir, size_t n)
+{
+	struct mesh_hframe_side *s = &f->side[dir];
+	size_t k = n < s->remaining ? n : (size_t)s->remaining;
+	s->remaining -= k;
+	if (s->remaining == 0) {
+		if (s->state == ST_CL)
+			msg_end(f, dir);
+		else
+			s->state = ST_CHUNK_END;
+	}
+	return k;
+}
+
 /* The event(s) of the byte or run that ends at p + i, into ev. */
 static long event(struct mesh_hframe *f, struct mesh_hframe_ev *ev, size_t i)
 {
@@ -564,16 +655,7 @@ static long run(struct mesh_hframe *f, int dir, const char *p, size_t n, struct 
 			return (long)n;
 		case ST_CL:
 		case ST_CHUNK_DATA: {
-			size_t k = n - i;
-			if (k > s->remaining)
-				k = (size_t)s->remaining;
-			s->remaining -= k;
-			if (s->remaining == 0) {
-				if (s->state == ST_CL)
-					msg_end(f, dir);
-				else
-					s->state = ST_CHUNK_END;
-			}
+			size_t k = body_take(f, dir, n - i);
 			if (ev) {
 				ev->what = MESH_HFRAME_EV_DATA;
 				ev->p = p + i;
@@ -589,60 +671,18 @@ static long run(struct mesh_hframe *f, int dir, const char *p, size_t n, struct 
 				i++;
 				continue;
 			}
-			if (dir == 0) {
-				if (f->inflight >= MESH_HFRAME_MAX_PIPELINE)
-					return fail(s, MESH_E_TOOBIG, "too many pipelined requests");
-				f->inflight++;
-				f->requests++;
-			}
-			s->state = ST_LINE;
-			s->sub = L_A;
-			s->nlen = s->vlen = 0;
-			s->nfields = 0;
-			s->head_bytes = s->line_bytes = 0;
+			if ((rc = msg_begin(f, dir)) < 0)
+				return rc;
 			continue;
 		case ST_LINE:
 		case ST_HDR:
 		case ST_TRAILER: {
-			/* A run of bytes at once where one is read the same as
-			 * the next, while the head's and the line's bounds hold. */
-			size_t room = MESH_HFRAME_MAX_HEAD - s->head_bytes, j = i;
-			if (s->max_line && s->max_line - s->line_bytes < room)
-				room = s->max_line - s->line_bytes;
-			if (room > n - i)
-				room = n - i;
-			if (s->state == ST_HDR && s->sub == H_VALUE && !framing_header(s)) {
-				/* The value of a header the framing ignores: its run of
-				 * plain bytes (nothing of it is kept); its end and
-				 * anything to refuse go byte by byte below. */
-				while (j < i + room && plain_value_byte((unsigned char)p[j]))
-					j++;
-			} else if (s->state != ST_LINE && s->sub == H_NAME) {
-				/* The rest of a name: its run of token bytes (kept as
-				 * header_byte keeps them). */
-				while (j < i + room && tchar[(unsigned char)p[j]])
-					keep(s->name, sizeof s->name, &s->nlen, (unsigned char)p[j++]);
-			} else if (s->state == ST_LINE && dir == 0 && s->sub == L_B) {
-				/* A request target's run of visible bytes. */
-				while (j < i + room && (unsigned char)p[j] > 0x20 && p[j] != 0x7f)
-					j++;
-				if (j > i)
-					s->nlen = 1;
-			}
+			size_t j = head_run(s, dir, p, i, n);
 			if (j > i) {
-				s->head_bytes += (uint32_t)(j - i);
-				s->line_bytes += (uint32_t)(j - i);
 				i = j;
 				continue;
 			}
-			if (++s->head_bytes > MESH_HFRAME_MAX_HEAD)
-				return fail(s, MESH_E_TOOBIG, dir ? "response head too long" : "request head too long");
-			if (s->max_line && ++s->line_bytes > s->max_line)
-				return fail(s, MESH_E_TOOBIG, s->state == ST_LINE ? (dir ? "status line too long" : "request line too long")
-										 : "header line too long");
-			if (c == '\n')
-				s->line_bytes = 0;
-			rc = s->state == ST_LINE ? line_byte(f, dir, c) : header_byte(f, dir, c);
+			rc = head_byte(f, dir, c);
 			break;
 		}
 		default:

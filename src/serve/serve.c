@@ -7,6 +7,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/thread.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -639,9 +640,84 @@ static struct event_base *base_new(void)
 	return b;
 }
 
+/* A copy of c's command and log path in s.  0 or -ENOMEM. */
+static int copy_command(struct mesh_serve *s, const struct mesh_serve_config *c)
+{
+	size_t argc = 0;
+	while (c->argv[argc])
+		argc++;
+	s->argv = calloc(argc + 1, sizeof *s->argv);
+	s->log_path = strdup(c->log_path ? c->log_path : "mesh-serve.log");
+	if (!s->argv || !s->log_path)
+		return -ENOMEM;
+	for (size_t i = 0; i < argc; i++)
+		if (!(s->argv[i] = strdup(c->argv[i])))
+			return -ENOMEM;
+	return 0;
+}
+
+/* The process as serve.h says: RLIMIT_NOFILE raised (and max_conns from
+ * it), SIGPIPE ignored, a child subreaper, the signals the loop reads
+ * blocked (set: them). */
+static void take_process(struct mesh_serve *s, sigset_t *set)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	/* A relayed connection holds 2 fds (pipes only while bytes move): the
+	 * default bound leaves room for the loop's own and the pipes. */
+	s->max_conns = s->c.max_conns;
+	if (!s->max_conns) {
+		uint64_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1048576;
+		s->max_conns = lim > 256 ? (uint32_t)((lim - 128) / 2 < UINT32_MAX ? (lim - 128) / 2 : UINT32_MAX) : 64;
+	}
+	s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	signal(SIGPIPE, SIG_IGN);
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	sigemptyset(set);
+	sigaddset(set, SIGCHLD);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, set, NULL);
+}
+
+/* The loop: its signalfd (set), the probe's pipes, the event_base and
+ * the events of the listener, the signals and the probe's answers; the
+ * probe's thread.  0 or a negative code with why set. */
+static int loop_setup(struct mesh_serve *s, const sigset_t *set, char *why, size_t why_len)
+{
+	int rc = -ENOMEM;
+	s->sfd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (s->sfd < 0 || pipe2(s->probe_req, O_CLOEXEC) < 0 || pipe2(s->probe_res, O_CLOEXEC | O_NONBLOCK) < 0) {
+		snprintf(why, why_len, "cannot set up the event loop");
+		return -errno;
+	}
+	s->base = base_new();
+	/* EV_PERSIST: only ever activated; run, it is not taken out. */
+	s->ev_pass = s->base ? event_new(s->base, -1, EV_PERSIST, on_pass, s) : NULL;
+	s->ev_timer = s->base ? evtimer_new(s->base, on_timer, s) : NULL;
+	if (!s->ev_pass || !s->ev_timer || (rc = mesh__serve_watch(s, &s->w_listen, s->lfd, EPOLLIN)) < 0 ||
+	    (rc = mesh__serve_watch(s, &s->w_signal, s->sfd, EPOLLIN)) < 0 ||
+	    (rc = mesh__serve_watch(s, &s->w_probe, s->probe_res[0], EPOLLIN)) < 0) {
+		snprintf(why, why_len, "cannot set up the event loop");
+		return !s->ev_pass || !s->ev_timer ? -ENOMEM : rc;
+	}
+	if ((rc = mesh_thread_start(&s->probe_thread, probe_main, s)) < 0) {
+		snprintf(why, why_len, "cannot start the probe thread");
+		return rc;
+	}
+	s->probe_started = 1;
+	return 0;
+}
+
 int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, char *why, size_t why_len)
 {
 	char dummy[8];
+	sigset_t set;
 	int rc;
 	if (!why) {
 		why = dummy;
@@ -664,20 +740,8 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 	mesh__serve_watch_init(s, &s->w_signal, W_SIGNAL, NULL);
 	mesh__serve_watch_init(s, &s->w_output, W_OUTPUT, NULL);
 	mesh__serve_watch_init(s, &s->w_probe, W_PROBE, NULL);
-	size_t argc = 0;
-	while (c->argv[argc])
-		argc++;
-	s->argv = calloc(argc + 1, sizeof *s->argv);
-	s->log_path = strdup(c->log_path ? c->log_path : "mesh-serve.log");
-	if (!s->argv || !s->log_path) {
-		rc = -ENOMEM;
+	if ((rc = copy_command(s, c)) < 0)
 		goto fail;
-	}
-	for (size_t i = 0; i < argc; i++)
-		if (!(s->argv[i] = strdup(c->argv[i]))) {
-			rc = -ENOMEM;
-			goto fail;
-		}
 	if ((rc = mesh_proc_resolve(s->argv[0], &s->path)) < 0) {
 		snprintf(why, why_len, "cannot run '%s'", s->argv[0]);
 		goto fail;
@@ -696,53 +760,9 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 	}
 	if ((rc = mesh__serve_listen(s, why, why_len)) < 0)
 		goto fail;
-
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-	/* A relayed connection holds 2 fds (pipes only while bytes move): the
-	 * default bound leaves room for the loop's own and the pipes. */
-	s->max_conns = c->max_conns;
-	if (!s->max_conns) {
-		uint64_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1048576;
-		s->max_conns = lim > 256 ? (uint32_t)((lim - 128) / 2 < UINT32_MAX ? (lim - 128) / 2 : UINT32_MAX) : 64;
-	}
-	s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	signal(SIGPIPE, SIG_IGN);
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGCHLD);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	s->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-	if (s->sfd < 0 || pipe2(s->probe_req, O_CLOEXEC) < 0 || pipe2(s->probe_res, O_CLOEXEC | O_NONBLOCK) < 0) {
-		rc = -errno;
-		snprintf(why, why_len, "cannot set up the event loop");
+	take_process(s, &set);
+	if ((rc = loop_setup(s, &set, why, why_len)) < 0)
 		goto fail;
-	}
-	s->base = base_new();
-	/* EV_PERSIST: only ever activated; run, it is not taken out. */
-	s->ev_pass = s->base ? event_new(s->base, -1, EV_PERSIST, on_pass, s) : NULL;
-	s->ev_timer = s->base ? evtimer_new(s->base, on_timer, s) : NULL;
-	if (!s->ev_pass || !s->ev_timer || (rc = mesh__serve_watch(s, &s->w_listen, s->lfd, EPOLLIN)) < 0 ||
-	    (rc = mesh__serve_watch(s, &s->w_signal, s->sfd, EPOLLIN)) < 0 ||
-	    (rc = mesh__serve_watch(s, &s->w_probe, s->probe_res[0], EPOLLIN)) < 0) {
-		if (!s->ev_pass || !s->ev_timer)
-			rc = -ENOMEM;
-		snprintf(why, why_len, "cannot set up the event loop");
-		goto fail;
-	}
-	if ((rc = -pthread_create(&s->probe_thread, NULL, probe_main, s)) < 0) {
-		snprintf(why, why_len, "cannot start the probe thread");
-		goto fail;
-	}
-	s->probe_started = 1;
 	/* After the mask above: the spawner blocks everything on its thread. */
 	if ((rc = mesh_proc_spawner_new(&s->sp)) < 0) {
 		snprintf(why, why_len, "cannot start the spawner thread");
