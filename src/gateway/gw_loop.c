@@ -116,7 +116,7 @@ struct lconn {
 	struct mesh__gw_wait w; /* its wait for a place */
 	uint64_t t0, t_q;	/* the head read (routed; 0: not yet); the wait's start */
 	uint64_t queued_ns;	/* how long it waited for a start (0: none) */
-	int close_it, status;	/* S_ANSWER: close after it; the status it says */
+	int close_it;		/* the connection ends after the answer */
 	struct upc *u; /* the program's connection of the request (NULL: none) */
 	int port, up, reused, got, pending_line, done, cold; /* up: u's fd, or -1 */
 	size_t sent; /* of the line and the rest, to the program */

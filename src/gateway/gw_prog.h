@@ -25,8 +25,9 @@
 
 enum mesh__gw_state { GW_COLD, GW_STARTING, GW_WARM, GW_STOPPING };
 
-/* Idle connections to one program kept for the next request (each request
- * otherwise pays a loopback connect and the program's accept). */
+/* Idle connections to one program that no loop keeps yet: a start's probe
+ * connection its first request did not ride (a loop takes it rather than
+ * pay a loopback connect and the program's accept). */
 #define GW_POOL_MAX 64
 
 /* The request a cold start's supervisor sends itself, on the warm probe's
@@ -62,7 +63,7 @@ struct mesh__gw_prog {
 	int evfd;		/* wakes the current supervisor; -1 when none */
 	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
 	struct mesh__gw_first *first; /* mu: the waiter whose request the start sends (NULL: none) */
-	int pool[GW_POOL_MAX];	/* mu: idle keep-alive connections to the warm process */
+	int pool[GW_POOL_MAX];	/* mu: idle connections to the warm process (GW_POOL_MAX) */
 	unsigned npool;
 	uint64_t spawns, crashes, start_failures, reaps, requests, evictions, hung;
 	uint64_t to_request, to_response, to_idle; /* requests past a limit */
