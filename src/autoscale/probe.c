@@ -1,5 +1,6 @@
 #include "autoscale/probe.h"
 
+#include "base/thread.h"
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -241,8 +242,6 @@ static int resolve(const struct mesh_probe_target *t, uint64_t deadline, struct 
 
 	struct lookup *l = calloc(1, sizeof *l);
 	pthread_condattr_t ca;
-	pthread_attr_t ta;
-	pthread_t th;
 	if (!l)
 		return -ENOMEM;
 	pthread_mutex_init(&l->mu, NULL);
@@ -254,14 +253,12 @@ static int resolve(const struct mesh_probe_target *t, uint64_t deadline, struct 
 	l->fn = resolver;
 	snprintf(l->host, sizeof l->host, "%s", t->host);
 	snprintf(l->port, sizeof l->port, "%u", t->port);
-	pthread_attr_init(&ta);
-	pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
-	int prc = pthread_create(&th, &ta, lookup_thread, l);
-	pthread_attr_destroy(&ta);
+	/* Detached: a lookup past the deadline is left to end by itself. */
+	int prc = mesh_thread_run(NULL, lookup_thread, l, MESH_THREAD_DETACHED);
 	if (prc) {
 		l->refs = 1;
 		lookup_unref(l);
-		return -prc;
+		return prc;
 	}
 
 	struct timespec ts = {(time_t)(deadline / MESH_NS_PER_S), (long)(deadline % MESH_NS_PER_S)};

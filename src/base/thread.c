@@ -25,7 +25,7 @@ struct mesh_thread {
 	pthread_cond_t cv;
 	void *(*fn)(void *);
 	void *arg, *ret;
-	int done, bg;
+	int done, bg, detached;
 };
 
 /* A thread of the pool.  Parked ones are on pool_idle, each waiting on its
@@ -69,8 +69,19 @@ static void set_bg(pid_t tid, int bg)
 		(void)sched_setscheduler(tid, bg ? SCHED_BATCH : SCHED_OTHER, &sp);
 }
 
+static void run_free(struct mesh_thread *t)
+{
+	pthread_cond_destroy(&t->cv);
+	pthread_mutex_destroy(&t->mu);
+	free(t);
+}
+
 static void finish(struct mesh_thread *t, void *ret)
 {
+	if (t->detached) {
+		run_free(t); /* nobody joins it */
+		return;
+	}
 	pthread_mutex_lock(&t->mu);
 	t->ret = ret;
 	t->done = 1;
@@ -184,7 +195,8 @@ static int pool_grow(struct mesh_thread *t)
 
 int mesh_thread_run(struct mesh_thread **out, void *(*fn)(void *), void *arg, int flags)
 {
-	*out = NULL;
+	if (out)
+		*out = NULL;
 	pthread_once(&pool_once, pool_init);
 	struct mesh_thread *t = calloc(1, sizeof *t);
 	if (!t)
@@ -194,6 +206,7 @@ int mesh_thread_run(struct mesh_thread **out, void *(*fn)(void *), void *arg, in
 	t->fn = fn;
 	t->arg = arg;
 	t->bg = (flags & MESH_THREAD_BG) != 0;
+	int detached = t->detached = (flags & MESH_THREAD_DETACHED) != 0;
 	pthread_mutex_lock(&pool_mu);
 	struct parked *p = pool_idle;
 	if (p) {
@@ -210,12 +223,11 @@ int mesh_thread_run(struct mesh_thread **out, void *(*fn)(void *), void *arg, in
 	pthread_mutex_unlock(&pool_mu);
 	int rc = p ? 0 : pool_grow(t);
 	if (rc < 0) {
-		pthread_cond_destroy(&t->cv);
-		pthread_mutex_destroy(&t->mu);
-		free(t);
+		run_free(t);
 		return rc;
 	}
-	*out = t;
+	if (!detached) /* a detached run may be over and t freed by now */
+		*out = t;
 	return 0;
 }
 
@@ -233,9 +245,7 @@ void mesh_thread_join(struct mesh_thread *t, void **ret)
 	pthread_mutex_unlock(&t->mu);
 	if (ret)
 		*ret = t->ret;
-	pthread_cond_destroy(&t->cv);
-	pthread_mutex_destroy(&t->mu);
-	free(t);
+	run_free(t);
 }
 
 int mesh_thread_keep(unsigned n)

@@ -17,7 +17,8 @@ int mesh_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
  * again after its fn returns; past the kept ones (mesh_thread_keep) it ends
  * after MESH_THREAD_PARK_NS parked, or at once when MESH_THREAD_PARK_MAX
  * are parked.  Each run is joined once (mesh_thread_join), which frees *t.
- * 0 or -errno (-ENOMEM, or pthread_create's).
+ * 0 or -errno (-ENOMEM, or pthread_create's).  Every thread of mesh is
+ * made here or by mesh_thread_start (docs/threads.md).
  *
  * MESH_THREAD_BG: the run is background work (a sync that waits on the
  * disk): its thread runs under SCHED_BATCH, so that waking it never takes
@@ -32,6 +33,10 @@ int mesh_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
  * futex call (docs/jobs.md, "Threads from a pool"). */
 struct mesh_thread;
 #define MESH_THREAD_BG 1
+/* MESH_THREAD_DETACHED: nobody joins the run (out may be NULL, and is not
+ * set): its handle is freed when fn returns.  Its owner counts it if it
+ * must wait for it (meshd's API op threads). */
+#define MESH_THREAD_DETACHED 2
 int mesh_thread_run(struct mesh_thread **t, void *(*fn)(void *), void *arg, int flags);
 /* The calling thread back to SCHED_OTHER: a background run whose start was
  * background work and whose rest is not (a job's driver: its files opened

@@ -1,5 +1,6 @@
 #include "gpu/gpu.h"
 
+#include "base/thread.h"
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -464,7 +465,7 @@ int mesh_gpu_new(struct mesh_gpu **out, const struct mesh_gpu_cfg *cfg, char **w
 		goto bad;
 	}
 	leftovers(g, mesh_mono_ns());
-	if ((rc = -pthread_create(&g->thr, NULL, watch, g)))
+	if ((rc = mesh_thread_start(&g->thr, watch, g)))
 		goto bad;
 	g->thr_ok = 1;
 	*out = g;

@@ -183,7 +183,7 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, in
 }
 
 struct stopper {
-	pthread_t th;
+	struct mesh_thread *th;
 	struct meshd_core *core;
 	char name[MESHD_API_NAME_MAX + 1];
 	int started;
@@ -218,14 +218,14 @@ static void stop_programs(struct meshd_core *core)
 		st[i].core = core;
 		strcpy(st[i].name, name);
 		/* Without a thread, stop it here: slower, still right. */
-		if (pthread_create(&st[i].th, NULL, stop_one, &st[i]) == 0)
+		if (mesh_thread_run(&st[i].th, stop_one, &st[i], 0) == 0)
 			st[i].started = 1;
 		else
 			stop_one(&st[i]);
 	}
 	for (i = 0; st && i < n; i++)
 		if (st[i].started)
-			pthread_join(st[i].th, NULL);
+			mesh_thread_join(st[i].th, NULL);
 	free(st);
 	meshd_ps_release(&ps);
 }
@@ -515,7 +515,7 @@ int main(int argc, char **argv)
 	 * what is in flight and the workers' exits are dispatched. */
 	struct loop_run lr = {core, 0};
 	pthread_t loop_th;
-	int threaded = pthread_create(&loop_th, NULL, loop_main, &lr) == 0;
+	int threaded = mesh_thread_start(&loop_th, loop_main, &lr) == 0;
 	if (!threaded) {
 		mesh_error("cannot start the event loop's thread");
 		rc = -EAGAIN;

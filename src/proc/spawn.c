@@ -1,4 +1,5 @@
 #include "base/asan.h"
+#include "base/thread.h"
 #include "proc/proc.h"
 #include "proc/spawn_int.h"
 
@@ -379,18 +380,16 @@ int mesh_proc_spawner_new(struct mesh_proc_spawner **out)
 	/* The thread blocks every signal: the child starts with them blocked
 	 * (no handler of the parent's can run in it) and sets its mask after
 	 * the reset. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
+	sigset_t old;
+	pthread_sigmask(SIG_SETMASK, NULL, &old);
 	sp->inherit_mask = 0;
 	for (int sig = 1; sig < NSIG && sig <= 64; sig++)
 		if (sigismember(&old, sig) == 1)
 			sp->inherit_mask |= 1ull << (sig - 1);
-	int rc = pthread_create(&sp->th, NULL, spawner_main, sp);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int rc = mesh_thread_start(&sp->th, spawner_main, sp);
 	if (rc) {
 		spawner_destroy(sp);
-		return -rc;
+		return rc;
 	}
 	*out = sp;
 	return 0;

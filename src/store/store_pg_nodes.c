@@ -4,6 +4,7 @@
  * or was cut off shows silent -- and mesh.lease() takes its leases.  A
  * meshd registers a row of no job besides (mesh_pg_node_host): the host
  * and its catalog, from its start. */
+#include "base/thread.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "store/store_pg_int.h"
@@ -108,7 +109,7 @@ static int node_start(struct mesh_pg *pg, const char *node, const char *program,
 		return rc;
 	pg->beat_ns = ttl_ns / 3 > BEAT_MIN_NS ? ttl_ns / 3 : BEAT_MIN_NS;
 	pg->cconn_wanted = strcmp(jobtext, MESH_PG_NO_JOB) != 0; /* a job's node: it completes */
-	if (pthread_create(&pg->beat, NULL, beat_main, pg)) {
+	if (mesh_thread_start(&pg->beat, beat_main, pg)) {
 		pg->beat_ns = 0;
 		return -EAGAIN;
 	}

@@ -199,3 +199,24 @@ TEST(a_run_asked_for_by_a_background_run_is_not_background)
 		EXPECT_EQ((int)(intptr_t)p, SCHED_OTHER);
 	}
 }
+
+/* A detached run: nobody joins it, its handle goes when it ends, and its
+ * thread parks again for the next run. */
+static _Atomic int detached_ran;
+static void *count_run(void *arg)
+{
+	(void)arg;
+	detached_ran++;
+	return NULL;
+}
+
+TEST(a_detached_run_is_freed_when_it_ends_and_its_thread_parks)
+{
+	for (int i = 0; i < 50; i++)
+		ASSERT_EQ(mesh_thread_run(NULL, count_run, NULL, MESH_THREAD_DETACHED), 0);
+	uint64_t end = mesh_mono_ns() + 5000000000ull;
+	while (detached_ran < 50 && mesh_mono_ns() < end)
+		usleep(1000);
+	EXPECT_EQ(detached_ran, 50);
+	EXPECT_TRUE(wait_parked(1));
+}

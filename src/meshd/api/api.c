@@ -22,6 +22,7 @@
  * before, is gone because Debian's links GnuTLS: 2.3 MB of meshd's RSS. */
 #include "meshd/api/api_int.h"
 
+#include "base/thread.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -126,8 +127,6 @@ static void on_request(struct evhttp_request *req, void *arg)
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	size_t n = evbuffer_get_length(in);
 	const char *q;
-	pthread_attr_t at;
-	pthread_t th;
 	int rc;
 
 	if (!j) {
@@ -196,12 +195,8 @@ static void on_request(struct evhttp_request *req, void *arg)
 		if (cfd >= 0 && (j->watch = event_new(a->base, cfd, EV_CLOSED, on_client_gone, j)))
 			event_add(j->watch, NULL);
 	}
-	/* A small stack: ops keep their data on the heap. */
-	pthread_attr_init(&at);
-	pthread_attr_setstacksize(&at, (size_t)256 * 1024);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&th, &at, meshd__op_main, j);
-	pthread_attr_destroy(&at);
+	/* From the pool, detached: a.threads counts it until it ends. */
+	rc = -mesh_thread_run(NULL, meshd__op_main, j, MESH_THREAD_DETACHED);
 	if (rc == 0) {
 		a->threads++;
 		a->calls += j->is_call;
