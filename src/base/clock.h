@@ -12,6 +12,12 @@ uint64_t mesh_wall_ns(void);
 /* Nanoseconds since boot, suspend included: never steps, and every process
  * of one boot (and one time namespace) reads the same value. */
 uint64_t mesh_boot_ns(void);
+/* now - then, or 0 when then is later (a stamp taken after now was read,
+ * on another thread): a duration never wraps to centuries. */
+static inline uint64_t mesh_ns_since(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
 /* Sleeps ns nanoseconds, resuming after signals. */
 void mesh_sleep_ns(uint64_t ns);
 

@@ -97,38 +97,6 @@ int mesh__capture_gather(struct mesh__capture *c)
 	return 0;
 }
 
-long mesh__capture_read(struct mesh__capture *c, int fd)
-{
-	char tmp[65536];
-	ssize_t r;
-	/* Read straight into the buffer while it stays in memory. */
-	size_t max = c->mem_max ? c->mem_max : MESH_CAPTURE_MEM_MAX;
-	if (c->spill_fd < 0 && c->mem.len + sizeof tmp <= max) {
-		if (mesh_buf_grow(&c->mem, sizeof tmp) < 0)
-			return -ENOMEM;
-		do
-			r = read(fd, c->mem.p + c->mem.len, sizeof tmp);
-		while (r < 0 && errno == EINTR);
-		if (r < 0)
-			return -errno;
-		c->mem.len += (size_t)r;
-		c->mem.p[c->mem.len] = 0;
-		c->total += (unsigned long long)r;
-		return (long)r;
-	}
-	do
-		r = read(fd, tmp, sizeof tmp);
-	while (r < 0 && errno == EINTR);
-	if (r < 0)
-		return -errno;
-	if (r > 0) {
-		int rc = mesh__capture_add(c, tmp, (size_t)r);
-		if (rc < 0)
-			return rc;
-	}
-	return (long)r;
-}
-
 static void reset(struct mesh__capture *c)
 {
 	mesh_buf_reset(&c->mem);

@@ -30,11 +30,6 @@ struct mesh__tag {
 	int mid;
 };
 
-/* Reads what fd has now (one read of up to 64 KiB) into c.  Returns the
- * byte count, 0 at end of file, or -errno (-EAGAIN included; an error of
- * the spill file too: the bytes read are then lost, the caller must fail
- * the chunk). */
-long mesh__capture_read(struct mesh__capture *c, int fd);
 /* Appends n bytes.  0 or -errno of the spill file; on an error nothing of
  * what c held before is lost (the memory is kept until the spill file holds
  * it) and the n bytes are not added. */

@@ -221,7 +221,7 @@ static void advance(struct mesh_gpu *g, uint64_t now)
 			continue;
 		/* dead_at may be a little after now: a caller saw the death
 		 * first (deaths()) while this thread read NVML. */
-		uint64_t t = now > r->dead_at ? now - r->dead_at : 0;
+		uint64_t t = mesh_ns_since(now, r->dead_at);
 		if (r->listed == 0) {
 			event(g, "gpu: %s (pid %d) memory back after %llu ms%s", r->owner, (int)r->pgid,
 			      (unsigned long long)(t / MESH_NS_PER_MS), r->st == MESH_GPU_STUCK ? " (past the grace)" : "");

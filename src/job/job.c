@@ -331,11 +331,6 @@ uint64_t mesh_job_nchunks(const struct mesh_job *j)
 	return j->s->ops->nchunks(j->s);
 }
 
-const char *mesh_job_journal_path(const struct mesh_job *j)
-{
-	return j->s->ops->where(j->s);
-}
-
 const void *mesh_job_identity(const struct mesh_job *j, size_t *len)
 {
 	return j->s->ops->identity(j->s, len);

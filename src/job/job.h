@@ -338,8 +338,6 @@ struct mesh_job_node_stat {
 int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg);
 /* The straggler threshold now (0 = speculation not yet allowed). */
 uint64_t mesh_job_straggler_ns(struct mesh_job *j);
-/* The journal path given to mesh_job_open. */
-const char *mesh_job_journal_path(const struct mesh_job *j);
 /* The identity the journal holds (*len 0 and NULL when none). */
 const void *mesh_job_identity(const struct mesh_job *j, size_t *len);
 /* Appends this handle committed: fsyncs (batches) and records written. */

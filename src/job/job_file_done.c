@@ -35,7 +35,7 @@ static uint64_t duration_locked(struct jfile *j, uint64_t cid, uint64_t given, i
 	if (given)
 		return given;
 	if (h)
-		return now > h->started_ns ? now - h->started_ns : 0;
+		return mesh_ns_since(now, h->started_ns);
 	if (j->st) {
 		struct mesh_lease_stamp s;
 		if (j->st->ops->read(j->st, cid, 0, &s) == 0 && s.started_ns < now)

@@ -251,9 +251,6 @@ void mesh_proc_stop_begin(struct mesh_proc_stop *st, pid_t pgid, int sig, uint64
  * call sent it, else 0. */
 int mesh_proc_stop_step(struct mesh_proc_stop *st, uint64_t now);
 
-/* CPU time (user + system) and resident bytes of pid from /proc/<pid>/stat.
- * 0 or -errno (-ENOENT: gone), MESH_E_PARSE. */
-int mesh_proc_sample(pid_t pid, uint64_t *cpu_ns, uint64_t *rss);
 
 /* One read of every process's /proc/<pid>/stat, to sum process trees. */
 struct mesh_proc_table;

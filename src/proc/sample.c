@@ -76,17 +76,6 @@ static uint64_t pages_bytes(unsigned long long p)
 	return p * (unsigned long long)(page > 0 ? page : 4096);
 }
 
-int mesh_proc_sample(pid_t pid, uint64_t *cpu_ns, uint64_t *rss)
-{
-	struct stat_fields f;
-	int rc = read_stat(pid, &f);
-	if (rc)
-		return rc;
-	*cpu_ns = ticks_ns(f.utime + f.stime);
-	*rss = pages_bytes(f.rsspages);
-	return 0;
-}
-
 struct mesh_proc_table {
 	struct stat_fields *e;
 	size_t n, cap;

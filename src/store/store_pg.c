@@ -561,11 +561,6 @@ void mesh_pg_close(struct mesh_pg *pg)
 	free(pg);
 }
 
-const char *mesh_pg_job_name(const struct mesh_pg *pg)
-{
-	return pg->job;
-}
-
 static void hex_bytea(char *buf, const void *p, size_t n)
 {
 	const unsigned char *b = p;

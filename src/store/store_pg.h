@@ -85,8 +85,6 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
  * than one thread. */
 void mesh_pg_set_wait_hook(struct mesh_pg *pg, void (*fn)(void *arg, int waiting, const char *why), void *arg);
 void mesh_pg_close(struct mesh_pg *pg);
-/* The job's name in the database. */
-const char *mesh_pg_job_name(const struct mesh_pg *pg);
 /* The server's words for pg's last call that failed, into buf (always
  * terminated; "" when none failed): a statement the database refused --
  * its message, "(SQLSTATE xxxxx)", its hint, and the command that fixes

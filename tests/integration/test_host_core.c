@@ -137,27 +137,3 @@ TEST(core_idle_ttl_scales_to_zero)
 	meshd_core_free(d);
 }
 
-/* The loop reads its clock, then waits for the core's lock while a call ends
- * and stamps the worker used: that use is after the loop's now.  It is no
- * idle time at all, not an unsigned wrap to centuries that reaps the worker
- * (a start waiting for ready then hung: the worker went away unasked). */
-TEST(core_tick_sees_a_use_after_its_clock_as_no_idle_time)
-{
-	program("echo", "echo", NULL);
-	struct meshd_config cfg = {.catalog = "cat", .logs = "logs", .slots = 1};
-	struct meshd_core *d;
-	char *err = NULL;
-	ASSERT_EQ(meshd_core_new(&d, &cfg, &err), 0);
-	uint64_t before = mesh_mono_ns();
-	void *rep = NULL;
-	size_t n;
-	ASSERT_EQ(meshd_op_call(d, "echo", "a", 1, &rep, &n, S(10), &err), 0);
-	free(rep);
-	meshd__tick(d, before);
-	struct meshd_ps ps;
-	ASSERT_EQ(meshd_op_ps(d, &ps), 0);
-	ASSERT_TRUE(ps.nprograms == 1 && ps.programs[0].nworkers == 1);
-	EXPECT_STREQ(mesh_istate_name(ps.programs[0].workers[0].st.state), "RUNNING");
-	meshd_ps_release(&ps);
-	meshd_core_free(d);
-}

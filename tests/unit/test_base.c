@@ -219,6 +219,18 @@ TEST(clock_moves_forward)
 	EXPECT_GE(mesh_mono_ns() - a, 2 * MESH_NS_PER_MS);
 }
 
+/* meshd's loop reads its clock, then waits for the core's lock while a
+ * call ends and stamps its worker: that use is after the loop's now, no
+ * idle time at all, never a wrap to centuries that reaps the worker (a
+ * start waiting for ready then hung: the worker went away unasked). */
+TEST(clock_since_a_later_stamp_is_no_time)
+{
+	EXPECT_UEQ(mesh_ns_since(100, 40), 60);
+	EXPECT_UEQ(mesh_ns_since(100, 100), 0);
+	EXPECT_UEQ(mesh_ns_since(100, 101), 0);
+	EXPECT_UEQ(mesh_ns_since(0, UINT64_MAX), 0);
+}
+
 TEST(buf_is_terminated_after_grow_and_read_file_reads_proc)
 {
 	struct mesh_buf b = MESH_BUF_INIT;

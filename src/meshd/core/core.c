@@ -306,7 +306,7 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 				continue;
 			/* Used after now (a call ended while this pass waited for
 			 * d->mu): not idle at all, never a wrapped difference. */
-			uint64_t since = now > wk->last_used ? now - wk->last_used : 0;
+			uint64_t since = mesh_ns_since(now, wk->last_used);
 			int64_t idle = (int64_t)(since / MESH_NS_PER_MS);
 			int64_t ttl = (int64_t)(p->img.m.idle_ttl_ns / MESH_NS_PER_MS);
 			int demand = wk->busy || wk->stuck_since || wk->job;
@@ -330,11 +330,6 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 		meshd__program_free(p);
 	}
 	return next;
-}
-
-void meshd__tick(struct meshd_core *d, uint64_t now)
-{
-	tick(d, now);
 }
 
 /* ---- the event loop ----

@@ -469,7 +469,7 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		pi->warm_ns += wi->st.alive_ns;
 	}
 	uint64_t now = mesh_mono_ns();
-	pi->window_ns = now > p->loaded_at ? now - p->loaded_at : 0;
+	pi->window_ns = mesh_ns_since(now, p->loaded_at);
 	pi->prev_id = p->prev_id;
 	return 0;
 }
@@ -604,7 +604,7 @@ static int program_metrics(struct meshd_core *d, struct program *p, uint64_t now
 		pm->crashes += st.crashes;
 		pm->warm_ns += st.alive_ns;
 	}
-	pm->window_ns = now > p->loaded_at ? now - p->loaded_at : 0;
+	pm->window_ns = mesh_ns_since(now, p->loaded_at);
 	pthread_mutex_lock(&d->metrics_mu);
 	pm->cold_start = p->cold_start;
 	pm->call = p->call;

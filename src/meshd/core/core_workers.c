@@ -450,10 +450,6 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
 	return job_worker_get(d, name, out, 0, NULL, NULL, NULL, err);
 }
 
-int meshd_job_worker_get_early(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err)
-{
-	return job_worker_get(d, name, out, 1, NULL, NULL, NULL, err);
-}
 
 int meshd_job_worker_get_armed(struct meshd_core *d, const char *name, struct meshd_job_worker *out,
 			       void (*armed)(void *arg, const struct meshd_job_worker *h), void *arg, int *armed_called,

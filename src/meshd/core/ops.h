@@ -55,10 +55,6 @@ struct event_base *meshd_core_base(struct meshd_core *d);
  * itself, runs it here.  0 or -ENOMEM. */
 int meshd_core_on_loop(struct meshd_core *d, void (*fn)(void *), void *arg);
 void meshd_core_free(struct meshd_core *d);
-/* Test seam: one scale-to-zero pass of the loop, at monotonic time now (the
- * loop passes the time it read before it took the core's lock, so a worker
- * may have been used after now).  Nothing but tests calls it. */
-void meshd__tick(struct meshd_core *d, uint64_t now);
 
 /* A worker of a program, as ps sees it. */
 struct meshd_worker_info {
@@ -219,7 +215,7 @@ struct meshd_job_worker {
 	struct mesh_slot *slot;	  /* the job drives it with mesh_slot_send/recv */
 	struct mesh_instance *inst;
 	pid_t pid;
-	int online;		  /* 0: armed, its `online` not seen yet (meshd_job_worker_get_early) */
+	int online;		  /* 0: armed, its `online` not seen yet (meshd_job_worker_get_armed) */
 };
 /* Takes one more worker of name for a job: a free warm one, else one
  * started (spawned, launched on a free slot) and waited for until online.
@@ -234,9 +230,7 @@ int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_jo
  * worker reads first once it maps the slot, so the first chunk waits for
  * no round trip after `ready`.  The hold is the caller's either way; with
  * out->online 0 the caller must call meshd_job_worker_online (any thread,
- * once) to learn whether it came. */
-int meshd_job_worker_get_early(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err);
-/* meshd_job_worker_get_early, and when the call spawns the worker,
+ * once) to learn whether it came.  And when the call spawns the worker,
  * armed(arg, h) as soon as its slot is armed, before the spawn (with the
  * core's and the host's locks held: publish h and wake, nothing more): h
  * is the handle out will be, its pid 0 (the spawn's is in out later).
@@ -246,7 +240,7 @@ int meshd_job_worker_get_early(struct meshd_core *d, const char *name, struct me
 int meshd_job_worker_get_armed(struct meshd_core *d, const char *name, struct meshd_job_worker *out,
 			       void (*armed)(void *arg, const struct meshd_job_worker *h), void *arg, int *armed_called,
 			       char **err);
-/* After meshd_job_worker_get_early with w->online 0 (w: a copy of that
+/* After meshd_job_worker_get_armed with w->online 0 (w: a copy of that
  * handle; it stays usable until this returns, even once the hold was put
  * back): waits until the worker said `online` (0, w->online set) or it
  * did not come: MESH_E_REFUSED (it refused the run and lives on, off the
