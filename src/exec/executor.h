@@ -4,9 +4,9 @@
  * completion, where output goes; an executor only runs attempts in numbered
  * slots and says how they ended.  Two implementations fit it: the process
  * executor of `mesh run` and `mesh job harvest` (exec_proc.c: one process
- * group per attempt, pipes, a pidfd) and meshd's slot executor (a worker's
- * shared-memory slot: the chunk goes in as a message, its result comes back
- * as one; not written yet).
+ * group per attempt, pipes, a pidfd) and meshd's slot executor
+ * (src/meshd/jobs/job_exec.c: a worker's shared-memory slot, the chunk goes
+ * in as a message and its result comes back as one).
  *
  * Caller protocol (the driver, mesh__exec_drive below):
  *   1. create an executor (mesh__exec_proc_new, or any other through a

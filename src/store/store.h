@@ -1,7 +1,8 @@
-/* Where a job's lease state lives.  A store is an ops table plus its own
- * state, so that another backend (PostgreSQL, later) can sit behind the same
- * calls; only the `file` store exists now.  The durable half of a job (the
- * completion journal) is the journal module for the file store.
+/* Where a job's lease state lives, for the file store: an ops table plus
+ * its own state.  The durable half of a job (the completion journal) is the
+ * journal module; the PostgreSQL store keeps both in the database
+ * (store_pg.h).  The job layer (job/store_ops.h) puts either behind the
+ * same calls.
  *
  * The file store keeps one lease file per held chunk copy:
  *   <lockdir>/<job>.<cid>.lease        the primary lease (slot 0)
