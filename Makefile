@@ -98,7 +98,15 @@ $(BUILD)/examples/gpu/cuda_worker: examples/gpu/cuda_worker.cu $(BUILD)/libmeshw
 gpu-bundle: all
 	@tests/gpu/bundle.sh $(BUILD)
 
-$(BUILD)/obj/%.o: %.c
+# The build's Debian packages (libevent, jansson, libpq, ...), checked once
+# per build tree before the first compile: as root mk/deps.sh installs what
+# is missing; otherwise it prints the one line to run and the build stops
+# there, not at a compiler error about a missing header.
+$(BUILD)/.deps-build:
+	@mk/deps.sh build
+	@mkdir -p $(dir $@) && touch $@
+
+$(BUILD)/obj/%.o: %.c | $(BUILD)/.deps-build
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
