@@ -476,6 +476,7 @@ int main(int argc, char **argv)
 		meshd_core_free(core);
 		return exit_for(rc);
 	}
+	parts.api = api;
 	if (metrics_addr) {
 		rc = meshd_metrics_serve_start(&msrv, &parts, metrics_addr, metrics_public, &err);
 		if (rc < 0) {
@@ -542,6 +543,7 @@ int main(int argc, char **argv)
 		stop_programs(core);
 	}
 	meshd_metrics_serve_stop(msrv);
+	parts.api = NULL;
 	meshd_api_stop(api);
 	/* No request or scrape can read them any more. */
 	parts.gw = NULL;

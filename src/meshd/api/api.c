@@ -651,6 +651,14 @@ int meshd_api_quiesce(struct meshd_api *a)
 	return atomic_load(&a->inflight);
 }
 
+void meshd_api_running(struct meshd_api *a, unsigned *calls, unsigned *others)
+{
+	pthread_mutex_lock(&a->mu);
+	*calls = a->calls;
+	*others = a->threads - a->calls;
+	pthread_mutex_unlock(&a->mu);
+}
+
 void meshd_api_stop(struct meshd_api *a)
 {
 	if (!a)

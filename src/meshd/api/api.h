@@ -37,6 +37,8 @@ struct meshd_parts {
 	struct meshd_jobs *jobs;    /* NULL: meshd runs no jobs (the job routes answer 503) */
 	struct mesh_gw *_Atomic gw; /* meshd --http's gateway, set once it serves and
 				     * cleared before it is freed; NULL: none */
+	struct meshd_api *_Atomic api; /* the control API, set once it serves and
+					* cleared before it stops; NULL: none */
 };
 
 #define MESHD_API_MAX_BODY (16u << 20)	/* request body bound, bytes */
@@ -55,6 +57,9 @@ int meshd_api_start(struct meshd_api **out, const struct meshd_parts *parts, con
 /* Stops accepting (see the protocol above); the number of requests in
  * flight.  Idempotent; NULL is a no-op (0). */
 int meshd_api_quiesce(struct meshd_api *a);
+/* The ops running now: *calls of them program calls (a call waiting for a
+ * worker included), *others the rest. */
+void meshd_api_running(struct meshd_api *a, unsigned *calls, unsigned *others);
 /* Quiesces if not yet done, lets the requests in flight be answered (at
  * most 10 s), stops the server (joining its threads), frees a.  NULL is a
  * no-op. */

@@ -298,6 +298,12 @@ int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out)
 	meshd_metrics_family(&w, "mesh_host_crashes_total", "counter", "Worker crashes since meshd started.");
 	meshd_metrics_put(&w, "mesh_host_crashes_total %llu\n", (unsigned long long)m->core.crashes);
 	render_programs(&w, m);
+	if (m->have_api) {
+		meshd_metrics_family(&w, "mesh_api_ops_running", "gauge",
+				     "Control API requests being answered now, by kind (a call waiting for a worker included).");
+		meshd_metrics_put(&w, "mesh_api_ops_running{kind=\"call\"} %u\n", m->api_calls);
+		meshd_metrics_put(&w, "mesh_api_ops_running{kind=\"other\"} %u\n", m->api_others);
+	}
 	if (m->have_jobs)
 		render_jobs(&w, &m->jobs);
 	if (m->have_gateway)
@@ -313,6 +319,11 @@ int meshd_metrics_text(const struct meshd_parts *p, struct mesh_buf *out)
 	if (rc)
 		return rc;
 	m.have_jobs = meshd_api_jobs_metrics(p->jobs, &m.jobs) == 0;
+	struct meshd_api *a = p->api;
+	if (a) {
+		meshd_api_running(a, &m.api_calls, &m.api_others);
+		m.have_api = 1;
+	}
 	if (g) {
 		rc = mesh_gw_stats(g, &m.gw, &m.ngw);
 		if (rc) {

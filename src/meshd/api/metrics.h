@@ -45,6 +45,8 @@ struct meshd_metrics {
 	struct meshd_core_metrics core;
 	int have_jobs; /* jobs holds meshd_api_jobs_metrics's answer */
 	struct meshd_job_metrics jobs;
+	int have_api; /* the control API's running ops: */
+	unsigned api_calls, api_others;
 	/* meshd --http: the gateway's programs (malloc'd; released with the rest) */
 	int have_gateway;
 	struct mesh_gw_prog_stats *gw;
