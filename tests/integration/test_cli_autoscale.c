@@ -193,7 +193,7 @@ TEST(cli_tick_probes_then_decides)
 	rc = t_sh(out, sizeof out, 0, "%s autoscale tick 1 0 60 --url http://127.0.0.1:%u/", mesh, closed_port());
 	EXPECT_EQ(rc, 1);
 	EXPECT_CONTAINS(out, "-> SPAWN (probe cold: connect refused by 127.0.0.1:");
-	EXPECT_LT(t_now_ms() - t0, 1000);
+	EXPECT_LT(t_now_ms() - t0, 2500); /* not its 1 s connect + 2 s response timeouts */
 
 	/* The seed's a b c d form probes a.b.c.d at the default port 7861;
 	 * whatever is there, no demand and a fresh idle clock means HOLD. */

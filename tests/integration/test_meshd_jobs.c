@@ -709,12 +709,12 @@ TEST_TIMEOUT(jobs_speculation_across_workers_first_result_wins, 60)
 {
 	add_job_worker("jw", 2, "300s");
 	setup();
-	/* Chunk 9 straggles on the first worker that takes it (2 s); once the
+	/* Chunk 9 straggles on the first worker that takes it (4 s); once the
 	 * rest are DONE, a copy runs on the other worker and wins. */
 	unsigned id = submit("jw --speculate ::: a b c d e f g h i slow-once");
 	uint64_t t0 = t_now_ms();
 	EXPECT_EQ(mesh(0, "wait %u", id), 0);
-	EXPECT_LT(t_now_ms() - t0, 1800);
+	EXPECT_LT(t_now_ms() - t0, 3000);
 	EXPECT_EQ(mesh(0, "results %u", id), 0);
 	EXPECT_STREQ(out, "0:a\n1:b\n2:c\n3:d\n4:e\n5:f\n6:g\n7:h\n8:i\n9:slow-once\n");
 	json_t *j = job_json(id);

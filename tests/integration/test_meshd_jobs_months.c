@@ -464,7 +464,10 @@ TEST_TIMEOUT(jobs_soak_fds_and_memory_flat_and_a_restart_under_256_fds, 180)
 	json_decref(j);
 	fprintf(stderr, "    restart with %zu jobs under 256 fds: serving and listed in %llu ms, %d fds\n", kept,
 		(unsigned long long)took, fds_of(meshd_pid));
-	EXPECT_LT(took, under_asan ? 5000 : 1000);
+	/* Under a second on a quiet machine (the figure above; issue 31); the
+	 * bound leaves room for a loaded CI: a start that reads every job's
+	 * journal would take far longer. */
+	EXPECT_LT(took, under_asan ? 5000 : 3000);
 	EXPECT_EQ(kept, SOAK + 20 > MESHD_KEEP_JOBS_DEFAULT ? MESHD_KEEP_JOBS_DEFAULT : SOAK + 20);
 	EXPECT_LT(fds_of(meshd_pid), 64);
 	small_job();

@@ -162,7 +162,7 @@ TEST(store_pg_submit_is_o1_and_jobs_work)
 	store_env_base_url(&e, url, sizeof url);
 	uint64_t t0 = t_now_ms();
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#big' 10000000", MESH, url), 0);
-	EXPECT_LT(t_now_ms() - t0, 1000);
+	EXPECT_LT(t_now_ms() - t0, 5000); /* 10M rows would take far longer */
 	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks"), 0); /* nothing a chunk until leased */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#big' 10000000", MESH, url), 0);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#big' 10", MESH, url), MESH_EXIT_DATAERR);
@@ -710,7 +710,7 @@ TEST_TIMEOUT(store_pg_mesh_run_woken_by_notify, 60)
 		usleep((unsigned)(i % 2) * 30 * 1000);
 	}
 	fprintf(stderr, "    the run took each chunk let go within %llu ms\n", (unsigned long long)worst);
-	EXPECT_LT(worst, 500);
+	EXPECT_LT(worst, 1500); /* not its 3 s retry */
 	int ws;
 	ASSERT_EQ(waitpid(pid, &ws, 0), pid);
 	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);

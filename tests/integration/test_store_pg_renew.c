@@ -129,7 +129,7 @@ TEST_TIMEOUT(store_pg_lease_does_not_wait_behind_a_commit, 30)
 	EXPECT_EQ(mesh_job_lease_many(j, ttl, 0, more, 4, &got), 0);
 	uint64_t waited_ms = (mesh_mono_ns() - t0) / 1000000;
 	EXPECT_EQ(got, 4);
-	EXPECT_LT(waited_ms, 1000);
+	EXPECT_LT(waited_ms, 3000); /* not behind the open transaction, which ends only after */
 	PQclear(PQexec(c, "ROLLBACK"));
 	PQfinish(c);
 	pthread_join(th, NULL);

@@ -104,7 +104,7 @@ TEST_TIMEOUT(store_pg_spec_meshd_submit_speculate, 60)
 	ASSERT_GT(id, 0);
 	uint64_t t0 = t_now_ms();
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", MESH, url, id), 0);
-	EXPECT_LT(t_now_ms() - t0, 1800); /* not the straggler's 2 s */
+	EXPECT_LT(t_now_ms() - t0, 3000); /* not the straggler's 4 s */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' results --store '%s' %u", MESH, url, id), 0);
 	EXPECT_STREQ(out, "0:a\n1:b\n2:c\n3:d\n4:e\n5:f\n6:g\n7:h\n8:i\n9:slow-once\n");
 	snprintf(q, sizeof q, "SELECT spec FROM mesh.job_counts WHERE id = %u", id);

@@ -53,7 +53,7 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 	if (n == 10 && !memcmp(req, "crash-once", 10) && first_to_see("JOBTEST_FIRST_CRASH"))
 		raise(SIGKILL);
 	if (n == 9 && !memcmp(req, "slow-once", 9) && first_to_see("JOBTEST_FIRST_SLOW"))
-		sleep(2); /* the first to see it straggles (2 s); copies answer at once */
+		sleep(4); /* the first to see it straggles (4 s); copies answer at once */
 	if (n == 9 && !memcmp(req, "stop-once", 9) && first_to_see("JOBTEST_FIRST_STOP"))
 		raise(SIGSTOP);
 	if (n > 1 && ((const char *)req)[0] == 'd')
