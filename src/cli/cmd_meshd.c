@@ -57,6 +57,9 @@ static const char *const helps[][2] = {
 	{"logs", "usage: mesh logs <name> [-n LINES | --tail BYTES] [--socket PATH]\n\n"
 		 "Prints <name>'s output log (<logs>/<name>.log on meshd's side), at most its last\n"
 		 "1 MiB; -n the last LINES lines, --tail the last BYTES bytes.\n"},
+	{"socket", "usage: mesh socket [--socket PATH]\n\n"
+		   "Prints the path of the control socket the other commands talk to (for curl\n"
+		   "--unix-socket), whether or not a meshd serves it now.\n"},
 	{"call", "usage: mesh call <name> <payload | -> [--timeout S] [--socket PATH]\n\n"
 		 "Sends one request through the slot of a warm worker of <name> (one is started when\n"
 		 "none is warm) and prints its reply bytes as they are; a reply the worker streams is\n"
@@ -573,6 +576,16 @@ int mesh_cmd_ps(int argc, char **argv)
 	print_gpus(j ? json_object_get(j, "gpu") : NULL);
 	print_http(j ? json_object_get(j, "http") : NULL);
 	json_decref(j);
+	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");
+}
+
+int mesh_cmd_socket(int argc, char **argv)
+{
+	struct opts o;
+	int ex = parse(argc, argv, &o, 0, 0);
+	if (ex >= 0)
+		return ex;
+	printf("%s\n", o.sock);
 	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");
 }
 

@@ -20,6 +20,7 @@
 	X(stop, mesh_cmd_stop, "meshd: stop a program's workers")                                 \
 	X(ps, mesh_cmd_ps, "meshd: the stats table of workers and host")                         \
 	X(logs, mesh_cmd_logs, "meshd: a program's output log")                                   \
+	X(socket, mesh_cmd_socket, "meshd: print the control socket's path mesh talks to")       \
 	X(call, mesh_cmd_call, "meshd: send one request through a worker's slot, print the reply") \
 	X(submit, mesh_cmd_submit, "meshd: submit a job (chunks for a program's workers); prints its id") \
 	X(jobs, mesh_cmd_jobs, "meshd: the jobs and their progress")                              \

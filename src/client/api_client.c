@@ -5,14 +5,19 @@
 #include "base/err.h"
 #include "http/http.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 int meshd_socket_default(char *buf, size_t n)
@@ -54,6 +59,115 @@ static int peer_ok(int fd)
 	return 0;
 }
 
+/* path made absolute against dir (a process's cwd) into out; 0 or -1. */
+static int absolute(const char *path, const char *dir, char *out, size_t n)
+{
+	int w = path[0] == '/' ? snprintf(out, n, "%s", path) : snprintf(out, n, "%s/%s", dir, path);
+	return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+/* 1 if process pid is a meshd of ours that started less than
+ * MESHD_CLIENT_START_WAIT_NS ago and serves (or will) the socket want (an
+ * absolute path): its --socket, or ours by default when it has none. */
+static int young_meshd_for(const char *pid, const char *want, double uptime)
+{
+	char path[300], buf[4096], arg[PATH_MAX], cwd[PATH_MAX], mine[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof path, "/proc/%s", pid);
+	if (stat(path, &st) < 0 || st.st_uid != getuid())
+		return 0;
+	snprintf(path, sizeof path, "/proc/%s/stat", pid);
+	FILE *f = fopen(path, "r");
+	size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[len] = 0;
+	const char *close_paren = strrchr(buf, ')');
+	unsigned long long start = 0;
+	if (!close_paren || strncmp(strchr(buf, '(') ? strchr(buf, '(') : "", "(meshd)", 7) ||
+	    sscanf(close_paren + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+		   &start) != 1)
+		return 0;
+	long hz = sysconf(_SC_CLK_TCK);
+	if (hz <= 0 || uptime - (double)start / (double)hz > (double)MESHD_CLIENT_START_WAIT_NS / 1e9)
+		return 0;
+	/* Its socket: --socket P or --socket=P in its command line. */
+	snprintf(path, sizeof path, "/proc/%s/cmdline", pid);
+	f = fopen(path, "r");
+	len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[len] = 0;
+	arg[0] = 0;
+	for (size_t i = 0; i < len; i += strlen(buf + i) + 1) {
+		if (!strncmp(buf + i, "--socket=", 9))
+			snprintf(arg, sizeof arg, "%s", buf + i + 9);
+		else if (!strcmp(buf + i, "--socket") && i + 9 < len)
+			snprintf(arg, sizeof arg, "%s", buf + i + 9);
+	}
+	if (!arg[0])
+		return meshd_socket_default(mine, sizeof mine) == 0 && !strcmp(mine, want);
+	snprintf(path, sizeof path, "/proc/%s/cwd", pid);
+	ssize_t k = readlink(path, cwd, sizeof cwd - 1);
+	if (k <= 0)
+		return 0;
+	cwd[k] = 0;
+	return absolute(arg, cwd, mine, sizeof mine) == 0 && !strcmp(mine, want);
+}
+
+/* 1 if a meshd of ours that will serve sock is starting now (the quick
+ * start's `meshd ... &` followed at once by `mesh call`). */
+static int meshd_starting(const char *sock)
+{
+	char want[PATH_MAX], cwd[PATH_MAX];
+	double uptime = 0;
+	if (sock[0] != '/' && !getcwd(cwd, sizeof cwd))
+		return 0;
+	if (absolute(sock, cwd, want, sizeof want) < 0)
+		return 0;
+	FILE *f = fopen("/proc/uptime", "r");
+	int ok = f && fscanf(f, "%lf", &uptime) == 1;
+	if (f)
+		fclose(f);
+	DIR *d = ok ? opendir("/proc") : NULL;
+	if (!d)
+		return 0;
+	int found = 0;
+	for (struct dirent *e; !found && (e = readdir(d));)
+		if (isdigit((unsigned char)e->d_name[0]))
+			found = young_meshd_for(e->d_name, want, uptime);
+	closedir(d);
+	return found;
+}
+
+/* A connected socket to sa in *fd, or a negated errno.  Nobody listens yet
+ * but a meshd for it is starting: waits for it (until it is no longer
+ * starting or the deadline). */
+static int connect_meshd(const struct sockaddr_un *sa, uint64_t deadline, int *fd)
+{
+	for (int tries = 0;; tries++) {
+		*fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (*fd < 0)
+			return -errno;
+		if (connect(*fd, (const struct sockaddr *)sa, sizeof *sa) == 0)
+			return 0;
+		int rc = -errno;
+		close(*fd);
+		*fd = -1;
+		if ((rc != -ENOENT && rc != -ECONNREFUSED) || mesh_mono_ns() >= deadline)
+			return rc;
+		if (!meshd_starting(sa->sun_path)) {
+			/* One second look: `meshd &` may not have exec'd yet. */
+			if (tries > 0)
+				return rc;
+			mesh_sleep_ns(30 * MESH_NS_PER_MS);
+			if (!meshd_starting(sa->sun_path))
+				return rc;
+		}
+		mesh_sleep_ns(10 * MESH_NS_PER_MS);
+	}
+}
+
 int meshd_client_request(const char *sock, const char *method, const char *target, const void *body, size_t n,
 			 uint64_t timeout_ns, struct meshd_reply *out)
 {
@@ -81,15 +195,9 @@ int meshd_client_request_stream(const char *sock, const char *method, const char
 				     body || strcmp(method, "GET") ? (body ? body : "") : NULL, n);
 	if (rc < 0)
 		return rc;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		rc = -errno;
-		mesh_buf_release(&req);
-		return rc;
-	}
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || (rc = peer_ok(fd)) < 0) {
-		rc = rc < 0 ? rc : -errno;
-		close(fd);
+	if ((rc = connect_meshd(&sa, deadline, &fd)) < 0 || (rc = peer_ok(fd)) < 0) {
+		if (fd >= 0)
+			close(fd);
 		mesh_buf_release(&req);
 		return rc;
 	}

@@ -26,9 +26,16 @@ struct meshd_reply {
 };
 #define MESHD_REPLY_INIT {0, NULL, 0, {0}}
 
+/* A meshd of this user started less than this ago that will serve the
+ * socket (its --socket, or the default) but does not listen yet: a request
+ * waits for it instead of failing (`meshd ... &` then `mesh call` at once). */
+#define MESHD_CLIENT_START_WAIT_NS (15ull * 1000000000ull)
+
 /* Sends `method target` with body (n bytes; NULL/0 for none) to the meshd at
  * sock and reads the whole response (parsed by http/http.h), waiting at
- * most timeout_ns (0: a day) for it.  0 with *out filled (any HTTP status), or:
+ * most timeout_ns (0: a day) for it.  Nobody listens at sock but a meshd
+ * for it is starting (MESHD_CLIENT_START_WAIT_NS): waits for it to serve.
+ * 0 with *out filled (any HTTP status), or:
  *   a negated connect(2) errno (-ENOENT, -ECONNREFUSED, -EACCES, ...) when
  *     meshd cannot be reached -- see meshd_client_unreachable;
  *   MESH_E_PEER when the socket is served by a uid other than ours and
