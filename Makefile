@@ -232,7 +232,8 @@ demo-run:
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-		$(DESTDIR)$(PREFIX)/include/mesh $(DESTDIR)$(PREFIX)/lib/systemd/system
+		$(DESTDIR)$(PREFIX)/include/mesh $(DESTDIR)$(PREFIX)/lib/systemd/system \
+		$(DESTDIR)$(PREFIX)/lib/systemd/user
 	install -m 755 $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/mesh-init $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BUILD)/libmeshworker.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libmeshworker.so $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.$(VERSION)
@@ -244,6 +245,7 @@ install: all
 	install -m 644 include/mesh/*.h $(DESTDIR)$(PREFIX)/include/mesh/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' mk/meshworker.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/meshworker.pc
 	sed 's|/usr/local/bin/meshd|$(PREFIX)/bin/meshd|g' mk/meshd.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/meshd.service
+	sed 's|/usr/local/bin/meshd|$(PREFIX)/bin/meshd|g' mk/meshd-user.service > $(DESTDIR)$(PREFIX)/lib/systemd/user/meshd.service
 
 clean:
 	rm -rf build build-san build-fuzz build*.make.log

@@ -42,3 +42,67 @@ TEST_TIMEOUT(docs_readme_meshd_quick_start_pasted_whole, 60)
 	EXPECT_CONTAINS(out, "mesh_slots ");
 	EXPECT_FALSE(strstr(out, "cannot reach meshd") != NULL);
 }
+
+/* Runs mk/<unit> as systemd would, as far as a test can: the directories
+ * it names made with its modes under the test's directory (root = "."),
+ * its ExecStart with the specifiers a user unit uses (%E %L %S) expanded
+ * there too, under `env -i` with what systemd gives the service (PATH, and
+ * for a user unit HOME and XDG_RUNTIME_DIR); then a job through it. */
+static void unit_runs_a_job(const char *unit, int user)
+{
+	char script[8192];
+	/* The test's directory must be reachable by the workers' user (nobody
+	 * when the test runs as root), as / is for the real unit. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "chmod 0711 .. && chmod 0755 ."), 0);
+	snprintf(script, sizeof script,
+		 "set -e; umask 022\n"
+		 "U='%s/mk/%s'; R=$PWD/root\n"
+		 "mkdir -p $R/run/user $R/home\n"
+		 /* systemd's directories: Configuration -> etc or %%E, State -> var/lib or %%S,
+		  * Logs -> var/log or %%L, Runtime -> run */
+		 "if [ %d = 1 ]; then E=$R/home/.config S=$R/home/.local/state L=$R/home/.local/state/log; RT=$R/run/user;\n"
+		 "else E=$R/etc S=$R/var/lib L=$R/var/log; RT=$R/run; fi\n"
+		 "mode() { sed -n \"s/^$1DirectoryMode=//p\" $U; }\n"
+		 "mk() { for d in $(sed -n \"s/^$1Directory=//p\" $U); do m=$(mode $1); mkdir -p $2/$d; chmod ${m:-0755} $2/$d; done; }\n"
+		 "mk Configuration $E; mk State $S; mk Logs $L; mk Runtime $RT\n"
+		 "chmod 0700 $R/run/user\n"
+		 "cmd=$(sed -n 's/^ExecStart=//p' $U | sed -e \"s|/usr/local/bin/meshd|$MESH_BUILD/meshd|\" "
+		 "-e \"s|%%E|$E|g\" -e \"s|%%L|$L|g\" -e \"s|%%S|$S|g\" -e \"s| /etc/| $R/etc/|g\" "
+		 "-e \"s| /var/| $R/var/|g\" -e \"s| /run/| $R/run/|g\")\n"
+		 "cat=$(echo \"$cmd\" | sed 's/.*--catalog \\([^ ]*\\).*/\\1/')\n"
+		 "mkdir -p $cat/x86_64-linux-gnu; chmod 0755 $cat/x86_64-linux-gnu\n"
+		 "cp $MESH_BUILD/examples/echo_worker $cat/x86_64-linux-gnu/echo; chmod 0755 $cat/x86_64-linux-gnu/echo\n"
+		 "printf 'name = \"echo\"\\nbackends = [\"native\"]\\n' > $cat/echo.toml; chmod 0644 $cat/echo.toml\n"
+		 "if [ %d = 1 ]; then ENV=\"HOME=$R/home XDG_RUNTIME_DIR=$RT\"; SOCK=$RT/mesh/meshd.sock;\n"
+		 "else ENV=; SOCK=$(echo \"$cmd\" | sed 's/.*--socket \\([^ ]*\\).*/\\1/'); fi\n"
+		 "env -i PATH=/usr/bin:/bin $ENV $cmd >meshd.out 2>meshd.err &\n"
+		 "trap 'kill %%1 2>/dev/null; wait' EXIT\n"
+		 "id=$(env -i PATH=/usr/bin:/bin $ENV $MESH_BUILD/mesh submit echo --socket \"$SOCK\" ::: a b c)\n"
+		 "env -i PATH=/usr/bin:/bin $ENV $MESH_BUILD/mesh wait \"$id\" --socket \"$SOCK\" >/dev/null\n"
+		 "env -i PATH=/usr/bin:/bin $ENV $MESH_BUILD/mesh results \"$id\" --socket \"$SOCK\"\n"
+		 "ls $S/mesh/jobs >/dev/null 2>&1 || ls $S/jobs >/dev/null\n",
+		 getenv("MESH_SRC"), unit, user, user);
+	t_write_file("unit.sh", script);
+	int rc = t_sh(out, sizeof out, 1, "bash unit.sh 2>&1");
+	printf("%s", out);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "abc"); /* the echo worker's replies, in chunk order */
+	char *err = t_read_file("meshd.err", NULL);
+	EXPECT_TRUE(err && !strstr(err, "no jobs"));
+	free(err);
+}
+
+/* The system unit: its catalog reachable by nobody (the workers' default
+ * user when meshd is root), a state directory although a system service
+ * has no $HOME (once: "this meshd runs no jobs"). */
+TEST_TIMEOUT(docs_system_unit_runs_a_job, 60)
+{
+	unit_runs_a_job("meshd.service", 0);
+}
+
+/* The user unit (systemctl --user): the default socket under
+ * $XDG_RUNTIME_DIR, so plain `mesh` finds it. */
+TEST_TIMEOUT(docs_user_unit_runs_a_job, 60)
+{
+	unit_runs_a_job("meshd-user.service", 1);
+}

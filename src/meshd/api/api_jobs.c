@@ -284,7 +284,9 @@ void meshd_api_jobs(struct meshd_jobs *jobs, const char *method, const char *pat
 	int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), is_post = !strcmp(method, "POST");
 	memset(a, 0, sizeof *a);
 	if (!jobs)
-		return error(a, 503, MESH_E_STATE, "this meshd runs no jobs");
+		return error(a, 503, MESH_E_STATE,
+			     "this meshd runs no jobs: it has no state directory (start it with --state DIR; "
+			     "its log said why the default could not be used)");
 	if (!strcmp(path, "/v1/jobs")) {
 		if (is_post)
 			return submit(jobs, args, body, n, a);
