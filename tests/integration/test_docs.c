@@ -31,10 +31,19 @@ TEST_TIMEOUT(docs_readme_meshd_quick_start_pasted_whole, 60)
 {
 	if (t_sh(out, sizeof out, 1, "command -v curl") != 0)
 		SKIP_TOOL("curl is not installed (mk/deps.sh test installs it)");
-	ASSERT_EQ(readme_block("build/meshd --catalog catalog --logs logs &", "block.sh"), 0);
+	ASSERT_EQ(readme_block("build/meshd --catalog", "block.sh"), 0);
 	ASSERT_EQ(symlink(getenv("MESH_BUILD"), "build"), 0);
 	/* Its own socket: the default is shared with whatever else runs here. */
-	int rc = t_sh(out, sizeof out, 1, "MESH_SOCKET=\"$PWD/m.sock\" bash -e block.sh 2>&1; wait");
+	/* As a login shell has it (umask 022, no TMPDIR: the block's mktemp
+	 * makes its directory under /tmp, removed after); meshd's output into
+	 * a file, so that a block that fails early cannot leave it holding our
+	 * pipe. */
+	int rc = t_sh(out, sizeof out, 1,
+		      "unset MESHD_DEFAULT_USER TMPDIR; umask 022; (cat block.sh; echo 'wait; rm -rf \"$Q\"') > run.sh;"
+		      " MESH_SOCKET=\"$PWD/m.sock\" bash -e run.sh >block.out 2>&1");
+	char *o = t_read_file("block.out", NULL);
+	snprintf(out, sizeof out, "%s", o ? o : "");
+	free(o);
 	printf("%s", out);
 	EXPECT_EQ(rc, 0);
 	EXPECT_CONTAINS(out, "hello");
@@ -105,4 +114,30 @@ TEST_TIMEOUT(docs_system_unit_runs_a_job, 60)
 TEST_TIMEOUT(docs_user_unit_runs_a_job, 60)
 {
 	unit_runs_a_job("meshd-user.service", 1);
+}
+
+/* As root, a catalog in a directory only root may enter (/root, a 0700
+ * temp dir): the load says so and what to change, at once (before: each
+ * call started a worker that died "Permission denied", five times, then
+ * FAILED). */
+TEST_TIMEOUT(docs_root_catalog_out_of_the_workers_reach_refused_at_load, 60)
+{
+	if (geteuid() != 0)
+		SKIP("meshd runs workers as another user only as root");
+	ASSERT_EQ(symlink(getenv("MESH_BUILD"), "build"), 0);
+	int rc = t_sh(out, sizeof out, 1,
+		      "set -e; unset MESHD_DEFAULT_USER; chmod 0711 .. .; mkdir -m 0700 private; cd private; mkdir -p catalog/x86_64-linux-gnu logs\n"
+		      "cp ../build/examples/echo_worker catalog/x86_64-linux-gnu/echo\n"
+		      "printf 'name = \"echo\"\\nbackends = [\"native\"]\\n' > catalog/echo.toml\n"
+		      "../build/meshd --catalog catalog --logs logs --socket \"$PWD/m.sock\" >meshd.out 2>meshd.err &\n"
+		      "M=$!; trap 'kill $M; wait' EXIT\n"
+		      "set +e; ../build/mesh load echo --socket \"$PWD/m.sock\"; echo rc=$?\n"
+		      "../build/mesh call echo hi --socket \"$PWD/m.sock\"; echo rc=$?\n");
+	printf("%s", out);
+	EXPECT_EQ(rc, 0);
+	EXPECT_CONTAINS(out, "'echo' cannot be run by its workers' user: user 'nobody' cannot pass '");
+	EXPECT_CONTAINS(out, "/private' (mode 0700");
+	EXPECT_CONTAINS(out, "user = \"...\"");
+	EXPECT_CONTAINS(out, "rc=78\n");
+	EXPECT_FALSE(strstr(out, "rc=0\n") != NULL);
 }

@@ -106,6 +106,27 @@ static void keep_image(struct meshd_core *d, struct program *p)
 	free(e);
 }
 
+/* Refuses an image whose workers' user cannot reach its binary (a catalog
+ * under /root or a 0700 directory while meshd runs as root): every start
+ * would fail, so the load does, saying what to change. */
+static int check_reach(struct meshd_core *d, const struct mesh_image *img, char **err)
+{
+	const struct mesh_run_as *ra = mesh_host_run_as(d->h, img);
+	char *e = NULL;
+	int rc = meshd_image_reachable(img->bin_path, ra, &e);
+	if (rc == -EACCES)
+		rc = mesh_errf(err, MESH_E_REFUSED,
+			       "'%s' cannot be run by its workers' user: %s; %s: name a user who can in its manifest "
+			       "(user = \"...\") or put the catalog where '%s' can reach it",
+			       img->name, e ? e : "permission denied", img->m.user ? "the manifest names that user"
+									: "meshd runs as root, so workers run as that user unless the manifest names one",
+			       ra->name);
+	else if (rc)
+		rc = mesh_errf(err, rc, "'%s': %s", img->name, e ? e : mesh_strerror(rc));
+	free(e);
+	return rc;
+}
+
 /* Records p's image as current, with its previous one (images.h). */
 static void record_history(struct meshd_core *d, const struct program *p)
 {
@@ -133,6 +154,8 @@ int meshd__get_program(struct meshd_core *d, const char *name, struct program **
 		return -ENOMEM;
 	int rc = mesh_image_prepare(d->catalog, name, mesh_host_caps(d->h), d->gpu, &np->img, err);
 	int grc = meshd__gpu_load(&d->G, &np->img, rc, err);
+	if (!grc)
+		grc = check_reach(d, &np->img, err);
 	if (grc && !rc)
 		mesh_image_release(&np->img);
 	if ((rc = grc)) {
@@ -241,6 +264,8 @@ static int upgrade(struct meshd_core *d, struct program **pp, char **err)
 		return -ENOMEM;
 	int rc = mesh_image_prepare(d->catalog, p->img.name, mesh_host_caps(d->h), d->gpu, &np->img, err);
 	rc = meshd__gpu_load(&d->G, &np->img, rc, err);
+	if (!rc)
+		rc = check_reach(d, &np->img, err);
 	if (rc || mesh_image_id(&np->img) == mesh_image_id(&p->img)) {
 		meshd__program_free(np);
 		return rc;
