@@ -34,10 +34,11 @@ prints it), and what it returns, if anything, is the last part:
             yield token.encode()
 
 Importing this module loads libmeshworker and checks its API version; it
-looks, in order, at $MESH_WORKER_LIB, next to this package (an installed
-package holds a link there), the build tree this package sits in
-(build/ of the mesh source tree), ctypes.util.find_library("meshworker"),
-then the dynamic linker's own search for libmeshworker.so.0.
+looks, in order, at $MESH_WORKER_LIB, next to this package (the wheel pip
+builds carries it there, make install puts a link there), the build tree
+this package sits in (build/ of the mesh source tree),
+ctypes.util.find_library("meshworker"), then the dynamic linker's own
+search for libmeshworker.so.0.
 """
 
 import ctypes
@@ -94,7 +95,8 @@ def _load():
             continue
         return lib, os.path.realpath(path) if os.sep in path else path
     raise ImportError("mesh.worker: cannot load libmeshworker; tried: " + "; ".join(tried)
-                      + ". Set MESH_WORKER_LIB to its path, or install it (make install).")
+                      + ". Set MESH_WORKER_LIB to its path, or run `make` in the mesh tree and pip install "
+                      "sdk/python again (the wheel then carries it), or `make install`.")
 
 
 def _check_version(lib, path):
