@@ -11,6 +11,7 @@
 #include "integration/meshd_t.h"
 #include "runner/t.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -74,13 +75,20 @@ static void make_package(const char *worker_py)
 		FAIL("getcwd");
 	mkdir("py", 0755);
 	mkdir("py/mesh", 0755);
-	static const char *const files[] = {"__init__.py", "worker.py", "client.py"};
-	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-		char dst[64];
-		snprintf(src, sizeof src, "sdk/python/mesh/%s", files[i]);
-		snprintf(dst, sizeof dst, "py/mesh/%s", files[i]);
+	/* Every module of the package, and py.typed. */
+	DIR *d = opendir(t_src("sdk/python/mesh"));
+	if (!d)
+		FAIL("opendir %s: %s", t_src("sdk/python/mesh"), strerror(errno));
+	for (struct dirent *de; (de = readdir(d));) {
+		size_t n = strlen(de->d_name);
+		if (!(n > 3 && strcmp(de->d_name + n - 3, ".py") == 0) && strcmp(de->d_name, "py.typed") != 0)
+			continue;
+		char dst[300];
+		snprintf(src, sizeof src, "sdk/python/mesh/%s", de->d_name);
+		snprintf(dst, sizeof dst, "py/mesh/%s", de->d_name);
 		link_or_fail(t_src(src), dst);
 	}
+	closedir(d);
 	link_or_fail(t_bin("libmeshworker.so"), "py/mesh/libmeshworker.so.0");
 	if (worker_py)
 		t_write_file("worker.py", worker_py);
