@@ -240,7 +240,7 @@ install: all
 	ln -sf libmeshworker.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.0
 	ln -sf libmeshworker.so.0 $(DESTDIR)$(PREFIX)/lib/libmeshworker.so
 	install -d $(DESTDIR)$(PYDIR)/mesh
-	install -m 644 sdk/python/mesh/*.py $(DESTDIR)$(PYDIR)/mesh/
+	install -m 644 sdk/python/mesh/*.py sdk/python/mesh/py.typed $(DESTDIR)$(PYDIR)/mesh/
 	ln -sf $(PREFIX)/lib/libmeshworker.so.0 $(DESTDIR)$(PYDIR)/mesh/libmeshworker.so.0
 	install -m 644 include/mesh/*.h $(DESTDIR)$(PREFIX)/include/mesh/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' mk/meshworker.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/meshworker.pc

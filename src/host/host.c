@@ -317,7 +317,7 @@ static int do_spawn(struct mesh_instance *w, char **err)
 		rc = -ENOMEM;
 		goto bad;
 	}
-	argv[0] = img->bin_path;
+	argv[0] = img->argv0;
 	for (size_t i = 0; i < img->m.nargs; i++)
 		argv[i + 1] = img->m.args[i];
 	if (mesh_limits_want_cgroup(img->enforced, h->contain)) {

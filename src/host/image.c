@@ -82,6 +82,7 @@ void mesh_image_release(struct mesh_image *img)
 	free(img->name);
 	free(img->manifest_path);
 	free(img->bin_path);
+	free(img->argv0);
 	mesh_manifest_release(&img->m);
 	memset(img, 0, sizeof *img);
 }
@@ -154,36 +155,51 @@ static int read_manifest(struct mesh_image *img, char **text, size_t *len, char 
 	return 0;
 }
 
+/* Maps the regular file at path (what: "binary", ... in messages) read-only:
+ * *b its st->st_size bytes (an empty file: a static empty buffer) and *map
+ * what to munmap (NULL for none).  0, -ENOENT (nothing said), or another
+ * negative code with *err said. */
+static int map_regular(const char *path, const char *what, struct stat *st, const uint8_t **b, void **map, char **err)
+{
+	static const uint8_t empty;
+	int fd = open_regular(path, what, st, err);
+	if (fd < 0) {
+		if ((err && *err) || fd == -ENOENT)
+			return fd;
+		return say(err, fd, "cannot open '%s': %s", path, strerror(-fd));
+	}
+	*b = &empty;
+	*map = NULL;
+	if (st->st_size > 0) {
+		void *m = mmap(NULL, (size_t)st->st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m == MAP_FAILED) {
+			int e = errno;
+			close(fd);
+			return say(err, -e, "cannot read '%s': %s", path, strerror(e));
+		}
+		*b = *map = m;
+	}
+	close(fd);
+	return 0;
+}
+
 static int check_binary(struct mesh_image *img, char **err)
 {
 	struct stat st;
-	int fd = open_regular(img->bin_path, "binary", &st, err);
-	if (fd < 0) {
-		if (err && *err)
-			return fd;
-		if (fd == -ENOENT)
-			return say(err, MESH_E_NOTFOUND, "no binary for '%s' at '%s' (this machine is %s)", img->name,
-				   img->bin_path, mesh_target_triple());
-		return say(err, fd, "cannot open '%s': %s", img->bin_path, strerror(-fd));
-	}
+	const uint8_t *b;
+	void *map;
+	int rc = map_regular(img->bin_path, "binary", &st, &b, &map, err);
+	if (rc == -ENOENT)
+		return say(err, MESH_E_NOTFOUND, "no binary for '%s' at '%s' (this machine is %s)", img->name,
+			   img->bin_path, mesh_target_triple());
+	if (rc)
+		return rc;
 	if (access(img->bin_path, X_OK) != 0) {
-		close(fd);
+		if (map)
+			munmap(map, (size_t)st.st_size);
 		return say(err, MESH_E_REFUSED, "'%s' is not executable (no x permission)", img->bin_path);
 	}
-	uint8_t empty = 0;
-	const uint8_t *b = &empty;
-	void *map = NULL;
-	if (st.st_size > 0) {
-		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (map == MAP_FAILED) {
-			int e = errno;
-			close(fd);
-			return say(err, -e, "cannot read '%s': %s", img->bin_path, strerror(e));
-		}
-		b = map;
-	}
-	close(fd);
-	int rc = mesh_elf_check(img->bin_path, b, (size_t)st.st_size, err);
+	rc = mesh_elf_check(img->bin_path, b, (size_t)st.st_size, err);
 	/* Each refusal its own code, so a script reads apart from another machine's binary. */
 	if (rc == MESH_E_REFUSED)
 		rc = st.st_size >= 2 && b[0] == '#' && b[1] == '!' ? MESH_E_SCRIPT : MESH_E_ARCH;
@@ -193,6 +209,44 @@ static int check_binary(struct mesh_image *img, char **err)
 	}
 	if (map)
 		munmap(map, (size_t)st.st_size);
+	return rc;
+}
+
+/* The manifest's `python`: a virtual environment (its pyvenv.cfg there),
+ * whose bin/python has the binary's bytes (the catalog's link to it, or a
+ * kept copy of that interpreter); img->argv0 becomes that path, which is
+ * how Python finds the environment (the executable's own path, unresolved,
+ * is where it looks for pyvenv.cfg). */
+static int check_venv(struct mesh_image *img, char **err)
+{
+	const char *venv = img->m.python;
+	char *cfg = mesh_strf("%s/pyvenv.cfg", venv), *py = mesh_strf("%s/bin/python", venv);
+	struct stat st;
+	const uint8_t *b;
+	void *map = NULL;
+	int rc = !cfg || !py ? -ENOMEM : 0;
+	if (!rc && (stat(cfg, &st) != 0 || !S_ISREG(st.st_mode)))
+		rc = say(err, MESH_E_NOTFOUND,
+			 "'%s': python = \"%s\" is not a virtual environment: it has no pyvenv.cfg (make one with "
+			 "python3 -m venv %s)",
+			 img->manifest_path, venv, venv);
+	if (!rc && (rc = map_regular(py, "interpreter", &st, &b, &map, err)) != 0) {
+		char *e = err ? *err : NULL;
+		rc = say(err, rc == -ENOENT ? MESH_E_NOTFOUND : rc, "'%s': python = \"%s\": %s", img->manifest_path,
+			 venv, e ? e : rc == -ENOENT ? "it has no bin/python" : mesh_strerror(rc));
+		free(e);
+	}
+	if (!rc && ((uint64_t)st.st_size != img->bin_bytes ||
+		    mesh_fnv1a64(MESH_FNV1A64_INIT, b, (size_t)st.st_size) != img->bin_hash))
+		rc = say(err, MESH_E_MISMATCH,
+			 "'%s' is not the interpreter of python = \"%s\" ('%s' has other bytes); link it: ln -sf %s %s",
+			 img->bin_path, venv, py, py, img->bin_path);
+	if (map)
+		munmap(map, (size_t)st.st_size);
+	if (!rc)
+		img->argv0 = py, py = NULL;
+	free(cfg);
+	free(py);
 	return rc;
 }
 
@@ -245,6 +299,10 @@ int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_
 		goto bad;
 	}
 	rc = check_binary(img, err);
+	if (!rc && img->m.python)
+		rc = check_venv(img, err);
+	else if (!rc && !(img->argv0 = strdup(img->bin_path)))
+		rc = -ENOMEM;
 	if (rc)
 		goto bad;
 	char *lerr = NULL;

@@ -29,6 +29,7 @@ enum mesh_gpu_access {
 struct mesh_image {
 	char *name;
 	char *manifest_path, *bin_path;
+	char *argv0; /* the worker's argv[0]: bin_path, or <python>/bin/python for a manifest's `python` */
 	struct mesh_manifest m;
 	uint64_t image_hash; /* FNV-1a 64 over the manifest's bytes, a 0 byte, source.hash */
 	uint64_t bin_hash;   /* FNV-1a 64 over the executable */
@@ -54,7 +55,9 @@ const char *mesh_target_triple(void);
  * enforced), MESH_E_REFUSED (the manifest or binary is not a regular file:
  * a FIFO, a directory, a device -- refused without blocking -- or the binary
  * has no x permission, or a `user` that this meshd cannot run workers as:
- * not root), MESH_E_NOTFOUND also for a `user` that does not exist,
+ * not root), MESH_E_NOTFOUND also for a `user` that does not exist or a
+ * `python` that is no virtual environment (no pyvenv.cfg), MESH_E_MISMATCH
+ * for a binary that is not the bytes of that environment's bin/python,
  * MESH_E_PATH (a bad name), -errno.  On
  * success release *img with mesh_image_release. */
 int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_limits_caps *caps,

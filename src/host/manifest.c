@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_RING, K_CPU, K_SIGNAL, K_HASH, K_USER, K_BACKEND, K_STRV, K_PATH };
+enum kind { K_NAME, K_TEXT, K_BACKENDS, K_DEVICE, K_ARGS, K_COUNT, K_DURATION, K_SIZE, K_RING, K_CPU, K_SIGNAL, K_HASH, K_USER, K_BACKEND, K_STRV, K_PATH, K_VENV };
 
 struct field {
 	const char *table, *key;
@@ -34,6 +34,7 @@ static const struct field fields[] = {
 	{"", "idle_ttl", K_DURATION, 0, 24 * 7 * H, OFF(idle_ttl_ns)},
 	{"", "ring", K_RING, MESH_RING_MIN_CAP, MESH_RING_MAX_CAP, OFF(ring_bytes)},
 	{"", "user", K_USER, 0, 0, OFF(user)},
+	{"", "python", K_VENV, 0, 0, OFF(python)},
 	{"", "gpus", K_COUNT, 1, 16, OFF(gpus)},
 	{"", "vram", K_SIZE, 1 << 20, 1ull << 50, OFF(vram)},
 	{"limits", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(limits.memory)},
@@ -237,6 +238,14 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		if (!(m->probe_path = strdup(it->str)))
 			return -ENOMEM;
 		return 0;
+	case K_VENV:
+		/* The worker's argv[0] is built from it: absolute, so that
+		 * Python finds <python>/pyvenv.cfg whatever meshd's directory. */
+		if (it->str[0] != '/' || strlen(it->str) > 4000)
+			return fail(x, WHERE, "'python' must be the absolute path of a virtual environment (at most 4000 bytes)");
+		if (!(m->python = strdup(it->str)))
+			return -ENOMEM;
+		return 0;
 	case K_DEVICE:
 		if (strcmp(it->str, "cpu") == 0)
 			m->device = MESH_DEVICE_CPU;
@@ -384,6 +393,7 @@ void mesh_manifest_release(struct mesh_manifest *m)
 	free(m->env);
 	free(m->source_hash);
 	free(m->user);
+	free(m->python);
 	for (size_t i = 0; m->command && i < m->ncommand; i++)
 		free(m->command[i]);
 	free(m->command);
@@ -488,7 +498,7 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 		}
 		if (f->kind == K_BACKENDS)
 			have_backends = 1;
-		if (f->kind == K_BACKENDS || f->kind == K_ARGS || f->kind == K_RING || f->kind == K_DEVICE ||
+		if (f->kind == K_BACKENDS || f->kind == K_ARGS || f->kind == K_RING || f->kind == K_DEVICE || f->kind == K_VENV ||
 		    f->off == OFF(max_workers) || f->off == OFF(ready_timeout_ns) || f->off == OFF(online_timeout_ns) ||
 		    f->off == OFF(call_timeout_ns))
 			seen_native = seen_native ? seen_native : it->line;

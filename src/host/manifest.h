@@ -11,6 +11,8 @@
  *   idle_ttl = "300s"             # durations: "<n>[.frac](ms|s|m|h)"
  *   ring = "4M"                   # bytes per ring of its slots: a power of two, 4K..1G (default 1M)
  *   user = "svc-echo"             # run as this user (or a uid); see mesh_limits_run_as
+ *   python = "/srv/venv"          # a Python virtual environment: the worker's argv[0] is
+ *                                 #   <python>/bin/python (the binary must be that interpreter)
  *   [env]                         # extra environment, string values
  *   LOG_LEVEL = "info"
  *   [limits]
@@ -40,8 +42,8 @@
  *   [lifecycle]
  *   start_timeout = "120s"        # spawn to warm (default 300 s)
  * `idle_ttl`, `[env]`, `[limits]`, `stop_signal`, `stop_grace` and `user`
- * apply as for native programs; `args`, `ring`, `max_workers`, `device`
- * and the other lifecycle timeouts are refused.
+ * apply as for native programs; `args`, `ring`, `max_workers`, `device`,
+ * `python` and the other lifecycle timeouts are refused.
  *
  * Unknown tables or keys, a wrong type, an out-of-range value: an error
  * "file:line:col: message". */
@@ -83,6 +85,7 @@ struct mesh_manifest {
 	uint64_t vram;	   /* bytes needed on each of its GPUs; 0 = not said */
 	char *source_hash; /* "" when absent */
 	char *user;	   /* a user name or a uid's digits; NULL when absent */
+	char *python;	   /* a virtual environment's directory (absolute); NULL when absent */
 	/* backend = "http" (else NULL / 0) */
 	enum mesh_backend backend;
 	char **command;	   /* NULL-terminated; "{port}" in an argument is the port */

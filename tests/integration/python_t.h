@@ -11,6 +11,7 @@
 #include "integration/meshd_t.h"
 #include "runner/t.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -74,27 +75,40 @@ static void make_package(const char *worker_py)
 		FAIL("getcwd");
 	mkdir("py", 0755);
 	mkdir("py/mesh", 0755);
-	static const char *const files[] = {"__init__.py", "worker.py", "client.py"};
-	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-		char dst[64];
-		snprintf(src, sizeof src, "sdk/python/mesh/%s", files[i]);
-		snprintf(dst, sizeof dst, "py/mesh/%s", files[i]);
+	/* Every module of the package, and py.typed. */
+	DIR *d = opendir(t_src("sdk/python/mesh"));
+	if (!d)
+		FAIL("opendir %s: %s", t_src("sdk/python/mesh"), strerror(errno));
+	for (struct dirent *de; (de = readdir(d));) {
+		size_t n = strlen(de->d_name);
+		if (!(n > 3 && strcmp(de->d_name + n - 3, ".py") == 0) && strcmp(de->d_name, "py.typed") != 0)
+			continue;
+		char dst[300];
+		snprintf(src, sizeof src, "sdk/python/mesh/%s", de->d_name);
+		snprintf(dst, sizeof dst, "py/mesh/%s", de->d_name);
 		link_or_fail(t_src(src), dst);
 	}
+	closedir(d);
 	link_or_fail(t_bin("libmeshworker.so"), "py/mesh/libmeshworker.so.0");
 	if (worker_py)
 		t_write_file("worker.py", worker_py);
 }
 
-/* A catalog entry <dir>/<name> running `python3 script mode` (script: an
- * absolute path; NULL: the test's worker.py); extra: more top-level
- * manifest lines ("max_workers = 2\n"), or NULL.
+/* A catalog entry <dir>/<name> running `interp script mode` (interp: the
+ * interpreter the binary links to; script: an absolute path; NULL: the
+ * test's worker.py); extra: more top-level manifest lines ("max_workers =
+ * 2\n"), or NULL; with_path: [env] PYTHONPATH names the test's py/.
  * PYTHONUNBUFFERED is emptied (= unset) in case the test's environment has
  * it: the SDK itself must make the output line-buffered. */
-static void add_program(const char *dir, const char *name, const char *script, const char *mode, const char *extra)
+__attribute__((unused)) static void add_py_program(const char *dir, const char *name, const char *interp, const char *script, const char *mode,
+			   const char *extra, int with_path)
 {
-	char path[4300], toml[9000], san[1200] = "", here[4200];
+	char path[4300], toml[9000], san[1200] = "", here[4200], pp[4200] = "";
+	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
+		FAIL("getcwd");
 	snprintf(here, sizeof here, "%s/worker.py", cwd);
+	if (with_path)
+		snprintf(pp, sizeof pp, "PYTHONPATH = \"%s/py\"\n", cwd);
 	if (*asan_runtime())
 		snprintf(san, sizeof san, "ASAN_OPTIONS = \"" ASAN_OPTS "\"\nLD_PRELOAD = \"%s\"\n",
 			 asan_runtime());
@@ -102,15 +116,27 @@ static void add_program(const char *dir, const char *name, const char *script, c
 	snprintf(path, sizeof path, "%s/%s", dir, mesh_target_triple());
 	mkdir(path, 0755);
 	snprintf(path, sizeof path, "%s/%s/%s", dir, mesh_target_triple(), name);
-	link_or_fail(PYTHON, path);
+	link_or_fail(interp, path);
 	snprintf(toml, sizeof toml,
 		 "name = \"%s\"\nbackends = [\"native\"]\nargs = [\"%s\", \"%s\"]\n%s"
-		 "[env]\nPYTHONPATH = \"%s/py\"\nPYTHONUNBUFFERED = \"\"\n%s"
+		 "[env]\n%sPYTHONUNBUFFERED = \"\"\n%s"
 		 "[lifecycle]\nready_timeout = \"20s\"\nstop_grace = \"2s\"\n",
-		 name, script ? script : here, mode, extra ? extra : "", cwd, san);
+		 name, script ? script : here, mode, extra ? extra : "", pp, san);
 	snprintf(path, sizeof path, "%s/%s.toml", dir, name);
 	t_write_file(path, toml);
 }
+
+/* The same with Debian's python3 and the test's py/ on PYTHONPATH. */
+__attribute__((unused)) static void add_program(const char *dir, const char *name, const char *script, const char *mode, const char *extra)
+{
+	add_py_program(dir, name, PYTHON, script, mode, extra, 1);
+}
+
+/* pip as a machine without an index sees it: no index, no find-links or
+ * config file of this machine's, no cache; anything fetched fails. */
+#define PIP_OFFLINE                                                                                               \
+	"env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 " \
+	"PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "
 
 /* A real meshd on run/meshd.sock with the catalog in ./catalog (and, with
  * state, its jobs in ./state), up and answering: its pid. */

@@ -416,6 +416,9 @@ TEST_TIMEOUT(python_package_installs_by_make_and_by_pip, 60)
 	char *link = realpath("dd/usr/lib/python3/dist-packages/mesh/__init__.py", NULL);
 	EXPECT_TRUE(link != NULL);
 	free(link);
+	struct stat st;
+	EXPECT_EQ(stat("dd/usr/lib/python3/dist-packages/mesh/py.typed", &st), 0);
+	EXPECT_EQ(stat("dd/usr/lib/python3/dist-packages/mesh/functions.py", &st), 0);
 	char target[256] = "";
 	ssize_t n = readlink("dd/usr/lib/python3/dist-packages/mesh/libmeshworker.so.0", target, sizeof target - 1);
 	EXPECT_GT(n, 0);
@@ -428,7 +431,7 @@ TEST_TIMEOUT(python_package_installs_by_make_and_by_pip, 60)
 	EXPECT_CONTAINS(out, "dd/usr/lib/python3/dist-packages/mesh/worker.py");
 	EXPECT_CONTAINS(out, "dd/usr/lib/libmeshworker.so.0.1.0\n");
 
-	/* pip from a copy of the tree (setuptools builds in place). */
+	/* pip from a copy of the tree (the package's own build backend; test_python_install.c has the rest). */
 	rc = t_sh(out, sizeof out, 1,
 		  "cp -r '%s' src && '%s' -m pip install -q --no-build-isolation --no-index --no-deps --target site ./src",
 		  t_src("sdk/python"), PYTHON);

@@ -125,7 +125,7 @@ TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
 		"c = Client(sys.argv[1])\n"
 		"N = 40\n"
 		"job = c.submit('pyjob', inputs=['slow'] * N, max_workers=1, retries=2, name='py')\n"
-		"print('submitted', isinstance(job, Job), job.id, job.info['state'], job.info['chunks'],\n"
+		"print('submitted', isinstance(job, Job), repr(job.id), job.info['state'], job.info['chunks'],\n"
 		"      job.info['name'], job.info['retries'])\n"
 		"it = job.results()\n"
 		"first = next(it)\n"
@@ -144,8 +144,8 @@ TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
 		"h = c.submit('pyjob', inputs=['a', 'hang', 'b'], max_workers=1)\n"
 		"try:\n"
 		"    h.wait(timeout=0.5)\n"
-		"except MeshError as e:\n"
-		"    print('wait-timeout', e.code, h.state)\n"
+		"except TimeoutError as e:\n"
+		"    print('wait-timeout', e.code, h.state, isinstance(e, MeshError))\n"
 		"h.cancel()\n"
 		"print('cancelled', h.wait())\n"
 		"print('jobs', [(j.id, j.state) for j in c.jobs()])\n"
@@ -175,15 +175,16 @@ TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
 	EXPECT_CONTAINS(out, "results True\n");
 	EXPECT_CONTAINS(out, "per-chunk True True True\n");
 	EXPECT_CONTAINS(out, "pages 0 40 True\n");
-	EXPECT_CONTAINS(out, "wait-timeout E_TIMEOUT running\n");
+	EXPECT_CONTAINS(out, "wait-timeout E_TIMEOUT running True\n");
 	EXPECT_CONTAINS(out, "cancelled cancelled\n");
-	EXPECT_CONTAINS(out, "jobs [('1', 'complete'), ('2', 'cancelled')]\n");
+	/* Job ids are ints, as meshd numbers them. */
+	EXPECT_CONTAINS(out, "jobs [(1, 'complete'), (2, 'cancelled')]\n");
 	EXPECT_CONTAINS(out, "again 409 E_STATE ");
 	EXPECT_CONTAINS(out, "nope 404 E_NOTFOUND no program 'nope' in the catalog");
 	EXPECT_CONTAINS(out, "no-job 404 E_NOTFOUND no job 42");
 	EXPECT_CONTAINS(out, "no-job-results 404 E_NOTFOUND no job 42");
 	EXPECT_CONTAINS(out, "no-job-cancel 404 E_NOTFOUND no job 42");
-	EXPECT_CONTAINS(out, "bad-id 404 E_NOTFOUND no job 'x1'");
+	EXPECT_CONTAINS(out, "bad-id 400 E_PARSE 'x1' is not a job id (a whole number)");
 	EXPECT_CONTAINS(out, "both 400 E_PARSE give the chunks once");
 	EXPECT_CONTAINS(out, "none 422 E_RANGE ");
 	EXPECT_CONTAINS(out, "newline 400 E_PARSE ");

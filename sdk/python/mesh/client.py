@@ -15,8 +15,11 @@ meshd's unix socket, standard library only.
 Every error meshd answers raises MeshError with its message (``str(e)``,
 ``e.message``), its code (``e.code``, a mesh error name such as
 "E_NOTFOUND") and the HTTP status (``e.status``); an unreachable meshd
-raises MeshUnreachable (a MeshError and a ConnectionError).
+raises MeshUnreachable (a MeshError and a ConnectionError), and E_TIMEOUT
+is MeshTimeout (a MeshError and a TimeoutError).
 """
+
+from __future__ import annotations
 
 import errno
 import http.client
@@ -26,8 +29,13 @@ import socket
 import struct
 import time
 import urllib.parse
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-__all__ = ["Client", "Job", "MeshError", "MeshUnreachable", "default_socket"]
+__all__ = ["Client", "Job", "MeshError", "MeshTimeout", "MeshUnreachable", "default_socket"]
+
+# What a request or reply body may be.
+Payload = Union[bytes, bytearray, memoryview, str]
+JobObject = Dict[str, Any]
 
 # The longest long poll meshd serves (wait=S, docs/api.md "Jobs").
 _WAIT_MAX = 60.0
@@ -35,7 +43,7 @@ _WAIT_MAX = 60.0
 _ENDED = frozenset(("complete", "failed", "cancelled", "error"))
 
 
-def default_socket():
+def default_socket() -> str:
     """The socket path meshd serves on and `mesh` talks to: $MESH_SOCKET,
     else $XDG_RUNTIME_DIR/mesh/meshd.sock (when absolute), else
     /tmp/mesh-<uid>/meshd.sock (src/client/api_client.c)."""
@@ -53,26 +61,39 @@ class MeshError(Exception):
     ("E_NOTFOUND", "E_CRASHED", an errno name, ...); status: the HTTP status
     (0 when meshd was not reached)."""
 
-    def __init__(self, message, code="E_PROTO", status=0):
+    def __init__(self, message: str, code: str = "E_PROTO", status: int = 0) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.status = status
 
-    def __repr__(self):
-        return "MeshError(%r, code=%r, status=%r)" % (self.message, self.code, self.status)
+    def __repr__(self) -> str:
+        return "%s(%r, code=%r, status=%r)" % (type(self).__name__, self.message, self.code, self.status)
 
 
 class MeshUnreachable(MeshError, ConnectionError):
     """Nobody serves at the socket (meshd is not running, or not there)."""
 
 
+class MeshTimeout(MeshError, TimeoutError):
+    """E_TIMEOUT: a wait, a call or an answer took longer than allowed;
+    ``except TimeoutError`` catches it."""
+
+    def __init__(self, message: str, code: str = "E_TIMEOUT", status: int = 0) -> None:
+        super().__init__(message, code, status)
+
+
+def _mesh_error(message: str, code: str, status: int = 0) -> MeshError:
+    # The one place that picks the class of an error by its code.
+    return (MeshTimeout if code == "E_TIMEOUT" else MeshError)(message, code, status)
+
+
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout):
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
 
-    def connect(self):
+    def connect(self) -> None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.settimeout(self.timeout)
@@ -90,11 +111,12 @@ class Client:
     """One meshd.  socket: its path (default_socket() when None); timeout:
     seconds to wait for an answer beyond a call's own timeout."""
 
-    def __init__(self, socket_path=None, timeout=60.0):
+    def __init__(self, socket_path: Optional[str] = None, timeout: float = 60.0) -> None:
         self.socket_path = socket_path or default_socket()
         self.timeout = timeout
 
-    def _request(self, method, target, body=None, timeout=None):
+    def _request(self, method: str, target: str, body: Optional[bytes] = None,
+                 timeout: Optional[float] = None) -> Tuple[http.client.HTTPResponse, bytes]:
         conn = _UnixConnection(self.socket_path, self.timeout if timeout is None else timeout)
         try:
             try:
@@ -109,7 +131,7 @@ class Client:
                 r = conn.getresponse()
                 data = r.read()
             except socket.timeout:
-                raise MeshError("no answer from meshd at '%s' in time" % self.socket_path, "E_TIMEOUT") from None
+                raise MeshTimeout("no answer from meshd at '%s' in time" % self.socket_path) from None
             except (http.client.HTTPException, OSError) as e:
                 raise MeshError("meshd at '%s' broke the answer: %s" % (self.socket_path, e), "E_CLOSED") from None
         finally:
@@ -118,7 +140,8 @@ class Client:
             raise _error(r.status, r.reason, data)
         return r, data
 
-    def _json(self, method, target, body=None, timeout=None):
+    def _json(self, method: str, target: str, body: Optional[bytes] = None,
+              timeout: Optional[float] = None) -> Any:
         _, data = self._request(method, target, body=body, timeout=timeout)
         try:
             return json.loads(data)
@@ -126,38 +149,38 @@ class Client:
             raise MeshError("meshd answered %s %s with something that is not JSON" % (method, target),
                             "E_PROTO") from None
 
-    def _program(self, action, name):
+    def _program(self, action: str, name: str) -> Any:
         j = self._json("POST", "/v1/programs/%s/%s" % (_name(name), action))
         return j.get("result", j)
 
-    def load(self, name):
+    def load(self, name: str) -> Dict[str, Any]:
         """Checks the catalog entry (manifest, binary, limits); no process
         starts.  The image as `ps` shows it (dict)."""
         return self._program("load", name)
 
-    def unload(self, name):
+    def unload(self, name: str) -> None:
         """Its workers exit and the image is forgotten."""
         self._program("unload", name)
 
-    def start(self, name):
+    def start(self, name: str) -> Dict[str, Any]:
         """Starts a worker and returns once it is ready: {"name", "pid", "state"}."""
         return self._program("start", name)
 
-    def stop(self, name):
+    def stop(self, name: str) -> None:
         """Its workers exit (stop signal, grace, SIGKILL); it stays loaded."""
         self._program("stop", name)
 
-    def ps(self):
+    def ps(self) -> Dict[str, Any]:
         """The stats table (docs/api.md, GET /v1/ps) as a dict."""
         return self._json("GET", "/v1/ps")
 
-    def logs(self, name, tail=None):
+    def logs(self, name: str, tail: Optional[int] = None) -> bytes:
         """The last `tail` bytes of the program's log (all, at most 1 MiB, when None), as bytes."""
         q = "" if tail is None else "?tail=%d" % int(tail)
         _, data = self._request("GET", "/v1/programs/%s/logs%s" % (_name(name), q))
         return data
 
-    def call(self, program, payload=b"", timeout=None):
+    def call(self, program: str, payload: Payload = b"", timeout: Optional[float] = None) -> bytes:
         """One request through a warm worker's slot (one is started if none
         is warm): the worker's reply bytes.  payload: bytes-like or str
         (UTF-8).  timeout: seconds meshd waits for the reply (its default 60)."""
@@ -172,8 +195,9 @@ class Client:
                                 timeout=wait)
         return data
 
-    def submit(self, program, inputs=None, chunks=None, max_workers=None, retries=None, timeout=None,
-               speculate=False, name=None):
+    def submit(self, program: str, inputs: Optional[Iterable[Payload]] = None, chunks: Optional[int] = None,
+               max_workers: Optional[int] = None, retries: Optional[int] = None, timeout: Optional[float] = None,
+               speculate: bool = False, name: Optional[str] = None) -> Job:
         """Submits a job of `program` (POST /v1/jobs): give either inputs, an
         iterable of chunk inputs (str or bytes; one chunk each, without a
         newline or a NUL byte), or chunks=N (N chunks with empty inputs).
@@ -208,11 +232,12 @@ class Client:
         j = self._json("POST", "/v1/jobs?" + urllib.parse.urlencode(q), body=body)
         return Job(self, j["id"], j)
 
-    def job(self, job_id):
-        """The Job of an id (an int or its decimal string); meshd is not asked."""
-        return Job(self, str(job_id))
+    def job(self, job_id: Union[int, str]) -> Job:
+        """The Job of an id (an int or its decimal string); meshd is not
+        asked.  MeshError E_PARSE for anything else."""
+        return Job(self, job_id)
 
-    def jobs(self, all=False):
+    def jobs(self, all: bool = False) -> List[Job]:
         """The running jobs and the 20 that ended last (all=True: every job
         meshd keeps, `meshd --keep-jobs`), by id: a list of Job (each with
         .info, the job object of docs/api.md, without failures)."""
@@ -226,19 +251,19 @@ class Job:
     workers, ...), None until one was.  missing: the DONE chunks without a
     result that pages() passed (docs/jobs.md, "Nodes outside meshd")."""
 
-    def __init__(self, client, job_id, info=None):
+    def __init__(self, client: Client, job_id: Union[int, str], info: Optional[JobObject] = None) -> None:
         self.client = client
-        self.id = str(job_id)
+        self.id = _job_id(job_id)  # an int, as meshd numbers jobs
         self.info = info
-        self.missing = []
+        self.missing: List[int] = []
 
-    def __repr__(self):
-        return "Job(%r, state=%r)" % (self.id, (self.info or {}).get("state"))
+    def __repr__(self) -> str:
+        return "Job(%d, state=%r)" % (self.id, (self.info or {}).get("state"))
 
-    def _path(self, tail=""):
-        return "/v1/jobs/%s%s" % (urllib.parse.quote(self.id, safe=""), tail)
+    def _path(self, tail: str = "") -> str:
+        return "/v1/jobs/%d%s" % (self.id, tail)
 
-    def status(self, wait=None):
+    def status(self, wait: Optional[float] = None) -> JobObject:
         """GET /v1/jobs/<id>: the job object, with its failures; wait=S (at
         most 60) holds the answer up to S seconds while the job runs."""
         q = ""
@@ -251,16 +276,17 @@ class Job:
         return self.info
 
     @property
-    def state(self):
+    def state(self) -> Optional[str]:
         """The state as last read (status(), wait())."""
         return (self.info or {}).get("state")
 
-    def wait(self, progress=None, timeout=None):
+    def wait(self, progress: Optional[Callable[[JobObject], Any]] = None, timeout: Optional[float] = None) -> str:
         """Waits for the job to end and returns its final state ("complete",
         "failed", "cancelled" or "error"); the job object is self.info.
         Long polls (no busy loop): progress, when given, is called with the
         job object after each poll (every second at most while it runs, and
-        once at the end).  timeout: seconds; past it MeshError E_TIMEOUT.
+        once at the end).  timeout: seconds; past it MeshTimeout (E_TIMEOUT,
+        a TimeoutError; the job runs on).
         While the job's program is FAILED, MeshError E_STATE at once."""
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         step = 1.0 if progress is not None else _WAIT_MAX
@@ -279,11 +305,10 @@ class Job:
                                 % (self.id, info.get("program"), info["program_failed"], info.get("program")),
                                 "E_STATE", 0)
             if deadline is not None and time.monotonic() >= deadline:
-                raise MeshError("job %s is still %s after %gs" % (self.id, info.get("state"), timeout),
-                                "E_TIMEOUT", 0)
+                raise MeshTimeout("job %s is still %s after %gs" % (self.id, info.get("state"), timeout))
             w = step
 
-    def pages(self, start=0, wait=True, framed=False):
+    def pages(self, start: int = 0, wait: bool = True, framed: bool = False) -> Iterator[Tuple[int, int, bytes]]:
         """The paged long poll behind results(): yields (first, next, data)
         for each page: data is the results of chunks first..next-1
         concatenated (a buried chunk adds nothing); framed=True: each
@@ -291,19 +316,7 @@ class Job:
         wait=False: what is settled now, stopping at the first gap."""
         k = int(start)
         while True:
-            q = "?from=%d" % k
-            if framed:
-                q += "&framed=1"
-            t = None
-            if wait:
-                q += "&wait=%d" % int(_WAIT_MAX)
-                t = _WAIT_MAX + self.client.timeout
-            r, data = self.client._request("GET", self._path("/results" + q), timeout=t)
-            nxt, end, missing = _page_header(r.getheader("Content-Type", ""))
-            if nxt is None:
-                raise MeshError("meshd's results page has no next=K in its Content-Type", "E_PROTO", r.status)
-            if missing is not None:
-                self.missing.append(missing)
+            nxt, end, data = self.page(k, wait=_WAIT_MAX if wait else 0, framed=framed)
             if nxt > k or data:
                 yield k, nxt, data
             if end:
@@ -312,7 +325,28 @@ class Job:
                 return
             k = nxt
 
-    def results(self, wait=True, ids=False):
+    def page(self, start: int, wait: float = 0, framed: bool = False) -> Tuple[int, int, bytes]:
+        """One page of results from chunk `start` (GET .../results):
+        (next, end, data), waiting up to `wait` seconds (at most 60) when
+        nothing could be added; a DONE chunk without its result is added
+        to self.missing."""
+        q = "?from=%d" % int(start)
+        if framed:
+            q += "&framed=1"
+        t = None
+        if wait and float(wait) >= 0.001:
+            w = min(float(wait), _WAIT_MAX)
+            q += "&wait=%s" % _secs(w)
+            t = w + self.client.timeout
+        r, data = self.client._request("GET", self._path("/results" + q), timeout=t)
+        nxt, end, missing = _page_header(r.getheader("Content-Type", ""))
+        if nxt is None:
+            raise MeshError("meshd's results page has no next=K in its Content-Type", "E_PROTO", r.status)
+        if missing is not None:
+            self.missing.append(missing)
+        return nxt, end, data
+
+    def results(self, wait: bool = True, ids: bool = False) -> Iterator[Union[bytes, Tuple[int, bytes]]]:
         """Each DONE chunk's result, in chunk order, streamed while the job
         runs: one bytes object a chunk (ids=True: (chunk_id, bytes)); a
         buried chunk yields nothing.  b"".join(job.results()) is what
@@ -322,30 +356,42 @@ class Job:
         yielded, MeshError E_CORRUPT names them."""
         self.missing = []
         for _, _, data in self.pages(wait=wait, framed=True):
-            at = 0
-            while at < len(data):
-                if len(data) - at < 12:
-                    raise MeshError("meshd's framed results page ends inside a record header", "E_PROTO", 200)
-                cid, n = struct.unpack_from("<QI", data, at)
-                at += 12
-                if len(data) - at < n:
-                    raise MeshError("meshd's framed results page ends inside chunk %d's result" % cid,
-                                    "E_PROTO", 200)
-                piece = data[at:at + n]
-                at += n
+            for cid, piece in _frames(data):
                 yield (cid, piece) if ids else piece
         if self.missing:
             raise MeshError("job %s: %d DONE chunk(s) without a result (the results file lacks them): %s"
                             % (self.id, len(self.missing), ", ".join(str(c) for c in self.missing[:8])
                                + (", ..." if len(self.missing) > 8 else "")), "E_CORRUPT", 200)
 
-    def cancel(self):
+    def cancel(self) -> None:
         """Stops the job for good (what is DONE stays DONE); MeshError
         E_STATE (409) once it has ended."""
         self.client._json("POST", self._path("/cancel"))
 
 
-def _page_header(ctype):
+def _frames(data: bytes) -> Iterator[Tuple[int, bytes]]:
+    """The (chunk id, result) records of a framed results page."""
+    at = 0
+    while at < len(data):
+        if len(data) - at < 12:
+            raise MeshError("meshd's framed results page ends inside a record header", "E_PROTO", 200)
+        cid, n = struct.unpack_from("<QI", data, at)
+        at += 12
+        if len(data) - at < n:
+            raise MeshError("meshd's framed results page ends inside chunk %d's result" % cid, "E_PROTO", 200)
+        yield cid, data[at:at + n]
+        at += n
+
+
+def _job_id(v: Union[int, str]) -> int:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    if isinstance(v, str) and v.isdigit() and v.isascii():
+        return int(v)
+    raise MeshError("%r is not a job id (a whole number)" % (v,), "E_PARSE", 400)
+
+
+def _page_header(ctype: str) -> Tuple[Optional[int], bool, Optional[int]]:
     # "application/octet-stream; next=K; end=E[; missing=C]" (docs/api.md)
     nxt, end, missing = None, False, None
     for part in ctype.split(";")[1:]:
@@ -362,18 +408,18 @@ def _page_header(ctype):
     return nxt, end, missing
 
 
-def _secs(v):
+def _secs(v: float) -> str:
     # meshd takes seconds with at most 9 decimals (base/parse.h); repr() may write 17.
     return ("%.6f" % float(v)).rstrip("0").rstrip(".")
 
 
-def _whole(v, what):
+def _whole(v: Any, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise MeshError("%s must be a whole number, not %r" % (what, v), "E_PARSE", 400)
     return v
 
 
-def _name(name):
+def _name(name: str) -> str:
     # meshd refuses a bad name too (400); checked here so that nothing of
     # it is ever sent as a path.
     if not name or len(name) > 64 or name[0] == "-" or not set(name) <= _NAME_OK:
@@ -381,14 +427,14 @@ def _name(name):
     return name
 
 
-def _error(status, reason, data):
+def _error(status: int, reason: str, data: bytes) -> MeshError:
     try:
         j = json.loads(data)
         if isinstance(j, dict) and "error" in j:
             msg = j["error"]
             if j.get("tail"):
                 msg = "%s\n%s" % (msg, j["tail"])
-            return MeshError(msg, j.get("code") or "E_PROTO", status)
+            return _mesh_error(msg, j.get("code") or "E_PROTO", status)
     except ValueError:
         pass
     return MeshError("meshd answered %d %s" % (status, reason), "E_PROTO", status)

@@ -34,11 +34,14 @@ prints it), and what it returns, if anything, is the last part:
             yield token.encode()
 
 Importing this module loads libmeshworker and checks its API version; it
-looks, in order, at $MESH_WORKER_LIB, next to this package (an installed
-package holds a link there), the build tree this package sits in
-(build/ of the mesh source tree), ctypes.util.find_library("meshworker"),
-then the dynamic linker's own search for libmeshworker.so.0.
+looks, in order, at $MESH_WORKER_LIB, next to this package (the wheel pip
+builds carries it there, make install puts a link there), the build tree
+this package sits in (build/ of the mesh source tree),
+ctypes.util.find_library("meshworker"), then the dynamic linker's own
+search for libmeshworker.so.0.
 """
+
+from __future__ import annotations
 
 import ctypes
 import ctypes.util
@@ -47,8 +50,9 @@ import inspect
 import os
 import sys
 import traceback
+from typing import Any, Callable, Optional, Union
 
-__all__ = ["API_VERSION", "Worker", "WorkerError", "open", "main", "library_path"]
+__all__ = ["API_VERSION", "ErrorReply", "Worker", "WorkerError", "open", "main", "library_path"]
 
 # The MESH_WORKER_API_VERSION this module is written against.
 API_VERSION = 3
@@ -62,6 +66,11 @@ _NO_CHUNK = 0xFFFFFFFFFFFFFFFF
 class WorkerError(OSError):
     """A libmeshworker call failed: errno is the library's (negative) code
     made positive, strerror its text."""
+
+
+class ErrorReply(Exception):
+    """Raised by a handler: an error reply whose text is str(e) itself
+    (any other exception's is "Type: message")."""
 
 
 def _candidates():
@@ -94,7 +103,8 @@ def _load():
             continue
         return lib, os.path.realpath(path) if os.sep in path else path
     raise ImportError("mesh.worker: cannot load libmeshworker; tried: " + "; ".join(tried)
-                      + ". Set MESH_WORKER_LIB to its path, or install it (make install).")
+                      + ". Set MESH_WORKER_LIB to its path, or run `make` in the mesh tree and pip install "
+                      "sdk/python again (the wheel then carries it), or `make install`.")
 
 
 def _check_version(lib, path):
@@ -195,7 +205,9 @@ def _wants_chunk_id(handler):
     return len(required) == 2
 
 
-def _error_text(e):
+def _error_text(e: BaseException) -> bytes:
+    if isinstance(e, ErrorReply):
+        return str(e).encode("utf-8", "replace")
     return ("%s: %s" % (type(e).__name__, e) if str(e) else type(e).__name__).encode("utf-8", "replace")
 
 
@@ -225,18 +237,18 @@ class Worker:
 
     One thread drives it; the handler runs on that thread."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         _line_buffered()
         p = ctypes.c_void_p()
         _check(_open(ctypes.byref(p)), "mesh_worker_open (is this started by meshd?)")
         self._w = p
         self._cb = None
 
-    def ready(self):
+    def ready(self) -> None:
         """Tells meshd the setup is done (serve() does it too, if not yet)."""
         _check(_ready(self._w), "mesh_worker_ready")
 
-    def serve(self, handler, view=False):
+    def serve(self, handler: Callable[..., Any], view: bool = False) -> None:
         """Serves requests until meshd says EXIT; HALT and the next run are
         handled inside.  handler(data) gets the request as bytes, or with
         view=True as a read-only memoryview of the request in the slot
@@ -246,7 +258,8 @@ class Worker:
         reply (None is an empty one), or is a generator: each bytes-like
         value it yields goes to the caller at once as a part of the reply
         (reply_part), and its return value is the last part.  An exception
-        becomes an error reply with its text (after parts: the call fails).
+        becomes an error reply with its text (after parts: the call fails);
+        ErrorReply(text) one with text alone.
         Raises WorkerError when meshd goes away; TypeError for a handler
         with more than two required parameters."""
 
@@ -286,7 +299,7 @@ class Worker:
         finally:
             self._cb = None
 
-    def reply_part(self, data):
+    def reply_part(self, data: Union[bytes, bytearray, memoryview]) -> None:
         """Inside the handler: sends data (bytes-like, at most 16 MiB) to the
         caller now as the next part of the reply.  Raises WorkerError when
         meshd stopped taking this reply (halt or exit: return from the
@@ -304,45 +317,45 @@ class Worker:
         finally:
             parts.close()
 
-    def set_spin(self, seconds):
+    def set_spin(self, seconds: float) -> None:
         """How long the node loop spins on an empty ring before it sleeps."""
         _set_spin(self._w, int(seconds * 1e9))
 
     @property
-    def gen(self):
+    def gen(self) -> int:
         """The run being served (inside the handler): its generation."""
         return _gen(self._w)
 
     @property
-    def slot(self):
+    def slot(self) -> int:
         """The run being served (inside the handler): its slot."""
         return _slot(self._w)
 
     @property
-    def chunk_id(self):
+    def chunk_id(self) -> Optional[int]:
         """Inside the handler: the job chunk being handled, or None for a plain call."""
         c = _chunk_id(self._w)
         return None if c == _NO_CHUNK else c
 
-    def close(self):
+    def close(self) -> None:
         if self._w:
             _close(self._w)
             self._w = None
 
-    def __enter__(self):
+    def __enter__(self) -> Worker:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
-def open():  # noqa: A001 -- the C library's name for it
+def open() -> Worker:  # noqa: A001 -- the C library's name for it
     """Connects to meshd (mesh_worker_open) and makes output line-buffered.
     Call it first, before the expensive setup."""
     return Worker()
 
 
-def main(handler, setup=None, view=False):
+def main(handler: Callable[..., Any], setup: Optional[Callable[[], Any]] = None, view: bool = False) -> int:
     """The whole worker: open, setup() (its result is not kept), ready,
     serve(handler), close.  Returns 0 when meshd said EXIT; raises otherwise."""
     with open() as w:
