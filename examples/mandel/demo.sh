@@ -78,7 +78,7 @@ seq 0 299 | sed "s/\$/ $MAXIT/" >tiles.txt
 say "submit the job: one chunk a tile (each line 'TILE MAXIT'), at most 2 workers"
 printf '$ mesh submit mandel --input tiles.txt --max-workers 2\n'
 JOB=$(mesh submit mandel --input tiles.txt --max-workers 2)
-echo "job $JOB"
+echo "$JOB"
 
 say "pending chunks are demand: workers spawn from zero"
 i=0

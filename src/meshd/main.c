@@ -46,10 +46,9 @@ static void usage(FILE *f)
 		strcpy(sock, "(too long)");
 	fprintf(f,
 		"usage: meshd --catalog DIR --logs DIR [--slots N] [--isolation none|mps]\n"
-		"             [--socket PATH] [--ready-timeout S] [--log-max SIZE]\n"
-		"             [--log-level debug|info|warn|error]\n"
-		"             [--metrics ADDR:PORT [--metrics-public]]\n"
-		"             [--log-level debug|info|warn|error] [--state DIR]\n"
+		"             [--socket PATH] [--ready-timeout S] [--heartbeat-timeout S]\n"
+		"             [--log-max SIZE] [--log-level debug|info|warn|error]\n"
+		"             [--metrics ADDR:PORT [--metrics-public]] [--state DIR]\n"
 		"             [--keep-jobs N] [--keep-for DURATION]\n"
 		"             [--store postgresql://...]\n"
 		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
@@ -111,9 +110,10 @@ static void usage(FILE *f)
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
-		"Exit codes: 0 clean stop, 64 usage error, 66 catalog or logs missing, 69 socket\n"
-		"in use, 71 system error, 70 internal error, 75 the state directory is held by\n"
-		"another meshd (its pid is named), 77 socket directory not private.\n",
+		"Exit codes: 0 clean stop, 64 usage error, 65 the socket's directory is a symlink\n"
+		"or not a directory, 66 catalog or logs missing, 69 socket in use, 71 system error,\n"
+		"70 internal error, 75 the state directory is held by another meshd (its pid is\n"
+		"named), 77 socket directory not private, 81 --isolation mps and no MPS daemon.\n",
 		sock);
 }
 

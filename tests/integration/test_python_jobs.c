@@ -188,7 +188,7 @@ TEST_TIMEOUT(python_client_submit_wait_results_cancel_errors, 60)
 	EXPECT_CONTAINS(out, "both 400 E_PARSE give the chunks once");
 	EXPECT_CONTAINS(out, "none 422 E_RANGE ");
 	EXPECT_CONTAINS(out, "newline 400 E_PARSE ");
-	EXPECT_CONTAINS(out, "workers 400 E_PARSE max_workers must be a whole number from 0 to 64");
+	EXPECT_CONTAINS(out, "workers 400 E_PARSE max_workers must be a whole number from 1 to 64");
 }
 
 /* examples/python's manifests as shipped, with the paths pointed at this

@@ -147,14 +147,16 @@ static json_t *job_json(const struct meshd_job_info *ji)
 }
 
 /* Parses ?key=N; 0 (absent: *out untouched), or -1 after answering 400. */
-static int arg_u64(const struct evkeyvalq *args, const char *key, uint64_t max, uint64_t *out,
+/* Query parameter key, when given, into *out: a whole number min..max. */
+static int arg_u64(const struct evkeyvalq *args, const char *key, uint64_t min, uint64_t max, uint64_t *out,
 		   struct meshd_api_answer *a)
 {
 	const char *v = evhttp_find_header(args, key);
 	if (!v)
 		return 0;
-	if (mesh_parse_u64(v, max, out) < 0) {
-		errorf(a, 400, MESH_E_PARSE, "%s must be a whole number from 0 to %" PRIu64 ", not '%.40s'", key, max, v);
+	if (mesh_parse_u64(v, max, out) < 0 || *out < min) {
+		errorf(a, 400, MESH_E_PARSE, "%s must be a whole number from %" PRIu64 " to %" PRIu64 ", not '%.40s'", key,
+		       min, max, v);
 		return -1;
 	}
 	return 0;
@@ -182,16 +184,16 @@ static void submit(struct meshd_jobs *jobs, const struct evkeyvalq *args, const 
 	s.name = evhttp_find_header(args, "name");
 	if (!s.program || !meshd_api_name_ok(s.program))
 		return errorf(a, 400, MESH_E_PARSE, "program=NAME is required: letters, digits, '_' and '-'");
-	if (arg_u64(args, "chunks", UINT64_MAX, &s.chunks, a) < 0)
+	if (arg_u64(args, "chunks", 0, UINT64_MAX, &s.chunks, a) < 0)
 		return;
 	if (evhttp_find_header(args, "chunks") && !s.chunks)
 		return errorf(a, 400, MESH_E_RANGE, "chunks must be at least 1");
 	v = 0;
-	if (arg_u64(args, "max_workers", 64, &v, a) < 0)
+	if (arg_u64(args, "max_workers", 1, 64, &v, a) < 0)
 		return;
 	s.max_workers = (unsigned)v;
 	v = 0;
-	if (arg_u64(args, "retries", 1000000, &v, a) < 0)
+	if (arg_u64(args, "retries", 1, 1000000, &v, a) < 0)
 		return;
 	s.retries = (uint32_t)v;
 	if (arg_seconds(args, "timeout", 86400ull * 1000000000ull, &s.timeout_ns, a) < 0)
@@ -225,7 +227,7 @@ static void list(struct meshd_jobs *jobs, const struct evkeyvalq *args, struct m
 	struct meshd_job_info *v;
 	size_t n, older = 0;
 	uint64_t all = 0;
-	if (arg_u64(args, "all", 1, &all, a) < 0)
+	if (arg_u64(args, "all", 0, 1, &all, a) < 0)
 		return;
 	int rc = meshd_jobs_list(jobs, all ? 0 : MESHD_JOBS_RECENT, &v, &n, &older);
 	if (rc < 0)
@@ -241,8 +243,8 @@ static void results(struct meshd_jobs *jobs, uint64_t id, const struct evkeyvalq
 {
 	uint64_t from = 0, wait = 0, framed = 0, next;
 	int end;
-	if (arg_u64(args, "from", UINT64_MAX, &from, a) < 0 || arg_seconds(args, "wait", WAIT_MAX_NS, &wait, a) < 0 ||
-	    arg_u64(args, "framed", 1, &framed, a) < 0)
+	if (arg_u64(args, "from", 0, UINT64_MAX, &from, a) < 0 || arg_seconds(args, "wait", WAIT_MAX_NS, &wait, a) < 0 ||
+	    arg_u64(args, "framed", 0, 1, &framed, a) < 0)
 		return;
 	struct mesh_buf b = MESH_BUF_INIT;
 	char *msg = NULL;
