@@ -127,7 +127,7 @@ int mesh_parse_duration(const char *s, uint64_t max_ns, uint64_t *out_ns)
 	else if (n >= 1 && s[n - 1] == 'd')
 		mul = 86400, ulen = 1;
 	else
-		return MESH_E_PARSE;
+		mul = 1, ulen = 0; /* bare seconds */
 	char num[32];
 	if (n - ulen == 0 || n - ulen >= sizeof num)
 		return MESH_E_PARSE;

@@ -16,9 +16,11 @@ int mesh_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 /* Seconds with up to 9 decimals ("2", "0.5", "1.25") into nanoseconds,
  * at most max_ns.  Same errors as mesh_parse_u64. */
 int mesh_parse_seconds(const char *s, uint64_t max_ns, uint64_t *out_ns);
-/* A duration: seconds as mesh_parse_seconds takes them, then a unit, one
- * of ms, s, m, h, d ("250ms", "1.5s", "30m", "7d"), into nanoseconds, at
- * most max_ns.  Same errors (no unit: MESH_E_PARSE). */
+/* A duration, mesh's one grammar for them (every option, manifest key and
+ * API parameter that takes a time): seconds as mesh_parse_seconds takes
+ * them ("300", "0.5"), or with a unit, one of ms, s, m, h, d ("250ms",
+ * "300s", "5m", "1.5h", "7d"), into nanoseconds, at most max_ns.  Same
+ * errors as mesh_parse_u64. */
 int mesh_parse_duration(const char *s, uint64_t max_ns, uint64_t *out_ns);
 /* A size with an optional K/M/G/T suffix (powers of 1024), e.g. "512M". */
 int mesh_parse_size(const char *s, uint64_t max, uint64_t *out);

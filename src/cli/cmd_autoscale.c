@@ -133,9 +133,9 @@ static int opt_seconds(const char *what, const char *s, uint64_t *ns)
 {
 	if (!s)
 		return 0;
-	int rc = mesh_parse_seconds(s, 3600 * MESH_NS_PER_S, ns);
+	int rc = mesh_parse_duration(s, 3600 * MESH_NS_PER_S, ns);
 	if (rc || *ns == 0)
-		return mesh_cli_usage("%s '%s' must be seconds in (0, 3600], e.g. 0.5", what, s);
+		return mesh_cli_usage("%s '%s' must be a duration in (0, 1h], e.g. 0.5, 250ms or 2m", what, s);
 	return 0;
 }
 

@@ -159,11 +159,11 @@ static int parse_count(const char *what, const char *s, uint64_t min, uint64_t m
 
 static int parse_ttl(const char *s, uint64_t *ns)
 {
-	int rc = mesh_parse_seconds(s, TTL_MAX_NS, ns);
+	int rc = mesh_parse_duration(s, TTL_MAX_NS, ns);
 	if (!rc && *ns == 0)
 		rc = MESH_E_RANGE;
 	if (rc) {
-		fprintf(stderr, "mesh: ttl '%s' refused: %s (seconds > 0, e.g. 30 or 0.5)\n", s, mesh_strerror(rc));
+		fprintf(stderr, "mesh: ttl '%s' refused: %s (a duration > 0, e.g. 30, 0.5, 250ms or 2m)\n", s, mesh_strerror(rc));
 		return rc == MESH_E_PARSE ? MESH_EXIT_USAGE : mesh_exit_for(rc);
 	}
 	return 0;

@@ -360,8 +360,8 @@ int mesh_cmd_submit(int argc, char **argv)
 				return mesh_cli_usage("submit: --retries wants 1 to 1000000, not '%s'", v);
 		} else if (opt_is(a, "--timeout")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_seconds(v, 86400ull * MESH_NS_PER_S, &s.timeout_ns) < 0 || !s.timeout_ns))
-				return mesh_cli_usage("submit: --timeout wants seconds (0 < S <= 86400), not '%s'", v);
+			    (mesh_parse_duration(v, 86400ull * MESH_NS_PER_S, &s.timeout_ns) < 0 || !s.timeout_ns))
+				return mesh_cli_usage("submit: --timeout wants a duration (0 < T <= 1d: 30, 250ms, 5m, 1.5h), not '%s'", v);
 		} else if (!strcmp(a, "--speculate")) {
 			s.speculate = 1;
 		} else if (!strcmp(a, "--wait")) {

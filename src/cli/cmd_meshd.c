@@ -64,7 +64,7 @@ static const char *const helps[][2] = {
 		 "Sends one request through the slot of a warm worker of <name> (one is started when\n"
 		 "none is warm) and prints its reply bytes as they are; a reply the worker streams is\n"
 		 "printed part by part as it comes.  '-' reads the payload from stdin (at most\n"
-		 "16 MiB).  --timeout: seconds to wait for the reply (default 60).\n"},
+		 "16 MiB).  --timeout: how long to wait for the reply (default 60; 30, 500ms, 2m).\n"},
 };
 
 void mesh__meshd_cmd_help(const char *const tab[][2], size_t n, const char *cmd)
@@ -133,9 +133,9 @@ static int parse(int argc, char **argv, struct opts *o, int want_name, int want_
 					return mesh_cli_usage("%s: --tail wants a byte count up to 1M, not '%s'", cmd, v);
 				o->have_tail = 1;
 			} else {
-				if (mesh_parse_seconds(v, 3600ull * 1000000000ull, &o->timeout_ns) < 0 ||
+				if (mesh_parse_duration(v, 3600ull * 1000000000ull, &o->timeout_ns) < 0 ||
 				    !o->timeout_ns)
-					return mesh_cli_usage("%s: --timeout wants seconds (0 < S <= 3600), not '%s'",
+					return mesh_cli_usage("%s: --timeout wants a duration (0 < T <= 1h: 30, 250ms, 5m), not '%s'",
 							      cmd, v);
 			}
 			continue;

@@ -214,9 +214,10 @@ static void on_event(void *ctx, const struct mesh_serve_event *ev)
 static int parse_secs(const char *opt, const char *v, uint64_t *out, int allow_zero)
 {
 	/* At most about 290 years: keeps every deadline sum far from overflow. */
-	int rc = mesh_parse_seconds(v, UINT64_MAX / 2, out);
+	int rc = mesh_parse_duration(v, UINT64_MAX / 2, out);
 	if (rc < 0 || (!allow_zero && *out == 0))
-		return mesh_cli_usage("serve: %s wants %sseconds, not '%s'", opt, allow_zero ? "" : "positive ", v);
+		return mesh_cli_usage("serve: %s wants a %sduration (30, 0.5, 250ms, 5m), not '%s'", opt,
+				      allow_zero ? "" : "positive ", v);
 	return 0;
 }
 

@@ -190,23 +190,11 @@ static int num(const char *opt, const char *s, uint64_t min, uint64_t max, uint6
 	return 0;
 }
 
-/* A duration: seconds (decimals allowed) with an optional s/m/h/d unit. */
+/* A duration (mesh_parse_duration's grammar), more than 0, at most a year. */
 static int duration(const char *opt, const char *s, uint64_t *out)
 {
-	static const struct {
-		char unit;
-		uint64_t mul;
-	} units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
-	char tmp[64];
-	uint64_t mul = 1;
-	size_t n = strlen(s);
-	for (size_t i = 0; n > 1 && n < sizeof tmp && i < sizeof units / sizeof units[0]; i++)
-		if (s[n - 1] == units[i].unit)
-			mul = units[i].mul, n--;
-	snprintf(tmp, sizeof tmp, "%.*s", (int)n, s);
-	if (n >= sizeof tmp || mesh_parse_seconds(tmp, 365ull * 86400 * MESH_NS_PER_S / mul, out) < 0 || *out == 0)
-		return mesh__run_usage("%s '%s': expected a duration, e.g. 30, 0.5, 2m or 1h", opt, s);
-	*out *= mul;
+	if (mesh_parse_duration(s, 365ull * 86400 * MESH_NS_PER_S, out) < 0 || *out == 0)
+		return mesh__run_usage("%s '%s': expected a duration, e.g. 30, 0.5, 250ms, 2m or 1h", opt, s);
 	return 0;
 }
 

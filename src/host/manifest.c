@@ -145,7 +145,8 @@ static int type_ok(enum kind k, enum mesh_toml_type t)
 	case K_COUNT: return t == MESH_TOML_INT;
 	case K_SIZE:
 	case K_RING: return t == MESH_TOML_INT || t == MESH_TOML_STRING;
-	case K_USER: return t == MESH_TOML_INT || t == MESH_TOML_STRING;
+	case K_USER:
+	case K_DURATION: return t == MESH_TOML_INT || t == MESH_TOML_STRING;
 	default: return t == MESH_TOML_STRING;
 	}
 }
@@ -281,9 +282,12 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		return 0;
 	case K_DURATION: {
 		uint64_t ns;
-		int rc = mesh_parse_duration(it->str, f->max, &ns);
+		char secs[32];
+		if (it->type == MESH_TOML_INT) /* a number is seconds */
+			snprintf(secs, sizeof secs, "%lld", (long long)it->i);
+		int rc = mesh_parse_duration(it->type == MESH_TOML_INT ? secs : it->str, f->max, &ns);
 		if (rc == MESH_E_PARSE)
-			return fail(x, WHERE, "'" KEYFMT "' must be a duration like \"500ms\", \"3s\", \"1.5m\", \"2h\"",
+			return fail(x, WHERE, "'" KEYFMT "' must be a duration like 300 (seconds), \"500ms\", \"3s\", \"1.5m\", \"2h\"",
 				    KEYARGS);
 		if (rc || ns < f->min)
 			return fail(x, WHERE, "'" KEYFMT "' is out of range (%llu ms to %llu s)", KEYARGS,

@@ -317,14 +317,14 @@ int main(int argc, char **argv)
 				return usage_error("--socket wants a path, not '%s'", v);
 			strcpy(sock, v);
 		} else if ((v = opt_value(argc, argv, &i, "--ready-timeout", &missing))) {
-			if (mesh_parse_seconds(v, 86400ull * 1000000000ull, &cfg.ready_timeout_ns) < 0 ||
+			if (mesh_parse_duration(v, 86400ull * 1000000000ull, &cfg.ready_timeout_ns) < 0 ||
 			    cfg.ready_timeout_ns == 0)
-				return usage_error("--ready-timeout wants seconds (more than 0, at most a day), not '%s'",
+				return usage_error("--ready-timeout wants a duration (more than 0, at most a day: 30, 500ms, 2m), not '%s'",
 						   v);
 		} else if ((v = opt_value(argc, argv, &i, "--heartbeat-timeout", &missing))) {
-			if (mesh_parse_seconds(v, 86400ull * 1000000000ull, &cfg.heartbeat_timeout_ns) < 0 ||
+			if (mesh_parse_duration(v, 86400ull * 1000000000ull, &cfg.heartbeat_timeout_ns) < 0 ||
 			    cfg.heartbeat_timeout_ns == 0)
-				return usage_error("--heartbeat-timeout wants seconds (more than 0, at most a day), not '%s'",
+				return usage_error("--heartbeat-timeout wants a duration (more than 0, at most a day: 10, 500ms, 1m), not '%s'",
 						   v);
 		} else if ((v = opt_value(argc, argv, &i, "--log-max", &missing))) {
 			if (mesh_parse_size(v, UINT64_MAX, &cfg.log_max) < 0 || cfg.log_max == 0)
@@ -354,9 +354,9 @@ int main(int argc, char **argv)
 			uint64_t *dst = strstr(o, "request") ? &gwc.request_timeout_ns
 					: strstr(o, "response") ? &gwc.response_timeout_ns
 					: strstr(o, "idle") ? &gwc.idle_stream_timeout_ns : &gwc.probe_interval_ns;
-			if (mesh_parse_seconds(v, 86400ull * 1000000000ull, dst) < 0 || *dst == 0)
-				return usage_error("--http-*-timeout and --http-probe-interval want seconds (more "
-						   "than 0, at most a day), not '%s'", v);
+			if (mesh_parse_duration(v, 86400ull * 1000000000ull, dst) < 0 || *dst == 0)
+				return usage_error("--http-*-timeout and --http-probe-interval want a duration (more "
+						   "than 0, at most a day: 30, 500ms, 5m), not '%s'", v);
 		} else if ((v = opt_value(argc, argv, &i, "--http-probe-failures", &missing))) {
 			uint64_t n;
 			if (mesh_parse_u64(v, 1000, &n) < 0 || n == 0)

@@ -68,15 +68,27 @@ TEST(parse_i64_and_seconds_and_size)
 	EXPECT_UEQ(sz, 512ull << 20);
 	EXPECT_EQ(mesh_parse_size("M", UINT64_MAX, &sz), MESH_E_PARSE);
 	EXPECT_EQ(mesh_parse_size("99999999999T", UINT64_MAX, &sz), MESH_E_RANGE);
-	/* Durations: a unit is required (ms, s, m, h, d). */
+	/* Durations: mesh's one grammar, bare seconds or a unit (ms, s, m, h, d). */
 	EXPECT_EQ(mesh_parse_duration("250ms", UINT64_MAX, &ns), 0);
 	EXPECT_UEQ(ns, 250000000ull);
 	EXPECT_EQ(mesh_parse_duration("1.5m", UINT64_MAX, &ns), 0);
 	EXPECT_UEQ(ns, 90000000000ull);
 	EXPECT_EQ(mesh_parse_duration("7d", UINT64_MAX, &ns), 0);
 	EXPECT_UEQ(ns, 7ull * 86400 * 1000000000ull);
-	EXPECT_EQ(mesh_parse_duration("7", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_duration("300", UINT64_MAX, &ns), 0);
+	EXPECT_UEQ(ns, 300ull * 1000000000ull);
+	EXPECT_EQ(mesh_parse_duration("300s", UINT64_MAX, &ns), 0);
+	EXPECT_UEQ(ns, 300ull * 1000000000ull);
+	EXPECT_EQ(mesh_parse_duration("1.5h", UINT64_MAX, &ns), 0);
+	EXPECT_UEQ(ns, 5400ull * 1000000000ull);
+	EXPECT_EQ(mesh_parse_duration("0.5", UINT64_MAX, &ns), 0);
+	EXPECT_UEQ(ns, 500000000ull);
 	EXPECT_EQ(mesh_parse_duration("d", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_duration("ms", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_duration("10x", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_duration("5 m", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_duration("-5m", UINT64_MAX, &ns), MESH_E_PARSE);
+	EXPECT_EQ(mesh_parse_duration("", UINT64_MAX, &ns), MESH_E_PARSE);
 	EXPECT_EQ(mesh_parse_duration("2h", 3600ull * 1000000000ull, &ns), MESH_E_RANGE);
 }
 

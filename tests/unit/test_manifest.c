@@ -72,6 +72,23 @@ TEST(manifest_good_parses_every_field)
 	mesh_manifest_release(&m);
 }
 
+/* Durations in mesh's one grammar: a number is seconds, as is a string
+ * without a unit (both were refused: "must be a duration like 500ms"). */
+TEST(manifest_durations_bare_seconds)
+{
+	static const char M[] = "name = \"echo\"\nbackends = [\"native\"]\nidle_ttl = 300\n"
+				"[lifecycle]\nstop_grace = \"3\"\nready_timeout = \"1.5m\"\n";
+	struct mesh_manifest m;
+	char *err = NULL;
+	int rc = mesh_manifest_parse("echo.toml", M, strlen(M), "echo", &m, &err);
+	if (rc)
+		FAIL("parse failed: %s", err);
+	EXPECT_UEQ(m.idle_ttl_ns, 300ull * 1000000000ull);
+	EXPECT_UEQ(m.stop_grace_ns, 3ull * 1000000000ull);
+	EXPECT_UEQ(m.ready_timeout_ns, 90ull * 1000000000ull);
+	mesh_manifest_release(&m);
+}
+
 TEST(manifest_defaults)
 {
 	const char *t = "name = \"a\"\nbackends = [\"native\"]\n";
@@ -137,7 +154,7 @@ TEST(manifest_errors_table)
 		{"x = true1\n", "m.toml:1:5: expected a value (string"},
 		{"name = \"a\"\nbackends = [\"native\"]\n[lifecycle]\nstop_signal = \"KILL\"\n",
 		 "m.toml:4:15: 'lifecycle.stop_signal' must be one of"},
-		{"name = \"a\"\nbackends = [\"native\"]\n[lifecycle]\nstop_grace = \"3\"\n",
+		{"name = \"a\"\nbackends = [\"native\"]\n[lifecycle]\nstop_grace = \"3x\"\n",
 		 "m.toml:4:14: 'lifecycle.stop_grace' must be a duration"},
 		{"name = \"a\"\nbackends = [\"native\"]\n[lifecycle]\nready_timeout = \"0s\"\n",
 		 "m.toml:4:17: 'lifecycle.ready_timeout' is out of range"},

@@ -168,8 +168,8 @@ static int arg_seconds(const struct evkeyvalq *args, const char *key, uint64_t m
 	const char *v = evhttp_find_header(args, key);
 	if (!v)
 		return 0;
-	if (mesh_parse_seconds(v, max_ns, out) < 0) {
-		errorf(a, 400, MESH_E_PARSE, "%s must be seconds (at most %llu), not '%.40s'", key,
+	if (mesh_parse_duration(v, max_ns, out) < 0) {
+		errorf(a, 400, MESH_E_PARSE, "%s must be a duration (30, 500ms, 5m; at most %llu s), not '%.40s'", key,
 		       (unsigned long long)(max_ns / 1000000000ull), v);
 		return -1;
 	}

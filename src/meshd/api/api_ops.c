@@ -98,8 +98,8 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 		uint64_t timeout = CALL_TIMEOUT_DEFAULT_NS;
 		void *reply = NULL;
 		size_t reply_len = 0;
-		if (t && (mesh_parse_seconds(t, CALL_TIMEOUT_MAX_NS, &timeout) < 0 || timeout == 0))
-			return meshd__send_errorf(jb, 400, MESH_E_PARSE, "timeout must be seconds, more than 0 and at most %llu",
+		if (t && (mesh_parse_duration(t, CALL_TIMEOUT_MAX_NS, &timeout) < 0 || timeout == 0))
+			return meshd__send_errorf(jb, 400, MESH_E_PARSE, "timeout must be a duration (30, 500ms, 5m), more than 0 and at most %llu s",
 					   CALL_TIMEOUT_MAX_NS / 1000000000ull);
 		rc = meshd_op_call_ex(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, stream_part, jb, &reply,
 				      &reply_len, timeout, &jb->gone, &msg);
