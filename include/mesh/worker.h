@@ -109,7 +109,8 @@ uint32_t mesh_worker_slot(const struct mesh_worker *w);
  * UINT64_MAX for a plain request (`mesh call`).  Since API version 2. */
 uint64_t mesh_worker_chunk_id(const struct mesh_worker *w);
 
-/* A static description of a code returned by this library. */
+/* A static description of a code returned by this library (-ENOENT, from
+ * mesh_worker_open: "started outside meshd: MESH_CONTROL_FD is not set ..."). */
 const char *mesh_worker_strerror(int err);
 
 /* MESH_WORKER_API_VERSION of the library actually loaded (which may differ

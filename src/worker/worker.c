@@ -51,6 +51,10 @@ enum loop_end { END_HALT, END_EXIT, END_CLOSED, END_BROKEN };
 
 const char *mesh_worker_strerror(int err)
 {
+	/* The one ENOENT of this library: mesh_worker_open outside meshd. */
+	if (err == -ENOENT)
+		return "started outside meshd: MESH_CONTROL_FD is not set (meshd starts a worker from its catalog: "
+		       "mesh call, mesh submit)";
 	return mesh_strerror(err);
 }
 

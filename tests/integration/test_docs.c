@@ -10,18 +10,23 @@
 
 static char out[65536];
 
-/* Writes to file the ```sh block of README.md that contains marker; 0 or -1. */
-static int readme_block(const char *marker, const char *file)
+/* Writes to file the ```lang block of README.md that contains marker; 0 or -1. */
+static int readme_block_of(const char *lang, const char *marker, const char *file)
 {
 	char readme[4096];
 	snprintf(readme, sizeof readme, "%s/README.md", getenv("MESH_SRC"));
 	return t_sh(out, sizeof out, 1,
-		    "awk -v m='%s' '/^```/ { if (inb) { if (hit) { printf \"%%s\", b; exit } inb = 0; b = \"\"; hit = 0; next }"
-		    " if ($0 == \"```sh\") { inb = 1; next } }"
+		    "awk -v m='%s' -v l='```%s' '/^```/ { if (inb) { if (hit) { printf \"%%s\", b; exit } inb = 0; b = \"\"; hit = 0; next }"
+		    " if ($0 == l) { inb = 1; next } }"
 		    " inb { b = b $0 \"\\n\"; if (index($0, m)) hit = 1 }' '%s' > '%s' && test -s '%s'",
-		    marker, readme, file, file) == 0
+		    marker, lang, readme, file, file) == 0
 		       ? 0
 		       : -1;
+}
+
+static int readme_block(const char *marker, const char *file)
+{
+	return readme_block_of("sh", marker, file);
 }
 
 /* The meshd quick start pasted as one block: `build/meshd ... &` and, on
@@ -159,4 +164,27 @@ TEST(docs_meshd_exit_codes_agree_with_help)
 	printf("  --help: %s\n  docs:   %s\n", help, docs);
 	EXPECT_STREQ(help, docs);
 	EXPECT_CONTAINS(help, "0 64 65 66 69 70 71 75 77 81 ");
+}
+
+/* The README's C worker: it builds against libmeshworker as shown, started
+ * by hand it says why it cannot run (it once exited 1 silently), and under
+ * meshd it answers a call. */
+TEST_TIMEOUT(docs_readme_c_worker_builds_says_why_by_hand_and_serves, 60)
+{
+	const char *b = getenv("MESH_BUILD"), *src = getenv("MESH_SRC");
+	ASSERT_EQ(readme_block_of("c", "mesh_worker_open", "w.c"), 0);
+	int rc = t_sh(out, sizeof out, 1, "cc -Wall -Werror -I'%s/include' -o w w.c '%s/libmeshworker.a' -lpthread 2>&1",
+		      src, b);
+	printf("%s", out);
+	ASSERT_EQ(rc, 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "env -u MESH_CONTROL_FD ./w"), 1);
+	EXPECT_CONTAINS(out, "started outside meshd: MESH_CONTROL_FD is not set");
+	rc = t_sh(out, sizeof out, 1,
+		  "mkdir -p catalog/x86_64-linux-gnu logs && cp w catalog/x86_64-linux-gnu/w &&"
+		  " printf 'name = \"w\"\\nbackends = [\"native\"]\\n' > catalog/w.toml &&"
+		  " ('%s/meshd' --catalog catalog --logs logs --socket \"$PWD/m.sock\" >meshd.out 2>&1 & echo $! > pid) &&"
+		  " '%s/mesh' call w hello --socket \"$PWD/m.sock\"; r=$?; kill $(cat pid); exit $r",
+		  b, b);
+	EXPECT_EQ(rc, 0);
+	EXPECT_STREQ(out, "hello");
 }
