@@ -469,22 +469,22 @@ static int harvest_cmd(struct mesh_job *j, const struct args *a, uint64_t ttl, u
 	mesh_job_close(j);
 	if (rc < 0)
 		return mesh_cli_fail_store(rc, words, "harvest of '%s' stopped", a->pos[0]);
-	printf("harvest %s: started %" PRIu64 ", done %" PRIu64 ", ignored %" PRIu64 ", failed %" PRIu64
+	fprintf(stderr, "harvest %s: started %" PRIu64 ", done %" PRIu64 ", ignored %" PRIu64 ", failed %" PRIu64
 	       ", buried %" PRIu64 ", speculative %" PRIu64 "\n",
 	       a->pos[5], es.started, es.done, es.ignored, es.failed, es.buried, es.speculative);
 	switch (rc) {
 	case MESH_EXEC_COMPLETE:
-		puts("COMPLETE");
+		fputs("COMPLETE\n", stderr);
 		return MESH_EXIT_OK;
 	case MESH_EXEC_INTERRUPTED:
 	case MESH_EXEC_HANGUP:
-		puts("INTERRUPTED");
+		fputs("INTERRUPTED\n", stderr);
 		return MESH_EXIT_INTERRUPTED;
 	case MESH_EXEC_FAILED:
-		puts("INCOMPLETE: only buried chunks are left (mesh job retry)");
+		fputs("INCOMPLETE: only buried chunks are left (mesh job retry)\n", stderr);
 		return MESH_EXIT_INCOMPLETE;
 	default:
-		puts("INCOMPLETE");
+		fputs("INCOMPLETE\n", stderr);
 		return MESH_EXIT_INCOMPLETE;
 	}
 }
@@ -521,21 +521,21 @@ static int cmd_harvest(int argc, char **argv)
 	mesh_job_close(j);
 	if (rc < 0 && rc != MESH_E_BURIED)
 		return mesh_cli_fail_store(rc, words, "harvest of '%s' stopped", a.pos[0]);
-	printf("harvest %s: leased %" PRIu64 ", done %" PRIu64 ", ignored %" PRIu64 ", stolen %" PRIu64
+	fprintf(stderr, "harvest %s: leased %" PRIu64 ", done %" PRIu64 ", ignored %" PRIu64 ", stolen %" PRIu64
 	       ", speculative %" PRIu64 "\n",
 	       a.pos[5], ds.leased, ds.done, ds.ignored, ds.stolen, ds.speculative);
 	switch (rc) {
 	case MESH_JOB_COMPLETE:
-		puts("COMPLETE");
+		fputs("COMPLETE\n", stderr);
 		return MESH_EXIT_OK;
 	case MESH_JOB_INTERRUPTED:
-		puts("INTERRUPTED");
+		fputs("INTERRUPTED\n", stderr);
 		return MESH_EXIT_INTERRUPTED;
 	case MESH_E_BURIED:
-		puts("INCOMPLETE: only buried chunks are left (mesh job retry)");
+		fputs("INCOMPLETE: only buried chunks are left (mesh job retry)\n", stderr);
 		return MESH_EXIT_INCOMPLETE;
 	default:
-		puts("INCOMPLETE");
+		fputs("INCOMPLETE\n", stderr);
 		return MESH_EXIT_INCOMPLETE;
 	}
 }

@@ -320,3 +320,16 @@ TEST(cli_job_chunk_count_the_engine_holds)
 	EXPECT_EQ(MESH("harvest huge.log locks jb 4294967296 10 n1", M), 65);
 	EXPECT_CONTAINS(out, "more than the engine handles");
 }
+
+/* harvest's summary and verdict go to stderr: stdout is the chunks' own
+ * output (they were mixed into it). */
+TEST(cli_job_harvest_summary_on_stderr)
+{
+	ASSERT_EQ(MESH("submit j.log 3", M), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 0, "%s job harvest j.log locks jb 3 10 n1 -- echo c{} 2>err.txt | sort", M), 0);
+	EXPECT_STREQ(out, "c0\nc1\nc2\n");
+	char *err = t_read_file("err.txt", NULL);
+	EXPECT_CONTAINS(err, "harvest n1: started 3, done 3");
+	EXPECT_CONTAINS(err, "COMPLETE\n");
+	free(err);
+}
