@@ -33,6 +33,46 @@ static void usage(FILE *f)
 	fprintf(f, "\n`mesh <command> --help` describes a command.\n");
 }
 
+/* Edit distance of a and b (insert, delete, replace, swap of neighbours),
+ * for the short names of commands; bigger than 3 is given as 4. */
+static unsigned distance(const char *a, const char *b)
+{
+	size_t n = strlen(a), m = strlen(b);
+	unsigned d[16][16];
+	if (n >= 16 || m >= 16)
+		return 4;
+	for (size_t i = 0; i <= n; i++)
+		for (size_t j = 0; j <= m; j++) {
+			unsigned v = i && j ? d[i - 1][j - 1] + (a[i - 1] != b[j - 1]) : (unsigned)(i + j);
+			if (i && d[i - 1][j] + 1 < v)
+				v = d[i - 1][j] + 1;
+			if (j && d[i][j - 1] + 1 < v)
+				v = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+				v = d[i - 2][j - 2] + 1;
+			d[i][j] = v;
+		}
+	return d[n][m] > 3 ? 4 : d[n][m];
+}
+
+/* The command nearest to cmd (git's "did you mean"): within 2 edits, or 1
+ * for names of 3 letters or fewer; NULL when none or a tie. */
+static const char *nearest(const char *cmd)
+{
+	static const char *const more[] = {"help", "version"};
+	const char *best = NULL;
+	unsigned bd = strlen(cmd) <= 3 ? 2 : 3, ties = 0;
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0] + 2; i++) {
+		const char *name = i < sizeof cmds / sizeof cmds[0] ? cmds[i].name : more[i - sizeof cmds / sizeof cmds[0]];
+		unsigned d = distance(cmd, name);
+		if (d < bd)
+			best = name, bd = d, ties = 0;
+		else if (d == bd && best)
+			ties++;
+	}
+	return ties ? NULL : best;
+}
+
 static void exit_codes(void)
 {
 	printf("mesh exit codes (the same for every subcommand; `run` moves them, see below):\n");
@@ -88,5 +128,8 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))
 			return cmds[i].fn(argc - 1, argv + 1);
+	const char *near = nearest(cmd);
+	if (near)
+		return mesh_cli_usage("unknown command '%s'; did you mean '%s'?", cmd, near);
 	return mesh_cli_usage("unknown command '%s'", cmd);
 }

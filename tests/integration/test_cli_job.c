@@ -333,3 +333,20 @@ TEST(cli_job_harvest_summary_on_stderr)
 	EXPECT_CONTAINS(err, "COMPLETE\n");
 	free(err);
 }
+
+/* A mistyped command gets git's "did you mean" (a typo, a swap, a letter
+ * short), an unrelated word only "unknown command". */
+TEST(cli_mistyped_command_did_you_mean)
+{
+	static const char *const cases[][2] = {
+		{"sumbit", "did you mean 'submit'?"}, {"cancle", "did you mean 'cancel'?"},
+		{"reslts", "did you mean 'results'?"}, {"rnu", "did you mean 'run'?"},
+		{"pss", "did you mean 'ps'?"},	       {"verison", "did you mean 'version'?"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s %s", M, cases[i][0]), 64);
+		EXPECT_CONTAINS(out, cases[i][1]);
+	}
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s xyzzy", M), 64);
+	EXPECT_CONTAINS(out, "unknown command 'xyzzy'\n");
+}
