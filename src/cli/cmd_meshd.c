@@ -8,6 +8,7 @@
 #include "host/manifest.h"
 #include "shm/ring.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -27,6 +28,7 @@ struct opts {
 	const char *name;
 	const char *payload;
 	int json;
+	int verbose; /* ps -v: the host's limits, containment and GPUs too */
 	int have_lines, have_tail;
 	uint64_t lines, tail, timeout_ns;
 };
@@ -50,10 +52,12 @@ static const char *const helps[][2] = {
 	{"stop", "usage: mesh stop <name> [--socket PATH]\n\n"
 		 "Its workers exit (the stop signal, SIGKILL of the process group after the grace);\n"
 		 "the program stays loaded.\n"},
-	{"ps", "usage: mesh ps [--json] [--socket PATH]\n\n"
-	       "The stats table: per worker its state, pid, cpu %, resident memory, spawns, crashes,\n"
-	       "last exit and the limits really enforced; then the host totals.  --json prints\n"
-	       "meshd's answer as it is (docs/api.md).\n"},
+	{"ps", "usage: mesh ps [-v] [--json] [--socket PATH]\n\n"
+	       "The stats table: per worker its state (warm: ready, no work; busy: a call or a job on\n"
+	       "it; starting, launching, halting, stopping), pid, cpu %, resident memory ('-' until\n"
+	       "first sampled), spawns, crashes, last exit and the limits really enforced; then the\n"
+	       "host totals.  -v: also what limits this host can enforce, how workers are contained,\n"
+	       "and its GPUs.  --json prints meshd's answer as it is (docs/api.md).\n"},
 	{"logs", "usage: mesh logs <name> [-n LINES | --tail BYTES] [--socket PATH]\n\n"
 		 "Prints <name>'s output log (<logs>/<name>.log on meshd's side), at most its last\n"
 		 "1 MiB; -n the last LINES lines, --tail the last BYTES bytes.\n"},
@@ -110,6 +114,10 @@ static int parse(int argc, char **argv, struct opts *o, int want_name, int want_
 				    (!strcmp(cmd, "call") && klen == 9 && !strncmp(a, "--timeout", 9));
 			if (!strcmp(cmd, "ps") && !strcmp(a, "--json")) {
 				o->json = 1;
+				continue;
+			}
+			if (!strcmp(cmd, "ps") && (!strcmp(a, "-v") || !strcmp(a, "--verbose"))) {
+				o->verbose = 1;
 				continue;
 			}
 			if (!takes)
@@ -407,14 +415,15 @@ static void fmt_gpu(char *buf, size_t n, json_t *g)
 }
 
 /* "gpu: none (why)" or one line per GPU. */
-static void print_gpus(json_t *g)
+/* The GPUs meshd places workers on; "gpu: none (why)" only when verbose. */
+static void print_gpus(json_t *g, int verbose)
 {
 	size_t i;
 	json_t *d;
 	if (!json_is_object(g))
 		return;
 	const char *none = json_string_value(json_object_get(g, "none"));
-	if (none)
+	if (none && verbose)
 		printf("gpu: none (%s)\n", none);
 	json_t *mps = json_object_get(g, "mps");
 	if (json_is_object(mps))
@@ -445,12 +454,27 @@ static void print_row(json_t *prog, json_t *wk)
 	const char *name = json_string_value(json_object_get(prog, "name"));
 	const char *state = json_string_value(json_object_get(src, "state"));
 	int running = json_is_integer(jpid) && json_integer_value(jpid) > 0;
-	if (!wk)
-		state = "LOADED";
+	char word[16];
+	if (!wk) {
+		state = "loaded";
+	} else if (state && (!strcmp(state, "IDLE") || !strcmp(state, "RUNNING"))) {
+		/* Both are warm (IDLE: halted off its slot); busy when it works. */
+		state = json_is_true(json_object_get(wk, "busy")) ? "busy" : "warm";
+	} else if (state) {
+		size_t k = 0;
+		for (; state[k] && k + 1 < sizeof word; k++)
+			word[k] = (char)tolower((unsigned char)state[k]);
+		word[k] = 0;
+		state = word;
+	}
 	if (running) {
 		fmt_num(pid, sizeof pid, jpid);
 		fmt_pct(cpu, sizeof cpu, field(src, "cpu_pct", NULL));
-		fmt_bytes(rss, sizeof rss, field(src, "rss", "rss_bytes"));
+		json_t *jr = field(src, "rss", "rss_bytes");
+		if (json_is_integer(jr) && json_integer_value(jr) == 0)
+			strcpy(rss, "-"); /* not sampled yet (its first second) */
+		else
+			fmt_bytes(rss, sizeof rss, jr);
 		fmt_limits(lim, sizeof lim, field(src, "limits_enforced", NULL));
 	} else {
 		strcpy(pid, "-");
@@ -562,18 +586,21 @@ int mesh_cmd_ps(int argc, char **argv)
 		fmt_num(crashes, sizeof crashes, json_object_get(host, "crashes"));
 		printf("host: %s worker processes, cpu %s%%, rss %s, %s spawns, %s crashes\n", procs, cpu, rss, spawns,
 		       crashes);
+	}
+	if (json_is_object(host) && o.verbose) {
 		const char *avail = json_string_value(json_object_get(host, "limits_available"));
 		const char *cg = json_string_value(json_object_get(host, "cgroup"));
 		if (avail)
-			printf("limits this host can enforce: %s%s%s%s\n", avail, cg ? " (cgroup v2: " : "", cg ? cg : "",
-			       cg ? ")" : "");
+			printf("limits this host can enforce: %s\n", avail);
+		if (cg)
+			printf("cgroup v2 limits: not enforced here: %s\n", cg);
 		const char *cn = json_string_value(json_object_get(host, "containment"));
 		const char *cw = json_string_value(json_object_get(host, "containment_why"));
 		if (cn)
-			printf("containment of workers: %s%s%s%s\n", cn, cw && *cw ? " (" : "", cw && *cw ? cw : "",
-			       cw && *cw ? ")" : "");
+			printf("containment of workers (what keeps track of their processes and kills them all): %s%s%s%s\n",
+			       cn, cw && *cw ? " (" : "", cw && *cw ? cw : "", cw && *cw ? ")" : "");
 	}
-	print_gpus(j ? json_object_get(j, "gpu") : NULL);
+	print_gpus(j ? json_object_get(j, "gpu") : NULL, o.verbose);
 	print_http(j ? json_object_get(j, "http") : NULL);
 	json_decref(j);
 	return fflush(stdout) == 0 ? 0 : mesh_cli_fail(-errno, "cannot write");

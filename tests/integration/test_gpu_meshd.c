@@ -105,6 +105,8 @@ TEST(meshd_gpu_none_in_ps_and_refused_at_load)
 	program("g", "", "0", "0");
 	pid_t d = meshd();
 	ASSERT_EQ(mesh("ps"), 0);
+	EXPECT_FALSE(strstr(out, "gpu: none") != NULL); /* a host line for -v */
+	ASSERT_EQ(mesh("ps -v"), 0);
 	EXPECT_CONTAINS(out, "gpu: none (cannot load /nonexistent/libnvidia-ml.so.1");
 	EXPECT_EQ(mesh("load g"), 81); /* MESH_EXIT_NOGPU */
 	EXPECT_CONTAINS(out, "gpu: none: cannot load");

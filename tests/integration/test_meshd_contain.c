@@ -97,8 +97,8 @@ TEST_TIMEOUT(meshd_stop_leaves_no_setsid_grandchild, 60)
 	ASSERT_GT(gc, 0);
 	EXPECT_FALSE(contain_t_gone(&gc));
 	/* ps says how workers are held, and the pid it gives is the worker's. */
-	ASSERT_EQ(mesh("ps"), 0);
-	EXPECT_CONTAINS(out, "containment of workers: ");
+	ASSERT_EQ(mesh("ps -v"), 0);
+	EXPECT_CONTAINS(out, "containment of workers (what keeps track of their processes and kills them all): ");
 	EXPECT_CONTAINS(out, "pid-namespace");
 	json_t *w = first_worker();
 	ASSERT_TRUE(w != NULL);
@@ -158,7 +158,7 @@ TEST_TIMEOUT(meshd_ps_memory_is_the_whole_tree_and_says_what_is_bounded, 60)
 	/* A memory limit is a per-process data segment: ps and load say so. */
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' load limited --socket " SOCK, t_bin("mesh")), 0);
 	EXPECT_CONTAINS(out, "per-process data segment");
-	ASSERT_EQ(mesh("ps"), 0);
+	ASSERT_EQ(mesh("ps -v"), 0);
 	EXPECT_CONTAINS(out, "memory:per-process data segment (rlimit)");
 	kill(meshd, SIGTERM);
 	EXPECT_EQ(wait_exit(meshd, 15000), 0);

@@ -213,14 +213,14 @@ static json_t *worker_json(const struct meshd_worker_info *wi)
 	char el[256] = "";
 	if (st->pid)
 		mesh_limits_describe(st->limits, el, sizeof el);
-	json_t *o = json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o, s:s, s:I, s:o, s:b}", "state",
+	json_t *o = json_pack("{s:s, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:o, s:s, s:o, s:s, s:I, s:o, s:b, s:b}", "state",
 			 mesh_istate_name(st->state), "pid", (json_int_t)st->pid, "slot",
 			 wi->slot >= 0 ? json_integer(wi->slot) : json_null(), "cpu_pct", st->cpu_pct, "rss", (json_int_t)st->rss,
 			 "cpu_ns", (json_int_t)st->cpu_ns, "spawns", (json_int_t)st->spawns, "crashes", (json_int_t)st->crashes,
 			 "last_exit", st->last_exit >= 0 ? json_integer(st->last_exit) : json_null(), "limits_enforced", el,
 			 "ring", wi->ring ? json_integer((json_int_t)wi->ring) : json_null(), "containment",
 			 st->pid ? mesh_limits_containment_name(st->containment) : "", "processes", (json_int_t)st->procs,
-			 "image", image_json(wi->image_id), "retired", wi->retired);
+			 "image", image_json(wi->image_id), "retired", wi->retired, "busy", wi->busy);
 	json_t *g = o ? meshd__gpu_worker_json(wi) : NULL;
 	if (g)
 		json_object_set_new(o, "gpu", g);

@@ -488,6 +488,7 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		wi->ring = wi->slot >= 0 ? mesh_slot_ring_cap(d->slots[wi->slot]) : 0;
 		meshd__gpu_worker(&d->G, p->w[i].gpu_res, p->w[i].gpu_prev, wi);
 		wi->image_id = pi->image_id;
+		wi->busy = p->w[i].busy || p->w[i].job;
 		pi->spawns += wi->st.spawns;
 		pi->crashes += wi->st.crashes;
 		pi->warm += wi->st.state == MESH_IS_IDLE || wi->st.state == MESH_IS_RUNNING;
@@ -523,6 +524,7 @@ static int retired_ps(struct meshd_core *d, const struct program *p, struct mesh
 			wi->ring = wi->slot >= 0 ? mesh_slot_ring_cap(d->slots[wi->slot]) : 0;
 			wi->image_id = mesh_image_id(&q->img);
 			wi->retired = 1;
+			wi->busy = q->w[i].busy || q->w[i].job;
 		}
 	}
 	return 0;

@@ -67,6 +67,7 @@ struct meshd_worker_info {
 	int64_t gpu_last_free_ns; /* time_to_free of its previous process; -1 if none */
 	uint64_t image_id; /* mesh_image_id of the image it runs */
 	int retired;	   /* of an image replaced by load or rollback: it finishes what it holds, then exits */
+	int busy;	   /* a call runs on it, or a job holds it */
 };
 
 /* A loaded program.  Filled by load (image fields) and ps (all); the
