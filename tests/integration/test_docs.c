@@ -188,3 +188,24 @@ TEST_TIMEOUT(docs_readme_c_worker_builds_says_why_by_hand_and_serves, 60)
 	EXPECT_EQ(rc, 0);
 	EXPECT_STREQ(out, "hello");
 }
+
+/* The README's jobs block, pasted whole: meshd from zero workers, a job of
+ * three chunks, its results in order, mesh jobs. */
+TEST_TIMEOUT(docs_readme_jobs_block_pasted_whole, 60)
+{
+	ASSERT_EQ(readme_block("mesh submit sha", "block.sh"), 0);
+	ASSERT_EQ(symlink(getenv("MESH_BUILD"), "build"), 0);
+	int rc = t_sh(out, sizeof out, 1,
+		      "unset MESHD_DEFAULT_USER TMPDIR; umask 022; (cat block.sh; echo 'wait; rm -rf \"$Q\"') > run.sh;"
+		      " MESH_SOCKET=\"$PWD/m.sock\" bash -e run.sh >block.out 2>&1");
+	char *o = t_read_file("block.out", NULL);
+	snprintf(out, sizeof out, "%s", o ? o : "");
+	free(o);
+	printf("%s", out);
+	EXPECT_EQ(rc, 0);
+	/* sha256("alpha"), ("beta"), ("gamma"), one a line */
+	EXPECT_CONTAINS(out, "8ed3f6ad685b959ead7022518e1af76cd816f8e8ec7ccdda1ed4018e8f2223f8\n"
+			     "f44e64e75f3948e9f73f8dfa94721c4ce8cbb4f265c4790c702b2d41cfbf2753\n"
+			     "be9d587defa1f0c09ef49eb17e206983a5f8f8289e4281860bd0ee5a19592c67\n");
+	EXPECT_CONTAINS(out, "complete          3/3");
+}
