@@ -250,4 +250,4 @@ install: all
 clean:
 	rm -rf build build-san build-fuzz build*.make.log
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/tests-workers $(BUILD)/examples -name '*.d' 2>/dev/null)

@@ -107,6 +107,9 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		rc = mesh_errf(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
+	rc = mesh__gw_guard_open(&g->guard, cfg, err);
+	if (rc)
+		goto fail;
 	rc = mesh__gw_catalog(g, err);
 	if (rc)
 		goto fail;
@@ -215,6 +218,7 @@ void mesh_gw_free(struct mesh_gw *g)
 		close(g->lfd);
 	mesh_proc_spawner_free(g->sp);
 	mesh__gw_progs_free(g);
+	mesh__gw_guard_free(&g->guard);
 	pthread_cond_destroy(&g->cv_all);
 	pthread_mutex_destroy(&g->mu);
 	free(g->catalog);

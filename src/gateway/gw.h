@@ -87,6 +87,14 @@ struct mesh_gw_config {
 	 * (502 or cut), and the waiting ones start it again. */
 	uint64_t probe_interval_ns;
 	uint32_t probe_failures;
+	/* The door (gateway/gw_guard.h): api_key_file (NULL: no key asked)
+	 * lists the keys a request must bring (Authorization: Bearer); a
+	 * browser's request is served from a loopback origin or one of
+	 * allow_origins ("scheme://host[:port]", or "*"); with allow_public
+	 * unset, the Host must be a loopback name. */
+	const char *api_key_file;
+	const char *const *allow_origins;
+	size_t nallow_origins;
 	void (*on_log)(void *ctx, int level, const char *line);
 	void *ctx;
 };

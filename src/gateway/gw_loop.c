@@ -639,6 +639,11 @@ static void route(struct lconn *lc)
 	char upath[2100];
 	const char *path = r->target;
 	size_t qlen = strcspn(r->target, "?");
+	int health = qlen == 7 && !strncmp(r->target, "/health", 7);
+	const char *why = NULL, *code = NULL;
+	/* The door first (gw_guard.h): key, Host, Origin; /health needs no key. */
+	int refused = mesh__gw_guard_check(&g->guard, g->c.allow_origins, g->c.nallow_origins, lc->buf, r->h.len,
+					   r->h.line_off + r->h.line_len, !health, &why, &code);
 	/* Its hop-by-hop fields, those its Connection names and Expect go. */
 	r->fwd_off = mesh_hframe_head_forward(lc->buf, &r->h);
 	lc->t0 = mesh_mono_ns();
@@ -646,6 +651,28 @@ static void route(struct lconn *lc)
 	lc->close_it = r->close;
 	memset(&lc->w, 0, sizeof lc->w);
 	set_busy(lc);
+	if (refused) {
+		answer_error(lc, refused, "invalid_request_error", code, why, 0, lc->close_it);
+		return;
+	}
+	if (health) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		mesh__gw_answer_health(&b, lc->close_it);
+		answer(lc, &b, 200, 0);
+		return;
+	}
+	if (qlen > 11 && !strncmp(r->target, "/v1/models/", 11)) {
+		char id[300];
+		snprintf(id, sizeof id, "%.*s", (int)(qlen - 11 < sizeof id - 1 ? qlen - 11 : sizeof id - 1), r->target + 11);
+		struct mesh_buf b = MESH_BUF_INIT;
+		int st = strcmp(r->method, "GET") && strcmp(r->method, "HEAD") ? 405 : mesh__gw_answer_model(g, &b, id, lc->close_it);
+		if (st == 405)
+			answer_error(lc, 405, "invalid_request_error", NULL, "GET /v1/models/{id} describes a model", 0,
+				     lc->close_it);
+		else
+			answer(lc, &b, st, 0);
+		return;
+	}
 	if (!strncmp(r->target, "/upstream/", 10)) {
 		mesh__gw_upstream_split(r->target, lc->model, sizeof lc->model, upath, sizeof upath);
 		path = upath;

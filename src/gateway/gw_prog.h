@@ -12,6 +12,7 @@
 #define MESH_GATEWAY_GW_PROG_H
 
 #include "gateway/gw.h"
+#include "gateway/gw_guard.h"
 #include "host/manifest.h"
 #include "gpu/nvml.h"
 #include "host/wlog.h"
@@ -92,6 +93,7 @@ struct mesh__gw_conn {
 
 struct mesh_gw {
 	struct mesh_gw_config c;
+	struct mesh__gw_guard guard; /* the keys and the Host rule (gw_guard.h) */
 	char *catalog, *logs;
 	struct mesh__gw_prog *progs;
 	size_t nprogs;

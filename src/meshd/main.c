@@ -51,7 +51,9 @@ static void usage(FILE *f)
 		"             [--metrics ADDR:PORT [--metrics-public]] [--state DIR]\n"
 		"             [--keep-jobs N] [--keep-for DURATION]\n"
 		"             [--store postgresql://...]\n"
-		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
+		"             [--http ADDR:PORT [--http-public] [--http-api-key-file FILE]\n"
+		"                                       [--http-allow-origin ORIGIN]... [--http-max-body SIZE]\n"
+		"                                       [--http-max-queue N]\n"
 		"                                       [--http-memory SIZE] [--http-request-timeout S]\n"
 		"                                       [--http-response-timeout S] [--http-idle-timeout S]\n"
 		"                                       [--http-probe-interval S] [--http-probe-failures N]\n"
@@ -83,7 +85,12 @@ static void usage(FILE *f)
 		"                       catalog's backend = \"http\" programs, each started on demand\n"
 		"                       and stopped when idle (docs/gateway.md); loopback only unless\n"
 		"                       --http-public\n"
-		"  --http-public        allow an --http address that is not loopback\n"
+		"  --http-public        allow an --http address that is not loopback (and any Host\n"
+		"                       name; without it only loopback names are answered)\n"
+		"  --http-api-key-file FILE  keys a request must bring (Authorization: Bearer KEY),\n"
+		"                       one a line, the file readable by its owner alone\n"
+		"  --http-allow-origin ORIGIN  a web page's origin allowed besides loopback ones\n"
+		"                       (https://ui.example:8443, or *); repeatable\n"
 		"  --http-max-body SIZE the largest request body the gateway takes (default 16M)\n"
 		"  --http-max-queue N   requests waiting per program for its start (default 256);\n"
 		"                       one more is answered 503 with Retry-After\n"
@@ -270,6 +277,8 @@ int main(int argc, char **argv)
 	const char *store_url = getenv("MESH_STORE");
 	int metrics_public = 0;
 	struct mesh_gw_config gwc = MESH_GW_CONFIG_INIT;
+	const char *origins[32];
+	size_t norigins = 0;
 	struct mesh_gw *gw = NULL;
 	struct meshd_metrics_server *msrv = NULL;
 	struct meshd_core *core = NULL;
@@ -370,6 +379,17 @@ int main(int argc, char **argv)
 			gwc.threads = (uint32_t)n;
 		} else if (!strcmp(argv[i], "--http-public")) {
 			gwc.allow_public = 1;
+		} else if ((v = opt_value(argc, argv, &i, "--http-api-key-file", &missing))) {
+			gwc.api_key_file = v;
+		} else if ((v = opt_value(argc, argv, &i, "--http-allow-origin", &missing))) {
+			if (strcmp(v, "*") && (strncmp(v, "http://", 7) && strncmp(v, "https://", 8)))
+				return usage_error("--http-allow-origin wants an origin like https://ui.example:8443, or *, "
+						   "not '%s'", v);
+			if (norigins == sizeof origins / sizeof origins[0])
+				return usage_error("%s", "at most 32 --http-allow-origin");
+			origins[norigins++] = v;
+			gwc.allow_origins = origins;
+			gwc.nallow_origins = norigins;
 		} else if ((v = opt_value(argc, argv, &i, "--http-max-body", &missing))) {
 			uint64_t n;
 			if (mesh_parse_size(v, 1ull << 32, &n) < 0 || n == 0)
