@@ -18,7 +18,7 @@ static const char usage[] =
 	"Give the password through PGPASSFILE or PGPASSWORD: mesh never prints one.\n"
 	"\n"
 	"  init     create the schema 'mesh' (nothing when it is there, at this version)\n"
-	"  migrate  bring an older schema to this version, one step at a time\n"
+	"  migrate  bring an older schema to this version (in one transaction)\n"
 	"  status   print the schema version found and the one this mesh uses\n"
 	"\n"
 	"Exit codes: 0 (status: the schema is this mesh's version); 64 usage; 65 a\n"

@@ -990,6 +990,40 @@ int mesh_pg_release_mine(struct mesh_pg *pg)
 	return mesh__pg_q1(pg, "SELECT mesh.release($1, $2)", 2, vals, out, sizeof out);
 }
 
+/* One statement (or several, or only comments) of the schema: 0, or
+ * MESH_E_PROTO with the server's words in why. */
+static int schema_exec(PGconn *c, const char *sql, char *why, size_t whycap)
+{
+	PGresult *r = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(r);
+	int rc = 0;
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_EMPTY_QUERY) {
+		set_why(why, whycap, PQerrorMessage(c));
+		rc = MESH_E_PROTO;
+	}
+	PQclear(r);
+	return rc;
+}
+
+/* Takes the schema from version v to this mesh's in one transaction:
+ * the steps it lacks (tables), this version's functions, the number. */
+static int migrate(PGconn *c, int v, char *why, size_t whycap)
+{
+	char sql[64];
+	int rc = schema_exec(c, "BEGIN", why, whycap);
+	for (; !rc && v < MESH_PG_SCHEMA_VERSION; v++)
+		rc = schema_exec(c, mesh__pg_steps[v], why, whycap);
+	if (!rc)
+		rc = schema_exec(c, mesh__pg_functions, why, whycap);
+	snprintf(sql, sizeof sql, "UPDATE mesh.meta SET version = %d", MESH_PG_SCHEMA_VERSION);
+	if (!rc)
+		rc = schema_exec(c, sql, why, whycap);
+	if (!rc)
+		return schema_exec(c, "COMMIT", why, whycap);
+	PQclear(PQexec(c, "ROLLBACK"));
+	return rc;
+}
+
 int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *now, char *why, size_t whycap)
 {
 	char job[MESH_NODE_MAX + 1];
@@ -1019,31 +1053,10 @@ int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *
 		} else if (op == MESH_PG_SCHEMA_INIT && v != 0 && v != MESH_PG_SCHEMA_VERSION) {
 			set_why(why, whycap, "the mesh schema is of an older version (run: mesh store migrate URL)");
 			rc = MESH_E_VERSION;
-		} else if (op != MESH_PG_SCHEMA_STATUS) {
-			for (; !rc && (size_t)v < MESH_PG_NMIGRATIONS; v++) {
-				PGresult *r = PQexec(c, "BEGIN");
-				PQclear(r);
-				r = PQexec(c, MESH_PG_MIGRATIONS[v]);
-				if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-					set_why(why, whycap, PQerrorMessage(c));
-					rc = MESH_E_PROTO;
-				}
-				PQclear(r);
-				if (!rc) {
-					char sql[64];
-					snprintf(sql, sizeof sql, "UPDATE mesh.meta SET version = %d", v + 1);
-					r = PQexec(c, sql);
-					PQclear(r);
-				}
-				r = PQexec(c, rc ? "ROLLBACK" : "COMMIT");
-				if (!rc && PQresultStatus(r) != PGRES_COMMAND_OK) {
-					set_why(why, whycap, PQerrorMessage(c));
-					rc = MESH_E_PROTO;
-				}
-				PQclear(r);
-				if (!rc)
-					*now = v + 1;
-			}
+		} else if (op != MESH_PG_SCHEMA_STATUS && v < MESH_PG_SCHEMA_VERSION) {
+			rc = migrate(c, v, why, whycap);
+			if (!rc)
+				*now = MESH_PG_SCHEMA_VERSION;
 		}
 	}
 	PQfinish(c);
