@@ -5,6 +5,7 @@
 #define MESH_CLI_EXIT_H
 
 #include <stdarg.h>
+#include <stdint.h>
 
 #include "base/exit.h"
 
@@ -43,8 +44,11 @@ void mesh_cli_vsay_fail(const char *pre, int err, const char *words, const char 
 int mesh_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The CLI's mesh_job_opts.on_store_wait (arg: the store's URL as given,
  * which never holds a password): says on stderr when the job store's
- * database stops answering and when it answers again. */
-void mesh_cli_store_wait(void *arg, int waiting, const char *why);
+ * database stops answering (and the outage budget), while it does not
+ * (at 10 s, 30 s, then each minute: for how long, how much longer), and
+ * when it answers again or the budget ran out.  Stops the wait when a
+ * run was told to stop (mesh_exec_stop_asked). */
+int mesh_cli_store_wait(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns);
 /* A journal damaged in the records that name its work (mesh_job_why
  * .identity_damaged): says so on stderr -- no repair keeps them, move it away to
  * start afresh -- and returns the exit code for rc. */

@@ -73,6 +73,8 @@ static const char usage[] =
 	"  --journal F.log      the journal (kept; default .mesh-run-<hash>.log here,\n"
 	"                       named after CMD and the input, removed when complete)\n"
 	"  --ttl T              lease time-to-live, renewed while a chunk runs (5)\n"
+	"  --store-outage T     how long to wait for a store's database that stopped\n"
+	"                       answering, keeping leases and output (5m); then exit 109\n"
 	"  --speculate          idle slots run copies of stragglers; first wins\n"
 	"  --node NAME          this node's name (default <host>.<pid>)\n"
 	"  -h, --help           this help\n"
@@ -87,7 +89,7 @@ enum {
 	O_JOBS, O_ARGFILE, O_INPUT, O_CHUNKS, O_NULL, O_DELIM, O_COLSEP, O_KEEP, O_TAG, O_LINEBUF, O_UNGROUP,
 	O_JOBLOG, O_HALT, O_RETRIES, O_TIMEOUT, O_DELAY, O_LOAD, O_MEMFREE, O_NICE, O_TMPDIR, O_RESULTS,
 	O_DRYRUN, O_PROGRESS, O_VERBOSE, O_JOURNAL, O_TTL, O_SPECULATE, O_NODE, O_HELP, O_MAXARGS, O_MULTI,
-	O_CONTEXT, O_XARGS, O_PIPE, O_BLOCK,
+	O_CONTEXT, O_XARGS, O_PIPE, O_BLOCK, O_OUTAGE,
 };
 static const struct opt {
 	const char *name;
@@ -107,6 +109,7 @@ static const struct opt {
 	{"help", 'h', 0, O_HELP},	  {"max-args", 'n', 1, O_MAXARGS},  {"max-replace-args", 'N', 1, O_MAXARGS},
 	{"", 'm', 0, O_MULTI},		  {"", 'X', 0, O_CONTEXT},	   {"xargs", 0, 0, O_XARGS},
 	{"pipe", 0, 0, O_PIPE},		  {"block", 0, 1, O_BLOCK},	   {"block-size", 0, 1, O_BLOCK},
+	{"store-outage", 0, 1, O_OUTAGE},
 };
 
 int mesh__run_usage(const char *fmt, ...)
@@ -384,6 +387,7 @@ static int apply(struct run_args *a, const struct opt *o, const char *v)
 	case O_VERBOSE: a->verbose = 1; return 0;
 	case O_JOURNAL: a->journal = v, a->explicit_journal = 1; return 0;
 	case O_TTL: return duration(name, v, &a->ttl_ns);
+	case O_OUTAGE: return duration(name, v, &a->store_outage_ns);
 	case O_SPECULATE: a->speculate = 1; return 0;
 	case O_NODE: a->node = v; return 0;
 	case O_HELP: a->help = 1; return 0;

@@ -18,6 +18,7 @@ struct run_src {
 
 struct run_args {
 	uint64_t slots, chunks, retries, timeout_ns, ttl_ns, delay_ns, memfree, halt_count;
+	uint64_t store_outage_ns; /* --store-outage; 0: the default */
 	unsigned timeout_pct, halt_percent;
 	int halt_mode, halt_on_success, nice, delim;
 	double load_max;

@@ -48,11 +48,19 @@ static uint64_t retry_ns(void)
 #define THROTTLE_NS (250 * MESH_NS_PER_MS)
 
 static int sig_w = -1, sig_r = -1;
+static volatile sig_atomic_t stop_asked;
+
+int mesh_exec_stop_asked(void)
+{
+	return stop_asked != 0;
+}
 
 static void on_signal(int sig)
 {
 	int e = errno;
 	unsigned char c = (unsigned char)sig;
+	if (sig == SIGINT || sig == SIGTERM)
+		stop_asked = 1;
 	if (sig_w >= 0 && write(sig_w, &c, 1) < 0) {
 		/* the pipe is full: enough signals are pending */
 	}
@@ -128,7 +136,9 @@ static void take_results(struct mesh__runner *r)
 			mesh_job_renew(it->jh, &it->l, 1);
 			if (it->complete && !r->o->results_dir)
 				mesh__run_repeat(r, it->cid);
-			if (!r->fatal) {
+			/* a store that stopped waiting for its database
+			 * because we were told to stop: an interruption */
+			if (!r->fatal && !(it->result == MESH_E_UNAVAILABLE && stop_asked)) {
 				r->fatal = it->result;
 				mesh__run_stop_all(r, SIGKILL);
 			}
@@ -330,7 +340,7 @@ static int over(struct mesh__runner *r, int *answer)
 	struct mesh_job_status js;
 	int rc = mesh_job_status(r->job, &js);
 	if (rc < 0) {
-		*answer = rc;
+		*answer = rc == MESH_E_UNAVAILABLE && stop_asked ? MESH_EXEC_INTERRUPTED : rc;
 		return 1;
 	}
 	int end;
@@ -445,6 +455,8 @@ static int loop(struct mesh__runner *r)
 	}
 	for (;;) {
 		int rc = fill(r);
+		if (rc == MESH_E_UNAVAILABLE && stop_asked)
+			rc = 0; /* told to stop while the store waited: the signal is read below */
 		if (rc < 0 && !r->fatal) {
 			r->fatal = rc;
 			mesh__run_stop_all(r, SIGKILL);
@@ -677,6 +689,7 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 			goto out;
 		}
 		sig_w = sigp[1];
+		stop_asked = 0;
 		sig_r = sigp[0];
 		memset(&sa, 0, sizeof sa);
 		sa.sa_handler = on_signal;

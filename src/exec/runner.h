@@ -288,4 +288,10 @@ struct mesh_exec_stats {
  * and owned by the caller. */
 int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *opts, struct mesh_exec_stats *stats);
 
+/* 1 once a run that handles signals (handle_signals) got SIGINT or
+ * SIGTERM: for a job store's wait hook (mesh_job_opts.on_store_wait),
+ * which then stops waiting for its database so that the run can stop.
+ * Any thread; async-signal-safe. */
+int mesh_exec_stop_asked(void);
+
 #endif

@@ -13,6 +13,7 @@
 #include "meshd/notify.h"
 #include "meshd/core/ops.h"
 #include "gateway/gw.h"
+#include "job/job.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -50,7 +51,7 @@ static void usage(FILE *f)
 		"             [--log-max SIZE] [--log-level debug|info|warn|error]\n"
 		"             [--metrics ADDR:PORT [--metrics-public]] [--state DIR]\n"
 		"             [--keep-jobs N] [--keep-for DURATION]\n"
-		"             [--store postgresql://...]\n"
+		"             [--store postgresql://...] [--store-outage DURATION]\n"
 		"             [--http ADDR:PORT [--http-public] [--http-api-key-file FILE]\n"
 		"                                       [--http-allow-origin ORIGIN]... [--http-max-body SIZE]\n"
 		"                                       [--http-max-queue N]\n"
@@ -114,6 +115,8 @@ static void usage(FILE *f)
 		"                       older ones are removed, directory and all (`mesh rm JOB`: one)\n"
 		"  --store URL          also run the jobs of a shared PostgreSQL store (MESH_STORE)\n"
 		"                       whose program this catalog has (docs/cluster.md)\n"
+		"  --store-outage DURATION  how long the store's jobs wait for a database that\n"
+		"                       stopped answering, keeping their leases (default 5m)\n"
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
@@ -399,6 +402,11 @@ int main(int argc, char **argv)
 			metrics_public = 1;
 		} else if ((v = opt_value(argc, argv, &i, "--store", &missing))) {
 			store_url = v;
+		} else if ((v = opt_value(argc, argv, &i, "--store-outage", &missing))) {
+			uint64_t ns;
+			if (mesh_parse_duration(v, 100ull * 365 * 86400 * 1000000000ull, &ns) < 0 || ns < 1000000000ull)
+				return usage_error("--store-outage wants a duration of 1s or more such as 5m or 30s, not '%s'", v);
+			mesh_job_set_store_outage(ns);
 		} else if ((v = opt_value(argc, argv, &i, "--keep-jobs", &missing))) {
 			if (mesh_parse_u64(v, 100000000, &keep.keep_jobs) < 0 || keep.keep_jobs == 0)
 				return usage_error("--keep-jobs wants a number from 1 to 100000000, not '%s'", v);

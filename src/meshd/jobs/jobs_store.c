@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/parse.h"
 #include "meshd/jobs/job_exec.h"
 #include "meshd/core/ops.h"
 #include "exec/executor.h"
@@ -302,18 +303,23 @@ static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, con
 	}
 }
 
-/* The job's handles tell when the database stops answering and answers
- * again (a store that restarts: the driver waits up to 15 s). */
-static void store_wait(void *arg, int waiting, const char *why)
+/* The job's handles tell when the database stops answering, while they
+ * wait for it (up to meshd's --store-outage), and when it answers again
+ * or they gave up (the job's driver then stops and is started again). */
+static int store_wait(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns)
 {
 	struct sjob *s = arg;
-	if (waiting > 0)
-		mesh_warn("store job=%" PRIu64 " the database stopped answering (%s); reconnecting, for up to 15 s",
-			  s->spec.id, why);
-	else if (waiting == 0)
-		mesh_info("store job=%" PRIu64 " the database answers again", s->spec.id);
-	else
-		mesh_warn("store job=%" PRIu64 " the database did not answer for 15 s", s->spec.id);
+	char waited[32], budget[32];
+	mesh_say_duration(waited, sizeof waited, waited_ns);
+	mesh_say_duration(budget, sizeof budget, budget_ns);
+	if (state == MESH_JOB_STORE_STOPPED)
+		mesh_warn("store job=%" PRIu64 " the database stopped answering (%s); waiting for it up to %s (--store-outage)",
+			  s->spec.id, why, budget);
+	else if (state == MESH_JOB_STORE_ANSWERS)
+		mesh_info("store job=%" PRIu64 " the database answers again after %s", s->spec.id, waited);
+	else if (state == MESH_JOB_STORE_GAVE_UP)
+		mesh_warn("store job=%" PRIu64 " the database did not answer for %s (--store-outage)", s->spec.id, budget);
+	return 0;
 }
 
 static void hook_lease_lost(void *arg, uint64_t cid, uint64_t since_ns, uint64_t ttl_ns)

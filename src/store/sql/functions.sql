@@ -101,19 +101,27 @@ END $f$;
 -- finds the cursor's row locked by another waits for it, and then
 -- carves the next 32 leases' worth off for those behind it.  The job's
 -- row is read first (a LOCK TABLE of mesh.jobs makes a lease wait there,
--- holding nothing a completion would wait for).
+-- holding nothing a completion would wait for).  A lease that expired
+-- while the database was down (its deadline before the server's start)
+-- is not taken in its node's first TTL after that start, nor is the node
+-- silent then: every node, which waited out the outage, renews what it
+-- holds before another can take it.
 CREATE FUNCTION mesh.lease(p_job int, p_k int, p_ttl_us bigint, p_holder bigint)
  RETURNS TABLE(cid bigint, attempt int, stolen boolean, deadline bigint, started bigint, token bigint)
  LANGUAGE plpgsql AS $f$
 #variable_conflict use_column
 DECLARE t bigint; got int := 0; lo bigint; hi bigint; silent bigint[]; cand bigint[]; stale bigint[];
- b record; tok bigint; nb int; skip bigint[]; n bigint; rhi bigint; un int := 0;
+ b record; tok bigint; nb int; skip bigint[]; n bigint; rhi bigint; un int := 0; st bigint; kept bigint[];
 BEGIN
  -- the job's row first (a table lock waited for here, holding
- -- nothing), and the clock after it
- SELECT x.t, (SELECT array_agg(n.holder) FROM mesh.nodes n WHERE n.job = p_job AND n.beat + n.ttl_us < x.t)
-  INTO t, silent FROM (SELECT mesh.now_us() AS t FROM mesh.jobs j WHERE j.id = p_job) x;
- FOR b IN SELECT x.lo FROM mesh.blocks x WHERE x.job = p_job AND (x.deadline < t OR (x.holder = ANY(silent)
+ -- nothing), and the clock after it; the nodes still in their first
+ -- TTL since the database started (kept), and those silent
+ st := (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint;
+ SELECT x.t, (SELECT array_agg(n.holder) FROM mesh.nodes n WHERE n.job = p_job AND n.beat + n.ttl_us < x.t
+   AND x.t >= st + n.ttl_us),
+  (SELECT coalesce(array_agg(n.holder), '{}') FROM mesh.nodes n WHERE n.job = p_job AND x.t < st + n.ttl_us)
+  INTO t, silent, kept FROM (SELECT mesh.now_us() AS t FROM mesh.jobs j WHERE j.id = p_job) x;
+ FOR b IN SELECT x.lo FROM mesh.blocks x WHERE x.job = p_job AND ((x.deadline < t AND (x.deadline >= st OR x.holder <> ALL(kept))) OR (x.holder = ANY(silent)
    AND EXISTS (SELECT 1 FROM mesh.nodes n WHERE n.holder = x.holder AND x.deadline > t + n.ttl_us)))
   FOR UPDATE SKIP LOCKED LOOP
   PERFORM mesh.unblock(p_job, b.lo, 'l');
@@ -134,8 +142,8 @@ BEGIN
  END IF;
  IF cand IS NOT NULL THEN
   RETURN QUERY WITH c AS (SELECT ch.cid AS c, ch.state AS s FROM mesh.chunks ch WHERE ch.job = p_job
-    AND ch.cid = ANY(cand) AND (ch.state = 'p' OR (ch.state = 'l' AND (ch.deadline < t OR EXISTS
-     (SELECT 1 FROM mesh.nodes n WHERE n.holder = ch.holder AND n.beat + n.ttl_us < t AND ch.deadline > t + n.ttl_us))))
+    AND ch.cid = ANY(cand) AND (ch.state = 'p' OR (ch.state = 'l' AND ((ch.deadline < t AND (ch.deadline >= st OR ch.holder <> ALL(kept))) OR
+     (ch.holder = ANY(silent) AND EXISTS (SELECT 1 FROM mesh.nodes n WHERE n.holder = ch.holder AND ch.deadline > t + n.ttl_us)))))
     AND NOT mesh.is_done(p_job, ch.cid)
     ORDER BY ch.cid LIMIT p_k FOR UPDATE OF ch SKIP LOCKED)
    UPDATE mesh.chunks ch SET state = 'l', attempt = ch.attempt + 1,
