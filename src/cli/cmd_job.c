@@ -109,11 +109,7 @@ static int check_journal_path(const char *p)
 	if (mesh_pg_url_is(p)) {
 		/* A PostgreSQL store: a password in it would show in every
 		 * process list and message; libpq takes it from elsewhere. */
-		char safe[512];
-		mesh_pg_url_safe(p, safe, sizeof safe);
-		if (strcmp(safe, p))
-			return mesh_cli_usage("a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
-		return 0;
+		return mesh_cli_store_url_refused("job", p);
 	}
 	if (mesh_path_journal_ok(p, &why)) {
 		fprintf(stderr, "mesh: journal '%s' refused: %s\n", p, why);

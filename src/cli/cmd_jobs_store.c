@@ -34,10 +34,10 @@ static int open_store(const char *cmd, const char *url, struct mesh_pg **pg)
 	char why[512], safe[512];
 	if (!mesh_pg_url_is(url))
 		return mesh_cli_usage("%s: --store wants a postgresql:// URL", cmd);
+	int ex = mesh_cli_store_url_refused(cmd, url);
+	if (ex)
+		return ex;
 	mesh_pg_url_safe(url, safe, sizeof safe);
-	if (strcmp(safe, url))
-		return mesh_cli_usage("%s: a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD",
-				      cmd);
 	int rc = mesh_pg_open(pg, url, why, sizeof why);
 	if (rc) {
 		fprintf(stderr, "mesh: %s: %s: %s%s%s\n", cmd, safe, mesh_strerror(rc), why[0] ? ": " : "", why);

@@ -93,9 +93,9 @@ int mesh_cmd_nodes(int argc, char **argv)
 		return mesh_cli_usage("nodes: no store (give --store URL, or set MESH_STORE)");
 	if (!mesh_pg_url_is(url))
 		return mesh_cli_usage("nodes: not a store URL (postgresql://...)");
+	if ((rc = mesh_cli_store_url_refused("nodes", url)))
+		return rc;
 	mesh_pg_url_safe(url, safe, sizeof safe);
-	if (strcmp(safe, url))
-		return mesh_cli_usage("nodes: a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
 	rc = mesh_pg_open(&pg, url, why, sizeof why);
 	if (rc) {
 		fprintf(stderr, "mesh: nodes %s: %s%s%s\n", safe, mesh_strerror(rc), why[0] ? ": " : "", why);

@@ -436,11 +436,9 @@ int mesh_cmd_run(int argc, char **argv)
 		/* A PostgreSQL store (docs/cluster.md): no lock directory; the
 		 * job is the URL's #name, else the one the default journal
 		 * would be named after (the same command meets the same job). */
-		mesh_pg_url_safe(a.journal, surl, sizeof surl);
-		if (strcmp(surl, a.journal)) {
-			ex = mesh_cli_usage("run: a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
+		if ((ex = mesh_cli_store_url_refused("run", a.journal)))
 			goto out;
-		}
+		mesh_pg_url_safe(a.journal, surl, sizeof surl);
 		if (!strchr(a.journal, '#')) {
 			journal_name(&a, &in, jbuf, sizeof jbuf);
 			snprintf(surl, sizeof surl, "%s#%.*s", a.journal, (int)(strlen(jbuf) - 5), jbuf + 1);

@@ -102,6 +102,13 @@ int mesh_cli_store_wait(void *arg, int state, const char *why, uint64_t waited_n
 	return mesh_exec_stop_asked();
 }
 
+int mesh_cli_store_url_refused(const char *cmd, const char *url)
+{
+	if (!url || !mesh_job_where_has_password(url))
+		return 0;
+	return mesh_cli_usage("%s: %s", cmd, mesh_job_password_why());
+}
+
 int mesh_cli_usage(const char *fmt, ...)
 {
 	va_list ap;

@@ -42,6 +42,11 @@ int mesh_cli_fail_store(int err, const char *words, const char *fmt, ...) __attr
 void mesh_cli_vsay_fail(const char *pre, int err, const char *words, const char *fmt, va_list ap);
 /* Prints "mesh: <message>" plus a usage hint to stderr; returns MESH_EXIT_USAGE. */
 int mesh_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* 0 when url (a journal path or store URL, may be NULL) holds no
+ * password; else says `mesh: CMD: a password in the store URL is
+ * refused...` on stderr (never the URL) and returns 64 (MESH_EXIT_USAGE).
+ * Every command that takes a store URL (or MESH_STORE) asks this first. */
+int mesh_cli_store_url_refused(const char *cmd, const char *url);
 /* The CLI's mesh_job_opts.on_store_wait (arg: the store's URL as given,
  * which never holds a password): says on stderr when the job store's
  * database stops answering (and the outage budget), while it does not

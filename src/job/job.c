@@ -95,6 +95,16 @@ const struct mesh__jstore_ops *mesh__jstore_for(const char *where)
 	return where && mesh_pg_url_is(where) ? &mesh__jstore_pg : &mesh__jstore_file;
 }
 
+int mesh_job_where_has_password(const char *where)
+{
+	return mesh_pg_url_has_password(where);
+}
+
+const char *mesh_job_password_why(void)
+{
+	return MESH_PG_URL_PASSWORD;
+}
+
 int mesh_job_submit(const char *journal, uint64_t n)
 {
 	return mesh_job_submit_id(journal, n, NULL, 0, NULL);

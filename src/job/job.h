@@ -140,6 +140,12 @@ enum { MESH_JOB_STORE_GAVE_UP = -1, MESH_JOB_STORE_ANSWERS, MESH_JOB_STORE_STOPP
 void mesh_job_set_store_outage(uint64_t ns);
 uint64_t mesh_job_store_outage(void);
 
+/* 1 when where is a PostgreSQL store URL that holds a password
+ * (store/store_pg.h, mesh_pg_url_has_password): every command that takes
+ * a store URL refuses it, saying mesh_job_password_why(). */
+int mesh_job_where_has_password(const char *where);
+const char *mesh_job_password_why(void);
+
 /* mesh_job_submit_id(journal, n, NULL, 0, NULL). */
 int mesh_job_submit(const char *journal, uint64_t n);
 /* Defines the chunk universe 0..n-1 in journal, creating the journal if

@@ -431,6 +431,8 @@ int main(int argc, char **argv)
 		return usage_error("%s", "--logs DIR is required");
 	if (!sock[0] && meshd_socket_default(sock, sizeof sock) < 0)
 		return usage_error("%s", "the default socket path is too long; give --socket PATH");
+	if (store_url && *store_url && mesh_job_where_has_password(store_url))
+		return usage_error("--store (or MESH_STORE): %s", mesh_job_password_why());
 
 	mesh_log_init("meshd", !strcmp(level, "debug")  ? MESH_LOG_DEBUG
 			       : !strcmp(level, "warn") ? MESH_LOG_WARN

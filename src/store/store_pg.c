@@ -65,6 +65,52 @@ void mesh_pg_url_safe(const char *url, char *buf, size_t cap)
 	}
 }
 
+/* The password url's text shows: user:pw@ before the host, or a
+ * parameter named password (mesh_pg_url_has_password without libpq). */
+static int url_password_text(const char *url)
+{
+	const char *s = strstr(url, "://"), *q;
+	if (!s)
+		return 0;
+	s += 3;
+	size_t auth = strcspn(s, "/?#");
+	const char *at = memrchr(s, '@', auth);
+	if (at && memchr(s, ':', (size_t)(at - s)))
+		return 1;
+	if (s[auth] == '#' || !(q = strchr(s + auth, '?')) || (strchr(s, '#') && strchr(s, '#') < q))
+		return 0;
+	for (q++; *q && *q != '#';) {
+		size_t k = strcspn(q, "=&#");
+		if (k == 8 && !strncmp(q, "password", 8) && q[k] == '=')
+			return 1;
+		q += strcspn(q, "&#");
+		if (*q == '&')
+			q++;
+	}
+	return 0;
+}
+
+int mesh_pg_url_has_password(const char *url)
+{
+	char why[256], *err = NULL, *base;
+	if (!url || !mesh_pg_url_is(url))
+		return 0;
+	if (url_password_text(url))
+		return 1;
+	if (mesh_pq_load(why, sizeof why) < 0 || !(base = strdup(url)))
+		return 0;
+	base[strcspn(base, "#")] = 0; /* the job's name is mesh's, not libpq's */
+	PQconninfoOption *opts = PQconninfoParse(base, &err), *o;
+	int has = 0;
+	for (o = opts; o && o->keyword; o++)
+		if (!strcmp(o->keyword, "password") && o->val && o->val[0])
+			has = 1;
+	PQconninfoFree(opts);
+	PQfreemem(err);
+	free(base);
+	return has;
+}
+
 static void set_why(char *why, size_t cap, const char *msg)
 {
 	if (!why || !cap)

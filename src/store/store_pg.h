@@ -58,6 +58,15 @@ struct mesh_pg_failure {
 int mesh_pg_url_is(const char *s);
 /* The URL without its password, into buf (always terminated). */
 void mesh_pg_url_safe(const char *url, char *buf, size_t cap);
+/* 1 when the store URL url holds a password (postgresql://user:pw@..., a
+ * password parameter however spelled: libpq's own reading of it where
+ * libpq can be loaded), else 0.  Every command that takes a store URL
+ * refuses such a URL (it would show in the process list for the command's
+ * lifetime): MESH_PG_URL_PASSWORD says why and what to do instead. */
+int mesh_pg_url_has_password(const char *url);
+#define MESH_PG_URL_PASSWORD                                                                                        \
+	"a password in the store URL is refused (it would show in the process list): give it in ~/.pgpass, "      \
+	"the file PGPASSFILE names, or PGPASSWORD"
 
 /* Spare connections: a thread of this process keeps n (at most 8)
  * connections to url's database made and unused, and mesh_pg_open takes
