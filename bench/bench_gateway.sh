@@ -304,7 +304,7 @@ for i in range(rounds):
     started, ready = stamps(os.path.join(t, "ready"))
     owns.append((ready - started) * 1e3)
     with open(os.path.join(t, "logs", "cold.log")) as f:
-        lines.append([l for l in f if "--- meshd gateway: warm pid=" in l][-1])
+        lines.append([l for l in f if "[meshd] warm pid " in l][-1])
 md = statistics.median
 gw_first = md(gws)
 print("   cold start (2 s), median of %d rounds: first byte through the gateway %.2f ms; the same program "

@@ -630,12 +630,3 @@ int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *
 	return 0;
 }
 
-int mesh_probe_fd(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
-		  struct mesh_probe_result *res, int *keep)
-{
-	if (!keep)
-		return MESH_E_RANGE;
-	int k = exchange(fd, t, o, res, mesh_mono_ns(), 1);
-	*keep = k > 0;
-	return k < 0 ? k : 0;
-}

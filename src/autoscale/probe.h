@@ -133,11 +133,6 @@ int mesh_probe_read(struct mesh_probe_conn *p, struct mesh_probe_result *res);
 void mesh_probe_expire(struct mesh_probe_conn *p, struct mesh_probe_result *res);
 void mesh_probe_end(struct mesh_probe_conn *p);
 
-/* One probe over fd, waiting for its answer (the steps above with poll):
- * *keep as p.keep.  0 when the probe ran, MESH_E_RANGE for fd < 0, keep
- * NULL, or a target mesh_probe refuses. */
-int mesh_probe_fd(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
-		  struct mesh_probe_result *res, int *keep);
 
 /* Judges a complete response body against a model name (the JSON rules
  * above).  0 when listed, MESH_E_NOTFOUND when the JSON has no such model,

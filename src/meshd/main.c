@@ -520,8 +520,7 @@ int main(int argc, char **argv)
 	}
 	if (gwc.listen) {
 		gwc.catalog = cfg.catalog;
-		gwc.logs = cfg.logs;
-		gwc.log_max = cfg.log_max;
+		gwc.host = meshd_core_host(core);
 		gwc.on_log = gw_log;
 		rc = mesh_gw_open(&gw, &gwc, &err);
 		if (rc < 0) {
