@@ -5,6 +5,7 @@
 #include "base/crc.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/path.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
 #include "cli/run_opts.h"
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* GNU parallel's several records a command: -N/-n a fixed number; -m and
@@ -254,6 +256,30 @@ static int dry_run(const struct run_args *a, const struct mesh_exec_input *in, u
 	return rc < 0 ? mesh__run_fail(rc, "dry run") : MESH_EXIT_OK;
 }
 
+/* "mesh: run: cannot WHAT 'path': reason" (an output file or directory):
+ * the exit code for it. */
+static int cant_create(int err, const char *what, const char *path)
+{
+	fprintf(stderr, "mesh: run: cannot %s '%s': %s\n", what, path, mesh_strerror(err));
+	return mesh_exit_run(MESH_EXIT_CANTCREAT);
+}
+
+/* --results is made (with its parents, as GNU parallel does) and --tmpdir
+ * must be a directory, before anything runs.  0 or an exit code. */
+static int check_dirs(const struct run_args *a)
+{
+	struct stat st;
+	int rc;
+	if (a->tmpdir && a->tmpdir[0]) {
+		rc = stat(a->tmpdir, &st) < 0 ? -errno : !S_ISDIR(st.st_mode) ? -ENOTDIR : access(a->tmpdir, W_OK | X_OK) < 0 ? -errno : 0;
+		if (rc < 0)
+			return cant_create(rc, "use --tmpdir", a->tmpdir);
+	}
+	if (a->results && (rc = mesh_path_mkdirs(a->results, 0755)) < 0)
+		return cant_create(rc, "create the results directory", a->results);
+	return 0;
+}
+
 /* Opens the job (and the speculation handle).  Returns 0 or an exit code. */
 static int open_job(struct run_args *a, const struct mesh_exec_input *in, const char *lockdir, struct mesh_job **job,
 		    struct mesh_job **spec, char *specnode, size_t cap)
@@ -455,7 +481,7 @@ int mesh_cmd_run(int argc, char **argv)
 			goto out;
 		}
 	}
-	if ((ex = open_job(&a, &in, lockdir, &job, &spec, specnode, sizeof specnode)) != 0)
+	if ((ex = check_dirs(&a)) != 0 || (ex = open_job(&a, &in, lockdir, &job, &spec, specnode, sizeof specnode)) != 0)
 		goto out;
 	resume(&a, job);
 
@@ -469,8 +495,14 @@ int mesh_cmd_run(int argc, char **argv)
 			ex = MESH_EXIT_RUN_CLOSED_STDOUT;
 			discard = closed_stdout(&a, job);
 		}
-		else if (rc == -ENOENT || rc == -EACCES)
+		else if (es.failed_at == MESH_EXEC_AT_COMMAND)
 			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
+		else if (es.failed_at == MESH_EXEC_AT_JOBLOG)
+			ex = cant_create(rc, "open the joblog", a.joblog);
+		else if (es.failed_at == MESH_EXEC_AT_RESULTS)
+			ex = cant_create(rc, "create the results directory", a.results);
+		else if (rc == MESH_E_OUTPUT) /* the note said which and why */
+			ex = mesh_exit_run(mesh_exit_for(rc));
 		else {
 			char words[400];
 			mesh_job_store_error(job, words, sizeof words);

@@ -184,12 +184,18 @@ int mesh_exec_input_combine(struct mesh_exec_input *in, const struct mesh_exec_s
 		rc = MESH_E_TOOBIG;
 		goto out;
 	}
+	/* Among several sources one without records is one empty record,
+	 * unless all are empty (GNU parallel's nest_get). */
+	int empty_one = 0;
+	for (size_t s = 0; nsrc > 1 && s < nsrc; s++)
+		empty_one |= src[s].list->n > 0;
 	/* groups of linked sources: a group is as long as its shortest list */
 	for (size_t s = 0; s < nsrc; s++) {
+		uint64_t len = src[s].list->n ? src[s].list->n : (uint64_t)empty_one;
 		if (s == 0 || !src[s].linked)
-			glen[ng++] = src[s].list->n;
-		else if (src[s].list->n < glen[ng - 1])
-			glen[ng - 1] = src[s].list->n;
+			glen[ng++] = len;
+		else if (len < glen[ng - 1])
+			glen[ng - 1] = len;
 		grp[s] = ng - 1;
 	}
 	for (size_t g = 0; g < ng; g++) {
@@ -212,7 +218,7 @@ int mesh_exec_input_combine(struct mesh_exec_input *in, const struct mesh_exec_s
 		}
 		for (size_t s = 0; s < nsrc; s++) {
 			const struct mesh_exec_list *l = src[s].list;
-			vals[s] = l->data + l->start[idx[grp[s]]];
+			vals[s] = l->n ? l->data + l->start[idx[grp[s]]] : "";
 		}
 		size_t a0 = b.arg.n;
 		if ((rc = add_chunk(&b, vals, nsrc)) < 0)

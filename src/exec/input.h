@@ -6,6 +6,9 @@
  * source multiplies the chunks (the cross product, the last source varying
  * fastest); a source marked `linked` (`:::+`, `::::+`) instead pairs with the
  * one before it record by record, and the pair is as long as the shorter.
+ * Among several sources, one without records counts as one empty record
+ * (GNU parallel's: `::: a b :::` runs twice, with an empty second
+ * argument); when every source is empty there are no chunks.
  *
  * Chunk i then has one *value* per source (the record as read; `{}`) and
  * its *arguments* (`{1}`, `{2}`, ...; what is appended to a command without
@@ -63,7 +66,7 @@ struct mesh_exec_input {
 
 /* Builds the chunks from nsrc >= 1 sources (src[0].linked is ignored);
  * colsep (borrowed, may be NULL) splits values into arguments.  0 (n may be
- * 0: a source without records gives no chunks), -ENOMEM, MESH_E_TOOBIG (more
+ * 0: no records at all gives no chunks), -ENOMEM, MESH_E_TOOBIG (more
  * than MESH_JOB_MAX_CHUNKS chunks or MESH_EXEC_INPUT_MAX_ARGS arguments in
  * one chunk).  Release in with mesh_exec_input_release, also after a
  * failure. */

@@ -120,7 +120,8 @@ struct mesh__runner {
 	uint64_t retry_at, t0, next_draw, done_at_start;
 	uint64_t hold_until, last_start; /* --delay, --load, --memfree */
 	uint64_t n_ok, n_fail; /* attempts of this call, for the halt rule */
-	int drawn;
+	int drawn;   /* the bar is on the terminal's last line (cleared before other output) */
+	int bar_tty; /* progress_fd is a terminal: the bar is redrawn in place, coloured */
 
 	/* -k */
 	struct mesh__hold *hold_head, *hold_tail;

@@ -119,8 +119,13 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 	r->st->started++;
 	if (s->l.kind == MESH_LEASE_SPECULATIVE)
 		r->st->speculative++;
-	if (r->o->results_dir && (rc = open_results(r, s)) < 0)
+	if (r->o->results_dir && (rc = open_results(r, s)) < 0) {
+		/* the results directory went away or cannot take it: as for
+		 * any output that cannot be written */
+		mesh__out_failed(r, cid, rc, "results");
+		rc = r->fatal;
 		goto fail;
+	}
 	struct mesh__exec_chunk c = {.cid = cid, .attempt = s->l.attempt, .slot = s->idx, .argv = s->argv};
 	if (r->o->input)
 		c.input = mesh_exec_input_line(r->o->input, cid, &c.input_len);

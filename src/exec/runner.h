@@ -78,7 +78,8 @@
  *     running chunks are killed (their leases released), the chunk whose
  *     output failed records nothing (so a rerun runs and prints it), and the
  *     call returns MESH_E_OUTPUT after a note ("mesh: cannot write the
- *     output of chunk 7: No space left on device") -- or -EPIPE, without a
+ *     output of chunk 7: No space left on device"; "the results of chunk
+ *     7" when its results directory cannot be made) -- or -EPIPE, without a
  *     note, when the reader went away (`| head`, SIGPIPE ignored).
  *   joblog: a file appended to (the header only when it is new), one line a
  *     finished attempt in GNU parallel's --joblog columns: Seq (cid + 1),
@@ -90,8 +91,11 @@
  *   note_fd: one line per failed attempt, buried chunk, or exec error, e.g.
  *     "mesh: chunk 17 failed (exit 3), attempt 1; will retry"; -1 = none.
  *   progress_fd: a one-line progress bar redrawn at most 10 times a second
- *     (done/total, rate, ETA); colour unless NO_COLOR is set; -1 = none.  The
- *     caller decides (mesh run: only when stderr is a TTY).
+ *     (done/total, rate, ETA); -1 = none.  On a terminal it is redrawn in
+ *     place and coloured unless NO_COLOR is set; elsewhere (a file, a
+ *     pipe) each line starts with "\r" and holds no escape sequence.  The
+ *     caller decides whether it is wanted (mesh run: on a TTY or when
+ *     asked).
  *
  * Control (GNU parallel's options):
  *   halt_*: counted over the attempts that end in this call.  The count is
@@ -161,6 +165,9 @@ enum {
 	MESH_EXEC_HALT_SOON = 1, /* start nothing more; let running chunks finish */
 	MESH_EXEC_HALT_NOW = 2,	 /* kill running chunks at once */
 };
+/* What a setup error that mesh_exec_run returns before anything ran was
+ * about (stats.failed_at). */
+enum { MESH_EXEC_AT_NONE = 0, MESH_EXEC_AT_COMMAND, MESH_EXEC_AT_JOBLOG, MESH_EXEC_AT_RESULTS };
 
 /* For a caller that keeps each chunk's result itself (meshd's jobs,
  * docs/jobs.md) instead of having output written to out_fd/results_dir.
@@ -256,6 +263,7 @@ struct mesh_exec_stats {
 	uint64_t failed;	/* failed attempts recorded (incl. timeouts) */
 	uint64_t buried;	/* chunks this call buried: the ones that finally failed (GNU parallel's
 				 * exit code is this count, capped at 101) */
+	int failed_at;		/* MESH_EXEC_AT_*: what an error returned before anything ran was about */
 	uint64_t timeouts;	/* attempts killed by timeout_ns */
 	uint64_t killed;	/* attempts killed without a record: the chunk was DONE elsewhere,
 				 * or the run was interrupted, halted (NOW) or stopped by an error */
@@ -278,7 +286,8 @@ struct mesh_exec_stats {
  * Returns MESH_EXEC_* or a negative error: MESH_E_PARSE (empty argv),
  * MESH_E_RANGE (input has fewer lines than the job has chunks), -ENOENT /
  * -EACCES (argv[0] not found / not executable, before anything ran), -errno
- * of opening the joblog (before anything ran), MESH_E_OUTPUT (out_fd,
+ * of opening the joblog or of making results_dir (before anything ran;
+ * stats->failed_at says which of the three), MESH_E_OUTPUT (out_fd,
  * err_fd, the results or the joblog could not be written; a note says
  * why), -EPIPE (out_fd or err_fd is a pipe whose reader is gone), or an
  * error of the job engine or of finalizing results (-EIO, -ENOSPC: the run

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MESH t_bin("mesh")
 
@@ -233,8 +234,10 @@ TEST(run_args_options_parse)
 		if (rc != 104)
 			fprintf(stderr, "option %s: %s\n", bad[i], out);
 	}
-	/* --help lists every option */
+	/* --help lists every option, as text (no printf escapes left in it) */
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --help", MESH), 0);
+	EXPECT_TRUE(strstr(out, "%%") == NULL);
+	EXPECT_CONTAINS(out, "soon,fail=10%");
 	static const char *names[] = {"--jobs", "--arg-file", "--input", "--chunks", "--null", "--delimiter",
 				      "--colsep", "--keep-order", "--tag", "--line-buffer", "--ungroup", "--joblog",
 				      "--halt", "--retries", "--timeout", "--delay", "--load", "--memfree", "--nice",
@@ -242,4 +245,83 @@ TEST(run_args_options_parse)
 				      "--journal", "--ttl", "--speculate", "--node", "--help", ":::", "::::"};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		EXPECT_CONTAINS(out, names[i]);
+}
+
+/* A results directory is made with its parents, as GNU parallel makes it;
+ * one that cannot be is named as the problem (it was "cannot run 'echo'"
+ * with 106, and a file in the way was blamed on the journal with 110). */
+TEST(run_args_results_dir_problems_are_named)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --results miss/sub/res echo ::: a", MESH), 0);
+	char *s = t_read_file("miss/sub/res/0/stdout", NULL);
+	EXPECT_STREQ(s ? s : "", "a\n");
+	free(s);
+	t_write_file("afile", "");
+	static const char *bad[] = {"afile", "afile/x"};
+	for (size_t i = 0; i < 2; i++) {
+		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --results %s echo ::: a", MESH, bad[i]), 113);
+		char want[128];
+		snprintf(want, sizeof want, "mesh: run: cannot create the results directory '%s': Not a directory", bad[i]);
+		EXPECT_CONTAINS(out, want);
+		EXPECT_TRUE(strstr(out, "journal") == NULL);
+		EXPECT_TRUE(strstr(out, "cannot run") == NULL);
+	}
+	EXPECT_EQ(count_files(".mesh-run-*.log"), 0); /* refused before anything ran */
+	/* a joblog that cannot be opened: named too */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --joblog nodir/jl echo ::: a", MESH), 113);
+	EXPECT_CONTAINS(out, "mesh: run: cannot open the joblog 'nodir/jl': No such file or directory");
+	drop_lockdirs("/dev/null");
+	/* the results directory taken away while the run goes: the results are
+	 * named, not the journal */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j1 --results gone 'rm -rf gone; echo {}' ::: a b 2>&1 | tee err", MESH),
+		  0);
+	EXPECT_CONTAINS(out, "mesh: cannot write the results of chunk 1");
+	EXPECT_TRUE(strstr(out, "journal '") == NULL);
+	drop_lockdirs("err");
+}
+
+/* --tmpdir must be a directory mesh can write: refused before anything
+ * runs (it was taken, and spilling failed later, chunk by chunk). */
+TEST(run_args_tmpdir_must_exist)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --tmpdir /nonexistent/x echo ::: a", MESH), 113);
+	EXPECT_CONTAINS(out, "mesh: run: cannot use --tmpdir '/nonexistent/x': No such file or directory");
+	t_write_file("f", "");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --tmpdir f echo ::: a", MESH), 113);
+	EXPECT_CONTAINS(out, "Not a directory");
+	EXPECT_EQ(count_files(".mesh-run-*.log"), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --tmpdir . echo ::: a", MESH), 0);
+	EXPECT_STREQ(out, "a\n");
+}
+
+/* An empty ::: among several is one empty argument, as GNU parallel runs
+ * it (it ran nothing); all of them empty: nothing. */
+TEST(run_args_empty_list_in_a_cross_product)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -k echo x{1}y{2}z ::: a b ::: 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "xayz\nxbyz\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run printf '[%%s]' ::: :::: /dev/null ::: c 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "[][][c]");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run echo ::: ::: 2>&1", MESH), 0);
+	EXPECT_STREQ(out, "");
+}
+
+/* What docs/run.md warns of: the quoting holds where the shell reads the
+ * value once, as a word of its own; inside the user's own quotes, or read
+ * a second time (eval), a value runs as shell code -- in GNU parallel too. */
+TEST(run_args_own_quotes_and_eval_undo_the_quoting)
+{
+	char out[4096];
+	/* bare: the value stays text */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run 'echo {}' ::: '$(touch bare)' 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "$(touch bare)\n");
+	EXPECT_EQ(access("bare", F_OK), -1);
+	/* inside double quotes of one's own, and under eval: it runs */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run 'echo \"{}\"' ::: '$(touch quoted)' 2>/dev/null", MESH), 0);
+	EXPECT_EQ(access("quoted", F_OK), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run 'eval echo {}' ::: '$(touch evaled)' 2>/dev/null", MESH), 0);
+	EXPECT_EQ(access("evaled", F_OK), 0);
 }

@@ -6,6 +6,7 @@
 #include "exec/input.h"
 #include "exec/runner.h"
 #include "job/job.h"
+#include "runner/pty.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -799,4 +800,28 @@ TEST(run_results_on_a_full_disk_never_done_with_a_part)
 	EXPECT_UEQ(ndone(j), (uint64_t)cnt);
 	mesh_job_close(j);
 	t_sh(NULL, 0, 0, "rm -rf %s", lk);
+}
+
+/* The progress bar writes escape sequences only to a terminal: a file or
+ * a pipe gets the text alone, each redraw after a \r (the colour codes
+ * went into files); on a terminal it is coloured unless NO_COLOR is set. */
+TEST(run_bar_escapes_only_on_a_terminal)
+{
+	char out[65536];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --bar 'sleep 0.{}' ::: 1 2 3 2>bar.txt", t_bin("mesh")), 0);
+	char *s = t_read_file("bar.txt", NULL);
+	ASSERT_TRUE(s != NULL);
+	EXPECT_TRUE(strchr(s, '\033') == NULL);
+	EXPECT_CONTAINS(s, "\r[########################################] 3/3 100%");
+	EXPECT_CONTAINS(s, "mesh run: complete: 3/3 done");
+	free(s);
+	struct t_pty p;
+	ASSERT_EQ(t_pty_start(&p, "%s run --bar 'sleep 0.{}' ::: 1 2 3", t_bin("mesh")), 0);
+	EXPECT_EQ(t_pty_finish(&p, out, sizeof out), 0);
+	EXPECT_CONTAINS(out, "\033[32m");
+	EXPECT_CONTAINS(out, "\r\033[K");
+	ASSERT_EQ(t_pty_start(&p, "NO_COLOR=1 %s run --bar 'sleep 0.{}' ::: 1 2 3", t_bin("mesh")), 0);
+	EXPECT_EQ(t_pty_finish(&p, out, sizeof out), 0);
+	EXPECT_TRUE(strstr(out, "\033[32m") == NULL);
+	EXPECT_CONTAINS(out, "3/3 100%");
 }

@@ -12,6 +12,12 @@ c s $N 'echo {2} {1} ::: a b ::: 1 2 3'
 c s $N 'echo ::: a b c :::+ 1 2 3'
 c s $N 'echo {1}{2} ::: a b c :::+ 1 2'
 c s $N "$A {} ::: a b ::: 1"
+# an empty ::: or :::: among several: one empty argument
+c s $N 'echo ::: a b :::'
+c s $N 'echo x{1}y{2}z ::: ::: a b'
+c s $N 'echo {1}-{2} ::: a b c :::+'
+c s $N "echo x :::: $W/empty ::: a"
+c s $N 'echo ::: :::'
 # :::: files, -a, standard input
 c s $N "echo :::: $W/f1"
 c s $N "echo {} :::: $W/f1 :::: $W/f2"
@@ -51,7 +57,7 @@ c s $N "'exit {}' ::: 0 0"
 c s $N 'false ::: 1 2 3 4 5'
 c s $N "'exit 1' ::: \$(seq 105)"
 c s $N "--retries 2 'exit 1' ::: a"
-c s $N "--timeout 0.3 'sleep {}' ::: 0.1 5"
+c s $N "--timeout 2 'sleep {}' ::: 0 30"
 # options that do not change the output
 c s $N '--jobs=2 echo ::: a b'
 c s $N '-j 200% echo ::: a b'
@@ -131,8 +137,8 @@ c s $N "--halt 0 'exit {}' ::: 0 3 4"
 c s $N "--halt -1 -j1 'exit {}' ::: 3 0 4"
 c s $N "--halt soon,success=2 -j1 'exit {}' ::: 1 0 0 0"
 c s $N "--retries=3 'exit 2' ::: a b"
-c s $N "--timeout=0.4 'sleep {}; echo {}' ::: 0 9"
-c s $N "--timeout 1s 'sleep {}; echo {}' ::: 0 9"
+c s $N "--timeout=2 'sleep {}; echo {}' ::: 0 30"
+c s $N "--timeout 2s 'sleep {}; echo {}' ::: 0 30"
 c s $N '--max-args 2 echo ::: a b c'
 c s $N '--max-args=3 echo ::: 1 2 3 4'
 c s $N '--max-replace-args 2 echo {2}{1} ::: a b c d'

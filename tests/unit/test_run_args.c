@@ -75,11 +75,30 @@ TEST(run_args_cross_product_linked_and_colsep)
 	mesh_exec_input_release(&in);
 	regfree(&re);
 
-	/* a source without records gives no chunks */
+	/* among several sources one without records is one empty record, as
+	 * GNU parallel's `::: x y :::` runs twice; all of them empty: none */
 	struct mesh_exec_list e;
 	ASSERT_EQ(mesh_exec_list_split(&e, "", 0, '\n', NULL), 0);
-	struct mesh_exec_source none[] = {{&a, 0}, {&e, 0}};
+	struct mesh_exec_source none[] = {{&a, 0}, {&e, 0}}, first[] = {{&e, 0}, {&a, 0}}, all[] = {{&e, 0}, {&e, 0}},
+				one[] = {{&e, 0}}, link_none[] = {{&a, 0}, {&e, 1}};
 	ASSERT_EQ(mesh_exec_input_combine(&in, none, 2, NULL), 0);
+	ASSERT_UEQ(in.n, 2);
+	EXPECT_STREQ(mesh_exec_input_line(&in, 1, NULL), "y ");
+	ASSERT_EQ(mesh_exec_input_args(&in, 1, v, &n), 0);
+	EXPECT_UEQ(n, 2);
+	EXPECT_STREQ(v[1], "");
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, first, 2, NULL), 0);
+	ASSERT_UEQ(in.n, 2);
+	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), " x");
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, link_none, 2, NULL), 0);
+	EXPECT_UEQ(in.n, 1); /* paired with one empty record */
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, all, 2, NULL), 0);
+	EXPECT_UEQ(in.n, 0);
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, one, 1, NULL), 0);
 	EXPECT_UEQ(in.n, 0);
 	mesh_exec_input_release(&in);
 	mesh_exec_list_release(&e);
