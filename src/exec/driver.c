@@ -658,8 +658,15 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
 
-	if ((rc = mesh_exec_template_init(&r->tmpl, o->argv)) < 0)
+	if ((rc = mesh_exec_template_init_rpls(&r->tmpl, o->argv, o->rpls)) < 0)
 		goto out;
+	r->tmpl.total = r->n;
+	if (o->tag && o->tagstring) {
+		r->tagargv[0] = (char *)o->tagstring;
+		if ((rc = mesh_exec_template_init_rpls(&r->tagtmpl, r->tagargv, o->rpls)) < 0)
+			goto out;
+		r->tagtmpl.total = r->n;
+	}
 	if (o->input && o->input->n < r->n) {
 		rc = MESH_E_RANGE;
 		goto out;
@@ -745,6 +752,7 @@ out:
 			mesh__capture_release(&s->cout);
 			mesh__capture_release(&s->cerr);
 			mesh_buf_release(&s->argbuf);
+			mesh_buf_release(&s->tagbuf);
 			free(s->argv);
 		}
 		free(r->slots);
@@ -766,6 +774,7 @@ out:
 	if (r->joblog >= 0)
 		close(r->joblog);
 	mesh_exec_template_release(&r->tmpl);
+	mesh_exec_template_release(&r->tagtmpl);
 	mesh__out_median_free(&r->med);
 	free(r->settled);
 	pthread_mutex_destroy(&r->mu);

@@ -445,19 +445,44 @@ TEST(runner_joblog_has_gnu_parallel_columns)
 		EXPECT_EQ(ev, k == 1 ? 3 : 0);
 		EXPECT_EQ(sig, k == 2 ? 9 : 0);
 		char want[256];
-		snprintf(want, sizeof want, "sh -c printf abc; [ %d = 1 ] && exit 3; [ %d = 2 ] && kill -9 $$; true", k, k);
+		/* the command as one shell line: a word a shell would read
+		 * otherwise is quoted */
+		snprintf(want, sizeof want, "sh -c 'printf abc; [ %d = 1 ] && exit 3; [ %d = 2 ] && kill -9 $$; true'", k, k);
 		EXPECT_STREQ(line + used, want);
 	}
 	free(s);
-	/* a rerun appends, no second header */
+	/* a resumed run appends, no second header */
 	ASSERT_EQ(mesh_job_retry(j, UINT64_MAX), 2);
 	o = opts(argv, 1);
 	o.joblog = "jl";
+	o.joblog_mode = MESH_EXEC_JOBLOG_APPEND;
 	mesh_exec_run(j, &o, NULL);
 	opts_close(&o);
 	s = t_read_file("jl", NULL);
 	EXPECT_EQ(count_lines(s), 6);
 	EXPECT_TRUE(strstr(s + 1, "Seq\t") == NULL);
+	free(s);
+	/* a new run empties it (GNU parallel's --joblog FILE) ... */
+	ASSERT_EQ(mesh_job_retry(j, UINT64_MAX), 2);
+	o = opts(argv, 1);
+	o.joblog = "jl";
+	o.joblog_mode = MESH_EXEC_JOBLOG_NEW;
+	mesh_exec_run(j, &o, NULL);
+	opts_close(&o);
+	s = t_read_file("jl", NULL);
+	EXPECT_EQ(count_lines(s), 3);
+	EXPECT_EQ(strncmp(s, head, strlen(head)), 0);
+	free(s);
+	/* ... and +FILE appends without a header, to a new file too */
+	ASSERT_EQ(mesh_job_retry(j, UINT64_MAX), 2);
+	o = opts(argv, 1);
+	o.joblog = "jl2";
+	o.joblog_mode = MESH_EXEC_JOBLOG_PLUS;
+	mesh_exec_run(j, &o, NULL);
+	opts_close(&o);
+	s = t_read_file("jl2", NULL);
+	EXPECT_EQ(count_lines(s), 2);
+	EXPECT_TRUE(strstr(s, "Seq\t") == NULL);
 	free(s);
 	job_done(j);
 }
@@ -532,7 +557,7 @@ TEST(runner_halt_now_on_first_success)
 	char *const argv[] = {"sh", "-c", "[ {} = 2 ] && exit 0; sleep 20", NULL};
 	struct mesh_exec_opts o = opts(argv, 4);
 	o.halt_mode = MESH_EXEC_HALT_NOW;
-	o.halt_on_success = 1;
+	o.halt_what = MESH_EXEC_HALT_SUCCESS;
 	o.halt_count = 1;
 	struct mesh_exec_stats st;
 	uint64_t t0 = t_now_ms();

@@ -24,7 +24,7 @@ TEST_TIMEOUT(run_parity_with_gnu_parallel, 300)
 		  8);
 	EXPECT_EQ(differ, 0);
 	EXPECT_EQ(oundoc, 0);
-	EXPECT_GE(cases, 130);
+	EXPECT_GE(cases, 150);
 	EXPECT_GE(opts, 150);
 	EXPECT_EQ(opts, oequal + odoc);
 }

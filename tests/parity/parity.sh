@@ -88,7 +88,8 @@ on && /^\| / && !/^\| GNU parallel/ && !/^\|--/ {
 }' "$DOC"
 touch "$W/docyes" "$W/docdiff" "$W/docbad"
 
-takes_value() { grep -qx -- "$1 1" "$W/options"; }
+VALUED=" $(awk '$2 == 1 { printf "%s ", $1 }' "$W/options")"
+takes_value() { case $VALUED in *" $1 "*) return 0 ;; esac; return 1; }
 
 # The options a case's command line gives to GNU parallel (one a line): the
 # words before the command, parsed with the man page's names.
