@@ -160,73 +160,94 @@ run_case() {
 }
 
 JOBS=${PARITY_JOBS:-$(($(nproc 2>/dev/null || echo 2) + 1))}
-n=0 running=0
+# A pool of JOBS cases: a case takes a token from the fifo before it starts
+# and puts it back when it ends, so a slow case (a --timeout, 105 jobs)
+# holds one place, not a whole batch.
+mkfifo "$W/pool" && exec 9<>"$W/pool" || exit 2
+k=0
+while [ "$k" -lt "$JOBS" ]; do
+	echo >&9
+	k=$((k + 1))
+done
+# start N FLAGS INPUT ARGS AFTER DOCOPT: run_case in the pool.
+start() {
+	read -r _ <&9
+	{
+		run_case "$@" 9>&-
+		echo >&9
+	} &
+}
+n=0
 # c FLAGS INPUT ARGS [AFTER]: an equal case.
 c() {
 	n=$((n + 1))
 	case $3 in *"${PARITY_ONLY:-}"*) ;; *) return ;; esac
-	run_case "$n" "$1" "$2" "$3" "${4:-}" "" &
-	running=$((running + 1))
-	if [ "$running" -ge "$JOBS" ]; then
-		wait
-		running=0
-	fi
+	start "$n" "$1" "$2" "$3" "${4:-}" ""
 }
 # dc OPTION FLAGS INPUT ARGS [AFTER]: a case that shows a documented
 # difference of OPTION.
 dc() {
 	n=$((n + 1))
 	case $4 in *"${PARITY_ONLY:-}"*) ;; *) return ;; esac
-	run_case "$n" "$2" "$3" "$4" "${5:-}" "$1" &
-	running=$((running + 1))
-	if [ "$running" -ge "$JOBS" ]; then
-		wait
-		running=0
-	fi
+	start "$n" "$2" "$3" "$4" "${5:-}" "$1"
 }
 
 . "$HERE/cases.sh"
 wait
+exec 9>&-
 
-cases=0 equal=0 doc=0 differ=0
-for k in $(seq 1 "$n"); do
-	[ -f "$W/c$k/line" ] || continue
-	cat "$W/c$k/line"
-	cases=$((cases + 1))
-	case $(cat "$W/c$k/verdict") in
-	equal) equal=$((equal + 1)); cat "$W/c$k/options" >>"$W/covered" ;;
-	xpass) equal=$((equal + 1)) ;;
-	doc) doc=$((doc + 1)) ;;
-	*) differ=$((differ + 1)) ;;
-	esac
-done
-touch "$W/covered"
-sort -u "$W/covered" -o "$W/covered"
-
-onames=0 oequal=0 odoc=0 oundoc=0
-if [ -z "${PARITY_ONLY:-}" ]; then
-	while read -r name _; do
-		onames=$((onames + 1))
-		if grep -qx -- "$name" "$W/covered"; then
-			oequal=$((oequal + 1))
-		elif grep -qx -- "$name" "$W/docdiff"; then
-			odoc=$((odoc + 1))
-		else
-			oundoc=$((oundoc + 1))
-			if grep -qx -- "$name" "$W/docbad"; then
-				echo "UNDOC $name: docs/run.md lists it without a reason"
-			else
-				echo "UNDOC $name: no case runs it equal and docs/run.md does not list it as a difference"
-			fi
-		fi
-	done <"$W/options"
-	# what the docs call equal must be shown equal
-	sort -u "$W/docyes" | while read -r name; do
-		grep -qx -- "$name" "$W/covered" || echo "UNDOC $name: docs/run.md says yes, but no case runs it equal"
-	done >"$W/unshown"
-	cat "$W/unshown"
-	oundoc=$((oundoc + $(wc -l <"$W/unshown")))
-fi
-echo "parity: $cases cases, $equal equal, $doc documented differences, $differ undocumented differences;" \
-	"options: $onames in GNU parallel's man page, $oequal equal, $odoc documented differences, $oundoc undocumented"
-[ "$differ" -eq 0 ] && [ "$oundoc" -eq 0 ]
+# The cases' lines in their order, the counts, then (unless PARITY_ONLY)
+# the man page's options against the equal cases and docs/run.md: one awk,
+# not a few processes a case and an option.
+awk -v n="$n" -v W="$W" -v only="${PARITY_ONLY:-}" '
+function lines(f, into,   l) {
+	while ((getline l < f) > 0) {
+		if (into) set[l] = 1
+		else print l
+	}
+	close(f)
+}
+BEGIN {
+	for (k = 1; k <= n; k++) {
+		d = W "/c" k
+		if ((getline v < (d "/verdict")) <= 0)
+			continue
+		close(d "/verdict")
+		lines(d "/line", 0)
+		cases++
+		if (v == "equal") {
+			equal++
+			lines(d "/options", 1)
+			for (o in set) covered[o] = 1
+			delete set
+		} else if (v == "xpass") equal++
+		else if (v == "doc") doc++
+		else differ++
+	}
+	if (only == "") {
+		lines(W "/docdiff", 1); for (o in set) docdiff[o] = 1; delete set
+		lines(W "/docbad", 1); for (o in set) docbad[o] = 1; delete set
+		while ((getline l < (W "/options")) > 0) {
+			split(l, w, " ")
+			name = w[1]
+			onames++
+			if (name in covered) oequal++
+			else if (name in docdiff) odoc++
+			else {
+				oundoc++
+				if (name in docbad) print "UNDOC " name ": docs/run.md lists it without a reason"
+				else print "UNDOC " name ": no case runs it equal and docs/run.md does not list it as a difference"
+			}
+		}
+		# what the docs call equal must be shown equal
+		lines(W "/docyes", 1)
+		for (o in set)
+			if (!(o in covered)) {
+				print "UNDOC " o ": docs/run.md says yes, but no case runs it equal"
+				oundoc++
+			}
+	}
+	printf "parity: %d cases, %d equal, %d documented differences, %d undocumented differences; ", cases, equal, doc, differ
+	printf "options: %d in GNU parallel\047s man page, %d equal, %d documented differences, %d undocumented\n", onames, oequal, odoc, oundoc
+	exit (differ == 0 && oundoc == 0) ? 0 : 1
+}'
