@@ -17,10 +17,10 @@
 #define MESH_EXIT_RUN_SHIFT 40
 #define MESH_EXIT_RUN_MAP(X)                                                                          \
 	X(RUN_OK, 0, "every chunk done, or no input at all")                                          \
-	X(RUN_FAILED, 1, "1..100: that many chunks failed (after --retries; rerun to run them again); --halt on failure: the failed chunk's exit status") \
+	X(RUN_FAILED, 1, "1..100: that many chunks failed (after --retries; rerun to run them again); with --halt, GNU parallel's: fail=1 the failed chunk's exit status, fail=N% the failed share in percent, fail=N their count") \
 	X(RUN_FAILED_MANY, 101, "more than 100 chunks failed")                                        \
 	X(RUN_INCOMPLETE, 102, "chunks left neither done nor failed (held by another node); rerun to resume") \
-	X(RUN_ERRORS, 104, "104..123: mesh's own error, the code above + 40 (104 usage, 105 bad input, 106 no input, 114 I/O error, ...)") \
+	X(RUN_ERRORS, 104, "104..123: mesh's own error, the code above + 40 (104 usage, 105 bad input, 106 no input, 113 results dir, joblog or --tmpdir unusable, 114 I/O error, ...)") \
 	X(RUN_HANGUP, 129, "SIGHUP (a closed terminal): no chunk started after it, the running ones finished; rerun the same command to resume") \
 	X(RUN_INTERRUPTED, 130, "stopped by SIGINT/SIGTERM; rerun the same command to resume")          \
 	X(RUN_CLOSED_STDOUT, 141, "standard output was closed (| head): stopped as GNU parallel does; a default journal is removed (what the reader took cannot be known), a --journal kept and its rerun warns")

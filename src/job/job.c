@@ -45,7 +45,7 @@ static void place_one(const struct mesh_job_node_stat *s, void *arg)
 {
 	struct place_acc *a = arg;
 	size_t i = 0;
-	if (!s->completions || !s->mean_ns)
+	if (!s->timed || !s->mean_ns)
 		return;
 	while (i < a->n && strcmp(a->names[i], s->name))
 		i++;
@@ -54,8 +54,8 @@ static void place_one(const struct mesh_job_node_stat *s, void *arg)
 			return;
 		snprintf(a->names[a->n++], sizeof a->names[0], "%s", s->name);
 	}
-	a->count[i] += s->completions;
-	a->sum_ns[i] += s->completions * s->mean_ns;
+	a->count[i] += s->timed;
+	a->sum_ns[i] += s->timed * s->mean_ns;
 }
 
 /* How many of k this node takes now: its share of the speed of all nodes

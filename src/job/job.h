@@ -353,8 +353,10 @@ int mesh_job_wake_fd(struct mesh_job *j);
 
 /* Speed measured for one node (from the durations in DONE records). */
 struct mesh_job_node_stat {
-	const char *name; /* valid until the next call on j */
-	uint64_t completions, mean_ns;
+	const char *name;     /* valid until the next call on j */
+	uint64_t completions; /* its DONE records */
+	uint64_t mean_ns;     /* the mean duration of those that carry one (0: none does) */
+	uint64_t timed;	      /* how many carry one (`mesh job complete` writes none) */
 };
 /* Calls fn for every node named in the journal, in first-seen order. */
 int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg);

@@ -486,7 +486,7 @@ struct nodes_arg {
 static void one_node(const struct mesh_pg_node *nd, void *arg)
 {
 	struct nodes_arg *a = arg;
-	struct mesh_job_node_stat s = {nd->name, nd->chunks, nd->chunks ? nd->busy_ns / nd->chunks : 0};
+	struct mesh_job_node_stat s = {nd->name, nd->chunks, nd->chunks ? nd->busy_ns / nd->chunks : 0, nd->chunks};
 	a->fn(&s, a->arg);
 }
 
