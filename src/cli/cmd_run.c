@@ -512,8 +512,13 @@ int mesh_cmd_run(int argc, char **argv)
 			ex = MESH_EXIT_RUN_CLOSED_STDOUT;
 			discard = closed_stdout(&a, job);
 		}
-		else if (es.failed_at == MESH_EXEC_AT_COMMAND)
+		else if (es.failed_at == MESH_EXEC_AT_COMMAND) {
 			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
+			/* Nothing ran: a default journal with nothing done is not
+			 * left behind (a hidden file nobody asked for). */
+			if (mesh_job_status(job, &js) == 0 && js.done == 0)
+				discard = 1;
+		}
 		else if (es.failed_at == MESH_EXEC_AT_JOBLOG)
 			ex = cant_create(rc, "open the joblog", a.joblog);
 		else if (es.failed_at == MESH_EXEC_AT_RESULTS)
