@@ -205,20 +205,6 @@ struct addr {
 	socklen_t len;
 };
 
-static void addr_text(const struct sockaddr *sa, char *out, size_t cap)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const void *)sa;
-		inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
-		snprintf(out, cap, "[%s]:%u", ip, ntohs(s6->sin6_port));
-	} else {
-		const struct sockaddr_in *s4 = (const void *)sa;
-		inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
-		snprintf(out, cap, "%s:%u", ip, ntohs(s4->sin_port));
-	}
-}
-
 /* Fills up to MAX_ADDRS addresses; returns their number, or a negative code:
  * MESH_E_TIMEOUT (lookup still running at the deadline), MESH_E_NOTFOUND. */
 static int resolve(const struct mesh_probe_target *t, uint64_t deadline, struct addr *out)
@@ -472,7 +458,7 @@ static int begin_at(struct mesh_probe_conn *p, int fd, const struct mesh_probe_t
 	mesh_http_response_init(&p->r, &lim);
 	p->live = 1;
 	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
-		addr_text((struct sockaddr *)&ss, res->addr, sizeof res->addr);
+		mesh_addr_text((struct sockaddr *)&ss, res->addr, sizeof res->addr);
 	else
 		snprintf(res->addr, sizeof res->addr, "%.50s:%u", t->host, t->port);
 	res->phase = MESH_PROBE_RESPONSE;
@@ -592,7 +578,7 @@ int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *
 	uint64_t c0 = mesh_mono_ns(), cdl = c0 + connect_ns;
 	for (int i = 0; i < n; i++) {
 		struct sockaddr *sa = (struct sockaddr *)&addrs[i].ss;
-		addr_text(sa, res->addr, sizeof res->addr);
+		mesh_addr_text(sa, res->addr, sizeof res->addr);
 		fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (fd < 0) {
 			err = -errno;

@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "http/http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -157,20 +158,6 @@ static int try_connect(struct mesh__probing *pr)
 	return e;
 }
 
-static void addr_text(const struct sockaddr_storage *a, char *out, size_t cap)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-	if (a->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const void *)a;
-		inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
-		snprintf(out, cap, "[%s]:%u", ip, ntohs(s6->sin6_port));
-	} else {
-		const struct sockaddr_in *s4 = (const void *)a;
-		inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
-		snprintf(out, cap, "%s:%u", ip, ntohs(s4->sin_port));
-	}
-}
-
 /* The probe of a connected pr->pfd begins (its request sent). */
 static void begin_probe(struct mesh__probing *pr, int phase, uint64_t answer_ns, uint64_t now)
 {
@@ -193,7 +180,7 @@ static void begin_probe(struct mesh__probing *pr, int phase, uint64_t answer_ns,
 static void refused(struct mesh__probing *pr, uint64_t now, int err)
 {
 	char a[64];
-	addr_text(&pr->addrs[pr->cur], a, sizeof a);
+	mesh_addr_text((const struct sockaddr *)&pr->addrs[pr->cur], a, sizeof a);
 	pr->t_refused = now;
 	pr->listens = 0;
 	pr->t_listen = 0;

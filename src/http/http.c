@@ -384,6 +384,20 @@ int mesh_http_exchange(int fd, const void *req, size_t n, struct mesh_http_respo
 	}
 }
 
+void mesh_addr_text(const struct sockaddr *sa, char *out, size_t cap)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)sa;
+		inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
+		snprintf(out, cap, "[%s]:%u", ip, ntohs(s6->sin6_port));
+	} else {
+		const struct sockaddr_in *s4 = (const void *)sa;
+		inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
+		snprintf(out, cap, "%s:%u", ip, ntohs(s4->sin_port));
+	}
+}
+
 int mesh_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, int *loopback)
 {
 	char host[64];

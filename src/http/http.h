@@ -144,5 +144,9 @@ int mesh_http_exchange(int fd, const void *req, size_t n, struct mesh_http_respo
  * the host is a loopback address.  0 or MESH_E_PARSE. */
 struct sockaddr_storage;
 int mesh_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, int *loopback);
+/* An IPv4 or IPv6 socket address as "a.b.c.d:port" or "[v6]:port" into out
+ * (cut to cap); "?" for the host of another family. */
+struct sockaddr;
+void mesh_addr_text(const struct sockaddr *sa, char *out, size_t cap);
 
 #endif

@@ -3,6 +3,7 @@
  * client speaks it, then a linger), each connection's relay to the server,
  * and the addresses on both sides; and the registration of fds with the
  * loop's event_base.  See serve_int.h. */
+#include "http/http.h"
 #include "serve/serve_int.h"
 
 #include "base/clock.h"
@@ -719,20 +720,6 @@ static int split_hostport(const char *spec, char *host, size_t hl, char *port, s
 	return 0;
 }
 
-static void format_addr(const struct sockaddr *sa, char *out, size_t n)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *v6 = (const void *)sa;
-		inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof ip);
-		snprintf(out, n, "[%s]:%u", ip, ntohs(v6->sin6_port));
-	} else {
-		const struct sockaddr_in *v4 = (const void *)sa;
-		inet_ntop(AF_INET, &v4->sin_addr, ip, sizeof ip);
-		snprintf(out, n, "%s:%u", ip, ntohs(v4->sin_port));
-	}
-}
-
 int mesh__serve_listen(struct mesh_serve *s, char *why, size_t why_len)
 {
 	char host[256], port[8];
@@ -762,7 +749,7 @@ int mesh__serve_listen(struct mesh_serve *s, char *why, size_t why_len)
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof ss;
 		getsockname(fd, (struct sockaddr *)&ss, &sl);
-		format_addr((struct sockaddr *)&ss, s->listen_addr, sizeof s->listen_addr);
+		mesh_addr_text((struct sockaddr *)&ss, s->listen_addr, sizeof s->listen_addr);
 		s->lfd = fd;
 		rc = 0;
 		break;
