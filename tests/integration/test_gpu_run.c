@@ -18,7 +18,8 @@ static const char *here(void)
 
 TEST(gpu_run_sh_without_a_gpu_exits_77)
 {
-	int rc = t_sh(out, sizeof out, 1, "cd '%s' && MESH_NVML_LIB=/nonexistent/libnvidia-ml.so.1 tests/gpu/run.sh '%s/r.md'",
+	int rc = t_sh(out, sizeof out, 1,
+		      "cd '%s' && MESH_BUILD_DIR=\"$MESH_BUILD\" MESH_NVML_LIB=/nonexistent/libnvidia-ml.so.1 tests/gpu/run.sh '%s/r.md'",
 		      t_src("."), here());
 	EXPECT_EQ(rc, 77);
 	EXPECT_CONTAINS(out, "run.sh: no GPU: meshd says gpu: none (cannot load /nonexistent/libnvidia-ml.so.1");
