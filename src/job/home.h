@@ -289,6 +289,35 @@ int mesh_home_pg_open(struct mesh_home **out, const char *url, const struct mesh
 /* The largest input a store keeps for a job (all its lines). */
 #define MESH_HOME_PG_INPUT_MAX (16u << 20)
 
+/* `mesh store init|migrate|status` (store/store_pg.h, mesh_pg_schema):
+ * the schema version found at url (0: none) and, after init or migrate,
+ * the version now.  init refuses an existing schema of another version
+ * (MESH_E_VERSION: migrate it); migrate refuses a newer one.  Connection
+ * errors as mesh_home_pg_open's, libpq's words in why. */
+enum mesh_home_pg_schema_op { MESH_HOME_PG_STATUS, MESH_HOME_PG_INIT, MESH_HOME_PG_MIGRATE };
+int mesh_home_pg_schema(const char *url, enum mesh_home_pg_schema_op op, int *found, int *now, char *why,
+			size_t whycap);
+/* The schema version this mesh uses. */
+int mesh_home_pg_schema_version(void);
+
+/* A node of a store (`mesh nodes`): a handle that leased, or a meshd's
+ * own node of no job (job ""); a meshd job's node shows its spec's
+ * program.  Valid during the call. */
+struct mesh_home_node {
+	const char *name, *host, *program, *job;
+	uint64_t chunks;     /* completions sent (a meshd's own node: its drivers') */
+	double chunks_per_s; /* from its registration to its last beat */
+	uint64_t age_ns;     /* since its last beat */
+	int stopped;	     /* closed cleanly */
+	int silent;	     /* no beat for longer than its TTL: its leases may be taken */
+};
+/* Every node of the store at url (this_job: only those of the URL's
+ * #job), oldest first: fn(arg, NULL) once connected, then fn(arg, node)
+ * for each.  0, or an error (why: libpq's words when it could not
+ * connect). */
+int mesh_home_pg_nodes(const char *url, int this_job, void (*fn)(void *arg, const struct mesh_home_node *nd),
+		       void *arg, char *why, size_t whycap);
+
 /* The fuzz seams of a state directory's files (home_file.c; pure): a spec
  * file's check line (0 whole, or of the format before, which has none;
  * MESH_E_CORRUPT torn or damaged); its "key value" lines (text is

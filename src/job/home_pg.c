@@ -742,3 +742,72 @@ int mesh_home_pg_open(struct mesh_home **out, const char *url, const struct mesh
 	*out = &h->base;
 	return 0;
 }
+
+/* ---- a store's administration ---- */
+
+_Static_assert((int)MESH_HOME_PG_STATUS == (int)MESH_PG_SCHEMA_STATUS && (int)MESH_HOME_PG_INIT == (int)MESH_PG_SCHEMA_INIT &&
+		       (int)MESH_HOME_PG_MIGRATE == (int)MESH_PG_SCHEMA_MIGRATE,
+	       "mesh store's commands are the store's");
+
+int mesh_home_pg_schema(const char *url, enum mesh_home_pg_schema_op op, int *found, int *now, char *why,
+			size_t whycap)
+{
+	return mesh_pg_schema(url, (enum mesh_pg_schema_op)op, found, now, why, whycap);
+}
+
+int mesh_home_pg_schema_version(void)
+{
+	return MESH_PG_SCHEMA_VERSION;
+}
+
+/* The meshd jobs (struct mesh_pgr_job each, in a mesh_buf): their
+ * programs, by job name (s<id>), for their nodes' rows. */
+struct nodes {
+	struct mesh_buf specs;
+	int err;
+	void (*fn)(void *arg, const struct mesh_home_node *nd);
+	void *arg;
+};
+
+static void add_spec(const struct mesh_pgr_job *j, void *arg)
+{
+	struct nodes *c = arg;
+	if (mesh_buf_add(&c->specs, j, sizeof *j) < 0)
+		c->err = -ENOMEM;
+}
+
+static void one_node(const struct mesh_pg_node *nd, void *arg)
+{
+	const struct nodes *c = arg;
+	const struct mesh_pgr_job *v = (const void *)c->specs.p;
+	struct mesh_home_node out = {nd->name, nd->host, nd->program, nd->job, nd->chunks, nd->chunks_per_s,
+				     nd->age_ns, nd->stopped, nd->silent};
+	char name[24];
+	for (size_t i = 0; v && i < c->specs.len / sizeof *v; i++) {
+		snprintf(name, sizeof name, "s%llu", (unsigned long long)v[i].id);
+		if (!strcmp(name, nd->job))
+			out.program = v[i].program;
+	}
+	c->fn(c->arg, &out);
+}
+
+int mesh_home_pg_nodes(const char *url, int this_job, void (*fn)(void *arg, const struct mesh_home_node *nd),
+		       void *arg, char *why, size_t whycap)
+{
+	struct mesh_pg *pg;
+	struct nodes c = {MESH_BUF_INIT, 0, fn, arg};
+	int rc = mesh_pg_open(&pg, url, why, whycap);
+	if (rc)
+		return rc;
+	if (whycap)
+		why[0] = 0;
+	fn(arg, NULL);
+	rc = mesh_pgr_jobs(pg, 0, 0, add_spec, &c);
+	if (!rc)
+		rc = c.err;
+	if (!rc)
+		rc = mesh_pg_nodes(pg, this_job, one_node, &c);
+	mesh_buf_release(&c.specs);
+	mesh_pg_close(pg);
+	return rc;
+}

@@ -346,6 +346,11 @@ int mesh_job_is_store_url(const char *where);
 /* A store URL as a message may show it: without its password, into buf
  * (always terminated). */
 void mesh_job_url_safe(const char *url, char *buf, size_t cap);
+/* 1 when s is a node name mesh_job_open takes (opts.node: 1..64 bytes of
+ * [A-Za-z0-9_.:@-]), or a job name of the lease files (opts.name: 1..64
+ * bytes of [A-Za-z0-9_.-], not starting with '.'); else 0. */
+int mesh_job_node_ok(const char *s);
+int mesh_job_lease_name_ok(const char *s);
 /* Checks a lock directory as mesh_job_open would, without creating it: 0
  * when it is private to this user or missing, else MESH_E_PATH,
  * MESH_E_NOTPRIVATE or -errno (store/store.h). */
