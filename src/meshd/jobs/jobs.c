@@ -428,7 +428,12 @@ static void *driver_main(void *arg)
 	}
 	struct mesh_job *jh = atomic_load(&hj->jh);
 	struct mesh_job_status js;
-	jb->done0 = mesh_job_status(jh, &js) == 0 ? js.done : 0;
+	pthread_mutex_lock(&jb->mu);
+	int known = jb->have_found_done;
+	jb->done0 = jb->found_done;
+	pthread_mutex_unlock(&jb->mu);
+	if (!known)
+		jb->done0 = mesh_job_status(jh, &js) == 0 ? js.done : 0;
 	jb->t0 = mesh_mono_ns();
 	atomic_store(&jb->t_end, 0);
 	struct mesh_exec_hooks hooks = {
@@ -498,11 +503,15 @@ int mesh__job_start(struct job *jb)
 	pthread_mutex_unlock(&jb->mu);
 	if (rc < 0)
 		return rc;
-	/* Background until its files are open (driver_main): woken as an
-	 * ordinary thread it took the CPU from a submit about to spawn the
-	 * job's first worker, whose spawn then began 1.5-3.1 ms after the
-	 * submit instead of 0.4-0.7 (docs/jobs.md, "Threads from a pool"). */
-	rc = mesh_thread_run(&jb->th, driver_main, jb, MESH_THREAD_BG);
+	/* Background until its files are open (driver_main) while a submit
+	 * spawns the job's first worker (jb->ahead): woken as an ordinary
+	 * thread it took the CPU from that spawn, which then began 1.5-3.1 ms
+	 * after the submit instead of 0.4-0.7 (docs/jobs.md, "Threads from a
+	 * pool").  With no spawn ahead (a job resumed, a store's job found by
+	 * its follower) it is not: a SCHED_BATCH thread woken at each of its
+	 * opening's round trips to a store would wait for a free CPU each
+	 * time, on the way to the job's first lease. */
+	rc = mesh_thread_run(&jb->th, driver_main, jb, jb->ahead ? MESH_THREAD_BG : 0);
 	pthread_mutex_lock(&jb->mu);
 	if (rc < 0)
 		jb->driver_files = 0;
@@ -576,6 +585,10 @@ static int on_found(void *arg, struct mesh_home_job *hj, const struct mesh_home_
 	struct job *jb = mesh__jobs_find(rh, hj->spec.id);
 	if (jb) {
 		hj->home->ops->job_free(hj);
+		pthread_mutex_lock(&jb->mu);
+		jb->found_done = f->sum.st.done;
+		jb->have_found_done = f->have_counts;
+		pthread_mutex_unlock(&jb->mu);
 	} else {
 		int rc = mesh__job_new(rh, hj, &jb);
 		if (rc < 0) {
@@ -586,6 +599,8 @@ static int on_found(void *arg, struct mesh_home_job *hj, const struct mesh_home_
 		jb->offer = f->offer;
 		jb->have_sum = f->have_sum;
 		jb->sum = f->sum;
+		jb->found_done = f->sum.st.done;
+		jb->have_found_done = f->have_counts;
 		if (f->error && !(jb->error = strdup(f->error))) {
 			mesh__job_free(jb);
 			return -ENOMEM;

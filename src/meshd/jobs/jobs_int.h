@@ -76,6 +76,11 @@ struct job {
 	_Atomic int driver_done; /* the driver returned: the janitor joins it */
 	struct meshd_job_exec_stats xs;
 	uint64_t t0, done0;
+	/* The DONE count its home told with the job (a store's row, at the
+	 * follower's last look; have_found_done): the driver's done0 without
+	 * a round trip to the store before its first lease. */
+	uint64_t found_done;
+	int have_found_done;
 	_Atomic uint64_t t_end; /* when the driver returned, 0 while it runs */
 	/* The first result's path (CLOCK_MONOTONIC; 0 = not seen): the
 	 * submit arrived, its journal and then its spec were durable (while
