@@ -59,7 +59,11 @@ TW_SRC     := $(wildcard tests/workers/*.c)
 FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
-LIB_OBJ    := $(call obj,$(LIB_SRC))
+# The PostgreSQL store's SQL (src/store/sql/*.sql) as C strings, made
+# at build time (mk/sql2c.sh: sed alone).
+PG_SQL     := $(wildcard src/store/sql/*.sql)
+PG_SQL_OBJ := $(BUILD)/obj/gen/store_pg_sql.o
+LIB_OBJ    := $(call obj,$(LIB_SRC)) $(PG_SQL_OBJ)
 WORKER_OBJ := $(call obj,$(WORKER_SRC))
 CLI_OBJ    := $(call obj,$(CLI_SRC))
 RUNNER_OBJ := $(call obj,$(RUNNER_SRC))
@@ -107,6 +111,13 @@ $(BUILD)/.deps-build:
 	@mkdir -p $(dir $@) && touch $@
 
 $(BUILD)/obj/%.o: %.c | $(BUILD)/.deps-build
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/gen/store_pg_sql.c: $(PG_SQL) mk/sql2c.sh
+	@mkdir -p $(dir $@)
+	mk/sql2c.sh src/store/sql > $@.tmp && mv $@.tmp $@
+$(PG_SQL_OBJ): $(BUILD)/gen/store_pg_sql.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -250,4 +261,4 @@ install: all
 clean:
 	rm -rf build build-san build-fuzz build*.make.log
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/tests-workers $(BUILD)/examples -name '*.d' 2>/dev/null)

@@ -253,7 +253,7 @@ if "cold" not in parts:
 import subprocess
 up = os.path.join(os.environ["B"], "bench", "cold_upstream")
 b = json.dumps({"model": "cold-model", "messages": [{"role": "user", "content": "hi"}]})
-req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
        "Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(b), b)).encode()
 def first_byte(port):
     s = socket.create_connection(("127.0.0.1", port))
@@ -304,7 +304,7 @@ for i in range(rounds):
     started, ready = stamps(os.path.join(t, "ready"))
     owns.append((ready - started) * 1e3)
     with open(os.path.join(t, "logs", "cold.log")) as f:
-        lines.append([l for l in f if "--- meshd gateway: warm pid=" in l][-1])
+        lines.append([l for l in f if "[meshd] warm pid " in l][-1])
 md = statistics.median
 gw_first = md(gws)
 print("   cold start (2 s), median of %d rounds: first byte through the gateway %.2f ms; the same program "

@@ -398,60 +398,166 @@ static void judge(const struct mesh_probe_target *t, const struct mesh_probe_opt
 	say(res, "warm: HTTP %d from %s%s in %.1f ms", r->status, res->addr, t->path, ms(el));
 }
 
-/* The request on fd, connected to res->addr, and the judgement of its
- * answer.  keep NULL: the request asks `Connection: close`.  Else it does
- * not, and *keep says whether fd can carry a next request: the answer came
- * whole, HTTP/1.1, framed (a length, chunked, or no body), without
- * `Connection: close`. */
-static void exchange(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
-		     struct mesh_probe_result *res, uint64_t t0, uint64_t response_ns, int *keep)
+/* The request's bytes: GET t->path, without `Connection: close` when keep
+ * (the builder always ends the head with it: one request a connection). */
+static int request_bytes(struct mesh_buf *req, const struct mesh_probe_target *t, int keep)
 {
 	static const char close_line[] = "Connection: close\r\n\r\n";
-	res->phase = MESH_PROBE_RESPONSE;
-	struct mesh_buf req = MESH_BUF_INIT;
 	char hostport[300];
-	struct mesh_http_limits lim = MESH_HTTP_LIMITS_DEFAULT;
-	struct mesh_http_response r;
 	if (strchr(t->host, ':'))
 		snprintf(hostport, sizeof hostport, "[%s]:%u", t->host, t->port);
 	else
 		snprintf(hostport, sizeof hostport, "%s:%u", t->host, t->port);
-	if (o->max_body)
-		lim.max_body = o->max_body;
-	mesh_http_response_init(&r, &lim);
-	int rc = mesh_http_request_get(&req, hostport, t->path);
-	/* The builder always ends the head with `Connection: close` (one
-	 * request a connection); a kept connection's probe leaves it out. */
-	if (rc == 0 && keep && req.len >= sizeof close_line - 1 &&
-	    !memcmp(req.p + req.len - (sizeof close_line - 1), close_line, sizeof close_line - 1)) {
-		req.len -= sizeof close_line - 1;
-		rc = mesh_buf_adds(&req, "\r\n");
+	int rc = mesh_http_request_get(req, hostport, t->path);
+	if (rc == 0 && keep && req->len >= sizeof close_line - 1 &&
+	    !memcmp(req->p + req->len - (sizeof close_line - 1), close_line, sizeof close_line - 1)) {
+		req->len -= sizeof close_line - 1;
+		rc = mesh_buf_adds(req, "\r\n");
 	}
-	uint64_t r0 = mesh_mono_ns();
-	if (rc == 0)
-		rc = mesh_http_exchange(fd, req.p, req.len, &r, r0 + response_ns);
-	mesh_buf_release(&req);
-	if (keep) {
-		const char *conn = rc == 0 ? mesh_http_response_header(&r, "Connection") : NULL;
-		*keep = rc == 0 && r.done && r.version_minor >= 1 && (r.content_length >= 0 || r.chunked || r.no_body ||
-			r.status == 204 || r.status == 304) && !(conn && strcasestr(conn, "close"));
-	}
+	return rc;
+}
+
+/* The probe is over (rc: 0 the response came whole, else why not): whether
+ * the connection can carry a next request, and the judgement. */
+static void finish(struct mesh_probe_conn *p, struct mesh_probe_result *res, int rc)
+{
+	struct mesh_http_response *r = &p->r;
+	uint64_t now = mesh_mono_ns();
+	const char *conn = rc == 0 ? mesh_http_response_header(r, "Connection") : NULL;
+	p->done = 1;
+	p->keep = p->keep_asked && rc == 0 && r->done && r->version_minor >= 1 &&
+		  (r->content_length >= 0 || r->chunked || r->no_body || r->status == 204 || r->status == 304) &&
+		  !(conn && strcasestr(conn, "close"));
 	if (rc == 0) {
-		judge(t, o, &r, res, t0);
+		judge(p->t, &p->o, r, res, p->t0);
 	} else {
-		uint64_t now = mesh_mono_ns();
 		res->err = rc;
-		res->status = r.head_done ? r.status : 0;
+		res->status = r->head_done ? r->status : 0;
 		if (rc == MESH_E_TIMEOUT)
-			say(res, "cold: no complete response from %s within %.0f ms", res->addr, ms(now - r0));
+			say(res, "cold: no complete response from %s within %.0f ms", res->addr, ms(now - p->r0));
 		else if (rc == MESH_E_PROTO || rc == MESH_E_TOOBIG || rc == MESH_E_CLOSED)
 			say(res, "cold: %s response from %s: %s",
 			    rc == MESH_E_PROTO ? "malformed" : rc == MESH_E_TOOBIG ? "oversized" : "incomplete", res->addr,
-			    mesh_http_response_why(&r));
+			    mesh_http_response_why(r));
 		else
 			say(res, "cold: exchange with %s failed: %s", res->addr, mesh_strerror(rc));
 	}
-	mesh_http_response_release(&r);
+	res->elapsed_ns = now - p->t0;
+}
+
+/* mesh_probe_begin, the probe timed from t0 (mesh_probe's: its resolve and
+ * connect count). */
+static int begin_at(struct mesh_probe_conn *p, int fd, const struct mesh_probe_target *t,
+		    const struct mesh_probe_opts *o, int keep, struct mesh_probe_result *res, uint64_t t0)
+{
+	static const struct mesh_probe_opts def = MESH_PROBE_OPTS_INIT;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	struct mesh_http_limits lim = MESH_HTTP_LIMITS_DEFAULT;
+	struct mesh_buf req = MESH_BUF_INIT;
+	memset(p, 0, sizeof *p);
+	p->fd = fd;
+	if (fd < 0 || !t || !res || t->port == 0 || t->path[0] != '/' || !memchr(t->host, 0, sizeof t->host) ||
+	    !memchr(t->path, 0, sizeof t->path))
+		return MESH_E_RANGE;
+	memset(res, 0, sizeof *res);
+	p->t = t;
+	p->o = o ? *o : def;
+	p->keep_asked = keep;
+	p->t0 = t0;
+	p->r0 = mesh_mono_ns();
+	p->deadline = p->r0 + (p->o.response_timeout_ns ? p->o.response_timeout_ns : DEF_RESPONSE_NS);
+	if (p->o.max_body)
+		lim.max_body = p->o.max_body;
+	mesh_http_response_init(&p->r, &lim);
+	p->live = 1;
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+		addr_text((struct sockaddr *)&ss, res->addr, sizeof res->addr);
+	else
+		snprintf(res->addr, sizeof res->addr, "%.50s:%u", t->host, t->port);
+	res->phase = MESH_PROBE_RESPONSE;
+	int rc = request_bytes(&req, t, keep);
+	/* A few hundred bytes on a new connection: its buffer takes them at once. */
+	ssize_t n = rc ? 0 : send(fd, req.p, req.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (!rc && n != (ssize_t)req.len)
+		rc = n < 0 ? -errno : MESH_E_CLOSED;
+	mesh_buf_release(&req);
+	if (rc) {
+		finish(p, res, rc);
+		return 1;
+	}
+	return 0;
+}
+
+int mesh_probe_begin(struct mesh_probe_conn *p, int fd, const struct mesh_probe_target *t,
+		     const struct mesh_probe_opts *o, int keep, struct mesh_probe_result *res)
+{
+	return begin_at(p, fd, t, o, keep, res, mesh_mono_ns());
+}
+
+int mesh_probe_read(struct mesh_probe_conn *p, struct mesh_probe_result *res)
+{
+	char buf[4096];
+	if (p->done)
+		return 1;
+	for (;;) {
+		ssize_t n = recv(p->fd, buf, sizeof buf, MSG_DONTWAIT);
+		int rc;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return 0;
+		if (n < 0)
+			rc = -errno;
+		else if (n == 0)
+			rc = mesh_http_response_eof(&p->r) == 1 ? 0 : MESH_E_CLOSED;
+		else if ((rc = mesh_http_response_feed(&p->r, buf, (size_t)n, NULL)) == 0)
+			continue;
+		/* Bytes after a complete response are not the probe's. */
+		finish(p, res, rc == 1 ? 0 : rc < 0 ? rc : 0);
+		return 1;
+	}
+}
+
+void mesh_probe_expire(struct mesh_probe_conn *p, struct mesh_probe_result *res)
+{
+	if (!p->done)
+		finish(p, res, MESH_E_TIMEOUT);
+}
+
+void mesh_probe_end(struct mesh_probe_conn *p)
+{
+	if (p->live)
+		mesh_http_response_release(&p->r);
+	p->live = 0;
+}
+
+/* A whole probe on a connected fd, waiting with poll (mesh_probe's; t0
+ * its start). */
+static int exchange(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
+		    struct mesh_probe_result *res, uint64_t t0, int keep)
+{
+	struct mesh_probe_conn p;
+	int done = begin_at(&p, fd, t, o, keep, res, t0);
+	if (done < 0)
+		return done;
+	while (!done) {
+		uint64_t now = mesh_mono_ns();
+		if (now >= p.deadline) {
+			mesh_probe_expire(&p, res);
+			break;
+		}
+		uint64_t left = p.deadline - now;
+		struct timespec ts = {(time_t)(left / MESH_NS_PER_S), (long)(left % MESH_NS_PER_S)};
+		struct pollfd pf = {fd, POLLIN, 0};
+		if (ppoll(&pf, 1, &ts, NULL) < 0 && errno != EINTR) {
+			finish(&p, res, -errno);
+			break;
+		}
+		done = mesh_probe_read(&p, res);
+	}
+	mesh_probe_end(&p);
+	return p.keep;
 }
 
 int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *o, struct mesh_probe_result *res)
@@ -468,7 +574,6 @@ int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *
 		o = &def;
 	uint64_t resolve_ns = o->resolve_timeout_ns ? o->resolve_timeout_ns : DEF_RESOLVE_NS;
 	uint64_t connect_ns = o->connect_timeout_ns ? o->connect_timeout_ns : DEF_CONNECT_NS;
-	uint64_t response_ns = o->response_timeout_ns ? o->response_timeout_ns : DEF_RESPONSE_NS;
 	memset(res, 0, sizeof *res);
 
 	res->phase = MESH_PROBE_RESOLVE;
@@ -518,34 +623,10 @@ int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *
 			say(res, "cold: connect to %s failed: %s", res->addr, mesh_strerror(err));
 		return 0;
 	}
-	res->connect_ns = mesh_mono_ns() - t0;
-
-	exchange(fd, t, o, res, t0, response_ns, NULL);
+	uint64_t connected = mesh_mono_ns() - t0;
+	exchange(fd, t, o, res, t0, 0);
 	close(fd);
-	res->elapsed_ns = mesh_mono_ns() - t0;
+	res->connect_ns = connected;
 	return 0;
 }
 
-int mesh_probe_fd(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
-		  struct mesh_probe_result *res, int *keep)
-{
-	static const struct mesh_probe_opts def = MESH_PROBE_OPTS_INIT;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof ss;
-	uint64_t t0 = mesh_mono_ns();
-	if (keep)
-		*keep = 0;
-	if (fd < 0 || !t || !res || !keep || t->port == 0 || t->path[0] != '/' || !memchr(t->host, 0, sizeof t->host) ||
-	    !memchr(t->path, 0, sizeof t->path))
-		return MESH_E_RANGE;
-	if (!o)
-		o = &def;
-	memset(res, 0, sizeof *res);
-	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
-		addr_text((struct sockaddr *)&ss, res->addr, sizeof res->addr);
-	else
-		snprintf(res->addr, sizeof res->addr, "%.50s:%u", t->host, t->port);
-	exchange(fd, t, o, res, t0, o->response_timeout_ns ? o->response_timeout_ns : DEF_RESPONSE_NS, keep);
-	res->elapsed_ns = mesh_mono_ns() - t0;
-	return 0;
-}

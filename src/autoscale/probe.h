@@ -29,6 +29,8 @@
 #ifndef MESH_AUTOSCALE_PROBE_H
 #define MESH_AUTOSCALE_PROBE_H
 
+#include "http/http.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,19 +97,42 @@ struct mesh_probe_result {
  * at once: it shares no state (the test seam below aside). */
 int mesh_probe(const struct mesh_probe_target *t, const struct mesh_probe_opts *o, struct mesh_probe_result *res);
 
-/* One probe over fd, a stream socket the caller already connected to t's
- * address (a connection kept from a listen test or from an earlier probe:
- * the gateway's cold start, whose first request then rides it, so the
- * program accepts one connection, not three).  The same request and
- * judgement as mesh_probe's (res->connect_ns stays 0), but the request
- * does not ask `Connection: close`; *keep is then 1 when fd can carry a
- * next request (the answer came whole, HTTP/1.1, framed by a length,
- * chunked or bodiless, without `Connection: close`), else 0: the caller
- * closes it.  fd is left O_NONBLOCK and open either way.  Returns 0 when
- * the probe ran, MESH_E_RANGE for fd < 0, keep NULL, or a target
- * mesh_probe refuses. */
-int mesh_probe_fd(int fd, const struct mesh_probe_target *t, const struct mesh_probe_opts *o,
-		  struct mesh_probe_result *res, int *keep);
+/* A probe driven by the caller's event loop, on a connection the caller
+ * made (the host's readiness of an HTTP program: the connection of the
+ * listen test that found the port listening carries the probe, and a kept
+ * one the first request): no thread, never blocks.  The same request and
+ * judgement as mesh_probe's (res->connect_ns stays 0).
+ *   1. mesh_probe_begin(&p, fd, t, o, keep, &res): sends the request, and
+ *      when keep without `Connection: close`.  0: under way; 1: over
+ *      already (the send failed: res says why); MESH_E_RANGE for fd < 0 or
+ *      a target mesh_probe refuses (nothing sent).
+ *   2. when fd is readable: mesh_probe_read(&p, &res): 0, more to come;
+ *      1, over: res holds the judgement.
+ *   3. at p.deadline (mesh_mono_ns; o's response_timeout from the send)
+ *      when not over: mesh_probe_expire(&p, &res) (over: cold, no complete
+ *      response).
+ *   4. mesh_probe_end(&p), whatever happened (after a 0 of step 1 too).
+ * fd stays the caller's, open; once over, p.keep is 1 when it can carry a
+ * next request (keep asked; the answer came whole, HTTP/1.1, framed by a
+ * length, chunked or bodiless, without `Connection: close`).  t must
+ * outlive p; o is copied. */
+struct mesh_probe_conn {
+	uint64_t deadline; /* the answer's bound */
+	int keep;	   /* over: fd can carry a next request */
+	int done;	   /* over */
+	/* Private. */
+	int fd, keep_asked, live;
+	const struct mesh_probe_target *t;
+	struct mesh_probe_opts o;
+	uint64_t t0, r0;
+	struct mesh_http_response r;
+};
+int mesh_probe_begin(struct mesh_probe_conn *p, int fd, const struct mesh_probe_target *t,
+		     const struct mesh_probe_opts *o, int keep, struct mesh_probe_result *res);
+int mesh_probe_read(struct mesh_probe_conn *p, struct mesh_probe_result *res);
+void mesh_probe_expire(struct mesh_probe_conn *p, struct mesh_probe_result *res);
+void mesh_probe_end(struct mesh_probe_conn *p);
+
 
 /* Judges a complete response body against a model name (the JSON rules
  * above).  0 when listed, MESH_E_NOTFOUND when the JSON has no such model,

@@ -2,7 +2,9 @@
 
 #include "base/err.h"
 
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 int mesh_parse_u64n(const char *s, size_t n, uint64_t max, uint64_t *out)
@@ -150,4 +152,19 @@ int mesh_parse_duration(const char *s, uint64_t max_ns, uint64_t *out_ns)
 		return MESH_E_RANGE;
 	*out_ns = v;
 	return 0;
+}
+
+void mesh_say_duration(char *buf, size_t cap, uint64_t ns)
+{
+	uint64_t t = ns / (uint64_t)1000000000, h = t / 3600, m = t / 60 % 60, sec = t % 60;
+	if (!cap)
+		return;
+	if (!t)
+		snprintf(buf, cap, "%" PRIu64 " ms", ns / (uint64_t)1000000);
+	else if (h)
+		snprintf(buf, cap, m ? "%" PRIu64 " h %" PRIu64 " min" : "%" PRIu64 " h", h, m);
+	else if (m)
+		snprintf(buf, cap, sec ? "%" PRIu64 " min %" PRIu64 " s" : "%" PRIu64 " min", m, sec);
+	else
+		snprintf(buf, cap, "%" PRIu64 " s", sec);
 }

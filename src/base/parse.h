@@ -22,6 +22,10 @@ int mesh_parse_seconds(const char *s, uint64_t max_ns, uint64_t *out_ns);
  * "300s", "5m", "1.5h", "7d"), into nanoseconds, at most max_ns.  Same
  * errors as mesh_parse_u64. */
 int mesh_parse_duration(const char *s, uint64_t max_ns, uint64_t *out_ns);
+/* A duration as people read it, into buf (always terminated): "250 ms"
+ * under a second, else whole seconds as "4 s", "5 min", "1 min 30 s",
+ * "2 h 5 min" (the seconds of an hour or more dropped). */
+void mesh_say_duration(char *buf, size_t cap, uint64_t ns);
 /* A size with an optional K/M/G/T suffix (powers of 1024), e.g. "512M". */
 int mesh_parse_size(const char *s, uint64_t max, uint64_t *out);
 /* Like mesh_parse_u64 over the n bytes at s (not NUL-terminated). */

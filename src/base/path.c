@@ -135,3 +135,29 @@ int mesh_path_lockdir_private_ok(const char *p, const char **why)
 	}
 	return common(p, why);
 }
+
+int mesh_path_mkdirs(const char *dir, unsigned mode)
+{
+	char tmp[PATH_MAX];
+	struct stat st;
+	size_t n = strlen(dir);
+	if (n == 0)
+		return -ENOENT;
+	if (n >= sizeof tmp)
+		return -ENAMETOOLONG;
+	memcpy(tmp, dir, n + 1);
+	for (char *p = tmp + 1;; p++) {
+		if (*p && *p != '/')
+			continue;
+		char c = *p;
+		*p = 0;
+		if (mkdir(tmp, (mode_t)mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = c;
+		if (!c)
+			break;
+	}
+	if (stat(dir, &st) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}

@@ -25,4 +25,9 @@ int mesh_path_has_symlink(const char *p);
  * or MESH_E_NOTPRIVATE, MESH_E_PATH (a symlink or not a directory), -errno. */
 int mesh_path_open_private_dir(const char *dir, int create);
 
+/* mkdir -p: creates dir and the directories above it that are missing,
+ * with mode (before the umask).  0 (also when dir exists as a directory),
+ * -ENOTDIR (dir or a component above it is not a directory), -errno. */
+int mesh_path_mkdirs(const char *dir, unsigned mode);
+
 #endif

@@ -76,6 +76,11 @@ static int parse_args(int argc, char **argv, struct args *a, const char *allowed
 			a->speculate = 1;
 		} else if (!strcmp(s, "--force") && strstr(allowed, "force")) {
 			a->force = 1;
+		} else if (!strcmp(s, "--store-outage") && strstr(allowed, "outage")) {
+			uint64_t ns;
+			if (++i >= argc || mesh_parse_duration(argv[i], 365ull * 86400 * MESH_NS_PER_S, &ns) < 0 || !ns)
+				return mesh_cli_usage("job %s: --store-outage needs a duration, e.g. 300, 30s or 5m", argv[0]);
+			mesh_job_set_store_outage(ns);
 		} else if (s[0] == '-' && s[1]) {
 			return mesh_cli_usage("job %s: unknown option '%s'", argv[0], s);
 		} else {
@@ -102,11 +107,7 @@ static int check_journal_path(const char *p)
 	if (mesh_job_is_store_url(p)) {
 		/* A PostgreSQL store: a password in it would show in every
 		 * process list and message; libpq takes it from elsewhere. */
-		char safe[512];
-		mesh_job_url_safe(p, safe, sizeof safe);
-		if (strcmp(safe, p))
-			return mesh_cli_usage("a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
-		return 0;
+		return mesh_cli_store_url_refused("job", p);
 	}
 	if (mesh_path_journal_ok(p, &why)) {
 		fprintf(stderr, "mesh: journal '%s' refused: %s\n", p, why);
@@ -494,7 +495,7 @@ static int cmd_harvest(int argc, char **argv)
 	struct mesh_job *j;
 	struct mesh_job_drain_stats ds;
 	struct sigaction sa;
-	int rc = parse_args(argc, argv, &a, "spec cmd");
+	int rc = parse_args(argc, argv, &a, "spec cmd outage");
 	if (rc || (rc = want_pos("harvest", &a, 6, 7)) || (rc = check_journal_path(a.pos[0])) ||
 	    (rc = check_lockdir(a.pos[1], a.pos[2])) ||
 	    (rc = parse_count("chunk count", a.pos[3], 1, MESH_JOB_MAX_CHUNKS, &n)) || (rc = parse_ttl(a.pos[4], &ttl)))
@@ -674,11 +675,13 @@ static const struct sub subs[] = {
 	 "missing lock directory means nothing is leased.\n"},
 	{"harvest", cmd_harvest,
 	 "usage: mesh job harvest <journal.log> <lockdir> <job> <nchunks> <ttl_s> <node> [maxiter]\n"
-	 "                        [--speculate] [-- CMD ARG...]\n"
+	 "                        [--speculate] [--store-outage T] [-- CMD ARG...]\n"
 	 "One node's drain loop: lease, run, complete, until the job is complete (exit 0), maxiter\n"
 	 "leases were taken (exit 1), or SIGINT/SIGTERM (exit 5).  Without a command each chunk\n"
 	 "is completed at once (a simulated run); with -- CMD the command runs per chunk, '{}'\n"
-	 "replaced by the chunk id; exit 0 completes it, anything else fails the attempt.\n"},
+	 "replaced by the chunk id; exit 0 completes it, anything else fails the attempt.\n"
+	 "--store-outage T: how long a PostgreSQL store's node waits for its database when it\n"
+	 "stops answering (5m), keeping its leases; past it exit 69.\n"},
 	{"check", cmd_check,
 	 "usage: mesh job check <journal.log> [--force]\n"
 	 "Verifies the header and every record's checksum.  A torn tail (a partial last append)\n"

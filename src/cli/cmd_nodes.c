@@ -75,9 +75,9 @@ int mesh_cmd_nodes(int argc, char **argv)
 		return mesh_cli_usage("nodes: no store (give --store URL, or set MESH_STORE)");
 	if (!mesh_job_is_store_url(url))
 		return mesh_cli_usage("nodes: not a store URL (postgresql://...)");
+	if ((rc = mesh_cli_store_url_refused("nodes", url)))
+		return rc;
 	mesh_job_url_safe(url, safe, sizeof safe);
-	if (strcmp(safe, url))
-		return mesh_cli_usage("nodes: a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
 	why[0] = 0;
 	rc = mesh_home_pg_nodes(url, this_job, row, NULL, why, sizeof why);
 	if (rc) {

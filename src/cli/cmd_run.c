@@ -5,6 +5,7 @@
 #include "base/crc.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/path.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
 #include "cli/run_opts.h"
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* GNU parallel's several records a command: -N/-n a fixed number; -m and
@@ -34,6 +36,15 @@
 static int group(const struct run_args *a, struct mesh_exec_input *in)
 {
 	uint64_t per = a->max_args;
+	if (a->multi == 'N' && per == 0) {
+		/* -N0: a record a chunk, which the command does not see; other
+		 * commands than without -N0: another journal */
+		in->no_args = 1;
+		in->hash = mesh_fnv1a64(in->hash, "-N0", 4);
+		return 0;
+	}
+	if (a->multi == 'N' && per == 1 && a->nsrc > 1)
+		return 0; /* a record is one of the sources' combinations */
 	if (a->pipe) /* -N N records a block, else blocks of bytes */
 		return mesh_exec_input_blocks(in, per, per ? 0 : a->block ? a->block : PIPE_BLOCK, (char)a->delim);
 	if (a->multi == 'm' || a->multi == 'X')
@@ -202,7 +213,6 @@ static int other_work(const char *journal, const struct mesh_job_why *w, const c
 
 struct failures {
 	unsigned shown;
-	int last_status;
 };
 
 static void print_failure(const struct mesh_job_failure *f, void *arg)
@@ -210,7 +220,6 @@ static void print_failure(const struct mesh_job_failure *f, void *arg)
 	struct failures *fs = arg;
 	if (!f->buried)
 		return;
-	fs->last_status = f->last_status;
 	if (fs->shown++ >= 10)
 		return;
 	int s = f->last_status;
@@ -222,35 +231,45 @@ static void print_failure(const struct mesh_job_failure *f, void *arg)
 			f->attempts, s);
 }
 
-/* Prints what would run (--dry-run), one command a line. */
+/* Prints what would run (--dry-run), one command a line, as the joblog
+ * shows it (mesh_exec_template_render). */
 static int dry_run(const struct run_args *a, const struct mesh_exec_input *in, uint64_t n)
 {
 	struct mesh_exec_template t;
-	struct mesh_buf b = MESH_BUF_INIT, line = MESH_BUF_INIT;
-	char **av = NULL;
-	int rc = mesh_exec_template_init(&t, a->argv);
-	if (rc == 0 && !(av = calloc(mesh_exec_template_slots(&t), sizeof *av)))
-		rc = -ENOMEM;
+	struct mesh_buf line = MESH_BUF_INIT;
+	int rc = mesh_exec_template_init_rpls(&t, a->argv, &a->rpls);
+	t.total = n;
 	for (uint64_t c = 0; rc == 0 && c < n; c++) {
-		if ((rc = mesh_exec_template_expand(&t, in, c, 1, &b, av)) < 0)
-			break;
-		mesh_buf_reset(&line);
-		if (t.shell) {
-			rc = mesh_buf_adds(&line, av[2]);
-		} else {
-			for (size_t i = 0; av[i] && rc == 0; i++)
-				rc = mesh__run_quote(&line, av[i], i > 0);
-		}
-		if (rc == 0)
-			rc = mesh_buf_add(&line, "\n", 1);
-		if (rc == 0)
+		if ((rc = mesh_exec_template_render(&t, in, c, 1, &line)) == 0 && (rc = mesh_buf_add(&line, "\n", 1)) == 0)
 			rc = mesh_write_all(1, line.p, line.len);
 	}
-	free(av);
-	mesh_buf_release(&b);
 	mesh_buf_release(&line);
 	mesh_exec_template_release(&t);
 	return rc < 0 ? mesh__run_fail(rc, "dry run") : MESH_EXIT_OK;
+}
+
+/* "mesh: run: cannot WHAT 'path': reason" (an output file or directory):
+ * the exit code for it. */
+static int cant_create(int err, const char *what, const char *path)
+{
+	fprintf(stderr, "mesh: run: cannot %s '%s': %s\n", what, path, mesh_strerror(err));
+	return mesh_exit_run(MESH_EXIT_CANTCREAT);
+}
+
+/* --results is made (with its parents, as GNU parallel does) and --tmpdir
+ * must be a directory, before anything runs.  0 or an exit code. */
+static int check_dirs(const struct run_args *a)
+{
+	struct stat st;
+	int rc;
+	if (a->tmpdir && a->tmpdir[0]) {
+		rc = stat(a->tmpdir, &st) < 0 ? -errno : !S_ISDIR(st.st_mode) ? -ENOTDIR : access(a->tmpdir, W_OK | X_OK) < 0 ? -errno : 0;
+		if (rc < 0)
+			return cant_create(rc, "use --tmpdir", a->tmpdir);
+	}
+	if (a->results && (rc = mesh_path_mkdirs(a->results, 0755)) < 0)
+		return cant_create(rc, "create the results directory", a->results);
+	return 0;
 }
 
 /* Opens the job (and the speculation handle).  Returns 0 or an exit code. */
@@ -260,6 +279,8 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	struct mesh_job_why why;
 	char ident[MESH_JOB_IDENTITY_MAX + 1];
 	size_t ident_len = run_identity(a, in, ident);
+	if (a->store_outage_ns)
+		mesh_job_set_store_outage(a->store_outage_ns);
 	int rc = mesh_job_submit_id(a->journal, a->chunks, ident, ident_len, &why);
 	if (rc == MESH_E_MISMATCH)
 		return other_work(a->journal, &why, ident);
@@ -292,12 +313,13 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	return 0;
 }
 
-/* A rerun resumes: it says so, and gives failed chunks new attempts. */
-static void resume(struct run_args *a, struct mesh_job *job)
+/* A rerun resumes: it says so, and gives failed chunks new attempts.  1
+ * when the journal holds work done or failed before this run. */
+static int resume(struct run_args *a, struct mesh_job *job)
 {
 	struct mesh_job_status js;
 	if (mesh_job_status(job, &js) < 0)
-		return;
+		return 0;
 	if (js.closed && js.done)
 		fprintf(stderr,
 			"mesh run: warning: a run on journal '%s' ended because its standard output was closed; "
@@ -305,15 +327,16 @@ static void resume(struct run_args *a, struct mesh_job *job)
 			"journal to run every chunk again)\n",
 			a->journal);
 	if ((js.done == 0 && js.buried == 0) || js.done == js.n)
-		return;
+		return js.done > 0;
 	int retried = js.buried ? mesh_job_retry(job, UINT64_MAX) : 0;
 	fprintf(stderr, "mesh run: resuming: %" PRIu64 "/%" PRIu64 " chunks already done", js.done, js.n);
 	if (retried > 0)
 		fprintf(stderr, ", %d failed chunks run again", retried);
 	fprintf(stderr, " (journal %s)\n", a->journal);
+	return 1;
 }
 
-static void exec_opts(const struct run_args *a, const struct mesh_exec_input *in, struct mesh_job *spec,
+static void exec_opts(const struct run_args *a, const struct mesh_exec_input *in, struct mesh_job *spec, int resumed,
 		      struct mesh_exec_opts *eo)
 {
 	eo->argv = a->argv;
@@ -330,11 +353,14 @@ static void exec_opts(const struct run_args *a, const struct mesh_exec_input *in
 	eo->progress_fd = a->progress || isatty(2) ? 2 : -1;
 	eo->keep_order = a->keep_order;
 	eo->tag = a->tag;
+	eo->tagstring = a->tagstring;
+	eo->rpls = &a->rpls;
 	eo->line_buffer = a->line_buffer;
 	eo->ungroup = a->ungroup;
 	eo->joblog = a->joblog;
+	eo->joblog_mode = a->joblog_plus ? MESH_EXEC_JOBLOG_PLUS : resumed ? MESH_EXEC_JOBLOG_APPEND : MESH_EXEC_JOBLOG_NEW;
 	eo->halt_mode = a->halt_mode;
-	eo->halt_on_success = a->halt_on_success;
+	eo->halt_what = a->halt_what;
 	eo->halt_count = a->halt_count;
 	eo->halt_percent = a->halt_percent;
 	eo->delay_ns = a->delay_ns;
@@ -380,11 +406,30 @@ static int closed_stdout(const struct run_args *a, struct mesh_job *job)
 	return 0;
 }
 
+/* GNU parallel's exit code under --halt: the failed chunk's status when
+ * one failure met the rule (fail=1, or a share that is one chunk); the
+ * failed share in percent (rounded up) for fail=N% and done=N%, the count
+ * (101 at most) for fail=N; 0 for success=; and when the rule was never
+ * met, the failed share of the chunks started (N%) or the count (N). */
+static int halt_exit_code(const struct run_args *a, int halted, const struct mesh_exec_stats *es, uint64_t n)
+{
+	uint64_t failed = halted ? es->halt_failed : es->buried;
+	if (halted && a->halt_what == MESH_EXEC_HALT_SUCCESS)
+		return MESH_EXIT_OK;
+	if (halted && (a->halt_percent ? (double)n * ((double)a->halt_percent / 100) == 1.0 : a->halt_count == 1))
+		return es->halt_status & 255;
+	if (a->halt_percent) {
+		uint64_t of = halted ? n : es->started ? es->started : 1;
+		return (int)((failed * 100 + of - 1) / of);
+	}
+	return failed > 100 ? 101 : (int)failed;
+}
+
 /* The exit code of a run that ended with answer rc: GNU parallel's. */
 static int run_exit_code(const struct run_args *a, struct mesh_job *job, int rc, const struct mesh_job_status *js,
-			 const char *lockdir)
+			 const struct mesh_exec_stats *es, const char *lockdir)
 {
-	struct failures fs = {0, 0};
+	struct failures fs = {0};
 	if (rc == MESH_EXEC_INTERRUPTED)
 		return MESH_EXIT_RUN_INTERRUPTED;
 	if (rc == MESH_EXEC_HANGUP)
@@ -398,8 +443,8 @@ static int run_exit_code(const struct run_args *a, struct mesh_job *job, int rc,
 			"mesh: %" PRIu64 " chunks failed; the same command runs them again; "
 			"details: mesh job status %s %s run %" PRIu64 "\n",
 			js->buried, a->journal, lockdir, js->n);
-	if (rc == MESH_EXEC_HALTED)
-		return a->halt_on_success ? MESH_EXIT_OK : fs.last_status > 0 ? fs.last_status & 255 : 1;
+	if (a->halt_mode != MESH_EXEC_HALT_NEVER && (rc == MESH_EXEC_HALTED || js->buried))
+		return halt_exit_code(a, rc == MESH_EXEC_HALTED, es, js->n);
 	if (js->buried)
 		return js->buried > 100 ? 101 : (int)js->buried;
 	return rc == MESH_EXEC_COMPLETE ? MESH_EXIT_OK : MESH_EXIT_RUN_INCOMPLETE;
@@ -433,11 +478,9 @@ int mesh_cmd_run(int argc, char **argv)
 		/* A PostgreSQL store (docs/cluster.md): no lock directory; the
 		 * job is the URL's #name, else the one the default journal
 		 * would be named after (the same command meets the same job). */
-		mesh_job_url_safe(a.journal, surl, sizeof surl);
-		if (strcmp(surl, a.journal)) {
-			ex = mesh_cli_usage("run: a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD");
+		if ((ex = mesh_cli_store_url_refused("run", a.journal)))
 			goto out;
-		}
+		mesh_job_url_safe(a.journal, surl, sizeof surl);
 		if (!strchr(a.journal, '#')) {
 			journal_name(&a, &in, jbuf, sizeof jbuf);
 			snprintf(surl, sizeof surl, "%s#%.*s", a.journal, (int)(strlen(jbuf) - 5), jbuf + 1);
@@ -454,22 +497,33 @@ int mesh_cmd_run(int argc, char **argv)
 			goto out;
 		}
 	}
-	if ((ex = open_job(&a, &in, lockdir, &job, &spec, specnode, sizeof specnode)) != 0)
+	if ((ex = check_dirs(&a)) != 0 || (ex = open_job(&a, &in, lockdir, &job, &spec, specnode, sizeof specnode)) != 0)
 		goto out;
-	resume(&a, job);
+	int resumed = resume(&a, job);
 
 	struct mesh_exec_opts eo = MESH_EXEC_OPTS_INIT;
 	struct mesh_exec_stats es;
 	struct mesh_job_status js;
-	exec_opts(&a, &in, spec, &eo);
+	exec_opts(&a, &in, spec, resumed, &eo);
 	rc = mesh_exec_run(job, &eo, &es);
 	if (rc < 0) {
 		if (rc == -EPIPE) { /* stdout closed (| head): GNU parallel dies of SIGPIPE */
 			ex = MESH_EXIT_RUN_CLOSED_STDOUT;
 			discard = closed_stdout(&a, job);
 		}
-		else if (rc == -ENOENT || rc == -EACCES)
+		else if (es.failed_at == MESH_EXEC_AT_COMMAND) {
 			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
+			/* Nothing ran: a default journal with nothing done is not
+			 * left behind (a hidden file nobody asked for). */
+			if (mesh_job_status(job, &js) == 0 && js.done == 0)
+				discard = 1;
+		}
+		else if (es.failed_at == MESH_EXEC_AT_JOBLOG)
+			ex = cant_create(rc, "open the joblog", a.joblog);
+		else if (es.failed_at == MESH_EXEC_AT_RESULTS)
+			ex = cant_create(rc, "create the results directory", a.results);
+		else if (rc == MESH_E_OUTPUT) /* the note said which and why */
+			ex = mesh_exit_run(mesh_exit_for(rc));
 		else {
 			char words[400];
 			mesh_job_store_error(job, words, sizeof words);
@@ -481,9 +535,9 @@ int mesh_cmd_run(int argc, char **argv)
 	}
 	if (mesh_job_status(job, &js) < 0)
 		memset(&js, 0, sizeof js);
-	ex = run_exit_code(&a, job, rc, &js, lockdir);
+	ex = run_exit_code(&a, job, rc, &js, &es, lockdir);
 	finished = rc == MESH_EXEC_COMPLETE && js.buried == 0 && js.done == js.n;
-	if (a.verbose || a.progress || isatty(2))
+	if (!a.silent && (a.verbose || a.progress || isatty(2)))
 		fprintf(stderr,
 			"mesh run: %s: %" PRIu64 "/%" PRIu64 " done, %" PRIu64 " failed, %" PRIu64
 			" duplicates ignored, %" PRIu64 " speculative wins, %.2f s (%" PRIu64 " run here; journal %s%s)\n",

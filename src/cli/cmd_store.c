@@ -16,10 +16,11 @@ static const char usage[] =
 	"The PostgreSQL job store, for many machines on one job (docs/cluster.md).\n"
 	"URL is postgresql://[user@]host[:port]/db[?...] (default: $MESH_STORE);\n"
 	"libpq's environment is honoured (PGHOST, PGUSER, PGPASSFILE, PGPASSWORD...).\n"
-	"Give the password through PGPASSFILE or PGPASSWORD: mesh never prints one.\n"
+	"Give the password in ~/.pgpass (or PGPASSFILE, PGPASSWORD), never in the URL:\n"
+	"a URL holding one is refused (exit 64); mesh never prints one.\n"
 	"\n"
 	"  init     create the schema 'mesh' (nothing when it is there, at this version)\n"
-	"  migrate  bring an older schema to this version, one step at a time\n"
+	"  migrate  bring an older schema to this version (in one transaction)\n"
 	"  status   print the schema version found and the one this mesh uses\n"
 	"\n"
 	"Exit codes: 0 (status: the schema is this mesh's version); 64 usage; 65 a\n"
@@ -51,6 +52,9 @@ int mesh_cmd_store(int argc, char **argv)
 		return mesh_cli_usage("store %s: no URL (give one, or set MESH_STORE)", argv[1]);
 	if (!mesh_job_is_store_url(url))
 		return mesh_cli_usage("store %s: not a store URL (postgresql://...)", argv[1]);
+	snprintf(safe, sizeof safe, "store %s", argv[1]);
+	if ((rc = mesh_cli_store_url_refused(safe, url)))
+		return rc;
 	mesh_job_url_safe(url, safe, sizeof safe);
 	rc = mesh_home_pg_schema(url, op, &found, &now, why, sizeof why);
 	if (rc) {

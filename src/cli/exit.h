@@ -5,6 +5,7 @@
 #define MESH_CLI_EXIT_H
 
 #include <stdarg.h>
+#include <stdint.h>
 
 #include "base/exit.h"
 
@@ -16,10 +17,10 @@
 #define MESH_EXIT_RUN_SHIFT 40
 #define MESH_EXIT_RUN_MAP(X)                                                                          \
 	X(RUN_OK, 0, "every chunk done, or no input at all")                                          \
-	X(RUN_FAILED, 1, "1..100: that many chunks failed (after --retries; rerun to run them again); --halt on failure: the failed chunk's exit status") \
+	X(RUN_FAILED, 1, "1..100: that many chunks failed (after --retries; rerun to run them again); with --halt, GNU parallel's: fail=1 the failed chunk's exit status, fail=N% the failed share in percent, fail=N their count") \
 	X(RUN_FAILED_MANY, 101, "more than 100 chunks failed")                                        \
 	X(RUN_INCOMPLETE, 102, "chunks left neither done nor failed (held by another node); rerun to resume") \
-	X(RUN_ERRORS, 104, "104..123: mesh's own error, the code above + 40 (104 usage, 105 bad input, 106 no input, 114 I/O error, ...)") \
+	X(RUN_ERRORS, 104, "104..123: mesh's own error, the code above + 40 (104 usage, 105 bad input, 106 no input, 113 results dir, joblog or --tmpdir unusable, 114 I/O error, ...)") \
 	X(RUN_HANGUP, 129, "SIGHUP (a closed terminal): no chunk started after it, the running ones finished; rerun the same command to resume") \
 	X(RUN_INTERRUPTED, 130, "stopped by SIGINT/SIGTERM; rerun the same command to resume")          \
 	X(RUN_CLOSED_STDOUT, 141, "standard output was closed (| head): stopped as GNU parallel does; a default journal is removed (what the reader took cannot be known), a --journal kept and its rerun warns")
@@ -41,10 +42,18 @@ int mesh_cli_fail_store(int err, const char *words, const char *fmt, ...) __attr
 void mesh_cli_vsay_fail(const char *pre, int err, const char *words, const char *fmt, va_list ap);
 /* Prints "mesh: <message>" plus a usage hint to stderr; returns MESH_EXIT_USAGE. */
 int mesh_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* 0 when url (a journal path or store URL, may be NULL) holds no
+ * password; else says `mesh: CMD: a password in the store URL is
+ * refused...` on stderr (never the URL) and returns 64 (MESH_EXIT_USAGE).
+ * Every command that takes a store URL (or MESH_STORE) asks this first. */
+int mesh_cli_store_url_refused(const char *cmd, const char *url);
 /* The CLI's mesh_job_opts.on_store_wait (arg: the store's URL as given,
  * which never holds a password): says on stderr when the job store's
- * database stops answering and when it answers again. */
-void mesh_cli_store_wait(void *arg, int waiting, const char *why);
+ * database stops answering (and the outage budget), while it does not
+ * (at 10 s, 30 s, then each minute: for how long, how much longer), and
+ * when it answers again or the budget ran out.  Stops the wait when a
+ * run was told to stop (mesh_exec_stop_asked). */
+int mesh_cli_store_wait(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns);
 /* A journal damaged in the records that name its work (mesh_job_why
  * .identity_damaged): says so on stderr -- no repair keeps them, move it away to
  * start afresh -- and returns the exit code for rc. */

@@ -38,15 +38,14 @@ struct store {
 /* The store, once; or an exit code (a message printed). */
 static int open_store(struct store *s)
 {
-	char safe[512], *err = NULL;
+	char *err = NULL;
 	if (s->h)
 		return -1;
 	if (!mesh_job_is_store_url(s->url))
 		return mesh_cli_usage("%s: --store wants a postgresql:// URL", s->cmd);
-	mesh_job_url_safe(s->url, safe, sizeof safe);
-	if (strcmp(safe, s->url))
-		return mesh_cli_usage("%s: a password in the store URL is refused: give it in PGPASSFILE or PGPASSWORD",
-				      s->cmd);
+	int ex = mesh_cli_store_url_refused(s->cmd, s->url);
+	if (ex)
+		return ex;
 	int rc = mesh_home_pg_open(&s->h, s->url, NULL, &err);
 	if (rc) {
 		fprintf(stderr, "mesh: %s: %s\n", s->cmd, err ? err : mesh_strerror(rc));

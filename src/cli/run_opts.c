@@ -36,6 +36,7 @@ static const char usage[] =
 	"quoted; otherwise nothing goes through a shell.\n"
 	"\n"
 	"  -j, --jobs N         slots at once: N, N% of the cores, +N, -N, 0 = 256\n"
+	"                       (-P, --max-procs: the same)\n"
 	"                       (default: the number of cores)\n"
 	"  -a, --arg-file FILE  an argument source (as :::: FILE); repeatable\n"
 	"  --input FILE         the same\n"
@@ -43,70 +44,155 @@ static const char usage[] =
 	"  -0, --null           records end at NUL bytes, not newlines\n"
 	"  -d, --delimiter C    records end at C (\\n \\t \\0 \\\\ allowed)\n"
 	"  -C, --colsep REGEX   split each record into {1} {2} ... (POSIX ERE)\n"
-	"  -N, -n, --max-args N N records a command ({1}..{N}; {} all of them)\n"
+	"  --link               pair the sources (the shorter ones repeat), not their\n"
+	"                       cross product\n"
+	"  --arg-sep S, --arg-file-sep S   S instead of ::: and ::::\n"
+	"  -N, -n, --max-args N N records a command ({1}..{N}; {} all of them; -N0:\n"
+	"                       one record a command, which the command does not see)\n"
 	"  -m, -X, --xargs      as many records a command as fit (4096, 128 KiB), spread\n"
 	"                       over the slots (-m, -X); -X repeats a word around {}\n"
 	"  --pipe               each chunk's records go to its standard input, not its\n"
 	"                       arguments: blocks of --block SIZE (1M; k = 1000, K =\n"
 	"                       1024) or of -N N records\n"
-	"  -k, --keep-order     print outputs in input order\n"
+	"  -I S                 S instead of {} (also --extensionreplace, --er: {.};\n"
+	"                       --bnr {/}; --dnr {//}; --bner {/.}; --seqreplace {#};\n"
+	"                       --slotreplace {%}); -iS, --replace=S: S, else {}\n"
+	"  --rpl 'TAG EXPR'     TAG is each value through EXPR: s/RE/REPL/gi, tr/a-z/A-Z/,\n"
+	"                       $_ = uc, lc, seq(), ...; joined by ; and || (docs/run.md)\n"
+	"  -q, --quote          never run CMD through a shell\n"
+	"  -k, --keep-order     print outputs in input order (--no-keep-order: not)\n"
 	"  --tag                start each output line with the arguments and a TAB\n"
-	"  --line-buffer        pass whole lines on as they come\n"
-	"  -u, --ungroup        pass output on as it comes\n"
-	"  --joblog FILE        one line per finished attempt (GNU parallel's columns)\n"
-	"  --halt WHEN,WHAT=N   stop at failures: now,fail=1  soon,fail=10%%\n"
-	"                       now,success=1; or 0 never, 1 soon,fail=1, 2 now,fail=1\n"
+	"  --tagstring STR      start it with STR (replacement strings allowed) and a TAB\n"
+	"  --line-buffer, --lb  pass whole lines on as they come\n"
+	"  -u, --ungroup        pass output on as it comes (--group: not, the default)\n"
+	"  --joblog FILE        one line per finished attempt (GNU parallel's columns);\n"
+	"                       a new run empties it; +FILE appends (so does a resumed run)\n"
+	"  --halt WHEN,WHAT=N   stop at failures: now,fail=1  soon,fail=10%  now,success=1\n"
+	"                       now,done=2; or 0 never, 1 soon,fail=1, 2 now,fail=1\n"
+	"                       (also --halt-on-error)\n"
 	"  --retries K          a chunk is tried at most K times (default 1)\n"
-	"  --timeout T          kill an attempt after T (30, 1.5, 2m, 1h) or after N%%\n"
-	"                       of the median runtime (200%%); a failure\n"
+	"  --timeout T          kill an attempt after T (30, 1.5, 2m, 1h) or after N%\n"
+	"                       of the median runtime (200%); a failure\n"
 	"  --delay T            at least T between two starts\n"
 	"  --load N             start nothing while the load average is >= N\n"
 	"  --memfree SIZE       start nothing while less memory is free (K M G)\n"
 	"  --nice N             run the commands with niceness N\n"
-	"  --tmpdir DIR         where large outputs are spilled\n"
+	"  --tmpdir DIR         where large outputs are spilled (it must exist)\n"
 	"  --results DIR        write DIR/<chunk>/{stdout,stderr,status} instead\n"
 	"  --dry-run            print the commands; run and journal nothing\n"
 	"  --bar, --progress, --eta   the progress bar (also without a terminal)\n"
-	"  -v, --verbose        the closing summary line (shown on a terminal anyway)\n"
+	"  -v, --verbose        the closing summary line (shown on a terminal anyway;\n"
+	"                       --silent: never)\n"
+	"  --resume, --resume-failed, -r, --will-cite, --gnu, --plain   accepted: every\n"
+	"                       run resumes, failed chunks run again, empty input runs\n"
+	"                       nothing\n"
 	"  --store URL          the job in a PostgreSQL store instead (default $MESH_STORE;\n"
 	"                       postgresql://host/db[#job]; docs/cluster.md)\n"
 	"  --journal F.log      the journal (kept; default .mesh-run-<hash>.log here,\n"
 	"                       named after CMD and the input, removed when complete)\n"
 	"  --ttl T              lease time-to-live, renewed while a chunk runs (5)\n"
+	"  --store-outage T     how long to wait for a store's database that stopped\n"
+	"                       answering, keeping leases and output (5m); then exit 109\n"
 	"  --speculate          idle slots run copies of stragglers; first wins\n"
 	"  --node NAME          this node's name (default <host>.<pid>)\n"
 	"  -h, --help           this help\n"
 	"\n"
-	"Exit: 0 all done; 1..100 the number of failed chunks, 101 more; 129 SIGHUP\n"
-	"(running chunks finished, none started after it), 130 interrupted (rerun to\n"
-	"resume); 104 usage; others: `mesh help exit-codes`.\n"
+	"Exit: 0 all done; 1..100 the number of failed chunks, 101 more (--halt: as GNU\n"
+	"parallel); 129 SIGHUP (running chunks finished, none started after it), 130\n"
+	"interrupted (rerun to resume); 104 usage; others: `mesh help exit-codes`.\n"
 	"Details and GNU parallel differences: docs/run.md\n";
 
-/* The one-letter and long names; V: takes a value. */
+/* The one-letter and long names; value: 1 takes one, 2 takes one only
+ * glued to it (-iS, --replace=S). */
 enum {
-	O_JOBS, O_ARGFILE, O_INPUT, O_CHUNKS, O_NULL, O_DELIM, O_COLSEP, O_KEEP, O_TAG, O_LINEBUF, O_UNGROUP,
-	O_JOBLOG, O_HALT, O_RETRIES, O_TIMEOUT, O_DELAY, O_LOAD, O_MEMFREE, O_NICE, O_TMPDIR, O_RESULTS,
-	O_DRYRUN, O_PROGRESS, O_VERBOSE, O_JOURNAL, O_TTL, O_SPECULATE, O_NODE, O_HELP, O_MAXARGS, O_MULTI,
-	O_CONTEXT, O_XARGS, O_PIPE, O_BLOCK,
+	O_JOBS, O_ARGFILE, O_INPUT, O_CHUNKS, O_NULL, O_DELIM, O_COLSEP, O_KEEP, O_NOKEEP, O_TAG, O_TAGSTRING,
+	O_LINEBUF, O_UNGROUP, O_GROUP, O_JOBLOG, O_HALT, O_RETRIES, O_TIMEOUT, O_DELAY, O_LOAD, O_MEMFREE, O_NICE,
+	O_TMPDIR, O_RESULTS, O_DRYRUN, O_PROGRESS, O_VERBOSE, O_SILENT, O_JOURNAL, O_TTL, O_SPECULATE, O_NODE, O_HELP,
+	O_MAXARGS, O_MULTI, O_CONTEXT, O_XARGS, O_PIPE, O_BLOCK, O_QUOTE, O_RPL, O_REPLACE, O_RENAME, O_LINK,
+	O_ARGSEP, O_FILESEP, O_ACCEPT, O_OUTAGE,
 };
 static const struct opt {
 	const char *name;
 	char letter;
-	int value, id;
+	int value, id, which; /* which: O_RENAME's built-in string */
 } opts[] = {
-	{"jobs", 'j', 1, O_JOBS},	  {"arg-file", 'a', 1, O_ARGFILE},  {"input", 0, 1, O_INPUT},
-	{"chunks", 0, 1, O_CHUNKS},	  {"null", '0', 0, O_NULL},	   {"delimiter", 'd', 1, O_DELIM},
-	{"colsep", 'C', 1, O_COLSEP},	  {"keep-order", 'k', 0, O_KEEP},   {"tag", 0, 0, O_TAG},
-	{"line-buffer", 0, 0, O_LINEBUF}, {"ungroup", 'u', 0, O_UNGROUP},   {"joblog", 0, 1, O_JOBLOG},
-	{"halt", 0, 1, O_HALT},		  {"retries", 0, 1, O_RETRIES},	   {"timeout", 0, 1, O_TIMEOUT},
-	{"delay", 0, 1, O_DELAY},	  {"load", 0, 1, O_LOAD},	   {"memfree", 0, 1, O_MEMFREE},
-	{"nice", 0, 1, O_NICE},		  {"tmpdir", 0, 1, O_TMPDIR},	   {"results", 0, 1, O_RESULTS},
-	{"dry-run", 0, 0, O_DRYRUN},	  {"bar", 0, 0, O_PROGRESS},	   {"progress", 0, 0, O_PROGRESS},
-	{"eta", 0, 0, O_PROGRESS},	  {"verbose", 'v', 0, O_VERBOSE},  {"journal", 0, 1, O_JOURNAL}, {"store", 0, 1, O_JOURNAL},
-	{"ttl", 0, 1, O_TTL},		  {"speculate", 0, 0, O_SPECULATE}, {"node", 0, 1, O_NODE},
-	{"help", 'h', 0, O_HELP},	  {"max-args", 'n', 1, O_MAXARGS},  {"max-replace-args", 'N', 1, O_MAXARGS},
-	{"", 'm', 0, O_MULTI},		  {"", 'X', 0, O_CONTEXT},	   {"xargs", 0, 0, O_XARGS},
-	{"pipe", 0, 0, O_PIPE},		  {"block", 0, 1, O_BLOCK},	   {"block-size", 0, 1, O_BLOCK},
+	{"jobs", 'j', 1, O_JOBS, 0},
+	{"max-procs", 'P', 1, O_JOBS, 0},
+	{"arg-file", 'a', 1, O_ARGFILE, 0},
+	{"input", 0, 1, O_INPUT, 0},
+	{"chunks", 0, 1, O_CHUNKS, 0},
+	{"null", '0', 0, O_NULL, 0},
+	{"delimiter", 'd', 1, O_DELIM, 0},
+	{"colsep", 'C', 1, O_COLSEP, 0},
+	{"link", 0, 0, O_LINK, 0},
+	{"xapply", 0, 0, O_LINK, 0},
+	{"arg-sep", 0, 1, O_ARGSEP, 0},
+	{"arg-file-sep", 0, 1, O_FILESEP, 0},
+	{"keep-order", 'k', 0, O_KEEP, 0},
+	{"no-keep-order", 0, 0, O_NOKEEP, 0},
+	{"tag", 0, 0, O_TAG, 0},
+	{"tagstring", 0, 1, O_TAGSTRING, 0},
+	{"line-buffer", 0, 0, O_LINEBUF, 0},
+	{"lb", 0, 0, O_LINEBUF, 0},
+	{"ungroup", 'u', 0, O_UNGROUP, 0},
+	{"group", 0, 0, O_GROUP, 0},
+	{"joblog", 0, 1, O_JOBLOG, 0},
+	{"jl", 0, 1, O_JOBLOG, 0},
+	{"halt", 0, 1, O_HALT, 0},
+	{"halt-on-error", 0, 1, O_HALT, 0},
+	{"retries", 0, 1, O_RETRIES, 0},
+	{"timeout", 0, 1, O_TIMEOUT, 0},
+	{"delay", 0, 1, O_DELAY, 0},
+	{"load", 0, 1, O_LOAD, 0},
+	{"memfree", 0, 1, O_MEMFREE, 0},
+	{"nice", 0, 1, O_NICE, 0},
+	{"tmpdir", 0, 1, O_TMPDIR, 0},
+	{"results", 0, 1, O_RESULTS, 0},
+	{"res", 0, 1, O_RESULTS, 0},
+	{"dry-run", 0, 0, O_DRYRUN, 0},
+	{"bar", 0, 0, O_PROGRESS, 0},
+	{"progress", 0, 0, O_PROGRESS, 0},
+	{"eta", 0, 0, O_PROGRESS, 0},
+	{"verbose", 'v', 0, O_VERBOSE, 0},
+	{"silent", 0, 0, O_SILENT, 0},
+	{"journal", 0, 1, O_JOURNAL, 0},
+	{"store", 0, 1, O_JOURNAL, 0},
+	{"ttl", 0, 1, O_TTL, 0},
+	{"speculate", 0, 0, O_SPECULATE, 0},
+	{"node", 0, 1, O_NODE, 0},
+	{"help", 'h', 0, O_HELP, 0},
+	{"max-args", 'n', 1, O_MAXARGS, 0},
+	{"max-replace-args", 'N', 1, O_MAXARGS, 0},
+	{"", 'm', 0, O_MULTI, 0},
+	{"", 'X', 0, O_CONTEXT, 0},
+	{"xargs", 0, 0, O_XARGS, 0},
+	{"pipe", 0, 0, O_PIPE, 0},
+	{"spreadstdin", 0, 0, O_PIPE, 0},
+	{"block", 0, 1, O_BLOCK, 0},
+	{"block-size", 0, 1, O_BLOCK, 0},
+	{"store-outage", 0, 1, O_OUTAGE, 0},
+	{"quote", 'q', 0, O_QUOTE, 0},
+	{"rpl", 0, 1, O_RPL, 0},
+	{"", 'I', 1, O_RENAME, MESH_EXEC_RPL_VALUE},
+	{"replace", 'i', 2, O_REPLACE, MESH_EXEC_RPL_VALUE},
+	{"extensionreplace", 0, 1, O_RENAME, MESH_EXEC_RPL_NOEXT},
+	{"er", 0, 1, O_RENAME, MESH_EXEC_RPL_NOEXT},
+	{"basenamereplace", 0, 1, O_RENAME, MESH_EXEC_RPL_BASE},
+	{"bnr", 0, 1, O_RENAME, MESH_EXEC_RPL_BASE},
+	{"dirnamereplace", 0, 1, O_RENAME, MESH_EXEC_RPL_DIR},
+	{"dnr", 0, 1, O_RENAME, MESH_EXEC_RPL_DIR},
+	{"basenameextensionreplace", 0, 1, O_RENAME, MESH_EXEC_RPL_BASENOEXT},
+	{"bner", 0, 1, O_RENAME, MESH_EXEC_RPL_BASENOEXT},
+	{"seqreplace", 0, 1, O_RENAME, MESH_EXEC_RPL_SEQ},
+	{"slotreplace", 0, 1, O_RENAME, MESH_EXEC_RPL_SLOT},
+	/* accepted, nothing to do: every run resumes through its journal and
+	 * re-runs failed chunks; empty input runs nothing anyway */
+	{"resume", 0, 0, O_ACCEPT, 0},
+	{"resume-failed", 0, 0, O_ACCEPT, 0},
+	{"no-run-if-empty", 'r', 0, O_ACCEPT, 0},
+	{"will-cite", 0, 0, O_ACCEPT, 0},
+	{"gnu", 0, 0, O_ACCEPT, 0},
+	{"plain", 0, 0, O_ACCEPT, 0},
 };
 
 int mesh__run_usage(const char *fmt, ...)
@@ -136,20 +222,6 @@ int mesh__run_fail_store(int err, const char *words, const char *fmt, ...)
 	mesh_cli_vsay_fail("run: ", err, words, fmt, ap);
 	va_end(ap);
 	return mesh_exit_run(mesh_exit_for(err));
-}
-
-int mesh__run_quote(struct mesh_buf *b, const char *s, int space)
-{
-	if (space && mesh_buf_add(b, " ", 1) < 0)
-		return -ENOMEM;
-	if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./,:@%+=-{}") == strlen(s))
-		return mesh_buf_adds(b, s);
-	if (mesh_buf_add(b, "'", 1) < 0)
-		return -ENOMEM;
-	for (; *s; s++)
-		if ((*s == '\'' ? mesh_buf_adds(b, "'\\''") : mesh_buf_add(b, s, 1)) < 0)
-			return -ENOMEM;
-	return mesh_buf_add(b, "'", 1);
 }
 
 /* --block: GNU parallel's sizes, K M G (1024s) or k m g (1000s). */
@@ -227,23 +299,35 @@ static int jobs(const char *s, uint64_t *out)
 	return 0;
 }
 
-/* --halt: GNU parallel's WHEN,WHAT=N[%] or its old numbers. */
+/* --halt: GNU parallel's WHEN,WHAT=N[%] or its old numbers (0 never,
+ * 1 soon,fail=1, 2 now,fail=1, -1 soon,success=1, -2 now,success=1, N%
+ * soon,fail=N%). */
 static int halt(const char *s, struct run_args *a)
 {
+	static const char *old[] = {"0", "1", "2", "-1", "-2"};
+	static const char *whats[] = {"fail", "success", "done"};
 	char when[8], what[8];
 	const char *eq;
-	int n = 0;
-	static const char *old[] = {"0", "1", "2", "-1", "-2"};
+	int n = 0, p;
+	uint64_t v;
+	a->halt_count = 0;
+	a->halt_percent = 0;
 	for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
 		if (strcmp(s, old[i]))
 			continue;
 		a->halt_mode = i == 0 ? MESH_EXEC_HALT_NEVER : (i == 1 || i == 3) ? MESH_EXEC_HALT_SOON : MESH_EXEC_HALT_NOW;
-		a->halt_on_success = i >= 3;
+		a->halt_what = i >= 3 ? MESH_EXEC_HALT_SUCCESS : MESH_EXEC_HALT_FAIL;
 		a->halt_count = 1;
 		return 0;
 	}
 	if (!strcmp(s, "never")) {
 		a->halt_mode = MESH_EXEC_HALT_NEVER;
+		return 0;
+	}
+	if ((p = percent(s, 100, &v)) > 0 && v > 0 && v < 100) {
+		a->halt_mode = MESH_EXEC_HALT_SOON;
+		a->halt_what = MESH_EXEC_HALT_FAIL;
+		a->halt_percent = (unsigned)v;
 		return 0;
 	}
 	if (sscanf(s, "%7[a-z],%7[a-z]=%n", when, what, &n) != 2 || !(eq = strchr(s, '=')) || n == 0)
@@ -254,14 +338,13 @@ static int halt(const char *s, struct run_args *a)
 		a->halt_mode = MESH_EXEC_HALT_SOON;
 	else
 		goto bad;
-	if (!strcmp(what, "fail"))
-		a->halt_on_success = 0;
-	else if (!strcmp(what, "success"))
-		a->halt_on_success = 1;
-	else
+	a->halt_what = -1;
+	for (size_t i = 0; i < sizeof whats / sizeof whats[0]; i++)
+		if (!strcmp(what, whats[i]))
+			a->halt_what = (int)i;
+	if (a->halt_what < 0)
 		goto bad;
-	uint64_t v;
-	int p = percent(eq + 1, 100, &v);
+	p = percent(eq + 1, 100, &v);
 	if (p > 0 && v > 0) {
 		a->halt_percent = (unsigned)v;
 		return 0;
@@ -271,7 +354,9 @@ static int halt(const char *s, struct run_args *a)
 		return 0;
 	}
 bad:
-	return mesh__run_usage("--halt '%s': expected now|soon,fail|success=N or N%%, e.g. now,fail=1; or 0, 1, 2", s);
+	return mesh__run_usage("--halt '%s': expected now|soon,fail|success|done=N or N%%, e.g. now,fail=1; or 0, 1, "
+			       "2, -1, -2, N%%",
+			       s);
 }
 
 /* -d: one byte, C escapes allowed. */
@@ -293,23 +378,13 @@ static int delimiter(const char *s, int *out)
 
 static int colsep(const char *s, struct run_args *a)
 {
-	/* GNU parallel's regexes are Perl's: \t and \s are the ones people use */
-	char re[512];
-	size_t k = 0;
-	for (const char *p = s; *p && k + 8 < sizeof re; p++) {
-		if (p[0] == '\\' && p[1] == 't')
-			re[k++] = '\t', p++;
-		else if (p[0] == '\\' && p[1] == 's')
-			memcpy(re + k, "[[:space:]]", 11), k += 11, p++;
-		else
-			re[k++] = *p;
-	}
-	re[k] = 0;
+	/* GNU parallel's regexes are Perl's: \t, \s, \d ... as far as POSIX goes */
+	const char *why = NULL;
 	if (a->have_colsep)
 		regfree(&a->colsep);
 	a->have_colsep = 0;
-	if (!*s || regcomp(&a->colsep, re, REG_EXTENDED) != 0)
-		return mesh__run_usage("--colsep '%s': not a regular expression", s);
+	if (!*s || mesh_exec_regcomp_perl(&a->colsep, s, strlen(s), 0, &why) != 0)
+		return mesh__run_usage("--colsep '%s': %s", s, why ? why : "not a regular expression");
 	a->have_colsep = 1;
 	a->colsep_text = s;
 	return 0;
@@ -340,11 +415,24 @@ static int apply(struct run_args *a, const struct opt *o, const char *v)
 	case O_NULL: a->delim = 0; return 0;
 	case O_DELIM: return delimiter(v, &a->delim);
 	case O_COLSEP: return colsep(v, a);
+	case O_LINK: a->link = 1; return 0;
+	case O_ARGSEP:
+	case O_FILESEP:
+		if (!*v || !strcmp(v, "--"))
+			return mesh__run_usage("%s '%s': expected a separator such as ,,", name, v);
+		*(o->id == O_ARGSEP ? &a->arg_sep : &a->file_sep) = v;
+		return 0;
 	case O_KEEP: a->keep_order = 1; return 0;
+	case O_NOKEEP: a->keep_order = 0; return 0;
 	case O_TAG: a->tag = 1; return 0;
+	case O_TAGSTRING: a->tag = 1, a->tagstring = v; return 0;
 	case O_LINEBUF: a->line_buffer = 1; return 0;
 	case O_UNGROUP: a->ungroup = 1; return 0;
-	case O_JOBLOG: a->joblog = v; return 0;
+	case O_GROUP: a->ungroup = a->line_buffer = 0; return 0;
+	case O_JOBLOG:
+		a->joblog_plus = v[0] == '+';
+		a->joblog = v + a->joblog_plus;
+		return *a->joblog ? 0 : mesh__run_usage("%s needs a file name", name);
 	case O_HALT: return halt(v, a);
 	case O_RETRIES: return num(name, v, 1, 1000000, &a->retries);
 	case O_TIMEOUT: {
@@ -381,18 +469,32 @@ static int apply(struct run_args *a, const struct opt *o, const char *v)
 		return *v ? 0 : mesh__run_usage("--results needs a directory");
 	case O_DRYRUN: a->dry_run = 1; return 0;
 	case O_PROGRESS: a->progress = 1; return 0;
-	case O_VERBOSE: a->verbose = 1; return 0;
+	case O_VERBOSE: a->verbose = 1, a->silent = 0; return 0;
+	case O_SILENT: a->silent = 1, a->verbose = 0; return 0;
 	case O_JOURNAL: a->journal = v, a->explicit_journal = 1; return 0;
 	case O_TTL: return duration(name, v, &a->ttl_ns);
+	case O_OUTAGE: return duration(name, v, &a->store_outage_ns);
 	case O_SPECULATE: a->speculate = 1; return 0;
 	case O_NODE: a->node = v; return 0;
 	case O_HELP: a->help = 1; return 0;
-	case O_MAXARGS: a->multi = 'N'; return num(name, v, 1, MESH_EXEC_INPUT_MAX_ARGS, &a->max_args);
+	case O_MAXARGS: a->multi = 'N'; return num(name, v, 0, MESH_EXEC_INPUT_MAX_ARGS, &a->max_args);
 	case O_MULTI: a->multi = a->multi == 'N' ? 'N' : 'm'; return 0;
 	case O_CONTEXT: a->multi = a->multi == 'N' ? 'N' : 'X'; return 0;
 	case O_XARGS: a->multi = a->multi == 'N' ? 'N' : 'x'; return 0;
 	case O_PIPE: a->pipe = 1; return 0;
 	case O_BLOCK: return block_size(v, &a->block);
+	case O_QUOTE: a->quote = 1; return 0;
+	case O_RPL: {
+		const char **d = realloc(a->rpl_defs, (a->nrpl_defs + 1) * sizeof *d);
+		if (!d)
+			return mesh__run_fail(-ENOMEM, "arguments");
+		a->rpl_defs = d;
+		d[a->nrpl_defs++] = v;
+		return 0;
+	}
+	case O_REPLACE: a->rename[o->which] = v ? v : "{}"; return 0;
+	case O_RENAME: a->rename[o->which] = v; return 0;
+	case O_ACCEPT: return 0;
 	}
 	return 0;
 }
@@ -410,9 +512,9 @@ static int option(int argc, char **argv, int *i, struct run_args *a)
 				continue;
 			if (!o->value && eq)
 				return mesh__run_usage("option '--%s' takes no value", o->name);
-			if (o->value && !eq && *i + 1 >= argc)
+			if (o->value == 1 && !eq && *i + 1 >= argc)
 				return mesh__run_usage("option '--%s' needs a value", o->name);
-			return apply(a, o, !o->value ? NULL : eq ? eq + 1 : argv[++*i]);
+			return apply(a, o, eq ? eq + 1 : o->value == 1 ? argv[++*i] : NULL);
 		}
 		return mesh__run_usage("unknown option '%.*s'", (int)(eq ? (size_t)(eq - arg) : strlen(arg)), arg);
 	}
@@ -431,6 +533,8 @@ static int option(int argc, char **argv, int *i, struct run_args *a)
 		}
 		if (p[1])
 			return apply(a, o, p + 1);
+		if (o->value == 2)
+			return apply(a, o, NULL);
 		if (*i + 1 >= argc)
 			return mesh__run_usage("option '-%c' needs a value", *p);
 		return apply(a, o, argv[++*i]);
@@ -438,9 +542,16 @@ static int option(int argc, char **argv, int *i, struct run_args *a)
 	return 0;
 }
 
-static int marker(const char *s)
+/* ::: :::+ :::: ::::+, or what --arg-sep and --arg-file-sep made of them:
+ * 0 none, else 1 (args) or 2 (files), + 4 when linked. */
+static int marker(const struct run_args *a, const char *s)
 {
-	return !strcmp(s, ":::") || !strcmp(s, ":::+") || !strcmp(s, "::::") || !strcmp(s, "::::+");
+	size_t na = strlen(a->arg_sep), nf = strlen(a->file_sep);
+	if (!strncmp(s, a->file_sep, nf) && (!s[nf] || !strcmp(s + nf, "+")))
+		return 2 | (s[nf] ? 4 : 0);
+	if (!strncmp(s, a->arg_sep, na) && (!s[na] || !strcmp(s + na, "+")))
+		return 1 | (s[na] ? 4 : 0);
+	return 0;
 }
 
 /* The ::: and :::: sources from argv[i] on. */
@@ -448,9 +559,9 @@ static int sources(int argc, char **argv, int i, struct run_args *a)
 {
 	while (i < argc) {
 		const char *m = argv[i++];
-		int files = m[3] == ':', linked = m[strlen(m) - 1] == '+';
+		int kind = marker(a, m), files = kind & 2, linked = (kind & 4) != 0;
 		int j = i;
-		while (j < argc && !marker(argv[j]))
+		while (j < argc && !marker(a, argv[j]))
 			j++;
 		int rc = 0;
 		if (!files)
@@ -466,18 +577,39 @@ static int sources(int argc, char **argv, int i, struct run_args *a)
 	return 0;
 }
 
-/* What runs: the command, or the shell for a command line in one word. */
+/* The replacement strings: renamed first, then --rpl's (GNU parallel's
+ * order, whatever the command line's). */
+static int replacement_strings(struct run_args *a)
+{
+	static const char *opt[MESH_EXEC_RPL_BUILTIN] = {"-I", "--extensionreplace", "--basenamereplace",
+							 "--dirnamereplace", "--basenameextensionreplace",
+							 "--seqreplace", "--slotreplace"};
+	const char *why;
+	int rc = mesh_exec_rpls_init(&a->rpls);
+	for (int k = 0; rc == 0 && k < MESH_EXEC_RPL_BUILTIN; k++)
+		if (a->rename[k] && (rc = mesh_exec_rpls_rename(&a->rpls, k, a->rename[k])) == MESH_E_PARSE)
+			return mesh__run_usage("%s: the replacement string is empty", opt[k]);
+	for (size_t k = 0; rc == 0 && k < a->nrpl_defs; k++)
+		if ((rc = mesh_exec_rpls_define(&a->rpls, a->rpl_defs[k], &why)) == MESH_E_PARSE)
+			return mesh__run_usage("--rpl '%s': %s", a->rpl_defs[k], why);
+	return rc < 0 ? mesh__run_fail(rc, "replacement strings") : 0;
+}
+
+/* What runs: the command, or the shell for a command line in one word
+ * (one with shell syntax, or one that starts with a replacement string:
+ * the input is then the command), or for the input line as the command.
+ * -q: never the shell for a command given. */
 static void pick_argv(struct run_args *a)
 {
 	a->argv = a->cmd;
 	const char *c = a->cmd[0];
-	if (c && a->cmd[1])
+	if (c && (a->cmd[1] || a->quote))
 		return;
-	if (c && strcmp(c, "{}") && !strpbrk(c, " \t\n|&;<>()$`\\\"'*?~"))
+	if (c && !mesh_exec_rpls_starts(&a->rpls, c) && !strpbrk(c, " \t\n|&;<>()$`\\\"'*?~"))
 		return;
 	a->shargv[0] = "/bin/sh";
 	a->shargv[1] = "-c";
-	a->shargv[2] = c ? (char *)c : "{}";
+	a->shargv[2] = c ? (char *)c : (char *)mesh_exec_rpls_name(&a->rpls, MESH_EXEC_RPL_VALUE);
 	a->argv = a->shargv;
 }
 
@@ -487,6 +619,8 @@ int mesh__run_parse(int argc, char **argv, struct run_args *a)
 	memset(a, 0, sizeof *a);
 	a->delim = '\n';
 	a->retries = 1;
+	a->arg_sep = ":::";
+	a->file_sep = "::::";
 	if ((rc = jobs("100%", &a->slots)) != 0)
 		return rc;
 	for (i = 1; i < argc; i++) {
@@ -503,8 +637,10 @@ int mesh__run_parse(int argc, char **argv, struct run_args *a)
 			return 0;
 		}
 	}
+	if ((rc = replacement_strings(a)) != 0)
+		return rc;
 	int c0 = i;
-	while (i < argc && !marker(argv[i]))
+	while (i < argc && !marker(a, argv[i]))
 		i++;
 	if (!(a->cmd = calloc((size_t)(i - c0) + 1, sizeof *a->cmd)))
 		return mesh__run_fail(-ENOMEM, "arguments");
@@ -523,6 +659,8 @@ int mesh__run_parse(int argc, char **argv, struct run_args *a)
 		return mesh__run_usage("--line-buffer and --ungroup exclude each other");
 	if (a->pipe && a->multi && a->multi != 'N')
 		return mesh__run_usage("--pipe takes -N N (records a block) or --block SIZE, not -m, -X or --xargs");
+	if (a->pipe && a->multi == 'N' && a->max_args == 0)
+		return mesh__run_usage("--pipe takes -N N with N at least 1");
 	if (a->block && !a->pipe)
 		return mesh__run_usage("--block SIZE splits --pipe's input: give --pipe too");
 	if (a->pipe && a->have_chunks)
@@ -531,9 +669,11 @@ int mesh__run_parse(int argc, char **argv, struct run_args *a)
 		return mesh__run_usage("--pipe splits one input (standard input, -a FILE or ::::); %zu given", a->nsrc);
 	if (a->multi && a->have_chunks)
 		return mesh__run_usage("-N, -n, -m, -X and --xargs group input records: not with --chunks N");
-	if (a->multi && a->nsrc > 1)
+	if (a->multi && a->nsrc > 1 && !(a->multi == 'N' && a->max_args <= 1))
 		return mesh__run_usage("-N, -n, -m, -X and --xargs group the records of one argument source; "
 				       "%zu given", a->nsrc);
+	for (size_t s = 1; a->link && s < a->nsrc; s++)
+		a->src[s].linked = 2;
 	pick_argv(a);
 	return 0;
 }
@@ -542,6 +682,8 @@ void mesh__run_args_release(struct run_args *a)
 {
 	if (a->have_colsep)
 		regfree(&a->colsep);
+	mesh_exec_rpls_release(&a->rpls);
+	free(a->rpl_defs);
 	free(a->cmd);
 	free(a->src);
 	memset(a, 0, sizeof *a);

@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/path.h"
 #include "exec/capture.h"
 #include "exec/input.h"
 #include "exec/progress.h"
@@ -48,11 +49,19 @@ static uint64_t retry_ns(void)
 #define THROTTLE_NS (250 * MESH_NS_PER_MS)
 
 static int sig_w = -1, sig_r = -1;
+static volatile sig_atomic_t stop_asked;
+
+int mesh_exec_stop_asked(void)
+{
+	return stop_asked != 0;
+}
 
 static void on_signal(int sig)
 {
 	int e = errno;
 	unsigned char c = (unsigned char)sig;
+	if (sig == SIGINT || sig == SIGTERM)
+		stop_asked = 1;
 	if (sig_w >= 0 && write(sig_w, &c, 1) < 0) {
 		/* the pipe is full: enough signals are pending */
 	}
@@ -128,7 +137,9 @@ static void take_results(struct mesh__runner *r)
 			mesh_job_renew(it->jh, &it->l, 1);
 			if (it->complete && !r->o->results_dir)
 				mesh__run_repeat(r, it->cid);
-			if (!r->fatal) {
+			/* a store that stopped waiting for its database
+			 * because we were told to stop: an interruption */
+			if (!r->fatal && !(it->result == MESH_E_UNAVAILABLE && stop_asked)) {
 				r->fatal = it->result;
 				mesh__run_stop_all(r, SIGKILL);
 			}
@@ -173,17 +184,20 @@ static void draw(struct mesh__runner *r, int final)
 		.running = r->busy,
 		.failed = js.buried,
 		.elapsed_ns = now - r->t0,
-		.width = ioctl(fd, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 80,
-		.color = getenv("NO_COLOR") == NULL || !getenv("NO_COLOR")[0],
+		.width = r->bar_tty && ioctl(fd, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 80,
+		/* escape sequences only on a terminal: a file or a pipe gets the
+		 * text alone */
+		.color = r->bar_tty && (getenv("NO_COLOR") == NULL || !getenv("NO_COLOR")[0]),
 	};
 	char line[512];
-	memcpy(line, "\r\033[K", 4);
-	size_t n = 4 + mesh__progress_format(line + 4, sizeof line - 5, &p);
+	size_t n = r->bar_tty ? 4 : 1;
+	memcpy(line, "\r\033[K", n);
+	n += mesh__progress_format(line + n, sizeof line - n - 1, &p);
 	if (final) {
 		line[n++] = '\n';
 		r->drawn = 0;
 	} else {
-		r->drawn = 1;
+		r->drawn = r->bar_tty;
 	}
 	mesh_write_all_raw(fd, line, n);
 }
@@ -330,7 +344,7 @@ static int over(struct mesh__runner *r, int *answer)
 	struct mesh_job_status js;
 	int rc = mesh_job_status(r->job, &js);
 	if (rc < 0) {
-		*answer = rc;
+		*answer = rc == MESH_E_UNAVAILABLE && stop_asked ? MESH_EXEC_INTERRUPTED : rc;
 		return 1;
 	}
 	int end;
@@ -445,6 +459,8 @@ static int loop(struct mesh__runner *r)
 	}
 	for (;;) {
 		int rc = fill(r);
+		if (rc == MESH_E_UNAVAILABLE && stop_asked)
+			rc = 0; /* told to stop while the store waited: the signal is read below */
 		if (rc < 0 && !r->fatal) {
 			r->fatal = rc;
 			mesh__run_stop_all(r, SIGKILL);
@@ -654,8 +670,15 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
 
-	if ((rc = mesh_exec_template_init(&r->tmpl, o->argv)) < 0)
+	if ((rc = mesh_exec_template_init_rpls(&r->tmpl, o->argv, o->rpls)) < 0)
 		goto out;
+	r->tmpl.total = r->n;
+	if (o->tag && o->tagstring) {
+		r->tagargv[0] = (char *)o->tagstring;
+		if ((rc = mesh_exec_template_init_rpls(&r->tagtmpl, r->tagargv, o->rpls)) < 0)
+			goto out;
+		r->tagtmpl.total = r->n;
+	}
 	if (o->input && o->input->n < r->n) {
 		rc = MESH_E_RANGE;
 		goto out;
@@ -677,6 +700,7 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 			goto out;
 		}
 		sig_w = sigp[1];
+		stop_asked = 0;
 		sig_r = sigp[0];
 		memset(&sa, 0, sizeof sa);
 		sa.sa_handler = on_signal;
@@ -694,15 +718,22 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 	/* After our handlers (a process executor's children reset them), and
 	 * before anything is created on disk (its argv[0] lookup may fail). */
 	struct mesh__exec_sink sink = {mesh__slot_output, r};
-	if ((rc = make(arg, o, r->nslots, &sink, &r->ex)) < 0)
-		goto out;
-	if (o->results_dir && mkdir(o->results_dir, 0755) < 0 && errno != EEXIST) {
-		rc = -errno;
+	if ((rc = make(arg, o, r->nslots, &sink, &r->ex)) < 0) {
+		stats->failed_at = MESH_EXEC_AT_COMMAND;
 		goto out;
 	}
-	if ((rc = setup_slots(r)) < 0 || (rc = setup_order(r)) < 0 || (rc = mesh__out_joblog_open(r)) < 0)
+	if (o->results_dir && (rc = mesh_path_mkdirs(o->results_dir, 0755)) < 0) {
+		stats->failed_at = MESH_EXEC_AT_RESULTS;
 		goto out;
+	}
+	if ((rc = setup_slots(r)) < 0 || (rc = setup_order(r)) < 0)
+		goto out;
+	if ((rc = mesh__out_joblog_open(r)) < 0) {
+		stats->failed_at = MESH_EXEC_AT_JOBLOG;
+		goto out;
+	}
 	if (o->progress_fd >= 0) {
+		r->bar_tty = isatty(o->progress_fd);
 		/* The bar's rate counts this run's share alone.  Without a bar,
 		 * no status before the first lease: on a shared store it is a
 		 * query on the way to it. */
@@ -734,6 +765,7 @@ out:
 			mesh__capture_release(&s->cout);
 			mesh__capture_release(&s->cerr);
 			mesh_buf_release(&s->argbuf);
+			mesh_buf_release(&s->tagbuf);
 			free(s->argv);
 		}
 		free(r->slots);
@@ -755,6 +787,7 @@ out:
 	if (r->joblog >= 0)
 		close(r->joblog);
 	mesh_exec_template_release(&r->tmpl);
+	mesh_exec_template_release(&r->tagtmpl);
 	mesh__out_median_free(&r->med);
 	free(r->settled);
 	pthread_mutex_destroy(&r->mu);

@@ -113,23 +113,40 @@ static int add_str(struct builder *b, struct offs *to, const char *s, size_t len
 	return 0;
 }
 
+/* A column without the white space around it (GNU parallel's --colsep
+ * implies --trim rl). */
+static int add_col(struct builder *b, const char *s, size_t len)
+{
+	static const char ws[] = " \t\n\r\f\v";
+	while (len && memchr(ws, s[0], sizeof ws - 1))
+		s++, len--;
+	while (len && memchr(ws, s[len - 1], sizeof ws - 1))
+		len--;
+	return add_str(b, &b->arg, s, len);
+}
+
 /* Splits value v into arguments at each non-empty match of colsep. */
 static int add_args(struct builder *b, const char *v, size_t *nargs)
 {
 	const char *p = v;
 	regmatch_t m;
 	int flags = 0;
-	while (b->colsep && *p && regexec(b->colsep, p, 1, &m, flags) == 0 && m.rm_eo > m.rm_so) {
+	if (!b->colsep) {
 		if (++*nargs > (b->max_args ? b->max_args : MESH_EXEC_INPUT_MAX_ARGS))
 			return MESH_E_TOOBIG;
-		if (add_str(b, &b->arg, p, (size_t)m.rm_so) < 0)
+		return add_str(b, &b->arg, p, strlen(p));
+	}
+	while (*p && regexec(b->colsep, p, 1, &m, flags) == 0 && m.rm_eo > m.rm_so) {
+		if (++*nargs > (b->max_args ? b->max_args : MESH_EXEC_INPUT_MAX_ARGS))
+			return MESH_E_TOOBIG;
+		if (add_col(b, p, (size_t)m.rm_so) < 0)
 			return -ENOMEM;
 		p += m.rm_eo;
 		flags = REG_NOTBOL;
 	}
 	if (++*nargs > (b->max_args ? b->max_args : MESH_EXEC_INPUT_MAX_ARGS))
 		return MESH_E_TOOBIG;
-	return add_str(b, &b->arg, p, strlen(p));
+	return add_col(b, p, strlen(p));
 }
 
 /* Appends one chunk made of the values vals[0..nv-1]. */
@@ -184,12 +201,19 @@ int mesh_exec_input_combine(struct mesh_exec_input *in, const struct mesh_exec_s
 		rc = MESH_E_TOOBIG;
 		goto out;
 	}
-	/* groups of linked sources: a group is as long as its shortest list */
+	/* Among several sources one without records is one empty record,
+	 * unless all are empty (GNU parallel's nest_get). */
+	int empty_one = 0;
+	for (size_t s = 0; nsrc > 1 && s < nsrc; s++)
+		empty_one |= src[s].list->n > 0;
+	/* groups of linked sources: a group is as long as its shortest list
+	 * (:::+), or its longest (--link) */
 	for (size_t s = 0; s < nsrc; s++) {
+		uint64_t len = src[s].list->n ? src[s].list->n : (uint64_t)empty_one;
 		if (s == 0 || !src[s].linked)
-			glen[ng++] = src[s].list->n;
-		else if (src[s].list->n < glen[ng - 1])
-			glen[ng - 1] = src[s].list->n;
+			glen[ng++] = len;
+		else if (src[s].linked == 2 ? len > glen[ng - 1] : len < glen[ng - 1])
+			glen[ng - 1] = len;
 		grp[s] = ng - 1;
 	}
 	for (size_t g = 0; g < ng; g++) {
@@ -212,7 +236,7 @@ int mesh_exec_input_combine(struct mesh_exec_input *in, const struct mesh_exec_s
 		}
 		for (size_t s = 0; s < nsrc; s++) {
 			const struct mesh_exec_list *l = src[s].list;
-			vals[s] = l->data + l->start[idx[grp[s]]];
+			vals[s] = l->n ? l->data + l->start[idx[grp[s]] % l->n] : "";
 		}
 		size_t a0 = b.arg.n;
 		if ((rc = add_chunk(&b, vals, nsrc)) < 0)
@@ -222,6 +246,7 @@ int mesh_exec_input_combine(struct mesh_exec_input *in, const struct mesh_exec_s
 	rc = -ENOMEM;
 	in->n = total;
 	in->hash = b.hash;
+	in->cols = colsep != NULL;
 	if (!b.data.p && mesh_buf_add(&b.data, "", 1) < 0)
 		goto out;
 	in->data = b.data.p, b.data.p = NULL;
@@ -299,6 +324,8 @@ static int regroup(struct mesh_exec_input *in, const regex_t *colsep, uint64_t p
 	out.n = n;
 	out.hash = mesh_fnv1a64(b.hash, "grouped", 8);
 	out.context = in->context;
+	out.cols = colsep != NULL;
+	out.no_args = in->no_args;
 	if (!(out.vfirst = firsts(n, 0, nvals)) || !(out.afirst = firsts(n, 0, nargs)))
 		goto out;
 	out.data = b.data.p, b.data.p = NULL;

@@ -5,12 +5,20 @@
  * byte for -d).  Sources combine into chunks as in GNU parallel: each
  * source multiplies the chunks (the cross product, the last source varying
  * fastest); a source marked `linked` (`:::+`, `::::+`) instead pairs with the
- * one before it record by record, and the pair is as long as the shorter.
+ * one before it record by record, and the pair is as long as the shorter;
+ * one marked linked 2 (--link) pairs as well, but the pair is as long as
+ * the longer, the shorter one starting over.  Among several sources, one
+ * without records counts as one empty record (GNU parallel's: `::: a b
+ * :::` runs twice, with an empty second argument); when every source is
+ * empty there are no chunks.
  *
  * Chunk i then has one *value* per source (the record as read; `{}`) and
  * its *arguments* (`{1}`, `{2}`, ...; what is appended to a command without
  * a replacement string): the values again, or with a column separator each
- * value split at every match of the regex. */
+ * value split at every match of the regex, each column without the white
+ * space around it -- and then the values are the columns too (GNU
+ * parallel's --colsep: {} is every column, {.} each without its
+ * extension). */
 #ifndef MESH_EXEC_INPUT_H
 #define MESH_EXEC_INPUT_H
 
@@ -41,7 +49,8 @@ void mesh_exec_list_release(struct mesh_exec_list *l);
 
 struct mesh_exec_source {
 	const struct mesh_exec_list *list; /* borrowed for the call */
-	int linked;			   /* paired with the source before it */
+	int linked;			   /* paired with the source before it: 1 as long as the
+					    * shorter (:::+), 2 as the longer (--link) */
 };
 
 struct mesh_exec_input {
@@ -58,12 +67,17 @@ struct mesh_exec_input {
 	int pipe;	  /* --pipe: a chunk's records go to its standard input, each ended by
 			     pipe_end; the command sees no values (exec/template.h) */
 	char pipe_end;
+	int no_args;	  /* -N0: a chunk is a record the command does not see: no values, no
+			     arguments (exec/template.h) */
+	int cols;	  /* built with a column separator: the command's values are the
+			     arguments (exec/template.h) */
 };
-#define MESH_EXEC_INPUT_INIT {0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0}
+#define MESH_EXEC_INPUT_INIT {0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, 0, 0}
 
 /* Builds the chunks from nsrc >= 1 sources (src[0].linked is ignored);
- * colsep (borrowed, may be NULL) splits values into arguments.  0 (n may be
- * 0: a source without records gives no chunks), -ENOMEM, MESH_E_TOOBIG (more
+ * colsep (borrowed, may be NULL) splits values into arguments (and the
+ * values are those columns then).  0 (n may be 0: no records at all gives
+ * no chunks), -ENOMEM, MESH_E_TOOBIG (more
  * than MESH_JOB_MAX_CHUNKS chunks or MESH_EXEC_INPUT_MAX_ARGS arguments in
  * one chunk).  Release in with mesh_exec_input_release, also after a
  * failure. */

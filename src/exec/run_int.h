@@ -51,6 +51,7 @@ struct mesh__slot {
 	size_t argv_cap;   /* pointers argv holds */
 	struct mesh_buf argbuf;
 	char tagnum[24]; /* the chunk id as a tag when there is no input */
+	struct mesh_buf tagbuf; /* --tagstring expanded */
 	char *report;	 /* hooks->failed: the failed attempt's stderr, kept before it is written on */
 	size_t report_len;
 };
@@ -78,7 +79,7 @@ struct mesh__hold {
 	struct mesh__tag tag_out, tag_err;
 	struct mesh__item *it; /* its completion, queued once the output is out; NULL = none */
 	int settles; /* the chunk is settled once this is out (done or buried) */
-	char tagnum[24];
+	char *tagtext; /* its tag (a copy: the slot's goes on to the next attempt) */
 };
 
 /* The running median of the done chunks' runtimes (--timeout N%). */
@@ -92,6 +93,8 @@ struct mesh__runner {
 	const struct mesh_exec_opts *o;
 	struct mesh_exec_stats *st;
 	struct mesh_exec_template tmpl;
+	struct mesh_exec_template tagtmpl; /* --tagstring */
+	char *tagargv[2];
 	/* Where a start expands its command: room for the longest a template
 	 * may give (mesh_exec_template_slots: 4097 pointers and more), once
 	 * for the run; a slot keeps a copy of what it used.  (One array that
@@ -119,8 +122,9 @@ struct mesh__runner {
 	int hup; /* SIGHUP: start nothing more, let the running chunks finish */
 	uint64_t retry_at, t0, next_draw, done_at_start;
 	uint64_t hold_until, last_start; /* --delay, --load, --memfree */
-	uint64_t n_ok, n_fail; /* attempts of this call, for the halt rule */
-	int drawn;
+	uint64_t n_ok, n_fail; /* chunks that succeeded / failed for good in this call (the halt rule) */
+	int drawn;   /* the bar is on the terminal's last line (cleared before other output) */
+	int bar_tty; /* progress_fd is a terminal: the bar is redrawn in place, coloured */
 
 	/* -k */
 	struct mesh__hold *hold_head, *hold_tail;
@@ -162,8 +166,9 @@ void mesh__slot_kill(struct mesh__runner *r, struct mesh__slot *s, int sig);
 uint64_t mesh__slot_deadline(const struct mesh__runner *r, const struct mesh__slot *s);
 
 /* run_out.c */
-/* The chunk's --tag text (its arguments, or its id). */
-const char *mesh__out_tag(struct mesh__runner *r, uint64_t cid, char *buf24, size_t *len);
+/* Sets the --tag text of the attempt in slot s (its arguments, its id, or
+ * --tagstring expanded).  0 or -ENOMEM. */
+int mesh__out_tag(struct mesh__runner *r, struct mesh__slot *s);
 /* Clears the progress line before output reaches the terminal. */
 void mesh__out_clear_bar(struct mesh__runner *r);
 /* A write to the destination failed: stop the run (EPIPE quietly). */
@@ -182,8 +187,9 @@ void mesh__out_hold_drop(struct mesh__runner *r);
 void mesh__out_settle(struct mesh__runner *r, uint64_t cid);
 int mesh__out_joblog_open(struct mesh__runner *r);
 void mesh__out_joblog(struct mesh__runner *r, struct mesh__slot *s, int code, uint64_t dur);
-/* Counts the attempt's outcome; applies the halt rule. */
-void mesh__out_halt_check(struct mesh__runner *r, int ok);
+/* Counts a chunk's outcome (ok, or failed for good; code: its attempt's
+ * status); applies the halt rule. */
+void mesh__out_halt_check(struct mesh__runner *r, int ok, int code);
 void mesh__out_median_add(struct mesh__runner *r, uint64_t dur);
 void mesh__out_median_free(struct mesh__median *m);
 /* --load / --memfree: 1 when a start may go ahead now. */

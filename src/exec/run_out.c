@@ -19,14 +19,22 @@
 /* -k: past this much held in memory, held outputs go to spill files. */
 #define HOLD_MEM_MAX (64u << 20)
 
-const char *mesh__out_tag(struct mesh__runner *r, uint64_t cid, char *buf, size_t *len)
+int mesh__out_tag(struct mesh__runner *r, struct mesh__slot *s)
 {
-	const char *t = r->o->input ? mesh_exec_input_line(r->o->input, cid, len) : NULL;
-	if (t)
-		return t;
-	int n = snprintf(buf, 24, "%" PRIu64, cid);
-	*len = n > 0 ? (size_t)n : 0;
-	return buf;
+	uint64_t cid = s->l.cid;
+	const char *t = NULL;
+	size_t len = 0;
+	if (r->o->tagstring) {
+		int rc = mesh_exec_template_string(&r->tagtmpl, r->o->input, cid, s->idx, &s->tagbuf);
+		if (rc < 0)
+			return rc;
+		t = s->tagbuf.p, len = s->tagbuf.len;
+	} else if (!(t = r->o->input ? mesh_exec_input_line(r->o->input, cid, &len) : NULL)) {
+		int n = snprintf(s->tagnum, sizeof s->tagnum, "%" PRIu64, cid);
+		t = s->tagnum, len = n > 0 ? (size_t)n : 0;
+	}
+	s->tag_out = s->tag_err = (struct mesh__tag){t, len, 0};
+	return 0;
 }
 
 void mesh__out_clear_bar(struct mesh__runner *r)
@@ -73,6 +81,7 @@ static void hold_free(struct mesh__hold *h)
 {
 	mesh__capture_release(&h->out);
 	mesh__capture_release(&h->err);
+	free(h->tagtext);
 	free(h);
 }
 
@@ -107,8 +116,16 @@ static int hold(struct mesh__runner *r, struct mesh__slot *s, struct mesh__item 
 	s->cerr = (struct mesh__capture)MESH__CAPTURE_INIT;
 	s->cout.dir = s->cerr.dir = r->tmpdir;
 	if (r->o->tag) {
-		h->tag_out.p = mesh__out_tag(r, h->cid, h->tagnum, &h->tag_out.n);
-		h->tag_err = h->tag_out;
+		/* the slot's text goes on to its next attempt: a copy */
+		if (!(h->tagtext = malloc(s->tag_out.n + 1))) {
+			h->it = NULL;
+			hold_free(h);
+			if (!r->fatal)
+				r->fatal = -ENOMEM;
+			return -ENOMEM;
+		}
+		memcpy(h->tagtext, s->tag_out.p, s->tag_out.n);
+		h->tag_out = h->tag_err = (struct mesh__tag){h->tagtext, s->tag_out.n, 0};
 	}
 	size_t mem = h->out.mem.len + h->err.mem.len;
 	if (r->hold_mem + mem > HOLD_MEM_MAX) {
@@ -228,13 +245,15 @@ int mesh__out_joblog_open(struct mesh__runner *r)
 {
 	static const char head[] = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand\n";
 	struct stat st;
+	int mode = r->o->joblog_mode;
 	if (!r->o->joblog)
 		return 0;
-	/* Appended to, as runs resume: the header only in a new file. */
-	r->joblog = open(r->o->joblog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	r->joblog = open(r->o->joblog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (mode == MESH_EXEC_JOBLOG_NEW ? O_TRUNC : 0),
+			 0644);
 	if (r->joblog < 0 || fstat(r->joblog, &st) < 0)
 		return -errno;
-	if (st.st_size == 0)
+	/* GNU parallel writes no header in a +FILE, new or not */
+	if (st.st_size == 0 && mode != MESH_EXEC_JOBLOG_PLUS)
 		return mesh_write_all_raw(r->joblog, head, sizeof head - 1);
 	return 0;
 }
@@ -251,16 +270,15 @@ void mesh__out_joblog(struct mesh__runner *r, struct mesh__slot *s, int code, ui
 		exitval = 0;
 		sig = s->res.signal;
 	}
-	struct mesh_buf b = MESH_BUF_INIT;
-	int rc = mesh_buf_addf(&b, "%" PRIu64 "\t:\t%.3f\t%10.3f\t0\t%" PRIu64 "\t%d\t%d\t", s->l.cid + 1,
-			       (double)s->wall_start / 1e9, (double)dur / 1e9, s->recv, exitval, sig);
-	for (size_t i = 0; rc == 0 && s->argv[i]; i++)
-		rc = mesh_buf_addf(&b, "%s%s", i ? " " : "", s->argv[i]);
+	struct mesh_buf b = MESH_BUF_INIT, cmd = MESH_BUF_INIT;
+	int rc = mesh_exec_template_render(&r->tmpl, r->o->input, s->l.cid, s->idx, &cmd);
 	if (rc == 0)
-		rc = mesh_buf_add(&b, "\n", 1);
+		rc = mesh_buf_addf(&b, "%" PRIu64 "\t:\t%.3f\t%10.3f\t0\t%" PRIu64 "\t%d\t%d\t%s\n", s->l.cid + 1,
+				   (double)s->wall_start / 1e9, (double)dur / 1e9, s->recv, exitval, sig, cmd.p);
 	if (rc == 0)
 		rc = mesh_write_all_raw(r->joblog, b.p, b.len);
 	mesh_buf_release(&b);
+	mesh_buf_release(&cmd);
 	if (rc < 0 && !r->fatal) {
 		mesh__run_note(r, "mesh: cannot write the joblog %s: %s", r->o->joblog, mesh_strerror(rc));
 		r->fatal = MESH_E_OUTPUT;
@@ -270,7 +288,7 @@ void mesh__out_joblog(struct mesh__runner *r, struct mesh__slot *s, int code, ui
 
 /* ---- the halt rule ---- */
 
-void mesh__out_halt_check(struct mesh__runner *r, int ok)
+void mesh__out_halt_check(struct mesh__runner *r, int ok, int code)
 {
 	const struct mesh_exec_opts *o = r->o;
 	if (ok)
@@ -279,11 +297,19 @@ void mesh__out_halt_check(struct mesh__runner *r, int ok)
 		r->n_fail++;
 	if (o->halt_mode == MESH_EXEC_HALT_NEVER || r->halted)
 		return;
-	uint64_t c = o->halt_on_success ? r->n_ok : r->n_fail;
+	uint64_t c = o->halt_what == MESH_EXEC_HALT_SUCCESS ? r->n_ok
+		     : o->halt_what == MESH_EXEC_HALT_DONE  ? r->n_ok + r->n_fail
+							    : r->n_fail;
+	if (o->halt_what == MESH_EXEC_HALT_FAIL && ok)
+		return;
+	if (o->halt_what == MESH_EXEC_HALT_SUCCESS && !ok)
+		return;
 	int hit = o->halt_percent ? c * 100 >= (uint64_t)o->halt_percent * r->n : o->halt_count && c >= o->halt_count;
 	if (!hit)
 		return;
 	r->halted = 1;
+	r->st->halt_status = code;
+	r->st->halt_failed = r->n_fail;
 	if (o->halt_mode == MESH_EXEC_HALT_NOW)
 		mesh__run_stop_all(r, SIGTERM);
 }

@@ -112,15 +112,18 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 	s->t_deadline = r->o->timeout_ns ? s->t_start + r->o->timeout_ns : 0;
 	s->recv = 0;
 	s->tag_out = s->tag_err = (struct mesh__tag){NULL, 0, 0};
-	if (r->o->tag) {
-		s->tag_out.p = mesh__out_tag(r, cid, s->tagnum, &s->tag_out.n);
-		s->tag_err = s->tag_out;
-	}
+	if (r->o->tag && (rc = mesh__out_tag(r, s)) < 0)
+		goto fail;
 	r->st->started++;
 	if (s->l.kind == MESH_LEASE_SPECULATIVE)
 		r->st->speculative++;
-	if (r->o->results_dir && (rc = open_results(r, s)) < 0)
+	if (r->o->results_dir && (rc = open_results(r, s)) < 0) {
+		/* the results directory went away or cannot take it: as for
+		 * any output that cannot be written */
+		mesh__out_failed(r, cid, rc, "results");
+		rc = r->fatal;
 		goto fail;
+	}
 	struct mesh__exec_chunk c = {.cid = cid, .attempt = s->l.attempt, .slot = s->idx, .argv = s->argv};
 	if (r->o->input)
 		c.input = mesh_exec_input_line(r->o->input, cid, &c.input_len);
@@ -236,7 +239,6 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 	uint64_t dur = mesh_mono_ns() - s->t_start;
 	uint64_t cid = s->l.cid;
 	char what[48];
-	int keep = r->o->keep_order && !r->o->results_dir && !r->o->line_buffer && !r->o->ungroup;
 	int buried = 0;
 	struct mesh__item *it = NULL;
 	if (s->why == END_KILLED || r->fatal) {
@@ -321,8 +323,13 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		memcpy(s->report, s->cerr.mem.p, s->cerr.mem.len);
 		s->report_len = s->cerr.mem.len;
 	}
-	if (code != 0 && keep)
+	if (code != 0)
 		buried = record_failure(r, s, code, what);
+	if (code != 0 && !buried && !r->o->line_buffer && !r->o->ungroup) {
+		/* tried again: GNU parallel writes the last attempt's output only */
+		mesh__capture_flush(&s->cout, -1, NULL, 0);
+		mesh__capture_flush(&s->cerr, -1, NULL, 0);
+	}
 	if (!r->o->results_dir && unseen) {
 		mesh__capture_flush(&s->cout, -1, NULL, 0);
 		mesh__capture_flush(&s->cerr, -1, NULL, 0);
@@ -339,11 +346,14 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		if (h == 1)
 			it = NULL;
 	}
-	if (code != 0 && !keep)
-		record_failure(r, s, code, what);
 	if (code == 0 && r->o->timeout_pct)
 		mesh__out_median_add(r, dur);
-	mesh__out_halt_check(r, code == 0);
+	if (code == 0) {
+		r->st->succeeded++;
+		mesh__out_halt_check(r, 1, 0);
+	} else if (buried) {
+		mesh__out_halt_check(r, 0, code);
+	}
 	if (it)
 		mesh__run_queue(r, it);
 done:

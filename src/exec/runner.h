@@ -61,8 +61,12 @@
  *       holds then no longer blocks it).  Not with results_dir,
  *       line_buffer or ungroup (ignored there).
  *     tag (--tag): each line of both streams starts with the chunk's
- *       arguments (mesh_exec_input_line, else the chunk id) and a TAB; a
- *       last line without a newline is not closed.
+ *       arguments (mesh_exec_input_line, else the chunk id), or tagstring
+ *       expanded, and a TAB; a last line without a newline is not closed.
+ *   The output of a failed attempt that is tried again (retries) is
+ *     dropped, as GNU parallel drops it: only the last attempt's is
+ *     written (the note says each failure); with line_buffer or ungroup
+ *     what went out while it ran stays out.
  *     line_buffer (--line-buffer): whole lines as soon as they come (lines
  *       of chunks may mix, never within a line; a line longer than 4 MiB is
  *       written in pieces); the rest at the end.
@@ -78,24 +82,30 @@
  *     running chunks are killed (their leases released), the chunk whose
  *     output failed records nothing (so a rerun runs and prints it), and the
  *     call returns MESH_E_OUTPUT after a note ("mesh: cannot write the
- *     output of chunk 7: No space left on device") -- or -EPIPE, without a
+ *     output of chunk 7: No space left on device"; "the results of chunk
+ *     7" when its results directory cannot be made) -- or -EPIPE, without a
  *     note, when the reader went away (`| head`, SIGPIPE ignored).
- *   joblog: a file appended to (the header only when it is new), one line a
- *     finished attempt in GNU parallel's --joblog columns: Seq (cid + 1),
+ *   joblog: a file (emptied, or appended to, as joblog_mode says), one line
+ *     a finished attempt in GNU parallel's --joblog columns: Seq (cid + 1),
  *     Host ":", Starttime (epoch s, "%.3f"), JobRuntime ("%10.3f"), Send 0,
  *     Receive (stdout bytes), Exitval, Signal (a signal death: 0, s; a
- *     timeout: -1, 9; else k, 0), Command (the expanded argv joined by
- *     spaces).  Killed copies (lost races, interrupts, halts) are not
- *     logged.  A write error stops the run like an output error.
+ *     timeout: -1, 9; else k, 0), Command (the command as one shell line,
+ *     mesh_exec_template_render).  Killed copies (lost races, interrupts,
+ *     halts) are not logged.  A write error stops the run like an output
+ *     error.
  *   note_fd: one line per failed attempt, buried chunk, or exec error, e.g.
  *     "mesh: chunk 17 failed (exit 3), attempt 1; will retry"; -1 = none.
  *   progress_fd: a one-line progress bar redrawn at most 10 times a second
- *     (done/total, rate, ETA); colour unless NO_COLOR is set; -1 = none.  The
- *     caller decides (mesh run: only when stderr is a TTY).
+ *     (done/total, rate, ETA); -1 = none.  On a terminal it is redrawn in
+ *     place and coloured unless NO_COLOR is set; elsewhere (a file, a
+ *     pipe) each line starts with "\r" and holds no escape sequence.  The
+ *     caller decides whether it is wanted (mesh run: on a TTY or when
+ *     asked).
  *
  * Control (GNU parallel's options):
- *   halt_*: counted over the attempts that end in this call.  The count is
- *     halt_count attempts, or halt_percent of the job's chunks.  SOON: start
+ *   halt_*: counted over the chunks that end in this call: succeeded, or
+ *     failed for good (buried), or either (halt_what).  The count is
+ *     halt_count chunks, or halt_percent of the job's chunks.  SOON: start
  *     nothing more, let the running chunks end (recorded as usual).  NOW:
  *     SIGTERM to every running chunk's group (SIGKILL after 2 s); those
  *     record nothing and their leases are released.  Answer MESH_EXEC_HALTED
@@ -161,6 +171,16 @@ enum {
 	MESH_EXEC_HALT_SOON = 1, /* start nothing more; let running chunks finish */
 	MESH_EXEC_HALT_NOW = 2,	 /* kill running chunks at once */
 };
+/* What the halt rule counts: chunks that failed for good (buried; an
+ * attempt that is retried does not count), that succeeded, or either. */
+enum { MESH_EXEC_HALT_FAIL = 0, MESH_EXEC_HALT_SUCCESS = 1, MESH_EXEC_HALT_DONE = 2 };
+/* An existing joblog: emptied first (header written: a new run), appended
+ * to with the header only if it is empty (a resumed run), or appended to
+ * without a header (GNU parallel's --joblog +FILE). */
+enum { MESH_EXEC_JOBLOG_NEW = 0, MESH_EXEC_JOBLOG_APPEND = 1, MESH_EXEC_JOBLOG_PLUS = 2 };
+/* What a setup error that mesh_exec_run returns before anything ran was
+ * about (stats.failed_at). */
+enum { MESH_EXEC_AT_NONE = 0, MESH_EXEC_AT_COMMAND, MESH_EXEC_AT_JOBLOG, MESH_EXEC_AT_RESULTS };
 
 /* For a caller that keeps each chunk's result itself (meshd's jobs,
  * docs/jobs.md) instead of having output written to out_fd/results_dir.
@@ -224,15 +244,20 @@ struct mesh_exec_opts {
 	/* GNU parallel's output modes (mesh run); at most one of line_buffer and ungroup. */
 	int keep_order;		/* -k: outputs in chunk order; a finished chunk's output waits (spilled past the memory limit) for the ones before it */
 	int tag;		/* --tag: each output line starts with the chunk's arguments (mesh_exec_input_line) and a TAB */
+	const char *tagstring;	/* --tagstring: with tag, the text is this with its replacement strings
+				 * expanded (mesh_exec_template_string, in the attempt's slot); borrowed */
+	const struct mesh_exec_rpls *rpls; /* the replacement strings of argv and tagstring (exec/template.h);
+					    * NULL = the built-in ones; borrowed */
 	int line_buffer;	/* --line-buffer: whole lines as soon as they come; lines of chunks may mix */
 	int ungroup;		/* -u: bytes passed on as they come */
 	const char *joblog;	/* --joblog FILE: one line per finished attempt in GNU parallel's columns; NULL = none */
+	int joblog_mode;	/* MESH_EXEC_JOBLOG_*: how an existing joblog is treated */
 	/* The halt rule (--halt now,fail=1 / soon,fail=10% / now,success=1). */
 	int halt_mode;		/* MESH_EXEC_HALT_* */
-	int halt_on_success;	/* count successes instead of failures */
-	uint64_t halt_count;	/* halt once this many attempts failed (or succeeded) */
+	int halt_what;		/* MESH_EXEC_HALT_FAIL, _SUCCESS, _DONE: what is counted */
+	uint64_t halt_count;	/* halt once this many chunks failed (or succeeded, or ended) */
 	unsigned halt_percent;	/* 1..100: halt once this share of the chunks failed (or
-				 * succeeded); 0 = use halt_count */
+				 * succeeded, or ended); 0 = use halt_count */
 	unsigned timeout_pct;	/* --timeout N%: kill an attempt running over N% of the median runtime of done chunks; 0 = off */
 	uint64_t delay_ns;	/* --delay: at least this long between two starts */
 	double load_max;	/* --load: start nothing while the 1-minute load average is >= this; 0 = off */
@@ -256,6 +281,13 @@ struct mesh_exec_stats {
 	uint64_t failed;	/* failed attempts recorded (incl. timeouts) */
 	uint64_t buried;	/* chunks this call buried: the ones that finally failed (GNU parallel's
 				 * exit code is this count, capped at 101) */
+	uint64_t succeeded;	/* attempts that ended with status 0 */
+	/* The halt rule, when it stopped the run: the status of the attempt that
+	 * met it (a signal: 128 + s) and the chunks that had failed for good by
+	 * then (GNU parallel's exit code comes from these). */
+	int halt_status;
+	uint64_t halt_failed;
+	int failed_at;		/* MESH_EXEC_AT_*: what an error returned before anything ran was about */
 	uint64_t timeouts;	/* attempts killed by timeout_ns */
 	uint64_t killed;	/* attempts killed without a record: the chunk was DONE elsewhere,
 				 * or the run was interrupted, halted (NOW) or stopped by an error */
@@ -278,7 +310,8 @@ struct mesh_exec_stats {
  * Returns MESH_EXEC_* or a negative error: MESH_E_PARSE (empty argv),
  * MESH_E_RANGE (input has fewer lines than the job has chunks), -ENOENT /
  * -EACCES (argv[0] not found / not executable, before anything ran), -errno
- * of opening the joblog (before anything ran), MESH_E_OUTPUT (out_fd,
+ * of opening the joblog or of making results_dir (before anything ran;
+ * stats->failed_at says which of the three), MESH_E_OUTPUT (out_fd,
  * err_fd, the results or the joblog could not be written; a note says
  * why), -EPIPE (out_fd or err_fd is a pipe whose reader is gone), or an
  * error of the job engine or of finalizing results (-EIO, -ENOSPC: the run
@@ -287,5 +320,11 @@ struct mesh_exec_stats {
  * runner is left running and every fd it opened is closed; job stays open
  * and owned by the caller. */
 int mesh_exec_run(struct mesh_job *job, const struct mesh_exec_opts *opts, struct mesh_exec_stats *stats);
+
+/* 1 once a run that handles signals (handle_signals) got SIGINT or
+ * SIGTERM: for a job store's wait hook (mesh_job_opts.on_store_wait),
+ * which then stops waiting for its database so that the run can stop.
+ * Any thread; async-signal-safe. */
+int mesh_exec_stop_asked(void);
 
 #endif

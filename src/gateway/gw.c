@@ -86,8 +86,6 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		g->c.max_conns = 1024;
 	if (!g->c.backoff_ns)
 		g->c.backoff_ns = 500000000ull;
-	if (!g->c.log_max)
-		g->c.log_max = MESH_HOST_LOG_MAX;
 	if (!g->c.request_timeout_ns)
 		g->c.request_timeout_ns = 1800ull * 1000000000ull;
 	if (!g->c.response_timeout_ns)
@@ -101,20 +99,22 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 	pthread_mutex_init(&g->mu, NULL);
 	mesh__gw_cond_init(&g->cv_all);
 	g->catalog = strdup(cfg->catalog);
-	g->logs = strdup(cfg->logs);
+	g->host = cfg->host;
 	g->c.listen = NULL;
-	if (!g->catalog || !g->logs) {
+	if (!g->catalog) {
 		rc = mesh_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	rc = mesh__gw_guard_open(&g->guard, cfg, err);
+	if (rc)
+		goto fail;
+	if (!g->host) {
+		rc = mesh_errf(err, MESH_E_RANGE, "no host to run the programs");
 		goto fail;
 	}
 	rc = mesh__gw_catalog(g, err);
 	if (rc)
 		goto fail;
-	rc = mesh_proc_spawner_new(&g->sp);
-	if (rc) {
-		mesh_errf(err, rc, "cannot start the spawner thread: %s", strerror(-rc));
-		goto fail;
-	}
 	g->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (g->lfd < 0 || setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
 	    bind(g->lfd, (struct sockaddr *)&ss, len) < 0 || listen(g->lfd, 1024) < 0) {
@@ -183,8 +183,8 @@ void mesh_gw_drain(struct mesh_gw *g)
 	/* Every program stops (a request still in flight sees its end). */
 	uint64_t grace = 0;
 	for (size_t i = 0; i < g->nprogs; i++)
-		if (g->progs[i].m.stop_grace_ns > grace)
-			grace = g->progs[i].m.stop_grace_ns;
+		if (g->progs[i].img.m.stop_grace_ns > grace)
+			grace = g->progs[i].img.m.stop_grace_ns;
 	mesh__gw_stop_all(g, mesh_mono_ns() + grace + 5000000000ull);
 	pthread_mutex_lock(&g->mu);
 	for (struct mesh__gw_conn *k = g->conns; k; k = k->next)
@@ -206,18 +206,17 @@ void mesh_gw_free(struct mesh_gw *g)
 		return;
 	mesh_gw_drain(g);
 	pthread_mutex_lock(&g->mu);
-	int left = g->nconns || g->nsup;
+	int left = g->nconns || g->nlive;
 	pthread_mutex_unlock(&g->mu);
 	mesh__gw_loops_stop(g); /* none left after a drain; started by an open that failed after */
 	if (left)
 		return; /* a thread still holds it (a drain past its bounds): leaked, not freed under it */
 	if (g->lfd >= 0)
 		close(g->lfd);
-	mesh_proc_spawner_free(g->sp);
 	mesh__gw_progs_free(g);
+	mesh__gw_guard_free(&g->guard);
 	pthread_cond_destroy(&g->cv_all);
 	pthread_mutex_destroy(&g->mu);
 	free(g->catalog);
-	free(g->logs);
 	free(g);
 }

@@ -12,9 +12,11 @@
  *   ANY  /upstream/<model>/P   to that model's program as /P
  * An unknown model gets OpenAI's 404 error JSON naming the known ones.
  *
- * A request for a cold program starts it (proc/: its own PID namespace where
- * the machine allows, else its process group; output to <logs>/<name>.log
- * and a 30-line tail) on a free loopback port put in place of {port}, and
+ * A request for a cold program starts it: each program is an instance of
+ * the host's (host/host.h: an HTTP program, the host's second kind; it
+ * spawns it in its own PID namespace where the machine allows, else its
+ * process group, on a free loopback port put in place of {port}, its output
+ * to <logs>/<name>.log and a 30-line tail, and probes it), and the request
  * waits (at most max_queue waiting per program: past it 503 + Retry-After)
  * until the probe says warm; then every waiting request goes, each answer
  * with X-Mesh-Cold-Start: 1.  A start that fails answers its waiting
@@ -32,8 +34,10 @@
  * threads (gw_loop.c), which serve every client connection: its requests
  * read, answered or relayed as the response comes (a client that does not
  * read stops the program's writes: backpressure), and a request that waits
- * for a place parked on its loop, not on a thread; each running program has
- * a supervisor thread (spawn, output, probe, idle stop, reap).
+ * for a place parked on its loop, not on a thread; the first loop also
+ * runs the programs' tick (idle stops, measured memory).  The programs'
+ * processes are the host's: its changes of state come on the thread that
+ * dispatches the host's events (meshd's core loop), none a program.
  * Nothing here prints: events and an access-log line per request go to
  * on_log.
  *
@@ -52,14 +56,18 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct mesh_host;
+
 enum mesh_gw_log_level { MESH_GW_INFO, MESH_GW_WARN };
 
 struct mesh_gw_config {
 	const char *listen;	   /* "ADDR:PORT" / "[V6]:PORT", numeric or localhost */
 	int allow_public;	   /* a listen address that is not loopback */
 	const char *catalog;	   /* <catalog>/<name>.toml; those with backend = "http" */
-	const char *logs;	   /* <logs>/<name>.log per program */
-	uint64_t log_max;	   /* rotation size of the logs; 0: MESH_HOST_LOG_MAX */
+	/* The host that runs the programs (meshd's core's: its logs, limits,
+	 * user and containment; its events dispatched by a loop that runs
+	 * until mesh_gw_free); required, borrowed. */
+	struct mesh_host *host;
 	size_t max_body;	   /* request body bound; 0: 16 MiB */
 	uint32_t max_queue;	   /* requests waiting per program; 0: 256 */
 	uint32_t max_conns;	   /* client connections at once; 0: 1024 */
@@ -87,6 +95,14 @@ struct mesh_gw_config {
 	 * (502 or cut), and the waiting ones start it again. */
 	uint64_t probe_interval_ns;
 	uint32_t probe_failures;
+	/* The door (gateway/gw_guard.h): api_key_file (NULL: no key asked)
+	 * lists the keys a request must bring (Authorization: Bearer); a
+	 * browser's request is served from a loopback origin or one of
+	 * allow_origins ("scheme://host[:port]", or "*"); with allow_public
+	 * unset, the Host must be a loopback name. */
+	const char *api_key_file;
+	const char *const *allow_origins;
+	size_t nallow_origins;
 	void (*on_log)(void *ctx, int level, const char *line);
 	void *ctx;
 };

@@ -18,6 +18,11 @@ int mesh__gw_answer_error(struct mesh_buf *b, int code, const char *type, const 
 			  unsigned retry_after, int close_it);
 /* GET /v1/models's answer: every model, its program and state (takes mu). */
 int mesh__gw_answer_models(struct mesh_gw *g, struct mesh_buf *b, int close_it);
+/* GET /v1/models/{id}: the model's object (200) or the unknown model's
+ * error (404) into b; the status, or -1 out of memory. */
+int mesh__gw_answer_model(struct mesh_gw *g, struct mesh_buf *b, const char *id, int close_it);
+/* GET /health: {"status":"ok"}. */
+int mesh__gw_answer_health(struct mesh_buf *b, int close_it);
 /* The 404 for an unknown model, naming the known ones. */
 int mesh__gw_answer_unknown_model(struct mesh_gw *g, struct mesh_buf *b, const char *model, int close_it);
 /* The access line of one request to on_log (t0: when its head was read;

@@ -150,6 +150,10 @@ struct mesh__gw_loop {
 	struct mesh_gw *g;
 	struct event_base *base;
 	struct event *wake, *tick; /* evfd's; the scan's timer */
+	/* The first loop's: the programs' tick (mesh__gw_progs_tick) at
+	 * progs_at (L->mu; 0: none), its timer set for progs_set (loop thread). */
+	struct event *progs;
+	uint64_t progs_at, progs_set;
 	int evfd, tick_fast;	    /* tick is armed at SCAN_NS (else slower: arm_tick) */
 	pthread_t th;
 	int started;
@@ -639,6 +643,11 @@ static void route(struct lconn *lc)
 	char upath[2100];
 	const char *path = r->target;
 	size_t qlen = strcspn(r->target, "?");
+	int health = qlen == 7 && !strncmp(r->target, "/health", 7);
+	const char *why = NULL, *code = NULL;
+	/* The door first (gw_guard.h): key, Host, Origin; /health needs no key. */
+	int refused = mesh__gw_guard_check(&g->guard, g->c.allow_origins, g->c.nallow_origins, lc->buf, r->h.len,
+					   r->h.line_off + r->h.line_len, !health, &why, &code);
 	/* Its hop-by-hop fields, those its Connection names and Expect go. */
 	r->fwd_off = mesh_hframe_head_forward(lc->buf, &r->h);
 	lc->t0 = mesh_mono_ns();
@@ -646,6 +655,28 @@ static void route(struct lconn *lc)
 	lc->close_it = r->close;
 	memset(&lc->w, 0, sizeof lc->w);
 	set_busy(lc);
+	if (refused) {
+		answer_error(lc, refused, "invalid_request_error", code, why, 0, lc->close_it);
+		return;
+	}
+	if (health) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		mesh__gw_answer_health(&b, lc->close_it);
+		answer(lc, &b, 200, 0);
+		return;
+	}
+	if (qlen > 11 && !strncmp(r->target, "/v1/models/", 11)) {
+		char id[300];
+		snprintf(id, sizeof id, "%.*s", (int)(qlen - 11 < sizeof id - 1 ? qlen - 11 : sizeof id - 1), r->target + 11);
+		struct mesh_buf b = MESH_BUF_INIT;
+		int st = strcmp(r->method, "GET") && strcmp(r->method, "HEAD") ? 405 : mesh__gw_answer_model(g, &b, id, lc->close_it);
+		if (st == 405)
+			answer_error(lc, 405, "invalid_request_error", NULL, "GET /v1/models/{id} describes a model", 0,
+				     lc->close_it);
+		else
+			answer(lc, &b, st, 0);
+		return;
+	}
 	if (!strncmp(r->target, "/upstream/", 10)) {
 		mesh__gw_upstream_split(r->target, lc->model, sizeof lc->model, upath, sizeof upath);
 		path = upath;
@@ -919,7 +950,7 @@ static int relay_end(struct lconn *lc, int code, struct mesh_buf *b)
 			       : o->timeout == 2 ? gc->response_timeout_ns : gc->idle_stream_timeout_ns;
 		char m[300];
 		mesh__gw_count_timeout(p, o->timeout);
-		snprintf(m, sizeof m, "program '%s' %s: %s (%.1f s)%s", p->m.name,
+		snprintf(m, sizeof m, "program '%s' %s: %s (%.1f s)%s", p->img.m.name,
 			 o->timeout == 1   ? "did not end its response within the request timeout"
 			 : o->timeout == 2 ? "sent no byte of its response within the response timeout"
 					   : "sent nothing more of its response within the idle stream timeout",
@@ -934,14 +965,14 @@ static int relay_end(struct lconn *lc, int code, struct mesh_buf *b)
 	} else if (code > 0) {
 		char m[256];
 		status = code;
-		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->m.name, lc->port);
+		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->img.m.name, lc->port);
 		mesh__gw_answer_error(b, code, "upstream_error", NULL, m, 0, lc->close_it);
 	} else if (code < 0 && o->gone) {
 		status = status ? status : 499; /* nginx's word for it */
-		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->m.name, o->bytes);
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->img.m.name, o->bytes);
 	} else if (code < 0) {
 		status = status ? status : 502;
-		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->m.name, o->bytes);
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->img.m.name, o->bytes);
 	}
 	return status;
 }
@@ -1052,7 +1083,7 @@ static void parked_gone(struct lconn *lc)
 	mesh__gw_acquire_cancel(&lc->w);
 	lc->state = S_HEAD; /* not parked: kill_conn must not cancel it again */
 	mesh__gw_count(lc->p, 0, mesh_mono_ns() - lc->t_q);
-	mesh__gw_log(g, MESH_GW_INFO, "the client went away while it waited for program '%s'", lc->p->m.name);
+	mesh__gw_log(g, MESH_GW_INFO, "the client went away while it waited for program '%s'", lc->p->img.m.name);
 	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, 499, lc->w.cold, 0, lc->t0);
 	kill_conn(lc);
 }
@@ -1401,10 +1432,58 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	arm_tick(L, L->nrelay > 0);
 }
 
+/* The programs' timer set for at (mesh_mono_ns; 0: none).  Loop thread. */
+static void progs_timer(struct mesh__gw_loop *L, uint64_t at)
+{
+	uint64_t now = mesh_mono_ns(), ns = at > now ? at - now : 0;
+	struct timeval tv = {(time_t)(ns / 1000000000ull), (suseconds_t)(ns % 1000000000ull / 1000)};
+	L->progs_set = at;
+	if (at)
+		event_add(L->progs, &tv);
+	else
+		event_del(L->progs);
+}
+
+/* The programs' tick, when they asked for it; again when it says. */
+static void on_progs(evutil_socket_t fd, short what, void *arg)
+{
+	struct mesh__gw_loop *L = arg;
+	(void)fd;
+	(void)what;
+	pthread_mutex_lock(&L->mu);
+	L->progs_at = 0;
+	pthread_mutex_unlock(&L->mu);
+	uint64_t next = mesh__gw_progs_tick(L->g);
+	pthread_mutex_lock(&L->mu);
+	if (next && (!L->progs_at || next < L->progs_at))
+		L->progs_at = next;
+	uint64_t at = L->progs_at;
+	pthread_mutex_unlock(&L->mu);
+	progs_timer(L, at);
+	reap_dead(L);
+}
+
+/* g->arm: the programs' tick on the first loop at or before at (under
+ * g->mu; L->mu is taken after it). */
+static void loops_arm(struct mesh_gw *g, uint64_t at)
+{
+	struct mesh__gw_loop *L = &g->loops[0];
+	uint64_t one = 1;
+	pthread_mutex_lock(&L->mu);
+	int sooner = !L->progs_at || at < L->progs_at;
+	if (sooner)
+		L->progs_at = at;
+	pthread_mutex_unlock(&L->mu);
+	if (sooner && write(L->evfd, &one, sizeof one) < 0) {
+		/* the counter is full: readable anyway */
+	}
+}
+
 /* The connections the accept thread gave, into the loop's list and its
  * events (whose first report says what they have already sent); the
- * parked requests' look again when the programs asked; the loop's end
- * when it is to stop. */
+ * parked requests' look again when the programs asked; the programs'
+ * tick re-armed when they asked for a sooner one; the loop's end when it
+ * is to stop. */
 static void on_wake(evutil_socket_t fd, short what, void *arg)
 {
 	struct mesh__gw_loop *L = arg;
@@ -1416,9 +1495,12 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_lock(&L->mu);
 	struct lconn *in = L->incoming;
 	int stop = L->stop, look = L->look;
+	uint64_t progs_at = L->progs_at;
 	L->incoming = NULL;
 	L->look = 0;
 	pthread_mutex_unlock(&L->mu);
+	if (L->progs && progs_at != L->progs_set)
+		progs_timer(L, progs_at);
 	while (in) {
 		struct lconn *lc = in;
 		in = in->next;
@@ -1507,10 +1589,12 @@ int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
 		if (L->base && L->evfd >= 0) {
 			L->wake = event_new(L->base, L->evfd, EV_READ | EV_PERSIST, on_wake, L);
 			L->tick = evtimer_new(L->base, on_tick, L);
+			if (i == 0)
+				L->progs = evtimer_new(L->base, on_progs, L);
 		}
 		if (L->tick)
 			arm_tick(L, 0); /* before its thread: the base has no lock */
-		if (!L->wake || !L->tick || event_add(L->wake, NULL) < 0 ||
+		if (!L->wake || !L->tick || (i == 0 && !L->progs) || event_add(L->wake, NULL) < 0 ||
 		    (rc = mesh_thread_start(&L->th, loop_main, L)) < 0) {
 			mesh__gw_loops_stop(g);
 			return rc;
@@ -1519,6 +1603,7 @@ int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
 	}
 	pthread_mutex_lock(&g->mu);
 	g->look = loops_look;
+	g->arm = loops_arm;
 	pthread_mutex_unlock(&g->mu);
 	return 0;
 }
@@ -1563,6 +1648,7 @@ void mesh__gw_loops_stop(struct mesh_gw *g)
 	unsigned n = g->nloops;
 	g->nloops = 0;
 	g->look = NULL;
+	g->arm = NULL;
 	pthread_mutex_unlock(&g->mu);
 	for (unsigned i = 0; i < n; i++) {
 		struct mesh__gw_loop *L = &g->loops[i];
@@ -1580,6 +1666,8 @@ void mesh__gw_loops_stop(struct mesh_gw *g)
 			event_free(L->wake);
 		if (L->tick)
 			event_free(L->tick);
+		if (L->progs)
+			event_free(L->progs);
 		if (L->base)
 			event_base_free(L->base);
 		if (L->evfd >= 0)

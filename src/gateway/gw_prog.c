@@ -1,32 +1,38 @@
-/* The gateway's programs: the catalog's HTTP programs, a request's place
- * (acquire/release, the cold-start wait, the memory budget), their numbers.
- * Each running program's supervisor thread is gw_sup.c.  See gw.h for the
- * behaviour, gw_prog.h for the locking. */
+/* The gateway's programs: the catalog's HTTP programs, each an instance of
+ * the host's (the host spawns, probes, stops and reaps it: one supervisor;
+ * its changes of state come to on_change); a request's place (acquire and
+ * release, the cold-start wait, the memory budget); the programs' tick
+ * (the idle stop, the measured memory, the wait for a dead program's VRAM);
+ * their numbers.  See gw.h for the behaviour, gw_prog.h for the locking. */
 #include "gateway/gw_prog.h"
 
-#include "autoscale/probe.h"
+#include "autoscale/policy.h"
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
-#include "base/thread.h"
-#include "host/host.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <jansson.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#define BACKOFF_MAX_NS (30ull * 1000000000ull)
+/* The programs' memory is measured this often (and soon after warm); a dead
+ * program's VRAM is awaited this long, looked at this often. */
+#define MEASURE_EVERY_NS 1000000000ull
+#define VRAM_GRACE_NS (10ull * 1000000000ull)
+#define VRAM_POLL_NS 10000000ull
+#define TREE_PIDS_MAX 256
+
+static void on_change(void *arg, struct mesh_instance *w, enum mesh_istate from, enum mesh_istate to);
 
 void mesh__gw_log(struct mesh_gw *g, int level, const char *fmt, ...)
 {
@@ -51,32 +57,88 @@ void mesh__gw_cond_init(pthread_cond_t *cv)
 
 static int cmp_name(const void *a, const void *b)
 {
-	return strcmp(((const struct mesh__gw_prog *)a)->m.name, ((const struct mesh__gw_prog *)b)->m.name);
+	return strcmp(((const struct mesh__gw_prog *)a)->img.name, ((const struct mesh__gw_prog *)b)->img.name);
 }
 
-/* Who p runs as and how its [limits] are enforced, as for a native
- * program (host/limits.h): a limit this machine cannot enforce, or a user
- * that cannot be, leaves p unfit: it stays in the catalog (its models are
- * known), shown failed with the reason, and each request for it is answered
- * 502 with it.  0 or -ENOMEM. */
-static int fit(struct mesh_gw *g, struct mesh__gw_prog *p)
+/* p cannot start at all (its image's limits or user): it stays in the
+ * catalog (its models are known), shown failed with the reason, and each
+ * request for it is answered 502 with it.  0 or -ENOMEM. */
+static int unfit(struct mesh_gw *g, struct mesh__gw_prog *p, const char *why)
 {
-	char *e = NULL;
-	const char *user = p->m.user ? p->m.user : mesh_limits_default_user();
-	int rc = mesh_limits_plan(&p->m.limits, &g->caps, &p->enforced, &e), by_user = 0;
-	if (rc == 0 && user)
-		by_user = (rc = mesh_limits_run_as(user, &p->run_as, &e)) != 0;
-	if (rc == 0)
-		return 0;
-	p->unfit = mesh_strf("program '%s' cannot start: %s%s", p->m.name, e ? e : mesh_strerror(rc),
-			     by_user && !p->m.user ? " (meshd's default user: the manifest names no `user`)" : "");
-	free(e);
+	p->unfit = mesh_strf("program '%s' cannot start: %s", p->img.name, why);
 	if (!p->unfit)
 		return -ENOMEM;
 	snprintf(p->fail_msg, sizeof p->fail_msg, "%s", p->unfit);
 	p->gen = p->fail_gen = 1;
 	p->fail_code = 502;
 	mesh__gw_log(g, MESH_GW_WARN, "%s", p->unfit);
+	return 0;
+}
+
+/* One manifest file of the catalog into g->progs when it is an HTTP
+ * program's (a file that does not parse is skipped with a warning).  0 or
+ * -ENOMEM. */
+static int read_one(struct mesh_gw *g, const char *name, const char *path, size_t *cap)
+{
+	char *text = NULL, *perr = NULL;
+	size_t len = 0;
+	struct mesh_manifest m;
+	int rc = mesh_read_file(path, 1 << 20, &text, &len);
+	if (rc == 0)
+		rc = mesh_manifest_parse(path, text, len, name, &m, &perr);
+	free(text);
+	if (rc) {
+		mesh__gw_log(g, MESH_GW_WARN, "skipping %s: %s", path, perr ? perr : mesh_strerror(rc));
+		free(perr);
+		return 0;
+	}
+	if (m.backend != MESH_BACKEND_HTTP) {
+		mesh_manifest_release(&m);
+		return 0;
+	}
+	if (g->nprogs == *cap) {
+		size_t nc = *cap ? *cap * 2 : 8;
+		struct mesh__gw_prog *np = realloc(g->progs, nc * sizeof *np);
+		if (!np) {
+			mesh_manifest_release(&m);
+			return -ENOMEM;
+		}
+		g->progs = np;
+		*cap = nc;
+	}
+	struct mesh__gw_prog *p = &g->progs[g->nprogs++];
+	char *e = NULL;
+	memset(p, 0, sizeof *p);
+	/* Its limits planned and its user resolved as a native program's. */
+	rc = mesh_image_http(&p->img, &m, mesh_host_caps(g->host), &e);
+	if (rc == -ENOMEM || (rc && unfit(g, p, e ? e : mesh_strerror(rc)) < 0))
+		rc = -ENOMEM;
+	else
+		rc = 0;
+	free(e);
+	return rc;
+}
+
+/* Each program's instance of the host, told to on_change, probed every
+ * probe_interval while warm; two programs may not serve one model. */
+static int instances(struct mesh_gw *g, char **err)
+{
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = &g->progs[i];
+		p->g = g;
+		for (size_t k = 0; k < p->img.m.nmodels; k++)
+			for (size_t j = 0; j < i; j++)
+				for (size_t l = 0; l < g->progs[j].img.m.nmodels; l++)
+					if (!strcmp(p->img.m.models[k], g->progs[j].img.m.models[l]))
+						return mesh_errf(err, MESH_E_PARSE, "model '%s' is served by both '%s' and '%s'",
+								 p->img.m.models[k], g->progs[j].img.name, p->img.name);
+		if (p->unfit)
+			continue;
+		if (mesh_instance_new(g->host, &p->img, &p->inst))
+			return mesh_errf(err, -ENOMEM, "out of memory");
+		mesh_instance_set_check(p->inst, g->c.probe_interval_ns, g->c.probe_failures);
+		mesh_instance_set_notify(p->inst, on_change, p);
+	}
 	return 0;
 }
 
@@ -96,43 +158,14 @@ int mesh__gw_catalog(struct mesh_gw *g, char **err)
 		name[n - 5] = 0;
 		if (!mesh_manifest_name_ok(name) || snprintf(path, sizeof path, "%s/%s", g->catalog, e->d_name) >= (int)sizeof path)
 			continue;
-		char *text = NULL, *perr = NULL;
-		size_t len = 0;
-		struct mesh_manifest m;
-		int rc = mesh_read_file(path, 1 << 20, &text, &len);
-		if (rc == 0)
-			rc = mesh_manifest_parse(path, text, len, name, &m, &perr);
-		free(text);
-		if (rc) {
-			mesh__gw_log(g, MESH_GW_WARN, "skipping %s: %s", path, perr ? perr : mesh_strerror(rc));
-			free(perr);
-			continue;
+		if (read_one(g, name, path, &cap) < 0) {
+			closedir(d);
+			return mesh_errf(err, -ENOMEM, "out of memory");
 		}
-		if (m.backend != MESH_BACKEND_HTTP) {
-			mesh_manifest_release(&m);
-			continue;
-		}
-		if (g->nprogs == cap) {
-			size_t nc = cap ? cap * 2 : 8;
-			struct mesh__gw_prog *np = realloc(g->progs, nc * sizeof *np);
-			if (!np) {
-				mesh_manifest_release(&m);
-				closedir(d);
-				return mesh_errf(err, -ENOMEM, "out of memory");
-			}
-			g->progs = np;
-			cap = nc;
-		}
-		struct mesh__gw_prog *p = &g->progs[g->nprogs++];
-		memset(p, 0, sizeof *p);
-		p->m = m;
-		p->evfd = -1;
-		p->log = (struct mesh__wlog)MESH__WLOG_INIT;
 	}
 	closedir(d);
 	if (g->nprogs)
 		qsort(g->progs, g->nprogs, sizeof *g->progs, cmp_name);
-	mesh_limits_detect(&g->caps, NULL);
 	/* NVML (gpu/nvml.h: $MESH_NVML_LIB or libnvidia-ml.so.1) for the
 	 * programs' VRAM; without it the budget measures resident memory only. */
 	char *nwhy = NULL;
@@ -143,28 +176,22 @@ int mesh__gw_catalog(struct mesh_gw *g, char **err)
 		mesh__gw_log(g, MESH_GW_INFO, "gateway: no VRAM measured (%s); resident memory only",
 			     nwhy ? nwhy : "no NVML");
 	free(nwhy);
-	for (size_t i = 0; i < g->nprogs; i++)
-		if (fit(g, &g->progs[i]) == -ENOMEM)
-			return mesh_errf(err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
-		p->g = g;
-		for (size_t k = 0; k < p->m.nmodels; k++)
-			for (size_t j = 0; j < i; j++)
-				for (size_t l = 0; l < g->progs[j].m.nmodels; l++)
-					if (!strcmp(p->m.models[k], g->progs[j].m.models[l]))
-						return mesh_errf(err, MESH_E_PARSE, "model '%s' is served by both '%s' and '%s'",
-								 p->m.models[k], g->progs[j].m.name, p->m.name);
-	}
-	return 0;
+	return instances(g, err);
 }
 
 void mesh__gw_progs_free(struct mesh_gw *g)
 {
 	for (size_t i = 0; i < g->nprogs; i++) {
-		mesh_manifest_release(&g->progs[i].m);
-		mesh__wlog_close(&g->progs[i].log);
-		free(g->progs[i].unfit);
+		struct mesh__gw_prog *p = &g->progs[i];
+		if (p->inst) {
+			/* Nobody is told any more; a process left (a drain past its
+			 * bounds) is stopped, reaped. */
+			mesh_instance_set_notify(p->inst, NULL, NULL);
+			mesh_instance_free(p->inst);
+		}
+		mesh__gw_pool_drop(p);
+		mesh_image_release(&p->img);
+		free(p->unfit);
 	}
 	free(g->progs);
 	g->progs = NULL;
@@ -176,8 +203,8 @@ void mesh__gw_progs_free(struct mesh_gw *g)
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model)
 {
 	for (size_t i = 0; i < g->nprogs; i++)
-		for (size_t k = 0; k < g->progs[i].m.nmodels; k++)
-			if (!strcmp(g->progs[i].m.models[k], model))
+		for (size_t k = 0; k < g->progs[i].img.m.nmodels; k++)
+			if (!strcmp(g->progs[i].img.m.models[k], model))
 				return &g->progs[i];
 	return NULL;
 }
@@ -190,14 +217,6 @@ const char *mesh__gw_state_name(const struct mesh__gw_prog *p)
 	return n[p->state];
 }
 
-void mesh__gw_wake(struct mesh__gw_prog *p)
-{
-	uint64_t one = 1;
-	if (p->evfd >= 0 && write(p->evfd, &one, sizeof one) < 0) {
-		/* the counter is full: it is readable anyway */
-	}
-}
-
 void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline)
 {
 	/* cv's clock is CLOCK_MONOTONIC (set in open) */
@@ -205,28 +224,447 @@ void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline)
 	ts->tv_nsec = (long)(mono_deadline % 1000000000ull);
 }
 
-/* Under mu: a new start; the supervisor thread owns it from here (it
- * lives as long as the program's process, and ends by itself: detached). */
-static int start(struct mesh__gw_prog *p)
+/* ---- The programs' runs, through the host ---- */
+
+/* Under mu: the programs' tick is wanted at (or before) at. */
+static void arm(struct mesh_gw *g, uint64_t at)
 {
-	pthread_t th;
-	int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (efd < 0)
-		return -errno;
-	p->gen++;
-	p->state = GW_STARTING;
-	p->evfd = efd;
+	if (g->arm)
+		g->arm(g, at);
+}
+
+/* Under mu: the start failed; waiting requests of this start get code and
+ * msg (the host's report, or the spawn's error), the next start waits out
+ * a backoff (doubling per failed start in a row, up to 30 s). */
+static void fail_start(struct mesh__gw_prog *p, int code, const char *msg)
+{
+	snprintf(p->fail_msg, sizeof p->fail_msg, "%s", msg);
+	p->fail_gen = p->gen;
+	p->fail_code = code;
+	p->start_failures++;
+	p->backoff_ns = p->backoff_ns ? p->backoff_ns * 2 : p->g->c.backoff_ns;
+	if (p->backoff_ns > BACKOFF_MAX_NS)
+		p->backoff_ns = BACKOFF_MAX_NS;
+	p->backoff_until = mesh_mono_ns() + p->backoff_ns;
+}
+
+/* Under mu: p has no process any more and is another start's to make. */
+static void cold(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	mesh__gw_pool_drop(p);
+	p->state = GW_COLD;
 	p->pid = 0;
-	int rc = mesh_thread_start(&th, mesh__gw_sup_main, p);
-	if (rc) {
-		close(efd);
-		p->evfd = -1;
-		p->state = GW_COLD;
-		return rc;
+	p->stop_why[0] = 0;
+	p->stop_t0 = p->vram_since = 0;
+	p->killed = 0;
+	if (p->peak)
+		p->last_peak = p->peak;
+	p->peak = p->rss = p->vram = 0;
+	p->ngpu = 0;
+	g->nlive--;
+	pthread_cond_broadcast(&g->cv_all);
+	mesh__gw_look(g);
+}
+
+/* Under mu: the host spawned p's process since the last look (its pid and
+ * port, its "spawned" line): from the requester that asked, or from the
+ * host's first word of it, whichever comes first. */
+static void note_spawn(struct mesh__gw_prog *p)
+{
+	struct mesh_instance_http hi;
+	uint32_t n = mesh_instance_stats(p->inst).spawns;
+	if (n == p->spawns_seen || mesh_instance_http(p->inst, &hi))
+		return;
+	p->spawns_seen = n;
+	p->spawned_gen = p->gen;
+	p->pid = hi.pid;
+	p->port = hi.port;
+	p->spawns++;
+	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s spawned pid=%d port=%d", p->img.name, (int)hi.pid, hi.port);
+}
+
+/* A start p's place began (the requester's thread, mu not held: the spawn
+ * takes milliseconds): the host spawns it and probes it; its warmth, or its
+ * end, come to on_change. */
+static void start(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	char *err = NULL;
+	int rc = mesh_instance_warm(p->inst, &err);
+	pthread_mutex_lock(&g->mu);
+	if (rc == 0) {
+		note_spawn(p);
+	} else if (p->state == GW_STARTING) {
+		/* No process: the waiters get the reason at once. */
+		fail_start(p, 502, err ? err : mesh_strerror(rc));
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s start failed: %s", p->img.name, p->fail_msg);
+		cold(p);
 	}
-	pthread_detach(th);
-	p->g->nsup++;
-	return 0;
+	pthread_mutex_unlock(&g->mu);
+	free(err);
+}
+
+/* Under mu: p's process is asked to stop (its stop signal, the grace, then
+ * SIGKILL of all it contains: the host's) for why. */
+static void stop(struct mesh__gw_prog *p, const char *why)
+{
+	if (p->state != GW_STARTING && p->state != GW_WARM)
+		return;
+	p->state = GW_STOPPING;
+	snprintf(p->stop_why, sizeof p->stop_why, "%s", why);
+	p->stop_t0 = mesh_mono_ns();
+	/* An idle connection must not hold up its graceful stop. */
+	mesh__gw_pool_drop(p);
+	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (%s) signal=%s", p->img.name, (int)p->pid, why,
+		     mesh_signal_name(p->img.m.stop_signal));
+	mesh_instance_exit(p->inst);
+}
+
+/* Under mu, p just warm: the first waiter's request goes on the probe's
+ * connection fd now, from this thread (the one that dispatched the probe's
+ * answer), so the program works on it while the waiter's loop wakes (on a
+ * loaded machine a wake-up costs milliseconds).  At most 64 KiB of it,
+ * without blocking (mu is held); the waiter sends the rest.  It takes the
+ * request's place (as acquire would), and fd becomes the waiter's (*fd -1).
+ * When it went: its time; else 0. */
+static uint64_t send_first(struct mesh__gw_prog *p, int *fd)
+{
+	struct mesh__gw_first *f = p->first;
+	if (!f || *fd < 0 || (p->img.m.max_concurrency && p->inflight >= p->img.m.max_concurrency))
+		return 0;
+	size_t cap = 65536, nl = f->nline < cap ? f->nline : cap, nr = f->nrest < cap - nl ? f->nrest : cap - nl;
+	struct iovec iov[2] = {{(void *)f->line, nl}, {(void *)f->rest, nr}};
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = nr ? 2 : 1};
+	ssize_t n = sendmsg(*fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n <= 0)
+		return 0; /* the waiter sends it (on this connection, from the pool, or a new one) */
+	p->first = NULL;
+	f->fd = *fd;
+	f->sent = (size_t)n;
+	f->port = p->port;
+	f->t_sent = mesh_mono_ns();
+	*fd = -1;
+	p->inflight++;
+	p->requests++;
+	return f->t_sent;
+}
+
+/* The warm line: what the start's wait cost (the host's CPU on its tests
+ * and probes) and where its time went (the host's words), and when the
+ * first request went on the probe's connection. */
+static void warm_line(struct mesh__gw_prog *p, const struct mesh_instance_http *hi, uint64_t t_first)
+{
+	char wait[400], first[96] = "";
+	if (t_first)
+		snprintf(first, sizeof first, ", the first request sent on its connection %.3f ms after",
+			 (double)(t_first - hi->t_warm) / 1e6);
+	mesh_instance_http_wait_text(hi, wait, sizeof wait);
+	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s warm pid=%d in %.1f ms (%s%s)", p->img.name, (int)p->pid,
+		     (double)(hi->t_warm - hi->t_spawn) / 1e6, wait, first);
+}
+
+/* Under mu: the host's probe passed: the first request goes, every waiter
+ * looks again, its memory is measured soon. */
+static void became_warm(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	struct mesh_instance_http hi;
+	int fd = mesh_instance_take_conn(p->inst);
+	if (p->state != GW_STARTING || mesh_instance_http(p->inst, &hi)) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	uint64_t now = mesh_mono_ns();
+	p->state = GW_WARM;
+	p->last_end = now;
+	uint64_t t_first = send_first(p, &fd);
+	if (fd >= 0 && p->npool < GW_POOL_MAX)
+		p->pool[p->npool++] = fd; /* the first request rides it: no connect, no accept for the program */
+	else if (fd >= 0)
+		close(fd);
+	p->backoff_ns = 0;
+	p->warm_ns_sum += hi.t_warm - hi.t_spawn;
+	p->warm_count++;
+	p->next_measure = now + MEASURE_EVERY_NS / 10; /* the first requests' output first */
+	arm(g, p->next_measure);
+	mesh__gw_look(g); /* each waiter relays its request now */
+	warm_line(p, &hi, t_first);
+}
+
+/* Under mu: not warm by its start timeout: the waiters answer now (504),
+ * not after the stop the host began. */
+static void start_timed_out(struct mesh__gw_prog *p)
+{
+	struct mesh_instance_http hi;
+	char *tail = mesh_instance_tail(p->inst), msg[8192];
+	mesh_instance_http(p->inst, &hi);
+	snprintf(msg, sizeof msg, "program '%s' was not warm within %.1f s (last probe: %s)%s%s", p->img.name,
+		 (double)p->img.m.start_timeout_ns / 1e9, hi.last_probe, tail && *tail ? "; its last lines:\n" : "",
+		 tail ? tail : "");
+	free(tail);
+	fail_start(p, 504, msg);
+	mesh__gw_log(p->g, MESH_GW_WARN, "program=%s start timeout: %.*s", p->img.name, (int)strcspn(msg, "\n"), msg);
+	p->state = GW_STOPPING;
+	snprintf(p->stop_why, sizeof p->stop_why, "start timeout");
+	p->stop_t0 = mesh_mono_ns();
+	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (start timeout) signal=%s", p->img.name,
+		     (int)p->pid, mesh_signal_name(p->img.m.stop_signal));
+	mesh__gw_look(p->g);
+}
+
+/* Under mu: warm, its probe failed probe_failures times in a row: the host
+ * SIGKILLs it (a hung server drains nothing). */
+static void hung(struct mesh__gw_prog *p)
+{
+	struct mesh_instance_http hi;
+	mesh_instance_http(p->inst, &hi);
+	mesh__gw_log(p->g, MESH_GW_WARN, "program=%s pid=%d hung: %u probes in a row failed (last: %s)", p->img.name,
+		     (int)p->pid, p->g->c.probe_failures, hi.last_probe);
+	p->state = GW_STOPPING;
+	mesh__gw_pool_drop(p);
+	p->hung++;
+	snprintf(p->stop_why, sizeof p->stop_why, "hung");
+	p->stop_t0 = mesh_mono_ns();
+	p->killed = 1;
+}
+
+/* Under mu: its process ended (the host reaped it, from state from). */
+static void ended(struct mesh__gw_prog *p, enum mesh_istate from)
+{
+	struct mesh_gw *g = p->g;
+	struct mesh_instance_http hi;
+	mesh_instance_http(p->inst, &hi);
+	if (from == MESH_IS_PROBING) {
+		if (p->state != GW_STARTING || p->spawned_gen != p->gen)
+			return; /* a spawn that failed: its requester says so */
+		char *r = mesh_instance_last_report(p->inst);
+		fail_start(p, 502, r ? r : "the program exited before it was warm");
+		free(r);
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed while starting: status=%d", p->img.name, hi.status);
+	} else if (from == MESH_IS_WARM) {
+		char *tail = mesh_instance_tail(p->inst);
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed pid=%d status=%d%s; its last lines:\n%s", p->img.name,
+			     (int)p->pid, hi.status, hi.limits, tail ? tail : "");
+		free(tail);
+		p->crashes++;
+	} else {
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s stopped pid=%d status=%d%s in %.1f ms", p->img.name, (int)p->pid,
+			     hi.status, p->killed ? " (SIGKILL after the grace)" : "",
+			     (double)(mesh_mono_ns() - p->stop_t0) / 1e6);
+		if (!strcmp(p->stop_why, "idle"))
+			p->reaps++;
+	}
+	mesh__gw_pool_drop(p);
+	if (p->ngpu && g->nvml) {
+		/* Its processes are gone; its GPU memory may not be yet: it
+		 * counts in the budget (stopping) until NVML lists none of them. */
+		p->state = GW_STOPPING;
+		p->vram_since = mesh_mono_ns();
+		arm(g, p->vram_since);
+		return;
+	}
+	cold(p);
+}
+
+/* The host's word of a change of p's instance (the thread that dispatched
+ * it, without the host's lock). */
+static void on_change(void *arg, struct mesh_instance *w, enum mesh_istate from, enum mesh_istate to)
+{
+	struct mesh__gw_prog *p = arg;
+	(void)w;
+	pthread_mutex_lock(&p->g->mu);
+	note_spawn(p);
+	if (to == MESH_IS_WARM)
+		became_warm(p);
+	else if (to == MESH_IS_STOPPING_KILL && from == MESH_IS_WARM)
+		hung(p);
+	else if (to == MESH_IS_STOPPING_KILL)
+		p->killed = 1;
+	else if (from == MESH_IS_PROBING && to == MESH_IS_STOPPING_EXIT && p->state == GW_STARTING)
+		start_timed_out(p);
+	else if (to == MESH_IS_DOWN)
+		ended(p, from);
+	pthread_mutex_unlock(&p->g->mu);
+}
+
+/* ---- The programs' tick: the idle stop, the measured memory, the VRAM ---- */
+
+static void sooner(uint64_t *next, uint64_t t)
+{
+	if (t && (!*next || t < *next))
+		*next = t;
+}
+
+/* Under mu, warm: stopped when idle for its TTL by the policy table (as
+ * for mesh serve: one worker, no floor, the last one lingers for the idle
+ * TTL) or when meshd stops; else when to look again.  Busy, it looks again
+ * an idle TTL from now (a request's end does not arm the tick, but with a
+ * TTL of 0). */
+static void idle_check(struct mesh__gw_prog *p, uint64_t now, uint64_t *next)
+{
+	uint64_t ttl = p->img.m.idle_ttl_ns;
+	int idle = !p->inflight && !p->waiting;
+	struct mesh_as_config pol = {.min_workers = 0, .max_workers = 1, .target_concurrency = 1,
+				     .idle_ttl = (int64_t)ttl, .linger = (int64_t)ttl};
+	struct mesh_as_obs o = {.warm = 1,
+				.demand = (uint64_t)p->inflight + p->waiting,
+				.idle = idle && now > p->last_end ? (int64_t)(now - p->last_end) : 0};
+	struct mesh_as_plan plan;
+	if (p->g->stopping || (mesh_as_plan(&pol, &o, &plan) == 0 && plan.action == MESH_AS_REAP)) {
+		stop(p, p->g->stopping ? "shutdown" : "idle");
+		return;
+	}
+	if (idle)
+		sooner(next, p->last_end + ttl > now ? p->last_end + ttl : now + MESH_NS_PER_MS);
+	else if (ttl)
+		sooner(next, now + ttl);
+}
+
+/* 1 when NVML lists one of the pids p used the GPU with. */
+static int vram_listed(struct mesh__gw_prog *p)
+{
+	struct mesh_nvml *nv = p->g->nvml;
+	int listed = 0;
+	for (unsigned i = 0; !listed && i < mesh_nvml_count(nv); i++) {
+		struct mesh_nvml_proc *np = NULL;
+		size_t nn = 0;
+		if (mesh_nvml_procs(nv, i, &np, &nn) != 0)
+			continue;
+		for (size_t k = 0; !listed && k < nn; k++)
+			for (size_t j = 0; !listed && j < p->ngpu; j++)
+				listed = (pid_t)np[k].pid == p->gpu_pids[j];
+		free(np);
+	}
+	return listed;
+}
+
+/* Under mu, reaped, its VRAM awaited: cold once NVML lists none of its pids,
+ * or after VRAM_GRACE_NS (then named and counted free), or when meshd stops. */
+static void vram_check(struct mesh__gw_prog *p, uint64_t now, uint64_t *next)
+{
+	struct mesh_gw *g = p->g;
+	double ms = (double)(now - p->vram_since) / 1e6;
+	if (!vram_listed(p)) {
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s GPU memory free %.1f ms after its end (NVML lists none of its %zu pids)",
+			     p->img.name, ms, p->ngpu);
+	} else if (now - p->vram_since >= VRAM_GRACE_NS || g->stopping) {
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s NVML still lists a pid of it %.1f ms after its end; counted as free",
+			     p->img.name, ms);
+	} else {
+		sooner(next, now + VRAM_POLL_NS);
+		return;
+	}
+	cold(p);
+}
+
+static void gpu_pid_add(struct mesh__gw_prog *p, pid_t pid)
+{
+	for (size_t i = 0; i < p->ngpu; i++)
+		if (p->gpu_pids[i] == pid)
+			return;
+	if (p->ngpu < GW_GPU_PIDS_MAX)
+		p->gpu_pids[p->ngpu++] = pid;
+}
+
+/* The GPU memory NVML lists for pids (each pid it lists into *found, at
+ * most GW_GPU_PIDS_MAX). */
+static uint64_t vram_of(struct mesh_nvml *nv, const pid_t *pids, size_t n, pid_t *found, size_t *nfound)
+{
+	uint64_t vram = 0;
+	*nfound = 0;
+	for (unsigned i = 0; n && i < mesh_nvml_count(nv); i++) {
+		struct mesh_nvml_proc *np = NULL;
+		size_t nn = 0;
+		if (mesh_nvml_procs(nv, i, &np, &nn) != 0)
+			continue;
+		for (size_t k = 0; k < nn; k++)
+			for (size_t j = 0; j < n; j++)
+				if ((pid_t)np[k].pid == pids[j]) {
+					if (np[k].used != MESH_NVML_UNKNOWN)
+						vram += np[k].used;
+					if (*nfound < GW_GPU_PIDS_MAX)
+						found[(*nfound)++] = pids[j];
+					break;
+				}
+		free(np);
+	}
+	return vram;
+}
+
+/* Measures p (mu not held: /proc and NVML take a while): the resident
+ * bytes of its processes (the host's sample: its PID namespace's, or its
+ * group's and session's) and, with NVML, the GPU memory NVML lists for
+ * their pids. */
+static void measure(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	struct mesh_instance_stats st = mesh_instance_stats(p->inst);
+	pid_t pids[TREE_PIDS_MAX], found[GW_GPU_PIDS_MAX];
+	size_t n = 0, nfound = 0;
+	uint64_t vram = 0;
+	if (g->nvml && st.pid && mesh_instance_pids(p->inst, pids, TREE_PIDS_MAX, &n) == 0)
+		vram = vram_of(g->nvml, pids, n < TREE_PIDS_MAX ? n : TREE_PIDS_MAX, found, &nfound);
+	pthread_mutex_lock(&g->mu);
+	p->rss = st.pid ? st.rss : 0;
+	p->vram = vram;
+	if (p->rss + vram > p->peak)
+		p->peak = p->rss + vram;
+	for (size_t i = 0; i < nfound; i++)
+		gpu_pid_add(p, found[i]);
+	pthread_mutex_unlock(&g->mu);
+}
+
+uint64_t mesh__gw_progs_tick(struct mesh_gw *g)
+{
+	uint64_t now = mesh_mono_ns(), next = 0;
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = &g->progs[i];
+		pthread_mutex_lock(&g->mu);
+		int due = p->pid && p->state != GW_COLD && !p->vram_since && now >= p->next_measure;
+		if (due)
+			p->next_measure = now + MEASURE_EVERY_NS;
+		pthread_mutex_unlock(&g->mu);
+		if (due)
+			measure(p); /* a loading server grows: others' starts count it */
+	}
+	pthread_mutex_lock(&g->mu);
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = &g->progs[i];
+		if (p->state == GW_WARM)
+			idle_check(p, now, &next);
+		else if (p->state == GW_STOPPING && p->vram_since)
+			vram_check(p, now, &next);
+		if (p->state != GW_COLD && p->pid && !p->vram_since)
+			sooner(&next, p->next_measure);
+	}
+	pthread_mutex_unlock(&g->mu);
+	return next;
+}
+
+void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
+{
+	pthread_mutex_lock(&g->mu);
+	g->stopping = 1;
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = &g->progs[i];
+		if (p->state == GW_STARTING) {
+			char msg[160];
+			snprintf(msg, sizeof msg, "program '%s' was stopped: meshd is shutting down", p->img.name);
+			fail_start(p, 503, msg);
+		}
+		stop(p, "shutdown");
+	}
+	mesh__gw_look(g);
+	arm(g, mesh_mono_ns()); /* a VRAM wait ends now */
+	while (g->nlive) {
+		struct timespec ts;
+		mesh__gw_abs_deadline(&ts, deadline);
+		if (pthread_cond_timedwait(&g->cv_all, &g->mu, &ts) == ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&g->mu);
 }
 
 void mesh__gw_look(struct mesh_gw *g)
@@ -237,20 +675,20 @@ void mesh__gw_look(struct mesh_gw *g)
 
 static const char *group_of(const struct mesh__gw_prog *p)
 {
-	return p->m.group ? p->m.group : p->m.name;
+	return p->img.m.group ? p->img.m.group : p->img.m.name;
 }
 
 uint64_t mesh__gw_counted(const struct mesh__gw_prog *p)
 {
 	uint64_t m = p->rss + p->vram;
-	return m > p->m.memory ? m : p->m.memory;
+	return m > p->img.m.memory ? m : p->img.m.memory;
 }
 
 /* Under mu: what a start of p is counted at: max(`memory`, what its last
  * run was seen to hold). */
 static uint64_t need_of(const struct mesh__gw_prog *p)
 {
-	return p->last_peak > p->m.memory ? p->last_peak : p->m.memory;
+	return p->last_peak > p->img.m.memory ? p->last_peak : p->img.m.memory;
 }
 
 /* Under mu, p cold and counted in the budget: 0 when it fits beside the
@@ -258,7 +696,7 @@ static uint64_t need_of(const struct mesh__gw_prog *p)
  * programs of other groups were asked to stop, or none is idle yet);
  * MESH_E_RANGE when it can never fit.  A running program counts for
  * max(declared, measured) (mesh__gw_counted); one stopping counts until
- * its supervisor has reaped it and NVML lists none of its pids. */
+ * the host has reaped it and NVML lists none of its pids. */
 static int make_room(struct mesh__gw_prog *p)
 {
 	struct mesh_gw *g = p->g;
@@ -287,13 +725,13 @@ static int make_room(struct mesh__gw_prog *p)
 		}
 		if (!lru)
 			break;
-		lru->state = GW_STOPPING;
+		char why[80];
 		lru->evictions++;
-		snprintf(lru->evict_for, sizeof lru->evict_for, "evicted for %.64s", p->m.name);
-		mesh__gw_wake(lru);
 		freeing += mesh__gw_counted(lru);
-		mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use", p->m.name,
-			     lru->m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget);
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use", p->img.m.name,
+			     lru->img.m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget);
+		snprintf(why, sizeof why, "evicted for %.64s", p->img.m.name);
+		stop(lru, why);
 	}
 	return 1;
 }
@@ -307,7 +745,7 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 	w->until = 0;
 	for (;;) {
 		if (w->first.fd >= 0) {
-			/* Its start sent it, and took its place (gw_sup.c). */
+			/* Its start sent it, and took its place (send_first). */
 			w->port = w->first.port;
 			w->cold = 1;
 			return 0;
@@ -317,7 +755,7 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			*why = strdup("meshd is shutting down");
 			return 503;
 		}
-		if (p->state == GW_WARM && (!p->m.max_concurrency || p->inflight < p->m.max_concurrency)) {
+		if (p->state == GW_WARM && (!p->img.m.max_concurrency || p->inflight < p->img.m.max_concurrency)) {
 			p->inflight++;
 			p->requests++;
 			w->port = p->port;
@@ -328,7 +766,7 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 		if (!w->queued) {
 			if (p->waiting >= g->c.max_queue) {
 				*retry_after = 5;
-				mesh_errf(why, 0, "the queue of program '%s' is full (%u waiting)", p->m.name, p->waiting);
+				mesh_errf(why, 0, "the queue of program '%s' is full (%u waiting)", p->img.m.name, p->waiting);
 				return 503;
 			}
 			p->waiting++;
@@ -359,7 +797,7 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 				mesh_errf(why, 0,
 					  "program '%s' needs %llu bytes of memory (declared %llu, its last run held %llu), "
 					  "more than the budget (%llu)",
-					  p->m.name, (unsigned long long)need_of(p), (unsigned long long)p->m.memory,
+					  p->img.m.name, (unsigned long long)need_of(p), (unsigned long long)p->img.m.memory,
 					  (unsigned long long)p->last_peak, (unsigned long long)g->c.memory_budget);
 				return 502;
 			}
@@ -368,11 +806,13 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 				return 1; /* a program going cold or idle wakes it */
 			}
 		}
-		int rc = start(p);
-		if (rc) {
-			mesh_errf(why, 0, "cannot start program '%s': %s", p->m.name, mesh_strerror(rc));
-			return 502;
-		}
+		/* This request starts it: exactly one start however many come
+		 * (its acquire asks the host once mu is let go). */
+		p->gen++;
+		p->state = GW_STARTING;
+		p->pid = 0;
+		g->nlive++;
+		w->start = 1;
 		w->gen = p->gen;
 	}
 }
@@ -397,8 +837,8 @@ static void settle(struct mesh__gw_wait *w, int code)
 		p->waiting--;
 		g->nwaiting--;
 		if (!p->waiting && !p->inflight) {
-			mesh__gw_wake(p);
-			mesh__gw_look(g); /* idle now: a start waiting for room may evict it */
+			arm(g, mesh_mono_ns()); /* idle from now */
+			mesh__gw_look(g);	/* idle now: a start waiting for room may evict it */
 		}
 	}
 }
@@ -413,6 +853,10 @@ int mesh__gw_acquire(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 	if (code != 1)
 		settle(w, code);
 	pthread_mutex_unlock(&g->mu);
+	if (w->start) {
+		w->start = 0;
+		start(w->p);
+	}
 	if (code > 1 && !*why)
 		*why = strdup("out of memory");
 	return code;
@@ -431,10 +875,10 @@ void mesh__gw_release(struct mesh__gw_prog *p)
 	p->inflight--;
 	if (!p->inflight) {
 		p->last_end = mesh_mono_ns();
-		/* Its supervisor looks again an idle TTL after it saw it busy
-		 * (gw_sup.c): no wake-up a request, but for a TTL of 0. */
-		if (!p->m.idle_ttl_ns)
-			mesh__gw_wake(p);
+		/* The tick looks again an idle TTL after it saw it busy
+		 * (idle_check): no wake-up a request, but for a TTL of 0. */
+		if (!p->img.m.idle_ttl_ns)
+			arm(p->g, p->last_end);
 	}
 	mesh__gw_look(p->g); /* a place is free (or, idle, room for a start) */
 	pthread_mutex_unlock(&p->g->mu);
@@ -493,9 +937,9 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 	for (size_t i = 0; i < g->nprogs; i++) {
 		const struct mesh__gw_prog *p = &g->progs[i];
 		struct mesh_gw_prog_stats *o = &st[i];
-		snprintf(o->name, sizeof o->name, "%s", p->m.name);
+		snprintf(o->name, sizeof o->name, "%s", p->img.m.name);
 		snprintf(o->state, sizeof o->state, "%s", mesh__gw_state_name(p));
-		o->memory = p->m.memory;
+		o->memory = p->img.m.memory;
 		o->inflight = p->inflight;
 		o->queued = p->waiting;
 		o->requests_ok = p->req_ok;
@@ -532,16 +976,16 @@ json_t *mesh_gw_ps_json(struct mesh_gw *g)
 	for (size_t i = 0; a && i < g->nprogs; i++) {
 		const struct mesh__gw_prog *p = &g->progs[i];
 		json_t *models = json_array(), *o;
-		for (size_t k = 0; models && k < p->m.nmodels; k++)
-			json_array_append_new(models, json_string(p->m.models[k]));
+		for (size_t k = 0; models && k < p->img.m.nmodels; k++)
+			json_array_append_new(models, json_string(p->img.m.models[k]));
 		int has = p->state != GW_COLD && p->pid > 0;
 		o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:I}}", "name",
-			      p->m.name, "state", mesh__gw_state_name(p), "pid", has ? json_integer(p->pid) : json_null(),
+			      p->img.m.name, "state", mesh__gw_state_name(p), "pid", has ? json_integer(p->pid) : json_null(),
 			      "port", has ? json_integer(p->port) : json_null(), "models", models ? models : json_array(),
 			      "in_flight", (json_int_t)p->inflight, "queued", (json_int_t)p->waiting, "cold_starts",
 			      (json_int_t)p->spawns, "crashes", (json_int_t)p->crashes, "hung_restarts", (json_int_t)p->hung,
 			      "last_error", p->fail_gen ? json_string(p->fail_msg) : json_null(), "memory", "declared",
-			      (json_int_t)p->m.memory, "rss", (json_int_t)p->rss, "vram", (json_int_t)p->vram, "counted",
+			      (json_int_t)p->img.m.memory, "rss", (json_int_t)p->rss, "vram", (json_int_t)p->vram, "counted",
 			      (json_int_t)(p->state == GW_COLD ? 0 : mesh__gw_counted(p)), "last_peak",
 			      (json_int_t)p->last_peak);
 		if (!o || json_array_append_new(a, o)) {
@@ -553,18 +997,3 @@ json_t *mesh_gw_ps_json(struct mesh_gw *g)
 	return a;
 }
 
-void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
-{
-	pthread_mutex_lock(&g->mu);
-	g->stopping = 1;
-	for (size_t i = 0; i < g->nprogs; i++)
-		mesh__gw_wake(&g->progs[i]);
-	mesh__gw_look(g);
-	while (g->nsup) {
-		struct timespec ts;
-		mesh__gw_abs_deadline(&ts, deadline);
-		if (pthread_cond_timedwait(&g->cv_all, &g->mu, &ts) == ETIMEDOUT)
-			break;
-	}
-	pthread_mutex_unlock(&g->mu);
-}

@@ -1,21 +1,25 @@
 /* The model gateway's programs and the state its threads share (gw_prog.c:
- * the catalog's HTTP programs, a request's place -- acquire, never
- * blocking, and release --, the memory budget, their numbers, the log; and
- * the supervisor thread of each running program, gw_sup.c).  Used by the
- * front (gw_loop.c), meshd's own answers (gw_answer.c) and the gateway's
- * open, drain and free (gw.c); it knows none of them: when what a waiting
- * request waits for changes it calls g->look, the hook the front set.
+ * the catalog's HTTP programs, each an instance of the host's (host/host.h:
+ * the host starts, probes, stops and reaps them; its changes of state come
+ * to on_change, on the thread that dispatches the host's events); a
+ * request's place -- acquire, never blocking, and release --, the memory
+ * budget, their numbers, the log; the programs' tick: the idle stop, the
+ * measured memory, the wait for a dead program's VRAM).  Used by the front
+ * (gw_loop.c), meshd's own answers (gw_answer.c) and the gateway's open,
+ * drain and free (gw.c); it knows none of them: when what a waiting request
+ * waits for changes it calls g->look, and it asks for its tick through
+ * g->arm, the hooks the front set.
  * One mutex (g->mu) guards every field marked "mu"; lock order: g->mu,
- * then a loop's own mutex (gw_loop.c), never the other way.  Not a public
- * contract: see gw.h. */
+ * then a loop's own mutex (gw_loop.c), or the host's (host calls that do
+ * not wait), never the other way (the host calls on_change without its
+ * lock).  Not a public contract: see gw.h. */
 #ifndef MESH_GATEWAY_GW_PROG_H
 #define MESH_GATEWAY_GW_PROG_H
 
 #include "gateway/gw.h"
-#include "host/manifest.h"
+#include "gateway/gw_guard.h"
 #include "gpu/nvml.h"
-#include "host/wlog.h"
-#include "proc/proc.h"
+#include "host/host.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -30,13 +34,13 @@ enum mesh__gw_state { GW_COLD, GW_STARTING, GW_WARM, GW_STOPPING };
  * pay a loopback connect and the program's accept). */
 #define GW_POOL_MAX 64
 
-/* The request a cold start's supervisor sends itself, on the warm probe's
- * connection, the moment the probe passes: the first waiter's (one per
- * start), registered by mesh__gw_acquire while it waits.  Its bytes stay
- * the waiter's (its wait cannot end without taking the slot back under
- * mu, and its bytes do not move meanwhile); the supervisor writes what
- * goes under mu, without blocking, so the program works on it while the
- * waiter's loop wakes.  mu. */
+/* The request a cold start sends itself, on the warm probe's connection,
+ * the moment the probe passes (on_change, on the thread that dispatched
+ * the probe's answer): the first waiter's (one per start), registered by
+ * mesh__gw_acquire while it waits.  Its bytes stay the waiter's (its wait
+ * cannot end without taking the slot back under mu, and its bytes do not
+ * move meanwhile); what goes is written under mu, without blocking, so the
+ * program works on it while the waiter's loop wakes.  mu. */
 struct mesh__gw_first {
 	const char *line, *rest; /* the request line meshd makes, then the client's head and body */
 	size_t nline, nrest;
@@ -46,8 +50,13 @@ struct mesh__gw_first {
 	uint64_t t_sent; /* mesh_mono_ns when it went */
 };
 
+#define GW_GPU_PIDS_MAX 64
+
 struct mesh__gw_prog {
-	struct mesh_manifest m;
+	/* Its image (img.m: the manifest), read-only after the catalog's
+	 * reading, and its instance of the host (NULL: unfit). */
+	struct mesh_image img;
+	struct mesh_instance *inst;
 	struct mesh_gw *g;
 	/* mu: */
 	int state;		/* enum mesh__gw_state */
@@ -60,28 +69,30 @@ struct mesh__gw_prog {
 	uint64_t last_end;	/* when the last request ended (or warm) */
 	int port;		/* of the current process */
 	pid_t pid;
-	int evfd;		/* wakes the current supervisor; -1 when none */
-	char evict_for[80];	/* mu: why it is STOPPING, when evicted */
+	uint32_t spawns_seen;	/* the host's spawns of it, as noted (its "spawned" line) */
+	uint64_t spawned_gen;	/* the start whose spawn was noted */
+	char stop_why[80];	/* why it is STOPPING ("idle", "evicted for b", ...) */
+	uint64_t stop_t0;	/* when its stop was asked (0: not asked) */
+	int killed;		/* its stop went on to SIGKILL */
+	uint64_t vram_since;	/* reaped, awaiting its VRAM since (0: not) */
 	struct mesh__gw_first *first; /* mu: the waiter whose request the start sends (NULL: none) */
 	int pool[GW_POOL_MAX];	/* mu: idle connections to the warm process (GW_POOL_MAX) */
 	unsigned npool;
 	uint64_t spawns, crashes, start_failures, reaps, requests, evictions, hung;
 	uint64_t to_request, to_response, to_idle; /* requests past a limit */
 	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
-	struct mesh__wlog log;	/* supervisor thread only */
-	/* Set at the catalog's reading, read-only afterwards: who it runs as
-	 * (the manifest's `user`, else meshd's default), how its [limits] are
-	 * enforced (MESH_LIM_* bits), and why it cannot start at all (a limit
-	 * this machine cannot enforce, an unknown user; NULL: none). */
-	struct mesh_run_as run_as;
-	unsigned enforced;
+	/* Why it cannot start at all (a limit this machine cannot enforce, an
+	 * unknown user; NULL: none), set at the catalog's reading. */
 	char *unfit;
-	/* mu: measured by its supervisor (every second and at warm; 0
-	 * without a process): the resident bytes of its processes, and the
+	/* mu: measured by the programs' tick (every second, 0.1 s after warm;
+	 * 0 without a process): the resident bytes of its processes, and the
 	 * GPU memory NVML lists for their pids; the most seen (rss + vram) in
 	 * this run, and in its last run (what a new start is counted at when
-	 * it is more than the manifest's `memory`). */
-	uint64_t rss, vram, peak, last_peak;
+	 * it is more than the manifest's `memory`); the pids NVML was seen
+	 * listing (their memory is back only when NVML lists them no more). */
+	uint64_t rss, vram, peak, last_peak, next_measure;
+	pid_t gpu_pids[GW_GPU_PIDS_MAX];
+	size_t ngpu;
 };
 
 struct mesh__gw_conn {
@@ -92,30 +103,34 @@ struct mesh__gw_conn {
 
 struct mesh_gw {
 	struct mesh_gw_config c;
-	char *catalog, *logs;
+	struct mesh__gw_guard guard; /* the keys and the Host rule (gw_guard.h) */
+	char *catalog;
 	struct mesh__gw_prog *progs;
 	size_t nprogs;
-	struct mesh_proc_spawner *sp;
-	struct mesh_limits_caps caps; /* what this machine enforces, found at open */
+	struct mesh_host *host;	      /* c.host: runs the programs */
 	struct mesh_nvml *nvml;	      /* NVML for the programs' VRAM; NULL: none */
 	int lfd, port;
 	pthread_t accept_th;
 	int accept_started;
 	pthread_mutex_t mu;
-	pthread_cond_t cv_all;	/* mu: nconns, nsup, busy changed */
+	pthread_cond_t cv_all;	/* mu: nconns, nlive, busy changed */
 	struct mesh__gw_conn *conns; /* mu */
-	unsigned nconns, nsup, busy; /* mu */
+	unsigned nconns, nlive, busy; /* mu; nlive: programs not cold */
 	int draining, stopping, drained; /* mu */
 	unsigned nwaiting;	/* mu: requests waiting for a place (mesh__gw_acquire), all programs */
 	/* Called under mu (by mesh__gw_look) when what a waiting request waits
 	 * for may have changed: its loop looks again (gw_loop.c's; NULL: none). */
 	void (*look)(struct mesh_gw *g);
+	/* Called under mu: the programs' tick (mesh__gw_progs_tick) is wanted
+	 * at this mesh_mono_ns time, or sooner (the front's; NULL: none yet). */
+	void (*arm)(struct mesh_gw *g, uint64_t at);
 	struct mesh__gw_loop *loops;	/* gw_loop.c: the front's event loops */
 	unsigned nloops, next_loop;
 };
 
 /* gw_prog.c */
-/* Reads the catalog's HTTP programs into g->progs.  0 or a code, *err. */
+/* Reads the catalog's HTTP programs into g->progs, each an instance of
+ * g->host.  0 or a code, *err. */
 int mesh__gw_catalog(struct mesh_gw *g, char **err);
 void mesh__gw_progs_free(struct mesh_gw *g);
 /* The program serving model, or NULL. */
@@ -132,6 +147,7 @@ struct mesh__gw_wait {
 	int queued;	/* counted in p->waiting */
 	int cold;	/* it waited for a start (or a room for one) */
 	int port;	/* placed: of the process */
+	int start;	/* its place began a start: its acquire asks the host for it */
 };
 /* Takes a place for one request, or says why not yet, without blocking:
  * 0, placed (w->port; w->cold when it waited for a start; w->first.fd >= 0:
@@ -164,20 +180,18 @@ void mesh__gw_count_timeout(struct mesh__gw_prog *p, int kind);
 /* "cold", "starting", "warm", "stopping", or "failed" (cold after a failed
  * start).  Under mu. */
 const char *mesh__gw_state_name(const struct mesh__gw_prog *p);
-/* Asks every supervisor to stop its program and waits (bounded) for them. */
+/* Stops every program and waits (bounded) until each is cold. */
 void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline);
-/* Under mu: wakes p's supervisor (a request ended, a stop was asked). */
-void mesh__gw_wake(struct mesh__gw_prog *p);
+/* The programs' tick, at the time g->arm asked for (the front's loop):
+ * the idle stops, the measured memory, the wait for a dead program's VRAM.
+ * Returns when the next is wanted (mesh_mono_ns; 0: none until armed). */
+uint64_t mesh__gw_progs_tick(struct mesh_gw *g);
 /* A monotonic time as a timespec for the condition variables here. */
 void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
 
 /* Under mu: what p counts for in the memory budget while it has a process:
  * max(its manifest's `memory`, its measured rss + vram). */
 uint64_t mesh__gw_counted(const struct mesh__gw_prog *p);
-
-/* gw_sup.c: the supervisor thread of a start (arg: the program, whose
- * state is STARTING and evfd set, under mu, when it is created). */
-void *mesh__gw_sup_main(void *arg);
 
 /* A condition variable on CLOCK_MONOTONIC (every timed wait here is). */
 void mesh__gw_cond_init(pthread_cond_t *cv);

@@ -6,10 +6,12 @@
 #include "base/io.h"
 #include "base/thread.h"
 #include "host/limits.h"
+#include "host/probing.h"
 #include "host/wlog.h"
 #include "proc/proc.h"
 #include "shm/shm.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -18,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,14 +39,20 @@ extern char **environ;
 #define CLOSED_GRACE_NS (1000ull * MESH_NS_PER_MS)
 #define SAMPLE_EVERY_NS MESH_NS_PER_S
 
-enum { TAG_CTL = 1, TAG_PID = 2, TAG_OUT = 3 };
+/* An epoll event's data word: the instance's id above TAG_BITS, what the
+ * fd is below (id 0: the host's wake fd). */
+enum { TAG_CTL = 1, TAG_PID = 2, TAG_OUT = 3, TAG_PROBE = 4 };
+#define TAG_BITS 3
+#define TAG_MASK ((1u << TAG_BITS) - 1)
+/* Changes of state kept for a notify callback not yet called. */
+#define NOTIFY_MAX 16
 
 struct mesh_host {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int polling;
 	int driven;	/* an event loop dispatches (mesh_host_set_driven) */
-	uint32_t fired, fired_seen; /* events fed to the table, ever; as of the last dispatch */
+	uint32_t fired, fired_seen; /* events fed to the table (but probe steps that moved nothing), ever; as of the last dispatch */
 	int epfd, wakefd;
 	struct mesh_proc_spawner *sp;
 	struct mesh_limits_caps caps;
@@ -63,6 +73,12 @@ struct mesh_host {
 	uint64_t next_id;
 	uint32_t spawns, crashes;
 	uint64_t last_cg; /* the last retry of the cgroups left to remove */
+	/* Instances with changes to tell their notify callback (chained by
+	 * notify_next), told by one thread at a time (notifying), to
+	 * telling (mesh_instance_free waits while it is the one). */
+	struct mesh_instance *notify_head, *notify_tail;
+	int notifying;
+	struct mesh_instance *telling;
 	/* The sampler: its own thread, so that a read of all of /proc (about
 	 * 10 us a process on the machine) holds neither h->mu nor the thread
 	 * that dispatches the workers' events (a cold start's `ready`). */
@@ -110,6 +126,21 @@ struct mesh_instance {
 	double cpu_pct;
 	uint64_t spawned_at, alive_ns; /* this process's spawn; past processes' lifetimes */
 	int ready_told;		       /* on_ready called for this process */
+	int last_sig;		       /* the signal that ended its last process (0: none) */
+	char limits_note[512];	       /* its last end's "; its limits: ..." (mesh_instance_http) */
+	/* An HTTP program (img->m.backend == MESH_BACKEND_HTTP): this spawn's
+	 * {port}, and its readiness and liveness (probing.h). */
+	int http, port;
+	pid_t last_pid; /* the last spawn's, kept after its end */
+	struct mesh__probing pr;
+	/* mesh_instance_set_notify: the callback, its changes not yet told
+	 * (from, to), and its place in the host's list of those to tell. */
+	void (*notify)(void *, struct mesh_instance *, enum mesh_istate, enum mesh_istate);
+	void *notify_arg;
+	uint8_t nq_from[NOTIFY_MAX], nq_to[NOTIFY_MAX];
+	unsigned nq;
+	int notify_listed;
+	struct mesh_instance *notify_next;
 };
 
 static void *sampler_main(void *arg);
@@ -126,7 +157,7 @@ static uint64_t online_ns(const struct mesh_instance *w)
 
 static void ep_add(struct mesh_host *h, int fd, uint64_t id, int tag)
 {
-	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = id << 2 | (uint64_t)tag};
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = id << TAG_BITS | (uint64_t)tag};
 	epoll_ctl(h->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
@@ -207,11 +238,34 @@ static void new_failure(struct mesh_instance *w, int code, char *report)
 	w->fails++;
 }
 
+/* An HTTP program's environment: its manifest's [env] first (getenv finds
+ * the first), then meshd's. */
+static char **http_env(const struct mesh_manifest *m)
+{
+	size_t n = 0, k = 0;
+	while (environ && environ[n])
+		n++;
+	char **e = calloc(m->nenv + n + 1, sizeof *e);
+	for (size_t i = 0; e && i < m->nenv + n; i++)
+		if (!(e[k++] = strdup(i < m->nenv ? m->env[i] : environ[i - m->nenv]))) {
+			while (k)
+				free(e[--k]);
+			free(e);
+			return NULL;
+		}
+	return e;
+}
+
+/* A native worker's environment: meshd's but its MESH_* names, the host's
+ * (MESH_SERVICE_BASE, ...), the manifest's [env], the instance's extra
+ * "K=V", its control fd, name and slot, MPS's pipe directory. */
 static char **build_env(struct mesh_instance *w)
 {
 	const struct mesh_host *h = w->h;
 	const struct mesh_manifest *m = &w->img->m;
 	size_t n = 0, cap = 8;
+	if (w->http)
+		return http_env(m);
 	for (char **e = environ; e && *e; e++)
 		cap++;
 	for (char *const *e = h->env; e && *e; e++)
@@ -282,63 +336,170 @@ static int run_early_into(struct mesh_instance *w, struct mesh_ctl *ctl)
 	return w->armed && mesh_ctl_run_armed(ctl, w->armed, w->gen) == 0;
 }
 
-static int do_spawn(struct mesh_instance *w, char **err)
+/* A free loopback port (bound, read, closed: the program binds it next). */
+static int free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof sa;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -errno;
+	if (fd < 0)
+		return port;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+		port = ntohs(sa.sin_port);
+	else
+		port = -errno;
+	close(fd);
+	return port;
+}
+
+/* What a spawn makes and hands on (do_spawn's steps). */
+struct spawn {
+	struct mesh_ctl *ctl; /* a native worker's control channel */
+	int child_ctl, out[2], procs, port;
+	char **argv, **env, *path;
+	uint64_t t0;
+	struct mesh_proc_child c;
+};
+
+/* An HTTP program's command with {port} in place (argv and the resolved
+ * path into sp).  0, or a code with *err. */
+static int http_command(struct mesh_instance *w, struct spawn *sp, char **err)
+{
+	const struct mesh_manifest *m = &w->img->m;
+	char ps[16];
+	int rc = mesh_proc_resolve(m->command[0], &sp->path);
+	if (rc) {
+		*err = mesh_strf("program '%s' cannot run '%s': %s", w->img->name, m->command[0], mesh_strerror(rc));
+		return rc;
+	}
+	snprintf(ps, sizeof ps, "%d", sp->port);
+	if (!(sp->argv = calloc(m->ncommand + 1, sizeof *sp->argv)))
+		return -ENOMEM;
+	for (size_t i = 0; i < m->ncommand; i++) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		const char *a = m->command[i], *q;
+		while ((q = strstr(a, "{port}"))) {
+			mesh_buf_add(&b, a, (size_t)(q - a));
+			mesh_buf_adds(&b, ps);
+			a = q + 6;
+		}
+		mesh_buf_adds(&b, a);
+		if (!(sp->argv[i] = mesh_buf_detach(&b, NULL))) {
+			mesh_buf_release(&b);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* A native worker's binary and arguments (argv and path into sp). */
+static int native_command(struct mesh_instance *w, struct spawn *sp)
+{
+	const struct mesh_image *img = w->img;
+	if (!(sp->path = strdup(img->bin_path)) || !(sp->argv = calloc(img->m.nargs + 2, sizeof *sp->argv)) ||
+	    !(sp->argv[0] = strdup(img->argv0 ? img->argv0 : img->bin_path)))
+		return -ENOMEM;
+	for (size_t i = 0; i < img->m.nargs; i++)
+		if (!(sp->argv[i + 1] = strdup(img->m.args[i])))
+			return -ENOMEM;
+	return 0;
+}
+
+/* Where an HTTP program's probe goes this spawn: the image's addresses, or
+ * 127.0.0.1 on the port its command was given. */
+static void http_target(struct mesh_instance *w, int port)
+{
+	const struct mesh_image *img = w->img;
+	struct mesh__probing *pr = &w->pr;
+	pr->t = img->probe;
+	pr->o = (struct mesh_probe_opts)MESH_PROBE_OPTS_INIT;
+	pr->o.connect_timeout_ns = 500 * MESH_NS_PER_MS;
+	pr->o.model = img->probe_model;
+	pr->want_status = img->m.probe_status;
+	pr->naddrs = img->naddrs;
+	memcpy(pr->addrs, img->addrs, sizeof pr->addrs);
+	memcpy(pr->lens, img->lens, sizeof pr->lens);
+	if (img->naddrs)
+		return;
+	struct sockaddr_in *a = (struct sockaddr_in *)&pr->addrs[0];
+	memset(a, 0, sizeof *a);
+	a->sin_family = AF_INET;
+	a->sin_port = htons((uint16_t)port);
+	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	pr->lens[0] = sizeof *a;
+	pr->naddrs = 1;
+	snprintf(pr->t.host, sizeof pr->t.host, "127.0.0.1");
+	pr->t.port = (uint16_t)port;
+}
+
+/* The spawn's makings: its channel (native) or port (HTTP), its output
+ * pipe, command, environment and cgroup.  0, or a code with *err. */
+static int spawn_prepare(struct mesh_instance *w, struct spawn *sp, char **err)
 {
 	struct mesh_host *h = w->h;
 	const struct mesh_image *img = w->img;
-	int child_ctl = -1, out[2] = {-1, -1}, procs = -1, rc, early = 0;
-	struct mesh_ctl *ctl = NULL;
-	char **env = NULL, **argv = NULL;
-	/* The cold start counts from here, its setup (cgroup, log, pipes)
-	 * included: with a pid namespace the spawn returns only once
-	 * mesh-init has re-executed itself, by which time the program may
-	 * have said `ready` already. */
-	uint64_t t_spawn = mesh_mono_ns();
-	if (w->cg_busy)
-		cgroup_done(w);
-	if (w->cg_busy) {
-		rc = -EBUSY;
-		if (err)
-			*err = mesh_strf("cannot start '%s': its last processes are still on their way out", img->name);
+	int rc;
+	if (w->http && !img->naddrs && (sp->port = free_port()) < 0) {
+		*err = mesh_strf("program '%s': no free loopback port: %s", img->name, mesh_strerror(sp->port));
+		return sp->port;
+	}
+	if (!w->http && (rc = mesh_ctl_pair(&sp->ctl, &sp->child_ctl)))
 		return rc;
+	if (pipe2(sp->out, O_CLOEXEC) < 0)
+		return -errno;
+	fcntl(sp->out[0], F_SETFL, O_NONBLOCK);
+	if ((rc = w->http ? http_command(w, sp, err) : native_command(w, sp)))
+		return rc;
+	if (!(sp->env = build_env(w)))
+		return -ENOMEM;
+	if (!mesh_limits_want_cgroup(img->enforced, h->contain))
+		return 0;
+	/* meshd's pid in the name: several meshds may share a parent group. */
+	char tag[160];
+	snprintf(tag, sizeof tag, "%d-%s-%llu-%u", (int)getpid(), img->name, (unsigned long long)w->id, w->spawns);
+	rc = mesh_limits_cgroup_create(&h->caps, tag, &img->m.limits, img->enforced, w->cgdir, sizeof w->cgdir,
+				       &sp->procs);
+	if (rc) {
+		*err = mesh_strf("cannot create the cgroup for '%s': %s", img->name, mesh_strerror(rc));
+		w->cgdir[0] = 0;
 	}
-	w->cgdir[0] = 0;
-	if ((rc = mesh_ctl_pair(&ctl, &child_ctl)))
-		goto bad;
-	early = run_early_into(w, ctl);
-	if (pipe2(out, O_CLOEXEC) < 0) {
-		rc = -errno;
-		goto bad;
-	}
-	fcntl(out[0], F_SETFL, O_NONBLOCK);
-	if ((rc = mesh__wlog_open(&w->log, h->logs, img->name, h->log_max, err)))
-		goto bad;
-	if (!(env = build_env(w)) || !(argv = calloc(img->m.nargs + 2, sizeof *argv))) {
-		rc = -ENOMEM;
-		goto bad;
-	}
-	argv[0] = img->argv0;
-	for (size_t i = 0; i < img->m.nargs; i++)
-		argv[i + 1] = img->m.args[i];
-	if (mesh_limits_want_cgroup(img->enforced, h->contain)) {
-		/* meshd's pid in the name: several meshds may share a parent group. */
-		char tag[160];
-		snprintf(tag, sizeof tag, "%d-%s-%llu-%u", (int)getpid(), img->name, (unsigned long long)w->id, w->spawns);
-		rc = mesh_limits_cgroup_create(&h->caps, tag, &img->m.limits, img->enforced, w->cgdir, sizeof w->cgdir,
-					       &procs);
-		if (rc) {
-			if (err)
-				*err = mesh_strf("cannot create the cgroup for '%s': %s", img->name, mesh_strerror(rc));
-			w->cgdir[0] = 0;
-			goto bad;
-		}
-	}
-	struct mesh_proc_fd map[1] = {{child_ctl, CHILD_CTL_FD}};
+	return rc;
+}
+
+/* Why a spawn failed, for *err: a user that cannot reach the program is
+ * named (the usual cause: a catalog or command under a directory only
+ * meshd's user may enter, /root, a 0700 temp dir). */
+static char *spawn_why(struct mesh_instance *w, const struct spawn *sp, const struct mesh_run_as *ra, int rc)
+{
+	const char *what = w->http ? "the command" : "the binary";
+	char *why = rc == -EACCES && ra->set
+			    ? mesh_strf("cannot %s '%s': %s as user '%s' (%s): that user must be able to reach %s and "
+					"every directory above it",
+					w->http ? "run" : "start", sp->path, mesh_strerror(rc), ra->name,
+					w->img->m.user ? "the manifest's `user`"
+						       : "meshd runs as root and the manifest names no `user`",
+					what)
+			    : mesh_strf("cannot %s '%s': %s", w->http ? "run" : "start", sp->path, mesh_strerror(rc));
+	if (!w->http || !why)
+		return why;
+	char *p = mesh_strf("program '%s' %s", w->img->name, why);
+	free(why);
+	return p;
+}
+
+/* The process, through proc/: its session (and PID namespace where this
+ * host contains with one), cgroup, rlimits, user; output into the pipe. */
+static int spawn_run(struct mesh_instance *w, struct spawn *sp, char **err)
+{
+	struct mesh_host *h = w->h;
+	const struct mesh_image *img = w->img;
+	struct mesh_proc_fd map[1] = {{sp->child_ctl, CHILD_CTL_FD}};
 	struct mesh_proc_rlimit rl[MESH_PROC_RLIMITS_MAX];
 	struct mesh_proc_opts o = MESH_PROC_OPTS_INIT;
-	o.path = img->bin_path, o.argv = argv, o.envp = env, o.out_fd = out[1], o.fds = map, o.nfds = 1;
+	o.path = sp->path, o.argv = sp->argv, o.envp = sp->env, o.out_fd = sp->out[1];
+	o.fds = w->http ? NULL : map, o.nfds = w->http ? 0 : 1;
 	o.rlimits = rl, o.nrlimits = mesh_limits_rlimits(&img->m.limits, img->enforced, rl);
-	o.cgroup_procs_fd = procs, o.flags = MESH_PROC_SESSION;
+	o.cgroup_procs_fd = sp->procs, o.flags = MESH_PROC_SESSION;
 	if (h->contain & MESH_CONTAIN_PIDNS)
 		o.flags |= MESH_PROC_PIDNS;
 	const struct mesh_run_as *ra = mesh_host_run_as(h, img);
@@ -346,78 +507,131 @@ static int do_spawn(struct mesh_instance *w, char **err)
 		o.flags |= MESH_PROC_SETUID;
 		o.uid = ra->uid, o.gid = ra->gid, o.groups = ra->groups, o.ngroups = ra->ngroups;
 	}
-	struct mesh_proc_child c;
-	rc = mesh_proc_spawn_child(h->sp, &o, 1, &c);
-	if (rc) {
-		if (err && rc == -EACCES && ra->set)
-			/* The usual cause: a catalog under a directory only meshd's
-			 * user may enter (/root, a 0700 temp dir). */
-			*err = mesh_strf("cannot start '%s': %s as user '%s' (%s): that user must be able to reach "
-					 "the binary and every directory above it",
-					 img->bin_path, mesh_strerror(rc), ra->name,
-					 img->m.user ? "the manifest's `user`" : "meshd runs as root and the manifest names no `user`");
-		else if (err)
-			*err = mesh_strf("cannot start '%s': %s", img->bin_path, mesh_strerror(rc));
-		goto bad;
-	}
-	close(child_ctl);
-	close(out[1]);
-	if (procs >= 0)
-		close(procs);
-	free_strv(env);
-	free(argv);
-	w->pid = c.pid;
-	w->child = c;
-	w->pidfd = c.pidfd;
+	int rc = mesh_proc_spawn_child(h->sp, &o, 1, &sp->c);
+	if (rc)
+		*err = spawn_why(w, sp, ra, rc);
+	return rc;
+}
+
+/* Its log, opened once the process runs (its output waits in the pipe):
+ * creating the file at a first start took 0.7-16 ms on a busy disk, on the
+ * cold start's path.  Without its log the process is not kept: SIGKILLed
+ * and reaped here. */
+static int spawn_log(struct mesh_instance *w, struct spawn *sp, char **err)
+{
+	const struct mesh_image *img = w->img;
+	int rc = img->log_path ? mesh__wlog_open_path(&w->log, img->log_path, w->h->log_max, err)
+			       : mesh__wlog_open(&w->log, w->h->logs, img->name, w->h->log_max, err);
+	if (rc == 0)
+		return 0;
+	siginfo_t si;
+	mesh_proc_child_kill(&sp->c, SIGKILL);
+	while (waitid((idtype_t)P_PIDFD, (id_t)sp->c.pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	close(sp->c.pidfd);
+	return rc;
+}
+
+/* The spawned process is the instance's: its fds in the loop, its log's
+ * first line, an HTTP program's start's wait begun. */
+static void spawn_adopt(struct mesh_instance *w, struct spawn *sp)
+{
+	struct mesh_host *h = w->h;
+	w->pid = sp->c.pid;
+	w->child = sp->c;
+	w->pidfd = sp->c.pidfd;
 	pthread_cond_signal(&h->sampler_cv); /* its first sample a period from now */
-	w->outfd = out[0];
-	w->ctl = ctl;
-	w->exit_requested = 0;
-	w->was_ready = 0;
-	w->run_early = early;
-	if (early)
-		w->slot = w->armed;
+	w->outfd = sp->out[0];
+	sp->out[0] = -1;
+	w->ctl = sp->ctl;
+	sp->ctl = NULL;
+	w->port = sp->port;
+	w->last_pid = sp->c.pid;
+	w->exit_requested = w->was_ready = w->ready_told = 0;
 	w->closed_deadline = 0;
 	free(w->fail_reason);
 	w->fail_reason = NULL;
 	mesh_proc_tail_reset(&w->tail);
 	w->spawns++;
-	h->spawns++;
-	w->enforced = img->enforced;
+	if (!w->http)
+		h->spawns++; /* the host's totals are its workers' (the gateway counts its programs') */
+	w->enforced = w->img->enforced;
+	w->spawned_at = sp->t0;
 	w->prev_cpu = 0;
-	w->spawned_at = t_spawn;
 	w->prev_at = mesh_mono_ns();
-	w->ready_told = 0;
 	w->cpu_pct = 0;
 	w->cpu_ns = w->rss = 0;
 	w->nprocs = 0;
-	ep_add(h, mesh_ctl_fd(ctl), w->id, TAG_CTL);
+	if (w->ctl)
+		ep_add(h, mesh_ctl_fd(w->ctl), w->id, TAG_CTL);
 	ep_add(h, w->pidfd, w->id, TAG_PID);
 	ep_add(h, w->outfd, w->id, TAG_OUT);
-	if (c.how == MESH_PROC_HOW_PIDNS)
-		log_line(w, "started pid %d (in a pid namespace under mesh-init, pid %d)", (int)c.pid, (int)c.init);
+	if (w->http) {
+		http_target(w, sp->port);
+		mesh__probing_start(&w->pr, sp->t0, mesh_mono_ns());
+	}
+	char port[32] = "";
+	if (sp->port)
+		snprintf(port, sizeof port, " on port %d", sp->port);
+	if (sp->c.how == MESH_PROC_HOW_PIDNS)
+		log_line(w, "started pid %d%s (in a pid namespace under mesh-init, pid %d)", (int)sp->c.pid, port,
+			 (int)sp->c.init);
 	else
-		log_line(w, "started pid %d", (int)c.pid);
-	return 0;
-bad:
-	if (child_ctl >= 0)
-		close(child_ctl);
-	mesh_ctl_free(ctl);
-	if (out[0] >= 0)
-		close(out[0]);
-	if (out[1] >= 0)
-		close(out[1]);
-	if (procs >= 0)
-		close(procs);
-	if (w->cgdir[0])
-		mesh_limits_cgroup_remove(w->cgdir, 0);
+		log_line(w, "started pid %d%s", (int)sp->c.pid, port);
+}
+
+static void spawn_release(struct spawn *sp)
+{
+	int fds[] = {sp->child_ctl, sp->out[0], sp->out[1], sp->procs};
+	for (size_t i = 0; i < sizeof fds / sizeof *fds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	mesh_ctl_free(sp->ctl);
+	free_strv(sp->argv);
+	free_strv(sp->env);
+	free(sp->path);
+}
+
+/* 0, or a code with *err (malloc'd) saying why. */
+static int do_spawn(struct mesh_instance *w, char **err)
+{
+	/* The cold start counts from here, its setup (cgroup, pipes) included:
+	 * with a pid namespace the spawn returns only once mesh-init has
+	 * re-executed itself, by which time the program may have said `ready`
+	 * already. */
+	struct spawn sp = {.child_ctl = -1, .out = {-1, -1}, .procs = -1, .t0 = mesh_mono_ns()};
+	char *why = NULL;
+	int rc, early = 0;
+	if (w->cg_busy)
+		cgroup_done(w);
+	if (w->cg_busy) {
+		*err = mesh_strf("cannot start '%s': its last processes are still on their way out", w->img->name);
+		return -EBUSY;
+	}
 	w->cgdir[0] = 0;
-	mesh__wlog_close(&w->log);
-	free_strv(env);
-	free(argv);
-	if (err && !*err)
-		*err = mesh_strf("cannot start '%s': %s", img->name, mesh_strerror(rc));
-	return rc;
+	rc = spawn_prepare(w, &sp, &why);
+	if (rc == 0 && sp.ctl)
+		early = run_early_into(w, sp.ctl);
+	if (rc == 0)
+		rc = spawn_run(w, &sp, &why);
+	close(sp.out[1]);
+	sp.out[1] = -1;
+	if (rc == 0)
+		rc = spawn_log(w, &sp, &why);
+	if (rc) {
+		if (w->cgdir[0])
+			mesh_limits_cgroup_remove(w->cgdir, 1);
+		w->cgdir[0] = 0;
+		spawn_release(&sp);
+		*err = why ? why : mesh_strf("cannot start '%s': %s", w->img->name, mesh_strerror(rc));
+		return rc;
+	}
+	spawn_adopt(w, &sp);
+	w->run_early = early;
+	if (early)
+		w->slot = w->armed;
+	spawn_release(&sp);
+	return 0;
 }
 
 static void close_ctl(struct mesh_instance *w)
@@ -447,65 +661,132 @@ static void forget_pending(struct mesh_instance *w)
 	w->run_early = 0;
 }
 
-/* The process ended: reap it, keep its last words, report it. */
-static void do_reap(struct mesh_instance *w, enum mesh_istate was)
+/* "; its limits: ..." for a report of its end, when [limits] were in force
+ * (an end by going over one reads as a crash: the reason is near), after
+ * "; the kernel's OOM killer ended it: ..." when its cgroup says so; ""
+ * else.  Before its cgroup goes. */
+static void limits_note(struct mesh_instance *w)
+{
+	const struct mesh_limits *l = &w->img->m.limits;
+	char how[256], oom[128] = "";
+	w->limits_note[0] = 0;
+	if (!w->enforced)
+		return;
+	if (w->cgdir[0] && (w->enforced & MESH_LIM_MEMORY_CGROUP)) {
+		char path[700], *ev = NULL;
+		size_t n = 0;
+		snprintf(path, sizeof path, "%s/memory.events", w->cgdir);
+		const char *k = mesh_read_file(path, 1 << 16, &ev, &n) == 0 ? strstr(ev, "oom_kill ") : NULL;
+		if (k && strtoull(k + 9, NULL, 10) > 0)
+			snprintf(oom, sizeof oom, "; the kernel's OOM killer ended it: over limits.memory");
+		free(ev);
+	}
+	mesh_limits_describe(w->enforced, how, sizeof how);
+	snprintf(w->limits_note, sizeof w->limits_note,
+		 "%s; its limits: memory=%llu open_files=%llu processes=%llu cpu=%u.%03u (%s)", oom,
+		 (unsigned long long)l->memory, (unsigned long long)l->open_files, (unsigned long long)l->processes,
+		 l->cpu_milli / 1000, l->cpu_milli % 1000, how);
+}
+
+/* Reaps the ended process (its output read first: a child of it may still
+ * hold the pipe, so what is there, not its end), SIGKILLs what is left of
+ * its group, closes its fds; its exit status, and *sig the signal. */
+static int reap_process(struct mesh_instance *w, int *sig)
 {
 	struct mesh_host *h = w->h;
 	siginfo_t si;
 	memset(&si, 0, sizeof si);
-	/* Its output is all in the pipe now; a child of it may still hold the
-	 * pipe, so read what is there rather than wait for end of file. */
 	drain(w);
 	kill_group(w, SIGKILL);
 	int r;
 	do
 		r = waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED);
 	while (r < 0 && errno == EINTR);
-	int sig = 0;
-	int status = r == 0 ? mesh_proc_child_exit_code(&w->child, &si, &sig) : 255;
-	w->last_exit = status;
+	*sig = 0;
+	int status = r == 0 ? mesh_proc_child_exit_code(&w->child, &si, sig) : 255;
 	ep_del(h, w->pidfd);
 	close(w->pidfd);
 	w->pidfd = -1;
 	close_ctl(w);
+	if (w->http)
+		mesh__probing_close(&w->pr);
 	drain(w);
 	if (w->outfd >= 0) {
 		ep_del(h, w->outfd);
 		close(w->outfd);
 		w->outfd = -1;
 	}
-	if (sig)
-		log_line(w, "pid %d exited with status %d (signal %s)", (int)w->pid, status, signame(sig));
+	if (*sig)
+		log_line(w, "pid %d exited with status %d (signal %s)", (int)w->pid, status, signame(*sig));
 	else
 		log_line(w, "pid %d exited with status %d", (int)w->pid, status);
+	return status;
+}
+
+/* A native worker's report of an end nobody asked for, or of a failure. */
+static void native_report(struct mesh_instance *w, struct mesh_buf *b, enum mesh_istate was, int status, int sig,
+			  const char *tail)
+{
+	const char *name = w->img->name;
+	if (w->fail_reason)
+		mesh_buf_addf(b, "worker '%s' (pid %d) failed: %s; exit status %d", name, (int)w->pid, w->fail_reason,
+			      status);
+	else
+		mesh_buf_addf(b, "worker '%s' (pid %d) crashed %s: exit status %d", name, (int)w->pid,
+			      was == MESH_IS_STARTING ? "before ready"
+			      : w->slot		       ? "while running"
+						       : "while idle",
+			      status);
+	if (sig)
+		mesh_buf_addf(b, " (killed by SIG%s)", signame(sig));
+	mesh_buf_addf(b, "\n--- last %u lines of output ---\n%s", MESH_TAIL_LINES, tail ? tail : "");
+}
+
+/* An HTTP program's (docs/gateway.md's words: the gateway answers with it). */
+static void http_report(struct mesh_instance *w, struct mesh_buf *b, enum mesh_istate was, int status,
+			const char *tail)
+{
+	const char *name = w->img->name;
+	if (w->fail_reason)
+		mesh_buf_addf(b, "program '%s' %s", name, w->fail_reason);
+	else if (was == MESH_IS_PROBING)
+		mesh_buf_addf(b, "program '%s' exited with status %d before it was warm (last probe: %s)%s", name, status,
+			      w->pr.last, w->limits_note);
+	else
+		mesh_buf_addf(b, "program '%s' exited with status %d while warm%s", name, status, w->limits_note);
+	if (tail && *tail)
+		mesh_buf_addf(b, "; its last lines:\n%s", tail);
+}
+
+/* The process ended: reap it, keep its last words, report it. */
+static void do_reap(struct mesh_instance *w, enum mesh_istate was)
+{
+	struct mesh_host *h = w->h;
+	int sig;
+	int status = reap_process(w, &sig);
+	w->last_exit = status;
+	w->last_sig = sig;
+	limits_note(w);
 	char *tail = mesh_proc_tail_text(&w->tail);
 	struct mesh_buf b = MESH_BUF_INIT;
-	const char *name = w->img->name;
 	/* A death before `ready` that nobody asked for: the core's crash-loop
 	 * backoff counts these. */
 	if (!w->was_ready && (!w->exit_requested || w->fail_reason))
 		w->unready++;
 	if (!w->exit_requested || w->fail_reason) {
-		if (w->fail_reason)
-			mesh_buf_addf(&b, "worker '%s' (pid %d) failed: %s; exit status %d", name, (int)w->pid,
-				      w->fail_reason, status);
+		if (w->http)
+			http_report(w, &b, was, status, tail);
 		else
-			mesh_buf_addf(&b, "worker '%s' (pid %d) crashed %s: exit status %d", name, (int)w->pid,
-				      was == MESH_IS_STARTING ? "before ready"
-				      : w->slot		       ? "while running"
-							       : "while idle",
-				      status);
-		if (sig)
-			mesh_buf_addf(&b, " (killed by SIG%s)", signame(sig));
-		mesh_buf_addf(&b, "\n--- last %u lines of output ---\n%s", MESH_TAIL_LINES, tail ? tail : "");
+			native_report(w, &b, was, status, sig, tail);
 		if (!w->fail_reason) {
 			w->crashes++;
-			h->crashes++;
+			if (!w->http)
+				h->crashes++;
 		}
 		int code = w->fail_reason ? w->fail_code : MESH_E_CRASHED;
 		if (w->slot) {
 			if (!mesh_slot_failed(w->slot))
-				mesh_slot_fail(w->slot, "worker '%s' %s: exit status %d", name,
+				mesh_slot_fail(w->slot, "worker '%s' %s: exit status %d", w->img->name,
 					       w->fail_reason ? "failed" : "crashed", status);
 			w->failed_slot = w->slot;
 		}
@@ -538,7 +819,7 @@ struct outcome {
 	int rc;
 	enum mesh_ievent raise;
 	struct evarg arg;
-	char text[512];
+	char text[1024];
 };
 
 static void raise_ev(struct outcome *o, enum mesh_ievent ev)
@@ -592,25 +873,40 @@ static void send_run_early(struct mesh_instance *w)
 static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg *a, char **err,
 		      struct outcome *o)
 {
+	char *why = NULL;
 	w->pending = ev == MESH_EV_LAUNCH ? a->slot : NULL;
 	arm_pending(w, a);
-	int rc = do_spawn(w, err);
+	int rc = do_spawn(w, &why);
 	if (rc) {
 		o->rc = rc;
 		o->arg.code = rc;
-		if (err && *err)
-			raise_text(o, MESH_EV_UNSTARTED, "%s", *err);
+		raise_text(o, MESH_EV_UNSTARTED, "%s", why ? why : mesh_strerror(rc));
+		if (err)
+			*err = why;
 		else
-			raise_text(o, MESH_EV_UNSTARTED, "cannot start: %s", mesh_strerror(rc));
+			free(why);
 		return;
 	}
-	w->deadline = mesh_mono_ns() + ready_ns(w);
+	w->deadline = mesh_mono_ns() + (w->http ? w->img->m.start_timeout_ns : ready_ns(w));
 	send_run_early(w);
 }
+
+static void http_fill(const struct mesh_instance *w, struct mesh_instance_http *out);
 
 static void act_ready(struct mesh_instance *w, struct outcome *o)
 {
 	w->deadline = 0;
+	if (w->http) {
+		/* Warm: from here its probe, with an interval, is the periodic one. */
+		struct mesh_instance_http hi;
+		char wait[400];
+		w->was_ready = 1;
+		http_fill(w, &hi);
+		mesh_instance_http_wait_text(&hi, wait, sizeof wait);
+		log_line(w, "warm pid %d in %.1f ms (%s; waited with %s)", (int)w->pid,
+			 (double)(mesh_mono_ns() - w->spawned_at) / 1e6, w->pr.last, wait);
+		return;
+	}
 	if (w->h->on_ready && !w->ready_told)
 		w->h->on_ready(w->h->on_ready_ctx, w->img, mesh_mono_ns() - w->spawned_at);
 	w->ready_told = 1;
@@ -647,6 +943,8 @@ static void act_stop(struct mesh_instance *w, struct outcome *o)
 	uint64_t grace = w->img->m.stop_grace_ns;
 	w->exit_requested = 1;
 	forget_pending(w);
+	if (w->http)
+		mesh__probing_close(&w->pr); /* an idle connection must not hold up its graceful stop */
 	if (w->img->m.device == MESH_DEVICE_GPU && h->gpu == MESH_GPU_MPS && h->stop_gpu_client) {
 		char *e = NULL;
 		if (h->stop_gpu_client(h->gpu_ctx, w->pid, &e) != 0)
@@ -679,14 +977,16 @@ static void act_term(struct mesh_instance *w, struct outcome *o)
 
 static void act_fail(struct mesh_instance *w, enum mesh_istate was, enum mesh_ievent ev, const struct evarg *a)
 {
-	int code = ev == MESH_EV_TIMEOUT ? MESH_E_TIMEOUT : ev == MESH_EV_REJECTED ? MESH_E_REFUSED : MESH_E_PROTO;
+	int code = ev == MESH_EV_TIMEOUT || ev == MESH_EV_HUNG ? MESH_E_TIMEOUT
+		   : ev == MESH_EV_REJECTED			 ? MESH_E_REFUSED
+								 : MESH_E_PROTO;
 	char *why;
 	if (ev == MESH_EV_TIMEOUT) {
 		uint64_t lim = was == MESH_IS_STARTING ? ready_ns(w) : online_ns(w);
 		why = mesh_strf("no '%s' within %llu ms",
 				was == MESH_IS_STARTING ? "ready" : was == MESH_IS_LAUNCHING ? "online" : "halted",
 				(unsigned long long)(lim / MESH_NS_PER_MS));
-	} else if (ev == MESH_EV_BROKEN || ev == MESH_EV_REJECTED || ev == MESH_EV_STALE) {
+	} else if (ev == MESH_EV_BROKEN || ev == MESH_EV_REJECTED || ev == MESH_EV_STALE || ev == MESH_EV_HUNG) {
 		why = mesh_strf("%s", a->text ? a->text : "protocol violation");
 	} else {
 		why = mesh_strf("unexpected '%s' while %s%s%s", mesh_ievent_name(ev), mesh_istate_name(was),
@@ -697,10 +997,39 @@ static void act_fail(struct mesh_instance *w, enum mesh_istate was, enum mesh_ie
 	w->fail_code = code;
 	w->exit_requested = 1;
 	forget_pending(w);
+	if (w->http) {
+		mesh__probing_close(&w->pr);
+		log_line(w, "failed: %s", w->fail_reason ? w->fail_reason : "?");
+	}
 	kill_group(w, SIGKILL);
 	w->deadline = 0;
 	if (w->slot && !mesh_slot_failed(w->slot))
 		mesh_slot_fail(w->slot, "worker '%s' failed: %s", w->img->name, w->fail_reason ? w->fail_reason : "?");
+}
+
+/* An HTTP program's start or warm probe: a step (its socket's event, or
+ * its time); the start's raises ready once its probe passed, the warm
+ * one's hung after the failures in a row. */
+static void act_probe(struct mesh_instance *w, struct outcome *o)
+{
+	int rc = mesh__probing_step(&w->pr, mesh_mono_ns());
+	if (rc == MESH__PROBING_WARM)
+		raise_ev(o, MESH_EV_READY);
+	else if (rc == MESH__PROBING_HUNG)
+		raise_text(o, MESH_EV_HUNG, "hung: %u probes in a row failed (last: %s)", w->pr.fails, w->pr.last);
+}
+
+/* Not warm by its start deadline: that is its failure (the waiters' 504,
+ * the report), then it is stopped as an exit would (stop signal, grace,
+ * SIGKILL): a loading model server is let go gracefully. */
+static void act_expire(struct mesh_instance *w, struct outcome *o)
+{
+	free(w->fail_reason);
+	w->fail_reason = mesh_strf("was not warm within %.1f s (last probe: %s)",
+				   (double)w->img->m.start_timeout_ns / 1e9, w->pr.last);
+	w->fail_code = MESH_E_TIMEOUT;
+	log_line(w, "%s", w->fail_reason ? w->fail_reason : "start timeout");
+	act_stop(w, o);
 }
 
 /* Runs one action; what it raises is in *o.  h->mu held. */
@@ -792,7 +1121,40 @@ static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_ist
 	case MESH_A_REAP:
 		do_reap(w, was);
 		break;
+	case MESH_A_PROBE:
+	case MESH_A_CHECK:
+		act_probe(w, o);
+		break;
+	case MESH_A_EXPIRE:
+		act_expire(w, o);
+		break;
 	}
+}
+
+/* Keeps a change of w's state for its notify callback (notify_flush).
+ * h->mu held. */
+static void notify_note(struct mesh_instance *w, enum mesh_istate from, enum mesh_istate to)
+{
+	struct mesh_host *h = w->h;
+	if (!w->notify)
+		return;
+	if (w->nq == NOTIFY_MAX) {
+		/* Never seen (a flush follows each dispatch): the last change
+		 * goes on to the newest state. */
+		w->nq_to[w->nq - 1] = (uint8_t)to;
+	} else {
+		w->nq_from[w->nq] = (uint8_t)from;
+		w->nq_to[w->nq++] = (uint8_t)to;
+	}
+	if (w->notify_listed)
+		return;
+	w->notify_listed = 1;
+	w->notify_next = NULL;
+	if (h->notify_tail)
+		h->notify_tail->notify_next = w;
+	else
+		h->notify_head = w;
+	h->notify_tail = w;
 }
 
 /* The dispatcher: the cell's action, then the cell's next state; an event
@@ -804,13 +1166,54 @@ static int fire(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg
 	enum mesh_istate was = w->state;
 	struct mesh_transition t = mesh_lifecycle[was][ev];
 	struct outcome o = {.raise = MESH_EV__N};
-	w->h->fired++;
 	act(w, t.action, was, ev, a ? a : &none, err, &o);
 	w->state = t.next;
+	/* An HTTP program's probe steps (thousands a second in a start's
+	 * first moments) count only when they move it. */
+	if (t.next != was || ev != MESH_EV_PROBE)
+		w->h->fired++;
+	if (t.next != was)
+		notify_note(w, was, t.next);
 	if (o.raise == MESH_EV__N)
 		return o.rc;
 	int rc = fire(w, o.raise, &o.arg, err);
 	return o.rc ? o.rc : rc;
+}
+
+/* Calls the notify callbacks of the changes kept, in order, with h->mu
+ * not held; one thread at a time (another that finds one at it leaves its
+ * changes to it).  h->mu not held on entry. */
+static void notify_flush(struct mesh_host *h)
+{
+	pthread_mutex_lock(&h->mu);
+	if (h->notifying) {
+		pthread_mutex_unlock(&h->mu);
+		return;
+	}
+	h->notifying = 1;
+	while (h->notify_head) {
+		struct mesh_instance *w = h->notify_head;
+		uint8_t from[NOTIFY_MAX], to[NOTIFY_MAX];
+		unsigned n = w->nq;
+		h->notify_head = w->notify_next;
+		if (!h->notify_head)
+			h->notify_tail = NULL;
+		w->notify_listed = 0;
+		memcpy(from, w->nq_from, n);
+		memcpy(to, w->nq_to, n);
+		w->nq = 0;
+		void (*fn)(void *, struct mesh_instance *, enum mesh_istate, enum mesh_istate) = w->notify;
+		void *arg = w->notify_arg;
+		h->telling = w;
+		pthread_mutex_unlock(&h->mu);
+		for (unsigned i = 0; fn && i < n; i++)
+			fn(arg, w, (enum mesh_istate)from[i], (enum mesh_istate)to[i]);
+		pthread_mutex_lock(&h->mu);
+		h->telling = NULL;
+		pthread_cond_broadcast(&h->cv);
+	}
+	h->notifying = 0;
+	pthread_mutex_unlock(&h->mu);
 }
 
 static void wake_all(struct mesh_host *h)
@@ -1062,10 +1465,19 @@ static void *sampler_main(void *arg)
 /* The earliest deadline of any instance, and of the retry of the cgroups
  * left to remove while there are any: an idle host has none (UINT64_MAX).
  * h->mu held. */
+/* An HTTP program's next probe step without an event (0: none). */
+static uint64_t probe_due(const struct mesh_instance *w)
+{
+	return w->http && (w->state == MESH_IS_PROBING || w->state == MESH_IS_WARM) ? mesh__probing_next(&w->pr) : 0;
+}
+
 static uint64_t next_deadline(struct mesh_host *h)
 {
 	uint64_t until = UINT64_MAX;
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
+		uint64_t pd = probe_due(w);
+		if (pd && pd < until)
+			until = pd;
 		if (w->cg_busy && w->pid <= 0 && h->last_cg + SAMPLE_EVERY_NS < until)
 			until = h->last_cg + SAMPLE_EVERY_NS;
 		if (w->deadline && w->deadline < until)
@@ -1083,8 +1495,8 @@ static void handle(struct mesh_host *h, const struct epoll_event *evs, int n)
 	/* Deaths first: a crash report then holds every line written before it. */
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < n; i++) {
-			uint64_t id = evs[i].data.u64 >> 2;
-			int tag = (int)(evs[i].data.u64 & 3);
+			uint64_t id = evs[i].data.u64 >> TAG_BITS;
+			int tag = (int)(evs[i].data.u64 & TAG_MASK);
 			if (id == 0) {
 				if (pass == 0) {
 					uint64_t v;
@@ -1100,11 +1512,16 @@ static void handle(struct mesh_host *h, const struct epoll_event *evs, int n)
 				drain(w);
 			else if (pass == 0 && tag == TAG_CTL)
 				on_ctl(w);
+			else if (pass == 0 && tag == TAG_PROBE)
+				fire(w, MESH_EV_PROBE, NULL, NULL);
 			else if (pass == 1 && tag == TAG_PID && w->pidfd >= 0)
 				fire(w, MESH_EV_DIED, NULL, NULL);
 		}
 	uint64_t now = mesh_mono_ns();
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
+		uint64_t pd = probe_due(w);
+		if (pd && now >= pd)
+			fire(w, MESH_EV_PROBE, NULL, NULL);
 		if (w->deadline && now >= w->deadline) {
 			w->deadline = 0;
 			fire(w, MESH_EV_TIMEOUT, NULL, NULL);
@@ -1121,6 +1538,17 @@ static void handle(struct mesh_host *h, const struct epoll_event *evs, int n)
 			if (w->cg_busy && w->pid <= 0)
 				cgroup_done(w);
 	}
+}
+
+/* epoll_wait to the nanosecond where the kernel can (an HTTP program's
+ * listen tests are 0.25 ms apart), else to the millisecond, rounded up. */
+static int wait_ns(int epfd, struct epoll_event *evs, int max, uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / MESH_NS_PER_S), (long)(ns % MESH_NS_PER_S)};
+	int n = epoll_pwait2(epfd, evs, max, &ts, NULL);
+	if (n < 0 && errno == ENOSYS)
+		n = epoll_wait(epfd, evs, max, (int)((ns + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS));
+	return n;
 }
 
 int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
@@ -1140,15 +1568,15 @@ int mesh_host_poll(struct mesh_host *h, uint64_t timeout_ns)
 		until = next;
 	pthread_mutex_unlock(&h->mu);
 
-	int ms = until > now ? (int)((until - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS) : 0;
 	struct epoll_event evs[32];
-	int n = epoll_wait(h->epfd, evs, 32, ms);
+	int n = wait_ns(h->epfd, evs, 32, until > now ? until - now : 0);
 
 	pthread_mutex_lock(&h->mu);
 	handle(h, evs, n);
 	h->polling = 0;
 	wake_all(h);
 	pthread_mutex_unlock(&h->mu);
+	notify_flush(h);
 	return 0;
 }
 
@@ -1181,6 +1609,7 @@ unsigned mesh_host_dispatch(struct mesh_host *h, uint64_t *next)
 	unsigned fired = h->fired - h->fired_seen;
 	h->fired_seen = h->fired;
 	pthread_mutex_unlock(&h->mu);
+	notify_flush(h);
 	return fired;
 }
 
@@ -1194,9 +1623,11 @@ int mesh_instance_new(struct mesh_host *h, const struct mesh_image *img, struct 
 	w->pidfd = w->outfd = -1;
 	w->log = (struct mesh__wlog)MESH__WLOG_INIT;
 	w->last_exit = -1;
+	w->http = img->m.backend == MESH_BACKEND_HTTP;
 	mesh_proc_tail_reset(&w->tail);
 	pthread_mutex_lock(&h->mu);
 	w->id = h->next_id++;
+	mesh__probing_init(&w->pr, h->epfd, w->id << TAG_BITS | TAG_PROBE);
 	w->next = h->list;
 	h->list = w;
 	pthread_mutex_unlock(&h->mu);
@@ -1215,7 +1646,7 @@ static int request_arg(struct mesh_instance *w, enum mesh_ievent ev, struct evar
 	int rc = fire(w, ev, &a, err);
 	wake_all(w->h);
 	pthread_mutex_unlock(&w->h->mu);
-	mesh_host_wake(w->h);
+	mesh_host_wake(w->h); /* its changes are told from there (notify_flush) */
 	return rc;
 }
 
@@ -1226,7 +1657,8 @@ static int request(struct mesh_instance *w, enum mesh_ievent ev, struct mesh_slo
 
 int mesh_instance_warm(struct mesh_instance *w, char **err)
 {
-	return request(w, MESH_EV_WARM, NULL, err);
+	/* An HTTP program's warm is the table's `start` (its kind's rows). */
+	return request(w, w->http ? MESH_EV_START : MESH_EV_WARM, NULL, err);
 }
 
 int mesh_instance_launch(struct mesh_instance *w, struct mesh_slot *s, char **err)
@@ -1258,7 +1690,7 @@ int mesh_instance_fail(struct mesh_instance *w, const char *why)
 	int rc = fire(w, MESH_EV_BROKEN, &a, NULL);
 	wake_all(w->h);
 	pthread_mutex_unlock(&w->h->mu);
-	mesh_host_wake(w->h);
+	mesh_host_wake(w->h); /* its changes are told from there (notify_flush) */
 	return rc;
 }
 
@@ -1375,7 +1807,7 @@ struct mesh_host_totals mesh_host_totals(struct mesh_host *h)
 	struct mesh_host_totals t = {0};
 	pthread_mutex_lock(&h->mu);
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
-		if (w->pid <= 0)
+		if (w->pid <= 0 || w->http)
 			continue;
 		t.procs++;
 		t.cpu_pct += w->cpu_pct;
@@ -1384,6 +1816,125 @@ struct mesh_host_totals mesh_host_totals(struct mesh_host *h)
 	t.spawns = h->spawns;
 	t.crashes = h->crashes;
 	pthread_mutex_unlock(&h->mu);
+	return t;
+}
+
+/* w leaves the list of those with changes to tell.  h->mu held. */
+static void notify_unlist(struct mesh_host *h, struct mesh_instance *w)
+{
+	struct mesh_instance *prev = NULL;
+	w->nq = 0;
+	if (!w->notify_listed)
+		return;
+	for (struct mesh_instance *q = h->notify_head; q; prev = q, q = q->notify_next)
+		if (q == w) {
+			if (prev)
+				prev->notify_next = w->notify_next;
+			else
+				h->notify_head = w->notify_next;
+			if (h->notify_tail == w)
+				h->notify_tail = prev;
+			break;
+		}
+	w->notify_listed = 0;
+}
+
+void mesh_instance_set_notify(struct mesh_instance *w,
+			      void (*fn)(void *arg, struct mesh_instance *w, enum mesh_istate from, enum mesh_istate to),
+			      void *arg)
+{
+	pthread_mutex_lock(&w->h->mu);
+	if (!fn)
+		notify_unlist(w->h, w);
+	w->notify = fn;
+	w->notify_arg = arg;
+	pthread_mutex_unlock(&w->h->mu);
+}
+
+/* mesh_instance_http's facts of w, an HTTP program.  h->mu held. */
+static void http_fill(const struct mesh_instance *w, struct mesh_instance_http *out)
+{
+	const struct mesh__probing *pr = &w->pr;
+	memset(out, 0, sizeof *out);
+	out->pid = w->last_pid;
+	out->port = w->port;
+	snprintf(out->addr, sizeof out->addr, "%s", pr->addr);
+	snprintf(out->last_probe, sizeof out->last_probe, "%s", pr->last);
+	out->t_spawn = pr->t0;
+	out->t_exec = pr->t_exec;
+	out->t_refused = pr->t_refused;
+	out->t_listen = pr->t_listen;
+	out->t_probe = pr->t_probe;
+	out->t_warm = pr->t_warm;
+	out->listen_tests = pr->listen_tests;
+	out->probes = pr->probes;
+	out->wait_cpu_ns = pr->cpu_ns;
+	out->status = w->last_exit;
+	out->sig = w->last_sig;
+	snprintf(out->limits, sizeof out->limits, "%s", w->limits_note);
+}
+
+int mesh_instance_http(struct mesh_instance *w, struct mesh_instance_http *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!w->http)
+		return MESH_E_STATE;
+	pthread_mutex_lock(&w->h->mu);
+	http_fill(w, out);
+	pthread_mutex_unlock(&w->h->mu);
+	return 0;
+}
+
+void mesh_instance_http_wait_text(const struct mesh_instance_http *hi, char *out, size_t cap)
+{
+	uint64_t t0 = hi->t_spawn, before = hi->t_refused > hi->t_exec ? hi->t_refused : hi->t_exec;
+	snprintf(out, cap,
+		 "%u listen tests, %u probes, %.2f ms of CPU; spawn %.2f ms to the program's exec, its listen seen at "
+		 "%.1f ms (within %.2f ms), the probe answered in %.2f ms",
+		 hi->listen_tests, hi->probes, (double)hi->wait_cpu_ns / 1e6, (double)(hi->t_exec - t0) / 1e6,
+		 hi->t_listen ? (double)(hi->t_listen - t0) / 1e6 : 0.0,
+		 hi->t_listen > before ? (double)(hi->t_listen - before) / 1e6 : 0.0,
+		 (double)(hi->t_warm - hi->t_probe) / 1e6);
+}
+
+int mesh_instance_take_conn(struct mesh_instance *w)
+{
+	pthread_mutex_lock(&w->h->mu);
+	int fd = w->http && w->state == MESH_IS_WARM ? mesh__probing_take(&w->pr) : -1;
+	pthread_mutex_unlock(&w->h->mu);
+	return fd;
+}
+
+void mesh_instance_set_check(struct mesh_instance *w, uint64_t interval_ns, unsigned failures)
+{
+	pthread_mutex_lock(&w->h->mu);
+	w->pr.interval = interval_ns;
+	w->pr.failures = failures ? failures : 1;
+	pthread_mutex_unlock(&w->h->mu);
+}
+
+int mesh_instance_pids(struct mesh_instance *w, pid_t *out, size_t cap, size_t *n)
+{
+	struct mesh_proc_table *t = NULL;
+	pthread_mutex_lock(&w->h->mu);
+	struct mesh_proc_child c = w->child;
+	int live = w->pid > 0;
+	pthread_mutex_unlock(&w->h->mu);
+	*n = 0;
+	if (!live)
+		return MESH_E_STATE;
+	int rc = mesh_proc_table_read(&t);
+	if (rc == 0)
+		rc = mesh_proc_table_pids(t, &c, out, cap, n);
+	mesh_proc_table_free(t);
+	return rc;
+}
+
+char *mesh_instance_tail(struct mesh_instance *w)
+{
+	pthread_mutex_lock(&w->h->mu);
+	char *t = mesh_proc_tail_text(&w->tail);
+	pthread_mutex_unlock(&w->h->mu);
 	return t;
 }
 
@@ -1405,6 +1956,7 @@ static void destroy(struct mesh_instance *w)
 		close(w->pidfd);
 	}
 	close_ctl(w);
+	mesh__probing_close(&w->pr);
 	if (w->outfd >= 0) {
 		ep_del(w->h, w->outfd);
 		close(w->outfd);
@@ -1448,6 +2000,9 @@ void mesh_instance_free(struct mesh_instance *w)
 	/* A poller may be between epoll_wait and its dispatch: it looks
 	 * instances up by id, so an unlinked one is never touched. */
 	unlink_instance(h, w);
+	notify_unlist(h, w);
+	while (h->telling == w)
+		pthread_cond_wait(&h->cv, &h->mu);
 	destroy(w);
 	pthread_mutex_unlock(&h->mu);
 }
@@ -1463,6 +2018,11 @@ void mesh_host_free(struct mesh_host *h)
 	pthread_join(h->sampler, NULL);
 	pthread_mutex_lock(&h->mu);
 	uint64_t grace = 0;
+	/* Their owners are done with them: nobody is told any more. */
+	for (struct mesh_instance *w = h->list; w; w = w->next) {
+		notify_unlist(h, w);
+		w->notify = NULL;
+	}
 	for (struct mesh_instance *w = h->list; w; w = w->next) {
 		fire(w, MESH_EV_EXIT, NULL, NULL);
 		if (w->img->m.stop_grace_ns > grace)

@@ -1,12 +1,25 @@
-/* The native worker host: worker instances of prepared images, their
- * processes, and the one state x event table that drives them.
+/* The host: instances of prepared images, their processes, and the one
+ * state x event table that drives them.
+ *
+ * Two kinds of program, one supervisor (docs/host.md, "Kinds of program"):
+ * a native worker (image.h's mesh_image_prepare) says `ready` on its
+ * control channel and serves a shared-memory slot; an HTTP program
+ * (mesh_image_http: the gateway's model servers, mesh serve's server) is
+ * ready when its port listens and its warmth probe passes (probing.h), and
+ * is stopped by its stop signal.  Both are spawned through the same path
+ * (proc/: PID namespace or process group, cgroup, rlimits, user), their
+ * output goes to the same per-program log and 30-line tail, their ends
+ * are reaped and reported the same way.
  *
  * An instance (struct mesh_instance) owns at most one process at a time.
  * Requests (warm, launch, halt, exit) and what the loop observes (the
- * worker's control messages, its death, a deadline) are all events fed to
- * the same table, mesh_lifecycle[state][event] = {action, next state}; the
- * loop only waits and dispatches.  The table is printable
- * (mesh_lifecycle_describe) and docs/host.md shows it.
+ * worker's control messages, an HTTP program's probe, its death, a
+ * deadline) are all events fed to the same table,
+ * mesh_lifecycle[state][event] = {action, next state}; the loop only waits
+ * and dispatches.  The table is printable (mesh_lifecycle_describe) and
+ * docs/host.md shows it.  Its changes of state reach the instance's owner
+ * through mesh_instance_set_notify's callback, called by the thread that
+ * dispatches the host's events (the loop's: no thread per program).
  *
  * Threads: every function is thread-safe (one mutex per host).  Nothing
  * here blocks on a worker except the *_wait functions, which the control
@@ -62,7 +75,7 @@ struct mesh_host_cfg {
 	uint64_t log_max;
 	/* Tests: replaces /proc/self for the limits detection; NULL normally. */
 	const char *limits_proc_root;
-	/* Called once per spawn when the worker says `ready`, with the time
+	/* Called once per spawn when a native worker says `ready`, with the time
 	 * from its spawn (the cold start).  It runs on the loop thread with the
 	 * host's lock held: it must not call into the host nor take a lock that
 	 * is held around host calls.  NULL: none. */
@@ -117,7 +130,8 @@ int mesh_host_fd(const struct mesh_host *h);
 void mesh_host_set_driven(struct mesh_host *h, int on);
 unsigned mesh_host_dispatch(struct mesh_host *h, uint64_t *next);
 
-/* The lifecycle. */
+/* The lifecycle.  STARTING to HALTING are a native worker's, PROBING and
+ * WARM an HTTP program's; DOWN and the STOPPING_* states both kinds'. */
 enum mesh_istate {
 	MESH_IS_DOWN,	       /* no process */
 	MESH_IS_STARTING,      /* spawned; waiting for `ready` (ready deadline) */
@@ -128,6 +142,8 @@ enum mesh_istate {
 	MESH_IS_STOPPING_EXIT, /* `exit` sent; the stop signal at half the grace */
 	MESH_IS_STOPPING_TERM, /* the stop signal sent; SIGKILL at the grace */
 	MESH_IS_STOPPING_KILL, /* SIGKILL sent to its group; waiting for its death */
+	MESH_IS_PROBING,       /* HTTP: spawned; its listen tests and probe until warm (start deadline) */
+	MESH_IS_WARM,	       /* HTTP: its probe passed: it serves (probed every interval when set) */
 	MESH_IS__N
 };
 /* True for the three STOPPING_* states: its process is on its way out. */
@@ -141,7 +157,8 @@ enum mesh_ievent {
 	MESH_EV_LAUNCH,	   /* run on a slot (a process is spawned if none) */
 	MESH_EV_HALT,	   /* nodes halt, the process stays */
 	MESH_EV_EXIT,	   /* the process exits */
-	/* the worker's control channel */
+	MESH_EV_START,	   /* an HTTP program's warm: start a process now, its readiness probed */
+	/* the worker's control channel (an HTTP program's probe raises ready) */
 	MESH_EV_READY,	   /* `ready` */
 	MESH_EV_REJECTED,  /* `ready`, from a GPU worker that is not a client of meshd's MPS server */
 	MESH_EV_ONLINE,	   /* `online <gen>` for the current run */
@@ -155,6 +172,8 @@ enum mesh_ievent {
 	MESH_EV_TIMEOUT,   /* the state's deadline passed (or an action ended its wait at once) */
 	MESH_EV_DIED,	   /* its process ended (pidfd) */
 	MESH_EV_UNSTARTED, /* the spawn failed: there is no process */
+	MESH_EV_PROBE,	   /* HTTP: a listen test or probe is due, or its socket is ready */
+	MESH_EV_HUNG,	   /* HTTP: warm, its probe failed the set number of times in a row */
 	MESH_EV__N
 };
 enum mesh_iaction {
@@ -177,6 +196,9 @@ enum mesh_iaction {
 	MESH_A_FAIL,	/* record why, SIGKILL the group, fail its slot */
 	MESH_A_HANGUP,	/* close the channel; broken unless the process dies within 1 s */
 	MESH_A_REAP,	/* reap, drain output, SIGKILL the rest of the group; crash report if unasked */
+	MESH_A_PROBE,	/* HTTP: a step of the start's wait; raises ready once the probe passes */
+	MESH_A_CHECK,	/* HTTP: a step of the warm probe; raises hung after the failures in a row */
+	MESH_A_EXPIRE,	/* HTTP: not warm by the start deadline: recorded as its failure, then stop */
 	MESH_A__N
 };
 /* An action may raise one follow-up event, which the dispatcher feeds to
@@ -208,7 +230,8 @@ int mesh_instance_set_env(struct mesh_instance *w, const char *kv);
 
 /* Requests.  0, or MESH_E_STATE when the table refuses it in this state
  * (*err says why), or the spawn's error (-ENOENT, ...).  None waits for
- * the worker. */
+ * the worker.  warm is the event `warm` for a native worker, `start` for
+ * an HTTP program (the two kinds' rows of the table). */
 int mesh_instance_warm(struct mesh_instance *w, char **err);
 /* s stays the caller's; it must not be used by another instance meanwhile. */
 int mesh_instance_launch(struct mesh_instance *w, struct mesh_slot *s, char **err);
@@ -267,6 +290,63 @@ struct mesh_instance_stats {
 	uint64_t alive_ns;	/* time it has had a process, over all its spawns (warm time) */
 };
 struct mesh_instance_stats mesh_instance_stats(struct mesh_instance *w);
+
+/* Tells fn each change of w's state, in order (from, to), from the host's
+ * dispatch (mesh_host_poll or mesh_host_dispatch: the loop's thread, or a
+ * waiter's), after the host's lock is released -- never from within a
+ * request (mesh_instance_warm, _exit, _fail, ...: a requester may hold its
+ * own lock around one that fn takes; a request wakes the loop, which tells
+ * its changes): fn may call into the host, but not free w; it is never
+ * called for w from two threads at once.  NULL: none (pending changes are
+ * dropped).  mesh_instance_free waits for a call in progress. */
+void mesh_instance_set_notify(struct mesh_instance *w,
+			      void (*fn)(void *arg, struct mesh_instance *w, enum mesh_istate from, enum mesh_istate to),
+			      void *arg);
+
+/* An HTTP program's start and its last end, as the host saw them. */
+struct mesh_instance_http {
+	pid_t pid;		/* its last spawn's pid (kept after its end); 0: none yet */
+	int port;		/* the port its last spawn's command was given ({port}); 0: none */
+	char addr[64];		/* where its warm probe got through ("ip:port"; "" not yet) */
+	char last_probe[256];	/* the last probe's (or listen test's) reason */
+	/* Its last start's wait (mesh_mono_ns; 0: not reached): the spawn
+	 * began, the program exec'd, the last refused listen test, the first
+	 * that connected, the last probe's start, warm; how many tests and
+	 * probes, and the host's CPU spent on them. */
+	uint64_t t_spawn, t_exec, t_refused, t_listen, t_probe, t_warm;
+	unsigned listen_tests, probes;
+	uint64_t wait_cpu_ns;
+	int status;		/* its last process's exit status (128+signal); -1: none ended */
+	int sig;		/* the signal that ended it; 0: none */
+	/* "; its limits: memory=... (how)" when [limits] were in force for its
+	 * last process (and "; the kernel's OOM killer ended it: ..." before it
+	 * when its cgroup says so), else "". */
+	char limits[512];
+};
+/* 0, or MESH_E_STATE for a native worker. */
+int mesh_instance_http(struct mesh_instance *w, struct mesh_instance_http *out);
+/* Its last start's wait in words, for a warm line (meshd's log, the
+ * program's): "N listen tests, N probes, X ms of CPU; spawn A ms to the
+ * program's exec, its listen seen at B ms (within C ms), the probe answered
+ * in D ms" ("within": since the last refused test, how late the listen was
+ * seen at most). */
+void mesh_instance_http_wait_text(const struct mesh_instance_http *hi, char *out, size_t cap);
+/* The connection an HTTP program's start probe was answered on, kept for
+ * a first request (non-blocking, TCP_NODELAY) while it is WARM and nobody
+ * took it, or -1: the caller's from here. */
+int mesh_instance_take_conn(struct mesh_instance *w);
+/* A warm HTTP program is probed every interval_ns (0: never, the default);
+ * failures in a row (at least 1) make the table's `hung`. */
+void mesh_instance_set_check(struct mesh_instance *w, uint64_t interval_ns, unsigned failures);
+/* The pids of its process's tree now (its PID namespace's, else its
+ * group's and session's; mesh-init not counted): up to cap into out, *n
+ * how many there are.  0, MESH_E_STATE without a process, or the error of
+ * reading /proc (all of it: about 10 us a process on the machine; not for
+ * a loop that must not wait). */
+int mesh_instance_pids(struct mesh_instance *w, pid_t *out, size_t cap, size_t *n);
+/* The last lines of output of its process, or of its last one (malloc'd,
+ * at most MESH_TAIL_LINES lines; NULL when there are none or no memory). */
+char *mesh_instance_tail(struct mesh_instance *w);
 
 struct mesh_host_totals {
 	uint32_t procs;		/* live worker processes */

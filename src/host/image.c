@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -83,6 +84,8 @@ void mesh_image_release(struct mesh_image *img)
 	free(img->manifest_path);
 	free(img->bin_path);
 	free(img->argv0);
+	free(img->probe_model);
+	free(img->log_path);
 	mesh_manifest_release(&img->m);
 	memset(img, 0, sizeof *img);
 }
@@ -330,5 +333,33 @@ bad:
 	free(text);
 	mesh_buf_release(&p);
 	mesh_image_release(img);
+	return rc;
+}
+
+int mesh_image_http(struct mesh_image *img, struct mesh_manifest *m, const struct mesh_limits_caps *caps, char **err)
+{
+	char *e = NULL;
+	int rc;
+	if (err)
+		*err = NULL;
+	memset(img, 0, sizeof *img);
+	img->m = *m;
+	memset(m, 0, sizeof *m);
+	if (!(img->name = strdup(img->m.name ? img->m.name : "")))
+		return -ENOMEM;
+	if (img->m.backend != MESH_BACKEND_HTTP)
+		return say(err, MESH_E_STATE, "'%s' is not an HTTP program", img->name);
+	mesh_probe_target_default(&img->probe);
+	snprintf(img->probe.path, sizeof img->probe.path, "%s",
+		 img->m.probe_path ? img->m.probe_path : MESH_PROBE_DEFAULT_PATH);
+	if (!img->m.probe_path && img->m.nmodels && !(img->probe_model = strdup(img->m.models[0])))
+		return -ENOMEM;
+	rc = mesh_limits_plan(&img->m.limits, caps, &img->enforced, &e);
+	if (rc == 0 && img->m.user)
+		rc = mesh_limits_run_as(img->m.user, &img->run_as, &e);
+	if (rc) {
+		rc = say(err, rc == MESH_E_UNSUPPORTED ? MESH_E_LIMITS : rc, "%s", e ? e : mesh_strerror(rc));
+		free(e);
+	}
 	return rc;
 }

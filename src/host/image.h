@@ -12,10 +12,12 @@
 #ifndef MESH_HOST_IMAGE_H
 #define MESH_HOST_IMAGE_H
 
+#include "autoscale/probe.h"
 #include "host/limits.h"
 #include "host/manifest.h"
 
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* How workers that use the GPU (device = "gpu") reach it. */
 enum mesh_gpu_access {
@@ -36,6 +38,18 @@ struct mesh_image {
 	uint64_t bin_bytes;
 	unsigned enforced;   /* MESH_LIM_* bits: how its limits are enforced */
 	struct mesh_run_as run_as; /* the manifest's `user`, resolved (set = 0: none given) */
+	/* backend = "http" (mesh_image_http): where its readiness is probed.
+	 * naddrs 0: 127.0.0.1 on a free loopback port picked at each spawn
+	 * (its command's {port}); else these addresses, tried in turn (mesh
+	 * serve's upstream).  probe: the probe's Host, port (with addrs) and
+	 * path; probe_model: the model its answer must list (malloc'd; NULL:
+	 * any 2xx, or m.probe_status). */
+	struct mesh_probe_target probe;
+	char *probe_model;
+	struct sockaddr_storage addrs[8];
+	socklen_t lens[8];
+	unsigned naddrs;
+	char *log_path; /* its output's file instead of <logs>/<name>.log (malloc'd; NULL: that) */
 };
 
 /* The image's identity: FNV-1a 64 over image_hash then bin_hash (8 bytes
@@ -63,6 +77,15 @@ const char *mesh_target_triple(void);
 int mesh_image_prepare(const char *catalog, const char *name, const struct mesh_limits_caps *caps,
 		       enum mesh_gpu_access gpu, struct mesh_image *img, char **err);
 void mesh_image_release(struct mesh_image *img);
+
+/* An HTTP program's image (backend = "http", docs/gateway.md), from *m,
+ * which it takes (*m is zeroed; on an error too, img holds it and its
+ * name: release img either way): its [limits] planned against caps, its
+ * `user` resolved, its probe from probe_path (default /v1/models listing
+ * its first model) on 127.0.0.1.  0, or a code with *err malloc'd:
+ * MESH_E_STATE (not an HTTP program), MESH_E_LIMITS (a limit that cannot
+ * be enforced here), mesh_limits_run_as's codes, -ENOMEM. */
+int mesh_image_http(struct mesh_image *img, struct mesh_manifest *m, const struct mesh_limits_caps *caps, char **err);
 
 const char *mesh_gpu_access_name(enum mesh_gpu_access g);
 

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,12 +37,25 @@ static int open_file(const char *path)
 
 int mesh__wlog_open(struct mesh__wlog *l, const char *dir, const char *name, uint64_t max, char **err)
 {
-	int fd;
-	*l = (struct mesh__wlog)MESH__WLOG_INIT;
-	l->path = mesh_strf("%s/%s.log", dir, name);
-	if (!l->path) {
+	char *path = mesh_strf("%s/%s.log", dir, name);
+	if (!path) {
+		*l = (struct mesh__wlog)MESH__WLOG_INIT;
 		if (err)
 			*err = mesh_strf("cannot open the log of '%s': out of memory", name);
+		return -ENOMEM;
+	}
+	int rc = mesh__wlog_open_path(l, path, max, err);
+	free(path);
+	return rc;
+}
+
+int mesh__wlog_open_path(struct mesh__wlog *l, const char *path, uint64_t max, char **err)
+{
+	int fd;
+	*l = (struct mesh__wlog)MESH__WLOG_INIT;
+	if (!(l->path = strdup(path))) {
+		if (err)
+			*err = mesh_strf("cannot open the log '%s': out of memory", path);
 		return -ENOMEM;
 	}
 	fd = open_file(l->path);

@@ -19,6 +19,8 @@ struct mesh__wlog {
  * there (MESH_E_PATH) or anything but a regular file.  0, or a negative code
  * with *err malloc'd saying which file and why; l is left closed then. */
 int mesh__wlog_open(struct mesh__wlog *l, const char *dir, const char *name, uint64_t max, char **err);
+/* The same for the file at path (mesh serve's --log). */
+int mesh__wlog_open_path(struct mesh__wlog *l, const char *path, uint64_t max, char **err);
 /* Appends n bytes, rotating first when the file already holds max bytes or
  * more.  Best effort: a log that cannot be written is skipped (the crash
  * tail is kept in memory, never read back from here). */

@@ -22,6 +22,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/parse.h"
 #include "base/thread.h"
 #include "store/store.h"
 #include "store/store_pg.h"
@@ -214,19 +215,26 @@ static void ph_where(const struct mesh_home_job *hj, struct mesh_home_where *w)
 	w->journal = w->results = p->where;
 }
 
-/* The job's handles tell when the database stops answering and answers
- * again (a store that restarts: the run waits up to 15 s). */
-static void store_wait(void *arg, int waiting, const char *why)
+/* The job's handles tell when the database stops answering, while they
+ * wait for it (up to the outage budget: meshd's --store-outage), and when
+ * it answers again or they gave up (the job's run then stops and is
+ * started again). */
+static int store_wait(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns)
 {
 	struct pjob *p = arg;
 	uint64_t id = p->base.spec.id;
-	if (waiting > 0)
-		note(p->h, 1, "store job=%" PRIu64 " the database stopped answering (%s); reconnecting, for up to 15 s", id,
-		     why);
-	else if (waiting == 0)
-		note(p->h, 0, "store job=%" PRIu64 " the database answers again", id);
-	else
-		note(p->h, 1, "store job=%" PRIu64 " the database did not answer for 15 s", id);
+	char waited[32], budget[32];
+	mesh_say_duration(waited, sizeof waited, waited_ns);
+	mesh_say_duration(budget, sizeof budget, budget_ns);
+	if (state == MESH_JOB_STORE_STOPPED)
+		note(p->h, 1,
+		     "store job=%" PRIu64 " the database stopped answering (%s); waiting for it up to %s (--store-outage)",
+		     id, why, budget);
+	else if (state == MESH_JOB_STORE_ANSWERS)
+		note(p->h, 0, "store job=%" PRIu64 " the database answers again after %s", id, waited);
+	else if (state == MESH_JOB_STORE_GAVE_UP)
+		note(p->h, 1, "store job=%" PRIu64 " the database did not answer for %s (--store-outage)", id, budget);
+	return 0;
 }
 
 /* A run: its results connection and the job's handles, leasing as this

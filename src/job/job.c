@@ -45,7 +45,7 @@ static void place_one(const struct mesh_job_node_stat *s, void *arg)
 {
 	struct place_acc *a = arg;
 	size_t i = 0;
-	if (!s->completions || !s->mean_ns)
+	if (!s->timed || !s->mean_ns)
 		return;
 	while (i < a->n && strcmp(a->names[i], s->name))
 		i++;
@@ -54,8 +54,8 @@ static void place_one(const struct mesh_job_node_stat *s, void *arg)
 			return;
 		snprintf(a->names[a->n++], sizeof a->names[0], "%s", s->name);
 	}
-	a->count[i] += s->completions;
-	a->sum_ns[i] += s->completions * s->mean_ns;
+	a->count[i] += s->timed;
+	a->sum_ns[i] += s->timed * s->mean_ns;
 }
 
 /* How many of k this node takes now: its share of the speed of all nodes
@@ -93,6 +93,16 @@ static size_t place_k(struct mesh_job *j, size_t k)
 const struct mesh__jstore_ops *mesh__jstore_for(const char *where)
 {
 	return where && mesh_pg_url_is(where) ? &mesh__jstore_pg : &mesh__jstore_file;
+}
+
+int mesh_job_where_has_password(const char *where)
+{
+	return mesh_pg_url_has_password(where);
+}
+
+const char *mesh_job_password_why(void)
+{
+	return MESH_PG_URL_PASSWORD;
 }
 
 int mesh_job_submit(const char *journal, uint64_t n)

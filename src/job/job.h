@@ -114,15 +114,37 @@ struct mesh_job_opts {
 	const void *identity;
 	size_t identity_len;
 	struct mesh_job_why *why; /* NULL, or filled when the open fails */
-	/* PostgreSQL store only: told (from any of the handle's threads) when
-	 * its database stops answering and the handle starts reconnecting
-	 * (waiting = 1, why: libpq's message), and when it answers again
-	 * (waiting = 0) or the handle gave up (waiting = -1, after 15 s: the
-	 * call that waited fails with MESH_E_UNAVAILABLE).  NULL: nothing. */
-	void (*on_store_wait)(void *arg, int waiting, const char *why);
+	/* PostgreSQL store only: told (from any of the handle's threads)
+	 * when its database stops answering (MESH_JOB_STORE_STOPPED, why:
+	 * libpq's message), while calls wait for it (STILL, about once a
+	 * second from each waiting call), and when it answers again
+	 * (ANSWERS) or the outage budget (mesh_job_set_store_outage) ran out
+	 * (GAVE_UP: the waiting calls fail with MESH_E_UNAVAILABLE); waited_ns
+	 * since the outage began, budget_ns the budget.  A nonzero return
+	 * stops the waiting call now (MESH_E_UNAVAILABLE: a node told to
+	 * stop).  NULL: nothing, and calls wait out the budget. */
+	int (*on_store_wait)(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns);
 	void *on_store_wait_arg;
 };
 #define MESH_JOB_OPTS_INIT {0}
+/* on_store_wait's states. */
+enum { MESH_JOB_STORE_GAVE_UP = -1, MESH_JOB_STORE_ANSWERS, MESH_JOB_STORE_STOPPED, MESH_JOB_STORE_STILL };
+
+/* The outage budget of this process's job store handles (PostgreSQL; a
+ * node's): how long a call waits for a database that stopped answering
+ * (a restart, a network cut), counted from the moment the handle found it
+ * gone, before it fails with MESH_E_UNAVAILABLE.
+ * MESH_JOB_STORE_OUTAGE_DEFAULT_NS unless set; set it before the first
+ * open. */
+#define MESH_JOB_STORE_OUTAGE_DEFAULT_NS (300ull * 1000000000ull)
+void mesh_job_set_store_outage(uint64_t ns);
+uint64_t mesh_job_store_outage(void);
+
+/* 1 when where is a PostgreSQL store URL that holds a password
+ * (store/store_pg.h, mesh_pg_url_has_password): every command that takes
+ * a store URL refuses it, saying mesh_job_password_why(). */
+int mesh_job_where_has_password(const char *where);
+const char *mesh_job_password_why(void);
 
 /* mesh_job_submit_id(journal, n, NULL, 0, NULL). */
 int mesh_job_submit(const char *journal, uint64_t n);
@@ -331,8 +353,10 @@ int mesh_job_wake_fd(struct mesh_job *j);
 
 /* Speed measured for one node (from the durations in DONE records). */
 struct mesh_job_node_stat {
-	const char *name; /* valid until the next call on j */
-	uint64_t completions, mean_ns;
+	const char *name;     /* valid until the next call on j */
+	uint64_t completions; /* its DONE records */
+	uint64_t mean_ns;     /* the mean duration of those that carry one (0: none does) */
+	uint64_t timed;	      /* how many carry one (`mesh job complete` writes none) */
 };
 /* Calls fn for every node named in the journal, in first-seen order. */
 int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg);

@@ -162,12 +162,16 @@ static int apply(void *arg, const struct mesh_jrec *r)
 		j->done++;
 		if (r->flags & 1)
 			j->spec_wins++;
+		/* every DONE counts for its node (`mesh job complete` writes
+		 * none with a duration); the mean is over those that have one */
+		struct node *nd = mesh__jf_node_find(j, c.node);
+		if (nd)
+			nd->count++;
 		if (dur) {
-			struct node *nd = mesh__jf_node_find(j, c.node);
 			j->hist[mesh__spec_bucket(dur)]++;
 			j->hist_n++;
 			if (nd) {
-				nd->count++;
+				nd->timed++;
 				nd->sum_us += dur;
 			}
 		}

@@ -26,7 +26,8 @@ _Static_assert(MESH_JOB_LEASE_MANY_MAX == MESH_LEASE_BLOCK, "lease_many hands ou
 struct node {
 	uint32_t hash;
 	char name[MESH_NODE_MAX + 1];
-	uint64_t count, sum_us;
+	uint64_t count;	       /* its DONE records */
+	uint64_t timed, sum_us; /* those that carry a duration, and the durations' sum */
 };
 
 struct fail {

@@ -403,7 +403,8 @@ int mesh__jf_nodes(struct mesh__jstore *s, void (*fn)(const struct mesh_job_node
 	rc = mesh__jf_sync_locked(j);
 	for (size_t i = 0; !rc && i < j->nnodes; i++) {
 		struct mesh_job_node_stat ns = {j->nodes[i].name, j->nodes[i].count,
-						j->nodes[i].count ? j->nodes[i].sum_us / j->nodes[i].count * 1000 : 0};
+						j->nodes[i].timed ? j->nodes[i].sum_us / j->nodes[i].timed * 1000 : 0,
+						j->nodes[i].timed};
 		fn(&ns, arg);
 	}
 	pthread_mutex_unlock(&j->mu);

@@ -181,9 +181,9 @@ static struct mesh_place_node place_of(struct jfile *j, uint32_t hash)
 {
 	struct mesh_place_node p = {0, 0};
 	struct node *nd = mesh__jf_node_find(j, hash);
-	if (nd && nd->count) {
-		p.samples = nd->count;
-		p.mean_ns = nd->sum_us / nd->count * 1000;
+	if (nd && nd->timed) {
+		p.samples = nd->timed;
+		p.mean_ns = nd->sum_us / nd->timed * 1000;
 	}
 	return p;
 }

@@ -81,6 +81,23 @@ static int spec_fail(struct mesh__jpg *p, uint64_t cid, int status);
 static void spec_durations(struct mesh__jpg *p, const uint64_t *durs, const int *results, size_t n);
 static void spec_close(struct mesh__jpg *p);
 
+_Static_assert((int)MESH_JOB_STORE_GAVE_UP == (int)MESH_PG_WAIT_GAVE_UP &&
+		       (int)MESH_JOB_STORE_ANSWERS == (int)MESH_PG_WAIT_ANSWERS &&
+		       (int)MESH_JOB_STORE_STOPPED == (int)MESH_PG_WAIT_STOPPED &&
+		       (int)MESH_JOB_STORE_STILL == (int)MESH_PG_WAIT_STILL,
+	       "job.h's store wait states are store_pg.h's");
+_Static_assert(MESH_JOB_STORE_OUTAGE_DEFAULT_NS == MESH_PG_OUTAGE_DEFAULT_NS, "one default outage budget");
+
+void mesh_job_set_store_outage(uint64_t ns)
+{
+	mesh_pg_set_outage(ns);
+}
+
+uint64_t mesh_job_store_outage(void)
+{
+	return mesh_pg_outage();
+}
+
 static struct mesh__jpg *jpg_of(const struct mesh__jstore *s)
 {
 	return (struct mesh__jpg *)s;
@@ -469,7 +486,7 @@ struct nodes_arg {
 static void one_node(const struct mesh_pg_node *nd, void *arg)
 {
 	struct nodes_arg *a = arg;
-	struct mesh_job_node_stat s = {nd->name, nd->chunks, nd->chunks ? nd->busy_ns / nd->chunks : 0};
+	struct mesh_job_node_stat s = {nd->name, nd->chunks, nd->chunks ? nd->busy_ns / nd->chunks : 0, nd->chunks};
 	a->fn(&s, a->arg);
 }
 

@@ -13,6 +13,7 @@
 #include "meshd/notify.h"
 #include "meshd/core/ops.h"
 #include "gateway/gw.h"
+#include "job/job.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -50,8 +51,10 @@ static void usage(FILE *f)
 		"             [--log-max SIZE] [--log-level debug|info|warn|error]\n"
 		"             [--metrics ADDR:PORT [--metrics-public]] [--state DIR]\n"
 		"             [--keep-jobs N] [--keep-for DURATION]\n"
-		"             [--store postgresql://...]\n"
-		"             [--http ADDR:PORT [--http-public] [--http-max-body SIZE] [--http-max-queue N]\n"
+		"             [--store postgresql://...] [--store-outage DURATION]\n"
+		"             [--http ADDR:PORT [--http-public] [--http-api-key-file FILE]\n"
+		"                                       [--http-allow-origin ORIGIN]... [--http-max-body SIZE]\n"
+		"                                       [--http-max-queue N]\n"
 		"                                       [--http-memory SIZE] [--http-request-timeout S]\n"
 		"                                       [--http-response-timeout S] [--http-idle-timeout S]\n"
 		"                                       [--http-probe-interval S] [--http-probe-failures N]\n"
@@ -83,7 +86,12 @@ static void usage(FILE *f)
 		"                       catalog's backend = \"http\" programs, each started on demand\n"
 		"                       and stopped when idle (docs/gateway.md); loopback only unless\n"
 		"                       --http-public\n"
-		"  --http-public        allow an --http address that is not loopback\n"
+		"  --http-public        allow an --http address that is not loopback (and any Host\n"
+		"                       name; without it only loopback names are answered)\n"
+		"  --http-api-key-file FILE  keys a request must bring (Authorization: Bearer KEY),\n"
+		"                       one a line, the file readable by its owner alone\n"
+		"  --http-allow-origin ORIGIN  a web page's origin allowed besides loopback ones\n"
+		"                       (https://ui.example:8443, or *); repeatable\n"
 		"  --http-max-body SIZE the largest request body the gateway takes (default 16M)\n"
 		"  --http-max-queue N   requests waiting per program for its start (default 256);\n"
 		"                       one more is answered 503 with Retry-After\n"
@@ -107,6 +115,8 @@ static void usage(FILE *f)
 		"                       older ones are removed, directory and all (`mesh rm JOB`: one)\n"
 		"  --store URL          also run the jobs of a shared PostgreSQL store (MESH_STORE)\n"
 		"                       whose program this catalog has (docs/cluster.md)\n"
+		"  --store-outage DURATION  how long the store's jobs wait for a database that\n"
+		"                       stopped answering, keeping their leases (default 5m)\n"
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
@@ -270,6 +280,8 @@ int main(int argc, char **argv)
 	const char *store_url = getenv("MESH_STORE");
 	int metrics_public = 0;
 	struct mesh_gw_config gwc = MESH_GW_CONFIG_INIT;
+	const char *origins[32];
+	size_t norigins = 0;
 	struct mesh_gw *gw = NULL;
 	struct meshd_metrics_server *msrv = NULL;
 	struct meshd_core *core = NULL;
@@ -370,6 +382,17 @@ int main(int argc, char **argv)
 			gwc.threads = (uint32_t)n;
 		} else if (!strcmp(argv[i], "--http-public")) {
 			gwc.allow_public = 1;
+		} else if ((v = opt_value(argc, argv, &i, "--http-api-key-file", &missing))) {
+			gwc.api_key_file = v;
+		} else if ((v = opt_value(argc, argv, &i, "--http-allow-origin", &missing))) {
+			if (strcmp(v, "*") && (strncmp(v, "http://", 7) && strncmp(v, "https://", 8)))
+				return usage_error("--http-allow-origin wants an origin like https://ui.example:8443, or *, "
+						   "not '%s'", v);
+			if (norigins == sizeof origins / sizeof origins[0])
+				return usage_error("%s", "at most 32 --http-allow-origin");
+			origins[norigins++] = v;
+			gwc.allow_origins = origins;
+			gwc.nallow_origins = norigins;
 		} else if ((v = opt_value(argc, argv, &i, "--http-max-body", &missing))) {
 			uint64_t n;
 			if (mesh_parse_size(v, 1ull << 32, &n) < 0 || n == 0)
@@ -379,6 +402,11 @@ int main(int argc, char **argv)
 			metrics_public = 1;
 		} else if ((v = opt_value(argc, argv, &i, "--store", &missing))) {
 			store_url = v;
+		} else if ((v = opt_value(argc, argv, &i, "--store-outage", &missing))) {
+			uint64_t ns;
+			if (mesh_parse_duration(v, 100ull * 365 * 86400 * 1000000000ull, &ns) < 0 || ns < 1000000000ull)
+				return usage_error("--store-outage wants a duration of 1s or more such as 5m or 30s, not '%s'", v);
+			mesh_job_set_store_outage(ns);
 		} else if ((v = opt_value(argc, argv, &i, "--keep-jobs", &missing))) {
 			if (mesh_parse_u64(v, 100000000, &keep.keep_jobs) < 0 || keep.keep_jobs == 0)
 				return usage_error("--keep-jobs wants a number from 1 to 100000000, not '%s'", v);
@@ -403,6 +431,8 @@ int main(int argc, char **argv)
 		return usage_error("%s", "--logs DIR is required");
 	if (!sock[0] && meshd_socket_default(sock, sizeof sock) < 0)
 		return usage_error("%s", "the default socket path is too long; give --socket PATH");
+	if (store_url && *store_url && mesh_job_where_has_password(store_url))
+		return usage_error("--store (or MESH_STORE): %s", mesh_job_password_why());
 
 	mesh_log_init("meshd", !strcmp(level, "debug")  ? MESH_LOG_DEBUG
 			       : !strcmp(level, "warn") ? MESH_LOG_WARN
@@ -490,8 +520,7 @@ int main(int argc, char **argv)
 	}
 	if (gwc.listen) {
 		gwc.catalog = cfg.catalog;
-		gwc.logs = cfg.logs;
-		gwc.log_max = cfg.log_max;
+		gwc.host = meshd_core_host(core);
 		gwc.on_log = gw_log;
 		rc = mesh_gw_open(&gw, &gwc, &err);
 		if (rc < 0) {

@@ -22,7 +22,7 @@
 	X(PQclear) X(PQconnectPoll) X(PQconnectStart) X(PQconnectdb) X(PQconninfoFree) X(PQconninfoParse)          \
 	X(PQconsumeInput) X(PQenterPipelineMode) X(PQerrorMessage) X(PQexec) X(PQexecParams) X(PQexecPrepared)     \
 	X(PQexitPipelineMode) X(PQfinish) X(PQfreemem) X(PQgetResult) X(PQgetisnull) X(PQgetvalue) X(PQnfields)   \
-	X(PQnotifies) X(PQntuples) X(PQpipelineSync) X(PQreset) X(PQresultErrorField) X(PQresultStatus)           \
+	X(PQnotifies) X(PQntuples) X(PQpipelineSync) X(PQresetPoll) X(PQresetStart) X(PQresultErrorField) X(PQresultStatus)           \
 	X(PQsendPrepare) X(PQsendQueryParams) X(PQsendQueryPrepared) X(PQsetNoticeProcessor) X(PQsocket)          \
 	X(PQstatus) X(PQtransactionStatus) X(PQunescapeBytea)
 
@@ -63,7 +63,8 @@ int mesh_pq_load(char *why, size_t cap);
 #define PQnotifies (mesh__pq.PQnotifies)
 #define PQntuples (mesh__pq.PQntuples)
 #define PQpipelineSync (mesh__pq.PQpipelineSync)
-#define PQreset (mesh__pq.PQreset)
+#define PQresetPoll (mesh__pq.PQresetPoll)
+#define PQresetStart (mesh__pq.PQresetStart)
 #define PQresultErrorField (mesh__pq.PQresultErrorField)
 #define PQresultStatus (mesh__pq.PQresultStatus)
 #define PQsendPrepare (mesh__pq.PQsendPrepare)

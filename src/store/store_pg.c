@@ -3,6 +3,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/parse.h"
 #include "store/store.h"
 #include "store/store_pg_int.h"
 #include "store/store_pg_sql.h"
@@ -17,8 +18,18 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-/* How long a call waits for a lost database to come back (a restart). */
-#define RECONNECT_NS (15ull * MESH_NS_PER_S)
+/* The outage budget (mesh_pg_set_outage), one for the process. */
+static _Atomic uint64_t outage_ns = MESH_PG_OUTAGE_DEFAULT_NS;
+
+void mesh_pg_set_outage(uint64_t ns)
+{
+	outage_ns = ns;
+}
+
+uint64_t mesh_pg_outage(void)
+{
+	return outage_ns;
+}
 
 int mesh_pg_url_is(const char *s)
 {
@@ -52,6 +63,52 @@ void mesh_pg_url_safe(const char *url, char *buf, size_t cap)
 		memcpy(buf + v, "***", stars);
 		buf[v + stars + tail] = 0;
 	}
+}
+
+/* The password url's text shows: user:pw@ before the host, or a
+ * parameter named password (mesh_pg_url_has_password without libpq). */
+static int url_password_text(const char *url)
+{
+	const char *s = strstr(url, "://"), *q;
+	if (!s)
+		return 0;
+	s += 3;
+	size_t auth = strcspn(s, "/?#");
+	const char *at = memrchr(s, '@', auth);
+	if (at && memchr(s, ':', (size_t)(at - s)))
+		return 1;
+	if (s[auth] == '#' || !(q = strchr(s + auth, '?')) || (strchr(s, '#') && strchr(s, '#') < q))
+		return 0;
+	for (q++; *q && *q != '#';) {
+		size_t k = strcspn(q, "=&#");
+		if (k == 8 && !strncmp(q, "password", 8) && q[k] == '=')
+			return 1;
+		q += strcspn(q, "&#");
+		if (*q == '&')
+			q++;
+	}
+	return 0;
+}
+
+int mesh_pg_url_has_password(const char *url)
+{
+	char why[256], *err = NULL, *base;
+	if (!url || !mesh_pg_url_is(url))
+		return 0;
+	if (url_password_text(url))
+		return 1;
+	if (mesh_pq_load(why, sizeof why) < 0 || !(base = strdup(url)))
+		return 0;
+	base[strcspn(base, "#")] = 0; /* the job's name is mesh's, not libpq's */
+	PQconninfoOption *opts = PQconninfoParse(base, &err), *o;
+	int has = 0;
+	for (o = opts; o && o->keyword; o++)
+		if (!strcmp(o->keyword, "password") && o->val && o->val[0])
+			has = 1;
+	PQconninfoFree(opts);
+	PQfreemem(err);
+	free(base);
+	return has;
 }
 
 static void set_why(char *why, size_t cap, const char *msg)
@@ -301,29 +358,93 @@ static PGresult *exec_once(PGconn *c, unsigned *prepared, int slot, const char *
 	return PQexecPrepared(c, name, n, vals, NULL, NULL, 0);
 }
 
-void mesh_pg_set_wait_hook(struct mesh_pg *pg, void (*fn)(void *arg, int waiting, const char *why), void *arg)
+void mesh_pg_set_wait_hook(struct mesh_pg *pg, mesh_pg_wait_fn fn, void *arg)
 {
 	pg->wait_fn = fn;
 	pg->wait_arg = arg;
 }
 
-/* A query of pg starts reconnecting (waiting) or stops (ok: connected). */
-static void wait_begin(struct mesh_pg *pg, PGconn *c)
+/* A call found pg's database gone on c: the outage's start (this one's,
+ * told to the hook, or the one another call found already). */
+static uint64_t outage_begin(struct mesh_pg *pg, PGconn *c)
 {
-	if (atomic_fetch_add(&pg->waiting, 1) == 0 && pg->wait_fn) {
+	uint64_t zero = 0, now = mesh_mono_ns();
+	if (!atomic_compare_exchange_strong(&pg->down_since, &zero, now))
+		return zero; /* the start another call set */
+	pg->gave_up = 0;
+	if (pg->wait_fn) {
 		/* libpq's first line ("server closed the connection
 		 * unexpectedly"); its hints follow on lines of their own */
 		char why[160];
 		snprintf(why, sizeof why, "%s", PQerrorMessage(c));
 		why[strcspn(why, "\n")] = 0;
-		pg->wait_fn(pg->wait_arg, 1, why[0] ? why : "connection lost");
+		pg->wait_fn(pg->wait_arg, MESH_PG_WAIT_STOPPED, why[0] ? why : "connection lost", 0, outage_ns);
 	}
+	return now;
 }
 
-static void wait_end(struct mesh_pg *pg, int ok)
+/* A call reached the database again: the outage of start since ends. */
+static void outage_end(struct mesh_pg *pg, uint64_t since)
 {
-	if (atomic_fetch_sub(&pg->waiting, 1) == 1 && pg->wait_fn)
-		pg->wait_fn(pg->wait_arg, ok ? 0 : -1, NULL);
+	if (atomic_compare_exchange_strong(&pg->down_since, &since, 0) && pg->wait_fn)
+		pg->wait_fn(pg->wait_arg, MESH_PG_WAIT_ANSWERS, NULL, mesh_mono_ns() - since, outage_ns);
+}
+
+/* Makes c again without blocking past deadline (mono ns): 1 connected. */
+static int reset_polled(PGconn *c, uint64_t deadline)
+{
+	PostgresPollingStatusType st = PQresetStart(c) ? PGRES_POLLING_WRITING : PGRES_POLLING_FAILED;
+	while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+		uint64_t now = mesh_mono_ns();
+		if (now >= deadline)
+			return 0;
+		uint64_t ms = (deadline - now) / MESH_NS_PER_MS;
+		struct pollfd p = {PQsocket(c), st == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0};
+		int n = poll(&p, 1, ms > 100 ? 100 : (int)ms + 1);
+		if (n > 0)
+			st = PQresetPoll(c);
+		else if (n < 0 && errno != EINTR)
+			return 0;
+	}
+	return st == PGRES_POLLING_OK && PQstatus(c) == CONNECTION_OK;
+}
+
+/* Waits for c's database to answer again, making c anew (a session of
+ * its own: no statement prepared, *prepared cleared), up to the outage
+ * budget from the outage's start, or until the hook or a close stops it:
+ * 0, or MESH_E_UNAVAILABLE with the error set. */
+static int reconnect(struct mesh_pg *pg, PGconn *c, unsigned *prepared)
+{
+	uint64_t since = outage_begin(pg, c), pause = 50 * MESH_NS_PER_MS;
+	for (;;) {
+		uint64_t budget = outage_ns, end = since + budget;
+		*prepared = 0;
+		/* one try of up to a second, even past the budget (a call
+		 * after the outage that ended another) */
+		if (reset_polled(c, mesh_mono_ns() + MESH_NS_PER_S)) {
+			PQclear(PQexec(c, SESSION_SETTINGS));
+			outage_end(pg, since);
+			return 0;
+		}
+		uint64_t now = mesh_mono_ns();
+		int stop = pg->closing;
+		if (!stop && now < end && pg->wait_fn)
+			stop = pg->wait_fn(pg->wait_arg, MESH_PG_WAIT_STILL, NULL, now - since, budget);
+		if (stop || now >= end) {
+			char m[300], d[32];
+			mesh_say_duration(d, sizeof d, now - since);
+			snprintf(m, sizeof m, "the database did not answer for %s%s: %s", d,
+				 stop ? " (the node was told to stop)" : "", PQerrorMessage(c));
+			m[strcspn(m, "\n")] = 0;
+			set_err(pg, m);
+			if (!stop && !atomic_exchange(&pg->gave_up, 1) && pg->wait_fn)
+				pg->wait_fn(pg->wait_arg, MESH_PG_WAIT_GAVE_UP, NULL, now - since, budget);
+			return MESH_E_UNAVAILABLE;
+		}
+		mesh_sleep_ns(pause < end - now ? pause : end - now);
+		if (pause < MESH_NS_PER_S)
+			pause *= 2;
+	}
 }
 
 /* mesh__pg_q of the statement of slot (or unnamed: slot < 0), on c (pg's
@@ -331,7 +452,6 @@ static void wait_end(struct mesh_pg *pg, int ok)
 static PGresult *query_on(struct mesh_pg *pg, PGconn *c, unsigned *prepared, int slot, const char *sql, int n,
 			  const char *const *vals, int *rc)
 {
-	uint64_t give_up = 0;
 	for (;;) {
 		PGresult *r = exec_once(c, prepared, slot, sql, n, vals);
 		ExecStatusType st = PQresultStatus(r);
@@ -345,30 +465,8 @@ static PGresult *query_on(struct mesh_pg *pg, PGconn *c, unsigned *prepared, int
 			*rc = MESH_E_PROTO; /* the database refused the statement */
 			return NULL;
 		}
-		if (!give_up)
-			give_up = mesh_mono_ns() + RECONNECT_NS;
-		wait_begin(pg, c);
-		for (;;) {
-			PQreset(c);
-			*prepared = 0; /* a new session has none */
-			if (PQstatus(c) == CONNECTION_OK) {
-				PGresult *s = PQexec(c, SESSION_SETTINGS);
-				PQclear(s);
-				wait_end(pg, 1);
-				break;
-			}
-			if (mesh_mono_ns() >= give_up) {
-				char m[300];
-				snprintf(m, sizeof m, "the database did not answer for %llu s: %s",
-					 (unsigned long long)(RECONNECT_NS / MESH_NS_PER_S), PQerrorMessage(c));
-				m[strcspn(m, "\n")] = 0;
-				set_err(pg, m);
-				wait_end(pg, 0);
-				*rc = MESH_E_UNAVAILABLE;
-				return NULL;
-			}
-			mesh_sleep_ns(50 * MESH_NS_PER_MS);
-		}
+		if ((*rc = reconnect(pg, c, prepared)) < 0)
+			return NULL;
 	}
 }
 
@@ -549,6 +647,7 @@ void mesh_pg_close(struct mesh_pg *pg)
 {
 	if (!pg)
 		return;
+	pg->closing = 1; /* a call waiting for the database gives up */
 	mesh__pg_node_stop(pg);
 	PQfinish(pg->conn);
 	PQfinish(pg->cconn);
@@ -990,6 +1089,40 @@ int mesh_pg_release_mine(struct mesh_pg *pg)
 	return mesh__pg_q1(pg, "SELECT mesh.release($1, $2)", 2, vals, out, sizeof out);
 }
 
+/* One statement (or several, or only comments) of the schema: 0, or
+ * MESH_E_PROTO with the server's words in why. */
+static int schema_exec(PGconn *c, const char *sql, char *why, size_t whycap)
+{
+	PGresult *r = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(r);
+	int rc = 0;
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_EMPTY_QUERY) {
+		set_why(why, whycap, PQerrorMessage(c));
+		rc = MESH_E_PROTO;
+	}
+	PQclear(r);
+	return rc;
+}
+
+/* Takes the schema from version v to this mesh's in one transaction:
+ * the steps it lacks (tables), this version's functions, the number. */
+static int migrate(PGconn *c, int v, char *why, size_t whycap)
+{
+	char sql[64];
+	int rc = schema_exec(c, "BEGIN", why, whycap);
+	for (; !rc && v < MESH_PG_SCHEMA_VERSION; v++)
+		rc = schema_exec(c, mesh__pg_steps[v], why, whycap);
+	if (!rc)
+		rc = schema_exec(c, mesh__pg_functions, why, whycap);
+	snprintf(sql, sizeof sql, "UPDATE mesh.meta SET version = %d", MESH_PG_SCHEMA_VERSION);
+	if (!rc)
+		rc = schema_exec(c, sql, why, whycap);
+	if (!rc)
+		return schema_exec(c, "COMMIT", why, whycap);
+	PQclear(PQexec(c, "ROLLBACK"));
+	return rc;
+}
+
 int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *now, char *why, size_t whycap)
 {
 	char job[MESH_NODE_MAX + 1];
@@ -1019,31 +1152,10 @@ int mesh_pg_schema(const char *url, enum mesh_pg_schema_op op, int *found, int *
 		} else if (op == MESH_PG_SCHEMA_INIT && v != 0 && v != MESH_PG_SCHEMA_VERSION) {
 			set_why(why, whycap, "the mesh schema is of an older version (run: mesh store migrate URL)");
 			rc = MESH_E_VERSION;
-		} else if (op != MESH_PG_SCHEMA_STATUS) {
-			for (; !rc && (size_t)v < MESH_PG_NMIGRATIONS; v++) {
-				PGresult *r = PQexec(c, "BEGIN");
-				PQclear(r);
-				r = PQexec(c, MESH_PG_MIGRATIONS[v]);
-				if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-					set_why(why, whycap, PQerrorMessage(c));
-					rc = MESH_E_PROTO;
-				}
-				PQclear(r);
-				if (!rc) {
-					char sql[64];
-					snprintf(sql, sizeof sql, "UPDATE mesh.meta SET version = %d", v + 1);
-					r = PQexec(c, sql);
-					PQclear(r);
-				}
-				r = PQexec(c, rc ? "ROLLBACK" : "COMMIT");
-				if (!rc && PQresultStatus(r) != PGRES_COMMAND_OK) {
-					set_why(why, whycap, PQerrorMessage(c));
-					rc = MESH_E_PROTO;
-				}
-				PQclear(r);
-				if (!rc)
-					*now = v + 1;
-			}
+		} else if (op != MESH_PG_SCHEMA_STATUS && v < MESH_PG_SCHEMA_VERSION) {
+			rc = migrate(c, v, why, whycap);
+			if (!rc)
+				*now = MESH_PG_SCHEMA_VERSION;
 		}
 	}
 	PQfinish(c);

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MESH_PG_SCHEMA_VERSION 8
+#define MESH_PG_SCHEMA_VERSION 9
 
 struct mesh_pg;
 
@@ -58,6 +58,15 @@ struct mesh_pg_failure {
 int mesh_pg_url_is(const char *s);
 /* The URL without its password, into buf (always terminated). */
 void mesh_pg_url_safe(const char *url, char *buf, size_t cap);
+/* 1 when the store URL url holds a password (postgresql://user:pw@..., a
+ * password parameter however spelled: libpq's own reading of it where
+ * libpq can be loaded), else 0.  Every command that takes a store URL
+ * refuses such a URL (it would show in the process list for the command's
+ * lifetime): MESH_PG_URL_PASSWORD says why and what to do instead. */
+int mesh_pg_url_has_password(const char *url);
+#define MESH_PG_URL_PASSWORD                                                                                        \
+	"a password in the store URL is refused (it would show in the process list): give it in ~/.pgpass, "      \
+	"the file PGPASSFILE names, or PGPASSWORD"
 
 /* Spare connections: a thread of this process keeps n (at most 8)
  * connections to url's database made and unused, and mesh_pg_open takes
@@ -77,13 +86,30 @@ void mesh_pg_spares_counts(uint64_t *made, uint64_t *taken, uint64_t *dropped);
  * MESH_E_VERSION (the schema is missing or of another version).  why (may
  * be NULL) gets libpq's message. */
 int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap);
-/* fn (may be NULL) hears when pg's database stops answering and a query
- * starts reconnecting (waiting = 1, why: libpq's message's first line),
- * and when the last such query ends: connected again (waiting = 0) or
- * given up (waiting = -1, the query fails with MESH_E_UNAVAILABLE); once
- * for all of pg's threads and connections.  Set before pg is used by more
- * than one thread. */
-void mesh_pg_set_wait_hook(struct mesh_pg *pg, void (*fn)(void *arg, int waiting, const char *why), void *arg);
+/* The outage budget of this process's handles (one node's): how long a
+ * call waits for a database that stopped answering (a restart, a network
+ * cut), counted from the moment a call of its handle found it gone, before
+ * it fails with MESH_E_UNAVAILABLE; MESH_PG_OUTAGE_DEFAULT_NS unless set.
+ * Set it before the first handle is opened. */
+#define MESH_PG_OUTAGE_DEFAULT_NS (300ull * 1000000000ull)
+void mesh_pg_set_outage(uint64_t ns);
+uint64_t mesh_pg_outage(void);
+/* What a handle's wait hook hears (mesh_pg_set_wait_hook). */
+enum {
+	MESH_PG_WAIT_GAVE_UP = -1, /* the budget ran out: the waiting calls fail */
+	MESH_PG_WAIT_ANSWERS = 0,  /* a call reached it again (waited: how long it was gone) */
+	MESH_PG_WAIT_STOPPED = 1,  /* it stopped answering (why: libpq's first line) */
+	MESH_PG_WAIT_STILL = 2,	   /* calls still wait (about once a second, from each) */
+};
+/* fn (may be NULL) hears, from any of pg's threads, when pg's database
+ * stops answering, while calls wait for it, and when it answers again or
+ * they give up: STOPPED, ANSWERS and GAVE_UP once an outage, STILL from
+ * each waiting call about once a second; waited_ns since the outage
+ * began, budget_ns the budget.  A nonzero return stops the waiting call
+ * now (it fails with MESH_E_UNAVAILABLE): a node told to stop.  Set
+ * before pg is used by more than one thread. */
+typedef int (*mesh_pg_wait_fn)(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns);
+void mesh_pg_set_wait_hook(struct mesh_pg *pg, mesh_pg_wait_fn fn, void *arg);
 void mesh_pg_close(struct mesh_pg *pg);
 /* The server's words for pg's last call that failed, into buf (always
  * terminated; "" when none failed): a statement the database refused --

@@ -54,11 +54,14 @@ struct mesh_pg {
 	int cconn_wanted;
 	PGconn *cconn;
 	unsigned cprepared; /* as prepared, for cconn */
-	/* mesh_pg_set_wait_hook; waiting: the queries now reconnecting (the
-	 * hook hears the first to start and the last to succeed) */
-	void (*wait_fn)(void *arg, int waiting, const char *why);
+	/* mesh_pg_set_wait_hook; down_since: when a call found the
+	 * database gone (mesh_mono_ns; 0: it answers), for all of the
+	 * handle's connections; gave_up: GAVE_UP was told for that outage;
+	 * closing: mesh_pg_close began (a waiting call gives up) */
+	mesh_pg_wait_fn wait_fn;
 	void *wait_arg;
-	_Atomic int waiting;
+	_Atomic uint64_t down_since;
+	_Atomic int gave_up, closing;
 	/* mesh_pg_error's text, under emu (a leaf lock: held only to copy
 	 * it) */
 	pthread_mutex_t emu;
@@ -66,7 +69,8 @@ struct mesh_pg {
 };
 
 /* Runs sql with params on pg's connection (pg->mu held), making the
- * connection again (waiting up to 15 s) when it was lost.  The result, or
+ * connection again when it was lost (waiting up to the outage budget,
+ * mesh_pg_set_outage).  The result, or
  * NULL with *rc set. */
 PGresult *mesh__pg_q(struct mesh_pg *pg, const char *sql, int n, const char *const *vals, int *rc);
 /* Splits "#job" off url into job (cap bytes); the rest, a copy the caller

@@ -127,7 +127,7 @@ static inline int chat_request(char *req, size_t cap, const char *model, const c
 			 "{\"model\":\"%s\",\"stream\":%s,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", model,
 			 stream ? "true" : "false", content);
 	return snprintf(req, cap,
-			"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+			"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 			"Content-Length: %d\r\n%s\r\n%s",
 			n, keep ? "" : "Connection: close\r\n", body);
 }

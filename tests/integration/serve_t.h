@@ -175,7 +175,7 @@ static inline int http_get(int port, const char *path, char *resp, size_t cap)
 	int fd = connect_to(port);
 	if (fd < 0)
 		return -1;
-	int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+	int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
 	if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
 		close(fd);
 		return -1;

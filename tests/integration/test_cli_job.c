@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -349,4 +350,34 @@ TEST(cli_mistyped_command_did_you_mean)
 	}
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s xyzzy", M), 64);
 	EXPECT_CONTAINS(out, "unknown command 'xyzzy'\n");
+}
+
+/* status --json counts every DONE of a node, also those `mesh job
+ * complete` writes without a duration (it counted 0 of them); the mean
+ * is over the DONEs that carry one. */
+TEST(cli_job_status_json_counts_completions_without_duration)
+{
+	ASSERT_EQ(MESH("submit j.log 4", M), 0);
+	EXPECT_EQ(MESH("complete j.log locks jb 0 n1", M), 0);
+	EXPECT_EQ(MESH("complete j.log locks jb 1 n1", M), 0);
+	EXPECT_EQ(MESH("complete j.log locks jb 2 n2", M), 0);
+	EXPECT_EQ(MESH("harvest j.log locks jb 4 10 n3 -- true", M), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s job status j.log locks jb 4 --json", M), 0);
+	json_error_t err;
+	json_t *o = json_loads(out, 0, &err);
+	ASSERT_TRUE(o != NULL);
+	json_t *nodes = json_object_get(o, "nodes");
+	int seen = 0;
+	for (size_t i = 0; i < json_array_size(nodes); i++) {
+		json_t *nd = json_array_get(nodes, i);
+		const char *name = json_string_value(json_object_get(nd, "name"));
+		json_int_t c = json_integer_value(json_object_get(nd, "completions"));
+		int want = !strcmp(name, "n1") ? 2 : !strcmp(name, "n2") || !strcmp(name, "n3") ? 1 : -1;
+		if (want < 0)
+			continue;
+		EXPECT_EQ(c, want);
+		seen++;
+	}
+	EXPECT_EQ(seen, 3);
+	json_decref(o);
 }

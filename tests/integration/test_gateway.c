@@ -66,7 +66,7 @@ TEST_TIMEOUT(gateway_unknown_model_404_lists_models, 30)
 
 	int fd = connect_to(g.port);
 	ASSERT_GE(fd, 0);
-	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n"
 			       "Connection: close\r\n\r\n{}"),
 		  0);
 	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
@@ -495,7 +495,7 @@ TEST_TIMEOUT(gateway_request_body_bounds, 30)
 	memset(body, 'x', sizeof body - 1);
 	body[sizeof body - 1] = 0;
 	snprintf(req, sizeof req,
-		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n{\"model\":\"test-model\",\"x\":\"%s\"}",
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\n\r\n{\"model\":\"test-model\",\"x\":\"%s\"}",
 		 strlen(body) + 28, body);
 	int fd = connect_to(g.port);
 	ASSERT_GE(fd, 0);
@@ -506,7 +506,7 @@ TEST_TIMEOUT(gateway_request_body_bounds, 30)
 	EXPECT_CONTAINS(resp, "the request body is larger than 200 bytes");
 	fd = connect_to(g.port);
 	ASSERT_GE(fd, 0);
-	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+	ASSERT_EQ(send_str(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
 			       "Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
 		  0);
 	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
@@ -516,7 +516,7 @@ TEST_TIMEOUT(gateway_request_body_bounds, 30)
 	fd = connect_to(g.port);
 	ASSERT_GE(fd, 0);
 	snprintf(req, sizeof req,
-		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
 		 "%zx\r\n%s\r\n%zx\r\n%s\r\n0\r\n\r\n", strlen(body), body, strlen(body), body);
 	ASSERT_EQ(send_str(fd, req), 0);
 	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);

@@ -217,7 +217,7 @@ static int cmp_u64(const void *a, const void *b)
 static void close_tries(int port, const char *path, int cut, uint64_t *d)
 {
 	char req[256], buf[8192];
-	snprintf(req, sizeof req, "GET /upstream/m%s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+	snprintf(req, sizeof req, "GET /upstream/m%s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
 	for (int i = 0; i < CLOSE_TRIES; i++) {
 		uint64_t t_close;
 		int fd = send_read_to_close(port, req, buf, sizeof buf, &t_close, HANG_MS);
@@ -333,31 +333,31 @@ static const struct {
 	size_t len; /* 0: strlen */
 } malformed[] = {
 	{"space before the colon of Transfer-Encoding",
-	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 0},
-	{"space before the colon of Content-Length", "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello", 0},
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 0},
+	{"space before the colon of Content-Length", "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length : 5\r\n\r\nhello", 0},
 	{"space before the colon of another field", "GET /upstream/m/echo HTTP/1.1\r\nHost : x\r\n\r\n", 0},
-	{"NUL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n",
-	 sizeof "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n" - 1},
-	{"a CTL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\x01z\r\n\r\n", 0},
-	{"DEL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\x7fz\r\n\r\n", 0},
-	{"obs-fold", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 0},
+	{"NUL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nX-A: a\0b\r\n\r\n",
+	 sizeof "GET /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nX-A: a\0b\r\n\r\n" - 1},
+	{"a CTL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nX-A: a\x01z\r\n\r\n", 0},
+	{"DEL in a value", "GET /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nX-A: a\x7fz\r\n\r\n", 0},
+	{"obs-fold", "GET /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nX-A: a\r\n b\r\n\r\n", 0},
 	{"Content-Length twice, differing",
-	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 0},
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 0},
 	{"Content-Length twice, agreeing",
-	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", 0},
-	{"Content-Length not digits", "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 0},
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", 0},
+	{"Content-Length not digits", "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: +5\r\n\r\nhello", 0},
 	{"Content-Length with Transfer-Encoding",
-	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 0},
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 0},
 	{"Transfer-Encoding: chunked, gzip",
-	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 0},
-	{"Transfer-Encoding: gzip", "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n0\r\n\r\n", 0},
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 0},
+	{"Transfer-Encoding: gzip", "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n0\r\n\r\n", 0},
 	{"Transfer-Encoding: gzip, chunked",
-	 "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 0},
+	 "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 0},
 	{"bare LF line ends", "GET /upstream/m/echo HTTP/1.1\nHost: x\n\n", 0},
 	{"a bare LF in one line", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\nX-A: 1\r\n\r\n", 0},
-	{"a field name with a non-token character", "GET /upstream/m/echo HTTP/1.1\r\nHost: x\r\nX@A: 1\r\n\r\n", 0},
-	{"a lower-case version", "GET /upstream/m/echo http/1.1\r\nHost: x\r\n\r\n", 0},
-	{"two spaces in the request line", "GET  /upstream/m/echo HTTP/1.1\r\nHost: x\r\n\r\n", 0},
+	{"a field name with a non-token character", "GET /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nX@A: 1\r\n\r\n", 0},
+	{"a lower-case version", "GET /upstream/m/echo http/1.1\r\nHost: localhost\r\n\r\n", 0},
+	{"two spaces in the request line", "GET  /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\n\r\n", 0},
 };
 
 /* Sends len bytes on a new connection to the gateway: 1 when they got 400
@@ -434,7 +434,7 @@ TEST_TIMEOUT(gateway_malformed_chunked_bodies_get_400_and_reach_no_program, 90)
 			ASSERT_EQ(http_get(g.port, "/upstream/m/warm", resp, sizeof resp), 200);
 		for (size_t i = 0; i < sizeof malformed_chunked / sizeof malformed_chunked[0]; i++) {
 			int len = snprintf(req, sizeof req,
-					   "POST /upstream/m/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%s",
+					   "POST /upstream/m/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n%s",
 					   malformed_chunked[i].body);
 			bad += !refused_unseen(g.port, malformed_chunked[i].what, warm, req, (size_t)len);
 		}
@@ -455,7 +455,7 @@ TEST_TIMEOUT(gateway_hop_by_hop_fields_do_not_reach_the_program, 30)
 	for (int expect = 0; expect < 2; expect++) {
 		long before = file_size("received.log");
 		snprintf(req, sizeof req,
-			 "POST /upstream/m/hop%d HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, X-Drop\r\nKeep-Alive: timeout=5\r\n"
+			 "POST /upstream/m/hop%d HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive, X-Drop\r\nKeep-Alive: timeout=5\r\n"
 			 "X-Drop: 1\r\nX-Keep: 2\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Connection: keep-alive\r\n%s"
 			 "Content-Length: 5\r\n\r\n",
 			 expect, expect ? "Expect: 100-continue\r\n" : "");
@@ -472,7 +472,7 @@ TEST_TIMEOUT(gateway_hop_by_hop_fields_do_not_reach_the_program, 30)
 		char *got = t_read_file("received.log", NULL);
 		ASSERT_TRUE(got != NULL);
 		const char *r = got + before;
-		snprintf(req, sizeof req, "POST /hop%d HTTP/1.1\r\nHost: x\r\nX-Keep: 2\r\nContent-Length: 5\r\n\r\nhello>>", expect);
+		snprintf(req, sizeof req, "POST /hop%d HTTP/1.1\r\nHost: localhost\r\nX-Keep: 2\r\nContent-Length: 5\r\n\r\nhello>>", expect);
 		EXPECT_CONTAINS(r, req);
 		EXPECT_TRUE(strcasestr(r, "x-drop") == NULL);
 		EXPECT_TRUE(strcasestr(r, "connection") == NULL);
@@ -493,7 +493,7 @@ TEST_TIMEOUT(gateway_hop_by_hop_fields_do_not_reach_the_program, 30)
 TEST_TIMEOUT(gateway_smuggled_request_does_not_reach_the_next_client, 30)
 {
 	char resp[8192], req[1024];
-	static const char smuggled[] = "0\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+	static const char smuggled[] = "0\r\n\r\nGET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n";
 	add_upstream();
 	/* One loop: the second client's request takes the connection to the
 	 * program the first one's left. */
@@ -501,7 +501,7 @@ TEST_TIMEOUT(gateway_smuggled_request_does_not_reach_the_next_client, 30)
 	ASSERT_EQ(http_get(g.port, "/upstream/m/warm", resp, sizeof resp), 200);
 	long before = file_size("received.log");
 	snprintf(req, sizeof req,
-		 "POST /upstream/m/a HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\nTransfer-Encoding : chunked\r\n\r\n%s",
+		 "POST /upstream/m/a HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\nTransfer-Encoding : chunked\r\n\r\n%s",
 		 sizeof smuggled - 1, smuggled);
 	int a = connect_to(g.port);
 	ASSERT_GE(a, 0);
@@ -509,7 +509,7 @@ TEST_TIMEOUT(gateway_smuggled_request_does_not_reach_the_next_client, 30)
 	int sa = read_resp_ms(a, resp, sizeof resp, 3000);
 	int b = connect_to(g.port);
 	ASSERT_GE(b, 0);
-	ASSERT_EQ(send_str(b, "GET /upstream/m/b HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+	ASSERT_EQ(send_str(b, "GET /upstream/m/b HTTP/1.1\r\nHost: localhost\r\n\r\n"), 0);
 	char rb[8192];
 	int sb = read_resp_ms(b, rb, sizeof rb, 3000);
 	close(a);

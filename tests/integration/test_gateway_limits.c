@@ -265,7 +265,7 @@ TEST_TIMEOUT(gateway_kept_connection_closed_by_program, 30)
 		 cwd, cwd, cwd);
 	t_write_file("catalog/web.toml", text);
 	struct gw g = start_gw("");
-	snprintf(req, sizeof req, "GET /upstream/nginx-hello/ HTTP/1.1\r\nHost: x\r\n\r\n");
+	snprintf(req, sizeof req, "GET /upstream/nginx-hello/ HTTP/1.1\r\nHost: localhost\r\n\r\n");
 	for (int i = 0; i < 3; i++) {
 		int fd = connect_to(g.port);
 		ASSERT_GE(fd, 0);
@@ -294,7 +294,7 @@ TEST_TIMEOUT(gateway_chunked_request_body, 30)
 	int fd = connect_to(g.port);
 	ASSERT_GE(fd, 0);
 	snprintf(req, sizeof req,
-		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
 		 "a;ext=1\r\n%.10s\r\n%zx\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n",
 		 json, n - 10, json + 10);
 	ASSERT_EQ(send_str(fd, req), 0);

@@ -210,7 +210,7 @@ TEST_TIMEOUT(gateway_slow_reader_gets_whole_answer, 60)
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	ASSERT_EQ(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-	ASSERT_EQ(send_str(fd, "GET /upstream/web/big.bin HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+	ASSERT_EQ(send_str(fd, "GET /upstream/web/big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"), 0);
 	usleep(300 * 1000); /* not reading: the answer is held up meanwhile */
 	static char got[BIG + 65536];
 	size_t have = 0, head = 0;
@@ -228,7 +228,7 @@ TEST_TIMEOUT(gateway_slow_reader_gets_whole_answer, 60)
 	EXPECT_EQ(have, head + BIG);
 	EXPECT_TRUE(!strncmp(got, "HTTP/1.1 200", 12));
 	EXPECT_TRUE(!memcmp(got + head, big, BIG));
-	ASSERT_EQ(send_str(fd, "GET /upstream/web/ HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+	ASSERT_EQ(send_str(fd, "GET /upstream/web/ HTTP/1.1\r\nHost: localhost\r\n\r\n"), 0);
 	EXPECT_EQ(read_response(fd, resp, sizeof resp), 200);
 	EXPECT_CONTAINS(resp, "up");
 	close(fd);
@@ -368,7 +368,7 @@ TEST_TIMEOUT(gateway_answered_connections_go_back_to_a_loop, 30)
 	enum { N = 50 };
 	static int fds[N];
 	char resp[8192];
-	static const char get[] = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+	static const char get[] = "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n";
 	add_oa("p5", "\"test-model\"", "", "");
 	struct gw g = start_gw("");
 	int before = threads_of(g.pid);

@@ -298,3 +298,18 @@ TEST(run_bad_arguments)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --journal a.log --chunks 3 -- true", MESH), 105);
 	EXPECT_CONTAINS(out, "belongs to other work");
 }
+
+/* A command that cannot run leaves no default journal behind (a hidden
+ * .mesh-run-*.log nobody asked for, with nothing to resume); a run whose
+ * chunks failed keeps its journal, which the message names. */
+TEST(run_missing_program_leaves_no_journal)
+{
+	char out[4096];
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run no-such-program-here ::: a b", MESH), 106);
+	EXPECT_CONTAINS(out, "cannot run 'no-such-program-here'");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "ls -a | grep -c '^.mesh-run-'"), 1); /* grep: none */
+	EXPECT_STREQ(out, "0\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run false ::: a b", MESH), 2);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "ls -a | grep -c '^.mesh-run-'"), 0);
+	EXPECT_STREQ(out, "1\n");
+}

@@ -50,6 +50,10 @@ TEST(run_multi_spreads_over_slots_and_replaces_in_context)
 	EXPECT_STREQ(out, "1 2 3 4 5\n");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --dry-run -N2 cp {1} {2} ::: a b c d", MESH), 0);
 	EXPECT_STREQ(out, "cp a b\ncp c d\n");
+	/* -N0: a record a command, which the command does not see (it was a
+	 * usage error) */
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -k -N0 echo x{}y ::: a b c 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "xy\nxy\nxy\n");
 }
 
 TEST(run_multi_bad_use_is_a_usage_error)
@@ -57,8 +61,9 @@ TEST(run_multi_bad_use_is_a_usage_error)
 	char out[4096];
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -N2 echo ::: a b ::: 1 2", MESH), 104);
 	EXPECT_CONTAINS(out, "group the records of one argument source; 2 given");
-	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -N0 echo ::: a", MESH), 104);
-	EXPECT_CONTAINS(out, "-N '0': expected a whole number from 1 to 4096");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -N 4097 echo ::: a", MESH), 104);
+	EXPECT_CONTAINS(out, "-N '4097': expected a whole number from 0 to 4096");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --pipe -N0 wc", MESH), 104);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -X --chunks 4 echo", MESH), 104);
 	EXPECT_CONTAINS(out, "not with --chunks N");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run --max-args=x echo ::: a", MESH), 104);

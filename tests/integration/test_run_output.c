@@ -6,6 +6,7 @@
 #include "exec/input.h"
 #include "exec/runner.h"
 #include "job/job.h"
+#include "runner/pty.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -444,19 +445,44 @@ TEST(runner_joblog_has_gnu_parallel_columns)
 		EXPECT_EQ(ev, k == 1 ? 3 : 0);
 		EXPECT_EQ(sig, k == 2 ? 9 : 0);
 		char want[256];
-		snprintf(want, sizeof want, "sh -c printf abc; [ %d = 1 ] && exit 3; [ %d = 2 ] && kill -9 $$; true", k, k);
+		/* the command as one shell line: a word a shell would read
+		 * otherwise is quoted */
+		snprintf(want, sizeof want, "sh -c 'printf abc; [ %d = 1 ] && exit 3; [ %d = 2 ] && kill -9 $$; true'", k, k);
 		EXPECT_STREQ(line + used, want);
 	}
 	free(s);
-	/* a rerun appends, no second header */
+	/* a resumed run appends, no second header */
 	ASSERT_EQ(mesh_job_retry(j, UINT64_MAX), 2);
 	o = opts(argv, 1);
 	o.joblog = "jl";
+	o.joblog_mode = MESH_EXEC_JOBLOG_APPEND;
 	mesh_exec_run(j, &o, NULL);
 	opts_close(&o);
 	s = t_read_file("jl", NULL);
 	EXPECT_EQ(count_lines(s), 6);
 	EXPECT_TRUE(strstr(s + 1, "Seq\t") == NULL);
+	free(s);
+	/* a new run empties it (GNU parallel's --joblog FILE) ... */
+	ASSERT_EQ(mesh_job_retry(j, UINT64_MAX), 2);
+	o = opts(argv, 1);
+	o.joblog = "jl";
+	o.joblog_mode = MESH_EXEC_JOBLOG_NEW;
+	mesh_exec_run(j, &o, NULL);
+	opts_close(&o);
+	s = t_read_file("jl", NULL);
+	EXPECT_EQ(count_lines(s), 3);
+	EXPECT_EQ(strncmp(s, head, strlen(head)), 0);
+	free(s);
+	/* ... and +FILE appends without a header, to a new file too */
+	ASSERT_EQ(mesh_job_retry(j, UINT64_MAX), 2);
+	o = opts(argv, 1);
+	o.joblog = "jl2";
+	o.joblog_mode = MESH_EXEC_JOBLOG_PLUS;
+	mesh_exec_run(j, &o, NULL);
+	opts_close(&o);
+	s = t_read_file("jl2", NULL);
+	EXPECT_EQ(count_lines(s), 2);
+	EXPECT_TRUE(strstr(s, "Seq\t") == NULL);
 	free(s);
 	job_done(j);
 }
@@ -531,7 +557,7 @@ TEST(runner_halt_now_on_first_success)
 	char *const argv[] = {"sh", "-c", "[ {} = 2 ] && exit 0; sleep 20", NULL};
 	struct mesh_exec_opts o = opts(argv, 4);
 	o.halt_mode = MESH_EXEC_HALT_NOW;
-	o.halt_on_success = 1;
+	o.halt_what = MESH_EXEC_HALT_SUCCESS;
 	o.halt_count = 1;
 	struct mesh_exec_stats st;
 	uint64_t t0 = t_now_ms();
@@ -799,4 +825,28 @@ TEST(run_results_on_a_full_disk_never_done_with_a_part)
 	EXPECT_UEQ(ndone(j), (uint64_t)cnt);
 	mesh_job_close(j);
 	t_sh(NULL, 0, 0, "rm -rf %s", lk);
+}
+
+/* The progress bar writes escape sequences only to a terminal: a file or
+ * a pipe gets the text alone, each redraw after a \r (the colour codes
+ * went into files); on a terminal it is coloured unless NO_COLOR is set. */
+TEST(run_bar_escapes_only_on_a_terminal)
+{
+	char out[65536];
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run --bar 'sleep 0.{}' ::: 1 2 3 2>bar.txt", t_bin("mesh")), 0);
+	char *s = t_read_file("bar.txt", NULL);
+	ASSERT_TRUE(s != NULL);
+	EXPECT_TRUE(strchr(s, '\033') == NULL);
+	EXPECT_CONTAINS(s, "\r[########################################] 3/3 100%");
+	EXPECT_CONTAINS(s, "mesh run: complete: 3/3 done");
+	free(s);
+	struct t_pty p;
+	ASSERT_EQ(t_pty_start(&p, "%s run --bar 'sleep 0.{}' ::: 1 2 3", t_bin("mesh")), 0);
+	EXPECT_EQ(t_pty_finish(&p, out, sizeof out), 0);
+	EXPECT_CONTAINS(out, "\033[32m");
+	EXPECT_CONTAINS(out, "\r\033[K");
+	ASSERT_EQ(t_pty_start(&p, "NO_COLOR=1 %s run --bar 'sleep 0.{}' ::: 1 2 3", t_bin("mesh")), 0);
+	EXPECT_EQ(t_pty_finish(&p, out, sizeof out), 0);
+	EXPECT_TRUE(strstr(out, "\033[32m") == NULL);
+	EXPECT_CONTAINS(out, "3/3 100%");
 }

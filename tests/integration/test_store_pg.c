@@ -28,8 +28,11 @@ static void start(struct store_env *e)
 		FAIL("cannot start PostgreSQL");
 }
 
-/* A real database of schema version v: the migrations before it, as an
- * older mesh applied them (each step and the version, psql -1 -f). */
+/* A database of schema version v: its table steps, as an older mesh
+ * applied them (psql -1 -f), and functions an older mesh left: one of a
+ * signature this mesh has no more (mesh.complete(int, bigint[]), until
+ * version 4), one of a name this version has (mesh.lease) and one of a
+ * name it has not. */
 static void schema_at(const struct store_env *e, int v)
 {
 	char out[4096];
@@ -37,7 +40,13 @@ static void schema_at(const struct store_env *e, int v)
 	ASSERT_TRUE(f != NULL);
 	fprintf(f, "DROP SCHEMA IF EXISTS mesh CASCADE;\n");
 	for (int i = 0; i < v; i++)
-		fprintf(f, "%s;\nUPDATE mesh.meta SET version = %d;\n", MESH_PG_MIGRATIONS[i], i + 1);
+		fprintf(f, "%s;\nUPDATE mesh.meta SET version = %d;\n", mesh__pg_steps[i], i + 1);
+	if (v < 4)
+		fprintf(f, "CREATE FUNCTION mesh.complete(p_job int, p_cids bigint[]) RETURNS SETOF boolean"
+			   " LANGUAGE sql AS $$ SELECT true $$;\n");
+	fprintf(f, "CREATE FUNCTION mesh.lease(p_job int, p_k int, p_ttl_us bigint, p_holder bigint)"
+		   " RETURNS TABLE(cid bigint) LANGUAGE sql AS $$ SELECT 1::bigint $$;\n"
+		   "CREATE FUNCTION mesh.gone_since(x int) RETURNS int LANGUAGE sql AS $$ SELECT x $$;\n");
 	fclose(f);
 	ASSERT_EQ(t_sh(out, sizeof out, 1,
 		       "PGOPTIONS='-c client_min_messages=warning' psql -q -X -v ON_ERROR_STOP=1 -1 -h %s -U mesh"
@@ -46,17 +55,27 @@ static void schema_at(const struct store_env *e, int v)
 		  0);
 }
 
-TEST_TIMEOUT(store_pg_schema_commands, 60)
+/* The schema as pg_dump prints it (no data; not its \\restrict lines,
+ * which hold a random key) into path. */
+static void schema_dump(const struct store_env *e, const char *path)
+{
+	char out[4096];
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "pg_dump --schema-only --schema=mesh -h %s -U mesh postgres | grep -v '^\\\\' > %s", e->pgdir, path),
+		  0);
+}
+
+TEST_TIMEOUT(store_pg_schema_commands, 240)
 {
 	struct store_env e;
 	char url[600], out[1024];
 	start(&e);
 	store_env_base_url(&e, url, sizeof url);
+	schema_dump(&e, "fresh.sql"); /* store_env made it: mesh store init */
 	char now[64];
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d (this mesh: %d)", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);
-	EXPECT_CONTAINS(out, "version 8 (this mesh: 8)"); /* no DONE chunk handed out again */
+	EXPECT_CONTAINS(out, "version 9 (this mesh: 9)"); /* a restart keeps the leases */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), 0);
 	snprintf(now, sizeof now, "version %d -> %d", MESH_PG_SCHEMA_VERSION, MESH_PG_SCHEMA_VERSION);
 	EXPECT_CONTAINS(out, now);
@@ -89,13 +108,18 @@ TEST_TIMEOUT(store_pg_schema_commands, 60)
 		store_env_sql1(&e, "INSERT INTO mesh.done_words SELECT id, 0, 3 FROM mesh.jobs WHERE name = 'm'");
 		/* and a row of DONE chunk 1 that an older version left leased
 		 * (expired: until version 8 taken again at each expiry) */
-		store_env_sql1(&e, "INSERT INTO mesh.chunks (job, cid, state, attempt, token, holder, deadline, started)"
-				   " SELECT id, 1, 'l', 10, 5, 9, 0, 0 FROM mesh.jobs WHERE name = 'm'");
+		if (v < 8)
+			store_env_sql1(&e, "INSERT INTO mesh.chunks (job, cid, state, attempt, token, holder, deadline, started)"
+					   " SELECT id, 1, 'l', 10, 5, 9, 0, 0 FROM mesh.jobs WHERE name = 'm'");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#m' 5", MESH, url), MESH_EXIT_DATAERR);
 		EXPECT_CONTAINS(out, "mesh store migrate");
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store migrate '%s'", MESH, url), 0);
 		snprintf(q, sizeof q, "version %d -> %d", v, MESH_PG_SCHEMA_VERSION);
 		EXPECT_CONTAINS(out, q);
+		/* what it ends as is what a fresh init makes */
+		schema_dump(&e, "migrated.sql");
+		EXPECT_EQ(t_sh(out, sizeof out, 1, "diff fresh.sql migrated.sql | head -20"), 0);
+		EXPECT_STREQ(out, "");
 		EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.chunks WHERE cid = 1"), 0);
 		t_sh(out, sizeof out, 1, "%s job status '%s#m' x m 5", MESH, url); /* 1: not complete */
 		EXPECT_CONTAINS(out, "done 2");
@@ -210,9 +234,9 @@ TEST(store_pg_bad_input)
 	EXPECT_CONTAINS(out, "password authentication failed");
 	EXPECT_TRUE(strstr(out, "wrong-pw1") == NULL);
 	/* another schema version: 65, and the message says what to do */
-	store_env_sql1(&e, "UPDATE mesh.meta SET version = 9");
+	store_env_sql1(&e, "UPDATE mesh.meta SET version = 10");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#b' 5", MESH, url), MESH_EXIT_DATAERR);
-	EXPECT_CONTAINS(out, "version 9");
+	EXPECT_CONTAINS(out, "version 10");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, url), MESH_EXIT_DATAERR);
 	/* no schema at all: 65 */
 	store_env_sql1(&e, "DROP SCHEMA mesh CASCADE");

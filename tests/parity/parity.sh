@@ -1,16 +1,37 @@
 #!/bin/sh
 # Runs the same command lines through GNU parallel and `mesh run` side by
 # side and compares stdout plus the exit status (sorted unless the case is
-# about order: GNU parallel's order varies too).  A case flagged r is a
-# known difference: reported as XFAIL, it does not fail the script (none is
-# flagged today; docs/run.md lists the deliberate differences).
+# about order: GNU parallel's order varies too), then checks GNU parallel's
+# man page option by option: every option it lists must be run by a case
+# that comes out equal, or be listed in docs/run.md ("Coming from GNU
+# parallel") as a difference, with its reason.  So "0 undocumented
+# differences" is checked here, not claimed.
+#
+# A case marked with `dc OPTION` shows a documented difference: it is
+# expected to differ, and OPTION must be listed as a difference in
+# docs/run.md; a case that differs without that mark is an undocumented
+# difference.  A docs row that says "yes" must have an equal case.
+#
 # Usage: tests/parity/parity.sh MESH_BINARY
-# Output: one line per case (ok / FAIL / XFAIL / XPASS), then
-# "parity: N equal, N differ, N xfail" -- exit 0 iff no unmarked case differs.
+#   PARITY_ONLY=TEXT   run only the cases whose command line holds TEXT
+#                      (the option check is then skipped)
+#   PARITY_JOBS=N      cases run at once (default: the CPUs + 1; each runs both tools)
+#   PARITY_KEEP=1      keep the work directory (its path is printed)
+# Output: one line per case (ok / FAIL / doc / XPASS), one per uncovered
+# option, then the summary
+#   parity: N cases, N equal, N documented differences, N undocumented differences;
+#   options: N in GNU parallel's man page, N equal, N documented differences, N undocumented
+# -- exit 0 iff both undocumented counts are 0.
 MESH=${1:?usage: parity.sh MESH_BINARY}
+case $MESH in /*) ;; *) MESH=$PWD/$MESH ;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+DOC=$HERE/../../docs/run.md
 command -v parallel >/dev/null 2>&1 || { echo "parity: GNU parallel is not installed (mk/deps.sh test)"; exit 2; }
+MAN=$(man -w parallel 2>/dev/null) || MAN=/usr/share/man/man1/parallel.1.gz
+[ -r "$MAN" ] || { echo "parity: GNU parallel's man page ($MAN) is missing: the options cannot be checked"; exit 2; }
+[ -r "$DOC" ] || { echo "parity: $DOC is missing"; exit 2; }
 W=$(mktemp -d) || exit 2
-trap 'rm -rf "$W"' EXIT
+if [ -n "${PARITY_KEEP:-}" ]; then echo "parity: work directory $W"; else trap 'rm -rf "$W"' EXIT; fi
 export HOME="$W/home" LC_ALL=C
 mkdir -p "$HOME/.parallel" && touch "$HOME/.parallel/will-cite"
 printf 'alpha\nbeta\ngamma\n' >"$W/f1"
@@ -26,127 +47,207 @@ seq 100000 >"$W/seq100k"
 # prints each argument as [arg] on a line of its own
 printf '#!/bin/sh\nfor a; do echo "[$a]"; done\n' >"$W/args" && chmod +x "$W/args"
 A="$W/args"
-equal=0 differ=0 xfail=0 n=0
+N=/dev/null
 
-# c FLAGS INPUT ARGS: FLAGS has s (compare sorted) or k (in order), and r
-# for a known difference; INPUT is the file on stdin.
-c() {
-	n=$((n + 1))
-	d="$W/c$n"
+# GNU parallel's options, from its man page: "NAME 1" when it takes a
+# value, "NAME 0" when not (an optional value counts as none).
+(gzip -dc "$MAN" 2>/dev/null || cat "$MAN") | sed -n '/^\.SH "OPTIONS"/,/^\.SH "EXAMPLE/p' |
+	grep '^\.IP "\\fB\\-' | sed 's/\\-/-/g' | awk '
+{
+	s = $0
+	sub(/^\.IP "\\fB/, "", s)
+	i = index(s, "\\fR")
+	name = substr(s, 1, i - 1)
+	val = (substr(s, i + 3) ~ /^ (\\fI|\x27|<)/) ? 1 : 0
+	if (!(name in seen)) { seen[name] = val; order[++n] = name } else if (val) seen[name] = 1
+}
+END { for (k = 1; k <= n; k++) print order[k], seen[order[k]] }' >"$W/options"
+[ -s "$W/options" ] || { echo "parity: no options found in $MAN"; exit 2; }
+
+# docs/run.md's table "Coming from GNU parallel": the options of each row
+# (`-x ...` and `--xx ...` in backquotes in the first column), "yes" rows
+# in docyes, the others in docdiff when their note gives a reason, else in
+# docbad.
+awk -v yes="$W/docyes" -v diff="$W/docdiff" -v bad="$W/docbad" '
+/^## / { on = ($0 ~ /^## Coming from GNU parallel/) ; next }
+on && /^\| / && !/^\| GNU parallel/ && !/^\|--/ {
+	n = split($0, col, "|")
+	if (n < 4) next
+	status = col[3]; note = col[4]
+	gsub(/^ +| +$/, "", status); gsub(/^ +| +$/, "", note)
+	c = col[2]
+	while (match(c, /`[^`]*`/)) {
+		tok = substr(c, RSTART + 1, RLENGTH - 2)
+		c = substr(c, RSTART + RLENGTH)
+		split(tok, w, " ")
+		if (w[1] !~ /^-/) continue
+		if (status ~ /^yes/) print w[1] > yes
+		else if (note != "") print w[1] > diff
+		else print w[1] > bad
+	}
+}' "$DOC"
+touch "$W/docyes" "$W/docdiff" "$W/docbad"
+
+VALUED=" $(awk '$2 == 1 { printf "%s ", $1 }' "$W/options")"
+takes_value() { case $VALUED in *" $1 "*) return 0 ;; esac; return 1; }
+
+# The options a case's command line gives to GNU parallel (one a line): the
+# words before the command, parsed with the man page's names.
+options_of() {
+	eval "set -- $1"
+	while [ $# -gt 0 ]; do
+		w=$1
+		shift
+		case $w in
+		:::* | --) break ;;
+		--?*)
+			printf '%s\n' "${w%%=*}"
+			case $w in *=*) ;; *) takes_value "$w" && [ $# -gt 0 ] && shift ;; esac
+			;;
+		-?*)
+			rest=${w#-}
+			while [ -n "$rest" ]; do
+				l=${rest%"${rest#?}"}
+				rest=${rest#?}
+				printf '%s\n' "-$l"
+				if takes_value "-$l"; then
+					[ -z "$rest" ] && [ $# -gt 0 ] && shift
+					break
+				fi
+			done
+			;;
+		*) break ;;
+		esac
+	done
+}
+
+# run_case N FLAGS INPUT ARGS [AFTER [DOCOPT]]: both tools run ARGS in
+# directories of their own with INPUT on stdin; AFTER (a shell command, in
+# that directory) adds what it prints to the output (a joblog, a results
+# tree).  FLAGS: s compare sorted, k in order.
+run_case() {
+	d="$W/c$1"
 	mkdir -p "$d/p" "$d/m"
-	(cd "$d/p" && eval "parallel $3" <"$2" >"$d/p.out" 2>/dev/null; echo "exit $?" >>"$d/p.out") &
-	(cd "$d/m" && eval "\"$MESH\" run $3" <"$2" >"$d/m.out" 2>"$d/m.err"; echo "exit $?" >>"$d/m.out")
+	(cd "$d/p" && eval "parallel $4" <"$3" >"$d/p.out" 2>"$d/p.err"; echo "exit $?" >>"$d/p.out"; [ -z "$5" ] || eval "$5" >>"$d/p.out" 2>&1) &
+	(cd "$d/m" && eval "\"$MESH\" run $4" <"$3" >"$d/m.out" 2>"$d/m.err"; echo "exit $?" >>"$d/m.out"; [ -z "$5" ] || eval "$5" >>"$d/m.out" 2>&1)
 	wait
 	# a failed run keeps its journal and lock dir: remove the lock dir
 	sed -n 's/.*mesh job status [^ ]* \(\/tmp\/mesh-run-[0-9a-f]*\) .*/\1/p' "$d/m.err" | while read -r l; do
 		rm -rf "$l"
 	done
-	case $1 in *s*) sort "$d/p.out" -o "$d/p.out"; sort "$d/m.out" -o "$d/m.out" ;; esac
+	case $2 in *s*) sort "$d/p.out" -o "$d/p.out"; sort "$d/m.out" -o "$d/m.out" ;; esac
+	options_of "$4" >"$d/options"
 	if cmp -s "$d/p.out" "$d/m.out"; then
-		case $1 in *r*) echo "XPASS $n: $3 (passes now: remove its r flag)" ;; *) echo "ok    $n: $3" ;; esac
-		equal=$((equal + 1))
+		if [ -n "$6" ]; then
+			echo "XPASS $1: $4 (the documented difference of $6 did not show: make it an equal case)"
+			echo xpass >"$d/verdict"
+		else
+			echo "ok    $1: $4"
+			echo equal >"$d/verdict"
+		fi
+	elif [ -n "$6" ] && grep -qx -- "$6" "$W/docdiff"; then
+		echo "doc   $1: $4 ($6: a difference docs/run.md gives)"
+		echo doc >"$d/verdict"
 	else
-		case $1 in
-		*r*) echo "XFAIL $n: $3 (known difference)"; xfail=$((xfail + 1)) ;;
-		*)
-			echo "FAIL  $n: $3"
-			diff "$d/p.out" "$d/m.out" | sed 's/^/      /' | head -20
-			differ=$((differ + 1))
-			;;
-		esac
-	fi
+		if [ -n "$6" ]; then
+			echo "FAIL  $1: $4 ($6 is not listed as a difference in docs/run.md)"
+		else
+			echo "FAIL  $1: $4"
+		fi
+		diff "$d/p.out" "$d/m.out" | sed 's/^/      /' | head -20
+		echo differ >"$d/verdict"
+	fi >"$d/line"
 }
 
-N=/dev/null
-# ::: lists, their cross product, linked lists
-c s $N 'echo ::: a b c'
-c s $N 'echo {} ::: a b c'
-c s $N 'echo x{}y ::: a b'
-c s $N 'echo ::: a b ::: 1 2'
-c s $N 'echo {1}-{2} ::: a b ::: 1 2'
-c s $N 'echo {2} {1} ::: a b ::: 1 2 3'
-c s $N 'echo ::: a b c :::+ 1 2 3'
-c s $N 'echo {1}{2} ::: a b c :::+ 1 2'
-c s $N "$A {} ::: a b ::: 1"
-# :::: files, -a, standard input
-c s $N "echo :::: $W/f1"
-c s $N "echo {} :::: $W/f1 :::: $W/f2"
-c s $N "-a $W/f1 echo"
-c s $N "-a $W/f1 -a $W/f2 echo {2} {1}"
-c s "$W/f1" 'echo'
-c s "$W/f1" 'echo _{}_' 
-c s "$W/f1" '-a - echo'
-c s "$W/empty" 'echo'
-# column separators, -0, -d
-c s "$W/csv" '--colsep , echo {2} {1}'
-c s "$W/csv" '--colsep , echo'
-c s "$W/tsv" "--colsep '\\t' echo {1}:{2}"
-c s "$W/csv" '--colsep , echo {3}x'
-c s "$W/nul" '-0 echo'
-c s "$W/nul" "--null $A {}"
-c s "$W/commas" '-d , echo'
-# replacement strings
-c s $N 'echo {.} ::: a.txt b.tar.gz c'
-c s $N 'echo {/} ::: /a/b.txt c/d e'
-c s $N 'echo {//} ::: /a/b.txt c/d e'
-c s $N 'echo {/.} ::: /a/b.txt c/d.x.y e'
-c s $N 'echo {#} ::: a b c'
-c s $N 'echo {#}-{} ::: a b c'
-c s $N 'echo {1.} {2/} ::: a.b ::: c/d'
-c s $N 'echo {x} {} ::: a'
-c s $N "$A {3} {1} ::: a b ::: 1 2"
-c s $N '-j1 echo {%} ::: a b'
-# shell command lines
-c s $N "'echo {} | tr a-z A-Z' ::: ab cd"
-c s $N "::: 'echo 1' 'echo 2'"
-c s "$W/cmds" ''
-c s $N "--dry-run echo {} ::: a b"
-# exit codes
-c s $N "'exit {}' ::: 0 1 2"
-c s $N "'exit {}' ::: 0 0"
-c s $N 'false ::: 1 2 3 4 5'
-c s $N "'exit 1' ::: \$(seq 105)"
-c s $N "--retries 2 'exit 1' ::: a"
-c s $N "--timeout 0.3 'sleep {}' ::: 0.1 5"
-# options that do not change the output
-c s $N '--jobs=2 echo ::: a b'
-c s $N '-j 200% echo ::: a b'
-c s $N '-j +1 echo ::: a b'
-c s $N '-j -1 echo ::: a b'
-c s $N '-j 0 echo ::: a b'
-c s $N '-u echo ::: a b'
-c s $N '--line-buffer echo ::: a b'
-c k $N '-j1 -k echo ::: c b a'
-# order, tags and halting
-c k $N "-k 'sleep {}; echo {}' ::: 0.3 0.1 0.2"
-c k $N "-k -j4 echo {#} ::: a b c d e f g h"
-c s $N '--tag echo {} ::: a b'
-c s $N '--tag echo ::: a b ::: 1 2'
-c s $N "--halt now,fail=1 'sleep {}; exit 3' ::: 0.1 1"
-c s $N "--halt soon,fail=1 -j1 'exit {}' ::: 4 0"
-c s $N "--halt now,success=1 'sleep {}; echo {}' ::: 0.1 1"
-c s $N "--halt 2 -j1 'exit {}' ::: 0 5 0"
-# several records a command: -N, -n, -m, -X, --xargs (-j given: -m and -X
-# spread the records over the slots)
-c k $N '-k -N2 echo ::: a b c d e'
-c k $N '-k -N2 echo {} / {1} / {2} ::: a b c d e'
-c k $N '-k -n2 echo ::: a b c d e'
-c k $N "-k -N3 $A {3} {1} {} ::: a b c d"
-c k "$W/f1" '-k -N2 echo'
-c k "$W/csv" '-k --colsep , -N2 echo {1} {3} {4}'
-c k $N "-k -N2 'echo {1}-{2}' ::: a b c d"
-c k $N '-k -j4 -m echo ::: 1 2 3 4 5 6 7 8 9 10'
-c k $N '-k -j2 -m echo pre{}post ::: a b c'
-c k $N '-k -j2 -X echo pre{}post ::: a b c'
-c k $N "-k -j2 -X $A x{}y {} ::: a b c"
-c k $N "-k -j2 -X 'echo x{}y {1}' ::: a b c"
-c k $N '-k -j4 --xargs echo ::: 1 2 3 4 5 6 7 8 9 10'
-c k $N "-k -j1 -X echo {#}:{} ::: \$(seq 300)"
-# --pipe: blocks of records on standard input
-c k "$W/seq10" '-k --pipe -N3 wc -l'
-c k "$W/seq100k" '-k --pipe --block 100k wc -l'
-c k "$W/seq100k" '-k --pipe --block 100K wc -l'
-c s "$W/seq100k" '--pipe --block 64k -j4 md5sum'
-c k "$W/f1" "-k --pipe -N2 'echo {#}; cat'"
-echo "parity: $equal equal, $differ differ, $xfail xfail"
-[ "$differ" -eq 0 ]
+JOBS=${PARITY_JOBS:-$(($(nproc 2>/dev/null || echo 2) + 1))}
+# A pool of JOBS cases: a case takes a token from the fifo before it starts
+# and puts it back when it ends, so a slow case (a --timeout, 105 jobs)
+# holds one place, not a whole batch.
+mkfifo "$W/pool" && exec 9<>"$W/pool" || exit 2
+k=0
+while [ "$k" -lt "$JOBS" ]; do
+	echo >&9
+	k=$((k + 1))
+done
+# start N FLAGS INPUT ARGS AFTER DOCOPT: run_case in the pool.
+start() {
+	read -r _ <&9
+	{
+		run_case "$@" 9>&-
+		echo >&9
+	} &
+}
+n=0
+# c FLAGS INPUT ARGS [AFTER]: an equal case.
+c() {
+	n=$((n + 1))
+	case $3 in *"${PARITY_ONLY:-}"*) ;; *) return ;; esac
+	start "$n" "$1" "$2" "$3" "${4:-}" ""
+}
+# dc OPTION FLAGS INPUT ARGS [AFTER]: a case that shows a documented
+# difference of OPTION.
+dc() {
+	n=$((n + 1))
+	case $4 in *"${PARITY_ONLY:-}"*) ;; *) return ;; esac
+	start "$n" "$2" "$3" "$4" "${5:-}" "$1"
+}
+
+. "$HERE/cases.sh"
+wait
+exec 9>&-
+
+# The cases' lines in their order, the counts, then (unless PARITY_ONLY)
+# the man page's options against the equal cases and docs/run.md: one awk,
+# not a few processes a case and an option.
+awk -v n="$n" -v W="$W" -v only="${PARITY_ONLY:-}" '
+function lines(f, into,   l) {
+	while ((getline l < f) > 0) {
+		if (into) set[l] = 1
+		else print l
+	}
+	close(f)
+}
+BEGIN {
+	for (k = 1; k <= n; k++) {
+		d = W "/c" k
+		if ((getline v < (d "/verdict")) <= 0)
+			continue
+		close(d "/verdict")
+		lines(d "/line", 0)
+		cases++
+		if (v == "equal") {
+			equal++
+			lines(d "/options", 1)
+			for (o in set) covered[o] = 1
+			delete set
+		} else if (v == "xpass") equal++
+		else if (v == "doc") doc++
+		else differ++
+	}
+	if (only == "") {
+		lines(W "/docdiff", 1); for (o in set) docdiff[o] = 1; delete set
+		lines(W "/docbad", 1); for (o in set) docbad[o] = 1; delete set
+		while ((getline l < (W "/options")) > 0) {
+			split(l, w, " ")
+			name = w[1]
+			onames++
+			if (name in covered) oequal++
+			else if (name in docdiff) odoc++
+			else {
+				oundoc++
+				if (name in docbad) print "UNDOC " name ": docs/run.md lists it without a reason"
+				else print "UNDOC " name ": no case runs it equal and docs/run.md does not list it as a difference"
+			}
+		}
+		# what the docs call equal must be shown equal
+		lines(W "/docyes", 1)
+		for (o in set)
+			if (!(o in covered)) {
+				print "UNDOC " o ": docs/run.md says yes, but no case runs it equal"
+				oundoc++
+			}
+	}
+	printf "parity: %d cases, %d equal, %d documented differences, %d undocumented differences; ", cases, equal, doc, differ
+	printf "options: %d in GNU parallel\047s man page, %d equal, %d documented differences, %d undocumented\n", onames, oequal, odoc, oundoc
+	exit (differ == 0 && oundoc == 0) ? 0 : 1
+}'

@@ -1,6 +1,7 @@
-/* mesh_probe_fd: the warmth probe over a connection the caller already
- * has (the gateway's cold start keeps the listen test's connection for the
- * probe, and the probe's for the first request).  Each case writes the
+/* The loop-driven probe (mesh_probe_begin/read/expire/end) over a
+ * connection the caller already has (an HTTP program's start keeps the
+ * listen test's connection for the probe, and the probe's for the first
+ * request).  Each case writes the
  * server's answer into one end of a socket pair before the probe runs on
  * the other (the pair's buffers hold both directions), then reads what the
  * probe sent. */
@@ -8,6 +9,7 @@
 #include "base/err.h"
 #include "runner/t.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,7 +33,19 @@ static struct mesh_probe_result probe_pair(const char *answer, int eof, int *kee
 	t.port = 4242;
 	o.model = "m";
 	o.response_timeout_ns = 2000000000ull;
-	ASSERT_EQ(mesh_probe_fd(sv[0], &t, &o, &r, keep), 0);
+	struct mesh_probe_conn p;
+	int done = mesh_probe_begin(&p, sv[0], &t, &o, 1, &r);
+	ASSERT_GE(done, 0);
+	while (!done) {
+		struct pollfd pf = {sv[0], POLLIN, 0};
+		if (poll(&pf, 1, 2000) == 0) {
+			mesh_probe_expire(&p, &r);
+			break;
+		}
+		done = mesh_probe_read(&p, &r);
+	}
+	*keep = p.keep;
+	mesh_probe_end(&p);
 	ssize_t n = read(sv[1], req, cap - 1);
 	req[n > 0 ? n : 0] = 0;
 	close(sv[0]);
@@ -45,7 +59,7 @@ static const char *ok_with(char *buf, size_t cap, const char *version, const cha
 	return buf;
 }
 
-TEST(probe_fd_keeps_a_framed_http11_answer)
+TEST(probe_conn_keeps_a_framed_http11_answer)
 {
 	char a[512], req[4096];
 	int keep = -1;
@@ -70,7 +84,7 @@ TEST(probe_fd_keeps_a_framed_http11_answer)
 	EXPECT_EQ(keep, 1);
 }
 
-TEST(probe_fd_does_not_keep_what_cannot_carry_a_next_request)
+TEST(probe_conn_does_not_keep_what_cannot_carry_a_next_request)
 {
 	char a[512], req[4096];
 	int keep = -1;
@@ -96,6 +110,10 @@ TEST(probe_fd_does_not_keep_what_cannot_carry_a_next_request)
 	/* Refused arguments. */
 	struct mesh_probe_target t;
 	mesh_probe_target_default(&t);
-	EXPECT_EQ(mesh_probe_fd(-1, &t, NULL, &r, &keep), MESH_E_RANGE);
-	EXPECT_EQ(mesh_probe_fd(0, &t, NULL, &r, NULL), MESH_E_RANGE);
+	struct mesh_probe_conn p;
+	EXPECT_EQ(mesh_probe_begin(&p, -1, &t, NULL, 1, &r), MESH_E_RANGE);
+	mesh_probe_end(&p);
+	t.port = 0;
+	EXPECT_EQ(mesh_probe_begin(&p, 0, &t, NULL, 1, &r), MESH_E_RANGE);
+	mesh_probe_end(&p);
 }

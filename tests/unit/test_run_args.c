@@ -75,14 +75,55 @@ TEST(run_args_cross_product_linked_and_colsep)
 	mesh_exec_input_release(&in);
 	regfree(&re);
 
-	/* a source without records gives no chunks */
+	/* among several sources one without records is one empty record, as
+	 * GNU parallel's `::: x y :::` runs twice; all of them empty: none */
 	struct mesh_exec_list e;
 	ASSERT_EQ(mesh_exec_list_split(&e, "", 0, '\n', NULL), 0);
-	struct mesh_exec_source none[] = {{&a, 0}, {&e, 0}};
+	struct mesh_exec_source none[] = {{&a, 0}, {&e, 0}}, first[] = {{&e, 0}, {&a, 0}}, all[] = {{&e, 0}, {&e, 0}},
+				one[] = {{&e, 0}}, link_none[] = {{&a, 0}, {&e, 1}};
 	ASSERT_EQ(mesh_exec_input_combine(&in, none, 2, NULL), 0);
+	ASSERT_UEQ(in.n, 2);
+	EXPECT_STREQ(mesh_exec_input_line(&in, 1, NULL), "y ");
+	ASSERT_EQ(mesh_exec_input_args(&in, 1, v, &n), 0);
+	EXPECT_UEQ(n, 2);
+	EXPECT_STREQ(v[1], "");
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, first, 2, NULL), 0);
+	ASSERT_UEQ(in.n, 2);
+	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), " x");
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, link_none, 2, NULL), 0);
+	EXPECT_UEQ(in.n, 1); /* paired with one empty record */
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, all, 2, NULL), 0);
+	EXPECT_UEQ(in.n, 0);
+	mesh_exec_input_release(&in);
+	ASSERT_EQ(mesh_exec_input_combine(&in, one, 1, NULL), 0);
 	EXPECT_UEQ(in.n, 0);
 	mesh_exec_input_release(&in);
 	mesh_exec_list_release(&e);
+
+	/* --link: as long as the longest, the shorter one starting over */
+	struct mesh_exec_source wrap[] = {{&a, 0}, {&b, 2}};
+	ASSERT_EQ(mesh_exec_input_combine(&in, wrap, 2, NULL), 0);
+	ASSERT_UEQ(in.n, 3);
+	EXPECT_STREQ(mesh_exec_input_line(&in, 2, NULL), "x 3");
+	mesh_exec_input_release(&in);
+
+	/* --colsep: columns without the white space around them */
+	struct mesh_exec_list sp;
+	list(&sp, "_a_,_b_");
+	for (char *q = sp.data; q < sp.data + 8; q++)
+		if (*q == '_')
+			*q = ' ';
+	struct mesh_exec_source spaced[] = {{&sp, 0}};
+	regcomp(&re, ",", REG_EXTENDED);
+	ASSERT_EQ(mesh_exec_input_combine(&in, spaced, 1, &re), 0);
+	EXPECT_STREQ(mesh_exec_input_line(&in, 0, NULL), "a b");
+	EXPECT_TRUE(in.cols);
+	mesh_exec_input_release(&in);
+	regfree(&re);
+	mesh_exec_list_release(&sp);
 
 	/* too many columns */
 	char many[2 * MESH_EXEC_INPUT_MAX_ARGS + 8];
@@ -131,7 +172,7 @@ TEST(run_args_replacement_strings)
 		{{"e", "{3}", "{1}", NULL}, "a", "b", 0, "e|a"},	   /* past the arguments: gone */
 		{{"e", "x{3}y", NULL}, "a", NULL, 0, "e|xy"},
 		{{"e", "{x}", "{ }", "{0}", "{", NULL}, "a", NULL, 0, "e|{x}|{ }|{0}|{|a"}, /* none: appended */
-		{{"/bin/sh", "-c", "echo {}", NULL}, "a'b c", NULL, 0, "/bin/sh|-c|echo 'a'\\''b c'"},
+		{{"/bin/sh", "-c", "echo {}", NULL}, "a'b c", NULL, 0, "/bin/sh|-c|echo 'a'\"'\"'b c'"},
 		{{"/bin/sh", "-c", "echo", NULL}, "a", NULL, 0, "/bin/sh|-c|echo a"},
 		{{"/bin/sh", "-c", "{}", NULL}, "ls;", NULL, 0, "/bin/sh|-c|ls;"}, /* the line is the command */
 	};
@@ -340,4 +381,151 @@ TEST(run_args_pipe_blocks)
 	mesh_exec_list_release(&l);
 	free(text);
 	free(got);
+}
+
+/* Chunk cid of the records "words" (one source) through argv with the
+ * table r (NULL: the built-in one): the argv joined by '|' (render 0), the
+ * shell line (1) or the string (2). */
+static void through(const char *const *argv, const struct mesh_exec_rpls *r, const char *words, uint64_t cid,
+		    int render, char *out, size_t cap)
+{
+	struct mesh_exec_list l;
+	struct mesh_exec_input in;
+	struct mesh_exec_template t;
+	struct mesh_buf b = MESH_BUF_INIT;
+	struct mesh_exec_source src[1] = {{&l, 0}};
+	ASSERT_EQ(mesh_exec_list_split(&l, words, strlen(words), '|', NULL), 0);
+	ASSERT_EQ(mesh_exec_input_combine(&in, src, 1, NULL), 0);
+	ASSERT_EQ(mesh_exec_template_init_rpls(&t, (char *const *)argv, r), 0);
+	if (render == 0) {
+		char **av = calloc(mesh_exec_template_slots(&t), sizeof *av);
+		ASSERT_EQ(mesh_exec_template_expand(&t, &in, cid, 2, &b, av), 0);
+		join(av, out, cap);
+		free(av);
+	} else {
+		ASSERT_EQ(render == 1 ? mesh_exec_template_render(&t, &in, cid, 2, &b)
+				      : mesh_exec_template_string(&t, &in, cid, 2, &b),
+			  0);
+		ASSERT_EQ(strlen(b.p), b.len);
+		snprintf(out, cap, "%s", b.p);
+	}
+	mesh_buf_release(&b);
+	mesh_exec_template_release(&t);
+	mesh_exec_input_release(&in);
+	mesh_exec_list_release(&l);
+}
+
+/* GNU parallel's path strings: {//} is Perl's dirname, trailing slashes
+ * first; {.} drops a last extension without '/', even an empty one. */
+TEST(run_args_path_strings_as_gnu_parallel)
+{
+	static const struct {
+		const char *value, *dir, *noext;
+	} rows[] = {
+		{"a/b/", "a", "a/b/"}, {"a/b.c/", "a", "a/b.c/"}, {"/", "/", "/"},   {"//", "/", "//"},
+		{"a.b/", ".", "a.b/"}, {"a//b", "a", "a//b"},	   {"./", ".", "./"}, {"x", ".", "x"},
+		{"a.", ".", "a"},      {".x", ".", ""},		   {"a/.x", "a", "a/"}, {"/a", "/", "/a"},
+	};
+	const char *argv[] = {"e", "{//}", "{.}", NULL};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		char got[128], want[128];
+		through(argv, NULL, rows[i].value, 0, 0, got, sizeof got);
+		snprintf(want, sizeof want, "e|%s|%s", rows[i].dir, rows[i].noext);
+		EXPECT_STREQ(got, want);
+	}
+}
+
+/* Values quoted as GNU parallel quotes them; the command's own words only
+ * where a shell would read them otherwise. */
+TEST(run_args_render_quotes_as_gnu_parallel)
+{
+	static const struct {
+		const char *value, *want;
+	} q[] = {
+		{"abc-_.+/9", "abc-_.+/9"}, {"", "''"},	       {"a b", "'a b'"},	 {"'", "\"'\""},
+		{"a'", "'a'\"'\""},	    {"'a", "\"'\"'a'"}, {"a'b", "'a'\"'\"'b'"}, {"a=b", "'a=b'"},
+		{"{}", "'{}'"},		    {"x,y", "'x,y'"},
+	};
+	for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		ASSERT_EQ(mesh_exec_quote(&b, q[i].value, strlen(q[i].value)), 0);
+		ASSERT_EQ(mesh_buf_add(&b, "", 1), 0);
+		EXPECT_STREQ(b.p, q[i].want);
+		mesh_buf_release(&b);
+	}
+	static const struct {
+		const char *argv[5];
+		const char *words, *want;
+	} rows[] = {
+		{{"echo", "{}", "x", NULL}, "a b", "echo 'a b' x"},
+		{{"echo", "pre{}post", NULL}, "a b", "echo pre'a b'post"},
+		{{"echo", "$x{}", "a;b", NULL}, "c d", "echo '$xc d' 'a;b'"}, /* mesh runs them without a shell */
+		{{"echo", NULL}, "a'b", "echo 'a'\"'\"'b'"},
+		{{"echo", "{2}", "{1}", NULL}, "a", "echo  a"}, /* past the arguments: an empty word, as GNU parallel */
+		{{"/bin/sh", "-c", "echo {} | wc", NULL}, "a b", "echo 'a b' | wc"},
+		{{"/bin/sh", "-c", "{} | wc", NULL}, "ls /", "ls / | wc"}, /* a string starting the line: as it is */
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		char got[256];
+		through(rows[i].argv, NULL, rows[i].words, 0, 1, got, sizeof got);
+		EXPECT_STREQ(got, rows[i].want);
+	}
+	/* a string: no quoting, nothing appended (--tagstring) */
+	const char *tag[] = {"<{}>{#}", NULL}, *plain[] = {"X", NULL};
+	char got[64];
+	through(tag, NULL, "a b", 0, 2, got, sizeof got);
+	EXPECT_STREQ(got, "<a b>1");
+	through(plain, NULL, "a", 0, 2, got, sizeof got);
+	EXPECT_STREQ(got, "X");
+}
+
+/* -I and its kin rename the built-in strings; --rpl defines strings in
+ * mesh's part of Perl and refuses the rest, saying what. */
+TEST(run_args_replacement_string_table)
+{
+	struct mesh_exec_rpls r;
+	const char *why = NULL;
+	char got[512];
+	ASSERT_EQ(mesh_exec_rpls_init(&r), 0);
+	ASSERT_EQ(mesh_exec_rpls_rename(&r, MESH_EXEC_RPL_VALUE, ",,"), 0);
+	ASSERT_EQ(mesh_exec_rpls_rename(&r, MESH_EXEC_RPL_NOEXT, "{x}"), 0);
+	EXPECT_EQ(mesh_exec_rpls_rename(&r, MESH_EXEC_RPL_SEQ, ""), MESH_E_PARSE);
+	static const char *defs[] = {
+		"{..} s:\\.[^/.]+\\.[^/.]+$::",
+		"{u} $_ = uc",
+		"{sw} s/(\\w+)-(\\w+)/$2-$1/",
+		"{g} s/A/x/gi",
+		"{or} s/q/Q/ || s/.*/none/",
+		"{tr} tr/a-c/A-C/; s/^/[/",
+		"{n} 1 $_=$job->seq()",
+		"{t} $_=total_jobs()",
+		"{e} s/z*//g",
+	};
+	for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+		int rc = mesh_exec_rpls_define(&r, defs[i], &why);
+		EXPECT_EQ(rc, 0);
+		if (rc)
+			fprintf(stderr, "%s: %s\n", defs[i], why);
+	}
+	const char *argv[] = {"e", ",,", "{}", "{1}", "{x}", "{1x}", "{..}", "{u}", "{sw}", "{g}", "{or}", "{tr}",
+			      "{n}", "{t}", "{e}", NULL};
+	through(argv, &r, "ab-cd.tar.gz|aAq", 0, 0, got, sizeof got);
+	EXPECT_STREQ(got, "e|ab-cd.tar.gz|{}|{1}|ab-cd.tar|ab-cd.tar|ab-cd|AB-CD.TAR.GZ|cd-ab.tar.gz|xb-cd.txr.gz|none|"
+			  "[AB-Cd.tAr.gz|1|2|ab-cd.tar.g");
+	through(argv, &r, "ab-cd.tar.gz|aAq", 1, 0, got, sizeof got);
+	EXPECT_STREQ(got, "e|aAq|{}|{1}|aAq|aAq|aAq|AAQ|aAq|xxq|aAQ|[AAq|2|2|aAq");
+	EXPECT_TRUE(mesh_exec_rpls_starts(&r, ",, x"));
+	EXPECT_FALSE(mesh_exec_rpls_starts(&r, "{} x"));
+	EXPECT_FALSE(mesh_exec_rpls_starts(NULL, "x{}"));
+	static const char *bad[] = {
+		"{a}", "{a} system('x')", "{a} s/x*?//", "{a} s/(?i)x//", "{a} s/x/$y/", "{a} s/x/y/e",
+		"{a} s{x}{y}", "{a} s/x/y", "{a} s/\\bx//", "{a} 0 s/x//", "{a} s/x// s/y//", "{a} tr/b-a//",
+		"{a} s/x//; ||",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		why = NULL;
+		EXPECT_EQ(mesh_exec_rpls_define(&r, bad[i], &why), i == 0 ? 0 : MESH_E_PARSE);
+		EXPECT_TRUE(i == 0 || (why && *why));
+	}
+	mesh_exec_rpls_release(&r);
 }

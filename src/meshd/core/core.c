@@ -419,7 +419,15 @@ static int loop_new(struct meshd_core *d)
 	/* Other threads add events and activate the kick: libevent must lock,
 	 * and that is decided before the base exists. */
 	pthread_once(&once, use_pthreads);
-	if (!(d->base = event_base_new()))
+	/* Its timer to the microsecond (epoll's timerfd): the host's deadlines
+	 * are an HTTP program's listen tests too, 0.25 ms apart early in its
+	 * start (host/probing.h); epoll_wait's own timeout is whole ms. */
+	struct event_config *cfg = event_config_new();
+	if (cfg && event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) == 0)
+		d->base = event_base_new_with_config(cfg);
+	if (cfg)
+		event_config_free(cfg);
+	if (!d->base && !(d->base = event_base_new()))
 		return -ENOMEM;
 	d->host_ev = event_new(d->base, mesh_host_fd(d->h), EV_READ | EV_PERSIST, on_host, d);
 	d->timer_ev = evtimer_new(d->base, on_timer, d);
@@ -432,6 +440,11 @@ static int loop_new(struct meshd_core *d)
 struct event_base *meshd_core_base(struct meshd_core *d)
 {
 	return d->base;
+}
+
+struct mesh_host *meshd_core_host(struct meshd_core *d)
+{
+	return d->h;
 }
 
 struct on_loop {

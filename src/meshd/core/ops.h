@@ -50,6 +50,10 @@ void meshd_core_stop(struct meshd_core *d);
  * their events to it (before meshd_core_free).  Its callbacks must never
  * block on a worker or wait for another thread that waits on the loop. */
 struct event_base *meshd_core_base(struct meshd_core *d);
+/* The host the core drives from its loop (its logs, limits, user,
+ * containment): the gateway's programs are its instances too (one
+ * supervisor).  Valid until meshd_core_free. */
+struct mesh_host *meshd_core_host(struct meshd_core *d);
 /* Runs fn(arg) on the loop's thread and waits for it; when no loop runs
  * (before meshd_core_run, after it returned) or when called from the loop
  * itself, runs it here.  0 or -ENOMEM. */

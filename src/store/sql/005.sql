@@ -1,0 +1,18 @@
+-- 4 -> 5: no call scans the job's DONE words.  Version 4's lease,
+-- completion and unblock joined mesh.done_words on the job alone
+-- (hash joins over every word of the job: 36 rows read a chunk at
+-- 100,000 chunks, growing with the job); now each reads only the
+-- words of its own chunks (a range, or w = ANY).  A completion also
+-- writes a word it is the first to reach with its bits at once (one
+-- INSERT; the lock-read-update of version 4 only for words that
+-- exist), and deletes a block it finishes without updating it
+-- first.
+-- The fresh-lease cursor without a queue on the job's row: a fresh
+-- lease takes from a range carved off the cursor (SKIP LOCKED, one
+-- row a range: [lo, hi), lo moving up) while one is free, else from
+-- the cursor; one that finds the cursor's row locked by another
+-- waits for it, and then carves the next 32 leases' worth off for
+-- those behind it.  Chunks of a range are fresh as the cursor's
+-- are (a range exists only under contention: one node alone leases
+-- in cid order).
+CREATE TABLE mesh.ranges (job int NOT NULL, hi bigint NOT NULL, lo bigint NOT NULL, PRIMARY KEY (job, hi));

@@ -1,0 +1,7 @@
+-- 6 -> 7: a completion is sent as DONE bits, a word (64 chunks) a
+-- row: mesh.complete_words(job, words ascending and distinct, their
+-- masks, holder, how many completions the masks stand for) answers
+-- each word's bits it set first, and does its work a word at a time
+-- (the chunks' rows by a range of the key, a block's count by
+-- bit_count), not a chunk at a time.  mesh.complete keeps its
+-- answers (one a cid, the first place of a cid wins) over it.

@@ -1,0 +1,7 @@
+-- 8 -> 9: a database restart keeps every node's leases.  A lease that
+-- expired while the database was down (its deadline before
+-- pg_postmaster_start_time()) is not taken in its node's first TTL after
+-- that start, nor is the node silent then: nodes wait out an outage
+-- (their outage budget, --store-outage) and renew what they hold when it
+-- answers, before another node could take it.  Functions only
+-- (mesh.lease in functions.sql).

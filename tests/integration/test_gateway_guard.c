@@ -1,0 +1,111 @@
+/* The gateway's door (gateway/gw_guard.h), with a real meshd --http and
+ * raw requests: API keys (401, OpenAI-shaped, /health needs none), the Host
+ * rule against DNS rebinding, the Origin rule against cross-site pages,
+ * GET /v1/models/{id}. */
+#include "runner/t.h"
+#include "integration/gw_t.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* GET target with the extra header lines (each ending \r\n); the status,
+ * the whole response in resp. */
+static int get(int port, const char *target, const char *headers, char *resp, size_t cap)
+{
+	char req[2048];
+	snprintf(req, sizeof req, "GET %s HTTP/1.1\r\n%sConnection: close\r\n\r\n", target, headers);
+	int fd = connect_to(port), status = 0;
+	resp[0] = 0;
+	if (fd < 0)
+		return -1;
+	if (send_str(fd, req) == 0 && read_all(fd, resp, cap) > 0)
+		sscanf(resp, "HTTP/1.1 %d", &status);
+	close(fd);
+	return status;
+}
+
+TEST_TIMEOUT(gateway_api_key_file_asks_a_key_in_constant_time_compare, 60)
+{
+	char resp[8192];
+	add_oa("m", "\"test-model\"", "", "");
+	t_write_file("keys", "# the gateway's keys\nsk-first-key\n\nsk-second\n");
+	chmod("keys", 0600);
+	struct gw g = start_gw("--http-api-key-file keys");
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: localhost\r\n", resp, sizeof resp), 401);
+	EXPECT_CONTAINS(resp, "\"code\":\"invalid_api_key\"");
+	EXPECT_CONTAINS(resp, "You didn't provide an API key");
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: localhost\r\nAuthorization: Bearer sk-first-kez\r\n", resp,
+		      sizeof resp),
+		  401);
+	EXPECT_CONTAINS(resp, "Incorrect API key provided");
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: localhost\r\nAuthorization: Bearer sk-first\r\n", resp, sizeof resp),
+		  401); /* a prefix of a key is no key */
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: localhost\r\nAuthorization: Bearer sk-second\r\n", resp, sizeof resp),
+		  200);
+	EXPECT_CONTAINS(resp, "\"id\":\"test-model\"");
+	EXPECT_EQ(get(g.port, "/health", "Host: localhost\r\n", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "{\"status\":\"ok\"}");
+	/* A chat without the key never starts the program. */
+	char req[2048];
+	chat_request(req, sizeof req, "test-model", "hi", 0, 0);
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	read_all(fd, resp, sizeof resp);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 401");
+	EXPECT_FALSE(file_has("meshd.err", "spawned"));
+	/* The keys are never logged. */
+	EXPECT_FALSE(file_has("meshd.err", "sk-second"));
+	EXPECT_FALSE(file_has("meshd.err", "sk-first-kez"));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+TEST_TIMEOUT(gateway_api_key_file_refused_when_others_can_read_it, 30)
+{
+	t_write_file("keys", "sk-1\n");
+	chmod("keys", 0644);
+	char out[4096];
+	int rc = t_sh(out, sizeof out, 1,
+		      "'%s' --catalog . --logs . --socket m.sock --http 127.0.0.1:0 --http-api-key-file keys", t_bin("meshd"));
+	EXPECT_NE(rc, 0);
+	EXPECT_CONTAINS(out, "the API key file 'keys' is readable by others (mode 0644): chmod 600 it");
+	t_write_file("keys", "# none\n");
+	chmod("keys", 0600);
+	rc = t_sh(out, sizeof out, 1,
+		  "'%s' --catalog . --logs . --socket m.sock --http 127.0.0.1:0 --http-api-key-file keys", t_bin("meshd"));
+	EXPECT_NE(rc, 0);
+	EXPECT_CONTAINS(out, "names no key");
+}
+
+/* A page on another site that a DNS-rebinding name points at 127.0.0.1
+ * sends its own Host; a page's fetch sends its Origin. */
+TEST_TIMEOUT(gateway_host_and_origin_rules, 60)
+{
+	char resp[8192];
+	add_oa("m", "\"test-model\"", "", "");
+	struct gw g = start_gw("--http-allow-origin https://ui.example:8443");
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: attacker.example\r\n", resp, sizeof resp), 403);
+	EXPECT_CONTAINS(resp, "\"code\":\"host_not_allowed\"");
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: 127.0.0.1:8080\r\n", resp, sizeof resp), 200);
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: [::1]:8080\r\n", resp, sizeof resp), 200);
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: LOCALHOST\r\n", resp, sizeof resp), 200);
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: 127.0.0.1.attacker.example\r\n", resp, sizeof resp), 403);
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: localhost\r\nOrigin: https://attacker.example\r\n", resp, sizeof resp),
+		  403);
+	EXPECT_CONTAINS(resp, "\"code\":\"origin_not_allowed\"");
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: localhost\r\nOrigin: http://localhost:3000\r\n", resp, sizeof resp),
+		  200);
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: localhost\r\nOrigin: https://ui.example:8443\r\n", resp, sizeof resp),
+		  200);
+	EXPECT_EQ(get(g.port, "/v1/models", "Host: localhost\r\nOrigin: https://ui.example\r\n", resp, sizeof resp), 403);
+	/* A model by id. */
+	EXPECT_EQ(get(g.port, "/v1/models/test-model", "Host: localhost\r\n", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "{\"id\":\"test-model\",\"object\":\"model\"");
+	EXPECT_EQ(get(g.port, "/v1/models/nope", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_CONTAINS(resp, "\"code\":\"model_not_found\"");
+	EXPECT_EQ(stop_gw(&g), 0);
+}
