@@ -59,6 +59,19 @@ if [ -d "$BUILD/obj/src" ]; then
 else
 	echo "layers: $BUILD/obj/src is not built: calls not checked" >&2
 fi
+# The stores are the job engine's (docs/DESIGN.md, job/): above job/,
+# what a store does goes through job/'s calls, never a store/ header or
+# function.
+xargs grep -Hn '^#include "store/' <"$tmp/files" | grep -v '^src/store/\|^src/job/' |
+	sed 's/^/layers: a store\/ header above job\/: /' >>"$tmp/out"
+if [ -s "$tmp/defs" ]; then
+	join "$tmp/uses" "$tmp/defs" | awk -v b="$BUILD/obj/src/" '
+		function mod(f) { sub("^" b, "", f); sub(/\/[^\/]*$/, "", f); return f }
+		mod($3) == "store" && mod($2) != "store" && mod($2) != "job" {
+			f = $2; sub("^" b, "src/", f); sub(/\.o$/, ".c", f)
+			print "layers: " f " calls " $1 " of store/: above job/, a store is reached through job/"
+		}' >>"$tmp/out"
+fi
 n=$(wc -l <"$tmp/out")
 cat "$tmp/out"
 if [ "$n" -gt 0 ]; then

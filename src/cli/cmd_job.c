@@ -10,8 +10,6 @@
 #include "job/record.h"
 #include "job/results.h"
 #include "journal/journal.h"
-#include "store/store.h"
-#include "store/store_pg.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -106,7 +104,7 @@ static int want_pos(const char *cmd, const struct args *a, int min, int max)
 static int check_journal_path(const char *p)
 {
 	const char *why = "";
-	if (mesh_pg_url_is(p)) {
+	if (mesh_job_is_store_url(p)) {
 		/* A PostgreSQL store: a password in it would show in every
 		 * process list and message; libpq takes it from elsewhere. */
 		return mesh_cli_store_url_refused("job", p);
@@ -125,11 +123,11 @@ static int check_lockdir(const char *p, const char *job)
 		fprintf(stderr, "mesh: lock directory '%s' refused: %s\n", p, why);
 		return mesh_exit_for(MESH_E_PATH);
 	}
-	if (!mesh_job_name_ok(job)) {
+	if (!mesh_job_lease_name_ok(job)) {
 		fprintf(stderr, "mesh: job name '%s' refused: use 1..64 of [A-Za-z0-9_.-], not starting with '.'\n", job);
 		return mesh_exit_for(MESH_E_PATH);
 	}
-	if (mesh_store_file_check_dir(p) == MESH_E_NOTPRIVATE) {
+	if (mesh_job_lockdir_check(p) == MESH_E_NOTPRIVATE) {
 		fprintf(stderr, "mesh: lock directory '%s' refused: %s (use one of your own, mode 0700)\n", p,
 			mesh_strerror(MESH_E_NOTPRIVATE));
 		return mesh_exit_for(MESH_E_NOTPRIVATE);
@@ -336,7 +334,7 @@ static int cmd_complete(int argc, char **argv)
 	    (rc = check_lockdir(a.pos[1], a.pos[2])) ||
 	    (rc = parse_count("chunk id", a.pos[3], 0, MESH_JOB_MAX_CHUNKS - 1, &cid)))
 		return rc;
-	if (!mesh_node_name_ok(a.pos[4])) {
+	if (!mesh_job_node_ok(a.pos[4])) {
 		fprintf(stderr, "mesh: node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])\n", a.pos[4]);
 		return MESH_EXIT_USAGE;
 	}
@@ -502,7 +500,7 @@ static int cmd_harvest(int argc, char **argv)
 	    (rc = check_lockdir(a.pos[1], a.pos[2])) ||
 	    (rc = parse_count("chunk count", a.pos[3], 1, MESH_JOB_MAX_CHUNKS, &n)) || (rc = parse_ttl(a.pos[4], &ttl)))
 		return rc;
-	if (!mesh_node_name_ok(a.pos[5])) {
+	if (!mesh_job_node_ok(a.pos[5])) {
 		fprintf(stderr, "mesh: node name '%s' refused (1..64 of [A-Za-z0-9_.:@-])\n", a.pos[5]);
 		return MESH_EXIT_USAGE;
 	}

@@ -1,5 +1,7 @@
-/* mesh submit|jobs|wait|results|cancel|rm: thin clients of meshd's job routes
- * (docs/api.md, "Jobs"; docs/jobs.md). */
+/* mesh submit|jobs|wait|results|cancel|rm: the jobs of a meshd (its
+ * control API) or of a PostgreSQL store (--store), through one client
+ * interface (jobs_client.h): the printing, the waiting and the paging are
+ * these, once (docs/api.md, "Jobs"; docs/jobs.md; docs/cluster.md). */
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -7,7 +9,7 @@
 #include "base/parse.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
-#include "cli/jobs_store.h"
+#include "cli/jobs_client.h"
 #include "meshd/api/api.h"
 #include "client/api_client.h"
 #include "exec/input.h"
@@ -17,18 +19,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
-
-#define REQ_TIMEOUT_NS (600ull * MESH_NS_PER_S)
-/* A long poll asks meshd to hold the answer this long (it may answer sooner). */
-#define POLL_WAIT "20"
-#define BAR_WAIT "0.2"
 
 static const char *const helps[][2] = {
 	{"submit",
@@ -77,10 +73,16 @@ static const char *const helps[][2] = {
 
 struct jopts {
 	char sock[PATH_MAX];
-	const char *store; /* --store URL, else $MESH_STORE unless --socket: the store's jobs (cmd_jobs_store.c) */
+	const char *store; /* --store URL, else $MESH_STORE unless --socket: the store's jobs (jobs_home.c) */
 	const char *job;
 	int json, quiet, no_wait, all;
 };
+
+/* The client of o's jobs (cmd's messages): -1, or an exit code. */
+static int client(const struct jopts *o, const char *cmd, struct jclient **c)
+{
+	return o->store ? mesh__jclient_store(c, o->store, cmd) : mesh__jclient_api(c, o->sock);
+}
 
 static void print_help(const char *cmd)
 {
@@ -108,44 +110,6 @@ static int default_sock(struct jopts *o, const char *cmd)
 	if (!o->sock[0] && meshd_socket_default(o->sock, sizeof o->sock) < 0)
 		return mesh_cli_usage("%s: the default socket path is too long; give --socket PATH", cmd);
 	return -1;
-}
-
-/* One request; on failure prints why and returns the exit code, else -1. */
-static int request(const struct jopts *o, const char *what, const char *method, const char *target, const void *body,
-		   size_t n, struct meshd_reply *r)
-{
-	int rc = meshd_client_request(o->sock, method, target, body, n, REQ_TIMEOUT_NS, r);
-	if (rc < 0) {
-		if (meshd_client_unreachable(rc)) {
-			fprintf(stderr, "mesh: cannot reach meshd at '%s': %s\n", o->sock, mesh_strerror(rc));
-			return MESH_EXIT_UNAVAILABLE;
-		}
-		return mesh_cli_fail(rc, "%s: no answer from meshd at '%s'", what, o->sock);
-	}
-	if (r->status >= 400) {
-		char *msg = NULL;
-		int err = meshd_reply_error(r, &msg);
-		fprintf(stderr, "mesh: %s: %s\n", what, msg ? msg : "error");
-		free(msg);
-		meshd_reply_release(r);
-		return mesh_exit_for(err);
-	}
-	return -1;
-}
-
-/* Adds s to b percent-encoded for a query value. */
-static int add_qvalue(struct mesh_buf *b, const char *s)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-		int plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-			    c == '_' || c == '.' || c == '~';
-		if (mesh_buf_add(b, plain ? (const char *)&c : e, plain ? 1 : 3) < 0)
-			return -ENOMEM;
-	}
-	return 0;
 }
 
 /* The job id argument: digits (meshd's ids are 1, 2, 3, ...). */
@@ -205,17 +169,9 @@ static int parse(int argc, char **argv, struct jopts *o, int want_job)
 
 /* ---- submit ---- */
 
-struct sub {
-	const char *program, *input, *name;
-	char **words;
-	size_t nwords;
-	uint64_t chunks, max_workers, retries, timeout_ns;
-	int have_chunks, speculate;
-};
-
 /* The chunks' inputs, one a line, from --input or :::, through exec/input's
  * sources (as `mesh run` reads them).  0 or an exit code. */
-static int build_input(const struct sub *s, struct mesh_buf *out)
+static int build_input(const struct jsub *s, struct mesh_buf *out)
 {
 	struct mesh_exec_list list = MESH_EXEC_LIST_INIT;
 	struct mesh_exec_source src = {&list, 0};
@@ -294,32 +250,12 @@ static int opt_is(const char *a, const char *name)
 	return !strncmp(a, name, n) && (a[n] == 0 || a[n] == '=');
 }
 
-/* mesh submit --store: the job goes to the store itself (any meshd that
- * follows it and has the program runs it). */
-static int wait_for(const struct jopts *o);
+static int wait_for(struct jclient *c, const char *id, int quiet);
 
-static int submit_store(const struct jopts *o, const struct sub *s, const struct mesh_buf *body, uint64_t *id)
+/* mesh submit's options into o and s; -1, or an exit code (--help: 0). */
+static int submit_parse(int argc, char **argv, struct jopts *o, struct jsub *s, int *wait)
 {
-	struct mesh_pgr_job pj = {0};
-	snprintf(pj.program, sizeof pj.program, "%s", s->program);
-	snprintf(pj.name, sizeof pj.name, "%s", s->name ? s->name : "");
-	pj.n = s->chunks;
-	if (!s->have_chunks)
-		for (size_t i = 0; i < body->len; i++)
-			pj.n += body->p[i] == '\n';
-	pj.max_workers = (unsigned)s->max_workers;
-	pj.retries = s->retries ? (uint32_t)s->retries : MESH_JOB_MAX_ATTEMPTS_DEFAULT;
-	pj.timeout_ns = s->timeout_ns;
-	pj.speculate = s->speculate;
-	return mesh__sjobs_submit(o->store, &pj, s->have_chunks ? NULL : body->p, s->have_chunks ? 0 : body->len, id);
-}
-
-int mesh_cmd_submit(int argc, char **argv)
-{
-	struct jopts o;
-	struct sub s = {0};
-	memset(&o, 0, sizeof o);
-	int i, ex, wait = 0;
+	int i, ex;
 	for (i = 1; i < argc && strcmp(argv[i], ":::"); i++)
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			print_help("submit");
@@ -329,146 +265,99 @@ int mesh_cmd_submit(int argc, char **argv)
 		const char *a = argv[i], *v = NULL;
 		ex = -1;
 		if (!strcmp(a, ":::")) {
-			s.words = argv + i + 1;
-			s.nwords = (size_t)(argc - i - 1);
-			if (!s.nwords)
+			s->words = argv + i + 1;
+			s->nwords = (size_t)(argc - i - 1);
+			if (!s->nwords)
 				return mesh_cli_usage("submit: ::: needs at least one argument");
 			break;
 		}
 		if (opt_is(a, "--socket")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
-				ex = set_sock(&o, "submit", v);
+				ex = set_sock(o, "submit", v);
 		} else if (opt_is(a, "--store")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
-				o.store = v;
+				o->store = v;
 		} else if (opt_is(a, "--chunks")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_u64(v, MESH_JOB_MAX_CHUNKS, &s.chunks) < 0 || !s.chunks))
+			    (mesh_parse_u64(v, MESH_JOB_MAX_CHUNKS, &s->chunks) < 0 || !s->chunks))
 				return mesh_cli_usage("submit: --chunks wants a whole number from 1 to %llu, not '%s'",
 						      (unsigned long long)MESH_JOB_MAX_CHUNKS, v);
-			s.have_chunks = 1;
+			s->have_chunks = 1;
 		} else if (opt_is(a, "--input")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
-				s.input = v;
+				s->input = v;
 		} else if (opt_is(a, "--max-workers")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_u64(v, 64, &s.max_workers) < 0 || !s.max_workers))
+			    (mesh_parse_u64(v, 64, &s->max_workers) < 0 || !s->max_workers))
 				return mesh_cli_usage("submit: --max-workers wants 1 to 64, not '%s'", v);
 		} else if (opt_is(a, "--retries")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_u64(v, 1000000, &s.retries) < 0 || !s.retries))
+			    (mesh_parse_u64(v, 1000000, &s->retries) < 0 || !s->retries))
 				return mesh_cli_usage("submit: --retries wants 1 to 1000000, not '%s'", v);
 		} else if (opt_is(a, "--timeout")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_duration(v, 86400ull * MESH_NS_PER_S, &s.timeout_ns) < 0 || !s.timeout_ns))
+			    (mesh_parse_duration(v, 86400ull * MESH_NS_PER_S, &s->timeout_ns) < 0 || !s->timeout_ns))
 				return mesh_cli_usage("submit: --timeout wants a duration (0 < T <= 1d: 30, 250ms, 5m, 1.5h), not '%s'", v);
 		} else if (!strcmp(a, "--speculate")) {
-			s.speculate = 1;
+			s->speculate = 1;
 		} else if (!strcmp(a, "--wait")) {
-			wait = 1;
+			*wait = 1;
 		} else if (opt_is(a, "--name")) {
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
-				s.name = v;
+				s->name = v;
 		} else if (a[0] == '-' && a[1]) {
 			return mesh_cli_usage("submit: unknown option '%s'", a);
-		} else if (!s.program) {
-			s.program = a;
+		} else if (!s->program) {
+			s->program = a;
 		} else {
 			return mesh_cli_usage("submit: unexpected argument '%s' (chunk arguments go after :::)", a);
 		}
 		if (ex >= 0)
 			return ex;
 	}
-	if (!s.program)
+	if (!s->program)
 		return mesh_cli_usage("submit: which program? (mesh submit PROGRAM --chunks N | --input FILE | ::: ARG...)");
-	if (!mesh_manifest_name_ok(s.program))
-		return mesh_cli_usage("submit: bad program name '%s': 1 to 64 letters, digits, '_' or '-'", s.program);
-	if (s.have_chunks + (s.input != NULL) + (s.words != NULL) != 1)
+	if (!mesh_manifest_name_ok(s->program))
+		return mesh_cli_usage("submit: bad program name '%s': 1 to 64 letters, digits, '_' or '-'", s->program);
+	if (s->have_chunks + (s->input != NULL) + (s->words != NULL) != 1)
 		return mesh_cli_usage("submit: give the chunks once: --chunks N, --input FILE or ::: ARG...");
-	store_default(&o);
-	if (!o.store && (ex = default_sock(&o, "submit")) >= 0)
+	store_default(o);
+	return o->store ? -1 : default_sock(o, "submit");
+}
+
+int mesh_cmd_submit(int argc, char **argv)
+{
+	struct jopts o;
+	struct jsub s = {0};
+	struct jclient *c = NULL;
+	struct mesh_buf body = MESH_BUF_INIT;
+	char id[32];
+	int wait = 0;
+	memset(&o, 0, sizeof o);
+	int ex = submit_parse(argc, argv, &o, &s, &wait);
+	if (ex >= 0)
 		return ex;
-	struct mesh_buf body = MESH_BUF_INIT, t = MESH_BUF_INIT;
 	if (!s.have_chunks && (ex = build_input(&s, &body)) != 0) {
 		mesh_buf_release(&body);
 		return ex;
 	}
-	if (o.store) {
-		uint64_t sid = 0;
-		ex = submit_store(&o, &s, &body, &sid);
-		mesh_buf_release(&body);
-		if (ex || !wait)
-			return ex;
-		fflush(stdout);
-		return mesh__sjobs_wait(o.store, sid, 0);
-	}
-	mesh_buf_adds(&t, "/v1/jobs?program=");
-	add_qvalue(&t, s.program);
-	if (s.have_chunks)
-		mesh_buf_addf(&t, "&chunks=%" PRIu64, s.chunks);
-	if (s.max_workers)
-		mesh_buf_addf(&t, "&max_workers=%" PRIu64, s.max_workers);
-	if (s.retries)
-		mesh_buf_addf(&t, "&retries=%" PRIu64, s.retries);
-	if (s.timeout_ns)
-		mesh_buf_addf(&t, "&timeout=%" PRIu64 ".%09" PRIu64, (uint64_t)(s.timeout_ns / MESH_NS_PER_S),
-			      (uint64_t)(s.timeout_ns % MESH_NS_PER_S));
-	if (s.speculate)
-		mesh_buf_adds(&t, "&speculate=1");
-	if (s.name) {
-		mesh_buf_adds(&t, "&name=");
-		add_qvalue(&t, s.name);
-	}
-	struct meshd_reply r;
-	char what[128];
-	snprintf(what, sizeof what, "cannot submit a job of '%s'", s.program);
-	ex = t.p ? request(&o, what, "POST", t.p, body.p ? body.p : "", body.len, &r) : mesh_cli_fail(-ENOMEM, "submit");
-	mesh_buf_release(&t);
+	if ((ex = client(&o, "submit", &c)) < 0)
+		ex = c->ops->submit(c, &s, &body, id, sizeof id);
 	mesh_buf_release(&body);
-	if (ex >= 0)
-		return ex;
-	json_t *j = json_loadb(r.body, r.len, 0, NULL);
-	const char *id = j ? json_string_value(json_object_get(j, "id")) : NULL;
-	char idbuf[32];
-	/* An id of digits alone: it goes into the wait's URL. */
-	int id_ok = id && *id && strlen(id) < sizeof idbuf && strspn(id, "0123456789") == strlen(id);
-	if (id_ok) {
+	if (ex < 0) {
 		printf("%s\n", id);
-		snprintf(idbuf, sizeof idbuf, "%s", id);
-	} else {
-		fprintf(stderr, "mesh: submit: meshd's answer names no job id\n");
+		/* The id is out before the wait: a caller that reads it can look. */
+		if (wait) {
+			fflush(stdout);
+			ex = wait_for(c, id, 0);
+		}
 	}
-	json_decref(j);
-	meshd_reply_release(&r);
-	if (!id_ok)
-		return MESH_EXIT_PROTOCOL;
-	if (!wait)
-		return 0;
-	/* The id is out before the wait: a caller that reads it can look. */
-	fflush(stdout);
-	o.job = idbuf;
-	return wait_for(&o);
+	if (c)
+		c->ops->close(c);
+	return ex < 0 ? 0 : ex;
 }
 
 /* ---- jobs ---- */
-
-static uint64_t num(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-	return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
-}
-
-static double real(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-	return json_is_number(v) ? json_number_value(v) : -1;
-}
-
-static const char *str(json_t *o, const char *k)
-{
-	const char *s = json_string_value(json_object_get(o, k));
-	return s ? s : "";
-}
 
 static void fmt_eta(char *b, size_t n, double s)
 {
@@ -480,170 +369,129 @@ static void fmt_eta(char *b, size_t n, double s)
 		snprintf(b, n, "%dh%02dm", (int)(s / 3600), ((int)s % 3600) / 60);
 }
 
+/* One row of `mesh jobs` (v NULL: the header); arg: the client's ops
+ * (rate, ETA and workers where it knows them). */
+static void print_row(void *arg, const struct jview *v)
+{
+	const struct jclient_ops *ops = arg;
+	char done[48], eta[24];
+	if (!v) {
+		printf("%-5s %-16s %-10s %10s %7s %8s %7s", "ID", "PROGRAM", "STATE", "DONE", "LEASED", "PENDING", "BURIED");
+		if (ops->live)
+			printf(" %9s %7s %s", "RATE/s", "ETA", "WORKERS");
+		printf("\n");
+		return;
+	}
+	snprintf(done, sizeof done, "%" PRIu64 "/%" PRIu64, v->done, v->n);
+	printf("%-5s %-16s %-10s %10s %7" PRIu64 " %8" PRIu64 " %7" PRIu64, v->id, v->program, v->state, done, v->leased,
+	       v->pending, v->buried);
+	if (ops->live) {
+		fmt_eta(eta, sizeof eta, v->eta_s);
+		printf(" %9.1f %7s %" PRIu64 "/%" PRIu64, v->rate, eta, v->workers, v->max_workers);
+	}
+	printf("%s%s\n", *v->name ? "  " : "", v->name);
+}
+
 int mesh_cmd_jobs(int argc, char **argv)
 {
 	struct jopts o;
-	struct meshd_reply r;
+	struct jclient *c;
+	uint64_t older = 0;
 	int ex = parse(argc, argv, &o, 0);
-	if (ex >= 0)
+	if (ex >= 0 || (ex = client(&o, "jobs", &c)) >= 0)
 		return ex;
-	if (o.store)
-		return mesh__sjobs_list(o.store, o.json);
-	if ((ex = request(&o, "cannot list the jobs", "GET", o.all ? "/v1/jobs?all=1" : "/v1/jobs", NULL, 0, &r)) >= 0)
-		return ex;
-	if (o.json) {
-		fwrite(r.body, 1, r.len, stdout);
-		meshd_reply_release(&r);
-		return 0;
-	}
-	json_t *j = json_loadb(r.body, r.len, 0, NULL), *arr = j ? json_object_get(j, "jobs") : NULL, *e;
-	size_t i;
-	printf("%-5s %-16s %-10s %10s %7s %8s %7s %9s %7s %s\n", "ID", "PROGRAM", "STATE", "DONE", "LEASED", "PENDING",
-	       "BURIED", "RATE/s", "ETA", "WORKERS");
-	json_array_foreach(arr, i, e)
-	{
-		char done[48], eta[24];
-		snprintf(done, sizeof done, "%" PRIu64 "/%" PRIu64, num(e, "done"), num(e, "chunks"));
-		fmt_eta(eta, sizeof eta, real(e, "eta_s"));
-		printf("%-5s %-16s %-10s %10s %7" PRIu64 " %8" PRIu64 " %7" PRIu64 " %9.1f %7s %" PRIu64 "/%" PRIu64 "%s%s\n",
-		       str(e, "id"), str(e, "program"), str(e, "state"), done, num(e, "leased"), num(e, "pending"),
-		       num(e, "buried"), real(e, "rate") > 0 ? real(e, "rate") : 0.0, eta, num(e, "workers"),
-		       num(e, "max_workers"), *str(e, "name") ? "  " : "", str(e, "name"));
-	}
-	if (num(j, "older"))
-		printf("%" PRIu64 " older jobs not shown (mesh jobs --all)\n", num(j, "older"));
-	json_decref(j);
-	meshd_reply_release(&r);
-	return 0;
+	ex = c->ops->list(c, o.all, o.json, print_row, (void *)c->ops, &older);
+	if (ex < 0 && older)
+		printf("%" PRIu64 " older jobs not shown (mesh jobs --all)\n", older);
+	c->ops->close(c);
+	return ex < 0 ? 0 : ex;
 }
 
 /* ---- wait ---- */
 
-void mesh__wait_draw(struct mesh__progress *p, int final)
+static void draw(const struct jview *v, int final)
 {
+	struct mesh__progress p = {
+		.done = v->done,
+		.total = v->n,
+		.running = v->leased,
+		.failed = v->buried,
+		.elapsed_ns = (uint64_t)(v->elapsed_s * 1e9),
+	};
 	struct winsize ws;
-	p->width = ioctl(2, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 80;
-	p->color = getenv("NO_COLOR") == NULL || !getenv("NO_COLOR")[0];
+	p.width = ioctl(2, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 80;
+	p.color = getenv("NO_COLOR") == NULL || !getenv("NO_COLOR")[0];
 	char line[512];
-	size_t n = mesh__progress_format(line, sizeof line, p);
+	size_t n = mesh__progress_format(line, sizeof line, &p);
 	fprintf(stderr, "\r\033[K%.*s%s", (int)n, line, final ? "\n" : "");
 	fflush(stderr);
 }
 
-static void draw(json_t *e, int final)
+/* A buried chunk: its status and its last failure's report. */
+static void print_buried(uint64_t cid, uint64_t attempts, long long status, const char *rep)
 {
-	struct mesh__progress p = {
-		.done = num(e, "done"),
-		.total = num(e, "chunks"),
-		.running = num(e, "leased"),
-		.failed = num(e, "buried"),
-		.elapsed_ns = (uint64_t)(real(e, "elapsed_s") > 0 ? real(e, "elapsed_s") * 1e9 : 0),
-	};
-	mesh__wait_draw(&p, final);
+	size_t n = strlen(rep);
+	fprintf(stderr, "mesh: chunk %" PRIu64 " buried after %" PRIu64 " attempts, last status %lld%s\n%s%s", cid,
+		attempts, status, n ? ":" : "", rep, n && rep[n - 1] != '\n' ? "\n" : "");
 }
 
-/* Each buried chunk: its status and its last failure's report. */
-static void print_buried(json_t *j)
+/* The exit code of a job that ended in state st. */
+static int exit_of(const char *st)
 {
-	json_t *f;
-	size_t i;
-	json_array_foreach(json_object_get(j, "failures"), i, f)
-	{
-		if (!json_is_true(json_object_get(f, "buried")))
+	return !strcmp(st, "complete")	  ? MESH_EXIT_OK
+	       : !strcmp(st, "cancelled") ? MESH_EXIT_CANCELLED
+	       : !strcmp(st, "failed")	  ? MESH_EXIT_INCOMPLETE
+					  : MESH_EXIT_SOFTWARE;
+}
+
+/* Waits for job id; the exit code is its outcome. */
+static int wait_for(struct jclient *c, const char *id, int quiet)
+{
+	int bar = !quiet && isatty(2);
+	for (int first = 1;; first = 0) {
+		struct jview v;
+		int ex = c->ops->get(c, id, first ? JW_NOW : bar ? JW_TICK : JW_NEWS, &v);
+		if (ex >= 0)
+			return ex;
+		int running = !strcmp(v.state, "running");
+		if (bar)
+			draw(&v, !running);
+		if (running && v.program_failed) {
+			/* Its program in a crash loop: nothing moves until a
+			 * `mesh start`, so the wait ends here, saying so (it
+			 * waited for good before). */
+			fprintf(stderr,
+				"%smesh: job %s waits: its program '%s' is FAILED: %s; `mesh start %s` clears it, "
+				"then `mesh wait %s` again\n",
+				bar ? "\n" : "", id, v.program, v.program_failed, v.program, id);
+			return MESH_EXIT_TEMPFAIL;
+		}
+		if (running)
 			continue;
-		const char *rep = str(f, "report");
-		size_t n = strlen(rep);
-		fprintf(stderr, "mesh: chunk %" PRIu64 " buried after %" PRIu64 " attempts, last status %" PRIu64 "%s\n%s%s",
-			num(f, "chunk"), num(f, "attempts"), num(f, "status"), n ? ":" : "", rep,
-			n && rep[n - 1] != '\n' ? "\n" : "");
+		ex = exit_of(v.state);
+		if (ex == MESH_EXIT_INCOMPLETE && !quiet) {
+			fprintf(stderr, "mesh: job %s ended with %" PRIu64 " buried chunks\n", id, v.buried);
+			c->ops->buried(c, id, print_buried);
+		}
+		if (ex == MESH_EXIT_SOFTWARE)
+			fprintf(stderr, "mesh: job %s stopped: %s\n", id, v.error);
+		return ex;
 	}
 }
 
 int mesh_cmd_wait(int argc, char **argv)
 {
 	struct jopts o;
+	struct jclient *c;
 	int ex = parse(argc, argv, &o, 1);
-	if (ex >= 0)
+	if (ex >= 0 || (ex = client(&o, "wait", &c)) >= 0)
 		return ex;
-	if (o.store)
-		return mesh__sjobs_wait(o.store, strtoull(o.job, NULL, 10), o.quiet);
-	return wait_for(&o);
-}
-
-/* Waits for job o->job on meshd; the exit code is its outcome. */
-static int wait_for(const struct jopts *o)
-{
-	int ex;
-	int bar = !o->quiet && isatty(2);
-	char target[96], now[96], what[96];
-	snprintf(target, sizeof target, "/v1/jobs/%s?wait=%s", o->job, bar ? BAR_WAIT : POLL_WAIT);
-	snprintf(now, sizeof now, "/v1/jobs/%s", o->job);
-	snprintf(what, sizeof what, "cannot wait for job %s", o->job);
-	for (int first = 1;; first = 0) {
-		struct meshd_reply r;
-		/* the first look answers at once: a job that cannot move is
-		 * told about before the long poll */
-		if ((ex = request(o, what, "GET", first ? now : target, NULL, 0, &r)) >= 0)
-			return ex;
-		json_t *j = json_loadb(r.body, r.len, 0, NULL);
-		meshd_reply_release(&r);
-		if (!j) {
-			fprintf(stderr, "mesh: %s: meshd's answer is not JSON\n", what);
-			return MESH_EXIT_PROTOCOL;
-		}
-		const char *st = str(j, "state");
-		int running = !strcmp(st, "running");
-		if (bar)
-			draw(j, !running);
-		if (running) {
-			/* Its program in a crash loop: nothing moves until a
-			 * `mesh start`, so the wait ends here, saying so (it
-			 * waited for good before). */
-			const char *failed = json_string_value(json_object_get(j, "program_failed"));
-			if (failed) {
-				fprintf(stderr,
-					"%smesh: job %s waits: its program '%s' is FAILED: %s; `mesh start %s` clears it, "
-					"then `mesh wait %s` again\n",
-					bar ? "\n" : "", o->job, str(j, "program"), failed, str(j, "program"), o->job);
-				json_decref(j);
-				return MESH_EXIT_TEMPFAIL;
-			}
-			json_decref(j);
-			continue;
-		}
-		if (!strcmp(st, "complete"))
-			ex = MESH_EXIT_OK;
-		else if (!strcmp(st, "cancelled"))
-			ex = MESH_EXIT_CANCELLED;
-		else if (!strcmp(st, "failed"))
-			ex = MESH_EXIT_INCOMPLETE;
-		else
-			ex = MESH_EXIT_SOFTWARE;
-		if (ex == MESH_EXIT_INCOMPLETE && !o->quiet) {
-			fprintf(stderr, "mesh: job %s ended with %" PRIu64 " buried chunks\n", o->job, num(j, "buried"));
-			print_buried(j);
-		}
-		if (ex == MESH_EXIT_SOFTWARE)
-			fprintf(stderr, "mesh: job %s stopped: %s\n", o->job, str(j, "error"));
-		json_decref(j);
-		return ex;
-	}
+	ex = wait_for(c, o.job, o.quiet);
+	c->ops->close(c);
+	return ex;
 }
 
 /* ---- results ---- */
-
-/* The next=K; end=E[; missing=C] parameters of the results' Content-Type
- * (*missing: UINT64_MAX when the page names none). */
-static int page_params(const char *type, uint64_t *next, int *end, uint64_t *missing)
-{
-	const char *n = strstr(type, "next="), *e = strstr(type, "end="), *m = strstr(type, "missing=");
-	if (!n || !e)
-		return -1;
-	*next = strtoull(n + 5, NULL, 10);
-	*end = e[4] == '1';
-	*missing = m ? strtoull(m + 8, NULL, 10) : UINT64_MAX;
-	return 0;
-}
 
 /* Says which DONE chunks had no result (the first few by id), once the
  * others are out; the exit code. */
@@ -657,91 +505,83 @@ static int report_missing(const char *job, uint64_t count, const uint64_t *first
 	return mesh_exit_for(MESH_E_CORRUPT);
 }
 
-int mesh_cmd_results(int argc, char **argv)
+/* Results to standard output; the first write error is kept. */
+static int write_out(void *arg, const void *p, size_t n)
 {
-	struct jopts o;
-	int ex = parse(argc, argv, &o, 1);
-	if (ex >= 0)
-		return ex;
-	if (o.store)
-		return mesh__sjobs_results(o.store, strtoull(o.job, NULL, 10), o.no_wait);
+	int *err = arg;
+	if (*err == 0)
+		*err = mesh_write_all_raw(1, p, n);
+	return *err < 0;
+}
+
+/* Every page of job id's results, written in chunk order. */
+static int results_of(struct jclient *c, const char *id, int no_wait)
+{
 	uint64_t from = 0, nmissing = 0, first[8];
-	char what[96];
-	snprintf(what, sizeof what, "cannot read the results of job %s", o.job);
+	const size_t nf = sizeof first / sizeof first[0];
 	for (;;) {
-		char target[128];
-		struct meshd_reply r;
-		snprintf(target, sizeof target, "/v1/jobs/%s/results?from=%" PRIu64 "&wait=%s", o.job, from,
-			 o.no_wait ? "0" : POLL_WAIT);
-		if ((ex = request(&o, what, "GET", target, NULL, 0, &r)) >= 0)
+		struct jpage pg;
+		int werr = 0, ex = c->ops->results(c, id, from, !no_wait, write_out, &werr, &pg);
+		if (werr < 0)
+			return werr == -EPIPE ? 0 : mesh_cli_fail(werr, "results: cannot write the output");
+		if (ex >= 0)
 			return ex;
-		uint64_t next, missing;
-		int end;
-		if (page_params(r.type, &next, &end, &missing) < 0) {
-			meshd_reply_release(&r);
-			fprintf(stderr, "mesh: %s: meshd's answer has no page position\n", what);
-			return MESH_EXIT_PROTOCOL;
-		}
-		int rc = r.len ? mesh_write_all_raw(1, r.body, r.len) : 0;
-		meshd_reply_release(&r);
-		if (rc < 0)
-			return rc == -EPIPE ? 0 : mesh_cli_fail(rc, "results: cannot write the output");
-		if (missing != UINT64_MAX) {
+		if (pg.missing != UINT64_MAX) {
 			/* Named at once too: a stream may run a long while. */
-			fprintf(stderr, "mesh: job %s: chunk %" PRIu64 " is DONE but has no result; going on\n", o.job,
-				missing);
-			if (nmissing < sizeof first / sizeof first[0])
-				first[nmissing] = missing;
+			fprintf(stderr, "mesh: job %s: chunk %" PRIu64 " is DONE but has no result; going on\n", id,
+				pg.missing);
+			if (nmissing < nf)
+				first[nmissing] = pg.missing;
 			nmissing++;
 		}
-		if (end || (o.no_wait && next == from)) {
+		if (pg.end || (no_wait && pg.next == from)) {
 			if (!nmissing)
 				return 0;
 			fflush(stdout);
-			return report_missing(o.job, nmissing, first,
-					      nmissing < sizeof first / sizeof first[0] ? (size_t)nmissing
-											: sizeof first / sizeof first[0]);
+			return report_missing(id, nmissing, first, nmissing < nf ? (size_t)nmissing : nf);
 		}
-		from = next;
+		from = pg.next;
 	}
+}
+
+int mesh_cmd_results(int argc, char **argv)
+{
+	struct jopts o;
+	struct jclient *c;
+	int ex = parse(argc, argv, &o, 1);
+	if (ex >= 0 || (ex = client(&o, "results", &c)) >= 0)
+		return ex;
+	ex = results_of(c, o.job, o.no_wait);
+	c->ops->close(c);
+	return ex;
 }
 
 /* ---- cancel, rm ---- */
 
-/* One action on job o->job (method on /v1/jobs/<id><suffix>); prints
- * "<did> job <id>". */
-static int job_action(const struct jopts *o, const char *method, const char *suffix, const char *verb, const char *did)
-{
-	struct meshd_reply r;
-	char target[96], what[96];
-	int ex;
-	snprintf(target, sizeof target, "/v1/jobs/%s%s", o->job, suffix);
-	snprintf(what, sizeof what, "cannot %s job %s", verb, o->job);
-	if ((ex = request(o, what, method, target, NULL, 0, &r)) >= 0)
-		return ex;
-	meshd_reply_release(&r);
-	printf("%s job %s\n", did, o->job);
-	return 0;
-}
-
 int mesh_cmd_cancel(int argc, char **argv)
 {
 	struct jopts o;
+	struct jclient *c;
 	int ex = parse(argc, argv, &o, 1);
-	if (ex >= 0)
+	if (ex >= 0 || (ex = client(&o, "cancel", &c)) >= 0)
 		return ex;
-	if (o.store)
-		return mesh__sjobs_cancel(o.store, strtoull(o.job, NULL, 10));
-	return job_action(&o, "POST", "/cancel", "cancel", "cancelled");
+	if ((ex = c->ops->cancel(c, o.job)) < 0)
+		printf("cancelled job %s\n", o.job);
+	c->ops->close(c);
+	return ex < 0 ? 0 : ex;
 }
 
 int mesh_cmd_rm(int argc, char **argv)
 {
 	struct jopts o;
+	struct jclient *c;
 	int ex = parse(argc, argv, &o, 1);
-	if (ex >= 0)
+	if (ex >= 0 || (ex = client(&o, "rm", &c)) >= 0)
 		return ex;
-	if (o.store)
-		return mesh_cli_usage("rm: removes meshd's jobs, not a store's (--store)");
-	return job_action(&o, "DELETE", "", "remove", "removed");
+	if (!c->ops->remove)
+		ex = mesh_cli_usage("rm: removes meshd's jobs, not a store's (--store)");
+	else if ((ex = c->ops->remove(c, o.job)) < 0)
+		printf("removed job %s\n", o.job);
+	c->ops->close(c);
+	return ex < 0 ? 0 : ex;
 }

@@ -1,16 +1,16 @@
-/* mesh nodes: every node of a PostgreSQL store (store/store_pg.h), on
- * every host: what it runs, its measured speed, its last heartbeat.  A
- * meshd's driver runs the program of its job's spec (store_pg_results.h),
- * not a command line of its own: that program is shown; the meshd's own
- * node (of no job) shows its catalog's programs. */
+/* mesh nodes: every node of a PostgreSQL store (job/home.h,
+ * mesh_home_pg_nodes), on every host: what it runs, its measured speed,
+ * its last heartbeat.  A meshd's driver runs the program of its job's
+ * spec, not a command line of its own: that program is shown; the
+ * meshd's own node (of no job) shows its catalog's programs. */
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/exit.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
-#include "store/store_pg.h"
-#include "store/store_pg_results.h"
+#include "job/home.h"
+#include "job/job.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -34,37 +34,20 @@ static const char usage[] =
 	"Exit codes: 0; 64 usage; 65 a schema of another version; 69 the database\n"
 	"cannot be reached.\n";
 
-/* The meshd jobs (struct mesh_pgr_job each, in a mesh_buf): their
- * programs, by job name (s<id>). */
-struct specs {
-	struct mesh_buf b;
-	int err;
-};
-
-static void add_spec(const struct mesh_pgr_job *j, void *arg)
+static void row(void *arg, const struct mesh_home_node *nd)
 {
-	struct specs *sp = arg;
-	if (mesh_buf_add(&sp->b, j, sizeof *j) < 0)
-		sp->err = -ENOMEM;
-}
-
-static void row(const struct mesh_pg_node *nd, void *arg)
-{
-	const struct specs *sp = arg;
-	const struct mesh_pgr_job *v = (const void *)sp->b.p;
-	const char *program = nd->program;
-	char name[24];
-	for (size_t i = 0; v && i < sp->b.len / sizeof *v; i++) {
-		snprintf(name, sizeof name, "s%llu", (unsigned long long)v[i].id);
-		if (!strcmp(name, nd->job))
-			program = v[i].program;
+	(void)arg;
+	if (!nd) {
+		printf("%-20s %-16s %-14s %-12s %8s %10s %10s %s\n", "NODE", "HOST", "PROGRAM", "JOB", "CHUNKS",
+		       "CHUNKS/S", "LAST BEAT", "STATE");
+		return;
 	}
 	/* A meshd's own node (no job): its catalog's programs; no speed until
 	 * its drivers completed chunks. */
 	char speed[24] = "-";
 	if (nd->job[0] || nd->chunks)
 		snprintf(speed, sizeof speed, "%.1f", nd->chunks_per_s);
-	printf("%-20s %-16s %-14s %-12s %8llu %10s %9.1fs %s\n", nd->name, nd->host, program[0] ? program : "-",
+	printf("%-20s %-16s %-14s %-12s %8llu %10s %9.1fs %s\n", nd->name, nd->host, nd->program[0] ? nd->program : "-",
 	       nd->job[0] ? nd->job : "-", (unsigned long long)nd->chunks, speed, (double)nd->age_ns / 1e9,
 	       nd->stopped ? "stopped" : nd->silent ? "silent" : "alive");
 }
@@ -74,7 +57,6 @@ int mesh_cmd_nodes(int argc, char **argv)
 	const char *url = getenv("MESH_STORE");
 	int this_job = 0, rc;
 	char why[512], safe[512];
-	struct mesh_pg *pg;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			fputs(usage, stdout);
@@ -91,28 +73,15 @@ int mesh_cmd_nodes(int argc, char **argv)
 	}
 	if (!url || !*url)
 		return mesh_cli_usage("nodes: no store (give --store URL, or set MESH_STORE)");
-	if (!mesh_pg_url_is(url))
+	if (!mesh_job_is_store_url(url))
 		return mesh_cli_usage("nodes: not a store URL (postgresql://...)");
 	if ((rc = mesh_cli_store_url_refused("nodes", url)))
 		return rc;
-	mesh_pg_url_safe(url, safe, sizeof safe);
-	rc = mesh_pg_open(&pg, url, why, sizeof why);
+	mesh_job_url_safe(url, safe, sizeof safe);
+	why[0] = 0;
+	rc = mesh_home_pg_nodes(url, this_job, row, NULL, why, sizeof why);
 	if (rc) {
 		fprintf(stderr, "mesh: nodes %s: %s%s%s\n", safe, mesh_strerror(rc), why[0] ? ": " : "", why);
-		return mesh_exit_for(rc);
-	}
-	printf("%-20s %-16s %-14s %-12s %8s %10s %10s %s\n", "NODE", "HOST", "PROGRAM", "JOB", "CHUNKS", "CHUNKS/S",
-	       "LAST BEAT", "STATE");
-	struct specs sp = {MESH_BUF_INIT, 0};
-	rc = mesh_pgr_jobs(pg, 0, 0, add_spec, &sp);
-	if (!rc)
-		rc = sp.err;
-	if (!rc)
-		rc = mesh_pg_nodes(pg, this_job, row, &sp);
-	mesh_buf_release(&sp.b);
-	mesh_pg_close(pg);
-	if (rc) {
-		fprintf(stderr, "mesh: nodes %s: %s\n", safe, mesh_strerror(rc));
 		return mesh_exit_for(rc);
 	}
 	return 0;

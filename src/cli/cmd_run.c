@@ -13,7 +13,6 @@
 #include "exec/runner.h"
 #include "exec/template.h"
 #include "job/job.h"
-#include "store/store_pg.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -475,13 +474,13 @@ int mesh_cmd_run(int argc, char **argv)
 		a.journal = getenv("MESH_STORE");
 		a.explicit_journal = 1;
 	}
-	if (a.journal && mesh_pg_url_is(a.journal)) {
+	if (a.journal && mesh_job_is_store_url(a.journal)) {
 		/* A PostgreSQL store (docs/cluster.md): no lock directory; the
 		 * job is the URL's #name, else the one the default journal
 		 * would be named after (the same command meets the same job). */
 		if ((ex = mesh_cli_store_url_refused("run", a.journal)))
 			goto out;
-		mesh_pg_url_safe(a.journal, surl, sizeof surl);
+		mesh_job_url_safe(a.journal, surl, sizeof surl);
 		if (!strchr(a.journal, '#')) {
 			journal_name(&a, &in, jbuf, sizeof jbuf);
 			snprintf(surl, sizeof surl, "%s#%.*s", a.journal, (int)(strlen(jbuf) - 5), jbuf + 1);

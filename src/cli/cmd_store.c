@@ -1,9 +1,10 @@
-/* mesh store: the PostgreSQL job store's schema (store/store_pg.h). */
+/* mesh store: the PostgreSQL job store's schema (job/home.h, mesh_home_pg_schema). */
 #include "base/err.h"
 #include "base/exit.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
-#include "store/store_pg.h"
+#include "job/home.h"
+#include "job/job.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +29,10 @@ static const char usage[] =
 
 int mesh_cmd_store(int argc, char **argv)
 {
-	enum mesh_pg_schema_op op;
+	enum mesh_home_pg_schema_op op;
 	const char *url;
 	char safe[512], why[512];
-	int found = 0, now = 0, rc;
+	int found = 0, now = 0, ours = mesh_home_pg_schema_version(), rc;
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		fputs(usage, stdout);
 		return 0;
@@ -39,35 +40,35 @@ int mesh_cmd_store(int argc, char **argv)
 	if (argc < 2 || argc > 3)
 		return mesh_cli_usage("store: init, migrate or status, and a URL (see `mesh store --help`)");
 	if (!strcmp(argv[1], "init"))
-		op = MESH_PG_SCHEMA_INIT;
+		op = MESH_HOME_PG_INIT;
 	else if (!strcmp(argv[1], "migrate"))
-		op = MESH_PG_SCHEMA_MIGRATE;
+		op = MESH_HOME_PG_MIGRATE;
 	else if (!strcmp(argv[1], "status"))
-		op = MESH_PG_SCHEMA_STATUS;
+		op = MESH_HOME_PG_STATUS;
 	else
 		return mesh_cli_usage("store: unknown command '%s' (init, migrate, status)", argv[1]);
 	url = argc == 3 ? argv[2] : getenv("MESH_STORE");
 	if (!url || !*url)
 		return mesh_cli_usage("store %s: no URL (give one, or set MESH_STORE)", argv[1]);
-	if (!mesh_pg_url_is(url))
+	if (!mesh_job_is_store_url(url))
 		return mesh_cli_usage("store %s: not a store URL (postgresql://...)", argv[1]);
 	snprintf(safe, sizeof safe, "store %s", argv[1]);
 	if ((rc = mesh_cli_store_url_refused(safe, url)))
 		return rc;
-	mesh_pg_url_safe(url, safe, sizeof safe);
-	rc = mesh_pg_schema(url, op, &found, &now, why, sizeof why);
+	mesh_job_url_safe(url, safe, sizeof safe);
+	rc = mesh_home_pg_schema(url, op, &found, &now, why, sizeof why);
 	if (rc) {
 		fprintf(stderr, "mesh: store %s %s: %s%s%s\n", argv[1], safe, mesh_strerror(rc), why[0] ? ": " : "", why);
 		return mesh_exit_for(rc);
 	}
-	if (op != MESH_PG_SCHEMA_STATUS) {
+	if (op != MESH_HOME_PG_STATUS) {
 		printf("schema mesh: version %d -> %d\n", found, now);
 		return 0;
 	}
-	printf("schema mesh: version %d (this mesh: %d)%s\n", found, MESH_PG_SCHEMA_VERSION,
+	printf("schema mesh: version %d (this mesh: %d)%s\n", found, ours,
 	       found == 0 ? ", none: run `mesh store init`"
-	       : found < MESH_PG_SCHEMA_VERSION ? ", older: run `mesh store migrate`"
-	       : found > MESH_PG_SCHEMA_VERSION ? ", newer than this mesh: use a mesh of that version" : "");
+	       : found < ours ? ", older: run `mesh store migrate`"
+	       : found > ours ? ", newer than this mesh: use a mesh of that version" : "");
 	/* a schema this mesh cannot use is a failed check, for scripts */
-	return found == MESH_PG_SCHEMA_VERSION ? 0 : mesh_exit_for(MESH_E_VERSION);
+	return found == ours ? 0 : mesh_exit_for(MESH_E_VERSION);
 }

@@ -410,3 +410,12 @@ int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int sp
 	}
 }
 
+int mesh_job_node_ok(const char *s)
+{
+	return mesh_node_name_ok(s);
+}
+
+int mesh_job_lease_name_ok(const char *s)
+{
+	return mesh_job_name_ok(s);
+}

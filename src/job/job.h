@@ -364,6 +364,21 @@ int mesh_job_nodes(struct mesh_job *j, void (*fn)(const struct mesh_job_node_sta
 uint64_t mesh_job_straggler_ns(struct mesh_job *j);
 /* The identity the journal holds (*len 0 and NULL when none). */
 const void *mesh_job_identity(const struct mesh_job *j, size_t *len);
+/* 1 when where names a PostgreSQL store (postgresql:// or postgres://,
+ * store/store_pg.h) rather than a journal path. */
+int mesh_job_is_store_url(const char *where);
+/* A store URL as a message may show it: without its password, into buf
+ * (always terminated). */
+void mesh_job_url_safe(const char *url, char *buf, size_t cap);
+/* 1 when s is a node name mesh_job_open takes (opts.node: 1..64 bytes of
+ * [A-Za-z0-9_.:@-]), or a job name of the lease files (opts.name: 1..64
+ * bytes of [A-Za-z0-9_.-], not starting with '.'); else 0. */
+int mesh_job_node_ok(const char *s);
+int mesh_job_lease_name_ok(const char *s);
+/* Checks a lock directory as mesh_job_open would, without creating it: 0
+ * when it is private to this user or missing, else MESH_E_PATH,
+ * MESH_E_NOTPRIVATE or -errno (store/store.h). */
+int mesh_job_lockdir_check(const char *lockdir);
 /* Appends this handle committed: fsyncs (batches) and records written. */
 void mesh_job_commit_stats(const struct mesh_job *j, uint64_t *fsyncs, uint64_t *records);
 /* The store's own words for j's last call that failed, into buf (always

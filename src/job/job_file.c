@@ -344,6 +344,11 @@ static int jf_submit(const char *journal, uint64_t n, const void *identity, size
 }
 
 
+int mesh_job_lockdir_check(const char *lockdir)
+{
+	return mesh_store_file_check_dir(lockdir);
+}
+
 int mesh_job_submit_unsynced(const char *journal, uint64_t n, const void *identity, size_t identity_len, int owned)
 {
 	unsigned char pay[8];

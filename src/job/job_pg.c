@@ -823,3 +823,13 @@ const struct mesh__jstore_ops mesh__jstore_pg = {
 	.commit_stats = jp_commit_stats,
 	.store_error = jp_store_error,
 };
+
+int mesh_job_is_store_url(const char *where)
+{
+	return mesh_pg_url_is(where);
+}
+
+void mesh_job_url_safe(const char *url, char *buf, size_t cap)
+{
+	mesh_pg_url_safe(url, buf, cap);
+}

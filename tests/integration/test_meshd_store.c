@@ -38,7 +38,14 @@ static void start_store(struct store_env *e)
 
 /* A host: directory dir with a catalog of program (the job test worker;
  * NULL: the echo example as "other"), and its meshd following the store. */
+static pid_t start_host_opts(const char *dir, const char *program, const char *opts);
 static pid_t start_host(const char *dir, const char *program)
+{
+	return start_host_opts(dir, program, "");
+}
+
+/* start_host with more meshd options (opts). */
+static pid_t start_host_opts(const char *dir, const char *program, const char *opts)
 {
 	mkdir(dir, 0755);
 	ASSERT_EQ(chdir(dir), 0);
@@ -48,7 +55,7 @@ static pid_t start_host(const char *dir, const char *program)
 	else
 		meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
 	char args[1024];
-	snprintf(args, sizeof args, "--state state --store '%s'", url);
+	snprintf(args, sizeof args, "--state state --store '%s' %s", url, opts);
 	pid_t pid = meshd_t_start_notified(args, NULL, 0);
 	ASSERT_EQ(chdir(top), 0);
 	return pid;
@@ -788,6 +795,40 @@ TEST_TIMEOUT(meshd_store_new_job_after_a_database_restart_is_served, 90)
 	for (int i = 0; i < 150 && again < 5; i++, usleep(20000))
 		again = store_env_client_backends(&e);
 	EXPECT_GE(again, 5);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
+/* meshd's --store-outage reaches its store jobs: a job whose database
+ * stops mid-job for 3 s waits for it (saying the budget given, not the
+ * default 5 min) and goes on when it answers, every chunk DONE once. */
+TEST_TIMEOUT(meshd_store_job_waits_out_a_database_outage_within_store_outage, 120)
+{
+	struct store_env e;
+	char *expect, q[128];
+	start_store(&e);
+	const unsigned n = 600;
+	make_input(n, "slow", &expect);
+	pid_t a = start_host_opts("a", "jw", "--store-outage 2m");
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	snprintf(q, sizeof q, "SELECT done FROM mesh.job_counts WHERE id = %u", id);
+	long long at = 0;
+	for (int i = 0; i < 3000 && (at = store_env_sql(&e, q)) < n / 5; i++)
+		usleep(10000);
+	ASSERT_EQ(store_env_pg_ctl(&e, "-m fast stop"), 0);
+	ASSERT_LT(at, n); /* mid-job */
+	sleep(3);
+	ASSERT_EQ(store_env_pg_ctl(&e, "start"), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 90 '%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, n, expect);
+	char *err = t_read_file("a/meshd.err", NULL);
+	ASSERT_TRUE(err != NULL);
+	EXPECT_CONTAINS(err, "the database stopped answering");
+	EXPECT_CONTAINS(err, "waiting for it up to 2 min (--store-outage)");
+	EXPECT_CONTAINS(err, "the database answers again after");
+	EXPECT_TRUE(strstr(err, "did not answer for") == NULL);
+	free(err);
 	EXPECT_EQ(meshd_t_stop(a), 0);
 	free(expect);
 	store_env_stop(&e);

@@ -1,6 +1,6 @@
 /* Regression tests for what the fuzz targets of tests/fuzz/ found. */
 #include "base/err.h"
-#include "meshd/jobs/jobs_int.h"
+#include "job/home.h"
 #include "runner/t.h"
 #include "store/store_pg.h"
 
@@ -37,7 +37,7 @@ TEST(fuzz_find_pg_url_safe_short_password)
 }
 
 /* fuzz_job_spec: a key given twice ("program", "name") leaked the first
- * value; the last one still wins. */
+ * value; the last one still wins (cut to the spec's length). */
 TEST(fuzz_find_job_spec_duplicate_keys)
 {
 	char pad[4000];
@@ -45,17 +45,15 @@ TEST(fuzz_find_job_spec_duplicate_keys)
 	pad[sizeof pad - 1] = 0;
 	size_t before = mallinfo2().uordblks;
 	for (int i = 0; i < 200; i++) {
-		struct job jb;
-		memset(&jb, 0, sizeof jb);
+		struct mesh_home_spec sp;
+		memset(&sp, 0, sizeof sp);
 		char *text = NULL;
 		ASSERT_GT(asprintf(&text, "program %s\nname %s\nprogram last\nchunks 2\nmax_workers 1\nretries 1\nname n2\n",
 				   pad, pad),
 			  0);
-		ASSERT_EQ(mesh__job_spec_parse(&jb, text), 0);
-		EXPECT_STREQ(jb.program, "last");
-		EXPECT_STREQ(jb.name, "n2");
-		free(jb.program);
-		free(jb.name);
+		ASSERT_EQ(mesh__home_spec_parse(&sp, text), 0);
+		EXPECT_STREQ(sp.program, "last");
+		EXPECT_STREQ(sp.name, "n2");
 		free(text);
 	}
 	/* 200 x 2 x 4000 bytes would stay allocated by a leak */

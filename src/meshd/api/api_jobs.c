@@ -23,9 +23,9 @@
 #define WAIT_MAX_NS (60ull * 1000000000ull)
 #define RESULTS_PAGE (4u << 20)
 
-_Static_assert((int)MESHD_JOB_RUNNING == (int)MESHD_MJOB_RUNNING && (int)MESHD_JOB_COMPLETE == (int)MESHD_MJOB_COMPLETE &&
-		       (int)MESHD_JOB_FAILED == (int)MESHD_MJOB_FAILED && (int)MESHD_JOB_CANCELLED == (int)MESHD_MJOB_CANCELLED &&
-		       (int)MESHD_JOB_ERROR == (int)MESHD_MJOB_ERROR,
+_Static_assert((int)MESH_HOME_RUNNING == (int)MESHD_MJOB_RUNNING && (int)MESH_HOME_COMPLETE == (int)MESHD_MJOB_COMPLETE &&
+		       (int)MESH_HOME_FAILED == (int)MESHD_MJOB_FAILED && (int)MESH_HOME_CANCELLED == (int)MESHD_MJOB_CANCELLED &&
+		       (int)MESH_HOME_ERROR == (int)MESHD_MJOB_ERROR,
 	       "the metrics job states are the jobs states");
 
 int meshd_api_is_jobs(const char *path)
@@ -106,7 +106,7 @@ static json_t *job_json(const struct meshd_job_info *ji)
 	snprintf(id, sizeof id, "%" PRIu64, ji->id);
 	json_t *j = json_pack("{s:s, s:o, s:o, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:I}",
 			      "id", id, "program", text_json(ji->program), "name", text_json(ji->name), "state",
-			      meshd_job_state_name(ji->state), "chunks", (json_int_t)ji->n, "done", (json_int_t)ji->done,
+			      mesh_home_state_name(ji->state), "chunks", (json_int_t)ji->n, "done", (json_int_t)ji->done,
 			      "leased", (json_int_t)ji->leased, "pending", (json_int_t)ji->pending, "buried",
 			      (json_int_t)ji->buried, "duplicates", (json_int_t)ji->duplicates, "failed_attempts",
 			      (json_int_t)ji->failed_attempts, "speculative_wins", (json_int_t)ji->speculative_wins,

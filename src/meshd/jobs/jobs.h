@@ -1,35 +1,25 @@
 /* meshd's jobs: submitted work that meshd runs on warm workers of one
  * program until every chunk is DONE (docs/jobs.md).
  *
- * Each job lives in <state>/jobs/<id>/ (ids 1, 2, 3, ...):
- *   spec        what was submitted (one "key value" a line), written
- *               atomically last: a directory without it is no job
- *   input       the chunks' inputs, one a line (absent for --chunks N)
- *   journal.log the engine's journal (job/job.h; `mesh job status` reads
- *               it with the lock dir and lease name that spec names)
- *   results.bin each chunk's result (job/results.h), synced before DONE
- *   end         how it ended ("complete", "failed", "cancelled"), then its
- *               counts then ("key value" lines); absent while it runs
- *   leases/     the lease directory (job.h lockdir_private): inside the
- *               private state directory, where no other user can make or
- *               see it; removed once the job ends.  Losing it only returns
- *               in-flight chunks to PENDING (an older meshd's
- *               /tmp/meshd-<uid>-<hash>-j<id> is removed, when it is ours,
- *               as its job is loaded).
- *
- * One driver thread a running job: the chunk driver (exec/runner.h) over
- * the slot executor (meshd/jobs/job_exec.h), results kept through the driver's
- * hooks.  On open, every job without `end` is resumed: a meshd killed
- * mid-job finishes it after a restart, no chunk DONE twice (the journal),
- * none lost.  A job that ended holds no fd and no per-chunk memory (its
- * files are opened when its results or failures are read); the janitor
- * thread (jobs_keep.c) removes those past the retention.
+ * One runner drives the jobs of two homes (job/home.h): meshd's state
+ * directory (its own jobs, those this API names: <state>/jobs/<id>/), and
+ * with meshd_jobs_store a PostgreSQL store shared by many hosts, whose
+ * jobs each meshd serves when its catalog has the program.  One driver
+ * thread a running job: the chunk driver (exec/runner.h) over the slot
+ * executor (meshd/jobs/job_exec.h), results kept by its home through the
+ * driver's hooks.  On open, every job of the state directory without an
+ * end is resumed: a meshd killed mid-job finishes it after a restart, no
+ * chunk DONE twice (the journal), none lost.  A job that ended holds no fd
+ * and no per-chunk memory (its home's handles are opened when its results
+ * or failures are read); the janitor thread (jobs_keep.c) removes those
+ * past the retention.
  *
  * Threads: every call is thread-safe (the API's op threads). */
 #ifndef MESH_MESHD_JOBS_JOBS_H
 #define MESH_MESHD_JOBS_JOBS_H
 
 #include "base/buf.h"
+#include "job/home.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,13 +27,10 @@
 struct meshd_core;
 struct meshd_jobs;
 
-enum meshd_job_state { MESHD_JOB_RUNNING, MESHD_JOB_COMPLETE, MESHD_JOB_FAILED, MESHD_JOB_CANCELLED, MESHD_JOB_ERROR };
-const char *meshd_job_state_name(enum meshd_job_state s);
-
 /* How long finished jobs are kept (`meshd --keep-jobs N --keep-for D`):
  * the newest keep_jobs of the jobs that ended (complete, failed,
  * cancelled) are kept, and any that ended less than keep_for_ns ago; the
- * others are removed, their directory and all (jobs.c, the janitor: at the
+ * others are removed, their directory and all (jobs_keep.c, the janitor: at the
  * start, when a job ends, and each second).  0 in either: its default. */
 struct meshd_jobs_keep {
 	uint64_t keep_jobs;
@@ -72,7 +59,7 @@ void meshd_jobs_free(struct meshd_jobs *j);
 /* Follows the PostgreSQL store at url (`meshd --store URL`, MESH_STORE;
  * its #job part is ignored): every meshd job in it (`mesh submit --store`)
  * whose program this catalog has is run here too, its chunks leased from
- * the store, its results written there (jobs_store.c, docs/cluster.md).
+ * the store, its results written there (job/home_pg.c, docs/cluster.md).
  * The meshd is a node of the store from here on (`mesh nodes`: its host,
  * the programs of catalog, the catalog directory), marked stopped by
  * meshd_jobs_stop.  0, or a negative error with *err malloc'd (a bad URL,
@@ -110,7 +97,7 @@ struct meshd_job_info {
 	char *program, *name, *error; /* malloc'd; name "" when none, error NULL unless state ERROR */
 	char *program_failed; /* malloc'd: why a running job's program is FAILED (no worker starts
 			       * until `mesh start`); NULL when it is not */
-	enum meshd_job_state state;
+	enum mesh_home_state state;
 	uint64_t n, done, leased, pending, buried, duplicates, failed_attempts, speculative_wins;
 	double rate;		/* chunks DONE per second since the driver started */
 	double eta_s;		/* -1 when unknown */

@@ -14,12 +14,9 @@
 #include "base/io.h"
 #include "base/log.h"
 #include "base/thread.h"
-#include "job/job.h"
-#include "job/results.h"
+#include "job/home.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -35,10 +32,6 @@
 #define FILES_IDLE_NS (2 * MESH_NS_PER_S)
 #define FILES_CACHED 4
 #define TICK_NS MESH_NS_PER_S
-#define LAST_ID "last_id"
-/* Where a job's directory goes while it is removed: a start finds no job
- * in it, and removes what is left. */
-#define REMOVING ".rm-"
 
 void mesh__jobs_kick(struct meshd_jobs *j)
 {
@@ -49,95 +42,6 @@ void mesh__jobs_kick(struct meshd_jobs *j)
 }
 
 /* ---- removal ---- */
-
-/* Removes the directory name in parent_fd and what it holds, directories
- * depth levels down at most, following no symlink.  0 or the first -errno. */
-static int rm_tree(int parent_fd, const char *name, int depth)
-{
-	int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		int r = unlinkat(dirfd(d), e->d_name, 0) < 0 ? -errno : 0;
-		if (r == -EISDIR && depth > 1)
-			r = rm_tree(dirfd(d), e->d_name, depth - 1);
-		if (r < 0 && r != -ENOENT && rc == 0)
-			rc = r;
-	}
-	closedir(d);
-	if (unlinkat(parent_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && rc == 0)
-		rc = -errno;
-	return rc;
-}
-
-/* The highest id ever given is recorded before a job goes, so that a start
- * never gives the id of a job removed (ids are the directories' names). */
-static int last_id_write(struct meshd_jobs *j)
-{
-	char *path = mesh_strf("%s/" LAST_ID, j->jobs_dir), line[32];
-	pthread_mutex_lock(&j->mu);
-	uint64_t id = j->next_id - 1, was = j->last_id;
-	pthread_mutex_unlock(&j->mu);
-	if (!path)
-		return -ENOMEM;
-	int rc = 0;
-	if (id > was) {
-		int n = snprintf(line, sizeof line, "%" PRIu64 "\n", id);
-		if ((rc = mesh_write_file_atomic(path, line, (size_t)n, 0600)) == 0) {
-			pthread_mutex_lock(&j->mu);
-			if (id > j->last_id)
-				j->last_id = id;
-			pthread_mutex_unlock(&j->mu);
-		}
-	}
-	if (rc < 0)
-		mesh_warn("cannot record the last job id in %s: %s", path, mesh_strerror(rc));
-	free(path);
-	return rc;
-}
-
-int mesh__jobs_read_last_id(struct meshd_jobs *j, char **err)
-{
-	char *path = mesh_strf("%s/" LAST_ID, j->jobs_dir), *text = NULL;
-	size_t len;
-	if (!path)
-		return -ENOMEM;
-	int rc = mesh_read_file(path, 64, &text, &len);
-	if (rc == 0) {
-		j->last_id = strtoull(text, NULL, 10);
-		if (j->last_id >= j->next_id)
-			j->next_id = j->last_id + 1;
-	} else if (rc == -ENOENT) {
-		rc = 0;
-	} else {
-		rc = mesh_errf(err, rc, "cannot read %s: %s", path, mesh_strerror(rc));
-	}
-	free(text);
-	free(path);
-	return rc;
-}
-
-int mesh__jobs_clean_removing(struct meshd_jobs *j, const char *name)
-{
-	if (strncmp(name, REMOVING, sizeof REMOVING - 1))
-		return 0;
-	int dfd = open(j->jobs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
-	if (dfd < 0)
-		return -errno;
-	rc = rm_tree(dfd, name, 2);
-	close(dfd);
-	if (rc < 0)
-		mesh_warn("cannot remove %s/%s: %s", j->jobs_dir, name, mesh_strerror(rc));
-	return 1;
-}
 
 /* Takes jb off the list (j->mu held): the list's reference is now the
  * caller's; its counts go to the removed jobs' sums. */
@@ -155,23 +59,14 @@ static void unlink_locked(struct meshd_jobs *j, struct job *jb)
 	j->gone_wins += jb->sum.st.speculative_wins;
 }
 
-/* Removes the directory of jb (taken off the list, marked removed): moved
- * aside in one rename (a start finds no job there), then deleted.  Puts
- * the reference the caller took over.  0 or -errno. */
-static int remove_dir(struct meshd_jobs *j, struct job *jb)
+/* Removes jb (taken off the list, marked removed) from its home, for
+ * good.  Puts the reference the caller took over.  0 or an error with
+ * *err. */
+static int remove_job(struct job *jb, char **err)
 {
-	char name[32], aside[40];
-	snprintf(name, sizeof name, "%" PRIu64, jb->id);
-	snprintf(aside, sizeof aside, REMOVING "%" PRIu64, jb->id);
-	int rc = last_id_write(j), dfd = open(j->jobs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (rc == 0 && dfd < 0)
-		rc = -errno;
-	if (rc == 0 && renameat(dfd, name, dfd, aside) < 0 && errno != ENOENT)
-		rc = -errno;
-	if (rc == 0)
-		rc = rm_tree(dfd, aside, 2);
-	if (dfd >= 0)
-		close(dfd);
+	/* Its handles, open or in use, go with the job's last reference. */
+	struct mesh_home_job *hj = jb->hj;
+	int rc = hj->home->ops->remove(hj, err);
 	mesh__job_put(jb);
 	return rc;
 }
@@ -180,11 +75,11 @@ int meshd_jobs_remove(struct meshd_jobs *j, uint64_t id, char **err)
 {
 	if (err)
 		*err = NULL;
-	struct job *jb = mesh__jobs_find(j, id);
+	struct job *jb = mesh__jobs_find(&j->homes[0], id);
 	if (!jb)
 		return mesh_errf(err, MESH_E_NOTFOUND, "no job %" PRIu64, id);
 	pthread_mutex_lock(&jb->mu);
-	int running = jb->state == MESHD_JOB_RUNNING, gone = jb->removed;
+	int running = jb->state == MESH_HOME_RUNNING, gone = jb->removed;
 	if (!running)
 		jb->removed = 1;
 	pthread_mutex_unlock(&jb->mu);
@@ -205,14 +100,13 @@ int meshd_jobs_remove(struct meshd_jobs *j, uint64_t id, char **err)
 	mesh__job_put(jb); /* the find's */
 	if (!mine)
 		return mesh_errf(err, MESH_E_NOTFOUND, "no job %" PRIu64, id);
-	char *dir = strdup(jb->dir);
-	int rc = remove_dir(j, jb);
+	char *why = NULL;
+	int rc = remove_job(jb, &why);
 	if (rc < 0)
-		rc = mesh_errf(err, rc, "job %" PRIu64 " is forgotten, but its directory %s was not removed: %s", id,
-			       dir ? dir : "", mesh_strerror(rc));
+		rc = mesh_errf(err, rc, "job %" PRIu64 " is forgotten, but %s", id, why ? why : mesh_strerror(rc));
 	else
 		mesh_info("job=%" PRIu64 " removed", id);
-	free(dir);
+	free(why);
 	return rc;
 }
 
@@ -269,7 +163,7 @@ static unsigned close_idle_files(struct meshd_jobs *j)
 		pthread_mutex_lock(&j->mu);
 		for (struct job *jb = j->list; jb; jb = jb->next) {
 			pthread_mutex_lock(&jb->mu);
-			if ((jb->jh || jb->res) && !jb->driver_files) {
+			if (atomic_load(&jb->hj->jh) && !jb->driver_files) {
 				cached++;
 				if (!jb->files_users && !jb->files_opening && jb->files_idle_ns < oldest_ns)
 					oldest = jb, oldest_ns = jb->files_idle_ns;
@@ -281,17 +175,18 @@ static unsigned close_idle_files(struct meshd_jobs *j)
 			return n;
 		}
 		pthread_mutex_lock(&oldest->mu);
-		struct mesh_job *jh = oldest->jh, *sjh = oldest->spec_jh;
-		struct mesh_results *res = oldest->res;
-		oldest->jh = oldest->spec_jh = NULL;
-		oldest->res = NULL;
+		/* Marked opening while it closes: no reader takes them meanwhile. */
+		oldest->files_opening = 1;
+		oldest->run_files = 0;
+		oldest->refs++;
 		pthread_mutex_unlock(&oldest->mu);
 		pthread_mutex_unlock(&j->mu);
-		if (sjh)
-			mesh_job_close(sjh);
-		if (jh)
-			mesh_job_close(jh);
-		mesh_results_close(res);
+		oldest->hj->home->ops->close_job(oldest->hj);
+		pthread_mutex_lock(&oldest->mu);
+		oldest->files_opening = 0;
+		pthread_cond_broadcast(&oldest->cv);
+		pthread_mutex_unlock(&oldest->mu);
+		mesh__job_put(oldest);
 	}
 }
 
@@ -310,12 +205,12 @@ static int by_age(const void *a, const void *b)
 	return x->id > y->id ? -1 : x->id < y->id;
 }
 
-/* 1 when jb ended for good (its end file says so: a job in `error` runs
- * again at the next start) and its driver was joined: retention may take
- * it.  jb->mu held. */
+/* 1 when jb, of a home under retention, ended for good (its end says so:
+ * a job in `error` runs again at the next start) and its driver was
+ * joined: retention may take it.  jb->mu held. */
 static int ended_locked(const struct job *jb)
 {
-	return (jb->state == MESHD_JOB_COMPLETE || jb->state == MESHD_JOB_FAILED || jb->state == MESHD_JOB_CANCELLED) &&
+	return jb->rh->keep && (jb->state == MESH_HOME_COMPLETE || jb->state == MESH_HOME_FAILED || jb->state == MESH_HOME_CANCELLED) &&
 	       jb->have_sum && !jb->th_on && !jb->removed;
 }
 
@@ -357,10 +252,11 @@ static void keep_retention(struct meshd_jobs *j)
 	pthread_mutex_unlock(&j->mu);
 	for (size_t i = 0; i < gone; i++) {
 		uint64_t id = v[i].id;
-		int rc = remove_dir(j, v[i].jb);
+		char *why = NULL;
+		int rc = remove_job(v[i].jb, &why);
 		if (rc < 0)
-			mesh_warn("job=%" PRIu64 " past the retention, but its directory was not removed: %s", id,
-				  mesh_strerror(rc));
+			mesh_warn("job=%" PRIu64 " past the retention, but %s", id, why ? why : mesh_strerror(rc));
+		free(why);
 	}
 	if (gone)
 		mesh_info("removed %zu jobs past the retention (newest %" PRIu64 " kept, ended within %" PRIu64 " s)",

@@ -9,19 +9,17 @@
 #include "meshd/jobs/jobs_int.h"
 #include "meshd/core/ops.h"
 #include "exec/input.h"
+#include "job/home.h"
 #include "job/job.h"
-#include "job/results.h"
 #include "shm/ring.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,91 +49,30 @@ static void stop_unstored(struct job *jb, char *why)
 	if (jb->th_on && jb->cancel_efd >= 0 && write(jb->cancel_efd, &one, sizeof one) < 0) {
 		/* the counter is never full */
 	}
-	while (jb->th_on && jb->state == MESHD_JOB_RUNNING)
+	while (jb->th_on && jb->state == MESH_HOME_RUNNING)
 		pthread_cond_wait(&jb->cv, &jb->mu);
-	jb->state = MESHD_JOB_ERROR;
+	jb->state = MESH_HOME_ERROR;
 	free(jb->error);
 	jb->error = why;
 	pthread_cond_broadcast(&jb->cv);
 	pthread_mutex_unlock(&jb->mu);
 }
 
-/* A new file at path (in the job's new directory) holding len bytes of
- * p, not synced; its descriptor in *fd for store_job's fdatasync. */
-static int write_new(const char *path, const void *p, size_t len, int *fd)
-{
-	int rc;
-	*fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (*fd < 0)
-		return -errno;
-	if ((rc = mesh_write_all(*fd, p, len)) < 0) {
-		close(*fd);
-		*fd = -1;
-	}
-	return rc;
-}
-
-/* Makes a job durable while its driver already runs, in one round of
- * syncs, all at once (mesh_sync_many): the data of its input (in_fd),
- * results file (res_fd), journal and spec (path), all written unsynced
- * before; the job's directory (their names); jobs/ (the directory's own
- * name).  The spec vouches for the files written with it (jobs.c,
- * mesh__job_spec_seal): a crash before the round ends leaves a spec that a
- * restart finds whole, with whole files, or a directory it ignores.  The
- * spec used to go in under a temporary name, renamed after that round and
- * its directory synced again: a second round, and its file system commit
- * was one more that the first DONE's sync could wait behind.  In series
- * these were seven syncs, each waiting for the last.  The submit is
- * answered after. */
-static int store_job(struct job *jb, const char *spec, const char *path, int in_fd, int res_fd)
-{
-	int fds[6], n = 0, rc = 0;
-	unsigned char data[6];
-	int sfd = -1, jfd = -1, dfd = -1, pfd = -1;
-	if ((sfd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
-		rc = -errno;
-	if (!rc)
-		rc = mesh_write_all(sfd, spec, strlen(spec));
-	if (!rc && (jfd = open(jb->journal, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
-		rc = -errno;
-	if (!rc && (dfd = open(jb->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		rc = -errno;
-	if (!rc && (pfd = open(jb->owner->jobs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		rc = -errno;
-	if (!rc) {
-		if (in_fd >= 0)
-			fds[n] = in_fd, data[n++] = 1;
-		fds[n] = res_fd, data[n++] = 1;
-		fds[n] = jfd, data[n++] = 1;
-		fds[n] = sfd, data[n++] = 1;
-		fds[n] = dfd, data[n++] = 0;
-		fds[n] = pfd, data[n++] = 0;
-		rc = mesh_sync_many(fds, data, (size_t)n);
-	}
-	if (!rc)
-		atomic_store(&jb->t_journal, mesh_mono_ns());
-	if (rc && sfd >= 0) {
-		/* Not stored: no spec a restart could find either. */
-		unlink(path);
-	}
-	int mine[] = {sfd, jfd, dfd, pfd};
-	for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-		if (mine[i] >= 0)
-			close(mine[i]);
-	return rc;
-}
-
 struct store_arg {
 	struct job *jb;
-	const char *spec, *path;
-	int in_fd, res_fd;
 	int rc;
+	char *err;
 };
 
+/* The home makes the job durable (its persist), on a thread of its own
+ * while the submit's thread spawns the job's first worker. */
 static void *store_main(void *arg)
 {
 	struct store_arg *a = arg;
-	a->rc = store_job(a->jb, a->spec, a->path, a->in_fd, a->res_fd);
+	struct mesh_home_job *hj = a->jb->hj;
+	a->rc = hj->home->ops->persist ? hj->home->ops->persist(hj, &a->err) : 0;
+	if (a->rc == 0)
+		atomic_store(&a->jb->t_journal, mesh_mono_ns());
 	return NULL;
 }
 
@@ -157,13 +94,14 @@ static int input_fits(const struct mesh_exec_input *in, char **err)
 	return 0;
 }
 
-int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint64_t *id, char **err)
+/* The spec a submit asks for, checked: its chunks counted from the input
+ * (s->chunks, or the input's lines), the program loaded (as `mesh load`
+ * would) for its max_workers.  0, or an error with *err. */
+static int check_spec(struct meshd_jobs *j, const struct meshd_job_spec *s, struct mesh_home_spec *out, char **err)
 {
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
-	uint64_t n = s->chunks, t_submit = mesh_mono_ns();
+	uint64_t n = s->chunks;
 	int rc;
-	if (err)
-		*err = NULL;
 	if (!s->program || !*s->program)
 		return mesh_errf(err, MESH_E_PARSE, "no program given");
 	if (s->name && !name_ok(s->name))
@@ -191,7 +129,6 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		if (n > MESH_JOB_MAX_CHUNKS)
 			return mesh_errf(err, MESH_E_RANGE, "too many chunks");
 	}
-	/* The program must exist (it is loaded now, as `mesh load` would). */
 	char *lerr = NULL;
 	unsigned mw = meshd_program_max_workers(j->core, s->program, &lerr);
 	if (!mw) {
@@ -205,99 +142,31 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 	}
 	if (s->max_workers > MESH_MAX_WORKERS_CAP)
 		return mesh_errf(err, MESH_E_RANGE, "--max-workers %u is over %u", s->max_workers, MESH_MAX_WORKERS_CAP);
+	memset(out, 0, sizeof *out);
+	snprintf(out->program, sizeof out->program, "%s", s->program);
+	snprintf(out->name, sizeof out->name, "%s", s->name ? s->name : "");
+	out->n = n;
+	out->has_input = s->chunks == 0;
+	out->max_workers = s->max_workers ? s->max_workers : mw;
+	out->retries = s->retries ? s->retries : DEFAULT_RETRIES;
+	out->timeout_ns = s->timeout_ns;
+	out->speculate = s->speculate;
+	return 0;
+}
 
-	pthread_mutex_lock(&j->mu);
-	if (j->stopping) {
-		pthread_mutex_unlock(&j->mu);
-		return mesh_errf(err, MESH_E_STATE, "meshd is stopping");
-	}
-	uint64_t nid = j->next_id;
-	struct job *jb = NULL;
-	/* mkdir is the claim: an id is never given twice. */
-	for (;; nid++) {
-		char *d = mesh_strf("%s/%" PRIu64, j->jobs_dir, nid);
-		if (!d) {
-			rc = -ENOMEM;
-			break;
-		}
-		rc = mkdir(d, 0700) < 0 ? -errno : 0;
-		free(d);
-		if (rc != -EEXIST)
-			break;
-	}
-	if (rc == 0) {
-		j->next_id = nid + 1;
-		if ((rc = mesh__job_new(j, nid, &jb)) < 0) {
-			pthread_mutex_unlock(&j->mu);
-			return mesh_errf(err, rc, "cannot take job %" PRIu64 ": %s", nid, mesh_strerror(rc));
-		}
-	}
-	pthread_mutex_unlock(&j->mu);
-	if (rc < 0)
-		return mesh_errf(err, rc, "cannot create the job's directory in %s: %s", j->jobs_dir, mesh_strerror(rc));
-	jb->program = strdup(s->program);
-	jb->name = s->name ? strdup(s->name) : NULL;
-	jb->n = n;
-	jb->has_input = s->chunks == 0;
-	jb->max_workers = s->max_workers ? s->max_workers : mw;
-	jb->retries = s->retries ? s->retries : DEFAULT_RETRIES;
-	jb->timeout_ns = s->timeout_ns;
-	jb->speculate = s->speculate;
-	jb->t_submit = t_submit;
-	char *spec = NULL, *path = NULL;
-	if (!jb->program || (s->name && !jb->name) || !(path = mesh_strf("%s/spec", jb->dir))) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	/* The input and the journal, written and not synced: the directory
-	 * is ours alone (the mkdir above), and the spec that vouches for them
-	 * comes last (store_job), so a crash before all of it is durable
-	 * leaves a directory that open ignores. */
-	int in_fd = -1, res_fd = -1;
-	if (jb->has_input && (rc = write_new(jb->input_path, s->input, s->input_len, &in_fd)) < 0)
-		goto fail;
-	/* The results file too: made durable with the rest, so that the
-	 * driver's open of it syncs nothing (its creation by the driver was
-	 * two more fsyncs beside these, on the way to the first result). */
-	if ((rc = mesh_results_create(jb->results_path, &res_fd)) < 0 ||
-	    (rc = mesh_job_submit_unsynced(jb->journal, n, jb->ident, jb->ident_len, 1)) < 0 ||
-	    (!(spec = mesh__job_spec_seal(jb, s->input, s->input_len)) && (rc = -ENOMEM))) {
-		if (in_fd >= 0)
-			close(in_fd);
-		if (res_fd >= 0)
-			close(res_fd);
-		goto fail;
-	}
-	/* Its first worker: from zero, the spawn is the long pole, and it
-	 * runs while the job is stored, its driver starts and its first chunks
-	 * are leased (the driver's executor adopts it).  Not having it costs
-	 * only time: the executor asks for its own. */
-	struct meshd_job_ahead *ahead = NULL;
-	if (meshd_job_ahead_new(j->core, jb->program, &jb->xs, &ahead) == 0)
-		jb->ahead = ahead;
-	/* Its driver now, while the job is made durable (store_job): it needs
-	 * the journal's bytes, not their fsyncs, which would only delay its
-	 * first lease.  The job is durable once its spec is (first_result_s
-	 * counts from then at the earliest); a crash before leaves a directory
-	 * that open ignores, and the submit unanswered.  Listed first: a stop
-	 * must find its driver. */
-	pthread_mutex_lock(&j->mu);
-	jb->next = j->list;
-	j->list = jb;
-	jb->linked = 1;
-	jb->refs++; /* this submit's, to its end */
-	/* Stopping meanwhile: it stays on disk, unfinished, for the next start. */
-	rc = j->stopping ? 1 : mesh__job_start(jb);
-	pthread_mutex_unlock(&j->mu);
-	/* The store on a thread of its own, the worker's spawn on this one
-	 * (meshd_job_ahead_run): both before the answer. */
-	struct store_arg sa = {jb, spec, path, in_fd, res_fd, 0};
+/* Makes the submitted job jb durable while its driver already runs, the
+ * first worker asked for ahead (may be NULL) spawned meanwhile on this
+ * thread (meshd_job_ahead_run); started: its driver did start.  0, or
+ * the persist's error with *err (the job is then listed as an error). */
+static int store_job(struct job *jb, struct meshd_job_ahead *ahead, int started, char **err)
+{
+	struct store_arg sa = {jb, 0, NULL};
 	struct mesh_thread *sth;
 	/* Background: its wake-up must not take the CPU from this spawn. */
 	int store_th = mesh_thread_run(&sth, store_main, &sa, MESH_THREAD_BG) == 0;
 	if (ahead) {
-		meshd_job_ahead_run(ahead, rc == 0);
-		if (rc != 0) {
+		meshd_job_ahead_run(ahead, started);
+		if (!started) {
 			/* No driver adopted it. */
 			meshd_job_ahead_drop(ahead);
 			jb->ahead = NULL;
@@ -307,56 +176,94 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		mesh_thread_join(sth, NULL);
 	else
 		store_main(&sa);
-	int src = sa.rc;
-	if (in_fd >= 0)
-		close(in_fd);
-	close(res_fd);
-	if (src == 0) {
+	if (sa.rc == 0) {
 		atomic_store(&jb->t_stored, mesh_mono_ns());
 		mesh__job_note_first(jb);
+		return 0;
 	}
-	free(spec);
-	free(path);
+	/* Not stored: its driver stops, and the job stays listed as an
+	 * error (until `mesh rm`); a restart will not see it. */
+	char *why = sa.err ? sa.err : mesh_strf("cannot store job %" PRIu64 ": %s", jb->id, mesh_strerror(sa.rc));
+	stop_unstored(jb, why);
+	if (err)
+		*err = why ? strdup(why) : NULL;
+	return sa.rc;
+}
+
+int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint64_t *id, char **err)
+{
+	struct rhome *rh = &j->homes[0];
+	struct mesh_home_spec spec;
+	struct mesh_home_job *hj = NULL;
+	struct job *jb = NULL;
+	uint64_t t_submit = mesh_mono_ns();
+	if (err)
+		*err = NULL;
+	int rc = check_spec(j, s, &spec, err);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&j->mu);
+	int stopping = j->stopping;
+	pthread_mutex_unlock(&j->mu);
+	if (stopping)
+		return mesh_errf(err, MESH_E_STATE, "meshd is stopping");
+	/* Written, not durable yet (store_job). */
+	if ((rc = rh->h->ops->create(rh->h, &spec, s->input, s->input_len, &hj, err)) < 0)
+		return rc;
+	if ((rc = mesh__job_new(rh, hj, &jb)) < 0) {
+		rh->h->ops->job_free(hj);
+		return mesh_errf(err, rc, "cannot take job %" PRIu64 ": %s", spec.id, mesh_strerror(rc));
+	}
+	jb->t_submit = t_submit;
+	/* Its first worker: from zero, the spawn is the long pole, and it
+	 * runs while the job is stored, its driver starts and its first chunks
+	 * are leased (the driver's executor adopts it).  Not having it costs
+	 * only time: the executor asks for its own. */
+	struct meshd_job_ahead *ahead = NULL;
+	if (meshd_job_ahead_new(j->core, hj->spec.program, &jb->xs, &ahead) == 0)
+		jb->ahead = ahead;
+	/* Its driver now, while the job is made durable: it needs the
+	 * journal's bytes, not their fsyncs, which would only delay its first
+	 * lease.  The job is durable once its spec is (first_result_s counts
+	 * from then at the earliest); a crash before leaves a directory that
+	 * open ignores, and the submit unanswered.  Listed first: a stop must
+	 * find its driver. */
+	pthread_mutex_lock(&j->mu);
+	jb->next = j->list;
+	j->list = jb;
+	jb->linked = 1;
+	jb->refs++; /* this submit's, to its end */
+	/* Stopping meanwhile: it stays on disk, unfinished, for the next start. */
+	rc = j->stopping ? 1 : mesh__job_start(jb);
+	pthread_mutex_unlock(&j->mu);
+	int src = store_job(jb, ahead, rc == 0, err);
 	if (src < 0) {
-		/* Not stored: its driver stops, and the job stays listed as an
-		 * error (until `mesh rm`); a restart will not see it. */
-		char *why = mesh_strf("cannot store job %" PRIu64 " in %s: %s", jb->id, jb->dir, mesh_strerror(src));
-		stop_unstored(jb, why);
-		if (err)
-			*err = why ? strdup(why) : NULL;
 		mesh__job_put(jb);
 		return src;
 	}
 	if (rc < 0) {
 		pthread_mutex_lock(&jb->mu);
-		jb->state = MESHD_JOB_ERROR;
+		jb->state = MESH_HOME_ERROR;
 		free(jb->error);
 		jb->error = mesh_strf("cannot start its driver: %s", mesh_strerror(rc));
 		pthread_mutex_unlock(&jb->mu);
 	}
-	mesh_info("job=%" PRIu64 " submitted program=%s chunks=%" PRIu64 " max_workers=%u", jb->id, jb->program, n,
-		  jb->max_workers);
+	mesh_info("job=%" PRIu64 " submitted program=%s chunks=%" PRIu64 " max_workers=%u", jb->id, hj->spec.program,
+		  hj->spec.n, jb->max_workers);
 	*id = jb->id;
 	mesh__job_put(jb);
 	return 0;
-fail:
-	free(spec);
-	free(path);
-	rc = mesh_errf(err, rc, "cannot store job %" PRIu64 " in %s: %s", jb->id, jb->dir, mesh_strerror(rc));
-	mesh__job_free(jb);
-	return rc;
 }
 
 /* ---- status ---- */
 
 struct fail_ctx {
-	struct job *jb;
 	struct meshd_job_failure *v;
 	size_t n, cap;
 	int oom;
 };
 
-static void add_failure(const struct mesh_job_failure *f, void *arg)
+static void add_failure(void *arg, const struct mesh_home_failure *f)
 {
 	struct fail_ctx *c = arg;
 	if (c->n == c->cap) {
@@ -372,13 +279,9 @@ static void add_failure(const struct mesh_job_failure *f, void *arg)
 	struct meshd_job_failure *d = &c->v[c->n++];
 	d->cid = f->cid;
 	d->attempts = f->attempts;
-	d->status = f->last_status;
+	d->status = f->status;
 	d->buried = f->buried;
-	d->report = NULL;
-	size_t len;
-	void *p = NULL;
-	if (c->jb->res && mesh_results_get(c->jb->res, f->cid, MESH_RESULT_FAILURE, &p, &len) == 0)
-		d->report = p;
+	d->report = f->report_len ? strndup(f->report, f->report_len) : NULL;
 }
 
 static void status_counts(const struct mesh_job_status *st, struct meshd_job_info *ji)
@@ -393,7 +296,7 @@ static void status_counts(const struct mesh_job_status *st, struct meshd_job_inf
 }
 
 /* The counts of an ended job: what its end left (no file opened). */
-static void sum_counts(const struct job_sum *sum, struct meshd_job_info *ji)
+static void sum_counts(const struct mesh_home_sum *sum, struct meshd_job_info *ji)
 {
 	status_counts(&sum->st, ji);
 	ji->elapsed_s = sum->elapsed_s;
@@ -415,7 +318,7 @@ static void live_counts(struct job *jb, struct mesh_job *jh, struct meshd_job_in
 	ji->elapsed_s = (double)(now - jb->t0) / 1e9;
 	if (ji->elapsed_s > 0 && ji->done > jb->done0)
 		ji->rate = (double)(ji->done - jb->done0) / ji->elapsed_s;
-	if (ji->rate > 0 && ji->state == MESHD_JOB_RUNNING)
+	if (ji->rate > 0 && ji->state == MESH_HOME_RUNNING)
 		ji->eta_s = (double)(ji->n - ji->done - ji->buried) / ji->rate;
 }
 
@@ -433,30 +336,28 @@ static void first_result(struct job *jb, struct meshd_job_info *ji)
 		ji->first_result_s = (double)(first - from) / 1e9;
 }
 
-static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
+/* What jb is, as the API tells it: its spec, where it lives, its state
+ * and the executor's counts (no lock held). */
+static int fill_spec(struct job *jb, struct meshd_job_info *ji)
 {
-	memset(ji, 0, sizeof *ji);
+	const struct mesh_home_spec *s = &jb->hj->spec;
+	struct mesh_home_where w;
+	jb->hj->home->ops->where(jb->hj, &w);
 	ji->id = jb->id;
 	ji->eta_s = -1;
 	ji->first_result_s = -1;
-	pthread_mutex_lock(&jb->mu);
-	ji->state = jb->state;
-	ji->error = jb->error ? strdup(jb->error) : NULL;
-	int have_sum = jb->have_sum && jb->state != MESHD_JOB_RUNNING;
-	struct job_sum sum = jb->sum;
-	pthread_mutex_unlock(&jb->mu);
-	ji->program = strdup(jb->program);
-	ji->name = strdup(jb->name ? jb->name : "");
-	ji->dir = strdup(jb->dir);
-	ji->journal = strdup(jb->journal);
-	ji->lockdir = strdup(jb->lockdir);
-	ji->lease_name = strdup(jb->lease_name);
-	ji->n = jb->n;
-	ji->pending = jb->n;
+	ji->program = strdup(s->program);
+	ji->name = strdup(s->name);
+	ji->dir = strdup(w.dir);
+	ji->journal = strdup(w.journal);
+	ji->lockdir = strdup(w.lockdir);
+	ji->lease_name = strdup(w.lease_name);
+	ji->n = s->n;
+	ji->pending = s->n;
 	ji->max_workers = jb->max_workers;
-	ji->retries = jb->retries;
-	ji->timeout_ns = jb->timeout_ns;
-	ji->speculate = jb->speculate;
+	ji->retries = s->retries;
+	ji->timeout_ns = s->timeout_ns;
+	ji->speculate = s->speculate;
 	ji->workers = atomic_load(&jb->xs.workers);
 	ji->starting = atomic_load(&jb->xs.starting);
 	ji->worker_deaths = atomic_load(&jb->xs.worker_deaths);
@@ -465,25 +366,36 @@ static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
 	ji->requeued = atomic_load(&jb->xs.requeued);
 	if (!ji->program || !ji->name || !ji->dir || !ji->journal || !ji->lockdir || !ji->lease_name)
 		return -ENOMEM;
+	return 0;
+}
+
+static int fill_info(struct job *jb, int details, struct meshd_job_info *ji)
+{
+	memset(ji, 0, sizeof *ji);
+	pthread_mutex_lock(&jb->mu);
+	ji->state = jb->state;
+	ji->error = jb->error ? strdup(jb->error) : NULL;
+	int have_sum = jb->have_sum && jb->state != MESH_HOME_RUNNING;
+	struct mesh_home_sum sum = jb->sum;
+	pthread_mutex_unlock(&jb->mu);
+	if (fill_spec(jb, ji) < 0)
+		return -ENOMEM;
 	/* A job can only wait while its program is FAILED: say why. */
-	if (ji->state == MESHD_JOB_RUNNING)
-		ji->program_failed = meshd_core_program_failed(jb->owner->core, jb->program);
+	if (ji->state == MESH_HOME_RUNNING)
+		ji->program_failed = meshd_core_program_failed(jb->rh->j->core, jb->hj->spec.program);
 	first_result(jb, ji);
 	/* Its files only for failures to report: an ended job's are opened
 	 * for that, and closed again once idle (a list opens none). */
 	int want = details && (!have_sum || sum.st.failed_attempts > 0);
 	int files = mesh__job_files_get(jb, want, NULL) == 0;
-	pthread_mutex_lock(&jb->mu);
-	struct mesh_job *jh = files ? jb->jh : NULL;
-	pthread_mutex_unlock(&jb->mu);
 	if (have_sum)
 		sum_counts(&sum, ji);
 	else
-		live_counts(jb, jh, ji);
+		live_counts(jb, files ? atomic_load(&jb->hj->jh) : NULL, ji);
 	int rc = 0;
-	if (want && jh) {
-		struct fail_ctx c = {.jb = jb};
-		mesh_job_failures(jh, add_failure, &c);
+	if (want && files) {
+		struct fail_ctx c = {0};
+		jb->hj->home->ops->failures(jb->hj, add_failure, &c);
 		ji->failures = c.v;
 		ji->nfailures = c.n;
 		if (c.oom)
@@ -524,9 +436,9 @@ static void deadline_ts(struct timespec *ts, uint64_t wait_ns)
  * woken, 1 when the time is up or meshd is stopping. */
 static int wait_progress(struct job *jb, const struct timespec *ts)
 {
-	if (jb->owner->stopping)
+	if (jb->rh->j->stopping)
 		return 1;
-	return pthread_cond_timedwait(&jb->cv, &jb->mu, ts) != 0 || jb->owner->stopping;
+	return pthread_cond_timedwait(&jb->cv, &jb->mu, ts) != 0 || jb->rh->j->stopping;
 }
 
 int meshd_jobs_get(struct meshd_jobs *j, uint64_t id, int details, uint64_t wait_ns, struct meshd_job_info *out,
@@ -534,14 +446,14 @@ int meshd_jobs_get(struct meshd_jobs *j, uint64_t id, int details, uint64_t wait
 {
 	if (err)
 		*err = NULL;
-	struct job *jb = mesh__jobs_find(j, id);
+	struct job *jb = mesh__jobs_find(&j->homes[0], id);
 	if (!jb)
 		return not_found(err, id);
 	if (wait_ns) {
 		struct timespec ts;
 		deadline_ts(&ts, wait_ns);
 		pthread_mutex_lock(&jb->mu);
-		while (jb->state == MESHD_JOB_RUNNING && !wait_progress(jb, &ts))
+		while (jb->state == MESH_HOME_RUNNING && !wait_progress(jb, &ts))
 			;
 		pthread_mutex_unlock(&jb->mu);
 	}
@@ -564,13 +476,17 @@ int meshd_jobs_list(struct meshd_jobs *j, size_t recent, struct meshd_job_info *
 	*n = 0;
 	if (older)
 		*older = 0;
+	/* The state directory's jobs: the API's. */
+	struct rhome *rh = &j->homes[0];
 	pthread_mutex_lock(&j->mu);
 	size_t cnt = 0;
 	for (struct job *jb = j->list; jb; jb = jb->next)
-		cnt++;
+		cnt += jb->rh == rh;
 	struct job **v = calloc(cnt ? cnt : 1, sizeof *v);
 	size_t k = 0;
 	for (struct job *jb = j->list; v && jb; jb = jb->next) {
+		if (jb->rh != rh)
+			continue;
 		jb->refs++;
 		v[k++] = jb;
 	}
@@ -584,7 +500,7 @@ int meshd_jobs_list(struct meshd_jobs *j, size_t recent, struct meshd_job_info *
 	size_t keep = 0, ended = 0;
 	for (size_t i = cnt; i-- > 0;) {
 		pthread_mutex_lock(&v[i]->mu);
-		int running = v[i]->state == MESHD_JOB_RUNNING;
+		int running = v[i]->state == MESH_HOME_RUNNING;
 		pthread_mutex_unlock(&v[i]->mu);
 		if (!recent || running || ended++ < recent)
 			continue;
@@ -623,20 +539,21 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
 {
 	if (err)
 		*err = NULL;
-	struct job *jb = mesh__jobs_find(j, id);
+	struct job *jb = mesh__jobs_find(&j->homes[0], id);
 	if (!jb)
 		return not_found(err, id);
+	struct mesh_home_job *hj = jb->hj;
 	pthread_mutex_lock(&jb->mu);
-	if (jb->state != MESHD_JOB_RUNNING) {
-		enum meshd_job_state st = jb->state;
+	if (jb->state != MESH_HOME_RUNNING) {
+		enum mesh_home_state st = jb->state;
 		pthread_mutex_unlock(&jb->mu);
 		mesh__job_put(jb);
 		return mesh_errf(err, MESH_E_STATE, "job %" PRIu64 " is not running (it is %s)", id,
-				 meshd_job_state_name(st));
+				 mesh_home_state_name(st));
 	}
-	/* Durable first: a restart must not resume it.  Its driver writes it
-	 * again with the counts at its end. */
-	int rc = mesh__job_write_end(jb, "cancelled", NULL);
+	/* Recorded first (a restart must not resume it); its driver's end
+	 * records it again with the counts. */
+	int rc = hj->home->ops->cancel(hj, err);
 	if (rc == 0) {
 		jb->cancelled = 1;
 		uint64_t one = 1;
@@ -644,17 +561,15 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
 			/* the counter is never full */
 		}
 		if (!jb->th_on) {
-			/* No driver (meshd is stopping): it ends here. */
-			jb->state = MESHD_JOB_CANCELLED;
+			/* No driver (meshd is stopping): it ends here, as recorded. */
+			jb->state = MESH_HOME_CANCELLED;
 			jb->sum.ended = (int64_t)time(NULL);
 			jb->have_sum = 1;
-			mesh__job_remove_leases(jb);
+			hj->home->ops->end(hj, MESH_HOME_CANCELLED, NULL, NULL);
 		}
 	}
 	pthread_mutex_unlock(&jb->mu);
-	if (rc < 0)
-		rc = mesh_errf(err, rc, "cannot record the cancel in %s: %s", jb->dir, mesh_strerror(rc));
-	else
+	if (rc == 0)
 		mesh_info("job=%" PRIu64 " cancelled", id);
 	mesh__job_put(jb);
 	return rc;
@@ -662,16 +577,76 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
 
 /* ---- results ---- */
 
-/* 1 when cid will never be DONE as far as we know (buried, or the job is
- * over); jb->mu held. */
-static int settled(struct job *jb, uint64_t cid)
+/* A page of results being made (results_of's, for the home's results). */
+struct page {
+	struct mesh_buf *out;
+	size_t max_bytes;
+	int framed, rc;
+	uint64_t *missing;
+	size_t missing_cap, *nmissing;
+};
+
+static int page_add(void *arg, uint64_t cid, enum mesh_home_result how, const void *p, size_t n)
 {
-	return jb->state != MESHD_JOB_RUNNING || (jb->buried && (jb->buried[cid / 8] & (1u << (cid % 8))));
+	struct page *g = arg;
+	if (g->out->len >= g->max_bytes)
+		return 1;
+	if (how == MESH_HOME_NONE)
+		return 0; /* never DONE: adds nothing */
+	if (how == MESH_HOME_MISSING) {
+		/* DONE without a result (the file lost it): named, and the others
+		 * go on; the page ends before one more than it can name. */
+		if (*g->nmissing == g->missing_cap)
+			return 1;
+		g->missing[(*g->nmissing)++] = cid;
+		return 0;
+	}
+	if (g->framed) {
+		uint8_t h[12];
+		for (int i = 0; i < 8; i++)
+			h[i] = (uint8_t)(cid >> (8 * i));
+		for (int i = 0; i < 4; i++)
+			h[8 + i] = (uint8_t)((uint64_t)n >> (8 * i));
+		if (mesh_buf_add(g->out, h, sizeof h) < 0)
+			g->rc = -ENOMEM;
+	}
+	if (g->rc == 0 && n && mesh_buf_add(g->out, p, n) < 0)
+		g->rc = -ENOMEM;
+	return g->rc < 0;
 }
 
-static int results_of(struct job *jb, uint64_t from, uint64_t wait_ns, size_t max_bytes, int framed,
-		      struct mesh_buf *out, uint64_t *missing, size_t missing_cap, size_t *nmissing, uint64_t *next,
-		      int *end, char **err);
+/* meshd_jobs_results of jb, its files held. */
+static int results_of(struct job *jb, uint64_t from, uint64_t wait_ns, struct page *g, uint64_t *next, int *end,
+		      char **err)
+{
+	struct mesh_home_job *hj = jb->hj;
+	struct timespec ts;
+	deadline_ts(&ts, wait_ns);
+	uint64_t k = from;
+	int rc = 0;
+	pthread_mutex_lock(&jb->mu);
+	for (;;) {
+		int ended = jb->state != MESH_HOME_RUNNING;
+		/* Off the lock: a read may take a while. */
+		pthread_mutex_unlock(&jb->mu);
+		rc = hj->home->ops->results(hj, k, ended, page_add, g, &k);
+		if (rc == 0)
+			rc = g->rc;
+		pthread_mutex_lock(&jb->mu);
+		if (rc < 0 || k > from || k >= hj->spec.n || !wait_ns || wait_progress(jb, &ts))
+			break;
+	}
+	pthread_mutex_unlock(&jb->mu);
+	if (rc < 0) {
+		struct mesh_home_where w;
+		hj->home->ops->where(hj, &w);
+		return mesh_errf(err, rc, "cannot read the result of chunk %" PRIu64 " of job %" PRIu64 " in %s: %s", k,
+				 jb->id, w.results, mesh_strerror(rc));
+	}
+	*next = k;
+	*end = k >= hj->spec.n;
+	return 0;
+}
 
 int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_t wait_ns, size_t max_bytes,
 		       int framed, struct mesh_buf *out, uint64_t *missing, size_t missing_cap, size_t *nmissing,
@@ -682,84 +657,19 @@ int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_
 	*next = from;
 	*end = 0;
 	*nmissing = 0;
-	struct job *jb = mesh__jobs_find(j, id);
+	struct job *jb = mesh__jobs_find(&j->homes[0], id);
 	if (!jb)
 		return not_found(err, id);
-	int rc = from > jb->n ? mesh_errf(err, MESH_E_RANGE, "job %" PRIu64 " has %" PRIu64 " chunks", id, jb->n)
-			      : mesh__job_files_get(jb, 1, err);
+	uint64_t n = jb->hj->spec.n;
+	int rc = from > n ? mesh_errf(err, MESH_E_RANGE, "job %" PRIu64 " has %" PRIu64 " chunks", id, n)
+			  : mesh__job_files_get(jb, 1, err);
 	if (rc < 0) {
 		mesh__job_put(jb);
 		return rc;
 	}
-	rc = results_of(jb, from, wait_ns, max_bytes, framed, out, missing, missing_cap, nmissing, next, end, err);
+	struct page g = {out, max_bytes, framed, 0, missing, missing_cap, nmissing};
+	rc = results_of(jb, from, wait_ns, &g, next, end, err);
 	mesh__job_files_put(jb);
 	mesh__job_put(jb);
 	return rc;
-}
-
-/* meshd_jobs_results of jb, its files held. */
-static int results_of(struct job *jb, uint64_t from, uint64_t wait_ns, size_t max_bytes, int framed,
-		      struct mesh_buf *out, uint64_t *missing, size_t missing_cap, size_t *nmissing, uint64_t *next,
-		      int *end, char **err)
-{
-	uint64_t id = jb->id;
-	struct timespec ts;
-	deadline_ts(&ts, wait_ns);
-	uint64_t k = from;
-	int rc = 0;
-	pthread_mutex_lock(&jb->mu);
-	for (;;) {
-		struct mesh_job *jh = jb->jh;
-		struct mesh_results *res = jb->res;
-		while (jh && res && k < jb->n && out->len < max_bytes) {
-			int done = mesh_job_is_done(jh, k);
-			if (done != 1) {
-				if (!settled(jb, k))
-					break;
-				k++;
-				continue;
-			}
-			/* Off the lock: a read may take a while. */
-			pthread_mutex_unlock(&jb->mu);
-			void *p = NULL;
-			size_t n = 0;
-			rc = mesh_results_get(res, k, MESH_RESULT_OK, &p, &n);
-			if (rc == -ENOENT && *nmissing == missing_cap) {
-				/* The page ends before it: the next names it. */
-				pthread_mutex_lock(&jb->mu);
-				rc = 0;
-				break;
-			}
-			if (rc == -ENOENT) {
-				/* DONE without a result (a node outside meshd completed
-				 * it, or the file lost it): named, and the others go on. */
-				missing[(*nmissing)++] = k;
-				rc = 0;
-			} else if (rc == 0 && framed) {
-				uint8_t h[12];
-				for (int i = 0; i < 8; i++)
-					h[i] = (uint8_t)(k >> (8 * i));
-				for (int i = 0; i < 4; i++)
-					h[8 + i] = (uint8_t)((uint64_t)n >> (8 * i));
-				if (mesh_buf_add(out, h, sizeof h) < 0)
-					rc = -ENOMEM;
-			}
-			if (rc == 0 && n && mesh_buf_add(out, p, n) < 0)
-				rc = -ENOMEM;
-			free(p);
-			pthread_mutex_lock(&jb->mu);
-			if (rc < 0)
-				break;
-			k++;
-		}
-		if (rc < 0 || k > from || k >= jb->n || !wait_ns || wait_progress(jb, &ts))
-			break;
-	}
-	pthread_mutex_unlock(&jb->mu);
-	if (rc < 0)
-		return mesh_errf(err, rc, "cannot read the result of chunk %" PRIu64 " of job %" PRIu64 " in %s: %s", k, id,
-				 jb->results_path, mesh_strerror(rc));
-	*next = k;
-	*end = k >= jb->n;
-	return 0;
 }
