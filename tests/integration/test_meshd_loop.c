@@ -260,7 +260,8 @@ TEST_TIMEOUT(core_job_worker_is_armed_before_its_spawn, 30)
 	EXPECT_EQ(r.kids_at_arm, 0); /* armed before the spawn */
 	EXPECT_GT(w.pid, 0);
 	EXPECT_EQ(count_children(), 1);
-	EXPECT_EQ(w.online, 0);
+	/* w.online is usually 0 here (the call does not wait for it), but a
+	 * worker that comes up before the call returns may have set it. */
 	EXPECT_EQ(r.send_rc, 0);
 	ASSERT_EQ(meshd_job_worker_online(d, &w, &err), 0);
 	struct mesh_slot_reply rep = {0};
