@@ -1,6 +1,7 @@
 /* The README's blocks as a new user pastes them: each is taken from
  * README.md itself (so the test follows the text) and run whole by bash in
  * the test's directory, with build/ the real build. */
+#include "base/asan.h"
 #include "runner/t.h"
 
 #include <stdio.h>
@@ -173,7 +174,13 @@ TEST_TIMEOUT(docs_readme_c_worker_builds_says_why_by_hand_and_serves, 60)
 {
 	const char *b = getenv("MESH_BUILD"), *src = getenv("MESH_SRC");
 	ASSERT_EQ(readme_block_of("c", "mesh_worker_open", "w.c"), 0);
-	int rc = t_sh(out, sizeof out, 1, "cc -Wall -Werror -I'%s/include' -o w w.c '%s/libmeshworker.a' -lpthread 2>&1",
+#ifdef MESH_UNDER_ASAN
+	/* The library under test was built so, by clang (make check). */
+	const char *cc = "clang -fsanitize=address,undefined";
+#else
+	const char *cc = "cc";
+#endif
+	int rc = t_sh(out, sizeof out, 1, "%s -Wall -Werror -I'%s/include' -o w w.c '%s/libmeshworker.a' -lpthread 2>&1", cc,
 		      src, b);
 	printf("%s", out);
 	ASSERT_EQ(rc, 0);
