@@ -107,10 +107,17 @@ static int young_meshd_for(const char *pid, const char *want, double uptime)
 	}
 	if (!arg[0])
 		return meshd_socket_default(mine, sizeof mine) == 0 && !strcmp(mine, want);
+	if (arg[0] == '/')
+		return !strcmp(arg, want);
+	/* A relative --socket: against meshd's cwd, which a meshd not run by
+	 * root hides (it makes itself non-dumpable); then its tail is what
+	 * can be compared. */
 	snprintf(path, sizeof path, "/proc/%s/cwd", pid);
 	ssize_t k = readlink(path, cwd, sizeof cwd - 1);
-	if (k <= 0)
-		return 0;
+	if (k <= 0) {
+		size_t al = strlen(arg), wl = strlen(want);
+		return al < wl && want[wl - al - 1] == '/' && !strcmp(want + wl - al, arg);
+	}
 	cwd[k] = 0;
 	return absolute(arg, cwd, mine, sizeof mine) == 0 && !strcmp(mine, want);
 }
