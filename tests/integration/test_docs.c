@@ -30,20 +30,17 @@ static int readme_block(const char *marker, const char *file)
 	return readme_block_of("sh", marker, file);
 }
 
-/* The meshd quick start pasted as one block: `build/meshd ... &` and, on
- * the next line, `build/mesh call` (which once failed "cannot reach meshd":
- * the socket was not there yet), ps, curl on `mesh socket`, kill %1. */
-TEST_TIMEOUT(docs_readme_meshd_quick_start_pasted_whole, 60)
+/* Runs the README's ```sh block containing marker whole, with bash -e,
+ * build/ the build under test, into out (printed too); bash's status.
+ * Its own socket: the default is shared with whatever else runs here.
+ * As a login shell has it (umask 022, no TMPDIR: the block's mktemp makes
+ * its directory under /tmp, removed after; meshd's real default user);
+ * meshd's output into a file, so that a block that fails early cannot
+ * leave it holding our pipe. */
+static int run_readme_block(const char *marker)
 {
-	if (t_sh(out, sizeof out, 1, "command -v curl") != 0)
-		SKIP_TOOL("curl is not installed (mk/deps.sh test installs it)");
-	ASSERT_EQ(readme_block("build/meshd --catalog", "block.sh"), 0);
+	ASSERT_EQ(readme_block(marker, "block.sh"), 0);
 	ASSERT_EQ(symlink(getenv("MESH_BUILD"), "build"), 0);
-	/* Its own socket: the default is shared with whatever else runs here. */
-	/* As a login shell has it (umask 022, no TMPDIR: the block's mktemp
-	 * makes its directory under /tmp, removed after); meshd's output into
-	 * a file, so that a block that fails early cannot leave it holding our
-	 * pipe. */
 	int rc = t_sh(out, sizeof out, 1,
 		      "unset MESHD_DEFAULT_USER TMPDIR; umask 022; (cat block.sh; echo 'wait; rm -rf \"$Q\"') > run.sh;"
 		      " MESH_SOCKET=\"$PWD/m.sock\" bash -e run.sh >block.out 2>&1");
@@ -51,7 +48,17 @@ TEST_TIMEOUT(docs_readme_meshd_quick_start_pasted_whole, 60)
 	snprintf(out, sizeof out, "%s", o ? o : "");
 	free(o);
 	printf("%s", out);
-	EXPECT_EQ(rc, 0);
+	return rc;
+}
+
+/* The meshd quick start pasted as one block: `build/meshd ... &` and, on
+ * the next line, `build/mesh call` (which once failed "cannot reach meshd":
+ * the socket was not there yet), ps, curl on `mesh socket`, kill %1. */
+TEST_TIMEOUT(docs_readme_meshd_quick_start_pasted_whole, 60)
+{
+	if (t_sh(out, sizeof out, 1, "command -v curl") != 0)
+		SKIP_TOOL("curl is not installed (mk/deps.sh test installs it)");
+	EXPECT_EQ(run_readme_block("build/meshd --catalog"), 0);
 	EXPECT_CONTAINS(out, "hello");
 	EXPECT_CONTAINS(out, "\"programs\"");
 	EXPECT_CONTAINS(out, "mesh_slots ");
@@ -200,16 +207,7 @@ TEST_TIMEOUT(docs_readme_c_worker_builds_says_why_by_hand_and_serves, 60)
  * three chunks, its results in order, mesh jobs. */
 TEST_TIMEOUT(docs_readme_jobs_block_pasted_whole, 60)
 {
-	ASSERT_EQ(readme_block("mesh submit sha", "block.sh"), 0);
-	ASSERT_EQ(symlink(getenv("MESH_BUILD"), "build"), 0);
-	int rc = t_sh(out, sizeof out, 1,
-		      "unset MESHD_DEFAULT_USER TMPDIR; umask 022; (cat block.sh; echo 'wait; rm -rf \"$Q\"') > run.sh;"
-		      " MESH_SOCKET=\"$PWD/m.sock\" bash -e run.sh >block.out 2>&1");
-	char *o = t_read_file("block.out", NULL);
-	snprintf(out, sizeof out, "%s", o ? o : "");
-	free(o);
-	printf("%s", out);
-	EXPECT_EQ(rc, 0);
+	EXPECT_EQ(run_readme_block("mesh submit sha"), 0);
 	/* sha256("alpha"), ("beta"), ("gamma"), one a line */
 	EXPECT_CONTAINS(out, "8ed3f6ad685b959ead7022518e1af76cd816f8e8ec7ccdda1ed4018e8f2223f8\n"
 			     "f44e64e75f3948e9f73f8dfa94721c4ce8cbb4f265c4790c702b2d41cfbf2753\n"
