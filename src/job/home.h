@@ -147,6 +147,10 @@ struct mesh_home {
 	struct mesh_home_events ev;
 };
 
+/* Says msg (printf's fmt) through h's note event, if it has one: what
+ * both homes tell meshd's log. */
+void mesh__home_note(struct mesh_home *h, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* How one of a job's settled chunks is handed out (results). */
 enum mesh_home_result {
 	MESH_HOME_RESULT,  /* DONE: p, n its result */

@@ -83,19 +83,6 @@ struct fjob {
 	char *spec_text;
 };
 
-static void note(struct fhome *h, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void note(struct fhome *h, int level, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	if (!h->base.ev.note)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	h->base.ev.note(h->base.ev.arg, level, msg);
-}
-
 static struct fhome *fh(struct mesh_home *h)
 {
 	return (struct fhome *)h;
@@ -148,7 +135,7 @@ static int res_wait(struct fjob *f)
 		mesh_thread_join(f->res_th, NULL);
 		f->res_th_on = 0;
 		if (f->res_rc < 0)
-			note(f->h, 2, "job=%" PRIu64 " cannot open the results %s: %s", f->base.spec.id, f->results_path,
+			mesh__home_note(&f->h->base, 2, "job=%" PRIu64 " cannot open the results %s: %s", f->base.spec.id, f->results_path,
 			     mesh_strerror(f->res_rc));
 	}
 	int rc = f->res_rc;
@@ -454,7 +441,7 @@ static void remove_leases(struct fjob *f)
 {
 	int rc = mesh_store_file_remove_dir(f->lockdir, MESH_STORE_FILE_PRIVATE);
 	if (rc < 0)
-		note(f->h, 1, "job=%" PRIu64 " cannot remove the lease directory %s: %s", f->base.spec.id, f->lockdir,
+		mesh__home_note(&f->h->base, 1, "job=%" PRIu64 " cannot remove the lease directory %s: %s", f->base.spec.id, f->lockdir,
 		     mesh_strerror(rc));
 }
 
@@ -515,7 +502,7 @@ static int results_open(struct fjob *f, char **err)
 	if (rc < 0)
 		return mesh_errf(err, rc, "cannot open the results %s: %s", f->results_path, mesh_strerror(rc));
 	if (cut)
-		note(f->h, 1, "job=%" PRIu64 " results: a torn tail of %" PRIu64 " bytes was cut", id, cut);
+		mesh__home_note(&f->h->base, 1, "job=%" PRIu64 " results: a torn tail of %" PRIu64 " bytes was cut", id, cut);
 	struct rebuild b = {res, 0};
 	rc = mesh_rec_each_result(f->journal, f->base.spec.n, rebuild_one, &b);
 	if (rc == 0 && b.restored)
@@ -526,7 +513,7 @@ static int results_open(struct fjob *f, char **err)
 				 mesh_strerror(rc));
 	}
 	if (b.restored)
-		note(f->h, 1, "job=%" PRIu64 " results: %" PRIu64 " put back from the journal (the results file had lost them)",
+		mesh__home_note(&f->h->base, 1, "job=%" PRIu64 " results: %" PRIu64 " put back from the journal (the results file had lost them)",
 		     id, b.restored);
 	atomic_store(&f->base.t_results, mesh_mono_ns());
 	pthread_mutex_lock(&f->mu);
@@ -945,7 +932,7 @@ static int last_id_write(struct fhome *h)
 		}
 	}
 	if (rc < 0)
-		note(h, 1, "cannot record the last job id in %s: %s", path, mesh_strerror(rc));
+		mesh__home_note(&h->base, 1, "cannot record the last job id in %s: %s", path, mesh_strerror(rc));
 	free(path);
 	return rc;
 }
@@ -983,7 +970,7 @@ static int clean_removing(struct fhome *h, const char *name)
 	rc = rm_tree(dfd, name, 2);
 	close(dfd);
 	if (rc < 0)
-		note(h, 1, "cannot remove %s/%s: %s", h->jobs_dir, name, mesh_strerror(rc));
+		mesh__home_note(&h->base, 1, "cannot remove %s/%s: %s", h->jobs_dir, name, mesh_strerror(rc));
 	return 1;
 }
 
@@ -1036,7 +1023,7 @@ static int sum_from_journal(struct fjob *f, const char *endtext, struct mesh_hom
 		char word[16];
 		snprintf(word, sizeof word, "%.*s", (int)strcspn(endtext, "\n"), endtext);
 		if ((rc = write_end(f, word, &fd->sum)) < 0)
-			note(f->h, 1, "job=%" PRIu64 " cannot write its counts in %s: %s", f->base.spec.id, path,
+			mesh__home_note(&f->h->base, 1, "job=%" PRIu64 " cannot write its counts in %s: %s", f->base.spec.id, path,
 			     mesh_strerror(rc));
 		rc = 0;
 	}
@@ -1054,7 +1041,7 @@ static void remove_old_leases(struct fhome *h, uint64_t id)
 	snprintf(old, sizeof old, "/tmp/meshd-%u-%08x-j%" PRIu64, (unsigned)getuid(), h->hash, id);
 	int rc = mesh_store_file_remove_dir(old, 0);
 	if (rc < 0 && rc != MESH_E_NOTPRIVATE && rc != MESH_E_PATH)
-		note(h, 1, "job=%" PRIu64 " cannot remove the old lease directory %s: %s", id, old, mesh_strerror(rc));
+		mesh__home_note(&h->base, 1, "job=%" PRIu64 " cannot remove the old lease directory %s: %s", id, old, mesh_strerror(rc));
 }
 
 /* Reads job f's spec (whole, and the files it vouches for when it has not
@@ -1090,10 +1077,10 @@ static int load_files(struct fjob *f, struct mesh_home_found *fd, char **endtext
 		/* Not a whole submit: killed before its spec was written, or
 		 * before the files it vouches for were durable (never answered). */
 		if (what && what != path)
-			note(f->h, 1, "job=%" PRIu64 " ignored: its submit did not finish (%s is not whole) in %s", id, what,
+			mesh__home_note(&f->h->base, 1, "job=%" PRIu64 " ignored: its submit did not finish (%s is not whole) in %s", id, what,
 			     f->dir);
 		else
-			note(f->h, 1, "job=%" PRIu64 " ignored: no valid spec in %s (%s)", id, f->dir, mesh_strerror(rc));
+			mesh__home_note(&f->h->base, 1, "job=%" PRIu64 " ignored: no valid spec in %s (%s)", id, f->dir, mesh_strerror(rc));
 		rc = 1;
 	}
 	fd->state = erc == 0 && rc == 0 ? mesh__home_end_state(*endtext) : MESH_HOME_RUNNING;

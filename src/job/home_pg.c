@@ -86,19 +86,6 @@ struct pjob {
 	int settled; /* the completer thread's: this batch had replies, its NOTIFY is due */
 };
 
-static void note(struct phome *h, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void note(struct phome *h, int level, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	if (!h->base.ev.note)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	h->base.ev.note(h->base.ev.arg, level, msg);
-}
-
 static struct phome *ph(struct mesh_home *h)
 {
 	return (struct phome *)h;
@@ -227,13 +214,13 @@ static int store_wait(void *arg, int state, const char *why, uint64_t waited_ns,
 	mesh_say_duration(waited, sizeof waited, waited_ns);
 	mesh_say_duration(budget, sizeof budget, budget_ns);
 	if (state == MESH_JOB_STORE_STOPPED)
-		note(p->h, 1,
+		mesh__home_note(&p->h->base, 1,
 		     "store job=%" PRIu64 " the database stopped answering (%s); waiting for it up to %s (--store-outage)",
 		     id, why, budget);
 	else if (state == MESH_JOB_STORE_ANSWERS)
-		note(p->h, 0, "store job=%" PRIu64 " the database answers again after %s", id, waited);
+		mesh__home_note(&p->h->base, 0, "store job=%" PRIu64 " the database answers again after %s", id, waited);
 	else if (state == MESH_JOB_STORE_GAVE_UP)
-		note(p->h, 1, "store job=%" PRIu64 " the database did not answer for %s (--store-outage)", id, budget);
+		mesh__home_note(&p->h->base, 1, "store job=%" PRIu64 " the database did not answer for %s (--store-outage)", id, budget);
 	return 0;
 }
 
@@ -590,7 +577,7 @@ static void *follow_main(void *arg)
 		if (!rc)
 			rc = check_cancels(h);
 		if (rc < 0 && !warned++)
-			note(h, 1, "store: cannot read the jobs: %s", mesh_strerror(rc));
+			mesh__home_note(&h->base, 1, "store: cannot read the jobs: %s", mesh_strerror(rc));
 		else if (rc >= 0)
 			warned = 0;
 		uint64_t until = mesh_mono_ns() + RESCAN_NS;
@@ -634,7 +621,7 @@ static void node_start(struct phome *h)
 		h->npg = NULL;
 	}
 	if (rc < 0)
-		note(h, 1, "store %s: no node row for this meshd: %s%s%s", h->safe, mesh_strerror(rc), why[0] ? ": " : "",
+		mesh__home_note(&h->base, 1, "store %s: no node row for this meshd: %s%s%s", h->safe, mesh_strerror(rc), why[0] ? ": " : "",
 		     why);
 }
 
@@ -650,7 +637,7 @@ static int ph_watch(struct mesh_home *home, char **err)
 	if (rc)
 		return mesh_errf(err, rc, "cannot start the store follower: %s", mesh_strerror(rc));
 	h->th_on = 1;
-	note(h, 0, "store %s: following its meshd jobs", h->safe);
+	mesh__home_note(&h->base, 0, "store %s: following its meshd jobs", h->safe);
 	return 0;
 }
 
