@@ -32,6 +32,20 @@ static long run_done(const struct store_env *e)
  * stopped for 25 s mid-job (its leases all expire meanwhile) and started
  * again: both nodes wait for it, say how long, and finish the job; every
  * chunk DONE once and printed once. */
+/* Waits for node to exit, at most 30 s after t0 (ms): node, with its
+ * status in *ws; 0 when it had not, and it is SIGKILLed and reaped. */
+static pid_t wait_or_kill(pid_t node, uint64_t t0, int *ws)
+{
+	pid_t w;
+	while ((w = waitpid(node, ws, WNOHANG)) == 0 && t_now_ms() - t0 < 30000)
+		usleep(20000);
+	if (w == 0) {
+		kill(node, SIGKILL);
+		waitpid(node, ws, 0);
+	}
+	return w;
+}
+
 TEST_TIMEOUT(store_pg_outage_nodes_wait_and_finish, 150)
 {
 	struct store_env e;
@@ -112,14 +126,8 @@ TEST_TIMEOUT(store_pg_outage_past_the_budget_ends_the_node, 90)
 	uint64_t t0 = t_now_ms(); /* the outage starts after this */
 	ASSERT_EQ(store_env_pg_ctl(&e, "-m fast stop"), 0);
 	int ws = 0;
-	pid_t w = 0;
-	while ((w = waitpid(node, &ws, WNOHANG)) == 0 && t_now_ms() - t0 < 30000)
-		usleep(20000);
+	pid_t w = wait_or_kill(node, t0, &ws);
 	uint64_t took = t_now_ms() - t0;
-	if (w == 0) {
-		kill(node, SIGKILL);
-		waitpid(node, &ws, 0);
-	}
 	store_env_pg_ctl(&e, "start");
 	char *err = t_read_file("err", NULL);
 	ASSERT_TRUE(err != NULL);
@@ -161,14 +169,8 @@ TEST_TIMEOUT(store_pg_outage_sigint_while_waiting_stops_the_node, 90)
 	uint64_t t0 = t_now_ms();
 	kill(node, SIGINT);
 	int ws = 0;
-	pid_t w = 0;
-	while ((w = waitpid(node, &ws, WNOHANG)) == 0 && t_now_ms() - t0 < 30000)
-		usleep(20000);
+	pid_t w = wait_or_kill(node, t0, &ws);
 	uint64_t took = t_now_ms() - t0;
-	if (w == 0) {
-		kill(node, SIGKILL);
-		waitpid(node, &ws, 0);
-	}
 	store_env_pg_ctl(&e, "start");
 	char *err = t_read_file("err", NULL);
 	ASSERT_TRUE(err != NULL);
