@@ -11,6 +11,14 @@
 
 static char out[65536];
 
+/* The README's ```sh blocks that tests of their own run (with their own
+ * meshd and checks), found by a piece of their text: the quick start and
+ * the jobs block below, the Python block (test_python_map.c), and the
+ * two make commands (CI runs `make test`; `make demo` is the demo). */
+#define QUICK_START "build/meshd --catalog"
+#define JOBS_BLOCK "mesh submit sha"
+static const char *const own_test[] = {QUICK_START, JOBS_BLOCK, "pip install ./sdk/python", "make demo"};
+
 /* Writes to file the ```lang block of README.md that contains marker; 0 or -1. */
 static int readme_block_of(const char *lang, const char *marker, const char *file)
 {
@@ -58,7 +66,7 @@ TEST_TIMEOUT(docs_readme_meshd_quick_start_pasted_whole, 60)
 {
 	if (t_sh(out, sizeof out, 1, "command -v curl") != 0)
 		SKIP_TOOL("curl is not installed (mk/deps.sh test installs it)");
-	EXPECT_EQ(run_readme_block("build/meshd --catalog"), 0);
+	EXPECT_EQ(run_readme_block(QUICK_START), 0);
 	EXPECT_CONTAINS(out, "hello");
 	EXPECT_CONTAINS(out, "\"programs\"");
 	EXPECT_CONTAINS(out, "mesh_slots ");
@@ -207,10 +215,78 @@ TEST_TIMEOUT(docs_readme_c_worker_builds_says_why_by_hand_and_serves, 60)
  * three chunks, its results in order, mesh jobs. */
 TEST_TIMEOUT(docs_readme_jobs_block_pasted_whole, 60)
 {
-	EXPECT_EQ(run_readme_block("mesh submit sha"), 0);
+	EXPECT_EQ(run_readme_block(JOBS_BLOCK), 0);
 	/* sha256("alpha"), ("beta"), ("gamma"), one a line */
 	EXPECT_CONTAINS(out, "8ed3f6ad685b959ead7022518e1af76cd816f8e8ec7ccdda1ed4018e8f2223f8\n"
 			     "f44e64e75f3948e9f73f8dfa94721c4ce8cbb4f265c4790c702b2d41cfbf2753\n"
 			     "be9d587defa1f0c09ef49eb17e206983a5f8f8289e4281860bd0ee5a19592c67\n");
 	EXPECT_CONTAINS(out, "complete          3/3");
+}
+
+/* "FILE LINE LANG" for each block of README.md and docs/<name>.md, one a line
+ * (LANG "-" when the opening fence names none), into list. */
+static void list_blocks(char *list, size_t cap)
+{
+	ASSERT_EQ(t_sh(list, cap, 0,
+		       "cd '%s' && for f in README.md docs/*.md; do awk -v f=\"$f\" '/^```/ { if (inb) { inb = 0; next }"
+		       " inb = 1; l = substr($0, 4); print f, NR, (l == \"\" ? \"-\" : l) }' \"$f\"; done",
+		       getenv("MESH_SRC")),
+		  0);
+}
+
+/* Every block says what it is: `sh` is a command the test below runs,
+ * anything else (text, toml, json, c, python) is not a command to paste
+ * as it is.  An unmarked block is how a stale command hides. */
+TEST(docs_every_block_names_its_language)
+{
+	static char list[65536];
+	list_blocks(list, sizeof list);
+	int n = 0;
+	for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n"), n++)
+		if (strlen(line) > 2 && strcmp(line + strlen(line) - 2, " -") == 0)
+			t__fail(__FILE__, __LINE__, "a block without a language at %s", line);
+	EXPECT_GT(n, 50);
+}
+
+/* Every ```sh block of README.md and docs/<name>.md, pasted whole into bash -e
+ * in a directory that has what the docs assume (docs_block.sh: meshd with
+ * the README's programs, mesh on PATH, the files the examples name), must
+ * succeed; the README's blocks with tests of their own run there. */
+TEST_TIMEOUT(docs_every_sh_block_runs_as_pasted, 300)
+{
+	static char list[65536];
+	char blk[64], cmd[8192], file[256];
+	list_blocks(list, sizeof list);
+	if (t_sh(out, sizeof out, 1, "command -v curl && command -v python3") != 0)
+		SKIP_TOOL("curl or python3 is not installed (mk/deps.sh test installs them)");
+	int n = 0, ran = 0;
+	char *save = NULL;
+	for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save), n++) {
+		int at;
+		char lang[32];
+		if (sscanf(line, "%255s %d %31s", file, &at, lang) != 3 || strcmp(lang, "sh") != 0)
+			continue;
+		snprintf(blk, sizeof blk, "b%d.sh", n);
+		snprintf(cmd, sizeof cmd, "awk -v s=%d 'NR > s && /^```/ { exit } NR > s' '%s/%s' > %s", at,
+			 getenv("MESH_SRC"), file, blk);
+		ASSERT_EQ(t_sh(out, sizeof out, 1, "%s", cmd), 0);
+		char *text = t_read_file(blk, NULL);
+		ASSERT_TRUE(text != NULL);
+		int skip = 0;
+		for (size_t i = 0; i < sizeof own_test / sizeof own_test[0]; i++)
+			skip |= strcmp(file, "README.md") == 0 && strstr(text, own_test[i]) != NULL;
+		free(text);
+		if (skip)
+			continue;
+		ran++;
+		int rc = t_sh(out, sizeof out, 1, "'%s/tests/integration/docs_block.sh' %s d%d 2>&1", getenv("MESH_SRC"), blk,
+			      n);
+		printf("== %s:%d: exit %d\n", file, at, rc);
+		fflush(stdout);
+		if (rc != 0) {
+			printf("%s", out);
+			t__fail(__FILE__, __LINE__, "%s:%d: the block exited %d", file, at, rc);
+		}
+	}
+	EXPECT_GE(ran, 8);
 }
