@@ -79,7 +79,16 @@ PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/mesh-init $(BUILD)/libmesh.a \
 
 .PHONY: all test check bench demo demo-mandel demo-run fuzz fuzzers fuzz-bins install clean deps tests-build node-openai gpu-examples gpu-bundle
 .PRECIOUS: $(BUILD)/obj/%.o
-all: $(PROGS) $(EX_BINS) $(MANDEL_BINS) gpu-examples
+all: $(PROGS) $(EX_BINS) $(MANDEL_BINS) gpu-examples $(BUILD)/man/mesh.1 $(BUILD)/completion/mesh.bash
+
+# The manual pages and the shell completions, made from the programs' own
+# --help texts (mk/man.sh; mesh completion), so they cannot disagree.
+$(BUILD)/man/mesh.1: $(BUILD)/mesh $(BUILD)/meshd mk/man.sh
+	rm -rf $(BUILD)/man && mk/man.sh $(BUILD) $(BUILD)/man $(VERSION)
+$(BUILD)/completion/mesh.bash: $(BUILD)/mesh
+	@mkdir -p $(dir $@)
+	$(BUILD)/mesh completion fish > $(BUILD)/completion/mesh.fish
+	$(BUILD)/mesh completion bash > $@
 
 # The CUDA example worker, when nvcc is found (PATH or /usr/local/cuda);
 # built for Ampere and Hopper, with Hopper PTX for newer GPUs.
@@ -244,7 +253,13 @@ demo-run:
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/mesh $(DESTDIR)$(PREFIX)/lib/systemd/system \
-		$(DESTDIR)$(PREFIX)/lib/systemd/user
+		$(DESTDIR)$(PREFIX)/lib/systemd/user $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 644 $(BUILD)/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 $(BUILD)/man/meshd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 644 $(BUILD)/completion/mesh.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/mesh
+	install -m 644 $(BUILD)/completion/mesh.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/mesh.fish
 	install -m 755 $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/mesh-init $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BUILD)/libmeshworker.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libmeshworker.so $(DESTDIR)$(PREFIX)/lib/libmeshworker.so.$(VERSION)

@@ -93,8 +93,11 @@ static int parse_args(int argc, char **argv, struct args *a)
 			for (k = 0; k < sizeof opts / sizeof opts[0]; k++)
 				if (strlen(opts[k].name) == nl && !strncmp(s, opts[k].name, nl))
 					break;
-			if (k == sizeof opts / sizeof opts[0])
-				return mesh_cli_usage("autoscale %s: unknown option '%s'", argv[1], s);
+			if (k == sizeof opts / sizeof opts[0]) {
+				char near[128];
+				return mesh_cli_usage("autoscale %s: unknown option '%s'%s", argv[1], s,
+						      mesh_cli_did_you_mean("autoscale", s, near, sizeof near));
+			}
 			const char **slot = (const char **)((char *)a + opts[k].off);
 			if (s[nl] == '=')
 				*slot = s + nl + 1;

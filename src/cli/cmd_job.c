@@ -82,7 +82,9 @@ static int parse_args(int argc, char **argv, struct args *a, const char *allowed
 				return mesh_cli_usage("job %s: --store-outage needs a duration, e.g. 300, 30s or 5m", argv[0]);
 			mesh_job_set_store_outage(ns);
 		} else if (s[0] == '-' && s[1]) {
-			return mesh_cli_usage("job %s: unknown option '%s'", argv[0], s);
+			char near[128];
+			return mesh_cli_usage("job %s: unknown option '%s'%s", argv[0], s,
+					      mesh_cli_did_you_mean("job", s, near, sizeof near));
 		} else {
 			if (a->npos >= (int)(sizeof a->pos / sizeof a->pos[0]))
 				return mesh_cli_usage("job %s: too many arguments", argv[0]);

@@ -133,6 +133,7 @@ static int parse(int argc, char **argv, struct jopts *o, int want_job)
 		print_help(cmd);
 		return 0;
 	}
+	char near[128];
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int ex = -1;
@@ -153,7 +154,8 @@ static int parse(int argc, char **argv, struct jopts *o, int want_job)
 		else if (!strcmp(a, "--no-wait") && !strcmp(cmd, "results"))
 			o->no_wait = 1;
 		else if (a[0] == '-' && a[1])
-			return mesh_cli_usage("%s: unknown option '%s'", cmd, a);
+			return mesh_cli_usage("%s: unknown option '%s'%s", cmd, a,
+					      mesh_cli_did_you_mean(cmd, a, near, sizeof near));
 		else if (want_job)
 			ex = job_arg(o, cmd, a);
 		else
@@ -306,7 +308,9 @@ static int submit_parse(int argc, char **argv, struct jopts *o, struct jsub *s, 
 			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
 				s->name = v;
 		} else if (a[0] == '-' && a[1]) {
-			return mesh_cli_usage("submit: unknown option '%s'", a);
+			char near[128];
+			return mesh_cli_usage("submit: unknown option '%s'%s", a,
+					      mesh_cli_did_you_mean("submit", a, near, sizeof near));
 		} else if (!s->program) {
 			s->program = a;
 		} else {

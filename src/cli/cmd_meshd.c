@@ -120,8 +120,11 @@ static int parse(int argc, char **argv, struct opts *o, int want_name, int want_
 				o->verbose = 1;
 				continue;
 			}
-			if (!takes)
-				return mesh_cli_usage("%s: unknown option '%s'", cmd, a);
+			if (!takes) {
+				char near[128];
+				return mesh_cli_usage("%s: unknown option '%s'%s", cmd, a,
+						      mesh_cli_did_you_mean(cmd, a, near, sizeof near));
+			}
 			if (eq)
 				v = eq + 1;
 			else if (i + 1 < argc)

@@ -300,8 +300,11 @@ int mesh_cmd_serve(int argc, char **argv)
 			break;
 		case ':':
 			return mesh_cli_usage("serve: %s wants a value", argv[optind - 1]);
-		default:
-			return mesh_cli_usage("serve: unknown option '%s'", argv[optind - 1]);
+		default: {
+			char near[128];
+			return mesh_cli_usage("serve: unknown option '%s'%s", argv[optind - 1],
+					      mesh_cli_did_you_mean("serve", argv[optind - 1], near, sizeof near));
+		}
 		}
 	}
 	if (optind < argc && strcmp(argv[optind - 1], "--") != 0)

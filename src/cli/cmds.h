@@ -27,11 +27,30 @@
 	X(wait, mesh_cmd_wait, "meshd: wait for a job to end (progress bar on a terminal)")      \
 	X(results, mesh_cmd_results, "meshd: a job's results in chunk order, streamed while it runs") \
 	X(cancel, mesh_cmd_cancel, "meshd: cancel a job")                                        \
-	X(rm, mesh_cmd_rm, "meshd: remove a job that ended, its files and all")
+	X(rm, mesh_cmd_rm, "meshd: remove a job that ended, its files and all")                   \
+	X(completion, mesh_cmd_completion, "print a shell completion script: bash, zsh or fish")
 
 /* Prints the help of cmd from a table of {command, text} rows, then what
  * every meshd client command shares (--socket, the exit codes). */
 void mesh__meshd_cmd_help(const char *const helps[][2], size_t n, const char *cmd);
+
+/* The text `mesh CMD --help` prints, into out (appended); 0, or -1 when
+ * there is no command CMD. */
+struct mesh_buf;
+int mesh__cli_help_text(const char *cmd, struct mesh_buf *out);
+/* The commands of the table (help and version are not in it): how many,
+ * and the i-th one's name (its one-line summary into *summary unless NULL). */
+size_t mesh__cli_ncmds(void);
+const char *mesh__cli_cmd(size_t i, const char **summary);
+/* The words CMD's --help names (cli/help.c): its options ("--name",
+ * "-x") into opts and its subcommands into subs (either may be NULL),
+ * each word followed by a space, each once.  0 or -1. */
+int mesh__cli_help_words(const char *cmd, struct mesh_buf *opts, struct mesh_buf *subs);
+/* What to say after "unknown option 'OPT'" for the command cmd (its first
+ * word names the --help read: "job lease" reads `mesh job --help`):
+ * "; did you mean '--max-workers'?" when one option is near, else a
+ * pointer at --help.  Written into buf; returns buf. */
+const char *mesh_cli_did_you_mean(const char *cmd, const char *opt, char *buf, size_t cap);
 
 #define MESH__CMD_DECL(name, fn, summary) int fn(int argc, char **argv);
 MESH_CMD_MAP(MESH__CMD_DECL)

@@ -2,6 +2,7 @@
  * (cli/cmd_<name>.c) as a thin layer over a library call. */
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/near.h"
 #include "cli/cmds.h"
 #include "cli/exit.h"
 #include "host/host.h"
@@ -9,6 +10,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static const struct {
 	const char *name;
@@ -33,28 +36,6 @@ static void usage(FILE *f)
 	fprintf(f, "\n`mesh <command> --help` describes a command.\n");
 }
 
-/* Edit distance of a and b (insert, delete, replace, swap of neighbours),
- * for the short names of commands; bigger than 3 is given as 4. */
-static unsigned distance(const char *a, const char *b)
-{
-	size_t n = strlen(a), m = strlen(b);
-	unsigned d[16][16];
-	if (n >= 16 || m >= 16)
-		return 4;
-	for (size_t i = 0; i <= n; i++)
-		for (size_t j = 0; j <= m; j++) {
-			unsigned v = i && j ? d[i - 1][j - 1] + (a[i - 1] != b[j - 1]) : (unsigned)(i + j);
-			if (i && d[i - 1][j] + 1 < v)
-				v = d[i - 1][j] + 1;
-			if (j && d[i][j - 1] + 1 < v)
-				v = d[i][j - 1] + 1;
-			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
-				v = d[i - 2][j - 2] + 1;
-			d[i][j] = v;
-		}
-	return d[n][m] > 3 ? 4 : d[n][m];
-}
-
 /* The command nearest to cmd (git's "did you mean"): within 2 edits, or 1
  * for names of 3 letters or fewer; NULL when none or a tie. */
 static const char *nearest(const char *cmd)
@@ -64,13 +45,59 @@ static const char *nearest(const char *cmd)
 	unsigned bd = strlen(cmd) <= 3 ? 2 : 3, ties = 0;
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0] + 2; i++) {
 		const char *name = i < sizeof cmds / sizeof cmds[0] ? cmds[i].name : more[i - sizeof cmds / sizeof cmds[0]];
-		unsigned d = distance(cmd, name);
+		unsigned d = mesh_edit_distance(cmd, name);
 		if (d < bd)
 			best = name, bd = d, ties = 0;
 		else if (d == bd && best)
 			ties++;
 	}
 	return ties ? NULL : best;
+}
+
+size_t mesh__cli_ncmds(void)
+{
+	return sizeof cmds / sizeof cmds[0];
+}
+
+const char *mesh__cli_cmd(size_t i, const char **summary)
+{
+	if (summary)
+		*summary = cmds[i].summary;
+	return cmds[i].name;
+}
+
+int mesh__cli_help_text(const char *cmd, struct mesh_buf *out)
+{
+	size_t i;
+	for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+		if (!strcmp(cmd, cmds[i].name))
+			break;
+	if (i == sizeof cmds / sizeof cmds[0])
+		return -1;
+	/* The command prints its help on stdout: that, into a memfd. */
+	fflush(stdout);
+	int fd = memfd_create("mesh-help", MFD_CLOEXEC), saved = dup(1);
+	if (fd < 0 || saved < 0 || dup2(fd, 1) < 0) {
+		if (fd >= 0)
+			close(fd);
+		if (saved >= 0)
+			close(saved);
+		return -1;
+	}
+	char *av[] = {(char *)cmd, "--help", NULL};
+	cmds[i].fn(2, av);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	char b[4096];
+	ssize_t n;
+	off_t at = 0;
+	while ((n = pread(fd, b, sizeof b, at)) > 0) {
+		mesh_buf_add(out, b, (size_t)n);
+		at += n;
+	}
+	close(fd);
+	return 0;
 }
 
 static void exit_codes(void)

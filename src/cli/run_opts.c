@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/parse.h"
+#include "cli/cmds.h"
 #include "cli/exit.h"
 #include "exec/input.h"
 #include "exec/runner.h"
@@ -516,7 +517,9 @@ static int option(int argc, char **argv, int *i, struct run_args *a)
 				return mesh__run_usage("option '--%s' needs a value", o->name);
 			return apply(a, o, eq ? eq + 1 : o->value == 1 ? argv[++*i] : NULL);
 		}
-		return mesh__run_usage("unknown option '%.*s'", (int)(eq ? (size_t)(eq - arg) : strlen(arg)), arg);
+		char near[128];
+		return mesh__run_usage("unknown option '%.*s'%s", (int)(eq ? (size_t)(eq - arg) : strlen(arg)), arg,
+				       mesh_cli_did_you_mean("run", arg, near, sizeof near));
 	}
 	for (const char *p = arg + 1; *p; p++) {
 		const struct opt *o = NULL;

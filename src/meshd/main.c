@@ -3,6 +3,7 @@
 #include "base/err.h"
 #include "base/exit.h"
 #include "base/log.h"
+#include "base/near.h"
 #include "base/parse.h"
 #include "base/thread.h"
 #include "meshd/api/api.h"
@@ -140,6 +141,26 @@ static int usage_error(const char *fmt, const char *arg)
 {
 	fputs("meshd: ", stderr);
 	fprintf(stderr, fmt, arg);
+	fputs("\n(see `meshd --help`)\n", stderr);
+	return MESH_EXIT_USAGE;
+}
+
+/* "unknown argument", and the option meant when one of --help's is near. */
+static int unknown_argument(const char *arg)
+{
+	char *text = NULL, near[64];
+	size_t n = 0;
+	FILE *f = open_memstream(&text, &n);
+	const char *best = NULL;
+	if (f) {
+		usage(f);
+		if (fclose(f) == 0)
+			best = mesh_help_nearest_option(text, arg, near, sizeof near);
+	}
+	free(text);
+	fprintf(stderr, "meshd: unknown argument '%s'", arg);
+	if (best)
+		fprintf(stderr, "; did you mean '%s'?", best);
 	fputs("\n(see `meshd --help`)\n", stderr);
 	return MESH_EXIT_USAGE;
 }
@@ -422,7 +443,7 @@ int main(int argc, char **argv)
 		} else if (missing) {
 			return usage_error("%s needs a value", argv[i]);
 		} else {
-			return usage_error("unknown argument '%s'", argv[i]);
+			return unknown_argument(argv[i]);
 		}
 	}
 	if (!cfg.catalog)
