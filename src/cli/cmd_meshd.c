@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CALL_BODY_MAX MESH_MSG_MAX
@@ -574,8 +575,16 @@ int mesh_cmd_ps(int argc, char **argv)
 		if (json_is_number(sv)) {
 			long long warm = json_integer_value(json_object_get(p, "warm"));
 			long long max = json_integer_value(json_object_get(p, "max_workers"));
-			printf("  %s (%lld of %lld warm); savings %.3f: %.2f worker-seconds warm of %.2f always-on\n",
+			/* The window: the time it was loaded, since its first load. */
+			char since[32] = "?";
+			time_t t0 = (time_t)json_integer_value(json_object_get(p, "window_since"));
+			struct tm tm;
+			if (t0 > 0 && localtime_r(&t0, &tm))
+				strftime(since, sizeof since, "%Y-%m-%d %H:%M", &tm);
+			printf("  %s (%lld of %lld warm); savings %.3f over %.1f s loaded since %s: %.2f worker-seconds warm "
+			       "of %.2f always-on\n",
 			       warm ? "warm" : "cold", warm, max, json_number_value(sv),
+			       json_number_value(json_object_get(p, "window_seconds")), since,
 			       json_number_value(json_object_get(p, "warm_seconds")),
 			       json_number_value(json_object_get(p, "always_on_seconds")));
 		}

@@ -87,6 +87,14 @@ extern int t__failed;
 #define EXPECT_LE(a, b) T__CMP(a, <=, b, 0)
 #define EXPECT_GT(a, b) T__CMP(a, >, b, 0)
 #define EXPECT_GE(a, b) T__CMP(a, >=, b, 0)
+/* The same for doubles (T__CMP compares as long long: 0.5 > 0.3 fails
+ * there): EXPECT_DBL(x, >=, 1.4). */
+#define EXPECT_DBL(a, op, b)                                                                               \
+	do {                                                                                               \
+		double t__a = (double)(a), t__b = (double)(b);                                             \
+		if (!(t__a op t__b))                                                                       \
+			t__fail(__FILE__, __LINE__, "expected %s %s %s: %.6g vs %.6g", #a, #op, #b, t__a, t__b); \
+	} while (0)
 #define EXPECT_UEQ(a, b) T__UCMP(a, ==, b, 0)
 #define EXPECT_TRUE(x) T__CMP(!!(x), ==, 1, 0)
 #define EXPECT_FALSE(x) T__CMP(!!(x), ==, 0, 0)

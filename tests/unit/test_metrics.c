@@ -72,8 +72,9 @@ static char *render(int have_jobs)
 	mesh_hist_observe(&p[0].cold_start, &meshd_cold_start_bounds, 1500000);
 	mesh_hist_observe(&p[0].cold_start, &meshd_cold_start_bounds, 1500000);
 	mesh_hist_observe(&p[0].call, &meshd_call_bounds, 20000);
-	p[0].warm_ns = 30ull * 1000000000ull;
-	p[0].window_ns = 100ull * 1000000000ull; /* 2 always-on workers: 200 s; warm 30 s saves 0.85 */
+	/* 2 always-on workers over 100 s: 200 s; warm 30 s saves 0.85 */
+	p[0].savings = (struct meshd_savings){.window_ns = 100ull * 1000000000ull, .always_ns = 200ull * 1000000000ull,
+					      .warm_ns = 30ull * 1000000000ull, .permil = 850};
 	p[1].name = "we\"ird\\na\nme";
 	p[1].max_workers = 1;
 	m.core.programs = p;
@@ -107,6 +108,8 @@ TEST(metrics_render_values)
 	EXPECT_CONTAINS(s, "mesh_call_duration_seconds_bucket{program=\"echo\",le=\"2.5e-05\"} 1\n");
 	EXPECT_CONTAINS(s, "mesh_savings_ratio{program=\"echo\"} 0.850\n");
 	EXPECT_CONTAINS(s, "mesh_warm_seconds_total{program=\"echo\"} 30.000000000\n");
+	EXPECT_CONTAINS(s, "mesh_always_on_seconds_total{program=\"echo\"} 200.000000000\n");
+	EXPECT_CONTAINS(s, "mesh_window_seconds{program=\"echo\"} 100.000000000\n");
 	/* The hostile name, escaped the same way in every family. */
 	EXPECT_CONTAINS(s, "mesh_spawns_total{program=\"we\\\"ird\\\\na\\nme\"} 0\n");
 	EXPECT_CONTAINS(s, "mesh_savings_ratio{program=\"we\\\"ird\\\\na\\nme\"} 0.000\n");

@@ -194,17 +194,15 @@ json_t *meshd__program_json(const struct meshd_program_info *pi)
 	mesh_limits_describe(pi->limits, lim, sizeof lim);
 	snprintf(ih, sizeof ih, "%016llx", (unsigned long long)pi->image_hash);
 	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
-	/* The seed's savings: 1 - warm worker-time / what max_workers always-on
-	 * workers would have held since the program was loaded. */
-	uint64_t always = pi->window_ns * (pi->max_workers ? pi->max_workers : 1);
-	int pm = mesh_as_savings_permil((int64_t)(pi->warm_ns > INT64_MAX ? INT64_MAX : pi->warm_ns),
-					(int64_t)(always > INT64_MAX ? INT64_MAX : always));
-	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:I, s:f, s:f, s:f}", "name", pi->name,
+	/* The savings (struct meshd_savings: one definition, one window). */
+	const struct meshd_savings *sv = &pi->savings;
+	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:I, s:f, s:f, s:f, s:f, s:I}", "name", pi->name,
 			 "device", pi->gpu ? "gpu" : "cpu", "binary", text_json(pi->binary), "image_hash", ih, "bin_hash",
 			 bh, "bin_bytes", (json_int_t)pi->bin_bytes, "max_workers", (json_int_t)pi->max_workers, "limits",
 			 lim, "image", image_json(pi->image_id), "previous_image", image_json(pi->prev_id), "warm",
-			 (json_int_t)pi->warm, "warm_seconds", (double)pi->warm_ns / 1e9, "always_on_seconds",
-			 (double)always / 1e9, "savings", pm / 1000.0);
+			 (json_int_t)pi->warm, "warm_seconds", (double)sv->warm_ns / 1e9, "always_on_seconds",
+			 (double)sv->always_ns / 1e9, "savings", sv->permil / 1000.0, "window_seconds",
+			 (double)sv->window_ns / 1e9, "window_since", (json_int_t)sv->since);
 }
 
 static json_t *worker_json(const struct meshd_worker_info *wi)

@@ -156,29 +156,35 @@ static void render_programs(struct meshd_metrics_text *w, const struct meshd_met
 			meshd_metrics_put(w, ",result=\"%s\"} %llu\n", meshd_call_result_name((enum meshd_call_result)r),
 			    (unsigned long long)m->core.programs[i].calls[r]);
 		}
-	meshd_metrics_family(w, "mesh_warm_seconds_total", "counter",
-	       "Worker-seconds a program's workers had a process (held their resources) since it was loaded.");
-	for (unsigned i = 0; i < m->core.nprograms; i++) {
-		open_prog(w, "mesh_warm_seconds_total", m->core.programs[i].name);
-		meshd_metrics_put(w, "} ");
-		seconds(w, m->core.programs[i].warm_ns);
-		meshd_metrics_put(w, "\n");
-	}
-	meshd_metrics_family(w, "mesh_window_seconds", "gauge", "Seconds since the program was loaded (the savings window).");
-	for (unsigned i = 0; i < m->core.nprograms; i++) {
-		open_prog(w, "mesh_window_seconds", m->core.programs[i].name);
-		meshd_metrics_put(w, "} ");
-		seconds(w, m->core.programs[i].window_ns);
-		meshd_metrics_put(w, "\n");
+	/* The savings (struct meshd_savings): the same numbers as ps and the API. */
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} sv[] = {
+		{"mesh_warm_seconds_total", "counter",
+		 "Worker-seconds a program's workers had a process (held their resources) over its savings window.",
+		 offsetof(struct meshd_savings, warm_ns)},
+		{"mesh_always_on_seconds_total", "counter",
+		 "Worker-seconds max_workers always-on workers would have held over the savings window.",
+		 offsetof(struct meshd_savings, always_ns)},
+		{"mesh_window_seconds", "gauge",
+		 "The savings window: seconds the program was loaded, over meshd's runs with these --logs.",
+		 offsetof(struct meshd_savings, window_ns)},
+	};
+	for (size_t k = 0; k < sizeof sv / sizeof sv[0]; k++) {
+		meshd_metrics_family(w, sv[k].name, sv[k].type, sv[k].help);
+		for (unsigned i = 0; i < m->core.nprograms; i++) {
+			open_prog(w, sv[k].name, m->core.programs[i].name);
+			meshd_metrics_put(w, "} ");
+			seconds(w, *(const uint64_t *)((const char *)&m->core.programs[i].savings + sv[k].off));
+			meshd_metrics_put(w, "\n");
+		}
 	}
 	meshd_metrics_family(w, "mesh_savings_ratio", "gauge",
-	       "Worker-seconds saved against max_workers always-on workers over the window (0..1).");
+	       "1 - warm / always-on worker-seconds over the savings window (0..1), as mesh ps shows it.");
 	for (unsigned i = 0; i < m->core.nprograms; i++) {
-		const struct meshd_program_metrics *p = &m->core.programs[i];
-		uint64_t always = p->window_ns * (p->max_workers ? p->max_workers : 1);
-		int pm = mesh_as_savings_permil((int64_t)(p->warm_ns > INT64_MAX ? INT64_MAX : p->warm_ns),
-						(int64_t)(always > INT64_MAX ? INT64_MAX : always));
-		open_prog(w, "mesh_savings_ratio", p->name);
+		int pm = m->core.programs[i].savings.permil;
+		open_prog(w, "mesh_savings_ratio", m->core.programs[i].name);
 		meshd_metrics_put(w, "} %d.%03d\n", pm / 1000, pm % 1000);
 	}
 }

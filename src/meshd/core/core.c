@@ -248,6 +248,7 @@ static void tick_retired(struct meshd_core *d, struct program **done)
 			continue;
 		}
 		*pp = p->next;
+		meshd__ledger_forget(d, p);
 		p->next = *done;
 		*done = p;
 	}
@@ -286,6 +287,7 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 	if (d->G.g)
 		sooner(&next, now + GPU_LOG_EVERY_NS);
 	struct program *done = NULL;
+	unsigned up = 0; /* workers with a process: the savings are written when it changes */
 	pthread_mutex_lock(&d->mu);
 	tick_retired(d, &done);
 	for (struct program *p = d->progs; p; p = p->next) {
@@ -298,6 +300,7 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 			if (r)
 				log_report(p->img.name, r);
 			enum mesh_istate st = mesh_instance_state(wk->inst);
+			up += st != MESH_IS_DOWN;
 			if (st == MESH_IS_RUNNING && wk->slot >= 0) {
 				heal(d, p, wk, now);
 				sooner(&next, heal_next(d, p, wk, now));
@@ -321,7 +324,10 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 						      : now + MESH_NS_PER_MS);
 		}
 	}
+	int changed = up != d->ledger_up;
+	d->ledger_up = up;
 	pthread_mutex_unlock(&d->mu);
+	sooner(&next, meshd__ledger_flush(d, changed));
 	while (done) {
 		struct program *p = done;
 		done = p->next;
@@ -529,6 +535,9 @@ void meshd_core_free(struct meshd_core *d)
 {
 	if (!d)
 		return;
+	/* The savings windows as they stand (the workers are still counted). */
+	if (d->ledgers)
+		meshd__ledger_flush(d, 1);
 	/* The loop's events first: they refer to the host's fd. */
 	if (d->host_ev)
 		event_free(d->host_ev);
@@ -554,6 +563,7 @@ void meshd_core_free(struct meshd_core *d)
 	for (int i = 0; i < 3; i++)
 		free(d->env[i]);
 	free(d->catalog);
+	meshd__ledgers_free(d);
 	free(d->logs);
 	meshd__gpu_free(&d->G);
 	pthread_mutex_destroy(&d->mu);

@@ -52,7 +52,6 @@ struct program {
 	unsigned waiting; /* calls looking for a worker */
 	int gone;
 	/* Metrics, under d->metrics_mu. */
-	uint64_t loaded_at;
 	struct mesh_hist cold_start, call;
 	uint64_t calls[MESHD_CALL__N];
 	/* crash-loop backoff */
@@ -106,6 +105,13 @@ struct meshd_core {
 	/* meshd_on_catalog_change's (under mu) */
 	void (*catalog_fn)(void *arg);
 	void *catalog_arg;
+	/* The savings ledgers, a program name each (savings.c), under mu;
+	 * when they are next written (monotonic); a failed write was said;
+	 * the workers up at the last tick (a change writes them at once). */
+	struct meshd__ledger *ledgers;
+	uint64_t ledger_flush_at;
+	int ledger_warned;
+	unsigned ledger_up;
 };
 
 /* core.c */
@@ -153,5 +159,24 @@ int meshd__new_worker(struct meshd_core *d, struct program *p);
 /* After a spawn of wk (rc: how it went) that meshd__gpu_before_spawn
  * reserved res for (0: nothing): the reservation settled and kept on wk. */
 void meshd__spawned(struct meshd_core *d, struct worker *wk, uint64_t res, int rc);
+
+/* savings.c: the savings ledgers, a program name each (d->mu held by all
+ * but the flush). */
+/* p was loaded (or is the name's new image): the name's window is open
+ * from now, with p's max_workers (an earlier run's totals read first). */
+void meshd__ledger_open(struct meshd_core *d, const struct program *p);
+/* name was unloaded: its window closes until it is loaded again. */
+void meshd__ledger_close(struct meshd_core *d, const char *name);
+/* p (unloaded, or a retired image) is about to be freed: its workers'
+ * worker-time stays in its name's ledger. */
+void meshd__ledger_forget(struct meshd_core *d, const struct program *p);
+/* name's savings at now (monotonic) into *s; 0, or MESH_E_NOTFOUND for a
+ * name never loaded. */
+int meshd__ledger_read(struct meshd_core *d, const char *name, uint64_t now, struct meshd_savings *s);
+/* Writes every ledger to <logs>/.savings/<name> when due (force: now);
+ * when the next write is due (monotonic).  d->mu NOT held (it takes it,
+ * and writes the files off it). */
+uint64_t meshd__ledger_flush(struct meshd_core *d, int force);
+void meshd__ledgers_free(struct meshd_core *d);
 
 #endif

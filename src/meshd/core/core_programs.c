@@ -173,9 +173,9 @@ int meshd__get_program(struct meshd_core *d, const char *name, struct program **
 		meshd__program_free(np);
 	} else {
 		p = np;
-		p->loaded_at = mesh_mono_ns();
 		p->next = d->progs;
 		d->progs = p;
+		meshd__ledger_open(d, p);
 	}
 	p->refs++;
 	pthread_mutex_unlock(&d->mu);
@@ -233,10 +233,10 @@ static int replace(struct meshd_core *d, struct program **pp, struct program *np
 		meshd__program_free(np);
 		return mesh_errf(err, MESH_E_STATE, "'%s' was unloaded meanwhile", old->img.name);
 	}
-	np->loaded_at = mesh_mono_ns();
 	np->refs = 1;
 	np->next = d->progs;
 	d->progs = np;
+	meshd__ledger_open(d, np);
 	old->gone = 1;
 	atomic_store(&old->retired, 1);
 	unsigned held = meshd__retire_sweep(d, old);
@@ -462,7 +462,11 @@ int meshd_op_unload(struct meshd_core *d, const char *name, char **err)
 			break;
 		}
 	meshd__reconcile(d, p);
+	meshd__ledger_forget(d, p);
+	if (!find(d, name))
+		meshd__ledger_close(d, name);
 	pthread_mutex_unlock(&d->mu);
+	meshd__ledger_flush(d, 1);
 	for (unsigned i = 0; i < p->nw; i++)
 		mesh_instance_free(p->w[i].inst);
 	meshd__program_free(p);
@@ -492,10 +496,8 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		pi->spawns += wi->st.spawns;
 		pi->crashes += wi->st.crashes;
 		pi->warm += wi->st.state == MESH_IS_IDLE || wi->st.state == MESH_IS_RUNNING;
-		pi->warm_ns += wi->st.alive_ns;
 	}
-	uint64_t now = mesh_mono_ns();
-	pi->window_ns = mesh_ns_since(now, p->loaded_at);
+	meshd__ledger_read(d, p->img.name, mesh_mono_ns(), &pi->savings);
 	pi->prev_id = p->prev_id;
 	return 0;
 }
@@ -629,9 +631,8 @@ static int program_metrics(struct meshd_core *d, struct program *p, uint64_t now
 			pm->workers[st.state]++;
 		pm->spawns += st.spawns;
 		pm->crashes += st.crashes;
-		pm->warm_ns += st.alive_ns;
 	}
-	pm->window_ns = mesh_ns_since(now, p->loaded_at);
+	meshd__ledger_read(d, p->img.name, now, &pm->savings);
 	pthread_mutex_lock(&d->metrics_mu);
 	pm->cold_start = p->cold_start;
 	pm->call = p->call;

@@ -60,6 +60,17 @@ struct mesh_host *meshd_core_host(struct meshd_core *d);
 int meshd_core_on_loop(struct meshd_core *d, void (*fn)(void *), void *arg);
 void meshd_core_free(struct meshd_core *d);
 
+/* A program's savings (one definition, for ps, /metrics and the API):
+ * the worker-time its workers were up against what max_workers always-on
+ * workers would have held over its window, the time it was loaded in this
+ * and earlier runs of meshd with these --logs (since: the window's start,
+ * unix seconds).  permil: 1000 * (1 - warm / always_on). */
+struct meshd_savings {
+	uint64_t window_ns, always_ns, warm_ns;
+	int64_t since;
+	int permil;
+};
+
 /* A worker of a program, as ps sees it. */
 struct meshd_worker_info {
 	struct mesh_instance_stats st;
@@ -90,8 +101,7 @@ struct meshd_program_info {
 	uint64_t prev_id;  /* the image rollback goes back to; 0: none */
 	int replaced;	   /* load, rollback: the image changed (an upgrade) */
 	unsigned warm;	   /* workers IDLE or RUNNING now */
-	uint64_t warm_ns;  /* worker-time alive since it was loaded, summed over its workers */
-	uint64_t window_ns; /* time since it was loaded (max_workers always-on would hold window x max) */
+	struct meshd_savings savings;
 };
 void meshd_program_info_release(struct meshd_program_info *pi);
 
@@ -139,8 +149,7 @@ struct meshd_program_metrics {
 	uint64_t calls[MESHD_CALL__N];
 	struct mesh_hist cold_start; /* spawn -> ready (meshd_cold_start_bounds) */
 	struct mesh_hist call;	     /* a call's latency (meshd_call_bounds) */
-	uint64_t warm_ns;	     /* worker-seconds with a process, since loaded */
-	uint64_t window_ns;	     /* since loaded */
+	struct meshd_savings savings;
 };
 struct meshd_core_metrics {
 	unsigned slots, slots_in_use;
