@@ -705,6 +705,42 @@ TEST_TIMEOUT(jobs_bad_input_clear_errors_and_exit_codes, 60)
 	stop_meshd();
 }
 
+/* Options go anywhere before ':::'; after it every word is a chunk's
+ * input, and one that is an option of mesh submit is refused, naming it
+ * (`::: a --socket X` silently submitted to the default socket with
+ * chunks a, --socket, X).  "--" before ':::' takes it as an input. */
+TEST_TIMEOUT(jobs_submit_own_option_after_the_separator_is_refused, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	setup();
+	static const char *const bad[][2] = {
+		{"echo ::: a --socket X", "--socket"},
+		{"echo ::: a --timeout 10x", "--timeout"},
+		{"echo ::: --wait a", "--wait"},
+		{"echo ::: a --name=n", "--name=n"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char want[256];
+		EXPECT_EQ(mesh(1, "submit %s", bad[i][0]), MESH_EXIT_USAGE);
+		snprintf(want, sizeof want,
+			 "mesh: submit: '%s' after ':::' is taken as an input; put options before ':::' (or '--' before "
+			 "':::' to take it as an input)",
+			 bad[i][1]);
+		EXPECT_CONTAINS(out, want);
+	}
+	EXPECT_EQ(mesh(0, "jobs --json --all"), 0);
+	EXPECT_CONTAINS(out, "\"jobs\":[]");
+	/* options anywhere before it; "--" ends them */
+	unsigned id = submit("echo --name n -- ::: a --socket X -v");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "a--socketX-v");
+	json_t *j = job_json(id);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "name")), "n");
+	json_decref(j);
+	stop_meshd();
+}
+
 TEST_TIMEOUT(jobs_speculation_across_workers_first_result_wins, 60)
 {
 	add_job_worker("jw", 2, "300s");
