@@ -57,7 +57,9 @@ static const char *const helps[][2] = {
 	{"wait", "usage: mesh wait JOB [--quiet] [--socket PATH | --store URL]\n\n"
 		 "Waits until job JOB ends; a progress bar on stderr when it is a terminal (--quiet: none).\n"
 		 "Exit: 0 complete; 1 it ended with buried chunks; 6 cancelled; 70 it stopped on an error;\n"
-		 "75 its program is FAILED (a crash loop: nothing moves until `mesh start PROGRAM`).\n"},
+		 "75 its program is FAILED (a crash loop: nothing moves until `mesh start PROGRAM`).\n"
+		 "A meshd that goes away once the wait began (a restart: the job is durable) is asked\n"
+		 "again for up to 60 s, saying so on stderr; then the exit is 69.\n"},
 	{"results", "usage: mesh results JOB [--no-wait] [--socket PATH | --store URL]\n\n"
 		    "Writes each DONE chunk's result bytes, in chunk order, with nothing added between\n"
 		    "them.  While the job runs it streams: chunk k+1 is written once chunk k is settled\n"

@@ -777,6 +777,52 @@ static void wait_done(unsigned id, int64_t done)
 	}
 }
 
+/* The job survives a restart of meshd (its state directory), so does a
+ * `mesh wait` on it: it says meshd is away, asks again until meshd
+ * answers, and ends with the job's outcome (it exited 69 at the restart,
+ * "cannot reach meshd"). */
+TEST_TIMEOUT(jobs_wait_goes_on_across_a_meshd_restart, 90)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	/* 300 chunks of 20 ms on one worker: 6 s at least */
+	char args[4096] = "jw :::", want[8192];
+	size_t k = 0;
+	for (int i = 0; i < 300; i++) {
+		strcat(args, " slow");
+		k += (size_t)snprintf(want + k, sizeof want - k, "%d:slow\n", i);
+	}
+	unsigned id = submit(args);
+	ASSERT_EQ(t_sh(out, sizeof out, 0,
+		       "('%s' wait %u --socket " SOCK " >wait.out 2>wait.err; echo $? >wait.rc) >/dev/null 2>&1 &",
+		       t_bin("mesh"), id),
+		  0);
+	/* the wait has had its first answer long before 50 chunks are done */
+	wait_done(id, 50);
+	json_t *j = job_json(id);
+	EXPECT_LT(jint(j, "done"), 300);
+	json_decref(j);
+	stop_meshd();
+	usleep(300 * 1000); /* the wait finds no meshd a few times */
+	start_meshd();
+	char *rc = NULL;
+	for (int i = 0; i < 6000 && !(rc = t_read_file("wait.rc", NULL)); i++)
+		usleep(10 * 1000);
+	ASSERT_TRUE(rc != NULL);
+	EXPECT_STREQ(rc, "0\n");
+	free(rc);
+	char *err = t_read_file("wait.err", NULL);
+	EXPECT_CONTAINS(err, "mesh: meshd at '" SOCK "' is away (");
+	EXPECT_CONTAINS(err, "); waiting up to 60 s for it to come back\n");
+	char again[256];
+	snprintf(again, sizeof again, "mesh: meshd at '" SOCK "' answers again; job %u is waited for\n", id);
+	EXPECT_CONTAINS(err, again);
+	free(err);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, want);
+	stop_meshd();
+}
+
 TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 {
 	add_job_worker("jw", 3, "300s");
