@@ -66,8 +66,12 @@ static const char *const helps[][2] = {
 		    "(a buried chunk adds nothing).  --no-wait writes only what is DONE now and stops at\n"
 		    "the first chunk that is not.  A DONE chunk whose result is missing is named on stderr\n"
 		    "and skipped; the others are written, and the exit is 65.\n"},
-	{"cancel", "usage: mesh cancel JOB [--socket PATH | --store URL]\n\n"
-		   "Stops job JOB for good: running chunks are cut, nothing more starts; what is DONE stays.\n"},
+	{"cancel", "usage: mesh cancel JOB [--kill-workers] [--socket PATH | --store URL]\n\n"
+		   "Stops job JOB for good: nothing more starts; what is DONE stays.  A worker in one of\n"
+		   "its chunks ends that chunk, then stays warm (killed if that takes longer than its\n"
+		   "program's stop_grace); idle workers stay warm: the next job starts on them.\n"
+		   "  --kill-workers  the job's workers are killed at once, and the program's idle workers\n"
+		   "                  are stopped too (meshd's jobs, not --store)\n"},
 	{"rm", "usage: mesh rm JOB [--socket PATH]\n\n"
 	       "Removes job JOB, which has ended (complete, failed, cancelled or error): its directory,\n"
 	       "results and all, and meshd forgets it; its id is not given again.  A running job is\n"
@@ -79,7 +83,7 @@ struct jopts {
 	char sock[PATH_MAX];
 	const char *store; /* --store URL, else $MESH_STORE unless --socket: the store's jobs (jobs_home.c) */
 	const char *job;
-	int json, quiet, no_wait, all;
+	int json, quiet, no_wait, all, kill_workers;
 };
 
 /* The client of o's jobs (cmd's messages): -1, or an exit code. */
@@ -156,6 +160,8 @@ static int parse(int argc, char **argv, struct jopts *o, int want_job)
 			o->quiet = 1;
 		else if (!strcmp(a, "--no-wait") && !strcmp(cmd, "results"))
 			o->no_wait = 1;
+		else if (!strcmp(a, "--kill-workers") && !strcmp(cmd, "cancel"))
+			o->kill_workers = 1;
 		else if (a[0] == '-' && a[1])
 			return mesh_cli_usage("%s: unknown option '%s'", cmd, a);
 		else if (want_job)
@@ -591,8 +597,8 @@ int mesh_cmd_cancel(int argc, char **argv)
 	int ex = parse(argc, argv, &o, 1);
 	if (ex >= 0 || (ex = client(&o, "cancel", &c)) >= 0)
 		return ex;
-	if ((ex = c->ops->cancel(c, o.job)) < 0)
-		printf("cancelled job %s\n", o.job);
+	if ((ex = c->ops->cancel(c, o.job, o.kill_workers)) < 0)
+		printf("cancelled job %s%s\n", o.job, o.kill_workers ? "; its workers are killed" : "");
 	c->ops->close(c);
 	return ex < 0 ? 0 : ex;
 }

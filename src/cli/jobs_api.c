@@ -340,9 +340,9 @@ static int action(struct api *a, const char *id, const char *method, const char 
 	return -1;
 }
 
-static int api_cancel(struct jclient *c, const char *id)
+static int api_cancel(struct jclient *c, const char *id, int kill_workers)
 {
-	return action((struct api *)c, id, "POST", "/cancel", "cancel");
+	return action((struct api *)c, id, "POST", kill_workers ? "/cancel?kill_workers=1" : "/cancel", "cancel");
 }
 
 static int api_remove(struct jclient *c, const char *id)

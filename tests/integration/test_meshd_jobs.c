@@ -823,6 +823,62 @@ TEST_TIMEOUT(jobs_wait_goes_on_across_a_meshd_restart, 90)
 	stop_meshd();
 }
 
+/* Job id's live worker pids once its driver ended (mesh wait: cancelled). */
+static int pids_after_cancel(unsigned id, pid_t *pids, int cap)
+{
+	EXPECT_EQ(mesh(0, "wait %u", id), MESH_EXIT_CANCELLED);
+	return worker_pids(pids, cap);
+}
+
+/* A cancel stops the job's chunks, not its program's warm workers: the
+ * worker in one of its chunks ends that chunk, is halted and stays warm
+ * (the same pid serves the next job, no cold start); it was SIGKILLed.
+ * --kill-workers kills them; a chunk that outlasts the stop grace (1 s)
+ * gets its worker killed as before. */
+TEST_TIMEOUT(jobs_cancel_keeps_warm_workers_unless_asked, 90)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	char args[4096] = "jw :::";
+	for (int i = 0; i < 300; i++)
+		strcat(args, " slow"); /* 20 ms each: 6 s at least on one worker */
+	pid_t warm[4], after[4];
+	ASSERT_EQ(mesh(0, "call jw hi"), 0);
+	ASSERT_EQ(worker_pids(warm, 4), 1);
+	unsigned id = submit(args);
+	wait_done(id, 5);
+	EXPECT_EQ(mesh(0, "cancel %u", id), 0);
+	EXPECT_STREQ(out, "cancelled job 1\n");
+	ASSERT_EQ(pids_after_cancel(id, after, 4), 1);
+	EXPECT_EQ(after[0], warm[0]);
+	unsigned id2 = submit("jw ::: a b");
+	EXPECT_EQ(mesh(0, "wait %u", id2), 0);
+	ASSERT_EQ(worker_pids(after, 4), 1);
+	EXPECT_EQ(after[0], warm[0]);
+	json_t *j = job_json(id2);
+	EXPECT_EQ(jint(j, "worker_kills"), 0);
+	json_decref(j);
+
+	unsigned id3 = submit(args);
+	wait_done(id3, 5);
+	EXPECT_EQ(mesh(0, "cancel --kill-workers %u", id3), 0);
+	EXPECT_CONTAINS(out, "its workers are killed");
+	EXPECT_EQ(pids_after_cancel(id3, after, 4), 0);
+
+	/* its chunk never ends: killed once the stop grace is over */
+	ASSERT_EQ(mesh(0, "call jw hi"), 0);
+	ASSERT_EQ(worker_pids(warm, 4), 1);
+	unsigned id4 = submit("jw ::: hang");
+	usleep(200 * 1000);
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(mesh(0, "cancel %u", id4), 0);
+	EXPECT_EQ(pids_after_cancel(id4, after, 4), 0);
+	EXPECT_GE(t_now_ms() - t0, 900);
+	EXPECT_EQ(mesh(1, "cancel --kill-workers --store postgresql://h/db %u", id4), MESH_EXIT_USAGE);
+	EXPECT_CONTAINS(out, "--kill-workers asks a meshd");
+	stop_meshd();
+}
+
 TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 {
 	add_job_worker("jw", 3, "300s");
