@@ -879,6 +879,37 @@ TEST_TIMEOUT(jobs_cancel_keeps_warm_workers_unless_asked, 90)
 	stop_meshd();
 }
 
+/* The wait for a meshd that went away is bounded: 60 s without an
+ * answer, then exit 69, saying so and that the job may still run. */
+TEST_TIMEOUT(jobs_wait_gives_up_after_60_s_without_meshd, 120)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	unsigned id = submit("jw ::: hang");
+	ASSERT_EQ(t_sh(out, sizeof out, 0,
+		       "('%s' wait %u --socket " SOCK " >wait.out 2>wait.err; echo $? >wait.rc) >/dev/null 2>&1 &",
+		       t_bin("mesh"), id),
+		  0);
+	usleep(500 * 1000); /* its first answer */
+	stop_meshd();
+	uint64_t t0 = t_now_ms();
+	char *rc = NULL;
+	for (int i = 0; i < 9000 && !(rc = t_read_file("wait.rc", NULL)); i++)
+		usleep(10 * 1000);
+	uint64_t took = t_now_ms() - t0;
+	ASSERT_TRUE(rc != NULL);
+	EXPECT_STREQ(rc, "69\n");
+	free(rc);
+	EXPECT_GE(took, 59000);
+	EXPECT_LT(took, 75000);
+	char *err = t_read_file("wait.err", NULL), want[256];
+	snprintf(want, sizeof want, "mesh: cannot reach meshd at '" SOCK "' for 60 s (");
+	EXPECT_CONTAINS(err, want);
+	snprintf(want, sizeof want, "): job %u may still run; `mesh wait %u` once meshd is back\n", id, id);
+	EXPECT_CONTAINS(err, want);
+	free(err);
+}
+
 TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 {
 	add_job_worker("jw", 3, "300s");
