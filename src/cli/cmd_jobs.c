@@ -37,7 +37,9 @@ static const char *const helps[][2] = {
 	 "  --chunks N       N chunks with empty input (chunk ids 0..N-1)\n"
 	 "  --input FILE     one chunk a line of FILE ('-': standard input), the line without its\n"
 	 "                   newline is the chunk's input\n"
-	 "  ::: ARG...       one chunk an argument\n"
+	 "  ::: ARG...       one chunk an argument; options go before ::: (-- ends them); after it a\n"
+	 "                   word that is one of these options (::: a --socket X) is refused unless\n"
+	 "                   -- came before :::\n"
 	 "  --max-workers K  at most K workers at once (default: the manifest's max_workers)\n"
 	 "  --retries K      a chunk is tried at most K times, then buried (default 3)\n"
 	 "  --timeout S      a chunk held longer by a worker gets the worker killed and replaced\n"
@@ -55,15 +57,21 @@ static const char *const helps[][2] = {
 	{"wait", "usage: mesh wait JOB [--quiet] [--socket PATH | --store URL]\n\n"
 		 "Waits until job JOB ends; a progress bar on stderr when it is a terminal (--quiet: none).\n"
 		 "Exit: 0 complete; 1 it ended with buried chunks; 6 cancelled; 70 it stopped on an error;\n"
-		 "75 its program is FAILED (a crash loop: nothing moves until `mesh start PROGRAM`).\n"},
+		 "75 its program is FAILED (a crash loop: nothing moves until `mesh start PROGRAM`).\n"
+		 "A meshd that goes away once the wait began (a restart: the job is durable) is asked\n"
+		 "again for up to 60 s, saying so on stderr; then the exit is 69.\n"},
 	{"results", "usage: mesh results JOB [--no-wait] [--socket PATH | --store URL]\n\n"
 		    "Writes each DONE chunk's result bytes, in chunk order, with nothing added between\n"
 		    "them.  While the job runs it streams: chunk k+1 is written once chunk k is settled\n"
 		    "(a buried chunk adds nothing).  --no-wait writes only what is DONE now and stops at\n"
 		    "the first chunk that is not.  A DONE chunk whose result is missing is named on stderr\n"
 		    "and skipped; the others are written, and the exit is 65.\n"},
-	{"cancel", "usage: mesh cancel JOB [--socket PATH | --store URL]\n\n"
-		   "Stops job JOB for good: running chunks are cut, nothing more starts; what is DONE stays.\n"},
+	{"cancel", "usage: mesh cancel JOB [--kill-workers] [--socket PATH | --store URL]\n\n"
+		   "Stops job JOB for good: nothing more starts; what is DONE stays.  A worker in one of\n"
+		   "its chunks ends that chunk, then stays warm (killed if that takes longer than its\n"
+		   "program's stop_grace); idle workers stay warm: the next job starts on them.\n"
+		   "  --kill-workers  the job's workers are killed at once, and the program's idle workers\n"
+		   "                  are stopped too (meshd's jobs, not --store)\n"},
 	{"rm", "usage: mesh rm JOB [--socket PATH]\n\n"
 	       "Removes job JOB, which has ended (complete, failed, cancelled or error): its directory,\n"
 	       "results and all, and meshd forgets it; its id is not given again.  A running job is\n"
@@ -75,7 +83,7 @@ struct jopts {
 	char sock[PATH_MAX];
 	const char *store; /* --store URL, else $MESH_STORE unless --socket: the store's jobs (jobs_home.c) */
 	const char *job;
-	int json, quiet, no_wait, all;
+	int json, quiet, no_wait, all, kill_workers;
 };
 
 /* The client of o's jobs (cmd's messages): -1, or an exit code. */
@@ -153,6 +161,8 @@ static int parse(int argc, char **argv, struct jopts *o, int want_job)
 			o->quiet = 1;
 		else if (!strcmp(a, "--no-wait") && !strcmp(cmd, "results"))
 			o->no_wait = 1;
+		else if (!strcmp(a, "--kill-workers") && !strcmp(cmd, "cancel"))
+			o->kill_workers = 1;
 		else if (a[0] == '-' && a[1])
 			return mesh_cli_usage("%s: unknown option '%s'%s", cmd, a,
 					      mesh_cli_did_you_mean(cmd, a, near, sizeof near));
@@ -233,91 +243,114 @@ out:
 	return ex;
 }
 
-static int sub_value(int argc, char **argv, int *i, const char **v)
+/* mesh submit's options: the table its parser and its ::: rule
+ * (mesh_cli_option_input) both read.  value: it takes one. */
+enum { S_SOCKET, S_STORE, S_CHUNKS, S_INPUT, S_MAX_WORKERS, S_RETRIES, S_TIMEOUT, S_SPECULATE, S_WAIT, S_NAME, S_HELP };
+static const struct {
+	const char *name;
+	int value;
+} sub_opts[] = {
+	[S_SOCKET] = {"socket", 1},   [S_STORE] = {"store", 1},		[S_CHUNKS] = {"chunks", 1},
+	[S_INPUT] = {"input", 1},     [S_MAX_WORKERS] = {"max-workers", 1}, [S_RETRIES] = {"retries", 1},
+	[S_TIMEOUT] = {"timeout", 1}, [S_SPECULATE] = {"speculate", 0},	[S_WAIT] = {"wait", 0},
+	[S_NAME] = {"name", 1},	      [S_HELP] = {"help", 0},
+};
+
+/* The index of long option name[0..n) in sub_opts, or -1. */
+static int sub_opt(const char *name, size_t n)
 {
-	const char *a = argv[*i], *eq = strchr(a, '=');
-	if (eq) {
-		*v = eq + 1;
-		return -1;
-	}
-	if (*i + 1 >= argc)
-		return mesh_cli_usage("submit: %s needs a value", a);
-	*v = argv[++*i];
+	for (size_t k = 0; k < sizeof sub_opts / sizeof sub_opts[0]; k++)
+		if (strlen(sub_opts[k].name) == n && !strncmp(sub_opts[k].name, name, n))
+			return (int)k;
 	return -1;
 }
 
-static int opt_is(const char *a, const char *name)
+static int is_sub_opt(const char *name, size_t n)
 {
-	size_t n = strlen(name);
-	return !strncmp(a, name, n) && (a[n] == 0 || a[n] == '=');
+	return sub_opt(name, n) >= 0;
 }
 
 static int wait_for(struct jclient *c, const char *id, int quiet);
 
-/* mesh submit's options into o and s; -1, or an exit code (--help: 0). */
+/* Option k of mesh submit with its value v (NULL when it takes none) into
+ * o, s and *wait; -1, or an exit code. */
+static int sub_apply(int k, const char *v, struct jopts *o, struct jsub *s, int *wait)
+{
+	switch (k) {
+	case S_SOCKET: return set_sock(o, "submit", v);
+	case S_STORE: o->store = v; return -1;
+	case S_CHUNKS:
+		if (mesh_parse_u64(v, MESH_JOB_MAX_CHUNKS, &s->chunks) < 0 || !s->chunks)
+			return mesh_cli_usage("submit: --chunks wants a whole number from 1 to %llu, not '%s'",
+					      (unsigned long long)MESH_JOB_MAX_CHUNKS, v);
+		s->have_chunks = 1;
+		return -1;
+	case S_INPUT: s->input = v; return -1;
+	case S_MAX_WORKERS:
+		if (mesh_parse_u64(v, 64, &s->max_workers) < 0 || !s->max_workers)
+			return mesh_cli_usage("submit: --max-workers wants 1 to 64, not '%s'", v);
+		return -1;
+	case S_RETRIES:
+		if (mesh_parse_u64(v, 1000000, &s->retries) < 0 || !s->retries)
+			return mesh_cli_usage("submit: --retries wants 1 to 1000000, not '%s'", v);
+		return -1;
+	case S_TIMEOUT:
+		if (mesh_parse_duration(v, 86400ull * MESH_NS_PER_S, &s->timeout_ns) < 0 || !s->timeout_ns)
+			return mesh_cli_usage("submit: --timeout wants a duration (0 < T <= 1d: 30, 250ms, 5m, 1.5h), not '%s'", v);
+		return -1;
+	case S_SPECULATE: s->speculate = 1; return -1;
+	case S_WAIT: *wait = 1; return -1;
+	case S_NAME: s->name = v; return -1;
+	case S_HELP: print_help("submit"); return 0;
+	}
+	return -1;
+}
+
+/* mesh submit's options into o and s; -1, or an exit code (--help: 0).
+ * Options go anywhere before ::: ("--" ends them); after it every word is
+ * a chunk's input, and one that is an option of the table is refused
+ * unless "--" came first (mesh_cli_option_input, as mesh run does). */
 static int submit_parse(int argc, char **argv, struct jopts *o, struct jsub *s, int *wait)
 {
-	int i, ex;
-	for (i = 1; i < argc && strcmp(argv[i], ":::"); i++)
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			print_help("submit");
-			return 0;
-		}
+	int i, ex, dashdash = 0;
+	char msg[512];
+	for (i = 1; i < argc && strcmp(argv[i], ":::") && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return sub_apply(S_HELP, NULL, o, s, wait);
 	for (i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = NULL;
-		ex = -1;
+		const char *a = argv[i], *eq = strchr(a, '=');
 		if (!strcmp(a, ":::")) {
 			s->words = argv + i + 1;
 			s->nwords = (size_t)(argc - i - 1);
 			if (!s->nwords)
 				return mesh_cli_usage("submit: ::: needs at least one argument");
+			if (!dashdash && mesh_cli_option_input(s->words, s->nwords, ":::", "':::'", is_sub_opt, msg, sizeof msg))
+				return mesh_cli_usage("submit: %s", msg);
 			break;
 		}
-		if (opt_is(a, "--socket")) {
-			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
-				ex = set_sock(o, "submit", v);
-		} else if (opt_is(a, "--store")) {
-			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
-				o->store = v;
-		} else if (opt_is(a, "--chunks")) {
-			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_u64(v, MESH_JOB_MAX_CHUNKS, &s->chunks) < 0 || !s->chunks))
-				return mesh_cli_usage("submit: --chunks wants a whole number from 1 to %llu, not '%s'",
-						      (unsigned long long)MESH_JOB_MAX_CHUNKS, v);
-			s->have_chunks = 1;
-		} else if (opt_is(a, "--input")) {
-			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
-				s->input = v;
-		} else if (opt_is(a, "--max-workers")) {
-			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_u64(v, 64, &s->max_workers) < 0 || !s->max_workers))
-				return mesh_cli_usage("submit: --max-workers wants 1 to 64, not '%s'", v);
-		} else if (opt_is(a, "--retries")) {
-			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_u64(v, 1000000, &s->retries) < 0 || !s->retries))
-				return mesh_cli_usage("submit: --retries wants 1 to 1000000, not '%s'", v);
-		} else if (opt_is(a, "--timeout")) {
-			if ((ex = sub_value(argc, argv, &i, &v)) < 0 &&
-			    (mesh_parse_duration(v, 86400ull * MESH_NS_PER_S, &s->timeout_ns) < 0 || !s->timeout_ns))
-				return mesh_cli_usage("submit: --timeout wants a duration (0 < T <= 1d: 30, 250ms, 5m, 1.5h), not '%s'", v);
-		} else if (!strcmp(a, "--speculate")) {
-			s->speculate = 1;
-		} else if (!strcmp(a, "--wait")) {
-			*wait = 1;
-		} else if (opt_is(a, "--name")) {
-			if ((ex = sub_value(argc, argv, &i, &v)) < 0)
-				s->name = v;
-		} else if (a[0] == '-' && a[1]) {
-			char near[128];
-			return mesh_cli_usage("submit: unknown option '%s'%s", a,
-					      mesh_cli_did_you_mean("submit", a, near, sizeof near));
+		if (!strcmp(a, "--") && !dashdash) {
+			dashdash = 1;
+			continue;
+		}
+		if (a[0] == '-' && a[1] && !dashdash) {
+			int k = a[1] == '-' ? sub_opt(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2)) : -1;
+			const char *v = eq ? eq + 1 : NULL;
+			if (k < 0) {
+				char near[128];
+				return mesh_cli_usage("submit: unknown option '%s'%s", a,
+						      mesh_cli_did_you_mean("submit", a, near, sizeof near));
+			}
+			if (!sub_opts[k].value && eq)
+				return mesh_cli_usage("submit: --%s takes no value", sub_opts[k].name);
+			if (sub_opts[k].value && !eq && (v = i + 1 < argc ? argv[++i] : NULL) == NULL)
+				return mesh_cli_usage("submit: --%s needs a value", sub_opts[k].name);
+			if ((ex = sub_apply(k, v, o, s, wait)) >= 0)
+				return ex;
 		} else if (!s->program) {
 			s->program = a;
 		} else {
 			return mesh_cli_usage("submit: unexpected argument '%s' (chunk arguments go after :::)", a);
 		}
-		if (ex >= 0)
-			return ex;
 	}
 	if (!s->program)
 		return mesh_cli_usage("submit: which program? (mesh submit PROGRAM --chunks N | --input FILE | ::: ARG...)");
@@ -569,8 +602,8 @@ int mesh_cmd_cancel(int argc, char **argv)
 	int ex = parse(argc, argv, &o, 1);
 	if (ex >= 0 || (ex = client(&o, "cancel", &c)) >= 0)
 		return ex;
-	if ((ex = c->ops->cancel(c, o.job)) < 0)
-		printf("cancelled job %s\n", o.job);
+	if ((ex = c->ops->cancel(c, o.job, o.kill_workers)) < 0)
+		printf("cancelled job %s%s\n", o.job, o.kill_workers ? "; its workers are killed" : "");
 	c->ops->close(c);
 	return ex < 0 ? 0 : ex;
 }

@@ -130,3 +130,17 @@ int mesh_cli_wants_help(int argc, char **argv)
 	}
 	return 0;
 }
+
+int mesh_cli_option_input(char *const *words, size_t n, const char *sep, const char *where,
+			  int (*is_option)(const char *name, size_t len), char *msg, size_t cap)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *w = words[i];
+		if (strncmp(w, "--", 2) || !w[2] || !is_option(w + 2, strcspn(w + 2, "=")))
+			continue;
+		snprintf(msg, cap, "'%s' after '%s' is taken as an input; put options before %s (or '--' before %s to take it as an input)",
+			 w, sep, where, where);
+		return 1;
+	}
+	return 0;
+}

@@ -5,6 +5,7 @@
 #define MESH_CLI_EXIT_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/exit.h"
@@ -61,5 +62,17 @@ struct mesh_job_why;
 int mesh_cli_identity_damaged(int rc, const char *journal, const struct mesh_job_why *w);
 /* True when argv holds -h or --help before any "--". */
 int mesh_cli_wants_help(int argc, char **argv);
+/* The one rule for the words after an input separator (`:::` of `mesh
+ * submit`, `:::` `:::+` `::::` `::::+` of `mesh run`): each is an input,
+ * except that a word that is one of the command's own long options
+ * (`--NAME` or `--NAME=VALUE`, where is_option(NAME, its length) says so:
+ * the command's option table) is far more often a misplaced option than
+ * an input, so it is refused.  For the first such word of words[0..n)
+ * writes "'WORD' after 'SEP' is taken as an input; put options before
+ * WHERE (or '--' before WHERE to take it as an input)" into msg[cap] and
+ * returns 1; else 0.  A caller whose command line had "--" before WHERE
+ * does not ask (every word is an input then, as in GNU parallel). */
+int mesh_cli_option_input(char *const *words, size_t n, const char *sep, const char *where,
+			  int (*is_option)(const char *name, size_t len), char *msg, size_t cap);
 
 #endif

@@ -17,23 +17,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define REQ_TIMEOUT_NS (600ull * MESH_NS_PER_S)
 /* A long poll asks meshd to hold the answer this long (it may answer sooner). */
 #define POLL_WAIT "20"
 #define BAR_WAIT "0.2"
 
+/* A wait that had an answer waits this long for a meshd that went away
+ * (a restart: the job is durable, so is the wait), asking again after
+ * pauses that double from GONE_PAUSE_MIN_NS to GONE_PAUSE_MAX_NS. */
+#define GONE_MAX_NS (60ull * MESH_NS_PER_S)
+#define GONE_PAUSE_MIN_NS (100ull * MESH_NS_PER_MS)
+#define GONE_PAUSE_MAX_NS (2ull * MESH_NS_PER_S)
+
 struct api {
 	struct jclient base;
 	char sock[PATH_MAX];
 	json_t *last; /* the last answer: the views' strings */
+	int answered; /* a job's look (get) had an answer */
 };
 
-/* One request; on failure prints why and returns the exit code, else -1. */
-static int request(struct api *a, const char *what, const char *method, const char *target, const void *body,
-		   size_t n, struct meshd_reply *r)
+/* The outcome rc of a request (meshd_client_request's) and its answer r:
+ * -1 when it went well, else says why and returns the exit code (r
+ * released). */
+static int outcome(struct api *a, const char *what, int rc, struct meshd_reply *r)
 {
-	int rc = meshd_client_request(a->sock, method, target, body, n, REQ_TIMEOUT_NS, r);
 	if (rc < 0) {
 		if (meshd_client_unreachable(rc)) {
 			fprintf(stderr, "mesh: cannot reach meshd at '%s': %s\n", a->sock, mesh_strerror(rc));
@@ -50,6 +59,66 @@ static int request(struct api *a, const char *what, const char *method, const ch
 		return mesh_exit_for(err);
 	}
 	return -1;
+}
+
+/* One request; on failure prints why and returns the exit code, else -1. */
+static int request(struct api *a, const char *what, const char *method, const char *target, const void *body,
+		   size_t n, struct meshd_reply *r)
+{
+	return outcome(a, what, meshd_client_request(a->sock, method, target, body, n, REQ_TIMEOUT_NS, r), r);
+}
+
+/* 1 when the request's outcome (rc, r) says meshd is away for now: nobody
+ * serves its socket, the answer was cut (it stopped), or 503 (it is
+ * stopping); *why says so (malloc'd; r released). */
+static int away(int rc, struct meshd_reply *r, char **why)
+{
+	if (rc < 0) {
+		if (!meshd_client_unreachable(rc) && rc != MESH_E_CLOSED)
+			return 0;
+		*why = strdup(mesh_strerror(rc));
+		return 1;
+	}
+	if (r->status != 503)
+		return 0;
+	meshd_reply_error(r, why);
+	meshd_reply_release(r);
+	return 1;
+}
+
+/* GET target for job id's look, through a restart of meshd once a look
+ * had an answer: while meshd is away it asks again, for GONE_MAX_NS at
+ * most (saying so on stderr), then gives up as request does. */
+static int get_through_restart(struct api *a, const char *id, const char *what, const char *target,
+			       struct meshd_reply *r)
+{
+	uint64_t since = 0, pause = GONE_PAUSE_MIN_NS;
+	for (;;) {
+		char *why = NULL;
+		int rc = meshd_client_request(a->sock, "GET", target, NULL, 0, REQ_TIMEOUT_NS, r);
+		if (!a->answered || !away(rc, r, &why)) {
+			if (since && rc == 0 && r->status < 400)
+				fprintf(stderr, "mesh: meshd at '%s' answers again; job %s is waited for\n", a->sock, id);
+			return outcome(a, what, rc, r);
+		}
+		uint64_t now = mesh_mono_ns();
+		if (!since) {
+			since = now;
+			fprintf(stderr, "%smesh: meshd at '%s' is away (%s); waiting up to %llu s for it to come back\n",
+				isatty(2) ? "\n" : "", a->sock, why ? why : "?",
+				(unsigned long long)(GONE_MAX_NS / MESH_NS_PER_S));
+		} else if (now - since >= GONE_MAX_NS) {
+			fprintf(stderr,
+				"mesh: cannot reach meshd at '%s' for %llu s (%s): job %s may still run; `mesh wait %s` "
+				"once meshd is back\n",
+				a->sock, (unsigned long long)(GONE_MAX_NS / MESH_NS_PER_S), why ? why : "?", id, id);
+			free(why);
+			return MESH_EXIT_UNAVAILABLE;
+		}
+		free(why);
+		mesh_sleep_ns(pause);
+		pause = pause * 2 < GONE_PAUSE_MAX_NS ? pause * 2 : GONE_PAUSE_MAX_NS;
+	}
 }
 
 /* Adds s to b percent-encoded for a query value. */
@@ -194,7 +263,7 @@ static int api_get(struct jclient *c, const char *id, enum jwait w, struct jview
 	snprintf(target, sizeof target, "/v1/jobs/%s%s%s", id, w == JW_NOW ? "" : "?wait=",
 		 w == JW_NOW ? "" : w == JW_TICK ? BAR_WAIT : POLL_WAIT);
 	snprintf(what, sizeof what, "cannot wait for job %s", id);
-	int ex = request(a, what, "GET", target, NULL, 0, &r);
+	int ex = get_through_restart(a, id, what, target, &r);
 	if (ex >= 0)
 		return ex;
 	json_t *j = keep_json(a, &r);
@@ -202,6 +271,7 @@ static int api_get(struct jclient *c, const char *id, enum jwait w, struct jview
 		fprintf(stderr, "mesh: %s: meshd's answer is not JSON\n", what);
 		return MESH_EXIT_PROTOCOL;
 	}
+	a->answered = 1;
 	view_of(j, v);
 	return -1;
 }
@@ -270,9 +340,9 @@ static int action(struct api *a, const char *id, const char *method, const char 
 	return -1;
 }
 
-static int api_cancel(struct jclient *c, const char *id)
+static int api_cancel(struct jclient *c, const char *id, int kill_workers)
 {
-	return action((struct api *)c, id, "POST", "/cancel", "cancel");
+	return action((struct api *)c, id, "POST", kill_workers ? "/cancel?kill_workers=1" : "/cancel", "cancel");
 }
 
 static int api_remove(struct jclient *c, const char *id)

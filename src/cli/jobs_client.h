@@ -73,7 +73,10 @@ struct jclient_ops {
 	 * when wait is set and none is there. */
 	int (*results)(struct jclient *c, const char *id, uint64_t from, int wait,
 		       int (*out)(void *arg, const void *p, size_t n), void *arg, struct jpage *pg);
-	int (*cancel)(struct jclient *c, const char *id);
+	/* Job id stops for good; kill_workers: its workers are killed at
+	 * once and its program's idle ones stopped (a meshd's; a store's
+	 * client refuses it). */
+	int (*cancel)(struct jclient *c, const char *id, int kill_workers);
 	/* NULL: the client's jobs are not removed this way. */
 	int (*remove)(struct jclient *c, const char *id);
 	void (*close)(struct jclient *c);

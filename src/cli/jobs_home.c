@@ -271,9 +271,12 @@ static int st_results(struct jclient *c, const char *id, uint64_t from, int wait
 	return fail(s, rc, "cannot read the results");
 }
 
-static int st_cancel(struct jclient *c, const char *id)
+static int st_cancel(struct jclient *c, const char *id, int kill_workers)
 {
 	struct store *s = (struct store *)c;
+	if (kill_workers)
+		return mesh_cli_usage("cancel: --kill-workers asks a meshd (--socket): a store's job has the workers "
+				      "of every host that serves it");
 	int ex = open_job(s, id);
 	if (ex >= 0)
 		return ex;

@@ -34,7 +34,9 @@ static const char usage[] =
 	"... the n-th argument ({1.} etc.).  No replacement string: the arguments are\n"
 	"appended.  No CMD (or just {}): each input line is a shell command line; a\n"
 	"one-word CMD with spaces ('echo {} | wc') runs under /bin/sh with the values\n"
-	"quoted; otherwise nothing goes through a shell.\n"
+	"quoted; otherwise nothing goes through a shell.  After ::: every word is an\n"
+	"input, but one of the long options below (::: a --timeout 5) is refused unless\n"
+	"-- came before CMD.\n"
 	"\n"
 	"  -j, --jobs N         slots at once: N, N% of the cores, +N, -N, 0 = 256\n"
 	"                       (-P, --max-procs: the same)\n"
@@ -500,6 +502,20 @@ static int apply(struct run_args *a, const struct opt *o, const char *v)
 	return 0;
 }
 
+/* The long option name[0..n) of the table, or NULL. */
+static const struct opt *long_opt(const char *name, size_t n)
+{
+	for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
+		if (opts[k].name[0] && strlen(opts[k].name) == n && !strncmp(opts[k].name, name, n))
+			return &opts[k];
+	return NULL;
+}
+
+static int is_long_opt(const char *name, size_t n)
+{
+	return long_opt(name, n) != NULL;
+}
+
 /* One option at argv[*i] (which starts with '-'); moves *i past its value. */
 static int option(int argc, char **argv, int *i, struct run_args *a)
 {
@@ -507,10 +523,8 @@ static int option(int argc, char **argv, int *i, struct run_args *a)
 	if (arg[1] == '-') {
 		const char *eq = strchr(arg, '=');
 		size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-		for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
-			const struct opt *o = &opts[k];
-			if (!o->name[0] || strlen(o->name) != n || strncmp(o->name, arg + 2, n))
-				continue;
+		const struct opt *o = long_opt(arg + 2, n);
+		if (o) {
 			if (!o->value && eq)
 				return mesh__run_usage("option '--%s' takes no value", o->name);
 			if (o->value == 1 && !eq && *i + 1 >= argc)
@@ -557,15 +571,25 @@ static int marker(const struct run_args *a, const char *s)
 	return 0;
 }
 
-/* The ::: and :::: sources from argv[i] on. */
+/* The ::: and :::: sources from argv[i] on.  A word among them that is
+ * one of mesh run's long options is refused unless "--" ended the options
+ * (mesh_cli_option_input: the rule mesh submit's ::: follows too). */
 static int sources(int argc, char **argv, int i, struct run_args *a)
 {
+	char msg[512], where[64];
+	if (a->cmd[0] || i >= argc)
+		snprintf(where, sizeof where, "the command");
+	else
+		snprintf(where, sizeof where, "'%.60s'", argv[i]);
 	while (i < argc) {
 		const char *m = argv[i++];
 		int kind = marker(a, m), files = kind & 2, linked = (kind & 4) != 0;
 		int j = i;
 		while (j < argc && !marker(a, argv[j]))
 			j++;
+		if (!a->dashdash &&
+		    mesh_cli_option_input(argv + i, (size_t)(j - i), m, where, is_long_opt, msg, sizeof msg))
+			return mesh__run_usage("%s", msg);
 		int rc = 0;
 		if (!files)
 			rc = add_src(a, NULL, argv + i, (size_t)(j - i), linked);
@@ -628,6 +652,7 @@ int mesh__run_parse(int argc, char **argv, struct run_args *a)
 		return rc;
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--")) {
+			a->dashdash = 1;
 			i++;
 			break;
 		}

@@ -28,6 +28,7 @@ struct run_args {
 	int dry_run, progress, verbose, silent, help;
 	int joblog_plus; /* --joblog +FILE: appended to, no header (GNU parallel's) */
 	int quote;	 /* -q: the command never goes through a shell */
+	int dashdash;	 /* "--" ended the options: no word after ::: is refused as one */
 	int link;	 /* --link: the sources are paired, the shorter ones repeated */
 	const char *arg_sep, *file_sep; /* ::: and :::: (--arg-sep, --arg-file-sep) */
 	/* The replacement strings: -I and its kin rename the built-in ones,

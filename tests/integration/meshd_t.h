@@ -137,7 +137,7 @@ static inline int meshd_t_stop(pid_t pid)
 }
 
 /* `mesh CMD --socket SOCK REST` where fmt... formats "CMD REST" (--socket
- * goes right after the command: after ::: it would be a chunk): the exit
+ * goes right after the command: after ::: it would be refused): the exit
  * status; stdout (and stderr when merge, else appended to mesh.err) in
  * out[cap]. */
 static inline int meshd_t_mesh(char *out, size_t cap, int merge, const char *fmt, ...)

@@ -705,6 +705,42 @@ TEST_TIMEOUT(jobs_bad_input_clear_errors_and_exit_codes, 60)
 	stop_meshd();
 }
 
+/* Options go anywhere before ':::'; after it every word is a chunk's
+ * input, and one that is an option of mesh submit is refused, naming it
+ * (`::: a --socket X` silently submitted to the default socket with
+ * chunks a, --socket, X).  "--" before ':::' takes it as an input. */
+TEST_TIMEOUT(jobs_submit_own_option_after_the_separator_is_refused, 60)
+{
+	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	setup();
+	static const char *const bad[][2] = {
+		{"echo ::: a --socket X", "--socket"},
+		{"echo ::: a --timeout 10x", "--timeout"},
+		{"echo ::: --wait a", "--wait"},
+		{"echo ::: a --name=n", "--name=n"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char want[256];
+		EXPECT_EQ(mesh(1, "submit %s", bad[i][0]), MESH_EXIT_USAGE);
+		snprintf(want, sizeof want,
+			 "mesh: submit: '%s' after ':::' is taken as an input; put options before ':::' (or '--' before "
+			 "':::' to take it as an input)",
+			 bad[i][1]);
+		EXPECT_CONTAINS(out, want);
+	}
+	EXPECT_EQ(mesh(0, "jobs --json --all"), 0);
+	EXPECT_CONTAINS(out, "\"jobs\":[]");
+	/* options anywhere before it; "--" ends them */
+	unsigned id = submit("echo --name n -- ::: a --socket X -v");
+	EXPECT_EQ(mesh(0, "wait %u", id), 0);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, "a--socketX-v");
+	json_t *j = job_json(id);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "name")), "n");
+	json_decref(j);
+	stop_meshd();
+}
+
 TEST_TIMEOUT(jobs_speculation_across_workers_first_result_wins, 60)
 {
 	add_job_worker("jw", 2, "300s");
@@ -739,6 +775,139 @@ static void wait_done(unsigned id, int64_t done)
 			return;
 		usleep(5000);
 	}
+}
+
+/* The job survives a restart of meshd (its state directory), so does a
+ * `mesh wait` on it: it says meshd is away, asks again until meshd
+ * answers, and ends with the job's outcome (it exited 69 at the restart,
+ * "cannot reach meshd"). */
+TEST_TIMEOUT(jobs_wait_goes_on_across_a_meshd_restart, 90)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	/* 300 chunks of 20 ms on one worker: 6 s at least */
+	char args[4096] = "jw :::", want[8192];
+	size_t k = 0;
+	for (int i = 0; i < 300; i++) {
+		strcat(args, " slow");
+		k += (size_t)snprintf(want + k, sizeof want - k, "%d:slow\n", i);
+	}
+	unsigned id = submit(args);
+	ASSERT_EQ(t_sh(out, sizeof out, 0,
+		       "('%s' wait %u --socket " SOCK " >wait.out 2>wait.err; echo $? >wait.rc) >/dev/null 2>&1 &",
+		       t_bin("mesh"), id),
+		  0);
+	/* the wait has had its first answer long before 50 chunks are done */
+	wait_done(id, 50);
+	json_t *j = job_json(id);
+	EXPECT_LT(jint(j, "done"), 300);
+	json_decref(j);
+	stop_meshd();
+	usleep(300 * 1000); /* the wait finds no meshd a few times */
+	start_meshd();
+	char *rc = NULL;
+	for (int i = 0; i < 6000 && !(rc = t_read_file("wait.rc", NULL)); i++)
+		usleep(10 * 1000);
+	ASSERT_TRUE(rc != NULL);
+	EXPECT_STREQ(rc, "0\n");
+	free(rc);
+	char *err = t_read_file("wait.err", NULL);
+	EXPECT_CONTAINS(err, "mesh: meshd at '" SOCK "' is away (");
+	EXPECT_CONTAINS(err, "); waiting up to 60 s for it to come back\n");
+	char again[256];
+	snprintf(again, sizeof again, "mesh: meshd at '" SOCK "' answers again; job %u is waited for\n", id);
+	EXPECT_CONTAINS(err, again);
+	free(err);
+	EXPECT_EQ(mesh(0, "results %u", id), 0);
+	EXPECT_STREQ(out, want);
+	stop_meshd();
+}
+
+/* Job id's live worker pids once its driver ended (mesh wait: cancelled). */
+static int pids_after_cancel(unsigned id, pid_t *pids, int cap)
+{
+	EXPECT_EQ(mesh(0, "wait %u", id), MESH_EXIT_CANCELLED);
+	return worker_pids(pids, cap);
+}
+
+/* A cancel stops the job's chunks, not its program's warm workers: the
+ * worker in one of its chunks ends that chunk, is halted and stays warm
+ * (the same pid serves the next job, no cold start); it was SIGKILLed.
+ * --kill-workers kills them; a chunk that outlasts the stop grace (1 s)
+ * gets its worker killed as before. */
+TEST_TIMEOUT(jobs_cancel_keeps_warm_workers_unless_asked, 90)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	char args[4096] = "jw :::";
+	for (int i = 0; i < 300; i++)
+		strcat(args, " slow"); /* 20 ms each: 6 s at least on one worker */
+	pid_t warm[4], after[4];
+	ASSERT_EQ(mesh(0, "call jw hi"), 0);
+	ASSERT_EQ(worker_pids(warm, 4), 1);
+	unsigned id = submit(args);
+	wait_done(id, 5);
+	EXPECT_EQ(mesh(0, "cancel %u", id), 0);
+	EXPECT_STREQ(out, "cancelled job 1\n");
+	ASSERT_EQ(pids_after_cancel(id, after, 4), 1);
+	EXPECT_EQ(after[0], warm[0]);
+	unsigned id2 = submit("jw ::: a b");
+	EXPECT_EQ(mesh(0, "wait %u", id2), 0);
+	ASSERT_EQ(worker_pids(after, 4), 1);
+	EXPECT_EQ(after[0], warm[0]);
+	json_t *j = job_json(id2);
+	EXPECT_EQ(jint(j, "worker_kills"), 0);
+	json_decref(j);
+
+	unsigned id3 = submit(args);
+	wait_done(id3, 5);
+	EXPECT_EQ(mesh(0, "cancel --kill-workers %u", id3), 0);
+	EXPECT_CONTAINS(out, "its workers are killed");
+	EXPECT_EQ(pids_after_cancel(id3, after, 4), 0);
+
+	/* its chunk never ends: killed once the stop grace is over */
+	ASSERT_EQ(mesh(0, "call jw hi"), 0);
+	ASSERT_EQ(worker_pids(warm, 4), 1);
+	unsigned id4 = submit("jw ::: hang");
+	usleep(200 * 1000);
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(mesh(0, "cancel %u", id4), 0);
+	EXPECT_EQ(pids_after_cancel(id4, after, 4), 0);
+	EXPECT_GE(t_now_ms() - t0, 900);
+	EXPECT_EQ(mesh(1, "cancel --kill-workers --store postgresql://h/db %u", id4), MESH_EXIT_USAGE);
+	EXPECT_CONTAINS(out, "--kill-workers asks a meshd");
+	stop_meshd();
+}
+
+/* The wait for a meshd that went away is bounded: 60 s without an
+ * answer, then exit 69, saying so and that the job may still run. */
+TEST_TIMEOUT(jobs_wait_gives_up_after_60_s_without_meshd, 120)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	unsigned id = submit("jw ::: hang");
+	ASSERT_EQ(t_sh(out, sizeof out, 0,
+		       "('%s' wait %u --socket " SOCK " >wait.out 2>wait.err; echo $? >wait.rc) >/dev/null 2>&1 &",
+		       t_bin("mesh"), id),
+		  0);
+	usleep(500 * 1000); /* its first answer */
+	stop_meshd();
+	uint64_t t0 = t_now_ms();
+	char *rc = NULL;
+	for (int i = 0; i < 9000 && !(rc = t_read_file("wait.rc", NULL)); i++)
+		usleep(10 * 1000);
+	uint64_t took = t_now_ms() - t0;
+	ASSERT_TRUE(rc != NULL);
+	EXPECT_STREQ(rc, "69\n");
+	free(rc);
+	EXPECT_GE(took, 59000);
+	EXPECT_LT(took, 75000);
+	char *err = t_read_file("wait.err", NULL), want[256];
+	snprintf(want, sizeof want, "mesh: cannot reach meshd at '" SOCK "' for 60 s (");
+	EXPECT_CONTAINS(err, want);
+	snprintf(want, sizeof want, "): job %u may still run; `mesh wait %u` once meshd is back\n", id, id);
+	EXPECT_CONTAINS(err, want);
+	free(err);
 }
 
 TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)

@@ -84,6 +84,41 @@ TEST(run_args_command_after_options_without_dashdash)
 	EXPECT_STREQ(out, "-k a\n");
 }
 
+/* After an input separator every word is an input, but one that is an
+ * option of mesh run (--timeout, --jobs=2) is refused, naming it: it was
+ * taken as an input silently (`::: a --timeout 10x` made three chunks).
+ * "--" before the command takes such words as inputs, as GNU parallel
+ * does; other words that start with '-' are inputs anyway. */
+TEST(run_args_own_option_after_a_separator_is_refused)
+{
+	char out[4096];
+	static const struct {
+		const char *args, *word, *sep, *where;
+	} bad[] = {
+		{"echo ::: a --timeout 10x", "--timeout", ":::", "the command"},
+		{"echo ::: a ::: --jobs=2", "--jobs=2", ":::", "the command"},
+		{"echo ::: a :::+ b --tag", "--tag", ":::+", "the command"},
+		{"echo :::: f1 --null", "--null", "::::", "the command"},
+		{"::: 'echo a' --keep-order", "--keep-order", ":::", "':::'"},
+		{"--arg-sep ,, echo ,, a --jobs 2", "--jobs", ",,", "the command"},
+	};
+	t_write_file("f1", "x\n");
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char want[512];
+		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run %s", MESH, bad[i].args), 104);
+		snprintf(want, sizeof want,
+			 "mesh: run: '%s' after '%s' is taken as an input; put options before %s (or '--' before %s to "
+			 "take it as an input)",
+			 bad[i].word, bad[i].sep, bad[i].where, bad[i].where);
+		EXPECT_CONTAINS(out, want);
+	}
+	EXPECT_EQ(count_files(".mesh-run-*.log"), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j1 -k -- echo ::: a --timeout 10x 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "a\n--timeout\n10x\n");
+	EXPECT_EQ(t_sh(out, sizeof out, 0, "%s run -j1 -k echo ::: -- -k --no-such-option -1 2>/dev/null", MESH), 0);
+	EXPECT_STREQ(out, "--\n-k\n--no-such-option\n-1\n");
+}
+
 TEST(run_args_sources)
 {
 	char out[4096];

@@ -28,6 +28,8 @@ c s "$W/empty" 'echo'
 c s $N '--link echo ::: a b c ::: 1 2'
 c s $N '--xapply echo {2}{1} ::: a b ::: 1 2 3'
 c s $N '--arg-sep ,, echo {1}{2} ,, a b ,,+ 1'
+# a word after ::: that is one of mesh run's options: an input after --
+c s $N '-- echo ::: a --timeout 10x --tag'
 c s $N "--arg-file-sep // echo // $W/f2"
 # column separators (columns trimmed; {} is every column), -0, -d
 c s "$W/csv" '--colsep , echo {2} {1}'
@@ -186,3 +188,4 @@ dc --res s $N "--res out echo ::: a" 'find out -type f | sort'
 dc --tmpdir s $N '--tmpdir /nonexistent echo ::: a'
 dc -i s $N '-i echo {} ::: a'
 dc --replace s $N '--replace echo {} ::: a'
+dc --OPTION s $N 'echo ::: a --timeout 10x'

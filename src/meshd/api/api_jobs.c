@@ -338,7 +338,10 @@ void meshd_api_jobs(struct meshd_jobs *jobs, const char *method, const char *pat
 		if (!is_post)
 			return not_allowed(a, "POST");
 		char *msg = NULL;
-		int rc = meshd_jobs_cancel(jobs, id, &msg);
+		uint64_t kill_workers = 0;
+		if (arg_u64(args, "kill_workers", 0, 1, &kill_workers, a) < 0)
+			return;
+		int rc = meshd_jobs_cancel(jobs, id, (int)kill_workers, &msg);
 		return acted(a, ids, "cancel", rc, msg);
 	}
 	errorf(a, 404, MESH_E_NOTFOUND, "no such route: /v1/jobs/<id>/%.40s", action);

@@ -438,6 +438,23 @@ int meshd_op_stop(struct meshd_core *d, const char *name, char **err)
 	return 0;
 }
 
+unsigned meshd_op_stop_idle(struct meshd_core *d, const char *name)
+{
+	unsigned n = 0;
+	pthread_mutex_lock(&d->mu);
+	struct program *p = find(d, name);
+	for (unsigned i = 0; p && i < p->nw; i++) {
+		struct worker *wk = &p->w[i];
+		enum mesh_istate st = mesh_instance_state(wk->inst);
+		if (st == MESH_IS_DOWN || mesh_istate_stopping(st) || wk->job || wk->busy)
+			continue;
+		mesh_instance_exit(wk->inst);
+		n++;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
 int meshd_op_unload(struct meshd_core *d, const char *name, char **err)
 {
 	if (err)

@@ -509,6 +509,25 @@ void meshd_job_worker_put(struct meshd_core *d, struct meshd_job_worker *w, int 
 	memset(w, 0, sizeof *w);
 }
 
+int meshd_job_worker_halt(struct meshd_core *d, struct meshd_job_worker *w, uint64_t *grace_ns)
+{
+	(void)d;
+	const struct program *p = w->prog;
+	if (!p)
+		return MESH_E_STATE;
+	*grace_ns = p->img.m.stop_grace_ns;
+	return mesh_instance_halt(w->inst);
+}
+
+int meshd_job_worker_halted(struct meshd_core *d, struct meshd_job_worker *w, uint64_t timeout_ns)
+{
+	(void)d;
+	int rc = mesh_instance_wait(w->inst, 1u << MESH_IS_IDLE | 1u << MESH_IS_DOWN, timeout_ns, NULL);
+	if (rc == 0 && mesh_instance_state(w->inst) != MESH_IS_IDLE)
+		rc = MESH_E_CRASHED;
+	return rc;
+}
+
 int meshd_job_worker_down(struct meshd_core *d, struct meshd_job_worker *w, uint64_t timeout_ns, int *status,
 			  char **report)
 {

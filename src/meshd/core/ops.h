@@ -189,6 +189,10 @@ int meshd_op_start(struct meshd_core *d, const char *name, struct mesh_instance_
 char *meshd_core_program_failed(struct meshd_core *d, const char *name);
 /* Asks its workers to exit (EXIT, grace, SIGKILL of the group); stays loaded. */
 int meshd_op_stop(struct meshd_core *d, const char *name, char **err);
+/* Asks its workers that hold nothing (no job, no call) to exit, without
+ * waiting for them; the others go on.  The number asked (0 when name is
+ * not loaded). */
+unsigned meshd_op_stop_idle(struct meshd_core *d, const char *name);
 /* The stats table: the host's totals, then each loaded program with its
  * workers.  0 or -ENOMEM (*out then holds nothing to release). */
 int meshd_op_ps(struct meshd_core *d, struct meshd_ps *out);
@@ -265,6 +269,17 @@ int meshd_job_worker_online(struct meshd_core *d, struct meshd_job_worker *w, ch
  * it when its idle TTL expires), or with kill_it asked to exit and its
  * process group SIGKILLed at once (a hung or broken worker). */
 void meshd_job_worker_put(struct meshd_core *d, struct meshd_job_worker *w, int kill_it);
+/* A held worker whose job was cancelled while it still owes replies:
+ *   1. meshd_job_worker_halt asks it to halt: its node loop stops once the
+ *      chunk in hand is answered, and what else its ring holds is dropped
+ *      with the slot.  0 with *grace_ns its program's stop grace, or
+ *      MESH_E_STATE (the table refused: put it back with kill_it);
+ *   2. meshd_job_worker_halted waits for `halted`, at most timeout_ns
+ *      (the caller's share of that grace).  0: it is warm, off its slot
+ *      (IDLE): put it back without kill_it.  MESH_E_TIMEOUT (still in its
+ *      chunk), or the failure that ended it: put it back with kill_it. */
+int meshd_job_worker_halt(struct meshd_core *d, struct meshd_job_worker *w, uint64_t *grace_ns);
+int meshd_job_worker_halted(struct meshd_core *d, struct meshd_job_worker *w, uint64_t timeout_ns);
 /* After a held worker's slot failed: waits (at most timeout_ns) until its
  * process is reaped; *status its exit status (128 + signal), *report (may
  * be NULL) a copy of the crash report (status line, then the output tail)

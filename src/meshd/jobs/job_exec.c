@@ -84,6 +84,7 @@ struct jworker {
 	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
 	int online;	   /* it said `online`: before, chunks wait in its ring and no --timeout runs */
 	uint64_t limit_ns; /* a chunk's time on it: --timeout, else its program's call_timeout; 0 none */
+	int halting;	   /* asked to halt at the executor's end (halt_owing) */
 };
 
 struct slot_ex {
@@ -815,6 +816,31 @@ static void sx_release(struct mesh__executor *ex, unsigned slot)
 	memset(u, 0, sizeof *u);
 }
 
+/* A cancelled job (cfg.leave HALT): each worker online that owes replies
+ * (dropped attempts) is asked to halt -- the chunk in hand ends, the rest
+ * of its ring goes with the slot, no later user sees those replies -- so
+ * that it goes back warm rather than killed; all at once, so that they
+ * share one stop grace.  When that grace ends (0: none asked); its
+ * waiter is stopped. */
+static uint64_t halt_owing(struct slot_ex *x)
+{
+	uint64_t by = 0, grace;
+	if (!x->cfg.leave || atomic_load(x->cfg.leave) != MESHD_JOB_LEAVE_HALT)
+		return 0;
+	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++) {
+		struct jworker *w = &x->w[i];
+		if (w->state != W_ON || !w->n || !w->online)
+			continue;
+		stop_waiter(w);
+		if (meshd_job_worker_halt(x->cfg.core, &w->h, &grace) != 0)
+			continue;
+		w->halting = 1;
+		if (mesh_mono_ns() + grace > by)
+			by = mesh_mono_ns() + grace;
+	}
+	return by;
+}
+
 static void sx_free(struct mesh__executor *ex)
 {
 	struct slot_ex *x = sx(ex);
@@ -839,12 +865,18 @@ static void sx_free(struct mesh__executor *ex)
 	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++)
 		if (x->w[i].waiter_on)
 			tell_quit(&x->w[i]);
+	uint64_t halt_by = halt_owing(x);
 	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		if (w->state == W_ON)
+		if (w->state == W_ON && w->halting) {
+			uint64_t now = mesh_mono_ns();
+			int rc = meshd_job_worker_halted(x->cfg.core, &w->h, halt_by > now ? halt_by - now : 0);
+			drop_worker(x, w, rc != 0, 128 + SIGKILL, NULL);
+		} else if (w->state == W_ON) {
 			/* Requests still in its ring (dropped attempts): no later
 			 * user may see their replies; a clean one goes back warm. */
 			drop_worker(x, w, w->n > 0, 128 + SIGKILL, NULL);
+		}
 		if (w->efd >= 0)
 			close(w->efd);
 		free(w->fifo);

@@ -40,7 +40,10 @@
  *     attempt ends at once; when it was already in a worker's ring its
  *     reply, when it comes, is dropped and counted (stats.ignored_replies);
  *     a worker that still owes such replies when the executor is freed is
- *     killed rather than given back (no later user may read them);
+ *     killed rather than given back (no later user may read them), or,
+ *     when the job was cancelled (cfg.leave), halted: the chunk in hand
+ *     ends, the rest of its ring is dropped with the slot, and it goes
+ *     back warm (killed if that takes more than its stop grace);
  *   - a worker that cannot be started: one queued attempt ends with status
  *     127 and the report, and the next start waits (200 ms doubling, at
  *     most 5 s).
@@ -57,12 +60,24 @@
 
 struct meshd_core;
 
+/* How the workers that still owe replies (chunks in their rings) leave
+ * when the executor is freed. */
+enum meshd_job_leave {
+	MESHD_JOB_LEAVE_KILL, /* killed at once: meshd stops, the job failed, `mesh cancel --kill-workers` */
+	MESHD_JOB_LEAVE_HALT, /* a cancel: halted once the chunk in hand is answered, and given back
+			       * warm (meshd_job_worker_halt); killed when that takes longer than
+			       * the program's stop grace */
+};
+
 struct meshd_job_exec_cfg {
 	struct meshd_core *core;
 	const char *program;	/* borrowed for the executor's life */
 	unsigned max_workers;	/* K >= 1 */
 	unsigned depth;		/* D >= 1: chunks in flight per worker */
 	uint64_t timeout_ns;	/* per chunk on a worker; 0 = its program's call_timeout (0: none) */
+	/* enum meshd_job_leave, read when the executor is freed (set by any
+	 * thread before it asks the driver to stop); NULL: KILL. */
+	const _Atomic int *leave;
 };
 
 /* Counters, read by the job (any thread; relaxed). */

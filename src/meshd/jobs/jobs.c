@@ -458,7 +458,7 @@ static void *driver_main(void *arg)
 	o.handle_signals = 0;
 	o.hooks = &hooks;
 	struct meshd_job_exec_arg xa = {
-		.cfg = {j->core, hj->spec.program, jb->max_workers, j->depth, hj->spec.timeout_ns},
+		.cfg = {j->core, hj->spec.program, jb->max_workers, j->depth, hj->spec.timeout_ns, &jb->leave},
 		.stats = &jb->xs,
 		.ahead = jb->ahead,
 	};
@@ -628,6 +628,7 @@ static void on_cancelled(void *arg, uint64_t id)
 		return;
 	uint64_t one = 1;
 	pthread_mutex_lock(&jb->mu);
+	atomic_store(&jb->leave, MESHD_JOB_LEAVE_HALT); /* before the driver can see the cancel */
 	if (jb->th_on && !jb->cancelled && write(jb->cancel_efd, &one, sizeof one) == sizeof one)
 		jb->cancelled = 1;
 	pthread_mutex_unlock(&jb->mu);

@@ -135,9 +135,14 @@ void meshd_jobs_gone(struct meshd_jobs *j, uint64_t *done, uint64_t *duplicates,
  * MESH_E_STATE (it runs: *err says to cancel it first); -errno of the
  * removal (*err names the path). */
 int meshd_jobs_remove(struct meshd_jobs *j, uint64_t id, char **err);
-/* Stops a running job for good (its `end` says cancelled).  0; MESH_E_NOTFOUND;
+/* Stops a running job for good (its `end` says cancelled): its attempts
+ * end; a worker in one of its chunks is halted once that chunk is
+ * answered (killed when that takes longer than its stop grace) and stays
+ * warm, as do the program's idle workers.  kill_workers: the job's workers
+ * are killed at once instead, and the program's idle workers (held by no
+ * job and no call) are asked to exit too.  0; MESH_E_NOTFOUND;
  * MESH_E_STATE (it already ended). */
-int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err);
+int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, int kill_workers, char **err);
 
 /* The results of chunks from, from on, in chunk order, appended to out:
  * each DONE chunk's result bytes; a chunk that will never be DONE (buried,

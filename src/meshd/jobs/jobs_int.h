@@ -71,6 +71,7 @@ struct job {
 	int have_sum;	       /* mu: sum holds its counts (it ended) */
 	struct mesh_home_sum sum;
 	int cancel_efd, cancelled; /* cancel_efd: made by mesh__job_start, closed at the driver's join (-1) */
+	_Atomic int leave;	   /* enum meshd_job_leave: how its workers leave a cancelled run */
 	struct mesh_thread *th;
 	int th_on;
 	_Atomic int driver_done; /* the driver returned: the janitor joins it */

@@ -535,7 +535,7 @@ void meshd_jobs_list_release(struct meshd_job_info *list, size_t n)
 	free(list);
 }
 
-int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
+int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, int kill_workers, char **err)
 {
 	if (err)
 		*err = NULL;
@@ -556,6 +556,7 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
 	int rc = hj->home->ops->cancel(hj, err);
 	if (rc == 0) {
 		jb->cancelled = 1;
+		atomic_store(&jb->leave, kill_workers ? MESHD_JOB_LEAVE_KILL : MESHD_JOB_LEAVE_HALT);
 		uint64_t one = 1;
 		if (jb->cancel_efd >= 0 && write(jb->cancel_efd, &one, sizeof one) < 0) {
 			/* the counter is never full */
@@ -570,7 +571,9 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, char **err)
 	}
 	pthread_mutex_unlock(&jb->mu);
 	if (rc == 0)
-		mesh_info("job=%" PRIu64 " cancelled", id);
+		mesh_info("job=%" PRIu64 " cancelled%s", id, kill_workers ? " workers=killed" : "");
+	if (rc == 0 && kill_workers)
+		meshd_op_stop_idle(j->core, hj->spec.program);
 	mesh__job_put(jb);
 	return rc;
 }
