@@ -93,6 +93,11 @@ struct mesh__gw_prog {
 	uint64_t rss, vram, peak, last_peak, next_measure;
 	pid_t gpu_pids[GW_GPU_PIDS_MAX];
 	size_t ngpu;
+	uint64_t logged_peak;	/* mu: the peak its last "holds" line said (0: none yet this run) */
+	int measured;		/* mu: measured at least once in this run */
+	/* mu: stopped (idle, evicted, over the budget), it is measured once
+	 * more before the host is asked to stop it (the programs' tick). */
+	int exit_due;
 };
 
 struct mesh__gw_conn {
@@ -118,6 +123,7 @@ struct mesh_gw {
 	unsigned nconns, nlive, busy; /* mu; nlive: programs not cold */
 	int draining, stopping, drained; /* mu */
 	unsigned nwaiting;	/* mu: requests waiting for a place (mesh__gw_acquire), all programs */
+	int over_said;		/* mu: the budget is exceeded with no program idle, and that was logged */
 	/* Called under mu (by mesh__gw_look) when what a waiting request waits
 	 * for may have changed: its loop looks again (gw_loop.c's; NULL: none). */
 	void (*look)(struct mesh_gw *g);
@@ -190,7 +196,9 @@ uint64_t mesh__gw_progs_tick(struct mesh_gw *g);
 void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
 
 /* Under mu: what p counts for in the memory budget while it has a process:
- * max(its manifest's `memory`, its measured rss + vram). */
+ * max(its manifest's `memory`, its measured rss + vram); until it is warm
+ * and measured, at least what its start was counted at (max(`memory`, its
+ * last run's peak): a loading server is not counted at its first bytes). */
 uint64_t mesh__gw_counted(const struct mesh__gw_prog *p);
 
 /* A condition variable on CLOCK_MONOTONIC (every timed wait here is). */
