@@ -78,10 +78,12 @@ struct mesh_gw_config {
 	 * (starting, warm, stopping) together need at most this much, each
 	 * counted at max(its `memory`, its measured resident memory + the VRAM
 	 * NVML lists for its pids; until warm and measured, at least its last
-	 * run's peak).  A start that does not fit stops the least recently
-	 * used idle programs of other groups first and starts only once they
-	 * are gone (reaped, their PID namespace empty, and NVML listing none of
-	 * their pids); with none idle it waits for one to be.  After
+	 * run's peak).  A start that does not fit takes its place in one FIFO
+	 * of swaps; the head stops the least recently used idle programs of
+	 * other groups first, then holds busy ones: their new requests wait
+	 * behind the swap, those in flight (and those that came before it) end,
+	 * then they are stopped; it starts once they are gone (reaped, their
+	 * PID namespace empty, and NVML listing none of their pids).  After
 	 * each measure (every second, and at a program's stop) the budget is
 	 * enforced: over it, the least recently used idle programs are
 	 * stopped. */

@@ -262,6 +262,7 @@ static void cold(struct mesh__gw_prog *p)
 		p->last_peak = p->peak;
 	p->peak = p->rss = p->vram = p->logged_peak = 0;
 	p->measured = p->exit_due = 0;
+	p->held_for = 0;
 	p->ngpu = 0;
 	g->nlive--;
 	pthread_cond_broadcast(&g->cv_all);
@@ -316,6 +317,7 @@ static void stop(struct mesh__gw_prog *p, const char *why, int measure_first)
 	if (p->state != GW_STARTING && p->state != GW_WARM)
 		return;
 	p->state = GW_STOPPING;
+	p->held_for = 0;
 	snprintf(p->stop_why, sizeof p->stop_why, "%s", why);
 	p->stop_t0 = mesh_mono_ns();
 	/* An idle connection must not hold up its graceful stop. */
@@ -776,43 +778,144 @@ static uint64_t used_by_others(struct mesh_gw *g, const struct mesh__gw_prog *p,
 /* Under mu: p is warm with nothing in flight or waiting. */
 static int idle(const struct mesh__gw_prog *p)
 {
-	return p->state == GW_WARM && !p->inflight && !p->waiting;
+	return p->state == GW_WARM && !p->inflight && !p->qhead;
 }
 
-/* Under mu, p cold, a budget set: 0 when it fits beside the running
- * programs now; 1 when it must wait (the least recently used idle programs
- * of other groups were asked to stop, or none is idle yet); MESH_E_RANGE
- * when it can never fit.  A running program counts for mesh__gw_counted;
- * one stopping counts until the host has reaped it and NVML lists none of
- * its pids. */
-static int make_room(struct mesh__gw_prog *p)
+/* ---- The one FIFO of swaps ----
+ * A cold program whose start does not fit in the budget takes a place in
+ * the FIFO (swap_seq, from the same count as the requests' seq).  Only its
+ * head makes room: the least recently used idle programs of other groups
+ * are stopped; when they are not enough, busy ones are held for it (held_for):
+ * a request for a held program that came after the swap waits behind it,
+ * those before it (and those in flight) end first, then it is stopped.  A
+ * start behind the head goes first only when it fits beside the running
+ * programs and every swap ahead of it. */
+
+/* Under mu: the head of the FIFO (its oldest swap), or NULL. */
+static struct mesh__gw_prog *swap_head(struct mesh_gw *g)
+{
+	struct mesh__gw_prog *h = NULL;
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (g->progs[i].swap_seq && (!h || g->progs[i].swap_seq < h->swap_seq))
+			h = &g->progs[i];
+	return h;
+}
+
+/* Under mu: what the swaps ahead of p are counted at (every swap's when p
+ * has none). */
+static uint64_t ahead_of(const struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t sum = 0;
+	for (size_t i = 0; i < g->nprogs; i++) {
+		const struct mesh__gw_prog *q = &g->progs[i];
+		if (q != p && q->swap_seq && (!p->swap_seq || q->swap_seq < p->swap_seq))
+			sum += need_of(q);
+	}
+	return sum;
+}
+
+/* Under mu: p's swap leaves the FIFO (it starts, or nothing waits for it
+ * any more); the programs held for it are let go, and every waiter looks
+ * again (the next swap's turn). */
+static void swap_leave(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t seq = p->swap_seq;
+	if (!seq)
+		return;
+	p->swap_seq = 0;
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (g->progs[i].held_for == seq)
+			g->progs[i].held_for = 0;
+	mesh__gw_look(g);
+}
+
+/* Under mu: q (warm, held for the swap seq) may be stopped for it: nothing
+ * in flight, no request waiting that came before the swap. */
+static int done_for(const struct mesh__gw_prog *q, uint64_t seq)
+{
+	return !q->inflight && (!q->qhead || q->qhead->seq > seq);
+}
+
+/* Under mu, the FIFO's head p: makes room for it.  The least recently used
+ * idle programs of other groups first, then busy ones, until what is left
+ * and p's need fit: each stopped now when done_for, else held for p (its
+ * new requests wait); a program held no more is let go. */
+static void make_room(struct mesh__gw_prog *p, uint64_t used, uint64_t freeing, uint64_t need)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t budget = g->c.memory_budget;
+	int let_go = 0;
+	while (used - freeing + need > budget) {
+		struct mesh__gw_prog *v = NULL;
+		for (size_t i = 0; i < g->nprogs; i++) {
+			struct mesh__gw_prog *q = &g->progs[i];
+			if (q == p || q->state != GW_WARM || q->pick || !mesh__gw_counted(q) ||
+			    !strcmp(group_of(q), group_of(p)))
+				continue;
+			if (!v || idle(q) > idle(v) || (idle(q) == idle(v) && q->last_end < v->last_end))
+				v = q;
+		}
+		if (!v)
+			break;
+		v->pick = 1;
+		freeing += mesh__gw_counted(v);
+	}
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *q = &g->progs[i];
+		if (!q->pick) {
+			if (q->held_for == p->swap_seq) {
+				q->held_for = 0;
+				let_go = 1;
+			}
+			continue;
+		}
+		q->pick = 0;
+		if (done_for(q, p->swap_seq)) {
+			char why[80];
+			q->evictions++;
+			mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use",
+				     p->img.m.name, q->img.m.name, (unsigned long long)need, (unsigned long long)used,
+				     (unsigned long long)budget);
+			snprintf(why, sizeof why, "evicted for %.64s", p->img.m.name);
+			stop(q, why, 1);
+		} else if (q->held_for != p->swap_seq) {
+			q->held_for = p->swap_seq;
+			mesh__gw_log(g, MESH_GW_INFO,
+				     "program=%s waits for %s to end %u requests in flight, then evicts it (new requests for "
+				     "%s wait behind %s)",
+				     p->img.m.name, q->img.m.name, q->inflight, q->img.m.name, p->img.m.name);
+		}
+	}
+	if (let_go)
+		mesh__gw_look(g);
+}
+
+/* Under mu, p cold, a budget set: 0 when it may start now (it fits beside
+ * the running programs and the swaps ahead of it); 1 when it waits (in the
+ * FIFO of swaps; its head makes room); MESH_E_RANGE when it can never fit.
+ * A running program counts for mesh__gw_counted; one stopping counts until
+ * the host has reaped it and NVML lists none of its pids. */
+static int room_for(struct mesh__gw_prog *p)
 {
 	struct mesh_gw *g = p->g;
 	uint64_t freeing, budget = g->c.memory_budget, need = need_of(p);
 	if (need > budget)
 		return MESH_E_RANGE;
 	uint64_t used = used_by_others(g, p, &freeing);
-	if (used + need <= budget)
+	if (used + need + ahead_of(p) <= budget) {
+		swap_leave(p);
 		return 0;
-	while (used - freeing + need > budget) {
-		struct mesh__gw_prog *lru = NULL;
-		for (size_t i = 0; i < g->nprogs; i++) {
-			struct mesh__gw_prog *q = &g->progs[i];
-			if (q == p || !idle(q) || !mesh__gw_counted(q) || !strcmp(group_of(q), group_of(p)))
-				continue;
-			if (!lru || q->last_end < lru->last_end)
-				lru = q;
-		}
-		if (!lru)
-			break;
-		char why[80];
-		lru->evictions++;
-		freeing += mesh__gw_counted(lru);
-		mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use", p->img.m.name,
-			     lru->img.m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget);
-		snprintf(why, sizeof why, "evicted for %.64s", p->img.m.name);
-		stop(lru, why, 1);
 	}
+	if (!p->swap_seq) {
+		p->swap_seq = ++g->seq;
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s waits for room: needs %llu bytes, %llu of %llu in use%s",
+			     p->img.m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget,
+			     swap_head(g) == p ? "" : " (behind other swaps)");
+	}
+	if (swap_head(g) == p)
+		make_room(p, used, freeing, need);
 	return 1;
 }
 
@@ -859,6 +962,31 @@ static void enforce(struct mesh_gw *g)
 	g->over_said = 0;
 }
 
+/* Under mu: w joins (or leaves) p's waiting requests. */
+static void queue_add(struct mesh__gw_prog *p, struct mesh__gw_wait *w)
+{
+	w->qnext = NULL;
+	w->qprev = p->qtail;
+	if (p->qtail)
+		p->qtail->qnext = w;
+	else
+		p->qhead = w;
+	p->qtail = w;
+}
+
+static void queue_del(struct mesh__gw_prog *p, struct mesh__gw_wait *w)
+{
+	if (w->qprev)
+		w->qprev->qnext = w->qnext;
+	else
+		p->qhead = w->qnext;
+	if (w->qnext)
+		w->qnext->qprev = w->qprev;
+	else
+		p->qtail = w->qprev;
+	w->qprev = w->qnext = NULL;
+}
+
 /* Under mu: the place of w's request, or why it waits (the rules of
  * mesh__gw_acquire).  0 placed, 1 waits, or an HTTP status (*why set). */
 static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
@@ -866,6 +994,8 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 	struct mesh__gw_prog *p = w->p;
 	struct mesh_gw *g = p->g;
 	w->until = 0;
+	if (!w->seq)
+		w->seq = ++g->seq;
 	for (;;) {
 		if (w->first.fd >= 0) {
 			/* Its start sent it, and took its place (send_first). */
@@ -878,7 +1008,9 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			*why = strdup("meshd is shutting down");
 			return 503;
 		}
-		if (p->state == GW_WARM && (!p->img.m.max_concurrency || p->inflight < p->img.m.max_concurrency)) {
+		/* Held for a swap, it serves only what came before the swap. */
+		if (p->state == GW_WARM && !(p->held_for && w->seq > p->held_for) &&
+		    (!p->img.m.max_concurrency || p->inflight < p->img.m.max_concurrency)) {
 			p->inflight++;
 			p->requests++;
 			w->port = p->port;
@@ -895,6 +1027,7 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			p->waiting++;
 			g->nwaiting++;
 			w->queued = 1;
+			queue_add(p, w);
 		}
 		if (w->gen && p->fail_gen == w->gen) {
 			*why = strdup(p->fail_msg);
@@ -909,13 +1042,13 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			return 502;
 		}
 		if (p->state != GW_COLD)
-			return 1; /* starting, stopping, or warm without a place: its change wakes it */
+			return 1; /* starting, stopping, held, or warm without a place: its change wakes it */
 		if (mesh_mono_ns() < p->backoff_until) {
 			w->until = p->backoff_until;
 			return 1;
 		}
 		if (g->c.memory_budget) {
-			int room = make_room(p);
+			int room = room_for(p);
 			if (room < 0) {
 				mesh_errf(why, 0,
 					  "program '%s' needs %llu bytes of memory (declared %llu, its last run held %llu), "
@@ -957,11 +1090,16 @@ static void settle(struct mesh__gw_wait *w, int code)
 	}
 	if (w->queued) {
 		w->queued = 0;
+		queue_del(p, w);
 		p->waiting--;
 		g->nwaiting--;
+		if (!p->waiting)
+			swap_leave(p); /* nobody waits for its start any more */
 		if (!p->waiting && !p->inflight) {
 			arm(g, mesh_mono_ns()); /* idle from now */
 			mesh__gw_look(g);	/* idle now: a start waiting for room may evict it */
+		} else if (p->held_for && !p->inflight && (!p->qhead || p->qhead->seq > p->held_for)) {
+			mesh__gw_look(g); /* held, done with what came before: its swap may stop it */
 		}
 	}
 }
