@@ -77,10 +77,16 @@ struct mesh_gw_config {
 	/* The memory budget (bytes; 0: none): the programs that run
 	 * (starting, warm, stopping) together need at most this much, each
 	 * counted at max(its `memory`, its measured resident memory + the VRAM
-	 * NVML lists for its pids).  A start that does not fit stops the least
-	 * recently used idle programs of other groups first and starts only
-	 * once they are gone (reaped, their PID namespace empty, and NVML
-	 * listing none of their pids); with none idle it waits for one to be. */
+	 * NVML lists for its pids; until warm and measured, at least its last
+	 * run's peak).  A start that does not fit takes its place in one FIFO
+	 * of swaps; the head stops the least recently used idle programs of
+	 * other groups first, then holds busy ones: their new requests wait
+	 * behind the swap, those in flight (and those that came before it) end,
+	 * then they are stopped; it starts once they are gone (reaped, their
+	 * PID namespace empty, and NVML listing none of their pids).  After
+	 * each measure (every second, and at a program's stop) the budget is
+	 * enforced: over it, the least recently used idle programs are
+	 * stopped. */
 	uint64_t memory_budget;
 	/* Per-request limits (0: the default in brackets).  Past one, a request
 	 * that has had no byte of answer gets 504; a response already under way
@@ -124,6 +130,7 @@ struct mesh_gw_prog_stats {
 	char name[72];
 	char state[12];		/* as GET /v1/models shows it */
 	uint64_t memory;	/* declared; 0: none */
+	uint64_t counted;	/* what it counts for in the memory budget now (0: no process) */
 	unsigned inflight;	/* requests relayed now */
 	unsigned queued;	/* requests waiting for a start or a place */
 	uint64_t requests_ok;	/* relayed whole */
@@ -139,6 +146,8 @@ struct mesh_gw_prog_stats {
 	uint64_t warm_ns_sum, warm_count;   /* spawn to warm, over the starts that got warm */
 	uint64_t queue_ns_sum, queue_count; /* time requests waited for a start or a place */
 };
+/* The memory budget (memory_budget; 0: none). */
+uint64_t mesh_gw_memory_budget(const struct mesh_gw *g);
 /* A snapshot of every HTTP program, sorted by name: *out malloc'd (the
  * caller frees), *n of them.  0 or -ENOMEM. */
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n);

@@ -260,7 +260,9 @@ static void cold(struct mesh__gw_prog *p)
 	p->killed = 0;
 	if (p->peak)
 		p->last_peak = p->peak;
-	p->peak = p->rss = p->vram = 0;
+	p->peak = p->rss = p->vram = p->logged_peak = 0;
+	p->measured = p->exit_due = 0;
+	p->held_for = 0;
 	p->ngpu = 0;
 	g->nlive--;
 	pthread_cond_broadcast(&g->cv_all);
@@ -306,18 +308,27 @@ static void start(struct mesh__gw_prog *p)
 }
 
 /* Under mu: p's process is asked to stop (its stop signal, the grace, then
- * SIGKILL of all it contains: the host's) for why. */
-static void stop(struct mesh__gw_prog *p, const char *why)
+ * SIGKILL of all it contains: the host's) for why.  measure_first: it is
+ * measured once more first, on the programs' tick (armed now), so that its
+ * peak is known however soon after warm it goes; else at once (meshd
+ * stops). */
+static void stop(struct mesh__gw_prog *p, const char *why, int measure_first)
 {
 	if (p->state != GW_STARTING && p->state != GW_WARM)
 		return;
 	p->state = GW_STOPPING;
+	p->held_for = 0;
 	snprintf(p->stop_why, sizeof p->stop_why, "%s", why);
 	p->stop_t0 = mesh_mono_ns();
 	/* An idle connection must not hold up its graceful stop. */
 	mesh__gw_pool_drop(p);
 	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (%s) signal=%s", p->img.name, (int)p->pid, why,
 		     mesh_signal_name(p->img.m.stop_signal));
+	if (measure_first && p->pid) {
+		p->exit_due = 1;
+		arm(p->g, mesh_mono_ns());
+		return;
+	}
 	mesh_instance_exit(p->inst);
 }
 
@@ -513,7 +524,7 @@ static void idle_check(struct mesh__gw_prog *p, uint64_t now, uint64_t *next)
 				.idle = idle && now > p->last_end ? (int64_t)(now - p->last_end) : 0};
 	struct mesh_as_plan plan;
 	if (p->g->stopping || (mesh_as_plan(&pol, &o, &plan) == 0 && plan.action == MESH_AS_REAP)) {
-		stop(p, p->g->stopping ? "shutdown" : "idle");
+		stop(p, p->g->stopping ? "shutdown" : "idle", !p->g->stopping);
 		return;
 	}
 	if (idle)
@@ -593,26 +604,65 @@ static uint64_t vram_of(struct mesh_nvml *nv, const pid_t *pids, size_t n, pid_t
 	return vram;
 }
 
-/* Measures p (mu not held: /proc and NVML take a while): the resident
- * bytes of its processes (the host's sample: its PID namespace's, or its
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1024.0 * 1024.0);
+}
+
+static void enforce(struct mesh_gw *g);
+
+/* Under mu, p just measured: its "holds" line, once warm, when its peak
+ * is new or grew by a quarter since the last (a loading server is told a
+ * few times, not every second), then the budget is enforced. */
+static void budget_note(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	if (p->state != GW_STARTING && p->peak && p->peak > p->logged_peak + p->logged_peak / 4) {
+		uint64_t used = 0;
+		for (size_t i = 0; i < g->nprogs; i++)
+			if (g->progs[i].state != GW_COLD)
+				used += mesh__gw_counted(&g->progs[i]);
+		p->logged_peak = p->peak;
+		mesh__gw_log(g, MESH_GW_INFO,
+			     "program=%s holds %.1f MiB (resident %.1f MiB, GPU %.1f MiB; declared %.1f MiB): "
+			     "%.1f of %.1f MiB counted against the budget",
+			     p->img.name, mib(p->rss + p->vram), mib(p->rss), mib(p->vram), mib(p->img.m.memory), mib(used),
+			     mib(g->c.memory_budget));
+	}
+	enforce(g);
+}
+
+/* Measures p now (mu not held: /proc and NVML take a while): the resident
+ * bytes of its processes (one read of /proc: its PID namespace's, or its
  * group's and session's) and, with NVML, the GPU memory NVML lists for
- * their pids. */
+ * their pids; under a budget, what it holds is logged and the budget
+ * enforced.  A measure that p's end (or a new start) overtook is dropped;
+ * without a process nothing changes. */
 static void measure(struct mesh__gw_prog *p)
 {
 	struct mesh_gw *g = p->g;
-	struct mesh_instance_stats st = mesh_instance_stats(p->inst);
 	pid_t pids[TREE_PIDS_MAX], found[GW_GPU_PIDS_MAX];
 	size_t n = 0, nfound = 0;
-	uint64_t vram = 0;
-	if (g->nvml && st.pid && mesh_instance_pids(p->inst, pids, TREE_PIDS_MAX, &n) == 0)
+	uint64_t vram = 0, rss = 0;
+	pthread_mutex_lock(&g->mu);
+	uint64_t gen = p->gen;
+	pthread_mutex_unlock(&g->mu);
+	if (mesh_instance_pids(p->inst, pids, TREE_PIDS_MAX, &n, &rss) != 0)
+		return; /* no process (any more), or /proc unreadable: what was measured stays */
+	if (g->nvml)
 		vram = vram_of(g->nvml, pids, n < TREE_PIDS_MAX ? n : TREE_PIDS_MAX, found, &nfound);
 	pthread_mutex_lock(&g->mu);
-	p->rss = st.pid ? st.rss : 0;
-	p->vram = vram;
-	if (p->rss + vram > p->peak)
-		p->peak = p->rss + vram;
-	for (size_t i = 0; i < nfound; i++)
-		gpu_pid_add(p, found[i]);
+	if (p->gen == gen && p->state != GW_COLD && !p->vram_since) {
+		p->rss = rss;
+		p->vram = vram;
+		p->measured = 1;
+		if (rss + vram > p->peak)
+			p->peak = rss + vram;
+		for (size_t i = 0; i < nfound; i++)
+			gpu_pid_add(p, found[i]);
+		if (g->c.memory_budget)
+			budget_note(p);
+	}
 	pthread_mutex_unlock(&g->mu);
 }
 
@@ -622,12 +672,22 @@ uint64_t mesh__gw_progs_tick(struct mesh_gw *g)
 	for (size_t i = 0; i < g->nprogs; i++) {
 		struct mesh__gw_prog *p = &g->progs[i];
 		pthread_mutex_lock(&g->mu);
-		int due = p->pid && p->state != GW_COLD && !p->vram_since && now >= p->next_measure;
-		if (due)
+		/* stopped: its last measure, then the host stops it */
+		int last = p->exit_due;
+		uint64_t gen = p->gen;
+		p->exit_due = 0;
+		int due = last || (p->pid && p->state != GW_COLD && !p->vram_since && now >= p->next_measure);
+		if (due && !last)
 			p->next_measure = now + MEASURE_EVERY_NS;
 		pthread_mutex_unlock(&g->mu);
 		if (due)
 			measure(p); /* a loading server grows: others' starts count it */
+		if (last) {
+			pthread_mutex_lock(&g->mu);
+			if (p->gen == gen && p->state == GW_STOPPING && !p->vram_since)
+				mesh_instance_exit(p->inst);
+			pthread_mutex_unlock(&g->mu);
+		}
 	}
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; i < g->nprogs; i++) {
@@ -654,7 +714,12 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
 			snprintf(msg, sizeof msg, "program '%s' was stopped: meshd is shutting down", p->img.name);
 			fail_start(p, 503, msg);
 		}
-		stop(p, "shutdown");
+		stop(p, "shutdown", 0);
+		if (p->exit_due) {
+			/* stopped for another reason, its last measure not taken yet */
+			p->exit_due = 0;
+			mesh_instance_exit(p->inst);
+		}
 	}
 	mesh__gw_look(g);
 	arm(g, mesh_mono_ns()); /* a VRAM wait ends now */
@@ -678,12 +743,6 @@ static const char *group_of(const struct mesh__gw_prog *p)
 	return p->img.m.group ? p->img.m.group : p->img.m.name;
 }
 
-uint64_t mesh__gw_counted(const struct mesh__gw_prog *p)
-{
-	uint64_t m = p->rss + p->vram;
-	return m > p->img.m.memory ? m : p->img.m.memory;
-}
-
 /* Under mu: what a start of p is counted at: max(`memory`, what its last
  * run was seen to hold). */
 static uint64_t need_of(const struct mesh__gw_prog *p)
@@ -691,49 +750,241 @@ static uint64_t need_of(const struct mesh__gw_prog *p)
 	return p->last_peak > p->img.m.memory ? p->last_peak : p->img.m.memory;
 }
 
-/* Under mu, p cold and counted in the budget: 0 when it fits beside the
- * running programs now; 1 when it must wait (the least recently used idle
- * programs of other groups were asked to stop, or none is idle yet);
- * MESH_E_RANGE when it can never fit.  A running program counts for
- * max(declared, measured) (mesh__gw_counted); one stopping counts until
- * the host has reaped it and NVML lists none of its pids. */
-static int make_room(struct mesh__gw_prog *p)
+uint64_t mesh__gw_counted(const struct mesh__gw_prog *p)
 {
-	struct mesh_gw *g = p->g;
-	uint64_t used = 0, freeing = 0, budget = g->c.memory_budget, need = need_of(p);
-	if (need > budget)
-		return MESH_E_RANGE;
+	uint64_t m = p->measured ? p->rss + p->vram : 0, need = need_of(p);
+	if (p->state == GW_STARTING || !p->measured)
+		return m > need ? m : need;
+	return m > p->img.m.memory ? m : p->img.m.memory;
+}
+
+/* Under mu: the memory the running programs (starting, warm, stopping) are
+ * counted at, but p's; *freeing: of it, the stopping ones'. */
+static uint64_t used_by_others(struct mesh_gw *g, const struct mesh__gw_prog *p, uint64_t *freeing)
+{
+	uint64_t used = 0;
+	*freeing = 0;
 	for (size_t i = 0; i < g->nprogs; i++) {
 		const struct mesh__gw_prog *q = &g->progs[i];
 		if (q != p && q->state != GW_COLD) {
 			used += mesh__gw_counted(q);
 			if (q->state == GW_STOPPING)
-				freeing += mesh__gw_counted(q);
+				*freeing += mesh__gw_counted(q);
 		}
 	}
-	if (used + need <= budget)
-		return 0;
+	return used;
+}
+
+/* Under mu: p is warm with nothing in flight or waiting. */
+static int idle(const struct mesh__gw_prog *p)
+{
+	return p->state == GW_WARM && !p->inflight && !p->qhead;
+}
+
+/* ---- The one FIFO of swaps ----
+ * A cold program whose start does not fit in the budget takes a place in
+ * the FIFO (swap_seq, from the same count as the requests' seq).  Only its
+ * head makes room: the least recently used idle programs of other groups
+ * are stopped; when they are not enough, busy ones are held for it (held_for):
+ * a request for a held program that came after the swap waits behind it,
+ * those before it (and those in flight) end first, then it is stopped.  A
+ * start behind the head goes first only when it fits beside the running
+ * programs and every swap ahead of it. */
+
+/* Under mu: the head of the FIFO (its oldest swap), or NULL. */
+static struct mesh__gw_prog *swap_head(struct mesh_gw *g)
+{
+	struct mesh__gw_prog *h = NULL;
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (g->progs[i].swap_seq && (!h || g->progs[i].swap_seq < h->swap_seq))
+			h = &g->progs[i];
+	return h;
+}
+
+/* Under mu: what the swaps ahead of p are counted at (every swap's when p
+ * has none). */
+static uint64_t ahead_of(const struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t sum = 0;
+	for (size_t i = 0; i < g->nprogs; i++) {
+		const struct mesh__gw_prog *q = &g->progs[i];
+		if (q != p && q->swap_seq && (!p->swap_seq || q->swap_seq < p->swap_seq))
+			sum += need_of(q);
+	}
+	return sum;
+}
+
+/* Under mu: p's swap leaves the FIFO (it starts, or nothing waits for it
+ * any more); the programs held for it are let go, and every waiter looks
+ * again (the next swap's turn). */
+static void swap_leave(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t seq = p->swap_seq;
+	if (!seq)
+		return;
+	p->swap_seq = 0;
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (g->progs[i].held_for == seq)
+			g->progs[i].held_for = 0;
+	mesh__gw_look(g);
+}
+
+/* Under mu: q (warm, held for the swap seq) may be stopped for it: nothing
+ * in flight, no request waiting that came before the swap. */
+static int done_for(const struct mesh__gw_prog *q, uint64_t seq)
+{
+	return !q->inflight && (!q->qhead || q->qhead->seq > seq);
+}
+
+/* Under mu, the FIFO's head p: makes room for it.  The least recently used
+ * idle programs of other groups first, then busy ones, until what is left
+ * and p's need fit: each stopped now when done_for, else held for p (its
+ * new requests wait); a program held no more is let go. */
+static void make_room(struct mesh__gw_prog *p, uint64_t used, uint64_t freeing, uint64_t need)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t budget = g->c.memory_budget;
+	int let_go = 0;
 	while (used - freeing + need > budget) {
-		struct mesh__gw_prog *lru = NULL;
+		struct mesh__gw_prog *v = NULL;
 		for (size_t i = 0; i < g->nprogs; i++) {
 			struct mesh__gw_prog *q = &g->progs[i];
-			if (q == p || q->state != GW_WARM || q->inflight || q->waiting || !mesh__gw_counted(q) ||
+			if (q == p || q->state != GW_WARM || q->pick || !mesh__gw_counted(q) ||
 			    !strcmp(group_of(q), group_of(p)))
 				continue;
-			if (!lru || q->last_end < lru->last_end)
-				lru = q;
+			if (!v || idle(q) > idle(v) || (idle(q) == idle(v) && q->last_end < v->last_end))
+				v = q;
 		}
-		if (!lru)
+		if (!v)
 			break;
-		char why[80];
-		lru->evictions++;
-		freeing += mesh__gw_counted(lru);
-		mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use", p->img.m.name,
-			     lru->img.m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget);
-		snprintf(why, sizeof why, "evicted for %.64s", p->img.m.name);
-		stop(lru, why);
+		v->pick = 1;
+		freeing += mesh__gw_counted(v);
 	}
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *q = &g->progs[i];
+		if (!q->pick) {
+			if (q->held_for == p->swap_seq) {
+				q->held_for = 0;
+				let_go = 1;
+			}
+			continue;
+		}
+		q->pick = 0;
+		if (done_for(q, p->swap_seq)) {
+			char why[80];
+			q->evictions++;
+			mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use",
+				     p->img.m.name, q->img.m.name, (unsigned long long)need, (unsigned long long)used,
+				     (unsigned long long)budget);
+			snprintf(why, sizeof why, "evicted for %.64s", p->img.m.name);
+			stop(q, why, 1);
+		} else if (q->held_for != p->swap_seq) {
+			q->held_for = p->swap_seq;
+			mesh__gw_log(g, MESH_GW_INFO,
+				     "program=%s waits for %s to end %u requests in flight, then evicts it (new requests for "
+				     "%s wait behind %s)",
+				     p->img.m.name, q->img.m.name, q->inflight, q->img.m.name, p->img.m.name);
+		}
+	}
+	if (let_go)
+		mesh__gw_look(g);
+}
+
+/* Under mu, p cold, a budget set: 0 when it may start now (it fits beside
+ * the running programs and the swaps ahead of it); 1 when it waits (in the
+ * FIFO of swaps; its head makes room); MESH_E_RANGE when it can never fit.
+ * A running program counts for mesh__gw_counted; one stopping counts until
+ * the host has reaped it and NVML lists none of its pids. */
+static int room_for(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	uint64_t freeing, budget = g->c.memory_budget, need = need_of(p);
+	if (need > budget)
+		return MESH_E_RANGE;
+	uint64_t used = used_by_others(g, p, &freeing);
+	if (used + need + ahead_of(p) <= budget) {
+		swap_leave(p);
+		return 0;
+	}
+	if (!p->swap_seq) {
+		p->swap_seq = ++g->seq;
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s waits for room: needs %llu bytes, %llu of %llu in use%s",
+			     p->img.m.name, (unsigned long long)need, (unsigned long long)used, (unsigned long long)budget,
+			     swap_head(g) == p ? "" : " (behind other swaps)");
+	}
+	if (swap_head(g) == p)
+		make_room(p, used, freeing, need);
 	return 1;
+}
+
+/* Under mu: the budget after a measure or a request's end.  While the
+ * running programs hold more than it (a program without `memory` counts 0
+ * until it is measured), the least recently used idle ones are stopped
+ * (logged: how much is counted, whose, and which goes); with none idle it
+ * is said once (starts wait for room meanwhile) and the next that is idle
+ * at a measure or at its last request's end goes. */
+static void enforce(struct mesh_gw *g)
+{
+	uint64_t freeing, budget = g->c.memory_budget, used = used_by_others(g, NULL, &freeing);
+	if (!budget || used - freeing <= budget) {
+		g->over_said = 0;
+		return;
+	}
+	while (used - freeing > budget) {
+		struct mesh__gw_prog *v = NULL;
+		char whose[512] = "";
+		size_t off = 0;
+		for (size_t i = 0; i < g->nprogs; i++) {
+			struct mesh__gw_prog *q = &g->progs[i];
+			if (q->state != GW_COLD && q->state != GW_STOPPING && off < sizeof whose)
+				off += (size_t)snprintf(whose + off, sizeof whose - off, "%s%s %.1f MiB", off ? ", " : "",
+							q->img.m.name, mib(mesh__gw_counted(q)));
+			if (idle(q) && mesh__gw_counted(q) && (!v || q->last_end < v->last_end))
+				v = q;
+		}
+		if (!v) {
+			if (!g->over_said)
+				mesh__gw_log(g, MESH_GW_WARN,
+					     "gateway: over the memory budget: %.1f of %.1f MiB counted (%s); none idle: "
+					     "starts wait for room, and the first program idle is stopped",
+					     mib(used - freeing), mib(budget), whose);
+			g->over_said = 1;
+			return;
+		}
+		mesh__gw_log(g, MESH_GW_WARN, "gateway: over the memory budget: %.1f of %.1f MiB counted (%s); evicting %s (idle)",
+			     mib(used - freeing), mib(budget), whose, v->img.m.name);
+		v->evictions++;
+		freeing += mesh__gw_counted(v);
+		stop(v, "over the memory budget", 1);
+	}
+	g->over_said = 0;
+}
+
+/* Under mu: w joins (or leaves) p's waiting requests. */
+static void queue_add(struct mesh__gw_prog *p, struct mesh__gw_wait *w)
+{
+	w->qnext = NULL;
+	w->qprev = p->qtail;
+	if (p->qtail)
+		p->qtail->qnext = w;
+	else
+		p->qhead = w;
+	p->qtail = w;
+}
+
+static void queue_del(struct mesh__gw_prog *p, struct mesh__gw_wait *w)
+{
+	if (w->qprev)
+		w->qprev->qnext = w->qnext;
+	else
+		p->qhead = w->qnext;
+	if (w->qnext)
+		w->qnext->qprev = w->qprev;
+	else
+		p->qtail = w->qprev;
+	w->qprev = w->qnext = NULL;
 }
 
 /* Under mu: the place of w's request, or why it waits (the rules of
@@ -743,6 +994,8 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 	struct mesh__gw_prog *p = w->p;
 	struct mesh_gw *g = p->g;
 	w->until = 0;
+	if (!w->seq)
+		w->seq = ++g->seq;
 	for (;;) {
 		if (w->first.fd >= 0) {
 			/* Its start sent it, and took its place (send_first). */
@@ -755,7 +1008,9 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			*why = strdup("meshd is shutting down");
 			return 503;
 		}
-		if (p->state == GW_WARM && (!p->img.m.max_concurrency || p->inflight < p->img.m.max_concurrency)) {
+		/* Held for a swap, it serves only what came before the swap. */
+		if (p->state == GW_WARM && !(p->held_for && w->seq > p->held_for) &&
+		    (!p->img.m.max_concurrency || p->inflight < p->img.m.max_concurrency)) {
 			p->inflight++;
 			p->requests++;
 			w->port = p->port;
@@ -772,6 +1027,7 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			p->waiting++;
 			g->nwaiting++;
 			w->queued = 1;
+			queue_add(p, w);
 		}
 		if (w->gen && p->fail_gen == w->gen) {
 			*why = strdup(p->fail_msg);
@@ -786,13 +1042,13 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			return 502;
 		}
 		if (p->state != GW_COLD)
-			return 1; /* starting, stopping, or warm without a place: its change wakes it */
+			return 1; /* starting, stopping, held, or warm without a place: its change wakes it */
 		if (mesh_mono_ns() < p->backoff_until) {
 			w->until = p->backoff_until;
 			return 1;
 		}
-		if (g->c.memory_budget && need_of(p)) {
-			int room = make_room(p);
+		if (g->c.memory_budget) {
+			int room = room_for(p);
 			if (room < 0) {
 				mesh_errf(why, 0,
 					  "program '%s' needs %llu bytes of memory (declared %llu, its last run held %llu), "
@@ -834,11 +1090,16 @@ static void settle(struct mesh__gw_wait *w, int code)
 	}
 	if (w->queued) {
 		w->queued = 0;
+		queue_del(p, w);
 		p->waiting--;
 		g->nwaiting--;
+		if (!p->waiting)
+			swap_leave(p); /* nobody waits for its start any more */
 		if (!p->waiting && !p->inflight) {
 			arm(g, mesh_mono_ns()); /* idle from now */
 			mesh__gw_look(g);	/* idle now: a start waiting for room may evict it */
+		} else if (p->held_for && !p->inflight && (!p->qhead || p->qhead->seq > p->held_for)) {
+			mesh__gw_look(g); /* held, done with what came before: its swap may stop it */
 		}
 	}
 }
@@ -879,6 +1140,7 @@ void mesh__gw_release(struct mesh__gw_prog *p)
 		 * (idle_check): no wake-up a request, but for a TTL of 0. */
 		if (!p->img.m.idle_ttl_ns)
 			arm(p->g, p->last_end);
+		enforce(p->g); /* over the budget, an idle program goes */
 	}
 	mesh__gw_look(p->g); /* a place is free (or, idle, room for a start) */
 	pthread_mutex_unlock(&p->g->mu);
@@ -926,6 +1188,11 @@ void mesh__gw_count_timeout(struct mesh__gw_prog *p, int kind)
 	pthread_mutex_unlock(&p->g->mu);
 }
 
+uint64_t mesh_gw_memory_budget(const struct mesh_gw *g)
+{
+	return g->c.memory_budget;
+}
+
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 {
 	struct mesh_gw_prog_stats *st = calloc(g->nprogs ? g->nprogs : 1, sizeof *st);
@@ -940,6 +1207,7 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 		snprintf(o->name, sizeof o->name, "%s", p->img.m.name);
 		snprintf(o->state, sizeof o->state, "%s", mesh__gw_state_name(p));
 		o->memory = p->img.m.memory;
+		o->counted = p->state == GW_COLD ? 0 : mesh__gw_counted(p);
 		o->inflight = p->inflight;
 		o->queued = p->waiting;
 		o->requests_ok = p->req_ok;

@@ -93,6 +93,21 @@ struct mesh__gw_prog {
 	uint64_t rss, vram, peak, last_peak, next_measure;
 	pid_t gpu_pids[GW_GPU_PIDS_MAX];
 	size_t ngpu;
+	uint64_t logged_peak;	/* mu: the peak its last "holds" line said (0: none yet this run) */
+	int measured;		/* mu: measured at least once in this run */
+	/* mu: stopped (idle, evicted, over the budget), it is measured once
+	 * more before the host is asked to stop it (the programs' tick). */
+	int exit_due;
+	/* mu: its waiting requests (mesh__gw_acquire's w), oldest first. */
+	struct mesh__gw_wait *qhead, *qtail;
+	/* mu: cold, its start waits for room in the budget: its place in the
+	 * one FIFO of swaps (a number of g->seq; 0: not in it). */
+	uint64_t swap_seq;
+	/* mu: warm, chosen to make room for the swap at the FIFO's head (its
+	 * swap_seq; 0: not): requests for it that came after that swap wait
+	 * behind it; it is stopped once those before have ended. */
+	uint64_t held_for;
+	int pick;		/* mu: make_room's scratch */
 };
 
 struct mesh__gw_conn {
@@ -118,6 +133,8 @@ struct mesh_gw {
 	unsigned nconns, nlive, busy; /* mu; nlive: programs not cold */
 	int draining, stopping, drained; /* mu */
 	unsigned nwaiting;	/* mu: requests waiting for a place (mesh__gw_acquire), all programs */
+	uint64_t seq;		/* mu: requests and swaps numbered as they come (gw_prog.c) */
+	int over_said;		/* mu: the budget is exceeded with no program idle, and that was logged */
 	/* Called under mu (by mesh__gw_look) when what a waiting request waits
 	 * for may have changed: its loop looks again (gw_loop.c's; NULL: none). */
 	void (*look)(struct mesh_gw *g);
@@ -148,12 +165,15 @@ struct mesh__gw_wait {
 	int cold;	/* it waited for a start (or a room for one) */
 	int port;	/* placed: of the process */
 	int start;	/* its place began a start: its acquire asks the host for it */
+	uint64_t seq;	/* when it came (g->seq; set by its first acquire) */
+	struct mesh__gw_wait *qprev, *qnext; /* in p's waiting requests while queued */
 };
 /* Takes a place for one request, or says why not yet, without blocking:
  * 0, placed (w->port; w->cold when it waited for a start; w->first.fd >= 0:
  * its start sent it, w->first.sent bytes, on that connection, which is now
  * the caller's); 1, it waits (a cold start, the backoff after a failed one,
- * a place under max_concurrency, room in the budget): ask again when g's
+ * a place under max_concurrency, room in the budget, a swap its program is
+ * held for, that came before it: gw_prog.c): ask again when g's
  * look hook is called, or at w->until; or an HTTP status (502, 503, 504)
  * with *why (malloc'd, for the client or the log) and *retry_after
  * (seconds, 0: none).  While it waits w must stay where it is, and so must
@@ -190,7 +210,9 @@ uint64_t mesh__gw_progs_tick(struct mesh_gw *g);
 void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
 
 /* Under mu: what p counts for in the memory budget while it has a process:
- * max(its manifest's `memory`, its measured rss + vram). */
+ * max(its manifest's `memory`, its measured rss + vram); until it is warm
+ * and measured, at least what its start was counted at (max(`memory`, its
+ * last run's peak): a loading server is not counted at its first bytes). */
 uint64_t mesh__gw_counted(const struct mesh__gw_prog *p);
 
 /* A condition variable on CLOCK_MONOTONIC (every timed wait here is). */

@@ -1913,19 +1913,24 @@ void mesh_instance_set_check(struct mesh_instance *w, uint64_t interval_ns, unsi
 	pthread_mutex_unlock(&w->h->mu);
 }
 
-int mesh_instance_pids(struct mesh_instance *w, pid_t *out, size_t cap, size_t *n)
+int mesh_instance_pids(struct mesh_instance *w, pid_t *out, size_t cap, size_t *n, uint64_t *rss)
 {
 	struct mesh_proc_table *t = NULL;
+	struct mesh_proc_usage u;
 	pthread_mutex_lock(&w->h->mu);
 	struct mesh_proc_child c = w->child;
 	int live = w->pid > 0;
 	pthread_mutex_unlock(&w->h->mu);
 	*n = 0;
+	if (rss)
+		*rss = 0;
 	if (!live)
 		return MESH_E_STATE;
 	int rc = mesh_proc_table_read(&t);
 	if (rc == 0)
 		rc = mesh_proc_table_pids(t, &c, out, cap, n);
+	if (rc == 0 && rss && mesh_proc_table_sum(t, &c, &u) == 0)
+		*rss = u.rss;
 	mesh_proc_table_free(t);
 	return rc;
 }

@@ -340,10 +340,11 @@ int mesh_instance_take_conn(struct mesh_instance *w);
 void mesh_instance_set_check(struct mesh_instance *w, uint64_t interval_ns, unsigned failures);
 /* The pids of its process's tree now (its PID namespace's, else its
  * group's and session's; mesh-init not counted): up to cap into out, *n
- * how many there are.  0, MESH_E_STATE without a process, or the error of
- * reading /proc (all of it: about 10 us a process on the machine; not for
- * a loop that must not wait). */
-int mesh_instance_pids(struct mesh_instance *w, pid_t *out, size_t cap, size_t *n);
+ * how many there are; rss (NULL: not wanted): their resident bytes, from
+ * the same read (now, not the sampler's last).  0, MESH_E_STATE without a
+ * process, or the error of reading /proc (all of it: about 10 us a
+ * process on the machine; not for a loop that must not wait). */
+int mesh_instance_pids(struct mesh_instance *w, pid_t *out, size_t cap, size_t *n, uint64_t *rss);
 /* The last lines of output of its process, or of its last one (malloc'd,
  * at most MESH_TAIL_LINES lines; NULL when there are none or no memory). */
 char *mesh_instance_tail(struct mesh_instance *w);

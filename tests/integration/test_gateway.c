@@ -426,6 +426,149 @@ TEST_TIMEOUT(gateway_swap_waits_for_busy_program, 60)
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
+/* One client of a steady load on m-a: requests of 0.4 s each, one after
+ * the other, until stop (or until); their answers counted (those that
+ * ended after *mark was set too). */
+struct a_load {
+	int port, stagger_ms;
+	uint64_t until; /* t_now_ms: it ends by itself then */
+	volatile int *stop, *mark;
+	int ok, bad, after_mark;
+	char resp[8192];
+};
+
+static void *a_load_main(void *arg)
+{
+	struct a_load *a = arg;
+	usleep((useconds_t)a->stagger_ms * 1000);
+	while (!*a->stop && t_now_ms() < a->until) {
+		int st = post_chat(a->port, "m-a", "slow:0.4", 0, a->resp, sizeof a->resp);
+		if (st == 200)
+			a->ok++;
+		else
+			a->bad++;
+		if (st == 200 && *a->mark)
+			a->after_mark++;
+	}
+	return NULL;
+}
+
+/* Issue 30, defect 4: a swap is not starved by steady load on the program
+ * it must evict.  Four clients keep m-a busy (a request of 0.4 s each, one
+ * after the other, staggered: a always has one in flight); one request for
+ * m-b arrives.  Once b's swap is pending, new requests for a wait behind
+ * it; a's requests in flight end, a is stopped, b starts and answers --
+ * within 10 s (about 2 s here; a generous bound for a loaded 2-CPU VM; the
+ * old gateway admitted a's new requests ahead of b for as long as the load
+ * lasted, and the client's 10 s receive timeout ended b's wait).  a's
+ * clients are served again after it, every request answered 200. */
+TEST_TIMEOUT(gateway_swap_is_not_starved_by_steady_load, 120)
+{
+	static struct a_load ld[4];
+	static volatile int stop, mark;
+	char resp[8192];
+	pthread_t th[4];
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\"", "memory = \"1G\"\n");
+	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "memory = \"1G\"\n");
+	struct gw g = start_gw("--http-memory 1G");
+	EXPECT_EQ(post_chat(g.port, "m-a", "hi", 0, resp, sizeof resp), 200);
+	for (int i = 0; i < 4; i++) {
+		/* The load ends by itself 31.5 s from now at the latest. */
+		ld[i] = (struct a_load){.port = g.port, .stagger_ms = 100 * i, .until = t_now_ms() + 31500, .stop = &stop,
+					.mark = &mark};
+		ASSERT_EQ(pthread_create(&th[i], NULL, a_load_main, &ld[i]), 0);
+	}
+	usleep(1500 * 1000);
+	uint64_t t0 = t_now_ms();
+	int status = post_chat(g.port, "m-b", "hi", 0, resp, sizeof resp);
+	uint64_t waited = t_now_ms() - t0;
+	printf("m-b answered %d after %llu ms under load on m-a\n", status, (unsigned long long)waited);
+	mark = 1;
+	EXPECT_EQ(status, 200);
+	EXPECT_CONTAINS(resp, "\"model\": \"m-b\"");
+	EXPECT_LT(waited, 10000ull);
+	/* a is served again after b's swap (each client once at least). */
+	for (int i = 0; i < 300; i++) {
+		int after = 0;
+		for (int k = 0; k < 4; k++)
+			after += ld[k].after_mark;
+		if (after >= 4)
+			break;
+		usleep(100 * 1000);
+	}
+	stop = 1;
+	int ok = 0, bad = 0, after = 0;
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ok += ld[i].ok;
+		bad += ld[i].bad;
+		after += ld[i].after_mark;
+	}
+	printf("m-a: %d answered 200 (%d after m-b's), %d not\n", ok, after, bad);
+	EXPECT_EQ(bad, 0);
+	EXPECT_GE(after, 4);
+	EXPECT_TRUE(file_has("meshd.err", "program=b waits for a to end "));
+	EXPECT_TRUE(file_has("meshd.err", "(evicted for b) signal=SIGTERM"));
+	long stopped = pos_in_log("program=a stopped"), spawned = pos_in_log("program=b spawned");
+	EXPECT_GE(stopped, 0);
+	EXPECT_GT(spawned, stopped);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* /metrics says one request waits for program b. */
+static int b_queued(void *arg)
+{
+	char out[256];
+	(void)arg;
+	if (t_sh(out, sizeof out, 1, "curl -sS -o metrics.txt --unix-socket run/meshd.sock http://x/metrics") != 0)
+		return 0;
+	char *m = t_read_file("metrics.txt", NULL);
+	int yes = m && meshd_t_sample(m, "mesh_gateway_queue_length{program=\"b\"}") == 1;
+	free(m);
+	return yes;
+}
+
+/* Swaps go in the order they came: a streams (busy), a request for m-b
+ * waits for room (the FIFO's head: it holds a), then one for m-c (behind
+ * b's swap).  a ends its stream and goes, b starts and answers, then b
+ * goes and c starts: b before c, each swapped in only after the one before
+ * it was stopped. */
+TEST_TIMEOUT(gateway_swaps_go_in_the_order_they_came, 90)
+{
+	static struct model_stream a, b, c;
+	pthread_t ta, tb, tc;
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\", \"--token-delay\", \"0.2\", \"--tokens\", \"10\"",
+	       "memory = \"1G\"\n");
+	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "memory = \"1G\"\n");
+	add_oa("c", "\"m-c\"", ", \"--models\", \"m-c\"", "memory = \"1G\"\n");
+	struct gw g = start_gw("--http-memory 1G");
+	a = (struct model_stream){.port = g.port, .model = "m-a"};
+	b = (struct model_stream){.port = g.port, .model = "m-b"};
+	c = (struct model_stream){.port = g.port, .model = "m-c"};
+	ASSERT_EQ(pthread_create(&ta, NULL, model_stream_main, &a), 0);
+	ASSERT_TRUE(wait_file_has("logs/a.log", "req POST /v1/chat/completions", 10000));
+	ASSERT_EQ(pthread_create(&tb, NULL, model_stream_main, &b), 0);
+	ASSERT_TRUE(t_wait_for(b_queued, NULL, 10000));
+	ASSERT_EQ(pthread_create(&tc, NULL, model_stream_main, &c), 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	pthread_join(tc, NULL);
+	EXPECT_EQ(a.status, 200);
+	EXPECT_CONTAINS(a.resp, "data: [DONE]");
+	EXPECT_EQ(b.status, 200);
+	EXPECT_EQ(c.status, 200);
+	EXPECT_TRUE(file_has("meshd.err", "program=c waits for room: needs 1073741824 bytes, 1073741824 of 1073741824 in "
+					  "use (behind other swaps)"));
+	long a_stop = pos_in_log("program=a stopped"), b_spawn = pos_in_log("program=b spawned"),
+	     b_stop = pos_in_log("program=b stopped"), c_spawn = pos_in_log("program=c spawned");
+	EXPECT_GE(a_stop, 0);
+	EXPECT_GT(b_spawn, a_stop);
+	EXPECT_GT(b_stop, b_spawn);
+	EXPECT_GT(c_spawn, b_stop);
+	EXPECT_TRUE(file_has("meshd.err", "program=c evicting b: "));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
 /* The value of the sample line starting with `series ` in text, or -1. */
 /* /metrics has each HTTP program's requests, cold starts, failures, state,
  * time to warm and time in queue; promtool accepts the text. */

@@ -269,6 +269,16 @@ static void render_gateway(struct meshd_metrics_text *w, const struct meshd_metr
 		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
 		meshd_metrics_put(w, ",limit=\"idle_stream\"} %llu\n", (unsigned long long)m->gw[i].timeouts_idle);
 	}
+	uint64_t counted = 0;
+	for (size_t i = 0; i < m->ngw; i++)
+		counted += m->gw[i].counted;
+	meshd_metrics_family(w, "mesh_gateway_memory_bytes", "gauge",
+	       "The memory budget (--http-memory; 0: none), and what the HTTP programs with a process are counted at against it.");
+	meshd_metrics_put(w, "mesh_gateway_memory_bytes{kind=\"counted\"} %llu\n", (unsigned long long)counted);
+	meshd_metrics_put(w, "mesh_gateway_memory_bytes{kind=\"budget\"} %llu\n", (unsigned long long)m->gw_budget);
+	meshd_metrics_family(w, "mesh_gateway_program_memory_bytes", "gauge",
+	       "What an HTTP program is counted at in the memory budget: max(its memory, measured resident + GPU memory); 0 without a process.");
+	per_gw_u64(w, m, "mesh_gateway_program_memory_bytes", offsetof(struct mesh_gw_prog_stats, counted));
 	meshd_metrics_family(w, "mesh_gateway_time_to_warm_seconds", "summary", "Time from an HTTP program's spawn to its warm probe.");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_time_to_warm_seconds_sum", m->gw[i].name);
@@ -337,6 +347,7 @@ int meshd_metrics_text(const struct meshd_parts *p, struct mesh_buf *out)
 			return rc;
 		}
 		m.have_gateway = 1;
+		m.gw_budget = mesh_gw_memory_budget(g);
 	}
 	rc = meshd_metrics_render(&m, out);
 	rc = rc ? rc : meshd__gpu_metrics(p->core, out); /* GPU families: meshd/api/metrics_gpu.c */

@@ -51,6 +51,7 @@ struct meshd_metrics {
 	int have_gateway;
 	struct mesh_gw_prog_stats *gw;
 	size_t ngw;
+	uint64_t gw_budget; /* --http-memory (0: none) */
 };
 void meshd_metrics_release(struct meshd_metrics *m);
 
