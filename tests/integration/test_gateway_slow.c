@@ -334,6 +334,8 @@ TEST_TIMEOUT(gateway_cap_closes_idle_first, 120)
 		idle[i] = connect_from("127.0.0.2", g.port);
 		ASSERT_GE(idle[i], 0);
 		ASSERT_EQ(get_keep(idle[i], "/health", resp, sizeof resp), 200);
+		if (i == 0)
+			usleep(100000); /* the oldest idle one beyond doubt (as in gateway_conn_caps) */
 	}
 	for (int i = 0; i < HALF; i++) {
 		busy[i] = connect_from("127.0.0.3", g.port);
@@ -383,6 +385,9 @@ TEST_TIMEOUT(gateway_conn_caps, 60)
 		EXPECT_EQ(conn_state(a[i]), 0);
 		EXPECT_EQ(send_str(a[i], "Host: localhost\r\n\r\n"), 0);
 		EXPECT_EQ(read_response(a[i], resp, sizeof resp), 200);
+		/* Idle in this order: a loop marks one idle after its answer
+		 * went, and the two loops' threads may be a while apart. */
+		usleep(100000);
 	}
 	/* 127.0.0.2's four are idle now: a fifth from it closes its oldest. */
 	EXPECT_EQ(get_from("127.0.0.2", g.port, "/health", resp, sizeof resp), 200);
