@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -234,6 +235,37 @@ static void *accept_main(void *arg)
 	}
 }
 
+/* The open files max_conns needs: a client's and, while relayed, a
+ * program's connection each, and room for the loops' kept connections and
+ * meshd's own besides. */
+#define GW_FD_SPARE 512
+
+/* Without the files for max_conns, the accept thread meets EMFILE before
+ * the cap, and a new client waits in the listen backlog, unanswered (a
+ * soft limit of 1,024 did so at about 1,000 connections): the soft limit is
+ * raised to what max_conns needs, as far as the hard limit allows; short
+ * of it, max_conns is lowered to fit, and said. */
+static void fit_nofile(struct mesh_gw *g)
+{
+	struct rlimit rl;
+	rlim_t want = 2 * (rlim_t)g->c.max_conns + GW_FD_SPARE;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return;
+	rlim_t was = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		rl.rlim_cur = was;
+	if (rl.rlim_cur >= want)
+		return;
+	rlim_t fit = rl.rlim_cur >= 2 * GW_FD_SPARE ? (rl.rlim_cur - GW_FD_SPARE) / 2 : rl.rlim_cur / 4;
+	mesh__gw_log(g, MESH_GW_WARN,
+		     "gateway: the open-files limit (%llu, hard %llu) holds %llu client connections: "
+		     "--http-max-conns %u is lowered to it",
+		     (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+		     (unsigned long long)(fit ? fit : 1), g->c.max_conns);
+	g->c.max_conns = fit ? (uint32_t)fit : 1;
+}
+
 int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **err)
 {
 	struct sockaddr_storage ss;
@@ -257,6 +289,7 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		g->c.max_queue = 256;
 	if (!g->c.max_conns)
 		g->c.max_conns = 1024;
+	fit_nofile(g);
 	if (!g->c.max_conns_per_peer)
 		g->c.max_conns_per_peer = g->c.max_conns > 1 ? g->c.max_conns / 2 : 1;
 	if (!g->c.header_timeout_ns)

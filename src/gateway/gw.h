@@ -75,7 +75,10 @@ struct mesh_gw_config {
 	 * past either is answered 503 and closed, unless an idle one (no
 	 * request begun on it: a new one that sent nothing, a kept one between
 	 * requests) can be closed to make room: of the same address when the
-	 * address is at its share, else of any; the one idle longest. */
+	 * address is at its share, else of any; the one idle longest.
+	 * mesh_gw_open raises the process's soft RLIMIT_NOFILE to what
+	 * max_conns needs (2 a connection, and 512), as far as the hard limit
+	 * allows; short of it max_conns is lowered to fit (a warning). */
 	uint32_t max_conns, max_conns_per_peer;
 	uint32_t threads;	   /* event loop threads; 0: by the CPUs (gw_loop.c) */
 	uint64_t drain_timeout_ns; /* mesh_gw_drain's wait for requests in flight */

@@ -432,6 +432,74 @@ TEST_TIMEOUT(gateway_conn_caps, 60)
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
+/* Under a soft open-files limit of 1,024 (systemd's default for a
+ * service), the cap is what bounds the connections, not the files: meshd
+ * raises its soft limit to what --http-max-conns needs (2,560 for 1,024),
+ * and a client that comes after 1,100 connections that sent nothing is
+ * served at once in the room of the oldest.  (Before, the accept thread
+ * met EMFILE at about 1,000, and the client waited unanswered in the
+ * listen backlog.) */
+TEST_TIMEOUT(gateway_cap_before_the_files_run_out, 60)
+{
+	enum { N = 1100 };
+	char resp[8192];
+	struct rlimit rl;
+	ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 4096)
+		SKIP("the hard open-files limit (%llu) is below 4,096", (unsigned long long)rl.rlim_max);
+	rl.rlim_cur = 1024;
+	ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	struct gw g = start_gw("--http-max-conns-per-peer 2000"); /* meshd gets 1,024 */
+	ASSERT_GE(raise_nofile(N + 512), (rlim_t)N + 256);
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/limits", (int)g.pid);
+	char *lim = t_read_file(path, NULL);
+	ASSERT_TRUE(lim != NULL);
+	const char *mo = strstr(lim, "Max open files");
+	ASSERT_TRUE(mo != NULL);
+	EXPECT_EQ(atol(mo + 14), 2560);
+	free(lim);
+	static int fds[N];
+	for (int i = 0; i < N; i++) {
+		fds[i] = connect_from("127.0.0.2", g.port);
+		ASSERT_GE(fds[i], 0);
+	}
+	usleep(300000);
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(get_from("127.0.0.3", g.port, "/health", resp, sizeof resp), 200);
+	EXPECT_LT(t_now_ms() - t0, 2000);
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* A hard open-files limit too low for --http-max-conns (600: a quarter of
+ * it, 150 client connections, when it is below 1,024) lowers the cap, said
+ * in meshd's log; at it a new connection is answered 503 at once. */
+TEST_TIMEOUT(gateway_cap_lowered_to_the_files, 60)
+{
+	char resp[8192];
+	struct rlimit rl = {600, 600};
+	ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	struct gw g = start_gw("");
+	EXPECT_TRUE(file_has("meshd.err", "gateway: the open-files limit (600, hard 600) holds 150 client connections: "
+					  "--http-max-conns 1024 is lowered to it"));
+	int fds[150];
+	for (int i = 0; i < 150; i++) {
+		fds[i] = connect_from(i < 75 ? "127.0.0.2" : "127.0.0.3", g.port);
+		ASSERT_GE(fds[i], 0);
+		EXPECT_EQ(send_str(fds[i], "GET /health HTTP/1.1\r\n"), 0);
+	}
+	usleep(300000);
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(get_from("127.0.0.4", g.port, "/health", resp, sizeof resp), 503);
+	EXPECT_CONTAINS(resp, "too many connections");
+	EXPECT_LT(t_now_ms() - t0, 2000);
+	for (int i = 0; i < 150; i++)
+		close(fds[i]);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
 /* The options' values are checked. */
 TEST(gateway_slow_options_checked)
 {
