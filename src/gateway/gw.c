@@ -1,7 +1,9 @@
 /* The model gateway's object: open (the catalog, the listener, the event
- * loops, the accept thread), drain and free; the accept thread, which gives
- * each connection to a loop (gw_loop.c serves it from there).  See gw.h for
- * the contract. */
+ * loops, the accept thread), drain and free; the accept thread, which
+ * counts each connection against the caps (max_conns, and
+ * max_conns_per_peer by client address), closing an idle one to make room
+ * where one is needed, and gives it to a loop (gw_loop.c serves it from
+ * there).  See gw.h for the contract. */
 #include "gateway/gw_answer.h"
 #include "gateway/gw_loop.h"
 
@@ -18,17 +20,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-/* The answer of a connection past max_conns, or while draining: sent
+/* The answer of a connection past a cap, or while draining (why): sent
  * whole on the accepted socket (a few hundred bytes), then closed. */
-static void turn_away(int fd, int draining)
+static void turn_away(int fd, const char *why)
 {
 	struct mesh_buf b = MESH_BUF_INIT;
-	if (mesh__gw_answer_error(&b, 503, "service_unavailable", NULL,
-				  draining ? "meshd is shutting down" : "too many connections", 5, 1) == 0) {
+	if (mesh__gw_answer_error(&b, 503, "service_unavailable", NULL, why, 5, 1) == 0) {
 		if (send(fd, b.p, b.len, MSG_NOSIGNAL) < 0) {
 			/* gone already: nothing to tell */
 		}
@@ -37,11 +39,180 @@ static void turn_away(int fd, int draining)
 	close(fd);
 }
 
+/* ---- The client addresses' counts ---- */
+
+/* The key of a client's address: an IPv4 address as ::ffff:a.b.c.d, an
+ * IPv6 address's /64 (one host holds a /64: per address, it could open a
+ * connection from each). */
+static void peer_key(const struct sockaddr_storage *ss, unsigned char key[16])
+{
+	memset(key, 0, 16);
+	if (ss->ss_family == AF_INET) {
+		key[10] = key[11] = 0xff;
+		memcpy(key + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+		memcpy(key, a->s6_addr, IN6_IS_ADDR_V4MAPPED(a) ? 16 : 8);
+	}
+}
+
+static size_t peer_home(const struct mesh_gw *g, const unsigned char key[16])
+{
+	uint64_t a, b;
+	memcpy(&a, key, 8);
+	memcpy(&b, key + 8, 8);
+	uint64_t x = a ^ (b * 0x9e3779b97f4a7c15ull);
+	x ^= x >> 31;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 29;
+	return (size_t)x & (g->peers_cap - 1);
+}
+
+/* Under mu: key's entry, or the free one where it would go.  The table is
+ * never more than half full (see mesh__gw_conn_link): the probe ends. */
+static struct mesh__gw_peer *peer_at(struct mesh_gw *g, const unsigned char key[16])
+{
+	size_t i = peer_home(g, key);
+	while (g->peers[i].n && memcmp(g->peers[i].key, key, 16))
+		i = (i + 1) & (g->peers_cap - 1);
+	return &g->peers[i];
+}
+
+/* Under mu: one connection less from key's address; its entry freed at 0
+ * (the entries after it in its run moved back: no tombstones). */
+static void peer_drop(struct mesh_gw *g, const unsigned char key[16])
+{
+	struct mesh__gw_peer *e = peer_at(g, key);
+	size_t mask = g->peers_cap - 1, i = (size_t)(e - g->peers), j = i;
+	if (!e->n || --e->n)
+		return;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (!g->peers[j].n)
+			break;
+		size_t k = peer_home(g, g->peers[j].key);
+		/* It stays when its home is cyclically in (i, j]. */
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		g->peers[i] = g->peers[j];
+		i = j;
+	}
+	g->peers[i].n = 0;
+	g->npeers--;
+}
+
+void mesh__gw_conn_link(struct mesh_gw *g, struct mesh__gw_conn *c)
+{
+	struct mesh__gw_peer *e = peer_at(g, c->peer);
+	c->evicted = 0;
+	c->prev = NULL;
+	c->next = g->conns;
+	if (g->conns)
+		g->conns->prev = c;
+	g->conns = c;
+	g->nconns++;
+	/* At most max_conns are counted (the accept thread's admit), and the
+	 * table has twice as many entries: at most half full. */
+	if (!e->n++) {
+		memcpy(e->key, c->peer, 16);
+		g->npeers++;
+	}
+}
+
+void mesh__gw_conn_unlink(struct mesh_gw *g, struct mesh__gw_conn *c)
+{
+	if (c->busy) {
+		g->busy--;
+		c->busy = 0;
+	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		g->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	g->nconns--;
+	if (c->evicted)
+		g->nevicted--;
+	else
+		peer_drop(g, c->peer);
+	pthread_cond_broadcast(&g->cv_all);
+}
+
+/* Under mu: the connection idle the longest (of key's address; NULL: of
+ * any) is closed to make room: no longer counted against the caps, its
+ * loop sees its end and frees it.  1, or 0 (none is idle). */
+static int close_idle(struct mesh_gw *g, const unsigned char *key)
+{
+	struct mesh__gw_conn *best = NULL;
+	uint64_t best_t = 0;
+	for (struct mesh__gw_conn *k = g->conns; k; k = k->next) {
+		if (k->evicted || k->busy || (key && memcmp(k->peer, key, 16)))
+			continue;
+		uint64_t t = atomic_load_explicit(&k->idle_since, memory_order_relaxed);
+		if (t && (!best || t < best_t)) {
+			best = k;
+			best_t = t;
+		}
+	}
+	if (!best)
+		return 0;
+	best->evicted = 1;
+	g->nevicted++;
+	g->closed_idle++;
+	peer_drop(g, best->peer);
+	shutdown(best->fd, SHUT_RDWR);
+	return 1;
+}
+
+/* Under mu: NULL when a connection from key's address may be served (an
+ * idle one closed first where a cap was reached), else why not. */
+static const char *admit(struct mesh_gw *g, const unsigned char key[16])
+{
+	if (g->draining)
+		return "meshd is shutting down";
+	if (peer_at(g, key)->n >= g->c.max_conns_per_peer && !close_idle(g, key)) {
+		g->refused_peer++;
+		return "too many connections from this client address";
+	}
+	if (g->nconns - g->nevicted >= g->c.max_conns && !close_idle(g, NULL)) {
+		g->refused_full++;
+		return "too many connections";
+	}
+	return NULL;
+}
+
+/* The connections turned away and closed for room, in a line at most
+ * every 10 s (a crowd of them is one line, not one each). */
+static void log_admissions(struct mesh_gw *g)
+{
+	uint64_t now = mesh_mono_ns(), peer, full, idle;
+	pthread_mutex_lock(&g->mu);
+	peer = g->refused_peer;
+	full = g->refused_full;
+	idle = g->closed_idle;
+	int due = (peer || full || idle) && now - g->refused_logged >= 10000000000ull;
+	if (due) {
+		g->refused_peer = g->refused_full = g->closed_idle = 0;
+		g->refused_logged = now;
+	}
+	pthread_mutex_unlock(&g->mu);
+	if (due)
+		mesh__gw_log(g, peer || full ? MESH_GW_WARN : MESH_GW_INFO,
+			     "gateway connections: refused=%llu at an address's share (--http-max-conns-per-peer %u), "
+			     "refused=%llu at --http-max-conns %u, idle closed for room=%llu",
+			     (unsigned long long)peer, g->c.max_conns_per_peer, (unsigned long long)full, g->c.max_conns,
+			     (unsigned long long)idle);
+}
+
 static void *accept_main(void *arg)
 {
 	struct mesh_gw *g = arg;
 	for (;;) {
-		int fd = accept4(g->lfd, NULL, NULL, SOCK_CLOEXEC);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		unsigned char key[16];
+		int fd = accept4(g->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -53,12 +224,46 @@ static void *accept_main(void *arg)
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		peer_key(&ss, key);
 		pthread_mutex_lock(&g->mu);
-		int full = g->nconns >= g->c.max_conns, draining = g->draining;
+		const char *why = admit(g, key);
 		pthread_mutex_unlock(&g->mu);
-		if (full || draining || mesh__gw_loop_add(g, fd))
-			turn_away(fd, draining);
+		/* Only this thread adds connections: the room admit saw stays. */
+		if (why || mesh__gw_loop_add(g, fd, key))
+			turn_away(fd, why ? why : "out of memory");
+		log_admissions(g);
 	}
+}
+
+/* The open files max_conns needs: a client's and, while relayed, a
+ * program's connection each, and room for the loops' kept connections and
+ * meshd's own besides. */
+#define GW_FD_SPARE 512
+
+/* Without the files for max_conns, the accept thread meets EMFILE before
+ * the cap, and a new client waits in the listen backlog, unanswered (a
+ * soft limit of 1,024 did so at about 1,000 connections): the soft limit is
+ * raised to what max_conns needs, as far as the hard limit allows; short
+ * of it, max_conns is lowered to fit, and said. */
+static void fit_nofile(struct mesh_gw *g)
+{
+	struct rlimit rl;
+	rlim_t want = 2 * (rlim_t)g->c.max_conns + GW_FD_SPARE;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return;
+	rlim_t was = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		rl.rlim_cur = was;
+	if (rl.rlim_cur >= want)
+		return;
+	rlim_t fit = rl.rlim_cur >= 2 * GW_FD_SPARE ? (rl.rlim_cur - GW_FD_SPARE) / 2 : rl.rlim_cur / 4;
+	mesh__gw_log(g, MESH_GW_WARN,
+		     "gateway: the open-files limit (%llu, hard %llu) holds %llu client connections: "
+		     "--http-max-conns %u is lowered to it",
+		     (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+		     (unsigned long long)(fit ? fit : 1), g->c.max_conns);
+	g->c.max_conns = fit ? (uint32_t)fit : 1;
 }
 
 int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **err)
@@ -84,6 +289,13 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		g->c.max_queue = 256;
 	if (!g->c.max_conns)
 		g->c.max_conns = 1024;
+	fit_nofile(g);
+	if (!g->c.max_conns_per_peer)
+		g->c.max_conns_per_peer = g->c.max_conns > 1 ? g->c.max_conns / 2 : 1;
+	if (!g->c.header_timeout_ns)
+		g->c.header_timeout_ns = 60ull * 1000000000ull;
+	if (!g->c.body_timeout_ns)
+		g->c.body_timeout_ns = 60ull * 1000000000ull;
 	if (!g->c.backoff_ns)
 		g->c.backoff_ns = 500000000ull;
 	if (!g->c.request_timeout_ns)
@@ -98,10 +310,14 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		g->c.probe_failures = 3;
 	pthread_mutex_init(&g->mu, NULL);
 	mesh__gw_cond_init(&g->cv_all);
+	g->peers_cap = 16;
+	while (g->peers_cap < 2 * (size_t)g->c.max_conns)
+		g->peers_cap *= 2;
+	g->peers = calloc(g->peers_cap, sizeof *g->peers);
 	g->catalog = strdup(cfg->catalog);
 	g->host = cfg->host;
 	g->c.listen = NULL;
-	if (!g->catalog) {
+	if (!g->catalog || !g->peers) {
 		rc = mesh_errf(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -218,5 +434,6 @@ void mesh_gw_free(struct mesh_gw *g)
 	pthread_cond_destroy(&g->cv_all);
 	pthread_mutex_destroy(&g->mu);
 	free(g->catalog);
+	free(g->peers);
 	free(g);
 }

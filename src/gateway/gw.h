@@ -70,7 +70,16 @@ struct mesh_gw_config {
 	struct mesh_host *host;
 	size_t max_body;	   /* request body bound; 0: 16 MiB */
 	uint32_t max_queue;	   /* requests waiting per program; 0: 256 */
-	uint32_t max_conns;	   /* client connections at once; 0: 1024 */
+	/* Client connections at once (0: 1024), and from one client address
+	 * (an IPv4 address, an IPv6 /64; 0: half of max_conns).  A connection
+	 * past either is answered 503 and closed, unless an idle one (no
+	 * request begun on it: a new one that sent nothing, a kept one between
+	 * requests) can be closed to make room: of the same address when the
+	 * address is at its share, else of any; the one idle longest.
+	 * mesh_gw_open raises the process's soft RLIMIT_NOFILE to what
+	 * max_conns needs (2 a connection, and 512), as far as the hard limit
+	 * allows; short of it max_conns is lowered to fit (a warning). */
+	uint32_t max_conns, max_conns_per_peer;
 	uint32_t threads;	   /* event loop threads; 0: by the CPUs (gw_loop.c) */
 	uint64_t drain_timeout_ns; /* mesh_gw_drain's wait for requests in flight */
 	uint64_t backoff_ns;	   /* after a failed start; 0: 500 ms */
@@ -95,6 +104,13 @@ struct mesh_gw_config {
 	 * response_timeout_ns: request sent to the response's first byte [5 min];
 	 * idle_stream_timeout_ns: between two reads of a response [5 min]. */
 	uint64_t request_timeout_ns, response_timeout_ns, idle_stream_timeout_ns;
+	/* Reading a request (0: the default in brackets); past one, the
+	 * client is answered 408 and its connection ends.
+	 * header_timeout_ns: a request head's first byte to its end, bytes or
+	 * not in between (a new connection's from its accept: one that sent
+	 * nothing is closed without an answer) [60 s];
+	 * body_timeout_ns: between two reads of the request's body [60 s]. */
+	uint64_t header_timeout_ns, body_timeout_ns;
 	/* A warm program is probed every probe_interval_ns [10 s] (the start's
 	 * probe); after probe_failures [3] failed in a row it is hung: killed
 	 * (SIGKILL: a hung server drains nothing), its requests in flight end

@@ -101,7 +101,12 @@ struct lconn {
 	int state;
 	int readable; /* edge-triggered: the client may have bytes unread */
 	int rdhup;    /* the client closed its sending side */
+	int idle;     /* no request begun on it (link.idle_since set) */
 	uint64_t last_io;
+	/* The header timeout's start for the head being read: the accept for
+	 * a new connection's first, the first byte for a later one (0: none
+	 * begun on a kept connection). */
+	uint64_t head_t0;
 	char *buf; /* bytes read and not yet used (the next request's first) */
 	size_t have, cap;
 	size_t hscan; /* mesh_hframe_head_end's place in the buffer's head */
@@ -231,6 +236,23 @@ static void unpark(struct lconn *lc)
 
 static void up_close(struct lconn *lc);
 
+/* A request is begun on it (or it ends): it is no longer one a cap may
+ * close for room. */
+static void set_begun(struct lconn *lc)
+{
+	if (lc->idle) {
+		lc->idle = 0;
+		atomic_store_explicit(&lc->link.idle_since, 0, memory_order_relaxed);
+	}
+}
+
+/* No request is begun on it since now. */
+static void set_unbegun(struct lconn *lc, uint64_t now)
+{
+	lc->idle = 1;
+	atomic_store_explicit(&lc->link.idle_since, now, memory_order_relaxed);
+}
+
 /* Ends the connection; freed when the event's callback returns (the
  * functions it called may still look at it). */
 static void kill_conn(struct lconn *lc)
@@ -242,6 +264,7 @@ static void kill_conn(struct lconn *lc)
 		mesh__gw_acquire_cancel(&lc->w);
 	}
 	lc->state = S_DEAD;
+	set_begun(lc);
 	unlink_conn(lc);
 	event_del(ev_client(lc));
 	up_close(lc);
@@ -257,20 +280,15 @@ static void reap_dead(struct mesh__gw_loop *L)
 		struct mesh_gw *g = lc->g;
 		L->dead = lc->dead_next;
 		pthread_mutex_lock(&g->mu);
-		if (lc->link.busy) {
-			g->busy--;
-			lc->link.busy = 0;
-		}
-		if (lc->link.prev)
-			lc->link.prev->next = lc->link.next;
-		else
-			g->conns = lc->link.next;
-		if (lc->link.next)
-			lc->link.next->prev = lc->link.prev;
-		g->nconns--;
-		pthread_cond_broadcast(&g->cv_all);
+		mesh__gw_conn_unlink(g, &lc->link);
 		pthread_mutex_unlock(&g->mu);
 		shutdown(lc->link.fd, SHUT_WR);
+		/* What the client sent that was not read goes first: a close
+		 * with bytes unread sends a reset, which may overtake the
+		 * answer just written (a 408, a 400) and lose it. */
+		char junk[4096];
+		for (int i = 0; i < 16 && recv(lc->link.fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
+		}
 		close(lc->link.fd);
 		mesh_buf_release(&lc->body);
 		free(lc->out);
@@ -318,6 +336,11 @@ static int read_client(struct lconn *lc)
 			lc->readable = 0; /* a short read took what there was */
 		lc->have += (size_t)n;
 		lc->last_io = mesh_mono_ns();
+		if (lc->state == S_HEAD && !lc->r.head_len) {
+			set_begun(lc);
+			if (!lc->head_t0)
+				lc->head_t0 = lc->last_io;
+		}
 		return 1;
 	}
 }
@@ -415,6 +438,10 @@ static void next_request(struct lconn *lc)
 	set_idle(lc);
 	lc->state = S_HEAD;
 	lc->last_io = mesh_mono_ns();
+	/* Pipelined bytes begin the next head now; else its first byte will. */
+	lc->head_t0 = lc->have ? lc->last_io : 0;
+	if (!lc->have && !lc->close_it)
+		set_unbegun(lc, lc->last_io);
 	if (lc->close_it) {
 		kill_conn(lc);
 		return;
@@ -1286,9 +1313,40 @@ static void relay(struct lconn *lc)
 	}
 }
 
-/* The limits of the requests in flight, the keep-alive bound of the
- * others (but those that wait for a place: their program's start has its
- * own bound). */
+/* A request being read: past the header timeout from its head's start
+ * (its bytes do not put it off), or past the body timeout from the last
+ * byte of its body, it is answered 408 and the connection ends (a new
+ * connection that sent nothing is closed without an answer); a kept
+ * connection idle between requests, past the keep-alive bound, ends. */
+static void read_deadlines(struct lconn *lc, uint64_t now)
+{
+	const struct mesh_gw_config *gc = &lc->g->c;
+	char m[128];
+	if (lc->state == S_HEAD && !lc->r.head_len) {
+		if (!lc->head_t0) {
+			if (now - lc->last_io >= KEEPALIVE_NS)
+				kill_conn(lc);
+			return;
+		}
+		if (now - lc->head_t0 < gc->header_timeout_ns)
+			return;
+		snprintf(m, sizeof m, "the request head did not arrive whole within the header timeout (%.1f s)",
+			 (double)gc->header_timeout_ns / 1e9);
+	} else {
+		if (now - lc->last_io < gc->body_timeout_ns)
+			return;
+		snprintf(m, sizeof m, "no byte of the request body came within the body timeout (%.1f s)",
+			 (double)gc->body_timeout_ns / 1e9);
+	}
+	if (!lc->have || lc->nout) /* nothing asked, or an answer's rest still to go */
+		kill_conn(lc);
+	else
+		refuse(lc, 408, m);
+}
+
+/* The limits of the requests being read and of those in flight, the
+ * keep-alive bound of the others (but those that wait for a place: their
+ * program's start has its own bound). */
 static void scan(struct mesh__gw_loop *L, uint64_t now)
 {
 	const struct mesh_gw_config *gc = &L->g->c;
@@ -1296,6 +1354,10 @@ static void scan(struct mesh__gw_loop *L, uint64_t now)
 		next = lc->next;
 		if (lc->state == S_WAIT)
 			continue;
+		if (lc->state == S_HEAD || lc->state == S_BODY) {
+			read_deadlines(lc, now);
+			continue;
+		}
 		if (lc->state != S_SEND && lc->state != S_RELAY) {
 			if (now - lc->last_io >= KEEPALIVE_NS)
 				kill_conn(lc);
@@ -1608,7 +1670,7 @@ int mesh__gw_loops_start(struct mesh_gw *g, unsigned n)
 	return 0;
 }
 
-int mesh__gw_loop_add(struct mesh_gw *g, int fd)
+int mesh__gw_loop_add(struct mesh_gw *g, int fd, const unsigned char peer[16])
 {
 	/* the struct, then its event, 16-byte aligned (ev_client) */
 	struct lconn *lc = calloc(1, ((sizeof(struct lconn) + 15) & ~(size_t)15) + event_get_struct_event_size());
@@ -1624,13 +1686,11 @@ int mesh__gw_loop_add(struct mesh_gw *g, int fd)
 	lc->link.fd = fd;
 	lc->up = -1;
 	lc->state = S_HEAD;
-	lc->last_io = mesh_mono_ns();
+	lc->last_io = lc->head_t0 = mesh_mono_ns();
+	set_unbegun(lc, lc->last_io);
+	memcpy(lc->link.peer, peer, sizeof lc->link.peer);
 	pthread_mutex_lock(&g->mu);
-	lc->link.next = g->conns;
-	if (g->conns)
-		g->conns->prev = &lc->link;
-	g->conns = &lc->link;
-	g->nconns++;
+	mesh__gw_conn_link(g, &lc->link);
 	pthread_mutex_unlock(&g->mu);
 	pthread_mutex_lock(&L->mu);
 	lc->next = L->incoming;

@@ -14,10 +14,11 @@
 /* Starts n event loops (0: by the CPUs) and sets g->look to theirs.
  * 0 or a negative errno (none is left running). */
 int mesh__gw_loops_start(struct mesh_gw *g, unsigned n);
-/* Gives a new client connection (fd, accepted, TCP_NODELAY set) to the
- * next loop: linked in g->conns and counted, made non-blocking.  0, or
- * -1 (no memory, no loop: fd is the caller's still). */
-int mesh__gw_loop_add(struct mesh_gw *g, int fd);
+/* Gives a new client connection (fd, accepted, TCP_NODELAY set; peer: its
+ * address's key, gw.c) to the next loop: linked in g->conns and counted
+ * (mesh__gw_conn_link), made non-blocking.  0, or -1 (no memory, no loop:
+ * fd is the caller's still). */
+int mesh__gw_loop_add(struct mesh_gw *g, int fd, const unsigned char peer[16]);
 /* Stops and joins the loops (after the drain: a connection left in one is
  * leaked with g).  Called again: nothing. */
 void mesh__gw_loops_stop(struct mesh_gw *g);

@@ -23,6 +23,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -110,10 +111,24 @@ struct mesh__gw_prog {
 	int pick;		/* mu: make_room's scratch */
 };
 
+/* A client connection as the gateway counts it (gw.c): its loop's
+ * (gw_loop.c) from its accept to its close. */
 struct mesh__gw_conn {
 	int fd;
 	int busy; /* mu: a request of it is in flight */
+	/* Since when no request is begun on it (a new one that sent nothing,
+	 * a kept one between requests; mesh_mono_ns; 0: one is): its loop's,
+	 * read by the accept thread to choose one to close at a cap. */
+	_Atomic uint64_t idle_since;
+	int evicted;		  /* mu: closed to make room (not counted against the caps) */
+	unsigned char peer[16];	  /* its client address's key (gw.c) */
 	struct mesh__gw_conn *prev, *next;
+};
+
+/* How many connections one client address has (gw.c's table). */
+struct mesh__gw_peer {
+	unsigned char key[16];
+	uint32_t n; /* 0: a free entry */
 };
 
 struct mesh_gw {
@@ -131,6 +146,14 @@ struct mesh_gw {
 	pthread_cond_t cv_all;	/* mu: nconns, nlive, busy changed */
 	struct mesh__gw_conn *conns; /* mu */
 	unsigned nconns, nlive, busy; /* mu; nlive: programs not cold */
+	/* mu: the connections closed to make room and not yet gone (in
+	 * nconns still); the addresses' counts (open addressing, a power of
+	 * two entries, at most half of them used); the connections turned
+	 * away and closed for room since the last log line about them. */
+	unsigned nevicted;
+	struct mesh__gw_peer *peers;
+	size_t peers_cap, npeers;
+	uint64_t refused_peer, refused_full, closed_idle, refused_logged;
 	int draining, stopping, drained; /* mu */
 	unsigned nwaiting;	/* mu: requests waiting for a place (mesh__gw_acquire), all programs */
 	uint64_t seq;		/* mu: requests and swaps numbered as they come (gw_prog.c) */
@@ -144,6 +167,13 @@ struct mesh_gw {
 	struct mesh__gw_loop *loops;	/* gw_loop.c: the front's event loops */
 	unsigned nloops, next_loop;
 };
+
+/* gw.c */
+/* Under mu: c (its fd and peer set) is one of g's connections, counted
+ * against the caps. */
+void mesh__gw_conn_link(struct mesh_gw *g, struct mesh__gw_conn *c);
+/* Under mu: c is gone (its fd is the caller's to close). */
+void mesh__gw_conn_unlink(struct mesh_gw *g, struct mesh__gw_conn *c);
 
 /* gw_prog.c */
 /* Reads the catalog's HTTP programs into g->progs, each an instance of

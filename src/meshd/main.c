@@ -55,7 +55,9 @@ static void usage(FILE *f)
 		"             [--store postgresql://...] [--store-outage DURATION]\n"
 		"             [--http ADDR:PORT [--http-public] [--http-api-key-file FILE]\n"
 		"                                       [--http-allow-origin ORIGIN]... [--http-max-body SIZE]\n"
-		"                                       [--http-max-queue N]\n"
+		"                                       [--http-max-queue N] [--http-max-conns N]\n"
+		"                                       [--http-max-conns-per-peer N]\n"
+		"                                       [--http-header-timeout S] [--http-body-timeout S]\n"
 		"                                       [--http-memory SIZE] [--http-request-timeout S]\n"
 		"                                       [--http-response-timeout S] [--http-idle-timeout S]\n"
 		"                                       [--http-probe-interval S] [--http-probe-failures N]\n"
@@ -96,6 +98,16 @@ static void usage(FILE *f)
 		"  --http-max-body SIZE the largest request body the gateway takes (default 16M)\n"
 		"  --http-max-queue N   requests waiting per program for its start (default 256);\n"
 		"                       one more is answered 503 with Retry-After\n"
+		"  --http-max-conns N   client connections at once (default 1024); past it an idle\n"
+		"                       one (no request begun) is closed to make room, else the\n"
+		"                       new one is answered 503; the open-files limit is raised\n"
+		"                       to fit it (2 a connection, and 512)\n"
+		"  --http-max-conns-per-peer N  connections from one client address (an IPv6\n"
+		"                       /64; default half of --http-max-conns): past it, its own\n"
+		"                       idle one is closed to make room, else 503\n"
+		"  --http-header-timeout S    a request head's first byte to its end (default 60);\n"
+		"  --http-body-timeout S      between two reads of a request body (60): past one,\n"
+		"                       408 and the connection ends\n"
 		"  --http-memory SIZE   the gateway's memory budget: programs that declare `memory`\n"
 		"                       run together only within it; a start that does not fit\n"
 		"                       stops the least recently used idle ones first\n"
@@ -375,18 +387,32 @@ int main(int argc, char **argv)
 			if (mesh_parse_u64(v, 1000000, &n) < 0 || n == 0)
 				return usage_error("--http-max-queue wants a number from 1 to 1000000, not '%s'", v);
 			gwc.max_queue = (uint32_t)n;
+		} else if ((v = opt_value(argc, argv, &i, "--http-max-conns", &missing)) ||
+			   (v = opt_value(argc, argv, &i, "--http-max-conns-per-peer", &missing))) {
+			const char *o = argv[i][0] == '-' ? argv[i] : argv[i - 1];
+			int per_peer = strstr(o, "per-peer") != NULL;
+			uint64_t n;
+			if (mesh_parse_u64(v, 1048576, &n) < 0 || n == 0)
+				return usage_error(per_peer ? "--http-max-conns-per-peer wants a number from 1 to 1048576, not '%s'"
+							    : "--http-max-conns wants a number from 1 to 1048576, not '%s'",
+						   v);
+			*(per_peer ? &gwc.max_conns_per_peer : &gwc.max_conns) = (uint32_t)n;
 		} else if ((v = opt_value(argc, argv, &i, "--http-memory", &missing))) {
 			if (mesh_parse_size(v, UINT64_MAX, &gwc.memory_budget) < 0 || gwc.memory_budget == 0)
 				return usage_error("--http-memory wants a size such as 24G, not '%s'", v);
 		} else if ((v = opt_value(argc, argv, &i, "--http-request-timeout", &missing)) ||
 			   (v = opt_value(argc, argv, &i, "--http-response-timeout", &missing)) ||
 			   (v = opt_value(argc, argv, &i, "--http-idle-timeout", &missing)) ||
+			   (v = opt_value(argc, argv, &i, "--http-header-timeout", &missing)) ||
+			   (v = opt_value(argc, argv, &i, "--http-body-timeout", &missing)) ||
 			   (v = opt_value(argc, argv, &i, "--http-probe-interval", &missing))) {
 			/* which one: argv[i] is the value when it came as a word of its own */
 			const char *o = argv[i][0] == '-' ? argv[i] : argv[i - 1];
 			uint64_t *dst = strstr(o, "request") ? &gwc.request_timeout_ns
 					: strstr(o, "response") ? &gwc.response_timeout_ns
-					: strstr(o, "idle") ? &gwc.idle_stream_timeout_ns : &gwc.probe_interval_ns;
+					: strstr(o, "idle") ? &gwc.idle_stream_timeout_ns
+					: strstr(o, "header") ? &gwc.header_timeout_ns
+					: strstr(o, "body") ? &gwc.body_timeout_ns : &gwc.probe_interval_ns;
 			if (mesh_parse_duration(v, 86400ull * 1000000000ull, dst) < 0 || *dst == 0)
 				return usage_error("--http-*-timeout and --http-probe-interval want a duration (more "
 						   "than 0, at most a day: 30, 500ms, 5m), not '%s'", v);
