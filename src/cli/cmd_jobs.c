@@ -454,6 +454,10 @@ static void draw(const struct jview *v, int final)
 		.running = v->leased,
 		.failed = v->buried,
 		.elapsed_ns = (uint64_t)(v->elapsed_s * 1e9),
+		/* chunks sent to the workers (a worker holds several), and the
+		 * word `mesh jobs` uses */
+		.running_word = "in flight",
+		.failed_word = "buried",
 	};
 	struct winsize ws;
 	p.width = ioctl(2, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 80;

@@ -31,10 +31,11 @@ size_t mesh__progress_format(char *buf, size_t cap, const struct mesh__progress 
 	else
 		fmt_dur(eta, sizeof eta, -1);
 	unsigned pct = p->total ? (unsigned)(p->done * 100 / p->total) : 0;
-	int tl = snprintf(tail, sizeof tail, " %" PRIu64 "/%" PRIu64 " %u%%  %.1f/s  ETA %s  %" PRIu64 " running", p->done,
-			  p->total, pct, rate, eta, p->running);
+	int tl = snprintf(tail, sizeof tail, " %" PRIu64 "/%" PRIu64 " %u%%  %.1f/s  ETA %s  %" PRIu64 " %s", p->done,
+			  p->total, pct, rate, eta, p->running, p->running_word ? p->running_word : "running");
 	if (p->failed && tl > 0 && (size_t)tl < sizeof tail)
-		tl += snprintf(tail + tl, sizeof tail - (size_t)tl, "  %" PRIu64 " failed", p->failed);
+		tl += snprintf(tail + tl, sizeof tail - (size_t)tl, "  %" PRIu64 " %s", p->failed,
+			       p->failed_word ? p->failed_word : "failed");
 	if (tl < 0)
 		tl = 0;
 	if ((size_t)tl >= sizeof tail)

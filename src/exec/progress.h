@@ -13,6 +13,10 @@ struct mesh__progress {
 	uint64_t elapsed_ns;
 	unsigned width;		/* terminal columns; 0 = 80 */
 	int color;
+	/* The words after the two counts; NULL: "running" and "failed" (mesh
+	 * run, where a leased chunk is a running command).  mesh wait says
+	 * "in flight" (chunks sent to workers, several a worker) and "buried". */
+	const char *running_word, *failed_word;
 };
 
 /* Writes the line (no "\r", no newline) into buf, NUL-terminated,

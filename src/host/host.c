@@ -723,22 +723,49 @@ static int reap_process(struct mesh_instance *w, int *sig)
 	return status;
 }
 
+/* The exception line of the last Python traceback in tail ("ValueError:
+ * empty request"): into out, or NULL when tail has none. */
+static const char *py_exception(const char *tail, char *out, size_t cap)
+{
+	const char *tb = NULL, *line = NULL;
+	for (const char *p = tail; p && (p = strstr(p, "Traceback (most recent call last):")); p++)
+		tb = p;
+	if (!tb)
+		return NULL;
+	/* The last line after it that is not indented: the exception. */
+	for (const char *p = strchr(tb, '\n'); p && p[1]; p = strchr(p + 1, '\n'))
+		if (p[1] != ' ' && p[1] != '\t' && p[1] != '\n')
+			line = p + 1;
+	if (!line)
+		return NULL;
+	size_t n = strcspn(line, "\n");
+	snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), line);
+	return out;
+}
+
 /* A native worker's report of an end nobody asked for, or of a failure. */
 static void native_report(struct mesh_instance *w, struct mesh_buf *b, enum mesh_istate was, int status, int sig,
 			  const char *tail)
 {
-	const char *name = w->img->name;
+	const char *name = w->img->name,
+		   *when = was == MESH_IS_STARTING ? "before ready" : w->slot ? "while running" : "while idle";
+	char exc[256];
 	if (w->fail_reason)
 		mesh_buf_addf(b, "worker '%s' (pid %d) failed: %s; exit status %d", name, (int)w->pid, w->fail_reason,
 			      status);
+	else if (!status && !sig)
+		/* Not a crash: it ended on its own (a program that is not a
+		 * mesh worker, or one that returned from its serve loop). */
+		mesh_buf_addf(b, "worker '%s' (pid %d) exited %s with status 0 without being asked to: %s", name,
+			      (int)w->pid, when,
+			      was == MESH_IS_STARTING ? "it never said ready (a mesh worker calls mesh_worker_ready: is it one?)"
+						      : "a worker serves until meshd tells it to exit");
 	else
-		mesh_buf_addf(b, "worker '%s' (pid %d) crashed %s: exit status %d", name, (int)w->pid,
-			      was == MESH_IS_STARTING ? "before ready"
-			      : w->slot		       ? "while running"
-						       : "while idle",
-			      status);
+		mesh_buf_addf(b, "worker '%s' (pid %d) crashed %s: exit status %d", name, (int)w->pid, when, status);
 	if (sig)
 		mesh_buf_addf(b, " (killed by SIG%s)", signame(sig));
+	if (status && py_exception(tail, exc, sizeof exc))
+		mesh_buf_addf(b, " (Python: %s)", exc);
 	mesh_buf_addf(b, "\n--- last %u lines of output ---\n%s", MESH_TAIL_LINES, tail ? tail : "");
 }
 

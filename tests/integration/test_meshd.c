@@ -239,6 +239,27 @@ TEST_TIMEOUT(meshd_crash_is_reported, 60)
 	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
 }
 
+/* A program that is no mesh worker (/bin/true: it exits 0 at once) is
+ * said to be so, not reported as a crash "exit status 0" (issue 35 item 7);
+ * a Python worker's exception is named on the report's first line. */
+TEST_TIMEOUT(meshd_a_program_that_exits_0_is_not_called_a_crash, 60)
+{
+	add_program("t", "/bin/true", NULL);
+	add_program("py", "/bin/sh",
+		    "args = [\"-c\", \"echo 'Traceback (most recent call last):'; echo '  File \\\"w.py\\\", line 3, in <module>';"
+		    " echo 'ValueError: model file missing'; exit 1\"]\n");
+	start_meshd(NULL);
+	EXPECT_NE(mesh("call t ping"), 0);
+	EXPECT_CONTAINS(out, "worker 't' (pid ");
+	EXPECT_CONTAINS(out, "exited before ready with status 0 without being asked to: it never said ready (a mesh worker "
+			     "calls mesh_worker_ready: is it one?)");
+	EXPECT_FALSE(strstr(out, "crashed") != NULL);
+	EXPECT_NE(mesh("call py ping"), 0);
+	EXPECT_CONTAINS(out, "crashed before ready: exit status 1 (Python: ValueError: model file missing)\n");
+	kill(meshd_pid, SIGTERM);
+	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
+}
+
 /* A meshd with two echo programs started; their worker pids in pids. */
 static int start_two_workers(pid_t *pids, int cap)
 {

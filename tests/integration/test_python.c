@@ -242,7 +242,7 @@ TEST(python_worker_traceback_before_ready_is_the_crash_tail)
 	setup(&f, "setup-raise");
 	ASSERT_EQ(mesh_instance_warm(f.w, &err), 0);
 	EXPECT_EQ(mesh_instance_wait(f.w, 1u << MESH_IS_IDLE, S(20), &err), MESH_E_CRASHED);
-	EXPECT_CONTAINS(err, "crashed before ready: exit status 1\n");
+	EXPECT_CONTAINS(err, "crashed before ready: exit status 1 (Python: RuntimeError: model file missing)\n");
 	/* stdout is line-buffered: the 40 setup lines came out before the
 	 * traceback, so the 30-line tail ends with the whole traceback. */
 	EXPECT_CONTAINS(err, "setup line 40\n");

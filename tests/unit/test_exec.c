@@ -193,6 +193,11 @@ TEST(progress_format_table)
 	mesh__progress_format(b, sizeof b, &p);
 	EXPECT_CONTAINS(b, "  3 failed");
 	EXPECT_CONTAINS(b, "\033[32m");
+	/* mesh wait's words: chunks in flight (not workers running), buried */
+	p.running_word = "in flight";
+	p.failed_word = "buried";
+	mesh__progress_format(b, sizeof b, &p);
+	EXPECT_CONTAINS(b, "  2 in flight  3 buried");
 	p.done = p.total = 0;
 	p.elapsed_ns = 0;
 	mesh__progress_format(b, sizeof b, &p);
