@@ -15,7 +15,10 @@ static const char *reason_phrase(int code)
 {
 	switch (code) {
 	case 200: return "OK";
+	case 204: return "No Content";
 	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 411: return "Length Required";
@@ -61,6 +64,40 @@ int mesh__gw_answer_error(struct mesh_buf *b, int code, const char *type, const 
 	json_t *e = json_pack("{s:{s:s, s:s, s:n, s:s?}}", "error", "message", msg, "type", type, "param", "code",
 			      errcode);
 	return e ? answer_json(b, code, e, retry_after, close_it) : -1;
+}
+
+int mesh__gw_answer_preflight(struct mesh_buf *b, const char *req_headers, size_t n, int close_it)
+{
+	size_t old = b->len;
+	mesh_buf_adds(b, "HTTP/1.1 204 No Content\r\nAccess-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+			 "Access-Control-Allow-Headers: authorization, content-type");
+	if (req_headers) {
+		mesh_buf_adds(b, ", ");
+		mesh_buf_add(b, req_headers, n);
+	}
+	mesh_buf_adds(b, "\r\nAccess-Control-Max-Age: 3600\r\n");
+	if (close_it)
+		mesh_buf_adds(b, "Connection: close\r\n");
+	if (mesh_buf_adds(b, "\r\n")) {
+		b->len = old;
+		return -1;
+	}
+	return 0;
+}
+
+int mesh__gw_answer_insert(struct mesh_buf *b, size_t from, const char *h, size_t n)
+{
+	const char *nl = b->p && b->len > from ? memchr(b->p + from, '\n', b->len - from) : NULL;
+	if (!nl || !n)
+		return nl ? 0 : -1;
+	size_t at = (size_t)(nl + 1 - b->p);
+	if (mesh_buf_grow(b, n))
+		return -1;
+	memmove(b->p + at + n, b->p + at, b->len - at);
+	memcpy(b->p + at, h, n);
+	b->len += n;
+	b->p[b->len] = 0;
+	return 0;
 }
 
 /* OpenAI's model object for p's model k, with the program and its state

@@ -117,6 +117,11 @@ struct lconn {
 	uint64_t t0, t_q;	/* the head read (routed; 0: not yet); the wait's start */
 	uint64_t queued_ns;	/* how long it waited for a start (0: none) */
 	int close_it;		/* the connection ends after the answer */
+	/* Header lines every answer to the request carries (each ending CRLF,
+	 * after the status line): for an allowed Origin, its CORS fields. */
+	char xh[640];
+	size_t nxh;
+	int cors; /* xh names the Origin: the program's own CORS fields are dropped */
 	struct upc *u; /* the program's connection of the request (NULL: none) */
 	int port, up, reused, got, pending_line, done, cold; /* up: u's fd, or -1 */
 	size_t sent; /* of the line and the rest, to the program */
@@ -412,6 +417,8 @@ static void next_request(struct lconn *lc)
 	lc->continued = 0;
 	lc->p = NULL;
 	lc->t0 = 0;
+	lc->nxh = 0;
+	lc->cors = 0;
 	set_idle(lc);
 	lc->state = S_HEAD;
 	lc->last_io = mesh_mono_ns();
@@ -427,6 +434,8 @@ static void next_request(struct lconn *lc)
  * b is released. */
 static void answer(struct lconn *lc, struct mesh_buf *b, int status, int close_it)
 {
+	if (lc->nxh && mesh__gw_answer_insert(b, 0, lc->xh, lc->nxh) < 0)
+		mesh_buf_release(b);
 	struct iovec iov = {b->p, b->len};
 	int rc = b->p ? to_client(lc, &iov, 1) : -1;
 	mesh_buf_release(b);
@@ -634,6 +643,24 @@ static void set_busy(struct lconn *lc)
 
 static void place(struct lconn *lc);
 
+/* The fields every answer to the request carries (lc->xh): for an Origin
+ * that may use the gateway (d), the CORS ones naming it, so that its page
+ * may read the answer (and the fields a script may want). */
+static void cors_fields(struct lconn *lc, const struct mesh__gw_door *d)
+{
+	static const char a[] = "Access-Control-Allow-Origin: ",
+			  b[] = "\r\nVary: Origin\r\nAccess-Control-Expose-Headers: X-Mesh-Cold-Start\r\n";
+	size_t need = sizeof a - 1 + d->norigin + sizeof b - 1;
+	if (!d->origin || lc->nxh + need > sizeof lc->xh)
+		return;
+	char *w = lc->xh + lc->nxh;
+	memcpy(w, a, sizeof a - 1);
+	memcpy(w + sizeof a - 1, d->origin, d->norigin);
+	memcpy(w + sizeof a - 1 + d->norigin, b, sizeof b - 1);
+	lc->nxh += need;
+	lc->cors = 1;
+}
+
 /* A whole request in the buffer (head, Content-Length body): what it is
  * for, and the answer of meshd's own or the wait for its program's place. */
 static void route(struct lconn *lc)
@@ -645,9 +672,16 @@ static void route(struct lconn *lc)
 	size_t qlen = strcspn(r->target, "?");
 	int health = qlen == 7 && !strncmp(r->target, "/health", 7);
 	const char *why = NULL, *code = NULL;
-	/* The door first (gw_guard.h): key, Host, Origin; /health needs no key. */
+	struct mesh__gw_door d;
+	struct mesh_buf pre = MESH_BUF_INIT;
+	/* The door first (gw_guard.h): key, Host, Origin; /health and a CORS
+	 * preflight need no key. */
 	int refused = mesh__gw_guard_check(&g->guard, g->c.allow_origins, g->c.nallow_origins, lc->buf, r->h.len,
-					   r->h.line_off + r->h.line_len, !health, &why, &code);
+					   r->h.line_off + r->h.line_len, !health, !strcmp(r->method, "OPTIONS"), &d,
+					   &why, &code);
+	cors_fields(lc, &d);
+	if (d.preflight && !refused)
+		mesh__gw_answer_preflight(&pre, d.req_headers, d.nreq_headers, r->close);
 	/* Its hop-by-hop fields, those its Connection names and Expect go. */
 	r->fwd_off = mesh_hframe_head_forward(lc->buf, &r->h);
 	lc->t0 = mesh_mono_ns();
@@ -657,6 +691,10 @@ static void route(struct lconn *lc)
 	set_busy(lc);
 	if (refused) {
 		answer_error(lc, refused, "invalid_request_error", code, why, 0, lc->close_it);
+		return;
+	}
+	if (d.preflight) {
+		answer(lc, &pre, 204, 0);
 		return;
 	}
 	if (health) {
@@ -993,6 +1031,8 @@ static void end_request(struct lconn *lc, int code)
 	int status = relay_end(lc, code, &b);
 	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, status, lc->cold, lc->o.bytes, lc->t0);
 	lc->nout = lc->outoff = 0;
+	if (b.len && lc->nxh && mesh__gw_answer_insert(&b, 0, lc->xh, lc->nxh) < 0)
+		mesh_buf_release(&b);
 	if (b.len) {
 		/* meshd's own answer: nothing of the program's went. */
 		struct iovec iov = {b.p, b.len};
@@ -1157,21 +1197,53 @@ static int status_of(const char *p, size_t n)
 	return st;
 }
 
-/* The response's first bytes, its status line whole (or pre full): on to
- * the client, with X-Mesh-Cold-Start after the status line when the
- * request waited for a start, then p[0..len).  As to_client. */
+/* 1 if the header line l[0..n) of a response is one meshd answers itself
+ * (the program's is dropped): the CORS fields when meshd adds its own. */
+static int own_field(const struct lconn *lc, const char *l, size_t n)
+{
+	return lc->cors && n > 15 && !strncasecmp(l, "Access-Control-", 15);
+}
+
+/* Drops from the response's head in pre[from..end) the fields meshd
+ * answers itself; the bytes after end move up. */
+static void drop_fields(struct lconn *lc, size_t from, size_t end)
+{
+	size_t w = from, r = from;
+	while (r < end) {
+		const char *nl = memchr(lc->pre + r, '\n', end - r);
+		size_t len = nl ? (size_t)(nl + 1 - (lc->pre + r)) : end - r;
+		if (!own_field(lc, lc->pre + r, len)) {
+			memmove(lc->pre + w, lc->pre + r, len);
+			w += len;
+		}
+		r += len;
+	}
+	memmove(lc->pre + w, lc->pre + end, lc->npre - end);
+	lc->npre -= end - w;
+}
+
+/* The response's first bytes, its head whole (or pre full): on to the
+ * client, with meshd's fields after the status line (xh; X-Mesh-Cold-Start
+ * when the request waited for a start), without the program's of the same
+ * names, then p[0..len).  As to_client. */
 static int first_bytes(struct lconn *lc, const char *p, size_t len)
 {
 	static const char hdr[] = "X-Mesh-Cold-Start: 1\r\n";
 	const char *nl = memchr(lc->pre, '\n', lc->npre);
-	size_t first = nl ? (size_t)(nl + 1 - lc->pre) : lc->npre;
-	struct iovec iov[4];
+	size_t first = nl ? (size_t)(nl + 1 - lc->pre) : lc->npre, scanned = 0;
+	struct iovec iov[5];
 	int k = 0;
 	lc->pending_line = 0;
 	lc->o.status = status_of(lc->pre, lc->npre);
+	if (nl && lc->cors) {
+		size_t end = mesh_hframe_head_end(lc->pre, lc->npre, &scanned);
+		drop_fields(lc, first, end ? end : lc->npre);
+	}
 	iov[k++] = (struct iovec){lc->pre, first};
 	if (lc->cold && nl)
 		iov[k++] = (struct iovec){(void *)hdr, sizeof hdr - 1};
+	if (nl && lc->nxh)
+		iov[k++] = (struct iovec){lc->xh, lc->nxh};
 	iov[k++] = (struct iovec){lc->pre + first, lc->npre - first};
 	iov[k++] = (struct iovec){(void *)p, len};
 	lc->o.bytes += lc->npre + len;
@@ -1235,7 +1307,11 @@ static int relay_bytes(struct lconn *lc, size_t n)
 		lc->npre += take;
 		p += take;
 		len -= take;
-		if (!memchr(lc->pre, '\n', lc->npre) && lc->npre < sizeof lc->pre && !lc->done)
+		size_t scanned = 0;
+		/* The status line (the head, when the program's fields are to be
+		 * looked at) whole first. */
+		if ((lc->cors ? !mesh_hframe_head_end(lc->pre, lc->npre, &scanned) : !memchr(lc->pre, '\n', lc->npre)) &&
+		    lc->npre < sizeof lc->pre && !lc->done)
 			return 0;
 		rc = first_bytes(lc, p, len);
 	} else {

@@ -109,3 +109,95 @@ TEST_TIMEOUT(gateway_host_and_origin_rules, 60)
 	EXPECT_CONTAINS(resp, "\"code\":\"model_not_found\"");
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* How many times needle occurs in s (case-insensitive). */
+static int occurs(const char *s, const char *needle)
+{
+	int n = 0;
+	for (const char *p = s; (p = strcasestr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* A browser's page on an allowed origin: its preflight (OPTIONS) is
+ * answered by meshd without the key and without starting anything, and
+ * every answer to it (meshd's own errors, a relayed one, a stream) names
+ * its origin once, whatever the program says of CORS itself. */
+TEST_TIMEOUT(gateway_cors_preflight_and_answers_for_an_allowed_origin, 90)
+{
+	char out[16384];
+	add_oa("m", "\"test-model\"", ", \"--cors\"", "");
+	t_write_file("keys", "sk-cors\n");
+	chmod("keys", 0600);
+	struct gw g = start_gw("--http-allow-origin https://ui.example:8443 --http-api-key-file keys");
+	const char *ok = "-H 'Origin: https://ui.example:8443'";
+	/* The preflight: 204, no key, nothing spawned. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i -X OPTIONS %s -H 'Access-Control-Request-Method: POST' "
+		       "-H 'Access-Control-Request-Headers: authorization, content-type, x-stainless-os' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 204");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Methods: ");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Headers: authorization, content-type");
+	EXPECT_CONTAINS(out, "x-stainless-os");
+	EXPECT_CONTAINS(out, "Access-Control-Max-Age: ");
+	EXPECT_CONTAINS(out, "Vary: Origin\r\n");
+	EXPECT_FALSE(file_has("meshd.err", "spawned"));
+	/* From an origin not allowed: 403. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i -X OPTIONS -H 'Origin: https://evil.example' -H 'Access-Control-Request-Method: POST' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 403");
+	EXPECT_CONTAINS(out, "origin_not_allowed");
+	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 0);
+	/* meshd's own errors carry it: 401 without the key, 404 an unknown model. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i %s -H 'Content-Type: application/json' -d '{\"model\":\"test-model\"}' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 401");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	EXPECT_CONTAINS(out, "Vary: Origin\r\n");
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i %s -H 'Authorization: Bearer sk-cors' -d '{\"model\":\"nope\"}' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 404");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	/* A relayed answer and a stream: the origin once (the program's own '*' dropped). */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i %s -H 'Authorization: Bearer sk-cors' "
+		       "-d '{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 200");
+	EXPECT_CONTAINS(out, "tok4");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 1);
+	EXPECT_CONTAINS(out, "Vary: Origin\r\n");
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i -N %s -H 'Authorization: Bearer sk-cors' "
+		       "-d '{\"model\":\"test-model\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "text/event-stream");
+	EXPECT_CONTAINS(out, "data: [DONE]");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 1);
+	/* No Origin (curl, an SDK): no CORS fields of meshd's; the program's pass. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i -H 'Authorization: Bearer sk-cors' http://127.0.0.1:%d/v1/models", g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 200");
+	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 0);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
