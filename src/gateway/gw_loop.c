@@ -632,6 +632,35 @@ void mesh__gw_upstream_split(const char *target, char *model, size_t mcap, char 
 	snprintf(path, pcap, "%s%s", mname[mlen] == '/' ? "" : "/", mname + mlen);
 }
 
+/* 1 if /upstream/ may reach path (the program's own, "/P[?Q]") of the
+ * program manifest m: its upstream_paths has "*", or an entry that is a
+ * prefix of the path's whole segments, and the path has nothing a program
+ * could read as another path (a "." or ".." segment, an escaped '.', '/'
+ * or '\\', a backslash). */
+static int upstream_allowed(const struct mesh_manifest *m, const char *path)
+{
+	size_t n = strcspn(path, "?");
+	for (size_t i = 0; i < m->nupstream_paths; i++)
+		if (!strcmp(m->upstream_paths[i], "*"))
+			return 1;
+	for (size_t i = 0; i < n; i++) {
+		const char *c = path + i;
+		if (*c == '\\' ||
+		    (*c == '%' && (!strncasecmp(c, "%2e", 3) || !strncasecmp(c, "%2f", 3) || !strncasecmp(c, "%5c", 3))))
+			return 0;
+		if (*c == '/' && c[1] == '.' &&
+		    (i + 2 == n || c[2] == '/' || (c[2] == '.' && (i + 3 == n || c[3] == '/'))))
+			return 0;
+	}
+	for (size_t i = 0; i < m->nupstream_paths; i++) {
+		const char *e = m->upstream_paths[i];
+		size_t el = strlen(e);
+		if (el <= n && !memcmp(path, e, el) && (el == n || path[el] == '/' || e[el - 1] == '/'))
+			return 1;
+	}
+	return 0;
+}
+
 static void set_busy(struct lconn *lc)
 {
 	struct mesh_gw *g = lc->g;
@@ -746,6 +775,16 @@ static void route(struct lconn *lc)
 		struct mesh_buf b = MESH_BUF_INIT;
 		mesh__gw_answer_unknown_model(g, &b, lc->model, lc->close_it);
 		answer(lc, &b, 404, 0);
+		return;
+	}
+	if (path == upath && !upstream_allowed(&p->img.m, upath)) {
+		char m[1400];
+		snprintf(m, sizeof m,
+			 "/upstream/ does not reach '%.200s' of program '%s': its manifest's upstream_paths %s; add "
+			 "upstream_paths = [\"%.*s\"] (path prefixes) or [\"*\"] to %s/%s.toml to open it",
+			 upath, p->img.m.name, p->img.m.nupstream_paths ? "does not list it" : "lists no path (off by default)",
+			 (int)(strcspn(upath, "?") < 200 ? strcspn(upath, "?") : 200), upath, g->catalog, p->img.m.name);
+		answer_error(lc, 403, "invalid_request_error", "upstream_path_not_allowed", m, 0, lc->close_it);
 		return;
 	}
 	/* The request line as "%s %s %s\r\n", without printf's cost; made

@@ -50,7 +50,7 @@ TEST_TIMEOUT(gateway_unknown_model_404_lists_models, 30)
 {
 	char resp[8192];
 	add_oa("a", "\"m-a1\", \"m-a2\"", ", \"--models\", \"m-a1,m-a2\"", "");
-	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "");
+	add_oa("b", "\"m-b\"", ", \"--models\", \"m-b\"", "upstream_paths = [\"/health\"]\n");
 	struct gw g = start_gw("");
 	EXPECT_EQ(post_chat(g.port, "nope", "hi", 0, resp, sizeof resp), 404);
 	EXPECT_CONTAINS(resp, "\"code\":\"model_not_found\"");
@@ -320,6 +320,7 @@ TEST_TIMEOUT(gateway_nginx_program_stops_with_sigquit, 30)
 	mkdir("catalog", 0755);
 	snprintf(text, sizeof text,
 		 "name = \"web\"\nbackend = \"http\"\nmodels = [\"nginx-hello\"]\nprobe_path = \"/\"\nprobe_status = 200\n"
+		 "upstream_paths = [\"/\"]\n"
 		 "idle_ttl = \"300ms\"\n"
 		 "command = [\"sh\", \"-c\", \"sed s/@PORT@/{port}/ nginx.conf.in > nginx.conf && "
 		 "exec /usr/sbin/nginx -p %s -e %s/error.log -c %s/nginx.conf\"]\n"

@@ -201,3 +201,36 @@ TEST_TIMEOUT(gateway_cors_preflight_and_answers_for_an_allowed_origin, 90)
 	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 0);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* /upstream/<model>/PATH reaches a program's own routes (llama-server's
+ * /slots can erase a slot) only at the paths its manifest lists in
+ * upstream_paths: none by default, refused before anything starts. */
+TEST_TIMEOUT(gateway_upstream_paths_are_off_unless_the_manifest_lists_them, 90)
+{
+	char resp[8192];
+	add_oa("none", "\"m-none\"", ", \"--models\", \"m-none\"", "");
+	add_oa("some", "\"m-some\"", ", \"--models\", \"m-some\"", "upstream_paths = [\"/health\", \"/v1/models\"]\n");
+	add_oa("all", "\"m-all\"", ", \"--models\", \"m-all\"", "upstream_paths = [\"*\"]\n");
+	struct gw g = start_gw("");
+	/* Off by default: 403, saying how to turn it on, and nothing started. */
+	EXPECT_EQ(get(g.port, "/upstream/m-none/health", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_CONTAINS(resp, "\"code\":\"upstream_path_not_allowed\"");
+	EXPECT_CONTAINS(resp, "upstream_paths");
+	EXPECT_CONTAINS(resp, "none.toml");
+	EXPECT_EQ(get(g.port, "/upstream/m-some/slots", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_EQ(get(g.port, "/upstream/m-some/healthz", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_EQ(get(g.port, "/upstream/m-some/health/../slots", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_EQ(get(g.port, "/upstream/m-some/health/%2e%2e/slots", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_FALSE(file_has("meshd.err", "spawned"));
+	/* Listed: a prefix of whole segments, the query kept. */
+	EXPECT_EQ(get(g.port, "/upstream/m-some/health", "Host: localhost\r\n", resp, sizeof resp), 200);
+	EXPECT_EQ(get(g.port, "/upstream/m-some/v1/models", "Host: localhost\r\n", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"id\": \"m-some\"");
+	EXPECT_EQ(get(g.port, "/upstream/m-some/v1/models?x=1", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_CONTAINS(resp, "no route /v1/models?x=1"); /* the program's answer: the query went */
+	/* "*": every path. */
+	EXPECT_EQ(get(g.port, "/upstream/m-all/health", "Host: localhost\r\n", resp, sizeof resp), 200);
+	/* An unknown model is still 404. */
+	EXPECT_EQ(get(g.port, "/upstream/nope/health", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_EQ(stop_gw(&g), 0);
+}

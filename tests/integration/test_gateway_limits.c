@@ -259,6 +259,7 @@ TEST_TIMEOUT(gateway_kept_connection_closed_by_program, 30)
 	mkdir("catalog", 0755);
 	snprintf(text, sizeof text,
 		 "name = \"web\"\nbackend = \"http\"\nmodels = [\"nginx-hello\"]\nprobe_path = \"/\"\nprobe_status = 200\n"
+		 "upstream_paths = [\"/\"]\n"
 		 "command = [\"sh\", \"-c\", \"sed s/@PORT@/{port}/ nginx.conf.in > nginx.conf && "
 		 "exec /usr/sbin/nginx -p %s -e %s/error.log -c %s/nginx.conf\"]\n"
 		 "[lifecycle]\nstop_signal = \"QUIT\"\n",
