@@ -18,17 +18,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 /* The answer of a connection past max_conns, or while draining: sent
  * whole on the accepted socket (a few hundred bytes), then closed. */
-static void turn_away(int fd, int draining)
+static void turn_away(struct mesh_gw *g, int fd, int draining)
 {
 	struct mesh_buf b = MESH_BUF_INIT;
+	char h[MESH_GW_RID_MAX + 20] = "X-Request-Id: ";
+	size_t n = 14 + mesh__gw_request_id(g, h + 14);
+	memcpy(h + n, "\r\n", 2);
 	if (mesh__gw_answer_error(&b, 503, "service_unavailable", NULL,
-				  draining ? "meshd is shutting down" : "too many connections", 5, 1) == 0) {
+				  draining ? "meshd is shutting down" : "too many connections", 5, 1) == 0 &&
+	    mesh__gw_answer_insert(&b, 0, h, n + 2) == 0) {
 		if (send(fd, b.p, b.len, MSG_NOSIGNAL) < 0) {
 			/* gone already: nothing to tell */
 		}
@@ -57,7 +62,7 @@ static void *accept_main(void *arg)
 		int full = g->nconns >= g->c.max_conns, draining = g->draining;
 		pthread_mutex_unlock(&g->mu);
 		if (full || draining || mesh__gw_loop_add(g, fd))
-			turn_away(fd, draining);
+			turn_away(g, fd, draining);
 	}
 }
 
@@ -78,6 +83,8 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		return mesh_errf(err, -ENOMEM, "out of memory");
 	g->c = *cfg;
 	g->lfd = -1;
+	if (getrandom(&g->rid_boot, sizeof g->rid_boot, GRND_NONBLOCK) != sizeof g->rid_boot)
+		g->rid_boot = (uint32_t)(mesh_mono_ns() ^ ((uint64_t)getpid() << 16));
 	if (!g->c.max_body)
 		g->c.max_body = 16u << 20;
 	if (!g->c.max_queue)

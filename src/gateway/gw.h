@@ -21,7 +21,9 @@
  * until the probe says warm; then every waiting request goes, each answer
  * with X-Mesh-Cold-Start: 1.  A start that fails answers its waiting
  * requests 502 (the program exited) or 504 (not warm within start_timeout)
- * with the reason and the program's last lines; the program is cold again
+ * with a short reason and the request's id (every answer carries
+ * X-Request-Id), the program's last lines to on_log under that id, never
+ * to a client; the program is cold again
  * and the next request starts it after a backoff (backoff_ns, doubling per
  * failed start up to 30 s, reset when one gets warm): never stuck failed.
  *

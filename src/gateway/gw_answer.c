@@ -107,7 +107,7 @@ static json_t *model_json(const struct mesh__gw_prog *p, size_t k)
 	json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "id", p->img.m.models[k], "object", "model", "created", 0,
 			      "owned_by", "mesh", "program", p->img.m.name, "state", mesh__gw_state_name(p));
 	if (o && p->fail_gen && p->fail_gen == p->gen)
-		json_object_set_new(o, "last_error", json_string(p->fail_msg));
+		json_object_set_new(o, "last_error", json_string(p->fail_short));
 	return o;
 }
 
@@ -178,12 +178,44 @@ static void put_u(char *line, size_t cap, size_t *at, unsigned long long v)
 	put(line, cap, at, d + i, sizeof d - i);
 }
 
+size_t mesh__gw_request_id(struct mesh_gw *g, char *out)
+{
+	static const char hex[] = "0123456789abcdef";
+	uint64_t seq = __atomic_add_fetch(&g->rid_seq, 1, __ATOMIC_RELAXED);
+	size_t n = 0;
+	char d[16];
+	int k = 0;
+	for (int i = 28; i >= 0; i -= 4)
+		out[n++] = hex[(g->rid_boot >> i) & 15];
+	out[n++] = '-';
+	do
+		d[k++] = hex[seq & 15];
+	while ((seq >>= 4));
+	while (k)
+		out[n++] = d[--k];
+	out[n] = 0;
+	return n;
+}
+
+int mesh__gw_rid_ok(const char *v, size_t n)
+{
+	if (!n || n > MESH_GW_RID_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = v[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
 void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, const char *model, int status,
-		     int cold, size_t bytes, uint64_t t0)
+		     int cold, size_t bytes, uint64_t t0, const char *rid)
 {
 	if (!g->c.on_log)
 		return;
-	/* "access METHOD TARGET model=M status=S cold=C bytes=B ms=X.Y" by
+	/* "access METHOD TARGET model=M status=S cold=C bytes=B ms=X.Y id=R" by
 	 * hand: a request's vsnprintf was ~3 % of meshd's CPU a request. */
 	char line[4096];
 	size_t at = 0;
@@ -212,6 +244,10 @@ void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, 
 	put_u(line, sizeof line, &at, (unsigned long long)(us / 1000));
 	PUT(".");
 	put_u(line, sizeof line, &at, (unsigned long long)(us / 100 % 10));
+	if (rid && rid[0]) {
+		PUT(" id=");
+		put(line, sizeof line, &at, rid, strlen(rid));
+	}
 #undef PUT
 	line[at] = 0;
 	g->c.on_log(g->c.ctx, MESH_GW_INFO, line);

@@ -35,8 +35,15 @@ int mesh__gw_answer_preflight(struct mesh_buf *b, const char *req_headers, size_
  * of the answer at b[from..): 0, or -1 (no memory; b as it was). */
 int mesh__gw_answer_insert(struct mesh_buf *b, size_t from, const char *h, size_t n);
 /* The access line of one request to on_log (t0: when its head was read;
- * status < 0: none sent, |status| the one meant). */
+ * status < 0: none sent, |status| the one meant; rid its request id). */
 void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, const char *model, int status,
-		     int cold, size_t bytes, uint64_t t0);
+		     int cold, size_t bytes, uint64_t t0, const char *rid);
+/* A new request id into out (at least MESH_GW_RID_MAX + 1 bytes): meshd's
+ * random part of this run, '-', a count in hex.  Its length.  Any thread. */
+#define MESH_GW_RID_MAX 64
+size_t mesh__gw_request_id(struct mesh_gw *g, char *out);
+/* 1 if the client's X-Request-Id value v (n bytes) may be used as its
+ * request's id: 1..64 of [A-Za-z0-9._-]. */
+int mesh__gw_rid_ok(const char *v, size_t n);
 
 #endif

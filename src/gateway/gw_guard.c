@@ -3,6 +3,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "gateway/gw.h"
+#include "gateway/gw_answer.h"
 #include "http/hframe.h"
 
 #include <errno.h>
@@ -177,6 +178,9 @@ int mesh__gw_guard_check(const struct mesh__gw_guard *gd, const char *const *all
 				key_ok |= key_equal(val + 7, vl - 7, gd->keys[i]);
 		} else if (FIELD_IS("Access-Control-Request-Method")) {
 			acrm = 1;
+		} else if (FIELD_IS("X-Request-Id")) {
+			d->rid = mesh__gw_rid_ok(val, vl) ? val : NULL;
+			d->nrid = vl;
 		} else if (FIELD_IS("Access-Control-Request-Headers") && token_list(val, vl)) {
 			d->req_headers = val;
 			d->nreq_headers = vl;

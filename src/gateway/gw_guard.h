@@ -34,6 +34,8 @@ struct mesh__gw_door {
 	int preflight;	/* a CORS preflight: OPTIONS with Origin and Access-Control-Request-Method */
 	const char *req_headers; /* Access-Control-Request-Headers, when a list of tokens */
 	size_t nreq_headers;
+	const char *rid; /* X-Request-Id, when one may be the request's id (gw_answer.h) */
+	size_t nrid;
 };
 
 /* What the checks say of a request head p[0..n), its header fields from

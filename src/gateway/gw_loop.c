@@ -121,6 +121,7 @@ struct lconn {
 	 * after the status line): for an allowed Origin, its CORS fields. */
 	char xh[640];
 	size_t nxh;
+	char rid[MESH_GW_RID_MAX + 1]; /* the request's id (X-Request-Id; "": not yet) */
 	int cors; /* xh names the Origin: the program's own CORS fields are dropped */
 	struct upc *u; /* the program's connection of the request (NULL: none) */
 	int port, up, reused, got, pending_line, done, cold; /* up: u's fd, or -1 */
@@ -419,6 +420,7 @@ static void next_request(struct lconn *lc)
 	lc->t0 = 0;
 	lc->nxh = 0;
 	lc->cors = 0;
+	lc->rid[0] = 0;
 	set_idle(lc);
 	lc->state = S_HEAD;
 	lc->last_io = mesh_mono_ns();
@@ -429,18 +431,36 @@ static void next_request(struct lconn *lc)
 	serve(lc);
 }
 
+/* The request's id (the client's X-Request-Id, id[0..n), when sane, else a
+ * new one) as the first of the fields its answers carry. */
+static void rid_field(struct lconn *lc, const char *id, size_t n)
+{
+	if (id) {
+		memcpy(lc->rid, id, n);
+		lc->rid[n] = 0;
+	} else {
+		n = mesh__gw_request_id(lc->g, lc->rid);
+	}
+	memcpy(lc->xh, "X-Request-Id: ", 14);
+	memcpy(lc->xh + 14, lc->rid, n);
+	memcpy(lc->xh + 14 + n, "\r\n", 2);
+	lc->nxh = 16 + n;
+}
+
 /* An answer of meshd's own in b (status for the access line; close_it:
  * the connection ends after it) goes to the client, then the next request.
  * b is released. */
 static void answer(struct lconn *lc, struct mesh_buf *b, int status, int close_it)
 {
+	if (!lc->nxh)
+		rid_field(lc, NULL, 0); /* refused before it was routed */
 	if (lc->nxh && mesh__gw_answer_insert(b, 0, lc->xh, lc->nxh) < 0)
 		mesh_buf_release(b);
 	struct iovec iov = {b->p, b->len};
 	int rc = b->p ? to_client(lc, &iov, 1) : -1;
 	mesh_buf_release(b);
 	if (lc->t0) /* a request that was routed (a refused one is not) */
-		mesh__gw_access(lc->g, lc->r.method, lc->r.target, lc->model, status, lc->w.cold, 0, lc->t0);
+		mesh__gw_access(lc->g, lc->r.method, lc->r.target, lc->model, status, lc->w.cold, 0, lc->t0, lc->rid);
 	lc->close_it |= close_it;
 	if (rc < 0) {
 		kill_conn(lc);
@@ -708,6 +728,7 @@ static void route(struct lconn *lc)
 	int refused = mesh__gw_guard_check(&g->guard, g->c.allow_origins, g->c.nallow_origins, lc->buf, r->h.len,
 					   r->h.line_off + r->h.line_len, !health, !strcmp(r->method, "OPTIONS"), &d,
 					   &why, &code);
+	rid_field(lc, d.rid, d.nrid);
 	cors_fields(lc, &d);
 	if (d.preflight && !refused)
 		mesh__gw_answer_preflight(&pre, d.req_headers, d.nreq_headers, r->close);
@@ -717,6 +738,7 @@ static void route(struct lconn *lc)
 	lc->model[0] = 0;
 	lc->close_it = r->close;
 	memset(&lc->w, 0, sizeof lc->w);
+	lc->w.rid = lc->rid;
 	set_busy(lc);
 	if (refused) {
 		answer_error(lc, refused, "invalid_request_error", code, why, 0, lc->close_it);
@@ -1042,11 +1064,15 @@ static int relay_end(struct lconn *lc, int code, struct mesh_buf *b)
 	} else if (code > 0) {
 		char m[256];
 		status = code;
-		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->img.m.name, lc->port);
+		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (request id %s)", p->img.m.name,
+			 lc->rid);
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s request=%s port=%d: closed the connection without an answer",
+			     p->img.m.name, lc->rid, lc->port);
 		mesh__gw_answer_error(b, code, "upstream_error", NULL, m, 0, lc->close_it);
 	} else if (code < 0 && o->gone) {
 		status = status ? status : 499; /* nginx's word for it */
-		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->img.m.name, o->bytes);
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes (request=%s)", p->img.m.name,
+			     o->bytes, lc->rid);
 	} else if (code < 0) {
 		status = status ? status : 502;
 		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->img.m.name, o->bytes);
@@ -1068,7 +1094,7 @@ static void end_request(struct lconn *lc, int code)
 	mesh__gw_release(p);
 	mesh__gw_count(p, code == 0, lc->queued_ns);
 	int status = relay_end(lc, code, &b);
-	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, status, lc->cold, lc->o.bytes, lc->t0);
+	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, status, lc->cold, lc->o.bytes, lc->t0, lc->rid);
 	lc->nout = lc->outoff = 0;
 	if (b.len && lc->nxh && mesh__gw_answer_insert(&b, 0, lc->xh, lc->nxh) < 0)
 		mesh_buf_release(&b);
@@ -1150,7 +1176,17 @@ static void place(struct lconn *lc)
 		return;
 	}
 	mesh__gw_count(lc->p, 0, mesh_mono_ns() - lc->t_q);
-	answer_error(lc, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, why, retry, lc->close_it);
+	/* The client gets the reason's first line and the request's id; the
+	 * rest (a failed start's report and the program's output) goes to
+	 * meshd's log under that id. */
+	char m[1000];
+	const char *nl = strchr(why, '\n');
+	if (nl)
+		mesh__gw_log(lc->g, MESH_GW_WARN, "program=%s request=%s answered %d: %s", lc->p->img.m.name, lc->rid, code,
+			     nl + 1);
+	snprintf(m, sizeof m, "%.*s (request id %s%s)", (int)strcspn(why, "\n"), why, lc->rid,
+		 nl ? "; meshd's log has the details" : "");
+	answer_error(lc, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, m, retry, lc->close_it);
 	free(why);
 }
 
@@ -1163,7 +1199,7 @@ static void parked_gone(struct lconn *lc)
 	lc->state = S_HEAD; /* not parked: kill_conn must not cancel it again */
 	mesh__gw_count(lc->p, 0, mesh_mono_ns() - lc->t_q);
 	mesh__gw_log(g, MESH_GW_INFO, "the client went away while it waited for program '%s'", lc->p->img.m.name);
-	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, 499, lc->w.cold, 0, lc->t0);
+	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, 499, lc->w.cold, 0, lc->t0, lc->rid);
 	kill_conn(lc);
 }
 
@@ -1285,7 +1321,9 @@ static int first_bytes(struct lconn *lc, const char *p, size_t len)
 		iov[k++] = (struct iovec){lc->xh, lc->nxh};
 	iov[k++] = (struct iovec){lc->pre + first, lc->npre - first};
 	iov[k++] = (struct iovec){(void *)p, len};
-	lc->o.bytes += lc->npre + len;
+	lc->o.bytes += lc->npre + len; /* what the client gets: meshd's fields too */
+	for (int i = 1; i < k - 2; i++)
+		lc->o.bytes += iov[i].iov_len;
 	return to_client(lc, iov, k);
 }
 

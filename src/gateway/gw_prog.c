@@ -69,6 +69,7 @@ static int unfit(struct mesh_gw *g, struct mesh__gw_prog *p, const char *why)
 	if (!p->unfit)
 		return -ENOMEM;
 	snprintf(p->fail_msg, sizeof p->fail_msg, "%s", p->unfit);
+	snprintf(p->fail_short, sizeof p->fail_short, "%s", p->unfit);
 	p->gen = p->fail_gen = 1;
 	p->fail_code = 502;
 	mesh__gw_log(g, MESH_GW_WARN, "%s", p->unfit);
@@ -234,11 +235,13 @@ static void arm(struct mesh_gw *g, uint64_t at)
 }
 
 /* Under mu: the start failed; waiting requests of this start get code and
- * msg (the host's report, or the spawn's error), the next start waits out
- * a backoff (doubling per failed start in a row, up to 30 s). */
-static void fail_start(struct mesh__gw_prog *p, int code, const char *msg)
+ * brief (what a client is told), meshd's log msg (the host's report, or the
+ * spawn's error), the next start waits out a backoff (doubling per failed
+ * start in a row, up to 30 s). */
+static void fail_start(struct mesh__gw_prog *p, int code, const char *brief, const char *msg)
 {
 	snprintf(p->fail_msg, sizeof p->fail_msg, "%s", msg);
+	snprintf(p->fail_short, sizeof p->fail_short, "%.*s", (int)strcspn(brief, "\n"), brief);
 	p->fail_gen = p->gen;
 	p->fail_code = code;
 	p->start_failures++;
@@ -297,7 +300,7 @@ static void start(struct mesh__gw_prog *p)
 		note_spawn(p);
 	} else if (p->state == GW_STARTING) {
 		/* No process: the waiters get the reason at once. */
-		fail_start(p, 502, err ? err : mesh_strerror(rc));
+		fail_start(p, 502, err ? err : mesh_strerror(rc), err ? err : mesh_strerror(rc));
 		mesh__gw_log(g, MESH_GW_WARN, "program=%s start failed: %s", p->img.name, p->fail_msg);
 		cold(p);
 	}
@@ -404,7 +407,10 @@ static void start_timed_out(struct mesh__gw_prog *p)
 		 (double)p->img.m.start_timeout_ns / 1e9, hi.last_probe, tail && *tail ? "; its last lines:\n" : "",
 		 tail ? tail : "");
 	free(tail);
-	fail_start(p, 504, msg);
+	char brief[200];
+	snprintf(brief, sizeof brief, "program '%s' was not warm within %.1f s", p->img.name,
+		 (double)p->img.m.start_timeout_ns / 1e9);
+	fail_start(p, 504, brief, msg);
 	mesh__gw_log(p->g, MESH_GW_WARN, "program=%s start timeout: %.*s", p->img.name, (int)strcspn(msg, "\n"), msg);
 	p->state = GW_STOPPING;
 	snprintf(p->stop_why, sizeof p->stop_why, "start timeout");
@@ -439,8 +445,10 @@ static void ended(struct mesh__gw_prog *p, enum mesh_istate from)
 	if (from == MESH_IS_PROBING) {
 		if (p->state != GW_STARTING || p->spawned_gen != p->gen)
 			return; /* a spawn that failed: its requester says so */
-		char *r = mesh_instance_last_report(p->inst);
-		fail_start(p, 502, r ? r : "the program exited before it was warm");
+		char *r = mesh_instance_last_report(p->inst), brief[768];
+		snprintf(brief, sizeof brief, "program '%s' exited with status %d before it was warm%s", p->img.name,
+			 hi.status, hi.limits);
+		fail_start(p, 502, brief, r ? r : brief);
 		free(r);
 		mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed while starting: status=%d", p->img.name, hi.status);
 	} else if (from == MESH_IS_WARM) {
@@ -652,7 +660,7 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
 		if (p->state == GW_STARTING) {
 			char msg[160];
 			snprintf(msg, sizeof msg, "program '%s' was stopped: meshd is shutting down", p->img.name);
-			fail_start(p, 503, msg);
+			fail_start(p, 503, msg, msg);
 		}
 		stop(p, "shutdown");
 	}
@@ -774,7 +782,16 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			w->queued = 1;
 		}
 		if (w->gen && p->fail_gen == w->gen) {
-			*why = strdup(p->fail_msg);
+			/* The report and the program's last lines to meshd's log
+			 * once a failed start, with the first request told of it. */
+			if (p->fail_told != p->fail_gen) {
+				p->fail_told = p->fail_gen;
+				snprintf(p->fail_rid, sizeof p->fail_rid, "%s", w->rid ? w->rid : "-");
+				*why = mesh_strf("%s\n%s", p->fail_short, p->fail_msg);
+			} else {
+				*why = mesh_strf("%s\n(its output is in the log line of request=%s)", p->fail_short,
+						 p->fail_rid);
+			}
 			return p->fail_code;
 		}
 		if (p->state == GW_STARTING && !w->gen)

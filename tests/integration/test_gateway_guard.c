@@ -234,3 +234,91 @@ TEST_TIMEOUT(gateway_upstream_paths_are_off_unless_the_manifest_lists_them, 90)
 	EXPECT_EQ(get(g.port, "/upstream/nope/health", "Host: localhost\r\n", resp, sizeof resp), 404);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* The first line of meshd.err holding both needles, or NULL (malloc'd). */
+static char *log_line_with(const char *a, const char *b)
+{
+	char *s = t_read_file("meshd.err", NULL), *found = NULL;
+	for (char *l = s, *nl; l && *l; l = nl ? nl + 1 : NULL) {
+		nl = strchr(l, '\n');
+		if (nl)
+			*nl = 0;
+		if (strstr(l, a) && strstr(l, b)) {
+			found = strdup(l);
+			break;
+		}
+		if (!nl)
+			break;
+	}
+	free(s);
+	return found;
+}
+
+/* A program that fails to start: the client gets a short reason and a
+ * request id, never the program's output nor its port; meshd's log keeps
+ * its last lines under that id, and mesh logs shows them.  Every answer
+ * carries X-Request-Id: the client's when it is sane, else meshd's own. */
+TEST_TIMEOUT(gateway_error_bodies_are_short_and_carry_a_request_id, 60)
+{
+	char req[2048], resp[8192], out[8192];
+	mkdir("catalog", 0755);
+	t_write_file("catalog/leaky.toml",
+		     "name = \"leaky\"\nbackend = \"http\"\nmodels = [\"leaky-model\"]\n"
+		     "command = [\"sh\", \"-c\", \"echo 'db password=hunter2-SECRET' >&2; exit 1\", \"sh\", \"{port}\"]\n");
+	struct gw g = start_gw("");
+	int n = chat_request(req, sizeof req, "leaky-model", "hi", 0, 0);
+	/* The client's own id, in its head. */
+	char *hdr = strstr(req, "Content-Type:");
+	ASSERT_TRUE(hdr != NULL);
+	memmove(hdr + 30, hdr, (size_t)n - (size_t)(hdr - req) + 1);
+	memcpy(hdr, "X-Request-Id: client-id-42.x\r\n", 30);
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	read_all(fd, resp, sizeof resp);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 502");
+	EXPECT_CONTAINS(resp, "X-Request-Id: client-id-42.x\r\n");
+	EXPECT_CONTAINS(resp, "exited with status 1");
+	EXPECT_CONTAINS(resp, "client-id-42.x"); /* in the message too */
+	EXPECT_FALSE(strstr(resp, "hunter2") != NULL);
+	EXPECT_FALSE(strstr(resp, "last lines") != NULL);
+	char *err = t_read_file("meshd.err", NULL), *sp = err ? strstr(err, "spawned pid=") : NULL;
+	char *pp = sp ? strstr(sp, "port=") : NULL;
+	ASSERT_TRUE(pp != NULL);
+	char port[16];
+	snprintf(port, sizeof port, "%d", atoi(pp + 5));
+	free(err);
+	EXPECT_FALSE(strstr(strstr(resp, "\r\n\r\n"), port) != NULL);
+	EXPECT_FALSE(strstr(resp, "127.0.0.1") != NULL);
+	/* meshd's log: the id with the program's last lines. */
+	char *line = log_line_with("client-id-42.x", "502");
+	EXPECT_TRUE(line != NULL);
+	free(line);
+	EXPECT_TRUE(wait_file_has("meshd.err", "db password=hunter2-SECRET", 3000));
+	char *e2 = t_read_file("meshd.err", NULL), *at = e2 ? strstr(e2, "client-id-42.x") : NULL;
+	EXPECT_TRUE(at && strstr(at, "hunter2-SECRET")); /* after the id's line: its last lines */
+	free(e2);
+	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 1, "logs leaky"), 0);
+	EXPECT_CONTAINS(out, "db password=hunter2-SECRET");
+	/* An id that is not sane (a space, too long) is replaced by meshd's. */
+	EXPECT_EQ(get(g.port, "/health", "Host: localhost\r\nX-Request-Id: two words\r\n", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "X-Request-Id: ");
+	EXPECT_FALSE(strstr(resp, "two words") != NULL);
+	EXPECT_EQ(get(g.port, "/health",
+		      "Host: localhost\r\nX-Request-Id: "
+		      "a123456789b123456789c123456789d123456789e123456789f123456789g12345\r\n",
+		      resp, sizeof resp),
+		  200);
+	EXPECT_FALSE(strstr(resp, "g12345") != NULL);
+	/* Each answer its own: an error of meshd's, a relayed one. */
+	EXPECT_EQ(get(g.port, "/v1/models/nope", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_CONTAINS(resp, "X-Request-Id: ");
+	char *bad = strstr(resp, "X-Request-Id: ");
+	char id1[80] = "";
+	if (bad)
+		sscanf(bad + 14, "%79[A-Za-z0-9._-]", id1);
+	EXPECT_EQ(get(g.port, "/v1/models/nope", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_TRUE(id1[0] && !strstr(resp, id1));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
