@@ -1070,9 +1070,15 @@ static int relay_end(struct lconn *lc, int code, struct mesh_buf *b)
 			     p->img.m.name, lc->rid, lc->port);
 		mesh__gw_answer_error(b, code, "upstream_error", NULL, m, 0, lc->close_it);
 	} else if (code < 0 && o->gone) {
-		status = status ? status : 499; /* nginx's word for it */
-		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes (request=%s)", p->img.m.name,
-			     o->bytes, lc->rid);
+		/* nginx's word for it, also when the program's status went (a
+		 * stream the client left): the answer did not reach its end. */
+		if (status)
+			mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes (status %d sent; request=%s)",
+				     p->img.m.name, o->bytes, status, lc->rid);
+		else
+			mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes (request=%s)", p->img.m.name,
+				     o->bytes, lc->rid);
+		status = 499;
 	} else if (code < 0) {
 		status = status ? status : 502;
 		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->img.m.name, o->bytes);
