@@ -1014,3 +1014,95 @@ json_t *mesh_gw_ps_json(struct mesh_gw *g)
 	return a;
 }
 
+
+/* ---- mesh start / mesh stop of an HTTP program ---- */
+
+/* How often a blocking start or stop looks at the program. */
+#define OP_POLL_NS 5000000ull
+
+static struct mesh__gw_prog *by_name(struct mesh_gw *g, const char *name)
+{
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (!strcmp(g->progs[i].img.m.name, name))
+			return &g->progs[i];
+	return NULL;
+}
+
+int mesh_gw_has_program(struct mesh_gw *g, const char *name)
+{
+	return by_name(g, name) != NULL;
+}
+
+int mesh_gw_program_start(struct mesh_gw *g, const char *name, pid_t *pid, char **err)
+{
+	struct mesh__gw_prog *p = by_name(g, name);
+	*err = NULL;
+	*pid = 0;
+	if (!p)
+		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not an HTTP program of meshd --http", name);
+	/* A request that sends nothing (first.line NULL): its place, as any
+	 * request's, starts the program or waits for its start. */
+	struct mesh__gw_wait w = {.p = p, .first = {.fd = -1}, .rid = "mesh-start"};
+	uint64_t deadline = mesh_mono_ns() + p->img.m.start_timeout_ns + 10000000000ull;
+	for (;;) {
+		char *why = NULL;
+		unsigned retry = 0;
+		int code = mesh__gw_acquire(&w, &why, &retry);
+		if (code == 0) {
+			pthread_mutex_lock(&g->mu);
+			*pid = p->pid;
+			pthread_mutex_unlock(&g->mu);
+			mesh__gw_release(p);
+			return 0;
+		}
+		if (code > 1) {
+			/* The operator's answer: the whole report (the program's
+			 * last lines too), logged as a request's would be. */
+			const char *nl = strchr(why, '\n');
+			if (nl)
+				mesh__gw_log(g, MESH_GW_WARN, "program=%s request=mesh-start answered %d: %s", name, code, nl + 1);
+			int rc = mesh_errf(err, code == 504 ? MESH_E_TIMEOUT : code == 502 ? MESH_E_CRASHED : MESH_E_STATE, "%s",
+					   nl ? nl + 1 : why);
+			free(why);
+			return rc;
+		}
+		uint64_t now = mesh_mono_ns();
+		if (now >= deadline) {
+			mesh__gw_acquire_cancel(&w);
+			return mesh_errf(err, MESH_E_TIMEOUT, "program '%s' was not warm within %.1f s", name,
+					 (double)(p->img.m.start_timeout_ns + 10000000000ull) / 1e9);
+		}
+		mesh_sleep_ns(w.until > now && w.until - now < OP_POLL_NS ? w.until - now : OP_POLL_NS);
+	}
+}
+
+int mesh_gw_program_stop(struct mesh_gw *g, const char *name, char **err)
+{
+	struct mesh__gw_prog *p = by_name(g, name);
+	*err = NULL;
+	if (!p)
+		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not an HTTP program of meshd --http", name);
+	uint64_t t0 = mesh_mono_ns(), drain_until = t0 + g->c.drain_timeout_ns,
+		 deadline = drain_until + p->img.m.stop_grace_ns + VRAM_GRACE_NS + 10000000000ull;
+	int rc = 0;
+	pthread_mutex_lock(&g->mu);
+	for (;;) {
+		uint64_t now = mesh_mono_ns();
+		if (p->state == GW_COLD || g->stopping)
+			break; /* cold, or meshd's drain stops it */
+		/* Its requests in flight end first (the stop cuts those left at
+		 * drain_timeout); a start under way is stopped at once. */
+		if ((p->state == GW_WARM && (!p->inflight || now >= drain_until)) || p->state == GW_STARTING)
+			stop(p, "mesh stop");
+		if (now >= deadline) {
+			rc = mesh_errf(err, MESH_E_TIMEOUT, "program '%s' is still %s after %.1f s", name,
+				       mesh__gw_state_name(p), (double)(now - t0) / 1e9);
+			break;
+		}
+		pthread_mutex_unlock(&g->mu);
+		mesh_sleep_ns(OP_POLL_NS);
+		pthread_mutex_lock(&g->mu);
+	}
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
