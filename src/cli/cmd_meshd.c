@@ -49,10 +49,12 @@ static const char *const helps[][2] = {
 	{"unload", "usage: mesh unload <name> [--socket PATH]\n\n"
 		   "Its workers exit (the stop signal, SIGKILL after the grace) and the image is forgotten.\n"},
 	{"start", "usage: mesh start <name> [--socket PATH]\n\n"
-		  "Starts a worker of <name> now (loading it first if needed) and waits for it to say ready.\n"},
+		  "Starts a worker of <name> now (loading it first if needed) and waits for it to say ready.\n"
+		  "An HTTP program of meshd --http: starts it (preload) and waits until it is warm.\n"},
 	{"stop", "usage: mesh stop <name> [--socket PATH]\n\n"
 		 "Its workers exit (the stop signal, SIGKILL of the process group after the grace);\n"
-		 "the program stays loaded.\n"},
+		 "the program stays loaded.  An HTTP program of meshd --http: its requests in flight\n"
+		 "end first, then it stops; the next request starts it again.\n"},
 	{"ps", "usage: mesh ps [-v] [--json] [--socket PATH]\n\n"
 	       "The stats table: per worker its state (warm: ready, no work; busy: a call or a job on\n"
 	       "it; starting, launching, halting, stopping), pid, cpu %, resident memory ('-' until\n"

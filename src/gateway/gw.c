@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -27,10 +28,14 @@
 
 /* The answer of a connection past a cap, or while draining (why): sent
  * whole on the accepted socket (a few hundred bytes), then closed. */
-static void turn_away(int fd, const char *why)
+static void turn_away(struct mesh_gw *g, int fd, const char *why)
 {
 	struct mesh_buf b = MESH_BUF_INIT;
-	if (mesh__gw_answer_error(&b, 503, "service_unavailable", NULL, why, 5, 1) == 0) {
+	char h[MESH_GW_RID_MAX + 20] = "X-Request-Id: ";
+	size_t n = 14 + mesh__gw_request_id(g, h + 14);
+	memcpy(h + n, "\r\n", 2);
+	if (mesh__gw_answer_error(&b, 503, "service_unavailable", NULL, why, 5, 1) == 0 &&
+	    mesh__gw_answer_insert(&b, 0, h, n + 2) == 0) {
 		if (send(fd, b.p, b.len, MSG_NOSIGNAL) < 0) {
 			/* gone already: nothing to tell */
 		}
@@ -230,7 +235,7 @@ static void *accept_main(void *arg)
 		pthread_mutex_unlock(&g->mu);
 		/* Only this thread adds connections: the room admit saw stays. */
 		if (why || mesh__gw_loop_add(g, fd, key))
-			turn_away(fd, why ? why : "out of memory");
+			turn_away(g, fd, why ? why : "out of memory");
 		log_admissions(g);
 	}
 }
@@ -283,6 +288,8 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		return mesh_errf(err, -ENOMEM, "out of memory");
 	g->c = *cfg;
 	g->lfd = -1;
+	if (getrandom(&g->rid_boot, sizeof g->rid_boot, GRND_NONBLOCK) != sizeof g->rid_boot)
+		g->rid_boot = (uint32_t)(mesh_mono_ns() ^ ((uint64_t)getpid() << 16));
 	if (!g->c.max_body)
 		g->c.max_body = 16u << 20;
 	if (!g->c.max_queue)

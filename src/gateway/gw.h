@@ -21,7 +21,9 @@
  * until the probe says warm; then every waiting request goes, each answer
  * with X-Mesh-Cold-Start: 1.  A start that fails answers its waiting
  * requests 502 (the program exited) or 504 (not warm within start_timeout)
- * with the reason and the program's last lines; the program is cold again
+ * with a short reason and the request's id (every answer carries
+ * X-Request-Id), the program's last lines to on_log under that id, never
+ * to a client; the program is cold again
  * and the next request starts it after a backoff (backoff_ns, doubling per
  * failed start up to 30 s, reset when one gets warm): never stuck failed.
  *
@@ -173,6 +175,24 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
  * hung_restarts, last_error (the last failed start's reason and the
  * program's last lines; null: none).  A new reference, or NULL (no memory). */
 struct json_t *mesh_gw_ps_json(struct mesh_gw *g);
+/* 1 if name is one of the gateway's HTTP programs. */
+int mesh_gw_has_program(struct mesh_gw *g, const char *name);
+/* `mesh start NAME` of an HTTP program (preload): starts it when it is not
+ * warm (as a request would: the backoff after a failed start, room in the
+ * memory budget) and waits until it is warm, at most its start_timeout and
+ * 10 s more.  Blocks: not from a loop's thread.  0 (warm; *pid its
+ * process), or a code with *err (malloc'd): MESH_E_NOTFOUND (no such HTTP
+ * program), MESH_E_CRASHED (it exited before it was warm: the reason, the
+ * program's last lines), MESH_E_TIMEOUT (not warm in time), MESH_E_STATE
+ * (meshd is draining, it cannot start here, or it does not fit the budget).
+ * Warm, it is stopped after its idle_ttl like any. */
+int mesh_gw_program_start(struct mesh_gw *g, const char *name, pid_t *pid, char **err);
+/* `mesh stop NAME` of an HTTP program (unload): lets its requests in
+ * flight end (at most drain_timeout: then it is stopped with them), stops
+ * it (its stop signal, grace, SIGKILL) and waits until its process is gone.
+ * Requests that come meanwhile are served, or wait and start it again.
+ * Blocks as the above.  0 (cold), MESH_E_NOTFOUND, MESH_E_TIMEOUT. */
+int mesh_gw_program_stop(struct mesh_gw *g, const char *name, char **err);
 void mesh_gw_drain(struct mesh_gw *g);
 void mesh_gw_free(struct mesh_gw *g);
 

@@ -15,7 +15,10 @@ static const char *reason_phrase(int code)
 {
 	switch (code) {
 	case 200: return "OK";
+	case 204: return "No Content";
 	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 411: return "Length Required";
@@ -63,6 +66,40 @@ int mesh__gw_answer_error(struct mesh_buf *b, int code, const char *type, const 
 	return e ? answer_json(b, code, e, retry_after, close_it) : -1;
 }
 
+int mesh__gw_answer_preflight(struct mesh_buf *b, const char *req_headers, size_t n, int close_it)
+{
+	size_t old = b->len;
+	mesh_buf_adds(b, "HTTP/1.1 204 No Content\r\nAccess-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+			 "Access-Control-Allow-Headers: authorization, content-type");
+	if (req_headers) {
+		mesh_buf_adds(b, ", ");
+		mesh_buf_add(b, req_headers, n);
+	}
+	mesh_buf_adds(b, "\r\nAccess-Control-Max-Age: 3600\r\n");
+	if (close_it)
+		mesh_buf_adds(b, "Connection: close\r\n");
+	if (mesh_buf_adds(b, "\r\n")) {
+		b->len = old;
+		return -1;
+	}
+	return 0;
+}
+
+int mesh__gw_answer_insert(struct mesh_buf *b, size_t from, const char *h, size_t n)
+{
+	const char *nl = b->p && b->len > from ? memchr(b->p + from, '\n', b->len - from) : NULL;
+	if (!nl || !n)
+		return nl ? 0 : -1;
+	size_t at = (size_t)(nl + 1 - b->p);
+	if (mesh_buf_grow(b, n))
+		return -1;
+	memmove(b->p + at + n, b->p + at, b->len - at);
+	memcpy(b->p + at, h, n);
+	b->len += n;
+	b->p[b->len] = 0;
+	return 0;
+}
+
 /* OpenAI's model object for p's model k, with the program and its state
  * (and its last failed start, if that is its state now).  g->mu held. */
 static json_t *model_json(const struct mesh__gw_prog *p, size_t k)
@@ -70,7 +107,7 @@ static json_t *model_json(const struct mesh__gw_prog *p, size_t k)
 	json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "id", p->img.m.models[k], "object", "model", "created", 0,
 			      "owned_by", "mesh", "program", p->img.m.name, "state", mesh__gw_state_name(p));
 	if (o && p->fail_gen && p->fail_gen == p->gen)
-		json_object_set_new(o, "last_error", json_string(p->fail_msg));
+		json_object_set_new(o, "last_error", json_string(p->fail_short));
 	return o;
 }
 
@@ -141,12 +178,44 @@ static void put_u(char *line, size_t cap, size_t *at, unsigned long long v)
 	put(line, cap, at, d + i, sizeof d - i);
 }
 
+size_t mesh__gw_request_id(struct mesh_gw *g, char *out)
+{
+	static const char hex[] = "0123456789abcdef";
+	uint64_t seq = __atomic_add_fetch(&g->rid_seq, 1, __ATOMIC_RELAXED);
+	size_t n = 0;
+	char d[16];
+	int k = 0;
+	for (int i = 28; i >= 0; i -= 4)
+		out[n++] = hex[(g->rid_boot >> i) & 15];
+	out[n++] = '-';
+	do
+		d[k++] = hex[seq & 15];
+	while ((seq >>= 4));
+	while (k)
+		out[n++] = d[--k];
+	out[n] = 0;
+	return n;
+}
+
+int mesh__gw_rid_ok(const char *v, size_t n)
+{
+	if (!n || n > MESH_GW_RID_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = v[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
 void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, const char *model, int status,
-		     int cold, size_t bytes, uint64_t t0)
+		     int cold, size_t bytes, uint64_t t0, const char *rid)
 {
 	if (!g->c.on_log)
 		return;
-	/* "access METHOD TARGET model=M status=S cold=C bytes=B ms=X.Y" by
+	/* "access METHOD TARGET model=M status=S cold=C bytes=B ms=X.Y id=R" by
 	 * hand: a request's vsnprintf was ~3 % of meshd's CPU a request. */
 	char line[4096];
 	size_t at = 0;
@@ -175,6 +244,10 @@ void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, 
 	put_u(line, sizeof line, &at, (unsigned long long)(us / 1000));
 	PUT(".");
 	put_u(line, sizeof line, &at, (unsigned long long)(us / 100 % 10));
+	if (rid && rid[0]) {
+		PUT(" id=");
+		put(line, sizeof line, &at, rid, strlen(rid));
+	}
 #undef PUT
 	line[at] = 0;
 	g->c.on_log(g->c.ctx, MESH_GW_INFO, line);

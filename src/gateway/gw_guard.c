@@ -3,6 +3,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "gateway/gw.h"
+#include "gateway/gw_answer.h"
 #include "http/hframe.h"
 
 #include <errno.h>
@@ -138,37 +139,67 @@ static int origin_ok(const char *o, size_t n, const char *const *allow, size_t n
 	return host && loopback_host(host, n - (size_t)(host - o));
 }
 
+/* 1 if v (n bytes) is a comma-separated list of tokens (what a browser
+ * sends in Access-Control-Request-Headers), at most 1 KiB. */
+static int token_list(const char *v, size_t n)
+{
+	if (!n || n > 1024)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!mesh_hframe_tchar((unsigned char)v[i]) && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+			return 0;
+	return 1;
+}
+
+#define FIELD_IS(lit) (nl == sizeof lit - 1 && !strncasecmp(name, lit, sizeof lit - 1))
+
 int mesh__gw_guard_check(const struct mesh__gw_guard *gd, const char *const *allow, size_t nallow, const char *p,
-			 size_t n, size_t at, int want_key, const char **why, const char **code)
+			 size_t n, size_t at, int want_key, int options, struct mesh__gw_door *d, const char **why,
+			 const char **code)
 {
 	const char *name, *val;
 	size_t nl, vl;
-	int have_host = 0, key_ok = 0, have_auth = 0;
+	int key_ok = 0, have_auth = 0, host_bad = 0, origin_bad = 0, acrm = 0;
+	memset(d, 0, sizeof *d);
 	while (mesh_hframe_field(p, n, &at, &name, &nl, &val, &vl)) {
-		if (nl == 4 && !strncasecmp(name, "Host", 4)) {
-			have_host = 1;
-			if (gd->check_host && !loopback_host(val, vl)) {
-				*why = "the gateway answers requests for a loopback host name only (localhost, 127.0.0.1, "
-				       "[::1]); meshd --http-public serves other names";
-				*code = "host_not_allowed";
-				return 403;
+		if (FIELD_IS("Host")) {
+			host_bad |= gd->check_host && !loopback_host(val, vl);
+		} else if (FIELD_IS("Origin")) {
+			if (origin_ok(val, vl, allow, nallow) && !origin_bad) {
+				d->origin = val;
+				d->norigin = vl;
+			} else {
+				origin_bad = 1;
+				d->origin = NULL;
 			}
-		} else if (nl == 6 && !strncasecmp(name, "Origin", 6)) {
-			if (!origin_ok(val, vl, allow, nallow)) {
-				*why = "requests from this web page's origin are refused (meshd --http-allow-origin "
-				       "names the origins allowed)";
-				*code = "origin_not_allowed";
-				return 403;
-			}
-		} else if (nl == 13 && !strncasecmp(name, "Authorization", 13) && vl > 7 &&
-			   !strncasecmp(val, "Bearer ", 7)) {
+		} else if (FIELD_IS("Authorization") && vl > 7 && !strncasecmp(val, "Bearer ", 7)) {
 			have_auth = 1;
 			for (size_t i = 0; i < gd->nkeys; i++)
 				key_ok |= key_equal(val + 7, vl - 7, gd->keys[i]);
+		} else if (FIELD_IS("Access-Control-Request-Method")) {
+			acrm = 1;
+		} else if (FIELD_IS("X-Request-Id")) {
+			d->rid = mesh__gw_rid_ok(val, vl) ? val : NULL;
+			d->nrid = vl;
+		} else if (FIELD_IS("Access-Control-Request-Headers") && token_list(val, vl)) {
+			d->req_headers = val;
+			d->nreq_headers = vl;
 		}
 	}
-	(void)have_host;
-	if (want_key && gd->nkeys && !key_ok) {
+	d->preflight = options && acrm && (d->origin || origin_bad);
+	if (host_bad) {
+		*why = "the gateway answers requests for a loopback host name only (localhost, 127.0.0.1, "
+		       "[::1]); meshd --http-public serves other names";
+		*code = "host_not_allowed";
+		return 403;
+	}
+	if (origin_bad) {
+		*why = "requests from this web page's origin are refused (meshd --http-allow-origin "
+		       "names the origins allowed)";
+		*code = "origin_not_allowed";
+		return 403;
+	}
+	if (want_key && !d->preflight && gd->nkeys && !key_ok) {
 		*why = have_auth ? "Incorrect API key provided (meshd --http-api-key-file lists the keys)"
 				 : "You didn't provide an API key: send 'Authorization: Bearer KEY'";
 		*code = "invalid_api_key";

@@ -122,6 +122,12 @@ struct lconn {
 	uint64_t t0, t_q;	/* the head read (routed; 0: not yet); the wait's start */
 	uint64_t queued_ns;	/* how long it waited for a start (0: none) */
 	int close_it;		/* the connection ends after the answer */
+	/* Header lines every answer to the request carries (each ending CRLF,
+	 * after the status line): for an allowed Origin, its CORS fields. */
+	char xh[640];
+	size_t nxh;
+	char rid[MESH_GW_RID_MAX + 1]; /* the request's id (X-Request-Id; "": not yet) */
+	int cors; /* xh names the Origin: the program's own CORS fields are dropped */
 	struct upc *u; /* the program's connection of the request (NULL: none) */
 	int port, up, reused, got, pending_line, done, cold; /* up: u's fd, or -1 */
 	size_t sent; /* of the line and the rest, to the program */
@@ -435,6 +441,9 @@ static void next_request(struct lconn *lc)
 	lc->continued = 0;
 	lc->p = NULL;
 	lc->t0 = 0;
+	lc->nxh = 0;
+	lc->cors = 0;
+	lc->rid[0] = 0;
 	set_idle(lc);
 	lc->state = S_HEAD;
 	lc->last_io = mesh_mono_ns();
@@ -449,16 +458,36 @@ static void next_request(struct lconn *lc)
 	serve(lc);
 }
 
+/* The request's id (the client's X-Request-Id, id[0..n), when sane, else a
+ * new one) as the first of the fields its answers carry. */
+static void rid_field(struct lconn *lc, const char *id, size_t n)
+{
+	if (id) {
+		memcpy(lc->rid, id, n);
+		lc->rid[n] = 0;
+	} else {
+		n = mesh__gw_request_id(lc->g, lc->rid);
+	}
+	memcpy(lc->xh, "X-Request-Id: ", 14);
+	memcpy(lc->xh + 14, lc->rid, n);
+	memcpy(lc->xh + 14 + n, "\r\n", 2);
+	lc->nxh = 16 + n;
+}
+
 /* An answer of meshd's own in b (status for the access line; close_it:
  * the connection ends after it) goes to the client, then the next request.
  * b is released. */
 static void answer(struct lconn *lc, struct mesh_buf *b, int status, int close_it)
 {
+	if (!lc->nxh)
+		rid_field(lc, NULL, 0); /* refused before it was routed */
+	if (lc->nxh && mesh__gw_answer_insert(b, 0, lc->xh, lc->nxh) < 0)
+		mesh_buf_release(b);
 	struct iovec iov = {b->p, b->len};
 	int rc = b->p ? to_client(lc, &iov, 1) : -1;
 	mesh_buf_release(b);
 	if (lc->t0) /* a request that was routed (a refused one is not) */
-		mesh__gw_access(lc->g, lc->r.method, lc->r.target, lc->model, status, lc->w.cold, 0, lc->t0);
+		mesh__gw_access(lc->g, lc->r.method, lc->r.target, lc->model, status, lc->w.cold, 0, lc->t0, lc->rid);
 	lc->close_it |= close_it;
 	if (rc < 0) {
 		kill_conn(lc);
@@ -650,6 +679,35 @@ void mesh__gw_upstream_split(const char *target, char *model, size_t mcap, char 
 	snprintf(path, pcap, "%s%s", mname[mlen] == '/' ? "" : "/", mname + mlen);
 }
 
+/* 1 if /upstream/ may reach path (the program's own, "/P[?Q]") of the
+ * program manifest m: its upstream_paths has "*", or an entry that is a
+ * prefix of the path's whole segments, and the path has nothing a program
+ * could read as another path (a "." or ".." segment, an escaped '.', '/'
+ * or '\\', a backslash). */
+static int upstream_allowed(const struct mesh_manifest *m, const char *path)
+{
+	size_t n = strcspn(path, "?");
+	for (size_t i = 0; i < m->nupstream_paths; i++)
+		if (!strcmp(m->upstream_paths[i], "*"))
+			return 1;
+	for (size_t i = 0; i < n; i++) {
+		const char *c = path + i;
+		if (*c == '\\' ||
+		    (*c == '%' && (!strncasecmp(c, "%2e", 3) || !strncasecmp(c, "%2f", 3) || !strncasecmp(c, "%5c", 3))))
+			return 0;
+		if (*c == '/' && c[1] == '.' &&
+		    (i + 2 == n || c[2] == '/' || (c[2] == '.' && (i + 3 == n || c[3] == '/'))))
+			return 0;
+	}
+	for (size_t i = 0; i < m->nupstream_paths; i++) {
+		const char *e = m->upstream_paths[i];
+		size_t el = strlen(e);
+		if (el <= n && !memcmp(path, e, el) && (el == n || path[el] == '/' || e[el - 1] == '/'))
+			return 1;
+	}
+	return 0;
+}
+
 static void set_busy(struct lconn *lc)
 {
 	struct mesh_gw *g = lc->g;
@@ -660,6 +718,24 @@ static void set_busy(struct lconn *lc)
 }
 
 static void place(struct lconn *lc);
+
+/* The fields every answer to the request carries (lc->xh): for an Origin
+ * that may use the gateway (d), the CORS ones naming it, so that its page
+ * may read the answer (and the fields a script may want). */
+static void cors_fields(struct lconn *lc, const struct mesh__gw_door *d)
+{
+	static const char a[] = "Access-Control-Allow-Origin: ",
+			  b[] = "\r\nVary: Origin\r\nAccess-Control-Expose-Headers: X-Mesh-Cold-Start\r\n";
+	size_t need = sizeof a - 1 + d->norigin + sizeof b - 1;
+	if (!d->origin || lc->nxh + need > sizeof lc->xh)
+		return;
+	char *w = lc->xh + lc->nxh;
+	memcpy(w, a, sizeof a - 1);
+	memcpy(w + sizeof a - 1, d->origin, d->norigin);
+	memcpy(w + sizeof a - 1 + d->norigin, b, sizeof b - 1);
+	lc->nxh += need;
+	lc->cors = 1;
+}
 
 /* A whole request in the buffer (head, Content-Length body): what it is
  * for, and the answer of meshd's own or the wait for its program's place. */
@@ -672,18 +748,31 @@ static void route(struct lconn *lc)
 	size_t qlen = strcspn(r->target, "?");
 	int health = qlen == 7 && !strncmp(r->target, "/health", 7);
 	const char *why = NULL, *code = NULL;
-	/* The door first (gw_guard.h): key, Host, Origin; /health needs no key. */
+	struct mesh__gw_door d;
+	struct mesh_buf pre = MESH_BUF_INIT;
+	/* The door first (gw_guard.h): key, Host, Origin; /health and a CORS
+	 * preflight need no key. */
 	int refused = mesh__gw_guard_check(&g->guard, g->c.allow_origins, g->c.nallow_origins, lc->buf, r->h.len,
-					   r->h.line_off + r->h.line_len, !health, &why, &code);
+					   r->h.line_off + r->h.line_len, !health, !strcmp(r->method, "OPTIONS"), &d,
+					   &why, &code);
+	rid_field(lc, d.rid, d.nrid);
+	cors_fields(lc, &d);
+	if (d.preflight && !refused)
+		mesh__gw_answer_preflight(&pre, d.req_headers, d.nreq_headers, r->close);
 	/* Its hop-by-hop fields, those its Connection names and Expect go. */
 	r->fwd_off = mesh_hframe_head_forward(lc->buf, &r->h);
 	lc->t0 = mesh_mono_ns();
 	lc->model[0] = 0;
 	lc->close_it = r->close;
 	memset(&lc->w, 0, sizeof lc->w);
+	lc->w.rid = lc->rid;
 	set_busy(lc);
 	if (refused) {
 		answer_error(lc, refused, "invalid_request_error", code, why, 0, lc->close_it);
+		return;
+	}
+	if (d.preflight) {
+		answer(lc, &pre, 204, 0);
 		return;
 	}
 	if (health) {
@@ -735,6 +824,16 @@ static void route(struct lconn *lc)
 		struct mesh_buf b = MESH_BUF_INIT;
 		mesh__gw_answer_unknown_model(g, &b, lc->model, lc->close_it);
 		answer(lc, &b, 404, 0);
+		return;
+	}
+	if (path == upath && !upstream_allowed(&p->img.m, upath)) {
+		char m[1400];
+		snprintf(m, sizeof m,
+			 "/upstream/ does not reach '%.200s' of program '%s': its manifest's upstream_paths %s; add "
+			 "upstream_paths = [\"%.*s\"] (path prefixes) or [\"*\"] to %s/%s.toml to open it",
+			 upath, p->img.m.name, p->img.m.nupstream_paths ? "does not list it" : "lists no path (off by default)",
+			 (int)(strcspn(upath, "?") < 200 ? strcspn(upath, "?") : 200), upath, g->catalog, p->img.m.name);
+		answer_error(lc, 403, "invalid_request_error", "upstream_path_not_allowed", m, 0, lc->close_it);
 		return;
 	}
 	/* The request line as "%s %s %s\r\n", without printf's cost; made
@@ -992,11 +1091,21 @@ static int relay_end(struct lconn *lc, int code, struct mesh_buf *b)
 	} else if (code > 0) {
 		char m[256];
 		status = code;
-		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (port %d)", p->img.m.name, lc->port);
+		snprintf(m, sizeof m, "program '%s' closed the connection without an answer (request id %s)", p->img.m.name,
+			 lc->rid);
+		mesh__gw_log(g, MESH_GW_WARN, "program=%s request=%s port=%d: closed the connection without an answer",
+			     p->img.m.name, lc->rid, lc->port);
 		mesh__gw_answer_error(b, code, "upstream_error", NULL, m, 0, lc->close_it);
 	} else if (code < 0 && o->gone) {
-		status = status ? status : 499; /* nginx's word for it */
-		mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes", p->img.m.name, o->bytes);
+		/* nginx's word for it, also when the program's status went (a
+		 * stream the client left): the answer did not reach its end. */
+		if (status)
+			mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes (status %d sent; request=%s)",
+				     p->img.m.name, o->bytes, status, lc->rid);
+		else
+			mesh__gw_log(g, MESH_GW_INFO, "program=%s client went away after %zu bytes (request=%s)", p->img.m.name,
+				     o->bytes, lc->rid);
+		status = 499;
 	} else if (code < 0) {
 		status = status ? status : 502;
 		mesh__gw_log(g, MESH_GW_WARN, "program=%s response cut after %zu bytes", p->img.m.name, o->bytes);
@@ -1018,8 +1127,10 @@ static void end_request(struct lconn *lc, int code)
 	mesh__gw_release(p);
 	mesh__gw_count(p, code == 0, lc->queued_ns);
 	int status = relay_end(lc, code, &b);
-	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, status, lc->cold, lc->o.bytes, lc->t0);
+	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, status, lc->cold, lc->o.bytes, lc->t0, lc->rid);
 	lc->nout = lc->outoff = 0;
+	if (b.len && lc->nxh && mesh__gw_answer_insert(&b, 0, lc->xh, lc->nxh) < 0)
+		mesh_buf_release(&b);
 	if (b.len) {
 		/* meshd's own answer: nothing of the program's went. */
 		struct iovec iov = {b.p, b.len};
@@ -1098,7 +1209,17 @@ static void place(struct lconn *lc)
 		return;
 	}
 	mesh__gw_count(lc->p, 0, mesh_mono_ns() - lc->t_q);
-	answer_error(lc, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, why, retry, lc->close_it);
+	/* The client gets the reason's first line and the request's id; the
+	 * rest (a failed start's report and the program's output) goes to
+	 * meshd's log under that id. */
+	char m[1000];
+	const char *nl = strchr(why, '\n');
+	if (nl)
+		mesh__gw_log(lc->g, MESH_GW_WARN, "program=%s request=%s answered %d: %s", lc->p->img.m.name, lc->rid, code,
+			     nl + 1);
+	snprintf(m, sizeof m, "%.*s (request id %s%s)", (int)strcspn(why, "\n"), why, lc->rid,
+		 nl ? "; meshd's log has the details" : "");
+	answer_error(lc, code, code == 503 ? "service_unavailable" : "upstream_error", NULL, m, retry, lc->close_it);
 	free(why);
 }
 
@@ -1111,7 +1232,7 @@ static void parked_gone(struct lconn *lc)
 	lc->state = S_HEAD; /* not parked: kill_conn must not cancel it again */
 	mesh__gw_count(lc->p, 0, mesh_mono_ns() - lc->t_q);
 	mesh__gw_log(g, MESH_GW_INFO, "the client went away while it waited for program '%s'", lc->p->img.m.name);
-	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, 499, lc->w.cold, 0, lc->t0);
+	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, 499, lc->w.cold, 0, lc->t0, lc->rid);
 	kill_conn(lc);
 }
 
@@ -1184,24 +1305,58 @@ static int status_of(const char *p, size_t n)
 	return st;
 }
 
-/* The response's first bytes, its status line whole (or pre full): on to
- * the client, with X-Mesh-Cold-Start after the status line when the
- * request waited for a start, then p[0..len).  As to_client. */
+/* 1 if the header line l[0..n) of a response is one meshd answers itself
+ * (the program's is dropped): the CORS fields when meshd adds its own. */
+static int own_field(const struct lconn *lc, const char *l, size_t n)
+{
+	return lc->cors && n > 15 && !strncasecmp(l, "Access-Control-", 15);
+}
+
+/* Drops from the response's head in pre[from..end) the fields meshd
+ * answers itself; the bytes after end move up. */
+static void drop_fields(struct lconn *lc, size_t from, size_t end)
+{
+	size_t w = from, r = from;
+	while (r < end) {
+		const char *nl = memchr(lc->pre + r, '\n', end - r);
+		size_t len = nl ? (size_t)(nl + 1 - (lc->pre + r)) : end - r;
+		if (!own_field(lc, lc->pre + r, len)) {
+			memmove(lc->pre + w, lc->pre + r, len);
+			w += len;
+		}
+		r += len;
+	}
+	memmove(lc->pre + w, lc->pre + end, lc->npre - end);
+	lc->npre -= end - w;
+}
+
+/* The response's first bytes, its head whole (or pre full): on to the
+ * client, with meshd's fields after the status line (xh; X-Mesh-Cold-Start
+ * when the request waited for a start), without the program's of the same
+ * names, then p[0..len).  As to_client. */
 static int first_bytes(struct lconn *lc, const char *p, size_t len)
 {
 	static const char hdr[] = "X-Mesh-Cold-Start: 1\r\n";
 	const char *nl = memchr(lc->pre, '\n', lc->npre);
-	size_t first = nl ? (size_t)(nl + 1 - lc->pre) : lc->npre;
-	struct iovec iov[4];
+	size_t first = nl ? (size_t)(nl + 1 - lc->pre) : lc->npre, scanned = 0;
+	struct iovec iov[5];
 	int k = 0;
 	lc->pending_line = 0;
 	lc->o.status = status_of(lc->pre, lc->npre);
+	if (nl && lc->cors) {
+		size_t end = mesh_hframe_head_end(lc->pre, lc->npre, &scanned);
+		drop_fields(lc, first, end ? end : lc->npre);
+	}
 	iov[k++] = (struct iovec){lc->pre, first};
 	if (lc->cold && nl)
 		iov[k++] = (struct iovec){(void *)hdr, sizeof hdr - 1};
+	if (nl && lc->nxh)
+		iov[k++] = (struct iovec){lc->xh, lc->nxh};
 	iov[k++] = (struct iovec){lc->pre + first, lc->npre - first};
 	iov[k++] = (struct iovec){(void *)p, len};
-	lc->o.bytes += lc->npre + len;
+	lc->o.bytes += lc->npre + len; /* what the client gets: meshd's fields too */
+	for (int i = 1; i < k - 2; i++)
+		lc->o.bytes += iov[i].iov_len;
 	return to_client(lc, iov, k);
 }
 
@@ -1262,7 +1417,11 @@ static int relay_bytes(struct lconn *lc, size_t n)
 		lc->npre += take;
 		p += take;
 		len -= take;
-		if (!memchr(lc->pre, '\n', lc->npre) && lc->npre < sizeof lc->pre && !lc->done)
+		size_t scanned = 0;
+		/* The status line (the head, when the program's fields are to be
+		 * looked at) whole first. */
+		if ((lc->cors ? !mesh_hframe_head_end(lc->pre, lc->npre, &scanned) : !memchr(lc->pre, '\n', lc->npre)) &&
+		    lc->npre < sizeof lc->pre && !lc->done)
 			return 0;
 		rc = first_bytes(lc, p, len);
 	} else {

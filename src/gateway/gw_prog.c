@@ -69,6 +69,7 @@ static int unfit(struct mesh_gw *g, struct mesh__gw_prog *p, const char *why)
 	if (!p->unfit)
 		return -ENOMEM;
 	snprintf(p->fail_msg, sizeof p->fail_msg, "%s", p->unfit);
+	snprintf(p->fail_short, sizeof p->fail_short, "%s", p->unfit);
 	p->gen = p->fail_gen = 1;
 	p->fail_code = 502;
 	mesh__gw_log(g, MESH_GW_WARN, "%s", p->unfit);
@@ -234,11 +235,13 @@ static void arm(struct mesh_gw *g, uint64_t at)
 }
 
 /* Under mu: the start failed; waiting requests of this start get code and
- * msg (the host's report, or the spawn's error), the next start waits out
- * a backoff (doubling per failed start in a row, up to 30 s). */
-static void fail_start(struct mesh__gw_prog *p, int code, const char *msg)
+ * brief (what a client is told), meshd's log msg (the host's report, or the
+ * spawn's error), the next start waits out a backoff (doubling per failed
+ * start in a row, up to 30 s). */
+static void fail_start(struct mesh__gw_prog *p, int code, const char *brief, const char *msg)
 {
 	snprintf(p->fail_msg, sizeof p->fail_msg, "%s", msg);
+	snprintf(p->fail_short, sizeof p->fail_short, "%.*s", (int)strcspn(brief, "\n"), brief);
 	p->fail_gen = p->gen;
 	p->fail_code = code;
 	p->start_failures++;
@@ -299,7 +302,7 @@ static void start(struct mesh__gw_prog *p)
 		note_spawn(p);
 	} else if (p->state == GW_STARTING) {
 		/* No process: the waiters get the reason at once. */
-		fail_start(p, 502, err ? err : mesh_strerror(rc));
+		fail_start(p, 502, err ? err : mesh_strerror(rc), err ? err : mesh_strerror(rc));
 		mesh__gw_log(g, MESH_GW_WARN, "program=%s start failed: %s", p->img.name, p->fail_msg);
 		cold(p);
 	}
@@ -415,7 +418,10 @@ static void start_timed_out(struct mesh__gw_prog *p)
 		 (double)p->img.m.start_timeout_ns / 1e9, hi.last_probe, tail && *tail ? "; its last lines:\n" : "",
 		 tail ? tail : "");
 	free(tail);
-	fail_start(p, 504, msg);
+	char brief[200];
+	snprintf(brief, sizeof brief, "program '%s' was not warm within %.1f s", p->img.name,
+		 (double)p->img.m.start_timeout_ns / 1e9);
+	fail_start(p, 504, brief, msg);
 	mesh__gw_log(p->g, MESH_GW_WARN, "program=%s start timeout: %.*s", p->img.name, (int)strcspn(msg, "\n"), msg);
 	p->state = GW_STOPPING;
 	snprintf(p->stop_why, sizeof p->stop_why, "start timeout");
@@ -450,8 +456,10 @@ static void ended(struct mesh__gw_prog *p, enum mesh_istate from)
 	if (from == MESH_IS_PROBING) {
 		if (p->state != GW_STARTING || p->spawned_gen != p->gen)
 			return; /* a spawn that failed: its requester says so */
-		char *r = mesh_instance_last_report(p->inst);
-		fail_start(p, 502, r ? r : "the program exited before it was warm");
+		char *r = mesh_instance_last_report(p->inst), brief[768];
+		snprintf(brief, sizeof brief, "program '%s' exited with status %d before it was warm%s", p->img.name,
+			 hi.status, hi.limits);
+		fail_start(p, 502, brief, r ? r : brief);
 		free(r);
 		mesh__gw_log(g, MESH_GW_WARN, "program=%s crashed while starting: status=%d", p->img.name, hi.status);
 	} else if (from == MESH_IS_WARM) {
@@ -712,7 +720,7 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
 		if (p->state == GW_STARTING) {
 			char msg[160];
 			snprintf(msg, sizeof msg, "program '%s' was stopped: meshd is shutting down", p->img.name);
-			fail_start(p, 503, msg);
+			fail_start(p, 503, msg, msg);
 		}
 		stop(p, "shutdown", 0);
 		if (p->exit_due) {
@@ -1030,7 +1038,16 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			queue_add(p, w);
 		}
 		if (w->gen && p->fail_gen == w->gen) {
-			*why = strdup(p->fail_msg);
+			/* The report and the program's last lines to meshd's log
+			 * once a failed start, with the first request told of it. */
+			if (p->fail_told != p->fail_gen) {
+				p->fail_told = p->fail_gen;
+				snprintf(p->fail_rid, sizeof p->fail_rid, "%s", w->rid ? w->rid : "-");
+				*why = mesh_strf("%s\n%s", p->fail_short, p->fail_msg);
+			} else {
+				*why = mesh_strf("%s\n(its output is in the log line of request=%s)", p->fail_short,
+						 p->fail_rid);
+			}
 			return p->fail_code;
 		}
 		if (p->state == GW_STARTING && !w->gen)
@@ -1265,3 +1282,95 @@ json_t *mesh_gw_ps_json(struct mesh_gw *g)
 	return a;
 }
 
+
+/* ---- mesh start / mesh stop of an HTTP program ---- */
+
+/* How often a blocking start or stop looks at the program. */
+#define OP_POLL_NS 5000000ull
+
+static struct mesh__gw_prog *by_name(struct mesh_gw *g, const char *name)
+{
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (!strcmp(g->progs[i].img.m.name, name))
+			return &g->progs[i];
+	return NULL;
+}
+
+int mesh_gw_has_program(struct mesh_gw *g, const char *name)
+{
+	return by_name(g, name) != NULL;
+}
+
+int mesh_gw_program_start(struct mesh_gw *g, const char *name, pid_t *pid, char **err)
+{
+	struct mesh__gw_prog *p = by_name(g, name);
+	*err = NULL;
+	*pid = 0;
+	if (!p)
+		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not an HTTP program of meshd --http", name);
+	/* A request that sends nothing (first.line NULL): its place, as any
+	 * request's, starts the program or waits for its start. */
+	struct mesh__gw_wait w = {.p = p, .first = {.fd = -1}, .rid = "mesh-start"};
+	uint64_t deadline = mesh_mono_ns() + p->img.m.start_timeout_ns + 10000000000ull;
+	for (;;) {
+		char *why = NULL;
+		unsigned retry = 0;
+		int code = mesh__gw_acquire(&w, &why, &retry);
+		if (code == 0) {
+			pthread_mutex_lock(&g->mu);
+			*pid = p->pid;
+			pthread_mutex_unlock(&g->mu);
+			mesh__gw_release(p);
+			return 0;
+		}
+		if (code > 1) {
+			/* The operator's answer: the whole report (the program's
+			 * last lines too), logged as a request's would be. */
+			const char *nl = strchr(why, '\n');
+			if (nl)
+				mesh__gw_log(g, MESH_GW_WARN, "program=%s request=mesh-start answered %d: %s", name, code, nl + 1);
+			int rc = mesh_errf(err, code == 504 ? MESH_E_TIMEOUT : code == 502 ? MESH_E_CRASHED : MESH_E_STATE, "%s",
+					   nl ? nl + 1 : why);
+			free(why);
+			return rc;
+		}
+		uint64_t now = mesh_mono_ns();
+		if (now >= deadline) {
+			mesh__gw_acquire_cancel(&w);
+			return mesh_errf(err, MESH_E_TIMEOUT, "program '%s' was not warm within %.1f s", name,
+					 (double)(p->img.m.start_timeout_ns + 10000000000ull) / 1e9);
+		}
+		mesh_sleep_ns(w.until > now && w.until - now < OP_POLL_NS ? w.until - now : OP_POLL_NS);
+	}
+}
+
+int mesh_gw_program_stop(struct mesh_gw *g, const char *name, char **err)
+{
+	struct mesh__gw_prog *p = by_name(g, name);
+	*err = NULL;
+	if (!p)
+		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not an HTTP program of meshd --http", name);
+	uint64_t t0 = mesh_mono_ns(), drain_until = t0 + g->c.drain_timeout_ns,
+		 deadline = drain_until + p->img.m.stop_grace_ns + VRAM_GRACE_NS + 10000000000ull;
+	int rc = 0;
+	pthread_mutex_lock(&g->mu);
+	for (;;) {
+		uint64_t now = mesh_mono_ns();
+		if (p->state == GW_COLD || g->stopping)
+			break; /* cold, or meshd's drain stops it */
+		/* Its requests in flight end first (the stop cuts those left at
+		 * drain_timeout); a start under way is stopped at once. */
+		if ((p->state == GW_WARM && (!p->inflight || now >= drain_until)) || p->state == GW_STARTING)
+			stop(p, "mesh stop", 1);
+		if (now >= deadline) {
+			rc = mesh_errf(err, MESH_E_TIMEOUT, "program '%s' is still %s after %.1f s", name,
+				       mesh__gw_state_name(p), (double)(now - t0) / 1e9);
+			break;
+		}
+		pthread_mutex_unlock(&g->mu);
+		mesh_sleep_ns(OP_POLL_NS);
+		pthread_mutex_lock(&g->mu);
+	}
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}

@@ -65,6 +65,9 @@ struct mesh__gw_prog {
 	uint64_t fail_gen;	/* the start that failed last (0: none) */
 	int fail_code;		/* its answer: 502, 504, 503 */
 	char fail_msg[8192];	/* its reason and the program's last lines */
+	char fail_short[768];	/* its reason for a client: no output of the program's, no port */
+	uint64_t fail_told;	/* the failed start whose fail_msg a request's log line had */
+	char fail_rid[72];	/* ... that request's id */
 	uint64_t backoff_until, backoff_ns;
 	unsigned inflight, waiting;
 	uint64_t last_end;	/* when the last request ended (or warm) */
@@ -165,6 +168,8 @@ struct mesh_gw {
 	 * at this mesh_mono_ns time, or sooner (the front's; NULL: none yet). */
 	void (*arm)(struct mesh_gw *g, uint64_t at);
 	struct mesh__gw_loop *loops;	/* gw_loop.c: the front's event loops */
+	uint32_t rid_boot;	/* a request id's first part: random at open */
+	uint64_t rid_seq;	/* its second: counted (atomic) */
 	unsigned nloops, next_loop;
 };
 
@@ -197,6 +202,7 @@ struct mesh__gw_wait {
 	int start;	/* its place began a start: its acquire asks the host for it */
 	uint64_t seq;	/* when it came (g->seq; set by its first acquire) */
 	struct mesh__gw_wait *qprev, *qnext; /* in p's waiting requests while queued */
+	const char *rid; /* its request's id, for meshd's log (NULL: none) */
 };
 /* Takes a place for one request, or says why not yet, without blocking:
  * 0, placed (w->port; w->cold when it waited for a start; w->first.fd >= 0:
@@ -205,8 +211,11 @@ struct mesh__gw_wait {
  * a place under max_concurrency, room in the budget, a swap its program is
  * held for, that came before it: gw_prog.c): ask again when g's
  * look hook is called, or at w->until; or an HTTP status (502, 503, 504)
- * with *why (malloc'd, for the client or the log) and *retry_after
- * (seconds, 0: none).  While it waits w must stay where it is, and so must
+ * with *why (malloc'd: its first line for the client, without the
+ * program's output or port; the whole for meshd's log: a failed start's
+ * report and the program's last lines the first time a request is answered
+ * with it, after that the id of that request) and *retry_after (seconds,
+ * 0: none).  While it waits w must stay where it is, and so must
  * first's bytes. */
 int mesh__gw_acquire(struct mesh__gw_wait *w, char **why, unsigned *retry_after);
 /* The client of a waiting request went away: its wait ends (a connection

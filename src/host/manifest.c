@@ -56,6 +56,7 @@ static const struct field fields[] = {
 	{"", "group", K_NAME, 0, 0, OFF(group)},
 	{"", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(memory)},
 	{"lifecycle", "start_timeout", K_DURATION, 1000000ull, 24 * H, OFF(start_timeout_ns)},
+	{"", "upstream_paths", K_STRV, 1, 64, OFF(upstream_paths)},
 };
 static const char *const tables[] = {"", "env", "limits", "lifecycle", "source"};
 
@@ -166,6 +167,25 @@ static char **dup_strv(char *const *v, size_t n)
 	return out;
 }
 
+/* 1 if v is a path an upstream_paths entry may name: "/" then bytes that
+ * are neither space nor control, no query, fragment, escape or backslash,
+ * and no "." or ".." segment (what the gateway compares a request's path
+ * against must be what the program reads). */
+static int upstream_path_ok(const char *v)
+{
+	size_t n = strlen(v);
+	if (v[0] != '/' || n > 1000)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)v[i];
+		if (c <= ' ' || c == 0x7f || strchr("?#%\\", c))
+			return 0;
+		if (c == '/' && v[i + 1] == '.' && (v[i + 2] == '/' || !v[i + 2] || (v[i + 2] == '.' && (v[i + 3] == '/' || !v[i + 3]))))
+			return 0;
+	}
+	return 1;
+}
+
 static int set_field(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
 {
 	char *base = (char *)m;
@@ -207,7 +227,7 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 			return fail(x, WHERE, "'backend' must be \"native\" or \"http\", not \"%s\"", it->str);
 		return 0;
 	case K_STRV: {
-		int models = f->off == OFF(models);
+		int models = f->off == OFF(models), paths = f->off == OFF(upstream_paths);
 		if (it->n < f->min || it->n > f->max)
 			return fail(x, WHERE, "'%s' must have %llu to %llu entries", f->key, (unsigned long long)f->min,
 				    (unsigned long long)f->max);
@@ -223,12 +243,19 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 			for (size_t k = 0; models && k < i; k++)
 				if (strcmp(it->arr[k], v) == 0)
 					return fail(x, WHERE, "model \"%s\" is listed twice", v);
+			if (paths && strcmp(v, "*") && !upstream_path_ok(v))
+				return fail(x, WHERE,
+					    "'upstream_paths' entries must be \"*\" or a path: starting with '/', no space, "
+					    "'?', '#', '%%', '\\' or '.'/'..' segment, at most 1000 bytes (not \"%.64s\")",
+					    v);
 		}
 		char ***dst = (char ***)(base + f->off);
 		if (!(*dst = dup_strv(it->arr, it->n)))
 			return -ENOMEM;
 		if (models)
 			m->nmodels = it->n;
+		else if (paths)
+			m->nupstream_paths = it->n;
 		else
 			m->ncommand = it->n;
 		return 0;
@@ -406,6 +433,9 @@ void mesh_manifest_release(struct mesh_manifest *m)
 	free(m->models);
 	free(m->probe_path);
 	free(m->group);
+	for (size_t i = 0; m->upstream_paths && i < m->nupstream_paths; i++)
+		free(m->upstream_paths[i]);
+	free(m->upstream_paths);
 	memset(m, 0, sizeof *m);
 }
 
@@ -524,7 +554,7 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 		if (seen_native)
 			rc = fail(&x, seen_native, 1,
 				  "this key is for native programs; backend = \"http\" takes command, models, probe_path, "
-				  "probe_status, max_concurrency, group, memory, lifecycle.start_timeout");
+				  "probe_status, max_concurrency, group, memory, upstream_paths, lifecycle.start_timeout");
 		else if (!m->command)
 			rc = fail(&x, 1, 1, "'command' is missing: backend = \"http\" needs the server's command line");
 		else if (!port)

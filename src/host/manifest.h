@@ -39,6 +39,7 @@
  *   max_concurrency = 4           # requests at once per instance (default: no limit)
  *   group = "big"                 # programs of one group are never evicted for each other
  *   memory = "24G"                # what it needs (RAM or VRAM), for meshd's --http-memory budget
+ *   upstream_paths = ["/props"]   # what /upstream/<model>/PATH may reach: path prefixes, or "*" (default none)
  *   [lifecycle]
  *   start_timeout = "120s"        # spawn to warm (default 300 s)
  * `idle_ttl`, `[env]`, `[limits]`, `stop_signal`, `stop_grace` and `user`
@@ -98,6 +99,10 @@ struct mesh_manifest {
 	char *group;	   /* NULL: its own */
 	uint64_t memory;   /* bytes it needs, for the gateway's budget; 0: not counted */
 	uint64_t start_timeout_ns;
+	/* The paths the gateway's /upstream/<model>/PATH reaches (prefixes of
+	 * whole segments, or "*": all); NULL-terminated; NULL: none. */
+	char **upstream_paths;
+	size_t nupstream_paths;
 };
 
 /* Parses and checks a manifest (len bytes of text; file names it in

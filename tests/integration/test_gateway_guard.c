@@ -109,3 +109,216 @@ TEST_TIMEOUT(gateway_host_and_origin_rules, 60)
 	EXPECT_CONTAINS(resp, "\"code\":\"model_not_found\"");
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* How many times needle occurs in s (case-insensitive). */
+static int occurs(const char *s, const char *needle)
+{
+	int n = 0;
+	for (const char *p = s; (p = strcasestr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* A browser's page on an allowed origin: its preflight (OPTIONS) is
+ * answered by meshd without the key and without starting anything, and
+ * every answer to it (meshd's own errors, a relayed one, a stream) names
+ * its origin once, whatever the program says of CORS itself. */
+TEST_TIMEOUT(gateway_cors_preflight_and_answers_for_an_allowed_origin, 90)
+{
+	char out[16384];
+	add_oa("m", "\"test-model\"", ", \"--cors\"", "");
+	t_write_file("keys", "sk-cors\n");
+	chmod("keys", 0600);
+	struct gw g = start_gw("--http-allow-origin https://ui.example:8443 --http-api-key-file keys");
+	const char *ok = "-H 'Origin: https://ui.example:8443'";
+	/* The preflight: 204, no key, nothing spawned. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i -X OPTIONS %s -H 'Access-Control-Request-Method: POST' "
+		       "-H 'Access-Control-Request-Headers: authorization, content-type, x-stainless-os' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 204");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Methods: ");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Headers: authorization, content-type");
+	EXPECT_CONTAINS(out, "x-stainless-os");
+	EXPECT_CONTAINS(out, "Access-Control-Max-Age: ");
+	EXPECT_CONTAINS(out, "Vary: Origin\r\n");
+	EXPECT_FALSE(file_has("meshd.err", "spawned"));
+	/* From an origin not allowed: 403. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i -X OPTIONS -H 'Origin: https://evil.example' -H 'Access-Control-Request-Method: POST' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 403");
+	EXPECT_CONTAINS(out, "origin_not_allowed");
+	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 0);
+	/* meshd's own errors carry it: 401 without the key, 404 an unknown model. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i %s -H 'Content-Type: application/json' -d '{\"model\":\"test-model\"}' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 401");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	EXPECT_CONTAINS(out, "Vary: Origin\r\n");
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i %s -H 'Authorization: Bearer sk-cors' -d '{\"model\":\"nope\"}' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 404");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	/* A relayed answer and a stream: the origin once (the program's own '*' dropped). */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i %s -H 'Authorization: Bearer sk-cors' "
+		       "-d '{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 200");
+	EXPECT_CONTAINS(out, "tok4");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 1);
+	EXPECT_CONTAINS(out, "Vary: Origin\r\n");
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i -N %s -H 'Authorization: Bearer sk-cors' "
+		       "-d '{\"model\":\"test-model\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' "
+		       "http://127.0.0.1:%d/v1/chat/completions",
+		       ok, g.port),
+		  0);
+	EXPECT_CONTAINS(out, "text/event-stream");
+	EXPECT_CONTAINS(out, "data: [DONE]");
+	EXPECT_CONTAINS(out, "Access-Control-Allow-Origin: https://ui.example:8443\r\n");
+	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 1);
+	/* No Origin (curl, an SDK): no CORS fields of meshd's; the program's pass. */
+	ASSERT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -i -H 'Authorization: Bearer sk-cors' http://127.0.0.1:%d/v1/models", g.port),
+		  0);
+	EXPECT_CONTAINS(out, "HTTP/1.1 200");
+	EXPECT_EQ(occurs(out, "Access-Control-Allow-Origin"), 0);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* /upstream/<model>/PATH reaches a program's own routes (llama-server's
+ * /slots can erase a slot) only at the paths its manifest lists in
+ * upstream_paths: none by default, refused before anything starts. */
+TEST_TIMEOUT(gateway_upstream_paths_are_off_unless_the_manifest_lists_them, 90)
+{
+	char resp[8192];
+	add_oa("none", "\"m-none\"", ", \"--models\", \"m-none\"", "");
+	add_oa("some", "\"m-some\"", ", \"--models\", \"m-some\"", "upstream_paths = [\"/health\", \"/v1/models\"]\n");
+	add_oa("all", "\"m-all\"", ", \"--models\", \"m-all\"", "upstream_paths = [\"*\"]\n");
+	struct gw g = start_gw("");
+	/* Off by default: 403, saying how to turn it on, and nothing started. */
+	EXPECT_EQ(get(g.port, "/upstream/m-none/health", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_CONTAINS(resp, "\"code\":\"upstream_path_not_allowed\"");
+	EXPECT_CONTAINS(resp, "upstream_paths");
+	EXPECT_CONTAINS(resp, "none.toml");
+	EXPECT_EQ(get(g.port, "/upstream/m-some/slots", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_EQ(get(g.port, "/upstream/m-some/healthz", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_EQ(get(g.port, "/upstream/m-some/health/../slots", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_EQ(get(g.port, "/upstream/m-some/health/%2e%2e/slots", "Host: localhost\r\n", resp, sizeof resp), 403);
+	EXPECT_FALSE(file_has("meshd.err", "spawned"));
+	/* Listed: a prefix of whole segments, the query kept. */
+	EXPECT_EQ(get(g.port, "/upstream/m-some/health", "Host: localhost\r\n", resp, sizeof resp), 200);
+	EXPECT_EQ(get(g.port, "/upstream/m-some/v1/models", "Host: localhost\r\n", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"id\": \"m-some\"");
+	EXPECT_EQ(get(g.port, "/upstream/m-some/v1/models?x=1", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_CONTAINS(resp, "no route /v1/models?x=1"); /* the program's answer: the query went */
+	/* "*": every path. */
+	EXPECT_EQ(get(g.port, "/upstream/m-all/health", "Host: localhost\r\n", resp, sizeof resp), 200);
+	/* An unknown model is still 404. */
+	EXPECT_EQ(get(g.port, "/upstream/nope/health", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* The first line of meshd.err holding both needles, or NULL (malloc'd). */
+static char *log_line_with(const char *a, const char *b)
+{
+	char *s = t_read_file("meshd.err", NULL), *found = NULL;
+	for (char *l = s, *nl; l && *l; l = nl ? nl + 1 : NULL) {
+		nl = strchr(l, '\n');
+		if (nl)
+			*nl = 0;
+		if (strstr(l, a) && strstr(l, b)) {
+			found = strdup(l);
+			break;
+		}
+		if (!nl)
+			break;
+	}
+	free(s);
+	return found;
+}
+
+/* A program that fails to start: the client gets a short reason and a
+ * request id, never the program's output nor its port; meshd's log keeps
+ * its last lines under that id, and mesh logs shows them.  Every answer
+ * carries X-Request-Id: the client's when it is sane, else meshd's own. */
+TEST_TIMEOUT(gateway_error_bodies_are_short_and_carry_a_request_id, 60)
+{
+	char req[2048], resp[8192], out[8192];
+	mkdir("catalog", 0755);
+	t_write_file("catalog/leaky.toml",
+		     "name = \"leaky\"\nbackend = \"http\"\nmodels = [\"leaky-model\"]\n"
+		     "command = [\"sh\", \"-c\", \"echo 'db password=hunter2-SECRET' >&2; exit 1\", \"sh\", \"{port}\"]\n");
+	struct gw g = start_gw("");
+	int n = chat_request(req, sizeof req, "leaky-model", "hi", 0, 0);
+	/* The client's own id, in its head. */
+	char *hdr = strstr(req, "Content-Type:");
+	ASSERT_TRUE(hdr != NULL);
+	memmove(hdr + 30, hdr, (size_t)n - (size_t)(hdr - req) + 1);
+	memcpy(hdr, "X-Request-Id: client-id-42.x\r\n", 30);
+	int fd = connect_to(g.port);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(send_str(fd, req), 0);
+	read_all(fd, resp, sizeof resp);
+	close(fd);
+	EXPECT_CONTAINS(resp, "HTTP/1.1 502");
+	EXPECT_CONTAINS(resp, "X-Request-Id: client-id-42.x\r\n");
+	EXPECT_CONTAINS(resp, "exited with status 1");
+	EXPECT_CONTAINS(resp, "client-id-42.x"); /* in the message too */
+	EXPECT_FALSE(strstr(resp, "hunter2") != NULL);
+	EXPECT_FALSE(strstr(resp, "last lines") != NULL);
+	char *err = t_read_file("meshd.err", NULL), *sp = err ? strstr(err, "spawned pid=") : NULL;
+	char *pp = sp ? strstr(sp, "port=") : NULL;
+	ASSERT_TRUE(pp != NULL);
+	char port[16];
+	snprintf(port, sizeof port, "%d", atoi(pp + 5));
+	free(err);
+	EXPECT_FALSE(strstr(strstr(resp, "\r\n\r\n"), port) != NULL);
+	EXPECT_FALSE(strstr(resp, "127.0.0.1") != NULL);
+	/* meshd's log: the id with the program's last lines. */
+	char *line = log_line_with("client-id-42.x", "502");
+	EXPECT_TRUE(line != NULL);
+	free(line);
+	EXPECT_TRUE(wait_file_has("meshd.err", "db password=hunter2-SECRET", 3000));
+	char *e2 = t_read_file("meshd.err", NULL), *at = e2 ? strstr(e2, "client-id-42.x") : NULL;
+	EXPECT_TRUE(at && strstr(at, "hunter2-SECRET")); /* after the id's line: its last lines */
+	free(e2);
+	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 1, "logs leaky"), 0);
+	EXPECT_CONTAINS(out, "db password=hunter2-SECRET");
+	/* An id that is not sane (a space, too long) is replaced by meshd's. */
+	EXPECT_EQ(get(g.port, "/health", "Host: localhost\r\nX-Request-Id: two words\r\n", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "X-Request-Id: ");
+	EXPECT_FALSE(strstr(resp, "two words") != NULL);
+	EXPECT_EQ(get(g.port, "/health",
+		      "Host: localhost\r\nX-Request-Id: "
+		      "a123456789b123456789c123456789d123456789e123456789f123456789g12345\r\n",
+		      resp, sizeof resp),
+		  200);
+	EXPECT_FALSE(strstr(resp, "g12345") != NULL);
+	/* Each answer its own: an error of meshd's, a relayed one. */
+	EXPECT_EQ(get(g.port, "/v1/models/nope", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_CONTAINS(resp, "X-Request-Id: ");
+	char *bad = strstr(resp, "X-Request-Id: ");
+	char id1[80] = "";
+	if (bad)
+		sscanf(bad + 14, "%79[A-Za-z0-9._-]", id1);
+	EXPECT_EQ(get(g.port, "/v1/models/nope", "Host: localhost\r\n", resp, sizeof resp), 404);
+	EXPECT_TRUE(id1[0] && !strstr(resp, id1));
+	EXPECT_EQ(stop_gw(&g), 0);
+}

@@ -126,7 +126,7 @@ static void add_upstream(void)
 	t_write_file("received.log", "");
 	mkdir("catalog", 0755);
 	snprintf(text, sizeof text,
-		 "name = \"up\"\nbackend = \"http\"\nmodels = [\"m\"]\nprobe_path = \"/health\"\n"
+		 "name = \"up\"\nbackend = \"http\"\nmodels = [\"m\"]\nprobe_path = \"/health\"\nupstream_paths = [\"*\"]\n"
 		 "command = [\"python3\", \"%s/upstream.py\", \"{port}\", \"%s/received.log\"]\n",
 		 cwd, cwd);
 	t_write_file("catalog/up.toml", text);

@@ -259,6 +259,7 @@ TEST_TIMEOUT(gateway_kept_connection_closed_by_program, 30)
 	mkdir("catalog", 0755);
 	snprintf(text, sizeof text,
 		 "name = \"web\"\nbackend = \"http\"\nmodels = [\"nginx-hello\"]\nprobe_path = \"/\"\nprobe_status = 200\n"
+		 "upstream_paths = [\"/\"]\n"
 		 "command = [\"sh\", \"-c\", \"sed s/@PORT@/{port}/ nginx.conf.in > nginx.conf && "
 		 "exec /usr/sbin/nginx -p %s -e %s/error.log -c %s/nginx.conf\"]\n"
 		 "[lifecycle]\nstop_signal = \"QUIT\"\n",
@@ -309,5 +310,44 @@ TEST_TIMEOUT(gateway_chunked_request_body, 30)
 	EXPECT_TRUE(t_wait_for(has_n_cond, &reqs, 3000));
 	struct has_n two = {"meshd.err", "status=200", 2}; /* access lines come after the answers */
 	EXPECT_TRUE(t_wait_for(has_n_cond, &two, 3000));
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
+/* A client that leaves before its answer (curl --max-time against a
+ * program that takes its time): the access line says 499, nginx's word for
+ * it, whether it left while the program worked on the request, while it
+ * was being started, or after the answer's head (a stream cut by the
+ * client), and the program is no longer counted busy. */
+TEST_TIMEOUT(gateway_access_line_says_499_for_a_client_that_left, 90)
+{
+	char out[4096];
+	add_oa("s", "\"slow-model\"", ", \"--models\", \"slow-model\", \"--token-delay\", \"1\", \"--tokens\", \"20\"", "");
+	add_oa("c", "\"cold-model\"", ", \"--models\", \"cold-model\", \"--start-delay\", \"3\"", "");
+	struct gw g = start_gw("");
+	/* Warm first (a cold start is not what is timed here). */
+	char resp[8192];
+	ASSERT_EQ(post_chat(g.port, "slow-model", "hi", 0, resp, sizeof resp), 200);
+	/* 1: the program answers after 5 s; the client gives up after 1. */
+	EXPECT_NE(t_sh(out, sizeof out, 1,
+		       "curl -sS --max-time 1 -d '{\"model\":\"slow-model\",\"messages\":[{\"role\":\"user\",\"content\":"
+		       "\"slow:5\"}]}' http://127.0.0.1:%d/v1/chat/completions",
+		       g.port),
+		  0);
+	ASSERT_TRUE(wait_file_has("meshd.err", "model=slow-model status=499", 3000));
+	/* 2: a stream the client leaves after its head and first token. */
+	EXPECT_NE(t_sh(out, sizeof out, 1,
+		       "curl -sS -N --max-time 1.5 -d '{\"model\":\"slow-model\",\"stream\":true,\"messages\":[{\"role\":"
+		       "\"user\",\"content\":\"hi\"}]}' http://127.0.0.1:%d/v1/chat/completions",
+		       g.port),
+		  0);
+	struct has_n two = {"meshd.err", "model=slow-model status=499", 2};
+	EXPECT_TRUE(t_wait_for(has_n_cond, &two, 3000));
+	/* 3: during a cold start. */
+	EXPECT_NE(t_sh(out, sizeof out, 1,
+		       "curl -sS --max-time 1 -d '{\"model\":\"cold-model\"}' http://127.0.0.1:%d/v1/chat/completions",
+		       g.port),
+		  0);
+	EXPECT_TRUE(wait_file_has("meshd.err", "model=cold-model status=499", 3000));
+	EXPECT_EQ(count_in("meshd.err", "status=200 cold=0"), 0); /* none of the three logged as served */
 	EXPECT_EQ(stop_gw(&g), 0);
 }

@@ -192,6 +192,7 @@ TEST_TIMEOUT(gateway_slow_reader_gets_whole_answer, 60)
 	t_write_file("nginx.conf.in", text);
 	snprintf(text, sizeof text,
 		 "name = \"web\"\nbackend = \"http\"\nmodels = [\"web\"]\nprobe_path = \"/\"\nprobe_status = 200\n"
+		 "upstream_paths = [\"*\"]\n"
 		 "command = [\"sh\", \"-c\", \"sed s/@PORT@/{port}/ nginx.conf.in > nginx.conf && "
 		 "exec /usr/sbin/nginx -p %s -e %s/error.log -c %s/nginx.conf\"]\n"
 		 "[lifecycle]\nstop_signal = \"QUIT\"\n",

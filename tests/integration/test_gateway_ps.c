@@ -68,3 +68,64 @@ TEST_TIMEOUT(gateway_mesh_ps_lists_http_programs, 30)
 	EXPECT_CONTAINS(out, "  LAST FAILURE: program 'f' exited with status 3 before it was warm (last probe:");
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+struct stream_arg {
+	int port, status;
+	char resp[16384];
+};
+
+static void *stream_main(void *arg)
+{
+	struct stream_arg *a = arg;
+	a->status = post_chat(a->port, "p-model", "hi", 1, a->resp, sizeof a->resp);
+	return NULL;
+}
+
+/* mesh start / mesh stop (and POST /v1/programs/NAME/start|stop) preload
+ * and unload an HTTP program: start spawns it and returns once it is warm
+ * (or says why its start failed), stop lets the requests in flight end,
+ * then stops it; the next request starts it again. */
+TEST_TIMEOUT(gateway_mesh_start_and_stop_an_http_program, 90)
+{
+	char out[8192], resp[8192];
+	add_oa("p", "\"p-model\"", ", \"--models\", \"p-model\", \"--start-delay\", \"0.5\", \"--token-delay\", \"0.3\", \"--tokens\", \"6\"",
+	       "");
+	add_oa("f", "\"f-model\"", ", \"--models\", \"f-model\", \"--exit-on-start\", \"3\"", "");
+	struct gw g = start_gw("");
+	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 1, "start p"), 0);
+	EXPECT_CONTAINS(out, "started p (pid ");
+	EXPECT_TRUE(file_has("meshd.err", "program=p warm pid="));
+	EXPECT_EQ(post_chat(g.port, "p-model", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_FALSE(strstr(resp, "X-Mesh-Cold-Start") != NULL); /* it was warm */
+	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 1, "start p"), 0); /* warm already: nothing more */
+	EXPECT_EQ(count_in("meshd.err", "program=p spawned"), 1);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -sS -X POST --unix-socket run/meshd.sock http://x/v1/programs/p/start"), 0);
+	EXPECT_CONTAINS(out, "\"action\":\"start\"");
+	EXPECT_CONTAINS(out, "\"state\":\"warm\"");
+	/* stop while a stream is in flight: it ends whole first. */
+	struct stream_arg sa = {.port = g.port};
+	pthread_t th;
+	ASSERT_EQ(pthread_create(&th, NULL, stream_main, &sa), 0);
+	usleep(400000);
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 1, "stop p"), 0);
+	EXPECT_CONTAINS(out, "stopped p");
+	pthread_join(th, NULL);
+	EXPECT_EQ(sa.status, 200);
+	EXPECT_CONTAINS(sa.resp, "data: [DONE]");
+	EXPECT_GE(t_now_ms() - t0, 600); /* it waited for the stream (6 tokens 0.3 s apart) */
+	EXPECT_TRUE(file_has("meshd.err", "program=p stopping pid="));
+	EXPECT_TRUE(file_has("meshd.err", "(mesh stop)"));
+	EXPECT_EQ(http_get(g.port, "/v1/models/p-model", resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "\"state\":\"cold\"");
+	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 1, "stop p"), 0); /* cold already */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -sS -X POST --unix-socket run/meshd.sock http://x/v1/programs/p/stop"), 0);
+	EXPECT_CONTAINS(out, "\"action\":\"stop\"");
+	/* The next request starts it again. */
+	EXPECT_EQ(post_chat(g.port, "p-model", "hi", 0, resp, sizeof resp), 200);
+	EXPECT_CONTAINS(resp, "X-Mesh-Cold-Start: 1");
+	/* A start that fails says why, with a failing exit code. */
+	EXPECT_NE(meshd_t_mesh(out, sizeof out, 1, "start f"), 0);
+	EXPECT_CONTAINS(out, "exited with status 3 before it was warm");
+	EXPECT_EQ(stop_gw(&g), 0);
+}

@@ -20,6 +20,7 @@ TEST(manifest_http_parses_every_key)
 				   "group = \"big\"\n"
 				   "memory = \"20G\"\n"
 				   "idle_ttl = \"90s\"\n"
+				   "upstream_paths = [\"/props\", \"/slots\"]\n"
 				   "[limits]\nmemory = \"8G\"\n"
 				   "[lifecycle]\nstart_timeout = \"2m\"\nstop_signal = \"QUIT\"\nstop_grace = \"1s\"\n";
 	struct mesh_manifest m;
@@ -40,6 +41,8 @@ TEST(manifest_http_parses_every_key)
 	EXPECT_EQ(m.start_timeout_ns, 120000000000ull);
 	EXPECT_EQ(m.stop_signal, SIGQUIT);
 	EXPECT_EQ(m.limits.memory, 8ull << 30);
+	EXPECT_EQ(m.nupstream_paths, 2u);
+	EXPECT_STREQ(m.upstream_paths[1], "/slots");
 	mesh_manifest_release(&m);
 
 	static const char dflt[] = "name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"{port}\"]\nmodels = [\"m\"]\n";
@@ -50,6 +53,7 @@ TEST(manifest_http_parses_every_key)
 	EXPECT_TRUE(m.group == NULL);
 	EXPECT_EQ(m.start_timeout_ns, MESH_START_TIMEOUT_NS);
 	EXPECT_EQ(m.stop_signal, SIGTERM);
+	EXPECT_EQ(m.nupstream_paths, 0u); /* /upstream/ reaches none of its paths */
 	mesh_manifest_release(&m);
 }
 
@@ -79,6 +83,12 @@ TEST(manifest_http_errors_table)
 		{HTTP "max_concurrency = 0\n", "m.toml:5:19: 'max_concurrency' must be between 1"},
 		{HTTP "group = \"a b\"\n", "m.toml:5:9: 'group' must be 1 to 64"},
 		{HTTP "memory = \"12Q\"\n", "m.toml:5:10: 'memory' must be bytes or a size"},
+		{HTTP "upstream_paths = [\"props\"]\n", "m.toml:5:18: 'upstream_paths' entries must be \"*\" or a path"},
+		{HTTP "upstream_paths = [\"/a b\"]\n", "m.toml:5:18: 'upstream_paths' entries must be \"*\" or a path"},
+		{HTTP "upstream_paths = [\"/a/../b\"]\n", "m.toml:5:18: 'upstream_paths' entries must be \"*\" or a path"},
+		{HTTP "upstream_paths = []\n", "m.toml:5:18: 'upstream_paths' must have 1 to"},
+		{HTTP "upstream_paths = \"/props\"\n", "m.toml:5:18: 'upstream_paths' must be an array"},
+		{"name = \"a\"\nbackends = [\"native\"]\nupstream_paths = [\"*\"]\n", "m.toml:3:1: this key is for HTTP programs"},
 		{"name = \"a\"\nbackends = [\"native\"]\nmemory = \"1G\"\n", "m.toml:3:1: this key is for HTTP programs"},
 		{HTTP "[lifecycle]\nstart_timeout = \"0s\"\n", "m.toml:6:17: 'lifecycle.start_timeout' is out of range"},
 		{HTTP "args = [\"x\"]\n", "m.toml:5:1: this key is for native programs"},

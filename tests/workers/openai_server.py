@@ -3,7 +3,7 @@
 
     openai_server.py --port P [--host 127.0.0.1] [--models a,b] [--start-delay S]
                      [--ready-delay S] [--token-delay S] [--tokens N]
-                     [--pid-file F] [--ready-file F] [--hang-probe] [--exit-on-start N]
+                     [--pid-file F] [--ready-file F] [--hang-probe] [--exit-on-start N] [--cors]
 
 Routes (HTTP/1.1, keep-alive):
   GET  /v1/models            {"object":"list","data":[{"id":M,"object":"model",...}]} for the
@@ -18,7 +18,8 @@ Routes (HTTP/1.1, keep-alive):
   POST /v1/completions       the same, OpenAI's legacy shape
   GET  /health               "ok"
 Every request is logged on stdout ("req METHOD PATH", a POST with " from CLIENT-PORT"); --start-delay sleeps before listening;
---exit-on-start N exits with N at once (a server that cannot start).
+--exit-on-start N exits with N at once (a server that cannot start); --cors adds
+"Access-Control-Allow-Origin: *" to every answer (as llama-server and vLLM do).
 """
 import argparse
 import json
@@ -43,6 +44,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *a):
         pass
+
+    def send_response(self, code, message=None):
+        super().send_response(code, message)
+        if ARGS.cors:
+            self.send_header("Access-Control-Allow-Origin", "*")
 
     def send_json(self, status, obj):
         body = json.dumps(obj).encode()
@@ -147,6 +153,7 @@ def main():
     p.add_argument("--ready-file")
     p.add_argument("--hang-probe", action="store_true")
     p.add_argument("--exit-on-start", type=int)
+    p.add_argument("--cors", action="store_true")
     ARGS = p.parse_args()
     if ARGS.pid_file:
         with open(ARGS.pid_file, "w") as f:

@@ -68,6 +68,7 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 	char *msg = NULL;
 	json_t *out = NULL;
 	int rc;
+	struct mesh_gw *gw = a->parts->gw; /* meshd --http's programs (docs/gateway.md) */
 
 	if (!strcmp(action, "logs")) {
 		const char *tail = arg(jb, "tail");
@@ -121,6 +122,14 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 				json_object_set_new(out, "replaced", json_boolean(pi.replaced));
 			meshd_program_info_release(&pi);
 		}
+	} else if (!strcmp(action, "start") && gw && mesh_gw_has_program(gw, name)) {
+		/* An HTTP program of meshd --http: its gateway starts it. */
+		pid_t pid = 0;
+		rc = mesh_gw_program_start(gw, name, &pid, &msg);
+		if (rc == 0)
+			out = json_pack("{s:s, s:I, s:s}", "name", name, "pid", (json_int_t)pid, "state", "warm");
+	} else if (!strcmp(action, "stop") && gw && mesh_gw_has_program(gw, name)) {
+		rc = mesh_gw_program_stop(gw, name, &msg);
 	} else if (!strcmp(action, "start")) {
 		struct mesh_instance_stats st;
 		rc = meshd_op_start(a->core, name, &st, &msg);
