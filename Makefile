@@ -77,7 +77,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 PROGS := $(BUILD)/mesh $(BUILD)/meshd $(BUILD)/mesh-init $(BUILD)/libmesh.a \
 	$(BUILD)/libmeshworker.a $(BUILD)/libmeshworker.so $(BUILD)/meshworker.pc
 
-.PHONY: all test check bench demo demo-mandel demo-run fuzz fuzzers fuzz-bins install clean deps tests-build node-openai gpu-examples gpu-bundle
+.PHONY: FORCE all test check bench demo demo-mandel demo-run fuzz fuzzers fuzz-bins install clean deps tests-build node-openai gpu-examples gpu-bundle
 .PRECIOUS: $(BUILD)/obj/%.o
 all: $(PROGS) $(EX_BINS) $(MANDEL_BINS) gpu-examples $(BUILD)/man/mesh.1 $(BUILD)/completion/mesh.bash
 
@@ -123,7 +123,12 @@ $(BUILD)/obj/%.o: %.c | $(BUILD)/.deps-build
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/gen/store_pg_sql.c: $(PG_SQL) mk/sql2c.sh
+# The list of the .sql files, rewritten only when it changes: a file
+# removed or renamed remakes the C strings too (their times alone do not).
+$(BUILD)/gen/sql.list: FORCE
+	@mkdir -p $(dir $@)
+	@echo $(PG_SQL) > $@.tmp; cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@
+$(BUILD)/gen/store_pg_sql.c: $(PG_SQL) mk/sql2c.sh $(BUILD)/gen/sql.list
 	@mkdir -p $(dir $@)
 	mk/sql2c.sh src/store/sql > $@.tmp && mv $@.tmp $@
 $(PG_SQL_OBJ): $(BUILD)/gen/store_pg_sql.c
@@ -277,3 +282,5 @@ clean:
 	rm -rf build build-san build-fuzz build*.make.log
 
 -include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/tests-workers $(BUILD)/examples -name '*.d' 2>/dev/null)
+
+FORCE:
