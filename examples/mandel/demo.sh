@@ -137,7 +137,7 @@ m=$(metrics)
 echo "$m" | grep -E '^mesh_(warm_seconds_total|always_on_seconds_total|window_seconds|savings_ratio|spawns_total|cold_start_seconds_(count|sum)|calls_total|chunk_completions_total|chunk_duplicates_total)' |
 	grep -v ' 0$' || true
 get() { echo "$m" | awk -v k="$1{program=\"mandel\"}" '$1 == k { print $2; exit }'; }
-printf 'savings: %s over %.1f s loaded (both runs of meshd): %.2f worker-seconds warm of %.2f that 2 always-on workers would hold\n' \
+printf 'savings: %s over %.1f s loaded (with what the SIGKILLed meshd had written): %.2f worker-seconds warm of %.2f that 2 always-on workers would hold\n' \
 	"$(get mesh_savings_ratio)" "$(get mesh_window_seconds)" "$(get mesh_warm_seconds_total)" "$(get mesh_always_on_seconds_total)"
 echo "(mesh ps and GET /v1/ps give the same numbers: one definition, one window kept in logs/.savings)"
 
