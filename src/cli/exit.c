@@ -138,7 +138,9 @@ int mesh_cli_option_input(char *const *words, size_t n, const char *sep, const c
 		const char *w = words[i];
 		if (strncmp(w, "--", 2) || !w[2] || !is_option(w + 2, strcspn(w + 2, "=")))
 			continue;
-		snprintf(msg, cap, "'%s' after '%s' is taken as an input; put options before %s (or '--' before %s to take it as an input)",
+		snprintf(msg, cap,
+			 "'%s' after '%s' would be an input, not an option of mesh; put options before %s (or '--' "
+			 "before %s if it is an input)",
 			 w, sep, where, where);
 		return 1;
 	}

@@ -68,8 +68,8 @@ int mesh_cli_wants_help(int argc, char **argv);
  * (`--NAME` or `--NAME=VALUE`, where is_option(NAME, its length) says so:
  * the command's option table) is far more often a misplaced option than
  * an input, so it is refused.  For the first such word of words[0..n)
- * writes "'WORD' after 'SEP' is taken as an input; put options before
- * WHERE (or '--' before WHERE to take it as an input)" into msg[cap] and
+ * writes "'WORD' after 'SEP' would be an input, not an option of mesh; put
+ * options before WHERE (or '--' before WHERE if it is an input)" into msg[cap] and
  * returns 1; else 0.  A caller whose command line had "--" before WHERE
  * does not ask (every word is an input then, as in GNU parallel). */
 int mesh_cli_option_input(char *const *words, size_t n, const char *sep, const char *where,

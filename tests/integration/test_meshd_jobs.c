@@ -723,8 +723,8 @@ TEST_TIMEOUT(jobs_submit_own_option_after_the_separator_is_refused, 60)
 		char want[256];
 		EXPECT_EQ(mesh(1, "submit %s", bad[i][0]), MESH_EXIT_USAGE);
 		snprintf(want, sizeof want,
-			 "mesh: submit: '%s' after ':::' is taken as an input; put options before ':::' (or '--' before "
-			 "':::' to take it as an input)",
+			 "mesh: submit: '%s' after ':::' would be an input, not an option of mesh; put options before "
+			 "':::' (or '--' before ':::' if it is an input)",
 			 bad[i][1]);
 		EXPECT_CONTAINS(out, want);
 	}

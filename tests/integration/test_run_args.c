@@ -107,8 +107,8 @@ TEST(run_args_own_option_after_a_separator_is_refused)
 		char want[512];
 		EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run %s", MESH, bad[i].args), 104);
 		snprintf(want, sizeof want,
-			 "mesh: run: '%s' after '%s' is taken as an input; put options before %s (or '--' before %s to "
-			 "take it as an input)",
+			 "mesh: run: '%s' after '%s' would be an input, not an option of mesh; put options before %s "
+			 "(or '--' before %s if it is an input)",
 			 bad[i].word, bad[i].sep, bad[i].where, bad[i].where);
 		EXPECT_CONTAINS(out, want);
 	}
