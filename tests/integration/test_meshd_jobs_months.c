@@ -246,13 +246,16 @@ static int64_t done_of(unsigned id)
 	return done;
 }
 
-/* Runs a 100-chunk job of 20 ms chunks until 10 are DONE, then SIGKILLs
- * meshd; the job's lease dir (its lockdir) in lockdir. */
-static unsigned killed_mid_job(char *lockdir, size_t cap)
+/* Runs a job of n 20 ms chunks until 10 are DONE, then SIGKILLs meshd;
+ * the job's lease dir (its lockdir) in lockdir.  n: enough that the job
+ * is still running when the polls (a `mesh` each, slow under ASan and
+ * load) see 10 done (with 100 a make check once saw the job end first:
+ * its lease dir gone). */
+static unsigned killed_mid_job(char *lockdir, size_t cap, int n)
 {
 	add_job_worker();
 	start_meshd(NULL);
-	input_of("slow", 100);
+	input_of("slow", n);
 	unsigned id = submit("jw --input in.txt");
 	json_t *j = meshd_t_job_json(out, sizeof out, id);
 	snprintf(lockdir, cap, "%s", json_string_value(json_object_get(j, "lockdir")));
@@ -275,7 +278,7 @@ static unsigned killed_mid_job(char *lockdir, size_t cap)
 TEST_TIMEOUT(jobs_a_running_job_of_an_older_meshd_finishes_after_the_upgrade, 90)
 {
 	char lockdir[4200], old[128], prefix[64], path[4300];
-	unsigned id = killed_mid_job(lockdir, sizeof lockdir);
+	unsigned id = killed_mid_job(lockdir, sizeof lockdir, 400);
 	old_lease_dir(old, sizeof old, prefix, sizeof prefix, id);
 	/* The spec an older meshd wrote: no vouches, no check, its lockdir. */
 	char spec[256];
@@ -299,15 +302,15 @@ TEST_TIMEOUT(jobs_a_running_job_of_an_older_meshd_finishes_after_the_upgrade, 90
 		  0);
 	start_meshd(NULL);
 	EXPECT_EQ(mesh(1, "wait %u --quiet", id), 0);
-	expect_results(id, "slow", 100);
+	expect_results(id, "slow", 400);
 	EXPECT_EQ(access(old, F_OK), -1);
 	EXPECT_EQ(access(lockdir, F_OK), -1);
 	EXPECT_EQ(tmp_count(prefix), 0);
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	snprintf(path, sizeof path, "'%s' job check state/jobs/%u/journal.log", t_bin("mesh"), id);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s", path), 0);
-	EXPECT_CONTAINS(out, "done 100,");
-	EXPECT_CONTAINS(out, "100 DONE chunks: 100 results in the file");
+	EXPECT_CONTAINS(out, "done 400,");
+	EXPECT_CONTAINS(out, "400 DONE chunks: 400 results in the file");
 	rmdir(old);
 }
 
@@ -317,7 +320,7 @@ TEST_TIMEOUT(jobs_a_running_job_of_an_older_meshd_finishes_after_the_upgrade, 90
 TEST_TIMEOUT(jobs_a_lease_dir_that_cannot_be_used_is_named, 60)
 {
 	char lockdir[4200];
-	unsigned id = killed_mid_job(lockdir, sizeof lockdir);
+	unsigned id = killed_mid_job(lockdir, sizeof lockdir, 2000);
 	ASSERT_EQ(chmod(lockdir, 0777), 0);
 	start_meshd(NULL);
 	EXPECT_EQ(mesh(1, "wait %u --quiet", id), MESH_EXIT_SOFTWARE);
