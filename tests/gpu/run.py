@@ -388,6 +388,10 @@ def main():
         with open(report, "w") as f:
             f.write("# mesh GPU check: NOT RUN\n\nno GPU on this machine: meshd says gpu: none (%s)\n" % g.get("none"))
         return NO_GPU
+    if os.environ.get("RUN_GPU_CUDA_MISSING"):
+        d.stop()
+        print("run.sh: no CUDA worker at %s (nvcc missing when it was built?)" % CUDA_WORKER, file=sys.stderr)
+        return 2
     dev = g["devices"][0]
     base = d.used()
     row("GPU", True, "%s (%s), %d MiB total, %d MiB used at start%s" % (dev["name"], dev["uuid"], dev["total"] >> 20,
