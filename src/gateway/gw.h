@@ -54,6 +54,8 @@
 #ifndef MESH_GATEWAY_GW_H
 #define MESH_GATEWAY_GW_H
 
+#include "base/hist.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -144,6 +146,30 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *c, char **er
 int mesh_gw_port(const struct mesh_gw *g);
 
 /* One HTTP program's numbers, for /metrics (docs/metrics.md). */
+/* The status classes a request is counted by: the status the client got
+ * (the program's, or meshd's own 502/503/504), 499 for a client that left
+ * before its answer's end. */
+enum mesh_gw_code { MESH_GW_1XX, MESH_GW_2XX, MESH_GW_3XX, MESH_GW_4XX, MESH_GW_5XX, MESH_GW_499, MESH_GW_CODE__N };
+/* "1xx" ... "5xx", "499". */
+const char *mesh_gw_code_name(enum mesh_gw_code c);
+/* The class of an HTTP status (0 or one out of range: 5xx, meshd's 502). */
+enum mesh_gw_code mesh_gw_code_of(int status);
+/* The bounds of the gateway's histograms (100 us to 300 s): a warm relay's
+ * latency, an LLM's generation, a model server's cold start. */
+extern const struct mesh_hist_bounds mesh_gw_seconds_bounds;
+
+/* One catalog model's requests (never a name a client made up): those
+ * routed to its program, from the head read. */
+struct mesh_gw_model_counts {
+	uint64_t requests[MESH_GW_CODE__N]; /* by the status class they ended with */
+	struct mesh_hist latency;	    /* to the answer's end (or the client's leaving): each counted */
+	struct mesh_hist ttfb;		    /* to the answer's first byte: each that got one */
+};
+struct mesh_gw_model_stats {
+	char *model; /* its name (malloc'd) */
+	struct mesh_gw_model_counts c;
+};
+
 struct mesh_gw_prog_stats {
 	char name[72];
 	char state[12];		/* as GET /v1/models shows it */
@@ -151,24 +177,31 @@ struct mesh_gw_prog_stats {
 	uint64_t counted;	/* what it counts for in the memory budget now (0: no process) */
 	unsigned inflight;	/* requests relayed now */
 	unsigned queued;	/* requests waiting for a start or a place */
-	uint64_t requests_ok;	/* relayed whole */
-	uint64_t requests_error; /* answered by meshd with an error (502, 503, 504), or cut */
+	struct mesh_gw_model_stats *models; /* its manifest's models, in order (malloc'd) */
+	size_t nmodels;
 	uint64_t cold_starts;	/* spawns */
-	uint64_t start_failures, crashes, idle_stops, evictions;
+	uint64_t start_failures, crashes;
+	/* processes stopped: idle past idle_ttl; evicted over the memory
+	 * budget; evicted to make room for another's start (a swap) */
+	uint64_t evict_idle, evict_budget, evict_swap;
 	uint64_t hung_restarts;	/* killed after probe_failures failed probes while warm */
+	uint64_t cuts;		/* answers begun that did not reach their end: the program closed or died, a limit passed */
 	/* requests past a limit: request_timeout, response_timeout, idle_stream_timeout */
 	uint64_t timeouts_request, timeouts_response, timeouts_idle;
 	pid_t pid;		/* of its process (0: none) */
 	int port;		/* its loopback port (0: none) */
 	char last_error[512];	/* the last failed start's reason ("" : none; its first line) */
-	uint64_t warm_ns_sum, warm_count;   /* spawn to warm, over the starts that got warm */
-	uint64_t queue_ns_sum, queue_count; /* time requests waited for a start or a place */
+	struct mesh_hist warm;	/* spawn to warm, over the starts that got warm */
+	struct mesh_hist queue;	/* time requests waited for a start or a place (those that waited) */
 };
 /* The memory budget (memory_budget; 0: none). */
 uint64_t mesh_gw_memory_budget(const struct mesh_gw *g);
 /* A snapshot of every HTTP program, sorted by name: *out malloc'd (the
- * caller frees), *n of them.  0 or -ENOMEM. */
+ * caller releases it with mesh_gw_stats_free), *n of them.  0 or -ENOMEM
+ * (*out NULL). */
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n);
+/* Frees mesh_gw_stats' snapshot (NULL: nothing). */
+void mesh_gw_stats_free(struct mesh_gw_prog_stats *st, size_t n);
 /* For `mesh ps` (GET /v1/ps's "http" array): one object per HTTP program,
  * sorted by name: name, state (as /v1/models), pid and port (null when it
  * has no process), models, in_flight, queued, cold_starts, crashes,

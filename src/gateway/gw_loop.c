@@ -87,6 +87,7 @@ struct relay_out {
 	int client_close; /* the response ended with the upstream's close, or was cut */
 	int gone;	  /* the client went away first */
 	int timeout;	  /* past a limit: 1 request, 2 response start, 3 idle stream */
+	uint64_t t_first; /* when the answer's first byte went to the client (0: none yet) */
 };
 
 struct upc;
@@ -120,7 +121,8 @@ struct lconn {
 	struct mesh__gw_prog *p;
 	struct mesh__gw_wait w; /* its wait for a place */
 	uint64_t t0, t_q;	/* the head read (routed; 0: not yet); the wait's start */
-	uint64_t queued_ns;	/* how long it waited for a start (0: none) */
+	uint64_t queued_ns;	/* how long it waited for a start or a place (0: none) */
+	int waited;		/* the request was parked (waited) */
 	int close_it;		/* the connection ends after the answer */
 	/* Header lines every answer to the request carries (each ending CRLF,
 	 * after the status line): for an allowed Origin, its CORS fields. */
@@ -212,6 +214,7 @@ static void park(struct lconn *lc)
 {
 	struct mesh__gw_loop *L = lc->L;
 	lc->state = S_WAIT;
+	lc->waited = 1;
 	lc->pnext = NULL;
 	if (L->parked_tail)
 		L->parked_tail->pnext = lc;
@@ -833,6 +836,8 @@ static void route(struct lconn *lc)
 			 "upstream_paths = [\"%.*s\"] (path prefixes) or [\"*\"] to %s/%s.toml to open it",
 			 upath, p->img.m.name, p->img.m.nupstream_paths ? "does not list it" : "lists no path (off by default)",
 			 (int)(strcspn(upath, "?") < 200 ? strcspn(upath, "?") : 200), upath, g->catalog, p->img.m.name);
+		uint64_t now = mesh_mono_ns();
+		mesh__gw_count(p, lc->model, 403, lc->t0, now, now, 0, 0);
 		answer_error(lc, 403, "invalid_request_error", "upstream_path_not_allowed", m, 0, lc->close_it);
 		return;
 	}
@@ -857,6 +862,7 @@ static void route(struct lconn *lc)
 	lc->w.first = (struct mesh__gw_first){.line = lc->line, .nline = lc->nline, .rest = lc->buf + r->fwd_off,
 					      .nrest = r->head_len - r->fwd_off + (size_t)r->cl, .fd = -1};
 	lc->t_q = mesh_mono_ns();
+	lc->waited = 0;
 	place(lc);
 }
 
@@ -1125,8 +1131,10 @@ static void end_request(struct lconn *lc, int code)
 	if (code == -1)
 		lc->o.client_close = 1;
 	mesh__gw_release(p);
-	mesh__gw_count(p, code == 0, lc->queued_ns);
 	int status = relay_end(lc, code, &b);
+	uint64_t now = mesh_mono_ns();
+	mesh__gw_count(p, lc->model, status, lc->t0, b.len ? now : lc->o.t_first, now, lc->queued_ns,
+		       code < 0 && !lc->o.gone);
 	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, status, lc->cold, lc->o.bytes, lc->t0, lc->rid);
 	lc->nout = lc->outoff = 0;
 	if (b.len && lc->nxh && mesh__gw_answer_insert(&b, 0, lc->xh, lc->nxh) < 0)
@@ -1200,7 +1208,7 @@ static void place(struct lconn *lc)
 	unsigned retry = 0;
 	int code = mesh__gw_acquire(&lc->w, &why, &retry);
 	if (code == 0) {
-		lc->queued_ns = lc->w.cold ? mesh_mono_ns() - lc->t_q : 0;
+		lc->queued_ns = lc->waited ? mesh_mono_ns() - lc->t_q : 0;
 		begin_relay(lc);
 		return;
 	}
@@ -1208,7 +1216,8 @@ static void place(struct lconn *lc)
 		park(lc);
 		return;
 	}
-	mesh__gw_count(lc->p, 0, mesh_mono_ns() - lc->t_q);
+	uint64_t now = mesh_mono_ns();
+	mesh__gw_count(lc->p, lc->model, code, lc->t0, now, now, lc->waited ? now - lc->t_q : 0, 0);
 	/* The client gets the reason's first line and the request's id; the
 	 * rest (a failed start's report and the program's output) goes to
 	 * meshd's log under that id. */
@@ -1230,7 +1239,8 @@ static void parked_gone(struct lconn *lc)
 	unpark(lc);
 	mesh__gw_acquire_cancel(&lc->w);
 	lc->state = S_HEAD; /* not parked: kill_conn must not cancel it again */
-	mesh__gw_count(lc->p, 0, mesh_mono_ns() - lc->t_q);
+	uint64_t now = mesh_mono_ns();
+	mesh__gw_count(lc->p, lc->model, 499, lc->t0, 0, now, now - lc->t_q, 0);
 	mesh__gw_log(g, MESH_GW_INFO, "the client went away while it waited for program '%s'", lc->p->img.m.name);
 	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, 499, lc->w.cold, 0, lc->t0, lc->rid);
 	kill_conn(lc);
@@ -1343,6 +1353,7 @@ static int first_bytes(struct lconn *lc, const char *p, size_t len)
 	int k = 0;
 	lc->pending_line = 0;
 	lc->o.status = status_of(lc->pre, lc->npre);
+	lc->o.t_first = mesh_mono_ns();
 	if (nl && lc->cors) {
 		size_t end = mesh_hframe_head_end(lc->pre, lc->npre, &scanned);
 		drop_fields(lc, first, end ? end : lc->npre);

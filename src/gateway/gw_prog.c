@@ -117,6 +117,8 @@ static int read_one(struct mesh_gw *g, const char *name, const char *path, size_
 	else
 		rc = 0;
 	free(e);
+	if (!rc && p->img.m.nmodels && !(p->mcounts = calloc(p->img.m.nmodels, sizeof *p->mcounts)))
+		rc = -ENOMEM;
 	return rc;
 }
 
@@ -193,6 +195,7 @@ void mesh__gw_progs_free(struct mesh_gw *g)
 		mesh__gw_pool_drop(p);
 		mesh_image_release(&p->img);
 		free(p->unfit);
+		free(p->mcounts);
 	}
 	free(g->progs);
 	g->progs = NULL;
@@ -399,8 +402,7 @@ static void became_warm(struct mesh__gw_prog *p)
 	else if (fd >= 0)
 		close(fd);
 	p->backoff_ns = 0;
-	p->warm_ns_sum += hi.t_warm - hi.t_spawn;
-	p->warm_count++;
+	mesh_hist_observe(&p->warm, &mesh_gw_seconds_bounds, hi.t_warm - hi.t_spawn);
 	p->next_measure = now + MEASURE_EVERY_NS / 10; /* the first requests' output first */
 	arm(g, p->next_measure);
 	mesh__gw_look(g); /* each waiter relays its request now */
@@ -882,7 +884,7 @@ static void make_room(struct mesh__gw_prog *p, uint64_t used, uint64_t freeing, 
 		q->pick = 0;
 		if (done_for(q, p->swap_seq)) {
 			char why[80];
-			q->evictions++;
+			q->evict_swap++;
 			mesh__gw_log(g, MESH_GW_INFO, "program=%s evicting %s: needs %llu bytes, %llu of %llu in use",
 				     p->img.m.name, q->img.m.name, (unsigned long long)need, (unsigned long long)used,
 				     (unsigned long long)budget);
@@ -963,7 +965,7 @@ static void enforce(struct mesh_gw *g)
 		}
 		mesh__gw_log(g, MESH_GW_WARN, "gateway: over the memory budget: %.1f of %.1f MiB counted (%s); evicting %s (idle)",
 			     mib(used - freeing), mib(budget), whose, v->img.m.name);
-		v->evictions++;
+		v->evict_budget++;
 		freeing += mesh__gw_counted(v);
 		stop(v, "over the memory budget", 1);
 	}
@@ -1163,17 +1165,51 @@ void mesh__gw_release(struct mesh__gw_prog *p)
 	pthread_mutex_unlock(&p->g->mu);
 }
 
-void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns)
+const char *mesh_gw_code_name(enum mesh_gw_code c)
 {
+	static const char *const n[MESH_GW_CODE__N] = {"1xx", "2xx", "3xx", "4xx", "5xx", "499"};
+	return (unsigned)c < MESH_GW_CODE__N ? n[c] : "5xx";
+}
+
+enum mesh_gw_code mesh_gw_code_of(int status)
+{
+	if (status == 499)
+		return MESH_GW_499;
+	if (status < 100 || status > 599)
+		return MESH_GW_5XX;
+	return (enum mesh_gw_code)(MESH_GW_1XX + status / 100 - 1);
+}
+
+/* A warm relay takes about 100 us; a generation or a model server's start,
+ * seconds to minutes.  The `le` texts as Prometheus clients print them. */
+static const struct mesh_hist_bound gw_bounds[] = {
+	{100000, "0.0001"},	  {250000, "0.00025"},	   {500000, "0.0005"},	    {1000000, "0.001"},
+	{2500000, "0.0025"},	  {5000000, "0.005"},	   {10000000, "0.01"},	    {25000000, "0.025"},
+	{50000000, "0.05"},	  {100000000, "0.1"},	   {250000000, "0.25"},	    {500000000, "0.5"},
+	{1000000000, "1"},	  {2500000000ull, "2.5"},  {5000000000ull, "5"},    {10000000000ull, "10"},
+	{30000000000ull, "30"},	  {60000000000ull, "60"},  {300000000000ull, "300"},
+};
+_Static_assert(sizeof gw_bounds / sizeof gw_bounds[0] < MESH_HIST_BUCKETS, "gateway buckets fit");
+const struct mesh_hist_bounds mesh_gw_seconds_bounds = {gw_bounds, sizeof gw_bounds / sizeof gw_bounds[0]};
+
+void mesh__gw_count(struct mesh__gw_prog *p, const char *model, int status, uint64_t t0, uint64_t t_first, uint64_t now,
+		    uint64_t queued_ns, int cut)
+{
+	const struct mesh_hist_bounds *b = &mesh_gw_seconds_bounds;
 	pthread_mutex_lock(&p->g->mu);
-	if (ok)
-		p->req_ok++;
-	else
-		p->req_err++;
-	if (queued_ns) {
-		p->queue_ns_sum += queued_ns;
-		p->queue_count++;
+	for (size_t k = 0; p->mcounts && k < p->img.m.nmodels; k++) {
+		if (strcmp(p->img.m.models[k], model))
+			continue;
+		struct mesh_gw_model_counts *c = &p->mcounts[k];
+		c->requests[mesh_gw_code_of(status)]++;
+		mesh_hist_observe(&c->latency, b, now > t0 ? now - t0 : 0);
+		if (t_first)
+			mesh_hist_observe(&c->ttfb, b, t_first > t0 ? t_first - t0 : 0);
+		break;
 	}
+	if (queued_ns)
+		mesh_hist_observe(&p->queue, b, queued_ns);
+	p->cuts += cut != 0;
 	pthread_mutex_unlock(&p->g->mu);
 }
 
@@ -1210,9 +1246,20 @@ uint64_t mesh_gw_memory_budget(const struct mesh_gw *g)
 	return g->c.memory_budget;
 }
 
+void mesh_gw_stats_free(struct mesh_gw_prog_stats *st, size_t n)
+{
+	for (size_t i = 0; st && i < n; i++) {
+		for (size_t k = 0; k < st[i].nmodels; k++)
+			free(st[i].models[k].model);
+		free(st[i].models);
+	}
+	free(st);
+}
+
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 {
 	struct mesh_gw_prog_stats *st = calloc(g->nprogs ? g->nprogs : 1, sizeof *st);
+	int rc = 0;
 	*out = NULL;
 	*n = 0;
 	if (!st)
@@ -1227,14 +1274,25 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 		o->counted = p->state == GW_COLD ? 0 : mesh__gw_counted(p);
 		o->inflight = p->inflight;
 		o->queued = p->waiting;
-		o->requests_ok = p->req_ok;
-		o->requests_error = p->req_err;
+		o->models = p->img.m.nmodels ? calloc(p->img.m.nmodels, sizeof *o->models) : NULL;
+		for (size_t k = 0; o->models && k < p->img.m.nmodels; k++) {
+			struct mesh_gw_model_stats *ms = &o->models[o->nmodels];
+			if (!(ms->model = strdup(p->img.m.models[k])))
+				break;
+			if (p->mcounts)
+				ms->c = p->mcounts[k];
+			o->nmodels++;
+		}
+		if (o->nmodels < p->img.m.nmodels)
+			rc = -ENOMEM;
 		o->cold_starts = p->spawns;
 		o->start_failures = p->start_failures;
 		o->crashes = p->crashes;
-		o->idle_stops = p->reaps;
-		o->evictions = p->evictions;
+		o->evict_idle = p->reaps;
+		o->evict_budget = p->evict_budget;
+		o->evict_swap = p->evict_swap;
 		o->hung_restarts = p->hung;
+		o->cuts = p->cuts;
 		o->timeouts_request = p->to_request;
 		o->timeouts_response = p->to_response;
 		o->timeouts_idle = p->to_idle;
@@ -1243,12 +1301,14 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 		if (p->fail_gen)
 			snprintf(o->last_error, sizeof o->last_error, "%.*s", (int)strcspn(p->fail_msg, "\n"),
 				 p->fail_msg);
-		o->warm_ns_sum = p->warm_ns_sum;
-		o->warm_count = p->warm_count;
-		o->queue_ns_sum = p->queue_ns_sum;
-		o->queue_count = p->queue_count;
+		o->warm = p->warm;
+		o->queue = p->queue;
 	}
 	pthread_mutex_unlock(&g->mu);
+	if (rc) {
+		mesh_gw_stats_free(st, g->nprogs);
+		return rc;
+	}
 	*out = st;
 	*n = g->nprogs;
 	return 0;

@@ -82,9 +82,12 @@ struct mesh__gw_prog {
 	struct mesh__gw_first *first; /* mu: the waiter whose request the start sends (NULL: none) */
 	int pool[GW_POOL_MAX];	/* mu: idle connections to the warm process (GW_POOL_MAX) */
 	unsigned npool;
-	uint64_t spawns, crashes, start_failures, reaps, requests, evictions, hung;
+	uint64_t spawns, crashes, start_failures, reaps, requests, hung;
+	uint64_t evict_budget, evict_swap; /* stopped over the budget; for another's start */
+	uint64_t cuts;			   /* answers begun that did not reach their end (not the client's leaving) */
 	uint64_t to_request, to_response, to_idle; /* requests past a limit */
-	uint64_t req_ok, req_err, warm_ns_sum, warm_count, queue_ns_sum, queue_count;
+	struct mesh_gw_model_counts *mcounts; /* mu: one per img.m.models, in their order */
+	struct mesh_hist warm, queue;	      /* mu: spawn to warm; the waits of requests that waited */
 	/* Why it cannot start at all (a limit this machine cannot enforce, an
 	 * unknown user; NULL: none), set at the catalog's reading. */
 	char *unfit;
@@ -232,8 +235,14 @@ int mesh__gw_pool_get(struct mesh__gw_prog *p, int port);
 /* Under mu: closes the pool (the process is stopping or gone: an idle
  * connection must not hold up a graceful stop). */
 void mesh__gw_pool_drop(struct mesh__gw_prog *p);
-/* Counts a request's end: relayed whole (ok) or not; queued_ns: its wait. */
-void mesh__gw_count(struct mesh__gw_prog *p, int ok, uint64_t queued_ns);
+/* Counts the end of a request routed to p: under model (one of its
+ * manifest's; another name is not counted by model), the status the client
+ * got (499: it left first); t0 its head read, t_first when its answer's
+ * first byte went (0: none went), now its end; queued_ns its wait for a
+ * start or a place (0: it did not wait); cut: its answer began but did not
+ * reach its end (the program closed or died, a limit passed).  Takes mu. */
+void mesh__gw_count(struct mesh__gw_prog *p, const char *model, int status, uint64_t t0, uint64_t t_first, uint64_t now,
+		    uint64_t queued_ns, int cut);
 /* Counts a request past a limit: 1 request, 2 response start, 3 idle stream. */
 void mesh__gw_count_timeout(struct mesh__gw_prog *p, int kind);
 /* "cold", "starting", "warm", "stopping", or "failed" (cold after a failed

@@ -120,6 +120,19 @@ static inline double meshd_t_sample(const char *text, const char *series)
 	return -1;
 }
 
+/* promtool accepts the metrics text in file (skips the test without
+ * promtool). */
+static inline void meshd_t_promtool_ok(const char *file)
+{
+	static char pout[65536];
+	if (t_sh(pout, sizeof pout, 1, "command -v promtool") != 0)
+		SKIP_TOOL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
+	int rc = t_sh(pout, sizeof pout, 1, "promtool check metrics < %s", file);
+	if (rc != 0)
+		printf("promtool on %s: %s\n", file, pout);
+	EXPECT_EQ(rc, 0);
+}
+
 /* Waits for pid: its exit status, 128 + the signal that killed it, or -1. */
 static inline int meshd_t_wait(pid_t pid)
 {

@@ -37,7 +37,8 @@ TEST_TIMEOUT(gateway_response_timeout_504, 30)
 	ASSERT_TRUE(m != NULL);
 	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_timeouts_total{program=\"s\",limit=\"response\"}"), 1);
 	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_timeouts_total{program=\"s\",limit=\"idle_stream\"}"), 0);
-	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_requests_total{program=\"s\",result=\"error\"}"), 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_requests_total{program=\"s\",model=\"test-model\",code=\"5xx\"}"), 1);
+	EXPECT_EQ(meshd_t_sample(m, "mesh_gateway_requests_total{program=\"s\",model=\"test-model\",code=\"2xx\"}"), 2);
 	free(m);
 	EXPECT_EQ(stop_gw(&g), 0);
 }

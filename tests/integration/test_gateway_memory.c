@@ -245,6 +245,11 @@ TEST_TIMEOUT(gateway_budget_enforced_after_measurement, 120)
 	/* a again: counted at its last run's peak, it evicts b first. */
 	EXPECT_EQ(post_chat_60(g.port, "m-a", resp, sizeof resp), 200);
 	EXPECT_TRUE(file_has("meshd.err", "program=a evicting b: needs "));
+	/* Each eviction counted under its reason. */
+	EXPECT_EQ(metric("mesh_gateway_evictions_total{program=\"a\",reason=\"budget\"}"), 1);
+	EXPECT_EQ(metric("mesh_gateway_evictions_total{program=\"a\",reason=\"swap\"}"), 0);
+	EXPECT_EQ(metric("mesh_gateway_evictions_total{program=\"b\",reason=\"swap\"}"), 1);
+	EXPECT_EQ(metric("mesh_gateway_evictions_total{program=\"b\",reason=\"budget\"}"), 0);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 

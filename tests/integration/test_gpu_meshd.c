@@ -4,6 +4,7 @@
 #include "base/clock.h"
 #include "gpu/nvml.h"
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <limits.h>
@@ -122,17 +123,6 @@ static char *metrics(const char *file)
 	return m;
 }
 
-static void promtool_ok(const char *file)
-{
-	static char pout[65536];
-	if (t_sh(pout, sizeof pout, 1, "command -v promtool") != 0)
-		SKIP_TOOL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
-	int rc = t_sh(pout, sizeof pout, 1, "promtool check metrics < %s", file);
-	if (rc != 0)
-		printf("promtool on %s: %s\n", file, pout);
-	EXPECT_EQ(rc, 0);
-}
-
 static int metrics_freed(void *arg)
 {
 	char *m = metrics("m2.txt");
@@ -175,7 +165,7 @@ TEST(meshd_gpu_metrics_show_vram_per_gpu_and_per_worker)
 	EXPECT_TRUE(!strstr(m, "mesh_worker_gpu_time_to_free_seconds{"));
 	/* The job/program families are still there: one text. */
 	EXPECT_CONTAINS(m, "mesh_calls_total{program=\"g\",result=\"ok\"} 1\n");
-	promtool_ok("m1.txt");
+	meshd_t_promtool_ok("m1.txt");
 	free(m);
 	/* Stopped: its memory back, and how long that took. */
 	ASSERT_EQ(mesh("stop g"), 0);
@@ -195,7 +185,7 @@ TEST(meshd_gpu_metrics_show_vram_per_gpu_and_per_worker)
 	if (ttf < 0.1)
 		printf("    time to free %.3f s\n", ttf);
 	EXPECT_TRUE(ttf >= 0.05 && ttf < 2.5);
-	promtool_ok("m2.txt");
+	meshd_t_promtool_ok("m2.txt");
 	free(m);
 	stop(d);
 }

@@ -62,17 +62,6 @@ static int mesh(const char *args)
 	return t_sh(out, sizeof out, 1, "'%s' %s --socket " SOCK, t_bin("mesh"), args);
 }
 
-static void promtool_ok(const char *file)
-{
-	static char pout[65536];
-	if (t_sh(pout, sizeof pout, 1, "command -v promtool") != 0)
-		SKIP_TOOL("promtool is not installed: install Debian's 'prometheus' package (mk/deps.sh test)");
-	int rc = t_sh(pout, sizeof pout, 1, "promtool check metrics < %s", file);
-	if (rc != 0)
-		printf("promtool on %s: %s\n", file, pout);
-	EXPECT_EQ(rc, 0);
-}
-
 TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 {
 	pid_t pid;
@@ -116,7 +105,7 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	EXPECT_EQ(meshd_t_sample(m, "mesh_jobs{state=\"running\"}"), 0);
 	EXPECT_EQ(meshd_t_sample(m, "mesh_chunks{state=\"done\"}"), 0);
 	EXPECT_EQ(meshd_t_sample(m, "mesh_chunk_completions_total"), 0);
-	promtool_ok("sock.txt");
+	meshd_t_promtool_ok("sock.txt");
 
 	/* The same text over TCP (loopback), and the counters moved with one more call. */
 	ASSERT_EQ(mesh("call echo five"), 0);
@@ -127,7 +116,7 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	ASSERT_TRUE(tm != NULL);
 	EXPECT_EQ(meshd_t_sample(tm, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 5);
 	EXPECT_EQ(meshd_t_sample(tm, "mesh_cold_start_seconds_count{program=\"echo\"}"), 2);
-	promtool_ok("tcp.txt");
+	meshd_t_promtool_ok("tcp.txt");
 
 	/* A job of three chunks: counted once it is complete. */
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' submit --socket " SOCK " echo ::: a b c", t_bin("mesh")), 0);
@@ -140,7 +129,7 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	EXPECT_EQ(meshd_t_sample(jm, "mesh_chunks{state=\"done\"}"), 3);
 	EXPECT_EQ(meshd_t_sample(jm, "mesh_chunks{state=\"pending\"}"), 0);
 	EXPECT_EQ(meshd_t_sample(jm, "mesh_chunk_completions_total"), 3);
-	promtool_ok("job.txt");
+	meshd_t_promtool_ok("job.txt");
 	free(jm);
 	/* That listener serves nothing else. */
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/v1/ps", port), 0);

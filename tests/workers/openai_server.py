@@ -14,7 +14,8 @@ Routes (HTTP/1.1, keep-alive):
                              event, --token-delay seconds apart, then "data: [DONE]".
                              The last user message steers it: "crash" exits (status 3) after
                              two streamed tokens (or at once, unstreamed); "hang" never answers;
-                             "slow:S" waits S seconds before answering.
+                             "slow:S" waits S seconds before answering; "status:N" answers N
+                             with an OpenAI-shaped error JSON (an upstream's 503, 404, ...).
   POST /v1/completions       the same, OpenAI's legacy shape
   GET  /health               "ok"
 Every request is logged on stdout ("req METHOD PATH", a POST with " from CLIENT-PORT"); --start-delay sleeps before listening;
@@ -102,6 +103,8 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(3600)
         if said.startswith("slow:"):
             time.sleep(float(said[5:]))
+        if said.startswith("status:"):
+            return self.send_json(int(said[7:]), {"error": {"message": "asked for " + said[7:], "type": "server_error"}})
         toks = ["tok%d" % i for i in range(ARGS.tokens)]
         cid, created = "cmpl-%d" % os.getpid(), int(time.time())
         if not req.get("stream"):

@@ -31,7 +31,7 @@ void meshd_metrics_release(struct meshd_metrics *m)
 	if (!m)
 		return;
 	meshd_core_metrics_release(&m->core);
-	free(m->gw);
+	mesh_gw_stats_free(m->gw, m->ngw);
 	m->gw = NULL;
 	m->ngw = 0;
 }
@@ -85,14 +85,27 @@ static void open_prog(struct meshd_metrics_text *w, const char *name, const char
 	meshd_metrics_put(w, "\"");
 }
 
+/* `name{program="p",model="m"` (model NULL: without it) -- the caller
+ * closes the label set. */
+static void open_prog_model(struct meshd_metrics_text *w, const char *name, const char *prog, const char *model)
+{
+	open_prog(w, name, prog);
+	if (model) {
+		meshd_metrics_put(w, ",model=\"");
+		meshd_metrics_put_label(w, model);
+		meshd_metrics_put(w, "\"");
+	}
+}
+
 static void seconds(struct meshd_metrics_text *w, uint64_t ns)
 {
 	meshd_metrics_put(w, "%llu.%09llu", (unsigned long long)(ns / 1000000000ull), (unsigned long long)(ns % 1000000000ull));
 }
 
-/* One program's histogram family members: _bucket (cumulative), _sum, _count. */
-static void hist_lines(struct meshd_metrics_text *w, const char *name, const char *prog, const struct mesh_hist *h,
-		       const struct mesh_hist_bounds *bounds)
+/* One program's (one of its models', model not NULL) histogram family
+ * members: _bucket (cumulative), _sum, _count. */
+static void hist_lines(struct meshd_metrics_text *w, const char *name, const char *prog, const char *model,
+		       const struct mesh_hist *h, const struct mesh_hist_bounds *bounds)
 {
 	size_t n = bounds->n;
 	const struct mesh_hist_bound *b = bounds->b;
@@ -101,16 +114,16 @@ static void hist_lines(struct meshd_metrics_text *w, const char *name, const cha
 	snprintf(nm, sizeof nm, "%s_bucket", name);
 	for (size_t i = 0; i <= n; i++) {
 		cum += h->bucket[i];
-		open_prog(w, nm, prog);
+		open_prog_model(w, nm, prog, model);
 		meshd_metrics_put(w, ",le=\"%s\"} %llu\n", i < n ? b[i].le : "+Inf", (unsigned long long)cum);
 	}
 	snprintf(nm, sizeof nm, "%s_sum", name);
-	open_prog(w, nm, prog);
+	open_prog_model(w, nm, prog, model);
 	meshd_metrics_put(w, "} ");
 	seconds(w, h->sum_ns);
 	meshd_metrics_put(w, "\n");
 	snprintf(nm, sizeof nm, "%s_count", name);
-	open_prog(w, nm, prog);
+	open_prog_model(w, nm, prog, model);
 	meshd_metrics_put(w, "} %llu\n", (unsigned long long)h->count);
 }
 
@@ -143,12 +156,13 @@ static void render_programs(struct meshd_metrics_text *w, const struct meshd_met
 	per_prog_u64(w, m, "mesh_crashes_total", offsetof(struct meshd_program_metrics, crashes));
 	meshd_metrics_family(w, "mesh_cold_start_seconds", "histogram", "Time from a worker's spawn to its ready message.");
 	for (unsigned i = 0; i < m->core.nprograms; i++)
-		hist_lines(w, "mesh_cold_start_seconds", m->core.programs[i].name, &m->core.programs[i].cold_start,
+		hist_lines(w, "mesh_cold_start_seconds", m->core.programs[i].name, NULL, &m->core.programs[i].cold_start,
 			   &meshd_cold_start_bounds);
 	meshd_metrics_family(w, "mesh_call_duration_seconds", "histogram",
 	       "Latency of a call through meshd, cold start included, as the caller saw it.");
 	for (unsigned i = 0; i < m->core.nprograms; i++)
-		hist_lines(w, "mesh_call_duration_seconds", m->core.programs[i].name, &m->core.programs[i].call, &meshd_call_bounds);
+		hist_lines(w, "mesh_call_duration_seconds", m->core.programs[i].name, NULL, &m->core.programs[i].call,
+			   &meshd_call_bounds);
 	meshd_metrics_family(w, "mesh_calls_total", "counter", "Calls to a program, by how they ended.");
 	for (unsigned i = 0; i < m->core.nprograms; i++)
 		for (int r = 0; r < MESHD_CALL__N; r++) {
@@ -217,8 +231,28 @@ static void per_gw_u64(struct meshd_metrics_text *w, const struct meshd_metrics 
 	}
 }
 
+/* name{program="p",label="vals[k]"} v for each gateway program and k < 3,
+ * v its field at offs[k]. */
+static void per_gw_by(struct meshd_metrics_text *w, const struct meshd_metrics *m, const char *name, const char *label,
+		      const char *const vals[3], const size_t offs[3])
+{
+	for (size_t i = 0; i < m->ngw; i++)
+		for (size_t k = 0; k < 3; k++) {
+			open_prog(w, name, m->gw[i].name);
+			meshd_metrics_put(w, ",%s=\"%s\"} %llu\n", label, vals[k],
+					  (unsigned long long)*(const uint64_t *)((const char *)&m->gw[i] + offs[k]));
+		}
+}
+
 static void render_gateway(struct meshd_metrics_text *w, const struct meshd_metrics *m)
 {
+	static const char *const evict[3] = {"idle", "budget", "swap"}, *const limit[3] = {"request", "response", "idle_stream"};
+	static const size_t evict_off[3] = {offsetof(struct mesh_gw_prog_stats, evict_idle),
+					    offsetof(struct mesh_gw_prog_stats, evict_budget),
+					    offsetof(struct mesh_gw_prog_stats, evict_swap)},
+			    limit_off[3] = {offsetof(struct mesh_gw_prog_stats, timeouts_request),
+					    offsetof(struct mesh_gw_prog_stats, timeouts_response),
+					    offsetof(struct mesh_gw_prog_stats, timeouts_idle)};
 	static const char *const states[] = {"cold", "starting", "warm", "stopping", "failed"};
 	meshd_metrics_family(w, "mesh_gateway_program_state", "gauge", "An HTTP program's state (1 for the state it is in).");
 	for (size_t i = 0; i < m->ngw; i++)
@@ -226,14 +260,37 @@ static void render_gateway(struct meshd_metrics_text *w, const struct meshd_metr
 			open_prog(w, "mesh_gateway_program_state", m->gw[i].name);
 			meshd_metrics_put(w, ",state=\"%s\"} %d\n", states[k], !strcmp(states[k], m->gw[i].state));
 		}
+	const struct mesh_hist_bounds *gb = &mesh_gw_seconds_bounds;
 	meshd_metrics_family(w, "mesh_gateway_requests_total", "counter",
-	       "Requests for an HTTP program's models: ok relayed whole, error answered by meshd (502/503/504) or cut.");
-	for (size_t i = 0; i < m->ngw; i++) {
-		open_prog(w, "mesh_gateway_requests_total", m->gw[i].name);
-		meshd_metrics_put(w, ",result=\"ok\"} %llu\n", (unsigned long long)m->gw[i].requests_ok);
-		open_prog(w, "mesh_gateway_requests_total", m->gw[i].name);
-		meshd_metrics_put(w, ",result=\"error\"} %llu\n", (unsigned long long)m->gw[i].requests_error);
+	       "Requests for a catalog model, by the status class the client got (the program's or meshd's; 499: it left first).");
+	for (size_t i = 0; i < m->ngw; i++)
+		for (size_t k = 0; k < m->gw[i].nmodels; k++)
+			for (int c = 0; c < MESH_GW_CODE__N; c++) {
+				open_prog_model(w, "mesh_gateway_requests_total", m->gw[i].name, m->gw[i].models[k].model);
+				meshd_metrics_put(w, ",code=\"%s\"} %llu\n", mesh_gw_code_name((enum mesh_gw_code)c),
+						  (unsigned long long)m->gw[i].models[k].c.requests[c]);
+			}
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} mh[] = {
+		{"mesh_gateway_request_duration_seconds",
+		 "Time from a request's head read to its answer's end (or the client's leaving), per catalog model.",
+		 offsetof(struct mesh_gw_model_counts, latency)},
+		{"mesh_gateway_time_to_first_byte_seconds",
+		 "Time from a request's head read to the first byte of its answer's head, per catalog model.",
+		 offsetof(struct mesh_gw_model_counts, ttfb)},
+	};
+	for (size_t h = 0; h < sizeof mh / sizeof mh[0]; h++) {
+		meshd_metrics_family(w, mh[h].name, "histogram", mh[h].help);
+		for (size_t i = 0; i < m->ngw; i++)
+			for (size_t k = 0; k < m->gw[i].nmodels; k++)
+				hist_lines(w, mh[h].name, m->gw[i].name, m->gw[i].models[k].model,
+					   (const struct mesh_hist *)((const char *)&m->gw[i].models[k].c + mh[h].off), gb);
 	}
+	meshd_metrics_family(w, "mesh_gateway_responses_cut_total", "counter",
+	       "Answers of an HTTP program begun that did not reach their end: it closed or died, or a limit passed (counted by their status too).");
+	per_gw_u64(w, m, "mesh_gateway_responses_cut_total", offsetof(struct mesh_gw_prog_stats, cuts));
 	meshd_metrics_family(w, "mesh_gateway_requests_in_flight", "gauge", "Requests relayed to an HTTP program now.");
 	for (size_t i = 0; i < m->ngw; i++) {
 		open_prog(w, "mesh_gateway_requests_in_flight", m->gw[i].name);
@@ -251,24 +308,15 @@ static void render_gateway(struct meshd_metrics_text *w, const struct meshd_metr
 	per_gw_u64(w, m, "mesh_gateway_start_failures_total", offsetof(struct mesh_gw_prog_stats, start_failures));
 	meshd_metrics_family(w, "mesh_gateway_crashes_total", "counter", "HTTP program processes that died while warm.");
 	per_gw_u64(w, m, "mesh_gateway_crashes_total", offsetof(struct mesh_gw_prog_stats, crashes));
-	meshd_metrics_family(w, "mesh_gateway_idle_stops_total", "counter", "HTTP program processes stopped after their idle TTL.");
-	per_gw_u64(w, m, "mesh_gateway_idle_stops_total", offsetof(struct mesh_gw_prog_stats, idle_stops));
 	meshd_metrics_family(w, "mesh_gateway_evictions_total", "counter",
-	       "HTTP program processes stopped to make room under the memory budget.");
-	per_gw_u64(w, m, "mesh_gateway_evictions_total", offsetof(struct mesh_gw_prog_stats, evictions));
+	       "HTTP program processes stopped: idle (past idle_ttl), budget (over the memory budget), swap (for another's start).");
+	per_gw_by(w, m, "mesh_gateway_evictions_total", "reason", evict, evict_off);
 	meshd_metrics_family(w, "mesh_gateway_hung_restarts_total", "counter",
 	       "Warm HTTP program processes killed because their periodic probe kept failing.");
 	per_gw_u64(w, m, "mesh_gateway_hung_restarts_total", offsetof(struct mesh_gw_prog_stats, hung_restarts));
 	meshd_metrics_family(w, "mesh_gateway_timeouts_total", "counter",
 	       "Requests past a limit: request (whole), response (first byte), idle_stream (between reads).");
-	for (size_t i = 0; i < m->ngw; i++) {
-		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
-		meshd_metrics_put(w, ",limit=\"request\"} %llu\n", (unsigned long long)m->gw[i].timeouts_request);
-		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
-		meshd_metrics_put(w, ",limit=\"response\"} %llu\n", (unsigned long long)m->gw[i].timeouts_response);
-		open_prog(w, "mesh_gateway_timeouts_total", m->gw[i].name);
-		meshd_metrics_put(w, ",limit=\"idle_stream\"} %llu\n", (unsigned long long)m->gw[i].timeouts_idle);
-	}
+	per_gw_by(w, m, "mesh_gateway_timeouts_total", "limit", limit, limit_off);
 	uint64_t counted = 0;
 	for (size_t i = 0; i < m->ngw; i++)
 		counted += m->gw[i].counted;
@@ -279,25 +327,14 @@ static void render_gateway(struct meshd_metrics_text *w, const struct meshd_metr
 	meshd_metrics_family(w, "mesh_gateway_program_memory_bytes", "gauge",
 	       "What an HTTP program is counted at in the memory budget: max(its memory, measured resident + GPU memory); 0 without a process.");
 	per_gw_u64(w, m, "mesh_gateway_program_memory_bytes", offsetof(struct mesh_gw_prog_stats, counted));
-	meshd_metrics_family(w, "mesh_gateway_time_to_warm_seconds", "summary", "Time from an HTTP program's spawn to its warm probe.");
-	for (size_t i = 0; i < m->ngw; i++) {
-		open_prog(w, "mesh_gateway_time_to_warm_seconds_sum", m->gw[i].name);
-		meshd_metrics_put(w, "} ");
-		seconds(w, m->gw[i].warm_ns_sum);
-		meshd_metrics_put(w, "\n");
-		open_prog(w, "mesh_gateway_time_to_warm_seconds_count", m->gw[i].name);
-		meshd_metrics_put(w, "} %llu\n", (unsigned long long)m->gw[i].warm_count);
-	}
-	meshd_metrics_family(w, "mesh_gateway_queue_seconds", "summary",
+	meshd_metrics_family(w, "mesh_gateway_time_to_warm_seconds", "histogram",
+	       "Time from an HTTP program's spawn to its warm probe, over the starts that got warm.");
+	for (size_t i = 0; i < m->ngw; i++)
+		hist_lines(w, "mesh_gateway_time_to_warm_seconds", m->gw[i].name, NULL, &m->gw[i].warm, gb);
+	meshd_metrics_family(w, "mesh_gateway_queue_seconds", "histogram",
 	       "Time requests waited for an HTTP program's start or a place (those that waited).");
-	for (size_t i = 0; i < m->ngw; i++) {
-		open_prog(w, "mesh_gateway_queue_seconds_sum", m->gw[i].name);
-		meshd_metrics_put(w, "} ");
-		seconds(w, m->gw[i].queue_ns_sum);
-		meshd_metrics_put(w, "\n");
-		open_prog(w, "mesh_gateway_queue_seconds_count", m->gw[i].name);
-		meshd_metrics_put(w, "} %llu\n", (unsigned long long)m->gw[i].queue_count);
-	}
+	for (size_t i = 0; i < m->ngw; i++)
+		hist_lines(w, "mesh_gateway_queue_seconds", m->gw[i].name, NULL, &m->gw[i].queue, gb);
 }
 
 int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out)
