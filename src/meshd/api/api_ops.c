@@ -148,6 +148,31 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 	meshd__send_ok(jb, name, action, out);
 }
 
+/* POST /v1/reload: meshd --http's catalog read again (mesh_gw_reload). */
+static void do_reload(struct meshd_api *a, struct job *jb)
+{
+	struct mesh_gw *gw = a->parts->gw;
+	struct mesh_gw_reload r;
+	char *msg = NULL;
+	if (strcmp(jb->method, "POST"))
+		return meshd__send_method_not_allowed(jb, "POST");
+	if (!gw)
+		return meshd__send_errorf(jb, 409, MESH_E_STATE,
+					  "meshd serves no HTTP programs (no --http): nothing to reload; `mesh load NAME` "
+					  "reads a native program's manifest again");
+	int rc = mesh_gw_reload(gw, &r, &msg);
+	if (rc < 0) {
+		free(r.summary);
+		return meshd__send_op_error(jb, rc, msg);
+	}
+	free(msg);
+	json_t *out = json_pack("{s:b, s:s, s:I, s:I, s:I, s:I, s:I}", "ok", 1, "summary", r.summary, "changed",
+				(json_int_t)r.changed, "added", (json_int_t)r.added, "removed", (json_int_t)r.removed,
+				"refused", (json_int_t)r.refused, "unchanged", (json_int_t)r.unchanged);
+	free(r.summary);
+	meshd__send_json(jb, 200, out);
+}
+
 static void route(struct meshd_api *a, struct job *jb)
 {
 	static const char prefix[] = "/v1/programs/";
@@ -163,6 +188,8 @@ static void route(struct meshd_api *a, struct job *jb)
 		size_t n = b.len;
 		return meshd__set_answer(jb, 200, MESHD_METRICS_CONTENT_TYPE, mesh_buf_detach(&b, NULL), n, 0);
 	}
+	if (!strcmp(url, "/v1/reload"))
+		return do_reload(a, jb);
 	if (!strcmp(url, "/v1/ps")) {
 		struct meshd_ps ps;
 		int rc;
