@@ -56,14 +56,15 @@ static const char *const helps[][2] = {
 		 "the program stays loaded.  An HTTP program of meshd --http: its requests in flight\n"
 		 "end first, then it stops; the next request starts it again.\n"},
 	{"reload", "usage: mesh reload [--socket PATH]\n\n"
-		   "meshd --http reads its catalog's manifests again (as SIGHUP does) and prints what\n"
-		   "changed: \"reloaded: 1 changed (a), 1 added (c), 1 removed (b), 1 refused (d: why),\n"
+		   "meshd reads its catalog's manifests again (as SIGHUP does) and prints what\n"
+		   "changed.  meshd --http's HTTP programs: \"reloaded: 1 changed (a), 1 added (c), 1 removed (b), 1 refused (d: why),\n"
 		   "2 unchanged\".  An unchanged program goes on (same process); a changed one ends its\n"
 		   "requests in flight on its old process, which then stops, and its next request starts\n"
 		   "the new definition; a removed one ends its requests, stops, and its models answer\n"
 		   "404; a new one is served from now.  A manifest that does not read (FILE:LINE:COL) or\n"
 		   "whose model another program serves is refused: that program keeps its definition,\n"
-		   "the rest is done, and mesh exits 65.  Native programs: `mesh load NAME`.\n"},
+		   "the rest is done, and mesh exits 65.  Every loaded native program is read again\n"
+		   "too, as `mesh load NAME` does (a changed image is an upgrade), in a second line.\n"},
 	{"ps", "usage: mesh ps [-v] [--json] [--socket PATH]\n\n"
 	       "The stats table: per worker its state (warm: ready, no work; busy: a call or a job on\n"
 	       "it; starting, launching, halting, stopping), pid, cpu %, resident memory ('-' until\n"

@@ -191,21 +191,15 @@ static void on_signal(int sig)
 	errno = e;
 }
 
-/* SIGHUP: the gateway's catalog read again (docs/gateway.md "Reload"); the
- * gateway logs its summary line. */
-static void reload(struct mesh_gw *gw)
+/* SIGHUP: the catalog read again, as `mesh reload` (meshd_reload: each
+ * part logs its summary line). */
+static void reload(const struct meshd_parts *parts)
 {
-	struct mesh_gw_reload r;
-	char *err = NULL;
-	if (!gw) {
-		mesh_warn("SIGHUP: nothing to reload (no --http); `mesh load NAME` reads a native program again");
-		return;
-	}
-	int rc = mesh_gw_reload(gw, &r, &err);
-	if (rc < 0 && !r.summary)
-		mesh_warn("SIGHUP: cannot reload the catalog: %s", err ? err : mesh_strerror(rc));
-	free(r.summary);
-	free(err);
+	char *summary = NULL;
+	int rc = meshd_reload(parts, &summary);
+	if (rc < 0 && rc != MESH_E_PARSE)
+		mesh_warn("SIGHUP: cannot reload the catalog: %s", summary ? summary : mesh_strerror(rc));
+	free(summary);
 }
 
 /* The loop's thread: the one event loop (meshd/core/ops.h) runs until the
@@ -623,7 +617,7 @@ int main(int argc, char **argv)
 		if (poll(&pf, 1, -1) > 0 && read(stop_pipe[0], &c, 1) == 1 && c == 'l')
 			break;
 		if (c == 'h' && !stop_asked)
-			reload(gw);
+			reload(&parts);
 	}
 	mesh_info("stopping");
 	meshd_notify("STOPPING=1");

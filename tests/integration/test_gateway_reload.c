@@ -127,3 +127,38 @@ TEST_TIMEOUT(gateway_sighup_reloads_the_catalog, 60)
 	EXPECT_EQ(count_in("meshd.err", "program=b spawned"), 2);
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* A reload re-reads the loaded native programs too, as `mesh load` does:
+ * a changed manifest is an upgrade, an unchanged one nothing, one not
+ * loaded stays so, one whose manifest no longer reads keeps its image. */
+TEST_TIMEOUT(reload_upgrades_loaded_native_programs, 60)
+{
+	char out[8192];
+	add_oa("a", "\"m-a\"", ", \"--models\", \"m-a\"", "");
+	meshd_t_add_program(out, sizeof out, "w", t_bin("tests-workers/host_worker"), "idle_ttl = \"200s\"\n");
+	meshd_t_add_program(out, sizeof out, "v", t_bin("tests-workers/host_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "u", t_bin("tests-workers/host_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "x", t_bin("tests-workers/host_worker"), NULL);
+	struct gw g = start_gw("");
+	int lrc = meshd_t_mesh(out, sizeof out, 1, "load w");
+	if (lrc)
+		FAIL("mesh load w: %s", out);
+	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "load v"), 0);
+	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "load u"), 0);
+	meshd_t_add_program(out, sizeof out, "w", t_bin("tests-workers/host_worker"), "idle_ttl = \"300s\"\n");
+	meshd_t_add_program(out, sizeof out, "x", t_bin("tests-workers/host_worker"), "idle_ttl = \"300s\"\n");
+	t_write_file("catalog/u.toml", "name = \"u\"\nbackends = [\"native\"\n");
+	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 1, "reload"), 65);
+	/* The gateway's line first (u's manifest may have been an HTTP
+	 * program's: refused there too), then the native programs'. */
+	EXPECT_CONTAINS(out, "cannot reload the catalog: reloaded: 1 refused (u: ");
+	EXPECT_CONTAINS(out, "\nnative programs reloaded: 1 upgraded (w), 1 refused (u: ");
+	EXPECT_CONTAINS(out, "u.toml:2:");
+	EXPECT_CONTAINS(out, "), 1 unchanged");
+	EXPECT_TRUE(file_has("meshd.err", "native programs reloaded: 1 upgraded (w), 1 refused (u: "));
+	/* x was not loaded: a reload does not load it. */
+	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 0, "ps --json"), 0);
+	EXPECT_FALSE(strstr(out, "\"name\":\"x\"") != NULL);
+	EXPECT_CONTAINS(out, "\"name\":\"u\"");
+	EXPECT_EQ(stop_gw(&g), 0);
+}
