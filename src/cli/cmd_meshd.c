@@ -55,6 +55,16 @@ static const char *const helps[][2] = {
 		 "Its workers exit (the stop signal, SIGKILL of the process group after the grace);\n"
 		 "the program stays loaded.  An HTTP program of meshd --http: its requests in flight\n"
 		 "end first, then it stops; the next request starts it again.\n"},
+	{"reload", "usage: mesh reload [--socket PATH]\n\n"
+		   "meshd reads its catalog's manifests again (as SIGHUP does) and prints what\n"
+		   "changed.  meshd --http's HTTP programs: \"reloaded: 1 changed (a), 1 added (c), 1 removed (b), 1 refused (d: why),\n"
+		   "2 unchanged\".  An unchanged program goes on (same process); a changed one ends its\n"
+		   "requests in flight on its old process, which then stops, and its next request starts\n"
+		   "the new definition; a removed one ends its requests, stops, and its models answer\n"
+		   "404; a new one is served from now.  A manifest that does not read (FILE:LINE:COL) or\n"
+		   "whose model another program serves is refused: that program keeps its definition,\n"
+		   "the rest is done, and mesh exits 65.  Every loaded native program is read again\n"
+		   "too, as `mesh load NAME` does (a changed image is an upgrade), in a second line.\n"},
 	{"ps", "usage: mesh ps [-v] [--json] [--socket PATH]\n\n"
 	       "The stats table: per worker its state (warm: ready, no work; busy: a call or a job on\n"
 	       "it; starting, launching, halting, stopping), pid, cpu %, resident memory ('-' until\n"
@@ -280,6 +290,24 @@ static int simple(int argc, char **argv, const char *verb_done)
 int mesh_cmd_load(int argc, char **argv)
 {
 	return simple(argc, argv, "loaded");
+}
+
+int mesh_cmd_reload(int argc, char **argv)
+{
+	struct opts o;
+	struct meshd_reply r;
+	int ex = parse(argc, argv, &o, 0, 0);
+	if (ex >= 0)
+		return ex;
+	ex = request(&o, "cannot reload the catalog", "POST", "/v1/reload", NULL, 0, OP_TIMEOUT_NS, &r);
+	if (ex >= 0)
+		return ex;
+	json_t *j = json_loadb(r.body, r.len, 0, NULL);
+	const char *line = json_string_value(json_object_get(j, "summary"));
+	printf("%s\n", line ? line : "reloaded");
+	json_decref(j);
+	meshd_reply_release(&r);
+	return 0;
 }
 
 int mesh_cmd_unload(int argc, char **argv)

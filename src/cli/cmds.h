@@ -18,6 +18,7 @@
 	X(rollback, mesh_cmd_rollback, "meshd: go back to a program's previous image")            \
 	X(start, mesh_cmd_start, "meshd: start a worker now and wait for ready")                   \
 	X(stop, mesh_cmd_stop, "meshd: stop a program's workers")                                 \
+	X(reload, mesh_cmd_reload, "meshd: read the catalog again: HTTP programs, loaded native ones") \
 	X(ps, mesh_cmd_ps, "meshd: the stats table of workers and host")                         \
 	X(logs, mesh_cmd_logs, "meshd: a program's output log")                                   \
 	X(socket, mesh_cmd_socket, "meshd: print the control socket's path mesh talks to")       \

@@ -405,9 +405,11 @@ void mesh_gw_drain(struct mesh_gw *g)
 		mesh__gw_log(g, MESH_GW_WARN, "gateway drain timeout: requests=%u cut", busy);
 	/* Every program stops (a request still in flight sees its end). */
 	uint64_t grace = 0;
+	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; i < g->nprogs; i++)
-		if (g->progs[i].img.m.stop_grace_ns > grace)
-			grace = g->progs[i].img.m.stop_grace_ns;
+		if (g->progs[i]->img.m.stop_grace_ns > grace)
+			grace = g->progs[i]->img.m.stop_grace_ns;
+	pthread_mutex_unlock(&g->mu);
 	mesh__gw_stop_all(g, mesh_mono_ns() + grace + 5000000000ull);
 	pthread_mutex_lock(&g->mu);
 	for (struct mesh__gw_conn *k = g->conns; k; k = k->next)

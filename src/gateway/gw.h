@@ -226,6 +226,35 @@ int mesh_gw_program_start(struct mesh_gw *g, const char *name, pid_t *pid, char 
  * Requests that come meanwhile are served, or wait and start it again.
  * Blocks as the above.  0 (cold), MESH_E_NOTFOUND, MESH_E_TIMEOUT. */
 int mesh_gw_program_stop(struct mesh_gw *g, const char *name, char **err);
+/* What a reload did: how many programs of each kind, and the line that
+ * says it ("reloaded: 1 changed (a), 1 added (c), 1 removed (b), 1 refused
+ * (d: FILE:LINE:COL: ...), 2 unchanged"; malloc'd, the caller's). */
+struct mesh_gw_reload {
+	char *summary;
+	size_t changed, added, removed, refused, unchanged;
+};
+/* SIGHUP and `mesh reload`: reads the catalog's manifests again and
+ * compares each with the program of its name (its file's bytes):
+ *   the same: nothing happens to it (its process goes on);
+ *   changed: the old definition is retired -- no new request reaches it,
+ *     those in flight or waiting end on its process (at most drain_timeout,
+ *     then it is stopped with them), then it stops --; the new one takes
+ *     the name and its models, its first request waits until the old
+ *     process is gone, then starts it (one process of a program at once:
+ *     the same port, the same GPU memory);
+ *   gone from the catalog (or no longer backend = "http"): retired as
+ *     above; its models answer 404 from now;
+ *   new: served from now (started by its first request);
+ *   a manifest that does not read (FILE:LINE:COL), or whose models another
+ *     program serves: refused, its program keeps its definition (none: not
+ *     added).
+ * Said in one line to on_log (WARN when one was refused) and in
+ * out->summary.  Two reloads at once are each whole, one after the other.
+ * Blocks for the manifests' reading, not for the programs.  0; MESH_E_PARSE
+ * with *err the summary when one was refused (the others are done, and
+ * out is set); or a code with *err (the catalog does not read, meshd is
+ * draining: MESH_E_STATE; -ENOMEM), out->summary NULL, nothing changed. */
+int mesh_gw_reload(struct mesh_gw *g, struct mesh_gw_reload *out, char **err);
 void mesh_gw_drain(struct mesh_gw *g);
 void mesh_gw_free(struct mesh_gw *g);
 

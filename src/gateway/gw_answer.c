@@ -116,8 +116,8 @@ int mesh__gw_answer_models(struct mesh_gw *g, struct mesh_buf *b, int close_it)
 	json_t *data = json_array();
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; i < g->nprogs; i++)
-		for (size_t k = 0; k < g->progs[i].img.m.nmodels; k++)
-			json_array_append_new(data, model_json(&g->progs[i], k));
+		for (size_t k = 0; !g->progs[i]->retired && k < g->progs[i]->img.m.nmodels; k++)
+			json_array_append_new(data, model_json(g->progs[i], k));
 	pthread_mutex_unlock(&g->mu);
 	return answer_json(b, 200, json_pack("{s:s, s:o}", "object", "list", "data", data), 0, close_it);
 }
@@ -132,8 +132,8 @@ int mesh__gw_answer_model(struct mesh_gw *g, struct mesh_buf *b, const char *id,
 	json_t *o = NULL;
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; !o && i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
-		for (size_t k = 0; !o && k < p->img.m.nmodels; k++)
+		struct mesh__gw_prog *p = g->progs[i];
+		for (size_t k = 0; !o && !p->retired && k < p->img.m.nmodels; k++)
 			if (!strcmp(p->img.m.models[k], id))
 				o = model_json(p, k);
 	}
@@ -148,9 +148,11 @@ int mesh__gw_answer_unknown_model(struct mesh_gw *g, struct mesh_buf *b, const c
 	struct mesh_buf m = MESH_BUF_INIT;
 	mesh_buf_addf(&m, "The model '%s' does not exist here; known models:", model);
 	size_t n = 0;
+	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; i < g->nprogs; i++)
-		for (size_t k = 0; k < g->progs[i].img.m.nmodels; k++)
-			mesh_buf_addf(&m, "%s %s", n++ ? "," : "", g->progs[i].img.m.models[k]);
+		for (size_t k = 0; !g->progs[i]->retired && k < g->progs[i]->img.m.nmodels; k++)
+			mesh_buf_addf(&m, "%s %s", n++ ? "," : "", g->progs[i]->img.m.models[k]);
+	pthread_mutex_unlock(&g->mu);
 	if (!n)
 		mesh_buf_adds(&m, " none (no backend = \"http\" program in the catalog)");
 	int rc = mesh__gw_answer_error(b, 404, "invalid_request_error", "model_not_found", m.p ? m.p : "unknown model", 0,

@@ -9,6 +9,7 @@
 #include "autoscale/policy.h"
 #include "base/buf.h"
 #include "base/clock.h"
+#include "base/crc.h"
 #include "base/err.h"
 #include "base/io.h"
 
@@ -57,7 +58,7 @@ void mesh__gw_cond_init(pthread_cond_t *cv)
 
 static int cmp_name(const void *a, const void *b)
 {
-	return strcmp(((const struct mesh__gw_prog *)a)->img.name, ((const struct mesh__gw_prog *)b)->img.name);
+	return strcmp((*(struct mesh__gw_prog *const *)a)->img.name, (*(struct mesh__gw_prog *const *)b)->img.name);
 }
 
 /* p cannot start at all (its image's limits or user): it stays in the
@@ -75,127 +76,229 @@ static int unfit(struct mesh_gw *g, struct mesh__gw_prog *p, const char *why)
 	mesh__gw_log(g, MESH_GW_WARN, "%s", p->unfit);
 	return 0;
 }
+/* One entry of the catalog as read: its name, and its HTTP program (a
+ * new one, no instance yet; NULL: the manifest is not an HTTP program's,
+ * or it does not read: err, "file:line:col: ..." malloc'd). */
+struct entry {
+	char name[80];
+	struct mesh__gw_prog *p;
+	char *err;
+	int same; /* the program of that name has these very bytes already */
+};
 
-/* One manifest file of the catalog into g->progs when it is an HTTP
- * program's (a file that does not parse is skipped with a warning).  0 or
- * -ENOMEM. */
-static int read_one(struct mesh_gw *g, const char *name, const char *path, size_t *cap)
+static void prog_free(struct mesh__gw_prog *p)
 {
-	char *text = NULL, *perr = NULL;
+	if (!p)
+		return;
+	if (p->inst) {
+		/* Nobody is told any more; a process left (a drain past its
+		 * bounds) is stopped, reaped. */
+		mesh_instance_set_notify(p->inst, NULL, NULL);
+		mesh_instance_free(p->inst);
+	}
+	mesh__gw_pool_drop(p);
+	mesh_image_release(&p->img);
+	free(p->unfit);
+	free(p->mcounts);
+	free(p);
+}
+
+/* One manifest file into e (e->name set): its program when it is an HTTP
+ * program's, its error when it does not read.  Its image_hash is that of
+ * the file's bytes (a reload compares it).  0 or -ENOMEM. */
+static int read_one(struct mesh_gw *g, struct entry *e, const char *path)
+{
+	char *text = NULL, *perr = NULL, *why = NULL;
 	size_t len = 0;
 	struct mesh_manifest m;
 	int rc = mesh_read_file(path, 1 << 20, &text, &len);
 	if (rc == 0)
-		rc = mesh_manifest_parse(path, text, len, name, &m, &perr);
+		rc = mesh_manifest_parse(path, text, len, e->name, &m, &perr);
+	uint64_t hash = mesh_fnv1a64(MESH_FNV1A64_INIT, text ? text : "", len);
 	free(text);
+	if (rc == -ENOMEM)
+		return rc;
 	if (rc) {
-		mesh__gw_log(g, MESH_GW_WARN, "skipping %s: %s", path, perr ? perr : mesh_strerror(rc));
-		free(perr);
-		return 0;
+		e->err = perr ? perr : mesh_strf("%s: %s", path, mesh_strerror(rc));
+		return e->err ? 0 : -ENOMEM;
 	}
 	if (m.backend != MESH_BACKEND_HTTP) {
 		mesh_manifest_release(&m);
 		return 0;
 	}
-	if (g->nprogs == *cap) {
-		size_t nc = *cap ? *cap * 2 : 8;
-		struct mesh__gw_prog *np = realloc(g->progs, nc * sizeof *np);
-		if (!np) {
-			mesh_manifest_release(&m);
-			return -ENOMEM;
-		}
-		g->progs = np;
-		*cap = nc;
+	struct mesh__gw_prog *p = calloc(1, sizeof *p);
+	if (!p) {
+		mesh_manifest_release(&m);
+		return -ENOMEM;
 	}
-	struct mesh__gw_prog *p = &g->progs[g->nprogs++];
-	char *e = NULL;
-	memset(p, 0, sizeof *p);
+	p->g = g;
 	/* Its limits planned and its user resolved as a native program's. */
-	rc = mesh_image_http(&p->img, &m, mesh_host_caps(g->host), &e);
-	if (rc == -ENOMEM || (rc && unfit(g, p, e ? e : mesh_strerror(rc)) < 0))
-		rc = -ENOMEM;
-	else
-		rc = 0;
-	free(e);
-	if (!rc && p->img.m.nmodels && !(p->mcounts = calloc(p->img.m.nmodels, sizeof *p->mcounts)))
-		rc = -ENOMEM;
-	return rc;
+	rc = mesh_image_http(&p->img, &m, mesh_host_caps(g->host), &why);
+	p->img.image_hash = hash;
+	if (rc == -ENOMEM || (rc && unfit(g, p, why ? why : mesh_strerror(rc)) < 0)) {
+		free(why);
+		prog_free(p);
+		return -ENOMEM;
+	}
+	free(why);
+	if (p->img.m.nmodels && !(p->mcounts = calloc(p->img.m.nmodels, sizeof *p->mcounts))) {
+		prog_free(p);
+		return -ENOMEM;
+	}
+	e->p = p;
+	return 0;
 }
 
-/* Each program's instance of the host, told to on_change, probed every
- * probe_interval while warm; two programs may not serve one model. */
-static int instances(struct mesh_gw *g, char **err)
+static int cmp_entry(const void *a, const void *b)
 {
-	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
-		p->g = g;
-		for (size_t k = 0; k < p->img.m.nmodels; k++)
-			for (size_t j = 0; j < i; j++)
-				for (size_t l = 0; l < g->progs[j].img.m.nmodels; l++)
-					if (!strcmp(p->img.m.models[k], g->progs[j].img.m.models[l]))
-						return mesh_errf(err, MESH_E_PARSE, "model '%s' is served by both '%s' and '%s'",
-								 p->img.m.models[k], g->progs[j].img.name, p->img.name);
-		if (p->unfit)
-			continue;
-		if (mesh_instance_new(g->host, &p->img, &p->inst))
-			return mesh_errf(err, -ENOMEM, "out of memory");
-		mesh_instance_set_check(p->inst, g->c.probe_interval_ns, g->c.probe_failures);
-		mesh_instance_set_notify(p->inst, on_change, p);
+	return strcmp(((const struct entry *)a)->name, ((const struct entry *)b)->name);
+}
+
+static void entries_free(struct entry *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		prog_free(v[i].p);
+		free(v[i].err);
 	}
+	free(v);
+}
+
+/* The catalog's manifests (<catalog>/<name>.toml), by name.  0, or a code
+ * with *err (the catalog does not read, -ENOMEM). */
+static int read_catalog(struct mesh_gw *g, struct entry **out, size_t *nout, char **err)
+{
+	DIR *d = opendir(g->catalog);
+	struct dirent *de;
+	struct entry *v = NULL;
+	size_t n = 0, cap = 0;
+	*out = NULL;
+	*nout = 0;
+	if (!d)
+		return mesh_errf(err, -errno, "cannot read the catalog '%s': %s", g->catalog, strerror(errno));
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		char path[4096];
+		if (len <= 5 || len - 5 >= sizeof v->name || strcmp(de->d_name + len - 5, ".toml"))
+			continue;
+		if (n == cap) {
+			struct entry *nv = realloc(v, (cap = cap ? cap * 2 : 16) * sizeof *v);
+			if (!nv)
+				goto oom;
+			v = nv;
+		}
+		struct entry *e = memset(&v[n], 0, sizeof *v);
+		memcpy(e->name, de->d_name, len - 5);
+		e->name[len - 5] = 0;
+		if (!mesh_manifest_name_ok(e->name) ||
+		    snprintf(path, sizeof path, "%s/%s", g->catalog, de->d_name) >= (int)sizeof path)
+			continue;
+		n++;
+		if (read_one(g, e, path) < 0)
+			goto oom;
+	}
+	closedir(d);
+	if (n)
+		qsort(v, n, sizeof *v, cmp_entry);
+	*out = v;
+	*nout = n;
 	return 0;
+oom:
+	closedir(d);
+	entries_free(v, n);
+	return mesh_errf(err, -ENOMEM, "out of memory");
+}
+
+/* p's instance of the host, told to on_change, probed every
+ * probe_interval while warm (none when it is unfit).  0 or -ENOMEM. */
+static int instance(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	if (p->unfit)
+		return 0;
+	if (mesh_instance_new(g->host, &p->img, &p->inst))
+		return -ENOMEM;
+	mesh_instance_set_check(p->inst, g->c.probe_interval_ns, g->c.probe_failures);
+	mesh_instance_set_notify(p->inst, on_change, p);
+	return 0;
+}
+
+/* A model p serves that another program of v (n of them; NULL entries
+ * skipped) serves too, or NULL; *other that program. */
+static const char *model_clash(struct mesh__gw_prog *const *v, size_t n, const struct mesh__gw_prog *p,
+			       const struct mesh__gw_prog **other)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] && v[i] != p)
+			for (size_t k = 0; k < p->img.m.nmodels; k++)
+				for (size_t l = 0; l < v[i]->img.m.nmodels; l++)
+					if (!strcmp(p->img.m.models[k], v[i]->img.m.models[l])) {
+						*other = v[i];
+						return p->img.m.models[k];
+					}
+	return NULL;
+}
+
+/* NVML (gpu/nvml.h: $MESH_NVML_LIB or libnvidia-ml.so.1) for the programs'
+ * VRAM, once there is a program; without it the budget measures resident
+ * memory only. */
+static void nvml_open(struct mesh_gw *g)
+{
+	char *nwhy = NULL;
+	static const char none[] = "no NVML";
+	if (g->nvml || !g->nprogs)
+		return;
+	if (mesh_nvml_open(NULL, &g->nvml, &nwhy) == 0)
+		mesh__gw_log(g, MESH_GW_INFO, "gateway: VRAM measured through NVML (%s, %u GPUs)", mesh_nvml_path(g->nvml),
+			     mesh_nvml_count(g->nvml));
+	else
+		mesh__gw_log(g, MESH_GW_INFO, "gateway: no VRAM measured (%s); resident memory only", nwhy ? nwhy : none);
+	free(nwhy);
 }
 
 int mesh__gw_catalog(struct mesh_gw *g, char **err)
 {
-	DIR *d = opendir(g->catalog);
-	struct dirent *e;
-	size_t cap = 0;
-	if (!d)
-		return mesh_errf(err, -errno, "cannot read the catalog '%s': %s", g->catalog, strerror(errno));
-	while ((e = readdir(d))) {
-		size_t n = strlen(e->d_name);
-		char name[80], path[4096];
-		if (n <= 5 || n - 5 >= sizeof name || strcmp(e->d_name + n - 5, ".toml"))
+	struct entry *v;
+	size_t n;
+	int rc = read_catalog(g, &v, &n, err);
+	if (rc)
+		return rc;
+	if (!(g->progs = calloc(n ? n : 1, sizeof *g->progs))) {
+		entries_free(v, n);
+		return mesh_errf(err, -ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct mesh__gw_prog *o;
+		const char *clash;
+		if (v[i].err)
+			mesh__gw_log(g, MESH_GW_WARN, "skipping %s", v[i].err);
+		if (!v[i].p)
 			continue;
-		memcpy(name, e->d_name, n - 5);
-		name[n - 5] = 0;
-		if (!mesh_manifest_name_ok(name) || snprintf(path, sizeof path, "%s/%s", g->catalog, e->d_name) >= (int)sizeof path)
-			continue;
-		if (read_one(g, name, path, &cap) < 0) {
-			closedir(d);
-			return mesh_errf(err, -ENOMEM, "out of memory");
+		if ((clash = model_clash(g->progs, g->nprogs, v[i].p, &o))) {
+			rc = mesh_errf(err, MESH_E_PARSE, "model '%s' is served by both '%s' and '%s'", clash, o->img.name,
+				       v[i].p->img.name);
+			break;
+		}
+		g->progs[g->nprogs++] = v[i].p;
+		v[i].p = NULL;
+		if (instance(g->progs[g->nprogs - 1])) {
+			rc = mesh_errf(err, -ENOMEM, "out of memory");
+			break;
 		}
 	}
-	closedir(d);
-	if (g->nprogs)
-		qsort(g->progs, g->nprogs, sizeof *g->progs, cmp_name);
-	/* NVML (gpu/nvml.h: $MESH_NVML_LIB or libnvidia-ml.so.1) for the
-	 * programs' VRAM; without it the budget measures resident memory only. */
-	char *nwhy = NULL;
-	if (g->nprogs && mesh_nvml_open(NULL, &g->nvml, &nwhy) == 0)
-		mesh__gw_log(g, MESH_GW_INFO, "gateway: VRAM measured through NVML (%s, %u GPUs)", mesh_nvml_path(g->nvml),
-			     mesh_nvml_count(g->nvml));
-	else if (g->nprogs)
-		mesh__gw_log(g, MESH_GW_INFO, "gateway: no VRAM measured (%s); resident memory only",
-			     nwhy ? nwhy : "no NVML");
-	free(nwhy);
-	return instances(g, err);
+	entries_free(v, n);
+	if (rc == 0)
+		nvml_open(g);
+	return rc;
 }
 
 void mesh__gw_progs_free(struct mesh_gw *g)
 {
-	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
-		if (p->inst) {
-			/* Nobody is told any more; a process left (a drain past its
-			 * bounds) is stopped, reaped. */
-			mesh_instance_set_notify(p->inst, NULL, NULL);
-			mesh_instance_free(p->inst);
-		}
-		mesh__gw_pool_drop(p);
-		mesh_image_release(&p->img);
-		free(p->unfit);
-		free(p->mcounts);
+	for (size_t i = 0; i < g->nprogs; i++)
+		prog_free(g->progs[i]);
+	while (g->retired) {
+		struct mesh__gw_prog *p = g->retired;
+		g->retired = p->rnext;
+		prog_free(p);
 	}
 	free(g->progs);
 	g->progs = NULL;
@@ -206,11 +309,16 @@ void mesh__gw_progs_free(struct mesh_gw *g)
 
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model)
 {
-	for (size_t i = 0; i < g->nprogs; i++)
-		for (size_t k = 0; k < g->progs[i].img.m.nmodels; k++)
-			if (!strcmp(g->progs[i].img.m.models[k], model))
-				return &g->progs[i];
-	return NULL;
+	struct mesh__gw_prog *found = NULL;
+	pthread_mutex_lock(&g->mu);
+	for (size_t i = 0; !found && i < g->nprogs; i++)
+		for (size_t k = 0; !g->progs[i]->retired && k < g->progs[i]->img.m.nmodels; k++)
+			if (!strcmp(g->progs[i]->img.m.models[k], model)) {
+				found = g->progs[i];
+				break;
+			}
+	pthread_mutex_unlock(&g->mu);
+	return found;
 }
 
 const char *mesh__gw_state_name(const struct mesh__gw_prog *p)
@@ -271,6 +379,8 @@ static void cold(struct mesh__gw_prog *p)
 	p->held_for = 0;
 	p->ngpu = 0;
 	g->nlive--;
+	if (p->retired)
+		arm(g, mesh_mono_ns()); /* it leaves the table (the tick) */
 	pthread_cond_broadcast(&g->cv_all);
 	mesh__gw_look(g);
 }
@@ -630,8 +740,8 @@ static void budget_note(struct mesh__gw_prog *p)
 	if (p->state != GW_STARTING && p->peak && p->peak > p->logged_peak + p->logged_peak / 4) {
 		uint64_t used = 0;
 		for (size_t i = 0; i < g->nprogs; i++)
-			if (g->progs[i].state != GW_COLD)
-				used += mesh__gw_counted(&g->progs[i]);
+			if (g->progs[i]->state != GW_COLD)
+				used += mesh__gw_counted(g->progs[i]);
 		p->logged_peak = p->peak;
 		mesh__gw_log(g, MESH_GW_INFO,
 			     "program=%s holds %.1f MiB (resident %.1f MiB, GPU %.1f MiB; declared %.1f MiB): "
@@ -676,12 +786,47 @@ static void measure(struct mesh__gw_prog *p)
 	pthread_mutex_unlock(&g->mu);
 }
 
+/* Under mu, p retired by a reload and warm: stopped once nothing is in
+ * flight or waiting, or drain_timeout after the reload (what is left is
+ * cut); else when to look again. */
+static void retired_check(struct mesh__gw_prog *p, uint64_t now, uint64_t *next)
+{
+	uint64_t until = p->retired_t0 + p->g->c.drain_timeout_ns;
+	if ((!p->inflight && !p->waiting) || now >= until || p->g->stopping) {
+		char why[80];
+		snprintf(why, sizeof why, "%s by a reload", p->retired_why);
+		stop(p, why, !p->g->stopping);
+		return;
+	}
+	sooner(next, until);
+}
+
+/* Under mu: the retired programs gone cold leave the table for g->retired. */
+static void retired_drop(struct mesh_gw *g)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = g->progs[i];
+		if (p->retired && p->state == GW_COLD && !p->waiting && !p->inflight) {
+			p->rnext = g->retired;
+			g->retired = p;
+		} else {
+			g->progs[k++] = p;
+		}
+	}
+	g->nprogs = k;
+}
+
 uint64_t mesh__gw_progs_tick(struct mesh_gw *g)
 {
 	uint64_t now = mesh_mono_ns(), next = 0;
-	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
+	for (size_t i = 0;; i++) {
 		pthread_mutex_lock(&g->mu);
+		if (i >= g->nprogs) {
+			pthread_mutex_unlock(&g->mu);
+			break;
+		}
+		struct mesh__gw_prog *p = g->progs[i];
 		/* stopped: its last measure, then the host stops it */
 		int last = p->exit_due;
 		uint64_t gen = p->gen;
@@ -700,9 +845,12 @@ uint64_t mesh__gw_progs_tick(struct mesh_gw *g)
 		}
 	}
 	pthread_mutex_lock(&g->mu);
+	retired_drop(g);
 	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
-		if (p->state == GW_WARM)
+		struct mesh__gw_prog *p = g->progs[i];
+		if (p->state == GW_WARM && p->retired)
+			retired_check(p, now, &next);
+		else if (p->state == GW_WARM)
 			idle_check(p, now, &next);
 		else if (p->state == GW_STOPPING && p->vram_since)
 			vram_check(p, now, &next);
@@ -718,7 +866,7 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
 	pthread_mutex_lock(&g->mu);
 	g->stopping = 1;
 	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *p = &g->progs[i];
+		struct mesh__gw_prog *p = g->progs[i];
 		if (p->state == GW_STARTING) {
 			char msg[160];
 			snprintf(msg, sizeof msg, "program '%s' was stopped: meshd is shutting down", p->img.name);
@@ -775,7 +923,7 @@ static uint64_t used_by_others(struct mesh_gw *g, const struct mesh__gw_prog *p,
 	uint64_t used = 0;
 	*freeing = 0;
 	for (size_t i = 0; i < g->nprogs; i++) {
-		const struct mesh__gw_prog *q = &g->progs[i];
+		const struct mesh__gw_prog *q = g->progs[i];
 		if (q != p && q->state != GW_COLD) {
 			used += mesh__gw_counted(q);
 			if (q->state == GW_STOPPING)
@@ -806,8 +954,8 @@ static struct mesh__gw_prog *swap_head(struct mesh_gw *g)
 {
 	struct mesh__gw_prog *h = NULL;
 	for (size_t i = 0; i < g->nprogs; i++)
-		if (g->progs[i].swap_seq && (!h || g->progs[i].swap_seq < h->swap_seq))
-			h = &g->progs[i];
+		if (g->progs[i]->swap_seq && (!h || g->progs[i]->swap_seq < h->swap_seq))
+			h = g->progs[i];
 	return h;
 }
 
@@ -818,7 +966,7 @@ static uint64_t ahead_of(const struct mesh__gw_prog *p)
 	struct mesh_gw *g = p->g;
 	uint64_t sum = 0;
 	for (size_t i = 0; i < g->nprogs; i++) {
-		const struct mesh__gw_prog *q = &g->progs[i];
+		const struct mesh__gw_prog *q = g->progs[i];
 		if (q != p && q->swap_seq && (!p->swap_seq || q->swap_seq < p->swap_seq))
 			sum += need_of(q);
 	}
@@ -836,8 +984,8 @@ static void swap_leave(struct mesh__gw_prog *p)
 		return;
 	p->swap_seq = 0;
 	for (size_t i = 0; i < g->nprogs; i++)
-		if (g->progs[i].held_for == seq)
-			g->progs[i].held_for = 0;
+		if (g->progs[i]->held_for == seq)
+			g->progs[i]->held_for = 0;
 	mesh__gw_look(g);
 }
 
@@ -860,7 +1008,7 @@ static void make_room(struct mesh__gw_prog *p, uint64_t used, uint64_t freeing, 
 	while (used - freeing + need > budget) {
 		struct mesh__gw_prog *v = NULL;
 		for (size_t i = 0; i < g->nprogs; i++) {
-			struct mesh__gw_prog *q = &g->progs[i];
+			struct mesh__gw_prog *q = g->progs[i];
 			if (q == p || q->state != GW_WARM || q->pick || !mesh__gw_counted(q) ||
 			    !strcmp(group_of(q), group_of(p)))
 				continue;
@@ -873,7 +1021,7 @@ static void make_room(struct mesh__gw_prog *p, uint64_t used, uint64_t freeing, 
 		freeing += mesh__gw_counted(v);
 	}
 	for (size_t i = 0; i < g->nprogs; i++) {
-		struct mesh__gw_prog *q = &g->progs[i];
+		struct mesh__gw_prog *q = g->progs[i];
 		if (!q->pick) {
 			if (q->held_for == p->swap_seq) {
 				q->held_for = 0;
@@ -947,7 +1095,7 @@ static void enforce(struct mesh_gw *g)
 		char whose[512] = "";
 		size_t off = 0;
 		for (size_t i = 0; i < g->nprogs; i++) {
-			struct mesh__gw_prog *q = &g->progs[i];
+			struct mesh__gw_prog *q = g->progs[i];
 			if (q->state != GW_COLD && q->state != GW_STOPPING && off < sizeof whose)
 				off += (size_t)snprintf(whose + off, sizeof whose - off, "%s%s %.1f MiB", off ? ", " : "",
 							q->img.m.name, mib(mesh__gw_counted(q)));
@@ -1056,12 +1204,24 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			w->gen = p->gen;
 		if (w->first.line && !p->first && p->state == GW_STARTING && p->gen == w->gen)
 			p->first = &w->first;
+		if (p->state == GW_COLD && p->retired) {
+			*retry_after = 1;
+			*why = mesh_strf("program '%s' was %s by a reload while this request waited: send it again",
+					 p->img.m.name, p->retired_why);
+			return 503;
+		}
 		if (p->state == GW_COLD && p->unfit) {
 			*why = strdup(p->unfit);
 			return 502;
 		}
 		if (p->state != GW_COLD)
 			return 1; /* starting, stopping, held, or warm without a place: its change wakes it */
+		for (struct mesh__gw_prog *q = p->prev; q; q = q->prev)
+			if (q->state != GW_COLD) {
+				w->cold = 1;
+				return 1; /* the definition it replaced ends first: its cold() wakes it */
+			}
+		p->prev = NULL;
 		if (mesh_mono_ns() < p->backoff_until) {
 			w->until = p->backoff_until;
 			return 1;
@@ -1157,7 +1317,7 @@ void mesh__gw_release(struct mesh__gw_prog *p)
 		p->last_end = mesh_mono_ns();
 		/* The tick looks again an idle TTL after it saw it busy
 		 * (idle_check): no wake-up a request, but for a TTL of 0. */
-		if (!p->img.m.idle_ttl_ns)
+		if (!p->img.m.idle_ttl_ns || p->retired)
 			arm(p->g, p->last_end);
 		enforce(p->g); /* over the budget, an idle program goes */
 	}
@@ -1258,16 +1418,17 @@ void mesh_gw_stats_free(struct mesh_gw_prog_stats *st, size_t n)
 
 int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 {
-	struct mesh_gw_prog_stats *st = calloc(g->nprogs ? g->nprogs : 1, sizeof *st);
+	size_t m = 0;
 	int rc = 0;
 	*out = NULL;
 	*n = 0;
-	if (!st)
-		return -ENOMEM;
 	pthread_mutex_lock(&g->mu);
-	for (size_t i = 0; i < g->nprogs; i++) {
-		const struct mesh__gw_prog *p = &g->progs[i];
-		struct mesh_gw_prog_stats *o = &st[i];
+	struct mesh_gw_prog_stats *st = calloc(g->nprogs ? g->nprogs : 1, sizeof *st);
+	for (size_t i = 0; st && i < g->nprogs; i++) {
+		const struct mesh__gw_prog *p = g->progs[i];
+		if (p->retired)
+			continue; /* its successor's, or gone: once a name */
+		struct mesh_gw_prog_stats *o = &st[m++];
 		snprintf(o->name, sizeof o->name, "%s", p->img.m.name);
 		snprintf(o->state, sizeof o->state, "%s", mesh__gw_state_name(p));
 		o->memory = p->img.m.memory;
@@ -1305,12 +1466,14 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 		o->queue = p->queue;
 	}
 	pthread_mutex_unlock(&g->mu);
+	if (!st)
+		return -ENOMEM;
 	if (rc) {
-		mesh_gw_stats_free(st, g->nprogs);
+		mesh_gw_stats_free(st, m);
 		return rc;
 	}
 	*out = st;
-	*n = g->nprogs;
+	*n = m;
 	return 0;
 }
 
@@ -1319,7 +1482,9 @@ json_t *mesh_gw_ps_json(struct mesh_gw *g)
 	json_t *a = json_array();
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; a && i < g->nprogs; i++) {
-		const struct mesh__gw_prog *p = &g->progs[i];
+		const struct mesh__gw_prog *p = g->progs[i];
+		if (p->retired)
+			continue;
 		json_t *models = json_array(), *o;
 		for (size_t k = 0; models && k < p->img.m.nmodels; k++)
 			json_array_append_new(models, json_string(p->img.m.models[k]));
@@ -1348,12 +1513,22 @@ json_t *mesh_gw_ps_json(struct mesh_gw *g)
 /* How often a blocking start or stop looks at the program. */
 #define OP_POLL_NS 5000000ull
 
-static struct mesh__gw_prog *by_name(struct mesh_gw *g, const char *name)
+/* The program of that name in the catalog (not one a reload retired), or
+ * NULL.  Under mu. */
+static struct mesh__gw_prog *current(struct mesh_gw *g, const char *name)
 {
 	for (size_t i = 0; i < g->nprogs; i++)
-		if (!strcmp(g->progs[i].img.m.name, name))
-			return &g->progs[i];
+		if (!g->progs[i]->retired && !strcmp(g->progs[i]->img.m.name, name))
+			return g->progs[i];
 	return NULL;
+}
+
+static struct mesh__gw_prog *by_name(struct mesh_gw *g, const char *name)
+{
+	pthread_mutex_lock(&g->mu);
+	struct mesh__gw_prog *p = current(g, name);
+	pthread_mutex_unlock(&g->mu);
+	return p;
 }
 
 int mesh_gw_has_program(struct mesh_gw *g, const char *name)
@@ -1433,4 +1608,169 @@ int mesh_gw_program_stop(struct mesh_gw *g, const char *name, char **err)
 	}
 	pthread_mutex_unlock(&g->mu);
 	return rc;
+}
+
+/* ---- Reload: the catalog read again ---- */
+
+/* The entry of v (n, by name) for name, or NULL. */
+static struct entry *entry_of(struct entry *v, size_t n, const char *name)
+{
+	struct entry key;
+	snprintf(key.name, sizeof key.name, "%s", name);
+	return n ? bsearch(&key, v, n, sizeof *v, cmp_entry) : NULL;
+}
+
+/* Under mu: the catalog as it would be after the reload into fin (room for
+ * g->nprogs + n): the current programs that stay (unchanged, or their new
+ * manifest refused), and the new definitions.  How many. */
+static size_t would_be(struct mesh_gw *g, struct entry *v, size_t n, struct mesh__gw_prog **fin)
+{
+	size_t nf = 0;
+	for (size_t i = 0; i < g->nprogs; i++) {
+		struct entry *e = g->progs[i]->retired ? NULL : entry_of(v, n, g->progs[i]->img.m.name);
+		if (e && !e->p && (e->err || e->same))
+			fin[nf++] = g->progs[i];
+	}
+	for (size_t i = 0; i < n; i++)
+		if (v[i].p)
+			fin[nf++] = v[i].p;
+	return nf;
+}
+
+static void list_add(struct mesh_buf *b, const char *name, const char *why)
+{
+	mesh_buf_addf(b, "%s%s%s%s", b->len ? ", " : "", name, why ? ": " : "", why ? why : "");
+}
+
+static void summary_part(struct mesh_buf *s, size_t n, const char *what, const struct mesh_buf *names)
+{
+	if (n)
+		mesh_buf_addf(s, "%s%zu %s (%s)", s->len > 10 ? ", " : " ", n, what, names->p);
+}
+
+int mesh_gw_reload(struct mesh_gw *g, struct mesh_gw_reload *out, char **err)
+{
+	struct entry *v;
+	size_t n;
+	struct mesh_buf names[4] = {MESH_BUF_INIT, MESH_BUF_INIT, MESH_BUF_INIT, MESH_BUF_INIT}, s = MESH_BUF_INIT;
+	memset(out, 0, sizeof *out);
+	*err = NULL;
+	int rc = read_catalog(g, &v, &n, err);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&g->mu);
+	struct mesh__gw_prog **fin = calloc(g->nprogs + n + 1, sizeof *fin), **table = NULL;
+	if (!fin || g->draining) {
+		pthread_mutex_unlock(&g->mu);
+		free(fin);
+		entries_free(v, n);
+		return fin ? mesh_errf(err, MESH_E_STATE, "meshd is shutting down") : mesh_errf(err, -ENOMEM, "out of memory");
+	}
+	/* What each manifest is to the program of its name. */
+	for (size_t i = 0; i < n; i++) {
+		struct mesh__gw_prog *cur = current(g, v[i].name);
+		if (cur && v[i].p && cur->img.image_hash == v[i].p->img.image_hash) {
+			prog_free(v[i].p);
+			v[i].p = NULL;
+			v[i].same = 1;
+		}
+	}
+	/* A new definition that would serve a model another one serves is
+	 * refused (the program keeps its old one), until none clashes. */
+	for (int again = 1; again;) {
+		size_t nf = would_be(g, v, n, fin);
+		again = 0;
+		for (size_t i = 0; !again && i < n; i++) {
+			const struct mesh__gw_prog *o;
+			const char *clash = v[i].p ? model_clash(fin, nf, v[i].p, &o) : NULL;
+			if (clash) {
+				v[i].err = mesh_strf("model '%s' is served by '%s' already", clash, o->img.name);
+				prog_free(v[i].p);
+				v[i].p = NULL;
+				again = 1;
+			}
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		if (v[i].p && instance(v[i].p) < 0) {
+			prog_free(v[i].p);
+			v[i].p = NULL;
+			v[i].err = strdup("out of memory");
+		}
+	/* The current programs that go: retired (their requests end, then
+	 * they stop: the tick), each new definition after its predecessor. */
+	uint64_t now = mesh_mono_ns();
+	size_t nt = 0;
+	table = calloc(g->nprogs + n + 1, sizeof *table);
+	for (size_t i = 0; table && i < g->nprogs; i++) {
+		struct mesh__gw_prog *p = g->progs[i];
+		struct entry *e = p->retired ? NULL : entry_of(v, n, p->img.m.name);
+		table[nt++] = p;
+		if (p->retired || (e && (e->err || e->same)))
+			continue;
+		p->retired = 1;
+		p->retired_t0 = now;
+		p->retired_why = e && e->p ? "changed" : "removed";
+		swap_leave(p); /* a start of it that waited for room waits no more */
+		if (e && e->p)
+			e->p->prev = p;
+		else {
+			out->removed++;
+			list_add(&names[2], p->img.m.name, NULL);
+		}
+	}
+	for (size_t i = 0; table && i < n; i++) {
+		if (v[i].err) {
+			out->refused++;
+			list_add(&names[3], v[i].name, v[i].err);
+			mesh__gw_log(g, MESH_GW_WARN, "gateway reload: program '%s' keeps %s: %s", v[i].name,
+				     current(g, v[i].name) ? "its definition" : "out of the catalog", v[i].err);
+		} else if (v[i].same) {
+			out->unchanged++;
+		} else if (v[i].p) {
+			if (v[i].p->prev) {
+				out->changed++;
+				list_add(&names[0], v[i].name, NULL);
+			} else {
+				/* Removed by an earlier reload and back: after that one. */
+				for (size_t k = 0; k < g->nprogs; k++)
+					if (g->progs[k]->retired && !strcmp(g->progs[k]->img.m.name, v[i].name))
+						v[i].p->prev = g->progs[k];
+				out->added++;
+				list_add(&names[1], v[i].name, NULL);
+			}
+			table[nt++] = v[i].p;
+			v[i].p = NULL;
+		}
+	}
+	if (table) {
+		qsort(table, nt, sizeof *table, cmp_name);
+		free(g->progs);
+		g->progs = table;
+		g->nprogs = nt;
+		nvml_open(g);
+		arm(g, now);	  /* the retired ones idle stop now */
+		mesh__gw_look(g); /* a request waiting for one looks again */
+	}
+	pthread_mutex_unlock(&g->mu);
+	free(fin);
+	entries_free(v, n);
+	if (!table) {
+		for (int i = 0; i < 4; i++)
+			mesh_buf_release(&names[i]);
+		return mesh_errf(err, -ENOMEM, "out of memory");
+	}
+	mesh_buf_adds(&s, "reloaded:");
+	summary_part(&s, out->changed, "changed", &names[0]);
+	summary_part(&s, out->added, "added", &names[1]);
+	summary_part(&s, out->removed, "removed", &names[2]);
+	summary_part(&s, out->refused, "refused", &names[3]);
+	mesh_buf_addf(&s, "%s%zu unchanged", s.len > 10 ? ", " : " ", out->unchanged);
+	for (int i = 0; i < 4; i++)
+		mesh_buf_release(&names[i]);
+	out->summary = mesh_buf_detach(&s, NULL);
+	if (!out->summary)
+		return mesh_errf(err, -ENOMEM, "out of memory");
+	mesh__gw_log(g, out->refused ? MESH_GW_WARN : MESH_GW_INFO, "gateway %s", out->summary);
+	return out->refused ? mesh_errf(err, MESH_E_PARSE, "%s", out->summary) : 0;
 }

@@ -115,6 +115,18 @@ struct mesh__gw_prog {
 	 * behind it; it is stopped once those before have ended. */
 	uint64_t held_for;
 	int pick;		/* mu: make_room's scratch */
+	/* mu: a reload took it out of the catalog (changed: its successor
+	 * serves its models; removed: none does), since retired_t0: no new
+	 * request finds it, those it has end, then it is stopped (at most
+	 * drain_timeout after), and once cold it leaves g->progs for
+	 * g->retired (freed by mesh_gw_free: a loop may still name it). */
+	int retired;
+	uint64_t retired_t0;
+	const char *retired_why; /* "changed", "removed" */
+	struct mesh__gw_prog *rnext; /* in g->retired */
+	/* mu: the definition it replaced (a reload's changed program; NULL:
+	 * none): it does not start until that one's process is gone. */
+	struct mesh__gw_prog *prev;
 };
 
 /* A client connection as the gateway counts it (gw.c): its loop's
@@ -141,8 +153,12 @@ struct mesh_gw {
 	struct mesh_gw_config c;
 	struct mesh__gw_guard guard; /* the keys and the Host rule (gw_guard.h) */
 	char *catalog;
-	struct mesh__gw_prog *progs;
+	/* mu (read at open and free without it): the programs, by name; each
+	 * allocated on its own (a pointer to one stays good until
+	 * mesh_gw_free); a reload (mesh_gw_reload) replaces the array. */
+	struct mesh__gw_prog **progs;
 	size_t nprogs;
+	struct mesh__gw_prog *retired; /* mu: retired programs gone cold (rnext) */
 	struct mesh_host *host;	      /* c.host: runs the programs */
 	struct mesh_nvml *nvml;	      /* NVML for the programs' VRAM; NULL: none */
 	int lfd, port;
@@ -188,7 +204,7 @@ void mesh__gw_conn_unlink(struct mesh_gw *g, struct mesh__gw_conn *c);
  * g->host.  0 or a code, *err. */
 int mesh__gw_catalog(struct mesh_gw *g, char **err);
 void mesh__gw_progs_free(struct mesh_gw *g);
-/* The program serving model, or NULL. */
+/* The program serving model, or NULL (takes mu). */
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model);
 /* A request's wait for a place in its program (its loop's: it parks the
  * request and asks again when told to look, or at until).  Set p, and

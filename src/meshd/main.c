@@ -177,16 +177,29 @@ static int unknown_argument(const char *arg)
 	return MESH_EXIT_USAGE;
 }
 
+/* SIGTERM, SIGINT: the stop ("s"); SIGHUP: a reload of the gateway's
+ * catalog ("h"), done by the main thread. */
 static void on_signal(int sig)
 {
 	int e = errno;
-	(void)sig;
-	stop_asked = 1;
+	if (sig != SIGHUP)
+		stop_asked = 1;
 	if (stop_pipe[1] >= 0) {
-		ssize_t r = write(stop_pipe[1], "s", 1);
+		ssize_t r = write(stop_pipe[1], sig == SIGHUP ? "h" : "s", 1);
 		(void)r;
 	}
 	errno = e;
+}
+
+/* SIGHUP: the catalog read again, as `mesh reload` (meshd_reload: each
+ * part logs its summary line). */
+static void reload(const struct meshd_parts *parts)
+{
+	char *summary = NULL;
+	int rc = meshd_reload(parts, &summary);
+	if (rc < 0 && rc != MESH_E_PARSE)
+		mesh_warn("SIGHUP: cannot reload the catalog: %s", summary ? summary : mesh_strerror(rc));
+	free(summary);
 }
 
 /* The loop's thread: the one event loop (meshd/core/ops.h) runs until the
@@ -496,6 +509,7 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	/* Threads parked for the work that ends (a job's store, driver and
@@ -599,9 +613,11 @@ int main(int argc, char **argv)
 	}
 	while (threaded && !stop_asked) {
 		struct pollfd pf = {stop_pipe[0], POLLIN, 0};
-		char c;
+		char c = 0;
 		if (poll(&pf, 1, -1) > 0 && read(stop_pipe[0], &c, 1) == 1 && c == 'l')
 			break;
+		if (c == 'h' && !stop_asked)
+			reload(&parts);
 	}
 	mesh_info("stopping");
 	meshd_notify("STOPPING=1");

@@ -108,16 +108,24 @@ static inline int has_n_cond(void *arg)
 	return count_in(h->file, h->needle) == h->n;
 }
 
-/* The pid of the last "spawned pid=" line (as seen from here). */
-static inline pid_t spawned_pid(void)
+/* The pid of the last "program=NAME spawned pid=" line (name NULL: of any
+ * program), as seen from here. */
+static inline pid_t spawned_pid_of(const char *name)
 {
-	char *s = t_read_file("meshd.err", NULL);
+	char needle[128], *s = t_read_file("meshd.err", NULL);
 	const char *p = s, *last = NULL;
-	while (p && (p = strstr(p, "spawned pid=")))
+	int n = name ? snprintf(needle, sizeof needle, "program=%s spawned pid=", name)
+		     : snprintf(needle, sizeof needle, "spawned pid=");
+	while (p && (p = strstr(p, needle)))
 		last = p++;
-	pid_t pid = last ? atoi(last + 12) : 0;
+	pid_t pid = last ? atoi(last + n) : 0;
 	free(s);
 	return pid;
+}
+
+static inline pid_t spawned_pid(void)
+{
+	return spawned_pid_of(NULL);
 }
 
 static inline int chat_request(char *req, size_t cap, const char *model, const char *content, int stream, int keep)

@@ -54,6 +54,14 @@ struct meshd_parts {
  * error *err (when err is not NULL) gets a malloc'd message, and nothing is
  * left behind. */
 int meshd_api_start(struct meshd_api **out, const struct meshd_parts *parts, const char *path, char **err);
+/* SIGHUP and POST /v1/reload: the catalog read again -- meshd --http's
+ * HTTP programs (mesh_gw_reload, docs/gateway.md "Reload") and the loaded
+ * native programs (meshd_op_reload: each upgraded as `mesh load` does).
+ * Each part logs its line.  *summary (malloc'd, the caller's): their lines,
+ * one each, or "reloaded: nothing (...)".  0; MESH_E_PARSE when a manifest
+ * was refused (the rest is done); another code when a part could not be
+ * done at all (*summary says why); -ENOMEM (*summary NULL). */
+int meshd_reload(const struct meshd_parts *parts, char **summary);
 /* Stops accepting (see the protocol above); the number of requests in
  * flight.  Idempotent; NULL is a no-op (0). */
 int meshd_api_quiesce(struct meshd_api *a);

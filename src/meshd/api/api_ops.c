@@ -148,6 +148,47 @@ static void do_program(struct meshd_api *a, struct job *jb, const char *name, co
 	meshd__send_ok(jb, name, action, out);
 }
 
+int meshd_reload(const struct meshd_parts *parts, char **summary)
+{
+	struct mesh_gw *gw = parts->gw;
+	struct mesh_gw_reload r = {0};
+	struct mesh_buf s = MESH_BUF_INIT;
+	char *msg = NULL, *native = NULL;
+	int rc = 0, nrc;
+	*summary = NULL;
+	if (gw) {
+		rc = mesh_gw_reload(gw, &r, &msg);
+		mesh_buf_adds(&s, r.summary ? r.summary : msg ? msg : mesh_strerror(rc));
+		free(r.summary);
+		free(msg);
+	}
+	nrc = meshd_op_reload(parts->core, &native);
+	if (native)
+		mesh_buf_addf(&s, "%s%s", s.len ? "\n" : "", native);
+	else if (nrc < 0)
+		mesh_buf_addf(&s, "%snative programs: %s", s.len ? "\n" : "", mesh_strerror(nrc));
+	free(native);
+	if (!s.len)
+		mesh_buf_adds(&s, "reloaded: nothing (no --http, and no native program loaded)");
+	if (!(*summary = mesh_buf_detach(&s, NULL)))
+		return -ENOMEM;
+	return rc < 0 && rc != MESH_E_PARSE ? rc : nrc < 0 && nrc != MESH_E_PARSE ? nrc : rc ? rc : nrc;
+}
+
+/* POST /v1/reload (meshd_reload). */
+static void do_reload(struct meshd_api *a, struct job *jb)
+{
+	char *summary = NULL;
+	if (strcmp(jb->method, "POST"))
+		return meshd__send_method_not_allowed(jb, "POST");
+	int rc = meshd_reload(a->parts, &summary);
+	if (rc < 0)
+		return meshd__send_op_error(jb, rc, summary);
+	json_t *out = json_pack("{s:b, s:s}", "ok", 1, "summary", summary);
+	free(summary);
+	meshd__send_json(jb, 200, out);
+}
+
 static void route(struct meshd_api *a, struct job *jb)
 {
 	static const char prefix[] = "/v1/programs/";
@@ -163,6 +204,8 @@ static void route(struct meshd_api *a, struct job *jb)
 		size_t n = b.len;
 		return meshd__set_answer(jb, 200, MESHD_METRICS_CONTENT_TYPE, mesh_buf_detach(&b, NULL), n, 0);
 	}
+	if (!strcmp(url, "/v1/reload"))
+		return do_reload(a, jb);
 	if (!strcmp(url, "/v1/ps")) {
 		struct meshd_ps ps;
 		int rc;

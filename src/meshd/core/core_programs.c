@@ -9,6 +9,7 @@
  * swap_mu serializes swaps; swap_mu is taken before d->mu, never under it. */
 #include "meshd/core/core_int.h"
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "base/io.h"
 #include "base/log.h"
@@ -296,7 +297,9 @@ static void catalog_changed(struct meshd_core *d)
 	pthread_mutex_unlock(&d->mu);
 }
 
-int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err)
+/* meshd_op_load; only_loaded: a program not loaded (any more) is left so,
+ * and 1 returned. */
+static int load(struct meshd_core *d, const char *name, int only_loaded, struct meshd_program_info *out, char **err)
 {
 	struct program *p;
 	if (err)
@@ -305,6 +308,10 @@ int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_i
 	pthread_mutex_lock(&d->mu);
 	int loaded = find(d, name) != NULL;
 	pthread_mutex_unlock(&d->mu);
+	if (only_loaded && !loaded) {
+		pthread_mutex_unlock(&swap_mu);
+		return 1;
+	}
 	int rc = meshd__get_program(d, name, &p, err);
 	if (rc) {
 		pthread_mutex_unlock(&swap_mu);
@@ -323,6 +330,70 @@ int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_i
 	}
 	meshd__unref(d, p);
 	return rc;
+}
+
+int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err)
+{
+	return load(d, name, 0, out, err);
+}
+
+static unsigned live_programs(const struct meshd_core *d);
+
+static void list_add(struct mesh_buf *b, const char *name, const char *why)
+{
+	mesh_buf_addf(b, "%s%s%s%s", b->len ? ", " : "", name, why ? ": " : "", why ? why : "");
+}
+
+int meshd_op_reload(struct meshd_core *d, char **summary)
+{
+	struct mesh_buf up = MESH_BUF_INIT, bad = MESH_BUF_INIT, s = MESH_BUF_INIT;
+	unsigned nup = 0, nbad = 0, same = 0, k = 0;
+	*summary = NULL;
+	pthread_mutex_lock(&d->mu);
+	unsigned n = live_programs(d);
+	char **names = calloc(n ? n : 1, sizeof *names);
+	for (struct program *p = d->progs; names && p; p = p->next)
+		if (!p->gone && k < n && (names[k] = strdup(p->img.name)))
+			k++;
+	pthread_mutex_unlock(&d->mu);
+	if (!names)
+		return -ENOMEM;
+	for (unsigned i = 0; i < k; i++) {
+		struct meshd_program_info pi;
+		char *e = NULL;
+		int rc = load(d, names[i], 1, &pi, &e);
+		if (rc == 0 && pi.replaced) {
+			list_add(&up, names[i], NULL);
+			nup++;
+		} else if (rc == 0) {
+			same++;
+		} else if (rc < 0) {
+			list_add(&bad, names[i], e ? e : mesh_strerror(rc));
+			nbad++;
+		}
+		if (rc == 0)
+			meshd_program_info_release(&pi);
+		free(e);
+		free(names[i]);
+	}
+	free(names);
+	if (k) {
+		mesh_buf_adds(&s, "native programs reloaded:");
+		if (nup)
+			mesh_buf_addf(&s, " %u upgraded (%s),", nup, up.p);
+		if (nbad)
+			mesh_buf_addf(&s, " %u refused (%s),", nbad, bad.p);
+		mesh_buf_addf(&s, " %u unchanged", same);
+	}
+	mesh_buf_release(&up);
+	mesh_buf_release(&bad);
+	if (k && !(*summary = mesh_buf_detach(&s, NULL)))
+		return -ENOMEM;
+	if (*summary && nbad)
+		mesh_warn("%s", *summary);
+	else if (*summary)
+		mesh_info("%s", *summary);
+	return nbad ? MESH_E_PARSE : 0;
 }
 
 int meshd_op_rollback(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err)

@@ -173,6 +173,13 @@ void meshd_core_metrics_release(struct meshd_core_metrics *m);
  * becomes the previous one.  A new image that does not load is the error
  * and changes nothing. */
 int meshd_op_load(struct meshd_core *d, const char *name, struct meshd_program_info *out, char **err);
+/* SIGHUP and `mesh reload`: meshd_op_load of every loaded program (not one
+ * that is not: nothing is loaded by it), each upgraded or left as the load
+ * says.  *summary (malloc'd; NULL when no program is loaded): "native
+ * programs reloaded: 1 upgraded (w), 1 refused (v: why), 2 unchanged",
+ * also logged.  0; MESH_E_PARSE when one was refused (its old image stays;
+ * the others are done); -ENOMEM. */
+int meshd_op_reload(struct meshd_core *d, char **summary);
 /* Goes back to the previous image of a loaded program, from its kept copy,
  * as an upgrade does (the image rolled back from becomes the previous one:
  * a second rollback goes forward again).  MESH_E_NOTFOUND (*err says which)
