@@ -281,6 +281,8 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	size_t ident_len = run_identity(a, in, ident);
 	if (a->store_outage_ns)
 		mesh_job_set_store_outage(a->store_outage_ns);
+	mesh_job_set_store_app("mesh run", 1);
+	mesh_job_set_store_start_wait(mesh_cli_store_wait, (void *)a->journal);
 	int rc = mesh_job_submit_id(a->journal, a->chunks, ident, ident_len, &why);
 	if (rc == MESH_E_MISMATCH)
 		return other_work(a->journal, &why, ident);
