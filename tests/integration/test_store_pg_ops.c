@@ -304,3 +304,29 @@ TEST_TIMEOUT(store_pg_ops_prune_sql_removes_only_ended_jobs, 90)
 	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'b'"), 2);
 	store_env_stop(&e);
 }
+
+/* A node that starts on a job other nodes are running says it joins
+ * them, not that it resumes (issue 32: "resuming: 41/3000 already
+ * done"). */
+TEST_TIMEOUT(store_pg_ops_second_node_says_joining, 90)
+{
+	struct store_env e;
+	char url[600];
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	pid_t a = spawn_sh("%s run -j 2 --store '%s#jn' --chunks 30 -- sh -c 'sleep 0.3' >/dev/null 2>a.err", MESH, url);
+	for (int i = 0; i < 1000 && store_env_sql(&e, "SELECT done FROM mesh.job_counts WHERE name = 'jn'") < 2; i++)
+		usleep(20 * 1000);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j 2 --store '%s#jn' --chunks 30 -- sh -c 'sleep 0.3' 2>&1 >/dev/null",
+		       MESH, url),
+		  0);
+	int ws;
+	ASSERT_EQ(waitpid(a, &ws, 0), a);
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	EXPECT_CONTAINS(out, "mesh run: joining: ");
+	EXPECT_CONTAINS(out, "leased by other nodes");
+	EXPECT_TRUE(strstr(out, "resuming") == NULL);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'jn'"), 30);
+	store_env_stop(&e);
+}
