@@ -508,6 +508,8 @@ static int cmd_harvest(int argc, char **argv)
 	}
 	if (a.npos == 7 && (rc = parse_count("maxiter", a.pos[6], 1, UINT64_MAX, &maxiter)))
 		return rc;
+	mesh_job_set_store_app("mesh job harvest", 1);
+	mesh_job_set_store_start_wait(mesh_cli_store_wait, (void *)a.pos[0]);
 	if ((rc = open_job(&j, a.pos[0], a.pos[1], a.pos[2], n, a.pos[5])))
 		return rc;
 	if (a.cmd)

@@ -281,6 +281,8 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	size_t ident_len = run_identity(a, in, ident);
 	if (a->store_outage_ns)
 		mesh_job_set_store_outage(a->store_outage_ns);
+	mesh_job_set_store_app("mesh run", 1);
+	mesh_job_set_store_start_wait(mesh_cli_store_wait, (void *)a->journal);
 	int rc = mesh_job_submit_id(a->journal, a->chunks, ident, ident_len, &why);
 	if (rc == MESH_E_MISMATCH)
 		return other_work(a->journal, &why, ident);
@@ -313,8 +315,9 @@ static int open_job(struct run_args *a, const struct mesh_exec_input *in, const 
 	return 0;
 }
 
-/* A rerun resumes: it says so, and gives failed chunks new attempts.  1
- * when the journal holds work done or failed before this run. */
+/* A rerun resumes, and a node that starts while others hold leases joins
+ * them: it says which, and gives failed chunks new attempts.  1 when the
+ * journal holds work done or failed before this run. */
 static int resume(struct run_args *a, struct mesh_job *job)
 {
 	struct mesh_job_status js;
@@ -326,14 +329,19 @@ static int resume(struct run_args *a, struct mesh_job *job)
 			"the chunks done are skipped, though their output may not have been read (remove the "
 			"journal to run every chunk again)\n",
 			a->journal);
-	if ((js.done == 0 && js.buried == 0) || js.done == js.n)
+	if ((js.done == 0 && js.buried == 0 && js.leased == 0) || js.done == js.n)
 		return js.done > 0;
 	int retried = js.buried ? mesh_job_retry(job, UINT64_MAX) : 0;
-	fprintf(stderr, "mesh run: resuming: %" PRIu64 "/%" PRIu64 " chunks already done", js.done, js.n);
+	/* live leases before this node's first: other nodes run the job now */
+	if (js.leased)
+		fprintf(stderr, "mesh run: joining: %" PRIu64 "/%" PRIu64 " chunks already done, %" PRIu64
+			" leased by other nodes", js.done, js.n, js.leased);
+	else
+		fprintf(stderr, "mesh run: resuming: %" PRIu64 "/%" PRIu64 " chunks already done", js.done, js.n);
 	if (retried > 0)
 		fprintf(stderr, ", %d failed chunks run again", retried);
 	fprintf(stderr, " (journal %s)\n", a->journal);
-	return 1;
+	return js.done > 0 || js.buried > 0;
 }
 
 static void exec_opts(const struct run_args *a, const struct mesh_exec_input *in, struct mesh_job *spec, int resumed,

@@ -6,6 +6,7 @@
 #include "cli/cmds.h"
 #include "cli/exit.h"
 #include "host/host.h"
+#include "job/job.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -152,9 +153,16 @@ int main(int argc, char **argv)
 		printf("mesh %s\n", MESH_VERSION);
 		return 0;
 	}
-	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-		if (!strcmp(cmd, cmds[i].name))
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		if (!strcmp(cmd, cmds[i].name)) {
+			/* what its store connections are called (mesh run and
+			 * mesh job harvest name their job too) */
+			char app[64];
+			snprintf(app, sizeof app, "mesh %s", cmds[i].name);
+			mesh_job_set_store_app(app, 0);
 			return cmds[i].fn(argc - 1, argv + 1);
+		}
+	}
 	const char *near = nearest(cmd);
 	if (near)
 		return mesh_cli_usage("unknown command '%s'; did you mean '%s'?", cmd, near);

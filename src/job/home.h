@@ -289,6 +289,14 @@ int mesh_home_file_open(struct mesh_home **out, const char *state_dir, const str
  * does not watch).  0 or an error with *err (no connection, a schema of
  * another version, libpq that cannot be loaded). */
 int mesh_home_pg_open(struct mesh_home **out, const char *url, const struct mesh_home_events *ev, char **err);
+/* The spare connections a watching store home keeps made (store_pg.h,
+ * mesh_pg_spares_start): 0 .. MESH_HOME_PG_SPARES_MAX, MESH_HOME_PG_SPARES
+ * unless set (meshd --store-spares); set before the home watches.  Each
+ * holds an idle backend of the server; a job's first handles open on them
+ * instead of waiting for backends' starts. */
+#define MESH_HOME_PG_SPARES 3
+#define MESH_HOME_PG_SPARES_MAX 8
+void mesh_home_pg_set_spares(unsigned n);
 
 /* The largest input a store keeps for a job (all its lines). */
 #define MESH_HOME_PG_INPUT_MAX (16u << 20)

@@ -48,8 +48,13 @@ _Static_assert(MESH_HOME_PG_INPUT_MAX == MESH_PGR_INPUT_MAX, "a store's input li
 /* Spare connections kept made (store_pg.h): a run's results handle and
  * job handle, and a speculating job's second job handle, open on them
  * instead of waiting for two or three backends' starts before its first
- * lease. */
-#define SPARES 3
+ * lease (MESH_HOME_PG_SPARES of them unless set). */
+static unsigned spares_n = MESH_HOME_PG_SPARES;
+
+void mesh_home_pg_set_spares(unsigned n)
+{
+	spares_n = n < MESH_HOME_PG_SPARES_MAX ? n : MESH_HOME_PG_SPARES_MAX;
+}
 
 struct phome {
 	struct mesh_home base;
@@ -632,7 +637,7 @@ static int ph_watch(struct mesh_home *home, char **err)
 		return mesh_errf(err, -errno, "cannot follow the store %s: %s", h->safe, strerror(errno));
 	node_start(h);
 	/* a new job's run opens its two handles on spares */
-	h->spares = mesh_pg_spares_start(h->url, SPARES) == 0;
+	h->spares = spares_n && mesh_pg_spares_start(h->url, spares_n) == 0;
 	int rc = mesh_thread_start(&h->th, follow_main, h);
 	if (rc)
 		return mesh_errf(err, rc, "cannot start the store follower: %s", mesh_strerror(rc));

@@ -139,6 +139,19 @@ enum { MESH_JOB_STORE_GAVE_UP = -1, MESH_JOB_STORE_ANSWERS, MESH_JOB_STORE_STOPP
 #define MESH_JOB_STORE_OUTAGE_DEFAULT_NS (300ull * 1000000000ull)
 void mesh_job_set_store_outage(uint64_t ns);
 uint64_t mesh_job_store_outage(void);
+/* What this process's store connections tell the database they are
+ * (PostgreSQL's application_name, store_pg.h mesh_pg_set_app): name,
+ * followed by " <job>" when with_job ("mesh run <job>").  An
+ * application_name in the URL, then PGAPPNAME, win over it.  Set it
+ * before the first open. */
+void mesh_job_set_store_app(const char *name, int with_job);
+/* A node's connections wait, within the outage budget, for a database
+ * that has no room for them (too many clients) or is starting up, telling
+ * fn as on_store_wait hears an outage (store_pg.h mesh_pg_set_start_wait);
+ * without it they fail at once.  Set it before the first open. */
+void mesh_job_set_store_start_wait(int (*fn)(void *arg, int state, const char *why, uint64_t waited_ns,
+					     uint64_t budget_ns),
+				   void *arg);
 
 /* 1 when where is a PostgreSQL store URL that holds a password
  * (store/store_pg.h, mesh_pg_url_has_password): every command that takes

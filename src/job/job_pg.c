@@ -98,6 +98,18 @@ uint64_t mesh_job_store_outage(void)
 	return mesh_pg_outage();
 }
 
+void mesh_job_set_store_app(const char *name, int with_job)
+{
+	mesh_pg_set_app(name, with_job);
+}
+
+void mesh_job_set_store_start_wait(int (*fn)(void *arg, int state, const char *why, uint64_t waited_ns,
+					     uint64_t budget_ns),
+				   void *arg)
+{
+	mesh_pg_set_start_wait(fn, arg);
+}
+
 static struct mesh__jpg *jpg_of(const struct mesh__jstore *s)
 {
 	return (struct mesh__jpg *)s;

@@ -14,6 +14,7 @@
 #include "meshd/notify.h"
 #include "meshd/core/ops.h"
 #include "gateway/gw.h"
+#include "job/home.h"
 #include "job/job.h"
 
 #include <errno.h>
@@ -52,7 +53,7 @@ static void usage(FILE *f)
 		"             [--log-max SIZE] [--log-level debug|info|warn|error]\n"
 		"             [--metrics ADDR:PORT [--metrics-public]] [--state DIR]\n"
 		"             [--keep-jobs N] [--keep-for DURATION]\n"
-		"             [--store postgresql://...] [--store-outage DURATION]\n"
+		"             [--store postgresql://...] [--store-outage DURATION] [--store-spares N]\n"
 		"             [--http ADDR:PORT [--http-public] [--http-api-key-file FILE]\n"
 		"                                       [--http-allow-origin ORIGIN]... [--http-max-body SIZE]\n"
 		"                                       [--http-max-queue N] [--http-max-conns N]\n"
@@ -130,6 +131,8 @@ static void usage(FILE *f)
 		"                       whose program this catalog has (docs/cluster.md)\n"
 		"  --store-outage DURATION  how long the store's jobs wait for a database that\n"
 		"                       stopped answering, keeping their leases (default 5m)\n"
+		"  --store-spares N     idle connections kept made for a job's start, 0..8\n"
+		"                       (default 3; docs/cluster.md counts each part's)\n"
 		"\n"
 		"Signals: SIGTERM or SIGINT: every worker is asked to exit, then killed and reaped;\n"
 		"meshd exits 0.  Under systemd (Type=notify) READY=1 is sent once the socket serves.\n"
@@ -467,6 +470,11 @@ int main(int argc, char **argv)
 			if (mesh_parse_duration(v, 100ull * 365 * 86400 * 1000000000ull, &ns) < 0 || ns < 1000000000ull)
 				return usage_error("--store-outage wants a duration of 1s or more such as 5m or 30s, not '%s'", v);
 			mesh_job_set_store_outage(ns);
+		} else if ((v = opt_value(argc, argv, &i, "--store-spares", &missing))) {
+			uint64_t n;
+			if (mesh_parse_u64(v, MESH_HOME_PG_SPARES_MAX, &n) < 0)
+				return usage_error("--store-spares wants a number from 0 to 8, not '%s'", v);
+			mesh_home_pg_set_spares((unsigned)n);
 		} else if ((v = opt_value(argc, argv, &i, "--keep-jobs", &missing))) {
 			if (mesh_parse_u64(v, 100000000, &keep.keep_jobs) < 0 || keep.keep_jobs == 0)
 				return usage_error("--keep-jobs wants a number from 1 to 100000000, not '%s'", v);
@@ -493,6 +501,14 @@ int main(int argc, char **argv)
 		return usage_error("%s", "the default socket path is too long; give --socket PATH");
 	if (store_url && *store_url && mesh_job_where_has_password(store_url))
 		return usage_error("--store (or MESH_STORE): %s", mesh_job_password_why());
+	if (store_url && *store_url) {
+		/* its store connections' application_name: meshd <host> */
+		char host[64] = "host", app[80];
+		gethostname(host, sizeof host - 1);
+		host[sizeof host - 1] = 0;
+		snprintf(app, sizeof app, "meshd %s", host);
+		mesh_job_set_store_app(app, 0);
+	}
 
 	mesh_log_init("meshd", !strcmp(level, "debug")  ? MESH_LOG_DEBUG
 			       : !strcmp(level, "warn") ? MESH_LOG_WARN

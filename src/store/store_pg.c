@@ -121,20 +121,54 @@ static void set_why(char *why, size_t cap, const char *msg)
 		why[--n] = 0;
 }
 
-/* Splits "#job" off url into job; the rest (a copy) is what libpq gets. */
+/* This process's application_name (mesh_pg_set_app) and its start wait
+ * (mesh_pg_set_start_wait): set before the first connection, read after. */
+static char app_name[96] = "mesh";
+static int app_with_job;
+static mesh_pg_wait_fn start_wait_fn;
+static void *start_wait_arg;
+
+void mesh_pg_set_app(const char *name, int with_job)
+{
+	snprintf(app_name, sizeof app_name, "%s", name && name[0] ? name : "mesh");
+	app_with_job = with_job;
+}
+
+void mesh_pg_set_start_wait(mesh_pg_wait_fn fn, void *arg)
+{
+	start_wait_fn = fn;
+	start_wait_arg = arg;
+}
+
+/* Splits "#job" off url into job; the rest (a copy), with this process's
+ * name as fallback_application_name (percent-encoded), is what libpq
+ * gets. */
 char *mesh__pg_conninfo(const char *url, char *job, size_t cap)
 {
 	const char *hash = strrchr(url, '#');
-	char *conninfo;
+	char name[200], enc[3 * sizeof name], *conninfo;
+	size_t base = hash ? (size_t)(hash - url) : strlen(url), k = 0;
 	if (hash) {
 		if (!mesh_job_name_ok(hash + 1))
 			return NULL;
 		snprintf(job, cap, "%s", hash + 1);
-		conninfo = strndup(url, (size_t)(hash - url));
 	} else {
 		snprintf(job, cap, "default");
-		conninfo = strdup(url);
 	}
+	if (app_with_job)
+		snprintf(name, sizeof name, "%s %s", app_name, job);
+	else
+		snprintf(name, sizeof name, "%s", app_name);
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-._~", *p))
+			enc[k++] = (char)*p;
+		else
+			k += (size_t)snprintf(enc + k, 4, "%%%02X", *p);
+	}
+	enc[k] = 0;
+	const char *sep = !memchr(url, '?', base) ? "?" : base && (url[base - 1] == '?' || url[base - 1] == '&') ? "" : "&";
+	if (asprintf(&conninfo, "%.*s%sfallback_application_name=%s", (int)base, url, sep, enc) < 0)
+		return NULL;
 	return conninfo;
 }
 
@@ -223,6 +257,56 @@ void mesh__pg_warm(PGconn *c)
 	PQclear(PQexec(c, "ROLLBACK"));
 }
 
+int mesh_pg_start_busy(const char *msg)
+{
+	/* 53300: "sorry, too many clients already", "too many connections
+	 * for role|database", "remaining connection slots are reserved ...";
+	 * 57P03: "the database system is starting up" (also "... is
+	 * shutting down", "... is in recovery mode", "... is not yet
+	 * accepting connections") */
+	static const char *const words[] = {"too many clients", "too many connections", "connection slots are reserved",
+					    "the database system is"};
+	for (size_t i = 0; msg && i < sizeof words / sizeof words[0]; i++)
+		if (strstr(msg, words[i]))
+			return 1;
+	return 0;
+}
+
+/* PQconnectdb, tried again while the server has no room or is not up
+ * (mesh_pg_set_start_wait): the connection (CONNECTION_OK or the last
+ * one that failed). */
+static PGconn *connect_waiting(const char *conninfo)
+{
+	PGconn *c = PQconnectdb(conninfo);
+	uint64_t since = 0, pause = 50 * MESH_NS_PER_MS, said = 0;
+	char why[200];
+	while (start_wait_fn && PQstatus(c) != CONNECTION_OK && mesh_pg_start_busy(PQerrorMessage(c))) {
+		uint64_t now = mesh_mono_ns(), budget = outage_ns;
+		snprintf(why, sizeof why, "%s", PQerrorMessage(c));
+		why[strcspn(why, "\n")] = 0;
+		if (!since) {
+			since = said = now;
+			if (start_wait_fn(start_wait_arg, MESH_PG_WAIT_STOPPED, why, 0, budget))
+				return c;
+		} else if (now - since >= budget) {
+			start_wait_fn(start_wait_arg, MESH_PG_WAIT_GAVE_UP, why, now - since, budget);
+			return c;
+		} else if (now - said >= MESH_NS_PER_S) {
+			said = now;
+			if (start_wait_fn(start_wait_arg, MESH_PG_WAIT_STILL, why, now - since, budget))
+				return c;
+		}
+		mesh_sleep_ns(pause < since + budget - now ? pause : since + budget - now);
+		if (pause < MESH_NS_PER_S)
+			pause *= 2;
+		PQfinish(c);
+		c = PQconnectdb(conninfo);
+	}
+	if (since && PQstatus(c) == CONNECTION_OK)
+		start_wait_fn(start_wait_arg, MESH_PG_WAIT_ANSWERS, NULL, mesh_mono_ns() - since, outage_ns);
+	return c;
+}
+
 /* A connection, with SESSION_SETTINGS applied when settings is set, or
  * NULL with why filled. */
 static PGconn *connect_db(const char *conninfo, int settings, int *rc, char *why, size_t cap)
@@ -243,7 +327,7 @@ static PGconn *connect_db(const char *conninfo, int settings, int *rc, char *why
 	PQconninfoFree(opts);
 	c = mesh__pg_spare_take(conninfo); /* one made already, where a meshd keeps some */
 	if (!c)
-		c = PQconnectdb(conninfo);
+		c = connect_waiting(conninfo);
 	PQsetNoticeProcessor(c, no_notice, NULL);
 	if (PQstatus(c) != CONNECTION_OK) {
 		set_why(why, cap, PQerrorMessage(c));

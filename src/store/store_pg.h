@@ -80,6 +80,15 @@ void mesh_pg_spares_stop(void);
 /* Since the start: connections made, taken, and dropped (found closed). */
 void mesh_pg_spares_counts(uint64_t *made, uint64_t *taken, uint64_t *dropped);
 
+/* What this process's connections tell the database they are (its
+ * application_name, seen in pg_stat_activity): name ("meshd host1", "mesh
+ * store"), followed by " <job>" (the URL's #job, "default" without one)
+ * when with_job is set ("mesh run <job>").  Given to libpq as
+ * fallback_application_name, so an application_name in the URL wins, then
+ * PGAPPNAME, then this.  "mesh" unless set; set it before the first
+ * connection (a copy is kept). */
+void mesh_pg_set_app(const char *name, int with_job);
+
 /* Connects and checks the schema.  Errors: MESH_E_PARSE (not a URL libpq
  * takes, or a bad job name), MESH_E_UNAVAILABLE (no connection: refused,
  * no such host, a login refused -- why says which, without the password),
@@ -110,6 +119,24 @@ enum {
  * before pg is used by more than one thread. */
 typedef int (*mesh_pg_wait_fn)(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns);
 void mesh_pg_set_wait_hook(struct mesh_pg *pg, mesh_pg_wait_fn fn, void *arg);
+/* How a connection's start waits for a database that has no room for it
+ * or is not up yet -- the server refused the login with 53300 (too many
+ * clients, too many connections for a role or database, the slots left
+ * reserved) or 57P03 (the database system is starting up or shutting
+ * down), recognized by the server's message, which libpq gives as text:
+ * with fn set, the start tries again (backoff 50 ms doubling to 1 s) for
+ * up to the outage budget (mesh_pg_set_outage), telling fn as a handle's
+ * wait hook hears an outage (STOPPED with the server's words, STILL about
+ * once a second, ANSWERS once it got in, GAVE_UP at the budget; a
+ * nonzero return stops the wait), then fails with MESH_E_UNAVAILABLE as
+ * before.  fn NULL (the default): a start fails at once.  For every
+ * connection this process opens (mesh_pg_open, mesh_pg_schema); set
+ * before the first. */
+void mesh_pg_set_start_wait(mesh_pg_wait_fn fn, void *arg);
+/* 1 when libpq's message of a failed connection's start says the server
+ * had no room or was not up yet (mesh_pg_set_start_wait). */
+int mesh_pg_start_busy(const char *msg);
+
 void mesh_pg_close(struct mesh_pg *pg);
 /* The server's words for pg's last call that failed, into buf (always
  * terminated; "" when none failed): a statement the database refused --

@@ -833,3 +833,53 @@ TEST_TIMEOUT(meshd_store_job_waits_out_a_database_outage_within_store_outage, 12
 	free(expect);
 	store_env_stop(&e);
 }
+
+/* meshd's connections are named `meshd <host>` (application_name); how
+ * many it holds idle and serving a job (docs/cluster.md, "Running it in
+ * production"), and --store-spares N changes the idle ones by N. */
+static long meshd_conns(const struct store_env *e)
+{
+	char host[64] = "", q[300];
+	gethostname(host, sizeof host - 1);
+	snprintf(q, sizeof q, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'meshd %s'", host);
+	return (long)store_env_sql(e, q);
+}
+
+/* The most of meshd_conns over ms milliseconds (a look every 100 ms). */
+static long meshd_conns_most(const struct store_env *e, unsigned ms)
+{
+	long most = 0;
+	for (uint64_t t0 = t_now_ms(); t_now_ms() - t0 < ms; usleep(100 * 1000)) {
+		long k = meshd_conns(e);
+		most = k > most ? k : most;
+	}
+	return most;
+}
+
+TEST_TIMEOUT(meshd_store_connections_named_and_counted, 90)
+{
+	struct store_env e;
+	char *expect;
+	const unsigned n = 200;
+	start_store(&e);
+	pid_t a = start_host("a", "jw");
+	usleep(1500 * 1000); /* its spares made */
+	long idle = meshd_conns_most(&e, 1000);
+	make_input(n, "slow", &expect);
+	unsigned id = submit_store("jw --input in.txt --max-workers 2");
+	long serving = meshd_conns_most(&e, 2000);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, n, expect);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	pid_t b = start_host_opts("b", "jw", "--store-spares 0");
+	usleep(1500 * 1000);
+	long idle0 = meshd_conns_most(&e, 1000);
+	EXPECT_EQ(meshd_t_stop(b), 0);
+	fprintf(stderr, "meshd connections: idle %ld, serving a job %ld, idle with --store-spares 0: %ld\n", idle, serving,
+		idle0);
+	EXPECT_GE(idle, 1);
+	EXPECT_GT(serving, idle0);
+	EXPECT_EQ(idle - idle0, 3); /* the default spares */
+	free(expect);
+	store_env_stop(&e);
+}

@@ -52,8 +52,8 @@ static int as_pg(const char *cmd)
  * harness's listen address when one was asked for. */
 static void pg_opts(const struct store_env *e, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "-k %s -c listen_addresses=%s -c max_connections=64 -c shared_buffers=16MB", e->pgdir,
-		 e->listen);
+	snprintf(buf, cap, "-k %s -c listen_addresses=%s -c max_connections=%d%s -c shared_buffers=16MB", e->pgdir,
+		 e->listen, e->max_conns ? e->max_conns : 64, e->max_conns ? " -c superuser_reserved_connections=0" : "");
 }
 
 /* A fresh data directory, copied from one initdb made once a machine
@@ -186,6 +186,14 @@ int store_env_start_tcp(struct store_env *e, const char *netns, const char *addr
 	snprintf(e->netns, sizeof e->netns, "%s", netns ? netns : "");
 	snprintf(e->listen, sizeof e->listen, "%s", addr);
 	snprintf(e->hba_cidr, sizeof e->hba_cidr, "%s", cidr);
+	return pg_start(e);
+}
+
+int store_env_start_conns(struct store_env *e, int n)
+{
+	memset(e, 0, sizeof *e);
+	snprintf(e->kind, sizeof e->kind, "postgresql");
+	e->max_conns = n;
 	return pg_start(e);
 }
 

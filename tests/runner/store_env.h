@@ -18,6 +18,7 @@ struct store_env {
 	char netns[64];	   /* postgresql: the network namespace it runs in ("" this one) */
 	char listen[64];   /* postgresql: its TCP address (port 5432), "" none */
 	char hba_cidr[64]; /* postgresql: the clients let in over TCP (trust) */
+	int max_conns;	   /* postgresql: its max_connections (0: 64), none reserved */
 };
 
 /* 0; 1 when the store cannot run on this machine at all (PostgreSQL's
@@ -28,6 +29,10 @@ int store_env_start(struct store_env *e, const char *kind);
  * network namespace netns (NULL: this one), letting in the clients of
  * cidr without a password.  0 or -1 as store_env_start. */
 int store_env_start_tcp(struct store_env *e, const char *netns, const char *addr, const char *cidr);
+/* store_env_start of PostgreSQL with max_connections n and no slots
+ * reserved for superusers (the harness's role is one): a server a test
+ * fills.  0 or -1 as store_env_start. */
+int store_env_start_conns(struct store_env *e, int n);
 void store_env_stop(struct store_env *e);
 int store_env_submit(const struct store_env *e, uint64_t n);
 int store_env_open(const struct store_env *e, struct mesh_job **j, const char *node, uint32_t max_attempts);

@@ -1,0 +1,332 @@
+/* The PostgreSQL store as a DBA sees it (docs/cluster.md, "Running it in
+ * production"): every connection says which part of mesh it is
+ * (application_name), the connections each part holds, and a node that
+ * finds the server full (53300, too many clients) waits for room within
+ * its outage budget instead of failing at its start.  A real server from
+ * the harness (tests/runner/store_env.c) and real `mesh` processes. */
+#include "runner/store_env.h"
+#include "runner/t.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MESH t_bin("mesh")
+
+static char out[1 << 16];
+
+/* Connections of application_name name now (-1: psql failed). */
+static long conns_of(const struct store_env *e, const char *name)
+{
+	char q[300];
+	snprintf(q, sizeof q, "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'", name);
+	return (long)store_env_sql(e, q);
+}
+
+/* Runs cmd (sh) in a child of its own: its pid. */
+static pid_t spawn_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static pid_t spawn_sh(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof cmd, fmt, ap);
+	va_end(ap);
+	pid_t p = fork();
+	ASSERT_GE(p, 0);
+	if (p == 0) {
+		setpgid(0, 0); /* a group of its own: free_room kills it whole */
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	return p;
+}
+
+/* Fills the server (max_connections 5) with idle psql sessions, each
+ * reading a stdin that stays open: their group's pid, once a sixth login
+ * is refused with "too many clients". */
+static pid_t fill_room(const struct store_env *e)
+{
+	pid_t hold = spawn_sh("for i in 1 2 3 4 5; do sleep 120 | psql -q -X -h %s -U mesh -d postgres >/dev/null 2>&1 &"
+			      " done; wait",
+			      e->pgdir);
+	int full = 0;
+	for (int i = 0; i < 600 && !full; i++) {
+		t_sh(out, sizeof out, 0, "psql -q -X -h %s -U mesh -d postgres -c 'SELECT 1' 2>&1", e->pgdir);
+		full = strstr(out, "too many clients") != NULL;
+		if (!full)
+			usleep(50 * 1000);
+	}
+	if (!full)
+		fprintf(stderr, "the last login: %s\n", out);
+	ASSERT_TRUE(full);
+	return hold;
+}
+
+/* Ends the sessions of fill_room: their backends see the sockets close. */
+static void free_room(pid_t hold)
+{
+	int ws;
+	kill(-hold, SIGTERM);
+	ASSERT_EQ(waitpid(hold, &ws, 0), hold);
+}
+
+/* Each part names itself: `mesh run <job>`, `mesh job harvest <job>`,
+ * `mesh <cmd>` for the others; an application_name in the URL wins, then
+ * PGAPPNAME.  While the nodes run, the most connections each held. */
+TEST_TIMEOUT(store_pg_ops_application_name_names_each_part, 90)
+{
+	struct store_env e;
+	char url[600], logpath[300];
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	/* every login logged with its application_name */
+	store_env_sql1(&e, "ALTER SYSTEM SET log_connections = on");
+	store_env_sql1(&e, "SELECT 0 FROM pg_reload_conf()");
+	/* chunks of 5 s: the nodes are connected a while */
+	pid_t run = spawn_sh("%s run -j 2 --store '%s#appjob' --chunks 2 -- sh -c 'sleep 5' >run.out 2>run.err", MESH, url);
+	pid_t hv = spawn_sh("%s job submit '%s#hv' 2 && %s job harvest '%s#hv' x hv 2 30 h1 -- sh -c 'sleep 5' >hv.out 2>&1",
+			    MESH, url, MESH, url);
+	pid_t mine = spawn_sh("%s run --store '%s&application_name=mine#j3' --chunks 1 -- sh -c 'sleep 5' >/dev/null 2>&1",
+			      MESH, url);
+	pid_t theirs = spawn_sh("PGAPPNAME=theirs %s run --store '%s#j4' --chunks 1 -- sh -c 'sleep 5' >/dev/null 2>&1",
+				MESH, url);
+	long run_max = 0, hv_max = 0, mine_max = 0, theirs_max = 0;
+	uint64_t t0 = t_now_ms();
+	while (t_now_ms() - t0 < 4000) {
+		long r = conns_of(&e, "mesh run appjob"), h = conns_of(&e, "mesh job harvest hv");
+		long m = conns_of(&e, "mine"), t = conns_of(&e, "theirs");
+		run_max = r > run_max ? r : run_max;
+		hv_max = h > hv_max ? h : hv_max;
+		mine_max = m > mine_max ? m : mine_max;
+		theirs_max = t > theirs_max ? t : theirs_max;
+		usleep(100 * 1000);
+	}
+	/* a quick command, seen in the server's log of its connections */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, url), 0);
+	int ws;
+	ASSERT_EQ(waitpid(run, &ws, 0), run);
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	ASSERT_EQ(waitpid(hv, &ws, 0), hv);
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	ASSERT_EQ(waitpid(mine, &ws, 0), mine);
+	ASSERT_EQ(waitpid(theirs, &ws, 0), theirs);
+	fprintf(stderr, "connections held: mesh run (-j 2) %ld, mesh job harvest %ld\n", run_max, hv_max);
+	EXPECT_GE(run_max, 1);
+	EXPECT_GE(hv_max, 1);
+	EXPECT_GE(mine_max, 1);
+	EXPECT_GE(theirs_max, 1);
+	/* nothing of mesh's is left without a name */
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+				     " AND application_name = ''"),
+		  0);
+	snprintf(logpath, sizeof logpath, "%s/log", e.pgdir);
+	char *log = t_read_file(logpath, NULL);
+	ASSERT_TRUE(log != NULL);
+	EXPECT_CONTAINS(log, "application_name=mesh store");
+	free(log);
+	store_env_stop(&e);
+}
+
+/* A server with no room (max_connections 5, all held by psql sessions,
+ * ended 2 s after the node starts): the starting `mesh run` node is
+ * refused (53300, too many clients), says it waits, gets in once they
+ * end, and completes its job -- it failed at its start before. */
+TEST_TIMEOUT(store_pg_ops_node_waits_for_room, 120)
+{
+	struct store_env e;
+	char url[600];
+	if (store_env_start_conns(&e, 5))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	pid_t hold = fill_room(&e);
+	uint64_t t0 = t_now_ms();
+	pid_t node = spawn_sh("%s run -j 2 --store '%s#room' --chunks 6 -- echo c{} >o 2>err", MESH, url);
+	sleep(2);
+	free_room(hold);
+	int ws;
+	ASSERT_EQ(waitpid(node, &ws, 0), node);
+	uint64_t took = t_now_ms() - t0;
+	char *err = t_read_file("err", NULL);
+	fprintf(stderr, "the node finished %.1f s after its start; its stderr:\n%s", took / 1000.0, err ? err : "");
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 0, "sort o | tr '\\n' ' '"), 0);
+	EXPECT_STREQ(out, "c0 c1 c2 c3 c4 c5 ");
+	ASSERT_TRUE(err != NULL);
+	EXPECT_CONTAINS(err, "too many clients");
+	EXPECT_CONTAINS(err, "waiting for it up to 5 min (--store-outage)");
+	EXPECT_CONTAINS(err, "answers again after");
+	EXPECT_GE(took, 1900); /* it waited for the sessions to end */
+	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'room'"), 6);
+	free(err);
+	store_env_stop(&e);
+}
+
+/* Past its budget a node still shut out gives up with the server's words
+ * (--store-outage 2s, the server full until it exits). */
+TEST_TIMEOUT(store_pg_ops_node_gives_up_past_the_budget, 120)
+{
+	struct store_env e;
+	char url[600];
+	if (store_env_start_conns(&e, 5))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	pid_t hold = fill_room(&e);
+	uint64_t t0 = t_now_ms();
+	int rc = t_sh(out, sizeof out, 1, "%s run --store-outage 2s --store '%s#late' --chunks 2 -- echo c{} 2>err", MESH, url);
+	uint64_t took = t_now_ms() - t0;
+	free_room(hold);
+	char *err = t_read_file("err", NULL);
+	EXPECT_EQ(rc, 109); /* mesh run's code for a store that cannot be reached */
+	ASSERT_TRUE(err != NULL);
+	EXPECT_CONTAINS(err, "too many clients");
+	EXPECT_CONTAINS(err, "giving up");
+	EXPECT_GE(took, 1900);
+	EXPECT_LT(took, 30000);
+	free(err);
+	store_env_stop(&e);
+}
+
+/* The roles of docs/cluster.md ("Roles and grants"), run as written: an
+ * owner role that makes the schema (`mesh store init`), a node role with
+ * only the grants listed (given before the init, as default privileges),
+ * and a `mesh run` node and a harvest node through the node role, each
+ * completing its job; the node role cannot change the schema. */
+TEST_TIMEOUT(store_pg_ops_roles_and_grants_as_documented, 90)
+{
+	struct store_env e;
+	char base[600], owner[700], node[700];
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, base, sizeof base);
+	/* the harness made the schema as a superuser: start again without */
+	store_env_sql1(&e, "DROP SCHEMA mesh CASCADE");
+	static const char *const grants[] = {
+		"CREATE ROLE mesh_owner LOGIN",
+		"CREATE ROLE mesh_node LOGIN",
+		"GRANT CONNECT, CREATE ON DATABASE postgres TO mesh_owner",
+		"GRANT CONNECT ON DATABASE postgres TO mesh_node",
+		"ALTER DEFAULT PRIVILEGES FOR ROLE mesh_owner GRANT USAGE ON SCHEMAS TO mesh_node",
+		"ALTER DEFAULT PRIVILEGES FOR ROLE mesh_owner GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO mesh_node",
+		"ALTER DEFAULT PRIVILEGES FOR ROLE mesh_owner GRANT USAGE, SELECT ON SEQUENCES TO mesh_node",
+		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+	};
+	for (size_t i = 0; i < sizeof grants / sizeof grants[0]; i++)
+		store_env_sql1(&e, grants[i]);
+	/* the harness's URL names user=mesh: the same URL with another user */
+	snprintf(owner, sizeof owner, "%s", base);
+	snprintf(node, sizeof node, "%s", base);
+	char *u = strstr(owner, "user=mesh");
+	ASSERT_TRUE(u != NULL);
+	snprintf(u, sizeof owner - (size_t)(u - owner), "user=mesh_owner");
+	u = strstr(node, "user=mesh");
+	snprintf(u, sizeof node - (size_t)(u - node), "user=mesh_node");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store init '%s'", MESH, owner), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s store status '%s'", MESH, node), 0);
+	int rc = t_sh(out, sizeof out, 1, "%s run -j 2 --store '%s#g' --chunks 300 -- echo c{} | sort -u | wc -l", MESH,
+		      node);
+	EXPECT_EQ(rc, 0);
+	EXPECT_EQ(atoi(out), 300);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'g'"), 300);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#h' 50 && %s job harvest '%s#h' x h 50 30 h1 -- true", MESH,
+		       node, MESH, node),
+		  0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'h'"), 50);
+	/* and nothing more: the node role cannot migrate or drop */
+	EXPECT_NE(t_sh(out, sizeof out, 1, "psql -q -X -h %s -U mesh_node -d postgres -c 'DROP TABLE mesh.jobs'", e.pgdir),
+		  0);
+	EXPECT_CONTAINS(out, "must be owner");
+	store_env_stop(&e);
+}
+
+/* The SQL block of docs/cluster.md that follows marker, into a file of
+ * this test's directory (path), the day of the pruning made a second. */
+static void doc_sql(const char *marker, const char *path)
+{
+	char *doc = t_read_file(t_src("docs/cluster.md"), NULL);
+	ASSERT_TRUE(doc != NULL);
+	char *m = strstr(doc, marker), *b = m ? strstr(m, "```sql\n") : NULL, *end = b ? strstr(b + 7, "\n```") : NULL;
+	ASSERT_TRUE(end != NULL);
+	end[1] = 0;
+	for (char *d; (d = strstr(b, "86400000000"));)
+		memcpy(d, "00001000000", 11);
+	t_write_file(path, b + 7);
+	free(doc);
+}
+
+/* docs/cluster.md's pruning SQL, run as written there: a job that ended
+ * (its node stopped over a "day" ago, a second here) leaves no row in
+ * any table; a job still running keeps every row and completes.  And its
+ * monitoring queries run. */
+TEST_TIMEOUT(store_pg_ops_prune_sql_removes_only_ended_jobs, 90)
+{
+	struct store_env e;
+	char url[600], q[300];
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run --store '%s#a' --chunks 300 -- true", MESH, url), 0);
+	long a = (long)store_env_sql1(&e, "SELECT id FROM mesh.jobs WHERE name = 'a'");
+	ASSERT_GT(a, 0);
+	uint64_t tb = t_now_ms();
+	pid_t b = spawn_sh("%s run -j 1 --store '%s#b' --chunks 2 -- sleep 6 >b.out 2>&1", MESH, url);
+	for (int i = 0; i < 300 && store_env_sql(&e, "SELECT count(*) FROM mesh.nodes d JOIN mesh.jobs j ON j.id = d.job"
+						    " WHERE j.name = 'b' AND NOT d.stopped") < 1;
+	     i++)
+		usleep(20 * 1000);
+	fprintf(stderr, "b's node seen %.1f s after its start\n", (t_now_ms() - tb) / 1000.0);
+	usleep(1500 * 1000); /* a's "day" */
+	doc_sql("**Pruning.**", "prune.sql");
+	doc_sql("**Monitoring.**", "monitor.sql");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "psql -q -X -v ON_ERROR_STOP=1 -h %s -U mesh -d postgres -f prune.sql", e.pgdir),
+		  0);
+	static const char *const tables[] = {"results", "specs", "copies", "durations", "chunks", "blocks",
+					     "ranges", "done_words", "counts", "nodes"};
+	for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+		snprintf(q, sizeof q, "SELECT count(*) FROM mesh.%s WHERE job = %ld", tables[i], a);
+		EXPECT_EQ(store_env_sql1(&e, q), 0);
+	}
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.jobs WHERE name = 'a'"), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.jobs WHERE name = 'b'"), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes d JOIN mesh.jobs j ON j.id = d.job WHERE j.name = 'b'"),
+		  1);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "psql -q -X -v ON_ERROR_STOP=1 -h %s -U mesh -d postgres -f monitor.sql", e.pgdir),
+		  0);
+	EXPECT_CONTAINS(out, "mesh run b");
+	int ws;
+	ASSERT_EQ(waitpid(b, &ws, 0), b);
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'b'"), 2);
+	store_env_stop(&e);
+}
+
+/* A node that starts on a job other nodes are running says it joins
+ * them, not that it resumes (issue 32: "resuming: 41/3000 already
+ * done"). */
+TEST_TIMEOUT(store_pg_ops_second_node_says_joining, 90)
+{
+	struct store_env e;
+	char url[600];
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	pid_t a = spawn_sh("%s run -j 2 --store '%s#jn' --chunks 30 -- sh -c 'sleep 0.3' >/dev/null 2>a.err", MESH, url);
+	for (int i = 0; i < 1000 && store_env_sql(&e, "SELECT done FROM mesh.job_counts WHERE name = 'jn'") < 2; i++)
+		usleep(20 * 1000);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s run -j 2 --store '%s#jn' --chunks 30 -- sh -c 'sleep 0.3' 2>&1 >/dev/null",
+		       MESH, url),
+		  0);
+	int ws;
+	ASSERT_EQ(waitpid(a, &ws, 0), a);
+	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	EXPECT_CONTAINS(out, "mesh run: joining: ");
+	EXPECT_CONTAINS(out, "leased by other nodes");
+	EXPECT_TRUE(strstr(out, "resuming") == NULL);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'jn'"), 30);
+	store_env_stop(&e);
+}
