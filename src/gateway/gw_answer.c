@@ -100,12 +100,15 @@ int mesh__gw_answer_insert(struct mesh_buf *b, size_t from, const char *h, size_
 	return 0;
 }
 
-/* OpenAI's model object for p's model k, with the program and its state
- * (and its last failed start, if that is its state now).  g->mu held. */
+/* OpenAI's model object for p's name k (mesh__gw_name), with the program
+ * and its state (and its last failed start, if that is its state now); an
+ * alias says the first model it stands for.  g->mu held. */
 static json_t *model_json(const struct mesh__gw_prog *p, size_t k)
 {
-	json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "id", p->img.m.models[k], "object", "model", "created", 0,
+	json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "id", mesh__gw_name(p, k), "object", "model", "created", 0,
 			      "owned_by", "mesh", "program", p->img.m.name, "state", mesh__gw_state_name(p));
+	if (o && k >= p->img.m.nmodels)
+		json_object_set_new(o, "alias_of", json_string(p->img.m.models[0]));
 	if (o && p->fail_gen && p->fail_gen == p->gen)
 		json_object_set_new(o, "last_error", json_string(p->fail_short));
 	return o;
@@ -116,7 +119,7 @@ int mesh__gw_answer_models(struct mesh_gw *g, struct mesh_buf *b, int close_it)
 	json_t *data = json_array();
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; i < g->nprogs; i++)
-		for (size_t k = 0; !g->progs[i]->retired && k < g->progs[i]->img.m.nmodels; k++)
+		for (size_t k = 0; !g->progs[i]->retired && k < mesh__gw_nnames(g->progs[i]); k++)
 			json_array_append_new(data, model_json(g->progs[i], k));
 	pthread_mutex_unlock(&g->mu);
 	return answer_json(b, 200, json_pack("{s:s, s:o}", "object", "list", "data", data), 0, close_it);
@@ -133,8 +136,8 @@ int mesh__gw_answer_model(struct mesh_gw *g, struct mesh_buf *b, const char *id,
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; !o && i < g->nprogs; i++) {
 		struct mesh__gw_prog *p = g->progs[i];
-		for (size_t k = 0; !o && !p->retired && k < p->img.m.nmodels; k++)
-			if (!strcmp(p->img.m.models[k], id))
+		for (size_t k = 0; !o && !p->retired && k < mesh__gw_nnames(p); k++)
+			if (!strcmp(mesh__gw_name(p, k), id))
 				o = model_json(p, k);
 	}
 	pthread_mutex_unlock(&g->mu);
@@ -150,8 +153,8 @@ int mesh__gw_answer_unknown_model(struct mesh_gw *g, struct mesh_buf *b, const c
 	size_t n = 0;
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; i < g->nprogs; i++)
-		for (size_t k = 0; !g->progs[i]->retired && k < g->progs[i]->img.m.nmodels; k++)
-			mesh_buf_addf(&m, "%s %s", n++ ? "," : "", g->progs[i]->img.m.models[k]);
+		for (size_t k = 0; !g->progs[i]->retired && k < mesh__gw_nnames(g->progs[i]); k++)
+			mesh_buf_addf(&m, "%s %s", n++ ? "," : "", mesh__gw_name(g->progs[i], k));
 	pthread_mutex_unlock(&g->mu);
 	if (!n)
 		mesh_buf_adds(&m, " none (no backend = \"http\" program in the catalog)");

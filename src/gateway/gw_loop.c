@@ -119,6 +119,7 @@ struct lconn {
 	size_t bpos;   /* S_BODY: where the framer's reading is in buf */
 	struct mesh_buf body; /* S_BODY: the chunked body decoded so far */
 	struct mesh__gw_prog *p;
+	int64_t keep;		/* its body's keep_alive (gw_json.h) */
 	struct mesh__gw_wait w; /* its wait for a place */
 	uint64_t t0, t_q;	/* the head read (routed; 0: not yet); the wait's start */
 	uint64_t queued_ns;	/* how long it waited for a start or a place (0: none) */
@@ -740,6 +741,64 @@ static void cors_fields(struct lconn *lc, const struct mesh__gw_door *d)
 	lc->cors = 1;
 }
 
+/* The request's body becomes body (what its program's filters, aliases
+ * and the keep_alive made of it): the buffer is rebuilt as the bytes before
+ * the forwarded fields, those fields but Content-Length, a Content-Length
+ * of the new body, the body, then the bytes after the request (the next
+ * one's).  0, or -1 (no memory). */
+static int rebody(struct lconn *lc, const struct mesh_buf *body)
+{
+	struct req *r = &lc->r;
+	struct mesh_buf nb = MESH_BUF_INIT;
+	size_t at = r->fwd_off, l = at, after = r->head_len + (size_t)r->cl, nlen, vlen;
+	const char *name, *val;
+	int rc = mesh_buf_add(&nb, lc->buf, r->fwd_off);
+	for (; !rc && mesh_hframe_field(lc->buf, r->head_len, &at, &name, &nlen, &val, &vlen); l = at)
+		if (nlen != 14 || strncasecmp(name, "content-length", 14))
+			rc = mesh_buf_add(&nb, lc->buf + l, at - l);
+	rc = rc ? rc : mesh_buf_addf(&nb, "Content-Length: %zu\r\n\r\n", body->len);
+	size_t head = nb.len;
+	rc = rc ? rc : mesh_buf_add(&nb, body->p, body->len);
+	rc = rc ? rc : mesh_buf_add(&nb, lc->buf + after, lc->have - after);
+	if (rc || mesh_buf_grow(&nb, 1)) {
+		mesh_buf_release(&nb);
+		return -1;
+	}
+	free(lc->buf);
+	lc->cap = nb.cap;
+	lc->buf = mesh_buf_detach(&nb, &lc->have);
+	r->head_len = head;
+	r->cl = body->len;
+	return 0;
+}
+
+/* A request routed by its body's model to p: its body rewritten when p's
+ * manifest asks (upstream_model, [filters]) or it has a keep_alive (taken
+ * off, into lc->keep).  0, or -1: answered (a bad keep_alive) or killed. */
+static int edit_body(struct lconn *lc, const struct mesh__gw_prog *p)
+{
+	const struct mesh_manifest *m = &p->img.m;
+	struct mesh__gw_edit e = {.model = m->upstream_model, .strip = m->strip_params, .nstrip = m->nstrip_params,
+				  .defaults = m->defaults, .ndefaults = m->ndefaults};
+	struct req *r = &lc->r;
+	struct mesh_buf nb = MESH_BUF_INIT;
+	char why[256];
+	if (!mesh__gw_body_needs_edit(lc->buf + r->head_len, (size_t)r->cl, &e))
+		return 0;
+	int rc = mesh__gw_body_edit(lc->buf + r->head_len, (size_t)r->cl, &e, &nb, &lc->keep, why, sizeof why);
+	if (rc == MESH_E_PARSE) {
+		answer_error(lc, 400, "invalid_request_error", "invalid_keep_alive", why, 0, lc->close_it);
+		return -1;
+	}
+	if (rc || rebody(lc, &nb)) {
+		mesh_buf_release(&nb);
+		kill_conn(lc);
+		return -1;
+	}
+	mesh_buf_release(&nb);
+	return 0;
+}
+
 /* A whole request in the buffer (head, Content-Length body): what it is
  * for, and the answer of meshd's own or the wait for its program's place. */
 static void route(struct lconn *lc)
@@ -766,6 +825,7 @@ static void route(struct lconn *lc)
 	r->fwd_off = mesh_hframe_head_forward(lc->buf, &r->h);
 	lc->t0 = mesh_mono_ns();
 	lc->model[0] = 0;
+	lc->keep = MESH__GW_KEEP_ABSENT;
 	lc->close_it = r->close;
 	memset(&lc->w, 0, sizeof lc->w);
 	lc->w.rid = lc->rid;
@@ -841,6 +901,8 @@ static void route(struct lconn *lc)
 		answer_error(lc, 403, "invalid_request_error", "upstream_path_not_allowed", m, 0, lc->close_it);
 		return;
 	}
+	if (path != upath && edit_body(lc, p))
+		return;
 	/* The request line as "%s %s %s\r\n", without printf's cost; made
 	 * before the wait: a cold start's supervisor may send it itself. */
 	size_t ml = strlen(r->method), pl = strlen(path), vl = strlen(r->version);
@@ -1130,7 +1192,7 @@ static void end_request(struct lconn *lc, int code)
 	up_close(lc); /* not kept (relay() keeps a whole response's) */
 	if (code == -1)
 		lc->o.client_close = 1;
-	mesh__gw_release(p);
+	mesh__gw_release(p, lc->keep);
 	int status = relay_end(lc, code, &b);
 	uint64_t now = mesh_mono_ns();
 	mesh__gw_count(p, lc->model, status, lc->t0, b.len ? now : lc->o.t_first, now, lc->queued_ns,

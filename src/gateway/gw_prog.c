@@ -229,11 +229,11 @@ static const char *model_clash(struct mesh__gw_prog *const *v, size_t n, const s
 {
 	for (size_t i = 0; i < n; i++)
 		if (v[i] && v[i] != p)
-			for (size_t k = 0; k < p->img.m.nmodels; k++)
-				for (size_t l = 0; l < v[i]->img.m.nmodels; l++)
-					if (!strcmp(p->img.m.models[k], v[i]->img.m.models[l])) {
+			for (size_t k = 0; k < mesh__gw_nnames(p); k++)
+				for (size_t l = 0; l < mesh__gw_nnames(v[i]); l++)
+					if (!strcmp(mesh__gw_name(p, k), mesh__gw_name(v[i], l))) {
 						*other = v[i];
-						return p->img.m.models[k];
+						return mesh__gw_name(p, k);
 					}
 	return NULL;
 }
@@ -307,13 +307,23 @@ void mesh__gw_progs_free(struct mesh_gw *g)
 	g->nvml = NULL;
 }
 
+size_t mesh__gw_nnames(const struct mesh__gw_prog *p)
+{
+	return p->img.m.nmodels + p->img.m.naliases;
+}
+
+const char *mesh__gw_name(const struct mesh__gw_prog *p, size_t k)
+{
+	return k < p->img.m.nmodels ? p->img.m.models[k] : p->img.m.aliases[k - p->img.m.nmodels];
+}
+
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model)
 {
 	struct mesh__gw_prog *found = NULL;
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; !found && i < g->nprogs; i++)
-		for (size_t k = 0; !g->progs[i]->retired && k < g->progs[i]->img.m.nmodels; k++)
-			if (!strcmp(g->progs[i]->img.m.models[k], model)) {
+		for (size_t k = 0; !g->progs[i]->retired && k < mesh__gw_nnames(g->progs[i]); k++)
+			if (!strcmp(mesh__gw_name(g->progs[i], k), model)) {
 				found = g->progs[i];
 				break;
 			}
@@ -434,6 +444,8 @@ static void stop(struct mesh__gw_prog *p, const char *why, int measure_first)
 		return;
 	p->state = GW_STOPPING;
 	p->held_for = 0;
+	p->keep_until = 0; /* a keep_alive held that process, not the next */
+	p->keep_unload = 0;
 	snprintf(p->stop_why, sizeof p->stop_why, "%s", why);
 	p->stop_t0 = mesh_mono_ns();
 	/* An idle connection must not hold up its graceful stop. */
@@ -630,24 +642,28 @@ static void sooner(uint64_t *next, uint64_t t)
 
 /* Under mu, warm: stopped when idle for its TTL by the policy table (as
  * for mesh serve: one worker, no floor, the last one lingers for the idle
- * TTL) or when meshd stops; else when to look again.  Busy, it looks again
+ * TTL) but while a keep_alive holds it, when idle after a keep_alive of 0,
+ * or when meshd stops; else when to look again.  Busy, it looks again
  * an idle TTL from now (a request's end does not arm the tick, but with a
  * TTL of 0). */
 static void idle_check(struct mesh__gw_prog *p, uint64_t now, uint64_t *next)
 {
 	uint64_t ttl = p->img.m.idle_ttl_ns;
-	int idle = !p->inflight && !p->waiting;
+	int idle = !p->inflight && !p->waiting, kept = p->keep_until > now;
 	struct mesh_as_config pol = {.min_workers = 0, .max_workers = 1, .target_concurrency = 1,
 				     .idle_ttl = (int64_t)ttl, .linger = (int64_t)ttl};
 	struct mesh_as_obs o = {.warm = 1,
 				.demand = (uint64_t)p->inflight + p->waiting,
 				.idle = idle && now > p->last_end ? (int64_t)(now - p->last_end) : 0};
 	struct mesh_as_plan plan;
-	if (p->g->stopping || (mesh_as_plan(&pol, &o, &plan) == 0 && plan.action == MESH_AS_REAP)) {
-		stop(p, p->g->stopping ? "shutdown" : "idle", !p->g->stopping);
+	if (p->g->stopping || (idle && p->keep_unload) ||
+	    (!kept && mesh_as_plan(&pol, &o, &plan) == 0 && plan.action == MESH_AS_REAP)) {
+		stop(p, p->g->stopping ? "shutdown" : p->keep_unload ? "keep_alive 0" : "idle", !p->g->stopping);
 		return;
 	}
-	if (idle)
+	if (idle && kept)
+		sooner(next, p->keep_until == UINT64_MAX ? 0 : p->keep_until);
+	else if (idle)
 		sooner(next, p->last_end + ttl > now ? p->last_end + ttl : now + MESH_NS_PER_MS);
 	else if (ttl)
 		sooner(next, now + ttl);
@@ -1246,6 +1262,8 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 		p->gen++;
 		p->state = GW_STARTING;
 		p->pid = 0;
+		p->keep_until = 0; /* a keep_alive held the last process (a crash ends none in stop) */
+		p->keep_unload = 0;
 		g->nlive++;
 		w->start = 1;
 		w->gen = p->gen;
@@ -1309,15 +1327,29 @@ void mesh__gw_acquire_cancel(struct mesh__gw_wait *w)
 	pthread_mutex_unlock(&w->p->g->mu);
 }
 
-void mesh__gw_release(struct mesh__gw_prog *p)
+void mesh__gw_release(struct mesh__gw_prog *p, int64_t keep)
 {
+	uint64_t now = mesh_mono_ns();
 	pthread_mutex_lock(&p->g->mu);
 	p->inflight--;
+	if (keep != MESH__GW_KEEP_ABSENT) {
+		/* The last keep_alive said decides 0 and forever; a duration
+		 * never shortens a longer hold. */
+		p->keep_unload = keep == 0;
+		if (keep == 0)
+			p->keep_until = 0;
+		else if (keep == MESH__GW_KEEP_FOREVER)
+			p->keep_until = UINT64_MAX;
+		else if (now + (uint64_t)keep > p->keep_until)
+			p->keep_until = now + (uint64_t)keep;
+	}
 	if (!p->inflight) {
-		p->last_end = mesh_mono_ns();
+		p->last_end = now;
 		/* The tick looks again an idle TTL after it saw it busy
-		 * (idle_check): no wake-up a request, but for a TTL of 0. */
-		if (!p->img.m.idle_ttl_ns || p->retired)
+		 * (idle_check): no wake-up a request, but for a TTL of 0,
+		 * a retired program and a keep_alive (its hold's end, or its
+		 * unload). */
+		if (!p->img.m.idle_ttl_ns || p->retired || keep != MESH__GW_KEEP_ABSENT || p->keep_unload)
 			arm(p->g, p->last_end);
 		enforce(p->g); /* over the budget, an idle program goes */
 	}
@@ -1357,10 +1389,11 @@ void mesh__gw_count(struct mesh__gw_prog *p, const char *model, int status, uint
 {
 	const struct mesh_hist_bounds *b = &mesh_gw_seconds_bounds;
 	pthread_mutex_lock(&p->g->mu);
-	for (size_t k = 0; p->mcounts && k < p->img.m.nmodels; k++) {
-		if (strcmp(p->img.m.models[k], model))
+	/* An alias counts for the model it stands for (its first: alias_of). */
+	for (size_t k = 0; p->mcounts && p->img.m.nmodels && k < mesh__gw_nnames(p); k++) {
+		if (strcmp(mesh__gw_name(p, k), model))
 			continue;
-		struct mesh_gw_model_counts *c = &p->mcounts[k];
+		struct mesh_gw_model_counts *c = &p->mcounts[k < p->img.m.nmodels ? k : 0];
 		c->requests[mesh_gw_code_of(status)]++;
 		mesh_hist_observe(&c->latency, b, now > t0 ? now - t0 : 0);
 		if (t_first)
@@ -1555,7 +1588,7 @@ int mesh_gw_program_start(struct mesh_gw *g, const char *name, pid_t *pid, char 
 			pthread_mutex_lock(&g->mu);
 			*pid = p->pid;
 			pthread_mutex_unlock(&g->mu);
-			mesh__gw_release(p);
+			mesh__gw_release(p, MESH__GW_KEEP_ABSENT);
 			return 0;
 		}
 		if (code > 1) {

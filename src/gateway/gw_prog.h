@@ -18,6 +18,7 @@
 
 #include "gateway/gw.h"
 #include "gateway/gw_guard.h"
+#include "gateway/gw_json.h"
 #include "gpu/nvml.h"
 #include "host/host.h"
 
@@ -114,6 +115,12 @@ struct mesh__gw_prog {
 	 * swap_seq; 0: not): requests for it that came after that swap wait
 	 * behind it; it is stopped once those before have ended. */
 	uint64_t held_for;
+	/* mu: a request's keep_alive (mesh__gw_release) holds its process
+	 * warm until then, whatever its idle_ttl (UINT64_MAX: until a
+	 * keep_alive of 0, a stop or the budget; 0: none); keep_unload: the
+	 * last keep_alive was 0, it stops once no request is in flight. */
+	uint64_t keep_until;
+	int keep_unload;
 	int pick;		/* mu: make_room's scratch */
 	/* mu: a reload took it out of the catalog (changed: its successor
 	 * serves its models; removed: none does), since retired_t0: no new
@@ -204,7 +211,11 @@ void mesh__gw_conn_unlink(struct mesh_gw *g, struct mesh__gw_conn *c);
  * g->host.  0 or a code, *err. */
 int mesh__gw_catalog(struct mesh_gw *g, char **err);
 void mesh__gw_progs_free(struct mesh_gw *g);
-/* The program serving model, or NULL (takes mu). */
+/* The names a request's model may give p: its models, then its aliases;
+ * how many, and the k-th (p's, read-only). */
+size_t mesh__gw_nnames(const struct mesh__gw_prog *p);
+const char *mesh__gw_name(const struct mesh__gw_prog *p, size_t k);
+/* The program serving model (one of its names), or NULL (takes mu). */
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model);
 /* A request's wait for a place in its program (its loop's: it parks the
  * request and asks again when told to look, or at until).  Set p, and
@@ -243,8 +254,9 @@ void mesh__gw_acquire_cancel(struct mesh__gw_wait *w);
 /* Under mu: what a waiting request waits for may have changed (a start's
  * end, a place free, the budget, the drain): the look hook, when one waits. */
 void mesh__gw_look(struct mesh_gw *g);
-/* The request ended. */
-void mesh__gw_release(struct mesh__gw_prog *p);
+/* The request ended; keep: its keep_alive (gw_json.h: MESH__GW_KEEP_ABSENT,
+ * _FOREVER, or nanoseconds, 0: unload p once no request is in flight). */
+void mesh__gw_release(struct mesh__gw_prog *p, int64_t keep);
 /* An idle connection to p's process on port (a start's probe connection
  * its first request did not ride), or -1 (none: connect). */
 int mesh__gw_pool_get(struct mesh__gw_prog *p, int port);

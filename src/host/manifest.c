@@ -57,8 +57,11 @@ static const struct field fields[] = {
 	{"", "memory", K_SIZE, 1 << 20, 1ull << 50, OFF(memory)},
 	{"lifecycle", "start_timeout", K_DURATION, 1000000ull, 24 * H, OFF(start_timeout_ns)},
 	{"", "upstream_paths", K_STRV, 1, 64, OFF(upstream_paths)},
+	{"", "aliases", K_STRV, 1, MESH_MODELS_MAX, OFF(aliases)},
+	{"", "upstream_model", K_TEXT, 0, 0, OFF(upstream_model)},
+	{"filters", "strip_params", K_STRV, 1, 64, OFF(strip_params)},
 };
-static const char *const tables[] = {"", "env", "limits", "lifecycle", "source"};
+static const char *const tables[] = {"", "env", "limits", "lifecycle", "source", "filters", "filters.defaults"};
 
 struct ctx {
 	const char *file;
@@ -205,6 +208,8 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 	case K_HASH: {
 		if (f->kind == K_HASH && (!*it->str || strlen(it->str) > 256))
 			return fail(x, WHERE, "'source.hash' must be 1 to 256 characters");
+		if (f->off == OFF(upstream_model) && (!*it->str || strlen(it->str) > 256))
+			return fail(x, WHERE, "'upstream_model' must be 1 to 256 bytes");
 		char **dst = (char **)(base + f->off);
 		if (!(*dst = strdup(it->str)))
 			return -ENOMEM;
@@ -227,7 +232,8 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 			return fail(x, WHERE, "'backend' must be \"native\" or \"http\", not \"%s\"", it->str);
 		return 0;
 	case K_STRV: {
-		int models = f->off == OFF(models), paths = f->off == OFF(upstream_paths);
+		int models = f->off == OFF(models) || f->off == OFF(aliases), paths = f->off == OFF(upstream_paths);
+		int strip = f->off == OFF(strip_params);
 		if (it->n < f->min || it->n > f->max)
 			return fail(x, WHERE, "'%s' must have %llu to %llu entries", f->key, (unsigned long long)f->min,
 				    (unsigned long long)f->max);
@@ -235,8 +241,10 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 			const char *v = it->arr[i];
 			if (!*v)
 				return fail(x, WHERE, "'%s' has an empty entry", f->key);
-			if (models && strlen(v) > 256)
-				return fail(x, WHERE, "model \"%.32s...\" is longer than 256 bytes", v);
+			if ((models || strip) && strlen(v) > 256)
+				return fail(x, WHERE, "%s \"%.32s...\" is longer than 256 bytes", models ? "model" : "parameter", v);
+			if (strip && !strcmp(v, "model"))
+				return fail(x, WHERE, "'filters.strip_params' cannot strip \"model\" (use upstream_model to rewrite it)");
 			for (const char *c = v; models && *c; c++)
 				if ((unsigned char)*c < 0x21 || *c == 0x7f || *c == '/' || *c == '"' || *c == '\\')
 					return fail(x, WHERE, "model \"%s\" has a space, a control byte, '/', '\"' or '\\'", v);
@@ -252,8 +260,12 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		char ***dst = (char ***)(base + f->off);
 		if (!(*dst = dup_strv(it->arr, it->n)))
 			return -ENOMEM;
-		if (models)
+		if (f->off == OFF(models))
 			m->nmodels = it->n;
+		else if (f->off == OFF(aliases))
+			m->naliases = it->n;
+		else if (strip)
+			m->nstrip_params = it->n;
 		else if (paths)
 			m->nupstream_paths = it->n;
 		else
@@ -412,6 +424,47 @@ static int env_name_ok(const char *k)
 	return 1;
 }
 
+/* A [filters.defaults] entry: a string, an integer or a boolean for a
+ * top-level member other than "model". */
+static int add_default(struct ctx *x, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	if (!strcmp(it->key, "model"))
+		return fail(x, it->line, it->col, "'filters.defaults' cannot set \"model\" (use upstream_model to rewrite it)");
+	if (it->type != MESH_TOML_STRING && it->type != MESH_TOML_INT && it->type != MESH_TOML_BOOL)
+		return fail(x, it->vline, it->vcol, "'filters.defaults.%s' must be a string, an integer or a boolean, not %s %s",
+			    it->key, art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
+	if (m->ndefaults == 64)
+		return fail(x, it->line, it->col, "'filters.defaults' has more than 64 entries");
+	struct mesh_manifest_default *nd = realloc(m->defaults, (m->ndefaults + 1) * sizeof *nd);
+	if (!nd)
+		return -ENOMEM;
+	m->defaults = nd;
+	struct mesh_manifest_default *d = &nd[m->ndefaults];
+	memset(d, 0, sizeof *d);
+	d->type = it->type == MESH_TOML_STRING ? MESH_VALUE_STRING : it->type == MESH_TOML_INT ? MESH_VALUE_INT : MESH_VALUE_BOOL;
+	d->i = it->i;
+	d->b = it->b;
+	if (!(d->key = strdup(it->key)) || (it->type == MESH_TOML_STRING && !(d->str = strdup(it->str)))) {
+		free(d->key);
+		return -ENOMEM;
+	}
+	m->ndefaults++;
+	return 0;
+}
+
+/* No alias is also one of the models (a name routes to one place). */
+static int aliases_distinct(struct ctx *x, const struct mesh_toml *t, const struct mesh_manifest *m)
+{
+	for (size_t i = 0; i < m->naliases; i++)
+		for (size_t k = 0; k < m->nmodels; k++)
+			if (!strcmp(m->aliases[i], m->models[k]))
+				for (size_t j = 0; j < t->n; j++)
+					if (t->items[j].key && !*t->items[j].table && !strcmp(t->items[j].key, "aliases"))
+						return fail(x, t->items[j].vline, t->items[j].vcol,
+							    "alias \"%s\" is also in 'models'", m->aliases[i]);
+	return 0;
+}
+
 void mesh_manifest_release(struct mesh_manifest *m)
 {
 	free(m->name);
@@ -436,6 +489,18 @@ void mesh_manifest_release(struct mesh_manifest *m)
 	for (size_t i = 0; m->upstream_paths && i < m->nupstream_paths; i++)
 		free(m->upstream_paths[i]);
 	free(m->upstream_paths);
+	for (size_t i = 0; m->aliases && i < m->naliases; i++)
+		free(m->aliases[i]);
+	free(m->aliases);
+	free(m->upstream_model);
+	for (size_t i = 0; m->strip_params && i < m->nstrip_params; i++)
+		free(m->strip_params[i]);
+	free(m->strip_params);
+	for (size_t i = 0; i < m->ndefaults; i++) {
+		free(m->defaults[i].key);
+		free(m->defaults[i].str);
+	}
+	free(m->defaults);
 	memset(m, 0, sizeof *m);
 }
 
@@ -477,7 +542,8 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 					break;
 			if (k == sizeof tables / sizeof tables[0])
 				rc = fail(&x, it->line, it->col,
-					  "unknown table [%s] (known: env, limits, lifecycle, source)", it->table);
+					  "unknown table [%s] (known: env, limits, lifecycle, source, filters, filters.defaults)",
+					  it->table);
 			continue;
 		}
 		if (strcmp(it->table, "env") == 0) {
@@ -519,6 +585,11 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 			m->env[m->nenv] = NULL;
 			continue;
 		}
+		if (strcmp(it->table, "filters.defaults") == 0) {
+			seen_http = seen_http ? seen_http : it->line;
+			rc = add_default(&x, it, m);
+			continue;
+		}
 		const struct field *f = NULL;
 		for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
 			if (strcmp(fields[k].table, it->table) == 0 && strcmp(fields[k].key, it->key) == 0)
@@ -538,7 +609,7 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 			seen_native = seen_native ? seen_native : it->line;
 		else if (f->kind == K_STRV || f->kind == K_PATH || f->off == OFF(probe_status) ||
 			 f->off == OFF(max_concurrency) || f->off == OFF(group) || f->off == OFF(start_timeout_ns) ||
-			 f->off == OFF(memory))
+			 f->off == OFF(memory) || f->off == OFF(upstream_model))
 			seen_http = seen_http ? seen_http : it->line;
 		rc = set_field(&x, f, it, m);
 		if (!rc && f->kind == K_NAME && f->off == OFF(name) && expect_name && strcmp(m->name, expect_name) != 0)
@@ -554,13 +625,16 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 		if (seen_native)
 			rc = fail(&x, seen_native, 1,
 				  "this key is for native programs; backend = \"http\" takes command, models, probe_path, "
-				  "probe_status, max_concurrency, group, memory, upstream_paths, lifecycle.start_timeout");
+				  "probe_status, max_concurrency, group, memory, upstream_paths, aliases, upstream_model, "
+				  "[filters], lifecycle.start_timeout");
 		else if (!m->command)
 			rc = fail(&x, 1, 1, "'command' is missing: backend = \"http\" needs the server's command line");
 		else if (!port)
 			rc = fail(&x, 1, 1, "'command' must contain {port}: the loopback port meshd picks for the server");
 		else if (!m->models)
 			rc = fail(&x, 1, 1, "'models' is missing: backend = \"http\" needs the model names it serves");
+		else
+			rc = aliases_distinct(&x, &t, m);
 	} else if (!rc && seen_http) {
 		rc = fail(&x, seen_http, 1, "this key is for HTTP programs: add backend = \"http\"");
 	} else if (!rc && !have_backends)

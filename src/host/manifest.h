@@ -40,6 +40,12 @@
  *   group = "big"                 # programs of one group are never evicted for each other
  *   memory = "24G"                # what it needs (RAM or VRAM), for meshd's --http-memory budget
  *   upstream_paths = ["/props"]   # what /upstream/<model>/PATH may reach: path prefixes, or "*" (default none)
+ *   aliases = ["gpt-4o-mini"]     # more `model` names routed to it (listed by /v1/models as well)
+ *   upstream_model = "qwen2.5-7b-instruct-q4" # the `model` sent to the server, whatever name was asked
+ *   [filters]
+ *   strip_params = ["top_p"]      # top-level members of a JSON body removed before it goes on
+ *   [filters.defaults]            # members set when the body lacks them (strings, integers, booleans)
+ *   max_tokens = 512
  *   [lifecycle]
  *   start_timeout = "120s"        # spawn to warm (default 300 s)
  * `idle_ttl`, `[env]`, `[limits]`, `stop_signal`, `stop_grace` and `user`
@@ -57,6 +63,17 @@
 #include <stdint.h>
 
 enum mesh_device { MESH_DEVICE_CPU, MESH_DEVICE_GPU };
+enum mesh_value_type { MESH_VALUE_STRING, MESH_VALUE_INT, MESH_VALUE_BOOL };
+
+/* One [filters.defaults] entry: a JSON body's top-level member key gets this
+ * value when the body lacks it. */
+struct mesh_manifest_default {
+	char *key;
+	enum mesh_value_type type;
+	char *str; /* STRING */
+	int64_t i; /* INT */
+	int b;	   /* BOOL */
+};
 enum mesh_backend { MESH_BACKEND_NATIVE, MESH_BACKEND_HTTP };
 
 #define MESH_READY_TIMEOUT_NS (60ull * 1000000000ull)
@@ -103,6 +120,17 @@ struct mesh_manifest {
 	 * whole segments, or "*": all); NULL-terminated; NULL: none. */
 	char **upstream_paths;
 	size_t nupstream_paths;
+	/* More names routed to it, distinct from models (NULL-terminated;
+	 * NULL: none); the model name sent upstream (NULL: the one asked). */
+	char **aliases;
+	size_t naliases;
+	char *upstream_model;
+	/* [filters]: members stripped (NULL-terminated; NULL: none), and
+	 * those set when absent (in the file's order). */
+	char **strip_params;
+	size_t nstrip_params;
+	struct mesh_manifest_default *defaults;
+	size_t ndefaults;
 };
 
 /* Parses and checks a manifest (len bytes of text; file names it in

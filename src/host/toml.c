@@ -522,11 +522,24 @@ int mesh_toml_parse(const char *file, const char *text, size_t len, struct mesh_
 			if (!name)
 				break;
 			skip_ws(&c);
-			if (peek(&c) == '.') {
+			/* [a.b]: the table named "a.b" (what TOML makes of it
+			 * for the keys in it; no key "b" is made in [a]). */
+			while (name && peek(&c) == '.') {
+				c.pos++;
+				skip_ws(&c);
+				char *part = bare_key(&c, "table name");
+				char *joined = part ? malloc(strlen(name) + strlen(part) + 2) : NULL;
+				if (joined)
+					sprintf(joined, "%s.%s", name, part);
+				else if (part)
+					c.rc = -ENOMEM;
+				free(part);
 				free(name);
-				fail_at(&c, c.pos, "dotted table names are not supported");
-				break;
+				name = joined;
+				skip_ws(&c);
 			}
+			if (!name)
+				break;
 			if (peek(&c) != ']') {
 				free(name);
 				fail_at(&c, c.pos, "expected ']'");

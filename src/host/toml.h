@@ -1,7 +1,8 @@
 /* A strict parser for the subset of TOML that manifests use.
  *
  * Accepted: comments (`# ...`, also after a value), `[table]` headers with a
- * bare name, `key = value` lines with bare keys ([A-Za-z0-9_-]+), and values
+ * bare name or bare names joined by dots (`[filters.defaults]`: the table
+ * "filters.defaults"), `key = value` lines with bare keys ([A-Za-z0-9_-]+), and values
  * that are basic strings ("..." with \" \\ \b \t \n \f \r \uXXXX \UXXXXXXXX),
  * literal strings ('...'), decimal integers (optional sign, `_` between
  * digits, no leading zeros), booleans, and arrays of strings (which may span

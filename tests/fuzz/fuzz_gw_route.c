@@ -3,7 +3,9 @@
  *   (mesh__gw_body_model): never crashes or leaks; a model is non-empty;
  *   and where the scan without jansson (mesh__gw_json_model) is sure, its
  *   answer is jansson's: the body parses, and its "model" is that string
- *   (or is no string where the scan found none);
+ *   (or is no string where the scan found none); and its rewrite
+ *   (mesh__gw_body_edit) is JSON without keep_alive or a stripped member,
+ *   with the model and the defaults it was given;
  * byte 0 odd: the rest follows "/upstream/" in a request target, split
  *   into model and the program's path (mesh__gw_upstream_split): the model
  *   holds no '/' or '?', the path starts with '/' and ends the target. */
@@ -37,6 +39,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			json_decref(j);
 		}
+		static char *strip[] = {"temperature", "top_p", NULL};
+		static const struct mesh_manifest_default d[] = {{.key = "max_tokens", .type = MESH_VALUE_INT, .i = 512},
+								 {.key = "top_p", .type = MESH_VALUE_BOOL, .b = 1}};
+		struct mesh__gw_edit e = {.model = "up", .strip = strip, .nstrip = 2, .defaults = d, .ndefaults = 2};
+		struct mesh_buf b = MESH_BUF_INIT;
+		int64_t keep;
+		char why[256];
+		if (mesh__gw_body_edit(body, n, &e, &b, &keep, why, sizeof why) == 0) {
+			json_t *j = json_loadb(b.p, b.len, 0, NULL), *in = json_loadb(body, n, 0, NULL), *dflt = json_integer(512);
+			const char *um = json_string_value(json_object_get(j, "model"));
+			json_t *mt = in ? json_object_get(in, "max_tokens") : NULL;
+			if (!j || !in || json_object_get(j, "keep_alive") || json_object_get(j, "temperature") ||
+			    !json_is_true(json_object_get(j, "top_p")) || !um || strcmp(um, "up") ||
+			    !json_equal(json_object_get(j, "max_tokens"), mt ? mt : dflt))
+				abort();
+			json_decref(dflt);
+			json_decref(j);
+			json_decref(in);
+		}
+		mesh_buf_release(&b);
 		return 0;
 	}
 	/* the request target as the head parser leaves it: NUL-terminated */

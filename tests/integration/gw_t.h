@@ -140,11 +140,10 @@ static inline int chat_request(char *req, size_t cap, const char *model, const c
 			n, keep ? "" : "Connection: close\r\n", body);
 }
 
-/* One chat completion on a new connection; the whole response in resp; its status. */
-static inline int post_chat(int port, const char *model, const char *content, int stream, char *resp, size_t cap)
+/* The request req (with Connection: close) on a new connection; the whole
+ * response in resp; its status (-1: no connection). */
+static inline int exchange(int port, const char *req, char *resp, size_t cap)
 {
-	char req[2048];
-	chat_request(req, sizeof req, model, content, stream, 0);
 	int fd = connect_to(port), status = 0;
 	resp[0] = 0;
 	if (fd < 0)
@@ -153,6 +152,14 @@ static inline int post_chat(int port, const char *model, const char *content, in
 		sscanf(resp, "HTTP/1.1 %d", &status);
 	close(fd);
 	return status;
+}
+
+/* One chat completion on a new connection; the whole response in resp; its status. */
+static inline int post_chat(int port, const char *model, const char *content, int stream, char *resp, size_t cap)
+{
+	char req[2048];
+	chat_request(req, sizeof req, model, content, stream, 0);
+	return exchange(port, req, resp, cap);
 }
 
 #endif

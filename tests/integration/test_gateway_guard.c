@@ -17,14 +17,7 @@ static int get(int port, const char *target, const char *headers, char *resp, si
 {
 	char req[2048];
 	snprintf(req, sizeof req, "GET %s HTTP/1.1\r\n%sConnection: close\r\n\r\n", target, headers);
-	int fd = connect_to(port), status = 0;
-	resp[0] = 0;
-	if (fd < 0)
-		return -1;
-	if (send_str(fd, req) == 0 && read_all(fd, resp, cap) > 0)
-		sscanf(resp, "HTTP/1.1 %d", &status);
-	close(fd);
-	return status;
+	return exchange(port, req, resp, cap);
 }
 
 TEST_TIMEOUT(gateway_api_key_file_asks_a_key_in_constant_time_compare, 60)

@@ -3,6 +3,7 @@
  * (which gw.c asks otherwise): checked on hand-picked bodies and on many
  * mutations of them. */
 #include "gateway/gw_json.h"
+#include "base/err.h"
 #include "runner/t.h"
 
 #include <jansson.h>
@@ -112,4 +113,90 @@ TEST(gw_json_model_mutations_agree_with_jansson)
 		answered += r;
 	}
 	EXPECT_GT(answered, 1000); /* it answers on many of them, not only "not sure" */
+}
+
+/* mesh__gw_body_edit (gateway/gw_json.h) of body with e: 0 and the result
+ * parsed (NULL: it is not JSON), *keep its keep_alive. */
+static json_t *edited(const char *body, const struct mesh__gw_edit *e, int64_t *keep)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	char why[256];
+	int rc = mesh__gw_body_edit(body, strlen(body), e, &b, keep, why, sizeof why);
+	EXPECT_EQ(rc, 0);
+	json_t *j = rc ? NULL : json_loadb(b.p, b.len, 0, NULL);
+	mesh_buf_release(&b);
+	return j;
+}
+
+/* What a body becomes: the members kept as they came (escapes, nesting,
+ * numbers, UTF-8), keep_alive and the stripped ones gone (every copy of a
+ * duplicated key), model rewritten, defaults added where absent. */
+TEST(gw_json_body_edit_keeps_what_it_does_not_touch)
+{
+	static char *strip[] = {"temperature", "top_p", NULL};
+	struct mesh_manifest_default d[] = {{.key = "max_tokens", .type = MESH_VALUE_INT, .i = 512},
+					    {.key = "top_p", .type = MESH_VALUE_STRING, .str = "forced"},
+					    {.key = "stream", .type = MESH_VALUE_BOOL, .b = 1}};
+	struct mesh__gw_edit e = {.model = "up\"model", .strip = strip, .nstrip = 2, .defaults = d, .ndefaults = 3};
+	int64_t keep;
+	json_t *j = edited(" {\"model\" : \"a\", \"temp\\u0065rature\":0.7,\"top_p\":1e-3 ,\"keep_alive\":\"5m\","
+			   "\"messages\":[{\"content\":\"\\\"}{,\\u00e9 \xc3\xa9\"}],\"x\":{\"temperature\":[1,{}]},"
+			   "\"n\":0.1, \"stream\":false,\"temperature\":2} \n",
+			   &e, &keep);
+	ASSERT_TRUE(j != NULL);
+	EXPECT_EQ(keep, 5ll * 60 * 1000000000);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "model")), "up\"model");
+	EXPECT_TRUE(json_object_get(j, "temperature") == NULL);
+	EXPECT_TRUE(json_object_get(j, "keep_alive") == NULL);
+	EXPECT_STREQ(json_string_value(json_object_get(j, "top_p")), "forced"); /* stripped, then set */
+	EXPECT_EQ(json_integer_value(json_object_get(j, "max_tokens")), 512);
+	EXPECT_TRUE(json_is_false(json_object_get(j, "stream"))); /* present: kept */
+	EXPECT_STREQ(json_string_value(json_object_get(json_array_get(json_object_get(j, "messages"), 0), "content")),
+		     "\"}{,\xc3\xa9 \xc3\xa9");
+	EXPECT_EQ(json_array_size(json_object_get(json_object_get(j, "x"), "temperature")), 2u);
+	EXPECT_TRUE(json_real_value(json_object_get(j, "n")) == 0.1);
+	EXPECT_EQ(json_object_size(j), 7u);
+	json_decref(j);
+
+	/* Nothing to do but the keep_alive; an empty object; one member. */
+	struct mesh__gw_edit none = {0};
+	j = edited("{\"keep_alive\":-1}", &none, &keep);
+	EXPECT_EQ(json_object_size(j), 0u);
+	EXPECT_EQ(keep, MESH__GW_KEEP_FOREVER);
+	json_decref(j);
+	j = edited("{}", &e, &keep);
+	EXPECT_EQ(keep, MESH__GW_KEEP_ABSENT);
+	EXPECT_EQ(json_object_size(j), 4u);
+	json_decref(j);
+}
+
+/* keep_alive's values, as Ollama takes them, and the ones refused. */
+TEST(gw_json_keep_alive_values)
+{
+	static const struct {
+		const char *v;
+		int64_t want; /* -3: refused */
+	} rows[] = {
+		{"0", 0},	     {"\"0\"", 0},	     {"\"0s\"", 0},	  {"30", 30000000000ll},
+		{"1.5", 1500000000}, {"\"5m\"", 300000000000ll}, {"\"250ms\"", 250000000}, {"-1", MESH__GW_KEEP_FOREVER},
+		{"-0.5", MESH__GW_KEEP_FOREVER}, {"\"-1m\"", MESH__GW_KEEP_FOREVER}, {"null", MESH__GW_KEEP_ABSENT},
+		{"\"7d\"", 7ll * 86400 * 1000000000}, {"\"8d\"", -3}, {"1e12", -3}, {"\"soon\"", -3}, {"true", -3},
+		{"{}", -3},	     {"\"\"", -3},	     {"\"-\"", -3},	  {"\"5 m\"", -3},
+	};
+	struct mesh__gw_edit none = {0};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		char body[128], why[256] = "";
+		struct mesh_buf b = MESH_BUF_INIT;
+		int64_t keep = 12345;
+		snprintf(body, sizeof body, "{\"model\":\"m\",\"keep_alive\":%s}", rows[i].v);
+		int rc = mesh__gw_body_edit(body, strlen(body), &none, &b, &keep, why, sizeof why);
+		if (rows[i].want == -3) {
+			if (rc != MESH_E_PARSE || !strstr(why, "'keep_alive' must be"))
+				t__fail(__FILE__, __LINE__, "row %zu (%s): rc %d, why \"%s\"", i, rows[i].v, rc, why);
+		} else if (rc || keep != rows[i].want || strcmp(b.p, "{\"model\":\"m\"}")) {
+			t__fail(__FILE__, __LINE__, "row %zu (%s): rc %d, keep %lld, body %s", i, rows[i].v, rc,
+				(long long)keep, b.p ? b.p : "");
+		}
+		mesh_buf_release(&b);
+	}
 }

@@ -54,6 +54,39 @@ TEST(manifest_http_parses_every_key)
 	EXPECT_EQ(m.start_timeout_ns, MESH_START_TIMEOUT_NS);
 	EXPECT_EQ(m.stop_signal, SIGTERM);
 	EXPECT_EQ(m.nupstream_paths, 0u); /* /upstream/ reaches none of its paths */
+	EXPECT_EQ(m.naliases, 0u);
+	EXPECT_TRUE(m.upstream_model == NULL);
+	EXPECT_EQ(m.nstrip_params, 0u);
+	EXPECT_EQ(m.ndefaults, 0u);
+	mesh_manifest_release(&m);
+}
+
+/* aliases, upstream_model, [filters] and [filters.defaults] (a dotted
+ * table header). */
+TEST(manifest_http_aliases_and_filters)
+{
+	static const char text[] = "name = \"a\"\nbackend = \"http\"\ncommand = [\"s\", \"{port}\"]\nmodels = [\"m\"]\n"
+				   "aliases = [\"gpt-4o-mini\", \"qwen\"]\n"
+				   "upstream_model = \"qwen2.5-7b-instruct-q4\"\n"
+				   "[filters]\nstrip_params = [\"temperature\", \"top_p\"]\n"
+				   "[ filters . defaults ]\nmax_tokens = 512\nstop = \"END\"\necho = false\n";
+	struct mesh_manifest m;
+	char *err = NULL;
+	ASSERT_EQ(mesh_manifest_parse("a.toml", text, strlen(text), "a", &m, &err), 0);
+	EXPECT_EQ(m.naliases, 2u);
+	EXPECT_STREQ(m.aliases[1], "qwen");
+	EXPECT_TRUE(m.aliases[2] == NULL);
+	EXPECT_STREQ(m.upstream_model, "qwen2.5-7b-instruct-q4");
+	EXPECT_EQ(m.nstrip_params, 2u);
+	EXPECT_STREQ(m.strip_params[1], "top_p");
+	ASSERT_EQ(m.ndefaults, 3u);
+	EXPECT_STREQ(m.defaults[0].key, "max_tokens");
+	EXPECT_EQ(m.defaults[0].type, MESH_VALUE_INT);
+	EXPECT_EQ(m.defaults[0].i, 512);
+	EXPECT_EQ(m.defaults[1].type, MESH_VALUE_STRING);
+	EXPECT_STREQ(m.defaults[1].str, "END");
+	EXPECT_EQ(m.defaults[2].type, MESH_VALUE_BOOL);
+	EXPECT_EQ(m.defaults[2].b, 0);
 	mesh_manifest_release(&m);
 }
 
@@ -97,6 +130,23 @@ TEST(manifest_http_errors_table)
 		{"name = \"a\"\nbackends = [\"native\"]\nmodels = [\"m\"]\n", "m.toml:3:1: this key is for HTTP programs"},
 		{"name = \"a\"\nbackends = [\"native\"]\n[lifecycle]\nstart_timeout = \"1s\"\n",
 		 "m.toml:4:1: this key is for HTTP programs"},
+		{HTTP "aliases = [\"m\"]\n", "m.toml:5:11: alias \"m\" is also in 'models'"},
+		{HTTP "aliases = [\"x\", \"x\"]\n", "m.toml:5:11: model \"x\" is listed twice"},
+		{HTTP "aliases = [\"a b\"]\n", "m.toml:5:11: model \"a b\" has a space"},
+		{HTTP "aliases = []\n", "m.toml:5:11: 'aliases' must have 1 to"},
+		{HTTP "upstream_model = \"\"\n", "m.toml:5:18: 'upstream_model' must be 1 to 256 bytes"},
+		{HTTP "upstream_model = 3\n", "m.toml:5:18: 'upstream_model' must be a string"},
+		{"name = \"a\"\nbackends = [\"native\"]\naliases = [\"x\"]\n", "m.toml:3:1: this key is for HTTP programs"},
+		{"name = \"a\"\nbackends = [\"native\"]\nupstream_model = \"x\"\n", "m.toml:3:1: this key is for HTTP programs"},
+		{"name = \"a\"\nbackends = [\"native\"]\n[filters.defaults]\nx = 1\n", "m.toml:4:1: this key is for HTTP programs"},
+		{HTTP "[filters]\nstrip_params = [\"model\"]\n", "m.toml:6:16: 'filters.strip_params' cannot strip \"model\""},
+		{HTTP "[filters]\nstrip_params = []\n", "m.toml:6:16: 'strip_params' must have 1 to"},
+		{HTTP "[filters]\nstrip_params = [\"\"]\n", "m.toml:6:16: 'strip_params' has an empty entry"},
+		{HTTP "[filters]\nset = 1\n", "m.toml:6:1: unknown key 'set' in [filters]"},
+		{HTTP "[filters.defaults]\nmodel = \"x\"\n", "m.toml:6:1: 'filters.defaults' cannot set \"model\""},
+		{HTTP "[filters.defaults]\nstop = [\"a\"]\n", "m.toml:6:8: 'filters.defaults.stop' must be a string, an integer or a boolean"},
+		{HTTP "[filters.other]\n", "m.toml:5:1: unknown table [filters.other]"},
+		{HTTP "[filters.]\n", "m.toml:5:10: expected a table name"},
 	};
 #undef HTTP
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

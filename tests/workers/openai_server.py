@@ -3,7 +3,7 @@
 
     openai_server.py --port P [--host 127.0.0.1] [--models a,b] [--start-delay S]
                      [--ready-delay S] [--token-delay S] [--tokens N]
-                     [--pid-file F] [--ready-file F] [--hang-probe] [--exit-on-start N] [--cors]
+                     [--pid-file F] [--ready-file F] [--hang-probe] [--exit-on-start N] [--cors] [--echo]
 
 Routes (HTTP/1.1, keep-alive):
   GET  /v1/models            {"object":"list","data":[{"id":M,"object":"model",...}]} for the
@@ -20,7 +20,9 @@ Routes (HTTP/1.1, keep-alive):
   GET  /health               "ok"
 Every request is logged on stdout ("req METHOD PATH", a POST with " from CLIENT-PORT"); --start-delay sleeps before listening;
 --exit-on-start N exits with N at once (a server that cannot start); --cors adds
-"Access-Control-Allow-Origin: *" to every answer (as llama-server and vLLM do).
+"Access-Control-Allow-Origin: *" to every answer (as llama-server and vLLM do); --echo adds
+to an unstreamed completion "received": the request body's bytes as they came (text) and
+"received_length": its Content-Length (a body that is not JSON is a 400, as llama-server's).
 """
 import argparse
 import json
@@ -86,8 +88,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         print("req POST", self.path, "from", self.client_address[1], flush=True)
         n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n)
         try:
-            req = json.loads(self.rfile.read(n) or b"{}")
+            req = json.loads(raw or b"{}")
         except ValueError:
             return self.send_json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
@@ -113,10 +116,13 @@ class Handler(BaseHTTPRequestHandler):
             text = " ".join(toks)
             choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                       if chat else {"index": 0, "text": text, "finish_reason": "stop"})
-            return self.send_json(200, {
+            out = {
                 "id": cid, "object": "chat.completion" if chat else "text_completion", "created": created,
                 "model": model, "choices": [choice],
-                "usage": {"prompt_tokens": 1, "completion_tokens": len(toks), "total_tokens": 1 + len(toks)}})
+                "usage": {"prompt_tokens": 1, "completion_tokens": len(toks), "total_tokens": 1 + len(toks)}}
+            if ARGS.echo:
+                out["received"], out["received_length"] = raw.decode("utf-8"), n
+            return self.send_json(200, out)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -157,6 +163,7 @@ def main():
     p.add_argument("--hang-probe", action="store_true")
     p.add_argument("--exit-on-start", type=int)
     p.add_argument("--cors", action="store_true")
+    p.add_argument("--echo", action="store_true")
     ARGS = p.parse_args()
     if ARGS.pid_file:
         with open(ARGS.pid_file, "w") as f:
