@@ -54,6 +54,8 @@ run() {
 	meshd --catalog "$dir/meshd/catalog" --logs "$dir/meshd/logs" --state "$dir/meshd/state" \
 		--socket "$MESH_SOCKET" >"$dir/meshd.out" 2>&1 &
 	m=$!
+	# The docs assume a meshd that is running: its socket there first.
+	for _ in $(seq 300); do [ -S "$MESH_SOCKET" ] && break; sleep 0.1; done
 	set +e
 	(sed "s|/srv/|$dir/srv/|g" "$block"; echo 'wait') >"$dir/run.sh"
 	# In a session of its own, its output into a file: whatever the block
