@@ -484,6 +484,15 @@ static void *driver_main(void *arg)
 	return NULL;
 }
 
+void mesh__job_start_failed(struct job *jb, int rc)
+{
+	pthread_mutex_lock(&jb->mu);
+	jb->state = MESH_HOME_ERROR;
+	free(jb->error);
+	jb->error = mesh_strf("cannot start its driver: %s", mesh_strerror(rc));
+	pthread_mutex_unlock(&jb->mu);
+}
+
 int mesh__job_start(struct job *jb)
 {
 	int rc = 0;
@@ -566,11 +575,7 @@ static void serve(struct job *jb)
 	int rc = j->stopping ? 1 : mesh__job_start(jb);
 	pthread_mutex_unlock(&j->mu);
 	if (rc < 0) {
-		pthread_mutex_lock(&jb->mu);
-		jb->state = MESH_HOME_ERROR;
-		free(jb->error);
-		jb->error = mesh_strf("cannot start its driver: %s", mesh_strerror(rc));
-		pthread_mutex_unlock(&jb->mu);
+		mesh__job_start_failed(jb, rc);
 	} else if (rc == 0 && jb->told) {
 		mesh_info("%sjob=%" PRIu64 " program=%s served here now", jb->rh->tag, jb->id, jb->hj->spec.program);
 	}

@@ -138,6 +138,8 @@ void mesh__job_files_put(struct job *jb);
 void mesh__jobs_kick(struct meshd_jobs *j);
 /* Starts jb's driver (j->mu held: a stop must find it).  0 or -errno. */
 int mesh__job_start(struct job *jb);
+/* mesh__job_start's failure rc: jb is in error, saying why (jb->mu not held). */
+void mesh__job_start_failed(struct job *jb, int rc);
 /* Logs the first result's path (info) once both the first DONE and, for a
  * job submitted to this meshd, its spec are durable: each of the two
  * threads that stamps one calls it after its stamp. */

@@ -241,13 +241,8 @@ int meshd_jobs_submit(struct meshd_jobs *j, const struct meshd_job_spec *s, uint
 		mesh__job_put(jb);
 		return src;
 	}
-	if (rc < 0) {
-		pthread_mutex_lock(&jb->mu);
-		jb->state = MESH_HOME_ERROR;
-		free(jb->error);
-		jb->error = mesh_strf("cannot start its driver: %s", mesh_strerror(rc));
-		pthread_mutex_unlock(&jb->mu);
-	}
+	if (rc < 0)
+		mesh__job_start_failed(jb, rc);
 	mesh_info("job=%" PRIu64 " submitted program=%s chunks=%" PRIu64 " max_workers=%u", jb->id, hj->spec.program,
 		  hj->spec.n, jb->max_workers);
 	*id = jb->id;
