@@ -136,6 +136,16 @@ TEST_TIMEOUT(store_pg_ops_application_name_names_each_part, 90)
 	store_env_stop(&e);
 }
 
+/* A PostgreSQL of 5 connections (none reserved), all held by
+ * fill_room's sessions: its URL in url; the holders' pid (free_room). */
+static pid_t full_server(struct store_env *e, char *url, size_t cap)
+{
+	if (store_env_start_conns(e, 5))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(e, url, cap);
+	return fill_room(e);
+}
+
 /* A server with no room (max_connections 5, all held by psql sessions,
  * ended 2 s after the node starts): the starting `mesh run` node is
  * refused (53300, too many clients), says it waits, gets in once they
@@ -144,10 +154,7 @@ TEST_TIMEOUT(store_pg_ops_node_waits_for_room, 120)
 {
 	struct store_env e;
 	char url[600];
-	if (store_env_start_conns(&e, 5))
-		FAIL("cannot start PostgreSQL");
-	store_env_base_url(&e, url, sizeof url);
-	pid_t hold = fill_room(&e);
+	pid_t hold = full_server(&e, url, sizeof url);
 	uint64_t t0 = t_now_ms();
 	pid_t node = spawn_sh("%s run -j 2 --store '%s#room' --chunks 6 -- echo c{} >o 2>err", MESH, url);
 	sleep(2);
@@ -176,10 +183,7 @@ TEST_TIMEOUT(store_pg_ops_node_gives_up_past_the_budget, 120)
 {
 	struct store_env e;
 	char url[600];
-	if (store_env_start_conns(&e, 5))
-		FAIL("cannot start PostgreSQL");
-	store_env_base_url(&e, url, sizeof url);
-	pid_t hold = fill_room(&e);
+	pid_t hold = full_server(&e, url, sizeof url);
 	uint64_t t0 = t_now_ms();
 	int rc = t_sh(out, sizeof out, 1, "%s run --store-outage 2s --store '%s#late' --chunks 2 -- echo c{} 2>err", MESH, url);
 	uint64_t took = t_now_ms() - t0;
