@@ -46,16 +46,20 @@ static pid_t spawn_sh(const char *fmt, ...)
 	return p;
 }
 
-/* Fills the server (max_connections 5) with idle psql sessions, each
- * reading a stdin that stays open: their group's pid, once a sixth login
- * is refused with "too many clients". */
+/* Fills the server (max_connections 5) with five psql sessions, each in
+ * pg_sleep: their group's pid, once a sixth login is refused with "too
+ * many clients". */
 static pid_t fill_room(const struct store_env *e)
 {
-	/* Each holder logs in again if its login was refused (one came
-	 * while the server was still starting, once in seven runs: the room
-	 * never filled). */
-	pid_t hold = spawn_sh("for i in 1 2 3 4 5; do (while :; do sleep 120 | psql -q -X -h %s -U mesh -d postgres"
-			      " >/dev/null 2>&1; sleep 0.2; done) & done; wait",
+	/* A holder refused (the check's own login can take its place for a
+	 * moment) logs in again at once: psql ends when refused.  The server
+	 * checks each holder's socket every 100 ms
+	 * (client_connection_check_interval), so free_room's kill frees its
+	 * place though pg_sleep has not ended. */
+	pid_t hold = spawn_sh("for i in 1 2 3 4 5; do (while :; do"
+			      " PGOPTIONS='-c client_connection_check_interval=100'"
+			      " psql -q -X -h %s -U mesh -d postgres -c 'SELECT pg_sleep(600)' >/dev/null 2>&1;"
+			      " sleep 0.2; done) & done; wait",
 			      e->pgdir);
 	int full = 0;
 	for (int i = 0; i < 600 && !full; i++) {
@@ -64,8 +68,10 @@ static pid_t fill_room(const struct store_env *e)
 		if (!full)
 			usleep(50 * 1000);
 	}
-	if (!full)
+	if (!full) {
 		fprintf(stderr, "the last login: %s\n", out);
+		kill(-hold, SIGTERM);
+	}
 	ASSERT_TRUE(full);
 	return hold;
 }
