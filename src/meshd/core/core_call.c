@@ -283,12 +283,6 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
 	return meshd_op_call_ex(d, name, req, n, NULL, NULL, reply, reply_len, timeout_ns, NULL, err);
 }
 
-int meshd_op_call_stream(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
-			 void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, char **err)
-{
-	return meshd_op_call_ex(d, name, req, n, on_part, arg, reply, reply_len, timeout_ns, NULL, err);
-}
-
 int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
 		     void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, const atomic_int *cancel, char **err)
 {

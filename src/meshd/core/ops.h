@@ -216,15 +216,12 @@ int meshd_op_call(struct meshd_core *d, const char *name, const void *req, size_
  * with that code (the client went away).  Called on the op's thread. */
 typedef int (*meshd_part_fn)(void *arg, const void *p, size_t n);
 /* meshd_op_call, passing the parts of a reply the worker streams
- * (mesh_worker_reply_part) to on_part as they come; *reply is then the
- * reply's last part.  A failure after parts were passed on fails the call
- * as usual: the caller must tell its client the stream is not whole. */
-int meshd_op_call_stream(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
-			 void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, char **err);
-/* meshd_op_call_stream; while it waits for a worker (not once the worker
- * has the request) it gives up with MESH_E_STOPPED when *cancel (NULL:
- * never) becomes non-zero: the client went away.  on_part NULL: the reply
- * comes back joined. */
+ * (mesh_worker_reply_part) to on_part as they come (NULL: the reply comes
+ * back joined); *reply is then the reply's last part.  A failure after
+ * parts were passed on fails the call as usual: the caller must tell its
+ * client the stream is not whole.  While it waits for a worker (not once
+ * the worker has the request) it gives up with MESH_E_STOPPED when *cancel
+ * (NULL: never) becomes non-zero: the client went away. */
 int meshd_op_call_ex(struct meshd_core *d, const char *name, const void *req, size_t n, meshd_part_fn on_part,
 		     void *arg, void **reply, size_t *reply_len, uint64_t timeout_ns, const atomic_int *cancel,
 		     char **err);
