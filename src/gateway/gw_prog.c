@@ -1372,8 +1372,8 @@ enum mesh_gw_code mesh_gw_code_of(int status)
 	return (enum mesh_gw_code)(MESH_GW_1XX + status / 100 - 1);
 }
 
-/* A warm relay takes about 100 us; a generation or a model server's start,
- * seconds to minutes.  The `le` texts as Prometheus clients print them. */
+/* From a warm relay's time (the lowest bound) to a generation's or a
+ * model server's start (seconds to minutes).  The `le` texts as Prometheus clients print them. */
 static const struct mesh_hist_bound gw_bounds[] = {
 	{100000, "0.0001"},	  {250000, "0.00025"},	   {500000, "0.0005"},	    {1000000, "0.001"},
 	{2500000, "0.0025"},	  {5000000, "0.005"},	   {10000000, "0.01"},	    {25000000, "0.025"},

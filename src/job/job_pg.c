@@ -26,9 +26,8 @@ struct pheld {
 };
 
 /* The most chunks one call leases from the database: the k asked for
- * plus a reserve (below).  Measured (server CPU a chunk, leases and
- * completions of 64): about 30 us leasing 64 at a time, 21-22 us leasing
- * 256 or 512. */
+ * plus a reserve (below): the server's CPU a chunk stops falling past
+ * about 256 (docs/DESIGN.md, "Figures behind the code"). */
 #define RESV_MAX 256
 /* A node that hands out leases fast leases, in one call, what it hands out
  * in about 50 ms (as the file store's block leases do), at most RESV_MAX:

@@ -187,8 +187,9 @@ static int try_clone(int flags, const char *const *maps)
 }
 
 /* What mesh-init execs: the mesh-init binary beside this one (libc only:
- * an exec of meshd itself, 29 shared libraries, cost 6.1-6.9 ms here
- * against 0.8-1.1 ms for /bin/true, at every spawn), else this binary
+ * an exec of meshd itself, with its 29 shared libraries, cost several
+ * times a small program's at every spawn: docs/DESIGN.md, "Figures behind
+ * the code"), else this binary
  * (/proc/self/exe: its constructor below runs the init loop; test
  * binaries, a meshd without its mesh-init).  Chosen once, before any
  * clone (init_path, above). */

@@ -250,9 +250,8 @@ static int do_spawn(struct mesh_proc_spawner *sp)
 	 * the program's child, which mesh-init (the clone) makes the same way;
 	 * but the spawn is answered once the program has exec'd (mesh-init's
 	 * "started" on the pipe), not after mesh-init's own exec: that one,
-	 * after a child of its own, took 0.6-1.0 ms (median; tens of ms on a
-	 * loaded machine) of a spawn's 1.2 ms on the machine this was written
-	 * on, and holds up nothing of the program's.  So mesh-init is no
+	 * after a child of its own, was most of a spawn's time (docs/DESIGN.md,
+	 * "Figures behind the code") and holds up nothing of the program's.  So mesh-init is no
 	 * vfork child: it runs beside this thread, which touches none of its
 	 * stack or arguments (sp->ca) until the pipe's end says it exec'd. */
 	struct mesh__proc_cargs *ca = &sp->ca;

@@ -25,8 +25,9 @@
 /* After `ready`, how long the worker polls its channel for the first
  * command before it sleeps: a launched worker's `run` is there already
  * (sent at its spawn), else meshd sends it once it reads the `ready`
- * (about 0.1 ms later), and a sleeping process's wake-up took 0.15-1.5 ms
- * on a 2-CPU VM, on the way to a job's first result. */
+ * (soon after), and a sleeping process's wake-up costs more than the
+ * wait, on the way to a job's first result (docs/DESIGN.md, "Figures
+ * behind the code"). */
 #define FIRST_RUN_SPIN_NS (1000 * 1000ull)
 
 struct mesh_worker {

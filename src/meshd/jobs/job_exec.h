@@ -102,9 +102,9 @@ struct meshd_job_exec_stats {
  * is stored, its driver starts and its first chunks are leased.  The
  * executor adopts it as a worker coming (meshd_job_exec_arg.ahead).
  * new makes it; the submit's own thread then gets the worker
- * (meshd_job_ahead_run): on a new thread, its start waited 0.15-0.96 ms
- * for a CPU beside the submit's work on a 2-CPU VM, all on the way to
- * the spawn.  program is borrowed until the worker is adopted or
+ * (meshd_job_ahead_run): on a new thread, its start waited for a CPU
+ * beside the submit's work, all on the way to the spawn (docs/DESIGN.md,
+ * "Figures behind the code").  program is borrowed until the worker is adopted or
  * dropped; st counts it as starting.  0 or -errno. */
 struct meshd_job_ahead;
 int meshd_job_ahead_new(struct meshd_core *core, const char *program, struct meshd_job_exec_stats *st,

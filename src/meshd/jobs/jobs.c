@@ -514,9 +514,9 @@ int mesh__job_start(struct job *jb)
 		return rc;
 	/* Background until its files are open (driver_main) while a submit
 	 * spawns the job's first worker (jb->ahead): woken as an ordinary
-	 * thread it took the CPU from that spawn, which then began 1.5-3.1 ms
-	 * after the submit instead of 0.4-0.7 (docs/jobs.md, "Threads from a
-	 * pool").  With no spawn ahead (a job resumed, a store's job found by
+	 * thread it took the CPU from that spawn, which then began later
+	 * (docs/DESIGN.md, "Figures behind the code"; docs/jobs.md, "Threads
+	 * from a pool").  With no spawn ahead (a job resumed, a store's job found by
 	 * its follower) it is not: a SCHED_BATCH thread woken at each of its
 	 * opening's round trips to a store would wait for a free CPU each
 	 * time, on the way to the job's first lease. */
