@@ -65,7 +65,9 @@ static const char *const helps[][2] = {
 		    "them.  While the job runs it streams: chunk k+1 is written once chunk k is settled\n"
 		    "(a buried chunk adds nothing).  --no-wait writes only what is DONE now and stops at\n"
 		    "the first chunk that is not.  A DONE chunk whose result is missing is named on stderr\n"
-		    "and skipped; the others are written, and the exit is 65.\n"},
+		    "and skipped; the others are written, and the exit is 65.  A meshd that goes away once\n"
+		    "the results began (a restart) is asked again for up to 60 s, from the next chunk not\n"
+		    "yet written; then the exit is 69.\n"},
 	{"cancel", "usage: mesh cancel JOB [--kill-workers] [--socket PATH | --store URL]\n\n"
 		   "Stops job JOB for good: nothing more starts; what is DONE stays.  A worker in one of\n"
 		   "its chunks ends that chunk, then stays warm (killed if that takes longer than its\n"

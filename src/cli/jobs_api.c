@@ -24,8 +24,9 @@
 #define POLL_WAIT "20"
 #define BAR_WAIT "0.2"
 
-/* A wait that had an answer waits this long for a meshd that went away
- * (a restart: the job is durable, so is the wait), asking again after
+/* A wait or a results stream that had an answer waits this long for a
+ * meshd that went away (a restart: the job is durable, so is the wait,
+ * and a results page is written whole or not at all), asking again after
  * pauses that double from GONE_PAUSE_MIN_NS to GONE_PAUSE_MAX_NS. */
 #define GONE_MAX_NS (60ull * MESH_NS_PER_S)
 #define GONE_PAUSE_MIN_NS (100ull * MESH_NS_PER_MS)
@@ -35,7 +36,7 @@ struct api {
 	struct jclient base;
 	char sock[PATH_MAX];
 	json_t *last; /* the last answer: the views' strings */
-	int answered; /* a job's look (get) had an answer */
+	int answered; /* a job's look (get) or a results page had an answer */
 };
 
 /* The outcome rc of a request (meshd_client_request's) and its answer r:
@@ -86,10 +87,11 @@ static int away(int rc, struct meshd_reply *r, char **why)
 	return 1;
 }
 
-/* GET target for job id's look, through a restart of meshd once a look
- * had an answer: while meshd is away it asks again, for GONE_MAX_NS at
- * most (saying so on stderr), then gives up as request does. */
-static int get_through_restart(struct api *a, const char *id, const char *what, const char *target,
+/* GET target for job id's look or results (`mesh cmd`: wait, results),
+ * through a restart of meshd once an answer came: while meshd is away it
+ * asks again, for GONE_MAX_NS at most (saying so on stderr), then gives up
+ * as request does. */
+static int get_through_restart(struct api *a, const char *cmd, const char *id, const char *what, const char *target,
 			       struct meshd_reply *r)
 {
 	uint64_t since = 0, pause = GONE_PAUSE_MIN_NS;
@@ -98,7 +100,8 @@ static int get_through_restart(struct api *a, const char *id, const char *what, 
 		int rc = meshd_client_request(a->sock, "GET", target, NULL, 0, REQ_TIMEOUT_NS, r);
 		if (!a->answered || !away(rc, r, &why)) {
 			if (since && rc == 0 && r->status < 400)
-				fprintf(stderr, "mesh: meshd at '%s' answers again; job %s is waited for\n", a->sock, id);
+				fprintf(stderr, "mesh: meshd at '%s' answers again; job %s is %s\n", a->sock, id,
+					!strcmp(cmd, "wait") ? "waited for" : "read on");
 			return outcome(a, what, rc, r);
 		}
 		uint64_t now = mesh_mono_ns();
@@ -109,9 +112,9 @@ static int get_through_restart(struct api *a, const char *id, const char *what, 
 				(unsigned long long)(GONE_MAX_NS / MESH_NS_PER_S));
 		} else if (now - since >= GONE_MAX_NS) {
 			fprintf(stderr,
-				"mesh: cannot reach meshd at '%s' for %llu s (%s): job %s may still run; `mesh wait %s` "
+				"mesh: cannot reach meshd at '%s' for %llu s (%s): job %s may still run; `mesh %s %s` "
 				"once meshd is back\n",
-				a->sock, (unsigned long long)(GONE_MAX_NS / MESH_NS_PER_S), why ? why : "?", id, id);
+				a->sock, (unsigned long long)(GONE_MAX_NS / MESH_NS_PER_S), why ? why : "?", id, cmd, id);
 			free(why);
 			return MESH_EXIT_UNAVAILABLE;
 		}
@@ -263,7 +266,7 @@ static int api_get(struct jclient *c, const char *id, enum jwait w, struct jview
 	snprintf(target, sizeof target, "/v1/jobs/%s%s%s", id, w == JW_NOW ? "" : "?wait=",
 		 w == JW_NOW ? "" : w == JW_TICK ? BAR_WAIT : POLL_WAIT);
 	snprintf(what, sizeof what, "cannot wait for job %s", id);
-	int ex = get_through_restart(a, id, what, target, &r);
+	int ex = get_through_restart(a, "wait", id, what, target, &r);
 	if (ex >= 0)
 		return ex;
 	json_t *j = keep_json(a, &r);
@@ -312,7 +315,7 @@ static int api_results(struct jclient *c, const char *id, uint64_t from, int wai
 	struct meshd_reply r;
 	snprintf(what, sizeof what, "cannot read the results of job %s", id);
 	snprintf(target, sizeof target, "/v1/jobs/%s/results?from=%" PRIu64 "&wait=%s", id, from, wait ? POLL_WAIT : "0");
-	int ex = request(a, what, "GET", target, NULL, 0, &r);
+	int ex = get_through_restart(a, "results", id, what, target, &r);
 	if (ex >= 0)
 		return ex;
 	if (page_params(r.type, pg) < 0) {
@@ -320,6 +323,7 @@ static int api_results(struct jclient *c, const char *id, uint64_t from, int wai
 		fprintf(stderr, "mesh: %s: meshd's answer has no page position\n", what);
 		return MESH_EXIT_PROTOCOL;
 	}
+	a->answered = 1;
 	if (r.len)
 		out(arg, r.body, r.len);
 	meshd_reply_release(&r);

@@ -823,6 +823,45 @@ TEST_TIMEOUT(jobs_wait_goes_on_across_a_meshd_restart, 90)
 	stop_meshd();
 }
 
+/* So does a `mesh results` stream on it: it says meshd is away, asks
+ * again from the next chunk it has not written, and writes every result
+ * once, in order (it exited 69 at the restart). */
+TEST_TIMEOUT(jobs_results_go_on_across_a_meshd_restart, 90)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	char args[4096] = "jw :::", want[8192];
+	size_t k = 0;
+	for (int i = 0; i < 300; i++) {
+		strcat(args, " slow");
+		k += (size_t)snprintf(want + k, sizeof want - k, "%d:slow\n", i);
+	}
+	unsigned id = submit(args);
+	ASSERT_EQ(t_sh(out, sizeof out, 0,
+		       "('%s' results %u --socket " SOCK " >res.out 2>res.err; echo $? >res.rc) >/dev/null 2>&1 &",
+		       t_bin("mesh"), id),
+		  0);
+	wait_done(id, 50);
+	stop_meshd();
+	usleep(300 * 1000);
+	start_meshd();
+	char *rc = NULL;
+	for (int i = 0; i < 6000 && !(rc = t_read_file("res.rc", NULL)); i++)
+		usleep(10 * 1000);
+	ASSERT_TRUE(rc != NULL);
+	EXPECT_STREQ(rc, "0\n");
+	free(rc);
+	char *err = t_read_file("res.err", NULL), *res = t_read_file("res.out", NULL);
+	EXPECT_CONTAINS(err, "mesh: meshd at '" SOCK "' is away (");
+	char again[256];
+	snprintf(again, sizeof again, "mesh: meshd at '" SOCK "' answers again; job %u is read on\n", id);
+	EXPECT_CONTAINS(err, again);
+	EXPECT_STREQ(res, want);
+	free(err);
+	free(res);
+	stop_meshd();
+}
+
 /* Job id's live worker pids once its driver ended (mesh wait: cancelled). */
 static int pids_after_cancel(unsigned id, pid_t *pids, int cap)
 {
