@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,23 +223,207 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
-/* The value of option name at argv[*i] ("--name V" or "--name=V"), or NULL
- * when argv[*i] is not that option.  *missing is set when the value is. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing)
+/* What the command line asks for. */
+struct args {
+	struct meshd_config cfg;
+	struct mesh_gw_config gwc;
+	struct meshd_jobs_keep keep;
+	char sock[PATH_MAX], state[PATH_MAX];
+	const char *level, *metrics_addr, *store_url;
+	int metrics_public;
+	uint64_t store_outage_ns; /* 0: the default */
+	uint64_t store_spares;	  /* UINT64_MAX: the default */
+	const char *origins[32];
+};
+
+/* How an option's value is read: a number or a size or a duration within
+ * [min, max], a word of `words` (a string kept), a path that fits its
+ * buffer (copied), a string kept as it is, an origin (repeatable), or no
+ * value (a flag: 1). */
+enum okind { V_NUM, V_SIZE, V_DUR, V_WORD, V_PATH, V_STR, V_ORIGIN, V_FLAG };
+
+struct opt {
+	const char *name;
+	enum okind kind;
+	size_t off, size; /* the field of struct args it sets */
+	uint64_t min, max;
+	const char *want; /* "--name wants <want>, not 'V'"; V_WORD: the words, '|' between */
+};
+
+#define AF(m) offsetof(struct args, m), sizeof(((struct args *)0)->m)
+#define DAY_NS (86400ull * 1000000000ull)
+#define CENTURY_NS (100ull * 365 * DAY_NS)
+
+static const struct opt opts[] = {
+	{"--catalog", V_STR, AF(cfg.catalog), 0, 0, NULL},
+	{"--logs", V_STR, AF(cfg.logs), 0, 0, NULL},
+	{"--slots", V_NUM, AF(cfg.slots), 1, 4096, "a number from 1 to 4096"},
+	{"--isolation", V_WORD, AF(cfg.isolation), 0, 0, "none|mps"},
+	{"--socket", V_PATH, AF(sock), 0, 0, "a path"},
+	{"--ready-timeout", V_DUR, AF(cfg.ready_timeout_ns), 1, DAY_NS,
+	 "a duration (more than 0, at most a day: 30, 500ms, 2m)"},
+	{"--heartbeat-timeout", V_DUR, AF(cfg.heartbeat_timeout_ns), 1, DAY_NS,
+	 "a duration (more than 0, at most a day: 10, 500ms, 1m)"},
+	{"--log-max", V_SIZE, AF(cfg.log_max), 1, UINT64_MAX, "a size such as 16M"},
+	{"--log-level", V_WORD, AF(level), 0, 0, "debug|info|warn|error"},
+	{"--metrics", V_STR, AF(metrics_addr), 0, 0, NULL},
+	{"--metrics-public", V_FLAG, AF(metrics_public), 0, 0, NULL},
+	{"--http", V_STR, AF(gwc.listen), 0, 0, NULL},
+	{"--http-public", V_FLAG, AF(gwc.allow_public), 0, 0, NULL},
+	{"--http-api-key-file", V_STR, AF(gwc.api_key_file), 0, 0, NULL},
+	{"--http-allow-origin", V_ORIGIN, 0, 0, 0, 0, "an origin like https://ui.example:8443, or *"},
+	{"--http-max-body", V_SIZE, AF(gwc.max_body), 1, 1ull << 32, "a size from 1 to 4G such as 16M"},
+	{"--http-max-queue", V_NUM, AF(gwc.max_queue), 1, 1000000, "a number from 1 to 1000000"},
+	{"--http-max-conns", V_NUM, AF(gwc.max_conns), 1, 1048576, "a number from 1 to 1048576"},
+	{"--http-max-conns-per-peer", V_NUM, AF(gwc.max_conns_per_peer), 1, 1048576, "a number from 1 to 1048576"},
+	{"--http-header-timeout", V_DUR, AF(gwc.header_timeout_ns), 1, DAY_NS,
+	 "a duration (more than 0, at most a day: 30, 500ms, 5m)"},
+	{"--http-body-timeout", V_DUR, AF(gwc.body_timeout_ns), 1, DAY_NS,
+	 "a duration (more than 0, at most a day: 30, 500ms, 5m)"},
+	{"--http-memory", V_SIZE, AF(gwc.memory_budget), 1, UINT64_MAX, "a size such as 24G"},
+	{"--http-request-timeout", V_DUR, AF(gwc.request_timeout_ns), 1, DAY_NS,
+	 "a duration (more than 0, at most a day: 30, 500ms, 5m)"},
+	{"--http-response-timeout", V_DUR, AF(gwc.response_timeout_ns), 1, DAY_NS,
+	 "a duration (more than 0, at most a day: 30, 500ms, 5m)"},
+	{"--http-idle-timeout", V_DUR, AF(gwc.idle_stream_timeout_ns), 1, DAY_NS,
+	 "a duration (more than 0, at most a day: 30, 500ms, 5m)"},
+	{"--http-probe-interval", V_DUR, AF(gwc.probe_interval_ns), 1, DAY_NS,
+	 "a duration (more than 0, at most a day: 10, 500ms, 1m)"},
+	{"--http-probe-failures", V_NUM, AF(gwc.probe_failures), 1, 1000, "a number from 1 to 1000"},
+	{"--http-threads", V_NUM, AF(gwc.threads), 1, MESH_GW_MAX_THREADS,
+	 "a number from 1 to " MESH_STR(MESH_GW_MAX_THREADS)},
+	{"--state", V_PATH, AF(state), 0, 0, "a directory"},
+	{"--keep-jobs", V_NUM, AF(keep.keep_jobs), 1, 100000000, "a number from 1 to 100000000"},
+	{"--keep-for", V_DUR, AF(keep.keep_for_ns), 1000000000ull, CENTURY_NS,
+	 "a duration of 1s or more such as 7d, 12h or 90m"},
+	{"--store", V_STR, AF(store_url), 0, 0, NULL},
+	{"--store-outage", V_DUR, AF(store_outage_ns), 1000000000ull, CENTURY_NS,
+	 "a duration of 1s or more such as 5m or 30s"},
+	{"--store-spares", V_NUM, AF(store_spares), 0, MESH_HOME_PG_SPARES_MAX,
+	 "a number from 0 to " MESH_STR(MESH_HOME_PG_SPARES_MAX)},
+};
+
+/* 1 when w is one of words ("a|b|c"). */
+static int one_of(const char *words, const char *w)
 {
-	size_t n = strlen(name);
-	const char *a = argv[*i];
-	if (strncmp(a, name, n))
-		return NULL;
-	if (a[n] == '=')
-		return a + n + 1;
-	if (a[n])
-		return NULL;
-	if (*i + 1 >= argc) {
-		*missing = 1;
-		return NULL;
+	size_t n = strlen(w);
+	for (const char *p = words; n;) {
+		const char *e = strchr(p, '|');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len == n && !strncmp(p, w, n))
+			return 1;
+		if (!e)
+			break;
+		p = e + 1;
 	}
-	return argv[++*i];
+	return 0;
+}
+
+/* Stores v (n bytes wide) into the field at f. */
+static void store_num(void *f, size_t n, uint64_t v)
+{
+	if (n == sizeof(uint64_t))
+		*(uint64_t *)f = v;
+	else if (n == sizeof(uint32_t))
+		*(uint32_t *)f = (uint32_t)v;
+}
+
+/* Option o's value v into a; 0, or the exit code of a usage error. */
+static int apply(struct args *a, const struct opt *o, const char *v)
+{
+	void *f = (char *)a + o->off;
+	uint64_t n = 0;
+	int bad = 0;
+	switch (o->kind) {
+	case V_NUM:
+		bad = mesh_parse_u64(v, o->max, &n) < 0;
+		break;
+	case V_SIZE:
+		bad = mesh_parse_size(v, o->max, &n) < 0;
+		break;
+	case V_DUR:
+		bad = mesh_parse_duration(v, o->max, &n) < 0;
+		break;
+	case V_WORD:
+		if (!one_of(o->want, v)) {
+			fprintf(stderr, "meshd: %s is one of %s, not '%s'\n(see `meshd --help`)\n", o->name, o->want, v);
+			return MESH_EXIT_USAGE;
+		}
+		*(const char **)f = v;
+		return 0;
+	case V_PATH:
+		bad = !*v || strlen(v) >= o->size;
+		if (!bad)
+			strcpy(f, v);
+		break;
+	case V_STR:
+		*(const char **)f = v;
+		return 0;
+	case V_ORIGIN:
+		bad = strcmp(v, "*") && strncmp(v, "http://", 7) && strncmp(v, "https://", 8);
+		if (!bad && a->gwc.nallow_origins == sizeof a->origins / sizeof a->origins[0])
+			return usage_error("%s", "at most 32 --http-allow-origin");
+		if (!bad) {
+			a->origins[a->gwc.nallow_origins++] = v;
+			a->gwc.allow_origins = a->origins;
+		}
+		break;
+	case V_FLAG:
+		*(int *)f = 1;
+		return 0;
+	}
+	if (!bad && (o->kind == V_NUM || o->kind == V_SIZE || o->kind == V_DUR)) {
+		bad = n < o->min;
+		if (!bad)
+			store_num(f, o->size, n);
+	}
+	if (bad) {
+		fprintf(stderr, "meshd: %s wants %s, not '%s'\n(see `meshd --help`)\n", o->name, o->want, v);
+		return MESH_EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* argv into a; -1 to go on, else the exit code (--help, --version, a
+ * usage error). */
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i], *v = NULL;
+		if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!strcmp(arg, "--version")) {
+			printf("meshd %s\n", MESH_VERSION);
+			return 0;
+		}
+		const struct opt *o = NULL;
+		for (size_t k = 0; k < sizeof opts / sizeof opts[0] && !o; k++) {
+			size_t n = strlen(opts[k].name);
+			if (!strncmp(arg, opts[k].name, n) && (!arg[n] || (arg[n] == '=' && opts[k].kind != V_FLAG)))
+				o = &opts[k], v = arg[n] ? arg + n + 1 : NULL;
+		}
+		if (!o)
+			return unknown_argument(arg);
+		if (o->kind != V_FLAG && !v) {
+			if (i + 1 >= argc)
+				return usage_error("%s needs a value", arg);
+			v = argv[++i];
+		}
+		int ex = apply(a, o, v);
+		if (ex)
+			return ex;
+	}
+	if (!a->cfg.catalog)
+		return usage_error("%s", "--catalog DIR is required");
+	if (!a->cfg.logs)
+		return usage_error("%s", "--logs DIR is required");
+	if (!a->sock[0] && meshd_socket_default(a->sock, sizeof a->sock) < 0)
+		return usage_error("%s", "the default socket path is too long; give --socket PATH");
+	if (a->store_url && *a->store_url && mesh_job_where_has_password(a->store_url))
+		return usage_error("--store (or MESH_STORE): %s", mesh_job_password_why());
+	return -1;
 }
 
 struct stopper {
@@ -320,27 +505,166 @@ static int exit_for(int err)
 	return MESH_EXIT_SOFTWARE;
 }
 
+/* What main starts, and stops in the opposite order. */
+struct daemon {
+	struct meshd_core *core;
+	struct meshd_jobs *jobs;
+	struct meshd_api *api;
+	struct meshd_metrics_server *msrv;
+	struct mesh_gw *gw;
+	struct meshd_parts parts; /* what the API and /metrics serve */
+};
+
+/* The jobs: in a's state directory (the default one when none was given:
+ * without it meshd serves programs, not jobs), following a's store when
+ * one was given.  0, or the exit code (said why). */
+static int open_jobs(struct daemon *d, struct args *a)
+{
+	char *err = NULL;
+	int default_state = !a->state[0];
+	if (default_state && meshd_state_default(a->state, sizeof a->state) < 0)
+		a->state[0] = 0;
+	int rc = a->state[0] ? meshd_jobs_open(&d->jobs, d->core, a->state, &a->keep, &err) : -ENOENT;
+	if (rc < 0 && default_state && rc != MESH_E_BUSY) {
+		/* No usable default.  One that another meshd holds is refused
+		 * as a given one is. */
+		mesh_warn("no jobs: %s (give --state DIR)",
+			  err ? err : "neither $XDG_STATE_HOME nor $HOME names a state directory");
+		free(err);
+		d->jobs = NULL;
+	} else if (rc < 0) {
+		mesh_error("cannot open the jobs: %s", err ? err : mesh_strerror(rc));
+		free(err);
+		return exit_for(rc);
+	}
+	int store = a->store_url && *a->store_url;
+	if (!d->jobs && store)
+		mesh_warn("the store is not followed: meshd has no jobs (give --state DIR)");
+	if (d->jobs && store && (rc = meshd_jobs_store(d->jobs, a->store_url, a->cfg.catalog, &err)) < 0) {
+		mesh_error("%s", err ? err : mesh_strerror(rc));
+		free(err);
+		return mesh_exit_for(rc); /* the store's codes: 69 unreachable, 65 another schema */
+	}
+	return 0;
+}
+
+/* The core, the jobs, the control API, /metrics and the gateway, in that
+ * order.  0, or the exit code (said why; what was started is stopped by
+ * close_daemon). */
+static int open_daemon(struct daemon *d, struct args *a)
+{
+	char *err = NULL;
+	int rc = meshd_core_new(&d->core, &a->cfg, &err);
+	if (rc < 0) {
+		mesh_error("cannot start: %s", err ? err : mesh_strerror(rc));
+		free(err);
+		return exit_for(rc);
+	}
+	free(err);
+	err = NULL;
+	if ((rc = open_jobs(d, a)) != 0)
+		return rc;
+	d->parts.core = d->core;
+	d->parts.jobs = d->jobs;
+	if ((rc = meshd_api_start(&d->api, &d->parts, a->sock, &err)) < 0) {
+		mesh_error("cannot serve the control API: %s", err ? err : mesh_strerror(rc));
+		free(err);
+		return exit_for(rc);
+	}
+	d->parts.api = d->api;
+	if (a->metrics_addr) {
+		rc = meshd_metrics_serve_start(&d->msrv, &d->parts, a->metrics_addr, a->metrics_public, &err);
+		if (rc < 0) {
+			mesh_error("cannot serve metrics: %s", err ? err : mesh_strerror(rc));
+			free(err);
+			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
+		}
+		mesh_info("serving metrics=%s port=%d", a->metrics_addr, meshd_metrics_serve_port(d->msrv));
+	}
+	if (a->gwc.listen) {
+		a->gwc.catalog = a->cfg.catalog;
+		a->gwc.host = meshd_core_host(d->core);
+		a->gwc.on_log = gw_log;
+		if ((rc = mesh_gw_open(&d->gw, &a->gwc, &err)) < 0) {
+			mesh_error("cannot serve the gateway: %s", err ? err : mesh_strerror(rc));
+			free(err);
+			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
+		}
+		d->parts.gw = d->gw;
+		mesh_info("serving http=%s port=%d", a->gwc.listen, mesh_gw_port(d->gw));
+	}
+	return 0;
+}
+
+/* The shutdown, while the loop (when it runs) still serves: the API
+ * answers what is in flight and the workers' exits are dispatched.  Each
+ * part may be missing (a start that failed part way). */
+static void close_daemon(struct daemon *d)
+{
+	/* The gateway first: its requests in flight end (bounded), then its programs stop. */
+	if (d->gw)
+		mesh_gw_drain(d->gw);
+	/* Jobs next: their drivers give their workers back before any
+	 * program is stopped (a stop would count as their chunks' failure). */
+	meshd_jobs_stop(d->jobs);
+	int inflight = d->api ? meshd_api_quiesce(d->api) : 0;
+	if (inflight > 0) {
+		/* A start or call may wait on a worker for a minute: stop every
+		 * program so that those requests end now, then let them answer. */
+		mesh_info("stopping every program: requests=%d in flight", inflight);
+		stop_programs(d->core);
+	}
+	meshd_metrics_serve_stop(d->msrv);
+	d->parts.api = NULL;
+	meshd_api_stop(d->api);
+	/* No request or scrape can read them any more. */
+	d->parts.gw = NULL;
+	mesh_gw_free(d->gw);
+	meshd_jobs_free(d->jobs);
+}
+
+/* Signals into stop_pipe (a signal before the loop runs is remembered and
+ * ends meshd right after setup); 0 or -errno. */
+static int catch_signals(void)
+{
+	struct sigaction sa;
+	if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		return -errno;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	return 0;
+}
+
+/* The store's settings from a: its outage budget, spares, and its
+ * connections' application_name (meshd <host>). */
+static void set_store(const struct args *a)
+{
+	if (a->store_outage_ns)
+		mesh_job_set_store_outage(a->store_outage_ns);
+	if (a->store_spares != UINT64_MAX)
+		mesh_home_pg_set_spares((unsigned)a->store_spares);
+	if (a->store_url && *a->store_url) {
+		char host[64] = "host", app[80];
+		gethostname(host, sizeof host - 1);
+		host[sizeof host - 1] = 0;
+		snprintf(app, sizeof app, "meshd %s", host);
+		mesh_job_set_store_app(app, 0);
+	}
+}
+
 int main(int argc, char **argv)
 {
-	struct meshd_config cfg = {.slots = 8, .isolation = "none"};
-	char sock[PATH_MAX] = "";
-	const char *level = "info";
-	const char *metrics_addr = NULL;
-	const char *store_url = getenv("MESH_STORE");
-	int metrics_public = 0;
-	struct mesh_gw_config gwc = MESH_GW_CONFIG_INIT;
-	const char *origins[32];
-	size_t norigins = 0;
-	struct mesh_gw *gw = NULL;
-	struct meshd_metrics_server *msrv = NULL;
-	struct meshd_core *core = NULL;
-	struct meshd_api *api = NULL;
-	struct meshd_jobs *jobs = NULL;
-	struct meshd_parts parts = {0}; /* what the API and /metrics serve */
-	char state[PATH_MAX] = "";
-	struct meshd_jobs_keep keep = {0};
-	struct sigaction sa;
-	char *err = NULL;
+	struct args a = {.cfg = {.slots = 8, .isolation = "none"},
+			 .gwc = MESH_GW_CONFIG_INIT,
+			 .level = "info",
+			 .store_url = getenv("MESH_STORE"),
+			 .store_spares = UINT64_MAX};
+	struct daemon d = {0};
 	int rc;
 
 	/* Workers run as our uid: non-dumpable, our /proc/<pid>/fd (every slot's
@@ -349,278 +673,36 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meshd: cannot make the process non-dumpable: %s\n", strerror(errno));
 		return MESH_EXIT_OSERR;
 	}
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		int missing = 0;
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return 0;
-		}
-		if (!strcmp(argv[i], "--version")) {
-			printf("meshd %s\n", MESH_VERSION);
-			return 0;
-		}
-		if ((v = opt_value(argc, argv, &i, "--catalog", &missing))) {
-			cfg.catalog = v;
-		} else if ((v = opt_value(argc, argv, &i, "--logs", &missing))) {
-			cfg.logs = v;
-		} else if ((v = opt_value(argc, argv, &i, "--slots", &missing))) {
-			uint64_t n;
-			if (mesh_parse_u64(v, 4096, &n) < 0 || n == 0)
-				return usage_error("--slots wants a number from 1 to 4096, not '%s'", v);
-			cfg.slots = (unsigned)n;
-		} else if ((v = opt_value(argc, argv, &i, "--isolation", &missing))) {
-			if (strcmp(v, "none") && strcmp(v, "mps"))
-				return usage_error("--isolation is none or mps, not '%s'", v);
-			cfg.isolation = v;
-		} else if ((v = opt_value(argc, argv, &i, "--socket", &missing))) {
-			if (!*v || strlen(v) >= sizeof sock)
-				return usage_error("--socket wants a path, not '%s'", v);
-			strcpy(sock, v);
-		} else if ((v = opt_value(argc, argv, &i, "--ready-timeout", &missing))) {
-			if (mesh_parse_duration(v, 86400ull * 1000000000ull, &cfg.ready_timeout_ns) < 0 ||
-			    cfg.ready_timeout_ns == 0)
-				return usage_error("--ready-timeout wants a duration (more than 0, at most a day: 30, 500ms, 2m), not '%s'",
-						   v);
-		} else if ((v = opt_value(argc, argv, &i, "--heartbeat-timeout", &missing))) {
-			if (mesh_parse_duration(v, 86400ull * 1000000000ull, &cfg.heartbeat_timeout_ns) < 0 ||
-			    cfg.heartbeat_timeout_ns == 0)
-				return usage_error("--heartbeat-timeout wants a duration (more than 0, at most a day: 10, 500ms, 1m), not '%s'",
-						   v);
-		} else if ((v = opt_value(argc, argv, &i, "--log-max", &missing))) {
-			if (mesh_parse_size(v, UINT64_MAX, &cfg.log_max) < 0 || cfg.log_max == 0)
-				return usage_error("--log-max wants a size such as 16M, not '%s'", v);
-		} else if ((v = opt_value(argc, argv, &i, "--log-level", &missing))) {
-			if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error"))
-				return usage_error("--log-level is debug, info, warn or error, not '%s'", v);
-			level = v;
-		} else if ((v = opt_value(argc, argv, &i, "--metrics", &missing))) {
-			metrics_addr = v;
-		} else if ((v = opt_value(argc, argv, &i, "--http", &missing))) {
-			gwc.listen = v;
-		} else if ((v = opt_value(argc, argv, &i, "--http-max-queue", &missing))) {
-			uint64_t n;
-			if (mesh_parse_u64(v, 1000000, &n) < 0 || n == 0)
-				return usage_error("--http-max-queue wants a number from 1 to 1000000, not '%s'", v);
-			gwc.max_queue = (uint32_t)n;
-		} else if ((v = opt_value(argc, argv, &i, "--http-max-conns", &missing)) ||
-			   (v = opt_value(argc, argv, &i, "--http-max-conns-per-peer", &missing))) {
-			const char *o = argv[i][0] == '-' ? argv[i] : argv[i - 1];
-			int per_peer = strstr(o, "per-peer") != NULL;
-			uint64_t n;
-			if (mesh_parse_u64(v, 1048576, &n) < 0 || n == 0)
-				return usage_error(per_peer ? "--http-max-conns-per-peer wants a number from 1 to 1048576, not '%s'"
-							    : "--http-max-conns wants a number from 1 to 1048576, not '%s'",
-						   v);
-			*(per_peer ? &gwc.max_conns_per_peer : &gwc.max_conns) = (uint32_t)n;
-		} else if ((v = opt_value(argc, argv, &i, "--http-memory", &missing))) {
-			if (mesh_parse_size(v, UINT64_MAX, &gwc.memory_budget) < 0 || gwc.memory_budget == 0)
-				return usage_error("--http-memory wants a size such as 24G, not '%s'", v);
-		} else if ((v = opt_value(argc, argv, &i, "--http-request-timeout", &missing)) ||
-			   (v = opt_value(argc, argv, &i, "--http-response-timeout", &missing)) ||
-			   (v = opt_value(argc, argv, &i, "--http-idle-timeout", &missing)) ||
-			   (v = opt_value(argc, argv, &i, "--http-header-timeout", &missing)) ||
-			   (v = opt_value(argc, argv, &i, "--http-body-timeout", &missing)) ||
-			   (v = opt_value(argc, argv, &i, "--http-probe-interval", &missing))) {
-			/* which one: argv[i] is the value when it came as a word of its own */
-			const char *o = argv[i][0] == '-' ? argv[i] : argv[i - 1];
-			uint64_t *dst = strstr(o, "request") ? &gwc.request_timeout_ns
-					: strstr(o, "response") ? &gwc.response_timeout_ns
-					: strstr(o, "idle") ? &gwc.idle_stream_timeout_ns
-					: strstr(o, "header") ? &gwc.header_timeout_ns
-					: strstr(o, "body") ? &gwc.body_timeout_ns : &gwc.probe_interval_ns;
-			if (mesh_parse_duration(v, 86400ull * 1000000000ull, dst) < 0 || *dst == 0)
-				return usage_error("--http-*-timeout and --http-probe-interval want a duration (more "
-						   "than 0, at most a day: 30, 500ms, 5m), not '%s'", v);
-		} else if ((v = opt_value(argc, argv, &i, "--http-probe-failures", &missing))) {
-			uint64_t n;
-			if (mesh_parse_u64(v, 1000, &n) < 0 || n == 0)
-				return usage_error("--http-probe-failures wants a number from 1 to 1000, not '%s'", v);
-			gwc.probe_failures = (uint32_t)n;
-		} else if ((v = opt_value(argc, argv, &i, "--http-threads", &missing))) {
-			uint64_t n;
-			if (mesh_parse_u64(v, MESH_GW_MAX_THREADS, &n) < 0 || n == 0)
-				return usage_error("--http-threads wants a number from 1 to " MESH_STR(MESH_GW_MAX_THREADS)
-						   ", not '%s'", v);
-			gwc.threads = (uint32_t)n;
-		} else if (!strcmp(argv[i], "--http-public")) {
-			gwc.allow_public = 1;
-		} else if ((v = opt_value(argc, argv, &i, "--http-api-key-file", &missing))) {
-			gwc.api_key_file = v;
-		} else if ((v = opt_value(argc, argv, &i, "--http-allow-origin", &missing))) {
-			if (strcmp(v, "*") && (strncmp(v, "http://", 7) && strncmp(v, "https://", 8)))
-				return usage_error("--http-allow-origin wants an origin like https://ui.example:8443, or *, "
-						   "not '%s'", v);
-			if (norigins == sizeof origins / sizeof origins[0])
-				return usage_error("%s", "at most 32 --http-allow-origin");
-			origins[norigins++] = v;
-			gwc.allow_origins = origins;
-			gwc.nallow_origins = norigins;
-		} else if ((v = opt_value(argc, argv, &i, "--http-max-body", &missing))) {
-			uint64_t n;
-			if (mesh_parse_size(v, 1ull << 32, &n) < 0 || n == 0)
-				return usage_error("--http-max-body wants a size from 1 to 4G such as 16M, not '%s'", v);
-			gwc.max_body = (size_t)n;
-		} else if (!strcmp(argv[i], "--metrics-public")) {
-			metrics_public = 1;
-		} else if ((v = opt_value(argc, argv, &i, "--store", &missing))) {
-			store_url = v;
-		} else if ((v = opt_value(argc, argv, &i, "--store-outage", &missing))) {
-			uint64_t ns;
-			if (mesh_parse_duration(v, 100ull * 365 * 86400 * 1000000000ull, &ns) < 0 || ns < 1000000000ull)
-				return usage_error("--store-outage wants a duration of 1s or more such as 5m or 30s, not '%s'", v);
-			mesh_job_set_store_outage(ns);
-		} else if ((v = opt_value(argc, argv, &i, "--store-spares", &missing))) {
-			uint64_t n;
-			if (mesh_parse_u64(v, MESH_HOME_PG_SPARES_MAX, &n) < 0)
-				return usage_error("--store-spares wants a number from 0 to 8, not '%s'", v);
-			mesh_home_pg_set_spares((unsigned)n);
-		} else if ((v = opt_value(argc, argv, &i, "--keep-jobs", &missing))) {
-			if (mesh_parse_u64(v, 100000000, &keep.keep_jobs) < 0 || keep.keep_jobs == 0)
-				return usage_error("--keep-jobs wants a number from 1 to 100000000, not '%s'", v);
-		} else if ((v = opt_value(argc, argv, &i, "--keep-for", &missing))) {
-			if (mesh_parse_duration(v, 100ull * 365 * 86400 * 1000000000ull, &keep.keep_for_ns) < 0 ||
-			    keep.keep_for_ns < 1000000000ull)
-				return usage_error("--keep-for wants a duration of 1s or more such as 7d, 12h or 90m, "
-						   "not '%s'", v);
-		} else if ((v = opt_value(argc, argv, &i, "--state", &missing))) {
-			if (!*v || strlen(v) >= sizeof state)
-				return usage_error("--state wants a directory, not '%s'", v);
-			strcpy(state, v);
-		} else if (missing) {
-			return usage_error("%s needs a value", argv[i]);
-		} else {
-			return unknown_argument(argv[i]);
-		}
-	}
-	if (!cfg.catalog)
-		return usage_error("%s", "--catalog DIR is required");
-	if (!cfg.logs)
-		return usage_error("%s", "--logs DIR is required");
-	if (!sock[0] && meshd_socket_default(sock, sizeof sock) < 0)
-		return usage_error("%s", "the default socket path is too long; give --socket PATH");
-	if (store_url && *store_url && mesh_job_where_has_password(store_url))
-		return usage_error("--store (or MESH_STORE): %s", mesh_job_password_why());
-	if (store_url && *store_url) {
-		/* its store connections' application_name: meshd <host> */
-		char host[64] = "host", app[80];
-		gethostname(host, sizeof host - 1);
-		host[sizeof host - 1] = 0;
-		snprintf(app, sizeof app, "meshd %s", host);
-		mesh_job_set_store_app(app, 0);
-	}
-
-	mesh_log_init("meshd", !strcmp(level, "debug")  ? MESH_LOG_DEBUG
-			       : !strcmp(level, "warn") ? MESH_LOG_WARN
-			       : !strcmp(level, "error") ? MESH_LOG_ERROR
-							 : MESH_LOG_INFO);
-
-	/* A signal before the loop runs is remembered and ends meshd right after setup. */
-	if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-		mesh_error("cannot start: pipe: %s", strerror(errno));
+	if ((rc = parse_args(argc, argv, &a)) >= 0)
+		return rc;
+	set_store(&a);
+	mesh_log_init("meshd", !strcmp(a.level, "debug")  ? MESH_LOG_DEBUG
+			       : !strcmp(a.level, "warn") ? MESH_LOG_WARN
+			       : !strcmp(a.level, "error") ? MESH_LOG_ERROR
+							   : MESH_LOG_INFO);
+	if ((rc = catch_signals()) < 0) {
+		mesh_error("cannot start: pipe: %s", mesh_strerror(rc));
 		return MESH_EXIT_OSERR;
 	}
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
 	/* Threads parked for the work that ends (a job's store, driver and
 	 * completer, the syncs...): a cold job after a long idle starts none
 	 * (base/thread.h). */
 	if ((rc = mesh_thread_keep(MESHD_THREADS_KEPT)) < 0)
 		mesh_warn("cannot keep %u threads parked: %s", MESHD_THREADS_KEPT, mesh_strerror(rc));
-
-	rc = meshd_core_new(&core, &cfg, &err);
-	if (rc < 0) {
-		mesh_error("cannot start: %s", err ? err : mesh_strerror(rc));
-		free(err);
-		return exit_for(rc);
+	if ((rc = open_daemon(&d, &a)) != 0) {
+		close_daemon(&d);
+		meshd_core_free(d.core);
+		return rc;
 	}
-	free(err);
-	err = NULL;
-
-	int default_state = !state[0];
-	if (default_state && meshd_state_default(state, sizeof state) < 0)
-		state[0] = 0;
-	rc = state[0] ? meshd_jobs_open(&jobs, core, state, &keep, &err) : -ENOENT;
-	if (rc < 0 && default_state && rc != MESH_E_BUSY) {
-		/* No usable default: meshd serves programs, not jobs.  One that
-		 * another meshd holds is refused as a given one is. */
-		mesh_warn("no jobs: %s (give --state DIR)",
-			  err ? err : "neither $XDG_STATE_HOME nor $HOME names a state directory");
-		free(err);
-		err = NULL;
-		jobs = NULL;
-	} else if (rc < 0) {
-		mesh_error("cannot open the jobs: %s", err ? err : mesh_strerror(rc));
-		free(err);
-		meshd_core_free(core);
-		return exit_for(rc);
-	}
-	if (!jobs && store_url && *store_url)
-		mesh_warn("the store is not followed: meshd has no jobs (give --state DIR)");
-	if (jobs && store_url && *store_url && (rc = meshd_jobs_store(jobs, store_url, cfg.catalog, &err)) < 0) {
-		mesh_error("%s", err ? err : mesh_strerror(rc));
-		free(err);
-		meshd_jobs_stop(jobs);
-		meshd_jobs_free(jobs);
-		meshd_core_free(core);
-		return mesh_exit_for(rc); /* the store's codes: 69 unreachable, 65 another schema */
-	}
-	parts.core = core;
-	parts.jobs = jobs;
-
-	rc = meshd_api_start(&api, &parts, sock, &err);
-	if (rc < 0) {
-		mesh_error("cannot serve the control API: %s", err ? err : mesh_strerror(rc));
-		free(err);
-		meshd_jobs_stop(jobs);
-		meshd_jobs_free(jobs);
-		meshd_core_free(core);
-		return exit_for(rc);
-	}
-	parts.api = api;
-	if (metrics_addr) {
-		rc = meshd_metrics_serve_start(&msrv, &parts, metrics_addr, metrics_public, &err);
-		if (rc < 0) {
-			mesh_error("cannot serve metrics: %s", err ? err : mesh_strerror(rc));
-			free(err);
-			meshd_api_stop(api);
-			meshd_core_free(core);
-			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
-		}
-		mesh_info("serving metrics=%s port=%d", metrics_addr, meshd_metrics_serve_port(msrv));
-	}
-	if (gwc.listen) {
-		gwc.catalog = cfg.catalog;
-		gwc.host = meshd_core_host(core);
-		gwc.on_log = gw_log;
-		rc = mesh_gw_open(&gw, &gwc, &err);
-		if (rc < 0) {
-			mesh_error("cannot serve the gateway: %s", err ? err : mesh_strerror(rc));
-			free(err);
-			meshd_metrics_serve_stop(msrv);
-			meshd_api_stop(api);
-			meshd_core_free(core);
-			return rc == MESH_E_PARSE || rc == MESH_E_REFUSED ? MESH_EXIT_USAGE : exit_for(rc);
-		}
-		parts.gw = gw;
-		mesh_info("serving http=%s port=%d", gwc.listen, mesh_gw_port(gw));
-	}
-	mesh_info("serving socket=%s catalog=%s logs=%s slots=%u isolation=%s", sock, cfg.catalog, cfg.logs,
-		  cfg.slots, cfg.isolation);
+	mesh_info("serving socket=%s catalog=%s logs=%s slots=%u isolation=%s", a.sock, a.cfg.catalog, a.cfg.logs,
+		  a.cfg.slots, a.cfg.isolation);
 	rc = meshd_notify("READY=1\nSTATUS=serving");
 	if (rc < 0)
 		mesh_warn("cannot notify systemd: %s", mesh_strerror(rc));
 
 	/* The loop runs on a thread of its own; this one waits for the stop and
-	 * then runs the shutdown while the loop still serves: the API answers
-	 * what is in flight and the workers' exits are dispatched. */
-	struct loop_run lr = {core, 0};
+	 * then runs the shutdown while the loop still serves. */
+	struct loop_run lr = {d.core, 0};
 	pthread_t loop_th;
 	int threaded = mesh_thread_start(&loop_th, loop_main, &lr) == 0;
 	if (!threaded) {
@@ -633,38 +715,19 @@ int main(int argc, char **argv)
 		if (poll(&pf, 1, -1) > 0 && read(stop_pipe[0], &c, 1) == 1 && c == 'l')
 			break;
 		if (c == 'h' && !stop_asked)
-			reload(&parts);
+			reload(&d.parts);
 	}
 	mesh_info("stopping");
 	meshd_notify("STOPPING=1");
-	/* The gateway first: its requests in flight end (bounded), then its programs stop. */
-	if (gw)
-		mesh_gw_drain(gw);
-	/* Jobs first: their drivers give their workers back before any
-	 * program is stopped (a stop would count as their chunks' failure). */
-	meshd_jobs_stop(jobs);
-	int inflight = meshd_api_quiesce(api);
-	if (inflight > 0) {
-		/* A start or call may wait on a worker for a minute: stop every
-		 * program so that those requests end now, then let them answer. */
-		mesh_info("stopping every program: requests=%d in flight", inflight);
-		stop_programs(core);
-	}
-	meshd_metrics_serve_stop(msrv);
-	parts.api = NULL;
-	meshd_api_stop(api);
-	/* No request or scrape can read them any more. */
-	parts.gw = NULL;
-	mesh_gw_free(gw);
-	meshd_jobs_free(jobs);
+	close_daemon(&d);
 	if (threaded) {
-		meshd_core_stop(core);
+		meshd_core_stop(d.core);
 		pthread_join(loop_th, NULL);
 		rc = lr.rc;
 		if (rc < 0)
 			mesh_error("event loop failed: %s", mesh_strerror(rc));
 	}
-	meshd_core_free(core);
+	meshd_core_free(d.core);
 	mesh_info("stopped");
 	return rc < 0 ? MESH_EXIT_SOFTWARE : 0;
 }
