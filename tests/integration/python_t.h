@@ -138,26 +138,4 @@ __attribute__((unused)) static void add_program(const char *dir, const char *nam
 	"env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 " \
 	"PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "
 
-/* A real meshd on run/meshd.sock with the catalog in ./catalog (and, with
- * state, its jobs in ./state), up and answering: its pid. */
-static pid_t start_meshd(int state)
-{
-	mkdir("logs", 0755);
-	mkdir("run", 0700);
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		int fd = open("meshd.err", O_WRONLY | O_CREAT | O_APPEND, 0644);
-		dup2(fd, 2);
-		execl(t_bin("meshd"), "meshd", "--catalog", "catalog", "--logs", "logs", "--socket", "run/meshd.sock",
-		      state ? "--state" : (char *)NULL, "state", (char *)NULL);
-		_exit(127);
-	}
-	if (!t_wait_for(meshd_t_serving, "run/meshd.sock", 15000)) {
-		char *e = t_read_file("meshd.err", NULL);
-		FAIL("meshd did not come up: %s", e ? e : "");
-	}
-	return pid;
-}
-
 #endif

@@ -41,31 +41,6 @@ static int mesh(const char *args)
 	return t_sh(out, sizeof out, 1, "'%s' %s --socket run/meshd.sock", t_bin("mesh"), args);
 }
 
-static int serving(void *arg)
-{
-	return mesh("ps") == 0;
-}
-
-static pid_t meshd(void)
-{
-	mkdir("run", 0700);
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		execl(t_bin("meshd"), "meshd", "--catalog", "cat", "--logs", "logs", "--socket", "run/meshd.sock", (char *)NULL);
-		_exit(127);
-	}
-	if (!t_wait_for(serving, NULL, 15000))
-		FAIL("meshd did not serve");
-	return pid;
-}
-
-static void stop(pid_t pid)
-{
-	kill(pid, SIGTERM);
-	waitpid(pid, NULL, 0);
-}
-
 static int freed(void *arg)
 {
 	return mesh("ps") == 0 && strstr(out, "time_to_free=") != NULL;
@@ -83,7 +58,7 @@ TEST(meshd_gpu_ps_shows_vram_per_worker_and_per_gpu)
 	setenv(MESH_NVML_ENV, t_bin("tests-gpu/fake_nvml.so"), 1);
 	snprintf(b, sizeof b, "%llu", 20 * GIB);
 	program("g", "vram = \"20GiB\"\n", b, "200");
-	pid_t d = meshd();
+	pid_t d = meshd_t_start(.catalog = "cat", .wait_accept = 1);
 	ASSERT_EQ(mesh("call g env"), 0);
 	EXPECT_CONTAINS(out, "GPU-fake-0");
 	ASSERT_EQ(mesh("ps"), 0);
@@ -97,21 +72,21 @@ TEST(meshd_gpu_ps_shows_vram_per_worker_and_per_gpu)
 	ASSERT_TRUE(t_wait_for(freed, NULL, 5000));
 	EXPECT_CONTAINS(out, "gpu=freed time_to_free=");
 	EXPECT_CONTAINS(out, "used 0B of 80.00G");
-	stop(d);
+	meshd_t_stop(d);
 }
 
 TEST(meshd_gpu_none_in_ps_and_refused_at_load)
 {
 	setenv(MESH_NVML_ENV, "/nonexistent/libnvidia-ml.so.1", 1);
 	program("g", "", "0", "0");
-	pid_t d = meshd();
+	pid_t d = meshd_t_start(.catalog = "cat", .wait_accept = 1);
 	ASSERT_EQ(mesh("ps"), 0);
 	EXPECT_FALSE(strstr(out, "gpu: none") != NULL); /* a host line for -v */
 	ASSERT_EQ(mesh("ps -v"), 0);
 	EXPECT_CONTAINS(out, "gpu: none (cannot load /nonexistent/libnvidia-ml.so.1");
 	EXPECT_EQ(mesh("load g"), 81); /* MESH_EXIT_NOGPU */
 	EXPECT_CONTAINS(out, "gpu: none: cannot load");
-	stop(d);
+	meshd_t_stop(d);
 }
 
 /* GET /metrics over the control socket into file; its text (malloc'd). */
@@ -142,7 +117,7 @@ TEST(meshd_gpu_metrics_show_vram_per_gpu_and_per_worker)
 	setenv(MESH_NVML_ENV, t_bin("tests-gpu/fake_nvml.so"), 1);
 	snprintf(b, sizeof b, "%llu", 20 * GIB);
 	program("g", "vram = \"20GiB\"\n", b, "100");
-	pid_t d = meshd();
+	pid_t d = meshd_t_start(.catalog = "cat", .wait_accept = 1);
 	ASSERT_EQ(mesh("call g env"), 0);
 	char *m = metrics("m1.txt");
 	char want[256];
@@ -187,7 +162,7 @@ TEST(meshd_gpu_metrics_show_vram_per_gpu_and_per_worker)
 	EXPECT_TRUE(ttf >= 0.05 && ttf < 2.5);
 	meshd_t_promtool_ok("m2.txt");
 	free(m);
-	stop(d);
+	meshd_t_stop(d);
 }
 
 TEST(meshd_gpu_metrics_left_out_without_nvml)
@@ -195,10 +170,10 @@ TEST(meshd_gpu_metrics_left_out_without_nvml)
 	setenv(MESH_NVML_ENV, "none", 1);
 	mkdir("cat", 0755);
 	mkdir("logs", 0755);
-	pid_t d = meshd();
+	pid_t d = meshd_t_start(.catalog = "cat", .wait_accept = 1);
 	char *m = metrics("m.txt");
 	EXPECT_CONTAINS(m, "mesh_slots ");
 	EXPECT_TRUE(!strstr(m, "mesh_gpu_") && !strstr(m, "mesh_worker_vram"));
 	free(m);
-	stop(d);
+	meshd_t_stop(d);
 }

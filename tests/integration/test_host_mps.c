@@ -6,6 +6,7 @@
 #include "host/host.h"
 #include "host/mps.h"
 #include "integration/host_t.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -119,37 +120,10 @@ TEST(mps_gpu_worker_checked_and_terminated_through_the_tool)
 
 static char out[1 << 16];
 
-static int sock_up(void *arg)
+/* In meshd's child: no NVML (MESH_NVML_LIB=none). */
+static void no_nvml(void)
 {
-	(void)arg;
-	return access("meshd.sock", F_OK) == 0;
-}
-
-/* meshd --isolation mps without NVML, in the background; its pid. */
-static pid_t start_meshd(void)
-{
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		setenv("MESH_NVML_LIB", "none", 1);
-		execl("/bin/sh", "sh", "-c",
-		      "exec \"$0\" --catalog cat --logs logs --socket meshd.sock --isolation mps 2>>meshd.err", t_bin("meshd"),
-		      (char *)NULL);
-		_exit(127);
-	}
-	if (!t_wait_for(sock_up, NULL, 10000)) {
-		char *e = t_read_file("meshd.err", NULL);
-		FAIL("meshd did not come up: %s", e ? e : "");
-	}
-	return pid;
-}
-
-static int stop_meshd(pid_t pid)
-{
-	int st = 0;
-	kill(pid, SIGTERM);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	setenv("MESH_NVML_LIB", "none", 1);
 }
 
 static int pid_alive(void *arg)
@@ -169,13 +143,14 @@ TEST(mps_meshd_finds_a_running_control_daemon_and_leaves_it)
 	setenv("CUDA_MPS_PIPE_DIRECTORY", mps, 1);
 	snprintf(ctl, sizeof ctl, "%s/control", mps);
 	t_write_file(ctl, "");
-	pid_t pid = start_meshd();
+	pid_t pid = meshd_t_start(.catalog = "cat", .sock = "meshd.sock", .args = "--isolation mps", .child = no_nvml,
+				  .wait_accept = 1);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' ps --socket meshd.sock", t_bin("mesh")), 0);
 	EXPECT_CONTAINS(out, "mps: control daemon found by meshd, pipe directory ");
 	EXPECT_CONTAINS(out, mps);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' ps --json --socket meshd.sock", t_bin("mesh")), 0);
 	EXPECT_CONTAINS(out, "\"daemon\":\"found\"");
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 	/* Asked once whether it answers; never started, never quit. */
 	char *log = t_read_file("tool.log", NULL), want[PATH_MAX + 64];
 	snprintf(want, sizeof want, "%s get_server_list\n", mps);
@@ -193,7 +168,8 @@ TEST(mps_meshd_starts_the_control_daemon_and_quits_it_at_exit)
 	unsetenv("CUDA_MPS_LOG_DIRECTORY");
 	rmdir(mps); /* meshd makes it */
 	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
-	pid_t pid = start_meshd();
+	pid_t pid = meshd_t_start(.catalog = "cat", .sock = "meshd.sock", .args = "--isolation mps", .child = no_nvml,
+				  .wait_accept = 1);
 	char *e = t_read_file("meshd.err", NULL);
 	EXPECT_CONTAINS(e, "mps: started the control daemon");
 	free(e);
@@ -207,7 +183,7 @@ TEST(mps_meshd_starts_the_control_daemon_and_quits_it_at_exit)
 	EXPECT_CONTAINS(out, "mps: control daemon started by meshd");
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' ps --json --socket meshd.sock", t_bin("mesh")), 0);
 	EXPECT_CONTAINS(out, "\"daemon\":\"started\"");
-	EXPECT_EQ(stop_meshd(pid), 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 	char *log = t_read_file("tool.log", NULL);
 	/* Started with both directories (the log one under --logs), then quit. */
 	snprintf(want, sizeof want, "%s -d %s/logs/mps\n", mps, cwd);

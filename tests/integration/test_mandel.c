@@ -3,6 +3,7 @@
  * written here from the documented view, and the assembler on tiles made
  * that way: all present (a PNG), one missing, one twice. */
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <math.h>
@@ -27,39 +28,16 @@
 
 static char out[1 << 16];
 
-static int sock_up(void *arg)
-{
-	struct stat st;
-	(void)arg;
-	return stat(SOCK, &st) == 0 && S_ISSOCK(st.st_mode);
-}
-
-static pid_t start_meshd(void)
+/* catalog/mandel.toml, the example's own, and its binary. */
+static void add_mandel(void)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
 	mkdir("catalog", 0755);
 	mkdir(path, 0755);
-	mkdir("logs", 0755);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/mandel' && cp '%s' catalog/",
 		       t_bin("examples/mandel/mandel"), mesh_target_triple(), t_src("examples/mandel/catalog/mandel.toml")),
 		  0);
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		execl(t_bin("meshd"), "meshd", "--catalog", "catalog", "--logs", "logs", "--socket", SOCK,
-		      "--log-level", "warn", (char *)NULL);
-		_exit(127);
-	}
-	ASSERT_TRUE(t_wait_for(sock_up, NULL, 10000));
-	return pid;
-}
-
-static void stop_meshd(pid_t pid)
-{
-	int st;
-	kill(pid, SIGTERM);
-	EXPECT_EQ(waitpid(pid, &st, 0), pid);
 }
 
 /* The reference: the escape-time count of pixel (x, y) mapped to 8 bits as
@@ -108,7 +86,8 @@ static void check_tile(const unsigned char *b, size_t n, unsigned tile, unsigned
 
 TEST_TIMEOUT(mandel_worker_renders_tiles, 30)
 {
-	pid_t pid = start_meshd();
+	add_mandel();
+	pid_t pid = meshd_t_start(.args = "--log-level warn", .wait_accept = 1);
 	size_t n;
 	/* Tile 144 holds c = -0.25125 - 0.00125i (its last pixel), inside the main cardioid. */
 	unsigned char *b = call_tile("144", "t144", &n);
@@ -128,7 +107,7 @@ TEST_TIMEOUT(mandel_worker_renders_tiles, 30)
 	EXPECT_NE(t_sh(out, sizeof out, 1, "'%s' call mandel 300 --socket " SOCK, t_bin("mesh")), 0);
 	EXPECT_CONTAINS(out, "a request is 'TILE'");
 	EXPECT_NE(t_sh(out, sizeof out, 1, "'%s' call mandel '5 x' --socket " SOCK, t_bin("mesh")), 0);
-	stop_meshd(pid);
+	EXPECT_GE(meshd_t_stop(pid), 0);
 }
 
 static uint32_t be32(const unsigned char *p)
@@ -138,7 +117,8 @@ static uint32_t be32(const unsigned char *p)
 
 TEST_TIMEOUT(mandel_assembler_needs_every_tile_once, 180)
 {
-	pid_t pid = start_meshd();
+	add_mandel();
+	pid_t pid = meshd_t_start(.args = "--log-level warn", .wait_accept = 1);
 	/* All 300 tiles, the way `mesh results` will print them: replies
 	 * concatenated in tile order.  Four calls at a time: 300 `mesh`
 	 * processes one after another took over 60 s under ASan at load 9. */
@@ -147,7 +127,7 @@ TEST_TIMEOUT(mandel_assembler_needs_every_tile_once, 180)
 		       " for i in $(seq 0 %d); do cat t.$i; done > all.bin",
 		       TILES - 1, t_bin("mesh"), TILES - 1),
 		  0);
-	stop_meshd(pid);
+	EXPECT_GE(meshd_t_stop(pid), 0);
 	const char *as = t_bin("examples/mandel/assemble");
 	size_t one = HDR + TW * TH;
 

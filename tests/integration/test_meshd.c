@@ -31,31 +31,15 @@ static const char *triple(void)
 	return mesh_target_triple();
 }
 
-static void add_program(const char *name, const char *binary, const char *extra_toml)
-{
-	meshd_t_add_program(out, sizeof out, name, binary, extra_toml);
-}
-
 /* A program that prints 40 numbered lines and dies of SIGSEGV before ready. */
 static void add_crasher(void)
 {
-	add_program("crasher", "/bin/sh",
+	meshd_t_add_program(out, sizeof out, "crasher", "/bin/sh",
 		    "args = [\"-c\", \"i=1; while [ $i -le 40 ]; do echo crash-line-$i; i=$((i+1)); done; "
 		    "kill -SEGV $$\"]\n");
 }
 
 static pid_t meshd_pid;
-
-/* Starts meshd on SOCK with a NOTIFY_SOCKET of our own and waits for READY=1. */
-static pid_t start_meshd(const char *extra_args)
-{
-	char msg[256];
-	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
-		FAIL("getcwd");
-	meshd_pid = meshd_t_start_notified(extra_args, msg, sizeof msg);
-	EXPECT_CONTAINS(msg, "READY=1");
-	return meshd_pid;
-}
 
 /* Runs `mesh ARGS --socket SOCK`; the exit status, output in out. */
 static int mesh(const char *args)
@@ -122,8 +106,8 @@ static int wait_exit(pid_t pid, unsigned ms)
 TEST_TIMEOUT(meshd_end_to_end, 60)
 {
 	struct stat st;
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
+	meshd_pid = meshd_t_start();
 	ASSERT_EQ(stat(SOCK, &st), 0);
 	EXPECT_TRUE(S_ISSOCK(st.st_mode));
 	EXPECT_EQ(st.st_mode & 0777, 0600);
@@ -176,8 +160,8 @@ TEST_TIMEOUT(meshd_end_to_end, 60)
 
 TEST_TIMEOUT(meshd_bad_requests, 30)
 {
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
+	meshd_pid = meshd_t_start();
 	static const struct {
 		const char *curl_args;
 		const char *status;
@@ -213,7 +197,7 @@ TEST_TIMEOUT(meshd_bad_requests, 30)
 TEST_TIMEOUT(meshd_crash_is_reported, 60)
 {
 	add_crasher();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("load crasher"), 0);
 	/* A call needs a warm worker; this one dies before ready. */
 	int rc = mesh("call crasher ping");
@@ -244,11 +228,11 @@ TEST_TIMEOUT(meshd_crash_is_reported, 60)
  * a Python worker's exception is named on the report's first line. */
 TEST_TIMEOUT(meshd_a_program_that_exits_0_is_not_called_a_crash, 60)
 {
-	add_program("t", "/bin/true", NULL);
-	add_program("py", "/bin/sh",
+	meshd_t_add_program(out, sizeof out, "t", "/bin/true", NULL);
+	meshd_t_add_program(out, sizeof out, "py", "/bin/sh",
 		    "args = [\"-c\", \"echo 'Traceback (most recent call last):'; echo '  File \\\"w.py\\\", line 3, in <module>';"
 		    " echo 'ValueError: model file missing'; exit 1\"]\n");
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_NE(mesh("call t ping"), 0);
 	EXPECT_CONTAINS(out, "worker 't' (pid ");
 	EXPECT_CONTAINS(out, "exited before ready with status 0 without being asked to: it never said ready (a mesh worker "
@@ -263,9 +247,9 @@ TEST_TIMEOUT(meshd_a_program_that_exits_0_is_not_called_a_crash, 60)
 /* A meshd with two echo programs started; their worker pids in pids. */
 static int start_two_workers(pid_t *pids, int cap)
 {
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
-	add_program("echo2", t_bin("examples/echo_worker"), NULL);
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "echo2", t_bin("examples/echo_worker"), NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("start echo"), 0);
 	EXPECT_EQ(mesh("start echo2"), 0);
 	int n = worker_pids(pids, cap);
@@ -292,7 +276,7 @@ TEST_TIMEOUT(meshd_kill9_leaves_no_worker, 60)
 	} while (left && t_now_ms() < end);
 	EXPECT_EQ(left, 0);
 	/* The stale socket stays; the next meshd replaces it. */
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh_stdout("ps"), 0);
 	kill(meshd_pid, SIGTERM);
 	EXPECT_EQ(wait_exit(meshd_pid, 15000), 0);
@@ -319,8 +303,8 @@ TEST_TIMEOUT(meshd_sigterm_stops_every_worker, 60)
  * requests in flight wait on, they get an answer, meshd exits 0. */
 TEST_TIMEOUT(meshd_sigterm_during_a_waiting_call, 60)
 {
-	add_program("sleeper", "/bin/sh", "args = [\"-c\", \"sleep 100\"]\n");
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "sleeper", "/bin/sh", "args = [\"-c\", \"sleep 100\"]\n");
+	meshd_pid = meshd_t_start();
 	pid_t caller = fork();
 	ASSERT_GE(caller, 0);
 	if (caller == 0) {
@@ -390,7 +374,7 @@ TEST(meshd_usage_errors)
 	 * serving.  (With the same state directory too, the state's lock
 	 * refuses it first: 75, test_meshd_jobs_months.c.) */
 	mkdir("catalog", 0755);
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' --catalog catalog --logs logs --state other-state --socket " SOCK,
 		       t_bin("meshd")),
 		  69);
@@ -409,10 +393,10 @@ TEST(meshd_usage_errors)
  * the middle still arrives whole: status and tail, not "out of memory". */
 TEST_TIMEOUT(meshd_crash_report_with_invalid_utf8, 60)
 {
-	add_program("latin", "/bin/sh",
+	meshd_t_add_program(out, sizeof out, "latin", "/bin/sh",
 		    "args = [\"-c\", \"printf 'caf\\\\351 au lait\\\\n'; printf 'cut \\\\342\\\\202\\\\n'; "
 		    "kill -SEGV $$\"]\n");
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("load latin"), 0);
 	EXPECT_EQ(mesh("call latin ping"), 76);
 	EXPECT_CONTAINS(out, "mesh: call to 'latin' failed: worker 'latin'");
@@ -437,8 +421,8 @@ TEST_TIMEOUT(meshd_crash_report_with_invalid_utf8, 60)
 /* A handler's error message with such bytes arrives too, with its own exit code. */
 TEST_TIMEOUT(meshd_handler_error_with_invalid_utf8, 60)
 {
-	add_program("fails", t_bin("tests-workers/host_worker"), "args = [\"fail-latin1\"]\n");
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "fails", t_bin("tests-workers/host_worker"), "args = [\"fail-latin1\"]\n");
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("call fails ping"), MESH_EXIT_HANDLER);
 	EXPECT_CONTAINS(out, "the worker's handler failed: caf" FFFD " refused, cut " FFFD);
 }
@@ -446,14 +430,14 @@ TEST_TIMEOUT(meshd_handler_error_with_invalid_utf8, 60)
 /* A manifest that starts with a UTF-8 byte order mark loads. */
 TEST_TIMEOUT(meshd_manifest_with_bom_loads, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
 	char *m = t_read_file("catalog/echo.toml", NULL);
 	ASSERT_TRUE(m != NULL);
 	char bom[4096];
 	snprintf(bom, sizeof bom, "\xef\xbb\xbf%s", m);
 	free(m);
 	t_write_file("catalog/echo.toml", bom);
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("load echo"), 0);
 	EXPECT_CONTAINS(out, "loaded echo");
 }
@@ -462,13 +446,13 @@ TEST_TIMEOUT(meshd_manifest_with_bom_loads, 60)
 TEST_TIMEOUT(meshd_load_refuses_a_fifo, 30)
 {
 	char path[512];
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
 	ASSERT_EQ(mkfifo("catalog/pipe.toml", 0644), 0);
-	add_program("pipebin", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "pipebin", t_bin("examples/echo_worker"), NULL);
 	snprintf(path, sizeof path, "catalog/%s/pipebin", triple());
 	unlink(path);
 	ASSERT_EQ(mkfifo(path, 0755), 0);
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("load pipe"), MESH_EXIT_REFUSED);
 	EXPECT_CONTAINS(out, "pipe.toml' is a FIFO, not a regular file");
 	EXPECT_EQ(mesh("load pipebin"), MESH_EXIT_REFUSED);
@@ -483,16 +467,16 @@ TEST_TIMEOUT(meshd_load_refuses_a_fifo, 30)
 TEST_TIMEOUT(meshd_refusals_have_their_own_exit_codes, 30)
 {
 	char path[512];
-	add_program("gpu", t_bin("examples/echo_worker"), "device = \"gpu\"\n");
-	add_program("script", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "gpu", t_bin("examples/echo_worker"), "device = \"gpu\"\n");
+	meshd_t_add_program(out, sizeof out, "script", t_bin("examples/echo_worker"), NULL);
 	snprintf(path, sizeof path, "catalog/%s/script", triple());
 	t_write_file(path, "#!/bin/sh\necho hi\n");
 	chmod(path, 0755);
-	add_program("foreign", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "foreign", t_bin("examples/echo_worker"), NULL);
 	snprintf(path, sizeof path, "catalog/%s/foreign", triple());
 	t_write_file(path, "MZ not an ELF file\n");
 	chmod(path, 0755);
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("load gpu"), MESH_EXIT_NOGPU);
 	EXPECT_CONTAINS(out, "needs a GPU");
 	EXPECT_EQ(mesh("load script"), MESH_EXIT_SCRIPT);
@@ -507,11 +491,11 @@ TEST_TIMEOUT(meshd_refusals_have_their_own_exit_codes, 30)
  * log: its status and the last line of its output. */
 TEST_TIMEOUT(meshd_idle_crash_is_logged, 30)
 {
-	add_program("idler", t_bin("tests-workers/host_worker"), "args = [\"echo\"]\n");
+	meshd_t_add_program(out, sizeof out, "idler", t_bin("tests-workers/host_worker"), "args = [\"echo\"]\n");
 	/* Under ASan (make check) the worker must die of the SIGSEGV itself,
 	 * not exit 1 from ASan's handler; meshd passes its environment on. */
 	setenv("ASAN_OPTIONS", "handle_segv=0", 1);
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("start idler"), 0);
 	pid_t pids[4];
 	ASSERT_EQ(worker_pids(pids, 4), 1);
@@ -546,8 +530,8 @@ TEST_TIMEOUT(meshd_idle_crash_is_logged, 30)
  * over 32 KiB a JSON 413 (as docs/api.md says). */
 TEST_TIMEOUT(meshd_bad_length_and_big_headers, 30)
 {
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
+	meshd_pid = meshd_t_start();
 	static const char *const lengths[] = {"-1", "12x", "99999999999999999999999"};
 	for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
 		EXPECT_EQ(t_sh(out, sizeof out, 1,
@@ -582,8 +566,8 @@ TEST_TIMEOUT(meshd_bad_length_and_big_headers, 30)
 /* A call cut by `mesh stop` says so, not "not allowed in the current state". */
 TEST_TIMEOUT(meshd_call_cut_by_stop_says_so, 60)
 {
-	add_program("slow", t_bin("tests-workers/host_worker"), "args = [\"slow-call\"]\n");
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "slow", t_bin("tests-workers/host_worker"), "args = [\"slow-call\"]\n");
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh("start slow"), 0);
 	pid_t caller = fork();
 	ASSERT_GE(caller, 0);

@@ -29,31 +29,6 @@ static void add_worker(const char *name, const char *mode, const char *extra)
 	meshd_t_add_program(out, sizeof out, name, t_bin("tests-workers/host_worker"), tail);
 }
 
-static int serving(void *arg)
-{
-	(void)arg;
-	return t_sh(out, sizeof out, 1, "'%s' ps --socket " SOCK, t_bin("mesh")) == 0;
-}
-
-static pid_t start_meshd(void)
-{
-	char cmd[16384];
-	mkdir("logs", 0755);
-	snprintf(cmd, sizeof cmd, "exec '%s' --catalog catalog --logs logs --socket " SOCK " 2>>meshd.err", t_bin("meshd"));
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	if (!t_wait_for(serving, NULL, 15000)) {
-		kill(pid, SIGKILL);
-		char *err = t_read_file("meshd.err", NULL);
-		FAIL("meshd did not serve within 15 s: %s", err ? err : "");
-	}
-	return pid;
-}
-
 static int mesh(const char *args)
 {
 	return t_sh(out, sizeof out, 0, "'%s' %s --socket " SOCK " 2>mesh.err", t_bin("mesh"), args);
@@ -91,7 +66,7 @@ static json_t *first_worker(void)
 TEST_TIMEOUT(meshd_stop_leaves_no_setsid_grandchild, 60)
 {
 	add_worker("orphan", "orphan", NULL);
-	pid_t meshd = start_meshd();
+	pid_t meshd = meshd_t_start(.wait_accept = 1);
 	ASSERT_EQ(mesh("start orphan"), 0);
 	pid_t gc = contain_t_read_pid("orphan.pid", 10000);
 	ASSERT_GT(gc, 0);
@@ -122,7 +97,7 @@ TEST_TIMEOUT(meshd_stop_leaves_no_setsid_grandchild, 60)
 TEST_TIMEOUT(meshd_kill9_leaves_no_setsid_grandchild, 60)
 {
 	add_worker("orphan", "orphan", NULL);
-	pid_t meshd = start_meshd();
+	pid_t meshd = meshd_t_start(.wait_accept = 1);
 	ASSERT_EQ(mesh("start orphan"), 0);
 	pid_t gc = contain_t_read_pid("orphan.pid", 10000);
 	ASSERT_GT(gc, 0);
@@ -139,7 +114,7 @@ TEST_TIMEOUT(meshd_ps_memory_is_the_whole_tree_and_says_what_is_bounded, 60)
 {
 	add_worker("alloc", "alloc-child", NULL);
 	add_worker("limited", "echo", "[limits]\nmemory = \"64M\"\n");
-	pid_t meshd = start_meshd();
+	pid_t meshd = meshd_t_start(.wait_accept = 1);
 	ASSERT_EQ(mesh("start alloc"), 0);
 	ASSERT_GT(contain_t_read_pid("alloc.pid", 10000), 0);
 	/* Sampled about once a second. */
@@ -175,7 +150,7 @@ TEST_TIMEOUT(meshd_workers_run_as_their_user_never_root_by_default, 60)
 	add_worker("who", "whoami", NULL);
 	add_worker("who2", "whoami", "user = 65533\n");
 	add_worker("who0", "whoami", "user = \"root\"\n");
-	pid_t meshd = start_meshd();
+	pid_t meshd = meshd_t_start(.wait_accept = 1);
 	if (mesh("start who") != 0) {
 		char *e = t_read_file("mesh.err", NULL);
 		FAIL("start who: %s", e ? e : "?");
@@ -197,7 +172,7 @@ TEST_TIMEOUT(meshd_workers_run_as_their_user_never_root_by_default, 60)
 TEST_TIMEOUT(meshd_worker_init_is_the_small_mesh_init_binary, 60)
 {
 	add_worker("orphan", "orphan", NULL);
-	pid_t meshd = start_meshd();
+	pid_t meshd = meshd_t_start(.wait_accept = 1);
 	ASSERT_EQ(mesh("start orphan"), 0);
 	pid_t gc = contain_t_read_pid("orphan.pid", 10000);
 	json_t *w = first_worker();

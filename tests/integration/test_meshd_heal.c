@@ -24,14 +24,6 @@
 static char out[65536];
 static pid_t meshd_pid;
 
-/* catalog/<name>.toml running a copy of tests-workers/host_worker. */
-static void add_program(const char *name, const char *args, const char *extra)
-{
-	char tail[4096];
-	snprintf(tail, sizeof tail, "args = [%s]\n%s", args, extra ? extra : "");
-	meshd_t_add_program(out, sizeof out, name, t_bin("tests-workers/host_worker"), tail);
-}
-
 static int sock_connect(void)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -44,34 +36,11 @@ static int sock_connect(void)
 	return fd;
 }
 
-/* Starts meshd (with at most nofile fds when not 0) and waits until its
- * socket answers. */
-static void start_meshd(unsigned nofile)
+/* In meshd's child: at most 40 fds. */
+static void forty_fds(void)
 {
-	mkdir("logs", 0755);
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		if (nofile) {
-			struct rlimit rl = {nofile, nofile};
-			setrlimit(RLIMIT_NOFILE, &rl);
-		}
-		int e = open("meshd.err", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-		dup2(e, 2);
-		execl(t_bin("meshd"), "meshd", "--catalog", "catalog", "--logs", "logs", "--socket", SOCK, "--slots", "2",
-		      (char *)NULL);
-		_exit(127);
-	}
-	meshd_pid = pid;
-	if (!t_wait_for(meshd_t_serving, SOCK, 15000))
-		FAIL("meshd did not listen within 15 s");
-}
-
-static void stop_meshd(void)
-{
-	int st;
-	kill(meshd_pid, SIGTERM);
-	waitpid(meshd_pid, &st, 0);
+	struct rlimit rl = {40, 40};
+	setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 static int mesh(const char *args)
@@ -165,8 +134,8 @@ static void wait_calls(long at_least)
  * (they do not wait for the calls' threads), and then every call does. */
 TEST_TIMEOUT(meshd_control_gets_through_70_queued_calls, 60)
 {
-	add_program("hang", "\"hang-on-hang\"", NULL);
-	start_meshd(0);
+	meshd_t_add_program(out, sizeof out, "hang", t_bin("tests-workers/host_worker"), "args = [\"hang-on-hang\"]\n");
+	meshd_pid = meshd_t_start(.args = "--slots 2", .wait_accept = 1);
 	ASSERT_EQ(mesh("call hang warm"), 0);
 	int fds[71];
 	fds[0] = raw_call("hang", "hang", 30);
@@ -193,15 +162,15 @@ TEST_TIMEOUT(meshd_control_gets_through_70_queued_calls, 60)
 	}
 	EXPECT_EQ(answered, 71);
 	EXPECT_EQ(mesh("unload hang"), 0);
-	stop_meshd();
+	meshd_t_stop(meshd_pid);
 }
 
 /* A client that closes its connection while its call waits for a worker
  * cancels that call: it ends now, not at its 20 s timeout. */
 TEST_TIMEOUT(meshd_client_gone_cancels_its_queued_call, 60)
 {
-	add_program("hang", "\"hang-on-hang\"", NULL);
-	start_meshd(0);
+	meshd_t_add_program(out, sizeof out, "hang", t_bin("tests-workers/host_worker"), "args = [\"hang-on-hang\"]\n");
+	meshd_pid = meshd_t_start(.args = "--slots 2", .wait_accept = 1);
 	ASSERT_EQ(mesh("call hang warm"), 0);
 	int busy = raw_call("hang", "hang", 30);
 	ASSERT_GE(busy, 0);
@@ -218,7 +187,7 @@ TEST_TIMEOUT(meshd_client_gone_cancels_its_queued_call, 60)
 	EXPECT_CONTAINS(err, "request=\"POST /v1/programs/hang/call\" status=");
 	free(err);
 	close(busy);
-	stop_meshd();
+	meshd_t_stop(meshd_pid);
 }
 
 /* Calls name (a worker that dies before `ready`) until `mesh ps` shows it
@@ -242,8 +211,8 @@ static int crash_loop_to_failed(const char *name)
  * `mesh ps` (and its JSON); `mesh start` clears it. */
 TEST_TIMEOUT(meshd_crash_loop_is_failed_in_ps_until_start, 60)
 {
-	add_program("crashy", "\"crash-before-ready\"", NULL);
-	start_meshd(0);
+	meshd_t_add_program(out, sizeof out, "crashy", t_bin("tests-workers/host_worker"), "args = [\"crash-before-ready\"]\n");
+	meshd_pid = meshd_t_start(.args = "--slots 2", .wait_accept = 1);
 	EXPECT_NE(mesh("call crashy x"), 0);
 	EXPECT_CONTAINS(out, "crashed before ready");
 	EXPECT_TRUE(crash_loop_to_failed("crashy"));
@@ -255,7 +224,7 @@ TEST_TIMEOUT(meshd_crash_loop_is_failed_in_ps_until_start, 60)
 	EXPECT_NE(mesh("start crashy"), 0); /* it crashes again, but is not FAILED any more */
 	ASSERT_EQ(mesh("ps"), 0);
 	EXPECT_FALSE(strstr(out, "FAILED:") != NULL);
-	stop_meshd();
+	meshd_t_stop(meshd_pid);
 }
 
 /* A job whose program is FAILED (a crash loop) cannot move until `mesh
@@ -266,8 +235,8 @@ TEST_TIMEOUT(meshd_crash_loop_is_failed_in_ps_until_start, 60)
  * program FAILED hung every `mesh wait`). */
 TEST_TIMEOUT(meshd_job_of_a_failed_program_says_why_it_waits, 60)
 {
-	add_program("crashy", "\"crash-before-ready\"", NULL);
-	start_meshd(0);
+	meshd_t_add_program(out, sizeof out, "crashy", t_bin("tests-workers/host_worker"), "args = [\"crash-before-ready\"]\n");
+	meshd_pid = meshd_t_start(.args = "--slots 2", .wait_accept = 1);
 	ASSERT_TRUE(crash_loop_to_failed("crashy"));
 	ASSERT_EQ(mesh("submit crashy --chunks 3"), 0);
 	char id[32];
@@ -296,15 +265,15 @@ TEST_TIMEOUT(meshd_job_of_a_failed_program_says_why_it_waits, 60)
 		  0);
 	EXPECT_CONTAINS(out, "raised E_STATE job");
 	EXPECT_CONTAINS(out, "is FAILED: 5 starts died before 'ready'");
-	stop_meshd();
+	meshd_t_stop(meshd_pid);
 }
 
 /* Out of fds with idle clients holding them: meshd pauses accepting
  * instead of spinning, logs it once, and serves again once they go. */
 TEST_TIMEOUT(meshd_out_of_fds_does_not_spin, 60)
 {
-	add_program("echo", "\"echo\"", NULL);
-	start_meshd(40);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("tests-workers/host_worker"), "args = [\"echo\"]\n");
+	meshd_pid = meshd_t_start(.args = "--slots 2", .child = forty_fds, .wait_accept = 1);
 	int fds[80];
 	for (int i = 0; i < 80; i++)
 		fds[i] = sock_connect();
@@ -331,5 +300,5 @@ TEST_TIMEOUT(meshd_out_of_fds_does_not_spin, 60)
 		usleep(50000);
 	EXPECT_EQ(rc, 0);
 	EXPECT_EQ(mesh("call echo hi"), 0);
-	stop_meshd();
+	meshd_t_stop(meshd_pid);
 }

@@ -29,11 +29,6 @@ static char cwd[4096];
 static char out[1 << 20];
 static pid_t meshd_pid;
 
-static void add_program(const char *name, const char *binary, const char *extra_toml)
-{
-	meshd_t_add_program(out, sizeof out, name, binary, extra_toml);
-}
-
 static void add_job_worker(const char *name, unsigned max_workers, const char *ttl)
 {
 	char toml[16384];
@@ -43,21 +38,14 @@ static void add_job_worker(const char *name, unsigned max_workers, const char *t
 		 "max_workers = %u\nidle_ttl = \"%s\"\n[lifecycle]\nstop_grace = \"1s\"\n[env]\n"
 		 "JOBTEST_FIRST_CRASH = \"%s/crashed-once\"\nJOBTEST_FIRST_SLOW = \"%s/slowed-once\"\n",
 		 max_workers, ttl, cwd, cwd);
-	add_program(name, t_bin("tests-workers/job_worker"), toml);
-}
-
-/* Starts meshd with --state state, waits for READY=1 (its notify socket). */
-static pid_t start_meshd(void)
-{
-	meshd_pid = meshd_t_start_notified("--state state", NULL, 0);
-	return meshd_pid;
+	meshd_t_add_program(out, sizeof out, name, t_bin("tests-workers/job_worker"), toml);
 }
 
 static void setup(void)
 {
 	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
 		FAIL("getcwd");
-	start_meshd();
+	meshd_pid = meshd_t_start(.state = "state");
 }
 
 /* `mesh ARGS --socket SOCK`: exit status; stdout (and stderr when merge) in out. */
@@ -117,14 +105,9 @@ static void expected(char *buf, size_t cap, const char *const *ins, size_t n)
 }
 
 
-static void stop_meshd(void)
-{
-	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
-}
-
 TEST_TIMEOUT(jobs_submit_wait_results_with_the_example_echo_worker, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 2\n");
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), "max_workers = 2\n");
 	setup();
 	unsigned id = submit("echo ::: alpha beta gamma");
 	EXPECT_UEQ(id, 1);
@@ -146,7 +129,7 @@ TEST_TIMEOUT(jobs_submit_wait_results_with_the_example_echo_worker, 60)
 	json_decref(j);
 	EXPECT_EQ(job_status_cmd(id, 5), 0);
 	EXPECT_CONTAINS(out, "COMPLETE");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* A small result is durable in its chunk's DONE record (one fsync a
@@ -159,7 +142,7 @@ TEST_TIMEOUT(jobs_submit_wait_results_with_the_example_echo_worker, 60)
  * check`. */
 TEST_TIMEOUT(jobs_small_results_survive_a_lost_results_file, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 2\n");
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), "max_workers = 2\n");
 	setup();
 	FILE *f = fopen("in.txt", "w");
 	ASSERT_TRUE(f != NULL);
@@ -194,11 +177,11 @@ TEST_TIMEOUT(jobs_small_results_survive_a_lost_results_file, 60)
 	EXPECT_EQ(mesh(0, "results %u", id2), 0);
 	EXPECT_UEQ(strlen(out), bk);
 	EXPECT_EQ(memcmp(out, big, bk), 0);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	char path[256];
 	snprintf(path, sizeof path, "state/jobs/%u/results.bin", id);
 	ASSERT_EQ(truncate(path, 16), 0);
-	start_meshd();
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(0, "results %u --no-wait", id), 0);
 	EXPECT_STREQ(out, want);
 	json_t *j = job_json(id);
@@ -210,7 +193,7 @@ TEST_TIMEOUT(jobs_small_results_survive_a_lost_results_file, 60)
 	EXPECT_EQ(job_status_cmd(id, 40), 0);
 	EXPECT_CONTAINS(out, "COMPLETE");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' job check '%s'", t_bin("mesh"), journal), 0);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	size_t n = 0;
 	char *log = t_read_file("meshd.err", &n);
 	ASSERT_TRUE(log != NULL);
@@ -222,7 +205,7 @@ TEST_TIMEOUT(jobs_small_results_survive_a_lost_results_file, 60)
  * first, then the wait, whose outcome is the exit code. */
 TEST_TIMEOUT(jobs_submit_wait_prints_the_id_then_exits_with_the_outcome, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
 	add_job_worker("jw", 1, "1s");
 	setup();
 	EXPECT_EQ(mesh(0, "submit echo --wait ::: a b c"), 0);
@@ -239,7 +222,7 @@ TEST_TIMEOUT(jobs_submit_wait_prints_the_id_then_exits_with_the_outcome, 60)
 	unsigned long id2 = strtoul(out, &end, 10);
 	EXPECT_TRUE(id2 == id + 1 && *end == '\n');
 	EXPECT_CONTAINS(out, "ended with 1 buried chunks");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* Whether `mesh jobs --json` lists job id. */
@@ -287,7 +270,7 @@ static void drop_lines(const char *path, const char *const *prefixes, size_t n)
  * files of finished jobs made unfinished again (their end files gone). */
 TEST_TIMEOUT(jobs_restart_ignores_a_submit_that_was_not_wholly_durable, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
 	setup();
 	FILE *f = fopen("in.txt", "w");
 	ASSERT_TRUE(f != NULL);
@@ -299,7 +282,7 @@ TEST_TIMEOUT(jobs_restart_ignores_a_submit_that_was_not_wholly_durable, 60)
 		id[i] = submit("echo --input in.txt");
 		EXPECT_EQ(mesh(0, "wait %u --quiet", id[i]), 0);
 	}
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	for (int i = 0; i < 5; i++) {
 		snprintf(path, sizeof path, "state/jobs/%u/end", id[i]);
 		ASSERT_EQ(unlink(path), 0);
@@ -322,7 +305,7 @@ TEST_TIMEOUT(jobs_restart_ignores_a_submit_that_was_not_wholly_durable, 60)
 	static const char *const newer[] = {"format ", "vouch ", "check "};
 	snprintf(path, sizeof path, "state/jobs/%u/spec", id[3]);
 	drop_lines(path, newer, 3);
-	start_meshd();
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_FALSE(job_listed(id[0]));
 	EXPECT_FALSE(job_listed(id[1]));
 	EXPECT_FALSE(job_listed(id[2]));
@@ -335,7 +318,7 @@ TEST_TIMEOUT(jobs_restart_ignores_a_submit_that_was_not_wholly_durable, 60)
 	/* A new submit does not take an ignored job's id. */
 	unsigned next = submit("echo --input in.txt");
 	EXPECT_GT(next, id[4]);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	size_t n = 0;
 	char *log = t_read_file("meshd.err", &n), want[8192];
 	ASSERT_TRUE(log != NULL);
@@ -357,7 +340,7 @@ TEST_TIMEOUT(jobs_restart_ignores_a_submit_that_was_not_wholly_durable, 60)
  * 110k/s, on a 2-CPU VM).  The best of five small jobs on warm workers. */
 TEST_TIMEOUT(jobs_end_at_once_after_their_last_chunk, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 2\nidle_ttl = \"300s\"\n");
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), "max_workers = 2\nidle_ttl = \"300s\"\n");
 	setup();
 	ASSERT_EQ(mesh(0, "start echo"), 0);
 	double best = 1e9;
@@ -376,7 +359,7 @@ TEST_TIMEOUT(jobs_end_at_once_after_their_last_chunk, 60)
 	/* The old code: 50 ms and more each time. */
 	if (!(best < 0.040))
 		t__fail(__FILE__, __LINE__, "each job took 40 ms or more from its submit to its end (ms:%s)", seen);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_results_in_order_streamed_while_running, 60)
@@ -406,7 +389,7 @@ TEST_TIMEOUT(jobs_results_in_order_streamed_while_running, 60)
 	EXPECT_EQ(jint(j, "duplicates"), 0);
 	EXPECT_LE(jint(j, "max_workers"), 3);
 	json_decref(j);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* in.txt: n lines, each line. */
@@ -447,7 +430,7 @@ TEST_TIMEOUT(jobs_slow_chunks_spread_over_the_workers, 60)
 	ASSERT_EQ(npid, 2);
 	EXPECT_GE(served[0], 12);
 	EXPECT_GE(served[1], 12);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* kB of the process's peak resident memory, or -1. */
@@ -470,7 +453,7 @@ TEST_TIMEOUT(jobs_idle_slots_cost_no_memory, 60)
 	EXPECT_EQ(mesh(0, "wait %u", id), 0);
 	long after = peak_kb(meshd_pid);
 	EXPECT_LT(after - before, 32 * 1024);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_worker_sigkilled_mid_job_chunks_back_at_once, 60)
@@ -509,7 +492,7 @@ TEST_TIMEOUT(jobs_worker_sigkilled_mid_job_chunks_back_at_once, 60)
 	for (char *p = out; *p; p++)
 		lines += *p == '\n';
 	EXPECT_UEQ(lines, 200);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_worker_death_counts_the_attempt_of_its_chunk, 60)
@@ -525,7 +508,7 @@ TEST_TIMEOUT(jobs_worker_death_counts_the_attempt_of_its_chunk, 60)
 	EXPECT_EQ(jint(j, "failed_attempts"), 1);
 	EXPECT_EQ(jint(j, "worker_deaths"), 1);
 	json_decref(j);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_a_chunk_that_always_crashes_is_buried_with_its_tail, 60)
@@ -551,7 +534,7 @@ TEST_TIMEOUT(jobs_a_chunk_that_always_crashes_is_buried_with_its_tail, 60)
 	/* The engine's own view agrees: `mesh job status` on the journal. */
 	EXPECT_EQ(job_status_cmd(id, 3), 1);
 	EXPECT_CONTAINS(out, "buried 1");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_timeout_kills_a_hung_worker_and_replaces_it, 60)
@@ -568,7 +551,7 @@ TEST_TIMEOUT(jobs_timeout_kills_a_hung_worker_and_replaces_it, 60)
 	EXPECT_EQ(jint(j, "buried"), 1);
 	EXPECT_EQ(jint(j, "worker_kills"), 1);
 	json_decref(j);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_meshd_sigkilled_mid_job_finishes_exactly_once, 90)
@@ -599,7 +582,7 @@ TEST_TIMEOUT(jobs_meshd_sigkilled_mid_job_finishes_exactly_once, 90)
 	json_decref(j);
 	ASSERT_EQ(kill(meshd_pid, SIGKILL), 0);
 	ASSERT_EQ(meshd_t_wait(meshd_pid), 128 + SIGKILL);
-	start_meshd();
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(0, "wait %u", id), 0);
 	j = job_json(id);
 	EXPECT_EQ(jint(j, "done"), N);
@@ -620,7 +603,7 @@ TEST_TIMEOUT(jobs_meshd_sigkilled_mid_job_finishes_exactly_once, 90)
 	EXPECT_CONTAINS(out, "done 300,");
 	EXPECT_EQ(job_status_cmd(id, (uint64_t)N), 0);
 	EXPECT_CONTAINS(out, "COMPLETE");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_workers_back_to_zero_after_the_job, 60)
@@ -651,7 +634,7 @@ TEST_TIMEOUT(jobs_workers_back_to_zero_after_the_job, 60)
 	EXPECT_TRUE(sav > 0 && sav < 1);
 	EXPECT_EQ(json_integer_value(json_object_get(p0, "warm")), 0);
 	json_decref(ps);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_cancel_stops_for_good, 60)
@@ -665,17 +648,17 @@ TEST_TIMEOUT(jobs_cancel_stops_for_good, 60)
 	EXPECT_EQ(mesh(1, "cancel %u", id), MESH_EXIT_TEMPFAIL);
 	EXPECT_CONTAINS(out, "not running");
 	/* A restart does not resume it. */
-	stop_meshd();
-	start_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+	meshd_pid = meshd_t_start(.state = "state");
 	json_t *j = job_json(id);
 	EXPECT_STREQ(json_string_value(json_object_get(j, "state")), "cancelled");
 	json_decref(j);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_bad_input_clear_errors_and_exit_codes, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
 	setup();
 	EXPECT_EQ(mesh(1, "submit nope --chunks 3"), MESH_EXIT_DATAERR);
 	EXPECT_CONTAINS(out, "no program 'nope'");
@@ -702,7 +685,7 @@ TEST_TIMEOUT(jobs_bad_input_clear_errors_and_exit_codes, 60)
 		EXPECT_EQ(mesh(1, "%s --help", c), 0);
 		EXPECT_CONTAINS(out, "usage: mesh");
 	}
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* Options go anywhere before ':::'; after it every word is a chunk's
@@ -711,7 +694,7 @@ TEST_TIMEOUT(jobs_bad_input_clear_errors_and_exit_codes, 60)
  * chunks a, --socket, X).  "--" before ':::' takes it as an input. */
 TEST_TIMEOUT(jobs_submit_own_option_after_the_separator_is_refused, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
 	setup();
 	static const char *const bad[][2] = {
 		{"echo ::: a --socket X", "--socket"},
@@ -738,7 +721,7 @@ TEST_TIMEOUT(jobs_submit_own_option_after_the_separator_is_refused, 60)
 	json_t *j = job_json(id);
 	EXPECT_STREQ(json_string_value(json_object_get(j, "name")), "n");
 	json_decref(j);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(jobs_speculation_across_workers_first_result_wins, 60)
@@ -758,7 +741,7 @@ TEST_TIMEOUT(jobs_speculation_across_workers_first_result_wins, 60)
 	EXPECT_EQ(jint(j, "duplicates"), 0);
 	EXPECT_EQ(jint(j, "failed_attempts"), 0);
 	json_decref(j);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* Waits until job id has at least `done` chunks DONE (meshd may be gone:
@@ -802,9 +785,9 @@ TEST_TIMEOUT(jobs_wait_goes_on_across_a_meshd_restart, 90)
 	json_t *j = job_json(id);
 	EXPECT_LT(jint(j, "done"), 300);
 	json_decref(j);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	usleep(300 * 1000); /* the wait finds no meshd a few times */
-	start_meshd();
+	meshd_pid = meshd_t_start(.state = "state");
 	char *rc = NULL;
 	for (int i = 0; i < 6000 && !(rc = t_read_file("wait.rc", NULL)); i++)
 		usleep(10 * 1000);
@@ -820,7 +803,7 @@ TEST_TIMEOUT(jobs_wait_goes_on_across_a_meshd_restart, 90)
 	free(err);
 	EXPECT_EQ(mesh(0, "results %u", id), 0);
 	EXPECT_STREQ(out, want);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* So does a `mesh results` stream on it: it says meshd is away, asks
@@ -842,9 +825,9 @@ TEST_TIMEOUT(jobs_results_go_on_across_a_meshd_restart, 90)
 		       t_bin("mesh"), id),
 		  0);
 	wait_done(id, 50);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	usleep(300 * 1000);
-	start_meshd();
+	meshd_pid = meshd_t_start(.state = "state");
 	char *rc = NULL;
 	for (int i = 0; i < 6000 && !(rc = t_read_file("res.rc", NULL)); i++)
 		usleep(10 * 1000);
@@ -859,7 +842,7 @@ TEST_TIMEOUT(jobs_results_go_on_across_a_meshd_restart, 90)
 	EXPECT_STREQ(res, want);
 	free(err);
 	free(res);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* Job id's live worker pids once its driver ended (mesh wait: cancelled). */
@@ -915,7 +898,7 @@ TEST_TIMEOUT(jobs_cancel_keeps_warm_workers_unless_asked, 90)
 	EXPECT_GE(t_now_ms() - t0, 900);
 	EXPECT_EQ(mesh(1, "cancel --kill-workers --store postgresql://h/db %u", id4), MESH_EXIT_USAGE);
 	EXPECT_CONTAINS(out, "--kill-workers asks a meshd");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* The wait for a meshd that went away is bounded: 60 s without an
@@ -930,7 +913,7 @@ TEST_TIMEOUT(jobs_wait_gives_up_after_60_s_without_meshd, 120)
 		       t_bin("mesh"), id),
 		  0);
 	usleep(500 * 1000); /* its first answer */
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	uint64_t t0 = t_now_ms();
 	char *rc = NULL;
 	for (int i = 0; i < 9000 && !(rc = t_read_file("wait.rc", NULL)); i++)
@@ -971,7 +954,7 @@ TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 			/* meshd itself, mid-job; then the same state again. */
 			ASSERT_EQ(kill(meshd_pid, SIGKILL), 0);
 			ASSERT_EQ(meshd_t_wait(meshd_pid), 128 + SIGKILL);
-			start_meshd();
+			meshd_pid = meshd_t_start(.state = "state");
 			meshd_kills++;
 			continue;
 		}
@@ -996,7 +979,7 @@ TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
 		  0);
 	json_decref(j);
 	EXPECT_CONTAINS(out, "done 20000,");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* A chunk whose input does not fit one record of the slot's ring (1.5 MiB
@@ -1005,7 +988,7 @@ TEST_TIMEOUT(jobs_chaos_workers_and_meshd_killed_every_chunk_done_once, 180)
  * "is larger than a slot carries"; issue 31 item 7). */
 TEST_TIMEOUT(jobs_an_input_over_the_ring_reaches_the_echo_worker_whole, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
 	setup();
 	size_t big = 1536 * 1024;
 	char *text = malloc(big + 16);
@@ -1023,7 +1006,7 @@ TEST_TIMEOUT(jobs_an_input_over_the_ring_reaches_the_echo_worker_whole, 60)
 	EXPECT_TRUE(len == big + 5 && !memcmp(res, text, big) && !memcmp(res + big, "small", 5));
 	free(res);
 	free(text);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* Issue 31 item 3: an outside node on a meshd job's journal.  A `mesh job
@@ -1066,7 +1049,7 @@ TEST_TIMEOUT(jobs_an_outside_node_on_a_meshd_job_is_refused_and_no_result_is_los
 	/* Reading it is no completion: status works. */
 	EXPECT_EQ(job_status_cmd(id, N), 0);
 	EXPECT_CONTAINS(out, "COMPLETE");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* Writes the results file at path again without the RESULT record of cid
@@ -1112,11 +1095,11 @@ TEST_TIMEOUT(jobs_results_print_every_result_and_name_the_missing_one, 60)
 	 * so nothing puts chunk 1's back. */
 	unsigned id = submit("jw ::: a big2000 b big2000 c");
 	EXPECT_EQ(mesh(0, "wait %u", id), 0);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	char path[256];
 	snprintf(path, sizeof path, "state/jobs/%u/results.bin", id);
 	ASSERT_EQ(drop_result(path, 1), 1);
-	start_meshd();
+	meshd_pid = meshd_t_start(.state = "state");
 	static char big[2001], want[8192];
 	memset(big, 'x', 1999);
 	big[1999] = '\n';
@@ -1143,7 +1126,7 @@ TEST_TIMEOUT(jobs_results_print_every_result_and_name_the_missing_one, 60)
 		       t_src("sdk/python"), cwd, id),
 		  0);
 	EXPECT_CONTAINS(out, "raised E_CORRUPT [1]\ngot [0, 2, 3, 4]\n");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* Issue 31 item 8: a worker that exits with status 0 in the middle of a
@@ -1166,7 +1149,7 @@ TEST_TIMEOUT(jobs_a_worker_that_exits_0_mid_chunk_is_one_status, 60)
 	EXPECT_STREQ(out, "0:a\n2:b\n");
 	EXPECT_EQ(job_status_cmd(id, 3), 1);
 	EXPECT_CONTAINS(out, "chunk 1: 1 failed attempt, last exit status 1, buried");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* A state directory on a full disk (a tmpfs of 512 KiB in a mount
@@ -1203,7 +1186,7 @@ TEST_TIMEOUT(jobs_a_full_disk_mid_job_names_the_file_and_the_reason, 60)
 		json_t *j = job_json(id);
 		EXPECT_STREQ(json_string_value(json_object_get(j, "state")), "error");
 		json_decref(j);
-		stop_meshd();
+		EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	}
 }
 
@@ -1211,7 +1194,7 @@ TEST_TIMEOUT(jobs_a_full_disk_mid_job_names_the_file_and_the_reason, 60)
  * it 0600 (journal.log was 0644 among the others' 0600). */
 TEST_TIMEOUT(jobs_files_are_private, 60)
 {
-	add_program("echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), "max_workers = 1\n");
 	setup();
 	unsigned id = submit("echo ::: a b");
 	EXPECT_EQ(mesh(0, "wait %u", id), 0);
@@ -1227,7 +1210,7 @@ TEST_TIMEOUT(jobs_files_are_private, 60)
 		if ((st.st_mode & 07777) != 0600)
 			t__fail(__FILE__, __LINE__, "%s is %04o, not 0600", path, (unsigned)(st.st_mode & 07777));
 	}
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* ---- a hung worker (issue 31 item 6) ---- */
@@ -1242,7 +1225,7 @@ static void add_stoppable_worker(const char *lifecycle)
 		 "max_workers = 2\nidle_ttl = \"300s\"\n[lifecycle]\nstop_grace = \"1s\"\n%s[env]\n"
 		 "JOBTEST_FIRST_STOP = \"%s/stopped-once\"\n",
 		 lifecycle, cwd);
-	add_program("jw", t_bin("tests-workers/job_worker"), toml);
+	meshd_t_add_program(out, sizeof out, "jw", t_bin("tests-workers/job_worker"), toml);
 }
 
 /* GET /v1/jobs/<id> (with its failures and their reports), into out. */
@@ -1316,7 +1299,7 @@ TEST_TIMEOUT(jobs_a_stopped_worker_is_killed_and_replaced_every_chunk_done, 90)
 		lines += *p == '\n';
 	EXPECT_UEQ(lines, 600);
 	kill(pids[0], SIGCONT); /* killed already; no stopped process left behind */
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* A worker hung in its handler (it stopped itself there): the attempt
@@ -1342,7 +1325,7 @@ TEST_TIMEOUT(jobs_a_worker_hung_in_a_chunk_fails_that_attempt_and_says_why, 60)
 	EXPECT_CONTAINS(r, "hung");
 	EXPECT_CONTAINS(r, "call_timeout");
 	json_decref(j);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* No call_timeout: a worker stopped between two chunks is found by its
@@ -1354,7 +1337,7 @@ TEST_TIMEOUT(jobs_a_worker_hung_in_a_chunk_fails_that_attempt_and_says_why, 60)
 TEST_TIMEOUT(jobs_a_worker_stopped_between_chunks_is_found_by_its_heartbeat, 60)
 {
 	add_stoppable_worker("");
-	meshd_pid = meshd_t_start_notified("--state state --heartbeat-timeout 1", NULL, 0);
+	meshd_pid = meshd_t_start(.state = "state", .args = "--heartbeat-timeout 1");
 	/* Two warm workers (a first job of slow chunks starts both), then one
 	 * stopped while it waits for work. */
 	input_of("slow", 40);
@@ -1382,5 +1365,5 @@ TEST_TIMEOUT(jobs_a_worker_stopped_between_chunks_is_found_by_its_heartbeat, 60)
 	EXPECT_CONTAINS(err, want);
 	free(err);
 	kill(pids[0], SIGCONT);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }

@@ -24,7 +24,7 @@ TEST_TIMEOUT(jobs_big_reply_over_4mib_is_kept_whole_and_the_others_done, 60)
 	ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
 	snprintf(toml, sizeof toml, "max_workers = 2\nidle_ttl = \"30s\"\n[env]\nJOBTEST_FIRST_CRASH = \"%s/c\"\n", cwd);
 	meshd_t_add_program(out, sizeof out, "jw", t_bin("tests-workers/job_worker"), toml);
-	pid_t pid = meshd_t_start_notified("--state state", NULL, 0);
+	pid_t pid = meshd_t_start(.state = "state");
 	t_write_file("in.txt", "a\nbig5000000\nb\nc\n");
 	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 0, "submit jw --input in.txt"), 0);
 	unsigned id = (unsigned)strtoul(out, NULL, 10);
@@ -74,7 +74,7 @@ TEST_TIMEOUT(jobs_chunk_inputs_larger_than_the_ring_ride_in_pieces, 120)
 	enum { N = 6 };
 	const size_t len = 2666668;
 	meshd_t_add_program(out, sizeof out, "jw", t_bin("tests-workers/job_worker"), "max_workers = 2\nidle_ttl = \"30s\"\n");
-	pid_t pid = meshd_t_start_notified("--state state", NULL, 0);
+	pid_t pid = meshd_t_start(.state = "state");
 	char *line = malloc(len + 1);
 	ASSERT_TRUE(line != NULL);
 	FILE *f = fopen("in.txt", "w");
@@ -120,7 +120,7 @@ TEST_TIMEOUT(jobs_chunk_inputs_larger_than_the_ring_ride_in_pieces, 120)
 TEST_TIMEOUT(jobs_results_larger_than_the_ring_come_back_whole, 120)
 {
 	meshd_t_add_program(out, sizeof out, "jw", t_bin("tests-workers/job_worker"), "max_workers = 2\nidle_ttl = \"30s\"\n");
-	pid_t pid = meshd_t_start_notified("--state state", NULL, 0);
+	pid_t pid = meshd_t_start(.state = "state");
 	FILE *f = fopen("in.txt", "w");
 	ASSERT_TRUE(f != NULL);
 	for (int i = 0; i < 8; i++)
@@ -162,7 +162,7 @@ TEST_TIMEOUT(jobs_a_chunk_input_over_the_limit_is_refused_at_submit, 60)
 {
 	const size_t len = 16777210; /* the file, with its newline, is within the 16 MiB input limit */
 	meshd_t_add_program(out, sizeof out, "jw", t_bin("tests-workers/job_worker"), "max_workers = 1\nidle_ttl = \"30s\"\n");
-	pid_t pid = meshd_t_start_notified("--state state", NULL, 0);
+	pid_t pid = meshd_t_start(.state = "state");
 	char *line = malloc(len + 1);
 	ASSERT_TRUE(line != NULL);
 	memset(line, 'q', len);

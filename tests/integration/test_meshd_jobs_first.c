@@ -65,7 +65,7 @@ static int have_first_line(void *arg)
 static pid_t one_job(const char *prog, const char *binary, const char *toml, const char *args, const char *want)
 {
 	meshd_t_add_program(out, sizeof out, prog, binary, toml);
-	pid_t pid = meshd_t_start_notified("--state state --log-level info", NULL, 0);
+	pid_t pid = meshd_t_start(.state = "state", .args = "--log-level info");
 	ASSERT_EQ(mesh(0, "load %s", prog), 0);
 	ASSERT_EQ(mesh(0, "submit %s %s", prog, args), 0);
 	EXPECT_STREQ(out, "1\n");
@@ -220,7 +220,7 @@ TEST_TIMEOUT(jobs_death_before_online_fails_a_start, 60)
 {
 	meshd_t_add_program(out, sizeof out, "dies", t_bin("tests-workers/host_worker"),
 			    "args = [\"crash-after-ready\"]\nmax_workers = 1\nidle_ttl = \"30s\"\n");
-	pid_t pid = meshd_t_start_notified("--state state --log-level info", NULL, 0);
+	pid_t pid = meshd_t_start(.state = "state", .args = "--log-level info");
 	ASSERT_EQ(mesh(0, "submit dies --retries 2 ::: alpha"), 0);
 	EXPECT_STREQ(out, "1\n");
 	EXPECT_EQ(mesh(1, "wait 1"), MESH_EXIT_INCOMPLETE);
@@ -267,7 +267,7 @@ TEST_TIMEOUT(jobs_meshd_sigkilled_during_submits_keeps_every_answered_job, 120)
 	unsigned answered = 0;
 	for (int round = 0; round < 8; round++) {
 		answered = count_lines("answered.txt");
-		pid_t pid = meshd_t_start_notified("--state state", NULL, 0);
+		pid_t pid = meshd_t_start(.state = "state");
 		/* Submits back to back; an id is written once the submit was
 		 * answered. */
 		char cmd[4096];
@@ -289,7 +289,7 @@ TEST_TIMEOUT(jobs_meshd_sigkilled_during_submits_keeps_every_answered_job, 120)
 		int st;
 		ASSERT_EQ(waitpid(sub, &st, 0), sub); /* its next submit fails: it ends */
 	}
-	pid_t pid = meshd_t_start_notified("--state state", NULL, 0);
+	pid_t pid = meshd_t_start(.state = "state");
 	size_t len = 0;
 	char *ids = t_read_file("answered.txt", &len);
 	ASSERT_TRUE(ids != NULL);

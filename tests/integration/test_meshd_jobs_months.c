@@ -36,14 +36,6 @@ static void add_job_worker(void)
 	meshd_t_add_program(out, sizeof out, "jw", bin, "max_workers = 2\nidle_ttl = \"300s\"\n");
 }
 
-static pid_t start_meshd(const char *more)
-{
-	char args[1024];
-	snprintf(args, sizeof args, "--state state %s", more ? more : "");
-	meshd_pid = meshd_t_start_notified(args, NULL, 0);
-	return meshd_pid;
-}
-
 /* Submits; the job id. */
 static unsigned submit(const char *args)
 {
@@ -84,7 +76,7 @@ static void expect_results(unsigned id, const char *line, int n)
 TEST_TIMEOUT(jobs_second_meshd_on_one_state_is_refused_naming_the_holder, 60)
 {
 	add_job_worker();
-	pid_t a = start_meshd(NULL);
+	pid_t a = meshd_pid = meshd_t_start(.state = "state");
 	input_of("slow", 100); /* 20 ms each on 2 workers: about a second */
 	unsigned id = submit("jw --input in.txt");
 	uint64_t t0 = t_now_ms();
@@ -107,7 +99,7 @@ TEST_TIMEOUT(jobs_second_meshd_on_one_state_is_refused_naming_the_holder, 60)
 	EXPECT_CONTAINS(out, "100 DONE chunks: 100 results in the file");
 	EXPECT_CONTAINS(out, "OK");
 	/* The lock goes with its holder: the next meshd takes the directory. */
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(0, "results %u --no-wait", id), 0);
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
@@ -121,7 +113,7 @@ TEST_TIMEOUT(jobs_second_meshd_on_one_state_is_refused_naming_the_holder, 60)
 TEST_TIMEOUT(jobs_check_reports_a_done_chunk_without_its_result, 60)
 {
 	add_job_worker();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	t_write_file("in.txt", "big2000\nbig2000\nbig2000\nsmall\n");
 	unsigned id = submit("jw --input in.txt");
 	EXPECT_EQ(mesh(0, "wait %u --quiet", id), 0);
@@ -201,7 +193,7 @@ TEST_TIMEOUT(jobs_lease_dirs_are_private_and_go_with_their_job, 60)
 	ASSERT_EQ(chmod(d[1], 0777), 0);
 	ASSERT_EQ(symlink("/tmp", d[2]), 0);
 	add_job_worker();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	input_of("slow", 40);
 	unsigned id = submit("jw --input in.txt");
 	/* While it runs: in the job's own directory, private. */
@@ -254,7 +246,7 @@ static int64_t done_of(unsigned id)
 static unsigned killed_mid_job(char *lockdir, size_t cap, int n)
 {
 	add_job_worker();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	input_of("slow", n);
 	unsigned id = submit("jw --input in.txt");
 	json_t *j = meshd_t_job_json(out, sizeof out, id);
@@ -300,7 +292,7 @@ TEST_TIMEOUT(jobs_a_running_job_of_an_older_meshd_finishes_after_the_upgrade, 90
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "rm -rf '%s' && mkdir -m 700 '%s' && echo stale > '%s/j%u.50.lease'", lockdir,
 		       old, old, id),
 		  0);
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "wait %u --quiet", id), 0);
 	expect_results(id, "slow", 400);
 	EXPECT_EQ(access(old, F_OK), -1);
@@ -322,7 +314,7 @@ TEST_TIMEOUT(jobs_a_lease_dir_that_cannot_be_used_is_named, 60)
 	char lockdir[4200];
 	unsigned id = killed_mid_job(lockdir, sizeof lockdir, 2000);
 	ASSERT_EQ(chmod(lockdir, 0777), 0);
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "wait %u --quiet", id), MESH_EXIT_SOFTWARE);
 	json_t *j = meshd_t_job_json(out, sizeof out, id);
 	const char *err = json_string_value(json_object_get(j, "error"));
@@ -422,7 +414,7 @@ static const int under_asan = 0;
 TEST_TIMEOUT(jobs_soak_fds_and_memory_flat_and_a_restart_under_256_fds, 180)
 {
 	add_job_worker();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	for (int i = 0; i < 20; i++)
 		small_job();
 	usleep(3000 * 1000); /* the warm-up's cached files closed */
@@ -459,7 +451,7 @@ TEST_TIMEOUT(jobs_soak_fds_and_memory_flat_and_a_restart_under_256_fds, 180)
 	struct rlimit rl = {256, 256};
 	ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	t0 = t_now_ms();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	ASSERT_EQ(api("GET", "/v1/jobs?all=1", NULL), 200);
 	took = t_now_ms() - t0;
 	json_t *j = json_loads(out, 0, NULL);
@@ -508,7 +500,7 @@ static int gone_soon(unsigned id)
 TEST_TIMEOUT(jobs_retention_removes_the_oldest_beyond_keep_jobs, 90)
 {
 	add_job_worker();
-	start_meshd("--keep-jobs 25");
+	meshd_pid = meshd_t_start(.state = "state", .args = "--keep-jobs 25");
 	for (int i = 0; i < 30; i++)
 		EXPECT_EQ(mesh(1, "submit jw --wait ::: a b"), 0);
 	for (unsigned id = 1; id <= 5; id++)
@@ -531,7 +523,7 @@ TEST_TIMEOUT(jobs_retention_removes_the_oldest_beyond_keep_jobs, 90)
 	/* --keep-for: every job that ended over 2 s ago goes, at the start
 	 * and then within a second of its time. */
 	usleep(2500 * 1000);
-	start_meshd("--keep-jobs 25 --keep-for 2s");
+	meshd_pid = meshd_t_start(.state = "state", .args = "--keep-jobs 25 --keep-for 2s");
 	EXPECT_EQ(mesh(1, "submit jw --wait ::: a"), 0);
 	EXPECT_TRUE(!strncmp(out, "31\n", 3));
 	for (unsigned id = 6; id <= 29; id++)
@@ -547,7 +539,7 @@ TEST_TIMEOUT(jobs_retention_removes_the_oldest_beyond_keep_jobs, 90)
 TEST_TIMEOUT(jobs_rm_removes_a_finished_job_and_refuses_a_running_one, 60)
 {
 	add_job_worker();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "submit jw --wait ::: a b"), 0);
 	input_of("slow", 200);
 	unsigned id = submit("jw --input in.txt");
@@ -569,7 +561,7 @@ TEST_TIMEOUT(jobs_rm_removes_a_finished_job_and_refuses_a_running_one, 60)
 	EXPECT_CONTAINS(out, "\"jobs\":[]");
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	/* Gone for a restart too. */
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "results 1"), MESH_EXIT_DATAERR);
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
@@ -590,7 +582,7 @@ static int free_fd(pid_t pid, int k)
 TEST_TIMEOUT(jobs_out_of_fds_names_the_real_error, 60)
 {
 	add_job_worker();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "submit jw --wait ::: a"), 0);
 	usleep(3000 * 1000);
 	struct rlimit old, rl;
@@ -613,7 +605,7 @@ TEST_TIMEOUT(jobs_out_of_fds_names_the_real_error, 60)
 TEST_TIMEOUT(jobs_an_end_of_an_older_meshd_is_counted_once, 60)
 {
 	add_job_worker();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "submit jw --wait ::: a b c fail"), MESH_EXIT_INCOMPLETE);
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	char *end = t_read_file("state/jobs/1/end", NULL);
@@ -621,7 +613,7 @@ TEST_TIMEOUT(jobs_an_end_of_an_older_meshd_is_counted_once, 60)
 	EXPECT_CONTAINS(end, "\nburied 1\n");
 	free(end);
 	t_write_file("state/jobs/1/end", "failed\n");
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	json_t *j = meshd_t_job_json(out, sizeof out, 1);
 	EXPECT_STREQ(json_string_value(json_object_get(j, "state")), "failed");
 	EXPECT_EQ(meshd_t_jint(j, "done"), 3);
@@ -647,7 +639,7 @@ TEST_TIMEOUT(jobs_an_end_of_an_older_meshd_is_counted_once, 60)
 TEST_TIMEOUT(jobs_a_big_job_that_ended_holds_no_per_chunk_memory, 120)
 {
 	add_job_worker();
-	start_meshd(NULL);
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "submit jw --wait --chunks 1000"), 0);
 	usleep(3000 * 1000);
 	long rss0 = rss_kb(meshd_pid), vm0 = t_proc_status(meshd_pid, "VmRSS:");

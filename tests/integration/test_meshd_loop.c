@@ -135,7 +135,7 @@ static int slow_call_began(void *arg)
 TEST_TIMEOUT(meshd_loop_api_and_metrics_answer_during_a_call, 60)
 {
 	meshd_t_add_program(out, sizeof out, "slow", t_bin("tests-workers/host_worker"), "args = [\"slow-call\"]\n");
-	pid_t pid = meshd_t_start_notified("--metrics 127.0.0.1:0", NULL, 0);
+	pid_t pid = meshd_t_start(.args = "--metrics 127.0.0.1:0");
 	int port = 0;
 	ASSERT_TRUE(t_wait_for(meshd_t_metrics_port, &port, 10000));
 	pid_t caller = fork();
@@ -184,7 +184,7 @@ TEST_TIMEOUT(meshd_loop_api_and_metrics_answer_during_a_call, 60)
 TEST_TIMEOUT(meshd_loop_sigterm_stops_an_idle_meshd_at_once, 30)
 {
 	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
-	pid_t pid = meshd_t_start_notified("--metrics 127.0.0.1:0", NULL, 0);
+	pid_t pid = meshd_t_start(.args = "--metrics 127.0.0.1:0");
 	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "call echo hi"), 0);
 	uint64_t t0 = t_now_ms();
 	EXPECT_EQ(meshd_t_stop(pid), 0);

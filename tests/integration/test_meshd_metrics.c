@@ -18,45 +18,6 @@
 
 static char out[1 << 17];
 
-static void add_echo(void)
-{
-	char path[4096];
-	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
-	mkdir("catalog", 0755);
-	mkdir(path, 0755);
-	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp '%s' 'catalog/%s/echo'", t_bin("examples/echo_worker"),
-		       mesh_target_triple()),
-		  0);
-	t_write_file("catalog/echo.toml", "name = \"echo\"\nbackends = [\"native\"]\n");
-}
-
-static int sock_up(void *arg)
-{
-	struct stat st;
-	(void)arg;
-	return stat(SOCK, &st) == 0 && S_ISSOCK(st.st_mode) && access("meshd.err", F_OK) == 0;
-}
-
-/* Starts meshd (the test's process group reaps it); its TCP metrics port. */
-static int start_meshd(pid_t *pid)
-{
-	int port = 0;
-	mkdir("logs", 0755);
-	*pid = fork();
-	ASSERT_GE(*pid, 0);
-	if (*pid == 0) {
-		execl("/bin/sh", "sh", "-c",
-		      "exec \"$0\" --catalog catalog --logs logs --socket " SOCK " --metrics 127.0.0.1:0 2>>meshd.err",
-		      t_bin("meshd"), (char *)NULL);
-		_exit(127);
-	}
-	if (!t_wait_for(sock_up, NULL, 10000) || !t_wait_for(meshd_t_metrics_port, &port, 10000)) {
-		char *err = t_read_file("meshd.err", NULL);
-		FAIL("meshd did not come up; its stderr: %s", err ? err : "");
-	}
-	return port;
-}
-
 static int mesh(const char *args)
 {
 	return t_sh(out, sizeof out, 1, "'%s' %s --socket " SOCK, t_bin("mesh"), args);
@@ -64,9 +25,10 @@ static int mesh(const char *args)
 
 TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 {
-	pid_t pid;
-	add_echo();
-	int port = start_meshd(&pid);
+	int port = 0;
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
+	pid_t pid = meshd_t_start(.args = "--metrics 127.0.0.1:0", .wait_accept = 1);
+	ASSERT_TRUE(t_wait_for(meshd_t_metrics_port, &port, 10000));
 
 	/* A cold start, three calls; a stop, a cold start again, one call. */
 	ASSERT_EQ(mesh("call echo one"), 0);
@@ -144,10 +106,7 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 		  0);
 	EXPECT_STREQ(out, "405");
 
-	kill(pid, SIGTERM);
-	int st;
-	EXPECT_EQ(waitpid(pid, &st, 0), pid);
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	EXPECT_EQ(meshd_t_stop(pid), 0);
 	free(hdr);
 	free(m);
 	free(tm);
@@ -155,7 +114,7 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 
 TEST(meshd_metrics_refuses_public_address)
 {
-	add_echo();
+	meshd_t_add_program(out, sizeof out, "echo", t_bin("examples/echo_worker"), NULL);
 	mkdir("logs", 0755);
 	int rc = t_sh(out, sizeof out, 1, "'%s' --catalog catalog --logs logs --socket " SOCK " --metrics 0.0.0.0:0",
 		      t_bin("meshd"));

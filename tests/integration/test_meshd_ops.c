@@ -56,24 +56,6 @@ static void jw(const char *version)
 	program("jw", t_bin("tests-workers/job_worker"), version, 2);
 }
 
-/* Starts meshd (extra: more options), waits for READY=1. */
-static void start_meshd(const char *extra)
-{
-	char args[8192];
-	if (!cwd[0] && !getcwd(cwd, sizeof cwd))
-		FAIL("getcwd");
-	snprintf(args, sizeof args, "--state state %s", extra);
-	meshd_pid = meshd_t_start_notified(args, NULL, 0);
-}
-
-static void stop_meshd(void)
-{
-	int st;
-	kill(meshd_pid, SIGTERM);
-	ASSERT_EQ(waitpid(meshd_pid, &st, 0), meshd_pid);
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
-
 /* `mesh CMD --socket SOCK ARGS`: exit status; stdout (and stderr when merge) in out. */
 #define mesh(merge, ...) meshd_t_mesh(out, sizeof out, (merge), __VA_ARGS__)
 
@@ -170,7 +152,7 @@ TEST_TIMEOUT(ops_upgrade_mid_job_new_chunks_on_new_image_each_once, 60)
 {
 	enum { N = 150 };
 	jw("v1");
-	start_meshd("");
+	meshd_pid = meshd_t_start(.state = "state");
 	ASSERT_EQ(mesh(0, "load jw"), 0);
 	EXPECT_CONTAINS(out, "(image ");
 	char a[16], b[16];
@@ -252,7 +234,7 @@ TEST_TIMEOUT(ops_upgrade_mid_job_new_chunks_on_new_image_each_once, 60)
 	}
 	EXPECT_STREQ(json_string_value(json_object_get(p, "previous_image")), a);
 	json_decref(p);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* v1, then v2 loaded, then v3 in the catalog but not loaded: rollback
@@ -263,7 +245,7 @@ TEST_TIMEOUT(ops_rollback_goes_back_to_the_previous_image_from_its_kept_copy, 60
 {
 	char a[16], b[16], c[16];
 	jw("v1");
-	start_meshd("");
+	meshd_pid = meshd_t_start(.state = "state");
 	ASSERT_EQ(mesh(0, "load jw"), 0);
 	image_of("jw", a, sizeof a);
 	ASSERT_EQ(mesh(0, "call jw x"), 0);
@@ -297,13 +279,13 @@ TEST_TIMEOUT(ops_rollback_goes_back_to_the_previous_image_from_its_kept_copy, 60
 	ASSERT_EQ(mesh(0, "rollback jw"), 0);
 	ASSERT_EQ(mesh(0, "call jw x"), 0);
 	EXPECT_CONTAINS(out, "x v=v2\n");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 TEST_TIMEOUT(ops_rollback_without_a_previous_image_is_a_clear_error, 30)
 {
 	jw("v1");
-	start_meshd("");
+	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "rollback jw"), 65);
 	EXPECT_CONTAINS(out, "'jw' is not loaded");
 	ASSERT_EQ(mesh(0, "load jw"), 0);
@@ -319,7 +301,7 @@ TEST_TIMEOUT(ops_rollback_without_a_previous_image_is_a_clear_error, 30)
 	EXPECT_CONTAINS(out, "usage: mesh rollback <name>");
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -X POST --unix-socket " SOCK " http://x/v1/programs/jw/rollback"), 0);
 	EXPECT_CONTAINS(out, "no previous image");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* Two slots, three programs: the least recently used idle worker is
@@ -330,7 +312,7 @@ TEST_TIMEOUT(ops_rebind_a_halted_worker_runs_on_another_slot_without_a_spawn, 60
 	program("a", t_bin("tests-workers/job_worker"), "a", 1);
 	program("b", t_bin("tests-workers/job_worker"), "b", 1);
 	program("c", t_bin("tests-workers/job_worker"), "c", 1);
-	start_meshd("--slots 2");
+	meshd_pid = meshd_t_start(.state = "state", .args = "--slots 2");
 	pid_t pa, pb, pid;
 	int sa, sb, slot, spawns;
 	char st[32];
@@ -373,7 +355,7 @@ TEST_TIMEOUT(ops_rebind_a_halted_worker_runs_on_another_slot_without_a_spawn, 60
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS --unix-socket " SOCK " http://x/metrics"), 0);
 	EXPECT_CONTAINS(out, "mesh_spawns_total{program=\"b\"} 1\n");
 	EXPECT_CONTAINS(out, "mesh_host_spawns_total 3\n");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* A call runs on v1's worker (2 s) when v2 is loaded: a new call is served
@@ -382,7 +364,7 @@ TEST_TIMEOUT(ops_rebind_a_halted_worker_runs_on_another_slot_without_a_spawn, 60
 TEST_TIMEOUT(ops_upgrade_a_call_in_flight_finishes_on_the_old_worker, 30)
 {
 	program("jw", t_bin("tests-workers/job_worker"), "v1", 1);
-	start_meshd("");
+	meshd_pid = meshd_t_start(.state = "state");
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' call jw slow-once --socket " SOCK " >bg.out 2>&1 &", t_bin("mesh")), 0);
 	struct stat st;
 	for (uint64_t t0 = t_now_ms(); stat("slowed-once", &st) != 0 && t_now_ms() - t0 < 5000;)
@@ -413,7 +395,7 @@ TEST_TIMEOUT(ops_upgrade_a_call_in_flight_finishes_on_the_old_worker, 30)
 	EXPECT_EQ(kill(old, 0), -1);
 	worker_of("jw", &pid, &slot, &spawns, state, sizeof state);
 	EXPECT_NE(pid, old);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* meshd started, jw's v1 loaded, then v2 (an upgrade: v1 is the previous
@@ -421,7 +403,7 @@ TEST_TIMEOUT(ops_upgrade_a_call_in_flight_finishes_on_the_old_worker, 30)
 static void v1_then_v2(char *a, char *b)
 {
 	jw("v1");
-	start_meshd("");
+	meshd_pid = meshd_t_start(.state = "state");
 	ASSERT_EQ(mesh(0, "load jw"), 0);
 	image_of("jw", a, 16);
 	jw("v2");
@@ -436,8 +418,8 @@ TEST_TIMEOUT(ops_rollback_after_a_meshd_restart, 30)
 {
 	char a[16], b[16];
 	v1_then_v2(a, b);
-	stop_meshd();
-	start_meshd("");
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+	meshd_pid = meshd_t_start(.state = "state");
 	ASSERT_EQ(mesh(0, "load jw"), 0);
 	json_t *p = ps_program("jw");
 	EXPECT_STREQ(json_string_value(json_object_get(p, "image")), b);
@@ -446,7 +428,7 @@ TEST_TIMEOUT(ops_rollback_after_a_meshd_restart, 30)
 	ASSERT_EQ(mesh(0, "rollback jw"), 0);
 	ASSERT_EQ(mesh(0, "call jw x"), 0);
 	EXPECT_CONTAINS(out, "x v=v1\n");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* A new image that does not load is the answer; the running one stays. */
@@ -454,7 +436,7 @@ TEST_TIMEOUT(ops_load_of_a_broken_new_image_keeps_the_running_one, 30)
 {
 	char a[16], now[16];
 	jw("v1");
-	start_meshd("");
+	meshd_pid = meshd_t_start(.state = "state");
 	ASSERT_EQ(mesh(0, "load jw"), 0);
 	image_of("jw", a, sizeof a);
 	ASSERT_EQ(mesh(0, "call jw x"), 0);
@@ -464,7 +446,7 @@ TEST_TIMEOUT(ops_load_of_a_broken_new_image_keeps_the_running_one, 30)
 	ASSERT_EQ(mesh(0, "call jw x"), 0);
 	EXPECT_CONTAINS(out, "x v=v1\n");
 	EXPECT_STREQ(image_of("jw", now, sizeof now), a);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* The mode, owner and group of path into *st, or fails the test. */
@@ -565,7 +547,7 @@ TEST_TIMEOUT(ops_rollback_mid_job_as_root_with_the_default_user, 90)
 	}
 	closedir(dp);
 	EXPECT_EQ(copies, 2);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* A copy its workers' user cannot reach (here --logs is root's alone,
@@ -583,5 +565,5 @@ TEST_TIMEOUT(ops_rollback_to_a_copy_its_user_cannot_reach_is_refused, 60)
 	EXPECT_CONTAINS(out, "/logs' (mode 0700");
 	ASSERT_EQ(mesh(0, "call jw x"), 0);
 	EXPECT_CONTAINS(out, "x v=v2\n");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }

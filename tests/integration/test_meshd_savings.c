@@ -66,7 +66,7 @@ static void setup(void)
 TEST_TIMEOUT(savings_window_goes_on_across_a_sigkill_restart, 60)
 {
 	setup();
-	pid_t m = meshd_t_start_notified("", NULL, 0);
+	pid_t m = meshd_t_start();
 	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "call echo hi"), 0);
 	/* warm, then reaped after its 500 ms idle (which writes the ledger) */
 	ASSERT_TRUE(t_wait_for(cold, NULL, 10000));
@@ -78,7 +78,7 @@ TEST_TIMEOUT(savings_window_goes_on_across_a_sigkill_restart, 60)
 	EXPECT_TRUE(a.since > 0);
 	kill(m, SIGKILL);
 	EXPECT_EQ(meshd_t_wait(m), 128 + SIGKILL);
-	m = meshd_t_start_notified("", NULL, 0);
+	m = meshd_t_start();
 	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "call echo hi"), 0);
 	struct savings b = ps_savings("echo");
 	/* The reap was written (0.5 s or more in): before, the window began
@@ -88,7 +88,7 @@ TEST_TIMEOUT(savings_window_goes_on_across_a_sigkill_restart, 60)
 	EXPECT_EQ(b.since, a.since);
 	EXPECT_EQ(meshd_t_stop(m), 0);
 	/* A clean exit writes it too: a third run starts from all of it. */
-	m = meshd_t_start_notified("", NULL, 0);
+	m = meshd_t_start();
 	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "load echo"), 0);
 	struct savings c = ps_savings("echo");
 	EXPECT_DBL(c.window, >=, b.window);
@@ -104,7 +104,7 @@ TEST_TIMEOUT(savings_ps_metrics_and_api_agree, 60)
 	if (t_sh(out, sizeof out, 1, "command -v curl") != 0)
 		SKIP_TOOL("curl is not installed (mk/deps.sh test installs it)");
 	setup();
-	pid_t m = meshd_t_start_notified("", NULL, 0);
+	pid_t m = meshd_t_start();
 	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "call echo hi"), 0);
 	usleep(1200 * 1000);
 	struct savings s = ps_savings("echo");
@@ -137,7 +137,7 @@ TEST_TIMEOUT(savings_damaged_ledger_is_said_and_started_afresh, 60)
 	mkdir("logs", 0755);
 	mkdir("logs/.savings", 0700);
 	t_write_file("logs/.savings/echo", "mesh-savings 1\nsince 12\nwindow_ns 99999999999999\nalways_ns x\n");
-	pid_t m = meshd_t_start_notified("", NULL, 0);
+	pid_t m = meshd_t_start();
 	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "load echo"), 0);
 	struct savings s = ps_savings("echo");
 	EXPECT_DBL(s.window, <, 30);

@@ -33,34 +33,6 @@ static void become_other(void)
 		_exit(120);
 }
 
-/* Starts meshd in dir (as OTHER when as_other; "." makes its catalog and
- * logs, another dir has them) with extra args, and waits until its socket
- * accepts connections. */
-static pid_t start_meshd(const char *dir, int as_other, const char *extra)
-{
-	char sock[4200], cmd[8192];
-	mkdir("catalog", 0755);
-	mkdir("logs", 0755);
-	snprintf(cmd, sizeof cmd, "exec '%s' --catalog catalog --logs logs --socket " SOCK " %s 2>>meshd.err",
-		 t_bin("meshd"), extra ? extra : "");
-	snprintf(sock, sizeof sock, "%s/" SOCK, dir);
-	pid_t pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		if (chdir(dir) < 0)
-			_exit(121);
-		if (as_other)
-			become_other();
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	if (!t_wait_for(meshd_t_serving, sock, 10000)) {
-		kill(pid, SIGKILL);
-		FAIL("meshd did not serve %s within 10 s", sock);
-	}
-	return pid;
-}
-
 /* meshd run to its answer (5 s at most): its exit status, stderr in out. */
 static int meshd_once(void)
 {
@@ -101,7 +73,7 @@ TEST(meshd_refuses_symlinked_socket_dir)
 TEST(meshd_creates_its_socket_dir_private_and_socket_0600)
 {
 	struct stat st;
-	pid_t pid = start_meshd(".", 0, NULL);
+	pid_t pid = meshd_t_start(.wait_accept = 1);
 	ASSERT_EQ(lstat("run", &st), 0);
 	EXPECT_EQ(st.st_mode & 0777, 0700);
 	ASSERT_EQ(lstat(SOCK, &st), 0);
@@ -194,7 +166,7 @@ TEST(meshd_slots_are_not_reachable_through_proc_by_its_uid)
 	struct stat st;
 	int status;
 	other_dir(dir, sizeof dir);
-	pid_t meshd = start_meshd(dir, 1, NULL);
+	pid_t meshd = meshd_t_start(.dir = dir, .child = become_other, .wait_accept = 1);
 	/* The shell exec'd meshd: same pid. */
 	int fd = contain_t_memfd_of(meshd);
 	ASSERT_GE(fd, 0);
@@ -219,15 +191,8 @@ TEST(meshd_slots_are_not_reachable_through_proc_by_its_uid)
 /* A program that prints 40 numbered lines and dies before ready. */
 static void add_talker(void)
 {
-	char path[512], toml[512];
-	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
-	mkdir("catalog", 0755);
-	mkdir(path, 0755);
-	ASSERT_EQ(t_sh(out, sizeof out, 1, "cp /bin/sh '%s/talker'", path), 0);
-	snprintf(toml, sizeof toml,
-		 "name = \"talker\"\nbackends = [\"native\"]\n"
-		 "args = [\"-c\", \"i=1; while [ $i -le 40 ]; do echo talk-line-$i; i=$((i+1)); done; exit 3\"]\n");
-	t_write_file("catalog/talker.toml", toml);
+	meshd_t_add_program(out, sizeof out, "talker", "/bin/sh",
+			    "args = [\"-c\", \"i=1; while [ $i -le 40 ]; do echo talk-line-$i; i=$((i+1)); done; exit 3\"]\n");
 }
 
 static int mesh(const char *args)
@@ -241,7 +206,7 @@ TEST(meshd_worker_log_refuses_a_symlink)
 	mkdir("logs", 0755);
 	t_write_file("target", "untouched\n");
 	ASSERT_EQ(symlink("../target", "logs/talker.log"), 0);
-	pid_t pid = start_meshd(".", 0, NULL);
+	pid_t pid = meshd_t_start(.wait_accept = 1);
 	EXPECT_EQ(mesh("load talker"), 0);
 	EXPECT_NE(mesh("start talker"), 0);
 	EXPECT_CONTAINS(out, "refusing log 'logs/talker.log': a symlink");
@@ -255,7 +220,7 @@ TEST(meshd_worker_log_is_private)
 {
 	struct stat st;
 	add_talker();
-	pid_t pid = start_meshd(".", 0, NULL);
+	pid_t pid = meshd_t_start(.wait_accept = 1);
 	EXPECT_EQ(mesh("load talker"), 0);
 	EXPECT_NE(mesh("start talker"), 0);
 	ASSERT_EQ(lstat("logs/talker.log", &st), 0);
@@ -267,7 +232,7 @@ TEST(meshd_worker_log_rotates_at_log_max)
 {
 	struct stat st;
 	add_talker();
-	pid_t pid = start_meshd(".", 0, "--log-max 200");
+	pid_t pid = meshd_t_start(.args = "--log-max 200", .wait_accept = 1);
 	EXPECT_EQ(mesh("load talker"), 0);
 	/* Two runs of ~560 bytes each into a 200-byte log. */
 	EXPECT_NE(mesh("start talker"), 0);

@@ -55,8 +55,8 @@ static pid_t start_host_opts(const char *dir, const char *program, const char *o
 	else
 		meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
 	char args[1024];
-	snprintf(args, sizeof args, "--state state --store '%s' %s", url, opts);
-	pid_t pid = meshd_t_start_notified(args, NULL, 0);
+	snprintf(args, sizeof args, "--store '%s' %s", url, opts);
+	pid_t pid = meshd_t_start(.state = "state", .args = args);
 	ASSERT_EQ(chdir(top), 0);
 	return pid;
 }
@@ -391,7 +391,7 @@ TEST_TIMEOUT(meshd_store_libpq_is_loaded_only_with_a_store, 60)
 	mkdir("plain", 0755);
 	ASSERT_EQ(chdir("plain"), 0);
 	meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
-	pid_t plain = meshd_t_start_notified("--state state", NULL, 0);
+	pid_t plain = meshd_t_start(.state = "state");
 	ASSERT_EQ(chdir(top), 0);
 	pid_t stored = start_host("a", NULL);
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "grep -c libpq /proc/%d/maps", (int)plain), 1); /* grep: none */

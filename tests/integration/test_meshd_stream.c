@@ -23,25 +23,6 @@
 static char out[65536];
 static pid_t meshd_pid;
 
-static void add_program(const char *name, const char *extra_toml)
-{
-	meshd_t_add_program(out, sizeof out, name, t_bin("tests-workers/stream_worker"), extra_toml);
-}
-
-/* Starts meshd on SOCK and waits for its READY=1 (sd_notify). */
-static void start_meshd(const char *extra_args)
-{
-	meshd_pid = meshd_t_start_notified(extra_args, NULL, 0);
-}
-
-static void stop_meshd(void)
-{
-	int st;
-	kill(meshd_pid, SIGTERM);
-	EXPECT_EQ(waitpid(meshd_pid, &st, 0), meshd_pid);
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
-
 /* `mesh ARGS --socket SOCK`: its exit status, stdout (and stderr if merge) in out. */
 static int mesh(int merge, const char *args)
 {
@@ -72,9 +53,9 @@ static long long ps_ring(const char *name)
  * size, and a slot of another size is replaced when another program binds. */
 TEST_TIMEOUT(meshd_ring_size_from_the_manifest, 60)
 {
-	add_program("small", "ring = \"64K\"\n");
-	add_program("plain", NULL);
-	start_meshd("--slots 1");
+	meshd_t_add_program(out, sizeof out, "small", t_bin("tests-workers/stream_worker"), "ring = \"64K\"\n");
+	meshd_t_add_program(out, sizeof out, "plain", t_bin("tests-workers/stream_worker"), NULL);
+	meshd_pid = meshd_t_start(.args = "--slots 1");
 	EXPECT_EQ(mesh(1, "call small x"), 0);
 	EXPECT_STREQ(out, "\""); /* 'x' ^ 0x5a */
 	EXPECT_EQ(ps_ring("small"), 64 << 10);
@@ -85,7 +66,7 @@ TEST_TIMEOUT(meshd_ring_size_from_the_manifest, 60)
 	EXPECT_EQ(mesh(1, "stop plain"), 0);
 	EXPECT_EQ(mesh(1, "call small x"), 0);
 	EXPECT_EQ(ps_ring("small"), 64 << 10);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 static unsigned char pattern(size_t i)
@@ -123,8 +104,8 @@ static size_t mismatches(const char *path, size_t *n)
  * the documented 16 MiB (also the API's body bound), not the ring. */
 TEST_TIMEOUT(meshd_call_larger_than_the_ring_both_ways, 90)
 {
-	add_program("big", "ring = \"1M\"\n");
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "big", t_bin("tests-workers/stream_worker"), "ring = \"1M\"\n");
+	meshd_pid = meshd_t_start();
 	size_t n = 0;
 	write_pattern("in5.bin", 5u << 20);
 	uint64_t t0 = t_now_ms();
@@ -154,15 +135,15 @@ TEST_TIMEOUT(meshd_call_larger_than_the_ring_both_ways, 90)
 	char *head = t_read_file("head.txt", NULL);
 	EXPECT_CONTAINS(head, "Content-Length: 5242880");
 	free(head);
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
 /* A worker that sends 3 parts 200 ms apart: `mesh call` prints the first
  * before the last is produced; the API answers with chunked encoding. */
 TEST_TIMEOUT(meshd_call_streams_parts_as_they_come, 60)
 {
-	add_program("st", NULL);
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "st", t_bin("tests-workers/stream_worker"), NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh(1, "start st"), 0); /* warm: the times below are the call's own */
 	int p[2];
 	ASSERT_EQ(pipe(p), 0);
@@ -235,7 +216,7 @@ TEST_TIMEOUT(meshd_call_streams_parts_as_they_come, 60)
 	/* The worker goes on. */
 	EXPECT_EQ(mesh(1, "call st x"), 0);
 	EXPECT_STREQ(out, "\"");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	char *log = t_read_file("meshd.err", NULL);
 	EXPECT_CONTAINS(log, "cut=1");
 	EXPECT_CONTAINS(log, "failed after a part");
@@ -246,8 +227,8 @@ TEST_TIMEOUT(meshd_call_streams_parts_as_they_come, 60)
  * at the next part, frees the request once, and serves the next call. */
 TEST_TIMEOUT(meshd_stream_client_gone_midway, 60)
 {
-	add_program("st", NULL);
-	start_meshd(NULL);
+	meshd_t_add_program(out, sizeof out, "st", t_bin("tests-workers/stream_worker"), NULL);
+	meshd_pid = meshd_t_start();
 	EXPECT_EQ(mesh(1, "start st"), 0);
 	/* curl gives up 100 ms in: after part 1, before part 2. */
 	EXPECT_NE(t_sh(out, sizeof out, 1,
@@ -259,7 +240,7 @@ TEST_TIMEOUT(meshd_stream_client_gone_midway, 60)
 	EXPECT_STREQ(out, "part 1\npart 2\npart 3\n");
 	EXPECT_EQ(mesh(1, "call st x"), 0);
 	EXPECT_STREQ(out, "\"");
-	stop_meshd();
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 	char *log = t_read_file("meshd.err", NULL);
 	EXPECT_CONTAINS(log, "stream=1");
 	EXPECT_CONTAINS(log, "aborted=1");

@@ -338,7 +338,7 @@ TEST_TIMEOUT(python_client_against_meshd, 60)
 	add_program("catalog", "pyecho", NULL, "bytes", NULL);
 	add_program("catalog", "pystats", t_src("examples/python/stats.py"), "-", NULL);
 	t_write_file("client.py", client_py);
-	pid_t pid = start_meshd(0);
+	pid_t pid = meshd_t_start(.wait_accept = 1);
 	int rc = t_sh(out, sizeof out, 1, "%sPYTHONPATH=py '%s' client.py run/meshd.sock", py_env(), PYTHON);
 	meshd_t_stop(pid);
 	EXPECT_EQ(rc, 0);

@@ -76,7 +76,7 @@ TEST_TIMEOUT(python_pip_install_offline_in_a_plain_venv, 240)
 	snprintf(extra, sizeof extra, "python = \"%s/v\"\n", cwd);
 	snprintf(p, sizeof p, "%s/v/bin/python", cwd);
 	add_py_program("catalog", "venvw", p, NULL, "-", extra, 0);
-	pid_t pid = start_meshd(0);
+	pid_t pid = meshd_t_start(.wait_accept = 1);
 	EXPECT_EQ(mesh("call venvw x"), 0);
 	char want[8500];
 	snprintf(want, sizeof want, "prefix=%s/v venv=True lib=%s/v/lib/", cwd, cwd);
@@ -167,7 +167,7 @@ TEST_TIMEOUT(python_manifest_python_runs_the_worker_in_its_venv, 90)
 	add_py_program("catalog", "novenv", p, NULL, "-", extra, 1);
 	snprintf(extra, sizeof extra, "python = \"%s/v\"\n", cwd);
 	add_py_program("catalog", "other", "/bin/true", NULL, "-", extra, 1);
-	pid_t pid = start_meshd(0);
+	pid_t pid = meshd_t_start(.wait_accept = 1);
 
 	EXPECT_EQ(mesh("call venvw x"), 0);
 	snprintf(want, sizeof want, "prefix=%s/v venv=True lib=", cwd);

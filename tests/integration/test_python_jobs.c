@@ -45,7 +45,7 @@ static pid_t setup(unsigned max_workers)
 	make_package(worker_py);
 	snprintf(extra, sizeof extra, "max_workers = %u\nidle_ttl = \"300s\"\n", max_workers);
 	add_program("catalog", "pyjob", NULL, "-", extra);
-	return start_meshd(1);
+	return meshd_t_start(.state = "state", .wait_accept = 1);
 }
 
 TEST_TIMEOUT(python_job_two_arg_handler_gets_each_chunk_id, 60)
@@ -215,7 +215,7 @@ TEST_TIMEOUT(python_examples_matrix_and_model_server_run_jobs, 60)
 	make_package(NULL);
 	add_example("pymatrix");
 	add_example("pymodel");
-	pid_t pid = start_meshd(1);
+	pid_t pid = meshd_t_start(.state = "state", .wait_accept = 1);
 	int rc = run_py(
 		"import sys\n"
 		"import numpy as np\n"

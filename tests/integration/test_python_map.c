@@ -27,7 +27,7 @@ static pid_t setup(void)
 {
 	make_package(NULL);
 	mkdir("catalog", 0755);
-	return start_meshd(1);
+	return meshd_t_start(.state = "state", .wait_accept = 1);
 }
 
 /* The [env] a sanitizer build's workers need, as a Python dict literal. */

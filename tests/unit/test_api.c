@@ -7,6 +7,7 @@
 #include "meshd/notify.h"
 #include "meshd/core/ops.h"
 #include "host/image.h"
+#include "integration/meshd_t.h"
 #include "runner/t.h"
 
 #include <errno.h>
@@ -29,19 +30,6 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
-static void add_program(const char *name, const char *binary, const char *extra_toml)
-{
-	char path[512], toml[2048], cmd[1024];
-	mkdir("catalog", 0755);
-	snprintf(path, sizeof path, "catalog/%s", mesh_target_triple());
-	mkdir(path, 0755);
-	snprintf(cmd, sizeof cmd, "cp '%s' 'catalog/%s/%s'", binary, mesh_target_triple(), name);
-	ASSERT_EQ(t_sh(NULL, 0, 1, "%s", cmd), 0);
-	snprintf(toml, sizeof toml, "name = \"%s\"\nbackends = [\"native\"]\n%s", name, extra_toml ? extra_toml : "");
-	snprintf(path, sizeof path, "catalog/%s.toml", name);
-	t_write_file(path, toml);
-}
-
 /* The real core on a catalog in the test's directory, its loop on a thread:
  * echo (the example worker), crasher (dies before ready), sleeper and
  * sleeper3 (never ready, 1 s and 3 s ready timeouts). */
@@ -51,12 +39,12 @@ static void start_core(unsigned slots)
 	char *err = NULL;
 	mesh_log_init("test_api", MESH_LOG_ERROR); /* request lines would drown the test's own output */
 	mkdir("logs", 0755);
-	add_program("echo", t_bin("examples/echo_worker"), NULL);
-	add_program("echo2", t_bin("examples/echo_worker"), NULL);
-	add_program("crasher", "/bin/sh",
+	meshd_t_add_program(NULL, 0, "echo", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(NULL, 0, "echo2", t_bin("examples/echo_worker"), NULL);
+	meshd_t_add_program(NULL, 0, "crasher", "/bin/sh",
 		    "args = [\"-c\", \"echo about to crash; kill -SEGV $$\"]\n");
-	add_program("sleeper", "/bin/sh", "args = [\"-c\", \"sleep 30\"]\n[lifecycle]\nready_timeout = \"1s\"\n");
-	add_program("sleeper3", "/bin/sh", "args = [\"-c\", \"sleep 30\"]\n[lifecycle]\nready_timeout = \"3s\"\n");
+	meshd_t_add_program(NULL, 0, "sleeper", "/bin/sh", "args = [\"-c\", \"sleep 30\"]\n[lifecycle]\nready_timeout = \"1s\"\n");
+	meshd_t_add_program(NULL, 0, "sleeper3", "/bin/sh", "args = [\"-c\", \"sleep 30\"]\n[lifecycle]\nready_timeout = \"3s\"\n");
 	int rc = meshd_core_new(&core, &cfg, &err);
 	if (rc < 0)
 		FAIL("meshd_core_new: %s", err ? err : mesh_strerror(rc));
