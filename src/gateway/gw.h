@@ -96,7 +96,11 @@ struct mesh_gw_config {
 	 * other groups first, then holds busy ones: their new requests wait
 	 * behind the swap, those in flight (and those that came before it) end,
 	 * then they are stopped; it starts once they are gone (reaped, their
-	 * PID namespace empty, and NVML listing none of their pids).  After
+	 * PID namespace empty, and NVML listing none of their pids).  A request
+	 * waits for room at most its program's start_timeout (longer only while
+	 * programs stopping for it free enough): then 503 + Retry-After naming
+	 * the budget and the busy programs that hold it; never a start over the
+	 * budget.  After
 	 * each measure (every second, and at a program's stop) the budget is
 	 * enforced: over it, the least recently used idle programs are
 	 * stopped. */
