@@ -143,6 +143,12 @@ static void usage(FILE *f)
 		sock);
 }
 
+/* GET /metrics on the gateway port: the text of the control socket's. */
+static int gw_metrics(void *ctx, struct mesh_buf *out)
+{
+	return meshd_metrics_text(ctx, out);
+}
+
 static void gw_log(void *ctx, int level, const char *line)
 {
 	(void)ctx;
@@ -599,6 +605,9 @@ int main(int argc, char **argv)
 		gwc.catalog = cfg.catalog;
 		gwc.host = meshd_core_host(core);
 		gwc.on_log = gw_log;
+		gwc.metrics = gw_metrics;
+		gwc.metrics_ctx = &parts;
+		gwc.metrics_type = MESHD_METRICS_CONTENT_TYPE;
 		rc = mesh_gw_open(&gw, &gwc, &err);
 		if (rc < 0) {
 			mesh_error("cannot serve the gateway: %s", err ? err : mesh_strerror(rc));
