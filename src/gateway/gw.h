@@ -60,6 +60,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct mesh_buf;
 struct mesh_host;
 
 enum mesh_gw_log_level { MESH_GW_INFO, MESH_GW_WARN };
@@ -96,7 +97,11 @@ struct mesh_gw_config {
 	 * other groups first, then holds busy ones: their new requests wait
 	 * behind the swap, those in flight (and those that came before it) end,
 	 * then they are stopped; it starts once they are gone (reaped, their
-	 * PID namespace empty, and NVML listing none of their pids).  After
+	 * PID namespace empty, and NVML listing none of their pids).  A request
+	 * waits for room at most its program's start_timeout (longer only while
+	 * programs stopping for it free enough): then 503 + Retry-After naming
+	 * the budget and the busy programs that hold it; never a start over the
+	 * budget.  After
 	 * each measure (every second, and at a program's stop) the budget is
 	 * enforced: over it, the least recently used idle programs are
 	 * stopped. */
@@ -131,6 +136,15 @@ struct mesh_gw_config {
 	size_t nallow_origins;
 	void (*on_log)(void *ctx, int level, const char *line);
 	void *ctx;
+	/* GET /metrics on the gateway port (behind the key when api_key_file
+	 * is set; the Host and Origin rules as for any route): appends the
+	 * Prometheus text to out (meshd's own renderer: the same text as its
+	 * control socket's /metrics), 0 or a negative MESH_E_* (then 503).
+	 * Called on a loop's thread: it must not block for long.  NULL: the
+	 * route is 404.  metrics_type: the answer's Content-Type. */
+	int (*metrics)(void *metrics_ctx, struct mesh_buf *out);
+	void *metrics_ctx;
+	const char *metrics_type;
 };
 /* The most event loop threads a gateway may be given. */
 #define MESH_GW_MAX_THREADS 64

@@ -125,6 +125,18 @@ int mesh__gw_answer_models(struct mesh_gw *g, struct mesh_buf *b, int close_it)
 	return answer_json(b, 200, json_pack("{s:s, s:o}", "object", "list", "data", data), 0, close_it);
 }
 
+int mesh__gw_answer_text(struct mesh_buf *b, const char *content_type, const char *body, size_t n, int close_it)
+{
+	size_t old = b->len;
+	mesh_buf_addf(b, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n", content_type, n,
+		      close_it ? "Connection: close\r\n" : "");
+	if (mesh_buf_add(b, body, n)) {
+		b->len = old;
+		return -1;
+	}
+	return 0;
+}
+
 int mesh__gw_answer_health(struct mesh_buf *b, int close_it)
 {
 	return answer_json(b, 200, json_pack("{s:s}", "status", "ok"), 0, close_it);

@@ -21,6 +21,8 @@ int mesh__gw_answer_models(struct mesh_gw *g, struct mesh_buf *b, int close_it);
 /* GET /v1/models/{id}: the model's object (200) or the unknown model's
  * error (404) into b; the status, or -1 out of memory. */
 int mesh__gw_answer_model(struct mesh_gw *g, struct mesh_buf *b, const char *id, int close_it);
+/* 200 with body (n bytes) as content_type: GET /metrics's answer. */
+int mesh__gw_answer_text(struct mesh_buf *b, const char *content_type, const char *body, size_t n, int close_it);
 /* GET /health: {"status":"ok"}. */
 int mesh__gw_answer_health(struct mesh_buf *b, int close_it);
 /* The 404 for an unknown model, naming the known ones. */

@@ -376,6 +376,7 @@ int mesh__gw_body_edit(const char *body, size_t n, const struct mesh__gw_edit *e
 		rc = add_member(out, kept++, d->key,
 				d->type == MESH_VALUE_STRING ? json_string(d->str)
 				: d->type == MESH_VALUE_INT  ? json_integer(d->i)
+				: d->type == MESH_VALUE_FLOAT ? json_real(d->f)
 							     : json_boolean(d->b));
 	}
 	json_decref(j);

@@ -844,6 +844,21 @@ static void route(struct lconn *lc)
 		answer(lc, &b, 200, 0);
 		return;
 	}
+	if (qlen == 8 && !strncmp(r->target, "/metrics", 8) && g->c.metrics && g->c.metrics_type) {
+		/* meshd's /metrics text, behind the key (the door above). */
+		struct mesh_buf t = MESH_BUF_INIT, b = MESH_BUF_INIT;
+		if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD"))
+			answer_error(lc, 405, "invalid_request_error", NULL, "GET /metrics is meshd's metrics", 0,
+				     lc->close_it);
+		else if (g->c.metrics(g->c.metrics_ctx, &t) < 0 ||
+			 mesh__gw_answer_text(&b, g->c.metrics_type, t.p ? t.p : "", t.len, lc->close_it) < 0)
+			answer_error(lc, 503, "service_unavailable", NULL, "the metrics could not be rendered", 0,
+				     lc->close_it);
+		else
+			answer(lc, &b, 200, 0);
+		mesh_buf_release(&t);
+		return;
+	}
 	if (qlen > 11 && !strncmp(r->target, "/v1/models/", 11)) {
 		char id[300];
 		snprintf(id, sizeof id, "%.*s", (int)(qlen - 11 < sizeof id - 1 ? qlen - 11 : sizeof id - 1), r->target + 11);

@@ -1093,6 +1093,43 @@ static int room_for(struct mesh__gw_prog *p)
 	return 1;
 }
 
+/* Under mu, p cold and waiting for room past its wait's bound: 1 when the
+ * room is on its way anyway (programs stopping for it free enough: their
+ * reap, or their GPU memory's release, wakes it). */
+static int room_coming(struct mesh__gw_prog *p)
+{
+	uint64_t freeing, used = used_by_others(p->g, p, &freeing);
+	return used - freeing + need_of(p) + ahead_of(p) <= p->g->c.memory_budget;
+}
+
+/* Under mu: why p's start found no room (malloc'd, one line, for the
+ * client and meshd's log): the budget, what the programs with a process
+ * hold, and which (busy: in flight or waiting; idle ones are of p's group,
+ * never evicted for it), and the swaps ahead of it. */
+static char *no_room(struct mesh__gw_prog *p)
+{
+	struct mesh_gw *g = p->g;
+	char busy[512] = "", idle_ones[256] = "", ahead[96] = "";
+	size_t nb = 0, ni = 0;
+	uint64_t freeing, used = used_by_others(g, p, &freeing), before = ahead_of(p);
+	for (size_t i = 0; i < g->nprogs; i++) {
+		const struct mesh__gw_prog *q = g->progs[i];
+		if (q == p || q->state == GW_COLD)
+			continue;
+		if (idle(q) && ni < sizeof idle_ones)
+			ni += (size_t)snprintf(idle_ones + ni, sizeof idle_ones - ni, "%s%s", ni ? ", " : "", q->img.m.name);
+		else if (!idle(q) && nb < sizeof busy)
+			nb += (size_t)snprintf(busy + nb, sizeof busy - nb, "%s%s%s", nb ? ", " : "", q->img.m.name,
+					       q->state == GW_STOPPING ? " (stopping)" : "");
+	}
+	if (before)
+		snprintf(ahead, sizeof ahead, "; the starts waiting ahead of it need %.1f MiB", mib(before));
+	return mesh_strf("memory budget %.1f MiB: %.1f MiB held by busy programs %s%s%s%s; program '%s' needs %.1f MiB "
+			 "and no room came within its start_timeout (%.1f s): send it again later",
+			 mib(g->c.memory_budget), mib(used), nb ? busy : "(none)", ni ? " and idle programs of its group " : "",
+			 ni ? idle_ones : "", ahead, p->img.m.name, mib(need_of(p)), (double)p->img.m.start_timeout_ns / 1e9);
+}
+
 /* Under mu: the budget after a measure or a request's end.  While the
  * running programs hold more than it (a program without `memory` counts 0
  * until it is measured), the least recently used idle ones are stopped
@@ -1253,8 +1290,27 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 				return 502;
 			}
 			if (room) {
+				/* It waits for room at most its start_timeout (busy
+				 * programs held for it may end their requests, idle
+				 * ones be stopped), longer only while programs
+				 * stopping free enough; then 503: never a start
+				 * over the budget. */
+				uint64_t now = mesh_mono_ns(), end;
+				if (!w->room_t0)
+					w->room_t0 = now;
+				end = w->room_t0 + p->img.m.start_timeout_ns;
 				w->cold = 1;
-				return 1; /* a program going cold or idle wakes it */
+				if (now < end) {
+					w->until = end;
+					return 1; /* a program going cold or idle wakes it sooner */
+				}
+				if (room_coming(p))
+					return 1; /* their stop's end wakes it */
+				*retry_after = 5;
+				*why = no_room(p);
+				mesh__gw_log(g, MESH_GW_WARN, "program=%s request=%s answered 503: %s", p->img.m.name,
+					     w->rid ? w->rid : "-", *why);
+				return 503;
 			}
 		}
 		/* This request starts it: exactly one start however many come

@@ -225,7 +225,8 @@ struct mesh__gw_wait {
 	struct mesh__gw_prog *p;
 	struct mesh__gw_first first; /* the request a start may send itself */
 	uint64_t gen;	/* the start it waits for (0: none yet) */
-	uint64_t until; /* after a 1: ask again then (a backoff's end); 0: when told to look */
+	uint64_t until; /* after a 1: ask again then (a backoff's end, its wait for room's); 0: when told to look */
+	uint64_t room_t0; /* when it began to wait for room in the budget (0: it has not) */
 	int queued;	/* counted in p->waiting */
 	int cold;	/* it waited for a start (or a room for one) */
 	int port;	/* placed: of the process */
@@ -238,8 +239,9 @@ struct mesh__gw_wait {
  * 0, placed (w->port; w->cold when it waited for a start; w->first.fd >= 0:
  * its start sent it, w->first.sent bytes, on that connection, which is now
  * the caller's); 1, it waits (a cold start, the backoff after a failed one,
- * a place under max_concurrency, room in the budget, a swap its program is
- * held for, that came before it: gw_prog.c): ask again when g's
+ * a place under max_concurrency, room in the budget (at most its program's
+ * start_timeout: then 503), a swap its program is held for, that came
+ * before it: gw_prog.c): ask again when g's
  * look hook is called, or at w->until; or an HTTP status (502, 503, 504)
  * with *why (malloc'd: its first line for the client, without the
  * program's output or port; the whole for meshd's log: a failed start's

@@ -424,14 +424,16 @@ static int env_name_ok(const char *k)
 	return 1;
 }
 
-/* A [filters.defaults] entry: a string, an integer or a boolean for a
- * top-level member other than "model". */
+/* A [filters.defaults] entry: a string, an integer, a float or a boolean
+ * for a top-level member other than "model". */
 static int add_default(struct ctx *x, const struct mesh_toml_item *it, struct mesh_manifest *m)
 {
 	if (!strcmp(it->key, "model"))
 		return fail(x, it->line, it->col, "'filters.defaults' cannot set \"model\" (use upstream_model to rewrite it)");
-	if (it->type != MESH_TOML_STRING && it->type != MESH_TOML_INT && it->type != MESH_TOML_BOOL)
-		return fail(x, it->vline, it->vcol, "'filters.defaults.%s' must be a string, an integer or a boolean, not %s %s",
+	if (it->type != MESH_TOML_STRING && it->type != MESH_TOML_INT && it->type != MESH_TOML_FLOAT &&
+	    it->type != MESH_TOML_BOOL)
+		return fail(x, it->vline, it->vcol,
+			    "'filters.defaults.%s' must be a string, an integer, a float or a boolean, not %s %s",
 			    it->key, art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
 	if (m->ndefaults == 64)
 		return fail(x, it->line, it->col, "'filters.defaults' has more than 64 entries");
@@ -441,9 +443,13 @@ static int add_default(struct ctx *x, const struct mesh_toml_item *it, struct me
 	m->defaults = nd;
 	struct mesh_manifest_default *d = &nd[m->ndefaults];
 	memset(d, 0, sizeof *d);
-	d->type = it->type == MESH_TOML_STRING ? MESH_VALUE_STRING : it->type == MESH_TOML_INT ? MESH_VALUE_INT : MESH_VALUE_BOOL;
+	d->type = it->type == MESH_TOML_STRING ? MESH_VALUE_STRING
+		  : it->type == MESH_TOML_INT  ? MESH_VALUE_INT
+		  : it->type == MESH_TOML_FLOAT ? MESH_VALUE_FLOAT
+						: MESH_VALUE_BOOL;
 	d->i = it->i;
 	d->b = it->b;
+	d->f = it->f;
 	if (!(d->key = strdup(it->key)) || (it->type == MESH_TOML_STRING && !(d->str = strdup(it->str)))) {
 		free(d->key);
 		return -ENOMEM;

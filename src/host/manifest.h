@@ -63,7 +63,7 @@
 #include <stdint.h>
 
 enum mesh_device { MESH_DEVICE_CPU, MESH_DEVICE_GPU };
-enum mesh_value_type { MESH_VALUE_STRING, MESH_VALUE_INT, MESH_VALUE_BOOL };
+enum mesh_value_type { MESH_VALUE_STRING, MESH_VALUE_INT, MESH_VALUE_BOOL, MESH_VALUE_FLOAT };
 
 /* One [filters.defaults] entry: a JSON body's top-level member key gets this
  * value when the body lacks it. */
@@ -73,6 +73,7 @@ struct mesh_manifest_default {
 	char *str; /* STRING */
 	int64_t i; /* INT */
 	int b;	   /* BOOL */
+	double f;  /* FLOAT (finite) */
 };
 enum mesh_backend { MESH_BACKEND_NATIVE, MESH_BACKEND_HTTP };
 

@@ -4,6 +4,7 @@
 #include "base/err.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,12 +283,100 @@ static int int_value(struct cur *c, int64_t *out)
 	if (c->pos < c->n) {
 		int ch = (unsigned char)c->s[c->pos];
 		if (ch == '.' || ch == 'e' || ch == 'E')
-			return fail_at(c, start, "floats are not supported");
+			return 1; /* a float: float_value reads it from start */
 		if (is_bare(ch) || ch == ':')
 			return fail_at(c, start, "not a decimal integer");
 	}
 	*out = neg ? (int64_t)(0 - v) : (int64_t)v;
 	return 0;
+}
+
+/* Digits with '_' only between two of them, from c->pos, copied without
+ * the '_' into b: their count, or -1 (an error is set). */
+static int digits_into(struct cur *c, struct mesh_buf *b)
+{
+	int nd = 0, prev_us = 1;
+	while (c->pos < c->n) {
+		int ch = (unsigned char)c->s[c->pos];
+		if (ch == '_') {
+			if (prev_us)
+				return fail_at(c, c->pos, "'_' must sit between digits"), -1;
+			prev_us = 1;
+		} else if (ch >= '0' && ch <= '9') {
+			if (mesh_buf_add(b, c->s + c->pos, 1))
+				return c->rc = -ENOMEM, -1;
+			prev_us = 0;
+			nd++;
+		} else {
+			break;
+		}
+		c->pos++;
+	}
+	if (nd && prev_us)
+		return fail_at(c, c->pos - 1, "'_' must sit between digits"), -1;
+	return nd;
+}
+
+/* A float from start (its integer part already checked by int_value):
+ * [+-]int, then .digits and/or e[+-]digits (TOML 1.0's; no inf or nan),
+ * finite as a double. */
+static int float_value(struct cur *c, size_t start, double *out)
+{
+	struct mesh_buf b = MESH_BUF_INIT;
+	c->pos = start;
+	if (peek(c) == '+' || peek(c) == '-') {
+		mesh_buf_add(&b, c->s + c->pos, 1);
+		c->pos++;
+	}
+	int rc = 0;
+	if (digits_into(c, &b) < 0)
+		goto out;
+	if (peek(c) == '.') {
+		mesh_buf_add(&b, ".", 1);
+		c->pos++;
+		int nd = digits_into(c, &b);
+		if (nd < 0)
+			goto out;
+		if (nd == 0) {
+			fail_at(c, c->pos, "a float's '.' must be followed by digits");
+			goto out;
+		}
+	}
+	if (peek(c) == 'e' || peek(c) == 'E') {
+		mesh_buf_add(&b, "e", 1);
+		c->pos++;
+		if (peek(c) == '+' || peek(c) == '-') {
+			mesh_buf_add(&b, c->s + c->pos, 1);
+			c->pos++;
+		}
+		int nd = digits_into(c, &b);
+		if (nd < 0)
+			goto out;
+		if (nd == 0) {
+			fail_at(c, c->pos, "a float's exponent must have digits");
+			goto out;
+		}
+	}
+	if (c->pos < c->n && (is_bare((unsigned char)c->s[c->pos]) || c->s[c->pos] == '.')) {
+		fail_at(c, start, "not a decimal number");
+		goto out;
+	}
+	if (!b.p) {
+		c->rc = -ENOMEM;
+		goto out;
+	}
+	char *end;
+	errno = 0;
+	double v = strtod(b.p, &end);
+	if (*end || !isfinite(v) || (errno == ERANGE && fabs(v) > 1.0)) {
+		fail_at(c, start, "float out of range");
+		goto out;
+	}
+	*out = v;
+	rc = 1;
+out:
+	mesh_buf_release(&b);
+	return rc ? 0 : (c->rc ? c->rc : -ENOMEM);
 }
 
 /* Skips blank lines, spaces and comments inside an array. */
@@ -375,8 +464,13 @@ static int value(struct cur *c, struct mesh_toml_item *it)
 	if (ch == '{')
 		return fail_at(c, c->pos, "inline tables are not supported");
 	if ((ch >= '0' && ch <= '9') || ch == '+' || ch == '-') {
+		size_t start = c->pos;
 		it->type = MESH_TOML_INT;
-		return int_value(c, &it->i);
+		int rc = int_value(c, &it->i);
+		if (rc != 1)
+			return rc;
+		it->type = MESH_TOML_FLOAT;
+		return float_value(c, start, &it->f);
 	}
 	if (c->n - c->pos >= 4 && memcmp(c->s + c->pos, "true", 4) == 0 &&
 	    (c->pos + 4 == c->n || !is_bare((unsigned char)c->s[c->pos + 4]))) {
@@ -630,6 +724,7 @@ const char *mesh_toml_type_name(enum mesh_toml_type t)
 	case MESH_TOML_TABLE: return "table";
 	case MESH_TOML_STRING: return "string";
 	case MESH_TOML_INT: return "integer";
+	case MESH_TOML_FLOAT: return "float";
 	case MESH_TOML_BOOL: return "boolean";
 	case MESH_TOML_ARRAY: return "array";
 	}

@@ -5,9 +5,10 @@
  * "filters.defaults"), `key = value` lines with bare keys ([A-Za-z0-9_-]+), and values
  * that are basic strings ("..." with \" \\ \b \t \n \f \r \uXXXX \UXXXXXXXX),
  * literal strings ('...'), decimal integers (optional sign, `_` between
- * digits, no leading zeros), booleans, and arrays of strings (which may span
- * lines, with a trailing comma and comments inside).  Everything else --
- * floats, dates, inline tables, dotted keys, arrays of tables, multi-line
+ * digits, no leading zeros), floats (such an integer, then `.digits` and/or
+ * an exponent `e[+-]digits`; finite as a double: no inf or nan), booleans,
+ * and arrays of strings (which may span lines, with a trailing comma and
+ * comments inside).  Everything else -- dates, inline tables, dotted keys, arrays of tables, multi-line
  * strings, a duplicate key or table, a NUL, invalid UTF-8 -- is an error
  * "file:line:col: message" (1-based line and byte column). */
 #ifndef MESH_HOST_TOML_H
@@ -16,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum mesh_toml_type { MESH_TOML_TABLE, MESH_TOML_STRING, MESH_TOML_INT, MESH_TOML_BOOL, MESH_TOML_ARRAY };
+enum mesh_toml_type { MESH_TOML_TABLE, MESH_TOML_STRING, MESH_TOML_INT, MESH_TOML_BOOL, MESH_TOML_ARRAY, MESH_TOML_FLOAT };
 
 /* One `[table]` header (type TABLE, key NULL) or one key with its value. */
 struct mesh_toml_item {
@@ -25,6 +26,7 @@ struct mesh_toml_item {
 	char *key;	/* NULL for a TABLE item */
 	char *str;	/* STRING: the decoded text (no NUL inside) */
 	int64_t i;	/* INT */
+	double f;	/* FLOAT */
 	int b;		/* BOOL */
 	char **arr;	/* ARRAY: n decoded strings */
 	size_t n;
@@ -45,7 +47,7 @@ struct mesh_toml {
 int mesh_toml_parse(const char *file, const char *text, size_t len, struct mesh_toml *out, char **err);
 void mesh_toml_release(struct mesh_toml *t);
 
-/* "string", "integer", "boolean", "array", "table". */
+/* "string", "integer", "float", "boolean", "array", "table". */
 const char *mesh_toml_type_name(enum mesh_toml_type t);
 
 #endif

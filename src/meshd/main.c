@@ -144,6 +144,12 @@ static void usage(FILE *f)
 		sock);
 }
 
+/* GET /metrics on the gateway port: the text of the control socket's. */
+static int gw_metrics(void *ctx, struct mesh_buf *out)
+{
+	return meshd_metrics_text(ctx, out);
+}
+
 static void gw_log(void *ctx, int level, const char *line)
 {
 	(void)ctx;
@@ -585,6 +591,9 @@ static int open_daemon(struct daemon *d, struct args *a)
 		a->gwc.catalog = a->cfg.catalog;
 		a->gwc.host = meshd_core_host(d->core);
 		a->gwc.on_log = gw_log;
+		a->gwc.metrics = gw_metrics;
+		a->gwc.metrics_ctx = &d->parts;
+		a->gwc.metrics_type = MESHD_METRICS_CONTENT_TYPE;
 		if ((rc = mesh_gw_open(&d->gw, &a->gwc, &err)) < 0) {
 			mesh_error("cannot serve the gateway: %s", err ? err : mesh_strerror(rc));
 			free(err);

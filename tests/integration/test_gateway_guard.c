@@ -315,3 +315,55 @@ TEST_TIMEOUT(gateway_error_bodies_are_short_and_carry_a_request_id, 60)
 	EXPECT_TRUE(id1[0] && !strstr(resp, id1));
 	EXPECT_EQ(stop_gw(&g), 0);
 }
+
+/* Issue 30, "/metrics may be served on the gateway port behind the key":
+ * GET /metrics on the gateway port (curl) is the text meshd's /metrics
+ * renders (the gateway's families too, after a request), 401 without the
+ * key when keys are configured; a program's 200 is counted in it.  Without
+ * keys configured it needs none (the Host rule applies as to any route). */
+TEST_TIMEOUT(gateway_metrics_on_the_gateway_port_behind_the_key, 60)
+{
+	char out[4096], url[128];
+	add_oa("m", "\"test-model\"", "", "");
+	t_write_file("keys", "sk-metrics-key\n");
+	chmod("keys", 0600);
+	struct gw g = start_gw("--http-api-key-file keys");
+	snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", g.port);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o nokey.txt -w '%%{http_code}' %s", url), 0);
+	EXPECT_STREQ(out, "401");
+	char *nokey = t_read_file("nokey.txt", NULL);
+	EXPECT_TRUE(nokey && strstr(nokey, "\"code\":\"invalid_api_key\""));
+	EXPECT_TRUE(nokey && !strstr(nokey, "mesh_gateway"));
+	free(nokey);
+	char req[2048];
+	chat_request(req, sizeof req, "test-model", "hi", 0, 0);
+	snprintf(req, sizeof req,
+		 "curl -sS -o /dev/null -w '%%{http_code}' -H 'Authorization: Bearer sk-metrics-key' -H 'Content-Type: "
+		 "application/json' -d '{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' "
+		 "http://127.0.0.1:%d/v1/chat/completions",
+		 g.port);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s", req), 0);
+	EXPECT_STREQ(out, "200");
+	EXPECT_EQ(t_sh(out, sizeof out, 1,
+		       "curl -sS -D head.txt -o gw.txt -w '%%{http_code}' -H 'Authorization: Bearer sk-metrics-key' %s", url),
+		  0);
+	EXPECT_STREQ(out, "200");
+	EXPECT_TRUE(file_has("head.txt", "Content-Type: text/plain; version=0.0.4"));
+	EXPECT_TRUE(file_has("gw.txt", "mesh_gateway_requests_total{program=\"m\",model=\"test-model\",code=\"2xx\"} 1"));
+	/* The same renderer as the control socket's: the same families. */
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o sock.txt --unix-socket run/meshd.sock http://x/metrics"), 0);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "grep '^# TYPE' gw.txt > gw.types && grep '^# TYPE' sock.txt > sock.types && "
+		       "test -s gw.types && cmp gw.types sock.types && echo same"), 0);
+	EXPECT_CONTAINS(out, "same");
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o /dev/null -w '%%{http_code}' -X POST -H 'Authorization: Bearer "
+				       "sk-metrics-key' %s", url), 0);
+	EXPECT_STREQ(out, "405");
+	EXPECT_EQ(stop_gw(&g), 0);
+	/* No keys configured: no key asked. */
+	struct gw g2 = start_gw("");
+	snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", g2.port);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o open.txt -w '%%{http_code}' %s", url), 0);
+	EXPECT_STREQ(out, "200");
+	EXPECT_TRUE(file_has("open.txt", "# TYPE mesh_gateway_memory_bytes gauge"));
+	EXPECT_EQ(stop_gw(&g2), 0);
+}

@@ -143,6 +143,36 @@ TEST_TIMEOUT(gateway_aliases_route_and_upstream_model_is_sent, 60)
 	EXPECT_EQ(stop_gw(&g), 0);
 }
 
+/* [filters.defaults] takes floats (issue 30 leftover; llama-swap's
+ * setParams sets temperature): `temperature = 0.7` is accepted and set as a
+ * JSON number when the body lacks it (a body's own is kept), exponents
+ * too; a float no JSON number can hold refuses the manifest. */
+TEST_TIMEOUT(gateway_filters_defaults_take_floats, 60)
+{
+	char resp[16384];
+	add_oa("f", "\"test-model\"", ", \"--echo\"",
+	       "[filters.defaults]\ntemperature = 0.7\ntop_p = 9_5e-2\nmin_p = -1.5E+1\n");
+	add_oa("g", "\"big-model\"", ", \"--echo\"", "[filters.defaults]\ntemperature = 1e999\n");
+	struct gw g = start_gw("");
+	ASSERT_EQ(post_body(g.port, "{\"model\":\"test-model\"," MSGS "}", 0, resp, sizeof resp), 200);
+	json_t *got = received(resp);
+	ASSERT_TRUE(got != NULL);
+	EXPECT_TRUE(json_is_real(json_object_get(got, "temperature")));
+	EXPECT_TRUE(json_real_value(json_object_get(got, "temperature")) == 0.7);
+	EXPECT_TRUE(json_real_value(json_object_get(got, "top_p")) == 0.95);
+	EXPECT_TRUE(json_real_value(json_object_get(got, "min_p")) == -15.0);
+	json_decref(got);
+	ASSERT_EQ(post_body(g.port, "{\"model\":\"test-model\",\"temperature\":0.2," MSGS "}", 0, resp, sizeof resp),
+		  200);
+	got = received(resp);
+	ASSERT_TRUE(got != NULL);
+	EXPECT_TRUE(json_real_value(json_object_get(got, "temperature")) == 0.2);
+	json_decref(got);
+	EXPECT_TRUE(file_has("meshd.err", "g.toml:6:15: float out of range"));
+	EXPECT_EQ(http_get(g.port, "/v1/models/big-model", resp, sizeof resp), 404);
+	EXPECT_EQ(stop_gw(&g), 0);
+}
+
 /* [filters]: strip_params are removed, [filters.defaults] set when the
  * body lacks them; what goes is valid JSON of its new Content-Length, for
  * a chunked body too, and a pipelined request after it is read whole. */

@@ -69,7 +69,7 @@ TEST(manifest_http_aliases_and_filters)
 				   "aliases = [\"gpt-4o-mini\", \"qwen\"]\n"
 				   "upstream_model = \"qwen2.5-7b-instruct-q4\"\n"
 				   "[filters]\nstrip_params = [\"temperature\", \"top_p\"]\n"
-				   "[ filters . defaults ]\nmax_tokens = 512\nstop = \"END\"\necho = false\n";
+				   "[ filters . defaults ]\nmax_tokens = 512\nstop = \"END\"\necho = false\ntemperature = 0.7\n";
 	struct mesh_manifest m;
 	char *err = NULL;
 	ASSERT_EQ(mesh_manifest_parse("a.toml", text, strlen(text), "a", &m, &err), 0);
@@ -79,7 +79,9 @@ TEST(manifest_http_aliases_and_filters)
 	EXPECT_STREQ(m.upstream_model, "qwen2.5-7b-instruct-q4");
 	EXPECT_EQ(m.nstrip_params, 2u);
 	EXPECT_STREQ(m.strip_params[1], "top_p");
-	ASSERT_EQ(m.ndefaults, 3u);
+	ASSERT_EQ(m.ndefaults, 4u);
+	EXPECT_EQ(m.defaults[3].type, MESH_VALUE_FLOAT);
+	EXPECT_TRUE(m.defaults[3].f == 0.7);
 	EXPECT_STREQ(m.defaults[0].key, "max_tokens");
 	EXPECT_EQ(m.defaults[0].type, MESH_VALUE_INT);
 	EXPECT_EQ(m.defaults[0].i, 512);
@@ -144,7 +146,7 @@ TEST(manifest_http_errors_table)
 		{HTTP "[filters]\nstrip_params = [\"\"]\n", "m.toml:6:16: 'strip_params' has an empty entry"},
 		{HTTP "[filters]\nset = 1\n", "m.toml:6:1: unknown key 'set' in [filters]"},
 		{HTTP "[filters.defaults]\nmodel = \"x\"\n", "m.toml:6:1: 'filters.defaults' cannot set \"model\""},
-		{HTTP "[filters.defaults]\nstop = [\"a\"]\n", "m.toml:6:8: 'filters.defaults.stop' must be a string, an integer or a boolean"},
+		{HTTP "[filters.defaults]\nstop = [\"a\"]\n", "m.toml:6:8: 'filters.defaults.stop' must be a string, an integer, a float or a boolean"},
 		{HTTP "[filters.other]\n", "m.toml:5:1: unknown table [filters.other]"},
 		{HTTP "[filters.]\n", "m.toml:5:10: expected a table name"},
 	};
