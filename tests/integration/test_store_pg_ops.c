@@ -318,6 +318,103 @@ TEST_TIMEOUT(store_pg_ops_prune_sql_removes_only_ended_jobs, 90)
 	store_env_stop(&e);
 }
 
+/* A row of mesh.nodes made here (holder h, job, name, host, stopped),
+ * registered `started_h` hours ago and last beating `beat_h` hours ago. */
+static void node_row(const struct store_env *e, long h, long job, const char *name, int stopped, int started_h,
+		     int beat_h)
+{
+	char q[600];
+	snprintf(q, sizeof q,
+		 "INSERT INTO mesh.nodes (holder, name, host, program, job, started, beat, ttl_us, stopped)"
+		 " VALUES (%ld, '%s', 'h', 'p', %ld, mesh.now_us() - %d::bigint * 3600000000,"
+		 " mesh.now_us() - %d::bigint * 3600000000, 3000000, %s)",
+		 h, name, job, started_h, beat_h, stopped ? "true" : "false");
+	store_env_sql1(e, q);
+}
+
+/* 1 when mesh.nodes has a row of holder h. */
+static long long has_node(const struct store_env *e, long h)
+{
+	char q[200];
+	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.nodes WHERE holder = %ld", h);
+	return store_env_sql1(e, q);
+}
+
+/* Stopped node rows are pruned by mesh itself (issue 32: "446 rows, 431
+ * stopped"): a node's registration removes the stopped rows whose last
+ * beat is over a day old, at most 500 at a time -- never a live or
+ * silent node's row, nor a stopped one that a running job's speed
+ * (mesh nodes, placement, speculation) or a running meshd's totals
+ * still count.  The rows are aged in SQL. */
+TEST_TIMEOUT(store_pg_ops_node_start_prunes_stopped_nodes, 120)
+{
+	struct store_env e;
+	char url[600], q[300];
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	/* a real node running a job: and of that job a stopped row
+	 * two days old (below) */
+	pid_t busy = spawn_sh("%s run -j 1 --store '%s#busy' --chunks 1 -- sleep 60 >/dev/null 2>&1", MESH, url);
+	for (int i = 0; i < 500 && store_env_sql(&e, "SELECT count(*) FROM mesh.nodes d JOIN mesh.jobs j ON j.id = d.job"
+						    " WHERE j.name = 'busy' AND NOT d.stopped") < 1;
+	     i++)
+		usleep(20 * 1000);
+	/* real nodes, stopped: one aged two days, one of an hour ago */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run -j 1 --store '%s#old' --chunks 3 -- true", MESH, url), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run -j 1 --store '%s#recent' --chunks 3 -- true", MESH, url), 0);
+	long old = (long)store_env_sql1(&e, "SELECT id FROM mesh.jobs WHERE name = 'old'");
+	snprintf(q, sizeof q, "UPDATE mesh.nodes SET started = started - 172800000000, beat = beat - 172800000000"
+			      " WHERE job = %ld", old);
+	store_env_sql1(&e, q);
+	store_env_sql1(&e, "UPDATE mesh.nodes SET started = started - 3600000000, beat = beat - 3600000000"
+			   " WHERE job = (SELECT id FROM mesh.jobs WHERE name = 'recent')");
+	long bj = (long)store_env_sql1(&e, "SELECT id FROM mesh.jobs WHERE name = 'busy'");
+	ASSERT_GT(bj, 0);
+	node_row(&e, 18, bj, "n18", 1, 49, 48);
+	node_row(&e, 11, 0, "meshd.x.1", 1, 50, 48);  /* a meshd stopped two days ago: pruned */
+	node_row(&e, 12, 9012, "n12", 0, 50, 48);     /* silent two days: kept */
+	node_row(&e, 13, 9013, "n13", 1, 50, 48);     /* stopped, its job has a node ... */
+	node_row(&e, 14, 9013, "n14", 0, 50, 0);      /* ... not stopped: both kept */
+	node_row(&e, 15, 0, "meshd.h.1", 0, 72, 0);   /* a meshd running three days */
+	node_row(&e, 16, 9016, "meshd.h.1", 1, 60, 48); /* its driver: its CHUNKS, kept */
+	node_row(&e, 17, 9017, "meshd.h.1", 1, 96, 90); /* one from before it started: pruned */
+	node_row(&e, 19, 9019, "n19", 1, 30, 23);     /* stopped 23 hours ago: kept */
+	/* and a backlog: 700 stopped two days ago, of a job no node runs */
+	store_env_sql1(&e, "INSERT INTO mesh.nodes (holder, name, host, program, job, started, beat, ttl_us, stopped)"
+			   " SELECT 1000 + g, 'b', 'h', 'p', 9100, mesh.now_us() - 180000000000,"
+			   " mesh.now_us() - 172800000000, 3000000, true FROM generate_series(0, 699) g");
+	long long before = store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes");
+	/* a node starts: at most 500 go at once */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run -j 1 --store '%s#new1' --chunks 1 -- true", MESH, url), 0);
+	long long after = store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes");
+	fprintf(stderr, "node rows: %lld before the first new node, %lld after\n", before, after);
+	EXPECT_EQ(after, before + 1 - 500);
+	/* another: the rest of the backlog */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run -j 1 --store '%s#new2' --chunks 1 -- true", MESH, url), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes WHERE job = 9100"), 0);
+	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.nodes WHERE job = %ld", old);
+	EXPECT_EQ(store_env_sql1(&e, q), 0);
+	EXPECT_EQ(has_node(&e, 11), 0);
+	EXPECT_EQ(has_node(&e, 17), 0);
+	/* kept: the recent, the silent, the live, the running jobs' and meshd's */
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes d JOIN mesh.jobs j ON j.id = d.job"
+				     " WHERE j.name IN ('recent', 'new1', 'new2', 'busy')"),
+		  5);
+	EXPECT_EQ(has_node(&e, 12), 1);
+	EXPECT_EQ(has_node(&e, 13), 1);
+	EXPECT_EQ(has_node(&e, 14), 1);
+	EXPECT_EQ(has_node(&e, 15), 1);
+	EXPECT_EQ(has_node(&e, 16), 1);
+	EXPECT_EQ(has_node(&e, 18), 1);
+	EXPECT_EQ(has_node(&e, 19), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes"), 11);
+	int ws;
+	kill(-busy, SIGKILL);
+	ASSERT_EQ(waitpid(busy, &ws, 0), busy);
+	store_env_stop(&e);
+}
+
 /* A node that starts on a job other nodes are running says it joins
  * them, not that it resumes (issue 32: "resuming: 41/3000 already
  * done"). */
