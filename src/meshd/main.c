@@ -194,6 +194,22 @@ static void on_signal(int sig)
 	errno = e;
 }
 
+/* The store's URL as meshd shows it (no password: refused) and its
+ * start wait: meshd's store connections wait for a database that has no
+ * room for them (53300) or is starting up (57P03), within the outage
+ * budget, as a `mesh run` node's do (mesh_job_set_store_start_wait), said
+ * in meshd's log in the same words; a stop asked ends the wait. */
+static char store_safe[512];
+
+static int store_start_wait(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns)
+{
+	char msg[600];
+	if (mesh_job_store_wait_words(state, why, waited_ns, budget_ns, msg, sizeof msg))
+		mesh_log(state == MESH_JOB_STORE_ANSWERS ? MESH_LOG_INFO : MESH_LOG_WARN, "the job store '%s' %s",
+			 store_safe, msg);
+	return stop_asked;
+}
+
 /* SIGHUP: the catalog read again, as `mesh reload` (meshd_reload: each
  * part logs its summary line). */
 static void reload(const struct meshd_parts *parts)
@@ -508,6 +524,8 @@ int main(int argc, char **argv)
 		host[sizeof host - 1] = 0;
 		snprintf(app, sizeof app, "meshd %s", host);
 		mesh_job_set_store_app(app, 0);
+		mesh_job_url_safe(store_url, store_safe, sizeof store_safe);
+		mesh_job_set_store_start_wait(store_start_wait, NULL);
 	}
 
 	mesh_log_init("meshd", !strcmp(level, "debug")  ? MESH_LOG_DEBUG
@@ -564,12 +582,15 @@ int main(int argc, char **argv)
 	if (!jobs && store_url && *store_url)
 		mesh_warn("the store is not followed: meshd has no jobs (give --state DIR)");
 	if (jobs && store_url && *store_url && (rc = meshd_jobs_store(jobs, store_url, cfg.catalog, &err)) < 0) {
-		mesh_error("%s", err ? err : mesh_strerror(rc));
+		if (stop_asked) /* stopped while it waited for the store */
+			mesh_info("stopped before the store answered");
+		else
+			mesh_error("%s", err ? err : mesh_strerror(rc));
 		free(err);
 		meshd_jobs_stop(jobs);
 		meshd_jobs_free(jobs);
 		meshd_core_free(core);
-		return mesh_exit_for(rc); /* the store's codes: 69 unreachable, 65 another schema */
+		return stop_asked ? MESH_EXIT_OK : mesh_exit_for(rc); /* the store's codes: 69 unreachable, 65 another schema */
 	}
 	parts.core = core;
 	parts.jobs = jobs;

@@ -4,6 +4,8 @@
  * finds the server full (53300, too many clients) waits for room within
  * its outage budget instead of failing at its start.  A real server from
  * the harness (tests/runner/store_env.c) and real `mesh` processes. */
+#include "base/exit.h"
+#include "integration/meshd_t.h"
 #include "runner/store_env.h"
 #include "runner/t.h"
 
@@ -179,6 +181,108 @@ TEST_TIMEOUT(store_pg_ops_node_waits_for_room, 120)
 	EXPECT_CONTAINS(err, "answers again after");
 	EXPECT_GE(took, 1900); /* it waited for the sessions to end */
 	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'room'"), 6);
+	free(err);
+	store_env_stop(&e);
+}
+
+/* A meshd following the store at url (a catalog of the echo example;
+ * more options in opts), stderr in meshd.err: its pid, not waited for
+ * (it may wait for the store before it serves). */
+static pid_t spawn_meshd(const char *url, const char *opts)
+{
+	meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	mkdir("logs", 0755);
+	mkdir("run", 0755);
+	return spawn_sh("exec %s --catalog catalog --logs logs --socket " SOCK " --state state --store '%s' %s 2>meshd.err",
+			t_bin("meshd"), url, opts);
+}
+
+/* `meshd --store URL` started while the server has no room (max_connections
+ * 5, all held by psql sessions, ended 2 s after meshd starts): it is
+ * refused (53300), says it waits within its outage budget, gets in once
+ * they end, registers its node and follows the store -- as a `mesh run`
+ * node does (store_pg_ops_node_waits_for_room). */
+TEST_TIMEOUT(store_pg_ops_meshd_waits_for_room, 120)
+{
+	struct store_env e;
+	char url[600];
+	pid_t hold = full_server(&e, url, sizeof url);
+	uint64_t t0 = t_now_ms();
+	pid_t d = spawn_meshd(url, "--store-spares 0");
+	sleep(2);
+	int ws, gone = waitpid(d, &ws, WNOHANG) == d;
+	char *err = t_read_file("meshd.err", NULL);
+	fprintf(stderr, "meshd's stderr 2 s after its start (%s):\n%s", gone ? "it exited" : "running", err ? err : "");
+	free(err);
+	free_room(hold);
+	ASSERT_FALSE(gone);
+	/* its node row, alive, once the sessions ended */
+	long long rows = 0;
+	for (int i = 0; i < 1500 && rows < 1; i++) {
+		rows = store_env_sql(&e, "SELECT count(*) FROM mesh.nodes WHERE job = 0 AND NOT stopped");
+		if (rows < 1)
+			usleep(20 * 1000);
+	}
+	uint64_t took = t_now_ms() - t0;
+	fprintf(stderr, "meshd's node row seen %.1f s after its start\n", took / 1000.0);
+	EXPECT_EQ(rows, 1);
+	EXPECT_GE(took, 1900); /* it waited for the sessions to end */
+	err = t_read_file("meshd.err", NULL);
+	ASSERT_TRUE(err != NULL);
+	EXPECT_CONTAINS(err, "too many clients");
+	EXPECT_CONTAINS(err, "waiting for it up to 5 min (--store-outage)");
+	EXPECT_CONTAINS(err, "answers again after");
+	EXPECT_CONTAINS(err, "following its meshd jobs");
+	free(err);
+	EXPECT_EQ(meshd_t_stop(d), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes WHERE job = 0 AND stopped"), 1);
+	store_env_stop(&e);
+}
+
+/* A meshd told to stop while it waits for room stops at once, exit 0. */
+TEST_TIMEOUT(store_pg_ops_meshd_stops_while_waiting_for_room, 120)
+{
+	struct store_env e;
+	char url[600];
+	pid_t hold = full_server(&e, url, sizeof url);
+	pid_t d = spawn_meshd(url, "");
+	char *err = NULL;
+	for (int i = 0; i < 1500 && !(err && strstr(err, "stopped answering")); i++) {
+		free(err);
+		usleep(20 * 1000);
+		err = t_read_file("meshd.err", NULL);
+	}
+	ASSERT_TRUE(err && strstr(err, "stopped answering"));
+	free(err);
+	uint64_t t0 = t_now_ms();
+	int rc = meshd_t_stop(d);
+	uint64_t took = t_now_ms() - t0;
+	free_room(hold);
+	fprintf(stderr, "meshd stopped %.1f s after SIGTERM\n", took / 1000.0);
+	EXPECT_EQ(rc, 0);
+	EXPECT_LT(took, 10000); /* not its 5 min budget */
+	store_env_stop(&e);
+}
+
+/* A meshd still shut out past its budget (--store-outage 2s) gives up:
+ * exit 69, the store cannot be reached. */
+TEST_TIMEOUT(store_pg_ops_meshd_gives_up_past_the_budget, 120)
+{
+	struct store_env e;
+	char url[600];
+	pid_t hold = full_server(&e, url, sizeof url);
+	uint64_t t0 = t_now_ms();
+	pid_t d = spawn_meshd(url, "--store-outage 2s");
+	int rc = meshd_t_wait(d);
+	uint64_t took = t_now_ms() - t0;
+	free_room(hold);
+	char *err = t_read_file("meshd.err", NULL);
+	EXPECT_EQ(rc, MESH_EXIT_UNAVAILABLE);
+	ASSERT_TRUE(err != NULL);
+	EXPECT_CONTAINS(err, "giving up");
+	EXPECT_CONTAINS(err, "too many clients");
+	EXPECT_GE(took, 1900);
+	EXPECT_LT(took, 30000);
 	free(err);
 	store_env_stop(&e);
 }
