@@ -350,8 +350,10 @@ enum {
 struct mesh_job_drain_stats {
 	uint64_t leased, done, ignored, stolen, speculative;
 };
-/* One node's drain loop without a command (harvest's simulated run): lease,
- * complete at once, until every chunk is DONE (MESH_JOB_COMPLETE), maxiter
+/* One node's drain loop without a command (harvest's simulated run): lease
+ * a batch (mesh_job_lease_many, up to MESH_JOB_LEASE_MANY_MAX), complete it
+ * at once in one call (mesh_job_complete_many: one commit, one fsync),
+ * until every chunk is DONE (MESH_JOB_COMPLETE), maxiter
  * leases were taken (MESH_JOB_LIMIT; 0 = no limit), *stop is set
  * (MESH_JOB_INTERRUPTED; stop may be NULL), only buried chunks are left
  * (MESH_E_BURIED), or an error.  While others hold every remaining chunk it
