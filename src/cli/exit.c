@@ -1,14 +1,11 @@
 #include "cli/exit.h"
 
-#include "base/clock.h"
 #include "base/err.h"
-#include "base/parse.h"
 #include "exec/runner.h"
 #include "job/job.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,53 +49,11 @@ int mesh_cli_identity_damaged(int rc, const char *journal, const struct mesh_job
 	return mesh_exit_for(rc);
 }
 
-/* One set of lines for all of the process's job handles (a run or a
- * harvest may hold two on one store): the outages they are in, the last
- * "still waiting" said (a step of still_step), whether it gave up. */
-static _Atomic int store_down, store_said, store_gave_up;
-
-/* "still waiting" at 10 s, 30 s, 1 min, then each minute: the step
- * waited reached. */
-static int still_step(uint64_t waited_ns)
-{
-	uint64_t s = waited_ns / MESH_NS_PER_S;
-	return s < 10 ? 0 : s < 30 ? 1 : s < 60 ? 2 : 2 + (int)(s / 60);
-}
-
 int mesh_cli_store_wait(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns)
 {
-	const char *url = arg;
-	char waited[32], budget[32], left[32];
-	mesh_say_duration(waited, sizeof waited, waited_ns);
-	mesh_say_duration(budget, sizeof budget, budget_ns);
-	mesh_say_duration(left, sizeof left, budget_ns > waited_ns ? budget_ns - waited_ns : 0);
-	switch (state) {
-	case MESH_JOB_STORE_STOPPED:
-		if (atomic_fetch_add(&store_down, 1) == 0) {
-			store_said = 0;
-			fprintf(stderr,
-				"mesh: the job store '%s' stopped answering (%s); waiting for it up to %s (--store-outage),"
-				" this node's leases and output kept\n",
-				url, why, budget);
-		}
-		break;
-	case MESH_JOB_STORE_STILL: {
-		int step = still_step(waited_ns), said = store_said;
-		if (step > said && atomic_compare_exchange_strong(&store_said, &said, step))
-			fprintf(stderr, "mesh: the job store '%s' has not answered for %s; waiting %s more\n", url, waited,
-				left);
-		break;
-	}
-	case MESH_JOB_STORE_ANSWERS:
-		if (atomic_fetch_sub(&store_down, 1) == 1)
-			fprintf(stderr, "mesh: the job store '%s' answers again after %s\n", url, waited);
-		break;
-	case MESH_JOB_STORE_GAVE_UP:
-		if (!atomic_exchange(&store_gave_up, 1))
-			fprintf(stderr, "mesh: the job store '%s' did not answer for %s (--store-outage): giving up\n", url,
-				budget);
-		break;
-	}
+	char msg[600];
+	if (mesh_job_store_wait_words(state, why, waited_ns, budget_ns, msg, sizeof msg))
+		fprintf(stderr, "mesh: the job store '%s' %s\n", (const char *)arg, msg);
 	return mesh_exec_stop_asked();
 }
 

@@ -369,13 +369,18 @@ int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int sp
 		st = &dummy;
 	memset(st, 0, sizeof *st);
 	for (;;) {
-		struct mesh_lease l;
+		struct mesh_lease ls[MESH_JOB_LEASE_MANY_MAX];
+		uint64_t cids[MESH_JOB_LEASE_MANY_MAX], durs[MESH_JOB_LEASE_MANY_MAX] = {0};
+		int res[MESH_JOB_LEASE_MANY_MAX];
+		size_t k = MESH_JOB_LEASE_MANY_MAX, got = 0;
 		int rc;
 		if (stop && *stop)
 			return MESH_JOB_INTERRUPTED;
 		if (maxiter && st->leased >= maxiter)
 			return MESH_JOB_LIMIT;
-		rc = mesh_job_lease(j, ttl_ns, speculate_on, &l);
+		if (maxiter && maxiter - st->leased < k)
+			k = (size_t)(maxiter - st->leased);
+		rc = mesh_job_lease_many(j, ttl_ns, speculate_on, ls, k, &got);
 		if (rc == MESH_JOB_COMPLETE || rc < 0)
 			return rc;
 		if (rc == MESH_JOB_NONE) {
@@ -397,16 +402,21 @@ int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int sp
 			continue;
 		}
 		backoff = 5 * MESH_NS_PER_MS;
-		st->leased++;
-		st->stolen += l.kind == MESH_LEASE_STOLEN;
-		st->speculative += l.kind == MESH_LEASE_SPECULATIVE;
-		rc = mesh_job_complete(j, l.cid, 0);
+		for (size_t i = 0; i < got; i++) {
+			st->leased++;
+			st->stolen += ls[i].kind == MESH_LEASE_STOLEN;
+			st->speculative += ls[i].kind == MESH_LEASE_SPECULATIVE;
+			cids[i] = ls[i].cid;
+		}
+		rc = mesh_job_complete_many(j, cids, durs, got, res);
 		if (rc < 0)
 			return rc;
-		if (rc == MESH_JOB_DONE)
-			st->done++;
-		else
-			st->ignored++;
+		for (size_t i = 0; i < got; i++) {
+			if (res[i] == MESH_JOB_DONE)
+				st->done++;
+			else
+				st->ignored++;
+		}
 	}
 }
 

@@ -152,6 +152,18 @@ void mesh_job_set_store_app(const char *name, int with_job);
 void mesh_job_set_store_start_wait(int (*fn)(void *arg, int state, const char *why, uint64_t waited_ns,
 					     uint64_t budget_ns),
 				   void *arg);
+/* What to say of a store wait (an on_store_wait or start-wait call's
+ * state, why, waited_ns, budget_ns), one set of lines for all of this
+ * process's handles and threads: when the first wait began ("stopped
+ * answering (why); waiting for it up to BUDGET (--store-outage), ..."),
+ * at 10 s, 30 s, 1 min, then each minute ("has not answered for W;
+ * waiting L more"), when the last one ended ("answers again after W")
+ * and the first time the budget ran out ("did not answer for B
+ * (--store-outage): giving up").  1 with the words in msg (always
+ * terminated), to follow "the job store 'URL' "; 0 when there is nothing
+ * to say. */
+int mesh_job_store_wait_words(int state, const char *why, uint64_t waited_ns, uint64_t budget_ns, char *msg,
+			      size_t cap);
 
 /* 1 when where is a PostgreSQL store URL that holds a password
  * (store/store_pg.h, mesh_pg_url_has_password): every command that takes
@@ -338,8 +350,10 @@ enum {
 struct mesh_job_drain_stats {
 	uint64_t leased, done, ignored, stolen, speculative;
 };
-/* One node's drain loop without a command (harvest's simulated run): lease,
- * complete at once, until every chunk is DONE (MESH_JOB_COMPLETE), maxiter
+/* One node's drain loop without a command (harvest's simulated run): lease
+ * a batch (mesh_job_lease_many, up to MESH_JOB_LEASE_MANY_MAX), complete it
+ * at once in one call (mesh_job_complete_many: one commit, one fsync),
+ * until every chunk is DONE (MESH_JOB_COMPLETE), maxiter
  * leases were taken (MESH_JOB_LIMIT; 0 = no limit), *stop is set
  * (MESH_JOB_INTERRUPTED; stop may be NULL), only buried chunks are left
  * (MESH_E_BURIED), or an error.  While others hold every remaining chunk it

@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/parse.h"
 #include "job/place.h"
 #include "job/spec.h"
 #include "store/store.h"
@@ -16,6 +17,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +109,57 @@ void mesh_job_set_store_start_wait(int (*fn)(void *arg, int state, const char *w
 				   void *arg)
 {
 	mesh_pg_set_start_wait(fn, arg);
+}
+
+/* mesh_job_store_wait_words' lines: the outages under way, the last
+ * "still waiting" said (a step of still_step), whether one gave up. */
+static _Atomic int store_down, store_said, store_gave_up;
+
+/* "still waiting" at 10 s, 30 s, 1 min, then each minute: the step
+ * waited reached. */
+static int still_step(uint64_t waited_ns)
+{
+	uint64_t s = waited_ns / MESH_NS_PER_S;
+	return s < 10 ? 0 : s < 30 ? 1 : s < 60 ? 2 : 2 + (int)(s / 60);
+}
+
+int mesh_job_store_wait_words(int state, const char *why, uint64_t waited_ns, uint64_t budget_ns, char *msg,
+			      size_t cap)
+{
+	char waited[32], budget[32], left[32];
+	mesh_say_duration(waited, sizeof waited, waited_ns);
+	mesh_say_duration(budget, sizeof budget, budget_ns);
+	mesh_say_duration(left, sizeof left, budget_ns > waited_ns ? budget_ns - waited_ns : 0);
+	switch (state) {
+	case MESH_JOB_STORE_STOPPED:
+		if (atomic_fetch_add(&store_down, 1) != 0)
+			break;
+		store_said = 0;
+		snprintf(msg, cap,
+			 "stopped answering (%s); waiting for it up to %s (--store-outage), this node's leases and output kept",
+			 why, budget);
+		return 1;
+	case MESH_JOB_STORE_STILL: {
+		int step = still_step(waited_ns), said = store_said;
+		if (step <= said || !atomic_compare_exchange_strong(&store_said, &said, step))
+			break;
+		snprintf(msg, cap, "has not answered for %s; waiting %s more", waited, left);
+		return 1;
+	}
+	case MESH_JOB_STORE_ANSWERS:
+		if (atomic_fetch_sub(&store_down, 1) != 1)
+			break;
+		snprintf(msg, cap, "answers again after %s", waited);
+		return 1;
+	case MESH_JOB_STORE_GAVE_UP:
+		if (atomic_exchange(&store_gave_up, 1))
+			break;
+		snprintf(msg, cap, "did not answer for %s (--store-outage): giving up", budget);
+		return 1;
+	}
+	if (cap)
+		msg[0] = 0;
+	return 0;
 }
 
 static struct mesh__jpg *jpg_of(const struct mesh__jstore *s)

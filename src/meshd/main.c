@@ -201,6 +201,22 @@ static void on_signal(int sig)
 	errno = e;
 }
 
+/* The store's URL as meshd shows it (no password: refused) and its
+ * start wait: meshd's store connections wait for a database that has no
+ * room for them (53300) or is starting up (57P03), within the outage
+ * budget, as a `mesh run` node's do (mesh_job_set_store_start_wait), said
+ * in meshd's log in the same words; a stop asked ends the wait. */
+static char store_safe[512];
+
+static int store_start_wait(void *arg, int state, const char *why, uint64_t waited_ns, uint64_t budget_ns)
+{
+	char msg[600];
+	if (mesh_job_store_wait_words(state, why, waited_ns, budget_ns, msg, sizeof msg))
+		mesh_log(state == MESH_JOB_STORE_ANSWERS ? MESH_LOG_INFO : MESH_LOG_WARN, "the job store '%s' %s",
+			 store_safe, msg);
+	return stop_asked;
+}
+
 /* SIGHUP: the catalog read again, as `mesh reload` (meshd_reload: each
  * part logs its summary line). */
 static void reload(const struct meshd_parts *parts)
@@ -523,7 +539,8 @@ struct daemon {
 
 /* The jobs: in a's state directory (the default one when none was given:
  * without it meshd serves programs, not jobs), following a's store when
- * one was given.  0, or the exit code (said why). */
+ * one was given.  -1, or the exit code (said why; 0: a stop came while
+ * it waited for the store). */
 static int open_jobs(struct daemon *d, struct args *a)
 {
 	char *err = NULL;
@@ -547,15 +564,19 @@ static int open_jobs(struct daemon *d, struct args *a)
 	if (!d->jobs && store)
 		mesh_warn("the store is not followed: meshd has no jobs (give --state DIR)");
 	if (d->jobs && store && (rc = meshd_jobs_store(d->jobs, a->store_url, a->cfg.catalog, &err)) < 0) {
-		mesh_error("%s", err ? err : mesh_strerror(rc));
+		if (stop_asked) /* stopped while it waited for the store */
+			mesh_info("stopped before the store answered");
+		else
+			mesh_error("%s", err ? err : mesh_strerror(rc));
 		free(err);
-		return mesh_exit_for(rc); /* the store's codes: 69 unreachable, 65 another schema */
+		/* the store's codes: 69 unreachable, 65 another schema */
+		return stop_asked ? MESH_EXIT_OK : mesh_exit_for(rc);
 	}
-	return 0;
+	return -1;
 }
 
 /* The core, the jobs, the control API, /metrics and the gateway, in that
- * order.  0, or the exit code (said why; what was started is stopped by
+ * order.  -1, or the exit code (said why; what was started is stopped by
  * close_daemon). */
 static int open_daemon(struct daemon *d, struct args *a)
 {
@@ -568,7 +589,7 @@ static int open_daemon(struct daemon *d, struct args *a)
 	}
 	free(err);
 	err = NULL;
-	if ((rc = open_jobs(d, a)) != 0)
+	if ((rc = open_jobs(d, a)) >= 0)
 		return rc;
 	d->parts.core = d->core;
 	d->parts.jobs = d->jobs;
@@ -602,7 +623,7 @@ static int open_daemon(struct daemon *d, struct args *a)
 		d->parts.gw = d->gw;
 		mesh_info("serving http=%s port=%d", a->gwc.listen, mesh_gw_port(d->gw));
 	}
-	return 0;
+	return -1;
 }
 
 /* The shutdown, while the loop (when it runs) still serves: the API
@@ -663,6 +684,8 @@ static void set_store(const struct args *a)
 		host[sizeof host - 1] = 0;
 		snprintf(app, sizeof app, "meshd %s", host);
 		mesh_job_set_store_app(app, 0);
+		mesh_job_url_safe(a->store_url, store_safe, sizeof store_safe);
+		mesh_job_set_store_start_wait(store_start_wait, NULL);
 	}
 }
 
@@ -698,7 +721,7 @@ int main(int argc, char **argv)
 	 * (base/thread.h). */
 	if ((rc = mesh_thread_keep(MESHD_THREADS_KEPT)) < 0)
 		mesh_warn("cannot keep %u threads parked: %s", MESHD_THREADS_KEPT, mesh_strerror(rc));
-	if ((rc = open_daemon(&d, &a)) != 0) {
+	if ((rc = open_daemon(&d, &a)) >= 0) {
 		close_daemon(&d);
 		meshd_core_free(d.core);
 		return rc;

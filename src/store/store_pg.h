@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MESH_PG_SCHEMA_VERSION 9
+#define MESH_PG_SCHEMA_VERSION 10
 
 struct mesh_pg;
 
@@ -216,6 +216,14 @@ int mesh_pg_nodes(struct mesh_pg *pg, int this_job, void (*fn)(const struct mesh
  * node's first lease waits for it). */
 int mesh_pg_job_nodes(struct mesh_pg *pg, void (*fn)(const struct mesh_pg_node *, void *), void *arg);
 
+/* Each registration (a handle's first lease, mesh_pg_node_host) removes
+ * up to MESH_PG_NODES_PRUNE_MAX stopped rows whose last beat is
+ * MESH_PG_NODES_KEEP_US old or more, but those of a job that still has a
+ * row not stopped (a live or silent node: its speed counts them) and a
+ * running meshd's drivers' (its row's chunks); a live or silent node's
+ * row is never removed. */
+#define MESH_PG_NODES_KEEP_US (86400ull * 1000000ull)
+#define MESH_PG_NODES_PRUNE_MAX 500
 /* The job id of a node of no job (no job has it: ids start at 1). */
 #define MESH_PG_NO_JOB "0"
 /* Registers this handle as a node of no job -- a meshd, present from its

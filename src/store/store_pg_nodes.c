@@ -3,7 +3,8 @@
  * that a node busy on a long chunk still shows alive, and one that froze
  * or was cut off shows silent -- and mesh.lease() takes its leases.  A
  * meshd registers a row of no job besides (mesh_pg_node_host): the host
- * and its catalog, from its start. */
+ * and its catalog, from its start.  A registration prunes the stopped rows
+ * a day old that nothing counts any more. */
 #include "base/thread.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -87,7 +88,41 @@ static void *beat_main(void *arg)
 	return NULL;
 }
 
-/* Inserts the node's row (of job jobtext) and starts its beat thread. */
+/* Removes up to MESH_PG_NODES_PRUNE_MAX stopped rows whose last beat is
+ * MESH_PG_NODES_KEEP_US old (store_pg.h), of a job that no node runs (none
+ * of its rows is not stopped: a running job's rows are its speed, for
+ * mesh nodes, placement and speculation) and not a driver of a meshd that
+ * runs (its row's CHUNKS); stopped rows by registration through the index
+ * nodes_stopped (010.sql), the cutoff computed once (mesh.now_us() is
+ * volatile: as a subquery it is a parameter of the index scan), the
+ * job's test an anti join (as "job 0 OR NOT EXISTS" PostgreSQL priced it
+ * past jit_above_cost at 100,000 rows: a second of JIT a call).  Rows
+ * another transaction holds are skipped, and the commit does not wait
+ * for the WAL flush (a prune lost in a crash is done by the next).  With
+ * pg->mu held. */
+static void prune_stopped(struct mesh_pg *pg)
+{
+	char ktext[24], ntext[24];
+	const char *vals[2] = {ktext, ntext};
+	int rc = 0;
+	snprintf(ktext, sizeof ktext, "%llu", (unsigned long long)MESH_PG_NODES_KEEP_US);
+	snprintf(ntext, sizeof ntext, "%d", MESH_PG_NODES_PRUNE_MAX);
+	PQclear(mesh__pg_q(pg,
+			   "DELETE FROM mesh.nodes d USING (SELECT set_config('synchronous_commit', 'off', true)) s"
+			   " WHERE d.holder IN (SELECT n.holder FROM mesh.nodes n"
+			   " WHERE n.stopped AND n.started < (SELECT mesh.now_us() - $1::bigint)"
+			   " AND n.beat < (SELECT mesh.now_us() - $1::bigint)"
+			   " AND NOT EXISTS (SELECT 1 FROM mesh.nodes a WHERE a.job = n.job AND a.job <> " MESH_PG_NO_JOB
+			   " AND NOT a.stopped)"
+			   " AND NOT EXISTS (SELECT 1 FROM mesh.nodes m WHERE m.job = " MESH_PG_NO_JOB
+			   " AND NOT m.stopped AND m.name = n.name AND m.host = n.host AND m.started <= n.started)"
+			   " LIMIT $2::int FOR UPDATE SKIP LOCKED)",
+			   2, vals, &rc));
+}
+
+/* Inserts the node's row (of job jobtext), prunes the stopped rows of
+ * old (prune_stopped: its failure fails nothing) and starts its beat
+ * thread. */
 static int node_start(struct mesh_pg *pg, const char *node, const char *program, const char *jobtext, uint64_t ttl_ns)
 {
 	char host[256], htext[24], ttext[24];
@@ -104,6 +139,8 @@ static int node_start(struct mesh_pg *pg, const char *node, const char *program,
 			   "INSERT INTO mesh.nodes (holder, name, host, program, job, started, beat, ttl_us)"
 			   " VALUES ($1, $2, $3, $4, $5, mesh.now_us(), mesh.now_us(), $6)",
 			   6, vals, &rc));
+	if (!rc)
+		prune_stopped(pg);
 	pthread_mutex_unlock(&pg->mu);
 	if (rc)
 		return rc;

@@ -4,6 +4,8 @@
  * finds the server full (53300, too many clients) waits for room within
  * its outage budget instead of failing at its start.  A real server from
  * the harness (tests/runner/store_env.c) and real `mesh` processes. */
+#include "base/exit.h"
+#include "integration/meshd_t.h"
 #include "runner/store_env.h"
 #include "runner/t.h"
 
@@ -183,6 +185,108 @@ TEST_TIMEOUT(store_pg_ops_node_waits_for_room, 120)
 	store_env_stop(&e);
 }
 
+/* A meshd following the store at url (a catalog of the echo example;
+ * more options in opts), stderr in meshd.err: its pid, not waited for
+ * (it may wait for the store before it serves). */
+static pid_t spawn_meshd(const char *url, const char *opts)
+{
+	meshd_t_add_program(out, sizeof out, "other", t_bin("examples/echo_worker"), "max_workers = 1\n");
+	mkdir("logs", 0755);
+	mkdir("run", 0755);
+	return spawn_sh("exec %s --catalog catalog --logs logs --socket " SOCK " --state state --store '%s' %s 2>meshd.err",
+			t_bin("meshd"), url, opts);
+}
+
+/* `meshd --store URL` started while the server has no room (max_connections
+ * 5, all held by psql sessions, ended 2 s after meshd starts): it is
+ * refused (53300), says it waits within its outage budget, gets in once
+ * they end, registers its node and follows the store -- as a `mesh run`
+ * node does (store_pg_ops_node_waits_for_room). */
+TEST_TIMEOUT(store_pg_ops_meshd_waits_for_room, 120)
+{
+	struct store_env e;
+	char url[600];
+	pid_t hold = full_server(&e, url, sizeof url);
+	uint64_t t0 = t_now_ms();
+	pid_t d = spawn_meshd(url, "--store-spares 0");
+	sleep(2);
+	int ws, gone = waitpid(d, &ws, WNOHANG) == d;
+	char *err = t_read_file("meshd.err", NULL);
+	fprintf(stderr, "meshd's stderr 2 s after its start (%s):\n%s", gone ? "it exited" : "running", err ? err : "");
+	free(err);
+	free_room(hold);
+	ASSERT_FALSE(gone);
+	/* its node row, alive, once the sessions ended */
+	long long rows = 0;
+	for (int i = 0; i < 1500 && rows < 1; i++) {
+		rows = store_env_sql(&e, "SELECT count(*) FROM mesh.nodes WHERE job = 0 AND NOT stopped");
+		if (rows < 1)
+			usleep(20 * 1000);
+	}
+	uint64_t took = t_now_ms() - t0;
+	fprintf(stderr, "meshd's node row seen %.1f s after its start\n", took / 1000.0);
+	EXPECT_EQ(rows, 1);
+	EXPECT_GE(took, 1900); /* it waited for the sessions to end */
+	err = t_read_file("meshd.err", NULL);
+	ASSERT_TRUE(err != NULL);
+	EXPECT_CONTAINS(err, "too many clients");
+	EXPECT_CONTAINS(err, "waiting for it up to 5 min (--store-outage)");
+	EXPECT_CONTAINS(err, "answers again after");
+	EXPECT_CONTAINS(err, "following its meshd jobs");
+	free(err);
+	EXPECT_EQ(meshd_t_stop(d), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes WHERE job = 0 AND stopped"), 1);
+	store_env_stop(&e);
+}
+
+/* A meshd told to stop while it waits for room stops at once, exit 0. */
+TEST_TIMEOUT(store_pg_ops_meshd_stops_while_waiting_for_room, 120)
+{
+	struct store_env e;
+	char url[600];
+	pid_t hold = full_server(&e, url, sizeof url);
+	pid_t d = spawn_meshd(url, "");
+	char *err = NULL;
+	for (int i = 0; i < 1500 && !(err && strstr(err, "stopped answering")); i++) {
+		free(err);
+		usleep(20 * 1000);
+		err = t_read_file("meshd.err", NULL);
+	}
+	ASSERT_TRUE(err && strstr(err, "stopped answering"));
+	free(err);
+	uint64_t t0 = t_now_ms();
+	int rc = meshd_t_stop(d);
+	uint64_t took = t_now_ms() - t0;
+	free_room(hold);
+	fprintf(stderr, "meshd stopped %.1f s after SIGTERM\n", took / 1000.0);
+	EXPECT_EQ(rc, 0);
+	EXPECT_LT(took, 10000); /* not its 5 min budget */
+	store_env_stop(&e);
+}
+
+/* A meshd still shut out past its budget (--store-outage 2s) gives up:
+ * exit 69, the store cannot be reached. */
+TEST_TIMEOUT(store_pg_ops_meshd_gives_up_past_the_budget, 120)
+{
+	struct store_env e;
+	char url[600];
+	pid_t hold = full_server(&e, url, sizeof url);
+	uint64_t t0 = t_now_ms();
+	pid_t d = spawn_meshd(url, "--store-outage 2s");
+	int rc = meshd_t_wait(d);
+	uint64_t took = t_now_ms() - t0;
+	free_room(hold);
+	char *err = t_read_file("meshd.err", NULL);
+	EXPECT_EQ(rc, MESH_EXIT_UNAVAILABLE);
+	ASSERT_TRUE(err != NULL);
+	EXPECT_CONTAINS(err, "giving up");
+	EXPECT_CONTAINS(err, "too many clients");
+	EXPECT_GE(took, 1900);
+	EXPECT_LT(took, 30000);
+	free(err);
+	store_env_stop(&e);
+}
+
 /* Past its budget a node still shut out gives up with the server's words
  * (--store-outage 2s, the server full until it exits). */
 TEST_TIMEOUT(store_pg_ops_node_gives_up_past_the_budget, 120)
@@ -315,6 +419,141 @@ TEST_TIMEOUT(store_pg_ops_prune_sql_removes_only_ended_jobs, 90)
 	ASSERT_EQ(waitpid(b, &ws, 0), b);
 	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
 	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'b'"), 2);
+	store_env_stop(&e);
+}
+
+/* A row of mesh.nodes made here (holder h, job, name, host, stopped),
+ * registered `started_h` hours ago and last beating `beat_h` hours ago. */
+static void node_row(const struct store_env *e, long h, long job, const char *name, int stopped, int started_h,
+		     int beat_h)
+{
+	char q[600];
+	snprintf(q, sizeof q,
+		 "INSERT INTO mesh.nodes (holder, name, host, program, job, started, beat, ttl_us, stopped)"
+		 " VALUES (%ld, '%s', 'h', 'p', %ld, mesh.now_us() - %d::bigint * 3600000000,"
+		 " mesh.now_us() - %d::bigint * 3600000000, 3000000, %s)",
+		 h, name, job, started_h, beat_h, stopped ? "true" : "false");
+	store_env_sql1(e, q);
+}
+
+/* 1 when mesh.nodes has a row of holder h. */
+static long long has_node(const struct store_env *e, long h)
+{
+	char q[200];
+	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.nodes WHERE holder = %ld", h);
+	return store_env_sql1(e, q);
+}
+
+/* Stopped node rows are pruned by mesh itself (issue 32: "446 rows, 431
+ * stopped"): a node's registration removes the stopped rows whose last
+ * beat is over a day old, at most 500 at a time -- never a live or
+ * silent node's row, nor a stopped one that a running job's speed
+ * (mesh nodes, placement, speculation) or a running meshd's totals
+ * still count.  The rows are aged in SQL. */
+TEST_TIMEOUT(store_pg_ops_node_start_prunes_stopped_nodes, 120)
+{
+	struct store_env e;
+	char url[600], q[300];
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	/* a real node running a job: and of that job a stopped row
+	 * two days old (below) */
+	pid_t busy = spawn_sh("%s run -j 1 --store '%s#busy' --chunks 1 -- sleep 60 >/dev/null 2>&1", MESH, url);
+	for (int i = 0; i < 500 && store_env_sql(&e, "SELECT count(*) FROM mesh.nodes d JOIN mesh.jobs j ON j.id = d.job"
+						    " WHERE j.name = 'busy' AND NOT d.stopped") < 1;
+	     i++)
+		usleep(20 * 1000);
+	/* real nodes, stopped: one aged two days, one of an hour ago */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run -j 1 --store '%s#old' --chunks 3 -- true", MESH, url), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run -j 1 --store '%s#recent' --chunks 3 -- true", MESH, url), 0);
+	long old = (long)store_env_sql1(&e, "SELECT id FROM mesh.jobs WHERE name = 'old'");
+	snprintf(q, sizeof q, "UPDATE mesh.nodes SET started = started - 172800000000, beat = beat - 172800000000"
+			      " WHERE job = %ld", old);
+	store_env_sql1(&e, q);
+	store_env_sql1(&e, "UPDATE mesh.nodes SET started = started - 3600000000, beat = beat - 3600000000"
+			   " WHERE job = (SELECT id FROM mesh.jobs WHERE name = 'recent')");
+	long bj = (long)store_env_sql1(&e, "SELECT id FROM mesh.jobs WHERE name = 'busy'");
+	ASSERT_GT(bj, 0);
+	node_row(&e, 18, bj, "n18", 1, 49, 48);
+	node_row(&e, 11, 0, "meshd.x.1", 1, 50, 48);  /* a meshd stopped two days ago: pruned */
+	node_row(&e, 12, 9012, "n12", 0, 50, 48);     /* silent two days: kept */
+	node_row(&e, 13, 9013, "n13", 1, 50, 48);     /* stopped, its job has a node ... */
+	node_row(&e, 14, 9013, "n14", 0, 50, 0);      /* ... not stopped: both kept */
+	node_row(&e, 15, 0, "meshd.h.1", 0, 72, 0);   /* a meshd running three days */
+	node_row(&e, 16, 9016, "meshd.h.1", 1, 60, 48); /* its driver: its CHUNKS, kept */
+	node_row(&e, 17, 9017, "meshd.h.1", 1, 96, 90); /* one from before it started: pruned */
+	node_row(&e, 19, 9019, "n19", 1, 30, 23);     /* stopped 23 hours ago: kept */
+	/* and a backlog: 700 stopped two days ago, of a job no node runs */
+	store_env_sql1(&e, "INSERT INTO mesh.nodes (holder, name, host, program, job, started, beat, ttl_us, stopped)"
+			   " SELECT 1000 + g, 'b', 'h', 'p', 9100, mesh.now_us() - 180000000000,"
+			   " mesh.now_us() - 172800000000, 3000000, true FROM generate_series(0, 699) g");
+	long long before = store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes");
+	/* a node starts: at most 500 go at once */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run -j 1 --store '%s#new1' --chunks 1 -- true", MESH, url), 0);
+	long long after = store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes");
+	fprintf(stderr, "node rows: %lld before the first new node, %lld after\n", before, after);
+	EXPECT_EQ(after, before + 1 - 500);
+	/* another: the rest of the backlog */
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s run -j 1 --store '%s#new2' --chunks 1 -- true", MESH, url), 0);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes WHERE job = 9100"), 0);
+	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.nodes WHERE job = %ld", old);
+	EXPECT_EQ(store_env_sql1(&e, q), 0);
+	EXPECT_EQ(has_node(&e, 11), 0);
+	EXPECT_EQ(has_node(&e, 17), 0);
+	/* kept: the recent, the silent, the live, the running jobs' and meshd's */
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes d JOIN mesh.jobs j ON j.id = d.job"
+				     " WHERE j.name IN ('recent', 'new1', 'new2', 'busy')"),
+		  5);
+	EXPECT_EQ(has_node(&e, 12), 1);
+	EXPECT_EQ(has_node(&e, 13), 1);
+	EXPECT_EQ(has_node(&e, 14), 1);
+	EXPECT_EQ(has_node(&e, 15), 1);
+	EXPECT_EQ(has_node(&e, 16), 1);
+	EXPECT_EQ(has_node(&e, 18), 1);
+	EXPECT_EQ(has_node(&e, 19), 1);
+	EXPECT_EQ(store_env_sql1(&e, "SELECT count(*) FROM mesh.nodes"), 11);
+	int ws;
+	kill(-busy, SIGKILL);
+	ASSERT_EQ(waitpid(busy, &ws, 0), busy);
+	store_env_stop(&e);
+}
+
+/* The database's commits so far (pg_stat_database), once the server's
+ * counters settled: the same twice 300 ms apart (a backend counts its
+ * own as it exits, after its client). */
+static long long commits(const struct store_env *e)
+{
+	long long a = -1, b = store_env_sql1(e, "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'");
+	for (int i = 0; i < 20 && a != b; i++) {
+		usleep(300 * 1000);
+		a = b;
+		b = store_env_sql1(e, "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'");
+	}
+	return b;
+}
+
+/* `mesh job harvest` without a command leases its chunks in batches and
+ * completes each batch in one call (one commit), as docs/cluster.md says
+ * nodes do (issue 32 item 7: 5,000 chunks took 5,171 commits). */
+TEST_TIMEOUT(store_pg_ops_harvest_groups_its_commits, 120)
+{
+	struct store_env e;
+	char url[600];
+	if (store_env_start(&e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	store_env_base_url(&e, url, sizeof url);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#hv' 2000", MESH, url), 0);
+	long long before = commits(&e);
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "%s job harvest '%s#hv' x hv 2000 30 h1", MESH, url), 0);
+	uint64_t took = t_now_ms() - t0;
+	long long n = commits(&e) - before;
+	fprintf(stderr, "a harvest of 2000 chunks: %lld commits, %.2f s\n", n, took / 1000.0);
+	EXPECT_CONTAINS(out, "done 2000");
+	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'hv'"), 2000);
+	EXPECT_EQ(store_env_done_bits(&e, "hv"), 2000);
+	EXPECT_LT(n, 2000 / 4);
 	store_env_stop(&e);
 }
 
