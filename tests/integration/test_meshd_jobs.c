@@ -760,44 +760,56 @@ static void wait_done(unsigned id, int64_t done)
 	}
 }
 
+/* A job of 300 chunks of 20 ms on one worker (6 s at least; want: its
+ * results) and `mesh cmd` on it in the background, into cmd.out and
+ * cmd.err, while meshd restarts mid-job: the command's exit is 0 and it
+ * said meshd was away.  Its stderr (malloc'd); *id the job. */
+static char *across_a_restart(const char *cmd, char *want, size_t cap, unsigned *id)
+{
+	add_job_worker("jw", 1, "300s");
+	setup();
+	char args[4096] = "jw :::", path[64];
+	size_t k = 0;
+	for (int i = 0; i < 300; i++) {
+		strcat(args, " slow");
+		k += (size_t)snprintf(want + k, cap - k, "%d:slow\n", i);
+	}
+	*id = submit(args);
+	ASSERT_EQ(t_sh(out, sizeof out, 0, "('%s' %s %u --socket " SOCK " >%s.out 2>%s.err; echo $? >%s.rc) >/dev/null 2>&1 &",
+		       t_bin("mesh"), cmd, *id, cmd, cmd, cmd),
+		  0);
+	/* the command has had its first answer long before 50 chunks are done */
+	wait_done(*id, 50);
+	json_t *j = job_json(*id);
+	EXPECT_LT(jint(j, "done"), 300);
+	json_decref(j);
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+	usleep(300 * 1000); /* the command finds no meshd a few times */
+	meshd_pid = meshd_t_start(.state = "state");
+	char *rc = NULL;
+	snprintf(path, sizeof path, "%s.rc", cmd);
+	for (int i = 0; i < 6000 && !(rc = t_read_file(path, NULL)); i++)
+		usleep(10 * 1000);
+	ASSERT_TRUE(rc != NULL);
+	EXPECT_STREQ(rc, "0\n");
+	free(rc);
+	snprintf(path, sizeof path, "%s.err", cmd);
+	char *err = t_read_file(path, NULL);
+	ASSERT_TRUE(err != NULL);
+	EXPECT_CONTAINS(err, "mesh: meshd at '" SOCK "' is away (");
+	EXPECT_CONTAINS(err, "); waiting up to 60 s for it to come back\n");
+	return err;
+}
+
 /* The job survives a restart of meshd (its state directory), so does a
  * `mesh wait` on it: it says meshd is away, asks again until meshd
  * answers, and ends with the job's outcome (it exited 69 at the restart,
  * "cannot reach meshd"). */
 TEST_TIMEOUT(jobs_wait_goes_on_across_a_meshd_restart, 90)
 {
-	add_job_worker("jw", 1, "300s");
-	setup();
-	/* 300 chunks of 20 ms on one worker: 6 s at least */
-	char args[4096] = "jw :::", want[8192];
-	size_t k = 0;
-	for (int i = 0; i < 300; i++) {
-		strcat(args, " slow");
-		k += (size_t)snprintf(want + k, sizeof want - k, "%d:slow\n", i);
-	}
-	unsigned id = submit(args);
-	ASSERT_EQ(t_sh(out, sizeof out, 0,
-		       "('%s' wait %u --socket " SOCK " >wait.out 2>wait.err; echo $? >wait.rc) >/dev/null 2>&1 &",
-		       t_bin("mesh"), id),
-		  0);
-	/* the wait has had its first answer long before 50 chunks are done */
-	wait_done(id, 50);
-	json_t *j = job_json(id);
-	EXPECT_LT(jint(j, "done"), 300);
-	json_decref(j);
-	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
-	usleep(300 * 1000); /* the wait finds no meshd a few times */
-	meshd_pid = meshd_t_start(.state = "state");
-	char *rc = NULL;
-	for (int i = 0; i < 6000 && !(rc = t_read_file("wait.rc", NULL)); i++)
-		usleep(10 * 1000);
-	ASSERT_TRUE(rc != NULL);
-	EXPECT_STREQ(rc, "0\n");
-	free(rc);
-	char *err = t_read_file("wait.err", NULL);
-	EXPECT_CONTAINS(err, "mesh: meshd at '" SOCK "' is away (");
-	EXPECT_CONTAINS(err, "); waiting up to 60 s for it to come back\n");
-	char again[256];
+	char want[8192], again[256];
+	unsigned id;
+	char *err = across_a_restart("wait", want, sizeof want, &id);
 	snprintf(again, sizeof again, "mesh: meshd at '" SOCK "' answers again; job %u is waited for\n", id);
 	EXPECT_CONTAINS(err, again);
 	free(err);
@@ -811,36 +823,14 @@ TEST_TIMEOUT(jobs_wait_goes_on_across_a_meshd_restart, 90)
  * once, in order (it exited 69 at the restart). */
 TEST_TIMEOUT(jobs_results_go_on_across_a_meshd_restart, 90)
 {
-	add_job_worker("jw", 1, "300s");
-	setup();
-	char args[4096] = "jw :::", want[8192];
-	size_t k = 0;
-	for (int i = 0; i < 300; i++) {
-		strcat(args, " slow");
-		k += (size_t)snprintf(want + k, sizeof want - k, "%d:slow\n", i);
-	}
-	unsigned id = submit(args);
-	ASSERT_EQ(t_sh(out, sizeof out, 0,
-		       "('%s' results %u --socket " SOCK " >res.out 2>res.err; echo $? >res.rc) >/dev/null 2>&1 &",
-		       t_bin("mesh"), id),
-		  0);
-	wait_done(id, 50);
-	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
-	usleep(300 * 1000);
-	meshd_pid = meshd_t_start(.state = "state");
-	char *rc = NULL;
-	for (int i = 0; i < 6000 && !(rc = t_read_file("res.rc", NULL)); i++)
-		usleep(10 * 1000);
-	ASSERT_TRUE(rc != NULL);
-	EXPECT_STREQ(rc, "0\n");
-	free(rc);
-	char *err = t_read_file("res.err", NULL), *res = t_read_file("res.out", NULL);
-	EXPECT_CONTAINS(err, "mesh: meshd at '" SOCK "' is away (");
-	char again[256];
+	char want[8192], again[256];
+	unsigned id;
+	char *err = across_a_restart("results", want, sizeof want, &id);
 	snprintf(again, sizeof again, "mesh: meshd at '" SOCK "' answers again; job %u is read on\n", id);
 	EXPECT_CONTAINS(err, again);
-	EXPECT_STREQ(res, want);
 	free(err);
+	char *res = t_read_file("results.out", NULL);
+	EXPECT_STREQ(res, want);
 	free(res);
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
