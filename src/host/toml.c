@@ -317,52 +317,47 @@ static int digits_into(struct cur *c, struct mesh_buf *b)
 	return nd;
 }
 
+/* ch added to b; 0, or -1 (out of memory: c->rc set). */
+static int add_char(struct cur *c, struct mesh_buf *b, char ch)
+{
+	if (mesh_buf_add(b, &ch, 1) == 0)
+		return 0;
+	c->rc = -ENOMEM;
+	return -1;
+}
+
+/* A float's '.' or exponent ('e'/'E' at c->pos, then a sign when exp)
+ * and its digits, at least one (else the error said): into b.  0 or -1. */
+static int float_part(struct cur *c, struct mesh_buf *b, int exp, const char *no_digits)
+{
+	if (add_char(c, b, c->s[c->pos++]))
+		return -1;
+	if (exp && (peek(c) == '+' || peek(c) == '-') && add_char(c, b, c->s[c->pos++]))
+		return -1;
+	int nd = digits_into(c, b);
+	if (nd == 0)
+		fail_at(c, c->pos, "%s", no_digits);
+	return nd > 0 ? 0 : -1;
+}
+
 /* A float from start (its integer part already checked by int_value):
  * [+-]int, then .digits and/or e[+-]digits (TOML 1.0's; no inf or nan),
  * finite as a double. */
 static int float_value(struct cur *c, size_t start, double *out)
 {
 	struct mesh_buf b = MESH_BUF_INIT;
-	c->pos = start;
-	if (peek(c) == '+' || peek(c) == '-') {
-		mesh_buf_add(&b, c->s + c->pos, 1);
-		c->pos++;
-	}
 	int rc = 0;
+	c->pos = start;
+	if ((peek(c) == '+' || peek(c) == '-') && add_char(c, &b, c->s[c->pos++]))
+		goto out;
 	if (digits_into(c, &b) < 0)
 		goto out;
-	if (peek(c) == '.') {
-		mesh_buf_add(&b, ".", 1);
-		c->pos++;
-		int nd = digits_into(c, &b);
-		if (nd < 0)
-			goto out;
-		if (nd == 0) {
-			fail_at(c, c->pos, "a float's '.' must be followed by digits");
-			goto out;
-		}
-	}
-	if (peek(c) == 'e' || peek(c) == 'E') {
-		mesh_buf_add(&b, "e", 1);
-		c->pos++;
-		if (peek(c) == '+' || peek(c) == '-') {
-			mesh_buf_add(&b, c->s + c->pos, 1);
-			c->pos++;
-		}
-		int nd = digits_into(c, &b);
-		if (nd < 0)
-			goto out;
-		if (nd == 0) {
-			fail_at(c, c->pos, "a float's exponent must have digits");
-			goto out;
-		}
-	}
+	if (peek(c) == '.' && float_part(c, &b, 0, "a float's '.' must be followed by digits"))
+		goto out;
+	if ((peek(c) == 'e' || peek(c) == 'E') && float_part(c, &b, 1, "a float's exponent must have digits"))
+		goto out;
 	if (c->pos < c->n && (is_bare((unsigned char)c->s[c->pos]) || c->s[c->pos] == '.')) {
 		fail_at(c, start, "not a decimal number");
-		goto out;
-	}
-	if (!b.p) {
-		c->rc = -ENOMEM;
 		goto out;
 	}
 	char *end;
