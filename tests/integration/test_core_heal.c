@@ -225,6 +225,38 @@ TEST(core_stopped_heartbeat_with_a_request_waiting_kills_the_worker)
 	core_t_down(&c);
 }
 
+/* A call that begins while the loop is in a pass (the loop's kick lands
+ * between its look at the workers and its timer) still gets heal checks:
+ * the kick is never dropped for the pass's sake.  The pass is slowed (the
+ * test seam) so that the call's kick lands inside the second pass after
+ * the first call: before the fix the worker, stopped, was healed only when
+ * the caller gave up 10 s later. */
+TEST(core_call_begun_during_a_pass_still_gets_heal_checks)
+{
+	program("echo", "\"echo\"", NULL);
+	struct core_t c;
+	struct meshd_config cfg = {.slots = 2, .heartbeat_timeout_ns = MS(300), .test_pass_pause_ns = MS(200)};
+	core_t_up(&c, cfg);
+	char *err = NULL;
+	ASSERT_EQ(call(c.d, "echo", "a", S(10), &err), 0);
+	pid_t pid = first_pid(c.d, NULL, NULL, 0);
+	ASSERT_GT(pid, 0);
+	/* Let the loop settle (its passes for the start), then one call and
+	 * into the pass that follows it. */
+	usleep(1000000);
+	ASSERT_EQ(call(c.d, "echo", "b", S(10), &err), 0);
+	usleep(250000);
+	ASSERT_EQ(kill(pid, SIGSTOP), 0);
+	uint64_t t0 = t_now_ms();
+	int rc = call(c.d, "echo", "c", S(10), &err);
+	EXPECT_NE(rc, 0);
+	EXPECT_LT(t_now_ms() - t0, 5000);
+	EXPECT_CONTAINS(err, "heartbeat stopped");
+	free(err);
+	EXPECT_TRUE(gone(pid));
+	core_t_down(&c);
+}
+
 struct storm {
 	struct meshd_core *d;
 	int crashed, other;

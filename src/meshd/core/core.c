@@ -93,6 +93,7 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	d->core_next = UINT64_MAX;
 	d->heartbeat_ns = cfg->heartbeat_timeout_ns ? cfg->heartbeat_timeout_ns : HEARTBEAT_STALE_NS;
 	d->backoff_ns = cfg->crash_backoff_ns ? cfg->crash_backoff_ns : CRASH_BACKOFF_NS;
+	d->pass_pause_ns = cfg->test_pass_pause_ns;
 	d->nslots = n;
 	char abs[PATH_MAX];
 	d->catalog = strdup(realpath(cfg->catalog, abs) ? abs : cfg->catalog);
@@ -347,10 +348,13 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
  * loop (a host request writes the host's wake fd; meshd__kick() activates an
  * event) rather than being polled. */
 
-/* Arms the timer for next (monotonic ns); loop thread. */
+/* Arms the timer for next (monotonic ns) and publishes the core's own
+ * deadline for meshd__kick(): a kick for a time before it wakes the loop.
+ * Not next, which may be the host's: a timer for a host deadline runs no
+ * core pass, so a kick skipped for it would be lost.  Loop thread. */
 static void arm(struct meshd_core *d, uint64_t next)
 {
-	atomic_store(&d->armed, next);
+	atomic_store(&d->armed, d->core_next);
 	if (next == UINT64_MAX) {
 		evtimer_del(d->timer_ev);
 		return;
@@ -367,8 +371,9 @@ static void turn(struct meshd_core *d, int pass)
 {
 	uint64_t next;
 	/* A change another thread makes from here on may be one this pass
-	 * does not see: its meshd__kick() must not be skipped for the old timer. */
-	atomic_store(&d->armed, 0);
+	 * does not see: its meshd__kick() must not be skipped, for the old
+	 * timer or for this pass (UINT64_MAX: every kick wakes the loop). */
+	atomic_store(&d->armed, UINT64_MAX);
 	if (mesh_host_dispatch(d->h, &next) > 0)
 		pass = 1;
 	if (atomic_load(&d->stop)) {
@@ -378,8 +383,11 @@ static void turn(struct meshd_core *d, int pass)
 		return;
 	}
 	uint64_t now = mesh_mono_ns();
-	if (pass || now >= d->core_next)
+	if (pass || now >= d->core_next) {
 		d->core_next = tick(d, now);
+		if (d->pass_pause_ns)
+			mesh_sleep_ns(d->pass_pause_ns);
+	}
 	sooner(&next, d->core_next);
 	arm(d, next);
 }

@@ -88,12 +88,14 @@ struct meshd_core {
 	 * starts with the host's lock held, which d->mu may not be taken under. */
 	pthread_mutex_t metrics_mu;
 	uint64_t heartbeat_ns, backoff_ns;
+	uint64_t pass_pause_ns; /* meshd_config's test_pass_pause_ns */
 	struct meshd__gpu G; /* NVML, placement, MPS (core_gpu.h) */
 	/* The event loop (meshd_core_run): the host's fd, one timer armed for
 	 * the earliest deadline (the host's and the core's), and a kick that
 	 * other threads activate when they make an earlier core deadline (a
-	 * worker that went idle) or retire a program.  armed: the timer's
-	 * time (UINT64_MAX: none), read by meshd__kick() to skip needless wake-ups. */
+	 * worker that went idle) or retire a program.  armed: the core's
+	 * deadline the timer will reach (UINT64_MAX: none, or a pass is
+	 * running), read by meshd__kick() to skip needless wake-ups. */
 	struct event_base *base;
 	struct event *host_ev, *timer_ev, *kick_ev;
 	_Atomic uint64_t armed;

@@ -39,6 +39,10 @@ struct meshd_config {
 	/* A worker whose heartbeat is this old while a request waits for it is
 	 * killed; 0 = 10 s.  The first crash-loop backoff; 0 = 200 ms. */
 	uint64_t heartbeat_timeout_ns, crash_backoff_ns;
+	/* Tests only (0 in meshd): the loop sleeps this long after each pass,
+	 * before it arms its timer, to widen the window in which other threads
+	 * change the core while a pass runs. */
+	uint64_t test_pass_pause_ns;
 };
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err);
