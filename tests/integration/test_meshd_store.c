@@ -282,7 +282,10 @@ TEST_TIMEOUT(meshd_store_slow_chunks_are_shared_not_held_by_one_host, 60)
 {
 	struct store_env e;
 	char *expect, ha[600], hb[600], q[1400];
-	const unsigned n = 200;
+	/* About 2 s of work (20 ms a chunk, 4 workers), so that a loaded
+	 * machine's samples (a psql each) still see it mid-job: at 200 chunks
+	 * one run on a busy machine saw none (most 0). */
+	const unsigned n = 400;
 	start_store(&e);
 	pid_t a = start_host("a", "jw"), b = start_host("b", "jw");
 	make_input(n, "slow", &expect);
