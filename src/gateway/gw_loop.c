@@ -480,13 +480,18 @@ static void rid_field(struct lconn *lc, const char *id, size_t n)
 
 /* An answer of meshd's own in b (status for the access line; close_it:
  * the connection ends after it) goes to the client, then the next request.
- * b is released. */
+ * To HEAD, only its head (Content-Length kept: the GET's).  b is released. */
 static void answer(struct lconn *lc, struct mesh_buf *b, int status, int close_it)
 {
 	if (!lc->nxh)
 		rid_field(lc, NULL, 0); /* refused before it was routed */
 	if (lc->nxh && mesh__gw_answer_insert(b, 0, lc->xh, lc->nxh) < 0)
 		mesh_buf_release(b);
+	if (b->p && !strcmp(lc->r.method, "HEAD")) {
+		const char *end = memmem(b->p, b->len, "\r\n\r\n", 4);
+		if (end)
+			b->len = (size_t)(end + 4 - b->p);
+	}
 	struct iovec iov = {b->p, b->len};
 	int rc = b->p ? to_client(lc, &iov, 1) : -1;
 	mesh_buf_release(b);

@@ -367,3 +367,30 @@ TEST_TIMEOUT(gateway_metrics_on_the_gateway_port_behind_the_key, 60)
 	EXPECT_TRUE(file_has("open.txt", "# TYPE mesh_gateway_memory_bytes gauge"));
 	EXPECT_EQ(stop_gw(&g2), 0);
 }
+
+/* HEAD on the gateway's own routes: the GET's head (its Content-Length
+ * included), no body; the next request on the connection is read from
+ * the right byte.  (Before, the body followed: a client that sent a
+ * second request read the body as its next response's start.) */
+TEST_TIMEOUT(gateway_head_on_its_own_routes_sends_no_body, 60)
+{
+	char resp[16384];
+	add_oa("m", "\"test-model\"", "", "");
+	struct gw g = start_gw("");
+	const char *targets[] = {"/v1/models", "/v1/models/test-model", "/metrics", "/health"};
+	for (unsigned i = 0; i < sizeof targets / sizeof *targets; i++) {
+		char req[512];
+		snprintf(req, sizeof req,
+			 "HEAD %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+			 "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+			 targets[i]);
+		EXPECT_EQ(exchange(g.port, req, resp, sizeof resp), 200);
+		/* The first answer's head, then at once the second answer. */
+		const char *end = strstr(resp, "\r\n\r\n");
+		ASSERT_TRUE(end != NULL);
+		if (strncmp(end + 4, "HTTP/1.1 200", 12))
+			FAIL("HEAD %s: after its head came '%.40s', not the next answer", targets[i], end + 4);
+		EXPECT_TRUE(strstr(resp, "Content-Length: ") != NULL);
+	}
+	EXPECT_EQ(stop_gw(&g), 0);
+}
