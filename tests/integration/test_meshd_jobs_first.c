@@ -125,7 +125,11 @@ TEST_TIMEOUT(jobs_first_worker_is_asked_for_before_the_job_is_stored_and_leased,
 	/* Honest: the API's figure is the logged one; it spans the worker's
 	 * own spawn-to-ready and ends after the reply. */
 	CHECK(first * 1000 >= total - 0.01 && first * 1000 <= total + 0.01);
-	CHECK(first > ready);
+	/* The reply came from the one worker spawned for it (spawns == 1),
+	 * so the figure spans its spawn.  Not compared with the cold-start
+	 * sum: that ends when meshd's loop reads `ready`, which a loaded
+	 * machine may do after the worker, told `run` at its spawn, already
+	 * replied (CI: first 20.5 ms, spawn-to-ready 36.4 ms). */
 	CHECK(first * 1000 >= reply);
 	/* Generous (a loaded 2-core machine): what meshd adds to the spawn. */
 	CHECK(first - ready < 2.0);

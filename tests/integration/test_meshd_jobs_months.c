@@ -394,8 +394,8 @@ static int fds_at_most(void *arg)
  *
  * SOAK jobs (each: submit, wait, results) through one meshd after a
  * warm-up; then meshd's fds must be back within 2 of where they were once
- * its cached files are closed (at most 8 more meanwhile), and its RSS
- * within 4 MB + 1 KB a job of it.  Then a restart under a hard limit of
+ * its cached files are closed (at most 200 more meanwhile: a leak would be
+ * thousands), and its RSS within 4 MB + 1 KB a job of it.  Then a restart under a hard limit of
  * 256 fds, on the state with the jobs kept (the default --keep-jobs, 1000,
  * more than 256): it serves within a second and lists them all. */
 #ifdef MESH_UNDER_ASAN
@@ -438,7 +438,10 @@ TEST_TIMEOUT(jobs_soak_fds_and_memory_flat_and_a_restart_under_256_fds, 180)
 		"    %d jobs in %llu ms: fds %d -> %d (peak %d), RssAnon %ld -> %ld -> %ld kB (start, half, end), VmRSS %ld kB\n",
 		SOAK, (unsigned long long)took, fd0, fd1, peak, rss0, rss_half, rss1, t_proc_status(meshd_pid, "VmRSS:"));
 	EXPECT_LE(fd1, fd0 + 2);
-	EXPECT_LE(peak, fd0 + 64);
+	/* Meanwhile: the jobs whose files are still cached (closed within
+	 * FILES_IDLE; a loaded machine runs the janitor late: CI saw 87 over
+	 * fd0).  A leak would be 4 a job: thousands. */
+	EXPECT_LE(peak, fd0 + 200);
 	/* Memory: what the kept jobs hold (at most --keep-jobs, 1,000, of a
 	 * few KB each), not what they ran: under 8 MB in all, and the second
 	 * half (where as many jobs are removed as run) under 2 MB. */
