@@ -47,7 +47,7 @@ CC      := clang
 override CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -DMESH_FUZZ=1
 endif
 
-LIB_DIRS   := base http proc journal store job exec autoscale shm host gpu serve gateway worker client meshd/core meshd/jobs meshd/api meshd
+LIB_DIRS   := base http proc journal store job exec autoscale shm host gpu serve gateway worker client ui meshd/core meshd/jobs meshd/api meshd
 LIB_SRC    := $(filter-out src/meshd/main.c src/proc/init_main.c,$(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 WORKER_SRC := $(wildcard src/base/*.c src/shm/*.c src/worker/*.c)
 CLI_SRC    := $(wildcard src/cli/*.c)
@@ -63,7 +63,10 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 # at build time (mk/sql2c.sh: sed alone).
 PG_SQL     := $(wildcard src/store/sql/*.sql)
 PG_SQL_OBJ := $(BUILD)/obj/gen/store_pg_sql.o
-LIB_OBJ    := $(call obj,$(LIB_SRC)) $(PG_SQL_OBJ)
+# `mesh ui`'s page (src/ui/assets, its vendor/) as C arrays (mk/asset2c.sh).
+UI_ASSETS  := $(filter-out src/ui/assets/vendor,$(wildcard src/ui/assets/* src/ui/assets/vendor/*))
+UI_ASSET_OBJ := $(BUILD)/obj/gen/ui_assets.o
+LIB_OBJ    := $(call obj,$(LIB_SRC)) $(PG_SQL_OBJ) $(UI_ASSET_OBJ)
 WORKER_OBJ := $(call obj,$(WORKER_SRC))
 CLI_OBJ    := $(call obj,$(CLI_SRC))
 RUNNER_OBJ := $(call obj,$(RUNNER_SRC))
@@ -134,6 +137,15 @@ $(BUILD)/gen/store_pg_sql.c: $(PG_SQL) mk/sql2c.sh $(BUILD)/gen/sql.list
 $(PG_SQL_OBJ): $(BUILD)/gen/store_pg_sql.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/gen/ui_assets.list: FORCE
+	@mkdir -p $(dir $@)
+	@echo $(UI_ASSETS) > $@.tmp; cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@
+$(BUILD)/gen/ui_assets.c: $(UI_ASSETS) mk/asset2c.sh $(BUILD)/gen/ui_assets.list
+	@mkdir -p $(dir $@)
+	mk/asset2c.sh src/ui/assets > $@.tmp && mv $@.tmp $@
+$(UI_ASSET_OBJ): $(BUILD)/gen/ui_assets.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libmesh.a: $(LIB_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -191,16 +203,24 @@ $(FAKE_NVML): tests/gpu/fake_nvml.c
 
 tests-build: all $(TW_BINS) $(TEST_BINS) $(FAKE_NVML)
 
-# The official OpenAI client for the gateway tests, pinned, from the npm
-# registry into the build tree.  A failure is written to $(BUILD)/node/npm.log
-# and the test that needs the client fails with it (make test goes on).
+# The npm packages the tests drive, pinned, from the npm registry into the
+# build tree, in one install (two --no-save installs into one prefix undo
+# each other): the official OpenAI client (the gateway tests) and
+# playwright-core (mesh ui's browser test, with Debian's chromium).  A
+# failure is written to $(BUILD)/node/npm.log and the tests that need them
+# fail with it (make test goes on).
 OPENAI_NPM_VERSION := 5.23.2
-node-openai: $(BUILD)/node/node_modules/openai/package.json
-$(BUILD)/node/node_modules/openai/package.json:
+PLAYWRIGHT_NPM_VERSION := 1.65.2
+NODE_STAMP := $(BUILD)/node/.installed-openai-$(OPENAI_NPM_VERSION)-playwright-$(PLAYWRIGHT_NPM_VERSION)
+node-openai: $(NODE_STAMP)
+$(NODE_STAMP):
 	@mkdir -p $(BUILD)/node
+	@rm -f $(BUILD)/node/.installed-*
 	@echo '{"private": true}' > $(BUILD)/node/package.json
 	npm install --prefix $(BUILD)/node --no-audit --no-fund --no-save --ignore-scripts \
-		openai@$(OPENAI_NPM_VERSION) >$(BUILD)/node/npm.log 2>&1 || { cat $(BUILD)/node/npm.log; exit 1; }
+		openai@$(OPENAI_NPM_VERSION) playwright-core@$(PLAYWRIGHT_NPM_VERSION) >$(BUILD)/node/npm.log 2>&1 || \
+		{ cat $(BUILD)/node/npm.log; exit 1; }
+	@touch $@
 
 deps:
 	@mk/deps.sh test
@@ -211,7 +231,7 @@ deps:
 TEST_JOBS = $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),$(if $(filter -j,$(MAKEFLAGS)),$(shell nproc),1))
 test: deps
 	@$(MAKE) --no-print-directory tests-build >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
-	@$(MAKE) --no-print-directory node-openai >/dev/null 2>&1 || echo "mesh: npm install openai@$(OPENAI_NPM_VERSION) failed (see $(BUILD)/node/npm.log); its test will fail"
+	@$(MAKE) --no-print-directory node-openai >/dev/null 2>&1 || echo "mesh: npm install openai@$(OPENAI_NPM_VERSION) playwright-core@$(PLAYWRIGHT_NPM_VERSION) failed (see $(BUILD)/node/npm.log); their tests will fail"
 	@JOBS=$(TEST_JOBS) tests/run.sh $(BUILD) $(T)
 
 # The whole suite under ASan+UBSan (the journal stress for 30 s), then a
@@ -243,6 +263,7 @@ demo:
 	@$(MAKE) --no-print-directory all >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@examples/mandel/demo.sh $(BUILD)
 	@examples/demo.sh $(BUILD)
+	@cat $(BUILD)/demo-ui.txt 2>/dev/null || true
 
 # Each half alone.
 demo-mandel:

@@ -4,8 +4,9 @@
 # Usage: mk/deps.sh [build|demo|test|bench|all]
 set -e
 BUILD="gcc make pkg-config libevent-dev libjansson-dev zlib1g-dev libpng-dev libpq-dev"
-TEST="clang libclang-rt-14-dev postgresql curl parallel zsh fish groff-base bsdextrautils prometheus python3 python3-numpy python3-setuptools python3-pip python3-venv nodejs nginx"
-# The gateway tests drive the official OpenAI client (npm) and nginx.  A
+TEST="clang libclang-rt-14-dev postgresql curl parallel zsh fish groff-base bsdextrautils prometheus python3 python3-numpy python3-setuptools python3-pip python3-venv nodejs nginx chromium"
+# The gateway tests drive the official OpenAI client (npm) and nginx; mesh
+# ui's browser test Debian's chromium (through playwright-core, npm).  A
 # nodejs that bundles npm (NodeSource's) conflicts with Debian's npm package:
 # ask for npm only where no npm command exists.
 command -v npm >/dev/null 2>&1 || TEST="$TEST npm"

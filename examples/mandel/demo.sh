@@ -10,8 +10,11 @@
 #   7. after the idle TTL (2 s) the workers are reaped: zero processes again;
 #   8. the savings (warm worker-seconds against always-on, over the time the program was
 #      loaded, across the restart) come from GET /metrics, the same numbers mesh ps shows.
+# `mesh ui` serves the page of it all from the start (its URL is printed then, and again as
+# the last line of `make demo`; MESH_DEMO_KEEP=1 leaves meshd and mesh ui up at the end).
 #
-# Usage: examples/mandel/demo.sh BUILD      (MANDEL_MAXIT: iterations a pixel, default 3000)
+# Usage: examples/mandel/demo.sh BUILD      (MANDEL_MAXIT: iterations a pixel, default 3000;
+#        MESH_DEMO_UI: mesh ui's --listen, default 127.0.0.1:0)
 # Needs the job commands of meshd (mesh submit/jobs/wait/results, meshd --state) and curl.
 set -eu
 B=$(cd "${1:-build}" && pwd)
@@ -29,8 +32,10 @@ esac
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mesh-mandel.XXXXXX")
 S=$WORK/run/meshd.sock
 MESHD=
+UI=
 cleanup() {
 	[ -n "$MESHD" ] && kill "$MESHD" 2>/dev/null && wait "$MESHD" 2>/dev/null
+	[ -n "$UI" ] && kill "$UI" 2>/dev/null && wait "$UI" 2>/dev/null
 	return 0
 }
 trap cleanup EXIT
@@ -72,6 +77,22 @@ say "mesh demo: a ${TRIPLE%%-*} Mandelbrot, 1200x1000 in 300 tiles, through mesh
 say "meshd starts with an empty --state and no workers"
 printf '$ meshd --catalog catalog --logs logs --state state --socket %s &\n' "$S"
 start_meshd
+# The page (docs/ui.md): its URL now, to watch the rest live (a free port;
+# the demo goes on without it if it cannot serve).
+"$B/mesh" ui --listen "${MESH_DEMO_UI:-127.0.0.1:0}" --socket "$S" >ui.out 2>ui.err &
+UI=$!
+i=0
+while ! grep -q 'token=' ui.out 2>/dev/null && kill -0 "$UI" 2>/dev/null && [ $i -lt 300 ]; do
+	sleep 0.01
+	i=$((i + 1))
+done
+URL=$(sed -n 's/^  open //p' ui.out)
+if [ -n "$URL" ]; then
+	printf '$ mesh ui &\nwatch it in a browser on this machine: %s\n' "$URL"
+else
+	echo "(mesh ui did not start: $(cat ui.err 2>/dev/null); the demo goes on without it)"
+	UI=
+fi
 run mesh ps
 echo "(worker processes: $(procs))"
 
@@ -141,6 +162,17 @@ printf 'savings: %s over %.1f s loaded (with what the SIGKILLed meshd had writte
 	"$(get mesh_savings_ratio)" "$(get mesh_window_seconds)" "$(get mesh_warm_seconds_total)" "$(get mesh_always_on_seconds_total)"
 echo "(mesh ps and GET /v1/ps give the same numbers: one definition, one window kept in logs/.savings)"
 
+# The page's URL for the last line of `make demo` ($B/demo-ui.txt).
+rm -f "$B/demo-ui.txt"
+if [ -n "$UI" ] && [ "${MESH_DEMO_KEEP:-0}" = 1 ]; then
+	printf 'mesh ui: %s\n  (meshd %s and mesh ui %s keep running on %s: kill %s %s to stop them)\n' \
+		"$URL" "$MESHD" "$UI" "$S" "$MESHD" "$UI" >"$B/demo-ui.txt"
+	MESHD= UI=
+	say "done: $WORK/mandel.png (meshd and mesh ui left running: MESH_DEMO_KEEP=1)"
+	exit 0
+fi
+[ -n "$UI" ] && printf 'mesh ui: %s showed this demo live (MESH_DEMO_KEEP=1 make demo leaves it up at the end)\n' \
+	"$URL" >"$B/demo-ui.txt"
 printf '$ kill %s\n' "$MESHD"
 kill "$MESHD"
 wait "$MESHD" 2>/dev/null || true

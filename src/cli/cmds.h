@@ -29,6 +29,7 @@
 	X(results, mesh_cmd_results, "meshd: a job's results in chunk order, streamed while it runs") \
 	X(cancel, mesh_cmd_cancel, "meshd: cancel a job")                                        \
 	X(rm, mesh_cmd_rm, "meshd: remove a job that ended, its files and all")                   \
+	X(ui, mesh_cmd_ui, "meshd: a live web page of jobs, workers, savings and crashes")      \
 	X(completion, mesh_cmd_completion, "print a shell completion script: bash, zsh or fish")
 
 /* Prints the help of cmd from a table of {command, text} rows, then what

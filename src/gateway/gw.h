@@ -145,6 +145,12 @@ struct mesh_gw_config {
 	int (*metrics)(void *metrics_ctx, struct mesh_buf *out);
 	void *metrics_ctx;
 	const char *metrics_type;
+	/* Each request's end, as its access line says it (program: NULL when
+	 * it reached none; status negative when cut; us since its head), on a
+	 * loop's thread: it must not block.  NULL: none. */
+	void (*on_request)(void *request_ctx, const char *program, const char *model, int status, uint64_t us,
+			   int cold);
+	void *request_ctx;
 };
 /* The most event loop threads a gateway may be given. */
 #define MESH_GW_MAX_THREADS 64

@@ -227,9 +227,11 @@ int mesh__gw_rid_ok(const char *v, size_t n)
 	return 1;
 }
 
-void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, const char *model, int status,
-		     int cold, size_t bytes, uint64_t t0, const char *rid)
+void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, const char *model,
+		     const char *program, int status, int cold, size_t bytes, uint64_t t0, const char *rid)
 {
+	if (g->c.on_request)
+		g->c.on_request(g->c.request_ctx, program, model, status, (mesh_mono_ns() - t0) / 1000, cold);
 	if (!g->c.on_log)
 		return;
 	/* "access METHOD TARGET model=M status=S cold=C bytes=B ms=X.Y id=R" by

@@ -36,10 +36,11 @@ int mesh__gw_answer_preflight(struct mesh_buf *b, const char *req_headers, size_
 /* Inserts the header lines h[0..n) (each ending CRLF) after the status line
  * of the answer at b[from..): 0, or -1 (no memory; b as it was). */
 int mesh__gw_answer_insert(struct mesh_buf *b, size_t from, const char *h, size_t n);
-/* The access line of one request to on_log (t0: when its head was read;
- * status < 0: none sent, |status| the one meant; rid its request id). */
-void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, const char *model, int status,
-		     int cold, size_t bytes, uint64_t t0, const char *rid);
+/* The access line of one request to on_log, and its end to on_request
+ * (t0: when its head was read; status < 0: none sent, |status| the one
+ * meant; program NULL: it reached none; rid its request id). */
+void mesh__gw_access(struct mesh_gw *g, const char *method, const char *target, const char *model,
+		     const char *program, int status, int cold, size_t bytes, uint64_t t0, const char *rid);
 /* A new request id into out (at least MESH_GW_RID_MAX + 1 bytes): meshd's
  * random part of this run, '-', a count in hex.  Its length.  Any thread. */
 #define MESH_GW_RID_MAX 64

@@ -11,6 +11,7 @@
 #include "meshd/api/metrics.h"
 #include "meshd/api/api_jobs.h"
 #include "meshd/jobs/jobs.h"
+#include "meshd/core/feed.h"
 #include "meshd/notify.h"
 #include "meshd/core/ops.h"
 #include "gateway/gw.h"
@@ -143,6 +144,20 @@ static void usage(FILE *f)
 		"70 internal error, 75 the state directory is held by another meshd (its pid is\n"
 		"named), 77 socket directory not private, 81 --isolation mps and no MPS daemon.\n",
 		sock);
+}
+
+/* A gateway request's end, to the feed (GET /v1/events) while someone
+ * follows: requests come too often to keep for nobody. */
+static void gw_request(void *ctx, const char *program, const char *model, int status, uint64_t us, int cold)
+{
+	struct meshd_feed *f = ctx;
+	if (!meshd_feed_live(f))
+		return;
+	struct meshd_event e = {.kind = MESHD_EV_REQUEST, .n = {(uint64_t)(status < 0 ? -status : status), us,
+								  (uint64_t)(cold != 0)}};
+	snprintf(e.name, sizeof e.name, "%s", program ? program : "");
+	e.text = model && *model ? strdup(model) : NULL;
+	meshd_feed_post(f, &e);
 }
 
 /* GET /metrics on the gateway port: the text of the control socket's. */
@@ -616,6 +631,8 @@ static int open_daemon(struct daemon *d, struct args *a)
 		a->gwc.metrics = gw_metrics;
 		a->gwc.metrics_ctx = &d->parts;
 		a->gwc.metrics_type = MESHD_METRICS_CONTENT_TYPE;
+		a->gwc.on_request = gw_request;
+		a->gwc.request_ctx = meshd_core_feed(d->core);
 		if ((rc = mesh_gw_open(&d->gw, &a->gwc, &err)) < 0) {
 			mesh_error("cannot serve the gateway: %s", err ? err : mesh_strerror(rc));
 			free(err);

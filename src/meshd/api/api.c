@@ -175,6 +175,8 @@ static void on_request(struct evhttp_request *req, void *arg)
 		goto oom;
 	j->body.len = n;
 
+	if (meshd__is_events(j->path))
+		return meshd__events_follow(a, j); /* on this thread, for as long as it follows */
 	/* Calls may wait long (a busy or hung worker); control requests (ps,
 	 * stop, unload, ...) have threads of their own, so they always get
 	 * through whatever calls are queued. */
@@ -538,6 +540,10 @@ static void api_free(struct meshd_api *a)
 		event_free(a->done_ev);
 	if (a->stream_ev)
 		event_free(a->stream_ev);
+	if (a->feed_ev)
+		event_free(a->feed_ev);
+	if (a->ping_ev)
+		event_free(a->ping_ev);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);
 	free(a);
@@ -565,7 +571,10 @@ int meshd_api_start(struct meshd_api **out, const struct meshd_parts *parts, con
 	a->done_ev = a->base ? event_new(a->base, -1, 0, meshd__on_done, a) : NULL;
 	a->stream_ev = a->base ? event_new(a->base, -1, 0, meshd__on_streams, a) : NULL;
 	a->accept_retry = a->base ? evtimer_new(a->base, on_accept_retry, a) : NULL;
-	if (!a->http || !a->done_ev || !a->stream_ev || !a->accept_retry || a->reserve_fd < 0) {
+	a->feed_ev = a->base ? event_new(a->base, -1, 0, meshd__on_feed, a) : NULL;
+	a->ping_ev = a->base ? event_new(a->base, -1, EV_PERSIST, meshd__on_ping, a) : NULL;
+	if (!a->http || !a->done_ev || !a->stream_ev || !a->accept_retry || !a->feed_ev || !a->ping_ev ||
+	    a->reserve_fd < 0) {
 		api_free(a);
 		return set_err(err, -ENOMEM, "cannot set up the HTTP server: out of memory");
 	}
@@ -605,6 +614,10 @@ int meshd_api_start(struct meshd_api **out, const struct meshd_parts *parts, con
 		api_free(a);
 		return set_err(err, MESH_E_UNSUPPORTED, "cannot start the HTTP server on '%s'", path);
 	}
+	/* GET /v1/events: the feed wakes the loop; pings keep streams alive. */
+	struct timeval ping = {PING_EVERY_S, 0};
+	evtimer_add(a->ping_ev, &ping);
+	meshd_feed_set_wake(meshd_core_feed(a->core), meshd__feed_wake, a);
 	*out = a;
 	return 0;
 }
@@ -612,6 +625,8 @@ int meshd_api_start(struct meshd_api **out, const struct meshd_parts *parts, con
 /* Loop thread: no more connections. */
 static void stop_accepting(struct meshd_api *a)
 {
+	meshd__events_end(a);
+	event_del(a->ping_ev);
 	evtimer_del(a->accept_retry);
 	if (a->bound)
 		evhttp_del_accept_socket(a->http, a->bound);
@@ -631,6 +646,9 @@ static void finish(struct meshd_api *a)
 	a->done_ev = a->stream_ev = NULL;
 	event_free(a->accept_retry);
 	a->accept_retry = NULL;
+	event_free(a->feed_ev);
+	event_free(a->ping_ev);
+	a->feed_ev = a->ping_ev = NULL;
 }
 
 int meshd_api_quiesce(struct meshd_api *a)

@@ -8,6 +8,7 @@
 
 #include "meshd/api/api.h"
 #include "meshd/core/ops.h"
+#include "meshd/core/feed.h"
 #include "base/buf.h"
 
 #include <sys/queue.h> /* before event2: TAILQ_INIT for struct evkeyvalq */
@@ -51,6 +52,10 @@ struct meshd_api {
 	struct job *streams;	/* mu: streaming, with parts not handed to evhttp yet */
 	unsigned threads;	/* mu: op threads not finished */
 	unsigned calls;		/* mu: those of them running a call */
+	/* GET /v1/events (api_events.c), loop thread only: the followers; the
+	 * feed's posts activate feed_ev; ping_ev every PING_EVERY_S. */
+	struct follower *followers;
+	struct event *feed_ev, *ping_ev;
 	atomic_int stopping;	/* new requests get 503 */
 	atomic_int inflight;	/* requests begun and not answered */
 };
@@ -88,7 +93,24 @@ struct job {
 	int started;		/* loop thread: the head went out */
 };
 
+/* api_events.c: GET /v1/events, on the loop thread (no op thread).  A
+ * comment goes to each follower this often when nothing else did. */
+#define PING_EVERY_S 15
+int meshd__is_events(const char *path);
+/* Loop thread: j's request becomes a follower of the feed (or is answered
+ * 405/503); j is freed. */
+void meshd__events_follow(struct meshd_api *a, struct job *j);
+void meshd__on_feed(evutil_socket_t fd, short what, void *arg);
+void meshd__on_ping(evutil_socket_t fd, short what, void *arg);
+/* The feed's wake hook (any thread): activates a->feed_ev. */
+void meshd__feed_wake(void *arg);
+/* Loop thread (or no loop running): the wake hook removed, every follower
+ * told "bye" and its stream ended. */
+void meshd__events_end(struct meshd_api *a);
+
 /* api_json.c */
+/* One event of the feed as its JSON object (NULL without memory). */
+json_t *meshd__event_json(const struct meshd_event *e);
 /* The answer: data (owned, or static when is_static) goes out as is. */
 void meshd__set_answer(struct job *j, unsigned status, const char *type, char *data, size_t n, int is_static);
 /* The answer: the JSON body j (consumed; NULL: out of memory, 503). */
@@ -114,6 +136,8 @@ json_t *meshd__ps_json(const struct meshd_ps *ps);
 /* An op thread (detached; arg: its struct job): runs the request, queues
  * its answer on a->done for the loop thread. */
 void *meshd__op_main(void *arg);
+/* Frees a request's record (not its evhttp request). */
+void meshd__job_free(struct job *j);
 /* Loop thread: sends j's answer, logs the request's line, frees j. */
 void meshd__deliver(struct meshd_api *a, struct job *j);
 /* Loop thread: sends every answer the op threads queued. */

@@ -257,3 +257,45 @@ json_t *meshd__ps_json(const struct meshd_ps *ps)
 		json_object_set_new(o, "gpu", g);
 	return o;
 }
+
+json_t *meshd__event_json(const struct meshd_event *e)
+{
+	json_t *o = json_pack("{s:I}", "at", (json_int_t)e->at_ms);
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "program", text_json(e->name));
+	switch (e->kind) {
+	case MESHD_EV_WORKER:
+		json_object_set_new(o, "worker", json_integer((json_int_t)e->n[0]));
+		json_object_set_new(o, "pid", json_integer((json_int_t)e->id));
+		json_object_set_new(o, "state", json_string(e->word));
+		break;
+	case MESHD_EV_CRASH:
+		if (e->text)
+			json_object_set_new(o, "report", text_json(e->text));
+		break;
+	case MESHD_EV_JOB:
+		json_object_set_new(o, "id", json_integer((json_int_t)e->id));
+		json_object_set_new(o, "state", json_string(e->word));
+		json_object_set_new(o, "done", json_integer((json_int_t)e->n[0]));
+		json_object_set_new(o, "buried", json_integer((json_int_t)e->n[1]));
+		json_object_set_new(o, "chunks", json_integer((json_int_t)e->n[2]));
+		break;
+	case MESHD_EV_SAVINGS:
+		json_object_set_new(o, "window_s", json_real((double)e->n[0] / 1000));
+		json_object_set_new(o, "warm_s", json_real((double)e->n[1] / 1000));
+		json_object_set_new(o, "always_on_s", json_real((double)e->n[2] / 1000));
+		json_object_set_new(o, "saved", json_real((double)e->n[3] / 1000));
+		break;
+	case MESHD_EV_REQUEST:
+		if (e->text)
+			json_object_set_new(o, "model", text_json(e->text));
+		json_object_set_new(o, "status", json_integer((json_int_t)e->n[0]));
+		json_object_set_new(o, "ms", json_real((double)e->n[1] / 1000));
+		json_object_set_new(o, "cold", json_boolean(e->n[2] != 0));
+		break;
+	default:
+		break;
+	}
+	return o;
+}

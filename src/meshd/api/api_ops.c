@@ -250,7 +250,7 @@ static void route(struct meshd_api *a, struct job *jb)
 	meshd__send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route");
 }
 
-static void job_free(struct job *j)
+void meshd__job_free(struct job *j)
 {
 	if (!j)
 		return;
@@ -366,7 +366,7 @@ void meshd__deliver(struct meshd_api *a, struct job *j)
 			 "api request=\"%s\" status=200 stream=1 ms=%llu%s%s%.*s", j->what,
 			 (unsigned long long)((mesh_mono_ns() - j->t0) / 1000000), aborted ? " aborted=1" : "",
 			 cut ? " cut=1 error=" : "", en, en ? j->data : "");
-		job_free(j);
+		meshd__job_free(j);
 		atomic_fetch_sub(&a->inflight, 1);
 		return;
 	}
@@ -397,7 +397,7 @@ void meshd__deliver(struct meshd_api *a, struct job *j)
 					    : MESH_LOG_INFO,
 		 "api request=\"%s\" status=%u ms=%llu%s", j->what, status,
 		 (unsigned long long)((mesh_mono_ns() - j->t0) / 1000000), aborted ? " aborted=1" : "");
-	job_free(j);
+	meshd__job_free(j);
 	atomic_fetch_sub(&a->inflight, 1);
 }
 

@@ -38,6 +38,8 @@
 #define HEAL_EVERY_MAX_NS (500ull * MESH_NS_PER_MS)
 /* With NVML, its events are logged at least this often. */
 #define GPU_LOG_EVERY_NS MESH_NS_PER_S
+/* The events kept for a follower that reconnects (GET /v1/events). */
+#define FEED_KEEP 4096u
 
 /* How often heal() looks at a worker that serves a call or a job. */
 uint64_t meshd__heal_every(const struct meshd_core *d)
@@ -141,11 +143,20 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 		mesh_errf(err, rc, "cannot set up the event loop: %s", mesh_strerror(rc));
 		goto bad;
 	}
+	if ((rc = meshd_feed_new(&d->feed, FEED_KEEP))) {
+		mesh_errf(err, rc, "cannot keep its events: %s", mesh_strerror(rc));
+		goto bad;
+	}
 	*out = d;
 	return 0;
 bad:
 	meshd_core_free(d); /* copes with a half-built core: no host, NULL slots */
 	return rc;
+}
+
+struct meshd_feed *meshd_core_feed(struct meshd_core *d)
+{
+	return d->feed;
 }
 
 /* One line of a report for the log: control bytes as '?', valid UTF-8. */
@@ -160,8 +171,9 @@ static char *log_text(const char *s, size_t n)
 
 /* Logs a failure report (reported once, taken from the host): its first
  * line (who, how, the exit status) and the last line of output before it,
- * so a crash that no caller saw -- while idle -- is in meshd's own log. */
-static void log_report(const char *name, char *r)
+ * so a crash that no caller saw -- while idle -- is in meshd's own log; the
+ * whole report goes to the feed (r is taken). */
+static void log_report(struct meshd_core *d, const char *name, char *r)
 {
 	const char *nl = strchr(r, '\n');
 	size_t head = nl ? (size_t)(nl - r) : strlen(r);
@@ -185,7 +197,9 @@ static void log_report(const char *name, char *r)
 	mesh_warn("failed name=%s: %s; last output: %s", name, h ? h : "?", l ? l : "(none)");
 	free(h);
 	free(l);
-	free(r);
+	struct meshd_event e = {.kind = MESHD_EV_CRASH, .text = r};
+	snprintf(e.name, sizeof e.name, "%s", name);
+	meshd_feed_post(d->feed, &e);
 }
 
 /* A worker on a slot that hangs or broke it: failed through the table
@@ -241,7 +255,7 @@ static void tick_retired(struct meshd_core *d, struct program **done)
 		for (unsigned i = 0; i < p->nw; i++) {
 			char *r = mesh_instance_crashed(p->w[i].inst);
 			if (r)
-				log_report(p->img.name, r);
+				log_report(d, p->img.name, r);
 			idle &= mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN && p->w[i].slot < 0;
 		}
 		if (!idle) {
@@ -299,9 +313,19 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 			struct worker *wk = &p->w[i];
 			char *r = mesh_instance_crashed(wk->inst);
 			if (r)
-				log_report(p->img.name, r);
+				log_report(d, p->img.name, r);
 			enum mesh_istate st = mesh_instance_state(wk->inst);
 			up += st != MESH_IS_DOWN;
+			pid_t pid = mesh_instance_pid(wk->inst);
+			if (pid > 0)
+				wk->seen_pid = pid;
+			if (st != wk->seen) {
+				wk->seen = st;
+				struct meshd_event e = {.kind = MESHD_EV_WORKER, .id = (uint64_t)wk->seen_pid, .n = {i}};
+				snprintf(e.name, sizeof e.name, "%s", p->img.name);
+				snprintf(e.word, sizeof e.word, "%s", mesh_istate_name(st));
+				meshd_feed_post(d->feed, &e);
+			}
 			if (st == MESH_IS_RUNNING && wk->slot >= 0) {
 				heal(d, p, wk, now);
 				sooner(&next, heal_next(d, p, wk, now));
@@ -574,6 +598,7 @@ void meshd_core_free(struct meshd_core *d)
 	meshd__ledgers_free(d);
 	free(d->logs);
 	meshd__gpu_free(&d->G);
+	meshd_feed_free(d->feed);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->metrics_mu);

@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "meshd/core/core_gpu.h"
 #include "meshd/core/ops.h"
+#include "meshd/core/feed.h"
 #include "host/host.h"
 #include "host/image.h"
 #include "shm/shm.h"
@@ -40,6 +41,8 @@ struct worker {
 	uint32_t seen_unready; /* the host's unready count already noted */
 	int job;	      /* held by a job (meshd_job_worker_get): no call uses it */
 	uint64_t gpu_res, gpu_prev; /* its GPU reservation (core_gpu.h), and the last one's */
+	enum mesh_istate seen; /* loop thread: its state at the last pass (a change is an event) */
+	pid_t seen_pid;	       /* loop thread: its last process's pid (its DOWN event names it) */
 };
 
 struct program {
@@ -89,6 +92,7 @@ struct meshd_core {
 	pthread_mutex_t metrics_mu;
 	uint64_t heartbeat_ns, backoff_ns;
 	uint64_t pass_pause_ns; /* meshd_config's test_pass_pause_ns */
+	struct meshd_feed *feed; /* the events (feed.h): the core's, posted to by its users too */
 	struct meshd__gpu G; /* NVML, placement, MPS (core_gpu.h) */
 	/* The event loop (meshd_core_run): the host's fd, one timer armed for
 	 * the earliest deadline (the host's and the core's), and a kick that

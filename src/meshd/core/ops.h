@@ -46,6 +46,8 @@ struct meshd_config {
 };
 
 int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err);
+/* The core's feed of events (meshd/core/feed.h): alive until meshd_core_free. */
+struct meshd_feed *meshd_core_feed(struct meshd_core *d);
 /* Runs the loop until meshd_core_stop (async-signal-safe) is called.  0,
  * or -EIO when libevent's loop failed. */
 int meshd_core_run(struct meshd_core *d);

@@ -182,6 +182,13 @@ uint64_t meshd__ledger_flush(struct meshd_core *d, int force)
 		mesh_buf_addf(&files, "%s/.savings/%s%c" LEDGER_MAGIC "since %" PRId64 "\nwindow_ns %" PRIu64
 				      "\nalways_ns %" PRIu64 "\nwarm_ns %" PRIu64 "\n%c",
 			      d->logs, l->name, 0, l->first, s.window_ns, s.always_ns, s.warm_ns, 0);
+		if (meshd_feed_live(d->feed)) { /* the tick, for those who follow */
+			struct meshd_event e = {.kind = MESHD_EV_SAVINGS,
+						.n = {s.window_ns / MESH_NS_PER_MS, s.warm_ns / MESH_NS_PER_MS,
+						      s.always_ns / MESH_NS_PER_MS, (uint64_t)(s.permil < 0 ? 0 : s.permil)}};
+			snprintf(e.name, sizeof e.name, "%s", l->name);
+			meshd_feed_post(d->feed, &e);
+		}
 	}
 	pthread_mutex_unlock(&d->mu);
 	/* The files off d->mu: a write may wait for the disk. */

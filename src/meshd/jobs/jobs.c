@@ -19,6 +19,7 @@
 #include "base/thread.h"
 #include "exec/input.h"
 #include "exec/runner.h"
+#include "meshd/core/feed.h"
 #include "meshd/core/ops.h"
 #include "meshd/jobs/job_exec.h"
 
@@ -34,6 +35,9 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
+
+/* A job's progress goes to the feed at most this often, while someone follows. */
+#define PROGRESS_EVERY_NS (250ull * MESH_NS_PER_MS)
 
 int meshd_state_default(char *buf, size_t n)
 {
@@ -243,12 +247,43 @@ static void note_first_done(struct job *jb)
 	mesh__job_note_first(jb);
 }
 
+/* A job event for the feed (meshd/core/feed.h): word is its state, or
+ * "progress"; st its counts (NULL: none). */
+static void post_job(struct job *jb, const char *word, const struct mesh_job_status *st)
+{
+	struct meshd_event e = {.kind = MESHD_EV_JOB, .id = jb->id};
+	snprintf(e.name, sizeof e.name, "%.64s", jb->hj->spec.program);
+	snprintf(e.word, sizeof e.word, "%s", word);
+	e.n[2] = jb->hj->spec.n;
+	if (st) {
+		e.n[0] = st->done;
+		e.n[1] = st->buried;
+	}
+	meshd_feed_post(meshd_core_feed(jb->rh->j->core), &e);
+}
+
+/* While someone follows the feed: the job's counts, at most every
+ * PROGRESS_EVERY_NS (any completer thread; the first to claim the time
+ * posts). */
+static void post_progress(struct job *jb)
+{
+	struct meshd_feed *f = meshd_core_feed(jb->rh->j->core);
+	uint64_t now = mesh_mono_ns(), at = atomic_load(&jb->ev_at);
+	struct mesh_job_status js;
+	if (!meshd_feed_live(f) || now - at < PROGRESS_EVERY_NS || !atomic_compare_exchange_strong(&jb->ev_at, &at, now))
+		return;
+	struct mesh_job *jh = atomic_load(&jb->hj->jh);
+	if (jh && mesh_job_status(jh, &js) == 0)
+		post_job(jb, "progress", &js);
+}
+
 static void hook_committed(void *arg)
 {
 	struct job *jb = arg;
 	if (jb->hj->home->ops->synced)
 		jb->hj->home->ops->synced(jb->hj);
 	note_first_done(jb);
+	post_progress(jb);
 	pthread_mutex_lock(&jb->mu);
 	pthread_cond_broadcast(&jb->cv);
 	pthread_mutex_unlock(&jb->mu);
@@ -290,6 +325,7 @@ static void hook_failed(void *arg, uint64_t cid, uint32_t attempt, int code, con
  * idle). */
 static void driver_end(struct job *jb, enum mesh_home_state st, char *error, const struct mesh_home_sum *sum)
 {
+	post_job(jb, mesh_home_state_name(st), sum ? &sum->st : NULL);
 	pthread_mutex_lock(&jb->mu);
 	jb->state = st;
 	free(jb->error);
@@ -469,6 +505,7 @@ static void *driver_main(void *arg)
 	struct mesh_exec_stats st;
 	mesh_info("%sjob=%" PRIu64 " running program=%s chunks=%" PRIu64 " done=%" PRIu64, jb->rh->tag, jb->id,
 		  hj->spec.program, hj->spec.n, jb->done0);
+	post_job(jb, "running", &(struct mesh_job_status){.n = hj->spec.n, .done = jb->done0});
 	mesh_thread_fg(); /* its files are open: the chunks' path from here */
 	do
 		rc = mesh__exec_drive(jh, &o, capped ? make_capped : meshd_job_exec_make, capped ? (void *)jb : &xa, &st);

@@ -90,6 +90,7 @@ struct job {
 	uint64_t t_submit, t_driver;
 	_Atomic uint64_t t_journal, t_stored, t_first_done;
 	_Atomic int first_logged;
+	_Atomic uint64_t ev_at; /* when its last progress event was posted (monotonic) */
 	/* Asked for at submit, adopted by the driver's executor (job_exec.h). */
 	struct meshd_job_ahead *ahead;
 	/* A run whose home keeps results of hj->result_max bytes at most: the
