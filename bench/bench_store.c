@@ -7,9 +7,10 @@
  *      while a thread of its own completes, in one call, every chunk
  *      leased since its last call (the chunks run in no time, so what
  *      is measured is the store):
- *      the PostgreSQL store vs the file store, beside the PUBLISHED
- *      figures of River (46k jobs/s) and graphile-worker (183k jobs/s) --
- *      published by those projects on their hardware, not measured here;
+ *      the PostgreSQL store vs the file store, beside River's PUBLISHED
+ *      figure (46k jobs/s, on its hardware, not measured here;
+ *      graphile-worker is measured on the same PostgreSQL and machine by
+ *      bench/bench_graphile.sh, which runs this program's piped nodes);
  *      target >= 50,000 chunks/s with PostgreSQL.  Beside the whole job's
  *      rate (from the first fork to the last exit) the PostgreSQL store's
  *      steady rate: the chunks completed from when every node holds its
@@ -427,7 +428,8 @@ int main(int argc, char **argv)
 		fflush(stdout);
 	}
 	if (!only) {
-		printf("   published, not measured here: River 46,000 jobs/s; graphile-worker 183,000 jobs/s\n");
+		printf("   published, not measured here: River 46,000 jobs/s (graphile-worker publishes 183,000;\n"
+		       "   bench_graphile.sh measures it beside this store on this machine)\n");
 		printf("   (target: >= 50,000 chunks/s with PostgreSQL, synchronous_commit on)\n");
 		printf("   NOTIFY wake-up, a chunk let go -> the idle node holds it: %.2f ms median of 5"
 		       " (target <= 10 ms)\n",
