@@ -955,6 +955,7 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 	x->base.ops = &slot_ops;
 	x->base.sink = *sink;
 	x->base.nslots = nslots;
+	x->base.argv_unused = 1; /* a worker takes the chunk's input, not a command */
 	x->cfg = a->cfg;
 	x->st = a->stats;
 	x->speculate = o->speculate;
