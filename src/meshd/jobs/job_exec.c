@@ -177,9 +177,13 @@ static void *waiter_main(void *arg)
 		if (rc == MESH_E_TIMEOUT || w->quit)
 			continue;
 		/* A reply, or the slot failed: the driver's thread takes over
-		 * the reply ring until it arms us again. */
+		 * the reply ring until it arms us again.  Told with the lock
+		 * let go: the driver it wakes (on a busy machine at once, in
+		 * our place) finds it free. */
 		w->armed = 0;
+		pthread_mutex_unlock(&w->mu);
 		mesh__jx_efd_kick(w->efd);
+		pthread_mutex_lock(&w->mu);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
@@ -189,8 +193,10 @@ static void arm(struct jworker *w)
 {
 	pthread_mutex_lock(&w->mu);
 	w->armed = 1;
-	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+	/* After the unlock: the waiter woken here does not wake into a
+	 * lock still held (a second wake-up, the unlock's). */
+	pthread_cond_signal(&w->cv);
 }
 
 /* Tells w's waiter to end, wherever it waits (on mu's cv, or on the reply
