@@ -111,6 +111,10 @@ struct mesh__executor {
 	const struct mesh__executor_ops *ops;
 	struct mesh__exec_sink sink;
 	unsigned nslots;
+	/* Set by a constructor whose starts never read the chunk's argv (the
+	 * slot executor): the driver then expands no command per chunk and
+	 * hands opts->argv as it is. */
+	int argv_unused;
 };
 
 /* The process executor (exec_proc.c).  argv0 is the command template's
@@ -139,8 +143,9 @@ typedef int (*mesh__exec_make_fn)(void *arg, const struct mesh_exec_opts *o, uns
  * the results directory or the joblog are created; the driver owns and
  * frees what it makes.  Same answers, rules and contract as mesh_exec_run
  * (runner.h), except what runs an attempt and how its output arrives:
- * opts->argv is still expanded per chunk and handed to start; input lines
- * go with it. */
+ * opts->argv is still expanded per chunk and handed to start (unless the
+ * executor is argv_unused: then opts->argv as it is); input lines go with
+ * it. */
 int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *opts, mesh__exec_make_fn make, void *arg,
 		     struct mesh_exec_stats *stats);
 

@@ -105,6 +105,11 @@ struct mesh__runner {
 	int evfd, joblog;
 	struct mesh__slot *slots;
 	unsigned nslots, busy;
+	/* Busy slots counted by chunk id & busy_mask (a table of 4 x nslots
+	 * or more): a completion looks through the slots for a local copy of
+	 * its chunk still running only when its count is not 0. */
+	uint32_t *busy_by_cid;
+	uint64_t busy_mask;
 	uint64_t n, ttl;
 	uint64_t retry; /* ns a driver that found nothing waits (retry_ns(), read once) */
 	pid_t self;
@@ -162,6 +167,8 @@ int mesh__slot_output(void *arg, unsigned slot, int out, const void *p, size_t n
  * or holds it, queues its completion; frees the slot. */
 void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s);
 void mesh__slot_clear(struct mesh__runner *r, struct mesh__slot *s);
+/* 0 when no busy slot runs chunk cid (1: one may). */
+int mesh__slot_busy_with(const struct mesh__runner *r, uint64_t cid);
 void mesh__slot_kill(struct mesh__runner *r, struct mesh__slot *s, int sig);
 uint64_t mesh__slot_deadline(const struct mesh__runner *r, const struct mesh__slot *s);
 

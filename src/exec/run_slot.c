@@ -32,8 +32,21 @@ void mesh__slot_kill(struct mesh__runner *r, struct mesh__slot *s, int sig)
 		r->ex->ops->signal(r->ex, s->idx, sig);
 }
 
+static void busy_count(struct mesh__runner *r, uint64_t cid, int d)
+{
+	if (r->busy_by_cid)
+		r->busy_by_cid[cid & r->busy_mask] += (uint32_t)d;
+}
+
+int mesh__slot_busy_with(const struct mesh__runner *r, uint64_t cid)
+{
+	return !r->busy_by_cid || r->busy_by_cid[cid & r->busy_mask] != 0;
+}
+
 void mesh__slot_clear(struct mesh__runner *r, struct mesh__slot *s)
 {
+	if (s->busy)
+		busy_count(r, s->l.cid, -1);
 	if (s->busy && r->ex)
 		r->ex->ops->release(r->ex, s->idx);
 	if (s->res_out >= 0)
@@ -84,10 +97,10 @@ static int open_results(struct mesh__runner *r, struct mesh__slot *s)
 	return 0;
 }
 
-int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
+/* The attempt's command in s->argv: the template expanded for its chunk. */
+static int expand_argv(struct mesh__runner *r, struct mesh__slot *s)
 {
-	uint64_t cid = s->l.cid;
-	int rc = mesh_exec_template_expand(&r->tmpl, r->o->input, cid, s->idx, &s->argbuf, r->argv_tmp);
+	int rc = mesh_exec_template_expand(&r->tmpl, r->o->input, s->l.cid, s->idx, &s->argbuf, r->argv_tmp);
 	if (rc < 0)
 		return rc;
 	size_t argc = 0;
@@ -101,7 +114,23 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 		s->argv_cap = argc + 1;
 	}
 	memcpy(s->argv, r->argv_tmp, (argc + 1) * sizeof *s->argv);
+	return 0;
+}
+
+int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
+{
+	uint64_t cid = s->l.cid;
+	int rc;
+	/* An executor that never reads it gets the template as it is (an
+	 * expansion a chunk was 4% of meshd's CPU on a warm echo job). */
+	char *const *argv = r->o->argv;
+	if (!r->ex->argv_unused) {
+		if ((rc = expand_argv(r, s)) < 0)
+			return rc;
+		argv = s->argv;
+	}
 	s->busy = 1;
+	busy_count(r, cid, 1);
 	r->busy++;
 	s->t_start = mesh_mono_ns();
 	r->last_start = s->t_start;
@@ -124,7 +153,7 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 		rc = r->fatal;
 		goto fail;
 	}
-	struct mesh__exec_chunk c = {.cid = cid, .attempt = s->l.attempt, .slot = s->idx, .argv = s->argv};
+	struct mesh__exec_chunk c = {.cid = cid, .attempt = s->l.attempt, .slot = s->idx, .argv = argv};
 	if (r->o->input)
 		c.input = mesh_exec_input_line(r->o->input, cid, &c.input_len);
 	if (r->o->input && r->o->input->pipe && (rc = c.stdin_fd = mesh_exec_input_block_fd(r->o->input, cid)) < 0)
@@ -137,7 +166,7 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 	if (rc == 1) {
 		/* Cannot start: the attempt fails like a shell's would, and
 		 * trying again cannot help: buried at once. */
-		mesh__run_note(r, "mesh: cannot run '%s' for chunk %" PRIu64 ": %s", s->argv[0], cid,
+		mesh__run_note(r, "mesh: cannot run '%s' for chunk %" PRIu64 ": %s", argv[0], cid,
 			       mesh_strerror(s->res.start_err));
 		s->exited = 1;
 		mesh__slot_finish(r, s);
@@ -145,6 +174,7 @@ int mesh__slot_start(struct mesh__runner *r, struct mesh__slot *s)
 	return 0;
 fail:
 	/* Nothing of the attempt runs: the slot is free again. */
+	busy_count(r, cid, -1);
 	s->busy = 0;
 	mesh__slot_clear(r, s);
 	r->busy--;
@@ -218,9 +248,8 @@ static struct mesh__item *new_item(struct mesh__runner *r, struct mesh__slot *s,
  * with less, a stolen one (whose earlier holder may still complete it) and
  * a speculative copy are renewed first to know.  A renewal that fails for
  * another reason (the store out of reach) says nothing: 1, as before. */
-static int lease_held(struct mesh__runner *r, struct mesh__slot *s)
+static int lease_held(struct mesh__runner *r, struct mesh__slot *s, uint64_t now)
 {
-	uint64_t now = mesh_mono_ns();
 	if (s->lost)
 		return 0;
 	if (s->l.kind == MESH_LEASE_FRESH && now + r->ttl / 2 < s->t_expire)
@@ -236,7 +265,7 @@ static int lease_held(struct mesh__runner *r, struct mesh__slot *s)
 void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 {
 	int code = s->res.code;
-	uint64_t dur = mesh_mono_ns() - s->t_start;
+	uint64_t now = mesh_mono_ns(), dur = now - s->t_start;
 	uint64_t cid = s->l.cid;
 	char what[48];
 	int buried = 0;
@@ -254,7 +283,7 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		goto done;
 	}
 	int unseen = 0; /* its output is not printed: the chunk is DONE */
-	if (!lease_held(r, s)) {
+	if (!lease_held(r, s, now)) {
 		if (mesh_job_is_done(s->jh, cid) != 1) {
 			/* Another node holds the lease and runs the chunk: that
 			 * run's output and outcome count, this one's go unseen. */
@@ -281,7 +310,9 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		if (code == 0)
 			code = 1;
 	}
-	describe(what, sizeof what, code, s->why);
+	what[0] = 0; /* read only for a results directory's status and a failure's note */
+	if (r->o->results_dir || code != 0)
+		describe(what, sizeof what, code, s->why);
 	if (r->o->results_dir || code == 0) {
 		if (!(it = new_item(r, s, code, dur, what))) {
 			if (!r->fatal)

@@ -35,6 +35,17 @@ static void futex_wake(_Atomic uint32_t *addr)
 	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+/* After a publish and its fence: 1 when the peer sleeps (or is about to)
+ * on this flag and is to be woken -- the flag is cleared here, so that the
+ * publishes that follow before the peer runs again cost no second wake-up
+ * (the peer clears it too once awake, and sets it again before it sleeps
+ * again; its futex word moved, so a wait it had not begun returns at
+ * once). */
+static int take_sleeper(_Atomic uint32_t *sleeping)
+{
+	return atomic_load_explicit(sleeping, memory_order_relaxed) && atomic_exchange(sleeping, 0);
+}
+
 static void ctl_zero(struct mesh_ring_ctl *ctl)
 {
 	atomic_store(&ctl->head, 0);
@@ -121,7 +132,7 @@ void mesh_ring_flush(struct mesh_ring *r)
 	atomic_store_explicit(&r->ctl->head, r->pos, memory_order_release);
 	/* Pairs with the consumer's fence between setting data_sleeping and re-reading head. */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&r->ctl->data_sleeping, memory_order_relaxed)) {
+	if (take_sleeper(&r->ctl->data_sleeping)) {
 		atomic_fetch_add(&r->ctl->data_futex, 1);
 		futex_wake(&r->ctl->data_futex);
 	}
@@ -196,7 +207,7 @@ void mesh_ring_pop(struct mesh_ring *r)
 	r->pos = r->next;
 	atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&r->ctl->space_sleeping, memory_order_relaxed)) {
+	if (take_sleeper(&r->ctl->space_sleeping)) {
 		atomic_fetch_add(&r->ctl->space_futex, 1);
 		futex_wake(&r->ctl->space_futex);
 	}

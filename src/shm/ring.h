@@ -22,8 +22,10 @@
  * Wake-ups: a side about to sleep bumps nothing; it sets its *_sleeping flag,
  * re-checks the ring (seq_cst fence in between), then FUTEX_WAITs on its
  * futex word with the value read before the flag.  The other side, after
- * publishing, fences and FUTEX_WAKEs only when the flag is set, bumping the
- * word first: no lost wake-up, no syscall while the peer spins.
+ * publishing, fences and FUTEX_WAKEs only when the flag is set, clearing it
+ * and bumping the word first: no lost wake-up, no syscall while the peer
+ * spins, and one wake-up however many publishes come before the woken peer
+ * runs.
  *
  * Trust: each side keeps its own index in private memory (pos) and only
  * stores it; the peer's index and every header it wrote are validated

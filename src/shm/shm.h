@@ -175,6 +175,15 @@ int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_s
  * MESH_E_CORRUPT (the slot is failed); -EINVAL (another kind), -ENOMEM. */
 int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
 		   uint32_t *seq);
+/* The same, but a request that goes in one record is not published yet:
+ * the worker sees it (and is woken, once) at mesh_slot_publish, or at the
+ * next mesh_slot_send, with every request held before it.  For a batch of
+ * requests: one wake-up of a sleeping worker a batch, not one a request.
+ * The sender publishes before it waits for anything (held requests are
+ * never answered). */
+int mesh_slot_send_held(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
+			uint32_t *seq);
+void mesh_slot_publish(struct mesh_slot *s);
 /* 1 while a request mesh_slot_send began in pieces is not all in. */
 int mesh_slot_sending(const struct mesh_slot *s);
 struct mesh_slot_reply {

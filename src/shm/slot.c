@@ -519,9 +519,10 @@ void mesh__slot_unmap(struct mesh_slot_map *m)
 
 /* ---- pipelined use (shm.h) ---- */
 
-/* One record: the request put whole, or -EAGAIN (no room now). */
+/* One record: the request put whole (published when pub), or -EAGAIN
+ * (no room now). */
 static int send_one(struct mesh_slot *s, uint32_t kind, uint32_t seq, const void *hdr, size_t hn, const void *p,
-		    size_t n)
+		    size_t n, int pub)
 {
 	const void *msg = p;
 	if (hn) {
@@ -539,7 +540,8 @@ static int send_one(struct mesh_slot *s, uint32_t kind, uint32_t seq, const void
 			memcpy(s->pipe_buf + hn, p, n);
 		msg = s->pipe_buf;
 	}
-	int rc = mesh_ring_put(&s->req, kind, seq, msg, hn + n);
+	int rc = pub ? mesh_ring_put(&s->req, kind, seq, msg, hn + n)
+		     : mesh_ring_put_nopub(&s->req, kind, seq, msg, hn + n);
 	return rc == MESH_E_CORRUPT ? fail_ring(s, "request", &s->req) : rc;
 }
 
@@ -567,8 +569,8 @@ static int send_pieces(struct mesh_slot *s, uint32_t kind, uint32_t seq, const v
 	return 0;
 }
 
-int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
-		   uint32_t *seq_out)
+static int send_req(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
+		    uint32_t *seq_out, int pub)
 {
 	int rc;
 	if (kind != MESH_MSG_REQ && kind != MESH_MSG_CHUNK)
@@ -588,7 +590,7 @@ int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t h
 	if (seq == 0) /* 0 is never a sequence number */
 		seq = 1;
 	if (hn + n <= mesh_slot_max_send(s))
-		rc = send_one(s, kind, seq, hdr, hn, p, n);
+		rc = send_one(s, kind, seq, hdr, hn, p, n, pub);
 	else if (s->pipe_out)
 		rc = -EAGAIN; /* in pieces only behind no request: none can be answered meanwhile */
 	else
@@ -603,6 +605,25 @@ int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t h
 out:
 	pthread_mutex_unlock(&s->call_lock);
 	return rc;
+}
+
+int mesh_slot_send(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
+		   uint32_t *seq_out)
+{
+	return send_req(s, kind, hdr, hn, p, n, seq_out, 1);
+}
+
+int mesh_slot_send_held(struct mesh_slot *s, uint32_t kind, const void *hdr, size_t hn, const void *p, size_t n,
+			uint32_t *seq_out)
+{
+	return send_req(s, kind, hdr, hn, p, n, seq_out, 0);
+}
+
+void mesh_slot_publish(struct mesh_slot *s)
+{
+	pthread_mutex_lock(&s->call_lock);
+	mesh_ring_flush(&s->req);
+	pthread_mutex_unlock(&s->call_lock);
 }
 
 int mesh_slot_sending(const struct mesh_slot *s)

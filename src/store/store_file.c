@@ -227,18 +227,18 @@ static int fs_release(struct mesh_store *s, uint64_t cid, unsigned slot, uint64_
 	struct file_store *fs = mesh__fs_of(s);
 	char name[NAME_MAX + 1];
 	struct mesh_lease_stamp cur;
-	int fd, rc = mesh__fs_lease_name(fs, cid, slot, name, sizeof name);
-	if (rc)
-		return rc;
+	int fd, rc;
 	if (slot == 0) {
 		/* There is no chunk lease of ours; nor of another (token 0, a
 		 * DONE chunk's sweep): a claimer that saw our live block
 		 * removed its own, and one that took the chunk after our block
 		 * expired releases its own.  No unlink of a name that is not
-		 * there for every chunk. */
+		 * there for every chunk (nor its name made). */
 		if (mesh__fs_block_release(fs, cid, token))
 			return 0;
 	}
+	if ((rc = mesh__fs_lease_name(fs, cid, slot, name, sizeof name)))
+		return rc;
 	if (!token) {
 		if (unlinkat(fs->dirfd, name, 0) < 0 && errno != ENOENT)
 			return -errno;

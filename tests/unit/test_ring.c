@@ -270,6 +270,50 @@ TEST(ring_sleeping_consumer_is_woken)
 	EXPECT_EQ(sl.rc, 1);
 }
 
+static uint32_t word(_Atomic uint32_t *w)
+{
+	return atomic_load(w);
+}
+
+/* A peer asleep (its flag up) is woken once however many publishes come
+ * before it runs again: the waker takes the flag down with its wake-up
+ * (each publish paid a FUTEX_WAKE system call while the woken side had not
+ * run yet: half a wake-up a chunk from each echo worker of a warm job).
+ * Both directions: data (put, flush) and space (pop). */
+TEST(ring_one_wake_up_for_many_publishes)
+{
+	struct shared_ring s = make_ring(4096);
+	struct mesh_ring p, c;
+	views(&s, &p, &c);
+	/* As a consumer does right before its FUTEX_WAIT. */
+	atomic_store(&s.ctl->data_sleeping, 1);
+	for (int i = 0; i < 5; i++)
+		ASSERT_EQ(mesh_ring_put(&p, MESH_MSG_REQ, 0, "x", 1), 0);
+	EXPECT_UEQ(word(&s.ctl->data_futex), 1);
+	EXPECT_UEQ(word(&s.ctl->data_sleeping), 0);
+	/* Held puts and their flush: one wake-up too. */
+	atomic_store(&s.ctl->data_sleeping, 1);
+	ASSERT_EQ(mesh_ring_put_nopub(&p, MESH_MSG_REQ, 0, "y", 1), 0);
+	ASSERT_EQ(mesh_ring_put_nopub(&p, MESH_MSG_REQ, 0, "z", 1), 0);
+	EXPECT_UEQ(word(&s.ctl->data_futex), 1);
+	mesh_ring_flush(&p);
+	mesh_ring_flush(&p);
+	EXPECT_UEQ(word(&s.ctl->data_futex), 2);
+	/* Nobody asleep: no bump at all. */
+	ASSERT_EQ(mesh_ring_put(&p, MESH_MSG_REQ, 0, "w", 1), 0);
+	EXPECT_UEQ(word(&s.ctl->data_futex), 2);
+	/* A producer asleep for room: the consumer's pops wake it once. */
+	atomic_store(&s.ctl->space_sleeping, 1);
+	struct mesh_msg m;
+	for (int i = 0; i < 8; i++) {
+		ASSERT_EQ(mesh_ring_peek(&c, &m), 0);
+		mesh_ring_pop(&c);
+	}
+	EXPECT_EQ(mesh_ring_peek(&c, &m), -EAGAIN);
+	EXPECT_UEQ(word(&s.ctl->space_futex), 1);
+	EXPECT_UEQ(word(&s.ctl->space_sleeping), 0);
+}
+
 /* Ping-pong between two processes with no spinning at all: every hand-over
  * needs a futex wake-up, and one lost wake-up shows as a 5 s timeout. */
 TEST(ring_no_lost_wakeups_ping_pong)

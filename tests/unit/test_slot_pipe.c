@@ -150,6 +150,60 @@ TEST(slot_pipeline_many_chunks_in_flight_answered_in_order)
 	shm_t_stop(ctl, s, pid);
 }
 
+/* The replies to chunks 10 + i for i in [from, to), sent as "<word>-<i>",
+ * in order, with their seqs. */
+static void expect_tagged(struct mesh_slot *s, const uint32_t *seqs, int from, int to, const char *word)
+{
+	for (int i = from; i < to; i++) {
+		struct mesh_slot_reply r;
+		ASSERT_EQ(recv_wait(s, &r), 0);
+		char want[32];
+		snprintf(want, sizeof want, "%d:%s-%d", 10 + i, word, i);
+		EXPECT_UEQ(r.seq, seqs[i]);
+		EXPECT_STREQ(r.data, want);
+		free(r.data);
+	}
+}
+
+/* Held requests (mesh_slot_send_held) reach the worker only when
+ * published, all at once and in order; a plain send publishes what was
+ * held before it. */
+TEST(slot_pipeline_held_requests_go_out_when_published)
+{
+	struct mesh_ctl *ctl;
+	struct mesh_slot *s;
+	pid_t pid = start(&ctl, &s, 3, 4096);
+	uint32_t seqs[6];
+	uint8_t h[MESH_CHUNK_HDR];
+	char in[16];
+	for (int i = 0; i < 3; i++) {
+		snprintf(in, sizeof in, "held-%d", i);
+		chunk_hdr(h, 10 + (uint64_t)i, 1);
+		ASSERT_EQ(mesh_slot_send_held(s, MESH_MSG_CHUNK, h, sizeof h, in, strlen(in), &seqs[i]), 0);
+	}
+	EXPECT_UEQ(mesh_slot_in_flight(s), 3);
+	/* The worker (spinning or asleep) sees none of them yet. */
+	usleep(100 * 1000);
+	EXPECT_UEQ(mesh_slot_taken(s), 0);
+	struct mesh_slot_reply r;
+	EXPECT_EQ(mesh_slot_recv(s, &r), -EAGAIN);
+	mesh_slot_publish(s);
+	expect_tagged(s, seqs, 0, 3, "held");
+	EXPECT_UEQ(mesh_slot_taken(s), 3);
+	/* Two held, then a plain send: all three go, in order. */
+	for (int i = 3; i < 6; i++) {
+		snprintf(in, sizeof in, "next-%d", i);
+		chunk_hdr(h, 10 + (uint64_t)i, 1);
+		if (i < 5)
+			ASSERT_EQ(mesh_slot_send_held(s, MESH_MSG_CHUNK, h, sizeof h, in, strlen(in), &seqs[i]), 0);
+		else
+			ASSERT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, in, strlen(in), &seqs[i]), 0);
+	}
+	expect_tagged(s, seqs, 3, 6, "next");
+	EXPECT_UEQ(mesh_slot_in_flight(s), 0);
+	shm_t_stop(ctl, s, pid);
+}
+
 /* A chunk's reply larger than the ring comes as MORE pieces, and a worker
  * that streams parts sends PART records before its REP: a pipelined
  * receiver gets each reply whole, in order (it failed the slot on the

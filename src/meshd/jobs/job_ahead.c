@@ -30,7 +30,9 @@ void mesh__jx_efd_kick(int fd)
 void mesh__jx_stamp_first(_Atomic uint64_t *stamp)
 {
 	uint64_t zero = 0;
-	atomic_compare_exchange_strong(stamp, &zero, mesh_mono_ns());
+	/* Once set, no clock read: it is asked at every start and send. */
+	if (!atomic_load_explicit(stamp, memory_order_relaxed))
+		atomic_compare_exchange_strong(stamp, &zero, mesh_mono_ns());
 }
 
 /* The core armed the slot of the worker it spawns for g, before the

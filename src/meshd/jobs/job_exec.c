@@ -82,6 +82,7 @@ struct jworker {
 	unsigned cap;	   /* chunks in flight it may hold now (PIPE_NS) */
 	int full;	   /* this pump: the ring had no room */
 	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
+	int held;	   /* this pump: requests put, not published yet (one wake-up a pump) */
 	int online;	   /* it said `online`: before, chunks wait in its ring and no --timeout runs */
 	uint64_t limit_ns; /* a chunk's time on it: --timeout, else its program's call_timeout; 0 none */
 	int halting;	   /* asked to halt at the executor's end (halt_owing) */
@@ -99,6 +100,7 @@ struct slot_ex {
 	uint64_t next_get;
 	unsigned get_fails;
 	int need_pump; /* attempts went back to the queue, or a retry is due: pump at the next status */
+	int fresh;     /* attempts started since the last pump: pump at the next status, whatever next_get */
 	int speculate; /* the driver runs speculative copies */
 	uint64_t checked_ns; /* check_timeouts ran for this now */
 };
@@ -175,9 +177,13 @@ static void *waiter_main(void *arg)
 		if (rc == MESH_E_TIMEOUT || w->quit)
 			continue;
 		/* A reply, or the slot failed: the driver's thread takes over
-		 * the reply ring until it arms us again. */
+		 * the reply ring until it arms us again.  Told with the lock
+		 * let go: the driver it wakes (on a busy machine at once, in
+		 * our place) finds it free. */
 		w->armed = 0;
+		pthread_mutex_unlock(&w->mu);
 		mesh__jx_efd_kick(w->efd);
+		pthread_mutex_lock(&w->mu);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
@@ -187,8 +193,10 @@ static void arm(struct jworker *w)
 {
 	pthread_mutex_lock(&w->mu);
 	w->armed = 1;
-	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+	/* After the unlock: the waiter woken here does not wake into a
+	 * lock still held (a second wake-up, the unlock's). */
+	pthread_cond_signal(&w->cv);
 }
 
 /* Tells w's waiter to end, wherever it waits (on mu's cv, or on the reply
@@ -519,6 +527,7 @@ static void pump_send(struct slot_ex *x)
 {
 	collect(x);
 	x->need_pump = 0;
+	x->fresh = 0;
 	unsigned K = x->cfg.max_workers, D = x->cfg.depth;
 	/* Attempts waited for a worker when this pump began: demand may ask
 	 * for more even once they all went into rings (a worker online since
@@ -528,6 +537,7 @@ static void pump_send(struct slot_ex *x)
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
 		w->full = 0;
+		w->held = 0;
 		/* Its image was replaced (mesh load, rollback): nothing more is
 		 * sent to it; once it answered what it holds it goes back (and
 		 * exits), and demand asks for a worker of the new image. */
@@ -561,8 +571,8 @@ static void pump_send(struct slot_ex *x)
 		for (int k = 0; k < 4; k++)
 			h[8 + k] = (uint8_t)(u->attempt >> (8 * k));
 		uint32_t seq;
-		int rc = mesh_slot_send(best->h.slot, MESH_MSG_CHUNK, h, sizeof h, u->input ? u->input : "", u->len,
-					&seq);
+		int rc = mesh_slot_send_held(best->h.slot, MESH_MSG_CHUNK, h, sizeof h, u->input ? u->input : "",
+					     u->len, &seq);
 		if (rc == MESH_E_TOOBIG) {
 			/* A submit refuses such an input; one in a job from elsewhere
 			 * (a store, an older meshd) can never be carried. */
@@ -589,8 +599,14 @@ static void pump_send(struct slot_ex *x)
 			best->t_head = mesh_mono_ns();
 		best->fifo[(best->head + best->n) % D] = (struct entry){(int)(u - x->u) + 1, seq};
 		best->n++;
+		best->held = 1;
 		u = next;
 	}
+	/* What went into each ring goes out to its worker at once: one
+	 * wake-up of a sleeping worker for the whole pump. */
+	for (unsigned i = 0; i < K; i++)
+		if (x->w[i].held)
+			mesh_slot_publish(x->w[i].h.slot);
 	/* Demand: the attempts in flight, put to the autoscale policy with a
 	 * worker's concurrency min(D, DEMAND_CONCURRENCY) and at most K
 	 * workers (its replica count: ceil(in flight / that), from zero at
@@ -682,7 +698,10 @@ static int sx_start(struct mesh__executor *ex, const struct mesh__exec_chunk *c,
 	u->order = ++x->order;
 	mesh__jx_stamp_first(&x->st->first_start_ns);
 	q_insert(x, u);
-	pump(x);
+	/* Sent at the driver's next status or dispatch, with every attempt
+	 * it starts meanwhile (its leases come in blocks): one pump, one
+	 * wake-up of each worker, for all of them. */
+	x->fresh = 1;
 	return 0;
 }
 
@@ -694,7 +713,9 @@ static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollf
 	 * (sx_shared_events); only its wake-up time. */
 	switch (u->state) {
 	case U_QUEUED:
-		if (x->need_pump && x->next_get < *wake)
+		if (x->fresh)
+			*wake = 0;
+		else if (x->need_pump && x->next_get < *wake)
 			*wake = x->next_get; /* a worker may be asked for again then */
 		return 0;
 	case U_SENT: {
@@ -752,7 +773,7 @@ static int sx_status(struct mesh__executor *ex, unsigned slot, uint64_t now, str
 	struct slot_ex *x = sx(ex);
 	struct unit *u = &x->u[slot - 1];
 	check_timeouts(x, now);
-	if (x->need_pump && now >= x->next_get)
+	if (x->fresh || (x->need_pump && now >= x->next_get))
 		pump(x);
 	if (u->state != U_ENDED)
 		return MESH__EXEC_RUNNING;
@@ -940,6 +961,7 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 	x->base.ops = &slot_ops;
 	x->base.sink = *sink;
 	x->base.nslots = nslots;
+	x->base.argv_unused = 1; /* a worker takes the chunk's input, not a command */
 	x->cfg = a->cfg;
 	x->st = a->stats;
 	x->speculate = o->speculate;
