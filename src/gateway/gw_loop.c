@@ -496,7 +496,8 @@ static void answer(struct lconn *lc, struct mesh_buf *b, int status, int close_i
 	int rc = b->p ? to_client(lc, &iov, 1) : -1;
 	mesh_buf_release(b);
 	if (lc->t0) /* a request that was routed (a refused one is not) */
-		mesh__gw_access(lc->g, lc->r.method, lc->r.target, lc->model, lc->p ? lc->p->img.name : NULL, status, lc->w.cold, 0, lc->t0, lc->rid);
+		mesh__gw_access(lc->g, lc->r.method, lc->r.target, lc->model, lc->p ? lc->p->img.name : NULL, status,
+				lc->w.cold, 0, lc->t0, lc->rid);
 	lc->close_it |= close_it;
 	if (rc < 0) {
 		kill_conn(lc);
@@ -1217,7 +1218,8 @@ static void end_request(struct lconn *lc, int code)
 	uint64_t now = mesh_mono_ns();
 	mesh__gw_count(p, lc->model, status, lc->t0, b.len ? now : lc->o.t_first, now, lc->queued_ns,
 		       code < 0 && !lc->o.gone);
-	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, lc->p ? lc->p->img.name : NULL, status, lc->cold, lc->o.bytes, lc->t0, lc->rid);
+	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, lc->p ? lc->p->img.name : NULL, status, lc->cold,
+			lc->o.bytes, lc->t0, lc->rid);
 	lc->nout = lc->outoff = 0;
 	if (b.len && lc->nxh && mesh__gw_answer_insert(&b, 0, lc->xh, lc->nxh) < 0)
 		mesh_buf_release(&b);
@@ -1324,7 +1326,8 @@ static void parked_gone(struct lconn *lc)
 	uint64_t now = mesh_mono_ns();
 	mesh__gw_count(lc->p, lc->model, 499, lc->t0, 0, now, now - lc->t_q, 0);
 	mesh__gw_log(g, MESH_GW_INFO, "the client went away while it waited for program '%s'", lc->p->img.m.name);
-	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, lc->p ? lc->p->img.name : NULL, 499, lc->w.cold, 0, lc->t0, lc->rid);
+	mesh__gw_access(g, lc->r.method, lc->r.target, lc->model, lc->p->img.name, 499, lc->w.cold, 0, lc->t0,
+			lc->rid);
 	kill_conn(lc);
 }
 

@@ -267,10 +267,11 @@ static void post_job(struct job *jb, const char *word, const struct mesh_job_sta
  * posts). */
 static void post_progress(struct job *jb)
 {
-	struct meshd_feed *f = meshd_core_feed(jb->rh->j->core);
+	if (!meshd_feed_live(meshd_core_feed(jb->rh->j->core)))
+		return; /* nobody follows: not even a clock read on the completion path */
 	uint64_t now = mesh_mono_ns(), at = atomic_load(&jb->ev_at);
 	struct mesh_job_status js;
-	if (!meshd_feed_live(f) || now - at < PROGRESS_EVERY_NS || !atomic_compare_exchange_strong(&jb->ev_at, &at, now))
+	if (now - at < PROGRESS_EVERY_NS || !atomic_compare_exchange_strong(&jb->ev_at, &at, now))
 		return;
 	struct mesh_job *jh = atomic_load(&jb->hj->jh);
 	if (jh && mesh_job_status(jh, &js) == 0)
