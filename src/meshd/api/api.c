@@ -571,8 +571,8 @@ int meshd_api_start(struct meshd_api **out, const struct meshd_parts *parts, con
 	a->done_ev = a->base ? event_new(a->base, -1, 0, meshd__on_done, a) : NULL;
 	a->stream_ev = a->base ? event_new(a->base, -1, 0, meshd__on_streams, a) : NULL;
 	a->accept_retry = a->base ? evtimer_new(a->base, on_accept_retry, a) : NULL;
-	a->feed_ev = a->base ? event_new(a->base, -1, 0, meshd__on_feed, a) : NULL;
-	a->ping_ev = a->base ? event_new(a->base, -1, EV_PERSIST, meshd__on_ping, a) : NULL;
+	a->feed_ev = a->base ? event_new(a->base, -1, 0, meshd__on_followers, a) : NULL;
+	a->ping_ev = a->base ? event_new(a->base, -1, EV_PERSIST, meshd__on_followers, a) : NULL;
 	if (!a->http || !a->done_ev || !a->stream_ev || !a->accept_retry || !a->feed_ev || !a->ping_ev ||
 	    a->reserve_fd < 0) {
 		api_free(a);

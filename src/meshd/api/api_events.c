@@ -126,22 +126,12 @@ static void on_follower_gone(evutil_socket_t fd, short what, void *arg)
 	evhttp_connection_free(fl->evcon); /* calls on_follower_close */
 }
 
-void meshd__on_feed(evutil_socket_t fd, short what, void *arg)
+void meshd__on_followers(evutil_socket_t fd, short what, void *arg)
 {
 	struct meshd_api *a = arg;
 	(void)fd;
-	(void)what;
 	for (struct follower *fl = a->followers; fl; fl = fl->next)
-		pump(fl, 0);
-}
-
-void meshd__on_ping(evutil_socket_t fd, short what, void *arg)
-{
-	struct meshd_api *a = arg;
-	(void)fd;
-	(void)what;
-	for (struct follower *fl = a->followers; fl; fl = fl->next)
-		pump(fl, 1);
+		pump(fl, what & EV_TIMEOUT);
 }
 
 /* Any thread, the feed's mutex held: the loop writes to the followers. */

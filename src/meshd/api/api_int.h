@@ -100,8 +100,9 @@ int meshd__is_events(const char *path);
 /* Loop thread: j's request becomes a follower of the feed (or is answered
  * 405/503); j is freed. */
 void meshd__events_follow(struct meshd_api *a, struct job *j);
-void meshd__on_feed(evutil_socket_t fd, short what, void *arg);
-void meshd__on_ping(evutil_socket_t fd, short what, void *arg);
+/* The callback of feed_ev (activated: what the followers have not had)
+ * and of ping_ev (EV_TIMEOUT: the same, or a ping where nothing was new). */
+void meshd__on_followers(evutil_socket_t fd, short what, void *arg);
 /* The feed's wake hook (any thread): activates a->feed_ev. */
 void meshd__feed_wake(void *arg);
 /* Loop thread (or no loop running): the wake hook removed, every follower
