@@ -51,20 +51,6 @@ struct mesh_ui {
 	"Content-Security-Policy: default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " \
 	"frame-ancestors 'none'\r\n"
 
-static int set_err(char **err, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int set_err(char **err, int rc, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		struct mesh_buf b = MESH_BUF_INIT;
-		mesh_buf_vaddf(&b, fmt, ap);
-		va_end(ap);
-		*err = mesh_buf_detach(&b, NULL);
-	}
-	return rc;
-}
-
 int mesh_ui_open(struct mesh_ui **out, const struct mesh_ui_config *c, char **err)
 {
 	struct sockaddr_storage ss;
@@ -74,36 +60,32 @@ int mesh_ui_open(struct mesh_ui **out, const struct mesh_ui_config *c, char **er
 	if (err)
 		*err = NULL;
 	if (mesh_addr_parse(c->listen, &ss, &len, &loopback) < 0)
-		return set_err(err, MESH_E_PARSE, "'%s' is not an address: 127.0.0.1:PORT or [::1]:PORT", c->listen);
+		return mesh_errf(err, MESH_E_PARSE, "'%s' is not an address: 127.0.0.1:PORT or [::1]:PORT", c->listen);
 	if (!loopback)
-		return set_err(err, MESH_E_REFUSED,
+		return mesh_errf(err, MESH_E_REFUSED,
 			       "'%s' is not a loopback address: mesh ui serves this machine only (127.0.0.1:PORT)",
 			       c->listen);
 	struct mesh_ui *u = calloc(1, sizeof *u);
 	if (!u || !(u->sock = strdup(c->sock))) {
 		free(u);
-		return set_err(err, -ENOMEM, "out of memory");
+		return mesh_errf(err, -ENOMEM, "out of memory");
 	}
 	u->lfd = u->stop_fd = -1;
-	if (c->token) {
-		snprintf(u->token, sizeof u->token, "%s", c->token);
-	} else {
-		unsigned char r[TOKEN_HEX / 2];
-		if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-			int e = -errno;
-			mesh_ui_free(u);
-			return set_err(err, e, "cannot make a token: %s", mesh_strerror(e));
-		}
-		for (size_t i = 0; i < sizeof r; i++)
-			snprintf(u->token + 2 * i, 3, "%02x", r[i]);
+	unsigned char rnd[TOKEN_HEX / 2];
+	if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+		int e = -errno;
+		mesh_ui_free(u);
+		return mesh_errf(err, e, "cannot make a token: %s", mesh_strerror(e));
 	}
+	for (size_t i = 0; i < sizeof rnd; i++)
+		snprintf(u->token + 2 * i, 3, "%02x", rnd[i]);
 	u->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	u->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (u->lfd < 0 || u->stop_fd < 0 || setsockopt(u->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
 	    bind(u->lfd, (struct sockaddr *)&ss, len) < 0 || listen(u->lfd, 64) < 0) {
 		int e = -errno;
 		mesh_ui_free(u);
-		return set_err(err, e, "cannot listen on '%s': %s", c->listen, mesh_strerror(e));
+		return mesh_errf(err, e, "cannot listen on '%s': %s", c->listen, mesh_strerror(e));
 	}
 	struct sockaddr_storage got;
 	socklen_t glen = sizeof got;
@@ -184,10 +166,10 @@ static int pair(const char *s, const char *key, char sep, char *out, size_t cap)
 static int token_is(const struct mesh_ui *u, const char *t)
 {
 	size_t n = strlen(t);
-	unsigned char d = n != TOKEN_HEX && n != strlen(u->token);
-	for (size_t i = 0; i < sizeof u->token - 1; i++)
+	unsigned char d = 0;
+	for (size_t i = 0; i < TOKEN_HEX; i++)
 		d |= (unsigned char)(u->token[i] ^ (i < n ? t[i] : 0));
-	return !d && n == strlen(u->token);
+	return !d && n == TOKEN_HEX;
 }
 
 static void answer(int fd, const struct req *r, int status, const char *reason, const char *type,

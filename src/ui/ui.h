@@ -21,7 +21,6 @@
 struct mesh_ui_config {
 	const char *listen; /* "127.0.0.1:PORT" or "[::1]:PORT" (loopback only; PORT 0: any) */
 	const char *sock;   /* meshd's control socket */
-	const char *token;  /* NULL: 32 random hex digits */
 };
 
 struct mesh_ui;

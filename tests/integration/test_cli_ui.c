@@ -3,6 +3,7 @@
  * HttpOnly cookie), the page's files, meshd's reads passed through, the
  * event stream relayed, a meshd that is down said so (502), SIGTERM.  The
  * page itself in a browser: test_ui_browser.c. */
+#include "integration/serve_t.h" /* file_has */
 #include "integration/ui_t.h"
 #include "runner/t.h"
 
@@ -23,14 +24,6 @@ static int curl(const struct ui_t *u, const char *args, const char *path)
 		 args, u->port, path) != 0)
 		return -1;
 	return atoi(out);
-}
-
-static int file_has(const char *path, const char *needle)
-{
-	char *s = t_read_file(path, NULL);
-	int ok = s && strstr(s, needle);
-	free(s);
-	return ok;
 }
 
 TEST_TIMEOUT(cli_ui_door_pages_reads_and_events, 60)
