@@ -18,7 +18,6 @@ mkdir -p "$T/catalog/$TRIPLE" "$T/logs"
 cp "$B/examples/echo_worker" "$T/catalog/$TRIPLE/echo" || exit 1
 printf 'name = "echo"\nbackends = ["native"]\nmax_workers = 2\nidle_ttl = "60s"\n' >"$T/catalog/echo.toml"
 bench_start_meshd --state "$T/state"
-cpu() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13) / hz }' "/proc/$MESHD/stat"; }
 mesh start echo >/dev/null && mesh start echo >/dev/null || { echo "   cannot start echo"; exit 1; }
 # One job: meshd's CPU seconds over it, on stdout.
 one() {

@@ -33,8 +33,6 @@ now() { date +%s.%N; }
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 job() { curl -s --unix-socket "$S" "http://x/v1/jobs/$1" 2>/dev/null; }
 workers() { ps -o pid= --ppid "$MESHD" | wc -l; }
-# meshd's CPU time so far (user + system, all threads), seconds.
-cpu() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13) / hz }' "/proc/$MESHD/stat"; }
 
 # Cold: zero workers of echo (loaded: scaled to zero, not new), one chunk.
 mesh load echo >/dev/null || exit 1

@@ -1,8 +1,8 @@
 # Shared by the meshd benchmarks (bench/bench_*.sh), sourced after they set
 # B (the build directory, absolute): a temporary directory T removed on exit
 # with the meshd started in it, the catalog's triple, meshd on $T/meshd.sock
-# up and answering, and `mesh` against it.  Not a benchmark itself (run.sh
-# runs bench_*.sh only).
+# up and answering, `mesh` against it and `cpu` (its CPU seconds).  Not a
+# benchmark itself (run.sh runs bench_*.sh only).
 
 T=$(mktemp -d)
 # meshd run as root starts workers as an unprivileged user (`nobody` unless a
@@ -38,3 +38,5 @@ bench_start_meshd() {
 }
 
 mesh() { "$B/mesh" "$@" --socket "$S"; }
+# meshd's CPU time so far (user + system, all threads, the ended ones too), seconds.
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13) / hz }' "/proc/$MESHD/stat"; }

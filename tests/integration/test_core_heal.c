@@ -196,6 +196,21 @@ TEST(core_call_past_call_timeout_kills_and_replaces_the_worker)
 	core_t_down(&c);
 }
 
+/* Stops echo's worker pid (SIGSTOP: no heartbeat) and calls it with body:
+ * the call fails within 5 s saying why, and the worker is killed. */
+static void call_heals_a_stopped_worker(struct meshd_core *d, pid_t pid, const char *body)
+{
+	char *err = NULL;
+	ASSERT_EQ(kill(pid, SIGSTOP), 0);
+	uint64_t t0 = t_now_ms();
+	int rc = call(d, "echo", body, S(10), &err);
+	EXPECT_NE(rc, 0);
+	EXPECT_LT(t_now_ms() - t0, 5000);
+	EXPECT_CONTAINS(err, "heartbeat stopped");
+	free(err);
+	EXPECT_TRUE(gone(pid));
+}
+
 /* A worker whose node loop stops (SIGSTOP: no heartbeat) while a request
  * waits for it is killed after the heartbeat bound, the caller gets the
  * reason, and the next call is served by a fresh worker. */
@@ -209,16 +224,8 @@ TEST(core_stopped_heartbeat_with_a_request_waiting_kills_the_worker)
 	ASSERT_EQ(call(c.d, "echo", "a", S(10), &err), 0);
 	pid_t pid = first_pid(c.d, NULL, NULL, 0);
 	ASSERT_GT(pid, 0);
-	ASSERT_EQ(kill(pid, SIGSTOP), 0);
-	uint64_t t0 = t_now_ms();
-	int rc = call(c.d, "echo", "b", S(10), &err);
-	EXPECT_NE(rc, 0);
-	EXPECT_LT(t_now_ms() - t0, 5000);
-	EXPECT_CONTAINS(err, "heartbeat stopped");
-	free(err);
-	err = NULL;
-	EXPECT_TRUE(gone(pid));
-	rc = call(c.d, "echo", "c", S(10), &err);
+	call_heals_a_stopped_worker(c.d, pid, "b");
+	int rc = call(c.d, "echo", "c", S(10), &err);
 	if (rc)
 		FAIL("the call after: %s: %s", mesh_strerror(rc), err ? err : "");
 	EXPECT_NE(first_pid(c.d, NULL, NULL, 0), pid);
@@ -246,14 +253,7 @@ TEST(core_call_begun_during_a_pass_still_gets_heal_checks)
 	usleep(1000000);
 	ASSERT_EQ(call(c.d, "echo", "b", S(10), &err), 0);
 	usleep(250000);
-	ASSERT_EQ(kill(pid, SIGSTOP), 0);
-	uint64_t t0 = t_now_ms();
-	int rc = call(c.d, "echo", "c", S(10), &err);
-	EXPECT_NE(rc, 0);
-	EXPECT_LT(t_now_ms() - t0, 5000);
-	EXPECT_CONTAINS(err, "heartbeat stopped");
-	free(err);
-	EXPECT_TRUE(gone(pid));
+	call_heals_a_stopped_worker(c.d, pid, "c");
 	core_t_down(&c);
 }
 
