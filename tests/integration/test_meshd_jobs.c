@@ -537,6 +537,77 @@ TEST_TIMEOUT(jobs_a_chunk_that_always_crashes_is_buried_with_its_tail, 60)
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
+/* GET /v1/jobs/<id>/chunks?<q> through curl: the HTTP status; the body in out. */
+static int chunk_map(unsigned id, const char *q)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "curl -sS -o body -w '%%{http_code}' --unix-socket " SOCK " 'http://x/v1/jobs/%u/chunks%s'",
+		 id, q);
+	if (t_sh(out, sizeof out, 0, "%s", cmd) != 0)
+		return -1;
+	int status = atoi(out);
+	char *b = t_read_file("body", NULL);
+	snprintf(out, sizeof out, "%s", b ? b : "");
+	free(b);
+	return status;
+}
+
+/* The array k of o as "1,2,3". */
+static const char *ints(json_t *o, const char *k, char *buf, size_t cap)
+{
+	size_t i, n = 0;
+	json_t *v;
+	buf[0] = 0;
+	json_array_foreach(json_object_get(o, k), i, v)
+		n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)json_integer_value(v));
+	return buf;
+}
+
+/* The page's chunk strip: the chunks in buckets, each with its DONE,
+ * retried and buried counts; from the files of an ended job with failures,
+ * from the counts of one without. */
+TEST_TIMEOUT(jobs_chunk_map_counts_done_retried_and_buried_chunks_by_range, 60)
+{
+	char b[256];
+	add_job_worker("jw", 2, "300s");
+	setup();
+	unsigned id = submit("jw --retries 2 ::: a b crash-once c crash d e f g h");
+	EXPECT_EQ(mesh(1, "wait %u", id), MESH_EXIT_INCOMPLETE);
+	ASSERT_EQ(chunk_map(id, "?buckets=5"), 200);
+	json_t *j = json_loads(out, 0, NULL);
+	ASSERT_TRUE(j != NULL);
+	EXPECT_EQ(jint(j, "n"), 10);
+	EXPECT_EQ(jint(j, "buckets"), 5);
+	EXPECT_STREQ(ints(j, "first", b, sizeof b), "0,2,4,6,8");
+	EXPECT_STREQ(ints(j, "done", b, sizeof b), "2,2,1,2,2");
+	EXPECT_STREQ(ints(j, "retried", b, sizeof b), "0,1,0,0,0");
+	EXPECT_STREQ(ints(j, "buried", b, sizeof b), "0,0,1,0,0");
+	json_decref(j);
+	/* More buckets than chunks: one a chunk; the default is 100. */
+	ASSERT_EQ(chunk_map(id, ""), 200);
+	j = json_loads(out, 0, NULL);
+	EXPECT_EQ(jint(j, "buckets"), 10);
+	EXPECT_STREQ(ints(j, "done", b, sizeof b), "1,1,1,1,0,1,1,1,1,1");
+	json_decref(j);
+	/* An ended job without failures, from its counts: 3 chunks in 2. */
+	unsigned id2 = submit("jw ::: x y z");
+	EXPECT_EQ(mesh(0, "wait %u", id2), 0);
+	ASSERT_EQ(chunk_map(id2, "?buckets=2"), 200);
+	j = json_loads(out, 0, NULL);
+	EXPECT_STREQ(ints(j, "first", b, sizeof b), "0,1");
+	EXPECT_STREQ(ints(j, "done", b, sizeof b), "1,2");
+	EXPECT_STREQ(ints(j, "buried", b, sizeof b), "0,0");
+	json_decref(j);
+	/* Bad asks: clear errors. */
+	EXPECT_EQ(chunk_map(id, "?buckets=0"), 400);
+	EXPECT_CONTAINS(out, "buckets must be a whole number from 1 to 4096");
+	EXPECT_EQ(chunk_map(id, "?buckets=many"), 400);
+	EXPECT_EQ(chunk_map(id, "?buckets=5000"), 400);
+	EXPECT_EQ(chunk_map(999, ""), 404);
+	EXPECT_CONTAINS(out, "no job 999");
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+}
+
 TEST_TIMEOUT(jobs_timeout_kills_a_hung_worker_and_replaces_it, 60)
 {
 	add_job_worker("jw", 1, "300s");

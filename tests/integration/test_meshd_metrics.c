@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #define SOCK "run/meshd.sock"
 
 static char out[1 << 17];
@@ -68,6 +70,22 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	EXPECT_EQ(meshd_t_sample(m, "mesh_chunks{state=\"done\"}"), 0);
 	EXPECT_EQ(meshd_t_sample(m, "mesh_chunk_completions_total"), 0);
 	meshd_t_promtool_ok("sock.txt");
+	/* GET /v1/ps says the same of the cold starts: how many, the mean
+	 * (the histogram's sum over its count) and the last. */
+	ASSERT_EQ(mesh("ps --json"), 0);
+	json_t *ps = json_loads(out, 0, NULL), *p = NULL, *q;
+	size_t i;
+	json_array_foreach(json_object_get(ps, "programs"), i, q)
+		if (!strcmp(json_string_value(json_object_get(q, "name")) ?: "", "echo"))
+			p = q;
+	ASSERT_TRUE(p != NULL);
+	EXPECT_EQ(json_integer_value(json_object_get(p, "cold_starts")), 2);
+	double mean = json_number_value(json_object_get(p, "cold_start_mean_s")),
+	       last = json_number_value(json_object_get(p, "cold_start_last_s"));
+	double sum = meshd_t_sample(m, "mesh_cold_start_seconds_sum{program=\"echo\"}");
+	EXPECT_TRUE(last > 0 && last < 2 * sum);
+	EXPECT_TRUE(mean > 0.499 * sum && mean < 0.501 * sum);
+	json_decref(ps);
 
 	/* The same text over TCP (loopback), and the counters moved with one more call. */
 	ASSERT_EQ(mesh("call echo five"), 0);

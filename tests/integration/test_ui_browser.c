@@ -3,7 +3,9 @@
  * Once the page follows the stream, a job is submitted (its bar must move
  * to 100 %), a worker crashes (its report must show with its last lines),
  * and a program goes cold after its idle TTL; every view is screenshotted
- * at 1280x800 and at a phone's width, with no console error.  The
+ * at 1280x800 and at a phone's width, with no console error.  Last,
+ * meshd is stopped and started again under the open page, which must say
+ * so and go on by itself.  The
  * screenshots are checked for being there and not blank by the script;
  * docs/ui.md shows them (MESH_UI_SHOTS=DIR keeps a copy). */
 #include "base/asan.h"
@@ -28,18 +30,31 @@ static char out[65536];
 #define CHUNKS "300000"
 #endif
 
-/* The browser said the page follows (its ready file), or it ended. */
+/* The browser wrote file, or it ended (its status then in status). */
 struct ready {
 	pid_t pid;
-	int ended;
+	int ended, status;
 };
+static int browser_wrote(struct ready *r, const char *file)
+{
+	return access(file, F_OK) == 0 || (r->ended = waitpid(r->pid, &r->status, WNOHANG) == r->pid);
+}
+/* The page follows the stream. */
 static int page_follows(void *arg)
 {
-	struct ready *r = arg;
-	return access("ready", F_OK) == 0 || (r->ended = waitpid(r->pid, NULL, WNOHANG) == r->pid);
+	return browser_wrote(arg, "ready");
+}
+/* The page asks for meshd to stop; it saw meshd down. */
+static int restart_asked(void *arg)
+{
+	return browser_wrote(arg, "restart");
+}
+static int page_saw_down(void *arg)
+{
+	return browser_wrote(arg, "restart.down");
 }
 
-TEST_TIMEOUT(ui_browser_watches_a_job_a_crash_and_a_program_going_cold, 150)
+TEST_TIMEOUT(ui_browser_watches_a_job_a_crash_and_a_program_going_cold, 200)
 {
 	char pw[1024];
 	snprintf(pw, sizeof pw, "%s/node/node_modules/playwright-core/package.json", getenv("MESH_BUILD"));
@@ -66,12 +81,13 @@ TEST_TIMEOUT(ui_browser_watches_a_job_a_crash_and_a_program_going_cold, 150)
 		char cmd[2048];
 		snprintf(cmd, sizeof cmd,
 			 "TMPDIR=%s HOME=%s MESH_UI_READY_FILE=ready MESH_UI_MOVING=1 MESH_UI_COLD=echo "
+			 "MESH_UI_RESTART_FILE=restart "
 			 "exec node '%s' '%s' shots > browser.out 2>&1",
 			 tmp, tmp, t_src("tests/ui/browser.mjs"), url);
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
-	struct ready r = {br, 0};
+	struct ready r = {br, 0, 0};
 	if (!t_wait_for(page_follows, &r, 60000)) {
 		char *b = t_read_file("browser.out", NULL);
 		kill(br, SIGKILL);
@@ -82,15 +98,28 @@ TEST_TIMEOUT(ui_browser_watches_a_job_a_crash_and_a_program_going_cold, 150)
 	 * cold after its idle TTL. */
 	EXPECT_EQ(meshd_t_mesh(out, sizeof out, 1, "submit echo --chunks " CHUNKS " --wait"), 0);
 	EXPECT_NE(meshd_t_mesh(out, sizeof out, 1, "call crashy x"), 0);
-	int st = 1 << 8;
-	if (!r.ended)
+	/* At its end the page asks for meshd to stop, says so, and must go on
+	 * by itself once meshd is back on the same state. */
+	int st = 1 << 8, restarted = 0;
+	struct ready rs = r;
+	if (t_wait_for(restart_asked, &rs, 120000) && !rs.ended) {
+		EXPECT_EQ(meshd_t_stop(m), 0);
+		if (t_wait_for(page_saw_down, &rs, 60000) && !rs.ended) {
+			m = meshd_t_start(.state = "state");
+			restarted = 1;
+		}
+	}
+	if (!rs.ended)
 		ASSERT_EQ(waitpid(br, &st, 0), br);
+	else
+		st = rs.status;
 	t_sh(out, sizeof out, 1, "rm -rf '%s'", tmp);
 	char *b = t_read_file("browser.out", NULL);
 	printf("%s", b ? b : "");
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		FAIL("the browser test failed (status %d): see its lines above", st);
 	free(b);
+	EXPECT_TRUE(restarted);
 	const char *shots[] = {"jobs.png", "job.png", "programs.png", "gateway.png", "jobs-phone.png"};
 	for (size_t i = 0; i < sizeof shots / sizeof *shots; i++) {
 		char p[64];

@@ -19,6 +19,9 @@
 //   MESH_UI_MOVING      the job must be seen below 100% before it reaches it
 //   MESH_UI_COLD        the program expected to go cold (default: any)
 //   MESH_UI_WAIT_MS     how long each wait for what the caller does (30000)
+//   MESH_UI_RESTART_FILE  at the end: written to ask the caller to stop
+//                       meshd; FILE.down written once the page showed it
+//                       down, for the caller to start it again
 import {createRequire} from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -68,7 +71,11 @@ async function until(page, fn, arg, what, ms) {
 	try {
 		await page.waitForFunction(fn, arg, {timeout: ms || WAIT, polling: 200});
 	} catch (e) {
-		const text = await page.evaluate(() => document.querySelector('main') && document.querySelector('main').innerText).catch(() => '');
+		const text = await page.evaluate(() => {
+			const b = document.querySelector('#banner'), l = document.querySelector('#live');
+			return `[${location.hash}; stream: ${l && l.textContent}; banner: ${b && !b.hidden ? b.textContent : 'none'}]\n` +
+				(document.querySelector('main') ? document.querySelector('main').innerText : '');
+		}).catch(() => '');
 		await page.screenshot({path: path.join(outdir, 'failed.png')}).catch(() => {});
 		return fail(`${what} (waited ${ms || WAIT} ms); the page said:\n${String(text).slice(0, 2000)}`);
 	}
@@ -147,6 +154,13 @@ if (rr.status() !== 200) await fail(`the results link ${results} answered ${rr.s
 ok(`job page: counts, results link (${(await rr.body()).length} bytes)`);
 await until(page, () => document.querySelector('#rateplot .uplot, #rateplot .empty'), null, 'the rate plot did not render', 5000);
 ok(`job page: rate ${await page.evaluate(() => document.querySelector('#rateplot .uplot') ? 'plot' : 'note: ' + document.querySelector('#rateplot').innerText)}`);
+// The chunk strip: every chunk of the ended job DONE.
+await until(page, () => {
+	const st = document.querySelector('#strip .strip');
+	const m = st && /^chunk map: (\d+) of (\d+) done/.exec(st.getAttribute('aria-label'));
+	return m && m[1] === m[2] && st.children.length > 1;
+}, null, 'the chunk strip did not show every chunk done', 10000);
+ok(`job page: chunk strip (${await page.evaluate(() => { const st = document.querySelector('#strip .strip'); return st.children.length + ' cells, ' + st.getAttribute('aria-label'); })})`);
 await shot(page, 'job.png');
 await clean('on the job page');
 
@@ -173,6 +187,10 @@ const cold = (await page.evaluate(coldList, wantCold)).join(', ');
 ok(`programs: warm then cold: ${cold}`);
 await until(page, () => document.querySelector('#savings .uplot'), null, 'no savings plot on the programs view', 15000);
 ok('programs: savings plot');
+const coldOne = cold.split(', ')[0];
+await until(page, n => { const c = document.querySelector(`tr[data-program="${CSS.escape(n)}"] td.cold`); return c && /(ms|s) · .*(ms|s) \(\d+\)/.test(c.textContent); },
+	coldOne, `no cold-start time (last · mean (count)) for ${coldOne} on the programs view`, 10000);
+ok(`programs: ${coldOne}'s cold starts: ${await page.evaluate(n => document.querySelector(`tr[data-program="${CSS.escape(n)}"] td.cold`).textContent, coldOne)}`);
 await page.evaluate(() => window.scrollTo(0, 0));
 await shot(page, 'programs.png');
 await clean('on the programs view');
@@ -210,6 +228,30 @@ for (const [view, name] of [['jobs', 'jobs-phone.png'], ['programs', 'programs-p
 	await shot(page, name);
 }
 await clean('at a phone\'s width');
+
+// meshd restarted under the open page ($MESH_UI_RESTART_FILE: the caller
+// stops meshd once that file is there, and starts it again once the file
+// named by its contents plus ".down" is): the page says meshd is down,
+// then goes on by itself -- live again, the job listed again.
+if (process.env.MESH_UI_RESTART_FILE) {
+	const asked = process.env.MESH_UI_RESTART_FILE;
+	await page.setViewportSize({width: 1280, height: 800});
+	await nav(page, 'jobs', 'Jobs');
+	const before = problems.length;
+	fs.writeFileSync(asked, 'restart\n');
+	await until(page, () => { const b = document.querySelector('#banner'); return b && !b.hidden && /meshd is not running/.test(b.textContent); },
+		null, 'the page did not say meshd was down once it stopped');
+	ok(`meshd stopped: the page says '${(await page.evaluate(() => document.querySelector('#banner').textContent)).slice(0, 60)}...' and '${await page.evaluate(() => document.querySelector('#live').textContent)}'`);
+	fs.writeFileSync(asked + '.down', 'seen\n');
+	await until(page, id => document.querySelector('#live').textContent === 'live' && document.querySelector('#banner').hidden &&
+		document.querySelector(`#jobs tr[data-job="${id}"]`), jobId, 'the page did not go on by itself after meshd came back');
+	ok(`meshd back: the page is live again and lists job ${jobId}`);
+	// While meshd was down, the browser logs the 502s of its reads and the
+	// stream's: expected then, and only those.
+	const down = problems.splice(before).filter(p => !/status of 502|EventSource/.test(p));
+	problems.push(...down);
+	await clean('across a restart of meshd');
+}
 
 await browser.close();
 ok('browser');

@@ -270,6 +270,50 @@ static void results(struct meshd_jobs *jobs, uint64_t id, const struct evkeyvalq
 	answer(a, 200, type, data, data ? n : 0);
 }
 
+static json_t *u64_array(const uint64_t *v, unsigned n)
+{
+	json_t *arr = json_array();
+	for (unsigned i = 0; arr && i < n; i++)
+		if (json_array_append_new(arr, json_integer((json_int_t)v[i])) < 0) {
+			json_decref(arr);
+			return NULL;
+		}
+	return arr;
+}
+
+/* GET /v1/jobs/<id>/chunks[?buckets=N]: the chunk map (meshd_jobs_chunk_map). */
+static void chunks(struct meshd_jobs *jobs, uint64_t id, const struct evkeyvalq *args, struct meshd_api_answer *a)
+{
+	uint64_t buckets = 100;
+	if (arg_u64(args, "buckets", 1, MESHD_CHUNK_MAP_MAX, &buckets, a) < 0)
+		return;
+	struct meshd_chunk_map m;
+	char *msg = NULL;
+	int rc = meshd_jobs_chunk_map(jobs, id, (unsigned)buckets, &m, &msg);
+	if (rc < 0)
+		return op_error(a, rc, msg);
+	free(msg);
+	json_t *first = json_array();
+	for (unsigned i = 0; first && i < m.buckets; i++)
+		if (json_array_append_new(first, json_integer((json_int_t)(((unsigned __int128)i * m.n) / m.buckets))) < 0) {
+			json_decref(first);
+			first = NULL;
+		}
+	json_t *d = u64_array(m.done, m.buckets), *r = u64_array(m.retried, m.buckets), *b = u64_array(m.buried, m.buckets);
+	json_t *j = first && d && r && b
+			    ? json_pack("{s:I, s:I, s:o, s:o, s:o, s:o}", "n", (json_int_t)m.n, "buckets", (json_int_t)m.buckets,
+					"first", first, "done", d, "retried", r, "buried", b)
+			    : NULL;
+	if (!j) {
+		json_decref(first);
+		json_decref(d);
+		json_decref(r);
+		json_decref(b);
+	}
+	meshd_chunk_map_release(&m);
+	json_answer(a, 200, j);
+}
+
 /* The answer to an action on job ids (cancel, remove): the call's rc and
  * its message (owned). */
 static void acted(struct meshd_api_answer *a, const char *ids, const char *action, int rc, char *msg)
@@ -296,7 +340,7 @@ void meshd_api_jobs(struct meshd_jobs *jobs, const char *method, const char *pat
 			return list(jobs, args, a);
 		return not_allowed(a, "GET, HEAD, POST");
 	}
-	/* /v1/jobs/<id>[/results|/cancel] */
+	/* /v1/jobs/<id>[/results|/chunks|/cancel] */
 	const char *p = path + 9, *slash = strchr(p, '/');
 	size_t idlen = slash ? (size_t)(slash - p) : strlen(p);
 	char ids[24];
@@ -333,6 +377,11 @@ void meshd_api_jobs(struct meshd_jobs *jobs, const char *method, const char *pat
 		if (!is_get)
 			return not_allowed(a, "GET, HEAD");
 		return results(jobs, id, args, a);
+	}
+	if (!strcmp(action, "chunks")) {
+		if (!is_get)
+			return not_allowed(a, "GET, HEAD");
+		return chunks(jobs, id, args, a);
 	}
 	if (!strcmp(action, "cancel")) {
 		if (!is_post)

@@ -7,6 +7,7 @@
  *   GET  /v1/jobs/<id>[?wait=S]
  *   DELETE /v1/jobs/<id>
  *   GET  /v1/jobs/<id>/results[?from=K][&wait=S]
+ *   GET  /v1/jobs/<id>/chunks[?buckets=N]
  *   POST /v1/jobs/<id>/cancel */
 #ifndef MESH_MESHD_API_API_JOBS_H
 #define MESH_MESHD_API_API_JOBS_H

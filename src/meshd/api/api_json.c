@@ -196,13 +196,21 @@ json_t *meshd__program_json(const struct meshd_program_info *pi)
 	snprintf(bh, sizeof bh, "%016llx", (unsigned long long)pi->bin_hash);
 	/* The savings (struct meshd_savings: one definition, one window). */
 	const struct meshd_savings *sv = &pi->savings;
-	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:I, s:f, s:f, s:f, s:f, s:I}", "name", pi->name,
+	json_t *o = json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:I, s:f, s:f, s:f, s:f, s:I}", "name", pi->name,
 			 "device", pi->gpu ? "gpu" : "cpu", "binary", text_json(pi->binary), "image_hash", ih, "bin_hash",
 			 bh, "bin_bytes", (json_int_t)pi->bin_bytes, "max_workers", (json_int_t)pi->max_workers, "limits",
 			 lim, "image", image_json(pi->image_id), "previous_image", image_json(pi->prev_id), "warm",
 			 (json_int_t)pi->warm, "warm_seconds", (double)sv->warm_ns / 1e9, "always_on_seconds",
 			 (double)sv->always_ns / 1e9, "savings", sv->permil / 1000.0, "window_seconds",
 			 (double)sv->window_ns / 1e9, "window_since", (json_int_t)sv->since);
+	/* Its cold starts since it was loaded (spawn -> ready). */
+	if (o) {
+		json_object_set_new(o, "cold_starts", json_integer((json_int_t)pi->cold_starts));
+		json_object_set_new(o, "cold_start_mean_s",
+				    pi->cold_starts ? json_real((double)pi->cold_sum_ns / (double)pi->cold_starts / 1e9) : json_null());
+		json_object_set_new(o, "cold_start_last_s", pi->cold_starts ? json_real((double)pi->cold_last_ns / 1e9) : json_null());
+	}
+	return o;
 }
 
 static json_t *worker_json(const struct meshd_worker_info *wi)

@@ -56,6 +56,7 @@ static void on_ready(void *ctx, const struct mesh_image *img, uint64_t ns)
 	struct program *p = (struct program *)((char *)img - offsetof(struct program, img));
 	pthread_mutex_lock(&d->metrics_mu);
 	mesh_hist_observe(&p->cold_start, &meshd_cold_start_bounds, ns);
+	p->cold_last_ns = ns;
 	pthread_mutex_unlock(&d->metrics_mu);
 }
 

@@ -56,6 +56,7 @@ struct program {
 	int gone;
 	/* Metrics, under d->metrics_mu. */
 	struct mesh_hist cold_start, call;
+	uint64_t cold_last_ns; /* the last cold start (spawn -> ready) */
 	uint64_t calls[MESHD_CALL__N];
 	/* crash-loop backoff */
 	unsigned streak;		    /* deaths before ready in a row */

@@ -586,6 +586,11 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 		pi->warm += wi->st.state == MESH_IS_IDLE || wi->st.state == MESH_IS_RUNNING;
 	}
 	meshd__ledger_read(d, p->img.name, mesh_mono_ns(), &pi->savings);
+	pthread_mutex_lock(&d->metrics_mu);
+	pi->cold_starts = p->cold_start.count;
+	pi->cold_sum_ns = p->cold_start.sum_ns;
+	pi->cold_last_ns = p->cold_last_ns;
+	pthread_mutex_unlock(&d->metrics_mu);
 	pi->prev_id = p->prev_id;
 	return 0;
 }

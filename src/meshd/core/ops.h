@@ -108,6 +108,9 @@ struct meshd_program_info {
 	int replaced;	   /* load, rollback: the image changed (an upgrade) */
 	unsigned warm;	   /* workers IDLE or RUNNING now */
 	struct meshd_savings savings;
+	/* Its cold starts (a worker's spawn to its ready) since it was
+	 * loaded: how many, their sum, the last one. */
+	uint64_t cold_starts, cold_sum_ns, cold_last_ns;
 };
 void meshd_program_info_release(struct meshd_program_info *pi);
 

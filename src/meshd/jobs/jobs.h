@@ -126,6 +126,29 @@ int meshd_jobs_list(struct meshd_jobs *j, size_t recent, struct meshd_job_info *
 void meshd_jobs_list_release(struct meshd_job_info *list, size_t n);
 /* The jobs `mesh jobs` shows without --all: the running and this many ended. */
 #define MESHD_JOBS_RECENT 20u
+/* A job's chunks in buckets: the range 0..n-1 cut into `buckets` runs of
+ * nearly equal length, bucket i holding the chunks from first(i) =
+ * i * n / buckets to first(i+1) - 1, and for each how many are DONE, how
+ * many had a failed attempt and were not buried (done since, or still to
+ * come), and how many are buried.  The rest of a bucket is pending or
+ * leased.  What `GET /v1/jobs/<id>/chunks` answers (the page's chunk
+ * strip). */
+struct meshd_chunk_map {
+	uint64_t n;
+	unsigned buckets;     /* min(asked, n); 0 when n is 0 */
+	uint64_t *done, *retried, *buried; /* buckets each, one allocation */
+};
+/* The most buckets a map has, and the most chunks a job may have for one
+ * (the DONE bits are walked whole: n / 8 bytes for a moment). */
+#define MESHD_CHUNK_MAP_MAX 4096u
+#define MESHD_CHUNK_MAP_MAX_CHUNKS (1ull << 28)
+/* Job id's map.  An ended job whose chunks all ended DONE or buried and
+ * that had no failed attempt is answered from its counts; any other opens
+ * its files.  0; MESH_E_NOTFOUND; MESH_E_RANGE (more chunks than
+ * MESHD_CHUNK_MAP_MAX_CHUNKS, *err says so); -ENOMEM; the open's error. */
+int meshd_jobs_chunk_map(struct meshd_jobs *j, uint64_t id, unsigned buckets, struct meshd_chunk_map *out,
+			 char **err);
+void meshd_chunk_map_release(struct meshd_chunk_map *m);
 /* The DONE, duplicate and speculative-win counts of the jobs removed since
  * the start (by retention or meshd_jobs_remove): /metrics adds them to the
  * kept jobs' so that its counters never go down. */

@@ -671,3 +671,122 @@ int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_
 	mesh__job_put(jb);
 	return rc;
 }
+
+/* The bucket of chunk cid in a map of n chunks in b buckets: the largest i
+ * with i * n / b <= cid (bucket i starts at i * n / b). */
+static unsigned bucket_of(uint64_t cid, uint64_t n, unsigned b)
+{
+	unsigned i = (unsigned)(((unsigned __int128)cid * b) / n);
+	/* cid * b / n may land one past: first(i) = i * n / b rounds down. */
+	while (i + 1 < b && (uint64_t)(((unsigned __int128)(i + 1) * n) / b) <= cid)
+		i++;
+	while (i > 0 && (uint64_t)(((unsigned __int128)i * n) / b) > cid)
+		i--;
+	return i;
+}
+
+/* The feed hands out the DONE chunks in cid order: the bucket is found by
+ * walking, not by a division each. */
+struct map_walk {
+	struct meshd_chunk_map *m;
+	unsigned i;   /* the bucket of the last chunk */
+	uint64_t end; /* where bucket i ends */
+};
+
+static void map_done(uint64_t cid, void *arg)
+{
+	struct map_walk *w = arg;
+	if (cid >= w->end) {
+		w->i = bucket_of(cid, w->m->n, w->m->buckets);
+		w->end = (uint64_t)(((unsigned __int128)(w->i + 1) * w->m->n) / w->m->buckets);
+	}
+	w->m->done[w->i]++;
+}
+
+static void map_failure(const struct mesh_job_failure *f, void *arg)
+{
+	struct meshd_chunk_map *m = arg;
+	if (f->cid >= m->n)
+		return;
+	unsigned i = bucket_of(f->cid, m->n, m->buckets);
+	if (f->buried)
+		m->buried[i]++;
+	else
+		m->retried[i]++;
+}
+
+/* Every chunk DONE but the buried ones, whose ids only the files know:
+ * the map of an ended job without failed attempts. */
+static void map_all_done(struct meshd_chunk_map *m)
+{
+	for (unsigned i = 0; i < m->buckets; i++) {
+		uint64_t lo = (uint64_t)(((unsigned __int128)i * m->n) / m->buckets);
+		uint64_t hi = (uint64_t)(((unsigned __int128)(i + 1) * m->n) / m->buckets);
+		m->done[i] = hi - lo;
+	}
+}
+
+int meshd_jobs_chunk_map(struct meshd_jobs *j, uint64_t id, unsigned buckets, struct meshd_chunk_map *out,
+			 char **err)
+{
+	memset(out, 0, sizeof *out);
+	if (err)
+		*err = NULL;
+	struct job *jb = mesh__jobs_find(&j->homes[0], id);
+	if (!jb)
+		return not_found(err, id);
+	uint64_t n = jb->hj->spec.n;
+	int rc = 0;
+	if (n > MESHD_CHUNK_MAP_MAX_CHUNKS) {
+		rc = mesh_errf(err, MESH_E_RANGE, "job %" PRIu64 " has %" PRIu64 " chunks: a chunk map is made for at most %llu",
+			       id, n, (unsigned long long)MESHD_CHUNK_MAP_MAX_CHUNKS);
+		goto out;
+	}
+	out->n = n;
+	out->buckets = n == 0 ? 0 : buckets < 1 ? 1 : buckets > MESHD_CHUNK_MAP_MAX ? MESHD_CHUNK_MAP_MAX : buckets;
+	if (n && n < out->buckets)
+		out->buckets = (unsigned)n;
+	if (out->buckets == 0)
+		goto out;
+	out->done = calloc((size_t)out->buckets * 3, sizeof *out->done);
+	if (!out->done) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	out->retried = out->done + out->buckets;
+	out->buried = out->retried + out->buckets;
+	pthread_mutex_lock(&jb->mu);
+	int have_sum = jb->have_sum && jb->state != MESH_HOME_RUNNING;
+	struct mesh_home_sum sum = jb->sum;
+	pthread_mutex_unlock(&jb->mu);
+	if (have_sum && sum.st.failed_attempts == 0 && sum.st.done == n) {
+		map_all_done(out);
+		goto out;
+	}
+	rc = mesh__job_files_get(jb, 1, err);
+	if (rc < 0)
+		goto out;
+	struct mesh_job *jh = atomic_load(&jb->hj->jh);
+	if (jh) {
+		struct mesh_job_feed f = MESH_JOB_FEED_INIT;
+		struct map_walk w = {out, 0, 0};
+		rc = mesh_job_feed(jh, &f, map_done, &w);
+		mesh_job_feed_free(&f);
+		if (rc == 0)
+			rc = mesh_job_failures(jh, map_failure, out);
+		if (rc < 0 && err && !*err)
+			rc = mesh_errf(err, rc, "cannot read job %" PRIu64 "'s chunks: %s", id, mesh_strerror(rc));
+	}
+	mesh__job_files_put(jb);
+out:
+	mesh__job_put(jb);
+	if (rc < 0)
+		meshd_chunk_map_release(out);
+	return rc;
+}
+
+void meshd_chunk_map_release(struct meshd_chunk_map *m)
+{
+	free(m->done);
+	memset(m, 0, sizeof *m);
+}

@@ -21,6 +21,7 @@
 		jobs: new Map(),	/* id -> job object (from /api/jobs, moved by events) */
 		jobsOlder: 0,
 		jobDetail: new Map(),	/* id -> /api/jobs/<id> (with failures) */
+		chunkMap: new Map(),	/* id -> /api/jobs/<id>/chunks (the strip) */
 		progress: new Map(),	/* id -> [[t_s, done], ...] from job events */
 		workers: new Map(),	/* program -> Map(worker -> [[t_s, state], ...]) */
 		savings: new Map(),	/* program -> [[t_s, warm_s, always_on_s, saved], ...] */
@@ -53,6 +54,11 @@
 		if (s < 3600) return Math.floor(s / 60) + ' m ' + Math.round(s % 60) + ' s';
 		if (s < 86400) return Math.floor(s / 3600) + ' h ' + Math.round((s % 3600) / 60) + ' m';
 		return Math.floor(s / 86400) + ' d ' + Math.round((s % 86400) / 3600) + ' h';
+	}
+	/* a short time: milliseconds below a second */
+	function brief(s) {
+		if (s == null || !isFinite(s) || s < 0) return '-';
+		return s < 1 ? (1000 * s).toFixed(s < 0.01 ? 1 : 0) + ' ms' : dur(s);
 	}
 	/* el's inner HTML, only when it changed (a redraw that changes nothing
 	 * keeps the focus and the text selection where they are). */
@@ -163,6 +169,22 @@
 		schedule();
 	}
 
+	/* The chunk strip of the job shown: read at its view's start and again
+	 * at most once a second while its job events come. */
+	const STRIP_BUCKETS = 200;
+	let chunksTimer = 0, chunksAt = 0;
+	async function loadChunks(id) {
+		chunksAt = Date.now();
+		const m = await api('jobs/' + encodeURIComponent(id) + '/chunks?buckets=' + STRIP_BUCKETS);
+		if (m) S.chunkMap.set(String(id), m);
+		schedule();
+	}
+	function soonChunks(id) {
+		if (chunksTimer) return;
+		const wait = Math.max(0, 1000 - (Date.now() - chunksAt));
+		chunksTimer = setTimeout(() => { chunksTimer = 0; loadChunks(id); }, wait);
+	}
+
 	/* The gateway's evictions and memory budget: only /metrics has them
 	 * (mesh_gateway_evictions_total, mesh_gateway_memory_bytes). */
 	async function loadMetrics() {
@@ -270,6 +292,7 @@
 			job.buried = d.buried;
 			job.chunks = d.chunks;
 			if (d.state !== 'progress') job.state = d.state;
+			if (route().view === 'job' && route().arg === jid) soonChunks(jid);
 			if (d.state !== 'progress' && d.state !== 'running') {
 				soonJobs();
 				if (route().view === 'job' && route().arg === jid) loadJob(jid);
@@ -324,6 +347,26 @@
 			'<span style="width:' + p.toFixed(2) + '%"></span>' +
 			'<span class="buried" style="left:' + p.toFixed(2) + '%;width:' + b.toFixed(2) + '%"></span>' +
 			'<b>' + jobPct(job) + '%</b></div>';
+	}
+	/* The chunk range in buckets, a cell each: the darker, the more of it
+	 * DONE; red when a chunk of it is buried, a mark under it when one had
+	 * a failed attempt.  Each cell says its range and counts (title). */
+	function strip(m) {
+		if (!m) return '<div class="empty">loading</div>';
+		if (m.__error) return '<div class="empty">' + esc(m.__error) + '</div>';
+		if (!m.buckets) return '<div class="empty">no chunks</div>';
+		let cells = '';
+		for (let i = 0; i < m.buckets; i++) {
+			const lo = m.first[i], hi = (i + 1 < m.buckets ? m.first[i + 1] : m.n) - 1, len = hi - lo + 1;
+			const f = len ? m.done[i] / len : 0;
+			const cls = m.buried[i] ? 'buried' : m.retried[i] ? 'retried' : '';
+			cells += '<i' + (cls ? ' class="' + cls + '"' : '') + ' style="--f:' + f.toFixed(3) + '" title="chunks ' + lo +
+				(hi > lo ? '-' + hi : '') + ': ' + m.done[i] + ' done' + (m.retried[i] ? ', ' + m.retried[i] + ' had a failed attempt' : '') +
+				(m.buried[i] ? ', ' + m.buried[i] + ' buried' : '') + '"></i>';
+		}
+		const sum = a => a.reduce((x, y) => x + y, 0);
+		return '<div class="strip" role="img" aria-label="chunk map: ' + sum(m.done) + ' of ' + m.n + ' done, ' + sum(m.buried) +
+			' buried">' + cells + '</div><div class="muted strip-axis"><span>0</span><span>' + (m.n - 1) + '</span></div>';
 	}
 	function stateTag(s) { return '<span class="state state-' + esc(String(s).toLowerCase()) + '">' + esc(s) + '</span>'; }
 
@@ -455,11 +498,14 @@
 			document.title = 'job ' + id + ' - mesh';
 			main.innerHTML = '<p><a href="#/jobs">&larr; jobs</a></p><h1>Job ' + esc(id) + ' <span id="jstate"></span></h1>' +
 				'<div id="jbar"></div><div class="grid" id="counts" style="margin-top:10px"></div>' +
+				'<h2>Chunks <span class="legend"><i class="done"></i>done<i class="retried"></i>had a failed attempt<i class="buried"></i>buried<i class="pending"></i>pending or leased</span></h2>' +
+				'<div class="card" id="strip"></div>' +
 				'<h2>Rate</h2><div class="card plot" id="rateplot"></div>' +
 				'<h2>Results</h2><p><a id="results" href="/api/jobs/' + encodeURIComponent(id) + '/results" download="job-' + esc(id) + '-results">download the results</a> ' +
 				'<span class="muted">(the settled chunks in chunk order, up to 4 MiB a page: <code>mesh results ' + esc(id) + '</code> for all)</span></p>' +
 				'<h2>Failures</h2><div id="failures"></div>';
 			loadJob(id);
+			loadChunks(id);
 		},
 		draw(main, id) {
 			const d = S.jobDetail.get(String(id));
@@ -498,6 +544,7 @@
 			} else {
 				plot('rate', el, 'chunks/s', [{label: 'chunks/s'}], [xs, ys], 'chunks/s');
 			}
+			setHTML($('#strip', main), strip(S.chunkMap.get(String(id))));
 			const f = (d && d.failures) || [];
 			setHTML($('#failures', main), f.length ? f.map(x =>
 				'<div class="card report"><h3>chunk ' + esc(x.chunk) + ' · ' + esc(x.attempts) + ' attempt' + (x.attempts === 1 ? '' : 's') +
@@ -510,8 +557,8 @@
 		init(main) {
 			document.title = 'programs - mesh';
 			main.innerHTML = '<h1>Programs</h1><div class="scroll"><table id="programs"><thead><tr>' +
-				'<th>program</th><th>state</th><th>workers (pid · state · CPU · RSS)</th><th class="num">spawns</th>' +
-				'<th class="num">crashes</th><th class="num">saved</th><th>log</th></tr></thead><tbody></tbody></table></div>' +
+				'<th>program</th><th>state</th><th>workers (pid · state · CPU · RSS · VRAM)</th><th class="num">spawns</th>' +
+				'<th class="num">cold start (last · mean)</th><th class="num">crashes</th><th class="num">saved</th><th>log</th></tr></thead><tbody></tbody></table></div>' +
 				'<h2>Warm and cold <span class="legend"><i style="background:var(--warm)"></i>warm<i style="background:var(--cold)"></i>cold<i style="background:var(--unknown)"></i>no events</span></h2>' +
 				'<div class="card" id="timelines"></div>' +
 				'<h2>Savings</h2><p class="muted">worker-seconds held (warm) against what always-on workers would hold, over each program\'s window</p><div class="plots" id="savings"></div>' +
@@ -527,19 +574,21 @@
 				const st = p.failed ? stateTag('FAILED') : warm ? stateTag('warm') : stateTag('cold');
 				const ws = (p.workers || []).map(w =>
 					'<div class="mono">' + (w.pid ? esc(w.pid) : '-') + ' · ' + esc(String(w.state).toLowerCase()) + (w.busy ? ' (busy)' : '') +
-					' · ' + num(w.cpu_pct, 1) + '% · ' + (w.rss ? bytes(w.rss) : '-') + '</div>').join('');
+					' · ' + num(w.cpu_pct, 1) + '% · ' + (w.rss ? bytes(w.rss) : '-') +
+					(w.gpu ? ' · ' + bytes(w.gpu.vram || 0) + ' VRAM' + (w.gpu.gpus && w.gpu.gpus.length ? ' on GPU ' + w.gpu.gpus.join(',') : '') : '') + '</div>').join('');
+				const cold = p.cold_starts ? brief(p.cold_start_last_s) + ' · ' + brief(p.cold_start_mean_s) + ' <span class="muted">(' + num(p.cold_starts) + ')</span>' : '-';
 				return '<tr data-program="' + esc(p.name) + '" data-crashes="' + esc(p.crashes || 0) + '"><td>' + esc(p.name) + ' <span class="muted">' + esc(p.device || '') + '</span></td>' +
 					'<td class="pstate">' + st + (p.failed ? '<div class="muted">' + esc(p.failed) + '</div>' : '') + '</td>' +
-					'<td>' + (ws || '<span class="muted">none</span>') + '</td><td class="num">' + num(p.spawns) + '</td>' +
+					'<td>' + (ws || '<span class="muted">none</span>') + '</td><td class="num">' + num(p.spawns) + '</td><td class="num cold">' + cold + '</td>' +
 					'<td class="num">' + num(p.crashes) + '</td><td class="num">' + pct(p.savings) + '</td>' +
 					'<td><a href="#/logs/' + encodeURIComponent(p.name) + '">log</a></td></tr>';
 			});
 			for (const n of S.workers.keys())
 				if (!names.has(n) && !(ps && ps.http || []).some(h => h.name === n))
 					rows.push('<tr data-program="' + esc(n) + '"><td>' + esc(n) + '</td><td class="pstate">' + stateTag('cold') +
-						' <span class="muted">not loaded</span></td><td></td><td></td><td></td><td></td><td><a href="#/logs/' + encodeURIComponent(n) + '">log</a></td></tr>');
+						' <span class="muted">not loaded</span></td><td></td><td></td><td></td><td></td><td></td><td><a href="#/logs/' + encodeURIComponent(n) + '">log</a></td></tr>');
 			setHTML($('#programs tbody', main), rows.length ? rows.join('')
-				: '<tr><td colspan="7" class="empty">' + (ps ? 'no program is loaded: a call, a job or <code>mesh load</code> loads one' : 'loading') + '</td></tr>');
+				: '<tr><td colspan="8" class="empty">' + (ps ? 'no program is loaded: a call, a job or <code>mesh load</code> loads one' : 'loading') + '</td></tr>');
 
 			/* timelines over [since, now] */
 			const t1 = now(), t0 = Math.min(S.since, t1 - 60), span = t1 - t0;
