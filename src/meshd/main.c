@@ -254,6 +254,8 @@ struct loop_run {
 static void *loop_main(void *arg)
 {
 	struct loop_run *lr = arg;
+	/* Named for `top -H`, `ps -L` and bench/bench_events.sh. */
+	prctl(PR_SET_NAME, "meshd-loop");
 	lr->rc = meshd_core_run(lr->core);
 	/* A loop that ended by itself (it failed) stops meshd too. */
 	ssize_t r = write(stop_pipe[1], "l", 1);
