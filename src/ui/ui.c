@@ -7,12 +7,14 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/parse.h"
 #include "base/thread.h"
 #include "client/api_client.h"
 #include "http/hframe.h"
 #include "http/http.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -328,6 +330,79 @@ static void api(struct mesh_ui *u, int fd, const struct req *r)
 	meshd_reply_release(&rep);
 }
 
+/* A number after "key=" in a Content-Type's parameters; whether it was there. */
+static int type_param(const char *type, const char *key, uint64_t *out)
+{
+	char k[16], v[24];
+	snprintf(k, sizeof k, "; %s=", key);
+	const char *p = strstr(type, k);
+	if (!p)
+		return 0;
+	p += strlen(k);
+	size_t n = strcspn(p, ";");
+	snprintf(v, sizeof v, "%.*s", (int)(n < sizeof v ? n : sizeof v - 1), p);
+	return mesh_parse_u64(v, UINT64_MAX, out) == 0;
+}
+
+/* GET /results/<id>: every settled result of job id in chunk order, as one
+ * download: meshd's pages (GET /v1/jobs/<id>/results?from=K, 4 MiB each)
+ * one after the other, until the end or the first chunk not settled yet (a
+ * running job: what is there now).  Chunked, so that a download cut short
+ * (meshd gone midway) ends without its last chunk: the browser says it
+ * failed instead of keeping a short file. */
+static void download(struct mesh_ui *u, int fd, const struct req *r)
+{
+	uint64_t id, from = 0, next, end = 0;
+	if (mesh_parse_u64(r->path + 9, UINT64_MAX, &id) < 0 || id == 0) {
+		answer_text(fd, r, 404, "Not Found", "mesh ui: no such job\n");
+		return;
+	}
+	int begun = 0;
+	while (!end) {
+		char target[96], msg[512];
+		snprintf(target, sizeof target, "/v1/jobs/%" PRIu64 "/results?from=%" PRIu64, id, from);
+		struct meshd_reply rep = MESHD_REPLY_INIT;
+		int rc = meshd_client_request(u->sock, "GET", target, NULL, 0, API_TIMEOUT_NS, &rep);
+		int ok = rc == 0 && rep.status == 200 && type_param(rep.type, "next", &next) && type_param(rep.type, "end", &end);
+		if (!ok && !begun) {
+			if (rc < 0)
+				snprintf(msg, sizeof msg, "cannot reach meshd at %s: %s", u->sock, mesh_strerror(rc));
+			if (rc < 0 || rep.status == 200)
+				answer_json_error(fd, r, 502, "Bad Gateway", rc < 0 ? msg : "meshd's results page had no next= or end=");
+			else
+				answer(fd, r, rep.status, rep.status < 500 ? "Client Error" : "Error",
+				       rep.type[0] ? rep.type : "application/json", "Cache-Control: no-store\r\n",
+				       rep.body ? rep.body : "", rep.len);
+		}
+		if (ok && !begun) {
+			char head[512];
+			int n = snprintf(head, sizeof head,
+					 "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+					 "Content-Disposition: attachment; filename=\"job-%" PRIu64 "-results\"\r\n"
+					 "Transfer-Encoding: chunked\r\nCache-Control: no-store\r\nConnection: close\r\n" SAFE_HEADERS
+					 "\r\n",
+					 id);
+			begun = 1;
+			if (mesh_write_all_raw(fd, head, (size_t)n) < 0 || r->head_only)
+				ok = 0, begun = 0;
+		}
+		if (ok && rep.len) {
+			char size[24];
+			int n = snprintf(size, sizeof size, "%zx\r\n", rep.len);
+			if (mesh_write_all_raw(fd, size, (size_t)n) < 0 || mesh_write_all_raw(fd, rep.body, rep.len) < 0 ||
+			    mesh_write_all_raw(fd, "\r\n", 2) < 0)
+				ok = 0, begun = 0;
+		}
+		meshd_reply_release(&rep);
+		if (!ok)
+			return; /* begun: no last chunk, the download fails */
+		if (next <= from)
+			break; /* a chunk not settled yet */
+		from = next;
+	}
+	(void)mesh_write_all_raw(fd, "0\r\n\r\n", 5);
+}
+
 static void serve(struct mesh_ui *u, int fd)
 {
 	static const char refused[] =
@@ -366,6 +441,8 @@ static void serve(struct mesh_ui *u, int fd)
 		events(u, fd, r);
 	} else if (!strncmp(r->path, "/api/", 5)) {
 		api(u, fd, r);
+	} else if (!strncmp(r->path, "/results/", 9)) {
+		download(u, fd, r);
 	} else {
 		const struct mesh_ui_asset *a = asset(strcmp(r->path, "/") ? r->path + 1 : "index.html");
 		if (a)

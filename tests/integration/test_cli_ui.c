@@ -1,7 +1,7 @@
 /* `mesh ui`'s server (ui/ui.c) with curl against a real meshd: the door
  * (no token, a wrong one, another Host: 403; the URL's token becomes an
- * HttpOnly cookie), the page's files, meshd's reads passed through, the
- * event stream relayed, a meshd that is down said so (502), SIGTERM.  The
+ * HttpOnly cookie), the page's files, meshd's reads passed through, a
+ * job's results as one download, the event stream relayed, a meshd that is down said so (502), SIGTERM.  The
  * page itself in a browser: test_ui_browser.c. */
 #include "integration/serve_t.h" /* file_has */
 #include "integration/ui_t.h"
@@ -63,6 +63,24 @@ TEST_TIMEOUT(cli_ui_door_pages_reads_and_events, 60)
 	EXPECT_EQ(curl(&u, cookie, "/api/metrics"), 200);
 	EXPECT_TRUE(file_has("body.txt", "# TYPE"));
 	EXPECT_EQ(curl(&u, cookie, "/api/programs/nosuch/logs"), 404);
+	/* A job's results as one download: every one of meshd's 4 MiB pages,
+	 * the same bytes as `mesh results`. */
+	FILE *f = fopen("in.txt", "w");
+	ASSERT_TRUE(f != NULL);
+	for (int i = 0; i < 100000; i++)
+		fprintf(f, "line %06d of the input, long enough that the results fill two pages\n", i);
+	fclose(f);
+	unsigned id = meshd_t_submit(out, sizeof out, "echo --input in.txt");
+	ASSERT_EQ(meshd_t_mesh(out, sizeof out, 1, "wait %u", id), 0);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "'%s' results %u --socket " SOCK " > all.txt", t_bin("mesh"), id), 0);
+	snprintf(path, sizeof path, "/results/%u", id);
+	EXPECT_EQ(curl(&u, cookie, path), 200);
+	EXPECT_TRUE(file_has("head.txt", "Content-Disposition: attachment; filename=\"job-1-results\""));
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "cmp body.txt all.txt && wc -c < body.txt"), 0);
+	EXPECT_GT(atol(out), 5 << 20);
+	EXPECT_EQ(curl(&u, cookie, "/results/99"), 404);
+	EXPECT_TRUE(file_has("body.txt", "no job 99"));
+	EXPECT_EQ(curl(&u, "", path), 403);
 	/* Only reads. */
 	char post[256];
 	snprintf(post, sizeof post, "%s -X POST -d x", cookie);

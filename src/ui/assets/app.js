@@ -501,8 +501,8 @@
 				'<h2>Chunks <span class="legend"><i class="done"></i>done<i class="retried"></i>had a failed attempt<i class="buried"></i>buried<i class="pending"></i>pending or leased</span></h2>' +
 				'<div class="card" id="strip"></div>' +
 				'<h2>Rate</h2><div class="card plot" id="rateplot"></div>' +
-				'<h2>Results</h2><p><a id="results" href="/api/jobs/' + encodeURIComponent(id) + '/results" download="job-' + esc(id) + '-results">download the results</a> ' +
-				'<span class="muted">(the settled chunks in chunk order, up to 4 MiB a page: <code>mesh results ' + esc(id) + '</code> for all)</span></p>' +
+				'<h2>Results</h2><p><a id="results" href="/results/' + encodeURIComponent(id) + '" download="job-' + esc(id) + '-results">download the results</a> ' +
+				'<span class="muted">(every settled chunk\'s, in chunk order, as <code>mesh results ' + esc(id) + '</code> prints them)</span></p>' +
 				'<h2>Failures</h2><div id="failures"></div>';
 			loadJob(id);
 			loadChunks(id);
