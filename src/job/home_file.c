@@ -692,10 +692,17 @@ static int fh_results(struct mesh_home_job *hj, uint64_t from, int ended,
 	pthread_mutex_lock(&f->mu);
 	struct mesh_results *res = f->res;
 	pthread_mutex_unlock(&f->mu);
-	uint64_t k = from;
+	uint64_t k = from, word = UINT64_MAX, bits = 0;
 	int rc = 0;
 	while (jh && res && k < hj->spec.n && rc == 0) {
-		int done = mesh_job_is_done(jh, k), stop;
+		/* The DONE bits 64 chunks at a time: one look at the journal's
+		 * tail for each 64, not one for each chunk. */
+		if (k / 64 != word) {
+			word = k / 64;
+			if ((rc = mesh_job_done_word(jh, word, &bits)) < 0)
+				break;
+		}
+		int done = (int)(bits >> (k % 64) & 1), stop;
 		if (done != 1) {
 			pthread_mutex_lock(&f->mu);
 			int settled = ended || (f->buried && (f->buried[k / 8] & (1u << (k % 8))));

@@ -263,6 +263,23 @@ int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failu
 	return j->s->ops->failures(j->s, fn, arg);
 }
 
+int mesh_job_done_word(struct mesh_job *j, uint64_t w, uint64_t *bits)
+{
+	uint64_t n = j->s->ops->nchunks(j->s);
+	*bits = 0;
+	if (w >= (n + 63) / 64)
+		return MESH_E_RANGE;
+	if (j->s->ops->done_word)
+		return j->s->ops->done_word(j->s, w, bits);
+	for (uint64_t i = 0; i < 64 && w * 64 + i < n; i++) {
+		int d = j->s->ops->is_done(j->s, w * 64 + i);
+		if (d < 0)
+			return d;
+		*bits |= (uint64_t)(d == 1) << i;
+	}
+	return 0;
+}
+
 int mesh_job_is_done(struct mesh_job *j, uint64_t cid)
 {
 	return j->s->ops->is_done(j->s, cid);

@@ -323,6 +323,10 @@ struct mesh_job_failure {
 int mesh_job_failures(struct mesh_job *j, void (*fn)(const struct mesh_job_failure *, void *), void *arg);
 /* 1 if cid is DONE, 0 if not, MESH_E_RANGE. */
 int mesh_job_is_done(struct mesh_job *j, uint64_t cid);
+/* The DONE bits of chunks 64w .. 64w+63 into *bits (bit i: chunk 64w+i;
+ * chunks past n read 0): one look at the store for 64 chunks, for a reader
+ * of many in order.  0, MESH_E_RANGE (64w >= n), or the store's error. */
+int mesh_job_done_word(struct mesh_job *j, uint64_t w, uint64_t *bits);
 
 /* The completion feed a node follows (a collector of results, a progress
  * view): what it has handed out so far.  Zero it (MESH_JOB_FEED_INIT)

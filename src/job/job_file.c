@@ -620,6 +620,7 @@ const struct mesh__jstore_ops mesh__jstore_file = {
 	.status = mesh__jf_status,
 	.failures = mesh__jf_failures,
 	.is_done = mesh__jf_is_done,
+	.done_word = mesh__jf_done_word,
 	.feed = mesh__jf_feed,
 	.nodes = mesh__jf_nodes,
 	.note_closed = mesh__jf_note_closed,

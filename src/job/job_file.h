@@ -154,6 +154,7 @@ int mesh__jf_retry(struct mesh__jstore *s, uint64_t cid);
 int mesh__jf_status(struct mesh__jstore *s, struct mesh_job_status *st);
 int mesh__jf_failures(struct mesh__jstore *s, void (*fn)(const struct mesh_job_failure *, void *), void *arg);
 int mesh__jf_is_done(struct mesh__jstore *s, uint64_t cid);
+int mesh__jf_done_word(struct mesh__jstore *s, uint64_t w, uint64_t *bits);
 int mesh__jf_feed(struct mesh__jstore *s, struct mesh_job_feed *f, void (*fn)(uint64_t cid, void *), void *arg);
 int mesh__jf_nodes(struct mesh__jstore *s, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg);
 int mesh__jf_wait_work(struct mesh__jstore *s, uint64_t timeout_ns);

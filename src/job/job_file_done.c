@@ -395,6 +395,17 @@ int mesh__jf_is_done(struct mesh__jstore *s, uint64_t cid)
 	return rc;
 }
 
+int mesh__jf_done_word(struct mesh__jstore *s, uint64_t w, uint64_t *bits)
+{
+	struct jfile *j = jfile_of(s);
+	int rc;
+	pthread_mutex_lock(&j->mu);
+	rc = mesh__jf_sync_locked(j);
+	*bits = !rc && w < j->words ? j->done_bits[w] : 0;
+	pthread_mutex_unlock(&j->mu);
+	return rc;
+}
+
 int mesh__jf_nodes(struct mesh__jstore *s, void (*fn)(const struct mesh_job_node_stat *, void *), void *arg)
 {
 	struct jfile *j = jfile_of(s);

@@ -37,7 +37,17 @@ struct mesh_results {
 	uint8_t *buf;
 	size_t blen, bcap;
 	pthread_mutex_t mu;
+	/* The read window (rd): bytes win_off.. of the file, read in one
+	 * pread for the records after the one asked for (a scan, a reader of
+	 * results in chunk order).  Under wmu, taken with no other lock. */
+	uint8_t *win;
+	uint64_t win_off;
+	size_t win_len;
+	pthread_mutex_t wmu;
 };
+
+/* The read window's size; a read larger than a quarter of it skips it. */
+#define WIN (256u * 1024)
 
 /* What the buffer holds at most before it is written. */
 #define BUF_MAX (64u * 1024)
@@ -49,6 +59,35 @@ static uint32_t rec_crc(const uint8_t *h, const void *p, size_t n)
 	return mesh_crc32c(mesh_crc32c(0, h + 4, 16), p, n);
 }
 
+/* Reads n bytes at off, all below size (bytes of the file that are
+ * written and never change after: a record is rewritten only past the
+ * written end), through the read window.  The count read, or -errno. */
+static ssize_t rd(struct mesh_results *r, void *dst, size_t n, uint64_t off, uint64_t size)
+{
+	if (n > WIN / 4 || off > size || size - off < n)
+		return mesh_pread_full(r->fd, dst, n, (off_t)off);
+	pthread_mutex_lock(&r->wmu);
+	if (!r->win || off < r->win_off || off + n > r->win_off + r->win_len) {
+		if (!r->win && !(r->win = malloc(WIN))) {
+			pthread_mutex_unlock(&r->wmu);
+			return mesh_pread_full(r->fd, dst, n, (off_t)off);
+		}
+		ssize_t k = mesh_pread_full(r->fd, r->win, size - off < WIN ? (size_t)(size - off) : WIN, (off_t)off);
+		r->win_off = off;
+		r->win_len = k > 0 ? (size_t)k : 0;
+		if (k < 0) {
+			pthread_mutex_unlock(&r->wmu);
+			return k;
+		}
+	}
+	size_t have = r->win_len - (size_t)(off - r->win_off);
+	if (have > n)
+		have = n;
+	memcpy(dst, r->win + (off - r->win_off), have);
+	pthread_mutex_unlock(&r->wmu);
+	return (ssize_t)have;
+}
+
 /* Reads and checks the record at off; 0 with *kind, *cid, *len; 1 when it
  * does not check (torn or damaged); -errno.  buf holds the payload after. */
 static int read_rec(struct mesh_results *r, uint64_t off, uint64_t size, int *kind, uint64_t *cid, uint32_t *len,
@@ -57,7 +96,7 @@ static int read_rec(struct mesh_results *r, uint64_t off, uint64_t size, int *ki
 	uint8_t h[REC_HDR];
 	if (size - off < REC_HDR)
 		return 1;
-	ssize_t k = mesh_pread_full(r->fd, h, REC_HDR, (off_t)off);
+	ssize_t k = rd(r, h, REC_HDR, off, size);
 	if (k < 0)
 		return (int)k;
 	if ((size_t)k < REC_HDR || mesh_get32le(h) != REC_MAGIC)
@@ -75,7 +114,7 @@ static int read_rec(struct mesh_results *r, uint64_t off, uint64_t size, int *ki
 		*buf = b;
 		*cap = (size_t)*len + 1;
 	}
-	k = mesh_pread_full(r->fd, *buf, *len, (off_t)(off + REC_HDR));
+	k = rd(r, *buf, *len, off + REC_HDR, size);
 	if (k < 0)
 		return (int)k;
 	if ((size_t)k < *len || rec_crc(h, *buf, *len) != mesh_get32le(h + 20))
@@ -123,6 +162,8 @@ static int scan(struct mesh_results *r, uint64_t size, uint64_t *cut, int read_o
 		off += REC_HDR + len;
 	}
 	free(buf);
+	/* What the window holds past off may be cut below: forgotten. */
+	r->win_len = 0;
 	if (rc < 0)
 		return rc;
 	r->end = off;
@@ -172,6 +213,7 @@ static int results_open(struct mesh_results **out, const char *path, uint64_t nc
 		return -ENOMEM;
 	r->n = nchunks;
 	pthread_mutex_init(&r->mu, NULL);
+	pthread_mutex_init(&r->wmu, NULL);
 	r->ok_off = calloc(nchunks ? nchunks : 1, sizeof *r->ok_off);
 	r->bad_off = calloc(nchunks ? nchunks : 1, sizeof *r->bad_off);
 	r->fd = read_only ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
@@ -301,9 +343,11 @@ void mesh_results_close(struct mesh_results *r)
 		close(r->fd);
 	}
 	free(r->buf);
+	free(r->win);
 	free(r->ok_off);
 	free(r->bad_off);
 	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->wmu);
 	free(r);
 }
 
@@ -392,8 +436,8 @@ int mesh_results_get(struct mesh_results *r, uint64_t cid, int kind, void **data
 		return MESH_E_RANGE;
 	pthread_mutex_lock(&r->mu);
 	uint64_t off = kind == MESH_RESULT_OK ? r->ok_off[cid] : r->bad_off[cid];
-	uint64_t end = r->end;
-	if (off && off >= end - r->blen) {
+	uint64_t end = r->end, written = end - r->blen; /* the bytes on disk */
+	if (off && off >= written) {
 		/* Still in the buffer (appended, not written yet). */
 		const uint8_t *h = r->buf + (off - (end - r->blen));
 		uint32_t n = mesh_get32le(h + 16);
@@ -417,7 +461,7 @@ int mesh_results_get(struct mesh_results *r, uint64_t cid, int kind, void **data
 	int k;
 	uint64_t c;
 	uint32_t n;
-	int rc = read_rec(r, off, end, &k, &c, &n, &buf, &cap);
+	int rc = read_rec(r, off, written, &k, &c, &n, &buf, &cap);
 	if (rc == 0 && (c != cid || k != kind))
 		rc = 1;
 	if (rc != 0) {

@@ -58,6 +58,9 @@ struct mesh__jstore_ops {
 	int (*status)(struct mesh__jstore *s, struct mesh_job_status *st);
 	int (*failures)(struct mesh__jstore *s, void (*fn)(const struct mesh_job_failure *, void *), void *arg);
 	int (*is_done)(struct mesh__jstore *s, uint64_t cid);
+	/* The DONE bits of chunks 64w..64w+63 (mesh_job_done_word); NULL:
+	 * job.c asks is_done for each. */
+	int (*done_word)(struct mesh__jstore *s, uint64_t w, uint64_t *bits);
 	/* The completion feed (mesh_job_feed): the chunks DONE that feed f has
 	 * not handed out yet, each once, in cid order. */
 	int (*feed)(struct mesh__jstore *s, struct mesh_job_feed *f, void (*fn)(uint64_t cid, void *), void *arg);

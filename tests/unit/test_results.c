@@ -72,6 +72,73 @@ TEST(results_append_get_reopen)
 	EXPECT_EQ(mesh_results_open(&r, "j.log", 4, NULL), MESH_E_FOREIGN);
 }
 
+/* Results are read through a window of the file (one read for the records
+ * after the one asked for): sizes around and past its 256 KiB and its
+ * 64 KiB direct-read bound, in and out of order, with records still in the
+ * append buffer and appends between reads, all come back whole; a torn
+ * tail read into the window at the open is not served after the cut. */
+static size_t size_of(uint64_t cid)
+{
+	return cid % 97 == 0 ? 70000 + cid : cid % 13 == 0 ? 300000 + cid : cid % 7;
+}
+static void expect_pattern(struct mesh_results *r, uint64_t cid)
+{
+	void *d = NULL;
+	size_t n = 0;
+	ASSERT_EQ(mesh_results_get(r, cid, MESH_RESULT_OK, &d, &n), 0);
+	EXPECT_UEQ(n, size_of(cid));
+	const unsigned char *b = d;
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += b[i] != (unsigned char)(cid * 31 + i);
+	EXPECT_UEQ(bad, 0);
+	free(d);
+}
+TEST(results_read_through_the_window_in_and_out_of_order)
+{
+	enum { N = 600 };
+	struct mesh_results *r;
+	ASSERT_EQ(mesh_results_open(&r, "res.bin", N, NULL), 0);
+	unsigned char *buf = malloc(400000);
+	ASSERT_TRUE(buf != NULL);
+	for (uint64_t cid = 0; cid < N; cid++) {
+		for (size_t i = 0; i < size_of(cid); i++)
+			buf[i] = (unsigned char)(cid * 31 + i);
+		ASSERT_EQ(mesh_results_append(r, cid, MESH_RESULT_OK, buf, size_of(cid)), 0);
+		if (cid % 50 == 49)
+			ASSERT_EQ(mesh_results_sync(r), 0);
+		if (cid % 40 == 39) /* reads between appends, some still buffered */
+			for (uint64_t k = 0; k <= cid; k += 17)
+				expect_pattern(r, k);
+	}
+	for (uint64_t cid = 0; cid < N; cid++)
+		expect_pattern(r, cid);
+	for (uint64_t cid = N; cid-- > 0;)
+		expect_pattern(r, cid);
+	ASSERT_EQ(mesh_results_sync(r), 0);
+	mesh_results_close(r);
+	/* A torn tail: half a record more, cut at the open; a record written
+	 * after it is read, not the torn bytes. */
+	off_t size = fsize("res.bin");
+	int fd = open("res.bin", O_WRONLY | O_APPEND);
+	ASSERT_TRUE(fd >= 0);
+	static const char torn[60] = "RESR\x01\0\0\0garbage longer than the record written after it";
+	ASSERT_EQ(write(fd, torn, sizeof torn), (ssize_t)sizeof torn);
+	close(fd);
+	uint64_t cut = 0;
+	ASSERT_EQ(mesh_results_open(&r, "res.bin", N + 1, &cut), 0);
+	EXPECT_UEQ(cut, sizeof torn);
+	EXPECT_EQ(fsize("res.bin"), size);
+	ASSERT_EQ(mesh_results_append(r, N, MESH_RESULT_OK, "after the cut", 13), 0);
+	ASSERT_EQ(mesh_results_sync(r), 0);
+	expect_pattern(r, N - 1);
+	expect_result(r, N, "after the cut");
+	for (uint64_t cid = 0; cid < N; cid += 7)
+		expect_pattern(r, cid);
+	mesh_results_close(r);
+	free(buf);
+}
+
 /* Appends are buffered (one write for many records, docs/jobs.md
  * "Throughput"): readable at once, on disk at the sync; a write that fails
  * keeps them, and the sync says so until they are written. */
