@@ -7,9 +7,11 @@
 #include "runner/t.h"
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +25,30 @@ static char out[1 << 17];
 static int mesh(const char *args)
 {
 	return t_sh(out, sizeof out, 1, "'%s' %s --socket " SOCK, t_bin("mesh"), args);
+}
+
+/* echo's warm_history in GET /v1/ps (a new reference), or NULL. */
+static json_t *echo_warm_history(void)
+{
+	if (mesh("ps --json") != 0)
+		return NULL;
+	json_t *ps = json_loads(out, 0, NULL), *q, *h = NULL;
+	size_t i;
+	json_array_foreach(json_object_get(ps, "programs"), i, q)
+		if (!strcmp(json_string_value(json_object_get(q, "name")) ?: "", "echo"))
+			h = json_incref(json_object_get(q, "warm_history"));
+	json_decref(ps);
+	return h;
+}
+
+/* Whether echo's last warm/cold change is arg (0 cold, 1 warm). */
+static int echo_last_warm_is(void *arg)
+{
+	json_t *h = echo_warm_history();
+	size_t n = json_array_size(h);
+	int is = n && json_integer_value(json_array_get(json_array_get(h, n - 1), 1)) == (json_int_t)(intptr_t)arg;
+	json_decref(h);
+	return is;
 }
 
 TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
@@ -86,16 +112,35 @@ TEST_TIMEOUT(meshd_metrics_count_calls_and_cold_starts, 60)
 	EXPECT_TRUE(last > 0 && last < 2 * sum);
 	EXPECT_TRUE(mean > 0.499 * sum && mean < 0.501 * sum);
 	json_decref(ps);
+	/* Its warm/cold record: alternating, in time order, warm now; cold
+	 * once stopped, warm again at the next call. */
+	int64_t t_stop = (int64_t)time(NULL) * 1000;
+	ASSERT_EQ(mesh("stop echo"), 0);
+	ASSERT_TRUE(t_wait_for(echo_last_warm_is, (void *)0, 5000));
+	ASSERT_EQ(mesh("call echo again"), 0);
+	ASSERT_TRUE(t_wait_for(echo_last_warm_is, (void *)1, 5000));
+	json_t *h = echo_warm_history();
+	size_t nh = json_array_size(h);
+	EXPECT_GE(nh, 3);
+	for (size_t k = 1; k < nh; k++) {
+		json_t *a = json_array_get(h, k - 1), *b = json_array_get(h, k);
+		EXPECT_NE(json_integer_value(json_array_get(a, 1)), json_integer_value(json_array_get(b, 1)));
+		EXPECT_TRUE(json_integer_value(json_array_get(a, 0)) <= json_integer_value(json_array_get(b, 0)));
+	}
+	/* the cold change came after the stop, by the wall clock */
+	EXPECT_TRUE(json_integer_value(json_array_get(json_array_get(h, nh - 2), 0)) >= t_stop - 1000);
+	json_decref(h);
 
-	/* The same text over TCP (loopback), and the counters moved with one more call. */
+	/* The same text over TCP (loopback), and the counters moved with the
+	 * cold start and call above and one more call. */
 	ASSERT_EQ(mesh("call echo five"), 0);
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "curl -sS -o tcp.txt -w '%%{http_code}' http://127.0.0.1:%d/metrics", port),
 		  0);
 	EXPECT_STREQ(out, "200");
 	char *tm = t_read_file("tcp.txt", NULL);
 	ASSERT_TRUE(tm != NULL);
-	EXPECT_EQ(meshd_t_sample(tm, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 5);
-	EXPECT_EQ(meshd_t_sample(tm, "mesh_cold_start_seconds_count{program=\"echo\"}"), 2);
+	EXPECT_EQ(meshd_t_sample(tm, "mesh_calls_total{program=\"echo\",result=\"ok\"}"), 6);
+	EXPECT_EQ(meshd_t_sample(tm, "mesh_cold_start_seconds_count{program=\"echo\"}"), 3);
 	meshd_t_promtool_ok("tcp.txt");
 
 	/* A job of three chunks: counted once it is complete. */

@@ -191,6 +191,14 @@ const coldOne = cold.split(', ')[0];
 await until(page, n => { const c = document.querySelector(`tr[data-program="${CSS.escape(n)}"] td.cold`); return c && /(ms|s) · .*(ms|s) \(\d+\)/.test(c.textContent); },
 	coldOne, `no cold-start time (last · mean (count)) for ${coldOne} on the programs view`, 10000);
 ok(`programs: ${coldOne}'s cold starts: ${await page.evaluate(n => document.querySelector(`tr[data-program="${CSS.escape(n)}"] td.cold`).textContent, coldOne)}`);
+// The timelines' span: meshd's own warm/cold record over the last hour
+// (the default), a day, or 10 minutes.
+for (const r of ['86400', '600']) {
+	await page.click(`button[data-range="${r}"]`);
+	await until(page, r => document.querySelector(`button[data-range="${r}"]`).getAttribute('aria-pressed') === 'true' &&
+		document.querySelector('[data-timeline] .timeline i.warm'), r, `the timelines' span ${r} s did not apply`, 5000);
+}
+ok('programs: timelines over a day, then 10 minutes');
 await page.evaluate(() => window.scrollTo(0, 0));
 await shot(page, 'programs.png');
 await clean('on the programs view');

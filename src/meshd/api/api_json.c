@@ -209,6 +209,11 @@ json_t *meshd__program_json(const struct meshd_program_info *pi)
 		json_object_set_new(o, "cold_start_mean_s",
 				    pi->cold_starts ? json_real((double)pi->cold_sum_ns / (double)pi->cold_starts / 1e9) : json_null());
 		json_object_set_new(o, "cold_start_last_s", pi->cold_starts ? json_real((double)pi->cold_last_ns / 1e9) : json_null());
+		/* Its warm/cold changes, oldest first: [unix ms, 1 warm | 0 cold]. */
+		json_t *h = json_array();
+		for (unsigned i = 0; h && i < pi->nwarm_hist; i++)
+			json_array_append_new(h, json_pack("[I, i]", (json_int_t)pi->warm_hist[i].at_ms, pi->warm_hist[i].warm));
+		json_object_set_new(o, "warm_history", h ? h : json_null());
 	}
 	return o;
 }

@@ -290,6 +290,21 @@ static uint64_t heal_next(struct meshd_core *d, struct program *p, struct worker
 	return next;
 }
 
+/* p's warm/cold history gets a change when warm differs from the last
+ * (d->mu held). */
+static void warm_note(struct program *p, int warm)
+{
+	if (p->warm_n && p->warm_was == warm)
+		return;
+	p->warm_was = warm;
+	unsigned i = (p->warm_at + p->warm_n) % WARM_HIST;
+	if (p->warm_n == WARM_HIST)
+		p->warm_at = (p->warm_at + 1) % WARM_HIST;
+	else
+		p->warm_n++;
+	p->warm_hist[i] = (struct meshd_warm_change){(int64_t)(mesh_wall_ns() / MESH_NS_PER_MS), warm};
+}
+
 /* Scale to zero: each warm worker is put to the autoscale policy with its
  * own demand (a call on it) and idle time; REAP makes it exit.  Workers
  * that hang are healed.  Retired programs' workers exit and the programs
@@ -310,6 +325,7 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 		if (p->gone)
 			continue;
 		meshd__reconcile(d, p);
+		int warm = 0;
 		for (unsigned i = 0; i < p->nw; i++) {
 			struct worker *wk = &p->w[i];
 			char *r = mesh_instance_crashed(wk->inst);
@@ -317,6 +333,8 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 				log_report(d, p->img.name, r);
 			enum mesh_istate st = mesh_instance_state(wk->inst);
 			up += st != MESH_IS_DOWN;
+			warm |= st == MESH_IS_STARTING || st == MESH_IS_LAUNCHING || st == MESH_IS_RUNNING ||
+				st == MESH_IS_IDLE || st == MESH_IS_HALTING;
 			pid_t pid = mesh_instance_pid(wk->inst);
 			if (pid > 0)
 				wk->seen_pid = pid;
@@ -349,6 +367,7 @@ static uint64_t tick(struct meshd_core *d, uint64_t now)
 						      ? wk->last_used + (uint64_t)ttl * MESH_NS_PER_MS
 						      : now + MESH_NS_PER_MS);
 		}
+		warm_note(p, warm);
 	}
 	int changed = up != d->ledger_up;
 	d->ledger_up = up;

@@ -45,6 +45,10 @@ struct worker {
 	pid_t seen_pid;	       /* loop thread: its last process's pid (its DOWN event names it) */
 };
 
+/* A program's warm/cold changes kept for ps (the page's timelines over
+ * the last hour or day): the last this many, oldest dropped. */
+#define WARM_HIST 256u
+
 struct program {
 	struct program *next;
 	struct mesh_image img;
@@ -57,6 +61,12 @@ struct program {
 	/* Metrics, under d->metrics_mu. */
 	struct mesh_hist cold_start, call;
 	uint64_t cold_last_ns; /* the last cold start (spawn -> ready) */
+	/* Its warm/cold changes as tick() saw them (d->mu): a ring of
+	 * warm_n entries from warm_at; warm_was is the last state (-1: none
+	 * yet). */
+	struct meshd_warm_change warm_hist[WARM_HIST];
+	unsigned warm_at, warm_n;
+	int warm_was;
 	uint64_t calls[MESHD_CALL__N];
 	/* crash-loop backoff */
 	unsigned streak;		    /* deaths before ready in a row */

@@ -64,6 +64,7 @@ void meshd_program_info_release(struct meshd_program_info *pi)
 	free(pi->binary);
 	free(pi->workers);
 	free(pi->failed);
+	free(pi->warm_hist);
 	memset(pi, 0, sizeof *pi);
 }
 
@@ -591,6 +592,11 @@ static int program_ps(struct meshd_core *d, struct program *p, struct meshd_prog
 	pi->cold_sum_ns = p->cold_start.sum_ns;
 	pi->cold_last_ns = p->cold_last_ns;
 	pthread_mutex_unlock(&d->metrics_mu);
+	if (p->warm_n && !(pi->warm_hist = malloc(p->warm_n * sizeof *pi->warm_hist)))
+		return -ENOMEM;
+	for (unsigned i = 0; i < p->warm_n; i++)
+		pi->warm_hist[i] = p->warm_hist[(p->warm_at + i) % WARM_HIST];
+	pi->nwarm_hist = p->warm_n;
 	pi->prev_id = p->prev_id;
 	return 0;
 }

@@ -77,6 +77,13 @@ struct meshd_savings {
 	int permil;
 };
 
+/* A program went warm (a worker STARTING, LAUNCHING, RUNNING, IDLE or
+ * HALTING) or cold (every worker down or stopping), at unix ms. */
+struct meshd_warm_change {
+	int64_t at_ms;
+	int warm;
+};
+
 /* A worker of a program, as ps sees it. */
 struct meshd_worker_info {
 	struct mesh_instance_stats st;
@@ -111,6 +118,10 @@ struct meshd_program_info {
 	/* Its cold starts (a worker's spawn to its ready) since it was
 	 * loaded: how many, their sum, the last one. */
 	uint64_t cold_starts, cold_sum_ns, cold_last_ns;
+	/* Its last warm/cold changes since it was loaded, oldest first
+	 * (malloc'd; at most WARM_HIST of core_int.h). */
+	struct meshd_warm_change *warm_hist;
+	unsigned nwarm_hist;
 };
 void meshd_program_info_release(struct meshd_program_info *pi);
 

@@ -372,7 +372,19 @@
 
 	/* A program's warm/cold spans from its workers' events, [t, warm?] at
 	 * each change; before its first event: what ps says now if it has none. */
+	/* A program's warm/cold changes [[t_s, warm], ...]: meshd's own record
+	 * (ps's warm_history, since the program was loaded), then what the
+	 * worker events said since; without it, the events alone. */
 	function warmSpans(name) {
+		const p = S.ps && (S.ps.programs || []).find(x => x.name === name);
+		const ev = eventSpans(name);
+		if (!p || !p.warm_history || !p.warm_history.length) return ev;
+		const ch = p.warm_history.map(([ms, w]) => [ms / 1000, !!w]);
+		for (const c of ev)
+			if (c[0] > ch[ch.length - 1][0] && c[1] !== ch[ch.length - 1][1]) ch.push(c);
+		return ch;
+	}
+	function eventSpans(name) {
 		const m = S.workers.get(name);
 		const changes = [];
 		if (m) {
@@ -468,6 +480,7 @@
 	}
 
 	const VIEWS = {};
+	let tlRange = 3600;	/* the programs view's timelines: seconds up to now */
 
 	VIEWS.jobs = {
 		init(main) {
@@ -559,7 +572,10 @@
 			main.innerHTML = '<h1>Programs</h1><div class="scroll"><table id="programs"><thead><tr>' +
 				'<th>program</th><th>state</th><th>workers (pid · state · CPU · RSS · VRAM)</th><th class="num">spawns</th>' +
 				'<th class="num">cold start (last · mean)</th><th class="num">crashes</th><th class="num">saved</th><th>log</th></tr></thead><tbody></tbody></table></div>' +
-				'<h2>Warm and cold <span class="legend"><i style="background:var(--warm)"></i>warm<i style="background:var(--cold)"></i>cold<i style="background:var(--unknown)"></i>no events</span></h2>' +
+				'<h2>Warm and cold <span class="legend"><i style="background:var(--warm)"></i>warm<i style="background:var(--cold)"></i>cold<i style="background:var(--unknown)"></i>not loaded</span>' +
+				' <span class="range" role="group" aria-label="the timelines\' span">' +
+				[[600, '10 min'], [3600, 'hour'], [86400, 'day']].map(([s, l]) => '<button type="button" data-range="' + s + '" aria-pressed="' + (s === tlRange) + '">' + l + '</button>').join('') +
+				'</span></h2>' +
 				'<div class="card" id="timelines"></div>' +
 				'<h2>Savings</h2><p class="muted">worker-seconds held (warm) against what always-on workers would hold, over each program\'s window</p><div class="plots" id="savings"></div>' +
 				'<h2>Crashes</h2><div id="crashes"></div>';
@@ -590,12 +606,16 @@
 			setHTML($('#programs tbody', main), rows.length ? rows.join('')
 				: '<tr><td colspan="8" class="empty">' + (ps ? 'no program is loaded: a call, a job or <code>mesh load</code> loads one' : 'loading') + '</td></tr>');
 
-			/* timelines over [since, now] */
-			const t1 = now(), t0 = Math.min(S.since, t1 - 60), span = t1 - t0;
-			const tl = [];
+			/* timelines over the chosen span up to now, or from the first
+			 * change known when that came later (at least a minute) */
 			const all = new Set([...names, ...S.workers.keys()]);
+			const spans = new Map([...all].map(n => [n, warmSpans(n)]));
+			let first = Infinity;
+			for (const ch of spans.values()) if (ch.length) first = Math.min(first, ch[0][0]);
+			const t1 = now(), t0 = Math.min(t1 - 60, Math.max(t1 - tlRange, first)), span = t1 - t0;
+			const tl = [];
 			for (const n of all) {
-				const ch = warmSpans(n);
+				const ch = spans.get(n);
 				let segs = '';
 				if (!ch.length) {
 					const p = progs.find(x => x.name === n);
@@ -603,6 +623,7 @@
 				}
 				for (let i = 0; i < ch.length; i++) {
 					const a = Math.max(ch[i][0], t0), b = i + 1 < ch.length ? ch[i + 1][0] : t1;
+					if (b <= t0) continue; /* before the span */
 					segs += '<i class="' + (ch[i][1] ? 'warm' : 'cold') + '" style="left:' + (100 * (a - t0) / span).toFixed(2) + '%;width:' + Math.max(0.2, 100 * (b - a) / span).toFixed(2) + '%" title="' + (ch[i][1] ? 'warm' : 'cold') + ' from ' + esc(clock(a)) + '"></i>';
 				}
 				const warmNow = ch.length ? ch[ch.length - 1][1] : null;
@@ -763,6 +784,14 @@
 
 	/* ---- keyboard: g j / g p / g g ------------------------------------ */
 	let gAt = 0;
+	/* The programs view's span buttons (10 min, hour, day). */
+	document.addEventListener('click', e => {
+		const b = e.target && e.target.closest && e.target.closest('button[data-range]');
+		if (!b) return;
+		tlRange = Number(b.dataset.range);
+		for (const x of document.querySelectorAll('button[data-range]')) x.setAttribute('aria-pressed', String(x === b));
+		schedule();
+	});
 	document.addEventListener('keydown', e => {
 		if (e.ctrlKey || e.metaKey || e.altKey) return;
 		const tag = (e.target && e.target.tagName) || '';
