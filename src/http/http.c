@@ -128,14 +128,23 @@ static int body_add(struct mesh_http_response *r, const char *p, size_t k)
 static long step(struct mesh_http_response *r, const char *p, size_t n)
 {
 	struct mesh_hframe_ev ev;
+	/* Every head byte (interim 1xx heads' too) counts toward max_head.
+	 * The framer is shown no byte past it, so that what it finds there (a
+	 * bad line that ends beyond the limit) cannot come first when the
+	 * bytes arrive together and second when they arrive one by one: the
+	 * answer never depends on how the bytes were cut. */
+	if (r->state == ST_HEAD) {
+		size_t room = r->lim.max_head - r->head_bytes;
+		if (room == 0)
+			return fail(r, MESH_E_TOOBIG, "head too large");
+		if (n > room)
+			n = room;
+	}
 	long k = mesh_hframe_step(&r->f, 1, p, n, &ev);
 	if (k < 0)
 		return fail(r, (int)k, mesh_hframe_why(&r->f, 1));
 	if (r->state == ST_HEAD) {
-		/* Every head byte (interim 1xx heads' too) counts toward max_head;
-		 * the final head's are kept to read its fields. */
-		if ((size_t)k > r->lim.max_head - r->head_bytes)
-			return fail(r, MESH_E_TOOBIG, "head too large");
+		/* The final head's bytes are kept to read its fields. */
 		r->head_bytes += (size_t)k;
 		if (mesh_buf_add(&r->head, p, (size_t)k))
 			return fail(r, -ENOMEM, "out of memory");

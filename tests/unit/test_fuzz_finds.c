@@ -1,5 +1,6 @@
 /* Regression tests for what the fuzz targets of tests/fuzz/ found. */
 #include "base/err.h"
+#include "http/http.h"
 #include "job/home.h"
 #include "runner/t.h"
 #include "store/store_pg.h"
@@ -58,4 +59,32 @@ TEST(fuzz_find_job_spec_duplicate_keys)
 	}
 	/* 200 x 2 x 4000 bytes would stay allocated by a leak */
 	EXPECT_LT(mallinfo2().uordblks, before + 100000);
+}
+
+/* fuzz_http_response: a response whose bad status line began inside
+ * max_head and ended past it was a protocol violation when its bytes came
+ * together, "head too large" when they came one by one.  Now the framer
+ * sees no byte past max_head: the same answer however the bytes are cut. */
+static int feed_in_pieces(const char *d, size_t n, size_t piece, const struct mesh_http_limits *lim)
+{
+	struct mesh_http_response r;
+	int rc = 0;
+	mesh_http_response_init(&r, lim);
+	for (size_t off = 0; rc == 0 && off < n; off += piece)
+		rc = mesh_http_response_feed(&r, d + off, n - off < piece ? n - off : piece, NULL);
+	if (rc == 0)
+		rc = mesh_http_response_eof(&r);
+	mesh_http_response_release(&r);
+	return rc;
+}
+TEST(fuzz_find_http_response_head_limit_before_a_line_past_it)
+{
+	const struct mesh_http_limits lim = {64, 4, 64, 128};
+	char d[256];
+	/* an interim head (27 bytes), then a status line over the 64-byte head
+	 * limit that has a bare LF after byte 64 */
+	int n = snprintf(d, sizeof d, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK and a long reason phrase\nX: y\r\n\r\n");
+	ASSERT_GT(n, 64);
+	for (size_t piece = 1; piece <= (size_t)n; piece++)
+		ASSERT_EQ(feed_in_pieces(d, (size_t)n, piece, &lim), MESH_E_TOOBIG);
 }
