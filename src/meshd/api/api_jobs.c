@@ -295,7 +295,7 @@ static void chunks(struct meshd_jobs *jobs, uint64_t id, const struct evkeyvalq 
 	free(msg);
 	json_t *first = json_array();
 	for (unsigned i = 0; first && i < m.buckets; i++)
-		if (json_array_append_new(first, json_integer((json_int_t)(((unsigned __int128)i * m.n) / m.buckets))) < 0) {
+		if (json_array_append_new(first, json_integer((json_int_t)meshd_chunk_map_first(&m, i))) < 0) {
 			json_decref(first);
 			first = NULL;
 		}

@@ -62,8 +62,8 @@ struct program {
 	struct mesh_hist cold_start, call;
 	uint64_t cold_last_ns; /* the last cold start (spawn -> ready) */
 	/* Its warm/cold changes as tick() saw them (d->mu): a ring of
-	 * warm_n entries from warm_at; warm_was is the last state (-1: none
-	 * yet). */
+	 * warm_n entries from warm_at; warm_was is the last state (none yet
+	 * while warm_n is 0). */
 	struct meshd_warm_change warm_hist[WARM_HIST];
 	unsigned warm_at, warm_n;
 	int warm_was;

@@ -149,6 +149,11 @@ struct meshd_chunk_map {
 int meshd_jobs_chunk_map(struct meshd_jobs *j, uint64_t id, unsigned buckets, struct meshd_chunk_map *out,
 			 char **err);
 void meshd_chunk_map_release(struct meshd_chunk_map *m);
+/* Where bucket i of m starts: i * n / buckets (i == buckets: n). */
+static inline uint64_t meshd_chunk_map_first(const struct meshd_chunk_map *m, unsigned i)
+{
+	return (uint64_t)(((unsigned __int128)i * m->n) / m->buckets);
+}
 /* The DONE, duplicate and speculative-win counts of the jobs removed since
  * the start (by retention or meshd_jobs_remove): /metrics adds them to the
  * kept jobs' so that its counters never go down. */

@@ -672,15 +672,15 @@ int meshd_jobs_results(struct meshd_jobs *j, uint64_t id, uint64_t from, uint64_
 	return rc;
 }
 
-/* The bucket of chunk cid in a map of n chunks in b buckets: the largest i
- * with i * n / b <= cid (bucket i starts at i * n / b). */
-static unsigned bucket_of(uint64_t cid, uint64_t n, unsigned b)
+/* The bucket of chunk cid in m: the largest i whose first chunk is at or
+ * before cid. */
+static unsigned bucket_of(const struct meshd_chunk_map *m, uint64_t cid)
 {
-	unsigned i = (unsigned)(((unsigned __int128)cid * b) / n);
-	/* cid * b / n may land one past: first(i) = i * n / b rounds down. */
-	while (i + 1 < b && (uint64_t)(((unsigned __int128)(i + 1) * n) / b) <= cid)
+	unsigned i = (unsigned)(((unsigned __int128)cid * m->buckets) / m->n);
+	/* cid * buckets / n may land one past: the first chunks round down. */
+	while (i + 1 < m->buckets && meshd_chunk_map_first(m, i + 1) <= cid)
 		i++;
-	while (i > 0 && (uint64_t)(((unsigned __int128)i * n) / b) > cid)
+	while (i > 0 && meshd_chunk_map_first(m, i) > cid)
 		i--;
 	return i;
 }
@@ -697,8 +697,8 @@ static void map_done(uint64_t cid, void *arg)
 {
 	struct map_walk *w = arg;
 	if (cid >= w->end) {
-		w->i = bucket_of(cid, w->m->n, w->m->buckets);
-		w->end = (uint64_t)(((unsigned __int128)(w->i + 1) * w->m->n) / w->m->buckets);
+		w->i = bucket_of(w->m, cid);
+		w->end = meshd_chunk_map_first(w->m, w->i + 1);
 	}
 	w->m->done[w->i]++;
 }
@@ -708,7 +708,7 @@ static void map_failure(const struct mesh_job_failure *f, void *arg)
 	struct meshd_chunk_map *m = arg;
 	if (f->cid >= m->n)
 		return;
-	unsigned i = bucket_of(f->cid, m->n, m->buckets);
+	unsigned i = bucket_of(m, f->cid);
 	if (f->buried)
 		m->buried[i]++;
 	else
@@ -719,11 +719,8 @@ static void map_failure(const struct mesh_job_failure *f, void *arg)
  * the map of an ended job without failed attempts. */
 static void map_all_done(struct meshd_chunk_map *m)
 {
-	for (unsigned i = 0; i < m->buckets; i++) {
-		uint64_t lo = (uint64_t)(((unsigned __int128)i * m->n) / m->buckets);
-		uint64_t hi = (uint64_t)(((unsigned __int128)(i + 1) * m->n) / m->buckets);
-		m->done[i] = hi - lo;
-	}
+	for (unsigned i = 0; i < m->buckets; i++)
+		m->done[i] = meshd_chunk_map_first(m, i + 1) - meshd_chunk_map_first(m, i);
 }
 
 int meshd_jobs_chunk_map(struct meshd_jobs *j, uint64_t id, unsigned buckets, struct meshd_chunk_map *out,
