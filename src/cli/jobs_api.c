@@ -294,19 +294,6 @@ static int api_buried(struct jclient *c, const char *id,
 	return -1;
 }
 
-/* The next=K; end=E[; missing=C] parameters of the results' Content-Type
- * (*missing: UINT64_MAX when the page names none). */
-static int page_params(const char *type, struct jpage *pg)
-{
-	const char *n = strstr(type, "next="), *e = strstr(type, "end="), *m = strstr(type, "missing=");
-	if (!n || !e)
-		return -1;
-	pg->next = strtoull(n + 5, NULL, 10);
-	pg->end = e[4] == '1';
-	pg->missing = m ? strtoull(m + 8, NULL, 10) : UINT64_MAX;
-	return 0;
-}
-
 static int api_results(struct jclient *c, const char *id, uint64_t from, int wait,
 		       int (*out)(void *arg, const void *p, size_t n), void *arg, struct jpage *pg)
 {
@@ -318,7 +305,7 @@ static int api_results(struct jclient *c, const char *id, uint64_t from, int wai
 	int ex = get_through_restart(a, "results", id, what, target, &r);
 	if (ex >= 0)
 		return ex;
-	if (page_params(r.type, pg) < 0) {
+	if (meshd_results_page(r.type, &pg->next, &pg->end, &pg->missing) < 0) {
 		meshd_reply_release(&r);
 		fprintf(stderr, "mesh: %s: meshd's answer has no page position\n", what);
 		return MESH_EXIT_PROTOCOL;

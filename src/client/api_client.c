@@ -3,6 +3,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/parse.h"
 #include "http/http.h"
 
 #include <ctype.h>
@@ -254,4 +255,29 @@ int meshd_reply_error(const struct meshd_reply *r, char **msg)
 		*msg = NULL;
 	json_decref(j);
 	return err;
+}
+
+/* The number after "; key=" in a Content-Type; whether it was there. */
+static int type_param(const char *type, const char *key, uint64_t *out)
+{
+	char k[16], v[24];
+	snprintf(k, sizeof k, "; %s=", key);
+	const char *p = strstr(type, k);
+	if (!p)
+		return 0;
+	p += strlen(k);
+	size_t n = strcspn(p, ";");
+	snprintf(v, sizeof v, "%.*s", (int)(n < sizeof v ? n : sizeof v - 1), p);
+	return mesh_parse_u64(v, UINT64_MAX, out) == 0;
+}
+
+int meshd_results_page(const char *type, uint64_t *next, int *end, uint64_t *missing)
+{
+	uint64_t e;
+	if (!type_param(type, "next", next) || !type_param(type, "end", &e))
+		return -1;
+	*end = e != 0;
+	if (!type_param(type, "missing", missing))
+		*missing = UINT64_MAX;
+	return 0;
 }

@@ -58,6 +58,12 @@ int meshd_client_request_stream(const char *sock, const char *method, const char
 int meshd_client_unreachable(int err);
 void meshd_reply_release(struct meshd_reply *r);
 
+/* Where a page of GET /v1/jobs/<id>/results leaves off, from its
+ * Content-Type's "; next=K; end=E[; missing=C]" (docs/api.md): 0, or -1
+ * when next or end is not there as a number.  *missing: UINT64_MAX when
+ * the page names none. */
+int meshd_results_page(const char *type, uint64_t *next, int *end, uint64_t *missing);
+
 /* For a reply with status >= 400: the mesh error its JSON body names in
  * "code" (MESH_E_PROTO if none or unknown), and in *msg (malloc'd, caller
  * frees; never NULL unless out of memory) its "error" text, or the status

@@ -330,20 +330,6 @@ static void api(struct mesh_ui *u, int fd, const struct req *r)
 	meshd_reply_release(&rep);
 }
 
-/* A number after "key=" in a Content-Type's parameters; whether it was there. */
-static int type_param(const char *type, const char *key, uint64_t *out)
-{
-	char k[16], v[24];
-	snprintf(k, sizeof k, "; %s=", key);
-	const char *p = strstr(type, k);
-	if (!p)
-		return 0;
-	p += strlen(k);
-	size_t n = strcspn(p, ";");
-	snprintf(v, sizeof v, "%.*s", (int)(n < sizeof v ? n : sizeof v - 1), p);
-	return mesh_parse_u64(v, UINT64_MAX, out) == 0;
-}
-
 /* GET /results/<id>: every settled result of job id in chunk order, as one
  * download: meshd's pages (GET /v1/jobs/<id>/results?from=K, 4 MiB each)
  * one after the other, until the end or the first chunk not settled yet (a
@@ -352,7 +338,8 @@ static int type_param(const char *type, const char *key, uint64_t *out)
  * failed instead of keeping a short file. */
 static void download(struct mesh_ui *u, int fd, const struct req *r)
 {
-	uint64_t id, from = 0, next, end = 0;
+	uint64_t id, from = 0, next, missing;
+	int end = 0;
 	if (mesh_parse_u64(r->path + 9, UINT64_MAX, &id) < 0 || id == 0) {
 		answer_text(fd, r, 404, "Not Found", "mesh ui: no such job\n");
 		return;
@@ -363,7 +350,7 @@ static void download(struct mesh_ui *u, int fd, const struct req *r)
 		snprintf(target, sizeof target, "/v1/jobs/%" PRIu64 "/results?from=%" PRIu64, id, from);
 		struct meshd_reply rep = MESHD_REPLY_INIT;
 		int rc = meshd_client_request(u->sock, "GET", target, NULL, 0, API_TIMEOUT_NS, &rep);
-		int ok = rc == 0 && rep.status == 200 && type_param(rep.type, "next", &next) && type_param(rep.type, "end", &end);
+		int ok = rc == 0 && rep.status == 200 && meshd_results_page(rep.type, &next, &end, &missing) == 0;
 		if (!ok && !begun) {
 			if (rc < 0)
 				snprintf(msg, sizeof msg, "cannot reach meshd at %s: %s", u->sock, mesh_strerror(rc));
