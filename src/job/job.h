@@ -371,7 +371,9 @@ int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int sp
  * leases that answered MESH_JOB_NONE): in PostgreSQL a NOTIFY wakes it at
  * once when a chunk is let go (a failure, a hand-back, a node that
  * stopped); the file store just sleeps.  1 = woken, 0 = timeout, or a
- * negative error.  Expired leases wake nobody: poll at least that often. */
+ * negative error; 1 at once when the store has just begun to listen (a
+ * wake-up before that was lost: lease again).  Expired leases wake nobody:
+ * poll at least that often. */
 int mesh_job_wait_work(struct mesh_job *j, uint64_t timeout_ns);
 /* For a caller with a poll() loop of its own: a descriptor that becomes
  * readable when work may have appeared on j (PostgreSQL: j's connection,

@@ -507,6 +507,8 @@ static int reconnect(struct mesh_pg *pg, PGconn *c, unsigned *prepared)
 		 * after the outage that ended another) */
 		if (reset_polled(c, mesh_mono_ns() + MESH_NS_PER_S)) {
 			PQclear(PQexec(c, SESSION_SETTINGS));
+			if (c == pg->conn)
+				pg->listening = 0; /* under pg->mu, as every use of conn */
 			outage_end(pg, since);
 			return 0;
 		}

@@ -182,8 +182,10 @@ int mesh_pg_done_words(struct mesh_pg *pg, void (*fn)(uint64_t w, uint64_t bits,
 /* Waits up to timeout_ns for work on this job to appear: a chunk let go
  * (a failure, a hand-back, a node that stopped) or the job submitted,
  * told by NOTIFY (LISTEN on this handle's connection from the first call
- * on).  1 = woken, 0 = the timeout, or an error.  An idle node waits here
- * instead of polling the database. */
+ * on).  1 = woken, 0 = the timeout, or an error.  The first call after a
+ * LISTEN (the first, or one on a connection made anew) answers 1 at once:
+ * a NOTIFY before it reached nobody, so lease again before waiting.  An
+ * idle node waits here instead of polling the database. */
 int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns);
 /* The connection's socket, listening as for mesh_pg_wait (LISTEN from
  * here on), for a caller's poll(); -1 on an error.  Readable: take it with

@@ -36,7 +36,10 @@ struct mesh_pg {
 	pthread_cond_t ccv;
 	struct cbatch *queue;
 	int leader;
-	int listening; /* LISTEN mesh done on this connection */
+	/* LISTEN mesh done on this connection (reconnect() clears it: a new
+	 * session listens to nothing); listen_fresh: done since the last
+	 * wait, which must say "look again" (a NOTIFY before it was lost) */
+	int listening, listen_fresh;
 	unsigned prepared; /* store_pg.c's statements prepared on it (bits) */
 	/* the node (store_pg_nodes.c): registered at the first lease */
 	int node_on;

@@ -6,15 +6,24 @@
 #include <poll.h>
 #include <string.h>
 
+/* LISTEN on the connection, under pg->mu, unless done: 0 or an error.
+ * A NOTIFY sent before it reached nobody, so the next wait says "look
+ * again" at once (listen_fresh). */
+static int listen_once(struct mesh_pg *pg)
+{
+	int rc = 0;
+	if (pg->listening)
+		return 0;
+	PQclear(mesh__pg_q(pg, "LISTEN mesh", 0, NULL, &rc));
+	if (!rc)
+		pg->listening = pg->listen_fresh = 1;
+	return rc;
+}
+
 int mesh_pg_wake_fd(struct mesh_pg *pg)
 {
-	int rc = 0, fd;
 	pthread_mutex_lock(&pg->mu);
-	if (!pg->listening) {
-		PQclear(mesh__pg_q(pg, "LISTEN mesh", 0, NULL, &rc));
-		pg->listening = !rc;
-	}
-	fd = pg->listening ? PQsocket(pg->conn) : -1;
+	int fd = listen_once(pg) ? -1 : PQsocket(pg->conn);
 	pthread_mutex_unlock(&pg->mu);
 	return fd;
 }
@@ -22,17 +31,14 @@ int mesh_pg_wake_fd(struct mesh_pg *pg)
 int mesh_pg_wait(struct mesh_pg *pg, uint64_t timeout_ns)
 {
 	uint64_t end = mesh_mono_ns() + timeout_ns;
-	int rc = 0, woke = 0;
+	int rc, woke = 0;
 	pthread_mutex_lock(&pg->mu);
-	if (!pg->listening) {
-		PGresult *r = mesh__pg_q(pg, "LISTEN mesh", 0, NULL, &rc);
-		PQclear(r);
-		if (rc) {
-			pthread_mutex_unlock(&pg->mu);
-			return rc;
-		}
-		pg->listening = 1;
+	if ((rc = listen_once(pg))) {
+		pthread_mutex_unlock(&pg->mu);
+		return rc;
 	}
+	woke = pg->listen_fresh;
+	pg->listen_fresh = 0;
 	while (!woke) {
 		PGnotify *nt;
 		uint64_t now = mesh_mono_ns();

@@ -742,6 +742,51 @@ TEST_TIMEOUT(store_pg_mesh_run_woken_by_notify, 60)
 	store_env_stop(&e);
 }
 
+/* A node LISTENs the first time it waits, after a lease that found
+ * nothing: a chunk let go between that lease and the LISTEN sends its
+ * NOTIFY to nobody.  The first wait after a LISTEN therefore says "look
+ * again" at once; it waited out its whole timeout (the store_pg_mesh_run_
+ * woken_by_notify run that took 3158 ms, its retry, on a loaded machine).
+ * Also after the connection was made anew (a new session listens to
+ * nothing). */
+TEST_TIMEOUT(store_pg_first_wait_after_listening_looks_again, 60)
+{
+	struct store_env e;
+	struct mesh_job *a, *b;
+	struct mesh_lease ls[2], one;
+	size_t got = 0;
+	start(&e);
+	ASSERT_EQ(store_env_submit(&e, 2), 0);
+	ASSERT_EQ(store_env_open(&e, &a, "a", 3), 0);
+	ASSERT_EQ(store_env_open(&e, &b, "b", 3), 0);
+	ASSERT_EQ(mesh_job_lease_many(a, 60ull * 1000000000ull, 0, ls, 2, &got), 0);
+	ASSERT_EQ(got, 2);
+	ASSERT_EQ(mesh_job_lease(b, 60ull * 1000000000ull, 0, &one), MESH_JOB_NONE);
+	/* let go before b listens: its NOTIFY reaches nobody */
+	ASSERT_EQ(mesh_job_fail(a, ls[0].cid, 1), 0);
+	uint64_t t0 = t_now_ms();
+	EXPECT_EQ(mesh_job_wait_work(b, 2ull * 1000000000ull), 1);
+	EXPECT_LT(t_now_ms() - t0, 1000);
+	ASSERT_EQ(mesh_job_lease(b, 60ull * 1000000000ull, 0, &one), 0);
+	EXPECT_EQ(one.cid, ls[0].cid);
+	/* listening now: a wait with nothing let go waits its time out */
+	EXPECT_EQ(mesh_job_wait_work(b, 200ull * 1000000ull), 0);
+	/* every session ends; b's lease meets the loss and makes a new one,
+	 * which listens to nothing until told to */
+	EXPECT_GE(store_env_sql1(&e, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+				     " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"),
+		  1);
+	struct mesh_lease none;
+	EXPECT_EQ(mesh_job_lease(b, 60ull * 1000000000ull, 0, &none), MESH_JOB_NONE);
+	ASSERT_EQ(mesh_job_fail(a, ls[1].cid, 1), 0);
+	t0 = t_now_ms();
+	EXPECT_EQ(mesh_job_wait_work(b, 2ull * 1000000000ull), 1);
+	EXPECT_LT(t_now_ms() - t0, 1000);
+	mesh_job_close(a);
+	mesh_job_close(b);
+	store_env_stop(&e);
+}
+
 /* Nodes started together on a new job (issue 32): each submits it, and
  * concurrent first submits agree -- one creates the job's row, the others
  * join it.  Sixteen `mesh run` nodes held at a FIFO and let go at once,
