@@ -225,10 +225,13 @@ $(NODE_STAMP):
 deps:
 	@mk/deps.sh test
 
-# `make test -jN` runs N test binaries at a time (make's own -j; `-j`
-# alone: one a CPU); `make test T=name` only the tests whose name contains
-# name.
-TEST_JOBS = $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),$(if $(filter -j,$(MAKEFLAGS)),$(shell nproc),1))
+# `make test` runs two test binaries a CPU at a time, eight at most (most
+# of a test's time is spent waiting on processes it started: one at a time
+# the suite kept 2 CPUs under a load of 0.5); `make test -jN` runs N (make's
+# own -j, -j1 one at a time; `-j` alone: one a CPU); `make test T=name` only
+# the tests whose name contains name.
+TEST_JOBS_DEFAULT = $(shell n=$$(( $$(nproc) * 2 )); [ $$n -gt 8 ] && n=8; echo $$n)
+TEST_JOBS = $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),$(if $(filter -j,$(MAKEFLAGS)),$(shell nproc),$(TEST_JOBS_DEFAULT)))
 test: deps
 	@$(MAKE) --no-print-directory tests-build >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@$(MAKE) --no-print-directory node-openai >/dev/null 2>&1 || echo "mesh: npm install openai@$(OPENAI_NPM_VERSION) playwright-core@$(PLAYWRIGHT_NPM_VERSION) failed (see $(BUILD)/node/npm.log); their tests will fail"
