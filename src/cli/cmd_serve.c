@@ -43,6 +43,9 @@ static const char usage_text[] =
 	"  --grace SEC              stop signal to SIGKILL (default 5)\n"
 	"  --drain-timeout SEC      at SIGTERM, longest wait for requests/connections in flight (default 30)\n"
 	"  --max-conns N            most client connections at once, 503 past it (default: from the fd limit)\n"
+	"  --header-timeout SEC     --http: a request head's first byte to its end, at most (default 60)\n"
+	"  --body-timeout SEC       --http: one byte of a request body to the next, at most (default 60);\n"
+	"                           past either the client gets 408 and its connection ends\n"
 	"  --start-timeout SEC      longest start, spawn to warm (default 300)\n"
 	"  --queue-timeout SEC      longest wait of a held connection (default 120)\n"
 	"  --max-queue N            most connections held at once (default 1024)\n"
@@ -58,7 +61,7 @@ static const char usage_text[] =
 
 enum { O_LISTEN = 256, O_UPSTREAM, O_IDLE, O_PROBE, O_MODEL, O_GRACE, O_START_TIMEOUT, O_QUEUE_TIMEOUT,
        O_MAX_QUEUE, O_LOG, O_JSON, O_NO_SPLICE, O_HELP, O_HTTP, O_START_ON_CONNECT, O_STOP_SIGNAL,
-       O_DRAIN_TIMEOUT, O_MAX_CONNS };
+       O_DRAIN_TIMEOUT, O_MAX_CONNS, O_HEADER_TIMEOUT, O_BODY_TIMEOUT };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, NULL, O_LISTEN},
@@ -79,6 +82,8 @@ static const struct option longopts[] = {
 	{"stop-signal", required_argument, NULL, O_STOP_SIGNAL},
 	{"drain-timeout", required_argument, NULL, O_DRAIN_TIMEOUT},
 	{"max-conns", required_argument, NULL, O_MAX_CONNS},
+	{"header-timeout", required_argument, NULL, O_HEADER_TIMEOUT},
+	{"body-timeout", required_argument, NULL, O_BODY_TIMEOUT},
 	{NULL, 0, NULL, 0},
 };
 
@@ -291,6 +296,14 @@ int mesh_cmd_serve(int argc, char **argv)
 			break;
 		case O_DRAIN_TIMEOUT:
 			if (parse_secs("--drain-timeout", optarg, &c.drain_timeout_ns, 1))
+				return MESH_EXIT_USAGE;
+			break;
+		case O_HEADER_TIMEOUT:
+			if (parse_secs("--header-timeout", optarg, &c.header_timeout_ns, 0))
+				return MESH_EXIT_USAGE;
+			break;
+		case O_BODY_TIMEOUT:
+			if (parse_secs("--body-timeout", optarg, &c.body_timeout_ns, 0))
 				return MESH_EXIT_USAGE;
 			break;
 		case O_MAX_CONNS:

@@ -40,6 +40,21 @@ int mesh_hframe_answer_begun(const struct mesh_hframe *f)
 	return f->side[1].state != ST_IDLE;
 }
 
+int mesh_hframe_reading(const struct mesh_hframe *f, int dir)
+{
+	switch (f->side[dir].state) {
+	case ST_IDLE:
+	case ST_TUNNEL:
+	case ST_ERR:
+		return 0;
+	case ST_LINE:
+	case ST_HDR:
+		return 1;
+	default:
+		return 2;
+	}
+}
+
 static int fail(struct mesh_hframe_side *s, int err, const char *why)
 {
 	s->state = ST_ERR;

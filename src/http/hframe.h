@@ -124,6 +124,12 @@ const char *mesh_hframe_why(const struct mesh_hframe *f, int dir);
  * the oldest of them itself (a 502); else it can only cut the connection. */
 int mesh_hframe_answer_begun(const struct mesh_hframe *f);
 
+/* Where side dir is: 0 between messages (or in a tunnel, or in error), 1
+ * inside a head (a byte of it fed, its blank line not yet), 2 inside a
+ * body or a trailer block.  A proxy bounds how long a client may take over
+ * a request with it (mesh serve's header and body timeouts). */
+int mesh_hframe_reading(const struct mesh_hframe *f, int dir);
+
 /* One message's parts, for a reader that decodes it (a response's head and
  * body, a chunked request body): mesh_hframe_step reads like
  * mesh_hframe_feed but stops after the byte, or the run of body bytes, at

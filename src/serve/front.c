@@ -202,6 +202,7 @@ static const char *reason_of(int code)
 {
 	switch (code) {
 	case 400: return "Bad Request";
+	case 408: return "Request Timeout";
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
 	case 504: return "Gateway Timeout";
@@ -296,9 +297,10 @@ void mesh__serve_reject_queue(struct mesh_serve *s, int code, const char *why)
  * without the answer's end is what tells the client). */
 static int answer_instead(struct mesh_serve *s, struct mesh__conn *c, int code, const char *why)
 {
-	/* A 400 answers the malformed request alone: none before it waits. */
+	/* A 400 or a 408 answers the request being read alone: none before it
+	 * waits. */
 	unsigned waiting = c->hf.inflight;
-	if (!s->c.http || c->state != C_RELAY || !waiting || (code == 400 && waiting != 1) ||
+	if (!s->c.http || c->state != C_RELAY || !waiting || ((code == 400 || code == 408) && waiting != 1) ||
 	    mesh_hframe_answer_begun(&c->hf) || c->relay.dir[1].pending)
 		return 0;
 	list_del(&s->active, c);
@@ -349,6 +351,53 @@ void mesh__serve_dispatch_queue(struct mesh_serve *s)
 	}
 }
 
+/* --http, a relayed connection: when the client will have taken too long
+ * over the request it is sending (UINT64_MAX: it sends none, or the server
+ * is not taking what it sent: then the client waits on the server). */
+static uint64_t read_deadline(const struct mesh_serve *s, const struct mesh__conn *c)
+{
+	if (!s->c.http || c->state != C_RELAY || c->dead)
+		return UINT64_MAX;
+	switch (mesh_hframe_reading(&c->hf, 0)) {
+	case 1:
+		return c->head_t0 ? c->head_t0 + s->c.header_timeout_ns : UINT64_MAX;
+	case 2:
+		return c->relay.dir[0].pending ? UINT64_MAX : c->last_in + s->c.body_timeout_ns;
+	}
+	return UINT64_MAX;
+}
+
+/* The read timeouts: a client past one is answered 408 when no answer is
+ * under way on its connection (else the connection is cut), which ends
+ * its request's demand.  Run when the nearest deadline comes (read_next);
+ * finds the next.  A byte of a body moves its deadline on without a scan:
+ * the scan that finds it early only looks again later. */
+static void read_timeouts(struct mesh_serve *s, uint64_t now)
+{
+	s->read_next = UINT64_MAX;
+	for (struct mesh__conn *c = s->active.head, *next; c; c = next) {
+		next = c->next;
+		if (c->state == C_RELAY && c->relay.dir[0].pending)
+			c->last_in = now; /* the server's wait is not the client's */
+		uint64_t d = read_deadline(s, c);
+		if (d > now) {
+			if (d < s->read_next)
+				s->read_next = d;
+			continue;
+		}
+		char why[128];
+		int head = mesh_hframe_reading(&c->hf, 0) == 1;
+		snprintf(why, sizeof why,
+			 head ? "the request head did not arrive whole within the header timeout (%.1f s)"
+			      : "no byte of the request body came within the body timeout (%.1f s)",
+			 (double)(head ? s->c.header_timeout_ns : s->c.body_timeout_ns) / 1e9);
+		if (!answer_instead(s, c, 408, why)) {
+			mesh__serve_emit_simple(s, MESH_SERVE_EV_REJECTED, 0, 0, why);
+			conn_close_active(s, c);
+		}
+	}
+}
+
 /* The relay's watcher (--http): the framing of both directions, and the
  * requests in flight it finds, added to the server's count. */
 static int conn_watch(void *ctx, int dir, const char *p, size_t n)
@@ -360,6 +409,17 @@ static int conn_watch(void *ctx, int dir, const char *p, size_t n)
 	c->counted = c->hf.inflight;
 	s->st.requests += c->hf.requests - c->requests;
 	c->requests = c->hf.requests;
+	if (dir == 0 && p) {
+		/* the client's bytes: the read timeouts' clocks */
+		c->last_in = mesh_mono_ns();
+		if (mesh_hframe_reading(&c->hf, 0) != 1)
+			c->head_t0 = 0;
+		else if (!c->head_t0)
+			c->head_t0 = c->last_in;
+		uint64_t d = read_deadline(s, c);
+		if (d < s->read_next)
+			s->read_next = d;
+	}
 	/* The server's side ended while a request waits for its answer's
 	 * first byte: the relay ends before the client's side is shut, so
 	 * that the client can be answered (relay_after). */
@@ -599,6 +659,8 @@ void mesh__serve_front_timers(struct mesh_serve *s, uint64_t now)
 		list_del(&s->linger, c);
 		conn_free(s, c);
 	}
+	if (now >= s->read_next)
+		read_timeouts(s, now);
 	if (!s->w_listen.mask && s->lfd >= 0 && !s->quitting && now >= s->accept_resume)
 		mesh__serve_watch(s, &s->w_listen, s->lfd, EPOLLIN);
 }
@@ -611,6 +673,8 @@ uint64_t mesh__serve_front_deadline(const struct mesh_serve *s, uint64_t t)
 			t = lists[i]->head->deadline;
 	if (!s->w_listen.mask && s->lfd >= 0 && !s->quitting && s->accept_resume < t)
 		t = s->accept_resume;
+	if (s->read_next < t)
+		t = s->read_next;
 	return t;
 }
 

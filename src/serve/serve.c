@@ -732,6 +732,10 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 	if (!s)
 		return -ENOMEM;
 	s->c = *c;
+	if (!s->c.header_timeout_ns)
+		s->c.header_timeout_ns = 60ull * 1000000000ull;
+	if (!s->c.body_timeout_ns)
+		s->c.body_timeout_ns = 60ull * 1000000000ull;
 	s->lfd = s->sfd = s->logfd = s->out_fd = s->spare_fd = -1;
 	s->stop_sig = c->stop_signal > 0 ? c->stop_signal : SIGTERM;
 	mesh_relay_pool_init(&s->pool, 16);
@@ -769,6 +773,7 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 		goto fail;
 	}
 	s->t_open = s->idle_since = mesh_mono_ns();
+	s->read_next = UINT64_MAX;
 	s->state = MESH_SERVE_COLD;
 	*out = s;
 	return 0;

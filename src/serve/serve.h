@@ -141,11 +141,16 @@ struct mesh_serve_config {
 	int stop_signal;           /* to the group at a stop (reap, start timeout, shutdown); 0: SIGTERM */
 	uint64_t drain_timeout_ns; /* at SIGTERM: longest wait for what is in flight */
 	uint32_t max_conns;        /* most client connections relayed or waiting; 0: from RLIMIT_NOFILE */
+	/* http, while relayed: a request head's first byte to its blank line,
+	 * and one byte of a request body to the next, at most; past either the
+	 * client is answered 408 (or, with an answer under way, cut) */
+	uint64_t header_timeout_ns, body_timeout_ns;
 };
 #define MESH_SERVE_CONFIG_INIT                                                                              \
 	{.idle_ns = 300ull * 1000000000ull, .grace_ns = 5ull * 1000000000ull,                                \
 	 .start_timeout_ns = 300ull * 1000000000ull, .queue_timeout_ns = 120ull * 1000000000ull,            \
-	 .max_queue = 1024, .drain_timeout_ns = 30ull * 1000000000ull}
+	 .max_queue = 1024, .drain_timeout_ns = 30ull * 1000000000ull, .header_timeout_ns = 60ull * 1000000000ull, \
+	 .body_timeout_ns = 60ull * 1000000000ull}
 
 struct mesh_serve;
 

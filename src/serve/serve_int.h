@@ -57,6 +57,7 @@ struct mesh__conn {
 	unsigned counted;   /* http: requests in flight on it, as added to s->inflight */
 	uint64_t requests;  /* http: requests seen on it, as added to the stats */
 	struct mesh_hframe hf; /* http: the framing of both directions */
+	uint64_t head_t0, last_in; /* http: the current request head's start (0: none), the client's last byte */
 	struct mesh__conn *prev, *next;
 };
 
@@ -88,6 +89,7 @@ struct mesh_serve {
 	struct mesh_relay_pool pool;
 	struct mesh__watch w_listen, w_signal, w_output, w_probe;
 	uint64_t accept_resume;
+	uint64_t read_next; /* --http: the nearest read timeout of a relayed client (front.c); UINT64_MAX: none */
 
 	/* the probe thread */
 	pthread_t probe_thread;

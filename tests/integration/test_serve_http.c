@@ -478,3 +478,49 @@ TEST_TIMEOUT(serve_http_malformed_request_400, 30)
 	}
 	EXPECT_EQ(stop_serve(&s), 0);
 }
+
+/* A client that stops halfway through a request, in its head or in its
+ * body, gets 408 at the header or body timeout and its request stops
+ * being demand: the server is reaped --idle after, though both
+ * connections stay open.  Without the timeouts a stalled request kept the
+ * server warm for as long as its client kept the socket. */
+TEST_TIMEOUT(serve_http_stalled_request_408_and_does_not_hold_server, 30)
+{
+	struct up u = pick_up();
+	const char *args[] = {"--http", "--upstream", u.addr, "--idle", "0.4", "--header-timeout", "1",
+			      "--body-timeout", "1.5", "--", "python3", oa_server(), "--port", u.port, NULL};
+	struct serve s = start_serve(args);
+	char resp[4096];
+	EXPECT_EQ(http_get(s.port, "/v1/models", resp, sizeof resp), 200); /* warm */
+	int head = connect_to(s.port), body = connect_to(s.port);
+	ASSERT_GE(head, 0);
+	ASSERT_GE(body, 0);
+	uint64_t t0 = t_now_ms();
+	ASSERT_EQ(send_str(head, "GET /v1/models HTTP/1.1\r\nHost: x\r\n"), 0);
+	ASSERT_EQ(send_str(body, "POST /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"), 0);
+	/* a byte of the head does not put its timeout off */
+	usleep(500000);
+	ASSERT_EQ(send_str(head, "X-A: 1\r\n"), 0);
+	int st = 0;
+	ASSERT_GT(read_all(head, resp, sizeof resp), 0);
+	uint64_t t_head = t_now_ms() - t0;
+	sscanf(resp, "HTTP/1.1 %d", &st);
+	EXPECT_EQ(st, 408);
+	EXPECT_CONTAINS(resp, "header timeout (1.0 s)");
+	st = 0;
+	ASSERT_GT(read_all(body, resp, sizeof resp), 0);
+	uint64_t t_body = t_now_ms() - t0;
+	sscanf(resp, "HTTP/1.1 %d", &st);
+	EXPECT_EQ(st, 408);
+	EXPECT_CONTAINS(resp, "body timeout (1.5 s)");
+	fprintf(stderr, "    408 after %llu ms (head), %llu ms (body)\n", (unsigned long long)t_head,
+		(unsigned long long)t_body);
+	EXPECT_GE(t_head, 950);
+	EXPECT_GE(t_body, 1450);
+	EXPECT_LT(t_body, 6000);
+	EXPECT_TRUE(wait_file_has("err.txt", "reaped pid=", 6000));
+	EXPECT_TRUE(file_has("err.txt", "header timeout"));
+	close(head);
+	close(body);
+	EXPECT_EQ(stop_serve(&s), 0);
+}

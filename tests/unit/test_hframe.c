@@ -212,3 +212,39 @@ TEST(hframe_strict_responses)
 				EXPECT_UEQ(f.inflight, 0);
 		}
 }
+
+/* Where a side is (mesh serve's read timeouts): in a head from its first
+ * byte to its blank line, in a body until its end, else between. */
+TEST(hframe_reading_says_head_body_or_between)
+{
+	static const struct {
+		const char *bytes;
+		int reading;
+	} steps[] = {
+		{"\r\n", 0}, /* blank lines between requests are skipped */
+		{"G", 1},
+		{"ET / HTTP/1.1\r\nHost: x\r\n", 1},
+		{"\r\n", 0}, /* no body */
+		{"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\n", 2},
+		{"ab", 2},
+		{"c", 0},
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 2},
+		{"1\r\nx\r\n0\r\n", 2}, /* the trailer block is still to come */
+		{"\r\n", 0},
+	};
+	struct mesh_hframe f;
+	mesh_hframe_init(&f);
+	EXPECT_EQ(mesh_hframe_reading(&f, 0), 0);
+	EXPECT_EQ(mesh_hframe_reading(&f, 1), 0);
+	for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+		EXPECT_EQ(mesh_hframe_feed(&f, 0, steps[i].bytes, strlen(steps[i].bytes)), 0);
+		if (mesh_hframe_reading(&f, 0) != steps[i].reading)
+			fprintf(stderr, "    after step %zu\n", i);
+		EXPECT_EQ(mesh_hframe_reading(&f, 0), steps[i].reading);
+	}
+	EXPECT_EQ(mesh_hframe_feed(&f, 1, "HTTP/1.1 200 OK\r\n", 17), 0);
+	EXPECT_EQ(mesh_hframe_reading(&f, 1), 1);
+	/* in error: between, for good */
+	EXPECT_EQ(mesh_hframe_feed(&f, 0, "GET / HTTP/1.1\n", 15), MESH_E_PROTO);
+	EXPECT_EQ(mesh_hframe_reading(&f, 0), 0);
+}
