@@ -352,8 +352,9 @@ void mesh__serve_dispatch_queue(struct mesh_serve *s)
 }
 
 /* --http, a relayed connection: when the client will have taken too long
- * over the request it is sending (UINT64_MAX: it sends none, or the server
- * is not taking what it sent: then the client waits on the server). */
+ * over the request it is sending (UINT64_MAX: it sends none).  While the
+ * server has not taken what the client sent, the scan puts the body's
+ * clock on (read_timeouts): that wait is the server's. */
 static uint64_t read_deadline(const struct mesh_serve *s, const struct mesh__conn *c)
 {
 	if (!s->c.http || c->state != C_RELAY || c->dead)
@@ -362,7 +363,7 @@ static uint64_t read_deadline(const struct mesh_serve *s, const struct mesh__con
 	case 1:
 		return c->head_t0 ? c->head_t0 + s->c.header_timeout_ns : UINT64_MAX;
 	case 2:
-		return c->relay.dir[0].pending ? UINT64_MAX : c->last_in + s->c.body_timeout_ns;
+		return c->last_in + s->c.body_timeout_ns;
 	}
 	return UINT64_MAX;
 }
@@ -378,7 +379,7 @@ static void read_timeouts(struct mesh_serve *s, uint64_t now)
 	for (struct mesh__conn *c = s->active.head, *next; c; c = next) {
 		next = c->next;
 		if (c->state == C_RELAY && c->relay.dir[0].pending)
-			c->last_in = now; /* the server's wait is not the client's */
+			c->last_in = now; /* the server's wait is not the client's: look again later */
 		uint64_t d = read_deadline(s, c);
 		if (d > now) {
 			if (d < s->read_next)

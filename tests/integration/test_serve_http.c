@@ -524,3 +524,48 @@ TEST_TIMEOUT(serve_http_stalled_request_408_and_does_not_hold_server, 30)
 	close(body);
 	EXPECT_EQ(stop_serve(&s), 0);
 }
+
+/* The body timeout is the client's: a server slow to take a big body
+ * (2.5 s before it reads, the client blocked on full buffers meanwhile)
+ * does not get its client a 408 under a 1 s body timeout. */
+TEST_TIMEOUT(serve_http_body_timeout_does_not_count_the_servers_wait, 30)
+{
+	struct up u = pick_up();
+	const char *args[] = {"--http", "--upstream", u.addr, "--idle", "30", "--body-timeout", "1", "--",
+			      "python3", oa_server(), "--port", u.port, NULL};
+	struct serve s = start_serve(args);
+	char resp[4096];
+	EXPECT_EQ(http_get(s.port, "/v1/models", resp, sizeof resp), 200); /* warm */
+	const size_t pad = 8u << 20;
+	char *body = malloc(pad + 128), head[256];
+	ASSERT_TRUE(body != NULL);
+	int n = snprintf(body, 128, "{\"messages\":[{\"content\":\"hi\"}],\"pad\":\"");
+	memset(body + n, 'a', pad);
+	memcpy(body + n + pad, "\"}", 2);
+	size_t len = (size_t)n + pad + 2;
+	snprintf(head, sizeof head,
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Read-Delay: 2.5\r\nContent-Length: %zu\r\n"
+		 "Connection: close\r\n\r\n",
+		 len);
+	int fd = connect_to(s.port);
+	ASSERT_GE(fd, 0);
+	uint64_t t0 = t_now_ms();
+	ASSERT_EQ(send_str(fd, head), 0);
+	size_t off = 0;
+	while (off < len) {
+		ssize_t k = send(fd, body + off, len - off, MSG_NOSIGNAL);
+		if (k <= 0)
+			break;
+		off += (size_t)k;
+	}
+	EXPECT_EQ(off, len);
+	int st = 0;
+	ASSERT_GT(read_all(fd, resp, sizeof resp), 0);
+	sscanf(resp, "HTTP/1.1 %d", &st);
+	fprintf(stderr, "    answered %d after %llu ms\n", st, (unsigned long long)(t_now_ms() - t0));
+	EXPECT_EQ(st, 200);
+	EXPECT_CONTAINS(resp, "tok0");
+	close(fd);
+	free(body);
+	EXPECT_EQ(stop_serve(&s), 0);
+}

@@ -16,6 +16,7 @@ Routes (HTTP/1.1, keep-alive):
                              two streamed tokens (or at once, unstreamed); "hang" never answers;
                              "slow:S" waits S seconds before answering; "status:N" answers N
                              with an OpenAI-shaped error JSON (an upstream's 503, 404, ...).
+                             A header "X-Read-Delay: S" waits S seconds before reading the body.
   POST /v1/completions       the same, OpenAI's legacy shape
   GET  /health               "ok"
 Every request is logged on stdout ("req METHOD PATH", a POST with " from CLIENT-PORT"); --start-delay sleeps before listening;
@@ -88,6 +89,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         print("req POST", self.path, "from", self.client_address[1], flush=True)
         n = int(self.headers.get("Content-Length") or 0)
+        time.sleep(float(self.headers.get("X-Read-Delay") or 0))  # a server slow to take the body
         raw = self.rfile.read(n)
         try:
             req = json.loads(raw or b"{}")
