@@ -24,6 +24,12 @@ fi
 BUILD=${1:-build}
 FILTER=$2
 JOBS=${JOBS:-1}
+# Binaries that share the CPUs take longer: each test's timeout (a hang's
+# bound, not a speed check) is doubled when several run at once.
+if [ "$JOBS" -gt 1 ] && [ -z "$MESH_TEST_TIMEOUT_SCALE" ]; then
+	MESH_TEST_TIMEOUT_SCALE=2
+	export MESH_TEST_TIMEOUT_SCALE
+fi
 MESH_BUILD=$(cd "$BUILD" && pwd)
 MESH_SRC=$(pwd)
 export MESH_BUILD MESH_SRC

@@ -5,7 +5,8 @@
  *   TEST_TIMEOUT(slow_thing, 120) { ... }
  *
  * Each test runs in its own forked process and process group, in a fresh
- * temporary directory (its cwd), under a timeout (30 s unless given); after
+ * temporary directory (its cwd), under a timeout (30 s unless given, times
+ * MESH_TEST_TIMEOUT_SCALE: tests/run.sh sets 2 for parallel runs); after
  * it ends, its whole process group is killed.  A test binary runs all its
  * tests, or those whose name contains any argument.  Each EXPECT prints the
  * expression and both values on failure and marks the test failed; ASSERT
