@@ -724,7 +724,8 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 		why_len = sizeof dummy;
 	}
 	*why = 0;
-	if (!c->argv || !c->argv[0] || !c->listen || !c->upstream || !c->idle_ns || !c->max_queue) {
+	if (!c->argv || !c->argv[0] || !c->listen || !c->upstream || !c->idle_ns || !c->max_queue ||
+	    !c->header_timeout_ns || !c->body_timeout_ns) {
 		snprintf(why, why_len, "incomplete configuration");
 		return MESH_E_RANGE;
 	}
@@ -732,10 +733,6 @@ int mesh_serve_open(struct mesh_serve **out, const struct mesh_serve_config *c, 
 	if (!s)
 		return -ENOMEM;
 	s->c = *c;
-	if (!s->c.header_timeout_ns)
-		s->c.header_timeout_ns = 60ull * 1000000000ull;
-	if (!s->c.body_timeout_ns)
-		s->c.body_timeout_ns = 60ull * 1000000000ull;
 	s->lfd = s->sfd = s->logfd = s->out_fd = s->spare_fd = -1;
 	s->stop_sig = c->stop_signal > 0 ? c->stop_signal : SIGTERM;
 	mesh_relay_pool_init(&s->pool, 16);
