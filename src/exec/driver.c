@@ -130,6 +130,7 @@ static void take_results(struct mesh__runner *r)
 	while (list) {
 		struct mesh__item *it = list;
 		list = it->next;
+		mesh__run_taken(r, it);
 		if (it->result < 0) {
 			/* Not DONE: let a rerun take the chunk at once.  Its
 			 * output went out already (never after its DONE): the
@@ -254,6 +255,44 @@ static int may_start(struct mesh__runner *r)
 	return 1;
 }
 
+/* Whether the chunk of lease l (not a fresh one) is this node's already:
+ * its completion in flight, its output waiting for its turn (-k), or (a
+ * lease taken over from this node itself, whose loop waited in the store
+ * past the earlier lease's end) an attempt still in a slot.  Then it is
+ * not run again, and a lease taken over becomes the one kept renewed
+ * (the store knows a chunk's lease by the latest).  A speculative copy of
+ * a chunk running here still runs (a local straggler). */
+static int adopt(struct mesh__runner *r, struct mesh_job *jh, const struct mesh_lease *l, uint64_t t_expire)
+{
+	struct mesh__item *it = NULL;
+	int stolen = l->kind == MESH_LEASE_STOLEN;
+	for (struct mesh__item *x = r->fl_head; x && !it; x = x->fl_next)
+		if (x->cid == l->cid && x->jh == jh)
+			it = x;
+	for (struct mesh__hold *h = r->hold_head; h && !it; h = h->next)
+		if (h->cid == l->cid && h->it && h->it->complete && h->it->jh == jh)
+			it = h->it;
+	if (it) {
+		if (stolen) {
+			it->l = *l;
+			it->lease_gone = 0;
+		}
+		return 1;
+	}
+	if (!stolen || !mesh__slot_busy_with(r, l->cid))
+		return 0;
+	for (unsigned i = 0; i < r->nslots; i++) {
+		struct mesh__slot *s = &r->slots[i];
+		if (s->busy && s->jh == jh && s->l.cid == l->cid && s->why == END_NORMAL) {
+			s->l = *l;
+			s->t_expire = t_expire;
+			s->lost = 0;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* Leases and starts chunks for the free slots. */
 static int fill(struct mesh__runner *r)
 {
@@ -305,6 +344,11 @@ static int fill(struct mesh__runner *r)
 		}
 		r->none_seen = 0;
 		for (size_t i = 0; i < got; i++) {
+			/* the store's clock, both: the time the lease had left */
+			uint64_t t_expire =
+				t_asked + (ls[i].deadline_ns > ls[i].started_ns ? ls[i].deadline_ns - ls[i].started_ns : 0);
+			if (ls[i].kind != MESH_LEASE_FRESH && adopt(r, jh, &ls[i], t_expire))
+				continue;
 			struct mesh__slot *s = NULL;
 			for (unsigned m = 0; m < r->nslots; m++)
 				if (!r->slots[m].busy) {
@@ -313,8 +357,7 @@ static int fill(struct mesh__runner *r)
 				}
 			s->jh = jh;
 			s->l = ls[i];
-			/* the store's clock, both: the time the lease had left */
-			s->t_expire = t_asked + (ls[i].deadline_ns > ls[i].started_ns ? ls[i].deadline_ns - ls[i].started_ns : 0);
+			s->t_expire = t_expire;
 			if ((rc = mesh__slot_start(r, s)) < 0) {
 				/* Not started: hand the rest back at once. */
 				for (size_t m = i + 1; m < got; m++)
@@ -526,6 +569,8 @@ static int loop(struct mesh__runner *r)
 		}
 		if (r->hold_until && can_start && r->hold_until < wake)
 			wake = r->hold_until;
+		if (r->fl_head && r->fl_head->renew_at < wake)
+			wake = r->fl_head->renew_at;
 		if (r->hold_head && r->hold_renew < wake)
 			wake = r->hold_renew;
 		if (r->hold_head && wake > now + r->retry)
@@ -600,6 +645,8 @@ static int loop(struct mesh__runner *r)
 			mesh__out_hold_renew(r, now);
 			mesh__out_emit_ready(r, 0);
 		}
+		if (r->fl_head)
+			mesh__run_flight_renew(r, now);
 	}
 	draw(r, 1);
 	free(pf);

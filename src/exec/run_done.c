@@ -1,6 +1,8 @@
 /* The completer thread: finalizes results (fsyncs, renames) and completes
  * successful chunks, many at once, while the loop keeps launching. */
 #include "base/buf.h"
+#include "base/clock.h"
+#include "base/err.h"
 #include "base/io.h"
 #include "exec/run_int.h"
 
@@ -169,8 +171,69 @@ void *mesh__run_completer(void *arg)
 	return NULL;
 }
 
+/* ---- completions in flight ----
+ * A chunk's output is printed before its completion is sent (never DONE
+ * without it), so from then until the completion commits, a lease that
+ * expires lets another node, or this one, run the chunk and print it a
+ * second time.  A completion commits in milliseconds, but one held up in
+ * the store (a lock a DBA holds, a slow WAL flush, a busy server) can take
+ * longer than the lease had left: the loop renews these leases as it
+ * renews those of running chunks, and runs no chunk again whose
+ * completion it has in flight. */
+
+static void fl_unlink(struct mesh__runner *r, struct mesh__item *it)
+{
+	if (it->fl_prev)
+		it->fl_prev->fl_next = it->fl_next;
+	else
+		r->fl_head = it->fl_next;
+	if (it->fl_next)
+		it->fl_next->fl_prev = it->fl_prev;
+	else
+		r->fl_tail = it->fl_prev;
+	it->fl_prev = it->fl_next = NULL;
+	it->on_list = 0;
+}
+
+/* At the tail, due at now + ttl/4 (every item there is due no later). */
+static void fl_append(struct mesh__runner *r, struct mesh__item *it, uint64_t now)
+{
+	uint64_t step = r->ttl / 4;
+	it->renew_at = now + (step > MESH_NS_PER_MS ? step : MESH_NS_PER_MS);
+	it->fl_next = NULL;
+	it->fl_prev = r->fl_tail;
+	if (r->fl_tail)
+		r->fl_tail->fl_next = it;
+	else
+		r->fl_head = it;
+	r->fl_tail = it;
+	it->on_list = 1;
+}
+
+void mesh__run_taken(struct mesh__runner *r, struct mesh__item *it)
+{
+	if (it->on_list)
+		fl_unlink(r, it);
+}
+
+void mesh__run_flight_renew(struct mesh__runner *r, uint64_t now)
+{
+	struct mesh__item *it;
+	while ((it = r->fl_head) && it->renew_at <= now) {
+		fl_unlink(r, it);
+		/* MESH_E_STATE: DONE (by this completion or another), or
+		 * taken over; anything else (the store out of reach) is tried
+		 * again at the next turn. */
+		if (!it->lease_gone && mesh_job_renew(it->jh, &it->l, r->ttl) == MESH_E_STATE)
+			it->lease_gone = 1;
+		fl_append(r, it, now);
+	}
+}
+
 void mesh__run_queue(struct mesh__runner *r, struct mesh__item *it)
 {
+	if (it->complete)
+		fl_append(r, it, mesh_mono_ns());
 	pthread_mutex_lock(&r->mu);
 	it->next = NULL;
 	*r->q_in_tail = it;

@@ -69,6 +69,13 @@ struct mesh__item {
 	int res_out, res_err;
 	char *res_dir, *tmp_out, *tmp_err, *status;
 	int result; /* MESH_JOB_DONE / IGNORED or a negative error */
+	/* The loop's own (the completer never reads them): a completion in
+	 * flight is on the runner's list, in the order of its next renewal
+	 * (run_done.c). */
+	struct mesh__item *fl_prev, *fl_next;
+	uint64_t renew_at;
+	int on_list;
+	int lease_gone; /* a renewal found the lease another's, or the chunk DONE */
 };
 
 /* -k: a finished attempt whose output waits for the chunks before it. */
@@ -122,6 +129,8 @@ struct mesh__runner {
 	struct mesh__item *q_in, **q_in_tail, *q_out;
 	unsigned in_flight; /* items queued or being processed */
 	int quit;
+	/* the completions in flight (the loop's: mesh__run_flight_renew) */
+	struct mesh__item *fl_head, *fl_tail;
 
 	int stopping, sigs, fatal, complete_seen, none_seen, halted;
 	int hup; /* SIGHUP: start nothing more, let the running chunks finish */
@@ -155,6 +164,12 @@ void mesh__run_lease_lost(struct mesh__runner *r, struct mesh__slot *s, uint64_t
 void *mesh__run_completer(void *arg);
 void mesh__run_queue(struct mesh__runner *r, struct mesh__item *it);
 void mesh__run_item_free(struct mesh__item *it);
+/* The loop took it back from the completer: off the list of completions
+ * in flight. */
+void mesh__run_taken(struct mesh__runner *r, struct mesh__item *it);
+/* Renews the leases of the completions in flight whose turn has come
+ * (every ttl/4 from their queueing; the next: r->fl_head->renew_at). */
+void mesh__run_flight_renew(struct mesh__runner *r, uint64_t now);
 
 /* run_slot.c */
 /* Starts the leased chunk in slot s on the executor.  0 (running, or a

@@ -243,8 +243,10 @@ static struct mesh__item *new_item(struct mesh__runner *r, struct mesh__slot *s,
 
 /* Whether the lease of the attempt in s, which just ended, is still this
  * node's: 1, or 0 when another node took it over or the chunk is DONE
- * (then that node's run is the one whose output is printed).  A fresh lease with more than half its TTL left is (no node may
- * take it before its deadline, and a completion commits long before); one
+ * (then that node's run is the one whose output is printed).  A fresh
+ * lease with more than half its TTL left is (no node may take it before
+ * its deadline, and from its completion's queueing on the loop renews it
+ * until that commits: run_done.c); one
  * with less, a stolen one (whose earlier holder may still complete it) and
  * a speculative copy are renewed first to know.  A renewal that fails for
  * another reason (the store out of reach) says nothing: 1, as before. */

@@ -64,23 +64,29 @@ static void start(struct store_env *e, char *url, size_t cap)
 		  0);
 }
 
-/* A `mesh run` node on job of n chunks (each prints "c<cid>" after a few
- * ms), its stdout to out_path; its pid. */
-static pid_t node(const char *url, const char *job, long n, const char *ttl, const char *out_path)
+/* sh -c cmd in a child; its pid. */
+static pid_t spawn_sh(const char *cmd)
 {
 	pid_t pid = fork();
 	if (pid < 0)
 		FAIL("fork");
 	if (pid == 0) {
-		char cmd[1600];
-		snprintf(cmd, sizeof cmd,
-			 "exec %s run --store '%s#%s' -j 4 --ttl %s --chunks %ld -- sh -c 'sleep 0.01; echo c{}'"
-			 " > %s 2> %s.err",
-			 MESH, url, job, ttl, n, out_path, out_path);
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
 	return pid;
+}
+
+/* A `mesh run` node on job of n chunks (each prints "c<cid>" after a few
+ * ms), its stdout to out_path; its pid. */
+static pid_t node(const char *url, const char *job, long n, const char *ttl, const char *out_path)
+{
+	char cmd[1600];
+	snprintf(cmd, sizeof cmd,
+		 "exec %s run --store '%s#%s' -j 4 --ttl %s --chunks %ld -- sh -c 'sleep 0.01; echo c{}'"
+		 " > %s 2> %s.err",
+		 MESH, url, job, ttl, n, out_path, out_path);
+	return spawn_sh(cmd);
 }
 
 /* A psql session holds mesh.jobs for ms: the whole table (LOCK TABLE) or
@@ -148,7 +154,7 @@ static void check_store(const struct store_env *e, const char *job, long n)
 
 /* Checks the prints: every chunk printed at least once (once[] and more[]
  * together) and by the nodes whose outputs are more[] (the files outs)
- * at most once; says where a chunk printed twice was printed. */
+ * at most once; says where the first ten chunks printed twice were. */
 static void check_prints(const int *once, const int *more, long n, const char *outs)
 {
 	long missing = 0, twice = 0;
@@ -158,8 +164,8 @@ static void check_prints(const int *once, const int *more, long n, const char *o
 	}
 	if (twice) {
 		fprintf(stderr, "    chunks printed more than once: %ld\n", twice);
-		for (long i = 0; i < n; i++)
-			if (more[i] > 1)
+		for (long i = 0, shown = 0; i < n && shown < 10; i++)
+			if (more[i] > 1 && ++shown)
 				t_sh(NULL, 0, 0, "grep -H -w 'c%ld' %s >&2; for f in %s; do grep -H 'chunk %ld:' $f.err; done >&2",
 				     i, outs, outs, i);
 	}
@@ -276,4 +282,93 @@ TEST_TIMEOUT(store_pg_race_random_locks_and_kills, 120)
 	free(kept);
 	check_store(&e, "rnd", n);
 	store_env_stop(&e);
+}
+
+/* A psql session in the background that holds the locks in sql (the
+ * statements after BEGIN) for ms; its pid. */
+static pid_t hold_bg(const struct store_env *e, const char *sql, unsigned ms)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+		 "exec psql -q -X -h %s -U mesh -d postgres -c 'BEGIN; %s; SELECT pg_sleep(%u / 1000.0); COMMIT;'"
+		 " > /dev/null",
+		 e->pgdir, sql, ms);
+	return spawn_sh(cmd);
+}
+
+/* Runs nodes nodes of job `job` (n chunks, TTL 1 s) and, once a tenth of
+ * it is DONE, the lock holds in holds (sql and ms, NULL-ended); then
+ * checks that every chunk was printed once and the store as above. */
+struct hold {
+	const char *sql;
+	unsigned ms;
+};
+static void slow_completions(const char *job, int nodes, const struct hold *holds)
+{
+	struct store_env e;
+	char url[600], out[1024], path[32];
+	const long n = 300;
+	pid_t pids[4], hp[4];
+	int nh = 0;
+	start(&e, url, sizeof url);
+	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#%s' %ld", MESH, url, job, n), 0);
+	for (int i = 0; i < nodes; i++) {
+		snprintf(path, sizeof path, "%s%d.out", job, i);
+		pids[i] = node(url, job, n, "1", path);
+	}
+	uint64_t t0 = t_now_ms();
+	while (done_count(&e, job) < n / 10 && t_now_ms() - t0 < 30000)
+		usleep(20000);
+	long long at_lock = done_count(&e, job);
+	for (; holds[nh].sql; nh++)
+		hp[nh] = hold_bg(&e, holds[nh].sql, holds[nh].ms);
+	for (int i = 0; i < nh; i++) {
+		int ws;
+		ASSERT_EQ(waitpid(hp[i], &ws, 0), hp[i]);
+		EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	}
+	EXPECT_LT(at_lock, n);
+	fprintf(stderr, "    %lld of %ld done as the locks began; ", at_lock, n);
+	for (int i = 0; i < nodes; i++) {
+		int ws;
+		ASSERT_EQ(waitpid(pids[i], &ws, 0), pids[i]);
+		EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	}
+	fprintf(stderr, "the job took %llu ms\n", (unsigned long long)(t_now_ms() - t0));
+	int *seen = calloc((size_t)n, sizeof *seen), *none = calloc((size_t)n, sizeof *none);
+	ASSERT_TRUE(seen && none);
+	for (int i = 0; i < nodes; i++) {
+		snprintf(path, sizeof path, "%s%d.out", job, i);
+		EXPECT_EQ(count_lines(path, n, seen), 0);
+	}
+	snprintf(out, sizeof out, "%s*.out", job);
+	check_prints(none, seen, n, out);
+	free(seen);
+	free(none);
+	check_store(&e, job, n);
+	store_env_stop(&e);
+}
+
+/* Completions held up for 3 s (mesh.done_words locked against writes;
+ * leases and renewals only read it), TTL 1 s, two nodes: a node keeps
+ * the lease of a chunk whose output it printed renewed until its
+ * completion commits, so no node takes it over and runs it again (each
+ * such chunk was printed twice before, by a thief or by its own node). */
+TEST_TIMEOUT(store_pg_race_slow_completions_keep_their_leases, 90)
+{
+	static const struct hold holds[] = {{"LOCK TABLE mesh.done_words IN EXCLUSIVE MODE", 3000}, {NULL, 0}};
+	slow_completions("sc", 2, holds);
+}
+
+/* The same while the node's own lease waits on a locked mesh.jobs (its
+ * loop, blocked there, renews nothing) for 3 s, the completions for
+ * 4.5 s: the lease that ends the wait takes over the node's own expired
+ * leases of chunks whose completions have not committed yet, and the
+ * node runs none of them again (it did, and printed each twice). */
+TEST_TIMEOUT(store_pg_race_own_expired_leases_not_run_again, 90)
+{
+	static const struct hold holds[] = {{"LOCK TABLE mesh.done_words IN EXCLUSIVE MODE", 4500},
+					    {"LOCK TABLE mesh.jobs", 3000},
+					    {NULL, 0}};
+	slow_completions("ow", 1, holds);
 }
