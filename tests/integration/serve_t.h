@@ -138,7 +138,7 @@ static inline int connect_to(int port)
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct timeval tv = {10, 0};
+	struct timeval tv = {10 * (time_t)t_slack(), 0};
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
 		close(fd);
@@ -208,29 +208,68 @@ static inline int send_str(int fd, const char *s)
 	return send(fd, s, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
 }
 
+/* recv into buf[*got..] until it holds n more bytes (within cap - 1,
+ * NUL-ended); -1 when the connection ended first. */
+static inline int recv_n(int fd, char *buf, size_t *got, size_t cap, size_t n)
+{
+	while (n && *got + 1 < cap) {
+		size_t want = n < cap - 1 - *got ? n : cap - 1 - *got;
+		ssize_t k = recv(fd, buf + *got, want, 0);
+		if (k <= 0)
+			return -1;
+		*got += (size_t)k;
+		n -= (size_t)k;
+		buf[*got] = 0;
+	}
+	return 0;
+}
+
+/* recv a line (to its LF) into buf[*got..], a byte at a time; its start,
+ * or NULL when the connection ended first. */
+static inline char *recv_line(int fd, char *buf, size_t *got, size_t cap)
+{
+	size_t start = *got;
+	do {
+		if (recv_n(fd, buf, got, cap, 1) < 0 || *got + 1 >= cap)
+			return NULL;
+	} while (buf[*got - 1] != '\n');
+	return buf + start;
+}
+
 /* Reads one response on a keep-alive connection (Content-Length or
- * chunked body); returns its status, 0 when the connection ended first. */
+ * chunked body), and not a byte of the next (a pipelined request's
+ * answer may be in the same segment); returns its status, 0 when the
+ * connection ended first. */
 static inline int read_response(int fd, char *buf, size_t cap)
 {
 	size_t got = 0;
+	char *line;
 	buf[0] = 0;
-	for (;;) {
-		char *end = strstr(buf, "\r\n\r\n");
-		if (end) {
-			char *cl = strcasestr(buf, "content-length:");
-			size_t head = (size_t)(end + 4 - buf);
-			if (cl && cl < end && got >= head + (size_t)atol(cl + 15))
-				break;
-			if (strcasestr(buf, "transfer-encoding: chunked") && strstr(end, "\r\n0\r\n\r\n"))
-				break;
-		}
-		if (got + 1 >= cap)
-			break;
-		ssize_t n = recv(fd, buf + got, cap - 1 - got, 0);
-		if (n <= 0)
+	do {
+		if (!(line = recv_line(fd, buf, &got, cap)))
 			return 0;
-		got += (size_t)n;
-		buf[got] = 0;
+	} while (strcmp(line, "\r\n") != 0);
+	char *cl = strcasestr(buf, "content-length:");
+	if (cl) {
+		if (recv_n(fd, buf, &got, cap, (size_t)atol(cl + 15)) < 0)
+			return 0;
+	} else if (strcasestr(buf, "transfer-encoding: chunked")) {
+		for (;;) {
+			if (!(line = recv_line(fd, buf, &got, cap)))
+				return 0;
+			size_t n = strtoul(line, NULL, 16);
+			if (n == 0)
+				break;
+			if (recv_n(fd, buf, &got, cap, n + 2) < 0)
+				return 0;
+		}
+		do { /* trailers, then the empty line */
+			if (!(line = recv_line(fd, buf, &got, cap)))
+				return 0;
+		} while (strcmp(line, "\r\n") != 0);
+	} else {
+		while (recv_n(fd, buf, &got, cap, cap) == 0 && got + 1 < cap)
+			;
 	}
 	int status = 0;
 	sscanf(buf, "HTTP/1.%*d %d", &status);

@@ -68,7 +68,10 @@ TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 		if (ms < best)
 			best = ms;
 	}
-	EXPECT_LE(worst, 350u);
+	/* 50 ms more a step of slack (a busy machine's exit and wait): a
+	 * 500 ms tick still lands all three rounds within 400 ms 6% of the
+	 * time */
+	EXPECT_LE(worst, 350u + 50u * (t_slack() - 1));
 	EXPECT_GE(best, 190u); /* and never before the TTL */
 	core_t_down(&c);
 }

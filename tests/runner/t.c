@@ -273,17 +273,17 @@ static int kept;
 
 enum { RUN_PASSED, RUN_FAILED, RUN_SKIPPED };
 
-/* A tool's skip fails the run where every tool is meant to be installed. */
 /* MESH_TEST_TIMEOUT_SCALE (a whole number, 1..10; tests/run.sh sets 2
  * when it runs several binaries at once): each test's timeout times it.
  * A timeout catches a hang; tests that share the CPUs take longer. */
-static unsigned timeout_scale(void)
+unsigned t_slack(void)
 {
 	const char *v = getenv("MESH_TEST_TIMEOUT_SCALE");
 	unsigned k = v ? (unsigned)strtoul(v, NULL, 10) : 1;
 	return k >= 1 && k <= 10 ? k : 1;
 }
 
+/* A tool's skip fails the run where every tool is meant to be installed. */
 static int strict(void)
 {
 	const char *s = getenv("MESH_TEST_STRICT");
@@ -324,7 +324,7 @@ static int run_one(const struct t_case *c, const char *tmproot)
 		_exit(t__failed ? 1 : 0);
 	}
 	setpgid(pid, pid);
-	unsigned limit_s = c->timeout_s * timeout_scale();
+	unsigned limit_s = c->timeout_s * t_slack();
 	deadline = start + (uint64_t)limit_s * 1000;
 	for (;;) {
 		pid_t w = waitpid(pid, &st, WNOHANG);

@@ -141,6 +141,12 @@ char *t_read_file(const char *path, size_t *len);
 int t_wait_for(int (*cond_fn)(void *), void *arg, unsigned timeout_ms);
 /* Milliseconds on a monotonic clock. */
 uint64_t t_now_ms(void);
+/* How many times slower than an idle machine this run may be: 1, or
+ * MESH_TEST_TIMEOUT_SCALE (2 where tests/run.sh runs several binaries at
+ * once).  Each test's timeout is multiplied by it, and so is a latency a
+ * test bounds (a reap within the TTL and 150 ms): the bound still tells a
+ * hang or a missed wake-up from a busy machine. */
+unsigned t_slack(void);
 /* Number of open fds in this process. */
 int t_count_fds(void);
 /* Number of open fds of process pid (/proc/<pid>/fd), or -1. */

@@ -171,7 +171,7 @@ static void conf_speculation_rules(const struct store_env *e)
 	mesh_job_close(c);
 }
 
-/* A node ten times slower holds a chunk: a copy on a fast node wins
+/* A node far slower holds a chunk: a copy on a fast node wins
  * (counted), the slow node's late completion is IGNORED (counted), every
  * chunk is DONE once, and the job ends well before the slow chunk would. */
 static void spec_node_loop(const struct store_env *e, const char *node, uint64_t chunk_ms)
@@ -209,15 +209,15 @@ static void conf_speculation_beats_a_slow_node(const struct store_env *e)
 	pids[0] = fork();
 	if (pids[0] == 0) {
 		/* the slow node: takes a chunk, lets the others start, and
-		 * completes it 3 s later */
+		 * completes it 6 s later */
 		struct mesh_job *j = NULL;
 		struct mesh_lease l;
 		if (store_env_open_spec(e, &j, "slow", 20 * MS) || mesh_job_lease(j, LONG_TTL, 1, &l))
 			_exit(20);
 		if (write(go[1], &l.cid, sizeof l.cid) != (ssize_t)sizeof l.cid)
 			_exit(21);
-		mesh_sleep_ns(3000 * MS);
-		int rc = mesh_job_complete(j, l.cid, 3000 * MS);
+		mesh_sleep_ns(6000 * MS);
+		int rc = mesh_job_complete(j, l.cid, 6000 * MS);
 		mesh_job_close(j);
 		_exit(rc == MESH_JOB_IGNORED ? 0 : 22);
 	}
@@ -231,7 +231,7 @@ static void conf_speculation_beats_a_slow_node(const struct store_env *e)
 	struct mesh_job *j = open_as(e, "watch", 0);
 	struct mesh_job_status st;
 	uint64_t t_end = 0;
-	while (t_now_ms() - t0 < 10000) {
+	while (t_now_ms() - t0 < 15000) {
 		ASSERT_EQ(mesh_job_status(j, &st), 0);
 		if (st.done == N) {
 			t_end = t_now_ms();
@@ -242,9 +242,10 @@ static void conf_speculation_beats_a_slow_node(const struct store_env *e)
 	ASSERT_GT(t_end, 0);
 	EXPECT_UEQ(st.speculative_wins, 1);
 	EXPECT_EQ(mesh_job_is_done(j, slow_cid), 1);
-	/* the slow chunk alone needs 3000 ms from t0; the job took 1404 ms
-	 * once under a loaded CI run, against 1300 then allowed */
-	EXPECT_LT(t_end - t0, 2700);
+	/* the slow chunk alone needs 6000 ms from t0; the job took 1404 ms
+	 * once under a loaded CI run, and 3355 ms under ASan 4 tests at a
+	 * time beside a build */
+	EXPECT_LT(t_end - t0, 5000);
 	for (int i = 0; i < 3; i++) {
 		int ws;
 		ASSERT_EQ(waitpid(pids[i], &ws, 0), pids[i]);
