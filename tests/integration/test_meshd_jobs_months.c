@@ -544,7 +544,7 @@ TEST_TIMEOUT(jobs_rm_removes_a_finished_job_and_refuses_a_running_one, 60)
 	add_job_worker();
 	meshd_pid = meshd_t_start(.state = "state");
 	EXPECT_EQ(mesh(1, "submit jw --wait ::: a b"), 0);
-	input_of("slow", 200);
+	input_of("slow", 1000); /* running until cancelled (200 ended first under load) */
 	unsigned id = submit("jw --input in.txt");
 	EXPECT_EQ(mesh(1, "rm %u", id), MESH_EXIT_TEMPFAIL);
 	EXPECT_CONTAINS(out, "is running");
