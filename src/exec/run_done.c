@@ -192,7 +192,6 @@ static void fl_unlink(struct mesh__runner *r, struct mesh__item *it)
 	else
 		r->fl_tail = it->fl_prev;
 	it->fl_prev = it->fl_next = NULL;
-	it->on_list = 0;
 }
 
 /* At the tail, due at now + ttl/4 (every item there is due no later). */
@@ -207,12 +206,13 @@ static void fl_append(struct mesh__runner *r, struct mesh__item *it, uint64_t no
 	else
 		r->fl_head = it;
 	r->fl_tail = it;
-	it->on_list = 1;
 }
 
+/* A completion is on the list from its queueing (mesh__run_queue) until
+ * the loop takes it back; a results-only item never is. */
 void mesh__run_taken(struct mesh__runner *r, struct mesh__item *it)
 {
-	if (it->on_list)
+	if (it->complete)
 		fl_unlink(r, it);
 }
 

@@ -70,11 +70,10 @@ struct mesh__item {
 	char *res_dir, *tmp_out, *tmp_err, *status;
 	int result; /* MESH_JOB_DONE / IGNORED or a negative error */
 	/* The loop's own (the completer never reads them): a completion in
-	 * flight is on the runner's list, in the order of its next renewal
-	 * (run_done.c). */
+	 * flight (complete) is on the runner's list, in the order of its next
+	 * renewal (run_done.c). */
 	struct mesh__item *fl_prev, *fl_next;
 	uint64_t renew_at;
-	int on_list;
 	int lease_gone; /* a renewal found the lease another's, or the chunk DONE */
 };
 

@@ -268,8 +268,7 @@ static inline int read_response(int fd, char *buf, size_t cap)
 				return 0;
 		} while (strcmp(line, "\r\n") != 0);
 	} else {
-		while (recv_n(fd, buf, &got, cap, cap) == 0 && got + 1 < cap)
-			;
+		recv_n(fd, buf, &got, cap, cap); /* to the end of the connection, or cap */
 	}
 	int status = 0;
 	sscanf(buf, "HTTP/1.%*d %d", &status);

@@ -296,13 +296,15 @@ static pid_t hold_bg(const struct store_env *e, const char *sql, unsigned ms)
 	return spawn_sh(cmd);
 }
 
-/* Runs nodes nodes of job `job` (n chunks, TTL 1 s) and, once a tenth of
- * it is DONE, the lock holds in holds (sql and ms, NULL-ended); then
- * checks that every chunk was printed once and the store as above. */
+/* A lock for hold_bg: the statements after BEGIN, and for how long. */
 struct hold {
 	const char *sql;
 	unsigned ms;
 };
+
+/* Runs nodes nodes of job `job` (n chunks, TTL 1 s) and, once a tenth of
+ * it is DONE, the lock holds in holds (sql and ms, NULL-ended); then
+ * checks that every chunk was printed once and the store as above. */
 static void slow_completions(const char *job, int nodes, const struct hold *holds)
 {
 	struct store_env e;
