@@ -62,6 +62,35 @@ static void fault_env(void)
 		mesh_fault_arm(MESH_FAULT_FSYNC, err, after, sticky);
 }
 
+static struct pause {
+	char point[24];
+	unsigned ms;
+} pauses[4];
+static unsigned n_pauses;
+static pthread_once_t pause_once = PTHREAD_ONCE_INIT;
+
+static void pause_env(void)
+{
+	const char *e = getenv("MESH_FAULT_PAUSE");
+	while (e && *e && n_pauses < sizeof pauses / sizeof pauses[0]) {
+		struct pause *p = &pauses[n_pauses];
+		int used = 0;
+		if (sscanf(e, "%23[a-z._]:%u%n", p->point, &p->ms, &used) < 2)
+			return;
+		n_pauses++;
+		e += used;
+		e += *e == ',';
+	}
+}
+
+void mesh_fault_pause(const char *point)
+{
+	pthread_once(&pause_once, pause_env);
+	for (unsigned i = 0; i < n_pauses; i++)
+		if (!strcmp(pauses[i].point, point))
+			usleep(pauses[i].ms * 1000u);
+}
+
 /* 0 to go ahead, or the injected -errno. */
 static int fault_hit(enum mesh_fault_op op)
 {

@@ -18,6 +18,10 @@ enum mesh_fault_op { MESH_FAULT_WRITE, MESH_FAULT_FSYNC, MESH_FAULT__N };
 
 void mesh_fault_arm(enum mesh_fault_op op, int err, uint64_t after, int sticky);
 void mesh_fault_disarm(void);
+/* A pause at a named point of a race a test must win or lose on purpose:
+ * MESH_FAULT_PAUSE="point:ms[,point:ms...]" (read once) makes each call
+ * with that point sleep ms; without it, a call is one load. */
+void mesh_fault_pause(const char *point);
 
 /* Writes all n bytes (retrying short writes and EINTR).  0 or -errno. */
 int mesh_write_all(int fd, const void *buf, size_t n);

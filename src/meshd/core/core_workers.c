@@ -4,6 +4,7 @@
 #include "meshd/core/core_int.h"
 
 #include "base/err.h"
+#include "base/io.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -397,6 +398,8 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 	meshd__kick(d, mesh_mono_ns() + meshd__heal_every(d)); /* heal checks while the job holds it */
 	struct mesh_instance *inst = wk->inst;
 	pthread_mutex_unlock(&d->mu);
+	if (early && launched)
+		mesh_fault_pause("core.launched"); /* the getter late: the worker may be gone */
 	uint64_t now = mesh_mono_ns();
 	unsigned mask = 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE;
 	/* Launched here, early: its slot is armed already (or the launch

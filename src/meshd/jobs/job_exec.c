@@ -6,6 +6,7 @@
 #include "base/clock.h"
 #include "base/thread.h"
 #include "base/err.h"
+#include "base/io.h"
 #include "base/log.h"
 #include "meshd/core/ops.h"
 #include "exec/runner.h"
@@ -173,6 +174,8 @@ static void *waiter_main(void *arg)
 			break;
 		pthread_mutex_unlock(&w->mu);
 		int rc = mesh_slot_wait_reply(w->h.slot, 0, WAIT_SLICE_NS, &w->quit);
+		if (rc != MESH_E_TIMEOUT)
+			mesh_fault_pause("jobs.waiter"); /* the news late: the getter's may come first */
 		pthread_mutex_lock(&w->mu);
 		if (rc == MESH_E_TIMEOUT || w->quit)
 			continue;
@@ -459,10 +462,12 @@ static void collect(struct slot_ex *x)
 		if (w->state == W_COMING) {
 			w->state = W_NONE;
 			came_not_up(x, g->rc, g->err);
-		} else if (g->launch_rc) {
+		} else if (g->launch_rc && !took_any(w)) {
 			/* Its spawn failed after its slot was armed: what was
 			 * sent there goes back, and it counts as a start that
-			 * failed, as one that failed before. */
+			 * failed, as one that failed before.  (One that took a
+			 * chunk came up, and died before the core's start
+			 * returned: a death, below.) */
 			drop_worker(x, w, 0, 127, g->online_err);
 			came_not_up(x, g->launch_rc, g->online_err);
 		} else if (g->online_rc == MESH_E_REFUSED) {
@@ -470,7 +475,8 @@ static void collect(struct slot_ex *x)
 			drop_worker(x, w, 1, 127, g->online_err);
 			came_not_up(x, g->online_rc, g->online_err);
 		} else if (g->online_rc) {
-			/* It died coming up (its slot is failed): as any death,
+			/* It died coming up (its slot is failed; launch_rc
+			 * sets online_rc too): as any death,
 			 * then as a start that failed unless it took a chunk
 			 * (that chunk's attempt failed with its death). */
 			int took = took_any(w);
