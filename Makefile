@@ -232,8 +232,11 @@ deps:
 # the tests whose name contains name.
 TEST_JOBS_DEFAULT = $(shell n=$$(( $$(nproc) * 2 )); [ $$n -gt 8 ] && n=8; echo $$n)
 TEST_JOBS = $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),$(if $(filter -j,$(MAKEFLAGS)),$(shell nproc),$(TEST_JOBS_DEFAULT)))
+# The builds a target runs itself go a CPU at a time unless make was given
+# -j (whose job slots they then share).
+BUILD_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc))
 test: deps
-	@$(MAKE) --no-print-directory tests-build >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
+	@$(MAKE) $(BUILD_JOBS) --no-print-directory tests-build >$(BUILD).make.log 2>&1 || { cat $(BUILD).make.log; exit 1; }
 	@$(MAKE) --no-print-directory node-openai >/dev/null 2>&1 || echo "mesh: npm install openai@$(OPENAI_NPM_VERSION) playwright-core@$(PLAYWRIGHT_NPM_VERSION) failed (see $(BUILD)/node/npm.log); their tests will fail"
 	@JOBS=$(TEST_JOBS) tests/run.sh $(BUILD) $(T)
 
@@ -244,14 +247,14 @@ check: deps
 	@$(MAKE) --no-print-directory fuzz
 
 fuzzers:
-	@$(MAKE) --no-print-directory BUILD=build-fuzz FUZZ=1 fuzz-bins
+	@$(MAKE) $(BUILD_JOBS) --no-print-directory BUILD=build-fuzz FUZZ=1 fuzz-bins
 fuzz-bins: $(FUZZ_BINS)
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/libmesh.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libmesh.a $(ALL_LIBS)
 FUZZ_SECONDS ?= 15
 fuzz: deps fuzzers
-	@tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+	@tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(shell nproc)
 
 bench: all
 	@mk/deps.sh bench

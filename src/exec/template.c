@@ -108,6 +108,89 @@ void mesh_exec_rpls_release(struct mesh_exec_rpls *r)
 
 /* ---- Perl's regexes as POSIX ones ---- */
 
+/* glibc's regcomp copies a repeated part once a copy (x{1000}: 1000
+ * copies, x+: 2), and a repeat inside a repeat multiplies: ((x+)+)+ ...
+ * or x++++ (Perl's possessive, undefined in POSIX) grows as 2^depth, and
+ * twenty of them take gigabytes.  So a pattern is refused whose parts,
+ * counted with their copies, exceed RE_MAX_NODES, or that stacks two
+ * quantifiers.  ere is the POSIX extended text. */
+#define RE_MAX_NODES 20000
+#define RE_MAX_DEPTH 32
+
+static const char *regex_too_big(const char *ere)
+{
+	uint64_t sum[RE_MAX_DEPTH + 1] = {0}, last = 0; /* size so far at each depth; the last atom's */
+	unsigned d = 0;
+	int quantified = 0; /* the last atom already has its quantifier */
+	for (const char *c = ere; *c;) {
+		uint64_t times = 0; /* the copies a quantifier here makes; 0: none here */
+		if (*c == '*' || *c == '?') {
+			times = 1;
+			c++;
+		} else if (*c == '+') {
+			times = 2;
+			c++;
+		} else if (*c == '{' && (isdigit((unsigned char)c[1]) || (c[1] == ',' && isdigit((unsigned char)c[2])))) {
+			char *end;
+			unsigned long lo = strtoul(c + 1, &end, 10), hi = lo;
+			if (*end == ',')
+				hi = isdigit((unsigned char)end[1]) ? strtoul(end + 1, &end, 10) : (end++, lo + 1);
+			if (*end != '}')
+				return "a {n,m} that does not end in }";
+			times = hi > RE_MAX_NODES ? RE_MAX_NODES + 1 : (hi ? hi : 1);
+			c = end + 1;
+		}
+		if (times) {
+			if (!last)
+				return "a quantifier that follows nothing";
+			if (quantified)
+				return "a quantifier on a quantifier (++, *+, {2}+: possessive in Perl, undefined in POSIX)";
+			quantified = 1;
+			sum[d] += last * (times - 1);
+			last *= times;
+		} else if (*c == '(') {
+			if (d == RE_MAX_DEPTH)
+				return "groups nested more than 32 deep";
+			sum[++d] = 0;
+			last = 0;
+			quantified = 0;
+			c++;
+		} else if (*c == ')' && d > 0) {
+			last = sum[d--] + 1;
+			sum[d] += last;
+			quantified = 0;
+			c++;
+		} else if (*c == '|' || *c == '^' || *c == '$') {
+			last = 0;
+			c++;
+		} else {
+			if (*c == '\\' && c[1]) {
+				c += 2;
+			} else if (*c == '[') {
+				c += c[1] == '^' ? 2 : 1;
+				c += *c == ']'; /* a leading ] is the byte */
+				while (*c && *c != ']') {
+					if (*c == '[' && (c[1] == ':' || c[1] == '.' || c[1] == '=')) {
+						const char *e = strchr(c + 2, c[1]);
+						c = e && e[1] == ']' ? e + 2 : c + 1;
+					} else {
+						c++;
+					}
+				}
+				c += *c == ']';
+			} else {
+				c++;
+			}
+			last = 1;
+			sum[d] += 1;
+			quantified = 0;
+		}
+		if (sum[d] > RE_MAX_NODES)
+			return "a pattern that repeats too much (over 20,000 copies of its parts)";
+	}
+	return NULL;
+}
+
 int mesh_exec_regcomp_perl(regex_t *re, const char *perl, size_t len, int icase, const char **why)
 {
 	static const struct {
@@ -168,8 +251,9 @@ int mesh_exec_regcomp_perl(regex_t *re, const char *perl, size_t len, int icase,
 		}
 		rc = mesh_buf_add(&b, &c, 1);
 	}
-	if (rc == 0 && (rc = mesh_buf_add(&b, "", 1)) == 0 &&
-	    regcomp(re, b.p, REG_EXTENDED | (icase ? REG_ICASE : 0)) != 0) {
+	if (rc == 0 && (rc = mesh_buf_add(&b, "", 1)) == 0 && (*why = regex_too_big(b.p)) != NULL)
+		rc = MESH_E_PARSE;
+	if (rc == 0 && regcomp(re, b.p, REG_EXTENDED | (icase ? REG_ICASE : 0)) != 0) {
 		*why = "not a regular expression";
 		rc = MESH_E_PARSE;
 	}

@@ -1,5 +1,6 @@
 /* Regression tests for what the fuzz targets of tests/fuzz/ found. */
 #include "base/err.h"
+#include "exec/template.h"
 #include "http/http.h"
 #include "job/home.h"
 #include "runner/t.h"
@@ -87,4 +88,42 @@ TEST(fuzz_find_http_response_head_limit_before_a_line_past_it)
 	ASSERT_GT(n, 64);
 	for (size_t piece = 1; piece <= (size_t)n; piece++)
 		ASSERT_EQ(feed_in_pieces(d, (size_t)n, piece, &lim), MESH_E_TOOBIG);
+}
+
+/* fuzz_run_rpl: stacked quantifiers (Perl's possessive x++, undefined in
+ * POSIX) and repeats inside repeats made glibc's regcomp copy the pattern
+ * 2^depth times: 22 of them took over 2 GB.  Refused now, each with its
+ * reason, at once; what stays within the bound still compiles. */
+TEST(fuzz_find_run_rpl_regex_that_repeats_past_memory)
+{
+	static const char *const refused[] = {
+		"b/++++++++++++++++++++++^/.]+",
+		"x++",
+		"x*+",
+		"x{2}+",
+		"((((((((((((((((((((((x+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+",
+		"(x{1000}){1000}",
+		"x{,30000}",
+		"+x",
+		"(((((((((((((((((((((((((((((((((x)))))))))))))))))))))))))))))))))",
+	};
+	static const char *const kept[] = {
+		"\\.[^/.]+$", "(x+)+", "\\d{4}-\\d{2}-\\d{2}", "[[:alpha:]]{3,5}x*", "(a|b){2,}c?", "x{10000}", "[]{]+",
+	};
+	for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+		regex_t re;
+		const char *why = NULL;
+		EXPECT_EQ(mesh_exec_regcomp_perl(&re, refused[i], strlen(refused[i]), 0, &why), MESH_E_PARSE);
+		EXPECT_TRUE(why && *why);
+	}
+	for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) {
+		regex_t re;
+		const char *why = NULL;
+		int rc = mesh_exec_regcomp_perl(&re, kept[i], strlen(kept[i]), 0, &why);
+		EXPECT_EQ(rc, 0);
+		if (rc == 0)
+			regfree(&re);
+		else
+			fprintf(stderr, "%s: %s\n", kept[i], why ? why : "?");
+	}
 }
