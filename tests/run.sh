@@ -3,7 +3,8 @@
 # contains FILTER), JOBS binaries at a time (default 1), and ends with the
 # line "N passed, N failed" (a line "N skipped" before it when any test was
 # skipped).  Each binary's output is printed whole when it ends.  The
-# slowest binaries of the last run start first (BUILD/tests.times).
+# slowest binaries of the last run start first (BUILD/tests.times, else
+# tests/times).
 # Usage: [JOBS=N] tests/run.sh BUILD [FILTER]
 if [ "$1" = --one ]; then
 	# One binary: its output into OUT/NAME.log, then printed whole.
@@ -36,10 +37,13 @@ export MESH_BUILD MESH_SRC
 start=$(date +%s)
 out=$(mktemp -d)
 : >"$out/lock"
-# Slowest first: the last run's times, then the binaries it did not time.
+# Slowest first: the last run's times (a fresh build: tests/times, a run's
+# on a 2-CPU machine), then the binaries it did not time.
 find "$BUILD/tests" -type f -perm -u+x | sed "s|^$BUILD/tests/||" | sort >"$out/all"
-if [ -f "$BUILD/tests.times" ]; then
-	sort -rn "$BUILD/tests.times" | awk '{print $2}' | grep -x -F -f "$out/all" >"$out/order"
+times="$BUILD/tests.times"
+[ -f "$times" ] || times=tests/times
+if [ -f "$times" ]; then
+	sort -rn "$times" | awk '{print $2}' | grep -x -F -f "$out/all" >"$out/order"
 	grep -v -x -F -f "$out/order" "$out/all" >>"$out/order"
 else
 	cp "$out/all" "$out/order"

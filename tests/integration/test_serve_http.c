@@ -182,7 +182,7 @@ TEST_TIMEOUT(serve_sigterm_drains_in_flight_then_stops, 40)
 		struct stream_arg a = {.port = s.port, .extra = ""};
 		pthread_t th;
 		pthread_create(&th, NULL, stream_chat, &a);
-		ASSERT_TRUE(wait_file_has("mesh-serve.log", "req POST /v1/chat/completions", 5000));
+		ASSERT_TRUE(wait_file_has("mesh-serve.log", "req POST /v1/chat/completions", 5000 * t_slack()));
 		pid_t up = read_pid_file("up.pid");
 		uint64_t t_term = t_now_ms();
 		kill(s.pid, SIGTERM);
@@ -222,7 +222,7 @@ TEST_TIMEOUT(serve_drain_timeout_then_stop_signal, 30)
 	int fd = connect_to(s.port);
 	ASSERT_GE(fd, 0);
 	ASSERT_EQ(send_str(fd, req), 0);
-	ASSERT_TRUE(wait_file_has("mesh-serve.log", "req POST", 5000));
+	ASSERT_TRUE(wait_file_has("mesh-serve.log", "req POST", 5000 * t_slack()));
 	uint64_t t0 = t_now_ms();
 	kill(s.pid, SIGTERM);
 	int st = -1;
