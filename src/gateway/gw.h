@@ -172,8 +172,6 @@ int mesh_gw_port(const struct mesh_gw *g);
 enum mesh_gw_code { MESH_GW_1XX, MESH_GW_2XX, MESH_GW_3XX, MESH_GW_4XX, MESH_GW_5XX, MESH_GW_499, MESH_GW_CODE__N };
 /* "1xx" ... "5xx", "499". */
 const char *mesh_gw_code_name(enum mesh_gw_code c);
-/* The class of an HTTP status (0 or one out of range: 5xx, meshd's 502). */
-enum mesh_gw_code mesh_gw_code_of(int status);
 /* The bounds of the gateway's histograms (100 us to 300 s): a warm relay's
  * latency, an LLM's generation, a model server's cold start. */
 extern const struct mesh_hist_bounds mesh_gw_seconds_bounds;

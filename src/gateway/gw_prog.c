@@ -339,7 +339,8 @@ const char *mesh__gw_state_name(const struct mesh__gw_prog *p)
 	return n[p->state];
 }
 
-void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline)
+/* A monotonic time as a timespec for the condition variables here. */
+static void abs_deadline(struct timespec *ts, uint64_t mono_deadline)
 {
 	/* cv's clock is CLOCK_MONOTONIC (set in open) */
 	ts->tv_sec = (time_t)(mono_deadline / 1000000000ull);
@@ -899,7 +900,7 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline)
 	arm(g, mesh_mono_ns()); /* a VRAM wait ends now */
 	while (g->nlive) {
 		struct timespec ts;
-		mesh__gw_abs_deadline(&ts, deadline);
+		abs_deadline(&ts, deadline);
 		if (pthread_cond_timedwait(&g->cv_all, &g->mu, &ts) == ETIMEDOUT)
 			break;
 	}
@@ -1419,7 +1420,8 @@ const char *mesh_gw_code_name(enum mesh_gw_code c)
 	return (unsigned)c < MESH_GW_CODE__N ? n[c] : "5xx";
 }
 
-enum mesh_gw_code mesh_gw_code_of(int status)
+/* The class of an HTTP status (0 or one out of range: 5xx, meshd's 502). */
+static enum mesh_gw_code code_of(int status)
 {
 	if (status == 499)
 		return MESH_GW_499;
@@ -1450,7 +1452,7 @@ void mesh__gw_count(struct mesh__gw_prog *p, const char *model, int status, uint
 		if (strcmp(mesh__gw_name(p, k), model))
 			continue;
 		struct mesh_gw_model_counts *c = &p->mcounts[k < p->img.m.nmodels ? k : 0];
-		c->requests[mesh_gw_code_of(status)]++;
+		c->requests[code_of(status)]++;
 		mesh_hist_observe(&c->latency, b, now > t0 ? now - t0 : 0);
 		if (t_first)
 			mesh_hist_observe(&c->ttfb, b, t_first > t0 ? t_first - t0 : 0);

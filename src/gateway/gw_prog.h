@@ -284,8 +284,6 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline);
  * the idle stops, the measured memory, the wait for a dead program's VRAM.
  * Returns when the next is wanted (mesh_mono_ns; 0: none until armed). */
 uint64_t mesh__gw_progs_tick(struct mesh_gw *g);
-/* A monotonic time as a timespec for the condition variables here. */
-void mesh__gw_abs_deadline(struct timespec *ts, uint64_t mono_deadline);
 
 /* Under mu: what p counts for in the memory budget while it has a process:
  * max(its manifest's `memory`, its measured rss + vram); until it is warm

@@ -21,7 +21,8 @@ unsigned mesh__spec_bucket(uint64_t us)
 	return b < MESH__SPEC_BUCKETS ? b : MESH__SPEC_BUCKETS - 1;
 }
 
-uint64_t mesh__spec_bucket_us(unsigned b)
+/* A bucket's value: its middle, in microseconds. */
+static uint64_t bucket_us(unsigned b)
 {
 	if (b < 8)
 		return b;
@@ -41,9 +42,9 @@ uint64_t mesh__spec_quantile_ns(const uint64_t *hist, uint64_t hist_n, double q)
 	for (unsigned b = 0; b < MESH__SPEC_BUCKETS; b++) {
 		acc += hist[b];
 		if (acc >= want)
-			return mesh__spec_bucket_us(b) * 1000;
+			return bucket_us(b) * 1000;
 	}
-	return mesh__spec_bucket_us(MESH__SPEC_BUCKETS - 1) * 1000;
+	return bucket_us(MESH__SPEC_BUCKETS - 1) * 1000;
 }
 
 uint64_t mesh__spec_threshold_ns(const struct mesh__spec_rule *r, const uint64_t *hist, uint64_t hist_n,

@@ -20,10 +20,8 @@ struct mesh__spec_rule {
 };
 void mesh__spec_rule_of(struct mesh__spec_rule *r, const struct mesh_job_opts *o);
 
-/* The bucket of a duration of us microseconds, and a bucket's value (its
- * middle, in microseconds). */
+/* The bucket of a duration of us microseconds. */
 unsigned mesh__spec_bucket(uint64_t us);
-uint64_t mesh__spec_bucket_us(unsigned b);
 /* The q-quantile of hist (MESH__SPEC_BUCKETS counts, total hist_n) in ns;
  * 0 when it is empty. */
 uint64_t mesh__spec_quantile_ns(const uint64_t *hist, uint64_t hist_n, double q);

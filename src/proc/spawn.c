@@ -161,8 +161,9 @@ static int child_ids(const struct mesh_proc_opts *o)
 	return 0;
 }
 
-/* The child: only system calls from here to execve or _exit. */
-void mesh__proc_child(struct mesh__proc_cargs *a)
+/* The program's child: every step up to execve, only system calls; a
+ * failure writes errno to a->errfd, sets a->failed, _exit(127). */
+__attribute__((noreturn)) static void proc_child(struct mesh__proc_cargs *a)
 {
 	const struct mesh_proc_opts *o = a->o;
 	int err, errfd = a->errfd;
@@ -206,7 +207,7 @@ fail:
 
 int mesh__proc_child_main(void *arg)
 {
-	mesh__proc_child(arg);
+	proc_child(arg);
 }
 
 static void reap(pid_t pid)

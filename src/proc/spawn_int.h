@@ -25,9 +25,6 @@ struct mesh__proc_cargs {
 	volatile int failed;  /* the program's child failed before its exec */
 };
 
-/* The program's child: every step up to execve; a failure writes errno to
- * a->errfd, sets a->failed, _exit(127). */
-void mesh__proc_child(struct mesh__proc_cargs *a) __attribute__((noreturn));
 int mesh__proc_child_main(void *arg);
 /* Every disposition SIG_DFL (with MESH_PROC_INHERIT, ignored ones other
  * than SIGPIPE/SIGCHLD stay ignored), then the mask; raw system calls. */

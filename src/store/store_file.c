@@ -60,7 +60,7 @@ int mesh__fs_lease_write(int fd, const struct mesh_lease_stamp *st)
 /* 0 when fd is the file linked as name now, -ENOENT when it is not (it
  * was unlinked, or renamed away: a released block file reused for another
  * block), -errno. */
-int mesh__fs_still_named(struct file_store *fs, const char *name, int fd)
+static int still_named(struct file_store *fs, const char *name, int fd)
 {
 	struct stat a, b;
 	if (fstat(fd, &a) < 0)
@@ -83,7 +83,7 @@ int mesh__fs_open_locked(struct file_store *fs, const char *name, int block)
 		return -errno;
 	rc = mesh_flock_ex(fd);
 	if (!rc && block)
-		rc = mesh__fs_still_named(fs, name, fd);
+		rc = still_named(fs, name, fd);
 	else if (!rc && fstat(fd, &st) < 0)
 		rc = -errno;
 	else if (!rc && st.st_nlink == 0)
@@ -268,7 +268,7 @@ static int fs_read(struct mesh_store *s, uint64_t cid, unsigned slot, struct mes
 			return -errno;
 		rc = mesh__fs_block_read(fd, st, &mask, NULL);
 		/* read unlocked: what a file renamed away (reused) says is another block's */
-		if (!rc && mesh__fs_still_named(fs, name, fd))
+		if (!rc && still_named(fs, name, fd))
 			rc = -ENOENT;
 		close(fd);
 		return rc ? rc : mask >> (cid % MESH_LEASE_BLOCK) & 1 ? 0 : -ENOENT;
@@ -294,7 +294,7 @@ static void each_in_block(struct file_store *fs, uint64_t b, const struct mesh_l
 	fd = openat(fs->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return;
-	if (mesh__fs_block_read(fd, &st, &mask, NULL) || mesh_lease_free(&st, now) || mesh__fs_still_named(fs, name, fd)) {
+	if (mesh__fs_block_read(fd, &st, &mask, NULL) || mesh_lease_free(&st, now) || still_named(fs, name, fd)) {
 		close(fd);
 		return;
 	}

@@ -56,10 +56,6 @@ int mesh__fs_lease_name(struct file_store *fs, uint64_t cid, unsigned slot, char
 int mesh__fs_block_name(struct file_store *fs, uint64_t b, char *buf, size_t cap);
 /* Writes a lease line to an open (locked) lease file, truncating it. */
 int mesh__fs_lease_write(int fd, const struct mesh_lease_stamp *st);
-/* 0 when fd is the file linked as name now, -ENOENT when it is not (it
- * was unlinked, or renamed away: a released block file reused for another
- * block), -errno. */
-int mesh__fs_still_named(struct file_store *fs, const char *name, int fd);
 /* Opens and locks an existing lease file: the fd, -ENOENT when it is gone
  * (also when it was unlinked while we waited for the lock; for block set,
  * also when the name is no longer this file), -errno. */

@@ -150,7 +150,8 @@ int mesh__jx_getter_state(struct meshd_job_ahead *g)
 	return st;
 }
 
-void mesh__jx_getter_uncount(struct meshd_job_ahead *g)
+/* It no longer counts as starting (its worker joined, or it ended). */
+static void getter_uncount(struct meshd_job_ahead *g)
 {
 	if (g->counted)
 		atomic_fetch_sub_explicit(&g->st->starting, 1, memory_order_relaxed);
@@ -166,7 +167,7 @@ void mesh__jx_getter_join(struct meshd_job_ahead *g)
 	if (!g->joined)
 		mesh_thread_join(g->th, NULL);
 	g->joined = 1;
-	mesh__jx_getter_uncount(g);
+	getter_uncount(g);
 }
 
 void mesh__jx_getter_free(struct meshd_job_ahead *g)

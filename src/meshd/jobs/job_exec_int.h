@@ -54,8 +54,6 @@ int mesh__jx_getter_start(struct meshd_core *core, const char *program, struct m
 			  struct meshd_job_ahead **out);
 /* 0: still asking; 1: got (rc, err, h); 2: done as well (online_rc). */
 int mesh__jx_getter_state(struct meshd_job_ahead *g);
-/* It no longer counts as starting (its worker joined, or it ended). */
-void mesh__jx_getter_uncount(struct meshd_job_ahead *g);
 /* Waits for the getter's thread (once).  Its result stays for the caller,
  * who frees g with mesh__jx_getter_free. */
 void mesh__jx_getter_join(struct meshd_job_ahead *g);

@@ -54,7 +54,7 @@ int meshd_state_default(char *buf, size_t n)
 
 /* ---- a job ---- */
 
-void mesh__job_free(struct job *jb)
+static void job_free(struct job *jb)
 {
 	if (!jb)
 		return;
@@ -114,7 +114,7 @@ void mesh__job_put(struct job *jb)
 	int last = --jb->refs == 0;
 	pthread_mutex_unlock(&j->mu);
 	if (last)
-		mesh__job_free(jb); /* unlinked: nobody can find it */
+		job_free(jb); /* unlinked: nobody can find it */
 }
 
 int mesh__job_files_get(struct job *jb, int open, char **err)
@@ -645,7 +645,7 @@ static int on_found(void *arg, struct mesh_home_job *hj, const struct mesh_home_
 		jb->found_done = f->sum.st.done;
 		jb->have_found_done = f->have_counts;
 		if (f->error && !(jb->error = strdup(f->error))) {
-			mesh__job_free(jb);
+			job_free(jb);
 			return -ENOMEM;
 		}
 		if (f->state == MESH_HOME_RUNNING && !f->offer)
@@ -880,7 +880,7 @@ void meshd_jobs_free(struct meshd_jobs *j)
 	while (j->list) {
 		struct job *jb = j->list;
 		j->list = jb->next;
-		mesh__job_free(jb);
+		job_free(jb);
 	}
 	/* Last: the state directory is free for the next meshd. */
 	for (size_t i = sizeof j->homes / sizeof j->homes[0]; i-- > 0;)

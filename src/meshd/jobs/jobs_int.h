@@ -124,7 +124,6 @@ struct meshd_jobs {
 /* A new job of hj (not listed; refs 1): 0 with *out, or -ENOMEM (hj is
  * then still the caller's). */
 int mesh__job_new(struct rhome *rh, struct mesh_home_job *hj, struct job **out);
-void mesh__job_free(struct job *jb);
 /* Home rh's job id with a reference the caller puts back, or NULL. */
 struct job *mesh__jobs_find(struct rhome *rh, uint64_t id);
 void mesh__job_put(struct job *jb);
