@@ -495,31 +495,14 @@ TEST_TIMEOUT(jobs_worker_sigkilled_mid_job_chunks_back_at_once, 60)
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
 
-TEST_TIMEOUT(jobs_worker_death_counts_the_attempt_of_its_chunk, 60)
+/* The first worker to take "crash-once" dies; its replacement answers.
+ * The death fails one attempt and counts once.  pauses: MESH_FAULT_PAUSE
+ * for meshd, or NULL. */
+static void one_death_one_failed_attempt(const char *pauses)
 {
 	add_job_worker("jw", 1, "300s");
-	setup();
-	/* The first worker to take "crash-once" dies; its replacement answers. */
-	unsigned id = submit("jw ::: a b crash-once c d");
-	EXPECT_EQ(mesh(0, "wait %u", id), 0);
-	EXPECT_EQ(mesh(0, "results %u", id), 0);
-	EXPECT_STREQ(out, "0:a\n1:b\n2:crash-once\n3:c\n4:d\n");
-	json_t *j = job_json(id);
-	EXPECT_EQ(jint(j, "failed_attempts"), 1);
-	EXPECT_EQ(jint(j, "worker_deaths"), 1);
-	json_decref(j);
-	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
-}
-
-/* The same death, told in the order a busy machine can tell it: the
- * worker answers a and b and dies on crash-once before the core's start of
- * it returns (so the start says it failed), and the job's waiter has not
- * yet passed on the replies and the death.  A worker that took chunks came
- * up: its death fails the one attempt it died on, not two, and counts. */
-TEST_TIMEOUT(jobs_worker_that_dies_before_its_start_returns_counts_one_death, 60)
-{
-	add_job_worker("jw", 1, "300s");
-	setenv("MESH_FAULT_PAUSE", "core.launched:300,jobs.waiter:600", 1);
+	if (pauses)
+		setenv("MESH_FAULT_PAUSE", pauses, 1);
 	setup();
 	unsetenv("MESH_FAULT_PAUSE");
 	unsigned id = submit("jw ::: a b crash-once c d");
@@ -531,6 +514,21 @@ TEST_TIMEOUT(jobs_worker_that_dies_before_its_start_returns_counts_one_death, 60
 	EXPECT_EQ(jint(j, "worker_deaths"), 1);
 	json_decref(j);
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+}
+
+TEST_TIMEOUT(jobs_worker_death_counts_the_attempt_of_its_chunk, 60)
+{
+	one_death_one_failed_attempt(NULL);
+}
+
+/* The same death, told in the order a busy machine can tell it: the
+ * worker answers a and b and dies on crash-once before the core's start of
+ * it returns (so the start says it failed), and the job's waiter has not
+ * yet passed on the replies and the death.  A worker that took chunks came
+ * up: its death fails the one attempt it died on, not two, and counts. */
+TEST_TIMEOUT(jobs_worker_that_dies_before_its_start_returns_counts_one_death, 60)
+{
+	one_death_one_failed_attempt("core.launched:300,jobs.waiter:600");
 }
 
 TEST_TIMEOUT(jobs_a_chunk_that_always_crashes_is_buried_with_its_tail, 60)
