@@ -201,7 +201,7 @@ fi
 
 # Streaming and the cold start: Python clients timing the first token/byte.
 B="$B" OA="$OA" PY="$PY" python3 - "$G" "$T" "$PARTS" <<'PY'
-import http.client, json, os, shutil, socket, statistics, sys, tempfile, time, urllib.request
+import http.client, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 g, t, parts = sys.argv[1], sys.argv[2], sys.argv[3].split()
 gport = int(g.rsplit(":", 1)[1])
 body = json.dumps({"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
@@ -225,12 +225,10 @@ def ttft(port, path="/v1/chat/completions", b=body):
 
 if "stream" in parts:
     ttft(gport)  # cold start of oa, not timed
-    ps = json.load(urllib.request.urlopen(urllib.request.Request(g + "/v1/models")))
-    oport = None
-    with open(os.path.join(t, "logs", "oa.log")) as f:
-        for l in f:
-            if "spawned pid=" in l and "port=" in l:
-                oport = int(l.split("port=")[1].split()[0])
+    # oa's own port, from meshd's list (its log has no spawn line at --log-level warn).
+    ps = json.loads(subprocess.run([os.path.join(os.environ["B"], "mesh"), "ps", "--json", "--socket",
+                                    os.path.join(t, "meshd.sock")], capture_output=True, check=True).stdout)
+    oport = [p["port"] for p in ps["http"] if p["name"] == "oa"][0]
     d, w = [], []
     for i in range(30):
         d.append(ttft(oport))
