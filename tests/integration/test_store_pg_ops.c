@@ -391,7 +391,10 @@ TEST_TIMEOUT(store_pg_ops_prune_sql_removes_only_ended_jobs, 90)
 	long a = (long)store_env_sql1(&e, "SELECT id FROM mesh.jobs WHERE name = 'a'");
 	ASSERT_GT(a, 0);
 	uint64_t tb = t_now_ms();
-	pid_t b = spawn_sh("%s run -j 1 --store '%s#b' --chunks 2 -- sleep 6 >b.out 2>&1", MESH, url);
+	/* b runs until the test says go: a loaded machine once took longer
+	 * over the SQL below than two `sleep 6` chunks, and b had ended. */
+	pid_t b = spawn_sh("%s run -j 1 --store '%s#b' --chunks 2 -- sh -c 'until [ -e go ]; do sleep 0.05; done' >b.out 2>&1",
+			   MESH, url);
 	for (int i = 0; i < 300 && store_env_sql(&e, "SELECT count(*) FROM mesh.nodes d JOIN mesh.jobs j ON j.id = d.job"
 						    " WHERE j.name = 'b' AND NOT d.stopped") < 1;
 	     i++)
@@ -415,13 +418,13 @@ TEST_TIMEOUT(store_pg_ops_prune_sql_removes_only_ended_jobs, 90)
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "psql -q -X -v ON_ERROR_STOP=1 -h %s -U mesh -d postgres -f monitor.sql", e.pgdir),
 		  0);
 	EXPECT_CONTAINS(out, "mesh run b");
+	t_write_file("go", "");
 	int ws;
 	ASSERT_EQ(waitpid(b, &ws, 0), b);
 	EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
 	EXPECT_EQ(store_env_sql1(&e, "SELECT done FROM mesh.job_counts WHERE name = 'b'"), 2);
 	if (t__failed) {
-		/* Once seen in CI and not since: b gone 3 s after its start.
-		 * What it said, for the next time. */
+		/* What b said, when it did not do as above. */
 		char *bo = t_read_file("b.out", NULL);
 		fprintf(stderr, "b exited %d; its output:\n%s\n", WIFEXITED(ws) ? WEXITSTATUS(ws) : -1,
 			bo ? bo : "(none)");
