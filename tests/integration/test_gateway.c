@@ -24,9 +24,13 @@ TEST_TIMEOUT(gateway_openai_node_client, 60)
 {
 	char out[8192], resp[8192];
 	need_openai();
-	add_oa("oa", "\"test-model\"", ", \"--start-delay\", \"0.3\", \"--token-delay\", \"0.02\"", "idle_ttl = \"2s\"\n");
 	/* The TTL outlasts node's start and the gaps between its requests on a
-	 * loaded machine (500 ms once let the program stop between them). */
+	 * loaded machine (500 ms once let the program stop between them), and
+	 * node's exit before the list below (2 s did not, 8 binaries at a
+	 * time): 2 s a step of slack. */
+	char ttl[64];
+	snprintf(ttl, sizeof ttl, "idle_ttl = \"%us\"\n", 2 * t_slack());
+	add_oa("oa", "\"test-model\"", ", \"--start-delay\", \"0.3\", \"--token-delay\", \"0.02\"", ttl);
 	struct gw g = start_gw("");
 	int rc = t_sh(out, sizeof out, 1, "NODE_PATH=%s node %s http://127.0.0.1:%d/v1 test-model",
 		      t_bin("node/node_modules"), t_src("tests/workers/openai_client.cjs"), g.port);
@@ -37,7 +41,7 @@ TEST_TIMEOUT(gateway_openai_node_client, 60)
 	EXPECT_EQ(http_get(g.port, "/v1/models", resp, sizeof resp), 200);
 	EXPECT_CONTAINS(resp, "\"program\":\"oa\"");
 	EXPECT_CONTAINS(resp, "\"state\":\"warm\"");
-	ASSERT_TRUE(wait_file_has("meshd.err", "program=oa stopped", 8000));
+	ASSERT_TRUE(wait_file_has("meshd.err", "program=oa stopped", 8000 * t_slack()));
 	EXPECT_EQ(count_in("meshd.err", "spawned pid="), 1);
 	EXPECT_TRUE(file_has("meshd.err", "(idle) signal=SIGTERM"));
 	EXPECT_TRUE(file_has("logs/oa.log", "req POST /v1/chat/completions"));
