@@ -392,8 +392,10 @@ TEST_TIMEOUT(store_pg_ops_prune_sql_removes_only_ended_jobs, 90)
 	ASSERT_GT(a, 0);
 	uint64_t tb = t_now_ms();
 	/* b runs until the test says go: a loaded machine once took longer
-	 * over the SQL below than two `sleep 6` chunks, and b had ended. */
-	pid_t b = spawn_sh("%s run -j 1 --store '%s#b' --chunks 2 -- sh -c 'until [ -e go ]; do sleep 0.05; done' >b.out 2>&1",
+	 * over the SQL below than two `sleep 6` chunks, and b had ended.  At
+	 * most 60 s a chunk: a test that stopped early leaves no b behind. */
+	pid_t b = spawn_sh("%s run -j 1 --store '%s#b' --chunks 2 -- sh -c "
+			   "'i=0; until [ -e go ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i + 1)); done' >b.out 2>&1",
 			   MESH, url);
 	for (int i = 0; i < 300 && store_env_sql(&e, "SELECT count(*) FROM mesh.nodes d JOIN mesh.jobs j ON j.id = d.job"
 						    " WHERE j.name = 'b' AND NOT d.stopped") < 1;
