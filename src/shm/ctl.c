@@ -229,24 +229,24 @@ int mesh_ctl_wait(struct mesh_ctl *c, struct mesh_ctl_msg *m, uint64_t timeout_n
 	}
 }
 
-/* Sends one message, with fd (>= 0) attached. */
-static int send_msg(int sock, const char *text, int fd)
+/* Sends one message, with the nfd (at most 2) fds attached. */
+static int send_msg(int sock, const char *text, const int *fds, unsigned nfd)
 {
 	struct iovec iov = {(void *)text, strlen(text)};
 	union {
 		struct cmsghdr align;
-		char b[CMSG_SPACE(sizeof(int))];
+		char b[CMSG_SPACE(2 * sizeof(int))];
 	} cbuf;
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
+	if (nfd) {
 		memset(&cbuf, 0, sizeof cbuf);
 		mh.msg_control = cbuf.b;
-		mh.msg_controllen = sizeof cbuf.b;
+		mh.msg_controllen = CMSG_SPACE(nfd * sizeof(int));
 		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+		cm->cmsg_len = CMSG_LEN(nfd * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, nfd * sizeof(int));
 	}
 	ssize_t n;
 	do
@@ -259,7 +259,7 @@ static int send_msg(int sock, const char *text, int fd)
 
 int mesh__ctl_send(int sock, const char *text, int fd)
 {
-	return send_msg(sock, text, fd);
+	return send_msg(sock, text, &fd, fd >= 0);
 }
 
 int mesh_ctl_run(struct mesh_ctl *c, struct mesh_slot *s, uint32_t gen)
@@ -276,14 +276,15 @@ int mesh_ctl_run_armed(struct mesh_ctl *c, struct mesh_slot *s, uint32_t gen)
 		return MESH_E_RANGE;
 	char text[64];
 	snprintf(text, sizeof text, "run %u %u", gen, mesh_slot_index(s));
-	return send_msg(c->fd, text, mesh_slot_fd(s));
+	int fds[2] = {mesh_slot_fd(s), mesh_slot_bell(s)};
+	return send_msg(c->fd, text, fds, 2);
 }
 
 /* The message goes first: a worker that sees the word exits at once, and a
  * send after that would meet a closed socket. */
 int mesh_ctl_halt(struct mesh_ctl *c, struct mesh_slot *s)
 {
-	int rc = send_msg(c->fd, "halt", -1);
+	int rc = send_msg(c->fd, "halt", NULL, 0);
 	if (s)
 		mesh_slot_set_shutdown(s, MESH_SHUTDOWN_HALT);
 	return rc;
@@ -291,7 +292,7 @@ int mesh_ctl_halt(struct mesh_ctl *c, struct mesh_slot *s)
 
 int mesh_ctl_exit(struct mesh_ctl *c, struct mesh_slot *s)
 {
-	int rc = send_msg(c->fd, "exit", -1);
+	int rc = send_msg(c->fd, "exit", NULL, 0);
 	if (s)
 		mesh_slot_set_shutdown(s, MESH_SHUTDOWN_EXIT);
 	return rc;

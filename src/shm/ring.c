@@ -35,15 +35,36 @@ static void futex_wake(_Atomic uint32_t *addr)
 	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* After a publish and its fence: 1 when the peer sleeps (or is about to)
- * on this flag and is to be woken -- the flag is cleared here, so that the
- * publishes that follow before the peer runs again cost no second wake-up
- * (the peer clears it too once awake, and sets it again before it sleeps
- * again; its futex word moved, so a wait it had not begun returns at
- * once). */
-static int take_sleeper(_Atomic uint32_t *sleeping)
+/* After a publish and its fence: wakes the peer that sleeps (or is about
+ * to) on this flag, the way it asked -- the flag is cleared here, so that
+ * the publishes that follow before the peer runs again cost no second
+ * wake-up (the peer clears it too once awake, and sets it again before it
+ * sleeps again; its futex word moved, so a wait it had not begun returns
+ * at once).  A bell asked of a side that has none (a peer's bad word) wakes
+ * the futex. */
+static void wake_sleeper(const struct mesh_ring *r, _Atomic uint32_t *futex, _Atomic uint32_t *sleeping)
 {
-	return atomic_load_explicit(sleeping, memory_order_relaxed) && atomic_exchange(sleeping, 0);
+	if (!atomic_load_explicit(sleeping, memory_order_relaxed))
+		return;
+	uint32_t how = atomic_exchange(sleeping, 0);
+	if (!how)
+		return;
+	if (how == MESH_RING_SLEEP_BELL && r->bell >= 0) {
+		mesh_ring_ring(r->bell);
+		return;
+	}
+	atomic_fetch_add(futex, 1);
+	futex_wake(futex);
+}
+
+void mesh_ring_ring(int bell)
+{
+	uint64_t one = 1;
+	ssize_t n;
+	do
+		n = write(bell, &one, sizeof one);
+	while (n < 0 && errno == EINTR);
+	/* EAGAIN: the count is at its limit, so the poller wakes anyway. */
 }
 
 static void ctl_zero(struct mesh_ring_ctl *ctl)
@@ -64,6 +85,7 @@ void mesh_ring_init(struct mesh_ring *r, struct mesh_ring_ctl *ctl, uint8_t *dat
 	r->data = data;
 	r->cap = cap;
 	r->mask = cap - 1;
+	r->bell = -1;
 }
 
 void mesh_ring_attach(struct mesh_ring *r, struct mesh_ring_ctl *ctl, uint8_t *data, uint64_t cap, int is_producer)
@@ -78,6 +100,7 @@ void mesh_ring_attach(struct mesh_ring *r, struct mesh_ring_ctl *ctl, uint8_t *d
 	r->pos = is_producer ? h : t;
 	r->peer = is_producer ? t : h;
 	r->next = r->pos;
+	r->bell = -1;
 }
 
 static int corrupt(struct mesh_ring *r, const char *fmt, unsigned long long a, unsigned long long b)
@@ -132,10 +155,7 @@ void mesh_ring_flush(struct mesh_ring *r)
 	atomic_store_explicit(&r->ctl->head, r->pos, memory_order_release);
 	/* Pairs with the consumer's fence between setting data_sleeping and re-reading head. */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (take_sleeper(&r->ctl->data_sleeping)) {
-		atomic_fetch_add(&r->ctl->data_futex, 1);
-		futex_wake(&r->ctl->data_futex);
-	}
+	wake_sleeper(r, &r->ctl->data_futex, &r->ctl->data_sleeping);
 }
 
 int mesh_ring_put_nopub(struct mesh_ring *r, uint32_t kind, uint32_t seq, const void *p, size_t n)
@@ -207,10 +227,7 @@ void mesh_ring_pop(struct mesh_ring *r)
 	r->pos = r->next;
 	atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (take_sleeper(&r->ctl->space_sleeping)) {
-		atomic_fetch_add(&r->ctl->space_futex, 1);
-		futex_wake(&r->ctl->space_futex);
-	}
+	wake_sleeper(r, &r->ctl->space_futex, &r->ctl->space_sleeping);
 }
 
 void mesh_ring_kick(struct mesh_ring_ctl *ctl)
@@ -245,8 +262,7 @@ static int stopped(const _Atomic uint32_t *w)
 }
 
 static int wait_common(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomic uint32_t *futex,
-		       _Atomic uint32_t *sleeping, uint64_t spin_ns, uint64_t timeout_ns,
-		       const _Atomic uint32_t *stop, const _Atomic uint32_t *stop2)
+		       _Atomic uint32_t *sleeping, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop)
 {
 	int rc = ready(r, arg);
 	if (rc)
@@ -258,7 +274,7 @@ static int wait_common(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomi
 	for (unsigned i = 1;; i++) {
 		if ((rc = ready(r, arg)) != 0)
 			return rc < 0 ? rc : 0;
-		if (stopped(stop) || stopped(stop2))
+		if (stopped(stop))
 			return 1;
 		cpu_relax();
 		if ((i & 15) == 0 && mesh_mono_ns() - start >= spin_ns)
@@ -266,10 +282,10 @@ static int wait_common(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomi
 	}
 	for (;;) {
 		uint32_t v = atomic_load(futex);
-		atomic_store(sleeping, 1);
+		atomic_store(sleeping, MESH_RING_SLEEP_FUTEX);
 		atomic_thread_fence(memory_order_seq_cst);
 		rc = ready(r, arg);
-		if (rc || stopped(stop) || stopped(stop2)) {
+		if (rc || stopped(stop)) {
 			atomic_store(sleeping, 0);
 			return rc < 0 ? rc : rc ? 0 : 1;
 		}
@@ -286,29 +302,43 @@ static int wait_common(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomi
 int mesh_ring_wait_data(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop)
 {
 	return wait_common(r, data_ready, 0, &r->ctl->data_futex, &r->ctl->data_sleeping, spin_ns, timeout_ns,
-			   stop, NULL);
-}
-
-int mesh_ring_wait_data2(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop,
-			 const _Atomic uint32_t *stop2)
-{
-	return wait_common(r, data_ready, 0, &r->ctl->data_futex, &r->ctl->data_sleeping, spin_ns, timeout_ns,
-			   stop, stop2);
+			   stop);
 }
 
 int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
 			 const _Atomic uint32_t *stop)
 {
-	return mesh_ring_wait_space2(r, msg_len, spin_ns, timeout_ns, stop, NULL);
-}
-
-int mesh_ring_wait_space2(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
-			  const _Atomic uint32_t *stop, const _Atomic uint32_t *stop2)
-{
 	if (msg_len > MESH_RING_MAX_MSG(r->cap))
 		return MESH_E_TOOBIG;
 	return wait_common(r, space_ready, mesh_ring_rec_size(msg_len), &r->ctl->space_futex,
-			   &r->ctl->space_sleeping, spin_ns, timeout_ns, stop, stop2);
+			   &r->ctl->space_sleeping, spin_ns, timeout_ns, stop);
+}
+
+/* Asks for the bell, then looks again (the fence pairs with the
+ * publisher's, as in wait_common): 1 ready, 0 armed, <0 corrupt. */
+static int bell_arm(struct mesh_ring *r, ready_fn ready, uint64_t arg, _Atomic uint32_t *sleeping)
+{
+	int rc = ready(r, arg);
+	if (rc)
+		return rc;
+	atomic_store(sleeping, MESH_RING_SLEEP_BELL);
+	atomic_thread_fence(memory_order_seq_cst);
+	rc = ready(r, arg);
+	if (rc)
+		atomic_store(sleeping, 0);
+	return rc;
+}
+
+int mesh_ring_bell_data(struct mesh_ring *r)
+{
+	return bell_arm(r, data_ready, 0, &r->ctl->data_sleeping);
+}
+
+int mesh_ring_bell_space(struct mesh_ring *r, size_t msg_len)
+{
+	if (msg_len > MESH_RING_MAX_MSG(r->cap))
+		return MESH_E_TOOBIG;
+	return bell_arm(r, space_ready, mesh_ring_rec_size(msg_len), &r->ctl->space_sleeping);
 }
 
 void mesh_ring_tx_init(struct mesh_ring_tx *tx, uint32_t kind, uint32_t seq, const void *p, size_t n)

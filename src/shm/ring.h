@@ -3,7 +3,7 @@
  * meshd produces requests and consumes replies; the worker the reverse.
  *
  * Layout (all little-endian, in the slot's memfd; the numbers are the format,
- * version 1 of the slot, see docs/worker-protocol.md):
+ * version 2 of the slot, see docs/worker-protocol.md):
  *   struct mesh_ring_ctl (256 bytes, in the slot header page)
  *     head  u64 @0    bytes ever written; only the producer stores it
  *     tail  u64 @64   bytes ever consumed; only the consumer stores it
@@ -25,7 +25,10 @@
  * publishing, fences and FUTEX_WAKEs only when the flag is set, clearing it
  * and bumping the word first: no lost wake-up, no syscall while the peer
  * spins, and one wake-up however many publishes come before the woken peer
- * runs.
+ * runs.  A flag of MESH_RING_SLEEP_BELL instead asks for the slot's bell: an
+ * eventfd that the sleeper polls with its other fds (a job's driver, which
+ * has no thread to spare to a futex), written with 1 by the side that takes
+ * the flag down.
  *
  * Trust: each side keeps its own index in private memory (pos) and only
  * stores it; the peer's index and every header it wrote are validated
@@ -68,6 +71,10 @@ enum mesh_msg_kind {
 	MESH_MSG__MAX = 6,
 };
 
+/* What a sleeper writes into its *_sleeping flag: how it is to be woken. */
+#define MESH_RING_SLEEP_FUTEX 1u /* FUTEX_WAKE on the flag's futex word */
+#define MESH_RING_SLEEP_BELL 2u	 /* write 1 (8 bytes) to the slot's bell eventfd */
+
 struct mesh_ring_ctl {
 	_Atomic uint64_t head;
 	uint8_t pad0[56];
@@ -87,6 +94,7 @@ struct mesh_ring {
 	uint64_t pos;	/* this side's index (head for a producer, tail for a consumer) */
 	uint64_t peer;	/* the last valid value of the peer's index */
 	uint64_t next;	/* consumer: pos after the message being read (mesh_ring_peek) */
+	int bell;	/* the bell this side rings for a peer that asked for it; -1 none */
 	char why[96];	/* the reason of the last MESH_E_CORRUPT */
 };
 
@@ -126,19 +134,21 @@ void mesh_msg_copy(const struct mesh_msg *m, void *dst);
  * NULL); 0 when readable; MESH_E_TIMEOUT after timeout_ns (UINT64_MAX =
  * forever).  Readability is "head != tail", not validated: peek validates. */
 int mesh_ring_wait_data(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop);
-/* The same with a second stop word (either may be NULL): a waiter that
- * its owner stops (mesh_ring_kick wakes it to look). */
-int mesh_ring_wait_data2(struct mesh_ring *r, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *stop,
-			 const _Atomic uint32_t *stop2);
 /* Producer: waits until need bytes of record space are free (same contract). */
 int mesh_ring_wait_space(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
 			 const _Atomic uint32_t *stop);
-/* The same with a second stop word (either may be NULL), as wait_data2. */
-int mesh_ring_wait_space2(struct mesh_ring *r, size_t msg_len, uint64_t spin_ns, uint64_t timeout_ns,
-			  const _Atomic uint32_t *stop, const _Atomic uint32_t *stop2);
 /* Wakes whoever sleeps on this ring, either side (used after setting a stop
  * word the sleeper watches). */
 void mesh_ring_kick(struct mesh_ring_ctl *ctl);
+/* A sleeper that polls the slot's bell instead of waiting on a futex: sets
+ * its flag to MESH_RING_SLEEP_BELL and looks again.  1 when it need not
+ * sleep (data there; room for need bytes of record), 0 when the peer will
+ * ring once it publishes (or frees room), <0 corrupt (space only).  No
+ * wait here: the caller polls the bell, then reads it empty. */
+int mesh_ring_bell_data(struct mesh_ring *r);
+int mesh_ring_bell_space(struct mesh_ring *r, size_t msg_len);
+/* Writes 1 to an eventfd (a bell): a poller of it wakes. */
+void mesh_ring_ring(int bell);
 
 /* A message being put in pieces (producer side); the payload stays the
  * caller's until the last record is in. */

@@ -26,7 +26,7 @@
  *      (the worker's setup is done).  MESH_E_CLOSED before that = it died.
  *   3. mesh_slot_create(&s, index, 0) once per slot (reusable across runs).
  *   4. mesh_ctl_run(ctl, s, gen): resets the slot, sends `run gen index` with
- *      the memfd; the worker answers MESH_CTL_ONLINE with that gen.
+ *      the memfd and the bell; the worker answers MESH_CTL_ONLINE with that gen.
  *   5. mesh_slot_call(s, ...) any number of times (one at a time per slot; it
  *      locks internally so concurrent callers queue).
  *   6. mesh_ctl_halt(ctl, s): the worker answers MESH_CTL_HALTED once its
@@ -52,7 +52,10 @@
 #include <stdint.h>
 
 #define MESH_SLOT_MAGIC 0x544c534du /* "MSLT" */
-#define MESH_SLOT_VERSION 1u
+/* 2: `run` passes the slot's bell with its memfd, and a sleeper may ask
+ * for the bell (MESH_RING_SLEEP_BELL).  A worker of another version refuses
+ * the slot (MESH_E_VERSION). */
+#define MESH_SLOT_VERSION 2u
 #define MESH_SLOT_HDR_SIZE 4096u
 #define MESH_SLOT_DEFAULT_RING (1u << 20)
 /* The environment variable that names the worker's control fd. */
@@ -71,7 +74,7 @@ enum mesh_slot_state {
 	MESH_SLOT__MAX = 3,
 };
 
-/* The header page of a slot, version 1.  Offsets are the format. */
+/* The header page of a slot, version 2.  Offsets are the format. */
 struct mesh_slot_hdr {
 	uint32_t magic, version;	/* @0, @4   written by meshd */
 	uint64_t size;			/* @8       total bytes of the memfd */
@@ -104,6 +107,12 @@ int mesh_slot_create(struct mesh_slot **out, uint32_t index, size_t ring_bytes);
 void mesh_slot_free(struct mesh_slot *s);
 /* The memfd (owned by the slot; mesh_ctl_run passes it).  Close-on-exec. */
 int mesh_slot_fd(const struct mesh_slot *s);
+/* The slot's bell: an eventfd (owned by the slot, non-blocking,
+ * close-on-exec; mesh_ctl_run passes it too) that the worker writes when
+ * meshd asked for it (mesh_slot_bell_arm), and that meshd writes itself
+ * when the slot fails, is shut down or armed, or a send in pieces begins.
+ * Its owner polls it for POLLIN and then reads it empty. */
+int mesh_slot_bell(const struct mesh_slot *s);
 uint32_t mesh_slot_index(const struct mesh_slot *s);
 /* The largest request or reply, bytes: MESH_MSG_MAX whatever the ring's
  * size (a message larger than the ring travels in pieces). */
@@ -155,10 +164,11 @@ int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_s
  * from its futex and answers at once is caught without a second wake-up. */
 #define MESH_SLOT_CALL_SPIN_NS (20ull * 1000)
 /* Pipelined use (a job's executor, meshd/jobs/job_exec.c): many requests in
- * flight on one slot, replies taken as they come.  One owner drives the
- * slot this way and makes no mesh_slot_call meanwhile; mesh_slot_recv and
- * mesh_slot_wait_reply must not run at once (the reply ring has one
- * consumer view).
+ * flight on one slot, replies taken as they come, woken by the slot's bell
+ * (mesh_slot_bell_arm) in the owner's own poll: no thread a worker.  One
+ * owner drives the slot this way and makes no mesh_slot_call meanwhile;
+ * mesh_slot_recv and mesh_slot_bell_arm (or mesh_slot_wait_reply) must not
+ * run at once (the reply ring has one consumer view).
  *
  * mesh_slot_send puts one request of kind MESH_MSG_REQ or MESH_MSG_CHUNK
  * whose payload is hdr (hn bytes; 0 = none) followed by p (n bytes),
@@ -166,9 +176,9 @@ int mesh_slot_call_stream(struct mesh_slot *s, const void *req, size_t n, mesh_s
  * mesh_slot_max_send) goes in pieces, as a call's does: it is taken only
  * when no other request is in flight (the worker then answers nothing
  * before its last piece, so nothing but room is waited for); a copy is
- * made, the pieces that fit are put, and mesh_slot_wait_reply puts the
- * rest as the worker takes them (mesh_slot_sending says it is not all in
- * yet; no other request is taken meanwhile).  0 with *seq its sequence
+ * made, the pieces that fit are put, and mesh_slot_bell_arm puts the rest
+ * as the worker takes them (mesh_slot_sending says it is not all in yet;
+ * no other request is taken meanwhile).  0 with *seq its sequence
  * number; -EAGAIN: no room in the ring now, or (in pieces) a request in
  * flight or one still going in (take replies first); MESH_E_TOOBIG: hn +
  * n over MESH_MSG_MAX; MESH_E_STATE: the slot failed or was shut down;
@@ -200,14 +210,21 @@ struct mesh_slot_reply {
  * none yet; MESH_E_STATE: none, and the slot failed or was shut down;
  * MESH_E_CORRUPT (the slot is failed); -ENOMEM. */
 int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r);
-/* Waits until a reply may be there: 0; 1 when the slot failed or was shut
- * down, or when *quit (the caller's; may be NULL) is set; MESH_E_TIMEOUT
- * after timeout_ns (spinning spin_ns first).  Whoever sets *quit calls
- * mesh_slot_kick_reply, which wakes the waiter to look at it.  While a
- * request goes in pieces (mesh_slot_send, also one begun during this
- * wait) it first puts them, waiting for room for each under the same
- * limits.  May run beside mesh_slot_send on another thread. */
-int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *quit);
+/* Before the owner polls the bell: puts the pieces of a request in
+ * pieces that fit now, then asks the worker to ring the bell when it
+ * publishes a reply (or, while pieces wait, frees room for the next).
+ *   0: nothing to do before the bell rings (poll it);
+ *   1: a reply may be there now (mesh_slot_recv);
+ *   2: the slot failed or was shut down, and no reply waits (mesh_slot_recv
+ *      says MESH_E_STATE).
+ * A stale ring of the bell costs a spurious wake-up, nothing else. */
+int mesh_slot_bell_arm(struct mesh_slot *s);
+/* The same, waiting (for tests and simple callers): polls the bell until a
+ * reply may be there (0), the slot failed or was shut down or *quit (the
+ * caller's; may be NULL) is set (1), or timeout_ns passed (MESH_E_TIMEOUT).
+ * Whoever sets *quit calls mesh_slot_kick_reply (it rings the bell).  May
+ * run beside mesh_slot_send on another thread (a send in pieces rings it). */
+int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t timeout_ns, const _Atomic uint32_t *quit);
 void mesh_slot_kick_reply(struct mesh_slot *s);
 /* Pipelined requests sent and not answered yet. */
 uint32_t mesh_slot_in_flight(const struct mesh_slot *s);
@@ -268,7 +285,8 @@ int mesh_ctl_recv(struct mesh_ctl *c, struct mesh_ctl_msg *m);
 /* Blocking convenience for tests and simple callers: poll + recv, at most
  * timeout_ns.  MESH_E_TIMEOUT if nothing came. */
 int mesh_ctl_wait(struct mesh_ctl *c, struct mesh_ctl_msg *m, uint64_t timeout_ns);
-/* mesh_slot_arm(s, gen) and sends "run <gen> <index>" with the memfd.  gen >= 1.
+/* mesh_slot_arm(s, gen) and sends "run <gen> <index>" with the memfd and
+ * the bell.  gen >= 1.
  * 0, -errno, MESH_E_CLOSED (the worker is gone). */
 int mesh_ctl_run(struct mesh_ctl *c, struct mesh_slot *s, uint32_t gen);
 /* The same for a slot the caller armed for gen itself (mesh_slot_arm), for
@@ -305,9 +323,11 @@ struct mesh_slot_map {
 	struct mesh_ring req, rep; /* req: consumer view; rep: producer view */
 };
 /* Maps the slot memfd fd, checks magic, version and geometry against the fd's
- * size and expect_index.  0, -errno, MESH_E_FOREIGN, MESH_E_VERSION or
- * MESH_E_CORRUPT.  fd stays the caller's. */
-int mesh__slot_map(int fd, uint32_t expect_index, struct mesh_slot_map *m);
+ * size and expect_index; both views ring bell (the slot's, passed with
+ * `run`; -1 none) for a meshd that asked for it.  0, -errno,
+ * MESH_E_FOREIGN, MESH_E_VERSION or MESH_E_CORRUPT.  fd and bell stay the
+ * caller's. */
+int mesh__slot_map(int fd, int bell, uint32_t expect_index, struct mesh_slot_map *m);
 void mesh__slot_unmap(struct mesh_slot_map *m);
 
 #endif

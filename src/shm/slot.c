@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +28,7 @@ _Static_assert(sizeof(struct mesh_slot_hdr) <= MESH_SLOT_HDR_SIZE, "header fits 
 
 struct mesh_slot {
 	int fd;
+	int bell;			/* eventfd: the worker rings it when asked (mesh_slot_bell_arm) */
 	uint32_t index;
 	uint64_t cap;
 	size_t size;
@@ -49,20 +52,19 @@ struct mesh_slot {
 	struct mesh_buf pipe_cur, pipe_acc;
 	/* A pipelined request larger than one record, being put in pieces:
 	 * its copy (tx_buf), how far it went (tx), tx_open until its last
-	 * piece is in (mesh_slot_wait_reply puts the rest as room comes).
-	 * attn wakes that waiter: set with stop, and when such a send begins. */
+	 * piece is in (mesh_slot_bell_arm puts the rest as room comes). */
 	struct mesh_ring_tx tx;
 	uint8_t *tx_buf;
-	_Atomic uint32_t tx_open, attn;
+	_Atomic uint32_t tx_open;
 };
 
-/* A waiting call, and the pipeline's reply waiter, give up: the slot
- * failed, was shut down or is being armed again (stop before attn: a
- * waiter that clears attn sees stop after it). */
+/* A waiting call, and the pipeline's owner, give up: the slot failed, was
+ * shut down or is being armed again (stop before the bell: a poller woken
+ * by it sees stop). */
 static void stop_waiters(struct mesh_slot *s)
 {
 	atomic_store(&s->stop, 1);
-	atomic_store(&s->attn, 1);
+	mesh_ring_ring(s->bell);
 }
 
 /* One more request begun (call_lock held: one writer at a time, so no
@@ -92,6 +94,11 @@ int mesh_slot_create(struct mesh_slot **out, uint32_t index, size_t ring_bytes)
 	s->size = MESH_SLOT_HDR_SIZE + 2 * ring_bytes;
 	char name[32];
 	snprintf(name, sizeof name, "mesh-slot-%u", index);
+	s->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->bell < 0) {
+		free(s);
+		return -errno;
+	}
 	s->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (s->fd < 0)
 		goto fail;
@@ -114,6 +121,7 @@ fail:;
 	int err = -errno;
 	if (s->fd >= 0)
 		close(s->fd);
+	close(s->bell);
 	free(s);
 	return err;
 }
@@ -124,6 +132,7 @@ void mesh_slot_free(struct mesh_slot *s)
 		return;
 	munmap(s->hdr, s->size);
 	close(s->fd);
+	close(s->bell);
 	pthread_mutex_destroy(&s->call_lock);
 	pthread_mutex_destroy(&s->why_lock);
 	free(s->pipe_buf);
@@ -136,6 +145,11 @@ void mesh_slot_free(struct mesh_slot *s)
 int mesh_slot_fd(const struct mesh_slot *s)
 {
 	return s->fd;
+}
+
+int mesh_slot_bell(const struct mesh_slot *s)
+{
+	return s->bell;
 }
 
 uint32_t mesh_slot_index(const struct mesh_slot *s)
@@ -198,7 +212,6 @@ void mesh_slot_arm(struct mesh_slot *s, uint32_t gen)
 	s->why[0] = 0;
 	atomic_store(&s->failed, 0);
 	atomic_store(&s->stop, 0);
-	atomic_store(&s->attn, 0);
 	pthread_mutex_unlock(&s->why_lock);
 	pthread_mutex_unlock(&s->call_lock);
 }
@@ -257,18 +270,14 @@ static int tx_put(struct mesh_slot *s, struct mesh_ring_tx *tx)
 }
 
 /* Waits for room for tx's next record: 0; MESH_E_STATE (the slot failed
- * or was shut down), 1 (*quit set), MESH_E_TIMEOUT at deadline,
- * MESH_E_CORRUPT (the slot failed). */
-static int tx_wait(struct mesh_slot *s, const struct mesh_ring_tx *tx, uint64_t deadline, uint64_t spin_ns,
-		   const _Atomic uint32_t *quit)
+ * or was shut down), MESH_E_TIMEOUT at deadline, MESH_E_CORRUPT (the slot
+ * failed). */
+static int tx_wait(struct mesh_slot *s, const struct mesh_ring_tx *tx, uint64_t deadline, uint64_t spin_ns)
 {
-	int rc = mesh_ring_wait_space2(&s->req, mesh_ring_tx_next(&s->req, tx), spin_ns, left_ns(deadline), &s->stop,
-				       quit);
+	int rc = mesh_ring_wait_space(&s->req, mesh_ring_tx_next(&s->req, tx), spin_ns, left_ns(deadline), &s->stop);
 	if (rc == MESH_E_CORRUPT)
 		return fail_ring(s, "request", &s->req);
-	if (rc == 1)
-		return atomic_load(&s->stop) ? MESH_E_STATE : 1;
-	return rc;
+	return rc == 1 ? MESH_E_STATE : rc;
 }
 
 /* Sends the request (in pieces when it is larger than one record). */
@@ -283,7 +292,7 @@ static int send_request(struct mesh_slot *s, uint32_t seq, const void *req, size
 			return 0;
 		if (rc != -EAGAIN)
 			return rc;
-		if ((rc = tx_wait(s, &tx, deadline, spin_ns, NULL)) < 0)
+		if ((rc = tx_wait(s, &tx, deadline, spin_ns)) < 0)
 			return rc;
 	}
 }
@@ -477,7 +486,7 @@ int mesh_slot_stats(struct mesh_slot *s, struct mesh_slot_stats *st)
 	return 0;
 }
 
-int mesh__slot_map(int fd, uint32_t expect_index, struct mesh_slot_map *m)
+int mesh__slot_map(int fd, int bell, uint32_t expect_index, struct mesh_slot_map *m)
 {
 	memset(m, 0, sizeof *m);
 	struct stat st;
@@ -507,6 +516,7 @@ int mesh__slot_map(int fd, uint32_t expect_index, struct mesh_slot_map *m)
 	m->size = size;
 	mesh_ring_attach(&m->req, &h->req, (uint8_t *)p + MESH_SLOT_HDR_SIZE, cap, 0);
 	mesh_ring_attach(&m->rep, &h->rep, (uint8_t *)p + MESH_SLOT_HDR_SIZE + cap, cap, 1);
+	m->req.bell = m->rep.bell = bell;
 	return 0;
 }
 
@@ -546,8 +556,8 @@ static int send_one(struct mesh_slot *s, uint32_t kind, uint32_t seq, const void
 }
 
 /* Larger than one record: a copy put in pieces, those that fit now; the
- * rest is mesh_slot_wait_reply's (the waiter is told).  0 or -ENOMEM,
- * MESH_E_CORRUPT. */
+ * rest is mesh_slot_bell_arm's (the bell tells a poller on another thread
+ * to put it).  0 or -ENOMEM, MESH_E_CORRUPT. */
 static int send_pieces(struct mesh_slot *s, uint32_t kind, uint32_t seq, const void *hdr, size_t hn, const void *p,
 		       size_t n)
 {
@@ -564,8 +574,7 @@ static int send_pieces(struct mesh_slot *s, uint32_t kind, uint32_t seq, const v
 	}
 	s->tx_buf = b;
 	atomic_store(&s->tx_open, 1);
-	atomic_store(&s->attn, 1);
-	mesh_ring_kick(&s->hdr->rep); /* the reply waiter puts the rest */
+	mesh_ring_ring(s->bell);
 	return 0;
 }
 
@@ -717,34 +726,61 @@ int mesh_slot_recv(struct mesh_slot *s, struct mesh_slot_reply *r)
 	return rc;
 }
 
-int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t spin_ns, uint64_t timeout_ns, const _Atomic uint32_t *quit)
+int mesh_slot_bell_arm(struct mesh_slot *s)
+{
+	/* A request going in pieces: the worker answers nothing before its
+	 * last is in (mesh_slot_send begins one only when no other is in
+	 * flight), so only room for its pieces is asked for. */
+	for (;;) {
+		int rc = send_rest(s);
+		if (rc < 0)
+			return 2;
+		if (rc == 1)
+			break;
+		pthread_mutex_lock(&s->call_lock);
+		rc = atomic_load(&s->tx_open) ? mesh_ring_bell_space(&s->req, mesh_ring_tx_next(&s->req, &s->tx)) : 1;
+		pthread_mutex_unlock(&s->call_lock);
+		if (rc == MESH_E_CORRUPT)
+			fail_ring(s, "request", &s->req);
+		if (rc < 0)
+			return 2;
+		if (rc == 0)
+			return atomic_load(&s->stop) ? 2 : 0;
+	}
+	pthread_mutex_lock(&s->call_lock);
+	int rc = mesh_ring_bell_data(&s->rep);
+	pthread_mutex_unlock(&s->call_lock);
+	if (rc)
+		return 1;
+	return atomic_load(&s->stop) ? 2 : 0;
+}
+
+int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t timeout_ns, const _Atomic uint32_t *quit)
 {
 	uint64_t now = mesh_mono_ns();
 	uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
 	for (;;) {
-		/* A request going in pieces: the worker answers nothing before
-		 * its last is in (mesh_slot_send begins one only when no other
-		 * is in flight), so only room for its pieces is waited for. */
-		int rc;
-		while ((rc = send_rest(s)) == 0)
-			if ((rc = tx_wait(s, &s->tx, deadline, spin_ns, quit)) != 0)
-				return rc == MESH_E_TIMEOUT ? rc : 1;
-		if (rc < 0)
-			return 1; /* the slot failed */
-		rc = mesh_ring_wait_data2(&s->rep, spin_ns, left_ns(deadline), &s->attn, quit);
-		if (rc != 1 || atomic_load(&s->stop) || (quit && atomic_load(quit)))
-			return rc;
-		/* attn alone: a request in pieces began (send_pieces). */
-		atomic_store(&s->attn, 0);
-		if (atomic_load(&s->stop))
+		if (quit && atomic_load(quit))
 			return 1;
+		int rc = mesh_slot_bell_arm(s);
+		if (rc)
+			return rc == 1 ? 0 : 1;
+		uint64_t left = left_ns(deadline);
+		if (!left)
+			return MESH_E_TIMEOUT;
+		uint64_t ms = (left + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
+		struct pollfd pf = {s->bell, POLLIN, 0};
+		if (poll(&pf, 1, ms > 60000 ? 60000 : (int)ms) > 0) {
+			uint64_t v;
+			ssize_t n = read(s->bell, &v, sizeof v);
+			(void)n; /* empty again, or EAGAIN: another reader took it */
+		}
 	}
 }
 
 void mesh_slot_kick_reply(struct mesh_slot *s)
 {
-	mesh_ring_kick(&s->hdr->rep);
-	mesh_ring_kick(&s->hdr->req); /* a waiter for room for a request's next piece */
+	mesh_ring_ring(s->bell);
 }
 
 uint32_t mesh_slot_in_flight(const struct mesh_slot *s)

@@ -155,9 +155,10 @@ static void sendf(struct mesh_worker *w, const char *fmt, ...)
 	mesh__ctl_send(w->fd, text, -1);
 }
 
-/* Receives one command; *fd gets a passed fd (or -1).  block: wait for one.
- * 0; -EAGAIN (non-blocking, none); MESH_E_CLOSED; MESH_E_PROTO (answered). */
-static int recv_cmd(struct mesh_worker *w, struct mesh_wcmd *cmd, int *fd, int block)
+/* Receives one command; fd[0] and fd[1] get the fds passed with a `run`
+ * (its slot's memfd and bell; else -1).  block: wait for one.  0; -EAGAIN
+ * (non-blocking, none); MESH_E_CLOSED; MESH_E_PROTO (answered). */
+static int recv_cmd(struct mesh_worker *w, struct mesh_wcmd *cmd, int fd[2], int block)
 {
 	uint8_t buf[MESH_CTL_MAX + 1];
 	union {
@@ -166,7 +167,7 @@ static int recv_cmd(struct mesh_worker *w, struct mesh_wcmd *cmd, int *fd, int b
 	} cbuf;
 	struct iovec iov = {buf, sizeof buf};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.b, .msg_controllen = sizeof cbuf.b};
-	*fd = -1;
+	fd[0] = fd[1] = -1;
 	ssize_t n;
 	do
 		n = recvmsg(w->fd, &mh, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
@@ -183,19 +184,22 @@ static int recv_cmd(struct mesh_worker *w, struct mesh_wcmd *cmd, int *fd, int b
 		for (size_t i = 0; i < k; i++) {
 			int f;
 			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
-			if (nfds++ == 0)
-				*fd = f;
+			if (nfds < 2)
+				fd[nfds] = f;
 			else
 				close(f);
+			nfds++;
 		}
 	}
 	int rc = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? MESH_E_PROTO : mesh__wcmd_parse(buf, (size_t)n, cmd);
-	if (rc == 0 && (nfds != (cmd->kind == MESH_WCMD_RUN)))
+	if (rc == 0 && nfds != (cmd->kind == MESH_WCMD_RUN ? 2 : 0))
 		rc = MESH_E_PROTO;
 	if (rc < 0) {
-		if (*fd >= 0)
-			close(*fd);
-		*fd = -1;
+		for (int i = 0; i < 2; i++) {
+			if (fd[i] >= 0)
+				close(fd[i]);
+			fd[i] = -1;
+		}
 		sendf(w, "fail malformed command");
 	}
 	return rc;
@@ -212,8 +216,8 @@ static int ensure_bufs(struct mesh_worker *w)
 static int poll_control(struct mesh_worker *w, enum loop_end *end)
 {
 	struct mesh_wcmd cmd;
-	int fd;
-	int rc = recv_cmd(w, &cmd, &fd, 0);
+	int fd[2];
+	int rc = recv_cmd(w, &cmd, fd, 0);
 	if (rc == -EAGAIN || rc == MESH_E_PROTO)
 		return 0;
 	if (rc < 0) {
@@ -228,7 +232,8 @@ static int poll_control(struct mesh_worker *w, enum loop_end *end)
 		*end = END_EXIT;
 		return 1;
 	case MESH_WCMD_RUN:
-		close(fd);
+		close(fd[0]);
+		close(fd[1]);
 		sendf(w, "fail run %u while gen %u runs", cmd.gen, w->gen);
 		return 0;
 	}
@@ -416,17 +421,19 @@ static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handle
 }
 
 /* Maps the slot of a run and serves it until HALT or EXIT. */
-static enum loop_end run(struct mesh_worker *w, const struct mesh_wcmd *cmd, int fd, mesh_worker_handler handler,
-			 void *ctx)
+static enum loop_end run(struct mesh_worker *w, const struct mesh_wcmd *cmd, const int fd[2],
+			 mesh_worker_handler handler, void *ctx)
 {
-	int rc = mesh__slot_map(fd, cmd->slot, &w->map);
-	close(fd);
+	int bell = fd[1];
+	int rc = mesh__slot_map(fd[0], bell, cmd->slot, &w->map);
+	close(fd[0]);
 	if (rc == 0)
 		rc = ensure_bufs(w);
 	if (rc == 0 && atomic_load(&w->map.hdr->gen) != cmd->gen)
 		rc = MESH_E_MISMATCH;
 	if (rc < 0) {
 		mesh__slot_unmap(&w->map);
+		close(bell);
 		sendf(w, "fail run %u %u: %s", cmd->gen, cmd->slot, mesh_strerror(rc));
 		return END_HALT; /* refused: back to waiting, as before the run */
 	}
@@ -441,6 +448,7 @@ static enum loop_end run(struct mesh_worker *w, const struct mesh_wcmd *cmd, int
 	atomic_store(&h->online, 0);
 	atomic_store(&h->state, end == END_HALT ? MESH_SLOT_HALTED : MESH_SLOT_EXITED);
 	mesh__slot_unmap(&w->map);
+	close(bell);
 	if (end == END_HALT)
 		sendf(w, "halted %u", cmd->gen);
 	return end;
@@ -456,13 +464,13 @@ int mesh_worker_serve(struct mesh_worker *w, mesh_worker_handler handler, void *
 	uint64_t spin_until = mesh_mono_ns() + FIRST_RUN_SPIN_NS;
 	for (;;) {
 		struct mesh_wcmd cmd;
-		int fd;
+		int fd[2];
 		int rc;
 		/* The first command: polled for a while, then waited for. */
-		while ((rc = recv_cmd(w, &cmd, &fd, 0)) == -EAGAIN && mesh_mono_ns() < spin_until)
+		while ((rc = recv_cmd(w, &cmd, fd, 0)) == -EAGAIN && mesh_mono_ns() < spin_until)
 			; /* each try is a system call: no pause needed between */
 		if (rc == -EAGAIN)
-			rc = recv_cmd(w, &cmd, &fd, 1);
+			rc = recv_cmd(w, &cmd, fd, 1);
 		spin_until = 0;
 		if (rc == MESH_E_PROTO)
 			continue;

@@ -42,7 +42,7 @@ static void fuzz_slot(const uint8_t *p, size_t n)
 		if (mesh_slot_create(&s, 0, CAP) < 0)
 			abort();
 		mesh_slot_arm(s, 1);
-		if (mesh__slot_map(mesh_slot_fd(s), 0, &map) < 0)
+		if (mesh__slot_map(mesh_slot_fd(s), mesh_slot_bell(s), 0, &map) < 0)
 			abort();
 	}
 	mesh_slot_arm(s, 1);

@@ -523,12 +523,13 @@ TEST_TIMEOUT(jobs_worker_death_counts_the_attempt_of_its_chunk, 60)
 
 /* The same death, told in the order a busy machine can tell it: the
  * worker answers a and b and dies on crash-once before the core's start of
- * it returns (so the start says it failed), and the job's waiter has not
- * yet passed on the replies and the death.  A worker that took chunks came
- * up: its death fails the one attempt it died on, not two, and counts. */
+ * it returns (so the start says it failed), and the job's driver learns
+ * that before it takes the replies its bell rang for.  A worker that took
+ * chunks came up: its death fails the one attempt it died on, not two, and
+ * counts. */
 TEST_TIMEOUT(jobs_worker_that_dies_before_its_start_returns_counts_one_death, 60)
 {
-	one_death_one_failed_attempt("core.launched:300,jobs.waiter:600");
+	one_death_one_failed_attempt("core.launched:300,jobs.bell:600");
 }
 
 TEST_TIMEOUT(jobs_a_chunk_that_always_crashes_is_buried_with_its_tail, 60)

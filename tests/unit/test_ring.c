@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -312,6 +313,61 @@ TEST(ring_one_wake_up_for_many_publishes)
 	EXPECT_EQ(mesh_ring_peek(&c, &m), -EAGAIN);
 	EXPECT_UEQ(word(&s.ctl->space_futex), 1);
 	EXPECT_UEQ(word(&s.ctl->space_sleeping), 0);
+}
+
+static uint64_t bell_count(int bell)
+{
+	uint64_t v = 0;
+	return read(bell, &v, sizeof v) == (ssize_t)sizeof v ? v : 0;
+}
+
+/* A sleeper that asks for the bell (a job's driver polls it with its other
+ * fds) is rung once, however many publishes come before it looks again, and
+ * its futex word does not move; a futex sleeper is not rung; a peer that
+ * asked for a bell this side lacks gets the futex.  The same for room. */
+TEST(ring_bell_rings_once_for_a_sleeper_that_asked_for_it)
+{
+	struct shared_ring s = make_ring(4096);
+	struct mesh_ring p, c;
+	views(&s, &p, &c);
+	int bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ASSERT_TRUE(bell >= 0);
+	p.bell = c.bell = bell;
+	EXPECT_EQ(mesh_ring_bell_data(&c), 0); /* empty: armed */
+	EXPECT_UEQ(word(&s.ctl->data_sleeping), MESH_RING_SLEEP_BELL);
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(mesh_ring_put(&p, MESH_MSG_REQ, 0, "x", 1), 0);
+	EXPECT_UEQ(bell_count(bell), 1);
+	EXPECT_UEQ(word(&s.ctl->data_futex), 0);
+	EXPECT_UEQ(word(&s.ctl->data_sleeping), 0);
+	/* Data there already: no arming, no ring. */
+	EXPECT_EQ(mesh_ring_bell_data(&c), 1);
+	EXPECT_UEQ(word(&s.ctl->data_sleeping), 0);
+	/* A futex sleeper: woken by the futex, not the bell. */
+	atomic_store(&s.ctl->data_sleeping, MESH_RING_SLEEP_FUTEX);
+	ASSERT_EQ(mesh_ring_put(&p, MESH_MSG_REQ, 0, "y", 1), 0);
+	EXPECT_UEQ(bell_count(bell), 0);
+	EXPECT_UEQ(word(&s.ctl->data_futex), 1);
+	/* A bell asked of a side without one: the futex. */
+	p.bell = -1;
+	atomic_store(&s.ctl->data_sleeping, MESH_RING_SLEEP_BELL);
+	ASSERT_EQ(mesh_ring_put(&p, MESH_MSG_REQ, 0, "z", 1), 0);
+	EXPECT_UEQ(word(&s.ctl->data_futex), 2);
+	/* Room: fill the ring, ask for the bell, then pops ring it once. */
+	while (mesh_ring_put(&p, MESH_MSG_REQ, 0, "fill", 4) == 0)
+		;
+	EXPECT_EQ(mesh_ring_bell_space(&p, 4), 0);
+	EXPECT_UEQ(word(&s.ctl->space_sleeping), MESH_RING_SLEEP_BELL);
+	struct mesh_msg m;
+	for (int i = 0; i < 4; i++) {
+		ASSERT_EQ(mesh_ring_peek(&c, &m), 0);
+		mesh_ring_pop(&c);
+	}
+	EXPECT_UEQ(bell_count(bell), 1);
+	EXPECT_UEQ(word(&s.ctl->space_futex), 0);
+	EXPECT_EQ(mesh_ring_bell_space(&p, 4), 1);
+	EXPECT_EQ(mesh_ring_bell_space(&p, 5000), MESH_E_TOOBIG);
+	close(bell);
 }
 
 /* Ping-pong between two processes with no spinning at all: every hand-over

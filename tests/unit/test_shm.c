@@ -126,15 +126,15 @@ TEST(slot_create_geometry_and_seals)
 	EXPECT_EQ(errno, EPERM);
 	EXPECT_TRUE(fcntl(fd, F_GETFD) & FD_CLOEXEC);
 	struct mesh_slot_map m;
-	EXPECT_EQ(mesh__slot_map(fd, 4, &m), MESH_E_CORRUPT);
-	ASSERT_EQ(mesh__slot_map(fd, 5, &m), 0);
+	EXPECT_EQ(mesh__slot_map(fd, -1, 4, &m), MESH_E_CORRUPT);
+	ASSERT_EQ(mesh__slot_map(fd, -1, 5, &m), 0);
 	EXPECT_UEQ(m.req.cap, 8192);
 	mesh__slot_unmap(&m);
 	mesh_slot_free(s);
 	/* Not a slot at all. */
 	int other = memfd_create("x", MFD_CLOEXEC);
 	ASSERT_EQ(ftruncate(other, 4096 + 2 * 4096), 0);
-	EXPECT_EQ(mesh__slot_map(other, 0, &m), MESH_E_FOREIGN);
+	EXPECT_EQ(mesh__slot_map(other, -1, 0, &m), MESH_E_FOREIGN);
 	close(other);
 }
 
@@ -255,7 +255,7 @@ TEST(slot_call_times_out_and_skips_late_replies)
 	pid_t pid = fork();
 	if (pid == 0) {
 		struct mesh_slot_map m;
-		if (mesh__slot_map(mesh_slot_fd(s), 0, &m) < 0)
+		if (mesh__slot_map(mesh_slot_fd(s), mesh_slot_bell(s), 0, &m) < 0)
 			_exit(2);
 		for (int i = 0; i < 2; i++) {
 			struct mesh_msg msg;
@@ -304,7 +304,7 @@ TEST(slot_hostile_words_fail_the_slot_with_a_reason)
 		ASSERT_EQ(mesh_slot_create(&s, 9, 4096), 0);
 		mesh_slot_arm(s, 1);
 		struct mesh_slot_map m;
-		ASSERT_EQ(mesh__slot_map(mesh_slot_fd(s), 9, &m), 0);
+		ASSERT_EQ(mesh__slot_map(mesh_slot_fd(s), mesh_slot_bell(s), 9, &m), 0);
 		struct mesh_slot_hdr *h = m.hdr;
 		uint32_t *rec = (uint32_t *)((uint8_t *)h + MESH_SLOT_HDR_SIZE + 4096);
 		int rc = 0;
@@ -365,7 +365,7 @@ TEST(slot_scribbling_worker_fails_its_slot_only)
 		pid_t pid = fork();
 		if (pid == 0) {
 			struct mesh_slot_map m;
-			if (mesh__slot_map(mesh_slot_fd(s), 1, &m) < 0)
+			if (mesh__slot_map(mesh_slot_fd(s), mesh_slot_bell(s), 1, &m) < 0)
 				_exit(2);
 			uint8_t *b = (uint8_t *)m.hdr;
 			uint32_t x = (uint32_t)round * 2654435761u + 1;

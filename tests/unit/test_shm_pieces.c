@@ -249,7 +249,7 @@ TEST(pieces_a_reply_over_the_limit_fails_the_slot)
 	pid_t pid = fork();
 	if (pid == 0) {
 		struct mesh_slot_map m;
-		if (mesh__slot_map(mesh_slot_fd(s), 0, &m) < 0)
+		if (mesh__slot_map(mesh_slot_fd(s), mesh_slot_bell(s), 0, &m) < 0)
 			_exit(2);
 		struct mesh_msg msg;
 		if (mesh_ring_wait_data(&m.req, 0, 10 * SEC, NULL) != 0 || mesh_ring_peek(&m.req, &msg) != 0)

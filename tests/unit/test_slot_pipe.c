@@ -80,7 +80,7 @@ static int recv_wait(struct mesh_slot *s, struct mesh_slot_reply *r)
 		int rc = mesh_slot_recv(s, r);
 		if (rc != -EAGAIN)
 			return rc;
-		rc = mesh_slot_wait_reply(s, 0, 5 * SEC, NULL);
+		rc = mesh_slot_wait_reply(s, 5 * SEC, NULL);
 		if (rc == MESH_E_TIMEOUT)
 			return rc;
 	}
@@ -269,7 +269,7 @@ TEST(slot_pipeline_replies_before_a_crash_are_kept)
 	EXPECT_STREQ(r.data, "1:b");
 	free(r.data);
 	EXPECT_EQ(mesh_slot_recv(s, &r), MESH_E_STATE);
-	EXPECT_EQ(mesh_slot_wait_reply(s, 0, SEC, NULL), 1);
+	EXPECT_EQ(mesh_slot_wait_reply(s, SEC, NULL), 1);
 	EXPECT_EQ(mesh_slot_send(s, MESH_MSG_CHUNK, h, sizeof h, "d", 1, &seq), MESH_E_STATE);
 	mesh_ctl_free(ctl);
 	mesh_slot_free(s);
@@ -285,7 +285,7 @@ TEST(slot_pipeline_out_of_order_reply_fails_the_slot)
 	ASSERT_EQ(mesh_slot_send(s, MESH_MSG_REQ, NULL, 0, "a", 1, &a), 0);
 	ASSERT_EQ(mesh_slot_send(s, MESH_MSG_REQ, NULL, 0, "b", 1, &b), 0);
 	struct mesh_slot_map m;
-	ASSERT_EQ(mesh__slot_map(mesh_slot_fd(s), 0, &m), 0);
+	ASSERT_EQ(mesh__slot_map(mesh_slot_fd(s), mesh_slot_bell(s), 0, &m), 0);
 	ASSERT_EQ(mesh_ring_put(&m.rep, MESH_MSG_REP, b, "B", 1), 0);
 	struct mesh_slot_reply r;
 	EXPECT_EQ(mesh_slot_recv(s, &r), MESH_E_CORRUPT);
@@ -307,7 +307,7 @@ static void *wait_quit(void *p)
 {
 	struct quit_arg *a = p;
 	uint64_t t0 = mesh_mono_ns();
-	a->rc = mesh_slot_wait_reply(a->s, 0, 10 * SEC, &a->quit);
+	a->rc = mesh_slot_wait_reply(a->s, 10 * SEC, &a->quit);
 	a->ns = mesh_mono_ns() - t0;
 	return NULL;
 }
@@ -330,7 +330,7 @@ TEST(slot_pipeline_reply_waiter_quits_when_told)
 	atomic_store(&a.quit, 0);
 	uint64_t t0 = mesh_mono_ns();
 	mesh_slot_kick_reply(a.s);
-	EXPECT_EQ(mesh_slot_wait_reply(a.s, 0, 50 * 1000 * 1000ull, &a.quit), MESH_E_TIMEOUT);
+	EXPECT_EQ(mesh_slot_wait_reply(a.s, 50 * 1000 * 1000ull, &a.quit), MESH_E_TIMEOUT);
 	EXPECT_TRUE(mesh_mono_ns() - t0 >= 50 * 1000 * 1000ull);
 	mesh_slot_free(a.s);
 }
@@ -401,7 +401,7 @@ TEST(slot_pipeline_a_send_in_pieces_waits_as_a_reply_does)
 	ASSERT_EQ(mesh_slot_send(a.s, MESH_MSG_CHUNK, h, sizeof h, in, sizeof in, &seq), 0);
 	EXPECT_EQ(mesh_slot_sending(a.s), 1);
 	uint64_t t0 = mesh_mono_ns();
-	EXPECT_EQ(mesh_slot_wait_reply(a.s, 0, 50 * MS, NULL), MESH_E_TIMEOUT);
+	EXPECT_EQ(mesh_slot_wait_reply(a.s, 50 * MS, NULL), MESH_E_TIMEOUT);
 	EXPECT_TRUE(mesh_mono_ns() - t0 >= 50 * MS);
 	EXPECT_EQ(mesh_slot_sending(a.s), 1);
 	pthread_t th;

@@ -22,9 +22,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* A waiter looks at its quit flag at least this often (tell_quit wakes it
- * at once; this is the bound should a wake-up be missed). */
-#define WAIT_SLICE_NS (50 * MESH_NS_PER_MS)
 /* How long a dead worker's reaping is waited for (its report). */
 #define DOWN_WAIT_NS (5 * MESH_NS_PER_S)
 #define BACKOFF_MIN_NS (200 * MESH_NS_PER_MS)
@@ -68,13 +65,6 @@ struct jworker {
 	int state;
 	struct meshd_job_worker h;
 	struct meshd_job_ahead *g; /* W_COMING: its getter */
-	struct mesh_thread *waiter;
-	int waiter_on;
-	int efd;	 /* the waiter: a reply (or the slot's failure) is there */
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int armed;	 /* mu */
-	_Atomic uint32_t quit; /* set under mu; the waiter's wait watches it too */
 	struct entry *fifo;
 	unsigned head, n;  /* entries in flight, in send order */
 	uint64_t taken_base, answered;
@@ -163,66 +153,6 @@ static void end_unit_text(struct unit *u, int code, const char *text)
 
 /* ---- workers ---- */
 
-static void *waiter_main(void *arg)
-{
-	struct jworker *w = arg;
-	pthread_mutex_lock(&w->mu);
-	for (;;) {
-		while (!w->armed && !w->quit)
-			pthread_cond_wait(&w->cv, &w->mu);
-		if (w->quit)
-			break;
-		pthread_mutex_unlock(&w->mu);
-		int rc = mesh_slot_wait_reply(w->h.slot, 0, WAIT_SLICE_NS, &w->quit);
-		if (rc != MESH_E_TIMEOUT)
-			mesh_fault_pause("jobs.waiter"); /* the news late: the getter's may come first */
-		pthread_mutex_lock(&w->mu);
-		if (rc == MESH_E_TIMEOUT || w->quit)
-			continue;
-		/* A reply, or the slot failed: the driver's thread takes over
-		 * the reply ring until it arms us again.  Told with the lock
-		 * let go: the driver it wakes (on a busy machine at once, in
-		 * our place) finds it free. */
-		w->armed = 0;
-		pthread_mutex_unlock(&w->mu);
-		mesh__jx_efd_kick(w->efd);
-		pthread_mutex_lock(&w->mu);
-	}
-	pthread_mutex_unlock(&w->mu);
-	return NULL;
-}
-
-static void arm(struct jworker *w)
-{
-	pthread_mutex_lock(&w->mu);
-	w->armed = 1;
-	pthread_mutex_unlock(&w->mu);
-	/* After the unlock: the waiter woken here does not wake into a
-	 * lock still held (a second wake-up, the unlock's). */
-	pthread_cond_signal(&w->cv);
-}
-
-/* Tells w's waiter to end, wherever it waits (on mu's cv, or on the reply
- * ring: the kick wakes it at once, not at its next slice). */
-static void tell_quit(struct jworker *w)
-{
-	pthread_mutex_lock(&w->mu);
-	atomic_store(&w->quit, 1);
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-	mesh_slot_kick_reply(w->h.slot);
-}
-
-static void stop_waiter(struct jworker *w)
-{
-	if (!w->waiter_on)
-		return;
-	tell_quit(w);
-	mesh_thread_join(w->waiter, NULL);
-	w->waiter_on = 0;
-	mesh__jx_efd_drain(w->efd);
-}
-
 /* Takes the worker's entries out: the one it works on (when taken) ends
  * with code and text, the rest go back to the queue unstarted. */
 static void empty_fifo(struct slot_ex *x, struct jworker *w, int code, const char *text)
@@ -280,8 +210,7 @@ static void drop_worker(struct slot_ex *x, struct jworker *w, int kill_it, int c
 {
 	int took = took_any(w);
 	if (kill_it && w->h.slot)
-		mesh_slot_fail(w->h.slot, "worker killed by its job"); /* wakes the waiter now */
-	stop_waiter(w);
+		mesh_slot_fail(w->h.slot, "worker killed by its job");
 	empty_fifo(x, w, code, text);
 	meshd_job_worker_put(x->cfg.core, &w->h, kill_it);
 	w->state = W_NONE;
@@ -344,7 +273,7 @@ static void pace(struct slot_ex *x, struct jworker *w, uint64_t since, uint64_t 
 	w->cap = c > x->cfg.depth ? x->cfg.depth : (unsigned)c;
 }
 
-/* Takes every reply the worker's ring holds (the waiter fired).  1 when
+/* Takes every reply the worker's ring holds (its bell rang).  1 when
  * the worker turned out dead or broken (worker_died was called), else 0. */
 static int drain(struct slot_ex *x, struct jworker *w)
 {
@@ -389,14 +318,12 @@ static int drain(struct slot_ex *x, struct jworker *w)
 		}
 	}
 	pace(x, w, since, now, got);
-	arm(w);
 	return 0;
 }
 
 /* The worker joins (its slot armed; maybe not online yet: w->g then waits
- * for that, and tells w->efd).  Its waiter starts after the pump that
- * sends its first chunks (start_waiters): a thread's start is not on the
- * way to the first chunk. */
+ * for that, and tells the pool's eventfd).  Its slot's bell is polled from
+ * the next poll on (sx_shared_events). */
 static void attach(struct slot_ex *x, struct jworker *w)
 {
 	w->state = W_ON;
@@ -405,28 +332,10 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->per_ns = 0;
 	w->cap = CAP_START < x->cfg.depth ? CAP_START : x->cfg.depth;
 	w->taken_base = mesh_slot_taken(w->h.slot);
-	w->armed = 0;
 	w->online = 0; /* collect() says when */
 	w->limit_ns = x->cfg.timeout_ns ? x->cfg.timeout_ns : meshd_job_worker_call_timeout(&w->h);
-	atomic_store(&w->quit, 0);
+	mesh__jx_efd_drain(mesh_slot_bell(w->h.slot)); /* rung for its slot's last user */
 	mesh__jx_stamp_first(&x->st->first_worker_ns);
-}
-
-/* Joined workers without a waiter get one (a reply already in the ring
- * wakes it at once). */
-static void start_waiters(struct slot_ex *x)
-{
-	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
-		struct jworker *w = &x->w[i];
-		if (w->state != W_ON || w->waiter_on)
-			continue;
-		if (mesh_thread_run(&w->waiter, waiter_main, w, 0) < 0) {
-			drop_worker(x, w, w->n > 0, 1, "cannot start a thread for the worker");
-			continue;
-		}
-		w->waiter_on = 1;
-		arm(w);
-	}
 }
 
 /* Getters that got their worker: it joins at once, armed, before its
@@ -443,7 +352,6 @@ static void collect(struct slot_ex *x)
 		if (w->state == W_COMING && g->rc == 0) {
 			pthread_mutex_lock(&g->mu);
 			w->h = g->h;
-			g->kick_fd = w->efd; /* its `online` (or not) wakes the driver through it */
 			pthread_mutex_unlock(&g->mu);
 			attach(x, w);
 			if (st < 2)
@@ -529,7 +437,7 @@ static size_t outstanding(const struct slot_ex *x)
 }
 
 /* Sends what waits to workers with room; asks for workers as demand says. */
-static void pump_send(struct slot_ex *x)
+static void pump(struct slot_ex *x)
 {
 	collect(x);
 	x->need_pump = 0;
@@ -593,7 +501,7 @@ static void pump_send(struct slot_ex *x)
 		if (rc < 0) {
 			/* No room now (-EAGAIN; an input larger than the ring goes
 			 * in pieces once the worker holds no other chunk), or the
-			 * slot failed: its waiter says so. */
+			 * slot failed: its bell says so. */
 			best->full = 1;
 			continue;
 		}
@@ -646,12 +554,6 @@ static void pump_send(struct slot_ex *x)
 		w->state = W_COMING;
 		have++;
 	}
-}
-
-static void pump(struct slot_ex *x)
-{
-	pump_send(x);
-	start_waiters(x);
 }
 
 /* A worker that held the chunk at the head of its ring past its limit
@@ -736,18 +638,27 @@ static unsigned sx_events(struct mesh__executor *ex, unsigned slot, struct pollf
 	}
 }
 
-/* The pool's eventfd (a worker got, or came online, for the queue) and each
- * joined worker's (its replies), once for all the slots (a worker holds up
- * to depth of them): read once a wake-up, not once a slot. */
+/* The pool's eventfd (a worker got, came online or could not, for the
+ * queue) and each joined worker's bell (its replies, room for a request's
+ * pieces, its slot's failure), once for all the slots (a worker holds up
+ * to depth of them): read once a wake-up, not once a slot.  Each bell is
+ * asked for here, before the poll; one whose worker has news already is
+ * rung at once, so that the poll returns with it. */
 static unsigned sx_shared_events(struct mesh__executor *ex, struct pollfd *pf, unsigned cap)
 {
 	struct slot_ex *x = sx(ex);
 	unsigned n = 0;
 	if (n < cap)
 		pf[n++] = (struct pollfd){.fd = x->pool_efd, .events = POLLIN};
-	for (unsigned i = 0; i < x->cfg.max_workers && n < cap; i++)
-		if (x->w[i].state == W_ON)
-			pf[n++] = (struct pollfd){.fd = x->w[i].efd, .events = POLLIN};
+	for (unsigned i = 0; i < x->cfg.max_workers && n < cap; i++) {
+		struct jworker *w = &x->w[i];
+		if (w->state != W_ON)
+			continue;
+		int bell = mesh_slot_bell(w->h.slot);
+		if (mesh_slot_bell_arm(w->h.slot))
+			mesh_ring_ring(bell);
+		pf[n++] = (struct pollfd){.fd = bell, .events = POLLIN};
+	}
 	return n;
 }
 
@@ -758,16 +669,16 @@ static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct p
 	if (pf->fd == x->pool_efd) {
 		mesh__jx_efd_drain(x->pool_efd);
 	} else {
+		mesh_fault_pause("jobs.bell"); /* the replies late: a getter's news may come first */
+		/* A getter's news first (a worker's start that failed, told
+		 * while its replies waited): collect takes both in order. */
+		collect(x);
 		for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 			struct jworker *w = &x->w[i];
-			if (w->state != W_ON || w->efd != pf->fd)
+			if (w->state != W_ON || mesh_slot_bell(w->h.slot) != pf->fd)
 				continue;
-			mesh__jx_efd_drain(w->efd);
-			pthread_mutex_lock(&w->mu);
-			int mine = !w->armed;
-			pthread_mutex_unlock(&w->mu);
-			if (mine)
-				(void)drain(x, w);
+			mesh__jx_efd_drain(pf->fd);
+			(void)drain(x, w);
 			break;
 		}
 	}
@@ -847,8 +758,7 @@ static void sx_release(struct mesh__executor *ex, unsigned slot)
  * (dropped attempts) is asked to halt -- the chunk in hand ends, the rest
  * of its ring goes with the slot, no later user sees those replies -- so
  * that it goes back warm rather than killed; all at once, so that they
- * share one stop grace.  When that grace ends (0: none asked); its
- * waiter is stopped. */
+ * share one stop grace.  When that grace ends (0: none asked). */
 static uint64_t halt_owing(struct slot_ex *x)
 {
 	uint64_t by = 0, grace;
@@ -858,7 +768,6 @@ static uint64_t halt_owing(struct slot_ex *x)
 		struct jworker *w = &x->w[i];
 		if (w->state != W_ON || !w->n || !w->online)
 			continue;
-		stop_waiter(w);
 		if (meshd_job_worker_halt(x->cfg.core, &w->h, &grace) != 0)
 			continue;
 		w->halting = 1;
@@ -888,10 +797,6 @@ static void sx_free(struct mesh__executor *ex)
 			}
 		}
 	}
-	/* Every waiter told to quit first: they end together. */
-	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++)
-		if (x->w[i].waiter_on)
-			tell_quit(&x->w[i]);
 	uint64_t halt_by = halt_owing(x);
 	for (unsigned i = 0; x->w && i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
@@ -904,11 +809,7 @@ static void sx_free(struct mesh__executor *ex)
 			 * user may see their replies; a clean one goes back warm. */
 			drop_worker(x, w, w->n > 0, 128 + SIGKILL, NULL);
 		}
-		if (w->efd >= 0)
-			close(w->efd);
 		free(w->fifo);
-		pthread_mutex_destroy(&w->mu);
-		pthread_cond_destroy(&w->cv);
 	}
 	if (x->pool_efd >= 0)
 		close(x->pool_efd);
@@ -975,9 +876,6 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 	x->u = calloc(nslots, sizeof *x->u);
 	x->w = calloc(x->cfg.max_workers, sizeof *x->w);
 	if (!x->u || !x->w || x->pool_efd < 0) {
-		if (x->w)
-			for (unsigned i = 0; i < x->cfg.max_workers; i++)
-				x->w[i].efd = -1;
 		sx_free(&x->base);
 		meshd_job_ahead_drop(ahead);
 		return -ENOMEM;
@@ -985,11 +883,8 @@ int meshd_job_exec_make(void *arg, const struct mesh_exec_opts *o, unsigned nslo
 	int rc = 0;
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		struct jworker *w = &x->w[i];
-		pthread_mutex_init(&w->mu, NULL);
-		pthread_cond_init(&w->cv, NULL);
-		w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		w->fifo = calloc(x->cfg.depth, sizeof *w->fifo);
-		if (w->efd < 0 || !w->fifo)
+		if (!w->fifo)
 			rc = -ENOMEM;
 	}
 	if (rc) {
