@@ -444,3 +444,47 @@ TEST(core_full_slots_evict_the_least_recently_used_idle_worker)
 	meshd_ps_release(&ps);
 	core_t_down(&c);
 }
+
+/* One halt at a time frees a slot: a call that halted an idle worker off
+ * its slot waits for that halt however long it takes, and halts no second
+ * one.  Here b is stopped (SIGSTOP), so its halt ends only at its online
+ * timeout (400 ms), killed; before, the call's every 50 ms wait step
+ * halted one more (c), and ran on c's slot. */
+TEST(core_a_slow_halt_evicts_no_second_worker)
+{
+	program("a", "\"echo\"", NULL);
+	program("b", "\"echo\"", "[lifecycle]\nonline_timeout = \"400ms\"\n");
+	program("c", "\"echo\"", NULL);
+	struct core_t c;
+	struct meshd_config cfg = {.slots = 2};
+	core_t_up(&c, cfg);
+	char *err = NULL;
+	const char *first[] = {"b", "c"};
+	for (int i = 0; i < 2; i++) {
+		int rc = call(c.d, first[i], "1", S(10), &err);
+		if (rc)
+			FAIL("%s: %s: %s", first[i], mesh_strerror(rc), err ? err : "");
+	}
+	struct meshd_ps ps;
+	ASSERT_EQ(meshd_op_ps(c.d, &ps), 0);
+	const struct meshd_worker_info *wb = worker_of(&ps, "b");
+	ASSERT_TRUE(wb != NULL);
+	pid_t pb = wb->st.pid;
+	meshd_ps_release(&ps);
+	ASSERT_EQ(kill(pb, SIGSTOP), 0);
+	uint64_t t0 = t_now_ms();
+	int rc = call(c.d, "a", "3", S(10), &err);
+	if (rc)
+		FAIL("a, with b's halt stuck: %s: %s", mesh_strerror(rc), err ? err : "");
+	uint64_t took = t_now_ms() - t0;
+	ASSERT_EQ(meshd_op_ps(c.d, &ps), 0);
+	const struct meshd_worker_info *wa = worker_of(&ps, "a"), *wc = worker_of(&ps, "c");
+	ASSERT_TRUE(wa && wc);
+	EXPECT_STREQ(mesh_istate_name(wa->st.state), "RUNNING");
+	EXPECT_STREQ(mesh_istate_name(wc->st.state), "RUNNING"); /* not halted too */
+	EXPECT_GE(wc->slot, 0);
+	meshd_ps_release(&ps);
+	EXPECT_GE(took, 350); /* it waited for b's halt to time out */
+	kill(pb, SIGCONT);
+	core_t_down(&c);
+}

@@ -104,29 +104,38 @@ int meshd__take_slot(struct meshd_core *d, uint64_t ring)
 
 /* Every slot is taken: halts the least recently used worker that serves no
  * call (of any program) off its slot, which comes free once it says
- * `halted`; the process stays, IDLE, until its idle TTL.  The program the
- * victim belongs to, with a reference held (unref it), and its instance in
- * *victim; NULL when every slot serves a call.  d->mu held. */
+ * `halted`; the process stays, IDLE, until its idle TTL.  While a worker
+ * is being halted off its slot already (this caller's last eviction, or
+ * another's; or killed, a halt that timed out), that one is the answer and
+ * no other is halted: a halt that took longer than a caller's wait step
+ * evicted one more warm worker each step.  The program the victim belongs to, with a reference held (unref
+ * it), and its instance in *victim; NULL when every slot serves a call.
+ * d->mu held. */
 struct program *meshd__evict_lru(struct meshd_core *d, struct mesh_instance **victim)
 {
 	struct program *vp = NULL;
 	struct worker *vw = NULL;
-	for (struct program *p = d->progs; p; p = p->next)
-		for (unsigned i = 0; i < p->nw; i++) {
+	int halting = 0;
+	for (struct program *p = d->progs; p && !halting; p = p->next)
+		for (unsigned i = 0; i < p->nw && !halting; i++) {
 			struct worker *wk = &p->w[i];
-			if (wk->slot < 0 || wk->busy || wk->stuck_since || d->slot_busy[wk->slot] ||
-			    mesh_instance_state(wk->inst) != MESH_IS_RUNNING)
+			enum mesh_istate st = mesh_instance_state(wk->inst);
+			if (wk->slot >= 0 && (st == MESH_IS_HALTING || st == MESH_IS_STOPPING_KILL)) {
+				halting = 1;
+			} else if (wk->slot < 0 || wk->busy || wk->stuck_since || d->slot_busy[wk->slot] ||
+				   st != MESH_IS_RUNNING || (vw && wk->last_used >= vw->last_used)) {
 				continue;
-			if (!vw || wk->last_used < vw->last_used) {
-				vp = p;
-				vw = wk;
 			}
+			vp = p;
+			vw = wk;
 		}
 	if (!vw)
 		return NULL;
-	mesh_info("evict name=%s slot=%d: every slot is taken; the least recently used idle worker is halted",
-		  vp->img.name, vw->slot);
-	mesh_instance_halt(vw->inst);
+	if (!halting) {
+		mesh_info("evict name=%s slot=%d: every slot is taken; the least recently used idle worker is halted",
+			  vp->img.name, vw->slot);
+		mesh_instance_halt(vw->inst);
+	}
 	vp->refs++;
 	*victim = vw->inst;
 	return vp;
