@@ -189,32 +189,29 @@ static int upstream_path_ok(const char *v)
 	return 1;
 }
 
-static int set_field(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
-{
-	char *base = (char *)m;
-	const char *qual = *f->table ? f->table : NULL;
+/* The setters of set_field, one a kind of field (its value's type is
+ * checked): 0, -ENOMEM, or fail()'s code with x's message. */
 #define WHERE it->vline, it->vcol
 #define KEYFMT "%s%s%s"
-#define KEYARGS qual ? qual : "", qual ? "." : "", f->key
-	if (!type_ok(f->kind, it->type))
-		return fail(x, WHERE, "'" KEYFMT "' must be %s %s, not %s %s", KEYARGS, art(want_type(f->kind)),
-			    want_type(f->kind), art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
+#define KEYARGS *f->table ? f->table : "", *f->table ? "." : "", f->key
+
+static int set_text(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	if (f->kind == K_NAME && !mesh_manifest_name_ok(it->str))
+		return fail(x, WHERE, "'%s' must be 1 to 64 of A-Z a-z 0-9 _ - (not starting with '-')", f->key);
+	if (f->kind == K_HASH && (!*it->str || strlen(it->str) > 256))
+		return fail(x, WHERE, "'source.hash' must be 1 to 256 characters");
+	if (f->off == OFF(upstream_model) && (!*it->str || strlen(it->str) > 256))
+		return fail(x, WHERE, "'upstream_model' must be 1 to 256 bytes");
+	char **dst = (char **)((char *)m + f->off);
+	return (*dst = strdup(it->str)) ? 0 : -ENOMEM;
+}
+
+/* backends (a list that must say "native"), backend, device,
+ * lifecycle.stop_signal: one word of a few. */
+static int set_choice(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
 	switch (f->kind) {
-	case K_NAME:
-		if (!mesh_manifest_name_ok(it->str))
-			return fail(x, WHERE, "'%s' must be 1 to 64 of A-Z a-z 0-9 _ - (not starting with '-')", f->key);
-		/* fallthrough */
-	case K_TEXT:
-	case K_HASH: {
-		if (f->kind == K_HASH && (!*it->str || strlen(it->str) > 256))
-			return fail(x, WHERE, "'source.hash' must be 1 to 256 characters");
-		if (f->off == OFF(upstream_model) && (!*it->str || strlen(it->str) > 256))
-			return fail(x, WHERE, "'upstream_model' must be 1 to 256 bytes");
-		char **dst = (char **)(base + f->off);
-		if (!(*dst = strdup(it->str)))
-			return -ENOMEM;
-		return 0;
-	}
 	case K_BACKENDS:
 		if (it->n == 0)
 			return fail(x, WHERE, "'backends' is empty; use [\"native\"]");
@@ -231,61 +228,6 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		else
 			return fail(x, WHERE, "'backend' must be \"native\" or \"http\", not \"%s\"", it->str);
 		return 0;
-	case K_STRV: {
-		int models = f->off == OFF(models) || f->off == OFF(aliases), paths = f->off == OFF(upstream_paths);
-		int strip = f->off == OFF(strip_params);
-		if (it->n < f->min || it->n > f->max)
-			return fail(x, WHERE, "'%s' must have %llu to %llu entries", f->key, (unsigned long long)f->min,
-				    (unsigned long long)f->max);
-		for (size_t i = 0; i < it->n; i++) {
-			const char *v = it->arr[i];
-			if (!*v)
-				return fail(x, WHERE, "'%s' has an empty entry", f->key);
-			if ((models || strip) && strlen(v) > 256)
-				return fail(x, WHERE, "%s \"%.32s...\" is longer than 256 bytes", models ? "model" : "parameter", v);
-			if (strip && !strcmp(v, "model"))
-				return fail(x, WHERE, "'filters.strip_params' cannot strip \"model\" (use upstream_model to rewrite it)");
-			for (const char *c = v; models && *c; c++)
-				if ((unsigned char)*c < 0x21 || *c == 0x7f || *c == '/' || *c == '"' || *c == '\\')
-					return fail(x, WHERE, "model \"%s\" has a space, a control byte, '/', '\"' or '\\'", v);
-			for (size_t k = 0; models && k < i; k++)
-				if (strcmp(it->arr[k], v) == 0)
-					return fail(x, WHERE, "model \"%s\" is listed twice", v);
-			if (paths && strcmp(v, "*") && !upstream_path_ok(v))
-				return fail(x, WHERE,
-					    "'upstream_paths' entries must be \"*\" or a path: starting with '/', no space, "
-					    "'?', '#', '%%', '\\' or '.'/'..' segment, at most 1000 bytes (not \"%.64s\")",
-					    v);
-		}
-		char ***dst = (char ***)(base + f->off);
-		if (!(*dst = dup_strv(it->arr, it->n)))
-			return -ENOMEM;
-		if (f->off == OFF(models))
-			m->nmodels = it->n;
-		else if (f->off == OFF(aliases))
-			m->naliases = it->n;
-		else if (strip)
-			m->nstrip_params = it->n;
-		else if (paths)
-			m->nupstream_paths = it->n;
-		else
-			m->ncommand = it->n;
-		return 0;
-	}
-	case K_PATH:
-		if (it->str[0] != '/' || strlen(it->str) > 1000 || strpbrk(it->str, " \t\r\n#"))
-			return fail(x, WHERE, "'probe_path' must start with '/' and hold no space or '#' (at most 1000 bytes)");
-		if (!(m->probe_path = strdup(it->str)))
-			return -ENOMEM;
-		return 0;
-	case K_VENV:
-		/* The worker's argv[0] is built from it: absolute, so that
-		 * Python finds <python>/pyvenv.cfg whatever meshd's directory. */
-		if (it->str[0] != '/' || strlen(it->str) > 4000)
-			return fail(x, WHERE, "'python' must be the absolute path of a virtual environment (at most 4000 bytes)");
-		if (!(m->python = strdup(it->str)))
-			return -ENOMEM;
-		return 0;
 	case K_DEVICE:
 		if (strcmp(it->str, "cpu") == 0)
 			m->device = MESH_DEVICE_CPU;
@@ -296,109 +238,7 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		else
 			return fail(x, WHERE, "'device' must be \"cpu\" or \"gpu\", not \"%s\"", it->str);
 		return 0;
-	case K_ARGS:
-		for (size_t i = 0; i < m->nargs; i++)
-			free(m->args[i]);
-		free(m->args);
-		if (!(m->args = dup_strv(it->arr, it->n)))
-			return -ENOMEM;
-		m->nargs = it->n;
-		return 0;
-	case K_COUNT:
-		if (it->i < (int64_t)f->min || (uint64_t)it->i > f->max)
-			return fail(x, WHERE, "'" KEYFMT "' must be between %llu and %llu", KEYARGS,
-				    (unsigned long long)f->min, (unsigned long long)f->max);
-		if (f->off == OFF(max_workers))
-			m->max_workers = (unsigned)it->i;
-		else if (f->off == OFF(gpus))
-			m->gpus = (unsigned)it->i;
-		else if (f->off == OFF(probe_status))
-			m->probe_status = (unsigned)it->i;
-		else if (f->off == OFF(max_concurrency))
-			m->max_concurrency = (unsigned)it->i;
-		else
-			*(uint64_t *)(base + f->off) = (uint64_t)it->i;
-		return 0;
-	case K_DURATION: {
-		uint64_t ns;
-		char secs[32];
-		if (it->type == MESH_TOML_INT) /* a number is seconds */
-			snprintf(secs, sizeof secs, "%lld", (long long)it->i);
-		int rc = mesh_parse_duration(it->type == MESH_TOML_INT ? secs : it->str, f->max, &ns);
-		if (rc == MESH_E_PARSE)
-			return fail(x, WHERE, "'" KEYFMT "' must be a duration like 300 (seconds), \"500ms\", \"3s\", \"1.5m\", \"2h\"",
-				    KEYARGS);
-		if (rc || ns < f->min)
-			return fail(x, WHERE, "'" KEYFMT "' is out of range (%llu ms to %llu s)", KEYARGS,
-				    (unsigned long long)(f->min / 1000000), (unsigned long long)(f->max / 1000000000));
-		*(uint64_t *)(base + f->off) = ns;
-		return 0;
-	}
-	case K_SIZE:
-	case K_RING: {
-		uint64_t v;
-		int rc = 0;
-		if (it->type == MESH_TOML_INT) {
-			if (it->i < 0)
-				rc = MESH_E_RANGE;
-			v = (uint64_t)it->i;
-		} else {
-			/* "20GiB" and "512MiB" as well as "20G": the same powers of 1024. */
-			char s[64];
-			size_t n = strlen(it->str);
-			snprintf(s, sizeof s, "%s", it->str);
-			if (n >= 3 && n < sizeof s && strcmp(s + n - 2, "iB") == 0 && strchr("KkMmGgTt", s[n - 3]))
-				s[n - 2] = 0;
-			rc = mesh_parse_size(s, UINT64_MAX, &v);
-		}
-		if (rc == MESH_E_PARSE)
-			return fail(x, WHERE, "'" KEYFMT "' must be bytes or a size like \"%s\"", KEYARGS,
-				    f->kind == K_RING ? "4M" : "512M\" or \"20GiB");
-		if (f->kind == K_RING && (rc || v < f->min || v > f->max || (v & (v - 1))))
-			return fail(x, WHERE, "'ring' must be a power of two between 4K and 1G");
-		if (rc || v < f->min || v > f->max)
-			return fail(x, WHERE, "'" KEYFMT "' must be between 1M and 1024T", KEYARGS);
-		*(uint64_t *)(base + f->off) = v;
-		return 0;
-	}
-	case K_CPU: {
-		uint64_t ns;
-		/* Cores as a decimal: reuse the seconds parser (9 decimals) and
-		 * keep thousandths. */
-		int rc = mesh_parse_seconds(it->str, 4096ull * 1000000000ull, &ns);
-		if (rc == 0 && (ns % 1000000 || ns == 0))
-			rc = ns ? MESH_E_PARSE : MESH_E_RANGE;
-		if (rc == MESH_E_PARSE)
-			return fail(x, WHERE, "'limits.cpu' must be cores like \"0.5\" or \"2\" (at most 3 decimals)");
-		if (rc)
-			return fail(x, WHERE, "'limits.cpu' must be between 0.001 and 4096 cores");
-		m->limits.cpu_milli = (uint32_t)(ns / 1000000);
-		return 0;
-	}
-	case K_USER: {
-		/* A name as useradd takes it, or a uid (kept as its digits). */
-		char num[24];
-		const char *u = it->str;
-		if (it->type == MESH_TOML_INT) {
-			if (it->i < 0 || it->i > 0x7ffffffe)
-				return fail(x, WHERE, "'user' must be a uid between 0 and 2147483646");
-			snprintf(num, sizeof num, "%lld", (long long)it->i);
-			u = num;
-		} else {
-			size_t n = strlen(u);
-			int ok = n >= 1 && n <= 32 && u[0] != '-';
-			for (size_t i = 0; ok && i < n; i++)
-				ok = (u[i] >= 'a' && u[i] <= 'z') || (u[i] >= 'A' && u[i] <= 'Z') || (u[i] >= '0' && u[i] <= '9') ||
-				     u[i] == '_' || u[i] == '-' || u[i] == '.';
-			if (!ok)
-				return fail(x, WHERE, "'user' must be a user name (1 to 32 of A-Z a-z 0-9 _ - .) or a uid");
-		}
-		free(m->user);
-		if (!(m->user = strdup(u)))
-			return -ENOMEM;
-		return 0;
-	}
-	case K_SIGNAL: {
+	default: { /* K_SIGNAL */
 		int sig = mesh_signal_from_name(it->str);
 		if (!sig)
 			return fail(x, WHERE,
@@ -408,11 +248,210 @@ static int set_field(struct ctx *x, const struct field *f, const struct mesh_tom
 		return 0;
 	}
 	}
+}
+
+/* command, models, aliases, filters.strip_params, upstream_paths. */
+static int set_strv(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	int models = f->off == OFF(models) || f->off == OFF(aliases), paths = f->off == OFF(upstream_paths);
+	int strip = f->off == OFF(strip_params);
+	if (it->n < f->min || it->n > f->max)
+		return fail(x, WHERE, "'%s' must have %llu to %llu entries", f->key, (unsigned long long)f->min,
+			    (unsigned long long)f->max);
+	for (size_t i = 0; i < it->n; i++) {
+		const char *v = it->arr[i];
+		if (!*v)
+			return fail(x, WHERE, "'%s' has an empty entry", f->key);
+		if ((models || strip) && strlen(v) > 256)
+			return fail(x, WHERE, "%s \"%.32s...\" is longer than 256 bytes", models ? "model" : "parameter", v);
+		if (strip && !strcmp(v, "model"))
+			return fail(x, WHERE, "'filters.strip_params' cannot strip \"model\" (use upstream_model to rewrite it)");
+		for (const char *c = v; models && *c; c++)
+			if ((unsigned char)*c < 0x21 || *c == 0x7f || *c == '/' || *c == '"' || *c == '\\')
+				return fail(x, WHERE, "model \"%s\" has a space, a control byte, '/', '\"' or '\\'", v);
+		for (size_t k = 0; models && k < i; k++)
+			if (strcmp(it->arr[k], v) == 0)
+				return fail(x, WHERE, "model \"%s\" is listed twice", v);
+		if (paths && strcmp(v, "*") && !upstream_path_ok(v))
+			return fail(x, WHERE,
+				    "'upstream_paths' entries must be \"*\" or a path: starting with '/', no space, "
+				    "'?', '#', '%%', '\\' or '.'/'..' segment, at most 1000 bytes (not \"%.64s\")",
+				    v);
+	}
+	char ***dst = (char ***)((char *)m + f->off);
+	if (!(*dst = dup_strv(it->arr, it->n)))
+		return -ENOMEM;
+	if (f->off == OFF(models))
+		m->nmodels = it->n;
+	else if (f->off == OFF(aliases))
+		m->naliases = it->n;
+	else if (strip)
+		m->nstrip_params = it->n;
+	else if (paths)
+		m->nupstream_paths = it->n;
+	else
+		m->ncommand = it->n;
 	return 0;
+}
+
+/* probe_path, python: a path. */
+static int set_path(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	char **dst = (char **)((char *)m + f->off);
+	if (f->kind == K_PATH && (it->str[0] != '/' || strlen(it->str) > 1000 || strpbrk(it->str, " \t\r\n#")))
+		return fail(x, WHERE, "'probe_path' must start with '/' and hold no space or '#' (at most 1000 bytes)");
+	/* python: the worker's argv[0] is built from it: absolute, so that
+	 * Python finds <python>/pyvenv.cfg whatever meshd's directory. */
+	if (f->kind == K_VENV && (it->str[0] != '/' || strlen(it->str) > 4000))
+		return fail(x, WHERE, "'python' must be the absolute path of a virtual environment (at most 4000 bytes)");
+	return (*dst = strdup(it->str)) ? 0 : -ENOMEM;
+}
+
+static int set_args(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	for (size_t i = 0; i < m->nargs; i++)
+		free(m->args[i]);
+	free(m->args);
+	if (!(m->args = dup_strv(it->arr, it->n)))
+		return -ENOMEM;
+	m->nargs = it->n;
+	return 0;
+}
+
+static int set_count(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	if (it->i < (int64_t)f->min || (uint64_t)it->i > f->max)
+		return fail(x, WHERE, "'" KEYFMT "' must be between %llu and %llu", KEYARGS,
+			    (unsigned long long)f->min, (unsigned long long)f->max);
+	if (f->off == OFF(max_workers))
+		m->max_workers = (unsigned)it->i;
+	else if (f->off == OFF(gpus))
+		m->gpus = (unsigned)it->i;
+	else if (f->off == OFF(probe_status))
+		m->probe_status = (unsigned)it->i;
+	else if (f->off == OFF(max_concurrency))
+		m->max_concurrency = (unsigned)it->i;
+	else
+		*(uint64_t *)((char *)m + f->off) = (uint64_t)it->i;
+	return 0;
+}
+
+static int set_duration(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	uint64_t ns;
+	char secs[32];
+	if (it->type == MESH_TOML_INT) /* a number is seconds */
+		snprintf(secs, sizeof secs, "%lld", (long long)it->i);
+	int rc = mesh_parse_duration(it->type == MESH_TOML_INT ? secs : it->str, f->max, &ns);
+	if (rc == MESH_E_PARSE)
+		return fail(x, WHERE, "'" KEYFMT "' must be a duration like 300 (seconds), \"500ms\", \"3s\", \"1.5m\", \"2h\"",
+			    KEYARGS);
+	if (rc || ns < f->min)
+		return fail(x, WHERE, "'" KEYFMT "' is out of range (%llu ms to %llu s)", KEYARGS,
+			    (unsigned long long)(f->min / 1000000), (unsigned long long)(f->max / 1000000000));
+	*(uint64_t *)((char *)m + f->off) = ns;
+	return 0;
+}
+
+/* A size, and the ring (a power of two). */
+static int set_size(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	uint64_t v;
+	int rc = 0;
+	if (it->type == MESH_TOML_INT) {
+		if (it->i < 0)
+			rc = MESH_E_RANGE;
+		v = (uint64_t)it->i;
+	} else {
+		/* "20GiB" and "512MiB" as well as "20G": the same powers of 1024. */
+		char s[64];
+		size_t n = strlen(it->str);
+		snprintf(s, sizeof s, "%s", it->str);
+		if (n >= 3 && n < sizeof s && strcmp(s + n - 2, "iB") == 0 && strchr("KkMmGgTt", s[n - 3]))
+			s[n - 2] = 0;
+		rc = mesh_parse_size(s, UINT64_MAX, &v);
+	}
+	if (rc == MESH_E_PARSE)
+		return fail(x, WHERE, "'" KEYFMT "' must be bytes or a size like \"%s\"", KEYARGS,
+			    f->kind == K_RING ? "4M" : "512M\" or \"20GiB");
+	if (f->kind == K_RING && (rc || v < f->min || v > f->max || (v & (v - 1))))
+		return fail(x, WHERE, "'ring' must be a power of two between 4K and 1G");
+	if (rc || v < f->min || v > f->max)
+		return fail(x, WHERE, "'" KEYFMT "' must be between 1M and 1024T", KEYARGS);
+	*(uint64_t *)((char *)m + f->off) = v;
+	return 0;
+}
+
+static int set_cpu(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	uint64_t ns;
+	/* Cores as a decimal: reuse the seconds parser (9 decimals) and
+	 * keep thousandths. */
+	int rc = mesh_parse_seconds(it->str, 4096ull * 1000000000ull, &ns);
+	if (rc == 0 && (ns % 1000000 || ns == 0))
+		rc = ns ? MESH_E_PARSE : MESH_E_RANGE;
+	if (rc == MESH_E_PARSE)
+		return fail(x, WHERE, "'limits.cpu' must be cores like \"0.5\" or \"2\" (at most 3 decimals)");
+	if (rc)
+		return fail(x, WHERE, "'limits.cpu' must be between 0.001 and 4096 cores");
+	m->limits.cpu_milli = (uint32_t)(ns / 1000000);
+	return 0;
+}
+
+static int set_user(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	/* A name as useradd takes it, or a uid (kept as its digits). */
+	char num[24];
+	const char *u = it->str;
+	if (it->type == MESH_TOML_INT) {
+		if (it->i < 0 || it->i > 0x7ffffffe)
+			return fail(x, WHERE, "'user' must be a uid between 0 and 2147483646");
+		snprintf(num, sizeof num, "%lld", (long long)it->i);
+		u = num;
+	} else {
+		size_t n = strlen(u);
+		int ok = n >= 1 && n <= 32 && u[0] != '-';
+		for (size_t i = 0; ok && i < n; i++)
+			ok = (u[i] >= 'a' && u[i] <= 'z') || (u[i] >= 'A' && u[i] <= 'Z') || (u[i] >= '0' && u[i] <= '9') ||
+			     u[i] == '_' || u[i] == '-' || u[i] == '.';
+		if (!ok)
+			return fail(x, WHERE, "'user' must be a user name (1 to 32 of A-Z a-z 0-9 _ - .) or a uid");
+	}
+	free(m->user);
+	if (!(m->user = strdup(u)))
+		return -ENOMEM;
+	return 0;
+}
+
+static int set_field(struct ctx *x, const struct field *f, const struct mesh_toml_item *it, struct mesh_manifest *m)
+{
+	if (!type_ok(f->kind, it->type))
+		return fail(x, WHERE, "'" KEYFMT "' must be %s %s, not %s %s", KEYARGS, art(want_type(f->kind)),
+			    want_type(f->kind), art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
+	switch (f->kind) {
+	case K_NAME:
+	case K_TEXT:
+	case K_HASH: return set_text(x, f, it, m);
+	case K_BACKENDS:
+	case K_BACKEND:
+	case K_DEVICE:
+	case K_SIGNAL: return set_choice(x, f, it, m);
+	case K_STRV: return set_strv(x, f, it, m);
+	case K_PATH:
+	case K_VENV: return set_path(x, f, it, m);
+	case K_ARGS: return set_args(x, f, it, m);
+	case K_COUNT: return set_count(x, f, it, m);
+	case K_DURATION: return set_duration(x, f, it, m);
+	case K_SIZE:
+	case K_RING: return set_size(x, f, it, m);
+	case K_CPU: return set_cpu(x, f, it, m);
+	case K_USER: return set_user(x, f, it, m);
+	}
+	return 0;
+}
 #undef WHERE
 #undef KEYFMT
 #undef KEYARGS
-}
 
 static int env_name_ok(const char *k)
 {
@@ -510,6 +549,69 @@ void mesh_manifest_release(struct mesh_manifest *m)
 	memset(m, 0, sizeof *m);
 }
 
+/* One [env] entry: NAME=value on m->env (NULL-terminated; *cap its room). */
+static int add_env(struct ctx *x, const struct mesh_toml_item *it, struct mesh_manifest *m, size_t *cap)
+{
+	if (!env_name_ok(it->key))
+		return fail(x, it->line, it->col, "'%s' is not an environment variable name", it->key);
+	/* MESH_WORKER_* are the worker library's own settings
+	 * (MESH_WORKER_SPIN_US...): meshd sets none of them and
+	 * passes none of its own environment's on */
+	if (strncmp(it->key, "MESH_", 5) == 0 && strncmp(it->key, "MESH_WORKER_", 12) != 0)
+		return fail(x, it->line, it->col,
+			    "'%s': MESH_* variables are set by meshd (MESH_WORKER_* ones, the worker library's"
+			    " settings, may be set here)",
+			    it->key);
+	if (it->type != MESH_TOML_STRING)
+		return fail(x, it->vline, it->vcol, "'env.%s' must be a string, not %s %s", it->key,
+			    art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
+	if (m->nenv + 1 >= *cap) {
+		size_t nc = *cap ? *cap * 2 : 8;
+		char **ne = realloc(m->env, nc * sizeof *ne);
+		if (!ne)
+			return -ENOMEM;
+		m->env = ne;
+		*cap = nc;
+	}
+	struct mesh_buf b = MESH_BUF_INIT;
+	if (mesh_buf_addf(&b, "%s=%s", it->key, it->str))
+		return -ENOMEM;
+	m->env[m->nenv++] = mesh_buf_detach(&b, NULL);
+	m->env[m->nenv] = NULL;
+	return 0;
+}
+
+/* The keys read make one kind of program: an HTTP one has its command,
+ * {port} and models, and no key of a native one (seen_native: the line
+ * of the first); a native one no key of an HTTP one (seen_http) and its
+ * backends. */
+static int check_backend(struct ctx *x, const struct mesh_toml *t, struct mesh_manifest *m, unsigned seen_native,
+			 unsigned seen_http, int have_backends)
+{
+	if (m->backend == MESH_BACKEND_HTTP) {
+		int port = 0;
+		for (size_t i = 0; i < m->ncommand; i++)
+			port |= strstr(m->command[i], "{port}") != NULL;
+		if (seen_native)
+			return fail(x, seen_native, 1,
+				    "this key is for native programs; backend = \"http\" takes command, models, probe_path, "
+				    "probe_status, max_concurrency, group, memory, upstream_paths, aliases, upstream_model, "
+				    "[filters], lifecycle.start_timeout");
+		if (!m->command)
+			return fail(x, 1, 1, "'command' is missing: backend = \"http\" needs the server's command line");
+		if (!port)
+			return fail(x, 1, 1, "'command' must contain {port}: the loopback port meshd picks for the server");
+		if (!m->models)
+			return fail(x, 1, 1, "'models' is missing: backend = \"http\" needs the model names it serves");
+		return aliases_distinct(x, t, m);
+	}
+	if (seen_http)
+		return fail(x, seen_http, 1, "this key is for HTTP programs: add backend = \"http\"");
+	if (!have_backends)
+		return fail(x, 1, 1, "'backends' is missing; use backends = [\"native\"]");
+	return 0;
+}
+
 int mesh_manifest_parse(const char *file, const char *text, size_t len, const char *expect_name,
 			struct mesh_manifest *m, char **err)
 {
@@ -553,42 +655,7 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 			continue;
 		}
 		if (strcmp(it->table, "env") == 0) {
-			if (!env_name_ok(it->key)) {
-				rc = fail(&x, it->line, it->col, "'%s' is not an environment variable name", it->key);
-				break;
-			}
-			/* MESH_WORKER_* are the worker library's own settings
-			 * (MESH_WORKER_SPIN_US...): meshd sets none of them and
-			 * passes none of its own environment's on */
-			if (strncmp(it->key, "MESH_", 5) == 0 && strncmp(it->key, "MESH_WORKER_", 12) != 0) {
-				rc = fail(&x, it->line, it->col,
-					  "'%s': MESH_* variables are set by meshd (MESH_WORKER_* ones, the worker library's"
-					  " settings, may be set here)",
-					  it->key);
-				break;
-			}
-			if (it->type != MESH_TOML_STRING) {
-				rc = fail(&x, it->vline, it->vcol, "'env.%s' must be a string, not %s %s", it->key,
-					  art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
-				break;
-			}
-			if (m->nenv + 1 >= envcap) {
-				size_t nc = envcap ? envcap * 2 : 8;
-				char **ne = realloc(m->env, nc * sizeof *ne);
-				if (!ne) {
-					rc = -ENOMEM;
-					break;
-				}
-				m->env = ne;
-				envcap = nc;
-			}
-			struct mesh_buf b = MESH_BUF_INIT;
-			if (mesh_buf_addf(&b, "%s=%s", it->key, it->str)) {
-				rc = -ENOMEM;
-				break;
-			}
-			m->env[m->nenv++] = mesh_buf_detach(&b, NULL);
-			m->env[m->nenv] = NULL;
+			rc = add_env(&x, it, m, &envcap);
 			continue;
 		}
 		if (strcmp(it->table, "filters.defaults") == 0) {
@@ -624,27 +691,8 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 	}
 	if (!rc && !m->name)
 		rc = fail(&x, 1, 1, "'name' is missing");
-	if (!rc && m->backend == MESH_BACKEND_HTTP) {
-		int port = 0;
-		for (size_t i = 0; i < m->ncommand; i++)
-			port |= strstr(m->command[i], "{port}") != NULL;
-		if (seen_native)
-			rc = fail(&x, seen_native, 1,
-				  "this key is for native programs; backend = \"http\" takes command, models, probe_path, "
-				  "probe_status, max_concurrency, group, memory, upstream_paths, aliases, upstream_model, "
-				  "[filters], lifecycle.start_timeout");
-		else if (!m->command)
-			rc = fail(&x, 1, 1, "'command' is missing: backend = \"http\" needs the server's command line");
-		else if (!port)
-			rc = fail(&x, 1, 1, "'command' must contain {port}: the loopback port meshd picks for the server");
-		else if (!m->models)
-			rc = fail(&x, 1, 1, "'models' is missing: backend = \"http\" needs the model names it serves");
-		else
-			rc = aliases_distinct(&x, &t, m);
-	} else if (!rc && seen_http) {
-		rc = fail(&x, seen_http, 1, "this key is for HTTP programs: add backend = \"http\"");
-	} else if (!rc && !have_backends)
-		rc = fail(&x, 1, 1, "'backends' is missing; use backends = [\"native\"]");
+	if (!rc)
+		rc = check_backend(&x, &t, m, seen_native, seen_http, have_backends);
 	if (!rc && m->device != MESH_DEVICE_GPU && (m->gpus || m->vram))
 		rc = fail(&x, 1, 1, "'%s' is for GPU programs: add device = \"gpu\"", m->gpus ? "gpus" : "vram");
 	if (!rc && m->device == MESH_DEVICE_GPU && !m->gpus)
