@@ -266,10 +266,10 @@ static int adopt(struct mesh__runner *r, struct mesh_job *jh, const struct mesh_
 {
 	struct mesh__item *it = NULL;
 	int stolen = l->kind == MESH_LEASE_STOLEN;
-	for (struct mesh__item *x = r->fl_head; x && !it; x = x->fl_next)
+	for (struct mesh__item *x = r->fl.head; x && !it; x = x->fl.next)
 		if (x->cid == l->cid && x->jh == jh)
 			it = x;
-	for (struct mesh__hold *h = r->hold_head; h && !it; h = h->next)
+	for (struct mesh__hold *h = r->hold.head; h && !it; h = h->link.next)
 		if (h->cid == l->cid && h->it && h->it->complete && h->it->jh == jh)
 			it = h->it;
 	if (it) {
@@ -404,11 +404,11 @@ static int over(struct mesh__runner *r, int *answer)
 		end = MESH_EXEC_HANGUP;
 	else if (r->o->max_chunks && r->st->started >= r->o->max_chunks)
 		end = MESH_EXEC_LIMIT;
-	else if (r->none_seen && (js.done + js.buried >= js.n || r->hold_head))
+	else if (r->none_seen && (js.done + js.buried >= js.n || r->hold.head))
 		end = MESH_EXEC_FAILED;
 	else
 		return 0;
-	if (r->hold_head) {
+	if (r->hold.head) {
 		/* -k: nothing more will come from here; what waits goes out in
 		 * order, and its completions decide the answer. */
 		mesh__out_emit_ready(r, 1);
@@ -569,11 +569,11 @@ static int loop(struct mesh__runner *r)
 		}
 		if (r->hold_until && can_start && r->hold_until < wake)
 			wake = r->hold_until;
-		if (r->fl_head && r->fl_head->renew_at < wake)
-			wake = r->fl_head->renew_at;
-		if (r->hold_head && r->hold_renew < wake)
+		if (r->fl.head && r->fl.head->renew_at < wake)
+			wake = r->fl.head->renew_at;
+		if (r->hold.head && r->hold_renew < wake)
 			wake = r->hold_renew;
-		if (r->hold_head && wake > now + r->retry)
+		if (r->hold.head && wake > now + r->retry)
 			wake = now + r->retry; /* -k: a chunk another node runs may be done */
 		if (r->o->progress_fd >= 0 && r->next_draw < wake)
 			wake = r->next_draw;
@@ -641,11 +641,11 @@ static int loop(struct mesh__runner *r)
 			if (st == MESH__EXEC_ENDED)
 				mesh__slot_finish(r, s);
 		}
-		if (r->hold_head) {
+		if (r->hold.head) {
 			mesh__out_hold_renew(r, now);
 			mesh__out_emit_ready(r, 0);
 		}
-		if (r->fl_head)
+		if (r->fl.head)
 			mesh__run_flight_renew(r, now);
 	}
 	draw(r, 1);

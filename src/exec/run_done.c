@@ -181,31 +181,12 @@ void *mesh__run_completer(void *arg)
  * renews those of running chunks, and runs no chunk again whose
  * completion it has in flight. */
 
-static void fl_unlink(struct mesh__runner *r, struct mesh__item *it)
-{
-	if (it->fl_prev)
-		it->fl_prev->fl_next = it->fl_next;
-	else
-		r->fl_head = it->fl_next;
-	if (it->fl_next)
-		it->fl_next->fl_prev = it->fl_prev;
-	else
-		r->fl_tail = it->fl_prev;
-	it->fl_prev = it->fl_next = NULL;
-}
-
 /* At the tail, due at now + ttl/4 (every item there is due no later). */
 static void fl_append(struct mesh__runner *r, struct mesh__item *it, uint64_t now)
 {
 	uint64_t step = r->ttl / 4;
 	it->renew_at = now + (step > MESH_NS_PER_MS ? step : MESH_NS_PER_MS);
-	it->fl_next = NULL;
-	it->fl_prev = r->fl_tail;
-	if (r->fl_tail)
-		r->fl_tail->fl_next = it;
-	else
-		r->fl_head = it;
-	r->fl_tail = it;
+	mesh_list_push(&r->fl, it, fl);
 }
 
 /* A completion is on the list from its queueing (mesh__run_queue) until
@@ -213,14 +194,14 @@ static void fl_append(struct mesh__runner *r, struct mesh__item *it, uint64_t no
 void mesh__run_taken(struct mesh__runner *r, struct mesh__item *it)
 {
 	if (it->complete)
-		fl_unlink(r, it);
+		mesh_list_remove(&r->fl, it, fl);
 }
 
 void mesh__run_flight_renew(struct mesh__runner *r, uint64_t now)
 {
 	struct mesh__item *it;
-	while ((it = r->fl_head) && it->renew_at <= now) {
-		fl_unlink(r, it);
+	while ((it = r->fl.head) && it->renew_at <= now) {
+		mesh_list_remove(&r->fl, it, fl);
 		/* MESH_E_STATE: DONE (by this completion or another), or
 		 * taken over; anything else (the store out of reach) is tried
 		 * again at the next turn. */

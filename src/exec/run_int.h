@@ -10,6 +10,7 @@
 #define MESH_EXEC_RUN_INT_H
 
 #include "base/buf.h"
+#include "base/list.h"
 #include "base/thread.h"
 #include "exec/capture.h"
 #include "exec/runner.h"
@@ -72,14 +73,14 @@ struct mesh__item {
 	/* The loop's own (the completer never reads them): a completion in
 	 * flight (complete) is on the runner's list, in the order of its next
 	 * renewal (run_done.c). */
-	struct mesh__item *fl_prev, *fl_next;
+	MESH_LINK(struct mesh__item) fl;
 	uint64_t renew_at;
 	int lease_gone; /* a renewal found the lease another's, or the chunk DONE */
 };
 
 /* -k: a finished attempt whose output waits for the chunks before it. */
 struct mesh__hold {
-	struct mesh__hold *prev, *next; /* by cid */
+	MESH_LINK(struct mesh__hold) link; /* by cid */
 	uint64_t cid;
 	struct mesh__capture out, err;
 	struct mesh__tag tag_out, tag_err;
@@ -129,7 +130,7 @@ struct mesh__runner {
 	unsigned in_flight; /* items queued or being processed */
 	int quit;
 	/* the completions in flight (the loop's: mesh__run_flight_renew) */
-	struct mesh__item *fl_head, *fl_tail;
+	MESH_LIST(struct mesh__item) fl;
 
 	int stopping, sigs, fatal, complete_seen, none_seen, halted;
 	int hup; /* SIGHUP: start nothing more, let the running chunks finish */
@@ -140,7 +141,7 @@ struct mesh__runner {
 	int bar_tty; /* progress_fd is a terminal: the bar is redrawn in place, coloured */
 
 	/* -k */
-	struct mesh__hold *hold_head, *hold_tail;
+	MESH_LIST(struct mesh__hold) hold;
 	uint64_t next_cid, hold_mem, hold_renew;
 	unsigned char *settled; /* bit per chunk: buried (known to this call) */
 
@@ -167,7 +168,7 @@ void mesh__run_item_free(struct mesh__item *it);
  * in flight. */
 void mesh__run_taken(struct mesh__runner *r, struct mesh__item *it);
 /* Renews the leases of the completions in flight whose turn has come
- * (every ttl/4 from their queueing; the next: r->fl_head->renew_at). */
+ * (every ttl/4 from their queueing; the next: r->fl.head->renew_at). */
 void mesh__run_flight_renew(struct mesh__runner *r, uint64_t now);
 
 /* run_slot.c */

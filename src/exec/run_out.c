@@ -87,14 +87,7 @@ static void hold_free(struct mesh__hold *h)
 
 static void hold_unlink(struct mesh__runner *r, struct mesh__hold *h)
 {
-	if (h->prev)
-		h->prev->next = h->next;
-	else
-		r->hold_head = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
-	else
-		r->hold_tail = h->prev;
+	mesh_list_remove(&r->hold, h, link);
 	r->hold_mem -= h->out.mem.len + h->err.mem.len;
 }
 
@@ -147,19 +140,10 @@ static int hold(struct mesh__runner *r, struct mesh__slot *s, struct mesh__item 
 	}
 	r->hold_mem += mem;
 	/* Chunks end roughly in order: look from the tail. */
-	struct mesh__hold *p = r->hold_tail;
+	struct mesh__hold *p = r->hold.tail;
 	while (p && p->cid > h->cid)
-		p = p->prev;
-	h->prev = p;
-	h->next = p ? p->next : r->hold_head;
-	if (h->next)
-		h->next->prev = h;
-	else
-		r->hold_tail = h;
-	if (p)
-		p->next = h;
-	else
-		r->hold_head = h;
+		p = p->link.prev;
+	mesh_list_insert_after(&r->hold, p, h, link);
 	return 1;
 }
 
@@ -191,7 +175,7 @@ static int settled(struct mesh__runner *r, uint64_t cid)
 void mesh__out_emit_ready(struct mesh__runner *r, int force)
 {
 	struct mesh__hold *h;
-	while ((h = r->hold_head) && !r->fatal) {
+	while ((h = r->hold.head) && !r->fatal) {
 		/* Its turn comes once every chunk before it is settled: DONE
 		 * (its output out) or buried. */
 		while (!force && r->next_cid < h->cid && settled(r, r->next_cid))
@@ -216,10 +200,10 @@ void mesh__out_emit_ready(struct mesh__runner *r, int force)
 
 void mesh__out_hold_renew(struct mesh__runner *r, uint64_t now)
 {
-	if (!r->hold_head || now < r->hold_renew)
+	if (!r->hold.head || now < r->hold_renew)
 		return;
 	r->hold_renew = now + r->ttl / 4;
-	for (struct mesh__hold *h = r->hold_head; h; h = h->next)
+	for (struct mesh__hold *h = r->hold.head; h; h = h->link.next)
 		if (h->it && h->it->complete)
 			mesh_job_renew(h->it->jh, &h->it->l, r->ttl);
 }
@@ -227,7 +211,7 @@ void mesh__out_hold_renew(struct mesh__runner *r, uint64_t now)
 void mesh__out_hold_drop(struct mesh__runner *r)
 {
 	struct mesh__hold *h;
-	while ((h = r->hold_head)) {
+	while ((h = r->hold.head)) {
 		hold_unlink(r, h);
 		if (h->it) {
 			/* Not written, so not DONE: a rerun takes it at once. */

@@ -10,6 +10,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/list.h"
 #include "base/thread.h"
 #include "host/host.h"
 #include "http/http.h"
@@ -110,11 +111,7 @@ void mesh__gw_conn_link(struct mesh_gw *g, struct mesh__gw_conn *c)
 {
 	struct mesh__gw_peer *e = peer_at(g, c->peer);
 	c->evicted = 0;
-	c->prev = NULL;
-	c->next = g->conns;
-	if (g->conns)
-		g->conns->prev = c;
-	g->conns = c;
+	mesh_list_insert_after(&g->conns, NULL, c, link);
 	g->nconns++;
 	/* At most max_conns are counted (the accept thread's admit), and the
 	 * table has twice as many entries: at most half full. */
@@ -130,12 +127,7 @@ void mesh__gw_conn_unlink(struct mesh_gw *g, struct mesh__gw_conn *c)
 		g->busy--;
 		c->busy = 0;
 	}
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		g->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	mesh_list_remove(&g->conns, c, link);
 	g->nconns--;
 	if (c->evicted)
 		g->nevicted--;
@@ -151,7 +143,7 @@ static int close_idle(struct mesh_gw *g, const unsigned char *key)
 {
 	struct mesh__gw_conn *best = NULL;
 	uint64_t best_t = 0;
-	for (struct mesh__gw_conn *k = g->conns; k; k = k->next) {
+	for (struct mesh__gw_conn *k = g->conns.head; k; k = k->link.next) {
 		if (k->evicted || k->busy || (key && memcmp(k->peer, key, 16)))
 			continue;
 		uint64_t t = atomic_load_explicit(&k->idle_since, memory_order_relaxed);
@@ -380,7 +372,7 @@ void mesh_gw_drain(struct mesh_gw *g)
 	}
 	g->draining = g->drained = 1;
 	/* Idle connections end now; busy ones after their response. */
-	for (struct mesh__gw_conn *k = g->conns; k; k = k->next)
+	for (struct mesh__gw_conn *k = g->conns.head; k; k = k->link.next)
 		if (!k->busy)
 			shutdown(k->fd, SHUT_RD);
 	mesh__gw_look(g); /* the waiting requests are answered 503 */
@@ -412,7 +404,7 @@ void mesh_gw_drain(struct mesh_gw *g)
 	pthread_mutex_unlock(&g->mu);
 	mesh__gw_stop_all(g, mesh_mono_ns() + grace + 5000000000ull);
 	pthread_mutex_lock(&g->mu);
-	for (struct mesh__gw_conn *k = g->conns; k; k = k->next)
+	for (struct mesh__gw_conn *k = g->conns.head; k; k = k->link.next)
 		shutdown(k->fd, SHUT_RDWR);
 	uint64_t end = mesh_mono_ns() + 5000000000ull;
 	while (g->nconns) {

@@ -33,6 +33,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/list.h"
 #include "base/thread.h"
 #include "gateway/gw_answer.h"
 #include "gateway/gw_json.h"
@@ -97,7 +98,7 @@ struct lconn {
 	struct mesh_gw *g;
 	struct mesh__gw_conn link; /* in g->conns: the drain's view (fd, busy) */
 	struct mesh__gw_loop *L;
-	struct lconn *prev, *next; /* the loop's connections (its scan) */
+	MESH_LINK(struct lconn) ln; /* the loop's connections (its scan); incoming: chained by ln.next */
 	struct lconn *pnext;	   /* the loop's parked ones (S_WAIT), in order */
 	int state;
 	int readable; /* edge-triggered: the client may have bytes unread */
@@ -172,9 +173,10 @@ struct mesh__gw_loop {
 	pthread_t th;
 	int started;
 	pthread_mutex_t mu;	/* incoming, stop, look */
-	struct lconn *incoming;	/* from the accept thread */
+	struct lconn *incoming;	/* from the accept thread, chained by ln.next */
 	int stop, look;		/* asked by other threads */
-	struct lconn *conns, *dead;
+	MESH_LIST(struct lconn) conns; /* newest first */
+	struct lconn *dead;
 	struct lconn *parked, *parked_tail; /* S_WAIT, oldest first */
 	uint64_t parked_until;	/* the nearest backoff's end of a parked one (0: none) */
 	unsigned nrelay;
@@ -201,14 +203,7 @@ static struct event *ev_client(struct lconn *lc)
 
 static void unlink_conn(struct lconn *lc)
 {
-	struct mesh__gw_loop *L = lc->L;
-	if (lc->prev)
-		lc->prev->next = lc->next;
-	else
-		L->conns = lc->next;
-	if (lc->next)
-		lc->next->prev = lc->prev;
-	lc->prev = lc->next = NULL;
+	mesh_list_remove(&lc->L->conns, lc, ln);
 }
 
 static void park(struct lconn *lc)
@@ -1605,8 +1600,8 @@ static void read_deadlines(struct lconn *lc, uint64_t now)
 static void scan(struct mesh__gw_loop *L, uint64_t now)
 {
 	const struct mesh_gw_config *gc = &L->g->c;
-	for (struct lconn *lc = L->conns, *next; lc; lc = next) {
-		next = lc->next;
+	for (struct lconn *lc = L->conns.head, *next; lc; lc = next) {
+		next = lc->ln.next;
 		if (lc->state == S_WAIT)
 			continue;
 		if (lc->state == S_HEAD || lc->state == S_BODY) {
@@ -1820,12 +1815,8 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 		progs_timer(L, progs_at);
 	while (in) {
 		struct lconn *lc = in;
-		in = in->next;
-		lc->prev = NULL;
-		lc->next = L->conns;
-		if (L->conns)
-			L->conns->prev = lc;
-		L->conns = lc;
+		in = in->ln.next;
+		mesh_list_insert_after(&L->conns, NULL, lc, ln);
 		event_assign(ev_client(lc), L->base, lc->link.fd, EV_READ | EV_WRITE | EV_CLOSED | EV_ET | EV_PERSIST,
 			     on_client_cb, lc);
 		event_add(ev_client(lc), NULL);
@@ -1948,7 +1939,7 @@ int mesh__gw_loop_add(struct mesh_gw *g, int fd, const unsigned char peer[16])
 	mesh__gw_conn_link(g, &lc->link);
 	pthread_mutex_unlock(&g->mu);
 	pthread_mutex_lock(&L->mu);
-	lc->next = L->incoming;
+	lc->ln.next = L->incoming;
 	L->incoming = lc;
 	pthread_mutex_unlock(&L->mu);
 	if (write(L->evfd, &one, sizeof one) < 0) {

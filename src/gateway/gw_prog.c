@@ -25,6 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
+static uint64_t counted(const struct mesh__gw_prog *p);
+static void pool_drop(struct mesh__gw_prog *p);
+
 #define BACKOFF_MAX_NS (30ull * 1000000000ull)
 /* The programs' memory is measured this often (and soon after warm); a dead
  * program's VRAM is awaited this long, looked at this often. */
@@ -96,7 +99,7 @@ static void prog_free(struct mesh__gw_prog *p)
 		mesh_instance_set_notify(p->inst, NULL, NULL);
 		mesh_instance_free(p->inst);
 	}
-	mesh__gw_pool_drop(p);
+	pool_drop(p);
 	mesh_image_release(&p->img);
 	free(p->unfit);
 	free(p->mcounts);
@@ -377,7 +380,7 @@ static void fail_start(struct mesh__gw_prog *p, int code, const char *brief, con
 static void cold(struct mesh__gw_prog *p)
 {
 	struct mesh_gw *g = p->g;
-	mesh__gw_pool_drop(p);
+	pool_drop(p);
 	p->state = GW_COLD;
 	p->pid = 0;
 	p->stop_why[0] = 0;
@@ -450,7 +453,7 @@ static void stop(struct mesh__gw_prog *p, const char *why, int measure_first)
 	snprintf(p->stop_why, sizeof p->stop_why, "%s", why);
 	p->stop_t0 = mesh_mono_ns();
 	/* An idle connection must not hold up its graceful stop. */
-	mesh__gw_pool_drop(p);
+	pool_drop(p);
 	mesh__gw_log(p->g, MESH_GW_INFO, "program=%s stopping pid=%d (%s) signal=%s", p->img.name, (int)p->pid, why,
 		     mesh_signal_name(p->img.m.stop_signal));
 	if (measure_first && p->pid) {
@@ -565,7 +568,7 @@ static void hung(struct mesh__gw_prog *p)
 	mesh__gw_log(p->g, MESH_GW_WARN, "program=%s pid=%d hung: %u probes in a row failed (last: %s)", p->img.name,
 		     (int)p->pid, p->g->c.probe_failures, hi.last_probe);
 	p->state = GW_STOPPING;
-	mesh__gw_pool_drop(p);
+	pool_drop(p);
 	p->hung++;
 	snprintf(p->stop_why, sizeof p->stop_why, "hung");
 	p->stop_t0 = mesh_mono_ns();
@@ -600,7 +603,7 @@ static void ended(struct mesh__gw_prog *p, enum mesh_istate from)
 		if (!strcmp(p->stop_why, "idle"))
 			p->reaps++;
 	}
-	mesh__gw_pool_drop(p);
+	pool_drop(p);
 	if (p->ngpu && g->nvml) {
 		/* Its processes are gone; its GPU memory may not be yet: it
 		 * counts in the budget (stopping) until NVML lists none of them. */
@@ -758,7 +761,7 @@ static void budget_note(struct mesh__gw_prog *p)
 		uint64_t used = 0;
 		for (size_t i = 0; i < g->nprogs; i++)
 			if (g->progs[i]->state != GW_COLD)
-				used += mesh__gw_counted(g->progs[i]);
+				used += counted(g->progs[i]);
 		p->logged_peak = p->peak;
 		mesh__gw_log(g, MESH_GW_INFO,
 			     "program=%s holds %.1f MiB (resident %.1f MiB, GPU %.1f MiB; declared %.1f MiB): "
@@ -925,7 +928,11 @@ static uint64_t need_of(const struct mesh__gw_prog *p)
 	return p->last_peak > p->img.m.memory ? p->last_peak : p->img.m.memory;
 }
 
-uint64_t mesh__gw_counted(const struct mesh__gw_prog *p)
+/* Under mu: what p counts for in the memory budget while it has a process:
+ * max(its manifest's `memory`, its measured rss + vram); until it is warm
+ * and measured, at least what its start was counted at (max(`memory`, its
+ * last run's peak): a loading server is not counted at its first bytes). */
+static uint64_t counted(const struct mesh__gw_prog *p)
 {
 	uint64_t m = p->measured ? p->rss + p->vram : 0, need = need_of(p);
 	if (p->state == GW_STARTING || !p->measured)
@@ -942,9 +949,9 @@ static uint64_t used_by_others(struct mesh_gw *g, const struct mesh__gw_prog *p,
 	for (size_t i = 0; i < g->nprogs; i++) {
 		const struct mesh__gw_prog *q = g->progs[i];
 		if (q != p && q->state != GW_COLD) {
-			used += mesh__gw_counted(q);
+			used += counted(q);
 			if (q->state == GW_STOPPING)
-				*freeing += mesh__gw_counted(q);
+				*freeing += counted(q);
 		}
 	}
 	return used;
@@ -953,7 +960,7 @@ static uint64_t used_by_others(struct mesh_gw *g, const struct mesh__gw_prog *p,
 /* Under mu: p is warm with nothing in flight or waiting. */
 static int idle(const struct mesh__gw_prog *p)
 {
-	return p->state == GW_WARM && !p->inflight && !p->qhead;
+	return p->state == GW_WARM && !p->inflight && !p->waits.head;
 }
 
 /* ---- The one FIFO of swaps ----
@@ -1010,7 +1017,7 @@ static void swap_leave(struct mesh__gw_prog *p)
  * in flight, no request waiting that came before the swap. */
 static int done_for(const struct mesh__gw_prog *q, uint64_t seq)
 {
-	return !q->inflight && (!q->qhead || q->qhead->seq > seq);
+	return !q->inflight && (!q->waits.head || q->waits.head->seq > seq);
 }
 
 /* Under mu, the FIFO's head p: makes room for it.  The least recently used
@@ -1026,7 +1033,7 @@ static void make_room(struct mesh__gw_prog *p, uint64_t used, uint64_t freeing, 
 		struct mesh__gw_prog *v = NULL;
 		for (size_t i = 0; i < g->nprogs; i++) {
 			struct mesh__gw_prog *q = g->progs[i];
-			if (q == p || q->state != GW_WARM || q->pick || !mesh__gw_counted(q) ||
+			if (q == p || q->state != GW_WARM || q->pick || !counted(q) ||
 			    !strcmp(group_of(q), group_of(p)))
 				continue;
 			if (!v || idle(q) > idle(v) || (idle(q) == idle(v) && q->last_end < v->last_end))
@@ -1035,7 +1042,7 @@ static void make_room(struct mesh__gw_prog *p, uint64_t used, uint64_t freeing, 
 		if (!v)
 			break;
 		v->pick = 1;
-		freeing += mesh__gw_counted(v);
+		freeing += counted(v);
 	}
 	for (size_t i = 0; i < g->nprogs; i++) {
 		struct mesh__gw_prog *q = g->progs[i];
@@ -1070,7 +1077,7 @@ static void make_room(struct mesh__gw_prog *p, uint64_t used, uint64_t freeing, 
 /* Under mu, p cold, a budget set: 0 when it may start now (it fits beside
  * the running programs and the swaps ahead of it); 1 when it waits (in the
  * FIFO of swaps; its head makes room); MESH_E_RANGE when it can never fit.
- * A running program counts for mesh__gw_counted; one stopping counts until
+ * A running program counts for counted(); one stopping counts until
  * the host has reaped it and NVML lists none of its pids. */
 static int room_for(struct mesh__gw_prog *p)
 {
@@ -1152,8 +1159,8 @@ static void enforce(struct mesh_gw *g)
 			struct mesh__gw_prog *q = g->progs[i];
 			if (q->state != GW_COLD && q->state != GW_STOPPING && off < sizeof whose)
 				off += (size_t)snprintf(whose + off, sizeof whose - off, "%s%s %.1f MiB", off ? ", " : "",
-							q->img.m.name, mib(mesh__gw_counted(q)));
-			if (idle(q) && mesh__gw_counted(q) && (!v || q->last_end < v->last_end))
+							q->img.m.name, mib(counted(q)));
+			if (idle(q) && counted(q) && (!v || q->last_end < v->last_end))
 				v = q;
 		}
 		if (!v) {
@@ -1168,35 +1175,10 @@ static void enforce(struct mesh_gw *g)
 		mesh__gw_log(g, MESH_GW_WARN, "gateway: over the memory budget: %.1f of %.1f MiB counted (%s); evicting %s (idle)",
 			     mib(used - freeing), mib(budget), whose, v->img.m.name);
 		v->evict_budget++;
-		freeing += mesh__gw_counted(v);
+		freeing += counted(v);
 		stop(v, "over the memory budget", 1);
 	}
 	g->over_said = 0;
-}
-
-/* Under mu: w joins (or leaves) p's waiting requests. */
-static void queue_add(struct mesh__gw_prog *p, struct mesh__gw_wait *w)
-{
-	w->qnext = NULL;
-	w->qprev = p->qtail;
-	if (p->qtail)
-		p->qtail->qnext = w;
-	else
-		p->qhead = w;
-	p->qtail = w;
-}
-
-static void queue_del(struct mesh__gw_prog *p, struct mesh__gw_wait *w)
-{
-	if (w->qprev)
-		w->qprev->qnext = w->qnext;
-	else
-		p->qhead = w->qnext;
-	if (w->qnext)
-		w->qnext->qprev = w->qprev;
-	else
-		p->qtail = w->qprev;
-	w->qprev = w->qnext = NULL;
 }
 
 /* Under mu: the place of w's request, or why it waits (the rules of
@@ -1239,7 +1221,7 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			p->waiting++;
 			g->nwaiting++;
 			w->queued = 1;
-			queue_add(p, w);
+			mesh_list_push(&p->waits, w, link);
 		}
 		if (w->gen && p->fail_gen == w->gen) {
 			/* The report and the program's last lines to meshd's log
@@ -1344,7 +1326,7 @@ static void settle(struct mesh__gw_wait *w, int code)
 	}
 	if (w->queued) {
 		w->queued = 0;
-		queue_del(p, w);
+		mesh_list_remove(&p->waits, w, link);
 		p->waiting--;
 		g->nwaiting--;
 		if (!p->waiting)
@@ -1352,7 +1334,7 @@ static void settle(struct mesh__gw_wait *w, int code)
 		if (!p->waiting && !p->inflight) {
 			arm(g, mesh_mono_ns()); /* idle from now */
 			mesh__gw_look(g);	/* idle now: a start waiting for room may evict it */
-		} else if (p->held_for && !p->inflight && (!p->qhead || p->qhead->seq > p->held_for)) {
+		} else if (p->held_for && !p->inflight && (!p->waits.head || p->waits.head->seq > p->held_for)) {
 			mesh__gw_look(g); /* held, done with what came before: its swap may stop it */
 		}
 	}
@@ -1474,7 +1456,9 @@ int mesh__gw_pool_get(struct mesh__gw_prog *p, int port)
 	return fd;
 }
 
-void mesh__gw_pool_drop(struct mesh__gw_prog *p)
+/* Under mu: closes the pool (the process is stopping or gone: an idle
+ * connection must not hold up a graceful stop). */
+static void pool_drop(struct mesh__gw_prog *p)
 {
 	while (p->npool)
 		close(p->pool[--p->npool]);
@@ -1523,7 +1507,7 @@ int mesh_gw_stats(struct mesh_gw *g, struct mesh_gw_prog_stats **out, size_t *n)
 		snprintf(o->name, sizeof o->name, "%s", p->img.m.name);
 		snprintf(o->state, sizeof o->state, "%s", mesh__gw_state_name(p));
 		o->memory = p->img.m.memory;
-		o->counted = p->state == GW_COLD ? 0 : mesh__gw_counted(p);
+		o->counted = p->state == GW_COLD ? 0 : counted(p);
 		o->inflight = p->inflight;
 		o->queued = p->waiting;
 		o->models = p->img.m.nmodels ? calloc(p->img.m.nmodels, sizeof *o->models) : NULL;
@@ -1587,7 +1571,7 @@ json_t *mesh_gw_ps_json(struct mesh_gw *g)
 			      (json_int_t)p->spawns, "crashes", (json_int_t)p->crashes, "hung_restarts", (json_int_t)p->hung,
 			      "last_error", p->fail_gen ? json_string(p->fail_msg) : json_null(), "memory", "declared",
 			      (json_int_t)p->img.m.memory, "rss", (json_int_t)p->rss, "vram", (json_int_t)p->vram, "counted",
-			      (json_int_t)(p->state == GW_COLD ? 0 : mesh__gw_counted(p)), "last_peak",
+			      (json_int_t)(p->state == GW_COLD ? 0 : counted(p)), "last_peak",
 			      (json_int_t)p->last_peak);
 		if (!o || json_array_append_new(a, o)) {
 			json_decref(a);

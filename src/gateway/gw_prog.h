@@ -16,6 +16,7 @@
 #ifndef MESH_GATEWAY_GW_PROG_H
 #define MESH_GATEWAY_GW_PROG_H
 
+#include "base/list.h"
 #include "gateway/gw.h"
 #include "gateway/gw_guard.h"
 #include "gateway/gw_json.h"
@@ -107,7 +108,7 @@ struct mesh__gw_prog {
 	 * more before the host is asked to stop it (the programs' tick). */
 	int exit_due;
 	/* mu: its waiting requests (mesh__gw_acquire's w), oldest first. */
-	struct mesh__gw_wait *qhead, *qtail;
+	MESH_LIST(struct mesh__gw_wait) waits;
 	/* mu: cold, its start waits for room in the budget: its place in the
 	 * one FIFO of swaps (a number of g->seq; 0: not in it). */
 	uint64_t swap_seq;
@@ -147,7 +148,7 @@ struct mesh__gw_conn {
 	_Atomic uint64_t idle_since;
 	int evicted;		  /* mu: closed to make room (not counted against the caps) */
 	unsigned char peer[16];	  /* its client address's key (gw.c) */
-	struct mesh__gw_conn *prev, *next;
+	MESH_LINK(struct mesh__gw_conn) link; /* mu: in g->conns, newest first */
 };
 
 /* How many connections one client address has (gw.c's table). */
@@ -173,7 +174,7 @@ struct mesh_gw {
 	int accept_started;
 	pthread_mutex_t mu;
 	pthread_cond_t cv_all;	/* mu: nconns, nlive, busy changed */
-	struct mesh__gw_conn *conns; /* mu */
+	MESH_LIST(struct mesh__gw_conn) conns; /* mu */
 	unsigned nconns, nlive, busy; /* mu; nlive: programs not cold */
 	/* mu: the connections closed to make room and not yet gone (in
 	 * nconns still); the addresses' counts (open addressing, a power of
@@ -232,7 +233,7 @@ struct mesh__gw_wait {
 	int port;	/* placed: of the process */
 	int start;	/* its place began a start: its acquire asks the host for it */
 	uint64_t seq;	/* when it came (g->seq; set by its first acquire) */
-	struct mesh__gw_wait *qprev, *qnext; /* in p's waiting requests while queued */
+	MESH_LINK(struct mesh__gw_wait) link; /* in p's waiting requests while queued */
 	const char *rid; /* its request's id, for meshd's log (NULL: none) */
 };
 /* Takes a place for one request, or says why not yet, without blocking:
@@ -262,9 +263,6 @@ void mesh__gw_release(struct mesh__gw_prog *p, int64_t keep);
 /* An idle connection to p's process on port (a start's probe connection
  * its first request did not ride), or -1 (none: connect). */
 int mesh__gw_pool_get(struct mesh__gw_prog *p, int port);
-/* Under mu: closes the pool (the process is stopping or gone: an idle
- * connection must not hold up a graceful stop). */
-void mesh__gw_pool_drop(struct mesh__gw_prog *p);
 /* Counts the end of a request routed to p: under model (one of its
  * manifest's; another name is not counted by model), the status the client
  * got (499: it left first); t0 its head read, t_first when its answer's
@@ -284,12 +282,6 @@ void mesh__gw_stop_all(struct mesh_gw *g, uint64_t deadline);
  * the idle stops, the measured memory, the wait for a dead program's VRAM.
  * Returns when the next is wanted (mesh_mono_ns; 0: none until armed). */
 uint64_t mesh__gw_progs_tick(struct mesh_gw *g);
-
-/* Under mu: what p counts for in the memory budget while it has a process:
- * max(its manifest's `memory`, its measured rss + vram); until it is warm
- * and measured, at least what its start was counted at (max(`memory`, its
- * last run's peak): a loading server is not counted at its first bytes). */
-uint64_t mesh__gw_counted(const struct mesh__gw_prog *p);
 
 /* A condition variable on CLOCK_MONOTONIC (every timed wait here is). */
 void mesh__gw_cond_init(pthread_cond_t *cv);

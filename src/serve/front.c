@@ -90,27 +90,13 @@ int mesh__serve_watch(struct mesh_serve *s, struct mesh__watch *w, int fd, uint3
 
 static void list_push(struct mesh__conn_list *l, struct mesh__conn *c)
 {
-	c->next = NULL;
-	c->prev = l->tail;
-	if (l->tail)
-		l->tail->next = c;
-	else
-		l->head = c;
-	l->tail = c;
+	mesh_list_push(l, c, link);
 	l->n++;
 }
 
 static void list_del(struct mesh__conn_list *l, struct mesh__conn *c)
 {
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		l->head = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	else
-		l->tail = c->prev;
-	c->prev = c->next = NULL;
+	mesh_list_remove(l, c, link);
 	l->n--;
 }
 
@@ -147,7 +133,7 @@ static void conn_free(struct mesh_serve *s, struct mesh__conn *c)
 	 * pass after this batch (the callers up the stack still look at c). */
 	c->fd[0] = c->fd[1] = -1;
 	c->dead = 1;
-	c->next = s->dead;
+	c->link.next = s->dead;
 	s->dead = c;
 }
 
@@ -155,7 +141,7 @@ void mesh__serve_free_dead(struct mesh_serve *s)
 {
 	while (s->dead) {
 		struct mesh__conn *c = s->dead;
-		s->dead = c->next;
+		s->dead = c->link.next;
 		mesh__serve_watch_free(&c->w[0]);
 		mesh__serve_watch_free(&c->w[1]);
 		free(c);
@@ -377,7 +363,7 @@ static void read_timeouts(struct mesh_serve *s, uint64_t now)
 {
 	s->read_next = UINT64_MAX;
 	for (struct mesh__conn *c = s->active.head, *next; c; c = next) {
-		next = c->next;
+		next = c->link.next;
 		if (c->state == C_RELAY && c->relay.dir[0].pending)
 			c->last_in = now; /* the server's wait is not the client's: look again later */
 		uint64_t d = read_deadline(s, c);
@@ -501,7 +487,7 @@ void mesh__serve_close_idle(struct mesh_serve *s)
 	if (!s->c.http)
 		return;
 	for (struct mesh__conn *c = s->active.head, *next; c; c = next) {
-		next = c->next;
+		next = c->link.next;
 		if (conn_idle(c))
 			conn_close_active(s, c);
 	}

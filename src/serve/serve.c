@@ -510,6 +510,17 @@ static int clients_same(const struct clients_view *a, const struct clients_view 
 	       a->rejecting == b->rejecting && a->linger == b->linger && a->inflight == b->inflight && a->dead == b->dead;
 }
 
+/* Something changed: the pass (timers, the policy, the drain) runs once
+ * the current batch of events is done. */
+static void kick(struct mesh_serve *s)
+{
+	if (s->pass_queued)
+		return;
+	s->pass_queued = 1;
+	/* Activated now, it runs after the events this batch already has. */
+	event_active(s->ev_pass, EV_TIMEOUT, 0);
+}
+
 void mesh__serve_on_fd(evutil_socket_t fd, short what, void *arg)
 {
 	struct mesh__watch *w = arg;
@@ -542,17 +553,9 @@ void mesh__serve_on_fd(evutil_socket_t fd, short what, void *arg)
 		break;
 	}
 	}
-	mesh__serve_kick(s);
+	kick(s);
 }
 
-void mesh__serve_kick(struct mesh_serve *s)
-{
-	if (s->pass_queued)
-		return;
-	s->pass_queued = 1;
-	/* Activated now, it runs after the events this batch already has. */
-	event_active(s->ev_pass, EV_TIMEOUT, 0);
-}
 
 static void pass(struct mesh_serve *s);
 
@@ -604,7 +607,7 @@ int mesh_serve_run(struct mesh_serve *s)
 		struct mesh_serve_event ev = {.kind = MESH_SERVE_EV_LISTENING, .addr = s->listen_addr};
 		emit(s, &ev);
 	}
-	mesh__serve_kick(s);
+	kick(s);
 	errno = 0;
 	int r = event_base_dispatch(s->base);
 	if (r != 0 || s->loop_err) {

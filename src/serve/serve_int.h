@@ -11,6 +11,7 @@
 
 #include "autoscale/policy.h"
 #include "autoscale/probe.h"
+#include "base/list.h"
 #include "http/hframe.h"
 #include "http/relay.h"
 #include "serve/serve.h"
@@ -58,11 +59,11 @@ struct mesh__conn {
 	uint64_t requests;  /* http: requests seen on it, as added to the stats */
 	struct mesh_hframe hf; /* http: the framing of both directions */
 	uint64_t head_t0, last_in; /* http: the current request head's start (0: none), the client's last byte */
-	struct mesh__conn *prev, *next;
+	MESH_LINK(struct mesh__conn) link; /* on one of the lists below, or the dead chain */
 };
 
 struct mesh__conn_list {
-	struct mesh__conn *head, *tail;
+	MESH_LIST(struct mesh__conn); /* head, tail */
 	size_t n;
 };
 
@@ -113,7 +114,7 @@ struct mesh_serve {
 	/* the clients: queue waits for warm, active is connecting or relayed,
 	 * rejecting waits to see whether it speaks HTTP, linger was answered */
 	struct mesh__conn_list queue, active, rejecting, linger;
-	struct mesh__conn *dead; /* closed connections, chained by next */
+	struct mesh__conn *dead; /* closed connections, chained by link.next */
 	uint64_t t_open, idle_since, warm_acc;
 	int quitting;      /* stop signals received */
 	int draining;      /* 1 draining, 2 drained (the server is being stopped) */
@@ -134,9 +135,6 @@ struct mesh_serve {
 /* The events' callback: the fd of w (arg) is ready; what is libevent's
  * EV_READ / EV_WRITE. */
 void mesh__serve_on_fd(int fd, short what, void *arg);
-/* Something changed: the pass (timers, the policy, the drain) runs once
- * the current batch of events is done. */
-void mesh__serve_kick(struct mesh_serve *s);
 /* Calls c.on_event (if set) with an event of kind for the current pid. */
 void mesh__serve_emit_simple(struct mesh_serve *s, int kind, int status, uint64_t elapsed, const char *reason);
 

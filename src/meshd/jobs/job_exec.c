@@ -4,9 +4,9 @@
 
 #include "autoscale/policy.h"
 #include "base/clock.h"
-#include "base/thread.h"
 #include "base/err.h"
 #include "base/io.h"
+#include "base/list.h"
 #include "base/log.h"
 #include "meshd/core/ops.h"
 #include "exec/runner.h"
@@ -49,7 +49,7 @@ struct unit {
 	size_t len;
 	uint64_t order;	   /* queue order: start order, kept when requeued */
 	int w;		   /* SENT: the worker */
-	struct unit *qprev, *qnext;
+	MESH_LINK(struct unit) q; /* QUEUED: in the queue */
 	struct mesh__exec_result res;
 	char *out;	   /* ENDED: bytes for the sink, delivered by status */
 	size_t out_len;
@@ -87,7 +87,7 @@ struct slot_ex {
 	struct jworker *w;
 	int pool_efd;
 	uint64_t order;
-	struct unit *qhead, *qtail;
+	MESH_LIST(struct unit) q; /* attempts waiting for a worker, by order */
 	uint64_t next_get;
 	unsigned get_fails;
 	int need_pump; /* attempts went back to the queue, or a retry is due: pump at the next status */
@@ -105,33 +105,16 @@ static struct slot_ex *sx(struct mesh__executor *ex)
 
 static void q_insert(struct slot_ex *x, struct unit *u)
 {
-	struct unit *after = x->qtail;
+	struct unit *after = x->q.tail;
 	while (after && after->order > u->order)
-		after = after->qprev;
-	u->qprev = after;
-	u->qnext = after ? after->qnext : x->qhead;
-	if (u->qnext)
-		u->qnext->qprev = u;
-	else
-		x->qtail = u;
-	if (after)
-		after->qnext = u;
-	else
-		x->qhead = u;
+		after = after->q.prev;
+	mesh_list_insert_after(&x->q, after, u, q);
 	u->state = U_QUEUED;
 }
 
 static void q_remove(struct slot_ex *x, struct unit *u)
 {
-	if (u->qprev)
-		u->qprev->qnext = u->qnext;
-	else
-		x->qhead = u->qnext;
-	if (u->qnext)
-		u->qnext->qprev = u->qprev;
-	else
-		x->qtail = u->qprev;
-	u->qprev = u->qnext = NULL;
+	mesh_list_remove(&x->q, u, q);
 }
 
 /* Ends an attempt: code, and bytes (owned, may be NULL) for stream. */
@@ -188,7 +171,7 @@ static void came_not_up(struct slot_ex *x, int rc, const char *err)
 	uint64_t b = BACKOFF_MIN_NS << (x->get_fails < 5 ? x->get_fails : 5);
 	x->get_fails++;
 	x->next_get = now + (b < BACKOFF_MAX_NS ? b : BACKOFF_MAX_NS);
-	struct unit *u = x->qhead;
+	struct unit *u = x->q.head;
 	if (u) {
 		q_remove(x, u);
 		end_unit_text(u, 127, err ? err : mesh_strerror(rc));
@@ -426,7 +409,7 @@ static int holds(const struct slot_ex *x, const struct jworker *w, uint64_t cid)
 static size_t outstanding(const struct slot_ex *x)
 {
 	size_t n = 0;
-	for (const struct unit *q = x->qhead; q; q = q->qnext)
+	for (const struct unit *q = x->q.head; q; q = q->q.next)
 		n++;
 	for (unsigned i = 0; i < x->cfg.max_workers; i++) {
 		const struct jworker *w = &x->w[i];
@@ -447,7 +430,7 @@ static void pump(struct slot_ex *x)
 	 * for more even once they all went into rings (a worker online since
 	 * the submit takes the first chunks at once; the job still gets the
 	 * workers its demand says). */
-	int waiting = x->qhead != NULL;
+	int waiting = x->q.head != NULL;
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
 		w->full = 0;
@@ -459,7 +442,7 @@ static void pump(struct slot_ex *x)
 		if (w->stale && !w->n)
 			drop_worker(x, w, 0, 0, NULL);
 	}
-	struct unit *u = x->qhead;
+	struct unit *u = x->q.head;
 	while (u) {
 		struct jworker *best = NULL;
 		int room = 0;
@@ -475,10 +458,10 @@ static void pump(struct slot_ex *x)
 		if (!room)
 			break;
 		if (!best) {
-			u = u->qnext; /* a copy waits for a worker other than its original's */
+			u = u->q.next; /* a copy waits for a worker other than its original's */
 			continue;
 		}
-		struct unit *next = u->qnext;
+		struct unit *next = u->q.next;
 		uint8_t h[MESH_CHUNK_HDR];
 		for (int k = 0; k < 8; k++)
 			h[k] = (uint8_t)(u->cid >> (8 * k));
@@ -539,7 +522,7 @@ static void pump(struct slot_ex *x)
 		want = have + plan.count;
 	if (want > K)
 		want = K;
-	if (have >= want || (!x->qhead && !waiting))
+	if (have >= want || (!x->q.head && !waiting))
 		return;
 	if (mesh_mono_ns() < x->next_get) {
 		x->need_pump = 1; /* once the wait is over */
