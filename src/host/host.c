@@ -79,9 +79,10 @@ struct mesh_host {
 	struct mesh_instance *notify_head, *notify_tail;
 	int notifying;
 	struct mesh_instance *telling;
-	/* The sampler: its own thread, so that a read of all of /proc (about
-	 * 10 us a process on the machine) holds neither h->mu nor the thread
-	 * that dispatches the workers' events (a cold start's `ready`). */
+	/* The sampler: its own thread, so that a read of all of /proc (its
+	 * cost grows with the processes on the machine: docs/host.md, "Stats")
+	 * holds neither h->mu nor the thread that dispatches the workers'
+	 * events (a cold start's `ready`). */
 	pthread_t sampler;
 	pthread_cond_t sampler_cv;
 	int sampler_quit;
@@ -322,10 +323,10 @@ static void free_strv(char **v)
  * reads it right after its `ready` (a worker reads no command before,
  * docs/worker-protocol.md), maps the slot and takes the chunks waiting
  * there without a round trip through this loop, which sent `run` only once
- * it had read `ready` (0.05-1.8 ms later on a loaded 2-CPU VM).  Sent when
- * the spawn returned, it still came after the `ready` in some runs: with a
- * pid namespace the spawn returns once mesh-init says the program is
- * exec'd, 0.7-7.4 ms after it began.  Once the process is up the worker is
+ * it had read `ready`.  Sent when the spawn returned, it still came after
+ * the `ready` in some runs: with a pid namespace the spawn returns once
+ * mesh-init says the program is exec'd (the times of both are in
+ * docs/worker-protocol.md and docs/jobs.md).  Once the process is up the worker is
  * on the slot (w->slot): a stop or a failure before `ready` leaves it there
  * until the process is gone, so the slot is never handed on while the
  * worker may still map it.  A spawn that fails closes the channel with the
@@ -513,10 +514,9 @@ static int spawn_run(struct mesh_instance *w, struct spawn *sp, char **err)
 	return rc;
 }
 
-/* Its log, opened once the process runs (its output waits in the pipe):
- * creating the file at a first start took 0.7-16 ms on a busy disk, on the
- * cold start's path.  Without its log the process is not kept: SIGKILLed
- * and reaped here. */
+/* Its log, opened once the process runs (its output waits in the pipe),
+ * off the cold start's path (docs/host.md, "Spawning", has why).  Without
+ * its log the process is not kept: SIGKILLed and reaped here. */
 static int spawn_log(struct mesh_instance *w, struct spawn *sp, char **err)
 {
 	const struct mesh_image *img = w->img;

@@ -99,8 +99,8 @@ size_t mesh_limits_rlimits(const struct mesh_limits *want, unsigned enforced,
  * own: where its enforced limits need one, or for containment where no PID
  * namespace can be made.  The namespace already holds everything it starts,
  * and joining a new group makes the child wait for the kernel's cgroup
- * migration, an RCU grace period after an idle while (7-19 ms a spawn
- * measured here, against 0.04 ms back to back). */
+ * migration, an RCU grace period after an idle while (docs/host.md,
+ * "Containment", has the cost measured). */
 static inline int mesh_limits_want_cgroup(unsigned enforced, unsigned contain)
 {
 	return (enforced & (MESH_LIM_MEMORY_CGROUP | MESH_LIM_CPU_CGROUP | MESH_LIM_PIDS_CGROUP)) ||

@@ -135,8 +135,9 @@ static int ensure_bufs(struct mesh_worker *w);
 int mesh_worker_ready(struct mesh_worker *w)
 {
 	/* Its reply buffer before `ready`, not after `run`: the first chunk
-	 * may be waiting already (a 16 MiB allocation took 0.02-1.2 ms on a
-	 * loaded 2-CPU VM).  One that fails is asked for again at `run`. */
+	 * may be waiting already, and a 16 MiB allocation is not free
+	 * (docs/jobs.md, "The first result").  One that fails is asked for
+	 * again at `run`. */
 	(void)ensure_bufs(w);
 	int rc = mesh__ctl_send(w->fd, "ready", -1);
 	if (rc == 0)
