@@ -36,8 +36,9 @@ static void add_job_worker(const char *name, unsigned max_workers, const char *t
 		FAIL("getcwd");
 	snprintf(toml, sizeof toml,
 		 "max_workers = %u\nidle_ttl = \"%s\"\n[lifecycle]\nstop_grace = \"1s\"\n[env]\n"
-		 "JOBTEST_FIRST_CRASH = \"%s/crashed-once\"\nJOBTEST_FIRST_SLOW = \"%s/slowed-once\"\n",
-		 max_workers, ttl, cwd, cwd);
+		 "JOBTEST_FIRST_CRASH = \"%s/crashed-once\"\nJOBTEST_FIRST_SLOW = \"%s/slowed-once\"\n"
+		 "JOBTEST_GATE = \"%s/go\"\n",
+		 max_workers, ttl, cwd, cwd, cwd);
 	meshd_t_add_program(out, sizeof out, name, t_bin("tests-workers/job_worker"), toml);
 }
 
@@ -404,14 +405,25 @@ static void input_of(const char *line, int n)
 
 /* Slow chunks do not queue behind the first worker up: a worker holds
  * about 2 ms of its work in flight (at least 2 chunks), so the second
- * worker, up a few ms later, gets its share (before, the first took the
- * pipeline's depth, 32, at once, and the second the rest: 8 of 40). */
+ * worker, up later, gets its share (before, the first took the
+ * pipeline's depth, 32, at once, and the second the rest: 8 of 40).  The
+ * chunks wait for a gate the test opens once both workers are online: how
+ * much later the second comes up (once 640 ms under ASan on a loaded
+ * machine, when the first had done all but its 8) does not decide. */
 TEST_TIMEOUT(jobs_slow_chunks_spread_over_the_workers, 60)
 {
 	add_job_worker("jw", 2, "300s");
 	setup();
 	input_of("who", 40);
 	unsigned id = submit("jw --input in.txt");
+	int64_t up = 0;
+	for (uint64_t until = t_now_ms() + 30000; up < 2 && t_now_ms() < until; usleep(20000)) {
+		json_t *j = job_json(id);
+		up = j ? jint(j, "workers") : 0;
+		json_decref(j);
+	}
+	EXPECT_EQ(up, 2);
+	t_write_file("go", "");
 	EXPECT_EQ(mesh(0, "wait %u", id), 0);
 	EXPECT_EQ(mesh(0, "results %u", id), 0);
 	/* Chunks a worker served, by its pid. */

@@ -5,7 +5,8 @@
  *   hang      never answers (sleeps)
  *   slow      answers after 20 ms
  *   who       answers "<chunk id>:pid=<its pid>" after 20 ms (the pid /proc
- *             names: in a PID namespace of its own getpid() says 2)
+ *             names: in a PID namespace of its own getpid() says 2); with
+ *             JOBTEST_GATE=<file>, not before <file> exists (60 s at most)
  *   fail      the handler fails ("refused: fail")
  *   d...      answers after 1 ms
  *   big<K>    answers K bytes ('x'..., the last a newline)
@@ -66,6 +67,9 @@ static int handle(void *ctx, const void *req, size_t n, void *reply, size_t cap,
 	if (n == 5 && !memcmp(req, "exit0", 5))
 		exit(0);
 	if (n == 3 && !memcmp(req, "who", 3)) {
+		const char *gate = getenv("JOBTEST_GATE");
+		for (int i = 0; gate && i < 12000 && access(gate, F_OK) != 0; i++)
+			usleep(5000);
 		usleep(20000);
 		char self[32] = "";
 		ssize_t k = readlink("/proc/self", self, sizeof self - 1);
