@@ -458,12 +458,78 @@ static int run_exit_code(const struct run_args *a, struct mesh_job *job, int rc,
 	return rc == MESH_EXEC_COMPLETE ? MESH_EXIT_OK : MESH_EXIT_RUN_INCOMPLETE;
 }
 
+/* Where the run's job lives: $MESH_STORE when no --journal says; a
+ * PostgreSQL store's URL (no lock directory; the job is the URL's #name,
+ * else the one the default journal would be named after, so that the same
+ * command meets the same job: docs/cluster.md), or a journal file (by
+ * default named after the command and its input, jbuf) and its lock
+ * directory.  0 or an exit code (said). */
+static int where_journal(struct run_args *a, const struct mesh_exec_input *in, char jbuf[64], char surl[1024],
+			 char lockdir[128])
+{
+	if (!a->journal && getenv("MESH_STORE") && *getenv("MESH_STORE")) {
+		a->journal = getenv("MESH_STORE");
+		a->explicit_journal = 1;
+	}
+	if (a->journal && mesh_job_is_store_url(a->journal)) {
+		int ex = mesh_cli_store_url_refused("run", a->journal);
+		if (ex)
+			return ex;
+		mesh_job_url_safe(a->journal, surl, 1024);
+		if (!strchr(a->journal, '#')) {
+			journal_name(a, in, jbuf, 64);
+			snprintf(surl, 1024, "%s#%.*s", a->journal, (int)(strlen(jbuf) - 5), jbuf + 1);
+			a->journal = surl;
+		}
+		lockdir[0] = 0;
+		return 0;
+	}
+	if (!a->journal) {
+		journal_name(a, in, jbuf, 64);
+		a->journal = jbuf;
+	}
+	int rc = lockdir_for(a->journal, lockdir, 128);
+	return rc < 0 ? mesh__run_fail(rc, "cannot resolve '%s'", a->journal) : 0;
+}
+
+/* The exit code of a run that stopped with rc < 0, said; *discard set when
+ * its default journal is not to be kept. */
+static int run_failed(const struct run_args *a, struct mesh_job *job, int rc, const struct mesh_exec_stats *es,
+		      int *discard)
+{
+	struct mesh_job_status js;
+	int ex;
+	if (rc == -EPIPE) { /* stdout closed (| head): GNU parallel dies of SIGPIPE */
+		*discard = closed_stdout(a, job);
+		return MESH_EXIT_RUN_CLOSED_STDOUT;
+	}
+	if (es->failed_at == MESH_EXEC_AT_COMMAND) {
+		ex = mesh__run_fail(rc, "cannot run '%s'", a->argv[0]);
+		/* Nothing ran: a default journal with nothing done is not
+		 * left behind (a hidden file nobody asked for). */
+		if (mesh_job_status(job, &js) == 0 && js.done == 0)
+			*discard = 1;
+	} else if (es->failed_at == MESH_EXEC_AT_JOBLOG) {
+		ex = cant_create(rc, "open the joblog", a->joblog);
+	} else if (es->failed_at == MESH_EXEC_AT_RESULTS) {
+		ex = cant_create(rc, "create the results directory", a->results);
+	} else if (rc == MESH_E_OUTPUT) { /* the note said which and why */
+		ex = mesh_exit_run(mesh_exit_for(rc));
+	} else {
+		char words[400];
+		mesh_job_store_error(job, words, sizeof words);
+		ex = mesh__run_fail_store(rc, words, "run stopped (journal '%s')", a->journal);
+	}
+	say_repeats(es);
+	return ex;
+}
+
 int mesh_cmd_run(int argc, char **argv)
 {
 	struct run_args a;
 	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
 	struct mesh_job *job = NULL, *spec = NULL;
-	char jbuf[64], lockdir[128], specnode[72], surl[1024];
+	char jbuf[64], lockdir[128] = "", specnode[72], surl[1024];
 	int rc, ex, finished = 0, discard = 0;
 	if ((ex = mesh__run_parse(argc, argv, &a)) != 0 || a.help)
 		goto out;
@@ -478,34 +544,7 @@ int mesh_cmd_run(int argc, char **argv)
 		ex = dry_run(&a, a.have_chunks ? NULL : &in, a.chunks);
 		goto out;
 	}
-	if (!a.journal && getenv("MESH_STORE") && *getenv("MESH_STORE")) {
-		a.journal = getenv("MESH_STORE");
-		a.explicit_journal = 1;
-	}
-	if (a.journal && mesh_job_is_store_url(a.journal)) {
-		/* A PostgreSQL store (docs/cluster.md): no lock directory; the
-		 * job is the URL's #name, else the one the default journal
-		 * would be named after (the same command meets the same job). */
-		if ((ex = mesh_cli_store_url_refused("run", a.journal)))
-			goto out;
-		mesh_job_url_safe(a.journal, surl, sizeof surl);
-		if (!strchr(a.journal, '#')) {
-			journal_name(&a, &in, jbuf, sizeof jbuf);
-			snprintf(surl, sizeof surl, "%s#%.*s", a.journal, (int)(strlen(jbuf) - 5), jbuf + 1);
-			a.journal = surl;
-		}
-		lockdir[0] = 0;
-	} else {
-		if (!a.journal) {
-			journal_name(&a, &in, jbuf, sizeof jbuf);
-			a.journal = jbuf;
-		}
-		if ((rc = lockdir_for(a.journal, lockdir, sizeof lockdir)) < 0) {
-			ex = mesh__run_fail(rc, "cannot resolve '%s'", a.journal);
-			goto out;
-		}
-	}
-	if ((ex = check_dirs(&a)) != 0 || (ex = open_job(&a, &in, lockdir, &job, &spec, specnode, sizeof specnode)) != 0)
+	if ((ex = where_journal(&a, &in, jbuf, surl, lockdir)) != 0 || (ex = check_dirs(&a)) != 0 || (ex = open_job(&a, &in, lockdir, &job, &spec, specnode, sizeof specnode)) != 0)
 		goto out;
 	int resumed = resume(&a, job);
 
@@ -515,30 +554,7 @@ int mesh_cmd_run(int argc, char **argv)
 	exec_opts(&a, &in, spec, resumed, &eo);
 	rc = mesh_exec_run(job, &eo, &es);
 	if (rc < 0) {
-		if (rc == -EPIPE) { /* stdout closed (| head): GNU parallel dies of SIGPIPE */
-			ex = MESH_EXIT_RUN_CLOSED_STDOUT;
-			discard = closed_stdout(&a, job);
-		}
-		else if (es.failed_at == MESH_EXEC_AT_COMMAND) {
-			ex = mesh__run_fail(rc, "cannot run '%s'", a.argv[0]);
-			/* Nothing ran: a default journal with nothing done is not
-			 * left behind (a hidden file nobody asked for). */
-			if (mesh_job_status(job, &js) == 0 && js.done == 0)
-				discard = 1;
-		}
-		else if (es.failed_at == MESH_EXEC_AT_JOBLOG)
-			ex = cant_create(rc, "open the joblog", a.joblog);
-		else if (es.failed_at == MESH_EXEC_AT_RESULTS)
-			ex = cant_create(rc, "create the results directory", a.results);
-		else if (rc == MESH_E_OUTPUT) /* the note said which and why */
-			ex = mesh_exit_run(mesh_exit_for(rc));
-		else {
-			char words[400];
-			mesh_job_store_error(job, words, sizeof words);
-			ex = mesh__run_fail_store(rc, words, "run stopped (journal '%s')", a.journal);
-		}
-		if (rc != -EPIPE)
-			say_repeats(&es);
+		ex = run_failed(&a, job, rc, &es, &discard);
 		goto out;
 	}
 	if (mesh_job_status(job, &js) < 0)
