@@ -488,19 +488,174 @@ static void handle_signals(struct mesh__runner *r, int fd)
 	}
 }
 
-/* One poll: the signal pipe, the completer's eventfd, and each busy
- * slot's event source (its executor's fds). */
+/* One turn's poll set: the fds gather put in pf, and whose each is. */
+struct turn {
+	struct pollfd *pf;
+	struct mesh__slot **who; /* NULL: the driver's own fd; &shared: the executor's shared ones */
+	nfds_t n;
+	int timeout; /* ms; -1: none */
+	int wake_fd, cancel_fd;
+};
+
+static struct mesh__slot shared; /* who of a shared pollfd: slot 0 */
+
+/* Before the poll: the signal pipe, the completer's eventfd, a cancel,
+ * each busy slot's event source (its executor's fds) and the executor's
+ * shared ones, a store's wake-up when others hold every chunk; and the
+ * timeout, from the nearest of every deadline. */
+static void gather(struct mesh__runner *r, struct turn *t)
+{
+	const struct mesh__executor_ops *ex = r->ex->ops;
+	struct pollfd *pf = t->pf;
+	struct mesh__slot **who = t->who;
+	nfds_t n = 0;
+	uint64_t now = mesh_mono_ns(), wake = UINT64_MAX;
+	if (sig_r >= 0) {
+		pf[n] = (struct pollfd){.fd = sig_r, .events = POLLIN};
+		who[n++] = NULL;
+	}
+	pf[n] = (struct pollfd){.fd = r->evfd, .events = POLLIN};
+	who[n++] = NULL;
+	int cancel_fd = t->cancel_fd = r->o->hooks && !r->stopping ? r->o->hooks->cancel_fd : -1;
+	if (cancel_fd >= 0) {
+		pf[n] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
+		who[n++] = NULL;
+	}
+	for (unsigned i = 0; i < r->nslots; i++) {
+		struct mesh__slot *s = &r->slots[i];
+		if (!s->busy)
+			continue;
+		unsigned k = ex->events(r->ex, s->idx, pf + n, MESH__EXEC_MAX_FDS, &wake);
+		for (unsigned j = 0; j < k; j++)
+			who[n++] = s;
+		if (s->exited)
+			continue;
+		if (s->t_renew < wake)
+			wake = s->t_renew;
+		uint64_t d = mesh__slot_deadline(r, s);
+		if (d && s->why == END_NORMAL && d < wake)
+			wake = d;
+		if (s->term_sent && s->t_kill < wake)
+			wake = s->t_kill;
+	}
+	if (ex->shared_events && r->busy) {
+		unsigned k = ex->shared_events(r->ex, pf + n, MESH__EXEC_MAX_SHARED);
+		for (unsigned j = 0; j < k; j++)
+			who[n++] = &shared;
+	}
+	int can_start = r->busy < r->nslots && !r->stopping && !r->halted && !r->hup;
+	if (r->retry_at && can_start && r->retry_at < wake)
+		wake = r->retry_at;
+	/* Others hold every chunk: a store that tells when work appears
+	 * (PostgreSQL's NOTIFY) wakes us before the retry. */
+	int wake_fd = r->retry_at && r->none_seen && can_start ? mesh_job_wake_fd(r->job) : -1;
+	if (wake_fd >= 0 && mesh_job_wait_work(r->job, 0) > 0) {
+		/* The wake-up came in with the last reply: it waits in
+		 * the client's queue, and the socket has nothing to tell. */
+		r->retry_at = 0;
+		wake = now;
+		wake_fd = -1;
+	}
+	if (wake_fd >= 0) {
+		pf[n] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+		who[n++] = NULL;
+	}
+	if (r->hold_until && can_start && r->hold_until < wake)
+		wake = r->hold_until;
+	if (r->fl.head && r->fl.head->renew_at < wake)
+		wake = r->fl.head->renew_at;
+	if (r->hold.head && r->hold_renew < wake)
+		wake = r->hold_renew;
+	if (r->hold.head && wake > now + r->retry)
+		wake = now + r->retry; /* -k: a chunk another node runs may be done */
+	if (r->o->progress_fd >= 0 && r->next_draw < wake)
+		wake = r->next_draw;
+	t->timeout = -1;
+	if (wake != UINT64_MAX)
+		t->timeout = wake <= now ? 0 : (int)((wake - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS);
+	t->wake_fd = wake_fd;
+	t->n = n;
+}
+
+/* After it: what each ready fd says, then each busy slot's status (its
+ * end, its deadlines, its lease's renewal), then the held outputs and the
+ * completions in flight. */
+static void after(struct mesh__runner *r, const struct turn *t, int k)
+{
+	const struct mesh__executor_ops *ex = r->ex->ops;
+	struct pollfd *pf = t->pf;
+	for (nfds_t i = 0; k > 0 && i < t->n; i++) {
+		if (!pf[i].revents)
+			continue;
+		if (t->who[i])
+			ex->dispatch(r->ex, t->who[i]->idx, &pf[i]);
+		else if (pf[i].fd == r->evfd)
+			take_results(r);
+		else if (pf[i].fd == t->wake_fd) {
+			/* taken; whatever it was, lease again now (a spurious
+			 * wake-up costs one lease call) */
+			mesh_job_wait_work(r->job, 0);
+			r->retry_at = 0;
+		}
+		else if (pf[i].fd == t->cancel_fd) {
+			/* Cancelled by the caller: as a first SIGTERM. */
+			r->stopping = 1;
+			mesh__run_stop_all(r, SIGTERM);
+		} else
+			handle_signals(r, pf[i].fd);
+	}
+	uint64_t now = mesh_mono_ns();
+	for (unsigned i = 0; i < r->nslots; i++) {
+		struct mesh__slot *s = &r->slots[i];
+		if (!s->busy)
+			continue;
+		int st = ex->status(r->ex, s->idx, now, &s->res);
+		s->exited = st != MESH__EXEC_RUNNING;
+		if (!s->exited) {
+			uint64_t d = mesh__slot_deadline(r, s);
+			if (d && s->why == END_NORMAL && now >= d) {
+				s->why = END_TIMEOUT;
+				mesh__slot_kill(r, s, SIGKILL);
+			}
+			if (s->term_sent && now >= s->t_kill)
+				mesh__slot_kill(r, s, SIGKILL);
+			if (now >= s->t_renew) {
+				s->t_renew = now + r->ttl / 4;
+				int rc = mesh_job_renew(s->jh, &s->l, r->ttl);
+				if (rc == 0) {
+					s->t_renewed = mesh_mono_ns();
+					s->t_expire = now + r->ttl;
+				}
+				if (rc == MESH_E_STATE && mesh_job_is_done(r->job, s->l.cid) == 1 &&
+				    s->why == END_NORMAL && (st = take_in(r, s)) == MESH__EXEC_RUNNING) {
+					s->why = END_KILLED;
+					mesh__slot_kill(r, s, SIGKILL);
+					r->st->killed++;
+				} else if (rc == MESH_E_STATE && !s->lost && s->why == END_NORMAL)
+					mesh__run_lease_lost(r, s, mesh_mono_ns());
+				s->exited = st != MESH__EXEC_RUNNING;
+			}
+		}
+		if (st == MESH__EXEC_ENDED)
+			mesh__slot_finish(r, s);
+	}
+	if (r->hold.head) {
+		mesh__out_hold_renew(r, now);
+		mesh__out_emit_ready(r, 0);
+	}
+	if (r->fl.head)
+		mesh__run_flight_renew(r, now);
+}
+
+/* The driver's loop: a turn of leases and starts, then one poll. */
 static int loop(struct mesh__runner *r)
 {
 	size_t cap = 4 + MESH__EXEC_MAX_FDS * (size_t)r->nslots + MESH__EXEC_MAX_SHARED;
-	static struct mesh__slot shared; /* who of a shared pollfd: slot 0 */
-	struct pollfd *pf = calloc(cap, sizeof *pf);
-	struct mesh__slot **who = calloc(cap, sizeof *who); /* NULL: the driver's own fd */
-	const struct mesh__executor_ops *ex = r->ex->ops;
+	struct turn t = {calloc(cap, sizeof *t.pf), calloc(cap, sizeof *t.who), 0, -1, -1, -1};
 	int answer = 0;
-	if (!pf || !who) {
-		free(pf);
-		free(who);
+	if (!t.pf || !t.who) {
+		free(t.pf);
+		free(t.who);
 		return -ENOMEM;
 	}
 	for (;;) {
@@ -514,143 +669,18 @@ static int loop(struct mesh__runner *r)
 		if (over(r, &answer))
 			break;
 		draw(r, 0);
-
-		nfds_t n = 0;
-		uint64_t now = mesh_mono_ns(), wake = UINT64_MAX;
-		if (sig_r >= 0) {
-			pf[n] = (struct pollfd){.fd = sig_r, .events = POLLIN};
-			who[n++] = NULL;
-		}
-		pf[n] = (struct pollfd){.fd = r->evfd, .events = POLLIN};
-		who[n++] = NULL;
-		int cancel_fd = r->o->hooks && !r->stopping ? r->o->hooks->cancel_fd : -1;
-		if (cancel_fd >= 0) {
-			pf[n] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
-			who[n++] = NULL;
-		}
-		for (unsigned i = 0; i < r->nslots; i++) {
-			struct mesh__slot *s = &r->slots[i];
-			if (!s->busy)
-				continue;
-			unsigned k = ex->events(r->ex, s->idx, pf + n, MESH__EXEC_MAX_FDS, &wake);
-			for (unsigned j = 0; j < k; j++)
-				who[n++] = s;
-			if (s->exited)
-				continue;
-			if (s->t_renew < wake)
-				wake = s->t_renew;
-			uint64_t d = mesh__slot_deadline(r, s);
-			if (d && s->why == END_NORMAL && d < wake)
-				wake = d;
-			if (s->term_sent && s->t_kill < wake)
-				wake = s->t_kill;
-		}
-		if (ex->shared_events && r->busy) {
-			unsigned k = ex->shared_events(r->ex, pf + n, MESH__EXEC_MAX_SHARED);
-			for (unsigned j = 0; j < k; j++)
-				who[n++] = &shared;
-		}
-		int can_start = r->busy < r->nslots && !r->stopping && !r->halted && !r->hup;
-		if (r->retry_at && can_start && r->retry_at < wake)
-			wake = r->retry_at;
-		/* Others hold every chunk: a store that tells when work appears
-		 * (PostgreSQL's NOTIFY) wakes us before the retry. */
-		int wake_fd = r->retry_at && r->none_seen && can_start ? mesh_job_wake_fd(r->job) : -1;
-		if (wake_fd >= 0 && mesh_job_wait_work(r->job, 0) > 0) {
-			/* The wake-up came in with the last reply: it waits in
-			 * the client's queue, and the socket has nothing to tell. */
-			r->retry_at = 0;
-			wake = now;
-			wake_fd = -1;
-		}
-		if (wake_fd >= 0) {
-			pf[n] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
-			who[n++] = NULL;
-		}
-		if (r->hold_until && can_start && r->hold_until < wake)
-			wake = r->hold_until;
-		if (r->fl.head && r->fl.head->renew_at < wake)
-			wake = r->fl.head->renew_at;
-		if (r->hold.head && r->hold_renew < wake)
-			wake = r->hold_renew;
-		if (r->hold.head && wake > now + r->retry)
-			wake = now + r->retry; /* -k: a chunk another node runs may be done */
-		if (r->o->progress_fd >= 0 && r->next_draw < wake)
-			wake = r->next_draw;
-		int timeout = -1;
-		if (wake != UINT64_MAX)
-			timeout = wake <= now ? 0 : (int)((wake - now + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS);
-		int k = poll(pf, n, timeout);
+		gather(r, &t);
+		int k = poll(t.pf, t.n, t.timeout);
 		if (k < 0 && errno != EINTR) {
 			r->fatal = -errno;
 			mesh__run_stop_all(r, SIGKILL);
 			continue;
 		}
-		for (nfds_t i = 0; k > 0 && i < n; i++) {
-			if (!pf[i].revents)
-				continue;
-			if (who[i])
-				ex->dispatch(r->ex, who[i]->idx, &pf[i]);
-			else if (pf[i].fd == r->evfd)
-				take_results(r);
-			else if (pf[i].fd == wake_fd) {
-				/* taken; whatever it was, lease again now (a spurious
-				 * wake-up costs one lease call) */
-				mesh_job_wait_work(r->job, 0);
-				r->retry_at = 0;
-			}
-			else if (pf[i].fd == cancel_fd) {
-				/* Cancelled by the caller: as a first SIGTERM. */
-				r->stopping = 1;
-				mesh__run_stop_all(r, SIGTERM);
-			} else
-				handle_signals(r, pf[i].fd);
-		}
-		now = mesh_mono_ns();
-		for (unsigned i = 0; i < r->nslots; i++) {
-			struct mesh__slot *s = &r->slots[i];
-			if (!s->busy)
-				continue;
-			int st = ex->status(r->ex, s->idx, now, &s->res);
-			s->exited = st != MESH__EXEC_RUNNING;
-			if (!s->exited) {
-				uint64_t d = mesh__slot_deadline(r, s);
-				if (d && s->why == END_NORMAL && now >= d) {
-					s->why = END_TIMEOUT;
-					mesh__slot_kill(r, s, SIGKILL);
-				}
-				if (s->term_sent && now >= s->t_kill)
-					mesh__slot_kill(r, s, SIGKILL);
-				if (now >= s->t_renew) {
-					s->t_renew = now + r->ttl / 4;
-					rc = mesh_job_renew(s->jh, &s->l, r->ttl);
-					if (rc == 0) {
-						s->t_renewed = mesh_mono_ns();
-						s->t_expire = now + r->ttl;
-					}
-					if (rc == MESH_E_STATE && mesh_job_is_done(r->job, s->l.cid) == 1 &&
-					    s->why == END_NORMAL && (st = take_in(r, s)) == MESH__EXEC_RUNNING) {
-						s->why = END_KILLED;
-						mesh__slot_kill(r, s, SIGKILL);
-						r->st->killed++;
-					} else if (rc == MESH_E_STATE && !s->lost && s->why == END_NORMAL)
-						mesh__run_lease_lost(r, s, mesh_mono_ns());
-					s->exited = st != MESH__EXEC_RUNNING;
-				}
-			}
-			if (st == MESH__EXEC_ENDED)
-				mesh__slot_finish(r, s);
-		}
-		if (r->hold.head) {
-			mesh__out_hold_renew(r, now);
-			mesh__out_emit_ready(r, 0);
-		}
-		if (r->fl.head)
-			mesh__run_flight_renew(r, now);
+		after(r, &t, k);
 	}
 	draw(r, 1);
-	free(pf);
-	free(who);
+	free(t.pf);
+	free(t.who);
 	return answer;
 }
 
@@ -696,14 +726,102 @@ static int setup_order(struct mesh__runner *r)
 	return mesh_job_failures(r->job, settle_buried, r);
 }
 
+/* The signals a run that handles them catches, their old actions, and
+ * the self-pipe their handler writes. */
+static const int caught[] = {SIGINT, SIGTERM, SIGTSTP, SIGHUP};
+struct catches {
+	struct sigaction old[4];
+	int have[4];
+	int pipe[2];
+};
+
+static int catch_signals(struct catches *c)
+{
+	if (pipe2(c->pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		return -errno;
+	sig_w = c->pipe[1];
+	stop_asked = 0;
+	sig_r = c->pipe[0];
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	for (int i = 0; i < 4; i++) {
+		/* An ignored SIGTSTP (no job control) or SIGHUP (nohup)
+		 * stays ignored. */
+		if ((caught[i] == SIGTSTP || caught[i] == SIGHUP) && sigaction(caught[i], NULL, &c->old[i]) == 0 &&
+		    c->old[i].sa_handler == SIG_IGN)
+			continue;
+		c->have[i] = sigaction(caught[i], &sa, &c->old[i]) == 0;
+	}
+	return 0;
+}
+
+/* The old actions back, the pipe closed (nothing caught: nothing done). */
+static void uncatch_signals(struct catches *c)
+{
+	for (int i = 0; i < 4; i++)
+		if (c->have[i])
+			sigaction(caught[i], &c->old[i], NULL);
+	sig_w = -1;
+	sig_r = -1;
+	if (c->pipe[0] >= 0)
+		close(c->pipe[0]);
+	if (c->pipe[1] >= 0)
+		close(c->pipe[1]);
+}
+
+/* The end of a run, whatever its point: the completer stopped (its
+ * results taken), every slot cleared (a running attempt killed and
+ * reaped), the executor and every file of the run let go. */
+static void runner_release(struct mesh__runner *r)
+{
+	if (r->thr_started) {
+		pthread_mutex_lock(&r->mu);
+		r->quit = 1;
+		pthread_cond_signal(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+		mesh_thread_join(r->thr, NULL);
+		take_results(r);
+	}
+	mesh__out_hold_drop(r);
+	if (r->slots) {
+		for (unsigned i = 0; i < r->nslots; i++) {
+			struct mesh__slot *s = &r->slots[i];
+			/* A running attempt is killed and reaped here. */
+			mesh__slot_clear(r, s);
+			mesh__capture_release(&s->cout);
+			mesh__capture_release(&s->cerr);
+			mesh_buf_release(&s->argbuf);
+			mesh_buf_release(&s->tagbuf);
+			free(s->argv);
+		}
+		free(r->slots);
+	}
+	free(r->busy_by_cid);
+	free(r->argv_tmp);
+	if (r->ex)
+		r->ex->ops->free(r->ex);
+	if (r->evfd >= 0)
+		close(r->evfd);
+	if (r->joblog >= 0)
+		close(r->joblog);
+	mesh_exec_template_release(&r->tmpl);
+	mesh_exec_template_release(&r->tagtmpl);
+	mesh__out_median_free(&r->med);
+	free(r->settled);
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+}
+
 int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh__exec_make_fn make, void *arg,
 		     struct mesh_exec_stats *stats)
 {
-	static const int caught[] = {SIGINT, SIGTERM, SIGTSTP, SIGHUP};
 	struct mesh_exec_stats dummy;
 	struct mesh__runner rr, *r = &rr;
-	struct sigaction sa, old[4];
-	int sigp[2] = {-1, -1}, rc, have_sig[4] = {0, 0, 0, 0};
+	struct catches sigs = {.pipe = {-1, -1}};
+	int rc;
 	if (!stats)
 		stats = &dummy;
 	memset(stats, 0, sizeof *stats);
@@ -749,27 +867,8 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 		rc = -errno;
 		goto out;
 	}
-	if (o->handle_signals) {
-		if (pipe2(sigp, O_CLOEXEC | O_NONBLOCK) < 0) {
-			rc = -errno;
-			goto out;
-		}
-		sig_w = sigp[1];
-		stop_asked = 0;
-		sig_r = sigp[0];
-		memset(&sa, 0, sizeof sa);
-		sa.sa_handler = on_signal;
-		sigemptyset(&sa.sa_mask);
-		sa.sa_flags = SA_RESTART;
-		for (int i = 0; i < 4; i++) {
-			/* An ignored SIGTSTP (no job control) or SIGHUP (nohup)
-			 * stays ignored. */
-			if ((caught[i] == SIGTSTP || caught[i] == SIGHUP) && sigaction(caught[i], NULL, &old[i]) == 0 &&
-			    old[i].sa_handler == SIG_IGN)
-				continue;
-			have_sig[i] = sigaction(caught[i], &sa, &old[i]) == 0;
-		}
-	}
+	if (o->handle_signals && (rc = catch_signals(&sigs)) < 0)
+		goto out;
 	/* After our handlers (a process executor's children reset them), and
 	 * before anything is created on disk (its argv[0] lookup may fail). */
 	struct mesh__exec_sink sink = {mesh__slot_output, r};
@@ -803,51 +902,8 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 	r->thr_started = 1;
 	rc = loop(r);
 out:
-	if (r->thr_started) {
-		pthread_mutex_lock(&r->mu);
-		r->quit = 1;
-		pthread_cond_signal(&r->cv);
-		pthread_mutex_unlock(&r->mu);
-		mesh_thread_join(r->thr, NULL);
-		take_results(r);
-	}
-	mesh__out_hold_drop(r);
-	if (r->slots) {
-		for (unsigned i = 0; i < r->nslots; i++) {
-			struct mesh__slot *s = &r->slots[i];
-			/* A running attempt is killed and reaped here. */
-			mesh__slot_clear(r, s);
-			mesh__capture_release(&s->cout);
-			mesh__capture_release(&s->cerr);
-			mesh_buf_release(&s->argbuf);
-			mesh_buf_release(&s->tagbuf);
-			free(s->argv);
-		}
-		free(r->slots);
-	}
-	free(r->busy_by_cid);
-	free(r->argv_tmp);
-	if (r->ex)
-		r->ex->ops->free(r->ex);
-	for (int i = 0; i < 4; i++)
-		if (have_sig[i])
-			sigaction(caught[i], &old[i], NULL);
-	sig_w = -1;
-	sig_r = -1;
-	if (sigp[0] >= 0)
-		close(sigp[0]);
-	if (sigp[1] >= 0)
-		close(sigp[1]);
-	if (r->evfd >= 0)
-		close(r->evfd);
-	if (r->joblog >= 0)
-		close(r->joblog);
-	mesh_exec_template_release(&r->tmpl);
-	mesh_exec_template_release(&r->tagtmpl);
-	mesh__out_median_free(&r->med);
-	free(r->settled);
-	pthread_mutex_destroy(&r->mu);
-	pthread_cond_destroy(&r->cv);
+	runner_release(r);
+	uncatch_signals(&sigs);
 	stats->wall_ns = mesh_mono_ns() - r->t0;
 	return rc;
 }
