@@ -8,6 +8,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/parse.h"
 #include "job/place.h"
 #include "job/store_ops.h"
 #include "store/store.h"
@@ -377,9 +378,22 @@ void mesh_job_store_error(struct mesh_job *j, char *buf, size_t cap)
 		j->s->ops->store_error(j->s, buf, cap);
 }
 
+/* The longest wait of an idle drain between two looks: its store's (on
+ * PostgreSQL a NOTIFY wakes it sooner), or MESH_STORE_IDLE_MS (1 ms to
+ * 1 h; read at each drain). */
+static uint64_t idle_max_ns(const struct mesh_job *j)
+{
+	const char *e = getenv("MESH_STORE_IDLE_MS");
+	uint64_t ms;
+	if (e && mesh_parse_u64(e, 3600000, &ms) == 0 && ms > 0)
+		return ms * MESH_NS_PER_MS;
+	return j->s->ops->idle_max_ns;
+}
+
 int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int speculate_on, volatile int *stop,
 		   struct mesh_job_drain_stats *st)
 {
+	uint64_t idle_max = idle_max_ns(j);
 	struct mesh_job_drain_stats dummy;
 	uint64_t backoff = 5 * MESH_NS_PER_MS;
 	if (!st)
@@ -410,11 +424,11 @@ int mesh_job_drain(struct mesh_job *j, uint64_t ttl_ns, uint64_t maxiter, int sp
 			if (s.leased == 0 && s.pending == 0 && s.buried > 0)
 				return MESH_E_BURIED;
 			/* A store with a wake-up (PostgreSQL's NOTIFY for
-			 * chunks let go) is polled seldom: idle_max_ns. */
+			 * chunks let go) is polled seldom: idle_max. */
 			rc = mesh_job_wait_work(j, backoff);
 			if (rc < 0)
 				return rc;
-			if (backoff < j->s->ops->idle_max_ns)
+			if (backoff < idle_max)
 				backoff *= 2;
 			continue;
 		}
