@@ -306,10 +306,10 @@ TEST_TIMEOUT(meshd_store_slow_chunks_are_shared_not_held_by_one_host, 60)
 	/* 2 workers x 2 x 8 (CAP_START) before the pace is known, then
 	 * 2 x 2 x 2; the store also counts as held the chunks a host has
 	 * finished whose completion has not committed yet, which a loaded
-	 * machine lets grow (45 seen with four test binaries at once).  The
-	 * old pipeline held 256. */
+	 * machine lets grow (45 seen with four test binaries at once, 85 with
+	 * eight).  The old pipeline held 256. */
 	EXPECT_GT(most, 0);
-	EXPECT_LE(most, 64);
+	EXPECT_LE(most, 128);
 	EXPECT_GE(node_of(&e, id, a), (long)n / 4);
 	EXPECT_GE(node_of(&e, id, b), (long)n / 4);
 	EXPECT_EQ(node_of(&e, id, a) + node_of(&e, id, b), (long)n);
