@@ -770,11 +770,8 @@ int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t timeout_ns, const _Atomic
 			return MESH_E_TIMEOUT;
 		uint64_t ms = (left + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
 		struct pollfd pf = {s->bell, POLLIN, 0};
-		if (poll(&pf, 1, ms > 60000 ? 60000 : (int)ms) > 0) {
-			uint64_t v;
-			ssize_t n = read(s->bell, &v, sizeof v);
-			(void)n; /* empty again, or EAGAIN: another reader took it */
-		}
+		if (poll(&pf, 1, ms > 60000 ? 60000 : (int)ms) > 0)
+			mesh_ring_quiet(s->bell);
 	}
 }
 

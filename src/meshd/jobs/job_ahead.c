@@ -6,26 +6,11 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/thread.h"
+#include "shm/ring.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-void mesh__jx_efd_drain(int fd)
-{
-	uint64_t v;
-	if (read(fd, &v, sizeof v) < 0) {
-		/* EAGAIN: nothing there */
-	}
-}
-
-void mesh__jx_efd_kick(int fd)
-{
-	uint64_t one = 1;
-	if (write(fd, &one, sizeof one) < 0) {
-		/* a full counter still wakes the reader */
-	}
-}
 
 void mesh__jx_stamp_first(_Atomic uint64_t *stamp)
 {
@@ -47,7 +32,7 @@ static void getter_armed(void *arg, const struct meshd_job_worker *h)
 	int fd = g->kick_fd;
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
-		mesh__jx_efd_kick(fd);
+		mesh_ring_ring(fd);
 }
 
 /* Asks the core for g's worker and says what came (got, or done when it
@@ -77,7 +62,7 @@ static int getter_get(struct meshd_job_ahead *g)
 	int fd = g->kick_fd;
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
-		mesh__jx_efd_kick(fd); /* the executor joins us before it closes fd */
+		mesh_ring_ring(fd); /* the executor joins us before it closes fd */
 	return rc == 0 && !h.online;
 }
 
@@ -96,7 +81,7 @@ static void *getter_online(void *arg)
 	int fd = g->kick_fd;
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
-		mesh__jx_efd_kick(fd);
+		mesh_ring_ring(fd);
 	return NULL;
 }
 
@@ -216,7 +201,7 @@ void meshd_job_ahead_run(struct meshd_job_ahead *g, int want)
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
-		mesh__jx_efd_kick(fd);
+		mesh_ring_ring(fd);
 }
 
 void meshd_job_ahead_drop(struct meshd_job_ahead *a)

@@ -317,7 +317,7 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->online = 0; /* collect() says when */
 	w->limit_ns = x->cfg.timeout_ns ? x->cfg.timeout_ns : meshd_job_worker_call_timeout(&w->h);
-	mesh__jx_efd_drain(mesh_slot_bell(w->h.slot)); /* rung for its slot's last user */
+	mesh_ring_quiet(mesh_slot_bell(w->h.slot)); /* rung for its slot's last user */
 	mesh__jx_stamp_first(&x->st->first_worker_ns);
 }
 
@@ -650,7 +650,7 @@ static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct p
 	struct slot_ex *x = sx(ex);
 	(void)slot;
 	if (pf->fd == x->pool_efd) {
-		mesh__jx_efd_drain(x->pool_efd);
+		mesh_ring_quiet(x->pool_efd);
 	} else {
 		mesh_fault_pause("jobs.bell"); /* the replies late: a getter's news may come first */
 		/* A getter's news first (a worker's start that failed, told
@@ -660,7 +660,7 @@ static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct p
 			struct jworker *w = &x->w[i];
 			if (w->state != W_ON || mesh_slot_bell(w->h.slot) != pf->fd)
 				continue;
-			mesh__jx_efd_drain(pf->fd);
+			mesh_ring_quiet(pf->fd);
 			(void)drain(x, w);
 			break;
 		}

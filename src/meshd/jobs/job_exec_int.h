@@ -41,10 +41,6 @@ struct meshd_job_ahead {
 };
 
 /* job_ahead.c */
-/* Reads an eventfd's count (none: nothing). */
-void mesh__jx_efd_drain(int fd);
-/* Adds one to an eventfd's count. */
-void mesh__jx_efd_kick(int fd);
 /* Sets *stamp to now unless it was set already. */
 void mesh__jx_stamp_first(_Atomic uint64_t *stamp);
 /* Asks the core for a worker of program on a thread of its own; kick_fd
