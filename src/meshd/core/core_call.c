@@ -39,12 +39,146 @@ static int acquire_timeout(struct program *p, int coming, unsigned busy, uint64_
 			 p->img.name, ms, busy, p->img.m.max_workers, p->waiting);
 }
 
+/* What a call sees of p's workers, the jobs' left out.  d->mu held. */
+struct survey {
+	int best;     /* the warm worker free longest, or -1 */
+	int coming;   /* a worker on its way up on a slot, or -1 */
+	int stopping; /* a worker on its way out, or -1 */
+	unsigned warm, starting, busy;
+};
+
+static void survey(const struct program *p, struct survey *v)
+{
+	*v = (struct survey){-1, -1, -1, 0, 0, 0};
+	for (unsigned i = 0; i < p->nw; i++) {
+		const struct worker *wk = &p->w[i];
+		if (wk->job)
+			continue; /* a job's (meshd_job_worker_get) */
+		enum mesh_istate st = mesh_instance_state(wk->inst);
+		v->busy += wk->busy;
+		if (mesh_istate_stopping(st))
+			v->stopping = (int)i;
+		if (st == MESH_IS_RUNNING && wk->slot >= 0) {
+			v->warm++;
+			if (!wk->busy && !wk->stuck_since && (v->best < 0 || wk->last_used < p->w[v->best].last_used))
+				v->best = (int)i;
+		} else if ((st == MESH_IS_STARTING || st == MESH_IS_LAUNCHING) && wk->slot >= 0) {
+			v->starting++;
+			v->coming = (int)i;
+		}
+	}
+}
+
+/* The policy wants one more worker of p for calls: an idle process first
+ * (no spawn), else a DOWN record, else a new one, launched onto a free
+ * slot (v->coming then).  No free slot: the least recently used idle
+ * worker is halted off one (*vp, its program referenced, and *victim).
+ * d->mu held throughout.  0; 1 when GPU memory was waited for with d->mu
+ * dropped (look again); or a negative code. */
+static int start_one(struct meshd_core *d, struct program *p, struct survey *v, uint64_t now, struct program **vp,
+		     struct mesh_instance **victim, char **err)
+{
+	int cand = -1;
+	for (unsigned i = 0; i < p->nw && cand < 0; i++)
+		if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_IDLE && p->w[i].slot < 0)
+			cand = (int)i;
+	if (cand < 0 && now < p->retry_at && v->warm + v->starting == 0)
+		/* Backing off a crash loop: answer with the last crash. */
+		return mesh_errf(err, MESH_E_CRASHED, "%s%s(the next start of '%s' in %llu ms)",
+				 p->crash_report ? p->crash_report : "",
+				 p->crash_report && !strchr(p->crash_report, '\n') ? "\n" : "", p->img.name,
+				 (unsigned long long)((p->retry_at - now) / MESH_NS_PER_MS));
+	for (unsigned i = 0; i < p->nw && cand < 0 && now >= p->retry_at; i++)
+		if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN && p->w[i].slot < 0)
+			cand = (int)i;
+	if (cand < 0 && now >= p->retry_at && p->nw < p->img.m.max_workers) {
+		cand = meshd__new_worker(d, p);
+		if (cand < 0)
+			return cand;
+	}
+	if (cand < 0)
+		return 0;
+	int s = meshd__take_slot(d, p->img.m.ring_bytes);
+	if (s < 0) {
+		*vp = meshd__evict_lru(d, victim);
+		if (!*vp && v->warm + v->starting == 0)
+			return mesh_errf(err, MESH_E_STATE, "no free slot for '%s' (all %u serve calls)", p->img.name,
+					 d->nslots);
+		return 0;
+	}
+	struct worker *wk = &p->w[cand];
+	uint64_t res = 0;
+	int rc = 0;
+	if (mesh_instance_state(wk->inst) == MESH_IS_DOWN &&
+	    (rc = meshd__gpu_before_spawn(&d->G, &d->mu, 1, &p->img, (unsigned)cand, wk->inst, &res, err))) {
+		d->slot_taken[s] = 0;
+		return rc;
+	}
+	rc = mesh_instance_launch(wk->inst, d->slots[s], err);
+	meshd__spawned(d, wk, res, rc);
+	if (rc) {
+		d->slot_taken[s] = 0;
+		return rc;
+	}
+	wk->slot = s;
+	wk->stuck_since = 0;
+	wk->last_used = now;
+	v->coming = cand;
+	return 0;
+}
+
+/* One step of acquire's wait, at most WAIT_STEP_NS and never past
+ * deadline: for the worker evicted for us (victim), else the one coming
+ * up, else one on its way out when all are, else for a call to end.
+ * d->mu held, released here; vp's reference dropped.  0 (look again), or
+ * the answer: the worker coming up for us died or failed. */
+static int wait_step(struct meshd_core *d, struct program *p, const struct survey *v, struct mesh_instance *wait_inst,
+		     struct program *vp, uint64_t now, uint64_t deadline, char **err)
+{
+	int own = 0;
+	if (!wait_inst && v->coming >= 0) {
+		wait_inst = p->w[v->coming].inst;
+		own = 1;
+	}
+	if (!wait_inst && v->stopping >= 0 && v->warm + v->starting == 0)
+		wait_inst = p->w[v->stopping].inst; /* all of them on their way out */
+	uint64_t until = deadline - now < WAIT_STEP_NS ? deadline : now + WAIT_STEP_NS;
+	if (!wait_inst) {
+		/* Every worker serves a call: one ends (d->cv) or the step. */
+		struct timespec ts = {(time_t)(until / MESH_NS_PER_S), (long)(until % MESH_NS_PER_S)};
+		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+		pthread_mutex_unlock(&d->mu);
+		return 0;
+	}
+	pthread_mutex_unlock(&d->mu);
+	char *e = NULL;
+	int rc = mesh_instance_wait(wait_inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_IDLE | 1u << MESH_IS_DOWN,
+				until - now, &e);
+	if (vp)
+		meshd__unref(d, vp);
+	if (own && rc == MESH_E_TIMEOUT) {
+		/* The step ran out, or the worker missed its ready or online
+		 * timeout (it is failed then: on its way out or gone). */
+		enum mesh_istate st = mesh_instance_state(wait_inst);
+		if (st != MESH_IS_DOWN && !mesh_istate_stopping(st))
+			rc = 0;
+	}
+	if (own && rc) {
+		if (err)
+			*err = e;
+		else
+			free(e);
+		return rc; /* it died or failed on its way up: that is the answer */
+	}
+	free(e);
+	return 0;
+}
+
 /* A worker of p on a slot with no call on it, marked busy (the caller
  * clears it); its index, or a negative code.  Starts one more worker
- * (launching an idle one, else spawning) while the policy's replica count
- * for the demand (calls waiting + calls running, one a worker) is above
- * the workers up or coming; else waits for one to come free.  Never past
- * deadline. */
+ * (start_one) while the policy's replica count for the demand (calls
+ * waiting + calls running, one a worker) is above the workers up or
+ * coming; else waits for one to come free.  Never past deadline. */
 static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint64_t deadline, uint64_t timeout_ns,
 		   const atomic_int *cancel, int *slot_out, char **err)
 {
@@ -56,158 +190,48 @@ static int acquire(struct meshd_core *d, struct program *p, unsigned stops, uint
 		pthread_mutex_lock(&d->mu);
 		meshd__reconcile_all(d);
 		uint64_t now = mesh_mono_ns();
-		if (p->stops != stops || p->gone) {
-			/* stop, unload or meshd's exit: not a reason to start another. */
-			int rc = mesh_errf(err, MESH_E_STOPPED,
-					   "'%s' was stopped while the call waited for a worker (stop, unload or meshd "
-					   "stopping)",
-					   p->img.name);
+		/* stop, unload or meshd's exit: not a reason to start another. */
+		int rc = p->stops != stops || p->gone ? mesh_errf(err, MESH_E_STOPPED,
+								  "'%s' was stopped while the call waited for a worker "
+								  "(stop, unload or meshd stopping)",
+								  p->img.name)
+						      : meshd__failed(p, err);
+		if (rc) {
 			pthread_mutex_unlock(&d->mu);
 			return rc;
 		}
-		if (p->failed) {
-			int rc = mesh_errf(err, MESH_E_CRASHED, "'%s' is FAILED: %s; `mesh start %s` clears it", p->img.name,
-					   p->failed, p->img.name);
-			pthread_mutex_unlock(&d->mu);
-			return rc;
-		}
-		int best = -1, coming = -1, stopping = -1;
-		unsigned warm = 0, starting = 0, busy = 0;
-		for (unsigned i = 0; i < p->nw; i++) {
-			struct worker *wk = &p->w[i];
-			if (wk->job)
-				continue; /* a job's (meshd_job_worker_get) */
-			enum mesh_istate st = mesh_instance_state(wk->inst);
-			busy += wk->busy;
-			if (mesh_istate_stopping(st))
-				stopping = (int)i;
-			if (st == MESH_IS_RUNNING && wk->slot >= 0) {
-				warm++;
-				if (!wk->busy && !wk->stuck_since && (best < 0 || wk->last_used < p->w[best].last_used))
-					best = (int)i;
-			} else if ((st == MESH_IS_STARTING || st == MESH_IS_LAUNCHING) && wk->slot >= 0) {
-				starting++;
-				coming = (int)i;
-			}
-		}
-		if (best >= 0) {
-			struct worker *wk = &p->w[best];
+		struct survey v;
+		survey(p, &v);
+		if (v.best >= 0) {
+			struct worker *wk = &p->w[v.best];
 			wk->busy = 1;
 			wk->last_used = now;
 			meshd__kick(d, now + meshd__heal_every(d)); /* heal checks while it serves */
 			d->slot_busy[wk->slot]++;
 			*slot_out = wk->slot;
 			pthread_mutex_unlock(&d->mu);
-			return best;
+			return v.best;
 		}
 		struct mesh_as_config c = {0, p->img.m.max_workers, 1, 1, 1, 0};
-		struct mesh_as_obs o = {warm, starting, (uint64_t)p->waiting + busy, 0, 0, 0};
+		struct mesh_as_obs o = {v.warm, v.starting, (uint64_t)p->waiting + v.busy, 0, 0, 0};
 		struct mesh_as_plan plan;
-		if (mesh_as_plan(&c, &o, &plan) == 0 && plan.action == MESH_AS_SPAWN) {
-			/* One more: an idle process first (no spawn), else a new one. */
-			int cand = -1;
-			for (unsigned i = 0; i < p->nw && cand < 0; i++)
-				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_IDLE && p->w[i].slot < 0)
-					cand = (int)i;
-			if (cand < 0 && now < p->retry_at && warm + starting == 0) {
-				/* Backing off a crash loop: answer with the last crash. */
-				int rc = mesh_errf(err, MESH_E_CRASHED, "%s%s(the next start of '%s' in %llu ms)",
-						   p->crash_report ? p->crash_report : "",
-						   p->crash_report && !strchr(p->crash_report, '\n') ? "\n" : "", p->img.name,
-						   (unsigned long long)((p->retry_at - now) / MESH_NS_PER_MS));
-				pthread_mutex_unlock(&d->mu);
-				return rc;
-			}
-			for (unsigned i = 0; i < p->nw && cand < 0 && now >= p->retry_at; i++)
-				if (!p->w[i].job && mesh_instance_state(p->w[i].inst) == MESH_IS_DOWN && p->w[i].slot < 0)
-					cand = (int)i;
-			if (cand < 0 && now >= p->retry_at && p->nw < p->img.m.max_workers) {
-				int rc = meshd__new_worker(d, p);
-				if (rc < 0) {
-					pthread_mutex_unlock(&d->mu);
-					return rc;
-				}
-				cand = rc;
-			}
-			if (cand >= 0) {
-				int s = meshd__take_slot(d, p->img.m.ring_bytes);
-				if (s < 0)
-					vp = meshd__evict_lru(d, &wait_inst);
-				if (s >= 0) {
-					struct worker *wk = &p->w[cand];
-					uint64_t res = 0;
-					int rc = 0;
-					if (mesh_instance_state(wk->inst) == MESH_IS_DOWN &&
-					    (rc = meshd__gpu_before_spawn(&d->G, &d->mu, 1, &p->img, (unsigned)cand, wk->inst, &res,
-									  err))) {
-						d->slot_taken[s] = 0;
-						pthread_mutex_unlock(&d->mu);
-						if (rc == 1)
-							continue; /* waited for GPU memory with d->mu dropped: look again */
-						return rc;
-					}
-					rc = mesh_instance_launch(wk->inst, d->slots[s], err);
-					meshd__spawned(d, wk, res, rc);
-					if (rc) {
-						d->slot_taken[s] = 0;
-						pthread_mutex_unlock(&d->mu);
-						return rc;
-					}
-					wk->slot = s;
-					wk->stuck_since = 0;
-					wk->last_used = now;
-					coming = cand;
-				} else if (!vp && warm + starting == 0) {
-					int rc = mesh_errf(err, MESH_E_STATE, "no free slot for '%s' (all %u serve calls)",
-							   p->img.name, d->nslots);
-					pthread_mutex_unlock(&d->mu);
-					return rc;
-				}
-			}
+		if (mesh_as_plan(&c, &o, &plan) == 0 && plan.action == MESH_AS_SPAWN)
+			rc = start_one(d, p, &v, now, &vp, &wait_inst, err);
+		if (rc) {
+			pthread_mutex_unlock(&d->mu);
+			if (rc == 1)
+				continue; /* GPU memory was waited for: look again */
+			return rc;
 		}
 		if (now >= deadline) {
-			int rc = acquire_timeout(p, coming, busy, timeout_ns, err);
+			rc = acquire_timeout(p, v.coming, v.busy, timeout_ns, err);
 			pthread_mutex_unlock(&d->mu);
 			if (vp)
 				meshd__unref(d, vp);
 			return rc;
 		}
-		int own = 0;
-		if (!wait_inst && coming >= 0) {
-			wait_inst = p->w[coming].inst;
-			own = 1;
-		}
-		if (!wait_inst && stopping >= 0 && warm + starting == 0)
-			wait_inst = p->w[stopping].inst; /* all of them on their way out */
-		uint64_t until = deadline - now < WAIT_STEP_NS ? deadline : now + WAIT_STEP_NS;
-		if (!wait_inst) {
-			/* Every worker serves a call: one ends (d->cv) or the step. */
-			struct timespec ts = {(time_t)(until / MESH_NS_PER_S), (long)(until % MESH_NS_PER_S)};
-			pthread_cond_timedwait(&d->cv, &d->mu, &ts);
-			pthread_mutex_unlock(&d->mu);
-			continue;
-		}
-		pthread_mutex_unlock(&d->mu);
-		char *e = NULL;
-		int rc = mesh_instance_wait(wait_inst, 1u << MESH_IS_RUNNING | 1u << MESH_IS_IDLE | 1u << MESH_IS_DOWN,
-					    until - now, &e);
-		if (vp)
-			meshd__unref(d, vp);
-		if (own && rc == MESH_E_TIMEOUT) {
-			/* The step ran out, or the worker missed its ready or online
-			 * timeout (it is failed then: on its way out or gone). */
-			enum mesh_istate st = mesh_instance_state(wait_inst);
-			if (st != MESH_IS_DOWN && !mesh_istate_stopping(st))
-				rc = 0;
-		}
-		if (own && rc) {
-			if (err)
-				*err = e;
-			else
-				free(e);
-			return rc; /* it died or failed on its way up: that is the answer */
-		}
-		free(e);
+		if ((rc = wait_step(d, p, &v, wait_inst, vp, now, deadline, err)))
+			return rc;
 	}
 }
 

@@ -153,6 +153,9 @@ void meshd__program_free(struct program *p);
 /* Workers of a retired p that hold nothing (no call, no job) are asked to
  * exit; the number still holding something.  d->mu held. */
 unsigned meshd__retire_sweep(struct meshd_core *d, struct program *p);
+/* 0, or MESH_E_CRASHED with *err when p is FAILED (a crash loop gave up,
+ * until `mesh start`).  d->mu held. */
+int meshd__failed(const struct program *p, char **err);
 
 /* core_workers.c */
 /* Gives back the slots of workers of p that left them, replaces a slot a

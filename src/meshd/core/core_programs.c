@@ -202,6 +202,14 @@ void meshd__unref(struct meshd_core *d, struct program *p)
 		meshd__kick(d, 0); /* the loop frees it once its workers are down */
 }
 
+int meshd__failed(const struct program *p, char **err)
+{
+	if (!p->failed)
+		return 0;
+	return mesh_errf(err, MESH_E_CRASHED, "'%s' is FAILED: %s; `mesh start %s` clears it", p->img.name, p->failed,
+			 p->img.name);
+}
+
 /* Workers of a retired p that hold nothing (no call, no job) are asked
  * to exit; the others are when they let go (call end, job_unhold).  The
  * number still holding something.  d->mu held. */

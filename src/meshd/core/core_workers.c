@@ -290,17 +290,151 @@ static void core_armed(void *arg)
 	ac->fn(ac->arg, &ac->h);
 }
 
-/* A get whose caller was told armed, then failed: the hold (h) is the
- * caller's to put back; the online wait's reference goes, the get's own
- * stays.  d->mu held, released here. */
-static int armed_then_failed(struct meshd_core *d, struct program *p, const struct meshd_job_worker *h,
-			     struct meshd_job_worker *out, int *armed_called, int rc)
+/* One job_worker_get: what it was asked and what it did so far. */
+struct get {
+	struct meshd_core *d;
+	struct program *p; /* referenced */
+	unsigned i;	   /* the worker, marked wk->job */
+	int early;
+	void (*armed)(void *arg, const struct meshd_job_worker *h);
+	void *arg;
+	int held;     /* slot_busy and the online wait's reference taken before the launch */
+	int called;   /* armed told: the caller has the hold whatever follows */
+	int launched; /* launched here */
+};
+
+/* A get that failed: all it took is put back, or, when the caller was
+ * told armed, the hold h is the caller's to put back (the online wait's
+ * reference goes, the get's own stays).  slot: the slot it holds busy
+ * (-1: none).  d->mu held, released here. */
+static int get_failed(struct get *g, int slot, const struct meshd_job_worker *h, struct meshd_job_worker *out,
+		      int *armed_called, int rc)
 {
-	p->refs--;
-	*out = *h;
-	*armed_called = 1;
+	struct meshd_core *d = g->d;
+	struct program *p = g->p;
+	if (g->held)
+		p->refs--;
+	if (g->called) {
+		*out = *h;
+		*armed_called = 1;
+		pthread_mutex_unlock(&d->mu);
+		return rc;
+	}
+	job_unhold(d, p, g->i, slot);
 	pthread_mutex_unlock(&d->mu);
+	meshd__unref(d, p);
 	return rc;
+}
+
+/* The get's worker, not running on a slot, gets one and is launched when
+ * it has none (armed told as soon as the slot is armed).  d->mu held: 0
+ * with it held still, or a code with it released (get_failed). */
+static int get_slot(struct get *g, struct meshd_job_worker *out, int *armed_called, char **err)
+{
+	struct meshd_core *d = g->d;
+	struct program *p = g->p;
+	struct worker *wk = &p->w[g->i];
+	int s = wk->slot >= 0 ? wk->slot : meshd__take_slot(d, p->img.m.ring_bytes);
+	if (s < 0) {
+		/* Full: the least recently used idle worker is halted off its
+		 * slot (its process stays, to be run again later); the job
+		 * asks again shortly. */
+		struct mesh_instance *victim = NULL;
+		struct program *vp = meshd__evict_lru(d, &victim);
+		job_unhold(d, p, g->i, -1);
+		pthread_mutex_unlock(&d->mu);
+		if (vp)
+			meshd__unref(d, vp);
+		meshd__unref(d, p);
+		return mesh_errf(err, -EAGAIN, "no free slot for '%s' (all %u are in use%s)", p->img.name, d->nslots,
+				 vp ? "; an idle worker is being halted off one" : "");
+	}
+	if (wk->slot >= 0)
+		return 0;
+	uint64_t res = 0;
+	int rc = 0;
+	if (mesh_instance_state(wk->inst) == MESH_IS_DOWN &&
+	    (rc = meshd__gpu_before_spawn(&d->G, &d->mu, 1, &p->img, g->i, wk->inst, &res, err)) == 1)
+		rc = mesh_errf(err, -EAGAIN, "'%s' waited for GPU memory; asking again", p->img.name);
+	struct armed_ctx ac = {g->armed, g->arg, {p, g->i, s, d->slots[s], wk->inst, 0, 0}, 0};
+	if (rc == 0 && g->armed) {
+		wk->slot = s;
+		d->slot_busy[s]++;
+		p->refs++; /* meshd_job_worker_online's */
+		g->held = 1;
+		rc = mesh_instance_launch_armed(wk->inst, d->slots[s], core_armed, &ac, err);
+		g->called = ac.called;
+		meshd__spawned(d, wk, res, rc);
+		g->launched = rc == 0;
+	} else if (rc == 0) {
+		rc = mesh_instance_launch(wk->inst, d->slots[s], err);
+		meshd__spawned(d, wk, res, rc);
+		g->launched = rc == 0;
+	}
+	if (rc && !g->called) {
+		if (g->held) {
+			wk->slot = -1;
+			d->slot_busy[s]--;
+		}
+		d->slot_taken[s] = 0;
+	}
+	if (rc)
+		return get_failed(g, -1, &ac.h, out, armed_called, rc);
+	wk->slot = s;
+	return 0;
+}
+
+/* The get's worker holds its slot: it is held busy, and waited for until
+ * it is online (early: armed, or LAUNCHING).  d->mu held, released here:
+ * 0 with *out filled (the program's reference stays until put), or a
+ * code (get_failed). */
+static int get_online(struct get *g, uint64_t deadline, struct meshd_job_worker *out, int *armed_called, char **err)
+{
+	struct meshd_core *d = g->d;
+	struct program *p = g->p;
+	struct worker *wk = &p->w[g->i];
+	int rc = 0;
+	/* Held: reconcile never frees or hands on this slot meanwhile. */
+	int s = wk->slot;
+	if (!g->held)
+		d->slot_busy[s]++;
+	meshd__kick(d, mesh_mono_ns() + meshd__heal_every(d)); /* heal checks while the job holds it */
+	struct mesh_instance *inst = wk->inst;
+	pthread_mutex_unlock(&d->mu);
+	if (g->early && g->launched)
+		mesh_fault_pause("core.launched"); /* the getter late: the worker may be gone */
+	uint64_t now = mesh_mono_ns();
+	unsigned mask = 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE;
+	/* Launched here, early: its slot is armed already (or the launch
+	 * failed at once, DOWN: that is for the wait below to say). */
+	int now_armed = g->early && g->launched && mesh_instance_state(inst) != MESH_IS_DOWN;
+	if (!now_armed)
+		rc = mesh_instance_wait(inst, mask | (g->early ? 1u << MESH_IS_LAUNCHING : 0),
+					now < deadline ? deadline - now : 0, err);
+	enum mesh_istate ist = mesh_instance_state(inst);
+	if (rc == 0 && !now_armed && ist != MESH_IS_RUNNING && !(g->early && ist == MESH_IS_LAUNCHING)) {
+		char *r = mesh_instance_last_report(inst);
+		rc = MESH_E_CRASHED;
+		if (err)
+			*err = r ? r : mesh_strf("'%s' exited before it came online", p->img.name);
+		else
+			free(r);
+	}
+	pthread_mutex_lock(&d->mu);
+	if (rc == 0 && !now_armed && d->slots[s] != mesh_instance_slot(inst))
+		rc = mesh_errf(err, MESH_E_STATE, "'%s' left its slot while it came online", p->img.name);
+	if (rc)
+		return get_failed(g, s, &(struct meshd_job_worker){p, g->i, s, d->slots[s], inst, 0, 0}, out,
+				  armed_called, rc);
+	*out = (struct meshd_job_worker){p, g->i, s, d->slots[s], inst, mesh_instance_pid(inst), ist == MESH_IS_RUNNING};
+	if (g->held && out->online)
+		p->refs--; /* online already: no wait for it */
+	else if (!g->held && !out->online)
+		p->refs++; /* meshd_job_worker_online's, apart from the hold's */
+	if (armed_called)
+		*armed_called = g->called;
+	pthread_mutex_unlock(&d->mu);
+	return 0;
 }
 
 /* meshd_job_worker_get(_early, _armed): early returns a worker once its
@@ -316,145 +450,31 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 			  void (*armed)(void *arg, const struct meshd_job_worker *h), void *arg, int *armed_called,
 			  char **err)
 {
-	int held = 0;	/* slot_busy and the online wait's reference taken before the launch */
-	int called = 0; /* armed told: the caller has the hold whatever follows */
 	if (armed_called)
 		*armed_called = 0;
-	struct program *p;
 	if (err)
 		*err = NULL;
 	memset(out, 0, sizeof *out);
-	int rc = meshd__get_program(d, name, &p, err);
+	struct get g = {d, NULL, 0, early, armed, arg, 0, 0, 0};
+	int rc = meshd__get_program(d, name, &g.p, err);
 	if (rc)
 		return rc;
+	struct program *p = g.p;
 	uint64_t deadline = mesh_mono_ns() + start_wait_ns(p, d);
 	pthread_mutex_lock(&d->mu);
 	meshd__reconcile(d, p);
-	if (p->failed) {
-		rc = mesh_errf(err, MESH_E_CRASHED, "'%s' is FAILED: %s; `mesh start %s` clears it", name, p->failed,
-			       name);
-		pthread_mutex_unlock(&d->mu);
-		meshd__unref(d, p);
-		return rc;
-	}
-	int i = job_candidate(d, p);
+	int i = (rc = meshd__failed(p, err)) ? -1 : job_candidate(d, p);
 	if (i < 0) {
 		pthread_mutex_unlock(&d->mu);
 		meshd__unref(d, p);
-		return mesh_errf(err, -EAGAIN, "all %u workers of '%s' are in use", p->img.m.max_workers, name);
+		return rc ? rc : mesh_errf(err, -EAGAIN, "all %u workers of '%s' are in use", p->img.m.max_workers, name);
 	}
+	g.i = (unsigned)i;
 	struct worker *wk = &p->w[i];
-	int launched = 0;
 	wk->job = 1;
-	if (mesh_instance_state(wk->inst) != MESH_IS_RUNNING || wk->slot < 0) {
-		int s = wk->slot >= 0 ? wk->slot : meshd__take_slot(d, p->img.m.ring_bytes);
-		if (s < 0) {
-			/* Full: the least recently used idle worker is halted off
-			 * its slot (its process stays, to be run again later); the
-			 * job asks again shortly. */
-			struct mesh_instance *victim = NULL;
-			struct program *vp = meshd__evict_lru(d, &victim);
-			job_unhold(d, p, (unsigned)i, -1);
-			pthread_mutex_unlock(&d->mu);
-			if (vp)
-				meshd__unref(d, vp);
-			meshd__unref(d, p);
-			return mesh_errf(err, -EAGAIN, "no free slot for '%s' (all %u are in use%s)", name, d->nslots,
-					 vp ? "; an idle worker is being halted off one" : "");
-		}
-		if (wk->slot < 0) {
-			uint64_t res = 0;
-			rc = 0;
-			if (mesh_instance_state(wk->inst) == MESH_IS_DOWN &&
-			    (rc = meshd__gpu_before_spawn(&d->G, &d->mu, 1, &p->img, (unsigned)i, wk->inst, &res, err)) == 1)
-				rc = mesh_errf(err, -EAGAIN, "'%s' waited for GPU memory; asking again", name);
-			struct armed_ctx ac = {armed, arg, {p, (unsigned)i, s, d->slots[s], wk->inst, 0, 0}, 0};
-			if (rc == 0 && armed) {
-				wk->slot = s;
-				d->slot_busy[s]++;
-				p->refs++; /* meshd_job_worker_online's */
-				held = 1;
-				rc = mesh_instance_launch_armed(wk->inst, d->slots[s], core_armed, &ac, err);
-				called = ac.called;
-				meshd__spawned(d, wk, res, rc);
-				launched = rc == 0;
-			} else if (rc == 0) {
-				rc = mesh_instance_launch(wk->inst, d->slots[s], err);
-				meshd__spawned(d, wk, res, rc);
-				launched = rc == 0;
-			}
-			if (rc && called)
-				return armed_then_failed(d, p, &ac.h, out, armed_called, rc);
-			if (rc) {
-				if (held) {
-					wk->slot = -1;
-					d->slot_busy[s]--;
-					p->refs--;
-				}
-				d->slot_taken[s] = 0;
-				job_unhold(d, p, (unsigned)i, -1);
-				pthread_mutex_unlock(&d->mu);
-				meshd__unref(d, p);
-				return rc;
-			}
-		}
-		wk->slot = s;
-	}
-	/* Held: reconcile never frees or hands on this slot meanwhile. */
-	int s = wk->slot;
-	if (!held)
-		d->slot_busy[s]++;
-	meshd__kick(d, mesh_mono_ns() + meshd__heal_every(d)); /* heal checks while the job holds it */
-	struct mesh_instance *inst = wk->inst;
-	pthread_mutex_unlock(&d->mu);
-	if (early && launched)
-		mesh_fault_pause("core.launched"); /* the getter late: the worker may be gone */
-	uint64_t now = mesh_mono_ns();
-	unsigned mask = 1u << MESH_IS_RUNNING | 1u << MESH_IS_DOWN | 1u << MESH_IS_IDLE;
-	/* Launched here, early: its slot is armed already (or the launch
-	 * failed at once, DOWN: that is for the wait below to say). */
-	int now_armed = early && launched && mesh_instance_state(inst) != MESH_IS_DOWN;
-	if (!now_armed)
-		rc = mesh_instance_wait(inst, mask | (early ? 1u << MESH_IS_LAUNCHING : 0),
-					now < deadline ? deadline - now : 0, err);
-	enum mesh_istate ist = mesh_instance_state(inst);
-	if (rc == 0 && !now_armed && ist != MESH_IS_RUNNING && !(early && ist == MESH_IS_LAUNCHING)) {
-		char *r = mesh_instance_last_report(inst);
-		rc = MESH_E_CRASHED;
-		if (err)
-			*err = r ? r : mesh_strf("'%s' exited before it came online", name);
-		else
-			free(r);
-	}
-	pthread_mutex_lock(&d->mu);
-	if (rc == 0 && !now_armed && d->slots[s] != mesh_instance_slot(inst))
-		rc = mesh_errf(err, MESH_E_STATE, "'%s' left its slot while it came online", name);
-	if (rc && called)
-		return armed_then_failed(d, p, &(struct meshd_job_worker){p, (unsigned)i, s, d->slots[s], inst, 0, 0}, out,
-					 armed_called, rc);
-	if (rc) {
-		if (held)
-			p->refs--;
-		job_unhold(d, p, (unsigned)i, s);
-		pthread_mutex_unlock(&d->mu);
-		meshd__unref(d, p);
+	if ((mesh_instance_state(wk->inst) != MESH_IS_RUNNING || wk->slot < 0) && (rc = get_slot(&g, out, armed_called, err)))
 		return rc;
-	}
-	out->prog = p;
-	out->idx = (unsigned)i;
-	out->slot_index = s;
-	out->slot = d->slots[s];
-	out->inst = inst;
-	out->pid = mesh_instance_pid(inst);
-	out->online = ist == MESH_IS_RUNNING;
-	if (held && out->online)
-		p->refs--; /* online already: no wait for it */
-	else if (!held && !out->online)
-		p->refs++; /* meshd_job_worker_online's, apart from the hold's */
-	if (armed_called)
-		*armed_called = called;
-	pthread_mutex_unlock(&d->mu);
-	return 0; /* the program's reference stays until put */
+	return get_online(&g, deadline, out, armed_called, err);
 }
 
 int meshd_job_worker_get(struct meshd_core *d, const char *name, struct meshd_job_worker *out, char **err)
