@@ -419,29 +419,13 @@ static size_t outstanding(const struct slot_ex *x)
 	return n;
 }
 
-/* Sends what waits to workers with room; asks for workers as demand says. */
-static void pump(struct slot_ex *x)
+/* Sends the attempts that wait to the workers with room, each to the
+ * least loaded (a copy never to its original's worker), in queue order;
+ * then what went into each ring goes out to its worker at once: one
+ * wake-up of a sleeping worker for the whole pump. */
+static void send_waiting(struct slot_ex *x)
 {
-	collect(x);
-	x->need_pump = 0;
-	x->fresh = 0;
 	unsigned K = x->cfg.max_workers, D = x->cfg.depth;
-	/* Attempts waited for a worker when this pump began: demand may ask
-	 * for more even once they all went into rings (a worker online since
-	 * the submit takes the first chunks at once; the job still gets the
-	 * workers its demand says). */
-	int waiting = x->q.head != NULL;
-	for (unsigned i = 0; i < K; i++) {
-		struct jworker *w = &x->w[i];
-		w->full = 0;
-		w->held = 0;
-		/* Its image was replaced (mesh load, rollback): nothing more is
-		 * sent to it; once it answered what it holds it goes back (and
-		 * exits), and demand asks for a worker of the new image. */
-		w->stale = w->state == W_ON && meshd_job_worker_stale(&w->h);
-		if (w->stale && !w->n)
-			drop_worker(x, w, 0, 0, NULL);
-	}
 	struct unit *u = x->q.head;
 	while (u) {
 		struct jworker *best = NULL;
@@ -499,15 +483,19 @@ static void pump(struct slot_ex *x)
 		best->held = 1;
 		u = next;
 	}
-	/* What went into each ring goes out to its worker at once: one
-	 * wake-up of a sleeping worker for the whole pump. */
 	for (unsigned i = 0; i < K; i++)
 		if (x->w[i].held)
 			mesh_slot_publish(x->w[i].h.slot);
-	/* Demand: the attempts in flight, put to the autoscale policy with a
-	 * worker's concurrency min(D, DEMAND_CONCURRENCY) and at most K
-	 * workers (its replica count: ceil(in flight / that), from zero at
-	 * once). */
+}
+
+/* Demand: the attempts in flight, put to the autoscale policy with a
+ * worker's concurrency min(D, DEMAND_CONCURRENCY) and at most K workers
+ * (its replica count: ceil(in flight / that), from zero at once); a
+ * getter starts for each worker more it wants.  waiting: attempts waited
+ * for a worker when the pump began. */
+static void ask_workers(struct slot_ex *x, int waiting)
+{
+	unsigned K = x->cfg.max_workers, D = x->cfg.depth;
 	unsigned inflight = (unsigned)outstanding(x), warm = 0, starting = 0;
 	for (unsigned i = 0; i < K; i++) {
 		struct jworker *w = &x->w[i];
@@ -537,6 +525,33 @@ static void pump(struct slot_ex *x)
 		w->state = W_COMING;
 		have++;
 	}
+}
+
+/* Sends what waits to workers with room; asks for workers as demand says. */
+static void pump(struct slot_ex *x)
+{
+	collect(x);
+	x->need_pump = 0;
+	x->fresh = 0;
+	unsigned K = x->cfg.max_workers;
+	/* Attempts waited for a worker when this pump began: demand may ask
+	 * for more even once they all went into rings (a worker online since
+	 * the submit takes the first chunks at once; the job still gets the
+	 * workers its demand says). */
+	int waiting = x->q.head != NULL;
+	for (unsigned i = 0; i < K; i++) {
+		struct jworker *w = &x->w[i];
+		w->full = 0;
+		w->held = 0;
+		/* Its image was replaced (mesh load, rollback): nothing more is
+		 * sent to it; once it answered what it holds it goes back (and
+		 * exits), and demand asks for a worker of the new image. */
+		w->stale = w->state == W_ON && meshd_job_worker_stale(&w->h);
+		if (w->stale && !w->n)
+			drop_worker(x, w, 0, 0, NULL);
+	}
+	send_waiting(x);
+	ask_workers(x, waiting);
 }
 
 /* A worker that held the chunk at the head of its ring past its limit
