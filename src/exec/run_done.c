@@ -63,14 +63,97 @@ void mesh__run_item_free(struct mesh__item *it)
 	free(it);
 }
 
+/* The completer's arrays for a batch of completions, grown as batches
+ * grow (cap: what all of them hold). */
+struct batch_bufs {
+	uint64_t *cids, *durs;
+	struct mesh_job_result *rv;
+	int *res;
+	struct mesh__item **its;
+	size_t cap;
+};
+
+/* At least total in each array when memory allows (else cap stays, and
+ * the completions past it fail with -ENOMEM). */
+static void bufs_grow(struct batch_bufs *b, size_t total)
+{
+	if (total <= b->cap)
+		return;
+	size_t nc = total * 2;
+	uint64_t *c2 = realloc(b->cids, nc * sizeof *c2), *d2 = NULL;
+	if (c2)
+		b->cids = c2;
+	d2 = realloc(b->durs, nc * sizeof *d2);
+	if (d2)
+		b->durs = d2;
+	int *r2 = realloc(b->res, nc * sizeof *r2);
+	if (r2)
+		b->res = r2;
+	struct mesh__item **i2 = realloc(b->its, nc * sizeof *i2);
+	if (i2)
+		b->its = i2;
+	struct mesh_job_result *v2 = realloc(b->rv, nc * sizeof *v2);
+	if (v2)
+		b->rv = v2;
+	if (c2 && d2 && r2 && i2 && v2)
+		b->cap = nc;
+}
+
+/* Makes a batch of completions durable, each item's result set: its
+ * results file finished, the caller's results committed (its hook) before
+ * their DONE, then one fsync of DONE records for the batch (two when
+ * speculative copies ran under the second handle).  r->mu not held. */
+static void complete_batch(struct mesh__runner *r, struct mesh__item *batch, struct batch_bufs *b)
+{
+	for (struct mesh__item *it = batch; it; it = it->next) {
+		it->result = 0;
+		if (it->res_dir)
+			it->result = finalize_results(it);
+	}
+	/* The caller's results reach the disk before their DONE (those in
+	 * their DONE with it). */
+	if (r->o->hooks && r->o->hooks->commit) {
+		int any = 0;
+		for (struct mesh__item *it = batch; it && !any; it = it->next)
+			any = it->complete && it->result == 0 && !it->res_p;
+		int rc = any ? r->o->hooks->commit(r->o->hooks->arg) : 0;
+		for (struct mesh__item *it = batch; it && rc < 0; it = it->next)
+			if (it->complete && it->result == 0)
+				it->result = rc;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		struct mesh_job *jh = pass == 0 ? r->job : r->o->spec_job;
+		size_t n = 0;
+		if (!jh)
+			continue;
+		for (struct mesh__item *it = batch; it; it = it->next) {
+			if (it->jh != jh || it->result != 0 || !it->complete)
+				continue;
+			if (n >= b->cap) {
+				it->result = -ENOMEM;
+				continue;
+			}
+			b->cids[n] = it->cid;
+			b->durs[n] = it->dur_ns;
+			b->rv[n].p = it->res_p;
+			b->rv[n].len = it->res_len;
+			b->its[n++] = it;
+		}
+		if (n) {
+			int rc = mesh_job_complete_results(jh, b->cids, b->durs, b->rv, n, b->res);
+			for (size_t i = 0; i < n; i++)
+				b->its[i]->result =
+					rc < 0 && b->res[i] >= 0 && b->res[i] != MESH_JOB_IGNORED ? rc : b->res[i];
+		}
+	}
+	if (r->o->hooks && r->o->hooks->committed)
+		r->o->hooks->committed(r->o->hooks->arg);
+}
+
 void *mesh__run_completer(void *arg)
 {
 	struct mesh__runner *r = arg;
-	uint64_t *cids = NULL, *durs = NULL;
-	struct mesh_job_result *rv = NULL;
-	int *res = NULL;
-	struct mesh__item **its = NULL;
-	size_t cap = 0;
+	struct batch_bufs b = {0};
 	pthread_mutex_lock(&r->mu);
 	for (;;) {
 		while (!r->q_in && !r->quit)
@@ -82,74 +165,11 @@ void *mesh__run_completer(void *arg)
 		r->q_in_tail = &r->q_in;
 		pthread_mutex_unlock(&r->mu);
 
-		size_t n = 0, total = 0;
+		size_t total = 0;
 		for (struct mesh__item *it = batch; it; it = it->next)
 			total++;
-		if (total > cap) {
-			size_t nc = total * 2;
-			uint64_t *c2 = realloc(cids, nc * sizeof *c2), *d2 = NULL;
-			if (c2)
-				cids = c2;
-			d2 = realloc(durs, nc * sizeof *d2);
-			if (d2)
-				durs = d2;
-			int *r2 = realloc(res, nc * sizeof *r2);
-			if (r2)
-				res = r2;
-			struct mesh__item **i2 = realloc(its, nc * sizeof *i2);
-			if (i2)
-				its = i2;
-			struct mesh_job_result *v2 = realloc(rv, nc * sizeof *v2);
-			if (v2)
-				rv = v2;
-			if (c2 && d2 && r2 && i2 && v2)
-				cap = nc;
-		}
-		for (struct mesh__item *it = batch; it; it = it->next) {
-			it->result = 0;
-			if (it->res_dir)
-				it->result = finalize_results(it);
-		}
-		/* The caller's results reach the disk before their DONE (those
-		 * in their DONE with it). */
-		if (r->o->hooks && r->o->hooks->commit) {
-			int any = 0;
-			for (struct mesh__item *it = batch; it && !any; it = it->next)
-				any = it->complete && it->result == 0 && !it->res_p;
-			int rc = any ? r->o->hooks->commit(r->o->hooks->arg) : 0;
-			for (struct mesh__item *it = batch; it && rc < 0; it = it->next)
-				if (it->complete && it->result == 0)
-					it->result = rc;
-		}
-		/* One fsync for the batch (two when speculative copies ran
-		 * under the second handle). */
-		for (int pass = 0; pass < 2; pass++) {
-			struct mesh_job *jh = pass == 0 ? r->job : r->o->spec_job;
-			n = 0;
-			if (!jh)
-				continue;
-			for (struct mesh__item *it = batch; it; it = it->next) {
-				if (it->jh != jh || it->result != 0 || !it->complete)
-					continue;
-				if (n >= cap) {
-					it->result = -ENOMEM;
-					continue;
-				}
-				cids[n] = it->cid;
-				durs[n] = it->dur_ns;
-				rv[n].p = it->res_p;
-				rv[n].len = it->res_len;
-				its[n++] = it;
-			}
-			if (n) {
-				int rc = mesh_job_complete_results(jh, cids, durs, rv, n, res);
-				for (size_t i = 0; i < n; i++)
-					its[i]->result =
-						rc < 0 && res[i] >= 0 && res[i] != MESH_JOB_IGNORED ? rc : res[i];
-			}
-		}
-		if (r->o->hooks && r->o->hooks->committed)
-			r->o->hooks->committed(r->o->hooks->arg);
+		bufs_grow(&b, total);
+		complete_batch(r, batch, &b);
 		pthread_mutex_lock(&r->mu);
 		struct mesh__item *last = batch;
 		while (last->next)
@@ -163,11 +183,11 @@ void *mesh__run_completer(void *arg)
 		}
 	}
 	pthread_mutex_unlock(&r->mu);
-	free(cids);
-	free(durs);
-	free(res);
-	free(its);
-	free(rv);
+	free(b.cids);
+	free(b.durs);
+	free(b.res);
+	free(b.its);
+	free(b.rv);
 	return NULL;
 }
 
