@@ -578,6 +578,114 @@ static struct mesh_toml_item *push(struct cur *c, struct mesh_toml *t, size_t *c
 	return it;
 }
 
+/* After "[" and its spaces: a table's name, bare names joined by '.' with
+ * spaces around the dots allowed, and the spaces after it.  [a.b]: the
+ * table named "a.b" (what TOML makes of it for the keys in it; no key "b"
+ * is made in [a]).  Returns the malloc'd name, or NULL with c->rc set. */
+static char *table_name(struct cur *c)
+{
+	char *name = bare_key(c, "table name");
+	if (!name)
+		return NULL;
+	skip_ws(c);
+	while (name && peek(c) == '.') {
+		c->pos++;
+		skip_ws(c);
+		char *part = bare_key(c, "table name");
+		char *joined = part ? malloc(strlen(name) + strlen(part) + 2) : NULL;
+		if (joined)
+			sprintf(joined, "%s.%s", name, part);
+		else if (part)
+			c->rc = -ENOMEM;
+		free(part);
+		free(name);
+		name = joined;
+		skip_ws(c);
+	}
+	return name;
+}
+
+/* At a '[': a "[name]" header, up to its ']'.  Pushes its TABLE item and
+ * makes it the table that the keys after it go in (*table, replaced).
+ * Returns 0, or c->rc with the error recorded. */
+static int table_header(struct cur *c, struct mesh_toml *t, size_t *cap, char **table)
+{
+	size_t start = c->pos;
+	c->pos++;
+	if (peek(c) == '[')
+		return fail_at(c, start, "arrays of tables are not supported");
+	skip_ws(c);
+	char *name = table_name(c);
+	if (!name)
+		return c->rc;
+	if (peek(c) != ']') {
+		free(name);
+		return fail_at(c, c->pos, "expected ']'");
+	}
+	c->pos++;
+	if (find(t, name, NULL)) {
+		fail_at(c, start, "table [%s] defined twice", name);
+		free(name);
+		return c->rc;
+	}
+	struct mesh_toml_item *it = push(c, t, cap);
+	if (!it) {
+		free(name);
+		return c->rc;
+	}
+	it->type = MESH_TOML_TABLE;
+	it->line = c->line;
+	it->col = col_of(c, start);
+	it->table = name;
+	free(*table);
+	*table = strdup(name);
+	if (!*table)
+		return c->rc = -ENOMEM;
+	return 0;
+}
+
+/* At a key: "key = value", the key new in table ("" for the top level).
+ * Pushes its item with the value.  Returns 0, or c->rc with the error
+ * recorded. */
+static int key_value(struct cur *c, struct mesh_toml *t, size_t *cap, const char *table)
+{
+	size_t start = c->pos;
+	char *key = bare_key(c, "key");
+	if (!key)
+		return c->rc;
+	skip_ws(c);
+	if (peek(c) == '.') {
+		free(key);
+		return fail_at(c, c->pos, "dotted keys are not supported");
+	}
+	if (peek(c) != '=') {
+		free(key);
+		return fail_at(c, c->pos, "expected '=' after the key");
+	}
+	if (find(t, table, key)) {
+		if (*table)
+			fail_at(c, start, "key '%s' defined twice in [%s]", key, table);
+		else
+			fail_at(c, start, "key '%s' defined twice", key);
+		free(key);
+		return c->rc;
+	}
+	c->pos++;
+	skip_ws(c);
+	struct mesh_toml_item *it = push(c, t, cap);
+	if (!it) {
+		free(key);
+		return c->rc;
+	}
+	it->line = c->line;
+	it->col = col_of(c, start);
+	it->key = key;
+	it->table = strdup(table);
+	if (!it->table)
+		return c->rc = -ENOMEM;
+	return value(c, it);
+}
+
 int mesh_toml_parse(const char *file, const char *text, size_t len, struct mesh_toml *out, char **err)
 {
 	struct cur c = {.file = file ? file : "(manifest)", .s = text, .n = len, .line = 1, .err = err};
@@ -599,103 +707,7 @@ int mesh_toml_parse(const char *file, const char *text, size_t len, struct mesh_
 			end_of_line(&c);
 			continue;
 		}
-		size_t start = c.pos;
-		if (ch == '[') {
-			c.pos++;
-			if (peek(&c) == '[') {
-				fail_at(&c, start, "arrays of tables are not supported");
-				break;
-			}
-			skip_ws(&c);
-			char *name = bare_key(&c, "table name");
-			if (!name)
-				break;
-			skip_ws(&c);
-			/* [a.b]: the table named "a.b" (what TOML makes of it
-			 * for the keys in it; no key "b" is made in [a]). */
-			while (name && peek(&c) == '.') {
-				c.pos++;
-				skip_ws(&c);
-				char *part = bare_key(&c, "table name");
-				char *joined = part ? malloc(strlen(name) + strlen(part) + 2) : NULL;
-				if (joined)
-					sprintf(joined, "%s.%s", name, part);
-				else if (part)
-					c.rc = -ENOMEM;
-				free(part);
-				free(name);
-				name = joined;
-				skip_ws(&c);
-			}
-			if (!name)
-				break;
-			if (peek(&c) != ']') {
-				free(name);
-				fail_at(&c, c.pos, "expected ']'");
-				break;
-			}
-			c.pos++;
-			if (find(&t, name, NULL)) {
-				fail_at(&c, start, "table [%s] defined twice", name);
-				free(name);
-				break;
-			}
-			struct mesh_toml_item *it = push(&c, &t, &cap);
-			if (!it) {
-				free(name);
-				break;
-			}
-			it->type = MESH_TOML_TABLE;
-			it->line = c.line;
-			it->col = col_of(&c, start);
-			it->table = name;
-			free(table);
-			table = strdup(name);
-			if (!table) {
-				c.rc = -ENOMEM;
-				break;
-			}
-			end_of_line(&c);
-			continue;
-		}
-		char *key = bare_key(&c, "key");
-		if (!key)
-			break;
-		skip_ws(&c);
-		if (peek(&c) == '.') {
-			free(key);
-			fail_at(&c, c.pos, "dotted keys are not supported");
-			break;
-		}
-		if (peek(&c) != '=') {
-			free(key);
-			fail_at(&c, c.pos, "expected '=' after the key");
-			break;
-		}
-		if (find(&t, table, key)) {
-			if (*table)
-				fail_at(&c, start, "key '%s' defined twice in [%s]", key, table);
-			else
-				fail_at(&c, start, "key '%s' defined twice", key);
-			free(key);
-			break;
-		}
-		c.pos++;
-		skip_ws(&c);
-		struct mesh_toml_item *it = push(&c, &t, &cap);
-		if (!it) {
-			free(key);
-			break;
-		}
-		it->line = c.line;
-		it->col = col_of(&c, start);
-		it->key = key;
-		it->table = strdup(table);
-		if (!it->table) {
-			c.rc = -ENOMEM;
-			break;
-		}
-		if (value(&c, it))
+		if (ch == '[' ? table_header(&c, &t, &cap, &table) : key_value(&c, &t, &cap, table))
 			break;
 		end_of_line(&c);
 	}
