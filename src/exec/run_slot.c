@@ -181,10 +181,24 @@ fail:
 	return rc;
 }
 
-/* Records a failed attempt; 1 when it buried the chunk. */
+/* Drops what the attempt in s wrote, unwritten. */
+static void drop_output(struct mesh__slot *s)
+{
+	mesh__capture_flush(&s->cout, -1, NULL, 0);
+	mesh__capture_flush(&s->cerr, -1, NULL, 0);
+}
+
+/* Records a failed attempt (hooks->failed gets its stderr, when that is
+ * all in memory); 1 when it buried the chunk. */
 static int record_failure(struct mesh__runner *r, struct mesh__slot *s, int code, const char *what)
 {
 	uint64_t cid = s->l.cid;
+	if (r->o->hooks && r->o->hooks->failed && s->cerr.spill_fd < 0 && s->cerr.mem.len &&
+	    (s->report = malloc(s->cerr.mem.len))) {
+		/* The output goes on (and is gone) before the failure is recorded. */
+		memcpy(s->report, s->cerr.mem.p, s->cerr.mem.len);
+		s->report_len = s->cerr.mem.len;
+	}
 	r->st->failed++;
 	if (s->why == END_TIMEOUT)
 		r->st->timeouts++;
@@ -264,24 +278,77 @@ static int lease_held(struct mesh__runner *r, struct mesh__slot *s, uint64_t now
 	return rc != MESH_E_STATE;
 }
 
-void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
+/* The attempt in s was killed (a lost race, an interrupt, a halt) or the
+ * run is failing: no record.  When stopping, lets the lease expire now so a
+ * rerun takes the chunk at once; drops the output. */
+static void finish_unrecorded(struct mesh__runner *r, struct mesh__slot *s)
+{
+	if (r->stopping || r->fatal || r->halted)
+		mesh_job_renew(s->jh, &s->l, 1);
+	if (r->fatal && s->printed)
+		mesh__run_repeat(r, s->l.cid);
+	drop_output(s);
+}
+
+/* The attempt in s ends with neither a record nor a completion: its lease
+ * expires now, so a rerun takes the chunk at once; it (the attempt's
+ * completion item, or NULL) is freed. */
+static void abandon(struct mesh__slot *s, struct mesh__item *it)
+{
+	mesh_job_renew(s->jh, &s->l, 1);
+	if (it)
+		mesh__run_item_free(it);
+}
+
+/* The status the attempt in s is recorded with: its exit code, a timeout's
+ * 128 + SIGKILL; an output that could not be kept whole fails the attempt,
+ * and says why (the part that was kept is dropped with it). */
+static int attempt_code(struct mesh__runner *r, struct mesh__slot *s)
 {
 	int code = s->res.code;
+	if (s->why == END_TIMEOUT)
+		code = 128 + SIGKILL;
+	if (s->cap_err) {
+		mesh__run_note(r, "mesh: chunk %" PRIu64 ": cannot keep the output in %s: %s", s->l.cid,
+			       s->cout.spill_dir ? s->cout.spill_dir : s->cerr.spill_dir ? s->cerr.spill_dir : r->tmpdir,
+			       mesh_strerror(s->cap_err));
+		drop_output(s);
+		if (code == 0)
+			code = 1;
+	}
+	return code;
+}
+
+/* Hands the output of the attempt in s, which succeeded, to hooks->result:
+ * the caller keeps the result; it must have it before the chunk may be
+ * completed, whole: one over the in-memory bound comes back from its spill
+ * file.  0, or the negative error of the gather or of the hook. */
+static int hand_result(struct mesh__runner *r, struct mesh__slot *s, struct mesh__item *it)
+{
+	int rc = mesh__capture_gather(&s->cout);
+	if (rc == 0)
+		rc = r->o->hooks->result(r->o->hooks->arg, s->l.cid, s->l.attempt, s->cout.mem.p ? s->cout.mem.p : "",
+					 s->cout.mem.len);
+	/* A small one goes in its DONE too: durable with it. */
+	if (rc == 0 && it && r->o->hooks->results_in_done && s->cout.mem.len <= mesh_job_result_max(s->jh)) {
+		if ((it->res_p = malloc(s->cout.mem.len + 1))) {
+			if (s->cout.mem.len)
+				memcpy(it->res_p, s->cout.mem.p, s->cout.mem.len);
+			it->res_len = s->cout.mem.len;
+		}
+	}
+	return rc;
+}
+
+void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
+{
 	uint64_t now = mesh_mono_ns(), dur = now - s->t_start;
 	uint64_t cid = s->l.cid;
 	char what[48];
-	int buried = 0;
+	int code, rc, buried = 0;
 	struct mesh__item *it = NULL;
 	if (s->why == END_KILLED || r->fatal) {
-		/* Lost a race, interrupted, halted, or the run is failing: no
-		 * record.  When stopping, let the lease expire now so a rerun
-		 * takes the chunk at once. */
-		if (r->stopping || r->fatal || r->halted)
-			mesh_job_renew(s->jh, &s->l, 1);
-		if (r->fatal && s->printed)
-			mesh__run_repeat(r, cid);
-		mesh__capture_flush(&s->cout, -1, NULL, 0);
-		mesh__capture_flush(&s->cerr, -1, NULL, 0);
+		finish_unrecorded(r, s);
 		goto done;
 	}
 	int unseen = 0; /* its output is not printed: the chunk is DONE */
@@ -291,27 +358,14 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 			 * run's output and outcome count, this one's go unseen. */
 			if (!s->lost)
 				mesh__run_lease_lost(r, s, mesh_mono_ns());
-			mesh__capture_flush(&s->cout, -1, NULL, 0);
-			mesh__capture_flush(&s->cerr, -1, NULL, 0);
+			drop_output(s);
 			goto done;
 		}
 		/* DONE by another node: its completion is sent as before (and
 		 * answers IGNORED, counted), its output never printed. */
 		unseen = 1;
 	}
-	if (s->why == END_TIMEOUT)
-		code = 128 + SIGKILL;
-	if (s->cap_err) {
-		/* Its output could not be kept whole: the attempt fails, and
-		 * says why (the part that was kept is dropped with it). */
-		mesh__run_note(r, "mesh: chunk %" PRIu64 ": cannot keep the output in %s: %s", cid,
-			       s->cout.spill_dir ? s->cout.spill_dir : s->cerr.spill_dir ? s->cerr.spill_dir : r->tmpdir,
-			       mesh_strerror(s->cap_err));
-		mesh__capture_flush(&s->cout, -1, NULL, 0);
-		mesh__capture_flush(&s->cerr, -1, NULL, 0);
-		if (code == 0)
-			code = 1;
-	}
+	code = attempt_code(r, s);
 	what[0] = 0; /* read only for a results directory's status and a failure's note */
 	if (r->o->results_dir || code != 0)
 		describe(what, sizeof what, code, s->why);
@@ -319,61 +373,29 @@ void mesh__slot_finish(struct mesh__runner *r, struct mesh__slot *s)
 		if (!(it = new_item(r, s, code, dur, what))) {
 			if (!r->fatal)
 				r->fatal = -ENOMEM;
-			mesh_job_renew(s->jh, &s->l, 1);
+			abandon(s, NULL);
 			goto done;
 		}
 	}
 	mesh__out_joblog(r, s, code, dur);
-	if (code == 0 && r->o->hooks && r->o->hooks->result) {
-		/* The caller keeps the result; it must have it before the
-		 * chunk may be completed, whole: one over the in-memory bound
-		 * comes back from its spill file. */
-		int rc = mesh__capture_gather(&s->cout);
-		if (rc == 0)
-			rc = r->o->hooks->result(r->o->hooks->arg, cid, s->l.attempt,
-						 s->cout.mem.p ? s->cout.mem.p : "", s->cout.mem.len);
-		/* A small one goes in its DONE too: durable with it. */
-		if (rc == 0 && it && r->o->hooks->results_in_done && s->cout.mem.len <= mesh_job_result_max(s->jh)) {
-			if ((it->res_p = malloc(s->cout.mem.len + 1))) {
-				if (s->cout.mem.len)
-					memcpy(it->res_p, s->cout.mem.p, s->cout.mem.len);
-				it->res_len = s->cout.mem.len;
-			}
-		}
-		if (rc < 0) {
-			mesh__out_failed(r, cid, rc, "result");
-			mesh_job_renew(s->jh, &s->l, 1);
-			if (it)
-				mesh__run_item_free(it);
-			mesh__capture_flush(&s->cout, -1, NULL, 0);
-			mesh__capture_flush(&s->cerr, -1, NULL, 0);
-			goto done;
-		}
-	}
-	if (code != 0 && r->o->hooks && r->o->hooks->failed && s->cerr.spill_fd < 0 && s->cerr.mem.len &&
-	    (s->report = malloc(s->cerr.mem.len))) {
-		/* The output goes on (and is gone) before the failure is recorded. */
-		memcpy(s->report, s->cerr.mem.p, s->cerr.mem.len);
-		s->report_len = s->cerr.mem.len;
+	if (code == 0 && r->o->hooks && r->o->hooks->result && (rc = hand_result(r, s, it)) < 0) {
+		mesh__out_failed(r, cid, rc, "result");
+		abandon(s, it);
+		drop_output(s);
+		goto done;
 	}
 	if (code != 0)
 		buried = record_failure(r, s, code, what);
-	if (code != 0 && !buried && !r->o->line_buffer && !r->o->ungroup) {
-		/* tried again: GNU parallel writes the last attempt's output only */
-		mesh__capture_flush(&s->cout, -1, NULL, 0);
-		mesh__capture_flush(&s->cerr, -1, NULL, 0);
-	}
+	if (code != 0 && !buried && !r->o->line_buffer && !r->o->ungroup)
+		drop_output(s); /* tried again: GNU parallel writes the last attempt's output only */
 	if (!r->o->results_dir && unseen) {
-		mesh__capture_flush(&s->cout, -1, NULL, 0);
-		mesh__capture_flush(&s->cerr, -1, NULL, 0);
+		drop_output(s);
 	} else if (!r->o->results_dir) {
 		int h = mesh__out_finished(r, s, it, code == 0 || buried);
 		if (h < 0) {
 			/* Its output is not out: not DONE, not failed; a rerun
 			 * runs it again. */
-			mesh_job_renew(s->jh, &s->l, 1);
-			if (it)
-				mesh__run_item_free(it);
+			abandon(s, it);
 			goto done;
 		}
 		if (h == 1)
