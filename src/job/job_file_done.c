@@ -68,19 +68,23 @@ static void record_dups(struct jfile *j, const uint64_t *cids, const int *result
 		(void)mesh_journal_append(j->jr, recs, nrec, NULL);
 }
 
-int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs,
-			   const struct mesh_job_result *res, size_t n, int *results)
-{
-	struct jfile *j = jfile_of(s);
+/* One completion call's records and their space: a NODE record when this
+ * node is new to the journal, a DONE for each cid that is not DONE yet. */
+struct batch {
 	unsigned char nodep[MESH_REC_NODE_MAX];
-	unsigned char *pay = NULL;
-	struct mesh_jrec *recs = NULL;
-	int *keep = NULL;
-	size_t *rec_of = NULL; /* results index -> record index, or SIZE_MAX */
-	size_t *dup_of = NULL;
-	size_t nrec = 0, extra = 0, off = 0; /* off: where the next DONE's bytes go in pay */
-	int rc = 0;
+	unsigned char *pay; /* each DONE's bytes (the first 16 * n are also record_dups' scratch) */
+	struct mesh_jrec *recs;
+	int *keep;	/* per record: 1 written, 0 dropped by the journal (DONE meanwhile) */
+	size_t *rec_of; /* results index -> record index, or SIZE_MAX */
+	size_t *dup_of; /* results index -> the same cid's earlier index, or SIZE_MAX */
+	size_t nrec;
+};
 
+/* The answers of a call that cannot be made: every cid MESH_E_STATE on a
+ * read-only store, or MESH_E_RANGE for each cid out of range (0 for the
+ * others).  Returns that error, or 0 when the call can be made. */
+static int refuse(struct jfile *j, const uint64_t *cids, size_t n, int *results)
+{
 	if (j->read_only) {
 		for (size_t k = 0; k < n; k++)
 			results[k] = MESH_E_STATE;
@@ -92,26 +96,39 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 				results[k] = cids[k] >= j->n ? MESH_E_RANGE : 0;
 			return MESH_E_RANGE;
 		}
-	if (n == 0)
-		return 0;
-	/* Each DONE's 16 bytes and the result it carries (job.c checked the
-	 * sizes); the first 16 * n bytes are also record_dups' scratch. */
+	return 0;
+}
+
+/* Space for n cids' records: each DONE's 16 bytes and the result it
+ * carries (job.c checked the sizes).  0, or -ENOMEM (then what was
+ * allocated is for batch_free). */
+static int batch_alloc(struct batch *b, const struct mesh_job_result *res, size_t n)
+{
+	size_t extra = 0;
 	for (size_t i = 0; res && i < n; i++)
 		if (res[i].p)
 			extra += res[i].len;
-	pay = malloc(n * 16 + extra + 1);
-	recs = malloc((n + 1) * sizeof *recs);
-	keep = malloc((n + 1) * sizeof *keep);
-	rec_of = malloc(n * sizeof *rec_of);
-	dup_of = malloc(n * sizeof *dup_of);
-	if (!pay || !recs || !keep || !rec_of || !dup_of) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	/* No tail here: the index may be behind other processes, and that is
-	 * fine -- the commit leader re-checks every DONE under the journal
-	 * lock and drops the ones done meanwhile (they come back IGNORED). */
-	pthread_mutex_lock(&j->mu);
+	b->pay = malloc(n * 16 + extra + 1);
+	b->recs = malloc((n + 1) * sizeof *b->recs);
+	b->keep = malloc((n + 1) * sizeof *b->keep);
+	b->rec_of = malloc(n * sizeof *b->rec_of);
+	b->dup_of = malloc(n * sizeof *b->dup_of);
+	return b->pay && b->recs && b->keep && b->rec_of && b->dup_of ? 0 : -ENOMEM;
+}
+
+static void batch_free(struct batch *b)
+{
+	free(b->pay);
+	free(b->recs);
+	free(b->keep);
+	free(b->rec_of);
+	free(b->dup_of);
+}
+
+/* Under j->mu: waits until no cid is being completed by another call
+ * (marked busy and not DONE yet). */
+static void wait_turn_locked(struct jfile *j, const uint64_t *cids, size_t n)
+{
 	for (;;) {
 		int conflict = 0;
 		for (size_t i = 0; i < n && !conflict; i++)
@@ -120,17 +137,26 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 			break;
 		pthread_cond_wait(&j->cv, &j->mu);
 	}
+}
+
+/* Under j->mu: encodes b's records for cids, marking each cid that gets a
+ * DONE busy.  A cid DONE already is answered IGNORED now; one that comes
+ * twice gets its record once (dup_of says where). */
+static void batch_encode_locked(struct jfile *j, struct batch *b, const uint64_t *cids, const uint64_t *durs,
+				const struct mesh_job_result *res, size_t n, int *results)
+{
+	size_t off = 0; /* where the next DONE's bytes go in pay */
 	if (!mesh__jf_node_find(j, j->node_hash)) {
-		recs[nrec].type = MESH_JREC_NODE;
-		recs[nrec].flags = 0;
-		recs[nrec].len = (uint16_t)enc_node(j, nodep);
-		recs[nrec].data = nodep;
-		nrec++;
+		b->recs[b->nrec].type = MESH_JREC_NODE;
+		b->recs[b->nrec].flags = 0;
+		b->recs[b->nrec].len = (uint16_t)enc_node(j, b->nodep);
+		b->recs[b->nrec].data = b->nodep;
+		b->nrec++;
 	}
 	for (size_t i = 0; i < n; i++) {
 		uint64_t c = cids[i];
-		rec_of[i] = SIZE_MAX;
-		dup_of[i] = SIZE_MAX;
+		b->rec_of[i] = SIZE_MAX;
+		b->dup_of[i] = SIZE_MAX;
 		if (bit(j->done_bits, c)) {
 			results[i] = MESH_JOB_IGNORED;
 			continue;
@@ -138,8 +164,8 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 		if (bit(j->busy_bits, c)) {
 			/* the same cid earlier in this call */
 			for (size_t k = 0; k < i; k++)
-				if (cids[k] == c && rec_of[k] != SIZE_MAX) {
-					dup_of[i] = k;
+				if (cids[k] == c && b->rec_of[k] != SIZE_MAX) {
+					b->dup_of[i] = k;
 					break;
 				}
 			continue;
@@ -148,56 +174,77 @@ int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const u
 		uint64_t d = duration_locked(j, c, durs ? durs[i] : 0, &spec);
 		bit_set(j->busy_bits, c);
 		int with = res && res[i].p;
-		size_t len = with ? mesh_rec_done_result_enc(pay + off, c, j->node_hash, d, res[i].p, res[i].len)
-				  : mesh_rec_done_enc(pay + off, c, j->node_hash, d);
-		recs[nrec].type = MESH_JREC_DONE;
-		recs[nrec].flags = (uint8_t)((spec ? 1 : 0) | (with ? MESH_REC_DONE_RESULT : 0));
-		recs[nrec].len = (uint16_t)len;
-		recs[nrec].data = pay + off;
+		size_t len = with ? mesh_rec_done_result_enc(b->pay + off, c, j->node_hash, d, res[i].p, res[i].len)
+				  : mesh_rec_done_enc(b->pay + off, c, j->node_hash, d);
+		b->recs[b->nrec].type = MESH_JREC_DONE;
+		b->recs[b->nrec].flags = (uint8_t)((spec ? 1 : 0) | (with ? MESH_REC_DONE_RESULT : 0));
+		b->recs[b->nrec].len = (uint16_t)len;
+		b->recs[b->nrec].data = b->pay + off;
 		off += len;
-		rec_of[i] = nrec++;
+		b->rec_of[i] = b->nrec++;
 	}
-	pthread_mutex_unlock(&j->mu);
+}
 
-	rc = mesh_journal_append(j->jr, recs, nrec, keep);
-
-	pthread_mutex_lock(&j->mu);
-	for (size_t i = 0; i < n; i++)
-		if (rec_of[i] != SIZE_MAX)
-			bit_clr(j->busy_bits, cids[i]);
-	pthread_cond_broadcast(&j->cv);
-	/* No tail here: keep[] says what was written; the next call's tail
-	 * puts it in the index (the leader's prepare already read the rest). */
+/* The answers once the journal's append of b returned rc: rc for each cid
+ * whose DONE was in it; DONE for one the journal kept, IGNORED for the
+ * others (DONE already, DONE meanwhile, or a repeat in this call). */
+static void batch_answer(const struct batch *b, size_t n, int rc, int *results)
+{
 	for (size_t i = 0; i < n; i++) {
-		size_t src = dup_of[i] != SIZE_MAX ? dup_of[i] : i;
-		if (rec_of[src] == SIZE_MAX) {
-			if (dup_of[i] == SIZE_MAX && results[i] != MESH_JOB_IGNORED)
+		size_t src = b->dup_of[i] != SIZE_MAX ? b->dup_of[i] : i;
+		if (b->rec_of[src] == SIZE_MAX) {
+			if (b->dup_of[i] == SIZE_MAX && results[i] != MESH_JOB_IGNORED)
 				results[i] = MESH_JOB_IGNORED;
 			continue;
 		}
 		if (rc) {
 			results[i] = rc;
-		} else if (dup_of[i] != SIZE_MAX || !keep[rec_of[src]]) {
+		} else if (b->dup_of[i] != SIZE_MAX || !b->keep[b->rec_of[src]]) {
 			results[i] = MESH_JOB_IGNORED;
 		} else {
 			results[i] = MESH_JOB_DONE;
 		}
 	}
+}
+
+int mesh__jf_complete_many(struct mesh__jstore *s, const uint64_t *cids, const uint64_t *durs,
+			   const struct mesh_job_result *res, size_t n, int *results)
+{
+	struct jfile *j = jfile_of(s);
+	struct batch b = {.pay = NULL};
+	int rc = refuse(j, cids, n, results);
+	if (rc || n == 0)
+		return rc;
+	if ((rc = batch_alloc(&b, res, n)))
+		goto out;
+	/* No tail here: the index may be behind other processes, and that is
+	 * fine -- the commit leader re-checks every DONE under the journal
+	 * lock and drops the ones done meanwhile (they come back IGNORED). */
+	pthread_mutex_lock(&j->mu);
+	wait_turn_locked(j, cids, n);
+	batch_encode_locked(j, &b, cids, durs, res, n, results);
+	pthread_mutex_unlock(&j->mu);
+
+	rc = mesh_journal_append(j->jr, b.recs, b.nrec, b.keep);
+
+	pthread_mutex_lock(&j->mu);
+	for (size_t i = 0; i < n; i++)
+		if (b.rec_of[i] != SIZE_MAX)
+			bit_clr(j->busy_bits, cids[i]);
+	pthread_cond_broadcast(&j->cv);
+	/* No tail here: keep[] says what was written; the next call's tail
+	 * puts it in the index (the leader's prepare already read the rest). */
+	batch_answer(&b, n, rc, results);
 	if (!rc)
 		for (size_t i = 0; i < n; i++)
 			release_done(j, cids[i]);
 	pthread_mutex_unlock(&j->mu);
 	if (!rc)
-		record_dups(j, cids, results, n, pay, recs);
+		record_dups(j, cids, results, n, b.pay, b.recs);
 out:
-	free(pay);
-	free(recs);
-	free(keep);
-	free(rec_of);
-	free(dup_of);
+	batch_free(&b);
 	return rc;
 }
-
 
 int mesh__jf_fail(struct mesh__jstore *s, uint64_t cid, int status)
 {
