@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,117 +227,99 @@ static int parse_secs(const char *opt, const char *v, uint64_t *out, int allow_z
 	return 0;
 }
 
-int mesh_cmd_serve(int argc, char **argv)
-{
-	struct mesh_serve_config c = MESH_SERVE_CONFIG_INIT;
-	struct out o = {0};
-	int have_idle = 0, opt;
-	if (mesh_cli_wants_help(argc, argv)) {
-		fputs(usage_text, stdout);
-		return MESH_EXIT_OK;
-	}
-	opterr = 0;
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-		uint64_t v;
-		switch (opt) {
-		case O_LISTEN:
-			c.listen = optarg;
-			break;
-		case O_UPSTREAM:
-			c.upstream = optarg;
-			break;
-		case O_IDLE:
-			if (parse_secs("--idle", optarg, &c.idle_ns, 0))
-				return MESH_EXIT_USAGE;
-			have_idle = 1;
-			break;
-		case O_PROBE:
-			c.probe_path = optarg;
-			break;
-		case O_MODEL:
-			c.model = optarg;
-			break;
-		case O_GRACE:
-			if (parse_secs("--grace", optarg, &c.grace_ns, 1))
-				return MESH_EXIT_USAGE;
-			break;
-		case O_START_TIMEOUT:
-			if (parse_secs("--start-timeout", optarg, &c.start_timeout_ns, 0))
-				return MESH_EXIT_USAGE;
-			break;
-		case O_QUEUE_TIMEOUT:
-			if (parse_secs("--queue-timeout", optarg, &c.queue_timeout_ns, 0))
-				return MESH_EXIT_USAGE;
-			break;
-		case O_MAX_QUEUE:
-			if (mesh_parse_u64(optarg, 1000000, &v) < 0 || v == 0)
-				return mesh_cli_usage("serve: --max-queue wants a count 1..1000000, not '%s'", optarg);
-			c.max_queue = (uint32_t)v;
-			break;
-		case O_LOG:
-			c.log_path = optarg;
-			break;
-		case O_JSON:
-			o.json = 1;
-			break;
-		case O_NO_SPLICE:
-			c.relay_flags |= MESH_RELAY_NO_SPLICE;
-			break;
-		case O_HTTP:
-			c.http = 1;
-			break;
-		case O_START_ON_CONNECT:
-			c.start_on_connect = 1;
-			break;
-		case O_STOP_SIGNAL:
-			if (!(c.stop_signal = mesh_signal_from_name(optarg)))
-				return mesh_cli_usage("serve: --stop-signal wants TERM, INT, QUIT, HUP, USR1 or USR2, not '%s'",
-						      optarg);
-			break;
-		case O_DRAIN_TIMEOUT:
-			if (parse_secs("--drain-timeout", optarg, &c.drain_timeout_ns, 1))
-				return MESH_EXIT_USAGE;
-			break;
-		case O_HEADER_TIMEOUT:
-			if (parse_secs("--header-timeout", optarg, &c.header_timeout_ns, 0))
-				return MESH_EXIT_USAGE;
-			break;
-		case O_BODY_TIMEOUT:
-			if (parse_secs("--body-timeout", optarg, &c.body_timeout_ns, 0))
-				return MESH_EXIT_USAGE;
-			break;
-		case O_MAX_CONNS:
-			if (mesh_parse_u64(optarg, 10000000, &v) < 0 || v == 0)
-				return mesh_cli_usage("serve: --max-conns wants a count 1..10000000, not '%s'", optarg);
-			c.max_conns = (uint32_t)v;
-			break;
-		case ':':
-			return mesh_cli_usage("serve: %s wants a value", argv[optind - 1]);
-		default: {
-			char near[128];
-			return mesh_cli_usage("serve: unknown option '%s'%s", argv[optind - 1],
-					      mesh_cli_did_you_mean("serve", argv[optind - 1], near, sizeof near));
-		}
-		}
-	}
-	if (optind < argc && strcmp(argv[optind - 1], "--") != 0)
-		return mesh_cli_usage("serve: unexpected '%s' (the server command goes after --)", argv[optind]);
-	if (!c.listen)
-		return mesh_cli_usage("serve: --listen ADDR:PORT is required");
-	if (!c.upstream)
-		return mesh_cli_usage("serve: --upstream ADDR:PORT is required");
-	if (!have_idle)
-		return mesh_cli_usage("serve: --idle SECONDS is required");
-	if (optind >= argc)
-		return mesh_cli_usage("serve: the server command is missing (-- CMD ARG...)");
-	c.argv = argv + optind;
-	c.on_event = on_event;
-	c.ctx = &o;
+/* The options that take a duration: the field each sets, and whether it
+ * may be 0. */
+static const struct {
+	int opt;
+	const char *name;
+	size_t off;
+	int allow_zero;
+} secs_opts[] = {
+	{O_IDLE, "--idle", offsetof(struct mesh_serve_config, idle_ns), 0},
+	{O_GRACE, "--grace", offsetof(struct mesh_serve_config, grace_ns), 1},
+	{O_START_TIMEOUT, "--start-timeout", offsetof(struct mesh_serve_config, start_timeout_ns), 0},
+	{O_QUEUE_TIMEOUT, "--queue-timeout", offsetof(struct mesh_serve_config, queue_timeout_ns), 0},
+	{O_DRAIN_TIMEOUT, "--drain-timeout", offsetof(struct mesh_serve_config, drain_timeout_ns), 1},
+	{O_HEADER_TIMEOUT, "--header-timeout", offsetof(struct mesh_serve_config, header_timeout_ns), 0},
+	{O_BODY_TIMEOUT, "--body-timeout", offsetof(struct mesh_serve_config, body_timeout_ns), 0},
+};
 
+/* One option: getopt_long's answer opt for the word word, with its value
+ * arg, into c and o (*have_idle: --idle came).  0, or the exit code of a
+ * usage error, said. */
+static int take_opt(int opt, const char *word, const char *arg, struct mesh_serve_config *c, struct out *o,
+		    int *have_idle)
+{
+	uint64_t v;
+	for (size_t i = 0; i < sizeof secs_opts / sizeof secs_opts[0]; i++) {
+		if (secs_opts[i].opt != opt)
+			continue;
+		if (parse_secs(secs_opts[i].name, arg, (uint64_t *)((char *)c + secs_opts[i].off), secs_opts[i].allow_zero))
+			return MESH_EXIT_USAGE;
+		*have_idle |= opt == O_IDLE;
+		return 0;
+	}
+	switch (opt) {
+	case O_LISTEN:
+		c->listen = arg;
+		break;
+	case O_UPSTREAM:
+		c->upstream = arg;
+		break;
+	case O_PROBE:
+		c->probe_path = arg;
+		break;
+	case O_MODEL:
+		c->model = arg;
+		break;
+	case O_MAX_QUEUE:
+		if (mesh_parse_u64(arg, 1000000, &v) < 0 || v == 0)
+			return mesh_cli_usage("serve: --max-queue wants a count 1..1000000, not '%s'", arg);
+		c->max_queue = (uint32_t)v;
+		break;
+	case O_LOG:
+		c->log_path = arg;
+		break;
+	case O_JSON:
+		o->json = 1;
+		break;
+	case O_NO_SPLICE:
+		c->relay_flags |= MESH_RELAY_NO_SPLICE;
+		break;
+	case O_HTTP:
+		c->http = 1;
+		break;
+	case O_START_ON_CONNECT:
+		c->start_on_connect = 1;
+		break;
+	case O_STOP_SIGNAL:
+		if (!(c->stop_signal = mesh_signal_from_name(arg)))
+			return mesh_cli_usage("serve: --stop-signal wants TERM, INT, QUIT, HUP, USR1 or USR2, not '%s'",
+					      arg);
+		break;
+	case O_MAX_CONNS:
+		if (mesh_parse_u64(arg, 10000000, &v) < 0 || v == 0)
+			return mesh_cli_usage("serve: --max-conns wants a count 1..10000000, not '%s'", arg);
+		c->max_conns = (uint32_t)v;
+		break;
+	case ':':
+		return mesh_cli_usage("serve: %s wants a value", word);
+	default: {
+		char near[128];
+		return mesh_cli_usage("serve: unknown option '%s'%s", word,
+				      mesh_cli_did_you_mean("serve", word, near, sizeof near));
+	}
+	}
+	return 0;
+}
+
+/* Opens the activator on c, runs it to its end and frees it; the exit code,
+ * with what failed said. */
+static int serve(const struct mesh_serve_config *c)
+{
 	struct mesh_serve *s;
 	char why[512];
-	int rc = mesh_serve_open(&s, &c, why, sizeof why);
+	int rc = mesh_serve_open(&s, c, why, sizeof why);
 	if (rc < 0) {
 		if (rc == MESH_E_PARSE)
 			return mesh_cli_usage("serve: %s", why);
@@ -352,4 +335,34 @@ int mesh_cmd_serve(int argc, char **argv)
 	if (rc < 0)
 		return mesh_cli_fail(rc, "serve: the event loop failed");
 	return MESH_EXIT_OK;
+}
+
+int mesh_cmd_serve(int argc, char **argv)
+{
+	struct mesh_serve_config c = MESH_SERVE_CONFIG_INIT;
+	struct out o = {0};
+	int have_idle = 0, opt, rc;
+	if (mesh_cli_wants_help(argc, argv)) {
+		fputs(usage_text, stdout);
+		return MESH_EXIT_OK;
+	}
+	opterr = 0;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1)
+		if ((rc = take_opt(opt, argv[optind - 1], optarg, &c, &o, &have_idle)))
+			return rc;
+	if (optind < argc && strcmp(argv[optind - 1], "--") != 0)
+		return mesh_cli_usage("serve: unexpected '%s' (the server command goes after --)", argv[optind]);
+	if (!c.listen)
+		return mesh_cli_usage("serve: --listen ADDR:PORT is required");
+	if (!c.upstream)
+		return mesh_cli_usage("serve: --upstream ADDR:PORT is required");
+	if (!have_idle)
+		return mesh_cli_usage("serve: --idle SECONDS is required");
+	if (optind >= argc)
+		return mesh_cli_usage("serve: the server command is missing (-- CMD ARG...)");
+	c.argv = argv + optind;
+	c.on_event = on_event;
+	c.ctx = &o;
+	return serve(&c);
 }
