@@ -348,7 +348,7 @@ int mesh_cmd_serve(int argc, char **argv)
 	}
 	opterr = 0;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1)
+	while ((opt = getopt_long(argc, argv, "+:", longopts, NULL)) != -1)
 		if ((rc = take_opt(opt, argv[optind - 1], optarg, &c, &o, &have_idle)))
 			return rc;
 	if (optind < argc && strcmp(argv[optind - 1], "--") != 0)

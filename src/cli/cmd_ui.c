@@ -69,7 +69,7 @@ int mesh_cmd_ui(int argc, char **argv)
 	c.sock = sock;
 	opterr = 0;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+:", longopts, NULL)) != -1) {
 		switch (opt) {
 		case O_LISTEN:
 			c.listen = optarg;

@@ -41,6 +41,31 @@ TEST(cli_mistyped_option_says_did_you_mean)
 	EXPECT_CONTAINS(out, "did you mean 'submit'?");
 }
 
+/* An option given last, without its value: the message says the value is
+ * missing, never "unknown option '--x'; did you mean '--x'?" (serve's and
+ * ui's getopt once answered that). */
+TEST(cli_option_without_its_value_says_so)
+{
+	static const struct {
+		const char *args, *says;
+		int code; /* run's is GNU parallel's */
+	} cases[] = {
+		{"serve --idle", "serve: --idle wants a value", 64},
+		{"serve --listen 127.0.0.1:1 --upstream", "serve: --upstream wants a value", 64},
+		{"ui --listen", "ui: --listen wants a value", 64},
+		{"run -j", "option '-j' needs a value", 104},
+		{"submit --chunks", "--chunks needs a value", 64},
+		{"ps --socket", "--socket needs a value", 64},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int rc = t_sh(out, sizeof out, 1, "'%s' %s", t_bin("mesh"), cases[i].args);
+		printf("mesh %s -> %d: %s", cases[i].args, rc, out);
+		EXPECT_EQ(rc, cases[i].code);
+		EXPECT_CONTAINS(out, cases[i].says);
+		EXPECT_TRUE(strstr(out, "did you mean") == NULL);
+	}
+}
+
 /* bash: what <TAB> offers after the words given (the last one is being
  * typed), through the function `mesh completion bash` defines. */
 static const char *bash_offers(const char *words)
