@@ -800,21 +800,18 @@ static int edit_body(struct lconn *lc, const struct mesh__gw_prog *p)
 	return 0;
 }
 
-/* A whole request in the buffer (head, Content-Length body): what it is
- * for, and the answer of meshd's own or the wait for its program's place. */
-static void route(struct lconn *lc)
+/* The request's door (gw_guard.h: key, Host, Origin; /health (health) and
+ * a CORS preflight need no key), then its start: its id and CORS fields,
+ * its hop-by-hop fields, those its Connection names and Expect dropped,
+ * its routing state reset, the connection busy (g->mu, a moment).  1 if
+ * it is answered here (refused, or a preflight), else 0. */
+static int door(struct lconn *lc, int health)
 {
 	struct mesh_gw *g = lc->g;
 	struct req *r = &lc->r;
-	char upath[2100];
-	const char *path = r->target;
-	size_t qlen = strcspn(r->target, "?");
-	int health = qlen == 7 && !strncmp(r->target, "/health", 7);
 	const char *why = NULL, *code = NULL;
 	struct mesh__gw_door d;
 	struct mesh_buf pre = MESH_BUF_INIT;
-	/* The door first (gw_guard.h): key, Host, Origin; /health and a CORS
-	 * preflight need no key. */
 	int refused = mesh__gw_guard_check(&g->guard, g->c.allow_origins, g->c.nallow_origins, lc->buf, r->h.len,
 					   r->h.line_off + r->h.line_len, !health, !strcmp(r->method, "OPTIONS"), &d,
 					   &why, &code);
@@ -822,7 +819,6 @@ static void route(struct lconn *lc)
 	cors_fields(lc, &d);
 	if (d.preflight && !refused)
 		mesh__gw_answer_preflight(&pre, d.req_headers, d.nreq_headers, r->close);
-	/* Its hop-by-hop fields, those its Connection names and Expect go. */
 	r->fwd_off = mesh_hframe_head_forward(lc->buf, &r->h);
 	lc->t0 = mesh_mono_ns();
 	lc->model[0] = 0;
@@ -833,94 +829,129 @@ static void route(struct lconn *lc)
 	set_busy(lc);
 	if (refused) {
 		answer_error(lc, refused, "invalid_request_error", code, why, 0, lc->close_it);
-		return;
+		return 1;
 	}
 	if (d.preflight) {
 		answer(lc, &pre, 204, 0);
-		return;
+		return 1;
 	}
+	return 0;
+}
+
+/* 1 if the request is a GET or a HEAD (what meshd's own answers take). */
+static int get_or_head(const struct req *r)
+{
+	return !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD");
+}
+
+/* GET /metrics: meshd's metrics text (behind the key: the door). */
+static void answer_metrics(struct lconn *lc)
+{
+	struct mesh_gw *g = lc->g;
+	struct mesh_buf t = MESH_BUF_INIT, b = MESH_BUF_INIT;
+	if (!get_or_head(&lc->r))
+		answer_error(lc, 405, "invalid_request_error", NULL, "GET /metrics is meshd's metrics", 0,
+			     lc->close_it);
+	else if (g->c.metrics(g->c.metrics_ctx, &t) < 0 ||
+		 mesh__gw_answer_text(&b, g->c.metrics_type, t.p ? t.p : "", t.len, lc->close_it) < 0)
+		answer_error(lc, 503, "service_unavailable", NULL, "the metrics could not be rendered", 0,
+			     lc->close_it);
+	else
+		answer(lc, &b, 200, 0);
+	mesh_buf_release(&t);
+}
+
+/* GET /v1/models/{id} (the target's first qlen bytes, its query after):
+ * the model id describes. */
+static void answer_model(struct lconn *lc, size_t qlen)
+{
+	struct req *r = &lc->r;
+	char id[300];
+	snprintf(id, sizeof id, "%.*s", (int)(qlen - 11 < sizeof id - 1 ? qlen - 11 : sizeof id - 1), r->target + 11);
+	struct mesh_buf b = MESH_BUF_INIT;
+	int st = get_or_head(r) ? mesh__gw_answer_model(lc->g, &b, id, lc->close_it) : 405;
+	if (st == 405)
+		answer_error(lc, 405, "invalid_request_error", NULL, "GET /v1/models/{id} describes a model", 0,
+			     lc->close_it);
+	else
+		answer(lc, &b, st, 0);
+}
+
+/* The requests meshd answers itself, no program's: /health (health),
+ * /metrics, /v1/models and /v1/models/{id} (qlen: the target's length
+ * before its query).  1 if the request was one (it is answered), else 0. */
+static int answer_own(struct lconn *lc, size_t qlen, int health)
+{
+	struct mesh_gw *g = lc->g;
+	struct req *r = &lc->r;
+	struct mesh_buf b = MESH_BUF_INIT;
 	if (health) {
-		struct mesh_buf b = MESH_BUF_INIT;
 		mesh__gw_answer_health(&b, lc->close_it);
 		answer(lc, &b, 200, 0);
-		return;
-	}
-	if (qlen == 8 && !strncmp(r->target, "/metrics", 8) && g->c.metrics && g->c.metrics_type) {
-		/* meshd's /metrics text, behind the key (the door above). */
-		struct mesh_buf t = MESH_BUF_INIT, b = MESH_BUF_INIT;
-		if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD"))
-			answer_error(lc, 405, "invalid_request_error", NULL, "GET /metrics is meshd's metrics", 0,
-				     lc->close_it);
-		else if (g->c.metrics(g->c.metrics_ctx, &t) < 0 ||
-			 mesh__gw_answer_text(&b, g->c.metrics_type, t.p ? t.p : "", t.len, lc->close_it) < 0)
-			answer_error(lc, 503, "service_unavailable", NULL, "the metrics could not be rendered", 0,
-				     lc->close_it);
-		else
-			answer(lc, &b, 200, 0);
-		mesh_buf_release(&t);
-		return;
-	}
-	if (qlen > 11 && !strncmp(r->target, "/v1/models/", 11)) {
-		char id[300];
-		snprintf(id, sizeof id, "%.*s", (int)(qlen - 11 < sizeof id - 1 ? qlen - 11 : sizeof id - 1), r->target + 11);
-		struct mesh_buf b = MESH_BUF_INIT;
-		int st = strcmp(r->method, "GET") && strcmp(r->method, "HEAD") ? 405 : mesh__gw_answer_model(g, &b, id, lc->close_it);
-		if (st == 405)
-			answer_error(lc, 405, "invalid_request_error", NULL, "GET /v1/models/{id} describes a model", 0,
-				     lc->close_it);
-		else
-			answer(lc, &b, st, 0);
-		return;
-	}
-	if (!strncmp(r->target, "/upstream/", 10)) {
-		mesh__gw_upstream_split(r->target, lc->model, sizeof lc->model, upath, sizeof upath);
-		path = upath;
+	} else if (qlen == 8 && !strncmp(r->target, "/metrics", 8) && g->c.metrics && g->c.metrics_type) {
+		answer_metrics(lc);
+	} else if (qlen > 11 && !strncmp(r->target, "/v1/models/", 11)) {
+		answer_model(lc, qlen);
 	} else if ((qlen == 10 || qlen == 11) && !strncmp(r->target, "/v1/models/", qlen)) {
-		if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD")) {
+		if (!get_or_head(r)) {
 			answer_error(lc, 405, "invalid_request_error", NULL, "GET /v1/models lists the models", 0, lc->close_it);
 		} else {
-			struct mesh_buf b = MESH_BUF_INIT;
 			mesh__gw_answer_models(g, &b, lc->close_it);
 			answer(lc, &b, 200, 0);
 		}
-		return;
-	} else if (!strcmp(r->method, "POST") && !strncmp(r->target, "/v1/", 4)) {
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+/* The model a request for a program names (into lc->model): /upstream/'s
+ * in its target (its path there into upath, upath's cap ucap), or the
+ * model of a POST /v1/...'s body.  The path the program gets (upath or the
+ * target), or NULL: the request is answered (no model, no route). */
+static const char *route_model(struct lconn *lc, char *upath, size_t ucap)
+{
+	struct req *r = &lc->r;
+	if (!strncmp(r->target, "/upstream/", 10)) {
+		mesh__gw_upstream_split(r->target, lc->model, sizeof lc->model, upath, ucap);
+		return upath;
+	}
+	if (!strcmp(r->method, "POST") && !strncmp(r->target, "/v1/", 4)) {
 		char *m = mesh__gw_body_model(lc->buf + r->head_len, (size_t)r->cl);
 		if (!m) {
 			answer_error(lc, 400, "invalid_request_error", "missing_model",
 				     "the body must be JSON with a \"model\" string: meshd routes by it", 0, lc->close_it);
-			return;
+			return NULL;
 		}
 		snprintf(lc->model, sizeof lc->model, "%.299s", m);
 		free(m);
-	} else {
-		answer_error(lc, 404, "invalid_request_error", NULL,
-			     "no route: POST /v1/... with a model, GET /v1/models, or /upstream/<model>/...", 0, lc->close_it);
-		return;
+		return r->target;
 	}
-	struct mesh__gw_prog *p = mesh__gw_find(g, lc->model);
-	if (!p) {
-		struct mesh_buf b = MESH_BUF_INIT;
-		mesh__gw_answer_unknown_model(g, &b, lc->model, lc->close_it);
-		answer(lc, &b, 404, 0);
-		return;
-	}
-	if (path == upath && !upstream_allowed(&p->img.m, upath)) {
-		char m[1400];
-		snprintf(m, sizeof m,
-			 "/upstream/ does not reach '%.200s' of program '%s': its manifest's upstream_paths %s; add "
-			 "upstream_paths = [\"%.*s\"] (path prefixes) or [\"*\"] to %s/%s.toml to open it",
-			 upath, p->img.m.name, p->img.m.nupstream_paths ? "does not list it" : "lists no path (off by default)",
-			 (int)(strcspn(upath, "?") < 200 ? strcspn(upath, "?") : 200), upath, g->catalog, p->img.m.name);
-		uint64_t now = mesh_mono_ns();
-		mesh__gw_count(p, lc->model, 403, lc->t0, now, now, 0, 0);
-		answer_error(lc, 403, "invalid_request_error", "upstream_path_not_allowed", m, 0, lc->close_it);
-		return;
-	}
-	if (path != upath && edit_body(lc, p))
-		return;
-	/* The request line as "%s %s %s\r\n", without printf's cost; made
-	 * before the wait: a cold start's supervisor may send it itself. */
+	answer_error(lc, 404, "invalid_request_error", NULL,
+		     "no route: POST /v1/... with a model, GET /v1/models, or /upstream/<model>/...", 0, lc->close_it);
+	return NULL;
+}
+
+/* /upstream/ to upath, a path p's manifest does not open: 403, counted,
+ * with what would open it. */
+static void refuse_upstream(struct lconn *lc, struct mesh__gw_prog *p, const char *upath)
+{
+	char m[1400];
+	snprintf(m, sizeof m,
+		 "/upstream/ does not reach '%.200s' of program '%s': its manifest's upstream_paths %s; add "
+		 "upstream_paths = [\"%.*s\"] (path prefixes) or [\"*\"] to %s/%s.toml to open it",
+		 upath, p->img.m.name, p->img.m.nupstream_paths ? "does not list it" : "lists no path (off by default)",
+		 (int)(strcspn(upath, "?") < 200 ? strcspn(upath, "?") : 200), upath, lc->g->catalog, p->img.m.name);
+	uint64_t now = mesh_mono_ns();
+	mesh__gw_count(p, lc->model, 403, lc->t0, now, now, 0, 0);
+	answer_error(lc, 403, "invalid_request_error", "upstream_path_not_allowed", m, 0, lc->close_it);
+}
+
+/* The request line to the program, "METHOD path VERSION\r\n", into lc->line
+ * without printf's cost. */
+static void request_line(struct lconn *lc, const char *path)
+{
+	struct req *r = &lc->r;
 	size_t ml = strlen(r->method), pl = strlen(path), vl = strlen(r->version);
 	if (ml + pl + vl + 5 > sizeof lc->line) /* cannot be: 24 + 2100 + 16 */
 		pl = sizeof lc->line - ml - vl - 5;
@@ -935,6 +966,37 @@ static void route(struct lconn *lc)
 	w += vl;
 	memcpy(w, "\r\n", 3);
 	lc->nline = (size_t)(w + 2 - lc->line);
+}
+
+/* A whole request in the buffer (head, Content-Length body): what it is
+ * for, and the answer of meshd's own or the wait for its program's place. */
+static void route(struct lconn *lc)
+{
+	struct mesh_gw *g = lc->g;
+	struct req *r = &lc->r;
+	char upath[2100];
+	size_t qlen = strcspn(r->target, "?");
+	int health = qlen == 7 && !strncmp(r->target, "/health", 7);
+	if (door(lc, health) || answer_own(lc, qlen, health))
+		return;
+	const char *path = route_model(lc, upath, sizeof upath);
+	if (!path)
+		return;
+	struct mesh__gw_prog *p = mesh__gw_find(g, lc->model);
+	if (!p) {
+		struct mesh_buf b = MESH_BUF_INIT;
+		mesh__gw_answer_unknown_model(g, &b, lc->model, lc->close_it);
+		answer(lc, &b, 404, 0);
+		return;
+	}
+	if (path == upath && !upstream_allowed(&p->img.m, upath)) {
+		refuse_upstream(lc, p, upath);
+		return;
+	}
+	if (path != upath && edit_body(lc, p))
+		return;
+	/* Made before the wait: a cold start's supervisor may send it itself. */
+	request_line(lc, path);
 	lc->p = p;
 	lc->w.p = p;
 	lc->w.first = (struct mesh__gw_first){.line = lc->line, .nline = lc->nline, .rest = lc->buf + r->fwd_off,
