@@ -1181,12 +1181,123 @@ static void enforce(struct mesh_gw *g)
 	g->over_said = 0;
 }
 
+/* Under mu: w's request joins p's queue of waits, if not in it yet.  0, or
+ * 503 (*why, *retry_after set): the queue is full. */
+static int enqueue(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
+{
+	struct mesh__gw_prog *p = w->p;
+	struct mesh_gw *g = p->g;
+	if (w->queued)
+		return 0;
+	if (p->waiting >= g->c.max_queue) {
+		*retry_after = 5;
+		mesh_errf(why, 0, "the queue of program '%s' is full (%u waiting)", p->img.m.name, p->waiting);
+		return 503;
+	}
+	p->waiting++;
+	g->nwaiting++;
+	w->queued = 1;
+	mesh_list_push(&p->waits, w, link);
+	return 0;
+}
+
+/* Under mu, the start w's request waited for failed: its answer,
+ * p->fail_code, and *why the report.  The report and the program's last
+ * lines go to meshd's log once a failed start, with the first request told
+ * of it; the others are told that request's id. */
+static int start_failed(struct mesh__gw_wait *w, char **why)
+{
+	struct mesh__gw_prog *p = w->p;
+	if (p->fail_told != p->fail_gen) {
+		p->fail_told = p->fail_gen;
+		snprintf(p->fail_rid, sizeof p->fail_rid, "%s", w->rid ? w->rid : "-");
+		*why = mesh_strf("%s\n%s", p->fail_short, p->fail_msg);
+	} else {
+		*why = mesh_strf("%s\n(its output is in the log line of request=%s)", p->fail_short, p->fail_rid);
+	}
+	return p->fail_code;
+}
+
+/* Under mu, p cold: 0 when it may be started for w's request, else the
+ * answer (*why set): 503 a reload retired it while the request waited, 502
+ * it cannot run (p->unfit). */
+static int never_starts(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
+{
+	struct mesh__gw_prog *p = w->p;
+	if (p->retired) {
+		*retry_after = 1;
+		*why = mesh_strf("program '%s' was %s by a reload while this request waited: send it again",
+				 p->img.m.name, p->retired_why);
+		return 503;
+	}
+	if (p->unfit) {
+		*why = strdup(p->unfit);
+		return 502;
+	}
+	return 0;
+}
+
+/* Under mu, p cold, a budget set: room for w's request to start it (the
+ * rules of room_for).  It waits for room at most its start_timeout (busy
+ * programs held for it may end their requests, idle ones be stopped),
+ * longer only while programs stopping free enough; then 503: never a
+ * start over the budget.  0 it may start, 1 it waits (w->until: when its
+ * wait ends, 0: a change wakes it), or an HTTP status (*why set). */
+static int wait_room(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
+{
+	struct mesh__gw_prog *p = w->p;
+	struct mesh_gw *g = p->g;
+	int room = room_for(p);
+	if (room < 0) {
+		mesh_errf(why, 0,
+			  "program '%s' needs %llu bytes of memory (declared %llu, its last run held %llu), "
+			  "more than the budget (%llu)",
+			  p->img.m.name, (unsigned long long)need_of(p), (unsigned long long)p->img.m.memory,
+			  (unsigned long long)p->last_peak, (unsigned long long)g->c.memory_budget);
+		return 502;
+	}
+	if (!room)
+		return 0;
+	uint64_t now = mesh_mono_ns(), end;
+	if (!w->room_t0)
+		w->room_t0 = now;
+	end = w->room_t0 + p->img.m.start_timeout_ns;
+	w->cold = 1;
+	if (now < end) {
+		w->until = end;
+		return 1; /* a program going cold or idle wakes it sooner */
+	}
+	if (room_coming(p))
+		return 1; /* their stop's end wakes it */
+	*retry_after = 5;
+	*why = no_room(p);
+	mesh__gw_log(g, MESH_GW_WARN, "program=%s request=%s answered 503: %s", p->img.m.name, w->rid ? w->rid : "-",
+		     *why);
+	return 503;
+}
+
+/* Under mu, p cold and free to start: w's request starts it, exactly one
+ * start however many come (its acquire asks the host once mu is let go). */
+static void start_for(struct mesh__gw_wait *w)
+{
+	struct mesh__gw_prog *p = w->p;
+	p->gen++;
+	p->state = GW_STARTING;
+	p->pid = 0;
+	p->keep_until = 0; /* a keep_alive held the last process (a crash ends none in stop) */
+	p->keep_unload = 0;
+	p->g->nlive++;
+	w->start = 1;
+	w->gen = p->gen;
+}
+
 /* Under mu: the place of w's request, or why it waits (the rules of
  * mesh__gw_acquire).  0 placed, 1 waits, or an HTTP status (*why set). */
 static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 {
 	struct mesh__gw_prog *p = w->p;
 	struct mesh_gw *g = p->g;
+	int rc;
 	w->until = 0;
 	if (!w->seq)
 		w->seq = ++g->seq;
@@ -1212,44 +1323,16 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 		}
 		if (p->state != GW_WARM)
 			w->cold = 1;
-		if (!w->queued) {
-			if (p->waiting >= g->c.max_queue) {
-				*retry_after = 5;
-				mesh_errf(why, 0, "the queue of program '%s' is full (%u waiting)", p->img.m.name, p->waiting);
-				return 503;
-			}
-			p->waiting++;
-			g->nwaiting++;
-			w->queued = 1;
-			mesh_list_push(&p->waits, w, link);
-		}
-		if (w->gen && p->fail_gen == w->gen) {
-			/* The report and the program's last lines to meshd's log
-			 * once a failed start, with the first request told of it. */
-			if (p->fail_told != p->fail_gen) {
-				p->fail_told = p->fail_gen;
-				snprintf(p->fail_rid, sizeof p->fail_rid, "%s", w->rid ? w->rid : "-");
-				*why = mesh_strf("%s\n%s", p->fail_short, p->fail_msg);
-			} else {
-				*why = mesh_strf("%s\n(its output is in the log line of request=%s)", p->fail_short,
-						 p->fail_rid);
-			}
-			return p->fail_code;
-		}
+		if ((rc = enqueue(w, why, retry_after)))
+			return rc;
+		if (w->gen && p->fail_gen == w->gen)
+			return start_failed(w, why);
 		if (p->state == GW_STARTING && !w->gen)
 			w->gen = p->gen;
 		if (w->first.line && !p->first && p->state == GW_STARTING && p->gen == w->gen)
 			p->first = &w->first;
-		if (p->state == GW_COLD && p->retired) {
-			*retry_after = 1;
-			*why = mesh_strf("program '%s' was %s by a reload while this request waited: send it again",
-					 p->img.m.name, p->retired_why);
-			return 503;
-		}
-		if (p->state == GW_COLD && p->unfit) {
-			*why = strdup(p->unfit);
-			return 502;
-		}
+		if (p->state == GW_COLD && (rc = never_starts(w, why, retry_after)))
+			return rc;
 		if (p->state != GW_COLD)
 			return 1; /* starting, stopping, held, or warm without a place: its change wakes it */
 		for (struct mesh__gw_prog *q = p->prev; q; q = q->prev)
@@ -1262,50 +1345,9 @@ static int place(struct mesh__gw_wait *w, char **why, unsigned *retry_after)
 			w->until = p->backoff_until;
 			return 1;
 		}
-		if (g->c.memory_budget) {
-			int room = room_for(p);
-			if (room < 0) {
-				mesh_errf(why, 0,
-					  "program '%s' needs %llu bytes of memory (declared %llu, its last run held %llu), "
-					  "more than the budget (%llu)",
-					  p->img.m.name, (unsigned long long)need_of(p), (unsigned long long)p->img.m.memory,
-					  (unsigned long long)p->last_peak, (unsigned long long)g->c.memory_budget);
-				return 502;
-			}
-			if (room) {
-				/* It waits for room at most its start_timeout (busy
-				 * programs held for it may end their requests, idle
-				 * ones be stopped), longer only while programs
-				 * stopping free enough; then 503: never a start
-				 * over the budget. */
-				uint64_t now = mesh_mono_ns(), end;
-				if (!w->room_t0)
-					w->room_t0 = now;
-				end = w->room_t0 + p->img.m.start_timeout_ns;
-				w->cold = 1;
-				if (now < end) {
-					w->until = end;
-					return 1; /* a program going cold or idle wakes it sooner */
-				}
-				if (room_coming(p))
-					return 1; /* their stop's end wakes it */
-				*retry_after = 5;
-				*why = no_room(p);
-				mesh__gw_log(g, MESH_GW_WARN, "program=%s request=%s answered 503: %s", p->img.m.name,
-					     w->rid ? w->rid : "-", *why);
-				return 503;
-			}
-		}
-		/* This request starts it: exactly one start however many come
-		 * (its acquire asks the host once mu is let go). */
-		p->gen++;
-		p->state = GW_STARTING;
-		p->pid = 0;
-		p->keep_until = 0; /* a keep_alive held the last process (a crash ends none in stop) */
-		p->keep_unload = 0;
-		g->nlive++;
-		w->start = 1;
-		w->gen = p->gen;
+		if (g->c.memory_budget && (rc = wait_room(w, why, retry_after)))
+			return rc;
+		start_for(w);
 	}
 }
 
