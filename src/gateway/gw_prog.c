@@ -1765,24 +1765,12 @@ static void summary_part(struct mesh_buf *s, size_t n, const char *what, const s
 		mesh_buf_addf(s, "%s%zu %s (%s)", s->len > 10 ? ", " : " ", n, what, names->p);
 }
 
-int mesh_gw_reload(struct mesh_gw *g, struct mesh_gw_reload *out, char **err)
+/* Under mu: each entry of v (n, read from the catalog) judged: the same
+ * bytes as its program's (p freed, same set), refused (p freed, err set),
+ * or a new definition with its instance (p).  fin: room for g->nprogs + n
+ * (would_be's). */
+static void judge(struct mesh_gw *g, struct entry *v, size_t n, struct mesh__gw_prog **fin)
 {
-	struct entry *v;
-	size_t n;
-	struct mesh_buf names[4] = {MESH_BUF_INIT, MESH_BUF_INIT, MESH_BUF_INIT, MESH_BUF_INIT}, s = MESH_BUF_INIT;
-	memset(out, 0, sizeof *out);
-	*err = NULL;
-	int rc = read_catalog(g, &v, &n, err);
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&g->mu);
-	struct mesh__gw_prog **fin = calloc(g->nprogs + n + 1, sizeof *fin), **table = NULL;
-	if (!fin || g->draining) {
-		pthread_mutex_unlock(&g->mu);
-		free(fin);
-		entries_free(v, n);
-		return fin ? mesh_errf(err, MESH_E_STATE, "meshd is shutting down") : mesh_errf(err, -ENOMEM, "out of memory");
-	}
 	/* What each manifest is to the program of its name. */
 	for (size_t i = 0; i < n; i++) {
 		struct mesh__gw_prog *cur = current(g, v[i].name);
@@ -1814,12 +1802,17 @@ int mesh_gw_reload(struct mesh_gw *g, struct mesh_gw_reload *out, char **err)
 			v[i].p = NULL;
 			v[i].err = strdup("out of memory");
 		}
-	/* The current programs that go: retired (their requests end, then
-	 * they stop: the tick), each new definition after its predecessor. */
-	uint64_t now = mesh_mono_ns();
+}
+
+/* Under mu, v judged: the current programs, each into table (room for
+ * g->nprogs + n); those that go are retired at now (their requests end,
+ * then they stop: the tick), each new definition after its predecessor,
+ * the removed ones counted in out and named in names[2].  How many. */
+static size_t retire_gone(struct mesh_gw *g, struct entry *v, size_t n, uint64_t now, struct mesh__gw_prog **table,
+			  struct mesh_gw_reload *out, struct mesh_buf *names)
+{
 	size_t nt = 0;
-	table = calloc(g->nprogs + n + 1, sizeof *table);
-	for (size_t i = 0; table && i < g->nprogs; i++) {
+	for (size_t i = 0; i < g->nprogs; i++) {
 		struct mesh__gw_prog *p = g->progs[i];
 		struct entry *e = p->retired ? NULL : entry_of(v, n, p->img.m.name);
 		table[nt++] = p;
@@ -1836,7 +1829,16 @@ int mesh_gw_reload(struct mesh_gw *g, struct mesh_gw_reload *out, char **err)
 			list_add(&names[2], p->img.m.name, NULL);
 		}
 	}
-	for (size_t i = 0; table && i < n; i++) {
+	return nt;
+}
+
+/* Under mu, the gone retired: each entry of v counted in out and named in
+ * names (0 changed, 1 added, 3 refused: logged); its new definition (taken
+ * from v) into table after its nt first.  How many in table then. */
+static size_t add_new(struct mesh_gw *g, struct entry *v, size_t n, struct mesh__gw_prog **table, size_t nt,
+		      struct mesh_gw_reload *out, struct mesh_buf *names)
+{
+	for (size_t i = 0; i < n; i++) {
 		if (v[i].err) {
 			out->refused++;
 			list_add(&names[3], v[i].name, v[i].err);
@@ -1860,23 +1862,30 @@ int mesh_gw_reload(struct mesh_gw *g, struct mesh_gw_reload *out, char **err)
 			v[i].p = NULL;
 		}
 	}
-	if (table) {
-		qsort(table, nt, sizeof *table, cmp_name);
-		free(g->progs);
-		g->progs = table;
-		g->nprogs = nt;
-		nvml_open(g);
-		arm(g, now);	  /* the retired ones idle stop now */
-		mesh__gw_look(g); /* a request waiting for one looks again */
-	}
-	pthread_mutex_unlock(&g->mu);
-	free(fin);
-	entries_free(v, n);
-	if (!table) {
-		for (int i = 0; i < 4; i++)
-			mesh_buf_release(&names[i]);
-		return mesh_errf(err, -ENOMEM, "out of memory");
-	}
+	return nt;
+}
+
+/* Under mu: table (nt programs, g->progs' and the new) becomes the
+ * programs', sorted by name; the retired ones idle stop now, and a request
+ * waiting for one looks again. */
+static void install(struct mesh_gw *g, struct mesh__gw_prog **table, size_t nt, uint64_t now)
+{
+	qsort(table, nt, sizeof *table, cmp_name);
+	free(g->progs);
+	g->progs = table;
+	g->nprogs = nt;
+	nvml_open(g);
+	arm(g, now);
+	mesh__gw_look(g);
+}
+
+/* The reload's summary (out->summary, malloc'd) from its counts in out
+ * and the names (names[4]: changed, added, removed, refused; released
+ * here), logged.  0, MESH_E_PARSE when a manifest was refused (*err: the
+ * summary), or -ENOMEM. */
+static int summarize(struct mesh_gw *g, struct mesh_gw_reload *out, struct mesh_buf *names, char **err)
+{
+	struct mesh_buf s = MESH_BUF_INIT;
 	mesh_buf_adds(&s, "reloaded:");
 	summary_part(&s, out->changed, "changed", &names[0]);
 	summary_part(&s, out->added, "added", &names[1]);
@@ -1890,4 +1899,40 @@ int mesh_gw_reload(struct mesh_gw *g, struct mesh_gw_reload *out, char **err)
 		return mesh_errf(err, -ENOMEM, "out of memory");
 	mesh__gw_log(g, out->refused ? MESH_GW_WARN : MESH_GW_INFO, "gateway %s", out->summary);
 	return out->refused ? mesh_errf(err, MESH_E_PARSE, "%s", out->summary) : 0;
+}
+
+int mesh_gw_reload(struct mesh_gw *g, struct mesh_gw_reload *out, char **err)
+{
+	struct entry *v;
+	size_t n;
+	struct mesh_buf names[4] = {MESH_BUF_INIT, MESH_BUF_INIT, MESH_BUF_INIT, MESH_BUF_INIT};
+	memset(out, 0, sizeof *out);
+	*err = NULL;
+	int rc = read_catalog(g, &v, &n, err);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&g->mu);
+	struct mesh__gw_prog **fin = calloc(g->nprogs + n + 1, sizeof *fin), **table = NULL;
+	if (!fin || g->draining) {
+		pthread_mutex_unlock(&g->mu);
+		free(fin);
+		entries_free(v, n);
+		return fin ? mesh_errf(err, MESH_E_STATE, "meshd is shutting down") : mesh_errf(err, -ENOMEM, "out of memory");
+	}
+	judge(g, v, n, fin);
+	uint64_t now = mesh_mono_ns();
+	table = calloc(g->nprogs + n + 1, sizeof *table);
+	if (table) {
+		size_t nt = retire_gone(g, v, n, now, table, out, names);
+		install(g, table, add_new(g, v, n, table, nt, out, names), now);
+	}
+	pthread_mutex_unlock(&g->mu);
+	free(fin);
+	entries_free(v, n);
+	if (!table) {
+		for (int i = 0; i < 4; i++)
+			mesh_buf_release(&names[i]);
+		return mesh_errf(err, -ENOMEM, "out of memory");
+	}
+	return summarize(g, out, names, err);
 }
