@@ -263,25 +263,10 @@ static void fit_nofile(struct mesh_gw *g)
 	g->c.max_conns = fit ? (uint32_t)fit : 1;
 }
 
-int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **err)
+/* The configuration's defaults where it gives none (g->c), max_conns
+ * fitted to the open-files limit before max_conns_per_peer follows it. */
+static void defaults(struct mesh_gw *g)
 {
-	struct sockaddr_storage ss;
-	socklen_t len;
-	int loopback = 0, rc, one = 1;
-	struct mesh_gw *g;
-	*out = NULL;
-	if (mesh_addr_parse(cfg->listen, &ss, &len, &loopback) < 0)
-		return mesh_errf(err, MESH_E_PARSE, "'%s' is not ADDR:PORT (a numeric address, or localhost)", cfg->listen);
-	if (!loopback && !cfg->allow_public)
-		return mesh_errf(err, MESH_E_REFUSED,
-				 "'%s' is not a loopback address: give --http-public to serve the gateway there",
-				 cfg->listen);
-	if (!(g = calloc(1, sizeof *g)))
-		return mesh_errf(err, -ENOMEM, "out of memory");
-	g->c = *cfg;
-	g->lfd = -1;
-	if (getrandom(&g->rid_boot, sizeof g->rid_boot, GRND_NONBLOCK) != sizeof g->rid_boot)
-		g->rid_boot = (uint32_t)(mesh_mono_ns() ^ ((uint64_t)getpid() << 16));
 	if (!g->c.max_body)
 		g->c.max_body = 16u << 20;
 	if (!g->c.max_queue)
@@ -307,6 +292,45 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 		g->c.probe_interval_ns = 10ull * 1000000000ull;
 	if (!g->c.probe_failures)
 		g->c.probe_failures = 3;
+}
+
+/* The listener (g->lfd) on ss (len bytes; name: its ADDR:PORT as given,
+ * for the message), and the port it got (g->port).  0, or an error
+ * (*err set; g->lfd may be open: mesh_gw_free closes it). */
+static int listen_on(struct mesh_gw *g, struct sockaddr_storage *ss, socklen_t len, const char *name, char **err)
+{
+	int one = 1;
+	g->lfd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (g->lfd < 0 || setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+	    bind(g->lfd, (struct sockaddr *)ss, len) < 0 || listen(g->lfd, 1024) < 0)
+		return mesh_errf(err, -errno, "cannot listen on '%s': %s", name, strerror(errno));
+	len = sizeof *ss;
+	getsockname(g->lfd, (struct sockaddr *)ss, &len);
+	g->port = ntohs(ss->ss_family == AF_INET ? ((struct sockaddr_in *)ss)->sin_port
+						 : ((struct sockaddr_in6 *)ss)->sin6_port);
+	return 0;
+}
+
+int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **err)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int loopback = 0, rc;
+	struct mesh_gw *g;
+	*out = NULL;
+	if (mesh_addr_parse(cfg->listen, &ss, &len, &loopback) < 0)
+		return mesh_errf(err, MESH_E_PARSE, "'%s' is not ADDR:PORT (a numeric address, or localhost)", cfg->listen);
+	if (!loopback && !cfg->allow_public)
+		return mesh_errf(err, MESH_E_REFUSED,
+				 "'%s' is not a loopback address: give --http-public to serve the gateway there",
+				 cfg->listen);
+	if (!(g = calloc(1, sizeof *g)))
+		return mesh_errf(err, -ENOMEM, "out of memory");
+	g->c = *cfg;
+	g->lfd = -1;
+	if (getrandom(&g->rid_boot, sizeof g->rid_boot, GRND_NONBLOCK) != sizeof g->rid_boot)
+		g->rid_boot = (uint32_t)(mesh_mono_ns() ^ ((uint64_t)getpid() << 16));
+	defaults(g);
 	pthread_mutex_init(&g->mu, NULL);
 	mesh__gw_cond_init(&g->cv_all);
 	g->peers_cap = 16;
@@ -330,16 +354,9 @@ int mesh_gw_open(struct mesh_gw **out, const struct mesh_gw_config *cfg, char **
 	rc = mesh__gw_catalog(g, err);
 	if (rc)
 		goto fail;
-	g->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (g->lfd < 0 || setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
-	    bind(g->lfd, (struct sockaddr *)&ss, len) < 0 || listen(g->lfd, 1024) < 0) {
-		rc = mesh_errf(err, -errno, "cannot listen on '%s': %s", cfg->listen, strerror(errno));
+	rc = listen_on(g, &ss, len, cfg->listen, err);
+	if (rc)
 		goto fail;
-	}
-	len = sizeof ss;
-	getsockname(g->lfd, (struct sockaddr *)&ss, &len);
-	g->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-						: ((struct sockaddr_in6 *)&ss)->sin6_port);
 	if ((rc = mesh__gw_loops_start(g, g->c.threads))) {
 		mesh_errf(err, rc, "cannot start the gateway's event loops: %s", strerror(-rc));
 		goto fail;
