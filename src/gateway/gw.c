@@ -305,7 +305,8 @@ static int listen_on(struct mesh_gw *g, struct sockaddr_storage *ss, socklen_t l
 	    bind(g->lfd, (struct sockaddr *)ss, len) < 0 || listen(g->lfd, 1024) < 0)
 		return mesh_errf(err, -errno, "cannot listen on '%s': %s", name, strerror(errno));
 	len = sizeof *ss;
-	getsockname(g->lfd, (struct sockaddr *)ss, &len);
+	if (getsockname(g->lfd, (struct sockaddr *)ss, &len) < 0)
+		return mesh_errf(err, -errno, "cannot learn the port of '%s': %s", name, strerror(errno));
 	g->port = ntohs(ss->ss_family == AF_INET ? ((struct sockaddr_in *)ss)->sin_port
 						 : ((struct sockaddr_in6 *)ss)->sin6_port);
 	return 0;

@@ -853,10 +853,11 @@ static void answer_metrics(struct lconn *lc)
 		answer_error(lc, 405, "invalid_request_error", NULL, "GET /metrics is meshd's metrics", 0,
 			     lc->close_it);
 	else if (g->c.metrics(g->c.metrics_ctx, &t) < 0 ||
-		 mesh__gw_answer_text(&b, g->c.metrics_type, t.p ? t.p : "", t.len, lc->close_it) < 0)
+		 mesh__gw_answer_text(&b, g->c.metrics_type, t.p ? t.p : "", t.len, lc->close_it) < 0) {
+		mesh_buf_release(&b); /* the head may be in it */
 		answer_error(lc, 503, "service_unavailable", NULL, "the metrics could not be rendered", 0,
 			     lc->close_it);
-	else
+	} else
 		answer(lc, &b, 200, 0);
 	mesh_buf_release(&t);
 }
