@@ -116,39 +116,25 @@ static void on_client_gone(evutil_socket_t fd, short what, void *arg)
 	atomic_store(&j->gone, 1);
 }
 
-/* Loop thread: every request whose head and body evhttp has read.  A body
- * announced over MESHD_API_MAX_BODY never gets here (in_added); a chunked
- * one may be over it, up to BODY_DRAIN_MAX. */
-static void on_request(struct evhttp_request *req, void *arg)
+/* Loop thread: the record of a request that came: its method, its path
+ * as the client meant it (%2e%2e is "..", refused as a name; NULL when
+ * out of memory), its query's arguments and its words for the log.  NULL
+ * when out of memory. */
+static struct job *job_new(struct meshd_api *a, struct evhttp_request *req, const char *uri)
 {
-	struct meshd_api *a = arg;
 	struct job *j = calloc(1, sizeof *j);
-	const char *uri = evhttp_request_get_uri(req);
-	struct evbuffer *in = evhttp_request_get_input_buffer(req);
-	size_t n = evbuffer_get_length(in);
-	const char *q;
-	int rc;
-
-	if (!j) {
-		evhttp_send_error(req, 503, NULL);
-		return;
-	}
-	atomic_fetch_add(&a->inflight, 1);
+	if (!j)
+		return NULL;
 	j->a = a;
 	j->req = req;
 	j->t0 = mesh_mono_ns();
 	j->method = method_name(evhttp_request_get_command(req));
 	TAILQ_INIT(&j->args);
-	if (!uri)
-		uri = "";
-	q = strchr(uri, '?');
-	{
-		/* The path as the client meant it: %2e%2e is "..", refused as a name. */
-		size_t plen = q ? (size_t)(q - uri) : strlen(uri);
-		char *raw = strndup(uri, plen);
-		j->path = raw ? evhttp_uridecode(raw, 0, NULL) : NULL;
-		free(raw);
-	}
+	const char *q = strchr(uri, '?');
+	size_t plen = q ? (size_t)(q - uri) : strlen(uri);
+	char *raw = strndup(uri, plen);
+	j->path = raw ? evhttp_uridecode(raw, 0, NULL) : NULL;
+	free(raw);
 	if (q)
 		(void)evhttp_parse_query_str(q + 1, &j->args); /* a malformed query keeps what parsed */
 	/* Reads are frequent (mesh ps, probes): they log at debug, changes at info. */
@@ -157,39 +143,26 @@ static void on_request(struct evhttp_request *req, void *arg)
 	for (char *c = j->what; *c; c++) /* untrusted bytes into a log line */
 		if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f || *c == '"')
 			*c = '?';
+	return j;
+}
 
-	/* A keep-alive connection may still ask after meshd began to stop. */
-	if (atomic_load(&a->stopping))
-		goto stopping;
-	if (!j->path)
-		goto oom;
-	if (headers_size(req, uri) > HEADERS_MAX) {
-		meshd__send_errorf(j, 413, MESH_E_TOOBIG, "request headers over %u bytes", HEADERS_MAX);
-		goto answer;
-	}
-	if (n > MESHD_API_MAX_BODY) { /* evhttp's bound is the same; never more */
-		meshd__send_errorf(j, 413, MESH_E_TOOBIG, "request body over %u bytes", MESHD_API_MAX_BODY);
-		goto answer;
-	}
-	if (n && (mesh_buf_grow(&j->body, n) < 0 || evbuffer_remove(in, j->body.p, n) != (int)n))
-		goto oom;
-	j->body.len = n;
-
-	if (meshd__is_events(j->path))
-		return meshd__events_follow(a, j); /* on this thread, for as long as it follows */
-	/* Calls may wait long (a busy or hung worker); control requests (ps,
-	 * stop, unload, ...) have threads of their own, so they always get
-	 * through whatever calls are queued. */
+/* Loop thread: j goes to a pool thread of its own (detached; a->threads
+ * counts it until it ends).  Calls may wait long (a busy or hung worker);
+ * control requests (ps, stop, unload, ...) are bounded apart, so they
+ * always get through whatever calls are queued.  A call's client going
+ * away is watched for.  0, or j answered 503 (not delivered: the caller's). */
+static int dispatch(struct meshd_api *a, struct job *j)
+{
 	j->is_call = strlen(j->path) > 5 && !strcmp(j->path + strlen(j->path) - 5, "/call");
 	pthread_mutex_lock(&a->mu);
 	if (j->is_call ? a->calls >= MESHD_API_MAX_CONNS : a->threads - a->calls >= MESHD_API_MAX_CONTROL) {
 		pthread_mutex_unlock(&a->mu);
 		meshd__send_errorf(j, 503, -EAGAIN, "too many %s in flight (at most %u)", j->is_call ? "calls" : "requests",
-			    j->is_call ? MESHD_API_MAX_CONNS : MESHD_API_MAX_CONTROL);
-		goto answer;
+				   j->is_call ? MESHD_API_MAX_CONNS : MESHD_API_MAX_CONTROL);
+		return -1;
 	}
 	if (j->is_call) {
-		struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+		struct evhttp_connection *evcon = evhttp_request_get_connection(j->req);
 		struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
 		evutil_socket_t cfd = bev ? bufferevent_getfd(bev) : -1;
 		if (evcon)
@@ -197,23 +170,52 @@ static void on_request(struct evhttp_request *req, void *arg)
 		if (cfd >= 0 && (j->watch = event_new(a->base, cfd, EV_CLOSED, on_client_gone, j)))
 			event_add(j->watch, NULL);
 	}
-	/* From the pool, detached: a.threads counts it until it ends. */
-	rc = -mesh_thread_run(NULL, meshd__op_main, j, MESH_THREAD_DETACHED);
+	int rc = -mesh_thread_run(NULL, meshd__op_main, j, MESH_THREAD_DETACHED);
 	if (rc == 0) {
 		a->threads++;
 		a->calls += j->is_call;
 	}
 	pthread_mutex_unlock(&a->mu);
-	if (rc == 0)
+	if (rc)
+		meshd__send_error(j, 503, -rc, NULL);
+	return rc ? -1 : 0;
+}
+
+/* Loop thread: every request whose head and body evhttp has read.  A body
+ * announced over MESHD_API_MAX_BODY never gets here (in_added); a chunked
+ * one may be over it, up to BODY_DRAIN_MAX. */
+static void on_request(struct evhttp_request *req, void *arg)
+{
+	struct meshd_api *a = arg;
+	const char *uri = evhttp_request_get_uri(req);
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	size_t n = evbuffer_get_length(in);
+	struct job *j = job_new(a, req, uri ? uri : "");
+	if (!j) {
+		evhttp_send_error(req, 503, NULL);
 		return;
-	meshd__send_error(j, 503, -rc, NULL);
-	goto answer;
-stopping:
-	meshd__send_errorf(j, 503, MESH_E_STATE, "meshd is stopping");
-	goto answer;
-oom:
-	meshd__send_error(j, 503, -ENOMEM, NULL);
-answer:
+	}
+	atomic_fetch_add(&a->inflight, 1);
+	if (!uri)
+		uri = "";
+	/* A keep-alive connection may still ask after meshd began to stop. */
+	if (atomic_load(&a->stopping))
+		meshd__send_errorf(j, 503, MESH_E_STATE, "meshd is stopping");
+	else if (!j->path)
+		meshd__send_error(j, 503, -ENOMEM, NULL);
+	else if (headers_size(req, uri) > HEADERS_MAX)
+		meshd__send_errorf(j, 413, MESH_E_TOOBIG, "request headers over %u bytes", HEADERS_MAX);
+	else if (n > MESHD_API_MAX_BODY) /* evhttp's bound is the same; never more */
+		meshd__send_errorf(j, 413, MESH_E_TOOBIG, "request body over %u bytes", MESHD_API_MAX_BODY);
+	else if (n && (mesh_buf_grow(&j->body, n) < 0 || evbuffer_remove(in, j->body.p, n) != (int)n))
+		meshd__send_error(j, 503, -ENOMEM, NULL);
+	else {
+		j->body.len = n;
+		if (meshd__is_events(j->path))
+			return meshd__events_follow(a, j); /* on this thread, for as long as it follows */
+		if (dispatch(a, j) == 0)
+			return;
+	}
 	meshd__deliver(a, j);
 }
 
