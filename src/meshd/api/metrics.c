@@ -244,15 +244,11 @@ static void per_gw_by(struct meshd_metrics_text *w, const struct meshd_metrics *
 		}
 }
 
-static void render_gateway(struct meshd_metrics_text *w, const struct meshd_metrics *m)
+/* The gateway's request figures: each HTTP program's state, requests by
+ * model and status class, their durations, cut answers, those in flight
+ * and queued. */
+static void render_gateway_requests(struct meshd_metrics_text *w, const struct meshd_metrics *m)
 {
-	static const char *const evict[3] = {"idle", "budget", "swap"}, *const limit[3] = {"request", "response", "idle_stream"};
-	static const size_t evict_off[3] = {offsetof(struct mesh_gw_prog_stats, evict_idle),
-					    offsetof(struct mesh_gw_prog_stats, evict_budget),
-					    offsetof(struct mesh_gw_prog_stats, evict_swap)},
-			    limit_off[3] = {offsetof(struct mesh_gw_prog_stats, timeouts_request),
-					    offsetof(struct mesh_gw_prog_stats, timeouts_response),
-					    offsetof(struct mesh_gw_prog_stats, timeouts_idle)};
 	static const char *const states[] = {"cold", "starting", "warm", "stopping", "failed"};
 	meshd_metrics_family(w, "mesh_gateway_program_state", "gauge", "An HTTP program's state (1 for the state it is in).");
 	for (size_t i = 0; i < m->ngw; i++)
@@ -301,6 +297,21 @@ static void render_gateway(struct meshd_metrics_text *w, const struct meshd_metr
 		open_prog(w, "mesh_gateway_queue_length", m->gw[i].name);
 		meshd_metrics_put(w, "} %u\n", m->gw[i].queued);
 	}
+}
+
+/* The gateway's program figures: starts and how they failed, crashes,
+ * evictions, hung restarts, timeouts, the memory budget, the time to warm
+ * and the queue's wait. */
+static void render_gateway_programs(struct meshd_metrics_text *w, const struct meshd_metrics *m)
+{
+	static const char *const evict[3] = {"idle", "budget", "swap"}, *const limit[3] = {"request", "response", "idle_stream"};
+	static const size_t evict_off[3] = {offsetof(struct mesh_gw_prog_stats, evict_idle),
+					    offsetof(struct mesh_gw_prog_stats, evict_budget),
+					    offsetof(struct mesh_gw_prog_stats, evict_swap)},
+			    limit_off[3] = {offsetof(struct mesh_gw_prog_stats, timeouts_request),
+					    offsetof(struct mesh_gw_prog_stats, timeouts_response),
+					    offsetof(struct mesh_gw_prog_stats, timeouts_idle)};
+	const struct mesh_hist_bounds *gb = &mesh_gw_seconds_bounds;
 	meshd_metrics_family(w, "mesh_gateway_cold_starts_total", "counter", "HTTP program processes started.");
 	per_gw_u64(w, m, "mesh_gateway_cold_starts_total", offsetof(struct mesh_gw_prog_stats, cold_starts));
 	meshd_metrics_family(w, "mesh_gateway_start_failures_total", "counter",
@@ -359,8 +370,10 @@ int meshd_metrics_render(const struct meshd_metrics *m, struct mesh_buf *out)
 	}
 	if (m->have_jobs)
 		render_jobs(&w, &m->jobs);
-	if (m->have_gateway)
-		render_gateway(&w, m);
+	if (m->have_gateway) {
+		render_gateway_requests(&w, m);
+		render_gateway_programs(&w, m);
+	}
 	return w.rc;
 }
 
