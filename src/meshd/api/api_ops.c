@@ -60,59 +60,69 @@ static int stream_part(void *arg, const void *p, size_t n)
 	return rc;
 }
 
+/* GET /v1/programs/<name>/logs[?tail=BYTES]: the end of its log. */
+static void do_logs(struct meshd_api *a, struct job *jb, const char *name)
+{
+	const char *tail = arg(jb, "tail");
+	uint64_t n = 0;
+	char *text = NULL, *msg = NULL;
+	size_t len = 0;
+	if (strcmp(jb->method, "GET") && strcmp(jb->method, "HEAD"))
+		return meshd__send_method_not_allowed(jb, "GET, HEAD");
+	if (tail && mesh_parse_u64(tail, LOGS_TAIL_MAX, &n) < 0)
+		return meshd__send_errorf(jb, 400, MESH_E_PARSE, "tail must be a byte count from 0 to %u", LOGS_TAIL_MAX);
+	int rc = meshd_op_logs(a->core, name, (size_t)n, &text, &len, &msg);
+	if (rc < 0)
+		return meshd__send_op_error(jb, rc, msg);
+	free(msg);
+	if (!text)
+		return meshd__set_answer(jb, 200, "text/plain; charset=utf-8", "", 0, 1);
+	return meshd__set_answer(jb, 200, "text/plain; charset=utf-8", text, len, 0);
+}
+
+/* POST /v1/programs/<name>/call[?timeout=DURATION]: the body to a worker,
+ * its reply (streamed parts first) as the answer. */
+static void do_call(struct meshd_api *a, struct job *jb, const char *name)
+{
+	const char *t = arg(jb, "timeout");
+	uint64_t timeout = CALL_TIMEOUT_DEFAULT_NS;
+	void *reply = NULL;
+	size_t reply_len = 0;
+	char *msg = NULL;
+	if (t && (mesh_parse_duration(t, CALL_TIMEOUT_MAX_NS, &timeout) < 0 || timeout == 0))
+		return meshd__send_errorf(jb, 400, MESH_E_PARSE,
+					  "timeout must be a duration (30, 500ms, 5m), more than 0 and at most %llu s",
+					  CALL_TIMEOUT_MAX_NS / 1000000000ull);
+	int rc = meshd_op_call_ex(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, stream_part, jb, &reply,
+				  &reply_len, timeout, &jb->gone, &msg);
+	if (rc < 0) {
+		free(reply);
+		return meshd__send_op_error(jb, rc, msg);
+	}
+	free(msg);
+	if (!reply)
+		return meshd__set_answer(jb, 200, "application/octet-stream", "", 0, 1);
+	return meshd__set_answer(jb, 200, "application/octet-stream", reply, reply_len, 0);
+}
+
 static void do_program(struct meshd_api *a, struct job *jb, const char *name, const char *action)
 {
-	const char *method = jb->method;
-	int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-	int is_post = !strcmp(method, "POST");
+	int is_post = !strcmp(jb->method, "POST");
 	char *msg = NULL;
 	json_t *out = NULL;
 	int rc;
 	struct mesh_gw *gw = a->parts->gw; /* meshd --http's programs (docs/gateway.md) */
 
-	if (!strcmp(action, "logs")) {
-		const char *tail = arg(jb, "tail");
-		uint64_t n = 0;
-		char *text = NULL;
-		size_t len = 0;
-		if (!is_get)
-			return meshd__send_method_not_allowed(jb, "GET, HEAD");
-		if (tail && mesh_parse_u64(tail, LOGS_TAIL_MAX, &n) < 0)
-			return meshd__send_errorf(jb, 400, MESH_E_PARSE, "tail must be a byte count from 0 to %u",
-					   LOGS_TAIL_MAX);
-		rc = meshd_op_logs(a->core, name, (size_t)n, &text, &len, &msg);
-		if (rc < 0)
-			return meshd__send_op_error(jb, rc, msg);
-		free(msg);
-		if (!text)
-			return meshd__set_answer(jb, 200, "text/plain; charset=utf-8", "", 0, 1);
-		return meshd__set_answer(jb, 200, "text/plain; charset=utf-8", text, len, 0);
-	}
+	if (!strcmp(action, "logs"))
+		return do_logs(a, jb, name);
 	if (strcmp(action, "load") && strcmp(action, "unload") && strcmp(action, "start") && strcmp(action, "stop") &&
 	    strcmp(action, "call") && strcmp(action, "rollback"))
 		return meshd__send_errorf(jb, 404, MESH_E_NOTFOUND, "no such route: /v1/programs/<name>/%s", action);
 	if (!is_post)
 		return meshd__send_method_not_allowed(jb, "POST");
 
-	if (!strcmp(action, "call")) {
-		const char *t = arg(jb, "timeout");
-		uint64_t timeout = CALL_TIMEOUT_DEFAULT_NS;
-		void *reply = NULL;
-		size_t reply_len = 0;
-		if (t && (mesh_parse_duration(t, CALL_TIMEOUT_MAX_NS, &timeout) < 0 || timeout == 0))
-			return meshd__send_errorf(jb, 400, MESH_E_PARSE, "timeout must be a duration (30, 500ms, 5m), more than 0 and at most %llu s",
-					   CALL_TIMEOUT_MAX_NS / 1000000000ull);
-		rc = meshd_op_call_ex(a->core, name, jb->body.p ? jb->body.p : "", jb->body.len, stream_part, jb, &reply,
-				      &reply_len, timeout, &jb->gone, &msg);
-		if (rc < 0) {
-			free(reply);
-			return meshd__send_op_error(jb, rc, msg);
-		}
-		free(msg);
-		if (!reply)
-			return meshd__set_answer(jb, 200, "application/octet-stream", "", 0, 1);
-		return meshd__set_answer(jb, 200, "application/octet-stream", reply, reply_len, 0);
-	}
+	if (!strcmp(action, "call"))
+		return do_call(a, jb, name);
 	if (!strcmp(action, "load") || !strcmp(action, "rollback")) {
 		struct meshd_program_info pi;
 		rc = (!strcmp(action, "load") ? meshd_op_load : meshd_op_rollback)(a->core, name, &pi, &msg);
