@@ -561,6 +561,59 @@ static void print_http(json_t *http)
 	}
 }
 
+/* ps: a program's lines under its rows: FAILED (a crash loop: calls are
+ * refused until `mesh start`), and its savings over its window. */
+static void print_program_notes(json_t *p)
+{
+	const char *failed = json_string_value(json_object_get(p, "failed"));
+	if (failed) /* a crash loop: calls are refused until `mesh start` */
+		printf("  FAILED: %s\n", failed);
+	json_t *sv = json_object_get(p, "savings");
+	if (json_is_number(sv)) {
+		long long warm = json_integer_value(json_object_get(p, "warm"));
+		long long max = json_integer_value(json_object_get(p, "max_workers"));
+		/* The window: the time it was loaded, since its first load. */
+		char since[32] = "?";
+		time_t t0 = (time_t)json_integer_value(json_object_get(p, "window_since"));
+		struct tm tm;
+		if (t0 > 0 && localtime_r(&t0, &tm))
+			strftime(since, sizeof since, "%Y-%m-%d %H:%M", &tm);
+		printf("  %s (%lld of %lld warm); savings %.3f over %.1f s loaded since %s: %.2f worker-seconds warm "
+		       "of %.2f always-on\n",
+		       warm ? "warm" : "cold", warm, max, json_number_value(sv),
+		       json_number_value(json_object_get(p, "window_seconds")), since,
+		       json_number_value(json_object_get(p, "warm_seconds")),
+		       json_number_value(json_object_get(p, "always_on_seconds")));
+	}
+}
+
+/* ps: the host's line, and with -v what it can enforce and contain. */
+static void print_host(json_t *host, int verbose)
+{
+	if (!json_is_object(host))
+		return;
+	char procs[32], cpu[32], rss[32], spawns[32], crashes[32];
+	fmt_num(procs, sizeof procs, json_object_get(host, "processes"));
+	fmt_pct(cpu, sizeof cpu, json_object_get(host, "cpu_pct"));
+	fmt_bytes(rss, sizeof rss, field(host, "rss_bytes", "rss"));
+	fmt_num(spawns, sizeof spawns, json_object_get(host, "spawns"));
+	fmt_num(crashes, sizeof crashes, json_object_get(host, "crashes"));
+	printf("host: %s worker processes, cpu %s%%, rss %s, %s spawns, %s crashes\n", procs, cpu, rss, spawns, crashes);
+	if (!verbose)
+		return;
+	const char *avail = json_string_value(json_object_get(host, "limits_available"));
+	const char *cg = json_string_value(json_object_get(host, "cgroup"));
+	if (avail)
+		printf("limits this host can enforce: %s\n", avail);
+	if (cg)
+		printf("cgroup v2 limits: not enforced here: %s\n", cg);
+	const char *cn = json_string_value(json_object_get(host, "containment"));
+	const char *cw = json_string_value(json_object_get(host, "containment_why"));
+	if (cn)
+		printf("containment of workers (what keeps track of their processes and kills them all): %s%s%s%s\n", cn,
+		       cw && *cw ? " (" : "", cw && *cw ? cw : "", cw && *cw ? ")" : "");
+}
+
 int mesh_cmd_ps(int argc, char **argv)
 {
 	struct opts o;
@@ -598,50 +651,9 @@ int mesh_cmd_ps(int argc, char **argv)
 		} else {
 			print_row(p, NULL);
 		}
-		const char *failed = json_string_value(json_object_get(p, "failed"));
-		if (failed) /* a crash loop: calls are refused until `mesh start` */
-			printf("  FAILED: %s\n", failed);
-		json_t *sv = json_object_get(p, "savings");
-		if (json_is_number(sv)) {
-			long long warm = json_integer_value(json_object_get(p, "warm"));
-			long long max = json_integer_value(json_object_get(p, "max_workers"));
-			/* The window: the time it was loaded, since its first load. */
-			char since[32] = "?";
-			time_t t0 = (time_t)json_integer_value(json_object_get(p, "window_since"));
-			struct tm tm;
-			if (t0 > 0 && localtime_r(&t0, &tm))
-				strftime(since, sizeof since, "%Y-%m-%d %H:%M", &tm);
-			printf("  %s (%lld of %lld warm); savings %.3f over %.1f s loaded since %s: %.2f worker-seconds warm "
-			       "of %.2f always-on\n",
-			       warm ? "warm" : "cold", warm, max, json_number_value(sv),
-			       json_number_value(json_object_get(p, "window_seconds")), since,
-			       json_number_value(json_object_get(p, "warm_seconds")),
-			       json_number_value(json_object_get(p, "always_on_seconds")));
-		}
+		print_program_notes(p);
 	}
-	if (json_is_object(host)) {
-		char procs[32], cpu[32], rss[32], spawns[32], crashes[32];
-		fmt_num(procs, sizeof procs, json_object_get(host, "processes"));
-		fmt_pct(cpu, sizeof cpu, json_object_get(host, "cpu_pct"));
-		fmt_bytes(rss, sizeof rss, field(host, "rss_bytes", "rss"));
-		fmt_num(spawns, sizeof spawns, json_object_get(host, "spawns"));
-		fmt_num(crashes, sizeof crashes, json_object_get(host, "crashes"));
-		printf("host: %s worker processes, cpu %s%%, rss %s, %s spawns, %s crashes\n", procs, cpu, rss, spawns,
-		       crashes);
-	}
-	if (json_is_object(host) && o.verbose) {
-		const char *avail = json_string_value(json_object_get(host, "limits_available"));
-		const char *cg = json_string_value(json_object_get(host, "cgroup"));
-		if (avail)
-			printf("limits this host can enforce: %s\n", avail);
-		if (cg)
-			printf("cgroup v2 limits: not enforced here: %s\n", cg);
-		const char *cn = json_string_value(json_object_get(host, "containment"));
-		const char *cw = json_string_value(json_object_get(host, "containment_why"));
-		if (cn)
-			printf("containment of workers (what keeps track of their processes and kills them all): %s%s%s%s\n",
-			       cn, cw && *cw ? " (" : "", cw && *cw ? cw : "", cw && *cw ? ")" : "");
-	}
+	print_host(host, o.verbose);
 	print_gpus(j ? json_object_get(j, "gpu") : NULL, o.verbose);
 	print_http(j ? json_object_get(j, "http") : NULL);
 	json_decref(j);
