@@ -897,6 +897,14 @@ static void send_run_early(struct mesh_instance *w)
 	w->slot = w->armed;
 }
 
+/* An event the state does not take: the requester's MESH_E_STATE. */
+static void act_deny(struct mesh_instance *w, enum mesh_istate was, enum mesh_ievent ev, char **err, struct outcome *o)
+{
+	if (err)
+		*err = mesh_strf("'%s' cannot %s while %s", w->img->name, mesh_ievent_name(ev), mesh_istate_name(was));
+	o->rc = MESH_E_STATE;
+}
+
 static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct evarg *a, char **err,
 		      struct outcome *o)
 {
@@ -916,6 +924,48 @@ static void act_spawn(struct mesh_instance *w, enum mesh_ievent ev, const struct
 	}
 	w->deadline = mesh_mono_ns() + (w->http ? w->img->m.start_timeout_ns : ready_ns(w));
 	send_run_early(w);
+}
+
+/* A spawn that failed (UNSTARTED, a->code and a->text): its launch is
+ * dropped and the failure kept as the instance's last. */
+static void act_abort(struct mesh_instance *w, const struct evarg *a)
+{
+	forget_pending(w);
+	w->deadline = 0;
+	w->unready++;
+	new_failure(w, a->code, strdup(a->text ? a->text : mesh_strerror(a->code)));
+}
+
+/* A launch for a starting instance: its slot is armed and, where the
+ * channel is up, its `run` sent before `ready`.  Once a `run` is out,
+ * only the same slot is taken (another: MESH_E_STATE). */
+static void act_pend(struct mesh_instance *w, const struct evarg *a, char **err, struct outcome *o)
+{
+	if (w->run_early) {
+		/* Its `run` is out: it cannot be sent elsewhere. */
+		if (a->slot != w->slot) {
+			if (err)
+				*err = mesh_strf("'%s' is starting for another slot", w->img->name);
+			o->rc = MESH_E_STATE;
+		}
+		return;
+	}
+	w->pending = a->slot;
+	arm_pending(w, a);
+	send_run_early(w);
+}
+
+/* A launch withdrawn while the instance starts: forgotten, or, once its
+ * `run` is out, the instance is broken. */
+static void act_unpend(struct mesh_instance *w, struct outcome *o)
+{
+	if (w->run_early) {
+		/* Its `run` cannot be taken back: the worker would map
+		 * the slot after its `ready`.  Not done by meshd today. */
+		raise_text(o, MESH_EV_BROKEN, "its launch was withdrawn after its run was sent");
+		return;
+	}
+	forget_pending(w);
 }
 
 static void http_fill(const struct mesh_instance *w, struct mesh_instance_http *out);
@@ -1068,41 +1118,19 @@ static void act(struct mesh_instance *w, enum mesh_iaction action, enum mesh_ist
 	case MESH_A__N:
 		break;
 	case MESH_A_DENY:
-		if (err)
-			*err = mesh_strf("'%s' cannot %s while %s", w->img->name, mesh_ievent_name(ev), mesh_istate_name(was));
-		o->rc = MESH_E_STATE;
+		act_deny(w, was, ev, err, o);
 		break;
 	case MESH_A_SPAWN:
 		act_spawn(w, ev, a, err, o);
 		break;
 	case MESH_A_ABORT:
-		forget_pending(w);
-		w->deadline = 0;
-		w->unready++;
-		new_failure(w, a->code, strdup(a->text ? a->text : mesh_strerror(a->code)));
+		act_abort(w, a);
 		break;
 	case MESH_A_PEND:
-		if (w->run_early) {
-			/* Its `run` is out: it cannot be sent elsewhere. */
-			if (a->slot != w->slot) {
-				if (err)
-					*err = mesh_strf("'%s' is starting for another slot", w->img->name);
-				o->rc = MESH_E_STATE;
-			}
-			break;
-		}
-		w->pending = a->slot;
-		arm_pending(w, a);
-		send_run_early(w);
+		act_pend(w, a, err, o);
 		break;
 	case MESH_A_UNPEND:
-		if (w->run_early) {
-			/* Its `run` cannot be taken back: the worker would map
-			 * the slot after its `ready`.  Not done by meshd today. */
-			raise_text(o, MESH_EV_BROKEN, "its launch was withdrawn after its run was sent");
-			break;
-		}
-		forget_pending(w);
+		act_unpend(w, o);
 		break;
 	case MESH_A_READY:
 		act_ready(w, o);
@@ -1248,6 +1276,68 @@ static void wake_all(struct mesh_host *h)
 	pthread_cond_broadcast(&h->cv);
 }
 
+/* The host's lock and its conditions (waits on them time out by the
+ * monotonic clock). */
+static void sync_init(struct mesh_host *h)
+{
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&h->cv, &ca);
+	pthread_cond_init(&h->sampler_cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+/* What this machine can contain workers with, less what cfg turns off
+ * (said in caps.contain_why); that is what workers get. */
+static void detect_caps(struct mesh_host *h, const struct mesh_host_cfg *cfg)
+{
+	mesh_limits_detect(&h->caps, cfg->limits_proc_root);
+	if (h->caps.contain & cfg->contain_off) {
+		h->caps.contain &= ~cfg->contain_off;
+		snprintf(h->caps.contain_why, sizeof h->caps.contain_why, "%s turned off", cfg->contain_off & MESH_CONTAIN_PIDNS ?
+			 (cfg->contain_off & MESH_CONTAIN_CGROUP ? "pid namespace and cgroup" : "pid namespace") : "cgroup");
+	}
+	h->contain = h->caps.contain;
+}
+
+/* Starts the spawner and the sampler thread.  Returns 0, or a negative
+ * code with *err set (when err) and neither running. */
+static int start_threads(struct mesh_host *h, char **err)
+{
+	int rc;
+	if ((rc = mesh_proc_spawner_new(&h->sp))) {
+		if (err)
+			*err = mesh_strf("cannot start the spawner thread: %s", mesh_strerror(rc));
+		return rc;
+	}
+	if ((rc = mesh_thread_start(&h->sampler, sampler_main, h))) {
+		if (err)
+			*err = mesh_strf("cannot start the sampler thread: %s", mesh_strerror(rc));
+		mesh_proc_spawner_free(h->sp);
+	}
+	return rc;
+}
+
+/* Frees h and what it holds, its threads stopped (or never started) and
+ * its instances gone: what mesh_host_new failed after and what
+ * mesh_host_free ends with. */
+static void free_host(struct mesh_host *h)
+{
+	if (h->epfd >= 0)
+		close(h->epfd);
+	if (h->wakefd >= 0)
+		close(h->wakefd);
+	free_strv(h->env);
+	free(h->logs);
+	free(h->mps_dir);
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
+	pthread_cond_destroy(&h->sampler_cv);
+	free(h);
+}
+
 int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char **err)
 {
 	struct mesh_host *h = calloc(1, sizeof *h);
@@ -1257,13 +1347,7 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	if (!h)
 		return -ENOMEM;
 	h->epfd = h->wakefd = -1;
-	pthread_mutex_init(&h->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&h->cv, &ca);
-	pthread_cond_init(&h->sampler_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	sync_init(h);
 	h->next_id = 1;
 	if (access(cfg->logs, W_OK | X_OK) != 0) {
 		rc = -errno;
@@ -1296,13 +1380,7 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	h->online_ns = cfg->online_timeout_ns;
 	h->on_ready = cfg->on_ready;
 	h->on_ready_ctx = cfg->on_ready_ctx;
-	mesh_limits_detect(&h->caps, cfg->limits_proc_root);
-	if (h->caps.contain & cfg->contain_off) {
-		h->caps.contain &= ~cfg->contain_off;
-		snprintf(h->caps.contain_why, sizeof h->caps.contain_why, "%s turned off", cfg->contain_off & MESH_CONTAIN_PIDNS ?
-			 (cfg->contain_off & MESH_CONTAIN_CGROUP ? "pid namespace and cgroup" : "pid namespace") : "cgroup");
-	}
-	h->contain = h->caps.contain;
+	detect_caps(h, cfg);
 	if (cfg->default_user && (rc = mesh_limits_run_as(cfg->default_user, &h->def_user, err)))
 		goto bad;
 	h->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -1313,31 +1391,12 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 	}
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
 	epoll_ctl(h->epfd, EPOLL_CTL_ADD, h->wakefd, &ev);
-	if ((rc = mesh_proc_spawner_new(&h->sp))) {
-		if (err)
-			*err = mesh_strf("cannot start the spawner thread: %s", mesh_strerror(rc));
+	if ((rc = start_threads(h, err)))
 		goto bad;
-	}
-	if ((rc = mesh_thread_start(&h->sampler, sampler_main, h))) {
-		if (err)
-			*err = mesh_strf("cannot start the sampler thread: %s", mesh_strerror(rc));
-		mesh_proc_spawner_free(h->sp);
-		goto bad;
-	}
 	*out = h;
 	return 0;
 bad:
-	if (h->epfd >= 0)
-		close(h->epfd);
-	if (h->wakefd >= 0)
-		close(h->wakefd);
-	free_strv(h->env);
-	free(h->logs);
-	free(h->mps_dir);
-	pthread_mutex_destroy(&h->mu);
-	pthread_cond_destroy(&h->cv);
-	pthread_cond_destroy(&h->sampler_cv);
-	free(h);
+	free_host(h);
 	return rc;
 }
 
@@ -2085,13 +2144,5 @@ void mesh_host_free(struct mesh_host *h)
 	}
 	pthread_mutex_unlock(&h->mu);
 	mesh_proc_spawner_free(h->sp);
-	close(h->epfd);
-	close(h->wakefd);
-	free_strv(h->env);
-	free(h->logs);
-	free(h->mps_dir);
-	pthread_mutex_destroy(&h->mu);
-	pthread_cond_destroy(&h->cv);
-	pthread_cond_destroy(&h->sampler_cv);
-	free(h);
+	free_host(h);
 }
