@@ -23,6 +23,103 @@
 extern char **environ;
 
 
+/* The tool's environment: ours, with CUDA_MPS_PIPE_DIRECTORY and, when
+ * log_dir, CUDA_MPS_LOG_DIRECTORY in place of any we have.  envp points
+ * into environ and into pipe and log, which hold the two set here. */
+struct tool_env {
+	char **envp;
+	struct mesh_buf pipe, log;
+};
+#define TOOL_ENV_INIT {NULL, MESH_BUF_INIT, MESH_BUF_INIT}
+
+/* Fills e (from TOOL_ENV_INIT) for pipe_dir and log_dir (NULL: none).
+ * 0 or -ENOMEM; tool_env_release frees e either way. */
+static int tool_env_init(struct tool_env *e, const char *pipe_dir, const char *log_dir)
+{
+	size_t n = 0;
+	while (environ && environ[n])
+		n++;
+	if (!(e->envp = calloc(n + 3, sizeof *e->envp)) || mesh_buf_addf(&e->pipe, "CUDA_MPS_PIPE_DIRECTORY=%s", pipe_dir) ||
+	    (log_dir && mesh_buf_addf(&e->log, "CUDA_MPS_LOG_DIRECTORY=%s", log_dir)))
+		return -ENOMEM;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "CUDA_MPS_PIPE_DIRECTORY=", 24) != 0 &&
+		    (!log_dir || strncmp(environ[i], "CUDA_MPS_LOG_DIRECTORY=", 23) != 0))
+			e->envp[k++] = environ[i];
+	e->envp[k++] = e->pipe.p;
+	if (log_dir)
+		e->envp[k++] = e->log.p;
+	return 0;
+}
+
+/* Frees what tool_env_init made. */
+static void tool_env_release(struct tool_env *e)
+{
+	mesh_buf_release(&e->pipe);
+	mesh_buf_release(&e->log);
+	free(e->envp);
+}
+
+/* Writes cmd and a newline to the tool's stdin, fd.  A tool that does
+ * not read its stdin must not wedge us: the pipe holds far more than one
+ * command. */
+static void tool_send(int fd, const char *cmd)
+{
+	struct mesh_buf line = MESH_BUF_INIT;
+	mesh_buf_addf(&line, "%s\n", cmd);
+	mesh_write_all(fd, line.p, line.len);
+	mesh_buf_release(&line);
+}
+
+/* Reads the tool's output from fd into *res (up to about 64 KiB kept)
+ * until it exits (its pidfd fires) -- not until the pipe's end -- or the
+ * deadline passes.  0, or MESH_E_TIMEOUT with the tool still running. */
+static int tool_read(int fd, int pidfd, uint64_t deadline, struct mesh_buf *res)
+{
+	int eof = 0, exited = 0, rc = 0;
+	while (!exited) {
+		uint64_t now = mesh_mono_ns();
+		if (now >= deadline) {
+			rc = MESH_E_TIMEOUT;
+			break;
+		}
+		struct pollfd pfd[2] = {{.fd = eof ? -1 : fd, .events = POLLIN}, {.fd = pidfd, .events = POLLIN}};
+		int pr = poll(pfd, 2, (int)((deadline - now) / MESH_NS_PER_MS) + 1);
+		if (pr <= 0)
+			continue;
+		if (pfd[0].revents) {
+			char buf[4096];
+			ssize_t r = read(fd, buf, sizeof buf);
+			if (r == 0 || (r < 0 && errno != EINTR))
+				eof = 1;
+			else if (r > 0 && res->len < 65536)
+				mesh_buf_add(res, buf, (size_t)r);
+		}
+		exited = pfd[1].revents != 0;
+	}
+	/* What it wrote before it exited is in the pipe still. */
+	if (exited && !eof && fcntl(fd, F_SETFL, O_NONBLOCK) == 0) {
+		char buf[4096];
+		ssize_t r;
+		while ((r = read(fd, buf, sizeof buf)) > 0 && res->len < 65536)
+			mesh_buf_add(res, buf, (size_t)r);
+	}
+	return rc;
+}
+
+/* Reaps the tool, SIGKILLed first (its group) when kill_it: its shell
+ * exit code. */
+static int tool_reap(pid_t pid, int kill_it)
+{
+	if (kill_it)
+		mesh_proc_kill_group(pid, SIGKILL);
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return mesh_proc_exit_code(st);
+}
+
 /* Runs the control tool: argv1 (NULL: none) as its argument, cmd (NULL:
  * none) and a newline on its stdin, CUDA_MPS_PIPE_DIRECTORY=pipe_dir and,
  * when log_dir, CUDA_MPS_LOG_DIRECTORY=log_dir in its environment.  Its
@@ -33,38 +130,25 @@ static int tool_run(const char *pipe_dir, const char *log_dir, const char *argv1
 		    char **out, int *status, uint64_t timeout_ns)
 {
 	int in[2] = {-1, -1}, op[2] = {-1, -1}, pidfd = -1, rc = 0;
-	struct mesh_buf env1 = MESH_BUF_INIT, env2 = MESH_BUF_INIT, res = MESH_BUF_INIT;
+	struct tool_env env = TOOL_ENV_INIT;
+	struct mesh_buf res = MESH_BUF_INIT;
 	struct mesh_proc_spawner *sp = NULL;
-	char **envp = NULL, *path = NULL;
-	size_t n = 0;
+	char *path = NULL;
 	*out = NULL;
 	*status = -1;
 	if ((cmd && pipe2(in, O_CLOEXEC) < 0) || pipe2(op, O_CLOEXEC) < 0) {
 		rc = -errno;
 		goto done;
 	}
-	while (environ && environ[n])
-		n++;
-	if (!(envp = calloc(n + 3, sizeof *envp)) || mesh_buf_addf(&env1, "CUDA_MPS_PIPE_DIRECTORY=%s", pipe_dir) ||
-	    (log_dir && mesh_buf_addf(&env2, "CUDA_MPS_LOG_DIRECTORY=%s", log_dir))) {
-		rc = -ENOMEM;
+	if ((rc = tool_env_init(&env, pipe_dir, log_dir)))
 		goto done;
-	}
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], "CUDA_MPS_PIPE_DIRECTORY=", 24) != 0 &&
-		    (!log_dir || strncmp(environ[i], "CUDA_MPS_LOG_DIRECTORY=", 23) != 0))
-			envp[k++] = environ[i];
-	envp[k++] = env1.p;
-	if (log_dir)
-		envp[k++] = env2.p;
 	char *argv[] = {MESH_MPS_CONTROL, (char *)argv1, NULL};
 	pid_t pid;
 	/* A spawner of its own: the tool is reaped before it is freed. */
 	if ((rc = mesh_proc_resolve(MESH_MPS_CONTROL, &path)) || (rc = mesh_proc_spawner_new(&sp)))
 		goto done;
 	struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
-	po.path = path, po.argv = argv, po.envp = envp, po.in_fd = in[0], po.out_fd = op[1], po.err_fd = with_err ? -1 : 2;
+	po.path = path, po.argv = argv, po.envp = env.envp, po.in_fd = in[0], po.out_fd = op[1], po.err_fd = with_err ? -1 : 2;
 	if ((rc = mesh_proc_spawn(sp, &po, &pid, &pidfd)))
 		goto done;
 	close(op[1]);
@@ -72,50 +156,12 @@ static int tool_run(const char *pipe_dir, const char *log_dir, const char *argv1
 	if (cmd) {
 		close(in[0]);
 		in[0] = -1;
-		struct mesh_buf line = MESH_BUF_INIT;
-		mesh_buf_addf(&line, "%s\n", cmd);
-		/* A tool that does not read its stdin must not wedge us: the
-		 * pipe holds far more than one command. */
-		mesh_write_all(in[1], line.p, line.len);
-		mesh_buf_release(&line);
+		tool_send(in[1], cmd);
 		close(in[1]);
 		in[1] = -1;
 	}
-	uint64_t deadline = mesh_mono_ns() + timeout_ns;
-	int eof = 0, exited = 0;
-	while (!exited) {
-		uint64_t now = mesh_mono_ns();
-		if (now >= deadline) {
-			rc = MESH_E_TIMEOUT;
-			break;
-		}
-		struct pollfd pfd[2] = {{.fd = eof ? -1 : op[0], .events = POLLIN}, {.fd = pidfd, .events = POLLIN}};
-		int pr = poll(pfd, 2, (int)((deadline - now) / MESH_NS_PER_MS) + 1);
-		if (pr <= 0)
-			continue;
-		if (pfd[0].revents) {
-			char buf[4096];
-			ssize_t r = read(op[0], buf, sizeof buf);
-			if (r == 0 || (r < 0 && errno != EINTR))
-				eof = 1;
-			else if (r > 0 && res.len < 65536)
-				mesh_buf_add(&res, buf, (size_t)r);
-		}
-		exited = pfd[1].revents != 0;
-	}
-	/* What it wrote before it exited is in the pipe still. */
-	if (exited && !eof && fcntl(op[0], F_SETFL, O_NONBLOCK) == 0) {
-		char buf[4096];
-		ssize_t r;
-		while ((r = read(op[0], buf, sizeof buf)) > 0 && res.len < 65536)
-			mesh_buf_add(&res, buf, (size_t)r);
-	}
-	if (rc == MESH_E_TIMEOUT)
-		mesh_proc_kill_group(pid, SIGKILL);
-	int st = 0;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	*status = mesh_proc_exit_code(st);
+	rc = tool_read(op[0], pidfd, mesh_mono_ns() + timeout_ns, &res);
+	*status = tool_reap(pid, rc == MESH_E_TIMEOUT);
 	*out = res.p ? mesh_buf_detach(&res, NULL) : strdup("");
 	if (!*out && !rc)
 		rc = -ENOMEM;
@@ -131,9 +177,7 @@ done:
 	mesh_proc_spawner_free(sp);
 	free(path);
 	mesh_buf_release(&res);
-	mesh_buf_release(&env1);
-	mesh_buf_release(&env2);
-	free(envp);
+	tool_env_release(&env);
 	return rc;
 }
 
