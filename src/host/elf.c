@@ -73,10 +73,10 @@ static int refuse(char **err, const char *path, const char *fmt, ...)
 	return MESH_E_REFUSED;
 }
 
-int mesh_elf_check(const char *path, const uint8_t *b, size_t n, char **err)
+/* The identification's bytes: an ELF (not a script) of this machine's
+ * class and byte order, of the current version.  0, or refuse's code. */
+static int check_ident(const char *path, const uint8_t *b, size_t n, char **err)
 {
-	if (err)
-		*err = NULL;
 	if (n >= 2 && b[0] == '#' && b[1] == '!')
 		return refuse(err, path, "a script (#!), not an ELF binary");
 	if (n < SELFMAG || memcmp(b, ELFMAG, SELFMAG) != 0)
@@ -92,25 +92,83 @@ int mesh_elf_check(const char *path, const uint8_t *b, size_t n, char **err)
 			      NATIVE_DATA == ELFDATA2LSB ? "little-endian" : "big-endian");
 	if (b[EI_VERSION] != EV_CURRENT)
 		return refuse(err, path, "unknown ELF version %u", b[EI_VERSION]);
+	return 0;
+}
+
+/* The header of a file of n bytes: this machine's e_machine, a program
+ * (EXEC or DYN), program headers of our size that lie inside the file.
+ * 0, or refuse's code. */
+static int check_header(const char *path, const Elf64_Ehdr *eh, size_t n, char **err)
+{
+	if (eh->e_machine != NATIVE_MACHINE) {
+		const char *mn = machine_name(eh->e_machine);
+		if (mn)
+			return refuse(err, path, "built for %s (e_machine %u); this machine is %s", mn,
+				      eh->e_machine, machine_name(NATIVE_MACHINE));
+		return refuse(err, path, "built for e_machine %u; this machine is %s", eh->e_machine,
+			      machine_name(NATIVE_MACHINE));
+	}
+	if (eh->e_type != ET_EXEC && eh->e_type != ET_DYN)
+		return refuse(err, path, "ELF type %u is %s, not a program", eh->e_type,
+			      eh->e_type == ET_REL ? "an object file" : eh->e_type == ET_CORE ? "a core dump" : "unknown");
+	if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phnum == 0 || eh->e_phnum >= PN_XNUM)
+		return refuse(err, path, "no usable program headers (%u of %u bytes)", eh->e_phnum, eh->e_phentsize);
+	if (eh->e_phoff > n || (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > n - eh->e_phoff)
+		return refuse(err, path, "truncated: program headers end past the file's %zu bytes", n);
+	return 0;
+}
+
+/* The PT_INTERP header at interp (in b, unaligned): a NUL-terminated
+ * path inside the file, of an interpreter this machine has.  0, or
+ * refuse's code. */
+static int check_interp(const char *path, const uint8_t *b, size_t n, const Elf64_Phdr *interp, char **err)
+{
+	Elf64_Phdr ph;
+	memcpy(&ph, interp, sizeof ph);
+	if (ph.p_offset > n || ph.p_filesz > n - ph.p_offset || ph.p_filesz < 2 || ph.p_filesz > 4096 ||
+	    b[ph.p_offset + ph.p_filesz - 1] != 0)
+		return refuse(err, path, "malformed interpreter (PT_INTERP)");
+	const char *ip = (const char *)b + ph.p_offset;
+	if (strlen(ip) != ph.p_filesz - 1)
+		return refuse(err, path, "malformed interpreter (PT_INTERP)");
+	if (access(ip, X_OK) != 0)
+		return refuse(err, path, "its interpreter '%s' is not on this machine", ip);
+	return 0;
+}
+
+/* 1 if the PT_DYNAMIC header at dyn (in b, unaligned) lies inside the
+ * file and its entries, up to DT_NULL, hold DT_FLAGS_1 with DF_1_PIE: a
+ * static PIE says so there; a shared library does not. */
+static int static_pie(const uint8_t *b, size_t n, const Elf64_Phdr *dyn)
+{
+	Elf64_Phdr ph;
+	memcpy(&ph, dyn, sizeof ph);
+	if (ph.p_offset > n || ph.p_filesz > n - ph.p_offset)
+		return 0;
+	for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= ph.p_filesz; off += sizeof(Elf64_Dyn)) {
+		Elf64_Dyn d;
+		memcpy(&d, b + ph.p_offset + off, sizeof d);
+		if (d.d_tag == DT_NULL)
+			break;
+		if (d.d_tag == DT_FLAGS_1 && (d.d_un.d_val & DF_1_PIE))
+			return 1;
+	}
+	return 0;
+}
+
+int mesh_elf_check(const char *path, const uint8_t *b, size_t n, char **err)
+{
+	int rc;
+	if (err)
+		*err = NULL;
+	if ((rc = check_ident(path, b, n, err)))
+		return rc;
 	if (n < sizeof(Elf64_Ehdr))
 		return refuse(err, path, "truncated ELF header (%zu of %zu bytes)", n, sizeof(Elf64_Ehdr));
 	Elf64_Ehdr eh;
 	memcpy(&eh, b, sizeof eh);
-	if (eh.e_machine != NATIVE_MACHINE) {
-		const char *mn = machine_name(eh.e_machine);
-		if (mn)
-			return refuse(err, path, "built for %s (e_machine %u); this machine is %s", mn,
-				      eh.e_machine, machine_name(NATIVE_MACHINE));
-		return refuse(err, path, "built for e_machine %u; this machine is %s", eh.e_machine,
-			      machine_name(NATIVE_MACHINE));
-	}
-	if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)
-		return refuse(err, path, "ELF type %u is %s, not a program", eh.e_type,
-			      eh.e_type == ET_REL ? "an object file" : eh.e_type == ET_CORE ? "a core dump" : "unknown");
-	if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum >= PN_XNUM)
-		return refuse(err, path, "no usable program headers (%u of %u bytes)", eh.e_phnum, eh.e_phentsize);
-	if (eh.e_phoff > n || (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > n - eh.e_phoff)
-		return refuse(err, path, "truncated: program headers end past the file's %zu bytes", n);
+	if ((rc = check_header(path, &eh, n, err)))
+		return rc;
 	const Elf64_Phdr *interp = NULL, *dyn = NULL;
 	int load = 0;
 	for (unsigned i = 0; i < eh.e_phnum; i++) {
@@ -129,36 +187,12 @@ int mesh_elf_check(const char *path, const uint8_t *b, size_t n, char **err)
 	}
 	if (!load)
 		return refuse(err, path, "no loadable segment");
-	if (interp) {
-		Elf64_Phdr ph;
-		memcpy(&ph, interp, sizeof ph);
-		if (ph.p_offset > n || ph.p_filesz > n - ph.p_offset || ph.p_filesz < 2 || ph.p_filesz > 4096 ||
-		    b[ph.p_offset + ph.p_filesz - 1] != 0)
-			return refuse(err, path, "malformed interpreter (PT_INTERP)");
-		const char *ip = (const char *)b + ph.p_offset;
-		if (strlen(ip) != ph.p_filesz - 1)
-			return refuse(err, path, "malformed interpreter (PT_INTERP)");
-		if (access(ip, X_OK) != 0)
-			return refuse(err, path, "its interpreter '%s' is not on this machine", ip);
-		return 0;
-	}
+	if (interp)
+		return check_interp(path, b, n, interp, err);
 	if (eh.e_type == ET_EXEC)
 		return 0; /* static */
-	/* DYN without an interpreter: a static PIE says so in DT_FLAGS_1; a
-	 * shared library does not. */
-	if (dyn) {
-		Elf64_Phdr ph;
-		memcpy(&ph, dyn, sizeof ph);
-		if (ph.p_offset <= n && ph.p_filesz <= n - ph.p_offset) {
-			for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= ph.p_filesz; off += sizeof(Elf64_Dyn)) {
-				Elf64_Dyn d;
-				memcpy(&d, b + ph.p_offset + off, sizeof d);
-				if (d.d_tag == DT_NULL)
-					break;
-				if (d.d_tag == DT_FLAGS_1 && (d.d_un.d_val & DF_1_PIE))
-					return 0;
-			}
-		}
-	}
+	/* DYN without an interpreter: a static PIE, or a shared library. */
+	if (dyn && static_pie(b, n, dyn))
+		return 0;
 	return refuse(err, path, "a shared library (ELF DYN without an interpreter), not a program");
 }
