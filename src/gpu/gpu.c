@@ -266,91 +266,111 @@ static void start_drain(struct res *r, uint64_t now)
 	r->dead_at = now;
 }
 
+/* What the ledger's thread waits on: fds[0] its wake fd, then the pidfd
+ * of each live reservation (ids[i]: fds[i]'s), k of them in use, cap of
+ * room; whether any reservation drains or is stuck past its grace. */
+struct watched {
+	struct pollfd *fds;
+	uint64_t *ids;
+	size_t cap, k;
+	int draining, stuck;
+};
+
+/* Fills w from g's reservations, growing it as needed; k is 0 when it
+ * could not grow (out of memory).  g->mu held. */
+static void watched_fill(struct mesh_gpu *g, struct watched *w)
+{
+	size_t n = 1;
+	w->k = 0;
+	w->draining = w->stuck = 0;
+	for (struct res *r = g->list; r; r = r->next) {
+		n += r->st == MESH_GPU_LIVE && r->pidfd >= 0;
+		w->draining |= r->st == MESH_GPU_DRAINING;
+		w->stuck |= r->st == MESH_GPU_STUCK;
+	}
+	if (n > w->cap) {
+		struct pollfd *nf = realloc(w->fds, n * sizeof *w->fds);
+		if (nf)
+			w->fds = nf;
+		uint64_t *ni = nf ? realloc(w->ids, n * sizeof *w->ids) : NULL;
+		if (ni)
+			w->ids = ni, w->cap = n;
+	}
+	if (n <= w->cap) {
+		w->fds[w->k++] = (struct pollfd){.fd = g->wakefd, .events = POLLIN};
+		for (struct res *r = g->list; r && w->k < n; r = r->next)
+			if (r->st == MESH_GPU_LIVE && r->pidfd >= 0) {
+				w->ids[w->k] = r->id;
+				w->fds[w->k++] = (struct pollfd){.fd = r->pidfd, .events = POLLIN};
+			}
+	}
+}
+
+/* The deaths poll saw in w: NVML is read first (the process is gone
+ * already), and each reservation turns DRAINING together with that
+ * reading, so nobody sees it draining with the live worker's usage.
+ * 0 if none died.  g->mu not held. */
+static int take_deaths(struct mesh_gpu *g, const struct watched *w)
+{
+	int died = 0;
+	for (size_t i = 1; i < w->k; i++)
+		died |= w->fds[i].revents != 0;
+	if (!died)
+		return 0;
+	struct snap *s = malloc(sizeof *s);
+	if (s)
+		snap_read(g, s);
+	pthread_mutex_lock(&g->mu);
+	uint64_t now = mesh_mono_ns();
+	for (size_t i = 1; i < w->k; i++) {
+		if (!w->fds[i].revents)
+			continue;
+		for (struct res *r = g->list; r; r = r->next)
+			if (r->id == w->ids[i] && r->st == MESH_GPU_LIVE)
+				start_drain(r, now);
+	}
+	if (s)
+		attribute(g, s, NULL);
+	advance(g, now);
+	pthread_mutex_unlock(&g->mu);
+	if (s) {
+		snap_release(s);
+		free(s);
+	}
+	return 1;
+}
+
 /* The ledger's thread: waits for a bound worker's death (its pidfd), then
  * reads NVML every poll_ns while anything drains. */
 static void *watch(void *arg)
 {
 	struct mesh_gpu *g = arg;
-	struct pollfd *fds = NULL;
-	uint64_t *ids = NULL;
-	size_t cap = 0;
+	struct watched w = {0};
 	for (;;) {
 		pthread_mutex_lock(&g->mu);
 		if (g->stop) {
 			pthread_mutex_unlock(&g->mu);
 			break;
 		}
-		size_t n = 1, k = 0;
-		int draining = 0, stuck = 0;
-		for (struct res *r = g->list; r; r = r->next) {
-			n += r->st == MESH_GPU_LIVE && r->pidfd >= 0;
-			draining |= r->st == MESH_GPU_DRAINING;
-			stuck |= r->st == MESH_GPU_STUCK;
-		}
-		if (n > cap) {
-			struct pollfd *nf = realloc(fds, n * sizeof *fds);
-			if (nf)
-				fds = nf;
-			uint64_t *ni = nf ? realloc(ids, n * sizeof *ids) : NULL;
-			if (ni)
-				ids = ni, cap = n;
-		}
-		if (n <= cap) {
-			fds[k++] = (struct pollfd){.fd = g->wakefd, .events = POLLIN};
-			for (struct res *r = g->list; r && k < n; r = r->next)
-				if (r->st == MESH_GPU_LIVE && r->pidfd >= 0) {
-					ids[k] = r->id;
-					fds[k++] = (struct pollfd){.fd = r->pidfd, .events = POLLIN};
-				}
-		}
+		watched_fill(g, &w);
 		pthread_mutex_unlock(&g->mu);
 		/* Draining: NVML every poll_ns; a holder past the grace: once a second. */
-		int ms = draining ? (int)(g->poll_ns / MESH_NS_PER_MS) : stuck ? 1000 : -1;
-		if (k)
-			poll(fds, k, ms == 0 ? 1 : ms);
+		int ms = w.draining ? (int)(g->poll_ns / MESH_NS_PER_MS) : w.stuck ? 1000 : -1;
+		if (w.k)
+			poll(w.fds, w.k, ms == 0 ? 1 : ms);
 		else
 			usleep(10000); /* out of memory: try again */
-		draining |= stuck;
 		uint64_t now = mesh_mono_ns();
-		if (k && fds[0].revents) {
+		if (w.k && w.fds[0].revents) {
 			uint64_t v;
 			if (read(g->wakefd, &v, sizeof v) < 0) { /* nothing to do: it is only a wakeup */
 			}
 		}
-		int died = 0;
-		for (size_t i = 1; i < k; i++)
-			died |= fds[i].revents != 0;
-		if (!died) {
-			if (draining)
-				refresh(g, now);
-			continue;
-		}
-		/* A death: NVML is read first (the process is gone already), and
-		 * the reservation turns DRAINING together with that reading, so
-		 * nobody sees it draining with the live worker's usage. */
-		struct snap *s = malloc(sizeof *s);
-		if (s)
-			snap_read(g, s);
-		pthread_mutex_lock(&g->mu);
-		now = mesh_mono_ns();
-		for (size_t i = 1; i < k; i++) {
-			if (!fds[i].revents)
-				continue;
-			for (struct res *r = g->list; r; r = r->next)
-				if (r->id == ids[i] && r->st == MESH_GPU_LIVE)
-					start_drain(r, now);
-		}
-		if (s)
-			attribute(g, s, NULL);
-		advance(g, now);
-		pthread_mutex_unlock(&g->mu);
-		if (s) {
-			snap_release(s);
-			free(s);
-		}
+		if (!take_deaths(g, &w) && (w.draining || w.stuck))
+			refresh(g, now);
 	}
-	free(fds);
-	free(ids);
+	free(w.fds);
+	free(w.ids);
 	return NULL;
 }
 
