@@ -612,14 +612,9 @@ static int check_backend(struct ctx *x, const struct mesh_toml *t, struct mesh_m
 	return 0;
 }
 
-int mesh_manifest_parse(const char *file, const char *text, size_t len, const char *expect_name,
-			struct mesh_manifest *m, char **err)
+/* A manifest's values before its file is read. */
+static void set_defaults(struct mesh_manifest *m)
 {
-	struct ctx x = {file ? file : "(manifest)", err};
-	struct mesh_toml t = MESH_TOML_INIT;
-	int rc;
-	if (err)
-		*err = NULL;
 	memset(m, 0, sizeof *m);
 	m->device = MESH_DEVICE_CPU;
 	m->ready_timeout_ns = MESH_READY_TIMEOUT_NS;
@@ -630,6 +625,93 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 	m->max_workers = 1;
 	m->ring_bytes = MESH_SLOT_DEFAULT_RING;
 	m->start_timeout_ns = MESH_START_TIMEOUT_NS;
+}
+
+/* What the items read so far said of the backend: the first line of a key
+ * only a native (shared-memory) program has, and of one only an HTTP
+ * program has (0: none yet); whether `backends` was given. */
+struct seen {
+	int backends;
+	unsigned native, http;
+	size_t envcap; /* m->env's room */
+};
+
+/* One item of the file into m: a [table] header known, an [env] entry, a
+ * filter default, or a known key's value.  0 or the error (x says where). */
+static int take_item(struct ctx *x, const struct mesh_toml_item *it, struct mesh_manifest *m, const char *expect_name,
+		     struct seen *sn)
+{
+	if (it->type == MESH_TOML_TABLE) {
+		for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
+			if (strcmp(tables[k], it->table) == 0)
+				return 0;
+		return fail(x, it->line, it->col,
+			    "unknown table [%s] (known: env, limits, lifecycle, source, filters, filters.defaults)", it->table);
+	}
+	if (strcmp(it->table, "env") == 0)
+		return add_env(x, it, m, &sn->envcap);
+	if (strcmp(it->table, "filters.defaults") == 0) {
+		sn->http = sn->http ? sn->http : it->line;
+		return add_default(x, it, m);
+	}
+	const struct field *f = NULL;
+	for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
+		if (strcmp(fields[k].table, it->table) == 0 && strcmp(fields[k].key, it->key) == 0)
+			f = &fields[k];
+	if (!f) {
+		if (*it->table)
+			return fail(x, it->line, it->col, "unknown key '%s' in [%s]", it->key, it->table);
+		return fail(x, it->line, it->col, "unknown key '%s'", it->key);
+	}
+	if (f->kind == K_BACKENDS)
+		sn->backends = 1;
+	if (f->kind == K_BACKENDS || f->kind == K_ARGS || f->kind == K_RING || f->kind == K_DEVICE || f->kind == K_VENV ||
+	    f->off == OFF(max_workers) || f->off == OFF(ready_timeout_ns) || f->off == OFF(online_timeout_ns) ||
+	    f->off == OFF(call_timeout_ns))
+		sn->native = sn->native ? sn->native : it->line;
+	else if (f->kind == K_STRV || f->kind == K_PATH || f->off == OFF(probe_status) || f->off == OFF(max_concurrency) ||
+		 f->off == OFF(group) || f->off == OFF(start_timeout_ns) || f->off == OFF(memory) ||
+		 f->off == OFF(upstream_model))
+		sn->http = sn->http ? sn->http : it->line;
+	int rc = set_field(x, f, it, m);
+	if (!rc && f->kind == K_NAME && f->off == OFF(name) && expect_name && strcmp(m->name, expect_name) != 0)
+		rc = fail(x, it->vline, it->vcol, "name \"%s\" does not match the file name \"%s\"", m->name,
+			  expect_name);
+	return rc;
+}
+
+/* After the last item: what the file must have said (a name, a backend,
+ * device = "gpu" for GPU keys), and the defaults that follow from it. */
+static int complete(struct ctx *x, const struct mesh_toml *t, struct mesh_manifest *m, const struct seen *sn)
+{
+	int rc = 0;
+	if (!m->name)
+		return fail(x, 1, 1, "'name' is missing");
+	if ((rc = check_backend(x, t, m, sn->native, sn->http, sn->backends)))
+		return rc;
+	if (m->device != MESH_DEVICE_GPU && (m->gpus || m->vram))
+		return fail(x, 1, 1, "'%s' is for GPU programs: add device = \"gpu\"", m->gpus ? "gpus" : "vram");
+	if (m->device == MESH_DEVICE_GPU && !m->gpus)
+		m->gpus = 1;
+	if (!m->args && !(m->args = calloc(1, sizeof *m->args)))
+		return -ENOMEM;
+	if (!m->env && !(m->env = calloc(1, sizeof *m->env)))
+		return -ENOMEM;
+	if (!m->source_hash && !(m->source_hash = strdup("")))
+		return -ENOMEM;
+	return 0;
+}
+
+int mesh_manifest_parse(const char *file, const char *text, size_t len, const char *expect_name,
+			struct mesh_manifest *m, char **err)
+{
+	struct ctx x = {file ? file : "(manifest)", err};
+	struct mesh_toml t = MESH_TOML_INIT;
+	struct seen sn = {0};
+	int rc;
+	if (err)
+		*err = NULL;
+	set_defaults(m);
 	/* A UTF-8 byte order mark (editors on some systems write one) is not TOML: skipped. */
 	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
 		text += 3;
@@ -638,71 +720,10 @@ int mesh_manifest_parse(const char *file, const char *text, size_t len, const ch
 	rc = mesh_toml_parse(x.file, text, len, &t, err);
 	if (rc)
 		return rc;
-	int have_backends = 0;
-	unsigned seen_native = 0, seen_http = 0; /* line of a key only one backend has */
-	size_t envcap = 0;
-	for (size_t i = 0; i < t.n && !rc; i++) {
-		const struct mesh_toml_item *it = &t.items[i];
-		if (it->type == MESH_TOML_TABLE) {
-			size_t k;
-			for (k = 0; k < sizeof tables / sizeof tables[0]; k++)
-				if (strcmp(tables[k], it->table) == 0)
-					break;
-			if (k == sizeof tables / sizeof tables[0])
-				rc = fail(&x, it->line, it->col,
-					  "unknown table [%s] (known: env, limits, lifecycle, source, filters, filters.defaults)",
-					  it->table);
-			continue;
-		}
-		if (strcmp(it->table, "env") == 0) {
-			rc = add_env(&x, it, m, &envcap);
-			continue;
-		}
-		if (strcmp(it->table, "filters.defaults") == 0) {
-			seen_http = seen_http ? seen_http : it->line;
-			rc = add_default(&x, it, m);
-			continue;
-		}
-		const struct field *f = NULL;
-		for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
-			if (strcmp(fields[k].table, it->table) == 0 && strcmp(fields[k].key, it->key) == 0)
-				f = &fields[k];
-		if (!f) {
-			if (*it->table)
-				rc = fail(&x, it->line, it->col, "unknown key '%s' in [%s]", it->key, it->table);
-			else
-				rc = fail(&x, it->line, it->col, "unknown key '%s'", it->key);
-			break;
-		}
-		if (f->kind == K_BACKENDS)
-			have_backends = 1;
-		if (f->kind == K_BACKENDS || f->kind == K_ARGS || f->kind == K_RING || f->kind == K_DEVICE || f->kind == K_VENV ||
-		    f->off == OFF(max_workers) || f->off == OFF(ready_timeout_ns) || f->off == OFF(online_timeout_ns) ||
-		    f->off == OFF(call_timeout_ns))
-			seen_native = seen_native ? seen_native : it->line;
-		else if (f->kind == K_STRV || f->kind == K_PATH || f->off == OFF(probe_status) ||
-			 f->off == OFF(max_concurrency) || f->off == OFF(group) || f->off == OFF(start_timeout_ns) ||
-			 f->off == OFF(memory) || f->off == OFF(upstream_model))
-			seen_http = seen_http ? seen_http : it->line;
-		rc = set_field(&x, f, it, m);
-		if (!rc && f->kind == K_NAME && f->off == OFF(name) && expect_name && strcmp(m->name, expect_name) != 0)
-			rc = fail(&x, it->vline, it->vcol, "name \"%s\" does not match the file name \"%s\"", m->name,
-				  expect_name);
-	}
-	if (!rc && !m->name)
-		rc = fail(&x, 1, 1, "'name' is missing");
+	for (size_t i = 0; i < t.n && !rc; i++)
+		rc = take_item(&x, &t.items[i], m, expect_name, &sn);
 	if (!rc)
-		rc = check_backend(&x, &t, m, seen_native, seen_http, have_backends);
-	if (!rc && m->device != MESH_DEVICE_GPU && (m->gpus || m->vram))
-		rc = fail(&x, 1, 1, "'%s' is for GPU programs: add device = \"gpu\"", m->gpus ? "gpus" : "vram");
-	if (!rc && m->device == MESH_DEVICE_GPU && !m->gpus)
-		m->gpus = 1;
-	if (!rc && !m->args && !(m->args = calloc(1, sizeof *m->args)))
-		rc = -ENOMEM;
-	if (!rc && !m->env && !(m->env = calloc(1, sizeof *m->env)))
-		rc = -ENOMEM;
-	if (!rc && !m->source_hash && !(m->source_hash = strdup("")))
-		rc = -ENOMEM;
+		rc = complete(&x, &t, m, &sn);
 	mesh_toml_release(&t);
 	if (rc) {
 		mesh_manifest_release(m);
