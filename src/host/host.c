@@ -1390,7 +1390,10 @@ int mesh_host_new(struct mesh_host **out, const struct mesh_host_cfg *cfg, char 
 		goto bad;
 	}
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
-	epoll_ctl(h->epfd, EPOLL_CTL_ADD, h->wakefd, &ev);
+	if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, h->wakefd, &ev) < 0) {
+		rc = -errno; /* a loop that could never be woken */
+		goto bad;
+	}
 	if ((rc = start_threads(h, err)))
 		goto bad;
 	*out = h;

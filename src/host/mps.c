@@ -74,7 +74,8 @@ static void tool_send(int fd, const char *cmd)
 
 /* Reads the tool's output from fd into *res (up to about 64 KiB kept)
  * until it exits (its pidfd fires) -- not until the pipe's end -- or the
- * deadline passes.  0, or MESH_E_TIMEOUT with the tool still running. */
+ * deadline passes.  0, or MESH_E_TIMEOUT (or a poll error) with the tool
+ * still running: the caller kills it. */
 static int tool_read(int fd, int pidfd, uint64_t deadline, struct mesh_buf *res)
 {
 	int eof = 0, exited = 0, rc = 0;
@@ -86,6 +87,10 @@ static int tool_read(int fd, int pidfd, uint64_t deadline, struct mesh_buf *res)
 		}
 		struct pollfd pfd[2] = {{.fd = eof ? -1 : fd, .events = POLLIN}, {.fd = pidfd, .events = POLLIN}};
 		int pr = poll(pfd, 2, (int)((deadline - now) / MESH_NS_PER_MS) + 1);
+		if (pr < 0 && errno != EINTR) {
+			rc = -errno; /* not a spin until the deadline */
+			break;
+		}
 		if (pr <= 0)
 			continue;
 		if (pfd[0].revents) {
@@ -161,7 +166,7 @@ static int tool_run(const char *pipe_dir, const char *log_dir, const char *argv1
 		in[1] = -1;
 	}
 	rc = tool_read(op[0], pidfd, mesh_mono_ns() + timeout_ns, &res);
-	*status = tool_reap(pid, rc == MESH_E_TIMEOUT);
+	*status = tool_reap(pid, rc != 0);
 	*out = res.p ? mesh_buf_detach(&res, NULL) : strdup("");
 	if (!*out && !rc)
 		rc = -ENOMEM;
