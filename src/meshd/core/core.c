@@ -62,28 +62,33 @@ static void on_ready(void *ctx, const struct mesh_image *img, uint64_t ns)
 
 static int loop_new(struct meshd_core *d);
 
-int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err)
+/* The configuration's directories and values, checked before anything is
+ * made.  0 or the error. */
+static int check_config(const struct meshd_config *cfg, char **err)
 {
 	struct stat st;
-	char *e = NULL;
-	int rc;
-	if (err)
-		*err = NULL;
 	if (!cfg->catalog || stat(cfg->catalog, &st) != 0 || !S_ISDIR(st.st_mode))
 		return mesh_errf(err, MESH_E_NOTFOUND, "cannot use catalog '%s': %s", cfg->catalog ? cfg->catalog : "",
 			   cfg->catalog && stat(cfg->catalog, &st) != 0 ? strerror(errno) : "not a directory");
 	if (!cfg->logs || stat(cfg->logs, &st) != 0 || !S_ISDIR(st.st_mode))
 		return mesh_errf(err, MESH_E_NOTFOUND, "cannot use logs directory '%s': %s", cfg->logs ? cfg->logs : "",
 			   cfg->logs && stat(cfg->logs, &st) != 0 ? strerror(errno) : "not a directory");
-	unsigned n = cfg->slots ? cfg->slots : DEFAULT_SLOTS;
-	if (n > MAX_SLOTS)
-		return mesh_errf(err, MESH_E_RANGE, "--slots %u is over %u", n, MAX_SLOTS);
+	if (cfg->slots > MAX_SLOTS)
+		return mesh_errf(err, MESH_E_RANGE, "--slots %u is over %u", cfg->slots, MAX_SLOTS);
 	if (cfg->isolation && strcmp(cfg->isolation, "mps") != 0 && strcmp(cfg->isolation, "none") != 0)
 		return mesh_errf(err, MESH_E_PARSE, "unknown isolation '%s' (none or mps)", cfg->isolation);
+	return 0;
+}
 
+/* A core with its locks, settings, paths and workers' environment, its n
+ * slots to be made; NULL when out of memory, else *rc is 0 or -ENOMEM
+ * when a part of it could not be made (the core is for meshd_core_free). */
+static struct meshd_core *core_alloc(const struct meshd_config *cfg, unsigned n, int *rc)
+{
 	struct meshd_core *d = calloc(1, sizeof *d);
+	*rc = -ENOMEM;
 	if (!d)
-		return -ENOMEM;
+		return NULL;
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -108,11 +113,27 @@ int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char
 	d->slots = calloc(n, sizeof *d->slots);
 	d->slot_busy = calloc(n, sizeof *d->slot_busy);
 	d->slot_taken = calloc(n, sizeof *d->slot_taken);
-	if (!d->catalog || !d->logs || !d->env[0] || !d->env[1] || !d->env[2] || !d->slots || !d->slot_busy ||
-	    !d->slot_taken) {
-		rc = -ENOMEM;
+	*rc = !d->catalog || !d->logs || !d->env[0] || !d->env[1] || !d->env[2] || !d->slots || !d->slot_busy ||
+			      !d->slot_taken
+		      ? -ENOMEM
+		      : 0;
+	return d;
+}
+
+int meshd_core_new(struct meshd_core **out, const struct meshd_config *cfg, char **err)
+{
+	char *e = NULL;
+	if (err)
+		*err = NULL;
+	int rc = check_config(cfg, err);
+	if (rc)
+		return rc;
+	unsigned n = cfg->slots ? cfg->slots : DEFAULT_SLOTS;
+	struct meshd_core *d = core_alloc(cfg, n, &rc);
+	if (!d)
+		return rc;
+	if (rc)
 		goto bad;
-	}
 	for (unsigned i = 0; i < n; i++)
 		if ((rc = mesh_slot_create(&d->slots[i], i, 0))) {
 			mesh_errf(err, rc, "cannot create slot %u: %s", i, mesh_strerror(rc));
