@@ -335,10 +335,67 @@ static int take_request(struct mesh_worker *w, struct mesh_msg *m, const void **
 	return 1;
 }
 
-static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handler, void *ctx)
+/* Runs the handler on the request m (a chunk's header taken off its
+ * input) and puts its reply or error in the reply ring.  0, or -1 when a
+ * ring broke (said to meshd). */
+static int serve_one(struct mesh_worker *w, const struct mesh_msg *m, const void *req, size_t n,
+		     mesh_worker_handler handler, void *ctx)
 {
 	struct mesh_slot_hdr *h = w->map.hdr;
 	size_t cap = MESH_MSG_MAX;
+	atomic_fetch_add_explicit(&h->requests, 1, memory_order_release);
+	w->chunk_id = UINT64_MAX;
+	if (m->kind == MESH_MSG_CHUNK) {
+		/* The handler sees only the input: a `mesh call` worker
+		 * serves jobs unchanged. */
+		const uint8_t *c = req;
+		uint64_t cid = 0;
+		for (int i = 7; i >= 0; i--)
+			cid = cid << 8 | c[i];
+		w->chunk_id = cid;
+		req = c + MESH_CHUNK_HDR;
+		n -= MESH_CHUNK_HDR;
+	}
+	size_t out = 0;
+	w->in_call = 1;
+	w->call_seq = m->seq;
+	w->part_rc = 0;
+	int hr = handler(ctx, req, n, w->rep_buf, cap, &out);
+	w->in_call = 0;
+	w->chunk_id = UINT64_MAX;
+	uint32_t seq = m->seq;
+	mesh_ring_pop(&w->map.req);
+	mesh_buf_reset(&w->req);
+	if (w->part_rc == MESH_E_STOPPED)
+		return 0; /* shutdown: seen at the top */
+	if (w->part_rc < 0) {
+		sendf(w, "fail reply ring: %s", w->map.rep.why);
+		return -1;
+	}
+	uint32_t kind = MESH_MSG_REP;
+	if (hr < 0 || out > cap) {
+		kind = MESH_MSG_ERR;
+		if (out == 0 || out > cap)
+			out = (size_t)snprintf((char *)w->rep_buf, cap, "handler failed: %s",
+					       out > cap ? "reply longer than the message limit (16 MiB)"
+							 : mesh_worker_strerror(hr));
+	}
+	/* Counted before it is published: meshd never sees a reply it cannot count. */
+	atomic_fetch_add_explicit(kind == MESH_MSG_REP ? &h->replies : &h->errors, 1, memory_order_release);
+	int rc = put_reply(w, kind, seq, w->rep_buf, out);
+	if (rc == 1)
+		return 0; /* shutdown: seen at the top */
+	if (rc < 0) {
+		sendf(w, "fail reply ring: %s", w->map.rep.why);
+		return -1;
+	}
+	heartbeat(w);
+	return 0;
+}
+
+static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handler, void *ctx)
+{
+	struct mesh_slot_hdr *h = w->map.hdr;
 	enum loop_end end = END_BROKEN;
 	w->req_open = 0;
 	mesh_buf_reset(&w->req);
@@ -371,53 +428,8 @@ static enum loop_end node_loop(struct mesh_worker *w, mesh_worker_handler handle
 			sendf(w, "fail request ring: chunk shorter than its header");
 			return END_BROKEN;
 		}
-		atomic_fetch_add_explicit(&h->requests, 1, memory_order_release);
-		w->chunk_id = UINT64_MAX;
-		if (m.kind == MESH_MSG_CHUNK) {
-			/* The handler sees only the input: a `mesh call` worker
-			 * serves jobs unchanged. */
-			const uint8_t *c = req;
-			uint64_t cid = 0;
-			for (int i = 7; i >= 0; i--)
-				cid = cid << 8 | c[i];
-			w->chunk_id = cid;
-			req = c + MESH_CHUNK_HDR;
-			n -= MESH_CHUNK_HDR;
-		}
-		size_t out = 0;
-		w->in_call = 1;
-		w->call_seq = m.seq;
-		w->part_rc = 0;
-		int hr = handler(ctx, req, n, w->rep_buf, cap, &out);
-		w->in_call = 0;
-		w->chunk_id = UINT64_MAX;
-		uint32_t seq = m.seq;
-		mesh_ring_pop(&w->map.req);
-		mesh_buf_reset(&w->req);
-		if (w->part_rc == MESH_E_STOPPED)
-			continue; /* shutdown: seen at the top */
-		if (w->part_rc < 0) {
-			sendf(w, "fail reply ring: %s", w->map.rep.why);
+		if (serve_one(w, &m, req, n, handler, ctx) < 0)
 			return END_BROKEN;
-		}
-		uint32_t kind = MESH_MSG_REP;
-		if (hr < 0 || out > cap) {
-			kind = MESH_MSG_ERR;
-			if (out == 0 || out > cap)
-				out = (size_t)snprintf((char *)w->rep_buf, cap, "handler failed: %s",
-						       out > cap ? "reply longer than the message limit (16 MiB)"
-								 : mesh_worker_strerror(hr));
-		}
-		/* Counted before it is published: meshd never sees a reply it cannot count. */
-		atomic_fetch_add_explicit(kind == MESH_MSG_REP ? &h->replies : &h->errors, 1, memory_order_release);
-		rc = put_reply(w, kind, seq, w->rep_buf, out);
-		if (rc == 1)
-			continue; /* shutdown: seen at the top */
-		if (rc < 0) {
-			sendf(w, "fail reply ring: %s", w->map.rep.why);
-			return END_BROKEN;
-		}
-		heartbeat(w);
 	}
 }
 
