@@ -815,16 +815,11 @@ static void runner_release(struct mesh__runner *r)
 	pthread_cond_destroy(&r->cv);
 }
 
-int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh__exec_make_fn make, void *arg,
-		     struct mesh_exec_stats *stats)
+/* The runner of job under o, its stats in stats: its settings, none of
+ * its fds or threads yet (runner_release copes). */
+static void runner_init(struct mesh__runner *r, struct mesh_job *job, const struct mesh_exec_opts *o,
+			struct mesh_exec_stats *stats)
 {
-	struct mesh_exec_stats dummy;
-	struct mesh__runner rr, *r = &rr;
-	struct catches sigs = {.pipe = {-1, -1}};
-	int rc;
-	if (!stats)
-		stats = &dummy;
-	memset(stats, 0, sizeof *stats);
 	memset(r, 0, sizeof *r);
 	r->job = job;
 	r->o = o;
@@ -842,20 +837,40 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 		r->tmpdir = "/tmp";
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
+}
 
-	if ((rc = mesh_exec_template_init_rpls(&r->tmpl, o->argv, o->rpls)) < 0)
-		goto out;
+/* The command's template and the tag's (--tagstring), over the job's
+ * chunks; an input list shorter than the job is MESH_E_RANGE.  0 or a
+ * negative code. */
+static int templates_init(struct mesh__runner *r)
+{
+	const struct mesh_exec_opts *o = r->o;
+	int rc = mesh_exec_template_init_rpls(&r->tmpl, o->argv, o->rpls);
+	if (rc < 0)
+		return rc;
 	r->tmpl.total = r->n;
 	if (o->tag && o->tagstring) {
 		r->tagargv[0] = (char *)o->tagstring;
 		if ((rc = mesh_exec_template_init_rpls(&r->tagtmpl, r->tagargv, o->rpls)) < 0)
-			goto out;
+			return rc;
 		r->tagtmpl.total = r->n;
 	}
-	if (o->input && o->input->n < r->n) {
-		rc = MESH_E_RANGE;
+	return o->input && o->input->n < r->n ? MESH_E_RANGE : 0;
+}
+
+int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh__exec_make_fn make, void *arg,
+		     struct mesh_exec_stats *stats)
+{
+	struct mesh_exec_stats dummy;
+	struct mesh__runner rr, *r = &rr;
+	struct catches sigs = {.pipe = {-1, -1}};
+	int rc;
+	if (!stats)
+		stats = &dummy;
+	memset(stats, 0, sizeof *stats);
+	runner_init(r, job, o, stats);
+	if ((rc = templates_init(r)) < 0)
 		goto out;
-	}
 	/* Our pipes and files must never land on 0..2 (the child's dup2s). */
 	for (int fd = 0; fd < 3; fd++)
 		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0) {
