@@ -374,7 +374,8 @@ static void exec_opts(const struct run_args *a, const struct mesh_exec_input *in
 	eo->delay_ns = a->delay_ns;
 	eo->load_max = a->load_max;
 	eo->memfree_bytes = a->memfree;
-	eo->nice = a->nice;
+	/* --nice 0 is no --nice, as GNU parallel reads it. */
+	eo->nice = a->nice ? a->nice : MESH_EXEC_NICE_INHERIT;
 	eo->tmpdir = a->tmpdir;
 }
 

@@ -2,6 +2,7 @@
  * stderr read through pipes, its end seen through a pidfd (executor.h has
  * the protocol, runner.h the rules a chunk's process follows). */
 #include "exec/executor.h"
+#include "exec/runner.h"
 
 #include "base/clock.h"
 #include "proc/proc.h"
@@ -84,7 +85,8 @@ static int proc_start(struct mesh__executor *ex, const struct mesh__exec_chunk *
 	if (path) {
 		struct mesh_proc_opts po = MESH_PROC_OPTS_INIT;
 		po.path = path, po.argv = c->argv, po.envp = u->envp, po.nice = p->nice;
-		po.in_fd = c->stdin_fd > 2 ? c->stdin_fd : p->nullfd, po.out_fd = pout[1], po.err_fd = perr[1], po.flags = MESH_PROC_INHERIT;
+		po.in_fd = c->stdin_fd > 2 ? c->stdin_fd : p->nullfd, po.out_fd = pout[1], po.err_fd = perr[1];
+		po.flags = MESH_PROC_INHERIT | (p->nice != MESH_EXEC_NICE_INHERIT ? MESH_PROC_NICE : 0);
 		po.keeper = p->keeper;
 		rc = mesh_proc_spawn(p->sp, &po, &u->pid, NULL);
 	}

@@ -121,7 +121,8 @@ struct mesh__executor {
  * first word: searched in PATH now unless it holds a placeholder ("{}",
  * "{#}"; then each start searches its expanded argv[0]).  Each attempt
  * runs as runner.h describes: its own process group, stdin /dev/null, the
- * environment plus MESH_CHUNK, MESH_ATTEMPT, MESH_SLOT, niceness + nice.
+ * environment plus MESH_CHUNK, MESH_ATTEMPT, MESH_SLOT, at niceness nice
+ * (MESH_EXEC_NICE_INHERIT: this process's).
  * Create it after installing the caller's signal handlers (the children
  * reset them).  Returns 0 with *out set, -ENOENT / -EACCES (argv0 not
  * found / not executable), or -errno; on error nothing is left. */

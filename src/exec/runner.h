@@ -118,7 +118,8 @@
  *     below memfree_bytes, nothing starts while a chunk runs (one always
  *     may: a limit never met must not hang the run); looked at again every
  *     250 ms.  Read only when set.
- *   nice: added to the chunks' niceness (setpriority in the child).
+ *   nice: the chunks' niceness (setpriority in the child, absolute as
+ *     GNU parallel's; MESH_EXEC_NICE_INHERIT: theirs is this process's).
  *
  * Signals: with handle_signals set, SIGINT, SIGTERM, SIGTSTP and SIGHUP
  * are caught for the duration of the call (a SIGTSTP or SIGHUP ignored by
@@ -148,6 +149,7 @@
 #ifndef MESH_EXEC_RUNNER_H
 #define MESH_EXEC_RUNNER_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -262,15 +264,17 @@ struct mesh_exec_opts {
 	uint64_t delay_ns;	/* --delay: at least this long between two starts */
 	double load_max;	/* --load: start nothing while the 1-minute load average is >= this; 0 = off */
 	uint64_t memfree_bytes;	/* --memfree: start nothing while MemAvailable is below this; 0 = off */
-	int nice;		/* --nice: niceness added to the chunks' processes; 0 = inherit */
+	int nice;		/* --nice: the chunks' niceness; MESH_EXEC_NICE_INHERIT = inherit */
 	const char *tmpdir;	/* where output spills; NULL = $TMPDIR, else /tmp */
 	const struct mesh_exec_hooks *hooks; /* NULL = none; borrowed */
 };
+/* mesh_exec_opts.nice when no --nice was given: no niceness is set. */
+#define MESH_EXEC_NICE_INHERIT INT_MIN
 #define MESH_EXEC_OPTS_INIT                                                                      \
 	{                                                                                         \
 		.argv = NULL, .slots = 1, .input = NULL, .ttl_ns = 0, .timeout_ns = 0, .speculate = 0, .spec_job = NULL, \
 		.max_chunks = 0, .results_dir = NULL, .out_fd = 1, .err_fd = 2, .note_fd = 2,        \
-		.progress_fd = -1, .handle_signals = 1,                                                \
+		.progress_fd = -1, .handle_signals = 1, .nice = MESH_EXEC_NICE_INHERIT,                 \
 	}
 
 /* What this call did (not the journal's totals: ask mesh_job_status). */

@@ -81,6 +81,11 @@ enum {
 	/* No PR_SET_PDEATHSIG: the child may outlive this process (a keeper,
 	 * below, which must act when this process dies). */
 	MESH_PROC_OUTLIVE = 1u << 4,
+	/* Run the program at niceness opts.nice (setpriority, absolute, as
+	 * GNU parallel's --nice).  A refusal (an unprivileged user asking for
+	 * a lower niceness than it has) is ignored, as GNU parallel does: the
+	 * program runs at the niceness it inherits. */
+	MESH_PROC_NICE = 1u << 5,
 };
 
 struct mesh_proc_keeper;
@@ -99,7 +104,7 @@ struct mesh_proc_opts {
 	int cgroup_procs_fd; /* -1, or a cgroup.procs the child joins before exec
 			      * (with MESH_PROC_PIDNS: mesh-init joins it, so
 			      * the whole namespace is in it) */
-	int nice;	     /* added to the child's niceness; 0 = inherit */
+	int nice;	     /* with MESH_PROC_NICE: the child's niceness */
 	unsigned flags;	     /* MESH_PROC_* */
 	uid_t uid;	     /* MESH_PROC_SETUID: the ids the program runs as */
 	gid_t gid;

@@ -191,8 +191,8 @@ __attribute__((noreturn)) static void proc_child(struct mesh__proc_cargs *a)
 		if (setrlimit(o->rlimits[i].resource, &rl) < 0)
 			goto fail;
 	}
-	if (o->nice)
-		setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + o->nice);
+	if (o->flags & MESH_PROC_NICE)
+		(void)setpriority(PRIO_PROCESS, 0, o->nice); /* refused: the inherited one (proc.h) */
 	if (child_fds(o, a->devnull, &errfd) < 0)
 		goto fail;
 	mesh__proc_child_signals(o->flags, (o->flags & MESH_PROC_INHERIT) ? a->mask : 0);

@@ -62,6 +62,29 @@ TEST(run_completes_and_groups_output)
 	EXPECT_EQ(atoi(out), 20);
 }
 
+/* --nice N is the commands' niceness, not N more than mesh's own, as GNU
+ * parallel sets it: mesh run under `nice -n 10` (niceness o) gives its
+ * commands N; a lower one than o is root's alone (another user's commands
+ * stay at o), and --nice 0, like no --nice, leaves them at o. */
+TEST(run_nice_is_the_niceness_not_an_increment)
+{
+	static const int asked[] = {5, 12, 0, -1}; /* -1: no --nice */
+	char out[256];
+	t_sh(out, sizeof out, 0, "nice");
+	int o = atoi(out) + 10;
+	if (o > 19)
+		SKIP("this test runs at niceness %d already: nice -n 10 would not be told apart", o - 10);
+	for (size_t i = 0; i < sizeof asked / sizeof asked[0]; i++) {
+		int n = asked[i];
+		char opt[32] = "";
+		if (n >= 0)
+			snprintf(opt, sizeof opt, "--nice %d", n);
+		EXPECT_EQ(t_sh(out, sizeof out, 0, "nice -n 10 %s run %s 'nice; : {}' ::: a", MESH, opt), 0);
+		printf("mesh run %s at niceness %d: %s", opt, o, out);
+		EXPECT_EQ(atoi(out), n <= 0 ? o : n >= o || geteuid() == 0 ? n : o);
+	}
+}
+
 /* kill -9 midway; the rerun never runs a chunk that was DONE in the journal
  * when it started, and together the runs do every chunk. */
 TEST_TIMEOUT(run_sigkill_midway_then_resume, 60)
