@@ -110,6 +110,99 @@ int mesh__jf_is_buried(struct jfile *j, uint64_t cid)
 	return f && f->buried;
 }
 
+/* A SUBMIT record of n chunks: the first one in range sizes the index (its
+ * bitmaps); one above MESH_JOB_MAX_CHUNKS before it is kept in n_refused,
+ * and any later one changes nothing.  The caller holds mu.  0 or -ENOMEM. */
+static int apply_submit(struct jfile *j, uint64_t n)
+{
+	if (!j->have_n && n > MESH_JOB_MAX_CHUNKS)
+		j->n_refused = n;
+	if (j->have_n || n == 0 || n > MESH_JOB_MAX_CHUNKS)
+		return 0;
+	j->words = (n + 63) / 64;
+	j->done_bits = calloc(j->words, 8);
+	j->busy_bits = calloc(j->words, 8);
+	if (!j->done_bits || !j->busy_bits)
+		return -ENOMEM;
+	j->n = n;
+	j->have_n = 1;
+	return 0;
+}
+
+/* A DONE record: its chunk DONE (a second DONE of it counts as a dup), its
+ * node's count and, with a duration, the histogram and the node's mean.
+ * The caller holds mu; a record that does not decode or is out of range
+ * is skipped. */
+static void apply_done(struct jfile *j, const struct mesh_jrec *r)
+{
+	struct mesh_rec_chunk c;
+	if (mesh_rec_chunk_dec(r, &c) || c.cid >= j->n)
+		return;
+	uint32_t dur = c.value;
+	if (bit(j->done_bits, c.cid)) {
+		j->dups++;
+		return;
+	}
+	bit_set(j->done_bits, c.cid);
+	j->done++;
+	if (r->flags & 1)
+		j->spec_wins++;
+	/* every DONE counts for its node (`mesh job complete` writes
+	 * none with a duration); the mean is over those that have one */
+	struct node *nd = mesh__jf_node_find(j, c.node);
+	if (nd)
+		nd->count++;
+	if (dur) {
+		j->hist[mesh__spec_bucket(dur)]++;
+		j->hist_n++;
+		if (nd) {
+			nd->timed++;
+			nd->sum_us += dur;
+		}
+	}
+}
+
+/* A FAIL record: one more attempt of its chunk, with its status and
+ * whether its writer buried it.  The caller holds mu; a record that does
+ * not decode or is out of range is skipped.  0 or -ENOMEM. */
+static int apply_fail(struct jfile *j, const struct mesh_jrec *r)
+{
+	struct mesh_rec_chunk c;
+	struct fail *f;
+	if (mesh_rec_chunk_dec(r, &c) || c.cid >= j->n)
+		return 0;
+	f = mesh__jf_fail_find(j, c.cid, 1);
+	if (!f)
+		return -ENOMEM;
+	f->attempts++;
+	f->last_status = (int)c.value;
+	f->buried = r->flags & 1;
+	j->failed_attempts++;
+	return 0;
+}
+
+/* A RETRY record (of one chunk, or of all with UINT64_MAX): their attempts
+ * so far no longer count and none is buried.  The caller holds mu. */
+static void apply_retry(struct jfile *j, const struct mesh_jrec *r)
+{
+	uint64_t cid;
+	if (mesh_rec_u64_dec(r, &cid))
+		return;
+	if (cid == UINT64_MAX) {
+		for (size_t i = 0; i < j->cfails; i++)
+			if (j->fails[i].key) {
+				j->fails[i].base = j->fails[i].attempts;
+				j->fails[i].buried = 0;
+			}
+	} else if (cid < j->n) {
+		struct fail *f = mesh__jf_fail_find(j, cid, 0);
+		if (f) {
+			f->base = f->attempts;
+			f->buried = 0;
+		}
+	}
+}
+
 /* Applies one record to the index; the caller holds mu.  A record too
  * short for its type is skipped (record.h's decoders say so). */
 static int apply(void *arg, const struct mesh_jrec *r)
@@ -117,21 +210,8 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	struct jfile *j = arg;
 	struct mesh_rec_chunk c;
 	uint64_t v;
-	if (r->type == MESH_JREC_SUBMIT && mesh_rec_u64_dec(r, &v) == 0) {
-		uint64_t n = v;
-		if (!j->have_n && n > MESH_JOB_MAX_CHUNKS)
-			j->n_refused = n;
-		if (j->have_n || n == 0 || n > MESH_JOB_MAX_CHUNKS)
-			return 0;
-		j->words = (n + 63) / 64;
-		j->done_bits = calloc(j->words, 8);
-		j->busy_bits = calloc(j->words, 8);
-		if (!j->done_bits || !j->busy_bits)
-			return -ENOMEM;
-		j->n = n;
-		j->have_n = 1;
-		return 0;
-	}
+	if (r->type == MESH_JREC_SUBMIT && mesh_rec_u64_dec(r, &v) == 0)
+		return apply_submit(j, v);
 	if (!j->have_n)
 		return 0;
 	switch (r->type) {
@@ -150,46 +230,11 @@ static int apply(void *arg, const struct mesh_jrec *r)
 			return -ENOMEM;
 		break;
 	}
-	case MESH_JREC_DONE: {
-		if (mesh_rec_chunk_dec(r, &c) || c.cid >= j->n)
-			break;
-		uint32_t dur = c.value;
-		if (bit(j->done_bits, c.cid)) {
-			j->dups++;
-			break;
-		}
-		bit_set(j->done_bits, c.cid);
-		j->done++;
-		if (r->flags & 1)
-			j->spec_wins++;
-		/* every DONE counts for its node (`mesh job complete` writes
-		 * none with a duration); the mean is over those that have one */
-		struct node *nd = mesh__jf_node_find(j, c.node);
-		if (nd)
-			nd->count++;
-		if (dur) {
-			j->hist[mesh__spec_bucket(dur)]++;
-			j->hist_n++;
-			if (nd) {
-				nd->timed++;
-				nd->sum_us += dur;
-			}
-		}
+	case MESH_JREC_DONE:
+		apply_done(j, r);
 		break;
-	}
-	case MESH_JREC_FAIL: {
-		struct fail *f;
-		if (mesh_rec_chunk_dec(r, &c) || c.cid >= j->n)
-			break;
-		f = mesh__jf_fail_find(j, c.cid, 1);
-		if (!f)
-			return -ENOMEM;
-		f->attempts++;
-		f->last_status = (int)c.value;
-		f->buried = r->flags & 1;
-		j->failed_attempts++;
-		break;
-	}
+	case MESH_JREC_FAIL:
+		return apply_fail(j, r);
 	case MESH_JREC_DUP:
 		if (mesh_rec_chunk_dec(r, &c) == 0 && c.cid < j->n)
 			j->dups++;
@@ -197,25 +242,9 @@ static int apply(void *arg, const struct mesh_jrec *r)
 	case MESH_JREC_CLOSED:
 		j->closed++;
 		break;
-	case MESH_JREC_RETRY: {
-		uint64_t cid;
-		if (mesh_rec_u64_dec(r, &cid))
-			break;
-		if (cid == UINT64_MAX) {
-			for (size_t i = 0; i < j->cfails; i++)
-				if (j->fails[i].key) {
-					j->fails[i].base = j->fails[i].attempts;
-					j->fails[i].buried = 0;
-				}
-		} else if (cid < j->n) {
-			struct fail *f = mesh__jf_fail_find(j, cid, 0);
-			if (f) {
-				f->base = f->attempts;
-				f->buried = 0;
-			}
-		}
+	case MESH_JREC_RETRY:
+		apply_retry(j, r);
 		break;
-	}
 	}
 	return 0;
 }
@@ -470,12 +499,14 @@ static int check_whole(struct jfile *j, struct mesh_job_why *why)
 	return MESH_E_CORRUPT;
 }
 
-static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, const char *node)
+/* o's paths and sizes, checked before anything is opened: MESH_E_PATH (a
+ * journal, lock dir or job name not allowed), MESH_E_PARSE (the node name),
+ * MESH_E_TOOBIG (the identity), or journal_file_ok's answer; why->at says
+ * which. */
+static int open_args_ok(const struct mesh_job_opts *o)
 {
-	struct jfile *j;
 	struct mesh_job_why *why = o->why;
 	const char *whytext;
-	int rc;
 	why->at = MESH_JOB_AT_JOURNAL;
 	if (mesh_path_journal_ok(o->journal, &whytext))
 		return MESH_E_PATH;
@@ -493,12 +524,16 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 		why->at = MESH_JOB_AT_NONE;
 		return MESH_E_TOOBIG;
 	}
-	rc = journal_file_ok(o->journal, o->read_only, why);
-	if (rc)
-		return rc;
-	j = calloc(1, sizeof *j);
+	return journal_file_ok(o->journal, o->read_only, why);
+}
+
+/* A handle of o's job for node, with nothing opened yet: its locks, names
+ * and options.  NULL when out of memory. */
+static struct jfile *handle_new(const struct mesh_job_opts *o, const char *node)
+{
+	struct jfile *j = calloc(1, sizeof *j);
 	if (!j)
-		return -ENOMEM;
+		return NULL;
 	j->read_only = o->read_only;
 	pthread_mutex_init(&j->mu, NULL);
 	pthread_cond_init(&j->cv, NULL);
@@ -509,14 +544,25 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 	mesh_lease_holder_self(&j->self);
 	if (!j->journal_path || !j->name || !j->node) {
 		jf_close_handle(j);
-		return -ENOMEM;
+		return NULL;
 	}
 	j->node_hash = mesh__jf_node_hash(j->node);
 	j->max_attempts = o->max_attempts ? o->max_attempts : MESH_JOB_MAX_ATTEMPTS_DEFAULT;
 	mesh__spec_rule_of(&j->spec, o);
-	rc = mesh_journal_open(&j->jr, o->journal, apply, j);
+	return j;
+}
+
+/* Opens j's journal and builds its index: a handle that writes recovers
+ * the journal (mesh_journal_recover), a read-only one tails it and then
+ * checks what is past the last COMMIT (check_whole).  0 or the journal's
+ * error; on MESH_E_DAMAGED why says where, and whether a repair keeps the
+ * identity. */
+static int journal_load(struct jfile *j, const struct mesh_job_opts *o)
+{
+	struct mesh_job_why *why = o->why;
+	int rc = mesh_journal_open(&j->jr, o->journal, apply, j);
 	if (rc)
-		goto fail;
+		return rc;
 	mesh_journal_set_prepare(j->jr, prepare, j);
 	mesh_journal_set_kinds(j->jr, &mesh_job_records);
 	pthread_mutex_lock(&j->mu);
@@ -536,12 +582,20 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 	}
 	if (!rc && o->read_only)
 		rc = check_whole(j, why);
-	if (rc)
-		goto fail;
+	return rc;
+}
+
+/* The loaded journal is the job o asks for: it has a SUBMIT (else
+ * MESH_E_RANGE for one of too many chunks, or MESH_E_NOJOB), o's count of
+ * chunks if o gives one, an identity like o's and, for a handle that
+ * writes an owner's journal, o's identity exactly (else MESH_E_MISMATCH,
+ * why saying what the journal has).  0 or that error. */
+static int job_matches(const struct jfile *j, const struct mesh_job_opts *o)
+{
+	struct mesh_job_why *why = o->why;
 	if (!j->have_n) {
 		why->n = j->n_refused;
-		rc = j->n_refused ? MESH_E_RANGE : MESH_E_NOJOB;
-		goto fail;
+		return j->n_refused ? MESH_E_RANGE : MESH_E_NOJOB;
 	}
 	/* An owner's journal is written only by a handle of its identity
 	 * (meshd's jobs: their results are meshd's); anyone may read it. */
@@ -553,27 +607,48 @@ static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, con
 		why->n = j->n;
 		why->identity_len = j->ident_len;
 		memcpy(why->identity, j->ident, j->ident_len);
-		rc = MESH_E_MISMATCH;
-		goto fail;
+		return MESH_E_MISMATCH;
 	}
-	if (o->lockdir) {
-		rc = mesh_store_file_open(&j->st, o->lockdir, j->name,
-					  (o->read_only ? 0 : MESH_STORE_FILE_CREATE) |
-						  (o->lockdir_private ? MESH_STORE_FILE_PRIVATE : 0));
-		if (rc == -ENOENT && o->read_only) {
-			rc = 0; /* no lock dir: nothing is leased */
-			j->st = NULL;
-		}
-		if (rc) {
-			why->at = MESH_JOB_AT_LOCKDIR;
-			goto fail;
-		}
+	return 0;
+}
+
+/* Opens the lease files of j's job in o->lockdir, creating them for a
+ * handle that writes; a read-only handle with no lock dir has none
+ * (nothing is leased).  0, or the store's error with why->at the lock dir. */
+static int lockdir_open(struct jfile *j, const struct mesh_job_opts *o)
+{
+	int rc = mesh_store_file_open(&j->st, o->lockdir, j->name,
+				      (o->read_only ? 0 : MESH_STORE_FILE_CREATE) |
+					      (o->lockdir_private ? MESH_STORE_FILE_PRIVATE : 0));
+	if (rc == -ENOENT && o->read_only) {
+		rc = 0; /* no lock dir: nothing is leased */
+		j->st = NULL;
+	}
+	if (rc)
+		o->why->at = MESH_JOB_AT_LOCKDIR;
+	return rc;
+}
+
+static int jf_open(struct mesh__jstore **out, const struct mesh_job_opts *o, const char *node)
+{
+	struct jfile *j;
+	int rc = open_args_ok(o);
+	if (rc)
+		return rc;
+	j = handle_new(o, node);
+	if (!j)
+		return -ENOMEM;
+	rc = journal_load(j, o);
+	if (!rc)
+		rc = job_matches(j, o);
+	if (!rc && o->lockdir)
+		rc = lockdir_open(j, o);
+	if (rc) {
+		jf_close_handle(j);
+		return rc;
 	}
 	*out = &j->base;
 	return 0;
-fail:
-	jf_close_handle(j);
-	return rc;
 }
 
 static void jf_close(struct mesh__jstore *s)
