@@ -276,93 +276,116 @@ static int resv_take(struct jfile *j, const struct mesh_lease_clock *now, uint64
 	return (int)got;
 }
 
+/* Leases of others seen live by a sweep, with their stamps: the
+ * stragglers speculate may copy. */
+struct lives {
+	struct live *v;
+	size_t n, c;
+};
+
+static int lives_add(struct lives *lv, uint64_t cid, const struct mesh_lease_stamp *seen)
+{
+	if (lv->n == lv->c) {
+		size_t c = lv->c ? 2 * lv->c : 16;
+		struct live *p = realloc(lv->v, c * sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		lv->v = p;
+		lv->c = c;
+	}
+	lv->v[lv->n].cid = cid;
+	lv->v[lv->n++].st = *seen;
+	return 0;
+}
+
+/* Claims a fresh lease of cid (j->mu held), unless cid is buried or is
+ * ours already (held, or in the reserve): 1 when l is leased, 0 when not
+ * (skipped, or DONE meanwhile), or claim's MESH_E_STATE (a lease exists;
+ * *s is the stamp to steal it with) or -errno. */
+static int claim_one(struct jfile *j, uint64_t cid, const struct mesh_lease_clock *now, uint64_t ttl_ns,
+		     struct mesh_lease_stamp *s, struct mesh_lease *l)
+{
+	int rc;
+	if (mesh__jf_is_buried(j, cid) || held_live(j, cid, now) || in_resv(j, cid))
+		return 0;
+	stamp_init(j, s, now, ttl_ns, attempts_of(j, cid) + 1);
+	rc = j->st->ops->claim(j->st, cid, 0, s);
+	if (rc < 0)
+		return rc;
+	return won(j, cid, 0, s, rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH, l);
+}
+
+/* The next PENDING chunk after the cursor, which moves past each chunk it
+ * tries (j->mu held): 1 when l is leased, 0 when the cursor has seen every
+ * chunk, or -errno. */
+static int lease_at_cursor(struct jfile *j, const struct mesh_lease_clock *now, uint64_t ttl_ns,
+			   struct mesh_lease *l)
+{
+	while ((j->cursor = next_not_done(j, j->cursor)) < j->n) {
+		struct mesh_lease_stamp s;
+		int rc = claim_one(j, j->cursor++, now, ttl_ns, &s, l);
+		if (rc == 1 || (rc < 0 && rc != MESH_E_STATE))
+			return rc;
+	}
+	return 0;
+}
+
+/* Sweeps every chunk not DONE (j->mu held) for a lost lease file or an
+ * expired lease: 1 when l is leased, 0 when none is, or -errno.  The
+ * leases of others found live go into lv (NULL: not wanted). */
+static int lease_swept(struct jfile *j, const struct mesh_lease_clock *now, uint64_t ttl_ns, struct lives *lv,
+		       struct mesh_lease *l)
+{
+	for (uint64_t cid = next_not_done(j, 0); cid < j->n; cid = next_not_done(j, cid + 1)) {
+		struct mesh_lease_stamp s, seen;
+		int rc = claim_one(j, cid, now, ttl_ns, &s, l);
+		if (rc != MESH_E_STATE) {
+			if (rc)
+				return rc;
+			continue;
+		}
+		rc = j->st->ops->steal(j->st, cid, 0, now, &s, &seen);
+		if (rc == 0) {
+			if (won(j, cid, 0, &s, MESH_LEASE_STOLEN, l))
+				return 1;
+			continue;
+		}
+		if (rc == MESH_E_STATE && lv && lives_add(lv, cid, &seen))
+			return -ENOMEM;
+		if (rc != MESH_E_STATE && rc != -ENOENT)
+			return rc;
+	}
+	return 0;
+}
+
 /* One lease (mesh_job_lease), j->mu held. */
 static int lease_one_locked(struct jfile *j, uint64_t ttl_ns, int spec, struct mesh_lease *l)
 {
 	struct mesh_lease_clock now;
-	struct live *lv = NULL;
-	size_t nlive = 0, clive = 0;
-	int rc;
-	rc = mesh__jf_sync_locked(j);
+	struct lives lv = {NULL, 0, 0};
+	int rc = mesh__jf_sync_locked(j);
 	if (rc)
-		goto out;
-	if (j->done == j->n) {
-		rc = MESH_JOB_COMPLETE;
-		goto out;
-	}
+		return rc;
+	if (j->done == j->n)
+		return MESH_JOB_COMPLETE;
 	mesh__jf_lease_clock(j, &now);
 	/* 0: a chunk of our block leases not handed out yet. */
-	if (j->nresv && resv_take(j, &now, ttl_ns, l, 1) == 1) {
-		rc = 0;
-		goto out;
-	}
+	if (j->nresv && resv_take(j, &now, ttl_ns, l, 1) == 1)
+		return 0;
 	/* 1: the next PENDING chunk after our cursor. */
-	while ((j->cursor = next_not_done(j, j->cursor)) < j->n) {
-		uint64_t cid = j->cursor++;
-		struct mesh_lease_stamp s;
-		if (mesh__jf_is_buried(j, cid) || held_live(j, cid, &now) || in_resv(j, cid))
-			continue;
-		stamp_init(j, &s, &now, ttl_ns, attempts_of(j, cid) + 1);
-		rc = j->st->ops->claim(j->st, cid, 0, &s);
-		if (rc == MESH_E_STATE)
-			continue;
-		if (rc < 0)
-			goto out;
-		if (won(j, cid, 0, &s, rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH, l)) {
-			rc = 0;
-			goto out;
-		}
-	}
+	rc = lease_at_cursor(j, &now, ttl_ns, l);
 	/* 2: the cursor has seen every chunk: sweep what is not DONE for lost
 	 * lease files and expired leases. */
-	rc = 0;
-	for (uint64_t cid = next_not_done(j, 0); cid < j->n; cid = next_not_done(j, cid + 1)) {
-		struct mesh_lease_stamp s, seen;
-		if (mesh__jf_is_buried(j, cid) || held_live(j, cid, &now) || in_resv(j, cid))
-			continue;
-		stamp_init(j, &s, &now, ttl_ns, attempts_of(j, cid) + 1);
-		rc = j->st->ops->claim(j->st, cid, 0, &s);
-		if (rc == 0 || rc == 1) {
-			if (won(j, cid, 0, &s, rc == 1 ? MESH_LEASE_STOLEN : MESH_LEASE_FRESH, l)) {
-				rc = 0;
-				goto out;
-			}
-			continue;
-		}
-		if (rc != MESH_E_STATE)
-			goto out;
-		rc = j->st->ops->steal(j->st, cid, 0, &now, &s, &seen);
-		if (rc == 0) {
-			if (won(j, cid, 0, &s, MESH_LEASE_STOLEN, l))
-				goto out;
-			continue;
-		}
-		if (rc == MESH_E_STATE && spec) {
-			if (nlive == clive) {
-				size_t c = clive ? 2 * clive : 16;
-				struct live *p = realloc(lv, c * sizeof *p);
-				if (!p) {
-					rc = -ENOMEM;
-					goto out;
-				}
-				lv = p;
-				clive = c;
-			}
-			lv[nlive].cid = cid;
-			lv[nlive++].st = seen;
-		}
-		if (rc != MESH_E_STATE && rc != -ENOENT)
-			goto out;
-		rc = 0;
-	}
+	if (rc == 0)
+		rc = lease_swept(j, &now, ttl_ns, spec ? &lv : NULL, l);
 	/* 3: a speculative copy of a straggler. */
-	rc = spec ? speculate(j, lv, nlive, &now, ttl_ns, l) : 0;
+	if (rc == 0 && spec)
+		rc = speculate(j, lv.v, lv.n, &now, ttl_ns, l);
 	if (rc == 1)
 		rc = 0;
 	else if (rc == 0)
 		rc = j->done == j->n ? MESH_JOB_COMPLETE : MESH_JOB_NONE;
-out:
-	free(lv);
+	free(lv.v);
 	return rc;
 }
 
