@@ -230,6 +230,15 @@ static uint64_t block_commit(struct file_store *fs, struct blk *bk, int fd, size
 	return got;
 }
 
+/* Moves the deadlines of our block bk to the later of its own and these. */
+static void blk_later(struct blk *bk, uint64_t deadline_ns, uint64_t boot_deadline_ns)
+{
+	if (bk->st.deadline_ns < deadline_ns)
+		bk->st.deadline_ns = deadline_ns;
+	if (bk->st.boot_deadline_ns < boot_deadline_ns)
+		bk->st.boot_deadline_ns = boot_deadline_ns;
+}
+
 /* Moves the deadlines of our block bk to the later of its own and these,
  * and takes clear out of its file's mask (fs->mu held).  MESH_E_STATE when
  * the block was taken over after it expired (then bk is forgotten). */
@@ -244,10 +253,7 @@ static int block_restamp(struct file_store *fs, struct blk *bk, uint64_t deadlin
 	}
 	if (fd < 0)
 		return fd;
-	if (bk->st.deadline_ns < deadline_ns)
-		bk->st.deadline_ns = deadline_ns;
-	if (bk->st.boot_deadline_ns < boot_deadline_ns)
-		bk->st.boot_deadline_ns = boot_deadline_ns;
+	blk_later(bk, deadline_ns, boot_deadline_ns);
 	bk->fmask &= ~clear;
 	rc = block_write_fd(fd, &bk->st, bk->fmask, &len);
 	close(fd);
@@ -345,17 +351,126 @@ struct blk *mesh__fs_held_by_block(struct file_store *fs, uint64_t cid, uint64_t
 	return NULL;
 }
 
+/* Adds the chunks of want it lacks to our block bk (fs->mu held), its
+ * deadlines moved to the later of its own and mine's and its start made
+ * mine's (the start others judge stragglers by: the newest chunks').
+ * *got = the chunks added, *mine = the block's stamp.  0, MESH_E_STATE
+ * (nothing added: none lacking, or the block was taken over after it
+ * expired, and bk is forgotten), or -errno. */
+static int block_add(struct file_store *fs, struct blk *bk, uint64_t want, struct mesh_lease_stamp *mine,
+		     uint64_t *got)
+{
+	uint64_t add = want & ~bk->mask;
+	size_t len = LEN_UNKNOWN;
+	int rc, fd = add ? block_open_ours(fs, bk, &len) : MESH_E_STATE;
+	if (fd == MESH_E_STATE && add)
+		blk_drop(fs, bk, DROP_FORGET);
+	if (fd < 0)
+		return fd;
+	blk_later(bk, mine->deadline_ns, mine->boot_deadline_ns);
+	bk->st.started_ns = mine->started_ns;
+	*got = block_commit(fs, bk, fd, &len, add, &rc);
+	close(fd);
+	*mine = bk->st;
+	if (!rc && !*got)
+		rc = MESH_E_STATE;
+	return rc;
+}
+
+/* Creates the file name of a block, locked and empty (fs->mu held): the
+ * fd (*len = 0), -EEXIST (the block has a file), MESH_E_STATE (a stealer
+ * took the empty file before our lock) or -errno. */
+static int block_create(struct file_store *fs, const char *name, size_t *len)
+{
+	struct stat st;
+	int rc, fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -errno;
+	rc = mesh_flock_ex(fd);
+	if (!rc && fstat(fd, &st) < 0)
+		rc = -errno;
+	if (!rc && (st.st_size != 0 || st.st_nlink == 0))
+		rc = MESH_E_STATE; /* a stealer took the empty file */
+	*len = 0;
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* Takes over the existing file name of a block when it is free (fs->mu
+ * held; a file that does not parse is free): the fd, locked (*len: its
+ * length), MESH_E_STATE (live, or gone meanwhile) or -errno.  *taken = 1
+ * when it held chunks, and then mine->attempt is past the old stamp's. */
+static int block_take_over(struct file_store *fs, const char *name, const struct mesh_lease_clock *now,
+			   struct mesh_lease_stamp *mine, size_t *len, int *taken)
+{
+	struct mesh_lease_stamp old;
+	uint64_t m;
+	int fd = mesh__fs_open_locked(fs, name, 1);
+	if (fd < 0)
+		return fd == -ENOENT ? MESH_E_STATE : fd;
+	*taken = 1;
+	if (mesh__fs_block_read(fd, &old, &m, len) == 0) {
+		if (!mesh_lease_free(&old, now)) {
+			close(fd);
+			return MESH_E_STATE;
+		}
+		if (m == 0)
+			*taken = 0; /* released (or every chunk let go): nothing stolen */
+		else if (old.attempt + 1 > mine->attempt)
+			mine->attempt = old.attempt + 1;
+	}
+	return fd;
+}
+
+/* A new block lease of ours on block b, file name (fs->mu held): as
+ * mesh__fs_claim_block answers. */
+static int block_new(struct file_store *fs, uint64_t b, const char *name, uint64_t want,
+		     const struct mesh_lease_clock *now, struct mesh_lease_stamp *mine, uint64_t *got)
+{
+	struct blk *bk;
+	size_t len = LEN_UNKNOWN;
+	int fd, rc, taken = 0;
+	if (fs->nblk == fs->cblk) {
+		size_t c = fs->cblk ? 2 * fs->cblk : 8;
+		struct blk *p = realloc(fs->blks, c * sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		fs->blks = p;
+		fs->cblk = c;
+	}
+	/* A released file of ours renamed to b's name (locked, free), else a
+	 * new one; when b has a file, it is taken over only when it is free. */
+	fd = spare_take(fs, b, name, &len);
+	if (fd == -ENOENT)
+		fd = block_create(fs, name, &len);
+	if (fd == -EEXIST)
+		fd = block_take_over(fs, name, now, mine, &len, &taken);
+	if (fd < 0)
+		return fd;
+	bk = &fs->blks[fs->nblk++];
+	memset(bk, 0, sizeof *bk);
+	bk->b = b;
+	bk->st = *mine;
+	*got = block_commit(fs, bk, fd, &len, want, &rc);
+	close(fd);
+	if (!*got) {
+		blk_drop(fs, bk, DROP_RELEASE);
+		if (!rc)
+			rc = MESH_E_STATE;
+	}
+	return rc ? rc : taken;
+}
+
 int mesh__fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const struct mesh_lease_clock *now,
 			 struct mesh_lease_stamp *mine, uint64_t *got)
 {
 	struct file_store *fs = mesh__fs_of(s);
 	char name[NAME_MAX + 1];
-	struct mesh_lease_stamp old;
 	struct blk *bk;
-	struct stat st;
-	uint64_t m;
-	size_t len = LEN_UNKNOWN;
-	int fd, rc = mesh__fs_block_name(fs, b, name, sizeof name), taken = 0;
+	int rc = mesh__fs_block_name(fs, b, name, sizeof name);
 	*got = 0;
 	if (rc)
 		return rc;
@@ -363,87 +478,12 @@ int mesh__fs_claim_block(struct mesh_store *s, uint64_t b, uint64_t want, const 
 		return MESH_E_RANGE;
 	pthread_mutex_lock(&fs->mu);
 	bk = blk_find(fs, b);
-	if (bk) {
-		/* Ours already: the chunks it adds, under later deadlines. */
-		uint64_t add = want & ~bk->mask;
-		fd = add ? block_open_ours(fs, bk, &len) : MESH_E_STATE;
-		if (fd == MESH_E_STATE && add)
-			blk_drop(fs, bk, DROP_FORGET);
-		if (fd >= 0) {
-			if (bk->st.deadline_ns < mine->deadline_ns)
-				bk->st.deadline_ns = mine->deadline_ns;
-			if (bk->st.boot_deadline_ns < mine->boot_deadline_ns)
-				bk->st.boot_deadline_ns = mine->boot_deadline_ns;
-			/* the start others judge stragglers by: the newest chunks' */
-			bk->st.started_ns = mine->started_ns;
-			*got = block_commit(fs, bk, fd, &len, add, &rc);
-			close(fd);
-			*mine = bk->st;
-			if (!rc && !*got)
-				rc = MESH_E_STATE;
-		} else {
-			rc = fd;
-		}
-		pthread_mutex_unlock(&fs->mu);
-		return rc;
-	}
-	if (fs->nblk == fs->cblk) {
-		size_t c = fs->cblk ? 2 * fs->cblk : 8;
-		struct blk *p = realloc(fs->blks, c * sizeof *p);
-		if (!p) {
-			pthread_mutex_unlock(&fs->mu);
-			return -ENOMEM;
-		}
-		fs->blks = p;
-		fs->cblk = c;
-	}
-	/* A released file of ours renamed to b's name (locked, free), else a
-	 * new one; when b has a file, it is taken over only when it is free. */
-	fd = spare_take(fs, b, name, &len);
-	if (fd == -ENOENT) {
-		fd = openat(fs->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-		if (fd >= 0) {
-			rc = mesh_flock_ex(fd);
-			if (!rc && fstat(fd, &st) < 0)
-				rc = -errno;
-			if (!rc && (st.st_size != 0 || st.st_nlink == 0))
-				rc = MESH_E_STATE; /* a stealer took the empty file */
-			len = 0;
-		} else {
-			fd = -errno;
-		}
-	}
-	if (fd == -EEXIST) {
-		fd = mesh__fs_open_locked(fs, name, 1);
-		rc = fd < 0 ? (fd == -ENOENT ? MESH_E_STATE : fd) : 0;
-		taken = 1;
-		if (!rc && mesh__fs_block_read(fd, &old, &m, &len) == 0) {
-			if (!mesh_lease_free(&old, now))
-				rc = MESH_E_STATE;
-			else if (m == 0)
-				taken = 0; /* released (or every chunk let go): nothing stolen */
-			else if (old.attempt + 1 > mine->attempt)
-				mine->attempt = old.attempt + 1;
-		}
-	} else if (fd < 0 && !rc) {
-		rc = fd;
-	}
-	if (!rc) {
-		bk = &fs->blks[fs->nblk++];
-		memset(bk, 0, sizeof *bk);
-		bk->b = b;
-		bk->st = *mine;
-		*got = block_commit(fs, bk, fd, &len, want, &rc);
-	}
-	if (fd >= 0)
-		close(fd);
-	if (bk && !*got) {
-		blk_drop(fs, bk, DROP_RELEASE);
-		if (!rc)
-			rc = MESH_E_STATE;
-	}
+	if (bk)
+		rc = block_add(fs, bk, want, mine, got); /* ours already */
+	else
+		rc = block_new(fs, b, name, want, now, mine, got);
 	pthread_mutex_unlock(&fs->mu);
-	return rc ? rc : taken;
+	return rc;
 }
 
 int mesh__fs_block_release(struct file_store *fs, uint64_t cid, uint64_t token)
