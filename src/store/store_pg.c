@@ -921,63 +921,80 @@ static int cmp_pos(const void *a, const void *b)
 	return x->cid < y->cid ? -1 : x->cid > y->cid ? 1 : (x->at > y->at) - (x->at < y->at);
 }
 
-/* One commit for every batch in list (pg->mu not held).  What goes to
- * the database is the DONE bits, a word (64 chunks) at a time: the
- * distinct words in ascending order (one lock order for every
- * committer) and their masks; it answers each word's bits that this
- * commit set first.  A chunk's first place in the batches is DONE when
- * its bit is among those, and every other place is a duplicate. */
-static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
+/* One commit's DONE bits, over every batch of its list. */
+struct words {
+	size_t total, nw; /* places in the batches; distinct words */
+	uint64_t busy_us; /* the batches' durations */
+	struct pos *ps;	  /* every place, by cid */
+	uint64_t *mask;	  /* per word: its bits sent, then those this commit set first */
+	int *flat;	  /* per place, in the batches' order: 0 DONE, 1 a duplicate */
+	char *ws, *ms;	  /* the words and their masks as the text of a bigint[] */
+};
+
+/* Space for w->total places.  0, or -ENOMEM (then what was allocated is
+ * for words_free). */
+static int words_alloc(struct words *w)
 {
-	size_t total = 0, k = 0, nw = 0;
-	struct pos *ps;
-	int *flat;
-	char *ws, *ms;
-	uint64_t *mask = NULL;
-	int rc = 0;
-	uint64_t busy_us = 0;
-	for (struct cbatch *b = list; b; b = b->next) {
-		total += b->n;
-		for (size_t i = 0; b->durs && i < b->n; i++)
-			busy_us += b->durs[i] / 1000;
-	}
-	ps = malloc((total + 1) * sizeof *ps);
-	flat = malloc((total + 1) * sizeof *flat);
-	ws = malloc(total * 21 + 3);
-	ms = malloc(total * 21 + 3);
-	mask = malloc((total + 1) * sizeof *mask);
-	if (!ps || !flat || !ws || !ms || !mask) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (struct cbatch *b = list; b; b = b->next)
+	w->ps = malloc((w->total + 1) * sizeof *w->ps);
+	w->flat = malloc((w->total + 1) * sizeof *w->flat);
+	w->ws = malloc(w->total * 21 + 3);
+	w->ms = malloc(w->total * 21 + 3);
+	w->mask = malloc((w->total + 1) * sizeof *w->mask);
+	return w->ps && w->flat && w->ws && w->ms && w->mask ? 0 : -ENOMEM;
+}
+
+static void words_free(struct words *w)
+{
+	free(w->ps);
+	free(w->flat);
+	free(w->ws);
+	free(w->ms);
+	free(w->mask);
+}
+
+/* The places of list's chunks sorted by cid, and the distinct words in
+ * ascending order with their masks, also as text. */
+static void words_of(struct words *w, const struct cbatch *list)
+{
+	size_t k = 0;
+	for (const struct cbatch *b = list; b; b = b->next)
 		for (size_t i = 0; i < b->n; i++, k++) {
-			ps[k].cid = b->cids[i];
-			ps[k].at = k;
+			w->ps[k].cid = b->cids[i];
+			w->ps[k].at = k;
 		}
-	qsort(ps, total, sizeof *ps, cmp_pos);
+	qsort(w->ps, w->total, sizeof *w->ps, cmp_pos);
 	/* the words' masks (ps is sorted: a word's chunks are together) */
-	for (size_t i = 0; i < total; i++) {
-		if (!i || ps[i - 1].cid / 64 != ps[i].cid / 64)
-			mask[nw++] = 0;
-		mask[nw - 1] |= 1ull << (ps[i].cid % 64);
+	for (size_t i = 0; i < w->total; i++) {
+		if (!i || w->ps[i - 1].cid / 64 != w->ps[i].cid / 64)
+			w->mask[w->nw++] = 0;
+		w->mask[w->nw - 1] |= 1ull << (w->ps[i].cid % 64);
 	}
 	size_t wl = 1, ml = 1;
-	ws[0] = ms[0] = '{';
-	for (size_t i = 0, w = 0; w < nw; i++) {
-		if (i && ps[i - 1].cid / 64 == ps[i].cid / 64)
+	w->ws[0] = w->ms[0] = '{';
+	for (size_t i = 0, n = 0; n < w->nw; i++) {
+		if (i && w->ps[i - 1].cid / 64 == w->ps[i].cid / 64)
 			continue;
-		wl += (size_t)sprintf(ws + wl, "%s%" PRIu64, w ? "," : "", ps[i].cid / 64);
-		ml += (size_t)sprintf(ms + ml, "%s%" PRId64, w ? "," : "", (int64_t)mask[w]);
-		w++;
+		wl += (size_t)sprintf(w->ws + wl, "%s%" PRIu64, n ? "," : "", w->ps[i].cid / 64);
+		ml += (size_t)sprintf(w->ms + ml, "%s%" PRId64, n ? "," : "", (int64_t)w->mask[n]);
+		n++;
 	}
-	memcpy(ws + wl, "}", 2);
-	memcpy(ms + ml, "}", 2);
+	memcpy(w->ws + wl, "}", 2);
+	memcpy(w->ms + ml, "}", 2);
+}
+
+/* Sends the words and their masks in one statement, with the node's
+ * chunks and busy time, on the commit connection when there is one (else
+ * on the main one, under pg->mu); w->mask becomes the bits this commit
+ * set first.  0, the query's error, or MESH_E_PROTO (said in pg's error)
+ * for an answer that is not a subset of a word's bits sent. */
+static int words_commit(struct mesh_pg *pg, struct words *w)
+{
+	int rc = 0;
 	char ntext[24], btext[24], htext[24];
-	snprintf(ntext, sizeof ntext, "%zu", total);
-	snprintf(btext, sizeof btext, "%" PRIu64, busy_us);
+	snprintf(ntext, sizeof ntext, "%zu", w->total);
+	snprintf(btext, sizeof btext, "%" PRIu64, w->busy_us);
 	snprintf(htext, sizeof htext, "%" PRIu64, pg->holder);
-	const char *vals[6] = {pg->idtext, ws, ms, ntext, btext, htext};
+	const char *vals[6] = {pg->idtext, w->ws, w->ms, ntext, btext, htext};
 	pthread_mutex_lock(&pg->cmu);
 	PGconn *cc = pg->cconn;
 	pthread_mutex_unlock(&pg->cmu);
@@ -989,41 +1006,68 @@ static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
 				 " beat = mesh.now_us() WHERE holder = $6)"
 				 " SELECT * FROM mesh.complete_words($1, $2::bigint[], $3::bigint[], $6, $4)",
 				 6, vals, &rc);
-	if (r && (size_t)PQntuples(r) != nw)
+	if (r && (size_t)PQntuples(r) != w->nw)
 		rc = MESH_E_PROTO;
-	for (size_t i = 0; r && !rc && i < nw; i++) {
+	for (size_t i = 0; r && !rc && i < w->nw; i++) {
 		/* the bits set first: a subset of what was sent */
 		char *end;
 		errno = 0;
 		uint64_t f = (uint64_t)strtoll(PQgetvalue(r, (int)i, 0), &end, 10);
-		if (errno || *end || (f & ~mask[i]))
+		if (errno || *end || (f & ~w->mask[i]))
 			rc = MESH_E_PROTO;
-		mask[i] = f;
+		w->mask[i] = f;
 	}
 	if (r && rc == MESH_E_PROTO)
 		set_err(pg, "mesh.complete_words answered other than one word of bits a word sent");
 	PQclear(r);
 	if (!cc)
 		pthread_mutex_unlock(&pg->mu);
-	for (size_t i = 0, w = 0; !rc && i < total; i++) {
-		if (i && ps[i - 1].cid / 64 != ps[i].cid / 64)
-			w++;
-		uint64_t bit = 1ull << (ps[i].cid % 64);
-		int first = !i || ps[i - 1].cid != ps[i].cid;
-		flat[ps[i].at] = first && (mask[w] & bit) ? 0 : 1;
+	return rc;
+}
+
+/* Each place's answer after the commit: a chunk's first place is DONE
+ * when its bit is among those this commit set first, and every other
+ * place is a duplicate. */
+static void words_answer(struct words *w)
+{
+	for (size_t i = 0, n = 0; i < w->total; i++) {
+		if (i && w->ps[i - 1].cid / 64 != w->ps[i].cid / 64)
+			n++;
+		uint64_t bit = 1ull << (w->ps[i].cid % 64);
+		int first = !i || w->ps[i - 1].cid != w->ps[i].cid;
+		w->flat[w->ps[i].at] = first && (w->mask[n] & bit) ? 0 : 1;
 	}
-out:
-	k = 0;
+}
+
+/* One commit for every batch in list (pg->mu not held).  What goes to
+ * the database is the DONE bits, a word (64 chunks) at a time: the
+ * distinct words in ascending order (one lock order for every
+ * committer) and their masks; it answers each word's bits that this
+ * commit set first.  A chunk's first place in the batches is DONE when
+ * its bit is among those, and every other place is a duplicate. */
+static void complete_batches(struct mesh_pg *pg, struct cbatch *list)
+{
+	struct words w = {0};
+	size_t k = 0;
+	int rc;
+	for (struct cbatch *b = list; b; b = b->next) {
+		w.total += b->n;
+		for (size_t i = 0; b->durs && i < b->n; i++)
+			w.busy_us += b->durs[i] / 1000;
+	}
+	rc = words_alloc(&w);
+	if (!rc) {
+		words_of(&w, list);
+		rc = words_commit(pg, &w);
+	}
+	if (!rc)
+		words_answer(&w);
 	for (struct cbatch *b = list; b; b = b->next) {
 		for (size_t i = 0; i < b->n; i++, k++)
-			b->results[i] = rc ? rc : flat[k];
+			b->results[i] = rc ? rc : w.flat[k];
 		b->rc = rc;
 	}
-	free(ps);
-	free(flat);
-	free(ws);
-	free(ms);
-	free(mask);
+	words_free(&w);
 }
 
 int mesh_pg_complete(struct mesh_pg *pg, const uint64_t *cids, const uint64_t *durs_ns, size_t n, int *results)
