@@ -277,7 +277,12 @@ static int holds_mid_job(void *arg)
  * (about two caps of chunks a worker, job_exec.c's sx_room), not its whole
  * K x D pipeline.  Before, the first host to look leased 256 chunks of
  * 20 ms (2 workers x depth 128: 2.5 s of its work) and queued them while
- * the other host idled with 44. */
+ * the other host idled with 44.  Host a's driver is held 300 ms as each
+ * worker's `online` reaches it (jobs.online), as a busy machine holds it:
+ * the worker answers the chunks in its ring meanwhile, and once those
+ * answers were timed from the `online` seen, a pace of nearly nothing a
+ * chunk made a lease limit of the whole pipeline (most 224 to 262 in
+ * about one run of twelve, 256 every run with the pause). */
 TEST_TIMEOUT(meshd_store_slow_chunks_are_shared_not_held_by_one_host, 60)
 {
 	struct store_env e;
@@ -287,7 +292,10 @@ TEST_TIMEOUT(meshd_store_slow_chunks_are_shared_not_held_by_one_host, 60)
 	 * one run on a busy machine saw none (most 0). */
 	const unsigned n = 400;
 	start_store(&e);
-	pid_t a = start_host("a", "jw"), b = start_host("b", "jw");
+	setenv("MESH_FAULT_PAUSE", "jobs.online:300", 1);
+	pid_t a = start_host("a", "jw");
+	unsetenv("MESH_FAULT_PAUSE");
+	pid_t b = start_host("b", "jw");
 	make_input(n, "slow", &expect);
 	unsigned id = submit_store("jw --input in.txt --max-workers 2");
 	held_sql(ha, sizeof ha, id, a);

@@ -70,6 +70,7 @@ struct jworker {
 	uint64_t taken_base, answered;
 	uint64_t t_head;   /* when the oldest entry reached the front (about when the worker took it) */
 	uint64_t per_ns;   /* its time a chunk, averaged over its answers (0: none yet) */
+	int unpaced;	   /* its next answers are no pace sample: t_head was reset past their start */
 	unsigned cap;	   /* chunks in flight it may hold now (PIPE_NS) */
 	int full;	   /* this pump: the ring had no room */
 	int stale;	   /* this pump: its image was replaced (meshd_job_worker_stale) */
@@ -300,7 +301,10 @@ static int drain(struct slot_ex *x, struct jworker *w)
 			end_unit(u, 1, r.data, r.len, 0);
 		}
 	}
-	pace(x, w, since, now, got);
+	if (got && w->unpaced)
+		w->unpaced = 0; /* timed from its `online` seen, not from their start */
+	else
+		pace(x, w, since, now, got);
 	return 0;
 }
 
@@ -313,6 +317,7 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->head = w->n = 0;
 	w->answered = 0;
 	w->per_ns = 0;
+	w->unpaced = 0;
 	w->cap = CAP_START < x->cfg.depth ? CAP_START : x->cfg.depth;
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->online = 0; /* collect() says when */
@@ -383,8 +388,14 @@ static void collect(struct slot_ex *x)
 			x->get_fails = 0;
 			/* Chunks that waited in its ring while it started are
 			 * timed from now (--timeout, pace). */
+			mesh_fault_pause("jobs.online"); /* a busy driver: the worker serves meanwhile */
 			w->online = 1;
 			atomic_fetch_add_explicit(&x->st->workers, 1, memory_order_relaxed);
+			/* It may have answered some already (its replies not
+			 * taken yet), or be in one: timed from now, they would
+			 * make a pace of nearly nothing a chunk, and a cap of
+			 * D (the node would lease its whole K x D pipeline). */
+			w->unpaced = w->n != 0;
 			if (w->n)
 				w->t_head = mesh_mono_ns();
 		}
