@@ -158,6 +158,55 @@ static int hexval(int ch)
 	return -1;
 }
 
+/* The escape sequence at c->pos (its backslash) of a basic string, its
+ * character added to b: 0, -1 (refused: c says where), or -ENOMEM. */
+static int escape(struct cur *c, struct mesh_buf *b)
+{
+	size_t esc = c->pos;
+	c->pos++;
+	int e = peek(c);
+	const char *simple = NULL;
+	switch (e) {
+	case '"': simple = "\""; break;
+	case '\\': simple = "\\"; break;
+	case 'b': simple = "\b"; break;
+	case 't': simple = "\t"; break;
+	case 'n': simple = "\n"; break;
+	case 'f': simple = "\f"; break;
+	case 'r': simple = "\r"; break;
+	case 'u':
+	case 'U': break;
+	default:
+		fail_at(c, esc, "unknown escape sequence");
+		return -1;
+	}
+	if (simple) {
+		if (mesh_buf_add(b, simple, 1))
+			return -ENOMEM;
+		c->pos++;
+		return 0;
+	}
+	unsigned digits = e == 'u' ? 4 : 8;
+	uint32_t cp = 0;
+	c->pos++;
+	for (unsigned i = 0; i < digits; i++) {
+		int h = hexval(peek(c));
+		if (h < 0) {
+			fail_at(c, esc, "\\%c needs %u hex digits", e, digits);
+			return -1;
+		}
+		cp = cp << 4 | (uint32_t)h;
+		c->pos++;
+	}
+	if (cp == 0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+		fail_at(c, esc, cp == 0 ? "NUL is not allowed in a string" : "escape is not a Unicode scalar value");
+		return -1;
+	}
+	if (put_utf8(b, cp))
+		return -ENOMEM;
+	return 0;
+}
+
 /* A string value at c->pos ('"' or '\''); the decoded text is malloc'd. */
 static char *string_value(struct cur *c)
 {
@@ -194,48 +243,11 @@ static char *string_value(struct cur *c)
 			c->pos++;
 			continue;
 		}
-		size_t esc = c->pos;
-		c->pos++;
-		int e = peek(c);
-		const char *simple = NULL;
-		switch (e) {
-		case '"': simple = "\""; break;
-		case '\\': simple = "\\"; break;
-		case 'b': simple = "\b"; break;
-		case 't': simple = "\t"; break;
-		case 'n': simple = "\n"; break;
-		case 'f': simple = "\f"; break;
-		case 'r': simple = "\r"; break;
-		case 'u':
-		case 'U': break;
-		default:
-			fail_at(c, esc, "unknown escape sequence");
-			goto bad;
-		}
-		if (simple) {
-			if (mesh_buf_add(&b, simple, 1))
-				goto nomem;
-			c->pos++;
-			continue;
-		}
-		unsigned digits = e == 'u' ? 4 : 8;
-		uint32_t cp = 0;
-		c->pos++;
-		for (unsigned i = 0; i < digits; i++) {
-			int h = hexval(peek(c));
-			if (h < 0) {
-				fail_at(c, esc, "\\%c needs %u hex digits", e, digits);
-				goto bad;
-			}
-			cp = cp << 4 | (uint32_t)h;
-			c->pos++;
-		}
-		if (cp == 0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-			fail_at(c, esc, cp == 0 ? "NUL is not allowed in a string" : "escape is not a Unicode scalar value");
-			goto bad;
-		}
-		if (put_utf8(&b, cp))
+		int rc = escape(c, &b);
+		if (rc == -ENOMEM)
 			goto nomem;
+		if (rc)
+			goto bad;
 	}
 	return mesh_buf_detach(&b, NULL);
 nomem:
