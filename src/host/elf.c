@@ -118,13 +118,10 @@ static int check_header(const char *path, const Elf64_Ehdr *eh, size_t n, char *
 	return 0;
 }
 
-/* The PT_INTERP header at interp (in b, unaligned): a NUL-terminated
- * path inside the file, of an interpreter this machine has.  0, or
- * refuse's code. */
-static int check_interp(const char *path, const uint8_t *b, size_t n, const Elf64_Phdr *interp, char **err)
+/* The PT_INTERP header ph (a copy) names a NUL-terminated path inside the
+ * file, of an interpreter this machine has.  0, or refuse's code. */
+static int check_interp(const char *path, const uint8_t *b, size_t n, Elf64_Phdr ph, char **err)
 {
-	Elf64_Phdr ph;
-	memcpy(&ph, interp, sizeof ph);
 	if (ph.p_offset > n || ph.p_filesz > n - ph.p_offset || ph.p_filesz < 2 || ph.p_filesz > 4096 ||
 	    b[ph.p_offset + ph.p_filesz - 1] != 0)
 		return refuse(err, path, "malformed interpreter (PT_INTERP)");
@@ -136,13 +133,11 @@ static int check_interp(const char *path, const uint8_t *b, size_t n, const Elf6
 	return 0;
 }
 
-/* 1 if the PT_DYNAMIC header at dyn (in b, unaligned) lies inside the
- * file and its entries, up to DT_NULL, hold DT_FLAGS_1 with DF_1_PIE: a
- * static PIE says so there; a shared library does not. */
-static int static_pie(const uint8_t *b, size_t n, const Elf64_Phdr *dyn)
+/* 1 if the PT_DYNAMIC header ph (a copy) lies inside the file and its
+ * entries, up to DT_NULL, hold DT_FLAGS_1 with DF_1_PIE: a static PIE
+ * says so there; a shared library does not. */
+static int static_pie(const uint8_t *b, size_t n, Elf64_Phdr ph)
 {
-	Elf64_Phdr ph;
-	memcpy(&ph, dyn, sizeof ph);
 	if (ph.p_offset > n || ph.p_filesz > n - ph.p_offset)
 		return 0;
 	for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= ph.p_filesz; off += sizeof(Elf64_Dyn)) {
@@ -169,8 +164,9 @@ int mesh_elf_check(const char *path, const uint8_t *b, size_t n, char **err)
 	memcpy(&eh, b, sizeof eh);
 	if ((rc = check_header(path, &eh, n, err)))
 		return rc;
-	const Elf64_Phdr *interp = NULL, *dyn = NULL;
-	int load = 0;
+	/* Copies, never pointers into b: its headers may be misaligned. */
+	Elf64_Phdr interp = {0}, dyn = {0};
+	int load = 0, have_interp = 0, have_dyn = 0;
 	for (unsigned i = 0; i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
 		memcpy(&ph, b + eh.e_phoff + (size_t)i * sizeof ph, sizeof ph);
@@ -181,18 +177,18 @@ int mesh_elf_check(const char *path, const uint8_t *b, size_t n, char **err)
 					      n);
 		}
 		if (ph.p_type == PT_INTERP)
-			interp = (const Elf64_Phdr *)(b + eh.e_phoff + (size_t)i * sizeof ph);
+			interp = ph, have_interp = 1;
 		if (ph.p_type == PT_DYNAMIC)
-			dyn = (const Elf64_Phdr *)(b + eh.e_phoff + (size_t)i * sizeof ph);
+			dyn = ph, have_dyn = 1;
 	}
 	if (!load)
 		return refuse(err, path, "no loadable segment");
-	if (interp)
+	if (have_interp)
 		return check_interp(path, b, n, interp, err);
 	if (eh.e_type == ET_EXEC)
 		return 0; /* static */
 	/* DYN without an interpreter: a static PIE, or a shared library. */
-	if (dyn && static_pie(b, n, dyn))
+	if (have_dyn && static_pie(b, n, dyn))
 		return 0;
 	return refuse(err, path, "a shared library (ELF DYN without an interpreter), not a program");
 }
