@@ -61,15 +61,14 @@ static void tool_env_release(struct tool_env *e)
 	free(e->envp);
 }
 
-/* Writes cmd and a newline to the tool's stdin, fd.  A tool that does
- * not read its stdin must not wedge us: the pipe holds far more than one
- * command. */
+/* Writes cmd and a newline to the tool's stdin, fd (no memory to run out
+ * of: the line was once built in a buffer, and not sent when that
+ * failed).  A tool that does not read its stdin must not wedge us: the
+ * pipe holds far more than one command. */
 static void tool_send(int fd, const char *cmd)
 {
-	struct mesh_buf line = MESH_BUF_INIT;
-	mesh_buf_addf(&line, "%s\n", cmd);
-	mesh_write_all(fd, line.p, line.len);
-	mesh_buf_release(&line);
+	if (mesh_write_all(fd, cmd, strlen(cmd)) == 0)
+		(void)mesh_write_all(fd, "\n", 1);
 }
 
 /* Reads the tool's output from fd into *res (up to about 64 KiB kept)
