@@ -341,13 +341,15 @@ static int get_slot(struct get *g, struct meshd_job_worker *out, int *armed_call
 		 * asks again shortly. */
 		struct mesh_instance *victim = NULL;
 		struct program *vp = meshd__evict_lru(d, &victim);
+		/* Said before p's reference goes: the loop may free a retired p. */
+		int rc = mesh_errf(err, -EAGAIN, "no free slot for '%s' (all %u are in use%s)", p->img.name, d->nslots,
+				   vp ? "; an idle worker is being halted off one" : "");
 		job_unhold(d, p, g->i, -1);
 		pthread_mutex_unlock(&d->mu);
 		if (vp)
 			meshd__unref(d, vp);
 		meshd__unref(d, p);
-		return mesh_errf(err, -EAGAIN, "no free slot for '%s' (all %u are in use%s)", p->img.name, d->nslots,
-				 vp ? "; an idle worker is being halted off one" : "");
+		return rc;
 	}
 	if (wk->slot >= 0)
 		return 0;
@@ -465,9 +467,12 @@ static int job_worker_get(struct meshd_core *d, const char *name, struct meshd_j
 	meshd__reconcile(d, p);
 	int i = (rc = meshd__failed(p, err)) ? -1 : job_candidate(d, p);
 	if (i < 0) {
+		/* Said before p's reference goes: the loop may free a retired p. */
+		if (!rc)
+			rc = mesh_errf(err, -EAGAIN, "all %u workers of '%s' are in use", p->img.m.max_workers, name);
 		pthread_mutex_unlock(&d->mu);
 		meshd__unref(d, p);
-		return rc ? rc : mesh_errf(err, -EAGAIN, "all %u workers of '%s' are in use", p->img.m.max_workers, name);
+		return rc;
 	}
 	g.i = (unsigned)i;
 	struct worker *wk = &p->w[i];
