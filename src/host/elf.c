@@ -164,9 +164,10 @@ int mesh_elf_check(const char *path, const uint8_t *b, size_t n, char **err)
 	memcpy(&eh, b, sizeof eh);
 	if ((rc = check_header(path, &eh, n, err)))
 		return rc;
-	/* Copies, never pointers into b: its headers may be misaligned. */
+	/* Copies, never pointers into b: its headers may be misaligned (a
+	 * zeroed one is PT_NULL: none found). */
 	Elf64_Phdr interp = {0}, dyn = {0};
-	int load = 0, have_interp = 0, have_dyn = 0;
+	int load = 0;
 	for (unsigned i = 0; i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
 		memcpy(&ph, b + eh.e_phoff + (size_t)i * sizeof ph, sizeof ph);
@@ -177,18 +178,18 @@ int mesh_elf_check(const char *path, const uint8_t *b, size_t n, char **err)
 					      n);
 		}
 		if (ph.p_type == PT_INTERP)
-			interp = ph, have_interp = 1;
+			interp = ph;
 		if (ph.p_type == PT_DYNAMIC)
-			dyn = ph, have_dyn = 1;
+			dyn = ph;
 	}
 	if (!load)
 		return refuse(err, path, "no loadable segment");
-	if (have_interp)
+	if (interp.p_type == PT_INTERP)
 		return check_interp(path, b, n, interp, err);
 	if (eh.e_type == ET_EXEC)
 		return 0; /* static */
 	/* DYN without an interpreter: a static PIE, or a shared library. */
-	if (have_dyn && static_pie(b, n, dyn))
+	if (dyn.p_type == PT_DYNAMIC && static_pie(b, n, dyn))
 		return 0;
 	return refuse(err, path, "a shared library (ELF DYN without an interpreter), not a program");
 }
