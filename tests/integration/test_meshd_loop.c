@@ -84,7 +84,11 @@ TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 }
 
 /* A worker held by a job, then given back: reaped its TTL later, whatever
- * the loop's timer was armed for before (it was not armed at all). */
+ * the loop's timer was armed for before (it was not armed at all).  The
+ * loop has no periodic pass, so the defect this guards is a put that arms
+ * nothing: the worker is never reaped.  The bound says only that (1 s a
+ * step of slack); how soon after the TTL is the reap test's above.  At
+ * 250 ms it failed a CI run under ASan, 4 binaries at a time (420 ms). */
 TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\nidle_ttl = \"100ms\"\n");
@@ -103,8 +107,10 @@ TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 	while (procs_of(d) != 0 && mesh_mono_ns() < t0 + S(5))
 		usleep(2000);
 	uint64_t ms = (mesh_mono_ns() - t0) / MESH_NS_PER_MS;
+	printf("given back -> zero workers %llu ms (idle_ttl 100 ms)\n", (unsigned long long)ms);
 	EXPECT_EQ(procs_of(d), 0u);
-	EXPECT_LE(ms, 250u + 100u * (t_slack() - 1));
+	EXPECT_GE(ms, 90u); /* not before its TTL */
+	EXPECT_LE(ms, 1000u * t_slack());
 	core_t_down(&c);
 }
 
