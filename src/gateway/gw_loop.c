@@ -120,6 +120,9 @@ struct lconn {
 	size_t bpos;   /* S_BODY: where the framer's reading is in buf */
 	struct mesh_buf body; /* S_BODY: the chunked body decoded so far */
 	struct mesh__gw_prog *p;
+	/* The request's hold on its program (mesh__gw_hold), from its route
+	 * to its end: p, or the program an answer of meshd's own was for. */
+	struct mesh__gw_prog *held;
 	int64_t keep;		/* its body's keep_alive (gw_json.h) */
 	struct mesh__gw_wait w; /* its wait for a place */
 	uint64_t t0, t_q;	/* the head read (routed; 0: not yet); the wait's start */
@@ -295,6 +298,7 @@ static void reap_dead(struct mesh__gw_loop *L)
 		for (int i = 0; i < 16 && recv(lc->link.fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
 		}
 		close(lc->link.fd);
+		mesh__gw_unhold(lc->held);
 		mesh_buf_release(&lc->body);
 		free(lc->out);
 		free(lc->buf);
@@ -439,6 +443,8 @@ static void next_request(struct lconn *lc)
 	lc->hscan = 0;
 	lc->continued = 0;
 	lc->p = NULL;
+	mesh__gw_unhold(lc->held);
+	lc->held = NULL;
 	lc->t0 = 0;
 	lc->nxh = 0;
 	lc->cors = 0;
@@ -984,6 +990,8 @@ static void route(struct lconn *lc)
 	if (!path)
 		return;
 	struct mesh__gw_prog *p = mesh__gw_find(g, lc->model);
+	mesh__gw_unhold(lc->held); /* none: the last request's ended */
+	lc->held = p;
 	if (!p) {
 		struct mesh_buf b = MESH_BUF_INIT;
 		mesh__gw_answer_unknown_model(g, &b, lc->model, lc->close_it);
@@ -1068,6 +1076,7 @@ static int up_wrap(struct lconn *lc, int fd)
 	}
 	u->L = lc->L;
 	u->p = lc->p;
+	mesh__gw_hold(u->p); /* lc's hold keeps it meanwhile */
 	u->port = lc->port;
 	u->fd = fd;
 	u->owner = lc;
@@ -1080,6 +1089,7 @@ static void upc_free(struct upc *u)
 {
 	event_free(u->ev);
 	close(u->fd);
+	mesh__gw_unhold(u->p);
 	free(u);
 }
 

@@ -330,8 +330,23 @@ struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model)
 				found = g->progs[i];
 				break;
 			}
+	if (found)
+		mesh__gw_hold(found);
 	pthread_mutex_unlock(&g->mu);
 	return found;
+}
+
+void mesh__gw_hold(struct mesh__gw_prog *p)
+{
+	__atomic_add_fetch(&p->holds, 1, __ATOMIC_RELAXED);
+}
+
+void mesh__gw_unhold(struct mesh__gw_prog *p)
+{
+	/* Release: what this thread did with p comes before the free, which
+	 * reads the count with acquire (retired_free). */
+	if (p)
+		__atomic_sub_fetch(&p->holds, 1, __ATOMIC_RELEASE);
 }
 
 const char *mesh__gw_state_name(const struct mesh__gw_prog *p)
@@ -837,6 +852,42 @@ static void retired_drop(struct mesh_gw *g)
 	g->nprogs = k;
 }
 
+/* Under mu, q (cold) about to be freed, in list (rnext) with the others
+ * that go: a definition that waits for q's process to be gone waits for
+ * what q waited for instead. */
+static void prev_skip(struct mesh_gw *g, struct mesh__gw_prog *list, const struct mesh__gw_prog *q)
+{
+	for (size_t i = 0; i < g->nprogs; i++)
+		if (g->progs[i]->prev == q)
+			g->progs[i]->prev = q->prev;
+	for (int k = 0; k < 2; k++)
+		for (struct mesh__gw_prog *x = k ? list : g->retired; x; x = x->rnext)
+			if (x->prev == q)
+				x->prev = q->prev;
+}
+
+/* Under mu: the retired programs that nothing holds any more leave
+ * g->retired (none can be held again: no request finds a retired one);
+ * the caller frees them (rnext), without mu (the host may be telling one
+ * of them a change, which takes mu). */
+static struct mesh__gw_prog *retired_unheld(struct mesh_gw *g)
+{
+	struct mesh__gw_prog *gone = NULL;
+	for (struct mesh__gw_prog **pp = &g->retired; *pp;) {
+		struct mesh__gw_prog *x = *pp;
+		if (!__atomic_load_n(&x->holds, __ATOMIC_ACQUIRE)) {
+			*pp = x->rnext;
+			x->rnext = gone;
+			gone = x;
+		} else {
+			pp = &x->rnext;
+		}
+	}
+	for (struct mesh__gw_prog *q = gone; q; q = q->rnext)
+		prev_skip(g, gone, q);
+	return gone;
+}
+
 uint64_t mesh__gw_progs_tick(struct mesh_gw *g)
 {
 	uint64_t now = mesh_mono_ns(), next = 0;
@@ -866,6 +917,7 @@ uint64_t mesh__gw_progs_tick(struct mesh_gw *g)
 	}
 	pthread_mutex_lock(&g->mu);
 	retired_drop(g);
+	struct mesh__gw_prog *gone = retired_unheld(g);
 	for (size_t i = 0; i < g->nprogs; i++) {
 		struct mesh__gw_prog *p = g->progs[i];
 		if (p->state == GW_WARM && p->retired)
@@ -877,7 +929,15 @@ uint64_t mesh__gw_progs_tick(struct mesh_gw *g)
 		if (p->state != GW_COLD && p->pid && !p->vram_since)
 			sooner(&next, p->next_measure);
 	}
+	if (g->retired)
+		sooner(&next, now + MEASURE_EVERY_NS); /* held yet: a look again */
 	pthread_mutex_unlock(&g->mu);
+	while (gone) {
+		struct mesh__gw_prog *p = gone;
+		gone = p->rnext;
+		mesh__gw_log(g, MESH_GW_INFO, "program=%s its definition of before a reload is freed", p->img.name);
+		prog_free(p);
+	}
 	return next;
 }
 
@@ -1640,26 +1700,28 @@ static struct mesh__gw_prog *current(struct mesh_gw *g, const char *name)
 	return NULL;
 }
 
+/* The program of that name in the catalog, held, or NULL. */
 static struct mesh__gw_prog *by_name(struct mesh_gw *g, const char *name)
 {
 	pthread_mutex_lock(&g->mu);
 	struct mesh__gw_prog *p = current(g, name);
+	if (p)
+		mesh__gw_hold(p);
 	pthread_mutex_unlock(&g->mu);
 	return p;
 }
 
 int mesh_gw_has_program(struct mesh_gw *g, const char *name)
 {
-	return by_name(g, name) != NULL;
+	pthread_mutex_lock(&g->mu);
+	int has = current(g, name) != NULL;
+	pthread_mutex_unlock(&g->mu);
+	return has;
 }
 
-int mesh_gw_program_start(struct mesh_gw *g, const char *name, pid_t *pid, char **err)
+/* mesh_gw_program_start's wait, p held. */
+static int program_start(struct mesh_gw *g, struct mesh__gw_prog *p, const char *name, pid_t *pid, char **err)
 {
-	struct mesh__gw_prog *p = by_name(g, name);
-	*err = NULL;
-	*pid = 0;
-	if (!p)
-		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not an HTTP program of meshd --http", name);
 	/* A request that sends nothing (first.line NULL): its place, as any
 	 * request's, starts the program or waits for its start. */
 	struct mesh__gw_wait w = {.p = p, .first = {.fd = -1}, .rid = "mesh-start"};
@@ -1696,12 +1758,9 @@ int mesh_gw_program_start(struct mesh_gw *g, const char *name, pid_t *pid, char 
 	}
 }
 
-int mesh_gw_program_stop(struct mesh_gw *g, const char *name, char **err)
+/* mesh_gw_program_stop's wait, p held. */
+static int program_stop(struct mesh_gw *g, struct mesh__gw_prog *p, const char *name, char **err)
 {
-	struct mesh__gw_prog *p = by_name(g, name);
-	*err = NULL;
-	if (!p)
-		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not an HTTP program of meshd --http", name);
 	uint64_t t0 = mesh_mono_ns(), drain_until = t0 + g->c.drain_timeout_ns,
 		 deadline = drain_until + p->img.m.stop_grace_ns + VRAM_GRACE_NS + 10000000000ull;
 	int rc = 0;
@@ -1724,6 +1783,29 @@ int mesh_gw_program_stop(struct mesh_gw *g, const char *name, char **err)
 		pthread_mutex_lock(&g->mu);
 	}
 	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
+int mesh_gw_program_start(struct mesh_gw *g, const char *name, pid_t *pid, char **err)
+{
+	struct mesh__gw_prog *p = by_name(g, name);
+	*err = NULL;
+	*pid = 0;
+	if (!p)
+		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not an HTTP program of meshd --http", name);
+	int rc = program_start(g, p, name, pid, err);
+	mesh__gw_unhold(p);
+	return rc;
+}
+
+int mesh_gw_program_stop(struct mesh_gw *g, const char *name, char **err)
+{
+	struct mesh__gw_prog *p = by_name(g, name);
+	*err = NULL;
+	if (!p)
+		return mesh_errf(err, MESH_E_NOTFOUND, "'%s' is not an HTTP program of meshd --http", name);
+	int rc = program_stop(g, p, name, err);
+	mesh__gw_unhold(p);
 	return rc;
 }
 

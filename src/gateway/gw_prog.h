@@ -127,7 +127,7 @@ struct mesh__gw_prog {
 	 * serves its models; removed: none does), since retired_t0: no new
 	 * request finds it, those it has end, then it is stopped (at most
 	 * drain_timeout after), and once cold it leaves g->progs for
-	 * g->retired (freed by mesh_gw_free: a loop may still name it). */
+	 * g->retired, where the tick frees it once nothing holds it. */
 	int retired;
 	uint64_t retired_t0;
 	const char *retired_why; /* "changed", "removed" */
@@ -135,6 +135,8 @@ struct mesh__gw_prog {
 	/* mu: the definition it replaced (a reload's changed program; NULL:
 	 * none): it does not start until that one's process is gone. */
 	struct mesh__gw_prog *prev;
+	/* Atomic: the holds on it from outside mu (mesh__gw_hold). */
+	unsigned holds;
 };
 
 /* A client connection as the gateway counts it (gw.c): its loop's
@@ -216,8 +218,16 @@ void mesh__gw_progs_free(struct mesh_gw *g);
  * how many, and the k-th (p's, read-only). */
 size_t mesh__gw_nnames(const struct mesh__gw_prog *p);
 const char *mesh__gw_name(const struct mesh__gw_prog *p, size_t k);
-/* The program serving model (one of its names), or NULL (takes mu). */
+/* The program serving model (one of its names), held (the caller lets go
+ * with mesh__gw_unhold), or NULL.  Takes mu. */
 struct mesh__gw_prog *mesh__gw_find(struct mesh_gw *g, const char *model);
+/* What keeps a program that a reload retired from being freed while a
+ * pointer to it is used outside mu: a request's from its route to its
+ * end, a kept connection's, a `mesh start` or `stop`'s.  mesh__gw_hold
+ * takes one more, where the caller has one already or holds mu; any
+ * thread lets one go, mu held or not (NULL: nothing). */
+void mesh__gw_hold(struct mesh__gw_prog *p);
+void mesh__gw_unhold(struct mesh__gw_prog *p);
 /* A request's wait for a place in its program (its loop's: it parks the
  * request and asks again when told to look, or at until).  Set p, and
  * first's line, rest and their lengths (line NULL: no start may send it),
