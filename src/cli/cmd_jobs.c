@@ -474,8 +474,8 @@ static void draw(const struct jview *v, int final)
 static void print_buried(uint64_t cid, uint64_t attempts, long long status, const char *rep)
 {
 	size_t n = strlen(rep);
-	fprintf(stderr, "mesh: chunk %" PRIu64 " buried after %" PRIu64 " attempts, last status %lld%s\n%s%s", cid,
-		attempts, status, n ? ":" : "", rep, n && rep[n - 1] != '\n' ? "\n" : "");
+	fprintf(stderr, "mesh: chunk %" PRIu64 " buried after %" PRIu64 " attempt%s, last status %lld%s\n%s%s", cid,
+		attempts, attempts == 1 ? "" : "s", status, n ? ":" : "", rep, n && rep[n - 1] != '\n' ? "\n" : "");
 }
 
 /* The exit code of a job that ended in state st. */

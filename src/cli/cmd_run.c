@@ -222,13 +222,9 @@ static void print_failure(const struct mesh_job_failure *f, void *arg)
 		return;
 	if (fs->shown++ >= 10)
 		return;
-	int s = f->last_status;
-	if (s > 128 && s < 128 + 65)
-		fprintf(stderr, "mesh: chunk %" PRIu64 " buried after %" PRIu32 " attempts (last: signal %d)\n", f->cid,
-			f->attempts, s - 128);
-	else
-		fprintf(stderr, "mesh: chunk %" PRIu64 " buried after %" PRIu32 " attempts (last: exit %d)\n", f->cid,
-			f->attempts, s);
+	int s = f->last_status, sig = s > 128 && s < 128 + 65;
+	fprintf(stderr, "mesh: chunk %" PRIu64 " buried after %" PRIu32 " attempt%s (last: %s %d)\n", f->cid, f->attempts,
+		f->attempts == 1 ? "" : "s", sig ? "signal" : "exit", sig ? s - 128 : s);
 }
 
 /* Prints what would run (--dry-run), one command a line, as the joblog
@@ -449,9 +445,9 @@ static int run_exit_code(const struct run_args *a, struct mesh_job *job, int rc,
 		fprintf(stderr, "mesh: ... and %u more failed chunks\n", fs.shown - 10);
 	if (js->buried)
 		fprintf(stderr,
-			"mesh: %" PRIu64 " chunks failed; the same command runs them again; "
+			"mesh: %" PRIu64 " chunk%s failed; the same command runs %s again; "
 			"details: mesh job status %s %s run %" PRIu64 "\n",
-			js->buried, a->journal, lockdir, js->n);
+			js->buried, js->buried == 1 ? "" : "s", js->buried == 1 ? "it" : "them", a->journal, lockdir, js->n);
 	if (a->halt_mode != MESH_EXEC_HALT_NEVER && (rc == MESH_EXEC_HALTED || js->buried))
 		return halt_exit_code(a, rc == MESH_EXEC_HALTED, es, js->n);
 	if (js->buried)

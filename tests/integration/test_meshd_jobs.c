@@ -1248,7 +1248,7 @@ TEST_TIMEOUT(jobs_a_worker_that_exits_0_mid_chunk_is_one_status, 60)
 	 * was, now and then, when the death came before the worker's
 	 * `online`: its reply still in the ring). */
 	EXPECT_CONTAINS(out, "ended with 1 buried chunks\n");
-	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempts, last status 1:\nattempt 1: exit 1\n");
+	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempt, last status 1:\nattempt 1: exit 1\n");
 	EXPECT_CONTAINS(out, "the worker exited with status 0 before it answered: the attempt fails with status 1\n");
 	EXPECT_EQ(mesh(0, "results %u", id), 0);
 	EXPECT_STREQ(out, "0:a\n2:b\n");

@@ -448,7 +448,7 @@ TEST_TIMEOUT(meshd_store_reply_over_the_limit_buries_its_chunk, 60)
 	free(in);
 	unsigned id = submit_store("jw --input in.txt");
 	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), MESH_EXIT_INCOMPLETE);
-	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempts, last status 1");
+	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempt, last status 1");
 	EXPECT_CONTAINS(out, "the reply of 1003 bytes is over the store's limit of 1000 bytes");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' results --store '%s' %u", t_bin("mesh"), url, id), 0);
 	EXPECT_STREQ(out, "0:a\n2:b\n");
@@ -470,9 +470,9 @@ TEST_TIMEOUT(meshd_store_reply_over_4mib_buries_its_chunk_and_goes_on, 60)
 	unsigned id = submit_store("jw --input in.txt --max-workers 1");
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "timeout 20 '%s' wait --store '%s' %u", t_bin("mesh"), url, id),
 		  MESH_EXIT_INCOMPLETE);
-	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempts, last status 1");
+	EXPECT_CONTAINS(out, "chunk 1 buried after 1 attempt, last status 1");
 	EXPECT_CONTAINS(out, "the reply of 5000000 bytes is over the store's limit of 1048576 bytes");
-	EXPECT_CONTAINS(out, "chunk 3 buried after 1 attempts, last status 1");
+	EXPECT_CONTAINS(out, "chunk 3 buried after 1 attempt, last status 1");
 	EXPECT_CONTAINS(out, "the reply of 1048577 bytes is over the store's limit of 1048576 bytes");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "'%s' results --store '%s' %u", t_bin("mesh"), url, id), 0);
 	EXPECT_STREQ(out, "0:a\n2:b\n4:c\n");

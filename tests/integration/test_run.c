@@ -231,6 +231,12 @@ TEST(run_failures_and_retries)
 	EXPECT_EQ(rc, 1);
 	EXPECT_CONTAINS(out, "chunk 3 buried after 2 attempts (last: exit 1)");
 	EXPECT_CONTAINS(out, "4/5 done, 1 failed");
+	EXPECT_CONTAINS(out, "mesh: 1 chunk failed; the same command runs it again; ");
+	/* One attempt, two failed chunks: each word as many as it counts. */
+	rc = t_sh(out, sizeof out, 1, "%s run --chunks 4 -- sh -c '[ {} -lt 2 ]'", MESH);
+	EXPECT_EQ(rc, 2);
+	EXPECT_CONTAINS(out, "chunk 2 buried after 1 attempt (last: exit 1)");
+	EXPECT_CONTAINS(out, "mesh: 2 chunks failed; the same command runs them again; ");
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "cat tries.3 | wc -l"), 0);
 	EXPECT_EQ(atoi(out), 2);
 	EXPECT_EQ(t_sh(out, sizeof out, 0, "cat tries.0 | wc -l"), 0);
