@@ -132,6 +132,11 @@ run_wrk() {
 	echo "$r" | awk -v c="$((c1 - c0))" -v hz="$HZ" -v d="$DUR" '{ printf "%s %s %s %s %.1f\n", $1, $2, $3, $4,
 		($1 > 0 ? c * 1e6 / hz / ($1 * d) : 0) }'
 }
+# What meshd holds as requests go through it (a daemon left up for months
+# must not grow with them): its resident memory after the warm-up, and after
+# the warm and paced parts, with the requests it relayed meanwhile.
+requests_total() { curl -s --unix-socket "$S" http://mesh/metrics | awk '/^mesh_gateway_requests_total/ { n += $NF } END { printf "%.0f", n }'; }
+RSS0=$(rss_kb) REQ0=$(requests_total)
 if part warm; then
 set -- $(run_wrk http://127.0.0.1:$NP $NGINX); D_RPS=$1 D_P50=$2 D_P99=$3 D_ERR=$4 D_CPU=$5
 set -- $(run_wrk http://127.0.0.1:$HP $HAPROXY); H_RPS=$1 H_P50=$2 H_P99=$3 H_ERR=$4 H_CPU=$5
@@ -198,6 +203,7 @@ if part paced && [ -x "$B/bench/paced_client" ]; then
 	echo "   (p50+/p99+: the medians' difference from direct's at the same offered rate; target p50 added <= 50 us;"
 	echo "   late: requests the client sent over 100 us after their due time, of ${PDUR} s x rate: the machine's noise)"
 fi
+echo "   meshd resident: $RSS0 KiB after the warm-up, $(rss_kb) KiB after $(($(requests_total) - REQ0)) more requests relayed"
 
 # Streaming and the cold start: Python clients timing the first token/byte.
 B="$B" OA="$OA" PY="$PY" python3 - "$G" "$T" "$PARTS" <<'PY'

@@ -38,5 +38,7 @@ bench_start_meshd() {
 }
 
 mesh() { "$B/mesh" "$@" --socket "$S"; }
+# meshd's resident memory now, KiB.
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$MESHD/status"; }
 # meshd's CPU time so far (user + system, all threads, the ended ones too), seconds.
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13) / hz }' "/proc/$MESHD/stat"; }
