@@ -22,6 +22,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 #include "base/parse.h"
 #include "base/thread.h"
 #include "store/store.h"
@@ -578,9 +579,15 @@ static void *follow_main(void *arg)
 	int rc, warned = 0;
 	while (!atomic_load(&h->stop)) {
 		node_programs(h);
+		/* Listening before the look: a job submitted during it wakes
+		 * the wait after it (else it waited for the next RESCAN_NS). */
+		int lrc = mesh_pgr_listen(h->pg);
 		rc = mesh_pgr_jobs(h->pg, 0, 1, seen_job, h);
 		if (!rc)
 			rc = check_cancels(h);
+		if (!rc)
+			rc = lrc;
+		mesh_fault_pause("store.looked");
 		if (rc < 0 && !warned++)
 			mesh__home_note(&h->base, 1, "store: cannot read the jobs: %s", mesh_strerror(rc));
 		else if (rc >= 0)

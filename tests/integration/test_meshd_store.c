@@ -327,6 +327,39 @@ TEST_TIMEOUT(meshd_store_slow_chunks_are_shared_not_held_by_one_host, 60)
 	store_env_stop(&e);
 }
 
+/* A host follows the store's jobs: it LISTENs before it looks at them, so
+ * a job submitted while it looks wakes it at once.  Before, it LISTENed
+ * only as it began to wait, after the look: the submit's NOTIFY reached
+ * nobody and the job waited for the host's next look, 5 s on (a host just
+ * started, on a loaded machine, did none of a 4 s job).  The follower is
+ * held 2 s after each look (store.looked), and the job comes in that hold. */
+TEST_TIMEOUT(meshd_store_a_job_submitted_during_a_hosts_look_is_taken_at_once, 60)
+{
+	struct store_env e;
+	char *expect, q[256];
+	start_store(&e);
+	setenv("MESH_FAULT_PAUSE", "store.looked:2000", 1);
+	pid_t a = start_host("a", "jw");
+	unsetenv("MESH_FAULT_PAUSE");
+	make_input(4, NULL, &expect);
+	usleep(300000); /* its first look is done: it is held */
+	uint64_t t0 = t_now_ms();
+	unsigned id = submit_store("jw --input in.txt");
+	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.nodes WHERE job = %u", id);
+	while (store_env_sql(&e, q) < 1 && t_now_ms() - t0 < 15000)
+		usleep(20000);
+	uint64_t ms = t_now_ms() - t0;
+	printf("the host took the job up %llu ms after its submit (held 2 s after a look; looks 5 s apart)\n",
+	       (unsigned long long)ms);
+	/* At the hold's end: under 2 s, and the next look was 5 s later. */
+	EXPECT_LT(ms, 4000u);
+	EXPECT_EQ(t_sh(out, sizeof out, 1, "'%s' wait --store '%s' %u", t_bin("mesh"), url, id), 0);
+	check_job(&e, id, 4, expect);
+	EXPECT_EQ(meshd_t_stop(a), 0);
+	free(expect);
+	store_env_stop(&e);
+}
+
 TEST_TIMEOUT(meshd_store_host_sigkilled_mid_job_the_other_finishes_exactly_once, 90)
 {
 	struct store_env e;
