@@ -496,6 +496,99 @@ static uint64_t fold_span(uint64_t fold, const unsigned char *buf, size_t n)
 	return fold;
 }
 
+#define READ_AGAIN 3
+
+/* Looks ahead from off (fold: the records' from read_off to it) for the
+ * next COMMIT (walk): 1 with j->trusted at its end, 0 when there is none
+ * yet, 2 to read again (a damaged walk, fewer than READ_AGAIN times: again
+ * counts them), or a negative error.  rmu held. */
+static int look_ahead(struct mesh_journal *j, uint64_t off, uint64_t fold, int *again)
+{
+	uint64_t stop, cend, f;
+	int rc = walk(j, off, fold, &stop, &cend, &f);
+	if (rc == MESH_E_DAMAGED && ++*again < READ_AGAIN)
+		return 2;
+	if (rc)
+		return rc;
+	if (cend == 0)
+		return 0;
+	j->trusted = cend;
+	return 1;
+}
+
+/* What one read's records are (tail_locked's first pass). */
+struct tail_scan {
+	size_t whole;	/* the whole records' bytes */
+	size_t end;	/* the durable ones' (0: none): to the last COMMIT, or to trusted */
+	uint64_t fold;	/* the fold of the records after the last COMMIT */
+	uint64_t efold; /* the fold at end */
+	int bad;	/* a COMMIT that does not vouch for the records before it */
+};
+
+/* The first pass over data[0, got), read at read_off where the fold is
+ * fold: how far records are whole, and where the last COMMIT among them
+ * ends; only records before it are durable, and those before tpos (the
+ * trusted end from read_off; 0: none), which are durable without a COMMIT
+ * in this read. */
+static void scan_read(const unsigned char *data, size_t got, uint64_t fold, uint64_t tpos, struct tail_scan *s)
+{
+	uint64_t tfold = 0;
+	*s = (struct tail_scan){.efold = fold}; /* the fold at read_off while end is 0 */
+	for (;;) {
+		struct mesh_jrec r;
+		size_t sz;
+		if (mesh_journal_decode(data + s->whole, got - s->whole, &r, &sz) != 1)
+			break;
+		if (r.type == MESH_JREC_COMMIT) {
+			if (!mesh_journal_commit_vouches(&r, fold)) {
+				s->bad = 1;
+				break;
+			}
+			fold = 0;
+			s->efold = 0;
+			s->end = s->whole + sz;
+		} else {
+			fold = mesh_journal_fold(fold, data + s->whole);
+		}
+		s->whole += sz;
+		if (s->whole == tpos)
+			tfold = fold;
+	}
+	s->fold = fold;
+	if (tpos) {
+		/* the fold carried on to trusted */
+		if (tpos >= s->whole) {
+			tpos = s->whole;
+			tfold = fold;
+		}
+		if (tpos > s->end) {
+			s->end = (size_t)tpos;
+			s->efold = tfold;
+		}
+	}
+}
+
+/* Hands the records of data[*pos, end) but COMMITs to j->fn, counted in
+ * *count: 0 once all went, or the callback's stop (< 0 an error, > 0
+ * stop), *pos after the record it stopped at. */
+static int hand_out(struct mesh_journal *j, const unsigned char *data, size_t end, size_t *pos, long *count)
+{
+	while (*pos < end) {
+		struct mesh_jrec r;
+		size_t sz;
+		(void)mesh_journal_decode(data + *pos, end - *pos, &r, &sz);
+		r.off = j->read_off + *pos;
+		*pos += sz;
+		if (r.type == MESH_JREC_COMMIT)
+			continue;
+		++*count;
+		int stop = j->fn ? j->fn(j->arg, &r) : 0;
+		if (stop)
+			return stop;
+	}
+	return 0;
+}
+
 /* Hands out the committed records after read_off; rmu held.  rbuf holds
  * the anchor's bytes as they are now (they must not have changed: else the
  * file was cut or rewritten under us), then the new bytes.  look = 0: no
@@ -503,30 +596,20 @@ static uint64_t fold_span(uint64_t fold, const unsigned char *buf, size_t n)
  * A COMMIT that does not vouch for the records before it (their fold) means
  * this read joined two states of the file (journal.h): what precedes it is
  * handed out and the rest read again; a third time is damage. */
-#define READ_AGAIN 3
 static long tail_locked(struct mesh_journal *j, int look)
 {
 	long count = 0;
-	int again = 0;
+	int again = 0, rc;
 	for (;;) {
-		uint64_t fold = j->rfold;
-		int bad = 0;
 		if (look && j->trusted <= j->read_off && run_known(j)) {
-			uint64_t stop, cend, f;
-			int rc = walk(j, j->run_end, j->run_fold, &stop, &cend, &f); /* look only past the known run */
-			if (rc == MESH_E_DAMAGED && ++again < READ_AGAIN)
+			/* look only past the known run */
+			if ((rc = look_ahead(j, j->run_end, j->run_fold, &again)) == 2)
 				continue;
-			if (rc)
-				return rc;
-			if (cend == 0)
-				return count;
-			j->trusted = cend;
+			if (rc <= 0)
+				return rc ? rc : count;
 		}
-		size_t alen = anchor_len(j->read_off);
+		size_t alen = anchor_len(j->read_off), pos = 0;
 		unsigned char *data = j->rbuf + alen;
-		size_t whole = 0, end = 0, pos = 0;
-		/* efold: the fold at end (at read_off while end is 0) */
-		uint64_t tpos = j->trusted > j->read_off ? j->trusted - j->read_off : 0, tfold = 0, efold = fold;
 		ssize_t got = mesh_pread_full(j->fd, j->rbuf, READ_CHUNK + alen, (off_t)(j->read_off - alen));
 		if (got < 0)
 			return got;
@@ -534,78 +617,25 @@ static long tail_locked(struct mesh_journal *j, int look)
 		if ((size_t)got < alen || memcmp(j->rbuf, j->anchor, alen) != 0)
 			return MESH_E_STALE;
 		got -= (ssize_t)alen;
-		/* First pass: how far records are whole, and where the last
-		 * COMMIT among them ends; only records before it are durable. */
-		for (;;) {
-			struct mesh_jrec r;
-			size_t sz;
-			if (mesh_journal_decode(data + whole, (size_t)got - whole, &r, &sz) != 1)
-				break;
-			if (r.type == MESH_JREC_COMMIT) {
-				if (!mesh_journal_commit_vouches(&r, fold)) {
-					bad = 1;
-					break;
-				}
-				fold = 0;
-				efold = 0;
-				end = whole + sz;
-			} else {
-				fold = mesh_journal_fold(fold, data + whole);
-			}
-			whole += sz;
-			if (whole == tpos)
-				tfold = fold;
-		}
-		if (tpos) {
-			/* records up to trusted are durable without a COMMIT
-			 * in this read: hand them out, the fold carried on */
-			if (tpos >= whole) {
-				tpos = whole;
-				tfold = fold;
-			}
-			if (tpos > end) {
-				end = (size_t)tpos;
-				efold = tfold;
-			}
-		}
-		if (end == 0 && !bad) {
-			uint64_t stop, cend, f;
-			int rc;
+		struct tail_scan s;
+		scan_read(data, (size_t)got, j->rfold, j->trusted > j->read_off ? j->trusted - j->read_off : 0, &s);
+		if (s.end == 0 && !s.bad) {
 			/* A full chunk of whole records with no COMMIT: a batch
 			 * longer than a chunk; look ahead for its COMMIT. */
-			if ((size_t)got < READ_CHUNK || whole == 0 || !look)
+			if ((size_t)got < READ_CHUNK || s.whole == 0 || !look)
 				return count;
-			rc = walk(j, j->read_off + whole, fold, &stop, &cend, &f);
-			if (rc == MESH_E_DAMAGED && ++again < READ_AGAIN)
-				continue;
-			if (rc)
-				return rc;
-			if (cend == 0)
-				return count;
-			j->trusted = cend;
+			if ((rc = look_ahead(j, j->read_off + s.whole, s.fold, &again)) <= 0)
+				return rc ? rc : count;
 			continue;
 		}
-		while (pos < end) {
-			struct mesh_jrec r;
-			size_t sz;
-			(void)mesh_journal_decode(data + pos, end - pos, &r, &sz);
-			r.off = j->read_off + pos;
-			pos += sz;
-			if (r.type == MESH_JREC_COMMIT)
-				continue;
-			count++;
-			if (j->fn) {
-				int stop = j->fn(j->arg, &r);
-				if (stop) {
-					j->rfold = fold_span(j->rfold, data, pos);
-					advance(j, alen, pos);
-					return stop < 0 ? stop : count;
-				}
-			}
+		if ((rc = hand_out(j, data, s.end, &pos, &count))) {
+			j->rfold = fold_span(j->rfold, data, pos);
+			advance(j, alen, pos);
+			return rc < 0 ? rc : count;
 		}
-		j->rfold = efold;
-		advance(j, alen, end);
-		if (bad) {
+		j->rfold = s.efold;
+		advance(j, alen, s.end);
+		if (s.bad) {
 			if (++again < READ_AGAIN)
 				continue;
 			return MESH_E_DAMAGED;
