@@ -138,7 +138,6 @@ enum { MESH_JOB_STORE_GAVE_UP = -1, MESH_JOB_STORE_ANSWERS, MESH_JOB_STORE_STOPP
  * open. */
 #define MESH_JOB_STORE_OUTAGE_DEFAULT_NS (300ull * 1000000000ull)
 void mesh_job_set_store_outage(uint64_t ns);
-uint64_t mesh_job_store_outage(void);
 /* What this process's store connections tell the database they are
  * (PostgreSQL's application_name, store_pg.h mesh_pg_set_app): name,
  * followed by " <job>" when with_job ("mesh run <job>").  An

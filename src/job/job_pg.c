@@ -94,11 +94,6 @@ void mesh_job_set_store_outage(uint64_t ns)
 	mesh_pg_set_outage(ns);
 }
 
-uint64_t mesh_job_store_outage(void)
-{
-	return mesh_pg_outage();
-}
-
 void mesh_job_set_store_app(const char *name, int with_job)
 {
 	mesh_pg_set_app(name, with_job);

@@ -26,11 +26,6 @@ void mesh_pg_set_outage(uint64_t ns)
 	outage_ns = ns;
 }
 
-uint64_t mesh_pg_outage(void)
-{
-	return outage_ns;
-}
-
 int mesh_pg_url_is(const char *s)
 {
 	return s && (!strncmp(s, "postgresql://", 13) || !strncmp(s, "postgres://", 11));

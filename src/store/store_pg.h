@@ -102,7 +102,6 @@ int mesh_pg_open(struct mesh_pg **out, const char *url, char *why, size_t whycap
  * Set it before the first handle is opened. */
 #define MESH_PG_OUTAGE_DEFAULT_NS (300ull * 1000000000ull)
 void mesh_pg_set_outage(uint64_t ns);
-uint64_t mesh_pg_outage(void);
 /* What a handle's wait hook hears (mesh_pg_set_wait_hook). */
 enum {
 	MESH_PG_WAIT_GAVE_UP = -1, /* the budget ran out: the waiting calls fail */

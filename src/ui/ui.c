@@ -103,11 +103,6 @@ int mesh_ui_open(struct mesh_ui **out, const struct mesh_ui_config *c, char **er
 	return 0;
 }
 
-int mesh_ui_port(const struct mesh_ui *u)
-{
-	return u->port;
-}
-
 const char *mesh_ui_url(const struct mesh_ui *u)
 {
 	return u->url;

@@ -29,7 +29,6 @@ struct mesh_ui;
  * (not loopback), -errno from bind/listen (-EADDRINUSE), -ENOMEM; *err
  * gets a malloc'd message. */
 int mesh_ui_open(struct mesh_ui **out, const struct mesh_ui_config *c, char **err);
-int mesh_ui_port(const struct mesh_ui *u);
 /* The URL to open (with its token), valid until mesh_ui_free. */
 const char *mesh_ui_url(const struct mesh_ui *u);
 /* Serves until mesh_ui_stop; 0 or -errno of a failed poll/accept. */
