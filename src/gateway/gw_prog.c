@@ -344,7 +344,7 @@ void mesh__gw_hold(struct mesh__gw_prog *p)
 void mesh__gw_unhold(struct mesh__gw_prog *p)
 {
 	/* Release: what this thread did with p comes before the free, which
-	 * reads the count with acquire (retired_free). */
+	 * reads the count with acquire (retired_unheld). */
 	if (p)
 		__atomic_sub_fetch(&p->holds, 1, __ATOMIC_RELEASE);
 }

@@ -579,13 +579,14 @@ static void *follow_main(void *arg)
 	int rc, warned = 0;
 	while (!atomic_load(&h->stop)) {
 		node_programs(h);
-		/* Listening before the look: a job submitted during it wakes
-		 * the wait after it (else it waited for the next RESCAN_NS). */
-		int lrc = mesh_pgr_listen(h->pg);
+		/* Listening before the look, as a client does (a wait of 0: the
+		 * news before it is the look's): a job submitted during the
+		 * look wakes the wait after it (else the next RESCAN_NS). */
+		int lrc = mesh_pgr_wait(h->pg, 0, -1);
 		rc = mesh_pgr_jobs(h->pg, 0, 1, seen_job, h);
 		if (!rc)
 			rc = check_cancels(h);
-		if (!rc)
+		if (!rc && lrc < 0)
 			rc = lrc;
 		mesh_fault_pause("store.looked");
 		if (rc < 0 && !warned++)

@@ -352,15 +352,6 @@ static int wait_on(struct mesh_pg *pg, const char *channel, uint64_t timeout_ns,
 	return rc ? rc : woke;
 }
 
-int mesh_pgr_listen(struct mesh_pg *pg)
-{
-	int rc = 0;
-	pthread_mutex_lock(&pg->mu);
-	PQclear(mesh__pg_q(pg, "LISTEN mesh_jobs", 0, NULL, &rc));
-	pthread_mutex_unlock(&pg->mu);
-	return rc;
-}
-
 int mesh_pgr_wait(struct mesh_pg *pg, uint64_t timeout_ns, int wake_fd)
 {
 	return wait_on(pg, "mesh_jobs", timeout_ns, wake_fd);

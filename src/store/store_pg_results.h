@@ -85,12 +85,6 @@ struct mesh_pgr_buried {
 	const char *report; /* "" when none */
 };
 int mesh_pgr_buried(struct mesh_pg *pg, uint64_t id, void (*fn)(const struct mesh_pgr_buried *, void *), void *arg);
-/* LISTEN mesh_jobs on pg (again: a connection made anew listens to
- * nothing).  Before a look at the jobs that a wait then follows: a NOTIFY
- * sent before the LISTEN reaches nobody, so a job submitted between the
- * look and the wait's own LISTEN would wait for the next look.  0 or an
- * error. */
-int mesh_pgr_listen(struct mesh_pg *pg);
 /* Waits up to timeout_ns for a NOTIFY on mesh_jobs (a submit, a cancel)
  * or for wake_fd (-1: none) to be readable: 1 woken by a NOTIFY, 2 by
  * wake_fd (not read here), 0 timeout, or an error.  LISTENs from the
