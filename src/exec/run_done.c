@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int finalize_results(struct mesh__item *it)
@@ -150,16 +151,34 @@ static void complete_batch(struct mesh__runner *r, struct mesh__item *batch, str
 		r->o->hooks->committed(r->o->hooks->arg);
 }
 
+/* The longest a batch waits for more (the completer, below). */
+#define GATHER_MAX_NS (10 * MESH_NS_PER_MS)
+
 void *mesh__run_completer(void *arg)
 {
 	struct mesh__runner *r = arg;
 	struct batch_bufs b = {0};
+	uint64_t last_end = 0, last_took = 0;
 	pthread_mutex_lock(&r->mu);
 	for (;;) {
 		while (!r->q_in && !r->quit)
 			pthread_cond_wait(&r->cv, &r->mu);
 		if (!r->q_in)
 			break;
+		/* Group commit under a steady stream: completions that came
+		 * within twice the last batch's commit time of its end wait
+		 * that long (at most GATHER_MAX_NS), so that one sync covers
+		 * those that come meanwhile; a completion after a pause goes at
+		 * once.  Without it a completer that is never short of CPU
+		 * syncs many small batches (docs/jobs.md, "Group commit"). */
+		uint64_t now = mesh_mono_ns();
+		if (last_took && now - last_end < 2 * last_took && !r->quit) {
+			uint64_t w = 2 * last_took < GATHER_MAX_NS ? 2 * last_took : GATHER_MAX_NS;
+			struct timespec ts = {(time_t)(w / MESH_NS_PER_S), (long)(w % MESH_NS_PER_S)};
+			pthread_mutex_unlock(&r->mu);
+			nanosleep(&ts, NULL);
+			pthread_mutex_lock(&r->mu);
+		}
 		struct mesh__item *batch = r->q_in;
 		r->q_in = NULL;
 		r->q_in_tail = &r->q_in;
@@ -169,7 +188,10 @@ void *mesh__run_completer(void *arg)
 		for (struct mesh__item *it = batch; it; it = it->next)
 			total++;
 		bufs_grow(&b, total);
+		uint64_t t0 = mesh_mono_ns();
 		complete_batch(r, batch, &b);
+		last_end = mesh_mono_ns();
+		last_took = last_end - t0;
 		pthread_mutex_lock(&r->mu);
 		struct mesh__item *last = batch;
 		while (last->next)
