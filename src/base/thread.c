@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,6 +131,9 @@ static void *pool_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	p->tid = gettid();
+	/* Not its creator's name (a named loop's, meshd-jobs1): top -H and
+	 * the tests tell the pool's threads from the loops. */
+	prctl(PR_SET_NAME, "mesh-pool");
 	if (!p->bg)
 		set_bg(0, 0); /* its creator may have been background */
 	pthread_mutex_lock(&pool_mu);

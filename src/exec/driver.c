@@ -647,41 +647,49 @@ static void after(struct mesh__runner *r, const struct turn *t, int k)
 		mesh__run_flight_renew(r, now);
 }
 
-/* The driver's loop: a turn of leases and starts, then one poll. */
-static int loop(struct mesh__runner *r)
+/* A run in steps (executor.h): its runner, its turn's poll set, its
+ * caught signals and its answer once over. */
+struct mesh__drive {
+	struct mesh__runner r;
+	struct turn t;
+	struct catches *sigs;
+	int answer, looped;
+};
+
+/* A turn's first half: leases and starts, then the poll set and timeout
+ * (gather); 1 when the run is over. */
+int mesh__exec_turn(struct mesh__drive *d, struct pollfd **pf, nfds_t *n, int *timeout)
 {
-	size_t cap = 4 + MESH__EXEC_MAX_FDS * (size_t)r->nslots + MESH__EXEC_MAX_SHARED;
-	struct turn t = {calloc(cap, sizeof *t.pf), calloc(cap, sizeof *t.who), 0, -1, -1, -1};
-	int answer = 0;
-	if (!t.pf || !t.who) {
-		free(t.pf);
-		free(t.who);
-		return -ENOMEM;
+	struct mesh__runner *r = &d->r;
+	d->looped = 1;
+	int rc = fill(r);
+	if (rc == MESH_E_UNAVAILABLE && stop_asked)
+		rc = 0; /* told to stop while the store waited: the signal is read below */
+	if (rc < 0 && !r->fatal) {
+		r->fatal = rc;
+		mesh__run_stop_all(r, SIGKILL);
 	}
-	for (;;) {
-		int rc = fill(r);
-		if (rc == MESH_E_UNAVAILABLE && stop_asked)
-			rc = 0; /* told to stop while the store waited: the signal is read below */
-		if (rc < 0 && !r->fatal) {
-			r->fatal = rc;
-			mesh__run_stop_all(r, SIGKILL);
-		}
-		if (over(r, &answer))
-			break;
-		draw(r, 0);
-		gather(r, &t);
-		int k = poll(t.pf, t.n, t.timeout);
-		if (k < 0 && errno != EINTR) {
-			r->fatal = -errno;
-			mesh__run_stop_all(r, SIGKILL);
-			continue;
-		}
-		after(r, &t, k);
+	if (over(r, &d->answer))
+		return 1;
+	draw(r, 0);
+	gather(r, &d->t);
+	*pf = d->t.pf;
+	*n = d->t.n;
+	*timeout = d->t.timeout;
+	return 0;
+}
+
+/* Its second half: what the poll of the turn's set said (k fds ready, or
+ * -errno: the poll failed; -EINTR is none ready). */
+void mesh__exec_polled(struct mesh__drive *d, int k)
+{
+	struct mesh__runner *r = &d->r;
+	if (k < 0 && k != -EINTR) {
+		r->fatal = k;
+		mesh__run_stop_all(r, SIGKILL);
+		return;
 	}
-	draw(r, 1);
-	free(t.pf);
-	free(t.who);
-	return answer;
+	after(r, &d->t, k);
 }
 
 static int setup_slots(struct mesh__runner *r)
@@ -858,48 +866,73 @@ static int templates_init(struct mesh__runner *r)
 	return o->input && o->input->n < r->n ? MESH_E_RANGE : 0;
 }
 
-int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh__exec_make_fn make, void *arg,
-		     struct mesh_exec_stats *stats)
+/* The end of a run in steps, at any point after runner_init: its answer
+ * rc (or an error), and d freed. */
+static int drive_end(struct mesh__drive *d, int rc)
 {
-	struct mesh_exec_stats dummy;
-	struct mesh__runner rr, *r = &rr;
-	struct catches sigs = {.pipe = {-1, -1}};
+	struct mesh__runner *r = &d->r;
+	if (d->looped)
+		draw(r, 1);
+	runner_release(r);
+	if (d->sigs) {
+		uncatch_signals(d->sigs);
+		free(d->sigs);
+	}
+	r->st->wall_ns = mesh_mono_ns() - r->t0;
+	free(d->t.pf);
+	free(d->t.who);
+	free(d);
+	return rc;
+}
+
+int mesh__exec_open(struct mesh_job *job, const struct mesh_exec_opts *o, mesh__exec_make_fn make, void *arg,
+		    struct mesh_exec_stats *stats, struct mesh__drive **out)
+{
+	static struct mesh_exec_stats dummy; /* written, never read */
+	struct mesh__drive *d = calloc(1, sizeof *d);
+	struct mesh__runner *r;
 	int rc;
+	*out = NULL;
 	if (!stats)
 		stats = &dummy;
 	memset(stats, 0, sizeof *stats);
+	if (!d)
+		return -ENOMEM;
+	r = &d->r;
 	runner_init(r, job, o, stats);
+	d->t = (struct turn){NULL, NULL, 0, -1, -1, -1};
 	if ((rc = templates_init(r)) < 0)
-		goto out;
+		return drive_end(d, rc);
 	/* Our pipes and files must never land on 0..2 (the child's dup2s). */
 	for (int fd = 0; fd < 3; fd++)
-		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0) {
-			rc = -errno;
-			goto out;
-		}
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
+			return drive_end(d, -errno);
 	r->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (r->evfd < 0) {
-		rc = -errno;
-		goto out;
+	if (r->evfd < 0)
+		return drive_end(d, -errno);
+	if (o->handle_signals) {
+		if (!(d->sigs = calloc(1, sizeof *d->sigs)))
+			return drive_end(d, -ENOMEM);
+		d->sigs->pipe[0] = d->sigs->pipe[1] = -1;
+		if ((rc = catch_signals(d->sigs)) < 0)
+			return drive_end(d, rc);
 	}
-	if (o->handle_signals && (rc = catch_signals(&sigs)) < 0)
-		goto out;
 	/* After our handlers (a process executor's children reset them), and
 	 * before anything is created on disk (its argv[0] lookup may fail). */
 	struct mesh__exec_sink sink = {mesh__slot_output, r};
 	if ((rc = make(arg, o, r->nslots, &sink, &r->ex)) < 0) {
 		stats->failed_at = MESH_EXEC_AT_COMMAND;
-		goto out;
+		return drive_end(d, rc);
 	}
 	if (o->results_dir && (rc = mesh_path_mkdirs(o->results_dir, 0755)) < 0) {
 		stats->failed_at = MESH_EXEC_AT_RESULTS;
-		goto out;
+		return drive_end(d, rc);
 	}
 	if ((rc = setup_slots(r)) < 0 || (rc = setup_order(r)) < 0)
-		goto out;
+		return drive_end(d, rc);
 	if ((rc = mesh__out_joblog_open(r)) < 0) {
 		stats->failed_at = MESH_EXEC_AT_JOBLOG;
-		goto out;
+		return drive_end(d, rc);
 	}
 	if (o->progress_fd >= 0) {
 		r->bar_tty = isatty(o->progress_fd);
@@ -908,19 +941,47 @@ int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh_
 		 * query on the way to it. */
 		struct mesh_job_status js;
 		if ((rc = mesh_job_status(job, &js)) < 0)
-			goto out;
+			return drive_end(d, rc);
 		r->done_at_start = js.done;
 	}
+	size_t cap = 4 + MESH__EXEC_MAX_FDS * (size_t)r->nslots + MESH__EXEC_MAX_SHARED;
+	d->t.pf = calloc(cap, sizeof *d->t.pf);
+	d->t.who = calloc(cap, sizeof *d->t.who);
+	if (!d->t.pf || !d->t.who)
+		return drive_end(d, -ENOMEM);
 	/* The helper thread must not take our signals. */
 	if ((rc = mesh_thread_run(&r->thr, mesh__run_completer, r, 0)) < 0)
-		goto out;
+		return drive_end(d, rc);
 	r->thr_started = 1;
-	rc = loop(r);
-out:
-	runner_release(r);
-	uncatch_signals(&sigs);
-	stats->wall_ns = mesh_mono_ns() - r->t0;
-	return rc;
+	*out = d;
+	return 0;
+}
+
+int mesh__exec_close(struct mesh__drive *d)
+{
+	return drive_end(d, d->answer);
+}
+
+int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *o, mesh__exec_make_fn make, void *arg,
+		     struct mesh_exec_stats *stats)
+{
+	struct mesh__drive *d;
+	int rc = mesh__exec_open(job, o, make, arg, stats, &d);
+	return rc < 0 ? rc : mesh__exec_go(d);
+}
+
+int mesh__exec_go(struct mesh__drive *d)
+{
+	for (;;) {
+		struct pollfd *pf;
+		nfds_t n;
+		int timeout;
+		if (mesh__exec_turn(d, &pf, &n, &timeout))
+			break;
+		int k = poll(pf, n, timeout);
+		mesh__exec_polled(d, k < 0 ? -errno : k);
+	}
+	return mesh__exec_close(d);
 }
 
 static int make_proc(void *arg, const struct mesh_exec_opts *o, unsigned nslots, const struct mesh__exec_sink *sink,

@@ -150,4 +150,29 @@ typedef int (*mesh__exec_make_fn)(void *arg, const struct mesh_exec_opts *o, uns
 int mesh__exec_drive(struct mesh_job *job, const struct mesh_exec_opts *opts, mesh__exec_make_fn make, void *arg,
 		     struct mesh_exec_stats *stats);
 
+/* The same run in steps, for a loop that drives many (exec/loops.c):
+ * mesh__exec_drive is open, then turn, poll and polled until turn says
+ * the run is over, then close.
+ *
+ * mesh__exec_open does all of the run's setup (make included): 0 with *out,
+ * or the error mesh__exec_drive would return (stats say where; nothing is
+ * left).  mesh__exec_turn leases and starts what it may (a lease may wait
+ * on the job's store), then gives the fds to poll and the timeout in ms
+ * (-1: none), which stay valid until the next call on d: 0; or 1 when the
+ * run is over (nothing is running or completing).  mesh__exec_polled takes
+ * what the poll set in those fds' revents: k is the poll's answer (how
+ * many of them are ready, or -errno; -EINTR counts as none).
+ * mesh__exec_close stops the completer, releases everything (it may block:
+ * an attempt still running is killed and reaped), frees d and returns the
+ * run's answer.  One thread at a time calls these for a given d. */
+struct mesh__drive;
+int mesh__exec_open(struct mesh_job *job, const struct mesh_exec_opts *opts, mesh__exec_make_fn make, void *arg,
+		    struct mesh_exec_stats *stats, struct mesh__drive **out);
+int mesh__exec_turn(struct mesh__drive *d, struct pollfd **pf, nfds_t *n, int *timeout);
+void mesh__exec_polled(struct mesh__drive *d, int k);
+int mesh__exec_close(struct mesh__drive *d);
+/* Drives d on the calling thread until it is over, then closes it: its
+ * answer (the rest of mesh__exec_drive). */
+int mesh__exec_go(struct mesh__drive *d);
+
 #endif

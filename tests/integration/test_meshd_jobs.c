@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <dirent.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -995,7 +996,18 @@ TEST_TIMEOUT(jobs_cancel_keeps_warm_workers_unless_asked, 90)
 	ASSERT_EQ(mesh(0, "call jw hi"), 0);
 	ASSERT_EQ(worker_pids(warm, 4), 1);
 	unsigned id4 = submit("jw ::: hang");
-	usleep(200 * 1000);
+	/* Its chunk with the worker (leased, the worker joined to the job:
+	 * sent in the same turn), not still on its way: a cancel before it
+	 * was sent leaves the worker warm, as above.  (A fixed 200 ms was
+	 * once too short in make test's parallel run.) */
+	int sent = 0;
+	for (uint64_t until = t_now_ms() + 20000; !sent && t_now_ms() < until; usleep(20000)) {
+		json_t *j4 = job_json(id4);
+		sent = j4 && jint(j4, "leased") >= 1 && jint(j4, "workers") >= 1;
+		json_decref(j4);
+	}
+	EXPECT_TRUE(sent);
+	usleep(100 * 1000);
 	uint64_t t0 = t_now_ms();
 	EXPECT_EQ(mesh(0, "cancel %u", id4), 0);
 	EXPECT_EQ(pids_after_cancel(id4, after, 4), 0);
@@ -1471,5 +1483,83 @@ TEST_TIMEOUT(jobs_a_worker_stopped_between_chunks_is_found_by_its_heartbeat, 60)
 	EXPECT_CONTAINS(err, want);
 	free(err);
 	kill(pids[0], SIGCONT);
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+}
+
+/* How many of meshd's threads are named name (/proc/<pid>/task/<tid>/comm). */
+static int threads_named(pid_t pid, const char *name)
+{
+	char path[64], comm[32];
+	int n = 0;
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		char p[300];
+		snprintf(p, sizeof p, "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+		FILE *f = fopen(p, "r");
+		if (f && fgets(comm, sizeof comm, f)) {
+			comm[strcspn(comm, "\n")] = 0;
+			n += strcmp(comm, name) == 0;
+		}
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/* Eight jobs on four programs are driven from two loops (MESHD_JOB_LOOPS),
+ * not a thread each (docs/threads.md): a job waiting on its gate while the
+ * others run, one cancelled while its neighbours on the same loop go on,
+ * each of the rest whole. */
+TEST_TIMEOUT(jobs_running_at_once_share_a_few_loops, 90)
+{
+	char name[8];
+	for (int p = 1; p <= 4; p++) {
+		snprintf(name, sizeof name, "jw%d", p);
+		add_job_worker(name, 2, "300s");
+	}
+	setenv("MESHD_JOB_LOOPS", "2", 1);
+	setup();
+	unsetenv("MESHD_JOB_LOOPS");
+	input_of("who", 30);
+	unsigned ids[8];
+	for (int i = 0; i < 8; i++) {
+		char args[64];
+		snprintf(args, sizeof args, "jw%d --input in.txt --max-workers 1", i % 4 + 1);
+		ids[i] = submit(args);
+	}
+	/* Every job running, each with its worker, its chunks at the gate. */
+	int up = 0;
+	for (uint64_t until = t_now_ms() + 30000; up < 8 && t_now_ms() < until; usleep(20000)) {
+		up = 0;
+		for (int i = 0; i < 8; i++) {
+			json_t *j = job_json(ids[i]);
+			up += j && jint(j, "workers") >= 1;
+			json_decref(j);
+		}
+	}
+	ASSERT_EQ(up, 8);
+	EXPECT_EQ(threads_named(meshd_pid, "meshd-jobs1"), 1);
+	EXPECT_EQ(threads_named(meshd_pid, "meshd-jobs2"), 1);
+	EXPECT_EQ(threads_named(meshd_pid, "meshd-jobs3"), 0);
+	EXPECT_EQ(mesh(0, "cancel %u", ids[2]), 0);
+	EXPECT_EQ(mesh(0, "wait %u", ids[2]), MESH_EXIT_CANCELLED);
+	t_write_file("go", "");
+	for (int i = 0; i < 8; i++) {
+		if (i == 2)
+			continue;
+		EXPECT_EQ(mesh(0, "wait %u", ids[i]), 0);
+		EXPECT_EQ(mesh(0, "results %u", ids[i]), 0);
+		int lines = 0;
+		for (const char *p = out; (p = strstr(p, ":pid=")); p++)
+			lines++;
+		EXPECT_EQ(lines, 30);
+		EXPECT_TRUE(strncmp(out, "0:pid=", 6) == 0);
+	}
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }

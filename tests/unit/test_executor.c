@@ -4,6 +4,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "exec/executor.h"
+#include "exec/loop.h"
 #include "exec/runner.h"
 #include "job/job.h"
 #include "runner/t.h"
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,18 +269,24 @@ static int fake_make(void *arg, const struct mesh_exec_opts *o, unsigned nslots,
 
 static char lockdir[64];
 
-static struct mesh_job *job_new(uint64_t n)
+/* A job of n chunks journaled in path, its leases named name. */
+static struct mesh_job *job_new_at(uint64_t n, const char *path, const char *name)
 {
 	struct mesh_job *j = NULL;
 	struct mesh_job_opts o = MESH_JOB_OPTS_INIT;
 	snprintf(lockdir, sizeof lockdir, "/tmp/mesh-test-executor-%d", (int)getpid());
-	if (mesh_job_submit("j.log", n) < 0)
+	if (mesh_job_submit(path, n) < 0)
 		return NULL;
-	o.journal = "j.log";
+	o.journal = path;
 	o.lockdir = lockdir;
-	o.name = "t";
+	o.name = name;
 	o.nchunks = n;
 	return mesh_job_open(&j, &o) == 0 ? j : NULL;
+}
+
+static struct mesh_job *job_new(uint64_t n)
+{
+	return job_new_at(n, "j.log", "t");
 }
 
 static void fake_init(struct fake *f)
@@ -474,5 +482,107 @@ TEST(executor_driver_completes_an_attempt_that_ended_while_its_lease_was_taken)
 	mesh_job_close(f.thief);
 	mesh_job_close(j);
 	fake_fini(&f);
+	t_sh(NULL, 0, 0, "rm -rf %s", lockdir);
+}
+
+/* ---- many runs on one loop (exec/loop.h) ---- */
+
+struct ended {
+	pthread_mutex_t mu;
+	int answers[3];
+	unsigned n;
+};
+
+struct run_of {
+	struct ended *e;
+	int i;
+};
+
+/* On the loop's thread: the run is over; closed here (a test may block). */
+static void on_over(void *arg, struct mesh__drive *d)
+{
+	struct run_of *r = arg;
+	int rc = mesh__exec_close(d);
+	pthread_mutex_lock(&r->e->mu);
+	r->e->answers[r->i] = rc;
+	r->e->n++;
+	pthread_mutex_unlock(&r->e->mu);
+}
+
+/* Three runs on one loop thread: two complete in chunk order, each to its
+ * own output; the third, whose attempts never end, waits for its cancel,
+ * then stops.  Every run handed over is over before the loop goes. */
+TEST(executor_loop_drives_many_runs_on_one_thread)
+{
+	struct fake f[3];
+	struct mesh_job *j[3];
+	int fd[3], cancel = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	char *const argv[] = {"work", "{}", NULL};
+	struct mesh_exec_opts o[3];
+	struct mesh_exec_stats st[3];
+	struct mesh_exec_hooks hooks = {.cancel_fd = cancel};
+	struct ended e = {.mu = PTHREAD_MUTEX_INITIALIZER, .answers = {1, 1, 1}};
+	struct run_of ro[3];
+	struct mesh_exec_loop *l;
+	ASSERT_TRUE(cancel >= 0);
+	ASSERT_EQ(mesh_exec_loop_new("test-loop", &l), 0);
+	for (int i = 0; i < 3; i++) {
+		char path[16], name[8], outp[16];
+		snprintf(path, sizeof path, "j%d.log", i);
+		snprintf(name, sizeof name, "t%d", i);
+		snprintf(outp, sizeof outp, "out%d", i);
+		fake_init(&f[i]);
+		f[i].hang = i == 2;
+		j[i] = job_new_at(8, path, name);
+		ASSERT_TRUE(j[i] != NULL);
+		fd[i] = open(outp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		o[i] = (struct mesh_exec_opts)MESH_EXEC_OPTS_INIT;
+		o[i].argv = argv;
+		o[i].slots = 3;
+		o[i].out_fd = fd[i];
+		o[i].err_fd = o[i].note_fd = -1;
+		o[i].keep_order = 1;
+		o[i].handle_signals = 0;
+		if (i == 2)
+			o[i].hooks = &hooks;
+		struct mesh__drive *d;
+		ASSERT_EQ(mesh__exec_open(j[i], &o[i], fake_make, &f[i], &st[i], &d), 0);
+		ro[i] = (struct run_of){&e, i};
+		ASSERT_EQ(mesh_exec_loop_add(l, d, on_over, &ro[i]), 0);
+	}
+	/* The two that complete end while the third still runs. */
+	unsigned n = 0;
+	for (uint64_t until = mesh_mono_ns() + 10 * MESH_NS_PER_S; n < 2 && mesh_mono_ns() < until;) {
+		mesh_sleep_ns(5 * MESH_NS_PER_MS);
+		pthread_mutex_lock(&e.mu);
+		n = e.n;
+		pthread_mutex_unlock(&e.mu);
+	}
+	ASSERT_EQ(n, 2u);
+	EXPECT_EQ(mesh_exec_loop_runs(l), 1u);
+	EXPECT_EQ(e.answers[0], MESH_EXEC_COMPLETE);
+	EXPECT_EQ(e.answers[1], MESH_EXEC_COMPLETE);
+	EXPECT_TRUE(f[2].starts >= 1);
+	uint64_t one = 1;
+	ASSERT_EQ(write(cancel, &one, sizeof one), (ssize_t)sizeof one);
+	mesh_exec_loop_free(l); /* waits for the third to be over */
+	EXPECT_EQ(e.n, 3u);
+	EXPECT_EQ(e.answers[2], MESH_EXEC_INTERRUPTED);
+	for (int i = 0; i < 3; i++) {
+		char outp[16];
+		snprintf(outp, sizeof outp, "out%d", i);
+		close(fd[i]);
+		char *out = t_read_file(outp, NULL);
+		ASSERT_TRUE(out != NULL);
+		EXPECT_STREQ(out, i < 2 ? "chunk 0\nchunk 1\nchunk 2\nchunk 3\nchunk 4\nchunk 5\nchunk 6\nchunk 7\n" : "");
+		free(out);
+		EXPECT_EQ(f[i].busy, 0u);
+		mesh_job_close(j[i]);
+		fake_fini(&f[i]);
+	}
+	EXPECT_UEQ(st[0].done, 8);
+	EXPECT_UEQ(st[1].done, 8);
+	EXPECT_UEQ(st[2].done, 0);
+	close(cancel);
 	t_sh(NULL, 0, 0, "rm -rf %s", lockdir);
 }

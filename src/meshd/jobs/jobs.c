@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "base/thread.h"
 #include "exec/input.h"
+#include "exec/loop.h"
 #include "exec/runner.h"
 #include "meshd/core/feed.h"
 #include "meshd/core/ops.h"
@@ -58,8 +59,14 @@ static void job_free(struct job *jb)
 {
 	if (!jb)
 		return;
-	if (jb->th_on)
-		mesh_thread_join(jb->th, NULL); /* a driver that ended, not joined yet */
+	if (jb->th_on) {
+		/* a driver that ended (or ends now), not joined yet */
+		pthread_mutex_lock(&jb->mu);
+		while (!atomic_load(&jb->driver_done))
+			pthread_cond_wait(&jb->cv, &jb->mu);
+		pthread_mutex_unlock(&jb->mu);
+		mesh_thread_join(jb->th, NULL);
+	}
 	if (jb->cancel_efd >= 0)
 		close(jb->cancel_efd);
 	meshd_job_ahead_drop(jb->ahead);
@@ -445,21 +452,146 @@ static void run_ended(struct job *jb, int rc, const struct mesh_exec_stats *st)
 		  st->done, st->failed, st->buried);
 }
 
+/* A run of a job's driver: what its runner reads while it runs (its
+ * options point here), from driver_main to drive_done. */
+struct drive {
+	struct job *jb;
+	struct mesh_exec_input in;
+	struct mesh_exec_hooks hooks;
+	char *argv[2];
+	struct mesh_exec_opts o;
+	struct meshd_job_exec_arg xa;
+	struct mesh_exec_stats st;
+	struct mesh__drive *d; /* the runner, from open to close */
+};
+
+/* The run ended (rc): the job's end recorded, dr freed, and the driver
+ * done (the last touch of jb: from here it may be joined and freed). */
+static void drive_done(struct drive *dr, int rc)
+{
+	struct job *jb = dr->jb;
+	struct meshd_jobs *j = jb->rh->j;
+	meshd_job_ahead_drop(dr->xa.ahead); /* the driver stopped before its executor took it */
+	jb->xa = NULL;
+	atomic_store(&jb->t_end, mesh_mono_ns());
+	mesh_exec_input_release(&dr->in);
+	run_ended(jb, rc, &dr->st);
+	free(dr);
+	pthread_mutex_lock(&jb->mu);
+	atomic_store(&jb->driver_done, 1);
+	pthread_cond_broadcast(&jb->cv);
+	pthread_mutex_unlock(&jb->mu);
+	mesh__jobs_kick(j);
+}
+
+/* The loop of jb's home that drives the fewest runs (a new one while
+ * there are fewer than MAX_LOOPS and each has a run), or NULL when none
+ * can be made. */
+static struct mesh_exec_loop *pick_loop(struct rhome *rh)
+{
+	struct meshd_jobs *j = rh->j;
+	struct mesh_exec_loop *best = NULL;
+	unsigned least = UINT32_MAX;
+	pthread_mutex_lock(&j->mu);
+	for (unsigned i = 0; i < rh->nloops; i++) {
+		unsigned k = mesh_exec_loop_runs(rh->loops[i]);
+		if (k < least) {
+			least = k;
+			best = rh->loops[i];
+		}
+	}
+	if ((!best || least) && rh->nloops < j->max_loops) {
+		char name[16];
+		snprintf(name, sizeof name, "meshd-%sjobs%u", rh == &j->homes[0] ? "" : "s", rh->nloops + 1);
+		if (mesh_exec_loop_new(name, &rh->loops[rh->nloops]) == 0)
+			best = rh->loops[rh->nloops++];
+	}
+	pthread_mutex_unlock(&j->mu);
+	return best;
+}
+
+static void *finish_main(void *arg);
+
+/* On the loop's thread: dr's run is over; its close and end go to a run
+ * of the pool (they may block: a store's round trips, a worker reaped). */
+static void run_over(void *arg, struct mesh__drive *d)
+{
+	struct drive *dr = arg;
+	struct meshd_jobs *j = dr->jb->rh->j;
+	dr->d = d;
+	pthread_mutex_lock(&j->mu);
+	j->finishing++;
+	pthread_mutex_unlock(&j->mu);
+	if (mesh_thread_run(NULL, finish_main, dr, MESH_THREAD_DETACHED) < 0)
+		finish_main(dr);
+}
+
+/* Opens dr's run and hands it to a loop of its home (on this thread when
+ * no loop can be had).  0: it runs; else the open's error. */
+static int drive_start(struct drive *dr)
+{
+	struct job *jb = dr->jb;
+	int capped = jb->hj->result_max != SIZE_MAX; /* the replies go through cap_output */
+	struct mesh_job *jh = atomic_load(&jb->hj->jh);
+	int rc = mesh__exec_open(jh, &dr->o, capped ? make_capped : meshd_job_exec_make, capped ? (void *)jb : &dr->xa,
+				 &dr->st, &dr->d);
+	if (rc < 0)
+		return rc;
+	struct mesh_exec_loop *l = pick_loop(jb->rh);
+	if (l && mesh_exec_loop_add(l, dr->d, run_over, dr) == 0)
+		return 0;
+	mesh_warn("%sjob=%" PRIu64 " driven on a thread of its own: no loop for it", jb->rh->tag, jb->id);
+	rc = mesh__exec_go(dr->d);
+	dr->d = NULL;
+	if (rc == MESH_E_OUTPUT && atomic_exchange(&jb->toobig, 0))
+		return drive_start(dr);
+	drive_done(dr, rc);
+	return 0;
+}
+
+/* A pool run (detached; j->finishing counts it): closes a run that is
+ * over and records its end, or opens it again after a reply too big. */
+static void *finish_main(void *arg)
+{
+	struct drive *dr = arg;
+	struct job *jb = dr->jb;
+	struct meshd_jobs *j = jb->rh->j;
+	int rc = mesh__exec_close(dr->d);
+	dr->d = NULL;
+	if (!(rc == MESH_E_OUTPUT && atomic_exchange(&jb->toobig, 0) && (rc = drive_start(dr)) == 0))
+		drive_done(dr, rc);
+	pthread_mutex_lock(&j->mu);
+	if (!--j->finishing)
+		pthread_cond_broadcast(&j->jan_cv);
+	pthread_mutex_unlock(&j->mu);
+	return NULL;
+}
+
+/* A pool run: opens jb's files, then hands its run to a loop. */
 static void *driver_main(void *arg)
 {
 	struct job *jb = arg;
 	struct meshd_jobs *j = jb->rh->j;
 	struct mesh_home_job *hj = jb->hj;
-	struct mesh_exec_input in = MESH_EXEC_INPUT_INIT;
+	struct drive *dr = calloc(1, sizeof *dr);
 	char *err = NULL;
-	int rc = open_run(jb, &in, &err);
+	int rc = dr ? 0 : -ENOMEM;
+	if (dr) {
+		dr->in = (struct mesh_exec_input)MESH_EXEC_INPUT_INIT;
+		rc = open_run(jb, &dr->in, &err);
+	}
 	if (rc < 0) {
 		mesh_error("%sjob=%" PRIu64 " cannot run: %s", jb->rh->tag, jb->id, err ? err : mesh_strerror(rc));
-		mesh_exec_input_release(&in);
+		if (dr)
+			mesh_exec_input_release(&dr->in);
+		free(dr);
 		meshd_job_ahead_drop(jb->ahead);
 		jb->ahead = NULL;
 		driver_end(jb, MESH_HOME_ERROR, err ? err : strdup(mesh_strerror(rc)), NULL);
+		pthread_mutex_lock(&jb->mu);
 		atomic_store(&jb->driver_done, 1);
+		pthread_cond_broadcast(&jb->cv);
+		pthread_mutex_unlock(&jb->mu);
 		mesh__jobs_kick(j);
 		return NULL;
 	}
@@ -473,7 +605,8 @@ static void *driver_main(void *arg)
 		jb->done0 = mesh_job_status(jh, &js) == 0 ? js.done : 0;
 	jb->t0 = mesh_mono_ns();
 	atomic_store(&jb->t_end, 0);
-	struct mesh_exec_hooks hooks = {
+	dr->jb = jb;
+	dr->hooks = (struct mesh_exec_hooks){
 		.result = hook_result,
 		.commit = hook_commit,
 		.committed = hook_committed,
@@ -483,42 +616,30 @@ static void *driver_main(void *arg)
 		.results_in_done = hj->home->ops->results_in_done,
 		.arg = jb,
 	};
-	char *argv[] = {hj->spec.program, NULL};
-	struct mesh_exec_opts o = MESH_EXEC_OPTS_INIT;
-	o.argv = argv;
-	o.slots = jb->max_workers * j->depth;
-	o.input = hj->spec.has_input ? &in : NULL;
-	o.speculate = hj->spec.speculate;
-	o.spec_job = atomic_load(&hj->sjh);
-	o.ttl_ns = hj->ttl_ns;
-	o.out_fd = o.err_fd = o.note_fd = o.progress_fd = -1;
-	o.handle_signals = 0;
-	o.hooks = &hooks;
-	struct meshd_job_exec_arg xa = {
+	dr->argv[0] = hj->spec.program;
+	dr->o = (struct mesh_exec_opts)MESH_EXEC_OPTS_INIT;
+	dr->o.argv = dr->argv;
+	dr->o.slots = jb->max_workers * j->depth;
+	dr->o.input = hj->spec.has_input ? &dr->in : NULL;
+	dr->o.speculate = hj->spec.speculate;
+	dr->o.spec_job = atomic_load(&hj->sjh);
+	dr->o.ttl_ns = hj->ttl_ns;
+	dr->o.out_fd = dr->o.err_fd = dr->o.note_fd = dr->o.progress_fd = -1;
+	dr->o.handle_signals = 0;
+	dr->o.hooks = &dr->hooks;
+	dr->xa = (struct meshd_job_exec_arg){
 		.cfg = {j->core, hj->spec.program, jb->max_workers, j->depth, hj->spec.timeout_ns, &jb->leave},
 		.stats = &jb->xs,
 		.ahead = jb->ahead,
 	};
 	jb->ahead = NULL;
-	jb->xa = &xa;
-	/* A home with a result limit: the replies go through cap_output. */
-	int capped = hj->result_max != SIZE_MAX;
-	struct mesh_exec_stats st;
+	jb->xa = &dr->xa;
 	mesh_info("%sjob=%" PRIu64 " running program=%s chunks=%" PRIu64 " done=%" PRIu64, jb->rh->tag, jb->id,
 		  hj->spec.program, hj->spec.n, jb->done0);
 	post_job(jb, "running", &(struct mesh_job_status){.n = hj->spec.n, .done = jb->done0});
 	mesh_thread_fg(); /* its files are open: the chunks' path from here */
-	do
-		rc = mesh__exec_drive(jh, &o, capped ? make_capped : meshd_job_exec_make, capped ? (void *)jb : &xa, &st);
-	while (rc == MESH_E_OUTPUT && atomic_exchange(&jb->toobig, 0));
-	meshd_job_ahead_drop(xa.ahead); /* the driver stopped before its executor took it */
-	jb->xa = NULL;
-	atomic_store(&jb->t_end, mesh_mono_ns());
-	mesh_exec_input_release(&in);
-	run_ended(jb, rc, &st);
-	/* Last: from here the janitor may join this thread, and the job may go. */
-	atomic_store(&jb->driver_done, 1);
-	mesh__jobs_kick(j);
+	if ((rc = drive_start(dr)) < 0)
+		drive_done(dr, rc);
 	return NULL;
 }
 
@@ -774,8 +895,15 @@ int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char
 	const char *d = getenv("MESHD_JOB_DEPTH");
 	if (d && atoi(d) > 0 && atoi(d) <= 1024)
 		j->depth = (unsigned)atoi(d);
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	j->max_loops = cpus > 1 ? (unsigned)(cpus < MAX_LOOPS ? cpus : MAX_LOOPS) : 1;
+	const char *nl = getenv("MESHD_JOB_LOOPS");
+	if (nl && atoi(nl) > 0)
+		j->max_loops = (unsigned)atoi(nl);
+	if (j->max_loops > MAX_LOOPS)
+		j->max_loops = MAX_LOOPS;
 	struct rhome *rh = &j->homes[0];
-	*rh = (struct rhome){j, NULL, "", 1};
+	*rh = (struct rhome){.j = j, .tag = "", .keep = 1};
 	struct mesh_home_events ev = events(rh);
 	/* Locked before anything in it is read; then its jobs, each read one
 	 * at a time (an ended one keeps no fd), the unfinished resumed. */
@@ -807,7 +935,7 @@ int meshd_jobs_store(struct meshd_jobs *j, const char *url, const char *catalog,
 		return mesh_errf(err, MESH_E_STATE, "already following a store");
 	if (!j->catalog && !(j->catalog = strdup(realpath(catalog, dir) ? dir : catalog)))
 		return -ENOMEM;
-	*rh = (struct rhome){j, NULL, "store ", 0};
+	*rh = (struct rhome){.j = j, .tag = "store "};
 	struct mesh_home_events ev = events(rh);
 	if (!mesh_job_is_store_url(url)) {
 		char safe[512];
@@ -861,6 +989,8 @@ void meshd_jobs_stop(struct meshd_jobs *j)
 		struct job *jb = v[i];
 		pthread_mutex_lock(&jb->mu);
 		struct mesh_thread *th = jb->th_on ? jb->th : NULL;
+		while (th && !atomic_load(&jb->driver_done))
+			pthread_cond_wait(&jb->cv, &jb->mu);
 		jb->th_on = 0;
 		pthread_mutex_unlock(&jb->mu);
 		if (th)
@@ -871,6 +1001,17 @@ void meshd_jobs_stop(struct meshd_jobs *j)
 		mesh__job_put(jb);
 	}
 	free(v);
+	/* Every run is over: the loops end, then the runs closing them. */
+	for (size_t h = 0; h < sizeof j->homes / sizeof j->homes[0]; h++) {
+		struct rhome *rh = &j->homes[h];
+		for (unsigned i = 0; i < rh->nloops; i++)
+			mesh_exec_loop_free(rh->loops[i]);
+		rh->nloops = 0;
+	}
+	pthread_mutex_lock(&j->mu);
+	while (j->finishing)
+		pthread_cond_wait(&j->jan_cv, &j->mu);
+	pthread_mutex_unlock(&j->mu);
 }
 
 void meshd_jobs_free(struct meshd_jobs *j)

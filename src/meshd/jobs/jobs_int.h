@@ -3,8 +3,8 @@
  * jobs_keep.c (the janitor, retention, removal).  Not a contract: jobs.h
  * is.
  *
- * Threads (docs/threads.md): a driver thread a running job (from the
- * thread pool), the janitor thread, a store home's follower thread
+ * Threads (docs/threads.md): a home's loops that drive the running jobs'
+ * chunks, pool runs that open and close them, the janitor thread, a store home's follower thread
  * (job/home_pg.c), the API's op threads calling in.  Locks, in this order:
  * j->mu (the list and refs), then a job's mu; a home job's own lock
  * (job/home.h) is a leaf, and no job lock is held across a call into the
@@ -25,6 +25,8 @@
 #define DEFAULT_DEPTH 128u
 #define DEFAULT_RETRIES 3u
 #define NAME_MAX_LEN 64u
+/* A home's loops at most: MESHD_JOB_LOOPS, else one per CPU, 1 to this. */
+#define MAX_LOOPS 4u
 
 struct mesh_buf;
 
@@ -35,6 +37,11 @@ struct rhome {
 	struct mesh_home *h; /* NULL: none */
 	const char *tag;     /* its jobs' log lines begin "<tag>job=": "" or "store " */
 	int keep;	     /* its ended jobs are kept under --keep-jobs/--keep-for only */
+	/* The loops that drive its jobs' runs (exec/loop.h), made as needed
+	 * (j->mu), at most j->max_loops: a run whose lease waits on a store
+	 * stalls the runs on its loop, and no home's waits stall another's. */
+	struct mesh_exec_loop *loops[MAX_LOOPS];
+	unsigned nloops;
 };
 
 /* One job.  Its lifetime: refs (j->mu) counts the list's reference (while
@@ -72,9 +79,12 @@ struct job {
 	struct mesh_home_sum sum;
 	int cancel_efd, cancelled; /* cancel_efd: made by mesh__job_start, closed at the driver's join (-1) */
 	_Atomic int leave;	   /* enum meshd_job_leave: how its workers leave a cancelled run */
+	/* Its driver: a run of the pool (th) opens its files and hands its
+	 * run to a loop of its home; a run that is over is closed on another
+	 * pool run, which ends with driver_done (set under mu, cv told). */
 	struct mesh_thread *th;
 	int th_on;
-	_Atomic int driver_done; /* the driver returned: the janitor joins it */
+	_Atomic int driver_done; /* the driver ended: the janitor joins th */
 	struct meshd_job_exec_stats xs;
 	uint64_t t0, done0;
 	/* The DONE count its home told with the job (a store's row, at the
@@ -117,6 +127,8 @@ struct meshd_jobs {
 	/* Sums of the jobs removed, for the /metrics counters (mu). */
 	uint64_t gone_done, gone_duplicates, gone_wins;
 	struct rhome homes[2];
+	unsigned max_loops;
+	unsigned finishing; /* mu: the pool runs closing runs that are over (jobs.c:finish_main) */
 	char *catalog; /* the catalog directory: its programs go in a store's node row */
 };
 
