@@ -1,6 +1,7 @@
 #include "base/buf.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,24 @@ int mesh_buf_grow(struct mesh_buf *b, size_t extra)
 	b->cap = cap;
 	b->p[b->len] = 0;
 	return 0;
+}
+
+void *mesh_grow(void *p, size_t *cap, size_t need, size_t size)
+{
+	if (need <= *cap)
+		return p;
+	size_t c = *cap ? *cap : 16;
+	while (c < need) {
+		if (c > SIZE_MAX / 2)
+			return NULL;
+		c *= 2;
+	}
+	if (size && c > SIZE_MAX / size)
+		return NULL;
+	void *q = realloc(p, c * size);
+	if (q)
+		*cap = c;
+	return q;
 }
 
 int mesh_buf_add(struct mesh_buf *b, const void *data, size_t n)

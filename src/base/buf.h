@@ -30,4 +30,13 @@ int mesh_errf(char **err, int rc, const char *fmt, ...) __attribute__((format(pr
 /* Hands the storage to the caller (who frees it); b becomes empty. */
 char *mesh_buf_detach(struct mesh_buf *b, size_t *len);
 
+/* Room for need elements of size bytes in the array p of *cap elements (git's
+ * ALLOC_GROW): p itself when it has it, else p grown (doubled from 16) with
+ * *cap its new capacity; NULL without memory (p and *cap as they were).
+ * need >= 1:
+ *     struct item *v = mesh_grow(t->v, &t->cap, t->n + 1, sizeof *v);
+ *     if (!v) return -ENOMEM;
+ *     t->v = v; */
+void *mesh_grow(void *p, size_t *cap, size_t need, size_t size);
+
 #endif

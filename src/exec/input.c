@@ -87,13 +87,10 @@ struct offs {
 
 static int offs_add(struct offs *o, size_t v)
 {
-	if (o->n == o->cap) {
-		size_t cap = o->cap ? o->cap * 2 : 64;
-		size_t *p = realloc(o->p, cap * sizeof *p);
-		if (!p)
-			return -ENOMEM;
-		o->p = p, o->cap = cap;
-	}
+	size_t *p = mesh_grow(o->p, &o->cap, o->n + 1, sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	o->p = p;
 	o->p[o->n++] = v;
 	return 0;
 }

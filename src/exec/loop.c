@@ -3,6 +3,7 @@
  * own timeout passed, as its own thread would have been woken. */
 #include "exec/loop.h"
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/thread.h"
 
@@ -48,19 +49,12 @@ struct mesh_exec_loop {
 	size_t all_cap;
 };
 
-static int grow(void **p, size_t *cap, size_t want, size_t size)
+static void wake(struct mesh_exec_loop *l)
 {
-	if (want <= *cap)
-		return 0;
-	size_t c = *cap ? *cap : 16;
-	while (c < want)
-		c *= 2;
-	void *q = realloc(*p, c * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = c;
-	return 0;
+	uint64_t one = 1;
+	if (write(l->efd, &one, sizeof one) < 0) {
+		/* the counter is never full */
+	}
 }
 
 /* The runs handed over since the last look join the loop (their first
@@ -78,9 +72,8 @@ static int take_incoming(struct mesh_exec_loop *l)
 	pthread_mutex_unlock(&l->mu);
 	while (in) {
 		struct run *next = in->next;
-		size_t room = l->cap;
-		void *v2 = l->runs;
-		if (grow(&v2, &room, l->nruns + 1, sizeof *l->runs) < 0) {
+		struct run **runs = mesh_grow(l->runs, &l->cap, l->nruns + 1, sizeof *runs);
+		if (!runs) {
 			/* Put back, tried at the next wake-up (the eventfd is
 			 * written again so that there is one). */
 			pthread_mutex_lock(&l->mu);
@@ -90,10 +83,10 @@ static int take_incoming(struct mesh_exec_loop *l)
 			*tail = l->incoming;
 			l->incoming = in;
 			pthread_mutex_unlock(&l->mu);
+			wake(l);
 			break;
 		}
-		l->runs = v2;
-		l->cap = room;
+		l->runs = runs;
 		in->next = NULL;
 		in->fresh = 1;
 		l->runs[l->nruns++] = in;
@@ -135,13 +128,15 @@ static int lay_out(struct mesh_exec_loop *l, nfds_t *total)
 		struct run *r = l->runs[i];
 		if (r->fresh && turn(l, i))
 			continue;
-		if (grow((void **)&l->all, &l->all_cap, n + r->n + 1, sizeof *l->all) < 0) {
+		struct pollfd *all = mesh_grow(l->all, &l->all_cap, n + r->n + 1, sizeof *all);
+		if (!all) {
 			/* Not polled this time: as a poll with nothing ready. */
 			r->at = NOT_POLLED;
 			next = 0;
 			i++;
 			continue;
 		}
+		l->all = all;
 		memcpy(l->all + n, r->pf, r->n * sizeof *r->pf);
 		r->at = n;
 		n += r->n;
@@ -193,10 +188,12 @@ static void *loop_main(void *arg)
 		if (take_incoming(l))
 			break;
 		/* An array that could not grow is grown at the next turn. */
-		if (grow((void **)&l->all, &l->all_cap, 1, sizeof *l->all) < 0) {
+		struct pollfd *all = mesh_grow(l->all, &l->all_cap, 1, sizeof *all);
+		if (!all) {
 			poll(NULL, 0, 10);
 			continue;
 		}
+		l->all = all;
 		nfds_t n;
 		int timeout = lay_out(l, &n);
 		int k = poll(l->all, n, timeout);
@@ -230,14 +227,6 @@ int mesh_exec_loop_new(const char *name, struct mesh_exec_loop **out)
 	}
 	*out = l;
 	return 0;
-}
-
-static void wake(struct mesh_exec_loop *l)
-{
-	uint64_t one = 1;
-	if (write(l->efd, &one, sizeof one) < 0) {
-		/* the counter is never full */
-	}
 }
 
 int mesh_exec_loop_add(struct mesh_exec_loop *l, struct mesh__drive *d, mesh_exec_over_fn over, void *arg)

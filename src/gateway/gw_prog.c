@@ -183,12 +183,10 @@ static int read_catalog(struct mesh_gw *g, struct entry **out, size_t *nout, cha
 		char path[4096];
 		if (len <= 5 || len - 5 >= sizeof v->name || strcmp(de->d_name + len - 5, ".toml"))
 			continue;
-		if (n == cap) {
-			struct entry *nv = realloc(v, (cap = cap ? cap * 2 : 16) * sizeof *v);
-			if (!nv)
-				goto oom;
-			v = nv;
-		}
+		struct entry *nv = mesh_grow(v, &cap, n + 1, sizeof *v);
+		if (!nv)
+			goto oom;
+		v = nv;
 		struct entry *e = memset(&v[n], 0, sizeof *v);
 		memcpy(e->name, de->d_name, len - 5);
 		e->name[len - 5] = 0;

@@ -565,14 +565,10 @@ static int add_env(struct ctx *x, const struct mesh_toml_item *it, struct mesh_m
 	if (it->type != MESH_TOML_STRING)
 		return fail(x, it->vline, it->vcol, "'env.%s' must be a string, not %s %s", it->key,
 			    art(mesh_toml_type_name(it->type)), mesh_toml_type_name(it->type));
-	if (m->nenv + 1 >= *cap) {
-		size_t nc = *cap ? *cap * 2 : 8;
-		char **ne = realloc(m->env, nc * sizeof *ne);
-		if (!ne)
-			return -ENOMEM;
-		m->env = ne;
-		*cap = nc;
-	}
+	char **ne = mesh_grow(m->env, cap, m->nenv + 2, sizeof *ne);
+	if (!ne)
+		return -ENOMEM;
+	m->env = ne;
 	struct mesh_buf b = MESH_BUF_INIT;
 	if (mesh_buf_addf(&b, "%s=%s", it->key, it->str))
 		return -ENOMEM;

@@ -429,16 +429,12 @@ static int array_value(struct cur *c, struct mesh_toml_item *it)
 		char *s = string_value(c);
 		if (!s)
 			return c->rc;
-		if (it->n == cap) {
-			size_t ncap = cap ? cap * 2 : 4;
-			char **na = realloc(it->arr, ncap * sizeof *na);
-			if (!na) {
-				free(s);
-				return c->rc = -ENOMEM;
-			}
-			it->arr = na;
-			cap = ncap;
+		char **na = mesh_grow(it->arr, &cap, it->n + 1, sizeof *na);
+		if (!na) {
+			free(s);
+			return c->rc = -ENOMEM;
 		}
+		it->arr = na;
 		it->arr[it->n++] = s;
 		if (array_space(c))
 			return c->rc;
@@ -575,16 +571,12 @@ static struct mesh_toml_item *find(struct mesh_toml *t, const char *table, const
 
 static struct mesh_toml_item *push(struct cur *c, struct mesh_toml *t, size_t *cap)
 {
-	if (t->n == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 16;
-		struct mesh_toml_item *ni = realloc(t->items, ncap * sizeof *ni);
-		if (!ni) {
-			c->rc = -ENOMEM;
-			return NULL;
-		}
-		t->items = ni;
-		*cap = ncap;
+	struct mesh_toml_item *ni = mesh_grow(t->items, cap, t->n + 1, sizeof *ni);
+	if (!ni) {
+		c->rc = -ENOMEM;
+		return NULL;
 	}
+	t->items = ni;
 	struct mesh_toml_item *it = &t->items[t->n++];
 	memset(it, 0, sizeof *it);
 	return it;

@@ -4,6 +4,8 @@
  * spawned child sends) and the keeper's loop, which runs in the mesh-init
  * binary (or in this binary through pidns.c's constructor). */
 #include "proc/proc.h"
+
+#include "base/buf.h"
 #include "proc/spawn_int.h"
 
 #include <errno.h>
@@ -126,18 +128,14 @@ void mesh__proc_keep_main(void)
 						break;
 					}
 			} else if (g > 1) {
-				if (n == cap) {
-					size_t nc = cap ? cap * 2 : 64;
-					pid_t *s2 = realloc(set, nc * sizeof *s2);
-					if (!s2) {
-						/* Cannot remember it: kill it now rather
-						 * than lose it. */
-						kill(-g, SIGKILL);
-						continue;
-					}
-					set = s2;
-					cap = nc;
+				pid_t *s2 = mesh_grow(set, &cap, n + 1, sizeof *s2);
+				if (!s2) {
+					/* Cannot remember it: kill it now rather
+					 * than lose it. */
+					kill(-g, SIGKILL);
+					continue;
 				}
+				set = s2;
 				set[n++] = g;
 			}
 		}

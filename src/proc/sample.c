@@ -1,5 +1,6 @@
 #include "proc/proc.h"
 
+#include "base/buf.h"
 #include "base/err.h"
 
 #include <ctype.h>
@@ -96,17 +97,13 @@ int mesh_proc_table_read(struct mesh_proc_table **out)
 	while ((de = readdir(d))) {
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
-		if (t->n == t->cap) {
-			size_t nc = t->cap ? t->cap * 2 : 256;
-			struct stat_fields *ne = realloc(t->e, nc * sizeof *ne);
-			if (!ne) {
-				closedir(d);
-				mesh_proc_table_free(t);
-				return -ENOMEM;
-			}
-			t->e = ne;
-			t->cap = nc;
+		struct stat_fields *ne = mesh_grow(t->e, &t->cap, t->n + 1, sizeof *ne);
+		if (!ne) {
+			closedir(d);
+			mesh_proc_table_free(t);
+			return -ENOMEM;
 		}
+		t->e = ne;
 		/* A process gone since readdir is simply not in the table. */
 		if (read_stat((pid_t)atoi(de->d_name), &t->e[t->n]) == 0)
 			t->n++;

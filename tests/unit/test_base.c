@@ -9,6 +9,7 @@
 #include "runner/t.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -154,6 +155,37 @@ TEST(buf_grows)
 	EXPECT_EQ(strncmp(b.p, "0,1,2,", 6), 0);
 	mesh_buf_release(&b);
 	EXPECT_TRUE(b.p == NULL);
+}
+
+/* An array grown an element at a time keeps every element; a capacity that
+ * holds what is asked is left alone; an impossible size is refused with
+ * the array and its capacity as they were. */
+TEST(grow_doubles_and_refuses_what_cannot_be)
+{
+	size_t cap = 0, n = 0;
+	uint32_t *v = NULL;
+	for (uint32_t i = 0; i < 1000; i++) {
+		uint32_t *nv = mesh_grow(v, &cap, n + 1, sizeof *nv);
+		ASSERT_TRUE(nv != NULL);
+		v = nv;
+		v[n++] = i * 7;
+	}
+	EXPECT_UEQ(cap, 1024);
+	for (uint32_t i = 0; i < 1000; i++)
+		if (v[i] != i * 7)
+			FAIL("element %u is %u", i, v[i]);
+	EXPECT_TRUE(mesh_grow(v, &cap, 1024, sizeof *v) == v);
+	EXPECT_UEQ(cap, 1024);
+	EXPECT_TRUE(mesh_grow(v, &cap, SIZE_MAX / 2, sizeof *v) == NULL);
+	EXPECT_TRUE(mesh_grow(v, &cap, SIZE_MAX, 1) == NULL);
+	EXPECT_UEQ(cap, 1024);
+	EXPECT_UEQ(v[999], 999 * 7);
+	free(v);
+	cap = 0;
+	void *first = mesh_grow(NULL, &cap, 1, 8);
+	ASSERT_TRUE(first != NULL);
+	EXPECT_UEQ(cap, 16);
+	free(first);
 }
 
 TEST(fault_injection_fails_the_nth_write)

@@ -261,16 +261,12 @@ struct fail_ctx {
 static void add_failure(void *arg, const struct mesh_home_failure *f)
 {
 	struct fail_ctx *c = arg;
-	if (c->n == c->cap) {
-		size_t nc = c->cap ? c->cap * 2 : 16;
-		struct meshd_job_failure *v = realloc(c->v, nc * sizeof *v);
-		if (!v) {
-			c->oom = 1;
-			return;
-		}
-		c->v = v;
-		c->cap = nc;
+	struct meshd_job_failure *v = mesh_grow(c->v, &c->cap, c->n + 1, sizeof *v);
+	if (!v) {
+		c->oom = 1;
+		return;
 	}
+	c->v = v;
 	struct meshd_job_failure *d = &c->v[c->n++];
 	d->cid = f->cid;
 	d->attempts = f->attempts;
