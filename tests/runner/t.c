@@ -366,10 +366,13 @@ static int run_one(const struct t_case *c, const char *tmproot)
 	if (left)
 		printf("     it left %d server(s) or namespace(s) up; taken down\n", left);
 	fflush(stdout);
-	if (!failed || !getenv("T_KEEP"))
-		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-	else
+	const char *keep = getenv("T_KEEP"); /* set: a failed test's directory stays; "all": every test's */
+	if (keep && !failed && strcmp(keep, "all") == 0)
+		printf("     kept in %s\n", dir);
+	if (keep && (failed || strcmp(keep, "all") == 0))
 		kept = 1;
+	else
+		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	return failed ? RUN_FAILED : skipped ? RUN_SKIPPED : RUN_PASSED;
 }
 
