@@ -55,18 +55,39 @@ int meshd_state_default(char *buf, size_t n)
 
 /* ---- a job ---- */
 
+void mesh__job_driver_join(struct job *jb)
+{
+	pthread_mutex_lock(&jb->mu);
+	struct mesh_thread *th = jb->th_on ? jb->th : NULL;
+	while (th && !atomic_load(&jb->driver_done))
+		pthread_cond_wait(&jb->cv, &jb->mu);
+	int efd = th ? jb->cancel_efd : -1;
+	jb->th_on = 0;
+	if (th)
+		jb->cancel_efd = -1;
+	pthread_mutex_unlock(&jb->mu);
+	if (th)
+		mesh_thread_join(th, NULL);
+	if (efd >= 0)
+		close(efd);
+}
+
+/* The driver ended (its end recorded): joiners are told, the janitor
+ * kicked.  The last touch of jb by its driver. */
+static void driver_finished(struct job *jb)
+{
+	pthread_mutex_lock(&jb->mu);
+	atomic_store(&jb->driver_done, 1);
+	pthread_cond_broadcast(&jb->cv);
+	pthread_mutex_unlock(&jb->mu);
+	mesh__jobs_kick(jb->rh->j);
+}
+
 static void job_free(struct job *jb)
 {
 	if (!jb)
 		return;
-	if (jb->th_on) {
-		/* a driver that ended (or ends now), not joined yet */
-		pthread_mutex_lock(&jb->mu);
-		while (!atomic_load(&jb->driver_done))
-			pthread_cond_wait(&jb->cv, &jb->mu);
-		pthread_mutex_unlock(&jb->mu);
-		mesh_thread_join(jb->th, NULL);
-	}
+	mesh__job_driver_join(jb); /* one that ended (or ends now), not joined yet */
 	if (jb->cancel_efd >= 0)
 		close(jb->cancel_efd);
 	meshd_job_ahead_drop(jb->ahead);
@@ -470,18 +491,13 @@ struct drive {
 static void drive_done(struct drive *dr, int rc)
 {
 	struct job *jb = dr->jb;
-	struct meshd_jobs *j = jb->rh->j;
 	meshd_job_ahead_drop(dr->xa.ahead); /* the driver stopped before its executor took it */
 	jb->xa = NULL;
 	atomic_store(&jb->t_end, mesh_mono_ns());
 	mesh_exec_input_release(&dr->in);
 	run_ended(jb, rc, &dr->st);
 	free(dr);
-	pthread_mutex_lock(&jb->mu);
-	atomic_store(&jb->driver_done, 1);
-	pthread_cond_broadcast(&jb->cv);
-	pthread_mutex_unlock(&jb->mu);
-	mesh__jobs_kick(j);
+	driver_finished(jb);
 }
 
 /* The loop of jb's home that drives the fewest runs (a new one while
@@ -591,11 +607,7 @@ static void *driver_main(void *arg)
 		meshd_job_ahead_drop(jb->ahead);
 		jb->ahead = NULL;
 		driver_end(jb, MESH_HOME_ERROR, err ? err : strdup(mesh_strerror(rc)), NULL);
-		pthread_mutex_lock(&jb->mu);
-		atomic_store(&jb->driver_done, 1);
-		pthread_cond_broadcast(&jb->cv);
-		pthread_mutex_unlock(&jb->mu);
-		mesh__jobs_kick(j);
+		driver_finished(jb);
 		return NULL;
 	}
 	struct mesh_job *jh = atomic_load(&hj->jh);
@@ -991,14 +1003,7 @@ void meshd_jobs_stop(struct meshd_jobs *j)
 	pthread_mutex_unlock(&j->mu);
 	for (size_t i = 0; i < k; i++) {
 		struct job *jb = v[i];
-		pthread_mutex_lock(&jb->mu);
-		struct mesh_thread *th = jb->th_on ? jb->th : NULL;
-		while (th && !atomic_load(&jb->driver_done))
-			pthread_cond_wait(&jb->cv, &jb->mu);
-		jb->th_on = 0;
-		pthread_mutex_unlock(&jb->mu);
-		if (th)
-			mesh_thread_join(th, NULL);
+		mesh__job_driver_join(jb);
 		pthread_mutex_lock(&jb->mu);
 		pthread_cond_broadcast(&jb->cv);
 		pthread_mutex_unlock(&jb->mu);

@@ -139,6 +139,9 @@ int mesh__job_new(struct rhome *rh, struct mesh_home_job *hj, struct job **out);
 /* Home rh's job id with a reference the caller puts back, or NULL. */
 struct job *mesh__jobs_find(struct rhome *rh, uint64_t id);
 void mesh__job_put(struct job *jb);
+/* Waits for jb's driver to end, joins its thread (its run of the pool
+ * back) and closes its cancel eventfd; nothing when it has none. */
+void mesh__job_driver_join(struct job *jb);
 /* Makes jb's home handles usable by the caller until mesh__job_files_put:
  * a running job's are its driver's (hj->jh may still be NULL: it is
  * opening them); an ended one's are opened now when closed and open is set

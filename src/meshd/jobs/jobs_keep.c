@@ -137,16 +137,7 @@ static unsigned join_drivers(struct meshd_jobs *j)
 		pthread_mutex_unlock(&j->mu);
 		if (!jb)
 			return n;
-		pthread_mutex_lock(&jb->mu);
-		struct mesh_thread *th = jb->th_on ? jb->th : NULL;
-		int efd = jb->cancel_efd;
-		jb->th_on = 0;
-		jb->cancel_efd = -1;
-		pthread_mutex_unlock(&jb->mu);
-		if (th)
-			mesh_thread_join(th, NULL);
-		if (efd >= 0)
-			close(efd);
+		mesh__job_driver_join(jb);
 		mesh__job_put(jb);
 	}
 }
