@@ -10,15 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int mesh_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
-{
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(t, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return -rc;
-}
 
 /* One run: what its joiner waits on. */
 struct mesh_thread {
@@ -58,6 +49,31 @@ static void pool_init(void)
 {
 	pool_policy = sched_getscheduler(0);
 	pthread_atfork(NULL, NULL, pool_after_fork);
+}
+
+int mesh_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	pthread_once(&pool_once, pool_init);
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	/* It lives as long as its owner: not under the SCHED_BATCH of a
+	 * background run that made it, which pthread_create would pass on
+	 * for its whole life.  (meshd's driver comes to the foreground before
+	 * it opens its run and may make a job loop; this holds whoever
+	 * calls.) */
+	if (pool_policy == SCHED_OTHER) {
+		struct sched_param sp = {0};
+		pthread_attr_setinheritsched(&at, PTHREAD_EXPLICIT_SCHED);
+		pthread_attr_setschedpolicy(&at, SCHED_OTHER);
+		pthread_attr_setschedparam(&at, &sp);
+	}
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(t, &at, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&at);
+	return -rc;
 }
 
 /* SCHED_BATCH or back to SCHED_OTHER; nothing when the process runs under

@@ -7,9 +7,10 @@
 #include <pthread.h>
 
 /* pthread_create with every signal blocked in the new thread (the caller's
- * mask is put back before returning).  0 or -errno.  For a thread that lives
- * as long as what owns it (a sampler, a loop); work that ends goes to
- * mesh_thread_run. */
+ * mask is put back before returning) and under the process's own policy,
+ * never the SCHED_BATCH of a background run (MESH_THREAD_BG) that made it.
+ * 0 or -errno.  For a thread that lives as long as what owns it (a
+ * sampler, a loop); work that ends goes to mesh_thread_run. */
 int mesh_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* Runs fn(arg) on a parked thread of the process's pool (every signal

@@ -95,6 +95,29 @@ TEST(a_background_run_is_sched_batch_and_the_next_run_is_not)
 	}
 }
 
+/* From a background run: a long-lived thread's policy, as it begins. */
+static void *start_then_policy(void *arg)
+{
+	(void)arg;
+	pthread_t th;
+	void *p = (void *)(intptr_t)-1;
+	if (mesh_thread_start(&th, policy_of, NULL) == 0)
+		pthread_join(th, &p);
+	return p;
+}
+
+/* A thread that lives as long as its owner (a job loop, a store's beat),
+ * made by a background run, does not keep that run's SCHED_BATCH for its
+ * whole life. */
+TEST(a_long_lived_thread_made_by_a_background_run_is_not_background)
+{
+	struct mesh_thread *t;
+	void *p = NULL;
+	ASSERT_EQ(mesh_thread_run(&t, start_then_policy, NULL, MESH_THREAD_BG), 0);
+	mesh_thread_join(t, &p);
+	EXPECT_EQ((int)(intptr_t)p, SCHED_OTHER);
+}
+
 static void *fg_then_policy(void *arg)
 {
 	(void)arg;
