@@ -108,6 +108,24 @@ static int fault_hit(enum mesh_fault_op op)
 	return -f->err;
 }
 
+int mesh_efd_ring(int fd)
+{
+	uint64_t one = 1;
+	ssize_t n;
+	do
+		n = write(fd, &one, sizeof one);
+	while (n < 0 && errno == EINTR);
+	return n < 0 && errno != EAGAIN ? -errno : 0;
+}
+
+void mesh_efd_quiet(int fd)
+{
+	uint64_t v;
+	if (read(fd, &v, sizeof v) < 0) {
+		/* EAGAIN: nothing there (or another reader took it) */
+	}
+}
+
 int mesh_write_all(int fd, const void *buf, size_t n)
 {
 	int rc = fault_hit(MESH_FAULT_WRITE);

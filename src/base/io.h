@@ -23,6 +23,13 @@ void mesh_fault_disarm(void);
  * with that point sleep ms; without it, a call is one load. */
 void mesh_fault_pause(const char *point);
 
+/* An eventfd as a wake-up (a bell): mesh_efd_ring adds 1 to its count, so a
+ * poller of it wakes: 0, or -errno (-EAGAIN, the count at its limit, is 0:
+ * the poller wakes anyway).  mesh_efd_quiet reads a non-blocking one's count
+ * back to 0 after its poller woke (none there: nothing done). */
+int mesh_efd_ring(int fd);
+void mesh_efd_quiet(int fd);
+
 /* Writes all n bytes (retrying short writes and EINTR).  0 or -errno. */
 int mesh_write_all(int fd, const void *buf, size_t n);
 /* The same without the fault-injection seam: for output that is not state

@@ -119,10 +119,7 @@ char *mesh__run_strf(const char *fmt, ...)
 
 static void take_results(struct mesh__runner *r)
 {
-	uint64_t v;
-	if (read(r->evfd, &v, sizeof v) < 0) {
-		/* EAGAIN: nothing new */
-	}
+	mesh_efd_quiet(r->evfd);
 	pthread_mutex_lock(&r->mu);
 	struct mesh__item *list = r->q_out;
 	r->q_out = NULL;

@@ -5,6 +5,7 @@
 
 #include "base/buf.h"
 #include "base/clock.h"
+#include "base/io.h"
 #include "base/thread.h"
 
 #include <errno.h>
@@ -49,22 +50,12 @@ struct mesh_exec_loop {
 	size_t all_cap;
 };
 
-static void wake(struct mesh_exec_loop *l)
-{
-	uint64_t one = 1;
-	if (write(l->efd, &one, sizeof one) < 0) {
-		/* the counter is never full */
-	}
-}
 
 /* The runs handed over since the last look join the loop (their first
  * turn at once); 1 when told to stop and nothing is left. */
 static int take_incoming(struct mesh_exec_loop *l)
 {
-	uint64_t v;
-	if (read(l->efd, &v, sizeof v) < 0) {
-		/* nothing written: nothing to take but the list below */
-	}
+	mesh_efd_quiet(l->efd);
 	pthread_mutex_lock(&l->mu);
 	struct run *in = l->incoming;
 	l->incoming = NULL;
@@ -83,7 +74,7 @@ static int take_incoming(struct mesh_exec_loop *l)
 			*tail = l->incoming;
 			l->incoming = in;
 			pthread_mutex_unlock(&l->mu);
-			wake(l);
+			mesh_efd_ring(l->efd);
 			break;
 		}
 		l->runs = runs;
@@ -242,7 +233,7 @@ int mesh_exec_loop_add(struct mesh_exec_loop *l, struct mesh__drive *d, mesh_exe
 	l->incoming = r;
 	l->count++;
 	pthread_mutex_unlock(&l->mu);
-	wake(l);
+	mesh_efd_ring(l->efd);
 	return 0;
 }
 
@@ -263,7 +254,7 @@ void mesh_exec_loop_free(struct mesh_exec_loop *l)
 		pthread_cond_wait(&l->cv, &l->mu);
 	l->stop = 1;
 	pthread_mutex_unlock(&l->mu);
-	wake(l);
+	mesh_efd_ring(l->efd);
 	pthread_join(l->th, NULL);
 	close(l->efd);
 	pthread_mutex_destroy(&l->mu);

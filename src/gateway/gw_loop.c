@@ -33,6 +33,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 #include "base/list.h"
 #include "base/thread.h"
 #include "gateway/gw_answer.h"
@@ -1853,15 +1854,13 @@ static void on_progs(evutil_socket_t fd, short what, void *arg)
 static void loops_arm(struct mesh_gw *g, uint64_t at)
 {
 	struct mesh__gw_loop *L = &g->loops[0];
-	uint64_t one = 1;
 	pthread_mutex_lock(&L->mu);
 	int sooner = !L->progs_at || at < L->progs_at;
 	if (sooner)
 		L->progs_at = at;
 	pthread_mutex_unlock(&L->mu);
-	if (sooner && write(L->evfd, &one, sizeof one) < 0) {
-		/* the counter is full: readable anyway */
-	}
+	if (sooner)
+		mesh_efd_ring(L->evfd);
 }
 
 /* The connections the accept thread gave, into the loop's list and its
@@ -1872,11 +1871,8 @@ static void loops_arm(struct mesh_gw *g, uint64_t at)
 static void on_wake(evutil_socket_t fd, short what, void *arg)
 {
 	struct mesh__gw_loop *L = arg;
-	uint64_t v;
 	(void)what;
-	if (read(fd, &v, sizeof v) < 0) {
-		/* nothing new: a spurious wake-up */
-	}
+	mesh_efd_quiet(fd); /* nothing there: a spurious wake-up */
 	pthread_mutex_lock(&L->mu);
 	struct lconn *in = L->incoming;
 	int stop = L->stop, look = L->look;
@@ -1908,16 +1904,14 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
  * taken after it, never before). */
 static void loops_look(struct mesh_gw *g)
 {
-	uint64_t one = 1;
 	for (unsigned i = 0; i < g->nloops; i++) {
 		struct mesh__gw_loop *L = &g->loops[i];
 		pthread_mutex_lock(&L->mu);
 		int was = L->look;
 		L->look = 1;
 		pthread_mutex_unlock(&L->mu);
-		if (!was && write(L->evfd, &one, sizeof one) < 0) {
-			/* the counter is full: readable anyway */
-		}
+		if (!was)
+			mesh_efd_ring(L->evfd);
 	}
 }
 
@@ -1993,7 +1987,6 @@ int mesh__gw_loop_add(struct mesh_gw *g, int fd, const unsigned char peer[16])
 {
 	/* the struct, then its event, 16-byte aligned (ev_client) */
 	struct lconn *lc = calloc(1, ((sizeof(struct lconn) + 15) & ~(size_t)15) + event_get_struct_event_size());
-	uint64_t one = 1;
 	if (!lc || !g->nloops) {
 		free(lc);
 		return -1;
@@ -2015,9 +2008,7 @@ int mesh__gw_loop_add(struct mesh_gw *g, int fd, const unsigned char peer[16])
 	lc->ln.next = L->incoming;
 	L->incoming = lc;
 	pthread_mutex_unlock(&L->mu);
-	if (write(L->evfd, &one, sizeof one) < 0) {
-		/* the counter is full: readable anyway */
-	}
+	mesh_efd_ring(L->evfd);
 	return 0;
 }
 
@@ -2031,14 +2022,11 @@ void mesh__gw_loops_stop(struct mesh_gw *g)
 	pthread_mutex_unlock(&g->mu);
 	for (unsigned i = 0; i < n; i++) {
 		struct mesh__gw_loop *L = &g->loops[i];
-		uint64_t one = 1;
 		if (L->started) {
 			pthread_mutex_lock(&L->mu);
 			L->stop = 1;
 			pthread_mutex_unlock(&L->mu);
-			if (write(L->evfd, &one, sizeof one) < 0) {
-				/* full: readable anyway */
-			}
+			mesh_efd_ring(L->evfd);
 			pthread_join(L->th, NULL);
 		}
 		if (L->wake)

@@ -4,6 +4,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 #include "host/procfile.h"
 
 #include <errno.h>
@@ -361,11 +362,8 @@ static void *watch(void *arg)
 		else
 			usleep(10000); /* out of memory: try again */
 		uint64_t now = mesh_mono_ns();
-		if (w.k && w.fds[0].revents) {
-			uint64_t v;
-			if (read(g->wakefd, &v, sizeof v) < 0) { /* nothing to do: it is only a wakeup */
-			}
-		}
+		if (w.k && w.fds[0].revents)
+			mesh_efd_quiet(g->wakefd);
 		if (!take_deaths(g, &w) && (w.draining || w.stuck))
 			refresh(g, now);
 	}
@@ -393,9 +391,7 @@ static int deaths(struct mesh_gpu *g)
 
 static void wake(struct mesh_gpu *g)
 {
-	uint64_t one = 1;
-	if (write(g->wakefd, &one, sizeof one) < 0) { /* the counter is full: a wakeup is pending anyway */
-	}
+	mesh_efd_ring(g->wakefd);
 }
 
 static struct res *find_res(struct mesh_gpu *g, uint64_t id)

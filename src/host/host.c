@@ -1415,9 +1415,7 @@ const struct mesh_run_as *mesh_host_run_as(const struct mesh_host *h, const stru
 
 void mesh_host_wake(struct mesh_host *h)
 {
-	uint64_t one = 1;
-	ssize_t r = write(h->wakefd, &one, sizeof one);
-	(void)r;
+	mesh_efd_ring(h->wakefd);
 }
 
 static struct mesh_instance *by_id(struct mesh_host *h, uint64_t id)
@@ -1587,11 +1585,8 @@ static void handle(struct mesh_host *h, const struct epoll_event *evs, int n)
 			uint64_t id = evs[i].data.u64 >> TAG_BITS;
 			int tag = (int)(evs[i].data.u64 & TAG_MASK);
 			if (id == 0) {
-				if (pass == 0) {
-					uint64_t v;
-					ssize_t r = read(h->wakefd, &v, sizeof v);
-					(void)r;
-				}
+				if (pass == 0)
+					mesh_efd_quiet(h->wakefd);
 				continue;
 			}
 			struct mesh_instance *w = by_id(h, id);

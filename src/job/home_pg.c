@@ -596,11 +596,8 @@ static void *follow_main(void *arg)
 		uint64_t until = mesh_mono_ns() + RESCAN_NS;
 		while (!atomic_load(&h->stop) && mesh_mono_ns() < until) {
 			int w = mesh_pgr_wait(h->pg, WAIT_SLICE_NS * 4, h->wake_efd);
-			if (w == 2) {
-				uint64_t v;
-				while (read(h->wake_efd, &v, sizeof v) == sizeof v) {
-				}
-			}
+			if (w == 2)
+				mesh_efd_quiet(h->wake_efd);
 			if (w != 0) {
 				if (w < 0)
 					mesh_sleep_ns(WAIT_SLICE_NS);
@@ -613,10 +610,7 @@ static void *follow_main(void *arg)
 
 static void ph_kick(struct mesh_home *home)
 {
-	uint64_t one = 1;
-	if (write(ph(home)->wake_efd, &one, sizeof one) != sizeof one) {
-		/* a counter near its limit: the follower is woken already */
-	}
+	mesh_efd_ring(ph(home)->wake_efd);
 }
 
 /* The meshd's own node, on a connection of its own (its beat thread's):

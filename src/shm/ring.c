@@ -2,6 +2,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -50,29 +51,11 @@ static void wake_sleeper(const struct mesh_ring *r, _Atomic uint32_t *futex, _At
 	if (!how)
 		return;
 	if (how == MESH_RING_SLEEP_BELL && r->bell >= 0) {
-		mesh_ring_ring(r->bell);
+		mesh_efd_ring(r->bell);
 		return;
 	}
 	atomic_fetch_add(futex, 1);
 	futex_wake(futex);
-}
-
-void mesh_ring_ring(int bell)
-{
-	uint64_t one = 1;
-	ssize_t n;
-	do
-		n = write(bell, &one, sizeof one);
-	while (n < 0 && errno == EINTR);
-	/* EAGAIN: the count is at its limit, so the poller wakes anyway. */
-}
-
-void mesh_ring_quiet(int bell)
-{
-	uint64_t v;
-	if (read(bell, &v, sizeof v) < 0) {
-		/* EAGAIN: nothing there (or another reader took it) */
-	}
 }
 
 static void ctl_zero(struct mesh_ring_ctl *ctl)

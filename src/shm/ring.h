@@ -147,11 +147,6 @@ void mesh_ring_kick(struct mesh_ring_ctl *ctl);
  * wait here: the caller polls the bell, then reads it empty. */
 int mesh_ring_bell_data(struct mesh_ring *r);
 int mesh_ring_bell_space(struct mesh_ring *r, size_t msg_len);
-/* Writes 1 to an eventfd (a bell): a poller of it wakes. */
-void mesh_ring_ring(int bell);
-/* Reads a non-blocking eventfd's count, leaving it empty (none there:
- * nothing done).  After its poller woke. */
-void mesh_ring_quiet(int bell);
 
 /* A message being put in pieces (producer side); the payload stays the
  * caller's until the last record is in. */

@@ -4,6 +4,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,7 +65,7 @@ struct mesh_slot {
 static void stop_waiters(struct mesh_slot *s)
 {
 	atomic_store(&s->stop, 1);
-	mesh_ring_ring(s->bell);
+	mesh_efd_ring(s->bell);
 }
 
 /* One more request begun (call_lock held: one writer at a time, so no
@@ -574,7 +575,7 @@ static int send_pieces(struct mesh_slot *s, uint32_t kind, uint32_t seq, const v
 	}
 	s->tx_buf = b;
 	atomic_store(&s->tx_open, 1);
-	mesh_ring_ring(s->bell);
+	mesh_efd_ring(s->bell);
 	return 0;
 }
 
@@ -771,13 +772,13 @@ int mesh_slot_wait_reply(struct mesh_slot *s, uint64_t timeout_ns, const _Atomic
 		uint64_t ms = (left + MESH_NS_PER_MS - 1) / MESH_NS_PER_MS;
 		struct pollfd pf = {s->bell, POLLIN, 0};
 		if (poll(&pf, 1, ms > 60000 ? 60000 : (int)ms) > 0)
-			mesh_ring_quiet(s->bell);
+			mesh_efd_quiet(s->bell);
 	}
 }
 
 void mesh_slot_kick_reply(struct mesh_slot *s)
 {
-	mesh_ring_ring(s->bell);
+	mesh_efd_ring(s->bell);
 }
 
 uint32_t mesh_slot_in_flight(const struct mesh_slot *s)

@@ -110,8 +110,7 @@ const char *mesh_ui_url(const struct mesh_ui *u)
 
 void mesh_ui_stop(struct mesh_ui *u)
 {
-	uint64_t one = 1;
-	(void)!write(u->stop_fd, &one, sizeof one);
+	mesh_efd_ring(u->stop_fd);
 }
 
 /* ---- one connection ---- */

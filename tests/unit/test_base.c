@@ -14,6 +14,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -186,6 +188,29 @@ TEST(grow_doubles_and_refuses_what_cannot_be)
 	ASSERT_TRUE(first != NULL);
 	EXPECT_UEQ(cap, 16);
 	free(first);
+}
+
+/* A bell: rung any number of times, one poll wakes, one quiet empties
+ * it; a count at its limit still counts as rung; a quiet of an empty one
+ * does not block. */
+TEST(eventfd_bell_rings_and_quiets)
+{
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ASSERT_GE(fd, 0);
+	struct pollfd pf = {fd, POLLIN, 0};
+	EXPECT_EQ(poll(&pf, 1, 0), 0);
+	mesh_efd_quiet(fd); /* empty: returns at once */
+	EXPECT_EQ(mesh_efd_ring(fd), 0);
+	EXPECT_EQ(mesh_efd_ring(fd), 0);
+	EXPECT_EQ(poll(&pf, 1, 0), 1);
+	mesh_efd_quiet(fd);
+	EXPECT_EQ(poll(&pf, 1, 0), 0);
+	uint64_t most = UINT64_MAX - 1; /* the count's limit: the next write would block */
+	ASSERT_EQ(write(fd, &most, sizeof most), (ssize_t)sizeof most);
+	EXPECT_EQ(mesh_efd_ring(fd), 0);
+	EXPECT_EQ(poll(&pf, 1, 0), 1);
+	close(fd);
+	EXPECT_EQ(mesh_efd_ring(fd), -EBADF);
 }
 
 TEST(fault_injection_fails_the_nth_write)

@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 #include "base/thread.h"
 #include "shm/ring.h"
 
@@ -32,7 +33,7 @@ static void getter_armed(void *arg, const struct meshd_job_worker *h)
 	int fd = g->kick_fd;
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
-		mesh_ring_ring(fd);
+		mesh_efd_ring(fd);
 }
 
 /* Asks the core for g's worker and says what came (got, or done when it
@@ -62,7 +63,7 @@ static int getter_get(struct meshd_job_ahead *g)
 	int fd = g->kick_fd;
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
-		mesh_ring_ring(fd); /* the executor joins us before it closes fd */
+		mesh_efd_ring(fd); /* the executor joins us before it closes fd */
 	return rc == 0 && !h.online;
 }
 
@@ -81,7 +82,7 @@ static void *getter_online(void *arg)
 	int fd = g->kick_fd;
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
-		mesh_ring_ring(fd);
+		mesh_efd_ring(fd);
 	return NULL;
 }
 
@@ -201,7 +202,7 @@ void meshd_job_ahead_run(struct meshd_job_ahead *g, int want)
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
 	if (fd >= 0)
-		mesh_ring_ring(fd);
+		mesh_efd_ring(fd);
 }
 
 void meshd_job_ahead_drop(struct meshd_job_ahead *a)

@@ -322,7 +322,7 @@ static void attach(struct slot_ex *x, struct jworker *w)
 	w->taken_base = mesh_slot_taken(w->h.slot);
 	w->online = 0; /* collect() says when */
 	w->limit_ns = x->cfg.timeout_ns ? x->cfg.timeout_ns : meshd_job_worker_call_timeout(&w->h);
-	mesh_ring_quiet(mesh_slot_bell(w->h.slot)); /* rung for its slot's last user */
+	mesh_efd_quiet(mesh_slot_bell(w->h.slot)); /* rung for its slot's last user */
 	mesh__jx_stamp_first(&x->st->first_worker_ns);
 }
 
@@ -665,7 +665,7 @@ static unsigned sx_shared_events(struct mesh__executor *ex, struct pollfd *pf, u
 			continue;
 		int bell = mesh_slot_bell(w->h.slot);
 		if (mesh_slot_bell_arm(w->h.slot))
-			mesh_ring_ring(bell);
+			mesh_efd_ring(bell);
 		pf[n++] = (struct pollfd){.fd = bell, .events = POLLIN};
 	}
 	return n;
@@ -676,7 +676,7 @@ static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct p
 	struct slot_ex *x = sx(ex);
 	(void)slot;
 	if (pf->fd == x->pool_efd) {
-		mesh_ring_quiet(x->pool_efd);
+		mesh_efd_quiet(x->pool_efd);
 	} else {
 		mesh_fault_pause("jobs.bell"); /* the replies late: a getter's news may come first */
 		/* A getter's news first (a worker's start that failed, told
@@ -686,7 +686,7 @@ static void sx_dispatch(struct mesh__executor *ex, unsigned slot, const struct p
 			struct jworker *w = &x->w[i];
 			if (w->state != W_ON || mesh_slot_bell(w->h.slot) != pf->fd)
 				continue;
-			mesh_ring_quiet(pf->fd);
+			mesh_efd_quiet(pf->fd);
 			(void)drain(x, w);
 			break;
 		}

@@ -15,6 +15,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 #include "base/log.h"
 #include "base/thread.h"
 #include "exec/input.h"
@@ -805,10 +806,9 @@ static void on_cancelled(void *arg, uint64_t id)
 	struct job *jb = mesh__jobs_find(arg, id);
 	if (!jb)
 		return;
-	uint64_t one = 1;
 	pthread_mutex_lock(&jb->mu);
 	atomic_store(&jb->leave, MESHD_JOB_LEAVE_HALT); /* before the driver can see the cancel */
-	if (jb->th_on && !jb->cancelled && write(jb->cancel_efd, &one, sizeof one) == sizeof one)
+	if (jb->th_on && !jb->cancelled && mesh_efd_ring(jb->cancel_efd) == 0)
 		jb->cancelled = 1;
 	pthread_mutex_unlock(&jb->mu);
 	mesh__job_put(jb);
@@ -989,11 +989,9 @@ void meshd_jobs_stop(struct meshd_jobs *j)
 		n++;
 	struct job **v = calloc(n ? n : 1, sizeof *v);
 	for (struct job *jb = j->list; jb; jb = jb->next) {
-		uint64_t one = 1;
 		pthread_mutex_lock(&jb->mu);
-		if (jb->th_on && jb->cancel_efd >= 0 && write(jb->cancel_efd, &one, sizeof one) < 0) {
-			/* the counter is never full */
-		}
+		if (jb->th_on && jb->cancel_efd >= 0)
+			mesh_efd_ring(jb->cancel_efd);
 		pthread_mutex_unlock(&jb->mu);
 		if (v) {
 			jb->refs++;

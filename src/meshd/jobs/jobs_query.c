@@ -43,12 +43,10 @@ static int name_ok(const char *s)
  * is cancelled and waited for, and the job ends as an error (why, owned). */
 static void stop_unstored(struct job *jb, char *why)
 {
-	uint64_t one = 1;
 	pthread_mutex_lock(&jb->mu);
 	jb->cancelled = 1; /* its driver ends it CANCELLED, not unfinished */
-	if (jb->th_on && jb->cancel_efd >= 0 && write(jb->cancel_efd, &one, sizeof one) < 0) {
-		/* the counter is never full */
-	}
+	if (jb->th_on && jb->cancel_efd >= 0)
+		mesh_efd_ring(jb->cancel_efd);
 	while (jb->th_on && jb->state == MESH_HOME_RUNNING)
 		pthread_cond_wait(&jb->cv, &jb->mu);
 	jb->state = MESH_HOME_ERROR;
@@ -548,10 +546,8 @@ int meshd_jobs_cancel(struct meshd_jobs *j, uint64_t id, int kill_workers, char 
 	if (rc == 0) {
 		jb->cancelled = 1;
 		atomic_store(&jb->leave, kill_workers ? MESHD_JOB_LEAVE_KILL : MESHD_JOB_LEAVE_HALT);
-		uint64_t one = 1;
-		if (jb->cancel_efd >= 0 && write(jb->cancel_efd, &one, sizeof one) < 0) {
-			/* the counter is never full */
-		}
+		if (jb->cancel_efd >= 0)
+			mesh_efd_ring(jb->cancel_efd);
 		if (!jb->th_on) {
 			/* No driver (meshd is stopping): it ends here, as recorded. */
 			jb->state = MESH_HOME_CANCELLED;
