@@ -531,6 +531,19 @@ static struct mesh_exec_loop *pick_loop(struct rhome *rh)
 
 static void *finish_main(void *arg);
 
+/* 1 when the run that ended rc was stopped by a reply over its home's
+ * limit (too_big buried its chunk): the job is driven again at once, and
+ * the log says so. */
+static int stopped_by_too_big(struct drive *dr, int rc)
+{
+	struct job *jb = dr->jb;
+	if (rc != MESH_E_OUTPUT || !atomic_exchange(&jb->toobig, 0))
+		return 0;
+	mesh_info("%sjob=%" PRIu64 " run stopped by a reply over the limit (its chunk buried): driven again", jb->rh->tag,
+		  jb->id);
+	return 1;
+}
+
 /* On the loop's thread: dr's run is over; its close and end go to a run
  * of the pool (they may block: a store's round trips, a worker reaped). */
 static void run_over(void *arg, struct mesh__drive *d)
@@ -563,7 +576,7 @@ static int drive_start(struct drive *dr)
 		mesh_warn("%sjob=%" PRIu64 " driven on a thread of its own: no loop for it", jb->rh->tag, jb->id);
 	rc = mesh__exec_go(dr->d);
 	dr->d = NULL;
-	if (rc == MESH_E_OUTPUT && atomic_exchange(&jb->toobig, 0))
+	if (stopped_by_too_big(dr, rc))
 		return drive_start(dr);
 	drive_done(dr, rc);
 	return 0;
@@ -578,7 +591,7 @@ static void *finish_main(void *arg)
 	struct meshd_jobs *j = jb->rh->j;
 	int rc = mesh__exec_close(dr->d);
 	dr->d = NULL;
-	if (!(rc == MESH_E_OUTPUT && atomic_exchange(&jb->toobig, 0) && (rc = drive_start(dr)) == 0))
+	if (!(stopped_by_too_big(dr, rc) && (rc = drive_start(dr)) == 0))
 		drive_done(dr, rc);
 	pthread_mutex_lock(&j->mu);
 	if (!--j->finishing)
