@@ -533,11 +533,20 @@ static int reconnect(struct mesh_pg *pg, PGconn *c, unsigned *prepared)
 static PGresult *query_on(struct mesh_pg *pg, PGconn *c, unsigned *prepared, int slot, const char *sql, int n,
 			  const char *const *vals, int *rc)
 {
-	for (;;) {
+	for (int victim = 0;;) {
 		PGresult *r = exec_once(c, prepared, slot, sql, n, vals);
 		ExecStatusType st = PQresultStatus(r);
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 			return r;
+		/* A deadlock's victim (40P01), a statement of its own (no
+		 * transaction open): nothing of it is done, and PostgreSQL asks
+		 * its client to run it again.  A bury (mesh.fail) and this
+		 * node's completions met so, 1 s into their wait. */
+		const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+		if (code && !strcmp(code, "40P01") && PQtransactionStatus(c) == PQTRANS_IDLE && victim++ < 3) {
+			PQclear(r);
+			continue;
+		}
 		int lost = PQstatus(c) != CONNECTION_OK || conn_lost(r);
 		if (!lost)
 			refused(pg, r, c);

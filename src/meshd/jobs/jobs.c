@@ -193,9 +193,17 @@ static int too_big(struct job *jb, uint64_t cid, uint32_t attempt, size_t whole)
 	snprintf(why, sizeof why, "attempt %u: the reply of %zu bytes is over the store's limit of %zu bytes\n",
 		 (unsigned)attempt, whole, jb->hj->result_max);
 	int rc = jb->hj->home->ops->bury(jb->hj, cid, why);
-	mesh_warn("%sjob=%" PRIu64 " chunk=%" PRIu64 " buried: %.*s", jb->rh->tag, jb->id, cid, (int)strlen(why) - 1, why);
-	if (rc == 0)
+	if (rc == 0) {
+		mesh_warn("%sjob=%" PRIu64 " chunk=%" PRIu64 " buried: %.*s", jb->rh->tag, jb->id, cid,
+			  (int)strlen(why) - 1, why);
 		atomic_store(&jb->toobig, 1);
+	} else {
+		/* Which store and why, where the home knows. */
+		char *w = jb->hj->home->ops->why ? jb->hj->home->ops->why(jb->hj, rc) : NULL;
+		mesh_error("%sjob=%" PRIu64 " chunk=%" PRIu64 " could not be buried (%s): %.*s", jb->rh->tag, jb->id, cid,
+			   w ? w : mesh_strerror(rc), (int)strlen(why) - 1, why);
+		free(w);
+	}
 	return MESH_E_TOOBIG;
 }
 
