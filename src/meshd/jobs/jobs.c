@@ -198,11 +198,8 @@ static int too_big(struct job *jb, uint64_t cid, uint32_t attempt, size_t whole)
 			  (int)strlen(why) - 1, why);
 		atomic_store(&jb->toobig, 1);
 	} else {
-		/* Which store and why, where the home knows. */
-		char *w = jb->hj->home->ops->why ? jb->hj->home->ops->why(jb->hj, rc) : NULL;
 		mesh_error("%sjob=%" PRIu64 " chunk=%" PRIu64 " could not be buried (%s): %.*s", jb->rh->tag, jb->id, cid,
-			   w ? w : mesh_strerror(rc), (int)strlen(why) - 1, why);
-		free(w);
+			   mesh_strerror(rc), (int)strlen(why) - 1, why);
 	}
 	return MESH_E_TOOBIG;
 }
