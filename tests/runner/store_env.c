@@ -205,6 +205,11 @@ void store_env_stop(struct store_env *e)
 	if (running == e)
 		running = NULL;
 	store_env_pg_ctl(e, "-m immediate stop");
+	/* T_KEEP: the server's log stays with the test's directory (the
+	 * working directory), where a deadlock's two statements are named. */
+	snprintf(cmd, sizeof cmd, "cp '%s/log' pg.log 2>/dev/null", e->pgdir);
+	if (getenv("T_KEEP") && system(cmd) != 0)
+		fprintf(stderr, "store_env: no server log to keep in %s/log\n", e->pgdir);
 	*strrchr(e->pgdir, '/') = 0;
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->pgdir);
 	if (system(cmd) != 0)
