@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MESH_PG_SCHEMA_VERSION 10
+#define MESH_PG_SCHEMA_VERSION 11
 
 struct mesh_pg;
 

@@ -313,22 +313,24 @@ BEGIN
   JOIN unnest(ws, fr) AS f(w, m) ON f.w = u.c / 64 ORDER BY u.i;
 END $f$;
 
--- A failed attempt: counted on the chunk's row (a block's chunk split
--- out; a chunk of no block gets its row under its DONE word's lock, the
--- word made with no bit where there is none), buried ('b') at p_max
+-- A failed attempt: counted on the chunk's row, buried ('b') at p_max
 -- failures past its base, else let go.  true when buried; false too
--- when the chunk is DONE.
+-- when the chunk is DONE.  A completion's lock order (version 11): the
+-- chunk's DONE word first (made with no bit where there is none), then
+-- the block over the chunk (its chunk split out), then the row (made
+-- for a chunk of no block, or kept where it has one already).  The
+-- block taken first, then the word, deadlocked with a completion of
+-- the same word.
 CREATE FUNCTION mesh.fail(p_job int, p_cid bigint, p_status int, p_max int, p_holder bigint) RETURNS boolean
  LANGUAGE plpgsql AS $f$
 #variable_conflict use_column
 DECLARE b boolean;
 BEGIN
  IF mesh.is_done(p_job, p_cid) THEN RETURN false; END IF;
+ INSERT INTO mesh.done_words (job, w, bits) VALUES (p_job, p_cid / 64, 0) ON CONFLICT DO NOTHING;
+ PERFORM 1 FROM mesh.done_words d WHERE d.job = p_job AND d.w = p_cid / 64 FOR SHARE;
+ IF mesh.is_done(p_job, p_cid) THEN RETURN false; END IF;
  IF NOT mesh.split(p_job, p_cid, 'p', NULL, NULL) THEN
-  IF mesh.is_done(p_job, p_cid) THEN RETURN false; END IF;
-  INSERT INTO mesh.done_words (job, w, bits) VALUES (p_job, p_cid / 64, 0) ON CONFLICT DO NOTHING;
-  PERFORM 1 FROM mesh.done_words d WHERE d.job = p_job AND d.w = p_cid / 64 FOR SHARE;
-  IF mesh.is_done(p_job, p_cid) THEN RETURN false; END IF;
   INSERT INTO mesh.chunks (job, cid, state) VALUES (p_job, p_cid, 'p') ON CONFLICT DO NOTHING;
  END IF;
  UPDATE mesh.chunks SET fails = fails + 1, last_status = p_status,

@@ -1,0 +1,4 @@
+-- 10 -> 11: a failed attempt (mesh.fail) locks its chunk's DONE word
+-- before the block that leases the chunk, as a completion does; the
+-- other way round, a failure and a completion of the same word could
+-- deadlock.  Functions only (mesh.fail in functions.sql).
