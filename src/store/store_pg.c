@@ -1004,7 +1004,9 @@ static int words_commit(struct mesh_pg *pg, struct words *w)
 	pthread_mutex_unlock(&pg->cmu);
 	if (!cc)
 		pthread_mutex_lock(&pg->mu);
-	/* The node's speed rides in the same statement (no round trip). */
+	/* The node's speed rides in the same statement (no round trip).  A
+	 * WITH the query does not read runs after it: the node's row is
+	 * locked after the words and blocks, mesh.spec_complete's order. */
 	PGresult *r = query_on(pg, cc ? cc : pg->conn, cc ? &pg->cprepared : &pg->prepared, PREP_COMPLETE,
 				 "WITH nb AS (UPDATE mesh.nodes SET chunks = chunks + $4, busy_us = busy_us + $5,"
 				 " beat = mesh.now_us() WHERE holder = $6)"

@@ -154,6 +154,67 @@ static void *fail_one(void *arg)
 	return NULL;
 }
 
+/* A job of 200 chunks on a fresh server, node n1's handle *j holding
+ * a block of 4 leases (ls); the job's id. */
+static long long four_leased(struct store_env *e, struct mesh_job **j, struct mesh_lease *ls)
+{
+	size_t got = 0;
+	if (store_env_start(e, "postgresql"))
+		FAIL("cannot start PostgreSQL");
+	ASSERT_EQ(store_env_submit(e, 200), 0);
+	ASSERT_EQ(store_env_open(e, j, "n1", 3), 0);
+	ASSERT_EQ(mesh_job_lease_many(*j, 60ull * 1000000000, 0, ls, 4, &got), 0);
+	ASSERT_EQ(got, 4);
+	return store_env_sql1(e, "SELECT id FROM mesh.jobs WHERE name = 'conf'");
+}
+
+/* A session of its own holding cid's DONE word of job, made as a
+ * completion's first step makes it (uncommitted); it looks for a
+ * deadlock 100 ms into a wait, before any other session does (1 s). */
+static PGconn *hold_word(const struct store_env *e, long long job, uint64_t cid)
+{
+	char conn[400], q[200];
+	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e->pgdir);
+	PGconn *c = PQconnectdb(conn);
+	ASSERT_EQ(PQstatus(c), CONNECTION_OK);
+	PQclear(PQexec(c, "SET deadlock_timeout = '100ms'"));
+	PQclear(PQexec(c, "BEGIN"));
+	snprintf(q, sizeof q, "INSERT INTO mesh.done_words (job, w, bits) VALUES (%lld, %llu, 0)", job,
+		 (unsigned long long)(cid / 64));
+	PGresult *r = PQexec(c, q);
+	ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK);
+	PQclear(r);
+	return c;
+}
+
+/* Waits (5 s at most) until a statement that calls fn waits on a lock. */
+static void wait_for_lock_wait(const struct store_env *e, const char *fn)
+{
+	char q[200];
+	long long waiting = 0;
+	snprintf(q, sizeof q, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%%s%%'",
+		 fn);
+	for (uint64_t until = mesh_mono_ns() + 5000000000ull; waiting != 1 && mesh_mono_ns() < until;) {
+		waiting = store_env_sql(e, q);
+		if (waiting != 1)
+			usleep(20000);
+	}
+	ASSERT_EQ(waiting, 1);
+}
+
+/* c's statement q (on the rows the deadlock would need) answers at once:
+ * no cycle.  Its words when it does not. */
+static void expect_no_cycle(PGconn *c, const char *q, ExecStatusType want)
+{
+	PGresult *r = PQexec(c, q);
+	EXPECT_EQ(PQresultStatus(r), want);
+	if (PQresultStatus(r) != want)
+		fprintf(stderr, "    %s: %s", q, PQresultErrorMessage(r));
+	PQclear(r);
+	PQclear(PQexec(c, "ROLLBACK"));
+	PQfinish(c);
+}
+
 /* A failed attempt (mesh.fail) takes its chunk's DONE word before the
  * block that leases the chunk, in a completion's order
  * (mesh.complete_words: the words, then the blocks over them).  A chunk
@@ -164,66 +225,71 @@ static void *fail_one(void *arg)
  * once in 15 runs).  Here a session holds the word as a completion's
  * first step does, the failure waits for it, and the session then locks
  * the block as the completion's next step does: it gets the block at
- * once.  The session checks for a deadlock after 100 ms of waiting, the
- * failure after 1 s, so a cycle cancels the session's statement. */
+ * once (a cycle cancels the session's statement). */
 TEST_TIMEOUT(store_pg_fail_takes_the_word_before_the_block, 30)
 {
 	struct store_env e;
 	struct mesh_job *j;
 	struct mesh_lease ls[4];
-	size_t got = 0;
-	const uint64_t ttl = 60ull * 1000000000;
-	char conn[400], q[300];
-	if (store_env_start(&e, "postgresql"))
-		FAIL("cannot start PostgreSQL");
-	ASSERT_EQ(store_env_submit(&e, 200), 0);
-	ASSERT_EQ(store_env_open(&e, &j, "n1", 3), 0);
-	ASSERT_EQ(mesh_job_lease_many(j, ttl, 0, ls, 4, &got), 0);
-	ASSERT_EQ(got, 4);
-	ASSERT_EQ(mesh_job_renew(j, &ls[1], ttl), 0); /* its row, inside the block */
-	long long job = store_env_sql1(&e, "SELECT id FROM mesh.jobs WHERE name = 'conf'");
+	char q[300];
+	long long job = four_leased(&e, &j, ls);
+	ASSERT_EQ(mesh_job_renew(j, &ls[1], 60ull * 1000000000), 0); /* its row, inside the block */
 	snprintf(q, sizeof q, "SELECT count(*) FROM mesh.chunks WHERE job = %lld AND cid = %llu", job,
 		 (unsigned long long)ls[1].cid);
 	ASSERT_EQ(store_env_sql1(&e, q), 1);
-	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
-	PGconn *c = PQconnectdb(conn);
-	ASSERT_EQ(PQstatus(c), CONNECTION_OK);
-	PQclear(PQexec(c, "SET deadlock_timeout = '100ms'"));
-	PQclear(PQexec(c, "BEGIN"));
-	snprintf(q, sizeof q, "INSERT INTO mesh.done_words (job, w, bits) VALUES (%lld, %llu, 0)", job,
-		 (unsigned long long)(ls[1].cid / 64));
-	PGresult *r = PQexec(c, q);
-	ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK);
-	PQclear(r);
+	PGconn *c = hold_word(&e, job, ls[1].cid);
 	struct one_failure of = {j, ls[1].cid, 0, 0};
 	pthread_t th;
 	ASSERT_EQ(pthread_create(&th, NULL, fail_one, &of), 0);
-	/* until the failure waits on a lock (the word's) */
-	long long waiting = 0;
-	for (uint64_t until = mesh_mono_ns() + 5000000000ull; waiting != 1 && mesh_mono_ns() < until;) {
-		waiting = store_env_sql(&e, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-					    " AND query LIKE '%mesh.fail%'");
-		if (waiting != 1)
-			usleep(20000);
-	}
-	ASSERT_EQ(waiting, 1);
+	wait_for_lock_wait(&e, "mesh.fail");
 	snprintf(q, sizeof q, "SELECT lo FROM mesh.blocks WHERE job = %lld AND lo <= %llu AND hi > %llu FOR UPDATE",
 		 job, (unsigned long long)ls[1].cid, (unsigned long long)ls[1].cid);
-	r = PQexec(c, q);
-	EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		fprintf(stderr, "    the block's lock: %s", PQresultErrorMessage(r));
-	else
-		EXPECT_EQ(PQntuples(r), 1);
-	PQclear(r);
-	EXPECT_EQ(__atomic_load_n(&of.finished, __ATOMIC_ACQUIRE), 0); /* still behind the word */
-	PQclear(PQexec(c, "ROLLBACK"));
-	PQfinish(c);
+	EXPECT_EQ(__atomic_load_n(&of.finished, __ATOMIC_ACQUIRE), 0); /* behind the word */
+	expect_no_cycle(c, q, PGRES_TUPLES_OK);
 	pthread_join(th, NULL);
 	EXPECT_EQ(of.rc, 0); /* counted, not buried (1 of 3) */
 	snprintf(q, sizeof q, "SELECT fails FROM mesh.chunks WHERE job = %lld AND cid = %llu", job,
 		 (unsigned long long)ls[1].cid);
 	EXPECT_EQ(store_env_sql(&e, q), 1);
+	mesh_job_close(j);
+	store_env_stop(&e);
+}
+
+/* A completion of speculative copies (mesh.spec_complete) updates its
+ * node's row last, as a completion does (its node's speed, in a WITH
+ * that PostgreSQL runs after mesh.complete_words).  It updated the row
+ * first, then took the words: with the node's own completion of the same
+ * word on its other connection (the words held, then the node's row),
+ * the two deadlocked.  Here a session holds the word, spec_complete
+ * waits for it, and the session then updates the node's row as the
+ * completion's last step does: at once. */
+TEST_TIMEOUT(store_pg_spec_complete_takes_the_node_row_last, 30)
+{
+	struct store_env e;
+	struct mesh_job *j;
+	struct mesh_lease ls[4];
+	char conn[400], q[300];
+	long long job = four_leased(&e, &j, ls);
+	long long holder = store_env_sql1(&e, "SELECT holder FROM mesh.nodes WHERE name = 'n1'");
+	snprintf(conn, sizeof conn, "host=%s user=mesh dbname=postgres", e.pgdir);
+	PGconn *spec = PQconnectdb(conn);
+	ASSERT_EQ(PQstatus(spec), CONNECTION_OK);
+	PGconn *c = hold_word(&e, job, ls[2].cid);
+	snprintf(q, sizeof q, "SELECT count(*) FILTER (WHERE x) FROM mesh.spec_complete(%lld, '{%llu}', %lld, 0) x",
+		 job, (unsigned long long)ls[2].cid, holder);
+	ASSERT_EQ(PQsendQuery(spec, q), 1);
+	wait_for_lock_wait(&e, "mesh.spec_complete");
+	snprintf(q, sizeof q, "UPDATE mesh.nodes SET chunks = chunks + 1 WHERE holder = %lld", holder);
+	expect_no_cycle(c, q, PGRES_COMMAND_OK);
+	PGresult *r = PQgetResult(spec);
+	EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+	if (PQresultStatus(r) == PGRES_TUPLES_OK)
+		EXPECT_STREQ(PQgetvalue(r, 0, 0), "1"); /* its first completion */
+	PQclear(r);
+	while ((r = PQgetResult(spec)))
+		PQclear(r);
+	PQfinish(spec);
+	EXPECT_EQ(mesh_job_is_done(j, ls[2].cid), 1);
 	mesh_job_close(j);
 	store_env_stop(&e);
 }

@@ -1,4 +1,6 @@
--- 10 -> 11: a failed attempt (mesh.fail) locks its chunk's DONE word
--- before the block that leases the chunk, as a completion does; the
--- other way round, a failure and a completion of the same word could
--- deadlock.  Functions only (mesh.fail in functions.sql).
+-- 10 -> 11: two lock orders made a completion's.  A failed attempt
+-- (mesh.fail) locks its chunk's DONE word before the block that leases
+-- the chunk, and a completion of speculative copies (mesh.spec_complete)
+-- updates its node's row after the words; the other way round, each
+-- could deadlock with a completion of the same word.  Functions only
+-- (functions.sql).

@@ -431,14 +431,16 @@ END $f$;
 
 -- Completions of our copies (p_cids ascending): mesh.complete's
 -- answers; each DONE is a speculative win, counted in the same
--- transaction; the copies' rows go.
+-- transaction; the copies' rows go; the node's row last, as a
+-- completion's WITH updates it after mesh.complete_words (version 11:
+-- it came first, and a completion of the same words on the node's other
+-- connection, holding them and waiting for the node's row, deadlocked
+-- with it).
 CREATE FUNCTION mesh.spec_complete(p_job int, p_cids bigint[], p_holder bigint, p_busy_us bigint)
  RETURNS SETOF boolean LANGUAGE plpgsql AS $f$
 #variable_conflict use_column
 DECLARE res boolean[]; wins int;
 BEGIN
- UPDATE mesh.nodes SET chunks = chunks + cardinality(p_cids), busy_us = busy_us + p_busy_us,
-  beat = mesh.now_us() WHERE holder = p_holder;
  SELECT array_agg(r.x ORDER BY r.i) INTO res FROM mesh.complete(p_job, p_cids, p_holder) WITH ORDINALITY AS r(x, i);
  SELECT count(*) INTO wins FROM unnest(res) AS w(x) WHERE w.x;
  DELETE FROM mesh.copies WHERE job = p_job AND cid = ANY(p_cids) AND holder = p_holder;
@@ -446,6 +448,8 @@ BEGIN
   INSERT INTO mesh.counts AS k (job, holder, spec) VALUES (p_job, p_holder, wins)
    ON CONFLICT (job, holder) DO UPDATE SET spec = k.spec + excluded.spec;
  END IF;
+ UPDATE mesh.nodes SET chunks = chunks + cardinality(p_cids), busy_us = busy_us + p_busy_us,
+  beat = mesh.now_us() WHERE holder = p_holder;
  RETURN QUERY SELECT unnest(res);
 END $f$;
 
