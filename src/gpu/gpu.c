@@ -52,8 +52,7 @@ struct snap {
 
 struct mesh_gpu {
 	struct mesh_nvml *nv;
-	pthread_mutex_t nv_mu; /* one NVML call at a time: a fake is not thread-safe */
-	pthread_mutex_t mu;    /* the rest */
+	pthread_mutex_t mu;    /* all of it (NVML is called without it: it is thread-safe) */
 	pthread_cond_t cv;
 	struct res *list;      /* live ones and the last HISTORY_MAX ended ones */
 	uint64_t next_id;
@@ -126,12 +125,10 @@ static void snap_release(struct snap *s)
 static void snap_read(struct mesh_gpu *g, struct snap *s)
 {
 	memset(s, 0, sizeof *s);
-	pthread_mutex_lock(&g->nv_mu);
 	s->n = mesh_nvml_count(g->nv);
 	for (unsigned i = 0; i < s->n; i++)
 		s->ok[i] = mesh_nvml_gpu(g->nv, i, &s->gpu[i]) == 0 &&
 			   mesh_nvml_procs(g->nv, i, &s->procs[i], &s->nprocs[i]) == 0;
-	pthread_mutex_unlock(&g->nv_mu);
 }
 
 static struct res *owner_of(struct mesh_gpu *g, pid_t pid)
@@ -473,7 +470,6 @@ int mesh_gpu_new(struct mesh_gpu **out, const struct mesh_gpu_cfg *cfg, char **w
 	g->nv = nv;
 	g->grace_ns = cfg && cfg->grace_ns ? cfg->grace_ns : MESH_GPU_GRACE_NS;
 	g->poll_ns = cfg && cfg->poll_ns ? cfg->poll_ns : POLL_NS;
-	pthread_mutex_init(&g->nv_mu, NULL);
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_cond_init(&g->cv, NULL);
 	if ((g->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
@@ -516,7 +512,6 @@ void mesh_gpu_free(struct mesh_gpu *g)
 	if (g->wakefd >= 0)
 		close(g->wakefd);
 	mesh_nvml_close(g->nv);
-	pthread_mutex_destroy(&g->nv_mu);
 	pthread_mutex_destroy(&g->mu);
 	pthread_cond_destroy(&g->cv);
 	free(g);
@@ -542,9 +537,7 @@ int mesh_gpu_check(struct mesh_gpu *g, const char *name, unsigned ngpus, uint64_
 		return mesh_errf(err, MESH_E_NOGPU, "'%s' asks for %u GPUs and this machine has %u", name, ngpus, n);
 	for (unsigned i = 0; i < n; i++) {
 		struct mesh_nvml_gpu d;
-		pthread_mutex_lock(&g->nv_mu);
 		int rc = mesh_nvml_gpu(g->nv, i, &d);
-		pthread_mutex_unlock(&g->nv_mu);
 		if (rc)
 			continue;
 		fit += d.total >= vram;

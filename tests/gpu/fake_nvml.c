@@ -12,7 +12,10 @@
  * driver still freeing a dead process's memory.  `?` is a size NVML
  * cannot tell.  A GPU's used memory is its base plus its listed processes'.
  * Its own types are declared here from NVIDIA's documentation, apart from
- * src/gpu/nvml.c's, so that one checks the other. */
+ * src/gpu/nvml.c's, so that one checks the other.  Thread-safe, as NVML is
+ * (meshd's GPU watcher and the gateway's tick call it at once): one call
+ * at a time, each reading the file into the one table. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,8 +162,23 @@ static int dev_index(nvmlDevice_t d)
 	return i >= 0 && i < ngpus ? (int)i : -1;
 }
 
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void unlock(int *held)
+{
+	(void)held;
+	pthread_mutex_unlock(&mu);
+}
+
+/* The table is this call's until it returns. */
+#define LOCKED                                                     \
+	pthread_mutex_lock(&mu);                                   \
+	__attribute__((cleanup(unlock))) int held_ = 1;            \
+	(void)held_
+
 nvmlReturn_t nvmlInit_v2(void)
 {
+	LOCKED;
 	load();
 	if (fail_init)
 		return E_DRIVER;
@@ -170,6 +188,7 @@ nvmlReturn_t nvmlInit_v2(void)
 
 nvmlReturn_t nvmlShutdown(void)
 {
+	LOCKED;
 	inited = 0;
 	return OK;
 }
@@ -188,6 +207,7 @@ const char *nvmlErrorString(nvmlReturn_t r)
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
 {
+	LOCKED;
 	if (!inited)
 		return E_UNINIT;
 	load();
@@ -197,6 +217,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d)
 {
+	LOCKED;
 	if (!inited)
 		return E_UNINIT;
 	load();
@@ -208,6 +229,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d)
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 {
+	LOCKED;
 	load();
 	int i = dev_index(d);
 	if (!inited || i < 0)
@@ -224,6 +246,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int len)
 {
+	LOCKED;
 	load();
 	int i = dev_index(d);
 	if (!inited || i < 0 || !len)
@@ -234,6 +257,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int len)
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len)
 {
+	LOCKED;
 	load();
 	int i = dev_index(d);
 	if (!inited || i < 0 || !len)
@@ -244,6 +268,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len)
 
 static nvmlReturn_t list(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *out, int mps)
 {
+	LOCKED;
 	load();
 	int i = dev_index(d);
 	if (!inited || i < 0)

@@ -8,6 +8,7 @@
 #include "runner/t.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,55 @@ TEST(nvml_reads_gpus_and_processes)
 	mesh_nvml_close(n);
 	end(a);
 	end(b);
+}
+
+struct lister {
+	struct mesh_nvml *n;
+	pid_t pid;
+	int misses;
+};
+
+static void *list_often(void *arg)
+{
+	struct lister *l = arg;
+	for (int i = 0; i < 2000; i++) {
+		struct mesh_nvml_proc *p = NULL;
+		size_t np = 0;
+		if (mesh_nvml_procs(l->n, 0, &p, &np) != 0 || np != 1 || (pid_t)p[0].pid != l->pid)
+			l->misses++;
+		free(p);
+	}
+	return NULL;
+}
+
+/* Two threads at once (meshd's GPU watcher and the gateway's tick, each
+ * with its handle) each see the one process the fake lists, every time:
+ * the fake is thread-safe, as NVML is.  It read its file into its table
+ * on every call, and a call beside another one found the table emptied
+ * for the reload: the gateway measured a program's VRAM at 0 and let
+ * another start before it was free (gateway_budget_counts_measured_vram,
+ * once in CI). */
+TEST(nvml_fake_answers_two_threads_at_once)
+{
+	pid_t a = sleeper(NULL);
+	char st[256];
+	snprintf(st, sizeof st, "gpu %llu 0 Fake\nproc 0 %d %llu\n", 80 * GIB, (int)a, 4 * GIB);
+	state(st);
+	setenv(MESH_NVML_ENV, fake(), 1);
+	struct lister l[2] = {{NULL, a, 0}, {NULL, a, 0}};
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++) {
+		char *why = NULL;
+		ASSERT_EQ(mesh_nvml_open(NULL, &l[i].n, &why), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		ASSERT_EQ(pthread_create(&th[i], NULL, list_often, &l[i]), 0);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		EXPECT_EQ(l[i].misses, 0);
+		mesh_nvml_close(l[i].n);
+	}
+	end(a);
 }
 
 TEST(gpu_accounts_a_worker_by_its_process_group)
