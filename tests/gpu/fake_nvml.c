@@ -55,7 +55,7 @@ struct proc {
 };
 static struct gpu gpus[MAXG];
 static struct proc procs[MAXP];
-static int ngpus, nprocs, fail_init, inited;
+static int ngpus, nprocs, fail_init, inited; /* inited: nvmlInit calls not yet shut down */
 
 /* When the fake first found each dead pid gone (ns: whole ms would end a
  * linger up to 1 ms early), for the linger. */
@@ -182,14 +182,16 @@ nvmlReturn_t nvmlInit_v2(void)
 	load();
 	if (fail_init)
 		return E_DRIVER;
-	inited = 1;
+	inited++; /* counted, as NVML's: each init undone by one shutdown */
 	return OK;
 }
 
 nvmlReturn_t nvmlShutdown(void)
 {
 	LOCKED;
-	inited = 0;
+	if (!inited)
+		return E_UNINIT;
+	inited--;
 	return OK;
 }
 

@@ -204,8 +204,9 @@ TEST(nvml_fake_answers_two_threads_at_once)
 	}
 	for (int i = 0; i < 2; i++)
 		ASSERT_EQ(pthread_create(&th[i], NULL, list_often, &l[i]), 0);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
+	for (int i = 0; i < 2; i++) {
 		EXPECT_EQ(l[i].misses, 0);
 		mesh_nvml_close(l[i].n);
 	}
