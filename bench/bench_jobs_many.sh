@@ -2,8 +2,8 @@
 # Many jobs at once: 8 jobs of echo chunks on 4 programs (2 warm workers
 # each, a worker for each job), all submitted together.  Prints how many
 # chunks a second meshd completes for all of them, and meshd's threads idle
-# and while they run (docs/threads.md: a thread per running job's driver,
-# or with MESHD_JOB_LOOPS=N in the environment, N job loops a home).
+# and while they run (docs/threads.md: a home's running jobs are driven by
+# a few job loops, not a thread each).
 #
 # MESH_BENCH_MANY_CHUNKS: chunks a job (default 50,000).
 # BENCH_JOBS_OLD=DIR: another build (another commit's) measured the same

@@ -1563,3 +1563,41 @@ TEST_TIMEOUT(jobs_running_at_once_share_a_few_loops, 90)
 	}
 	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
 }
+
+/* MESHD_JOB_LOOPS=0: no job loops; each running job is driven on the
+ * pool thread that opened it (the way before the loops, and the one a
+ * job takes when no loop can start), and each ends whole. */
+TEST_TIMEOUT(jobs_without_loops_drive_each_run_where_it_opened, 60)
+{
+	add_job_worker("jw", 2, "300s");
+	setenv("MESHD_JOB_LOOPS", "0", 1);
+	setup();
+	unsetenv("MESHD_JOB_LOOPS");
+	input_of("who", 30);
+	unsigned ids[2] = {submit("jw --input in.txt --max-workers 1"), submit("jw --input in.txt --max-workers 1")};
+	int up = 0;
+	for (uint64_t until = t_now_ms() + 30000; up < 2 && t_now_ms() < until; usleep(20000)) {
+		up = 0;
+		for (int i = 0; i < 2; i++) {
+			json_t *j = job_json(ids[i]);
+			up += j && jint(j, "workers") >= 1;
+			json_decref(j);
+		}
+	}
+	ASSERT_EQ(up, 2);
+	EXPECT_EQ(threads_named(meshd_pid, "meshd-jobs1"), 0);
+	t_write_file("go", "");
+	for (int i = 0; i < 2; i++) {
+		EXPECT_EQ(mesh(0, "wait %u", ids[i]), 0);
+		EXPECT_EQ(mesh(0, "results %u", ids[i]), 0);
+		int lines = 0;
+		for (const char *p = out; (p = strstr(p, ":pid=")); p++)
+			lines++;
+		EXPECT_EQ(lines, 30);
+	}
+	char *err = t_read_file("meshd.err", NULL);
+	ASSERT_TRUE(err != NULL);
+	EXPECT_TRUE(strstr(err, "no loop for it") == NULL); /* none was looked for */
+	free(err);
+	EXPECT_EQ(meshd_t_stop(meshd_pid), 0);
+}

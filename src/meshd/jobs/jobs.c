@@ -515,7 +515,7 @@ static struct mesh_exec_loop *pick_loop(struct rhome *rh)
 	struct mesh_exec_loop *best = NULL;
 	unsigned least = UINT32_MAX;
 	if (!j->max_loops)
-		return NULL; /* off: the run is driven where it was opened */
+		return NULL; /* MESHD_JOB_LOOPS=0: the run is driven where it was opened */
 	pthread_mutex_lock(&j->mu);
 	for (unsigned i = 0; i < rh->nloops; i++) {
 		unsigned k = mesh_exec_loop_runs(rh->loops[i]);
@@ -928,12 +928,11 @@ int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char
 	const char *d = getenv("MESHD_JOB_DEPTH");
 	if (d && atoi(d) > 0 && atoi(d) <= 1024)
 		j->depth = (unsigned)atoi(d);
-	/* The job loops are off unless asked for: a CI run saw a store job
-	 * that a reply too big restarts hang on them once (docs/threads.md,
-	 * "Open points"); each job's run is then driven on its own pool run. */
-	const char *nl = getenv("MESHD_JOB_LOOPS");
-	if (nl && atoi(nl) > 0)
-		j->max_loops = (unsigned)atoi(nl);
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	j->max_loops = cpus > 1 ? (unsigned)(cpus < MAX_LOOPS ? cpus : MAX_LOOPS) : 1;
+	const char *nl = getenv("MESHD_JOB_LOOPS"); /* 0: none, each run on the pool run that opened it */
+	if (nl && *nl)
+		j->max_loops = atoi(nl) > 0 ? (unsigned)atoi(nl) : 0;
 	if (j->max_loops > MAX_LOOPS)
 		j->max_loops = MAX_LOOPS;
 	struct rhome *rh = &j->homes[0];
