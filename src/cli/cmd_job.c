@@ -9,7 +9,6 @@
 #include "job/job.h"
 #include "job/record.h"
 #include "job/results.h"
-#include "journal/journal.h"
 
 #include <errno.h>
 #include <inttypes.h>

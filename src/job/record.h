@@ -98,7 +98,9 @@ int mesh_rec_each_result(const char *path, uint64_t nchunks,
 int mesh_rec_len_ok(uint8_t type, uint16_t len);
 /* The job's record kinds, for journal/ (journal.h, mesh_journal_kinds). */
 extern const struct mesh_journal_kinds mesh_job_records;
-/* mesh_journal_check of a job's journal (with the job's record kinds). */
+/* mesh_journal_check of a job's journal (with the job's record kinds); its
+ * report is journal.h's, included here for `mesh job check`, so that the
+ * CLI includes no journal/ header of its own. */
 int mesh_job_journal_check(const char *path, int repair, struct mesh_journal_report *rep);
 
 #endif
