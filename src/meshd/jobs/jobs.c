@@ -928,8 +928,12 @@ int meshd_jobs_open(struct meshd_jobs **out, struct meshd_core *core, const char
 	const char *d = getenv("MESHD_JOB_DEPTH");
 	if (d && atoi(d) > 0 && atoi(d) <= 1024)
 		j->depth = (unsigned)atoi(d);
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	j->max_loops = cpus > 1 ? (unsigned)(cpus < MAX_LOOPS ? cpus : MAX_LOOPS) : 1;
+	/* Two a CPU, 1 to MAX_LOOPS: a turn blocks on its store (a journal
+	 * append, a PostgreSQL round trip), and with one a CPU eight jobs of
+	 * echo chunks ran at 0.85x of a thread each on 2 CPUs; with two, at
+	 * 0.93x to 1.02x (docs/jobs.md, "Job loops"). */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN), want = cpus > 0 ? 2 * cpus : 2;
+	j->max_loops = want < MAX_LOOPS ? (unsigned)want : MAX_LOOPS;
 	const char *nl = getenv("MESHD_JOB_LOOPS"); /* 0: none, each run on the pool run that opened it */
 	if (nl && *nl)
 		j->max_loops = atoi(nl) > 0 ? (unsigned)atoi(nl) : 0;

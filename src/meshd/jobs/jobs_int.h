@@ -25,7 +25,7 @@
 #define DEFAULT_DEPTH 128u
 #define DEFAULT_RETRIES 3u
 #define NAME_MAX_LEN 64u
-/* A home's loops at most: MESHD_JOB_LOOPS (0: none), else one per CPU, 1 to this. */
+/* A home's loops at most: MESHD_JOB_LOOPS (0: none), else two a CPU, up to this. */
 #define MAX_LOOPS 4u
 
 struct mesh_buf;
