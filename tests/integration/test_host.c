@@ -447,8 +447,8 @@ TEST(sampling_does_not_hold_the_host)
 	struct stall_ctx c = {.w = f.w, .min_ns = scan / 2};
 	pthread_t th;
 	ASSERT_EQ(pthread_create(&th, NULL, stats_asker, &c), 0);
-	/* Three samples' worth. */
-	uint64_t until = mesh_mono_ns() + S(3) + 300 * MESH_NS_PER_MS;
+	/* Five samples' worth. */
+	uint64_t until = mesh_mono_ns() + S(5) + 300 * MESH_NS_PER_MS;
 	while (mesh_mono_ns() < until)
 		mesh_host_poll(f.h, 100 * MESH_NS_PER_MS);
 	c.stop = 1;
@@ -458,9 +458,11 @@ TEST(sampling_does_not_hold_the_host)
 		kill(kids[i], SIGKILL);
 	for (int i = 0; i < nk; i++)
 		waitpid(kids[i], NULL, 0);
-	/* Before: a stall of about `scan` at each of the three samples.  One
-	 * is allowed for a thread the 2 shared cores did not run in time. */
-	if (c.stalls > 1)
+	/* Before: a stall of about `scan` at each of the five samples.  Two
+	 * are allowed for a thread the 2 shared cores did not run in time
+	 * (with three samples and one allowed, a CI run under ASan had two:
+	 * 18.4 ms at worst against a scan of 25.8 ms). */
+	if (c.stalls > 2)
 		FAIL("%d calls waited %.1f ms or more (the worst %.1f ms): a read of /proc takes %.1f ms", c.stalls,
 		     (double)c.min_ns / 1e6, (double)c.worst / 1e6, (double)scan / 1e6);
 	EXPECT_GT(st.rss, 100 * 1024);
