@@ -414,9 +414,26 @@ static void *stats_asker(void *arg)
 	return NULL;
 }
 
+/* Built with AddressSanitizer (make check): its timing is the scheduler's. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
 TEST(sampling_does_not_hold_the_host)
 {
 	enum { SLEEPERS = 1500 };
+	/* A check of waits a /proc read long (about 26 ms): under ASan, four
+	 * tests at once on 2 cores, calls waited up to 31 ms for the CPU
+	 * alone (CI at f601935 and 093f7a0).  make test runs it. */
+	if (SANITIZED)
+		SKIP("a timing check, not meaningful in the sanitizer build (make test runs it)");
 	static pid_t kids[SLEEPERS];
 	int nk = 0;
 	for (; nk < SLEEPERS; nk++) {
