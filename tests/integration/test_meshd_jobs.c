@@ -1512,6 +1512,21 @@ static int threads_named(pid_t pid, const char *name)
 	return n;
 }
 
+/* How many of the n jobs ids have a worker, once all do or after 30 s. */
+static int jobs_with_a_worker(const unsigned *ids, int n)
+{
+	int up = 0;
+	for (uint64_t until = t_now_ms() + 30000; up < n && t_now_ms() < until; usleep(20000)) {
+		up = 0;
+		for (int i = 0; i < n; i++) {
+			json_t *j = job_json(ids[i]);
+			up += j && jint(j, "workers") >= 1;
+			json_decref(j);
+		}
+	}
+	return up;
+}
+
 /* Eight jobs on four programs are driven from two loops (MESHD_JOB_LOOPS),
  * not a thread each (docs/threads.md): a job waiting on its gate while the
  * others run, one cancelled while its neighbours on the same loop go on,
@@ -1534,16 +1549,7 @@ TEST_TIMEOUT(jobs_running_at_once_share_a_few_loops, 90)
 		ids[i] = submit(args);
 	}
 	/* Every job running, each with its worker, its chunks at the gate. */
-	int up = 0;
-	for (uint64_t until = t_now_ms() + 30000; up < 8 && t_now_ms() < until; usleep(20000)) {
-		up = 0;
-		for (int i = 0; i < 8; i++) {
-			json_t *j = job_json(ids[i]);
-			up += j && jint(j, "workers") >= 1;
-			json_decref(j);
-		}
-	}
-	ASSERT_EQ(up, 8);
+	ASSERT_EQ(jobs_with_a_worker(ids, 8), 8);
 	EXPECT_EQ(threads_named(meshd_pid, "meshd-jobs1"), 1);
 	EXPECT_EQ(threads_named(meshd_pid, "meshd-jobs2"), 1);
 	EXPECT_EQ(threads_named(meshd_pid, "meshd-jobs3"), 0);
@@ -1575,16 +1581,7 @@ TEST_TIMEOUT(jobs_without_loops_drive_each_run_where_it_opened, 60)
 	unsetenv("MESHD_JOB_LOOPS");
 	input_of("who", 30);
 	unsigned ids[2] = {submit("jw --input in.txt --max-workers 1"), submit("jw --input in.txt --max-workers 1")};
-	int up = 0;
-	for (uint64_t until = t_now_ms() + 30000; up < 2 && t_now_ms() < until; usleep(20000)) {
-		up = 0;
-		for (int i = 0; i < 2; i++) {
-			json_t *j = job_json(ids[i]);
-			up += j && jint(j, "workers") >= 1;
-			json_decref(j);
-		}
-	}
-	ASSERT_EQ(up, 2);
+	ASSERT_EQ(jobs_with_a_worker(ids, 2), 2);
 	EXPECT_EQ(threads_named(meshd_pid, "meshd-jobs1"), 0);
 	t_write_file("go", "");
 	for (int i = 0; i < 2; i++) {
